@@ -1,0 +1,144 @@
+"""Command line: `serve`, `review` (offline dry-run) and `certs`."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import admission, certs, logs, mutate, server
+from .config import Settings
+from .deadline import Deadline
+from .store import ClusterStore, SnapshotStore
+
+DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
+log = logging.getLogger("webhook")
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("rules (each also COLOCATE_<NAME> in the environment)")
+    group.add_argument("--opt-in-annotation", help="pod annotation that opts a VM in (default kubevirt-scheduler/co-schedule)")
+    group.add_argument("--longhorn-namespace", help="namespace of Longhorn's share-managers (default longhorn-system)")
+    group.add_argument("--csi-driver", help="CSI driver of Longhorn volumes (default driver.longhorn.io)")
+    group.add_argument("--share-manager-rule", choices=["on", "off"], help="steer share-manager pods to their VM (default on)")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    rule = getattr(args, "share_manager_rule", None)
+    return Settings.from_env(
+        opt_in_annotation=getattr(args, "opt_in_annotation", None),
+        longhorn_namespace=getattr(args, "longhorn_namespace", None),
+        csi_driver=getattr(args, "csi_driver", None),
+        share_manager_rule=None if rule is None else rule == "on",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubevirt-colocate", description=__doc__)
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    serve = verbs.add_parser("serve", help="run the admission webhook over HTTPS")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster")
+    source.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
+    serve.add_argument("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt")
+    serve.add_argument("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key")
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=9443)
+    serve.add_argument("--log-level", default=None, help="debug, info, warning, error (env LOG_LEVEL)")
+    add_settings_flags(serve)
+
+    review = verbs.add_parser("review", help="dry-run: what would the webhook do to this pod?")
+    review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml)")
+    review.add_argument("request", nargs="?", default="-", help="AdmissionReview or Pod, JSON or YAML; - for stdin")
+    review.add_argument("--namespace", "-n", default=None, help="namespace of a bare Pod manifest")
+    add_settings_flags(review)
+
+    make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
+    make.add_argument("--service", required=True)
+    make.add_argument("--namespace", required=True)
+    make.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    make.add_argument("--days", type=int, default=365)
+    make.add_argument("--extra-san", action="append", default=[], help="another DNS name or IP (repeatable)")
+    return parser
+
+
+def read_document(source: str) -> Any:
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    return yaml.safe_load(text)  # JSON is YAML
+
+
+async def run_review(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    document = read_document(args.request)
+    if isinstance(document, dict) and document.get("kind") == "Pod":
+        namespace = args.namespace or (document.get("metadata") or {}).get("namespace")
+        if not namespace:
+            print("error: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
+            return 2
+        document = admission.review_for_pod(document, namespace)
+    try:
+        request = admission.parse_review(document)
+    except admission.BadReview as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store = SnapshotStore.from_file(args.state)
+    outcome = await mutate.admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
+    print(json.dumps(outcome.response.envelope(), indent=2))
+    summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
+    print(f"# {summary}", file=sys.stderr)
+    return 0
+
+
+async def run_serve(args: argparse.Namespace) -> int:
+    import os
+
+    logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
+    settings = settings_from(args)
+    store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
+    context = server.tls_context(args.tls_cert_file, args.tls_key_file)
+    app = server.make_app(store, settings)
+    runner = await server.start(app, args.host, args.port, context)
+    log.info("serving", extra={"fields": {"host": args.host, "port": server.bound_port(runner),
+                                          "source": args.state or "cluster"}})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("stopping")
+    await runner.cleanup()
+    await store.close()
+    return 0
+
+
+def run_certs(args: argparse.Namespace) -> int:
+    names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
+    out = certs.write(certs.generate(names, days=args.days), args.out)
+    print(f"wrote {out}/ca.crt, {out}/tls.crt, {out}/tls.key for {', '.join(names)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.verb == "review":
+            return asyncio.run(run_review(args))
+        if args.verb == "serve":
+            return asyncio.run(run_serve(args))
+        if args.verb == "certs":
+            return run_certs(args)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""PVC → PV → Longhorn volume → the node of its share-manager.
+
+Facts (longhorn/longhorn-manager, controller/share_manager_controller.go): since 1.4 the
+share-manager pod `share-manager-<volume>` is placed by kube-scheduler and ShareManager
+`status.ownerID` follows its node only while `status.state == running`; otherwise ownerID
+is stale. Migratable RWX block volumes have no ShareManager at all (404 is normal).
+
+The pure functions take objects and say why; `resolve_disks` fetches through a Store.
+A disk that fails any step contributes no node and is never an error.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from .config import Settings
+from .deadline import Deadline
+from .store import POD, PV, PVC, SHARE_MANAGER, Store, StoreError
+
+SHARE_MANAGER_POD_PREFIX = "share-manager-"
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskFact:
+    """What we learnt about one disk: its share-manager node, or why there is none."""
+
+    claim: str
+    node: str | None
+    reason: str
+    volume: str | None = None
+    unknown: bool = False  # True when the API could not tell (error, timeout)
+
+
+def claims_of(pod: dict[str, Any]) -> list[str]:
+    """PVC names mounted by the pod, in order, once each (DataVolumes appear as PVCs too)."""
+    claims: list[str] = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(volume, dict):
+            continue
+        pvc = volume.get("persistentVolumeClaim")
+        name = pvc.get("claimName") if isinstance(pvc, dict) else None
+        if isinstance(name, str) and name and name not in claims:
+            claims.append(name)
+    return claims
+
+
+def volume_of(
+    namespace: str, claim: str, pvc: dict[str, Any] | None, pv: dict[str, Any] | None, driver: str
+) -> tuple[str | None, str]:
+    """The Longhorn volume behind a claim (PV spec.csi.volumeHandle), or None and why."""
+    if pvc is None:
+        return None, f"PVC {namespace}/{claim} not found"
+    spec = pvc.get("spec") or {}
+    if "ReadWriteMany" not in (spec.get("accessModes") or []):
+        return None, f"PVC {namespace}/{claim} is not ReadWriteMany"
+    pv_name = spec.get("volumeName")
+    if not pv_name:
+        return None, f"PVC {namespace}/{claim} is not bound yet"
+    if pv is None:
+        return None, f"PV {pv_name} not found"
+    csi = (pv.get("spec") or {}).get("csi") or {}
+    if csi.get("driver") != driver:
+        return None, f"PV {pv_name} is not a {driver} volume"
+    handle = csi.get("volumeHandle")
+    if not handle:
+        return None, f"PV {pv_name} has no volumeHandle"
+    # The volume name is the handle: equal to the PV name only for dynamic provisioning.
+    return handle, f"PVC {namespace}/{claim} is Longhorn volume {handle}"
+
+
+def share_manager_node(
+    volume: str, pod: dict[str, Any] | None, share_manager: dict[str, Any] | None
+) -> tuple[str | None, str]:
+    """Node of the volume's share-manager: the pod's node, else a *running* ShareManager's ownerID."""
+    if pod is not None:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if node and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+            return node, f"share-manager of {volume} runs on {node}"
+    if share_manager is None:
+        return None, f"volume {volume} has no share-manager"
+    status = share_manager.get("status") or {}
+    state = status.get("state") or "unknown"
+    if state != "running":
+        # ownerID of a stopped/starting/stopping/error share-manager is stale: never use it.
+        return None, f"share-manager of {volume} is {state}"
+    owner = status.get("ownerID")
+    if not owner:
+        return None, f"share-manager of {volume} is running but names no node"
+    return owner, f"share-manager of {volume} runs on {owner}"
+
+
+async def resolve_disk(
+    store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline
+) -> DiskFact:
+    try:
+        pvc = await store.get(PVC, namespace, claim, timeout=deadline.remaining())
+        pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
+        pv = await store.get(PV, None, pv_name, timeout=deadline.remaining()) if pv_name else None
+        volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
+        if volume is None:
+            return DiskFact(claim, None, why)
+        pod, share_manager = await asyncio.gather(
+            store.get(POD, settings.longhorn_namespace, SHARE_MANAGER_POD_PREFIX + volume, timeout=deadline.remaining()),
+            store.get(SHARE_MANAGER, settings.longhorn_namespace, volume, timeout=deadline.remaining()),
+        )
+    except StoreError as exc:
+        return DiskFact(claim, None, f"disk {claim}: {exc}", unknown=True)
+    node, why = share_manager_node(volume, pod, share_manager)
+    return DiskFact(claim, node, why, volume=volume)
+
+
+async def resolve_disks(
+    store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline
+) -> list[DiskFact]:
+    """Resolve every disk concurrently; whatever is unfinished at the deadline is unknown."""
+    tasks = [asyncio.ensure_future(resolve_disk(store, settings, namespace, c, deadline)) for c in claims]
+    if not tasks:
+        return []
+    done, pending = await asyncio.wait(tasks, timeout=deadline.remaining())
+    for task in pending:
+        task.cancel()
+    facts = []
+    for claim, task in zip(claims, tasks):
+        if task in done and not task.cancelled() and task.exception() is None:
+            facts.append(task.result())
+        elif task in done and task.exception() is not None:
+            facts.append(DiskFact(claim, None, f"disk {claim}: {type(task.exception()).__name__}", unknown=True))
+        else:
+            facts.append(DiskFact(claim, None, f"disk {claim}: no answer before the deadline", unknown=True))
+    return facts

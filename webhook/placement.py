@@ -1,0 +1,107 @@
+"""Pure placement rules: which pods we act on, and pin / prefer / skip from resolved facts."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .config import Settings
+from .longhorn import DiskFact
+
+PINNED = "pinned"
+PREFERRED = "preferred"
+NOT_PINNED = "not-pinned"
+PIN_WEIGHT = 100
+
+VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")
+MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
+EPHEMERAL_PROVISIONING = "kubevirt.io/ephemeral-provisioning"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    outcome: str  # PINNED | PREFERRED | NOT_PINNED
+    node: str | None = None  # the required node when pinned
+    preferences: tuple[tuple[str, int], ...] = ()  # (node, weight) preferred terms
+    reason: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> list[str]:
+        return [node for node, _ in self.preferences]
+
+
+def meta(obj: dict[str, Any]) -> dict[str, Any]:
+    value = obj.get("metadata")
+    return value if isinstance(value, dict) else {}
+
+
+def str_map(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = meta(obj).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def is_vm_pod(pod: dict[str, Any]) -> bool:
+    return str_map(pod, "labels").get(VIRT_LAUNCHER[0]) == VIRT_LAUNCHER[1]
+
+
+def vm_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
+    """Why this pod is left untouched by the VM rule, or None when we act on it."""
+    labels, annotations = str_map(pod, "labels"), str_map(pod, "annotations")
+    if labels.get(VIRT_LAUNCHER[0]) != VIRT_LAUNCHER[1]:
+        return "not a virt-launcher pod"
+    if annotations.get(settings.opt_in_annotation) != "true":
+        return "not opted in"
+    # Migration targets are built from the VMI and carry the opt-in too; pinning one next to
+    # the source's share-manager would fight its anti-affinity and make migration impossible.
+    if MIGRATION_JOB_LABEL in labels:
+        return "migration target"
+    if annotations.get(EPHEMERAL_PROVISIONING) == "true":
+        return "ephemeral provisioning pod"
+    if (pod.get("spec") or {}).get("nodeName"):
+        return "already bound to a node"
+    return None
+
+
+NodeCheck = Callable[[str], "str | None"]
+
+
+def decide(facts: Sequence[DiskFact], check: NodeCheck | None = None, what: str = "disk") -> Decision:
+    """All known nodes equal → pin (if the node can take the pod); differ → prefer each; none → skip.
+
+    `check(node)` returns why the node cannot take the pod now, or None; a failed check keeps
+    the preference and drops the requirement, so a pod is never stranded.
+    """
+    problems = tuple(f.reason for f in facts if f.node is None)
+    counts = collections.Counter(f.node for f in facts if f.node is not None)
+    if not facts:
+        return Decision(NOT_PINNED, reason=f"no {what}s to follow", warnings=(f"not pinned: no {what}s to follow",))
+    if not counts:
+        reason = "; ".join(problems)
+        return Decision(NOT_PINNED, reason=reason, warnings=tuple(f"not pinned: {p}" for p in problems))
+    if len(counts) == 1:
+        (node,) = counts
+        why_not = check(node) if check else None
+        if why_not is None:
+            return Decision(
+                PINNED,
+                node=node,
+                preferences=((node, PIN_WEIGHT),),
+                reason=_joined(f"pinned to {node}", facts),
+                warnings=tuple(f"ignored: {p}" for p in problems),
+            )
+        reason = f"preferred {node}, not pinned: {why_not}"
+        return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=(reason, *problems))
+    total = sum(counts.values())
+    preferences = tuple(
+        (node, max(1, min(100, round(100 * n / total)))) for node, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    spread = ", ".join(f"{node} ({counts[node]})" for node, _ in preferences)
+    reason = f"{what}s served from different nodes, preferred {spread}"
+    return Decision(PREFERRED, preferences=preferences, reason=reason, warnings=(f"not pinned: {reason}", *problems))
+
+
+def _joined(head: str, facts: Sequence[DiskFact]) -> str:
+    served = [f.claim for f in facts if f.node is not None]
+    return f"{head}: share-manager of {', '.join(served)}"

@@ -1,0 +1,200 @@
+"""Where cluster facts come from: one Store protocol, a snapshot and a live cluster.
+
+A Store answers "this object" (or None when it does not exist) and small look-ups the
+rules need. It raises `StoreError` when it cannot tell (API error, timeout); the caller
+turns that into "no node for this disk, say why", never into a failed admission.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+PVC = Resource("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True)
+PV = Resource("PersistentVolume", "", "v1", "persistentvolumes", False)
+POD = Resource("Pod", "", "v1", "pods", True)
+NODE = Resource("Node", "", "v1", "nodes", False)
+# Longhorn serves only v1beta2 since 1.9/1.10 (longhorn-manager k8s/crds.yaml).
+SHARE_MANAGER = Resource("ShareManager", "longhorn.io", "v1beta2", "sharemanagers", True)
+RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER)
+
+
+class StoreError(Exception):
+    """The store could not answer (API error, timeout): the fact is unknown, not absent."""
+
+
+class Store(Protocol):
+    async def get(
+        self, resource: Resource, namespace: str | None, name: str, *, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """The object, or None when it does not exist. Raises StoreError when unsure."""
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Objects of a resource, optionally in one namespace and with these exact labels."""
+
+    async def close(self) -> None: ...
+
+
+def labels_match(obj: dict[str, Any], labels: dict[str, str] | None) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in (labels or {}).items())
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+class SnapshotStore:
+    """Objects from a YAML stream as `kubectl get -o yaml` prints them (documents or Lists)."""
+
+    def __init__(self, objects: Iterable[dict[str, Any]]):
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        by_kind = {(r.api_version, r.kind): r for r in RESOURCES}
+        for obj in objects:
+            resource = by_kind.get((obj.get("apiVersion"), obj.get("kind")))
+            if resource is None:
+                continue
+            meta = obj.get("metadata") or {}
+            namespace = (meta.get("namespace") or "") if resource.namespaced else ""
+            self._objects[(resource.kind, namespace, meta.get("name") or "")] = obj
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SnapshotStore:
+        text = Path(path).read_text(encoding="utf-8")
+        return cls(flatten(yaml.safe_load_all(text)))
+
+    async def get(self, resource, namespace, name, *, timeout=None):
+        namespace = (namespace or "") if resource.namespaced else ""
+        return self._objects.get((resource.kind, namespace, name))
+
+    async def list(self, resource, namespace=None, labels=None, *, timeout=None):
+        return [
+            obj
+            for (kind, ns, _), obj in self._objects.items()
+            if kind == resource.kind and (namespace is None or ns == namespace) and labels_match(obj, labels)
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+def flatten(documents: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """Yield objects from documents that may be `kind: List` (as `kubectl get -o yaml` prints)."""
+    for doc in documents:
+        if not isinstance(doc, dict):
+            continue
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            yield from flatten(doc["items"])
+        else:
+            yield doc
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class ClusterStore:
+    """Reads the live cluster with kubernetes-asyncio: plain GETs, each within its timeout."""
+
+    def __init__(self, api_client: Any):
+        self._api = api_client
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> ClusterStore:
+        """In-cluster config when running in a pod, else --kubeconfig / KUBECONFIG / ~/.kube/config."""
+        from kubernetes_asyncio import client, config
+
+        configuration = client.Configuration()
+        if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in __import__("os").environ:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    @classmethod
+    def for_host(cls, host: str) -> ClusterStore:
+        """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
+        from kubernetes_asyncio import client
+
+        return cls(client.ApiClient(client.Configuration(host=host)))
+
+    async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None) -> dict[str, Any] | None:
+        if timeout is not None and timeout <= 0:
+            raise StoreError(f"no time left to read {path}")
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._api.call_api(
+                    path,
+                    "GET",
+                    query_params=query,
+                    header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
+                try:
+                    body = await response.read()
+                finally:
+                    response.release()
+        except TimeoutError:
+            raise StoreError(f"timed out after {timeout:.1f}s reading {path}") from None
+        except StoreError:
+            raise
+        except Exception as exc:  # connection refused, TLS, DNS: the API is unreachable
+            raise StoreError(f"cannot reach the API for {path}: {type(exc).__name__}: {exc}") from None
+        if response.status == 404:
+            return None
+        if not 200 <= response.status < 300:
+            raise StoreError(f"API answered {response.status} for {path}")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise StoreError(f"API sent a body that is not JSON for {path}") from None
+
+    async def get(self, resource, namespace, name, *, timeout=None):
+        return await self._call(resource.path(namespace, name), [], timeout)
+
+    async def list(self, resource, namespace=None, labels=None, *, timeout=None):
+        query = []
+        if labels:
+            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
+        body = await self._call(resource.path(namespace), query, timeout)
+        if body is None:
+            raise StoreError(f"API has no {resource.plural} resource")
+        items = body.get("items") or []
+        # Lists omit apiVersion/kind on items; the rules don't need them. Filter client-side too.
+        return [item for item in items if labels_match(item, labels)]
+
+    async def close(self) -> None:
+        await self._api.close()
