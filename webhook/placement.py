@@ -88,7 +88,7 @@ def decide(facts: Sequence[DiskFact], check: NodeCheck | None = None, what: str 
                 PINNED,
                 node=node,
                 preferences=((node, PIN_WEIGHT),),
-                reason=_joined(f"pinned to {node}", facts),
+                reason=f"pinned to {node}, where the share-manager of {_served(facts)} runs",
                 warnings=tuple(f"ignored: {p}" for p in problems),
             )
         reason = f"preferred {node}, not pinned: {why_not}"
@@ -102,6 +102,5 @@ def decide(facts: Sequence[DiskFact], check: NodeCheck | None = None, what: str 
     return Decision(PREFERRED, preferences=preferences, reason=reason, warnings=(f"not pinned: {reason}", *problems))
 
 
-def _joined(head: str, facts: Sequence[DiskFact]) -> str:
-    served = [f.claim for f in facts if f.node is not None]
-    return f"{head}: share-manager of {', '.join(served)}"
+def _served(facts: Sequence[DiskFact]) -> str:
+    return ", ".join(f.claim for f in facts if f.node is not None)

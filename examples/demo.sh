@@ -1,0 +1,13 @@
+#!/bin/sh
+# Start the webhook on the example snapshot, POST one AdmissionReview over HTTPS, show the decision.
+set -eu
+: "${PY:=.venv/bin/python}" "${CERTS:=certs/dev}" "${PORT:=9443}"
+log=$(mktemp)
+"$PY" -m webhook serve --state examples/cluster.yaml --host 127.0.0.1 --port "$PORT" \
+    --tls-cert-file "$CERTS/tls.crt" --tls-key-file "$CERTS/tls.key" 2>"$log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+"$PY" examples/send.py --ca "$CERTS/ca.crt" --url "https://localhost:$PORT/mutate?timeout=10s" \
+    examples/admission-review.json
+echo "--- webhook log"
+cat "$log"

@@ -1,0 +1,195 @@
+"""Builders of realistic objects (from tests/fixtures, copied from the shared fixtures)."""
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import yaml
+
+FIXTURES = Path(__file__).parent / "fixtures"
+# The oldest Kubernetes we support (matchConditions GA) and the newest schema shipped.
+VALIDATE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+LONGHORN_NS = "longhorn-system"
+VM_NS = "default"
+
+
+def load_all(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
+
+
+def load(name: str) -> dict[str, Any]:
+    return load_all(name)[0]
+
+
+def vm_pod(*claims: str, **spec_overrides: Any) -> dict[str, Any]:
+    """The fixture virt-launcher pod, optionally with other PVC disks and spec fields."""
+    pod = copy.deepcopy(load("virt-launcher-pod.yaml"))
+    if claims:
+        pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
+        pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    for key, value in spec_overrides.items():
+        if value is None:
+            pod["spec"].pop(key, None)
+        else:
+            pod["spec"][key] = value
+    return pod
+
+
+def migration_target() -> dict[str, Any]:
+    return copy.deepcopy(load("migration-target-pod.yaml"))
+
+
+def fixture_cluster() -> list[dict[str, Any]]:
+    return copy.deepcopy(load_all("longhorn-rwx.yaml"))
+
+
+def nodes(*names: str, **labels: str) -> list[dict[str, Any]]:
+    return [node(n, **labels) for n in names]
+
+
+def node(name: str, *, ready: bool = True, unschedulable: bool = False, taints: list | None = None,
+         schedulable_label: bool = True, **labels: str) -> dict[str, Any]:
+    all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", **labels}
+    if schedulable_label:
+        all_labels["kubevirt.io/schedulable"] = "true"
+    spec: dict[str, Any] = {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = taints
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": all_labels},
+        "spec": spec,
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def rwx_disk(
+    claim: str,
+    node: str | None,
+    *,
+    volume: str | None = None,
+    pv_name: str | None = None,
+    state: str = "running",
+    owner: str | None = None,
+    pod: bool = True,
+    terminating: bool = False,
+    access: str = "ReadWriteMany",
+    bound: bool = True,
+    driver: str = "driver.longhorn.io",
+    share_manager: bool = True,
+    namespace: str = VM_NS,
+) -> list[dict[str, Any]]:
+    """PVC, PV, ShareManager and share-manager pod of one Longhorn volume, as Longhorn makes them."""
+    volume = volume or f"pvc-{claim}"
+    pv_name = pv_name or volume
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace},
+        "spec": {"accessModes": [access], "storageClassName": "longhorn-rwx",
+                 "resources": {"requests": {"storage": "10Gi"}}},
+        "status": {"phase": "Bound" if bound else "Pending"},
+    }
+    if bound:
+        pvc["spec"]["volumeName"] = pv_name
+    objects = [pvc]
+    if bound:
+        objects.append({
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "accessModes": [access],
+                "capacity": {"storage": "10Gi"},
+                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": claim, "namespace": namespace},
+                "csi": {"driver": driver, "volumeHandle": volume, "fsType": "ext4"},
+                "storageClassName": "longhorn-rwx",
+            },
+        })
+    if share_manager:
+        objects.append({
+            "apiVersion": "longhorn.io/v1beta2",
+            "kind": "ShareManager",
+            "metadata": {"name": volume, "namespace": LONGHORN_NS},
+            "spec": {"image": "longhornio/longhorn-share-manager:v1.9.1"},
+            "status": {"state": state, "ownerID": owner if owner is not None else (node or "")},
+        })
+    if pod and node:
+        sm_pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"share-manager-{volume}",
+                "namespace": LONGHORN_NS,
+                "labels": {"longhorn.io/component": "share-manager", "longhorn.io/share-manager": volume},
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "share-manager", "image": "longhornio/longhorn-share-manager:v1.9.1"}]},
+            "status": {"phase": "Running"},
+        }
+        if terminating:
+            sm_pod["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+            sm_pod["metadata"]["finalizers"] = ["longhorn.io"]
+        objects.append(sm_pod)
+    return objects
+
+
+def review(obj: Any, namespace: str = VM_NS, operation: str = "CREATE", kind: str = "Pod", uid: str = "uid-1") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+            "namespace": namespace,
+            "name": "",
+            "operation": operation,
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+        },
+    }
+
+
+def decode_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
+    response = envelope["response"]
+    if "patch" not in response:
+        assert "patchType" not in response
+        return []
+    assert response["patchType"] == "JSONPatch"
+    return json.loads(base64.b64decode(response["patch"]))
+
+
+def apply_valid(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """Apply as the apiserver would, then validate strictly against old and new schemas."""
+    assert all(op["op"] == "add" for op in ops), ops
+    result = jsonpatch.apply_patch(obj, ops)
+    for version in VALIDATE_VERSIONS:
+        kubernetes_validate.validate(result, version, strict=True)
+    return result
+
+
+def required_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    node_affinity = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+    return (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+
+
+def preferred_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    node_affinity = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+    return node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+
+
+def pin_of(node: str) -> dict[str, Any]:
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return pod["metadata"].get("annotations") or {}

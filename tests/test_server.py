@@ -1,0 +1,61 @@
+"""The server over real HTTPS, with certificates made by the project's own code."""
+import json
+import ssl
+
+import aiohttp
+import pytest
+from kube import FIXTURES, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
+
+from webhook import server
+from webhook.config import Settings
+from webhook.store import SnapshotStore
+
+
+@pytest.fixture
+async def https(tls_files):
+    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
+    runner = await server.start(app, "127.0.0.1", 0, server.tls_context(str(tls_files["cert"]), str(tls_files["key"])))
+    client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
+        yield session, f"https://localhost:{server.bound_port(runner)}"
+    await runner.cleanup()
+
+
+async def test_fixture_review_over_https_pins_to_node_b(https):
+    session, base = https
+    body = json.loads((FIXTURES / "admission-review.json").read_text())
+    async with session.post(f"{base}/mutate?timeout=10s", json=body) as response:
+        assert response.status == 200
+        envelope = await response.json()
+    assert envelope["response"]["uid"] == body["request"]["uid"]
+    assert envelope["response"]["allowed"] is True
+    result = apply_valid(body["request"]["object"], decode_patch(envelope))
+    assert annotations(result)["kubevirt-scheduler/node"] == "node-b"
+
+
+async def test_large_review_is_accepted(https):
+    session, base = https
+    pod = vm_pod()
+    pod["metadata"]["annotations"]["big"] = "x" * (3 * 1024 * 1024)  # over aiohttp's 1 MiB default
+    async with session.post(f"{base}/mutate", json=review(pod)) as response:
+        assert response.status == 200
+        assert decode_patch(await response.json())
+
+
+@pytest.mark.parametrize("data, content_type, message", [
+    (b"{not json", "application/json", "not valid JSON"),
+    (b'{"kind": "Pod"}', "application/json", "expected apiVersion"),
+    (b"[]", "application/json", "JSON object"),
+    (json.dumps(review(vm_pod())).encode(), "text/plain", "Content-Type"),
+], ids=["garbage", "not-a-review", "array", "content-type"])
+async def test_malformed_requests_get_400_with_a_message(https, data, content_type, message):
+    session, base = https
+    async with session.post(f"{base}/mutate", data=data, headers={"Content-Type": content_type}) as response:
+        assert response.status == 400
+        assert message in (await response.json())["message"]
+
+
+async def test_health(https):
+    session, base = https
+    async with session.get(f"{base}/healthz") as response:
+        assert response.status == 200
