@@ -59,3 +59,32 @@ async def test_health(https):
     session, base = https
     async with session.get(f"{base}/healthz") as response:
         assert response.status == 200
+
+
+async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
+    """An API that never answers: the apiserver's ?timeout=2s still gets an answer in time."""
+    import asyncio
+    import time
+
+    from conftest import seed
+    from webhook.store import ClusterStore
+
+    seed(kmock, fixture_cluster())
+    kmock["get /api/v1/namespaces/default/persistentvolumeclaims/vm1-rootdisk"] << (lambda: asyncio.sleep(30))
+    store = ClusterStore.for_host(str(kmock.url).rstrip("/"))
+    app = server.make_app(store, Settings())
+    runner = await server.start(app, "127.0.0.1", 0, server.tls_context(str(tls_files["cert"]), str(tls_files["key"])))
+    client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
+            started = time.monotonic()
+            url = f"https://localhost:{server.bound_port(runner)}/mutate?timeout=2s"
+            async with session.post(url, json=review(vm_pod())) as response:
+                envelope = await response.json()
+            elapsed = time.monotonic() - started
+    finally:
+        await runner.cleanup()
+        await store.close()
+    assert 1.0 < elapsed < 2.0  # used the budget the apiserver gave, and answered before it ran out
+    assert envelope["response"]["allowed"] is True
+    assert any("vm1-rootdisk" in w for w in envelope["response"]["warnings"])

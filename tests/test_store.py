@@ -134,3 +134,18 @@ async def test_one_failing_disk_does_not_hide_the_others(kmock):
         await store.close()
     assert outcome.decision.outcome == "pinned" and outcome.decision.node == "node-a"
     assert any("bad" in w for w in outcome.response.warnings)
+
+
+async def test_look_ups_by_volume_handle_and_by_claim(make_store):
+    other_vm = vm_pod("d2")
+    other_vm["metadata"]["name"] = "virt-launcher-vm2-abcde"
+    other_vm["metadata"]["namespace"] = "default"
+    mine = vm_pod("d1")
+    mine["metadata"]["name"] = "virt-launcher-vm1-abcde"
+    mine["metadata"]["namespace"] = "default"
+    store = await make_store(rwx_disk("d1", "node-a", pv_name="static", volume="vol-1") + rwx_disk("d2", "node-b")
+                             + [mine, other_vm])
+    assert [pv["metadata"]["name"] for pv in await store.pvs_by_volume_handle("vol-1", timeout=5)] == ["static"]
+    assert await store.pvs_by_volume_handle("nope", timeout=5) == []
+    assert [p["metadata"]["name"] for p in await store.pods_by_claim("default", "d1", timeout=5)] == ["virt-launcher-vm1-abcde"]
+    assert await store.pods_by_claim("other", "d1", timeout=5) == []

@@ -65,7 +65,38 @@ class Store(Protocol):
     ) -> list[dict[str, Any]]:
         """Objects of a resource, optionally in one namespace and with these exact labels."""
 
+    async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
+
+    async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """virt-launcher pods in `namespace` that mount PVC `claim`."""
+
     async def close(self) -> None: ...
+
+
+VIRT_LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
+
+
+def volume_handle(pv: dict[str, Any]) -> str | None:
+    return (((pv.get("spec") or {}).get("csi")) or {}).get("volumeHandle")
+
+
+def mounts_claim(pod: dict[str, Any], claim: str) -> bool:
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if isinstance(volume, dict) and ((volume.get("persistentVolumeClaim") or {}).get("claimName")) == claim:
+            return True
+    return False
+
+
+class ListLookups:
+    """Look-ups built on `list` (no index): for the snapshot and for plain API reads."""
+
+    async def pvs_by_volume_handle(self, handle, *, timeout=None):
+        return [pv for pv in await self.list(PV, timeout=timeout) if volume_handle(pv) == handle]
+
+    async def pods_by_claim(self, namespace, claim, *, timeout=None):
+        pods = await self.list(POD, namespace, VIRT_LAUNCHER_LABELS, timeout=timeout)
+        return [pod for pod in pods if mounts_claim(pod, claim)]
 
 
 def labels_match(obj: dict[str, Any], labels: dict[str, str] | None) -> bool:
@@ -76,7 +107,7 @@ def labels_match(obj: dict[str, Any], labels: dict[str, str] | None) -> bool:
 # --------------------------------------------------------------------------- snapshot
 
 
-class SnapshotStore:
+class SnapshotStore(ListLookups):
     """Objects from a YAML stream as `kubectl get -o yaml` prints them (documents or Lists)."""
 
     def __init__(self, objects: Iterable[dict[str, Any]]):
@@ -124,7 +155,7 @@ def flatten(documents: Iterable[Any]) -> Iterator[dict[str, Any]]:
 # --------------------------------------------------------------------------- cluster
 
 
-class ClusterStore:
+class ClusterStore(ListLookups):
     """Reads the live cluster with kubernetes-asyncio: plain GETs, each within its timeout."""
 
     def __init__(self, api_client: Any):
