@@ -173,10 +173,11 @@ async def test_opt_in_annotation_is_configurable(make_store):
 
 
 async def test_namespace_comes_from_the_request(make_store):
-    store = await make_store(rwx_disk("d1", "node-a", namespace="vms") + rwx_disk("d1", "node-c", namespace="default", volume="other"))
+    store = await make_store(rwx_disk("d1", "node-a", namespace="vms") + rwx_disk("d1", "node-c", namespace="default", volume="other") + NODES)
     pod = vm_pod("d1")
     pod["metadata"].pop("namespace", None)
     result = result_of(pod, await run(store, pod, namespace="vms"))
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"
     assert annotations(result)["kubevirt-scheduler/node"] == "node-a"
 
 
@@ -236,3 +237,39 @@ async def test_deadline_bounds_a_hanging_store():
     envelope = outcome.response.envelope()
     assert envelope["response"]["allowed"] is True
     assert "deadline" in " ".join(envelope["response"]["warnings"])
+
+
+# Never strand a VM: pin only to a node that can take it now.
+TAINT = {"key": "dedicated", "value": "storage", "effect": "NoSchedule"}
+STRAND_CASES = [
+    ("cordoned", node("node-b", unschedulable=True), {}, "cordoned"),
+    ("not-ready", node("node-b", ready=False), {}, "not Ready"),
+    ("tainted", node("node-b", taints=[TAINT]), {}, "untolerated taint"),
+    ("no-kubevirt-label", node("node-b", schedulable_label=False), {}, "kubevirt.io/schedulable"),
+    ("zone-excluded", node("node-b", **{"topology.kubernetes.io/zone": "zone-b"}),
+     {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+         {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]}]}}}},
+     "nodeSelector/affinity"),
+    ("node-missing", None, {}, "not found"),
+]
+
+
+@pytest.mark.parametrize("name, share_manager_node, spec, why", STRAND_CASES, ids=[c[0] for c in STRAND_CASES])
+async def test_node_that_cannot_take_the_vm_gets_a_preference_only(make_store, name, share_manager_node, spec, why):
+    store = await make_store(rwx_disk("d1", "node-b") + ([share_manager_node] if share_manager_node else []))
+    pod = vm_pod("d1", **spec)
+    envelope = await run(store, pod)
+    result = result_of(pod, envelope)
+    assert required_terms(result) == required_terms(pod)
+    assert preferred_terms(result) == [{"weight": 100, "preference": {"matchFields": [pin_of("node-b")]}}]
+    assert annotations(result)["kubevirt-scheduler/decision"] == "preferred"
+    assert why in annotations(result)["kubevirt-scheduler/reason"]
+    assert any(why in w for w in envelope["response"]["warnings"])
+
+
+async def test_tolerated_taint_is_still_pinned(make_store):
+    store = await make_store(rwx_disk("d1", "node-b") + [node("node-b", taints=[TAINT])])
+    pod = vm_pod("d1", tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}])
+    result = result_of(pod, await run(store, pod))
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"
+    assert required_terms(result)[0]["matchFields"] == [pin_of("node-b")]

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 from conftest import seed
-from kube import fixture_cluster, review, rwx_disk, vm_pod
+from kube import fixture_cluster, nodes, review, rwx_disk, vm_pod
 
 from webhook.admission import parse_review
 from webhook.config import Settings
@@ -125,7 +125,7 @@ async def test_api_faults_mean_allowed_unpinned_with_a_reason(kmock, fault):
 
 
 async def test_one_failing_disk_does_not_hide_the_others(kmock):
-    seed(kmock, rwx_disk("good", "node-a") + rwx_disk("bad", "node-c"))
+    seed(kmock, rwx_disk("good", "node-a") + rwx_disk("bad", "node-c") + nodes("node-a", "node-c"))
     kmock["get /api/v1/namespaces/default/persistentvolumeclaims/bad"] << 500
     store = ClusterStore.for_host(str(kmock.url).rstrip("/"))
     try:
@@ -149,3 +149,15 @@ async def test_look_ups_by_volume_handle_and_by_claim(make_store):
     assert await store.pvs_by_volume_handle("nope", timeout=5) == []
     assert [p["metadata"]["name"] for p in await store.pods_by_claim("default", "d1", timeout=5)] == ["virt-launcher-vm1-abcde"]
     assert await store.pods_by_claim("other", "d1", timeout=5) == []
+
+
+async def test_node_that_cannot_be_read_is_not_pinned_to(kmock):
+    seed(kmock, rwx_disk("d1", "node-a") + nodes("node-a"))
+    kmock["get /api/v1/nodes/node-a"] << 500
+    store = ClusterStore.for_host(str(kmock.url).rstrip("/"))
+    try:
+        outcome = await admit(parse_review(review(vm_pod("d1"))), store, Settings(), Deadline.after(5, 0.5))
+    finally:
+        await store.close()
+    assert outcome.decision.outcome == "preferred"
+    assert "node-a could not be checked" in outcome.decision.reason

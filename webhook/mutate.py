@@ -11,11 +11,11 @@ from typing import Any
 
 import jsonpatch
 
-from . import affinity, longhorn, placement
+from . import affinity, longhorn, nodes, placement
 from .admission import AdmissionRequest, AdmissionResponse, allowed, patched
 from .config import Settings
 from .deadline import Deadline
-from .store import Store
+from .store import NODE, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,24 @@ async def _vm_rule(
         return Outcome(allowed(request.uid), "vm" if placement.is_vm_pod(pod) else "none", skipped=exemption)
     claims = longhorn.claims_of(pod)
     facts = await longhorn.resolve_disks(store, settings, request.namespace, claims, deadline)
-    decision = placement.decide(facts)
+    check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
+    decision = placement.decide(facts, check)
     return Outcome(_patched(request, pod, decision, settings), "vm", decision=decision)
+
+
+async def node_check(
+    store: Store, candidates: set[str], pod: dict[str, Any], deadline: Deadline, *, needs_kubevirt: bool
+) -> placement.NodeCheck:
+    """Read the one node we might pin to; a node we cannot read is a node we do not pin to."""
+    if len(candidates) != 1:
+        return lambda name: None  # several nodes: only preferences, nothing to strand on
+    (name,) = candidates
+    try:
+        node = await store.get(NODE, None, name, timeout=deadline.remaining())
+    except StoreError as exc:
+        unknown = f"node {name} could not be checked ({exc})"
+        return lambda _: unknown
+    return lambda _: nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
 
 
 def _patched(request: AdmissionRequest, pod: dict[str, Any], decision: placement.Decision, settings: Settings) -> AdmissionResponse:
