@@ -193,3 +193,64 @@ def pin_of(node: str) -> dict[str, Any]:
 
 def annotations(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}
+
+
+def share_manager_pod(volume: str, *, topology_zone: str | None = None, node_name: str | None = None,
+                      tolerations: list | None = None) -> dict[str, Any]:
+    """A share-manager pod as longhorn-manager creates it (createPodManifest), before scheduling."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"share-manager-{volume}",
+            "namespace": LONGHORN_NS,
+            "labels": {
+                "longhorn.io/managed-by": "longhorn-manager",
+                "longhorn.io/component": "share-manager",
+                "longhorn.io/share-manager": volume,
+                "longhorn.io/share-manager-image": "smi-4b1c2d3e",
+            },
+            "annotations": {"longhorn.io/last-applied-tolerations": "[]"},
+            "ownerReferences": [{"apiVersion": "longhorn.io/v1beta2", "kind": "ShareManager", "name": volume,
+                                 "uid": "3c4d5e6f-7081-4923-8b4c-5d6e7f809112", "controller": True}],
+        },
+        "spec": {
+            "serviceAccountName": "longhorn-service-account",
+            "priorityClassName": "longhorn-critical",
+            "restartPolicy": "Never",
+            "tolerations": tolerations or [],
+            "containers": [{
+                "name": "share-manager",
+                "image": "longhornio/longhorn-share-manager:v1.9.1",
+                "args": ["--debug", "daemon", "--volume", volume],
+                "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN", "DAC_READ_SEARCH"]}},
+                "readinessProbe": {"exec": {"command": ["cat", "/var/run/ganesha.pid"]}, "periodSeconds": 5},
+            }],
+        },
+    }
+    if topology_zone:
+        # Longhorn >= 1.7 turns the StorageClass allowedTopologies into a required term.
+        pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [topology_zone]}]}]}}}
+    if node_name:
+        pod["spec"]["nodeName"] = node_name
+    return pod
+
+
+def running_vm(name: str, node: str | None, *claims: str, namespace: str = VM_NS, opted_in: bool = True,
+               terminating: bool = False, migration_target: bool = False) -> dict[str, Any]:
+    """A virt-launcher pod as the API shows it once created (named, maybe scheduled)."""
+    pod = vm_pod(*claims)
+    pod["metadata"]["name"] = f"virt-launcher-{name}-x7k2p"
+    pod["metadata"]["namespace"] = namespace
+    if not opted_in:
+        del pod["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
+    if terminating:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+    if migration_target:
+        pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = "0d9c2b7e-1111-4a2b-9c3d-44e5f6a7b8c9"
+    if node:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running" if node else "Pending"}
+    return pod

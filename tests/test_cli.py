@@ -4,9 +4,11 @@ import subprocess
 import sys
 
 import pytest
-from kube import FIXTURES, apply_valid, decode_patch, load, vm_pod
+import yaml
+from kube import FIXTURES, apply_valid, decode_patch
 
 STATE = str(FIXTURES / "longhorn-rwx.yaml")
+EXAMPLES = FIXTURES.parent.parent / "examples"
 
 
 def cli(*args, stdin=None):
@@ -50,3 +52,12 @@ def test_certs_writes_a_bundle(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
     assert {p.name for p in tmp_path.iterdir()} >= {"ca.crt", "tls.crt", "tls.key"}
+
+
+def test_review_of_a_share_manager_pod_in_a_cold_start_prints_the_pin():
+    done = cli("review", "--state", str(EXAMPLES / "cold-start.yaml"), str(EXAMPLES / "share-manager-pod.yaml"))
+    assert done.returncode == 0, done.stderr
+    pod = yaml.safe_load((EXAMPLES / "share-manager-pod.yaml").read_text())
+    result = apply_valid(pod, decode_patch(json.loads(done.stdout)))
+    assert result["metadata"]["annotations"]["kubevirt-scheduler/node"] == "node-a"
+    assert "pinned to node-a" in done.stderr

@@ -2,12 +2,11 @@ import pytest
 from kube import migration_target, vm_pod
 
 from webhook.config import Settings
-from webhook.longhorn import DiskFact
-from webhook.placement import NOT_PINNED, PINNED, PREFERRED, decide, vm_exemption
+from webhook.placement import Fact, NOT_PINNED, PINNED, PREFERRED, decide, vm_exemption
 
 
 def fact(claim, node):
-    return DiskFact(claim, node, f"{claim} on {node}" if node else f"{claim}: no share-manager")
+    return Fact(claim, node, f"{claim} on {node}" if node else f"{claim}: no share-manager")
 
 
 @pytest.mark.parametrize("facts, outcome, node, prefs", [

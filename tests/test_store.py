@@ -161,3 +161,18 @@ async def test_node_that_cannot_be_read_is_not_pinned_to(kmock):
         await store.close()
     assert outcome.decision.outcome == "preferred"
     assert "node-a could not be checked" in outcome.decision.reason
+
+
+async def test_share_manager_rule_with_failing_api_is_allowed_unpinned(kmock):
+    from kube import LONGHORN_NS, running_vm, share_manager_pod
+    seed(kmock, rwx_disk("d1", None, state="stopped") + nodes("node-a") + [running_vm("vm1", "node-a", "d1")])
+    kmock["get /api/v1/persistentvolumes"] << 500
+    store = ClusterStore.for_host(str(kmock.url).rstrip("/"))
+    try:
+        outcome = await admit(parse_review(review(share_manager_pod("pvc-d1"), namespace=LONGHORN_NS)), store,
+                              Settings(), Deadline.after(5, 0.5))
+    finally:
+        await store.close()
+    response = outcome.response.envelope()["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert "500" in " ".join(response["warnings"])

@@ -11,26 +11,15 @@ A disk that fails any step contributes no node and is never an error.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from .config import Settings
 from .deadline import Deadline
+from .placement import Fact, consumer_exemption
 from .store import POD, PV, PVC, SHARE_MANAGER, Store, StoreError
 
 SHARE_MANAGER_POD_PREFIX = "share-manager-"
-
-
-@dataclasses.dataclass(frozen=True)
-class DiskFact:
-    """What we learnt about one disk: its share-manager node, or why there is none."""
-
-    claim: str
-    node: str | None
-    reason: str
-    volume: str | None = None
-    unknown: bool = False  # True when the API could not tell (error, timeout)
 
 
 def claims_of(pod: dict[str, Any]) -> list[str]:
@@ -95,27 +84,27 @@ def share_manager_node(
 
 async def resolve_disk(
     store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline
-) -> DiskFact:
+) -> Fact:
     try:
         pvc = await store.get(PVC, namespace, claim, timeout=deadline.remaining())
         pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
         pv = await store.get(PV, None, pv_name, timeout=deadline.remaining()) if pv_name else None
         volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
         if volume is None:
-            return DiskFact(claim, None, why)
+            return Fact(claim, None, why)
         pod, share_manager = await asyncio.gather(
             store.get(POD, settings.longhorn_namespace, SHARE_MANAGER_POD_PREFIX + volume, timeout=deadline.remaining()),
             store.get(SHARE_MANAGER, settings.longhorn_namespace, volume, timeout=deadline.remaining()),
         )
     except StoreError as exc:
-        return DiskFact(claim, None, f"disk {claim}: {exc}", unknown=True)
+        return Fact(claim, None, f"disk {claim}: {exc}", unknown=True)
     node, why = share_manager_node(volume, pod, share_manager)
-    return DiskFact(claim, node, why, volume=volume)
+    return Fact(claim, node, why, volume=volume)
 
 
 async def resolve_disks(
     store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline
-) -> list[DiskFact]:
+) -> list[Fact]:
     """Resolve every disk concurrently; whatever is unfinished at the deadline is unknown."""
     tasks = [asyncio.ensure_future(resolve_disk(store, settings, namespace, c, deadline)) for c in claims]
     if not tasks:
@@ -128,7 +117,42 @@ async def resolve_disks(
         if task in done and not task.cancelled() and task.exception() is None:
             facts.append(task.result())
         elif task in done and task.exception() is not None:
-            facts.append(DiskFact(claim, None, f"disk {claim}: {type(task.exception()).__name__}", unknown=True))
+            facts.append(Fact(claim, None, f"disk {claim}: {type(task.exception()).__name__}", unknown=True))
         else:
-            facts.append(DiskFact(claim, None, f"disk {claim}: no answer before the deadline", unknown=True))
+            facts.append(Fact(claim, None, f"disk {claim}: no answer before the deadline", unknown=True))
     return facts
+
+
+async def resolve_consumers(
+    store: Store, settings: Settings, volume: str, deadline: Deadline
+) -> tuple[list[Fact], list[str]]:
+    """The nodes of the running opted-in VMs that use a volume: PV(volumeHandle) → claimRef → pods.
+
+    Returns one fact per consuming pod, and why the other pods did not count. Raises
+    StoreError when the API cannot tell.
+    """
+    facts: list[Fact] = []
+    skipped: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for pv in await store.pvs_by_volume_handle(volume, timeout=deadline.remaining()):
+        spec = pv.get("spec") or {}
+        if ((spec.get("csi") or {}).get("driver")) != settings.csi_driver:
+            continue
+        ref = spec.get("claimRef") or {}
+        namespace, claim = ref.get("namespace"), ref.get("name")
+        if not namespace or not claim:
+            continue
+        for pod in await store.pods_by_claim(namespace, claim, timeout=deadline.remaining()):
+            meta = pod.get("metadata") or {}
+            key = (namespace, meta.get("name") or "")
+            if key in seen:
+                continue
+            seen.add(key)
+            name = f"{namespace}/{key[1]}"
+            why = consumer_exemption(pod, settings)
+            if why is None:
+                node = pod["spec"]["nodeName"]
+                facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
+            else:
+                skipped.append(f"{name}: {why}")
+    return facts, skipped

@@ -5,6 +5,7 @@ has been applied to the very object it was made for.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any
@@ -39,6 +40,10 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
         return Outcome(allowed(uid, ["co-location skipped: the object is not a Pod manifest"]), "none",
                        skipped="object is not a Pod")
     try:
+        if placement.is_share_manager_pod(pod, request.namespace, settings):
+            if not settings.share_manager_rule:
+                return Outcome(allowed(uid), "share-manager", skipped="share-manager rule is off")
+            return await _share_manager_rule(request, pod, store, settings, deadline)
         return await _vm_rule(request, pod, store, settings, deadline)
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, _pod_name(pod))
@@ -57,6 +62,31 @@ async def _vm_rule(
     check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
     decision = placement.decide(facts, check)
     return Outcome(_patched(request, pod, decision, settings), "vm", decision=decision)
+
+
+async def _share_manager_rule(
+    request: AdmissionRequest, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
+) -> Outcome:
+    """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
+    so the share-manager follows the VM; every later VM start then follows the share-manager."""
+    volume = placement.str_map(pod, "labels").get(placement.SHARE_MANAGER_VOLUME_LABEL)
+    if not volume:
+        return Outcome(allowed(request.uid), "share-manager", skipped="no volume label")
+    if (pod.get("spec") or {}).get("nodeName"):
+        return Outcome(allowed(request.uid), "share-manager", skipped="already bound to a node")
+    try:
+        facts, others = await asyncio.wait_for(
+            longhorn.resolve_consumers(store, settings, volume, deadline), timeout=deadline.remaining()
+        )
+    except (StoreError, TimeoutError) as exc:
+        why = f"consumers of {volume} unknown: {exc or 'no answer before the deadline'}"
+        return Outcome(allowed(request.uid, [f"co-location skipped: {why}"]), "share-manager", skipped=why)
+    if not facts:
+        why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
+        return Outcome(allowed(request.uid), "share-manager", skipped=why)
+    check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=False)
+    decision = placement.decide(facts, check, placement.CONSUMERS)
+    return Outcome(_patched(request, pod, decision, settings), "share-manager", decision=decision)
 
 
 async def node_check(

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import Settings
-from .longhorn import DiskFact
 
 PINNED = "pinned"
 PREFERRED = "preferred"
@@ -17,6 +16,17 @@ PIN_WEIGHT = 100
 VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 EPHEMERAL_PROVISIONING = "kubevirt.io/ephemeral-provisioning"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One thing a pod follows (a disk's share-manager, a consuming VM): its node, or why none."""
+
+    subject: str  # what the fact is about: a PVC name, or a VM pod
+    node: str | None
+    reason: str
+    volume: str | None = None
+    unknown: bool = False  # True when the API could not tell (error, timeout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +56,33 @@ def is_vm_pod(pod: dict[str, Any]) -> bool:
     return str_map(pod, "labels").get(VIRT_LAUNCHER[0]) == VIRT_LAUNCHER[1]
 
 
+SHARE_MANAGER_COMPONENT = ("longhorn.io/component", "share-manager")
+SHARE_MANAGER_VOLUME_LABEL = "longhorn.io/share-manager"
+
+
+def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:
+    labels = str_map(pod, "labels")
+    return namespace == settings.longhorn_namespace and labels.get(SHARE_MANAGER_COMPONENT[0]) == SHARE_MANAGER_COMPONENT[1]
+
+
+def consumer_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
+    """Why a virt-launcher pod does not count as a running consumer of a volume, or None."""
+    labels, annotations = str_map(pod, "labels"), str_map(pod, "annotations")
+    if labels.get(VIRT_LAUNCHER[0]) != VIRT_LAUNCHER[1]:
+        return "not a virt-launcher pod"
+    if annotations.get(settings.opt_in_annotation) != "true":
+        return "not opted in"
+    if MIGRATION_JOB_LABEL in labels:
+        return "migration target"  # not where the VM runs yet
+    if meta(pod).get("deletionTimestamp"):
+        return "terminating"
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return "finished"
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return "not scheduled yet"
+    return None
+
+
 def vm_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
     """Why this pod is left untouched by the VM rule, or None when we act on it."""
     labels, annotations = str_map(pod, "labels"), str_map(pod, "annotations")
@@ -67,12 +104,17 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
 NodeCheck = Callable[[str], "str | None"]
 
 
-def decide(facts: Sequence[DiskFact], check: NodeCheck | None = None, what: str = "disk") -> Decision:
+DISKS = ("disk", "pinned to {node}, where the share-manager of {served} runs")
+CONSUMERS = ("consumer", "pinned to {node}, where {served} runs")
+
+
+def decide(facts: Sequence[Fact], check: NodeCheck | None = None, subject: tuple[str, str] = DISKS) -> Decision:
     """All known nodes equal → pin (if the node can take the pod); differ → prefer each; none → skip.
 
     `check(node)` returns why the node cannot take the pod now, or None; a failed check keeps
     the preference and drops the requirement, so a pod is never stranded.
     """
+    what, pinned = subject
     problems = tuple(f.reason for f in facts if f.node is None)
     counts = collections.Counter(f.node for f in facts if f.node is not None)
     if not facts:
@@ -88,7 +130,7 @@ def decide(facts: Sequence[DiskFact], check: NodeCheck | None = None, what: str 
                 PINNED,
                 node=node,
                 preferences=((node, PIN_WEIGHT),),
-                reason=f"pinned to {node}, where the share-manager of {_served(facts)} runs",
+                reason=pinned.format(node=node, served=_served(facts)),
                 warnings=tuple(f"ignored: {p}" for p in problems),
             )
         reason = f"preferred {node}, not pinned: {why_not}"
@@ -98,9 +140,9 @@ def decide(facts: Sequence[DiskFact], check: NodeCheck | None = None, what: str 
         (node, max(1, min(100, round(100 * n / total)))) for node, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     )
     spread = ", ".join(f"{node} ({counts[node]})" for node, _ in preferences)
-    reason = f"{what}s served from different nodes, preferred {spread}"
+    reason = f"{what}s on different nodes, preferred {spread}"
     return Decision(PREFERRED, preferences=preferences, reason=reason, warnings=(f"not pinned: {reason}", *problems))
 
 
-def _served(facts: Sequence[DiskFact]) -> str:
-    return ", ".join(f.claim for f in facts if f.node is not None)
+def _served(facts: Sequence[Fact]) -> str:
+    return ", ".join(f.subject for f in facts if f.node is not None)
