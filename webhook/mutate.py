@@ -73,6 +73,9 @@ async def _share_manager_rule(
     if not volume:
         return Outcome(allowed(request.uid), "share-manager", skipped="no volume label")
     if (pod.get("spec") or {}).get("nodeName"):
+        # Some longhorn-manager releases create the pod with NodeName = ShareManager ownerID
+        # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
+        # it, and a required affinity would only get it rejected by the kubelet, in a loop.
         return Outcome(allowed(request.uid), "share-manager", skipped="already bound to a node")
     try:
         facts, others = await asyncio.wait_for(
