@@ -5,7 +5,6 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key")
     serve.add_argument("--host", default="0.0.0.0")
     serve.add_argument("--port", type=int, default=9443)
+    serve.add_argument("--client-ca-file", help="require client certificates signed by this CA (mutual TLS)")
+    serve.add_argument("--metrics-host", default="0.0.0.0")
+    serve.add_argument("--metrics-port", type=int, default=8080, help="plain HTTP: /healthz, /readyz, /metrics")
+    serve.add_argument("--drain-delay", type=float, default=5.0,
+                       help="seconds to keep serving after SIGTERM while the endpoint is removed")
+    serve.add_argument("--shutdown-timeout", type=float, default=20.0,
+                       help="seconds to let in-flight requests finish after the drain")
+    serve.add_argument("--events", choices=["on", "off"], default="on",
+                       help="Kubernetes Events on the VMI about each decision (cluster mode)")
     serve.add_argument("--log-level", default=None, help="debug, info, warning, error (env LOG_LEVEL)")
     add_settings_flags(serve)
 
@@ -99,22 +107,18 @@ async def run_review(args: argparse.Namespace) -> int:
 async def run_serve(args: argparse.Namespace) -> int:
     import os
 
+    from .events import EventSink
+    from .service import Listen, Service
+
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
+    context = server.tls_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
     store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
-    context = server.tls_context(args.tls_cert_file, args.tls_key_file)
-    app = server.make_app(store, settings)
-    runner = await server.start(app, args.host, args.port, context)
-    log.info("serving", extra={"fields": {"host": args.host, "port": server.bound_port(runner),
-                                          "source": args.state or "cluster"}})
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("stopping")
-    await runner.cleanup()
-    await store.close()
+    events = EventSink(store.api_client) if isinstance(store, ClusterStore) and args.events == "on" else None
+    listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                    drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
+    log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
+    await Service(store, settings, listen, context, events).run()
     return 0
 
 

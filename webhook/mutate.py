@@ -28,7 +28,9 @@ class Outcome:
     response: AdmissionResponse
     rule: str  # "vm", "share-manager" or "none"
     decision: placement.Decision | None = None
-    skipped: str | None = None  # why the pod was left untouched
+    skipped: str | None = None  # why the pod was left untouched: a short fixed phrase (a metric label)
+    detail: str | None = None  # the specifics, for logs
+    facts: tuple[placement.Fact, ...] = ()  # what the decision followed
 
 
 async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline) -> Outcome:
@@ -61,7 +63,7 @@ async def _vm_rule(
     facts = await longhorn.resolve_disks(store, settings, request.namespace, claims, deadline)
     check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
     decision = placement.decide(facts, check)
-    return Outcome(_patched(request, pod, decision, settings), "vm", decision=decision)
+    return Outcome(_patched(request, pod, decision, settings), "vm", decision=decision, facts=tuple(facts))
 
 
 async def _share_manager_rule(
@@ -83,13 +85,14 @@ async def _share_manager_rule(
         )
     except (StoreError, TimeoutError) as exc:
         why = f"consumers of {volume} unknown: {exc or 'no answer before the deadline'}"
-        return Outcome(allowed(request.uid, [f"co-location skipped: {why}"]), "share-manager", skipped=why)
+        return Outcome(allowed(request.uid, [f"co-location skipped: {why}"]), "share-manager",
+                       skipped="consumers unknown", detail=why)
     if not facts:
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
-        return Outcome(allowed(request.uid), "share-manager", skipped=why)
+        return Outcome(allowed(request.uid), "share-manager", skipped="no running consumer", detail=why)
     check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=False)
     decision = placement.decide(facts, check, placement.CONSUMERS)
-    return Outcome(_patched(request, pod, decision, settings), "share-manager", decision=decision)
+    return Outcome(_patched(request, pod, decision, settings), "share-manager", decision=decision, facts=tuple(facts))
 
 
 async def node_check(

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import admission, mutate
+from . import admission, metrics, mutate
 from .config import Settings
 from .deadline import Deadline
 from .store import Store
@@ -20,9 +20,19 @@ log = logging.getLogger(__name__)
 MAX_BODY = 8 * 1024 * 1024
 STORE_KEY = web.AppKey("store", object)
 SETTINGS_KEY = web.AppKey("settings", Settings)
+STATE_KEY = web.AppKey("state", object)
+EVENTS_KEY = web.AppKey("events", object)
+
+
+class ServingState:
+    """Shared between the webhook and the ops port: are we draining for shutdown?"""
+
+    def __init__(self) -> None:
+        self.draining = False
 
 
 def bad_request(message: str) -> web.Response:
+    metrics.BAD_REVIEWS.inc()
     return web.json_response({"error": "bad AdmissionReview", "message": message}, status=400)
 
 
@@ -55,11 +65,30 @@ async def handle_mutate(request: web.Request) -> web.Response:
     except admission.BadReview as exc:
         return bad_request(str(exc))
     outcome = await mutate.admit(review, request.app[STORE_KEY], settings, deadline)
-    log_admission(review, outcome, time.monotonic() - started)
-    return web.json_response(outcome.response.envelope())
+    response = web.json_response(outcome.response.envelope())
+    if request.app[STATE_KEY].draining:
+        response.force_close()  # reconnect elsewhere: our endpoint is on its way out
+    events = request.app[EVENTS_KEY]
+    if events is not None and outcome.decision is not None and not review.dry_run:
+        events.emit(review.object, review.namespace, outcome.decision)
+    seconds = time.monotonic() - started
+    record(outcome, seconds)
+    log_admission(review, outcome, seconds)
+    return response
+
+
+def record(outcome: mutate.Outcome, seconds: float) -> None:
+    metrics.ADMISSION_SECONDS.labels(outcome.rule).observe(seconds)
+    if outcome.decision is not None:
+        metrics.ADMISSIONS.labels(outcome.rule, outcome.decision.outcome, "").inc()
+    elif outcome.skipped == "internal error":
+        metrics.ADMISSIONS.labels(outcome.rule, "error", outcome.skipped).inc()
+    else:
+        metrics.ADMISSIONS.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
 def log_admission(review: admission.AdmissionRequest, outcome: mutate.Outcome, seconds: float) -> None:
+    """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
     pod = review.object if isinstance(review.object, dict) else {}
     decision = outcome.decision
     log.info(
@@ -69,40 +98,59 @@ def log_admission(review: admission.AdmissionRequest, outcome: mutate.Outcome, s
                 "uid": review.uid,
                 "namespace": review.namespace,
                 "pod": mutate._pod_name(pod),
+                "vm": vm_name(pod),
                 "rule": outcome.rule,
+                "disks": {f.subject: f.node for f in outcome.facts},
                 "decision": decision.outcome if decision else "untouched",
                 "node": decision.node if decision else None,
+                "nodes": decision.nodes if decision else [],
                 "reason": decision.reason if decision else outcome.skipped,
+                "detail": outcome.detail,
+                "dry_run": review.dry_run,
                 "duration_ms": round(seconds * 1000, 3),
             }
         },
     )
 
 
+def vm_name(pod: dict[str, Any]) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels")
+    if not isinstance(labels, dict):
+        return None
+    return labels.get("vm.kubevirt.io/name") or labels.get("kubevirt.io/vm")
+
+
 async def handle_healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(store: Store, settings: Settings) -> web.Application:
+def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[STORE_KEY] = store
     app[SETTINGS_KEY] = settings
+    app[STATE_KEY] = state or ServingState()
+    app[EVENTS_KEY] = events
     app.router.add_post("/mutate", handle_mutate)
     app.router.add_get("/healthz", handle_healthz)
-    app.router.add_get("/readyz", handle_healthz)
     return app
 
 
-def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """Server TLS (1.2+). With a client CA, only clients with a certificate it signed get in (mTLS)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
-async def start(app: web.Application, host: str, port: int, context: ssl.SSLContext | None) -> web.AppRunner:
+async def start(
+    app: web.Application, host: str, port: int, context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0
+) -> web.AppRunner:
     """Start listening; returns the runner (cleanup() stops it). Port 0 picks a free port."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=context)
     await site.start()

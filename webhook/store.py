@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from . import metrics
+
 
 @dataclasses.dataclass(frozen=True)
 class Resource:
@@ -173,6 +175,10 @@ class ClusterStore(ListLookups):
             await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         return cls(client.ApiClient(configuration))
 
+    @property
+    def api_client(self) -> Any:
+        return self._api
+
     @classmethod
     def for_host(cls, host: str) -> ClusterStore:
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
@@ -180,7 +186,15 @@ class ClusterStore(ListLookups):
 
         return cls(client.ApiClient(client.Configuration(host=host)))
 
-    async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None) -> dict[str, Any] | None:
+    async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None,
+                    resource: Resource) -> dict[str, Any] | None:
+        try:
+            return await self._read(path, query, timeout)
+        except StoreError:
+            metrics.API_ERRORS.labels(resource.plural).inc()
+            raise
+
+    async def _read(self, path: str, query: list[tuple[str, str]], timeout: float | None) -> dict[str, Any] | None:
         if timeout is not None and timeout <= 0:
             raise StoreError(f"no time left to read {path}")
         try:
@@ -214,13 +228,13 @@ class ClusterStore(ListLookups):
             raise StoreError(f"API sent a body that is not JSON for {path}") from None
 
     async def get(self, resource, namespace, name, *, timeout=None):
-        return await self._call(resource.path(namespace, name), [], timeout)
+        return await self._call(resource.path(namespace, name), [], timeout, resource)
 
     async def list(self, resource, namespace=None, labels=None, *, timeout=None):
         query = []
         if labels:
             query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
-        body = await self._call(resource.path(namespace), query, timeout)
+        body = await self._call(resource.path(namespace), query, timeout, resource)
         if body is None:
             raise StoreError(f"API has no {resource.plural} resource")
         items = body.get("items") or []

@@ -1,0 +1,61 @@
+"""Prometheus metrics: what admins alert on (latency, outcomes, API errors, certificate expiry)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# The apiserver's own webhook latency histogram starts at 5 ms; we want to see well below it.
+ADMISSION_SECONDS = Histogram(
+    "colocate_admission_duration_seconds",
+    "Time to answer one admission review, from request to response.",
+    ["rule"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+ADMISSIONS = Counter(
+    "colocate_admissions_total",
+    "Admission reviews answered, by rule and outcome (pinned, preferred, not-pinned, skipped, error).",
+    ["rule", "outcome", "reason"],
+    registry=REGISTRY,
+)
+BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
+                      registry=REGISTRY)
+API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],
+                     registry=REGISTRY)
+EVENTS = Counter("colocate_events_total", "Kubernetes Events about decisions, by result (sent, failed, dropped).",
+                 ["result"], registry=REGISTRY)
+CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
+                    "Expiry (Unix time) of the serving certificate in use.", registry=REGISTRY)
+READY = Gauge("colocate_ready", "1 when the webhook reports ready (stores synced, certificate loaded).",
+              registry=REGISTRY)
+
+
+class StoreCollector(Collector):
+    """Reads the store's own figures at scrape time (objects cached, last sync) if it has any."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], dict[str, tuple[int, float | None]]] | None = None
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        objects = GaugeMetricFamily("colocate_store_objects", "Objects held in the store, by resource.", labels=["resource"])
+        synced = GaugeMetricFamily("colocate_store_last_sync_timestamp_seconds",
+                                   "When each resource was last listed or watched (Unix time).", labels=["resource"])
+        for resource, (count, when) in (self.source() if self.source else {}).items():
+            objects.add_metric([resource], count)
+            if when is not None:
+                synced.add_metric([resource], when)
+        yield objects
+        yield synced
+
+
+STORE = StoreCollector()
+REGISTRY.register(STORE)
+
+
+def render() -> bytes:
+    return generate_latest(REGISTRY)
