@@ -1,4 +1,4 @@
-"""Command line: `serve`, `review` (offline dry-run) and `certs`."""
+"""Command line: `serve`, `review` (offline dry-run), `explain` (a VM in the cluster) and `certs`."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +14,7 @@ import yaml
 from . import admission, certs, logs, mutate, server
 from .config import Settings
 from .deadline import Deadline
-from .store import ClusterStore, SnapshotStore
+from .store import ClusterStore, SnapshotStore, StoreError
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 log = logging.getLogger("webhook")
@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("request", nargs="?", default="-", help="AdmissionReview or Pod, JSON or YAML; - for stdin")
     review.add_argument("--namespace", "-n", default=None, help="namespace of a bare Pod manifest")
     add_settings_flags(review)
+
+    why = verbs.add_parser("explain", help="where a VM's disks are served from, where it runs, what we would do now")
+    why.add_argument("vm", metavar="NAMESPACE/VM")
+    why.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
+    why.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    add_settings_flags(why)
 
     make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
     make.add_argument("--service", required=True)
@@ -122,6 +128,29 @@ async def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_explain(args: argparse.Namespace) -> int:
+    from . import explain
+
+    namespace, _, name = args.vm.partition("/")
+    if not namespace or not name:
+        print("error: name the VM as NAMESPACE/VM", file=sys.stderr)
+        return 2
+    settings = settings_from(args)
+    store = await ClusterStore.connect(args.kubeconfig)
+    try:
+        report = await explain.explain(store, settings, namespace, name, Deadline.after(settings.default_timeout, 0))
+    except LookupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except StoreError as exc:
+        print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+    print(json.dumps(report, indent=2) if args.output == "json" else explain.render(report))
+    return 0
+
+
 def run_certs(args: argparse.Namespace) -> int:
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
     out = certs.write(certs.generate(names, days=args.days), args.out)
@@ -136,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(run_review(args))
         if args.verb == "serve":
             return asyncio.run(run_serve(args))
+        if args.verb == "explain":
+            return asyncio.run(run_explain(args))
         if args.verb == "certs":
             return run_certs(args)
     except (OSError, ValueError, yaml.YAMLError) as exc:
