@@ -88,3 +88,51 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     assert 1.0 < elapsed < 2.0  # used the budget the apiserver gave, and answered before it ran out
     assert envelope["response"]["allowed"] is True
     assert any("vm1-rootdisk" in w for w in envelope["response"]["warnings"])
+
+
+def client_certificate(tmp_path):
+    """A client CA and a clientAuth certificate it signs, as the apiserver would present."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "apiserver-client-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (tmp_path / "client-ca.crt").write_bytes(ca.public_bytes(pem))
+    (tmp_path / "client.crt").write_bytes(cert.public_bytes(pem))
+    (tmp_path / "client.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return tmp_path / "client-ca.crt", tmp_path / "client.crt", tmp_path / "client.key"
+
+
+async def test_client_certificate_is_required_with_a_client_ca(tls_files, tmp_path):
+    client_ca, client_cert, client_key = client_certificate(tmp_path)
+    context = server.tls_context(str(tls_files["cert"]), str(tls_files["key"]), str(client_ca))
+    runner = await server.start(server.make_app(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0, context)
+    url = f"https://localhost:{server.bound_port(runner)}/mutate"
+    try:
+        anonymous = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=anonymous)) as session:
+            with pytest.raises(aiohttp.ClientError):
+                async with session.post(url, json=review(vm_pod())) as response:
+                    await response.read()
+        apiserver = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        apiserver.load_cert_chain(str(client_cert), str(client_key))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=apiserver)) as session:
+            async with session.post(url, json=review(vm_pod())) as response:
+                assert response.status == 200
+                assert decode_patch(await response.json())
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,150 @@
+"""Garbage in, never a 5xx out: property-based tests over mutated AdmissionReviews."""
+import asyncio
+import copy
+import json
+import ssl
+
+import aiohttp
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kube import FIXTURES, decode_patch, fixture_cluster
+
+from webhook import server
+from webhook.admission import BadReview, parse_review
+from webhook.config import Settings
+from webhook.deadline import Deadline
+from webhook.mutate import admit
+from webhook.store import SnapshotStore
+
+BASE = json.loads((FIXTURES / "admission-review.json").read_text())
+STORE = SnapshotStore(fixture_cluster())
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=10,
+)
+
+
+def paths(value, prefix=()):
+    """Every path into a JSON document (dict keys and list indexes)."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from paths(child, prefix + (key,))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from paths(child, prefix + (index,))
+
+
+ALL_PATHS = [p for p in paths(BASE) if p]
+
+
+@st.composite
+def mutated_reviews(draw):
+    review = copy.deepcopy(BASE)
+    for _ in range(draw(st.integers(1, 4))):
+        path = draw(st.sampled_from(ALL_PATHS))
+        parent = review
+        try:
+            for step in path[:-1]:
+                parent = parent[step]
+            if draw(st.booleans()) and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = draw(json_values)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier mutation removed this path
+    return review
+
+
+async def answer(body):
+    try:
+        request = parse_review(body)
+    except BadReview:
+        return None
+    outcome = await admit(request, STORE, Settings(), Deadline.after(5, 0.5))
+    return request, outcome.response.envelope()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=mutated_reviews())
+def test_any_review_is_a_clean_400_or_allowed_with_a_patch_that_applies(body):
+    result = asyncio.run(answer(body))
+    if result is None:
+        return  # the envelope is malformed: the server answers 400 with the reason
+    request, envelope = result
+    response = envelope["response"]
+    assert response["allowed"] is True and response["uid"] == request.uid
+    assert ("patch" in response) == ("patchType" in response)
+    assert all(isinstance(w, str) and len(w) < 120 for w in response.get("warnings", []))
+    ops = decode_patch(envelope)
+    if ops:
+        jsonpatch.apply_patch(request.object, ops)  # every patch applies to the object it was made for
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=json_values)
+def test_arbitrary_json_never_breaks_the_rules(body):
+    asyncio.run(answer(body))
+
+
+@pytest.fixture(scope="module")
+def https_server(tls_files):
+    """One real HTTPS server for the whole module, on its own event loop thread."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder = {}
+
+    async def main():
+        app = server.make_app(STORE, Settings())
+        holder["runner"] = await server.start(app, "127.0.0.1", 0, server.tls_context(str(tls_files["cert"]), str(tls_files["key"])))
+        holder["url"] = f"https://localhost:{server.bound_port(holder['runner'])}/mutate?timeout=5s"
+        started.set()
+
+    thread = threading.Thread(target=lambda: (loop.run_until_complete(main()), loop.run_forever()), daemon=True)
+    thread.start()
+    started.wait(10)
+    yield holder["url"]
+    asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(mutated_reviews().map(lambda r: json.dumps(r).encode()),
+                      st.binary(max_size=200),
+                      json_values.map(lambda v: json.dumps(v).encode())))
+def test_over_https_every_answer_is_200_or_400_with_no_traceback(https_server, tls_files, body):
+    async def post():
+        context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            async with session.post(https_server, data=body, headers={"Content-Type": "application/json"}) as r:
+                return r.status, await r.text()
+
+    status, text = asyncio.run(post())
+    assert status in (200, 400), text
+    assert "Traceback" not in text
+    document = json.loads(text)
+    if status == 400:
+        assert document["message"]
+    else:
+        assert document["response"]["allowed"] is True
+
+
+async def test_body_over_the_limit_is_refused_cleanly(tls_files):
+    app = server.make_app(STORE, Settings())
+    runner = await server.start(app, "127.0.0.1", 0, server.tls_context(str(tls_files["cert"]), str(tls_files["key"])))
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            body = b'{"pad": "' + b"x" * (9 * 1024 * 1024) + b'"}'
+            async with session.post(f"https://localhost:{server.bound_port(runner)}/mutate", data=body,
+                                    headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 413
+    finally:
+        await runner.cleanup()
