@@ -222,4 +222,6 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     assert results["failed"] == [] and results["ok"] > 10
     logged = [json.loads(line) for line in lines + rest.splitlines() if line.strip()]  # every line is JSON
     assert any(entry["msg"] == "admission" and entry["decision"] == "pinned" for entry in logged)
+    admission = next(e for e in logged if e["msg"] == "admission" and e["decision"] == "pinned")
+    assert admission["vm"] == "vm1" and admission["disks"] == {"vm1-rootdisk": "node-b"} and admission["duration_ms"] > 0
     assert [e["msg"] for e in logged if e["msg"] in ("draining", "exiting")] == ["draining", "exiting"]

@@ -114,11 +114,12 @@ async def run_serve(args: argparse.Namespace) -> int:
     import os
 
     from .events import EventSink
-    from .service import Listen, Service
+    from .service import Listen, Service, observe_certificate
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
     context = server.tls_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    observe_certificate(args.tls_cert_file)
     store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
     events = EventSink(store.api_client) if isinstance(store, ClusterStore) and args.events == "on" else None
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,

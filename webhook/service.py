@@ -32,6 +32,18 @@ class Listen:
     shutdown_timeout: float = 20.0
 
 
+def observe_certificate(cert_file: str) -> None:
+    """Export the serving certificate's expiry, so an alert fires long before the outage."""
+    from cryptography import x509
+
+    try:
+        with open(cert_file, "rb") as handle:
+            cert = x509.load_pem_x509_certificate(handle.read())
+        metrics.CERT_EXPIRY.set(cert.not_valid_after_utc.timestamp())
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read the certificate expiry", extra={"fields": {"error": str(exc)}})
+
+
 class Service:
     def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ssl.SSLContext, events: Any = None):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
