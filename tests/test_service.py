@@ -165,7 +165,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     """Concurrent clients through a SIGTERM: every request they sent gets its answer; exit 0."""
     seed(kmock, fixture_cluster())
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
-    kmock[f"get {slow}"] << (lambda: asyncio.sleep(1.0))
+    kmock[f"get {slow}"] << (lambda: asyncio.sleep(2.0))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "webhook", "serve", "--kubeconfig", _kubeconfig(tmp_path, str(kmock.url).rstrip("/")),
         "--host", "127.0.0.1", "--port", "0", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
@@ -200,6 +200,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     clients = [asyncio.create_task(client()) for _ in range(8)]
     await asyncio.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
+    signalled_at = time.monotonic()
     async with aiohttp.ClientSession() as s:
         deadline = time.monotonic() + 1
         while time.monotonic() < deadline:
@@ -209,13 +210,19 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
             await asyncio.sleep(0.02)
         else:
             pytest.fail("/readyz did not fail after SIGTERM")
-    # The endpoint is removed while we drain: clients stop sending new requests, one slow request is in flight.
+    # The endpoint is removed while we drain: one slow request goes in flight, then clients stop sending.
+    async def slow_request():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as s:
+            async with s.post(f"{base}/mutate?timeout=10s", json=review(vm_pod("slow-disk"))) as r:
+                return r.status, time.monotonic()
+
+    slow = asyncio.create_task(slow_request())
     await asyncio.sleep(0.3)
     sending = False
     await asyncio.gather(*clients)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as s:
-        async with s.post(f"{base}/mutate?timeout=10s", json=review(vm_pod("slow-disk"))) as r:
-            assert r.status == 200  # sent before the listener closed, answered after it closed
+    status, answered_at = await slow
+    assert status == 200  # in flight when the listener closed, still answered
+    assert answered_at > signalled_at + 1.0  # answered after the drain delay, i.e. after the listener closed
     code = await asyncio.wait_for(proc.wait(), 20)
     rest = await proc.stderr.read()
     assert code == 0
