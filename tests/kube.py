@@ -254,3 +254,15 @@ def running_vm(name: str, node: str | None, *claims: str, namespace: str = VM_NS
         pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": "Running" if node else "Pending"}
     return pod
+
+
+def kubeconfig_for(tmp_path: Path, url: str) -> str:
+    """A kubeconfig file pointing at the emulator, as a user would pass with --kubeconfig."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+        "users": [{"name": "anonymous", "user": {}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
+    }))
+    return str(path)

@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 from conftest import seed
-from kube import fixture_cluster, running_vm
+from kube import kubeconfig_for, fixture_cluster, running_vm
 
 from webhook.explain import VM, VMI
 
@@ -26,20 +26,11 @@ VM_OBJ = {
 }
 
 
-def kubeconfig(tmp_path, url):
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
-        "users": [{"name": "anonymous", "user": {}}],
-        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
-    }))
-    return str(path)
 
 
 async def explain(tmp_path, kmock, *args):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "explain", *args, "--kubeconfig", kubeconfig(tmp_path, str(kmock.url).rstrip("/")),
+        sys.executable, "-m", "webhook", "explain", *args, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     return proc.returncode, out.decode(), err.decode()

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 import yaml
 from conftest import seed
-from kube import FIXTURES, fixture_cluster, review, vm_pod
+from kube import kubeconfig_for, FIXTURES, fixture_cluster, review, vm_pod
 
 from webhook import server
 from webhook.config import Settings
@@ -150,15 +150,6 @@ async def test_decision_event_is_created_on_the_vmi(service, session, kmock):
     await svc.stop()
 
 
-def _kubeconfig(tmp_path, url):
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
-        "users": [{"name": "anonymous", "user": {}}],
-        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
-    }))
-    return str(path)
 
 
 async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
@@ -167,7 +158,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
     kmock[f"get {slow}"] << (lambda: asyncio.sleep(2.0))
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "serve", "--kubeconfig", _kubeconfig(tmp_path, str(kmock.url).rstrip("/")),
+        sys.executable, "-m", "webhook", "serve", "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
         "--host", "127.0.0.1", "--port", "0", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
         "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]),
         "--drain-delay", "1.0", "--events", "off",

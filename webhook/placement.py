@@ -65,15 +65,27 @@ def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings
     return namespace == settings.longhorn_namespace and labels.get(SHARE_MANAGER_COMPONENT[0]) == SHARE_MANAGER_COMPONENT[1]
 
 
-def consumer_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
-    """Why a virt-launcher pod does not count as a running consumer of a volume, or None."""
+def opted_in_vm(pod: dict[str, Any], settings: Settings) -> str | None:
+    """Why the pod is not an opted-in VM's own launcher pod, or None when it is.
+
+    Migration targets are built from the VMI and carry the opt-in too; they are not where the
+    VM runs yet, and pinning one next to the source's share-manager would fight its
+    anti-affinity and make migration impossible.
+    """
     labels, annotations = str_map(pod, "labels"), str_map(pod, "annotations")
     if labels.get(VIRT_LAUNCHER[0]) != VIRT_LAUNCHER[1]:
         return "not a virt-launcher pod"
     if annotations.get(settings.opt_in_annotation) != "true":
         return "not opted in"
     if MIGRATION_JOB_LABEL in labels:
-        return "migration target"  # not where the VM runs yet
+        return "migration target"
+    return None
+
+
+def consumer_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
+    """Why a virt-launcher pod does not count as a running consumer of a volume, or None."""
+    if (why := opted_in_vm(pod, settings)) is not None:
+        return why
     if meta(pod).get("deletionTimestamp"):
         return "terminating"
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -85,16 +97,9 @@ def consumer_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
 
 def vm_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
     """Why this pod is left untouched by the VM rule, or None when we act on it."""
-    labels, annotations = str_map(pod, "labels"), str_map(pod, "annotations")
-    if labels.get(VIRT_LAUNCHER[0]) != VIRT_LAUNCHER[1]:
-        return "not a virt-launcher pod"
-    if annotations.get(settings.opt_in_annotation) != "true":
-        return "not opted in"
-    # Migration targets are built from the VMI and carry the opt-in too; pinning one next to
-    # the source's share-manager would fight its anti-affinity and make migration impossible.
-    if MIGRATION_JOB_LABEL in labels:
-        return "migration target"
-    if annotations.get(EPHEMERAL_PROVISIONING) == "true":
+    if (why := opted_in_vm(pod, settings)) is not None:
+        return why
+    if str_map(pod, "annotations").get(EPHEMERAL_PROVISIONING) == "true":
         return "ephemeral provisioning pod"
     if (pod.get("spec") or {}).get("nodeName"):
         return "already bound to a node"
