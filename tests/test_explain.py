@@ -4,7 +4,6 @@ import json
 import sys
 
 import pytest
-import yaml
 from conftest import seed
 from kube import kubeconfig_for, fixture_cluster, running_vm
 

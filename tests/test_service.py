@@ -10,7 +10,6 @@ import time
 
 import aiohttp
 import pytest
-import yaml
 from conftest import seed
 from kube import kubeconfig_for, FIXTURES, fixture_cluster, review, vm_pod
 
