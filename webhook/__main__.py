@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, certs, logs, mutate, server
+from . import admission, certs, logs, mutate, server, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import ClusterStore, SnapshotStore
@@ -102,9 +102,11 @@ async def run_serve(args: argparse.Namespace) -> int:
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
     store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
-    context = server.tls_context(args.tls_cert_file, args.tls_key_file)
+    # Follows the files as cert-manager or the kubelet replace them (see tls.py).
+    reloader = tls.ReloadingTLS(args.tls_cert_file, args.tls_key_file)
     app = server.make_app(store, settings)
-    runner = await server.start(app, args.host, args.port, context)
+    runner = await server.start(app, args.host, args.port, reloader.context)
+    reloader.start()
     log.info("serving", extra={"fields": {"host": args.host, "port": server.bound_port(runner),
                                           "source": args.state or "cluster"}})
     stop = asyncio.Event()
@@ -113,6 +115,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("stopping")
+    await reloader.stop()
     await runner.cleanup()
     await store.close()
     return 0
