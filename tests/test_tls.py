@@ -180,3 +180,17 @@ def test_an_expiring_certificate_is_warned_about(tmp_path, caplog):
     assert any(r.levelno == logging.WARNING and "expires soon" in r.getMessage() for r in caplog.records)
     loaded = [r for r in caplog.records if r.getMessage() == "serving certificate loaded"]
     assert loaded and "localhost" in loaded[0].fields["sans"]
+
+
+def test_a_pair_caught_between_two_writes_is_not_reported(tmp_path, caplog):
+    """cert written, key not yet: the next check sees the whole pair, and nobody was alarmed."""
+    new_pair(tmp_path)
+    reloader = tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", interval=INTERVAL)
+    following = certs.generate(NAMES, days=2)
+    with caplog.at_level(logging.INFO, logger="webhook.tls"):
+        (tmp_path / "tls.crt").write_bytes(following.cert)
+        assert reloader.reload() is False
+        (tmp_path / "tls.key").write_bytes(following.key)
+        assert reloader.reload() is True
+    assert not [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert reloader.current is not reloader.context  # new handshakes get the new pair

@@ -4,7 +4,8 @@ The listening socket keeps one outer `ssl.SSLContext` for its whole life. Its SN
 which OpenSSL runs on every ClientHello (with or without a server name), hands each new
 handshake the most recent good context. A new context is built from the files and swapped
 in only when the pair loads, so a missing, half-written, broken or mismatched pair never
-breaks serving: the previous certificate stays in use and the error is logged. Open
+breaks serving: the previous certificate stays in use. A pair that fails two checks in a
+row is logged as an error, once (one failure may be a cert written before its key). Open
 connections keep the context they were accepted with.
 
 Same approach as controller-runtime's certwatcher (pkg/certwatcher/certwatcher.go): compare
