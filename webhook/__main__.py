@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, certs, logs, mutate, server, tls
+from . import admission, certs, kube_certs, logs, mutate, server, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import ClusterStore, SnapshotStore
@@ -63,9 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
     make.add_argument("--service", required=True)
     make.add_argument("--namespace", required=True)
-    make.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (optional with --secret)")
     make.add_argument("--days", type=int, default=365)
     make.add_argument("--extra-san", action="append", default=[], help="another DNS name or IP (repeatable)")
+    cluster = make.add_argument_group("in a cluster (in-cluster credentials, else --kubeconfig)")
+    cluster.add_argument("--secret", help="keep the pair in this Secret of --namespace: renew it only when due")
+    cluster.add_argument("--patch-webhook", metavar="NAME", help="put the CA into this MutatingWebhookConfiguration's caBundle")
+    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
     return parser
 
 
@@ -123,6 +127,18 @@ async def run_serve(args: argparse.Namespace) -> int:
 
 def run_certs(args: argparse.Namespace) -> int:
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
+    if not args.out and not args.secret:
+        print("error: give --out or --secret: the private key has to go somewhere", file=sys.stderr)
+        return 2
+    if args.secret or args.patch_webhook:
+        try:
+            done = asyncio.run(kube_certs.run(names, namespace=args.namespace, days=args.days, secret=args.secret,
+                                              webhook=args.patch_webhook, out=args.out, kubeconfig=args.kubeconfig))
+        except kube_certs.KubeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(done))
+        return 0
     out = certs.write(certs.generate(names, days=args.days), args.out)
     print(f"wrote {out}/ca.crt, {out}/tls.crt, {out}/tls.key for {', '.join(names)}")
     return 0
