@@ -5,6 +5,7 @@ import copy
 import datetime
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,8 +105,9 @@ def test_no_private_key_is_tracked_by_git():
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    pem_key = re.compile(rb"-{5}BEGIN (?:[A-Z]+ )?PRIVATE KEY-{5}\s+[A-Za-z0-9+/=\s]+-{5}END")
     offenders = [name for name in tracked if name and (ROOT / name.decode()).is_file()
-                 and b"PRIVATE KEY-----" in (ROOT / name.decode()).read_bytes()]
+                 and pem_key.search((ROOT / name.decode()).read_bytes())]
     assert offenders == []
 
 
@@ -267,3 +269,10 @@ def test_a_pair_is_renewed_in_the_last_third_of_its_life():
     other = certs.generate(NAMES, days=30)
     assert kube_certs.reusable({**data, "tls.key": other.key}, NAMES, now) is None  # key of another pair
     assert kube_certs.reusable({**data, "ca.crt": other.ca_cert}, NAMES, now) is None  # signed by another CA
+
+
+def test_without_credentials_the_error_says_so(tmp_path):
+    done = cli("certs", "--service", SERVICE, "--namespace", NS, "--secret", SECRET,
+               "--kubeconfig", str(tmp_path / "missing"))
+    assert done.returncode == 1
+    assert "no credentials for the cluster" in done.stderr and "Traceback" not in done.stderr

@@ -55,10 +55,13 @@ class Api:
         from kubernetes_asyncio import client, config
 
         configuration = client.Configuration()
-        if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        try:
+            if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except (config.ConfigException, OSError) as exc:
+            raise KubeError(f"no credentials for the cluster: {exc}") from None
         return cls(client.ApiClient(configuration))
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import admission, mutate
+from . import admission, mutate, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import Store
@@ -94,10 +94,8 @@ def make_app(store: Store, settings: Settings) -> web.Application:
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    return context
+    """A fixed context; `serve` uses tls.ReloadingTLS, which follows the files."""
+    return tls.build_context(cert_file, key_file)
 
 
 async def start(app: web.Application, host: str, port: int, context: ssl.SSLContext | None) -> web.AppRunner:
