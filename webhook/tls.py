@@ -10,7 +10,8 @@ connections keep the context they were accepted with.
 
 Same approach as controller-runtime's certwatcher (pkg/certwatcher/certwatcher.go): compare
 file contents on a timer, keep the last good pair, hand it out per handshake. Contents, not
-mtimes: a Secret volume update swaps the `..data` symlink and leaves file mtimes unchanged.
+the paths' metadata: a Secret volume update re-points the `..data` symlink, while the
+`tls.crt -> ..data/tls.crt` link itself never changes.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ log = logging.getLogger(__name__)
 
 # The kubelet refreshes Secret volumes about once a minute; a few seconds more is noise.
 DEFAULT_INTERVAL = 5.0
-# Tell the admin in time to renew (the apiserver ignores an expired webhook: failurePolicy Ignore).
+# Say so in time: with an expired certificate every call fails and, with failurePolicy
+# Ignore, VMs quietly start unpinned.
 EXPIRY_WARNING = datetime.timedelta(days=14)
 
 
