@@ -13,7 +13,7 @@ import pytest
 from conftest import seed
 from kube import kubeconfig_for, FIXTURES, fixture_cluster, review, vm_pod
 
-from webhook import server
+from webhook import server, tls
 from webhook.config import Settings
 from webhook.events import EventSink
 from webhook.service import Listen, Service
@@ -38,7 +38,7 @@ async def service(tls_files):
     made = []
 
     async def start(store=None, events=None, drain_delay=0.5):
-        context = server.tls_context(str(tls_files["cert"]), str(tls_files["key"]))
+        context = tls.ReloadingTLS(tls_files["cert"], tls_files["key"])
         svc = Service(store or SnapshotStore(fixture_cluster()), Settings(),
                       Listen(host="127.0.0.1", port=0, metrics_host="127.0.0.1", metrics_port=0, drain_delay=drain_delay),
                       context, events)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, certs, logs, mutate, server
+from . import admission, certs, kube_certs, logs, mutate, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import ClusterStore, SnapshotStore, StoreError
@@ -77,9 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
     make.add_argument("--service", required=True)
     make.add_argument("--namespace", required=True)
-    make.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (optional with --secret)")
     make.add_argument("--days", type=int, default=365)
     make.add_argument("--extra-san", action="append", default=[], help="another DNS name or IP (repeatable)")
+    cluster = make.add_argument_group("in a cluster (in-cluster credentials, else --kubeconfig)")
+    cluster.add_argument("--secret", help="keep the pair in this Secret of --namespace: renew it only when due")
+    cluster.add_argument("--patch-webhook", metavar="NAME", help="put the CA into this MutatingWebhookConfiguration's caBundle")
+    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
     return parser
 
 
@@ -114,18 +118,18 @@ async def run_serve(args: argparse.Namespace) -> int:
     import os
 
     from .events import EventSink
-    from .service import Listen, Service, observe_certificate
+    from .service import Listen, Service
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
-    context = server.tls_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
-    observe_certificate(args.tls_cert_file)
+    # Follows the files as cert-manager or the kubelet replace them (see tls.py).
+    reloader = tls.ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
     events = EventSink(store.api_client) if isinstance(store, ClusterStore) and args.events == "on" else None
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
-    await Service(store, settings, listen, context, events).run()
+    await Service(store, settings, listen, reloader, events).run()
     return 0
 
 
@@ -154,6 +158,18 @@ async def run_explain(args: argparse.Namespace) -> int:
 
 def run_certs(args: argparse.Namespace) -> int:
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
+    if not args.out and not args.secret:
+        print("error: give --out or --secret: the private key has to go somewhere", file=sys.stderr)
+        return 2
+    if args.secret or args.patch_webhook:
+        try:
+            done = asyncio.run(kube_certs.run(names, namespace=args.namespace, days=args.days, secret=args.secret,
+                                              webhook=args.patch_webhook, out=args.out, kubeconfig=args.kubeconfig))
+        except kube_certs.KubeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(done))
+        return 0
     out = certs.write(certs.generate(names, days=args.days), args.out)
     print(f"wrote {out}/ca.crt, {out}/tls.crt, {out}/tls.key for {', '.join(names)}")
     return 0

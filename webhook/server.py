@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import admission, metrics, mutate
+from . import admission, metrics, mutate, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import Store
@@ -136,14 +136,8 @@ def make_app(store: Store, settings: Settings, *, state: ServingState | None = N
 
 
 def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """Server TLS (1.2+). With a client CA, only clients with a certificate it signed get in (mTLS)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    if client_ca_file:
-        context.load_verify_locations(cafile=client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    """A fixed context; `serve` uses tls.ReloadingTLS, which follows the files."""
+    return tls.build_context(cert_file, key_file, client_ca_file)
 
 
 async def start(

@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import logging
 import signal
-import ssl
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +17,7 @@ from aiohttp import web
 from . import metrics, ops, server
 from .config import Settings
 from .store import Store
+from .tls import ReloadingTLS
 
 log = logging.getLogger("webhook")
 
@@ -32,20 +32,8 @@ class Listen:
     shutdown_timeout: float = 20.0
 
 
-def observe_certificate(cert_file: str) -> None:
-    """Export the serving certificate's expiry, so an alert fires long before the outage."""
-    from cryptography import x509
-
-    try:
-        with open(cert_file, "rb") as handle:
-            cert = x509.load_pem_x509_certificate(handle.read())
-        metrics.CERT_EXPIRY.set(cert.not_valid_after_utc.timestamp())
-    except (OSError, ValueError) as exc:
-        log.warning("cannot read the certificate expiry", extra={"fields": {"error": str(exc)}})
-
-
 class Service:
-    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ssl.SSLContext, events: Any = None):
+    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Any = None):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
         self.state = server.ServingState()
         self.ops_runner: web.AppRunner | None = None
@@ -68,8 +56,9 @@ class Service:
         self.ops_runner = await server.start(ops.make_ops_app(self.not_ready), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
         app = server.make_app(self.store, self.settings, state=self.state, events=self.events)
-        self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls,
+        self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
+        self.tls.start()
         log.info("serving", extra={"fields": {
             "host": self.listen.host, "port": server.bound_port(self.runner),
             "metrics_port": server.bound_port(self.ops_runner)}})
@@ -80,6 +69,7 @@ class Service:
         await asyncio.sleep(self.listen.drain_delay)
         if self.runner is not None:
             await self.runner.cleanup()  # stop accepting, wait for in-flight requests
+        await self.tls.stop()
         log.info("stopped accepting; in-flight requests finished")
         if self.events is not None:
             await self.events.close()

