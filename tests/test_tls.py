@@ -194,3 +194,36 @@ def test_a_pair_caught_between_two_writes_is_not_reported(tmp_path, caplog):
         assert reloader.reload() is True
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]
     assert reloader.current is not reloader.context  # new handshakes get the new pair
+
+
+async def test_rotation_under_load_fails_no_handshake(served):
+    """Clients open a new TLS connection per request while the pair is replaced again and again."""
+    directory, first, port = served
+    pairs = [first] + [certs.generate(NAMES, days=2) for _ in range(4)]
+    trust = client_context(*pairs)  # the caBundle holds old and new CAs while a rotation rolls out
+    seen, failures, done = set(), [], asyncio.Event()
+
+    async def client():
+        while not done.is_set():
+            try:
+                served_pem, reader, writer = await handshake(port, trust)
+                assert await get_health(reader, writer) == b"200"
+                seen.add(served_pem)
+                await close(writer)
+            except Exception as exc:
+                failures.append(repr(exc))
+
+    clients = [asyncio.create_task(client()) for _ in range(4)]
+    for bundle in pairs[1:]:
+        await asyncio.sleep(0.3)
+        # Written as cert-manager's Secret update lands: one file, then the other.
+        for name, data in (("tls.crt", bundle.cert), ("tls.key", bundle.key)):
+            tmp = directory / f".{name}.new"
+            tmp.write_bytes(data)
+            os.replace(tmp, directory / name)
+    await asyncio.sleep(0.3)
+    done.set()
+    await asyncio.gather(*clients)
+    assert failures == []
+    served_certs = {ssl.PEM_cert_to_DER_cert(p.decode()) for p in seen}
+    assert len(served_certs) >= 4  # the rotations really happened while clients were connecting
