@@ -67,3 +67,10 @@ def test_bare_pod_is_wrapped_as_a_create_review():
     assert (request.operation, request.namespace, request.kind) == ("CREATE", "vms", "Pod")
     assert request.object == vm_pod()
     assert parse_review(review(vm_pod())).dry_run is False
+
+
+def test_deadline_keeps_a_margin_of_at_most_a_quarter():
+    from webhook.deadline import Deadline
+
+    assert Deadline.after(10, 1).remaining() == pytest.approx(9, abs=0.05)
+    assert Deadline.after(1, 5).remaining() == pytest.approx(0.75, abs=0.05)

@@ -5,9 +5,10 @@ import pytest
 from kube import annotations, apply_valid, pin_of, preferred_terms, required_terms, vm_pod
 
 from webhook.affinity import annotation_ops, escape, patch_for
+from webhook.config import Settings
 from webhook.placement import NOT_PINNED, PINNED, PREFERRED, Decision
 
-PREFIX = "kubevirt-scheduler/"
+SETTINGS = Settings()
 PIN_B = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
 PREFER_AB = Decision(PREFERRED, preferences=(("node-a", 67), ("node-b", 33)), reason="spread")
 SKIP = Decision(NOT_PINNED, reason="PVC default/x is not ReadWriteMany")
@@ -60,7 +61,7 @@ def test_pin_is_anded_into_every_term(affinity, expected_terms):
     pod = vm_pod()
     if affinity != "fixture":
         pod["spec"]["affinity"] = copy.deepcopy(affinity)
-    result = apply_valid(pod, patch_for(pod, PIN_B, PREFIX))
+    result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
     assert required_terms(result) == expected_terms
     assert {"weight": 100, "preference": {"matchFields": [pin_of("node-b")]}} in preferred_terms(result)
     assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"
@@ -72,7 +73,7 @@ def test_everything_else_in_affinity_is_kept():
     pod["spec"]["affinity"]["podAntiAffinity"] = copy.deepcopy(ANTI)
     pod["spec"]["affinity"]["podAffinity"] = copy.deepcopy(ANTI)
     pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [EXISTING_PREF]
-    result = apply_valid(pod, patch_for(pod, PIN_B, PREFIX))
+    result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
     assert result["spec"]["affinity"]["podAntiAffinity"] == ANTI
     assert result["spec"]["affinity"]["podAffinity"] == ANTI
     assert preferred_terms(result)[0] == EXISTING_PREF
@@ -83,14 +84,14 @@ def test_everything_else_in_affinity_is_kept():
 def test_affinity_null_is_replaced_whole():
     pod = vm_pod(affinity=None)
     pod["spec"]["affinity"] = None
-    ops = patch_for(pod, PIN_B, PREFIX)
+    ops = patch_for(pod, PIN_B, SETTINGS)
     assert ops[0]["path"] == "/spec/affinity"
     assert required_terms(apply_valid(pod, ops)) == [{"matchFields": [pin_of("node-b")]}]
 
 
 def test_prefer_adds_no_requirement_and_weights_each_node():
     pod = vm_pod()
-    result = apply_valid(pod, patch_for(pod, PREFER_AB, PREFIX))
+    result = apply_valid(pod, patch_for(pod, PREFER_AB, SETTINGS))
     assert required_terms(result) == required_terms(pod)  # untouched
     assert preferred_terms(result) == [
         {"weight": 67, "preference": {"matchFields": [pin_of("node-a")]}},
@@ -102,7 +103,7 @@ def test_prefer_adds_no_requirement_and_weights_each_node():
 
 def test_skip_only_records_why():
     pod = vm_pod()
-    result = apply_valid(pod, patch_for(pod, SKIP, PREFIX))
+    result = apply_valid(pod, patch_for(pod, SKIP, SETTINGS))
     assert result["spec"] == pod["spec"]
     assert annotations(result)["kubevirt-scheduler/decision"] == "not-pinned"
     assert annotations(result)["kubevirt-scheduler/reason"] == "PVC default/x is not ReadWriteMany"
@@ -115,8 +116,8 @@ def test_reviewing_a_mutated_pod_adds_nothing(decision, affinity):
     pod = vm_pod()
     if affinity != "fixture":
         pod["spec"]["affinity"] = copy.deepcopy(affinity)
-    once = apply_valid(pod, patch_for(pod, decision, PREFIX))
-    assert patch_for(once, decision, PREFIX) == []
+    once = apply_valid(pod, patch_for(pod, decision, SETTINGS))
+    assert patch_for(once, decision, SETTINGS) == []
 
 
 def test_keys_are_escaped_in_paths():
@@ -130,5 +131,5 @@ def test_keys_are_escaped_in_paths():
 def test_missing_annotations_are_added_whole():
     pod = vm_pod()
     del pod["metadata"]["annotations"]
-    result = apply_valid(pod, patch_for(pod, PIN_B, PREFIX))
+    result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
     assert set(annotations(result)) == {"kubevirt-scheduler/decision", "kubevirt-scheduler/node", "kubevirt-scheduler/reason"}

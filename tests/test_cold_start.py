@@ -24,6 +24,11 @@ async def run(store, pod, settings=None):
     return envelope
 
 
+def _finished(pod):
+    pod["status"]["phase"] = "Succeeded"  # the VM shut down; its pod is not deleted yet
+    return pod
+
+
 CASES = [
     ("opted-in-consumer", [running_vm("vm1", "node-a", "d1")], "pinned", {"node-a": 100}),
     ("not-opted-in", [running_vm("vm1", "node-a", "d1", opted_in=False)], None, None),
@@ -34,6 +39,7 @@ CASES = [
      "pinned", {"node-a": 100}),
     ("two-consumers-two-nodes", [running_vm("vm1", "node-a", "d1"), running_vm("vm2", "node-b", "d1")],
      "preferred", {"node-a": 50, "node-b": 50}),
+    ("finished", [_finished(running_vm("vm1", "node-a", "d1"))], None, None),
     ("consumer-of-another-volume", [running_vm("vm1", "node-a", "other")], None, None),
     ("consumer-in-another-namespace", [running_vm("vm1", "node-a", "d1", namespace="elsewhere")], None, None),
 ]

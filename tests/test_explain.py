@@ -79,3 +79,28 @@ async def test_explain_errors_are_clear(tmp_path, kmock, target, message):
     seed_vm(kmock)
     code, out, err = await explain(tmp_path, kmock, target)
     assert code != 0 and message in err and "Traceback" not in err
+
+
+async def test_explain_ignores_our_own_earlier_pin(tmp_path, kmock):
+    """The running pod carries the pin we added when it started; today's decision must not trip over it."""
+    from kube import apply_valid
+
+    from webhook.affinity import patch_for
+    from webhook.config import Settings
+    from webhook.placement import PINNED, Decision
+
+    launcher = running_vm("vm1", "node-a", "vm1-rootdisk")
+    launcher["spec"].pop("affinity")
+    user_term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-c"]}]}
+    launcher["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [user_term]}}}
+    earlier = Decision(PINNED, node="node-a", preferences=(("node-a", 100),), reason="pinned to node-a")
+    launcher = apply_valid(launcher, patch_for(launcher, earlier, Settings()))
+    seed(kmock, fixture_cluster() + [launcher])
+    kmock.resources[VM] = {}
+    kmock.resources[VMI] = {}
+    kmock.objects[VM, "default", "vm1"] = VM_OBJ
+    kmock.objects[VMI, "default", "vm1"] = VMI_OBJ
+    code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
+    report = json.loads(out)
+    assert report["would"]["decision"] == "pinned" and report["would"]["node"] == "node-b", report

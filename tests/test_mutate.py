@@ -273,3 +273,50 @@ async def test_tolerated_taint_is_still_pinned(make_store):
     result = result_of(pod, await run(store, pod))
     assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"
     assert required_terms(result)[0]["matchFields"] == [pin_of("node-b")]
+
+
+async def test_pods_of_another_api_group_are_untouched(make_store):
+    store = await make_store(fixture_cluster())
+    body = review(vm_pod())
+    body["request"]["kind"]["group"] = "example.com"
+    outcome = await admit(parse_review(body), store, Settings(), Deadline.after(10, 1))
+    assert outcome.response.envelope()["response"] == {"uid": "uid-1", "allowed": True}
+
+
+async def test_decision_goes_to_the_audit_log(make_store):
+    store = await make_store(fixture_cluster())
+    envelope = await run(store, vm_pod())
+    assert envelope["response"]["auditAnnotations"] == {
+        "decision": "pinned", "node": "node-b", "reason": "pinned to node-b, where the share-manager of vm1-rootdisk runs"}
+
+
+async def test_a_store_that_ignores_its_timeout_still_cannot_hold_the_answer():
+    from webhook.store import NODE, SnapshotStore
+
+    class SlowNodes(SnapshotStore):
+        async def get(self, resource, namespace, name, *, timeout=None):
+            if resource is NODE:
+                await asyncio.sleep(3)  # ignores `timeout`
+            return await super().get(resource, namespace, name, timeout=timeout)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    outcome = await admit(parse_review(review(vm_pod())), SlowNodes(fixture_cluster()), Settings(), Deadline.after(0.4, 0.1))
+    assert loop.time() - started < 0.5
+    response = outcome.response.envelope()["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert "deadline" in response["warnings"][0]
+
+
+def test_very_long_reasons_are_clipped_so_the_pod_stays_valid():
+    from webhook.affinity import decision_annotations
+    from webhook.placement import NOT_PINNED, Decision
+
+    annotations_ = decision_annotations(Decision(NOT_PINNED, reason="x" * 300_000), Settings())
+    assert len(annotations_["kubevirt-scheduler/reason"]) <= 1024
+
+
+@pytest.mark.parametrize("key", ["no spaces allowed", "-bad/x", "a/" + "x" * 64, "UPPER.example/x"])
+def test_invalid_annotation_keys_are_refused_at_start(key):
+    with pytest.raises(ValueError):
+        Settings(opt_in_annotation=key)

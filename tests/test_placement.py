@@ -15,7 +15,7 @@ def fact(claim, node):
     ([fact("a", "n1"), fact("b", None)], PINNED, "n1", (("n1", 100),)),
     ([fact("a", "n1"), fact("b", "n2")], PREFERRED, None, (("n1", 50), ("n2", 50))),
     ([fact("a", "n2"), fact("b", "n1"), fact("c", "n2")], PREFERRED, None, (("n2", 67), ("n1", 33))),
-    ([fact(str(i), f"n{i}") for i in range(150)], PREFERRED, None, None),
+    ([fact(str(i), f"n{i}") for i in range(250)], PREFERRED, None, None),  # 100/250 rounds to 0: floor 1
     ([fact("a", None)], NOT_PINNED, None, ()),
     ([], NOT_PINNED, None, ()),
 ], ids=["one", "two-same", "one-unknown", "split", "weighted", "many-nodes", "none", "no-disks"])
@@ -30,7 +30,7 @@ def test_decide(facts, outcome, node, prefs):
 
 
 def test_failed_node_check_keeps_only_the_preference():
-    decision = decide([fact("a", "n1")], check=lambda node: "node n1 is cordoned")
+    decision = decide([fact("a", "n1")], blocked="node n1 is cordoned")
     assert decision.outcome == PREFERRED and decision.node is None
     assert decision.preferences == (("n1", 100),)
     assert "cordoned" in decision.reason and decision.warnings

@@ -55,12 +55,6 @@ async def test_malformed_requests_get_400_with_a_message(https, data, content_ty
         assert message in (await response.json())["message"]
 
 
-async def test_health(https):
-    session, base = https
-    async with session.get(f"{base}/healthz") as response:
-        assert response.status == 200
-
-
 async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     """An API that never answers: the apiserver's ?timeout=2s still gets an answer in time."""
     import asyncio
@@ -136,3 +130,28 @@ async def test_client_certificate_is_required_with_a_client_ca(tls_files, tmp_pa
                 assert decode_patch(await response.json())
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("metadata", [[1], "x", 5, None], ids=["list", "string", "number", "null"])
+async def test_pod_metadata_of_any_shape_is_answered_not_500(https, metadata):
+    session, base = https
+    pod = vm_pod()
+    pod["metadata"] = metadata
+    async with session.post(f"{base}/mutate", json=review(pod)) as response:
+        assert response.status == 200
+        assert (await response.json())["response"]["allowed"] is True
+
+
+async def test_deeply_nested_body_is_a_400(https):
+    session, base = https
+    body = b"[" * 100_000 + b"]" * 100_000
+    async with session.post(f"{base}/mutate", data=body, headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 400
+        assert "nested too deeply" in (await response.json())["message"]
+
+
+@pytest.mark.parametrize("query, seconds", [("", 10), ("?timeout=3s", 3), ("?timeout=5m", 30), ("?timeout=bogus", 10)])
+def test_request_timeout(query, seconds):
+    from aiohttp.test_utils import make_mocked_request
+
+    assert server.request_timeout(make_mocked_request("POST", f"/mutate{query}"), Settings()) == seconds

@@ -176,3 +176,18 @@ async def test_share_manager_rule_with_failing_api_is_allowed_unpinned(kmock):
     response = outcome.response.envelope()["response"]
     assert response["allowed"] is True and "patch" not in response
     assert "500" in " ".join(response["warnings"])
+
+
+@pytest.mark.parametrize("claim", ["../../other/persistentvolumeclaims/secret", "..", "a/b", "UPPER", "x" * 300])
+async def test_claim_names_never_reach_other_paths(make_store, claim):
+    """claimName is not validated by the apiserver: a tenant must not probe other namespaces through it."""
+    store = await make_store(rwx_disk("secret", "node-c", namespace="other") + nodes("node-c"))
+    outcome = await admit(parse_review(review(vm_pod(claim), namespace="tenant")), store, Settings(), Deadline.after(5, 0.5))
+    assert outcome.decision.outcome == "not-pinned"
+    assert "node-c" not in outcome.decision.reason and "not a valid PVC name" in outcome.decision.reason
+
+
+def test_paths_escape_names():
+    assert PVC.path("ns", "a/b") == "/api/v1/namespaces/ns/persistentvolumeclaims/a%2Fb"
+    with pytest.raises(StoreError):
+        PVC.path("ns", "..")

@@ -38,8 +38,9 @@ def same_cert(pem_a, pem_b):
     return ssl.PEM_cert_to_DER_cert(pem_a.decode()) == ssl.PEM_cert_to_DER_cert(pem_b.decode())
 
 
-async def get_health(reader, writer):
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+async def answered(reader, writer):
+    """Status of one HTTP request over this TLS connection (GET on the admission path: 405)."""
+    writer.write(b"GET /mutate HTTP/1.1\r\nHost: localhost\r\n\r\n")
     await writer.drain()
     status = await asyncio.wait_for(reader.readline(), 5)
     return status.split()[1]
@@ -95,7 +96,7 @@ async def test_new_handshakes_get_the_new_certificate_open_connections_stay(serv
     await close(writer)
     assert same_cert(pem, second.cert)
     # The connection opened before the swap was not dropped and still answers.
-    assert await get_health(old_reader, old_writer) == b"200"
+    assert await answered(old_reader, old_writer) == b"405"
     await close(old_writer)
 
 
@@ -117,7 +118,7 @@ async def test_a_broken_pair_is_ignored_with_an_error_and_serving_goes_on(served
     assert await eventually(error_logged)
     pem, _, writer = await handshake(port, client_context(first))
     assert same_cert(pem, first.cert)
-    assert await get_health(_, writer) == b"200"
+    assert await answered(_, writer) == b"405"
     await close(writer)
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     await asyncio.sleep(10 * INTERVAL)
@@ -207,7 +208,7 @@ async def test_rotation_under_load_fails_no_handshake(served):
         while not done.is_set():
             try:
                 served_pem, reader, writer = await handshake(port, trust)
-                assert await get_health(reader, writer) == b"200"
+                assert await answered(reader, writer) == b"405"
                 seen.add(served_pem)
                 await close(writer)
             except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import Settings
 from .placement import PINNED, Decision
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -111,17 +112,36 @@ def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dic
     ]
 
 
-def decision_annotations(decision: Decision, prefix: str) -> dict[str, str]:
+# The apiserver caps all annotations of an object at 256 KiB; a reason naming many disks must not
+# be the thing that makes a pod invalid.
+MAX_REASON = 1024
+
+
+def _clip(text: str, limit: int = MAX_REASON) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
     """decision / node / reason: always all three, so a re-review never leaves a stale one."""
     node = decision.node if decision.outcome == PINNED else ",".join(decision.nodes)
-    return {f"{prefix}decision": decision.outcome, f"{prefix}node": node or "", f"{prefix}reason": decision.reason}
+    return {
+        settings.decision_annotation: decision.outcome,
+        settings.node_annotation: _clip(node or ""),
+        settings.reason_annotation: _clip(decision.reason),
+    }
 
 
-def patch_for(obj: dict[str, Any], decision: Decision, prefix: str) -> list[dict[str, Any]]:
+def audit_annotations(decision: Decision) -> dict[str, str]:
+    """The same, for the audit log (the apiserver prefixes the keys with the webhook's name)."""
+    node = decision.node if decision.outcome == PINNED else ",".join(decision.nodes)
+    return {"decision": decision.outcome, "node": _clip(node or ""), "reason": _clip(decision.reason)}
+
+
+def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
     """The whole patch for one pod: affinity first, then the recorded decision."""
     spec = _dict(obj.get("spec"))
     ops: list[dict[str, Any]] = []
     if spec is not None:
         required = decision.node if decision.outcome == PINNED else None
         ops += affinity_ops(spec, required, decision.preferences)
-    return ops + annotation_ops(obj, decision_annotations(decision, prefix))
+    return ops + annotation_ops(obj, decision_annotations(decision, settings))

@@ -3,9 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 
 ENV_PREFIX = "COLOCATE_"
+# An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
+_QUALIFIED_NAME = re.compile(
+    r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +28,12 @@ class Settings:
     default_timeout: float = 10.0
     # Answer this long before the apiserver gives up on us.
     deadline_margin: float = 1.0
+
+    def __post_init__(self) -> None:
+        # A bad key would make every opted-in pod fail validation: refuse to start instead.
+        for key in (self.opt_in_annotation, self.decision_annotation):
+            if not _QUALIFIED_NAME.fullmatch(key):
+                raise ValueError(f"{key!r} is not a valid annotation key (prefix/name)")
 
     @property
     def decision_annotation(self) -> str:

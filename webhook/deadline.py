@@ -17,7 +17,3 @@ class Deadline:
 
     def remaining(self) -> float:
         return max(self.at - time.monotonic(), 0.0)
-
-    @property
-    def expired(self) -> bool:
-        return self.remaining() <= 0.0

@@ -14,45 +14,43 @@ VM = Resource("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", True)
 VMI = Resource("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", True)
 
 
-def disk_claims(volumes: Any) -> list[str]:
-    """PVC names of a VM's volumes: persistentVolumeClaim disks and DataVolumes (their PVC has the same name)."""
-    claims: list[str] = []
-    for volume in volumes or []:
-        if not isinstance(volume, dict):
-            continue
-        name = (volume.get("persistentVolumeClaim") or {}).get("claimName") or (volume.get("dataVolume") or {}).get("name")
-        if name and name not in claims:
-            claims.append(name)
-    return claims
+def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The launcher pod as KubeVirt would create it again: unbound, without what we added to it.
 
-
-def as_created(pod: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """The launcher pod as KubeVirt would create it again: unbound, without what we added to it."""
+    Only what our annotations say we added is removed (the user's own terms stay).
+    """
     pod = copy.deepcopy(pod)
     spec = pod.setdefault("spec", {})
     spec.pop("nodeName", None)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    for key in [k for k in annotations if k.startswith(prefix) and k != "kubevirt-scheduler/co-schedule"]:
-        del annotations[key]
+    ours = [n for n in str(annotations.get(settings.node_annotation) or "").split(",") if n]
+    for key in (settings.decision_annotation, settings.node_annotation, settings.reason_annotation):
+        annotations.pop(key, None)
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    for term in (node_affinity.get(affinity.REQUIRED) or {}).get("nodeSelectorTerms") or []:
-        fields = term.get("matchFields") if isinstance(term, dict) else None
-        if isinstance(fields, list):
-            term["matchFields"] = [f for f in fields if not _ours(f)] or None
-            if term["matchFields"] is None:
-                del term["matchFields"]
+    added = [affinity.node_requirement(node) for node in ours]
+    selector = node_affinity.get(affinity.REQUIRED) or {}
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    if isinstance(terms, list):
+        kept = []
+        for term in terms:
+            if isinstance(term, dict) and isinstance(term.get("matchFields"), list):
+                term["matchFields"] = [f for f in term["matchFields"] if f not in added]
+                if not term["matchFields"]:
+                    del term["matchFields"]
+                    if not term.get("matchExpressions"):
+                        continue  # a term we created: dropping it restores "no required affinity"
+            kept.append(term)
+        if kept:
+            selector["nodeSelectorTerms"] = kept
+        else:
+            del node_affinity[affinity.REQUIRED]
     preferred = node_affinity.get(affinity.PREFERRED)
     if isinstance(preferred, list):
+        ours_preferred = [{"matchFields": [r]} for r in added]
         node_affinity[affinity.PREFERRED] = [
-            t for t in preferred
-            if not (isinstance(t, dict) and all(_ours(f) for f in (t.get("preference") or {}).get("matchFields") or [None]))
+            t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)
         ]
     return pod
-
-
-def _ours(requirement: Any) -> bool:
-    return (isinstance(requirement, dict) and requirement.get("key") == "metadata.name"
-            and requirement.get("operator") == "In" and len(requirement.get("values") or []) == 1)
 
 
 async def explain(store: Store, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
@@ -62,7 +60,7 @@ async def explain(store: Store, settings: Settings, namespace: str, name: str, d
         raise LookupError(f"no VirtualMachine or VirtualMachineInstance {namespace}/{name}")
     template = ((vm or {}).get("spec") or {}).get("template") or {}
     volumes = ((vmi or {}).get("spec") or {}).get("volumes") if vmi else (template.get("spec") or {}).get("volumes")
-    claims = disk_claims(volumes)
+    claims = longhorn.claims_of({"spec": {"volumes": volumes}})
     facts = await longhorn.resolve_disks(store, settings, namespace, claims, deadline)
     running_on = ((vmi or {}).get("status") or {}).get("nodeName")
     pods = await store.list(POD, namespace, {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": name},
@@ -82,7 +80,7 @@ async def explain(store: Store, settings: Settings, namespace: str, name: str, d
         "co_located": bool(running_on) and bool(served) and served == {running_on},
     }
     if launcher is not None:
-        request = admission.parse_review(admission.review_for_pod(as_created(launcher, settings.decision_prefix), namespace))
+        request = admission.parse_review(admission.review_for_pod(as_created(launcher, settings), namespace))
         outcome = await mutate.admit(request, store, settings, deadline)
         decision = outcome.decision
         report["would"] = ({"decision": decision.outcome, "node": decision.node, "nodes": decision.nodes, "reason": decision.reason}

@@ -17,19 +17,24 @@ from typing import Any
 from .config import Settings
 from .deadline import Deadline
 from .placement import Fact, consumer_exemption
-from .store import POD, PV, PVC, SHARE_MANAGER, Store, StoreError
+from .store import POD, PV, PVC, SHARE_MANAGER, Store, StoreError, valid_name
 
 SHARE_MANAGER_POD_PREFIX = "share-manager-"
 
 
-def claims_of(pod: dict[str, Any]) -> list[str]:
-    """PVC names mounted by the pod, in order, once each (DataVolumes appear as PVCs too)."""
+def claims_of(obj: dict[str, Any]) -> list[str]:
+    """PVC names of a pod's (or VMI's) volumes, in order, once each.
+
+    In the pod, DataVolumes appear as PVCs; in a VM or VMI spec, a `dataVolume` volume's PVC
+    has the DataVolume's name.
+    """
     claims: list[str] = []
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
+    volumes = (obj.get("spec") or {}).get("volumes")
+    for volume in volumes if isinstance(volumes, list) else []:
         if not isinstance(volume, dict):
             continue
-        pvc = volume.get("persistentVolumeClaim")
-        name = pvc.get("claimName") if isinstance(pvc, dict) else None
+        source = volume.get("persistentVolumeClaim") or volume.get("dataVolume")
+        name = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
         if isinstance(name, str) and name and name not in claims:
             claims.append(name)
     return claims
@@ -85,6 +90,8 @@ def share_manager_node(
 async def resolve_disk(
     store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline
 ) -> Fact:
+    if not valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
+        return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
     try:
         pvc = await store.get(PVC, namespace, claim, timeout=deadline.remaining())
         pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
@@ -97,7 +104,7 @@ async def resolve_disk(
             store.get(SHARE_MANAGER, settings.longhorn_namespace, volume, timeout=deadline.remaining()),
         )
     except StoreError as exc:
-        return Fact(claim, None, f"disk {claim}: {exc}", unknown=True)
+        return Fact(claim, None, f"disk {claim}: {exc}")
     node, why = share_manager_node(volume, pod, share_manager)
     return Fact(claim, node, why, volume=volume)
 
@@ -117,9 +124,9 @@ async def resolve_disks(
         if task in done and not task.cancelled() and task.exception() is None:
             facts.append(task.result())
         elif task in done and task.exception() is not None:
-            facts.append(Fact(claim, None, f"disk {claim}: {type(task.exception()).__name__}", unknown=True))
+            facts.append(Fact(claim, None, f"disk {claim}: {type(task.exception()).__name__}"))
         else:
-            facts.append(Fact(claim, None, f"disk {claim}: no answer before the deadline", unknown=True))
+            facts.append(Fact(claim, None, f"disk {claim}: no answer before the deadline"))
     return facts
 
 

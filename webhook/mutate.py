@@ -19,6 +19,7 @@ from .deadline import Deadline
 from .store import NODE, Store, StoreError
 
 log = logging.getLogger(__name__)
+INNER_MARGIN = 0.05  # seconds between the rule's own deadline and the hard stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +42,20 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata", {}), dict):
         return Outcome(allowed(uid, ["co-location skipped: the object is not a Pod manifest"]), "none",
                        skipped="object is not a Pod")
+    share_manager = placement.is_share_manager_pod(pod, request.namespace, settings)
+    if share_manager and not settings.share_manager_rule:
+        return Outcome(allowed(uid), "share-manager", skipped="share-manager rule is off")
+    rule = _share_manager_rule if share_manager else _vm_rule
     try:
-        if placement.is_share_manager_pod(pod, request.namespace, settings):
-            if not settings.share_manager_rule:
-                return Outcome(allowed(uid), "share-manager", skipped="share-manager rule is off")
-            return await _share_manager_rule(request, pod, store, settings, deadline)
-        return await _vm_rule(request, pod, store, settings, deadline)
+        # Every read has its own timeout, a little inside the deadline so the rule can still say
+        # which disk ran out of time; this bounds the whole rule, whatever a store does.
+        inner = Deadline(deadline.at - INNER_MARGIN)
+        return await asyncio.wait_for(rule(request, pod, store, settings, inner), deadline.remaining())
+    except TimeoutError:
+        return Outcome(allowed(uid, ["co-location skipped: no answer before the deadline"]),
+                       "share-manager" if share_manager else "vm", skipped="deadline")
     except Exception as exc:  # a bug must never fail pod creation
-        log.exception("rule failed for %s/%s", request.namespace, _pod_name(pod))
+        log.exception("rule failed for %s/%s", request.namespace, pod_name(pod))
         return Outcome(allowed(uid, [f"co-location skipped: internal error ({type(exc).__name__})"]), "none",
                        skipped="internal error")
 
@@ -61,9 +68,9 @@ async def _vm_rule(
         return Outcome(allowed(request.uid), "vm" if placement.is_vm_pod(pod) else "none", skipped=exemption)
     claims = longhorn.claims_of(pod)
     facts = await longhorn.resolve_disks(store, settings, request.namespace, claims, deadline)
-    check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
-    decision = placement.decide(facts, check)
-    return Outcome(_patched(request, pod, decision, settings), "vm", decision=decision, facts=tuple(facts))
+    blocked = await pin_obstacle(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
+    decision = placement.decide(facts, blocked)
+    return _decided(request, pod, decision, settings, "vm", facts)
 
 
 async def _share_manager_rule(
@@ -84,42 +91,48 @@ async def _share_manager_rule(
             longhorn.resolve_consumers(store, settings, volume, deadline), timeout=deadline.remaining()
         )
     except (StoreError, TimeoutError) as exc:
-        why = f"consumers of {volume} unknown: {exc or 'no answer before the deadline'}"
+        why = f"consumers of {volume} unknown: {str(exc) or 'no answer before the deadline'}"
         return Outcome(allowed(request.uid, [f"co-location skipped: {why}"]), "share-manager",
                        skipped="consumers unknown", detail=why)
     if not facts:
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
         return Outcome(allowed(request.uid), "share-manager", skipped="no running consumer", detail=why)
-    check = await node_check(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=False)
-    decision = placement.decide(facts, check, placement.CONSUMERS)
-    return Outcome(_patched(request, pod, decision, settings), "share-manager", decision=decision, facts=tuple(facts))
+    blocked = await pin_obstacle(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=False)
+    decision = placement.decide(facts, blocked, placement.CONSUMERS)
+    return _decided(request, pod, decision, settings, "share-manager", facts)
 
 
-async def node_check(
+async def pin_obstacle(
     store: Store, candidates: set[str], pod: dict[str, Any], deadline: Deadline, *, needs_kubevirt: bool
-) -> placement.NodeCheck:
-    """Read the one node we might pin to; a node we cannot read is a node we do not pin to."""
+) -> str | None:
+    """Why the one node we might pin to cannot take the pod now; a node we cannot read is one."""
     if len(candidates) != 1:
-        return lambda name: None  # several nodes: only preferences, nothing to strand on
+        return None  # several nodes: only preferences, nothing to strand on
     (name,) = candidates
     try:
         node = await store.get(NODE, None, name, timeout=deadline.remaining())
     except StoreError as exc:
-        unknown = f"node {name} could not be checked ({exc})"
-        return lambda _: unknown
-    return lambda _: nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+        return f"node {name} could not be checked ({exc})"
+    return nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
 
 
-def _patched(request: AdmissionRequest, pod: dict[str, Any], decision: placement.Decision, settings: Settings) -> AdmissionResponse:
-    ops = affinity.patch_for(pod, decision, settings.decision_prefix)
+def _decided(
+    request: AdmissionRequest, pod: dict[str, Any], decision: placement.Decision, settings: Settings, rule: str,
+    facts: list[placement.Fact],
+) -> Outcome:
+    ops = affinity.patch_for(pod, decision, settings)
     try:
         jsonpatch.apply_patch(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
-        return allowed(request.uid, [f"co-location skipped: patch did not apply ({exc})"])
-    return patched(request.uid, ops, decision.warnings)
+        return Outcome(allowed(request.uid, [f"co-location skipped: patch did not apply ({exc})"]), rule,
+                       skipped="internal error", detail=str(exc), facts=tuple(facts))
+    response = patched(request.uid, ops, decision.warnings)
+    response = dataclasses.replace(response, audit_annotations=affinity.audit_annotations(decision))
+    return Outcome(response, rule, decision=decision, facts=tuple(facts))
 
 
-def _pod_name(pod: dict[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
-    return metadata.get("name") or metadata.get("generateName") or "?"
+def pod_name(pod: Any) -> str:
+    metadata = placement.meta(pod) if isinstance(pod, dict) else {}
+    name = metadata.get("name") or metadata.get("generateName")
+    return name if isinstance(name, str) else "?"

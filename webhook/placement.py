@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .config import Settings
@@ -26,7 +26,6 @@ class Fact:
     node: str | None
     reason: str
     volume: str | None = None
-    unknown: bool = False  # True when the API could not tell (error, timeout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,18 +105,15 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> str | None:
     return None
 
 
-NodeCheck = Callable[[str], "str | None"]
-
-
 DISKS = ("disk", "pinned to {node}, where the share-manager of {served} runs")
 CONSUMERS = ("consumer", "pinned to {node}, where {served} runs")
 
 
-def decide(facts: Sequence[Fact], check: NodeCheck | None = None, subject: tuple[str, str] = DISKS) -> Decision:
+def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str, str] = DISKS) -> Decision:
     """All known nodes equal → pin (if the node can take the pod); differ → prefer each; none → skip.
 
-    `check(node)` returns why the node cannot take the pod now, or None; a failed check keeps
-    the preference and drops the requirement, so a pod is never stranded.
+    `blocked` says why the single candidate node cannot take the pod now; then the
+    preference stays and the requirement goes, so a pod is never stranded.
     """
     what, pinned = subject
     problems = tuple(f.reason for f in facts if f.node is None)
@@ -129,8 +125,7 @@ def decide(facts: Sequence[Fact], check: NodeCheck | None = None, subject: tuple
         return Decision(NOT_PINNED, reason=reason, warnings=tuple(f"not pinned: {p}" for p in problems))
     if len(counts) == 1:
         (node,) = counts
-        why_not = check(node) if check else None
-        if why_not is None:
+        if blocked is None:
             return Decision(
                 PINNED,
                 node=node,
@@ -138,7 +133,7 @@ def decide(facts: Sequence[Fact], check: NodeCheck | None = None, subject: tuple
                 reason=pinned.format(node=node, served=_served(facts)),
                 warnings=tuple(f"ignored: {p}" for p in problems),
             )
-        reason = f"preferred {node}, not pinned: {why_not}"
+        reason = f"preferred {node}, not pinned: {blocked}"
         return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=(reason, *problems))
     total = sum(counts.values())
     preferences = tuple(

@@ -60,6 +60,8 @@ async def handle_mutate(request: web.Request) -> web.Response:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return bad_request(f"the body is not valid JSON: {exc}")
+    except RecursionError:
+        return bad_request("the body is nested too deeply")
     try:
         review = admission.parse_review(body)
     except admission.BadReview as exc:
@@ -68,12 +70,15 @@ async def handle_mutate(request: web.Request) -> web.Response:
     response = web.json_response(outcome.response.envelope())
     if request.app[STATE_KEY].draining:
         response.force_close()  # reconnect elsewhere: our endpoint is on its way out
-    events = request.app[EVENTS_KEY]
-    if events is not None and outcome.decision is not None and not review.dry_run:
-        events.emit(review.object, review.namespace, outcome.decision)
-    seconds = time.monotonic() - started
-    record(outcome, seconds)
-    log_admission(review, outcome, seconds)
+    try:  # bookkeeping must never turn an answer into a 500
+        events = request.app[EVENTS_KEY]
+        if events is not None and outcome.decision is not None and not review.dry_run:
+            events.emit(review.object, review.namespace, outcome.decision)
+        seconds = time.monotonic() - started
+        record(outcome, seconds)
+        log_admission(review, outcome, seconds)
+    except Exception:
+        log.exception("bookkeeping after admission %s failed", review.uid)
     return response
 
 
@@ -97,7 +102,7 @@ def log_admission(review: admission.AdmissionRequest, outcome: mutate.Outcome, s
             "fields": {
                 "uid": review.uid,
                 "namespace": review.namespace,
-                "pod": mutate._pod_name(pod),
+                "pod": mutate.pod_name(pod),
                 "vm": vm_name(pod),
                 "rule": outcome.rule,
                 "disks": {f.subject: f.node for f in outcome.facts},
@@ -120,10 +125,6 @@ def vm_name(pod: dict[str, Any]) -> str | None:
     return labels.get("vm.kubevirt.io/name") or labels.get("kubevirt.io/vm")
 
 
-async def handle_healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok")
-
-
 def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[STORE_KEY] = store
@@ -131,7 +132,6 @@ def make_app(store: Store, settings: Settings, *, state: ServingState | None = N
     app[STATE_KEY] = state or ServingState()
     app[EVENTS_KEY] = events
     app.router.add_post("/mutate", handle_mutate)
-    app.router.add_get("/healthz", handle_healthz)
     return app
 
 
@@ -156,7 +156,3 @@ def bound_port(runner: web.AppRunner) -> int:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not listening")
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=False)

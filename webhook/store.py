@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,11 +33,26 @@ class Resource:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The API path; names are escaped, so a name from a pod can never step into another path."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{_segment(namespace)}"
         base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base
+        return f"{base}/{_segment(name)}" if name else base
+
+
+# A DNS-1123 subdomain: what Kubernetes accepts as the name of PVCs, PVs, pods and nodes.
+NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and len(name) <= 253 and NAME.fullmatch(name) is not None
+
+
+def _segment(value: str) -> str:
+    if value in (".", ".."):
+        raise StoreError(f"{value!r} is not an object name")
+    return urllib.parse.quote(value, safe="")
 
 
 PVC = Resource("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True)
