@@ -4,6 +4,7 @@ set -eu
 : "${PY:=.venv/bin/python}" "${CERTS:=certs/dev}" "${PORT:=9443}"
 log=$(mktemp)
 "$PY" -m webhook serve --state examples/cluster.yaml --host 127.0.0.1 --port "$PORT" \
+    --metrics-host 127.0.0.1 --metrics-port 0 --drain-delay 0 \
     --tls-cert-file "$CERTS/tls.crt" --tls-key-file "$CERTS/tls.key" 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
