@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 import yaml
 
 
@@ -70,6 +71,9 @@ class Store(Protocol):
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """virt-launcher pods in `namespace` that mount PVC `claim`."""
+
+    def synced(self) -> bool:
+        """Whether reads are answered from a complete view (readiness): caches have synced."""
 
     async def close(self) -> None: ...
 
@@ -137,6 +141,9 @@ class SnapshotStore(ListLookups):
             if kind == resource.kind and (namespace is None or ns == namespace) and labels_match(obj, labels)
         ]
 
+    def synced(self) -> bool:
+        return True
+
     async def close(self) -> None:
         return None
 
@@ -163,15 +170,7 @@ class ClusterStore(ListLookups):
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> ClusterStore:
-        """In-cluster config when running in a pod, else --kubeconfig / KUBECONFIG / ~/.kube/config."""
-        from kubernetes_asyncio import client, config
-
-        configuration = client.Configuration()
-        if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in __import__("os").environ:
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(await connect_api(kubeconfig))
 
     @classmethod
     def for_host(cls, host: str) -> ClusterStore:
@@ -209,7 +208,7 @@ class ClusterStore(ListLookups):
         if not 200 <= response.status < 300:
             raise StoreError(f"API answered {response.status} for {path}")
         try:
-            return json.loads(body)
+            return orjson.loads(body)
         except ValueError:
             raise StoreError(f"API sent a body that is not JSON for {path}") from None
 
@@ -227,5 +226,21 @@ class ClusterStore(ListLookups):
         # Lists omit apiVersion/kind on items; the rules don't need them. Filter client-side too.
         return [item for item in items if labels_match(item, labels)]
 
+    def synced(self) -> bool:
+        return True
+
     async def close(self) -> None:
         await self._api.close()
+
+
+async def connect_api(kubeconfig: str | None = None) -> Any:
+    """A kubernetes-asyncio ApiClient: in-cluster config when running in a pod, else
+    --kubeconfig / KUBECONFIG / ~/.kube/config."""
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
