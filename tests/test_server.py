@@ -59,6 +59,8 @@ async def test_health(https):
     session, base = https
     async with session.get(f"{base}/healthz") as response:
         assert response.status == 200
+    async with session.get(f"{base}/readyz") as response:
+        assert response.status == 200  # a snapshot is complete from the start
 
 
 async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):

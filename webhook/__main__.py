@@ -5,7 +5,6 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ import yaml
 from . import admission, certs, logs, mutate, server
 from .config import Settings
 from .deadline import Deadline
-from .store import ClusterStore, SnapshotStore
+from .cache import WatchedClusterStore
+from .store import SnapshotStore
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 log = logging.getLogger("webhook")
@@ -96,25 +96,41 @@ async def run_review(args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace) -> int:
     import os
+
+    from aiohttp import web
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
-    store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
     context = server.tls_context(args.tls_cert_file, args.tls_key_file)
-    app = server.make_app(store, settings)
-    runner = await server.start(app, args.host, args.port, context)
-    log.info("serving", extra={"fields": {"host": args.host, "port": server.bound_port(runner),
-                                          "source": args.state or "cluster"}})
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("stopping")
-    await runner.cleanup()
-    await store.close()
+    loop = server.new_event_loop()
+
+    async def build() -> web.Application:
+        if args.state:
+            store: Any = SnapshotStore.from_file(args.state)
+        else:
+            store = await WatchedClusterStore.connect(args.kubeconfig, settings)
+        app = server.make_app(store, settings)
+
+        async def lifecycle(app: web.Application):
+            # Caches fill in the background: the server listens at once and answers from GETs
+            # until they have synced (readiness says when).
+            if isinstance(store, WatchedClusterStore):
+                store.start()
+            log.info("serving", extra={"fields": {"host": args.host, "port": args.port,
+                                                  "source": args.state or "cluster",
+                                                  "loop": type(asyncio.get_running_loop()).__module__}})
+            yield
+            log.info("stopping")
+            await store.close()
+
+        app.cleanup_ctx.append(lifecycle)
+        return app
+
+    # run_app handles SIGTERM/SIGINT: stop listening, finish requests, then the cleanup above.
+    web.run_app(build(), host=args.host, port=args.port, ssl_context=context, loop=loop,
+                print=None, access_log=None)
     return 0
 
 
@@ -131,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "review":
             return asyncio.run(run_review(args))
         if args.verb == "serve":
-            return asyncio.run(run_serve(args))
+            return run_serve(args)
         if args.verb == "certs":
             return run_certs(args)
     except (OSError, ValueError, yaml.YAMLError) as exc:

@@ -1,12 +1,14 @@
 """The HTTPS transport: routes, body limits, deadlines, TLS. Decisions live in mutate.py."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from . import admission, mutate
@@ -47,8 +49,8 @@ async def handle_mutate(request: web.Request) -> web.Response:
         return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
     raw = await request.read()
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         return bad_request(f"the body is not valid JSON: {exc}")
     try:
         review = admission.parse_review(body)
@@ -56,7 +58,7 @@ async def handle_mutate(request: web.Request) -> web.Response:
         return bad_request(str(exc))
     outcome = await mutate.admit(review, request.app[STORE_KEY], settings, deadline)
     log_admission(review, outcome, time.monotonic() - started)
-    return web.json_response(outcome.response.envelope())
+    return web.Response(body=orjson.dumps(outcome.response.envelope()), content_type="application/json")
 
 
 def log_admission(review: admission.AdmissionRequest, outcome: mutate.Outcome, seconds: float) -> None:
@@ -83,14 +85,33 @@ async def handle_healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+def readiness(store: Store) -> tuple[int, str]:
+    """Ready once the store answers from a complete view (its caches have synced)."""
+    return (200, "ok") if store.synced() else (503, "caches not synced yet")
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    status, text = readiness(request.app[STORE_KEY])
+    return web.Response(status=status, text=text)
+
+
 def make_app(store: Store, settings: Settings) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[STORE_KEY] = store
     app[SETTINGS_KEY] = settings
     app.router.add_post("/mutate", handle_mutate)
     app.router.add_get("/healthz", handle_healthz)
-    app.router.add_get("/readyz", handle_healthz)
+    app.router.add_get("/readyz", handle_readyz)
     return app
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when it is installed (a dependency on Linux), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
