@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonpatch
 
-from . import affinity, longhorn, placement
+from . import affinity, longhorn, patching, placement
 from .admission import AdmissionRequest, AdmissionResponse, allowed, patched
 from .config import Settings
 from .deadline import Deadline
@@ -61,7 +61,7 @@ async def _vm_rule(
 def _patched(request: AdmissionRequest, pod: dict[str, Any], decision: placement.Decision, settings: Settings) -> AdmissionResponse:
     ops = affinity.patch_for(pod, decision, settings.decision_prefix)
     try:
-        jsonpatch.apply_patch(pod, ops)  # never hand the apiserver a patch that does not apply
+        patching.apply(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return allowed(request.uid, [f"co-location skipped: patch did not apply ({exc})"])
