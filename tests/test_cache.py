@@ -13,7 +13,7 @@ from webhook.cache import Timing, WatchedClusterStore, keep_fields, trim
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.mutate import admit
-from webhook.store import NODE, POD, PV, PVC, SHARE_MANAGER
+from webhook.store import NODE, POD, PV, PVC
 
 PODS = "/api/v1/namespaces/longhorn-system/pods"
 SHARE_MANAGERS = "/apis/longhorn.io/v1beta2/namespaces/longhorn-system/sharemanagers"
@@ -169,16 +169,21 @@ async def test_look_ups_follow_changes(kmock, live):
 
 
 async def test_a_claim_missing_from_the_cache_is_read_from_the_api(kmock):
-    seed(kmock, nodes("node-a"))
+    claim, volume, share_manager, sm_pod = rwx_disk("late", "node-a")
+    seed(kmock, [share_manager, sm_pod] + nodes("node-a"))
     store = await watched_store(kmock)
     try:
-        # Written behind the watches' back: only a direct GET can find the PVC and its PV.
-        for obj in rwx_disk("late", "node-a"):
-            meta = obj["metadata"]
-            kmock.objects[{"PersistentVolumeClaim": PVC, "PersistentVolume": PV, "ShareManager": SHARE_MANAGER,
-                           "Pod": POD}[obj["kind"]], meta.get("namespace"), meta["name"]] = obj
-        # The share-manager pod is not in the cache, so the running ShareManager's owner is used.
+        async def open_watches():
+            return len([r for r in kmock if r.params.get("watch") == "true"])
+
+        assert await eventually(open_watches, 6) == 6
+        # Written behind the open watches' back: only a direct GET can find the PVC and its PV.
+        kmock.objects[PVC, "default", "late"] = claim
+        kmock.objects[PV, None, volume["metadata"]["name"]] = volume
+        mark = len(list(kmock))
         assert await pinned_node(store, "late") == "node-a"
+        assert [r.url.path for r in requests_since(kmock, mark)] == [
+            "/api/v1/namespaces/default/persistentvolumeclaims/late", "/api/v1/persistentvolumes/pvc-late"]
     finally:
         await store.close()
 
@@ -387,3 +392,18 @@ async def test_close_stops_every_task_even_while_retrying(kmock):
     assert loop.time() - started < 1
     assert tasks and all(task.done() for task in tasks)
     assert store._api_client.rest_client.pool_manager.closed
+
+
+async def test_a_proxy_from_the_environment_is_used(kmock, monkeypatch):
+    """HTTP(S)_PROXY still reaches the API, though it is looked up once rather than per request."""
+    seed(kmock, fixture_cluster())
+    async with Proxy(kmock.url.port) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        store = await watched_store(kmock)
+        try:
+            assert proxy.connections > 0
+            assert (await decision(store)).node == "node-b"
+        finally:
+            await store.close()

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, certs, logs, mutate, server
+from . import admission, logs, mutate, server
 from .config import Settings
 from .deadline import Deadline
 from .cache import WatchedClusterStore
@@ -135,6 +135,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_certs(args: argparse.Namespace) -> int:
+    from . import certs  # cryptography costs 8 MiB: only for this verb
+
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
     out = certs.write(certs.generate(names, days=args.days), args.out)
     print(f"wrote {out}/ca.crt, {out}/tls.crt, {out}/tls.key for {', '.join(names)}")

@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from .config import Settings
-from .store import (NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER_LABELS, ClusterStore, Resource, connect_api,
-                    labels_match, volume_handle)
+from .store import (NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER_LABELS, ClusterStore, Resource, api_client,
+                    connect_api, labels_match, volume_handle)
 
 log = logging.getLogger(__name__)
 
@@ -144,32 +144,58 @@ Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
 
 
 class Table:
-    """Trimmed objects as compact JSON by key, plus indexes: index value → keys."""
+    """Trimmed objects as compact JSON by key ("namespace/name", or the name), plus indexes.
+
+    Name and namespace live in the key only, not again in the JSON; an index maps a value to
+    one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
+    """
 
     __slots__ = ("objects", "indexes", "indexers")
 
     def __init__(self, indexers: Mapping[str, Indexer]):
         self.indexers = indexers
         self.objects: dict[str, bytes] = {}
-        self.indexes: dict[str, dict[Hashable, tuple[str, ...]]] = {name: {} for name in indexers}
+        self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        blob = self.objects.get(key)
+        return None if blob is None else self.decode(key, blob)
+
+    @staticmethod
+    def decode(key: str, blob: bytes) -> dict[str, Any]:
+        obj = orjson.loads(blob)
+        namespace, _, name = key.rpartition("/")
+        meta = {"name": name, "namespace": namespace} if namespace else {"name": name}
+        rest = obj.get("metadata")
+        obj["metadata"] = meta | rest if isinstance(rest, dict) else meta
+        return obj
+
+    @staticmethod
+    def encode(obj: dict[str, Any]) -> bytes:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and ("name" in meta or "namespace" in meta):
+            rest = {k: v for k, v in meta.items() if k not in ("name", "namespace")}
+            obj = {k: v for k, v in obj.items() if k != "metadata"} | ({"metadata": rest} if rest else {})
+        # orjson's bytes keep its whole write buffer (4 KiB and up); a copy keeps only the JSON.
+        return bytes(memoryview(orjson.dumps(obj)))
 
     def put(self, key: str, obj: dict[str, Any]) -> None:
-        blob = orjson.dumps(obj)
+        blob = self.encode(obj)
         old = self.objects.get(key)
         if old == blob:
             return
         if self.indexers:
-            self._reindex(key, orjson.loads(old) if old is not None else None, obj)
+            self._reindex(key, self.decode(key, old) if old is not None else None, obj)
         self.objects[key] = blob
 
     def remove(self, key: str) -> None:
         old = self.objects.pop(key, None)
         if old is not None and self.indexers:
-            self._reindex(key, orjson.loads(old), None)
+            self._reindex(key, self.decode(key, old), None)
 
-    def lookup(self, index: str, value: Hashable) -> Iterator[bytes]:
-        for key in self.indexes[index].get(value, ()):
-            yield self.objects[key]
+    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+        keys = self.indexes[index].get(value, ())
+        return [self.decode(key, self.objects[key]) for key in ((keys,) if isinstance(keys, str) else keys)]
 
     def _reindex(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for name, indexer in self.indexers.items():
@@ -177,13 +203,18 @@ class Table:
             after = set(indexer(new)) if new is not None else set()
             index = self.indexes[name]
             for value in before - after:
-                keys = tuple(k for k in index.get(value, ()) if k != key)
+                held = index.get(value, ())
+                keys = tuple(k for k in ((held,) if isinstance(held, str) else held) if k != key)
                 if keys:
-                    index[value] = keys
+                    index[value] = keys[0] if len(keys) == 1 else keys
                 else:
                     index.pop(value, None)
             for value in after - before:
-                index[value] = index.get(value, ()) + (key,)
+                held = index.get(value)
+                if held is None:
+                    index[key if value == key else value] = key  # a PV's handle is often its name
+                else:
+                    index[value] = ((held,) if isinstance(held, str) else held) + (key,)
 
 
 # --------------------------------------------------------------------------- informer
@@ -203,6 +234,7 @@ class Informer:
         indexers: Mapping[str, Indexer] | None = None,
         authoritative: bool | None = None,
         timing: Timing = Timing(),
+        list_slots: asyncio.Semaphore | None = None,
     ):
         self.api = api_client
         self.resource = resource
@@ -213,11 +245,14 @@ class Informer:
         # filtered by labels; a label-scoped informer says so only when told to.
         self.authoritative = not self.labels if authoritative is None else authoritative
         self.timing = timing
+        # Informers sharing these slots list one at a time: one page in memory at once.
+        self.list_slots = list_slots or asyncio.Semaphore(1)
         self.table = Table(indexers or {})
         self.synced_event = asyncio.Event()
         self.resource_version: str | None = None
         self.resumable = False  # every event since the list carried a resourceVersion
         self.lists = 0  # completed lists (the first one, then relists)
+        self.events = 0  # watch events applied
         self._backoff = Backoff(timing.backoff_initial, timing.backoff_cap)
         self._path = resource.path(self.namespace)
         self._selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
@@ -238,17 +273,14 @@ class Informer:
         """A list with these labels is a subset of what this informer holds."""
         return all((labels or {}).get(k) == v for k, v in self.labels.items())
 
-    def get(self, namespace: str | None, name: str) -> bytes | None:
-        return self.table.objects.get(object_key(namespace if self.resource.namespaced else None, name))
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
 
-    def items(self, namespace: str | None) -> Iterator[bytes]:
-        if namespace is None or not self.resource.namespaced:
-            yield from self.table.objects.values()
-            return
-        prefix = f"{namespace}/"
-        for key, blob in self.table.objects.items():
+    def items(self, namespace: str | None) -> Iterator[dict[str, Any]]:
+        prefix = f"{namespace}/" if namespace and self.resource.namespaced else ""
+        for key, blob in list(self.table.objects.items()):
             if key.startswith(prefix):
-                yield blob
+                yield self.table.decode(key, blob)
 
     # ----------------------------------------------------------------- objects
 
@@ -265,16 +297,18 @@ class Informer:
             return False
         return labels_match(obj, self.labels)
 
-    def _apply(self, table: Table, kind: str, obj: Any) -> None:
+    def _apply(self, table: Table, kind: str, obj: Any) -> str | None:
+        """Apply one object; the key when the table now holds it."""
         if not isinstance(obj, dict):
-            return
+            return None
         key = self._key(obj)
         if key is None:
-            return
+            return None
         if kind == "DELETED" or not self._wanted(obj):
             table.remove(key)
-        else:
-            table.put(key, trim(obj, self.keep))
+            return None
+        table.put(key, trim(obj, self.keep))
+        return key
 
     # ----------------------------------------------------------------- API
 
@@ -290,37 +324,42 @@ class Informer:
         )
 
     async def list(self) -> None:
-        """A full paginated list replaces the table; its resourceVersion is where the watch starts."""
-        table = Table(self.table.indexers)
+        """A full paginated list, applied in place (no second copy of a large table), then the
+        objects it did not return are dropped; its resourceVersion is where the watch starts."""
+        seen: set[str] = set()
         token: str | None = None
         resource_version: str | None = None
-        while True:
-            query = [("limit", str(self.timing.page_size))]
-            if self._selector:
-                query.append(("labelSelector", self._selector))
-            if token:
-                query.append(("continue", token))
-            async with asyncio.timeout(self.timing.request_timeout):
-                response = await self._get(query, self.timing.request_timeout)
-                try:
-                    body = await response.read()
-                finally:
-                    response.release()
-            if response.status == 410:
-                raise Gone(f"list of {self.name}: the continue token expired")
-            if response.status != 200:
-                raise WatchError(f"list of {self.name}: API answered {response.status}")
-            page = orjson.loads(body)
-            del body
-            for item in page.get("items") or ():
-                self._apply(table, "ADDED", item)
-            metadata = page.get("metadata") or {}
-            resource_version = metadata.get("resourceVersion") or None
-            token = metadata.get("continue") or None
-            del page
-            if not token:
-                break
-        self.table = table
+        async with self.list_slots:
+            while True:
+                query = [("limit", str(self.timing.page_size))]
+                if self._selector:
+                    query.append(("labelSelector", self._selector))
+                if token:
+                    query.append(("continue", token))
+                async with asyncio.timeout(self.timing.request_timeout):
+                    response = await self._get(query, self.timing.request_timeout)
+                    try:
+                        body = await response.read()
+                    finally:
+                        response.release()
+                if response.status == 410:
+                    raise Gone(f"list of {self.name}: the continue token expired")
+                if response.status != 200:
+                    raise WatchError(f"list of {self.name}: API answered {response.status}")
+                page = orjson.loads(body)
+                del body
+                for item in page.get("items") or ():
+                    key = self._apply(self.table, "ADDED", item)
+                    if key is not None:
+                        seen.add(key)
+                metadata = page.get("metadata") or {}
+                resource_version = metadata.get("resourceVersion") or None
+                token = metadata.get("continue") or None
+                del page
+                if not token:
+                    break
+        for key in [key for key in self.table.objects if key not in seen]:
+            self.table.remove(key)
         self.resource_version = resource_version
         self.resumable = resource_version is not None
         self.lists += 1
@@ -379,6 +418,7 @@ class Informer:
             self.resumable = False
         if kind != "BOOKMARK":
             self._apply(self.table, kind, obj)
+        self.events += 1
 
     # ----------------------------------------------------------------- loop
 
@@ -430,9 +470,10 @@ class WatchedClusterStore:
         self._direct = ClusterStore(api_client)
         keep = keep_fields(settings)
         longhorn = settings.longhorn_namespace
+        list_slots = asyncio.Semaphore(1)  # lists one at a time: the memory of one page, not six
 
         def informer(resource: Resource, **kwargs: Any) -> Informer:
-            return Informer(api_client, resource, keep[resource.kind], timing=timing, **kwargs)
+            return Informer(api_client, resource, keep[resource.kind], timing=timing, list_slots=list_slots, **kwargs)
 
         self.pvcs = informer(PVC)
         self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
@@ -443,6 +484,9 @@ class WatchedClusterStore:
         self.vm_pods = informer(POD, labels=VIRT_LAUNCHER_LABELS, indexers={"claim": _claims})
         self.nodes = informer(NODE)
         self.informers = (self.pvcs, self.pvs, self.share_managers, self.share_manager_pods, self.vm_pods, self.nodes)
+        self._by_kind: dict[str, list[Informer]] = {}
+        for i in self.informers:
+            self._by_kind.setdefault(i.resource.kind, []).append(i)
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -455,7 +499,7 @@ class WatchedClusterStore:
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
         from kubernetes_asyncio import client
 
-        return cls(client.ApiClient(client.Configuration(host=host)), settings, timing)
+        return cls(api_client(client.Configuration(host=host)), settings, timing)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -482,13 +526,13 @@ class WatchedClusterStore:
     # ----------------------------------------------------------------- reads
 
     def _informers(self, resource: Resource, namespace: str | None) -> list[Informer]:
-        return [i for i in self.informers if i.resource == resource and i.covers(namespace)]
+        return [i for i in self._by_kind.get(resource.kind, ()) if i.resource == resource and i.covers(namespace)]
 
     async def get(self, resource, namespace, name, *, timeout=None):
         informers = self._informers(resource, namespace)
         for informer in informers:
-            if informer.synced and (blob := informer.get(namespace, name)) is not None:
-                return orjson.loads(blob)
+            if informer.synced and (obj := informer.get(namespace, name)) is not None:
+                return obj
         answered = any(i.synced and i.authoritative for i in informers)
         if answered and resource.kind not in MISS_FALLBACK:
             return None
@@ -497,19 +541,18 @@ class WatchedClusterStore:
     async def list(self, resource, namespace=None, labels=None, *, timeout=None):
         for informer in self._informers(resource, namespace):
             if informer.synced and informer.covers_selector(labels):
-                objects = (orjson.loads(blob) for blob in informer.items(namespace))
-                return [obj for obj in objects if labels_match(obj, labels)]
+                return [obj for obj in informer.items(namespace) if labels_match(obj, labels)]
         return await self._direct.list(resource, namespace, labels, timeout=timeout)
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         if not self.pvs.synced:
             return await self._direct.pvs_by_volume_handle(handle, timeout=timeout)
-        return [orjson.loads(blob) for blob in self.pvs.table.lookup("volumeHandle", handle)]
+        return self.pvs.table.lookup("volumeHandle", handle)
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         if not self.vm_pods.synced:
             return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
-        return [orjson.loads(blob) for blob in self.vm_pods.table.lookup("claim", object_key(namespace, claim))]
+        return self.vm_pods.table.lookup("claim", object_key(namespace, claim))
 
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:

@@ -177,7 +177,7 @@ class ClusterStore(ListLookups):
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
         from kubernetes_asyncio import client
 
-        return cls(client.ApiClient(client.Configuration(host=host)))
+        return cls(api_client(client.Configuration(host=host)))
 
     async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None) -> dict[str, Any] | None:
         if timeout is not None and timeout <= 0:
@@ -243,4 +243,34 @@ async def connect_api(kubeconfig: str | None = None) -> Any:
         config.load_incluster_config(client_configuration=configuration)
     else:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return api_client(configuration)
+
+
+def api_client(configuration: Any) -> Any:
+    """kubernetes-asyncio's ApiClient without environment look-ups on every request.
+
+    Its aiohttp session trusts the environment (`trust_env=True`): each request then reads
+    ~/.netrc and the proxy variables in a worker thread, which costs more CPU than the
+    request itself. The proxy the environment names for the API server (HTTPS_PROXY,
+    NO_PROXY...) is looked up once here instead.
+    """
+    import aiohttp
+    import yarl
+    from aiohttp.helpers import get_env_proxy_for_url
+    from kubernetes_asyncio import client
+
+    if not configuration.proxy:
+        try:
+            proxy, proxy_auth = get_env_proxy_for_url(yarl.URL(configuration.host))
+        except LookupError:
+            pass
+        else:
+            configuration.proxy = str(proxy)
+            if proxy_auth is not None:
+                configuration.proxy_headers = {"Proxy-Authorization": proxy_auth.encode()}
+    api = client.ApiClient(configuration)
+    trusting = api.rest_client.pool_manager
+    api.rest_client.pool_manager = aiohttp.ClientSession(
+        connector=trusting.connector, trust_env=False, read_bufsize=2**21)  # kubernetes-asyncio's: big watch events
+    trusting.detach()  # hands the connector over; the old session is closed without closing it
+    return api
