@@ -529,11 +529,13 @@ class WatchedClusterStore:
         return [i for i in self._by_kind.get(resource.kind, ()) if i.resource == resource and i.covers(namespace)]
 
     async def get(self, resource, namespace, name, *, timeout=None):
-        informers = self._informers(resource, namespace)
-        for informer in informers:
-            if informer.synced and (obj := informer.get(namespace, name)) is not None:
-                return obj
-        answered = any(i.synced and i.authoritative for i in informers)
+        answered = False  # a synced informer that holds everything this look-up could be about
+        for informer in self._by_kind.get(resource.kind, ()):
+            if informer.synced and informer.covers(namespace) and informer.resource == resource:
+                obj = informer.get(namespace, name)
+                if obj is not None:
+                    return obj
+                answered = answered or informer.authoritative
         if answered and resource.kind not in MISS_FALLBACK:
             return None
         return await self._direct.get(resource, namespace, name, timeout=timeout)

@@ -24,19 +24,12 @@ class PatchError(jsonpatch.JsonPatchConflict):
 
 def apply(doc: Any, ops: Sequence[dict[str, Any]]) -> Any:
     """The patched copy of `doc`; raises a jsonpatch exception when an operation does not apply."""
-    if not all(isinstance(op, dict) and op.get("op") == "add" for op in ops):
-        return jsonpatch.apply_patch(doc, list(ops))
-    copies: list[Any] = []  # keeps our copies alive, so their ids stay theirs
+    for op in ops:
+        if not isinstance(op, dict) or op.get("op") != "add":
+            return jsonpatch.apply_patch(doc, list(ops))
+    copies: list[Any] = []  # keeps our copies alive, so that their ids stay theirs
     copied: set[int] = set()
-
-    def own(value: Any) -> Any:
-        if isinstance(value, (dict, list)) and id(value) not in copied:
-            value = value.copy()
-            copies.append(value)
-            copied.add(id(value))
-        return value
-
-    root = own(doc)
+    root = doc
     for op in ops:
         path = op.get("path")
         if "value" not in op or not isinstance(path, str):
@@ -44,17 +37,23 @@ def apply(doc: Any, ops: Sequence[dict[str, Any]]) -> Any:
         if path == "":
             root = op["value"]  # replaces the whole document; a later operation copies it first
             continue
-        if not path.startswith("/"):
+        if path[0] != "/":
             raise jsonpatch.InvalidJsonPatch(f"path {path!r} does not start with '/'")
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
-        root = own(root)
+        tokens = path[1:].split("/")
+        if "~" in path:
+            tokens = [t.replace("~1", "/").replace("~0", "~") for t in tokens]
+        if id(root) not in copied and isinstance(root, (dict, list)):
+            root = root.copy()
+            copies.append(root)
+            copied.add(id(root))
         parent = root
         for token in tokens[:-1]:
-            child = own(_child(parent, token, path))
-            if isinstance(parent, dict):
-                parent[token] = child
-            else:
-                parent[int(token)] = child
+            child = _child(parent, token, path)
+            if id(child) not in copied and isinstance(child, (dict, list)):
+                child = child.copy()  # copy-on-write: only containers on the path
+                copies.append(child)
+                copied.add(id(child))
+                parent[token if isinstance(parent, dict) else int(token)] = child
             parent = child
         _add(parent, tokens[-1], op["value"], path)
     return root
