@@ -270,7 +270,8 @@ def api_client(configuration: Any) -> Any:
                 configuration.proxy_headers = {"Proxy-Authorization": proxy_auth.encode()}
     api = client.ApiClient(configuration)
     trusting = api.rest_client.pool_manager
-    api.rest_client.pool_manager = aiohttp.ClientSession(
-        connector=trusting.connector, trust_env=False, read_bufsize=2**21)  # kubernetes-asyncio's: big watch events
+    # aiohttp's default read buffer, not kubernetes-asyncio's 2 MiB: our watch reader does not
+    # need a whole event in the buffer, and six watches streaming at start add up.
+    api.rest_client.pool_manager = aiohttp.ClientSession(connector=trusting.connector, trust_env=False)
     trusting.detach()  # hands the connector over; the old session is closed without closing it
     return api
