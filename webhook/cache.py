@@ -5,7 +5,7 @@ Each `Informer` keeps one resource the way client-go's reflector does
 resourceVersion; on 410 Gone list again; on any other failure reconnect after an
 exponential backoff with jitter; ask for bookmarks (`allowWatchBookmarks=true`) so the
 resourceVersion to resume from stays fresh. Objects are kept trimmed to the fields the
-rules read (`KEEP`), stored as compact JSON (each read decodes a fresh dict, so a caller
+rules read (`keep_fields`), stored as compact JSON (each read decodes a fresh dict, so a caller
 cannot corrupt the cache) and indexed by what the rules look up.
 
 `WatchedClusterStore` answers the Store protocol from these caches and falls back to a
@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from .config import Settings
-from .store import (NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER_LABELS, ClusterStore, Resource, api_client,
-                    connect_api, labels_match, volume_handle)
+from .store import (NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER_LABELS, ClusterStore, Resource, connect_api,
+                    labels_match, new_api_client, volume_handle)
 
 log = logging.getLogger(__name__)
 
@@ -499,7 +499,7 @@ class WatchedClusterStore:
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
         from kubernetes_asyncio import client
 
-        return cls(api_client(client.Configuration(host=host)), settings, timing)
+        return cls(new_api_client(client.Configuration(host=host)), settings, timing)
 
     # ----------------------------------------------------------------- lifecycle
 

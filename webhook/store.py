@@ -177,7 +177,7 @@ class ClusterStore(ListLookups):
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
         from kubernetes_asyncio import client
 
-        return cls(api_client(client.Configuration(host=host)))
+        return cls(new_api_client(client.Configuration(host=host)))
 
     async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None) -> dict[str, Any] | None:
         if timeout is not None and timeout <= 0:
@@ -243,10 +243,10 @@ async def connect_api(kubeconfig: str | None = None) -> Any:
         config.load_incluster_config(client_configuration=configuration)
     else:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return api_client(configuration)
+    return new_api_client(configuration)
 
 
-def api_client(configuration: Any) -> Any:
+def new_api_client(configuration: Any) -> Any:
     """kubernetes-asyncio's ApiClient without environment look-ups on every request.
 
     Its aiohttp session trusts the environment (`trust_env=True`): each request then reads
