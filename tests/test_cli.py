@@ -128,6 +128,8 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
             await process.wait()
     log = stderr.decode()
     assert process.returncode == 0, log
-    assert '"loop":"uvloop"' in log and '"msg":"stopping"' in log
+    import importlib.util
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    assert f'"loop":"{loop}' in log and '"msg":"stopping"' in log
     for trouble in ("Traceback", "Task was destroyed", "Unclosed", "Error"):
         assert trouble not in log, log
