@@ -26,6 +26,10 @@ certs: $(CERTS)/tls.crt
 demo: $(CERTS)/tls.crt
 	@PY=$(PY) CERTS=$(CERTS) PORT=$(PORT) sh examples/demo.sh
 
+# The admission path against a bare aiohttp server, and the store's memory (README: Performance).
+bench: $(VENV)/.installed
+	$(PY) -m bench
+
 serve: $(CERTS)/tls.crt
 	$(PY) -m webhook serve --state examples/cluster.yaml --host 127.0.0.1 --port $(PORT) \
 		--tls-cert-file $(CERTS)/tls.crt --tls-key-file $(CERTS)/tls.key

@@ -10,7 +10,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from webhook import certs  # noqa: E402
+from webhook.cache import Timing, WatchedClusterStore  # noqa: E402
+from webhook.config import Settings  # noqa: E402
 from webhook.store import RESOURCES, ClusterStore, SnapshotStore  # noqa: E402
+
+# Quick recovery in tests; the watch itself lasts as long as in production.
+TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)
 
 BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
 
@@ -25,7 +30,23 @@ def seed(emulator: Any, objects: Iterable[dict[str, Any]]) -> None:
         emulator.objects[resource, meta.get("namespace") if resource.namespaced else None, meta["name"]] = obj
 
 
-@pytest.fixture(params=["snapshot", "cluster"])
+def api_host(emulator: Any) -> str:
+    return str(emulator.url).rstrip("/")
+
+
+async def watched_store(emulator: Any, settings: Settings | None = None, timing: Timing = TEST_TIMING) -> WatchedClusterStore:
+    """The watch-backed store on the emulator, started and synced."""
+    store = WatchedClusterStore.for_host(api_host(emulator), settings or Settings(), timing)
+    store.start()
+    try:
+        await store.wait_synced(timeout=10)
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+@pytest.fixture(params=["snapshot", "cluster", "watched"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -33,20 +54,24 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def emulator(store_kind: str, request: pytest.FixtureRequest) -> Any:
     """The kmock Kubernetes emulator for cluster-store runs (None for snapshot runs)."""
-    return request.getfixturevalue("kmock") if store_kind == "cluster" else None
+    return request.getfixturevalue("kmock") if store_kind != "snapshot" else None
 
 
 @pytest.fixture
 async def make_store(store_kind: str, emulator: Any) -> Any:
-    """A factory: objects → a Store holding them, a YAML snapshot or kubernetes-asyncio on kmock."""
+    """A factory: objects → a Store holding them: a YAML snapshot, plain GETs on kmock
+    (kubernetes-asyncio), or the watch caches on kmock, synced before it is returned."""
     made: list[Any] = []
 
-    async def factory(objects: Iterable[dict[str, Any]]) -> Any:
+    async def factory(objects: Iterable[dict[str, Any]], settings: Settings | None = None) -> Any:
         objects = list(objects)
         if store_kind == "snapshot":
             return SnapshotStore(objects)
         seed(emulator, objects)
-        store = ClusterStore.for_host(str(emulator.url).rstrip("/"))
+        if store_kind == "watched":
+            store = await watched_store(emulator, settings)
+        else:
+            store = ClusterStore.for_host(api_host(emulator))
         made.append(store)
         return store
 

@@ -61,3 +61,91 @@ def test_review_of_a_share_manager_pod_in_a_cold_start_prints_the_pin():
     result = apply_valid(pod, decode_patch(json.loads(done.stdout)))
     assert result["metadata"]["annotations"]["kubevirt-scheduler/node"] == "node-a"
     assert "pinned to node-a" in done.stderr
+
+
+async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(kmock, tls_files, tmp_path):
+    """`serve` as deployed: watches the API (kmock here), answers before its caches have synced,
+    turns ready once they have, follows changes, and stops cleanly on SIGTERM."""
+    import asyncio
+    import signal
+    import socket
+    import ssl
+
+    import aiohttp
+    from conftest import seed
+    from kube import fixture_cluster, review, vm_pod
+
+    seed(kmock, fixture_cluster())
+    released = asyncio.Event()
+
+    async def slow_list():
+        await released.wait()  # then the emulator's own list
+
+    kmock["list", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << slow_list
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+        "users": [{"name": "anonymous", "user": {}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
+    }))
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    port, ops_port = ports
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
+        "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port), "--drain-delay", "0.2",
+        "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]),
+        stderr=asyncio.subprocess.PIPE)
+    base = f"https://localhost:{port}"
+    ops = f"http://127.0.0.1:{ops_port}"
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            async def ready():
+                for _ in range(200):
+                    try:
+                        async with session.get(f"{ops}/readyz") as response:
+                            return response.status
+                    except aiohttp.ClientConnectionError:
+                        await asyncio.sleep(0.05)
+
+            async def node():
+                async with session.post(f"{base}/mutate?timeout=5s", json=review(vm_pod())) as response:
+                    patch = decode_patch(await response.json())
+                return next(op["value"] for op in patch if op["path"].endswith("kubevirt-scheduler~1node"))
+
+            assert await ready() == 503
+            assert await node() == "node-b"  # not synced yet: answered from GETs
+            released.set()
+            for _ in range(100):
+                if await ready() == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert await ready() == 200
+            pod = "/api/v1/namespaces/longhorn-system/pods/share-manager-pvc-7c1d2e3f-0a4b-4c5d-8e6f-9a0b1c2d3e4f"
+            async with aiohttp.ClientSession(str(kmock.url)) as api:
+                async with api.patch(pod, json={"spec": {"nodeName": "node-c"}}) as response:
+                    assert response.status == 200
+            for _ in range(100):
+                if await node() == "node-c":
+                    break
+                await asyncio.sleep(0.02)
+            assert await node() == "node-c"
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(10):
+            _, stderr = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    log = stderr.decode()
+    assert process.returncode == 0, log
+    import importlib.util
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    assert f'"loop":"{loop}' in log and '"msg":"exiting"' in log
+    for trouble in ("Traceback", "Task was destroyed", "Unclosed", "Error"):
+        assert trouble not in log, log

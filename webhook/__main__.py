@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, certs, kube_certs, logs, mutate, tls
+from . import admission, kube_certs, logs, mutate, server, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import ClusterStore, SnapshotStore, StoreError
@@ -117,6 +117,7 @@ async def run_review(args: argparse.Namespace) -> int:
 async def run_serve(args: argparse.Namespace) -> int:
     import os
 
+    from .cache import WatchedClusterStore
     from .events import EventSink
     from .service import Listen, Service
 
@@ -124,8 +125,8 @@ async def run_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = tls.ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
-    store = SnapshotStore.from_file(args.state) if args.state else await ClusterStore.connect(args.kubeconfig)
-    events = EventSink(store.api_client) if isinstance(store, ClusterStore) and args.events == "on" else None
+    store: Any = SnapshotStore.from_file(args.state) if args.state else await WatchedClusterStore.connect(args.kubeconfig, settings)
+    events = EventSink(store.api_client) if not args.state and args.events == "on" else None
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
@@ -157,6 +158,8 @@ async def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_certs(args: argparse.Namespace) -> int:
+    from . import certs  # cryptography costs 8 MiB: only for this verb
+
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
     if not args.out and not args.secret:
         print("error: give --out or --secret: the private key has to go somewhere", file=sys.stderr)
@@ -181,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "review":
             return asyncio.run(run_review(args))
         if args.verb == "serve":
-            return asyncio.run(run_serve(args))
+            # uvloop when installed (asyncio.Runner's loop_factory; uvloop.install() is deprecated).
+            with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
+                return runner.run(run_serve(args))
         if args.verb == "explain":
             return asyncio.run(run_explain(args))
         if args.verb == "certs":

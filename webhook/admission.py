@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -46,7 +47,7 @@ class AdmissionResponse:
         """The whole AdmissionReview v1 answer: always allowed; a patch only when there is one."""
         response: dict[str, Any] = {"uid": self.uid, "allowed": True}
         if self.patch:
-            encoded = json.dumps(list(self.patch), separators=(",", ":")).encode()
+            encoded = orjson.dumps(list(self.patch))
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(encoded).decode("ascii")
         if self.warnings:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import sys
+
+import orjson
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,7 +21,7 @@ class JsonFormatter(logging.Formatter):
             entry.update(fields)
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def setup(level: str = "info") -> None:

@@ -27,6 +27,10 @@ BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not 
                       registry=REGISTRY)
 API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],
                      registry=REGISTRY)
+WATCH_ERRORS = Counter("colocate_watch_errors_total", "Failed lists or watches of a cache, by cache.", ["cache"],
+                       registry=REGISTRY)
+CACHE_HEALTHY = Gauge("colocate_cache_healthy", "1 while a cache's list/watch works, 0 while it is failing.",
+                      ["cache"], registry=REGISTRY)
 EVENTS = Counter("colocate_events_total", "Kubernetes Events about decisions, by result (sent, failed, dropped).",
                  ["result"], registry=REGISTRY)
 CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
@@ -45,7 +49,8 @@ class StoreCollector(Collector):
         objects = GaugeMetricFamily("colocate_store_objects", "Objects held in the store, by resource.", labels=["resource"])
         synced = GaugeMetricFamily("colocate_store_last_sync_timestamp_seconds",
                                    "When each resource was last listed or watched (Unix time).", labels=["resource"])
-        for resource, (count, when) in (self.source() if self.source else {}).items():
+        stats = self.source() if self.source else {}
+        for resource, (count, when) in stats.items():
             objects.add_metric([resource], count)
             if when is not None:
                 synced.add_metric([resource], when)

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonpatch
 
-from . import affinity, longhorn, nodes, placement
+from . import affinity, longhorn, nodes, patching, placement
 from .admission import AdmissionRequest, AdmissionResponse, allowed, patched
 from .config import Settings
 from .deadline import Deadline
@@ -122,7 +122,7 @@ def _decided(
 ) -> Outcome:
     ops = affinity.patch_for(pod, decision, settings)
     try:
-        jsonpatch.apply_patch(pod, ops)  # never hand the apiserver a patch that does not apply
+        patching.apply(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return Outcome(allowed(request.uid, [f"co-location skipped: patch did not apply ({exc})"]), rule,

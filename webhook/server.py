@@ -1,12 +1,13 @@
 """The HTTPS transport: routes, body limits, deadlines, TLS. Decisions live in mutate.py."""
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import ssl
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from . import admission, metrics, mutate, tls
@@ -57,8 +58,8 @@ async def handle_mutate(request: web.Request) -> web.Response:
         return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
     raw = await request.read()
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         return bad_request(f"the body is not valid JSON: {exc}")
     except RecursionError:
         return bad_request("the body is nested too deeply")
@@ -67,7 +68,7 @@ async def handle_mutate(request: web.Request) -> web.Response:
     except admission.BadReview as exc:
         return bad_request(str(exc))
     outcome = await mutate.admit(review, request.app[STORE_KEY], settings, deadline)
-    response = web.json_response(outcome.response.envelope())
+    response = web.Response(body=orjson.dumps(outcome.response.envelope()), content_type="application/json")
     if request.app[STATE_KEY].draining:
         response.force_close()  # reconnect elsewhere: our endpoint is on its way out
     try:  # bookkeeping must never turn an answer into a 500
@@ -133,6 +134,15 @@ def make_app(store: Store, settings: Settings, *, state: ServingState | None = N
     app[EVENTS_KEY] = events
     app.router.add_post("/mutate", handle_mutate)
     return app
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when it is installed (a dependency on Linux), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def tls_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:

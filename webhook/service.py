@@ -52,8 +52,16 @@ class Service:
         return reasons
 
     async def start(self) -> None:
-        """Probes first (so the kubelet sees a live process), then the admission port."""
-        self.ops_runner = await server.start(ops.make_ops_app(self.not_ready), self.listen.metrics_host,
+        """Probes first (so the kubelet sees a live process), then the admission port.
+
+        Caches fill in the background: the webhook listens at once and answers from direct
+        reads until they have synced (readiness says when).
+        """
+        start_store = getattr(self.store, "start", None)
+        if start_store is not None:
+            start_store()
+        degraded = getattr(self.store, "degraded", list)
+        self.ops_runner = await server.start(ops.make_ops_app(self.not_ready, degraded), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
         app = server.make_app(self.store, self.settings, state=self.state, events=self.events)
         self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
@@ -61,7 +69,8 @@ class Service:
         self.tls.start()
         log.info("serving", extra={"fields": {
             "host": self.listen.host, "port": server.bound_port(self.runner),
-            "metrics_port": server.bound_port(self.ops_runner)}})
+            "metrics_port": server.bound_port(self.ops_runner),
+            "loop": type(asyncio.get_running_loop()).__module__}})
 
     async def stop(self) -> None:
         self.state.draining = True

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
+import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 import yaml
 
 from . import metrics
@@ -90,6 +91,9 @@ class Store(Protocol):
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """virt-launcher pods in `namespace` that mount PVC `claim`."""
 
+    def synced(self) -> bool:
+        """Whether reads are answered from a complete view (readiness): caches have synced."""
+
     async def close(self) -> None: ...
 
 
@@ -156,6 +160,9 @@ class SnapshotStore(ListLookups):
             if kind == resource.kind and (namespace is None or ns == namespace) and labels_match(obj, labels)
         ]
 
+    def synced(self) -> bool:
+        return True
+
     async def close(self) -> None:
         return None
 
@@ -182,15 +189,7 @@ class ClusterStore(ListLookups):
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> ClusterStore:
-        """In-cluster config when running in a pod, else --kubeconfig / KUBECONFIG / ~/.kube/config."""
-        from kubernetes_asyncio import client, config
-
-        configuration = client.Configuration()
-        if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in __import__("os").environ:
-            config.load_incluster_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(await connect_api(kubeconfig))
 
     @property
     def api_client(self) -> Any:
@@ -201,7 +200,7 @@ class ClusterStore(ListLookups):
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
         from kubernetes_asyncio import client
 
-        return cls(client.ApiClient(client.Configuration(host=host)))
+        return cls(new_api_client(client.Configuration(host=host)))
 
     async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None,
                     resource: Resource) -> dict[str, Any] | None:
@@ -240,7 +239,7 @@ class ClusterStore(ListLookups):
         if not 200 <= response.status < 300:
             raise StoreError(f"API answered {response.status} for {path}")
         try:
-            return json.loads(body)
+            return orjson.loads(body)
         except ValueError:
             raise StoreError(f"API sent a body that is not JSON for {path}") from None
 
@@ -258,5 +257,52 @@ class ClusterStore(ListLookups):
         # Lists omit apiVersion/kind on items; the rules don't need them. Filter client-side too.
         return [item for item in items if labels_match(item, labels)]
 
+    def synced(self) -> bool:
+        return True
+
     async def close(self) -> None:
         await self._api.close()
+
+
+async def connect_api(kubeconfig: str | None = None) -> Any:
+    """A kubernetes-asyncio ApiClient: in-cluster config when running in a pod, else
+    --kubeconfig / KUBECONFIG / ~/.kube/config."""
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig is None and config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return new_api_client(configuration)
+
+
+def new_api_client(configuration: Any) -> Any:
+    """kubernetes-asyncio's ApiClient without environment look-ups on every request.
+
+    Its aiohttp session trusts the environment (`trust_env=True`): each request then reads
+    ~/.netrc and the proxy variables in a worker thread, which costs more CPU than the
+    request itself. The proxy the environment names for the API server (HTTPS_PROXY,
+    NO_PROXY...) is looked up once here instead.
+    """
+    import aiohttp
+    import yarl
+    from aiohttp.helpers import get_env_proxy_for_url
+    from kubernetes_asyncio import client
+
+    if not configuration.proxy:
+        try:
+            proxy, proxy_auth = get_env_proxy_for_url(yarl.URL(configuration.host))
+        except LookupError:
+            pass
+        else:
+            configuration.proxy = str(proxy)
+            if proxy_auth is not None:
+                configuration.proxy_headers = {"Proxy-Authorization": proxy_auth.encode()}
+    api = client.ApiClient(configuration)
+    trusting = api.rest_client.pool_manager
+    # aiohttp's default read buffer, not kubernetes-asyncio's 2 MiB: our watch reader does not
+    # need a whole event in the buffer, and six watches streaming at start add up.
+    api.rest_client.pool_manager = aiohttp.ClientSession(connector=trusting.connector, trust_env=False)
+    trusting.detach()  # hands the connector over; the old session is closed without closing it
+    return api

@@ -1,0 +1,160 @@
+"""The kmock Kubernetes emulator in a process of its own, serving a synthetic cluster.
+
+Prints its URL and a control URL on stdout, then serves until stdin closes. With
+`--paginate`, lists honour `limit`/`continue` and `labelSelector` as the apiserver does
+(kmock itself returns everything at once), so large collections are read page by page as
+from a real cluster.
+
+The control server: `GET /requests` counts the API requests served other than watches;
+`POST /late` writes the `late-*` claims and volumes without watch events, so the webhook's
+caches never see them and must read them with GETs.
+
+kmock keeps every request and matches each new one against that whole history and every
+reaction (kmock 0.8, `View.__contains__`): it slows down as a benchmark runs. This one keeps
+the latest few requests only, and adds no reactions of its own unless it paginates.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import sys
+from typing import Any
+
+from aiohttp import web
+from kmock._internal import apps, k8s
+
+from webhook.store import RESOURCES
+
+from . import objects
+
+BENCH_NS = "vms-bench"
+BENCH_CLAIMS = ["bench-disk-0", "bench-disk-1"]
+LATE_CLAIMS = ["late-disk-0", "late-disk-1"]
+BENCH_NODE = "node-bench"
+
+
+def claim_objects(claim: str) -> list[dict[str, Any]]:
+    return [objects.pvc(claim, BENCH_NS, f"pvc-{claim}"), objects.pv(claim, BENCH_NS, f"pvc-{claim}")]
+
+
+def share_manager_objects(claim: str) -> list[dict[str, Any]]:
+    return [objects.share_manager(f"pvc-{claim}", BENCH_NODE), objects.share_manager_pod(f"pvc-{claim}", BENCH_NODE)]
+
+
+def bench_objects() -> list[dict[str, Any]]:
+    """The benchmark's two disks, served from BENCH_NODE, and the share-managers of the late ones."""
+    found = [objects.node(BENCH_NODE)]
+    for claim in BENCH_CLAIMS:
+        found += claim_objects(claim) + share_manager_objects(claim)
+    for claim in LATE_CLAIMS:
+        found += share_manager_objects(claim)
+    return found
+
+
+class BenchEmulator(k8s.KubernetesEmulator):
+    served = 0  # API requests other than watches
+    KEEP = 8  # recent requests kept: more than ever start at the same moment here
+
+    async def _handle(self, request: Any) -> Any:
+        del self._requests[:-self.KEEP]
+        if request.params.get("watch") != "true":
+            self.served += 1
+        return await super()._handle(request)
+
+
+class Emulator:
+    def __init__(self, kmock: BenchEmulator, paginate: bool):
+        self.kmock = kmock
+        self.by_kind = {(r.api_version, r.kind): r for r in RESOURCES}
+        self.lists: dict[str, list[dict[str, Any]]] = {}
+        self.tokens = itertools.count()
+        for resource in RESOURCES:
+            kmock.resources[resource] = {}
+        if paginate:
+            kmock["list"] << self.page
+
+    def put(self, obj: dict[str, Any]) -> None:
+        resource = self.by_kind[(obj["apiVersion"], obj["kind"])]
+        meta = obj["metadata"]
+        self.kmock.objects[resource, meta.get("namespace") if resource.namespaced else None, meta["name"]] = obj
+
+    def page(self, request: Any) -> dict[str, Any]:
+        limit = int(request.params.get("limit") or 0)
+        token = request.params.get("continue")
+        if token:
+            list_id, _, offset_text = token.partition(":")
+            items, offset = self.lists[list_id], int(offset_text)
+        else:
+            wanted = dict(part.split("=", 1) for part in (request.params.get("labelSelector") or "").split(",") if part)
+            items = [
+                obj.raw for (resource, namespace, _), obj in self.kmock.objects.items()
+                if resource == request.resource and not obj.deleted
+                and (request.namespace is None or namespace == request.namespace)
+                and all((obj.raw.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in wanted.items())
+            ]
+            list_id, offset = str(next(self.tokens)), 0
+            self.lists[list_id] = items
+        end = offset + limit if limit else len(items)
+        metadata = {"resourceVersion": "1"}
+        if end < len(items):
+            metadata["continue"] = f"{list_id}:{end}"
+        else:
+            self.lists.pop(list_id, None)
+        return {"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": items[offset:end]}
+
+    def control(self) -> web.Application:
+        async def requests(request: web.Request) -> web.Response:
+            return web.json_response({"requests": self.kmock.served})
+
+        async def late(request: web.Request) -> web.Response:
+            for obj in (o for claim in LATE_CLAIMS for o in claim_objects(claim)):
+                self.put(obj)  # behind the watches' back: no events
+            return web.json_response({"added": len(LATE_CLAIMS)})
+
+        app = web.Application()
+        app.router.add_get("/requests", requests)
+        app.router.add_post("/late", late)
+        return app
+
+
+async def serve(args: argparse.Namespace) -> None:
+    async with BenchEmulator() as kmock, apps.Server(kmock) as server:
+        emulator = Emulator(kmock, args.paginate)
+        control = web.AppRunner(emulator.control(), access_log=None)
+        await control.setup()
+        site = web.TCPSite(control, "127.0.0.1", 0)
+        await site.start()
+        control_port = control.addresses[0][1]
+        count = 0
+        for obj in objects.cluster(args.pvcs, args.share_managers, args.pods, args.nodes):
+            emulator.put(obj)
+            count += 1
+        if args.bench_disks:
+            for obj in bench_objects():
+                emulator.put(obj)
+                count += 1
+        print(f"{str(server.url).rstrip('/')} http://127.0.0.1:{control_port} {count}", flush=True)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
+        finally:
+            await control.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.emulator")
+    parser.add_argument("--pvcs", type=int, default=200)
+    parser.add_argument("--share-managers", type=int, default=100)
+    parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--bench-disks", action="store_true", help="add the benchmark's two disks and late claims")
+    parser.add_argument("--paginate", action="store_true", help="serve lists in pages (limit/continue)")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Synthetic Kubernetes objects shaped like those of a KubeVirt + Longhorn cluster."""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LONGHORN_NS = "longhorn-system"
+EXAMPLE_REVIEW = Path(__file__).resolve().parent.parent / "examples" / "admission-review.json"
+MANAGED = [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+            "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:pv.kubernetes.io/bind-completed": {}}},
+                         "f:spec": {"f:volumeName": {}}, "f:status": {"f:phase": {}, "f:capacity": {}}}}]
+
+
+def volume_name(i: int) -> str:
+    """pvc-<uuid>, as the CSI provisioner names volumes (random, but the same on every run)."""
+    return f"pvc-{uuid.UUID(int=random.Random(i).getrandbits(128), version=4)}"
+
+
+def node_name(i: int, nodes: int) -> str:
+    return f"node-{i % nodes:03d}"
+
+
+def pvc(claim: str, namespace: str, volume: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace, "uid": str(uuid.uuid4()), "resourceVersion": "1",
+                     "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "labels": {"app": "containerized-data-importer", "app.kubernetes.io/component": "storage"},
+                     "annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                                     "pv.kubernetes.io/bound-by-controller": "yes",
+                                     "volume.beta.kubernetes.io/storage-provisioner": "driver.longhorn.io",
+                                     "volume.kubernetes.io/storage-provisioner": "driver.longhorn.io"},
+                     "finalizers": ["kubernetes.io/pvc-protection"], "managedFields": copy.deepcopy(MANAGED)},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "longhorn-rwx", "volumeMode": "Filesystem",
+                 "volumeName": volume, "resources": {"requests": {"storage": "20Gi"}}},
+        "status": {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "20Gi"}},
+    }
+
+
+def pv(claim: str, namespace: str, volume: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": volume, "uid": str(uuid.uuid4()), "resourceVersion": "1",
+                     "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "annotations": {"pv.kubernetes.io/provisioned-by": "driver.longhorn.io",
+                                     "volume.kubernetes.io/provisioner-deletion-secret-name": "",
+                                     "volume.kubernetes.io/provisioner-deletion-secret-namespace": ""},
+                     "finalizers": ["kubernetes.io/pv-protection", "external-attacher/driver-longhorn-io"],
+                     "managedFields": copy.deepcopy(MANAGED)},
+        "spec": {"accessModes": ["ReadWriteMany"], "capacity": {"storage": "20Gi"},
+                 "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": claim,
+                              "namespace": namespace, "uid": str(uuid.uuid4()), "resourceVersion": "1"},
+                 "csi": {"driver": "driver.longhorn.io", "fsType": "ext4", "volumeHandle": volume,
+                         "volumeAttributes": {"dataLocality": "disabled", "fromBackup": "", "fsType": "ext4",
+                                              "migratable": "false", "numberOfReplicas": "3",
+                                              "share": "true", "staleReplicaTimeout": "30",
+                                              "storage.kubernetes.io/csiProvisionerIdentity": "1700000000000-8081-driver.longhorn.io"}},
+                 "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "longhorn-rwx",
+                 "volumeMode": "Filesystem"},
+        "status": {"phase": "Bound", "lastPhaseTransitionTime": "2026-01-01T00:00:00Z"},
+    }
+
+
+def share_manager(volume: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "longhorn.io/v1beta2", "kind": "ShareManager",
+        "metadata": {"name": volume, "namespace": LONGHORN_NS, "uid": str(uuid.uuid4()), "resourceVersion": "1",
+                     "labels": {"longhorn.io/component": "share-manager", "longhorn.io/managed-by": "longhorn-manager"},
+                     "finalizers": ["longhorn.io"],
+                     "ownerReferences": [{"apiVersion": "longhorn.io/v1beta2", "kind": "Volume", "name": volume,
+                                          "uid": str(uuid.uuid4())}]},
+        "spec": {"image": "longhornio/longhorn-share-manager:v1.9.1"},
+        "status": {"endpoint": f"nfs://10.43.0.1/{volume}", "ownerID": node, "state": "running"},
+    }
+
+
+def share_manager_pod(volume: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"share-manager-{volume}", "namespace": LONGHORN_NS, "uid": str(uuid.uuid4()),
+                     "resourceVersion": "1",
+                     "labels": {"longhorn.io/component": "share-manager", "longhorn.io/managed-by": "longhorn-manager",
+                                "longhorn.io/share-manager": volume},
+                     "annotations": {"longhorn.io/last-applied-tolerations": "[]"},
+                     "ownerReferences": [{"apiVersion": "longhorn.io/v1beta2", "kind": "ShareManager", "name": volume,
+                                          "uid": str(uuid.uuid4()), "controller": True}]},
+        "spec": {"nodeName": node, "serviceAccountName": "longhorn-service-account", "priorityClassName": "longhorn-critical",
+                 "containers": [{"name": "share-manager", "image": "longhornio/longhorn-share-manager:v1.9.1",
+                                 "args": ["--debug", "daemon", "--volume", volume],
+                                 "env": [{"name": "NFS_LOG_LEVEL", "value": "INFO"}],
+                                 "securityContext": {"privileged": True},
+                                 "volumeMounts": [{"name": "host-dev", "mountPath": "/dev"},
+                                                  {"name": "lib-modules", "mountPath": "/lib/modules", "readOnly": True}]}],
+                 "volumes": [{"name": "host-dev", "hostPath": {"path": "/dev"}},
+                             {"name": "lib-modules", "hostPath": {"path": "/lib/modules"}}]},
+        "status": {"phase": "Running", "podIP": "10.42.0.10", "hostIP": "192.168.1.10",
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def virt_launcher_pod(vm: str, namespace: str, claims: list[str], node: str) -> dict[str, Any]:
+    review = json.loads(EXAMPLE_REVIEW.read_text())
+    pod = review["request"]["object"]
+    vmi_uid = str(uuid.uuid4())
+    pod["metadata"].update(name=f"virt-launcher-{vm}-abcde", namespace=namespace, uid=str(uuid.uuid4()),
+                           resourceVersion="1")
+    pod["metadata"]["labels"].update({"vm.kubevirt.io/name": vm, "kubevirt.io/vm": vm, "vmi.kubevirt.io/id": vm,
+                                      "kubevirt.io/created-by": vmi_uid})
+    pod["metadata"]["ownerReferences"][0].update(name=vm, uid=vmi_uid)
+    pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
+    pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return pod
+
+
+def node(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64",
+                                              "kubernetes.io/os": "linux", "kubevirt.io/schedulable": "true"}},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }
+
+
+def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20) -> Iterator[dict[str, Any]]:
+    """`pvcs` bound Longhorn claims (each with its PV); the first `share_managers` volumes are
+    shared, each with a ShareManager and, for half of `pods`, a share-manager pod; the other
+    half are virt-launcher pods mounting two claims each."""
+    for i in range(nodes):
+        yield node(node_name(i, nodes))
+    for i in range(pvcs):
+        namespace, claim, volume = f"vms-{i % 100:02d}", f"disk-{i:06d}", volume_name(i)
+        yield pvc(claim, namespace, volume)
+        yield pv(claim, namespace, volume)
+        if i < share_managers:
+            yield share_manager(volume, node_name(i, nodes))
+        if i < min(share_managers, pods // 2):
+            yield share_manager_pod(volume, node_name(i, nodes))
+    for j in range(pods - min(share_managers, pods // 2)):
+        a = j % max(1, pvcs - 100)
+        b = a + 100 if a + 100 < pvcs else a  # same namespace (i % 100)
+        yield virt_launcher_pod(f"vm-{j:06d}", f"vms-{a % 100:02d}", [f"disk-{a:06d}", f"disk-{b:06d}"], node_name(j, nodes))
+
+
+def two_disk_review(namespace: str, claims: list[str], uid: str = "bench") -> dict[str, Any]:
+    """The example AdmissionReview (a virt-launcher pod being created) with two RWX disks."""
+    review = json.loads(EXAMPLE_REVIEW.read_text())
+    pod = review["request"]["object"]
+    pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
+    pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    review["request"].update(uid=uid, namespace=namespace)
+    return review
