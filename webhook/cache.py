@@ -550,16 +550,23 @@ class WatchedClusterStore:
     def _informers(self, resource: Resource, namespace: str | None) -> list[Informer]:
         return [i for i in self._by_kind.get(resource.kind, ()) if i.resource == resource and i.covers(namespace)]
 
-    async def get(self, resource, namespace, name, *, timeout=None):
+    def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise."""
         answered = False  # a synced informer that holds everything this look-up could be about
         for informer in self._by_kind.get(resource.kind, ()):
             if informer.synced and informer.covers(namespace) and informer.resource == resource:
                 obj = informer.get(namespace, name)
                 if obj is not None:
-                    return obj
+                    return True, obj
                 answered = answered or informer.authoritative
         if answered and resource.kind not in MISS_FALLBACK:
-            return None
+            return True, None
+        return False, None
+
+    async def get(self, resource, namespace, name, *, timeout=None):
+        known, obj = self.peek(resource, namespace, name)
+        if known:
+            return obj
         return await self._direct.get(resource, namespace, name, timeout=timeout)
 
     async def list(self, resource, namespace=None, labels=None, *, timeout=None):

@@ -11,13 +11,13 @@ A disk that fails any step contributes no node and is never an error.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from .config import Settings
 from .deadline import Deadline
 from .placement import Fact, consumer_exemption
-from .store import POD, PV, PVC, SHARE_MANAGER, Store, StoreError, valid_name
+from .store import POD, PV, PVC, SHARE_MANAGER, Resource, Store, StoreError, valid_name
 
 SHARE_MANAGER_POD_PREFIX = "share-manager-"
 
@@ -87,47 +87,82 @@ def share_manager_node(
     return owner, f"share-manager of {volume} runs on {owner}"
 
 
-async def resolve_disk(
-    store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline
-) -> Fact:
+Lookup = tuple[Resource, "str | None", str]
+
+
+def disk_steps(settings: Settings, namespace: str, claim: str) -> Generator[Lookup, Any, Fact]:
+    """The look-ups that resolve one disk, as a generator: it yields (resource, namespace, name)
+    and is sent the object (or None); it returns the Fact. Drivers decide where objects come
+    from: memory first (`resolve_now`), the API when memory cannot tell (`resolve_io`)."""
     if not valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
         return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
-    try:
-        pvc = await store.get(PVC, namespace, claim, timeout=deadline.remaining())
-        pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
-        pv = await store.get(PV, None, pv_name, timeout=deadline.remaining()) if pv_name else None
-        volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
-        if volume is None:
-            return Fact(claim, None, why)
-        pod, share_manager = await asyncio.gather(
-            store.get(POD, settings.longhorn_namespace, SHARE_MANAGER_POD_PREFIX + volume, timeout=deadline.remaining()),
-            store.get(SHARE_MANAGER, settings.longhorn_namespace, volume, timeout=deadline.remaining()),
-        )
-    except StoreError as exc:
-        return Fact(claim, None, f"disk {claim}: {exc}")
+    pvc = yield (PVC, namespace, claim)
+    pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
+    pv = (yield (PV, None, pv_name)) if pv_name else None
+    volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
+    if volume is None:
+        return Fact(claim, None, why)
+    pod = yield (POD, settings.longhorn_namespace, SHARE_MANAGER_POD_PREFIX + volume)
+    share_manager = yield (SHARE_MANAGER, settings.longhorn_namespace, volume)
     node, why = share_manager_node(volume, pod, share_manager)
     return Fact(claim, node, why, volume=volume)
+
+
+def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact]) -> Fact | None:
+    """Run the steps from the store's memory only; None as soon as a look-up would need the API."""
+    peek = getattr(store, "peek", None)
+    try:
+        lookup = next(steps)
+        while peek is not None:
+            known, obj = peek(*lookup)
+            if not known:
+                return None
+            lookup = steps.send(obj)
+    except StopIteration as done:
+        return done.value
+    return None
+
+
+async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: str, deadline: Deadline) -> Fact:
+    """Run the steps through the store's reads, each within what is left of the deadline."""
+    try:
+        async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
+            lookup = next(steps)
+            while True:
+                obj = await store.get(*lookup, timeout=deadline.remaining())
+                lookup = steps.send(obj)
+    except StopIteration as done:
+        return done.value
+    except StoreError as exc:
+        return Fact(claim, None, f"disk {claim}: {exc}")
+    except TimeoutError:
+        return Fact(claim, None, f"disk {claim}: no answer before the deadline")
 
 
 async def resolve_disks(
     store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline
 ) -> list[Fact]:
-    """Resolve every disk concurrently; whatever is unfinished at the deadline is unknown."""
-    tasks = [asyncio.ensure_future(resolve_disk(store, settings, namespace, c, deadline)) for c in claims]
-    if not tasks:
-        return []
-    done, pending = await asyncio.wait(tasks, timeout=deadline.remaining())
-    for task in pending:
-        task.cancel()
-    facts = []
-    for claim, task in zip(claims, tasks):
-        if task in done and not task.cancelled() and task.exception() is None:
-            facts.append(task.result())
-        elif task in done and task.exception() is not None:
-            facts.append(Fact(claim, None, f"disk {claim}: {type(task.exception()).__name__}"))
-        else:
-            facts.append(Fact(claim, None, f"disk {claim}: no answer before the deadline"))
-    return facts
+    """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
+    through the API. Whatever is unfinished at the deadline is reported as such."""
+    facts: list[Fact | None] = [resolve_now(store, disk_steps(settings, namespace, c)) for c in claims]
+    missing = [i for i, fact in enumerate(facts) if fact is None]
+    if len(missing) == 1:
+        (i,) = missing
+        facts[i] = await resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline)
+    elif missing:
+        tasks = {i: asyncio.ensure_future(resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline))
+                 for i in missing}
+        done, pending = await asyncio.wait(tasks.values(), timeout=deadline.remaining())
+        for task in pending:
+            task.cancel()
+        for i, task in tasks.items():
+            if task in done and task.exception() is None:
+                facts[i] = task.result()
+            elif task in done:
+                facts[i] = Fact(claims[i], None, f"disk {claims[i]}: {type(task.exception()).__name__}")
+            else:
+                facts[i] = Fact(claims[i], None, f"disk {claims[i]}: no answer before the deadline")
+    return [fact for fact in facts if fact is not None]
 
 
 async def resolve_consumers(

@@ -19,7 +19,6 @@ from .deadline import Deadline
 from .store import NODE, Store, StoreError
 
 log = logging.getLogger(__name__)
-INNER_MARGIN = 0.05  # seconds between the rule's own deadline and the hard stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,13 +46,9 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
         return Outcome(allowed(uid), "share-manager", skipped="share-manager rule is off")
     rule = _share_manager_rule if share_manager else _vm_rule
     try:
-        # Every read has its own timeout, a little inside the deadline so the rule can still say
-        # which disk ran out of time; this bounds the whole rule, whatever a store does.
-        inner = Deadline(deadline.at - INNER_MARGIN)
-        return await asyncio.wait_for(rule(request, pod, store, settings, inner), deadline.remaining())
-    except TimeoutError:
-        return Outcome(allowed(uid, ["co-location skipped: no answer before the deadline"]),
-                       "share-manager" if share_manager else "vm", skipped="deadline")
+        # Answers from memory need no timer; every read that goes to the API is bounded by
+        # the deadline where it is made (longhorn.resolve_io, pin_obstacle, consumers).
+        return await rule(request, pod, store, settings, deadline)
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, pod_name(pod))
         return Outcome(allowed(uid, [f"co-location skipped: internal error ({type(exc).__name__})"]), "none",
@@ -109,10 +104,16 @@ async def pin_obstacle(
     if len(candidates) != 1:
         return None  # several nodes: only preferences, nothing to strand on
     (name,) = candidates
-    try:
-        node = await store.get(NODE, None, name, timeout=deadline.remaining())
-    except StoreError as exc:
-        return f"node {name} could not be checked ({exc})"
+    peek = getattr(store, "peek", None)
+    known, node = peek(NODE, None, name) if peek is not None else (False, None)
+    if not known:
+        try:
+            async with asyncio.timeout(deadline.remaining()):
+                node = await store.get(NODE, None, name, timeout=deadline.remaining())
+        except StoreError as exc:
+            return f"node {name} could not be checked ({exc})"
+        except TimeoutError:
+            return f"node {name} could not be checked before the deadline"
     return nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
 
 

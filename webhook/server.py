@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from . import admission, metrics, mutate, tls
+from . import admission, logs, metrics, mutate, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import Store
@@ -84,38 +84,37 @@ async def handle_mutate(request: web.Request) -> web.Response:
 
 
 def record(outcome: mutate.Outcome, seconds: float) -> None:
-    metrics.ADMISSION_SECONDS.labels(outcome.rule).observe(seconds)
+    metrics.admission_seconds(outcome.rule).observe(seconds)
     if outcome.decision is not None:
-        metrics.ADMISSIONS.labels(outcome.rule, outcome.decision.outcome, "").inc()
+        metrics.admissions(outcome.rule, outcome.decision.outcome, "").inc()
     elif outcome.skipped == "internal error":
-        metrics.ADMISSIONS.labels(outcome.rule, "error", outcome.skipped).inc()
+        metrics.admissions(outcome.rule, "error", outcome.skipped).inc()
     else:
-        metrics.ADMISSIONS.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
+        metrics.admissions(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
 def log_admission(review: admission.AdmissionRequest, outcome: mutate.Outcome, seconds: float) -> None:
     """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
     pod = review.object if isinstance(review.object, dict) else {}
     decision = outcome.decision
-    log.info(
+    logs.line(
         "admission",
-        extra={
-            "fields": {
-                "uid": review.uid,
-                "namespace": review.namespace,
-                "pod": mutate.pod_name(pod),
-                "vm": vm_name(pod),
-                "rule": outcome.rule,
-                "disks": {f.subject: f.node for f in outcome.facts},
-                "decision": decision.outcome if decision else "untouched",
-                "node": decision.node if decision else None,
-                "nodes": decision.nodes if decision else [],
-                "reason": decision.reason if decision else outcome.skipped,
-                "detail": outcome.detail,
-                "dry_run": review.dry_run,
-                "duration_ms": round(seconds * 1000, 3),
-            }
+        {
+            "uid": review.uid,
+            "namespace": review.namespace,
+            "pod": mutate.pod_name(pod),
+            "vm": vm_name(pod),
+            "rule": outcome.rule,
+            "disks": {f.subject: f.node for f in outcome.facts},
+            "decision": decision.outcome if decision else "untouched",
+            "node": decision.node if decision else None,
+            "nodes": decision.nodes if decision else [],
+            "reason": decision.reason if decision else outcome.skipped,
+            "detail": outcome.detail,
+            "dry_run": review.dry_run,
+            "duration_ms": round(seconds * 1000, 3),
         },
+        log,
     )
 
 

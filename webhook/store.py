@@ -96,6 +96,9 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    # Optional: `peek(resource, namespace, name) -> (known, object)` answers from memory without
+    # I/O; known is False when only the API can tell. Stores without it are always asked.
+
 
 VIRT_LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
 
@@ -149,9 +152,12 @@ class SnapshotStore(ListLookups):
         text = Path(path).read_text(encoding="utf-8")
         return cls(flatten(yaml.safe_load_all(text)))
 
-    async def get(self, resource, namespace, name, *, timeout=None):
+    def peek(self, resource, namespace, name):
         namespace = (namespace or "") if resource.namespaced else ""
-        return self._objects.get((resource.kind, namespace, name))
+        return True, self._objects.get((resource.kind, namespace, name))
+
+    async def get(self, resource, namespace, name, *, timeout=None):
+        return self.peek(resource, namespace, name)[1]
 
     async def list(self, resource, namespace=None, labels=None, *, timeout=None):
         return [
