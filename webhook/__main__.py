@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, kube_certs, logs, mutate, server, tls
+from . import admission, logs, mutate, server, tls
 from .config import Settings
 from .deadline import Deadline
 from .store import ClusterStore, SnapshotStore, StoreError
@@ -158,7 +158,7 @@ async def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_certs(args: argparse.Namespace) -> int:
-    from . import certs  # cryptography costs 8 MiB: only for this verb
+    from . import certs, kube_certs  # cryptography costs 8 MiB: only for this verb
 
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
     if not args.out and not args.secret:
