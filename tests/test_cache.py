@@ -407,3 +407,62 @@ async def test_a_proxy_from_the_environment_is_used(kmock, monkeypatch):
             assert (await decision(store)).node == "node-b"
         finally:
             await store.close()
+
+
+# --------------------------------------------------------------------------- API faults
+
+
+def cache_healthy(store, name):
+    from webhook import metrics
+    return metrics.REGISTRY.get_sample_value("colocate_cache_healthy", {"cache": name})
+
+
+async def test_403_on_one_resource_keeps_the_rest_serving_says_so_and_recovers(kmock):
+    """RBAC lost for nodes after start: the node cache keeps what it has and reports it."""
+    import kmock as kmocklib
+
+    seed(kmock, fixture_cluster())
+    # Short watches, so the node cache lists again soon, as it does every few minutes for real.
+    store = await watched_store(kmock, timing=Timing(watch_seconds=(0.2, 0.3), backoff_initial=0.02,
+                                                     backoff_cap=0.2, short_watch=0.1))
+    denied = {"on": True}
+
+    def forbidden():
+        if denied["on"]:
+            raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="nodes is forbidden")
+        return None  # spent: the emulator serves again
+
+    kmock["/api/v1/nodes"] << forbidden
+    try:
+        assert await eventually(lambda: asyncio.sleep(0, store.degraded()), lambda d: any("403" in x for x in d))
+        assert cache_healthy(store, "nodes") == 0
+        assert (await decision(store)).node == "node-b"  # still answered, from what the caches hold
+        denied["on"] = False
+        assert await eventually(lambda: asyncio.sleep(0, store.degraded()), []) == []
+        assert cache_healthy(store, "nodes") == 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("fault", ["500", "hang"])
+async def test_an_api_that_fails_from_the_start_still_gets_answers_in_time(kmock, fault):
+    """Never synced (the API answers 500, or nothing): every admission is allowed unpinned before its deadline."""
+    seed(kmock, fixture_cluster())
+    if fault == "500":
+        kmock["get"] << 500
+    else:
+        kmock["get"] << (lambda: asyncio.sleep(30))
+    store = WatchedClusterStore.for_host(api_host(kmock), Settings(), TEST_TIMING)
+    store.start()
+    loop = asyncio.get_running_loop()
+    try:
+        for _ in range(3):
+            started = loop.time()
+            outcome = await admit(parse_review(review(vm_pod())), store, Settings(), Deadline.after(1.0, 0.2))
+            assert loop.time() - started < 1.0
+            response = outcome.response.envelope()["response"]
+            assert response["allowed"] is True and outcome.decision.outcome == "not-pinned"
+            assert any("vm1-rootdisk" in w for w in response["warnings"])
+        assert not store.synced()
+    finally:
+        await store.close()

@@ -222,3 +222,13 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     admission = next(e for e in logged if e["msg"] == "admission" and e["decision"] == "pinned")
     assert admission["vm"] == "vm1" and admission["disks"] == {"vm1-rootdisk": "node-b"} and admission["duration_ms"] > 0
     assert [e["msg"] for e in logged if e["msg"] in ("draining", "exiting")] == ["draining", "exiting"]
+
+
+async def test_a_degraded_store_stays_ready_and_says_why(service, session):
+    class Degraded(SnapshotStore):
+        def degraded(self):
+            return ["nodes: ApiError: 403"]
+
+    svc, base, ops = await service(Degraded(fixture_cluster()))
+    async with session.get(f"{ops}/readyz") as r:
+        assert r.status == 200 and "degraded: nodes: ApiError: 403" in await r.text()

@@ -367,7 +367,7 @@ class Informer:
         self.resource_version = resource_version
         self.resumable = resource_version is not None
         self.lists += 1
-        self.last_sync, self.error = time.time(), None
+        self._healthy()
 
     async def watch(self) -> bool:
         """Stream events into the table until the watch ends; True when it was a healthy watch."""
@@ -424,7 +424,18 @@ class Informer:
         if kind != "BOOKMARK":
             self._apply(self.table, kind, obj)
         self.events += 1
-        self.last_sync, self.error = time.time(), None
+        self._healthy()
+
+    def _healthy(self) -> None:
+        self.last_sync = time.time()
+        if self.error is not None or self.lists + self.events <= 1:
+            metrics.CACHE_HEALTHY.labels(self.name).set(1)
+        self.error = None
+
+    def _failed(self, exc: Exception) -> None:
+        self.error = f"{type(exc).__name__}: {exc}"
+        metrics.WATCH_ERRORS.labels(self.name).inc()
+        metrics.CACHE_HEALTHY.labels(self.name).set(0)
 
     # ----------------------------------------------------------------- loop
 
@@ -442,7 +453,6 @@ class Informer:
                             "resource": self.name, "objects": len(self.table.objects),
                             "seconds": round(asyncio.get_running_loop().time() - started, 3)}})
                     self.synced_event.set()
-                    metrics.CACHE_HEALTHY.labels(self.name).set(1)
                 healthy = await self.watch()
                 gone_in_a_row = 0
                 need_list = not self.resumable
@@ -461,9 +471,7 @@ class Informer:
             except Exception as exc:  # API down, connection reset, 403, bad JSON: back off, then resume
                 need_list = need_list or not self.resumable
                 delay = self._backoff.next()
-                self.error = f"{type(exc).__name__}: {exc}"
-                metrics.WATCH_ERRORS.labels(self.name).inc()
-                metrics.CACHE_HEALTHY.labels(self.name).set(0)
+                self._failed(exc)
                 log.warning("watch failed", extra={"fields": {
                     "resource": self.name, "error": f"{type(exc).__name__}: {exc}", "retry_in": round(delay, 3)}})
                 await asyncio.sleep(delay)
