@@ -26,7 +26,7 @@ import orjson
 
 from . import metrics
 from .config import Settings
-from .store import (NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER_LABELS, ClusterStore, Resource, connect_api,
+from .store import (NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER_LABELS, ClusterStore, Resource, connect_api, raw_get,
                     labels_match, new_api_client, volume_handle)
 
 log = logging.getLogger(__name__)
@@ -317,15 +317,7 @@ class Informer:
     # ----------------------------------------------------------------- API
 
     async def _get(self, query: list[tuple[str, str]], timeout: float | None) -> Any:
-        return await self.api.call_api(
-            self._path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
+        return await raw_get(self.api, self._path, query, timeout)
 
     async def list(self) -> None:
         """A full paginated list, applied in place (no second copy of a large table), then the

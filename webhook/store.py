@@ -187,6 +187,20 @@ def flatten(documents: Iterable[Any]) -> Iterator[dict[str, Any]]:
 # --------------------------------------------------------------------------- cluster
 
 
+async def raw_get(api_client: Any, path: str, query: list[tuple[str, str]], timeout: float | None) -> Any:
+    """A GET through kubernetes-asyncio (its auth and TLS), the response left unread: the
+    caller parses it (orjson) and releases it."""
+    return await api_client.call_api(
+        path,
+        "GET",
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=timeout,
+    )
+
+
 class ClusterStore(ListLookups):
     """Reads the live cluster with kubernetes-asyncio: plain GETs, each within its timeout."""
 
@@ -221,15 +235,7 @@ class ClusterStore(ListLookups):
             raise StoreError(f"no time left to read {path}")
         try:
             async with asyncio.timeout(timeout):
-                response = await self._api.call_api(
-                    path,
-                    "GET",
-                    query_params=query,
-                    header_params={"Accept": "application/json"},
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                    _request_timeout=timeout,
-                )
+                response = await raw_get(self._api, path, query, timeout)
                 try:
                     body = await response.read()
                 finally:
