@@ -266,3 +266,87 @@ def kubeconfig_for(tmp_path: Path, url: str) -> str:
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
     }))
     return str(path)
+
+
+def client_certificate(tmp_path):
+    """A client CA and a clientAuth certificate it signs, as the apiserver would present."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "apiserver-client-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (tmp_path / "client-ca.crt").write_bytes(ca.public_bytes(pem))
+    (tmp_path / "client.crt").write_bytes(cert.public_bytes(pem))
+    (tmp_path / "client.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return tmp_path / "client-ca.crt", tmp_path / "client.crt", tmp_path / "client.key"
+
+
+class Serving:
+    """`python -m webhook serve` in a process of its own, as deployed: ports picked by the
+    server (0) and read from its `serving` log line; its log read all along (a full pipe
+    would stall the server)."""
+
+    def __init__(self, process: Any, entry: dict[str, Any], lines: list[dict[str, Any]]):
+        self.process = process
+        self.base = f"https://localhost:{entry['port']}"
+        self.ops = f"http://127.0.0.1:{entry['metrics_port']}"
+        self.lines = lines
+        self._reader: Any = None
+
+    @classmethod
+    async def start(cls, tls_files: dict[str, Path], *args: str, env: dict[str, str] | None = None) -> "Serving":
+        import asyncio
+        import os
+        import sys
+
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", "0",
+            "--metrics-host", "127.0.0.1", "--metrics-port", "0",
+            "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]), *args,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+        lines: list[dict[str, Any]] = []
+        while True:
+            raw = await asyncio.wait_for(process.stderr.readline(), 30)
+            assert raw, f"the server exited before serving: {lines}"
+            lines.append(json.loads(raw))
+            if lines[-1]["msg"] == "serving":
+                break
+        serving = cls(process, lines[-1], lines)
+        serving._reader = asyncio.create_task(serving._read())
+        return serving
+
+    async def _read(self) -> None:
+        async for raw in self.process.stderr:
+            if raw.strip():
+                self.lines.append(json.loads(raw))  # every line is JSON, or this fails the test
+
+    async def stop(self, timeout: float = 20, *, signalled: bool = False) -> int:
+        """SIGTERM (unless the test already sent it), then wait for the exit code."""
+        import asyncio
+        import signal
+
+        if self.process.returncode is None and not signalled:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(timeout):
+                code = await self.process.wait()
+                await self._reader
+        finally:
+            if self.process.returncode is None:
+                self.process.kill()
+                await self.process.wait()
+        return code

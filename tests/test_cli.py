@@ -67,13 +67,11 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
     """`serve` as deployed: watches the API (kmock here), answers before its caches have synced,
     turns ready once they have, follows changes, and stops cleanly on SIGTERM."""
     import asyncio
-    import signal
-    import socket
     import ssl
 
     import aiohttp
     from conftest import seed
-    from kube import fixture_cluster, review, vm_pod
+    from kube import Serving, fixture_cluster, review, vm_pod
 
     seed(kmock, fixture_cluster())
     released = asyncio.Event()
@@ -89,22 +87,12 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
         "users": [{"name": "anonymous", "user": {}}],
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
     }))
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(probe.getsockname()[1])
-    port, ops_port = ports
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
-        "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port), "--drain-delay", "0.2",
-        "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]),
-        stderr=asyncio.subprocess.PIPE)
-    base = f"https://localhost:{port}"
-    ops = f"http://127.0.0.1:{ops_port}"
+    serving = await Serving.start(tls_files, "--kubeconfig", str(kubeconfig), "--drain-delay", "0.2")
+    base, ops = serving.base, serving.ops
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context),
+                                         timeout=aiohttp.ClientTimeout(total=10)) as session:
             async def ready():
                 for _ in range(200):
                     try:
@@ -135,17 +123,13 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
                     break
                 await asyncio.sleep(0.02)
             assert await node() == "node-c"
-        process.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(10):
-            _, stderr = await process.communicate()
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    log = stderr.decode()
-    assert process.returncode == 0, log
+        code = await serving.stop()
+    assert code == 0, serving.lines
     import importlib.util
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-    assert f'"loop":"{loop}' in log and '"msg":"exiting"' in log
+    assert any(e["msg"] == "serving" and e["loop"] == loop for e in serving.lines)
+    assert serving.lines[-1]["msg"] == "exiting"
+    log = json.dumps(serving.lines)
     for trouble in ("Traceback", "Task was destroyed", "Unclosed", "Error"):
         assert trouble not in log, log

@@ -305,7 +305,7 @@ async def test_a_store_that_ignores_its_timeout_still_cannot_hold_the_answer():
     loop = asyncio.get_running_loop()
     started = loop.time()
     outcome = await admit(parse_review(review(vm_pod())), SlowNodes(fixture_cluster()), Settings(), Deadline.after(0.4, 0.1))
-    assert loop.time() - started < 0.5
+    assert loop.time() - started < 1.0  # the store would have taken 3 s
     response = outcome.response.envelope()["response"]
     assert response["allowed"] is True
     assert outcome.decision.outcome == "preferred"  # an unchecked node is never a pin

@@ -4,7 +4,7 @@ import ssl
 
 import aiohttp
 import pytest
-from kube import FIXTURES, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
+from kube import FIXTURES, client_certificate, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
 
 from webhook import server
 from webhook.config import Settings
@@ -82,33 +82,6 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     assert 1.0 < elapsed < 2.0  # used the budget the apiserver gave, and answered before it ran out
     assert envelope["response"]["allowed"] is True
     assert any("vm1-rootdisk" in w for w in envelope["response"]["warnings"])
-
-
-def client_certificate(tmp_path):
-    """A client CA and a clientAuth certificate it signs, as the apiserver would present."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "apiserver-client-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(ca_key, hashes.SHA256()))
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
-            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    (tmp_path / "client-ca.crt").write_bytes(ca.public_bytes(pem))
-    (tmp_path / "client.crt").write_bytes(cert.public_bytes(pem))
-    (tmp_path / "client.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return tmp_path / "client-ca.crt", tmp_path / "client.crt", tmp_path / "client.key"
 
 
 async def test_client_certificate_is_required_with_a_client_ca(tls_files, tmp_path):

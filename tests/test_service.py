@@ -1,17 +1,14 @@
 """The running service: probes, metrics, Events, graceful shutdown — as the kubelet and Prometheus see it."""
 import asyncio
-import json
-import os
 import re
 import signal
 import ssl
-import sys
 import time
 
 import aiohttp
 import pytest
 from conftest import seed
-from kube import kubeconfig_for, FIXTURES, fixture_cluster, review, vm_pod
+from kube import FIXTURES, Serving, kubeconfig_for, fixture_cluster, review, vm_pod
 
 from webhook import server, tls
 from webhook.config import Settings
@@ -156,29 +153,17 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     seed(kmock, fixture_cluster())
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
     kmock[f"get {slow}"] << (lambda: asyncio.sleep(2.0))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "serve", "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-        "--host", "127.0.0.1", "--port", "0", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
-        "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]),
-        "--drain-delay", "1.0", "--events", "off",
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOG_LEVEL": "info"},
-    )
-    lines = []
-    while True:
-        line = await asyncio.wait_for(proc.stderr.readline(), 20)
-        assert line, "the server exited before serving"
-        lines.append(line)
-        entry = json.loads(line)
-        if entry["msg"] == "serving":
-            base, ops = f"https://localhost:{entry['port']}", f"http://127.0.0.1:{entry['metrics_port']}"
-            break
+    serving = await Serving.start(tls_files, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
+                                  "--drain-delay", "1.0", "--events", "off", env={"LOG_LEVEL": "info"})
+    base, ops = serving.base, serving.ops
 
     results = {"ok": 0, "failed": []}
     sending = True
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
 
     async def client():
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as s:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context),
+                                         timeout=aiohttp.ClientTimeout(total=10)) as s:
             while sending:
                 try:
                     async with s.post(f"{base}/mutate?timeout=10s", json=review(vm_pod())) as r:
@@ -189,7 +174,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
 
     clients = [asyncio.create_task(client()) for _ in range(8)]
     await asyncio.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    serving.process.send_signal(signal.SIGTERM)
     signalled_at = time.monotonic()
     async with aiohttp.ClientSession() as s:
         deadline = time.monotonic() + 1
@@ -213,11 +198,10 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     status, answered_at = await slow
     assert status == 200  # in flight when the listener closed, still answered
     assert answered_at > signalled_at + 1.0  # answered after the drain delay, i.e. after the listener closed
-    code = await asyncio.wait_for(proc.wait(), 20)
-    rest = await proc.stderr.read()
+    code = await serving.stop(signalled=True)
     assert code == 0
     assert results["failed"] == [] and results["ok"] > 10
-    logged = [json.loads(line) for line in lines + rest.splitlines() if line.strip()]  # every line is JSON
+    logged = serving.lines  # every line parsed as JSON
     assert any(entry["msg"] == "admission" and entry["decision"] == "pinned" for entry in logged)
     admission = next(e for e in logged if e["msg"] == "admission" and e["decision"] == "pinned")
     assert admission["vm"] == "vm1" and admission["disks"] == {"vm1-rootdisk": "node-b"} and admission["duration_ms"] > 0
@@ -232,3 +216,22 @@ async def test_a_degraded_store_stays_ready_and_says_why(service, session):
     svc, base, ops = await service(Degraded(fixture_cluster()))
     async with session.get(f"{ops}/readyz") as r:
         assert r.status == 200 and "degraded: nodes: ApiError: 403" in await r.text()
+
+
+async def test_a_taken_port_is_a_clear_error_and_nothing_is_left_open(tls_files):
+    import socket
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "webhook", "serve",
+            "--state", STATE, "--host", "127.0.0.1", "--port", str(port), "--metrics-host", "127.0.0.1",
+            "--metrics-port", "0", "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]),
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 2
+    text = err.decode()
+    assert "error:" in text and "Traceback" not in text and "Unclosed" not in text

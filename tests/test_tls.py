@@ -228,3 +228,42 @@ async def test_rotation_under_load_fails_no_handshake(served):
     assert failures == []
     served_certs = {ssl.PEM_cert_to_DER_cert(p.decode()) for p in seen}
     assert len(served_certs) >= 4  # the rotations really happened while clients were connecting
+
+
+async def test_a_rotated_client_ca_is_loaded_and_enforced(tmp_path):
+    """Mutual TLS: the client CA file rotates like the pair; the new CA is required from then on."""
+    from kube import client_certificate
+
+    serving = tmp_path / "serving"
+    pair = new_pair(serving)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    old_ca, old_cert, old_key = client_certificate(tmp_path / "a")
+    new_ca, new_cert, new_key = client_certificate(tmp_path / "b")
+    ca_file = tmp_path / "client-ca.crt"
+    ca_file.write_bytes(old_ca.read_bytes())
+    reloader = tls.ReloadingTLS(serving / "tls.crt", serving / "tls.key", interval=INTERVAL, client_ca_file=ca_file)
+    runner = await server.start(server.make_app(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0,
+                                reloader.context)
+    reloader.start()
+    port = server.bound_port(runner)
+
+    async def admitted(cert, key):
+        context = client_context(pair)
+        context.load_cert_chain(str(cert), str(key))
+        try:
+            _, reader, writer = await handshake(port, context)
+            status = await answered(reader, writer)
+            await close(writer)
+            return status == b"405"
+        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError, IndexError):
+            return False
+
+    try:
+        assert await admitted(old_cert, old_key) and not await admitted(new_cert, new_key)
+        ca_file.write_bytes(new_ca.read_bytes())
+        assert await eventually(lambda: admitted(new_cert, new_key))
+        assert not await admitted(old_cert, old_key)
+    finally:
+        await reloader.stop()
+        await runner.cleanup()

@@ -78,13 +78,20 @@ class Service:
         await asyncio.sleep(self.listen.drain_delay)
         if self.runner is not None:
             await self.runner.cleanup()  # stop accepting, wait for in-flight requests
-        await self.tls.stop()
+            self.runner = None
         log.info("stopped accepting; in-flight requests finished")
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close whatever is open (after a drain, or after a failed start)."""
         if self.events is not None:
             await self.events.close()
         await self.store.close()
-        if self.ops_runner is not None:
-            await self.ops_runner.cleanup()
+        await self.tls.stop()
+        for runner in (self.runner, self.ops_runner):
+            if runner is not None:
+                await runner.cleanup()
+        self.runner = self.ops_runner = None
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""
@@ -92,7 +99,11 @@ class Service:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:  # e.g. the port is taken: release what did start, then fail
+            await self._release()
+            raise
         await stop.wait()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -47,9 +47,10 @@ def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: s
     return context
 
 
-def _digest(cert_file: Path, key_file: Path) -> str:
+def _digest(*files: Path | None) -> str:
+    """What is being served: the pair, and the client CA when there is one (it rotates too)."""
     try:
-        return hashlib.sha256(cert_file.read_bytes() + b"\0" + key_file.read_bytes()).hexdigest()
+        return hashlib.sha256(b"\0".join(f.read_bytes() for f in files if f is not None)).hexdigest()
     except OSError as exc:
         return f"unreadable: {exc}"
 
@@ -76,9 +77,9 @@ class ReloadingTLS:
                  client_ca_file: str | Path | None = None):
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
-        self.client_ca_file = client_ca_file
+        self.client_ca_file = Path(client_ca_file) if client_ca_file else None
         self.interval = interval
-        self._good = _digest(self.cert_file, self.key_file)  # the pair being served
+        self._good = _digest(self.cert_file, self.key_file, self.client_ca_file)  # the pair being served
         self._suspect = ""  # a pair that failed to load once
         self._reported = ""  # a pair that failed twice and was logged
         # The first load must work: a webhook without a certificate cannot serve at all.
@@ -100,7 +101,7 @@ class ReloadingTLS:
 
     def reload(self) -> bool:
         """Load the files if their contents changed; True when a new pair is now served."""
-        digest = _digest(self.cert_file, self.key_file)
+        digest = _digest(self.cert_file, self.key_file, self.client_ca_file)
         if digest in (self._good, self._reported):
             return False
         try:
@@ -112,11 +113,11 @@ class ReloadingTLS:
                 return False
             self._reported = digest  # log a bad pair once, not on every tick
             log.error(
-                "new serving certificate ignored, still serving the previous one",
+                "new serving certificate (or client CA) ignored, still serving the previous one",
                 extra={"fields": {"cert": str(self.cert_file), "key": str(self.key_file), "reason": str(exc)}},
             )
             return False
-        if _digest(self.cert_file, self.key_file) != digest:
+        if _digest(self.cert_file, self.key_file, self.client_ca_file) != digest:
             return False  # changed while loading: the context may hold a mix; retry next tick
         self._good = digest
         self._current = fresh
