@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,3 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("tls")
     certs.write(certs.generate(["localhost", "127.0.0.1"], days=2), out)
     return {"ca": out / "ca.crt", "cert": out / "tls.crt", "key": out / "tls.key"}
-
-
-CertFactory = Callable[[list[str]], dict[str, Path]]
