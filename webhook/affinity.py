@@ -123,11 +123,11 @@ def _clip(text: str, limit: int = MAX_REASON) -> str:
 
 def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
     """decision / node / reason: always all three, so a re-review never leaves a stale one."""
-    node = decision.node if decision.outcome == PINNED else ",".join(decision.nodes)
+    recorded = audit_annotations(decision)
     return {
-        settings.decision_annotation: decision.outcome,
-        settings.node_annotation: _clip(node or ""),
-        settings.reason_annotation: _clip(decision.reason),
+        settings.decision_annotation: recorded["decision"],
+        settings.node_annotation: recorded["node"],
+        settings.reason_annotation: recorded["reason"],
     }
 
 
