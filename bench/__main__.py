@@ -272,7 +272,7 @@ def main() -> None:
     generator = ("wrk" if args.use_wrk else "asyncio client" if args.load == "asyncio"
                  else "asyncio client (wrk is not installed: apt-get install wrk)")
     pinning = f"servers on core {server_cpu}, load on core {load_cpu}" if server_cpu is not None else "no pinning (one core)"
-    from webhook import certs
+    from webhook.tools import certs
 
     with tempfile.TemporaryDirectory(prefix="colocate-bench-") as tmp:
         work = Path(tmp)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from webhook.server import MAX_BODY, new_event_loop, tls_context
+from webhook.admission.server import MAX_BODY, new_event_loop
+from webhook.admission.tls import build_context as tls_context
 
 
 def make_app(patch: bytes) -> web.Application:

@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from kmock._internal import apps, k8s
 
-from webhook.store import RESOURCES
+from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 from . import objects
 

@@ -9,10 +9,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from webhook import certs  # noqa: E402
-from webhook.cache import Timing, WatchedClusterStore  # noqa: E402
+from webhook.tools import certs  # noqa: E402
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.reflector import Timing  # noqa: E402
 from webhook.config import Settings  # noqa: E402
-from webhook.store import RESOURCES, ClusterStore, SnapshotStore  # noqa: E402
+from webhook.cluster.direct import ClusterStore  # noqa: E402
+from webhook.cluster.snapshot import SnapshotStore  # noqa: E402
+from webhook.kinds import RULE_RESOURCES as RESOURCES  # noqa: E402
 
 # Quick recovery in tests; the watch itself lasts as long as in production.
 TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)

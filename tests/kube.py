@@ -350,3 +350,10 @@ class Serving:
                 self.process.kill()
                 await self.process.wait()
         return code
+
+
+def answer(outcome: Any, uid: str = "uid-1") -> dict[str, Any]:
+    """The AdmissionReview the server would send for this outcome of the rules."""
+    from webhook.admission.review import build_response
+
+    return build_response(uid, outcome).envelope()

@@ -1,12 +1,12 @@
 """Cold start: a share-manager pod follows the node of the running VM that uses its volume."""
 import pytest
-from kube import (LONGHORN_NS, annotations, apply_valid, decode_patch, node, nodes, pin_of, preferred_terms,
+from kube import (answer, LONGHORN_NS, annotations, apply_valid, decode_patch, node, nodes, pin_of, preferred_terms,
                   required_terms, review, running_vm, rwx_disk, share_manager_pod)
 
-from webhook.admission import parse_review
+from webhook.admission.review import parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
-from webhook.mutate import admit
+from webhook.admission.admit import admit
 
 NODES = nodes("node-a", "node-b", "node-c")
 VOLUME = "pvc-d1"
@@ -19,7 +19,7 @@ def cold_volume(claim="d1", **kw):
 
 async def run(store, pod, settings=None):
     outcome = await admit(parse_review(review(pod, namespace=LONGHORN_NS)), store, settings or Settings(), Deadline.after(10, 1))
-    envelope = outcome.response.envelope()
+    envelope = answer(outcome)
     assert envelope["response"]["allowed"] is True
     return envelope
 
@@ -133,7 +133,7 @@ async def test_other_longhorn_pods_and_other_namespaces_are_untouched(make_store
     assert (await run(store, other))["response"] == {"uid": "uid-1", "allowed": True}
     outcome = await admit(parse_review(review(share_manager_pod(VOLUME), namespace="default")), store, Settings(),
                           Deadline.after(10, 1))
-    assert outcome.response.envelope()["response"] == {"uid": "uid-1", "allowed": True}
+    assert answer(outcome)["response"] == {"uid": "uid-1", "allowed": True}
 
 
 async def test_custom_longhorn_namespace(make_store):

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from kube import LONGHORN_NS, load, migration_target, rwx_disk
 
-from webhook import certs
+from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser
 from webhook.config import Settings
-from webhook.store import RESOURCES
+from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 ROOT = Path(__file__).parent.parent
 NS = "kubevirt-colocate"

@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kube import FIXTURES, decode_patch, fixture_cluster
 
-from webhook import server
-from webhook.admission import BadReview, parse_review
+from webhook.admission import server, tls
+from webhook.admission.review import BadReview, build_response, parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
-from webhook.mutate import admit
-from webhook.store import SnapshotStore
+from webhook.admission.admit import admit
+from webhook.cluster.snapshot import SnapshotStore
 
 BASE = json.loads((FIXTURES / "admission-review.json").read_text())
 STORE = SnapshotStore(fixture_cluster())
@@ -60,19 +60,19 @@ def mutated_reviews(draw):
     return review
 
 
-async def answer(body):
+async def respond(body):
     try:
         request = parse_review(body)
     except BadReview:
         return None
     outcome = await admit(request, STORE, Settings(), Deadline.after(5, 0.5))
-    return request, outcome.response.envelope()
+    return request, build_response(request.uid, outcome).envelope()
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=mutated_reviews())
 def test_any_review_is_a_clean_400_or_allowed_with_a_patch_that_applies(body):
-    result = asyncio.run(answer(body))
+    result = asyncio.run(respond(body))
     if result is None:
         return  # the envelope is malformed: the server answers 400 with the reason
     request, envelope = result
@@ -88,7 +88,7 @@ def test_any_review_is_a_clean_400_or_allowed_with_a_patch_that_applies(body):
 @settings(max_examples=200, deadline=None)
 @given(body=json_values)
 def test_arbitrary_json_never_breaks_the_rules(body):
-    asyncio.run(answer(body))
+    asyncio.run(respond(body))
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def https_server(tls_files):
 
     async def main():
         app = server.make_app(STORE, Settings())
-        holder["runner"] = await server.start(app, "127.0.0.1", 0, server.tls_context(str(tls_files["cert"]), str(tls_files["key"])))
+        holder["runner"] = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
         holder["url"] = f"https://localhost:{server.bound_port(holder['runner'])}/mutate?timeout=5s"
         started.set()
 
@@ -138,7 +138,7 @@ def test_over_https_every_answer_is_200_or_400_with_no_traceback(https_server, t
 
 async def test_body_over_the_limit_is_refused_cleanly(tls_files):
     app = server.make_app(STORE, Settings())
-    runner = await server.start(app, "127.0.0.1", 0, server.tls_context(str(tls_files["cert"]), str(tls_files["key"])))
+    runner = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:

@@ -11,10 +11,14 @@ from typing import Any
 
 import yaml
 
-from . import admission, logs, mutate, server, tls
+from . import logs
+from .admission import review as reviews
+from .admission.admit import admit
+from .cluster.client import NoCredentials
+from .cluster.snapshot import SnapshotStore
+from .cluster.store import StoreError
 from .config import Settings
 from .deadline import Deadline
-from .store import ClusterStore, SnapshotStore, StoreError
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 log = logging.getLogger("webhook")
@@ -100,15 +104,16 @@ async def run_review(args: argparse.Namespace) -> int:
         if not namespace:
             print("error: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
             return 2
-        document = admission.review_for_pod(document, namespace)
-    try:
-        request = admission.parse_review(document)
-    except admission.BadReview as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        request = reviews.AdmissionRequest.for_pod(document, namespace)
+    else:
+        try:
+            request = reviews.parse_review(document)
+        except reviews.BadReview as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     store = SnapshotStore.from_file(args.state)
-    outcome = await mutate.admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
-    print(json.dumps(outcome.response.envelope(), indent=2))
+    outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
+    print(json.dumps(reviews.build_response(request.uid, outcome).envelope(), indent=2))
     summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
     print(f"# {summary}", file=sys.stderr)
     return 0
@@ -117,16 +122,25 @@ async def run_review(args: argparse.Namespace) -> int:
 async def run_serve(args: argparse.Namespace) -> int:
     import os
 
-    from .cache import WatchedClusterStore
-    from .events import EventSink
-    from .service import Listen, Service
+    from .admission.service import Listen, Service
+    from .admission.tls import ReloadingTLS
+    from .cluster import client
+    from .cluster.cache import WatchedClusterStore
+    from .cluster.events import EventSink
+    from .cluster.store import Store
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
+    store: Store
+    events = None
+    if args.state:
+        store = SnapshotStore.from_file(args.state)
+    else:
+        api = await client.connect(args.kubeconfig)
+        store = WatchedClusterStore(api, settings)
+        events = EventSink(api) if args.events == "on" else None
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
-    reloader = tls.ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
-    store: Any = SnapshotStore.from_file(args.state) if args.state else await WatchedClusterStore.connect(args.kubeconfig, settings)
-    events = EventSink(store.api_client) if not args.state and args.events == "on" else None
+    reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
@@ -135,14 +149,16 @@ async def run_serve(args: argparse.Namespace) -> int:
 
 
 async def run_explain(args: argparse.Namespace) -> int:
-    from . import explain
+    from .cluster import client
+    from .cluster.direct import ClusterStore
+    from .tools import explain
 
     namespace, _, name = args.vm.partition("/")
     if not namespace or not name:
         print("error: name the VM as NAMESPACE/VM", file=sys.stderr)
         return 2
     settings = settings_from(args)
-    store = await ClusterStore.connect(args.kubeconfig)
+    store = ClusterStore(await client.connect(args.kubeconfig))
     try:
         report = await explain.explain(store, settings, namespace, name, Deadline.after(settings.default_timeout, 0))
     except LookupError as exc:
@@ -158,7 +174,7 @@ async def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_certs(args: argparse.Namespace) -> int:
-    from . import certs, kube_certs  # cryptography costs 8 MiB: only for this verb
+    from .tools import certs, kube_certs  # cryptography costs 8 MiB: only for this verb
 
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
     if not args.out and not args.secret:
@@ -185,12 +201,17 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(run_review(args))
         if args.verb == "serve":
             # uvloop when installed (asyncio.Runner's loop_factory; uvloop.install() is deprecated).
-            with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
+            from .admission.server import new_event_loop
+
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
                 return runner.run(run_serve(args))
         if args.verb == "explain":
             return asyncio.run(run_explain(args))
         if args.verb == "certs":
             return run_certs(args)
+    except NoCredentials as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,84 @@
+import base64
+import json
+
+import pytest
+from kube import FIXTURES, review, vm_pod
+
+from webhook.admission.admit import Outcome, Rule
+from webhook.admission.review import (AdmissionRequest, AdmissionResponse, BadReview, build_response, clip,
+                                      parse_go_duration, parse_review)
+from webhook.rules.classify import Skip
+from webhook.rules.decide import PINNED, Decision
+
+
+def test_fixture_review_parses_with_request_namespace():
+    body = json.loads((FIXTURES / "admission-review.json").read_text())
+    request = parse_review(body)
+    assert request.uid == "0f5c6a47-3d2e-4a11-b8a4-6c1e2d3f4a5b"
+    assert (request.kind, request.operation, request.namespace, request.name) == ("Pod", "CREATE", "default", "")
+
+
+@pytest.mark.parametrize("body, message", [
+    ([], "JSON object"),
+    ({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}, "expected apiVersion"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "no request"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {"kind": "Pod"}, "operation": "CREATE"}}, "uid"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "operation": "CREATE"}}, "request.kind"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "kind": {"kind": "Pod"}}}, "operation"),
+    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE", "namespace": 3}}, "namespace"),
+])
+def test_malformed_reviews_are_rejected_with_the_reason(body, message):
+    with pytest.raises(BadReview, match=message):
+        parse_review(body)
+
+
+def test_allowed_has_no_patch_type():
+    skipped = Outcome(Rule.VM, skipped=Skip.NOT_OPTED_IN)
+    assert build_response("u", skipped).envelope() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                                       "response": {"uid": "u", "allowed": True}}
+
+
+def test_patched_carries_base64_json_patch_and_type_together():
+    ops = [{"op": "add", "path": "/metadata/annotations/a", "value": "b"}]
+    decision = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
+    outcome = Outcome(Rule.VM, decision=decision, patch=tuple(ops), warnings=("x" * 300,))
+    response = build_response("u", outcome).envelope()["response"]
+    assert response["uid"] == "u" and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == ops
+    assert all(len(w) < 120 for w in response["warnings"])
+    assert response["auditAnnotations"] == {"decision": "pinned", "node": "node-b", "reason": "pinned to node-b"}
+
+
+def test_empty_patch_is_no_patch():
+    assert "patchType" not in AdmissionResponse("u", patch=[]).envelope()["response"]
+
+
+def test_clip_keeps_short_warnings():
+    assert clip("short") == "short"
+    assert len(clip("y" * 500)) == 119
+
+
+@pytest.mark.parametrize("text, seconds", [("10s", 10), ("30s", 30), ("1m30s", 90), ("500ms", 0.5), ("2", 2), ("1.5s", 1.5)])
+def test_go_durations(text, seconds):
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "s", "10x", "abc"])
+def test_bad_go_durations(text):
+    with pytest.raises(ValueError):
+        parse_go_duration(text)
+
+
+def test_bare_pod_is_taken_as_a_dry_run_create():
+    request = AdmissionRequest.for_pod(vm_pod(), "vms")
+    assert (request.operation, request.namespace, request.kind, request.group) == ("CREATE", "vms", "Pod", "")
+    assert request.object == vm_pod() and request.dry_run is True
+    assert parse_review(review(vm_pod())).dry_run is False
+
+
+def test_deadline_keeps_a_margin_of_at_most_a_quarter():
+    from webhook.deadline import Deadline
+
+    assert Deadline.after(10, 1).remaining() == pytest.approx(9, abs=0.05)
+    assert Deadline.after(1, 5).remaining() == pytest.approx(0.75, abs=0.05)

@@ -1,0 +1,147 @@
+"""The admission rules end to end: pod → facts → decision → patch, as a domain Outcome.
+
+Whatever happens in here, the pod is admitted; a patch is only returned after it has been
+applied to the very object it was made for. The wire format is `review.build_response`'s
+business: `review` and `explain` call `admit` without an AdmissionReview round trip.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+from typing import Any
+
+import jsonpatch
+
+from .. import kinds
+from ..cluster.resolve import resolve_consumers, resolve_disks
+from ..cluster.store import Store, StoreError
+from ..config import Settings
+from ..deadline import Deadline
+from ..kinds import NODE
+from ..rules import apply, decide, nodes, patch
+from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
+from ..rules.decide import Decision
+from ..rules.facts import Fact, claims_of
+from .review import AdmissionRequest
+
+log = logging.getLogger("webhook.mutate")
+
+
+class Rule(enum.StrEnum):
+    VM = "vm"
+    SHARE_MANAGER = "share-manager"
+    NONE = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the rules made of one pod: the decision and its patch, or why it was left alone."""
+
+    rule: Rule
+    decision: Decision | None = None
+    skipped: Skip | None = None  # why the pod was left untouched (a metric label)
+    detail: str | None = None  # the specifics, for logs
+    facts: tuple[Fact, ...] = ()  # what the decision followed
+    patch: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.skipped is Skip.INTERNAL_ERROR
+
+
+def skip(rule: Rule, why: Skip, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
+    return Outcome(rule, skipped=why, detail=detail, warnings=(warning,) if warning else (), **kwargs)
+
+
+async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline) -> Outcome:
+    if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
+        return skip(Rule.NONE, Skip.NOT_POD_CREATION)
+    pod = request.object
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata", {}), dict):
+        return skip(Rule.NONE, Skip.NOT_A_POD, "co-location skipped: the object is not a Pod manifest")
+    share_manager = is_share_manager_pod(pod, request.namespace, settings)
+    if share_manager and not settings.share_manager_rule:
+        return skip(Rule.SHARE_MANAGER, Skip.RULE_OFF)
+    rule = _share_manager_rule if share_manager else _vm_rule
+    try:
+        # Answers from memory need no timer; every read that goes to the API is bounded by
+        # the deadline where it is made (resolve_io, pin_obstacle, consumers).
+        return await rule(request.namespace, pod, store, settings, deadline)
+    except Exception as exc:  # a bug must never fail pod creation
+        log.exception("rule failed for %s/%s", request.namespace, pod_name(pod))
+        return skip(Rule.NONE, Skip.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
+
+
+async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
+    exemption = vm_exemption(pod, settings)
+    if exemption is not None:
+        return skip(Rule.VM if kinds.is_launcher(pod) else Rule.NONE, exemption)
+    facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline)
+    blocked = await pin_obstacle(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
+    return _decided(pod, decide.decide(facts, blocked), settings, Rule.VM, facts)
+
+
+async def _share_manager_rule(
+    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
+) -> Outcome:
+    """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
+    so the share-manager follows the VM; every later VM start then follows the share-manager."""
+    volume = kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)
+    if not volume:
+        return skip(Rule.SHARE_MANAGER, Skip.NO_VOLUME_LABEL)
+    if kinds.spec(pod).get("nodeName"):
+        # Some longhorn-manager releases create the pod with NodeName = ShareManager ownerID
+        # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
+        # it, and a required affinity would only get it rejected by the kubelet, in a loop.
+        return skip(Rule.SHARE_MANAGER, Skip.ALREADY_BOUND)
+    try:
+        facts, others = await asyncio.wait_for(
+            resolve_consumers(store, settings, volume, deadline), timeout=deadline.remaining()
+        )
+    except (StoreError, TimeoutError) as exc:
+        why = f"consumers of {volume} unknown: {str(exc) or 'no answer before the deadline'}"
+        return skip(Rule.SHARE_MANAGER, Skip.CONSUMERS_UNKNOWN, f"co-location skipped: {why}", why)
+    if not facts:
+        why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
+        return skip(Rule.SHARE_MANAGER, Skip.NO_CONSUMER, detail=why)
+    blocked = await pin_obstacle(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=False)
+    return _decided(pod, decide.decide(facts, blocked, decide.CONSUMERS), settings, Rule.SHARE_MANAGER, facts)
+
+
+async def pin_obstacle(
+    store: Store, candidates: set[str], pod: dict[str, Any], deadline: Deadline, *, needs_kubevirt: bool
+) -> str | None:
+    """Why the one node we might pin to cannot take the pod now; a node we cannot read is one."""
+    if len(candidates) != 1:
+        return None  # several nodes: only preferences, nothing to strand on
+    (name,) = candidates
+    known, node = store.peek(NODE, None, name)
+    if not known:
+        try:
+            async with asyncio.timeout(deadline.remaining()):
+                node = await store.get(NODE, None, name, timeout=deadline.remaining())
+        except StoreError as exc:
+            return f"node {name} could not be checked ({exc})"
+        except TimeoutError:
+            return f"node {name} could not be checked before the deadline"
+    return nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+
+
+def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
+    ops = patch.patch_for(pod, decision, settings)
+    try:
+        apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+        log.error("dropping a patch that does not apply: %s", exc)
+        return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
+                    facts=tuple(facts))
+    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
+
+
+def pod_name(pod: Any) -> str:
+    metadata = kinds.meta(pod)
+    name = metadata.get("name") or metadata.get("generateName")
+    return name if isinstance(name, str) else "?"

@@ -1,0 +1,45 @@
+"""The plain-HTTP operations port: probes and metrics, kept off the TLS admission port."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from .. import metrics
+
+# Why the process is not ready; an empty list means ready.
+Readiness = Callable[[], list[str]]
+READINESS_KEY = web.AppKey("readiness", object)
+DEGRADED_KEY = web.AppKey("degraded", object)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Alive: the event loop answers. Never depends on the API server (no restart storms)."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    reasons = request.app[READINESS_KEY]()
+    metrics.READY.set(0 if reasons else 1)
+    if reasons:
+        return web.Response(status=503, text="not ready: " + "; ".join(reasons) + "\n")
+    # A failing watch keeps serving what it has (all replicas going unready in an API outage
+    # would only turn every answer into failurePolicy Ignore): ready, and say so.
+    degraded = request.app[DEGRADED_KEY]()
+    if degraded:
+        return web.Response(text="ok, degraded: " + "; ".join(degraded) + "\n")
+    return web.Response(text="ok\n")
+
+
+async def metrics_page(request: web.Request) -> web.Response:
+    return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def make_ops_app(readiness: Readiness, degraded: Readiness = list) -> web.Application:
+    app = web.Application()
+    app[READINESS_KEY] = readiness
+    app[DEGRADED_KEY] = degraded
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_page)
+    return app

@@ -1,0 +1,144 @@
+"""AdmissionReview v1: a checked request in, one response envelope out.
+
+Transport-free: the server and the `review` CLI both go through here. A review that is
+not an AdmissionReview v1 raises `BadReview` (the server answers 400); everything else
+about the *object* is the rules' business and never fails the review. `build_response` is
+the one place an Outcome of the rules becomes an answer (uid, patch, warnings, audit).
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..rules.patch import audit_annotations
+
+if TYPE_CHECKING:
+    from .admit import Outcome
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+# The apiserver shows at most this much of a warning; keep every one shorter.
+MAX_WARNING = 119
+
+
+class BadReview(ValueError):
+    """The webhook request itself is malformed (not a problem of the pod or the cluster)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionRequest:
+    uid: str
+    kind: str  # request.kind.kind, e.g. "Pod"
+    group: str
+    operation: str
+    namespace: str
+    name: str
+    object: Any
+    dry_run: bool
+
+    @classmethod
+    def for_pod(cls, pod: Any, namespace: str, uid: str = "dry-run") -> AdmissionRequest:
+        """A CREATE of a bare Pod manifest, as the apiserver would send it (`review`, `explain`)."""
+        name = ((pod.get("metadata") or {}) if isinstance(pod, dict) else {}).get("name") or ""
+        return cls(uid=uid, kind="Pod", group="", operation="CREATE", namespace=namespace,
+                   name=name if isinstance(name, str) else "", object=pod, dry_run=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionResponse:
+    uid: str
+    patch: Sequence[dict[str, Any]] = ()
+    warnings: Sequence[str] = ()
+    audit_annotations: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def envelope(self) -> dict[str, Any]:
+        """The whole AdmissionReview v1 answer: always allowed; a patch only when there is one."""
+        response: dict[str, Any] = {"uid": self.uid, "allowed": True}
+        if self.patch:
+            encoded = orjson.dumps(list(self.patch))
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(encoded).decode("ascii")
+        if self.warnings:
+            response["warnings"] = [clip(w) for w in self.warnings]
+        if self.audit_annotations:
+            response["auditAnnotations"] = dict(self.audit_annotations)
+        return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def build_response(uid: str, outcome: Outcome) -> AdmissionResponse:
+    """The answer to one review: always allowed, with what the rules decided."""
+    audit = audit_annotations(outcome.decision) if outcome.decision is not None else {}
+    return AdmissionResponse(uid=uid, patch=outcome.patch, warnings=outcome.warnings, audit_annotations=audit)
+
+
+def clip(text: str, limit: int = MAX_WARNING) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_review(body: Any) -> AdmissionRequest:
+    """Check the envelope of an AdmissionReview v1 request; raise BadReview with the reason."""
+    if not isinstance(body, dict):
+        raise BadReview("the body must be a JSON object (an AdmissionReview)")
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != KIND:
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} and kind {KIND}, got "
+            f"{body.get('apiVersion')!r} and {body.get('kind')!r}"
+        )
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("the AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid must be a non-empty string")
+    kind = request.get("kind")
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
+        raise BadReview("request.kind must be an object with a string 'kind'")
+    operation = request.get("operation")
+    if not isinstance(operation, str):
+        raise BadReview("request.operation must be a string")
+    for key in ("namespace", "name"):
+        if request.get(key) is not None and not isinstance(request.get(key), str):
+            raise BadReview(f"request.{key} must be a string")
+    dry_run = request.get("dryRun", False)
+    if dry_run is not None and not isinstance(dry_run, bool):
+        raise BadReview("request.dryRun must be a boolean")
+    return AdmissionRequest(
+        uid=uid,
+        kind=kind["kind"],
+        group=kind.get("group") or "",
+        operation=operation,
+        namespace=request.get("namespace") or "",
+        name=request.get("name") or "",
+        object=request.get("object"),
+        dry_run=bool(dry_run),
+    )
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go duration such as the apiserver's `?timeout=10s` (also `1m30s`, `500ms`)."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    text = text.strip()
+    if not text:
+        raise ValueError("empty duration")
+    total, i = 0.0, 0
+    while i < len(text):
+        j = i
+        while j < len(text) and (text[j].isdigit() or text[j] == "."):
+            j += 1
+        if j == i:
+            raise ValueError(f"bad duration {text!r}")
+        number = float(text[i:j])
+        k = j
+        while k < len(text) and not (text[k].isdigit() or text[k] == "."):
+            k += 1
+        unit = text[j:k] or ("s" if k == len(text) and i == 0 else "")
+        if unit not in units:
+            raise ValueError(f"bad duration unit in {text!r}")
+        total += number * units[unit]
+        i = k
+    return total

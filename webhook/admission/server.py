@@ -1,0 +1,158 @@
+"""The HTTPS transport: routes, body limits, deadlines, TLS. Decisions live in admit.py."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .. import kinds, logs, metrics
+from ..cluster.store import Store
+from ..config import Settings
+from ..deadline import Deadline
+from . import review as reviews
+from .admit import Outcome, admit, pod_name
+
+log = logging.getLogger("webhook.server")
+
+# AdmissionReviews of large pods exceed aiohttp's 1 MiB default; take 8 MiB.
+MAX_BODY = 8 * 1024 * 1024
+STORE_KEY = web.AppKey("store", object)
+SETTINGS_KEY = web.AppKey("settings", Settings)
+STATE_KEY = web.AppKey("state", object)
+EVENTS_KEY = web.AppKey("events", object)
+
+
+class ServingState:
+    """Shared between the webhook and the ops port: are we draining for shutdown?"""
+
+    def __init__(self) -> None:
+        self.draining = False
+
+
+def bad_request(message: str) -> web.Response:
+    metrics.BAD_REVIEWS.inc()
+    return web.json_response({"error": "bad AdmissionReview", "message": message}, status=400)
+
+
+def request_timeout(request: web.Request, settings: Settings) -> float:
+    """The apiserver appends ?timeout=<Go duration> to the webhook URL; default 10 s."""
+    raw = request.query.get("timeout")
+    if raw:
+        try:
+            value = reviews.parse_go_duration(raw)
+            if value > 0:
+                return min(value, 30.0)  # the apiserver caps webhook timeouts at 30 s
+        except ValueError:
+            log.warning("ignoring unparsable ?timeout=%r", raw)
+    return settings.default_timeout
+
+
+async def handle_mutate(request: web.Request) -> web.Response:
+    settings: Settings = request.app[SETTINGS_KEY]
+    started = time.monotonic()
+    deadline = Deadline.after(request_timeout(request, settings), settings.deadline_margin)
+    if request.content_type != "application/json":
+        return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return bad_request(f"the body is not valid JSON: {exc}")
+    except RecursionError:
+        return bad_request("the body is nested too deeply")
+    try:
+        review = reviews.parse_review(body)
+    except reviews.BadReview as exc:
+        return bad_request(str(exc))
+    outcome = await admit(review, request.app[STORE_KEY], settings, deadline)
+    answer = reviews.build_response(review.uid, outcome)
+    response = web.Response(body=orjson.dumps(answer.envelope()), content_type="application/json")
+    if request.app[STATE_KEY].draining:
+        response.force_close()  # reconnect elsewhere: our endpoint is on its way out
+    try:  # bookkeeping must never turn an answer into a 500
+        events = request.app[EVENTS_KEY]
+        if events is not None and outcome.decision is not None and not review.dry_run:
+            events.emit(review.object, review.namespace, outcome.decision)
+        seconds = time.monotonic() - started
+        record(outcome, seconds)
+        log_admission(review, outcome, seconds)
+    except Exception:
+        log.exception("bookkeeping after admission %s failed", review.uid)
+    return response
+
+
+def record(outcome: Outcome, seconds: float) -> None:
+    metrics.admission_seconds(outcome.rule).observe(seconds)
+    if outcome.decision is not None:
+        metrics.admissions(outcome.rule, outcome.decision.outcome, "").inc()
+    elif outcome.failed:
+        metrics.admissions(outcome.rule, "error", outcome.skipped).inc()
+    else:
+        metrics.admissions(outcome.rule, "skipped", outcome.skipped or "").inc()
+
+
+def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float) -> None:
+    """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
+    pod = review.object if isinstance(review.object, dict) else {}
+    decision = outcome.decision
+    logs.line(
+        "admission",
+        {
+            "uid": review.uid,
+            "namespace": review.namespace,
+            "pod": pod_name(pod),
+            "vm": kinds.vm_name(pod),
+            "rule": outcome.rule,
+            "disks": {f.subject: f.node for f in outcome.facts},
+            "decision": decision.outcome if decision else "untouched",
+            "node": decision.node if decision else None,
+            "nodes": decision.nodes if decision else [],
+            "reason": decision.reason if decision else outcome.skipped,
+            "detail": outcome.detail,
+            "dry_run": review.dry_run,
+            "duration_ms": round(seconds * 1000, 3),
+        },
+        log,
+    )
+
+
+def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app[STORE_KEY] = store
+    app[SETTINGS_KEY] = settings
+    app[STATE_KEY] = state or ServingState()
+    app[EVENTS_KEY] = events
+    app.router.add_post("/mutate", handle_mutate)
+    return app
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when it is installed (a dependency on Linux), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+async def start(
+    app: web.Application, host: str, port: int, context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0
+) -> web.AppRunner:
+    """Start listening; returns the runner (cleanup() stops it). Port 0 picks a free port."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=context)
+    await site.start()
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple):
+            return int(address[1])
+    raise RuntimeError("the server is not listening")

@@ -1,0 +1,108 @@
+"""The running webhook: ops port, HTTPS admission port, and a shutdown that drops nothing.
+
+On SIGTERM, /readyz fails at once so the endpoint is taken out of the Service; the webhook
+keeps answering for the drain delay (kube-proxy and the apiserver catch up), then stops
+accepting, finishes the requests in flight, and the process exits 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+from typing import Any
+
+from aiohttp import web
+
+from .. import metrics
+from ..cluster.store import Store
+from ..config import Settings
+from . import probes, server
+from .tls import ReloadingTLS
+
+log = logging.getLogger("webhook")
+
+
+@dataclasses.dataclass(frozen=True)
+class Listen:
+    host: str = "0.0.0.0"
+    port: int = 9443
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    drain_delay: float = 5.0
+    shutdown_timeout: float = 20.0
+
+
+class Service:
+    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Any = None):
+        self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
+        self.state = server.ServingState()
+        self.ops_runner: web.AppRunner | None = None
+        self.runner: web.AppRunner | None = None
+        metrics.STORE.source = store.stats
+
+    def not_ready(self) -> list[str]:
+        reasons = []
+        if self.state.draining:
+            reasons.append("shutting down")
+        if self.runner is None:
+            reasons.append("not listening yet")
+        if not self.store.synced():
+            reasons.append("store not synced")
+        return reasons
+
+    async def start(self) -> None:
+        """Probes first (so the kubelet sees a live process), then the admission port.
+
+        Caches fill in the background: the webhook listens at once and answers from direct
+        reads until they have synced (readiness says when).
+        """
+        self.store.start()
+        self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.store.degraded), self.listen.metrics_host,
+                                             self.listen.metrics_port, None)
+        app = server.make_app(self.store, self.settings, state=self.state, events=self.events)
+        self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
+                                         shutdown_timeout=self.listen.shutdown_timeout)
+        self.tls.start()
+        log.info("serving", extra={"fields": {
+            "host": self.listen.host, "port": server.bound_port(self.runner),
+            "metrics_port": server.bound_port(self.ops_runner),
+            "loop": type(asyncio.get_running_loop()).__module__}})
+
+    async def stop(self) -> None:
+        self.state.draining = True
+        log.info("draining", extra={"fields": {"seconds": self.listen.drain_delay}})
+        await asyncio.sleep(self.listen.drain_delay)
+        if self.runner is not None:
+            await self.runner.cleanup()  # stop accepting, wait for in-flight requests
+            self.runner = None
+        log.info("stopped accepting; in-flight requests finished")
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close whatever is open (after a drain, or after a failed start)."""
+        if self.events is not None:
+            await self.events.close()
+        await self.store.close()
+        await self.tls.stop()
+        for runner in (self.runner, self.ops_runner):
+            if runner is not None:
+                await runner.cleanup()
+        self.runner = self.ops_runner = None
+
+    async def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+        except BaseException:  # e.g. the port is taken: release what did start, then fail
+            await self._release()
+            raise
+        await stop.wait()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await self.stop()
+        log.info("exiting")

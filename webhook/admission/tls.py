@@ -1,0 +1,158 @@
+"""A serving TLS context that follows its certificate files (cert-manager, Secret volumes).
+
+The listening socket keeps one outer `ssl.SSLContext` for its whole life. Its SNI callback,
+which OpenSSL runs on every ClientHello (with or without a server name), hands each new
+handshake the most recent good context. A new context is built from the files and swapped
+in only when the pair loads, so a missing, half-written, broken or mismatched pair never
+breaks serving: the previous certificate stays in use. A pair that fails two checks in a
+row is logged as an error, once (one failure may be a cert written before its key). Open
+connections keep the context they were accepted with.
+
+Same approach as controller-runtime's certwatcher (pkg/certwatcher/certwatcher.go): compare
+file contents on a timer, keep the last good pair, hand it out per handshake. Contents, not
+the paths' metadata: a Secret volume update re-points the `..data` symlink, while the
+`tls.crt -> ..data/tls.crt` link itself never changes.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import logging
+import ssl
+from pathlib import Path
+
+from .. import metrics
+
+log = logging.getLogger("webhook.tls")
+
+# The kubelet refreshes Secret volumes about once a minute; a few seconds more is noise.
+DEFAULT_INTERVAL = 5.0
+# Say so in time: with an expired certificate every call fails and, with failurePolicy
+# Ignore, VMs quietly start unpinned.
+EXPIRY_WARNING = datetime.timedelta(days=14)
+
+
+def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: str | Path | None = None) -> ssl.SSLContext:
+    """A server context holding this pair; raises (OSError, ssl.SSLError) when it does not load.
+
+    With a client CA, only clients presenting a certificate it signed get in (mutual TLS).
+    """
+    for path in (cert_file, key_file, client_ca_file):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(2, "No such file", str(path))  # ssl's own error names no file
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert_file), str(key_file))  # also checks that the key matches
+    if client_ca_file:
+        context.load_verify_locations(cafile=str(client_ca_file))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _digest(*files: Path | None) -> str:
+    """What is being served: the pair, and the client CA when there is one (it rotates too)."""
+    try:
+        return hashlib.sha256(b"\0".join(f.read_bytes() for f in files if f is not None)).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+
+
+def _describe(cert_file: Path) -> dict[str, object]:
+    """Serial, expiry and names of the certificate being served, for the log and the metrics.
+
+    Decoded by the ssl module itself (the `_test_decode_cert` helper CPython's own tests use):
+    importing cryptography's x509 for three fields would cost the serving process ~8 MiB.
+    """
+    try:
+        decoded = ssl._ssl._test_decode_cert(str(cert_file))  # type: ignore[attr-defined]
+    except (OSError, ssl.SSLError, AttributeError, ValueError):
+        return {}
+    not_after = datetime.datetime.fromtimestamp(ssl.cert_time_to_seconds(decoded["notAfter"]), datetime.timezone.utc)
+    sans = [value for _, value in decoded.get("subjectAltName", ())]
+    return {"serial": decoded.get("serialNumber", "").lower(), "not_after": not_after.isoformat(), "sans": sans}
+
+
+class ReloadingTLS:
+    """Serve the newest good pair from `cert_file`/`key_file`; `context` goes to the listener."""
+
+    def __init__(self, cert_file: str | Path, key_file: str | Path, interval: float = DEFAULT_INTERVAL,
+                 client_ca_file: str | Path | None = None):
+        self.cert_file = Path(cert_file)
+        self.key_file = Path(key_file)
+        self.client_ca_file = Path(client_ca_file) if client_ca_file else None
+        self.interval = interval
+        self._good = _digest(self.cert_file, self.key_file, self.client_ca_file)  # the pair being served
+        self._suspect = ""  # a pair that failed to load once
+        self._reported = ""  # a pair that failed twice and was logged
+        # The first load must work: a webhook without a certificate cannot serve at all.
+        self.context = build_context(self.cert_file, self.key_file, self.client_ca_file)
+        self.context.sni_callback = self._pick
+        self._current = self.context
+        self._task: asyncio.Task[None] | None = None
+        self._loaded("serving certificate loaded")
+
+    @property
+    def current(self) -> ssl.SSLContext:
+        """The context new handshakes get."""
+        return self._current
+
+    def _pick(self, ssl_object: ssl.SSLObject, server_name: str | None, outer: ssl.SSLContext) -> None:
+        if self._current is not outer:
+            ssl_object.context = self._current
+        return None
+
+    def reload(self) -> bool:
+        """Load the files if their contents changed; True when a new pair is now served."""
+        digest = _digest(self.cert_file, self.key_file, self.client_ca_file)
+        if digest in (self._good, self._reported):
+            return False
+        try:
+            fresh = build_context(self.cert_file, self.key_file, self.client_ca_file)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            if digest != self._suspect:
+                # Maybe caught between two writes (cert replaced, key not yet): look again next tick.
+                self._suspect = digest
+                return False
+            self._reported = digest  # log a bad pair once, not on every tick
+            log.error(
+                "new serving certificate (or client CA) ignored, still serving the previous one",
+                extra={"fields": {"cert": str(self.cert_file), "key": str(self.key_file), "reason": str(exc)}},
+            )
+            return False
+        if _digest(self.cert_file, self.key_file, self.client_ca_file) != digest:
+            return False  # changed while loading: the context may hold a mix; retry next tick
+        self._good = digest
+        self._current = fresh
+        self._loaded("serving certificate reloaded")
+        return True
+
+    def _loaded(self, message: str) -> None:
+        info = _describe(self.cert_file)
+        log.info(message, extra={"fields": info})
+        if info:
+            metrics.CERT_EXPIRY.set(datetime.datetime.fromisoformat(str(info["not_after"])).timestamp())
+            left = datetime.datetime.fromisoformat(str(info["not_after"])) - datetime.datetime.now(datetime.timezone.utc)
+            if left < EXPIRY_WARNING:
+                log.warning("serving certificate expires soon", extra={"fields": {"not_after": info["not_after"]}})
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.reload()
+            except Exception:  # never let the watcher die: the next tick may succeed
+                log.exception("checking the serving certificate failed")
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.watch(), name="tls-reload")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None

@@ -1,0 +1,410 @@
+"""Watch-backed caches of the cluster objects the rules read: admissions answered from memory.
+
+Each `Informer` applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
+`Table`. Objects are kept trimmed to the fields the rules read (`keep_fields`, built from
+kinds.py), stored as compact JSON (each read decodes a fresh dict, so a caller cannot corrupt
+the cache) and indexed by what the rules look up.
+
+`WatchedClusterStore` answers the Store protocol from these caches and falls back to a
+direct GET (within the caller's timeout) before the caches have synced and on misses that
+may just be watch lag.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from .. import kinds, metrics
+from ..config import Settings
+from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, Resource
+from ..rules.facts import claims_of
+from .direct import ClusterStore
+from .reflector import Event, EventType, Reflector, Timing
+from .store import Stats, labels_match, volume_handle
+
+log = logging.getLogger("webhook.cache")  # the logger names in the log lines are part of the interface
+
+SHARE_MANAGER_POD_LABELS = dict([kinds.SHARE_MANAGER_COMPONENT])
+VIRT_LAUNCHER_LABELS = dict([kinds.VIRT_LAUNCHER])
+
+# Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before
+# the VM that mounts it, a node that just joined. A share-manager or its pod that is not in
+# the cache yet cannot have a node yet either, so for them a miss is the answer.
+MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
+
+Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
+
+
+def keep_fields(settings: Settings) -> dict[str, Keep]:
+    """What the rules read, per kind; everything else is dropped when an object arrives.
+
+    A dict keeps the listed keys (True keeps the whole value, a dict recurses), a
+    one-element list applies its spec to every item (items left empty are dropped), and a
+    callable keeps the keys of a mapping it accepts.
+    """
+
+    def pod_annotation(key: str) -> bool:
+        return key == settings.opt_in_annotation or key.startswith(settings.decision_prefix) or key == kinds.EPHEMERAL_PROVISIONING
+
+    pod = {
+        "metadata": {"name": True, "namespace": True, "labels": True, "annotations": pod_annotation,
+                     "deletionTimestamp": True},
+        "spec": {"nodeName": True, "volumes": [{"persistentVolumeClaim": {"claimName": True}}]},
+        "status": {"phase": True},
+    }
+    return {
+        PVC.kind: {"metadata": {"name": True, "namespace": True},
+                   "spec": {"accessModes": True, "volumeName": True}},
+        PV.kind: {"metadata": {"name": True},
+                  "spec": {"csi": {"driver": True, "volumeHandle": True}, "claimRef": {"namespace": True, "name": True}}},
+        SHARE_MANAGER.kind: {"metadata": {"name": True, "namespace": True},
+                             "status": {"state": True, "ownerID": True}},
+        POD.kind: pod,
+        NODE.kind: {"metadata": {"name": True, "labels": True},
+                    "spec": {"unschedulable": True, "taints": True},
+                    "status": {"conditions": [{"type": True, "status": True}]}},
+    }
+
+
+def trim(value: Any, keep: Keep) -> Any:
+    """`value` reduced to what `keep` lists; a value of an unexpected type is kept as it is."""
+    if keep is True:
+        return value
+    if isinstance(keep, dict):
+        if not isinstance(value, dict):
+            return value
+        return {key: trim(value[key], sub) for key, sub in keep.items() if value.get(key) is not None}
+    if isinstance(keep, list):
+        if not isinstance(value, list):
+            return value
+        return [item for item in (trim(v, keep[0]) for v in value) if item not in ({}, None)]
+    if not isinstance(value, dict):
+        return value
+    return {key: v for key, v in value.items() if keep(key)}
+
+
+def object_key(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+# --------------------------------------------------------------------------- table
+
+
+Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
+
+
+class Table:
+    """Trimmed objects as compact JSON by key ("namespace/name", or the name), plus indexes.
+
+    Name and namespace live in the key only, not again in the JSON; an index maps a value to
+    one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
+    """
+
+    __slots__ = ("objects", "indexes", "indexers")
+
+    def __init__(self, indexers: Mapping[str, Indexer]):
+        self.indexers = indexers
+        self.objects: dict[str, bytes] = {}
+        self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        blob = self.objects.get(key)
+        return None if blob is None else self.decode(key, blob)
+
+    @staticmethod
+    def decode(key: str, blob: bytes) -> dict[str, Any]:
+        obj = orjson.loads(blob)
+        namespace, _, name = key.rpartition("/")
+        meta = {"name": name, "namespace": namespace} if namespace else {"name": name}
+        rest = obj.get("metadata")
+        obj["metadata"] = meta | rest if isinstance(rest, dict) else meta
+        return obj
+
+    @staticmethod
+    def encode(obj: dict[str, Any]) -> bytes:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and ("name" in meta or "namespace" in meta):
+            rest = {k: v for k, v in meta.items() if k not in ("name", "namespace")}
+            obj = {k: v for k, v in obj.items() if k != "metadata"} | ({"metadata": rest} if rest else {})
+        # orjson's bytes keep its whole write buffer (4 KiB and up); a copy keeps only the JSON.
+        return bytes(memoryview(orjson.dumps(obj)))
+
+    def put(self, key: str, obj: dict[str, Any]) -> None:
+        blob = self.encode(obj)
+        old = self.objects.get(key)
+        if old == blob:
+            return
+        if self.indexers:
+            self._reindex(key, self.decode(key, old) if old is not None else None, obj)
+        self.objects[key] = blob
+
+    def remove(self, key: str) -> None:
+        old = self.objects.pop(key, None)
+        if old is not None and self.indexers:
+            self._reindex(key, self.decode(key, old), None)
+
+    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+        keys = self.indexes[index].get(value, ())
+        return [self.decode(key, self.objects[key]) for key in ((keys,) if isinstance(keys, str) else keys)]
+
+    def _reindex(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for name, indexer in self.indexers.items():
+            before = set(indexer(old)) if old is not None else set()
+            after = set(indexer(new)) if new is not None else set()
+            index = self.indexes[name]
+            for value in before - after:
+                held = index.get(value, ())
+                keys = tuple(k for k in ((held,) if isinstance(held, str) else held) if k != key)
+                if keys:
+                    index[value] = keys[0] if len(keys) == 1 else keys
+                else:
+                    index.pop(value, None)
+            for value in after - before:
+                held = index.get(value)
+                if held is None:
+                    index[key if value == key else value] = key  # a PV's handle is often its name
+                else:
+                    index[value] = ((held,) if isinstance(held, str) else held) + (key,)
+
+
+# --------------------------------------------------------------------------- informer
+
+
+class Informer:
+    """One resource (optionally one namespace and a label selector) kept in a Table from the
+    events of its reflector."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        keep: Keep,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
+        authoritative: bool | None = None,
+    ):
+        self.resource = resource
+        self.namespace = namespace if resource.namespaced else None
+        self.labels = dict(labels or {})
+        self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
+        self.keep = keep
+        # Whether a name lookup in our scope that misses means "absent". True when nothing is
+        # filtered by labels; a label-scoped informer says so only when told to.
+        self.authoritative = not self.labels if authoritative is None else authoritative
+        self.table = Table(indexers or {})
+        self.synced_event = asyncio.Event()
+        self.lists = 0  # completed lists (the first one, then relists)
+        self.events = 0  # watch events applied
+        self.last_sync: float | None = None  # wall-clock time of the last list or event
+        self.error: str | None = None  # why the last list/watch failed, until one succeeds
+        self._listed: set[str] = set()  # keys the list under way has returned
+
+    @property
+    def name(self) -> str:
+        scope = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
+
+    @property
+    def synced(self) -> bool:
+        return self.synced_event.is_set()
+
+    def covers(self, namespace: str | None) -> bool:
+        return self.namespace is None or namespace == self.namespace
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
+
+    def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
+        return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
+                                 timing=timing, list_slots=list_slots)
+
+    async def run(self, events: Any) -> None:
+        """Apply the reflector's events until it stops (cancel to stop)."""
+        async for event in events:
+            self.apply(event)
+
+    # ----------------------------------------------------------------- events
+
+    def apply(self, event: Event) -> None:
+        """One event from the reflector into the table, the health figures and the logs."""
+        kind = event.type
+        if kind is EventType.FAILED:
+            self.error = event.error
+            metrics.WATCH_ERRORS.labels(self.name).inc()
+            metrics.CACHE_HEALTHY.labels(self.name).set(0)
+            log.warning("watch failed", extra={"fields": {
+                "resource": self.name, "error": event.error, "retry_in": round(event.retry_in or 0.0, 3)}})
+            return
+        if kind is EventType.RELISTING:
+            log.info("relisting", extra={"fields": {"resource": self.name, "reason": event.error}})
+            return
+        if kind is EventType.LISTED:
+            key = self._put(event.object)
+            if key is not None:
+                self._listed.add(key)
+            return
+        if kind is EventType.SYNCED:
+            # The list replaced what we held: drop what it did not return (in place: no second copy).
+            for key in [key for key in self.table.objects if key not in self._listed]:
+                self.table.remove(key)
+            self._listed = set()
+            self.lists += 1
+            if not self.synced:
+                log.info("cache synced", extra={"fields": {
+                    "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
+            self.synced_event.set()
+        elif kind is EventType.DELETED:
+            key = self._key(event.object)
+            if key is not None:
+                self.table.remove(key)
+            self.events += 1
+        elif kind is not EventType.BOOKMARK:
+            self._put(event.object)
+            self.events += 1
+        else:
+            self.events += 1
+        self._healthy()
+
+    def _key(self, obj: Any) -> str | None:
+        name = kinds.meta(obj).get("name")
+        if not isinstance(name, str) or not name:
+            return None
+        return object_key(kinds.meta(obj).get("namespace") if self.resource.namespaced else None, name)
+
+    def _put(self, obj: Any) -> str | None:
+        """Keep one object (trimmed); the key when the table now holds it."""
+        key = self._key(obj)
+        if key is None:
+            return None
+        # Emulators may ignore the label selector: filter on our side too.
+        if (self.namespace is not None and kinds.meta(obj).get("namespace") != self.namespace) \
+                or not labels_match(obj, self.labels):
+            self.table.remove(key)
+            return None
+        self.table.put(key, trim(obj, self.keep))
+        return key
+
+    def _healthy(self) -> None:
+        self.last_sync = time.time()
+        if self.error is not None or self.lists + self.events <= 1:
+            metrics.CACHE_HEALTHY.labels(self.name).set(1)
+        self.error = None
+
+
+# --------------------------------------------------------------------------- store
+
+
+class WatchedClusterStore:
+    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell."""
+
+    def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing()):
+        self._api = api_client
+        self._timing = timing
+        self._direct = ClusterStore(api_client)
+        keep = keep_fields(settings)
+        longhorn = settings.longhorn_namespace
+
+        def informer(resource: Resource, **kwargs: Any) -> Informer:
+            return Informer(resource, keep[resource.kind], **kwargs)
+
+        self.pvcs = informer(PVC)
+        self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
+        self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
+        # Pods looked up by name in the Longhorn namespace are share-manager pods, which
+        # Longhorn labels: a miss there is an answer.
+        self.share_manager_pods = informer(POD, namespace=longhorn, labels=SHARE_MANAGER_POD_LABELS, authoritative=True)
+        self.vm_pods = informer(POD, labels=VIRT_LAUNCHER_LABELS, indexers={"claim": _claims})
+        self.nodes = informer(NODE)
+        self.informers = (self.pvcs, self.pvs, self.share_managers, self.share_manager_pods, self.vm_pods, self.nodes)
+        self._by_kind: dict[str, list[Informer]] = {}
+        for i in self.informers:
+            self._by_kind.setdefault(i.resource.kind, []).append(i)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
+        """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
+        from . import client
+
+        return cls(client.for_host(host), settings, timing)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start listing and watching in the background (call once, from the running loop)."""
+        if self._tasks:
+            return
+        list_slots = asyncio.Semaphore(1)  # lists one at a time: the memory of one page, not six
+        for informer in self.informers:
+            events = informer.reflector(self._api, self._timing, list_slots).events()
+            self._tasks.append(asyncio.create_task(informer.run(events), name=f"cache {informer.name}"))
+
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    def stats(self) -> Stats:
+        """Objects held and last sync time per cache (read by the metrics at scrape time)."""
+        return {i.name: (len(i.table.objects), i.last_sync) for i in self.informers}
+
+    def degraded(self) -> list[str]:
+        """Caches whose list or watch is failing now: they serve what they have meanwhile."""
+        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            for informer in self.informers:
+                await informer.synced_event.wait()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._direct.close()
+
+    # ----------------------------------------------------------------- reads
+
+    def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise."""
+        answered = False  # a synced informer that holds everything this look-up could be about
+        for informer in self._by_kind.get(resource.kind, ()):
+            if informer.synced and informer.covers(namespace) and informer.resource == resource:
+                obj = informer.get(namespace, name)
+                if obj is not None:
+                    return True, obj
+                answered = answered or informer.authoritative
+        if answered and resource.kind not in MISS_FALLBACK:
+            return True, None
+        return False, None
+
+    async def get(self, resource, namespace, name, *, timeout=None):
+        known, obj = self.peek(resource, namespace, name)
+        if known:
+            return obj
+        return await self._direct.get(resource, namespace, name, timeout=timeout)
+
+    async def pvs_by_volume_handle(self, handle, *, timeout=None):
+        if not self.pvs.synced:
+            return await self._direct.pvs_by_volume_handle(handle, timeout=timeout)
+        return self.pvs.table.lookup("volumeHandle", handle)
+
+    async def pods_by_claim(self, namespace, claim, *, timeout=None):
+        if not self.vm_pods.synced:
+            return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
+        return self.vm_pods.table.lookup("claim", object_key(namespace, claim))
+
+
+def _volume_handles(pv: dict[str, Any]) -> list[str]:
+    handle = volume_handle(pv)
+    return [handle] if handle else []
+
+
+def _claims(pod: dict[str, Any]) -> list[str]:
+    namespace = kinds.meta(pod).get("namespace") or ""
+    return [object_key(namespace, claim) for claim in claims_of(pod)]

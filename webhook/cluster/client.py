@@ -1,0 +1,142 @@
+"""The one way every verb connects to the cluster, and the one raw request helper.
+
+Credentials are looked for as kubectl and client-go do: `--kubeconfig` when given (and
+only it), else in-cluster (the service-account mount), else `KUBECONFIG`, else
+`~/.kube/config`. When none works, `NoCredentials` says in one line what was tried.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class NoCredentials(Exception):
+    """No source of cluster credentials worked; the message names each one tried."""
+
+
+class ApiUnreachable(Exception):
+    """The request never got an HTTP answer (connection refused, TLS, DNS, timeout)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+async def connect(kubeconfig: str | None = None) -> Any:
+    """A kubernetes-asyncio ApiClient for the cluster, or NoCredentials."""
+    from kubernetes_asyncio import client, config
+
+    tried: list[str] = []
+    configuration = client.Configuration()
+
+    async def from_file(path: str, label: str) -> bool:
+        if not Path(path).expanduser().is_file():
+            tried.append(f"{label} (no such file)")
+            return False
+        try:
+            await config.load_kube_config(config_file=path, client_configuration=configuration)
+        except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            tried.append(f"{label} ({_short(exc)})")
+            return False
+        return True
+
+    if kubeconfig is not None:
+        if await from_file(kubeconfig, f"--kubeconfig {kubeconfig}"):
+            return new_api_client(configuration)
+        raise NoCredentials("no credentials for the cluster: tried " + "; ".join(tried))
+    if os.environ.get(config.incluster_config.SERVICE_HOST_ENV_NAME):
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+            return new_api_client(configuration)
+        except (config.ConfigException, OSError) as exc:
+            tried.append(f"in-cluster ({_short(exc)})")
+    else:
+        tried.append(f"in-cluster ({config.incluster_config.SERVICE_HOST_ENV_NAME} not set)")
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        # kubectl merges a path list; the first existing file is what a single-file client uses.
+        path = next((p for p in env.split(os.pathsep) if p and Path(p).expanduser().exists()), env.split(os.pathsep)[0])
+        if await from_file(path, f"KUBECONFIG={env}"):
+            return new_api_client(configuration)
+    else:
+        tried.append("KUBECONFIG (not set)")
+    home = Path("~/.kube/config").expanduser()
+    if await from_file(str(home), str(home)):
+        return new_api_client(configuration)
+    raise NoCredentials("no credentials for the cluster: tried " + "; ".join(tried))
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def for_host(host: str) -> Any:
+    """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
+    from kubernetes_asyncio import client
+
+    return new_api_client(client.Configuration(host=host))
+
+
+def new_api_client(configuration: Any) -> Any:
+    """kubernetes-asyncio's ApiClient without environment look-ups on every request.
+
+    Its aiohttp session trusts the environment (`trust_env=True`): each request then reads
+    ~/.netrc and the proxy variables in a worker thread, which costs more CPU than the
+    request itself. The proxy the environment names for the API server (HTTPS_PROXY,
+    NO_PROXY...) is looked up once here instead.
+    """
+    import aiohttp
+    import yarl
+    from aiohttp.helpers import get_env_proxy_for_url
+    from kubernetes_asyncio import client
+
+    if not configuration.proxy:
+        try:
+            proxy, proxy_auth = get_env_proxy_for_url(yarl.URL(configuration.host))
+        except LookupError:
+            pass
+        else:
+            configuration.proxy = str(proxy)
+            if proxy_auth is not None:
+                configuration.proxy_headers = {"Proxy-Authorization": proxy_auth.encode()}
+    api = client.ApiClient(configuration)
+    trusting = api.rest_client.pool_manager
+    # aiohttp's default read buffer, not kubernetes-asyncio's 2 MiB: our watch reader does not
+    # need a whole event in the buffer, and six watches streaming at start add up.
+    api.rest_client.pool_manager = aiohttp.ClientSession(connector=trusting.connector, trust_env=False)
+    trusting.detach()  # hands the connector over; the old session is closed without closing it
+    return api
+
+
+async def open_response(api: Any, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),
+                        body: Any = None, content_type: str = "application/json", timeout: float | None) -> Any:
+    """The raw response of one call through kubernetes-asyncio (its auth and TLS), unread:
+    for streams (watches). The caller closes it. Non-2xx answers are returned, not raised."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    return await api.call_api(
+        path, method, query_params=list(query), header_params=headers, body=body,
+        auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
+    )
+
+
+async def request(api: Any, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
+                  content_type: str = "application/json", timeout: float | None) -> tuple[int, bytes]:
+    """One call, read whole and released: (status, body bytes). Raises ApiUnreachable when no
+    HTTP answer came (a timeout included); the caller judges the status."""
+    try:
+        response = await open_response(api, method, path, query=query, body=body, content_type=content_type,
+                                       timeout=timeout)
+        try:
+            raw = await response.read()
+        finally:
+            response.release()
+    except Exception as exc:  # connection refused, TLS, DNS, timeout
+        timed_out = isinstance(exc, TimeoutError)
+        what = "timed out" if timed_out else f"{type(exc).__name__}: {exc}"
+        raise ApiUnreachable(f"cannot reach the API for {method} {path}: {what}", timed_out=timed_out) from None
+    return response.status, raw

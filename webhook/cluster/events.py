@@ -1,0 +1,107 @@
+"""Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
+
+Admission never waits for an Event: `emit` only queues; a full queue drops the Event
+(and counts it). Skipped entirely for dry-run requests (hence sideEffects NoneOnDryRun).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+from .. import kinds, metrics
+from ..kinds import EVENT
+from ..rules.decide import PINNED, Decision
+from . import client
+
+log = logging.getLogger("webhook.events")
+COMPONENT = kinds.COMPONENT
+# Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
+OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
+
+
+def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("name"):
+            return {"apiVersion": ref.get("apiVersion", ""), "kind": ref["kind"], "name": ref["name"],
+                    "namespace": namespace, "uid": ref.get("uid", "")}
+    return None
+
+
+def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pinned = decision.outcome == PINNED
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "reason": "CoLocated" if pinned else "NotCoLocated",
+        "message": decision.reason[:1024],
+        "type": "Normal" if pinned else "Warning",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": instance,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+class EventSink:
+    """A bounded queue and one worker that POSTs Events with kubernetes-asyncio."""
+
+    def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0):
+        self._api = api_client
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
+        self._timeout = timeout
+        self._task: asyncio.Task[None] | None = None
+        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
+        involved = involved_object(pod, namespace)
+        if involved is None:
+            return
+        try:
+            self._queue.put_nowait(decision_event(involved, decision, self.instance))
+        except asyncio.QueueFull:
+            metrics.EVENTS.labels("dropped").inc()
+            return
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="events")
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._queue.get()
+            try:
+                await self._post(event)
+                metrics.EVENTS.labels("sent").inc()
+            except Exception as exc:  # an Event is best effort; the decision is on the pod anyway
+                metrics.EVENTS.labels("failed").inc()
+                log.warning("event not sent", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+            finally:
+                self._queue.task_done()
+
+    async def _post(self, event: dict[str, Any]) -> None:
+        status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
+                                         timeout=self._timeout)
+        if not 200 <= status < 300:
+            raise RuntimeError(f"API answered {status}")
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Send what is queued (for at most `grace` seconds), then stop."""
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(self._queue.join(), grace)
+        except TimeoutError:
+            pass
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass

@@ -1,0 +1,268 @@
+"""List and watch one resource, as client-go's reflector does, and yield what happened.
+
+k8s.io/client-go/tools/cache/reflector.go: list (paginated), then watch from the list's
+resourceVersion; on 410 Gone list again; on any other failure reconnect after an
+exponential backoff with jitter; ask for bookmarks (`allowWatchBookmarks=true`) so the
+resourceVersion to resume from stays fresh.
+
+Layered so each part is testable alone: `split_lines` (bytes → JSON lines), `Reflector.list`
+(pages → LISTED…SYNCED), `Reflector.watch` (one watch → events), `Reflector.events` (forever,
+with relists and backoff). The HTTP side is a `Transport`, so recorded streams can stand in
+for the API in tests. Applying events is the cache's business, not this module's.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import random
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Protocol
+
+import orjson
+
+from ..kinds import Resource
+from . import client
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    # client-go's reflector: watches last minWatchTimeout (5 min) × [1, 2) and back off
+    # from 800 ms, doubling, to 30 s with jitter.
+    watch_seconds: tuple[float, float] = (300.0, 600.0)
+    backoff_initial: float = 0.8
+    backoff_cap: float = 30.0
+    page_size: int = 500  # client-go's default page size for the initial list
+    request_timeout: float = 60.0  # per list page
+    # A watch that ends sooner than this with no event was not a healthy watch.
+    short_watch: float = 1.0
+
+
+class Backoff:
+    """Exponential delays with jitter: initial × 2ⁿ, capped, each drawn from [d/2, d]."""
+
+    def __init__(self, initial: float, cap: float):
+        self.initial, self.cap, self.failures = initial, cap, 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.initial * 2 ** self.failures)
+        self.failures += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Gone(Exception):
+    """410 Gone: the resourceVersion to resume from is too old; list again."""
+
+
+class WatchError(Exception):
+    pass
+
+
+class EventType(enum.StrEnum):
+    LISTED = "LISTED"  # one object of a list
+    SYNCED = "SYNCED"  # the list is complete: what it did not return is gone
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    BOOKMARK = "BOOKMARK"  # only moves the resourceVersion on
+    RELISTING = "RELISTING"  # 410 Gone: the resourceVersion is too old, a new list follows
+    FAILED = "FAILED"  # a list or watch failed; the reflector retries after `retry_in`
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: EventType
+    object: Any = None
+    error: str | None = None  # FAILED, RELISTING: why
+    retry_in: float | None = None  # FAILED, RELISTING: the wait before the next attempt
+    seconds: float | None = None  # SYNCED: how long the list took
+
+
+WATCH_TYPES = {t.value: t for t in (EventType.ADDED, EventType.MODIFIED, EventType.DELETED, EventType.BOOKMARK)}
+
+
+class Transport(Protocol):
+    async def get(self, query: list[tuple[str, str]], timeout: float) -> tuple[int, bytes]:
+        """One list page: (status, body)."""
+
+    def stream(self, query: list[tuple[str, str]]) -> contextlib.AbstractAsyncContextManager[
+            tuple[int, AsyncIterator[bytes]]]:
+        """A watch: (status, chunks of the body as they arrive); closed on exit."""
+
+
+class ApiTransport:
+    """The Transport over kubernetes-asyncio."""
+
+    def __init__(self, api: Any, path: str):
+        self.api, self.path = api, path
+
+    async def get(self, query, timeout):
+        return await client.request(self.api, "GET", self.path, query=query, timeout=timeout)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, query):
+        response = await client.open_response(self.api, "GET", self.path, query=query, timeout=None)
+        try:
+            yield response.status, response.content.iter_any()
+        finally:
+            response.close()
+
+
+def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
+    """Complete lines from chunks as they arrive; an unfinished line stays in `pending`."""
+    lines: list[bytes] = []
+    for chunk in chunks:
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        *done, rest = pending.split(b"\n")
+        pending[:] = rest
+        lines += [line for line in done if line.strip()]
+    return lines
+
+
+def _meta(obj: Any) -> dict[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+class Reflector:
+    """One resource (optionally one namespace and a label selector), listed and watched."""
+
+    def __init__(self, transport: Transport, name: str, *, selector: str = "", timing: Timing = Timing(),
+                 list_slots: asyncio.Semaphore | None = None):
+        self.transport, self.name, self.selector, self.timing = transport, name, selector, timing
+        # Reflectors sharing these slots list one at a time: one page in memory at once.
+        self.list_slots = list_slots or asyncio.Semaphore(1)
+        self.resource_version: str | None = None
+        self.resumable = False  # every event since the list carried a resourceVersion
+        self._backoff = Backoff(timing.backoff_initial, timing.backoff_cap)
+
+    @classmethod
+    def for_api(cls, api: Any, resource: Resource, name: str, *, namespace: str | None = None,
+                selector: str = "", **kwargs: Any) -> Reflector:
+        return cls(ApiTransport(api, resource.path(namespace)), name, selector=selector, **kwargs)
+
+    async def list(self) -> AsyncIterator[Event]:
+        """A full paginated list: LISTED per object, then SYNCED with the list's resourceVersion kept."""
+        token: str | None = None
+        resource_version: str | None = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with self.list_slots:
+            while True:
+                query = [("limit", str(self.timing.page_size))]
+                if self.selector:
+                    query.append(("labelSelector", self.selector))
+                if token:
+                    query.append(("continue", token))
+                async with asyncio.timeout(self.timing.request_timeout):
+                    status, body = await self.transport.get(query, self.timing.request_timeout)
+                if status == 410:
+                    raise Gone(f"list of {self.name}: the continue token expired")
+                if status != 200:
+                    raise WatchError(f"list of {self.name}: API answered {status}")
+                page = orjson.loads(body)
+                del body
+                for item in page.get("items") or ():
+                    yield Event(EventType.LISTED, item)
+                metadata = page.get("metadata") or {}
+                resource_version = metadata.get("resourceVersion") or None
+                token = metadata.get("continue") or None
+                del page
+                if not token:
+                    break
+        self.resource_version = resource_version
+        self.resumable = resource_version is not None
+        yield Event(EventType.SYNCED, seconds=loop.time() - started)
+
+    async def watch(self, counter: list[int]) -> AsyncIterator[Event]:
+        """One watch from the kept resourceVersion until the server ends it; counts events in `counter`."""
+        loop = asyncio.get_running_loop()
+        seconds = random.uniform(*self.timing.watch_seconds)
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(max(1, int(seconds))))]
+        if self.resource_version:
+            query.append(("resourceVersion", self.resource_version))
+        if self.selector:
+            query.append(("labelSelector", self.selector))
+        # The server ends the watch after timeoutSeconds; the grace bounds a server that does not.
+        deadline = loop.time() + seconds + min(30.0, seconds)
+        try:
+            async with asyncio.timeout_at(deadline):
+                opened = self.transport.stream(query)
+                status, chunks = await opened.__aenter__()
+        except TimeoutError:
+            return
+        try:
+            if status == 410:
+                raise Gone(f"watch of {self.name}: 410 Gone")
+            if status != 200:
+                raise WatchError(f"watch of {self.name}: API answered {status}")
+            pending = bytearray()
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):  # never around a yield
+                        chunk = await anext(chunks)
+                except (StopAsyncIteration, TimeoutError):
+                    return
+                for line in split_lines((chunk,), pending):
+                    event = self.event(orjson.loads(line))
+                    counter[0] += 1
+                    yield event
+        finally:
+            await opened.__aexit__(None, None, None)
+
+    def event(self, raw: Any) -> Event:
+        """One watch event: the resourceVersion kept; ERROR events raised as Gone or WatchError."""
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        obj = raw.get("object") if isinstance(raw, dict) else None
+        if kind == "ERROR":
+            status = obj if isinstance(obj, dict) else {}
+            if status.get("code") == 410:
+                raise Gone(f"watch of {self.name}: {status.get('message') or '410 Gone'}")
+            raise WatchError(f"watch of {self.name}: error event {status.get('code')} {status.get('message') or ''}")
+        if kind not in WATCH_TYPES:
+            raise WatchError(f"watch of {self.name}: unexpected event {kind!r}")
+        version = _meta(obj).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        elif kind != "BOOKMARK":
+            # Nothing to resume from after this event: the next watch starts with a list.
+            self.resumable = False
+        return Event(WATCH_TYPES[kind], obj)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """List, then watch, forever; close or cancel to stop."""
+        need_list, gone_in_a_row = True, 0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if need_list:
+                    async for event in self.list():
+                        yield event
+                    need_list = False
+                counter, started = [0], loop.time()
+                async for event in self.watch(counter):
+                    yield event
+                gone_in_a_row = 0
+                need_list = not self.resumable
+                if counter[0] == 0 and loop.time() - started < self.timing.short_watch:
+                    raise WatchError(f"watch of {self.name} ended at once with no events")
+                self._backoff.reset()
+            except Gone as exc:
+                # client-go relists at once on 410; a relist that is itself too old backs off.
+                need_list = True
+                gone_in_a_row += 1
+                retry_in = self._backoff.next() if gone_in_a_row > 1 else 0.0
+                yield Event(EventType.RELISTING, error=str(exc), retry_in=retry_in)
+                if retry_in:
+                    await asyncio.sleep(retry_in)
+            except Exception as exc:  # API down, reset, 403, bad JSON: back off, then resume
+                need_list = need_list or not self.resumable
+                delay = self._backoff.next()
+                yield Event(EventType.FAILED, error=f"{type(exc).__name__}: {exc}", retry_in=delay)
+                await asyncio.sleep(delay)

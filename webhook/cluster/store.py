@@ -1,0 +1,60 @@
+"""Where cluster facts come from: the Store protocol every source answers.
+
+A Store answers "this object" (or None when it does not exist) and the two look-ups the
+rules need. It raises `StoreError` when it cannot tell (API error, timeout); the caller
+turns that into "no node for this disk, say why", never into a failed admission.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..kinds import Resource
+
+
+class StoreError(Exception):
+    """The store could not answer (API error, timeout): the fact is unknown, not absent."""
+
+
+# Per cache: objects held, and when it was last listed or watched (Unix time).
+Stats = dict[str, tuple[int, float | None]]
+
+
+class Store(Protocol):
+    def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """From memory, without I/O: (True, object or None) when it can tell, (False, None)
+        when only the API can."""
+
+    async def get(
+        self, resource: Resource, namespace: str | None, name: str, *, timeout: float | None = None
+    ) -> dict[str, Any] | None:
+        """The object, or None when it does not exist. Raises StoreError when unsure."""
+
+    async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
+
+    async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """virt-launcher pods in `namespace` that mount PVC `claim`."""
+
+    def start(self) -> None:
+        """Begin whatever runs in the background (watches); called once from the running loop."""
+
+    def synced(self) -> bool:
+        """Whether reads are answered from a complete view (readiness): caches have synced."""
+
+    def degraded(self) -> list[str]:
+        """What is failing now while the store keeps serving what it has (readiness notes)."""
+
+    def stats(self) -> Stats:
+        """Figures for the metrics, read at scrape time."""
+
+    async def close(self) -> None: ...
+
+
+def volume_handle(pv: dict[str, Any]) -> str | None:
+    handle = (((pv.get("spec") or {}).get("csi")) or {}).get("volumeHandle")
+    return handle if isinstance(handle, str) and handle else None
+
+
+def labels_match(obj: dict[str, Any], labels: dict[str, str] | None) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in (labels or {}).items())

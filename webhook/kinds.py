@@ -1,0 +1,154 @@
+"""Every resource, label and annotation the project reads or writes, defined once.
+
+Sources: KubeVirt `pkg/virt-controller/services/template.go` and
+`pkg/virt-controller/watch/migration/migration.go` (launcher and migration target pods),
+longhorn-manager `controller/share_manager_controller.go` and `k8s/crds.yaml` (ShareManager,
+share-manager pods). The caches keep the fields these names point at (`cluster/cache.py`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import urllib.parse
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The API path; names are escaped, so a name from a pod can never step into another path."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{_segment(namespace)}"
+        base += f"/{self.plural}"
+        return f"{base}/{_segment(name)}" if name else base
+
+
+class BadName(ValueError):
+    """A name that must never be put into an API path ('.' or '..')."""
+
+
+def _segment(value: str) -> str:
+    if value in (".", ".."):
+        raise BadName(f"{value!r} is not an object name")
+    return urllib.parse.quote(value, safe="")
+
+
+# A DNS-1123 subdomain: what Kubernetes accepts as the name of PVCs, PVs, pods and nodes.
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and len(name) <= 253 and _NAME.fullmatch(name) is not None
+
+
+# --------------------------------------------------------------------------- resources
+
+PVC = Resource("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True)
+PV = Resource("PersistentVolume", "", "v1", "persistentvolumes", False)
+POD = Resource("Pod", "", "v1", "pods", True)
+NODE = Resource("Node", "", "v1", "nodes", False)
+EVENT = Resource("Event", "", "v1", "events", True)
+SECRET = Resource("Secret", "", "v1", "secrets", True)
+MUTATING_WEBHOOK = Resource("MutatingWebhookConfiguration", "admissionregistration.k8s.io", "v1",
+                            "mutatingwebhookconfigurations", False)
+# Longhorn serves only v1beta2 since 1.9/1.10 (longhorn-manager k8s/crds.yaml).
+SHARE_MANAGER = Resource("ShareManager", "longhorn.io", "v1beta2", "sharemanagers", True)
+VM = Resource("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", True)
+VMI = Resource("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", True)
+VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtualmachineinstancemigrations", True)
+LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
+# What the rules read; a snapshot (`--state`) holds these.
+RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER)
+
+# --------------------------------------------------------------------------- KubeVirt
+
+VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")  # label of every launcher pod
+# Set on a migration target pod and never removed: "created as a target", not "not the VM's pod".
+MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
+CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid, on each of its pods
+VM_NAME_LABELS = ("vm.kubevirt.io/name", "kubevirt.io/vm")  # the VM a launcher pod runs
+VMI_NODE_LABEL = "kubevirt.io/nodeName"
+# The temporary pod that triggers WaitForFirstConsumer provisioning: never touched.
+EPHEMERAL_PROVISIONING = "kubevirt.io/ephemeral-provisioning"
+KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handler
+LIVE_MIGRATABLE = "LiveMigratable"  # VMI condition
+
+# --------------------------------------------------------------------------- Longhorn
+
+DEFAULT_LONGHORN_NAMESPACE = "longhorn-system"
+DEFAULT_CSI_DRIVER = "driver.longhorn.io"
+SHARE_MANAGER_COMPONENT = ("longhorn.io/component", "share-manager")
+SHARE_MANAGER_VOLUME_LABEL = "longhorn.io/share-manager"  # value: the volume name
+SHARE_MANAGER_POD_PREFIX = "share-manager-"  # + the volume name
+
+# --------------------------------------------------------------------------- Kubernetes
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+
+# --------------------------------------------------------------------------- ours
+
+COMPONENT = "kubevirt-colocate"
+DEFAULT_OPT_IN = "kubevirt-scheduler/co-schedule"  # on the VM template; propagates to the pod
+DEFAULT_DECISION_PREFIX = "kubevirt-scheduler/"  # decision, node, reason annotations on the pod
+DECISION, NODE_KEY, REASON = "decision", "node", "reason"  # after the prefix; also audit annotation keys
+
+
+# --------------------------------------------------------------------------- reading objects
+
+
+def meta(obj: Any) -> dict[str, Any]:
+    value = obj.get("metadata") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def str_map(obj: Any, key: str) -> dict[str, Any]:
+    """`metadata.labels` or `metadata.annotations`, {} when absent or malformed."""
+    value = meta(obj).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def labels(obj: Any) -> dict[str, Any]:
+    return str_map(obj, "labels")
+
+
+def annotations(obj: Any) -> dict[str, Any]:
+    return str_map(obj, "annotations")
+
+
+def spec(obj: Any) -> dict[str, Any]:
+    value = obj.get("spec") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def status(obj: Any) -> dict[str, Any]:
+    value = obj.get("status") if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def is_launcher(pod: Any) -> bool:
+    return labels(pod).get(VIRT_LAUNCHER[0]) == VIRT_LAUNCHER[1]
+
+
+def vm_name(pod: Any) -> str | None:
+    found = labels(pod)
+    return next((found[k] for k in VM_NAME_LABELS if isinstance(found.get(k), str)), None)
+
+
+def terminating(obj: Any) -> bool:
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
+def finished(pod: Any) -> bool:
+    return status(pod).get("phase") in ("Succeeded", "Failed")

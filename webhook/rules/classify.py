@@ -1,0 +1,74 @@
+"""Which pods the rules act on, and why not: a fixed phrase for each pod left untouched."""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from .. import kinds
+from ..config import Settings
+
+
+class Skip(enum.StrEnum):
+    """Why a pod was left untouched: short fixed phrases (a metric label, a log field)."""
+
+    NOT_POD_CREATION = "not a pod creation"
+    NOT_A_POD = "object is not a Pod"
+    RULE_OFF = "share-manager rule is off"
+    NO_VOLUME_LABEL = "no volume label"
+    ALREADY_BOUND = "already bound to a node"
+    CONSUMERS_UNKNOWN = "consumers unknown"
+    NO_CONSUMER = "no running consumer"
+    INTERNAL_ERROR = "internal error"
+    NOT_LAUNCHER = "not a virt-launcher pod"
+    NOT_OPTED_IN = "not opted in"
+    MIGRATION_TARGET = "migration target"
+    EPHEMERAL = "ephemeral provisioning pod"
+    TERMINATING = "terminating"
+    FINISHED = "finished"
+    NOT_SCHEDULED = "not scheduled yet"
+
+
+def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:
+    key, value = kinds.SHARE_MANAGER_COMPONENT
+    return namespace == settings.longhorn_namespace and kinds.labels(pod).get(key) == value
+
+
+def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Skip | None:
+    """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
+    if not kinds.is_launcher(pod):
+        return Skip.NOT_LAUNCHER
+    if kinds.annotations(pod).get(settings.opt_in_annotation) != "true":
+        return Skip.NOT_OPTED_IN
+    return None
+
+
+def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+    """Why this pod is left untouched by the VM rule at its creation, or None when we act on it.
+
+    Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
+    the source's share-manager would fight its anti-affinity and make migration impossible.
+    """
+    if (why := opted_in_launcher(pod, settings)) is not None:
+        return why
+    if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
+        return Skip.MIGRATION_TARGET
+    if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
+        return Skip.EPHEMERAL
+    if kinds.spec(pod).get("nodeName"):
+        return Skip.ALREADY_BOUND
+    return None
+
+
+def consumer_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+    """Why a virt-launcher pod does not count as a running consumer of a volume, or None."""
+    if (why := opted_in_launcher(pod, settings)) is not None:
+        return why
+    if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
+        return Skip.MIGRATION_TARGET
+    if kinds.terminating(pod):
+        return Skip.TERMINATING
+    if kinds.finished(pod):
+        return Skip.FINISHED
+    if not kinds.spec(pod).get("nodeName"):
+        return Skip.NOT_SCHEDULED
+    return None

@@ -1,0 +1,188 @@
+"""Pure: a pod and a Decision → JSON patch operations (add only, AND-merged, idempotent),
+and the inverse: the pod as created, without what we added (`as_created`, for `explain`).
+
+Kubernetes semantics (k8s.io/api core/v1 NodeSelector): nodeSelectorTerms are ORed, the
+requirements inside one term are ANDed, and an empty term matches nothing. So a pin is
+added to *every* non-empty term; a new term is created only when there is none.
+A patch that decodes but does not apply fails pod creation even with failurePolicy
+Ignore: missing parents are added whole, never a child under a missing parent.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..config import Settings
+from .decide import PINNED, Decision
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def escape(key: str) -> str:
+    """JSON pointer escaping (RFC 6901): '~' → '~0', '/' → '~1'."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def node_requirement(node: str) -> dict[str, Any]:
+    """Select a node by name, as the DaemonSet controller does (the hostname label may differ)."""
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def preferred_term(node: str, weight: int) -> dict[str, Any]:
+    return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _empty_term(term: dict[str, Any]) -> bool:
+    return not term.get("matchExpressions") and not term.get("matchFields")
+
+
+def affinity_ops(
+    spec: dict[str, Any], required: str | None, preferences: tuple[tuple[str, int], ...], base: str = "/spec"
+) -> list[dict[str, Any]]:
+    """Operations that AND `required` into the node affinity and add the preferred terms."""
+    wanted_required = node_requirement(required) if required else None
+    wanted_preferred = [preferred_term(node, weight) for node, weight in preferences]
+    if not wanted_required and not wanted_preferred:
+        return []
+
+    def node_affinity_value() -> dict[str, Any]:
+        value: dict[str, Any] = {}
+        if wanted_required:
+            value[REQUIRED] = {"nodeSelectorTerms": [{"matchFields": [wanted_required]}]}
+        if wanted_preferred:
+            value[PREFERRED] = wanted_preferred
+        return value
+
+    affinity = _dict(spec.get("affinity"))
+    if affinity is None:
+        return [{"op": "add", "path": f"{base}/affinity", "value": {"nodeAffinity": node_affinity_value()}}]
+    node_affinity = _dict(affinity.get("nodeAffinity"))
+    path = f"{base}/affinity/nodeAffinity"
+    if node_affinity is None:
+        return [{"op": "add", "path": path, "value": node_affinity_value()}]
+
+    ops: list[dict[str, Any]] = []
+    if wanted_required:
+        selector = _dict(node_affinity.get(REQUIRED))
+        terms = selector.get("nodeSelectorTerms") if selector else None
+        if not isinstance(terms, list) or not terms:
+            value = {"nodeSelectorTerms": [{"matchFields": [wanted_required]}]}
+            if selector is not None:
+                ops.append({"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms", "value": value["nodeSelectorTerms"]})
+            else:
+                ops.append({"op": "add", "path": f"{path}/{REQUIRED}", "value": value})
+        else:
+            for i, term in enumerate(terms):
+                if not isinstance(term, dict) or _empty_term(term):
+                    continue  # an empty term matches nothing; filling it would widen placement
+                fields = term.get("matchFields")
+                term_path = f"{path}/{REQUIRED}/nodeSelectorTerms/{i}/matchFields"
+                if not isinstance(fields, list):
+                    ops.append({"op": "add", "path": term_path, "value": [wanted_required]})
+                elif wanted_required not in fields:
+                    ops.append({"op": "add", "path": f"{term_path}/-", "value": wanted_required})
+
+    if wanted_preferred:
+        existing = node_affinity.get(PREFERRED)
+        if not isinstance(existing, list):
+            ops.append({"op": "add", "path": f"{path}/{PREFERRED}", "value": wanted_preferred})
+        else:
+            have = [t.get("preference") for t in existing if isinstance(t, dict)]
+            for term in wanted_preferred:
+                if term["preference"] not in have:
+                    ops.append({"op": "add", "path": f"{path}/{PREFERRED}/-", "value": term})
+    return ops
+
+
+def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """Set annotations, adding only what differs (add replaces an existing member)."""
+    metadata = _dict(obj.get("metadata"))
+    if metadata is None:
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(annotations)}}]
+    current = _dict(metadata.get("annotations"))
+    if current is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [
+        {"op": "add", "path": f"/metadata/annotations/{escape(key)}", "value": value}
+        for key, value in annotations.items()
+        if current.get(key) != value
+    ]
+
+
+# The apiserver caps all annotations of an object at 256 KiB; a reason naming many disks must not
+# be the thing that makes a pod invalid.
+MAX_REASON = 1024
+
+
+def _clip(text: str, limit: int = MAX_REASON) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
+    """decision / node / reason: always all three, so a re-review never leaves a stale one."""
+    recorded = audit_annotations(decision)
+    return {
+        settings.decision_annotation: recorded["decision"],
+        settings.node_annotation: recorded["node"],
+        settings.reason_annotation: recorded["reason"],
+    }
+
+
+def audit_annotations(decision: Decision) -> dict[str, str]:
+    """The same, for the audit log (the apiserver prefixes the keys with the webhook's name)."""
+    node = decision.node if decision.outcome == PINNED else ",".join(decision.nodes)
+    return {"decision": decision.outcome, "node": _clip(node or ""), "reason": _clip(decision.reason)}
+
+
+def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
+    """The whole patch for one pod: affinity first, then the recorded decision."""
+    spec = _dict(obj.get("spec"))
+    ops: list[dict[str, Any]] = []
+    if spec is not None:
+        required = decision.node if decision.outcome == PINNED else None
+        ops += affinity_ops(spec, required, decision.preferences)
+    return ops + annotation_ops(obj, decision_annotations(decision, settings))
+
+
+def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The launcher pod as KubeVirt would create it again: unbound, without what we added to it.
+
+    Only what our annotations say we added is removed (the user's own terms stay).
+    """
+    pod = copy.deepcopy(pod)
+    spec = pod.setdefault("spec", {})
+    spec.pop("nodeName", None)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    ours = [n for n in str(annotations.get(settings.node_annotation) or "").split(",") if n]
+    for key in (settings.decision_annotation, settings.node_annotation, settings.reason_annotation):
+        annotations.pop(key, None)
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    added = [node_requirement(node) for node in ours]
+    selector = node_affinity.get(REQUIRED) or {}
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    if isinstance(terms, list):
+        kept = []
+        for term in terms:
+            if isinstance(term, dict) and isinstance(term.get("matchFields"), list):
+                term["matchFields"] = [f for f in term["matchFields"] if f not in added]
+                if not term["matchFields"]:
+                    del term["matchFields"]
+                    if not term.get("matchExpressions"):
+                        continue  # a term we created: dropping it restores "no required affinity"
+            kept.append(term)
+        if kept:
+            selector["nodeSelectorTerms"] = kept
+        else:
+            del node_affinity[REQUIRED]
+    preferred = node_affinity.get(PREFERRED)
+    if isinstance(preferred, list):
+        ours_preferred = [{"matchFields": [r]} for r in added]
+        node_affinity[PREFERRED] = [
+            t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)
+        ]
+    return pod

@@ -1,0 +1,1 @@
+"""Tools an admin runs: explain a VM, make certificates."""

@@ -1,0 +1,250 @@
+"""The self-managed certificate path in a cluster: a Secret for the pair, the CA in caBundle.
+
+What kube-webhook-certgen does (kubernetes/ingress-nginx, images/kube-webhook-certgen:
+`create` leaves a Secret that already holds a certificate alone, `patch` writes the CA
+into the caBundle of every webhook of the configuration), with two differences:
+- a pair in the Secret is kept only while it is still good for these names and has more
+  than a third of its life left (cert-manager's default renewBefore), else it is renewed;
+- on renewal the caBundle holds the new CA *and* the previous one until the next run, so
+  the apiserver trusts the old serving certificate until the kubelet has refreshed the
+  Secret volume and the server has reloaded it: rotation without failed calls.
+
+Writes are JSON merge patches carrying the resourceVersion read just before, so a
+concurrent writer makes the apiserver answer 409 instead of losing an update; the
+webhooks list is sent whole (a merge patch replaces lists), as read and changed.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import json
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from ..cluster import client
+from ..kinds import MUTATING_WEBHOOK, SECRET
+from . import certs
+
+SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
+MERGE_PATCH = "application/merge-patch+json"
+ATTEMPTS = 5  # on 409 Conflict: read again and retry
+
+
+class KubeError(Exception):
+    """The API refused or could not be reached; the message says what to check."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretResult:
+    bundle: certs.Bundle
+    action: str  # created | renewed | kept
+    previous_ca: bytes | None = None  # the CA replaced on renewal, still trusted for a while
+
+
+class Api:
+    """A few raw calls through kubernetes-asyncio (its auth and TLS), JSON in and out."""
+
+    def __init__(self, api_client: Any):
+        self._api = api_client
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
+        try:
+            status, raw = await client.request(self._api, method, path, body=body, content_type=content_type, timeout=30)
+        except client.ApiUnreachable as exc:
+            raise KubeError(str(exc)) from None
+        return status, _json(raw)
+
+    async def close(self) -> None:
+        await self._api.close()
+
+
+def _json(raw: Any) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except (ValueError, TypeError):
+        return None
+
+
+def _failure(status: int, body: Any, what: str) -> KubeError:
+    message = body.get("message") if isinstance(body, dict) else None
+    hint = {403: " (check the RBAC of this ServiceAccount)", 404: " (not found)"}.get(status, "")
+    return KubeError(f"{what}: API answered {status}{hint}" + (f": {message}" if message else ""))
+
+
+# --------------------------------------------------------------------------- the pair
+
+
+def _load_certs(pem: bytes) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return []
+
+
+def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | None = None) -> certs.Bundle | None:
+    """The pair in `data` when it can keep serving `names` for a while; None when it must be renewed."""
+    if any(not data.get(key) for key in SECRET_KEYS):
+        return None
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    try:
+        ca = x509.load_pem_x509_certificate(data["ca.crt"])
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        key = serialization.load_pem_private_key(data["tls.key"], password=None)
+        cert.verify_directly_issued_by(ca)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except Exception:  # unparsable, not signed by this CA, no SANs: anything off means renew
+        return None
+    if key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo) != \
+            cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo):
+        return None
+    present = {str(v) for v in sans.get_values_for_type(x509.DNSName)}
+    present |= {str(v) for v in sans.get_values_for_type(x509.IPAddress)}
+    if not set(names) <= present:
+        return None
+    start, end = cert.not_valid_before_utc, min(cert.not_valid_after_utc, ca.not_valid_after_utc)
+    if not start <= now or end - now < (end - start) / 3:
+        return None
+    return certs.Bundle(ca_cert=data["ca.crt"], cert=data["tls.crt"], key=data["tls.key"])
+
+
+def _still_valid_ca(pem: bytes | None, now: datetime.datetime) -> bytes | None:
+    found = _load_certs(pem or b"")
+    if len(found) == 1 and found[0].not_valid_after_utc > now:
+        return pem
+    return None
+
+
+def _secret_path(namespace: str, name: str = "") -> str:
+    return SECRET.path(namespace, name or None)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def sync_secret(api: Api, namespace: str, name: str, names: list[str], days: int) -> SecretResult:
+    """Make Secret `namespace/name` hold a good pair for `names`: keep, renew or create it."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for _ in range(ATTEMPTS):
+        status, secret = await api.request("GET", _secret_path(namespace, name))
+        if status == 404:
+            # Our manifests create the Secret empty, so the Job needs no `create` on secrets.
+            bundle = certs.generate(names, days=days)
+            body = {
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": {key: _b64(value) for key, value in zip(SECRET_KEYS, (bundle.ca_cert, bundle.cert, bundle.key))},
+            }
+            status, answer = await api.request("POST", _secret_path(namespace), body)
+            if status == 409:
+                continue  # created meanwhile by someone else: read it
+            if not 200 <= status < 300:
+                raise _failure(status, answer, f"creating Secret {namespace}/{name}")
+            return SecretResult(bundle, "created")
+        if status != 200 or not isinstance(secret, dict):
+            raise _failure(status, secret, f"reading Secret {namespace}/{name}")
+        data = {}
+        for key in SECRET_KEYS:
+            try:
+                data[key] = base64.b64decode((secret.get("data") or {}).get(key) or "")
+            except ValueError:
+                data[key] = b""
+        kept = reusable(data, names, now)
+        if kept is not None:
+            return SecretResult(kept, "kept")
+        bundle = certs.generate(names, days=days)
+        patch = {
+            "metadata": {"resourceVersion": (secret.get("metadata") or {}).get("resourceVersion")},
+            "data": {key: _b64(value) for key, value in zip(SECRET_KEYS, (bundle.ca_cert, bundle.cert, bundle.key))},
+        }
+        status, answer = await api.request("PATCH", _secret_path(namespace, name), patch, MERGE_PATCH)
+        if status == 409:
+            continue
+        if not 200 <= status < 300:
+            raise _failure(status, answer, f"writing Secret {namespace}/{name}")
+        return SecretResult(bundle, "renewed" if data.get("tls.crt") else "created", _still_valid_ca(data.get("ca.crt"), now))
+    raise KubeError(f"Secret {namespace}/{name} kept changing under us ({ATTEMPTS} conflicts); run again")
+
+
+# --------------------------------------------------------------------------- caBundle
+
+
+def _webhook_path(name: str) -> str:
+    return MUTATING_WEBHOOK.path(None, name)
+
+
+def _ders(pem: bytes) -> list[bytes]:
+    return [c.public_bytes(serialization.Encoding.DER) for c in _load_certs(pem)]
+
+
+async def patch_webhook(api: Api, name: str, ca: bytes, previous_ca: bytes | None = None) -> int:
+    """Put `ca` (and `previous_ca`, during a rotation) into the caBundle of every webhook of `name`.
+
+    Returns how many webhooks changed. A caBundle that already trusts `ca` is left alone
+    when there is no rotation, so running again keeps the overlap of an earlier rotation.
+    """
+    if not _ders(ca):
+        raise ValueError("the CA to put into caBundle is not a PEM certificate")
+    wanted = ca + (previous_ca or b"")
+    for _ in range(ATTEMPTS):
+        status, config = await api.request("GET", _webhook_path(name))
+        if status != 200 or not isinstance(config, dict):
+            raise _failure(status, config, f"reading MutatingWebhookConfiguration {name}")
+        webhooks = config.get("webhooks") or []
+        if not webhooks:
+            raise KubeError(f"MutatingWebhookConfiguration {name} has no webhooks")
+        changed = 0
+        for webhook in webhooks:
+            client_config = webhook.setdefault("clientConfig", {})
+            try:
+                current = base64.b64decode(client_config.get("caBundle") or "")
+            except ValueError:
+                current = b""
+            up_to_date = _ders(current) == _ders(wanted) if previous_ca else set(_ders(ca)) <= set(_ders(current))
+            if not up_to_date:
+                client_config["caBundle"] = _b64(wanted)
+                changed += 1
+        if not changed:
+            return 0
+        patch = {"metadata": {"resourceVersion": (config.get("metadata") or {}).get("resourceVersion")}, "webhooks": webhooks}
+        status, answer = await api.request("PATCH", _webhook_path(name), patch, MERGE_PATCH)
+        if status == 409:
+            continue
+        if not 200 <= status < 300:
+            raise _failure(status, answer, f"patching MutatingWebhookConfiguration {name}")
+        return changed
+    raise KubeError(f"MutatingWebhookConfiguration {name} kept changing under us ({ATTEMPTS} conflicts); run again")
+
+
+# --------------------------------------------------------------------------- the CLI action
+
+
+async def run(names: list[str], *, namespace: str, days: int, secret: str | None, webhook: str | None,
+              out: str | None, kubeconfig: str | None) -> list[str]:
+    """`certs --secret/--patch-webhook`: what happened, one line per step."""
+    done: list[str] = []
+    api = Api(await client.connect(kubeconfig))
+    try:
+        previous_ca = None
+        if secret:
+            result = await sync_secret(api, namespace, secret, names, days)
+            bundle, previous_ca = result.bundle, result.previous_ca
+            expires = x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc.date().isoformat()
+            done.append(f"Secret {namespace}/{secret}: {result.action}, valid until {expires}")
+        else:
+            bundle = certs.generate(names, days=days)
+        if out:
+            certs.write(bundle, out)
+            done.append(f"wrote {out}/ca.crt, {out}/tls.crt, {out}/tls.key")
+        if webhook:
+            changed = await patch_webhook(api, webhook, bundle.ca_cert, previous_ca)
+            state = f"caBundle set on {changed} webhook(s)" if changed else "caBundle already trusts this CA"
+            if previous_ca:
+                state += " (with the previous CA until the next run)"
+            done.append(f"MutatingWebhookConfiguration {webhook}: {state}")
+    finally:
+        await api.close()
+    return done
