@@ -133,3 +133,43 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
     log = json.dumps(serving.lines)
     for trouble in ("Traceback", "Task was destroyed", "Unclosed", "Error"):
         assert trouble not in log, log
+
+
+def no_credentials_env(tmp_path):
+    """No in-cluster variables, no KUBECONFIG, a home without ~/.kube: nothing to connect with."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "KUBECONFIG")}
+    env["HOME"] = str(tmp_path / "home")
+    return env
+
+
+@pytest.mark.parametrize("verb", [
+    pytest.param(["serve", "--port", "0", "--metrics-port", "0"], id="serve"),
+    pytest.param(["explain", "default/vm1"], id="explain"),
+    pytest.param(["certs", "--service", "kubevirt-colocate", "--namespace", "kubevirt-colocate", "--secret", "tls"],
+                 id="certs-secret"),
+])
+def test_without_any_credentials_each_verb_says_what_it_tried_in_one_line(verb, tmp_path, tls_files):
+    args = list(verb)
+    if verb[0] == "serve":
+        args += ["--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"])]
+    done = subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True, text=True, timeout=60,
+                          env=no_credentials_env(tmp_path))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("error: no credentials for the cluster: tried ")
+    for source in ("in-cluster (KUBERNETES_SERVICE_HOST not set)", "KUBECONFIG (not set)",
+                   f"{tmp_path / 'home' / '.kube' / 'config'} (no such file)"):
+        assert source in lines[0]
+
+
+def test_a_broken_kubeconfig_is_named_in_the_error(tmp_path):
+    broken = tmp_path / "config"
+    broken.write_text("apiVersion: v1\nkind: Config\n")
+    env = {**no_credentials_env(tmp_path), "KUBECONFIG": str(broken)}
+    done = subprocess.run([sys.executable, "-m", "webhook", "explain", "default/vm1"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"KUBECONFIG={broken} (" in done.stderr and "Traceback" not in done.stderr

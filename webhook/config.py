@@ -6,6 +6,8 @@ import os
 import re
 from collections.abc import Mapping
 
+from . import kinds
+
 ENV_PREFIX = "COLOCATE_"
 # An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
 _QUALIFIED_NAME = re.compile(
@@ -17,11 +19,11 @@ _QUALIFIED_NAME = re.compile(
 @dataclasses.dataclass(frozen=True)
 class Settings:
     # The opt-in annotation on the VM template (propagated to the virt-launcher pod).
-    opt_in_annotation: str = "kubevirt-scheduler/co-schedule"
+    opt_in_annotation: str = kinds.DEFAULT_OPT_IN
     # Prefix of the annotations that record our decision on the pod.
-    decision_prefix: str = "kubevirt-scheduler/"
-    longhorn_namespace: str = "longhorn-system"
-    csi_driver: str = "driver.longhorn.io"
+    decision_prefix: str = kinds.DEFAULT_DECISION_PREFIX
+    longhorn_namespace: str = kinds.DEFAULT_LONGHORN_NAMESPACE
+    csi_driver: str = kinds.DEFAULT_CSI_DRIVER
     # Steer share-manager pods toward their running consumer (the cold-start rule).
     share_manager_rule: bool = True
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
@@ -37,15 +39,15 @@ class Settings:
 
     @property
     def decision_annotation(self) -> str:
-        return f"{self.decision_prefix}decision"
+        return f"{self.decision_prefix}{kinds.DECISION}"
 
     @property
     def node_annotation(self) -> str:
-        return f"{self.decision_prefix}node"
+        return f"{self.decision_prefix}{kinds.NODE_KEY}"
 
     @property
     def reason_annotation(self) -> str:
-        return f"{self.decision_prefix}reason"
+        return f"{self.decision_prefix}{kinds.REASON}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:

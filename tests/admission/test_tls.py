@@ -195,7 +195,7 @@ def test_a_pair_caught_between_two_writes_is_not_reported(tmp_path, caplog):
         (tmp_path / "tls.key").write_bytes(following.key)
         assert reloader.reload() is True
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert reloader.current is not reloader.context  # new handshakes get the new pair
+    assert reloader._current is not reloader.context  # new handshakes get the new pair (the SNI callback's pick)
 
 
 async def test_rotation_under_load_fails_no_handshake(served):

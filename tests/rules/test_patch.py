@@ -4,7 +4,10 @@ import jsonpatch
 import pytest
 from kube import annotations, apply_valid, pin_of, preferred_terms, required_terms, vm_pod
 
-from webhook.rules.patch import annotation_ops, escape, patch_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.rules.patch import PREFERRED as PREFERRED_KEY, REQUIRED, annotation_ops, as_created, escape, patch_for
 from webhook.config import Settings
 from webhook.rules.decide import NOT_PINNED, PINNED, PREFERRED, Decision
 
@@ -133,3 +136,70 @@ def test_missing_annotations_are_added_whole():
     del pod["metadata"]["annotations"]
     result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
     assert set(annotations(result)) == {"kubevirt-scheduler/decision", "kubevirt-scheduler/node", "kubevirt-scheduler/reason"}
+
+
+# --------------------------------------------------------------------------- the inverse
+
+
+USER_NODES = st.sampled_from(["user-1", "user-2"])  # names the user pins to; ours are node-*
+OUR_NODES = st.sampled_from(["node-a", "node-b", "node-c"])
+EXPRESSION = st.sampled_from([OBSOLETE, ZONE_A, ZONE_B])
+
+
+def _term():
+    fields = st.lists(USER_NODES.map(pin_of), min_size=1, max_size=2, unique_by=lambda r: r["values"][0])
+    expressions = st.lists(EXPRESSION, min_size=1, max_size=2, unique_by=lambda e: e["key"] + e.get("operator", ""))
+    return st.one_of(
+        st.builds(lambda e: {"matchExpressions": e}, expressions),
+        st.builds(lambda f: {"matchFields": f}, fields),
+        st.builds(lambda e, f: {"matchExpressions": e, "matchFields": f}, expressions, fields),
+    )
+
+
+def _preferred():
+    return st.builds(lambda w, n: {"weight": w, "preference": {"matchFields": [pin_of(n)]}},
+                     st.integers(1, 100), USER_NODES) | st.just(EXISTING_PREF)
+
+
+def _node_affinity():
+    required_part = st.lists(_term(), min_size=1, max_size=3).map(lambda ts: {REQUIRED: {"nodeSelectorTerms": ts}})
+    preferred_part = st.lists(_preferred(), min_size=1, max_size=2).map(lambda ps: {PREFERRED_KEY: ps})
+    return st.one_of(required_part, preferred_part,
+                     st.builds(lambda r, p: {**r, **p}, required_part, preferred_part))
+
+
+# Affinity as Kubernetes serialises it: absent, or with no empty container (Go's omitempty).
+AFFINITIES = st.one_of(
+    st.none(),
+    st.builds(lambda n: {"nodeAffinity": n}, _node_affinity()),
+    st.just({"podAntiAffinity": ANTI}),
+    st.builds(lambda n: {"nodeAffinity": n, "podAntiAffinity": ANTI}, _node_affinity()),
+)
+
+
+def _decision():
+    pinned = OUR_NODES.map(lambda n: Decision(PINNED, node=n, preferences=((n, 100),), reason=f"pinned to {n}"))
+    preferred = st.lists(OUR_NODES, min_size=1, max_size=3, unique=True).map(
+        lambda ns: Decision(PREFERRED, preferences=tuple((n, 100 // len(ns)) for n in ns), reason="spread"))
+    skipped = st.just(SKIP)
+    return st.one_of(pinned, preferred, skipped)
+
+
+@settings(max_examples=300, deadline=None)
+@given(affinity=AFFINITIES, decision=_decision(), bare_annotations=st.booleans())
+def test_stripping_what_we_added_gives_back_the_pod_as_created(affinity, decision, bare_annotations):
+    """as_created(apply(pod, patch_for(pod))) == pod: explain judges the pod KubeVirt made, not ours."""
+    pod = vm_pod()
+    if affinity is None:
+        pod["spec"].pop("affinity", None)
+    else:
+        pod["spec"]["affinity"] = copy.deepcopy(affinity)
+    if bare_annotations:
+        pod["metadata"].pop("annotations", None)
+    created = copy.deepcopy(pod)
+    ops = patch_for(pod, decision, SETTINGS)
+    mutated = jsonpatch.apply_patch(pod, ops)
+    assert as_created(mutated, SETTINGS) == created
+    # And again after a second review (KubeVirt's reinvocation): still the same pod.
+    again = jsonpatch.apply_patch(mutated, patch_for(mutated, decision, SETTINGS))
+    assert as_created(again, SETTINGS) == created

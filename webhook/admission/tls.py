@@ -92,11 +92,6 @@ class ReloadingTLS:
         self._task: asyncio.Task[None] | None = None
         self._loaded("serving certificate loaded")
 
-    @property
-    def current(self) -> ssl.SSLContext:
-        """The context new handshakes get."""
-        return self._current
-
     def _pick(self, ssl_object: ssl.SSLObject, server_name: str | None, outer: ssl.SSLContext) -> None:
         if self._current is not outer:
             ssl_object.context = self._current

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .. import kinds
 from ..config import Settings
 from .decide import PINNED, Decision
 
@@ -127,16 +128,16 @@ def decision_annotations(decision: Decision, settings: Settings) -> dict[str, st
     """decision / node / reason: always all three, so a re-review never leaves a stale one."""
     recorded = audit_annotations(decision)
     return {
-        settings.decision_annotation: recorded["decision"],
-        settings.node_annotation: recorded["node"],
-        settings.reason_annotation: recorded["reason"],
+        settings.decision_annotation: recorded[kinds.DECISION],
+        settings.node_annotation: recorded[kinds.NODE_KEY],
+        settings.reason_annotation: recorded[kinds.REASON],
     }
 
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
     """The same, for the audit log (the apiserver prefixes the keys with the webhook's name)."""
     node = decision.node if decision.outcome == PINNED else ",".join(decision.nodes)
-    return {"decision": decision.outcome, "node": _clip(node or ""), "reason": _clip(decision.reason)}
+    return {kinds.DECISION: decision.outcome, kinds.NODE_KEY: _clip(node or ""), kinds.REASON: _clip(decision.reason)}
 
 
 def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
@@ -152,20 +153,28 @@ def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> li
 def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The launcher pod as KubeVirt would create it again: unbound, without what we added to it.
 
-    Only what our annotations say we added is removed (the user's own terms stay).
+    The inverse of `patch_for`: only what our annotations say we added is removed (the
+    user's own terms stay), and a container left empty by that removal goes too, since
+    `patch_for` added it whole (Kubernetes never serialises an empty affinity or list).
     """
     pod = copy.deepcopy(pod)
     spec = pod.setdefault("spec", {})
     spec.pop("nodeName", None)
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    metadata = _dict(pod.get("metadata")) or {}
+    annotations = _dict(metadata.get("annotations")) or {}
     ours = [n for n in str(annotations.get(settings.node_annotation) or "").split(",") if n]
     for key in (settings.decision_annotation, settings.node_annotation, settings.reason_annotation):
         annotations.pop(key, None)
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    if "annotations" in metadata and not annotations:
+        del metadata["annotations"]
+    affinity = _dict(spec.get("affinity"))
+    node_affinity = _dict(affinity.get("nodeAffinity")) if affinity else None
+    if not ours or node_affinity is None:
+        return pod
     added = [node_requirement(node) for node in ours]
-    selector = node_affinity.get(REQUIRED) or {}
-    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
-    if isinstance(terms, list):
+    selector = _dict(node_affinity.get(REQUIRED))
+    terms = selector.get("nodeSelectorTerms") if selector else None
+    if selector is not None and isinstance(terms, list):
         kept = []
         for term in terms:
             if isinstance(term, dict) and isinstance(term.get("matchFields"), list):
@@ -182,7 +191,13 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     preferred = node_affinity.get(PREFERRED)
     if isinstance(preferred, list):
         ours_preferred = [{"matchFields": [r]} for r in added]
-        node_affinity[PREFERRED] = [
-            t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)
-        ]
+        left = [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)]
+        if left:
+            node_affinity[PREFERRED] = left
+        else:
+            del node_affinity[PREFERRED]
+    if not node_affinity:
+        del affinity["nodeAffinity"]
+        if not affinity:
+            del spec["affinity"]
     return pod
