@@ -14,10 +14,10 @@ from .. import kinds, metrics
 from ..kinds import POD, PV, Resource
 from ..rules.facts import claims_of
 from . import client
-from .store import Stats, StoreError, labels_match, volume_handle
+from .store import Unwatched, StoreError, labels_match, volume_handle
 
 
-class ClusterStore:
+class ClusterStore(Unwatched):
     """Direct reads with kubernetes-asyncio; an answer is never older than the request."""
 
     def __init__(self, api_client: Any):
@@ -86,18 +86,6 @@ class ClusterStore:
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         pods = await self.list(POD, namespace, dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
         return [pod for pod in pods if claim in claims_of(pod)]
-
-    def start(self) -> None:
-        return None
-
-    def synced(self) -> bool:
-        return True
-
-    def degraded(self) -> list[str]:
-        return []
-
-    def stats(self) -> Stats:
-        return {}
 
     async def close(self) -> None:
         await self._api.close()

@@ -10,10 +10,10 @@ import yaml
 from .. import kinds
 from ..kinds import POD, PV, RULE_RESOURCES, Resource
 from ..rules.facts import claims_of
-from .store import Stats, labels_match, volume_handle
+from .store import Unwatched, labels_match, volume_handle
 
 
-class SnapshotStore:
+class SnapshotStore(Unwatched):
     """Objects from a YAML stream (documents or Lists); every answer from memory."""
 
     def __init__(self, objects: Iterable[dict[str, Any]]):
@@ -50,18 +50,6 @@ class SnapshotStore:
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         launcher = dict([kinds.VIRT_LAUNCHER])
         return [pod for pod in self._all(POD, namespace) if labels_match(pod, launcher) and claim in claims_of(pod)]
-
-    def start(self) -> None:
-        return None
-
-    def synced(self) -> bool:
-        return True
-
-    def degraded(self) -> list[str]:
-        return []
-
-    def stats(self) -> Stats:
-        return {}
 
     async def close(self) -> None:
         return None

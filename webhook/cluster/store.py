@@ -50,6 +50,22 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+class Unwatched:
+    """The lifecycle part of the protocol for stores with nothing running in the background."""
+
+    def start(self) -> None:
+        return None
+
+    def synced(self) -> bool:
+        return True
+
+    def degraded(self) -> list[str]:
+        return []
+
+    def stats(self) -> Stats:
+        return {}
+
+
 def volume_handle(pv: dict[str, Any]) -> str | None:
     handle = (((pv.get("spec") or {}).get("csi")) or {}).get("volumeHandle")
     return handle if isinstance(handle, str) and handle else None
