@@ -101,6 +101,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 COMPONENT = "kubevirt-colocate"
 DEFAULT_OPT_IN = "kubevirt-scheduler/co-schedule"  # on the VM template; propagates to the pod
+# On the VM template (so on the VMI): "false" keeps the keeper from ever migrating the VM.
+KEEP_ANNOTATION = "kubevirt-scheduler/keep"
 DEFAULT_DECISION_PREFIX = "kubevirt-scheduler/"  # decision, node, reason annotations on the pod
 DECISION, NODE_KEY, REASON = "decision", "node", "reason"  # after the prefix; also audit annotation keys
 

@@ -26,6 +26,7 @@ class Skip(enum.StrEnum):
     TERMINATING = "terminating"
     FINISHED = "finished"
     NOT_SCHEDULED = "not scheduled yet"
+    SUPERSEDED = "an older pod of the same VMI"
 
 
 def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:
@@ -65,6 +66,26 @@ def consumer_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
         return why
     if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
         return Skip.MIGRATION_TARGET
+    if kinds.terminating(pod):
+        return Skip.TERMINATING
+    if kinds.finished(pod):
+        return Skip.FINISHED
+    if not kinds.spec(pod).get("nodeName"):
+        return Skip.NOT_SCHEDULED
+    return None
+
+
+def running_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+    """Why a launcher pod cannot be where its VM runs now, or None when it can.
+
+    Unlike `consumer_exemption`, a pod created as a migration target counts: KubeVirt never
+    removes kubevirt.io/migrationJobUID, and once the migration completes that pod is the
+    VM's. Which of a VMI's pods counts is chosen among these (`rules.keep.vm_pods`).
+    """
+    if (why := opted_in_launcher(pod, settings)) is not None:
+        return why
+    if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
+        return Skip.EPHEMERAL
     if kinds.terminating(pod):
         return Skip.TERMINATING
     if kinds.finished(pod):
