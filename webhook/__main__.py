@@ -30,6 +30,8 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--longhorn-namespace", help="namespace of Longhorn's share-managers (default longhorn-system)")
     group.add_argument("--csi-driver", help="CSI driver of Longhorn volumes (default driver.longhorn.io)")
     group.add_argument("--share-manager-rule", choices=["on", "off"], help="steer share-manager pods to their VM (default on)")
+    group.add_argument("--pin", choices=["required", "preferred"],
+                       help="required: pin where kube-scheduler would say yes (default); preferred: only prefer the node")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -39,7 +41,26 @@ def settings_from(args: argparse.Namespace) -> Settings:
         longhorn_namespace=getattr(args, "longhorn_namespace", None),
         csi_driver=getattr(args, "csi_driver", None),
         share_manager_rule=None if rule is None else rule == "on",
+        pin=getattr(args, "pin", None),
+        **{name: getattr(args, name, None) for name in KEEPER_SETTINGS},
     )
+
+
+KEEPER_SETTINGS = ("keep", "keep_after", "keep_max_inflight", "keep_max_per_day", "lease_namespace", "lease_name")
+
+
+def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the keeper (each also COLOCATE_<NAME> in the environment)")
+    group.add_argument("--keep", choices=["off", "report", "migrate"],
+                       help="after placement: off, report (decide and report only; default) or migrate")
+    group.add_argument("--keep-after", type=float, metavar="SECONDS",
+                       help="seconds a VM is apart, and since its last migration, before it is moved (default 600)")
+    group.add_argument("--keep-max-inflight", type=int, metavar="N", help="our migrations in flight at once (default 2)")
+    group.add_argument("--keep-max-per-day", type=int, metavar="N",
+                       help="our migrations of one VM in 24 hours (default 2)")
+    group.add_argument("--lease-namespace", metavar="NS",
+                       help="namespace of the keeper's Lease (default: the pod's own; required outside a cluster)")
+    group.add_argument("--lease-name", metavar="NAME", help="name of the keeper's Lease (default kubevirt-colocate-keeper)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Kubernetes Events on the VMI about each decision (cluster mode)")
     serve.add_argument("--log-level", default=None, help="debug, info, warning, error (env LOG_LEVEL)")
     add_settings_flags(serve)
+    add_keeper_flags(serve)
 
     review = verbs.add_parser("review", help="dry-run: what would the webhook do to this pod?")
     review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml)")

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from . import kinds
 
 ENV_PREFIX = "COLOCATE_"
+PIN_MODES = ("required", "preferred")
+KEEP_MODES = ("off", "report", "migrate")
 # An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
 _QUALIFIED_NAME = re.compile(
     r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
@@ -30,8 +32,22 @@ class Settings:
     default_timeout: float = 10.0
     # Answer this long before the apiserver gives up on us.
     deadline_margin: float = 1.0
+    # "required": pin where every check passes; "preferred": only ever the weighted preference.
+    pin: str = "required"
+    # The keeper: "off", "report" (decide and report only) or "migrate".
+    keep: str = "report"
+    keep_after: float = 600.0  # seconds apart (and since the VM's last migration) before acting
+    keep_max_inflight: int = 2  # our migrations in flight at once
+    keep_max_per_day: int = 2  # our migrations of one VM in 24 hours
+    lease_namespace: str = ""  # default: the pod's own namespace
+    lease_name: str = "kubevirt-colocate-keeper"
 
     def __post_init__(self) -> None:
+        for name, allowed in (("pin", PIN_MODES), ("keep", KEEP_MODES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        if self.keep_after < 0 or self.keep_max_inflight < 1 or self.keep_max_per_day < 1:
+            raise ValueError("keep-after must be >= 0, keep-max-inflight and keep-max-per-day >= 1")
         # A bad key would make every opted-in pod fail validation: refuse to start instead.
         for key in (self.opt_in_annotation, self.decision_annotation):
             if not _QUALIFIED_NAME.fullmatch(key):
@@ -70,6 +86,11 @@ def _convert(kind: object, raw: str, name: str) -> object:
         if lowered in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected true/false, got {raw!r}")
+    if kind in (int, "int"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected a whole number, got {raw!r}") from None
     if kind in (float, "float"):
         try:
             return float(raw)

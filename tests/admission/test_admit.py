@@ -325,3 +325,34 @@ def test_very_long_reasons_are_clipped_so_the_pod_stays_valid():
 def test_invalid_annotation_keys_are_refused_at_start(key):
     with pytest.raises(ValueError):
         Settings(opt_in_annotation=key)
+
+
+async def test_pin_preferred_only_ever_prefers_the_node(make_store):
+    """--pin preferred: the VM is steered, never bound; the admin chose this, so no warning."""
+    store = await make_store(fixture_cluster())
+    pod = vm_pod()
+    envelope = await run(store, pod, Settings(pin="preferred"))
+    result = result_of(pod, envelope)
+    assert required_terms(result) == [OBSOLETE_TERM]  # KubeVirt's own term, nothing of ours
+    assert preferred_terms(result) == [{"weight": 100, "preference": {"matchFields": [pin_of("node-b")]}}]
+    assert annotations(result)["kubevirt-scheduler/decision"] == "preferred"
+    assert "--pin preferred" in annotations(result)["kubevirt-scheduler/reason"]
+    assert "warnings" not in envelope["response"]
+
+
+async def test_pin_preferred_also_holds_for_the_share_manager(make_store):
+    from kube import LONGHORN_NS, running_vm, share_manager_pod
+
+    store = await make_store(rwx_disk("disk", None, share_manager=False) + nodes("node-a", "node-b")
+                             + [running_vm("vm1", "node-a", "disk")])
+    pod = share_manager_pod("pvc-disk")
+    envelope = await run(store, pod, Settings(pin="preferred"), namespace=LONGHORN_NS)
+    result = result_of(pod, envelope)
+    assert required_terms(result) == []
+    assert preferred_terms(result) == [{"weight": 100, "preference": {"matchFields": [pin_of("node-a")]}}]
+
+
+def test_pin_mode_comes_from_the_environment_and_is_checked():
+    assert Settings.from_env({"COLOCATE_PIN": "preferred"}).pin == "preferred"
+    with pytest.raises(ValueError, match="pin must be one of required, preferred"):
+        Settings.from_env({"COLOCATE_PIN": "sometimes"})

@@ -15,12 +15,11 @@ from typing import Any
 import jsonpatch
 
 from .. import kinds
-from ..cluster.resolve import resolve_consumers, resolve_disks
+from ..cluster.resolve import node_obstacle, resolve_consumers, resolve_disks
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE
-from ..rules import apply, decide, nodes, patch
+from ..rules import apply, decide, patch
 from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
 from ..rules.decide import Decision
 from ..rules.facts import Fact, claims_of
@@ -68,7 +67,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     rule = _share_manager_rule if share_manager else _vm_rule
     try:
         # Answers from memory need no timer; every read that goes to the API is bounded by
-        # the deadline where it is made (resolve_io, pin_obstacle, consumers).
+        # the deadline where it is made (resolve_io, node_obstacle, consumers).
         return await rule(request.namespace, pod, store, settings, deadline)
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, pod_name(pod))
@@ -80,8 +79,8 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     if exemption is not None:
         return skip(Rule.VM if kinds.is_launcher(pod) else Rule.NONE, exemption)
     facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline)
-    blocked = await pin_obstacle(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=True)
-    return _decided(pod, decide.decide(facts, blocked), settings, Rule.VM, facts)
+    blocked = await _obstacle(store, settings, facts, pod, namespace, deadline, vm=True)
+    return _decided(pod, decide.decide(facts, blocked, required=settings.pin == "required"), settings, Rule.VM, facts)
 
 
 async def _share_manager_rule(
@@ -107,27 +106,19 @@ async def _share_manager_rule(
     if not facts:
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
         return skip(Rule.SHARE_MANAGER, Skip.NO_CONSUMER, detail=why)
-    blocked = await pin_obstacle(store, {f.node for f in facts if f.node}, pod, deadline, needs_kubevirt=False)
-    return _decided(pod, decide.decide(facts, blocked, decide.CONSUMERS), settings, Rule.SHARE_MANAGER, facts)
+    blocked = await _obstacle(store, settings, facts, pod, namespace, deadline, vm=False)
+    decision = decide.decide(facts, blocked, decide.CONSUMERS, required=settings.pin == "required")
+    return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
 
 
-async def pin_obstacle(
-    store: Store, candidates: set[str], pod: dict[str, Any], deadline: Deadline, *, needs_kubevirt: bool
-) -> str | None:
-    """Why the one node we might pin to cannot take the pod now; a node we cannot read is one."""
-    if len(candidates) != 1:
-        return None  # several nodes: only preferences, nothing to strand on
+async def _obstacle(store: Store, settings: Settings, facts: list[Fact], pod: dict[str, Any], namespace: str,
+                    deadline: Deadline, *, vm: bool) -> str | None:
+    """Why the one node we might pin to cannot take the pod now (never-strand); None for several nodes."""
+    candidates = {f.node for f in facts if f.node}
+    if len(candidates) != 1 or settings.pin != "required":
+        return None  # several nodes, or pins are preferences anyway: nothing to strand on
     (name,) = candidates
-    known, node = store.peek(NODE, None, name)
-    if not known:
-        try:
-            async with asyncio.timeout(deadline.remaining()):
-                node = await store.get(NODE, None, name, timeout=deadline.remaining())
-        except StoreError as exc:
-            return f"node {name} could not be checked ({exc})"
-        except TimeoutError:
-            return f"node {name} could not be checked before the deadline"
-    return nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+    return await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=vm)
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:

@@ -7,6 +7,8 @@ from typing import Any
 
 from ..config import Settings
 from ..deadline import Deadline
+from ..kinds import NODE
+from ..rules import nodes
 from ..rules.classify import consumer_exemption
 from ..rules.facts import Fact, Lookup, disk_steps
 from .store import Store, StoreError
@@ -100,3 +102,22 @@ async def resolve_consumers(
             else:
                 skipped.append(f"{name}: {why}")
     return facts, skipped
+
+
+async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,
+                        needs_kubevirt: bool) -> str | None:
+    """Why `pod` cannot run on node `name` now (the never-strand checks), or None when it can.
+
+    A node that cannot be read counts as one that cannot take the pod. The same checks serve
+    the pin at admission and the keeper's choice of a migration target.
+    """
+    known, node = store.peek(NODE, None, name)
+    if not known:
+        try:
+            async with asyncio.timeout(deadline.remaining()):
+                node = await store.get(NODE, None, name, timeout=deadline.remaining())
+        except StoreError as exc:
+            return f"node {name} could not be checked ({exc})"
+        except TimeoutError:
+            return f"node {name} could not be checked before the deadline"
+    return nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)

@@ -37,11 +37,13 @@ DISKS = ("disk", "pinned to {node}, where the share-manager of {served} runs")
 CONSUMERS = ("consumer", "pinned to {node}, where {served} runs")
 
 
-def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str, str] = DISKS) -> Decision:
+def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str, str] = DISKS, *,
+           required: bool = True) -> Decision:
     """All known nodes equal → pin (if the node can take the pod); differ → prefer each; none → skip.
 
     `blocked` says why the single candidate node cannot take the pod now; then the
-    preference stays and the requirement goes, so a pod is never stranded.
+    preference stays and the requirement goes, so a pod is never stranded. With
+    `required` False (`--pin preferred`) the one node is only ever preferred.
     """
     what, pinned = subject
     problems = tuple(f.reason for f in facts if f.node is None)
@@ -53,6 +55,9 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
         return Decision(NOT_PINNED, reason=reason, warnings=tuple(f"not pinned: {p}" for p in problems))
     if len(counts) == 1:
         (node,) = counts
+        if not required:
+            reason = f"preferred {node} (pins are preferences only: --pin preferred)"
+            return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=problems)
         if blocked is None:
             return Decision(
                 PINNED,
