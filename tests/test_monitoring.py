@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from kube import VALIDATE_VERSIONS
+from prometheus_client import CollectorRegistry, generate_latest
 
 from webhook import metrics
 from webhook.__main__ import build_parser
@@ -296,6 +297,23 @@ def labels_of_metrics():
             if collector._type == "histogram":
                 labels[collector._name + "_bucket"] = set(collector._labelnames) | {"le"}
     return labels
+
+
+def test_the_leader_and_targeted_migration_gauges_have_no_sample_until_set():
+    """Where the keeper is off there is no leader series: the no-leader alert tells that apart from 0."""
+    assert isinstance(metrics.KEEPER_LEADER, metrics.OptionalGauge)
+    assert isinstance(metrics.KEEPER_TARGETED_MIGRATION, metrics.OptionalGauge)
+    registry = CollectorRegistry()
+    gauge = metrics.OptionalGauge("keeper_leader", "1 on the leader.", registry=registry)
+
+    def page():
+        return generate_latest(registry).decode()
+
+    assert "# TYPE keeper_leader gauge" in page() and "keeper_leader 0.0" not in page()
+    gauge.set(0)
+    assert "keeper_leader 0.0" in page()
+    gauge.forget()
+    assert "keeper_leader 0.0" not in page()
 
 
 def used_queries():
