@@ -15,13 +15,16 @@ safe when we know. No check raises.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from .. import kinds
 from . import nodes as node_rules
-from .quantity import CPU, nanos, scheduler_value, show, units
+from .quantity import CPU, NANO, nanos, scheduler_value, show
+
+MILLI = 10**6  # nano-units per millicore
 
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
@@ -54,11 +57,9 @@ def _items(value: Any, what: str) -> list[Any]:
     return value
 
 
-def _quantity(value: Any, what: str) -> int:
-    try:
-        return nanos(value)
-    except ValueError:
-        raise Unreadable(f"{what} {value!r} is not a quantity") from None
+def _in_part(what: str, error: Unreadable) -> Unreadable:
+    """The same complaint, saying where (messages are built only when something is wrong)."""
+    return Unreadable(f"{what} {error}")
 
 
 def _pod_spec(pod: Any) -> Mapping[str, Any]:
@@ -81,9 +82,30 @@ def _pod_key(pod: Any) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
+def _per_object(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Remember what `read` makes of an object while that very object is in use: caches replace
+    an object when it changes, so identity is enough. The entry holds the object, so its id
+    cannot be reused while remembered."""
+    remembered: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+
+    def cached(obj: Any) -> Any:
+        hit = remembered.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        result = read(obj)
+        remembered[id(obj)] = (obj, result)
+        if len(remembered) > 4096:
+            remembered.popitem(last=False)
+        return result
+
+    cached.__doc__ = read.__doc__
+    return cached
+
+
 # --------------------------------------------------------------------------- requests
 
 
+@functools.lru_cache(maxsize=256)
 def counted(resource: str) -> bool:
     """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones
     (extended like devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable
@@ -108,63 +130,103 @@ def _raise_to(total: dict[str, int], other: Mapping[str, int]) -> None:
 
 
 def _resource_list(value: Any, what: str) -> dict[str, int]:
-    return {name: _quantity(amount, f"{what} {name}") for name, amount in _mapping(value, what).items()}
+    """A ResourceList in nano-units."""
+    if not value:
+        if value is None or isinstance(value, dict):
+            return {}
+    if not isinstance(value, dict):
+        raise Unreadable(f"{what} is not an object")
+    amounts = {}
+    for name, amount in value.items():
+        try:
+            amounts[name] = nanos(amount)
+        except ValueError:
+            raise Unreadable(f"{what} {name} {amount!r} is not a quantity") from None
+    return amounts
 
 
-def _container_requests(container: Any, what: str) -> dict[str, int]:
+def _container_requests(container: Any) -> dict[str, int]:
     """Requests in nano-units; a resource with only a limit requests its limit, as the apiserver
     defaults it (pkg/apis/core/v1/defaults.go `SetDefaults_Pod`)."""
-    container = _mapping(container, what)
-    resources = _mapping(container.get("resources"), f"{what} resources")
-    requests = _resource_list(resources.get("requests"), f"{what} request")
-    for name, amount in _resource_list(resources.get("limits"), f"{what} limit").items():
-        requests.setdefault(name, amount)
+    if not isinstance(container, dict):
+        raise Unreadable("is not an object")
+    resources = container.get("resources")
+    if not resources:
+        return {}
+    resources = _mapping(resources, "resources")
+    requests = _resource_list(resources.get("requests"), "request")
+    limits = resources.get("limits")
+    if limits:
+        for name, amount in _resource_list(limits, "limit").items():
+            requests.setdefault(name, amount)
     return requests
 
 
-def _resized_requests(spec_requests: dict[str, int], status: Mapping[str, Any], infeasible: bool,
-                      what: str) -> dict[str, int]:
+def _resized_requests(spec_requests: dict[str, int], status: Mapping[str, Any], infeasible: bool) -> dict[str, int]:
     """A running container's requests after an in-place resize (component-helpers/resource
     `determineEffectiveRequests`): the largest of spec, actuated and allocated."""
-    actuated = _resource_list(_mapping(status.get("resources"), f"{what} status").get("requests"), f"{what} actuated")
-    allocated = _resource_list(status.get("allocatedResources"), f"{what} allocated")
+    actuated = _resource_list(_mapping(status.get("resources"), "status").get("requests"), "actuated")
+    allocated = _resource_list(status.get("allocatedResources"), "allocated")
     effective = {} if infeasible else dict(spec_requests)
     _raise_to(effective, actuated)
     _raise_to(effective, allocated)
     return effective
 
 
+def _resize_statuses(pod: Any) -> tuple[dict[Any, Mapping[str, Any]], bool]:
+    """Container statuses that report resources, by name, and whether a resize is infeasible."""
+    status = kinds.status(pod)
+    statuses = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for entry in _items(status.get(key), f"status.{key}"):
+            if isinstance(entry, dict) and entry.get("resources") is not None:
+                statuses[entry.get("name")] = entry
+    for condition in _items(status.get("conditions"), "status.conditions"):
+        if isinstance(condition, dict) and condition.get("type") == "PodResizePending":
+            return statuses, condition.get("reason") == "Infeasible"
+    return statuses, False
+
+
 def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
     spec = _pod_spec(pod)
-    statuses: dict[str, Mapping[str, Any]] = {}
-    infeasible = False
-    if running:
-        status = kinds.status(pod)
-        for key in ("containerStatuses", "initContainerStatuses"):
-            for entry in _items(status.get(key), f"status.{key}"):
-                if isinstance(entry, dict) and entry.get("resources") is not None:
-                    statuses[entry.get("name")] = entry
-        for condition in _items(status.get("conditions"), "status.conditions"):
-            if isinstance(condition, dict) and condition.get("type") == "PodResizePending":
-                infeasible = condition.get("reason") == "Infeasible"
-                break
-
-    def requests_of(container: Any, what: str, resizable: bool) -> dict[str, int]:
-        requests = _container_requests(container, what)
-        found = statuses.get(container.get("name")) if resizable and statuses else None
-        return _resized_requests(requests, found, infeasible, what) if found else requests
-
+    statuses, infeasible = _resize_statuses(pod) if running else ({}, False)
     total: dict[str, int] = {}
     for i, container in enumerate(_items(spec.get("containers"), "containers")):
-        _add(total, requests_of(container, f"container {i}", True))
-    # component-helpers/resource `AggregateContainerRequests`: sidecars (restartable init
-    # containers) run with the containers; each plain init container runs with the sidecars
-    # started before it; the pod needs the larger of the two phases.
+        try:
+            requests = _container_requests(container)
+            found = statuses.get(container.get("name")) if statuses else None
+            if found:
+                requests = _resized_requests(requests, found, infeasible)
+        except Unreadable as error:
+            raise _in_part(f"container {i}", error) from None
+        for name, amount in requests.items():
+            total[name] = total.get(name, 0) + amount
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        _add_init_containers(total, _items(init_containers, "initContainers"), statuses, infeasible)
+    if spec.get("resources"):
+        _apply_pod_level(total, _mapping(spec.get("resources"), "pod resources"))
+    if spec.get("overhead"):
+        _add(total, _resource_list(spec.get("overhead"), "overhead"))
+    return total
+
+
+def _add_init_containers(total: dict[str, int], init_containers: list[Any],
+                         statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool) -> None:
+    """component-helpers/resource `AggregateContainerRequests`: sidecars (restartable init
+    containers) run with the containers; each plain init container runs with the sidecars
+    started before it; the pod needs the larger of the two phases."""
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for i, container in enumerate(_items(spec.get("initContainers"), "initContainers")):
+    for i, container in enumerate(init_containers):
         sidecar = isinstance(container, dict) and container.get("restartPolicy") == "Always"
-        requests = requests_of(container, f"init container {i}", sidecar)
+        try:
+            requests = _container_requests(container)
+            found = statuses.get(container.get("name")) if sidecar and statuses else None
+            if found:
+                requests = _resized_requests(requests, found, infeasible)
+        except Unreadable as error:
+            raise _in_part(f"init container {i}", error) from None
         if sidecar:
             _add(total, requests)
             _add(sidecars, requests)
@@ -174,9 +236,6 @@ def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
             _add(phase, requests)
         _raise_to(init_peak, phase)
     _raise_to(total, init_peak)
-    _apply_pod_level(total, _mapping(spec.get("resources"), "pod resources"))
-    _add(total, _resource_list(spec.get("overhead"), "overhead"))
-    return total
 
 
 def _pod_level(resource: str) -> bool:
@@ -207,7 +266,8 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
     Raises Unreadable (a ValueError) on objects of unexpected shape."""
     if not isinstance(pod, dict):
         raise Unreadable("the pod is not an object")
-    return {name: units(name, amount) for name, amount in _nano_requests(pod, running=running).items() if counted(name)}
+    return {name: -(-amount // (MILLI if name == CPU else NANO)) for name, amount in _nano_requests(pod, running=running).items()
+            if type(name) is str and counted(name)}
 
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
@@ -327,6 +387,10 @@ def has_required_anti_affinity(pod: Any) -> bool:
     return isinstance(anti, dict) and bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 class StaticView:
     """A View over plain lists of objects (a snapshot, a test), meaning what the cache means:
     pods count on their `spec.nodeName` until they finish."""
@@ -341,8 +405,8 @@ class StaticView:
                 self._pods.setdefault(node_name, []).append(pod)
         self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
         self._anti = [p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)]
-        self._claims = {(kinds.meta(c).get("namespace"), kinds.meta(c).get("name")): c for c in claims}
-        self._volumes = {kinds.meta(v).get("name"): v for v in volumes}
+        self._claims = {(_text(kinds.meta(c).get("namespace")), _text(kinds.meta(c).get("name"))): c for c in claims}
+        self._volumes = {_text(kinds.meta(v).get("name")): v for v in volumes}
 
     def node(self, name: str) -> Mapping[str, Any] | None:
         return self._nodes.get(name)
@@ -475,25 +539,14 @@ def _terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> list[Affin
     return terms
 
 
-_PARSED: OrderedDict[int, tuple[Any, list[AffinityTerm] | str]] = OrderedDict()
-_PARSED_SIZE = 4096
-
-
+@_per_object
 def _existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
-    """A bound pod's required anti-affinity terms, or why they cannot be read; remembered per
-    object (the entry holds the object, so its id is not reused while remembered)."""
-    hit = _PARSED.get(id(pod))
-    if hit is not None and hit[0] is pod:
-        return hit[1]
+    """A bound pod's required anti-affinity terms, or why they cannot be read."""
     try:
         namespace = kinds.meta(pod).get("namespace") or ""
-        parsed: list[AffinityTerm] | str = _terms(pod, namespace, "podAntiAffinity", incoming=False)
+        return _terms(pod, namespace, "podAntiAffinity", incoming=False)
     except (Unreadable, TypeError, AttributeError) as error:
-        parsed = str(error) or "unexpected shape"
-    _PARSED[id(pod)] = (pod, parsed)
-    if len(_PARSED) > _PARSED_SIZE:
-        _PARSED.popitem(last=False)
-    return parsed
+        return str(error) or "unexpected shape"
 
 
 # --------------------------------------------------------------------------- spread constraints
@@ -551,7 +604,7 @@ def _spread_constraints(pod: Any) -> list[SpreadConstraint]:
 # --------------------------------------------------------------------------- the pod, read once
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Demand:
     """Everything the checks need from the pod, read once (the keeper tries several nodes)."""
 
@@ -616,6 +669,21 @@ def _never_raises(check: Check) -> Check:
     return guarded
 
 
+@_per_object
+def _allocatable(node: Any) -> dict[str, int] | str:
+    """The node's `status.allocatable` in the scheduler's units, or why it cannot be read."""
+    allocatable = kinds.status(node).get("allocatable")
+    if not isinstance(allocatable, dict) or not allocatable:
+        return "it has no status.allocatable"
+    amounts = {}
+    for resource, value in allocatable.items():
+        try:
+            amounts[resource] = scheduler_value(resource, value)
+        except ValueError:
+            return f"allocatable {resource} {value!r} is not a quantity"
+    return amounts
+
+
 @_never_raises
 def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """NodeResourcesFit: one pod slot and every request against allocatable minus what the
@@ -625,13 +693,10 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     usage = view.usage(name)
     if usage.unreadable:
         raise _CannotTell(f"{usage.unreadable} pod(s) on it have requests that do not parse")
-    allocatable = kinds.status(node).get("allocatable")
-    if not isinstance(allocatable, dict) or not allocatable:
-        raise _CannotTell("it has no status.allocatable")
-    try:
-        slots = scheduler_value(PODS, allocatable.get(PODS, 0))
-    except ValueError:
-        raise _CannotTell(f"allocatable pods {allocatable.get(PODS)!r} is not a quantity") from None
+    allocatable = _allocatable(node)
+    if isinstance(allocatable, str):
+        raise _CannotTell(allocatable)
+    slots = allocatable.get(PODS, 0)
     if slots <= 0:
         return f"node {name} offers no pod slots"
     if usage.pods + 1 > slots:
@@ -640,13 +705,7 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     for resource, asked in demand.requests.items():
         if asked <= 0:
             continue
-        offered = allocatable.get(resource)
-        if offered is None:
-            return f"node {name} offers no {resource}"
-        try:
-            has = scheduler_value(resource, offered)
-        except ValueError:
-            raise _CannotTell(f"allocatable {resource} {offered!r} is not a quantity") from None
+        has = allocatable.get(resource, 0)
         if has <= 0:
             return f"node {name} offers no {resource}"
         if asked > has:
@@ -689,13 +748,12 @@ def volume_binding(demand: Demand, node: Mapping[str, Any], view: View, subject:
     name = _node_name(node)
     # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
     # labels alone, so a matchFields term on metadata.name never matches there.
-    labels_only = {"metadata": {"labels": dict(_node_labels(node))}}
+    labels_only = None
     for volume in volumes:
-        volume = _mapping(volume, "volume")
-        if volume.get("ephemeral") is not None:
-            raise _CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
-        source = volume.get("persistentVolumeClaim")
+        source = _mapping(volume, "volume").get("persistentVolumeClaim")
         if source is None:
+            if volume.get("ephemeral") is not None:
+                raise _CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
             continue
         claim_name = _mapping(source, "persistentVolumeClaim").get("claimName")
         claim = view.pvc(demand.namespace, claim_name)
@@ -716,6 +774,7 @@ def volume_binding(demand: Demand, node: Mapping[str, Any], view: View, subject:
         if required is None:
             continue
         terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+        labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
         if not any(node_rules.term_matches(term, labels_only) for term in terms):
             return f"node {name} is outside the node affinity of volume {pv_name} (claim {claim_name})"
     return None

@@ -34,13 +34,16 @@ def nanos(value: object) -> int:
     Accepts the string form and plain JSON numbers (as `Quantity.UnmarshalJSON` does: the
     number's text is parsed like a string).
     """
+    try:
+        return _nanos(value)
+    except TypeError:  # unhashable, so no quantity either
+        raise ValueError(f"not a quantity: {value!r}") from None
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True is not the quantity 1
+def _nanos(value: str | int | float) -> int:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"not a quantity: {value!r}")
-    return _nanos(value)
-
-
-@functools.lru_cache(maxsize=4096, typed=True)
-def _nanos(value: str | int | float) -> int:
     if isinstance(value, int):
         return value * NANO
     text = (repr(value) if isinstance(value, float) else value).strip(_SPACE)
