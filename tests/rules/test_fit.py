@@ -93,13 +93,21 @@ def vm(*, affinity: list | None = None, anti: list | None = None, spread: list |
     return pod
 
 
-def local_volume(claim: str, on: str, *, key: str = HOSTNAME, required: Any = "default") -> list[dict[str, Any]]:
+def local_volume(claim: str, on: str, *, key: str = HOSTNAME, required: dict | None = None) -> list[dict[str, Any]]:
     """A bound claim on a local PV, which only one node (or zone) can mount."""
     pvc, pv = rwx_disk(claim, None, access="ReadWriteOnce", driver="local.csi.example", share_manager=False)[:2]
     pvc["metadata"]["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
-    if required == "default":
+    if required is None:
         required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": [on]}]}]}
     pv["spec"]["nodeAffinity"] = {"required": required}
+    return [pvc, pv]
+
+
+def zonal_volume(claim: str, zones: str, key: str = ZONE) -> list[dict[str, Any]]:
+    """A bound claim on a cloud disk whose PV carries the zone label its provisioner set."""
+    pvc, pv = rwx_disk(claim, None, access="ReadWriteOnce", driver="pd.csi.example", share_manager=False,
+                       pv_name=f"pv-{claim}")[:2]
+    pv["metadata"]["labels"] = {key: zones}
     return [pvc, pv]
 
 
@@ -327,17 +335,26 @@ CASES = [
                  None, "node_ports", "8080/TCP in use", id="host-port-wanted-on-every-address"),
     # ---- VolumeBinding
     pytest.param(vm(claims=("vm1-rootdisk", "scratch")), "node-b", local_volume("scratch", "node-a"), None,
-                 "volume_binding", "node node-b is outside the node affinity of volume pvc-scratch (claim scratch)",
+                 "volumes", "node node-b is outside the node affinity of volume pvc-scratch (claim scratch)",
                  id="local-volume-on-other-node"),
     pytest.param(vm(claims=("vm1-rootdisk", "scratch")), "node-a", local_volume("scratch", "node-a"), None,
                  None, None, id="local-volume-here"),
     pytest.param(vm(claims=("scratch",)), "node-b", local_volume("scratch", "zone-a", key=ZONE), None, None, None,
                  id="zonal-volume-same-zone"),
     pytest.param(vm(claims=("scratch",)), "node-c", local_volume("scratch", "zone-a", key=ZONE), None,
-                 "volume_binding", "outside the node affinity of volume pvc-scratch", id="zonal-volume-other-zone"),
+                 "volumes", "outside the node affinity of volume pvc-scratch", id="zonal-volume-other-zone"),
     pytest.param(vm(claims=("scratch",)), "node-a", local_volume("scratch", "node-a", required={"nodeSelectorTerms": [
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}), None,
-                 "volume_binding", "outside the node affinity", id="volume-matchfields-never-match"),
+                 "volumes", "outside the node affinity", id="volume-matchfields-never-match"),
+    pytest.param(vm(claims=("disk",)), "node-c", zonal_volume("disk", "zone-a"), None, "volumes",
+                 "node node-c is outside the zone of volume pv-disk (claim disk): topology.kubernetes.io/zone=zone-a",
+                 id="volume-zone-label"),
+    pytest.param(vm(claims=("disk",)), "node-c", zonal_volume("disk", "zone-a__zone-b"), None, None, None,
+                 id="volume-zone-label-lists-zones"),
+    pytest.param(vm(claims=("disk",)), "node-c", zonal_volume("disk", "zone-a", key="failure-domain.beta.kubernetes.io/zone"),
+                 None, "volumes", "failure-domain.beta.kubernetes.io/zone=zone-a", id="volume-zone-beta-label"),
+    pytest.param(vm(claims=("disk",)), "node-c", zonal_volume("disk", "zone-a"),
+                 [without_label(n, ZONE) for n in three_nodes()], None, None, id="volume-zone-node-without-zones"),
     # ---- InterPodAffinity: the VM's anti-affinity
     pytest.param(vm(anti=[term(matchLabels=DB)]), "node-b", [workload("db-0", "node-b", labels=DB)], None,
                  "inter_pod_affinity", "node node-b fails the VM's pod anti-affinity: pod default/db-0 runs in "
@@ -465,10 +482,10 @@ CASES = [
                  id="node-without-allocatable"),
     pytest.param(vm(), "node-b", [], three_nodes(node_b={"memory": "16 gigs"}), "node_resources_fit",
                  "allocatable memory '16 gigs' is not a quantity", id="unparsable-allocatable"),
-    pytest.param(vm(claims=("vm1-rootdisk", "unknown")), "node-b", [], None, "volume_binding",
+    pytest.param(vm(claims=("vm1-rootdisk", "unknown")), "node-b", [], None, "volumes",
                  "claim unknown is not known", id="claim-not-in-cache"),
     pytest.param(vm(claims=("vm1-rootdisk", "fresh")), "node-b", rwx_disk("fresh", None, bound=False), None,
-                 "volume_binding", "claim fresh is not bound yet", id="claim-unbound"),
+                 "volumes", "claim fresh is not bound yet", id="claim-unbound"),
     pytest.param(vm(anti=[term(matchExpressions=[{"key": "app", "operator": "In", "values": []}])]), "node-b", [],
                  None, "*", "cannot tell", id="selector-in-without-values"),
     pytest.param(vm(anti=[term(matchLabels=DB, namespaceSelector={"matchLabels": {"team": "db"}})]), "node-b", [],

@@ -2,10 +2,10 @@
 
 The checks follow the scheduler's filter plugins (kubernetes `pkg/scheduler/framework/plugins/`):
 NodeResourcesFit (`noderesources/fit.go`), NodePorts (`nodeports/node_ports.go`),
-VolumeBinding for bound claims (`volumebinding/binder.go`), InterPodAffinity
-(`interpodaffinity/filtering.go`) and PodTopologySpread with DoNotSchedule
-(`podtopologyspread/filtering.go`, `common.go`). Readiness, cordon, taints and the pod's own
-node affinity live in `nodes.py`.
+VolumeBinding for bound claims (`volumebinding/binder.go`) with VolumeZone
+(`volumezone/volume_zone.go`), InterPodAffinity (`interpodaffinity/filtering.go`) and
+PodTopologySpread with DoNotSchedule (`podtopologyspread/filtering.go`, `common.go`).
+Readiness, cordon, taints and the pod's own node affinity live in `nodes.py`.
 
 Each check answers None (passes) or a short reason. Where the objects do not let us decide
 (a quantity that does not parse, a claim not in the cache, a namespaceSelector that would need
@@ -292,7 +292,10 @@ def host_ports(pod: Any) -> tuple[HostPort, ...]:
             if isinstance(number, bool) or not isinstance(number, int):
                 raise Unreadable(f"hostPort {number!r} is not a number")
             if number > 0:
-                found.append((port.get("hostIP") or WILDCARD_IP, port.get("protocol") or "TCP", number))
+                ip, protocol = port.get("hostIP") or WILDCARD_IP, port.get("protocol") or "TCP"
+                if not isinstance(ip, str) or not isinstance(protocol, str):
+                    raise Unreadable(f"hostPort {number} has a malformed hostIP or protocol")
+                found.append((ip, protocol, number))
     return tuple(found)
 
 
@@ -661,8 +664,9 @@ def _never_raises(check: Check) -> Check:
             return check(demand, node, view, subject)
         except (_CannotTell, Unreadable) as error:
             return _cannot_tell(node, subject, str(error))
-        except (TypeError, AttributeError, KeyError, ValueError):
-            return _cannot_tell(node, subject, f"unexpected object shape in the {check.__name__.replace('_', ' ')} check")
+        except Exception as error:  # a shape nobody foresaw: still an answer, never a crash
+            return _cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
+                                               f"the objects ({type(error).__name__})")
 
     guarded.__name__ = check.__name__
     guarded.__doc__ = check.__doc__
@@ -737,19 +741,48 @@ def node_ports(demand: Demand, node: Mapping[str, Any], view: View, subject: str
     return None
 
 
+# volumezone/volume_zone.go: zone and region labels on a PV, beta keys matched against the GA
+# ones on the node; a PV label may list several zones joined by "__".
+_VOLUME_ZONE_KEYS = {
+    "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region": "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region": "topology.kubernetes.io/region",
+}
+
+
+def _outside_volume_zone(pv: Any, node_labels: Mapping[str, Any]) -> str | None:
+    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
+    without any zone or region label passes (single-zone clusters)."""
+    pv_labels = kinds.labels(pv)
+    if not pv_labels or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
+        return None
+    for key, ga_key in _VOLUME_ZONE_KEYS.items():
+        value = pv_labels.get(key)
+        if not isinstance(value, str):
+            continue
+        zones = {zone.strip() for zone in value.split("__")}
+        if "" in zones:
+            continue  # the scheduler ignores a label it cannot parse
+        have = node_labels[key] if key in node_labels else node_labels.get(ga_key)
+        if have not in zones:
+            return f"{key}={value}"
+    return None
+
+
 @_never_raises
-def volume_binding(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """VolumeBinding for bound claims: each PV's `spec.nodeAffinity.required` must select the
-    node (volumebinding/binder.go `checkBoundClaims`). Unbound claims and generic ephemeral
+def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+    """VolumeBinding and VolumeZone for bound claims: each PV's `spec.nodeAffinity.required`
+    must select the node (volumebinding/binder.go `checkBoundClaims`) and its zone labels must
+    match the node's. A claim with `spec.volumeName` counts as bound (the PV controller's
+    bind-completed annotation follows within moments). Unbound claims and generic ephemeral
     volumes are decided by provisioning, which we do not model: cannot tell."""
-    volumes = _items(kinds.spec(demand.pod).get("volumes"), "volumes")
-    if not volumes:
+    pod_volumes = _items(_pod_spec(demand.pod).get("volumes"), "volumes")
+    if not pod_volumes:
         return None
     name = _node_name(node)
-    # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
-    # labels alone, so a matchFields term on metadata.name never matches there.
     labels_only = None
-    for volume in volumes:
+    for volume in pod_volumes:
         source = _mapping(volume, "volume").get("persistentVolumeClaim")
         if source is None:
             if volume.get("ephemeral") is not None:
@@ -769,14 +802,17 @@ def volume_binding(demand: Demand, node: Mapping[str, Any], view: View, subject:
         pv = view.pv(pv_name)
         if pv is None:
             raise _CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
-        affinity = _mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity")
-        required = affinity.get("required")
-        if required is None:
-            continue
-        terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
-        labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
-        if not any(node_rules.term_matches(term, labels_only) for term in terms):
-            return f"node {name} is outside the node affinity of volume {pv_name} (claim {claim_name})"
+        required = _mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
+        if required is not None:
+            terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+            # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
+            # labels alone, so a matchFields term on metadata.name never matches there.
+            labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
+            if not any(node_rules.term_matches(term, labels_only) for term in terms):
+                return f"node {name} is outside the node affinity of volume {pv_name} (claim {claim_name})"
+        zone = _outside_volume_zone(pv, _node_labels(node))
+        if zone:
+            return f"node {name} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     return None
 
 
@@ -921,7 +957,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     return None
 
 
-CHECKS: tuple[Check, ...] = (node_resources_fit, node_ports, volume_binding, inter_pod_affinity, pod_topology_spread)
+CHECKS: tuple[Check, ...] = (node_resources_fit, node_ports, volumes, inter_pod_affinity, pod_topology_spread)
 
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
@@ -934,6 +970,8 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             demand = Demand.of(pod, namespace)
         except Unreadable as error:
             return _cannot_tell(node, subject, f"{subject} cannot be read: {error}")
+        except Exception as error:
+            return _cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return _cannot_tell(node, subject, "the node is not an object")
     for check in CHECKS:
