@@ -410,7 +410,7 @@ CASES = [
     pytest.param(vm(affinity=[term(ZONE, matchLabels={"vm.kubevirt.io/name": "vm1"})]), "node-c", [], None,
                  None, None, id="affinity-first-of-its-group"),
     pytest.param(vm(affinity=[term(ZONE, matchLabels={"vm.kubevirt.io/name": "vm1"})]), "node-c",
-                 [workload("vm1-helper", "node-a", labels={"vm.kubevirt.io/name": "vm1"})], None, "inter_pod_affinity",
+                 [workload("vm1-exporter", "node-a", labels={"vm.kubevirt.io/name": "vm1"})], None, "inter_pod_affinity",
                  "no matching pod in topology.kubernetes.io/zone=zone-b", id="affinity-group-started-elsewhere"),
     # ---- PodTopologySpread
     pytest.param(vm(labels={"app": "web"}, spread=[{"maxSkew": 1, "topologyKey": HOSTNAME,
