@@ -1,0 +1,109 @@
+"""Pure: Kubernetes resource quantities, read exactly as the apiserver and the scheduler read them.
+
+Grammar and rounding follow k8s.io/apimachinery `pkg/api/resource/quantity.go`
+(`ParseQuantity`, `parseQuantityString`) and `suffix.go`: an optional sign, digits with an
+optional fraction (`.5` and `1.` are accepted), then a suffix: none, a decimal SI one
+(`n u m k M G T P E`), a binary one (`Ki Mi Gi Ti Pi Ei`) or an exponent (`e3`, `E-2`).
+A value finer than 1n is rounded up (away from zero) to 1n; binary values are capped at
+2^63-1. A quantity is kept here as an exact integer count of nano-units, so sums stay exact
+and rounding to the scheduler's units happens once, at the end, as `resource.Quantity` does.
+
+The scheduler compares cpu in millicores (`MilliValue`) and everything else in whole units
+(`Value`), both rounded up (pkg/scheduler/framework/types.go `Resource.Add`).
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+NANO = 10**9
+CPU = "cpu"
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_MAX_BINARY = (2**63 - 1) * NANO
+# Beyond this an exponent is no resource size anyone means; refusing it keeps a hostile
+# string from making us build a number with millions of digits.
+_MAX_EXPONENT = 100
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)", re.ASCII)
+_SPACE = " \t\n\r\v\f"
+
+
+def nanos(value: object) -> int:
+    """The quantity in nano-units (1 == 1n), exactly; ValueError when it does not parse.
+
+    Accepts the string form and plain JSON numbers (as `Quantity.UnmarshalJSON` does: the
+    number's text is parsed like a string).
+    """
+    try:
+        return _nanos(value)
+    except TypeError:  # unhashable, so no quantity either
+        raise ValueError(f"not a quantity: {value!r}") from None
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True is not the quantity 1
+def _nanos(value: str | int | float) -> int:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int):
+        return value * NANO
+    text = (repr(value) if isinstance(value, float) else value).strip(_SPACE)
+    match = _QUANTITY.fullmatch(text) if text else None
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    sign, whole, fraction, suffix = match.groups()
+    fraction = fraction or ""
+    if suffix in _DECIMAL:
+        base, exponent = 10, _DECIMAL[suffix]
+    elif suffix in _BINARY:
+        base, exponent = 2, _BINARY[suffix]
+    elif len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:], re.ASCII):
+        base, exponent = 10, int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            raise ValueError(f"exponent out of range: {value!r}")
+    else:
+        raise ValueError(f"unknown suffix in quantity {value!r}")
+    digits = int((whole + fraction) or "0")
+    # digits * 10^-len(fraction) * base^exponent, in units of 10^-9, rounded up to 1n.
+    numerator, denominator = digits, 10 ** len(fraction)
+    if base == 2:
+        numerator <<= exponent
+        numerator *= NANO
+    elif exponent + 9 >= 0:
+        numerator *= 10 ** (exponent + 9)
+    else:
+        denominator *= 10 ** -(exponent + 9)
+    amount = -(-numerator // denominator)
+    if base == 2 and amount > _MAX_BINARY:
+        amount = _MAX_BINARY
+    return -amount if sign == "-" else amount
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+def units(resource: str, amount_in_nanos: int) -> int:
+    """The scheduler's unit for a resource: millicores for cpu, whole units otherwise, rounded up."""
+    return ceil_div(amount_in_nanos, 10**6 if resource == CPU else NANO)
+
+
+def scheduler_value(resource: str, value: object) -> int:
+    """One quantity in the scheduler's unit for the resource (see `units`)."""
+    return units(resource, nanos(value))
+
+
+_BYTES = ("memory", "ephemeral-storage", "storage")
+_BINARY_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def show(resource: str, amount: int) -> str:
+    """An amount in the scheduler's unit, as a person reads it: `1800m`, `2`, `2.2Gi`, `1`."""
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    if resource in _BYTES or resource.startswith("hugepages-"):
+        for suffix, size in _BINARY_UNITS:
+            if abs(amount) >= size:
+                if amount % size == 0:
+                    return f"{amount // size}{suffix}"
+                return f"{amount / size:.2f}".rstrip("0").rstrip(".") + suffix
+    return str(amount)
