@@ -126,7 +126,9 @@ def node(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64",
                                               "kubernetes.io/os": "linux", "kubevirt.io/schedulable": "true"}},
         "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                   "allocatable": {"cpu": "63800m", "memory": "250Gi", "ephemeral-storage": "900Gi", "pods": "1000",
+                                   "devices.kubevirt.io/kvm": "1k"}},
     }
 
 

@@ -52,8 +52,13 @@ def nodes(*names: str, **labels: str) -> list[dict[str, Any]]:
     return [node(n, **labels) for n in names]
 
 
+# What a 16-core, 64 GiB KubeVirt node offers after system reservations.
+ALLOCATABLE = {"cpu": "15800m", "memory": "62Gi", "ephemeral-storage": "190Gi", "pods": "110",
+               "devices.kubevirt.io/kvm": "1k", "hugepages-2Mi": "0"}
+
+
 def node(name: str, *, ready: bool = True, unschedulable: bool = False, taints: list | None = None,
-         schedulable_label: bool = True, **labels: str) -> dict[str, Any]:
+         schedulable_label: bool = True, allocatable: dict[str, str] | None = None, **labels: str) -> dict[str, Any]:
     all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", **labels}
     if schedulable_label:
         all_labels["kubevirt.io/schedulable"] = "true"
@@ -67,7 +72,8 @@ def node(name: str, *, ready: bool = True, unschedulable: bool = False, taints: 
         "kind": "Node",
         "metadata": {"name": name, "labels": all_labels},
         "spec": spec,
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                   "allocatable": dict(allocatable or ALLOCATABLE)},
     }
 
 

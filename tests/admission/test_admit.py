@@ -356,3 +356,74 @@ def test_pin_mode_comes_from_the_environment_and_is_checked():
     assert Settings.from_env({"COLOCATE_PIN": "preferred"}).pin == "preferred"
     with pytest.raises(ValueError, match="pin must be one of required, preferred"):
         Settings.from_env({"COLOCATE_PIN": "sometimes"})
+
+
+# Pin only where kube-scheduler will say yes: what its filters check, through every store.
+def busy_pod(name, node_name, cpu, labels=None, anti=None):
+    """A pod already bound to a node, taking `cpu` of it."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "labels": labels or {"app": "batch"}},
+           "spec": {"nodeName": node_name, "containers": [{"name": "main", "image": "busybox",
+                                                           "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+           "status": {"phase": "Running"}}
+    if anti:
+        pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}}
+    return pod
+
+
+DB_ANTI = [{"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]
+
+
+def local_disk(claim, on_node):
+    """A claim bound to a local PersistentVolume that only `on_node` can mount."""
+    pvc, pv = rwx_disk(claim, None, share_manager=False, access="ReadWriteOnce")[:2]
+    pv["spec"].pop("csi")
+    pv["spec"].update(local={"path": "/mnt/disks/ssd1"}, storageClassName="local-storage", nodeAffinity={"required": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [on_node]}]}]}})
+    return [pvc, pv]
+
+
+def small_node(name, cpu="2", memory="8Gi"):
+    return node(name, allocatable={"cpu": cpu, "memory": memory, "pods": "110", "devices.kubevirt.io/kvm": "1k"})
+
+
+SCHEDULER_CASES = [
+    ("full-node", [small_node("node-b"), busy_pod("batch-1", "node-b", "1950m")], {}, (),
+     "node node-b has no room: cpu 1950m of 2 requested, the VM asks 100m"),
+    ("vm-larger-than-the-node", [small_node("node-b", memory="2Gi")], {}, (),
+     "node node-b is too small: the VM asks memory"),
+    ("ha-pair-anti-affinity", [node("node-b"), busy_pod("db-0", "node-b", "1", {"app": "db"}, DB_ANTI)],
+     {"labels": {"app": "db"}, "anti": DB_ANTI}, (), "fails the VM's pod anti-affinity: pod default/db-0"),
+    ("existing-pods-anti-affinity", [node("node-b"), busy_pod("guard", "node-b", "1", {"app": "guard"},
+                                                              [{"labelSelector": {"matchLabels": {"kubevirt.io": "virt-launcher"}},
+                                                                "topologyKey": "kubernetes.io/hostname"}])],
+     {}, (), "fails the pod anti-affinity of pod default/guard"),
+    ("local-disk-elsewhere", [node("node-b"), node("node-a")] + local_disk("scratch", "node-a"), {}, ("scratch",),
+     "outside the node affinity of volume pvc-scratch"),
+]
+
+
+@pytest.mark.parametrize("name, objects, vm, more_claims, why", SCHEDULER_CASES, ids=[c[0] for c in SCHEDULER_CASES])
+async def test_where_kube_scheduler_would_say_no_the_vm_is_only_preferred(make_store, name, objects, vm, more_claims, why):
+    cluster = rwx_disk("vm1-rootdisk", "node-b") + nodes("node-c") + objects
+    store = await make_store(cluster)
+    pod = vm_pod("vm1-rootdisk", *more_claims)
+    if vm.get("labels"):
+        pod["metadata"]["labels"].update(vm["labels"])
+    if vm.get("anti"):
+        pod["spec"]["affinity"]["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": vm["anti"]}
+    envelope = await run(store, pod)
+    result = result_of(pod, envelope)
+    assert all(pin_of("node-b") not in term.get("matchFields", []) for term in required_terms(result))
+    assert preferred_terms(result) == [{"weight": 100, "preference": {"matchFields": [pin_of("node-b")]}}]
+    reason = annotations(result)["kubevirt-scheduler/reason"]
+    assert reason.startswith("preferred node-b, not pinned: ") and why in reason, reason
+
+
+async def test_the_same_vm_is_pinned_where_the_node_has_room(make_store):
+    """The control for the table above: with room, no anti-affinity and no local disk, it pins."""
+    store = await make_store(rwx_disk("vm1-rootdisk", "node-b") + [small_node("node-b"), busy_pod("batch-1", "node-b", "1")])
+    pod = vm_pod("vm1-rootdisk")
+    result = result_of(pod, await run(store, pod))
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"

@@ -9,7 +9,7 @@ from conftest import TEST_TIMING, api_host, seed, watched_store
 from kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod
 
 from webhook.admission.review import parse_review
-from webhook.cluster.cache import WatchedClusterStore, keep_fields, trim
+from webhook.cluster.cache import WatchedClusterStore, keep_fields, shape_pod, trim
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -17,6 +17,7 @@ from webhook.admission.admit import admit
 from webhook.kinds import NODE, POD, PV, PVC
 
 PODS = "/api/v1/namespaces/longhorn-system/pods"
+ALL_PODS = "/api/v1/pods"
 SHARE_MANAGERS = "/apis/longhorn.io/v1beta2/namespaces/longhorn-system/sharemanagers"
 
 
@@ -63,20 +64,34 @@ def test_objects_are_trimmed_to_what_the_rules_read():
     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     pod["spec"]["nodeName"] = "node-b"
     pod["status"] = {"phase": "Running", "containerStatuses": [{"name": "compute", "ready": True}]}
-    kept = trim(pod, keep_fields(Settings())[POD.kind])
+    kept = shape_pod(Settings())(pod)
     assert kept["status"] == {"phase": "Running"}
     assert "managedFields" not in kept["metadata"]
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/node"}
     assert kept["metadata"]["labels"] == pod["metadata"]["labels"]
     assert kept["metadata"]["deletionTimestamp"] == "2026-01-01T00:00:00Z"
-    assert kept["spec"] == {"nodeName": "node-b", "volumes": [{"persistentVolumeClaim": {"claimName": "vm1-rootdisk"}}]}
+    # The claims, and what the scheduler counts: requests (and limits), no image, command or mounts.
+    assert kept["spec"] == {"nodeName": "node-b", "volumes": [{"persistentVolumeClaim": {"claimName": "vm1-rootdisk"}}],
+                            "containers": [{"resources": pod["spec"]["containers"][0]["resources"]}]}
+    other = {"metadata": {"name": "web-0", "namespace": "shop", "labels": {"app": "web"}, "annotations": {"a": "b"}},
+             "spec": {"nodeName": "node-a", "containers": [{"name": "web", "image": "nginx", "ports": [
+                 {"containerPort": 80}, {"containerPort": 443, "hostPort": 8443, "protocol": "TCP"}]}],
+                 "affinity": {"podAffinity": {"x": 1}, "podAntiAffinity": {
+                     "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}}},
+             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert shape_pod(Settings())(other) == {
+        "metadata": {"name": "web-0", "namespace": "shop", "labels": {"app": "web"}},
+        "spec": {"nodeName": "node-a", "containers": [{"ports": [{"containerPort": 443, "hostPort": 8443, "protocol": "TCP"}]}],
+                 "affinity": {"podAntiAffinity": {
+                     "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}}},
+        "status": {"phase": "Running"}}
 
     node = nodes("node-a")[0]
     node["spec"]["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
     node["status"]["conditions"][0].update(reason="KubeletReady", lastHeartbeatTime="2026-01-01T00:00:00Z")
     node["status"]["images"] = [{"names": ["x"] * 50}]
     kept = trim(node, keep_fields(Settings())[NODE.kind])
-    assert kept["status"] == {"conditions": [{"type": "Ready", "status": "True"}]}
+    assert kept["status"] == {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": node["status"]["allocatable"]}
     assert kept["spec"]["taints"] == node["spec"]["taints"]
 
 
@@ -177,7 +192,7 @@ async def test_a_claim_missing_from_the_cache_is_read_from_the_api(kmock):
         async def open_watches():
             return len([r for r in kmock if r.params.get("watch") == "true"])
 
-        assert await eventually(open_watches, 6) == 6
+        assert await eventually(open_watches, len(store.informers)) == len(store.informers)
         # Written behind the open watches' back: only a direct GET can find the PVC and its PV.
         kmock.objects[PVC, "default", "late"] = claim
         kmock.objects[PV, None, volume["metadata"]["name"]] = volume
@@ -236,12 +251,12 @@ def with_versions(objects):
     return objects
 
 
-def share_manager_pods(request):
-    return request.url.path == PODS
+def all_pods(request):
+    return request.url.path == ALL_PODS
 
 
-def share_manager_pod_watches(kmock):
-    return [r for r in kmock if r.params.get("watch") == "true" and r.url.path == PODS]
+def pod_watches(kmock):
+    return [r for r in kmock if r.params.get("watch") == "true" and r.url.path == ALL_PODS]
 
 
 async def test_410_gone_relists(kmock):
@@ -257,11 +272,11 @@ async def test_410_gone_relists(kmock):
         return ({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "code": 410,
                                              "reason": "Expired", "message": "too old resource version: 1 (9)"}},)
 
-    kmock["watch"][share_manager_pods] << first_watch_is_gone
+    kmock["watch"][all_pods] << first_watch_is_gone
     store = await watched_store(kmock)
     try:
         assert await eventually(lambda: pinned_node(store, "d1"), "node-c") == "node-c"
-        assert store.share_manager_pods.lists == 2
+        assert store.pods.lists == 2
         assert store.pvcs.lists == 1  # the other caches carry on
     finally:
         await store.close()
@@ -281,19 +296,19 @@ async def test_a_closed_watch_resumes_from_the_last_version_without_relisting(km
         bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}}}
         return ({"type": "MODIFIED", "object": moved}, bookmark)  # then the server closes the watch
 
-    kmock["watch"][share_manager_pods] << one_short_watch
+    kmock["watch"][all_pods] << one_short_watch
     store = await watched_store(kmock)
     try:
         assert await eventually(lambda: pinned_node(store, "d1"), "node-b") == "node-b"
 
         async def watches():
-            return len(share_manager_pod_watches(kmock))
+            return len(pod_watches(kmock))
 
         assert await eventually(watches, 2) == 2
-        second = share_manager_pod_watches(kmock)[1].params
+        second = pod_watches(kmock)[1].params
         assert second["resourceVersion"] == "42" and second["allowWatchBookmarks"] == "true"
-        assert share_manager_pod_watches(kmock)[0].params["labelSelector"] == "longhorn.io/component=share-manager"
-        assert store.share_manager_pods.lists == 1
+        assert pod_watches(kmock)[0].params["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+        assert store.pods.lists == 1
     finally:
         await store.close()
 
@@ -362,15 +377,19 @@ async def test_a_dropped_connection_reconnects_and_catches_up(kmock):
             await store.close()
 
 
-async def test_label_selectors_are_also_applied_on_our_side(kmock):
-    """kmock, like a proxy that drops the query, ignores labelSelector; other pods stay out."""
-    other = copy.deepcopy(rwx_disk("d1", "node-a")[-1])
-    other["metadata"].update(name="instance-manager-x", labels={"longhorn.io/component": "instance-manager"})
-    seed(kmock, rwx_disk("d1", "node-a") + [other])
+async def test_field_selectors_are_also_applied_on_our_side(kmock):
+    """kmock, like a proxy that drops the query, ignores fieldSelector; finished pods stay out."""
+    done = copy.deepcopy(rwx_disk("d1", "node-a")[-1])
+    done["metadata"]["name"] = "job-x"
+    done["status"] = {"phase": "Succeeded"}
+    failed = copy.deepcopy(done)
+    failed["metadata"]["name"] = "job-y"
+    failed["status"] = {"phase": "Failed"}
+    seed(kmock, rwx_disk("d1", "node-a") + [done, failed])
     store = await watched_store(kmock)
     try:
-        assert list(store.share_manager_pods.table.objects) == ["longhorn-system/share-manager-pvc-d1"]
-        assert store.vm_pods.table.objects == {}
+        assert list(store.pods.table.objects) == ["longhorn-system/share-manager-pvc-d1"]
+        assert store.usage.of("node-a").pods == 1  # finished pods take nothing from the node
     finally:
         await store.close()
 

@@ -71,7 +71,8 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
     claim["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
     pvcs.apply(Event(EventType.ADDED, claim))
     assert pvcs.get("default", "a") == {"metadata": {"name": "a", "namespace": "default"},
-                                        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "pvc-a"}}
+                                        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "pvc-a"},
+                                        "status": {"phase": "Bound"}}
     changed = copy.deepcopy(claim)
     changed["spec"]["accessModes"] = ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.MODIFIED, changed))
@@ -133,9 +134,9 @@ async def test_a_share_manager_pod_event_moves_the_pin(store):
     load(store, fixture_cluster())
     moved = copy.deepcopy(next(o for o in fixture_cluster() if o["kind"] == "Pod"))
     moved["spec"]["nodeName"] = "node-c"
-    store.share_manager_pods.apply(Event(EventType.MODIFIED, moved))
+    store.pods.apply(Event(EventType.MODIFIED, moved))
     assert (await decision(store)).node == "node-c"
-    store.share_manager_pods.apply(Event(EventType.DELETED, moved))
+    store.pods.apply(Event(EventType.DELETED, moved))
     store.share_managers.apply(Event(EventType.MODIFIED, {
         "metadata": {"name": moved["metadata"]["labels"]["longhorn.io/share-manager"], "namespace": LONGHORN_NS},
         "status": {"state": "stopped", "ownerID": "node-c"}}))
@@ -145,7 +146,7 @@ async def test_a_share_manager_pod_event_moves_the_pin(store):
 async def test_misses_the_cache_can_answer_and_misses_it_cannot(store):
     load(store, fixture_cluster())
     assert store.peek(SHARE_MANAGER, LONGHORN_NS, "nope") == (True, None)
-    assert store.peek(POD, LONGHORN_NS, "share-manager-nope") == (True, None)  # labelled: a miss is an answer
+    assert store.peek(POD, LONGHORN_NS, "share-manager-nope") == (True, None)  # every live pod is held: a miss is an answer
     # A PVC, PV or node may be newer than the watch: only the API can tell.
     assert store.peek(PVC, "default", "nope") == (False, None)
     assert store.peek(PV, None, "nope") == (False, None)
@@ -156,11 +157,11 @@ async def test_the_claim_and_volume_indexes_follow_events(store):
     objects = rwx_disk("a", "node-a") + nodes("node-a")
     load(store, objects)
     pod = running_vm("vm1", "node-a", "a")
-    store.vm_pods.apply(Event(EventType.ADDED, pod))
+    store.pods.apply(Event(EventType.ADDED, pod))
     assert [p["metadata"]["name"] for p in await store.pods_by_claim("default", "a")] == [pod["metadata"]["name"]]
     moved = copy.deepcopy(pod)
     moved["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "b"}}]
-    store.vm_pods.apply(Event(EventType.MODIFIED, moved))
+    store.pods.apply(Event(EventType.MODIFIED, moved))
     assert await store.pods_by_claim("default", "a") == []
     assert len(await store.pods_by_claim("default", "b")) == 1
     assert [pv["metadata"]["name"] for pv in await store.pvs_by_volume_handle("pvc-a")] == ["pvc-a"]
@@ -175,3 +176,21 @@ async def test_a_failing_cache_is_degraded_but_keeps_serving(store):
     assert (await decision(store)).node == "node-b"
     objects, last_sync = store.stats()["nodes"]
     assert objects == 3 and last_sync is not None
+
+
+async def test_what_each_node_takes_follows_its_pods(store):
+    load(store, nodes("node-a", "node-b"))
+    vm = running_vm("vm1", "node-a", "a")  # cpu 100m, memory 2294Mi, one kvm device
+    store.pods.apply(Event(EventType.ADDED, vm))
+    assert store.usage.of("node-a").requested == {"cpu": 100, "memory": 2294 * 2**20, "devices.kubevirt.io/kvm": 1}
+    assert store.usage.of("node-a").pods == 1
+    moved = copy.deepcopy(vm)
+    moved["spec"]["nodeName"] = "node-b"
+    moved["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    store.pods.apply(Event(EventType.MODIFIED, moved))
+    assert store.usage.of("node-a").pods == 0 and store.usage.of("node-a").requested == {}
+    assert store.usage.of("node-b").requested["cpu"] == 2000
+    finished = copy.deepcopy(moved)
+    finished["status"]["phase"] = "Succeeded"
+    store.pods.apply(Event(EventType.MODIFIED, finished))  # a finished pod leaves the cache, and the node
+    assert store.usage.of("node-b").pods == 0 and not store.pods.table.objects

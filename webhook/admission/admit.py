@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 
 from .. import kinds
-from ..cluster.resolve import node_obstacle, resolve_consumers, resolve_disks
+from ..cluster.resolve import Seen, node_obstacle, resolve_consumers, resolve_disks
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
@@ -78,8 +78,9 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     exemption = vm_exemption(pod, settings)
     if exemption is not None:
         return skip(Rule.VM if kinds.is_launcher(pod) else Rule.NONE, exemption)
-    facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline)
-    blocked = await _obstacle(store, settings, facts, pod, namespace, deadline, vm=True)
+    seen: Seen = {}
+    facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline, seen)
+    blocked = await _obstacle(store, settings, facts, pod, namespace, deadline, vm=True, seen=seen)
     return _decided(pod, decide.decide(facts, blocked, required=settings.pin == "required"), settings, Rule.VM, facts)
 
 
@@ -112,13 +113,13 @@ async def _share_manager_rule(
 
 
 async def _obstacle(store: Store, settings: Settings, facts: list[Fact], pod: dict[str, Any], namespace: str,
-                    deadline: Deadline, *, vm: bool) -> str | None:
+                    deadline: Deadline, *, vm: bool, seen: Seen | None = None) -> str | None:
     """Why the one node we might pin to cannot take the pod now (never-strand); None for several nodes."""
     candidates = {f.node for f in facts if f.node}
     if len(candidates) != 1 or settings.pin != "required":
         return None  # several nodes, or pins are preferences anyway: nothing to strand on
     (name,) = candidates
-    return await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=vm)
+    return await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=vm, seen=seen)
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:

@@ -22,6 +22,7 @@ import orjson
 from .. import kinds, metrics
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, Resource
+from ..rules import fit
 from ..rules.facts import claims_of
 from .direct import ClusterStore
 from .reflector import Event, EventType, Reflector, Timing
@@ -29,8 +30,6 @@ from .store import Stats, labels_match, volume_handle
 
 log = logging.getLogger("webhook.cache")  # the logger names in the log lines are part of the interface
 
-SHARE_MANAGER_POD_LABELS = dict([kinds.SHARE_MANAGER_COMPONENT])
-VIRT_LAUNCHER_LABELS = dict([kinds.VIRT_LAUNCHER])
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before
 # the VM that mounts it, a node that just joined. A share-manager or its pod that is not in
@@ -58,17 +57,124 @@ def keep_fields(settings: Settings) -> dict[str, Keep]:
         "status": {"phase": True},
     }
     return {
-        PVC.kind: {"metadata": {"name": True, "namespace": True},
-                   "spec": {"accessModes": True, "volumeName": True}},
-        PV.kind: {"metadata": {"name": True},
-                  "spec": {"csi": {"driver": True, "volumeHandle": True}, "claimRef": {"namespace": True, "name": True}}},
+        PVC.kind: {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
+                   "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}},
+        # Labels and nodeAffinity: which nodes can mount the volume (the scheduler's VolumeBinding, VolumeZone).
+        PV.kind: {"metadata": {"name": True, "labels": True},
+                  "spec": {"csi": {"driver": True, "volumeHandle": True}, "claimRef": {"namespace": True, "name": True},
+                           "nodeAffinity": True}},
         SHARE_MANAGER.kind: {"metadata": {"name": True, "namespace": True},
                              "status": {"state": True, "ownerID": True}},
         POD.kind: pod,
         NODE.kind: {"metadata": {"name": True, "labels": True},
                     "spec": {"unschedulable": True, "taints": True},
-                    "status": {"conditions": [{"type": True, "status": True}]}},
+                    "status": {"conditions": [{"type": True, "status": True}], "allocatable": True}},
     }
+
+
+# The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
+# nothing from a node, and the rules do not trust them either.
+NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A pod reduced to what the rules and the scheduler checks read. Every pod of the cluster
+    is kept, so this is written out rather than declared: ports only where a host port is
+    taken, conditions only while the scheduler cannot place the pod, claims only of launchers."""
+    keep_annotation = keep_fields(settings)[POD.kind]["metadata"]["annotations"]
+
+    def container(value: Any, host_network: bool) -> Any:
+        if not isinstance(value, dict):
+            return value
+        kept: dict[str, Any] = {}
+        resources = value.get("resources")
+        if isinstance(resources, dict):
+            wanted = {k: resources[k] for k in ("requests", "limits") if resources.get(k)}
+            if wanted:
+                kept["resources"] = wanted
+        ports = value.get("ports")
+        if isinstance(ports, list):
+            held = [p for p in ports if not isinstance(p, dict) or p.get("hostPort") or host_network]
+            if held:
+                kept["ports"] = held
+        if value.get("restartPolicy"):
+            kept["restartPolicy"] = value["restartPolicy"]
+        return kept
+
+    def shape(pod: dict[str, Any]) -> dict[str, Any]:
+        meta, spec, status = kinds.meta(pod), kinds.spec(pod), kinds.status(pod)
+        launcher = kinds.is_launcher(pod)
+        kept_meta = {k: meta[k] for k in ("name", "namespace", "labels", "deletionTimestamp") if meta.get(k)}
+        if launcher and meta.get("creationTimestamp"):
+            kept_meta["creationTimestamp"] = meta["creationTimestamp"]  # which pod of a VM is the newest
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            ours = {k: v for k, v in annotations.items() if keep_annotation(k)}
+            if ours:
+                kept_meta["annotations"] = ours
+        host_network = spec.get("hostNetwork") is True
+        kept_spec: dict[str, Any] = {}
+        for key in ("nodeName", "overhead", "resources", "hostNetwork"):
+            if spec.get(key):
+                kept_spec[key] = spec[key]
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                kept_spec[key] = [container(c, host_network) for c in spec[key]]
+        anti = (spec.get("affinity") or {}).get("podAntiAffinity") if isinstance(spec.get("affinity"), dict) else None
+        if isinstance(anti, dict) and anti.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            kept_spec["affinity"] = {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": anti["requiredDuringSchedulingIgnoredDuringExecution"]}}
+        if launcher:
+            claims = trim(spec.get("volumes"), [{"persistentVolumeClaim": {"claimName": True}}])
+            if claims:
+                kept_spec["volumes"] = claims
+        kept_status: dict[str, Any] = {}
+        if status.get("phase"):
+            kept_status["phase"] = status["phase"]
+        if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
+            waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
+            if waiting:
+                kept_status["conditions"] = waiting
+        return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
+
+    return shape
+
+
+def not_finished(pod: dict[str, Any]) -> bool:
+    return not kinds.finished(pod)
+
+
+class NodeUsage:
+    """What the pods bound to each node take (requests, slots, host ports), kept as pods come
+    and go: a pod's share is worked out again from the object it was added as, so exactly
+    that is taken away."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, fit.Usage] = {}
+
+    def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for pod, sign in ((old, -1), (new, 1)):
+            node = _bound_node(pod) if pod is not None else None
+            if node is None:
+                continue
+            usage = self.by_node.get(node)
+            if usage is None:
+                usage = self.by_node[node] = fit.Usage()
+            share = fit.PodUsage.of(pod)
+            if sign > 0:
+                usage.add(share)
+            else:
+                usage.remove(share)
+                if usage.pods <= 0:
+                    del self.by_node[node]
+
+    def of(self, node: str) -> fit.Usage:
+        return self.by_node.get(node) or fit.Usage()
+
+
+def _bound_node(pod: dict[str, Any]) -> str | None:
+    node = kinds.spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node and not kinds.finished(pod) else None
 
 
 def trim(value: Any, keep: Keep) -> Any:
@@ -96,6 +202,7 @@ def object_key(namespace: str | None, name: str) -> str:
 
 
 Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
+Watcher = Callable[[dict[str, Any] | None, dict[str, Any] | None], None]
 
 
 class Table:
@@ -105,10 +212,12 @@ class Table:
     one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
     """
 
-    __slots__ = ("objects", "indexes", "indexers")
+    __slots__ = ("objects", "indexes", "indexers", "watchers")
 
-    def __init__(self, indexers: Mapping[str, Indexer]):
+    def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
         self.indexers = indexers
+        # Told every change as (old, new) objects, for figures kept beside the table (usage per node).
+        self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
         self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
 
@@ -139,13 +248,13 @@ class Table:
         old = self.objects.get(key)
         if old == blob:
             return
-        if self.indexers:
+        if self.indexers or self.watchers:
             self._reindex(key, self.decode(key, old) if old is not None else None, obj)
         self.objects[key] = blob
 
     def remove(self, key: str) -> None:
         old = self.objects.pop(key, None)
-        if old is not None and self.indexers:
+        if old is not None and (self.indexers or self.watchers):
             self._reindex(key, self.decode(key, old), None)
 
     def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
@@ -153,6 +262,8 @@ class Table:
         return [self.decode(key, self.objects[key]) for key in ((keys,) if isinstance(keys, str) else keys)]
 
     def _reindex(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for watcher in self.watchers:
+            watcher(old, new)
         for name, indexer in self.indexers.items():
             before = set(indexer(old)) if old is not None else set()
             after = set(indexer(new)) if new is not None else set()
@@ -187,9 +298,16 @@ class Informer:
         namespace: str | None = None,
         labels: dict[str, str] | None = None,
         indexers: Mapping[str, Indexer] | None = None,
+        watchers: Iterable[Watcher] = (),
         authoritative: bool | None = None,
+        fields: str = "",
+        wanted: Callable[[dict[str, Any]], bool] | None = None,
+        shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ):
         self.resource = resource
+        # A field selector the API applies (`fields`), and the same test on our side (`wanted`).
+        self.fields, self.wanted = fields, wanted
+        self.shape = shape or (lambda obj: trim(obj, keep))
         self.namespace = namespace if resource.namespaced else None
         self.labels = dict(labels or {})
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
@@ -197,7 +315,7 @@ class Informer:
         # Whether a name lookup in our scope that misses means "absent". True when nothing is
         # filtered by labels; a label-scoped informer says so only when told to.
         self.authoritative = not self.labels if authoritative is None else authoritative
-        self.table = Table(indexers or {})
+        self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.lists = 0  # completed lists (the first one, then relists)
         self.events = 0  # watch events applied
@@ -222,7 +340,7 @@ class Informer:
 
     def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
         return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
-                                 timing=timing, list_slots=list_slots)
+                                 fields=self.fields, timing=timing, list_slots=list_slots)
 
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
@@ -284,10 +402,10 @@ class Informer:
             return None
         # Emulators may ignore the label selector: filter on our side too.
         if (self.namespace is not None and kinds.meta(obj).get("namespace") != self.namespace) \
-                or not labels_match(obj, self.labels):
+                or not labels_match(obj, self.labels) or (self.wanted is not None and not self.wanted(obj)):
             self.table.remove(key)
             return None
-        self.table.put(key, trim(obj, self.keep))
+        self.table.put(key, self.shape(obj))
         return key
 
     def _healthy(self) -> None:
@@ -318,10 +436,16 @@ class WatchedClusterStore:
         self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
         # Pods looked up by name in the Longhorn namespace are share-manager pods, which
         # Longhorn labels: a miss there is an answer.
-        self.share_manager_pods = informer(POD, namespace=longhorn, labels=SHARE_MANAGER_POD_LABELS, authoritative=True)
-        self.vm_pods = informer(POD, labels=VIRT_LAUNCHER_LABELS, indexers={"claim": _claims})
+        # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
+        # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
+        self.usage = NodeUsage()
+        self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished, shape=shape_pod(settings),
+                             indexers={"claim": _claims, "node": _node_of, "anti": _anti_affinity},
+                             watchers=[self.usage])
         self.nodes = informer(NODE)
-        self.informers = (self.pvcs, self.pvs, self.share_managers, self.share_manager_pods, self.vm_pods, self.nodes)
+        # Listed in this order, one at a time: what the scheduler checks need first.
+        self.informers = (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
+        self._view = CachedView(self)
         self._by_kind: dict[str, list[Informer]] = {}
         for i in self.informers:
             self._by_kind.setdefault(i.resource.kind, []).append(i)
@@ -395,9 +519,13 @@ class WatchedClusterStore:
         return self.pvs.table.lookup("volumeHandle", handle)
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
-        if not self.vm_pods.synced:
+        if not self.pods.synced:
             return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
-        return self.vm_pods.table.lookup("claim", object_key(namespace, claim))
+        return self.pods.table.lookup("claim", object_key(namespace, claim))
+
+    async def fit_view(self, namespace, node, *, timeout=None):
+        # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
+        return self._view if self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced else None
 
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:
@@ -406,5 +534,62 @@ def _volume_handles(pv: dict[str, Any]) -> list[str]:
 
 
 def _claims(pod: dict[str, Any]) -> list[str]:
+    if not kinds.is_launcher(pod):
+        return []
     namespace = kinds.meta(pod).get("namespace") or ""
     return [object_key(namespace, claim) for claim in claims_of(pod)]
+
+
+def _node_of(pod: dict[str, Any]) -> list[str]:
+    node = _bound_node(pod)
+    return [node] if node else []
+
+
+def _anti_affinity(pod: dict[str, Any]) -> list[bool]:
+    return [True] if _bound_node(pod) and fit.has_required_anti_affinity(pod) else []
+
+
+class CachedView:
+    """The scheduler checks' view of the cluster, from the caches (rules/fit.py `View`).
+
+    Pods with required anti-affinity are read on every check; each is decoded once per
+    version and handed out as the same object while it is unchanged (read-only), so the
+    checks' parse of its terms is reused too."""
+
+    def __init__(self, store: WatchedClusterStore):
+        self._store = store
+        self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
+
+    def node(self, name):
+        return self._store.nodes.get(None, name)
+
+    def nodes(self):
+        table = self._store.nodes.table
+        return [table.decode(key, blob) for key, blob in list(table.objects.items())]
+
+    def usage(self, node_name):
+        return self._store.usage.of(node_name)
+
+    def pods_on(self, node_name):
+        return self._store.pods.table.lookup("node", node_name)
+
+    def pods_with_required_anti_affinity(self):
+        table = self._store.pods.table
+        held = table.indexes["anti"].get(True, ())
+        keys = (held,) if isinstance(held, str) else held
+        found = []
+        for key in keys:
+            blob = table.objects[key]
+            memo = self._decoded.get(key)
+            if memo is None or memo[0] is not blob:
+                memo = self._decoded[key] = (blob, table.decode(key, blob))
+            found.append(memo[1])
+        if len(self._decoded) > 2 * len(keys) + 64:  # forget pods that left the index
+            self._decoded = {k: v for k, v in self._decoded.items() if k in set(keys)}
+        return found
+
+    def pvc(self, namespace, name):
+        return self._store.pvcs.get(namespace, name)
+
+    def pv(self, name):
+        return self._store.pvs.get(None, name)

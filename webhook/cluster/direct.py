@@ -12,6 +12,8 @@ import orjson
 
 from .. import kinds, metrics
 from ..kinds import POD, PV, Resource
+from ..kinds import NODE, PVC
+from ..rules import fit
 from ..rules.facts import claims_of
 from . import client
 from .store import Unwatched, StoreError, labels_match, volume_handle
@@ -79,6 +81,21 @@ class ClusterStore(Unwatched):
         items = body.get("items") or []
         # Lists omit apiVersion/kind on items; the rules don't need them. Filter client-side too.
         return [item for item in items if labels_match(item, labels)]
+
+    async def fit_view(self, namespace, node, *, timeout=None):
+        """Read once what the checks need (an admin's one-off question, e.g. `explain`): every
+        node, the pods that have not finished, the namespace's claims, every volume."""
+        try:
+            async with asyncio.timeout(timeout):
+                nodes = await self.list(NODE, timeout=timeout)
+                pods = [p for p in await self.list(POD, timeout=timeout) if not kinds.finished(p)]
+                claims = await self.list(PVC, namespace, timeout=timeout)
+                volumes = await self.list(PV, timeout=timeout)
+        except (StoreError, TimeoutError):
+            return None
+        for claim in claims:  # list items carry no namespace of their own in some servers' answers
+            claim.setdefault("metadata", {}).setdefault("namespace", namespace)
+        return fit.StaticView(nodes, pods, claims, volumes)
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         return [pv for pv in await self.list(PV, timeout=timeout) if volume_handle(pv) == handle]

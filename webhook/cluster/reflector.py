@@ -133,9 +133,10 @@ def _meta(obj: Any) -> dict[str, Any]:
 class Reflector:
     """One resource (optionally one namespace and a label selector), listed and watched."""
 
-    def __init__(self, transport: Transport, name: str, *, selector: str = "", timing: Timing = Timing(),
-                 list_slots: asyncio.Semaphore | None = None):
+    def __init__(self, transport: Transport, name: str, *, selector: str = "", fields: str = "",
+                 timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None):
         self.transport, self.name, self.selector, self.timing = transport, name, selector, timing
+        self.fields = fields  # a field selector, e.g. the scheduler's "not finished" for pods
         # Reflectors sharing these slots list one at a time: one page in memory at once.
         self.list_slots = list_slots or asyncio.Semaphore(1)
         self.resource_version: str | None = None
@@ -144,8 +145,8 @@ class Reflector:
 
     @classmethod
     def for_api(cls, api: Any, resource: Resource, name: str, *, namespace: str | None = None,
-                selector: str = "", **kwargs: Any) -> Reflector:
-        return cls(ApiTransport(api, resource.path(namespace)), name, selector=selector, **kwargs)
+                selector: str = "", fields: str = "", **kwargs: Any) -> Reflector:
+        return cls(ApiTransport(api, resource.path(namespace)), name, selector=selector, fields=fields, **kwargs)
 
     async def list(self) -> AsyncIterator[Event]:
         """A full paginated list: LISTED per object, then SYNCED with the list's resourceVersion kept."""
@@ -158,6 +159,8 @@ class Reflector:
                 query = [("limit", str(self.timing.page_size))]
                 if self.selector:
                     query.append(("labelSelector", self.selector))
+                if self.fields:
+                    query.append(("fieldSelector", self.fields))
                 if token:
                     query.append(("continue", token))
                 async with asyncio.timeout(self.timing.request_timeout):
@@ -189,6 +192,8 @@ class Reflector:
             query.append(("resourceVersion", self.resource_version))
         if self.selector:
             query.append(("labelSelector", self.selector))
+        if self.fields:
+            query.append(("fieldSelector", self.fields))
         # The server ends the watch after timeoutSeconds; the grace bounds a server that does not.
         deadline = loop.time() + seconds + min(30.0, seconds)
         try:

@@ -7,14 +7,19 @@ from typing import Any
 
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE
-from ..rules import nodes
+from ..kinds import NODE, PV, PVC
+from ..rules import fit, nodes
 from ..rules.classify import consumer_exemption
 from ..rules.facts import Fact, Lookup, disk_steps
 from .store import Store, StoreError
 
 
-def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact]) -> Fact | None:
+# Objects one admission has read, by (kind, namespace, name): the scheduler checks see the claims
+# and volumes the facts just read, even those the caches have not caught up with.
+Seen = dict[tuple[str, str | None, str], Any]
+
+
+def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact], seen: Seen | None = None) -> Fact | None:
     """Run the steps from the store's memory only; None as soon as a look-up would need the API."""
     try:
         lookup = next(steps)
@@ -22,18 +27,23 @@ def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact]) -> Fact | Non
             known, obj = store.peek(*lookup)
             if not known:
                 return None
+            if seen is not None:
+                seen[lookup[0].kind, lookup[1], lookup[2]] = obj
             lookup = steps.send(obj)
     except StopIteration as done:
         return done.value
 
 
-async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: str, deadline: Deadline) -> Fact:
+async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: str, deadline: Deadline,
+                     seen: Seen | None = None) -> Fact:
     """Run the steps through the store's reads, each within what is left of the deadline."""
     try:
         async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
             lookup = next(steps)
             while True:
                 obj = await store.get(*lookup, timeout=deadline.remaining())
+                if seen is not None:
+                    seen[lookup[0].kind, lookup[1], lookup[2]] = obj
                 lookup = steps.send(obj)
     except StopIteration as done:
         return done.value
@@ -44,17 +54,20 @@ async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: s
 
 
 async def resolve_disks(
-    store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline
+    store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline,
+    seen: Seen | None = None,
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
-    through the API. Whatever is unfinished at the deadline is reported as such."""
-    facts: list[Fact | None] = [resolve_now(store, disk_steps(settings, namespace, c)) for c in claims]
+    through the API. Whatever is unfinished at the deadline is reported as such. What was
+    read goes into `seen` when given."""
+    facts: list[Fact | None] = [resolve_now(store, disk_steps(settings, namespace, c), seen) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
     if len(missing) == 1:
         (i,) = missing
-        facts[i] = await resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline)
+        facts[i] = await resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline, seen)
     elif missing:
-        tasks = {i: asyncio.ensure_future(resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline))
+        tasks = {i: asyncio.ensure_future(resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i],
+                                                     deadline, seen))
                  for i in missing}
         done, pending = await asyncio.wait(tasks.values(), timeout=deadline.remaining())
         for task in pending:
@@ -105,11 +118,13 @@ async def resolve_consumers(
 
 
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,
-                        needs_kubevirt: bool) -> str | None:
+                        needs_kubevirt: bool, seen: Seen | None = None) -> str | None:
     """Why `pod` cannot run on node `name` now (the never-strand checks), or None when it can.
 
-    A node that cannot be read counts as one that cannot take the pod. The same checks serve
-    the pin at admission and the keeper's choice of a migration target.
+    The node itself (ready, not cordoned, KubeVirt's label, taints, the pod's own node
+    selection), then what kube-scheduler's filters would say (rules/fit.py). A node or a view
+    that cannot be read counts as one that cannot take the pod. The same checks serve the pin
+    at admission and the keeper's choice of a migration target.
     """
     known, node = store.peek(NODE, None, name)
     if not known:
@@ -120,4 +135,45 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
             return f"node {name} could not be checked ({exc})"
         except TimeoutError:
             return f"node {name} could not be checked before the deadline"
-    return nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+    why = nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+    if why is not None or node is None:
+        return why
+    subject = "the VM" if needs_kubevirt else "the pod"
+    try:
+        async with asyncio.timeout(deadline.remaining()):
+            view = await store.fit_view(namespace, name, timeout=deadline.remaining())
+    except TimeoutError:
+        view = None
+    if view is None:
+        return f"cannot tell whether node {name} fits {subject}: the pods of the cluster are not loaded yet"
+    return fit.why_not_fit(pod, namespace, node, SeenFirst(view, seen) if seen else view, subject)
+
+
+class SeenFirst:
+    """A checks' view that answers claims and volumes from what this admission just read."""
+
+    def __init__(self, view: fit.View, seen: Seen):
+        self._view, self._seen = view, seen
+
+    def node(self, name: str) -> Any:
+        return self._view.node(name)
+
+    def nodes(self) -> Any:
+        return self._view.nodes()
+
+    def usage(self, node_name: str) -> fit.Usage:
+        return self._view.usage(node_name)
+
+    def pods_on(self, node_name: str) -> Any:
+        return self._view.pods_on(node_name)
+
+    def pods_with_required_anti_affinity(self) -> Any:
+        return self._view.pods_with_required_anti_affinity()
+
+    def pvc(self, namespace: str, name: str) -> Any:
+        found = self._seen.get((PVC.kind, namespace, name))
+        return found if found is not None else self._view.pvc(namespace, name)
+
+    def pv(self, name: str) -> Any:
+        found = self._seen.get((PV.kind, None, name))
+        return found if found is not None else self._view.pv(name)

@@ -9,6 +9,8 @@ import yaml
 
 from .. import kinds
 from ..kinds import POD, PV, RULE_RESOURCES, Resource
+from ..kinds import NODE, PVC
+from ..rules import fit
 from ..rules.facts import claims_of
 from .store import Unwatched, labels_match, volume_handle
 
@@ -26,6 +28,7 @@ class SnapshotStore(Unwatched):
             meta = kinds.meta(obj)
             namespace = (meta.get("namespace") or "") if resource.namespaced else ""
             self._objects[(resource.kind, namespace, meta.get("name") or "")] = obj
+        self._view: fit.StaticView | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> SnapshotStore:
@@ -36,6 +39,11 @@ class SnapshotStore(Unwatched):
         for (kind, ns, _), obj in self._objects.items():
             if kind == resource.kind and (namespace is None or ns == namespace):
                 yield obj
+
+    async def fit_view(self, namespace, node, *, timeout=None):
+        if self._view is None:
+            self._view = fit.StaticView(self._all(NODE), self._all(POD), self._all(PVC), self._all(PV))
+        return self._view
 
     def peek(self, resource, namespace, name):
         namespace = (namespace or "") if resource.namespaced else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..kinds import Resource
+from ..rules.fit import View
 
 
 class StoreError(Exception):
@@ -34,6 +35,10 @@ class Store(Protocol):
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """virt-launcher pods in `namespace` that mount PVC `claim`."""
+
+    async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
+        """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,
+        the pods with anti-affinity, nodes, claims, volumes); None when it cannot be had now."""
 
     def start(self) -> None:
         """Begin whatever runs in the background (watches); called once from the running loop."""
