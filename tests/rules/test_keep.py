@@ -4,10 +4,10 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kube import load, node
+from kube import launcher_pod as launcher, load, node
 
 from webhook.config import Settings
-from webhook.rules.classify import Skip, consumer_exemption, running_exemption, vm_exemption
+from webhook.rules.classify import Skip, running_exemption, vm_exemption
 from webhook.rules.facts import Fact
 from webhook.rules.keep import (
     APART,
@@ -56,20 +56,6 @@ def stamp(moment):
 
 
 # --------------------------------------------------------------------------- where a VM runs: pods
-
-
-def launcher(fixture, name, node_name, created, phase="Running", terminating=False):
-    pod = copy.deepcopy(load(fixture))
-    pod["metadata"].pop("generateName", None)
-    pod["metadata"].update(name=name, namespace="default", creationTimestamp=created)
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    else:
-        pod["spec"].pop("nodeName", None)
-    pod["status"] = {"phase": phase}
-    if terminating:
-        pod["metadata"]["deletionTimestamp"] = "2026-11-20T09:59:00Z"
-    return pod
 
 
 def source(phase="Running", **kw):
@@ -138,7 +124,6 @@ def test_pods_that_never_say_where_a_vm_runs():
 def test_a_migrated_pod_counts_but_admission_still_leaves_targets_alone():
     migrated = load("migrated-launcher-pod.yaml")
     assert running_exemption(migrated, SETTINGS) is None
-    assert consumer_exemption(migrated, SETTINGS) == Skip.MIGRATION_TARGET  # unchanged until callers move to vm_pods
     assert vm_exemption(load("migration-target-pod.yaml"), SETTINGS) == Skip.MIGRATION_TARGET
 
 
