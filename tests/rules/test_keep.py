@@ -121,6 +121,16 @@ def test_pods_that_never_say_where_a_vm_runs():
     assert [why for _, why in found.skipped] == [Skip.NOT_OPTED_IN, Skip.EPHEMERAL, Skip.NOT_LAUNCHER]
 
 
+def test_any_vm_counts_vms_that_are_not_opted_in():
+    not_opted = target()
+    del not_opted["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
+    share_manager = {"metadata": {"name": "share-manager-x"}, "spec": {"nodeName": "node-a"}}
+    found = vm_pods([source(), not_opted, share_manager], SETTINGS, any_vm=True)
+    assert names(found.running) == ["virt-launcher-vm1-q8w4z"]
+    assert [why for _, why in found.skipped] == [Skip.NOT_LAUNCHER, Skip.SUPERSEDED]
+    assert vm_pods([not_opted], SETTINGS).running == []
+
+
 def test_a_migrated_pod_counts_but_admission_still_leaves_targets_alone():
     migrated = load("migrated-launcher-pod.yaml")
     assert running_exemption(migrated, SETTINGS) is None

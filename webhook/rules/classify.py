@@ -60,15 +60,17 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     return None
 
 
-def running_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Skip | None:
     """Why a launcher pod cannot be where its VM runs now, or None when it can.
 
     A pod created as a migration target counts: KubeVirt never removes
     kubevirt.io/migrationJobUID, and once the migration completes that pod is the VM's.
     Which of a VMI's pods counts is chosen among these (`rules.keep.vm_pods`): the cold-start
-    rule, `explain`, `status` and the keeper all ask it where a VM runs.
+    rule, `explain`, `status` and the keeper all ask it where a VM runs. `any_vm` counts VMs
+    that are not opted in too (`explain` answers for any VM).
     """
-    if (why := opted_in_launcher(pod, settings)) is not None:
+    why = opted_in_launcher(pod, settings)
+    if why is Skip.NOT_LAUNCHER or (why is not None and not any_vm):
         return why
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Skip.EPHEMERAL

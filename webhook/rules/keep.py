@@ -141,7 +141,7 @@ def _newest_last(pod: dict[str, Any]) -> tuple[datetime, str]:
     return parse_time(metadata.get("creationTimestamp")) or _EPOCH, name if isinstance(name, str) else ""
 
 
-def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings) -> VmPods:
+def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool = False) -> VmPods:
     """Which candidate launcher pods are where their VMs run now.
 
     Pods of one VMI (label kubevirt.io/created-by) are one VM: of those that run, scheduled
@@ -149,7 +149,8 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings) -> VmPods:
     source, so the VM counts where it is going once the target is scheduled; a failed
     target (terminating or finished) drops out and the source counts again; after success
     the source finishes and the target (still labelled as one) is the VM's pod. A pod
-    without the label stands alone. A pod passed twice counts once.
+    without the label stands alone. A pod passed twice counts once. Only opted-in VMs count,
+    unless `any_vm`.
     """
     groups: dict[tuple[str, str] | int, list[dict[str, Any]]] = {}
     skipped: list[tuple[dict[str, Any], Skip]] = []
@@ -161,7 +162,7 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings) -> VmPods:
             if (namespace, name) in seen:
                 continue
             seen.add((namespace, name))
-        why = running_exemption(pod, settings)
+        why = running_exemption(pod, settings, any_vm=any_vm)
         if why is not None:
             skipped.append((pod, why))
             continue
