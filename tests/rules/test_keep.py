@@ -22,6 +22,7 @@ from webhook.rules.keep import (
     Mode,
     Skipped,
     VmiView,
+    apart_since,
     attempts,
     backoff,
     backoff_delay,
@@ -273,6 +274,28 @@ def test_locality(vm_node, facts, state, storage, why):
     where = locality(vm_node, facts)
     assert where.state is state and where.storage == storage and why in where.why
     assert where.target == ("node-b" if state is APART else None)
+
+
+MIGRATED_AT = at("2026-11-20T09:58:31Z")  # vmi-migrated.yaml's endTimestamp
+
+
+@pytest.mark.parametrize("vmi, share_manager, created, since", [
+    (vmi_obj(), at("2026-11-01T08:00:00Z"), None, MIGRATED_AT),
+    (vmi_obj(), at("2026-11-20T11:00:00Z"), None, at("2026-11-20T11:00:00Z")),
+    (vmi_obj(), None, None, None),
+    (vmi_obj(migrationState=None), at("2026-11-01T08:00:00Z"), at("2026-11-02T08:00:00Z"), at("2026-11-02T08:00:00Z")),
+    (vmi_obj(migrationState=None), at("2026-11-03T08:00:00Z"), at("2026-11-02T08:00:00Z"), at("2026-11-03T08:00:00Z")),
+    (vmi_obj(migrationState=None), at("2026-11-03T08:00:00Z"), None, None),
+    (vmi_obj(migrationState=in_flight_state()), at("2026-11-01T08:00:00Z"), at("2026-11-01T08:00:00Z"), None),
+    (vmi_obj(migrationState=in_flight_state(failed=True, endTimestamp="2026-11-20T11:59:40Z")),
+     at("2026-11-01T08:00:00Z"), None, at("2026-11-20T11:59:40Z")),
+    (vmi_obj(migrationState=in_flight_state(failed=True)), at("2026-11-01T08:00:00Z"), None, None),
+], ids=["migrated-after-share-manager", "share-manager-after-migration", "share-manager-unknown",
+        "never-migrated-started-after", "never-migrated-share-manager-after", "never-migrated-start-unknown",
+        "migration-in-flight", "failed-migration-ended", "failed-migration-no-end"])
+def test_apart_since_is_read_from_the_cluster(vmi, share_manager, created, since):
+    """The later of the VM coming to its node and the share-manager pod's creation; None when unknown."""
+    assert apart_since(read_vmi(vmi, SETTINGS), share_manager, created) == since
 
 
 # --------------------------------------------------------------------------- migrations

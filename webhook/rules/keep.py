@@ -325,6 +325,25 @@ def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
     return Locality(SPLIT, node, storage, f"disks served from {spread}, the VM runs on {node}{ignored}")
 
 
+def apart_since(vmi: VmiView, share_manager_created: datetime | None,
+                vmi_created: datetime | None = None) -> datetime | None:
+    """Since when a VM that is apart has been apart, read from the cluster alone, so that every
+    replica and `status` agree: the later of when the VM came to its node (its last
+    migration's end, else the VMI's creation when it never migrated) and when the serving
+    share-manager pod was created (the latest, for several disks). None when unknown: a
+    migration in flight or without an end, or a creation time missing.
+    """
+    if share_manager_created is None:
+        return None
+    if vmi.migration is None:
+        arrived = vmi_created
+    else:
+        arrived = None if vmi.migration.in_flight else vmi.migration.ended
+    if arrived is None:
+        return None
+    return max(arrived, share_manager_created)
+
+
 # --------------------------------------------------------------------------- migrations
 
 
