@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 VALIDATE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 LONGHORN_NS = "longhorn-system"
 VM_NS = "default"
+VM1_UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"  # the VMI uid in the fixtures
 
 
 def load_all(name: str) -> list[dict[str, Any]]:
@@ -244,21 +246,46 @@ def share_manager_pod(volume: str, *, topology_zone: str | None = None, node_nam
     return pod
 
 
+def vmi_uid(name: str, namespace: str = VM_NS) -> str:
+    """The uid of a VMI in the tests: the fixtures' for default/vm1, a stable one for the others."""
+    if (namespace, name) == (VM_NS, "vm1"):
+        return VM1_UID
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"vmi/{namespace}/{name}"))
+
+
 def running_vm(name: str, node: str | None, *claims: str, namespace: str = VM_NS, opted_in: bool = True,
-               terminating: bool = False, migration_target: bool = False) -> dict[str, Any]:
-    """A virt-launcher pod as the API shows it once created (named, maybe scheduled)."""
+               terminating: bool = False) -> dict[str, Any]:
+    """A virt-launcher pod of VM `name` as the API shows it once created (named, maybe scheduled)."""
     pod = vm_pod(*claims)
     pod["metadata"]["name"] = f"virt-launcher-{name}-x7k2p"
     pod["metadata"]["namespace"] = namespace
+    labels = pod["metadata"]["labels"]
+    labels.update({"vm.kubevirt.io/name": name, "kubevirt.io/vm": name, "vmi.kubevirt.io/id": name,
+                   "kubevirt.io/created-by": vmi_uid(name, namespace)})
     if not opted_in:
         del pod["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
     if terminating:
         pod["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
-    if migration_target:
-        pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = "0d9c2b7e-1111-4a2b-9c3d-44e5f6a7b8c9"
     if node:
         pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": "Running" if node else "Pending"}
+    return pod
+
+
+def launcher_pod(fixture: str, name: str, node: str | None, created: str, phase: str = "Running", *,
+                 terminating: bool = False, namespace: str = VM_NS) -> dict[str, Any]:
+    """A launcher pod from a fixture as the API shows it: named, created at `created`, maybe
+    scheduled, in `phase`, maybe being deleted."""
+    pod = copy.deepcopy(load(fixture))
+    pod["metadata"].pop("generateName", None)
+    pod["metadata"].update(name=name, namespace=namespace, creationTimestamp=created)
+    if node:
+        pod["spec"]["nodeName"] = node
+    else:
+        pod["spec"].pop("nodeName", None)
+    pod["status"] = {"phase": phase}
+    if terminating:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-20T09:59:00Z"
     return pod
 
 

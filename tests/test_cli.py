@@ -147,6 +147,7 @@ def no_credentials_env(tmp_path):
 @pytest.mark.parametrize("verb", [
     pytest.param(["serve", "--port", "0", "--metrics-port", "0"], id="serve"),
     pytest.param(["explain", "default/vm1"], id="explain"),
+    pytest.param(["status"], id="status"),
     pytest.param(["certs", "--service", "kubevirt-colocate", "--namespace", "kubevirt-colocate", "--secret", "tls"],
                  id="certs-secret"),
 ])

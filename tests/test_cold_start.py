@@ -1,7 +1,7 @@
 """Cold start: a share-manager pod follows the node of the running VM that uses its volume."""
 import pytest
-from kube import (answer, LONGHORN_NS, annotations, apply_valid, decode_patch, node, nodes, pin_of, preferred_terms,
-                  required_terms, review, running_vm, rwx_disk, share_manager_pod)
+from kube import (answer, LONGHORN_NS, annotations, apply_valid, decode_patch, launcher_pod, load, node, nodes, pin_of,
+                  preferred_terms, required_terms, review, running_vm, rwx_disk, share_manager_pod)
 
 from webhook.admission.review import parse_review
 from webhook.config import Settings
@@ -34,9 +34,6 @@ CASES = [
     ("not-opted-in", [running_vm("vm1", "node-a", "d1", opted_in=False)], None, None),
     ("unscheduled", [running_vm("vm1", None, "d1")], None, None),
     ("terminating", [running_vm("vm1", "node-a", "d1", terminating=True)], None, None),
-    ("migration-target-beside-source",
-     [running_vm("vm1", "node-a", "d1"), running_vm("vm1-target", "node-c", "d1", migration_target=True)],
-     "pinned", {"node-a": 100}),
     ("two-consumers-two-nodes", [running_vm("vm1", "node-a", "d1"), running_vm("vm2", "node-b", "d1")],
      "preferred", {"node-a": 50, "node-b": 50}),
     ("finished", [_finished(running_vm("vm1", "node-a", "d1"))], None, None),
@@ -143,3 +140,64 @@ async def test_custom_longhorn_namespace(make_store):
     outcome = await admit(parse_review(review(pod, namespace="storage")), store,
                           Settings(longhorn_namespace="storage"), Deadline.after(10, 1))
     assert outcome.decision.node == "node-a"
+
+
+# --------------------------------------------------------------------------- after a migration
+# vm1 ran on node-b (its source pod) and live-migrated, or is migrating, to another node
+# (the target pod, created later, labelled kubevirt.io/migrationJobUID for life).
+
+VM1_VOLUME = "pvc-vm1-rootdisk"
+
+
+def vm1_volume():
+    return rwx_disk("vm1-rootdisk", None, state="stopped", owner="node-b")
+
+
+def vm1_source(phase="Running", **kw):
+    return launcher_pod("virt-launcher-pod.yaml", "virt-launcher-vm1-abcde", "node-b", "2026-11-01T08:00:00Z", phase, **kw)
+
+
+def vm1_target(node_name="node-c", phase="Running", **kw):
+    return launcher_pod("migration-target-pod.yaml", "virt-launcher-vm1-zzzzz", node_name, "2026-11-20T11:59:00Z",
+                        phase, **kw)
+
+
+MIGRATIONS = [
+    ("migrated", [load("migrated-launcher-pod.yaml")], "node-a"),
+    ("migrated-source-finished", [vm1_source("Succeeded"), load("migrated-launcher-pod.yaml")], "node-a"),
+    ("in-flight-target-scheduled", [vm1_source(), vm1_target()], "node-c"),
+    ("in-flight-target-scheduled-not-started", [vm1_source(), vm1_target(phase="Pending")], "node-c"),
+    ("in-flight-target-not-scheduled", [vm1_source(), vm1_target(None, "Pending")], "node-b"),
+    ("failed-target-terminating", [vm1_source(), vm1_target(terminating=True)], "node-b"),
+    ("failed-target-finished", [vm1_source(), vm1_target(phase="Failed")], "node-b"),
+]
+
+
+@pytest.mark.parametrize("name, pods, where", MIGRATIONS, ids=[m[0] for m in MIGRATIONS])
+async def test_share_manager_goes_where_the_vm_runs_or_is_going(make_store, name, pods, where):
+    """A pod created as a migration target is the VM's once it runs there; in flight, the VM
+    counts where it is going once the target is scheduled; a failed target never counts."""
+    store = await make_store(vm1_volume() + NODES + pods)
+    pod = share_manager_pod(VM1_VOLUME)
+    result = apply_valid(pod, decode_patch(await run(store, pod)))
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"
+    assert annotations(result)["kubevirt-scheduler/node"] == where
+    assert required_terms(result) == [{"matchFields": [pin_of(where)]}]
+
+
+async def test_pods_that_do_not_count_say_why(make_store):
+    store = await make_store(vm1_volume() + NODES + [vm1_source(terminating=True), vm1_target(None, "Pending")])
+    outcome = await admit(parse_review(review(share_manager_pod(VM1_VOLUME), namespace=LONGHORN_NS)), store, Settings(),
+                          Deadline.after(10, 1))
+    assert outcome.decision is None and outcome.skipped == "no running consumer"
+    assert "default/virt-launcher-vm1-abcde: terminating" in outcome.detail
+    assert "default/virt-launcher-vm1-zzzzz: not scheduled yet" in outcome.detail
+
+
+async def test_admission_still_leaves_a_migration_target_untouched_at_creation(make_store):
+    store = await make_store(vm1_volume() + NODES + [vm1_source()] + [p for p in rwx_disk("vm1-rootdisk", "node-b")
+                                                                       if p["kind"] == "Pod"])
+    target = load("migration-target-pod.yaml")
+    outcome = await admit(parse_review(review(target)), store, Settings(), Deadline.after(10, 1))
+    assert outcome.skipped == "migration target"
+    assert answer(outcome)["response"] == {"uid": "uid-1", "allowed": True}

@@ -1,4 +1,5 @@
-"""Command line: `serve`, `review` (offline dry-run), `explain` (a VM in the cluster) and `certs`."""
+"""Command line: `serve`, `review` (offline dry-run), `explain` (a VM in the cluster), `status`
+(every opted-in VM in the cluster) and `certs`."""
 from __future__ import annotations
 
 import argparse
@@ -100,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("--output", "-o", choices=["text", "json"], default="text")
     add_settings_flags(why)
 
+    state = verbs.add_parser("status", help="every running opted-in VM: where it runs, where its disks are served from, "
+                                            "co-located or not, and the keeper's last action")
+    state.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
+    state.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    add_settings_flags(state)
+
     make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
     make.add_argument("--service", required=True)
     make.add_argument("--namespace", required=True)
@@ -195,6 +202,26 @@ async def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_status(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from .cluster import client
+    from .cluster.direct import ClusterStore
+    from .tools import status
+
+    settings = settings_from(args)
+    store = ClusterStore(await client.connect(args.kubeconfig))
+    try:
+        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout)
+    except StoreError as exc:
+        print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await store.close()
+    print(json.dumps(report.to_json(), indent=2) if args.output == "json" else status.render(report))
+    return 0
+
+
 def run_certs(args: argparse.Namespace) -> int:
     from .tools import certs, kube_certs  # cryptography costs 8 MiB: only for this verb
 
@@ -229,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 return runner.run(run_serve(args))
         if args.verb == "explain":
             return asyncio.run(run_explain(args))
+        if args.verb == "status":
+            return asyncio.run(run_status(args))
         if args.verb == "certs":
             return run_certs(args)
     except NoCredentials as exc:

@@ -62,6 +62,7 @@ def test_objects_are_trimmed_to_what_the_rules_read():
     pod["metadata"]["managedFields"] = [{"manager": "virt-controller", "fieldsV1": {"f:spec": {}}}]
     pod["metadata"]["annotations"].update({"kubevirt-scheduler/node": "node-b", "kubectl.kubernetes.io/last-applied": "{}"})
     pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pod["metadata"]["creationTimestamp"] = "2025-12-31T00:00:00Z"  # the newest pod of a VMI is where it runs
     pod["spec"]["nodeName"] = "node-b"
     pod["status"] = {"phase": "Running", "containerStatuses": [{"name": "compute", "ready": True}]}
     kept = shape_pod(Settings())(pod)
@@ -70,6 +71,7 @@ def test_objects_are_trimmed_to_what_the_rules_read():
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/node"}
     assert kept["metadata"]["labels"] == pod["metadata"]["labels"]
     assert kept["metadata"]["deletionTimestamp"] == "2026-01-01T00:00:00Z"
+    assert kept["metadata"]["creationTimestamp"] == "2025-12-31T00:00:00Z"
     # The claims, and what the scheduler counts: requests (and limits), no image, command or mounts.
     assert kept["spec"] == {"nodeName": "node-b", "volumes": [{"persistentVolumeClaim": {"claimName": "vm1-rootdisk"}}],
                             "containers": [{"resources": pod["spec"]["containers"][0]["resources"]}]}

@@ -4,10 +4,10 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kube import load, node
+from kube import launcher_pod as launcher, load, node
 
 from webhook.config import Settings
-from webhook.rules.classify import Skip, consumer_exemption, running_exemption, vm_exemption
+from webhook.rules.classify import Skip, running_exemption, vm_exemption
 from webhook.rules.facts import Fact
 from webhook.rules.keep import (
     APART,
@@ -22,6 +22,7 @@ from webhook.rules.keep import (
     Mode,
     Skipped,
     VmiView,
+    apart_since,
     attempts,
     backoff,
     backoff_delay,
@@ -56,20 +57,6 @@ def stamp(moment):
 
 
 # --------------------------------------------------------------------------- where a VM runs: pods
-
-
-def launcher(fixture, name, node_name, created, phase="Running", terminating=False):
-    pod = copy.deepcopy(load(fixture))
-    pod["metadata"].pop("generateName", None)
-    pod["metadata"].update(name=name, namespace="default", creationTimestamp=created)
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    else:
-        pod["spec"].pop("nodeName", None)
-    pod["status"] = {"phase": phase}
-    if terminating:
-        pod["metadata"]["deletionTimestamp"] = "2026-11-20T09:59:00Z"
-    return pod
 
 
 def source(phase="Running", **kw):
@@ -135,10 +122,19 @@ def test_pods_that_never_say_where_a_vm_runs():
     assert [why for _, why in found.skipped] == [Skip.NOT_OPTED_IN, Skip.EPHEMERAL, Skip.NOT_LAUNCHER]
 
 
+def test_any_vm_counts_vms_that_are_not_opted_in():
+    not_opted = target()
+    del not_opted["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
+    share_manager = {"metadata": {"name": "share-manager-x"}, "spec": {"nodeName": "node-a"}}
+    found = vm_pods([source(), not_opted, share_manager], SETTINGS, any_vm=True)
+    assert names(found.running) == ["virt-launcher-vm1-q8w4z"]
+    assert [why for _, why in found.skipped] == [Skip.NOT_LAUNCHER, Skip.SUPERSEDED]
+    assert vm_pods([not_opted], SETTINGS).running == []
+
+
 def test_a_migrated_pod_counts_but_admission_still_leaves_targets_alone():
     migrated = load("migrated-launcher-pod.yaml")
     assert running_exemption(migrated, SETTINGS) is None
-    assert consumer_exemption(migrated, SETTINGS) == Skip.MIGRATION_TARGET  # unchanged until callers move to vm_pods
     assert vm_exemption(load("migration-target-pod.yaml"), SETTINGS) == Skip.MIGRATION_TARGET
 
 
@@ -278,6 +274,28 @@ def test_locality(vm_node, facts, state, storage, why):
     where = locality(vm_node, facts)
     assert where.state is state and where.storage == storage and why in where.why
     assert where.target == ("node-b" if state is APART else None)
+
+
+MIGRATED_AT = at("2026-11-20T09:58:31Z")  # vmi-migrated.yaml's endTimestamp
+
+
+@pytest.mark.parametrize("vmi, share_manager, created, since", [
+    (vmi_obj(), at("2026-11-01T08:00:00Z"), None, MIGRATED_AT),
+    (vmi_obj(), at("2026-11-20T11:00:00Z"), None, at("2026-11-20T11:00:00Z")),
+    (vmi_obj(), None, None, None),
+    (vmi_obj(migrationState=None), at("2026-11-01T08:00:00Z"), at("2026-11-02T08:00:00Z"), at("2026-11-02T08:00:00Z")),
+    (vmi_obj(migrationState=None), at("2026-11-03T08:00:00Z"), at("2026-11-02T08:00:00Z"), at("2026-11-03T08:00:00Z")),
+    (vmi_obj(migrationState=None), at("2026-11-03T08:00:00Z"), None, None),
+    (vmi_obj(migrationState=in_flight_state()), at("2026-11-01T08:00:00Z"), at("2026-11-01T08:00:00Z"), None),
+    (vmi_obj(migrationState=in_flight_state(failed=True, endTimestamp="2026-11-20T11:59:40Z")),
+     at("2026-11-01T08:00:00Z"), None, at("2026-11-20T11:59:40Z")),
+    (vmi_obj(migrationState=in_flight_state(failed=True)), at("2026-11-01T08:00:00Z"), None, None),
+], ids=["migrated-after-share-manager", "share-manager-after-migration", "share-manager-unknown",
+        "never-migrated-started-after", "never-migrated-share-manager-after", "never-migrated-start-unknown",
+        "migration-in-flight", "failed-migration-ended", "failed-migration-no-end"])
+def test_apart_since_is_read_from_the_cluster(vmi, share_manager, created, since):
+    """The later of the VM coming to its node and the share-manager pod's creation; None when unknown."""
+    assert apart_since(read_vmi(vmi, SETTINGS), share_manager, created) == since
 
 
 # --------------------------------------------------------------------------- migrations

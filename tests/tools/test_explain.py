@@ -1,13 +1,15 @@
 """`explain NAMESPACE/VM` against the kmock emulator, as an admin runs it."""
 import asyncio
+import copy
 import json
 import sys
 
 import pytest
 from conftest import seed
-from kube import kubeconfig_for, fixture_cluster, running_vm
+from kube import kubeconfig_for, fixture_cluster, launcher_pod, load, running_vm
 
-from webhook.kinds import VM, VMI
+from webhook.kinds import POD, VM, VMI
+from webhook.tools.explain import as_started
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -104,3 +106,91 @@ async def test_explain_ignores_our_own_earlier_pin(tmp_path, kmock):
     code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
     report = json.loads(out)
     assert report["would"]["decision"] == "pinned" and report["would"]["node"] == "node-b", report
+
+
+# --------------------------------------------------------------------------- after a migration
+
+
+def seed_migrated(kmock, pods, **status):
+    """vm1 as vmi-migrated.yaml shows it (moved from node-b, where its share-manager runs, to
+    node-a), with `status` fields changed, and these launcher pods."""
+    vmi = copy.deepcopy(load("vmi-migrated.yaml"))
+    vmi["status"].update(status)
+    seed(kmock, fixture_cluster() + pods)
+    kmock.resources[VM] = {}
+    kmock.resources[VMI] = {}
+    kmock.objects[VM, "default", "vm1"] = VM_OBJ
+    kmock.objects[VMI, "default", "vm1"] = vmi
+
+
+def source_pod(node="node-b", phase="Running", **kw):
+    return launcher_pod("virt-launcher-pod.yaml", "virt-launcher-vm1-abcde", node, "2026-11-01T08:00:00Z", phase, **kw)
+
+
+def target_pod(node="node-c", phase="Running", **kw):
+    return launcher_pod("migration-target-pod.yaml", "virt-launcher-vm1-zzzzz", node, "2026-11-20T11:59:00Z", phase, **kw)
+
+
+IN_FLIGHT = {"nodeName": "node-a", "migrationState": {
+    "sourceNode": "node-a", "targetNode": "node-c", "targetPod": "virt-launcher-vm1-zzzzz",
+    "startTimestamp": "2026-11-20T11:59:00Z", "completed": False}}
+
+
+async def test_explain_finds_the_migrated_launcher_pod(tmp_path, kmock):
+    seed_migrated(kmock, [source_pod(phase="Succeeded"), load("migrated-launcher-pod.yaml")])
+    code, out, err = await explain(tmp_path, kmock, "default/vm1")
+    assert code == 0, err
+    assert out.splitlines()[:2] == [
+        "VM default/vm1: running on node-a (pod virt-launcher-vm1-q8w4z), opted in: yes",
+        "  last migration from node-b to node-a: completed at 2026-11-20T09:58:31Z",
+    ]
+    assert "disk vm1-rootdisk: share-manager on node-b" in out and "co-located: no" in out
+    assert "the webhook would now: pinned node-b" in out, out
+
+
+async def test_explain_json_after_a_migration(tmp_path, kmock):
+    seed_migrated(kmock, [load("migrated-launcher-pod.yaml")])
+    code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
+    report = json.loads(out)
+    assert (report["running_on"], report["launcher_pod"], report["launcher_node"]) == (
+        "node-a", "virt-launcher-vm1-q8w4z", "node-a")
+    assert report["migration"] == {"source": "node-b", "target": "node-a", "target_pod": "virt-launcher-vm1-q8w4z",
+                                   "state": "completed", "ended": "2026-11-20T09:58:31Z"}
+    assert report["would"]["decision"] == "pinned" and report["would"]["node"] == "node-b"
+
+
+@pytest.mark.parametrize("target, pod, line", [
+    (target_pod(), "virt-launcher-vm1-zzzzz on node-c", "  migrating from node-a to node-c"),
+    (target_pod(None, "Pending"), "virt-launcher-vm1-abcde", "  migrating from node-a to node-c"),
+    (target_pod(terminating=True), "virt-launcher-vm1-abcde", "  migrating from node-a to node-c"),
+    (target_pod(phase="Failed"), "virt-launcher-vm1-abcde", "  migrating from node-a to node-c"),
+], ids=["target-scheduled", "target-not-scheduled", "failed-target-terminating", "failed-target-finished"])
+async def test_explain_during_a_migration(tmp_path, kmock, target, pod, line):
+    """The VM counts where it is going once the target is scheduled; a failed target never."""
+    seed_migrated(kmock, [source_pod("node-a"), target], **IN_FLIGHT)
+    code, out, err = await explain(tmp_path, kmock, "default/vm1")
+    assert code == 0, err
+    assert out.splitlines()[0] == f"VM default/vm1: running on node-a (pod {pod}), opted in: yes"
+    assert out.splitlines()[1].startswith(line)
+    assert "the webhook would now: pinned node-b" in out, out
+
+
+def test_a_target_pod_as_the_vm_would_start():
+    target = load("migration-target-pod.yaml")
+    started = as_started(target)
+    assert "kubevirt.io/migrationJobUID" not in started["metadata"]["labels"]
+    assert "podAntiAffinity" not in started["spec"]["affinity"]
+    assert started["spec"]["affinity"]["nodeAffinity"] == target["spec"]["affinity"]["nodeAffinity"]
+    assert "kubevirt.io/migrationJobUID" in target["metadata"]["labels"]  # a copy
+    plain = load("virt-launcher-pod.yaml")
+    assert as_started(plain) is plain
+
+
+async def test_explain_a_vm_that_is_not_opted_in(tmp_path, kmock):
+    """explain answers for any VM: its pod is found, and admission would leave it alone."""
+    seed_vm(kmock, "node-a")
+    kmock.objects[POD, "default", "virt-launcher-vm1-x7k2p"] = running_vm("vm1", "node-a", "vm1-rootdisk", opted_in=False)
+    code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
+    report = json.loads(out)
+    assert report["launcher_pod"] == "virt-launcher-vm1-x7k2p" and report["opted_in"] is False
+    assert report["would"] == {"decision": "untouched", "reason": "not opted in"}

@@ -52,7 +52,7 @@ def keep_fields(settings: Settings) -> dict[str, Keep]:
 
     pod = {
         "metadata": {"name": True, "namespace": True, "labels": True, "annotations": pod_annotation,
-                     "deletionTimestamp": True},
+                     "creationTimestamp": True, "deletionTimestamp": True},
         "spec": {"nodeName": True, "volumes": [{"persistentVolumeClaim": {"claimName": True}}]},
         "status": {"phase": True},
     }

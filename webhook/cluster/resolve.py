@@ -5,12 +5,13 @@ import asyncio
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, PV, PVC
 from ..rules import fit, nodes
-from ..rules.classify import consumer_exemption
 from ..rules.facts import Fact, Lookup, disk_steps
+from ..rules.keep import vm_pods
 from .store import Store, StoreError
 
 
@@ -85,14 +86,15 @@ async def resolve_disks(
 async def resolve_consumers(
     store: Store, settings: Settings, volume: str, deadline: Deadline
 ) -> tuple[list[Fact], list[str]]:
-    """The nodes of the running opted-in VMs that use a volume: PV(volumeHandle) → claimRef → pods.
+    """The nodes where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef
+    → launcher pods → one pod per VM (`rules.keep.vm_pods`).
 
-    Returns one fact per consuming pod, and why the other pods did not count. Raises
-    StoreError when the API cannot tell.
+    A pod created as a migration target counts once it is the VM's pod: after the migration,
+    and while it is in flight once the target is scheduled (the VM is going there). Returns
+    one fact per VM, and why the other pods did not count. Raises StoreError when the API
+    cannot tell.
     """
-    facts: list[Fact] = []
-    skipped: list[str] = []
-    seen: set[tuple[str, str]] = set()
+    candidates: list[dict[str, Any]] = []
     for pv in await store.pvs_by_volume_handle(volume, timeout=deadline.remaining()):
         spec = pv.get("spec") or {}
         if ((spec.get("csi") or {}).get("driver")) != settings.csi_driver:
@@ -101,20 +103,18 @@ async def resolve_consumers(
         namespace, claim = ref.get("namespace"), ref.get("name")
         if not namespace or not claim:
             continue
-        for pod in await store.pods_by_claim(namespace, claim, timeout=deadline.remaining()):
-            meta = pod.get("metadata") or {}
-            key = (namespace, meta.get("name") or "")
-            if key in seen:
-                continue
-            seen.add(key)
-            name = f"{namespace}/{key[1]}"
-            why = consumer_exemption(pod, settings)
-            if why is None:
-                node = pod["spec"]["nodeName"]
-                facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
-            else:
-                skipped.append(f"{name}: {why}")
-    return facts, skipped
+        candidates += await store.pods_by_claim(namespace, claim, timeout=deadline.remaining())
+    found = vm_pods(candidates, settings)
+    facts = []
+    for pod in found.running:
+        name, node = _pod_name(pod), pod["spec"]["nodeName"]
+        facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
+    return facts, [f"{_pod_name(pod)}: {why}" for pod, why in found.skipped]
+
+
+def _pod_name(pod: dict[str, Any]) -> str:
+    metadata = kinds.meta(pod)
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
 
 
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,

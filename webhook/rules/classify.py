@@ -60,29 +60,17 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     return None
 
 
-def consumer_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
-    """Why a virt-launcher pod does not count as a running consumer of a volume, or None."""
-    if (why := opted_in_launcher(pod, settings)) is not None:
-        return why
-    if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
-        return Skip.MIGRATION_TARGET
-    if kinds.terminating(pod):
-        return Skip.TERMINATING
-    if kinds.finished(pod):
-        return Skip.FINISHED
-    if not kinds.spec(pod).get("nodeName"):
-        return Skip.NOT_SCHEDULED
-    return None
-
-
-def running_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Skip | None:
     """Why a launcher pod cannot be where its VM runs now, or None when it can.
 
-    Unlike `consumer_exemption`, a pod created as a migration target counts: KubeVirt never
-    removes kubevirt.io/migrationJobUID, and once the migration completes that pod is the
-    VM's. Which of a VMI's pods counts is chosen among these (`rules.keep.vm_pods`).
+    A pod created as a migration target counts: KubeVirt never removes
+    kubevirt.io/migrationJobUID, and once the migration completes that pod is the VM's.
+    Which of a VMI's pods counts is chosen among these (`rules.keep.vm_pods`): the cold-start
+    rule, `explain`, `status` and the keeper all ask it where a VM runs. `any_vm` counts VMs
+    that are not opted in too (`explain` answers for any VM).
     """
-    if (why := opted_in_launcher(pod, settings)) is not None:
+    why = opted_in_launcher(pod, settings)
+    if why is Skip.NOT_LAUNCHER or (why is not None and not any_vm):
         return why
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Skip.EPHEMERAL

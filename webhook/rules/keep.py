@@ -141,7 +141,7 @@ def _newest_last(pod: dict[str, Any]) -> tuple[datetime, str]:
     return parse_time(metadata.get("creationTimestamp")) or _EPOCH, name if isinstance(name, str) else ""
 
 
-def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings) -> VmPods:
+def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool = False) -> VmPods:
     """Which candidate launcher pods are where their VMs run now.
 
     Pods of one VMI (label kubevirt.io/created-by) are one VM: of those that run, scheduled
@@ -149,7 +149,8 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings) -> VmPods:
     source, so the VM counts where it is going once the target is scheduled; a failed
     target (terminating or finished) drops out and the source counts again; after success
     the source finishes and the target (still labelled as one) is the VM's pod. A pod
-    without the label stands alone. A pod passed twice counts once.
+    without the label stands alone. A pod passed twice counts once. Only opted-in VMs count,
+    unless `any_vm`.
     """
     groups: dict[tuple[str, str] | int, list[dict[str, Any]]] = {}
     skipped: list[tuple[dict[str, Any], Skip]] = []
@@ -161,7 +162,7 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings) -> VmPods:
             if (namespace, name) in seen:
                 continue
             seen.add((namespace, name))
-        why = running_exemption(pod, settings)
+        why = running_exemption(pod, settings, any_vm=any_vm)
         if why is not None:
             skipped.append((pod, why))
             continue
@@ -322,6 +323,25 @@ def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
         return Locality(APART, node, storage, f"disks served from {storage[0]}, the VM runs on {node}{ignored}")
     spread = ", ".join(f"{n} ({counts[n]})" for n in storage)
     return Locality(SPLIT, node, storage, f"disks served from {spread}, the VM runs on {node}{ignored}")
+
+
+def apart_since(vmi: VmiView, share_manager_created: datetime | None,
+                vmi_created: datetime | None = None) -> datetime | None:
+    """Since when a VM that is apart has been apart, read from the cluster alone, so that every
+    replica and `status` agree: the later of when the VM came to its node (its last
+    migration's end, else the VMI's creation when it never migrated) and when the serving
+    share-manager pod was created (the latest, for several disks). None when unknown: a
+    migration in flight or without an end, or a creation time missing.
+    """
+    if share_manager_created is None:
+        return None
+    if vmi.migration is None:
+        arrived = vmi_created
+    else:
+        arrived = None if vmi.migration.in_flight else vmi.migration.ended
+    if arrived is None:
+        return None
+    return max(arrived, share_manager_created)
 
 
 # --------------------------------------------------------------------------- migrations

@@ -1,6 +1,7 @@
 """`explain NAMESPACE/VM`: where a VM's disks are served from, where it runs, and what we would do now."""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from .. import kinds
@@ -10,9 +11,10 @@ from ..cluster.direct import ClusterStore
 from ..cluster.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import MIGRATION_JOB_LABEL, POD, VM, VMI
+from ..kinds import POD, VM, VMI
 from ..rules.facts import claims_of
-from ..rules.patch import as_created
+from ..rules.keep import VmiMigration, VmiView, read_vmi, rfc3339, vm_pods
+from ..rules.patch import REQUIRED, as_created
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
@@ -27,22 +29,25 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     running_on = ((vmi or {}).get("status") or {}).get("nodeName")
     pods = await store.list(POD, namespace, {kinds.VIRT_LAUNCHER[0]: kinds.VIRT_LAUNCHER[1], kinds.VM_NAME_LABELS[0]: name},
                             timeout=deadline.remaining())
-    launcher = next((p for p in pods if (p.get("spec") or {}).get("nodeName") == running_on
-                     and MIGRATION_JOB_LABEL not in ((p.get("metadata") or {}).get("labels") or {})), None)
+    launcher = _vm_pod(pods, vmi, settings)
     opted_in = ((template.get("metadata") or {}).get("annotations") or {}).get(settings.opt_in_annotation) == "true"
     if launcher is not None:
-        opted_in = ((launcher.get("metadata") or {}).get("annotations") or {}).get(settings.opt_in_annotation) == "true"
+        opted_in = kinds.annotations(launcher).get(settings.opt_in_annotation) == "true"
     served = {f.node for f in facts if f.node}
+    view = read_vmi(vmi, settings) if vmi else None
     report: dict[str, Any] = {
         "vm": f"{namespace}/{name}",
         "running_on": running_on,
-        "launcher_pod": (launcher or {}).get("metadata", {}).get("name"),
+        "launcher_pod": kinds.meta(launcher).get("name"),
+        "launcher_node": kinds.spec(launcher).get("nodeName"),
+        "migration": _migration(view.migration) if isinstance(view, VmiView) and view.migration else None,
         "opted_in": opted_in,
         "disks": [{"claim": f.subject, "volume": f.volume, "share_manager_node": f.node, "why": f.reason} for f in facts],
         "co_located": bool(running_on) and bool(served) and served == {running_on},
     }
     if launcher is not None:
-        outcome = await admit(AdmissionRequest.for_pod(as_created(launcher, settings), namespace), store, settings, deadline)
+        pod = as_started(as_created(launcher, settings))
+        outcome = await admit(AdmissionRequest.for_pod(pod, namespace), store, settings, deadline)
         decision = outcome.decision
         report["would"] = ({"decision": decision.outcome, "node": decision.node, "nodes": decision.nodes, "reason": decision.reason}
                            if decision else {"decision": "untouched", "reason": outcome.skipped})
@@ -51,10 +56,65 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     return report
 
 
+def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
+    """The launcher pod where the VM runs now, as the rules see it (`rules.keep.vm_pods`): a
+    migrated pod counts, a scheduled migration target in flight counts, a failed one never.
+    Without a VMI the VM is not running; pods of an earlier run (another VMI uid) do not count."""
+    if vmi is None:
+        return None
+    uid = kinds.meta(vmi).get("uid")
+    running = vm_pods(pods, settings, any_vm=True).running
+    return next((p for p in running if not uid or kinds.labels(p).get(kinds.CREATED_BY_LABEL) == uid), None)
+
+
+def _migration(state: VmiMigration) -> dict[str, Any]:
+    done = "completed" if state.completed else "failed" if state.failed else "in flight" if state.in_flight else "ended"
+    return {"source": state.source_node, "target": state.target_node, "target_pod": state.target_pod, "state": done,
+            "ended": rfc3339(state.ended) if state.ended else None}
+
+
+def as_started(pod: dict[str, Any]) -> dict[str, Any]:
+    """The VM's pod as KubeVirt creates it when the VM starts, from a pod created as a
+    migration target: without kubevirt.io/migrationJobUID and the required anti-affinity to
+    the VMI's own pods that only targets get (kubevirt/kubevirt
+    pkg/virt-controller/watch/migration/migration.go). `explain` asks what we would do with
+    the VM, not with a migration target (which admission always leaves alone)."""
+    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
+        return pod
+    pod = copy.deepcopy(pod)
+    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
+    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    affinity = kinds.spec(pod).get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
+    if vmi_uid and isinstance(terms, list):
+        own = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
+        kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own)]
+        if kept:
+            anti[REQUIRED] = kept
+        else:
+            del anti[REQUIRED]
+            if not anti:
+                del affinity["podAntiAffinity"]
+            if not affinity:
+                del pod["spec"]["affinity"]
+    return pod
+
+
 def render(report: dict[str, Any]) -> str:
-    lines = [f"VM {report['vm']}: " + (f"running on {report['running_on']} (pod {report['launcher_pod']})"
-                                       if report["running_on"] else "not running")
+    pod = report["launcher_pod"]
+    if pod and report["launcher_node"] and report["launcher_node"] != report["running_on"]:
+        pod += f" on {report['launcher_node']}"
+    lines = [f"VM {report['vm']}: " + (f"running on {report['running_on']} (pod {pod})" if report["running_on"] else "not running")
              + f", opted in: {'yes' if report['opted_in'] else 'no'}"]
+    migration = report["migration"]
+    if migration:
+        route = f"from {migration['source'] or '?'} to {migration['target'] or '?'}"
+        if migration["state"] == "in flight":
+            lines.append(f"  migrating {route} (target pod {migration['target_pod'] or '?'})")
+        else:
+            ended = f" at {migration['ended']}" if migration["ended"] else ""
+            lines.append(f"  last migration {route}: {migration['state']}{ended}")
     if not report["disks"]:
         lines.append("  no PVC disks")
     for disk in report["disks"]:

@@ -1,0 +1,261 @@
+"""`status` against the kmock emulator, as an admin runs it; its wording as pure functions."""
+import asyncio
+import copy
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import seed
+from kube import fixture_cluster, kubeconfig_for, load, rwx_disk, vmi_uid
+
+from webhook.config import Settings
+from webhook.kinds import VMI, VMIM
+from webhook.rules.keep import read_migration, read_vmi
+from webhook.tools.status import ago, last_action
+
+NOW = datetime.now(UTC).replace(microsecond=0)  # for the wording tests, which are given the time
+FIXTURE_VOLUME = "pvc-7c1d2e3f-0a4b-4c5d-8e6f-9a0b1c2d3e4f"  # vm1-rootdisk in longhorn-rwx.yaml, served from node-b
+
+
+def stamp(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def before(**span):
+    """A moment that long before now (the tool reads the clock when it runs)."""
+    return datetime.now(UTC).replace(microsecond=0) - timedelta(**span)
+
+
+def vmi(name, node, *claims, namespace="default", opted_in=True, phase="Running", migration=None):
+    """A VMI shaped as vmi-migrated.yaml, running `claims` on `node`, migrated or never."""
+    obj = copy.deepcopy(load("vmi-migrated.yaml"))
+    obj["metadata"].update(name=name, namespace=namespace, uid=vmi_uid(name, namespace),
+                           creationTimestamp=stamp(before(days=30)))
+    if not opted_in:
+        del obj["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
+    obj["spec"]["volumes"] = [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    obj["status"].update(phase=phase, nodeName=node)
+    if migration is None:
+        obj["status"].pop("migrationState")
+    else:
+        obj["status"]["migrationState"] = migration
+    return obj
+
+
+def vmim(name, vmi_name, phase, *, created, ended=None, ours=True, target="node-b"):
+    obj = copy.deepcopy(load("vmim-to-storage.yaml"))
+    obj["metadata"].pop("generateName")
+    obj["metadata"].update(name=name, creationTimestamp=stamp(created))
+    if ours:
+        obj["metadata"]["annotations"] = {"kubevirt-scheduler/node": target}
+    else:
+        obj["metadata"]["labels"] = {}
+    obj["spec"]["vmiName"] = vmi_name
+    obj["status"] = {"phase": phase}
+    if ended:
+        obj["status"]["phaseTransitionTimestamps"] = [{"phase": phase, "phaseTransitionTimestamp": stamp(ended)}]
+    return obj
+
+
+def share_manager_created(objects, volume, when):
+    for obj in objects:
+        if obj["kind"] == "Pod" and obj["metadata"]["name"] == f"share-manager-{volume}":
+            obj["metadata"]["creationTimestamp"] = stamp(when)
+    return objects
+
+
+def migrated():
+    """vm1's migrationState as in vmi-migrated.yaml (node-b to node-a), ended 2.5 h ago."""
+    return {"sourceNode": "node-b", "targetNode": "node-a", "targetPod": "virt-launcher-vm1-q8w4z",
+            "startTimestamp": stamp(before(hours=2, minutes=31)), "endTimestamp": stamp(before(hours=2, minutes=30)),
+            "completed": True}
+
+
+def cluster():
+    """vm1 apart after a drain moved it off its storage (we had moved it there 5 h ago), vm2
+    co-located, vm3 split, other/vm4 unresolved; a VM not opted in, one not running, one of
+    unexpected shape; our migration of vm1 and KubeVirt's evacuation of it."""
+    storage = (share_manager_created(fixture_cluster(), FIXTURE_VOLUME, before(days=3))
+               + rwx_disk("vm2-disk", "node-c") + rwx_disk("d3a", "node-a") + rwx_disk("d3b", "node-b")
+               + rwx_disk("vm4-disk", None, state="stopped", owner="node-c", namespace="other")
+               + rwx_disk("vm5-disk", "node-b"))
+    broken = vmi("vm8", "node-a", "vm2-disk")
+    broken["status"]["nodeName"] = 7
+    vmis = [
+        vmi("vm1", "node-a", "vm1-rootdisk", migration=migrated()),
+        vmi("vm2", "node-c", "vm2-disk"),
+        vmi("vm3", "node-c", "d3a", "d3b"),
+        vmi("vm4", "node-a", "vm4-disk", namespace="other"),
+        vmi("vm5", "node-a", "vm5-disk", opted_in=False),
+        vmi("vm6", None, "vm2-disk", phase="Scheduling"),
+        broken,
+    ]
+    vmims = [
+        vmim("vm1-colocate-abcde", "vm1", "Succeeded", created=before(hours=5, minutes=31),
+             ended=before(hours=5, minutes=30)),
+        vmim("kubevirt-evacuation-x7k2p", "vm1", "Succeeded", created=before(hours=2, minutes=32),
+             ended=before(hours=2, minutes=30), ours=False, target=None),
+    ]
+    return storage, vmis, vmims
+
+
+def seed_cluster(kmock, storage, vmis, vmims):
+    seed(kmock, storage)
+    kmock.resources[VMI] = {}
+    kmock.resources[VMIM] = {}
+    for obj in vmis:
+        kmock.objects[VMI, obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+    for obj in vmims:
+        kmock.objects[VMIM, obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
+
+
+async def run_status(tmp_path, kmock, *args):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "webhook", "status", *args, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+ROWS = [
+    ["NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION"],
+    ["default/vm1", "node-a", "node-b", "apart", "2h ago", "disks served from node-b, the VM runs on node-a",
+     "migrated to node-b 5h ago: Succeeded"],
+    ["default/vm2", "node-c", "node-c", "co-located", "-", "disks served from node-c, where the VM runs", "none"],
+    ["default/vm3", "node-c", "node-a,node-b", "split", "-",
+     "disks served from node-a (1), node-b (1), the VM runs on node-c", "none"],
+    ["other/vm4", "node-a", "-", "unresolved", "-", "share-manager of pvc-vm4-disk is stopped", "none"],
+]
+
+
+async def test_status_table(tmp_path, kmock):
+    seed_cluster(kmock, *cluster())
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [re.split(r"\s{2,}", line) for line in lines[:5]] == ROWS, out
+    # aligned: every column starts where its header does
+    for column in ("NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION"):
+        start = lines[0].index(column)
+        assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines[1:5]), out
+    assert lines[5] == "4 VMs: 1 co-located, 1 apart, 1 split, 1 unresolved"
+    assert lines[6:] == ["skipped VMI default/vm8: status.nodeName is a int, not a string"]
+
+
+async def test_status_json(tmp_path, kmock):
+    seed_cluster(kmock, *cluster())
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["summary"] == {"total": 4, "co-located": 1, "apart": 1, "split": 1, "unresolved": 1}
+    vms = {f"{vm['namespace']}/{vm['name']}": vm for vm in report["vms"]}
+    assert list(vms) == ["default/vm1", "default/vm2", "default/vm3", "other/vm4"]
+    ended = vms["default/vm1"]["since"]
+    assert before(hours=2, minutes=31) < datetime.fromisoformat(ended) <= before(hours=2, minutes=30)
+    assert vms["default/vm1"] == {
+        "namespace": "default", "name": "vm1", "node": "node-a", "storage": ["node-b"], "state": "apart",
+        "since": ended, "why": "disks served from node-b, the VM runs on node-a",
+        "last_action": "migrated to node-b 5h ago: Succeeded",
+        "last_migration": {"name": "vm1-colocate-abcde", "target": "node-b", "phase": "Succeeded",
+                           "created": vms["default/vm1"]["last_migration"]["created"],
+                           "ended": vms["default/vm1"]["last_migration"]["ended"]},
+        "keep": True,
+    }
+    assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
+    assert vms["other/vm4"]["last_migration"] is None
+    assert report["skipped"] == ["VMI default/vm8: status.nodeName is a int, not a string"]
+
+
+async def test_apart_since_a_later_share_manager_and_unknown(tmp_path, kmock):
+    """The share-manager restarted after the migration: apart since then; a VM that never
+    migrated and whose VMI shows no creation time: since ?; a migration in flight is named."""
+    storage = share_manager_created(fixture_cluster(), FIXTURE_VOLUME, before(minutes=40)) + rwx_disk("d2", "node-c")
+    never = vmi("vm2", "node-a", "d2")
+    del never["metadata"]["creationTimestamp"]
+    moving = vmi("vm3", "node-b", "d2", migration={"sourceNode": "node-b", "targetNode": "node-c",
+                                                   "startTimestamp": stamp(before(minutes=3)), "completed": False})
+    ours = vmim("vm3-colocate-aaaaa", "vm3", "Scheduling", created=before(minutes=3, seconds=10), target="node-c")
+    seed_cluster(kmock, storage, [vmi("vm1", "node-a", "vm1-rootdisk", migration=migrated()), never, moving], [ours])
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0, err
+    rows = [re.split(r"\s{2,}", line) for line in out.splitlines()[1:4]]
+    assert rows[0][:5] == ["default/vm1", "node-a", "node-b", "apart", "40m ago"]
+    assert rows[1][:5] == ["default/vm2", "node-a", "node-c", "apart", "?"]
+    assert rows[2][3:] == ["apart", "?", "disks served from node-c, the VM runs on node-b; migrating to node-c",
+                           "migration to node-c running for 3m (Scheduling)"]
+    assert out.splitlines()[4] == "3 VMs: 0 co-located, 3 apart, 0 split, 0 unresolved"
+
+
+async def test_no_vms(tmp_path, kmock):
+    seed_cluster(kmock, fixture_cluster(), [], [])
+    code, out, err = await run_status(tmp_path, kmock)
+    assert (code, out) == (0, "0 VMs: 0 co-located, 0 apart, 0 split, 0 unresolved\n"), err
+
+
+@pytest.mark.parametrize("fault, message", [
+    (403, "error: cannot read the cluster: API answered 403 for /apis/kubevirt.io/v1/virtualmachineinstances"),
+    (None, "error: cannot read the cluster: API has no virtualmachineinstances resource"),
+], ids=["forbidden", "no-kubevirt"])
+async def test_errors_are_one_clear_line(tmp_path, kmock, fault, message):
+    if fault:
+        seed_cluster(kmock, *cluster())
+        kmock["get /apis/kubevirt.io/v1/virtualmachineinstances"] << fault
+    else:
+        seed(kmock, cluster()[0])  # a cluster without KubeVirt
+    code, out, err = await run_status(tmp_path, kmock)
+    assert (code, out) == (1, "") and err.strip().splitlines() == [message], err
+
+
+async def test_an_unreachable_api_is_one_clear_line(tmp_path):
+    config = kubeconfig_for(tmp_path, "http://127.0.0.1:9")  # discard port: nothing listens
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook", "status", "--kubeconfig", config,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot read the cluster: "), lines
+
+
+# --------------------------------------------------------------------------- wording
+
+
+@pytest.mark.parametrize("span, text", [
+    (timedelta(seconds=-3), "0s"), (timedelta(seconds=59), "59s"), (timedelta(minutes=1), "1m"),
+    (timedelta(minutes=59, seconds=59), "59m"), (timedelta(hours=1), "1h"), (timedelta(hours=47), "47h"),
+    (timedelta(hours=48), "2d"),
+])
+def test_ago(span, text):
+    assert ago(span) == text
+
+
+def view(**annotations):
+    obj = vmi("vm1", "node-a", "vm1-rootdisk", migration=migrated())
+    obj["metadata"]["annotations"].update(annotations)
+    return read_vmi(obj, Settings())
+
+
+@pytest.mark.parametrize("migrations, text", [
+    ([], "none"),
+    ([vmim("vm1-colocate-a", "vm1", "Succeeded", created=before(hours=3), ended=before(hours=2, minutes=1))],
+     "migrated to node-b 2h ago: Succeeded"),
+    ([vmim("vm1-colocate-a", "vm1", "Failed", created=before(hours=3), ended=before(hours=2, minutes=1))],
+     "migration to node-b 2h ago: Failed"),
+    ([vmim("vm1-colocate-a", "vm1", "Failed", created=before(hours=3), ended=before(hours=2, minutes=1)),
+      vmim("vm1-colocate-b", "vm1", "Failed", created=before(minutes=50), ended=before(minutes=45, seconds=30))],
+     "migration to node-b 45m ago: Failed (2 in a row)"),
+    ([vmim("vm1-colocate-a", "vm1", "Running", created=before(minutes=4, seconds=30))],
+     "migration to node-b running for 4m (Running)"),
+    ([vmim("vm1-colocate-a", "vm1", "Running", created=before(hours=3, minutes=1))],
+     "migration to node-b unfinished after 3h (Running)"),
+    ([vmim("vm1-colocate-a", "vm1", "Succeeded", created=before(hours=3), ended=before(hours=2, minutes=1)),
+      vmim("kubevirt-evacuation-x", "vm1", "Running", created=before(minutes=1), ours=False),
+      vmim("vm2-colocate-a", "vm2", "Running", created=before(minutes=1))],
+     "migrated to node-b 2h ago: Succeeded"),
+], ids=["none", "succeeded", "failed", "failed-twice", "running", "stuck", "only-ours-of-this-vm"])
+def test_last_action(migrations, text):
+    assert last_action(view(), [read_migration(m) for m in migrations], NOW)[0] == text
+
+
+def test_last_action_of_a_vm_the_keeper_leaves_alone():
+    assert last_action(view(**{"kubevirt-scheduler/keep": "false"}), [], NOW)[0] == "none (keep disabled)"
