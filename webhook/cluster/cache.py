@@ -2,8 +2,10 @@
 
 Each `Informer` applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
 `Table`. Objects are kept trimmed to the fields the rules read (`keep_fields`, built from
-kinds.py), stored as compact JSON (each read decodes a fresh dict, so a caller cannot corrupt
-the cache) and indexed by what the rules look up.
+kinds.py), stored as compact JSON and indexed by what the rules look up. `get` decodes a
+fresh dict (its caller may change it); the admission path reads through `peek` and the
+checks' view, which hand out one decoded object per stored version, shared and read-only,
+so that the objects every admission reads are decoded once, not once per admission.
 
 `WatchedClusterStore` answers the Store protocol from these caches and falls back to a
 direct GET (within the caller's timeout) before the caches have synced and on misses that
@@ -205,6 +207,11 @@ Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
 Watcher = Callable[[dict[str, Any] | None, dict[str, Any] | None], None]
 
 
+# Decoded objects a table keeps for `Table.read`: more than any admission reads, few enough
+# that memory stays that of the JSON (a decoded object takes several times its bytes).
+SHARED = 1024
+
+
 class Table:
     """Trimmed objects as compact JSON by key ("namespace/name", or the name), plus indexes.
 
@@ -212,7 +219,7 @@ class Table:
     one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
     """
 
-    __slots__ = ("objects", "indexes", "indexers", "watchers")
+    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared")
 
     def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
         self.indexers = indexers
@@ -220,10 +227,26 @@ class Table:
         self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
         self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
+        # The objects `read` handed out, by key, until they change (put, remove) or are the oldest of
+        # more than SHARED.
+        self.shared: dict[str, dict[str, Any]] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """A fresh copy: the caller may change it."""
         blob = self.objects.get(key)
         return None if blob is None else self.decode(key, blob)
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The object itself, shared with every other reader: read it, never change it."""
+        obj = self.shared.get(key)
+        if obj is None:
+            blob = self.objects.get(key)
+            if blob is None:
+                return None
+            if len(self.shared) >= SHARED:
+                del self.shared[next(iter(self.shared))]  # the oldest (dicts keep insertion order)
+            obj = self.shared[key] = self.decode(key, blob)
+        return obj
 
     @staticmethod
     def decode(key: str, blob: bytes) -> dict[str, Any]:
@@ -251,15 +274,21 @@ class Table:
         if self.indexers or self.watchers:
             self._reindex(key, self.decode(key, old) if old is not None else None, obj)
         self.objects[key] = blob
+        self.shared.pop(key, None)
 
     def remove(self, key: str) -> None:
         old = self.objects.pop(key, None)
+        self.shared.pop(key, None)
         if old is not None and (self.indexers or self.watchers):
             self._reindex(key, self.decode(key, old), None)
 
-    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+    def keys_of(self, index: str, value: Hashable) -> tuple[str, ...]:
         keys = self.indexes[index].get(value, ())
-        return [self.decode(key, self.objects[key]) for key in ((keys,) if isinstance(keys, str) else keys)]
+        return (keys,) if isinstance(keys, str) else keys
+
+    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+        """Fresh copies of the objects an index holds for `value`."""
+        return [self.decode(key, self.objects[key]) for key in self.keys_of(index, value)]
 
     def _reindex(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for watcher in self.watchers:
@@ -336,7 +365,12 @@ class Informer:
         return self.namespace is None or namespace == self.namespace
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """A fresh copy (see `Table.get`)."""
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
+
+    def read(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The shared, read-only object (see `Table.read`)."""
+        return self.table.read(f"{namespace}/{name}" if namespace and self.resource.namespaced else name)
 
     def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
         return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
@@ -495,11 +529,17 @@ class WatchedClusterStore:
     # ----------------------------------------------------------------- reads
 
     def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
-        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise."""
+        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
+        The object is shared with every other reader: read it, never change it (`get` gives a copy)."""
+        return self._find(resource, namespace, name, shared=True)
+
+    def _find(self, resource: Resource, namespace: str | None, name: str, *,
+              shared: bool) -> tuple[bool, dict[str, Any] | None]:
         answered = False  # a synced informer that holds everything this look-up could be about
         for informer in self._by_kind.get(resource.kind, ()):
-            if informer.synced and informer.covers(namespace) and informer.resource == resource:
-                obj = informer.get(namespace, name)
+            if (informer.resource is resource or informer.resource == resource) and informer.synced \
+                    and informer.covers(namespace):
+                obj = informer.read(namespace, name) if shared else informer.get(namespace, name)
                 if obj is not None:
                     return True, obj
                 answered = answered or informer.authoritative
@@ -508,7 +548,8 @@ class WatchedClusterStore:
         return False, None
 
     async def get(self, resource, namespace, name, *, timeout=None):
-        known, obj = self.peek(resource, namespace, name)
+        """A copy of the caller's own, from the caches when they can tell, else from the API."""
+        known, obj = self._find(resource, namespace, name, shared=False)
         if known:
             return obj
         return await self._direct.get(resource, namespace, name, timeout=timeout)
@@ -552,26 +593,28 @@ def _anti_affinity(pod: dict[str, Any]) -> list[bool]:
 class CachedView:
     """The scheduler checks' view of the cluster, from the caches (rules/fit.py `View`).
 
-    Pods with required anti-affinity are read on every check; each is decoded once per
-    version and handed out as the same object while it is unchanged (read-only), so the
-    checks' parse of its terms is reused too."""
+    Objects are the caches' shared ones (`Table.read`): the checks only read them. Pods with
+    required anti-affinity are read on every check; each is decoded once per version and
+    handed out as the same object while it is unchanged, so the checks' parse of its terms
+    is reused too (kept apart from `Table.shared`, which may hold fewer than there are)."""
 
     def __init__(self, store: WatchedClusterStore):
         self._store = store
         self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
 
     def node(self, name):
-        return self._store.nodes.get(None, name)
+        return self._store.nodes.read(None, name)
 
     def nodes(self):
         table = self._store.nodes.table
-        return [table.decode(key, blob) for key, blob in list(table.objects.items())]
+        return [table.read(key) for key in list(table.objects)]
 
     def usage(self, node_name):
         return self._store.usage.of(node_name)
 
     def pods_on(self, node_name):
-        return self._store.pods.table.lookup("node", node_name)
+        table = self._store.pods.table
+        return [table.read(key) for key in table.keys_of("node", node_name)]
 
     def pods_with_required_anti_affinity(self):
         table = self._store.pods.table
@@ -589,7 +632,7 @@ class CachedView:
         return found
 
     def pvc(self, namespace, name):
-        return self._store.pvcs.get(namespace, name)
+        return self._store.pvcs.read(namespace, name)
 
     def pv(self, name):
-        return self._store.pvs.get(None, name)
+        return self._store.pvs.read(None, name)
