@@ -125,7 +125,7 @@ async def _obstacle(store: Store, settings: Settings, facts: list[Fact], pod: di
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
     ops = patch.patch_for(pod, decision, settings)
     try:
-        apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
+        apply.check(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),

@@ -139,11 +139,9 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     if why is not None or node is None:
         return why
     subject = "the VM" if needs_kubevirt else "the pod"
-    try:
-        async with asyncio.timeout(deadline.remaining()):
-            view = await store.fit_view(namespace, name, timeout=deadline.remaining())
-    except TimeoutError:
-        view = None
+    # No timer of our own here (this runs on every pin): the caches answer from memory, and a
+    # store that reads the API bounds its reads by `timeout` and answers None when time is up.
+    view = await store.fit_view(namespace, name, timeout=deadline.remaining())
     if view is None:
         return f"cannot tell whether node {name} fits {subject}: the pods of the cluster are not loaded yet"
     return fit.why_not_fit(pod, namespace, node, SeenFirst(view, seen) if seen else view, subject)
