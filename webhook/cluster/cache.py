@@ -536,13 +536,16 @@ class WatchedClusterStore:
     def _find(self, resource: Resource, namespace: str | None, name: str, *,
               shared: bool) -> tuple[bool, dict[str, Any] | None]:
         answered = False  # a synced informer that holds everything this look-up could be about
-        for informer in self._by_kind.get(resource.kind, ()):
-            if (informer.resource is resource or informer.resource == resource) and informer.synced \
-                    and informer.covers(namespace):
-                obj = informer.read(namespace, name) if shared else informer.get(namespace, name)
-                if obj is not None:
-                    return True, obj
-                answered = answered or informer.authoritative
+        for informer in self._by_kind.get(resource.kind, ()):  # written out: every look-up comes here
+            if informer.resource is not resource and informer.resource != resource:
+                continue
+            if not informer.synced_event.is_set() or (informer.namespace is not None and namespace != informer.namespace):
+                continue
+            key = f"{namespace}/{name}" if namespace and resource.namespaced else name
+            obj = informer.table.read(key) if shared else informer.table.get(key)
+            if obj is not None:
+                return True, obj
+            answered = answered or informer.authoritative
         if answered and resource.kind not in MISS_FALLBACK:
             return True, None
         return False, None

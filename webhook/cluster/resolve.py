@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE, PV, PVC
+from ..kinds import NODE, PV, PVC, Resource
 from ..rules import fit, nodes
-from ..rules.facts import Fact, Lookup, disk_steps
+from ..rules.facts import Fact, Lookup, disk_fact
 from ..rules.keep import vm_pods
 from .store import Store, StoreError
 
@@ -20,34 +20,55 @@ from .store import Store, StoreError
 Seen = dict[tuple[str, str | None, str], Any]
 
 
-def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact], seen: Seen | None = None) -> Fact | None:
-    """Run the steps from the store's memory only; None as soon as a look-up would need the API."""
+class _Unknown(Exception):
+    """The store's memory cannot tell: the look-up goes to the API."""
+
+    def __init__(self, lookup: Lookup):
+        super().__init__()
+        self.lookup = lookup
+
+
+def resolve_now(store: Store, settings: Settings, namespace: str, claim: str, seen: Seen | None = None) -> Fact | None:
+    """The disk's fact from the store's memory only; None as soon as a look-up would need the API."""
+
+    def read(resource: Resource, namespace: str | None, name: str) -> Any:
+        known, obj = store.peek(resource, namespace, name)
+        if not known:
+            raise _Unknown((resource, namespace, name))
+        if seen is not None:
+            seen[resource.kind, namespace, name] = obj
+        return obj
+
     try:
-        lookup = next(steps)
-        while True:
-            known, obj = store.peek(*lookup)
-            if not known:
-                return None
-            if seen is not None:
-                seen[lookup[0].kind, lookup[1], lookup[2]] = obj
-            lookup = steps.send(obj)
-    except StopIteration as done:
-        return done.value
+        return disk_fact(settings, namespace, claim, read)
+    except _Unknown:
+        return None
 
 
-async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: str, deadline: Deadline,
+async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
                      seen: Seen | None = None) -> Fact:
-    """Run the steps through the store's reads, each within what is left of the deadline."""
+    """The disk's fact, reading what memory cannot tell through the store, each read within what
+    is left of the deadline. Each object is read once: the steps run again with what was read
+    so far until none is missing (at most once per look-up)."""
+    read_so_far: dict[Lookup, Any] = {}
+
+    def read(resource: Resource, namespace: str | None, name: str) -> Any:
+        lookup = (resource, namespace, name)
+        if lookup not in read_so_far:
+            raise _Unknown(lookup)
+        return read_so_far[lookup]
+
     try:
         async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
-            lookup = next(steps)
             while True:
-                obj = await store.get(*lookup, timeout=deadline.remaining())
-                if seen is not None:
-                    seen[lookup[0].kind, lookup[1], lookup[2]] = obj
-                lookup = steps.send(obj)
-    except StopIteration as done:
-        return done.value
+                try:
+                    return disk_fact(settings, namespace, claim, read)
+                except _Unknown as missing:
+                    resource, ns, name = lookup = missing.lookup
+                    obj = await store.get(resource, ns, name, timeout=deadline.remaining())
+                    read_so_far[lookup] = obj
+                    if seen is not None:
+                        seen[resource.kind, ns, name] = obj
     except StoreError as exc:
         return Fact(claim, None, f"disk {claim}: {exc}")
     except TimeoutError:
@@ -61,14 +82,13 @@ async def resolve_disks(
     """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
     through the API. Whatever is unfinished at the deadline is reported as such. What was
     read goes into `seen` when given."""
-    facts: list[Fact | None] = [resolve_now(store, disk_steps(settings, namespace, c), seen) for c in claims]
+    facts: list[Fact | None] = [resolve_now(store, settings, namespace, c, seen) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
     if len(missing) == 1:
         (i,) = missing
-        facts[i] = await resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline, seen)
+        facts[i] = await resolve_io(store, settings, namespace, claims[i], deadline, seen)
     elif missing:
-        tasks = {i: asyncio.ensure_future(resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i],
-                                                     deadline, seen))
+        tasks = {i: asyncio.ensure_future(resolve_io(store, settings, namespace, claims[i], deadline, seen))
                  for i in missing}
         done, pending = await asyncio.wait(tasks.values(), timeout=deadline.remaining())
         for task in pending:
