@@ -66,38 +66,46 @@ def check(doc: Any, ops: Sequence[dict[str, Any]]) -> None:
     Each `add` is followed down the original object: as long as no operation goes through or
     inserts into a container an earlier one added to, every path sees exactly what it would
     see in the patched object, so the original answers. Otherwise (or for anything but `add`)
-    the patch is applied for real.
+    the patch is applied for real. An operation with the same parent as the one before it
+    (annotations, one after the other) starts from that parent: the operation in between
+    only added to it.
     """
     for op in ops:
         if type(op) is not dict or op.get("op") != "add":
             apply(doc, ops)
             return
     added_to: set[int] = set()  # ids of containers an earlier operation adds to
+    before: str | None = None  # the parent path of the operation before, and its container
+    parent: Any = None
     for op in ops:
         path = op.get("path")
         if "value" not in op or type(path) is not str:
             apply(doc, ops)  # raises jsonpatch's complaint (or, for a str subclass, applies as it would)
             return
         if not path or path[0] != "/":
-            apply(doc, ops)  # the whole document replaced ("" ), or a path jsonpatch refuses
+            apply(doc, ops)  # the whole document replaced (""), or a path jsonpatch refuses
             return
-        *walk, last = path[1:].split("/")
-        if "~" in path:
-            walk = [t.replace("~1", "/").replace("~0", "~") for t in walk]
-            last = last.replace("~1", "/").replace("~0", "~")
-        parent = doc
-        for token in walk:
-            if id(parent) in added_to:
-                apply(doc, ops)
-                return
-            if type(parent) is dict and token in parent:  # the common case, inline
-                parent = parent[token]
-            else:
-                parent = _child(parent, token, path)
+        up, _, last = path.rpartition("/")
+        if up != before:
+            parent = doc
+            if up:
+                walk = up[1:].split("/")
+                if "~" in up:
+                    walk = [t.replace("~1", "/").replace("~0", "~") for t in walk]
+                for token in walk:
+                    if id(parent) in added_to:
+                        apply(doc, ops)
+                        return
+                    if type(parent) is dict and token in parent:  # the common case, inline
+                        parent = parent[token]
+                    else:
+                        parent = _child(parent, token, path)
+            before = up
         if isinstance(parent, list):
             if id(parent) in added_to:
                 apply(doc, ops)  # an earlier insert moved the indexes
                 return
+            # A token with "~" in it is no index and no "-", escaped or not.
             if last != "-" and not (_INDEX.fullmatch(last) and int(last) <= len(parent)):
                 raise PatchError(f"{path}: cannot insert at {last!r} in a list of {len(parent)}")
         elif not isinstance(parent, dict):
