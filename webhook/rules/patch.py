@@ -10,6 +10,7 @@ Ignore: missing parents are added whole, never a child under a missing parent.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from .. import kinds
@@ -23,6 +24,12 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 def escape(key: str) -> str:
     """JSON pointer escaping (RFC 6901): '~' → '~0', '/' → '~1'."""
     return key.replace("~", "~0").replace("/", "~1")
+
+
+@functools.lru_cache(maxsize=256)
+def _annotation_path(key: str) -> str:
+    """Where an annotation goes; our own three keys, asked for on every admission, are kept."""
+    return f"/metadata/annotations/{escape(key)}"
 
 
 def node_requirement(node: str) -> dict[str, Any]:
@@ -109,7 +116,7 @@ def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dic
     if current is None:
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
     return [
-        {"op": "add", "path": f"/metadata/annotations/{escape(key)}", "value": value}
+        {"op": "add", "path": _annotation_path(key), "value": value}
         for key, value in annotations.items()
         if current.get(key) != value
     ]
