@@ -146,6 +146,9 @@ def not_finished(pod: dict[str, Any]) -> bool:
     return not kinds.finished(pod)
 
 
+NO_PODS = fit.Usage()  # what a node without pods takes: nothing (never changed)
+
+
 class NodeUsage:
     """What the pods bound to each node take (requests, slots, host ports), kept as pods come
     and go: a pod's share is worked out again from the object it was added as, so exactly
@@ -171,7 +174,8 @@ class NodeUsage:
                     del self.by_node[node]
 
     def of(self, node: str) -> fit.Usage:
-        return self.by_node.get(node) or fit.Usage()
+        """Read-only: the checks only read it (a node without pods gets the one empty Usage)."""
+        return self.by_node.get(node) or NO_PODS
 
 
 def _bound_node(pod: dict[str, Any]) -> str | None:

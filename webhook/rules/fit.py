@@ -751,21 +751,41 @@ _VOLUME_ZONE_KEYS = {
 }
 
 
-def _outside_volume_zone(pv: Any, node_labels: Mapping[str, Any]) -> str | None:
-    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
-    without any zone or region label passes (single-zone clusters)."""
+ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
+
+
+@_per_object
+def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
+    """Where a PV can be mounted, read once per object: its `spec.nodeAffinity.required` terms
+    (None without), and the zone and region labels VolumeZone compares (a label the scheduler
+    cannot parse is left out, as it ignores it); or why it cannot be read."""
+    try:
+        required = _mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
+        terms = None
+        if required is not None:
+            terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+    except Unreadable as error:
+        return str(error)
+    zones = []
     pv_labels = kinds.labels(pv)
-    if not pv_labels or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
-        return None
-    for key, ga_key in _VOLUME_ZONE_KEYS.items():
+    for key, ga_key in (_VOLUME_ZONE_KEYS.items() if pv_labels else ()):
         value = pv_labels.get(key)
         if not isinstance(value, str):
             continue
-        zones = {zone.strip() for zone in value.split("__")}
-        if "" in zones:
-            continue  # the scheduler ignores a label it cannot parse
+        listed = frozenset(zone.strip() for zone in value.split("__"))
+        if "" not in listed:
+            zones.append((key, ga_key, value, listed))
+    return terms, tuple(zones)
+
+
+def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str, Any]) -> str | None:
+    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
+    without any zone or region label passes (single-zone clusters)."""
+    if not zones or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
+        return None
+    for key, ga_key, value, listed in zones:
         have = node_labels[key] if key in node_labels else node_labels.get(ga_key)
-        if have not in zones:
+        if have not in listed:
             return f"{key}={value}"
     return None
 
@@ -780,7 +800,6 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
     pod_volumes = _items(_pod_spec(demand.pod).get("volumes"), "volumes")
     if not pod_volumes:
         return None
-    name = _node_name(node)
     labels_only = None
     for volume in pod_volumes:
         source = _mapping(volume, "volume").get("persistentVolumeClaim")
@@ -802,17 +821,19 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         pv = view.pv(pv_name)
         if pv is None:
             raise _CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
-        required = _mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
-        if required is not None:
-            terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+        placement = _volume_placement(pv)
+        if isinstance(placement, str):
+            raise Unreadable(placement)
+        terms, zones = placement
+        if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
             labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
             if not any(node_rules.term_matches(term, labels_only) for term in terms):
-                return f"node {name} is outside the node affinity of volume {pv_name} (claim {claim_name})"
-        zone = _outside_volume_zone(pv, _node_labels(node))
+                return f"node {_node_name(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
+        zone = _outside_volume_zone(zones, _node_labels(node)) if zones else None
         if zone:
-            return f"node {name} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
+            return f"node {_node_name(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     return None
 
 
