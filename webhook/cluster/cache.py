@@ -532,13 +532,11 @@ class WatchedClusterStore:
 
     # ----------------------------------------------------------------- reads
 
-    def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
+    def peek(self, resource: Resource, namespace: str | None, name: str, *,
+             copy: bool = False) -> tuple[bool, dict[str, Any] | None]:
         """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
-        The object is shared with every other reader: read it, never change it (`get` gives a copy)."""
-        return self._find(resource, namespace, name, shared=True)
-
-    def _find(self, resource: Resource, namespace: str | None, name: str, *,
-              shared: bool) -> tuple[bool, dict[str, Any] | None]:
+        The object is shared with every other reader: read it, never change it; with `copy`, it
+        is a fresh copy of the caller's own (what `get` returns)."""
         answered = False  # a synced informer that holds everything this look-up could be about
         for informer in self._by_kind.get(resource.kind, ()):  # written out: every look-up comes here
             if informer.resource is not resource and informer.resource != resource:
@@ -546,7 +544,7 @@ class WatchedClusterStore:
             if not informer.synced_event.is_set() or (informer.namespace is not None and namespace != informer.namespace):
                 continue
             key = f"{namespace}/{name}" if namespace and resource.namespaced else name
-            obj = informer.table.read(key) if shared else informer.table.get(key)
+            obj = informer.table.get(key) if copy else informer.table.read(key)
             if obj is not None:
                 return True, obj
             answered = answered or informer.authoritative
@@ -556,7 +554,7 @@ class WatchedClusterStore:
 
     async def get(self, resource, namespace, name, *, timeout=None):
         """A copy of the caller's own, from the caches when they can tell, else from the API."""
-        known, obj = self._find(resource, namespace, name, shared=False)
+        known, obj = self.peek(resource, namespace, name, copy=True)
         if known:
             return obj
         return await self._direct.get(resource, namespace, name, timeout=timeout)

@@ -15,8 +15,8 @@ from ..rules.keep import vm_pods
 from .store import Store, StoreError
 
 
-# Objects one admission has read, by (kind, namespace, name): the scheduler checks see the claims
-# and volumes the facts just read, even those the caches have not caught up with.
+# Objects one admission has read from the API, by (kind, namespace, name): the scheduler checks see
+# the claims and volumes the facts just read, even those the caches have not caught up with.
 Seen = dict[tuple[str, str | None, str], Any]
 
 
@@ -28,15 +28,16 @@ class _Unknown(Exception):
         self.lookup = lookup
 
 
-def resolve_now(store: Store, settings: Settings, namespace: str, claim: str, seen: Seen | None = None) -> Fact | None:
-    """The disk's fact from the store's memory only; None as soon as a look-up would need the API."""
+def resolve_now(store: Store, settings: Settings, namespace: str, claim: str) -> Fact | None:
+    """The disk's fact from the store's memory only; None as soon as a look-up would need the API.
+
+    Nothing goes into `seen` from here: the checks' view reads the same memory, and nothing
+    can change it before they run (no await in between)."""
 
     def read(resource: Resource, namespace: str | None, name: str) -> Any:
         known, obj = store.peek(resource, namespace, name)
         if not known:
             raise _Unknown((resource, namespace, name))
-        if seen is not None:
-            seen[resource.kind, namespace, name] = obj
         return obj
 
     try:
@@ -81,8 +82,8 @@ async def resolve_disks(
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
     through the API. Whatever is unfinished at the deadline is reported as such. What was
-    read goes into `seen` when given."""
-    facts: list[Fact | None] = [resolve_now(store, settings, namespace, c, seen) for c in claims]
+    read from the API goes into `seen` when given."""
+    facts: list[Fact | None] = [resolve_now(store, settings, namespace, c) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
     if len(missing) == 1:
         (i,) = missing
