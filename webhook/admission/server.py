@@ -94,7 +94,7 @@ class Admissions:
         except reviews.BadReview as exc:
             raise BadRequest(str(exc)) from None
         outcome = await admit(review, self.store, self.settings, deadline)
-        answer = orjson.dumps(reviews.build_response(review.uid, outcome).envelope())
+        answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if self.events is not None and outcome.decision is not None and not review.dry_run:
                 self.events.emit(review.object, review.namespace, outcome.decision)
