@@ -20,30 +20,12 @@ from .store import Store, StoreError
 Seen = dict[tuple[str, str | None, str], Any]
 
 
-class _Unknown(Exception):
-    """The store's memory cannot tell: the look-up goes to the API."""
-
-    def __init__(self, lookup: Lookup):
-        super().__init__()
-        self.lookup = lookup
-
-
 def resolve_now(store: Store, settings: Settings, namespace: str, claim: str) -> Fact | None:
     """The disk's fact from the store's memory only; None as soon as a look-up would need the API.
 
     Nothing goes into `seen` from here: the checks' view reads the same memory, and nothing
     can change it before they run (no await in between)."""
-
-    def read(resource: Resource, namespace: str | None, name: str) -> Any:
-        known, obj = store.peek(resource, namespace, name)
-        if not known:
-            raise _Unknown((resource, namespace, name))
-        return obj
-
-    try:
-        return disk_fact(settings, namespace, claim, read)
-    except _Unknown:
-        return None
+    return disk_fact(settings, namespace, claim, store.peek)
 
 
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
@@ -52,24 +34,24 @@ async def resolve_io(store: Store, settings: Settings, namespace: str, claim: st
     is left of the deadline. Each object is read once: the steps run again with what was read
     so far until none is missing (at most once per look-up)."""
     read_so_far: dict[Lookup, Any] = {}
+    missing: list[Lookup] = []
 
-    def read(resource: Resource, namespace: str | None, name: str) -> Any:
+    def peek(resource: Resource, namespace: str | None, name: str) -> tuple[bool, Any]:
         lookup = (resource, namespace, name)
-        if lookup not in read_so_far:
-            raise _Unknown(lookup)
-        return read_so_far[lookup]
+        if lookup in read_so_far:
+            return True, read_so_far[lookup]
+        missing.append(lookup)
+        return False, None
 
     try:
         async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
-            while True:
-                try:
-                    return disk_fact(settings, namespace, claim, read)
-                except _Unknown as missing:
-                    resource, ns, name = lookup = missing.lookup
-                    obj = await store.get(resource, ns, name, timeout=deadline.remaining())
-                    read_so_far[lookup] = obj
-                    if seen is not None:
-                        seen[resource.kind, ns, name] = obj
+            while (fact := disk_fact(settings, namespace, claim, peek)) is None:
+                resource, ns, name = lookup = missing.pop()
+                obj = await store.get(resource, ns, name, timeout=deadline.remaining())
+                read_so_far[lookup] = obj
+                if seen is not None:
+                    seen[resource.kind, ns, name] = obj
+            return fact
     except StoreError as exc:
         return Fact(claim, None, f"disk {claim}: {exc}")
     except TimeoutError:

@@ -5,9 +5,9 @@ share-manager pod `share-manager-<volume>` is placed by kube-scheduler and Share
 `status.ownerID` follows its node only while `status.state == running`; otherwise ownerID
 is stale. Migratable RWX block volumes have no ShareManager at all (404 is normal).
 
-Pure: the functions take objects and say why; `disk_fact` asks a reader for the objects it
-needs, and `cluster/resolve.py` decides where they come from. A disk that fails any step
-contributes no node.
+Pure: the functions take objects and say why; `disk_fact` asks for the objects it needs, and
+`cluster/resolve.py` decides where they come from. A disk that fails any step contributes
+no node.
 """
 from __future__ import annotations
 
@@ -96,24 +96,35 @@ def share_manager_node(
 
 
 Lookup = tuple[Resource, "str | None", str]
-# Answers one look-up: the object, or None when it does not exist. It may raise instead, to
-# say that it cannot tell yet (cluster/resolve.py reads the object elsewhere and asks again).
-Reader = Callable[[Resource, "str | None", str], "dict[str, Any] | None"]
+# Answers one look-up as a Store's `peek` does: (True, the object or None when it does not
+# exist), or (False, None) when it cannot tell.
+Peek = Callable[[Resource, "str | None", str], "tuple[bool, dict[str, Any] | None]"]
 
 
-def disk_fact(settings: Settings, namespace: str, claim: str, read: Reader) -> Fact:
-    """The node one disk follows, with the objects `read` answers: PVC, PV, the share-manager
-    pod, the ShareManager. A plain call: answered from memory, it costs no more than the
-    look-ups themselves."""
+def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fact | None:
+    """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager
+    pod, the ShareManager; None as soon as `peek` cannot tell (cluster/resolve.py then reads
+    that object elsewhere and asks again). A plain call: answered from memory, it costs no
+    more than the look-ups themselves."""
     if not kinds.valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
         return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
-    pvc = read(PVC, namespace, claim)
+    known, pvc = peek(PVC, namespace, claim)
+    if not known:
+        return None
     pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
-    pv = read(PV, None, pv_name) if pv_name else None
+    pv = None
+    if pv_name:
+        known, pv = peek(PV, None, pv_name)
+        if not known:
+            return None
     volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
     if volume is None:
         return Fact(claim, None, why)
-    pod = read(POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
-    share_manager = read(SHARE_MANAGER, settings.longhorn_namespace, volume)
+    known, pod = peek(POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
+    if not known:
+        return None
+    known, share_manager = peek(SHARE_MANAGER, settings.longhorn_namespace, volume)
+    if not known:
+        return None
     node, why = share_manager_node(volume, pod, share_manager)
     return Fact(claim, node, why, volume=volume)
