@@ -662,15 +662,22 @@ def _never_raises(check: Check) -> Check:
     def guarded(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
         try:
             return check(demand, node, view, subject)
-        except (_CannotTell, Unreadable) as error:
-            return _cannot_tell(node, subject, str(error))
-        except Exception as error:  # a shape nobody foresaw: still an answer, never a crash
-            return _cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
-                                               f"the objects ({type(error).__name__})")
+        except Exception as error:
+            return _failed(check, node, subject, error)
 
     guarded.__name__ = check.__name__
     guarded.__doc__ = check.__doc__
+    guarded.unguarded = check  # type: ignore[attr-defined]  # why_not_fit guards the checks itself
     return guarded
+
+
+def _failed(check: Check, node: Any, subject: str, error: Exception) -> str:
+    """The answer of a check that raised: "cannot tell", saying why."""
+    if isinstance(error, (_CannotTell, Unreadable)):
+        return _cannot_tell(node, subject, str(error))
+    # A shape nobody foresaw: still an answer, never a crash.
+    return _cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
+                                       f"the objects ({type(error).__name__})")
 
 
 @_per_object
@@ -995,8 +1002,11 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return _cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return _cannot_tell(node, subject, "the node is not an object")
-    for check in CHECKS:
-        reason = check(demand, node, view, subject)
+    for check in CHECKS:  # guarded here as `_never_raises` guards each: one call less per check
+        try:
+            reason = check.unguarded(demand, node, view, subject)  # type: ignore[attr-defined]
+        except Exception as error:
+            return _failed(check, node, subject, error)
         if reason is not None:
             return reason
     return None

@@ -38,7 +38,9 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mapping[str, Any] | None:
     """The first NoSchedule/NoExecute taint of the node that no toleration tolerates."""
-    taints = (node.get("spec") or {}).get("taints") or []
+    taints = (node.get("spec") or {}).get("taints")
+    if not taints:
+        return None
     usable = [t for t in tolerations if isinstance(t, dict)]
     for taint in taints:
         if not isinstance(taint, dict) or taint.get("effect") not in BLOCKING_EFFECTS:
@@ -96,8 +98,10 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     spec = pod.get("spec") or {}
     labels = _labels(node)
     selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and any(labels.get(k) != v for k, v in selector.items()):
-        return False
+    if isinstance(selector, dict):
+        for key, value in selector.items():  # loops, not any(...): this runs on every pin
+            if labels.get(key) != value:
+                return False
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if not isinstance(required, dict):
@@ -105,7 +109,10 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     terms = required.get("nodeSelectorTerms")
     if not isinstance(terms, list) or not terms:
         return True
-    return any(term_matches(term, node) for term in terms)
+    for term in terms:
+        if term_matches(term, node):
+            return True
+    return False
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
