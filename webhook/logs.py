@@ -1,11 +1,13 @@
 """Logs as one JSON object per line, so admins can grep and ship them as they are."""
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import math
 import sys
 import time
+from typing import Any
 
 import orjson
 
@@ -50,34 +52,66 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+class JsonLines(logging.StreamHandler):
+    """JSON lines to a stream (stderr). The admission lines (`queue`) of one turn of the event
+    loop go out together at its end: one write for every admission answered in that turn,
+    not one each. Any other line, a flush, or a line queued outside a running loop writes
+    the queued ones first, so lines keep their order."""
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self.setFormatter(JsonFormatter())
+        self._queued: list[str] = []
+
+    def queue(self, text: str) -> None:
+        with self.lock:
+            self._queued.append(text)
+            first = len(self._queued) == 1
+        if first:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop: no turn to wait for
+                self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self._queued:
+                text = "".join(self._queued)
+                self._queued.clear()
+                self.stream.write(text)
+            super().flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._queued:
+            self.flush()
+        super().emit(record)
+
+
 def line(msg: str, fields: dict, logger: logging.Logger, created: float | None = None) -> None:
-    """One info line straight to the handlers' streams: the per-admission log, without the
-    cost of a LogRecord (it runs on every VM start). The same line JsonFormatter writes for
-    a record of these fields (tests/test_logs.py)."""
+    """One info line, without the cost of a LogRecord (it runs on every VM start): queued on
+    JsonLines handlers, as a record to any other. The same line JsonFormatter writes for a
+    record of these fields (tests/test_logs.py)."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    handlers = logging.getLogger().handlers
+    handlers = logging.root.handlers
     if not handlers:
         return
     created = time.time() if created is None else created
-    entry = {"time": timestamp(created), "level": "info", "logger": logger.name, "msg": msg}
-    entry.update(fields)
     text = None
     for handler in handlers:
-        stream = getattr(handler, "stream", None)
-        if stream is None or type(handler.formatter) is not JsonFormatter:
+        if type(handler) is JsonLines and type(handler.formatter) is JsonFormatter:
+            if text is None:
+                entry = {"time": timestamp(created), "level": "info", "logger": logger.name, "msg": msg}
+                entry.update(fields)
+                text = orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
+            handler.queue(text)
+        else:
             record = logger.makeRecord(logger.name, logging.INFO, "", 0, msg, (), None, extra={"fields": fields})
             record.created = created
             handler.handle(record)
-        else:
-            if text is None:
-                text = orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
-            stream.write(text)
 
 
 def setup(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [JsonLines(sys.stderr)]
     root.setLevel(level.upper())
