@@ -123,4 +123,11 @@ def shared_objects_are_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
     from webhook.cluster.cache import Table
 
     read = Table.read
-    monkeypatch.setattr(Table, "read", lambda self, key: frozen(read(self, key)))
+
+    def read_frozen(self: Table, key: str) -> Any:
+        obj = read(self, key)
+        if obj is not None and not isinstance(obj, FrozenDict):
+            obj = self.shared[key] = frozen(obj)  # and so for the readers that look there first
+        return obj
+
+    monkeypatch.setattr(Table, "read", read_frozen)

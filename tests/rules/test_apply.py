@@ -22,7 +22,7 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
     max_leaves=12,
 )
-TOKENS = st.sampled_from(["a", "b", "c~1d", "e~0f", "0", "1", "2", "01", "-", "", "x"])
+TOKENS = st.sampled_from(["a", "b", "c~1d", "e~0f", "0", "1", "2", "01", "-", "", "x", "g~2", "h~"])
 PATHS = st.lists(TOKENS, min_size=0, max_size=4).map(lambda ts: "".join("/" + t for t in ts))
 OPS = st.lists(st.fixed_dictionaries({"op": st.just("add"), "path": PATHS, "value": JSON}), min_size=1, max_size=4)
 

@@ -350,6 +350,7 @@ class Informer:
         self.authoritative = not self.labels if authoritative is None else authoritative
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
+        self.synced = False  # the event's state as a plain attribute: every look-up asks
         self.lists = 0  # completed lists (the first one, then relists)
         self.events = 0  # watch events applied
         self.last_sync: float | None = None  # wall-clock time of the last list or event
@@ -360,10 +361,6 @@ class Informer:
     def name(self) -> str:
         scope = f" in {self.namespace}" if self.namespace else ""
         return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
-
-    @property
-    def synced(self) -> bool:
-        return self.synced_event.is_set()
 
     def covers(self, namespace: str | None) -> bool:
         return self.namespace is None or namespace == self.namespace
@@ -414,6 +411,7 @@ class Informer:
             if not self.synced:
                 log.info("cache synced", extra={"fields": {
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
+            self.synced = True
             self.synced_event.set()
         elif kind is EventType.DELETED:
             key = self._key(event.object)
@@ -541,10 +539,11 @@ class WatchedClusterStore:
         for informer in self._by_kind.get(resource.kind, ()):  # written out: every look-up comes here
             if informer.resource is not resource and informer.resource != resource:
                 continue
-            if not informer.synced_event.is_set() or (informer.namespace is not None and namespace != informer.namespace):
+            if not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
                 continue
             key = f"{namespace}/{name}" if namespace and resource.namespaced else name
-            obj = informer.table.get(key) if copy else informer.table.read(key)
+            table = informer.table
+            obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
             if obj is not None:
                 return True, obj
             answered = answered or informer.authoritative

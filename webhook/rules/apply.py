@@ -19,6 +19,12 @@ import jsonpatch
 _INDEX = re.compile(r"0|[1-9][0-9]*")  # RFC 6901 array index: no sign, no leading zero
 
 
+def _refuse_bad_escapes(path: str) -> None:
+    """RFC 6901 knows only ~0 and ~1 (jsonpatch refuses the rest)."""
+    if path.count("~") != path.count("~0") + path.count("~1"):
+        raise jsonpatch.JsonPointerException(f"{path}: '~' must be followed by 0 or 1")
+
+
 class PatchError(jsonpatch.JsonPatchConflict):
     """An operation that does not apply to the object."""
 
@@ -42,6 +48,7 @@ def apply(doc: Any, ops: Sequence[dict[str, Any]]) -> Any:
             raise jsonpatch.InvalidJsonPatch(f"path {path!r} does not start with '/'")
         tokens = path[1:].split("/")
         if "~" in path:
+            _refuse_bad_escapes(path)
             tokens = [t.replace("~1", "/").replace("~0", "~") for t in tokens]
         if id(root) not in copied and isinstance(root, (dict, list)):
             root = root.copy()
@@ -66,18 +73,17 @@ def check(doc: Any, ops: Sequence[dict[str, Any]]) -> None:
     Each `add` is followed down the original object: as long as no operation goes through or
     inserts into a container an earlier one added to, every path sees exactly what it would
     see in the patched object, so the original answers. Otherwise (or for anything but `add`)
-    the patch is applied for real. An operation with the same parent as the one before it
-    (annotations, one after the other) starts from that parent: the operation in between
-    only added to it.
+    the patch is applied for real. Containers are known by their paths (a JSON document
+    shares none), so "goes through" is "starts with that path and a slash"; an operation with
+    the parent of the one before (annotations, one after the other) starts from that parent.
     """
+    added_to: list[str] = []  # the parent paths added to so far, each followed by "/"
+    before: str | None = None  # the parent path of the operation before, and its container
+    parent: Any = None
     for op in ops:
         if type(op) is not dict or op.get("op") != "add":
             apply(doc, ops)
             return
-    added_to: set[int] = set()  # ids of containers an earlier operation adds to
-    before: str | None = None  # the parent path of the operation before, and its container
-    parent: Any = None
-    for op in ops:
         path = op.get("path")
         if "value" not in op or type(path) is not str:
             apply(doc, ops)  # raises jsonpatch's complaint (or, for a str subclass, applies as it would)
@@ -85,32 +91,40 @@ def check(doc: Any, ops: Sequence[dict[str, Any]]) -> None:
         if not path or path[0] != "/":
             apply(doc, ops)  # the whole document replaced (""), or a path jsonpatch refuses
             return
+        if "~" in path and path.count("~") != path.count("~0") + path.count("~1"):
+            _refuse_bad_escapes(path)  # raises
         up, _, last = path.rpartition("/")
         if up != before:
+            for earlier in added_to:
+                if up.startswith(earlier):
+                    apply(doc, ops)  # goes through what an earlier operation added to
+                    return
             parent = doc
             if up:
                 walk = up[1:].split("/")
                 if "~" in up:
                     walk = [t.replace("~1", "/").replace("~0", "~") for t in walk]
                 for token in walk:
-                    if id(parent) in added_to:
-                        apply(doc, ops)
-                        return
                     if type(parent) is dict and token in parent:  # the common case, inline
                         parent = parent[token]
                     else:
                         parent = _child(parent, token, path)
-            before = up
+            before, seen = up, f"{up}/"
+            if seen in added_to:
+                if isinstance(parent, list):
+                    apply(doc, ops)  # an earlier insert moved the indexes
+                    return
+            else:
+                added_to.append(seen)
+        elif isinstance(parent, list):
+            apply(doc, ops)  # the operation before inserted into this list
+            return
         if isinstance(parent, list):
-            if id(parent) in added_to:
-                apply(doc, ops)  # an earlier insert moved the indexes
-                return
             # A token with "~" in it is no index and no "-", escaped or not.
             if last != "-" and not (_INDEX.fullmatch(last) and int(last) <= len(parent)):
                 raise PatchError(f"{path}: cannot insert at {last!r} in a list of {len(parent)}")
         elif not isinstance(parent, dict):
             raise PatchError(f"{path}: cannot add under a {type(parent).__name__}")
-        added_to.add(id(parent))  # a dict takes the member (or has it replaced)
 
 
 def _child(parent: Any, token: str, path: str) -> Any:
