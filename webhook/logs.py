@@ -79,7 +79,8 @@ class JsonLines(logging.StreamHandler):
                 text = "".join(self._queued)
                 self._queued.clear()
                 self.stream.write(text)
-            super().flush()
+            if self.stream and hasattr(self.stream, "flush"):  # StreamHandler.flush, under the lock held
+                self.stream.flush()
 
     def emit(self, record: logging.LogRecord) -> None:
         if self._queued:

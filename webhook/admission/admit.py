@@ -7,7 +7,6 @@ business: `review` and `explain` call `admit` without an AdmissionReview round t
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 import logging
 from typing import Any
@@ -23,6 +22,7 @@ from ..rules import apply, decide, patch
 from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
 from ..rules.decide import Decision
 from ..rules.facts import Fact, claims_of
+from ..rules.record import record
 from .review import AdmissionRequest
 
 log = logging.getLogger("webhook.mutate")
@@ -34,7 +34,7 @@ class Rule(enum.StrEnum):
     NONE = "none"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Outcome:
     """What the rules made of one pod: the decision and its patch, or why it was left alone."""
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..rules.patch import audit_annotations
+from ..rules.record import record
 
 if TYPE_CHECKING:
     from .admit import Outcome
@@ -29,7 +30,7 @@ class BadReview(ValueError):
     """The webhook request itself is malformed (not a problem of the pod or the cluster)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class AdmissionRequest:
     uid: str
     kind: str  # request.kind.kind, e.g. "Pod"

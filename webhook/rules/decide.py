@@ -1,11 +1,11 @@
 """Pin / prefer / skip from resolved facts: all known nodes equal → pin, differ → prefer each."""
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Sequence
 
 from .facts import Fact
+from .record import record
 
 PIN_WEIGHT = 100
 
@@ -19,7 +19,7 @@ class Placement(enum.StrEnum):
 PINNED, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.PREFERRED, Placement.NOT_PINNED
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Decision:
     outcome: Placement
     node: str | None = None  # the required node when pinned
