@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from .. import kinds
 from . import nodes as node_rules
-from .quantity import CPU, NANO, nanos, scheduler_value, show
+from .quantity import CPU, NANO, nanos_of, scheduler_value, show
 
 MILLI = 10**6  # nano-units per millicore
 
@@ -136,13 +136,10 @@ def _resource_list(value: Any, what: str) -> dict[str, int]:
             return {}
     if not isinstance(value, dict):
         raise Unreadable(f"{what} is not an object")
-    amounts = {}
-    for name, amount in value.items():
-        try:
-            amounts[name] = nanos(amount)
-        except ValueError:
-            raise Unreadable(f"{what} {name} {amount!r} is not a quantity") from None
-    return amounts
+    try:
+        return nanos_of(value)
+    except ValueError as error:
+        raise Unreadable(f"{what} {error} is not a quantity") from None
 
 
 def _container_requests(container: Any) -> dict[str, int]:
@@ -153,7 +150,8 @@ def _container_requests(container: Any) -> dict[str, int]:
     resources = container.get("resources")
     if not resources:
         return {}
-    resources = _mapping(resources, "resources")
+    if type(resources) is not dict:
+        resources = _mapping(resources, "resources")
     requests = _resource_list(resources.get("requests"), "request")
     limits = resources.get("limits")
     if limits:
@@ -281,10 +279,13 @@ def host_ports(pod: Any) -> tuple[HostPort, ...]:
     host_network = spec.get("hostNetwork") is True
     found: list[HostPort] = []
     containers = [c for c in _items(spec.get("initContainers"), "initContainers")
-                  if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+                  if isinstance(c, dict) and c.get("restartPolicy") == "Always"] if spec.get("initContainers") is not None else []
     containers += _items(spec.get("containers"), "containers")
     for container in containers:
-        for port in _items(_mapping(container, "container").get("ports"), "ports"):
+        ports = container.get("ports") if type(container) is dict else _mapping(container, "container").get("ports")
+        if ports is None:
+            continue  # most containers declare none
+        for port in _items(ports, "ports"):
             port = _mapping(port, "port")
             number = port.get("hostPort") or (port.get("containerPort") if host_network else None)
             if number is None:
@@ -758,6 +759,12 @@ _VOLUME_ZONE_KEYS = {
 }
 
 
+@_per_object
+def _claim_state(claim: Any) -> tuple[bool, bool, Any]:
+    """(being deleted, lost its volume, spec.volumeName) of a claim, read once per object."""
+    return kinds.terminating(claim), kinds.status(claim).get("phase") == "Lost", kinds.spec(claim).get("volumeName")
+
+
 ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
 
 
@@ -809,20 +816,22 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         return None
     labels_only = None
     for volume in pod_volumes:
-        source = _mapping(volume, "volume").get("persistentVolumeClaim")
+        if type(volume) is not dict:
+            volume = _mapping(volume, "volume")
+        source = volume.get("persistentVolumeClaim")
         if source is None:
             if volume.get("ephemeral") is not None:
                 raise _CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
             continue
-        claim_name = _mapping(source, "persistentVolumeClaim").get("claimName")
+        claim_name = (source if type(source) is dict else _mapping(source, "persistentVolumeClaim")).get("claimName")
         claim = view.pvc(demand.namespace, claim_name)
         if claim is None:
             raise _CannotTell(f"claim {claim_name} is not known")
-        if kinds.terminating(claim):
+        terminating, lost, pv_name = _claim_state(claim)
+        if terminating:
             return f"claim {claim_name} is being deleted"
-        if kinds.status(claim).get("phase") == "Lost":
+        if lost:
             return f"claim {claim_name} has lost its volume"
-        pv_name = kinds.spec(claim).get("volumeName")
         if not pv_name:
             raise _CannotTell(f"claim {claim_name} is not bound yet")
         pv = view.pv(pv_name)

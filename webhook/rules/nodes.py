@@ -74,13 +74,16 @@ def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> b
 
 def term_matches(term: Any, node: Mapping[str, Any]) -> bool:
     """A NodeSelectorTerm: every requirement must hold; an empty term matches nothing."""
+    return _term_matches(term, _labels(node), node)
+
+
+def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     if not isinstance(term, dict):
         return False
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not expressions and not fields:
         return False
-    labels = _labels(node)
     name = (node.get("metadata") or {}).get("name")
     for requirement in expressions:
         if not isinstance(requirement, dict) or not _requirement_matches(requirement, labels.get(requirement.get("key"))):
@@ -110,7 +113,7 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     if not isinstance(terms, list) or not terms:
         return True
     for term in terms:
-        if term_matches(term, node):
+        if _term_matches(term, labels, node):
             return True
     return False
 
