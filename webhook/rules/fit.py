@@ -264,8 +264,21 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
     Raises Unreadable (a ValueError) on objects of unexpected shape."""
     if not isinstance(pod, dict):
         raise Unreadable("the pod is not an object")
-    return {name: -(-amount // (MILLI if name == CPU else NANO)) for name, amount in _nano_requests(pod, running=running).items()
-            if type(name) is str and counted(name)}
+    found = {}
+    for name, amount in _nano_requests(pod, running=running).items():
+        unit = _UNITS.get(name) if type(name) is str else 0
+        if unit is None:
+            unit = (MILLI if name == CPU else NANO) if counted(name) else 0
+            if len(_UNITS) < 1024:
+                _UNITS[name] = unit
+        if unit:
+            found[name] = -(-amount // unit)
+    return found
+
+
+# Per resource name: its scheduler unit in nano-units, 0 when NodeResourcesFit ignores it. A
+# cluster has few resource names, and every pod asks for each of its own.
+_UNITS: dict[str, int] = {}
 
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
