@@ -26,14 +26,14 @@ def timestamp(created: float) -> str:
         whole, micros = whole - 1, micros + 1_000_000
     global _last_second
     second, text = _last_second  # one read: another thread may replace it meanwhile
-    if second != int(whole):
-        second = int(whole)
-        text = datetime.datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _last_second = (second, text)
-    return f"{text}.{micros // 1000:03d}+00:00"
+    if second != whole:
+        text = datetime.datetime.fromtimestamp(int(whole), UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second = (whole, text)
+    return text + _MILLIS[micros // 1000]
 
 
-_last_second: tuple[int | None, str] = (None, "")  # the last whole second formatted, and its text
+_last_second: tuple[float | None, str] = (None, "")  # the last whole second formatted, and its text
+_MILLIS = [f".{ms:03d}+00:00" for ms in range(1000)]  # each millisecond's end of the text
 
 
 class JsonFormatter(logging.Formatter):
