@@ -8,6 +8,7 @@ the one place an Outcome of the rules becomes an answer (uid, patch, warnings, a
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -85,7 +86,8 @@ def response_json(uid: str, outcome: Outcome) -> bytes:
     once, in base64, rather than again as a string inside the envelope."""
     parts = [_HEAD, orjson.dumps(uid), b',"allowed":true']
     if outcome.patch:
-        parts += [b',"patchType":"JSONPatch","patch":"', base64.b64encode(orjson.dumps(outcome.patch)), b'"']
+        parts += [b',"patchType":"JSONPatch","patch":"', binascii.b2a_base64(orjson.dumps(outcome.patch), newline=False),
+                  b'"']  # base64.b64encode, without its Python wrapper
     if outcome.warnings:
         parts += [b',"warnings":', orjson.dumps([clip(w) for w in outcome.warnings])]
     if outcome.decision is not None:
