@@ -122,22 +122,16 @@ def parse_review(body: Any) -> AdmissionRequest:
     operation = request.get("operation")
     if not isinstance(operation, str):
         raise BadReview("request.operation must be a string")
-    for key in ("namespace", "name"):
-        if request.get(key) is not None and not isinstance(request.get(key), str):
+    namespace, name = request.get("namespace"), request.get("name")
+    for key, value in (("namespace", namespace), ("name", name)):
+        if value is not None and not isinstance(value, str):
             raise BadReview(f"request.{key} must be a string")
     dry_run = request.get("dryRun", False)
     if dry_run is not None and not isinstance(dry_run, bool):
         raise BadReview("request.dryRun must be a boolean")
-    return AdmissionRequest(
-        uid=uid,
-        kind=kind["kind"],
-        group=kind.get("group") or "",
-        operation=operation,
-        namespace=request.get("namespace") or "",
-        name=request.get("name") or "",
-        object=request.get("object"),
-        dry_run=bool(dry_run),
-    )
+    # uid, kind, group, operation, namespace, name, object, dry_run
+    return AdmissionRequest(uid, kind["kind"], kind.get("group") or "", operation, namespace or "", name or "",
+                            request.get("object"), bool(dry_run))
 
 
 def parse_go_duration(text: str) -> float:
