@@ -81,10 +81,11 @@ def check(doc: Any, ops: Sequence[dict[str, Any]]) -> None:
     parent: Any = None  # and its container
     for op in ops:
         path = op.get("path") if type(op) is dict else None
-        if type(path) is not str or op.get("op") != "add" or "value" not in op or path[:1] != "/":
+        read = _POINTERS.get(path) if type(path) is str else None  # a path seen before is one below the root
+        if read is None and (type(path) is not str or path[:1] != "/") or op.get("op") != "add" or "value" not in op:
             apply(doc, ops)  # jsonpatch's own verdict (the whole document replaced, another op, a malformed one)
             return
-        up, walk, last = _POINTERS.get(path) or _pointer(path)
+        up, walk, last = read or _pointer(path)
         if up == before:
             # The parent of the operation before, which only added to it: a dict takes any member.
             if type(parent) is not dict:

@@ -32,8 +32,10 @@ class Decision:
         return [node for node, _ in self.preferences]
 
 
-DISKS = ("disk", "pinned to {node}, where the share-manager of {served} runs")
-CONSUMERS = ("consumer", "pinned to {node}, where {served} runs")
+# What a pod follows, and the reason of a pin (%-style: str.format's parsing is the dearest part
+# of a decision).
+DISKS = ("disk", "pinned to %(node)s, where the share-manager of %(served)s runs")
+CONSUMERS = ("consumer", "pinned to %(node)s, where %(served)s runs")
 
 
 def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str, str] = DISKS, *,
@@ -48,11 +50,13 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
     if not facts:
         return Decision(NOT_PINNED, reason=f"no {what}s to follow", warnings=(f"not pinned: no {what}s to follow",))
     problems: list[str] = []
+    served: list[str] = []  # what has a node, in order
     counts: dict[str, int] = {}  # disks (or consumers) per node, in the order first seen
     for fact in facts:
         if fact.node is None:
             problems.append(fact.reason)
         else:
+            served.append(fact.subject)
             counts[fact.node] = counts.get(fact.node, 0) + 1
     if not counts:
         reason = "; ".join(problems)
@@ -67,7 +71,7 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
                 PINNED,
                 node,
                 ((node, PIN_WEIGHT),),
-                pinned.format(node=node, served=_served(facts)),
+                pinned % {"node": node, "served": ", ".join(served)},
                 tuple([f"ignored: {p}" for p in problems]) if problems else (),
             )
         reason = f"preferred {node}, not pinned: {blocked}"
@@ -80,6 +84,3 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
     reason = f"{what}s on different nodes, preferred {spread}"
     return Decision(PREFERRED, preferences=preferences, reason=reason, warnings=(f"not pinned: {reason}", *problems))
 
-
-def _served(facts: Sequence[Fact]) -> str:
-    return ", ".join([f.subject for f in facts if f.node is not None])
