@@ -109,3 +109,26 @@ def test_node_without_ready_condition_is_not_ready():
     bare = node("node-b")
     bare["status"] = {}
     assert "not Ready" in why_not("node-b", bare, vm_pod(), needs_kubevirt=True)
+
+
+@pytest.mark.parametrize("change", [
+    lambda pod: pod["spec"].update(tolerations=[{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]),
+    lambda pod: pod["spec"].update(nodeSelector={"zone": "b"}),
+    lambda pod: pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0].update(operator="Exists"),
+], ids=["tolerations", "node-selector", "affinity"])
+@pytest.mark.parametrize("the_node", [
+    node("node-b", taints=[{"key": "maintenance", "effect": "NoSchedule"}]),
+    node("node-b", zone="b"),
+    node("node-b", **{"node-labeller.kubevirt.io/obsolete-host-model": "x"}),
+], ids=["tainted", "zone-b", "obsolete-cpu"])
+def test_kept_answers_are_the_answers(change, the_node):
+    """Answers are kept by node object and the pod's scheduling fields: never a stale one."""
+    from webhook.rules import nodes
+
+    first, renamed, changed = vm_pod(), vm_pod(), vm_pod()
+    renamed["metadata"]["name"] = "other"
+    change(changed)
+    for pod in (first, renamed, changed, first, changed):
+        assert why_not("node-b", the_node, pod, needs_kubevirt=True) == nodes._why_not(
+            "node-b", the_node, pod, needs_kubevirt=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 from ..kinds import KUBEVIRT_SCHEDULABLE
 
@@ -127,8 +129,34 @@ def is_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
+# The answer of `why_not` depends on the node and on the pod's tolerations, nodeSelector and
+# affinity alone. The caches hand out one node object per version, and pods of VMs made from
+# one template share those fields: answers are kept by (node object, those fields as JSON).
+_ANSWERS: dict[tuple[str, int, bool, bytes], tuple[Any, str | None]] = {}
+_ANSWERS_MAX = 4096
+
+
 def why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *, needs_kubevirt: bool) -> str | None:
     """Why `pod` cannot run on the node now (the first failed check), or None when it can."""
+    spec = pod.get("spec") if type(pod) is dict else None
+    if type(spec) is not dict or node is None:
+        return _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
+    try:
+        key = (node_name, id(node), needs_kubevirt,
+               orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"), spec.get("affinity"))))
+    except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, the long way
+        return _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
+    kept = _ANSWERS.get(key)
+    if kept is not None and kept[0] is node:  # the entry holds the node: its id is its own
+        return kept[1]
+    answer = _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
+    if len(_ANSWERS) >= _ANSWERS_MAX:
+        del _ANSWERS[next(iter(_ANSWERS))]  # the oldest
+    _ANSWERS[key] = (node, answer)
+    return answer
+
+
+def _why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *, needs_kubevirt: bool) -> str | None:
     if node is None:
         return f"node {node_name} not found"
     if (node.get("spec") or {}).get("unschedulable"):
