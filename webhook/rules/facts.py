@@ -108,7 +108,7 @@ Peek = Callable[[Resource, "str | None", str], "tuple[bool, dict[str, Any] | Non
 
 def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fact | None:
     """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager
-    pod, the ShareManager; None as soon as `peek` cannot tell (cluster/resolve.py then reads
+    pod, and the ShareManager when the pod does not say; None as soon as `peek` cannot tell (cluster/resolve.py then reads
     that object elsewhere and asks again). A plain call: answered from memory, it costs no
     more than the look-ups themselves."""
     if type(claim) is not str or claim not in _VALID_CLAIMS:  # the apiserver does not check claimName; we never put one in a path unchecked
@@ -131,8 +131,10 @@ def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fac
     known, pod = peek(POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
     if not known:
         return None
-    known, share_manager = peek(SHARE_MANAGER, settings.longhorn_namespace, volume)
-    if not known:
-        return None
-    node, why = share_manager_node(volume, pod, share_manager)
+    node, why = share_manager_node(volume, pod, None)
+    if node is None:  # the pod does not say where: the ShareManager may (it is not needed otherwise)
+        known, share_manager = peek(SHARE_MANAGER, settings.longhorn_namespace, volume)
+        if not known:
+            return None
+        node, why = share_manager_node(volume, pod, share_manager)
     return Fact(claim, node, why, volume=volume)
