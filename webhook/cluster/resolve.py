@@ -20,14 +20,6 @@ from .store import Store, StoreError
 Seen = dict[tuple[str, str | None, str], Any]
 
 
-def resolve_now(store: Store, settings: Settings, namespace: str, claim: str) -> Fact | None:
-    """The disk's fact from the store's memory only; None as soon as a look-up would need the API.
-
-    Nothing goes into `seen` from here: the checks' view reads the same memory, and nothing
-    can change it before they run (no await in between)."""
-    return disk_fact(settings, namespace, claim, store.peek)
-
-
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
                      seen: Seen | None = None) -> Fact:
     """The disk's fact, reading what memory cannot tell through the store, each read within what
@@ -62,11 +54,12 @@ async def resolve_disks(
     store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline,
     seen: Seen | None = None,
 ) -> list[Fact]:
-    """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
-    through the API. Whatever is unfinished at the deadline is reported as such. What was
-    read from the API goes into `seen` when given."""
+    """Disks known in memory are resolved at once (no task, no I/O: `disk_fact` asks the store's
+    `peek`); the others concurrently through the API. Whatever is unfinished at the deadline is
+    reported as such. What was read from the API goes into `seen` when given: the checks' view
+    reads the same memory as `peek`, and nothing can change it before they run."""
     peek = store.peek
-    facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]  # resolve_now, written out
+    facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
     if len(missing) == 1:
         (i,) = missing
