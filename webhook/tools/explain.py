@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 from typing import Any
 
 from .. import kinds
@@ -15,6 +16,7 @@ from ..kinds import POD, VM, VMI
 from ..rules.facts import claims_of
 from ..rules.keep import VmiMigration, VmiView, read_vmi, rfc3339, vm_pods
 from ..rules.patch import REQUIRED, as_created
+from ..rules.stranded import stranded
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
@@ -44,6 +46,7 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "opted_in": opted_in,
         "disks": [{"claim": f.subject, "volume": f.volume, "share_manager_node": f.node, "why": f.reason} for f in facts],
         "co_located": bool(running_on) and bool(served) and served == {running_on},
+        "stranded": _stranded(pods, namespace, settings),
     }
     if launcher is not None:
         pod = as_started(as_created(launcher, settings))
@@ -54,6 +57,14 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     else:
         report["would"] = {"decision": "unknown", "reason": "the VM is not running: no launcher pod to evaluate"}
     return report
+
+
+def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) -> list[dict[str, Any]]:
+    """Pods of the VM we pinned that kube-scheduler still cannot place (the safety net)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    found = [s for s in (stranded(p, namespace, settings, now) for p in pods) if s is not None]
+    return [{"pod": s.pod, "node": s.node, "since": rfc3339(s.since), "message": s.message, "what": s.describe(now)}
+            for s in found]
 
 
 def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
@@ -121,6 +132,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  disk {disk['claim']}: share-manager on {disk['share_manager_node'] or '-'} ({disk['why']})")
     if report["running_on"]:
         lines.append(f"co-located: {'yes' if report['co_located'] else 'no'}")
+    for stuck in report["stranded"]:
+        lines.append(f"STRANDED: pod {stuck['pod']} {stuck['what']}")
+        lines.append("  make room on the node, or restart the VM with the webhook on --pin preferred")
     would = report["would"]
     target = would.get("node") or ",".join(would.get("nodes") or []) or "-"
     lines.append(f"the webhook would now: {would['decision']} {target if would['decision'] != 'untouched' else ''}".rstrip()
