@@ -128,7 +128,7 @@ async def serve(args: argparse.Namespace) -> None:
         await site.start()
         control_port = control.addresses[0][1]
         count = 0
-        for obj in objects.cluster(args.pvcs, args.share_managers, args.pods, args.nodes):
+        for obj in objects.cluster(args.pvcs, args.share_managers, args.pods, args.nodes, args.other_pods):
             emulator.put(obj)
             count += 1
         if args.bench_disks:
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--share-managers", type=int, default=100)
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--other-pods", type=int, default=0, help="pods of other workloads")
     parser.add_argument("--bench-disks", action="store_true", help="add the benchmark's two disks and late claims")
     parser.add_argument("--paginate", action="store_true", help="serve lists in pages (limit/continue)")
     args = parser.parse_args()

@@ -132,10 +132,52 @@ def node(name: str) -> dict[str, Any]:
     }
 
 
-def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20) -> Iterator[dict[str, Any]]:
+APPS = ["web", "api", "worker", "cache", "db", "ingest", "metrics", "search"]
+
+
+def other_pod(i: int, node: str) -> dict[str, Any]:
+    """A pod of some Deployment, as the API shows it: what the scheduler checks keep in memory.
+    One in twenty has required anti-affinity (an HA pair), one in a hundred a host port."""
+    app, namespace = APPS[i % len(APPS)], f"apps-{i % 50:02d}"
+    name = f"{app}-{i:06d}-7d9f8b6c5d-x{i % 997:03d}"
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.UUID(int=i, version=4)),
+                     "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "generateName": f"{app}-{i:06d}-7d9f8b6c5d-",
+                     "labels": {"app.kubernetes.io/name": app, "app.kubernetes.io/instance": f"{app}-{i % 40}",
+                                "pod-template-hash": "7d9f8b6c5d"},
+                     "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{i:06d}-7d9f8b6c5d",
+                                          "uid": str(uuid.UUID(int=i + 1, version=4)), "controller": True}],
+                     "managedFields": MANAGED},
+        "spec": {"nodeName": node, "serviceAccountName": app, "restartPolicy": "Always",
+                 "containers": [{"name": app, "image": f"registry.example/{app}:1.{i % 9}",
+                                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                                 "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                               "limits": {"cpu": "1", "memory": "512Mi"}},
+                                 "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                                                   "readOnly": True}]}],
+                 "volumes": [{"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+                 "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 300}]},
+        "status": {"phase": "Running", "podIP": f"10.42.{i // 250 % 250}.{i % 250}", "hostIP": "192.168.1.10",
+                   "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]},
+    }
+    if i % 20 == 0:
+        pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": f"{app}-{i % 40}"}},
+             "topologyKey": "kubernetes.io/hostname"}]}}
+    if i % 100 == 0:
+        pod["spec"]["containers"][0]["ports"].append({"containerPort": 9100, "hostPort": 9100, "protocol": "TCP"})
+    return pod
+
+
+def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20, other_pods: int = 0) -> Iterator[dict[str, Any]]:
     """`pvcs` bound Longhorn claims (each with its PV); the first `share_managers` volumes are
     shared, each with a ShareManager and, for half of `pods`, a share-manager pod; the other
-    half are virt-launcher pods mounting two claims each."""
+    half are virt-launcher pods mounting two claims each; and `other_pods` pods of other
+    workloads spread over the nodes."""
     for i in range(nodes):
         yield node(node_name(i, nodes))
     for i in range(pvcs):
@@ -150,6 +192,8 @@ def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20) -> Itera
         a = j % max(1, pvcs - 100)
         b = a + 100 if a + 100 < pvcs else a  # same namespace (i % 100)
         yield virt_launcher_pod(f"vm-{j:06d}", f"vms-{a % 100:02d}", [f"disk-{a:06d}", f"disk-{b:06d}"], node_name(j, nodes))
+    for k in range(other_pods):
+        yield other_pod(k, node_name(k, nodes))
 
 
 def two_disk_review(namespace: str, claims: list[str], uid: str = "bench") -> dict[str, Any]:
