@@ -105,13 +105,13 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         meta, spec, status = kinds.meta(pod), kinds.spec(pod), kinds.status(pod)
         launcher = kinds.is_launcher(pod)
         kept_meta = {k: meta[k] for k in ("name", "namespace", "labels", "deletionTimestamp") if meta.get(k)}
-        if launcher and meta.get("creationTimestamp"):
-            kept_meta["creationTimestamp"] = meta["creationTimestamp"]  # which pod of a VM is the newest
         annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            ours = {k: v for k, v in annotations.items() if keep_annotation(k)}
-            if ours:
-                kept_meta["annotations"] = ours
+        ours = {k: v for k, v in annotations.items() if keep_annotation(k)} if isinstance(annotations, dict) else {}
+        if ours:
+            kept_meta["annotations"] = ours
+        if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
+            # Which pod of a VM is the newest; how long a pod we pinned has waited.
+            kept_meta["creationTimestamp"] = meta["creationTimestamp"]
         host_network = spec.get("hostNetwork") is True
         kept_spec: dict[str, Any] = {}
         for key in ("nodeName", "overhead", "resources", "hostNetwork"):
@@ -440,7 +440,8 @@ class WatchedClusterStore:
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.usage = NodeUsage()
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished, shape=shape_pod(settings),
-                             indexers={"claim": _claims, "node": _node_of, "anti": _anti_affinity},
+                             indexers={"claim": _claims, "node": _node_of, "anti": _anti_affinity,
+                                       "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
         self.nodes = informer(NODE)
         # Listed in this order, one at a time: what the scheduler checks need first.
@@ -523,6 +524,10 @@ class WatchedClusterStore:
             return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
         return self.pods.table.lookup("claim", object_key(namespace, claim))
 
+    def pinned_waiting(self) -> list[dict[str, Any]]:
+        """Pods we pinned that no node has taken yet (what the safety net looks at)."""
+        return self.pods.table.lookup("waiting", True) if self.pods.synced else []
+
     async def fit_view(self, namespace, node, *, timeout=None):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         return self._view if self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced else None
@@ -538,6 +543,14 @@ def _claims(pod: dict[str, Any]) -> list[str]:
         return []
     namespace = kinds.meta(pod).get("namespace") or ""
     return [object_key(namespace, claim) for claim in claims_of(pod)]
+
+
+def pinned_and_waiting(settings: Settings) -> Indexer:
+    def waiting(pod: dict[str, Any]) -> list[bool]:
+        pinned = kinds.annotations(pod).get(settings.decision_annotation) == "pinned"
+        return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
+
+    return waiting
 
 
 def _node_of(pod: dict[str, Any]) -> list[str]:
