@@ -319,7 +319,7 @@ class WatchedClusterStore:
         # Pods looked up by name in the Longhorn namespace are share-manager pods, which
         # Longhorn labels: a miss there is an answer.
         self.share_manager_pods = informer(POD, namespace=longhorn, labels=SHARE_MANAGER_POD_LABELS, authoritative=True)
-        self.vm_pods = informer(POD, labels=VIRT_LAUNCHER_LABELS, indexers={"claim": _claims})
+        self.vm_pods = informer(POD, labels=VIRT_LAUNCHER_LABELS, indexers={"claim": _claims, "vmi": _created_by})
         self.nodes = informer(NODE)
         self.informers = (self.pvcs, self.pvs, self.share_managers, self.share_manager_pods, self.vm_pods, self.nodes)
         self._by_kind: dict[str, list[Informer]] = {}
@@ -399,10 +399,21 @@ class WatchedClusterStore:
             return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
         return self.vm_pods.table.lookup("claim", object_key(namespace, claim))
 
+    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
+        if not self.vm_pods.synced:
+            return None
+        return self.vm_pods.table.lookup("vmi", object_key(namespace, vmi_uid))
+
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:
     handle = volume_handle(pv)
     return [handle] if handle else []
+
+
+def _created_by(pod: dict[str, Any]) -> list[str]:
+    uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    return [object_key(kinds.meta(pod).get("namespace") or "", uid)] if isinstance(uid, str) and uid else []
 
 
 def _claims(pod: dict[str, Any]) -> list[str]:

@@ -33,16 +33,21 @@ def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | Non
 
 
 def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     pinned = decision.outcome == PINNED
+    return new_event(involved, "CoLocated" if pinned else "NotCoLocated", decision.reason, instance, warning=not pinned)
+
+
+def new_event(involved: dict[str, Any], reason: str, message: str, instance: str, *, warning: bool = False) -> dict[str, Any]:
+    """A core/v1 Event about `involved` (an object reference), as `kubectl describe` shows it."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": involved["namespace"]},
         "involvedObject": involved,
-        "reason": "CoLocated" if pinned else "NotCoLocated",
-        "message": decision.reason[:1024],
-        "type": "Normal" if pinned else "Warning",
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": instance,
@@ -66,8 +71,15 @@ class EventSink:
         involved = involved_object(pod, namespace)
         if involved is None:
             return
+        self._queue_event(decision_event(involved, decision, self.instance))
+
+    def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event about any object (the keeper's, about a VMI); queued like the others."""
+        self._queue_event(new_event(involved, reason, message, self.instance, warning=warning))
+
+    def _queue_event(self, event: dict[str, Any]) -> None:
         try:
-            self._queue.put_nowait(decision_event(involved, decision, self.instance))
+            self._queue.put_nowait(event)
         except asyncio.QueueFull:
             metrics.EVENTS.labels("dropped").inc()
             return
