@@ -50,31 +50,35 @@ CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
                     "Expiry (Unix time) of the serving certificate in use.", registry=REGISTRY)
 READY = Gauge("colocate_ready", "1 when the webhook reports ready (stores synced, certificate loaded).",
               registry=REGISTRY)
-# The keeper and the never-strand safety net (reported by the elected replica).
+# The keeper (reported by the elected replica). Exported only once shown (`show`): absent while
+# the keeper is off; the targeted-migration gauge also until the first check.
 VMS = Gauge("colocate_vms", "Running opted-in VMs by co-location state, as the keeper last saw them.", ["state"],
-            registry=REGISTRY)
+            registry=None)
 VMS_APART_LONGEST = Gauge("colocate_vms_apart_longest_seconds",
                           "How long the VM apart from its storage the longest has been apart (0 when none).",
-                          registry=REGISTRY)
+                          registry=None)
 VMS_APART_OVER_HOUR = Gauge("colocate_vms_apart_over_hour", "Opted-in VMs apart from their storage for over an hour.",
-                            registry=REGISTRY)
+                            registry=None)
 KEEPER_MIGRATIONS = Counter("colocate_keeper_migrations_total",
                             "Migrations of the keeper by result (created, succeeded, failed, error).", ["result"],
-                            registry=REGISTRY)
-# Exported only once shown (`show`): absent while the keeper is off, and before the first check.
+                            registry=None)
 KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the keeper, 0 on the others.",
                       registry=None)
 KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
                         "1 when the cluster keeps spec.addedNodeSelector (targeted migration works), 0 when it prunes it.",
                         registry=None)
-SHOWN_LATER = (KEEPER_LEADER, KEEPER_TARGETED)
+KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, KEEPER_MIGRATIONS)
+SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED)
 
 
-def show(metric: Gauge) -> Gauge:
+def show(metric: Gauge | Counter) -> Gauge | Counter:
     """Export a metric that is absent until it means something (see SHOWN_LATER)."""
     if metric not in REGISTRY._collector_to_names:
         REGISTRY.register(metric)
     return metric
+
+
+# The never-strand safety net.
 STRANDED_PODS = Gauge("colocate_stranded_pods", "Pods we pinned that are still unschedulable after 2 minutes.",
                       registry=REGISTRY)
 

@@ -150,6 +150,8 @@ class Keeper:
         self.api, self.store, self.settings, self.events = api, store, settings, events
         self.timing, self.authority, self.clock = timing, authority, clock
         self.mode = Mode(settings.keep)
+        for metric in metrics.KEEPER_METRICS:
+            metrics.show(metric)
         self.limits = Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
                              max_per_day=settings.keep_max_per_day)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
