@@ -137,3 +137,19 @@ def test_the_lease_namespace_is_the_pods_own_unless_given(tmp_path):
         lease_namespace(Settings(), {}, tmp_path / "absent")
     assert identity({"POD_NAME": "kubevirt-colocate-7d9f-x2"}) == "kubevirt-colocate-7d9f-x2"
     assert identity({})  # the host name
+
+
+async def test_a_lease_the_replica_may_not_touch_is_a_readiness_note_never_a_crash(cluster, replicas, kmock):
+    import kmock as kmocklib
+
+    def forbidden():
+        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="leases is forbidden")
+
+    kmock[f"get {LEASE_PATH}"] << forbidden
+    cluster.seed(three_nodes() + apart_vm())
+    service = await replicas("replica-a")
+
+    assert await eventually(lambda: service.degraded())
+    assert service.degraded() == ["keeper: lease: reading the Lease: API answered 403"]
+    await asyncio.sleep(1.2)
+    assert not service.elector.leading and cluster.migrations(ours=False) == []

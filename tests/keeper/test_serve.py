@@ -130,3 +130,29 @@ def test_the_keeper_needs_a_lease_namespace_outside_a_cluster(kmock, tls_files, 
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the keeper needs --lease-namespace"), done.stderr
+
+
+async def test_a_forbidden_migration_api_is_a_degraded_note_and_nothing_is_created(cluster, kmock, tls_files,
+                                                                                    tmp_path):
+    import kmock as kmocklib
+
+    def forbidden():
+        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="migrations is forbidden")
+
+    kmock["/apis/kubevirt.io/v1/virtualmachineinstancemigrations"] << forbidden
+    cluster.seed(three_nodes() + apart_vm())
+    serving = await Serving.start(
+        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
+        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS)
+    try:
+        async def noted():
+            status, text = await scrape(f"{serving.ops}/readyz")
+            return (status, text) if "keeper:" in text else None
+
+        status, text = await eventually(noted, timeout=10)
+        assert status == 200 and text.startswith("ok, degraded: keeper: virtualmachineinstancemigrations: ")
+        assert "403" in text
+        assert await admit_one(serving, tls_files) == (200, True)
+    finally:
+        assert await serving.stop() == 0
+    assert cluster.migrations(ours=False) == []

@@ -122,16 +122,20 @@ def _lock_class() -> type:
             try:
                 found, record = await super().get(name, namespace)
             except Exception as exc:  # the library handles ApiException only
+                self.elector.error = f"reading the Lease: {type(exc).__name__}: {exc}"
                 return False, _api_error(0, f"{type(exc).__name__}: {exc}")
-            if not found and isinstance(record, ApiException):
+            if found:
+                self.elector.error = None
+                self.elector.observed(record.holder_identity)
+                return found, record
+            if isinstance(record, ApiException):
+                self.elector.error = None if record.status == 404 else f"reading the Lease: API answered {record.status}"
                 try:
                     readable = isinstance(json.loads(record.body or ""), dict)
                 except ValueError:
                     readable = False
                 if not readable:
                     return False, _api_error(record.status or 0, str(record.reason))
-            if found:
-                self.elector.observed(record.holder_identity)
             return found, record
 
         async def create(self, name, namespace, election_record):
@@ -145,10 +149,14 @@ def _lock_class() -> type:
             try:
                 written = await call
             except Exception as exc:
+                self.elector.error = f"writing the Lease: {type(exc).__name__}: {exc}"
                 log.warning("lease not written", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
                 return False
             if written:
+                self.elector.error = None
                 self.elector.renewed(sent)
+            else:
+                self.elector.error = "writing the Lease failed (see the log)"
             return written
 
     return ReportingLeaseLock
@@ -164,6 +172,7 @@ class Elector:
         self.leading = False
         self.holder: str | None = None  # the holder the last read of the Lease named
         self.terms = 0  # times this replica became the leader
+        self.error: str | None = None  # why the last read or write of the Lease failed, until one works
         self._renewed_at: float | None = None  # loop time of the last successful write of the Lease
         self._term: asyncio.Task[None] | None = None  # the keeper, while leading
         self._deadline: asyncio.Task[None] | None = None

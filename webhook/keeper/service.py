@@ -30,8 +30,12 @@ class KeeperService:
         await self.elector.stop()
 
     def degraded(self) -> list[str]:
-        """Readiness notes: what the leading keeper cannot see or do (followers watch nothing)."""
-        return [f"keeper: {note}" for note in self.keeper.degraded()] if self.elector.leading else []
+        """Readiness notes: the Lease cannot be read or written; what the leading keeper cannot
+        see or do (followers watch nothing)."""
+        notes = [f"lease: {self.elector.error}"] if self.elector.error else []
+        if self.elector.leading:
+            notes += self.keeper.degraded()
+        return [f"keeper: {note}" for note in notes]
 
     def status(self) -> dict[str, Any]:
         return {"identity": self.elector.identity, "leading": self.elector.leading, "holder": self.elector.holder,
