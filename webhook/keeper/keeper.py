@@ -63,8 +63,10 @@ from .probe import TargetedMigration
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-# The keeper's own hold, beside rules.keep.Hold: what it sees of the cluster is not complete.
+# The keeper's own holds, beside rules.keep.Hold: what it sees of the cluster is not complete;
+# its lease might run out before a migration is created.
 VIEW_INCOMPLETE = "view incomplete"
+NO_LEASE = "lease not surely held"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +116,7 @@ class PassReport:
 class _Apart:
     """One stretch of a VM apart from its storage: when it began and what moving it needs."""
 
+    uid: str  # of the VMI: a VM started again is a new stretch
     node: str
     target: str
     since: datetime
@@ -364,16 +367,17 @@ class Keeper:
         serving its disks; when none is known, when this leader first saw it apart. And its
         launcher pod as KubeVirt would create it again, for the never-strand checks on the target."""
         key = (vmi.namespace, vmi.name)
-        assert where.node is not None and where.target is not None
+        node, target = where.node or "", where.target or ""
         known = self._apart.get(key)
-        if known is not None and (known.node, known.target) == (where.node, where.target) and known.pod is not None:
+        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
+        if same and known.pod is not None:
             return known
-        first_seen = known.since if known is not None and (known.node, known.target) == (where.node, where.target) else now
+        first_seen = known.since if same else now
         timeout = self.timing.request_timeout
-        pod, problem = await self._launcher_pod(vmi, where.node)
+        pod, problem = await self._launcher_pod(vmi, node)
         moments = [last_migration_end(vmi, history), _started(pod)]
         for fact in facts:
-            if fact.node == where.target and fact.volume:
+            if fact.node == target and fact.volume:
                 try:
                     moments.append(_started(await self._direct.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
@@ -382,7 +386,7 @@ class Keeper:
                     pass  # one moment fewer to go by
         derived = max((m for m in moments if m is not None), default=None)
         since = min(derived, now) if derived is not None else first_seen
-        stretch = _Apart(where.node, where.target, since,
+        stretch = _Apart(vmi.uid, node, target, since,
                          as_created(pod, self.settings) if pod is not None else None, problem)
         self._apart[key] = stretch
         return stretch
@@ -417,7 +421,7 @@ class Keeper:
         record = self._records[(vmi.namespace, vmi.name)]
         timeout = self.timing.request_timeout
         if not self.authority(timeout):
-            record.hold, record.decision = VIEW_INCOMPLETE, "not acting: the lease is not (surely) ours"
+            record.hold, record.decision = NO_LEASE, "not acting: the lease might run out before the migration is created"
             return None
         manifest = await self._manifest(vmi, decision)
         if isinstance(manifest, Skipped):
