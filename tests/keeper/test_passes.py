@@ -7,6 +7,7 @@ import pytest
 from kube import node, rwx_disk
 from kubevirt_api import (
     TIMING,
+    VMIMS,
     VMIS,
     ago,
     apart_vm,
@@ -115,6 +116,13 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     assert "failed; no new attempt before " in ended["message"]
     assert record(keeper).hold == Hold.BACKING_OFF
     assert "after 1 failed migration" in record(keeper).decision
+
+    # KubeVirt garbage-collects old migrations: the leader remembers the failure.
+    async with cluster.api() as session:
+        await session.delete(f"{VMIMS}/{made['metadata']['name']}")
+    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.BACKING_OFF
 
 
 async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(cluster, make_keeper):
