@@ -25,13 +25,14 @@ async def replicas(kmock):
     """A factory: an identity → a started KeeperService on the emulator (a replica of `serve`)."""
     made = []
 
-    async def start(name, settings=None, lease_timing=QUICK):
+    async def start(name, settings=None, lease_timing=QUICK, campaign=True):
         settings = settings or Settings(keep="migrate", keep_after=0, keep_max_inflight=1)
         store = await watched_store(kmock, settings)
         api = client.for_host(api_host(kmock))
         service = KeeperService(api, store, settings, namespace=NS, identity=name, timing=PASSES,
                                 lease_timing=lease_timing)
-        service.start()
+        if campaign:
+            service.start()
         made.append((service, store, api))
         return service
 
@@ -62,6 +63,21 @@ async def test_one_replica_leads_and_the_other_creates_nothing(cluster, replicas
     assert second.elector.holder == "replica-a" and holder(kmock) == "replica-a"
     assert second.degraded() == [] and second.keeper.records() == []  # a follower watches nothing
     assert first.status()["leading"] and [r["name"] for r in first.status()["vms"]] == ["vm1", "vm2"]
+
+
+async def test_replicas_starting_together_elect_one(cluster, replicas, kmock, caplog):
+    cluster.seed(three_nodes())
+    started = [await replicas(f"replica-{i}", campaign=False) for i in range(3)]
+    for service in started:
+        service.start()
+
+    assert await eventually(lambda: any(s.elector.leading for s in started))
+    creates = [r for r in kmock if r.method == "POST" and r.url.path.endswith("/leases")]
+    assert len(creates) == 3  # all three found no Lease and raced to create it
+    await asyncio.sleep(QUICK.lease_duration + 0.5)
+    assert sum(s.elector.leading for s in started) == 1
+    assert sum(s.elector.terms for s in started) == 1
+    assert not [r for r in caplog.records if r.exc_info]  # losing a race is no error
 
 
 async def test_losing_the_lease_stops_the_keeper_at_once(cluster, replicas):

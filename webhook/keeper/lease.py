@@ -19,6 +19,8 @@ creates migrations:
   belongs to the Elector, which cancels it itself.
 - The library never releases the lease: `stop()` clears its holder, as client-go's
   ReleaseOnCancel does, so another replica takes over at its next try, not after expiry.
+- Its writes log a traceback for every conflict, which two replicas starting together
+  produce: the two writes are redone here (the same calls), reporting a one-line reason.
 """
 from __future__ import annotations
 
@@ -138,26 +140,32 @@ def _lock_class() -> type:
                     return False, _api_error(record.status or 0, str(record.reason))
             return found, record
 
+        # Writes as the library's, without its traceback for a conflict (two replicas racing is normal).
         async def create(self, name, namespace, election_record):
-            return await self._write(super().create(name, namespace, election_record))
+            body = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name), spec=self.update_lease(election_record))
+            return await self._write(self.api_instance.create_namespaced_lease(namespace, body))
 
         async def update(self, name, namespace, updated_record):
-            return await self._write(super().update(name, namespace, updated_record))
+            if self.lease_reference is None:
+                return False
+            self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
+            return await self._write(self.api_instance.replace_namespaced_lease(name, namespace, self.lease_reference))
 
-        async def _write(self, call: Awaitable[bool]) -> bool:
+        async def _write(self, call: Awaitable[Any]) -> bool:
             sent = asyncio.get_running_loop().time()  # the lease runs from no later than this
             try:
-                written = await call
+                await call
+            except ApiException as exc:
+                error = f"API answered {exc.status}"
             except Exception as exc:
-                self.elector.error = f"writing the Lease: {type(exc).__name__}: {exc}"
-                log.warning("lease not written", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-                return False
-            if written:
+                error = f"{type(exc).__name__}: {exc}"
+            else:
                 self.elector.error = None
                 self.elector.renewed(sent)
-            else:
-                self.elector.error = "writing the Lease failed (see the log)"
-            return written
+                return True
+            self.elector.error = f"writing the Lease: {error}"
+            log.info("lease not written", extra={"fields": {"error": error}})
+            return False
 
     return ReportingLeaseLock
 
