@@ -95,7 +95,7 @@ async def test_losing_the_lease_stops_the_keeper_at_once(cluster, replicas):
 
     assert await eventually(lambda: not service.elector.leading, timeout=3)
     assert loop.time() - taken < 1.6  # one retry period
-    assert await eventually(lambda: service.keeper.watch is None, timeout=0.2)  # its task cancelled, watches closed
+    assert await eventually(lambda: service.keeper.watch is None, timeout=0.2)  # the keeper cancelled, its watches closed
     # The VM becomes movable while the library would still be trying to renew: nothing happens.
     await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": [
         {"type": "Ready", "status": "True"}, {"type": "LiveMigratable", "status": "True"}]}})

@@ -15,8 +15,8 @@ creates migrations:
   and only between calls, so a hanging call keeps a stale leader acting. Here the term ends
   AT ONCE: when a read of the Lease names another holder, or when the renew deadline has
   passed since the last successful renewal, whatever the library is waiting for.
-- Cancelling `run()` would leave the library's leader task running: the keeper's task
-  belongs to the Elector, which cancels it itself.
+- Cancelling `run()` would leave what the library started for its leader running: the
+  keeper runs under the Elector, which cancels it itself.
 - The library never releases the lease: `stop()` clears its holder, as client-go's
   ReleaseOnCancel does, so another replica takes over at its next try, not after expiry.
 - Its writes log a traceback for every conflict, which two replicas starting together
@@ -171,7 +171,7 @@ def _lock_class() -> type:
 
 
 class Elector:
-    """Campaigns for the Lease for ever; runs `lead()` as its own task while it holds it."""
+    """Campaigns for the Lease for ever; runs `lead()` while it holds it, and stops it itself."""
 
     def __init__(self, api: Any, *, namespace: str, name: str, identity: str,
                  lead: Callable[[], Awaitable[None]], timing: LeaseTiming = LeaseTiming()):
@@ -273,7 +273,7 @@ class Elector:
         self._renewed_at = at
 
     def step_down(self, why: str) -> None:
-        """End the term now: the keeper's task is cancelled before anything else can run."""
+        """End the term now: the keeper is cancelled before anything else can run."""
         if not self.leading:
             return
         self.leading, self._why = False, why
