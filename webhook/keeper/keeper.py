@@ -143,7 +143,9 @@ def _started(obj: dict[str, Any] | None) -> datetime | None:
 
 
 class Keeper:
-    """The passes. `run()` is what the elected replica runs; `run_pass()` is one pass, on its own."""
+    """The passes. `run()` is what the elected replica runs. One pass on its own (a benchmark,
+    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `records()` and
+    `status()` say what it made of each VM."""
 
     def __init__(self, api: Any, store: WatchedClusterStore, settings: Settings, *, events: Any = None,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
