@@ -140,6 +140,23 @@ async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(clust
     assert ended["reason"] == "MigratedToStorage" and "vm1-colocate-prev1" in ended["message"]
 
 
+async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keeper):
+    """Deleting a migration aborts it: the VM is neither left "migrating" nor moved again at once."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    [created] = (await keeper.run_pass()).created
+    name = created.split("/")[1]
+    await eventually(lambda: keeper.watch.migrations.get("default", name))
+    await keeper.run_pass()
+
+    async with cluster.api() as session:
+        await session.delete(f"{VMIMS}/{name}")
+    await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.BACKING_OFF
+    assert keeper.status()["following"] == []
+
+
 # --------------------------------------------------------------------------- limits
 
 

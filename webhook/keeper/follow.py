@@ -9,13 +9,14 @@ left alone, never deleted.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from .. import kinds, metrics
-from ..rules.keep import Attempt, Migration, backoff, rfc3339
+from ..rules.keep import Attempt, Migration, MigrationPhase, backoff, rfc3339
 
 log = logging.getLogger("webhook.keeper")
 
@@ -64,9 +65,13 @@ class Follower:
         for key in sorted(self._open):
             migration = self._ours[key]
             if key not in shown and key in self._seen:
+                # Deleting a migration under way aborts it: remembered as failed, so it stops
+                # counting as in flight and the VM backs off.
                 self._open.discard(key)
+                self._ours[key] = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
                 log.warning("keeper migration gone", extra={"fields": {
-                    "vm": f"{key[0]}/{migration.vmi}", "migration": key[1], "why": "deleted before it ended"}})
+                    "vm": f"{key[0]}/{migration.vmi}", "migration": key[1],
+                    "why": "deleted before it ended: counted as failed"}})
             elif migration.final:
                 self._open.discard(key)
                 ended.append(migration)
