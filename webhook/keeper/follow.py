@@ -5,7 +5,7 @@ reached the watch yet: per-day counts and backoff use the migrations the watch s
 the ones remembered here. Each migration of ours that this leader saw unfinished (its own,
 or a previous leader's) is followed until it ends: an Event on the VMI and a metric then.
 One unfinished for an hour stops counting as in flight (`rules.keep.STALE_AFTER`); it is
-left alone, never deleted.
+left alone, never deleted. One deleted under way was aborted: it counts as failed.
 """
 from __future__ import annotations
 
