@@ -94,7 +94,7 @@ def webhook_server(api: str, work: Path, cpu: int | None, name: str) -> Iterator
     log = work / f"{name}.log"
     command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
-               "--drain-delay", "0", "--events", "off",
+               "--drain-delay", "0", "--events", "off", "--keep", "off",
                "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key")]
     with log.open("w") as stderr, process(command, cpu, stderr=stderr) as proc:
         yield proc, f"https://127.0.0.1:{port}", f"http://127.0.0.1:{ops_port}", log

@@ -157,7 +157,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
     kmock[f"get {slow}"] << (lambda: asyncio.sleep(2.0))
     serving = await Serving.start(tls_files, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-                                  "--drain-delay", "1.0", "--events", "off", env={"LOG_LEVEL": "info"})
+                                  "--drain-delay", "1.0", "--events", "off", "--keep", "off", env={"LOG_LEVEL": "info"})
     base, ops = serving.base, serving.ops
 
     results = {"ok": 0, "failed": []}

@@ -440,7 +440,7 @@ class WatchedClusterStore:
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.usage = NodeUsage()
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished, shape=shape_pod(settings),
-                             indexers={"claim": _claims, "node": _node_of, "anti": _anti_affinity,
+                             indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
         self.nodes = informer(NODE)
@@ -532,10 +532,23 @@ class WatchedClusterStore:
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         return self._view if self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced else None
 
+    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
+        if not self.pods.synced:
+            return None
+        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid))
+
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:
     handle = volume_handle(pv)
     return [handle] if handle else []
+
+
+def _created_by(pod: dict[str, Any]) -> list[str]:
+    if not kinds.is_launcher(pod):
+        return []
+    uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    return [object_key(kinds.meta(pod).get("namespace") or "", uid)] if isinstance(uid, str) and uid else []
 
 
 def _claims(pod: dict[str, Any]) -> list[str]:

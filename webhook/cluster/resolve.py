@@ -20,6 +20,16 @@ from .store import Store, StoreError
 Seen = dict[tuple[str, str | None, str], Any]
 
 
+def unresolved(claim: str, why: str) -> Fact:
+    """A disk the store could not establish (API error, timeout): unknown, not absent."""
+    return Fact(claim, None, f"disk {claim}: {why}")
+
+
+def unsure(fact: Fact) -> bool:
+    """Whether a fact is `unresolved` (the API could not tell) rather than a finding."""
+    return fact.node is None and fact.reason.startswith(f"disk {fact.subject}: ")
+
+
 def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact], seen: Seen | None = None) -> Fact | None:
     """Run the steps from the store's memory only; None as soon as a look-up would need the API."""
     try:
@@ -49,9 +59,9 @@ async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: s
     except StopIteration as done:
         return done.value
     except StoreError as exc:
-        return Fact(claim, None, f"disk {claim}: {exc}")
+        return unresolved(claim, str(exc))
     except TimeoutError:
-        return Fact(claim, None, f"disk {claim}: no answer before the deadline")
+        return unresolved(claim, "no answer before the deadline")
 
 
 async def resolve_disks(
@@ -77,9 +87,9 @@ async def resolve_disks(
             if task in done and task.exception() is None:
                 facts[i] = task.result()
             elif task in done:
-                facts[i] = Fact(claims[i], None, f"disk {claims[i]}: {type(task.exception()).__name__}")
+                facts[i] = unresolved(claims[i], type(task.exception()).__name__)
             else:
-                facts[i] = Fact(claims[i], None, f"disk {claims[i]}: no answer before the deadline")
+                facts[i] = unresolved(claims[i], "no answer before the deadline")
     return [fact for fact in facts if fact is not None]
 
 
