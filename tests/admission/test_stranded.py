@@ -1,4 +1,5 @@
 """The safety net in `serve`: pinned pods the scheduler cannot place are reported once."""
+import asyncio
 import copy
 import datetime
 import logging
@@ -71,3 +72,43 @@ async def test_a_stranded_pod_is_reported_once_and_forgotten_when_placed(caplog)
         assert metrics.STRANDED_PODS._value.get() == 0
     finally:
         await store.close()
+
+
+async def test_two_replicas_record_one_stranded_event_on_the_emulator(kmock):
+    """On kmock: each replica's reporter sees the pinned pod the scheduler cannot place; the
+    VMI gets one `Stranded` Event, whose name is fixed per pod."""
+    from conftest import seed, watched_store
+    from webhook.cluster.events import EventSink
+
+    stuck = waiting_pod("virt-launcher-vm1-aaaaa", 5)
+    stuck["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"  # long before now
+    seed(kmock, nodes("node-b") + [stuck])
+    kmock.resources["v1/events"] = {}
+    failed_before = metrics.EVENTS.labels("failed")._value.get()
+    replicas = []
+    try:
+        for _ in range(2):
+            store = await watched_store(kmock)
+            api = client.for_host(str(kmock.url).rstrip("/"))
+            sink = EventSink(api)
+            reporter = StrandedReporter(store, Settings(), sink, interval=0.05)
+            reporter.start()
+            replicas.append((store, api, sink, reporter))
+        for _ in range(100):
+            if all(r.reported for *_, r in replicas):
+                break
+            await asyncio.sleep(0.05)
+        for _, _, sink, reporter in replicas:
+            await reporter.stop()
+            await sink.close()
+        events = [obj.raw for (resource, _, _), obj in kmock.objects.items() if resource.plural == "events"]
+        assert len(events) == 1, events
+        assert events[0]["reason"] == "Stranded" and events[0]["type"] == "Warning"
+        assert events[0]["involvedObject"]["name"] == "vm1" and MESSAGE in events[0]["message"]
+        assert metrics.STRANDED_PODS._value.get() == 1
+        assert metrics.EVENTS.labels("failed")._value.get() == failed_before
+    finally:
+        for store, api, _, reporter in replicas:
+            await reporter.stop()
+            await store.close()
+            await api.close()
