@@ -76,6 +76,21 @@ async def test_a_vm_apart_from_its_storage_gets_one_targeted_migration(cluster, 
     assert record(keeper).hold == Hold.MIGRATING
 
 
+async def test_a_vm_moved_by_a_targeted_migration_can_be_moved_again(cluster, make_keeper):
+    """Its pod was a migration target: its nodeSelector names the node an earlier migration asked
+    for (kubernetes.io/hostname). The next move is judged as KubeVirt makes the next target."""
+    objects = apart_vm()  # on node-a, its disk served from node-b
+    pod = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["labels"].get("kubevirt.io") == "virt-launcher")
+    pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = "0d9c2b7e-1111-4a2b-9c3d-44e5f6a7b8c9"
+    pod["spec"].setdefault("nodeSelector", {})["kubernetes.io/hostname"] = "node-a"  # an earlier move's addedNodeSelector
+    cluster.seed(three_nodes() + objects)
+    keeper = await make_keeper()
+    report = await keeper.run_pass()
+    assert len(report.created) == 1, record(keeper).decision
+    [made] = cluster.migrations()
+    assert made["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+
+
 async def test_a_migration_that_succeeds_is_followed_to_its_end(cluster, make_keeper):
     cluster.seed(three_nodes() + apart_vm())
     keeper = await make_keeper()

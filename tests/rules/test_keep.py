@@ -662,3 +662,18 @@ def test_our_manifest_reads_back_as_ours():
 ], ids=["utc", "nanoseconds", "offset", "no-zone", "date", "word", "none", "number"])
 def test_parse_time(text, parsed):
     assert parse_time(text) == parsed
+
+
+def test_the_next_target_is_free_of_the_node_an_earlier_targeted_migration_asked_for():
+    from kube import load
+
+    from webhook.rules.keep import as_started
+
+    target = load("migration-target-pod.yaml")
+    target["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "node-a"  # spec.addedNodeSelector, merged in
+    started = as_started(target, {"kubevirt.io/schedulable": "true"})
+    assert "kubernetes.io/hostname" not in started["spec"]["nodeSelector"]
+    assert started["spec"]["nodeSelector"]["kubevirt.io/schedulable"] == "true"
+    pinned_by_the_vm = as_started(target, {"kubernetes.io/hostname": "node-a"})  # the VM's own choice stays
+    assert pinned_by_the_vm["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-a"
+    assert target["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-a"  # a copy

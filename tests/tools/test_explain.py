@@ -9,7 +9,7 @@ from conftest import seed
 from kube import kubeconfig_for, fixture_cluster, launcher_pod, load, running_vm
 
 from webhook.kinds import POD, VM, VMI
-from webhook.tools.explain import as_started
+from webhook.rules.keep import as_started
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",

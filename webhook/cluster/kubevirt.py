@@ -31,7 +31,8 @@ def keep_spec(settings: Settings) -> dict[str, dict[str, Keep]]:
         VMI.kind: {
             "metadata": {"name": True, "namespace": True, "uid": True,
                          "annotations": lambda key: key in vmi_annotations},
-            "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}]},
+            "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
+                     "nodeSelector": True},
             "status": {
                 "phase": True,
                 "nodeName": True,

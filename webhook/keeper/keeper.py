@@ -54,6 +54,7 @@ from ..rules.keep import (
     read_migration,
     read_vmi,
     rfc3339,
+    as_started,
     vm_pods,
 )
 from ..rules.patch import as_created
@@ -388,8 +389,10 @@ class Keeper:
                     pass  # one moment fewer to go by
         derived = max((m for m in moments if m is not None), default=None)
         since = min(derived, now) if derived is not None else first_seen
-        stretch = _Apart(vmi.uid, node, target, since,
-                         as_created(pod, self.settings) if pod is not None else None, problem)
+        # The pod as the next migration target will be made: without our pin, nor the node a
+        # targeted migration asked for before.
+        started = as_started(as_created(pod, self.settings), vmi.node_selector) if pod is not None else None
+        stretch = _Apart(vmi.uid, node, target, since, started, problem)
         self._apart[key] = stretch
         return stretch
 

@@ -15,6 +15,7 @@ Longhorn: restarting a share-manager stalls the VM's disk I/O, so moving the VM 
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
@@ -212,6 +213,7 @@ class VmiView:
     not_migratable: str  # why not, from the condition, when it is not
     migration: VmiMigration | None
     claims: tuple[str, ...] = ()
+    node_selector: dict[str, Any] = dataclasses.field(default_factory=dict)  # the VMI's own spec.nodeSelector
 
     @property
     def running(self) -> bool:
@@ -255,7 +257,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
         namespace, name, metadata = _identity(obj, "VMI")
         what = f"VMI {namespace}/{name}"
         status = _dict(obj, "status", "VMI")
-        _dict(obj, "spec", "VMI")
+        spec = _dict(obj, "spec", "VMI")
         migratable, why = _live_migratable(status.get("conditions"))
         annotations = kinds.annotations(obj)
         uid = metadata.get("uid")
@@ -271,6 +273,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             not_migratable=why,
             migration=_vmi_migration(status),
             claims=tuple(claims_of(obj)),
+            node_selector=dict(_dict(spec, "nodeSelector", "spec")),
         )
     except _Malformed as exc:
         return Skipped(what, str(exc))
@@ -674,3 +677,41 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "") -> 
         },
         "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}},
     }
+
+
+REQUIRED_TERMS = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
+    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
+    created as a migration target: without kubevirt.io/migrationJobUID, the required
+    anti-affinity to the VMI's own pods that only targets get, and the node a targeted
+    migration asked for (`spec.addedNodeSelector`, merged into the target's nodeSelector:
+    kubernetes.io/hostname, unless the VMI's own `spec.nodeSelector` names it) (kubevirt/kubevirt
+    pkg/virt-controller/watch/migration/migration.go). `explain` and the keeper judge the VM,
+    not one migration target: after a targeted migration every other node would fail the
+    target's own selector."""
+    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
+        return pod
+    pod = copy.deepcopy(pod)
+    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
+    selector = kinds.spec(pod).get("nodeSelector")
+    own = vmi_selector if isinstance(vmi_selector, dict) else {}
+    if isinstance(selector, dict) and kinds.HOSTNAME_LABEL in selector and kinds.HOSTNAME_LABEL not in own:
+        del selector[kinds.HOSTNAME_LABEL]
+    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    affinity = kinds.spec(pod).get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    terms = anti.get(REQUIRED_TERMS) if isinstance(anti, dict) else None
+    if vmi_uid and isinstance(terms, list):
+        own_pods = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
+        kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own_pods)]
+        if kept:
+            anti[REQUIRED_TERMS] = kept
+        else:
+            del anti[REQUIRED_TERMS]
+            if not anti:
+                del affinity["podAntiAffinity"]
+            if not affinity:
+                del pod["spec"]["affinity"]
+    return pod

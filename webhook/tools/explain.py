@@ -1,7 +1,6 @@
 """`explain NAMESPACE/VM`: where a VM's disks are served from, where it runs, and what we would do now."""
 from __future__ import annotations
 
-import copy
 import datetime
 from typing import Any
 
@@ -14,8 +13,8 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
 from ..rules.facts import claims_of
-from ..rules.keep import VmiMigration, VmiView, read_vmi, rfc3339, vm_pods
-from ..rules.patch import REQUIRED, as_created
+from ..rules.keep import VmiMigration, VmiView, as_started, read_vmi, rfc3339, vm_pods
+from ..rules.patch import as_created
 from ..rules.stranded import stranded
 
 
@@ -49,7 +48,7 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "stranded": _stranded(pods, namespace, settings),
     }
     if launcher is not None:
-        pod = as_started(as_created(launcher, settings))
+        pod = as_started(as_created(launcher, settings), kinds.spec(vmi).get("nodeSelector"))
         outcome = await admit(AdmissionRequest.for_pod(pod, namespace), store, settings, deadline)
         decision = outcome.decision
         report["would"] = ({"decision": decision.outcome, "node": decision.node, "nodes": decision.nodes, "reason": decision.reason}
@@ -82,34 +81,6 @@ def _migration(state: VmiMigration) -> dict[str, Any]:
     done = "completed" if state.completed else "failed" if state.failed else "in flight" if state.in_flight else "ended"
     return {"source": state.source_node, "target": state.target_node, "target_pod": state.target_pod, "state": done,
             "ended": rfc3339(state.ended) if state.ended else None}
-
-
-def as_started(pod: dict[str, Any]) -> dict[str, Any]:
-    """The VM's pod as KubeVirt creates it when the VM starts, from a pod created as a
-    migration target: without kubevirt.io/migrationJobUID and the required anti-affinity to
-    the VMI's own pods that only targets get (kubevirt/kubevirt
-    pkg/virt-controller/watch/migration/migration.go). `explain` asks what we would do with
-    the VM, not with a migration target (which admission always leaves alone)."""
-    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
-        return pod
-    pod = copy.deepcopy(pod)
-    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
-    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
-    affinity = kinds.spec(pod).get("affinity")
-    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
-    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
-    if vmi_uid and isinstance(terms, list):
-        own = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
-        kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own)]
-        if kept:
-            anti[REQUIRED] = kept
-        else:
-            del anti[REQUIRED]
-            if not anti:
-                del affinity["podAntiAffinity"]
-            if not affinity:
-                del pod["spec"]["affinity"]
-    return pod
 
 
 def render(report: dict[str, Any]) -> str:
