@@ -64,6 +64,19 @@ def test_a_list_fills_the_table_and_a_relist_drops_what_is_gone():
     assert pvcs.error is None  # a relist is routine, not a failure
 
 
+@pytest.mark.parametrize("cut", [Event(EventType.FAILED, error="TimeoutError: page 2", retry_in=0.1),
+                                 Event(EventType.RELISTING, error="410: the continue token expired")],
+                         ids=["page-failed", "token-expired"])
+def test_a_list_cut_short_does_not_keep_what_the_next_list_lacks(cut):
+    """Deleted between two lists, with the first cut off after its first page: gone all the same."""
+    pvcs = informer_for(PVC)
+    a, b = rwx_disk("a", "node-a")[0], rwx_disk("b", "node-b")[0]
+    feed(pvcs, listed(a, b))
+    feed(pvcs, [Event(EventType.LISTED, copy.deepcopy(a)), Event(EventType.LISTED, copy.deepcopy(b)), cut])
+    feed(pvcs, listed(a))  # b was deleted meanwhile
+    assert set(pvcs.table.objects) == {"default/a"}
+
+
 def test_watch_events_add_change_and_remove_objects_trimmed():
     pvcs = informer_for(PVC)
     feed(pvcs, listed())

@@ -352,6 +352,8 @@ class Informer:
     def apply(self, event: Event) -> None:
         """One event from the reflector into the table, the health figures and the logs."""
         kind = event.type
+        if kind in (EventType.FAILED, EventType.RELISTING):
+            self._listed = set()  # a list cut short: the next one starts over
         if kind is EventType.FAILED:
             self.error = event.error
             metrics.WATCH_ERRORS.labels(self.name).inc()
@@ -611,7 +613,8 @@ class CachedView:
                 memo = self._decoded[key] = (blob, table.decode(key, blob))
             found.append(memo[1])
         if len(self._decoded) > 2 * len(keys) + 64:  # forget pods that left the index
-            self._decoded = {k: v for k, v in self._decoded.items() if k in set(keys)}
+            live = set(keys)
+            self._decoded = {k: v for k, v in self._decoded.items() if k in live}
         return found
 
     def pvc(self, namespace, name):
