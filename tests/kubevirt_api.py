@@ -39,6 +39,8 @@ class KubeVirtApi(kmock.KubernetesEmulator):
     an object, 409 when its resourceVersion is stale (kmock knows only PATCH)."""
 
     _versions = itertools.count(1000)
+    # A create the API refuses as a whole (an admission webhook, a conflict): nothing is stored.
+    refuse: Any = None  # request -> kmock.KubernetesError | None
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
         if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
@@ -50,6 +52,8 @@ class KubeVirtApi(kmock.KubernetesEmulator):
             metadata["resourceVersion"] = str(next(self._versions))
             if request.params.get("dryRun") == "All":
                 return await RawHandler._handle(self, request)  # admitted and answered, never stored
+            if self.refuse is not None and (error := self.refuse(request)) is not None:
+                return await self._render_error(error)
         if request.resource is not None and request.method == "PUT" and request.name:
             return await self._replace(request)
         return await super()._handle(request)

@@ -411,6 +411,32 @@ async def test_a_refused_create_is_counted_and_reported_never_raised(cluster, ma
     assert "creating a migration failed: API answered 403" in record(keeper).last_action
 
 
+async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_move(cluster, make_keeper, kmock):
+    """KubeVirt's admission refuses migrations of vm1 (422): vm1 waits its backoff; vm2 is moved."""
+    def refuse_vm1(request):
+        if (request.data.get("spec") or {}).get("vmiName") == "vm1":
+            return kmocklib.KubernetesError(status=422, reason="Invalid", message="admission webhook denied the request")
+        return None
+
+    kmock.refuse = refuse_vm1
+    vm2 = apart_vm("vm2")
+    for obj in vm2:  # vm2 came apart later: vm1 is tried first
+        if obj["kind"] == "Pod" and obj["metadata"].get("labels", {}).get("kubevirt.io") == "virt-launcher":
+            obj["metadata"]["creationTimestamp"] = ago(hours=1)
+    cluster.seed(three_nodes() + apart_vm("vm1") + vm2)
+    keeper = await make_keeper()
+
+    report = await keeper.run_pass()
+
+    assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm2"]
+    assert not any("422" in note for note in keeper.degraded())  # one VM's refusal is no fault of the keeper's
+    vm1 = next(r for r in keeper.records() if r.name == "vm1")
+    assert "creating a migration failed: API answered 422" in vm1.last_action
+    assert (await keeper.run_pass()).created == ()  # vm1 waits, vm2's is in flight
+    vm1 = next(r for r in keeper.records() if r.name == "vm1")
+    assert vm1.hold == "migration refused" and "retrying after" in vm1.decision
+
+
 async def test_a_failing_watch_means_nothing_is_created(cluster, make_keeper, kmock):
     cluster.seed(three_nodes() + apart_vm())
     short = Timing(watch_seconds=(0.2, 0.3), backoff_initial=0.02, backoff_cap=0.2, short_watch=0.1)

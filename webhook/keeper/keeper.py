@@ -55,6 +55,7 @@ from ..rules.keep import (
     read_vmi,
     rfc3339,
     as_started,
+    backoff_delay,
     vm_pods,
 )
 from ..rules.patch import as_created
@@ -68,6 +69,10 @@ HOUR = timedelta(hours=1)
 # its lease might run out before a migration is created.
 VIEW_INCOMPLETE = "view incomplete"
 NO_LEASE = "lease not surely held"
+REFUSED = "migration refused"
+# Answers that refuse this one migration (KubeVirt's admission, a conflict), not every one: the VM
+# backs off, the pass goes on with the others.
+REFUSALS = (400, 409, 422)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +173,7 @@ class Keeper:
         self._records: dict[tuple[str, str], VmRecord] = {}
         self._apart: dict[tuple[str, str], _Apart] = {}
         self._skipped: set[str] = set()
+        self._refused: dict[tuple[str, str], tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self._errors: list[str] = []  # API failures of the last pass
 
     # ----------------------------------------------------------------- running
@@ -255,6 +261,8 @@ class Keeper:
             seen[(vmi.namespace, vmi.name)] = (vmi, where, facts)
         for key in [k for k in self._records if k not in seen]:
             del self._records[key]
+        for key in [k for k in self._refused if k not in seen]:
+            del self._refused[key]
         for key in [k for k in self._apart if k not in seen or seen[k][1].state is not APART]:
             del self._apart[key]
 
@@ -265,9 +273,10 @@ class Keeper:
         for vmi, where, facts in order:
             decision = await self._decide(vmi, where, facts, now, history, budget, incomplete)
             if decision.act:
-                name = await self._move(vmi, decision, now)
+                name, everywhere = await self._move(vmi, decision, now)
                 if name is None:
-                    incomplete = incomplete or "a migration could not be created"
+                    if everywhere:  # the API itself is failing: create nothing more this pass
+                        incomplete = incomplete or "a migration could not be created"
                 else:
                     created.append(name)
                     budget.ours += 1
@@ -360,6 +369,12 @@ class Keeper:
                 if self.targeted.available is None and decision.hold is Hold.UNTARGETED:
                     decision = dataclasses.replace(decision, reason=self.targeted.note)
             hold = decision.hold
+        refused = self._refused.get((vmi.namespace, vmi.name))
+        if decision.act and refused is not None and now < refused[1]:
+            decision = dataclasses.replace(
+                decision, act=False, reason=f"its migration was refused {refused[0]} time(s) in a row; "
+                                            f"retrying after {rfc3339(refused[1])}")
+            hold = REFUSED
         self._record(vmi, where, decision, hold, now)
         return decision
 
@@ -421,27 +436,34 @@ class Keeper:
             return Skipped(f"node {target}", "not found")
         return migration_manifest(vmi, node, decision.reason)
 
-    async def _move(self, vmi: VmiView, decision: KeepDecision, now: datetime) -> str | None:
-        """Create the migration; its name, or None when it was not created."""
-        record = self._records[(vmi.namespace, vmi.name)]
+    async def _move(self, vmi: VmiView, decision: KeepDecision, now: datetime) -> tuple[str | None, bool]:
+        """Create the migration: its name, or None when it was not created and whether what went
+        wrong would go wrong for any migration (the lease, the API) rather than for this VM."""
+        key = (vmi.namespace, vmi.name)
+        record = self._records[key]
         timeout = self.timing.request_timeout
         if not self.authority(timeout):
             record.hold, record.decision = NO_LEASE, "not acting: the lease might run out before the migration is created"
-            return None
+            return None, True
         manifest = await self._manifest(vmi, decision)
         if isinstance(manifest, Skipped):
             record.hold, record.decision = Hold.TARGET_UNFIT, f"cannot move to {decision.target}: {manifest.reason}"
-            return None
+            return None, False
         answer = await create_migration(self.api, manifest, timeout=timeout)
         migration = read_migration(answer.obj) if answer.ok else None
         if not isinstance(migration, Migration):
             error = answer.error or f"the API answered with {migration}"
             metrics.KEEPER_MIGRATIONS.labels("error").inc()
-            self._errors.append(f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
             record.last_action, record.last_action_at = f"creating a migration failed: {error}", now
             log.warning("keeper migration not created", extra={"fields": {
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target, "error": error}})
-            return None
+            if answer.status in REFUSALS:  # this VM backs off; the others are still tried
+                count = self._refused.get(key, (0, now))[0] + 1
+                self._refused[key] = (count, now + backoff_delay(count))
+                return None, False
+            self._errors.append(f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
+            return None, True
+        self._refused.pop(key, None)
         self.follower.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
         record.last_action = f"created migration {migration.name} to {decision.target}"
@@ -452,7 +474,7 @@ class Keeper:
         if self.events is not None:
             self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
                                    f"{decision.reason} (migration {migration.name})")
-        return f"{migration.namespace}/{migration.name}"
+        return f"{migration.namespace}/{migration.name}", False
 
     def _record(self, vmi: VmiView, where: Locality, decision: KeepDecision, hold: str | None, now: datetime) -> None:
         """Keep the VM's record; one log line when its state or what holds it changes."""
