@@ -437,6 +437,21 @@ async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_
     assert vm1.hold == "migration refused" and "retrying after" in vm1.decision
 
 
+async def test_a_vm_whose_other_share_manager_is_restarting_is_not_moved(cluster, make_keeper):
+    """Disk d1 served from node-b for days, d2 from node-a until its share-manager restarted: the
+    VM looks apart only while d2 is not back; nothing moves until it has settled."""
+    obj = vmi("vm1", "node-a", "d1", "d2")
+    d1 = rwx_disk("d1", "node-b")
+    d2 = rwx_disk("d2", "node-a", state="starting", pod=False)
+    for item in d1:
+        if item["kind"] == "Pod":
+            item["metadata"]["creationTimestamp"] = ago(days=4)
+    cluster.seed(three_nodes() + d1 + d2 + [obj, launcher(obj)])
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == "storage settling" and "share-manager of pvc-d2 is starting" in record(keeper).decision
+
+
 async def test_a_failing_watch_means_nothing_is_created(cluster, make_keeper, kmock):
     cluster.seed(three_nodes() + apart_vm())
     short = Timing(watch_seconds=(0.2, 0.3), backoff_initial=0.02, backoff_cap=0.2, short_watch=0.1)

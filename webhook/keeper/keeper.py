@@ -70,6 +70,9 @@ HOUR = timedelta(hours=1)
 VIEW_INCOMPLETE = "view incomplete"
 NO_LEASE = "lease not surely held"
 REFUSED = "migration refused"
+# A Longhorn disk of the VM whose share-manager is not running (starting, stopped): where it
+# comes back may change the answer, and "apart since" would not know when it began.
+SETTLING = "storage settling"
 # Answers that refuse this one migration (KubeVirt's admission, a conflict), not every one: the VM
 # backs off, the pass goes on with the others.
 REFUSALS = (400, 409, 422)
@@ -369,8 +372,13 @@ class Keeper:
                 if self.targeted.available is None and decision.hold is Hold.UNTARGETED:
                     decision = dataclasses.replace(decision, reason=self.targeted.note)
             hold = decision.hold
+        settling = [f.reason for f in facts if f.volume and f.node is None]
         refused = self._refused.get((vmi.namespace, vmi.name))
-        if decision.act and refused is not None and now < refused[1]:
+        if decision.act and settling:
+            decision = dataclasses.replace(decision, act=False,
+                                           reason=f"waiting for its storage to settle: {'; '.join(settling)}")
+            hold = SETTLING
+        elif decision.act and refused is not None and now < refused[1]:
             decision = dataclasses.replace(
                 decision, act=False, reason=f"its migration was refused {refused[0]} time(s) in a row; "
                                             f"retrying after {rfc3339(refused[1])}")
