@@ -457,10 +457,12 @@ def of_vmi(migrations: Iterable[Migration], vmi: VmiView) -> list[Migration]:
 
 def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
     """A migration of this VMI is in flight: the VMI says so, or a migration object of it is
-    (a queued one is not in the VMI's status yet)."""
+    (a queued one is not in the VMI's status yet). However old an unfinished one of ours is, it
+    still holds its VM: it only stops counting against the in-flight limits after an hour, so
+    that a second migration of the same VM is never created."""
     if vmi.migration is not None and vmi.migration.in_flight:
         return True
-    return any(m.in_flight(now) for m in of_vmi(migrations, vmi))
+    return any(m.in_flight(now) or (m.ours and not m.final) for m in of_vmi(migrations, vmi))
 
 
 def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetime | None:
