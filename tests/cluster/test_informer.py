@@ -207,3 +207,21 @@ async def test_what_each_node_takes_follows_its_pods(store):
     finished["status"]["phase"] = "Succeeded"
     store.pods.apply(Event(EventType.MODIFIED, finished))  # a finished pod leaves the cache, and the node
     assert store.usage.of("node-b").pods == 0 and not store.pods.table.objects
+
+
+def test_a_pod_resized_in_place_counts_what_the_scheduler_counts():
+    """A resize down still pending: the scheduler counts what is allocated, not the new spec."""
+    from webhook.cluster.cache import NodeUsage, shape_pod
+
+    pod = {"metadata": {"name": "db-0", "namespace": "shop"},
+           "spec": {"nodeName": "node-a", "containers": [{"name": "db", "resources": {"requests": {"cpu": "1"}}}]},
+           "status": {"phase": "Running", "containerStatuses": [
+               {"name": "db", "ready": True, "allocatedResources": {"cpu": "4"}, "resources": {"requests": {"cpu": "4"}}}],
+               "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]}}
+    usage = NodeUsage()
+    usage(None, shape_pod(Settings())(pod))
+    assert usage.of("node-a").requested["cpu"] == 4000
+    plain = copy.deepcopy(pod)
+    plain["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "db", "ready": True, "allocatedResources": {"cpu": "1"}, "resources": {"requests": {"cpu": "1"}}}]}
+    assert "containerStatuses" not in shape_pod(Settings())(plain)["status"]  # nothing kept when nothing differs

@@ -131,6 +131,21 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         kept_status: dict[str, Any] = {}
         if status.get("phase"):
             kept_status["phase"] = status["phase"]
+        if spec.get("nodeName") and _resized(pod):
+            # An in-place resize under way: the scheduler counts the larger of spec, allocated and
+            # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
+            for key in ("containerStatuses", "initContainerStatuses"):
+                entries = [{k: e[k] for k in ("name", "resources", "allocatedResources") if k in e}
+                           for e in status.get(key) or () if isinstance(e, dict)]
+                if entries:
+                    kept_status[key] = entries
+            pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
+            if pending:
+                kept_status["conditions"] = pending
+            for key in ("containers", "initContainers"):
+                for kept, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
+                    if isinstance(kept, dict) and isinstance(whole, dict) and whole.get("name") is not None:
+                        kept["name"] = whole["name"]
         if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
             waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
             if waiting:
@@ -138,6 +153,14 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
 
     return shape
+
+
+def _resized(pod: dict[str, Any]) -> bool:
+    """Whether the pod's status makes it take more than its spec asks (an in-place resize)."""
+    try:
+        return fit.pod_requests(pod, running=True) != fit.pod_requests(pod)
+    except ValueError:
+        return False
 
 
 def not_finished(pod: dict[str, Any]) -> bool:
