@@ -1,14 +1,13 @@
 """`python -m webhook serve` with the keeper, as deployed: elected, acting, reporting, handing over."""
 import asyncio
 import os
-import re
 import ssl
 import subprocess
 import sys
 
 import aiohttp
 from conftest import api_host
-from kube import Serving, kubeconfig_for, review, vm_pod
+from kube import Serving, kubeconfig_for, metric_sample, review, vm_pod
 from kubevirt_api import apart_vm, eventually, three_nodes
 
 from webhook.kinds import LEASE
@@ -18,13 +17,7 @@ NS = "kubevirt-colocate"
 
 def sample(text, name, **labels):
     """One sample of a /metrics page; None when absent."""
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            series, value = line.rsplit(" ", 1)
-            got = dict(re.findall(r'(\w+)="([^"]*)"', series))
-            if all(got.get(k) == v for k, v in labels.items()):
-                return float(value)
-    return None
+    return metric_sample(text, name, None, **labels)
 
 
 async def scrape(url):

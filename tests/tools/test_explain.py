@@ -1,12 +1,10 @@
 """`explain NAMESPACE/VM` against the kmock emulator, as an admin runs it."""
-import asyncio
 import copy
 import json
-import sys
 
 import pytest
 from conftest import seed
-from kube import kubeconfig_for, fixture_cluster, launcher_pod, load, running_vm
+from kube import fixture_cluster, launcher_pod, load, run_verb, running_vm
 
 from webhook.kinds import POD, VM, VMI
 from webhook.rules.keep import as_started
@@ -30,11 +28,7 @@ VM_OBJ = {
 
 
 async def explain(tmp_path, kmock, *args):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "explain", *args, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    return proc.returncode, out.decode(), err.decode()
+    return await run_verb(tmp_path, kmock, "explain", *args, timeout=30)
 
 
 def seed_vm(kmock, launcher_node="node-a", vmi=True):
