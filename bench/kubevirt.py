@@ -12,7 +12,9 @@ slots of `parallelMigrationsPerCluster` is free, Scheduling (its target pod crea
 asked for), Scheduled, PreparingTarget, TargetReady, Running (the VMI's migrationState), and
 after a delay Succeeded (the VMI on the target node, migrationState ended, the source pod
 Succeeded) or, every `--fail-every`-th of ours, Failed (the target pod Failed, the VMI stays).
-Someone else keeps `--foreign` migrations of VMs that are not opted in under way. A third of
+Changes of VMIs and pods reach the watches `--watch-lag` late, those of migrations at once (an
+apiserver keeps a watch cache per resource; under load one falls behind). Someone else keeps
+`--foreign` migrations of VMs that are not opted in under way. A third of
 the way through, one node is cordoned and another loses Ready: the VMs whose disks they serve
 may no longer be moved there (a target pod the scheduler cannot place fails its migration).
 
@@ -461,6 +463,8 @@ class SimulatedCluster(KubeVirtEmulator):
 
     kubevirt: KubeVirt | None = None
     tracker: Tracker | None = None
+    watch_lag: float = 0.0  # seconds VMI and pod changes take to reach the watches (reads see them at once)
+    _late: asyncio.Queue[tuple[float, Any, dict[str, Any]]] | None = None
 
     async def _handle(self, request: Any) -> Any:
         resource = request.resource
@@ -485,7 +489,11 @@ class SimulatedCluster(KubeVirtEmulator):
                obj["metadata"]["name"])
         async with self._lock:
             self.objects[key] = obj
-            await self._buses[key[0]].put({"type": "ADDED", "object": self.objects[key].raw})
+            event = {"type": "ADDED", "object": self.objects[key].raw}
+            if resource in (VMI, POD) and self.watch_lag:
+                await self._lagging().put((asyncio.get_running_loop().time() + self.watch_lag, key[0], event))
+            else:
+                await self._buses[key[0]].put(event)
 
     async def change(self, resource: Resource, namespace: str | None, name: str, patch: dict[str, Any]) -> None:
         """Merge `patch` into a stored object and tell the watches, as a PATCH through the API does."""
@@ -494,7 +502,28 @@ class SimulatedCluster(KubeVirtEmulator):
             stored = self.objects[key]
             stored.patch(patch)
             stored.raw.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
-            await self._buses[key[0]].put({"type": "MODIFIED", "object": stored.raw})
+            event = {"type": "MODIFIED", "object": stored.raw}
+            if resource in (VMI, POD) and self.watch_lag:
+                await self._lagging().put((asyncio.get_running_loop().time() + self.watch_lag, key[0], event))
+            else:
+                await self._buses[key[0]].put(event)
+
+    def _lagging(self) -> asyncio.Queue[tuple[float, Any, dict[str, Any]]]:
+        """Events that reach the watches late, in order: an apiserver whose watch cache of one
+        resource falls behind the others."""
+        if self._late is None:
+            self._late = asyncio.Queue()
+
+            async def deliver() -> None:
+                loop = asyncio.get_running_loop()
+                while True:
+                    due, resource, event = await self._late.get()
+                    await asyncio.sleep(max(0.0, due - loop.time()))
+                    async with self._lock:
+                        await self._buses[resource].put(event)
+
+            self.delivery = asyncio.create_task(deliver())
+        return self._late
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -513,7 +542,7 @@ async def serve(args: argparse.Namespace) -> None:
         kubevirt = KubeVirt(kmock, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
                             foreign=args.foreign, seed=args.seed,
                             lose_nodes_after=max(1, movable // 3) if args.lose_nodes else 0)
-        kmock.tracker, kmock.kubevirt = tracker, kubevirt
+        kmock.tracker, kmock.kubevirt, kmock.watch_lag = tracker, kubevirt, args.watch_lag
 
         async def report(request: web.Request) -> web.Response:
             return web.json_response(tracker.report(final=request.query.get("final") == "1"))
@@ -553,6 +582,9 @@ def add_layout_flags(parser: argparse.ArgumentParser) -> None:
                         help="migrations of VMs not opted in that someone else keeps under way (default 3)")
     parser.add_argument("--lose-nodes", action=argparse.BooleanOptionalAction, default=True,
                         help="a third of the way, cordon one node and take Ready from another (default on)")
+    parser.add_argument("--watch-lag", type=float, default=0.3, metavar="SECONDS",
+                        help="changes of VMIs and pods reach the watches this late, of migrations at once "
+                             "(default 0.3)")
     parser.add_argument("--max-inflight", type=int, default=2, help="the keeper's --keep-max-inflight (default 2)")
     parser.add_argument("--seed", type=int, default=1)
 
