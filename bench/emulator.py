@@ -140,15 +140,15 @@ def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int,
     for resource in (VMI, VMIM, LEASE):
         emulator.kmock.resources[resource] = {}
         emulator.by_kind[(resource.api_version, resource.kind)] = resource
-    launchers = sorted((obj.raw for (resource, _, _), obj in emulator.kmock.objects.items()
-                        if resource == POD and (obj.raw["metadata"].get("labels") or {}).get("kubevirt.io") == "virt-launcher"),
+    launchers = sorted((obj.raw for (resource, _, _), obj in emulator.kmock.objects.items() if resource == POD
+                        and (obj.raw["metadata"].get("labels") or {}).get("kubevirt.io") == "virt-launcher"),
                        key=lambda pod: pod["metadata"]["name"])
     put = apart = 0
     for k in range(vmis):
         if k < len(launchers):
             pod = launchers[k]
-            meta = pod["metadata"]
-            name, namespace, uid = meta["labels"]["kubevirt.io/vm"], meta["namespace"], meta["labels"]["kubevirt.io/created-by"]
+            meta, labels = pod["metadata"], pod["metadata"]["labels"]
+            name, namespace, uid = labels["kubevirt.io/vm"], meta["namespace"], labels["kubevirt.io/created-by"]
             claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
                       if "persistentVolumeClaim" in v][:1]  # the second disk is served from another node here
             node = pod["spec"]["nodeName"]

@@ -1,16 +1,16 @@
 """python -m bench.keeper: the keeper against a drained cluster, and its memory in `serve`.
 
 Simulation: `bench.kubevirt` (a process of its own) serves a cluster after a drain, by default
-500 opted-in running VMIs of which 200 run apart from their storage, and plays KubeVirt: each
-migration runs for 0.2–0.5 s, then the VMI moves (or, one in 20, the migration fails), at most 5
-at once. The keeper runs here, in-process, as the elected replica runs it (`Keeper`, the
-admission caches it shares, Events on), in migrate mode with `--keep-after 0`; its passes are
-driven one after another until every movable VM is back and a few more passes create nothing.
-The emulator checks each migration as it is created (our migrations in flight within the limit,
-never two for one VM, only movable VMs, only towards the Ready, uncordoned node serving the
-VM's disk) and the end state. Printed: what was created and brought back, the peaks in flight,
-the violations (exit status 1 if any), and the CPU time of this process during each pass over
-all the VMIs (`time.process_time`; the caches' event handling during the pass included).
+500 opted-in running VMIs of which 200 run apart from their storage, and plays KubeVirt (see
+there: migrations of 0.2–0.5 s, one in 20 failing, at most 5 at once, someone else's
+migrations, lagging watches, nodes lost during the run). The keeper runs here, in-process, as
+the elected replica runs it (`Keeper` on the admission caches, Events on), in migrate mode with
+`--keep-after 0`; its passes are driven one after another until every movable VM is back and a
+few more passes create nothing, and halfway a new leader takes over. The simulated cluster
+checks each migration as it is created and the end state. Printed: what was created and
+brought back, the peaks in flight, the violations (exit status 1 if any), and the CPU time of
+this process during each pass over all the VMIs (`time.process_time`; the caches' handling of
+events during the pass included, as in `serve`).
 
 Memory: `python -m webhook serve --keep report` against `bench.emulator` holding 50k PVCs and
 PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its caches have
@@ -279,7 +279,8 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
             # been apart (when one is).
             longest = samples(scrape(ops), "colocate_vms_apart_longest_seconds")
             began = time.monotonic()
-            while passes > 1 and time.monotonic() - began < 35 and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest:
+            while (passes > 1 and time.monotonic() - began < 35
+                   and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest):
                 time.sleep(0.5)
         idle(proc.pid)
         counts = {}

@@ -417,7 +417,7 @@ class KubeVirt:
         # virt-handler reports the end on the VMI, virt-controller moves it and finishes the migration.
         await self.api.change(VMI, vm.namespace, vm.name, {
             "metadata": {"labels": {"kubevirt.io/nodeName": target}},
-            "status": {"nodeName": target, "activePods": {uid: target},
+            "status": {"nodeName": target, "activePods": {pod["metadata"]["uid"]: target},
                        "migrationState": {"completed": True, "endTimestamp": ended}}})
         old_pod, vm.node, vm.pod, vm.migrating = vm.pod, target, target_pod, None
         await self.api.change(POD, vm.namespace, old_pod, {"status": {"phase": "Succeeded"}})

@@ -241,7 +241,8 @@ def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, op
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
         "metadata": {
             "name": name, "namespace": namespace, "uid": uid, "resourceVersion": "1", "generation": 12,
-            "creationTimestamp": STAMP, "finalizers": ["kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"],
+            "creationTimestamp": STAMP,
+            "finalizers": ["kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"],
             "labels": {"kubevirt.io/nodeName": node, "kubevirt.io/vm": name, "vm.kubevirt.io/name": name},
             "annotations": annotations,
             "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
