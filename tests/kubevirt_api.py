@@ -208,15 +208,21 @@ class Cluster:
                 if resource.plural == "events" and not obj.deleted]
 
     async def finish(self, migration_name: str, phase: str, vmi_name: str | None = None, node: str | None = None) -> None:
-        """What KubeVirt does when a migration ends: its phase, and the VMI on its new node on success."""
+        """What KubeVirt does when a migration ends: on success the VMI on its new node, its
+        migrationState naming the migration; then the migration's phase."""
+        if vmi_name and node:
+            await self.move_vm(vmi_name, node, migration_name)
         await self.patch(f"{VMIMS}/{migration_name}", {"status": {"phase": phase, "phaseTransitionTimestamps": [
             {"phase": phase, "phaseTransitionTimestamp": stamp()}]}})
-        if vmi_name and node:
-            await self.move_vm(vmi_name, node)
 
-    async def move_vm(self, vmi_name: str, node: str) -> None:
+    async def move_vm(self, vmi_name: str, node: str, migration_name: str | None = None) -> None:
         """The VMI now runs on `node`, in a launcher pod there (the old one finished)."""
-        await self.patch(f"{VMIS}/{vmi_name}", {"status": {"nodeName": node}})
+        status: dict[str, Any] = {"nodeName": node}
+        if migration_name:
+            migration = self.emulator.objects[VMIM, "default", migration_name].raw
+            status["migrationState"] = {"migrationUid": migration["metadata"].get("uid"), "targetNode": node,
+                                        "startTimestamp": stamp(), "endTimestamp": stamp(), "completed": True}
+        await self.patch(f"{VMIS}/{vmi_name}", {"status": status})
         await self.patch(f"/api/v1/namespaces/default/pods/virt-launcher-{vmi_name}-x7k2p", {"spec": {"nodeName": node}})
 
     async def move_storage(self, volume: str, node: str) -> None:

@@ -15,6 +15,7 @@ from kubevirt_api import (
     launcher,
     migration,
     sample,
+    stamp,
     three_nodes,
     vmi,
 )
@@ -138,6 +139,28 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
     assert (await keeper.run_pass()).created == ()
     assert record(keeper).hold == Hold.BACKING_OFF
+
+
+async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cluster, make_keeper):
+    """The watch of migrations shows ours Succeeded while the VMI and its pods, on watches that lag
+    behind (each resource has its own), still show the VM where it was: it is not moved again."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    [created] = (await keeper.run_pass()).created
+    name = created.split("/")[1]
+
+    await cluster.patch(f"{VMIMS}/{name}", {"status": {"phase": "Succeeded", "phaseTransitionTimestamps": [
+        {"phase": "Succeeded", "phaseTransitionTimestamp": stamp()}]}})
+    await eventually(lambda: keeper.watch.migrations.get("default", name).get("status", {}).get("phase") == "Succeeded")
+    for _ in range(2):
+        assert (await keeper.run_pass()).created == ()
+    assert len(cluster.migrations()) == 1
+    assert record(keeper).hold == Hold.MIGRATING
+
+    await cluster.finish(name, "Succeeded", "vm1", "node-b")  # the VMI catches up: it names the migration
+    await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
+    report = await keeper.run_pass()
+    assert report.created == () and report.states["co-located"] == 1
 
 
 async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(cluster, make_keeper):
@@ -267,6 +290,7 @@ async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
         await cluster.finish(name, "Succeeded", "vm1", storage)
         await cluster.move_storage("pvc-vm1-disk", vm_node)  # and then the storage moves away again
         await eventually(lambda: keeper.watch.migrations.get("default", name).get("status"))
+        await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == storage)
         await eventually(lambda: keeper.store.pods.get(
             "longhorn-system", "share-manager-pvc-vm1-disk")["spec"]["nodeName"] == vm_node)
 

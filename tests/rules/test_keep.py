@@ -36,6 +36,7 @@ from webhook.rules.keep import (
     read_migration,
     read_vmi,
     target_hostname,
+    unseen_success,
     vm_pods,
 )
 
@@ -430,6 +431,35 @@ def test_migrating_from_the_vmi_or_a_queued_migration_object():
     other_ns = vmim(None)
     other_ns["metadata"]["namespace"] = "other"
     assert not migrating(settled, migrations(other_ns), NOW)
+
+
+def success(uid, *, name, end, vmi="vm1"):
+    obj = vmim("Succeeded", name=name, vmi=vmi, created=end - timedelta(minutes=1), transitions=[("Succeeded", end)])
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
+def test_a_success_the_vmi_does_not_show_yet_counts_as_in_flight():
+    """KubeVirt marks a migration Succeeded once the VMI names it: a VMI that does not is older than it."""
+    named_u2 = view(vmi_obj(migrationState=in_flight_state(migrationUid="u2", completed=True,
+                                                           endTimestamp=stamp(ago(seconds=30)))))
+    older = view()  # names the drain's migration, 0d9c2b7e-…
+    done = migrations(success("u2", name="m2", end=ago(seconds=30)))
+    assert not migrating(named_u2, done, NOW)
+    assert migrating(older, done, NOW) and unseen_success(older, done, NOW).name == "m2"
+    assert migrating(view(vmi_obj(migrationState=None)), done, NOW)
+    assert not migrating(older, done, NOW + timedelta(minutes=5))  # a VMI started again never names it
+    # Only the latest success counts; one that ended in the same second will do.
+    both = migrations(success("u1", name="m1", end=ago(hours=1)), success("u2", name="m2", end=ago(seconds=30)),
+                      success("u3", name="m3", end=ago(seconds=30)))
+    assert not migrating(named_u2, both, NOW)
+    assert migrating(named_u2, migrations(success("u3", name="m3", end=ago(seconds=10))), NOW)
+    # Failures, migrations of other VMIs and migrations without a uid (older objects) do not.
+    failed = vmim("Failed", name="m4", end=ago(seconds=10))
+    failed["metadata"]["uid"] = "u4"
+    without_uid = vmim("Succeeded", name="m5", transitions=[("Succeeded", ago(seconds=10))])
+    other = success("u6", name="m6", vmi="vm2", end=ago(seconds=10))
+    assert not migrating(older, migrations(failed, without_uid, other), NOW)
 
 
 def test_last_migration_end_of_any_origin():

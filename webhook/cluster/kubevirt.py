@@ -38,11 +38,11 @@ def keep_spec(settings: Settings) -> dict[str, dict[str, Keep]]:
                 "nodeName": True,
                 "conditions": [{"type": True, "status": True, "reason": True, "message": True}],
                 "migrationState": {"sourceNode": True, "targetNode": True, "targetPod": True, "startTimestamp": True,
-                                   "endTimestamp": True, "completed": True, "failed": True},
+                                   "endTimestamp": True, "completed": True, "failed": True, "migrationUid": True},
             },
         },
         VMIM.kind: {
-            "metadata": {"name": True, "namespace": True, "creationTimestamp": True,
+            "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
                          "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
                          "annotations": lambda key: key == ours},
             "spec": {"vmiName": True},

@@ -29,6 +29,8 @@ from .facts import Fact, claims_of
 
 # A migration unfinished for this long stops counting as in flight (it is not deleted).
 STALE_AFTER = timedelta(hours=1)
+# A migration that succeeded counts as in flight until the VMI shows it, for at most this long.
+UNSEEN_FOR = timedelta(minutes=5)
 # Backoff after a failed migration of ours: 30 min, doubling per consecutive failure, capped.
 BACKOFF_FIRST = timedelta(minutes=30)
 BACKOFF_CAP = timedelta(hours=24)
@@ -192,6 +194,7 @@ class VmiMigration:
     ended: datetime | None
     completed: bool
     failed: bool
+    migration_uid: str | None = None  # the uid of the VirtualMachineInstanceMigration
 
     @property
     def in_flight(self) -> bool:
@@ -247,6 +250,7 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
         ended=_time(state, "endTimestamp", where),
         completed=_bool(state, "completed", where),
         failed=_bool(state, "failed", where),
+        migration_uid=_str(state, "migrationUid", where) or None,
     )
 
 
@@ -376,6 +380,7 @@ class Migration:
     created: datetime
     ended: datetime | None  # set once final
     target: str | None = None  # the node we asked for (our annotation)
+    uid: str = ""  # what the VMI's status.migrationState.migrationUid names
 
     @property
     def final(self) -> bool:
@@ -439,8 +444,9 @@ def read_migration(obj: Any) -> Migration | Skipped:
         phase = _str(status, "phase", "status")
         ours = kinds.labels(obj).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT
         target = kinds.annotations(obj).get(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY) if ours else None
+        uid = metadata.get("uid")
         return Migration(namespace, name, vmi, phase, ours, created, _ended(status, phase, created),
-                         target if isinstance(target, str) and target else None)
+                         target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "")
     except _Malformed as exc:
         return Skipped(what, str(exc))
 
@@ -457,12 +463,33 @@ def of_vmi(migrations: Iterable[Migration], vmi: VmiView) -> list[Migration]:
 
 def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
     """A migration of this VMI is in flight: the VMI says so, or a migration object of it is
-    (a queued one is not in the VMI's status yet). However old an unfinished one of ours is, it
-    still holds its VM: it only stops counting against the in-flight limits after an hour, so
-    that a second migration of the same VM is never created."""
+    (a queued one is not in the VMI's status yet), or one has succeeded that the VMI does not
+    show yet (`unseen_success`). However old an unfinished one of ours is, it still holds its
+    VM: it only stops counting against the in-flight limits after an hour, so that a second
+    migration of the same VM is never created."""
     if vmi.migration is not None and vmi.migration.in_flight:
         return True
-    return any(m.in_flight(now) or (m.ours and not m.final) for m in of_vmi(migrations, vmi))
+    mine = of_vmi(migrations, vmi)
+    return any(m.in_flight(now) or (m.ours and not m.final) for m in mine) or unseen_success(vmi, mine, now) is not None
+
+
+def unseen_success(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> Migration | None:
+    """The VMI's latest migration succeeded, but the VMI as seen does not name it yet.
+
+    KubeVirt marks a migration Succeeded once the VMI's migrationState shows it completed (its
+    `migrationUid`), so such a VMI is older than the migration as seen: two watches, each with
+    its own lag. It still shows the VM on its old node; until it catches up, the migration counts
+    as in flight. For at most UNSEEN_FOR after the end: a VMI started again never names it.
+    """
+    done = [m for m in of_vmi(migrations, vmi) if m.succeeded and m.uid and m.ended is not None]
+    if not done:
+        return None
+    latest = max(done, key=lambda m: (m.ended or _EPOCH, m.created))
+    if latest.ended is None or now - latest.ended >= UNSEEN_FOR:
+        return None
+    shown = next((m for m in done if vmi.migration is not None and m.uid == vmi.migration.migration_uid), None)
+    # Times have whole seconds: one that ended in the same second as the latest will do.
+    return None if shown is not None and shown.ended == latest.ended else latest
 
 
 def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetime | None:
