@@ -632,3 +632,11 @@ def test_garbage_never_raises(data):
                       [volume, ROOTDISK[1]])
     reason = why_not_fit(pod, NS, the_node, view)
     assert reason is None or isinstance(reason, str)
+
+
+@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
+def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objects, nodes, check, fragment):
+    """The keeper keeps only `for_checks(pod)`: every row of the table is judged the same."""
+    view = view_of(*objects, nodes=nodes)
+    node = on(view, node_name)
+    assert fit.why_not_fit(fit.for_checks(pod), NS, node, view) == fit.why_not_fit(pod, NS, node, view)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -82,10 +83,11 @@ class KubeVirtWatch:
     def degraded(self) -> list[str]:
         return [f"{i.name}: {i.error}" for i in self.informers if i.error]
 
-    def all_vmis(self) -> list[dict[str, Any]]:
+    def all_vmis(self) -> Iterator[dict[str, Any]]:
+        """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
         return _decoded(self.vmis)
 
-    def all_migrations(self) -> list[dict[str, Any]]:
+    def all_migrations(self) -> Iterator[dict[str, Any]]:
         return _decoded(self.migrations)
 
     async def close(self) -> None:
@@ -95,9 +97,9 @@ class KubeVirtWatch:
         self._tasks = []
 
 
-def _decoded(informer: Informer) -> list[dict[str, Any]]:
+def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
     table = informer.table
-    return [table.decode(key, blob) for key, blob in list(table.objects.items())]
+    return (table.decode(key, blob) for key, blob in list(table.objects.items()))
 
 
 # --------------------------------------------------------------------------- creating migrations

@@ -16,7 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,6 +58,7 @@ from ..rules.keep import (
     backoff_delay,
     vm_pods,
 )
+from ..rules.fit import for_checks
 from ..rules.patch import as_created
 from .follow import Follower, vmi_reference
 from .probe import TargetedMigration
@@ -86,7 +87,7 @@ class KeeperTiming:
     watch: Timing = Timing()  # the VMI and migration watches
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class VmRecord:
     """What the keeper last made of one running opted-in VM."""
 
@@ -291,7 +292,7 @@ class Keeper:
         self.last_pass = report
         return report
 
-    def _migrations(self, objects: Sequence[dict[str, Any]]) -> list[Migration]:
+    def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
         found = []
         for obj in objects:
             migration = read_migration(obj)
@@ -301,7 +302,7 @@ class Keeper:
                 found.append(migration)
         return found
 
-    def _vmis(self, objects: Sequence[dict[str, Any]]) -> list[VmiView]:
+    def _vmis(self, objects: Iterable[dict[str, Any]]) -> list[VmiView]:
         found = []
         for obj in objects:
             vmi = read_vmi(obj, self.settings)
@@ -414,7 +415,7 @@ class Keeper:
         since = min(derived, now) if derived is not None else first_seen
         # The pod as the next migration target will be made: without our pin, nor the node a
         # targeted migration asked for before.
-        started = as_started(as_created(pod, self.settings), vmi.node_selector) if pod is not None else None
+        started = for_checks(as_started(as_created(pod, self.settings), vmi.node_selector)) if pod is not None else None
         stretch = _Apart(vmi.uid, node, target, since, started, problem)
         self._apart[key] = stretch
         return stretch
