@@ -257,23 +257,32 @@ class Keeper:
         budget = _Budget(ours, everyone)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
 
-        seen: dict[tuple[str, str], tuple[VmiView, Locality, list[Fact]]] = {}
+        # A VM not apart is decided (held) at once; only the VMs apart are kept for the ordering.
+        running: set[tuple[str, str]] = set()
+        apart: list[tuple[VmiView, Locality, list[Fact]]] = []
         for vmi in vmis:
             if not vmi.opted_in or not vmi.running:
                 continue  # never touched, not counted
+            key = (vmi.namespace, vmi.name)
+            running.add(key)
             where, facts = await self._where(vmi)
-            seen[(vmi.namespace, vmi.name)] = (vmi, where, facts)
-        for key in [k for k in self._records if k not in seen]:
+            if where.state is APART:
+                apart.append((vmi, where, facts))
+            else:
+                self._apart.pop(key, None)
+                await self._decide(vmi, where, facts, now, history, budget, incomplete)
+        del vmis
+        for key in [k for k in self._records if k not in running]:
             del self._records[key]
-        for key in [k for k in self._refused if k not in seen]:
+        for key in [k for k in self._refused if k not in running]:
             del self._refused[key]
-        for key in [k for k in self._apart if k not in seen or seen[k][1].state is not APART]:
+        for key in [k for k in self._apart if k not in running]:
             del self._apart[key]
 
         created: list[str] = []
         held: collections.Counter[str] = collections.Counter()
         # The VMs apart the longest go first: a pass may only have room for a few.
-        order = sorted(seen.values(), key=lambda s: (s[1].state is not APART, self._since(s[0], s[1], now), s[0].name))
+        order = sorted(apart, key=lambda s: (self._since(s[0], s[1], now), s[0].name))
         for vmi, where, facts in order:
             decision = await self._decide(vmi, where, facts, now, history, budget, incomplete)
             if decision.act:

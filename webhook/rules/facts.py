@@ -19,7 +19,7 @@ from ..config import Settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, Resource
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Fact:
     """One thing a pod follows (a disk's share-manager, a consuming VM): its node, or why none."""
 

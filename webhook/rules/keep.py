@@ -39,7 +39,7 @@ NAME_INFIX = "-colocate-"  # generateName of our migrations: <vmi>-colocate-
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Skipped:
     """An object of unexpected shape, left alone: which one, and why."""
 
@@ -130,7 +130,7 @@ def _identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
 # --------------------------------------------------------------------------- where a VM runs: pods
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmPods:
     """Launcher pods that say where their VMs run now (one per VMI), and why the others do not."""
 
@@ -183,7 +183,7 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool 
 # --------------------------------------------------------------------------- where a VM runs: the VMI
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmiMigration:
     """The VMI's latest migration as KubeVirt reports it (`status.migrationState`)."""
 
@@ -201,7 +201,7 @@ class VmiMigration:
         return not self.completed and not self.failed and self.ended is None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmiView:
     """What the keeper reads from a VMI."""
 
@@ -296,7 +296,7 @@ class VmState(enum.StrEnum):
 CO_LOCATED, APART, SPLIT, UNRESOLVED = VmState.CO_LOCATED, VmState.APART, VmState.SPLIT, VmState.UNRESOLVED
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Locality:
     """A VM's node against the nodes serving its disks."""
 
@@ -368,7 +368,7 @@ class MigrationPhase(enum.StrEnum):
 FINAL_PHASES = frozenset({MigrationPhase.SUCCEEDED, MigrationPhase.FAILED})
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Migration:
     """What the keeper reads from a VirtualMachineInstanceMigration."""
 
@@ -501,7 +501,7 @@ def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetim
     return max(ends, default=None)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Attempt:
     """One migration we created for a VM: when, and how it ended (None while unfinished)."""
 
@@ -527,7 +527,7 @@ def backoff_delay(failures: int) -> timedelta:
     return min(BACKOFF_FIRST * 2 ** min(failures - 1, 16), BACKOFF_CAP)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Backoff:
     failures: int  # consecutive failures since the last success
     until: datetime | None
@@ -555,7 +555,7 @@ class Mode(enum.StrEnum):
     MIGRATE = "migrate"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
     """The keeper's bounds: --keep-after, --keep-max-inflight, --keep-max-per-day, and
     KubeVirt's parallelMigrationsPerCluster (its default)."""
@@ -587,7 +587,7 @@ class Hold(enum.StrEnum):
     REPORT_ONLY = "report only"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class KeepDecision:
     """Move the VM back to its storage (act), or why not: `hold` names the condition."""
 
