@@ -33,7 +33,8 @@ from typing import Any
 from . import emulator, load, objects
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"ratio": 1.0, "p99_ms": 2.0, "rss_mib": 200.0, "fallback_p99_ms": 10.0}
+TARGETS = {"ratio": 0.8, "p99_ms": 2.0, "rss_mib": 200.0, "fallback_p99_ms": 10.0, "inprocess_us": 60.0,
+           "checks_us": 15.0}
 
 
 def cores() -> tuple[int | None, int | None]:
@@ -216,6 +217,16 @@ def admission_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return report
 
 
+def in_process(cpu: int | None, rounds: int) -> dict[str, float]:
+    """The admission's own CPU without HTTP (bench/inprocess.py), on the servers' core."""
+    command = [sys.executable, "-m", "bench.inprocess", "--json", "--rounds", str(rounds)]
+    with process(command, cpu, stdout=subprocess.PIPE, text=True) as proc:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit("the in-process measurement failed")
+    return json.loads(out)
+
+
 def process_kib(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -259,6 +270,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4, help="concurrent keep-alive connections (default 4)")
     parser.add_argument("--load", choices=["auto", "wrk", "asyncio"], default="auto",
                         help="load generator: wrk when installed (auto), or the asyncio client")
+    parser.add_argument("--inprocess-rounds", type=int, default=15,
+                        help="rounds of 1000 admissions for the in-process figure (default 15)")
     parser.add_argument("--pvcs", type=int, default=100, help="background claims in the admission emulator")
     parser.add_argument("--share-managers", type=int, default=50)
     parser.add_argument("--pods", type=int, default=50)
@@ -296,7 +309,12 @@ def main() -> None:
             print(f"{'API-fallback path, 1 connection':34}{fallback['rps']:>10.0f}{fallback['p50_ms']:>10.2f}"
                   f"{fallback['p99_ms']:>10.2f}{fallback['cpu_us']:>12.0f}{fallback['errors']:>8}   "
                   f"({fallback['gets_per_admission']:.1f} GETs to the emulator per admission)", flush=True)
+            own = in_process(server_cpu, args.inprocess_rounds)
+            print(f"in-process admission (parse … log line, metrics; no HTTP): {own['admission_us']:.1f} µs CPU; "
+                  f"kube-scheduler's checks add {own['checks_us']:.1f} µs of it", flush=True)
             checks += [(f"ratio ≥ {TARGETS['ratio']}", report["ratio"] >= TARGETS["ratio"]),
+                       (f"in-process ≤ {TARGETS['inprocess_us']:g} µs", own["admission_us"] <= TARGETS["inprocess_us"]),
+                       (f"checks ≤ {TARGETS['checks_us']:g} µs", own["checks_us"] <= TARGETS["checks_us"]),
                        (f"full-path p99 ≤ {TARGETS['p99_ms']} ms", full["p99_ms"] <= TARGETS["p99_ms"]),
                        (f"fallback p99 ≤ {TARGETS['fallback_p99_ms']} ms", fallback["p99_ms"] <= TARGETS["fallback_p99_ms"])]
         if not args.skip_memory:

@@ -63,6 +63,13 @@ def bench_objects() -> list[dict[str, Any]]:
     return found
 
 
+def cluster_objects(pvcs: int, share_managers: int, pods: int, nodes: int = 20, bench_disks: bool = True,
+                    other_pods: int = 0) -> list[dict[str, Any]]:
+    """Every object the emulator serves: the synthetic cluster, and the benchmark's disks."""
+    found = list(objects.cluster(pvcs, share_managers, pods, nodes, other_pods))
+    return found + bench_objects() if bench_disks else found
+
+
 class BenchEmulator(k8s.KubernetesEmulator):
     served = 0  # API requests other than watches
     KEEP = 8  # recent requests kept: more than ever start at the same moment here
@@ -231,13 +238,10 @@ async def serve(args: argparse.Namespace) -> None:
         await site.start()
         control_port = control.addresses[0][1]
         count = 0
-        for obj in objects.cluster(args.pvcs, args.share_managers, args.pods, args.nodes, args.other_pods):
+        for obj in cluster_objects(args.pvcs, args.share_managers, args.pods, args.nodes, args.bench_disks,
+                                   args.other_pods):
             emulator.put(obj)
             count += 1
-        if args.bench_disks:
-            for obj in bench_objects():
-                emulator.put(obj)
-                count += 1
         if args.vmis:
             added, _ = add_kubevirt(emulator, args.vmis, args.nodes, args.share_managers, args.vmis_apart_every)
             count += added

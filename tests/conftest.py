@@ -89,3 +89,45 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("tls")
     certs.write(certs.generate(["localhost", "127.0.0.1"], days=2), out)
     return {"ca": out / "ca.crt", "cert": out / "tls.crt", "key": out / "tls.key"}
+
+
+class ReadOnly(Exception):
+    """Raised by a change to an object the caches share between readers."""
+
+
+class FrozenDict(dict):
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise ReadOnly("an object the caches share was changed")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+
+class FrozenList(list):
+    _refuse = FrozenDict._refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+
+def frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return FrozenDict((k, frozen(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return FrozenList(frozen(v) for v in value)
+    return value
+
+
+@pytest.fixture(autouse=True)
+def shared_objects_are_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test that reads the caches' shared objects (`Table.read`: the admission path and
+    the checks' view) gets them frozen: whatever changes one fails (the caches hand them to
+    every reader, so none may change them)."""
+    from webhook.cluster.cache import Table
+
+    read = Table.read
+
+    def read_frozen(self: Table, key: str) -> Any:
+        obj = read(self, key)
+        if obj is not None and not isinstance(obj, FrozenDict):
+            obj = self.shared[key] = frozen(obj)  # and so for the readers that look there first
+        return obj
+
+    monkeypatch.setattr(Table, "read", read_frozen)

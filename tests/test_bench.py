@@ -49,11 +49,12 @@ def test_without_wrk_the_bench_says_so():
 
 def test_a_tiny_run_reports_every_figure():
     done = bench("--load", "asyncio", "--duration", "0.3", "--rounds", "1", "--connections", "2",
-                 "--memory", "100,10,20")
+                 "--memory", "100,10,20", "--inprocess-rounds", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for line in ("full admission path (cache)", "bare aiohttp, stdlib json", "ratio full / bare",
-                 "API requests during the full-path runs: 0", "API-fallback path", "RSS ", "targets: "):
+                 "API requests during the full-path runs: 0", "API-fallback path", "RSS ", "targets: ",
+                 "in-process admission", "kube-scheduler's checks add"):
         assert line in out, out
     cached = next(line for line in out.splitlines() if line.startswith("cached: "))
     for held in ("100 persistentvolumeclaims", "100 persistentvolumes", "10 sharemanagers in longhorn-system"):

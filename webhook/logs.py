@@ -1,17 +1,45 @@
 """Logs as one JSON object per line, so admins can grep and ship them as they are."""
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
+import math
 import sys
+import time
+from typing import Any
 
 import orjson
+
+UTC = datetime.timezone.utc
+
+
+def timestamp(created: float) -> str:
+    """`created` (Unix time) as `datetime.fromtimestamp(created, utc).isoformat(timespec="milliseconds")`
+    writes it, e.g. 2026-01-01T00:00:00.123+00:00, with the date and time of day worked out
+    once per second: the admission log line asks on every VM start."""
+    fraction, whole = math.modf(created)
+    micros = round(fraction * 1e6)  # datetime rounds to the microsecond, half to even, as round() does
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    elif micros < 0:
+        whole, micros = whole - 1, micros + 1_000_000
+    global _last_second
+    second, text = _last_second  # one read: another thread may replace it meanwhile
+    if second != int(whole):
+        second = int(whole)
+        text = datetime.datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second = (second, text)
+    return f"{text}.{micros // 1000:03d}+00:00"
+
+
+_last_second: tuple[int | None, str] = (None, "")  # the last whole second formatted, and its text
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(timespec="milliseconds"),
+            "time": timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -24,28 +52,67 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-def line(msg: str, fields: dict, logger: logging.Logger) -> None:
-    """One info line straight to the handlers' streams: the per-admission log, without the
-    cost of a LogRecord (it runs on every VM start). Same shape as JsonFormatter's lines."""
+class JsonLines(logging.StreamHandler):
+    """JSON lines to a stream (stderr). The admission lines (`queue`) of one turn of the event
+    loop go out together at its end: one write for every admission answered in that turn,
+    not one each. Any other line, a flush, or a line queued outside a running loop writes
+    the queued ones first, so lines keep their order."""
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self.setFormatter(JsonFormatter())
+        self._queued: list[str] = []
+
+    def queue(self, text: str) -> None:
+        with self.lock:
+            self._queued.append(text)
+            first = len(self._queued) == 1
+        if first:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop: no turn to wait for
+                self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self._queued:
+                text = "".join(self._queued)
+                self._queued.clear()
+                self.stream.write(text)
+            if self.stream and hasattr(self.stream, "flush"):  # StreamHandler.flush, under the lock held
+                self.stream.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._queued:
+            self.flush()
+        super().emit(record)
+
+
+def line(msg: str, fields: dict, logger: logging.Logger, created: float | None = None) -> None:
+    """One info line, without the cost of a LogRecord (it runs on every VM start): queued on
+    JsonLines handlers, as a record to any other. The same line JsonFormatter writes for a
+    record of these fields (tests/test_logs.py)."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
-    entry = {"time": now, "level": "info", "logger": logger.name, "msg": msg, **fields}
-    text = orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
-    handlers = logging.getLogger().handlers
+    handlers = logging.root.handlers
     if not handlers:
         return
+    created = time.time() if created is None else created
+    text = None
     for handler in handlers:
-        stream = getattr(handler, "stream", None)
-        if stream is None or not isinstance(handler.formatter, JsonFormatter):
-            handler.handle(logger.makeRecord(logger.name, logging.INFO, "", 0, msg, (), None, extra={"fields": fields}))
+        if type(handler) is JsonLines and type(handler.formatter) is JsonFormatter:
+            if text is None:
+                entry = {"time": timestamp(created), "level": "info", "logger": logger.name, "msg": msg}
+                entry.update(fields)
+                text = orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
+            handler.queue(text)
         else:
-            stream.write(text)
+            record = logger.makeRecord(logger.name, logging.INFO, "", 0, msg, (), None, extra={"fields": fields})
+            record.created = created
+            handler.handle(record)
 
 
 def setup(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [JsonLines(sys.stderr)]
     root.setLevel(level.upper())

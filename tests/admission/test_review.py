@@ -1,14 +1,17 @@
 import base64
 import json
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kube import FIXTURES, review, vm_pod
 
 from webhook.admission.admit import Outcome, Rule
 from webhook.admission.review import (AdmissionRequest, AdmissionResponse, BadReview, build_response, clip,
-                                      parse_go_duration, parse_review)
+                                      parse_go_duration, parse_review, response_json)
 from webhook.rules.classify import Skip
-from webhook.rules.decide import PINNED, Decision
+from webhook.rules.decide import NOT_PINNED, PINNED, PREFERRED, Decision
 
 
 def test_fixture_review_parses_with_request_namespace():
@@ -82,3 +85,20 @@ def test_deadline_keeps_a_margin_of_at_most_a_quarter():
 
     assert Deadline.after(10, 1).remaining() == pytest.approx(9, abs=0.05)
     assert Deadline.after(1, 5).remaining() == pytest.approx(0.75, abs=0.05)
+
+
+NODE_NAMES = st.sampled_from(["node-a", "node-b"])
+DECISIONS = st.none() | st.builds(
+    Decision, st.sampled_from([PINNED, PREFERRED, NOT_PINNED]), node=st.none() | NODE_NAMES,
+    preferences=st.lists(st.tuples(NODE_NAMES, st.integers(1, 100)), max_size=2).map(tuple), reason=st.text(max_size=30))
+OUTCOMES = st.builds(
+    Outcome, st.sampled_from(list(Rule)), decision=DECISIONS, skipped=st.none() | st.sampled_from(list(Skip)),
+    patch=st.lists(st.fixed_dictionaries({"op": st.just("add"), "path": st.text(max_size=10),
+                                          "value": st.text(max_size=5) | st.integers(-2**63, 2**63 - 1)}), max_size=3).map(tuple),
+    warnings=st.lists(st.text(max_size=200), max_size=2).map(tuple))
+
+
+@settings(max_examples=500)
+@given(uid=st.text(max_size=20), outcome=OUTCOMES)
+def test_the_answer_the_server_sends_is_the_envelope_byte_for_byte(uid, outcome):
+    assert response_json(uid, outcome) == orjson.dumps(build_response(uid, outcome).envelope())

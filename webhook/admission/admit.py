@@ -7,7 +7,6 @@ business: `review` and `explain` call `admit` without an AdmissionReview round t
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
 import logging
 from typing import Any
@@ -23,6 +22,7 @@ from ..rules import apply, decide, patch
 from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
 from ..rules.decide import Decision
 from ..rules.facts import Fact, claims_of
+from ..rules.record import record
 from .review import AdmissionRequest
 
 log = logging.getLogger("webhook.mutate")
@@ -34,7 +34,7 @@ class Rule(enum.StrEnum):
     NONE = "none"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Outcome:
     """What the rules made of one pod: the decision and its patch, or why it was left alone."""
 
@@ -125,7 +125,7 @@ async def _obstacle(store: Store, settings: Settings, facts: list[Fact], pod: di
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
     ops = patch.patch_for(pod, decision, settings)
     try:
-        apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
+        apply.check(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..rules.patch import audit_annotations
+from ..rules.record import record
 
 if TYPE_CHECKING:
     from .admit import Outcome
@@ -29,7 +30,7 @@ class BadReview(ValueError):
     """The webhook request itself is malformed (not a problem of the pod or the cluster)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class AdmissionRequest:
     uid: str
     kind: str  # request.kind.kind, e.g. "Pod"
@@ -73,6 +74,24 @@ def build_response(uid: str, outcome: Outcome) -> AdmissionResponse:
     """The answer to one review: always allowed, with what the rules decided."""
     audit = audit_annotations(outcome.decision) if outcome.decision is not None else {}
     return AdmissionResponse(uid=uid, patch=outcome.patch, warnings=outcome.warnings, audit_annotations=audit)
+
+
+_HEAD = b'{"apiVersion":"%s","kind":"%s","response":{"uid":' % (API_VERSION.encode(), KIND.encode())
+
+
+def response_json(uid: str, outcome: Outcome) -> bytes:
+    """`build_response(uid, outcome).envelope()` as compact JSON, byte for byte (tested), written
+    piece by piece: the server sends it on every admission, and the patch is already encoded
+    once, in base64, rather than again as a string inside the envelope."""
+    parts = [_HEAD, orjson.dumps(uid), b',"allowed":true']
+    if outcome.patch:
+        parts += [b',"patchType":"JSONPatch","patch":"', base64.b64encode(orjson.dumps(outcome.patch)), b'"']
+    if outcome.warnings:
+        parts += [b',"warnings":', orjson.dumps([clip(w) for w in outcome.warnings])]
+    if outcome.decision is not None:
+        parts += [b',"auditAnnotations":', orjson.dumps(audit_annotations(outcome.decision))]
+    parts.append(b"}}")
+    return b"".join(parts)
 
 
 def clip(text: str, limit: int = MAX_WARNING) -> str:

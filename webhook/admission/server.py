@@ -21,10 +21,8 @@ log = logging.getLogger("webhook.server")
 
 # AdmissionReviews of large pods exceed aiohttp's 1 MiB default; take 8 MiB.
 MAX_BODY = 8 * 1024 * 1024
-STORE_KEY = web.AppKey("store", object)
-SETTINGS_KEY = web.AppKey("settings", Settings)
+ADMISSIONS_KEY = web.AppKey("admissions", object)
 STATE_KEY = web.AppKey("state", object)
-EVENTS_KEY = web.AppKey("events", object)
 
 
 class ServingState:
@@ -53,37 +51,59 @@ def request_timeout(request: web.Request, settings: Settings) -> float:
 
 
 async def handle_mutate(request: web.Request) -> web.Response:
-    settings: Settings = request.app[SETTINGS_KEY]
+    endpoint: Admissions = request.app[ADMISSIONS_KEY]
     started = time.monotonic()
-    deadline = Deadline.after(request_timeout(request, settings), settings.deadline_margin)
+    deadline = endpoint.deadline(request_timeout(request, endpoint.settings))
     if request.content_type != "application/json":
         return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
-    raw = await request.read()
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return bad_request(f"the body is not valid JSON: {exc}")
-    except RecursionError:
-        return bad_request("the body is nested too deeply")
-    try:
-        review = reviews.parse_review(body)
-    except reviews.BadReview as exc:
+        body = await endpoint.answer(await request.read(), deadline, started)
+    except BadRequest as exc:
         return bad_request(str(exc))
-    outcome = await admit(review, request.app[STORE_KEY], settings, deadline)
-    answer = reviews.build_response(review.uid, outcome)
-    response = web.Response(body=orjson.dumps(answer.envelope()), content_type="application/json")
+    response = web.Response(body=body, content_type="application/json")
     if request.app[STATE_KEY].draining:
         response.force_close()  # reconnect elsewhere: our endpoint is on its way out
-    try:  # bookkeeping must never turn an answer into a 500
-        events = request.app[EVENTS_KEY]
-        if events is not None and outcome.decision is not None and not review.dry_run:
-            events.emit(review.object, review.namespace, outcome.decision)
-        seconds = time.monotonic() - started
-        record(outcome, seconds)
-        log_admission(review, outcome, seconds)
-    except Exception:
-        log.exception("bookkeeping after admission %s failed", review.uid)
     return response
+
+
+class BadRequest(ValueError):
+    """The body is no AdmissionReview v1 (answered 400 with this message)."""
+
+
+class Admissions:
+    """The admission endpoint without HTTP: a review's bytes in, the answer's bytes out, with
+    the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
+    does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
+
+    def __init__(self, store: Store, settings: Settings, events: Any = None):
+        self.store, self.settings, self.events = store, settings, events
+
+    def deadline(self, timeout: float) -> Deadline:
+        return Deadline.after(timeout, self.settings.deadline_margin)
+
+    async def answer(self, raw: bytes, deadline: Deadline, started: float) -> bytes:
+        """The AdmissionReview answer as JSON; raises BadRequest when `raw` is not a review."""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"the body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise BadRequest("the body is nested too deeply") from None
+        try:
+            review = reviews.parse_review(body)
+        except reviews.BadReview as exc:
+            raise BadRequest(str(exc)) from None
+        outcome = await admit(review, self.store, self.settings, deadline)
+        answer = reviews.response_json(review.uid, outcome)
+        try:  # bookkeeping must never turn an answer into a 500
+            if self.events is not None and outcome.decision is not None and not review.dry_run:
+                self.events.emit(review.object, review.namespace, outcome.decision)
+            seconds = time.monotonic() - started
+            record(outcome, seconds)
+            log_admission(review, outcome, seconds)
+        except Exception:
+            log.exception("bookkeeping after admission %s failed", review.uid)
+        return answer
 
 
 def record(outcome: Outcome, seconds: float) -> None:
@@ -123,10 +143,8 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
 
 def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
-    app[STORE_KEY] = store
-    app[SETTINGS_KEY] = settings
+    app[ADMISSIONS_KEY] = Admissions(store, settings, events)
     app[STATE_KEY] = state or ServingState()
-    app[EVENTS_KEY] = events
     app.router.add_post("/mutate", handle_mutate)
     return app
 

@@ -2,8 +2,10 @@
 
 Each `Informer` applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
 `Table`. Objects are kept trimmed to the fields the rules read (`keep_fields`, built from
-kinds.py), stored as compact JSON (each read decodes a fresh dict, so a caller cannot corrupt
-the cache) and indexed by what the rules look up.
+kinds.py), stored as compact JSON and indexed by what the rules look up. `get` decodes a
+fresh dict (its caller may change it); the admission path reads through `peek` and the
+checks' view, which hand out one decoded object per stored version, shared and read-only,
+so that the objects every admission reads are decoded once, not once per admission.
 
 `WatchedClusterStore` answers the Store protocol from these caches and falls back to a
 direct GET (within the caller's timeout) before the caches have synced and on misses that
@@ -167,6 +169,9 @@ def not_finished(pod: dict[str, Any]) -> bool:
     return not kinds.finished(pod)
 
 
+NO_PODS = fit.Usage()  # what a node without pods takes: nothing (never changed)
+
+
 class NodeUsage:
     """What the pods bound to each node take (requests, slots, host ports), kept as pods come
     and go: a pod's share is worked out again from the object it was added as, so exactly
@@ -192,7 +197,8 @@ class NodeUsage:
                     del self.by_node[node]
 
     def of(self, node: str) -> fit.Usage:
-        return self.by_node.get(node) or fit.Usage()
+        """Read-only: the checks only read it (a node without pods gets the one empty Usage)."""
+        return self.by_node.get(node) or NO_PODS
 
 
 def _bound_node(pod: dict[str, Any]) -> str | None:
@@ -228,6 +234,11 @@ Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
 Watcher = Callable[[dict[str, Any] | None, dict[str, Any] | None], None]
 
 
+# Decoded objects a table keeps for `Table.read`: more than any admission reads, few enough
+# that memory stays that of the JSON (a decoded object takes several times its bytes).
+SHARED = 1024
+
+
 class Table:
     """Trimmed objects as compact JSON by key ("namespace/name", or the name), plus indexes.
 
@@ -235,7 +246,7 @@ class Table:
     one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
     """
 
-    __slots__ = ("objects", "indexes", "indexers", "watchers")
+    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared")
 
     def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
         self.indexers = indexers
@@ -243,10 +254,26 @@ class Table:
         self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
         self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
+        # The objects `read` handed out, by key, until they change (put, remove) or are the oldest of
+        # more than SHARED.
+        self.shared: dict[str, dict[str, Any]] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """A fresh copy: the caller may change it."""
         blob = self.objects.get(key)
         return None if blob is None else self.decode(key, blob)
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The object itself, shared with every other reader: read it, never change it."""
+        obj = self.shared.get(key)
+        if obj is None:
+            blob = self.objects.get(key)
+            if blob is None:
+                return None
+            if len(self.shared) >= SHARED:
+                del self.shared[next(iter(self.shared))]  # the oldest (dicts keep insertion order)
+            obj = self.shared[key] = self.decode(key, blob)
+        return obj
 
     @staticmethod
     def decode(key: str, blob: bytes) -> dict[str, Any]:
@@ -274,15 +301,21 @@ class Table:
         if self.indexers or self.watchers:
             self._reindex(key, self.decode(key, old) if old is not None else None, obj)
         self.objects[key] = blob
+        self.shared.pop(key, None)
 
     def remove(self, key: str) -> None:
         old = self.objects.pop(key, None)
+        self.shared.pop(key, None)
         if old is not None and (self.indexers or self.watchers):
             self._reindex(key, self.decode(key, old), None)
 
-    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+    def keys_of(self, index: str, value: Hashable) -> tuple[str, ...]:
         keys = self.indexes[index].get(value, ())
-        return [self.decode(key, self.objects[key]) for key in ((keys,) if isinstance(keys, str) else keys)]
+        return (keys,) if isinstance(keys, str) else keys
+
+    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+        """Fresh copies of the objects an index holds for `value`."""
+        return [self.decode(key, self.objects[key]) for key in self.keys_of(index, value)]
 
     def _reindex(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for watcher in self.watchers:
@@ -340,6 +373,7 @@ class Informer:
         self.authoritative = not self.labels if authoritative is None else authoritative
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
+        self.synced = False  # the event's state as a plain attribute: every look-up asks
         self.lists = 0  # completed lists (the first one, then relists)
         self.events = 0  # watch events applied
         self.last_sync: float | None = None  # wall-clock time of the last list or event
@@ -351,15 +385,16 @@ class Informer:
         scope = f" in {self.namespace}" if self.namespace else ""
         return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
 
-    @property
-    def synced(self) -> bool:
-        return self.synced_event.is_set()
-
     def covers(self, namespace: str | None) -> bool:
         return self.namespace is None or namespace == self.namespace
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """A fresh copy (see `Table.get`)."""
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
+
+    def read(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The shared, read-only object (see `Table.read`)."""
+        return self.table.read(f"{namespace}/{name}" if namespace and self.resource.namespaced else name)
 
     def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
         return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
@@ -401,6 +436,7 @@ class Informer:
             if not self.synced:
                 log.info("cache synced", extra={"fields": {
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
+            self.synced = True
             self.synced_event.set()
         elif kind is EventType.DELETED:
             key = self._key(event.object)
@@ -520,21 +556,30 @@ class WatchedClusterStore:
 
     # ----------------------------------------------------------------- reads
 
-    def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
-        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise."""
+    def peek(self, resource: Resource, namespace: str | None, name: str, *,
+             copy: bool = False) -> tuple[bool, dict[str, Any] | None]:
+        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
+        The object is shared with every other reader: read it, never change it; with `copy`, it
+        is a fresh copy of the caller's own (what `get` returns)."""
         answered = False  # a synced informer that holds everything this look-up could be about
-        for informer in self._by_kind.get(resource.kind, ()):
-            if informer.synced and informer.covers(namespace) and informer.resource == resource:
-                obj = informer.get(namespace, name)
-                if obj is not None:
-                    return True, obj
-                answered = answered or informer.authoritative
+        for informer in self._by_kind.get(resource.kind, ()):  # written out: every look-up comes here
+            if informer.resource is not resource and informer.resource != resource:
+                continue
+            if not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
+                continue
+            key = f"{namespace}/{name}" if namespace and resource.namespaced else name
+            table = informer.table
+            obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
+            if obj is not None:
+                return True, obj
+            answered = answered or informer.authoritative
         if answered and resource.kind not in MISS_FALLBACK:
             return True, None
         return False, None
 
     async def get(self, resource, namespace, name, *, timeout=None):
-        known, obj = self.peek(resource, namespace, name)
+        """A copy of the caller's own, from the caches when they can tell, else from the API."""
+        known, obj = self.peek(resource, namespace, name, copy=True)
         if known:
             return obj
         return await self._direct.get(resource, namespace, name, timeout=timeout)
@@ -603,26 +648,28 @@ def _anti_affinity(pod: dict[str, Any]) -> list[bool]:
 class CachedView:
     """The scheduler checks' view of the cluster, from the caches (rules/fit.py `View`).
 
-    Pods with required anti-affinity are read on every check; each is decoded once per
-    version and handed out as the same object while it is unchanged (read-only), so the
-    checks' parse of its terms is reused too."""
+    Objects are the caches' shared ones (`Table.read`): the checks only read them. Pods with
+    required anti-affinity are read on every check; each is decoded once per version and
+    handed out as the same object while it is unchanged, so the checks' parse of its terms
+    is reused too (kept apart from `Table.shared`, which may hold fewer than there are)."""
 
     def __init__(self, store: WatchedClusterStore):
         self._store = store
         self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
 
     def node(self, name):
-        return self._store.nodes.get(None, name)
+        return self._store.nodes.read(None, name)
 
     def nodes(self):
         table = self._store.nodes.table
-        return [table.decode(key, blob) for key, blob in list(table.objects.items())]
+        return [table.read(key) for key in list(table.objects)]
 
     def usage(self, node_name):
         return self._store.usage.of(node_name)
 
     def pods_on(self, node_name):
-        return self._store.pods.table.lookup("node", node_name)
+        table = self._store.pods.table
+        return [table.read(key) for key in table.keys_of("node", node_name)]
 
     def pods_with_required_anti_affinity(self):
         table = self._store.pods.table
@@ -641,7 +688,7 @@ class CachedView:
         return found
 
     def pvc(self, namespace, name):
-        return self._store.pvcs.get(namespace, name)
+        return self._store.pvcs.read(namespace, name)
 
     def pv(self, name):
-        return self._store.pvs.get(None, name)
+        return self._store.pvs.read(None, name)

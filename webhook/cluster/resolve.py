@@ -2,21 +2,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE, PV, PVC
+from ..kinds import NODE, PV, PVC, Resource
 from ..rules import fit, nodes
-from ..rules.facts import Fact, Lookup, disk_steps
+from ..rules.facts import Fact, Lookup, disk_fact
 from ..rules.keep import vm_pods
 from .store import Store, StoreError
 
 
-# Objects one admission has read, by (kind, namespace, name): the scheduler checks see the claims
-# and volumes the facts just read, even those the caches have not caught up with.
+# Objects one admission has read from the API, by (kind, namespace, name): the scheduler checks see
+# the claims and volumes the facts just read, even those the caches have not caught up with.
 Seen = dict[tuple[str, str | None, str], Any]
 
 
@@ -30,34 +30,38 @@ def unsure(fact: Fact) -> bool:
     return fact.node is None and fact.reason.startswith(f"disk {fact.subject}: ")
 
 
-def resolve_now(store: Store, steps: Generator[Lookup, Any, Fact], seen: Seen | None = None) -> Fact | None:
-    """Run the steps from the store's memory only; None as soon as a look-up would need the API."""
-    try:
-        lookup = next(steps)
-        while True:
-            known, obj = store.peek(*lookup)
-            if not known:
-                return None
-            if seen is not None:
-                seen[lookup[0].kind, lookup[1], lookup[2]] = obj
-            lookup = steps.send(obj)
-    except StopIteration as done:
-        return done.value
+def resolve_now(store: Store, settings: Settings, namespace: str, claim: str) -> Fact | None:
+    """The disk's fact from the store's memory only; None as soon as a look-up would need the API.
+
+    Nothing goes into `seen` from here: the checks' view reads the same memory, and nothing
+    can change it before they run (no await in between)."""
+    return disk_fact(settings, namespace, claim, store.peek)
 
 
-async def resolve_io(store: Store, steps: Generator[Lookup, Any, Fact], claim: str, deadline: Deadline,
+async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
                      seen: Seen | None = None) -> Fact:
-    """Run the steps through the store's reads, each within what is left of the deadline."""
+    """The disk's fact, reading what memory cannot tell through the store, each read within what
+    is left of the deadline. Each object is read once: the steps run again with what was read
+    so far until none is missing (at most once per look-up)."""
+    read_so_far: dict[Lookup, Any] = {}
+    missing: list[Lookup] = []
+
+    def peek(resource: Resource, namespace: str | None, name: str) -> tuple[bool, Any]:
+        lookup = (resource, namespace, name)
+        if lookup in read_so_far:
+            return True, read_so_far[lookup]
+        missing.append(lookup)
+        return False, None
+
     try:
         async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
-            lookup = next(steps)
-            while True:
-                obj = await store.get(*lookup, timeout=deadline.remaining())
+            while (fact := disk_fact(settings, namespace, claim, peek)) is None:
+                resource, ns, name = lookup = missing.pop()
+                obj = await store.get(resource, ns, name, timeout=deadline.remaining())
+                read_so_far[lookup] = obj
                 if seen is not None:
-                    seen[lookup[0].kind, lookup[1], lookup[2]] = obj
-                lookup = steps.send(obj)
-    except StopIteration as done:
-        return done.value
+                    seen[resource.kind, ns, name] = obj
+            return fact
     except StoreError as exc:
         return unresolved(claim, str(exc))
     except TimeoutError:
@@ -70,15 +74,14 @@ async def resolve_disks(
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
     through the API. Whatever is unfinished at the deadline is reported as such. What was
-    read goes into `seen` when given."""
-    facts: list[Fact | None] = [resolve_now(store, disk_steps(settings, namespace, c), seen) for c in claims]
+    read from the API goes into `seen` when given."""
+    facts: list[Fact | None] = [resolve_now(store, settings, namespace, c) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
     if len(missing) == 1:
         (i,) = missing
-        facts[i] = await resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i], deadline, seen)
+        facts[i] = await resolve_io(store, settings, namespace, claims[i], deadline, seen)
     elif missing:
-        tasks = {i: asyncio.ensure_future(resolve_io(store, disk_steps(settings, namespace, claims[i]), claims[i],
-                                                     deadline, seen))
+        tasks = {i: asyncio.ensure_future(resolve_io(store, settings, namespace, claims[i], deadline, seen))
                  for i in missing}
         done, pending = await asyncio.wait(tasks.values(), timeout=deadline.remaining())
         for task in pending:
@@ -149,11 +152,9 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     if why is not None or node is None:
         return why
     subject = "the VM" if needs_kubevirt else "the pod"
-    try:
-        async with asyncio.timeout(deadline.remaining()):
-            view = await store.fit_view(namespace, name, timeout=deadline.remaining())
-    except TimeoutError:
-        view = None
+    # No timer of our own here (this runs on every pin): the caches answer from memory, and a
+    # store that reads the API bounds its reads by `timeout` and answers None when time is up.
+    view = await store.fit_view(namespace, name, timeout=deadline.remaining())
     if view is None:
         return f"cannot tell whether node {name} fits {subject}: the pods of the cluster are not loaded yet"
     return fit.why_not_fit(pod, namespace, node, SeenFirst(view, seen) if seen else view, subject)

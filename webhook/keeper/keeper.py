@@ -16,7 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 

@@ -36,9 +36,13 @@ def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings
 
 def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Skip | None:
     """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
-    if not kinds.is_launcher(pod):
+    return _not_opted_in(kinds.labels(pod), kinds.annotations(pod), settings)
+
+
+def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Skip | None:
+    if labels.get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:  # kinds.is_launcher
         return Skip.NOT_LAUNCHER
-    if kinds.annotations(pod).get(settings.opt_in_annotation) != "true":
+    if annotations.get(settings.opt_in_annotation) != "true":
         return Skip.NOT_OPTED_IN
     return None
 
@@ -49,11 +53,12 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
     the source's share-manager would fight its anti-affinity and make migration impossible.
     """
-    if (why := opted_in_launcher(pod, settings)) is not None:
+    labels, annotations = kinds.labels(pod), kinds.annotations(pod)  # read once: every VM start asks
+    if (why := _not_opted_in(labels, annotations, settings)) is not None:
         return why
-    if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
+    if kinds.MIGRATION_JOB_LABEL in labels:
         return Skip.MIGRATION_TARGET
-    if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
+    if annotations.get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Skip.EPHEMERAL
     if kinds.spec(pod).get("nodeName"):
         return Skip.ALREADY_BOUND

@@ -1,12 +1,11 @@
 """Pin / prefer / skip from resolved facts: all known nodes equal → pin, differ → prefer each."""
 from __future__ import annotations
 
-import collections
-import dataclasses
 import enum
 from collections.abc import Sequence
 
 from .facts import Fact
+from .record import record
 
 PIN_WEIGHT = 100
 
@@ -20,7 +19,7 @@ class Placement(enum.StrEnum):
 PINNED, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.PREFERRED, Placement.NOT_PINNED
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Decision:
     outcome: Placement
     node: str | None = None  # the required node when pinned
@@ -46,25 +45,30 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
     `required` False (`--pin preferred`) the one node is only ever preferred.
     """
     what, pinned = subject
-    problems = tuple(f.reason for f in facts if f.node is None)
-    counts = collections.Counter(f.node for f in facts if f.node is not None)
     if not facts:
         return Decision(NOT_PINNED, reason=f"no {what}s to follow", warnings=(f"not pinned: no {what}s to follow",))
+    problems: list[str] = []
+    counts: dict[str, int] = {}  # disks (or consumers) per node, in the order first seen
+    for fact in facts:
+        if fact.node is None:
+            problems.append(fact.reason)
+        else:
+            counts[fact.node] = counts.get(fact.node, 0) + 1
     if not counts:
         reason = "; ".join(problems)
-        return Decision(NOT_PINNED, reason=reason, warnings=tuple(f"not pinned: {p}" for p in problems))
+        return Decision(NOT_PINNED, reason=reason, warnings=tuple([f"not pinned: {p}" for p in problems]))
     if len(counts) == 1:
         (node,) = counts
         if not required:
             reason = f"preferred {node} (pins are preferences only: --pin preferred)"
-            return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=problems)
+            return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=tuple(problems))
         if blocked is None:
             return Decision(
                 PINNED,
                 node=node,
                 preferences=((node, PIN_WEIGHT),),
                 reason=pinned.format(node=node, served=_served(facts)),
-                warnings=tuple(f"ignored: {p}" for p in problems),
+                warnings=tuple([f"ignored: {p}" for p in problems]),
             )
         reason = f"preferred {node}, not pinned: {blocked}"
         return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=(reason, *problems))
@@ -78,4 +82,4 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
 
 
 def _served(facts: Sequence[Fact]) -> str:
-    return ", ".join(f.subject for f in facts if f.node is not None)
+    return ", ".join([f.subject for f in facts if f.node is not None])

@@ -5,21 +5,22 @@ share-manager pod `share-manager-<volume>` is placed by kube-scheduler and Share
 `status.ownerID` follows its node only while `status.state == running`; otherwise ownerID
 is stale. Migratable RWX block volumes have no ShareManager at all (404 is normal).
 
-Pure: the functions take objects and say why; `disk_steps` names the objects it needs and
-is driven by `cluster/resolve.py`. A disk that fails any step contributes no node.
+Pure: the functions take objects and say why; `disk_fact` asks for the objects it needs, and
+`cluster/resolve.py` decides where they come from. A disk that fails any step contributes
+no node.
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Generator
+from collections.abc import Callable
 from typing import Any
 
 from .. import kinds
 from ..config import Settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, Resource
+from .record import record
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@record
 class Fact:
     """One thing a pod follows (a disk's share-manager, a consuming VM): its node, or why none."""
 
@@ -95,21 +96,35 @@ def share_manager_node(
 
 
 Lookup = tuple[Resource, "str | None", str]
+# Answers one look-up as a Store's `peek` does: (True, the object or None when it does not
+# exist), or (False, None) when it cannot tell.
+Peek = Callable[[Resource, "str | None", str], "tuple[bool, dict[str, Any] | None]"]
 
 
-def disk_steps(settings: Settings, namespace: str, claim: str) -> Generator[Lookup, Any, Fact]:
-    """The look-ups that resolve one disk, as a generator: it yields (resource, namespace, name)
-    and is sent the object (or None); it returns the Fact. Drivers decide where objects come
-    from: memory first (`resolve_now`), the API when memory cannot tell (`resolve_io`)."""
+def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fact | None:
+    """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager
+    pod, the ShareManager; None as soon as `peek` cannot tell (cluster/resolve.py then reads
+    that object elsewhere and asks again). A plain call: answered from memory, it costs no
+    more than the look-ups themselves."""
     if not kinds.valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
         return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
-    pvc = yield (PVC, namespace, claim)
+    known, pvc = peek(PVC, namespace, claim)
+    if not known:
+        return None
     pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
-    pv = (yield (PV, None, pv_name)) if pv_name else None
+    pv = None
+    if pv_name:
+        known, pv = peek(PV, None, pv_name)
+        if not known:
+            return None
     volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
     if volume is None:
         return Fact(claim, None, why)
-    pod = yield (POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
-    share_manager = yield (SHARE_MANAGER, settings.longhorn_namespace, volume)
+    known, pod = peek(POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
+    if not known:
+        return None
+    known, share_manager = peek(SHARE_MANAGER, settings.longhorn_namespace, volume)
+    if not known:
+        return None
     node, why = share_manager_node(volume, pod, share_manager)
     return Fact(claim, node, why, volume=volume)

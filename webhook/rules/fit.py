@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from .. import kinds
 from . import nodes as node_rules
-from .quantity import CPU, NANO, nanos, scheduler_value, show
+from .quantity import CPU, NANO, nanos_of, scheduler_value, show
 
 MILLI = 10**6  # nano-units per millicore
 
@@ -136,13 +136,10 @@ def _resource_list(value: Any, what: str) -> dict[str, int]:
             return {}
     if not isinstance(value, dict):
         raise Unreadable(f"{what} is not an object")
-    amounts = {}
-    for name, amount in value.items():
-        try:
-            amounts[name] = nanos(amount)
-        except ValueError:
-            raise Unreadable(f"{what} {name} {amount!r} is not a quantity") from None
-    return amounts
+    try:
+        return nanos_of(value)
+    except ValueError as error:
+        raise Unreadable(f"{what} {error} is not a quantity") from None
 
 
 def _container_requests(container: Any) -> dict[str, int]:
@@ -153,7 +150,8 @@ def _container_requests(container: Any) -> dict[str, int]:
     resources = container.get("resources")
     if not resources:
         return {}
-    resources = _mapping(resources, "resources")
+    if type(resources) is not dict:
+        resources = _mapping(resources, "resources")
     requests = _resource_list(resources.get("requests"), "request")
     limits = resources.get("limits")
     if limits:
@@ -281,10 +279,13 @@ def host_ports(pod: Any) -> tuple[HostPort, ...]:
     host_network = spec.get("hostNetwork") is True
     found: list[HostPort] = []
     containers = [c for c in _items(spec.get("initContainers"), "initContainers")
-                  if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+                  if isinstance(c, dict) and c.get("restartPolicy") == "Always"] if spec.get("initContainers") is not None else []
     containers += _items(spec.get("containers"), "containers")
     for container in containers:
-        for port in _items(_mapping(container, "container").get("ports"), "ports"):
+        ports = container.get("ports") if type(container) is dict else _mapping(container, "container").get("ports")
+        if ports is None:
+            continue  # most containers declare none
+        for port in _items(ports, "ports"):
             port = _mapping(port, "port")
             number = port.get("hostPort") or (port.get("containerPort") if host_network else None)
             if number is None:
@@ -662,15 +663,22 @@ def _never_raises(check: Check) -> Check:
     def guarded(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
         try:
             return check(demand, node, view, subject)
-        except (_CannotTell, Unreadable) as error:
-            return _cannot_tell(node, subject, str(error))
-        except Exception as error:  # a shape nobody foresaw: still an answer, never a crash
-            return _cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
-                                               f"the objects ({type(error).__name__})")
+        except Exception as error:
+            return _failed(check, node, subject, error)
 
     guarded.__name__ = check.__name__
     guarded.__doc__ = check.__doc__
+    guarded.unguarded = check  # type: ignore[attr-defined]  # why_not_fit guards the checks itself
     return guarded
+
+
+def _failed(check: Check, node: Any, subject: str, error: Exception) -> str:
+    """The answer of a check that raised: "cannot tell", saying why."""
+    if isinstance(error, (_CannotTell, Unreadable)):
+        return _cannot_tell(node, subject, str(error))
+    # A shape nobody foresaw: still an answer, never a crash.
+    return _cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
+                                       f"the objects ({type(error).__name__})")
 
 
 @_per_object
@@ -751,21 +759,47 @@ _VOLUME_ZONE_KEYS = {
 }
 
 
-def _outside_volume_zone(pv: Any, node_labels: Mapping[str, Any]) -> str | None:
-    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
-    without any zone or region label passes (single-zone clusters)."""
+@_per_object
+def _claim_state(claim: Any) -> tuple[bool, bool, Any]:
+    """(being deleted, lost its volume, spec.volumeName) of a claim, read once per object."""
+    return kinds.terminating(claim), kinds.status(claim).get("phase") == "Lost", kinds.spec(claim).get("volumeName")
+
+
+ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
+
+
+@_per_object
+def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
+    """Where a PV can be mounted, read once per object: its `spec.nodeAffinity.required` terms
+    (None without), and the zone and region labels VolumeZone compares (a label the scheduler
+    cannot parse is left out, as it ignores it); or why it cannot be read."""
+    try:
+        required = _mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
+        terms = None
+        if required is not None:
+            terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+    except Unreadable as error:
+        return str(error)
+    zones = []
     pv_labels = kinds.labels(pv)
-    if not pv_labels or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
-        return None
-    for key, ga_key in _VOLUME_ZONE_KEYS.items():
+    for key, ga_key in (_VOLUME_ZONE_KEYS.items() if pv_labels else ()):
         value = pv_labels.get(key)
         if not isinstance(value, str):
             continue
-        zones = {zone.strip() for zone in value.split("__")}
-        if "" in zones:
-            continue  # the scheduler ignores a label it cannot parse
+        listed = frozenset(zone.strip() for zone in value.split("__"))
+        if "" not in listed:
+            zones.append((key, ga_key, value, listed))
+    return terms, tuple(zones)
+
+
+def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str, Any]) -> str | None:
+    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
+    without any zone or region label passes (single-zone clusters)."""
+    if not zones or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
+        return None
+    for key, ga_key, value, listed in zones:
         have = node_labels[key] if key in node_labels else node_labels.get(ga_key)
-        if have not in zones:
+        if have not in listed:
             return f"{key}={value}"
     return None
 
@@ -780,39 +814,42 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
     pod_volumes = _items(_pod_spec(demand.pod).get("volumes"), "volumes")
     if not pod_volumes:
         return None
-    name = _node_name(node)
     labels_only = None
     for volume in pod_volumes:
-        source = _mapping(volume, "volume").get("persistentVolumeClaim")
+        if type(volume) is not dict:
+            volume = _mapping(volume, "volume")
+        source = volume.get("persistentVolumeClaim")
         if source is None:
             if volume.get("ephemeral") is not None:
                 raise _CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
             continue
-        claim_name = _mapping(source, "persistentVolumeClaim").get("claimName")
+        claim_name = (source if type(source) is dict else _mapping(source, "persistentVolumeClaim")).get("claimName")
         claim = view.pvc(demand.namespace, claim_name)
         if claim is None:
             raise _CannotTell(f"claim {claim_name} is not known")
-        if kinds.terminating(claim):
+        terminating, lost, pv_name = _claim_state(claim)
+        if terminating:
             return f"claim {claim_name} is being deleted"
-        if kinds.status(claim).get("phase") == "Lost":
+        if lost:
             return f"claim {claim_name} has lost its volume"
-        pv_name = kinds.spec(claim).get("volumeName")
         if not pv_name:
             raise _CannotTell(f"claim {claim_name} is not bound yet")
         pv = view.pv(pv_name)
         if pv is None:
             raise _CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
-        required = _mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
-        if required is not None:
-            terms = _items(_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+        placement = _volume_placement(pv)
+        if isinstance(placement, str):
+            raise Unreadable(placement)
+        terms, zones = placement
+        if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
             labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
             if not any(node_rules.term_matches(term, labels_only) for term in terms):
-                return f"node {name} is outside the node affinity of volume {pv_name} (claim {claim_name})"
-        zone = _outside_volume_zone(pv, _node_labels(node))
+                return f"node {_node_name(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
+        zone = _outside_volume_zone(zones, _node_labels(node)) if zones else None
         if zone:
-            return f"node {name} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
+            return f"node {_node_name(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     return None
 
 
@@ -974,8 +1011,11 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return _cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return _cannot_tell(node, subject, "the node is not an object")
-    for check in CHECKS:
-        reason = check(demand, node, view, subject)
+    for check in CHECKS:  # guarded here as `_never_raises` guards each: one call less per check
+        try:
+            reason = check.unguarded(demand, node, view, subject)  # type: ignore[attr-defined]
+        except Exception as error:
+            return _failed(check, node, subject, error)
         if reason is not None:
             return reason
     return None

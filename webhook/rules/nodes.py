@@ -38,7 +38,9 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mapping[str, Any] | None:
     """The first NoSchedule/NoExecute taint of the node that no toleration tolerates."""
-    taints = (node.get("spec") or {}).get("taints") or []
+    taints = (node.get("spec") or {}).get("taints")
+    if not taints:
+        return None
     usable = [t for t in tolerations if isinstance(t, dict)]
     for taint in taints:
         if not isinstance(taint, dict) or taint.get("effect") not in BLOCKING_EFFECTS:
@@ -72,13 +74,16 @@ def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> b
 
 def term_matches(term: Any, node: Mapping[str, Any]) -> bool:
     """A NodeSelectorTerm: every requirement must hold; an empty term matches nothing."""
+    return _term_matches(term, _labels(node), node)
+
+
+def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     if not isinstance(term, dict):
         return False
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not expressions and not fields:
         return False
-    labels = _labels(node)
     name = (node.get("metadata") or {}).get("name")
     for requirement in expressions:
         if not isinstance(requirement, dict) or not _requirement_matches(requirement, labels.get(requirement.get("key"))):
@@ -96,8 +101,10 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     spec = pod.get("spec") or {}
     labels = _labels(node)
     selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and any(labels.get(k) != v for k, v in selector.items()):
-        return False
+    if isinstance(selector, dict):
+        for key, value in selector.items():  # loops, not any(...): this runs on every pin
+            if labels.get(key) != value:
+                return False
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if not isinstance(required, dict):
@@ -105,7 +112,10 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     terms = required.get("nodeSelectorTerms")
     if not isinstance(terms, list) or not terms:
         return True
-    return any(term_matches(term, node) for term in terms)
+    for term in terms:
+        if _term_matches(term, labels, node):
+            return True
+    return False
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ Ignore: missing parents are added whole, never a child under a missing parent.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from .. import kinds
@@ -23,6 +24,12 @@ PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 def escape(key: str) -> str:
     """JSON pointer escaping (RFC 6901): '~' → '~0', '/' → '~1'."""
     return key.replace("~", "~0").replace("/", "~1")
+
+
+@functools.lru_cache(maxsize=256)
+def _annotation_path(key: str) -> str:
+    """Where an annotation goes; our own three keys, asked for on every admission, are kept."""
+    return f"/metadata/annotations/{escape(key)}"
 
 
 def node_requirement(node: str) -> dict[str, Any]:
@@ -109,7 +116,7 @@ def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dic
     if current is None:
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
     return [
-        {"op": "add", "path": f"/metadata/annotations/{escape(key)}", "value": value}
+        {"op": "add", "path": _annotation_path(key), "value": value}
         for key, value in annotations.items()
         if current.get(key) != value
     ]
@@ -127,17 +134,27 @@ def _clip(text: str, limit: int = MAX_REASON) -> str:
 def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
     """decision / node / reason: always all three, so a re-review never leaves a stale one."""
     recorded = audit_annotations(decision)
+    decision_key, node_key, reason_key = _decision_keys(settings.decision_prefix)
     return {
-        settings.decision_annotation: recorded[kinds.DECISION],
-        settings.node_annotation: recorded[kinds.NODE_KEY],
-        settings.reason_annotation: recorded[kinds.REASON],
+        decision_key: recorded[kinds.DECISION],
+        node_key: recorded[kinds.NODE_KEY],
+        reason_key: recorded[kinds.REASON],
     }
+
+
+@functools.lru_cache(maxsize=16)
+def _decision_keys(prefix: str) -> tuple[str, str, str]:
+    """Settings.decision_annotation, node_annotation and reason_annotation, worked out once."""
+    return f"{prefix}{kinds.DECISION}", f"{prefix}{kinds.NODE_KEY}", f"{prefix}{kinds.REASON}"
 
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
     """The same, for the audit log (the apiserver prefixes the keys with the webhook's name)."""
-    node = decision.node if decision.outcome == PINNED else ",".join(decision.nodes)
-    return {kinds.DECISION: decision.outcome, kinds.NODE_KEY: _clip(node or ""), kinds.REASON: _clip(decision.reason)}
+    node = (decision.node if decision.outcome == PINNED else ",".join([n for n, _ in decision.preferences])) or ""
+    reason = decision.reason
+    return {kinds.DECISION: decision.outcome,
+            kinds.NODE_KEY: node if len(node) <= MAX_REASON else _clip(node),
+            kinds.REASON: reason if len(reason) <= MAX_REASON else _clip(reason)}
 
 
 def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:

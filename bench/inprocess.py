@@ -1,0 +1,136 @@
+"""The admission's own CPU, in one process, without HTTP or TLS.
+
+What `serve` does for one review once aiohttp has read its body (`server.Admissions.answer`:
+parse, look-ups, never-strand checks, decision, patch, patch check, envelope, metrics, the
+JSON log line written to a line-buffered file as stderr would be), on the event loop `serve`
+runs on. The store is a `WatchedClusterStore` holding what the benchmark's emulator serves,
+delivered through its informers as list events, the way the reflectors deliver them; it has
+no API client, so an admission that missed the caches could not pin.
+
+`python -m bench.inprocess` prints the figures on their own; `python -m bench` prints them
+beside the HTTP figures.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from webhook import logs
+from webhook.admission import server
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.reflector import Event, EventType
+from webhook.config import Settings
+from webhook.rules import fit
+
+from . import emulator, objects
+
+
+def filled_store(settings: Settings, pvcs: int, share_managers: int, pods: int) -> WatchedClusterStore:
+    """The caches of `serve` against the admission benchmark's emulator, synced."""
+    store = WatchedClusterStore(None, settings)
+    by_kind: dict[str, list[Any]] = {}
+    for informer in store.informers:
+        by_kind.setdefault(informer.resource.kind, []).append(informer)
+    for obj in emulator.cluster_objects(pvcs, share_managers, pods):
+        for informer in by_kind.get(obj["kind"], ()):
+            informer.apply(Event(EventType.LISTED, obj))
+    for informer in store.informers:
+        informer.apply(Event(EventType.SYNCED, seconds=0.0))
+    return store
+
+
+@contextlib.contextmanager
+def logging_to(path: Path) -> Iterator[logging.Handler]:
+    """The log setup of `serve`, writing to a line-buffered file (stderr is line-buffered)."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    with path.open("w", buffering=1, encoding="utf-8") as stream:
+        logs.setup("info")
+        handler = root.handlers[0]
+        handler.setStream(stream)
+        try:
+            yield handler
+        finally:
+            handler.flush()
+            root.handlers[:], _ = saved
+            root.setLevel(saved[1])
+
+
+def review_bytes() -> bytes:
+    """The review the HTTP benchmark sends: the example VM pod with the two benchmark disks."""
+    return json.dumps(objects.two_disk_review(emulator.BENCH_NS, emulator.BENCH_CLAIMS)).encode()
+
+
+async def cpu_per_admission(endpoint: server.Admissions, raw: bytes, count: int, log: logging.Handler) -> float:
+    """CPU time per admission (µs) over `count` admissions. Each one's log line is written
+    before the next admission, as when every request has a turn of the event loop to itself
+    (`serve` writes the lines of one turn together)."""
+    began = time.process_time()
+    for _ in range(count):
+        await endpoint.answer(raw, endpoint.deadline(10.0), time.monotonic())
+        log.flush()
+    return (time.process_time() - began) * 1e6 / count
+
+
+async def pinned(endpoint: server.Admissions, raw: bytes) -> None:
+    answer = json.loads(await endpoint.answer(raw, endpoint.deadline(10.0), time.monotonic()))
+    if "patch" not in answer["response"]:
+        raise SystemExit(f"the in-process admission did not pin: {answer}")
+
+
+def passes(*args: Any, **kwargs: Any) -> None:
+    """kube-scheduler's checks as if every node fitted: the admission without them."""
+    return None
+
+
+def measure(count: int = 1000, rounds: int = 15, pvcs: int = 100, share_managers: int = 50,
+            pods: int = 50) -> dict[str, float]:
+    """µs of CPU per admission: the whole path, and the same without kube-scheduler's checks.
+
+    The two are measured in alternating rounds and the medians are reported: other work on
+    the machine only ever adds time, in bursts, to some rounds of either."""
+    settings = Settings()
+    store = filled_store(settings, pvcs, share_managers, pods)
+    endpoint = server.Admissions(store, settings)
+    raw = review_bytes()
+    whole, unchecked = [], []
+    with tempfile.TemporaryDirectory(prefix="colocate-inprocess-") as tmp, logging_to(Path(tmp) / "serve.log") as log:
+        with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
+            runner.run(pinned(endpoint, raw))
+            runner.run(cpu_per_admission(endpoint, raw, count, log))  # warm up the caches and the interpreter
+            for _ in range(rounds):
+                whole.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
+                with mock.patch.object(fit, "why_not_fit", passes):
+                    unchecked.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
+    figures = {"admission_us": statistics.median(whole), "without_checks_us": statistics.median(unchecked)}
+    figures["checks_us"] = figures["admission_us"] - figures["without_checks_us"]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=1000, help="admissions per round (default 1000)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of each; medians are printed (default 15)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON (for `python -m bench`)")
+    args = parser.parse_args()
+    figures = measure(args.count, args.rounds)
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(f"in-process admission: {figures['admission_us']:.1f} µs CPU; without kube-scheduler's checks "
+          f"{figures['without_checks_us']:.1f} µs (the checks add {figures['checks_us']:.1f} µs)")
+
+
+if __name__ == "__main__":
+    main()
