@@ -95,3 +95,15 @@ async def test_the_admission_lines_of_one_loop_turn_go_out_in_one_write_and_in_o
     logs.line("admission", {**FIELDS, "uid": "d"}, logger)
     handler.flush()  # and at exit (logging.shutdown flushes every handler)
     assert orjson.loads(stream.getvalue().splitlines()[-1])["uid"] == "d"
+
+
+def test_a_key_that_is_no_string_is_written_as_the_formatter_writes_it(monkeypatch):
+    stream = io.StringIO()
+    handler = logs.JsonLines(stream)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
+    logger = logging.getLogger("webhook.server")
+    fields = {**FIELDS, "disks": {1: "node-a"}}
+    logs.line("admission", fields, logger, created=1767225600.1236)
+    record = logger.makeRecord(logger.name, logging.INFO, "", 0, "admission", (), None, extra={"fields": fields})
+    record.created = 1767225600.1236
+    assert stream.getvalue() == handler.format(record) + "\n" and '"disks":{"1":"node-a"}' in stream.getvalue()

@@ -26,14 +26,14 @@ def timestamp(created: float) -> str:
         whole, micros = whole - 1, micros + 1_000_000
     global _last_second
     second, text = _last_second  # one read: another thread may replace it meanwhile
-    if second != int(whole):
-        second = int(whole)
-        text = datetime.datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _last_second = (second, text)
-    return f"{text}.{micros // 1000:03d}+00:00"
+    if second != whole:
+        text = datetime.datetime.fromtimestamp(int(whole), UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second = (whole, text)
+    return text + _MILLIS[micros // 1000]
 
 
-_last_second: tuple[int | None, str] = (None, "")  # the last whole second formatted, and its text
+_last_second: tuple[float | None, str] = (None, "")  # the last whole second formatted, and its text
+_MILLIS = [f".{ms:03d}+00:00" for ms in range(1000)]  # each millisecond's end of the text
 
 
 class JsonFormatter(logging.Formatter):
@@ -88,6 +88,15 @@ class JsonLines(logging.StreamHandler):
         super().emit(record)
 
 
+def _dumps_line(entry: dict) -> str:
+    """JsonFormatter's JSON, and a newline. Keys that are all strings (always, in the admission
+    line) need no OPT_NON_STR_KEYS, which would take orjson's slower path: same bytes."""
+    try:
+        return orjson.dumps(entry, default=str, option=orjson.OPT_APPEND_NEWLINE).decode()
+    except TypeError:  # a key that is no string
+        return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
+
+
 def line(msg: str, fields: dict, logger: logging.Logger, created: float | None = None) -> None:
     """One info line, without the cost of a LogRecord (it runs on every VM start): queued on
     JsonLines handlers, as a record to any other. The same line JsonFormatter writes for a
@@ -104,7 +113,7 @@ def line(msg: str, fields: dict, logger: logging.Logger, created: float | None =
             if text is None:
                 entry = {"time": timestamp(created), "level": "info", "logger": logger.name, "msg": msg}
                 entry.update(fields)
-                text = orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE).decode()
+                text = _dumps_line(entry)
             handler.queue(text)
         else:
             record = logger.makeRecord(logger.name, logging.INFO, "", 0, msg, (), None, extra={"fields": fields})

@@ -640,3 +640,31 @@ def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objec
     view = view_of(*objects, nodes=nodes)
     node = on(view, node_name)
     assert fit.why_not_fit(fit.for_checks(pod), NS, node, view) == fit.why_not_fit(pod, NS, node, view)
+
+
+@pytest.mark.parametrize("change", [
+    lambda pod: pod["spec"]["containers"][0]["resources"]["requests"].update(cpu="2"),
+    lambda pod: pod["spec"]["containers"][0]["resources"]["limits"].update({"ephemeral-storage": "1Gi"}),
+    lambda pod: pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "1"}}}),
+    lambda pod: pod["spec"].update(initContainers=[{"name": "i", "restartPolicy": "Always",
+                                                    "resources": {"requests": {"cpu": "3"}}}]),
+    lambda pod: pod["spec"].update(overhead={"cpu": "250m"}),
+    lambda pod: pod["spec"].update(resources={"requests": {"cpu": "4"}}),
+    lambda pod: pod["spec"]["containers"][0].pop("resources"),
+], ids=["request", "limit", "container", "sidecar", "overhead", "pod-level", "no-resources"])
+def test_what_a_pod_requests_is_kept_by_its_resources_alone(change):
+    first, renamed = vm(), vm()
+    renamed["metadata"]["name"] = "other"
+    renamed["spec"]["containers"][0]["args"] = ["--name", "other"]
+    assert fit.Demand.of(renamed, NS).requests == fit.Demand.of(first, NS).requests == fit.pod_requests(first)
+    changed = vm()
+    change(changed)
+    assert fit.Demand.of(changed, NS).requests == fit.pod_requests(changed) != fit.pod_requests(first)
+
+
+@pytest.mark.parametrize("containers", [{"compute": {}}, ["compute"], [None], "compute"])
+def test_containers_of_unexpected_shape_are_still_unreadable(containers):
+    pod = vm()
+    pod["spec"]["containers"] = containers
+    with pytest.raises(fit.Unreadable):
+        fit.Demand.of(pod, NS)

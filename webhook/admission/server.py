@@ -15,7 +15,7 @@ from ..cluster.store import Store
 from ..config import Settings
 from ..deadline import Deadline
 from . import review as reviews
-from .admit import Outcome, admit, pod_name
+from .admit import Outcome, admit
 
 log = logging.getLogger("webhook.server")
 
@@ -120,18 +120,27 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
     pod = review.object if isinstance(review.object, dict) else {}
     decision = outcome.decision
+    metadata = kinds.meta(pod)  # read once for both names (pod_name and kinds.vm_name, written out)
+    name = metadata.get("name") or metadata.get("generateName")
+    labels = metadata.get("labels")
+    vm = None
+    if isinstance(labels, dict):
+        for key in kinds.VM_NAME_LABELS:
+            if isinstance(labels.get(key), str):
+                vm = labels[key]
+                break
     logs.line(
         "admission",
         {
             "uid": review.uid,
             "namespace": review.namespace,
-            "pod": pod_name(pod),
-            "vm": kinds.vm_name(pod),
+            "pod": name if isinstance(name, str) else "?",
+            "vm": vm,
             "rule": outcome.rule,
             "disks": {f.subject: f.node for f in outcome.facts},
             "decision": decision.outcome if decision else "untouched",
             "node": decision.node if decision else None,
-            "nodes": decision.nodes if decision else [],
+            "nodes": [node for node, _ in decision.preferences] if decision else [],  # decision.nodes
             "reason": decision.reason if decision else outcome.skipped,
             "detail": outcome.detail,
             "dry_run": review.dry_run,

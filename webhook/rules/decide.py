@@ -65,10 +65,10 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
         if blocked is None:
             return Decision(
                 PINNED,
-                node=node,
-                preferences=((node, PIN_WEIGHT),),
-                reason=pinned.format(node=node, served=_served(facts)),
-                warnings=tuple([f"ignored: {p}" for p in problems]),
+                node,
+                ((node, PIN_WEIGHT),),
+                pinned.format(node=node, served=_served(facts)),
+                tuple([f"ignored: {p}" for p in problems]) if problems else (),
             )
         reason = f"preferred {node}, not pinned: {blocked}"
         return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=(reason, *problems))

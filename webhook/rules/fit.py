@@ -20,6 +20,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+import orjson
+
 from .. import kinds
 from . import nodes as node_rules
 from .quantity import CPU, NANO, nanos_of, scheduler_value, show
@@ -264,8 +266,50 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
     Raises Unreadable (a ValueError) on objects of unexpected shape."""
     if not isinstance(pod, dict):
         raise Unreadable("the pod is not an object")
-    return {name: -(-amount // (MILLI if name == CPU else NANO)) for name, amount in _nano_requests(pod, running=running).items()
-            if type(name) is str and counted(name)}
+    found = {}
+    for name, amount in _nano_requests(pod, running=running).items():
+        unit = _UNITS.get(name) if type(name) is str else 0
+        if unit is None:
+            unit = (MILLI if name == CPU else NANO) if counted(name) else 0
+            if len(_UNITS) < 1024:
+                _UNITS[name] = unit
+        if unit:
+            found[name] = -(-amount // unit)
+    return found
+
+
+# What a pod requests depends on its containers' resources alone, and pods of VMs of one size
+# have the same: worked out once per distinct set (read-only, as Demand.requests is).
+_REQUESTS: dict[bytes, Mapping[str, int]] = {}
+
+
+def _requests_by_resources(pod: Any) -> Mapping[str, int]:
+    """`pod_requests(pod)` for a pod being admitted, kept by what it reads: each container's
+    resources (and an init container's restartPolicy), the pod's resources and overhead, as
+    JSON (pods are read from JSON, so no two different values write the same text)."""
+    spec = pod.get("spec") if type(pod) is dict else None
+    if type(spec) is dict:
+        containers, init = spec.get("containers"), spec.get("initContainers")
+        if type(containers) is list and (init is None or type(init) is list):
+            try:
+                key = orjson.dumps((
+                    [c.get("resources") for c in containers],
+                    [(c.get("resources"), c.get("restartPolicy")) for c in init or ()],
+                    spec.get("resources"), spec.get("overhead")))
+            except (AttributeError, orjson.JSONEncodeError):  # an item that is no object, a value JSON cannot hold
+                return pod_requests(pod)
+            found = _REQUESTS.get(key)
+            if found is None:
+                found = pod_requests(pod)
+                if len(_REQUESTS) < 1024:
+                    _REQUESTS[key] = found
+            return found
+    return pod_requests(pod)  # a shape to read the long way (which says what is wrong with it)
+
+
+# Per resource name: its scheduler unit in nano-units, 0 when NodeResourcesFit ignores it. A
+# cluster has few resource names, and every pod asks for each of its own.
+_UNITS: dict[str, int] = {}
 
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, port)
@@ -634,7 +678,7 @@ class Demand:
                 pod=pod,
                 namespace=namespace,
                 labels=kinds.labels(pod),
-                requests=pod_requests(pod),
+                requests=_requests_by_resources(pod),
                 host_ports=host_ports(pod),
                 affinity=_terms(pod, namespace, "podAffinity", incoming=True) if with_pod_affinity else [],
                 anti_affinity=_terms(pod, namespace, "podAntiAffinity", incoming=True) if with_pod_affinity else [],

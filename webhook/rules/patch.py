@@ -45,10 +45,6 @@ def _dict(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _empty_term(term: dict[str, Any]) -> bool:
-    return not term.get("matchExpressions") and not term.get("matchFields")
-
-
 def affinity_ops(
     spec: dict[str, Any], required: str | None, preferences: tuple[tuple[str, int], ...], base: str = "/spec"
 ) -> list[dict[str, Any]]:
@@ -57,26 +53,23 @@ def affinity_ops(
     wanted_preferred = [preferred_term(node, weight) for node, weight in preferences]
     if not wanted_required and not wanted_preferred:
         return []
-
-    def node_affinity_value() -> dict[str, Any]:
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    if not isinstance(node_affinity, dict):
         value: dict[str, Any] = {}
         if wanted_required:
             value[REQUIRED] = {"nodeSelectorTerms": [{"matchFields": [wanted_required]}]}
         if wanted_preferred:
             value[PREFERRED] = wanted_preferred
-        return value
-
-    affinity = _dict(spec.get("affinity"))
-    if affinity is None:
-        return [{"op": "add", "path": f"{base}/affinity", "value": {"nodeAffinity": node_affinity_value()}}]
-    node_affinity = _dict(affinity.get("nodeAffinity"))
+        if not isinstance(affinity, dict):
+            return [{"op": "add", "path": f"{base}/affinity", "value": {"nodeAffinity": value}}]
+        return [{"op": "add", "path": f"{base}/affinity/nodeAffinity", "value": value}]
     path = f"{base}/affinity/nodeAffinity"
-    if node_affinity is None:
-        return [{"op": "add", "path": path, "value": node_affinity_value()}]
 
     ops: list[dict[str, Any]] = []
     if wanted_required:
-        selector = _dict(node_affinity.get(REQUIRED))
+        selector = node_affinity.get(REQUIRED)
+        selector = selector if isinstance(selector, dict) else None
         terms = selector.get("nodeSelectorTerms") if selector else None
         if not isinstance(terms, list) or not terms:
             value = {"nodeSelectorTerms": [{"matchFields": [wanted_required]}]}
@@ -86,7 +79,7 @@ def affinity_ops(
                 ops.append({"op": "add", "path": f"{path}/{REQUIRED}", "value": value})
         else:
             for i, term in enumerate(terms):
-                if not isinstance(term, dict) or _empty_term(term):
+                if not isinstance(term, dict) or not (term.get("matchExpressions") or term.get("matchFields")):
                     continue  # an empty term matches nothing; filling it would widen placement
                 fields = term.get("matchFields")
                 term_path = f"{path}/{REQUIRED}/nodeSelectorTerms/{i}/matchFields"
@@ -109,17 +102,17 @@ def affinity_ops(
 
 def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
     """Set annotations, adding only what differs (add replaces an existing member)."""
-    metadata = _dict(obj.get("metadata"))
-    if metadata is None:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
         return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(annotations)}}]
-    current = _dict(metadata.get("annotations"))
-    if current is None:
+    current = metadata.get("annotations")
+    if not isinstance(current, dict):
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
-    return [
-        {"op": "add", "path": _annotation_path(key), "value": value}
-        for key, value in annotations.items()
-        if current.get(key) != value
-    ]
+    ops = []
+    for key, value in annotations.items():
+        if current.get(key) != value:
+            ops.append({"op": "add", "path": _annotation_path(key), "value": value})
+    return ops
 
 
 # The apiserver caps all annotations of an object at 256 KiB; a reason naming many disks must not
@@ -159,12 +152,12 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
 
 def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
     """The whole patch for one pod: affinity first, then the recorded decision."""
-    spec = _dict(obj.get("spec"))
-    ops: list[dict[str, Any]] = []
-    if spec is not None:
-        required = decision.node if decision.outcome == PINNED else None
-        ops += affinity_ops(spec, required, decision.preferences)
-    return ops + annotation_ops(obj, decision_annotations(decision, settings))
+    spec = obj.get("spec")
+    annotations = annotation_ops(obj, decision_annotations(decision, settings))
+    if not isinstance(spec, dict):
+        return annotations
+    required = decision.node if decision.outcome == PINNED else None
+    return affinity_ops(spec, required, decision.preferences) + annotations
 
 
 def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
