@@ -270,8 +270,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4, help="concurrent keep-alive connections (default 4)")
     parser.add_argument("--load", choices=["auto", "wrk", "asyncio"], default="auto",
                         help="load generator: wrk when installed (auto), or the asyncio client")
-    parser.add_argument("--inprocess-rounds", type=int, default=15,
-                        help="rounds of 1000 admissions for the in-process figure (default 15)")
+    parser.add_argument("--inprocess-rounds", type=int, default=21,
+                        help="rounds of 1000 admissions for the in-process figure (default 21)")
     parser.add_argument("--pvcs", type=int, default=100, help="background claims in the admission emulator")
     parser.add_argument("--share-managers", type=int, default=50)
     parser.add_argument("--pods", type=int, default=50)

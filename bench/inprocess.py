@@ -93,12 +93,13 @@ def passes(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def measure(count: int = 1000, rounds: int = 15, pvcs: int = 100, share_managers: int = 50,
+def measure(count: int = 1000, rounds: int = 21, pvcs: int = 100, share_managers: int = 50,
             pods: int = 50) -> dict[str, float]:
     """µs of CPU per admission: the whole path, and the same without kube-scheduler's checks.
 
-    The two are measured in alternating rounds and the medians are reported: other work on
-    the machine only ever adds time, in bursts, to some rounds of either."""
+    The two are measured in pairs of rounds, in turn first, and medians are reported (of each,
+    and of the difference within each pair): other work on the machine only ever adds time,
+    in bursts, to some rounds of either."""
     settings = Settings()
     store = filled_store(settings, pvcs, share_managers, pods)
     endpoint = server.Admissions(store, settings)
@@ -108,20 +109,27 @@ def measure(count: int = 1000, rounds: int = 15, pvcs: int = 100, share_managers
         with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
             runner.run(pinned(endpoint, raw))
             runner.run(cpu_per_admission(endpoint, raw, count, log))  # warm up the caches and the interpreter
-            for _ in range(rounds):
-                whole.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
+
+            def without_checks() -> float:
                 with mock.patch.object(fit, "why_not_fit", passes):
-                    unchecked.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
-    figures = {"admission_us": statistics.median(whole), "without_checks_us": statistics.median(unchecked)}
-    figures["checks_us"] = figures["admission_us"] - figures["without_checks_us"]
-    return figures
+                    return runner.run(cpu_per_admission(endpoint, raw, count, log))
+
+            for i in range(rounds):
+                if i % 2:
+                    unchecked.append(without_checks())
+                    whole.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
+                else:
+                    whole.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
+                    unchecked.append(without_checks())
+    return {"admission_us": statistics.median(whole), "without_checks_us": statistics.median(unchecked),
+            "checks_us": statistics.median(w - u for w, u in zip(whole, unchecked))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.inprocess", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=1000, help="admissions per round (default 1000)")
-    parser.add_argument("--rounds", type=int, default=15, help="rounds of each; medians are printed (default 15)")
+    parser.add_argument("--rounds", type=int, default=21, help="rounds of each; medians are printed (default 21)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON (for `python -m bench`)")
     args = parser.parse_args()
     figures = measure(args.count, args.rounds)

@@ -79,8 +79,10 @@ class JsonLines(logging.StreamHandler):
                 text = "".join(self._queued)
                 self._queued.clear()
                 self.stream.write(text)
-            if self.stream and hasattr(self.stream, "flush"):  # StreamHandler.flush, under the lock held
-                self.stream.flush()
+            stream = self.stream
+            # StreamHandler.flush, under the lock held; a line-buffered stream (stderr) has written it all.
+            if stream and not getattr(stream, "line_buffering", False) and hasattr(stream, "flush"):
+                stream.flush()
 
     def emit(self, record: logging.LogRecord) -> None:
         if self._queued:

@@ -651,15 +651,21 @@ def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objec
     lambda pod: pod["spec"].update(overhead={"cpu": "250m"}),
     lambda pod: pod["spec"].update(resources={"requests": {"cpu": "4"}}),
     lambda pod: pod["spec"]["containers"][0].pop("resources"),
-], ids=["request", "limit", "container", "sidecar", "overhead", "pod-level", "no-resources"])
-def test_what_a_pod_requests_is_kept_by_its_resources_alone(change):
+    lambda pod: pod["spec"]["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 8080}]),
+    lambda pod: pod["spec"].update(hostNetwork=True) or pod["spec"]["containers"][0].update(ports=[{"containerPort": 80}]),
+], ids=["request", "limit", "container", "sidecar", "overhead", "pod-level", "no-resources", "host-port", "host-network"])
+def test_what_a_pod_requests_and_its_host_ports_are_kept_by_its_containers_resources_and_ports(change):
+    def read(pod):
+        demand = fit.Demand.of(pod, NS)
+        return demand.requests, demand.host_ports
+
     first, renamed = vm(), vm()
     renamed["metadata"]["name"] = "other"
     renamed["spec"]["containers"][0]["args"] = ["--name", "other"]
-    assert fit.Demand.of(renamed, NS).requests == fit.Demand.of(first, NS).requests == fit.pod_requests(first)
+    assert read(renamed) == read(first) == (fit.pod_requests(first), fit.host_ports(first))
     changed = vm()
     change(changed)
-    assert fit.Demand.of(changed, NS).requests == fit.pod_requests(changed) != fit.pod_requests(first)
+    assert read(changed) == (fit.pod_requests(changed), fit.host_ports(changed)) != read(first)
 
 
 @pytest.mark.parametrize("containers", [{"compute": {}}, ["compute"], [None], "compute"])

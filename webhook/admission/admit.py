@@ -80,7 +80,9 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
         return skip(Rule.VM if kinds.is_launcher(pod) else Rule.NONE, exemption)
     seen: Seen = {}
     facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline, seen)
-    blocked = await _obstacle(store, settings, facts, pod, namespace, deadline, vm=True, seen=seen)
+    name = _pin_candidate(facts, settings)
+    blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
+                                                            needs_kubevirt=True, seen=seen)
     return _decided(pod, decide.decide(facts, blocked, required=settings.pin == "required"), settings, Rule.VM, facts)
 
 
@@ -107,19 +109,24 @@ async def _share_manager_rule(
     if not facts:
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
         return skip(Rule.SHARE_MANAGER, Skip.NO_CONSUMER, detail=why)
-    blocked = await _obstacle(store, settings, facts, pod, namespace, deadline, vm=False)
+    name = _pin_candidate(facts, settings)
+    blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     decision = decide.decide(facts, blocked, decide.CONSUMERS, required=settings.pin == "required")
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
 
 
-async def _obstacle(store: Store, settings: Settings, facts: list[Fact], pod: dict[str, Any], namespace: str,
-                    deadline: Deadline, *, vm: bool, seen: Seen | None = None) -> str | None:
-    """Why the one node we might pin to cannot take the pod now (never-strand); None for several nodes."""
-    candidates = {f.node for f in facts if f.node}
-    if len(candidates) != 1 or settings.pin != "required":
-        return None  # several nodes, or pins are preferences anyway: nothing to strand on
-    (name,) = candidates
-    return await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=vm, seen=seen)
+def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
+    """The one node we might pin to, which the never-strand checks must clear (`node_obstacle`);
+    None for several nodes, or when pins are preferences anyway: nothing to strand on."""
+    if settings.pin != "required":
+        return None
+    found = None
+    for fact in facts:
+        if fact.node:
+            if found is not None and fact.node != found:
+                return None
+            found = fact.node
+    return found
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:

@@ -8,6 +8,7 @@ the one place an Outcome of the rules becomes an answer (uid, patch, warnings, a
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -85,7 +86,8 @@ def response_json(uid: str, outcome: Outcome) -> bytes:
     once, in base64, rather than again as a string inside the envelope."""
     parts = [_HEAD, orjson.dumps(uid), b',"allowed":true']
     if outcome.patch:
-        parts += [b',"patchType":"JSONPatch","patch":"', base64.b64encode(orjson.dumps(outcome.patch)), b'"']
+        parts += [b',"patchType":"JSONPatch","patch":"', binascii.b2a_base64(orjson.dumps(outcome.patch), newline=False),
+                  b'"']  # base64.b64encode, without its Python wrapper
     if outcome.warnings:
         parts += [b',"warnings":', orjson.dumps([clip(w) for w in outcome.warnings])]
     if outcome.decision is not None:
@@ -120,22 +122,16 @@ def parse_review(body: Any) -> AdmissionRequest:
     operation = request.get("operation")
     if not isinstance(operation, str):
         raise BadReview("request.operation must be a string")
-    for key in ("namespace", "name"):
-        if request.get(key) is not None and not isinstance(request.get(key), str):
+    namespace, name = request.get("namespace"), request.get("name")
+    for key, value in (("namespace", namespace), ("name", name)):
+        if value is not None and not isinstance(value, str):
             raise BadReview(f"request.{key} must be a string")
     dry_run = request.get("dryRun", False)
     if dry_run is not None and not isinstance(dry_run, bool):
         raise BadReview("request.dryRun must be a boolean")
-    return AdmissionRequest(
-        uid=uid,
-        kind=kind["kind"],
-        group=kind.get("group") or "",
-        operation=operation,
-        namespace=request.get("namespace") or "",
-        name=request.get("name") or "",
-        object=request.get("object"),
-        dry_run=bool(dry_run),
-    )
+    # uid, kind, group, operation, namespace, name, object, dry_run
+    return AdmissionRequest(uid, kind["kind"], kind.get("group") or "", operation, namespace or "", name or "",
+                            request.get("object"), bool(dry_run))
 
 
 def parse_go_duration(text: str) -> float:

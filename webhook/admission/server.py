@@ -107,13 +107,14 @@ class Admissions:
 
 
 def record(outcome: Outcome, seconds: float) -> None:
-    metrics.admission_seconds(outcome.rule).observe(seconds)
+    figures = metrics.ADMISSION_FIGURES
+    figures.observe(outcome.rule, seconds)
     if outcome.decision is not None:
-        metrics.admissions(outcome.rule, outcome.decision.outcome, "").inc()
+        figures.count(outcome.rule, outcome.decision.outcome, "")
     elif outcome.failed:
-        metrics.admissions(outcome.rule, "error", outcome.skipped).inc()
+        figures.count(outcome.rule, "error", outcome.skipped)
     else:
-        metrics.admissions(outcome.rule, "skipped", outcome.skipped or "").inc()
+        figures.count(outcome.rule, "skipped", outcome.skipped or "")
 
 
 def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float) -> None:

@@ -688,7 +688,10 @@ class CachedView:
         return found
 
     def pvc(self, namespace, name):
-        return self._store.pvcs.read(namespace, name)
+        table = self._store.pvcs.table
+        key = f"{namespace}/{name}" if namespace else name
+        return table.shared.get(key) or table.read(key)  # Table.read's first step, inline: every pin asks
 
     def pv(self, name):
-        return self._store.pvs.read(None, name)
+        table = self._store.pvs.table
+        return table.shared.get(name) or table.read(name)

@@ -75,7 +75,8 @@ async def resolve_disks(
     """Disks known in memory are resolved at once (no task, no I/O); the others concurrently
     through the API. Whatever is unfinished at the deadline is reported as such. What was
     read from the API goes into `seen` when given."""
-    facts: list[Fact | None] = [resolve_now(store, settings, namespace, c) for c in claims]
+    peek = store.peek
+    facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]  # resolve_now, written out
     missing = [i for i, fact in enumerate(facts) if fact is None]
     if len(missing) == 1:
         (i,) = missing

@@ -53,7 +53,10 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
     the source's share-manager would fight its anti-affinity and make migration impossible.
     """
-    labels, annotations = kinds.labels(pod), kinds.annotations(pod)  # read once: every VM start asks
+    # kinds.labels and kinds.annotations, reading the metadata once: every VM start asks.
+    metadata = kinds.meta(pod)
+    labels, annotations = metadata.get("labels"), metadata.get("annotations")
+    labels, annotations = labels if isinstance(labels, dict) else {}, annotations if isinstance(annotations, dict) else {}
     if (why := _not_opted_in(labels, annotations, settings)) is not None:
         return why
     if kinds.MIGRATION_JOB_LABEL in labels:

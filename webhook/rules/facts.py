@@ -38,10 +38,12 @@ def claims_of(obj: dict[str, Any]) -> list[str]:
     """
     claims: list[str] = []
     volumes = (obj.get("spec") or {}).get("volumes")
-    for volume in volumes if isinstance(volumes, list) else []:
-        if not isinstance(volume, dict):
-            continue
-        source = volume.get("persistentVolumeClaim") or volume.get("dataVolume")
+    if not isinstance(volumes, list):
+        return claims
+    for volume in volumes:
+        source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
+        if source is None:
+            continue  # most volumes: emptyDir, secret, ...
         name = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
         if isinstance(name, str) and name and name not in claims:
             claims.append(name)

@@ -278,33 +278,35 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
     return found
 
 
-# What a pod requests depends on its containers' resources alone, and pods of VMs of one size
-# have the same: worked out once per distinct set (read-only, as Demand.requests is).
-_REQUESTS: dict[bytes, Mapping[str, int]] = {}
+# What a pod requests and the host ports it takes depend on its containers' resources and ports
+# alone, and pods of VMs of one size have the same: worked out once per distinct set (read-only,
+# as Demand's are).
+_REQUESTS: dict[bytes, tuple[Mapping[str, int], tuple[HostPort, ...]]] = {}
 
 
-def _requests_by_resources(pod: Any) -> Mapping[str, int]:
-    """`pod_requests(pod)` for a pod being admitted, kept by what it reads: each container's
-    resources (and an init container's restartPolicy), the pod's resources and overhead, as
-    JSON (pods are read from JSON, so no two different values write the same text)."""
+def _requests_and_ports(pod: Any) -> tuple[Mapping[str, int], tuple[HostPort, ...]]:
+    """(`pod_requests(pod)`, `host_ports(pod)`) for a pod being admitted, kept by what they
+    read: each container's resources and ports (and an init container's restartPolicy), the
+    pod's resources, overhead and hostNetwork, as JSON (pods are read from JSON, so no two
+    different values write the same text)."""
     spec = pod.get("spec") if type(pod) is dict else None
     if type(spec) is dict:
         containers, init = spec.get("containers"), spec.get("initContainers")
         if type(containers) is list and (init is None or type(init) is list):
             try:
                 key = orjson.dumps((
-                    [c.get("resources") for c in containers],
-                    [(c.get("resources"), c.get("restartPolicy")) for c in init or ()],
-                    spec.get("resources"), spec.get("overhead")))
+                    [(c.get("resources"), c.get("ports")) for c in containers],
+                    [(c.get("resources"), c.get("restartPolicy"), c.get("ports")) for c in init or ()],
+                    spec.get("resources"), spec.get("overhead"), spec.get("hostNetwork")))
             except (AttributeError, orjson.JSONEncodeError):  # an item that is no object, a value JSON cannot hold
-                return pod_requests(pod)
+                return pod_requests(pod), host_ports(pod)
             found = _REQUESTS.get(key)
             if found is None:
-                found = pod_requests(pod)
+                found = pod_requests(pod), host_ports(pod)
                 if len(_REQUESTS) < 1024:
                     _REQUESTS[key] = found
             return found
-    return pod_requests(pod)  # a shape to read the long way (which says what is wrong with it)
+    return pod_requests(pod), host_ports(pod)  # a shape to read the long way (which says what is wrong with it)
 
 
 # Per resource name: its scheduler unit in nano-units, 0 when NodeResourcesFit ignores it. A
@@ -674,12 +676,13 @@ class Demand:
             spec = _pod_spec(pod)
             affinity = spec.get("affinity")
             with_pod_affinity = isinstance(affinity, dict) and (affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
+            requests, ports = _requests_and_ports(pod)
             return cls(
                 pod=pod,
                 namespace=namespace,
                 labels=kinds.labels(pod),
-                requests=_requests_by_resources(pod),
-                host_ports=host_ports(pod),
+                requests=requests,
+                host_ports=ports,
                 affinity=_terms(pod, namespace, "podAffinity", incoming=True) if with_pod_affinity else [],
                 anti_affinity=_terms(pod, namespace, "podAntiAffinity", incoming=True) if with_pod_affinity else [],
                 spread=_spread_constraints(pod) if spec.get("topologySpreadConstraints") else [],
@@ -912,6 +915,9 @@ def _pod_namespace(pod: Any) -> str:
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
     required anti-affinity, then the required anti-affinity of pods already placed."""
+    placed = view.pods_with_required_anti_affinity()
+    if not (demand.affinity or demand.anti_affinity or placed):
+        return None  # most pods, most clusters: nothing for this filter to look at
     name = _node_name(node)
     labels = _node_labels(node)
     for term in demand.affinity + demand.anti_affinity:
@@ -930,7 +936,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
                 if term.matches(_pod_namespace(pod), kinds.labels(pod)):
                     return (f"node {name} fails {subject}'s pod anti-affinity: pod {_pod_key(pod)} "
                             f"runs in {term.topology_key}={value}")
-    for pod in view.pods_with_required_anti_affinity():
+    for pod in placed:
         terms = _existing_anti_terms(pod)
         if isinstance(terms, str):
             raise _CannotTell(f"the pod anti-affinity of pod {_pod_key(pod)} cannot be read: {terms}")

@@ -96,10 +96,12 @@ def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any])
     return True
 
 
-def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """The pod's own nodeSelector and required node affinity accept the node."""
+def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, Any] | None = None) -> bool:
+    """The pod's own nodeSelector and required node affinity accept the node (whose labels
+    the caller may have read already)."""
     spec = pod.get("spec") or {}
-    labels = _labels(node)
+    if labels is None:
+        labels = _labels(node)
     selector = spec.get("nodeSelector") or {}
     if isinstance(selector, dict):
         for key, value in selector.items():  # loops, not any(...): this runs on every pin
@@ -133,7 +135,8 @@ def why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, An
         return f"node {node_name} is cordoned"
     if not is_ready(node):
         return f"node {node_name} is not Ready"
-    if needs_kubevirt and _labels(node).get(KUBEVIRT_SCHEDULABLE) != "true":
+    labels = _labels(node)
+    if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
         return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
     taint = blocking_taint(node, tolerations if isinstance(tolerations, list) else [])
@@ -142,6 +145,6 @@ def why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, An
         if taint.get("value"):
             shown += f"={taint['value']}"
         return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"
-    if not pod_admits(pod, node):
+    if not pod_admits(pod, node, labels):
         return f"node {node_name} fails the pod's own nodeSelector/affinity"
     return None

@@ -153,7 +153,7 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
 def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
     """The whole patch for one pod: affinity first, then the recorded decision."""
     spec = obj.get("spec")
-    annotations = annotation_ops(obj, decision_annotations(decision, settings))
+    annotations = annotation_ops(obj, decision_annotations(decision, settings))  # affinity first, in the patch
     if not isinstance(spec, dict):
         return annotations
     required = decision.node if decision.outcome == PINNED else None
