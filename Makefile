@@ -26,9 +26,11 @@ certs: $(CERTS)/tls.crt
 demo: $(CERTS)/tls.crt
 	@PY=$(PY) CERTS=$(CERTS) PORT=$(PORT) sh examples/demo.sh
 
-# The admission path against a bare aiohttp server, and the store's memory (README: Performance).
+# The admission path against a bare aiohttp server, and the store's memory; the keeper against a
+# drained cluster, and its memory (README: Performance).
 bench: $(VENV)/.installed
 	$(PY) -m bench
+	$(PY) -m bench.keeper
 
 serve: $(CERTS)/tls.crt
 	$(PY) -m webhook serve --state examples/cluster.yaml --host 127.0.0.1 --port $(PORT) \

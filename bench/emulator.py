@@ -12,19 +12,29 @@ caches never see them and must read them with GETs.
 kmock keeps every request and matches each new one against that whole history and every
 reaction (kmock 0.8, `View.__contains__`): it slows down as a benchmark runs. This one keeps
 the latest few requests only, and adds no reactions of its own unless it paginates.
+
+With `--vmis N`, KubeVirt too (for the keeper in `serve`): N running opted-in VMIs, the
+first ones those of the cluster's launcher pods, every `--vmis-apart-every`-th of those
+moved with its pod to the next node, apart from its storage; migrations and Leases are
+served (names from generateName, `dryRun=All` never stored, PUT).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
+import datetime
 import itertools
 import os
+import secrets
 import sys
+import uuid
 from typing import Any
 
 from aiohttp import web
 from kmock._internal import apps, k8s
 
+from webhook.kinds import LEASE, POD, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 from . import objects
@@ -53,9 +63,10 @@ def bench_objects() -> list[dict[str, Any]]:
     return found
 
 
-def cluster_objects(pvcs: int, share_managers: int, pods: int, nodes: int = 20, bench_disks: bool = True) -> list[dict[str, Any]]:
+def cluster_objects(pvcs: int, share_managers: int, pods: int, nodes: int = 20, bench_disks: bool = True,
+                    other_pods: int = 0) -> list[dict[str, Any]]:
     """Every object the emulator serves: the synthetic cluster, and the benchmark's disks."""
-    found = list(objects.cluster(pvcs, share_managers, pods, nodes))
+    found = list(objects.cluster(pvcs, share_managers, pods, nodes, other_pods))
     return found + bench_objects() if bench_disks else found
 
 
@@ -68,6 +79,99 @@ class BenchEmulator(k8s.KubernetesEmulator):
         if request.params.get("watch") != "true":
             self.served += 1
         return await super()._handle(request)
+
+
+class KubeVirtEmulator(BenchEmulator):
+    """What a real apiserver does and kmock leaves out, as the keeper relies on it: names from
+    generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All` creates
+    answered but never stored; PUT replacing an object (the Lease), 409 when its
+    resourceVersion is stale (kmock knows only PATCH)."""
+
+    _versions = itertools.count(1000)
+
+    async def _handle(self, request: Any) -> Any:
+        if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
+            metadata = request.data.setdefault("metadata", {})
+            if not metadata.get("name") and metadata.get("generateName"):
+                metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
+            metadata.setdefault("uid", str(uuid.uuid4()))
+            metadata.setdefault("creationTimestamp", stamp())
+            metadata["resourceVersion"] = str(next(self._versions))
+            if request.params.get("dryRun") == "All":
+                del self._requests[:-self.KEEP]
+                return await apps.RawHandler._handle(self, request)  # admitted and answered, never stored
+        if request.resource is not None and request.method == "PUT" and request.name:
+            return await self._replace(request)
+        return await super()._handle(request)
+
+    async def _serve_fetch(self, request: Any) -> Any:
+        """By key: kmock compares every stored object with each GET, and the keeper GETs pods."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            raw = self.objects[key].raw if key in self.objects and not self.objects[key].deleted else None
+        if raw is None:
+            raise k8s.KubernetesObjectNotFoundError()
+        return raw
+
+    async def _serve_create(self, request: Any) -> Any:
+        if request.params.get("dryRun") == "All":
+            return request.data
+        return await super()._serve_create(request)
+
+    async def _replace(self, request: Any) -> Any:
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                return await self._render_error(k8s.KubernetesError(404, "NotFound", f"{request.name} not found"))
+            stored = self.objects[key].raw
+            sent = (request.data.get("metadata") or {}).get("resourceVersion")
+            if sent and sent != (stored.get("metadata") or {}).get("resourceVersion"):
+                return await self._render_error(k8s.KubernetesError(
+                    409, "Conflict", "the object has been modified; please apply your changes to the latest version"))
+            new = copy.deepcopy(request.data)
+            new.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
+            self.objects[key] = new
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
+        return web.json_response(new)
+
+
+def stamp(moment: datetime.datetime | None = None) -> str:
+    return (moment or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int, apart_every: int) -> tuple[int, int]:
+    """Serve VMIs, migrations and Leases, and put `vmis` running opted-in VMIs: first one per
+    launcher pod (its uid, node and first claim), every `apart_every`-th of those moved with its
+    pod to the next node, so apart from its storage; then VMIs without pods, each next to the
+    share-manager of its one claim. (objects put, VMIs apart)."""
+    for resource in (VMI, VMIM, LEASE):
+        emulator.kmock.resources[resource] = {}
+        emulator.by_kind[(resource.api_version, resource.kind)] = resource
+    launchers = sorted((obj.raw for (resource, _, _), obj in emulator.kmock.objects.items() if resource == POD
+                        and (obj.raw["metadata"].get("labels") or {}).get("kubevirt.io") == "virt-launcher"),
+                       key=lambda pod: pod["metadata"]["name"])
+    put = apart = 0
+    for k in range(vmis):
+        if k < len(launchers):
+            pod = launchers[k]
+            meta, labels = pod["metadata"], pod["metadata"]["labels"]
+            name, namespace, uid = labels["kubevirt.io/vm"], meta["namespace"], labels["kubevirt.io/created-by"]
+            claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+                      if "persistentVolumeClaim" in v][:1]  # the second disk is served from another node here
+            node = pod["spec"]["nodeName"]
+            if apart_every and k % apart_every == 0:
+                node = objects.node_name(int(node.rsplit("-", 1)[1]) + 1, nodes)
+                moved = copy.deepcopy(pod)
+                moved["spec"]["nodeName"] = node
+                emulator.put(moved)
+                apart += 1
+        else:
+            a = k % max(1, share_managers)
+            name, namespace, uid = f"vm-{k:06d}", f"vms-{a % 100:02d}", str(uuid.UUID(int=k, version=4))
+            claims, node = [f"disk-{a:06d}"], objects.node_name(a, nodes)
+        emulator.put(objects.vmi(name, namespace, claims, node, uid))
+        put += 1
+    return put, apart
 
 
 class Emulator:
@@ -126,7 +230,7 @@ class Emulator:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    async with BenchEmulator() as kmock, apps.Server(kmock) as server:
+    async with (KubeVirtEmulator if args.vmis else BenchEmulator)() as kmock, apps.Server(kmock) as server:
         emulator = Emulator(kmock, args.paginate)
         control = web.AppRunner(emulator.control(), access_log=None)
         await control.setup()
@@ -134,9 +238,13 @@ async def serve(args: argparse.Namespace) -> None:
         await site.start()
         control_port = control.addresses[0][1]
         count = 0
-        for obj in cluster_objects(args.pvcs, args.share_managers, args.pods, args.nodes, args.bench_disks):
+        for obj in cluster_objects(args.pvcs, args.share_managers, args.pods, args.nodes, args.bench_disks,
+                                   args.other_pods):
             emulator.put(obj)
             count += 1
+        if args.vmis:
+            added, _ = add_kubevirt(emulator, args.vmis, args.nodes, args.share_managers, args.vmis_apart_every)
+            count += added
         print(f"{str(server.url).rstrip('/')} http://127.0.0.1:{control_port} {count}", flush=True)
         loop = asyncio.get_running_loop()
         try:
@@ -151,8 +259,12 @@ def main() -> None:
     parser.add_argument("--share-managers", type=int, default=100)
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--other-pods", type=int, default=0, help="pods of other workloads")
     parser.add_argument("--bench-disks", action="store_true", help="add the benchmark's two disks and late claims")
     parser.add_argument("--paginate", action="store_true", help="serve lists in pages (limit/continue)")
+    parser.add_argument("--vmis", type=int, default=0, help="running opted-in VMIs (and serve migrations, Leases)")
+    parser.add_argument("--vmis-apart-every", type=int, default=10, metavar="K",
+                        help="every K-th VMI with a launcher pod runs apart from its storage (default 10)")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     asyncio.run(serve(args))

@@ -132,10 +132,52 @@ def node(name: str) -> dict[str, Any]:
     }
 
 
-def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20) -> Iterator[dict[str, Any]]:
+APPS = ["web", "api", "worker", "cache", "db", "ingest", "metrics", "search"]
+
+
+def other_pod(i: int, node: str) -> dict[str, Any]:
+    """A pod of some Deployment, as the API shows it: what the scheduler checks keep in memory.
+    One in twenty has required anti-affinity (an HA pair), one in a hundred a host port."""
+    app, namespace = APPS[i % len(APPS)], f"apps-{i % 50:02d}"
+    name = f"{app}-{i:06d}-7d9f8b6c5d-x{i % 997:03d}"
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.UUID(int=i, version=4)),
+                     "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "generateName": f"{app}-{i:06d}-7d9f8b6c5d-",
+                     "labels": {"app.kubernetes.io/name": app, "app.kubernetes.io/instance": f"{app}-{i % 40}",
+                                "pod-template-hash": "7d9f8b6c5d"},
+                     "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{i:06d}-7d9f8b6c5d",
+                                          "uid": str(uuid.UUID(int=i + 1, version=4)), "controller": True}],
+                     "managedFields": MANAGED},
+        "spec": {"nodeName": node, "serviceAccountName": app, "restartPolicy": "Always",
+                 "containers": [{"name": app, "image": f"registry.example/{app}:1.{i % 9}",
+                                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                                 "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                               "limits": {"cpu": "1", "memory": "512Mi"}},
+                                 "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                                                   "readOnly": True}]}],
+                 "volumes": [{"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+                 "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 300}]},
+        "status": {"phase": "Running", "podIP": f"10.42.{i // 250 % 250}.{i % 250}", "hostIP": "192.168.1.10",
+                   "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]},
+    }
+    if i % 20 == 0:
+        pod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app.kubernetes.io/instance": f"{app}-{i % 40}"}},
+             "topologyKey": "kubernetes.io/hostname"}]}}
+    if i % 100 == 0:
+        pod["spec"]["containers"][0]["ports"].append({"containerPort": 9100, "hostPort": 9100, "protocol": "TCP"})
+    return pod
+
+
+def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20, other_pods: int = 0) -> Iterator[dict[str, Any]]:
     """`pvcs` bound Longhorn claims (each with its PV); the first `share_managers` volumes are
     shared, each with a ShareManager and, for half of `pods`, a share-manager pod; the other
-    half are virt-launcher pods mounting two claims each."""
+    half are virt-launcher pods mounting two claims each; and `other_pods` pods of other
+    workloads spread over the nodes."""
     for i in range(nodes):
         yield node(node_name(i, nodes))
     for i in range(pvcs):
@@ -150,6 +192,8 @@ def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20) -> Itera
         a = j % max(1, pvcs - 100)
         b = a + 100 if a + 100 < pvcs else a  # same namespace (i % 100)
         yield virt_launcher_pod(f"vm-{j:06d}", f"vms-{a % 100:02d}", [f"disk-{a:06d}", f"disk-{b:06d}"], node_name(j, nodes))
+    for k in range(other_pods):
+        yield other_pod(k, node_name(k, nodes))
 
 
 def two_disk_review(namespace: str, claims: list[str], uid: str = "bench") -> dict[str, Any]:
@@ -160,3 +204,128 @@ def two_disk_review(namespace: str, claims: list[str], uid: str = "bench") -> di
     pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
     review["request"].update(uid=uid, namespace=namespace)
     return review
+
+
+# --------------------------------------------------------------------------- KubeVirt
+
+STAMP = "2026-01-01T00:00:00Z"
+
+
+def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, opted_in: bool = True,
+        migratable: bool = True, keep: str | None = None, migrated_from: str | None = None,
+        migration_end: str = STAMP) -> dict[str, Any]:
+    """A running VirtualMachineInstance as virt-controller and virt-handler write it (the shape of
+    tests/fixtures/vmi-migrated.yaml, with the status fields a real one carries), each claim a
+    disk. With `migrated_from`, its last live migration brought it from that node (a drain)."""
+    annotations = {"kubevirt.io/latest-observed-api-version": "v1", "kubevirt.io/storage-observed-api-version": "v1",
+                   "kubevirt.io/vm-generation": "1"}
+    if opted_in:
+        annotations["kubevirt-scheduler/co-schedule"] = "true"
+    if keep is not None:
+        annotations["kubevirt-scheduler/keep"] = keep
+    pod_uid = str(uuid.UUID(int=random.Random(uid).getrandbits(128), version=4))
+    disks = [{"name": f"disk{i}", "disk": {"bus": "virtio"}, **({"bootOrder": 1} if i == 0 else {})}
+             for i in range(len(claims))] + [{"name": "cloudinitdisk", "disk": {"bus": "virtio"}}]
+    volumes = [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    volumes.append({"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": f"#cloud-config\nhostname: {name}\n"}})
+    conditions = [
+        {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": STAMP},
+        {"type": "LiveMigratable", "status": "True", "lastProbeTime": None, "lastTransitionTime": STAMP}
+        if migratable else
+        {"type": "LiveMigratable", "status": "False", "lastProbeTime": None, "lastTransitionTime": STAMP,
+         "reason": "DisksNotLiveMigratable", "message": "cannot migrate VMI: PVC scratch is not shared"},
+        {"type": "StorageLiveMigratable", "status": "True", "lastProbeTime": None, "lastTransitionTime": STAMP},
+        {"type": "AgentConnected", "status": "True", "lastProbeTime": None, "lastTransitionTime": STAMP},
+    ]
+    obj: dict[str, Any] = {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": name, "namespace": namespace, "uid": uid, "resourceVersion": "1", "generation": 12,
+            "creationTimestamp": STAMP,
+            "finalizers": ["kubevirt.io/virtualMachineControllerFinalize", "foregroundDeleteVirtualMachine"],
+            "labels": {"kubevirt.io/nodeName": node, "kubevirt.io/vm": name, "vm.kubevirt.io/name": name},
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": name,
+                                 "uid": str(uuid.UUID(int=random.Random(name).getrandbits(128), version=4)),
+                                 "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {
+            "architecture": "amd64",
+            "domain": {
+                "cpu": {"cores": 2, "sockets": 1, "threads": 1, "model": "host-model", "maxSockets": 4},
+                "memory": {"guest": "2Gi", "maxGuest": "8Gi"},
+                "devices": {"disks": disks, "interfaces": [{"name": "default", "masquerade": {},
+                                                             "macAddress": "02:42:ac:11:00:02"}],
+                            "rng": {}},
+                "features": {"acpi": {"enabled": True}},
+                "firmware": {"uuid": str(uuid.UUID(int=random.Random(f"fw-{uid}").getrandbits(128), version=4)),
+                             "serial": uid},
+                "machine": {"type": "q35"},
+                "resources": {"requests": {"memory": "2Gi"}},
+            },
+            "evictionStrategy": "LiveMigrate",
+            "networks": [{"name": "default", "pod": {}}],
+            "nodeSelector": {"kubevirt.io/schedulable": "true"},
+            "terminationGracePeriodSeconds": 180,
+            "volumes": volumes,
+        },
+        "status": {
+            "phase": "Running", "nodeName": node, "qosClass": "Burstable",
+            "activePods": {pod_uid: node},
+            "conditions": conditions,
+            "currentCPUTopology": {"cores": 2, "sockets": 1, "threads": 1},
+            "guestOSInfo": {"id": "ubuntu", "kernelRelease": "6.8.0-45-generic", "name": "Ubuntu",
+                            "prettyName": "Ubuntu 24.04.1 LTS", "version": "24.04", "versionId": "24.04"},
+            "interfaces": [{"name": "default", "interfaceName": "enp1s0", "infoSource": "domain, guest-agent",
+                            "ipAddress": "10.0.2.2", "ipAddresses": ["10.0.2.2"], "mac": "02:42:ac:11:00:02",
+                            "podInterfaceName": "eth0", "queueCount": 1, "linkState": "up"}],
+            "launcherContainerImageVersion": "quay.io/kubevirt/virt-launcher:v1.8.2",
+            "machine": {"type": "pc-q35-rhel9.6.0"},
+            "memory": {"guestAtBoot": "2Gi", "guestCurrent": "2Gi", "guestRequested": "2Gi"},
+            "migrationMethod": "LiveMigration", "migrationTransport": "Unix",
+            "phaseTransitionTimestamps": [{"phase": p, "phaseTransitionTimestamp": STAMP}
+                                          for p in ("Pending", "Scheduling", "Scheduled", "Running")],
+            "selinuxContext": "system_u:object_r:container_file_t:s0:c120,c845",
+            "virtualMachineRevisionName": f"revision-start-vm-{uid}-1",
+            "volumeStatus": [{"name": v["name"], "target": f"vd{chr(97 + i)}",
+                              **({"persistentVolumeClaimInfo": {
+                                  "accessModes": ["ReadWriteMany"], "capacity": {"storage": "20Gi"},
+                                  "claimName": v["persistentVolumeClaim"]["claimName"],
+                                  "filesystemOverhead": "0.055", "requests": {"storage": "20Gi"},
+                                  "volumeMode": "Filesystem"}} if "persistentVolumeClaim" in v else {"size": 1048576})}
+                             for i, v in enumerate(volumes)],
+        },
+    }
+    if migrated_from:
+        obj["status"]["migrationState"] = {
+            "migrationUid": str(uuid.UUID(int=random.Random(f"m-{uid}").getrandbits(128), version=4)),
+            "sourceNode": migrated_from, "targetNode": node, "targetPod": f"virt-launcher-{name}-drain",
+            "startTimestamp": migration_end, "endTimestamp": migration_end, "completed": True, "mode": "PreCopy",
+            "migrationConfiguration": {"allowAutoConverge": False, "bandwidthPerMigration": "0Mi",
+                                       "completionTimeoutPerGiB": 150, "parallelMigrationsPerCluster": 5,
+                                       "progressTimeout": 150},
+        }
+    return obj
+
+
+def launcher_pod_of(vmi_obj: dict[str, Any], node: str, *, name: str | None = None, started: str = STAMP,
+                    migration_uid: str | None = None) -> dict[str, Any]:
+    """The VMI's virt-launcher pod on `node` (a migration target when `migration_uid` is given),
+    running since `started`."""
+    meta = vmi_obj["metadata"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in vmi_obj["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    pod = virt_launcher_pod(meta["name"], meta["namespace"], claims, node)
+    pod["metadata"].update(name=name or f"virt-launcher-{meta['name']}-abcde", creationTimestamp=started,
+                           uid=str(uuid.UUID(int=random.Random(name or meta["uid"]).getrandbits(128), version=4)))
+    labels = pod["metadata"]["labels"]
+    labels.update({"kubevirt.io/created-by": meta["uid"], "kubevirt.io/nodeName": node})
+    if "kubevirt-scheduler/co-schedule" not in meta.get("annotations", {}):
+        pod["metadata"]["annotations"].pop("kubevirt-scheduler/co-schedule", None)
+    if migration_uid:  # a migration target: labelled for life, and kept off the node of the VMI's other pods
+        labels["kubevirt.io/migrationJobUID"] = migration_uid
+        pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"kubevirt.io/created-by": meta["uid"]}},
+             "topologyKey": "kubernetes.io/hostname"}]}
+    pod["metadata"]["ownerReferences"][0].update(name=meta["name"], uid=meta["uid"])
+    pod["status"] = {"phase": "Running", "startTime": started, "conditions": [{"type": "Ready", "status": "True"}]}
+    return pod

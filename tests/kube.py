@@ -390,3 +390,29 @@ def answer(outcome: Any, uid: str = "uid-1") -> dict[str, Any]:
     from webhook.admission.review import build_response
 
     return build_response(uid, outcome).envelope()
+
+
+def metric_sample(text: str, name: str, default: float | None = None, **labels: str) -> float | None:
+    """The value of one Prometheus sample in a /metrics page (`default` when absent)."""
+    import re
+
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            series, value = line.rsplit(" ", 1)
+            got = dict(re.findall(r'(\w+)="([^"]*)"', series))
+            if all(got.get(k) == v for k, v in labels.items()):
+                return float(value)
+    return default
+
+
+async def run_verb(tmp_path: Path, kmock: Any, verb: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """`python -m webhook VERB ... --kubeconfig` against the emulator, as an admin runs it."""
+    import asyncio
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "webhook", verb, *args, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode, out.decode(), err.decode()
+

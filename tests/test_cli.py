@@ -87,7 +87,7 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
         "users": [{"name": "anonymous", "user": {}}],
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
     }))
-    serving = await Serving.start(tls_files, "--kubeconfig", str(kubeconfig), "--drain-delay", "0.2")
+    serving = await Serving.start(tls_files, "--kubeconfig", str(kubeconfig), "--drain-delay", "0.2", "--keep", "off")
     base, ops = serving.base, serving.ops
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:

@@ -20,8 +20,10 @@ import yaml
 from kube import LONGHORN_NS, load, migration_target, rwx_disk
 
 from webhook.tools import certs
-from webhook.__main__ import DEFAULT_CERT_DIR, build_parser
+from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
+from webhook.keeper.lease import lease_namespace
+from webhook.kinds import LEASE, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 ROOT = Path(__file__).parent.parent
@@ -122,8 +124,9 @@ def test_the_install_is_complete(rendered):
         assert kinds >= {"Job", "Secret", "Role", "RoleBinding"}
         assert not kinds & {"Issuer", "Certificate"}
     else:
-        assert not kinds & {"Job", "Secret", "Role", "RoleBinding"}  # nothing of the self-managed path
+        assert not kinds & {"Job", "Secret"}  # nothing of the self-managed path
         assert {o["metadata"]["name"] for o in objects if o["kind"].startswith("Cluster")} == {NS}
+        assert {o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")} == {NS}  # the Lease's
     namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
                                                           "MutatingWebhookConfiguration")]
     assert {o["metadata"].get("namespace") for o in namespaced} == {NS}
@@ -145,7 +148,7 @@ def test_no_wildcards_anywhere(rendered):
                 assert "*" not in (rule.get(field) or []), (role["metadata"]["name"], rule)
 
 
-def test_the_webhook_reads_what_the_stores_read_and_writes_only_events(rendered):
+def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migrations(rendered):
     _, objects = rendered
     granted = {}
     for rule in rules_of(objects, "ClusterRole", NS):
@@ -158,8 +161,36 @@ def test_the_webhook_reads_what_the_stores_read_and_writes_only_events(rendered)
         assert granted.pop((resource.group, resource.plural)) == read, resource
     assert granted.pop(("", "events")) == {"create", "patch"}
     assert granted.pop(("events.k8s.io", "events")) == {"create", "patch"}
+    # The keeper: VMIs watched; migrations watched and created.
+    assert granted.pop((VMI.group, VMI.plural)) == read
+    assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create"}
     assert granted == {}  # nothing else: no secrets, no writes to what we read
-    assert not any(o["kind"] == "Role" and o["metadata"]["name"] == NS for o in objects)
+
+
+def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
+    _, objects = rendered
+    role = one(objects, "Role", NS)
+    assert role["metadata"]["namespace"] == NS
+    assert role["rules"] == [
+        # create cannot be restricted by name (the name is not in the request's URL)
+        {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "verbs": ["create"]},
+        {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "resourceNames": [Settings().lease_name],
+         "verbs": ["get", "update"]},
+    ]
+    binding = one(objects, "RoleBinding", NS)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NS}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NS, "namespace": NS}]
+
+
+def test_the_deployment_runs_the_keeper_with_its_lease_in_its_own_namespace(rendered, tmp_path):
+    _, objects = rendered
+    container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
+    settings = settings_from(build_parser().parse_args(["serve", *container["args"]]))
+    assert settings.keep == "migrate" and settings.lease_name == Settings().lease_name
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
+    # The downward API gives the pod's namespace: the Lease goes where the Role allows it.
+    assert lease_namespace(settings, {"POD_NAMESPACE": NS}, tmp_path / "no-mount") == NS
 
 
 def test_the_certificate_job_may_touch_only_its_secret_and_webhook_configuration():

@@ -152,6 +152,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     import os
 
     from .admission.service import Listen, Service
+    from .admission.stranded import StrandedReporter
     from .admission.tls import ReloadingTLS
     from .cluster import client
     from .cluster.cache import WatchedClusterStore
@@ -162,18 +163,33 @@ async def run_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     store: Store
     events = None
+    companions: list[Any] = []
     if args.state:
         store = SnapshotStore.from_file(args.state)
+        if settings.keep != "off":
+            log.info("keeper off: answering from a snapshot", extra={"fields": {"keep": settings.keep}})
     else:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else None
+        companions.append(StrandedReporter(store, settings, events))
+        if settings.keep != "off":
+            from .keeper import lease
+            from .keeper.service import KeeperService
+
+            try:
+                namespace = lease.lease_namespace(settings)
+            except ValueError:
+                await api.close()
+                raise
+            companions.append(KeeperService(api, store, settings, namespace=namespace, identity=lease.identity(),
+                                            events=events))
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
-    await Service(store, settings, listen, reloader, events).run()
+    await Service(store, settings, listen, reloader, events, companions).run()
     return 0
 
 

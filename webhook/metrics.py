@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 from prometheus_client.registry import Collector
@@ -105,57 +105,37 @@ CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
                     "Expiry (Unix time) of the serving certificate in use.", registry=REGISTRY)
 READY = Gauge("colocate_ready", "1 when the webhook reports ready (stores synced, certificate loaded).",
               registry=REGISTRY)
-
-
-class OptionalGauge(Gauge):
-    """A gauge without labels that has no sample until it is set: absent means "not known here", not 0."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        self._known = False
-        super().__init__(*args, **kwargs)
-
-    def set(self, value: float) -> None:
-        super().set(value)
-        self._known = True
-
-    def forget(self) -> None:
-        """No sample again (what it reported no longer applies on this replica)."""
-        self._known = False
-
-    def collect(self) -> Iterable[Metric]:
-        families = list(super().collect())
-        if not self._known:
-            for family in families:
-                family.samples = []
-        return families
-
-
-# The keeper: running opted-in VMs, checked (and moved) by the one replica that leads it.
-VMS = Gauge("colocate_vms", "Running opted-in VMs by co-location state (co-located, apart, split, unresolved), "
-            "as last computed by the keeper leader.", ["state"], registry=REGISTRY)
+# The keeper (reported by the elected replica). Exported only once shown (`show`): absent while
+# the keeper is off; the targeted-migration gauge also until the first check.
+VMS = Gauge("colocate_vms", "Running opted-in VMs by co-location state, as the keeper last saw them.", ["state"],
+            registry=None)
 VMS_APART_LONGEST = Gauge("colocate_vms_apart_longest_seconds",
                           "How long the VM apart from its storage the longest has been apart (0 when none).",
-                          registry=REGISTRY)
-VMS_APART_OVER_HOUR = Gauge("colocate_vms_apart_over_hour", "VMs apart from their storage for more than an hour.",
-                            registry=REGISTRY)
+                          registry=None)
+VMS_APART_OVER_HOUR = Gauge("colocate_vms_apart_over_hour", "Opted-in VMs apart from their storage for over an hour.",
+                            registry=None)
 KEEPER_MIGRATIONS = Counter("colocate_keeper_migrations_total",
-                            "Migrations by the keeper, by result (created, succeeded, failed, error).", ["result"],
-                            registry=REGISTRY)
-KEEPER_LEADER = OptionalGauge("colocate_keeper_leader",
-                              "1 on the replica that leads the keeper, 0 elsewhere; absent where the keeper is off.",
-                              registry=REGISTRY)
-KEEPER_TARGETED_MIGRATION = OptionalGauge(
-    "colocate_keeper_targeted_migration",
-    "1 when the cluster keeps spec.addedNodeSelector (targeted migration available), 0 when it prunes it; "
-    "absent before the first check and where the keeper is off.", registry=REGISTRY)
+                            "Migrations of the keeper by result (created, succeeded, failed, error).", ["result"],
+                            registry=None)
+KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the keeper, 0 on the others.",
+                      registry=None)
+KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
+                        "1 when the cluster keeps spec.addedNodeSelector (targeted migration works), 0 when it prunes it.",
+                        registry=None)
+KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, KEEPER_MIGRATIONS)
+SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED)
+
+
+def show(metric: Gauge | Counter) -> Gauge | Counter:
+    """Export a metric that is absent until it means something (see SHOWN_LATER)."""
+    if metric not in REGISTRY._collector_to_names:
+        REGISTRY.register(metric)
+    return metric
+
+
+# The never-strand safety net.
 STRANDED_PODS = Gauge("colocate_stranded_pods", "Pods we pinned that are still unschedulable after 2 minutes.",
                       registry=REGISTRY)
-KEEPER_TARGETED = KEEPER_TARGETED_MIGRATION
-
-
-def show(metric: Gauge) -> Gauge:
-    """An OptionalGauge appears once set; kept so callers may say so explicitly."""
-    return metric
 
 
 class StoreCollector(Collector):

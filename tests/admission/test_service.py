@@ -1,6 +1,5 @@
 """The running service: probes, metrics, Events, graceful shutdown — as the kubelet and Prometheus see it."""
 import asyncio
-import re
 import signal
 import ssl
 import time
@@ -8,7 +7,7 @@ import time
 import aiohttp
 import pytest
 from conftest import seed
-from kube import FIXTURES, Serving, kubeconfig_for, fixture_cluster, review, vm_pod
+from kube import FIXTURES, Serving, fixture_cluster, kubeconfig_for, metric_sample, review, vm_pod
 
 from webhook.admission import server, tls
 from webhook.config import Settings
@@ -23,13 +22,7 @@ STATE = str(FIXTURES / "longhorn-rwx.yaml")
 
 def sample(text: str, name: str, **labels: str) -> float:
     """The value of one Prometheus sample in a /metrics page (0 when absent)."""
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            series, value = line.rsplit(" ", 1)
-            got = dict(re.findall(r'(\w+)="([^"]*)"', series))
-            if all(got.get(k) == v for k, v in labels.items()):
-                return float(value)
-    return 0.0
+    return metric_sample(text, name, 0.0, **labels)
 
 
 @pytest.fixture
@@ -157,7 +150,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
     kmock[f"get {slow}"] << (lambda: asyncio.sleep(2.0))
     serving = await Serving.start(tls_files, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-                                  "--drain-delay", "1.0", "--events", "off", env={"LOG_LEVEL": "info"})
+                                  "--drain-delay", "1.0", "--events", "off", "--keep", "off", env={"LOG_LEVEL": "info"})
     base, ops = serving.base, serving.ops
 
     results = {"ok": 0, "failed": []}

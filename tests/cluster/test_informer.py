@@ -64,6 +64,19 @@ def test_a_list_fills_the_table_and_a_relist_drops_what_is_gone():
     assert pvcs.error is None  # a relist is routine, not a failure
 
 
+@pytest.mark.parametrize("cut", [Event(EventType.FAILED, error="TimeoutError: page 2", retry_in=0.1),
+                                 Event(EventType.RELISTING, error="410: the continue token expired")],
+                         ids=["page-failed", "token-expired"])
+def test_a_list_cut_short_does_not_keep_what_the_next_list_lacks(cut):
+    """Deleted between two lists, with the first cut off after its first page: gone all the same."""
+    pvcs = informer_for(PVC)
+    a, b = rwx_disk("a", "node-a")[0], rwx_disk("b", "node-b")[0]
+    feed(pvcs, listed(a, b))
+    feed(pvcs, [Event(EventType.LISTED, copy.deepcopy(a)), Event(EventType.LISTED, copy.deepcopy(b)), cut])
+    feed(pvcs, listed(a))  # b was deleted meanwhile
+    assert set(pvcs.table.objects) == {"default/a"}
+
+
 def test_watch_events_add_change_and_remove_objects_trimmed():
     pvcs = informer_for(PVC)
     feed(pvcs, listed())
@@ -194,3 +207,21 @@ async def test_what_each_node_takes_follows_its_pods(store):
     finished["status"]["phase"] = "Succeeded"
     store.pods.apply(Event(EventType.MODIFIED, finished))  # a finished pod leaves the cache, and the node
     assert store.usage.of("node-b").pods == 0 and not store.pods.table.objects
+
+
+def test_a_pod_resized_in_place_counts_what_the_scheduler_counts():
+    """A resize down still pending: the scheduler counts what is allocated, not the new spec."""
+    from webhook.cluster.cache import NodeUsage, shape_pod
+
+    pod = {"metadata": {"name": "db-0", "namespace": "shop"},
+           "spec": {"nodeName": "node-a", "containers": [{"name": "db", "resources": {"requests": {"cpu": "1"}}}]},
+           "status": {"phase": "Running", "containerStatuses": [
+               {"name": "db", "ready": True, "allocatedResources": {"cpu": "4"}, "resources": {"requests": {"cpu": "4"}}}],
+               "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]}}
+    usage = NodeUsage()
+    usage(None, shape_pod(Settings())(pod))
+    assert usage.of("node-a").requested["cpu"] == 4000
+    plain = copy.deepcopy(pod)
+    plain["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "db", "ready": True, "allocatedResources": {"cpu": "1"}, "resources": {"requests": {"cpu": "1"}}}]}
+    assert "containerStatuses" not in shape_pod(Settings())(plain)["status"]  # nothing kept when nothing differs

@@ -634,6 +634,14 @@ def test_garbage_never_raises(data):
     assert reason is None or isinstance(reason, str)
 
 
+@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
+def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objects, nodes, check, fragment):
+    """The keeper keeps only `for_checks(pod)`: every row of the table is judged the same."""
+    view = view_of(*objects, nodes=nodes)
+    node = on(view, node_name)
+    assert fit.why_not_fit(fit.for_checks(pod), NS, node, view) == fit.why_not_fit(pod, NS, node, view)
+
+
 @pytest.mark.parametrize("change", [
     lambda pod: pod["spec"]["containers"][0]["resources"]["requests"].update(cpu="2"),
     lambda pod: pod["spec"]["containers"][0]["resources"]["limits"].update({"ephemeral-storage": "1Gi"}),

@@ -36,6 +36,7 @@ from webhook.rules.keep import (
     read_migration,
     read_vmi,
     target_hostname,
+    unseen_success,
     vm_pods,
 )
 
@@ -424,10 +425,41 @@ def test_migrating_from_the_vmi_or_a_queued_migration_object():
     assert migrating(view(vmi_obj(migrationState=in_flight_state())), [], NOW)
     assert migrating(settled, migrations(vmim(None)), NOW)  # queued: not in the VMI's status yet
     assert not migrating(settled, migrations(vmim(None, vmi="vm2")), NOW)
-    assert not migrating(settled, migrations(vmim("Pending", created=ago(hours=2))), NOW)
+    # Unfinished for hours: one of ours still holds its VM (never a second one); another's does not.
+    assert migrating(settled, migrations(vmim("Pending", created=ago(hours=2))), NOW)
+    assert not migrating(settled, migrations(vmim("Pending", ours=False, created=ago(hours=2))), NOW)
     other_ns = vmim(None)
     other_ns["metadata"]["namespace"] = "other"
     assert not migrating(settled, migrations(other_ns), NOW)
+
+
+def success(uid, *, name, end, vmi="vm1"):
+    obj = vmim("Succeeded", name=name, vmi=vmi, created=end - timedelta(minutes=1), transitions=[("Succeeded", end)])
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
+def test_a_success_the_vmi_does_not_show_yet_counts_as_in_flight():
+    """KubeVirt marks a migration Succeeded once the VMI names it: a VMI that does not is older than it."""
+    named_u2 = view(vmi_obj(migrationState=in_flight_state(migrationUid="u2", completed=True,
+                                                           endTimestamp=stamp(ago(seconds=30)))))
+    older = view()  # names the drain's migration, 0d9c2b7e-…
+    done = migrations(success("u2", name="m2", end=ago(seconds=30)))
+    assert not migrating(named_u2, done, NOW)
+    assert migrating(older, done, NOW) and unseen_success(older, done, NOW).name == "m2"
+    assert migrating(view(vmi_obj(migrationState=None)), done, NOW)
+    assert not migrating(older, done, NOW + timedelta(minutes=5))  # a VMI started again never names it
+    # Only the latest success counts; one that ended in the same second will do.
+    both = migrations(success("u1", name="m1", end=ago(hours=1)), success("u2", name="m2", end=ago(seconds=30)),
+                      success("u3", name="m3", end=ago(seconds=30)))
+    assert not migrating(named_u2, both, NOW)
+    assert migrating(named_u2, migrations(success("u3", name="m3", end=ago(seconds=10))), NOW)
+    # Failures, migrations of other VMIs and migrations without a uid (older objects) do not.
+    failed = vmim("Failed", name="m4", end=ago(seconds=10))
+    failed["metadata"]["uid"] = "u4"
+    without_uid = vmim("Succeeded", name="m5", transitions=[("Succeeded", ago(seconds=10))])
+    other = success("u6", name="m6", vmi="vm2", end=ago(seconds=10))
+    assert not migrating(older, migrations(failed, without_uid, other), NOW)
 
 
 def test_last_migration_end_of_any_origin():
@@ -662,3 +694,18 @@ def test_our_manifest_reads_back_as_ours():
 ], ids=["utc", "nanoseconds", "offset", "no-zone", "date", "word", "none", "number"])
 def test_parse_time(text, parsed):
     assert parse_time(text) == parsed
+
+
+def test_the_next_target_is_free_of_the_node_an_earlier_targeted_migration_asked_for():
+    from kube import load
+
+    from webhook.rules.keep import as_started
+
+    target = load("migration-target-pod.yaml")
+    target["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "node-a"  # spec.addedNodeSelector, merged in
+    started = as_started(target, {"kubevirt.io/schedulable": "true"})
+    assert "kubernetes.io/hostname" not in started["spec"]["nodeSelector"]
+    assert started["spec"]["nodeSelector"]["kubevirt.io/schedulable"] == "true"
+    pinned_by_the_vm = as_started(target, {"kubernetes.io/hostname": "node-a"})  # the VM's own choice stays
+    assert pinned_by_the_vm["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-a"
+    assert target["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-a"  # a copy

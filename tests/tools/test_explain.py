@@ -1,15 +1,13 @@
 """`explain NAMESPACE/VM` against the kmock emulator, as an admin runs it."""
-import asyncio
 import copy
 import json
-import sys
 
 import pytest
 from conftest import seed
-from kube import kubeconfig_for, fixture_cluster, launcher_pod, load, running_vm
+from kube import fixture_cluster, launcher_pod, load, run_verb, running_vm
 
 from webhook.kinds import POD, VM, VMI
-from webhook.tools.explain import as_started
+from webhook.rules.keep import as_started
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -30,11 +28,7 @@ VM_OBJ = {
 
 
 async def explain(tmp_path, kmock, *args):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "explain", *args, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    return proc.returncode, out.decode(), err.decode()
+    return await run_verb(tmp_path, kmock, "explain", *args, timeout=30)
 
 
 def seed_vm(kmock, launcher_node="node-a", vmi=True):
@@ -194,3 +188,22 @@ async def test_explain_a_vm_that_is_not_opted_in(tmp_path, kmock):
     report = json.loads(out)
     assert report["launcher_pod"] == "virt-launcher-vm1-x7k2p" and report["opted_in"] is False
     assert report["would"] == {"decision": "untouched", "reason": "not opted in"}
+
+
+async def test_explain_shows_a_pinned_pod_the_scheduler_cannot_place(tmp_path, kmock):
+    """The safety net: a pod we pinned, unschedulable for minutes, with the scheduler's message."""
+    seed_vm(kmock, "node-a", vmi=False)
+    stuck = running_vm("vm1", None, "vm1-rootdisk")
+    stuck["metadata"]["name"] = "virt-launcher-vm1-zzzzz"
+    stuck["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    stuck["metadata"]["annotations"].update({"kubevirt-scheduler/decision": "pinned", "kubevirt-scheduler/node": "node-b"})
+    message = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's node affinity/selector."
+    stuck["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}
+    kmock.objects[POD, "default", stuck["metadata"]["name"]] = stuck
+    code, out, err = await explain(tmp_path, kmock, "default/vm1")
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if line.startswith("STRANDED:"))
+    assert "pod virt-launcher-vm1-zzzzz pinned to node-b, unschedulable for" in line and message in line
+    code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
+    assert json.loads(out)["stranded"][0]["node"] == "node-b"

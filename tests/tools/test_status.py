@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import seed
-from kube import fixture_cluster, kubeconfig_for, load, rwx_disk, vmi_uid
+from kube import fixture_cluster, kubeconfig_for, load, run_verb, rwx_disk, vmi_uid
 
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
@@ -112,11 +112,7 @@ def seed_cluster(kmock, storage, vmis, vmims):
 
 
 async def run_status(tmp_path, kmock, *args):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", "status", *args, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode, out.decode(), err.decode()
+    return await run_verb(tmp_path, kmock, "status", *args)
 
 
 ROWS = [

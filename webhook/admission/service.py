@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -34,8 +35,14 @@ class Listen:
 
 
 class Service:
-    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Any = None):
+    """`companions` run beside admission (the keeper, the stranded-pod report): anything with
+    start(), async stop() and degraded(); their notes join the store's in /readyz, and
+    admission never waits on them."""
+
+    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Any = None,
+                 companions: Sequence[Any] = ()):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
+        self.companions = tuple(companions)
         self.state = server.ServingState()
         self.ops_runner: web.AppRunner | None = None
         self.runner: web.AppRunner | None = None
@@ -51,6 +58,9 @@ class Service:
             reasons.append("store not synced")
         return reasons
 
+    def degraded(self) -> list[str]:
+        return self.store.degraded() + [note for companion in self.companions for note in companion.degraded()]
+
     async def start(self) -> None:
         """Probes first (so the kubelet sees a live process), then the admission port.
 
@@ -58,12 +68,14 @@ class Service:
         reads until they have synced (readiness says when).
         """
         self.store.start()
-        self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.store.degraded), self.listen.metrics_host,
+        self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.degraded), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
         app = server.make_app(self.store, self.settings, state=self.state, events=self.events)
         self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()
+        for companion in self.companions:
+            companion.start()
         log.info("serving", extra={"fields": {
             "host": self.listen.host, "port": server.bound_port(self.runner),
             "metrics_port": server.bound_port(self.ops_runner),
@@ -71,6 +83,7 @@ class Service:
 
     async def stop(self) -> None:
         self.state.draining = True
+        await self._stop_companions()  # first: another replica takes over the keeper while this one drains
         log.info("draining", extra={"fields": {"seconds": self.listen.drain_delay}})
         await asyncio.sleep(self.listen.drain_delay)
         if self.runner is not None:
@@ -81,6 +94,7 @@ class Service:
 
     async def _release(self) -> None:
         """Close whatever is open (after a drain, or after a failed start)."""
+        await self._stop_companions()
         if self.events is not None:
             await self.events.close()
         await self.store.close()
@@ -89,6 +103,10 @@ class Service:
             if runner is not None:
                 await runner.cleanup()
         self.runner = self.ops_runner = None
+
+    async def _stop_companions(self) -> None:
+        for companion in self.companions:
+            await companion.stop()  # a second call does nothing
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""

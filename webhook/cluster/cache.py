@@ -107,13 +107,13 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         meta, spec, status = kinds.meta(pod), kinds.spec(pod), kinds.status(pod)
         launcher = kinds.is_launcher(pod)
         kept_meta = {k: meta[k] for k in ("name", "namespace", "labels", "deletionTimestamp") if meta.get(k)}
-        if launcher and meta.get("creationTimestamp"):
-            kept_meta["creationTimestamp"] = meta["creationTimestamp"]  # which pod of a VM is the newest
         annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            ours = {k: v for k, v in annotations.items() if keep_annotation(k)}
-            if ours:
-                kept_meta["annotations"] = ours
+        ours = {k: v for k, v in annotations.items() if keep_annotation(k)} if isinstance(annotations, dict) else {}
+        if ours:
+            kept_meta["annotations"] = ours
+        if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
+            # Which pod of a VM is the newest; how long a pod we pinned has waited.
+            kept_meta["creationTimestamp"] = meta["creationTimestamp"]
         host_network = spec.get("hostNetwork") is True
         kept_spec: dict[str, Any] = {}
         for key in ("nodeName", "overhead", "resources", "hostNetwork"):
@@ -133,6 +133,21 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         kept_status: dict[str, Any] = {}
         if status.get("phase"):
             kept_status["phase"] = status["phase"]
+        if spec.get("nodeName") and _resized(pod):
+            # An in-place resize under way: the scheduler counts the larger of spec, allocated and
+            # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
+            for key in ("containerStatuses", "initContainerStatuses"):
+                entries = [{k: e[k] for k in ("name", "resources", "allocatedResources") if k in e}
+                           for e in status.get(key) or () if isinstance(e, dict)]
+                if entries:
+                    kept_status[key] = entries
+            pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
+            if pending:
+                kept_status["conditions"] = pending
+            for key in ("containers", "initContainers"):
+                for kept, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
+                    if isinstance(kept, dict) and isinstance(whole, dict) and whole.get("name") is not None:
+                        kept["name"] = whole["name"]
         if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
             waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
             if waiting:
@@ -140,6 +155,14 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
 
     return shape
+
+
+def _resized(pod: dict[str, Any]) -> bool:
+    """Whether the pod's status makes it take more than its spec asks (an in-place resize)."""
+    try:
+        return fit.pod_requests(pod, running=True) != fit.pod_requests(pod)
+    except ValueError:
+        return False
 
 
 def not_finished(pod: dict[str, Any]) -> bool:
@@ -387,6 +410,8 @@ class Informer:
     def apply(self, event: Event) -> None:
         """One event from the reflector into the table, the health figures and the logs."""
         kind = event.type
+        if kind in (EventType.FAILED, EventType.RELISTING):
+            self._listed = set()  # a list cut short: the next one starts over
         if kind is EventType.FAILED:
             self.error = event.error
             metrics.WATCH_ERRORS.labels(self.name).inc()
@@ -476,7 +501,8 @@ class WatchedClusterStore:
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.usage = NodeUsage()
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished, shape=shape_pod(settings),
-                             indexers={"claim": _claims, "node": _node_of, "anti": _anti_affinity},
+                             indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
+                                       "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
         self.nodes = informer(NODE)
         # Listed in this order, one at a time: what the scheduler checks need first.
@@ -568,9 +594,19 @@ class WatchedClusterStore:
             return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
         return self.pods.table.lookup("claim", object_key(namespace, claim))
 
+    def pinned_waiting(self) -> list[dict[str, Any]]:
+        """Pods we pinned that no node has taken yet (what the safety net looks at)."""
+        return self.pods.table.lookup("waiting", True) if self.pods.synced else []
+
     async def fit_view(self, namespace, node, *, timeout=None):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         return self._view if self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced else None
+
+    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
+        if not self.pods.synced:
+            return None
+        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid))
 
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:
@@ -578,11 +614,26 @@ def _volume_handles(pv: dict[str, Any]) -> list[str]:
     return [handle] if handle else []
 
 
+def _created_by(pod: dict[str, Any]) -> list[str]:
+    if not kinds.is_launcher(pod):
+        return []
+    uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    return [object_key(kinds.meta(pod).get("namespace") or "", uid)] if isinstance(uid, str) and uid else []
+
+
 def _claims(pod: dict[str, Any]) -> list[str]:
     if not kinds.is_launcher(pod):
         return []
     namespace = kinds.meta(pod).get("namespace") or ""
     return [object_key(namespace, claim) for claim in claims_of(pod)]
+
+
+def pinned_and_waiting(settings: Settings) -> Indexer:
+    def waiting(pod: dict[str, Any]) -> list[bool]:
+        pinned = kinds.annotations(pod).get(settings.decision_annotation) == "pinned"
+        return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
+
+    return waiting
 
 
 def _node_of(pod: dict[str, Any]) -> list[str]:
@@ -632,7 +683,8 @@ class CachedView:
                 memo = self._decoded[key] = (blob, table.decode(key, blob))
             found.append(memo[1])
         if len(self._decoded) > 2 * len(keys) + 64:  # forget pods that left the index
-            self._decoded = {k: v for k, v in self._decoded.items() if k in set(keys)}
+            live = set(keys)
+            self._decoded = {k: v for k, v in self._decoded.items() if k in live}
         return found
 
     def pvc(self, namespace, name):

@@ -33,16 +33,23 @@ def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | Non
 
 
 def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     pinned = decision.outcome == PINNED
+    return new_event(involved, "CoLocated" if pinned else "NotCoLocated", decision.reason, instance, warning=not pinned)
+
+
+def new_event(involved: dict[str, Any], reason: str, message: str, instance: str, *, warning: bool = False,
+              name: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event about `involved` (an object reference), as `kubectl describe` shows it.
+    A fixed `name` makes the Event said once however many replicas say it (the API keeps the first)."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": involved["namespace"]},
+        "metadata": {"name": name or f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": involved["namespace"]},
         "involvedObject": involved,
-        "reason": "CoLocated" if pinned else "NotCoLocated",
-        "message": decision.reason[:1024],
-        "type": "Normal" if pinned else "Warning",
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": instance,
@@ -66,8 +73,16 @@ class EventSink:
         involved = involved_object(pod, namespace)
         if involved is None:
             return
+        self._queue_event(decision_event(involved, decision, self.instance))
+
+    def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
+                   name: str | None = None) -> None:
+        """An Event about any object (the keeper's, about a VMI); queued like the others."""
+        self._queue_event(new_event(involved, reason, message, self.instance, warning=warning, name=name))
+
+    def _queue_event(self, event: dict[str, Any]) -> None:
         try:
-            self._queue.put_nowait(decision_event(involved, decision, self.instance))
+            self._queue.put_nowait(event)
         except asyncio.QueueFull:
             metrics.EVENTS.labels("dropped").inc()
             return
@@ -89,6 +104,8 @@ class EventSink:
     async def _post(self, event: dict[str, Any]) -> None:
         status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
                                          timeout=self._timeout)
+        if status == 409:
+            return  # an Event of a fixed name that another replica has already recorded
         if not 200 <= status < 300:
             raise RuntimeError(f"API answered {status}")
 

@@ -20,6 +20,16 @@ from .store import Store, StoreError
 Seen = dict[tuple[str, str | None, str], Any]
 
 
+def unresolved(claim: str, why: str) -> Fact:
+    """A disk the store could not establish (API error, timeout): unknown, not absent."""
+    return Fact(claim, None, f"disk {claim}: {why}")
+
+
+def unsure(fact: Fact) -> bool:
+    """Whether a fact is `unresolved` (the API could not tell) rather than a finding."""
+    return fact.node is None and fact.reason.startswith(f"disk {fact.subject}: ")
+
+
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
                      seen: Seen | None = None) -> Fact:
     """The disk's fact, reading what memory cannot tell through the store, each read within what
@@ -45,9 +55,9 @@ async def resolve_io(store: Store, settings: Settings, namespace: str, claim: st
                     seen[resource.kind, ns, name] = obj
             return fact
     except StoreError as exc:
-        return Fact(claim, None, f"disk {claim}: {exc}")
+        return unresolved(claim, str(exc))
     except TimeoutError:
-        return Fact(claim, None, f"disk {claim}: no answer before the deadline")
+        return unresolved(claim, "no answer before the deadline")
 
 
 async def resolve_disks(
@@ -74,9 +84,9 @@ async def resolve_disks(
             if task in done and task.exception() is None:
                 facts[i] = task.result()
             elif task in done:
-                facts[i] = Fact(claims[i], None, f"disk {claims[i]}: {type(task.exception()).__name__}")
+                facts[i] = unresolved(claims[i], type(task.exception()).__name__)
             else:
-                facts[i] = Fact(claims[i], None, f"disk {claims[i]}: no answer before the deadline")
+                facts[i] = unresolved(claims[i], "no answer before the deadline")
     return [fact for fact in facts if fact is not None]
 
 

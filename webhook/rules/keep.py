@@ -15,6 +15,7 @@ Longhorn: restarting a share-manager stalls the VM's disk I/O, so moving the VM 
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,8 @@ from .facts import Fact, claims_of
 
 # A migration unfinished for this long stops counting as in flight (it is not deleted).
 STALE_AFTER = timedelta(hours=1)
+# A migration that succeeded counts as in flight until the VMI shows it, for at most this long.
+UNSEEN_FOR = timedelta(minutes=5)
 # Backoff after a failed migration of ours: 30 min, doubling per consecutive failure, capped.
 BACKOFF_FIRST = timedelta(minutes=30)
 BACKOFF_CAP = timedelta(hours=24)
@@ -36,7 +39,7 @@ NAME_INFIX = "-colocate-"  # generateName of our migrations: <vmi>-colocate-
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Skipped:
     """An object of unexpected shape, left alone: which one, and why."""
 
@@ -127,7 +130,7 @@ def _identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
 # --------------------------------------------------------------------------- where a VM runs: pods
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmPods:
     """Launcher pods that say where their VMs run now (one per VMI), and why the others do not."""
 
@@ -180,7 +183,7 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool 
 # --------------------------------------------------------------------------- where a VM runs: the VMI
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmiMigration:
     """The VMI's latest migration as KubeVirt reports it (`status.migrationState`)."""
 
@@ -191,13 +194,14 @@ class VmiMigration:
     ended: datetime | None
     completed: bool
     failed: bool
+    migration_uid: str | None = None  # the uid of the VirtualMachineInstanceMigration
 
     @property
     def in_flight(self) -> bool:
         return not self.completed and not self.failed and self.ended is None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmiView:
     """What the keeper reads from a VMI."""
 
@@ -212,6 +216,7 @@ class VmiView:
     not_migratable: str  # why not, from the condition, when it is not
     migration: VmiMigration | None
     claims: tuple[str, ...] = ()
+    node_selector: dict[str, Any] = dataclasses.field(default_factory=dict)  # the VMI's own spec.nodeSelector
 
     @property
     def running(self) -> bool:
@@ -245,6 +250,7 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
         ended=_time(state, "endTimestamp", where),
         completed=_bool(state, "completed", where),
         failed=_bool(state, "failed", where),
+        migration_uid=_str(state, "migrationUid", where) or None,
     )
 
 
@@ -255,7 +261,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
         namespace, name, metadata = _identity(obj, "VMI")
         what = f"VMI {namespace}/{name}"
         status = _dict(obj, "status", "VMI")
-        _dict(obj, "spec", "VMI")
+        spec = _dict(obj, "spec", "VMI")
         migratable, why = _live_migratable(status.get("conditions"))
         annotations = kinds.annotations(obj)
         uid = metadata.get("uid")
@@ -271,6 +277,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             not_migratable=why,
             migration=_vmi_migration(status),
             claims=tuple(claims_of(obj)),
+            node_selector=dict(_dict(spec, "nodeSelector", "spec")),
         )
     except _Malformed as exc:
         return Skipped(what, str(exc))
@@ -289,7 +296,7 @@ class VmState(enum.StrEnum):
 CO_LOCATED, APART, SPLIT, UNRESOLVED = VmState.CO_LOCATED, VmState.APART, VmState.SPLIT, VmState.UNRESOLVED
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Locality:
     """A VM's node against the nodes serving its disks."""
 
@@ -361,7 +368,7 @@ class MigrationPhase(enum.StrEnum):
 FINAL_PHASES = frozenset({MigrationPhase.SUCCEEDED, MigrationPhase.FAILED})
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Migration:
     """What the keeper reads from a VirtualMachineInstanceMigration."""
 
@@ -373,6 +380,7 @@ class Migration:
     created: datetime
     ended: datetime | None  # set once final
     target: str | None = None  # the node we asked for (our annotation)
+    uid: str = ""  # what the VMI's status.migrationState.migrationUid names
 
     @property
     def final(self) -> bool:
@@ -436,8 +444,9 @@ def read_migration(obj: Any) -> Migration | Skipped:
         phase = _str(status, "phase", "status")
         ours = kinds.labels(obj).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT
         target = kinds.annotations(obj).get(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY) if ours else None
+        uid = metadata.get("uid")
         return Migration(namespace, name, vmi, phase, ours, created, _ended(status, phase, created),
-                         target if isinstance(target, str) and target else None)
+                         target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "")
     except _Malformed as exc:
         return Skipped(what, str(exc))
 
@@ -454,10 +463,33 @@ def of_vmi(migrations: Iterable[Migration], vmi: VmiView) -> list[Migration]:
 
 def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
     """A migration of this VMI is in flight: the VMI says so, or a migration object of it is
-    (a queued one is not in the VMI's status yet)."""
+    (a queued one is not in the VMI's status yet), or one has succeeded that the VMI does not
+    show yet (`unseen_success`). However old an unfinished one of ours is, it still holds its
+    VM: it only stops counting against the in-flight limits after an hour, so that a second
+    migration of the same VM is never created."""
     if vmi.migration is not None and vmi.migration.in_flight:
         return True
-    return any(m.in_flight(now) for m in of_vmi(migrations, vmi))
+    mine = of_vmi(migrations, vmi)
+    return any(m.in_flight(now) or (m.ours and not m.final) for m in mine) or unseen_success(vmi, mine, now) is not None
+
+
+def unseen_success(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> Migration | None:
+    """The VMI's latest migration succeeded, but the VMI as seen does not name it yet.
+
+    KubeVirt marks a migration Succeeded once the VMI's migrationState shows it completed (its
+    `migrationUid`), so such a VMI is older than the migration as seen: two watches, each with
+    its own lag. It still shows the VM on its old node; until it catches up, the migration counts
+    as in flight. For at most UNSEEN_FOR after the end: a VMI started again never names it.
+    """
+    done = [m for m in of_vmi(migrations, vmi) if m.succeeded and m.uid and m.ended is not None]
+    if not done:
+        return None
+    latest = max(done, key=lambda m: (m.ended or _EPOCH, m.created))
+    if latest.ended is None or now - latest.ended >= UNSEEN_FOR:
+        return None
+    shown = next((m for m in done if vmi.migration is not None and m.uid == vmi.migration.migration_uid), None)
+    # Times have whole seconds: one that ended in the same second as the latest will do.
+    return None if shown is not None and shown.ended == latest.ended else latest
 
 
 def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetime | None:
@@ -469,7 +501,7 @@ def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetim
     return max(ends, default=None)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Attempt:
     """One migration we created for a VM: when, and how it ended (None while unfinished)."""
 
@@ -495,7 +527,7 @@ def backoff_delay(failures: int) -> timedelta:
     return min(BACKOFF_FIRST * 2 ** min(failures - 1, 16), BACKOFF_CAP)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Backoff:
     failures: int  # consecutive failures since the last success
     until: datetime | None
@@ -523,7 +555,7 @@ class Mode(enum.StrEnum):
     MIGRATE = "migrate"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
     """The keeper's bounds: --keep-after, --keep-max-inflight, --keep-max-per-day, and
     KubeVirt's parallelMigrationsPerCluster (its default)."""
@@ -555,7 +587,7 @@ class Hold(enum.StrEnum):
     REPORT_ONLY = "report only"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class KeepDecision:
     """Move the VM back to its storage (act), or why not: `hold` names the condition."""
 
@@ -674,3 +706,41 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "") -> 
         },
         "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}},
     }
+
+
+REQUIRED_TERMS = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
+    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
+    created as a migration target: without kubevirt.io/migrationJobUID, the required
+    anti-affinity to the VMI's own pods that only targets get, and the node a targeted
+    migration asked for (`spec.addedNodeSelector`, merged into the target's nodeSelector:
+    kubernetes.io/hostname, unless the VMI's own `spec.nodeSelector` names it) (kubevirt/kubevirt
+    pkg/virt-controller/watch/migration/migration.go). `explain` and the keeper judge the VM,
+    not one migration target: after a targeted migration every other node would fail the
+    target's own selector."""
+    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
+        return pod
+    pod = copy.deepcopy(pod)
+    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
+    selector = kinds.spec(pod).get("nodeSelector")
+    own = vmi_selector if isinstance(vmi_selector, dict) else {}
+    if isinstance(selector, dict) and kinds.HOSTNAME_LABEL in selector and kinds.HOSTNAME_LABEL not in own:
+        del selector[kinds.HOSTNAME_LABEL]
+    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    affinity = kinds.spec(pod).get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    terms = anti.get(REQUIRED_TERMS) if isinstance(anti, dict) else None
+    if vmi_uid and isinstance(terms, list):
+        own_pods = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
+        kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own_pods)]
+        if kept:
+            anti[REQUIRED_TERMS] = kept
+        else:
+            del anti[REQUIRED_TERMS]
+            if not anti:
+                del affinity["podAntiAffinity"]
+            if not affinity:
+                del pod["spec"]["affinity"]
+    return pod

@@ -1,7 +1,7 @@
 """`explain NAMESPACE/VM`: where a VM's disks are served from, where it runs, and what we would do now."""
 from __future__ import annotations
 
-import copy
+import datetime
 from typing import Any
 
 from .. import kinds
@@ -13,8 +13,9 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
 from ..rules.facts import claims_of
-from ..rules.keep import VmiMigration, VmiView, read_vmi, rfc3339, vm_pods
-from ..rules.patch import REQUIRED, as_created
+from ..rules.keep import VmiMigration, VmiView, as_started, read_vmi, rfc3339, vm_pods
+from ..rules.patch import as_created
+from ..rules.stranded import stranded
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
@@ -44,9 +45,10 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "opted_in": opted_in,
         "disks": [{"claim": f.subject, "volume": f.volume, "share_manager_node": f.node, "why": f.reason} for f in facts],
         "co_located": bool(running_on) and bool(served) and served == {running_on},
+        "stranded": _stranded(pods, namespace, settings),
     }
     if launcher is not None:
-        pod = as_started(as_created(launcher, settings))
+        pod = as_started(as_created(launcher, settings), kinds.spec(vmi).get("nodeSelector"))
         outcome = await admit(AdmissionRequest.for_pod(pod, namespace), store, settings, deadline)
         decision = outcome.decision
         report["would"] = ({"decision": decision.outcome, "node": decision.node, "nodes": decision.nodes, "reason": decision.reason}
@@ -54,6 +56,14 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     else:
         report["would"] = {"decision": "unknown", "reason": "the VM is not running: no launcher pod to evaluate"}
     return report
+
+
+def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) -> list[dict[str, Any]]:
+    """Pods of the VM we pinned that kube-scheduler still cannot place (the safety net)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    found = [s for s in (stranded(p, namespace, settings, now) for p in pods) if s is not None]
+    return [{"pod": s.pod, "node": s.node, "since": rfc3339(s.since), "message": s.message, "what": s.describe(now)}
+            for s in found]
 
 
 def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
@@ -71,34 +81,6 @@ def _migration(state: VmiMigration) -> dict[str, Any]:
     done = "completed" if state.completed else "failed" if state.failed else "in flight" if state.in_flight else "ended"
     return {"source": state.source_node, "target": state.target_node, "target_pod": state.target_pod, "state": done,
             "ended": rfc3339(state.ended) if state.ended else None}
-
-
-def as_started(pod: dict[str, Any]) -> dict[str, Any]:
-    """The VM's pod as KubeVirt creates it when the VM starts, from a pod created as a
-    migration target: without kubevirt.io/migrationJobUID and the required anti-affinity to
-    the VMI's own pods that only targets get (kubevirt/kubevirt
-    pkg/virt-controller/watch/migration/migration.go). `explain` asks what we would do with
-    the VM, not with a migration target (which admission always leaves alone)."""
-    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
-        return pod
-    pod = copy.deepcopy(pod)
-    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
-    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
-    affinity = kinds.spec(pod).get("affinity")
-    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
-    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
-    if vmi_uid and isinstance(terms, list):
-        own = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
-        kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own)]
-        if kept:
-            anti[REQUIRED] = kept
-        else:
-            del anti[REQUIRED]
-            if not anti:
-                del affinity["podAntiAffinity"]
-            if not affinity:
-                del pod["spec"]["affinity"]
-    return pod
 
 
 def render(report: dict[str, Any]) -> str:
@@ -121,6 +103,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  disk {disk['claim']}: share-manager on {disk['share_manager_node'] or '-'} ({disk['why']})")
     if report["running_on"]:
         lines.append(f"co-located: {'yes' if report['co_located'] else 'no'}")
+    for stuck in report["stranded"]:
+        lines.append(f"STRANDED: pod {stuck['pod']} {stuck['what']}")
+        lines.append("  make room on the node, or restart the VM with the webhook on --pin preferred")
     would = report["would"]
     target = would.get("node") or ",".join(would.get("nodes") or []) or "-"
     lines.append(f"the webhook would now: {would['decision']} {target if would['decision'] != 'untouched' else ''}".rstrip()

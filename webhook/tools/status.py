@@ -3,7 +3,8 @@ the keeper's last action for it.
 
 Read directly with the admin's credentials and judged with the keeper's own pure rules
 (`rules.keep`: `read_vmi`, `locality`, `apart_since`, `read_migration`), so a VM shows here in
-the state the keeper sees it in, and "since" is the same on every replica and in this tool.
+the state the keeper sees it in; "since" is derived from the cluster, not remembered, so it
+agrees with the keeper's to within seconds (pods' creation here, their start there).
 """
 from __future__ import annotations
 

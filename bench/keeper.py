@@ -1,0 +1,353 @@
+"""python -m bench.keeper: the keeper against a drained cluster, and its memory in `serve`.
+
+Simulation: `bench.kubevirt` (a process of its own) serves a cluster after a drain, by default
+500 opted-in running VMIs of which 200 run apart from their storage, and plays KubeVirt (see
+there: migrations of 0.2–0.5 s, one in 20 failing, at most 5 at once, someone else's
+migrations, lagging watches, nodes lost during the run). The keeper runs here, in-process, as
+the elected replica runs it (`Keeper` on the admission caches, Events on), in migrate mode with
+`--keep-after 0`; its passes are driven one after another until every movable VM is back and a
+few more passes create nothing, and halfway a new leader takes over. The simulated cluster
+checks each migration as it is created and the end state. Printed: what was created and
+brought back, the peaks in flight, the violations (exit status 1 if any), and the CPU time of
+this process during each pass over all the VMIs (`time.process_time`; the caches' handling of
+events during the pass included, as in `serve`).
+
+Memory: `python -m webhook serve --keep report` against `bench.emulator` holding 50k PVCs and
+PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its caches have
+synced and the keeper has made two passes (30 s apart), the process idle, beside the same
+with `--keep off`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from . import kubevirt
+from .__main__ import cores, cpu_ticks, free_port, process, process_kib, wait_for
+
+TARGETS = {"rss_mib": 170.0}
+SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, before the end
+
+
+# --------------------------------------------------------------------------- the simulation
+
+
+def simulation_flags(args: argparse.Namespace) -> list[str]:
+    return ["--vmis", str(args.vmis), "--apart", str(args.apart), "--nodes", str(args.nodes),
+            "--unready-nodes", str(args.unready_nodes), "--cordoned-nodes", str(args.cordoned_nodes),
+            "--delay-min", str(args.delay_min), "--delay-max", str(args.delay_max),
+            "--fail-every", str(args.fail_every), "--foreign", str(args.foreign),
+            "--max-inflight", str(args.max_inflight), "--seed", str(args.seed),
+            "--watch-lag", str(args.watch_lag),
+            "--lose-nodes" if args.lose_nodes else "--no-lose-nodes"]
+
+
+@contextlib.contextmanager
+def simulated_cluster(args: argparse.Namespace, cpu: int | None) -> Iterator[tuple[str, str]]:
+    """(API URL, control URL) of the simulated cluster's process."""
+    command = [sys.executable, "-m", "bench.kubevirt", *simulation_flags(args)]
+    with process(command, cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit("the simulated cluster did not start")
+        api, control = line.split()
+        yield api, control
+
+
+async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[str, Any]:
+    """The keeper's passes until every movable VM is back (and a few more), or the timeout. With
+    `--handover`, once half the movable VMs have a migration, the leader changes: a new Keeper,
+    remembering nothing, takes over with the same caches (as `serve` does on another replica)."""
+    from webhook.cluster import client
+    from webhook.cluster.cache import WatchedClusterStore
+    from webhook.cluster.events import EventSink
+    from webhook.config import Settings
+    from webhook.keeper.keeper import Keeper, KeeperTiming
+
+    settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
+                        keep_max_per_day=args.max_per_day)
+    store = WatchedClusterStore.for_host(api_url, settings)
+    api = client.for_host(api_url)
+    events = EventSink(api)
+    loop = asyncio.get_running_loop()
+    passes: list[dict[str, Any]] = []
+    began = loop.time()
+    leaders, quiet = 0, 0
+    try:
+        async with aiohttp.ClientSession(control) as session:
+            async def simulated(final: bool = False) -> dict[str, Any]:
+                async with session.get("/report", params={"final": "1"} if final else {}) as response:
+                    return await response.json()
+
+            handover_at = max(1, (await simulated())["movable"] // 2) if args.handover else None
+            store.start()
+            synced: float | None = None
+            while quiet < SETTLE_PASSES and (synced is None or loop.time() - synced < args.timeout):
+                keeper = Keeper(api, store, settings, events=events, timing=KeeperTiming(period=args.period))
+                leaders += 1
+                async with keeper.watching() as watch:
+                    async with asyncio.timeout(120):
+                        await asyncio.gather(store.wait_synced(), watch.wait_synced())
+                    if synced is None:
+                        synced = loop.time()
+                        async with session.post("/others"):
+                            pass  # someone else's migrations start now
+                    while loop.time() - synced < args.timeout and quiet < SETTLE_PASSES:
+                        started, cpu = loop.time(), time.process_time()
+                        report = await keeper.run_pass()
+                        cpu = time.process_time() - cpu
+                        passes.append({"cpu": cpu, "wall": loop.time() - started, "created": len(report.created),
+                                       "seen": sum(report.states.values()), "note": report.note,
+                                       "held": report.held, "leader": leaders})
+                        now = await simulated()
+                        quiet = quiet + 1 if now["settled"] and not report.created else 0
+                        if handover_at is not None and now["created"] >= handover_at:
+                            handover_at = None
+                            break  # this leader steps down; the next one starts from nothing
+                        await asyncio.sleep(max(0.0, args.period - (loop.time() - started)))
+            final = await simulated(final=True)
+    finally:
+        await events.close()
+        await store.close()
+        await api.close()
+    final["passes"] = passes
+    final["leaders"] = leaders
+    final["seconds"] = loop.time() - began
+    final["timed_out"] = quiet < SETTLE_PASSES
+    return final
+
+
+def run_simulation(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from webhook.admission.server import new_event_loop
+    from webhook.logs import JsonFormatter
+
+    keeper_cpu, cluster_cpu = cores()
+    handler = logging.FileHandler(args.log or work / "keeper.log")
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)  # as `serve` logs: the cost of the keeper's lines counts
+    with simulated_cluster(args, cluster_cpu) as (api_url, control):
+        if keeper_cpu is not None:
+            os.sched_setaffinity(0, {keeper_cpu})
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(drive(args, api_url, control))
+
+
+def milliseconds(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
+    nodes = got["nodes"]
+    print(f"keeper: {got['vmis']} opted-in VMIs on {sum(nodes.values())} nodes ({nodes['unready']} not Ready, "
+          f"{nodes['cordoned']} cordoned); {got['not_opted_in']} VMs not opted in, {args.foreign} migrations of "
+          f"theirs kept under way by someone else; migrations take {args.delay_min:g}–{args.delay_max:g} s, "
+          f"KubeVirt runs {kubevirt.PARALLEL} at once", flush=True)
+    later = (kubevirt.CORDONED_LATER, kubevirt.UNREADY_LATER)
+    held = ", ".join(f"{n} {why}" for why, n in sorted(got["held"].items()) if why not in later)
+    print(f"apart at start: {got['apart_at_start']}; movable: {got['movable_at_start']}; "
+          f"never to be moved: {held or 'none'}")
+    if got["lost_nodes"]:
+        print("during the run: " + ", ".join(f"{node} {why}" for node, why in got["lost_nodes"].items()) + "; "
+              + ", ".join(f"{got['held'].get(why, 0)} VMs waiting with their {why}" for why in later)
+              + f": {got['movable']} movable left")
+    failed = f", {got['failed']} failed" if got["failed"] else ""
+    print(f"migrations created: {got['created']} ({got['succeeded']} succeeded{failed}); brought back: "
+          f"{got['brought_back']} of {got['movable']} movable" + (
+              f"; {got['failed_apart']} whose migration failed back off (30 min, not retried)"
+              if got["failed_apart"] else ""))
+    print(f"peak in flight: ours {got['peak_in_flight_ours']} (limit {args.max_inflight}), all "
+          f"{got['peak_in_flight_all']} ({got['peak_running']} running at once at most)")
+    passes = got["passes"]
+    full = [p["cpu"] for p in passes if p["seen"] == got["vmis"] and not p["note"]]
+    leaders = f", {got['leaders']} leaders" if got["leaders"] > 1 else ""
+    print(f"passes: {len(passes)} in {got['seconds']:.1f} s{leaders}")
+    if full:
+        print(f"keeper CPU per full pass ({got['vmis']} VMIs): median {milliseconds(statistics.median(full))}, "
+              f"max {milliseconds(max(full))} (first {milliseconds(full[0])}, last {milliseconds(full[-1])}; "
+              f"{len(full)} passes)")
+    last = passes[-1]["held"] if passes else {}
+    print("held in the last pass: " + (", ".join(f"{n} {why}" for why, n in sorted(last.items())) or "none"))
+    if got["timed_out"]:
+        print(f"NOT SETTLED within {args.timeout:g} s: {got['left_apart']} movable VMs still apart, "
+              f"{got['in_flight_ours']} of our migrations in flight")
+    if got["raced"]:
+        print(f"created within {kubevirt.GRACE.total_seconds():g} s of a node change (raced the watch, "
+              f"not counted): {len(got['raced'])}")
+        for race in got["raced"][:5]:
+            print(f"  {race}")
+    print(f"invariant violations: {len(got['violations'])}")
+    for violation in got["violations"][:20]:
+        print(f"  {violation}")
+
+
+# --------------------------------------------------------------------------- the memory figure
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """The samples of one metric on a /metrics page, by their labels as written."""
+    found = {}
+    for line in text.splitlines():
+        match = re.match(rf"{name}(\{{[^}}]*\}})? (\S+)$", line)
+        if match:
+            found[match.group(1) or ""] = float(match.group(2))
+    return found
+
+
+def memory_of_keeper(work: Path, pvcs: int, share_managers: int, pods: int, other_pods: int,
+                     vmis: int, passes: int) -> dict[str, Any]:
+    """RSS of `serve` with the keeper in report mode, and with it off, against one emulator:
+    caches synced, the keeper's first pass made (each VMI counted in `colocate_vms`), idle."""
+    server_cpu, emulator_cpu = cores()
+    nodes = max(20, (pods + other_pods) // 100)
+    command = [sys.executable, "-m", "bench.emulator", "--pvcs", str(pvcs), "--share-managers", str(share_managers),
+               "--pods", str(pods), "--other-pods", str(other_pods), "--nodes", str(nodes), "--paginate",
+               "--vmis", str(vmis)]
+    found: dict[str, Any] = {}
+    with process(command, emulator_cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as emulator:
+        line = emulator.stdout.readline()
+        if not line:
+            raise SystemExit("the emulator did not start")
+        api = line.split()[0]
+        for keep in ("report", "off"):
+            found[keep] = serve_memory(api, work, server_cpu, keep, vmis, passes)
+    return found
+
+
+def idle(pid: int) -> None:
+    """Until the process has used no CPU for two seconds in a row."""
+    ticks, quiet = cpu_ticks(pid), 0
+    while quiet < 2:
+        time.sleep(1.0)
+        now = cpu_ticks(pid)
+        quiet = quiet + 1 if now == ticks else 0
+        ticks = now
+
+
+def scrape(ops: str) -> str:
+    with urllib.request.urlopen(f"{ops}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, passes: int) -> dict[str, Any]:
+    """RSS of `serve` once synced and idle; with the keeper, once idle after its first pass and,
+    with `passes` 2, again after its second (a pass every 30 s): a pass leaves more behind than
+    it keeps."""
+    kubeconfig = work / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+        "clusters": [{"name": "bench", "cluster": {"server": api}}], "users": [{"name": "bench", "user": {}}],
+        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}]}))
+    port, ops_port = free_port(), free_port()
+    ops = f"http://127.0.0.1:{ops_port}"
+    log = work / f"serve-keep-{keep}.log"
+    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
+               "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
+               "--drain-delay", "0", "--events", "off", "--keep", keep, "--lease-namespace", "colocate-bench",
+               "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key")]
+    with log.open("w") as stderr, process(command, cpu, stderr=stderr) as proc:
+        synced = wait_for(f"{ops}/readyz", work)
+        passed, states, first_rss = None, {}, None
+        if keep != "off":
+            began = time.monotonic()
+            while passed is None:
+                states = samples(scrape(ops), "colocate_vms")
+                if sum(states.values()) >= vmis:
+                    passed = time.monotonic() - began + synced
+                elif time.monotonic() - began > 900:
+                    raise SystemExit(f"the keeper made no pass over {vmis} VMIs within 900 s (see {log})")
+                time.sleep(0.5)
+            idle(proc.pid)
+            first_rss = process_kib(proc.pid, "VmRSS") / 1024
+            # The next pass, 30 s after the first began, moves how long the VM apart the longest has
+            # been apart (when one is).
+            longest = samples(scrape(ops), "colocate_vms_apart_longest_seconds")
+            began = time.monotonic()
+            while (passes > 1 and time.monotonic() - began < 35
+                   and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest):
+                time.sleep(0.5)
+        idle(proc.pid)
+        counts = {}
+        for text in log.read_text().splitlines():
+            entry = json.loads(text) if text.startswith("{") else {}
+            if entry.get("msg") == "cache synced":
+                counts[entry["resource"]] = entry["objects"]
+        return {"rss_mib": process_kib(proc.pid, "VmRSS") / 1024, "peak_mib": process_kib(proc.pid, "VmHWM") / 1024,
+                "first_pass_rss_mib": first_rss, "sync_seconds": synced, "first_pass_seconds": passed,
+                "objects": counts,
+                "states": {re.sub(r'.*state="([^"]*)".*', r"\1", k): int(v) for k, v in states.items()}}
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.keeper", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    kubevirt.add_layout_flags(parser)
+    parser.add_argument("--keep-after", type=float, default=0.0, help="the keeper's --keep-after (default 0)")
+    parser.add_argument("--max-per-day", type=int, default=2, help="the keeper's --keep-max-per-day (default 2)")
+    parser.add_argument("--handover", action=argparse.BooleanOptionalAction, default=True,
+                        help="halfway, a new leader takes over, remembering nothing (default on)")
+    parser.add_argument("--period", type=float, default=0.25, help="seconds between the starts of passes (default 0.25)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds (default 300)")
+    parser.add_argument("--log", type=Path, help="the keeper's JSON log lines to this file")
+    parser.add_argument("--memory", default="50000,10000,20000", metavar="PVCS,SHARE_MANAGERS,PODS[,OTHER_PODS]",
+                        help="cluster of the memory figure (default 50000,10000,20000)")
+    parser.add_argument("--memory-vmis", type=int, default=20000, help="VMIs of the memory figure (default 20000)")
+    parser.add_argument("--memory-passes", type=int, choices=[1, 2], default=2,
+                        help="measure after the keeper's first pass, or its second (default 2)")
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--memory-only", action="store_true")
+    args = parser.parse_args()
+    from webhook.tools import certs
+
+    checks: list[tuple[str, bool]] = []
+    with tempfile.TemporaryDirectory(prefix="colocate-bench-keeper-") as tmp:
+        work = Path(tmp)
+        if not args.memory_only:
+            got = run_simulation(args, work)
+            print_simulation(args, got)
+            checks += [("invariants hold", not got["violations"]), ("every movable VM settled", not got["timed_out"])]
+        if not args.skip_memory:
+            certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
+            pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]
+            print(f"memory: `serve --keep report` holding {pvcs} PVCs, {pvcs} PVs, {share_managers} ShareManagers, "
+                  f"{pods} pods of VMs and share-managers, {other_pods} other pods, {args.memory_vmis} VMIs "
+                  f"(kmock in its own process) ...", flush=True)
+            found = memory_of_keeper(work, pvcs, share_managers, pods, other_pods, args.memory_vmis,
+                                     args.memory_passes)
+            report, off = found["report"], found["off"]
+            after = ("after the keeper's second pass ({:.1f} MiB after its first; ".format(report["first_pass_rss_mib"])
+                     if args.memory_passes > 1 else "after the keeper's first pass (")
+            print(f"RSS {report['rss_mib']:.1f} MiB {after}peak {report['peak_mib']:.1f} MiB); "
+                  f"{off['rss_mib']:.1f} MiB with --keep off: the "
+                  f"keeper takes {report['rss_mib'] - off['rss_mib']:.1f} MiB; synced in {report['sync_seconds']:.1f} s, "
+                  f"first pass done at {report['first_pass_seconds']:.1f} s")
+            print("cached: " + ", ".join(f"{n} {r}" for r, n in report["objects"].items()))
+            print("the keeper's pass: " + ", ".join(f"{n} {state}" for state, n in report["states"].items()))
+            checks.append((f"RSS ≤ {TARGETS['rss_mib']:g} MiB", report["rss_mib"] <= TARGETS["rss_mib"]))
+    if checks:
+        print("targets: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks))
+    if not args.memory_only and (got["violations"] or got["timed_out"]):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

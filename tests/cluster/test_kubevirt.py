@@ -1,0 +1,54 @@
+"""What the keeper's caches keep of VMIs and migrations: everything rules/keep.py reads, little else."""
+import copy
+
+from kube import load
+
+from webhook.cluster.cache import trim
+from webhook.cluster.kubevirt import keep_spec
+from webhook.config import Settings
+from webhook.kinds import VMI, VMIM
+from webhook.rules.keep import read_migration, read_vmi
+
+
+def full_migration():
+    obj = copy.deepcopy(load("vmim-to-storage.yaml"))
+    obj["metadata"].update(name="vm1-colocate-x1", creationTimestamp="2026-11-20T10:00:00Z",
+                           annotations={"kubevirt-scheduler/node": "node-b", "kubevirt-scheduler/reason": "long " * 200},
+                           managedFields=[{"manager": "virt-controller"}])
+    obj["status"] = {
+        "phase": "Failed",
+        "phaseTransitionTimestamps": [{"phase": "Pending", "phaseTransitionTimestamp": "2026-11-20T10:00:01Z"},
+                                      {"phase": "Failed", "phaseTransitionTimestamp": "2026-11-20T10:03:00Z"}],
+        "migrationState": {"endTimestamp": "2026-11-20T10:02:59Z", "sourceNode": "node-a", "targetPod": "p"},
+        "conditions": [{"type": "Ready", "status": "False", "message": "x" * 500}],
+    }
+    return obj
+
+
+def test_a_vmi_reads_the_same_trimmed_and_keeps_no_domain():
+    settings = Settings()
+    vmi = copy.deepcopy(load("vmi-migrated.yaml"))
+    vmi["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": "vm1-data"}})
+    vmi["spec"]["volumes"].append({"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config\n" * 100}})
+    vmi["metadata"]["annotations"]["kubevirt-scheduler/keep"] = "false"
+    kept = trim(vmi, keep_spec(settings)[VMI.kind])
+    assert read_vmi(kept, settings) == read_vmi(vmi, settings)
+    assert read_vmi(kept, settings).claims == ("vm1-rootdisk", "vm1-data")
+    assert "domain" not in kept["spec"] and "activePods" not in kept["status"]
+    assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/keep"}
+
+
+def test_a_custom_opt_in_annotation_is_kept_on_vmis():
+    settings = Settings(opt_in_annotation="example.com/colocate")
+    vmi = copy.deepcopy(load("vmi-migrated.yaml"))
+    vmi["metadata"]["annotations"]["example.com/colocate"] = "true"
+    assert read_vmi(trim(vmi, keep_spec(settings)[VMI.kind]), settings).opted_in
+
+
+def test_a_migration_reads_the_same_trimmed():
+    migration = full_migration()
+    kept = trim(migration, keep_spec(Settings())[VMIM.kind])
+    assert read_migration(kept) == read_migration(migration)
+    assert read_migration(kept).ours and read_migration(kept).target == "node-b"
+    assert "conditions" not in kept["status"] and "managedFields" not in kept["metadata"]
+    assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/node"}

@@ -1,0 +1,171 @@
+"""Leader election on the emulator: one keeper acts; losing the lease stops it at once."""
+import asyncio
+import dataclasses
+import datetime
+
+import pytest
+from conftest import api_host, watched_store
+from kubevirt_api import TIMING, VMIS, apart_vm, eventually, three_nodes
+
+from webhook.cluster import client
+from webhook.config import Settings
+from webhook.keeper.lease import LeaseTiming, identity, lease_namespace
+from webhook.keeper.service import KeeperService
+from webhook.kinds import LEASE
+
+NS = "kubevirt-colocate"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kubevirt-colocate-keeper"
+# The library wants whole seconds: renew_deadline > 1.2 × retry_period >= 1.2 s.
+QUICK = LeaseTiming(lease_duration=3, renew_deadline=2, retry_period=1, request_timeout=0.5)
+PASSES = dataclasses.replace(TIMING, request_timeout=0.5)
+
+
+@pytest.fixture
+async def replicas(kmock):
+    """A factory: an identity → a started KeeperService on the emulator (a replica of `serve`)."""
+    made = []
+
+    async def start(name, settings=None, lease_timing=QUICK, campaign=True):
+        settings = settings or Settings(keep="migrate", keep_after=0, keep_max_inflight=1)
+        store = await watched_store(kmock, settings)
+        api = client.for_host(api_host(kmock))
+        service = KeeperService(api, store, settings, namespace=NS, identity=name, timing=PASSES,
+                                lease_timing=lease_timing)
+        if campaign:
+            service.start()
+        made.append((service, store, api))
+        return service
+
+    yield start
+    for service, store, api in made:
+        await service.stop()
+        await store.close()
+        await api.close()
+
+
+def holder(kmock):
+    lease = kmock.objects[LEASE, NS, "kubevirt-colocate-keeper"]
+    return None if lease.deleted else lease.raw["spec"].get("holderIdentity")
+
+
+async def test_one_replica_leads_and_the_other_creates_nothing(cluster, replicas, kmock):
+    # Two VMs apart and one migration allowed in flight: two leaders would make two.
+    cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2"))
+    first = await replicas("replica-a")
+    assert await eventually(lambda: first.elector.leading)
+    second = await replicas("replica-b")
+
+    assert await eventually(lambda: len(cluster.migrations()) == 1)
+    await asyncio.sleep(QUICK.lease_duration + 1)  # longer than a lease: the follower keeps following
+
+    assert len(cluster.migrations()) == 1
+    assert first.elector.leading and not second.elector.leading and second.elector.terms == 0
+    assert second.elector.holder == "replica-a" and holder(kmock) == "replica-a"
+    assert second.degraded() == [] and second.keeper.records() == []  # a follower watches nothing
+    assert first.status()["leading"] and [r["name"] for r in first.status()["vms"]] == ["vm1", "vm2"]
+
+
+async def test_replicas_starting_together_elect_one(cluster, replicas, kmock, caplog):
+    cluster.seed(three_nodes())
+    started = [await replicas(f"replica-{i}", campaign=False) for i in range(3)]
+    for service in started:
+        service.start()
+
+    assert await eventually(lambda: any(s.elector.leading for s in started))
+    creates = [r for r in kmock if r.method == "POST" and r.url.path.endswith("/leases")]
+    assert len(creates) == 3  # all three found no Lease and raced to create it
+    await asyncio.sleep(QUICK.lease_duration + 0.5)
+    assert sum(s.elector.leading for s in started) == 1
+    assert sum(s.elector.terms for s in started) == 1
+    assert not [r for r in caplog.records if r.exc_info]  # losing a race is no error
+
+
+async def test_losing_the_lease_stops_the_keeper_at_once(cluster, replicas):
+    """Another holder shows up in the Lease: the keeper stops at the next read of the Lease, not
+    when the library's renewal loop gives up (the renew deadline, 4 s here)."""
+    cluster.seed(three_nodes() + apart_vm(migratable=False))
+    service = await replicas("replica-a", lease_timing=LeaseTiming(lease_duration=6, renew_deadline=4,
+                                                                   retry_period=1, request_timeout=0.5))
+    assert await eventually(lambda: service.elector.leading and service.keeper.records())
+    loop = asyncio.get_running_loop()
+
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    await cluster.patch(LEASE_PATH, {"spec": {"holderIdentity": "replica-b", "renewTime": now, "acquireTime": now}})
+    taken = loop.time()
+
+    assert await eventually(lambda: not service.elector.leading, timeout=3)
+    assert loop.time() - taken < 1.6  # one retry period
+    assert await eventually(lambda: service.keeper.watch is None, timeout=0.2)  # the keeper cancelled, its watches closed
+    # The VM becomes movable while the library would still be trying to renew: nothing happens.
+    await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "LiveMigratable", "status": "True"}]}})
+    await asyncio.sleep(2)
+    assert cluster.migrations(ours=False) == []
+    assert service.elector.holder == "replica-b" and not service.elector.leading
+
+
+async def test_a_renewal_that_hangs_stops_the_keeper_at_the_renew_deadline(cluster, replicas, kmock):
+    """The API stops answering the Lease reads: the library would keep its leader until its
+    renewal loop gives up; the keeper stops when the renew deadline since the last renewal passes."""
+    cluster.seed(three_nodes())
+    timing = LeaseTiming(lease_duration=6, renew_deadline=4, retry_period=1, request_timeout=3.5)
+    service = await replicas("replica-a", lease_timing=timing)
+    assert await eventually(lambda: service.elector.leading)
+    loop = asyncio.get_running_loop()
+
+    kmock[f"get {LEASE_PATH}"] << (lambda: asyncio.sleep(30))
+    hung = loop.time()
+
+    assert await eventually(lambda: not service.elector.leading, timeout=6)
+    # The last renewal was at most one retry period before the hang: stopped by hung + 4 s. The
+    # library alone would wait out a 3.5 s read after the next retry, then one more retry period.
+    assert loop.time() - hung < 4.3
+    assert await eventually(lambda: service.keeper.watch is None, timeout=0.2)
+
+
+async def test_shutdown_hands_the_lease_over(cluster, replicas, kmock):
+    cluster.seed(three_nodes())
+    timing = LeaseTiming(lease_duration=30, renew_deadline=4, retry_period=1, request_timeout=0.5)
+    first = await replicas("replica-a", lease_timing=timing)
+    assert await eventually(lambda: first.elector.leading)
+    second = await replicas("replica-b", lease_timing=timing)
+    await asyncio.sleep(1.2)
+    assert not second.elector.leading
+
+    loop = asyncio.get_running_loop()
+    stopping = loop.time()
+    await first.stop()
+
+    assert not first.elector.leading
+    # Released, not left to expire (30 s): the follower takes it at its next try.
+    assert await eventually(lambda: second.elector.leading, timeout=4)
+    assert loop.time() - stopping < 3
+    assert holder(kmock) == "replica-b"
+
+
+def test_the_lease_namespace_is_the_pods_own_unless_given(tmp_path):
+    mounted = tmp_path / "namespace"
+    mounted.write_text("colocate-ns\n")
+    assert lease_namespace(Settings(), {}, mounted) == "colocate-ns"
+    assert lease_namespace(Settings(), {"POD_NAMESPACE": "from-env"}, tmp_path / "absent") == "from-env"
+    assert lease_namespace(Settings(lease_namespace="given"), {"POD_NAMESPACE": "x"}, mounted) == "given"
+    with pytest.raises(ValueError, match="--lease-namespace"):
+        lease_namespace(Settings(), {}, tmp_path / "absent")
+    assert identity({"POD_NAME": "kubevirt-colocate-7d9f-x2"}) == "kubevirt-colocate-7d9f-x2"
+    assert identity({})  # the host name
+
+
+async def test_a_lease_the_replica_may_not_touch_is_a_readiness_note_never_a_crash(cluster, replicas, kmock):
+    import kmock as kmocklib
+
+    def forbidden():
+        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="leases is forbidden")
+
+    kmock[f"get {LEASE_PATH}"] << forbidden
+    cluster.seed(three_nodes() + apart_vm())
+    service = await replicas("replica-a")
+
+    assert await eventually(lambda: service.degraded())
+    assert service.degraded() == ["keeper: lease: reading the Lease: API answered 403"]
+    await asyncio.sleep(1.2)
+    assert not service.elector.leading and cluster.migrations(ours=False) == []

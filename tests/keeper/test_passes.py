@@ -1,0 +1,527 @@
+"""The keeper's passes on the emulator: what it creates, when it holds back, what it tells."""
+import asyncio
+import logging
+
+import kmock as kmocklib
+import pytest
+from kube import node, rwx_disk
+from kubevirt_api import (
+    TIMING,
+    VMIMS,
+    VMIS,
+    ago,
+    apart_vm,
+    eventually,
+    launcher,
+    migration,
+    sample,
+    stamp,
+    three_nodes,
+    vmi,
+)
+
+from webhook.cluster.reflector import Timing
+from webhook.config import Settings
+from webhook.keeper.keeper import KeeperTiming
+from webhook.rules.keep import Hold
+
+
+def record(keeper, name="vm1"):
+    return next(r for r in keeper.records() if r.name == name)
+
+
+def events_about(cluster, name="vm1"):
+    return [e for e in cluster.events() if e["involvedObject"]["name"] == name]
+
+
+async def events_settle(cluster, count, name="vm1"):
+    """Events are sent in the background: wait until `count` of them have arrived."""
+    return await eventually(lambda: len(events_about(cluster, name)) >= count and events_about(cluster, name))
+
+
+# --------------------------------------------------------------------------- the migration
+
+
+async def test_a_vm_apart_from_its_storage_gets_one_targeted_migration(cluster, make_keeper):
+    # node-b's hostname label differs from its name: addedNodeSelector is label-based.
+    cluster.seed([node("node-a"), node("node-b", **{"kubernetes.io/hostname": "b.example"})] + apart_vm())
+    keeper = await make_keeper()
+    created_before = sample("colocate_keeper_migrations_total", result="created")
+
+    report = await keeper.run_pass()
+
+    [made] = cluster.migrations()
+    assert report.created == (f"default/{made['metadata']['name']}",)
+    assert made["apiVersion"] == "kubevirt.io/v1" and made["kind"] == "VirtualMachineInstanceMigration"
+    meta = made["metadata"]
+    assert meta["generateName"] == "vm1-colocate-" and meta["name"].startswith("vm1-colocate-")
+    assert meta["namespace"] == "default"
+    assert meta["labels"] == {"app.kubernetes.io/managed-by": "kubevirt-colocate"}
+    assert meta["annotations"]["kubevirt-scheduler/node"] == "node-b"
+    assert meta["annotations"]["kubevirt-scheduler/reason"].startswith(
+        "migrating from node-a to node-b: disks served from node-b, the VM runs on node-a")
+    assert made["spec"] == {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "b.example"}}
+    assert sample("colocate_keeper_migrations_total", result="created") == created_before + 1
+
+    [event] = await events_settle(cluster, 1)
+    assert event["involvedObject"] == {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                       "name": "vm1", "namespace": "default", "uid": "uid-vm1"}
+    assert event["reason"] == "MigratingToStorage" and event["type"] == "Normal"
+    assert "from node-a to node-b" in event["message"] and meta["name"] in event["message"]
+    assert record(keeper).last_action == f"created migration {meta['name']} to node-b"
+
+    # Its migration is in flight: later passes add nothing.
+    for _ in range(3):
+        assert (await keeper.run_pass()).created == ()
+    assert len(cluster.migrations()) == 1
+    assert record(keeper).hold == Hold.MIGRATING
+
+
+async def test_a_vm_moved_by_a_targeted_migration_can_be_moved_again(cluster, make_keeper):
+    """Its pod was a migration target: its nodeSelector names the node an earlier migration asked
+    for (kubernetes.io/hostname). The next move is judged as KubeVirt makes the next target."""
+    objects = apart_vm()  # on node-a, its disk served from node-b
+    pod = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["labels"].get("kubevirt.io") == "virt-launcher")
+    pod["metadata"]["labels"]["kubevirt.io/migrationJobUID"] = "0d9c2b7e-1111-4a2b-9c3d-44e5f6a7b8c9"
+    pod["spec"].setdefault("nodeSelector", {})["kubernetes.io/hostname"] = "node-a"  # an earlier move's addedNodeSelector
+    cluster.seed(three_nodes() + objects)
+    keeper = await make_keeper()
+    report = await keeper.run_pass()
+    assert len(report.created) == 1, record(keeper).decision
+    [made] = cluster.migrations()
+    assert made["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+
+
+async def test_a_migration_that_succeeds_is_followed_to_its_end(cluster, make_keeper):
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    succeeded = sample("colocate_keeper_migrations_total", result="succeeded")
+    await keeper.run_pass()
+    [made] = cluster.migrations()
+
+    await cluster.finish(made["metadata"]["name"], "Succeeded", "vm1", "node-b")
+    await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
+    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]).get("status"))
+    report = await keeper.run_pass()
+
+    assert report.created == () and report.states["co-located"] == 1
+    assert sample("colocate_keeper_migrations_total", result="succeeded") == succeeded + 1
+    ended = (await events_settle(cluster, 2))[-1]
+    assert ended["reason"] == "MigratedToStorage" and ended["type"] == "Normal"
+    assert made["metadata"]["name"] in ended["message"] and "succeeded" in ended["message"]
+    assert record(keeper).state == "co-located"
+    assert keeper.status()["following"] == []
+
+
+async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    failed = sample("colocate_keeper_migrations_total", result="failed")
+    await keeper.run_pass()
+    [made] = cluster.migrations()
+
+    await cluster.finish(made["metadata"]["name"], "Failed")
+    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]).get("status"))
+    for _ in range(3):
+        assert (await keeper.run_pass()).created == ()
+
+    assert len(cluster.migrations()) == 1
+    assert sample("colocate_keeper_migrations_total", result="failed") == failed + 1
+    ended = (await events_settle(cluster, 2))[-1]
+    assert ended["reason"] == "MigrationToStorageFailed" and ended["type"] == "Warning"
+    assert "failed; no new attempt before " in ended["message"]
+    assert record(keeper).hold == Hold.BACKING_OFF
+    assert "after 1 failed migration" in record(keeper).decision
+
+    # KubeVirt garbage-collects old migrations: the leader remembers the failure.
+    async with cluster.api() as session:
+        await session.delete(f"{VMIMS}/{made['metadata']['name']}")
+    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.BACKING_OFF
+
+
+async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cluster, make_keeper):
+    """The watch of migrations shows ours Succeeded while the VMI and its pods, on watches that lag
+    behind (each resource has its own), still show the VM where it was: it is not moved again."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    [created] = (await keeper.run_pass()).created
+    name = created.split("/")[1]
+
+    await cluster.patch(f"{VMIMS}/{name}", {"status": {"phase": "Succeeded", "phaseTransitionTimestamps": [
+        {"phase": "Succeeded", "phaseTransitionTimestamp": stamp()}]}})
+    await eventually(lambda: keeper.watch.migrations.get("default", name).get("status", {}).get("phase") == "Succeeded")
+    for _ in range(2):
+        assert (await keeper.run_pass()).created == ()
+    assert len(cluster.migrations()) == 1
+    assert record(keeper).hold == Hold.MIGRATING
+
+    await cluster.finish(name, "Succeeded", "vm1", "node-b")  # the VMI catches up: it names the migration
+    await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
+    report = await keeper.run_pass()
+    assert report.created == () and report.states["co-located"] == 1
+
+
+async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(cluster, make_keeper):
+    earlier = migration("vm1-colocate-prev1", "vm1", phase="Running", ours=True, created=ago(minutes=2))
+    cluster.seed(three_nodes() + apart_vm() + [earlier])
+    keeper = await make_keeper()
+
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.MIGRATING
+    await cluster.finish("vm1-colocate-prev1", "Succeeded", "vm1", "node-b")
+    await eventually(lambda: keeper.watch.migrations.get("default", "vm1-colocate-prev1").get("status", {}).get(
+        "phase") == "Succeeded")
+    await keeper.run_pass()
+    [ended] = await events_settle(cluster, 1)
+    assert ended["reason"] == "MigratedToStorage" and "vm1-colocate-prev1" in ended["message"]
+
+
+async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keeper):
+    """Deleting a migration aborts it: the VM is neither left "migrating" nor moved again at once."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    [created] = (await keeper.run_pass()).created
+    name = created.split("/")[1]
+    await eventually(lambda: keeper.watch.migrations.get("default", name))
+    await keeper.run_pass()
+
+    async with cluster.api() as session:
+        await session.delete(f"{VMIMS}/{name}")
+    await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.BACKING_OFF
+    assert keeper.status()["following"] == []
+
+
+# --------------------------------------------------------------------------- limits
+
+
+async def test_keep_after_holds_a_vm_apart_only_briefly(cluster, make_keeper):
+    cluster.seed(three_nodes() + apart_vm(storage="node-a"))
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=2))
+    assert (await keeper.run_pass()).states["co-located"] == 1
+
+    await cluster.move_storage("pvc-vm1-disk", "node-b")  # its share-manager restarts elsewhere
+    await eventually(lambda: (keeper.store.pods.get("longhorn-system", "share-manager-pvc-vm1-disk")
+                              or {}).get("spec", {}).get("nodeName") == "node-b")
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.APART_BRIEFLY
+    await asyncio.sleep(0.5)
+    assert (await keeper.run_pass()).created == ()
+    await asyncio.sleep(1.7)
+    assert len((await keeper.run_pass()).created) == 1
+
+
+@pytest.mark.parametrize("started", ["2h", "1min"])
+async def test_how_long_a_vm_has_been_apart_comes_from_the_cluster_not_the_leader(cluster, make_keeper, started):
+    """A new leader reads when the VM became apart (here: its launcher pod's start) rather than
+    starting the clock again."""
+    objects = three_nodes() + apart_vm()
+    objects[-1]["metadata"]["creationTimestamp"] = ago(hours=2) if started == "2h" else ago(minutes=1)
+    cluster.seed(objects)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
+
+    report = await keeper.run_pass()
+
+    if started == "2h":
+        assert len(report.created) == 1
+        assert sample("colocate_vms_apart_over_hour") == 1
+        assert sample("colocate_vms_apart_longest_seconds") >= 7200
+    else:
+        assert report.created == ()
+        assert record(keeper).hold == Hold.APART_BRIEFLY
+        assert "apart for 6" in record(keeper).decision  # about 60 of 600 seconds, not 0
+        assert sample("colocate_vms_apart_over_hour") == 0
+
+
+async def test_a_recent_migration_of_any_origin_holds_the_vm(cluster, make_keeper):
+    objects = three_nodes() + apart_vm(migration_end=ago(minutes=2))  # e.g. a node drain just moved it
+    objects[-1]["metadata"]["creationTimestamp"] = ago(hours=5)
+    cluster.seed(objects)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
+
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == Hold.APART_BRIEFLY
+    assert "apart for 12" in record(keeper).decision  # since the migration ended, about 120 s
+
+
+async def test_no_more_of_our_migrations_in_flight_than_allowed(cluster, make_keeper):
+    cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2") + apart_vm("vm3"))
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0, keep_max_inflight=2))
+
+    report = await keeper.run_pass()
+
+    assert len(report.created) == 2 and len(cluster.migrations()) == 2
+    assert report.held == {str(Hold.OUR_LIMIT): 1}
+    assert (await keeper.run_pass()).created == ()
+    # One ends: room for the third.
+    done = cluster.migrations()[0]
+    vm = done["spec"]["vmiName"]
+    await cluster.finish(done["metadata"]["name"], "Succeeded", vm, "node-b")
+    await eventually(lambda: keeper.watch.migrations.get("default", done["metadata"]["name"]).get("status"))
+    assert len((await keeper.run_pass()).created) == 1
+    assert len(cluster.migrations()) == 3
+
+
+async def test_no_more_than_five_migrations_in_flight_cluster_wide(cluster, make_keeper):
+    others = [migration(f"drain-{i}", f"other-{i}") for i in range(4)]
+    stuck = migration("drain-stuck", "other-9", phase="Scheduling", created=ago(hours=2))  # stale: not counted
+    finished = migration("drain-done", "other-8", phase="Succeeded")
+    cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2") + others + [stuck, finished])
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0, keep_max_inflight=2))
+
+    report = await keeper.run_pass()
+
+    assert len(report.created) == 1 and len(cluster.migrations()) == 1
+    assert report.held == {str(Hold.CLUSTER_LIMIT): 1}
+    assert "5 migrations in flight cluster-wide (limit 5)" in next(
+        r.decision for r in keeper.records() if r.hold == Hold.CLUSTER_LIMIT)
+
+
+async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
+    """Something keeps moving its storage away (or the VM): the keeper stops following after two moves."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    for storage, vm_node in (("node-b", "node-c"), ("node-c", "node-b")):
+        [created] = (await keeper.run_pass()).created
+        name = created.split("/")[1]
+        await cluster.finish(name, "Succeeded", "vm1", storage)
+        await cluster.move_storage("pvc-vm1-disk", vm_node)  # and then the storage moves away again
+        await eventually(lambda: keeper.watch.migrations.get("default", name).get("status"))
+        await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == storage)
+        await eventually(lambda: keeper.store.pods.get(
+            "longhorn-system", "share-manager-pvc-vm1-disk")["spec"]["nodeName"] == vm_node)
+
+    for _ in range(2):
+        assert (await keeper.run_pass()).created == ()
+    assert len(cluster.migrations()) == 2
+    assert record(keeper).hold == Hold.DAILY_LIMIT
+    assert "migrated 2 times in the last 24h (limit 2)" in record(keeper).decision
+
+
+# --------------------------------------------------------------------------- what it leaves alone
+
+
+async def test_report_mode_decides_and_reports_but_creates_nothing(cluster, make_keeper):
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper(Settings(keep="report", keep_after=0))
+
+    for _ in range(2):
+        report = await keeper.run_pass()
+        assert report.created == ()
+    assert cluster.migrations(ours=False) == []
+    assert record(keeper).hold == Hold.REPORT_ONLY
+    assert record(keeper).decision.startswith("report only: would migrate from node-a to node-b")
+    assert report.states == {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0}
+    await asyncio.sleep(0.2)
+    assert events_about(cluster) == []
+
+
+async def test_split_unmigratable_opted_out_and_not_opted_in_vms_are_left_alone(cluster, make_keeper):
+    split = vmi("split", "node-a", "s-1", "s-2")
+    cordoned = node("node-c", unschedulable=True)
+    cluster.seed(
+        [node("node-a"), node("node-b"), cordoned, node("node-d")]
+        + rwx_disk("s-1", "node-b") + rwx_disk("s-2", "node-d") + [split, launcher(split)]
+        + apart_vm("pinned", migratable=False)
+        + apart_vm("mine", keep="false")
+        + apart_vm("stranger", opted_in=False)
+        + apart_vm("fenced", storage="node-c"))
+    keeper = await make_keeper()
+
+    for _ in range(2):
+        assert (await keeper.run_pass()).created == ()
+
+    assert cluster.migrations(ours=False) == []
+    holds = {r.name: (str(r.state), r.hold) for r in keeper.records()}
+    assert holds == {
+        "split": ("split", Hold.NOT_APART),
+        "pinned": ("apart", Hold.NOT_MIGRATABLE),
+        "mine": ("apart", Hold.OPTED_OUT),
+        "fenced": ("apart", Hold.TARGET_UNFIT),
+    }  # "stranger" is not opted in: not even counted
+    assert "node node-c is cordoned" in record(keeper, "fenced").decision
+    assert "PVC vm-local is not shared" in record(keeper, "pinned").decision
+
+
+async def test_every_state_is_counted(cluster, make_keeper):
+    home = vmi("home", "node-b", "home-disk")
+    lost = vmi("lost", "node-a", "lost-disk")
+    split = vmi("split", "node-a", "s-1", "s-2")
+    cluster.seed(three_nodes() + apart_vm()
+                 + rwx_disk("home-disk", "node-b") + [home, launcher(home)]
+                 + rwx_disk("lost-disk", None, state="stopped") + [lost, launcher(lost)]
+                 + rwx_disk("s-1", "node-b") + rwx_disk("s-2", "node-c") + [split, launcher(split)]
+                 + [vmi("off", None, "home-disk") | {"status": {"phase": "Succeeded"}}])
+    keeper = await make_keeper(Settings(keep="report", keep_after=0))
+
+    report = await keeper.run_pass()
+
+    assert report.states == {"co-located": 1, "apart": 1, "split": 1, "unresolved": 1}
+    for state in ("co-located", "apart", "split", "unresolved"):
+        assert sample("colocate_vms", state=state) == 1
+    assert "share-manager of pvc-lost-disk is stopped" in record(keeper, "lost").why
+
+
+# --------------------------------------------------------------------------- targeted migration
+
+
+def strict_decoding_error():
+    raise kmocklib.KubernetesError(status=400, reason="BadRequest",
+                                   message='VirtualMachineInstanceMigration in version "v1" cannot be handled as a '
+                                           'VirtualMachineInstanceMigration: strict decoding error: unknown field '
+                                           '"spec.addedNodeSelector"')
+
+
+@pytest.mark.parametrize("answer", ["pruned", "strict"])
+async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(cluster, make_keeper, kmock, caplog,
+                                                                               answer):
+    """KubeVirt < 1.6: the dry run shows the field dropped (201) or refused (400 under fieldValidation=Strict)."""
+    old = {"kubevirt": True}
+
+    def old_kubevirt(request):
+        if not old["kubevirt"] or request.params.get("dryRun") != "All":
+            return None  # spent: the emulator answers from now on (KubeVirt was upgraded)
+        if answer == "strict":
+            strict_decoding_error()
+        pruned = dict(request.data, spec={"vmiName": request.data["spec"]["vmiName"]})
+        return pruned
+
+    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << old_kubevirt
+    cluster.seed(three_nodes() + apart_vm())
+    timing = KeeperTiming(period=TIMING.period, recheck_targeted=0.5, request_timeout=2.0, watch=TIMING.watch)
+    keeper = await make_keeper(timing=timing)
+    caplog.set_level(logging.INFO, logger="webhook.keeper")
+
+    for _ in range(3):
+        assert (await keeper.run_pass()).created == ()
+    assert cluster.migrations(ours=False) == []
+    assert record(keeper).hold == Hold.UNTARGETED
+    assert keeper.status()["targeted_migration"]["available"] is False
+    assert "needs KubeVirt 1.6" in keeper.status()["targeted_migration"]["why"]
+    assert sample("colocate_keeper_targeted_migration") == 0
+    said = [r for r in caplog.records if r.getMessage() == "targeted migration unavailable"]
+    assert len(said) == 1  # once, not once a pass
+    dry_runs = [r for r in kmock if r.method == "POST" and r.params.get("dryRun") == "All"]
+    assert len(dry_runs) == 1 and dry_runs[0].params.get("fieldValidation") == "Strict"
+
+    old["kubevirt"] = False  # upgraded: noticed at the next check
+    await asyncio.sleep(0.6)
+    assert len((await keeper.run_pass()).created) == 1
+    assert sample("colocate_keeper_targeted_migration") == 1
+
+
+# --------------------------------------------------------------------------- faults
+
+
+async def test_a_refused_create_is_counted_and_reported_never_raised(cluster, make_keeper, kmock):
+    def forbidden(request):
+        if request.params.get("dryRun") == "All":
+            return request.data
+        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="cannot create migrations")
+
+    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << forbidden
+    cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2"))
+    keeper = await make_keeper()
+    errors = sample("colocate_keeper_migrations_total", result="error")
+
+    report = await keeper.run_pass()
+
+    assert report.created == () and "could not be created" in report.note
+    assert sample("colocate_keeper_migrations_total", result="error") == errors + 1  # then it stops trying this pass
+    assert any("403" in note for note in keeper.degraded())
+    assert "creating a migration failed: API answered 403" in record(keeper).last_action
+
+
+async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_move(cluster, make_keeper, kmock):
+    """KubeVirt's admission refuses migrations of vm1 (422): vm1 waits its backoff; vm2 is moved."""
+    def refuse_vm1(request):
+        if (request.data.get("spec") or {}).get("vmiName") == "vm1":
+            return kmocklib.KubernetesError(status=422, reason="Invalid", message="admission webhook denied the request")
+        return None
+
+    kmock.refuse = refuse_vm1
+    vm2 = apart_vm("vm2")
+    for obj in vm2:  # vm2 came apart later: vm1 is tried first
+        if obj["kind"] == "Pod" and obj["metadata"].get("labels", {}).get("kubevirt.io") == "virt-launcher":
+            obj["metadata"]["creationTimestamp"] = ago(hours=1)
+    cluster.seed(three_nodes() + apart_vm("vm1") + vm2)
+    keeper = await make_keeper()
+
+    report = await keeper.run_pass()
+
+    assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm2"]
+    assert not any("422" in note for note in keeper.degraded())  # one VM's refusal is no fault of the keeper's
+    vm1 = next(r for r in keeper.records() if r.name == "vm1")
+    assert "creating a migration failed: API answered 422" in vm1.last_action
+    assert (await keeper.run_pass()).created == ()  # vm1 waits, vm2's is in flight
+    vm1 = next(r for r in keeper.records() if r.name == "vm1")
+    assert vm1.hold == "migration refused" and "retrying after" in vm1.decision
+
+
+async def test_a_vm_whose_other_share_manager_is_restarting_is_not_moved(cluster, make_keeper):
+    """Disk d1 served from node-b for days, d2 from node-a until its share-manager restarted: the
+    VM looks apart only while d2 is not back; nothing moves until it has settled."""
+    obj = vmi("vm1", "node-a", "d1", "d2")
+    d1 = rwx_disk("d1", "node-b")
+    d2 = rwx_disk("d2", "node-a", state="starting", pod=False)
+    for item in d1:
+        if item["kind"] == "Pod":
+            item["metadata"]["creationTimestamp"] = ago(days=4)
+    cluster.seed(three_nodes() + d1 + d2 + [obj, launcher(obj)])
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
+    assert (await keeper.run_pass()).created == ()
+    assert record(keeper).hold == "storage settling" and "share-manager of pvc-d2 is starting" in record(keeper).decision
+
+
+async def test_a_failing_watch_means_nothing_is_created(cluster, make_keeper, kmock):
+    cluster.seed(three_nodes() + apart_vm())
+    short = Timing(watch_seconds=(0.2, 0.3), backoff_initial=0.02, backoff_cap=0.2, short_watch=0.1)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0),
+                               timing=KeeperTiming(period=TIMING.period, request_timeout=2.0, watch=short))
+
+    def forbidden():
+        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="migrations is forbidden")
+
+    kmock["/apis/kubevirt.io/v1/virtualmachineinstancemigrations"] << forbidden  # RBAC lost after start
+    await eventually(lambda: keeper.degraded(), timeout=5)
+
+    report = await keeper.run_pass()
+
+    assert report.created == () and cluster.migrations(ours=False) == []
+    assert "403" in report.note
+    assert record(keeper).hold == "view incomplete"
+    assert any("virtualmachineinstancemigrations" in note for note in keeper.degraded())
+
+
+async def test_a_disk_the_api_cannot_tell_about_leaves_the_vm_unresolved(cluster, make_keeper, kmock):
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    late = vmi("vm1", "node-a", "vm1-disk", "late-disk")  # a disk hotplugged a moment ago
+    await cluster.patch(f"{VMIS}/vm1", {"spec": late["spec"]})
+    await eventually(lambda: len(keeper.watch.vmis.get("default", "vm1")["spec"]["volumes"]) == 2)
+    kmock["fetch"] << 500  # the PVC the caches do not hold cannot be read either
+
+    report = await keeper.run_pass()
+
+    assert report.created == () and report.states["unresolved"] == 1
+    assert "late-disk" in record(keeper).why and "500" in record(keeper).why
+
+
+async def test_a_vmi_of_unexpected_shape_is_skipped_with_one_log_line(cluster, make_keeper, caplog):
+    odd = vmi("odd", "node-a", "odd-disk")
+    odd["status"]["conditions"] = "Ready"
+    cluster.seed(three_nodes() + apart_vm() + rwx_disk("odd-disk", "node-b") + [odd])
+    keeper = await make_keeper()
+    caplog.set_level(logging.INFO, logger="webhook.keeper")
+
+    for _ in range(2):
+        await keeper.run_pass()
+
+    skipped = [r for r in caplog.records if r.getMessage() == "keeper skipped an object"]
+    assert len(skipped) == 1 and skipped[0].fields["object"] == "VMI default/odd"
+    assert "status.conditions is a str" in skipped[0].fields["why"]
+    assert [r.name for r in keeper.records()] == ["vm1"]
+    assert [m["spec"]["vmiName"] for m in cluster.migrations()] == ["vm1"]

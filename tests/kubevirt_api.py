@@ -1,0 +1,254 @@
+"""KubeVirt on the kmock emulator: VMIs, migrations and Leases as plain custom objects, and the
+bits of a real apiserver the keeper relies on that kmock leaves out."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime
+import itertools
+import secrets
+import uuid
+from typing import Any
+
+import aiohttp
+import aiohttp.web
+import kmock
+from conftest import TEST_TIMING, api_host, seed
+from kmock._internal.apps import RawHandler
+from kube import VM_NS, load, nodes, running_vm, rwx_disk
+
+from webhook import metrics
+from webhook.keeper.keeper import KeeperTiming
+from webhook.kinds import LEASE, VMI, VMIM
+
+KUBEVIRT_RESOURCES = (VMI, VMIM, LEASE)
+
+
+def stamp(moment: datetime.datetime | None = None) -> str:
+    return (moment or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(**span: float) -> str:
+    return stamp(datetime.datetime.now(datetime.UTC) - datetime.timedelta(**span))
+
+
+class KubeVirtApi(kmock.KubernetesEmulator):
+    """kmock's emulator, plus: names from generateName, uid, creationTimestamp and
+    resourceVersion on create; `dryRun=All` creates answered but never stored; PUT replacing
+    an object, 409 when its resourceVersion is stale (kmock knows only PATCH)."""
+
+    _versions = itertools.count(1000)
+    # A create the API refuses as a whole (an admission webhook, a conflict): nothing is stored.
+    refuse: Any = None  # request -> kmock.KubernetesError | None
+
+    async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
+            metadata = request.data.setdefault("metadata", {})
+            if not metadata.get("name") and metadata.get("generateName"):
+                metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
+            metadata.setdefault("uid", str(uuid.uuid4()))
+            metadata.setdefault("creationTimestamp", stamp())
+            metadata["resourceVersion"] = str(next(self._versions))
+            if request.params.get("dryRun") == "All":
+                return await RawHandler._handle(self, request)  # admitted and answered, never stored
+            if self.refuse is not None and (error := self.refuse(request)) is not None:
+                return await self._render_error(error)
+        if request.resource is not None and request.method == "PUT" and request.name:
+            return await self._replace(request)
+        return await super()._handle(request)
+
+    async def _serve_create(self, request: Any) -> Any:
+        if request.params.get("dryRun") == "All":
+            return request.data
+        return await super()._serve_create(request)
+
+    async def _replace(self, request: Any) -> aiohttp.web.StreamResponse:
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                return await self._render_error(kmock.KubernetesError(404, "NotFound", f"{request.name} not found"))
+            stored = self.objects[key].raw
+            sent = (request.data.get("metadata") or {}).get("resourceVersion")
+            if sent and sent != (stored.get("metadata") or {}).get("resourceVersion"):
+                return await self._render_error(kmock.KubernetesError(
+                    409, "Conflict", "the object has been modified; please apply your changes to the latest version"))
+            new = copy.deepcopy(request.data)
+            new.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
+            self.objects[key] = new
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
+        return aiohttp.web.json_response(new)
+
+
+def register(emulator: Any) -> None:
+    for resource in KUBEVIRT_RESOURCES:
+        emulator.resources[resource] = {}
+
+
+def put(emulator: Any, resource: Any, obj: dict[str, Any]) -> None:
+    meta = obj["metadata"]
+    emulator.objects[resource, meta.get("namespace"), meta["name"]] = obj
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def vmi(name: str, node: str | None, *claims: str, namespace: str = VM_NS, opted_in: bool = True,
+        migratable: bool = True, uid: str | None = None, keep: str | None = None,
+        migration_end: str | None = None) -> dict[str, Any]:
+    """A running VMI as virt-controller shows it (from tests/fixtures/vmi-migrated.yaml)."""
+    obj = copy.deepcopy(load("vmi-migrated.yaml"))
+    obj["metadata"].update(name=name, namespace=namespace, uid=uid or f"uid-{name}")
+    obj["metadata"]["labels"]["kubevirt.io/nodeName"] = node
+    if not opted_in:
+        del obj["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
+    if keep is not None:
+        obj["metadata"]["annotations"]["kubevirt-scheduler/keep"] = keep
+    obj["spec"]["volumes"] = [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+    status = obj["status"]
+    status["nodeName"] = node
+    if not migratable:
+        status["conditions"][1] = {"type": "LiveMigratable", "status": "False", "reason": "DisksNotLiveMigratable",
+                                   "message": "cannot migrate VMI: PVC vm-local is not shared"}
+    if migration_end is None:
+        del status["migrationState"]
+    else:
+        status["migrationState"].update(startTimestamp=migration_end, endTimestamp=migration_end, sourceNode="node-x",
+                                        targetNode=node)
+    return obj
+
+
+def launcher(vmi_obj: dict[str, Any], *, created: str | None = None) -> dict[str, Any]:
+    """The VMI's running virt-launcher pod on its node."""
+    meta, spec = vmi_obj["metadata"], vmi_obj["spec"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v]
+    pod = running_vm(meta["name"], vmi_obj["status"]["nodeName"], *claims, namespace=meta["namespace"],
+                     opted_in="kubevirt-scheduler/co-schedule" in meta["annotations"])
+    pod["metadata"].pop("generateName", None)
+    pod["metadata"]["labels"]["kubevirt.io/created-by"] = meta["uid"]
+    pod["metadata"]["ownerReferences"][0].update(name=meta["name"], uid=meta["uid"])
+    pod["metadata"]["creationTimestamp"] = created or ago(days=3)
+    return pod
+
+
+def migration(name: str, vmi_name: str, *, phase: str = "Running", ours: bool = False, created: str | None = None,
+              namespace: str = VM_NS) -> dict[str, Any]:
+    """A VirtualMachineInstanceMigration, someone else's unless `ours`."""
+    obj = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": created or ago(minutes=1),
+                     "labels": {"app.kubernetes.io/managed-by": "kubevirt-colocate"} if ours else {}},
+        "spec": {"vmiName": vmi_name},
+        "status": {"phase": phase},
+    }
+    return obj
+
+
+# --------------------------------------------------------------------------- driving the keeper
+
+# Passes are driven by the tests; the watches recover quickly.
+TIMING = KeeperTiming(period=0.2, recheck_targeted=600, request_timeout=2.0, watch=TEST_TIMING)
+VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+VMIMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations"
+
+
+def sample(name: str, **labels: str) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def eventually(check, timeout: float = 3.0, step: float = 0.02):
+    """Poll `check()` (sync or async) until it is truthy; return its last value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got or loop.time() > deadline:
+            return got
+        await asyncio.sleep(step)
+
+
+class Cluster:
+    """The emulated cluster as KubeVirt and an admin change it, through the API."""
+
+    def __init__(self, emulator: Any):
+        self.emulator = emulator
+
+    def seed(self, objects: list[dict[str, Any]]) -> None:
+        kubevirt = [o for o in objects if o["kind"] in (VMI.kind, VMIM.kind)]
+        seed(self.emulator, [o for o in objects if o not in kubevirt])
+        register(self.emulator)
+        self.emulator.resources["v1/events"] = {}
+        for obj in kubevirt:
+            put(self.emulator, VMI if obj["kind"] == VMI.kind else VMIM, obj)
+
+    @contextlib.asynccontextmanager
+    async def api(self):
+        async with aiohttp.ClientSession(api_host(self.emulator), raise_for_status=True) as session:
+            yield session
+
+    async def patch(self, path: str, body: dict[str, Any]) -> None:
+        async with self.api() as session:
+            await session.patch(path, json=body)
+
+    async def create(self, path: str, body: dict[str, Any]) -> None:
+        async with self.api() as session:
+            await session.post(path, json=body)
+
+    def migrations(self, ours: bool = True) -> list[dict[str, Any]]:
+        found = [obj.raw for (resource, _, _), obj in self.emulator.objects.items()
+                 if resource.plural == VMIM.plural and not obj.deleted]
+        return [m for m in found if not ours or
+                (m["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "kubevirt-colocate"]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [obj.raw for (resource, _, _), obj in self.emulator.objects.items()
+                if resource.plural == "events" and not obj.deleted]
+
+    async def finish(self, migration_name: str, phase: str, vmi_name: str | None = None, node: str | None = None) -> None:
+        """What KubeVirt does when a migration ends: on success the VMI on its new node, its
+        migrationState naming the migration; then the migration's phase."""
+        if vmi_name and node:
+            await self.move_vm(vmi_name, node, migration_name)
+        await self.patch(f"{VMIMS}/{migration_name}", {"status": {"phase": phase, "phaseTransitionTimestamps": [
+            {"phase": phase, "phaseTransitionTimestamp": stamp()}]}})
+
+    async def move_vm(self, vmi_name: str, node: str, migration_name: str | None = None) -> None:
+        """The VMI now runs on `node`, in a launcher pod there (the old one finished)."""
+        status: dict[str, Any] = {"nodeName": node}
+        if migration_name:
+            migration = self.emulator.objects[VMIM, "default", migration_name].raw
+            status["migrationState"] = {"migrationUid": migration["metadata"].get("uid"), "targetNode": node,
+                                        "startTimestamp": stamp(), "endTimestamp": stamp(), "completed": True}
+        await self.patch(f"{VMIS}/{vmi_name}", {"status": status})
+        await self.patch(f"/api/v1/namespaces/default/pods/virt-launcher-{vmi_name}-x7k2p", {"spec": {"nodeName": node}})
+
+    async def move_storage(self, volume: str, node: str) -> None:
+        """Longhorn restarts the share-manager on `node`: a new pod, started now."""
+        path = f"/api/v1/namespaces/longhorn-system/pods/share-manager-{volume}"
+        async with self.api() as session:
+            async with session.get(path) as response:
+                pod = await response.json()
+            await session.delete(path)
+            pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k in ("name", "namespace", "labels")}
+            pod["spec"]["nodeName"] = node
+            await session.post("/api/v1/namespaces/longhorn-system/pods", json=pod)
+
+
+
+
+def apart_vm(name: str = "vm1", *, node: str = "node-a", storage: str = "node-b", **vmi_options: Any) -> list[dict[str, Any]]:
+    """A running opted-in VM on `node` whose one disk is served from `storage`, with its launcher pod."""
+    obj = vmi(name, node, f"{name}-disk", **vmi_options)
+    disk = rwx_disk(f"{name}-disk", storage)
+    for share_manager_pod in disk[3:]:
+        share_manager_pod["metadata"]["creationTimestamp"] = ago(days=4)
+    return disk + [obj, launcher(obj)]
+
+
+def three_nodes() -> list[dict[str, Any]]:
+    return nodes("node-a", "node-b", "node-c")
+
+

@@ -1,0 +1,143 @@
+"""KubeVirt objects the keeper reads and writes: VMIs and migrations, watched and created.
+
+VirtualMachineInstances and VirtualMachineInstanceMigrations are listed and watched cluster
+wide with the same Informer/Reflector machinery as the admission caches, trimmed to what
+`rules/keep.py` reads (`keep_spec`, the one place those fields are listed). Migrations are
+created here, and dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
+(KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
+`staging/src/kubevirt.io/api/core/v1/types.go`).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from .. import kinds
+from ..config import Settings
+from ..kinds import VMI, VMIM
+from .cache import Informer, Keep
+from .client import ApiUnreachable, request
+from .reflector import Timing
+
+
+def keep_spec(settings: Settings) -> dict[str, dict[str, Keep]]:
+    """What `read_vmi`, `read_migration` and `claims_of` read, per kind; the rest is dropped."""
+    vmi_annotations = {settings.opt_in_annotation, kinds.KEEP_ANNOTATION}
+    ours = kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY
+    return {
+        VMI.kind: {
+            "metadata": {"name": True, "namespace": True, "uid": True,
+                         "annotations": lambda key: key in vmi_annotations},
+            "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
+                     "nodeSelector": True},
+            "status": {
+                "phase": True,
+                "nodeName": True,
+                "conditions": [{"type": True, "status": True, "reason": True, "message": True}],
+                "migrationState": {"sourceNode": True, "targetNode": True, "targetPod": True, "startTimestamp": True,
+                                   "endTimestamp": True, "completed": True, "failed": True, "migrationUid": True},
+            },
+        },
+        VMIM.kind: {
+            "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
+                         "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
+                         "annotations": lambda key: key == ours},
+            "spec": {"vmiName": True},
+            "status": {"phase": True,
+                       "phaseTransitionTimestamps": [{"phase": True, "phaseTransitionTimestamp": True}],
+                       "migrationState": {"endTimestamp": True}},
+        },
+    }
+
+
+class KubeVirtWatch:
+    """VMIs and migrations of the whole cluster, listed and watched while the keeper leads."""
+
+    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing()):
+        self._api, self._timing = api, timing
+        keep = keep_spec(settings)
+        self.vmis = Informer(VMI, keep[VMI.kind])
+        self.migrations = Informer(VMIM, keep[VMIM.kind])
+        self.informers = (self.vmis, self.migrations)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        if self._tasks:
+            return
+        slots = asyncio.Semaphore(1)
+        for informer in self.informers:
+            events = informer.reflector(self._api, self._timing, slots).events()
+            self._tasks.append(asyncio.create_task(informer.run(events), name=f"keeper {informer.name}"))
+
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    async def wait_synced(self) -> None:
+        for informer in self.informers:
+            await informer.synced_event.wait()
+
+    def degraded(self) -> list[str]:
+        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
+
+    def all_vmis(self) -> Iterator[dict[str, Any]]:
+        """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
+        return _decoded(self.vmis)
+
+    def all_migrations(self) -> Iterator[dict[str, Any]]:
+        return _decoded(self.migrations)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+
+def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
+    table = informer.table
+    return (table.decode(key, blob) for key, blob in list(table.objects.items()))
+
+
+# --------------------------------------------------------------------------- creating migrations
+
+
+@dataclasses.dataclass(frozen=True)
+class Created:
+    """The API's answer to a create: the object as stored (or as it would be, for a dry run),
+    or why there is none."""
+
+    status: int  # 0 when no HTTP answer came
+    obj: dict[str, Any] | None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300 and self.obj is not None
+
+
+async def create_migration(api: Any, manifest: dict[str, Any], *, timeout: float, dry_run: bool = False) -> Created:
+    """POST one VirtualMachineInstanceMigration. A dry run asks for strict field validation, so
+    a schema that does not know a field answers 400 rather than dropping it silently."""
+    namespace = kinds.meta(manifest).get("namespace")
+    query = [("dryRun", "All"), ("fieldValidation", "Strict")] if dry_run else []
+    try:
+        async with asyncio.timeout(timeout):
+            status, body = await request(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
+    except TimeoutError:
+        return Created(0, None, f"no answer within {timeout:g}s")
+    except ApiUnreachable as exc:
+        return Created(0, None, str(exc))
+    try:
+        answer = orjson.loads(body) if body else None
+    except ValueError:
+        answer = None
+    if 200 <= status < 300:
+        if not isinstance(answer, dict):
+            return Created(status, None, f"API answered {status} without an object")
+        return Created(status, answer)
+    message = answer.get("message") if isinstance(answer, dict) else None
+    return Created(status, None, f"API answered {status}" + (f": {str(message)[:300]}" if message else ""))

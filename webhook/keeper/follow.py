@@ -1,0 +1,114 @@
+"""Our migrations from creation to their end, and what the leader remembers of them.
+
+KubeVirt garbage-collects finished migrations, and a migration just created may not have
+reached the watch yet: per-day counts and backoff use the migrations the watch shows plus
+the ones remembered here. Each migration of ours that this leader saw unfinished (its own,
+or a previous leader's) is followed until it ends: an Event on the VMI and a metric then.
+One unfinished for an hour stops counting as in flight (`rules.keep.STALE_AFTER`); it is
+left alone, never deleted. One deleted under way was aborted: it counts as failed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from .. import kinds, metrics
+from ..rules.keep import Attempt, Migration, MigrationPhase, backoff, rfc3339
+
+log = logging.getLogger("webhook.keeper")
+
+REMEMBER = timedelta(hours=48)  # longer than the per-day window and the backoff cap
+Key = tuple[str, str]
+
+
+def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    """The VMI as an Event's involvedObject."""
+    reference = {"apiVersion": kinds.VMI.api_version, "kind": kinds.VMI.kind, "name": name, "namespace": namespace}
+    return reference | ({"uid": uid} if uid else {})
+
+
+def _key(migration: Migration) -> Key:
+    return migration.namespace, migration.name
+
+
+class Follower:
+    def __init__(self, events: Any = None):
+        self.events = events
+        self._ours: dict[Key, Migration] = {}  # ours, as last seen (or as created)
+        self._open: set[Key] = set()  # followed until they end
+        self._seen: set[Key] = set()  # shown by the watch at least once
+
+    def created(self, migration: Migration) -> None:
+        """One we just created: remembered, and followed to its end."""
+        key = _key(migration)
+        self._ours[key] = migration
+        self._open.add(key)
+
+    def history(self, watched: Sequence[Migration]) -> list[Migration]:
+        """Every migration to count: what the watch shows, plus ours that it no longer (or not yet) shows."""
+        shown = {_key(m) for m in watched}
+        return list(watched) + [m for key, m in self._ours.items() if key not in shown]
+
+    def observe(self, watched: Sequence[Migration], now: datetime,
+                uids: dict[Key, str] | None = None) -> list[Migration]:
+        """Take in what the watch shows; announce and return those of ours that ended since."""
+        shown = {_key(m): m for m in watched if m.ours}
+        for key, migration in shown.items():
+            if key not in self._ours and migration.in_flight(now):
+                self._open.add(key)  # a previous leader's, still under way: ours to follow now
+            self._ours[key] = migration
+            self._seen.add(key)
+        ended: list[Migration] = []
+        for key in sorted(self._open):
+            migration = self._ours[key]
+            if key not in shown and key in self._seen:
+                # Deleting a migration under way aborts it: remembered as failed, so it stops
+                # counting as in flight and the VM backs off.
+                self._open.discard(key)
+                self._ours[key] = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
+                log.warning("keeper migration gone", extra={"fields": {
+                    "vm": f"{key[0]}/{migration.vmi}", "migration": key[1],
+                    "why": "deleted before it ended: counted as failed"}})
+            elif migration.final:
+                self._open.discard(key)
+                ended.append(migration)
+                self._announce(migration, (uids or {}).get((migration.namespace, migration.vmi), ""))
+            elif not migration.in_flight(now):
+                self._open.discard(key)
+                log.warning("keeper migration stale", extra={"fields": {
+                    "vm": f"{key[0]}/{migration.vmi}", "migration": key[1],
+                    "why": "unfinished for an hour: no longer counted as in flight (left alone)"}})
+        for key in [k for k, m in self._ours.items() if k not in self._open and now - m.created > REMEMBER]:
+            del self._ours[key]
+            self._seen.discard(key)
+        return ended
+
+    def _announce(self, migration: Migration, uid: str) -> None:
+        vm = f"{migration.namespace}/{migration.vmi}"
+        where = f" to {migration.target}" if migration.target else ""
+        if migration.succeeded:
+            metrics.KEEPER_MIGRATIONS.labels("succeeded").inc()
+            message = f"migration {migration.name}{where}, where its disks are served, succeeded"
+        else:
+            metrics.KEEPER_MIGRATIONS.labels("failed").inc()
+            state = backoff(self.attempts(migration.namespace, migration.vmi))
+            until = f"; no new attempt before {rfc3339(state.until)}" if state.until is not None else ""
+            message = f"migration {migration.name}{where} failed{until}"
+        log.info("keeper migration ended", extra={"fields": {
+            "vm": vm, "migration": migration.name, "result": migration.phase, "target": migration.target}})
+        if self.events is not None:
+            reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
+            self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,
+                                   warning=not migration.succeeded)
+
+    def attempts(self, namespace: str, vmi: str) -> list[Attempt]:
+        """Ours of one VMI that this leader knows of, oldest first."""
+        found = [Attempt(m.created, m.ended, m.succeeded if m.final else None)
+                 for m in self._ours.values() if m.namespace == namespace and m.vmi == vmi]
+        return sorted(found, key=lambda a: a.created)
+
+    def following(self) -> list[Migration]:
+        return [self._ours[key] for key in sorted(self._open)]

@@ -1,0 +1,519 @@
+"""The keeper's passes: where each opted-in VM runs against where its disks are served, and
+one targeted live migration for a VM that has been apart long enough.
+
+Conservative by construction: a pass every `period` seconds; the pure decision
+(`rules.keep.decide_keep`) holds a VM for any of its reasons; a pass creates no more than the
+in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache
+failing or not synced, a disk the API could not tell about), without the lease, or before a
+dry run has shown that the cluster keeps `spec.addedNodeSelector`. Each action is an Event
+on the VMI and a log line; each VM's state, since when, why, and the last action are kept
+in a record (`records()`), and the last pass in `last_pass`.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .. import kinds, metrics
+from ..cluster.cache import WatchedClusterStore
+from ..cluster.direct import ClusterStore
+from ..cluster.kubevirt import KubeVirtWatch, create_migration
+from ..cluster.reflector import Timing
+from ..cluster.resolve import node_obstacle, resolve_disks, unsure
+from ..cluster.store import StoreError
+from ..config import Settings
+from ..deadline import Deadline
+from ..kinds import NODE, POD
+from ..rules.facts import Fact
+from ..rules.keep import (
+    APART,
+    UNRESOLVED,
+    Hold,
+    KeepDecision,
+    Limits,
+    Locality,
+    Migration,
+    Mode,
+    Skipped,
+    VmiView,
+    VmState,
+    attempts,
+    decide_keep,
+    in_flight_counts,
+    last_migration_end,
+    locality,
+    migrating,
+    migration_manifest,
+    parse_time,
+    read_migration,
+    read_vmi,
+    rfc3339,
+    as_started,
+    backoff_delay,
+    vm_pods,
+)
+from ..rules.fit import for_checks
+from ..rules.patch import as_created
+from .follow import Follower, vmi_reference
+from .probe import TargetedMigration
+
+log = logging.getLogger("webhook.keeper")
+
+HOUR = timedelta(hours=1)
+# The keeper's own holds, beside rules.keep.Hold: what it sees of the cluster is not complete;
+# its lease might run out before a migration is created.
+VIEW_INCOMPLETE = "view incomplete"
+NO_LEASE = "lease not surely held"
+REFUSED = "migration refused"
+# A Longhorn disk of the VM whose share-manager is not running (starting, stopped): where it
+# comes back may change the answer, and "apart since" would not know when it began.
+SETTLING = "storage settling"
+# Answers that refuse this one migration (KubeVirt's admission, a conflict), not every one: the VM
+# backs off, the pass goes on with the others.
+REFUSALS = (400, 409, 422)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeeperTiming:
+    period: float = 30.0  # between passes
+    recheck_targeted: float = 600.0  # ask again whether spec.addedNodeSelector is kept
+    request_timeout: float = 5.0  # each API call of a pass
+    watch: Timing = Timing()  # the VMI and migration watches
+
+
+@dataclasses.dataclass(slots=True)
+class VmRecord:
+    """What the keeper last made of one running opted-in VM."""
+
+    namespace: str
+    name: str
+    state: VmState
+    since: datetime  # in this state since (apart: derived from the cluster, see `_apart`)
+    why: str  # where the VM runs and where its disks are served
+    node: str | None = None
+    target: str | None = None  # where its disks are served, when apart
+    hold: str | None = None  # what holds it where it is (a rules.keep.Hold, or VIEW_INCOMPLETE)
+    decision: str = ""  # the decision, in words
+    last_action: str = ""
+    last_action_at: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        fields = dataclasses.asdict(self)
+        fields.update(state=str(self.state), since=rfc3339(self.since),
+                      last_action_at=rfc3339(self.last_action_at) if self.last_action_at else None,
+                      hold=str(self.hold) if self.hold is not None else None)
+        return fields
+
+
+@dataclasses.dataclass(frozen=True)
+class PassReport:
+    """What one pass did."""
+
+    at: datetime
+    created: tuple[str, ...] = ()  # namespace/name of the migrations created
+    states: dict[str, int] = dataclasses.field(default_factory=dict)  # running opted-in VMs by state
+    held: dict[str, int] = dataclasses.field(default_factory=dict)  # apart VMs by what holds them
+    note: str = ""  # why the pass could not act on everything it saw, if so
+
+
+@dataclasses.dataclass
+class _Apart:
+    """One stretch of a VM apart from its storage: when it began and what moving it needs."""
+
+    uid: str  # of the VMI: a VM started again is a new stretch
+    node: str
+    target: str
+    since: datetime
+    pod: dict[str, Any] | None = None  # the launcher pod as KubeVirt would create it again
+    problem: str | None = None  # why the launcher pod is not known
+
+
+@dataclasses.dataclass
+class _Budget:
+    """Migrations in flight as the pass goes: what it creates counts at once."""
+
+    ours: int
+    everyone: int
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _started(obj: dict[str, Any] | None) -> datetime | None:
+    if not obj:
+        return None
+    return parse_time(kinds.status(obj).get("startTime")) or parse_time(kinds.meta(obj).get("creationTimestamp"))
+
+
+class Keeper:
+    """The passes. `run()` is what the elected replica runs. One pass on its own (a benchmark,
+    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `records()` and
+    `status()` say what it made of each VM."""
+
+    def __init__(self, api: Any, store: WatchedClusterStore, settings: Settings, *, events: Any = None,
+                 timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
+                 clock: Callable[[], datetime] = _now):
+        if settings.keep not in (Mode.REPORT, Mode.MIGRATE):
+            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep!r}")
+        self.api, self.store, self.settings, self.events = api, store, settings, events
+        self.timing, self.authority, self.clock = timing, authority, clock
+        self.mode = Mode(settings.keep)
+        for metric in metrics.KEEPER_METRICS:
+            metrics.show(metric)
+        self.limits = Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
+                             max_per_day=settings.keep_max_per_day)
+        self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
+        self.follower = Follower(events)
+        self.watch: KubeVirtWatch | None = None
+        self.last_pass: PassReport | None = None
+        self._direct = ClusterStore(api)  # full objects where the caches keep only a trimmed copy
+        self._records: dict[tuple[str, str], VmRecord] = {}
+        self._apart: dict[tuple[str, str], _Apart] = {}
+        self._skipped: set[str] = set()
+        self._refused: dict[tuple[str, str], tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
+        self._errors: list[str] = []  # API failures of the last pass
+
+    # ----------------------------------------------------------------- running
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[KubeVirtWatch]:
+        """VMIs and migrations listed and watched for as long as the block runs."""
+        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch)
+        self.watch = watch
+        watch.start()
+        try:
+            yield watch
+        finally:
+            self.watch = None
+            await watch.close()
+
+    async def run(self) -> None:
+        """Passes every `period` seconds, the first once the caches have synced (or after a period)."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with self.watching() as watch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.timing.period):
+                        await asyncio.gather(watch.wait_synced(), self.store.wait_synced())
+                while True:
+                    started = loop.time()
+                    try:
+                        await self.run_pass()
+                    except Exception as exc:  # a pass that fails reports and leaves the next one to try
+                        self._errors = [f"pass failed: {type(exc).__name__}: {exc}"]
+                        log.exception("keeper pass failed")
+                    await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
+        finally:
+            for state in VmState:
+                metrics.VMS.labels(state).set(0)  # only the leader reports VMs
+            metrics.VMS_APART_LONGEST.set(0)
+            metrics.VMS_APART_OVER_HOUR.set(0)
+
+    def records(self) -> list[VmRecord]:
+        """Each running opted-in VM as the last pass saw it (what a `status` tool shows)."""
+        return [dataclasses.replace(r) for _, r in sorted(self._records.items())]
+
+    def degraded(self) -> list[str]:
+        """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
+        return (self.watch.degraded() if self.watch is not None else []) + list(self._errors)
+
+    def status(self) -> dict[str, Any]:
+        last = self.last_pass
+        return {
+            "mode": str(self.mode),
+            "limits": {"keep_after_seconds": self.limits.after.total_seconds(), "max_inflight": self.limits.max_inflight,
+                       "max_cluster_inflight": self.limits.max_cluster_inflight, "max_per_day": self.limits.max_per_day},
+            "targeted_migration": {"available": self.targeted.available, "why": self.targeted.note},
+            "last_pass": None if last is None else {"at": rfc3339(last.at), "created": list(last.created),
+                                                    "states": last.states, "held": last.held, "note": last.note},
+            "following": [f"{m.namespace}/{m.name}" for m in self.follower.following()],
+            "degraded": self.degraded(),
+            "vms": [r.as_dict() for r in self.records()],
+        }
+
+    # ----------------------------------------------------------------- one pass
+
+    async def run_pass(self) -> PassReport:
+        """Look at every running opted-in VM once; create what the decisions and bounds allow."""
+        now = self.clock()
+        watch = self.watch
+        if watch is None or not watch.synced() or not self.store.synced():
+            report = PassReport(now, note="waiting for the caches to sync")
+            self.last_pass = report
+            return report
+        self._errors = []
+        watched = self._migrations(watch.all_migrations())
+        vmis = self._vmis(watch.all_vmis())
+        self.follower.observe(watched, now, {(v.namespace, v.name): v.uid for v in vmis})
+        history = self.follower.history(watched)
+        ours, everyone = in_flight_counts(history, now)
+        budget = _Budget(ours, everyone)
+        incomplete = "; ".join(watch.degraded() + self.store.degraded())
+
+        # A VM not apart is decided (held) at once; only the VMs apart are kept for the ordering.
+        running: set[tuple[str, str]] = set()
+        apart: list[tuple[VmiView, Locality, list[Fact]]] = []
+        for vmi in vmis:
+            if not vmi.opted_in or not vmi.running:
+                continue  # never touched, not counted
+            key = (vmi.namespace, vmi.name)
+            running.add(key)
+            where, facts = await self._where(vmi)
+            if where.state is APART:
+                apart.append((vmi, where, facts))
+            else:
+                self._apart.pop(key, None)
+                await self._decide(vmi, where, facts, now, history, budget, incomplete)
+        del vmis
+        for key in [k for k in self._records if k not in running]:
+            del self._records[key]
+        for key in [k for k in self._refused if k not in running]:
+            del self._refused[key]
+        for key in [k for k in self._apart if k not in running]:
+            del self._apart[key]
+
+        created: list[str] = []
+        held: collections.Counter[str] = collections.Counter()
+        # The VMs apart the longest go first: a pass may only have room for a few.
+        order = sorted(apart, key=lambda s: (self._since(s[0], s[1], now), s[0].name))
+        for vmi, where, facts in order:
+            decision = await self._decide(vmi, where, facts, now, history, budget, incomplete)
+            if decision.act:
+                name, everywhere = await self._move(vmi, decision, now)
+                if name is None:
+                    if everywhere:  # the API itself is failing: create nothing more this pass
+                        incomplete = incomplete or "a migration could not be created"
+                else:
+                    created.append(name)
+                    budget.ours += 1
+                    budget.everyone += 1
+            elif where.state is APART:
+                held[str(self._records[(vmi.namespace, vmi.name)].hold)] += 1
+
+        report = PassReport(now, tuple(created), self._report_states(now), dict(held), incomplete)
+        self.last_pass = report
+        return report
+
+    def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
+        found = []
+        for obj in objects:
+            migration = read_migration(obj)
+            if isinstance(migration, Skipped):
+                self._skip(migration)
+            else:
+                found.append(migration)
+        return found
+
+    def _vmis(self, objects: Iterable[dict[str, Any]]) -> list[VmiView]:
+        found = []
+        for obj in objects:
+            vmi = read_vmi(obj, self.settings)
+            if isinstance(vmi, Skipped):
+                if kinds.annotations(obj).get(self.settings.opt_in_annotation) == "true":
+                    self._skip(vmi)
+            else:
+                found.append(vmi)
+        return found
+
+    def _skip(self, skipped: Skipped) -> None:
+        """One log line per object of unexpected shape (and per new reason), not one per pass."""
+        if str(skipped) not in self._skipped:
+            self._skipped.add(str(skipped))
+            log.warning("keeper skipped an object", extra={"fields": {"object": skipped.what, "why": skipped.reason}})
+
+    async def _where(self, vmi: VmiView) -> tuple[Locality, list[Fact]]:
+        """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
+        deadline = Deadline.after(self.timing.request_timeout, 0)
+        facts = await resolve_disks(self.store, self.settings, vmi.namespace, list(vmi.claims), deadline)
+        unknown = [f.reason for f in facts if unsure(f)]
+        if unknown:
+            return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
+        return locality(vmi.node, facts), facts
+
+    def _since(self, vmi: VmiView, where: Locality, now: datetime) -> datetime:
+        record = self._records.get((vmi.namespace, vmi.name))
+        apart = self._apart.get((vmi.namespace, vmi.name))
+        if where.state is APART and apart is not None:
+            return apart.since
+        if record is not None and record.state is where.state:
+            return record.since
+        return now
+
+    async def _decide(self, vmi: VmiView, where: Locality, facts: list[Fact], now: datetime,
+                      history: list[Migration], budget: _Budget, incomplete: str) -> KeepDecision:
+        apart_since: datetime | None = None
+        target_unfit: str | None = None
+        if where.state is APART and where.target and vmi.kept:  # reads for the move only when it may come to one
+            apart = await self._apart_stretch(vmi, where, facts, history, now)
+            apart_since = apart.since
+            target_unfit = apart.problem or await node_obstacle(
+                self.store, where.target, apart.pod or {}, vmi.namespace,
+                Deadline.after(self.timing.request_timeout, 0), needs_kubevirt=True)
+
+        def decide(targeted: bool) -> KeepDecision:
+            return decide_keep(vmi, where, now=now, apart_since=apart_since, limits=self.limits,
+                               history=attempts(vmi, history), in_flight_ours=budget.ours, in_flight_all=budget.everyone,
+                               vmi_migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
+                               target_unfit=target_unfit, targeted=targeted, mode=self.mode)
+
+        check = self.targeted.due()  # then decide as if targeted migration worked, and find out if it would move
+        decision = decide(self.targeted.available is True or check)
+        would_move = decision.act or decision.hold is Hold.REPORT_ONLY
+        hold: str | None = decision.hold
+        if would_move and incomplete:
+            decision = dataclasses.replace(decision, act=False, reason=f"not acting on an incomplete view: {incomplete}")
+            hold = VIEW_INCOMPLETE
+        elif would_move:
+            manifest = await self._manifest(vmi, decision) if check else None
+            if isinstance(manifest, Skipped):
+                decision = dataclasses.replace(decision, act=False, hold=Hold.TARGET_UNFIT,
+                                               reason=f"cannot move to {decision.target}: {manifest.reason}")
+            else:
+                if manifest is not None:
+                    await self.targeted.check(manifest)
+                decision = decide(self.targeted.available is True)
+                if self.targeted.available is None and decision.hold is Hold.UNTARGETED:
+                    decision = dataclasses.replace(decision, reason=self.targeted.note)
+            hold = decision.hold
+        settling = [f.reason for f in facts if f.volume and f.node is None]
+        refused = self._refused.get((vmi.namespace, vmi.name))
+        if decision.act and settling:
+            decision = dataclasses.replace(decision, act=False,
+                                           reason=f"waiting for its storage to settle: {'; '.join(settling)}")
+            hold = SETTLING
+        elif decision.act and refused is not None and now < refused[1]:
+            decision = dataclasses.replace(
+                decision, act=False, reason=f"its migration was refused {refused[0]} time(s) in a row; "
+                                            f"retrying after {rfc3339(refused[1])}")
+            hold = REFUSED
+        self._record(vmi, where, decision, hold, now)
+        return decision
+
+    async def _apart_stretch(self, vmi: VmiView, where: Locality, facts: list[Fact], history: list[Migration],
+                             now: datetime) -> _Apart:
+        """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
+        its last migration's end, its launcher pod's start and the start of the share-manager pods
+        serving its disks; when none is known, when this leader first saw it apart. And its
+        launcher pod as KubeVirt would create it again, for the never-strand checks on the target."""
+        key = (vmi.namespace, vmi.name)
+        node, target = where.node or "", where.target or ""
+        known = self._apart.get(key)
+        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
+        if same and known.pod is not None:
+            return known
+        first_seen = known.since if same else now
+        timeout = self.timing.request_timeout
+        pod, problem = await self._launcher_pod(vmi, node)
+        moments = [last_migration_end(vmi, history), _started(pod)]
+        for fact in facts:
+            if fact.node == target and fact.volume:
+                try:
+                    moments.append(_started(await self._direct.get(
+                        POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
+                        timeout=timeout)))
+                except StoreError:
+                    pass  # one moment fewer to go by
+        derived = max((m for m in moments if m is not None), default=None)
+        since = min(derived, now) if derived is not None else first_seen
+        # The pod as the next migration target will be made: without our pin, nor the node a
+        # targeted migration asked for before.
+        started = for_checks(as_started(as_created(pod, self.settings), vmi.node_selector)) if pod is not None else None
+        stretch = _Apart(vmi.uid, node, target, since, started, problem)
+        self._apart[key] = stretch
+        return stretch
+
+    async def _launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
+        candidates = self.store.launcher_pods(vmi.namespace, vmi.uid) or []
+        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
+        if not running:
+            return None, f"its launcher pod on {node} is not known"
+        name = kinds.meta(running[0]).get("name")
+        try:
+            pod = await self._direct.get(POD, vmi.namespace, name, timeout=self.timing.request_timeout)
+        except StoreError as exc:
+            return None, f"its launcher pod {name} could not be read ({exc})"
+        if pod is None:
+            return None, f"its launcher pod {name} is gone"
+        return pod, None
+
+    async def _manifest(self, vmi: VmiView, decision: KeepDecision) -> dict[str, Any] | Skipped:
+        target = decision.target or ""
+        try:
+            node = await self.store.get(NODE, None, target, timeout=self.timing.request_timeout)
+        except StoreError as exc:
+            return Skipped(f"node {target}", str(exc))
+        if node is None:
+            return Skipped(f"node {target}", "not found")
+        return migration_manifest(vmi, node, decision.reason)
+
+    async def _move(self, vmi: VmiView, decision: KeepDecision, now: datetime) -> tuple[str | None, bool]:
+        """Create the migration: its name, or None when it was not created and whether what went
+        wrong would go wrong for any migration (the lease, the API) rather than for this VM."""
+        key = (vmi.namespace, vmi.name)
+        record = self._records[key]
+        timeout = self.timing.request_timeout
+        if not self.authority(timeout):
+            record.hold, record.decision = NO_LEASE, "not acting: the lease might run out before the migration is created"
+            return None, True
+        manifest = await self._manifest(vmi, decision)
+        if isinstance(manifest, Skipped):
+            record.hold, record.decision = Hold.TARGET_UNFIT, f"cannot move to {decision.target}: {manifest.reason}"
+            return None, False
+        answer = await create_migration(self.api, manifest, timeout=timeout)
+        migration = read_migration(answer.obj) if answer.ok else None
+        if not isinstance(migration, Migration):
+            error = answer.error or f"the API answered with {migration}"
+            metrics.KEEPER_MIGRATIONS.labels("error").inc()
+            record.last_action, record.last_action_at = f"creating a migration failed: {error}", now
+            log.warning("keeper migration not created", extra={"fields": {
+                "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target, "error": error}})
+            if answer.status in REFUSALS:  # this VM backs off; the others are still tried
+                count = self._refused.get(key, (0, now))[0] + 1
+                self._refused[key] = (count, now + backoff_delay(count))
+                return None, False
+            self._errors.append(f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
+            return None, True
+        self._refused.pop(key, None)
+        self.follower.created(migration)
+        metrics.KEEPER_MIGRATIONS.labels("created").inc()
+        record.last_action = f"created migration {migration.name} to {decision.target}"
+        record.last_action_at = now
+        log.info("keeper migration created", extra={"fields": {
+            "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
+            "to": decision.target, "reason": decision.reason}})
+        if self.events is not None:
+            self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
+                                   f"{decision.reason} (migration {migration.name})")
+        return f"{migration.namespace}/{migration.name}", False
+
+    def _record(self, vmi: VmiView, where: Locality, decision: KeepDecision, hold: str | None, now: datetime) -> None:
+        """Keep the VM's record; one log line when its state or what holds it changes."""
+        key = (vmi.namespace, vmi.name)
+        old = self._records.get(key)
+        since = self._since(vmi, where, now)
+        record = VmRecord(vmi.namespace, vmi.name, where.state, since, where.why, where.node, where.target, hold,
+                          decision.reason, old.last_action if old else "", old.last_action_at if old else None)
+        self._records[key] = record
+        if old is None or (old.state, old.hold, old.node, old.target) != (record.state, record.hold, record.node,
+                                                                        record.target):
+            log.info("keeper decision", extra={"fields": {
+                "vm": f"{vmi.namespace}/{vmi.name}", "state": str(where.state), "node": where.node,
+                "target": where.target, "hold": str(hold) if hold is not None else None, "reason": decision.reason}})
+
+    def _report_states(self, now: datetime) -> dict[str, int]:
+        """The metrics of a pass: every state set, and how long the VMs apart have been apart."""
+        counts = collections.Counter(r.state for r in self._records.values())
+        for state in VmState:
+            metrics.VMS.labels(state).set(counts[state])
+        apart = [now - r.since for r in self._records.values() if r.state is APART]
+        metrics.VMS_APART_LONGEST.set(max(apart, default=timedelta(0)).total_seconds())
+        metrics.VMS_APART_OVER_HOUR.set(sum(1 for span in apart if span > HOUR))
+        return {str(state): counts[state] for state in VmState}

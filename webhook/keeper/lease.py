@@ -1,0 +1,323 @@
+"""One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease.
+
+Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.Config,
+resourcelock.leaselock.LeaseLock), with the gaps closed that matter for something that
+creates migrations:
+
+- `LeaderElection.run()` returns once the lease is lost: `Elector.run` campaigns again.
+- Its Lease calls have no timeout, and a timeout on the client's session would not help:
+  kubernetes-asyncio's REST client passes `aiohttp.ClientTimeout()` (no limit) with every
+  call, which overrides the session's. Each Lease call here carries `_request_timeout`.
+- Errors other than ApiException escape `run()` (a timeout, a refused connection, a body
+  that is not JSON): the Lease calls turn them into a failed attempt, as the library does
+  with API errors; whatever still escapes ends the term, and a new campaign starts.
+- The library deposes its leader only after failing to renew for the whole renew deadline,
+  and only between calls, so a hanging call keeps a stale leader acting. Here the term ends
+  AT ONCE: when a read of the Lease names another holder, or when the renew deadline has
+  passed since the last successful renewal, whatever the library is waiting for.
+- Cancelling `run()` would leave what the library started for its leader running: the
+  keeper runs under the Elector, which cancels it itself.
+- The library never releases the lease: `stop()` clears its holder, as client-go's
+  ReleaseOnCancel does, so another replica takes over at its next try, not after expiry.
+- Its writes log a traceback for every conflict, which two replicas starting together
+  produce: the two writes are redone here (the same calls), reporting a one-line reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .. import metrics
+from ..cluster import client
+from ..config import Settings
+from ..kinds import LEASE
+
+log = logging.getLogger("webhook.keeper")
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def lease_namespace(settings: Settings, env: Mapping[str, str] | None = None,
+                    mounted: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """--lease-namespace, else the pod's own namespace (service-account mount, then POD_NAMESPACE)."""
+    if settings.lease_namespace:
+        return settings.lease_namespace
+    env = os.environ if env is None else env
+    try:
+        own = mounted.read_text().strip()
+    except OSError:
+        own = ""
+    if own or env.get("POD_NAMESPACE"):
+        return own or env["POD_NAMESPACE"]
+    raise ValueError("the keeper needs --lease-namespace (or COLOCATE_LEASE_NAMESPACE) outside a cluster: "
+                     f"no {mounted} and no POD_NAMESPACE; or turn it off with --keep off")
+
+
+def identity(env: Mapping[str, str] | None = None) -> str:
+    """Who holds the lease: the pod's name (downward API), else the host name (the pod's, in a cluster)."""
+    env = os.environ if env is None else env
+    return env.get("POD_NAME") or socket.gethostname()
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseTiming:
+    """client-go's defaults (as controller-runtime uses them). The library wants whole seconds
+    of at least 1 and renew_deadline > 1.2 × retry_period < lease_duration."""
+
+    lease_duration: int = 15  # a follower takes over this long after the last renewal it saw
+    renew_deadline: float = 10.0  # a leader that has not renewed for this long stops acting
+    retry_period: float = 2.0  # between attempts to acquire or renew
+    request_timeout: float = 4.0  # each Lease call
+
+    def __post_init__(self) -> None:
+        if not 0 < self.request_timeout < self.renew_deadline < self.lease_duration:
+            raise ValueError("lease timing: 0 < request_timeout < renew_deadline < lease_duration")
+
+
+def _api_error(status: int, reason: str) -> Any:
+    """An ApiException the library can read: it decodes the body for the status code."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    error = ApiException(status=status, reason=reason)
+    error.body = json.dumps({"code": status, "message": reason})
+    return error
+
+
+def _lock_class() -> type:
+    """The library's LeaseLock with timed calls and its outcomes reported to the Elector
+    (built on first use: kubernetes-asyncio's models are imported only when the keeper runs)."""
+    from kubernetes_asyncio import client as k8s
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class TimedLeases(k8s.CoordinationV1Api):
+        def __init__(self, api: Any, timeout: float):
+            super().__init__(api)
+            self.timeout = timeout
+
+        def read_namespaced_lease(self, name, namespace, **kwargs):
+            return super().read_namespaced_lease(name, namespace, _request_timeout=self.timeout, **kwargs)
+
+        def create_namespaced_lease(self, namespace, body, **kwargs):
+            return super().create_namespaced_lease(namespace, body, _request_timeout=self.timeout, **kwargs)
+
+        def replace_namespaced_lease(self, name, namespace, body, **kwargs):
+            return super().replace_namespaced_lease(name, namespace, body, _request_timeout=self.timeout, **kwargs)
+
+    class ReportingLeaseLock(LeaseLock):
+        def __init__(self, elector: Elector):
+            super().__init__(elector.name, elector.namespace, elector.identity, elector.api)
+            self.api_instance = TimedLeases(elector.api, elector.timing.request_timeout)
+            self.elector = elector
+
+        async def get(self, name, namespace):
+            try:
+                found, record = await super().get(name, namespace)
+            except Exception as exc:  # the library handles ApiException only
+                self.elector.error = f"reading the Lease: {type(exc).__name__}: {exc}"
+                return False, _api_error(0, f"{type(exc).__name__}: {exc}")
+            if found:
+                self.elector.error = None
+                self.elector.observed(record.holder_identity)
+                return found, record
+            if isinstance(record, ApiException):
+                self.elector.error = None if record.status == 404 else f"reading the Lease: API answered {record.status}"
+                try:
+                    readable = isinstance(json.loads(record.body or ""), dict)
+                except ValueError:
+                    readable = False
+                if not readable:
+                    return False, _api_error(record.status or 0, str(record.reason))
+            return found, record
+
+        # Writes as the library's, without its traceback for a conflict (two replicas racing is normal).
+        async def create(self, name, namespace, election_record):
+            body = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name), spec=self.update_lease(election_record))
+            return await self._write(self.api_instance.create_namespaced_lease(namespace, body))
+
+        async def update(self, name, namespace, updated_record):
+            if self.lease_reference is None:
+                return False
+            self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
+            return await self._write(self.api_instance.replace_namespaced_lease(name, namespace, self.lease_reference))
+
+        async def _write(self, call: Awaitable[Any]) -> bool:
+            sent = asyncio.get_running_loop().time()  # the lease runs from no later than this
+            try:
+                await call
+            except ApiException as exc:
+                error = f"API answered {exc.status}"
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                self.elector.error = None
+                self.elector.renewed(sent)
+                return True
+            self.elector.error = f"writing the Lease: {error}"
+            log.info("lease not written", extra={"fields": {"error": error}})
+            return False
+
+    return ReportingLeaseLock
+
+
+class Elector:
+    """Campaigns for the Lease for ever; runs `lead()` while it holds it, and stops it itself."""
+
+    def __init__(self, api: Any, *, namespace: str, name: str, identity: str,
+                 lead: Callable[[], Awaitable[None]], timing: LeaseTiming = LeaseTiming()):
+        self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
+        self.lead, self.timing = lead, timing
+        self.leading = False
+        self.holder: str | None = None  # the holder the last read of the Lease named
+        self.terms = 0  # times this replica became the leader
+        self.error: str | None = None  # why the last read or write of the Lease failed, until one works
+        self._renewed_at: float | None = None  # loop time of the last successful write of the Lease
+        self._term: asyncio.Task[None] | None = None  # the keeper, while leading
+        self._deadline: asyncio.Task[None] | None = None
+        self._deposed = asyncio.Event()
+        self._why = ""
+        self._task: asyncio.Task[None] | None = None
+
+    # ----------------------------------------------------------------- queries
+
+    def may_act(self, within: float = 0.0) -> bool:
+        """Leading, and still within the renew deadline `within` seconds from now (an action
+        that takes that long ends before a follower could take over)."""
+        if not self.leading or self._renewed_at is None:
+            return False
+        return asyncio.get_running_loop().time() + within < self._renewed_at + self.timing.renew_deadline
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="lease")
+
+    async def stop(self) -> None:
+        """Stop the keeper first, then campaigning, then hand the lease over (best effort)."""
+        was_leading = self.leading
+        self.step_down("shutting down")
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if was_leading:
+            await self.release()
+
+    async def run(self) -> None:
+        """Campaign, lead, and campaign again when the term ends; cancel to stop."""
+        from kubernetes_asyncio.leaderelection.electionconfig import Config
+        from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
+
+        metrics.show(metrics.KEEPER_LEADER).set(0)
+        lock_class = _lock_class()
+        while True:
+            self._deposed = asyncio.Event()
+            config = Config(lock_class(self), lease_duration=self.timing.lease_duration,
+                            renew_deadline=self.timing.renew_deadline, retry_period=self.timing.retry_period,
+                            onstarted_leading=self._take_office, onstopped_leading=self._not_renewed)
+            campaign = asyncio.create_task(LeaderElection(config).run(), name="lease campaign")
+            deposed = asyncio.create_task(self._deposed.wait(), name="lease term")
+            try:
+                await asyncio.wait({campaign, deposed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self.step_down("campaign ended")
+                for task in (campaign, deposed):
+                    task.cancel()
+                await asyncio.gather(campaign, deposed, *self._term_tasks(), return_exceptions=True)
+            if campaign.done() and not campaign.cancelled() and campaign.exception() is not None:
+                error = campaign.exception()
+                log.warning("lease campaign failed", extra={"fields": {"error": f"{type(error).__name__}: {error}"}})
+            await asyncio.sleep(self.timing.retry_period)
+
+    async def release(self) -> None:
+        """Clear the holder of a Lease we hold, so a follower acquires it at its next try."""
+        path = LEASE.path(self.namespace, self.name)
+        timeout = self.timing.request_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                status, body = await client.request(self.api, "GET", path, timeout=timeout)
+                lease = orjson.loads(body) if status == 200 else {}
+                spec = lease.get("spec") if isinstance(lease, dict) else None
+                if not isinstance(spec, dict) or spec.get("holderIdentity") != self.identity:
+                    return
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                spec.update(holderIdentity="", leaseDurationSeconds=1, acquireTime=now, renewTime=now)
+                status, _ = await client.request(self.api, "PUT", path, body=lease, timeout=timeout)
+            if 200 <= status < 300:
+                log.info("lease released", extra={"fields": {"lease": f"{self.namespace}/{self.name}"}})
+            else:
+                log.warning("lease not released", extra={"fields": {"error": f"API answered {status}"}})
+        except (TimeoutError, client.ApiUnreachable, ValueError) as exc:
+            log.warning("lease not released", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+
+    # ----------------------------------------------------------------- the term
+
+    def observed(self, holder: str | None) -> None:
+        """A read of the Lease named `holder`: another one means we lost it, whatever the library thinks."""
+        self.holder = holder
+        if self.leading and holder != self.identity:
+            self.step_down(f"the lease is held by {holder or 'nobody'}")
+
+    def renewed(self, at: float) -> None:
+        self._renewed_at = at
+
+    def step_down(self, why: str) -> None:
+        """End the term now: the keeper is cancelled before anything else can run."""
+        if not self.leading:
+            return
+        self.leading, self._why = False, why
+        current = asyncio.current_task()
+        for task in self._term_tasks():
+            if task is not current:
+                task.cancel()
+        metrics.KEEPER_LEADER.set(0)
+        (log.info if why == "shutting down" else log.warning)("keeper stopped leading", extra={"fields": {
+            "identity": self.identity, "lease": f"{self.namespace}/{self.name}", "why": why}})
+        self._deposed.set()
+
+    def _term_tasks(self) -> list[asyncio.Task[None]]:
+        return [t for t in (self._term, self._deadline) if t is not None]
+
+    async def _take_office(self) -> None:
+        """The library acquired the Lease (its renewal loop carries on apart from this)."""
+        if self._deposed.is_set() or self.leading:
+            return
+        self.leading = True
+        self.terms += 1
+        metrics.KEEPER_LEADER.set(1)
+        log.info("keeper leading", extra={"fields": {"identity": self.identity, "lease": f"{self.namespace}/{self.name}"}})
+        self._term = asyncio.create_task(self._serve(), name="keeper")
+        self._deadline = asyncio.create_task(self._watch_renewals(), name="lease deadline")
+
+    async def _serve(self) -> None:
+        try:
+            await self.lead()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not leave a leader that does nothing
+            log.exception("keeper failed", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+        self.step_down("the keeper stopped")
+
+    async def _watch_renewals(self) -> None:
+        """Depose at the renew deadline unless a renewal moved it."""
+        loop = asyncio.get_running_loop()
+        while self.leading:
+            left = (self._renewed_at or 0.0) + self.timing.renew_deadline - loop.time()
+            if left <= 0:
+                self.step_down(f"the lease was not renewed for {self.timing.renew_deadline:g}s")
+                return
+            await asyncio.sleep(left)
+
+    async def _not_renewed(self) -> None:
+        self.step_down("the lease could not be renewed")

@@ -1,0 +1,67 @@
+"""Does the cluster keep `spec.addedNodeSelector`? Without it a migration may go to any node.
+
+KubeVirt added the field in 1.6. An older CRD schema does not know it: with
+`fieldValidation=Strict` the apiserver answers 400 ("unknown field"), and an apiserver that
+ignores fieldValidation answers 201 with the field pruned. So the keeper dry-runs the very
+migration it is about to create (`dryRun=All`: admitted and validated, never stored) and
+looks at what would be stored. A dry run that proves nothing (a 403, a timeout, KubeVirt's own
+webhook refusing this VMI) leaves the answer as it was: when in doubt, no migration.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .. import kinds, metrics
+from ..cluster.kubevirt import create_migration
+
+log = logging.getLogger("webhook.keeper")
+
+FIELD = "addedNodeSelector"
+NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"
+
+
+class TargetedMigration:
+    """What the last conclusive dry run said, and when to ask again."""
+
+    def __init__(self, api: Any, *, recheck: float = 600.0, timeout: float = 5.0):
+        self._api, self.recheck, self.timeout = api, recheck, timeout
+        self.available: bool | None = None  # None: not known yet
+        self.note = "not checked yet"
+        self._checked_at: float | None = None
+
+    def due(self) -> bool:
+        """Never checked, last check inconclusive, or the last answer is `recheck` seconds old
+        (so an upgrade of KubeVirt is noticed)."""
+        if self._checked_at is None or self.available is None:
+            return True
+        return asyncio.get_running_loop().time() - self._checked_at >= self.recheck
+
+    async def check(self, manifest: dict[str, Any]) -> bool | None:
+        """Dry-run `manifest` (a migration with spec.addedNodeSelector); the new answer."""
+        self._checked_at = asyncio.get_running_loop().time()
+        wanted = kinds.spec(manifest).get(FIELD)
+        answer = await create_migration(self._api, manifest, timeout=self.timeout, dry_run=True)
+        if answer.ok:
+            kept = kinds.spec(answer.obj).get(FIELD)
+            if kept == wanted:
+                self._settle(True, "spec.addedNodeSelector is kept: targeted migration works")
+            else:
+                self._settle(False, f"the cluster prunes spec.addedNodeSelector ({NEEDS}): no migration is created")
+        elif answer.status == 400 and FIELD in answer.error:
+            self._settle(False, f"the cluster rejects spec.addedNodeSelector as unknown ({NEEDS}): no migration is created")
+        else:
+            note = f"targeted migration could not be checked: {answer.error}"
+            if note != self.note:
+                log.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
+            self.note = note
+        return self.available
+
+    def _settle(self, available: bool, note: str) -> None:
+        metrics.show(metrics.KEEPER_TARGETED).set(1 if available else 0)
+        changed = available != self.available
+        self.available, self.note = available, note
+        if changed:
+            (log.info if available else log.warning)(
+                "targeted migration " + ("available" if available else "unavailable"), extra={"fields": {"why": note}})
