@@ -76,17 +76,18 @@ class Writes(io.StringIO):
         return super().write(text)
 
 
-async def test_the_admission_lines_of_one_loop_turn_go_out_in_one_write_and_in_order(monkeypatch):
+async def test_admission_lines_go_out_together_soon_and_in_order(monkeypatch):
     import asyncio
 
     stream = Writes()
     handler = logs.JsonLines(stream)
     monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
     logger = logging.getLogger("webhook.server")
-    for uid in ("a", "b"):
-        logs.line("admission", {**FIELDS, "uid": uid}, logger)
-    assert stream.writes == []  # not yet: at the end of this turn
+    logs.line("admission", {**FIELDS, "uid": "a"}, logger)
     await asyncio.sleep(0)
+    logs.line("admission", {**FIELDS, "uid": "b"}, logger)  # answered in a later turn
+    assert stream.writes == []  # not yet: within FLUSH_AFTER of the first
+    await asyncio.sleep(handler.FLUSH_AFTER * 2)
     assert len(stream.writes) == 1 and [orjson.loads(x)["uid"] for x in stream.getvalue().splitlines()] == ["a", "b"]
     logs.line("admission", {**FIELDS, "uid": "c"}, logger)
     logger.warning("something else")  # any other line: the queued ones go first
@@ -95,6 +96,17 @@ async def test_the_admission_lines_of_one_loop_turn_go_out_in_one_write_and_in_o
     logs.line("admission", {**FIELDS, "uid": "d"}, logger)
     handler.flush()  # and at exit (logging.shutdown flushes every handler)
     assert orjson.loads(stream.getvalue().splitlines()[-1])["uid"] == "d"
+
+
+async def test_a_burst_of_admissions_is_written_without_waiting(monkeypatch):
+    stream = Writes()
+    handler = logs.JsonLines(stream)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
+    logger = logging.getLogger("webhook.server")
+    for i in range(handler.FLUSH_LINES + 1):
+        logs.line("admission", {**FIELDS, "uid": str(i)}, logger)
+    assert len(stream.writes) == 1  # FLUSH_LINES lines: written at once, in one write
+    assert [orjson.loads(x)["uid"] for x in stream.getvalue().splitlines()] == [str(i) for i in range(handler.FLUSH_LINES)]
 
 
 def test_a_key_that_is_no_string_is_written_as_the_formatter_writes_it(monkeypatch):

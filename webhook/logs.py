@@ -53,10 +53,15 @@ class JsonFormatter(logging.Formatter):
 
 
 class JsonLines(logging.StreamHandler):
-    """JSON lines to a stream (stderr). The admission lines (`queue`) of one turn of the event
-    loop go out together at its end: one write for every admission answered in that turn,
-    not one each. Any other line, a flush, or a line queued outside a running loop writes
-    the queued ones first, so lines keep their order."""
+    """JSON lines to a stream (stderr). Admission lines (`queue`) go out together, at most
+    FLUSH_AFTER seconds after the first of them, or at once past FLUSH_LINES: under a burst
+    of VM starts that is one write for many admissions, not a system call each (the write,
+    not the line, is most of what logging an admission costs inside the server). Any other
+    line, a flush (logging.shutdown flushes at exit), or a line queued outside a running
+    loop writes the queued ones first, so lines keep their order."""
+
+    FLUSH_AFTER = 0.05  # seconds
+    FLUSH_LINES = 256
 
     def __init__(self, stream: Any = None) -> None:
         super().__init__(stream)
@@ -66,12 +71,14 @@ class JsonLines(logging.StreamHandler):
     def queue(self, text: str) -> None:
         with self.lock:
             self._queued.append(text)
-            first = len(self._queued) == 1
-        if first:
+            queued = len(self._queued)
+        if queued == 1:
             try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:  # no loop: no turn to wait for
+                asyncio.get_running_loop().call_later(self.FLUSH_AFTER, self.flush)
+            except RuntimeError:  # no loop: nothing to wait with
                 self.flush()
+        elif queued >= self.FLUSH_LINES:
+            self.flush()
 
     def flush(self) -> None:
         with self.lock:
