@@ -132,3 +132,19 @@ def test_kept_answers_are_the_answers(change, the_node):
     for pod in (first, renamed, changed, first, changed):
         assert why_not("node-b", the_node, pod, needs_kubevirt=True) == nodes._why_not(
             "node-b", the_node, pod, needs_kubevirt=True)
+
+
+def test_a_node_read_afresh_is_answered_afresh_and_replaces_the_kept_answer():
+    """A direct GET hands out a new node object each time: its answer is its own (a node
+    cordoned meanwhile is seen), and the kept answers do not grow with every read."""
+    from webhook.rules import nodes
+
+    pod = vm_pod()
+    assert why_not("node-fresh", node("node-fresh"), pod, needs_kubevirt=True) is None
+    kept = len(nodes._ANSWERS)
+    cordoned = node("node-fresh")
+    cordoned["spec"] = {"unschedulable": True}
+    assert why_not("node-fresh", cordoned, pod, needs_kubevirt=True) == "node node-fresh is cordoned"
+    for _ in range(50):
+        assert why_not("node-fresh", node("node-fresh"), pod, needs_kubevirt=True) is None
+    assert len(nodes._ANSWERS) == kept

@@ -131,8 +131,10 @@ def is_ready(node: Mapping[str, Any]) -> bool:
 
 # The answer of `why_not` depends on the node and on the pod's tolerations, nodeSelector and
 # affinity alone. The caches hand out one node object per version, and pods of VMs made from
-# one template share those fields: answers are kept by (node object, those fields as JSON).
-_ANSWERS: dict[tuple[str, int, bool, bytes], tuple[Any, str | None]] = {}
+# one template share those fields: the last answer is kept per (node name, those fields as
+# JSON), with the node object it was given for. A node read afresh (a direct GET) replaces
+# that entry rather than adding one, so no more nodes are held than there are.
+_ANSWERS: dict[tuple[str, bool, bytes], tuple[Any, str | None]] = {}
 _ANSWERS_MAX = 4096
 
 
@@ -142,15 +144,15 @@ def why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, An
     if type(spec) is not dict or node is None:
         return _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
     try:
-        key = (node_name, id(node), needs_kubevirt,
+        key = (node_name, needs_kubevirt,
                orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"), spec.get("affinity"))))
     except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, the long way
         return _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
     kept = _ANSWERS.get(key)
-    if kept is not None and kept[0] is node:  # the entry holds the node: its id is its own
+    if kept is not None and kept[0] is node:
         return kept[1]
     answer = _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
-    if len(_ANSWERS) >= _ANSWERS_MAX:
+    if kept is None and len(_ANSWERS) >= _ANSWERS_MAX:
         del _ANSWERS[next(iter(_ANSWERS))]  # the oldest
     _ANSWERS[key] = (node, answer)
     return answer
