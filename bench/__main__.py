@@ -2,9 +2,11 @@
 
 Admission: `python -m webhook serve` (the production command) watches a kmock emulator and
 answers a two-disk VM pod from its caches over TLS; a bare aiohttp TLS server answers the
-same request with a fixed patch using stdlib json. The load generator (wrk, or an asyncio
-client without it) and the servers run on different cores; the two servers are measured in
-alternating rounds and the medians are reported. Then the API-fallback path: two claims the
+same request with a fixed patch using stdlib json; and `serve` with its admission replaced by
+"parse the review, answer allowed" (bench/floor.py), which tells what serving costs apart
+from what an admission adds. The load generator (wrk, or an asyncio client without it) and
+the servers run on different cores; the servers are measured in alternating rounds and the
+medians are reported. Then the API-fallback path: two claims the
 caches never saw, read with GETs from the emulator. Then the admission's own CPU without
 HTTP, in one process (bench/inprocess.py), with and without kube-scheduler's checks.
 
@@ -84,7 +86,8 @@ def emulated_cluster(cpu: int | None, pvcs: int, share_managers: int, pods: int,
 
 
 @contextlib.contextmanager
-def webhook_server(api: str, work: Path, cpu: int | None, name: str) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
+def webhook_server(api: str, work: Path, cpu: int | None, name: str,
+                   module: str = "webhook") -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
     kubeconfig = work / f"kubeconfig-{name}"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "bench",
@@ -94,7 +97,7 @@ def webhook_server(api: str, work: Path, cpu: int | None, name: str) -> Iterator
     }))
     port, ops_port = free_port(), free_port()
     log = work / f"{name}.log"
-    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
+    command = [sys.executable, "-m", module, "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
                "--drain-delay", "0", "--events", "off", "--keep", "off",
                "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key")]
@@ -179,8 +182,10 @@ def admission_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     server_cpu, load_cpu = cores()
     report: dict[str, Any] = {}
     with emulated_cluster(load_cpu, args.pvcs, args.share_managers, args.pods, True) as (api, control), \
-            webhook_server(api, work, server_cpu, "full") as (full_proc, full, full_ops, _):
+            webhook_server(api, work, server_cpu, "full") as (full_proc, full, full_ops, _), \
+            webhook_server(api, work, server_cpu, "floor", "bench.floor") as (floor_proc, floor, floor_ops, _):
         wait_for(f"{full_ops}/readyz", work, timeout=120)
+        wait_for(f"{floor_ops}/readyz", work, timeout=120)
         body = review_file(work, "review", emulator.BENCH_CLAIMS)
         decision, patch = decided(full, work, body)
         if decision != f"pinned {emulator.BENCH_NODE}":
@@ -194,15 +199,16 @@ def admission_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             bare = f"https://127.0.0.1:{bare_port}"
             wait_for(f"{bare}/mutate", work, body=body.read_bytes(), timeout=30)
             warm = min(1.0, args.duration)
-            run_load(args, full, body, work, load_cpu, args.connections, warm, full_proc.pid)
-            run_load(args, bare, body, work, load_cpu, args.connections, warm, bare_proc.pid)
+            servers = ((full, full_proc), (bare, bare_proc), (floor, floor_proc))
+            for url, proc in servers:
+                run_load(args, url, body, work, load_cpu, args.connections, warm, proc.pid)
             before = api_requests(control)
-            fulls, bares = [], []
+            rounds: list[list[load.Result]] = [[] for _ in servers]
             for _ in range(args.rounds):
-                fulls.append(run_load(args, full, body, work, load_cpu, args.connections, args.duration, full_proc.pid))
-                bares.append(run_load(args, bare, body, work, load_cpu, args.connections, args.duration, bare_proc.pid))
+                for results, (url, proc) in zip(rounds, servers):
+                    results.append(run_load(args, url, body, work, load_cpu, args.connections, args.duration, proc.pid))
             report["api_requests_during_full"] = api_requests(control) - before
-        report["full"], report["bare"] = median(fulls), median(bares)
+        report["full"], report["bare"], report["floor"] = (median(results) for results in rounds)
         report["ratio"] = report["full"]["rps"] / report["bare"]["rps"]
 
         # The fallback path: claims written behind the watches' back, so every admission GETs them.
@@ -303,7 +309,8 @@ def main() -> None:
             report = admission_bench(args, work)
             full, bare, fallback = report["full"], report["bare"], report["fallback"]
             print(f"{'':34}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU µs/req':>12}{'errors':>8}")
-            for name, row in (("full admission path (cache)", full), ("bare aiohttp, stdlib json", bare)):
+            for name, row in (("full admission path (cache)", full), ("bare aiohttp, stdlib json", bare),
+                              ("serve, parse and allow only", report["floor"])):
                 print(f"{name:34}{row['rps']:>10.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['cpu_us']:>12.0f}"
                       f"{row['errors']:>8}")
             print(f"{'ratio full / bare':34}{report['ratio']:>10.2f}{'':20}{bare['cpu_us'] / full['cpu_us']:>12.2f}")

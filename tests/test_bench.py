@@ -54,8 +54,11 @@ def test_a_tiny_run_reports_every_figure():
     out = done.stdout
     for line in ("full admission path (cache)", "bare aiohttp, stdlib json", "ratio full / bare",
                  "API requests during the full-path runs: 0", "API-fallback path", "RSS ", "targets: ",
-                 "in-process admission", "kube-scheduler's checks add"):
+                 "in-process admission", "kube-scheduler's checks add", "serve, parse and allow only"):
         assert line in out, out
+    for row in ("full admission path (cache)", "bare aiohttp, stdlib json", "serve, parse and allow only"):
+        answered = next(line for line in out.splitlines() if line.startswith(row))
+        assert answered.split()[-1] == "0" and float(answered.split()[-5]) > 0, answered  # no errors, some req/s
     cached = next(line for line in out.splitlines() if line.startswith("cached: "))
     for held in ("100 persistentvolumeclaims", "100 persistentvolumes", "10 sharemanagers in longhorn-system"):
         assert held in cached, cached
