@@ -674,3 +674,17 @@ def test_containers_of_unexpected_shape_are_still_unreadable(containers):
     pod["spec"]["containers"] = containers
     with pytest.raises(fit.Unreadable):
         fit.Demand.of(pod, NS)
+
+
+def test_objects_read_afresh_are_read_again_and_not_piled_up():
+    """Before the caches sync, every admission reads nodes, claims and PVs afresh (new objects):
+    each is read as it is now, and what is remembered of them does not grow with every read."""
+    def node_with(cpu):
+        return {"metadata": {"name": "node-fresh"}, "status": {"allocatable": {"cpu": cpu, "pods": "110"}}}
+
+    assert fit._allocatable(node_with("4"))["cpu"] == 4000
+    held = len(fit._allocatable.remembered)
+    assert fit._allocatable(node_with("8"))["cpu"] == 8000  # the same node, grown: read again
+    for _ in range(50):
+        fit._allocatable(node_with("8"))
+    assert len(fit._allocatable.remembered) == held

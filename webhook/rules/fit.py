@@ -86,21 +86,26 @@ def _pod_key(pod: Any) -> str:
 
 def _per_object(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Remember what `read` makes of an object while that very object is in use: caches replace
-    an object when it changes, so identity is enough. The entry holds the object, so its id
-    cannot be reused while remembered."""
-    remembered: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+    an object when it changes, so identity is enough. One entry per object name, holding the
+    object last read under it: an object read afresh (a direct GET, a listing) replaces its
+    entry, so no more objects are held than there are (and at most 4096)."""
+    remembered: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
 
     def cached(obj: Any) -> Any:
-        hit = remembered.get(id(obj))
+        meta = obj.get("metadata") if type(obj) is dict else None
+        name = meta.get("name") if type(meta) is dict else None
+        key = (meta.get("namespace"), name) if type(name) is str else id(obj)  # type: ignore[union-attr]
+        hit = remembered.get(key)
         if hit is not None and hit[0] is obj:
             return hit[1]
         result = read(obj)
-        remembered[id(obj)] = (obj, result)
-        if len(remembered) > 4096:
+        remembered[key] = (obj, result)
+        if hit is None and len(remembered) > 4096:
             remembered.popitem(last=False)
         return result
 
     cached.__doc__ = read.__doc__
+    cached.remembered = remembered  # type: ignore[attr-defined]
     return cached
 
 
