@@ -81,6 +81,7 @@ async def test_admission_lines_go_out_together_soon_and_in_order(monkeypatch):
 
     stream = Writes()
     handler = logs.JsonLines(stream)
+    handler.FLUSH_AFTER = 0.3  # room for a slow machine between the two lines
     monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
     logger = logging.getLogger("webhook.server")
     logs.line("admission", {**FIELDS, "uid": "a"}, logger)
@@ -119,3 +120,14 @@ def test_a_key_that_is_no_string_is_written_as_the_formatter_writes_it(monkeypat
     record = logger.makeRecord(logger.name, logging.INFO, "", 0, "admission", (), None, extra={"fields": fields})
     record.created = 1767225600.1236
     assert stream.getvalue() == handler.format(record) + "\n" and '"disks":{"1":"node-a"}' in stream.getvalue()
+
+
+async def test_flush_writes_the_queued_lines_now(monkeypatch):
+    """`serve` calls it on its way out, so queued admission lines precede any error it prints."""
+    stream = Writes()
+    handler = logs.JsonLines(stream)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [handler])
+    logs.line("admission", {**FIELDS, "uid": "last"}, logging.getLogger("webhook.server"))
+    assert stream.writes == []
+    logs.flush()
+    assert orjson.loads(stream.getvalue())["uid"] == "last"

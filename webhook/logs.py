@@ -130,6 +130,12 @@ def line(msg: str, fields: dict, logger: logging.Logger, created: float | None =
             handler.handle(record)
 
 
+def flush() -> None:
+    """Write what the handlers hold (queued admission lines) now."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+
+
 def setup(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [JsonLines(sys.stderr)]

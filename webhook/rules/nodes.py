@@ -133,7 +133,8 @@ def is_ready(node: Mapping[str, Any]) -> bool:
 # affinity alone. The caches hand out one node object per version, and pods of VMs made from
 # one template share those fields: the last answer is kept per (node name, those fields as
 # JSON), with the node object it was given for. A node read afresh (a direct GET) replaces
-# that entry rather than adding one, so no more nodes are held than there are.
+# that entry rather than adding one: a node is held once per distinct set of those fields
+# (a template), at most _ANSWERS_MAX in all.
 _ANSWERS: dict[tuple[str, bool, bytes], tuple[Any, str | None]] = {}
 _ANSWERS_MAX = 4096
 
