@@ -247,27 +247,35 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
+def idle(pid: int) -> None:
+    """Until the process has used no CPU for two seconds in a row."""
+    ticks, quiet = cpu_ticks(pid), 0
+    while quiet < 2:
+        time.sleep(1.0)
+        now = cpu_ticks(pid)
+        quiet = quiet + 1 if now == ticks else 0
+        ticks = now
+
+
+def synced_objects(log: Path) -> dict[str, int]:
+    """Objects per resource, from the "cache synced" lines of `serve`'s log."""
+    counts = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line) if line.startswith("{") else {}
+        if entry.get("msg") == "cache synced":
+            counts[entry["resource"]] = entry["objects"]
+    return counts
+
+
 def memory_of_serve(work: Path, pvcs: int, share_managers: int, pods: int, other_pods: int = 0) -> dict[str, Any]:
     """RSS of `serve` once its caches have synced and every watch event is handled (CPU idle)."""
     server_cpu, emulator_cpu = cores()
     with emulated_cluster(emulator_cpu, pvcs, share_managers, pods, False, other_pods) as (api, _), \
             webhook_server(api, work, server_cpu, f"memory-{pvcs}") as (proc, url, ops_url, log):
         synced = wait_for(f"{ops_url}/readyz", work)
-        # kmock replays every object as ADDED when a watch opens: wait until the server is idle
-        # (no CPU used for two seconds in a row).
-        ticks, quiet = cpu_ticks(proc.pid), 0
-        while quiet < 2:
-            time.sleep(1.0)
-            now = cpu_ticks(proc.pid)
-            quiet = quiet + 1 if now == ticks else 0
-            ticks = now
-        counts = {}
-        for line in log.read_text().splitlines():
-            entry = json.loads(line) if line.startswith("{") else {}
-            if entry.get("msg") == "cache synced":
-                counts[entry["resource"]] = entry["objects"]
+        idle(proc.pid)  # kmock replays every object as ADDED when a watch opens
         return {"rss_mib": process_kib(proc.pid, "VmRSS") / 1024, "peak_mib": process_kib(proc.pid, "VmHWM") / 1024,
-                "sync_seconds": synced, "objects": counts}
+                "sync_seconds": synced, "objects": synced_objects(log)}
 
 
 def main() -> None:

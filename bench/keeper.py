@@ -39,7 +39,7 @@ from typing import Any
 import aiohttp
 
 from . import kubevirt
-from .__main__ import cores, cpu_ticks, free_port, process, process_kib, wait_for
+from .__main__ import cores, free_port, idle, process, process_kib, synced_objects, wait_for
 
 TARGETS = {"rss_mib": 170.0}
 SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, before the end
@@ -230,16 +230,6 @@ def memory_of_keeper(work: Path, pvcs: int, share_managers: int, pods: int, othe
     return found
 
 
-def idle(pid: int) -> None:
-    """Until the process has used no CPU for two seconds in a row."""
-    ticks, quiet = cpu_ticks(pid), 0
-    while quiet < 2:
-        time.sleep(1.0)
-        now = cpu_ticks(pid)
-        quiet = quiet + 1 if now == ticks else 0
-        ticks = now
-
-
 def scrape(ops: str) -> str:
     with urllib.request.urlopen(f"{ops}/metrics", timeout=10) as response:
         return response.read().decode()
@@ -283,11 +273,7 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
                    and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest):
                 time.sleep(0.5)
         idle(proc.pid)
-        counts = {}
-        for text in log.read_text().splitlines():
-            entry = json.loads(text) if text.startswith("{") else {}
-            if entry.get("msg") == "cache synced":
-                counts[entry["resource"]] = entry["objects"]
+        counts = synced_objects(log)
         return {"rss_mib": process_kib(proc.pid, "VmRSS") / 1024, "peak_mib": process_kib(proc.pid, "VmHWM") / 1024,
                 "first_pass_rss_mib": first_rss, "sync_seconds": synced, "first_pass_seconds": passed,
                 "objects": counts,
