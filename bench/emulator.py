@@ -81,15 +81,18 @@ class BenchEmulator(k8s.KubernetesEmulator):
         return await super()._handle(request)
 
 
-class KubeVirtEmulator(BenchEmulator):
-    """What a real apiserver does and kmock leaves out, as the keeper relies on it: names from
-    generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All` creates
-    answered but never stored; PUT replacing an object (the Lease), 409 when its
-    resourceVersion is stale (kmock knows only PATCH)."""
+class ApiserverWrites:
+    """What a real apiserver does on writes and kmock leaves out, as the keeper relies on it:
+    names from generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All`
+    creates answered but never stored; a create `refuse` turns away as a whole (an admission
+    webhook, a conflict: nothing stored); PUT replacing an object (the Lease), 409 when its
+    resourceVersion is stale (kmock knows only PATCH). Mixed into a kmock emulator, before it."""
 
     _versions = itertools.count(1000)
+    refuse: Any = None  # request -> k8s.KubernetesError | None
 
-    async def _handle(self, request: Any) -> Any:
+    async def _write(self, request: Any) -> Any:
+        """The answer to a write kmock would answer otherwise, or None to let kmock answer."""
         if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
             metadata = request.data.setdefault("metadata", {})
             if not metadata.get("name") and metadata.get("generateName"):
@@ -98,20 +101,12 @@ class KubeVirtEmulator(BenchEmulator):
             metadata.setdefault("creationTimestamp", stamp())
             metadata["resourceVersion"] = str(next(self._versions))
             if request.params.get("dryRun") == "All":
-                del self._requests[:-self.KEEP]
-                return await apps.RawHandler._handle(self, request)  # admitted and answered, never stored
+                return await apps.RawHandler._handle(self, request)  # answered, never stored
+            if self.refuse is not None and (error := self.refuse(request)) is not None:
+                return await self._render_error(error)
         if request.resource is not None and request.method == "PUT" and request.name:
             return await self._replace(request)
-        return await super()._handle(request)
-
-    async def _serve_fetch(self, request: Any) -> Any:
-        """By key: kmock compares every stored object with each GET, and the keeper GETs pods."""
-        key = (request.resource, request.namespace, request.name)
-        async with self._lock:
-            raw = self.objects[key].raw if key in self.objects and not self.objects[key].deleted else None
-        if raw is None:
-            raise k8s.KubernetesObjectNotFoundError()
-        return raw
+        return None
 
     async def _serve_create(self, request: Any) -> Any:
         if request.params.get("dryRun") == "All":
@@ -133,6 +128,26 @@ class KubeVirtEmulator(BenchEmulator):
             self.objects[key] = new
             await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
         return web.json_response(new)
+
+
+class KubeVirtEmulator(ApiserverWrites, BenchEmulator):
+    """The bench emulator with a real apiserver's writes (ApiserverWrites)."""
+
+    async def _handle(self, request: Any) -> Any:
+        answer = await self._write(request)
+        if answer is None:
+            return await super()._handle(request)  # BenchEmulator: trims and counts
+        del self._requests[:-self.KEEP]
+        return answer
+
+    async def _serve_fetch(self, request: Any) -> Any:
+        """By key: kmock compares every stored object with each GET, and the keeper GETs pods."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            raw = self.objects[key].raw if key in self.objects and not self.objects[key].deleted else None
+        if raw is None:
+            raise k8s.KubernetesObjectNotFoundError()
+        return raw
 
 
 def stamp(moment: datetime.datetime | None = None) -> str:

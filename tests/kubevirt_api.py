@@ -6,18 +6,15 @@ import asyncio
 import contextlib
 import copy
 import datetime
-import itertools
-import secrets
-import uuid
 from typing import Any
 
 import aiohttp
 import aiohttp.web
 import kmock
 from conftest import TEST_TIMING, api_host, seed
-from kmock._internal.apps import RawHandler
 from kube import VM_NS, load, nodes, running_vm, rwx_disk
 
+from bench.emulator import ApiserverWrites, stamp
 from webhook import metrics
 from webhook.keeper.keeper import KeeperTiming
 from webhook.kinds import LEASE, VMI, VMIM
@@ -25,59 +22,18 @@ from webhook.kinds import LEASE, VMI, VMIM
 KUBEVIRT_RESOURCES = (VMI, VMIM, LEASE)
 
 
-def stamp(moment: datetime.datetime | None = None) -> str:
-    return (moment or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def ago(**span: float) -> str:
     return stamp(datetime.datetime.now(datetime.UTC) - datetime.timedelta(**span))
 
 
-class KubeVirtApi(kmock.KubernetesEmulator):
-    """kmock's emulator, plus: names from generateName, uid, creationTimestamp and
-    resourceVersion on create; `dryRun=All` creates answered but never stored; PUT replacing
-    an object, 409 when its resourceVersion is stale (kmock knows only PATCH)."""
-
-    _versions = itertools.count(1000)
-    # A create the API refuses as a whole (an admission webhook, a conflict): nothing is stored.
-    refuse: Any = None  # request -> kmock.KubernetesError | None
+class KubeVirtApi(ApiserverWrites, kmock.KubernetesEmulator):
+    """kmock's emulator with a real apiserver's writes (bench/emulator.py `ApiserverWrites`):
+    generated names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`;
+    creates turned away by `refuse`; PUT with 409 on a stale resourceVersion."""
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
-        if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
-            metadata = request.data.setdefault("metadata", {})
-            if not metadata.get("name") and metadata.get("generateName"):
-                metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
-            metadata.setdefault("uid", str(uuid.uuid4()))
-            metadata.setdefault("creationTimestamp", stamp())
-            metadata["resourceVersion"] = str(next(self._versions))
-            if request.params.get("dryRun") == "All":
-                return await RawHandler._handle(self, request)  # admitted and answered, never stored
-            if self.refuse is not None and (error := self.refuse(request)) is not None:
-                return await self._render_error(error)
-        if request.resource is not None and request.method == "PUT" and request.name:
-            return await self._replace(request)
-        return await super()._handle(request)
-
-    async def _serve_create(self, request: Any) -> Any:
-        if request.params.get("dryRun") == "All":
-            return request.data
-        return await super()._serve_create(request)
-
-    async def _replace(self, request: Any) -> aiohttp.web.StreamResponse:
-        key = (request.resource, request.namespace, request.name)
-        async with self._lock:
-            if key not in self.objects or self.objects[key].deleted:
-                return await self._render_error(kmock.KubernetesError(404, "NotFound", f"{request.name} not found"))
-            stored = self.objects[key].raw
-            sent = (request.data.get("metadata") or {}).get("resourceVersion")
-            if sent and sent != (stored.get("metadata") or {}).get("resourceVersion"):
-                return await self._render_error(kmock.KubernetesError(
-                    409, "Conflict", "the object has been modified; please apply your changes to the latest version"))
-            new = copy.deepcopy(request.data)
-            new.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
-            self.objects[key] = new
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
-        return aiohttp.web.json_response(new)
+        answer = await self._write(request)
+        return answer if answer is not None else await super()._handle(request)
 
 
 def register(emulator: Any) -> None:
