@@ -90,31 +90,30 @@ def _time(container: dict[str, Any], key: str, where: str) -> datetime | None:
     return parsed
 
 
-def _dict(container: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+_KIND_NAMES = {dict: "an object", str: "a string", bool: "a boolean"}
+
+
+def _typed(container: dict[str, Any], key: str, where: str, kind: type) -> Any:
+    """A field of `kind` (dict, str or bool): its empty value when absent, _Malformed when of
+    another type."""
     value = container.get(key)
     if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Malformed(f"{where}.{key} is a {type(value).__name__}, not an object")
+        return kind()
+    if not isinstance(value, kind):
+        raise _Malformed(f"{where}.{key} is a {type(value).__name__}, not {_KIND_NAMES[kind]}")
     return value
+
+
+def _dict(container: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    return _typed(container, key, where, dict)
 
 
 def _str(container: dict[str, Any], key: str, where: str) -> str:
-    value = container.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _Malformed(f"{where}.{key} is a {type(value).__name__}, not a string")
-    return value
+    return _typed(container, key, where, str)
 
 
 def _bool(container: dict[str, Any], key: str, where: str) -> bool:
-    value = container.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _Malformed(f"{where}.{key} is a {type(value).__name__}, not a boolean")
-    return value
+    return _typed(container, key, where, bool)
 
 
 def _identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
