@@ -29,7 +29,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,13 @@ def process(command: list[str], cpu: int | None, **kwargs: Any) -> Iterator[subp
 
 @contextlib.contextmanager
 def emulated_cluster(cpu: int | None, pvcs: int, share_managers: int, pods: int,
-                     bench_disks: bool, other_pods: int = 0) -> Iterator[tuple[str, str]]:
+                     bench_disks: bool, other_pods: int = 0, vmis: int = 0) -> Iterator[tuple[str, str]]:
     """(API URL, control URL) of an emulator process; the benchmark's disks or a large cluster
-    (a node per hundred pods, at least 20)."""
+    (a node per hundred pods, at least 20), with `vmis` VMIs when asked."""
     nodes = max(20, (pods + other_pods) // 100)
     command = [sys.executable, "-m", "bench.emulator", "--pvcs", str(pvcs), "--share-managers", str(share_managers),
                "--pods", str(pods), "--other-pods", str(other_pods), "--nodes", str(nodes)] \
-        + (["--bench-disks"] if bench_disks else ["--paginate"])
+        + (["--bench-disks"] if bench_disks else ["--paginate"]) + (["--vmis", str(vmis)] if vmis else [])
     with process(command, cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         line = proc.stdout.readline()
         if not line:
@@ -86,8 +86,9 @@ def emulated_cluster(cpu: int | None, pvcs: int, share_managers: int, pods: int,
 
 
 @contextlib.contextmanager
-def webhook_server(api: str, work: Path, cpu: int | None, name: str,
-                   module: str = "webhook") -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
+def webhook_server(api: str, work: Path, cpu: int | None, name: str, module: str = "webhook",
+                   flags: Sequence[str] = ("--keep", "off")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
+    """`serve` (or `module`'s) on the emulator at `api`, logging to `<name>.log`; `flags` last."""
     kubeconfig = work / f"kubeconfig-{name}"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "bench",
@@ -99,8 +100,8 @@ def webhook_server(api: str, work: Path, cpu: int | None, name: str,
     log = work / f"{name}.log"
     command = [sys.executable, "-m", module, "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
-               "--drain-delay", "0", "--events", "off", "--keep", "off",
-               "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key")]
+               "--drain-delay", "0", "--events", "off",
+               "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key"), *flags]
     with log.open("w") as stderr, process(command, cpu, stderr=stderr) as proc:
         yield proc, f"https://127.0.0.1:{port}", f"http://127.0.0.1:{ops_port}", log
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import re
@@ -39,7 +38,7 @@ from typing import Any
 import aiohttp
 
 from . import kubevirt
-from .__main__ import cores, free_port, idle, process, process_kib, synced_objects, wait_for
+from .__main__ import cores, emulated_cluster, idle, process, process_kib, synced_objects, wait_for, webhook_server
 
 TARGETS = {"rss_mib": 170.0}
 SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, before the end
@@ -215,16 +214,8 @@ def memory_of_keeper(work: Path, pvcs: int, share_managers: int, pods: int, othe
     """RSS of `serve` with the keeper in report mode, and with it off, against one emulator:
     caches synced, the keeper's first pass made (each VMI counted in `colocate_vms`), idle."""
     server_cpu, emulator_cpu = cores()
-    nodes = max(20, (pods + other_pods) // 100)
-    command = [sys.executable, "-m", "bench.emulator", "--pvcs", str(pvcs), "--share-managers", str(share_managers),
-               "--pods", str(pods), "--other-pods", str(other_pods), "--nodes", str(nodes), "--paginate",
-               "--vmis", str(vmis)]
     found: dict[str, Any] = {}
-    with process(command, emulator_cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as emulator:
-        line = emulator.stdout.readline()
-        if not line:
-            raise SystemExit("the emulator did not start")
-        api = line.split()[0]
+    with emulated_cluster(emulator_cpu, pvcs, share_managers, pods, False, other_pods, vmis) as (api, _):
         for keep in ("report", "off"):
             found[keep] = serve_memory(api, work, server_cpu, keep, vmis, passes)
     return found
@@ -239,19 +230,8 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
     """RSS of `serve` once synced and idle; with the keeper, once idle after its first pass and,
     with `passes` 2, again after its second (a pass every 30 s): a pass leaves more behind than
     it keeps."""
-    kubeconfig = work / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-        "clusters": [{"name": "bench", "cluster": {"server": api}}], "users": [{"name": "bench", "user": {}}],
-        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}]}))
-    port, ops_port = free_port(), free_port()
-    ops = f"http://127.0.0.1:{ops_port}"
-    log = work / f"serve-keep-{keep}.log"
-    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
-               "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
-               "--drain-delay", "0", "--events", "off", "--keep", keep, "--lease-namespace", "colocate-bench",
-               "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key")]
-    with log.open("w") as stderr, process(command, cpu, stderr=stderr) as proc:
+    flags = ("--keep", keep, "--lease-namespace", "colocate-bench")
+    with webhook_server(api, work, cpu, f"serve-keep-{keep}", flags=flags) as (proc, _, ops, log):
         synced = wait_for(f"{ops}/readyz", work)
         passed, states, first_rss = None, {}, None
         if keep != "off":
