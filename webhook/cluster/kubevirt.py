@@ -125,12 +125,9 @@ async def create_migration(api: Any, manifest: dict[str, Any], *, timeout: float
     namespace = kinds.meta(manifest).get("namespace")
     query = [("dryRun", "All"), ("fieldValidation", "Strict")] if dry_run else []
     try:
-        async with asyncio.timeout(timeout):
-            status, body = await request(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
-    except TimeoutError:
-        return Created(0, None, f"no answer within {timeout:g}s")
+        status, body = await request(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
     except ApiUnreachable as exc:
-        return Created(0, None, str(exc))
+        return Created(0, None, f"no answer within {timeout:g}s" if exc.timed_out else str(exc))
     try:
         answer = orjson.loads(body) if body else None
     except ValueError:

@@ -87,7 +87,7 @@ WATCH_TYPES = {t.value: t for t in (EventType.ADDED, EventType.MODIFIED, EventTy
 
 class Transport(Protocol):
     async def get(self, query: list[tuple[str, str]], timeout: float) -> tuple[int, bytes]:
-        """One list page: (status, body)."""
+        """One list page, answered or failed within `timeout`: (status, body)."""
 
     def stream(self, query: list[tuple[str, str]]) -> contextlib.AbstractAsyncContextManager[
             tuple[int, AsyncIterator[bytes]]]:
@@ -163,8 +163,7 @@ class Reflector:
                     query.append(("fieldSelector", self.fields))
                 if token:
                     query.append(("continue", token))
-                async with asyncio.timeout(self.timing.request_timeout):
-                    status, body = await self.transport.get(query, self.timing.request_timeout)
+                status, body = await self.transport.get(query, self.timing.request_timeout)
                 if status == 410:
                     raise Gone(f"list of {self.name}: the continue token expired")
                 if status != 200:
