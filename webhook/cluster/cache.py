@@ -476,15 +476,53 @@ class Informer:
         self.error = None
 
 
+class Informers:
+    """Informers run together: one task each, named `<task_prefix> <informer>`; their lists one at
+    a time (the memory of one page, not one per informer), in the order of `informers`."""
+
+    task_prefix = "informer"
+
+    def __init__(self, api_client: Any, timing: Timing, informers: tuple[Informer, ...]):
+        self._api, self._timing, self.informers = api_client, timing, informers
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start listing and watching in the background (call once, from the running loop)."""
+        if self._tasks:
+            return
+        list_slots = asyncio.Semaphore(1)
+        for informer in self.informers:
+            events = informer.reflector(self._api, self._timing, list_slots).events()
+            self._tasks.append(asyncio.create_task(informer.run(events), name=f"{self.task_prefix} {informer.name}"))
+
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    def degraded(self) -> list[str]:
+        """Informers whose list or watch is failing now: they serve what they have meanwhile."""
+        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            for informer in self.informers:
+                await informer.synced_event.wait()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+
 # --------------------------------------------------------------------------- store
 
 
-class WatchedClusterStore:
+class WatchedClusterStore(Informers):
     """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell."""
 
+    task_prefix = "cache"
+
     def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing()):
-        self._api = api_client
-        self._timing = timing
         self._direct = ClusterStore(api_client)
         keep = keep_fields(settings)
         longhorn = settings.longhorn_namespace
@@ -506,12 +544,11 @@ class WatchedClusterStore:
                              watchers=[self.usage])
         self.nodes = informer(NODE)
         # Listed in this order, one at a time: what the scheduler checks need first.
-        self.informers = (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
+        super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers))
         self._view = CachedView(self)
         self._by_kind: dict[str, list[Informer]] = {}
         for i in self.informers:
             self._by_kind.setdefault(i.resource.kind, []).append(i)
-        self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
@@ -522,36 +559,12 @@ class WatchedClusterStore:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self) -> None:
-        """Start listing and watching in the background (call once, from the running loop)."""
-        if self._tasks:
-            return
-        list_slots = asyncio.Semaphore(1)  # lists one at a time: the memory of one page, not six
-        for informer in self.informers:
-            events = informer.reflector(self._api, self._timing, list_slots).events()
-            self._tasks.append(asyncio.create_task(informer.run(events), name=f"cache {informer.name}"))
-
-    def synced(self) -> bool:
-        return all(i.synced for i in self.informers)
-
     def stats(self) -> Stats:
         """Objects held and last sync time per cache (read by the metrics at scrape time)."""
         return {i.name: (len(i.table.objects), i.last_sync) for i in self.informers}
 
-    def degraded(self) -> list[str]:
-        """Caches whose list or watch is failing now: they serve what they have meanwhile."""
-        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
-
-    async def wait_synced(self, timeout: float | None = None) -> None:
-        async with asyncio.timeout(timeout):
-            for informer in self.informers:
-                await informer.synced_event.wait()
-
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await super().close()
         await self._direct.close()
 
     # ----------------------------------------------------------------- reads
