@@ -355,7 +355,6 @@ class Informer:
         labels: dict[str, str] | None = None,
         indexers: Mapping[str, Indexer] | None = None,
         watchers: Iterable[Watcher] = (),
-        authoritative: bool | None = None,
         fields: str = "",
         wanted: Callable[[dict[str, Any]], bool] | None = None,
         shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -367,10 +366,9 @@ class Informer:
         self.namespace = namespace if resource.namespaced else None
         self.labels = dict(labels or {})
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
-        self.keep = keep
-        # Whether a name lookup in our scope that misses means "absent". True when nothing is
-        # filtered by labels; a label-scoped informer says so only when told to.
-        self.authoritative = not self.labels if authoritative is None else authoritative
+        # Whether a name lookup in our scope that misses means "absent": when nothing is
+        # filtered by labels.
+        self.authoritative = not self.labels
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
@@ -384,9 +382,6 @@ class Informer:
     def name(self) -> str:
         scope = f" in {self.namespace}" if self.namespace else ""
         return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
-
-    def covers(self, namespace: str | None) -> bool:
-        return self.namespace is None or namespace == self.namespace
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A fresh copy (see `Table.get`)."""
@@ -533,8 +528,6 @@ class WatchedClusterStore(Informers):
         self.pvcs = informer(PVC)
         self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
         self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
-        # Pods looked up by name in the Longhorn namespace are share-manager pods, which
-        # Longhorn labels: a miss there is an answer.
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.usage = NodeUsage()
@@ -546,9 +539,8 @@ class WatchedClusterStore(Informers):
         # Listed in this order, one at a time: what the scheduler checks need first.
         super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers))
         self._view = CachedView(self)
-        self._by_kind: dict[str, list[Informer]] = {}
-        for i in self.informers:
-            self._by_kind.setdefault(i.resource.kind, []).append(i)
+        self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
+        assert len(self._by_kind) == len(self.informers)
 
     @classmethod
     def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
@@ -574,19 +566,16 @@ class WatchedClusterStore(Informers):
         """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
         The object is shared with every other reader: read it, never change it; with `copy`, it
         is a fresh copy of the caller's own (what `get` returns)."""
-        answered = False  # a synced informer that holds everything this look-up could be about
-        for informer in self._by_kind.get(resource.kind, ()):  # written out: every look-up comes here
-            if informer.resource is not resource and informer.resource != resource:
-                continue
-            if not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
-                continue
-            key = f"{namespace}/{name}" if namespace and resource.namespaced else name
-            table = informer.table
-            obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
-            if obj is not None:
-                return True, obj
-            answered = answered or informer.authoritative
-        if answered and resource.kind not in MISS_FALLBACK:
+        informer = self._by_kind.get(resource.kind)  # written out: every look-up comes here
+        if informer is None or (informer.resource is not resource and informer.resource != resource) \
+                or not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
+            return False, None  # outside what the informer holds, or not synced yet
+        key = f"{namespace}/{name}" if namespace and resource.namespaced else name
+        table = informer.table
+        obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
+        if obj is not None:
+            return True, obj
+        if informer.authoritative and resource.kind not in MISS_FALLBACK:
             return True, None
         return False, None
 
