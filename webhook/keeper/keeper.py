@@ -255,6 +255,9 @@ class Keeper:
         history = self.follower.history(watched)
         ours, everyone = in_flight_counts(history, now)
         budget = _Budget(ours, everyone)
+        by_vmi: dict[tuple[str, str], list[Migration]] = {}  # each VM reads only its own migrations
+        for migration in history:
+            by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
 
         # A VM not apart is decided (held) at once; only the VMs apart are kept for the ordering.
@@ -270,7 +273,7 @@ class Keeper:
                 apart.append((vmi, where, facts))
             else:
                 self._apart.pop(key, None)
-                await self._decide(vmi, where, facts, now, history, budget, incomplete)
+                await self._decide(vmi, where, facts, now, by_vmi.get(key, []), budget, incomplete)
         del vmis
         for key in [k for k in self._records if k not in running]:
             del self._records[key]
@@ -284,7 +287,8 @@ class Keeper:
         # The VMs apart the longest go first: a pass may only have room for a few.
         order = sorted(apart, key=lambda s: (self._since(s[0], s[1], now), s[0].name))
         for vmi, where, facts in order:
-            decision = await self._decide(vmi, where, facts, now, history, budget, incomplete)
+            decision = await self._decide(vmi, where, facts, now, by_vmi.get((vmi.namespace, vmi.name), []),
+                                          budget, incomplete)
             if decision.act:
                 name, everywhere = await self._move(vmi, decision, now)
                 if name is None:
@@ -348,6 +352,7 @@ class Keeper:
 
     async def _decide(self, vmi: VmiView, where: Locality, facts: list[Fact], now: datetime,
                       history: list[Migration], budget: _Budget, incomplete: str) -> KeepDecision:
+        """The VM's decision, recorded; `history` holds its own migrations only."""
         apart_since: datetime | None = None
         target_unfit: str | None = None
         if where.state is APART and where.target and vmi.kept:  # reads for the move only when it may come to one
