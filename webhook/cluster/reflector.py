@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from .. import kinds
 from ..kinds import Resource
 from . import client
 
@@ -125,11 +126,6 @@ def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
     return lines
 
 
-def _meta(obj: Any) -> dict[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 class Reflector:
     """One resource (optionally one namespace and a label selector), listed and watched."""
 
@@ -231,7 +227,7 @@ class Reflector:
             raise WatchError(f"watch of {self.name}: error event {status.get('code')} {status.get('message') or ''}")
         if kind not in WATCH_TYPES:
             raise WatchError(f"watch of {self.name}: unexpected event {kind!r}")
-        version = _meta(obj).get("resourceVersion")
+        version = kinds.meta(obj).get("resourceVersion")
         if version:
             self.resource_version = version
         elif kind != "BOOKMARK":
