@@ -6,16 +6,17 @@ Admission never waits for an Event: `emit` only queues; a full queue drops the E
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import socket
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import kinds, metrics
 from ..kinds import EVENT
 from ..rules.decide import PINNED, Decision
+from ..rules.keep import rfc3339
 from . import client
 
 log = logging.getLogger("webhook.events")
@@ -41,7 +42,7 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
               name: str | None = None) -> dict[str, Any]:
     """A core/v1 Event about `involved` (an object reference), as `kubectl describe` shows it.
     A fixed `name` makes the Event said once however many replicas say it (the API keeps the first)."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339(datetime.now(UTC))
     return {
         "apiVersion": "v1",
         "kind": "Event",
