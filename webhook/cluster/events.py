@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,13 @@ log = logging.getLogger("webhook.events")
 COMPONENT = kinds.COMPONENT
 # Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
 OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
+
+
+def identity(env: Mapping[str, str] | None = None) -> str:
+    """This replica: the pod's name (downward API), else the host name (the pod's, in a cluster).
+    It reports the Events and holds the keeper's lease."""
+    env = os.environ if env is None else env
+    return env.get("POD_NAME") or socket.gethostname()
 
 
 def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
@@ -68,7 +76,7 @@ class EventSink:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
         self._timeout = timeout
         self._task: asyncio.Task[None] | None = None
-        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+        self.instance = identity()
 
     def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
         involved = involved_object(pod, namespace)
