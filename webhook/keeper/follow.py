@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .. import kinds, metrics
-from ..rules.keep import Attempt, Migration, MigrationPhase, backoff, rfc3339
+from ..rules.keep import Migration, MigrationPhase, attempts, backoff, rfc3339
 
 log = logging.getLogger("webhook.keeper")
 
@@ -94,7 +94,7 @@ class Follower:
             message = f"migration {migration.name}{where}, where its disks are served, succeeded"
         else:
             metrics.KEEPER_MIGRATIONS.labels("failed").inc()
-            state = backoff(self.attempts(migration.namespace, migration.vmi))
+            state = backoff(attempts((migration.namespace, migration.vmi), self._ours.values()))
             until = f"; no new attempt before {rfc3339(state.until)}" if state.until is not None else ""
             message = f"migration {migration.name}{where} failed{until}"
         log.info("keeper migration ended", extra={"fields": {
@@ -103,12 +103,6 @@ class Follower:
             reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
             self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,
                                    warning=not migration.succeeded)
-
-    def attempts(self, namespace: str, vmi: str) -> list[Attempt]:
-        """Ours of one VMI that this leader knows of, oldest first."""
-        found = [Attempt(m.created, m.ended, m.succeeded if m.final else None)
-                 for m in self._ours.values() if m.namespace == namespace and m.vmi == vmi]
-        return sorted(found, key=lambda a: a.created)
 
     def following(self) -> list[Migration]:
         return [self._ours[key] for key in sorted(self._open)]
