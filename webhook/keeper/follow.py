@@ -53,15 +53,14 @@ class Follower:
         return list(watched) + [m for key, m in self._ours.items() if key not in shown]
 
     def observe(self, watched: Sequence[Migration], now: datetime,
-                uids: dict[Key, str] | None = None) -> list[Migration]:
-        """Take in what the watch shows; announce and return those of ours that ended since."""
+                uids: dict[Key, str] | None = None) -> None:
+        """Take in what the watch shows; announce those of ours that ended since."""
         shown = {_key(m): m for m in watched if m.ours}
         for key, migration in shown.items():
             if key not in self._ours and migration.in_flight(now):
                 self._open.add(key)  # a previous leader's, still under way: ours to follow now
             self._ours[key] = migration
             self._seen.add(key)
-        ended: list[Migration] = []
         for key in sorted(self._open):
             migration = self._ours[key]
             if key not in shown and key in self._seen:
@@ -74,7 +73,6 @@ class Follower:
                     "why": "deleted before it ended: counted as failed"}})
             elif migration.final:
                 self._open.discard(key)
-                ended.append(migration)
                 self._announce(migration, (uids or {}).get((migration.namespace, migration.vmi), ""))
             elif not migration.in_flight(now):
                 self._open.discard(key)
@@ -84,7 +82,6 @@ class Follower:
         for key in [k for k, m in self._ours.items() if k not in self._open and now - m.created > REMEMBER]:
             del self._ours[key]
             self._seen.discard(key)
-        return ended
 
     def _announce(self, migration: Migration, uid: str) -> None:
         vm = f"{migration.namespace}/{migration.vmi}"
