@@ -518,7 +518,7 @@ class WatchedClusterStore(Informers):
     task_prefix = "cache"
 
     def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing()):
-        self._direct = ClusterStore(api_client)
+        self.direct = ClusterStore(api_client)  # reads from the API itself: full objects, no watch lag
         keep = keep_fields(settings)
         longhorn = settings.longhorn_namespace
 
@@ -557,7 +557,7 @@ class WatchedClusterStore(Informers):
 
     async def close(self) -> None:
         await super().close()
-        await self._direct.close()
+        await self.direct.close()
 
     # ----------------------------------------------------------------- reads
 
@@ -584,16 +584,16 @@ class WatchedClusterStore(Informers):
         known, obj = self.peek(resource, namespace, name, copy=True)
         if known:
             return obj
-        return await self._direct.get(resource, namespace, name, timeout=timeout)
+        return await self.direct.get(resource, namespace, name, timeout=timeout)
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         if not self.pvs.synced:
-            return await self._direct.pvs_by_volume_handle(handle, timeout=timeout)
+            return await self.direct.pvs_by_volume_handle(handle, timeout=timeout)
         return self.pvs.table.lookup("volumeHandle", handle)
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         if not self.pods.synced:
-            return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
+            return await self.direct.pods_by_claim(namespace, claim, timeout=timeout)
         return self.pods.table.lookup("claim", object_key(namespace, claim))
 
     def pinned_waiting(self) -> list[dict[str, Any]]:

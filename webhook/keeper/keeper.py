@@ -22,7 +22,6 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.cache import WatchedClusterStore
-from ..cluster.direct import ClusterStore
 from ..cluster.kubevirt import KubeVirtWatch, create_migration
 from ..cluster.reflector import Timing
 from ..cluster.resolve import node_obstacle, resolve_disks, unsure
@@ -173,7 +172,6 @@ class Keeper:
         self.follower = Follower(events)
         self.watch: KubeVirtWatch | None = None
         self.last_pass: PassReport | None = None
-        self._direct = ClusterStore(api)  # full objects where the caches keep only a trimmed copy
         self._records: dict[tuple[str, str], VmRecord] = {}
         self._apart: dict[tuple[str, str], _Apart] = {}
         self._skipped: set[str] = set()
@@ -420,7 +418,7 @@ class Keeper:
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:
-                    moments.append(_started(await self._direct.get(
+                    moments.append(_started(await self.store.direct.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
                         timeout=timeout)))
                 except StoreError:
@@ -442,7 +440,7 @@ class Keeper:
             return None, f"its launcher pod on {node} is not known"
         name = kinds.meta(running[0]).get("name")
         try:
-            pod = await self._direct.get(POD, vmi.namespace, name, timeout=self.timing.request_timeout)
+            pod = await self.store.direct.get(POD, vmi.namespace, name, timeout=self.timing.request_timeout)
         except StoreError as exc:
             return None, f"its launcher pod {name} could not be read ({exc})"
         if pod is None:
