@@ -41,6 +41,12 @@ def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | Non
     return None
 
 
+def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    """The VMI as an Event's involvedObject."""
+    reference = {"apiVersion": kinds.VMI.api_version, "kind": kinds.VMI.kind, "name": name, "namespace": namespace}
+    return reference | ({"uid": uid} if uid else {})
+
+
 def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
     pinned = decision.outcome == PINNED
     return new_event(involved, "CoLocated" if pinned else "NotCoLocated", decision.reason, instance, warning=not pinned)

@@ -15,19 +15,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import kinds, metrics
+from .. import metrics
+from ..cluster.events import vmi_reference
 from ..rules.keep import Migration, MigrationPhase, attempts, backoff, rfc3339
 
 log = logging.getLogger("webhook.keeper")
 
 REMEMBER = timedelta(hours=48)  # longer than the per-day window and the backoff cap
 Key = tuple[str, str]
-
-
-def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
-    """The VMI as an Event's involvedObject."""
-    reference = {"apiVersion": kinds.VMI.api_version, "kind": kinds.VMI.kind, "name": name, "namespace": namespace}
-    return reference | ({"uid": uid} if uid else {})
 
 
 def _key(migration: Migration) -> Key:

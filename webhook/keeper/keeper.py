@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.cache import WatchedClusterStore
+from ..cluster.events import vmi_reference
 from ..cluster.kubevirt import KubeVirtWatch, create_migration
 from ..cluster.reflector import Timing
 from ..cluster.resolve import node_obstacle, resolve_disks, unsure
@@ -59,7 +60,7 @@ from ..rules.keep import (
 )
 from ..rules.fit import for_checks
 from ..rules.patch import as_created
-from .follow import Follower, vmi_reference
+from .follow import Follower
 from .probe import TargetedMigration
 
 log = logging.getLogger("webhook.keeper")
