@@ -156,7 +156,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     from .admission.tls import ReloadingTLS
     from .cluster import client
     from .cluster.cache import WatchedClusterStore
-    from .cluster.events import EventSink
+    from .cluster.events import EventSink, identity
     from .cluster.store import Store
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
@@ -182,7 +182,7 @@ async def run_serve(args: argparse.Namespace) -> int:
             except ValueError:
                 await api.close()
                 raise
-            companions.append(KeeperService(api, store, settings, namespace=namespace, identity=lease.identity(),
+            companions.append(KeeperService(api, store, settings, namespace=namespace, identity=identity(),
                                             events=events))
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)

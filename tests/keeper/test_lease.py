@@ -8,8 +8,9 @@ from conftest import api_host, watched_store
 from kubevirt_api import TIMING, VMIS, apart_vm, eventually, three_nodes
 
 from webhook.cluster import client
+from webhook.cluster.events import identity
 from webhook.config import Settings
-from webhook.keeper.lease import LeaseTiming, identity, lease_namespace
+from webhook.keeper.lease import LeaseTiming, lease_namespace
 from webhook.keeper.service import KeeperService
 from webhook.kinds import LEASE
 

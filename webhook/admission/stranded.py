@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.cache import WatchedClusterStore
+from ..cluster.events import vmi_reference
 from ..config import Settings
 from ..rules.stranded import Stranded, stranded
 
@@ -26,8 +27,7 @@ def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
     name, uid = kinds.vm_name(pod), kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
     if not name:
         return None
-    return {"apiVersion": kinds.VMI.api_version, "kind": kinds.VMI.kind, "name": name, "namespace": namespace,
-            "uid": uid if isinstance(uid, str) else ""}
+    return vmi_reference(namespace, name, uid if isinstance(uid, str) else "")
 
 
 class StrandedReporter:

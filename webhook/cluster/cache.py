@@ -355,7 +355,6 @@ class Informer:
         labels: dict[str, str] | None = None,
         indexers: Mapping[str, Indexer] | None = None,
         watchers: Iterable[Watcher] = (),
-        authoritative: bool | None = None,
         fields: str = "",
         wanted: Callable[[dict[str, Any]], bool] | None = None,
         shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -367,10 +366,9 @@ class Informer:
         self.namespace = namespace if resource.namespaced else None
         self.labels = dict(labels or {})
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
-        self.keep = keep
-        # Whether a name lookup in our scope that misses means "absent". True when nothing is
-        # filtered by labels; a label-scoped informer says so only when told to.
-        self.authoritative = not self.labels if authoritative is None else authoritative
+        # Whether a name lookup in our scope that misses means "absent": when nothing is
+        # filtered by labels.
+        self.authoritative = not self.labels
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
@@ -384,9 +382,6 @@ class Informer:
     def name(self) -> str:
         scope = f" in {self.namespace}" if self.namespace else ""
         return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
-
-    def covers(self, namespace: str | None) -> bool:
-        return self.namespace is None or namespace == self.namespace
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A fresh copy (see `Table.get`)."""
@@ -476,70 +471,30 @@ class Informer:
         self.error = None
 
 
-# --------------------------------------------------------------------------- store
+class Informers:
+    """Informers run together: one task each, named `<task_prefix> <informer>`; their lists one at
+    a time (the memory of one page, not one per informer), in the order of `informers`."""
 
+    task_prefix = "informer"
 
-class WatchedClusterStore:
-    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell."""
-
-    def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing()):
-        self._api = api_client
-        self._timing = timing
-        self._direct = ClusterStore(api_client)
-        keep = keep_fields(settings)
-        longhorn = settings.longhorn_namespace
-
-        def informer(resource: Resource, **kwargs: Any) -> Informer:
-            return Informer(resource, keep[resource.kind], **kwargs)
-
-        self.pvcs = informer(PVC)
-        self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
-        self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
-        # Pods looked up by name in the Longhorn namespace are share-manager pods, which
-        # Longhorn labels: a miss there is an answer.
-        # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
-        # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
-        self.usage = NodeUsage()
-        self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished, shape=shape_pod(settings),
-                             indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
-                                       "waiting": pinned_and_waiting(settings)},
-                             watchers=[self.usage])
-        self.nodes = informer(NODE)
-        # Listed in this order, one at a time: what the scheduler checks need first.
-        self.informers = (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
-        self._view = CachedView(self)
-        self._by_kind: dict[str, list[Informer]] = {}
-        for i in self.informers:
-            self._by_kind.setdefault(i.resource.kind, []).append(i)
+    def __init__(self, api_client: Any, timing: Timing, informers: tuple[Informer, ...]):
+        self._api, self._timing, self.informers = api_client, timing, informers
         self._tasks: list[asyncio.Task[None]] = []
-
-    @classmethod
-    def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
-        """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
-        from . import client
-
-        return cls(client.for_host(host), settings, timing)
-
-    # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
         """Start listing and watching in the background (call once, from the running loop)."""
         if self._tasks:
             return
-        list_slots = asyncio.Semaphore(1)  # lists one at a time: the memory of one page, not six
+        list_slots = asyncio.Semaphore(1)
         for informer in self.informers:
             events = informer.reflector(self._api, self._timing, list_slots).events()
-            self._tasks.append(asyncio.create_task(informer.run(events), name=f"cache {informer.name}"))
+            self._tasks.append(asyncio.create_task(informer.run(events), name=f"{self.task_prefix} {informer.name}"))
 
     def synced(self) -> bool:
         return all(i.synced for i in self.informers)
 
-    def stats(self) -> Stats:
-        """Objects held and last sync time per cache (read by the metrics at scrape time)."""
-        return {i.name: (len(i.table.objects), i.last_sync) for i in self.informers}
-
     def degraded(self) -> list[str]:
-        """Caches whose list or watch is failing now: they serve what they have meanwhile."""
+        """Informers whose list or watch is failing now: they serve what they have meanwhile."""
         return [f"{i.name}: {i.error}" for i in self.informers if i.error]
 
     async def wait_synced(self, timeout: float | None = None) -> None:
@@ -552,7 +507,57 @@ class WatchedClusterStore:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        await self._direct.close()
+
+
+# --------------------------------------------------------------------------- store
+
+
+class WatchedClusterStore(Informers):
+    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell."""
+
+    task_prefix = "cache"
+
+    def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing()):
+        self.direct = ClusterStore(api_client)  # reads from the API itself: full objects, no watch lag
+        keep = keep_fields(settings)
+        longhorn = settings.longhorn_namespace
+
+        def informer(resource: Resource, **kwargs: Any) -> Informer:
+            return Informer(resource, keep[resource.kind], **kwargs)
+
+        self.pvcs = informer(PVC)
+        self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
+        self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
+        # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
+        # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
+        self.usage = NodeUsage()
+        self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished, shape=shape_pod(settings),
+                             indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
+                                       "waiting": pinned_and_waiting(settings)},
+                             watchers=[self.usage])
+        self.nodes = informer(NODE)
+        # Listed in this order, one at a time: what the scheduler checks need first.
+        super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers))
+        self._view = CachedView(self)
+        self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
+        assert len(self._by_kind) == len(self.informers)
+
+    @classmethod
+    def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
+        """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
+        from . import client
+
+        return cls(client.for_host(host), settings, timing)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def stats(self) -> Stats:
+        """Objects held and last sync time per cache (read by the metrics at scrape time)."""
+        return {i.name: (len(i.table.objects), i.last_sync) for i in self.informers}
+
+    async def close(self) -> None:
+        await super().close()
+        await self.direct.close()
 
     # ----------------------------------------------------------------- reads
 
@@ -561,19 +566,16 @@ class WatchedClusterStore:
         """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
         The object is shared with every other reader: read it, never change it; with `copy`, it
         is a fresh copy of the caller's own (what `get` returns)."""
-        answered = False  # a synced informer that holds everything this look-up could be about
-        for informer in self._by_kind.get(resource.kind, ()):  # written out: every look-up comes here
-            if informer.resource is not resource and informer.resource != resource:
-                continue
-            if not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
-                continue
-            key = f"{namespace}/{name}" if namespace and resource.namespaced else name
-            table = informer.table
-            obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
-            if obj is not None:
-                return True, obj
-            answered = answered or informer.authoritative
-        if answered and resource.kind not in MISS_FALLBACK:
+        informer = self._by_kind.get(resource.kind)  # written out: every look-up comes here
+        if informer is None or (informer.resource is not resource and informer.resource != resource) \
+                or not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
+            return False, None  # outside what the informer holds, or not synced yet
+        key = f"{namespace}/{name}" if namespace and resource.namespaced else name
+        table = informer.table
+        obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
+        if obj is not None:
+            return True, obj
+        if informer.authoritative and resource.kind not in MISS_FALLBACK:
             return True, None
         return False, None
 
@@ -582,16 +584,16 @@ class WatchedClusterStore:
         known, obj = self.peek(resource, namespace, name, copy=True)
         if known:
             return obj
-        return await self._direct.get(resource, namespace, name, timeout=timeout)
+        return await self.direct.get(resource, namespace, name, timeout=timeout)
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         if not self.pvs.synced:
-            return await self._direct.pvs_by_volume_handle(handle, timeout=timeout)
+            return await self.direct.pvs_by_volume_handle(handle, timeout=timeout)
         return self.pvs.table.lookup("volumeHandle", handle)
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         if not self.pods.synced:
-            return await self._direct.pods_by_claim(namespace, claim, timeout=timeout)
+            return await self.direct.pods_by_claim(namespace, claim, timeout=timeout)
         return self.pods.table.lookup("claim", object_key(namespace, claim))
 
     def pinned_waiting(self) -> list[dict[str, Any]]:

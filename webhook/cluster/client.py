@@ -6,6 +6,7 @@ only it), else in-cluster (the service-account mount), else `KUBECONFIG`, else
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,15 +127,16 @@ async def open_response(api: Any, method: str, path: str, *, query: Sequence[tup
 
 async def request(api: Any, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
                   content_type: str = "application/json", timeout: float | None) -> tuple[int, bytes]:
-    """One call, read whole and released: (status, body bytes). Raises ApiUnreachable when no
-    HTTP answer came (a timeout included); the caller judges the status."""
+    """One call, read whole and released, within `timeout` in all: (status, body bytes). Raises
+    ApiUnreachable when no HTTP answer came (a timeout included); the caller judges the status."""
     try:
-        response = await open_response(api, method, path, query=query, body=body, content_type=content_type,
-                                       timeout=timeout)
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
+        async with asyncio.timeout(timeout):  # also bounds a client that ignores its own timeout
+            response = await open_response(api, method, path, query=query, body=body, content_type=content_type,
+                                           timeout=timeout)
+            try:
+                raw = await response.read()
+            finally:
+                response.release()
     except Exception as exc:  # connection refused, TLS, DNS, timeout
         timed_out = isinstance(exc, TimeoutError)
         what = "timed out" if timed_out else f"{type(exc).__name__}: {exc}"

@@ -46,10 +46,7 @@ class ClusterStore(Unwatched):
         if timeout is not None and timeout <= 0:
             raise StoreError(f"no time left to read {path}")
         try:
-            async with asyncio.timeout(timeout):  # also bounds a client that ignores its own timeout
-                status, body = await client.request(self._api, "GET", path, query=query, timeout=timeout)
-        except TimeoutError:
-            raise StoreError(f"timed out after {timeout or 0:.1f}s reading {path}") from None
+            status, body = await client.request(self._api, "GET", path, query=query, timeout=timeout)
         except client.ApiUnreachable as exc:
             if exc.timed_out:
                 raise StoreError(f"timed out after {timeout or 0:.1f}s reading {path}") from None

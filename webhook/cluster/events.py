@@ -6,16 +6,18 @@ Admission never waits for an Event: `emit` only queues; a full queue drops the E
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import socket
 import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import kinds, metrics
 from ..kinds import EVENT
 from ..rules.decide import PINNED, Decision
+from ..rules.keep import rfc3339
 from . import client
 
 log = logging.getLogger("webhook.events")
@@ -24,12 +26,25 @@ COMPONENT = kinds.COMPONENT
 OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
 
 
+def identity(env: Mapping[str, str] | None = None) -> str:
+    """This replica: the pod's name (downward API), else the host name (the pod's, in a cluster).
+    It reports the Events and holds the keeper's lease."""
+    env = os.environ if env is None else env
+    return env.get("POD_NAME") or socket.gethostname()
+
+
 def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("name"):
             return {"apiVersion": ref.get("apiVersion", ""), "kind": ref["kind"], "name": ref["name"],
                     "namespace": namespace, "uid": ref.get("uid", "")}
     return None
+
+
+def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    """The VMI as an Event's involvedObject."""
+    reference = {"apiVersion": kinds.VMI.api_version, "kind": kinds.VMI.kind, "name": name, "namespace": namespace}
+    return reference | ({"uid": uid} if uid else {})
 
 
 def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
@@ -41,7 +56,7 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
               name: str | None = None) -> dict[str, Any]:
     """A core/v1 Event about `involved` (an object reference), as `kubectl describe` shows it.
     A fixed `name` makes the Event said once however many replicas say it (the API keeps the first)."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339(datetime.now(UTC))
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -67,7 +82,7 @@ class EventSink:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
         self._timeout = timeout
         self._task: asyncio.Task[None] | None = None
-        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+        self.instance = identity()
 
     def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
         involved = involved_object(pod, namespace)

@@ -9,7 +9,6 @@ created here, and dry-run created to learn whether the cluster keeps `spec.added
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +18,7 @@ import orjson
 from .. import kinds
 from ..config import Settings
 from ..kinds import VMI, VMIM
-from .cache import Informer, Keep
+from .cache import Informer, Informers, Keep
 from .client import ApiUnreachable, request
 from .reflector import Timing
 
@@ -54,34 +53,16 @@ def keep_spec(settings: Settings) -> dict[str, dict[str, Keep]]:
     }
 
 
-class KubeVirtWatch:
+class KubeVirtWatch(Informers):
     """VMIs and migrations of the whole cluster, listed and watched while the keeper leads."""
 
+    task_prefix = "keeper"
+
     def __init__(self, api: Any, settings: Settings, timing: Timing = Timing()):
-        self._api, self._timing = api, timing
         keep = keep_spec(settings)
         self.vmis = Informer(VMI, keep[VMI.kind])
         self.migrations = Informer(VMIM, keep[VMIM.kind])
-        self.informers = (self.vmis, self.migrations)
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        if self._tasks:
-            return
-        slots = asyncio.Semaphore(1)
-        for informer in self.informers:
-            events = informer.reflector(self._api, self._timing, slots).events()
-            self._tasks.append(asyncio.create_task(informer.run(events), name=f"keeper {informer.name}"))
-
-    def synced(self) -> bool:
-        return all(i.synced for i in self.informers)
-
-    async def wait_synced(self) -> None:
-        for informer in self.informers:
-            await informer.synced_event.wait()
-
-    def degraded(self) -> list[str]:
-        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
+        super().__init__(api, timing, (self.vmis, self.migrations))
 
     def all_vmis(self) -> Iterator[dict[str, Any]]:
         """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
@@ -89,12 +70,6 @@ class KubeVirtWatch:
 
     def all_migrations(self) -> Iterator[dict[str, Any]]:
         return _decoded(self.migrations)
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
 
 
 def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
@@ -125,12 +100,9 @@ async def create_migration(api: Any, manifest: dict[str, Any], *, timeout: float
     namespace = kinds.meta(manifest).get("namespace")
     query = [("dryRun", "All"), ("fieldValidation", "Strict")] if dry_run else []
     try:
-        async with asyncio.timeout(timeout):
-            status, body = await request(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
-    except TimeoutError:
-        return Created(0, None, f"no answer within {timeout:g}s")
+        status, body = await request(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
     except ApiUnreachable as exc:
-        return Created(0, None, str(exc))
+        return Created(0, None, f"no answer within {timeout:g}s" if exc.timed_out else str(exc))
     try:
         answer = orjson.loads(body) if body else None
     except ValueError:

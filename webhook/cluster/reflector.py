@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from .. import kinds
 from ..kinds import Resource
 from . import client
 
@@ -87,7 +88,7 @@ WATCH_TYPES = {t.value: t for t in (EventType.ADDED, EventType.MODIFIED, EventTy
 
 class Transport(Protocol):
     async def get(self, query: list[tuple[str, str]], timeout: float) -> tuple[int, bytes]:
-        """One list page: (status, body)."""
+        """One list page, answered or failed within `timeout`: (status, body)."""
 
     def stream(self, query: list[tuple[str, str]]) -> contextlib.AbstractAsyncContextManager[
             tuple[int, AsyncIterator[bytes]]]:
@@ -125,11 +126,6 @@ def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
     return lines
 
 
-def _meta(obj: Any) -> dict[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 class Reflector:
     """One resource (optionally one namespace and a label selector), listed and watched."""
 
@@ -163,8 +159,7 @@ class Reflector:
                     query.append(("fieldSelector", self.fields))
                 if token:
                     query.append(("continue", token))
-                async with asyncio.timeout(self.timing.request_timeout):
-                    status, body = await self.transport.get(query, self.timing.request_timeout)
+                status, body = await self.transport.get(query, self.timing.request_timeout)
                 if status == 410:
                     raise Gone(f"list of {self.name}: the continue token expired")
                 if status != 200:
@@ -232,7 +227,7 @@ class Reflector:
             raise WatchError(f"watch of {self.name}: error event {status.get('code')} {status.get('message') or ''}")
         if kind not in WATCH_TYPES:
             raise WatchError(f"watch of {self.name}: unexpected event {kind!r}")
-        version = _meta(obj).get("resourceVersion")
+        version = kinds.meta(obj).get("resourceVersion")
         if version:
             self.resource_version = version
         elif kind != "BOOKMARK":

@@ -15,19 +15,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .. import kinds, metrics
-from ..rules.keep import Attempt, Migration, MigrationPhase, backoff, rfc3339
+from .. import metrics
+from ..cluster.events import vmi_reference
+from ..rules.keep import Migration, MigrationPhase, attempts, backoff, rfc3339
 
 log = logging.getLogger("webhook.keeper")
 
 REMEMBER = timedelta(hours=48)  # longer than the per-day window and the backoff cap
 Key = tuple[str, str]
-
-
-def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
-    """The VMI as an Event's involvedObject."""
-    reference = {"apiVersion": kinds.VMI.api_version, "kind": kinds.VMI.kind, "name": name, "namespace": namespace}
-    return reference | ({"uid": uid} if uid else {})
 
 
 def _key(migration: Migration) -> Key:
@@ -53,15 +48,14 @@ class Follower:
         return list(watched) + [m for key, m in self._ours.items() if key not in shown]
 
     def observe(self, watched: Sequence[Migration], now: datetime,
-                uids: dict[Key, str] | None = None) -> list[Migration]:
-        """Take in what the watch shows; announce and return those of ours that ended since."""
+                uids: dict[Key, str] | None = None) -> None:
+        """Take in what the watch shows; announce those of ours that ended since."""
         shown = {_key(m): m for m in watched if m.ours}
         for key, migration in shown.items():
             if key not in self._ours and migration.in_flight(now):
                 self._open.add(key)  # a previous leader's, still under way: ours to follow now
             self._ours[key] = migration
             self._seen.add(key)
-        ended: list[Migration] = []
         for key in sorted(self._open):
             migration = self._ours[key]
             if key not in shown and key in self._seen:
@@ -74,7 +68,6 @@ class Follower:
                     "why": "deleted before it ended: counted as failed"}})
             elif migration.final:
                 self._open.discard(key)
-                ended.append(migration)
                 self._announce(migration, (uids or {}).get((migration.namespace, migration.vmi), ""))
             elif not migration.in_flight(now):
                 self._open.discard(key)
@@ -84,7 +77,6 @@ class Follower:
         for key in [k for k, m in self._ours.items() if k not in self._open and now - m.created > REMEMBER]:
             del self._ours[key]
             self._seen.discard(key)
-        return ended
 
     def _announce(self, migration: Migration, uid: str) -> None:
         vm = f"{migration.namespace}/{migration.vmi}"
@@ -94,7 +86,7 @@ class Follower:
             message = f"migration {migration.name}{where}, where its disks are served, succeeded"
         else:
             metrics.KEEPER_MIGRATIONS.labels("failed").inc()
-            state = backoff(self.attempts(migration.namespace, migration.vmi))
+            state = backoff(attempts((migration.namespace, migration.vmi), self._ours.values()))
             until = f"; no new attempt before {rfc3339(state.until)}" if state.until is not None else ""
             message = f"migration {migration.name}{where} failed{until}"
         log.info("keeper migration ended", extra={"fields": {
@@ -103,12 +95,6 @@ class Follower:
             reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
             self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,
                                    warning=not migration.succeeded)
-
-    def attempts(self, namespace: str, vmi: str) -> list[Attempt]:
-        """Ours of one VMI that this leader knows of, oldest first."""
-        found = [Attempt(m.created, m.ended, m.succeeded if m.final else None)
-                 for m in self._ours.values() if m.namespace == namespace and m.vmi == vmi]
-        return sorted(found, key=lambda a: a.created)
 
     def following(self) -> list[Migration]:
         return [self._ours[key] for key in sorted(self._open)]

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.cache import WatchedClusterStore
-from ..cluster.direct import ClusterStore
+from ..cluster.events import vmi_reference
 from ..cluster.kubevirt import KubeVirtWatch, create_migration
 from ..cluster.reflector import Timing
 from ..cluster.resolve import node_obstacle, resolve_disks, unsure
@@ -60,7 +60,7 @@ from ..rules.keep import (
 )
 from ..rules.fit import for_checks
 from ..rules.patch import as_created
-from .follow import Follower, vmi_reference
+from .follow import Follower
 from .probe import TargetedMigration
 
 log = logging.getLogger("webhook.keeper")
@@ -173,7 +173,6 @@ class Keeper:
         self.follower = Follower(events)
         self.watch: KubeVirtWatch | None = None
         self.last_pass: PassReport | None = None
-        self._direct = ClusterStore(api)  # full objects where the caches keep only a trimmed copy
         self._records: dict[tuple[str, str], VmRecord] = {}
         self._apart: dict[tuple[str, str], _Apart] = {}
         self._skipped: set[str] = set()
@@ -255,6 +254,9 @@ class Keeper:
         history = self.follower.history(watched)
         ours, everyone = in_flight_counts(history, now)
         budget = _Budget(ours, everyone)
+        by_vmi: dict[tuple[str, str], list[Migration]] = {}  # each VM reads only its own migrations
+        for migration in history:
+            by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
 
         # A VM not apart is decided (held) at once; only the VMs apart are kept for the ordering.
@@ -270,7 +272,7 @@ class Keeper:
                 apart.append((vmi, where, facts))
             else:
                 self._apart.pop(key, None)
-                await self._decide(vmi, where, facts, now, history, budget, incomplete)
+                await self._decide(vmi, where, facts, now, by_vmi.get(key, []), budget, incomplete)
         del vmis
         for key in [k for k in self._records if k not in running]:
             del self._records[key]
@@ -284,7 +286,8 @@ class Keeper:
         # The VMs apart the longest go first: a pass may only have room for a few.
         order = sorted(apart, key=lambda s: (self._since(s[0], s[1], now), s[0].name))
         for vmi, where, facts in order:
-            decision = await self._decide(vmi, where, facts, now, history, budget, incomplete)
+            decision = await self._decide(vmi, where, facts, now, by_vmi.get((vmi.namespace, vmi.name), []),
+                                          budget, incomplete)
             if decision.act:
                 name, everywhere = await self._move(vmi, decision, now)
                 if name is None:
@@ -348,6 +351,7 @@ class Keeper:
 
     async def _decide(self, vmi: VmiView, where: Locality, facts: list[Fact], now: datetime,
                       history: list[Migration], budget: _Budget, incomplete: str) -> KeepDecision:
+        """The VM's decision, recorded; `history` holds its own migrations only."""
         apart_since: datetime | None = None
         target_unfit: str | None = None
         if where.state is APART and where.target and vmi.kept:  # reads for the move only when it may come to one
@@ -415,7 +419,7 @@ class Keeper:
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:
-                    moments.append(_started(await self._direct.get(
+                    moments.append(_started(await self.store.direct.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
                         timeout=timeout)))
                 except StoreError:
@@ -437,7 +441,7 @@ class Keeper:
             return None, f"its launcher pod on {node} is not known"
         name = kinds.meta(running[0]).get("name")
         try:
-            pod = await self._direct.get(POD, vmi.namespace, name, timeout=self.timing.request_timeout)
+            pod = await self.store.direct.get(POD, vmi.namespace, name, timeout=self.timing.request_timeout)
         except StoreError as exc:
             return None, f"its launcher pod {name} could not be read ({exc})"
         if pod is None:

@@ -29,7 +29,6 @@ import dataclasses
 import json
 import logging
 import os
-import socket
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,12 +60,6 @@ def lease_namespace(settings: Settings, env: Mapping[str, str] | None = None,
         return own or env["POD_NAMESPACE"]
     raise ValueError("the keeper needs --lease-namespace (or COLOCATE_LEASE_NAMESPACE) outside a cluster: "
                      f"no {mounted} and no POD_NAMESPACE; or turn it off with --keep off")
-
-
-def identity(env: Mapping[str, str] | None = None) -> str:
-    """Who holds the lease: the pod's name (downward API), else the host name (the pod's, in a cluster)."""
-    env = os.environ if env is None else env
-    return env.get("POD_NAME") or socket.gethostname()
 
 
 @dataclasses.dataclass(frozen=True)

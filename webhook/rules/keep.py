@@ -456,8 +456,9 @@ def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[in
     return sum(1 for m in flying if m.ours), len(flying)
 
 
-def of_vmi(migrations: Iterable[Migration], vmi: VmiView) -> list[Migration]:
-    return [m for m in migrations if m.namespace == vmi.namespace and m.vmi == vmi.name]
+def of_vmi(migrations: Iterable[Migration], vmi: VmiView | tuple[str, str]) -> list[Migration]:
+    namespace, name = vmi if isinstance(vmi, tuple) else (vmi.namespace, vmi.name)
+    return [m for m in migrations if m.namespace == namespace and m.vmi == name]
 
 
 def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
@@ -509,7 +510,7 @@ class Attempt:
     succeeded: bool | None = None
 
 
-def attempts(vmi: VmiView, migrations: Iterable[Migration]) -> list[Attempt]:
+def attempts(vmi: VmiView | tuple[str, str], migrations: Iterable[Migration]) -> list[Attempt]:
     """Our migrations of this VM, oldest first."""
     found = [Attempt(m.created, m.ended, m.succeeded if m.final else None)
              for m in of_vmi(migrations, vmi) if m.ours]

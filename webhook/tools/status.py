@@ -11,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from .. import kinds
 from ..cluster.direct import ClusterStore
 from ..cluster.resolve import resolve_disks
-from ..cluster.store import StoreError
+from ..cluster.snapshot import SnapshotStore
+from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import POD, VMI, VMIM
+from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.facts import Fact
 from ..rules.keep import (
     APART,
@@ -40,7 +41,7 @@ from ..rules.keep import (
     rfc3339,
 )
 
-CONCURRENCY = 8  # VMs resolved at once: a few GETs each, each VM within its own deadline
+CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION")
 
 
@@ -112,17 +113,40 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
             skipped.append(str(view))
         elif view.running and view.opted_in:
             running.append((view, parse_time(kinds.meta(obj).get("creationTimestamp"))))
+    disks = await _disk_objects(store, settings, {view.namespace for view, _ in running}, timeout) if running else store
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(view: VmiView, created: datetime | None) -> VmStatus:
         async with gate:
-            return await _vm_status(store, settings, view, created, migrations, now, Deadline.after(timeout, 0))
+            return await _vm_status(disks, settings, view, created, migrations, now, Deadline.after(timeout, 0))
 
     vms = await asyncio.gather(*(one(view, created) for view, created in running))
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped)
 
 
-async def _vm_status(store: ClusterStore, settings: Settings, view: VmiView, created: datetime | None,
+async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
+                        timeout: float) -> Store:
+    """What the VMs' disks are resolved against, listed once: the claims of their namespaces,
+    every volume, the pods and ShareManagers of the Longhorn namespace. When a list fails, the
+    store itself: a few GETs per disk, each failure then said on its own VM."""
+    longhorn = settings.longhorn_namespace
+    scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)), (POD, longhorn),
+              (SHARE_MANAGER, longhorn)]
+    objects: list[dict[str, Any]] = []
+    try:
+        for resource, namespace in scopes:
+            for obj in await store.list(resource, namespace, timeout=timeout):
+                # List items may omit apiVersion and kind, and in some servers' answers the namespace.
+                obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+                if namespace is not None:
+                    obj.setdefault("metadata", {}).setdefault("namespace", namespace)
+                objects.append(obj)
+    except StoreError:
+        return store
+    return SnapshotStore(objects)
+
+
+async def _vm_status(store: Store, settings: Settings, view: VmiView, created: datetime | None,
                      migrations: Sequence[Migration], now: datetime, deadline: Deadline) -> VmStatus:
     facts = await resolve_disks(store, settings, view.namespace, view.claims, deadline)
     where = locality(view.node, facts)
@@ -137,7 +161,7 @@ async def _vm_status(store: ClusterStore, settings: Settings, view: VmiView, cre
     return VmStatus(view.namespace, view.name, view.node, where.storage, where.state, since, why, text, last, view.kept)
 
 
-async def _share_manager_created(store: ClusterStore, settings: Settings, facts: Sequence[Fact], node: str | None,
+async def _share_manager_created(store: Store, settings: Settings, facts: Sequence[Fact], node: str | None,
                                  deadline: Deadline) -> datetime | None:
     """When the share-manager pods serving the VM from `node` were created (the latest), or
     None when one of them cannot be read or is not (or no longer) on that node."""
