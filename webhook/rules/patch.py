@@ -127,18 +127,11 @@ def _clip(text: str, limit: int = MAX_REASON) -> str:
 def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
     """decision / node / reason: always all three, so a re-review never leaves a stale one."""
     recorded = audit_annotations(decision)
-    decision_key, node_key, reason_key = _decision_keys(settings.decision_prefix)
     return {
-        decision_key: recorded[kinds.DECISION],
-        node_key: recorded[kinds.NODE_KEY],
-        reason_key: recorded[kinds.REASON],
+        settings.decision_annotation: recorded[kinds.DECISION],
+        settings.node_annotation: recorded[kinds.NODE_KEY],
+        settings.reason_annotation: recorded[kinds.REASON],
     }
-
-
-@functools.lru_cache(maxsize=16)
-def _decision_keys(prefix: str) -> tuple[str, str, str]:
-    """Settings.decision_annotation, node_annotation and reason_annotation, worked out once."""
-    return f"{prefix}{kinds.DECISION}", f"{prefix}{kinds.NODE_KEY}", f"{prefix}{kinds.REASON}"
 
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
