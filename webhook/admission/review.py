@@ -73,7 +73,7 @@ class AdmissionResponse:
 
 def build_response(uid: str, outcome: Outcome) -> AdmissionResponse:
     """The answer to one review: always allowed, with what the rules decided."""
-    audit = audit_annotations(outcome.decision) if outcome.decision is not None else {}
+    audit = {} if outcome.decision is None else outcome.audit or audit_annotations(outcome.decision)
     return AdmissionResponse(uid=uid, patch=outcome.patch, warnings=outcome.warnings, audit_annotations=audit)
 
 
@@ -91,7 +91,8 @@ def response_json(uid: str, outcome: Outcome) -> bytes:
     if outcome.warnings:
         parts += [b',"warnings":', orjson.dumps([clip(w) for w in outcome.warnings])]
     if outcome.decision is not None:
-        parts += [b',"auditAnnotations":', orjson.dumps(audit_annotations(outcome.decision))]
+        audit = outcome.audit  # worked out by `admit`; an Outcome made elsewhere may not carry it
+        parts += [b',"auditAnnotations":', orjson.dumps(audit if audit is not None else audit_annotations(outcome.decision))]
     parts.append(b"}}")
     return b"".join(parts)
 
