@@ -1,7 +1,7 @@
 """The admission rules end to end: pod → facts → decision → patch, as a domain Outcome.
 
 Whatever happens in here, the pod is admitted; a patch is only returned after it has been
-applied to the very object it was made for. The wire format is `review.build_response`'s
+applied to the very object it was made for. The wire format is `review.response_json`'s
 business: `review` and `explain` call `admit` without an AdmissionReview round trip.
 """
 from __future__ import annotations
