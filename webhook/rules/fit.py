@@ -15,7 +15,6 @@ safe when we know. No check raises.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -24,9 +23,7 @@ import orjson
 
 from .. import kinds
 from . import nodes as node_rules
-from .quantity import CPU, NANO, nanos_of, scheduler_value, show
-
-MILLI = 10**6  # nano-units per millicore
+from .quantity import CPU, ceil_div, nanos_of, scheduler_value, show, unit
 
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
@@ -112,7 +109,6 @@ def _per_object(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
 # --------------------------------------------------------------------------- requests
 
 
-@functools.lru_cache(maxsize=256)
 def counted(resource: str) -> bool:
     """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones
     (extended like devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable
@@ -273,13 +269,13 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
         raise Unreadable("the pod is not an object")
     found = {}
     for name, amount in _nano_requests(pod, running=running).items():
-        unit = _UNITS.get(name) if type(name) is str else 0
-        if unit is None:
-            unit = (MILLI if name == CPU else NANO) if counted(name) else 0
+        size = _UNITS.get(name) if type(name) is str else 0
+        if size is None:
+            size = unit(name) if counted(name) else 0
             if len(_UNITS) < 1024:
-                _UNITS[name] = unit
-        if unit:
-            found[name] = -(-amount // unit)
+                _UNITS[name] = size
+        if size:
+            found[name] = ceil_div(amount, size)
     return found
 
 
@@ -314,8 +310,8 @@ def _requests_and_ports(pod: Any) -> tuple[Mapping[str, int], tuple[HostPort, ..
     return pod_requests(pod), host_ports(pod)  # a shape to read the long way (which says what is wrong with it)
 
 
-# Per resource name: its scheduler unit in nano-units, 0 when NodeResourcesFit ignores it. A
-# cluster has few resource names, and every pod asks for each of its own.
+# Per resource name: its scheduler unit in nano-units (`quantity.unit`), 0 when NodeResourcesFit
+# ignores it (`counted`). A cluster has few resource names, and every pod asks for each of its own.
 _UNITS: dict[str, int] = {}
 
 
