@@ -72,10 +72,6 @@ def _node_name(node: Any) -> str:
     return name if isinstance(name, str) else "?"
 
 
-def _node_labels(node: Any) -> Mapping[str, Any]:
-    return kinds.labels(node)
-
-
 def _pod_key(pod: Any) -> str:
     meta = kinds.meta(pod)
     return f"{meta.get('namespace')}/{meta.get('name')}"
@@ -892,10 +888,10 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
-            labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
+            labels_only = labels_only or {"metadata": {"labels": dict(kinds.labels(node))}}
             if not any(node_rules.term_matches(term, labels_only) for term in terms):
                 return f"node {_node_name(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
-        zone = _outside_volume_zone(zones, _node_labels(node)) if zones else None
+        zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
         if zone:
             return f"node {_node_name(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     return None
@@ -905,7 +901,7 @@ def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> 
     """The nodes in the same topology domain; for the hostname key, the node itself."""
     if key == kinds.HOSTNAME_LABEL:
         return (node,)
-    return [n for n in view.nodes() if _node_labels(n).get(key) == value]
+    return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
 
 
 def _pod_namespace(pod: Any) -> str:
@@ -920,7 +916,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
     if not (demand.affinity or demand.anti_affinity or placed):
         return None  # most pods, most clusters: nothing for this filter to look at
     name = _node_name(node)
-    labels = _node_labels(node)
+    labels = kinds.labels(node)
     for term in demand.affinity + demand.anti_affinity:
         if term.namespace_selector not in (None, EVERY_NAMESPACE):
             raise _CannotTell(f"{subject}'s pod affinity selects namespaces by label")
@@ -947,7 +943,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
                 continue
             if other is None:
                 other = view.node(kinds.spec(pod).get("nodeName")) or {}
-            value = _node_labels(other).get(term.topology_key)
+            value = kinds.labels(other).get(term.topology_key)
             if value is None or value != labels[term.topology_key]:
                 continue
             match = term.matches(demand.namespace, demand.labels)
@@ -964,13 +960,13 @@ def _affinity_reason(demand: Demand, node: Mapping[str, Any], view: View, subjec
     pod in the node's domain. The first pod of a group whose terms select itself may go
     anywhere while no pod matches (filtering.go `satisfyPodAffinity`)."""
     name = _node_name(node)
-    labels = _node_labels(node)
+    labels = kinds.labels(node)
     for term in demand.affinity:
         if term.topology_key not in labels:
             return f"node {name} has no {term.topology_key} label, which {subject}'s pod affinity needs"
     counts: Counter[tuple[str, Any]] = Counter()
     for other in view.nodes():
-        other_labels = _node_labels(other)
+        other_labels = kinds.labels(other)
         keys = [t.topology_key for t in demand.affinity if t.topology_key in other_labels]
         if not keys:
             continue
@@ -1005,7 +1001,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     if not demand.spread:
         return None
     name = _node_name(node)
-    labels = _node_labels(node)
+    labels = kinds.labels(node)
     for constraint in demand.spread:
         if constraint.topology_key not in labels:
             return f"node {name} has no {constraint.topology_key} label, which {subject}'s topology spread needs"
@@ -1013,7 +1009,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     tolerations = tolerations if isinstance(tolerations, list) else []
     counts: list[Counter[Any]] = [Counter() for _ in demand.spread]
     for other in view.nodes():
-        other_labels = _node_labels(other)
+        other_labels = kinds.labels(other)
         if any(c.topology_key not in other_labels for c in demand.spread):
             continue
         pods = None
