@@ -427,6 +427,12 @@ class View(Protocol):
     def pv(self, name: str) -> Mapping[str, Any] | None: ...
 
 
+def bound_node(pod: Any) -> str | None:
+    """The node a pod counts on in a View: its `spec.nodeName`, until the pod finishes."""
+    node = kinds.spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node and not kinds.finished(pod) else None
+
+
 def has_required_anti_affinity(pod: Any) -> bool:
     """Whether a bound pod belongs in `View.pods_with_required_anti_affinity`."""
     affinity = kinds.spec(pod).get("affinity")
@@ -447,8 +453,8 @@ class StaticView:
         self._nodes = {_node_name(n): n for n in nodes}
         self._pods: dict[str, list[Any]] = {}
         for pod in pods:
-            node_name = kinds.spec(pod).get("nodeName")
-            if isinstance(node_name, str) and node_name and not kinds.finished(pod):
+            node_name = bound_node(pod)
+            if node_name is not None:
                 self._pods.setdefault(node_name, []).append(pod)
         self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
         self._anti = [p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)]
