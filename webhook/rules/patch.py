@@ -120,7 +120,7 @@ def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dic
 MAX_REASON = 1024
 
 
-def _clip(text: str, limit: int = MAX_REASON) -> str:
+def clip_reason(text: str, limit: int = MAX_REASON) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -142,8 +142,8 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
     node = (decision.node if decision.outcome == PINNED else ",".join([n for n, _ in decision.preferences])) or ""
     reason = decision.reason
     return {kinds.DECISION: decision.outcome,
-            kinds.NODE_KEY: node if len(node) <= MAX_REASON else _clip(node),
-            kinds.REASON: reason if len(reason) <= MAX_REASON else _clip(reason)}
+            kinds.NODE_KEY: node if len(node) <= MAX_REASON else clip_reason(node),
+            kinds.REASON: reason if len(reason) <= MAX_REASON else clip_reason(reason)}
 
 
 def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings,
