@@ -78,7 +78,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
     if exemption is not None:
-        return skip(Rule.VM if kinds.is_launcher(pod) else Rule.NONE, exemption)
+        # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
+        return skip(Rule.NONE if exemption is Skip.NOT_LAUNCHER else Rule.VM, exemption)
     seen: Seen = {}
     facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline, seen)
     name = _pin_candidate(facts, settings)
