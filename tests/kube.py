@@ -389,7 +389,7 @@ def answer(outcome: Any, uid: str = "uid-1") -> dict[str, Any]:
     """The AdmissionReview the server would send for this outcome of the rules."""
     from webhook.admission.review import build_response
 
-    return build_response(uid, outcome).envelope()
+    return build_response(uid, outcome)
 
 
 def metric_sample(text: str, name: str, default: float | None = None, **labels: str) -> float | None:

@@ -66,7 +66,7 @@ async def respond(body):
     except BadReview:
         return None
     outcome = await admit(request, STORE, Settings(), Deadline.after(5, 0.5))
-    return request, build_response(request.uid, outcome).envelope()
+    return request, build_response(request.uid, outcome)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

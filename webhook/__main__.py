@@ -142,7 +142,7 @@ async def run_review(args: argparse.Namespace) -> int:
             return 2
     store = SnapshotStore.from_file(args.state)
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
-    print(json.dumps(reviews.build_response(request.uid, outcome).envelope(), indent=2))
+    print(json.dumps(reviews.build_response(request.uid, outcome), indent=2))
     summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
     print(f"# {summary}", file=sys.stderr)
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -53,15 +54,15 @@ class Settings:
             if not _QUALIFIED_NAME.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid annotation key (prefix/name)")
 
-    @property
+    @functools.cached_property
     def decision_annotation(self) -> str:
         return f"{self.decision_prefix}{kinds.DECISION}"
 
-    @property
+    @functools.cached_property
     def node_annotation(self) -> str:
         return f"{self.decision_prefix}{kinds.NODE_KEY}"
 
-    @property
+    @functools.cached_property
     def reason_annotation(self) -> str:
         return f"{self.decision_prefix}{kinds.REASON}"
 

@@ -78,7 +78,6 @@ VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")  # label of every launcher pod
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid, on each of its pods
 VM_NAME_LABELS = ("vm.kubevirt.io/name", "kubevirt.io/vm")  # the VM a launcher pod runs
-VMI_NODE_LABEL = "kubevirt.io/nodeName"
 # The temporary pod that triggers WaitForFirstConsumer provisioning: never touched.
 EPHEMERAL_PROVISIONING = "kubevirt.io/ephemeral-provisioning"
 KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handler

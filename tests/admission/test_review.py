@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from kube import FIXTURES, review, vm_pod
 
 from webhook.admission.admit import Outcome, Rule
-from webhook.admission.review import (AdmissionRequest, AdmissionResponse, BadReview, build_response, clip,
-                                      parse_go_duration, parse_review, response_json)
+from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,
+                                      parse_review, response_json)
 from webhook.rules.classify import Skip
 from webhook.rules.decide import NOT_PINNED, PINNED, PREFERRED, Decision
 
@@ -37,15 +37,15 @@ def test_malformed_reviews_are_rejected_with_the_reason(body, message):
 
 def test_allowed_has_no_patch_type():
     skipped = Outcome(Rule.VM, skipped=Skip.NOT_OPTED_IN)
-    assert build_response("u", skipped).envelope() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                                       "response": {"uid": "u", "allowed": True}}
+    assert build_response("u", skipped) == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                            "response": {"uid": "u", "allowed": True}}
 
 
 def test_patched_carries_base64_json_patch_and_type_together():
     ops = [{"op": "add", "path": "/metadata/annotations/a", "value": "b"}]
     decision = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
     outcome = Outcome(Rule.VM, decision=decision, patch=tuple(ops), warnings=("x" * 300,))
-    response = build_response("u", outcome).envelope()["response"]
+    response = build_response("u", outcome)["response"]
     assert response["uid"] == "u" and response["allowed"] is True
     assert response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == ops
@@ -54,7 +54,7 @@ def test_patched_carries_base64_json_patch_and_type_together():
 
 
 def test_empty_patch_is_no_patch():
-    assert "patchType" not in AdmissionResponse("u", patch=[]).envelope()["response"]
+    assert "patchType" not in build_response("u", Outcome(Rule.NONE, patch=()))["response"]
 
 
 def test_clip_keeps_short_warnings():
@@ -101,4 +101,4 @@ OUTCOMES = st.builds(
 @settings(max_examples=500)
 @given(uid=st.text(max_size=20), outcome=OUTCOMES)
 def test_the_answer_the_server_sends_is_the_envelope_byte_for_byte(uid, outcome):
-    assert response_json(uid, outcome) == orjson.dumps(build_response(uid, outcome).envelope())
+    assert response_json(uid, outcome) == orjson.dumps(build_response(uid, outcome))

@@ -1,7 +1,7 @@
 """The admission rules end to end: pod → facts → decision → patch, as a domain Outcome.
 
 Whatever happens in here, the pod is admitted; a patch is only returned after it has been
-applied to the very object it was made for. The wire format is `review.build_response`'s
+applied to the very object it was made for. The wire format is `review.response_json`'s
 business: `review` and `explain` call `admit` without an AdmissionReview round trip.
 """
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Outcome:
     facts: tuple[Fact, ...] = ()  # what the decision followed
     patch: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
+    audit: dict[str, str] | None = None  # the decision's audit annotations, once worked out
 
     @property
     def failed(self) -> bool:
@@ -77,7 +78,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
     if exemption is not None:
-        return skip(Rule.VM if kinds.is_launcher(pod) else Rule.NONE, exemption)
+        # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
+        return skip(Rule.NONE if exemption is Skip.NOT_LAUNCHER else Rule.VM, exemption)
     seen: Seen = {}
     facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline, seen)
     name = _pin_candidate(facts, settings)
@@ -130,14 +132,16 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
-    ops = patch.patch_for(pod, decision, settings)
+    audit = patch.audit_annotations(decision)  # for the patch and for the answer
+    ops = patch.patch_for(pod, decision, settings, audit)
     try:
         apply.check(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
                     facts=tuple(facts))
-    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
+    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings,
+                   audit=audit)
 
 
 def pod_name(pod: Any) -> str:

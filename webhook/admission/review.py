@@ -2,15 +2,13 @@
 
 Transport-free: the server and the `review` CLI both go through here. A review that is
 not an AdmissionReview v1 raises `BadReview` (the server answers 400); everything else
-about the *object* is the rules' business and never fails the review. `build_response` is
-the one place an Outcome of the rules becomes an answer (uid, patch, warnings, audit).
+about the *object* is the rules' business and never fails the review. `response_json` is
+the one place an Outcome of the rules becomes an answer (uid, patch, warnings, audit);
+`build_response` is that answer as a dict.
 """
 from __future__ import annotations
 
-import base64
 import binascii
-import dataclasses
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -50,40 +48,19 @@ class AdmissionRequest:
                    name=name if isinstance(name, str) else "", object=pod, dry_run=True)
 
 
-@dataclasses.dataclass(frozen=True)
-class AdmissionResponse:
-    uid: str
-    patch: Sequence[dict[str, Any]] = ()
-    warnings: Sequence[str] = ()
-    audit_annotations: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def envelope(self) -> dict[str, Any]:
-        """The whole AdmissionReview v1 answer: always allowed; a patch only when there is one."""
-        response: dict[str, Any] = {"uid": self.uid, "allowed": True}
-        if self.patch:
-            encoded = orjson.dumps(list(self.patch))
-            response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(encoded).decode("ascii")
-        if self.warnings:
-            response["warnings"] = [clip(w) for w in self.warnings]
-        if self.audit_annotations:
-            response["auditAnnotations"] = dict(self.audit_annotations)
-        return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
-
-
-def build_response(uid: str, outcome: Outcome) -> AdmissionResponse:
-    """The answer to one review: always allowed, with what the rules decided."""
-    audit = audit_annotations(outcome.decision) if outcome.decision is not None else {}
-    return AdmissionResponse(uid=uid, patch=outcome.patch, warnings=outcome.warnings, audit_annotations=audit)
+def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
+    """The answer to one review, the whole AdmissionReview v1, as a dict: `response_json`, read."""
+    return orjson.loads(response_json(uid, outcome))
 
 
 _HEAD = b'{"apiVersion":"%s","kind":"%s","response":{"uid":' % (API_VERSION.encode(), KIND.encode())
 
 
 def response_json(uid: str, outcome: Outcome) -> bytes:
-    """`build_response(uid, outcome).envelope()` as compact JSON, byte for byte (tested), written
-    piece by piece: the server sends it on every admission, and the patch is already encoded
-    once, in base64, rather than again as a string inside the envelope."""
+    """The answer to one review as compact JSON: always allowed; a patch (base64 JSON Patch)
+    only when there is one, warnings clipped, the decision's audit annotations. Written piece
+    by piece: the server sends it on every admission, and the patch is already encoded once,
+    in base64, rather than again as a string inside the envelope."""
     parts = [_HEAD, orjson.dumps(uid), b',"allowed":true']
     if outcome.patch:
         parts += [b',"patchType":"JSONPatch","patch":"', binascii.b2a_base64(orjson.dumps(outcome.patch), newline=False),
@@ -91,7 +68,8 @@ def response_json(uid: str, outcome: Outcome) -> bytes:
     if outcome.warnings:
         parts += [b',"warnings":', orjson.dumps([clip(w) for w in outcome.warnings])]
     if outcome.decision is not None:
-        parts += [b',"auditAnnotations":', orjson.dumps(audit_annotations(outcome.decision))]
+        audit = outcome.audit  # worked out by `admit`; an Outcome made elsewhere may not carry it
+        parts += [b',"auditAnnotations":', orjson.dumps(audit if audit is not None else audit_annotations(outcome.decision))]
     parts.append(b"}}")
     return b"".join(parts)
 

@@ -182,7 +182,7 @@ class NodeUsage:
 
     def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for pod, sign in ((old, -1), (new, 1)):
-            node = _bound_node(pod) if pod is not None else None
+            node = fit.bound_node(pod) if pod is not None else None
             if node is None:
                 continue
             usage = self.by_node.get(node)
@@ -199,11 +199,6 @@ class NodeUsage:
     def of(self, node: str) -> fit.Usage:
         """Read-only: the checks only read it (a node without pods gets the one empty Usage)."""
         return self.by_node.get(node) or NO_PODS
-
-
-def _bound_node(pod: dict[str, Any]) -> str | None:
-    node = kinds.spec(pod).get("nodeName")
-    return node if isinstance(node, str) and node and not kinds.finished(pod) else None
 
 
 def trim(value: Any, keep: Keep) -> Any:
@@ -639,12 +634,12 @@ def pinned_and_waiting(settings: Settings) -> Indexer:
 
 
 def _node_of(pod: dict[str, Any]) -> list[str]:
-    node = _bound_node(pod)
+    node = fit.bound_node(pod)
     return [node] if node else []
 
 
 def _anti_affinity(pod: dict[str, Any]) -> list[bool]:
-    return [True] if _bound_node(pod) and fit.has_required_anti_affinity(pod) else []
+    return [True] if fit.bound_node(pod) and fit.has_required_anti_affinity(pod) else []
 
 
 class CachedView:

@@ -15,7 +15,6 @@ safe when we know. No check raises.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -24,9 +23,7 @@ import orjson
 
 from .. import kinds
 from . import nodes as node_rules
-from .quantity import CPU, NANO, nanos_of, scheduler_value, show
-
-MILLI = 10**6  # nano-units per millicore
+from .quantity import CPU, ceil_div, nanos_of, scheduler_value, show, unit
 
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
@@ -75,10 +72,6 @@ def _node_name(node: Any) -> str:
     return name if isinstance(name, str) else "?"
 
 
-def _node_labels(node: Any) -> Mapping[str, Any]:
-    return kinds.labels(node)
-
-
 def _pod_key(pod: Any) -> str:
     meta = kinds.meta(pod)
     return f"{meta.get('namespace')}/{meta.get('name')}"
@@ -112,7 +105,6 @@ def _per_object(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
 # --------------------------------------------------------------------------- requests
 
 
-@functools.lru_cache(maxsize=256)
 def counted(resource: str) -> bool:
     """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones
     (extended like devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable
@@ -273,13 +265,13 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
         raise Unreadable("the pod is not an object")
     found = {}
     for name, amount in _nano_requests(pod, running=running).items():
-        unit = _UNITS.get(name) if type(name) is str else 0
-        if unit is None:
-            unit = (MILLI if name == CPU else NANO) if counted(name) else 0
+        size = _UNITS.get(name) if type(name) is str else 0
+        if size is None:
+            size = unit(name) if counted(name) else 0
             if len(_UNITS) < 1024:
-                _UNITS[name] = unit
-        if unit:
-            found[name] = -(-amount // unit)
+                _UNITS[name] = size
+        if size:
+            found[name] = ceil_div(amount, size)
     return found
 
 
@@ -314,8 +306,8 @@ def _requests_and_ports(pod: Any) -> tuple[Mapping[str, int], tuple[HostPort, ..
     return pod_requests(pod), host_ports(pod)  # a shape to read the long way (which says what is wrong with it)
 
 
-# Per resource name: its scheduler unit in nano-units, 0 when NodeResourcesFit ignores it. A
-# cluster has few resource names, and every pod asks for each of its own.
+# Per resource name: its scheduler unit in nano-units (`quantity.unit`), 0 when NodeResourcesFit
+# ignores it (`counted`). A cluster has few resource names, and every pod asks for each of its own.
 _UNITS: dict[str, int] = {}
 
 
@@ -435,6 +427,12 @@ class View(Protocol):
     def pv(self, name: str) -> Mapping[str, Any] | None: ...
 
 
+def bound_node(pod: Any) -> str | None:
+    """The node a pod counts on in a View: its `spec.nodeName`, until the pod finishes."""
+    node = kinds.spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node and not kinds.finished(pod) else None
+
+
 def has_required_anti_affinity(pod: Any) -> bool:
     """Whether a bound pod belongs in `View.pods_with_required_anti_affinity`."""
     affinity = kinds.spec(pod).get("affinity")
@@ -455,8 +453,8 @@ class StaticView:
         self._nodes = {_node_name(n): n for n in nodes}
         self._pods: dict[str, list[Any]] = {}
         for pod in pods:
-            node_name = kinds.spec(pod).get("nodeName")
-            if isinstance(node_name, str) and node_name and not kinds.finished(pod):
+            node_name = bound_node(pod)
+            if node_name is not None:
                 self._pods.setdefault(node_name, []).append(pod)
         self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
         self._anti = [p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)]
@@ -896,10 +894,10 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
-            labels_only = labels_only or {"metadata": {"labels": dict(_node_labels(node))}}
+            labels_only = labels_only or {"metadata": {"labels": dict(kinds.labels(node))}}
             if not any(node_rules.term_matches(term, labels_only) for term in terms):
                 return f"node {_node_name(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
-        zone = _outside_volume_zone(zones, _node_labels(node)) if zones else None
+        zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
         if zone:
             return f"node {_node_name(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     return None
@@ -909,7 +907,7 @@ def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> 
     """The nodes in the same topology domain; for the hostname key, the node itself."""
     if key == kinds.HOSTNAME_LABEL:
         return (node,)
-    return [n for n in view.nodes() if _node_labels(n).get(key) == value]
+    return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
 
 
 def _pod_namespace(pod: Any) -> str:
@@ -924,7 +922,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
     if not (demand.affinity or demand.anti_affinity or placed):
         return None  # most pods, most clusters: nothing for this filter to look at
     name = _node_name(node)
-    labels = _node_labels(node)
+    labels = kinds.labels(node)
     for term in demand.affinity + demand.anti_affinity:
         if term.namespace_selector not in (None, EVERY_NAMESPACE):
             raise _CannotTell(f"{subject}'s pod affinity selects namespaces by label")
@@ -951,7 +949,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
                 continue
             if other is None:
                 other = view.node(kinds.spec(pod).get("nodeName")) or {}
-            value = _node_labels(other).get(term.topology_key)
+            value = kinds.labels(other).get(term.topology_key)
             if value is None or value != labels[term.topology_key]:
                 continue
             match = term.matches(demand.namespace, demand.labels)
@@ -968,13 +966,13 @@ def _affinity_reason(demand: Demand, node: Mapping[str, Any], view: View, subjec
     pod in the node's domain. The first pod of a group whose terms select itself may go
     anywhere while no pod matches (filtering.go `satisfyPodAffinity`)."""
     name = _node_name(node)
-    labels = _node_labels(node)
+    labels = kinds.labels(node)
     for term in demand.affinity:
         if term.topology_key not in labels:
             return f"node {name} has no {term.topology_key} label, which {subject}'s pod affinity needs"
     counts: Counter[tuple[str, Any]] = Counter()
     for other in view.nodes():
-        other_labels = _node_labels(other)
+        other_labels = kinds.labels(other)
         keys = [t.topology_key for t in demand.affinity if t.topology_key in other_labels]
         if not keys:
             continue
@@ -1009,7 +1007,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     if not demand.spread:
         return None
     name = _node_name(node)
-    labels = _node_labels(node)
+    labels = kinds.labels(node)
     for constraint in demand.spread:
         if constraint.topology_key not in labels:
             return f"node {name} has no {constraint.topology_key} label, which {subject}'s topology spread needs"
@@ -1017,7 +1015,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     tolerations = tolerations if isinstance(tolerations, list) else []
     counts: list[Counter[Any]] = [Counter() for _ in demand.spread]
     for other in view.nodes():
-        other_labels = _node_labels(other)
+        other_labels = kinds.labels(other)
         if any(c.topology_key not in other_labels for c in demand.spread):
             continue
         pods = None

@@ -26,6 +26,7 @@ from .. import kinds
 from ..config import Settings
 from .classify import Skip, running_exemption
 from .facts import Fact, claims_of
+from .patch import REQUIRED, clip_reason
 
 # A migration unfinished for this long stops counting as in flight (it is not deleted).
 STALE_AFTER = timedelta(hours=1)
@@ -670,9 +671,6 @@ def decide_keep(
 
 # --------------------------------------------------------------------------- the migration we create
 
-MAX_REASON = 1024  # the apiserver caps all annotations of an object at 256 KiB
-
-
 def target_hostname(node: Any) -> str | None:
     """The node's own kubernetes.io/hostname label value (it can differ from the node name)."""
     value = kinds.labels(node).get(kinds.HOSTNAME_LABEL)
@@ -693,8 +691,7 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "") -> 
         return Skipped(f"node {shown}", f"node {shown} has no {kinds.HOSTNAME_LABEL} label: cannot target it")
     annotations = {kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY: shown}
     if reason:
-        clipped = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
-        annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.REASON] = clipped
+        annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.REASON] = clip_reason(reason)
     return {
         "apiVersion": kinds.VMIM.api_version,
         "kind": kinds.VMIM.kind,
@@ -706,9 +703,6 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "") -> 
         },
         "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}},
     }
-
-
-REQUIRED_TERMS = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
@@ -731,14 +725,14 @@ def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
     vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
     affinity = kinds.spec(pod).get("affinity")
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
-    terms = anti.get(REQUIRED_TERMS) if isinstance(anti, dict) else None
+    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
     if vmi_uid and isinstance(terms, list):
         own_pods = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
         kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own_pods)]
         if kept:
-            anti[REQUIRED_TERMS] = kept
+            anti[REQUIRED] = kept
         else:
-            del anti[REQUIRED_TERMS]
+            del anti[REQUIRED]
             if not anti:
                 del affinity["podAntiAffinity"]
             if not affinity:

@@ -13,13 +13,10 @@ from typing import Any
 
 import orjson
 
-BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+from .. import kinds
 from ..kinds import KUBEVIRT_SCHEDULABLE
 
-
-def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
-    labels = (node.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -76,7 +73,7 @@ def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> b
 
 def term_matches(term: Any, node: Mapping[str, Any]) -> bool:
     """A NodeSelectorTerm: every requirement must hold; an empty term matches nothing."""
-    return _term_matches(term, _labels(node), node)
+    return _term_matches(term, kinds.labels(node), node)
 
 
 def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
@@ -103,7 +100,7 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[
     the caller may have read already)."""
     spec = pod.get("spec") or {}
     if labels is None:
-        labels = _labels(node)
+        labels = kinds.labels(node)
     selector = spec.get("nodeSelector") or {}
     if isinstance(selector, dict):
         for key, value in selector.items():  # loops, not any(...): this runs on every pin
@@ -166,7 +163,7 @@ def _why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, A
         return f"node {node_name} is cordoned"
     if not is_ready(node):
         return f"node {node_name} is not Ready"
-    labels = _labels(node)
+    labels = kinds.labels(node)
     if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
         return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
     tolerations = (pod.get("spec") or {}).get("tolerations") or []

@@ -120,25 +120,21 @@ def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dic
 MAX_REASON = 1024
 
 
-def _clip(text: str, limit: int = MAX_REASON) -> str:
+def clip_reason(text: str, limit: int = MAX_REASON) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
-    """decision / node / reason: always all three, so a re-review never leaves a stale one."""
-    recorded = audit_annotations(decision)
-    decision_key, node_key, reason_key = _decision_keys(settings.decision_prefix)
+def decision_annotations(decision: Decision, settings: Settings,
+                         recorded: dict[str, str] | None = None) -> dict[str, str]:
+    """decision / node / reason: always all three, so a re-review never leaves a stale one.
+    `recorded` is `audit_annotations(decision)` when the caller has it already."""
+    if recorded is None:
+        recorded = audit_annotations(decision)
     return {
-        decision_key: recorded[kinds.DECISION],
-        node_key: recorded[kinds.NODE_KEY],
-        reason_key: recorded[kinds.REASON],
+        settings.decision_annotation: recorded[kinds.DECISION],
+        settings.node_annotation: recorded[kinds.NODE_KEY],
+        settings.reason_annotation: recorded[kinds.REASON],
     }
-
-
-@functools.lru_cache(maxsize=16)
-def _decision_keys(prefix: str) -> tuple[str, str, str]:
-    """Settings.decision_annotation, node_annotation and reason_annotation, worked out once."""
-    return f"{prefix}{kinds.DECISION}", f"{prefix}{kinds.NODE_KEY}", f"{prefix}{kinds.REASON}"
 
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
@@ -146,14 +142,16 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
     node = (decision.node if decision.outcome == PINNED else ",".join([n for n, _ in decision.preferences])) or ""
     reason = decision.reason
     return {kinds.DECISION: decision.outcome,
-            kinds.NODE_KEY: node if len(node) <= MAX_REASON else _clip(node),
-            kinds.REASON: reason if len(reason) <= MAX_REASON else _clip(reason)}
+            kinds.NODE_KEY: node if len(node) <= MAX_REASON else clip_reason(node),
+            kinds.REASON: reason if len(reason) <= MAX_REASON else clip_reason(reason)}
 
 
-def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
-    """The whole patch for one pod: affinity first, then the recorded decision."""
+def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings,
+              audit: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The whole patch for one pod: affinity first, then the recorded decision (`audit`:
+    `audit_annotations(decision)`, when the caller has it already)."""
     spec = obj.get("spec")
-    annotations = annotation_ops(obj, decision_annotations(decision, settings))  # affinity first, in the patch
+    annotations = annotation_ops(obj, decision_annotations(decision, settings, audit))  # affinity first, in the patch
     if not isinstance(spec, dict):
         return annotations
     required = decision.node if decision.outcome == PINNED else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 NANO = 10**9
+MILLI = 10**6  # nano-units per millicore
 CPU = "cpu"
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
@@ -106,9 +107,14 @@ def ceil_div(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
 
 
+def unit(resource: str) -> int:
+    """The scheduler's unit for a resource, in nano-units: a millicore for cpu, a whole unit otherwise."""
+    return MILLI if resource == CPU else NANO
+
+
 def units(resource: str, amount_in_nanos: int) -> int:
-    """The scheduler's unit for a resource: millicores for cpu, whole units otherwise, rounded up."""
-    return ceil_div(amount_in_nanos, 10**6 if resource == CPU else NANO)
+    """An amount in the scheduler's unit for the resource (see `unit`), rounded up."""
+    return ceil_div(amount_in_nanos, unit(resource))
 
 
 def scheduler_value(resource: str, value: object) -> int:

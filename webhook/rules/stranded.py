@@ -15,6 +15,7 @@ from typing import Any
 from .. import kinds
 from ..config import Settings
 from .decide import PINNED
+from .keep import parse_time
 
 GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
 
@@ -31,16 +32,6 @@ class Stranded:
     def describe(self, now: datetime.datetime) -> str:
         minutes = int((now - self.since).total_seconds() // 60)
         return f"pinned to {self.node}, unschedulable for {minutes} min: {self.message}"
-
-
-def parse_time(value: Any) -> datetime.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 def unschedulable(pod: Any) -> str | None:
