@@ -4,8 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CERTS  := certs/dev
 PORT   ?= 9443
+# The image's dependencies, pinned with their hashes (README: Building the image), for the
+# image's Python: the Dockerfile's base is python:3.12-slim (Linux; x86_64 and arm64 resolve alike).
+LOCK   := requirements/image.txt
+UV     := uv==0.13.9
 
-.PHONY: test demo certs serve bench clean
+.PHONY: test demo certs serve bench clean lock lock-upgrade
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +19,16 @@ $(VENV)/.installed: pyproject.toml
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# Refresh the lock after a change to the dependencies in pyproject.toml: pins that still fit are
+# kept. `make lock-upgrade` moves every pin to the newest version allowed.
+lock: $(VENV)/.installed
+	$(PY) -m pip install --quiet '$(UV)'
+	$(VENV)/bin/uv pip compile pyproject.toml --quiet --no-python-downloads --generate-hashes \
+		--python-version 3.12 --python-platform linux $(LOCK_FLAGS) -o $(LOCK)
+
+lock-upgrade:
+	$(MAKE) lock LOCK_FLAGS=--upgrade
 
 $(CERTS)/tls.crt: $(VENV)/.installed
 	$(PY) -m webhook certs --service kubevirt-colocate --namespace kubevirt-colocate \

@@ -25,8 +25,22 @@ class ApiUnreachable(Exception):
         self.timed_out = timed_out
 
 
+def ensure_home() -> None:
+    """Give the process a home directory if it has none, before kubernetes_asyncio is imported.
+
+    kubernetes_asyncio.config calls `Path.home()` when it is imported, which raises RuntimeError
+    when HOME is unset and the uid has no passwd entry: a numeric USER in an image without
+    /etc/passwd, under a runtime that does not set HOME. HOME is then `/`, as the image sets it.
+    """
+    try:
+        Path.home()
+    except RuntimeError:
+        os.environ["HOME"] = "/"
+
+
 async def connect(kubeconfig: str | None = None) -> Any:
     """A kubernetes-asyncio ApiClient for the cluster, or NoCredentials."""
+    ensure_home()
     from kubernetes_asyncio import client, config
 
     tried: list[str] = []
@@ -76,6 +90,7 @@ def _short(exc: BaseException) -> str:
 
 def for_host(host: str) -> Any:
     """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
+    ensure_home()
     from kubernetes_asyncio import client
 
     return new_api_client(client.Configuration(host=host))
