@@ -59,9 +59,37 @@ ALLOCATABLE = {"cpu": "15800m", "memory": "62Gi", "ephemeral-storage": "190Gi", 
                "devices.kubevirt.io/kvm": "1k", "hugepages-2Mi": "0"}
 
 
+# CPU generations as virt-handler's node labeller labels their nodes (kubevirt/kubevirt
+# pkg/virt-handler/node-labeller): the host-model CPU and the features it requires, the models a
+# migration target may select, the vendor, and the machine types of the node's QEMU.
+CPU_GENERATIONS = {
+    "Skylake-Client-IBRS": {"models": ("Skylake-Client-IBRS", "Broadwell-IBRS"), "features": ("vmx", "ssbd"),
+                            "vendor": "Intel", "machines": ("q35", "pc-q35-rhel9.6.0", "pc-q35-rhel9.4.0")},
+    "Broadwell-IBRS": {"models": ("Broadwell-IBRS",), "features": ("vmx",),
+                       "vendor": "Intel", "machines": ("q35", "pc-q35-rhel9.4.0")},
+    "EPYC-Milan": {"models": ("EPYC-Milan",), "features": ("svm",),
+                   "vendor": "AMD", "machines": ("q35", "pc-q35-rhel9.6.0")},
+}
+
+
+def labeller(cpu: str | None) -> dict[str, str]:
+    """The node labeller's labels of a node of CPU generation `cpu` (none for None)."""
+    if cpu is None:
+        return {}
+    generation = CPU_GENERATIONS[cpu]
+    found = {f"host-model-cpu.node.kubevirt.io/{cpu}": "true", f"cpu-vendor.node.kubevirt.io/{generation['vendor']}": "true"}
+    found |= {f"cpu-model-migration.node.kubevirt.io/{m}": "true" for m in generation["models"]}
+    found |= {f"host-model-required-features.node.kubevirt.io/{f}": "true" for f in generation["features"]}
+    found |= {f"cpu-feature.node.kubevirt.io/{f}": "true" for f in generation["features"]}
+    found |= {f"machine-type.node.kubevirt.io/{m}": "true" for m in generation["machines"]}
+    return found
+
+
 def node(name: str, *, ready: bool = True, unschedulable: bool = False, taints: list | None = None,
-         schedulable_label: bool = True, allocatable: dict[str, str] | None = None, **labels: str) -> dict[str, Any]:
-    all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", **labels}
+         schedulable_label: bool = True, allocatable: dict[str, str] | None = None,
+         cpu: str | None = "Skylake-Client-IBRS", **labels: str) -> dict[str, Any]:
+    all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                  **labeller(cpu), **labels}
     if schedulable_label:
         all_labels["kubevirt.io/schedulable"] = "true"
     spec: dict[str, Any] = {}

@@ -29,9 +29,16 @@ def ago(**span: float) -> str:
 class KubeVirtApi(ApiserverWrites, kmock.KubernetesEmulator):
     """kmock's emulator with a real apiserver's writes (bench/emulator.py `ApiserverWrites`):
     generated names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`;
-    creates turned away by `refuse`; PUT with 409 on a stale resourceVersion."""
+    creates turned away by `refuse`; PUT with 409 on a stale resourceVersion; deletes turned
+    away by `refuse_delete` (request -> KubernetesError | None), nothing deleted."""
+
+    refuse_delete: Any = None
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
+        if request.method == "DELETE" and self.refuse_delete is not None:
+            error = self.refuse_delete(request)
+            if error is not None:
+                return await self._render_error(error)
         answer = await self._write(request)
         return answer if answer is not None else await super()._handle(request)
 
@@ -114,15 +121,18 @@ def sample(name: str, **labels: str) -> float:
 
 
 async def eventually(check, timeout: float = 3.0, step: float = 0.02):
-    """Poll `check()` (sync or async) until it is truthy; return its last value."""
+    """Poll `check()` (sync or async) until it is truthy and return that value; fail the test
+    when it is not within `timeout` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         got = check()
         if asyncio.iscoroutine(got):
             got = await got
-        if got or loop.time() > deadline:
+        if got:
             return got
+        if loop.time() > deadline:
+            raise AssertionError(f"not so within {timeout:g} s: the last check gave {got!r}")
         await asyncio.sleep(step)
 
 

@@ -77,11 +77,25 @@ VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")  # label of every launcher pod
 # Set on a migration target pod and never removed: "created as a target", not "not the VM's pod".
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid, on each of its pods
-VM_NAME_LABELS = ("vm.kubevirt.io/name", "kubevirt.io/vm")  # the VM a launcher pod runs
+# A launcher pod's `vm.kubevirt.io/name` is the VMI's hostname (spec.hostname, else its name up to
+# the first dot), not its name: the VMI of a pod is its controlling ownerReference (`vmi_owner`).
+VM_NAME_LABELS = ("vm.kubevirt.io/name", "kubevirt.io/vm")
 # The temporary pod that triggers WaitForFirstConsumer provisioning: never touched.
 EPHEMERAL_PROVISIONING = "kubevirt.io/ephemeral-provisioning"
 KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handler
 LIVE_MIGRATABLE = "LiveMigratable"  # VMI condition
+VMI_OWNER_KIND = "VirtualMachineInstance"  # a launcher pod's controlling ownerReference: its VMI
+# On a migration: how long KubeVirt lets its target pod stay unschedulable (default 5 minutes).
+UNSCHEDULABLE_TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
+# Node labels of virt-handler's node labeller, which migration target pods select on
+# (kubevirt/kubevirt staging/src/kubevirt.io/api/core/v1/types.go); each is a prefix.
+HOST_MODEL_CPU = "host-model-cpu.node.kubevirt.io/"
+HOST_MODEL_FEATURE = "host-model-required-features.node.kubevirt.io/"
+MIGRATION_CPU = "cpu-model-migration.node.kubevirt.io/"
+CPU_FEATURE = "cpu-feature.node.kubevirt.io/"
+CPU_VENDOR = "cpu-vendor.node.kubevirt.io/"
+MACHINE_TYPE = "machine-type.node.kubevirt.io/"
+HOST_MODEL = "host-model"  # spec.domain.cpu.model: the host's CPU, as the node labeller names it
 
 # --------------------------------------------------------------------------- Longhorn
 
@@ -142,9 +156,20 @@ def is_launcher(pod: Any) -> bool:
     return labels(pod).get(VIRT_LAUNCHER[0]) == VIRT_LAUNCHER[1]
 
 
+def vmi_owner(pod: Any) -> dict[str, Any] | None:
+    """The pod's controlling ownerReference of kind VirtualMachineInstance: the VMI it runs."""
+    refs = meta(pod).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if (isinstance(ref, dict) and ref.get("kind") == VMI_OWNER_KIND and ref.get("controller") is True
+                and isinstance(ref.get("name"), str) and ref["name"]):
+            return ref
+    return None
+
+
 def vm_name(pod: Any) -> str | None:
-    found = labels(pod)
-    return next((found[k] for k in VM_NAME_LABELS if isinstance(found.get(k), str)), None)
+    """The name of the VMI a launcher pod runs (its controlling owner), never a label's."""
+    owner = vmi_owner(pod)
+    return owner["name"] if owner is not None else None
 
 
 def terminating(obj: Any) -> bool:

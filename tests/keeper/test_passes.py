@@ -60,7 +60,11 @@ async def test_a_vm_apart_from_its_storage_gets_one_targeted_migration(cluster, 
     assert meta["annotations"]["kubevirt-scheduler/node"] == "node-b"
     assert meta["annotations"]["kubevirt-scheduler/reason"].startswith(
         "migrating from node-a to node-b: disks served from node-b, the VM runs on node-a")
-    assert made["spec"] == {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "b.example"}}
+    # KubeVirt gives up on its target pod after a minute unschedulable, not its default 5.
+    assert meta["annotations"]["kubevirt.io/migrationUnschedulablePodTimeoutSeconds"] == "60"
+    # The emulated cluster keeps spec.priority (see the test where it is pruned): ours queue last.
+    assert made["spec"] == {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "b.example"},
+                            "priority": "system-maintenance"}
     assert sample("colocate_keeper_migrations_total", result="created") == created_before + 1
 
     [event] = await events_settle(cluster, 1)

@@ -52,7 +52,8 @@ async def test_serve_elects_itself_keeps_the_vm_and_hands_the_lease_over(cluster
     try:
         assert await eventually(lambda: cluster.migrations(), timeout=15)
         [made] = cluster.migrations()
-        assert made["spec"] == {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "node-b"}}
+        assert made["spec"] == {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "node-b"},
+                                "priority": "system-maintenance"}
 
         text = await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=5)
         assert sample(text, "colocate_keeper_leader") == 1

@@ -121,15 +121,9 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
     pod = review.object if isinstance(review.object, dict) else {}
     decision = outcome.decision
-    metadata = kinds.meta(pod)  # read once for both names (pod_name and kinds.vm_name, written out)
+    metadata = kinds.meta(pod)
     name = metadata.get("name") or metadata.get("generateName")
-    labels = metadata.get("labels")
-    vm = None
-    if isinstance(labels, dict):
-        for key in kinds.VM_NAME_LABELS:
-            if isinstance(labels.get(key), str):
-                vm = labels[key]
-                break
+    vm = kinds.vm_name(pod)
     logs.line(
         "admission",
         {

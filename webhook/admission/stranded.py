@@ -13,8 +13,8 @@ import logging
 from typing import Any
 
 from .. import kinds, metrics
-from ..cluster.cache import WatchedClusterStore
 from ..cluster.events import vmi_reference
+from ..cluster.store import WatchedStore
 from ..config import Settings
 from ..rules.stranded import Stranded, stranded
 
@@ -23,15 +23,17 @@ EVENT_REASON = "Stranded"
 
 
 def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
-    """The VMI a launcher pod runs, as an Event's involvedObject (from the pod's labels)."""
-    name, uid = kinds.vm_name(pod), kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
-    if not name:
+    """The VMI a launcher pod runs, as an Event's involvedObject: its controlling ownerReference
+    (the `vm.kubevirt.io/name` label is the VMI's hostname, which can differ from its name)."""
+    owner = kinds.vmi_owner(pod)
+    if owner is None:
         return None
-    return vmi_reference(namespace, name, uid if isinstance(uid, str) else "")
+    uid = owner.get("uid")
+    return vmi_reference(namespace, owner["name"], uid if isinstance(uid, str) else "")
 
 
 class StrandedReporter:
-    def __init__(self, store: WatchedClusterStore, settings: Settings, events: Any = None, *, interval: float = 30.0):
+    def __init__(self, store: WatchedStore, settings: Settings, events: Any = None, *, interval: float = 30.0):
         self.store, self.settings, self.events, self.interval = store, settings, events, interval
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it
         self._task: asyncio.Task[None] | None = None

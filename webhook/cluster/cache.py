@@ -114,6 +114,10 @@ def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
         if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
             # Which pod of a VM is the newest; how long a pod we pinned has waited.
             kept_meta["creationTimestamp"] = meta["creationTimestamp"]
+        owner = kinds.vmi_owner(pod) if launcher else None
+        if owner is not None:  # the VMI an Event about the pod is about (its labels name the hostname)
+            kept_meta["ownerReferences"] = [{k: owner[k] for k in ("apiVersion", "kind", "name", "uid", "controller")
+                                             if k in owner}]
         host_network = spec.get("hostNetwork") is True
         kept_spec: dict[str, Any] = {}
         for key in ("nodeName", "overhead", "resources", "hostNetwork"):

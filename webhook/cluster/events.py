@@ -17,7 +17,7 @@ from typing import Any
 from .. import kinds, metrics
 from ..kinds import EVENT
 from ..rules.decide import PINNED, Decision
-from ..rules.keep import rfc3339
+from ..rules.times import rfc3339
 from . import client
 
 log = logging.getLogger("webhook.events")
@@ -34,8 +34,12 @@ def identity(env: Mapping[str, str] | None = None) -> str:
 
 
 def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("name"):
+    """What a decision about `pod` is about: its controlling owner, the VMI for a VM pod, the
+    ShareManager for a share-manager pod (never a label's name)."""
+    refs = kinds.meta(pod).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if (isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("controller") is True
+                and isinstance(ref.get("name"), str) and ref["name"]):
             return {"apiVersion": ref.get("apiVersion", ""), "kind": ref["kind"], "name": ref["name"],
                     "namespace": namespace, "uid": ref.get("uid", "")}
     return None

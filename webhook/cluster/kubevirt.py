@@ -3,9 +3,9 @@
 VirtualMachineInstances and VirtualMachineInstanceMigrations are listed and watched cluster
 wide with the same Informer/Reflector machinery as the admission caches, trimmed to what
 `rules/keep.py` reads (`keep_spec`, the one place those fields are listed). Migrations are
-created here, and dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
+created here, dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
 (KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
-`staging/src/kubevirt.io/api/core/v1/types.go`).
+`staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them.
 """
 from __future__ import annotations
 
@@ -32,9 +32,10 @@ def keep_spec(settings: Settings) -> dict[str, dict[str, Keep]]:
             "metadata": {"name": True, "namespace": True, "uid": True,
                          "annotations": lambda key: key in vmi_annotations},
             "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
-                     "nodeSelector": True},
+                     "nodeSelector": True, "domain": {"cpu": {"model": True}}},
             "status": {
                 "phase": True,
+                "machine": {"type": True},
                 "nodeName": True,
                 "conditions": [{"type": True, "status": True, "reason": True, "message": True}],
                 "migrationState": {"sourceNode": True, "targetNode": True, "targetPod": True, "startTimestamp": True,
@@ -82,8 +83,8 @@ def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
 
 @dataclasses.dataclass(frozen=True)
 class Created:
-    """The API's answer to a create: the object as stored (or as it would be, for a dry run),
-    or why there is none."""
+    """The API's answer to a create or a delete: the object as stored (or as it would be, for a
+    dry run), or why there is none."""
 
     status: int  # 0 when no HTTP answer came
     obj: dict[str, Any] | None
@@ -99,12 +100,22 @@ async def create_migration(api: Any, manifest: dict[str, Any], *, timeout: float
     a schema that does not know a field answers 400 rather than dropping it silently."""
     namespace = kinds.meta(manifest).get("namespace")
     query = [("dryRun", "All"), ("fieldValidation", "Strict")] if dry_run else []
+    return await _call(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
+
+
+async def delete_migration(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
+    """DELETE one migration: what `virtctl migrate-cancel` does; KubeVirt aborts it."""
+    return await _call(api, "DELETE", VMIM.path(namespace, name), timeout=timeout)
+
+
+async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]] | tuple[()] = (), body: Any = None,
+                timeout: float) -> Created:
     try:
-        status, body = await request(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
+        status, raw = await request(api, method, path, query=query, body=body, timeout=timeout)
     except ApiUnreachable as exc:
         return Created(0, None, f"no answer within {timeout:g}s" if exc.timed_out else str(exc))
     try:
-        answer = orjson.loads(body) if body else None
+        answer = orjson.loads(raw) if raw else None
     except ValueError:
         answer = None
     if 200 <= status < 300:

@@ -11,7 +11,7 @@ from ..deadline import Deadline
 from ..kinds import NODE, PV, PVC, Resource
 from ..rules import fit, nodes
 from ..rules.facts import Fact, Lookup, disk_fact
-from ..rules.keep import vm_pods
+from ..rules.running import vm_pods
 from .store import Store, StoreError
 
 
@@ -22,12 +22,7 @@ Seen = dict[tuple[str, str | None, str], Any]
 
 def unresolved(claim: str, why: str) -> Fact:
     """A disk the store could not establish (API error, timeout): unknown, not absent."""
-    return Fact(claim, None, f"disk {claim}: {why}")
-
-
-def unsure(fact: Fact) -> bool:
-    """Whether a fact is `unresolved` (the API could not tell) rather than a finding."""
-    return fact.node is None and fact.reason.startswith(f"disk {fact.subject}: ")
+    return Fact(claim, None, f"disk {claim}: {why}", known=False)
 
 
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
@@ -94,7 +89,7 @@ async def resolve_consumers(
     store: Store, settings: Settings, volume: str, deadline: Deadline
 ) -> tuple[list[Fact], list[str]]:
     """The nodes where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef
-    → launcher pods → one pod per VM (`rules.keep.vm_pods`).
+    → launcher pods → one pod per VM (`rules.running.vm_pods`).
 
     A pod created as a migration target counts once it is the VM's pod: after the migration,
     and while it is in flight once the target is scheduled (the VM is going there). Returns

@@ -15,14 +15,48 @@ from ..rules.facts import claims_of
 from .store import Unwatched, labels_match, volume_handle
 
 
+class BadSnapshot(ValueError):
+    """A snapshot file that cannot be read as Kubernetes objects: the file, the object, what is wrong."""
+
+
+def malformed(obj: Any) -> str | None:
+    """What makes `obj` unusable as a Kubernetes object of a snapshot, or None."""
+    if not isinstance(obj, dict):
+        return f"is a {type(obj).__name__}, not an object"
+    for key in ("apiVersion", "kind"):
+        if not isinstance(obj.get(key), str):
+            return f"{key} is {_shown(obj.get(key))}, not a string"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return f"metadata is {_shown(meta)}, not an object"
+    if not isinstance(meta.get("name"), str) or not meta["name"]:
+        return f"metadata.name is {_shown(meta.get('name'))}, not a name"
+    if meta.get("namespace") is not None and not isinstance(meta["namespace"], str):
+        return f"metadata.namespace is {_shown(meta['namespace'])}, not a string"
+    return None
+
+
+def _shown(value: Any) -> str:
+    return "missing" if value is None else f"a {type(value).__name__}"
+
+
+def _which(obj: Any, index: int) -> str:
+    """An object of the file, as well as it can be named."""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        kind, name = obj.get("kind"), meta.get("name")
+        if isinstance(kind, str) and isinstance(name, str) and name:
+            return f"object {index} ({kind} {name})"
+    return f"object {index}"
+
+
 class SnapshotStore(Unwatched):
     """Objects from a YAML stream (documents or Lists); every answer from memory."""
 
     def __init__(self, objects: Iterable[dict[str, Any]]):
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        by_kind = {(r.api_version, r.kind): r for r in RULE_RESOURCES}
         for obj in objects:
-            resource = by_kind.get((obj.get("apiVersion"), obj.get("kind")))
+            resource = _BY_KIND.get((obj.get("apiVersion"), obj.get("kind")))
             if resource is None:
                 continue
             meta = kinds.meta(obj)
@@ -32,8 +66,26 @@ class SnapshotStore(Unwatched):
 
     @classmethod
     def from_file(cls, path: str | Path) -> SnapshotStore:
-        text = Path(path).read_text(encoding="utf-8")
-        return cls(flatten(yaml.safe_load_all(text)))
+        """The snapshot in `path`; BadSnapshot (one line: the file, the object, what is wrong) when
+        it is not YAML or an object in it is not a Kubernetes object."""
+        try:
+            documents = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}" if where is not None else ""
+            raise BadSnapshot(f"{path}: not YAML or JSON{at}: {getattr(exc, 'problem', None) or exc}") from None
+        except UnicodeDecodeError:
+            raise BadSnapshot(f"{path}: not text (UTF-8)") from None
+        objects = list(flatten(d for d in documents if d is not None))
+        for index, obj in enumerate(objects, 1):
+            problem = malformed(obj)
+            if problem is not None:
+                raise BadSnapshot(f"{path}: {_which(obj, index)} {problem}")
+        return cls(objects)
+
+    def usable(self) -> int:
+        """How many objects the rules can read (PVCs, PVs, Nodes, Pods, ShareManagers)."""
+        return len(self._objects)
 
     def _all(self, resource: Resource, namespace: str | None = None) -> Iterator[dict[str, Any]]:
         for (kind, ns, _), obj in self._objects.items():
@@ -63,12 +115,13 @@ class SnapshotStore(Unwatched):
         return None
 
 
-def flatten(documents: Iterable[Any]) -> Iterator[dict[str, Any]]:
+_BY_KIND = {(r.api_version, r.kind): r for r in RULE_RESOURCES}
+
+
+def flatten(documents: Iterable[Any]) -> Iterator[Any]:
     """Yield objects from documents that may be `kind: List` (as `kubectl get -o yaml` prints)."""
     for doc in documents:
-        if not isinstance(doc, dict):
-            continue
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
             yield from flatten(doc["items"])
         else:
             yield doc

@@ -55,6 +55,22 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+class WatchedStore(Store, Protocol):
+    """A Store that watches the cluster: what the keeper and the stranded-pod reporter read from
+    memory besides the look-ups, and the API behind it for whole objects."""
+
+    direct: Store  # the same questions answered by the API, for objects the caches keep trimmed
+
+    async def wait_synced(self) -> None:
+        """Return once every cache has synced."""
+
+    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
+
+    def pinned_waiting(self) -> list[dict[str, Any]]:
+        """Pods we pinned that no node has taken yet."""
+
+
 class Unwatched:
     """The lifecycle part of the protocol for stores with nothing running in the background."""
 

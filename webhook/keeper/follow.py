@@ -4,8 +4,10 @@ KubeVirt garbage-collects finished migrations, and a migration just created may 
 reached the watch yet: per-day counts and backoff use the migrations the watch shows plus
 the ones remembered here. Each migration of ours that this leader saw unfinished (its own,
 or a previous leader's) is followed until it ends: an Event on the VMI and a metric then.
-One unfinished for an hour stops counting as in flight (`rules.keep.STALE_AFTER`); it is
-left alone, never deleted. One deleted under way was aborted: it counts as failed.
+One unfinished for an hour stops counting as in flight (`rules.migrations.STALE_AFTER`); it is
+left alone, never deleted. One deleted under way was aborted: it counts as failed. One the
+keeper cancelled (its target pod could not be placed) counts as failed from that moment, with
+the scheduler's message, whatever the watch still shows of it while KubeVirt tears it down.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from typing import Any
 
 from .. import metrics
 from ..cluster.events import vmi_reference
-from ..rules.keep import Migration, MigrationPhase, attempts, backoff, rfc3339
+from ..rules.migrations import attempts, backoff, Migration, MigrationPhase
+from ..rules.times import rfc3339
 
 log = logging.getLogger("webhook.keeper")
 
@@ -35,6 +38,7 @@ class Follower:
         self._ours: dict[Key, Migration] = {}  # ours, as last seen (or as created)
         self._open: set[Key] = set()  # followed until they end
         self._seen: set[Key] = set()  # shown by the watch at least once
+        self._cancelled: set[Key] = set()  # deleted by us: failed, whatever the watch shows
 
     def created(self, migration: Migration) -> None:
         """One we just created: remembered, and followed to its end."""
@@ -42,16 +46,32 @@ class Follower:
         self._ours[key] = migration
         self._open.add(key)
 
+    def cancelled(self, migration: Migration, now: datetime, why: str, uid: str = "") -> None:
+        """One of ours we deleted: failed now, announced with `why` (an Event on the VMI, `uid`)."""
+        key = _key(migration)
+        failed = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
+        self._ours[key] = failed
+        self._cancelled.add(key)
+        self._open.discard(key)
+        self._announce(failed, uid, why)
+
+    def is_cancelled(self, migration: Migration) -> bool:
+        return _key(migration) in self._cancelled
+
     def history(self, watched: Sequence[Migration]) -> list[Migration]:
-        """Every migration to count: what the watch shows, plus ours that it no longer (or not yet) shows."""
+        """Every migration to count: what the watch shows (ours that we cancelled as we know them),
+        plus ours that it no longer (or not yet) shows."""
         shown = {_key(m) for m in watched}
-        return list(watched) + [m for key, m in self._ours.items() if key not in shown]
+        return ([self._ours[key] if (key := _key(m)) in self._cancelled else m for m in watched]
+                + [m for key, m in self._ours.items() if key not in shown])
 
     def observe(self, watched: Sequence[Migration], now: datetime,
                 uids: dict[Key, str] | None = None) -> None:
         """Take in what the watch shows; announce those of ours that ended since."""
         shown = {_key(m): m for m in watched if m.ours}
         for key, migration in shown.items():
+            if key in self._cancelled:
+                continue  # failed as far as we count, until the watch lets go of it
             if key not in self._ours and migration.in_flight(now):
                 self._open.add(key)  # a previous leader's, still under way: ours to follow now
             self._ours[key] = migration
@@ -77,8 +97,9 @@ class Follower:
         for key in [k for k, m in self._ours.items() if k not in self._open and now - m.created > REMEMBER]:
             del self._ours[key]
             self._seen.discard(key)
+            self._cancelled.discard(key)
 
-    def _announce(self, migration: Migration, uid: str) -> None:
+    def _announce(self, migration: Migration, uid: str, why: str = "") -> None:
         vm = f"{migration.namespace}/{migration.vmi}"
         where = f" to {migration.target}" if migration.target else ""
         if migration.succeeded:
@@ -88,9 +109,10 @@ class Follower:
             metrics.KEEPER_MIGRATIONS.labels("failed").inc()
             state = backoff(attempts((migration.namespace, migration.vmi), self._ours.values()))
             until = f"; no new attempt before {rfc3339(state.until)}" if state.until is not None else ""
-            message = f"migration {migration.name}{where} failed{until}"
-        log.info("keeper migration ended", extra={"fields": {
-            "vm": vm, "migration": migration.name, "result": migration.phase, "target": migration.target}})
+            cause = f": {why}" if why else ""
+            message = f"migration {migration.name}{where} failed{cause}{until}"
+        fields = {"vm": vm, "migration": migration.name, "result": migration.phase, "target": migration.target}
+        log.info("keeper migration ended", extra={"fields": fields | ({"why": why} if why else {})})
         if self.events is not None:
             reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
             self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,

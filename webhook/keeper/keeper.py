@@ -5,9 +5,12 @@ Conservative by construction: a pass every `period` seconds; the pure decision
 (`rules.keep.decide_keep`) holds a VM for any of its reasons; a pass creates no more than the
 in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache
 failing or not synced, a disk the API could not tell about), without the lease, or before a
-dry run has shown that the cluster keeps `spec.addedNodeSelector`. Each action is an Event
-on the VMI and a log line; each VM's state, since when, why, and the last action are kept
-in a record (`records()`), and the last pass in `last_pass`.
+dry run has shown that the cluster keeps `spec.addedNodeSelector`. The storage node is judged
+with the pod KubeVirt will create for the migration (`rules.target`), not the launcher pod;
+the VM's node must have a free outbound migration slot; a migration of ours whose target pod
+stays unschedulable for a minute is cancelled, so it never holds a slot a drain needs. Each
+action is an Event on the VMI and a log line; each VM's state, since when, why, and the last
+action are kept in a record (`records()`), and the last pass in `last_pass`.
 """
 from __future__ import annotations
 
@@ -21,59 +24,41 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import kinds, metrics
-from ..cluster.cache import WatchedClusterStore
 from ..cluster.events import vmi_reference
-from ..cluster.kubevirt import KubeVirtWatch, create_migration
+from ..cluster.kubevirt import KubeVirtWatch, create_migration, delete_migration
 from ..cluster.reflector import Timing
-from ..cluster.resolve import node_obstacle, resolve_disks, unsure
-from ..cluster.store import StoreError
+from ..cluster.resolve import resolve_disks
+from ..cluster.store import StoreError, WatchedStore
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE, POD
+from ..kinds import MIGRATION_JOB_LABEL, NODE
 from ..rules.facts import Fact
-from ..rules.keep import (
-    APART,
-    UNRESOLVED,
-    Hold,
-    KeepDecision,
-    Limits,
-    Locality,
-    Migration,
-    Mode,
-    Skipped,
-    VmiView,
-    VmState,
+from ..rules.apart import APART, Locality, locality, UNRESOLVED, VmState
+from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode
+from ..rules.migrations import (
     attempts,
-    decide_keep,
+    backoff_delay,
     in_flight_counts,
     last_migration_end,
-    locality,
     migrating,
+    Migration,
     migration_manifest,
-    parse_time,
+    MIGRATION_PRIORITY,
+    outbound_counts,
     read_migration,
-    read_vmi,
-    rfc3339,
-    as_started,
-    backoff_delay,
-    vm_pods,
+    UNPLACEABLE_SECONDS,
 )
-from ..rules.fit import for_checks
-from ..rules.patch import as_created
+from ..rules.reading import Skipped
+from ..rules.running import read_vmi, VmiView
+from ..rules.times import rfc3339
+from ..rules.stranded import unschedulable_since
 from .follow import Follower
+from .stretch import Stretches
 from .probe import TargetedMigration
 
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-# The keeper's own holds, beside rules.keep.Hold: what it sees of the cluster is not complete;
-# its lease might run out before a migration is created.
-VIEW_INCOMPLETE = "view incomplete"
-NO_LEASE = "lease not surely held"
-REFUSED = "migration refused"
-# A Longhorn disk of the VM whose share-manager is not running (starting, stopped): where it
-# comes back may change the answer, and "apart since" would not know when it began.
-SETTLING = "storage settling"
 # Answers that refuse this one migration (KubeVirt's admission, a conflict), not every one: the VM
 # backs off, the pass goes on with the others.
 REFUSALS = (400, 409, 422)
@@ -84,6 +69,7 @@ class KeeperTiming:
     period: float = 30.0  # between passes
     recheck_targeted: float = 600.0  # ask again whether spec.addedNodeSelector is kept
     request_timeout: float = 5.0  # each API call of a pass
+    unplaceable: float = float(UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
     watch: Timing = Timing()  # the VMI and migration watches
 
 
@@ -94,11 +80,11 @@ class VmRecord:
     namespace: str
     name: str
     state: VmState
-    since: datetime  # in this state since (apart: derived from the cluster, see `_apart`)
+    since: datetime  # in this state since (apart: derived from the cluster, see `stretch.py`)
     why: str  # where the VM runs and where its disks are served
     node: str | None = None
     target: str | None = None  # where its disks are served, when apart
-    hold: str | None = None  # what holds it where it is (a rules.keep.Hold, or VIEW_INCOMPLETE)
+    hold: Hold | None = None  # what holds it where it is
     decision: str = ""  # the decision, in words
     last_action: str = ""
     last_action_at: datetime | None = None
@@ -123,33 +109,16 @@ class PassReport:
 
 
 @dataclasses.dataclass
-class _Apart:
-    """One stretch of a VM apart from its storage: when it began and what moving it needs."""
-
-    uid: str  # of the VMI: a VM started again is a new stretch
-    node: str
-    target: str
-    since: datetime
-    pod: dict[str, Any] | None = None  # the launcher pod as KubeVirt would create it again
-    problem: str | None = None  # why the launcher pod is not known
-
-
-@dataclasses.dataclass
 class _Budget:
     """Migrations in flight as the pass goes: what it creates counts at once."""
 
     ours: int
     everyone: int
+    outbound: collections.Counter[str]  # by the node they leave
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _started(obj: dict[str, Any] | None) -> datetime | None:
-    if not obj:
-        return None
-    return parse_time(kinds.status(obj).get("startTime")) or parse_time(kinds.meta(obj).get("creationTimestamp"))
 
 
 class Keeper:
@@ -157,7 +126,7 @@ class Keeper:
     a test): `async with keeper.watching(): report = await keeper.run_pass()`; `records()` and
     `status()` say what it made of each VM."""
 
-    def __init__(self, api: Any, store: WatchedClusterStore, settings: Settings, *, events: Any = None,
+    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Any = None,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
                  clock: Callable[[], datetime] = _now):
         if settings.keep not in (Mode.REPORT, Mode.MIGRATE):
@@ -168,13 +137,14 @@ class Keeper:
         for metric in metrics.KEEPER_METRICS:
             metrics.show(metric)
         self.limits = Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
-                             max_per_day=settings.keep_max_per_day)
+                             max_per_day=settings.keep_max_per_day,
+                             max_outbound_per_node=settings.keep_max_outbound_per_node)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
         self.watch: KubeVirtWatch | None = None
         self.last_pass: PassReport | None = None
         self._records: dict[tuple[str, str], VmRecord] = {}
-        self._apart: dict[tuple[str, str], _Apart] = {}
+        self.stretches = Stretches(store, settings, timing.request_timeout)
         self._skipped: set[str] = set()
         self._refused: dict[tuple[str, str], tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self._errors: list[str] = []  # API failures of the last pass
@@ -229,7 +199,8 @@ class Keeper:
             "mode": str(self.mode),
             "limits": {"keep_after_seconds": self.limits.after.total_seconds(), "max_inflight": self.limits.max_inflight,
                        "max_cluster_inflight": self.limits.max_cluster_inflight, "max_per_day": self.limits.max_per_day},
-            "targeted_migration": {"available": self.targeted.available, "why": self.targeted.note},
+            "targeted_migration": {"available": self.targeted.available, "why": self.targeted.note,
+                                   "priority": self.targeted.priority, "priority_why": self.targeted.priority_note},
             "last_pass": None if last is None else {"at": rfc3339(last.at), "created": list(last.created),
                                                     "states": last.states, "held": last.held, "note": last.note},
             "following": [f"{m.namespace}/{m.name}" for m in self.follower.following()],
@@ -251,13 +222,15 @@ class Keeper:
         watched = self._migrations(watch.all_migrations())
         vmis = self._vmis(watch.all_vmis())
         self.follower.observe(watched, now, {(v.namespace, v.name): v.uid for v in vmis})
+        incomplete = "; ".join(watch.degraded() + self.store.degraded())
+        if not incomplete:  # on a partial view KubeVirt's own timeout (our annotation) does it
+            await self._cancel_unplaceable(self.follower.history(watched), vmis, now)
         history = self.follower.history(watched)
         ours, everyone = in_flight_counts(history, now)
-        budget = _Budget(ours, everyone)
+        budget = _Budget(ours, everyone, outbound_counts(history, vmis, now))
         by_vmi: dict[tuple[str, str], list[Migration]] = {}  # each VM reads only its own migrations
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        incomplete = "; ".join(watch.degraded() + self.store.degraded())
 
         # A VM not apart is decided (held) at once; only the VMs apart are kept for the ordering.
         running: set[tuple[str, str]] = set()
@@ -271,15 +244,14 @@ class Keeper:
             if where.state is APART:
                 apart.append((vmi, where, facts))
             else:
-                self._apart.pop(key, None)
+                self.stretches.forget(key)
                 await self._decide(vmi, where, facts, now, by_vmi.get(key, []), budget, incomplete)
         del vmis
         for key in [k for k in self._records if k not in running]:
             del self._records[key]
         for key in [k for k in self._refused if k not in running]:
             del self._refused[key]
-        for key in [k for k in self._apart if k not in running]:
-            del self._apart[key]
+        self.stretches.keep_only(running)
 
         created: list[str] = []
         held: collections.Counter[str] = collections.Counter()
@@ -297,6 +269,7 @@ class Keeper:
                     created.append(name)
                     budget.ours += 1
                     budget.everyone += 1
+                    budget.outbound[decision.source or ""] += 1
             elif where.state is APART:
                 held[str(self._records[(vmi.namespace, vmi.name)].hold)] += 1
 
@@ -335,14 +308,14 @@ class Keeper:
         """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
         deadline = Deadline.after(self.timing.request_timeout, 0)
         facts = await resolve_disks(self.store, self.settings, vmi.namespace, list(vmi.claims), deadline)
-        unknown = [f.reason for f in facts if unsure(f)]
+        unknown = [f.reason for f in facts if not f.known]
         if unknown:
             return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
         return locality(vmi.node, facts), facts
 
     def _since(self, vmi: VmiView, where: Locality, now: datetime) -> datetime:
         record = self._records.get((vmi.namespace, vmi.name))
-        apart = self._apart.get((vmi.namespace, vmi.name))
+        apart = self.stretches.get((vmi.namespace, vmi.name))
         if where.state is APART and apart is not None:
             return apart.since
         if record is not None and record.state is where.state:
@@ -351,104 +324,40 @@ class Keeper:
 
     async def _decide(self, vmi: VmiView, where: Locality, facts: list[Fact], now: datetime,
                       history: list[Migration], budget: _Budget, incomplete: str) -> KeepDecision:
-        """The VM's decision, recorded; `history` holds its own migrations only."""
+        """The VM's decision (`rules.keep.decide_keep`, as it is), recorded; `history` holds its own
+        migrations only. When whether the cluster keeps spec.addedNodeSelector is due to be
+        (re)checked and nothing else would hold the VM, the dry run is made and the VM decided
+        again with its answer."""
         apart_since: datetime | None = None
         target_unfit: str | None = None
         if where.state is APART and where.target and vmi.kept:  # reads for the move only when it may come to one
-            apart = await self._apart_stretch(vmi, where, facts, history, now)
+            apart = await self.stretches.of(vmi, where, facts, history, now)
             apart_since = apart.since
-            target_unfit = apart.problem or await node_obstacle(
-                self.store, where.target, apart.pod or {}, vmi.namespace,
-                Deadline.after(self.timing.request_timeout, 0), needs_kubevirt=True)
+            target_unfit = apart.problem or await self.stretches.target_unfit(vmi, where.target, apart.pod or {})
+        settling = [f.reason for f in facts if f.volume and f.node is None]
+        lease = self.mode is not Mode.MIGRATE or self.authority(self.timing.request_timeout)
 
-        def decide(targeted: bool) -> KeepDecision:
+        def decide(targeted: bool | None) -> KeepDecision:
             return decide_keep(vmi, where, now=now, apart_since=apart_since, limits=self.limits,
                                history=attempts(vmi, history), in_flight_ours=budget.ours, in_flight_all=budget.everyone,
+                               outbound=budget.outbound[vmi.node or ""],
                                vmi_migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
-                               target_unfit=target_unfit, targeted=targeted, mode=self.mode)
+                               target_unfit=target_unfit, targeted=targeted, targeted_note=self.targeted.note,
+                               settling=settling, refused=self._refused.get((vmi.namespace, vmi.name)),
+                               incomplete=incomplete, mode=self.mode, lease=lease)
 
-        check = self.targeted.due()  # then decide as if targeted migration worked, and find out if it would move
-        decision = decide(self.targeted.available is True or check)
-        would_move = decision.act or decision.hold is Hold.REPORT_ONLY
-        hold: str | None = decision.hold
-        if would_move and incomplete:
-            decision = dataclasses.replace(decision, act=False, reason=f"not acting on an incomplete view: {incomplete}")
-            hold = VIEW_INCOMPLETE
-        elif would_move:
-            manifest = await self._manifest(vmi, decision) if check else None
-            if isinstance(manifest, Skipped):
-                decision = dataclasses.replace(decision, act=False, hold=Hold.TARGET_UNFIT,
-                                               reason=f"cannot move to {decision.target}: {manifest.reason}")
-            else:
-                if manifest is not None:
-                    await self.targeted.check(manifest)
-                decision = decide(self.targeted.available is True)
-                if self.targeted.available is None and decision.hold is Hold.UNTARGETED:
-                    decision = dataclasses.replace(decision, reason=self.targeted.note)
-            hold = decision.hold
-        settling = [f.reason for f in facts if f.volume and f.node is None]
-        refused = self._refused.get((vmi.namespace, vmi.name))
-        if decision.act and settling:
-            decision = dataclasses.replace(decision, act=False,
-                                           reason=f"waiting for its storage to settle: {'; '.join(settling)}")
-            hold = SETTLING
-        elif decision.act and refused is not None and now < refused[1]:
-            decision = dataclasses.replace(
-                decision, act=False, reason=f"its migration was refused {refused[0]} time(s) in a row; "
-                                            f"retrying after {rfc3339(refused[1])}")
-            hold = REFUSED
-        self._record(vmi, where, decision, hold, now)
+        due = self.targeted.due()
+        decision = decide(True if due else self.targeted.available)
+        if due and (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)):
+            manifest = await self._manifest(vmi, decision, probe=True)
+            if not isinstance(manifest, Skipped):
+                await self.targeted.check(manifest)
+            decision = decide(self.targeted.available)
+        self._record(vmi, where, decision, now)
         return decision
 
-    async def _apart_stretch(self, vmi: VmiView, where: Locality, facts: list[Fact], history: list[Migration],
-                             now: datetime) -> _Apart:
-        """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
-        its last migration's end, its launcher pod's start and the start of the share-manager pods
-        serving its disks; when none is known, when this leader first saw it apart. And its
-        launcher pod as KubeVirt would create it again, for the never-strand checks on the target."""
-        key = (vmi.namespace, vmi.name)
-        node, target = where.node or "", where.target or ""
-        known = self._apart.get(key)
-        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
-        if same and known.pod is not None:
-            return known
-        first_seen = known.since if same else now
-        timeout = self.timing.request_timeout
-        pod, problem = await self._launcher_pod(vmi, node)
-        moments = [last_migration_end(vmi, history), _started(pod)]
-        for fact in facts:
-            if fact.node == target and fact.volume:
-                try:
-                    moments.append(_started(await self.store.direct.get(
-                        POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
-                        timeout=timeout)))
-                except StoreError:
-                    pass  # one moment fewer to go by
-        derived = max((m for m in moments if m is not None), default=None)
-        since = min(derived, now) if derived is not None else first_seen
-        # The pod as the next migration target will be made: without our pin, nor the node a
-        # targeted migration asked for before.
-        started = for_checks(as_started(as_created(pod, self.settings), vmi.node_selector)) if pod is not None else None
-        stretch = _Apart(vmi.uid, node, target, since, started, problem)
-        self._apart[key] = stretch
-        return stretch
-
-    async def _launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
-        candidates = self.store.launcher_pods(vmi.namespace, vmi.uid) or []
-        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
-        if not running:
-            return None, f"its launcher pod on {node} is not known"
-        name = kinds.meta(running[0]).get("name")
-        try:
-            pod = await self.store.direct.get(POD, vmi.namespace, name, timeout=self.timing.request_timeout)
-        except StoreError as exc:
-            return None, f"its launcher pod {name} could not be read ({exc})"
-        if pod is None:
-            return None, f"its launcher pod {name} is gone"
-        return pod, None
-
-    async def _manifest(self, vmi: VmiView, decision: KeepDecision) -> dict[str, Any] | Skipped:
+    async def _manifest(self, vmi: VmiView, decision: KeepDecision, *, probe: bool = False) -> dict[str, Any] | Skipped:
+        """The migration to create; for the dry run (`probe`) with spec.priority whatever is known of it."""
         target = decision.target or ""
         try:
             node = await self.store.get(NODE, None, target, timeout=self.timing.request_timeout)
@@ -456,20 +365,52 @@ class Keeper:
             return Skipped(f"node {target}", str(exc))
         if node is None:
             return Skipped(f"node {target}", "not found")
-        return migration_manifest(vmi, node, decision.reason)
+        priority = MIGRATION_PRIORITY if probe or self.targeted.priority else None
+        return migration_manifest(vmi, node, decision.reason, priority)
+
+    async def _cancel_unplaceable(self, history: list[Migration], vmis: list[VmiView], now: datetime) -> None:
+        """Delete each migration of ours whose target pod the scheduler has been unable to place
+        for UNPLACEABLE_SECONDS (what `virtctl migrate-cancel` does): it counts as failed, with the
+        scheduler's message, and the VM backs off. A 404 is done; another failure is logged and
+        the migration still counts, to be tried again next pass. (`timing.unplaceable`.)"""
+        uids = {(v.namespace, v.name): v.uid for v in vmis}
+        timeout = self.timing.request_timeout
+        for migration in history:
+            if not migration.ours or migration.final or not migration.uid or self.follower.is_cancelled(migration):
+                continue
+            vmi_uid = uids.get((migration.namespace, migration.vmi))
+            pods = self.store.launcher_pods(migration.namespace, vmi_uid) if vmi_uid else None
+            target = next((p for p in pods or () if kinds.labels(p).get(MIGRATION_JOB_LABEL) == migration.uid), None)
+            stuck = unschedulable_since(target) if target is not None else None
+            if stuck is None or (now - stuck[0]).total_seconds() < self.timing.unplaceable:
+                continue
+            if not self.authority(timeout):
+                return
+            pod = kinds.meta(target).get("name")
+            why = f"its target pod {pod} could not be scheduled for {int((now - stuck[0]).total_seconds())}s: {stuck[1]}"
+            vm = f"{migration.namespace}/{migration.vmi}"
+            answer = await delete_migration(self.api, migration.namespace, migration.name, timeout=timeout)
+            if not answer.ok and answer.status != 404:
+                self._errors.append(f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
+                log.warning("keeper migration not cancelled", extra={"fields": {
+                    "vm": vm, "migration": migration.name, "error": answer.error, "why": why}})
+                continue
+            log.warning("keeper migration cancelled", extra={"fields": {
+                "vm": vm, "migration": migration.name, "target": migration.target, "why": why}})
+            self.follower.cancelled(migration, now, f"cancelled: {why}", vmi_uid or "")
+            record = self._records.get((migration.namespace, migration.vmi))
+            if record is not None:
+                record.last_action, record.last_action_at = f"cancelled migration {migration.name}: {why}", now
 
     async def _move(self, vmi: VmiView, decision: KeepDecision, now: datetime) -> tuple[str | None, bool]:
         """Create the migration: its name, or None when it was not created and whether what went
-        wrong would go wrong for any migration (the lease, the API) rather than for this VM."""
+        wrong would go wrong for any migration (the API) rather than for this VM."""
         key = (vmi.namespace, vmi.name)
         record = self._records[key]
         timeout = self.timing.request_timeout
-        if not self.authority(timeout):
-            record.hold, record.decision = NO_LEASE, "not acting: the lease might run out before the migration is created"
-            return None, True
         manifest = await self._manifest(vmi, decision)
-        if isinstance(manifest, Skipped):
-            record.hold, record.decision = Hold.TARGET_UNFIT, f"cannot move to {decision.target}: {manifest.reason}"
+        if isinstance(manifest, Skipped):  # the node went away since the decision
+            record.last_action, record.last_action_at = f"no migration created: {manifest}", now
             return None, False
         answer = await create_migration(self.api, manifest, timeout=timeout)
         migration = read_migration(answer.obj) if answer.ok else None
@@ -498,19 +439,20 @@ class Keeper:
                                    f"{decision.reason} (migration {migration.name})")
         return f"{migration.namespace}/{migration.name}", False
 
-    def _record(self, vmi: VmiView, where: Locality, decision: KeepDecision, hold: str | None, now: datetime) -> None:
+    def _record(self, vmi: VmiView, where: Locality, decision: KeepDecision, now: datetime) -> None:
         """Keep the VM's record; one log line when its state or what holds it changes."""
         key = (vmi.namespace, vmi.name)
         old = self._records.get(key)
         since = self._since(vmi, where, now)
-        record = VmRecord(vmi.namespace, vmi.name, where.state, since, where.why, where.node, where.target, hold,
-                          decision.reason, old.last_action if old else "", old.last_action_at if old else None)
+        record = VmRecord(vmi.namespace, vmi.name, where.state, since, where.why, where.node, where.target,
+                          decision.hold, decision.reason, old.last_action if old else "", old.last_action_at if old else None)
         self._records[key] = record
         if old is None or (old.state, old.hold, old.node, old.target) != (record.state, record.hold, record.node,
                                                                         record.target):
             log.info("keeper decision", extra={"fields": {
                 "vm": f"{vmi.namespace}/{vmi.name}", "state": str(where.state), "node": where.node,
-                "target": where.target, "hold": str(hold) if hold is not None else None, "reason": decision.reason}})
+                "target": where.target, "hold": str(decision.hold) if decision.hold is not None else None,
+                "reason": decision.reason}})
 
     def _report_states(self, now: datetime) -> dict[str, int]:
         """The metrics of a pass: every state set, and how long the VMs apart have been apart."""

@@ -1,8 +1,8 @@
 """One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease.
 
-Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.Config,
-resourcelock.leaselock.LeaseLock), with the gaps closed that matter for something that
-creates migrations:
+Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.Config, and
+its LeaseLock extended in `leaselock.py`, the one place that leans on the library's
+internals), with the gaps closed that matter for something that creates migrations:
 
 - `LeaderElection.run()` returns once the lease is lost: `Elector.run` campaigns again.
 - Its Lease calls have no timeout, and a timeout on the client's session would not help:
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -75,92 +74,6 @@ class LeaseTiming:
     def __post_init__(self) -> None:
         if not 0 < self.request_timeout < self.renew_deadline < self.lease_duration:
             raise ValueError("lease timing: 0 < request_timeout < renew_deadline < lease_duration")
-
-
-def _api_error(status: int, reason: str) -> Any:
-    """An ApiException the library can read: it decodes the body for the status code."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    error = ApiException(status=status, reason=reason)
-    error.body = json.dumps({"code": status, "message": reason})
-    return error
-
-
-def _lock_class() -> type:
-    """The library's LeaseLock with timed calls and its outcomes reported to the Elector
-    (built on first use: kubernetes-asyncio's models are imported only when the keeper runs)."""
-    from kubernetes_asyncio import client as k8s
-    from kubernetes_asyncio.client.exceptions import ApiException
-    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
-
-    class TimedLeases(k8s.CoordinationV1Api):
-        def __init__(self, api: Any, timeout: float):
-            super().__init__(api)
-            self.timeout = timeout
-
-        def read_namespaced_lease(self, name, namespace, **kwargs):
-            return super().read_namespaced_lease(name, namespace, _request_timeout=self.timeout, **kwargs)
-
-        def create_namespaced_lease(self, namespace, body, **kwargs):
-            return super().create_namespaced_lease(namespace, body, _request_timeout=self.timeout, **kwargs)
-
-        def replace_namespaced_lease(self, name, namespace, body, **kwargs):
-            return super().replace_namespaced_lease(name, namespace, body, _request_timeout=self.timeout, **kwargs)
-
-    class ReportingLeaseLock(LeaseLock):
-        def __init__(self, elector: Elector):
-            super().__init__(elector.name, elector.namespace, elector.identity, elector.api)
-            self.api_instance = TimedLeases(elector.api, elector.timing.request_timeout)
-            self.elector = elector
-
-        async def get(self, name, namespace):
-            try:
-                found, record = await super().get(name, namespace)
-            except Exception as exc:  # the library handles ApiException only
-                self.elector.error = f"reading the Lease: {type(exc).__name__}: {exc}"
-                return False, _api_error(0, f"{type(exc).__name__}: {exc}")
-            if found:
-                self.elector.error = None
-                self.elector.observed(record.holder_identity)
-                return found, record
-            if isinstance(record, ApiException):
-                self.elector.error = None if record.status == 404 else f"reading the Lease: API answered {record.status}"
-                try:
-                    readable = isinstance(json.loads(record.body or ""), dict)
-                except ValueError:
-                    readable = False
-                if not readable:
-                    return False, _api_error(record.status or 0, str(record.reason))
-            return found, record
-
-        # Writes as the library's, without its traceback for a conflict (two replicas racing is normal).
-        async def create(self, name, namespace, election_record):
-            body = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name), spec=self.update_lease(election_record))
-            return await self._write(self.api_instance.create_namespaced_lease(namespace, body))
-
-        async def update(self, name, namespace, updated_record):
-            if self.lease_reference is None:
-                return False
-            self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
-            return await self._write(self.api_instance.replace_namespaced_lease(name, namespace, self.lease_reference))
-
-        async def _write(self, call: Awaitable[Any]) -> bool:
-            sent = asyncio.get_running_loop().time()  # the lease runs from no later than this
-            try:
-                await call
-            except ApiException as exc:
-                error = f"API answered {exc.status}"
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-            else:
-                self.elector.error = None
-                self.elector.renewed(sent)
-                return True
-            self.elector.error = f"writing the Lease: {error}"
-            log.info("lease not written", extra={"fields": {"error": error}})
-            return False
-
-    return ReportingLeaseLock
 
 
 class Elector:
@@ -213,10 +126,11 @@ class Elector:
         from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
 
         metrics.show(metrics.KEEPER_LEADER).set(0)
-        lock_class = _lock_class()
+        from .leaselock import ReportingLeaseLock  # kubernetes-asyncio's models: only when the keeper runs
+
         while True:
             self._deposed = asyncio.Event()
-            config = Config(lock_class(self), lease_duration=self.timing.lease_duration,
+            config = Config(ReportingLeaseLock(self), lease_duration=self.timing.lease_duration,
                             renew_deadline=self.timing.renew_deadline, retry_period=self.timing.retry_period,
                             onstarted_leading=self._take_office, onstopped_leading=self._not_renewed)
             campaign = asyncio.create_task(LeaderElection(config).run(), name="lease campaign")

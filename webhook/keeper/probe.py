@@ -1,4 +1,5 @@
 """Does the cluster keep `spec.addedNodeSelector`? Without it a migration may go to any node.
+And does it keep `spec.priority`, so our migrations queue as `system-maintenance`?
 
 KubeVirt added the field in 1.6. An older CRD schema does not know it: with
 `fieldValidation=Strict` the apiserver answers 400 ("unknown field"), and an apiserver that
@@ -6,6 +7,13 @@ ignores fieldValidation answers 201 with the field pruned. So the keeper dry-run
 migration it is about to create (`dryRun=All`: admitted and validated, never stored) and
 looks at what would be stored. A dry run that proves nothing (a 403, a timeout, KubeVirt's own
 webhook refusing this VMI) leaves the answer as it was: when in doubt, no migration.
+
+`spec.priority` (KubeVirt 1.7+, `staging/src/kubevirt.io/api/core/v1/types.go`) is learnt from
+the same dry run: kept, pruned by an older schema, refused as unknown under strict validation,
+or refused by KubeVirt's own admission (since 1.7 virt-api lets only virt-controller set it,
+`migration-create-admitter.go`). Whatever the answer, a migration without the field still
+queues last: KubeVirt ranks one without a priority below `system-maintenance`
+(`pkg/util/migrations`: 0 against 20). Without it the dry run is made again, for the selector.
 """
 from __future__ import annotations
 
@@ -20,6 +28,8 @@ log = logging.getLogger("webhook.keeper")
 
 FIELD = "addedNodeSelector"
 NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"
+PRIORITY = "priority"
+WITHOUT = "our migrations are created without it (KubeVirt queues those last as well)"
 
 
 class TargetedMigration:
@@ -29,6 +39,8 @@ class TargetedMigration:
         self._api, self.recheck, self.timeout = api, recheck, timeout
         self.available: bool | None = None  # None: not known yet
         self.note = "not checked yet"
+        self.priority: bool | None = None  # spec.priority kept; None: not known yet
+        self.priority_note = "not checked yet"
         self._checked_at: float | None = None
 
     def due(self) -> bool:
@@ -39,16 +51,30 @@ class TargetedMigration:
         return asyncio.get_running_loop().time() - self._checked_at >= self.recheck
 
     async def check(self, manifest: dict[str, Any]) -> bool | None:
-        """Dry-run `manifest` (a migration with spec.addedNodeSelector); the new answer."""
+        """Dry-run `manifest` (a migration with spec.addedNodeSelector and spec.priority); the new answer."""
         self._checked_at = asyncio.get_running_loop().time()
-        wanted = kinds.spec(manifest).get(FIELD)
+        spec = kinds.spec(manifest)
+        wanted, priority = spec.get(FIELD), spec.get(PRIORITY)
         answer = await create_migration(self._api, manifest, timeout=self.timeout, dry_run=True)
+        refused = answer.status in (400, 403, 422) and PRIORITY in answer.error and FIELD not in answer.error
+        if refused and priority is not None:
+            unknown = "unknown field" in answer.error
+            self._settle_priority(False, ("the cluster rejects spec.priority as unknown (KubeVirt < 1.7): " if unknown
+                                          else "KubeVirt refuses spec.priority from us (only virt-controller may set "
+                                               "it): ") + WITHOUT)
+            without = {**manifest, "spec": {k: v for k, v in spec.items() if k != PRIORITY}}
+            return await self.check(without)
         if answer.ok:
-            kept = kinds.spec(answer.obj).get(FIELD)
-            if kept == wanted:
+            kept = kinds.spec(answer.obj)
+            if kept.get(FIELD) == wanted:
                 self._settle(True, "spec.addedNodeSelector is kept: targeted migration works")
             else:
                 self._settle(False, f"the cluster prunes spec.addedNodeSelector ({NEEDS}): no migration is created")
+            if priority is not None:
+                if kept.get(PRIORITY) == priority:
+                    self._settle_priority(True, f"spec.priority is kept: our migrations queue as {priority}")
+                else:
+                    self._settle_priority(False, f"the cluster prunes spec.priority (KubeVirt < 1.7): {WITHOUT}")
         elif answer.status == 400 and FIELD in answer.error:
             self._settle(False, f"the cluster rejects spec.addedNodeSelector as unknown ({NEEDS}): no migration is created")
         else:
@@ -57,6 +83,13 @@ class TargetedMigration:
                 log.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
             self.note = note
         return self.available
+
+    def _settle_priority(self, kept: bool, note: str) -> None:
+        """Said once, in the log and the keeper's status, when the answer changes."""
+        changed = kept != self.priority
+        self.priority, self.priority_note = kept, note
+        if changed:
+            log.info("migration priority " + ("kept" if kept else "not kept"), extra={"fields": {"why": note}})
 
     def _settle(self, available: bool, note: str) -> None:
         metrics.show(metrics.KEEPER_TARGETED).set(1 if available else 0)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cluster.cache import WatchedClusterStore
+from ..cluster.store import WatchedStore
 from ..config import Settings
 from .keeper import Keeper, KeeperTiming
 from .lease import Elector, LeaseTiming
 
 
 class KeeperService:
-    def __init__(self, api: Any, store: WatchedClusterStore, settings: Settings, *, namespace: str, identity: str,
+    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, namespace: str, identity: str,
                  events: Any = None, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming()):
         if timing.request_timeout >= lease_timing.renew_deadline:
             # A migration is created only if its request ends within the renew deadline.

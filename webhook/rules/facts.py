@@ -28,6 +28,7 @@ class Fact:
     node: str | None
     reason: str
     volume: str | None = None
+    known: bool = True  # False: the API could not tell (an error, no answer in time), not a finding
 
 
 def claims_of(obj: dict[str, Any]) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from .. import kinds
 from ..config import Settings
 from .decide import PINNED
-from .keep import parse_time
+from .times import parse_time
 
 GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
 
@@ -42,6 +42,21 @@ def unschedulable(pod: Any) -> str | None:
                 return str(condition.get("message") or "no message from the scheduler")
             return None
     return None
+
+
+def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
+    """Since when the scheduler has been unable to place a pod waiting for a node, and its
+    message: the PodScheduled condition's lastTransitionTime (else the pod's creation), read from
+    the cluster so that a new leader agrees. None for a pod placed, going away or finished."""
+    if kinds.spec(pod).get("nodeName") or kinds.terminating(pod) or kinds.finished(pod):
+        return None
+    message = unschedulable(pod)
+    if message is None:
+        return None
+    condition = next(c for c in kinds.status(pod).get("conditions") or () if isinstance(c, dict)
+                     and c.get("type") == "PodScheduled")
+    since = parse_time(condition.get("lastTransitionTime")) or parse_time(kinds.meta(pod).get("creationTimestamp"))
+    return (since, message) if since is not None else None
 
 
 def stranded(pod: Any, namespace: str, settings: Settings, now: datetime.datetime) -> Stranded | None:

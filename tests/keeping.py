@@ -1,0 +1,88 @@
+"""Objects and moments for the tests of the keeper's pure rules (tests/rules/test_running.py,
+test_apart.py, test_migrations.py, test_keep.py): a VMI after a migration, our migration of it,
+the facts of its disks, at a fixed now."""
+import copy
+from datetime import UTC, datetime, timedelta
+
+from kube import load
+
+from webhook.config import Settings
+from webhook.rules.facts import Fact
+from webhook.rules.migrations import Attempt
+from webhook.rules.running import read_vmi
+from webhook.rules.times import parse_time
+
+SETTINGS = Settings()
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
+
+
+def at(text):
+    return parse_time(text)
+
+
+def ago(**span):
+    return NOW - timedelta(**span)
+
+
+def stamp(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def vmi_obj(**status):
+    obj = copy.deepcopy(load("vmi-migrated.yaml"))
+    for key, value in status.items():
+        if value is None:
+            obj["status"].pop(key, None)
+        else:
+            obj["status"][key] = value
+    return obj
+
+
+def fact(claim, node_name):
+    return Fact(claim, node_name, f"share-manager of {claim} runs on {node_name}" if node_name
+                else f"share-manager of {claim} is stopped")
+
+
+def vmim(phase="Running", *, ours=True, created=None, name="vm1-colocate-abcde", vmi="vm1", transitions=(), end=None):
+    obj = copy.deepcopy(load("vmim-to-storage.yaml"))
+    obj["metadata"].pop("generateName")
+    obj["metadata"].update(name=name, creationTimestamp=stamp(created or ago(minutes=5)))
+    if not ours:
+        obj["metadata"]["labels"] = {}
+        obj["spec"].pop("addedNodeSelector")
+    else:
+        obj["metadata"]["annotations"] = {"kubevirt-scheduler/node": "node-b"}
+    obj["spec"]["vmiName"] = vmi
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+        if transitions:
+            obj["status"]["phaseTransitionTimestamps"] = [
+                {"phase": p, "phaseTransitionTimestamp": stamp(t)} for p, t in transitions]
+        if end:
+            obj["status"]["migrationState"] = {"endTimestamp": stamp(end), "completed": phase == "Succeeded"}
+    return obj
+
+
+def view(obj=None):
+    return read_vmi(obj or vmi_obj(), SETTINGS)
+
+
+def failed(end):
+    return Attempt(end - timedelta(minutes=1), end, False)
+
+
+def succeeded(end):
+    return Attempt(end - timedelta(minutes=1), end, True)
+
+
+def in_flight_state(**changes):
+    state = {"migrationUid": "u2", "sourceNode": "node-a", "targetNode": "node-c",
+             "targetPod": "virt-launcher-vm1-zzzzz", "startTimestamp": "2026-11-20T11:59:00Z", "completed": False}
+    state.update(changes)
+    return {k: v for k, v in state.items() if v is not None}
+
+
+def apart_vmi():
+    """vm1 on node-a, migrated there from node-b (where its disk is served)."""
+    return view()

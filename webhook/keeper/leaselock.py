@@ -1,0 +1,100 @@
+"""The one extension of kubernetes-asyncio's leader election the keeper needs: its LeaseLock with
+each Lease call bounded in time, and each outcome reported to the Elector (`lease.py`). Kept
+apart, and held to the library by tests/keeper/test_leaselock.py: it overrides `get`, `create`
+and `update` (what `LeaderElection` calls), reuses `update_lease` and `lease_reference`, and
+passes `_request_timeout` to CoordinationV1Api's Lease calls.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+log = logging.getLogger("webhook.keeper")
+
+
+def _api_error(status: int, reason: str) -> Any:
+    """An ApiException the library can read: it decodes the body for the status code."""
+    error = ApiException(status=status, reason=reason)
+    error.body = json.dumps({"code": status, "message": reason})
+    return error
+
+
+class TimedLeases(k8s.CoordinationV1Api):
+    """The Lease calls, each bounded by `_request_timeout` (the client's own session timeout is
+    overridden by every call's `aiohttp.ClientTimeout()`)."""
+
+    def __init__(self, api: Any, timeout: float):
+        super().__init__(api)
+        self.timeout = timeout
+
+    def read_namespaced_lease(self, name, namespace, **kwargs):
+        return super().read_namespaced_lease(name, namespace, _request_timeout=self.timeout, **kwargs)
+
+    def create_namespaced_lease(self, namespace, body, **kwargs):
+        return super().create_namespaced_lease(namespace, body, _request_timeout=self.timeout, **kwargs)
+
+    def replace_namespaced_lease(self, name, namespace, body, **kwargs):
+        return super().replace_namespaced_lease(name, namespace, body, _request_timeout=self.timeout, **kwargs)
+
+class ReportingLeaseLock(LeaseLock):
+    """The library's LeaseLock with timed calls, its outcomes reported to the Elector, and its
+    writes without a traceback for a conflict."""
+
+    def __init__(self, elector: Any):
+        super().__init__(elector.name, elector.namespace, elector.identity, elector.api)
+        self.api_instance = TimedLeases(elector.api, elector.timing.request_timeout)
+        self.elector = elector
+
+    async def get(self, name, namespace):
+        try:
+            found, record = await super().get(name, namespace)
+        except Exception as exc:  # the library handles ApiException only
+            self.elector.error = f"reading the Lease: {type(exc).__name__}: {exc}"
+            return False, _api_error(0, f"{type(exc).__name__}: {exc}")
+        if found:
+            self.elector.error = None
+            self.elector.observed(record.holder_identity)
+            return found, record
+        if isinstance(record, ApiException):
+            self.elector.error = None if record.status == 404 else f"reading the Lease: API answered {record.status}"
+            try:
+                readable = isinstance(json.loads(record.body or ""), dict)
+            except ValueError:
+                readable = False
+            if not readable:
+                return False, _api_error(record.status or 0, str(record.reason))
+        return found, record
+
+    # Writes as the library's, without its traceback for a conflict (two replicas racing is normal).
+    async def create(self, name, namespace, election_record):
+        body = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name), spec=self.update_lease(election_record))
+        return await self._write(self.api_instance.create_namespaced_lease(namespace, body))
+
+    async def update(self, name, namespace, updated_record):
+        if self.lease_reference is None:
+            return False
+        self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
+        return await self._write(self.api_instance.replace_namespaced_lease(name, namespace, self.lease_reference))
+
+    async def _write(self, call: Awaitable[Any]) -> bool:
+        sent = asyncio.get_running_loop().time()  # the lease runs from no later than this
+        try:
+            await call
+        except ApiException as exc:
+            error = f"API answered {exc.status}"
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            self.elector.error = None
+            self.elector.renewed(sent)
+            return True
+        self.elector.error = f"writing the Lease: {error}"
+        log.info("lease not written", extra={"fields": {"error": error}})
+        return False

@@ -1,0 +1,130 @@
+"""What moving a VM apart from its storage needs, kept for as long as it is apart (a stretch):
+since when it has been apart, read from the cluster so that a new leader agrees; its launcher
+pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
+migrate it there (`rules.target`), with the webhook's never-strand checks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from .. import kinds
+from ..cluster.resolve import node_obstacle
+from ..cluster.store import StoreError, WatchedStore
+from ..config import Settings
+from ..deadline import Deadline
+from ..kinds import HOSTNAME_LABEL, NODE, POD
+from ..rules.apart import Locality
+from ..rules.facts import Fact
+from ..rules.fit import for_checks
+from ..rules.migrations import Migration, last_migration_end, target_hostname
+from ..rules.patch import as_created
+from ..rules.running import VmiView, vm_pods
+from ..rules.target import CannotTell, lacking, target_pod
+from ..rules.times import parse_time
+
+Key = tuple[str, str]
+
+
+@dataclasses.dataclass
+class Stretch:
+    """One stretch of a VM apart from its storage: when it began and what moving it needs."""
+
+    uid: str  # of the VMI: a VM started again is a new stretch
+    node: str
+    target: str
+    since: datetime
+    pod: dict[str, Any] | None = None  # the launcher pod without our pin: its migration target is built from it
+    problem: str | None = None  # why the launcher pod is not known
+
+
+def started(obj: dict[str, Any] | None) -> datetime | None:
+    """When a pod started (else when it was created)."""
+    if not obj:
+        return None
+    return parse_time(kinds.status(obj).get("startTime")) or parse_time(kinds.meta(obj).get("creationTimestamp"))
+
+
+class Stretches:
+    """The stretch of each VM apart, by (namespace, name); a VM no longer apart is forgotten."""
+
+    def __init__(self, store: WatchedStore, settings: Settings, timeout: float):
+        self.store, self.settings, self.timeout = store, settings, timeout
+        self._known: dict[Key, Stretch] = {}
+
+    def get(self, key: Key) -> Stretch | None:
+        return self._known.get(key)
+
+    def forget(self, key: Key) -> None:
+        self._known.pop(key, None)
+
+    def keep_only(self, keys: set[Key]) -> None:
+        for key in [k for k in self._known if k not in keys]:
+            del self._known[key]
+
+    async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], history: list[Migration],
+                 now: datetime) -> Stretch:
+        """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
+        its last migration's end, its launcher pod's start and the start of the share-manager pods
+        serving its disks; when none is known, when this leader first saw it apart. And its
+        launcher pod without our pin, whole: the migration target is built from it."""
+        key = (vmi.namespace, vmi.name)
+        node, target = where.node or "", where.target or ""
+        known = self._known.get(key)
+        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
+        if same and known.pod is not None:
+            return known
+        first_seen = known.since if same else now
+        timeout = self.timeout
+        pod, problem = await self._launcher_pod(vmi, node)
+        moments = [last_migration_end(vmi, history), started(pod)]
+        for fact in facts:
+            if fact.node == target and fact.volume:
+                try:
+                    moments.append(started(await self.store.direct.get(
+                        POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
+                        timeout=timeout)))
+                except StoreError:
+                    pass  # one moment fewer to go by
+        derived = max((m for m in moments if m is not None), default=None)
+        since = min(derived, now) if derived is not None else first_seen
+        # Without our pin: KubeVirt builds the migration target from the VMI, and leaves targets alone.
+        launcher = for_checks(as_created(pod, self.settings)) if pod is not None else None
+        stretch = Stretch(vmi.uid, node, target, since, launcher, problem)
+        self._known[key] = stretch
+        return stretch
+
+    async def _launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
+        candidates = self.store.launcher_pods(vmi.namespace, vmi.uid) or []
+        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
+        if not running:
+            return None, f"its launcher pod on {node} is not known"
+        name = kinds.meta(running[0]).get("name")
+        try:
+            pod = await self.store.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
+        except StoreError as exc:
+            return None, f"its launcher pod {name} could not be read ({exc})"
+        if pod is None:
+            return None, f"its launcher pod {name} is gone"
+        return pod, None
+
+    async def target_unfit(self, vmi: VmiView, target: str, launcher: dict[str, Any]) -> str | None:
+        """Why the storage node cannot take the pod KubeVirt will create to migrate the VM there,
+        or None when it can: the labels KubeVirt adds for the migration first, in words, then
+        the never-strand checks on that pod. What cannot be read or built is a reason too."""
+        timeout = self.timeout
+        try:
+            source = await self.store.get(NODE, None, vmi.node or "", timeout=timeout)
+            node = await self.store.get(NODE, None, target, timeout=timeout)
+        except StoreError as exc:
+            return f"cannot tell what its migration target needs: a node could not be read ({exc})"
+        hostname = target_hostname(node) if node is not None else None
+        if node is not None and hostname is None:
+            return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
+        built = target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {})
+        if isinstance(built, CannotTell):
+            return f"cannot tell what its migration target needs: {built}"
+        return lacking(built, target, node) or await node_obstacle(
+            self.store, target, built.pod, vmi.namespace, Deadline.after(timeout, 0), needs_kubevirt=True)

@@ -1,0 +1,76 @@
+"""Whether a running VM is apart from its storage, and since when."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from collections.abc import Sequence
+from datetime import datetime
+
+from .facts import Fact
+from .running import VmiView
+
+
+class VmState(enum.StrEnum):
+    CO_LOCATED = "co-located"  # every resolved disk is served from the VM's node
+    APART = "apart"  # all resolved disks are served from one other node
+    SPLIT = "split"  # disks served from several nodes
+    UNRESOLVED = "unresolved"  # not running, no disks, or no disk resolved
+
+
+CO_LOCATED, APART, SPLIT, UNRESOLVED = VmState.CO_LOCATED, VmState.APART, VmState.SPLIT, VmState.UNRESOLVED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Locality:
+    """A VM's node against the nodes serving its disks."""
+
+    state: VmState
+    node: str | None  # where the VM runs
+    storage: tuple[str, ...] = ()  # nodes serving resolved disks, most disks first
+    why: str = ""
+
+    @property
+    def target(self) -> str | None:
+        """The node to move the VM to: the one storage node of a VM that is apart."""
+        return self.storage[0] if self.state is APART else None
+
+
+def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
+    """Co-located, apart, split or unresolved, as the pin sees it: disks that did not resolve
+    (not Longhorn, share-manager stopped, a read failed) are ignored when others did."""
+    if not node:
+        return Locality(UNRESOLVED, None, why="not running on a node")
+    if not facts:
+        return Locality(UNRESOLVED, node, why="no disks to follow")
+    problems = [f.reason for f in facts if f.node is None]
+    counts = collections.Counter(f.node for f in facts if f.node is not None)
+    if not counts:
+        return Locality(UNRESOLVED, node, why="; ".join(problems))
+    storage = tuple(n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    ignored = "".join(f"; ignored: {p}" for p in problems)
+    if storage == (node,):
+        return Locality(CO_LOCATED, node, storage, f"disks served from {node}, where the VM runs{ignored}")
+    if len(storage) == 1:
+        return Locality(APART, node, storage, f"disks served from {storage[0]}, the VM runs on {node}{ignored}")
+    spread = ", ".join(f"{n} ({counts[n]})" for n in storage)
+    return Locality(SPLIT, node, storage, f"disks served from {spread}, the VM runs on {node}{ignored}")
+
+
+def apart_since(vmi: VmiView, share_manager_created: datetime | None,
+                vmi_created: datetime | None = None) -> datetime | None:
+    """Since when a VM that is apart has been apart, read from the cluster alone, so that every
+    replica and `status` agree: the later of when the VM came to its node (its last
+    migration's end, else the VMI's creation when it never migrated) and when the serving
+    share-manager pod was created (the latest, for several disks). None when unknown: a
+    migration in flight or without an end, or a creation time missing.
+    """
+    if share_manager_created is None:
+        return None
+    if vmi.migration is None:
+        arrived = vmi_created
+    else:
+        arrived = None if vmi.migration.in_flight else vmi.migration.ended
+    if arrived is None:
+        return None
+    return max(arrived, share_manager_created)

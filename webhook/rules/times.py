@@ -1,0 +1,29 @@
+"""Time as Kubernetes writes it (RFC 3339, whole seconds), for the keeper's rules."""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+EPOCH = datetime.min.replace(tzinfo=UTC)  # before anything: sorts what has no time first
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 timestamp as Kubernetes writes it; None when absent or unreadable.
+
+    A time without a zone (or a bare date) is not RFC 3339 and reads as None.
+    """
+    if not isinstance(value, str) or "T" not in value.upper():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def whole_seconds(span: timedelta) -> int:
+    return max(0, int(span.total_seconds()))
+
