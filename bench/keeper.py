@@ -1,16 +1,21 @@
 """python -m bench.keeper: the keeper against a drained cluster, and its memory in `serve`.
 
 Simulation: `bench.kubevirt` (a process of its own) serves a cluster after a drain, by default
-500 opted-in running VMIs of which 200 run apart from their storage, and plays KubeVirt (see
-there: migrations of 0.2–0.5 s, one in 20 failing, at most 5 at once, someone else's
-migrations, lagging watches, nodes lost during the run). The keeper runs here, in-process, as
-the elected replica runs it (`Keeper` on the admission caches, Events on), in migrate mode with
-`--keep-after 0`; its passes are driven one after another until every movable VM is back and a
-few more passes create nothing, and halfway a new leader takes over. The simulated cluster
-checks each migration as it is created and the end state. Printed: what was created and
-brought back, the peaks in flight, the violations (exit status 1 if any), and the CPU time of
-this process during each pass over all the VMIs (`time.process_time`; the caches' handling of
-events during the pass included, as in `serve`).
+500 opted-in running VMIs of which 200 run apart from their storage, on nodes of two CPU
+generations, and plays KubeVirt (see there: migrations of 0.2–0.5 s, one in 20 failing, at most
+5 at once and 2 from one node, target pods the scheduler cannot place, someone else's
+migrations, lagging watches, nodes lost during the run, a node drained halfway). The keeper
+runs here, in-process, as the elected replica runs it (`Keeper` on the admission caches, Events
+on), in migrate mode with `--keep-after 0`, `--unplaceable` as its KeeperTiming.unplaceable and
+`--outbound-per-node` as its --keep-max-outbound-per-node; its passes are driven one after
+another until every movable VM is back, the drain is done and a few more passes create nothing,
+and halfway a new leader takes over. The simulated cluster checks each migration as it is
+created, each one deleted, and the end state. Printed: what was created and brought back, the
+migrations of ours that cannot be placed or took a slot over a limit (0 each), how soon the
+unplaceable ones ended after their target pod became unschedulable, the drain, the peaks in
+flight, what held VMs, the violations, and the CPU time of this process during each pass over
+all the VMIs (`time.process_time`; the caches' handling of events during the pass included, as
+in `serve`). A missed target on the "targets:" line makes the exit status 1.
 
 Memory: `python -m webhook serve --keep report` against `bench.emulator` holding 50k PVCs and
 PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its caches have
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -41,6 +47,7 @@ from . import kubevirt
 from .__main__ import cores, emulated_cluster, idle, process, process_kib, synced_objects, wait_for, webhook_server
 
 TARGETS = {"rss_mib": 170.0}
+CANCEL_SLACK = 0.1  # seconds a pass takes to reach its cancellations and the DELETE to be answered
 SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, before the end
 
 
@@ -53,8 +60,9 @@ def simulation_flags(args: argparse.Namespace) -> list[str]:
             "--delay-min", str(args.delay_min), "--delay-max", str(args.delay_max),
             "--fail-every", str(args.fail_every), "--foreign", str(args.foreign),
             "--max-inflight", str(args.max_inflight), "--seed", str(args.seed),
-            "--watch-lag", str(args.watch_lag),
-            "--lose-nodes" if args.lose_nodes else "--no-lose-nodes"]
+            "--watch-lag", str(args.watch_lag), "--old-cpu-nodes", str(args.old_cpu_nodes),
+            "--outbound-per-node", str(args.outbound_per_node), "--unplaceable", str(args.unplaceable),
+            "--lose-nodes" if args.lose_nodes else "--no-lose-nodes", "--drain" if args.drain else "--no-drain"]
 
 
 @contextlib.contextmanager
@@ -80,7 +88,8 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     from webhook.keeper.keeper import Keeper, KeeperTiming
 
     settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
-                        keep_max_per_day=args.max_per_day)
+                        keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node)
+    timing = KeeperTiming(period=args.period, unplaceable=args.unplaceable)
     store = WatchedClusterStore.for_host(api_url, settings)
     api = client.for_host(api_url)
     events = EventSink(api)
@@ -98,7 +107,7 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
             store.start()
             synced: float | None = None
             while quiet < SETTLE_PASSES and (synced is None or loop.time() - synced < args.timeout):
-                keeper = Keeper(api, store, settings, events=events, timing=KeeperTiming(period=args.period))
+                keeper = Keeper(api, store, settings, events=events, timing=timing)
                 leaders += 1
                 async with keeper.watching() as watch:
                     async with asyncio.timeout(120):
@@ -152,27 +161,73 @@ def milliseconds(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
+def cancel_bound(args: argparse.Namespace) -> float:
+    """Seconds from a target pod of ours becoming unschedulable to its migration's end, at most:
+    the keeper's threshold, then its next pass (and that pass's own start, CANCEL_SLACK)."""
+    return args.unplaceable + args.period + CANCEL_SLACK
+
+
+def simulation_checks(args: argparse.Namespace, got: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The simulation's targets: a miss makes the exit status 1."""
+    unplaceable = got["unplaceable"]
+    checks = [("invariants hold", not got["violations"]), ("every movable VM settled", not got["timed_out"]),
+              ("0 migrations created that cannot be placed", got["cannot_place"] == 0),
+              ("0 over a slot limit", got["over_slots"] == 0),
+              (f"unplaceable ones cancelled within {cancel_bound(args):g} s",
+               all(u["after"] is not None and u["after"] <= cancel_bound(args) for u in unplaceable))]
+    if args.drain:
+        checks.append(("drain done", got["drain"] is not None and got["drain"]["done"] is not None))
+    return checks
+
+
+def counted(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "none"
+
+
 def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
     nodes = got["nodes"]
     print(f"keeper: {got['vmis']} opted-in VMIs on {sum(nodes.values())} nodes ({nodes['unready']} not Ready, "
           f"{nodes['cordoned']} cordoned); {got['not_opted_in']} VMs not opted in, {args.foreign} migrations of "
           f"theirs kept under way by someone else; migrations take {args.delay_min:g}–{args.delay_max:g} s, "
-          f"KubeVirt runs {kubevirt.PARALLEL} at once", flush=True)
-    later = (kubevirt.CORDONED_LATER, kubevirt.UNREADY_LATER)
-    held = ", ".join(f"{n} {why}" for why, n in sorted(got["held"].items()) if why not in later)
+          f"KubeVirt runs {kubevirt.PARALLEL} at once, {got['outbound_limit']} from one node", flush=True)
+    print(f"CPU generations: {counted(got['cpu_nodes'])} nodes; the opted-in VMs run machine types "
+          f"{counted(got['machines'])}")
+    later = (kubevirt.CORDONED_LATER, kubevirt.UNREADY_LATER, kubevirt.DRAINED_LATER)
     print(f"apart at start: {got['apart_at_start']}; movable: {got['movable_at_start']}; "
-          f"never to be moved: {held or 'none'}")
+          f"never to be moved: {counted(got['held_at_start'])}")
     if got["lost_nodes"]:
         print("during the run: " + ", ".join(f"{node} {why}" for node, why in got["lost_nodes"].items()) + "; "
               + ", ".join(f"{got['held'].get(why, 0)} VMs waiting with their {why}" for why in later)
               + f": {got['movable']} movable left")
+    drain = got["drain"]
+    if drain:
+        done = f"done in {drain['done']:.1f} s" if drain["done"] is not None else "NOT DONE"
+        print(f"drain: {drain['node']} drained at {drain['at']:.1f} s with {drain['vms']} VMs on it: "
+              f"{drain['created']} evacuation migrations (system-critical) created, {drain['completed']} completed, "
+              f"{drain['failed']} failed, {done}; {drain['peak_outbound']} in flight from it at most; "
+              f"{drain['left_on_it']} left on it (not live-migratable); {drain['evacuated']} opted-in VMs evacuated, "
+              f"now {counted(drain['evacuated_roles'])} ({drain['back_by_drain']} back on their storage node)")
+    elif args.drain:
+        print("drain: none (too few healthy nodes left)")
     failed = f", {got['failed']} failed" if got["failed"] else ""
-    print(f"migrations created: {got['created']} ({got['succeeded']} succeeded{failed}); brought back: "
+    cancelled = f", {got['cancelled']} cancelled" if got["cancelled"] else ""
+    print(f"migrations created: {got['created']} ({got['succeeded']} succeeded{failed}{cancelled}); brought back: "
           f"{got['brought_back']} of {got['movable']} movable" + (
-              f"; {got['failed_apart']} whose migration failed back off (30 min, not retried)"
+              f"; {got['failed_apart']} whose migration failed or was cancelled back off (30 min, not retried)"
               if got["failed_apart"] else ""))
+    print(f"migrations created that cannot be placed: {got['cannot_place']}; over a slot limit: {got['over_slots']} "
+          f"(KubeVirt runs {got['outbound_limit']} per source node, {got['parallel']} in the cluster)")
+    unplaceable = got["unplaceable"]
+    ended = [u["after"] for u in unplaceable if u["after"] is not None]
+    words = {"cancelled": "cancelled by the keeper", "timed out": "failed at KubeVirt's timeout (our annotation)"}
+    how = collections.Counter(words.get(u["how"], u["how"] or "still waiting") for u in unplaceable)
+    print(f"unplaceable target pods of ours: {len(unplaceable)} ({counted(dict(how))}); ended at most "
+          + (f"{max(ended):.2f} s" if ended else "-") + f" after they became unschedulable (keeper's threshold "
+          f"{args.unplaceable:g} s, a pass every {args.period:g} s: within {cancel_bound(args):g} s); others' "
+          f"unschedulable: {got['foreign_unplaceable']}")
     print(f"peak in flight: ours {got['peak_in_flight_ours']} (limit {args.max_inflight}), all "
-          f"{got['peak_in_flight_all']} ({got['peak_running']} running at once at most)")
+          f"{got['peak_in_flight_all']} ({got['peak_running']} running at once at most), from one node "
+          f"{got['peak_outbound']}")
     passes = got["passes"]
     full = [p["cpu"] for p in passes if p["seen"] == got["vmis"] and not p["note"]]
     leaders = f", {got['leaders']} leaders" if got["leaders"] > 1 else ""
@@ -181,13 +236,18 @@ def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
         print(f"keeper CPU per full pass ({got['vmis']} VMIs): median {milliseconds(statistics.median(full))}, "
               f"max {milliseconds(max(full))} (first {milliseconds(full[0])}, last {milliseconds(full[-1])}; "
               f"{len(full)} passes)")
+    most: dict[str, int] = {}
+    for p in passes:
+        for why, n in p["held"].items():
+            most[why] = max(most.get(why, 0), n)
+    print("held by the keeper during the run (most VMs in one pass): " + counted(most))
     last = passes[-1]["held"] if passes else {}
-    print("held in the last pass: " + (", ".join(f"{n} {why}" for why, n in sorted(last.items())) or "none"))
+    print("held in the last pass: " + counted(last))
     if got["timed_out"]:
         print(f"NOT SETTLED within {args.timeout:g} s: {got['left_apart']} movable VMs still apart, "
               f"{got['in_flight_ours']} of our migrations in flight")
     if got["raced"]:
-        print(f"created within {kubevirt.GRACE.total_seconds():g} s of a node change (raced the watch, "
+        print(f"created within {kubevirt.GRACE.total_seconds():g} s of a change they break (raced the watch, "
               f"not counted): {len(got['raced'])}")
         for race in got["raced"][:5]:
             print(f"  {race}")
@@ -290,7 +350,7 @@ def main() -> None:
         if not args.memory_only:
             got = run_simulation(args, work)
             print_simulation(args, got)
-            checks += [("invariants hold", not got["violations"]), ("every movable VM settled", not got["timed_out"])]
+            checks += simulation_checks(args, got)
         if not args.skip_memory:
             certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
             pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]
@@ -311,7 +371,7 @@ def main() -> None:
             checks.append((f"RSS ≤ {TARGETS['rss_mib']:g} MiB", report["rss_mib"] <= TARGETS["rss_mib"]))
     if checks:
         print("targets: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks))
-    if not args.memory_only and (got["violations"] or got["timed_out"]):
+    if not args.memory_only and not all(ok for _, ok in simulation_checks(args, got)):
         sys.exit(1)
 
 

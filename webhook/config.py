@@ -40,6 +40,7 @@ class Settings:
     keep_after: float = 600.0  # seconds apart (and since the VM's last migration) before acting
     keep_max_inflight: int = 2  # our migrations in flight at once
     keep_max_per_day: int = 2  # our migrations of one VM in 24 hours
+    keep_max_outbound_per_node: int = 2  # KubeVirt's parallelOutboundMigrationsPerNode
     lease_namespace: str = ""  # default: the pod's own namespace
     lease_name: str = "kubevirt-colocate-keeper"
 
@@ -47,8 +48,10 @@ class Settings:
         for name, allowed in (("pin", PIN_MODES), ("keep", KEEP_MODES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        if self.keep_after < 0 or self.keep_max_inflight < 1 or self.keep_max_per_day < 1:
-            raise ValueError("keep-after must be >= 0, keep-max-inflight and keep-max-per-day >= 1")
+        if (self.keep_after < 0 or self.keep_max_inflight < 1 or self.keep_max_per_day < 1
+                or self.keep_max_outbound_per_node < 1):
+            raise ValueError("keep-after must be >= 0, keep-max-inflight, keep-max-per-day and "
+                             "keep-max-outbound-per-node >= 1")
         # A bad key would make every opted-in pod fail validation: refuse to start instead.
         for key in (self.opt_in_annotation, self.decision_annotation):
             if not _QUALIFIED_NAME.fullmatch(key):

@@ -112,13 +112,21 @@ async def test_drain_fails_readiness_at_once_but_keeps_answering(service, sessio
             pass
 
 
+def hostname_pod():
+    """vm1's pod when the VMI's spec.hostname is "web": KubeVirt labels the pod with the hostname."""
+    pod = vm_pod()
+    pod["metadata"]["labels"]["vm.kubevirt.io/name"] = "web"
+    del pod["metadata"]["labels"]["kubevirt.io/vm"]
+    return pod
+
+
 async def test_decision_event_is_created_on_the_vmi(service, session, kmock):
     seed(kmock, fixture_cluster())
     kmock.resources["v1/events"] = {}
     api = client.for_host(str(kmock.url).rstrip("/"))
     store = ClusterStore(api)
     svc, base, ops = await service(store, EventSink(api))
-    body = review(vm_pod())
+    body = review(hostname_pod())
     async with session.post(f"{base}/mutate?timeout=10s", json=body) as r:
         assert r.status == 200
     dry = review(vm_pod(), uid="dry")
@@ -137,7 +145,9 @@ async def test_decision_event_is_created_on_the_vmi(service, session, kmock):
     assert len(posted) == 1  # none for the dry run
     event = posted[0]
     assert event["involvedObject"]["kind"] == "VirtualMachineInstance"
+    # The VMI is the pod's controlling owner, whatever its vm.kubevirt.io/name label says.
     assert event["involvedObject"]["name"] == "vm1" and event["involvedObject"]["namespace"] == "default"
+    assert event["involvedObject"]["uid"] == "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
     assert event["reason"] == "CoLocated" and "node-b" in event["message"]
     await svc.stop()
 

@@ -27,8 +27,12 @@ class Recorder:
         self.events.append((involved, reason, message, warning, name))
 
 
-def waiting_pod(name, minutes, *, decision="pinned"):
+def waiting_pod(name, minutes, *, decision="pinned", vmi="vm1", hostname=None):
     pod = vm_pod()
+    pod["metadata"]["ownerReferences"][0]["name"] = vmi
+    if hostname is not None:  # KubeVirt's label is the VMI's spec.hostname, not its name
+        pod["metadata"]["labels"]["vm.kubevirt.io/name"] = hostname
+        del pod["metadata"]["labels"]["kubevirt.io/vm"]
     pod["metadata"].update(name=name, namespace="default",
                            creationTimestamp=(NOW - datetime.timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ"))
     pod["metadata"]["labels"]["kubevirt.io/created-by"] = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
@@ -112,3 +116,19 @@ async def test_two_replicas_record_one_stranded_event_on_the_emulator(kmock):
             await reporter.stop()
             await store.close()
             await api.close()
+
+
+async def test_a_stranded_pod_is_reported_on_its_vmi_not_on_its_hostname():
+    store = WatchedClusterStore(client.for_host("http://127.0.0.1:9"), Settings())
+    try:
+        for informer in store.informers:
+            informer.apply(Event(EventType.SYNCED))
+        store.pods.apply(Event(EventType.ADDED, waiting_pod("virt-launcher-db-1-aaaaa", 5, vmi="db-1.example",
+                                                            hostname="db-1")))
+        events = Recorder()
+        [stuck] = StrandedReporter(store, Settings(), events).scan(NOW)
+        assert stuck.vm == "db-1.example"
+        [(involved, *_)] = events.events
+        assert involved["name"] == "db-1.example" and involved["uid"] == "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
+    finally:
+        await store.close()

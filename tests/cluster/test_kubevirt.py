@@ -7,7 +7,8 @@ from webhook.cluster.cache import trim
 from webhook.cluster.kubevirt import keep_spec
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
-from webhook.rules.keep import read_migration, read_vmi
+from webhook.rules.migrations import read_migration
+from webhook.rules.running import read_vmi
 
 
 def full_migration():
@@ -25,7 +26,7 @@ def full_migration():
     return obj
 
 
-def test_a_vmi_reads_the_same_trimmed_and_keeps_no_domain():
+def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model():
     settings = Settings()
     vmi = copy.deepcopy(load("vmi-migrated.yaml"))
     vmi["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": "vm1-data"}})
@@ -34,7 +35,8 @@ def test_a_vmi_reads_the_same_trimmed_and_keeps_no_domain():
     kept = trim(vmi, keep_spec(settings)[VMI.kind])
     assert read_vmi(kept, settings) == read_vmi(vmi, settings)
     assert read_vmi(kept, settings).claims == ("vm1-rootdisk", "vm1-data")
-    assert "domain" not in kept["spec"] and "activePods" not in kept["status"]
+    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}} and "activePods" not in kept["status"]
+    assert read_vmi(kept, settings).machine_type == "pc-q35-rhel9.6.0"
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/keep"}
 
 

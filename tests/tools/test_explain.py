@@ -7,7 +7,7 @@ from conftest import seed
 from kube import fixture_cluster, launcher_pod, load, run_verb, running_vm
 
 from webhook.kinds import POD, VM, VMI
-from webhook.rules.keep import as_started
+from webhook.rules.running import as_started
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",

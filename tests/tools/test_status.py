@@ -12,7 +12,8 @@ from kube import fixture_cluster, kubeconfig_for, load, run_verb, rwx_disk, vmi_
 
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
-from webhook.rules.keep import read_migration, read_vmi
+from webhook.rules.migrations import read_migration
+from webhook.rules.running import read_vmi
 from webhook.tools.status import ago, last_action
 
 NOW = datetime.now(UTC).replace(microsecond=0)  # for the wording tests, which are given the time

@@ -13,7 +13,8 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
 from ..rules.facts import claims_of
-from ..rules.keep import VmiMigration, VmiView, as_started, read_vmi, rfc3339, vm_pods
+from ..rules.running import as_started, read_vmi, vm_pods, VmiMigration, VmiView
+from ..rules.times import rfc3339
 from ..rules.patch import as_created
 from ..rules.stranded import stranded
 
@@ -28,7 +29,10 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     claims = claims_of({"spec": {"volumes": volumes}})
     facts = await resolve_disks(store, settings, namespace, claims, deadline)
     running_on = ((vmi or {}).get("status") or {}).get("nodeName")
-    pods = await store.list(POD, namespace, {kinds.VIRT_LAUNCHER[0]: kinds.VIRT_LAUNCHER[1], kinds.VM_NAME_LABELS[0]: name},
+    # The VMI's pods by its uid: their vm.kubevirt.io/name label is its hostname, not its name.
+    uid = kinds.meta(vmi).get("uid") if vmi else None
+    selector = {kinds.CREATED_BY_LABEL: uid} if isinstance(uid, str) and uid else {kinds.VM_NAME_LABELS[0]: name}
+    pods = await store.list(POD, namespace, {kinds.VIRT_LAUNCHER[0]: kinds.VIRT_LAUNCHER[1], **selector},
                             timeout=deadline.remaining())
     launcher = _vm_pod(pods, vmi, settings)
     opted_in = ((template.get("metadata") or {}).get("annotations") or {}).get(settings.opt_in_annotation) == "true"
@@ -67,7 +71,7 @@ def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) ->
 
 
 def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
-    """The launcher pod where the VM runs now, as the rules see it (`rules.keep.vm_pods`): a
+    """The launcher pod where the VM runs now, as the rules see it (`rules.running.vm_pods`): a
     migrated pod counts, a scheduled migration target in flight counts, a failed one never.
     Without a VMI the VM is not running; pods of an earlier run (another VMI uid) do not count."""
     if vmi is None:

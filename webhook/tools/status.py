@@ -2,7 +2,7 @@
 the keeper's last action for it.
 
 Read directly with the admin's credentials and judged with the keeper's own pure rules
-(`rules.keep`: `read_vmi`, `locality`, `apart_since`, `read_migration`), so a VM shows here in
+(`rules.running.read_vmi`, `rules.apart`, `rules.migrations.read_migration`), so a VM shows here in
 the state the keeper sees it in; "since" is derived from the cluster, not remembered, so it
 agrees with the keeper's to within seconds (pods' creation here, their start there).
 """
@@ -24,22 +24,11 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.facts import Fact
-from ..rules.keep import (
-    APART,
-    Migration,
-    Skipped,
-    VmiView,
-    VmState,
-    apart_since,
-    attempts,
-    backoff,
-    locality,
-    of_vmi,
-    parse_time,
-    read_migration,
-    read_vmi,
-    rfc3339,
-)
+from ..rules.apart import APART, apart_since, locality, VmState
+from ..rules.migrations import attempts, backoff, Migration, of_vmi, read_migration
+from ..rules.reading import Skipped
+from ..rules.running import read_vmi, VmiView
+from ..rules.times import parse_time, rfc3339
 
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION")
