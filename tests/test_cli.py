@@ -267,3 +267,121 @@ def test_a_state_file_with_nothing_usable_is_a_warning(tmp_path):
     done = cli("review", "--state", str(empty), str(FIXTURES / "admission-review.json"))
     assert done.returncode == 0
     assert done.stderr.startswith(f"warning: {empty} holds no PVC, PV, Node, Pod or ShareManager")
+
+
+# --------------------------------------------------------------------------- flags and help
+
+# Flags of one verb that another does nothing with: each verb refuses them.
+FOREIGN_FLAGS = [
+    pytest.param(["status", "--pin", "preferred"], id="status-pin"),
+    pytest.param(["status", "--share-manager-rule", "off"], id="status-share-manager-rule"),
+    pytest.param(["explain", "default/vm1", "--share-manager-rule", "off"], id="explain-share-manager-rule"),
+    pytest.param(["explain", "default/vm1", "--keep", "migrate"], id="explain-keep"),
+    pytest.param(["review", "--state", STATE, "--keep-after", "5"], id="review-keep-after"),
+    pytest.param(["review", "--state", STATE, "--kubeconfig", "k"], id="review-kubeconfig"),
+    pytest.param(["certs", "--service", "s", "--namespace", "n", "--out", "o", "--pin", "required"], id="certs-pin"),
+]
+
+
+@pytest.mark.parametrize("args", FOREIGN_FLAGS)
+def test_a_verb_refuses_a_flag_it_does_not_use_in_one_line(args, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True, text=True, timeout=60,
+                          env=no_credentials_env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    foreign = next(a for a in args if a.startswith("--") and a not in ("--state", "--service", "--namespace", "--out"))
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"kubevirt-colocate {args[0]}: error: unrecognized arguments: {foreign}")
+    assert not (tmp_path / "o").exists()  # certs wrote nothing
+
+
+def help_of(*verb):
+    done = subprocess.run([sys.executable, "-m", "webhook", *verb, "--help"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "COLUMNS": "1000"})  # no wrapping inside a value
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())  # argparse wraps lines where it likes
+
+
+def options_of(verb):
+    """The flags of a verb that a user may leave out, as `--help` lists them."""
+    import argparse
+
+    from webhook.__main__ import build_parser
+
+    [verbs] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return [a for a in verbs.choices[verb]._actions if a.option_strings and a.dest != "help" and not a.required]
+
+
+@pytest.mark.parametrize("verb", ["serve", "review", "explain", "status", "certs"])
+def test_help_shows_each_flags_default(verb):
+    shown = help_of(verb)
+    optional = options_of(verb)
+    assert optional
+    assert shown.count("(default: ") == len(optional) + (verb == "review"), shown  # review: its request, too
+
+
+def test_help_names_the_values_used_when_a_flag_is_left_out():
+    serve = help_of("serve")
+    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "(default: report)",
+                 "before it is moved (default: 600)", "(default: 2, KubeVirt's default)",
+                 "only prefer the node (default: required)", "(default: kubevirt-scheduler/co-schedule)",
+                 "(default: longhorn-system)", "(default: kubevirt-colocate-keeper)", "(default: 5.0)"):
+        assert said in serve, said
+    assert "tools (default: text)" in help_of("status")
+    assert "validity of the serving certificate (default: 365)" in help_of("certs")
+
+
+async def test_serve_from_a_snapshot_says_the_keeper_is_off(tls_files):
+    """The keeper needs the cluster: from a snapshot it does not run, whatever --keep asks, and
+    the start line says so rather than repeating the flag."""
+    from kube import Serving
+
+    serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0", "--keep", "migrate")
+    try:
+        [start] = [line for line in serving.lines if line["msg"] == "starting"]
+        [off] = [line for line in serving.lines if line["msg"].startswith("keeper off")]
+    finally:
+        assert await serving.stop() == 0
+    assert start["keeper"] == "off" and start["settings"]["keep"] == "off"
+    assert off["keep"] == "off" and off["asked"] == "migrate"
+
+
+@pytest.mark.parametrize("review, pod", [
+    (FIXTURES / "admission-review.json", None),
+    (EXAMPLES / "share-manager-pod.yaml", EXAMPLES / "share-manager-pod.yaml"),
+], ids=["vm-pod", "share-manager-pod"])
+def test_review_patch_prints_the_decoded_patch_that_applies_to_the_pod(review, pod):
+    state = STATE if pod is None else str(EXAMPLES / "cold-start.yaml")
+    patch = cli("review", "--patch", "--state", state, str(review))
+    envelope = cli("review", "--state", state, str(review))
+    assert patch.returncode == 0 and envelope.returncode == 0, patch.stderr
+    ops = json.loads(patch.stdout)
+    assert ops and all(op["op"] == "add" for op in ops)
+    assert ops == decode_patch(json.loads(envelope.stdout))  # what the apiserver would get, decoded
+    original = (json.loads(review.read_text())["request"]["object"] if pod is None
+                else yaml.safe_load(pod.read_text()))
+    result = apply_valid(original, ops)
+    assert result["metadata"]["annotations"]["kubevirt-scheduler/decision"] == "pinned"
+    assert patch.stderr == envelope.stderr  # the same one-line summary
+
+
+def test_review_patch_of_an_untouched_pod_is_empty():
+    done = cli("review", "--patch", "--state", STATE, "-n", "default", str(FIXTURES / "migration-target-pod.yaml"))
+    assert done.returncode == 0 and json.loads(done.stdout) == []
+
+
+def test_the_demo_shows_the_decision_and_its_admission_log_line(tls_files):
+    """`make demo` (examples/demo.sh): the decision, then the webhook's log with the admission
+    line, although admission lines reach the log in batches."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = EXAMPLES.parent
+    env = {**os.environ, "PY": sys.executable, "CERTS": str(tls_files["ca"].parent), "PORT": str(port)}
+    done = subprocess.run(["sh", "examples/demo.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    decision, log = done.stdout.split("--- webhook log\n")
+    assert "decision: pinned node-b" in decision
+    [admission] = [json.loads(line) for line in log.splitlines() if '"msg":"admission"' in line]
+    assert admission["decision"] == "pinned" and admission["pod"]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -25,17 +27,64 @@ DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-run
 log = logging.getLogger("webhook")
 
 
-def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line: `PROG: error: WHY (PROG --help lists the flags)`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
+class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in its help: argparse's where the flag has one, else the help says it
+    (flags that fall back on the environment default to None here and name their default themselves)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.required or action.default in (None, argparse.SUPPRESS, [], False):
+            return text
+        return super()._get_help_string(action)
+
+
+DEFAULTS = Settings()
+
+
+def default(name: str) -> str:
+    """`(default: X)` for a setting that also comes from COLOCATE_<NAME>."""
+    value = getattr(DEFAULTS, name)
+    shown = ("on" if value else "off") if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else value
+    return f"(default: {shown})"
+
+
+def add_disk_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Where a VM's disks are served from: every verb that resolves disks reads these."""
     group = parser.add_argument_group("rules (each also COLOCATE_<NAME> in the environment)")
-    group.add_argument("--opt-in-annotation", help="pod annotation that opts a VM in (default kubevirt-scheduler/co-schedule)")
-    group.add_argument("--longhorn-namespace", help="namespace of Longhorn's share-managers (default longhorn-system)")
-    group.add_argument("--csi-driver", help="CSI driver of Longhorn volumes (default driver.longhorn.io)")
-    group.add_argument("--share-manager-rule", choices=["on", "off"], help="steer share-manager pods to their VM (default on)")
+    group.add_argument("--opt-in-annotation", help=f"pod annotation that opts a VM in {default('opt_in_annotation')}")
+    group.add_argument("--longhorn-namespace", help=f"namespace of Longhorn's share-managers {default('longhorn_namespace')}")
+    group.add_argument("--csi-driver", help=f"CSI driver of Longhorn volumes {default('csi_driver')}")
+    return group
+
+
+def add_pin_flag(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--pin", choices=["required", "preferred"],
-                       help="required: pin where kube-scheduler would say yes (default); preferred: only prefer the node")
+                       help=f"required: pin where kube-scheduler would say yes; preferred: only prefer the node "
+                            f"{default('pin')}")
+
+
+def add_share_manager_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--share-manager-rule", choices=["on", "off"],
+                       help=f"steer share-manager pods to their VM {default('share_manager_rule')}")
+
+
+def add_kubeconfig_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config)")
+
+
+def add_output_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="text for people, json for tools")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """Defaults, then COLOCATE_*, then the flags this verb has (`getattr`: each verb has only its own)."""
     rule = getattr(args, "share_manager_rule", None)
     return Settings.from_env(
         opt_in_annotation=getattr(args, "opt_in_annotation", None),
@@ -54,34 +103,43 @@ KEEPER_SETTINGS = ("keep", "keep_after", "keep_max_inflight", "keep_max_per_day"
 def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("the keeper (each also COLOCATE_<NAME> in the environment)")
     group.add_argument("--keep", choices=["off", "report", "migrate"],
-                       help="after placement: off, report (decide and report only; default) or migrate")
+                       help=f"after placement: off, report (decide and report only) or migrate {default('keep')}")
     group.add_argument("--keep-after", type=float, metavar="SECONDS",
-                       help="seconds a VM is apart, and since its last migration, before it is moved (default 600)")
-    group.add_argument("--keep-max-inflight", type=int, metavar="N", help="our migrations in flight at once (default 2)")
+                       help=f"seconds a VM is apart, and since its last migration, before it is moved "
+                            f"{default('keep_after')}")
+    group.add_argument("--keep-max-inflight", type=int, metavar="N",
+                       help=f"our migrations in flight at once {default('keep_max_inflight')}")
     group.add_argument("--keep-max-per-day", type=int, metavar="N",
-                       help="our migrations of one VM in 24 hours (default 2)")
+                       help=f"our migrations of one VM in 24 hours {default('keep_max_per_day')}")
     group.add_argument("--keep-max-outbound-per-node", type=int, metavar="N",
                        help="KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's "
-                            "node, it is not moved (default 2, KubeVirt's default)")
+                            f"node, it is not moved (default: {DEFAULTS.keep_max_outbound_per_node}, KubeVirt's default)")
     group.add_argument("--lease-namespace", metavar="NS",
                        help="namespace of the keeper's Lease (default: the pod's own; required outside a cluster)")
-    group.add_argument("--lease-name", metavar="NAME", help="name of the keeper's Lease (default kubevirt-colocate-keeper)")
+    group.add_argument("--lease-name", metavar="NAME", help=f"name of the keeper's Lease {default('lease_name')}")
 
 
 def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", required=True)
+    parser = Parser(prog=prog, description=__doc__, formatter_class=ShowDefaults)
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
 
-    serve = verbs.add_parser("serve", help="run the admission webhook over HTTPS")
+    def verb(name: str, text: str) -> argparse.ArgumentParser:
+        parser = verbs.add_parser(name, help=text, description=text, formatter_class=ShowDefaults)
+        parser.set_defaults(verb_parser=parser)  # a flag of another verb is this verb's usage error
+        return parser
+
+    serve = verb("serve", "run the admission webhook over HTTPS")
     source = serve.add_mutually_exclusive_group()
-    source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster")
-    source.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
-    serve.add_argument("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt")
-    serve.add_argument("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=9443)
-    serve.add_argument("--client-ca-file", help="require client certificates signed by this CA (mutual TLS)")
-    serve.add_argument("--metrics-host", default="0.0.0.0")
+    source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster (default: the cluster)")
+    add_kubeconfig_flag(source)
+    serve.add_argument("--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt",
+                       help="serving certificate, reloaded when the file changes")
+    serve.add_argument("--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", help="its private key")
+    serve.add_argument("--host", default="0.0.0.0", help="address of the HTTPS admission port")
+    serve.add_argument("--port", type=int, default=9443, help="HTTPS admission port (POST /mutate)")
+    serve.add_argument("--client-ca-file",
+                       help="require client certificates signed by this CA: mutual TLS (default: none)")
+    serve.add_argument("--metrics-host", default="0.0.0.0", help="address of the operations port")
     serve.add_argument("--metrics-port", type=int, default=8080, help="plain HTTP: /healthz, /readyz, /metrics")
     serve.add_argument("--drain-delay", type=float, default=5.0,
                        help="seconds to keep serving after SIGTERM while the endpoint is removed")
@@ -89,38 +147,50 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
                        help="seconds to let in-flight requests finish after the drain")
     serve.add_argument("--events", choices=["on", "off"], default="on",
                        help="Kubernetes Events on the VMI about each decision (cluster mode)")
-    serve.add_argument("--log-level", default=None, help="debug, info, warning, error (env LOG_LEVEL)")
-    add_settings_flags(serve)
+    serve.add_argument("--log-level", default=None,
+                       help="debug, info, warning, error (default: LOG_LEVEL in the environment, else info)")
+    rules = add_disk_flags(serve)
+    add_pin_flag(rules)
+    add_share_manager_flag(rules)
     add_keeper_flags(serve)
 
-    review = verbs.add_parser("review", help="dry-run: what would the webhook do to this pod?")
-    review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml)")
+    review = verb("review", "dry-run: what would the webhook do to this pod?")
+    review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml; required)")
     review.add_argument("request", nargs="?", default="-", help="AdmissionReview or Pod, JSON or YAML; - for stdin")
-    review.add_argument("--namespace", "-n", default=None, help="namespace of a bare Pod manifest")
-    add_settings_flags(review)
+    review.add_argument("--namespace", "-n", default=None,
+                        help="namespace of a bare Pod manifest (default: the Pod's metadata.namespace)")
+    review.add_argument("--patch", action="store_true",
+                        help="print the JSON patch itself, decoded, instead of the AdmissionReview response "
+                             "(default: the response)")
+    rules = add_disk_flags(review)
+    add_pin_flag(rules)
+    add_share_manager_flag(rules)
 
-    why = verbs.add_parser("explain", help="where a VM's disks are served from, where it runs, what we would do now")
-    why.add_argument("vm", metavar="NAMESPACE/VM")
-    why.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
-    why.add_argument("--output", "-o", choices=["text", "json"], default="text")
-    add_settings_flags(why)
+    why = verb("explain", "where a VM's disks are served from, where it runs, what the webhook would do now")
+    why.add_argument("vm", metavar="NAMESPACE/VM", help="the VirtualMachine (or VirtualMachineInstance)")
+    add_kubeconfig_flag(why)
+    add_output_flag(why)
+    add_pin_flag(add_disk_flags(why))  # what the webhook would do depends on --pin
 
-    state = verbs.add_parser("status", help="every running opted-in VM: where it runs, where its disks are served from, "
-                                            "co-located or not, and the keeper's last action")
-    state.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
-    state.add_argument("--output", "-o", choices=["text", "json"], default="text")
-    add_settings_flags(state)
+    state = verb("status", "every running opted-in VM: where it runs, where its disks are served from, "
+                           "co-located or not, and the keeper's last action")
+    add_kubeconfig_flag(state)
+    add_output_flag(state)
+    add_disk_flags(state)
 
-    make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
-    make.add_argument("--service", required=True)
-    make.add_argument("--namespace", required=True)
-    make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (optional with --secret)")
-    make.add_argument("--days", type=int, default=365)
-    make.add_argument("--extra-san", action="append", default=[], help="another DNS name or IP (repeatable)")
+    make = verb("certs", "generate a CA and a serving certificate for the Service")
+    make.add_argument("--service", required=True, help="the webhook's Service (required)")
+    make.add_argument("--namespace", required=True, help="its namespace (required)")
+    make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (default: none; optional with --secret)")
+    make.add_argument("--days", type=int, default=365, help="validity of the serving certificate")
+    make.add_argument("--extra-san", action="append", default=[],
+                      help="another DNS name or IP, repeatable (default: none)")
     cluster = make.add_argument_group("in a cluster (in-cluster credentials, else --kubeconfig)")
-    cluster.add_argument("--secret", help="keep the pair in this Secret of --namespace: renew it only when due")
-    cluster.add_argument("--patch-webhook", metavar="NAME", help="put the CA into this MutatingWebhookConfiguration's caBundle")
-    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
+    cluster.add_argument("--secret",
+                         help="keep the pair in this Secret of --namespace: renew it only when due (default: none)")
+    cluster.add_argument("--patch-webhook", metavar="NAME",
+                         help="put the CA into this MutatingWebhookConfiguration's caBundle (default: none)")
+    add_kubeconfig_flag(cluster)
     return parser
 
 
@@ -156,6 +226,12 @@ def malformed_pod(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def decoded_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch the apiserver would apply, out of its base64 in the response (none: [])."""
+    encoded = envelope["response"].get("patch")
+    return json.loads(base64.b64decode(encoded)) if encoded else []
+
+
 async def run_review(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     document = read_document(args.request)
@@ -178,7 +254,8 @@ async def run_review(args: argparse.Namespace) -> int:
             return 2
     store = snapshot(args.state)
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
-    print(json.dumps(reviews.build_response(request.uid, outcome), indent=2))
+    envelope = reviews.build_response(request.uid, outcome)
+    print(json.dumps(decoded_patch(envelope) if args.patch else envelope, indent=2))
     summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
     print(f"# {summary}", file=sys.stderr)
     return 0
@@ -203,7 +280,9 @@ async def run_serve(args: argparse.Namespace) -> int:
     if args.state:
         store = snapshot(args.state)
         if settings.keep != "off":
-            log.info("keeper off: answering from a snapshot", extra={"fields": {"keep": settings.keep}})
+            # No cluster, no keeper: the settings (and the start line) say so, not what was asked.
+            log.info("keeper off: answering from a snapshot", extra={"fields": {"keep": "off", "asked": settings.keep}})
+            settings = dataclasses.replace(settings, keep="off")
     else:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
@@ -224,7 +303,8 @@ async def run_serve(args: argparse.Namespace) -> int:
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
-    log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
+    log.info("starting", extra={"fields": {"source": args.state or "cluster", "keeper": settings.keep,
+                                           "settings": vars(settings)}})
     await Service(store, settings, listen, reloader, events, companions).run()
     return 0
 
@@ -301,7 +381,9 @@ def plugin() -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
-    args = build_parser(prog).parse_args(argv)
+    args, unknown = build_parser(prog).parse_known_args(argv)
+    if unknown:
+        args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if args.verb == "review":
             return asyncio.run(run_review(args))
