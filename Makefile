@@ -41,7 +41,7 @@ demo: $(CERTS)/tls.crt
 	@PY=$(PY) CERTS=$(CERTS) PORT=$(PORT) sh examples/demo.sh
 
 # The admission path against a bare aiohttp server, and the store's memory; the keeper against a
-# drained cluster, and its memory (README: Performance).
+# drained cluster, and its memory (docs/performance.md).
 bench: $(VENV)/.installed
 	$(PY) -m bench
 	$(PY) -m bench.keeper

@@ -1,4 +1,4 @@
-"""The package map in the README holds: each package imports only what it may."""
+"""The package map in docs/development.md holds: each package imports only what it may."""
 import ast
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "webhook"
 BASE = {"kinds", "config", "deadline", "metrics", "logs"}
-# What each part of the package may import from the rest of it (the README's map).
+# What each part of the package may import from the rest of it (the map in docs/development.md).
 MAY_IMPORT = {
     "kinds": set(),
     "config": {"kinds"},
@@ -62,7 +62,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: str(m.relative_to(PACKAGE)))
 def test_each_module_imports_only_what_its_package_may(module):
     part = part_of(module)
-    assert part in MAY_IMPORT, f"{part} is not in the README's package map"
+    assert part in MAY_IMPORT, f"{part} is not in the package map of docs/development.md"
     others = imported_parts(module) - {part}
     assert others <= MAY_IMPORT[part], f"{module.relative_to(PACKAGE)} imports {sorted(others - MAY_IMPORT[part])}"
 

@@ -30,13 +30,13 @@ MONITORING = "manifests/monitoring"
 INSTALLS = ("manifests", "manifests/cert-manager")
 UNIT_TESTS = Path(__file__).parent / "monitoring" / "alerts.test.yaml"
 RULES_FILE = "kubevirt-colocate.rules.yaml"  # the name alerts.test.yaml loads
-README = ROOT / "README.md"
+DOC = ROOT / "docs" / "monitoring.md"  # the alerts, the dashboard and the runbooks
 MONITORING_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 SEVERITIES = {"warning", "critical"}
 # Series from outside the webhook that the rules or the dashboard read (kube-state-metrics,
 # `up`): none. "No replica ready" is `absent(colocate_ready == 1)`, see the rule.
 EXTERNAL_SERIES: frozenset[str] = frozenset()
-# What the dashboard must show (README: Monitoring).
+# What the dashboard must show (docs/monitoring.md).
 DASHBOARD_PANELS = {"Admissions by outcome", "Admission latency", "Co-location state", "Keeper migrations",
                     "Cache health", "Certificate expiry", "Certificate expires in"}
 
@@ -212,30 +212,48 @@ def test_every_alert_has_a_case_that_fires_and_one_that_stays_silent():
 
 
 def test_every_alert_has_a_severity_summary_description_and_runbook():
-    readme = README.read_text()
-    anchors = {slug(heading) for heading in re.findall(r"(?m)^#{2,6} (.+)$", readme)}
+    doc = DOC.read_text()
+    anchors = {slug(heading) for heading in re.findall(r"(?m)^#{2,6} (.+)$", doc)}
     names = [rule["alert"] for rule in alert_rules()]
     assert all(re.fullmatch(r"KubevirtColocate[A-Za-z]+", name) for name in names)
     for rule in alert_rules():
         assert rule["labels"]["severity"] in SEVERITIES, rule["alert"]
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, rule["alert"]
         url, _, anchor = rule["annotations"]["runbook_url"].partition("#")
-        assert url.endswith("/README.md") and anchor == rule["alert"].lower() and anchor in anchors
-        assert f"| `{rule['alert']}` | {rule['labels']['severity']} |" in readme  # in the alerts table
+        assert url.endswith("/docs/monitoring.md") and anchor == rule["alert"].lower() and anchor in anchors
+        assert f"| `{rule['alert']}` | {rule['labels']['severity']} |" in doc  # in the alerts table
     # Two severities for the certificate, everything else once.
     assert names.count("KubevirtColocateCertificateExpiring") == 2
     assert len(set(names)) == len(names) - 1
 
 
+def runbooks():
+    """The runbook sections of docs/monitoring.md: the headings under "## Runbooks"."""
+    section = DOC.read_text().split("\n## Runbooks\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"(?m)^### (.+)$", section)
+
+
+def test_every_alert_links_to_its_own_runbook_section_in_the_docs():
+    """An admin paged by an alert follows its runbook_url: the page is docs/monitoring.md, the
+    anchor a runbook section of its own, one per alert (the two severities share one)."""
+    names = sorted({rule["alert"] for rule in alert_rules()})
+    assert sorted(runbooks()) == names  # one section per alert, none for an alert that is gone
+    sections = {slug(heading) for heading in runbooks()}
+    for rule in alert_rules():
+        url, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert url == "https://github.com/kubevirt-colocate/kubevirt-colocate/blob/main/docs/monitoring.md", rule["alert"]
+        assert anchor in sections, (rule["alert"], anchor)
+
+
 def slug(heading):
-    """GitHub's anchor for a README heading."""
+    """GitHub's anchor for a Markdown heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_readme_lists_the_dashboard_panels():
-    readme = README.read_text()
+def test_the_docs_list_the_dashboard_panels():
+    doc = DOC.read_text()
     for panel in dashboard()["panels"]:
-        assert f"| {panel['title']} |" in readme, panel["title"]
+        assert f"| {panel['title']} |" in doc, panel["title"]
 
 
 # --------------------------------------------------------------------------- metric names
@@ -350,13 +368,13 @@ def test_the_dashboard_queries_parse(tmp_path):
 # --------------------------------------------------------------------------- without the operator
 
 
-def test_the_readme_scrape_config_keeps_the_metrics_port_of_our_service():
-    """The scrape configuration the README gives for a Prometheus without the operator.
+def test_the_documented_scrape_config_keeps_the_metrics_port_of_our_service():
+    """The scrape configuration docs/monitoring.md gives for a Prometheus without the operator.
 
     (Debian's promtool is built without Kubernetes service discovery: `promtool check
     config` cannot read it, so its meaning is checked here.)
     """
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
     [config] = [yaml.safe_load(b) for b in blocks if b.startswith("# prometheus.yml")]
     assert config["rule_files"] == [RULES_FILE]
     [job] = config["scrape_configs"]
