@@ -58,7 +58,7 @@ NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
                    "spec": {"unschedulable": True, "taints": True},
                    "status": {"conditions": [{"type": True, "status": True}], "allocatable": True}}
 
-# What the keeper's `read_vmi`, `read_migration` and `claims_of` read (rules/keep).
+# Migrations and VMIs (`vmi_kept`): what the keeper's `read_migration`, `read_vmi` and `claims_of` read.
 MIGRATION_KEPT: Keep = {
     "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
                  "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
@@ -71,6 +71,7 @@ MIGRATION_KEPT: Keep = {
 
 
 def vmi_kept(settings: Settings) -> Keep:
+    """A VMI's fields the keeper reads; which opt-in annotation it honours is a setting."""
     annotations = {settings.opt_in_annotation, kinds.KEEP_ANNOTATION}
     return {
         "metadata": {"name": True, "namespace": True, "uid": True, "annotations": lambda key: key in annotations},
