@@ -120,7 +120,7 @@ def shared_objects_are_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test that reads the caches' shared objects (`Table.read`: the admission path and
     the checks' view) gets them frozen: whatever changes one fails (the caches hand them to
     every reader, so none may change them)."""
-    from webhook.cluster.cache import Table
+    from webhook.cluster.table import Table
 
     read = Table.read
 

@@ -9,7 +9,8 @@ from conftest import TEST_TIMING, api_host, seed, watched_store
 from kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod
 
 from webhook.admission.review import parse_review
-from webhook.cluster.cache import WatchedClusterStore, keep_fields, shape_pod, trim
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.kept import shapes
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -65,7 +66,7 @@ def test_objects_are_trimmed_to_what_the_rules_read():
     pod["metadata"]["creationTimestamp"] = "2025-12-31T00:00:00Z"  # the newest pod of a VMI is where it runs
     pod["spec"]["nodeName"] = "node-b"
     pod["status"] = {"phase": "Running", "containerStatuses": [{"name": "compute", "ready": True}]}
-    kept = shape_pod(Settings())(pod)
+    kept = shapes(Settings())[POD.kind](pod)
     assert kept["status"] == {"phase": "Running"}
     assert "managedFields" not in kept["metadata"]
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/node"}
@@ -81,7 +82,7 @@ def test_objects_are_trimmed_to_what_the_rules_read():
                  "affinity": {"podAffinity": {"x": 1}, "podAntiAffinity": {
                      "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}}},
              "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-    assert shape_pod(Settings())(other) == {
+    assert shapes(Settings())[POD.kind](other) == {
         "metadata": {"name": "web-0", "namespace": "shop", "labels": {"app": "web"}},
         "spec": {"nodeName": "node-a", "containers": [{"ports": [{"containerPort": 443, "hostPort": 8443, "protocol": "TCP"}]}],
                  "affinity": {"podAntiAffinity": {
@@ -92,7 +93,7 @@ def test_objects_are_trimmed_to_what_the_rules_read():
     node["spec"]["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
     node["status"]["conditions"][0].update(reason="KubeletReady", lastHeartbeatTime="2026-01-01T00:00:00Z")
     node["status"]["images"] = [{"names": ["x"] * 50}]
-    kept = trim(node, keep_fields(Settings())[NODE.kind])
+    kept = shapes(Settings())[NODE.kind](node)
     assert kept["status"] == {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": node["status"]["allocatable"]}
     assert kept["spec"]["taints"] == node["spec"]["taints"]
 
@@ -100,7 +101,7 @@ def test_objects_are_trimmed_to_what_the_rules_read():
 def test_a_custom_opt_in_annotation_is_kept():
     pod = vm_pod()
     pod["metadata"]["annotations"]["example.com/colocate"] = "true"
-    kept = trim(pod, keep_fields(Settings(opt_in_annotation="example.com/colocate"))[POD.kind])
+    kept = shapes(Settings(opt_in_annotation="example.com/colocate"))[POD.kind](pod)
     assert kept["metadata"]["annotations"]["example.com/colocate"] == "true"
 
 

@@ -9,7 +9,9 @@ from webhook import metrics
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.cluster import client
-from webhook.cluster.cache import Informer, WatchedClusterStore, keep_fields
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.informer import Informer
+from webhook.cluster.kept import shapes
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -24,7 +26,7 @@ def listed(*objects):
 
 
 def informer_for(resource, **kwargs):
-    return Informer(resource, keep_fields(Settings())[resource.kind], **kwargs)
+    return Informer(resource, shapes(Settings())[resource.kind], **kwargs)
 
 
 def feed(informer, events):
@@ -211,7 +213,7 @@ async def test_what_each_node_takes_follows_its_pods(store):
 
 def test_a_pod_resized_in_place_counts_what_the_scheduler_counts():
     """A resize down still pending: the scheduler counts what is allocated, not the new spec."""
-    from webhook.cluster.cache import NodeUsage, shape_pod
+    from webhook.cluster.cache import NodeUsage
 
     pod = {"metadata": {"name": "db-0", "namespace": "shop"},
            "spec": {"nodeName": "node-a", "containers": [{"name": "db", "resources": {"requests": {"cpu": "1"}}}]},
@@ -219,9 +221,9 @@ def test_a_pod_resized_in_place_counts_what_the_scheduler_counts():
                {"name": "db", "ready": True, "allocatedResources": {"cpu": "4"}, "resources": {"requests": {"cpu": "4"}}}],
                "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]}}
     usage = NodeUsage()
-    usage(None, shape_pod(Settings())(pod))
+    usage(None, shapes(Settings())[POD.kind](pod))
     assert usage.of("node-a").requested["cpu"] == 4000
     plain = copy.deepcopy(pod)
     plain["status"] = {"phase": "Running", "containerStatuses": [
         {"name": "db", "ready": True, "allocatedResources": {"cpu": "1"}, "resources": {"requests": {"cpu": "1"}}}]}
-    assert "containerStatuses" not in shape_pod(Settings())(plain)["status"]  # nothing kept when nothing differs
+    assert "containerStatuses" not in shapes(Settings())[POD.kind](plain)["status"]  # nothing kept when nothing differs

@@ -3,8 +3,7 @@ import copy
 
 from kube import load
 
-from webhook.cluster.cache import trim
-from webhook.cluster.kubevirt import keep_spec
+from webhook.cluster.kept import shapes
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
 from webhook.rules.migrations import read_migration
@@ -32,7 +31,7 @@ def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model
     vmi["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": "vm1-data"}})
     vmi["spec"]["volumes"].append({"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config\n" * 100}})
     vmi["metadata"]["annotations"]["kubevirt-scheduler/keep"] = "false"
-    kept = trim(vmi, keep_spec(settings)[VMI.kind])
+    kept = shapes(settings)[VMI.kind](vmi)
     assert read_vmi(kept, settings) == read_vmi(vmi, settings)
     assert read_vmi(kept, settings).claims == ("vm1-rootdisk", "vm1-data")
     assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}} and "activePods" not in kept["status"]
@@ -44,12 +43,12 @@ def test_a_custom_opt_in_annotation_is_kept_on_vmis():
     settings = Settings(opt_in_annotation="example.com/colocate")
     vmi = copy.deepcopy(load("vmi-migrated.yaml"))
     vmi["metadata"]["annotations"]["example.com/colocate"] = "true"
-    assert read_vmi(trim(vmi, keep_spec(settings)[VMI.kind]), settings).opted_in
+    assert read_vmi(shapes(settings)[VMI.kind](vmi), settings).opted_in
 
 
 def test_a_migration_reads_the_same_trimmed():
     migration = full_migration()
-    kept = trim(migration, keep_spec(Settings())[VMIM.kind])
+    kept = shapes(Settings())[VMIM.kind](migration)
     assert read_migration(kept) == read_migration(migration)
     assert read_migration(kept).ours and read_migration(kept).target == "node-b"
     assert "conditions" not in kept["status"] and "managedFields" not in kept["metadata"]

@@ -6,7 +6,7 @@ from conftest import ReadOnly, frozen
 from bench import emulator
 from bench.inprocess import filled_store, review_bytes
 from webhook.admission import server
-from webhook.cluster.cache import SHARED, Table
+from webhook.cluster.table import SHARED, Table
 from webhook.config import Settings
 from webhook.kinds import NODE
 

@@ -114,7 +114,8 @@ async def test_a_migration_that_succeeds_is_followed_to_its_end(cluster, make_ke
     assert ended["reason"] == "MigratedToStorage" and ended["type"] == "Normal"
     assert made["metadata"]["name"] in ended["message"] and "succeeded" in ended["message"]
     assert record(keeper).state == "co-located"
-    assert keeper.status()["following"] == []
+    await keeper.run_pass()  # its end is announced once: the migration is no longer followed
+    assert sample("colocate_keeper_migrations_total", result="succeeded") == succeeded + 1
 
 
 async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
@@ -182,7 +183,7 @@ async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(clust
     assert ended["reason"] == "MigratedToStorage" and "vm1-colocate-prev1" in ended["message"]
 
 
-async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keeper):
+async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keeper, caplog):
     """Deleting a migration aborts it: the VM is neither left "migrating" nor moved again at once."""
     cluster.seed(three_nodes() + apart_vm())
     keeper = await make_keeper()
@@ -196,7 +197,9 @@ async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keep
     await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
     assert (await keeper.run_pass()).created == ()
     assert record(keeper).hold == Hold.BACKING_OFF
-    assert keeper.status()["following"] == []
+    await keeper.run_pass()  # its end is said once: the migration is no longer followed
+    gone = [r for r in caplog.records if r.getMessage() == "keeper migration gone"]
+    assert [r.fields["migration"] for r in gone] == [name]
 
 
 # --------------------------------------------------------------------------- limits
@@ -403,11 +406,10 @@ async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(c
         assert (await keeper.run_pass()).created == ()
     assert cluster.migrations(ours=False) == []
     assert record(keeper).hold == Hold.UNTARGETED
-    assert keeper.status()["targeted_migration"]["available"] is False
-    assert "needs KubeVirt 1.6" in keeper.status()["targeted_migration"]["why"]
     assert sample("colocate_keeper_targeted_migration") == 0
     said = [r for r in caplog.records if r.getMessage() == "targeted migration unavailable"]
     assert len(said) == 1  # once, not once a pass
+    assert "needs KubeVirt 1.6" in said[0].fields["why"]
     dry_runs = [r for r in kmock if r.method == "POST" and r.params.get("dryRun") == "All"]
     assert len(dry_runs) == 1 and dry_runs[0].params.get("fieldValidation") == "Strict"
 

@@ -2,7 +2,7 @@
 
 VirtualMachineInstances and VirtualMachineInstanceMigrations are listed and watched cluster
 wide with the same Informer/Reflector machinery as the admission caches, trimmed to what
-`rules/keep.py` reads (`keep_spec`, the one place those fields are listed). Migrations are
+the keeper's rules read (kept.py, where every cache's fields are listed). Migrations are
 created here, dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
 (KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
 `staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them.
@@ -18,40 +18,10 @@ import orjson
 from .. import kinds
 from ..config import Settings
 from ..kinds import VMI, VMIM
-from .cache import Informer, Informers, Keep
 from .client import ApiUnreachable, request
+from .informer import Informer, Informers
+from .kept import shapes
 from .reflector import Timing
-
-
-def keep_spec(settings: Settings) -> dict[str, dict[str, Keep]]:
-    """What `read_vmi`, `read_migration` and `claims_of` read, per kind; the rest is dropped."""
-    vmi_annotations = {settings.opt_in_annotation, kinds.KEEP_ANNOTATION}
-    ours = kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY
-    return {
-        VMI.kind: {
-            "metadata": {"name": True, "namespace": True, "uid": True,
-                         "annotations": lambda key: key in vmi_annotations},
-            "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
-                     "nodeSelector": True, "domain": {"cpu": {"model": True}}},
-            "status": {
-                "phase": True,
-                "machine": {"type": True},
-                "nodeName": True,
-                "conditions": [{"type": True, "status": True, "reason": True, "message": True}],
-                "migrationState": {"sourceNode": True, "targetNode": True, "targetPod": True, "startTimestamp": True,
-                                   "endTimestamp": True, "completed": True, "failed": True, "migrationUid": True},
-            },
-        },
-        VMIM.kind: {
-            "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
-                         "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
-                         "annotations": lambda key: key == ours},
-            "spec": {"vmiName": True},
-            "status": {"phase": True,
-                       "phaseTransitionTimestamps": [{"phase": True, "phaseTransitionTimestamp": True}],
-                       "migrationState": {"endTimestamp": True}},
-        },
-    }
 
 
 class KubeVirtWatch(Informers):
@@ -60,9 +30,9 @@ class KubeVirtWatch(Informers):
     task_prefix = "keeper"
 
     def __init__(self, api: Any, settings: Settings, timing: Timing = Timing()):
-        keep = keep_spec(settings)
-        self.vmis = Informer(VMI, keep[VMI.kind])
-        self.migrations = Informer(VMIM, keep[VMIM.kind])
+        shape = shapes(settings)
+        self.vmis = Informer(VMI, shape[VMI.kind])
+        self.migrations = Informer(VMIM, shape[VMIM.kind])
         super().__init__(api, timing, (self.vmis, self.migrations))
 
     def all_vmis(self) -> Iterator[dict[str, Any]]:

@@ -117,6 +117,3 @@ class Follower:
             reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
             self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,
                                    warning=not migration.succeeded)
-
-    def following(self) -> list[Migration]:
-        return [self._ours[key] for key in sorted(self._open)]

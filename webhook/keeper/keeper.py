@@ -50,7 +50,6 @@ from ..rules.migrations import (
 )
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
-from ..rules.times import rfc3339
 from ..rules.stranded import unschedulable_since
 from .follow import Follower
 from .stretch import Stretches
@@ -89,13 +88,6 @@ class VmRecord:
     last_action: str = ""
     last_action_at: datetime | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        fields = dataclasses.asdict(self)
-        fields.update(state=str(self.state), since=rfc3339(self.since),
-                      last_action_at=rfc3339(self.last_action_at) if self.last_action_at else None,
-                      hold=str(self.hold) if self.hold is not None else None)
-        return fields
-
 
 @dataclasses.dataclass(frozen=True)
 class PassReport:
@@ -123,8 +115,8 @@ def _now() -> datetime:
 
 class Keeper:
     """The passes. `run()` is what the elected replica runs. One pass on its own (a benchmark,
-    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `records()` and
-    `status()` say what it made of each VM."""
+    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `records()` says
+    what it made of each VM."""
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Any = None,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
@@ -192,21 +184,6 @@ class Keeper:
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
         return (self.watch.degraded() if self.watch is not None else []) + list(self._errors)
-
-    def status(self) -> dict[str, Any]:
-        last = self.last_pass
-        return {
-            "mode": str(self.mode),
-            "limits": {"keep_after_seconds": self.limits.after.total_seconds(), "max_inflight": self.limits.max_inflight,
-                       "max_cluster_inflight": self.limits.max_cluster_inflight, "max_per_day": self.limits.max_per_day},
-            "targeted_migration": {"available": self.targeted.available, "why": self.targeted.note,
-                                   "priority": self.targeted.priority, "priority_why": self.targeted.priority_note},
-            "last_pass": None if last is None else {"at": rfc3339(last.at), "created": list(last.created),
-                                                    "states": last.states, "held": last.held, "note": last.note},
-            "following": [f"{m.namespace}/{m.name}" for m in self.follower.following()],
-            "degraded": self.degraded(),
-            "vms": [r.as_dict() for r in self.records()],
-        }
 
     # ----------------------------------------------------------------- one pass
 

@@ -40,7 +40,6 @@ class TargetedMigration:
         self.available: bool | None = None  # None: not known yet
         self.note = "not checked yet"
         self.priority: bool | None = None  # spec.priority kept; None: not known yet
-        self.priority_note = "not checked yet"
         self._checked_at: float | None = None
 
     def due(self) -> bool:
@@ -85,9 +84,9 @@ class TargetedMigration:
         return self.available
 
     def _settle_priority(self, kept: bool, note: str) -> None:
-        """Said once, in the log and the keeper's status, when the answer changes."""
+        """Said once, in the log, when the answer changes."""
         changed = kept != self.priority
-        self.priority, self.priority_note = kept, note
+        self.priority = kept
         if changed:
             log.info("migration priority " + ("kept" if kept else "not kept"), extra={"fields": {"why": note}})
 

@@ -36,7 +36,3 @@ class KeeperService:
         if self.elector.leading:
             notes += self.keeper.degraded()
         return [f"keeper: {note}" for note in notes]
-
-    def status(self) -> dict[str, Any]:
-        return {"identity": self.elector.identity, "leading": self.elector.leading, "holder": self.elector.holder,
-                "lease": f"{self.elector.namespace}/{self.elector.name}", **self.keeper.status()}

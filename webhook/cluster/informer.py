@@ -1,0 +1,187 @@
+"""Informers: each applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
+`Table`, keeping each object in its kind's shape (kept.py), and reports its health (metrics,
+log lines, readiness notes).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .. import kinds, metrics
+from ..kinds import Resource
+from .kept import Shape
+from .reflector import Event, EventType, Reflector, Timing
+from .store import labels_match
+from .table import Indexer, Table, Watcher, object_key
+
+log = logging.getLogger("webhook.cache")  # the logger names in the log lines are part of the interface
+
+
+class Informer:
+    """One resource (optionally one namespace and a label selector) kept in a Table from the
+    events of its reflector."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        shape: Shape,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        indexers: Mapping[str, Indexer] | None = None,
+        watchers: Iterable[Watcher] = (),
+        fields: str = "",
+        wanted: Callable[[dict[str, Any]], bool] | None = None,
+    ):
+        self.resource = resource
+        # A field selector the API applies (`fields`), and the same test on our side (`wanted`).
+        self.fields, self.wanted = fields, wanted
+        self.shape = shape  # what is kept of each object (kept.py)
+        self.namespace = namespace if resource.namespaced else None
+        self.labels = dict(labels or {})
+        self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
+        # Whether a name lookup in our scope that misses means "absent": when nothing is
+        # filtered by labels.
+        self.authoritative = not self.labels
+        self.table = Table(indexers or {}, watchers)
+        self.synced_event = asyncio.Event()
+        self.synced = False  # the event's state as a plain attribute: every look-up asks
+        self.lists = 0  # completed lists (the first one, then relists)
+        self.events = 0  # watch events applied
+        self.last_sync: float | None = None  # wall-clock time of the last list or event
+        self.error: str | None = None  # why the last list/watch failed, until one succeeds
+        self._listed: set[str] = set()  # keys the list under way has returned
+
+    @property
+    def name(self) -> str:
+        scope = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
+
+    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """A fresh copy (see `Table.get`)."""
+        return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
+
+    def read(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The shared, read-only object (see `Table.read`)."""
+        return self.table.read(f"{namespace}/{name}" if namespace and self.resource.namespaced else name)
+
+    def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
+        return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
+                                 fields=self.fields, timing=timing, list_slots=list_slots)
+
+    async def run(self, events: Any) -> None:
+        """Apply the reflector's events until it stops (cancel to stop)."""
+        async for event in events:
+            self.apply(event)
+
+    # ----------------------------------------------------------------- events
+
+    def apply(self, event: Event) -> None:
+        """One event from the reflector into the table, the health figures and the logs."""
+        kind = event.type
+        if kind in (EventType.FAILED, EventType.RELISTING):
+            self._listed = set()  # a list cut short: the next one starts over
+        if kind is EventType.FAILED:
+            self.error = event.error
+            metrics.WATCH_ERRORS.labels(self.name).inc()
+            metrics.CACHE_HEALTHY.labels(self.name).set(0)
+            log.warning("watch failed", extra={"fields": {
+                "resource": self.name, "error": event.error, "retry_in": round(event.retry_in or 0.0, 3)}})
+            return
+        if kind is EventType.RELISTING:
+            log.info("relisting", extra={"fields": {"resource": self.name, "reason": event.error}})
+            return
+        if kind is EventType.LISTED:
+            key = self._put(event.object)
+            if key is not None:
+                self._listed.add(key)
+            return
+        if kind is EventType.SYNCED:
+            # The list replaced what we held: drop what it did not return (in place: no second copy).
+            for key in [key for key in self.table.objects if key not in self._listed]:
+                self.table.remove(key)
+            self._listed = set()
+            self.lists += 1
+            if not self.synced:
+                log.info("cache synced", extra={"fields": {
+                    "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
+            self.synced = True
+            self.synced_event.set()
+        elif kind is EventType.DELETED:
+            key = self._key(event.object)
+            if key is not None:
+                self.table.remove(key)
+            self.events += 1
+        elif kind is not EventType.BOOKMARK:
+            self._put(event.object)
+            self.events += 1
+        else:
+            self.events += 1
+        self._healthy()
+
+    def _key(self, obj: Any) -> str | None:
+        name = kinds.meta(obj).get("name")
+        if not isinstance(name, str) or not name:
+            return None
+        return object_key(kinds.meta(obj).get("namespace") if self.resource.namespaced else None, name)
+
+    def _put(self, obj: Any) -> str | None:
+        """Keep one object (trimmed); the key when the table now holds it."""
+        key = self._key(obj)
+        if key is None:
+            return None
+        # Emulators may ignore the label selector: filter on our side too.
+        if (self.namespace is not None and kinds.meta(obj).get("namespace") != self.namespace) \
+                or not labels_match(obj, self.labels) or (self.wanted is not None and not self.wanted(obj)):
+            self.table.remove(key)
+            return None
+        self.table.put(key, self.shape(obj))
+        return key
+
+    def _healthy(self) -> None:
+        self.last_sync = time.time()
+        if self.error is not None or self.lists + self.events <= 1:
+            metrics.CACHE_HEALTHY.labels(self.name).set(1)
+        self.error = None
+
+
+class Informers:
+    """Informers run together: one task each, named `<task_prefix> <informer>`; their lists one at
+    a time (the memory of one page, not one per informer), in the order of `informers`."""
+
+    task_prefix = "informer"
+
+    def __init__(self, api_client: Any, timing: Timing, informers: tuple[Informer, ...]):
+        self._api, self._timing, self.informers = api_client, timing, informers
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start listing and watching in the background (call once, from the running loop)."""
+        if self._tasks:
+            return
+        list_slots = asyncio.Semaphore(1)
+        for informer in self.informers:
+            events = informer.reflector(self._api, self._timing, list_slots).events()
+            self._tasks.append(asyncio.create_task(informer.run(events), name=f"{self.task_prefix} {informer.name}"))
+
+    def synced(self) -> bool:
+        return all(i.synced for i in self.informers)
+
+    def degraded(self) -> list[str]:
+        """Informers whose list or watch is failing now: they serve what they have meanwhile."""
+        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            for informer in self.informers:
+                await informer.synced_event.wait()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+

@@ -1,0 +1,206 @@
+"""What the caches keep of each kind: one spec per kind, everything else dropped on arrival.
+
+Every cache (the admission caches in cache.py, the keeper's in kubevirt.py) takes its kind's
+shape from `shapes`, the one place these fields are listed. Most kinds are declared (`Keep`,
+applied by `trim`); pods are written out (`shape_pod`): every pod of the cluster is kept, and
+what is worth keeping of one depends on what it is (a launcher, bound, being resized).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import kinds
+from ..config import Settings
+from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
+from ..rules import fit
+
+Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
+Shape = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def trim(value: Any, keep: Keep) -> Any:
+    """`value` reduced to what `keep` lists; a value of an unexpected type is kept as it is.
+
+    A dict keeps the listed keys (True keeps the whole value, a dict recurses), a one-element
+    list applies its spec to every item (items left empty are dropped), and a callable keeps
+    the keys of a mapping it accepts.
+    """
+    if keep is True:
+        return value
+    if isinstance(keep, dict):
+        if not isinstance(value, dict):
+            return value
+        return {key: trim(value[key], sub) for key, sub in keep.items() if value.get(key) is not None}
+    if isinstance(keep, list):
+        if not isinstance(value, list):
+            return value
+        return [item for item in (trim(v, keep[0]) for v in value) if item not in ({}, None)]
+    if not isinstance(value, dict):
+        return value
+    return {key: v for key, v in value.items() if keep(key)}
+
+
+# The claims a launcher pod mounts (rules/facts.py `claims_of`).
+CLAIMS: Keep = [{"persistentVolumeClaim": {"claimName": True}}]
+
+PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
+                  "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}}
+
+# Labels and nodeAffinity: which nodes can mount the volume (the scheduler's VolumeBinding, VolumeZone).
+PV_KEPT: Keep = {"metadata": {"name": True, "labels": True},
+                 "spec": {"csi": {"driver": True, "volumeHandle": True}, "claimRef": {"namespace": True, "name": True},
+                          "nodeAffinity": True}}
+
+SHARE_MANAGER_KEPT: Keep = {"metadata": {"name": True, "namespace": True}, "status": {"state": True, "ownerID": True}}
+
+NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
+                   "spec": {"unschedulable": True, "taints": True},
+                   "status": {"conditions": [{"type": True, "status": True}], "allocatable": True}}
+
+# Migrations and VMIs (`vmi_kept`): what the keeper's `read_migration`, `read_vmi` and `claims_of` read.
+MIGRATION_KEPT: Keep = {
+    "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
+                 "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
+                 "annotations": lambda key: key == kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY},
+    "spec": {"vmiName": True},
+    "status": {"phase": True,
+               "phaseTransitionTimestamps": [{"phase": True, "phaseTransitionTimestamp": True}],
+               "migrationState": {"endTimestamp": True}},
+}
+
+
+def vmi_kept(settings: Settings) -> Keep:
+    """A VMI's fields the keeper reads; which opt-in annotation it honours is a setting."""
+    annotations = {settings.opt_in_annotation, kinds.KEEP_ANNOTATION}
+    return {
+        "metadata": {"name": True, "namespace": True, "uid": True, "annotations": lambda key: key in annotations},
+        "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
+                 "nodeSelector": True, "domain": {"cpu": {"model": True}}},
+        "status": {
+            "phase": True,
+            "machine": {"type": True},
+            "nodeName": True,
+            "conditions": [{"type": True, "status": True, "reason": True, "message": True}],
+            "migrationState": {"sourceNode": True, "targetNode": True, "targetPod": True, "startTimestamp": True,
+                               "endTimestamp": True, "completed": True, "failed": True, "migrationUid": True},
+        },
+    }
+
+
+def shapes(settings: Settings) -> dict[str, Shape]:
+    """Each kind a cache holds, and how an object of it is reduced when it arrives."""
+
+    def trimmed(keep: Keep) -> Shape:
+        return lambda obj: trim(obj, keep)
+
+    return {
+        PVC.kind: trimmed(PVC_KEPT),
+        PV.kind: trimmed(PV_KEPT),
+        SHARE_MANAGER.kind: trimmed(SHARE_MANAGER_KEPT),
+        NODE.kind: trimmed(NODE_KEPT),
+        POD.kind: shape_pod(settings),
+        VMI.kind: trimmed(vmi_kept(settings)),
+        VMIM.kind: trimmed(MIGRATION_KEPT),
+    }
+
+
+def pod_annotations(settings: Settings) -> Callable[[str], bool]:
+    """The annotations of a pod the rules read: the opt-in, our decisions, the volume provisioning mark."""
+
+    def ours(key: str) -> bool:
+        return key == settings.opt_in_annotation or key.startswith(settings.decision_prefix) \
+            or key == kinds.EPHEMERAL_PROVISIONING
+
+    return ours
+
+
+def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A pod reduced to what the rules and the scheduler checks read. Every pod of the cluster
+    is kept, so this is written out rather than declared: ports only where a host port is
+    taken, conditions only while the scheduler cannot place the pod, claims only of launchers."""
+    keep_annotation = pod_annotations(settings)
+
+    def container(value: Any, host_network: bool) -> Any:
+        if not isinstance(value, dict):
+            return value
+        kept: dict[str, Any] = {}
+        resources = value.get("resources")
+        if isinstance(resources, dict):
+            wanted = {k: resources[k] for k in ("requests", "limits") if resources.get(k)}
+            if wanted:
+                kept["resources"] = wanted
+        ports = value.get("ports")
+        if isinstance(ports, list):
+            held = [p for p in ports if not isinstance(p, dict) or p.get("hostPort") or host_network]
+            if held:
+                kept["ports"] = held
+        if value.get("restartPolicy"):
+            kept["restartPolicy"] = value["restartPolicy"]
+        return kept
+
+    def shape(pod: dict[str, Any]) -> dict[str, Any]:
+        meta, spec, status = kinds.meta(pod), kinds.spec(pod), kinds.status(pod)
+        launcher = kinds.is_launcher(pod)
+        kept_meta = {k: meta[k] for k in ("name", "namespace", "labels", "deletionTimestamp") if meta.get(k)}
+        annotations = meta.get("annotations")
+        ours = {k: v for k, v in annotations.items() if keep_annotation(k)} if isinstance(annotations, dict) else {}
+        if ours:
+            kept_meta["annotations"] = ours
+        if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
+            # Which pod of a VM is the newest; how long a pod we pinned has waited.
+            kept_meta["creationTimestamp"] = meta["creationTimestamp"]
+        owner = kinds.vmi_owner(pod) if launcher else None
+        if owner is not None:  # the VMI an Event about the pod is about (its labels name the hostname)
+            kept_meta["ownerReferences"] = [{k: owner[k] for k in ("apiVersion", "kind", "name", "uid", "controller")
+                                             if k in owner}]
+        host_network = spec.get("hostNetwork") is True
+        kept_spec: dict[str, Any] = {}
+        for key in ("nodeName", "overhead", "resources", "hostNetwork"):
+            if spec.get(key):
+                kept_spec[key] = spec[key]
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                kept_spec[key] = [container(c, host_network) for c in spec[key]]
+        anti = (spec.get("affinity") or {}).get("podAntiAffinity") if isinstance(spec.get("affinity"), dict) else None
+        if isinstance(anti, dict) and anti.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            kept_spec["affinity"] = {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": anti["requiredDuringSchedulingIgnoredDuringExecution"]}}
+        if launcher:
+            claims = trim(spec.get("volumes"), CLAIMS)
+            if claims:
+                kept_spec["volumes"] = claims
+        kept_status: dict[str, Any] = {}
+        if status.get("phase"):
+            kept_status["phase"] = status["phase"]
+        if spec.get("nodeName") and _resized(pod):
+            # An in-place resize under way: the scheduler counts the larger of spec, allocated and
+            # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
+            for key in ("containerStatuses", "initContainerStatuses"):
+                entries = [{k: e[k] for k in ("name", "resources", "allocatedResources") if k in e}
+                           for e in status.get(key) or () if isinstance(e, dict)]
+                if entries:
+                    kept_status[key] = entries
+            pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
+            if pending:
+                kept_status["conditions"] = pending
+            for key in ("containers", "initContainers"):
+                for kept, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
+                    if isinstance(kept, dict) and isinstance(whole, dict) and whole.get("name") is not None:
+                        kept["name"] = whole["name"]
+        if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
+            waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
+            if waiting:
+                kept_status["conditions"] = waiting
+        return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
+
+    return shape
+
+
+def _resized(pod: dict[str, Any]) -> bool:
+    """Whether the pod's status makes it take more than its spec asks (an in-place resize)."""
+    try:
+        return fit.pod_requests(pod, running=True) != fit.pod_requests(pod)
+    except ValueError:
+        return False
+

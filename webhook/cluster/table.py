@@ -1,0 +1,125 @@
+"""Trimmed cluster objects held in memory as compact JSON, indexed by what the rules look up.
+
+`get` decodes a fresh dict (its caller may change it); `read` hands out one decoded object per
+stored version, shared and read-only, so that the objects every admission reads are decoded
+once, not once per admission.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
+
+import orjson
+
+def object_key(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
+Watcher = Callable[[dict[str, Any] | None, dict[str, Any] | None], None]
+
+
+# Decoded objects a table keeps for `Table.read`: more than any admission reads, few enough
+# that memory stays that of the JSON (a decoded object takes several times its bytes).
+SHARED = 1024
+
+
+class Table:
+    """Trimmed objects as compact JSON by key ("namespace/name", or the name), plus indexes.
+
+    Name and namespace live in the key only, not again in the JSON; an index maps a value to
+    one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
+    """
+
+    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared")
+
+    def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
+        self.indexers = indexers
+        # Told every change as (old, new) objects, for figures kept beside the table (usage per node).
+        self.watchers = tuple(watchers)
+        self.objects: dict[str, bytes] = {}
+        self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
+        # The objects `read` handed out, by key, until they change (put, remove) or are the oldest of
+        # more than SHARED.
+        self.shared: dict[str, dict[str, Any]] = {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """A fresh copy: the caller may change it."""
+        blob = self.objects.get(key)
+        return None if blob is None else self.decode(key, blob)
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The object itself, shared with every other reader: read it, never change it."""
+        obj = self.shared.get(key)
+        if obj is None:
+            blob = self.objects.get(key)
+            if blob is None:
+                return None
+            if len(self.shared) >= SHARED:
+                del self.shared[next(iter(self.shared))]  # the oldest (dicts keep insertion order)
+            obj = self.shared[key] = self.decode(key, blob)
+        return obj
+
+    @staticmethod
+    def decode(key: str, blob: bytes) -> dict[str, Any]:
+        obj = orjson.loads(blob)
+        namespace, _, name = key.rpartition("/")
+        meta = {"name": name, "namespace": namespace} if namespace else {"name": name}
+        rest = obj.get("metadata")
+        obj["metadata"] = meta | rest if isinstance(rest, dict) else meta
+        return obj
+
+    @staticmethod
+    def encode(obj: dict[str, Any]) -> bytes:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and ("name" in meta or "namespace" in meta):
+            rest = {k: v for k, v in meta.items() if k not in ("name", "namespace")}
+            obj = {k: v for k, v in obj.items() if k != "metadata"} | ({"metadata": rest} if rest else {})
+        # orjson's bytes keep its whole write buffer (4 KiB and up); a copy keeps only the JSON.
+        return bytes(memoryview(orjson.dumps(obj)))
+
+    def put(self, key: str, obj: dict[str, Any]) -> None:
+        blob = self.encode(obj)
+        old = self.objects.get(key)
+        if old == blob:
+            return
+        if self.indexers or self.watchers:
+            self._reindex(key, self.decode(key, old) if old is not None else None, obj)
+        self.objects[key] = blob
+        self.shared.pop(key, None)
+
+    def remove(self, key: str) -> None:
+        old = self.objects.pop(key, None)
+        self.shared.pop(key, None)
+        if old is not None and (self.indexers or self.watchers):
+            self._reindex(key, self.decode(key, old), None)
+
+    def keys_of(self, index: str, value: Hashable) -> tuple[str, ...]:
+        keys = self.indexes[index].get(value, ())
+        return (keys,) if isinstance(keys, str) else keys
+
+    def lookup(self, index: str, value: Hashable) -> list[dict[str, Any]]:
+        """Fresh copies of the objects an index holds for `value`."""
+        return [self.decode(key, self.objects[key]) for key in self.keys_of(index, value)]
+
+    def _reindex(self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for watcher in self.watchers:
+            watcher(old, new)
+        for name, indexer in self.indexers.items():
+            before = set(indexer(old)) if old is not None else set()
+            after = set(indexer(new)) if new is not None else set()
+            index = self.indexes[name]
+            for value in before - after:
+                held = index.get(value, ())
+                keys = tuple(k for k in ((held,) if isinstance(held, str) else held) if k != key)
+                if keys:
+                    index[value] = keys[0] if len(keys) == 1 else keys
+                else:
+                    index.pop(value, None)
+            for value in after - before:
+                held = index.get(value)
+                if held is None:
+                    index[key if value == key else value] = key  # a PV's handle is often its name
+                else:
+                    index[value] = ((held,) if isinstance(held, str) else held) + (key,)
+
