@@ -3,7 +3,7 @@
 Sources: KubeVirt `pkg/virt-controller/services/template.go` and
 `pkg/virt-controller/watch/migration/migration.go` (launcher and migration target pods),
 longhorn-manager `controller/share_manager_controller.go` and `k8s/crds.yaml` (ShareManager,
-share-manager pods). The caches keep the fields these names point at (`cluster/cache.py`).
+share-manager pods). The caches keep the fields these names point at (`cluster/kept.py`).
 """
 from __future__ import annotations
 
