@@ -110,6 +110,7 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     state.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
     state.add_argument("--output", "-o", choices=["text", "json"], default="text")
     add_settings_flags(state)
+    add_keeper_flags(state)  # the keeper's settings, as it runs with them
 
     make = verbs.add_parser("certs", help="generate a CA and a serving certificate for the Service")
     make.add_argument("--service", required=True)
@@ -262,9 +263,10 @@ async def run_status(args: argparse.Namespace) -> int:
     from .tools import status
 
     settings = settings_from(args)
-    store = ClusterStore(await client.connect(args.kubeconfig))
+    api = await client.connect(args.kubeconfig)
+    store = ClusterStore(api)
     try:
-        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout)
+        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api)
     except StoreError as exc:
         print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
         return 1
