@@ -153,7 +153,7 @@ async def test_the_header_says_what_the_keeper_goes_by(cluster, kmock):
     report = await status_of(kmock, Settings(keep="migrate", keep_after=600))
 
     header = status.render(report).splitlines()[:4]
-    assert re.fullmatch(r"keeper: migrate, leader kubevirt-colocate-7d9f-abcde \(renewed [34]s ago\), --keep-after 10m",
+    assert re.fullmatch(r"keeper: migrate, leader kubevirt-colocate-7d9f-abcde \(renewed \d+s ago\), --keep-after 10m",
                         header[0]), header
     assert header[1:] == [
         "targeted migration: available: spec.addedNodeSelector is kept: targeted migration works",
