@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import seed
-from kube import fixture_cluster, kubeconfig_for, load, run_verb, rwx_disk, vmi_uid
+from kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
 from kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
@@ -177,6 +177,10 @@ async def test_status_json(tmp_path, kmock):
         "keep": True, "moves": False, "hold": "target unfit",
         "decision": "cannot move to node-b: its launcher pod on node-a is not known",
         "next": "held: cannot move to node-b: its launcher pod on node-a is not known",
+        "disks": [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
+                   "data_locality": None, "local_replica": None,
+                   "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
+        "note": None,
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
@@ -283,3 +287,21 @@ def test_last_action(migrations, text):
 
 def test_last_action_of_a_vm_the_keeper_leaves_alone():
     assert last_action(view(**{"kubevirt-scheduler/keep": "false"}), [], NOW)[0] == "none (keep disabled)"
+
+
+@pytest.mark.parametrize("local_replica", [True, False], ids=["local-replica", "no-local-replica"])
+async def test_status_notes_a_vm_whose_storage_node_has_no_healthy_replica(tmp_path, kmock, local_replica):
+    """Co-located or not, a VM whose disk has no healthy replica by its share-manager gets a one-line note."""
+    storage, vmis, vmims = cluster()
+    seed_cluster(kmock, storage, vmis, vmims)
+    longhorn_volume(kmock, local_replica=local_replica)
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    vm1 = next(vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1")
+    assert vm1["disks"] == [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
+                             "data_locality": "best-effort", "local_replica": local_replica, "unknown": None}]
+    code, out, err = await run_status(tmp_path, kmock)
+    notes = [line for line in out.splitlines() if line.startswith("note ")]
+    assert notes == ([] if local_replica else [
+        "note default/vm1: co-location removes only the NFS hop for vm1-rootdisk (no healthy replica on node-b, "
+        "data locality best-effort): its block I/O still crosses the network"]), out

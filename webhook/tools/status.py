@@ -25,10 +25,12 @@ from ..config import Settings
 from ..keeper import gather
 from ..keeper.probe import TargetedMigration
 from ..keeper.stretch import Stretches
+from .iopath import read_longhorn
 from ..kinds import LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.apart import APART, CO_LOCATED, VmState
 from ..rules.keep import Hold, KeepDecision, Limits, Mode
 from ..rules.migrations import attempts, backoff, in_flight_counts, Migration, of_vmi, outbound_counts, read_migration
+from ..rules.iopath import DiskPath, path_note
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
 from ..rules.times import parse_time, rfc3339
@@ -54,6 +56,7 @@ class VmStatus:
     kept: bool
     decision: KeepDecision
     next: str  # the decision in words: when it moves, or what holds it
+    disks: tuple[DiskPath, ...] = ()  # each Longhorn disk's I/O path
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -74,6 +77,8 @@ class VmStatus:
             "hold": str(self.decision.hold) if self.decision.hold is not None else None,
             "decision": self.decision.reason,
             "next": self.next,
+            "disks": [disk.to_json() for disk in self.disks],
+            "note": path_note(self.disks) or None,
         }
 
 
@@ -190,6 +195,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     ours, everyone = in_flight_counts(migrations, now)
     budget = gather.Budget(ours, everyone, outbound_counts(migrations, views, now))
     limits = limits_of(settings)
+    longhorn = await read_longhorn(store, settings, timeout) if running else None
     mode = Mode.MIGRATE if settings.keep == Mode.MIGRATE else Mode.REPORT
     gate = asyncio.Semaphore(CONCURRENCY)
 
@@ -199,7 +205,8 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
             history = list(of_vmi(migrations, view))
             decision = await gather.decide(stretches, targeted, view, where, facts, now, history, budget,
                                            limits=limits, mode=mode)
-            return _vm_status(view, where.storage, where.why, decision, stretches, migrations, limits, now)
+            vm = _vm_status(view, where.storage, where.why, decision, stretches, migrations, limits, now)
+            return dataclasses.replace(vm, disks=tuple(longhorn.paths(facts))) if longhorn is not None else vm
 
     # One by one until a VM that may move has made the dry run; the others with its answer, at once.
     vms: list[VmStatus] = []
@@ -341,5 +348,6 @@ def render(report: Report) -> str:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
+    lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)
