@@ -151,8 +151,17 @@ def test_no_wildcards_anywhere(rendered):
 def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migrations(rendered):
     _, objects = rendered
     granted = {}
-    for rule in rules_of(objects, "ClusterRole", NS):
-        assert not rule.get("resourceNames")
+    rules = rules_of(objects, "ClusterRole", NS)
+    # Its own webhook configuration only, by name: read to check the opt-in key gets through.
+    named = [rule for rule in rules if rule.get("resourceNames")]
+    assert named == [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+                      "resourceNames": [NS], "verbs": ["get", "list", "watch"]}]
+    deployment = one(objects, "Deployment", NS)
+    args = build_parser().parse_args(["serve", *deployment["spec"]["template"]["spec"]["containers"][0].get("args", [])])
+    assert args.webhook_configuration == NS == webhooks_configuration_name(objects)
+    for rule in rules:
+        if rule in named:
+            continue
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
@@ -443,3 +452,8 @@ def test_the_opt_in_component_sets_the_flag_and_the_match_condition_from_one_val
     assert "annotations['example.com/colocate'] == 'true'" in condition["expression"]
     for version in VERSIONS:
         kubernetes_validate.validate(deployment, version, strict=True)
+
+
+def webhooks_configuration_name(objects):
+    [configuration] = by_kind(objects, "MutatingWebhookConfiguration")
+    return configuration["metadata"]["name"]

@@ -83,6 +83,9 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     serve.add_argument("--client-ca-file", help="require client certificates signed by this CA (mutual TLS)")
     serve.add_argument("--metrics-host", default="0.0.0.0")
     serve.add_argument("--metrics-port", type=int, default=8080, help="plain HTTP: /healthz, /readyz, /metrics")
+    serve.add_argument("--webhook-configuration", default="kubevirt-colocate", metavar="NAME",
+                       help="our MutatingWebhookConfiguration: checked to let --opt-in-annotation through "
+                            "(default kubevirt-colocate)")
     serve.add_argument("--drain-delay", type=float, default=5.0,
                        help="seconds to keep serving after SIGTERM while the endpoint is removed")
     serve.add_argument("--shutdown-timeout", type=float, default=20.0,
@@ -188,11 +191,13 @@ async def run_review(args: argparse.Namespace) -> int:
 async def run_serve(args: argparse.Namespace) -> int:
     import os
 
+    from .admission.optin import OptInCheck
     from .admission.service import Listen, Service
     from .admission.stranded import StrandedReporter
     from .admission.tls import ReloadingTLS
     from .cluster import client
     from .cluster.cache import WatchedClusterStore
+    from .cluster.direct import ClusterStore
     from .cluster.events import EventSink, identity
     from .cluster.store import Store
 
@@ -210,6 +215,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else None
         companions.append(StrandedReporter(store, settings, events))
+        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
         if settings.keep != "off":
             from .keeper import lease
             from .keeper.service import KeeperService
