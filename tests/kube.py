@@ -12,6 +12,8 @@ import jsonpatch
 import kubernetes_validate
 import yaml
 
+from webhook import kinds
+
 FIXTURES = Path(__file__).parent / "fixtures"
 # The oldest Kubernetes we support (matchConditions GA) and the newest schema shipped.
 VALIDATE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
@@ -444,3 +446,16 @@ async def run_verb(tmp_path: Path, kmock: Any, verb: str, *args: str, timeout: f
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return proc.returncode, out.decode(), err.decode()
 
+
+def longhorn_volume(kmock: Any, *, local_replica: bool) -> None:
+    """vm1-rootdisk's Longhorn Volume and its replicas (node-b, node-c) in the emulator; without
+    a local replica, the one on node-b has failed."""
+    objects = list(yaml.safe_load_all((FIXTURES / "longhorn-volume-replicas.yaml").read_text()))
+    if not local_replica:
+        objects[1]["spec"]["failedAt"] = "2026-11-20T10:00:00Z"
+        objects[1]["status"]["currentState"] = "stopped"
+    for resource in (kinds.LONGHORN_VOLUME, kinds.LONGHORN_REPLICA):
+        kmock.resources[resource] = {}
+    for obj in objects:
+        resource = kinds.LONGHORN_VOLUME if obj["kind"] == "Volume" else kinds.LONGHORN_REPLICA
+        kmock.objects[resource, "longhorn-system", obj["metadata"]["name"]] = obj

@@ -151,8 +151,17 @@ def test_no_wildcards_anywhere(rendered):
 def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migrations(rendered):
     _, objects = rendered
     granted = {}
-    for rule in rules_of(objects, "ClusterRole", NS):
-        assert not rule.get("resourceNames")
+    rules = rules_of(objects, "ClusterRole", NS)
+    # Its own webhook configuration only, by name: read to check the opt-in key gets through.
+    named = [rule for rule in rules if rule.get("resourceNames")]
+    assert named == [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+                      "resourceNames": [NS], "verbs": ["get", "list", "watch"]}]
+    deployment = one(objects, "Deployment", NS)
+    args = build_parser().parse_args(["serve", *deployment["spec"]["template"]["spec"]["containers"][0].get("args", [])])
+    assert args.webhook_configuration == NS == webhooks_configuration_name(objects)
+    for rule in rules:
+        if rule in named:
+            continue
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
@@ -406,3 +415,45 @@ def test_cert_manager_issues_the_serving_certificate_from_its_own_ca():
     ca_certificate = next(c for c in certificates.values() if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
     assert ca_certificate["spec"]["isCA"] is True
     assert "selfSigned" in issuers[ca_certificate["spec"]["issuerRef"]["name"]]["spec"]
+
+
+def test_the_opt_in_component_sets_the_flag_and_the_match_condition_from_one_value(tmp_path):
+    """An overlay names another opt-in key once (manifests/opt-in): the server reads it and the
+    vm webhook's matchConditions let exactly that key through, so the two cannot disagree."""
+    tool = kubectl()
+    if tool is None:
+        pytest.skip("kubectl is not installed (or set KUBECTL)")
+    overlay = ROOT / ".opt-in-test" / tmp_path.name  # inside the repository: kustomize loads bases by relative path
+    overlay.mkdir(parents=True)
+    try:
+        (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+            "namespace": NS, "resources": ["../../manifests"], "components": ["../../manifests/opt-in"],
+            "configMapGenerator": [{"name": "kubevirt-colocate-opt-in", "literals": ["annotation=example.com/colocate"]}],
+        }))
+        done = subprocess.run([tool, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(ROOT / ".opt-in-test")
+    assert done.returncode == 0, done.stderr
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+    [config] = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("kubevirt-colocate-opt-in")]
+    assert config["metadata"]["namespace"] == NS and config["data"] == {"annotation": "example.com/colocate"}
+    [deployment] = [o for o in by_kind(objects, "Deployment") if o["metadata"]["name"] == "kubevirt-colocate"]
+    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["COLOCATE_OPT_IN_ANNOTATION"]["valueFrom"]["configMapKeyRef"] == {
+        "name": config["metadata"]["name"], "key": "annotation"}
+    args = build_parser().parse_args(["serve", *container.get("args", [])])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLOCATE_OPT_IN_ANNOTATION", config["data"]["annotation"])
+        assert settings_from(args).opt_in_annotation == "example.com/colocate"
+    [condition] = webhooks(objects)["vm.colocate.kubevirt-scheduler.io"]["matchConditions"]
+    assert "kubevirt-scheduler/co-schedule" not in condition["expression"]
+    assert "'example.com/colocate' in object.metadata.annotations" in condition["expression"]
+    assert "annotations['example.com/colocate'] == 'true'" in condition["expression"]
+    for version in VERSIONS:
+        kubernetes_validate.validate(deployment, version, strict=True)
+
+
+def webhooks_configuration_name(objects):
+    [configuration] = by_kind(objects, "MutatingWebhookConfiguration")
+    return configuration["metadata"]["name"]

@@ -141,6 +141,8 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
                        help="require client certificates signed by this CA: mutual TLS (default: none)")
     serve.add_argument("--metrics-host", default="0.0.0.0", help="address of the operations port")
     serve.add_argument("--metrics-port", type=int, default=8080, help="plain HTTP: /healthz, /readyz, /metrics")
+    serve.add_argument("--webhook-configuration", default="kubevirt-colocate", metavar="NAME",
+                       help="our MutatingWebhookConfiguration: checked to let --opt-in-annotation through")
     serve.add_argument("--drain-delay", type=float, default=5.0,
                        help="seconds to keep serving after SIGTERM while the endpoint is removed")
     serve.add_argument("--shutdown-timeout", type=float, default=20.0,
@@ -173,10 +175,11 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     add_pin_flag(add_disk_flags(why))  # what the webhook would do depends on --pin
 
     state = verb("status", "every running opted-in VM: where it runs, where its disks are served from, "
-                           "co-located or not, and the keeper's last action")
+                           "co-located or not, what the keeper will do next and why, and its last action")
     add_kubeconfig_flag(state)
     add_output_flag(state)
     add_disk_flags(state)
+    add_keeper_flags(state)  # the keeper's settings, as it runs with them
 
     make = verb("certs", "generate a CA and a serving certificate for the Service")
     make.add_argument("--service", required=True, help="the webhook's Service (required)")
@@ -264,11 +267,13 @@ async def run_review(args: argparse.Namespace) -> int:
 async def run_serve(args: argparse.Namespace) -> int:
     import os
 
+    from .admission.optin import OptInCheck
     from .admission.service import Listen, Service
     from .admission.stranded import StrandedReporter
     from .admission.tls import ReloadingTLS
     from .cluster import client
     from .cluster.cache import WatchedClusterStore
+    from .cluster.direct import ClusterStore
     from .cluster.events import EventSink, identity
     from .cluster.store import Store
 
@@ -288,6 +293,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else None
         companions.append(StrandedReporter(store, settings, events))
+        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
         if settings.keep != "off":
             from .keeper import lease
             from .keeper.service import KeeperService
@@ -342,9 +348,10 @@ async def run_status(args: argparse.Namespace) -> int:
     from .tools import status
 
     settings = settings_from(args)
-    store = ClusterStore(await client.connect(args.kubeconfig))
+    api = await client.connect(args.kubeconfig)
+    store = ClusterStore(api)
     try:
-        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout)
+        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api)
     except StoreError as exc:
         print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
         return 1

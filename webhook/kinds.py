@@ -64,6 +64,9 @@ MUTATING_WEBHOOK = Resource("MutatingWebhookConfiguration", "admissionregistrati
                             "mutatingwebhookconfigurations", False)
 # Longhorn serves only v1beta2 since 1.9/1.10 (longhorn-manager k8s/crds.yaml).
 SHARE_MANAGER = Resource("ShareManager", "longhorn.io", "v1beta2", "sharemanagers", True)
+# Read by `explain` and `status` only (the I/O path), with the admin's credentials.
+LONGHORN_VOLUME = Resource("Volume", "longhorn.io", "v1beta2", "volumes", True)
+LONGHORN_REPLICA = Resource("Replica", "longhorn.io", "v1beta2", "replicas", True)
 VM = Resource("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", True)
 VMI = Resource("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", True)
 VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtualmachineinstancemigrations", True)

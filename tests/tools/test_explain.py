@@ -4,7 +4,7 @@ import json
 
 import pytest
 from conftest import seed
-from kube import fixture_cluster, launcher_pod, load, run_verb, running_vm
+from kube import fixture_cluster, longhorn_volume, launcher_pod, load, run_verb, running_vm
 
 from webhook.kinds import POD, VM, VMI
 from webhook.rules.running import as_started
@@ -207,3 +207,27 @@ async def test_explain_shows_a_pinned_pod_the_scheduler_cannot_place(tmp_path, k
     assert "pod virt-launcher-vm1-zzzzz pinned to node-b, unschedulable for" in line and message in line
     code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
     assert json.loads(out)["stranded"][0]["node"] == "node-b"
+
+
+@pytest.mark.parametrize("local_replica", [True, False], ids=["local-replica", "no-local-replica"])
+async def test_explain_follows_the_io_path_to_the_replicas(tmp_path, kmock, local_replica):
+    seed_vm(kmock, "node-a")
+    longhorn_volume(kmock, local_replica=local_replica)
+    code, out, err = await explain(tmp_path, kmock, "default/vm1")
+    assert code == 0, err
+    said = "yes" if local_replica else "no"
+    assert f"    data locality best-effort, healthy replica on node-b: {said}" in out.splitlines(), out
+    note = [line for line in out.splitlines() if line.startswith("note: ")]
+    if local_replica:
+        assert note == []
+    else:
+        assert note == ["note: co-location removes only the NFS hop for vm1-rootdisk (no healthy replica on node-b, "
+                        "data locality best-effort): its block I/O still crosses the network"]
+
+
+async def test_explain_without_longhorn_volumes_readable_says_so(tmp_path, kmock):
+    seed_vm(kmock, "node-a")
+    code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
+    assert code == 0, err
+    [path] = json.loads(out)["io_path"]
+    assert path["local_replica"] is None and path["unknown"].startswith("Longhorn volumes and replicas not read")

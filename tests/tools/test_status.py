@@ -8,13 +8,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from conftest import seed
-from kube import fixture_cluster, kubeconfig_for, load, run_verb, rwx_disk, vmi_uid
+from kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
+from kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
 from webhook.rules.migrations import read_migration
 from webhook.rules.running import read_vmi
 from webhook.tools.status import ago, last_action
+
+@pytest.fixture
+def kmock_options(kmock_options):
+    """KubeVirt's writes as a real apiserver makes them: `dryRun=All` stores nothing."""
+    return {**kmock_options, "cls": KubeVirtApi}
+
 
 NOW = datetime.now(UTC).replace(microsecond=0)  # for the wording tests, which are given the time
 FIXTURE_VOLUME = "pvc-7c1d2e3f-0a4b-4c5d-8e6f-9a0b1c2d3e4f"  # vm1-rootdisk in longhorn-rwx.yaml, served from node-b
@@ -116,14 +123,21 @@ async def run_status(tmp_path, kmock, *args):
     return await run_verb(tmp_path, kmock, "status", *args)
 
 
+HEADER = [
+    "keeper: report, leader none (no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
+    "targeted migration: unknown: not checked yet",
+    "migration priority: unknown: not checked yet",
+    "migrations in flight: 0 ours (limit 2), 0 in all (limit 5)",
+    "",
+]
 ROWS = [
-    ["NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION"],
-    ["default/vm1", "node-a", "node-b", "apart", "2h ago", "disks served from node-b, the VM runs on node-a",
-     "migrated to node-b 5h ago: Succeeded"],
-    ["default/vm2", "node-c", "node-c", "co-located", "-", "disks served from node-c, where the VM runs", "none"],
+    ["NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION"],
+    ["default/vm1", "node-a", "node-b", "apart", "2h ago",
+     "held: cannot move to node-b: its launcher pod on node-a is not known", "migrated to node-b 5h ago: Succeeded"],
+    ["default/vm2", "node-c", "node-c", "co-located", "-", "stays: co-located", "none"],
     ["default/vm3", "node-c", "node-a,node-b", "split", "-",
-     "disks served from node-a (1), node-b (1), the VM runs on node-c", "none"],
-    ["other/vm4", "node-a", "-", "unresolved", "-", "share-manager of pvc-vm4-disk is stopped", "none"],
+     "held: split: disks served from node-a (1), node-b (1), the VM runs on node-c", "none"],
+    ["other/vm4", "node-a", "-", "unresolved", "-", "held: unresolved: share-manager of pvc-vm4-disk is stopped", "none"],
 ]
 
 
@@ -132,9 +146,11 @@ async def test_status_table(tmp_path, kmock):
     code, out, err = await run_status(tmp_path, kmock)
     assert code == 0, err
     lines = out.splitlines()
+    assert lines[:5] == HEADER, out
+    lines = lines[5:]
     assert [re.split(r"\s{2,}", line) for line in lines[:5]] == ROWS, out
     # aligned: every column starts where its header does
-    for column in ("NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION"):
+    for column in ("NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION"):
         start = lines[0].index(column)
         assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines[1:5]), out
     assert lines[5] == "4 VMs: 1 co-located, 1 apart, 1 split, 1 unresolved"
@@ -158,8 +174,22 @@ async def test_status_json(tmp_path, kmock):
         "last_migration": {"name": "vm1-colocate-abcde", "target": "node-b", "phase": "Succeeded",
                            "created": vms["default/vm1"]["last_migration"]["created"],
                            "ended": vms["default/vm1"]["last_migration"]["ended"]},
-        "keep": True,
+        "keep": True, "moves": False, "hold": "target unfit",
+        "decision": "cannot move to node-b: its launcher pod on node-a is not known",
+        "next": "held: cannot move to node-b: its launcher pod on node-a is not known",
+        "disks": [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
+                   "data_locality": None, "local_replica": None,
+                   "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
+        "note": None,
     }
+    assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
+    assert report["cluster"] == {
+        "mode": "report", "leader": "none (no Lease kubevirt-colocate/kubevirt-colocate-keeper)",
+        "limits": {"keep_after_seconds": 600.0, "max_inflight": 2, "max_cluster_inflight": 5, "max_per_day": 2,
+                   "max_outbound_per_node": 2},
+        "targeted_migration": {"available": None, "why": "not checked yet", "priority": None,
+                               "priority_why": "not checked yet"},
+        "in_flight": {"ours": 0, "all": 0}}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
     assert report["skipped"] == ["VMI default/vm8: status.nodeName is a int, not a string"]
@@ -177,18 +207,19 @@ async def test_apart_since_a_later_share_manager_and_unknown(tmp_path, kmock):
     seed_cluster(kmock, storage, [vmi("vm1", "node-a", "vm1-rootdisk", migration=migrated()), never, moving], [ours])
     code, out, err = await run_status(tmp_path, kmock)
     assert code == 0, err
-    rows = [re.split(r"\s{2,}", line) for line in out.splitlines()[1:4]]
+    lines = out.splitlines()[5:]
+    rows = [re.split(r"\s{2,}", line) for line in lines[1:4]]
     assert rows[0][:5] == ["default/vm1", "node-a", "node-b", "apart", "40m ago"]
     assert rows[1][:5] == ["default/vm2", "node-a", "node-c", "apart", "?"]
-    assert rows[2][3:] == ["apart", "?", "disks served from node-c, the VM runs on node-b; migrating to node-c",
+    assert rows[2][3:] == ["apart", "?", "held: cannot move to node-c: its launcher pod on node-b is not known",
                            "migration to node-c running for 3m (Scheduling)"]
-    assert out.splitlines()[4] == "3 VMs: 0 co-located, 3 apart, 0 split, 0 unresolved"
+    assert lines[4] == "3 VMs: 0 co-located, 3 apart, 0 split, 0 unresolved"
 
 
 async def test_no_vms(tmp_path, kmock):
     seed_cluster(kmock, fixture_cluster(), [], [])
     code, out, err = await run_status(tmp_path, kmock)
-    assert (code, out) == (0, "0 VMs: 0 co-located, 0 apart, 0 split, 0 unresolved\n"), err
+    assert (code, out) == (0, "\n".join(HEADER) + "\n0 VMs: 0 co-located, 0 apart, 0 split, 0 unresolved\n"), err
 
 
 @pytest.mark.parametrize("fault, message", [
@@ -256,3 +287,21 @@ def test_last_action(migrations, text):
 
 def test_last_action_of_a_vm_the_keeper_leaves_alone():
     assert last_action(view(**{"kubevirt-scheduler/keep": "false"}), [], NOW)[0] == "none (keep disabled)"
+
+
+@pytest.mark.parametrize("local_replica", [True, False], ids=["local-replica", "no-local-replica"])
+async def test_status_notes_a_vm_whose_storage_node_has_no_healthy_replica(tmp_path, kmock, local_replica):
+    """Co-located or not, a VM whose disk has no healthy replica by its share-manager gets a one-line note."""
+    storage, vmis, vmims = cluster()
+    seed_cluster(kmock, storage, vmis, vmims)
+    longhorn_volume(kmock, local_replica=local_replica)
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    vm1 = next(vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1")
+    assert vm1["disks"] == [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
+                             "data_locality": "best-effort", "local_replica": local_replica, "unknown": None}]
+    code, out, err = await run_status(tmp_path, kmock)
+    notes = [line for line in out.splitlines() if line.startswith("note ")]
+    assert notes == ([] if local_replica else [
+        "note default/vm1: co-location removes only the NFS hop for vm1-rootdisk (no healthy replica on node-b, "
+        "data locality best-effort): its block I/O still crosses the network"]), out

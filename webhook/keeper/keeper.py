@@ -27,23 +27,16 @@ from .. import kinds, metrics
 from ..cluster.events import vmi_reference
 from ..cluster.kubevirt import KubeVirtWatch, create_migration, delete_migration
 from ..cluster.reflector import Timing
-from ..cluster.resolve import resolve_disks
-from ..cluster.store import StoreError, WatchedStore
+from ..cluster.store import WatchedStore
 from ..config import Settings
-from ..deadline import Deadline
-from ..kinds import MIGRATION_JOB_LABEL, NODE
+from ..kinds import MIGRATION_JOB_LABEL
 from ..rules.facts import Fact
-from ..rules.apart import APART, Locality, locality, UNRESOLVED, VmState
-from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode
+from ..rules.apart import APART, Locality, VmState
+from ..rules.keep import Hold, KeepDecision, Limits, Mode
 from ..rules.migrations import (
-    attempts,
     backoff_delay,
     in_flight_counts,
-    last_migration_end,
-    migrating,
     Migration,
-    migration_manifest,
-    MIGRATION_PRIORITY,
     outbound_counts,
     read_migration,
     UNPLACEABLE_SECONDS,
@@ -51,7 +44,9 @@ from ..rules.migrations import (
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
 from ..rules.stranded import unschedulable_since
+from . import gather
 from .follow import Follower
+from .gather import Budget
 from .stretch import Stretches
 from .probe import TargetedMigration
 
@@ -98,15 +93,6 @@ class PassReport:
     states: dict[str, int] = dataclasses.field(default_factory=dict)  # running opted-in VMs by state
     held: dict[str, int] = dataclasses.field(default_factory=dict)  # apart VMs by what holds them
     note: str = ""  # why the pass could not act on everything it saw, if so
-
-
-@dataclasses.dataclass
-class _Budget:
-    """Migrations in flight as the pass goes: what it creates counts at once."""
-
-    ours: int
-    everyone: int
-    outbound: collections.Counter[str]  # by the node they leave
 
 
 def _now() -> datetime:
@@ -204,7 +190,7 @@ class Keeper:
             await self._cancel_unplaceable(self.follower.history(watched), vmis, now)
         history = self.follower.history(watched)
         ours, everyone = in_flight_counts(history, now)
-        budget = _Budget(ours, everyone, outbound_counts(history, vmis, now))
+        budget = Budget(ours, everyone, outbound_counts(history, vmis, now))
         by_vmi: dict[tuple[str, str], list[Migration]] = {}  # each VM reads only its own migrations
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
@@ -282,13 +268,7 @@ class Keeper:
             log.warning("keeper skipped an object", extra={"fields": {"object": skipped.what, "why": skipped.reason}})
 
     async def _where(self, vmi: VmiView) -> tuple[Locality, list[Fact]]:
-        """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
-        deadline = Deadline.after(self.timing.request_timeout, 0)
-        facts = await resolve_disks(self.store, self.settings, vmi.namespace, list(vmi.claims), deadline)
-        unknown = [f.reason for f in facts if not f.known]
-        if unknown:
-            return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
-        return locality(vmi.node, facts), facts
+        return await gather.where(self.store, self.settings, vmi, self.timing.request_timeout)
 
     def _since(self, vmi: VmiView, where: Locality, now: datetime) -> datetime:
         record = self._records.get((vmi.namespace, vmi.name))
@@ -300,50 +280,14 @@ class Keeper:
         return now
 
     async def _decide(self, vmi: VmiView, where: Locality, facts: list[Fact], now: datetime,
-                      history: list[Migration], budget: _Budget, incomplete: str) -> KeepDecision:
-        """The VM's decision (`rules.keep.decide_keep`, as it is), recorded; `history` holds its own
-        migrations only. When whether the cluster keeps spec.addedNodeSelector is due to be
-        (re)checked and nothing else would hold the VM, the dry run is made and the VM decided
-        again with its answer."""
-        apart_since: datetime | None = None
-        target_unfit: str | None = None
-        if where.state is APART and where.target and vmi.kept:  # reads for the move only when it may come to one
-            apart = await self.stretches.of(vmi, where, facts, history, now)
-            apart_since = apart.since
-            target_unfit = apart.problem or await self.stretches.target_unfit(vmi, where.target, apart.pod or {})
-        settling = [f.reason for f in facts if f.volume and f.node is None]
+                      history: list[Migration], budget: Budget, incomplete: str) -> KeepDecision:
+        """The VM's decision (`gather.decide`), recorded."""
         lease = self.mode is not Mode.MIGRATE or self.authority(self.timing.request_timeout)
-
-        def decide(targeted: bool | None) -> KeepDecision:
-            return decide_keep(vmi, where, now=now, apart_since=apart_since, limits=self.limits,
-                               history=attempts(vmi, history), in_flight_ours=budget.ours, in_flight_all=budget.everyone,
-                               outbound=budget.outbound[vmi.node or ""],
-                               vmi_migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
-                               target_unfit=target_unfit, targeted=targeted, targeted_note=self.targeted.note,
-                               settling=settling, refused=self._refused.get((vmi.namespace, vmi.name)),
-                               incomplete=incomplete, mode=self.mode, lease=lease)
-
-        due = self.targeted.due()
-        decision = decide(True if due else self.targeted.available)
-        if due and (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)):
-            manifest = await self._manifest(vmi, decision, probe=True)
-            if not isinstance(manifest, Skipped):
-                await self.targeted.check(manifest)
-            decision = decide(self.targeted.available)
+        decision = await gather.decide(self.stretches, self.targeted, vmi, where, facts, now, history, budget,
+                                       limits=self.limits, mode=self.mode, lease=lease, incomplete=incomplete,
+                                       refused=self._refused.get((vmi.namespace, vmi.name)))
         self._record(vmi, where, decision, now)
         return decision
-
-    async def _manifest(self, vmi: VmiView, decision: KeepDecision, *, probe: bool = False) -> dict[str, Any] | Skipped:
-        """The migration to create; for the dry run (`probe`) with spec.priority whatever is known of it."""
-        target = decision.target or ""
-        try:
-            node = await self.store.get(NODE, None, target, timeout=self.timing.request_timeout)
-        except StoreError as exc:
-            return Skipped(f"node {target}", str(exc))
-        if node is None:
-            return Skipped(f"node {target}", "not found")
-        priority = MIGRATION_PRIORITY if probe or self.targeted.priority else None
-        return migration_manifest(vmi, node, decision.reason, priority)
 
     async def _cancel_unplaceable(self, history: list[Migration], vmis: list[VmiView], now: datetime) -> None:
         """Delete each migration of ours whose target pod the scheduler has been unable to place
@@ -385,7 +329,8 @@ class Keeper:
         key = (vmi.namespace, vmi.name)
         record = self._records[key]
         timeout = self.timing.request_timeout
-        manifest = await self._manifest(vmi, decision)
+        manifest = await gather.manifest(self.store, vmi, decision, priority=bool(self.targeted.priority),
+                                         timeout=timeout)
         if isinstance(manifest, Skipped):  # the node went away since the decision
             record.last_action, record.last_action_at = f"no migration created: {manifest}", now
             return None, False

@@ -15,7 +15,7 @@ from ..cluster.store import StoreError, WatchedStore
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, NODE, POD
-from ..rules.apart import Locality
+from ..rules.apart import apart_since, Locality
 from ..rules.facts import Fact
 from ..rules.fit import for_checks
 from ..rules.migrations import Migration, last_migration_end, target_hostname
@@ -37,6 +37,7 @@ class Stretch:
     since: datetime
     pod: dict[str, Any] | None = None  # the launcher pod without our pin: its migration target is built from it
     problem: str | None = None  # why the launcher pod is not known
+    derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
 
 
 def started(obj: dict[str, Any] | None) -> datetime | None:
@@ -87,11 +88,11 @@ class Stretches:
                         timeout=timeout)))
                 except StoreError:
                     pass  # one moment fewer to go by
-        derived = max((m for m in moments if m is not None), default=None)
-        since = min(derived, now) if derived is not None else first_seen
+        derived = apart_since(moments, now)
+        since = derived if derived is not None else first_seen
         # Without our pin: KubeVirt builds the migration target from the VMI, and leaves targets alone.
         launcher = for_checks(as_created(pod, self.settings)) if pod is not None else None
-        stretch = Stretch(vmi.uid, node, target, since, launcher, problem)
+        stretch = Stretch(vmi.uid, node, target, since, launcher, problem, derived is not None)
         self._known[key] = stretch
         return stretch
 

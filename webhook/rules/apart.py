@@ -4,11 +4,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from .facts import Fact
-from .running import VmiView
 
 
 class VmState(enum.StrEnum):
@@ -57,20 +56,10 @@ def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
     return Locality(SPLIT, node, storage, f"disks served from {spread}, the VM runs on {node}{ignored}")
 
 
-def apart_since(vmi: VmiView, share_manager_created: datetime | None,
-                vmi_created: datetime | None = None) -> datetime | None:
-    """Since when a VM that is apart has been apart, read from the cluster alone, so that every
-    replica and `status` agree: the later of when the VM came to its node (its last
-    migration's end, else the VMI's creation when it never migrated) and when the serving
-    share-manager pod was created (the latest, for several disks). None when unknown: a
-    migration in flight or without an end, or a creation time missing.
-    """
-    if share_manager_created is None:
-        return None
-    if vmi.migration is None:
-        arrived = vmi_created
-    else:
-        arrived = None if vmi.migration.in_flight else vmi.migration.ended
-    if arrived is None:
-        return None
-    return max(arrived, share_manager_created)
+def apart_since(moments: Iterable[datetime | None], now: datetime) -> datetime | None:
+    """Since when a VM has been apart, read from the cluster alone so that a new leader and
+    `status` agree: the latest of the moments that could have made it so (its last migration's
+    end, its launcher pod's start, the start of the share-manager pods serving it from
+    elsewhere), never later than `now`. None when none is known."""
+    latest = max((m for m in moments if m is not None), default=None)
+    return min(latest, now) if latest is not None else None

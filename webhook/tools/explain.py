@@ -13,10 +13,12 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
 from ..rules.facts import claims_of
+from ..rules.iopath import path_note
 from ..rules.running import as_started, read_vmi, vm_pods, VmiMigration, VmiView
 from ..rules.times import rfc3339
 from ..rules.patch import as_created
 from ..rules.stranded import stranded
+from .iopath import read_longhorn
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
@@ -39,6 +41,7 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     if launcher is not None:
         opted_in = kinds.annotations(launcher).get(settings.opt_in_annotation) == "true"
     served = {f.node for f in facts if f.node}
+    paths = (await read_longhorn(store, settings, deadline.remaining())).paths(facts)
     view = read_vmi(vmi, settings) if vmi else None
     report: dict[str, Any] = {
         "vm": f"{namespace}/{name}",
@@ -48,6 +51,8 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "migration": _migration(view.migration) if isinstance(view, VmiView) and view.migration else None,
         "opted_in": opted_in,
         "disks": [{"claim": f.subject, "volume": f.volume, "share_manager_node": f.node, "why": f.reason} for f in facts],
+        "io_path": [path.to_json() for path in paths],
+        "io_note": path_note(paths) or None,
         "co_located": bool(running_on) and bool(served) and served == {running_on},
         "stranded": _stranded(pods, namespace, settings),
     }
@@ -103,8 +108,16 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  last migration {route}: {migration['state']}{ended}")
     if not report["disks"]:
         lines.append("  no PVC disks")
+    paths = {path["claim"]: path for path in report["io_path"]}
     for disk in report["disks"]:
         lines.append(f"  disk {disk['claim']}: share-manager on {disk['share_manager_node'] or '-'} ({disk['why']})")
+        path = paths.get(disk["claim"])
+        if path is not None and path["share_manager_node"]:
+            local = {True: "yes", False: "no", None: "?"}[path["local_replica"]]
+            lines.append(f"    data locality {path['data_locality'] or '?'}, healthy replica on "
+                         f"{path['share_manager_node']}: {local}" + (f" ({path['unknown']})" if path["unknown"] else ""))
+    if report["io_note"]:
+        lines.append(f"note: {report['io_note']}")
     if report["running_on"]:
         lines.append(f"co-located: {'yes' if report['co_located'] else 'no'}")
     for stuck in report["stranded"]:

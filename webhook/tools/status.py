@@ -1,10 +1,12 @@
-"""`status`: every running opted-in VM, where it runs, where its disks are served from, and
-the keeper's last action for it.
+"""`status`: every running opted-in VM, where it runs, where its disks are served from, what
+the keeper will do about it (move it, when, or what holds it) and its last action; above them
+the cluster facts the keeper goes by: its mode and leader, whether targeted migration and
+migration priority work, the migrations in flight against the limits.
 
-Read directly with the admin's credentials and judged with the keeper's own pure rules
-(`rules.running.read_vmi`, `rules.apart`, `rules.migrations.read_migration`), so a VM shows here in
-the state the keeper sees it in; "since" is derived from the cluster, not remembered, so it
-agrees with the keeper's to within seconds (pods' creation here, their start there).
+Read directly with the admin's credentials and decided by the keeper's own code
+(`keeper.gather.decide`, which calls `rules.keep.decide_keep`), so a VM shows here with the
+answer the keeper acts on. What only the leader remembers (a create the API refused) is not
+seen here; the keeper's settings are the ones given to `status` (flags or COLOCATE_*).
 """
 from __future__ import annotations
 
@@ -17,26 +19,30 @@ from typing import Any
 
 from .. import kinds
 from ..cluster.direct import ClusterStore
-from ..cluster.resolve import resolve_disks
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
 from ..config import Settings
-from ..deadline import Deadline
-from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
-from ..rules.facts import Fact
-from ..rules.apart import APART, apart_since, locality, VmState
-from ..rules.migrations import attempts, backoff, Migration, of_vmi, read_migration
+from ..keeper import gather
+from ..keeper.probe import TargetedMigration
+from ..keeper.stretch import Stretches
+from .iopath import read_longhorn
+from ..kinds import LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
+from ..rules.apart import APART, CO_LOCATED, VmState
+from ..rules.keep import Hold, KeepDecision, Limits, Mode
+from ..rules.migrations import attempts, backoff, in_flight_counts, Migration, of_vmi, outbound_counts, read_migration
+from ..rules.iopath import DiskPath, path_note
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
 from ..rules.times import parse_time, rfc3339
 
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
-COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "WHY", "LAST ACTION")
+COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
+KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
 
 
 @dataclasses.dataclass(frozen=True)
 class VmStatus:
-    """One running opted-in VM as the keeper sees it."""
+    """One running opted-in VM as the keeper sees it, and what it will do about it."""
 
     namespace: str
     name: str
@@ -48,6 +54,9 @@ class VmStatus:
     last_action: str
     last_migration: Migration | None  # our latest migration of the VM
     kept: bool
+    decision: KeepDecision
+    next: str  # the decision in words: when it moves, or what holds it
+    disks: tuple[DiskPath, ...] = ()  # each Longhorn disk's I/O path
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -64,7 +73,52 @@ class VmStatus:
                 "name": last.name, "target": last.target, "phase": last.phase or None,
                 "created": rfc3339(last.created), "ended": rfc3339(last.ended) if last.ended else None},
             "keep": self.kept,
+            "moves": self.decision.act,
+            "hold": str(self.decision.hold) if self.decision.hold is not None else None,
+            "decision": self.decision.reason,
+            "next": self.next,
+            "disks": [disk.to_json() for disk in self.disks],
+            "note": path_note(self.disks) or None,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The facts the keeper goes by, as read now."""
+
+    mode: Mode
+    leader: str  # the Lease's holder, in words
+    limits: Limits
+    targeted: bool | None
+    targeted_note: str
+    priority: bool | None
+    priority_note: str
+    in_flight_ours: int
+    in_flight_all: int
+
+    def lines(self) -> list[str]:
+        limits = self.limits
+        return [
+            f"keeper: {self.mode}, leader {self.leader}, --keep-after {ago(limits.after)}",
+            f"targeted migration: {_known(self.targeted)}: {self.targeted_note}",
+            f"migration priority: {_known(self.priority)}: {self.priority_note}",
+            f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
+            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        limits = self.limits
+        return {"mode": str(self.mode), "leader": self.leader,
+                "limits": {"keep_after_seconds": limits.after.total_seconds(), "max_inflight": limits.max_inflight,
+                           "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
+                           "max_outbound_per_node": limits.max_outbound_per_node},
+                "targeted_migration": {"available": self.targeted, "why": self.targeted_note,
+                                       "priority": self.priority, "priority_why": self.priority_note},
+                "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all}}
+
+
+def _known(answer: bool | None) -> str:
+    return "unknown" if answer is None else "available" if answer else "unavailable"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,45 +126,116 @@ class Report:
     now: datetime
     vms: list[VmStatus]
     skipped: list[str]  # objects of unexpected shape, left out
+    cluster: Cluster | None = None
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
         return {"total": len(self.vms), **{str(state): counts[state] for state in VmState}}
 
     def to_json(self) -> dict[str, Any]:
-        return {"as_of": rfc3339(self.now), "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(),
-                "skipped": self.skipped}
+        return {"as_of": rfc3339(self.now), "cluster": self.cluster.to_json() if self.cluster else None,
+                "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(), "skipped": self.skipped}
 
 
-async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float) -> Report:
-    """Every running opted-in VM with its state. Raises StoreError when the VMIs or our
-    migrations cannot be listed; a disk that cannot be read leaves its VM unresolved, saying why."""
+def limits_of(settings: Settings) -> Limits:
+    """The keeper's bounds from its settings (as the keeper builds them)."""
+    return Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
+                  max_per_day=settings.keep_max_per_day, max_outbound_per_node=settings.keep_max_outbound_per_node)
+
+
+class _Launchers:
+    """What `keeper.stretch.Stretches` reads through here: every question to the API (`direct`),
+    and the launcher pods of the VMs' namespaces, listed once, in place of the keeper's cache."""
+
+    def __init__(self, store: ClusterStore, pods: Iterable[dict[str, Any]]):
+        self.direct = store
+        self._pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
+        for pod in pods:
+            self._pods[kinds.meta(pod).get("namespace") or "", kinds.labels(pod).get(kinds.CREATED_BY_LABEL) or ""].append(pod)
+
+    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
+        return self._pods.get((namespace, vmi_uid), [])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.direct, name)
+
+
+async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any) -> Report:
+    """Every running opted-in VM with its state and the keeper's decision. Raises StoreError when
+    the VMIs or the migrations cannot be listed; a disk that cannot be read leaves its VM
+    unresolved, saying why. `api` (the client) makes the dry run that tells whether targeted
+    migration works, as the keeper's does."""
     vmis = await store.list(VMI, timeout=timeout)
-    ours = await store.list(VMIM, labels={kinds.MANAGED_BY_LABEL: kinds.COMPONENT}, timeout=timeout)
     skipped: list[str] = []
     migrations: list[Migration] = []
-    for obj in ours:
+    for obj in await store.list(VMIM, timeout=timeout):
         migration = read_migration(obj)
         if isinstance(migration, Skipped):
             skipped.append(str(migration))
         else:
             migrations.append(migration)
-    running: list[tuple[VmiView, datetime | None]] = []
+    views: list[VmiView] = []
     for obj in vmis:
         view = read_vmi(obj, settings)
         if isinstance(view, Skipped):
             skipped.append(str(view))
-        elif view.running and view.opted_in:
-            running.append((view, parse_time(kinds.meta(obj).get("creationTimestamp"))))
-    disks = await _disk_objects(store, settings, {view.namespace for view, _ in running}, timeout) if running else store
+        else:
+            views.append(view)
+    running = [view for view in views if view.running and view.opted_in]
+    namespaces = {view.namespace for view in running}
+    disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
+    pods: list[dict[str, Any]] = []
+    for namespace in sorted(namespaces):
+        try:
+            pods += await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
+        except StoreError:
+            pass  # each VM apart then says its launcher pod is not known
+    stretches = Stretches(_Launchers(store, pods), settings, timeout)  # type: ignore[arg-type]
+    targeted = TargetedMigration(api, timeout=timeout)
+    ours, everyone = in_flight_counts(migrations, now)
+    budget = gather.Budget(ours, everyone, outbound_counts(migrations, views, now))
+    limits = limits_of(settings)
+    longhorn = await read_longhorn(store, settings, timeout) if running else None
+    mode = Mode.MIGRATE if settings.keep == Mode.MIGRATE else Mode.REPORT
     gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(view: VmiView, created: datetime | None) -> VmStatus:
+    async def one(view: VmiView) -> VmStatus:
         async with gate:
-            return await _vm_status(disks, settings, view, created, migrations, now, Deadline.after(timeout, 0))
+            where, facts = await gather.where(disks, settings, view, timeout)
+            history = list(of_vmi(migrations, view))
+            decision = await gather.decide(stretches, targeted, view, where, facts, now, history, budget,
+                                           limits=limits, mode=mode)
+            vm = _vm_status(view, where.storage, where.why, decision, stretches, migrations, limits, now)
+            return dataclasses.replace(vm, disks=tuple(longhorn.paths(facts))) if longhorn is not None else vm
 
-    vms = await asyncio.gather(*(one(view, created) for view, created in running))
-    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped)
+    # One by one until a VM that may move has made the dry run; the others with its answer, at once.
+    vms: list[VmStatus] = []
+    while len(vms) < len(running) and targeted.due():
+        vms.append(await one(running[len(vms)]))
+    vms += await asyncio.gather(*(one(view) for view in running[len(vms):]))
+    header = Cluster(mode, await leader(store, settings, now, timeout), limits, targeted.available, targeted.note,
+                     targeted.priority, targeted.priority_note, ours, everyone)
+    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped, header)
+
+
+async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:
+    """Who holds the keeper's Lease, in words: "pod-x (renewed 5s ago)", "none", or why unknown."""
+    namespace = settings.lease_namespace or KEEPER_NAMESPACE
+    try:
+        lease = await store.get(LEASE, namespace, settings.lease_name, timeout=timeout)
+    except StoreError as exc:
+        return f"unknown ({exc})"
+    if lease is None:
+        return f"none (no Lease {namespace}/{settings.lease_name})"
+    spec = kinds.spec(lease)
+    holder = spec.get("holderIdentity")
+    if not isinstance(holder, str) or not holder:
+        return "none (the Lease is released)"
+    renewed = parse_time(spec.get("renewTime"))
+    duration = spec.get("leaseDurationSeconds")
+    if renewed is not None and isinstance(duration, int) and now - renewed > timedelta(seconds=duration):
+        return f"none ({holder}'s Lease ran out {ago(now - renewed - timedelta(seconds=duration))} ago)"
+    return holder + (f" (renewed {ago(now - renewed)} ago)" if renewed is not None else "")
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
@@ -135,39 +260,37 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
     return SnapshotStore(objects)
 
 
-async def _vm_status(store: Store, settings: Settings, view: VmiView, created: datetime | None,
-                     migrations: Sequence[Migration], now: datetime, deadline: Deadline) -> VmStatus:
-    facts = await resolve_disks(store, settings, view.namespace, view.claims, deadline)
-    where = locality(view.node, facts)
-    since = None
-    if where.state is APART:
-        served = await _share_manager_created(store, settings, facts, where.target, deadline)
-        since = apart_since(view, served, created)
-    why = where.why
+def _vm_status(view: VmiView, storage: tuple[str, ...], why: str, decision: KeepDecision, stretches: Stretches,
+               migrations: Sequence[Migration], limits: Limits, now: datetime) -> VmStatus:
+    stretch = stretches.get((view.namespace, view.name))
+    since = stretch.since if decision.state is APART and stretch is not None and stretch.derived else None
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, now)
-    return VmStatus(view.namespace, view.name, view.node, where.storage, where.state, since, why, text, last, view.kept)
+    return VmStatus(view.namespace, view.name, view.node, storage, decision.state, since, why, text, last, view.kept,
+                    decision, next_step(decision, since, limits, now))
 
 
-async def _share_manager_created(store: Store, settings: Settings, facts: Sequence[Fact], node: str | None,
-                                 deadline: Deadline) -> datetime | None:
-    """When the share-manager pods serving the VM from `node` were created (the latest), or
-    None when one of them cannot be read or is not (or no longer) on that node."""
-    times: list[datetime] = []
-    for fact in facts:
-        if fact.node != node or fact.volume is None:
-            continue
-        try:
-            pod = await store.get(POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
-                                  timeout=deadline.remaining())
-        except StoreError:
-            return None
-        when = parse_time(kinds.meta(pod).get("creationTimestamp"))
-        if when is None or kinds.spec(pod).get("nodeName") != node:
-            return None
-        times.append(when)
-    return max(times, default=None)
+def next_step(decision: KeepDecision, since: datetime | None, limits: Limits, now: datetime) -> str:
+    """The keeper's decision in words: "moves in 4m (apart since 12:03, --keep-after 10m)",
+    "moves at the keeper's next pass", "stays: co-located", "held: <why>"."""
+    keep_after = f"--keep-after {ago(limits.after)}"
+    if decision.act:
+        return f"moves to {decision.target} at the keeper's next pass"
+    if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
+        return "stays: co-located"
+    if decision.hold is Hold.APART_BRIEFLY and since is not None:
+        return f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, {keep_after})"
+    if decision.hold is Hold.BACKING_OFF:
+        return decision.reason
+    if decision.hold is Hold.REPORT_ONLY:
+        return decision.reason.replace("report only: would", "would", 1) + " (the keeper only reports)"
+    return f"held: {decision.reason}"
+
+
+def _clock(moment: datetime, now: datetime) -> str:
+    """A moment as a wall clock (UTC): the time today, else the date too."""
+    return moment.strftime("%H:%M" if now - moment < timedelta(hours=20) else "%Y-%m-%d %H:%M") + " UTC"
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -213,16 +336,18 @@ def summary_line(counts: dict[str, int]) -> str:
 
 
 def render(report: Report) -> str:
-    """An aligned table, one row per VM, then the counts per state and what was left out."""
+    """The cluster facts, an aligned table with one row per VM, then the counts per state and what
+    was left out."""
     rows = [COLUMNS]
     for vm in report.vms:
         since = "-" if vm.state is not APART else f"{ago(report.now - vm.since)} ago" if vm.since else "?"
         rows.append((f"{vm.namespace}/{vm.name}", vm.node or "-", ",".join(vm.storage) or "-", str(vm.state), since,
-                     vm.why, vm.last_action))
-    lines = []
+                     vm.next, vm.last_action))
+    lines = report.cluster.lines() + [""] if report.cluster is not None else []
     if report.vms:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
-        lines = ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
+        lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
+    lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)

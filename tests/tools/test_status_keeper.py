@@ -1,0 +1,175 @@
+"""`status` and the keeper give the same answer: each of the keeper's scenarios on one emulated
+cluster, `status` first (it creates nothing), then a keeper pass; for every VM the same hold and
+the same reason. And what `status` says of each hold, as an admin reads it."""
+import asyncio
+import re
+from datetime import UTC, datetime
+
+import kmock as kmocklib
+import pytest
+from conftest import api_host, watched_store
+from kube import node, rwx_disk
+from kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, migration, three_nodes, vmi
+
+from webhook.cluster import client
+from webhook.cluster.direct import ClusterStore
+from webhook.config import Settings
+from webhook.kinds import LEASE
+from webhook.keeper.keeper import Keeper
+from webhook.rules.keep import Hold
+from webhook.tools import status
+
+MIGRATE = Settings(keep="migrate", keep_after=0)
+
+
+@pytest.fixture
+def kmock_options(kmock_options):
+    return {**kmock_options, "cls": KubeVirtApi}
+
+
+@pytest.fixture
+def cluster(kmock):
+    return Cluster(kmock)
+
+
+async def status_of(kmock, settings):
+    """`status` in-process, as `python -m webhook status` runs it, with the keeper's settings."""
+    api = client.for_host(api_host(kmock))
+    try:
+        return await status.status(ClusterStore(api), settings, datetime.now(UTC), timeout=2.0, api=api)
+    finally:
+        await api.close()
+
+
+async def keeper_pass(kmock, settings):
+    """One pass of a keeper on the same cluster: its record of each VM."""
+    store = await watched_store(kmock, settings)
+    api = client.for_host(api_host(kmock))
+    keeper = Keeper(api, store, settings, timing=TIMING)
+    try:
+        async with keeper.watching() as watch:
+            await asyncio.wait_for(watch.wait_synced(), 5)
+            await keeper.run_pass()
+        return {r.name: r for r in keeper.records()}
+    finally:
+        await store.close()
+        await api.close()
+
+
+def seconds_blurred(text):
+    """A reason without its counts of seconds: the two read the clock a moment apart."""
+    return re.sub(r"\d+s\b", "Ns", text)
+
+
+async def same_answer(kmock, settings):
+    """Status, then the keeper: the same VMs, holds and reasons. Status's report."""
+    report = await status_of(kmock, settings)
+    records = await keeper_pass(kmock, settings)
+    assert sorted(vm.name for vm in report.vms) == sorted(records)
+    for vm in report.vms:
+        record = records[vm.name]
+        assert vm.decision.hold == record.hold, (vm.name, vm.decision.reason, record.decision)
+        assert seconds_blurred(vm.decision.reason) == seconds_blurred(record.decision), vm.name
+        assert (vm.state, vm.node) == (record.state, record.node)
+    return report
+
+
+def untargeted(kmock):
+    """KubeVirt < 1.6: a dry run's spec.addedNodeSelector is pruned."""
+    def pruned(request):
+        if request.params.get("dryRun") == "All":
+            return dict(request.data, spec={"vmiName": request.data["spec"]["vmiName"]})
+        return None
+    kmock["create", kmocklib.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << pruned
+
+
+def briefly_apart():
+    """Its launcher pod started six and a half minutes ago on a node away from its storage."""
+    objects = three_nodes() + apart_vm()
+    objects[-1]["metadata"]["creationTimestamp"] = ago(minutes=6, seconds=30)
+    objects[-1].setdefault("status", {}).pop("startTime", None)
+    return objects
+
+
+SCENARIOS = {
+    # name: (objects, settings, cluster change, hold, what status says)
+    "moves": (lambda: three_nodes() + apart_vm(), MIGRATE, None, None, "moves to node-b at the keeper's next pass"),
+    "report-only": (lambda: three_nodes() + apart_vm(), Settings(keep="report", keep_after=0), None, Hold.REPORT_ONLY,
+                    "would migrate from node-a to node-b"),
+    "apart-briefly": (briefly_apart, Settings(keep="migrate", keep_after=600), None, Hold.APART_BRIEFLY,
+                      "moves in 3m (apart since "),
+    "backing-off": (lambda: three_nodes() + apart_vm() + [migration("vm1-colocate-aaaaa", "vm1", phase="Failed",
+                                                                    ours=True, created=ago(minutes=2))],
+                    MIGRATE, None, Hold.BACKING_OFF, "backing off until "),
+    "untargeted": (lambda: three_nodes() + apart_vm(), MIGRATE, untargeted, Hold.UNTARGETED,
+                   "held: targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
+    "target-unfit": (lambda: [node("node-a"), node("node-b", unschedulable=True)] + apart_vm(), MIGRATE, None,
+                     Hold.TARGET_UNFIT, "held: cannot move to node-b: "),
+    "not-migratable": (lambda: three_nodes() + apart_vm(migratable=False), MIGRATE, None, Hold.NOT_MIGRATABLE,
+                       "held: not live-migratable: "),
+    "cluster-limit": (lambda: three_nodes() + apart_vm() + [migration(f"drain-{i}", f"other-{i}") for i in range(5)],
+                      MIGRATE, None, Hold.CLUSTER_LIMIT, "held: 5 migrations in flight cluster-wide (limit 5)"),
+    "daily-limit": (lambda: three_nodes() + apart_vm() + [
+        migration(f"vm1-colocate-{i}", "vm1", phase="Succeeded", ours=True, created=ago(hours=hours))
+        for i, hours in enumerate((3, 5))], MIGRATE, None, Hold.DAILY_LIMIT,
+        "held: migrated 2 times in the last 24h (limit 2)"),
+    "co-located": (lambda: three_nodes() + apart_vm(storage="node-a"), MIGRATE, None, Hold.NOT_APART,
+                   "stays: co-located"),
+    "split": (lambda: three_nodes() + [*apart_vm(), *rwx_disk("vm1-other", "node-c")], MIGRATE, None, Hold.NOT_APART,
+              "held: split: "),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+async def test_status_and_the_keeper_give_the_same_answer(cluster, kmock, scenario):
+    objects, settings, change, hold, said = SCENARIOS[scenario]
+    seeded = objects()
+    if scenario == "split":  # the VM's second disk
+        vm1 = next(o for o in seeded if o["kind"] == "VirtualMachineInstance")
+        vm1["spec"]["volumes"].append({"name": "other", "persistentVolumeClaim": {"claimName": "vm1-other"}})
+    cluster.seed(seeded)
+    if change is not None:
+        change(kmock)
+
+    report = await same_answer(kmock, settings)
+
+    [vm] = report.vms
+    assert vm.decision.hold == hold and vm.decision.act == (hold is None)
+    assert said in vm.next, vm.next
+    assert said in status.render(report)
+
+
+async def test_the_header_says_what_the_keeper_goes_by(cluster, kmock):
+    """Mode and leader (the Lease), targeted migration and priority (a dry run), migrations in flight."""
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": "kubevirt-colocate-keeper", "namespace": "kubevirt-colocate"},
+             "spec": {"holderIdentity": "kubevirt-colocate-7d9f-abcde", "leaseDurationSeconds": 15,
+                      "renewTime": ago(seconds=3)}}
+    flying = [migration("drain-1", "other-1"), migration("drain-2", "other-2"),
+              migration("vm2-colocate-bbbbb", "vm2", ours=True)]
+    cluster.seed(three_nodes() + apart_vm() + flying)
+    kmock.objects[LEASE, "kubevirt-colocate", "kubevirt-colocate-keeper"] = lease
+
+    report = await status_of(kmock, Settings(keep="migrate", keep_after=600))
+
+    header = status.render(report).splitlines()[:4]
+    assert re.fullmatch(r"keeper: migrate, leader kubevirt-colocate-7d9f-abcde \(renewed \d+s ago\), --keep-after 10m",
+                        header[0]), header
+    assert header[1:] == [
+        "targeted migration: available: spec.addedNodeSelector is kept: targeted migration works",
+        "migration priority: available: spec.priority is kept: our migrations queue as system-maintenance",
+        "migrations in flight: 1 ours (limit 2), 3 in all (limit 5)",
+    ]
+
+
+async def test_the_header_without_targeted_migration_nor_a_leader(cluster, kmock):
+    cluster.seed(three_nodes() + apart_vm())
+    untargeted(kmock)
+
+    report = await status_of(kmock, MIGRATE)
+
+    header = status.render(report).splitlines()[:3]
+    assert header[0] == "keeper: migrate, leader none (no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 0s"
+    assert header[1] == ("targeted migration: unavailable: the cluster prunes spec.addedNodeSelector "
+                         "(spec.addedNodeSelector needs KubeVirt 1.6 or newer): no migration is created")
+    assert report.to_json()["cluster"]["targeted_migration"]["available"] is False
