@@ -40,6 +40,7 @@ class TargetedMigration:
         self.available: bool | None = None  # None: not known yet
         self.note = "not checked yet"
         self.priority: bool | None = None  # spec.priority kept; None: not known yet
+        self.priority_note = "not checked yet"
         self._checked_at: float | None = None
 
     def due(self) -> bool:
@@ -84,9 +85,9 @@ class TargetedMigration:
         return self.available
 
     def _settle_priority(self, kept: bool, note: str) -> None:
-        """Said once, in the log, when the answer changes."""
+        """Said once, in the log, when the answer changes; `status` shows the note."""
         changed = kept != self.priority
-        self.priority = kept
+        self.priority, self.priority_note = kept, note
         if changed:
             log.info("migration priority " + ("kept" if kept else "not kept"), extra={"fields": {"why": note}})
 
