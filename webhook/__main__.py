@@ -90,6 +90,9 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     serve.add_argument("--events", choices=["on", "off"], default="on",
                        help="Kubernetes Events on the VMI about each decision (cluster mode)")
     serve.add_argument("--log-level", default=None, help="debug, info, warning, error (env LOG_LEVEL)")
+    # Not for clusters, hidden from --help: "allow" parses each review and allows it, nothing
+    # decided, so a benchmark can tell what serving costs from what the rules add.
+    serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
     add_settings_flags(serve)
     add_keeper_flags(serve)
 
@@ -225,7 +228,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
-    await Service(store, settings, listen, reloader, events, companions).run()
+    await Service(store, settings, listen, reloader, events, companions, decide=args.admission == "rules").run()
     return 0
 
 
