@@ -2,9 +2,9 @@
 
 Admission: `python -m webhook serve` (the production command) watches a kmock emulator and
 answers a two-disk VM pod from its caches over TLS; a bare aiohttp TLS server answers the
-same request with a fixed patch using stdlib json; and `serve` with its admission replaced by
-"parse the review, answer allowed" (bench/floor.py), which tells what serving costs apart
-from what an admission adds. The load generator (wrk, or an asyncio client without it) and
+same request with a fixed patch using stdlib json; and `serve --admission allow` (a hidden
+option: each review parsed and allowed, nothing decided, recorded or logged), which tells what
+serving costs apart from what an admission adds. The load generator (wrk, or an asyncio client without it) and
 the servers run on different cores; the servers are measured in alternating rounds and the
 medians are reported. Then the API-fallback path: two claims the
 caches never saw, read with GETs from the emulator. Then the admission's own CPU without
@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import emulator, load, objects
+from . import cluster, emulator, load
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"ratio": 0.8, "p99_ms": 2.0, "rss_mib": 200.0, "fallback_p99_ms": 10.0, "inprocess_us": 60.0,
@@ -86,9 +86,9 @@ def emulated_cluster(cpu: int | None, pvcs: int, share_managers: int, pods: int,
 
 
 @contextlib.contextmanager
-def webhook_server(api: str, work: Path, cpu: int | None, name: str, module: str = "webhook",
+def webhook_server(api: str, work: Path, cpu: int | None, name: str,
                    flags: Sequence[str] = ("--keep", "off")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
-    """`serve` (or `module`'s) on the emulator at `api`, logging to `<name>.log`; `flags` last."""
+    """`serve` on the emulator at `api`, logging to `<name>.log`; `flags` last."""
     kubeconfig = work / f"kubeconfig-{name}"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "bench",
@@ -98,7 +98,7 @@ def webhook_server(api: str, work: Path, cpu: int | None, name: str, module: str
     }))
     port, ops_port = free_port(), free_port()
     log = work / f"{name}.log"
-    command = [sys.executable, "-m", module, "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
                "--drain-delay", "0", "--events", "off",
                "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key"), *flags]
@@ -135,7 +135,7 @@ def wait_for(url: str, work: Path, status: int = 200, timeout: float = 1800, bod
 
 def review_file(work: Path, name: str, claims: list[str]) -> Path:
     path = work / f"{name}.json"
-    path.write_bytes(json.dumps(objects.two_disk_review(emulator.BENCH_NS, claims)).encode())
+    path.write_bytes(json.dumps(cluster.two_disk_review(emulator.BENCH_NS, claims)).encode())
     return path
 
 
@@ -184,7 +184,8 @@ def admission_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with emulated_cluster(load_cpu, args.pvcs, args.share_managers, args.pods, True) as (api, control), \
             webhook_server(api, work, server_cpu, "full") as (full_proc, full, full_ops, _), \
-            webhook_server(api, work, server_cpu, "floor", "bench.floor") as (floor_proc, floor, floor_ops, _):
+            webhook_server(api, work, server_cpu, "floor", flags=("--keep", "off", "--admission", "allow")) \
+            as (floor_proc, floor, floor_ops, _):
         wait_for(f"{full_ops}/readyz", work, timeout=120)
         wait_for(f"{floor_ops}/readyz", work, timeout=120)
         body = review_file(work, "review", emulator.BENCH_CLAIMS)

@@ -23,21 +23,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import datetime
 import itertools
 import os
-import secrets
 import sys
 import uuid
 from typing import Any
 
+import kmock
 from aiohttp import web
-from kmock._internal import apps, k8s
 
+from kubefake import objects
+from kubefake.apiserver import ApiserverWrites
 from webhook.kinds import LEASE, POD, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
-from . import objects
+from . import cluster
 
 BENCH_NS = "vms-bench"
 BENCH_CLAIMS = ["bench-disk-0", "bench-disk-1"]
@@ -46,7 +46,7 @@ BENCH_NODE = "node-bench"
 
 
 def claim_objects(claim: str) -> list[dict[str, Any]]:
-    return [objects.pvc(claim, BENCH_NS, f"pvc-{claim}"), objects.pv(claim, BENCH_NS, f"pvc-{claim}")]
+    return [objects.pvc(claim, f"pvc-{claim}", namespace=BENCH_NS), objects.pv(claim, f"pvc-{claim}", namespace=BENCH_NS)]
 
 
 def share_manager_objects(claim: str) -> list[dict[str, Any]]:
@@ -55,7 +55,7 @@ def share_manager_objects(claim: str) -> list[dict[str, Any]]:
 
 def bench_objects() -> list[dict[str, Any]]:
     """The benchmark's two disks, served from BENCH_NODE, and the share-managers of the late ones."""
-    found = [objects.node(BENCH_NODE)]
+    found = [objects.node(BENCH_NODE, allocatable=objects.LARGE_ALLOCATABLE)]
     for claim in BENCH_CLAIMS:
         found += claim_objects(claim) + share_manager_objects(claim)
     for claim in LATE_CLAIMS:
@@ -66,11 +66,11 @@ def bench_objects() -> list[dict[str, Any]]:
 def cluster_objects(pvcs: int, share_managers: int, pods: int, nodes: int = 20, bench_disks: bool = True,
                     other_pods: int = 0) -> list[dict[str, Any]]:
     """Every object the emulator serves: the synthetic cluster, and the benchmark's disks."""
-    found = list(objects.cluster(pvcs, share_managers, pods, nodes, other_pods))
+    found = list(cluster.cluster(pvcs, share_managers, pods, nodes, other_pods))
     return found + bench_objects() if bench_disks else found
 
 
-class BenchEmulator(k8s.KubernetesEmulator):
+class BenchEmulator(kmock.KubernetesEmulator):
     served = 0  # API requests other than watches
     KEEP = 8  # recent requests kept: more than ever start at the same moment here
 
@@ -81,57 +81,8 @@ class BenchEmulator(k8s.KubernetesEmulator):
         return await super()._handle(request)
 
 
-class ApiserverWrites:
-    """What a real apiserver does on writes and kmock leaves out, as the keeper relies on it:
-    names from generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All`
-    creates answered but never stored; a create `refuse` turns away as a whole (an admission
-    webhook, a conflict: nothing stored); PUT replacing an object (the Lease), 409 when its
-    resourceVersion is stale (kmock knows only PATCH). Mixed into a kmock emulator, before it."""
-
-    _versions = itertools.count(1000)
-    refuse: Any = None  # request -> k8s.KubernetesError | None
-
-    async def _write(self, request: Any) -> Any:
-        """The answer to a write kmock would answer otherwise, or None to let kmock answer."""
-        if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
-            metadata = request.data.setdefault("metadata", {})
-            if not metadata.get("name") and metadata.get("generateName"):
-                metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
-            metadata.setdefault("uid", str(uuid.uuid4()))
-            metadata.setdefault("creationTimestamp", stamp())
-            metadata["resourceVersion"] = str(next(self._versions))
-            if request.params.get("dryRun") == "All":
-                return await apps.RawHandler._handle(self, request)  # answered, never stored
-            if self.refuse is not None and (error := self.refuse(request)) is not None:
-                return await self._render_error(error)
-        if request.resource is not None and request.method == "PUT" and request.name:
-            return await self._replace(request)
-        return None
-
-    async def _serve_create(self, request: Any) -> Any:
-        if request.params.get("dryRun") == "All":
-            return request.data
-        return await super()._serve_create(request)
-
-    async def _replace(self, request: Any) -> Any:
-        key = (request.resource, request.namespace, request.name)
-        async with self._lock:
-            if key not in self.objects or self.objects[key].deleted:
-                return await self._render_error(k8s.KubernetesError(404, "NotFound", f"{request.name} not found"))
-            stored = self.objects[key].raw
-            sent = (request.data.get("metadata") or {}).get("resourceVersion")
-            if sent and sent != (stored.get("metadata") or {}).get("resourceVersion"):
-                return await self._render_error(k8s.KubernetesError(
-                    409, "Conflict", "the object has been modified; please apply your changes to the latest version"))
-            new = copy.deepcopy(request.data)
-            new.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
-            self.objects[key] = new
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
-        return web.json_response(new)
-
-
 class KubeVirtEmulator(ApiserverWrites, BenchEmulator):
-    """The bench emulator with a real apiserver's writes (ApiserverWrites)."""
+    """The bench emulator with a real apiserver's writes (kubefake.apiserver.ApiserverWrites)."""
 
     async def _handle(self, request: Any) -> Any:
         answer = await self._write(request)
@@ -146,12 +97,8 @@ class KubeVirtEmulator(ApiserverWrites, BenchEmulator):
         async with self._lock:
             raw = self.objects[key].raw if key in self.objects and not self.objects[key].deleted else None
         if raw is None:
-            raise k8s.KubernetesObjectNotFoundError()
+            raise kmock.KubernetesObjectNotFoundError()
         return raw
-
-
-def stamp(moment: datetime.datetime | None = None) -> str:
-    return (moment or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int, apart_every: int) -> tuple[int, int]:
@@ -175,7 +122,7 @@ def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int,
                       if "persistentVolumeClaim" in v][:1]  # the second disk is served from another node here
             node = pod["spec"]["nodeName"]
             if apart_every and k % apart_every == 0:
-                node = objects.node_name(int(node.rsplit("-", 1)[1]) + 1, nodes)
+                node = cluster.node_name(int(node.rsplit("-", 1)[1]) + 1, nodes)
                 moved = copy.deepcopy(pod)
                 moved["spec"]["nodeName"] = node
                 emulator.put(moved)
@@ -183,8 +130,8 @@ def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int,
         else:
             a = k % max(1, share_managers)
             name, namespace, uid = f"vm-{k:06d}", f"vms-{a % 100:02d}", str(uuid.UUID(int=k, version=4))
-            claims, node = [f"disk-{a:06d}"], objects.node_name(a, nodes)
-        emulator.put(objects.vmi(name, namespace, claims, node, uid))
+            claims, node = [f"disk-{a:06d}"], cluster.node_name(a, nodes)
+        emulator.put(objects.vmi(name, node, *claims, namespace=namespace, uid=uid))
         put += 1
     return put, apart
 
@@ -245,8 +192,8 @@ class Emulator:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    async with (KubeVirtEmulator if args.vmis else BenchEmulator)() as kmock, apps.Server(kmock) as server:
-        emulator = Emulator(kmock, args.paginate)
+    async with (KubeVirtEmulator if args.vmis else BenchEmulator)() as api, kmock.Server(api) as server:
+        emulator = Emulator(api, args.paginate)
         control = web.AppRunner(emulator.control(), access_log=None)
         await control.setup()
         site = web.TCPSite(control, "127.0.0.1", 0)

@@ -5,7 +5,9 @@ parse, look-ups, never-strand checks, decision, patch, patch check, envelope, me
 JSON log line written to a line-buffered file as stderr would be), on the event loop `serve`
 runs on. The store is a `WatchedClusterStore` holding what the benchmark's emulator serves,
 delivered through its informers as list events, the way the reflectors deliver them; it has
-no API client, so an admission that missed the caches could not pin.
+no API client, so an admission that missed the caches could not pin. kube-scheduler's checks
+(`rules.fit.why_not_fit`) are timed apart, called as the admission calls them: on the pin's
+node, with the store's own view of the cluster.
 
 `python -m bench.inprocess` prints the figures on their own; `python -m bench` prints them
 beside the HTTP figures.
@@ -23,16 +25,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from webhook import logs
 from webhook.admission import server
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
+from webhook.kinds import NODE
 from webhook.rules import fit
 
-from . import emulator, objects
+from . import cluster, emulator
 
 
 def filled_store(settings: Settings, pvcs: int, share_managers: int, pods: int) -> WatchedClusterStore:
@@ -68,7 +70,7 @@ def logging_to(path: Path) -> Iterator[logging.Handler]:
 
 def review_bytes() -> bytes:
     """The review the HTTP benchmark sends: the example VM pod with the two benchmark disks."""
-    return json.dumps(objects.two_disk_review(emulator.BENCH_NS, emulator.BENCH_CLAIMS)).encode()
+    return json.dumps(cluster.two_disk_review(emulator.BENCH_NS, emulator.BENCH_CLAIMS)).encode()
 
 
 async def cpu_per_admission(endpoint: server.Admissions, raw: bytes, count: int, log: logging.Handler) -> float:
@@ -88,14 +90,23 @@ async def pinned(endpoint: server.Admissions, raw: bytes) -> None:
         raise SystemExit(f"the in-process admission did not pin: {answer}")
 
 
-def passes(*args: Any, **kwargs: Any) -> None:
-    """kube-scheduler's checks as if every node fitted: the admission without them."""
-    return None
+async def cpu_per_check(store: WatchedClusterStore, raw: bytes, count: int) -> float:
+    """CPU time (µs) of kube-scheduler's checks of the review's pod on the node it is pinned to,
+    over `count` calls, with the view of the cluster the admission gets from the store."""
+    pod = json.loads(raw)["request"]["object"]
+    node = store.peek(NODE, None, emulator.BENCH_NODE)[1]
+    view = await store.fit_view(emulator.BENCH_NS, emulator.BENCH_NODE, timeout=10.0)
+    if node is None or view is None or fit.why_not_fit(pod, emulator.BENCH_NS, node, view) is not None:
+        raise SystemExit(f"the checks do not pass the benchmark's pod on {emulator.BENCH_NODE}")
+    began = time.process_time()
+    for _ in range(count):
+        fit.why_not_fit(pod, emulator.BENCH_NS, node, view)
+    return (time.process_time() - began) * 1e6 / count
 
 
 def measure(count: int = 1000, rounds: int = 21, pvcs: int = 100, share_managers: int = 50,
             pods: int = 50) -> dict[str, float]:
-    """µs of CPU per admission: the whole path, and the same without kube-scheduler's checks.
+    """µs of CPU per admission: the whole path, kube-scheduler's checks within it, and the rest.
 
     The two are measured in pairs of rounds, in turn first, and medians are reported (of each,
     and of the difference within each pair): other work on the machine only ever adds time,
@@ -104,25 +115,20 @@ def measure(count: int = 1000, rounds: int = 21, pvcs: int = 100, share_managers
     store = filled_store(settings, pvcs, share_managers, pods)
     endpoint = server.Admissions(store, settings)
     raw = review_bytes()
-    whole, unchecked = [], []
+    whole, checks = [], []
     with tempfile.TemporaryDirectory(prefix="colocate-inprocess-") as tmp, logging_to(Path(tmp) / "serve.log") as log:
         with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
             runner.run(pinned(endpoint, raw))
             runner.run(cpu_per_admission(endpoint, raw, count, log))  # warm up the caches and the interpreter
-
-            def without_checks() -> float:
-                with mock.patch.object(fit, "why_not_fit", passes):
-                    return runner.run(cpu_per_admission(endpoint, raw, count, log))
-
             for i in range(rounds):
                 if i % 2:
-                    unchecked.append(without_checks())
+                    checks.append(runner.run(cpu_per_check(store, raw, count)))
                     whole.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
                 else:
                     whole.append(runner.run(cpu_per_admission(endpoint, raw, count, log)))
-                    unchecked.append(without_checks())
-    return {"admission_us": statistics.median(whole), "without_checks_us": statistics.median(unchecked),
-            "checks_us": statistics.median(w - u for w, u in zip(whole, unchecked))}
+                    checks.append(runner.run(cpu_per_check(store, raw, count)))
+    return {"admission_us": statistics.median(whole), "checks_us": statistics.median(checks),
+            "without_checks_us": statistics.median(w - c for w, c in zip(whole, checks))}
 
 
 def main() -> None:

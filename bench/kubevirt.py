@@ -74,14 +74,14 @@ import sys
 import uuid
 from typing import Any
 
-from aiohttp import web
 import kmock
-from kmock._internal import apps
+from aiohttp import web
 
+from kubefake import objects
+from kubefake.objects import stamp
 from webhook.kinds import EVENT, LEASE, NODE, POD, VMI, VMIM, Resource
 
-from . import objects
-from .emulator import Emulator, KubeVirtEmulator, stamp
+from .emulator import Emulator, KubeVirtEmulator
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 OURS = "kubevirt-colocate"
@@ -215,7 +215,7 @@ def plan(vmis: int, apart: int, nodes: int, unready: int, cordoned: int, others:
     old = healthy[1::4][:old_cpu] if len(healthy) - min(old_cpu, len(healthy[1::4])) >= 2 else []
     cpu = {n: objects.OLD_CPU if n in old else objects.NEW_CPU for n in names}
     new = [n for n in healthy if n not in old]
-    labels = {n: objects.node(n, cpu[n])["metadata"]["labels"] for n in names}
+    labels = {n: objects.node(n, cpu=cpu[n])["metadata"]["labels"] for n in names}
     rng = random.Random(seed)
     roles: list[str] = []
     for role, share in HELD:
@@ -254,7 +254,7 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
     """The nodes, and each VM's disk, share-manager, VMI and launcher pod, as the API shows them."""
     found = []
     for name in layout.nodes:
-        node = objects.node(name, layout.cpu[name])
+        node = objects.node(name, cpu=layout.cpu[name], allocatable=objects.LARGE_ALLOCATABLE)
         if name in layout.cordoned:  # as kubectl drain leaves it
             node["spec"] = {"unschedulable": True, "taints": [
                 {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": stamp(started)}]}
@@ -269,12 +269,13 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
         share_manager_pod = objects.share_manager_pod(volume, vm.storage)
         share_manager_pod["metadata"]["creationTimestamp"] = long_ago
         share_manager_pod["status"]["startTime"] = long_ago
-        found += [objects.pvc(vm.claim, vm.namespace, volume), objects.pv(vm.claim, vm.namespace, volume),
+        found += [objects.pvc(vm.claim, volume, namespace=vm.namespace), objects.pv(vm.claim, volume, namespace=vm.namespace),
                   objects.share_manager(volume, vm.storage), share_manager_pod]
         moved = vm.node != vm.storage and vm.role != ON_OLDER_CPU  # by the drain before the run
-        vmi = objects.vmi(vm.name, vm.namespace, [vm.claim], vm.node, vm.uid, opted_in=vm.role != NOT_OPTED_IN,
-                          migratable=vm.role != UNMIGRATABLE, keep="false" if vm.role == OPTED_OUT else None,
-                          migrated_from=vm.storage if moved else None, migration_end=drained, machine=vm.machine)
+        vmi = objects.vmi(vm.name, vm.node, vm.claim, namespace=vm.namespace, uid=vm.uid,
+                          opted_in=vm.role != NOT_OPTED_IN, migratable=vm.role != UNMIGRATABLE,
+                          keep="false" if vm.role == OPTED_OUT else None, migrated_from=vm.storage if moved else None,
+                          migration_end=drained if moved else None, machine=vm.machine)
         found.append(vmi)
         if moved:  # the drain's target pod: the VM's pod since then
             found.append(objects.launcher_pod_of(vmi, vm.node, name=vm.pod, started=drained,
@@ -1002,19 +1003,19 @@ async def serve(args: argparse.Namespace) -> None:
                   max(4, 2 * args.foreign) if args.foreign else 0, args.seed, old_cpu=args.old_cpu_nodes)
     tracker = Tracker(layout, args.max_inflight, outbound=args.outbound_per_node, unplaceable=args.unplaceable,
                       drain=args.drain)
-    async with SimulatedCluster() as kmock, apps.Server(kmock) as server:
-        emulator = Emulator(kmock, paginate=False)
+    async with SimulatedCluster() as api, kmock.Server(api) as server:
+        emulator = Emulator(api, paginate=False)
         for resource in (VMI, VMIM, LEASE, EVENT):
-            kmock.resources[resource] = {}
+            api.resources[resource] = {}
             emulator.by_kind[(resource.api_version, resource.kind)] = resource
         for obj in cluster_objects(layout, started):
             emulator.put(obj)
         movable = tracker.movable_at_start
         lose_after = max(1, movable // 3) if args.lose_nodes else 0
-        kubevirt = KubeVirt(kmock, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
+        kubevirt = KubeVirt(api, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
                             foreign=args.foreign, seed=args.seed, lose_nodes_after=lose_after,
                             drain_after=max(lose_after + 1, movable // 2) if args.drain else 0)
-        kmock.tracker, kmock.kubevirt, kmock.watch_lag = tracker, kubevirt, args.watch_lag
+        api.tracker, api.kubevirt, api.watch_lag = tracker, kubevirt, args.watch_lag
 
         async def report(request: web.Request) -> web.Response:
             return web.json_response(tracker.report(final=request.query.get("final") == "1"))

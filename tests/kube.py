@@ -1,10 +1,10 @@
-"""Builders of realistic objects (from tests/fixtures, copied from the shared fixtures)."""
+"""The tests' own helpers: patches applied and validated as the apiserver would, the webhook
+in a process of its own, its metrics and verbs. The objects come from `kubefake.objects`,
+re-exported here."""
 from __future__ import annotations
 
 import base64
-import copy
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,189 +12,12 @@ import jsonpatch
 import kubernetes_validate
 import yaml
 
+from kubefake.objects import *  # noqa: F403  (the objects' builders, under the names the tests import)
+from kubefake.objects import FIXTURES
 from webhook import kinds
 
-FIXTURES = Path(__file__).parent / "fixtures"
 # The oldest Kubernetes we support (matchConditions GA) and the newest schema shipped.
 VALIDATE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
-LONGHORN_NS = "longhorn-system"
-VM_NS = "default"
-VM1_UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"  # the VMI uid in the fixtures
-
-
-def load_all(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
-
-
-def load(name: str) -> dict[str, Any]:
-    return load_all(name)[0]
-
-
-def vm_pod(*claims: str, **spec_overrides: Any) -> dict[str, Any]:
-    """The fixture virt-launcher pod, optionally with other PVC disks and spec fields."""
-    pod = copy.deepcopy(load("virt-launcher-pod.yaml"))
-    if claims:
-        pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
-        pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
-    for key, value in spec_overrides.items():
-        if value is None:
-            pod["spec"].pop(key, None)
-        else:
-            pod["spec"][key] = value
-    return pod
-
-
-def migration_target() -> dict[str, Any]:
-    return copy.deepcopy(load("migration-target-pod.yaml"))
-
-
-def fixture_cluster() -> list[dict[str, Any]]:
-    return copy.deepcopy(load_all("longhorn-rwx.yaml"))
-
-
-def nodes(*names: str, **labels: str) -> list[dict[str, Any]]:
-    return [node(n, **labels) for n in names]
-
-
-# What a 16-core, 64 GiB KubeVirt node offers after system reservations.
-ALLOCATABLE = {"cpu": "15800m", "memory": "62Gi", "ephemeral-storage": "190Gi", "pods": "110",
-               "devices.kubevirt.io/kvm": "1k", "hugepages-2Mi": "0"}
-
-
-# CPU generations as virt-handler's node labeller labels their nodes (kubevirt/kubevirt
-# pkg/virt-handler/node-labeller): the host-model CPU and the features it requires, the models a
-# migration target may select, the vendor, and the machine types of the node's QEMU.
-CPU_GENERATIONS = {
-    "Skylake-Client-IBRS": {"models": ("Skylake-Client-IBRS", "Broadwell-IBRS"), "features": ("vmx", "ssbd"),
-                            "vendor": "Intel", "machines": ("q35", "pc-q35-rhel9.6.0", "pc-q35-rhel9.4.0")},
-    "Broadwell-IBRS": {"models": ("Broadwell-IBRS",), "features": ("vmx",),
-                       "vendor": "Intel", "machines": ("q35", "pc-q35-rhel9.4.0")},
-    "EPYC-Milan": {"models": ("EPYC-Milan",), "features": ("svm",),
-                   "vendor": "AMD", "machines": ("q35", "pc-q35-rhel9.6.0")},
-}
-
-
-def labeller(cpu: str | None) -> dict[str, str]:
-    """The node labeller's labels of a node of CPU generation `cpu` (none for None)."""
-    if cpu is None:
-        return {}
-    generation = CPU_GENERATIONS[cpu]
-    found = {f"host-model-cpu.node.kubevirt.io/{cpu}": "true", f"cpu-vendor.node.kubevirt.io/{generation['vendor']}": "true"}
-    found |= {f"cpu-model-migration.node.kubevirt.io/{m}": "true" for m in generation["models"]}
-    found |= {f"host-model-required-features.node.kubevirt.io/{f}": "true" for f in generation["features"]}
-    found |= {f"cpu-feature.node.kubevirt.io/{f}": "true" for f in generation["features"]}
-    found |= {f"machine-type.node.kubevirt.io/{m}": "true" for m in generation["machines"]}
-    return found
-
-
-def node(name: str, *, ready: bool = True, unschedulable: bool = False, taints: list | None = None,
-         schedulable_label: bool = True, allocatable: dict[str, str] | None = None,
-         cpu: str | None = "Skylake-Client-IBRS", **labels: str) -> dict[str, Any]:
-    all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
-                  **labeller(cpu), **labels}
-    if schedulable_label:
-        all_labels["kubevirt.io/schedulable"] = "true"
-    spec: dict[str, Any] = {}
-    if unschedulable:
-        spec["unschedulable"] = True
-    if taints:
-        spec["taints"] = taints
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": all_labels},
-        "spec": spec,
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "allocatable": dict(allocatable or ALLOCATABLE)},
-    }
-
-
-def rwx_disk(
-    claim: str,
-    node: str | None,
-    *,
-    volume: str | None = None,
-    pv_name: str | None = None,
-    state: str = "running",
-    owner: str | None = None,
-    pod: bool = True,
-    terminating: bool = False,
-    access: str = "ReadWriteMany",
-    bound: bool = True,
-    driver: str = "driver.longhorn.io",
-    share_manager: bool = True,
-    namespace: str = VM_NS,
-) -> list[dict[str, Any]]:
-    """PVC, PV, ShareManager and share-manager pod of one Longhorn volume, as Longhorn makes them."""
-    volume = volume or f"pvc-{claim}"
-    pv_name = pv_name or volume
-    pvc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim, "namespace": namespace},
-        "spec": {"accessModes": [access], "storageClassName": "longhorn-rwx",
-                 "resources": {"requests": {"storage": "10Gi"}}},
-        "status": {"phase": "Bound" if bound else "Pending"},
-    }
-    if bound:
-        pvc["spec"]["volumeName"] = pv_name
-    objects = [pvc]
-    if bound:
-        objects.append({
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "accessModes": [access],
-                "capacity": {"storage": "10Gi"},
-                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": claim, "namespace": namespace},
-                "csi": {"driver": driver, "volumeHandle": volume, "fsType": "ext4"},
-                "storageClassName": "longhorn-rwx",
-            },
-        })
-    if share_manager:
-        objects.append({
-            "apiVersion": "longhorn.io/v1beta2",
-            "kind": "ShareManager",
-            "metadata": {"name": volume, "namespace": LONGHORN_NS},
-            "spec": {"image": "longhornio/longhorn-share-manager:v1.9.1"},
-            "status": {"state": state, "ownerID": owner if owner is not None else (node or "")},
-        })
-    if pod and node:
-        sm_pod: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"share-manager-{volume}",
-                "namespace": LONGHORN_NS,
-                "labels": {"longhorn.io/component": "share-manager", "longhorn.io/share-manager": volume},
-            },
-            "spec": {"nodeName": node, "containers": [{"name": "share-manager", "image": "longhornio/longhorn-share-manager:v1.9.1"}]},
-            "status": {"phase": "Running"},
-        }
-        if terminating:
-            sm_pod["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
-            sm_pod["metadata"]["finalizers"] = ["longhorn.io"]
-        objects.append(sm_pod)
-    return objects
-
-
-def review(obj: Any, namespace: str = VM_NS, operation: str = "CREATE", kind: str = "Pod", uid: str = "uid-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
-            "namespace": namespace,
-            "name": "",
-            "operation": operation,
-            "object": obj,
-            "oldObject": None,
-            "dryRun": False,
-        },
-    }
 
 
 def decode_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
@@ -231,92 +54,6 @@ def pin_of(node: str) -> dict[str, Any]:
 
 def annotations(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}
-
-
-def share_manager_pod(volume: str, *, topology_zone: str | None = None, node_name: str | None = None,
-                      tolerations: list | None = None) -> dict[str, Any]:
-    """A share-manager pod as longhorn-manager creates it (createPodManifest), before scheduling."""
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"share-manager-{volume}",
-            "namespace": LONGHORN_NS,
-            "labels": {
-                "longhorn.io/managed-by": "longhorn-manager",
-                "longhorn.io/component": "share-manager",
-                "longhorn.io/share-manager": volume,
-                "longhorn.io/share-manager-image": "smi-4b1c2d3e",
-            },
-            "annotations": {"longhorn.io/last-applied-tolerations": "[]"},
-            "ownerReferences": [{"apiVersion": "longhorn.io/v1beta2", "kind": "ShareManager", "name": volume,
-                                 "uid": "3c4d5e6f-7081-4923-8b4c-5d6e7f809112", "controller": True}],
-        },
-        "spec": {
-            "serviceAccountName": "longhorn-service-account",
-            "priorityClassName": "longhorn-critical",
-            "restartPolicy": "Never",
-            "tolerations": tolerations or [],
-            "containers": [{
-                "name": "share-manager",
-                "image": "longhornio/longhorn-share-manager:v1.9.1",
-                "args": ["--debug", "daemon", "--volume", volume],
-                "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN", "DAC_READ_SEARCH"]}},
-                "readinessProbe": {"exec": {"command": ["cat", "/var/run/ganesha.pid"]}, "periodSeconds": 5},
-            }],
-        },
-    }
-    if topology_zone:
-        # Longhorn >= 1.7 turns the StorageClass allowedTopologies into a required term.
-        pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [topology_zone]}]}]}}}
-    if node_name:
-        pod["spec"]["nodeName"] = node_name
-    return pod
-
-
-def vmi_uid(name: str, namespace: str = VM_NS) -> str:
-    """The uid of a VMI in the tests: the fixtures' for default/vm1, a stable one for the others."""
-    if (namespace, name) == (VM_NS, "vm1"):
-        return VM1_UID
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"vmi/{namespace}/{name}"))
-
-
-def running_vm(name: str, node: str | None, *claims: str, namespace: str = VM_NS, opted_in: bool = True,
-               terminating: bool = False) -> dict[str, Any]:
-    """A virt-launcher pod of VM `name` as the API shows it once created (named, maybe scheduled)."""
-    pod = vm_pod(*claims)
-    pod["metadata"]["name"] = f"virt-launcher-{name}-x7k2p"
-    pod["metadata"]["namespace"] = namespace
-    labels = pod["metadata"]["labels"]
-    labels.update({"vm.kubevirt.io/name": name, "kubevirt.io/vm": name, "vmi.kubevirt.io/id": name,
-                   "kubevirt.io/created-by": vmi_uid(name, namespace)})
-    if not opted_in:
-        del pod["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
-    if terminating:
-        pod["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
-    if node:
-        pod["spec"]["nodeName"] = node
-    pod["status"] = {"phase": "Running" if node else "Pending"}
-    return pod
-
-
-def launcher_pod(fixture: str, name: str, node: str | None, created: str, phase: str = "Running", *,
-                 terminating: bool = False, namespace: str = VM_NS) -> dict[str, Any]:
-    """A launcher pod from a fixture as the API shows it: named, created at `created`, maybe
-    scheduled, in `phase`, maybe being deleted."""
-    pod = copy.deepcopy(load(fixture))
-    pod["metadata"].pop("generateName", None)
-    pod["metadata"].update(name=name, namespace=namespace, creationTimestamp=created)
-    if node:
-        pod["spec"]["nodeName"] = node
-    else:
-        pod["spec"].pop("nodeName", None)
-    pod["status"] = {"phase": phase}
-    if terminating:
-        pod["metadata"]["deletionTimestamp"] = "2026-11-20T09:59:00Z"
-    return pod
 
 
 def kubeconfig_for(tmp_path: Path, url: str) -> str:
@@ -445,6 +182,7 @@ async def run_verb(tmp_path: Path, kmock: Any, verb: str, *args: str, timeout: f
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return proc.returncode, out.decode(), err.decode()
+
 
 
 def longhorn_volume(kmock: Any, *, local_replica: bool) -> None:

@@ -1,20 +1,18 @@
 """KubeVirt on the kmock emulator: VMIs, migrations and Leases as plain custom objects, and the
-bits of a real apiserver the keeper relies on that kmock leaves out."""
+bits of a real apiserver the keeper relies on that kmock leaves out (kubefake.apiserver)."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import datetime
 from typing import Any
 
 import aiohttp
 import aiohttp.web
 import kmock
 from conftest import TEST_TIMING, api_host, seed
-from kube import VM_NS, load, nodes, running_vm, rwx_disk
+from kube import ago, launcher_pod_of, migration, nodes, rwx_disk, stamp, vmi  # noqa: F401  (migration, vmi: for the tests)
 
-from bench.emulator import ApiserverWrites, stamp
+from kubefake.apiserver import ApiserverWrites
 from webhook import metrics
 from webhook.keeper.keeper import KeeperTiming
 from webhook.kinds import LEASE, VMI, VMIM
@@ -22,12 +20,8 @@ from webhook.kinds import LEASE, VMI, VMIM
 KUBEVIRT_RESOURCES = (VMI, VMIM, LEASE)
 
 
-def ago(**span: float) -> str:
-    return stamp(datetime.datetime.now(datetime.UTC) - datetime.timedelta(**span))
-
-
 class KubeVirtApi(ApiserverWrites, kmock.KubernetesEmulator):
-    """kmock's emulator with a real apiserver's writes (bench/emulator.py `ApiserverWrites`):
+    """kmock's emulator with a real apiserver's writes (kubefake.apiserver `ApiserverWrites`):
     generated names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`;
     creates turned away by `refuse`; PUT with 409 on a stale resourceVersion; deletes turned
     away by `refuse_delete` (request -> KubernetesError | None), nothing deleted."""
@@ -53,59 +47,9 @@ def put(emulator: Any, resource: Any, obj: dict[str, Any]) -> None:
     emulator.objects[resource, meta.get("namespace"), meta["name"]] = obj
 
 
-# --------------------------------------------------------------------------- objects
-
-
-def vmi(name: str, node: str | None, *claims: str, namespace: str = VM_NS, opted_in: bool = True,
-        migratable: bool = True, uid: str | None = None, keep: str | None = None,
-        migration_end: str | None = None) -> dict[str, Any]:
-    """A running VMI as virt-controller shows it (from tests/fixtures/vmi-migrated.yaml)."""
-    obj = copy.deepcopy(load("vmi-migrated.yaml"))
-    obj["metadata"].update(name=name, namespace=namespace, uid=uid or f"uid-{name}")
-    obj["metadata"]["labels"]["kubevirt.io/nodeName"] = node
-    if not opted_in:
-        del obj["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
-    if keep is not None:
-        obj["metadata"]["annotations"]["kubevirt-scheduler/keep"] = keep
-    obj["spec"]["volumes"] = [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
-    status = obj["status"]
-    status["nodeName"] = node
-    if not migratable:
-        status["conditions"][1] = {"type": "LiveMigratable", "status": "False", "reason": "DisksNotLiveMigratable",
-                                   "message": "cannot migrate VMI: PVC vm-local is not shared"}
-    if migration_end is None:
-        del status["migrationState"]
-    else:
-        status["migrationState"].update(startTimestamp=migration_end, endTimestamp=migration_end, sourceNode="node-x",
-                                        targetNode=node)
-    return obj
-
-
 def launcher(vmi_obj: dict[str, Any], *, created: str | None = None) -> dict[str, Any]:
     """The VMI's running virt-launcher pod on its node."""
-    meta, spec = vmi_obj["metadata"], vmi_obj["spec"]
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v]
-    pod = running_vm(meta["name"], vmi_obj["status"]["nodeName"], *claims, namespace=meta["namespace"],
-                     opted_in="kubevirt-scheduler/co-schedule" in meta["annotations"])
-    pod["metadata"].pop("generateName", None)
-    pod["metadata"]["labels"]["kubevirt.io/created-by"] = meta["uid"]
-    pod["metadata"]["ownerReferences"][0].update(name=meta["name"], uid=meta["uid"])
-    pod["metadata"]["creationTimestamp"] = created or ago(days=3)
-    return pod
-
-
-def migration(name: str, vmi_name: str, *, phase: str = "Running", ours: bool = False, created: str | None = None,
-              namespace: str = VM_NS) -> dict[str, Any]:
-    """A VirtualMachineInstanceMigration, someone else's unless `ours`."""
-    obj = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstanceMigration",
-        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": created or ago(minutes=1),
-                     "labels": {"app.kubernetes.io/managed-by": "kubevirt-colocate"} if ours else {}},
-        "spec": {"vmiName": vmi_name},
-        "status": {"phase": phase},
-    }
-    return obj
+    return launcher_pod_of(vmi_obj, started=created)
 
 
 # --------------------------------------------------------------------------- driving the keeper

@@ -1,12 +1,18 @@
 """The benchmark command works end to end (tiny and quick here; its numbers come from `make bench`)."""
+import ast
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
+from kube import nodes, review, rwx_disk, vm_pod
 
 from bench.load import parse_wrk
+from webhook.admission import server
+from webhook.cluster.snapshot import SnapshotStore
+from webhook.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,3 +69,39 @@ def test_a_tiny_run_reports_every_figure():
     for held in ("100 persistentvolumeclaims", "100 persistentvolumes", "10 sharemanagers in longhorn-system"):
         assert held in cached, cached
     assert "errors" in out and " 0   (4.0 GETs" in out  # the fallback path really reads the API
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return ({alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level})
+
+
+def test_tests_and_bench_share_kubefake_and_keep_to_kmocks_public_api():
+    """The tests reach into the bench only where they test it; kubefake serves both and needs
+    neither; nothing imports kmock's private modules."""
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if not path.name.startswith("test_bench"):
+            assert not any(m == "bench" or m.startswith("bench.") for m in imports(path)), path
+    for path in sorted((ROOT / "kubefake").rglob("*.py")):
+        assert not any(m.split(".")[0] in ("bench", "webhook") for m in imports(path)), path
+    for path in sorted([*ROOT.glob("bench/*.py"), *ROOT.glob("kubefake/*.py"), *(ROOT / "tests").rglob("*.py")]):
+        assert not any(m.startswith("kmock._") for m in imports(path)), path
+
+
+async def test_the_floor_parses_and_allows_without_deciding():
+    """`serve --admission allow` (the bench's floor) answers every review allowed, no patch, where
+    the same endpoint deciding pins; a body that is no review is still refused."""
+    store = SnapshotStore(nodes("node-a", "node-b") + rwx_disk("d0", "node-b"))
+    raw = orjson.dumps(review(vm_pod("d0")))
+    deciding, floor = server.Admissions(store, Settings()), server.Admissions(store, Settings(), decide=False)
+    assert "patch" in orjson.loads(await deciding.answer(raw, deciding.deadline(10.0), 0.0))["response"]
+    assert orjson.loads(await floor.answer(raw, floor.deadline(10.0), 0.0))["response"] == {"uid": "uid-1", "allowed": True}
+    with pytest.raises(server.BadRequest):
+        await floor.answer(b"{}", floor.deadline(10.0), 0.0)
+
+
+def test_the_floor_option_is_not_offered_in_help():
+    done = subprocess.run([sys.executable, "-m", "webhook", "serve", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "--admission" not in done.stdout and "--log-level" in done.stdout

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from bench import kubevirt, objects
+from bench import kubevirt
+from kubefake import objects
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -223,7 +224,7 @@ def test_pods_select_nodes_as_kubevirt_renders_them():
     # Migrated once, a VM keeps the CPU it left with, wherever it goes next.
     again = objects.migration_node_selector(vmi, selector, objects.labeller(objects.OLD_CPU))
     assert again == {k: v for k, v in selector.items() if k != "kubernetes.io/hostname"}
-    old = objects.node("n", objects.OLD_CPU)["metadata"]["labels"]
+    old = objects.node("n", cpu=objects.OLD_CPU)["metadata"]["labels"]
     assert old["cpu-model-migration.node.kubevirt.io/Broadwell-IBRS"] == "true"
     assert "cpu-model-migration.node.kubevirt.io/Skylake-Client-IBRS" not in old
     assert "machine-type.node.kubevirt.io/pc-q35-rhel9.6.0" not in old

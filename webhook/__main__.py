@@ -151,6 +151,9 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
                        help="Kubernetes Events on the VMI about each decision (cluster mode)")
     serve.add_argument("--log-level", default=None,
                        help="debug, info, warning, error (default: LOG_LEVEL in the environment, else info)")
+    # Not for clusters, hidden from --help: "allow" parses each review and allows it, nothing
+    # decided, so a benchmark can tell what serving costs from what the rules add.
+    serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
     rules = add_disk_flags(serve)
     add_pin_flag(rules)
     add_share_manager_flag(rules)
@@ -311,7 +314,7 @@ async def run_serve(args: argparse.Namespace) -> int:
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "keeper": settings.keep,
                                            "settings": vars(settings)}})
-    await Service(store, settings, listen, reloader, events, companions).run()
+    await Service(store, settings, listen, reloader, events, companions, decide=args.admission == "rules").run()
     return 0
 
 

@@ -1,10 +1,9 @@
 """The objects the caches share between readers are never changed by an admission."""
 import orjson
 import pytest
-from conftest import ReadOnly, frozen
+from conftest import ReadOnly, frozen, seed, watched_store
+from kube import nodes, review, rwx_disk, vm_pod
 
-from bench import emulator
-from bench.inprocess import filled_store, review_bytes
 from webhook.admission import server
 from webhook.cluster.table import SHARED, Table
 from webhook.config import Settings
@@ -41,12 +40,17 @@ def test_shared_objects_are_bounded(monkeypatch):
     assert len(table.shared) == SHARED and "0" not in table.shared and str(SHARED + 9) in table.shared
 
 
-async def test_the_benchmark_admission_reads_frozen_objects_and_pins():
+async def test_an_admission_on_the_watch_caches_reads_frozen_objects_and_pins(kmock):
+    seed(kmock, nodes("node-a", "node-b") + rwx_disk("d0", "node-b") + rwx_disk("d1", "node-b"))
     settings = Settings()
-    store = filled_store(settings, 100, 50, 50)
-    endpoint = server.Admissions(store, settings)
-    answer = orjson.loads(await endpoint.answer(review_bytes(), endpoint.deadline(10.0), 0.0))
-    assert answer["response"]["auditAnnotations"]["node"] == emulator.BENCH_NODE
-    node = store.peek(NODE, None, emulator.BENCH_NODE)[1]
-    with pytest.raises(Exception, match="an object the caches share was changed"):
-        node["spec"] = {}
+    store = await watched_store(kmock, settings)
+    try:
+        endpoint = server.Admissions(store, settings)
+        raw = orjson.dumps(review(vm_pod("d0", "d1")))
+        answer = orjson.loads(await endpoint.answer(raw, endpoint.deadline(10.0), 0.0))
+        assert answer["response"]["auditAnnotations"]["node"] == "node-b"
+        node = store.peek(NODE, None, "node-b")[1]
+        with pytest.raises(Exception, match="an object the caches share was changed"):
+            node["spec"] = {}
+    finally:
+        await store.close()

@@ -15,13 +15,14 @@ from ..cluster.store import Store
 from ..config import Settings
 from ..deadline import Deadline
 from . import review as reviews
-from .admit import Outcome, admit
+from .admit import Outcome, Rule, admit
 
 log = logging.getLogger("webhook.server")
 
 # AdmissionReviews of large pods exceed aiohttp's 1 MiB default; take 8 MiB.
 MAX_BODY = 8 * 1024 * 1024
 ADMISSIONS_KEY = web.AppKey("admissions", object)
+NOTHING_DECIDED = Outcome(Rule.NONE)  # the answer of an endpoint that does not decide: allowed, no patch
 STATE_KEY = web.AppKey("state", object)
 
 
@@ -75,8 +76,10 @@ class Admissions:
     the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
     does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
 
-    def __init__(self, store: Store, settings: Settings, events: Any = None):
-        self.store, self.settings, self.events = store, settings, events
+    def __init__(self, store: Store, settings: Settings, events: Any = None, *, decide: bool = True):
+        # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
+        # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
+        self.store, self.settings, self.events, self.decide = store, settings, events, decide
 
     def deadline(self, timeout: float) -> Deadline:
         return Deadline.after(timeout, self.settings.deadline_margin)
@@ -93,6 +96,8 @@ class Admissions:
             review = reviews.parse_review(body)
         except reviews.BadReview as exc:
             raise BadRequest(str(exc)) from None
+        if not self.decide:
+            return reviews.response_json(review.uid, NOTHING_DECIDED)
         outcome = await admit(review, self.store, self.settings, deadline)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
@@ -145,9 +150,10 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     )
 
 
-def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None) -> web.Application:
+def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None,
+             decide: bool = True) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
-    app[ADMISSIONS_KEY] = Admissions(store, settings, events)
+    app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide)
     app[STATE_KEY] = state or ServingState()
     app.router.add_post("/mutate", handle_mutate)
     return app

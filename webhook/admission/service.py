@@ -40,8 +40,9 @@ class Service:
     admission never waits on them."""
 
     def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Any = None,
-                 companions: Sequence[Any] = ()):
+                 companions: Sequence[Any] = (), *, decide: bool = True):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
+        self.decide = decide  # False: parse and allow only (server.Admissions)
         self.companions = tuple(companions)
         self.state = server.ServingState()
         self.ops_runner: web.AppRunner | None = None
@@ -70,7 +71,7 @@ class Service:
         self.store.start()
         self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.degraded), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
-        app = server.make_app(self.store, self.settings, state=self.state, events=self.events)
+        app = server.make_app(self.store, self.settings, state=self.state, events=self.events, decide=self.decide)
         self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()
