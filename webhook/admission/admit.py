@@ -135,7 +135,7 @@ def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: 
     audit = patch.audit_annotations(decision)  # for the patch and for the answer
     ops = patch.patch_for(pod, decision, settings, audit)
     try:
-        apply.check(pod, ops)  # never hand the apiserver a patch that does not apply
+        apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
