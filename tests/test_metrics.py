@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from webhook import metrics
-from webhook.admission.admit import Rule
+from webhook.admission.outcome import Rule
 from webhook.rules.classify import Skip
 from webhook.rules.decide import PINNED, PREFERRED
 

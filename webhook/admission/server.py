@@ -15,7 +15,8 @@ from ..cluster.store import Store
 from ..config import Settings
 from ..deadline import Deadline
 from . import review as reviews
-from .admit import Outcome, admit
+from .admit import admit
+from .outcome import Outcome
 
 log = logging.getLogger("webhook.server")
 
