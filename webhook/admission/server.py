@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .. import kinds, logs, metrics
+from .. import kinds, metrics
 from ..cluster.store import Store
 from ..config import Settings
 from ..deadline import Deadline
@@ -120,30 +120,23 @@ def count_admission(outcome: Outcome, seconds: float) -> None:
 
 def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float) -> None:
     """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
-    pod = review.object if isinstance(review.object, dict) else {}
     decision = outcome.decision
-    metadata = kinds.meta(pod)
-    name = metadata.get("name") or metadata.get("generateName")
-    vm = kinds.vm_name(pod)
-    logs.line(
-        "admission",
-        {
-            "uid": review.uid,
-            "namespace": review.namespace,
-            "pod": name if isinstance(name, str) else "?",
-            "vm": vm,
-            "rule": outcome.rule,
-            "disks": {f.subject: f.node for f in outcome.facts},
-            "decision": decision.outcome if decision else "untouched",
-            "node": decision.node if decision else None,
-            "nodes": [node for node, _ in decision.preferences] if decision else [],  # decision.nodes
-            "reason": decision.reason if decision else outcome.skipped,
-            "detail": outcome.detail,
-            "dry_run": review.dry_run,
-            "duration_ms": round(seconds * 1000, 3),
-        },
-        log,
-    )
+    fields = {
+        "uid": review.uid,
+        "namespace": review.namespace,
+        "pod": kinds.pod_name(review.object),
+        "vm": kinds.vm_name(review.object),
+        "rule": outcome.rule,
+        "disks": {f.subject: f.node for f in outcome.facts},
+        "decision": decision.outcome if decision else "untouched",
+        "node": decision.node if decision else None,
+        "nodes": [node for node, _ in decision.preferences] if decision else [],  # decision.nodes
+        "reason": decision.reason if decision else outcome.skipped,
+        "detail": outcome.detail,
+        "dry_run": review.dry_run,
+        "duration_ms": round(seconds * 1000, 3),
+    }
+    log.info("admission", extra={"fields": fields})
 
 
 def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None) -> web.Application:
