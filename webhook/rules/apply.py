@@ -35,27 +35,29 @@ def apply(doc: Any, ops: Sequence[dict[str, Any]]) -> Any:
             continue
         if path[0] != "/":
             raise jsonpatch.InvalidJsonPatch(f"path {path!r} does not start with '/'")
-        tokens = _tokens(path)
-        root = _own(root, copied)
-        parent = root
-        for token in tokens[:-1]:
-            child = _own(_child(parent, token, path), copied)  # copy-on-write: only containers on the path
+        *walk, last = _tokens(path)
+        root = parent = _own(root, copied)
+        for token in walk:  # copy-on-write: only the containers on the path
+            child = _own(_child(parent, token, path), copied)
             parent[token if isinstance(parent, dict) else int(token)] = child
             parent = child
-        _add(parent, tokens[-1], op["value"], path)
+        _add(parent, last, op["value"], path)
     return root
 
 
 def _tokens(path: str) -> list[str]:
     """The reference tokens of a path below the root (RFC 6901 knows only the escapes ~0 and ~1)."""
+    tokens = path[1:].split("/")
+    if "~" not in path:
+        return tokens
     if path.count("~") != path.count("~0") + path.count("~1"):
         raise jsonpatch.JsonPointerException(f"{path}: '~' must be followed by 0 or 1")
-    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+    return [t.replace("~1", "/").replace("~0", "~") for t in tokens]
 
 
 def _own(value: Any, copied: dict[int, Any]) -> Any:
     """`value` itself when it is ours to change (a copy made earlier, or no container), else a shallow copy."""
-    if not isinstance(value, (dict, list)) or id(value) in copied:
+    if id(value) in copied or not isinstance(value, (dict, list)):
         return value
     copy = value.copy()
     copied[id(copy)] = copy
