@@ -40,25 +40,27 @@ def paths(value, prefix=()):
             yield from paths(child, prefix + (index,))
 
 
-ALL_PATHS = [p for p in paths(BASE) if p]
-
-
-@st.composite
-def mutated_reviews(draw):
-    review = copy.deepcopy(BASE)
-    for _ in range(draw(st.integers(1, 4))):
-        path = draw(st.sampled_from(ALL_PATHS))
-        parent = review
+def mutate(draw, document, changes, values):
+    """Remove, or replace by one of `values`, what `changes` paths of `document` lead to, in place."""
+    all_paths = [p for p in paths(document) if p]
+    for _ in range(changes):
+        path = draw(st.sampled_from(all_paths))
+        parent = document
         try:
             for step in path[:-1]:
                 parent = parent[step]
             if draw(st.booleans()) and isinstance(parent, dict):
                 parent.pop(path[-1], None)
             else:
-                parent[path[-1]] = draw(json_values)
+                parent[path[-1]] = draw(values)
         except (KeyError, IndexError, TypeError):
-            continue  # an earlier mutation removed this path
-    return review
+            continue  # an earlier change removed this path
+    return document
+
+
+@st.composite
+def mutated_reviews(draw):
+    return mutate(draw, copy.deepcopy(BASE), draw(st.integers(1, 4)), json_values)
 
 
 async def respond(body):
@@ -108,19 +110,7 @@ def pods(draw):
         pod, namespace = vm_pod(*draw(CLAIMS)), BASE["request"]["namespace"]
     else:
         pod, namespace = share_manager_pod(draw(st.sampled_from([*VOLUMES, "other-volume"]))), LONGHORN_NS
-    pod_paths = [p for p in paths(pod) if p]
-    for _ in range(draw(st.integers(0, 4))):
-        path = draw(st.sampled_from(pod_paths))
-        parent = pod
-        try:
-            for step in path[:-1]:
-                parent = parent[step]
-            if draw(st.booleans()) and isinstance(parent, dict):
-                parent.pop(path[-1], None)
-            else:
-                parent[path[-1]] = draw(small_json)
-        except (KeyError, IndexError, TypeError):
-            continue  # an earlier change removed this path
+    mutate(draw, pod, draw(st.integers(0, 4)), small_json)
     return pod, namespace
 
 
