@@ -75,8 +75,7 @@ def review_bytes() -> bytes:
 
 async def cpu_per_admission(endpoint: server.Admissions, raw: bytes, count: int, log: logging.Handler) -> float:
     """CPU time per admission (µs) over `count` admissions back to back, as in a burst of VM
-    starts: the log lines go out as `serve` writes them then (every FLUSH_LINES lines), and
-    whatever is left at the end of the round is written within it."""
+    starts, each with its log line written as `serve` writes it."""
     began = time.process_time()
     for _ in range(count):
         await endpoint.answer(raw, endpoint.deadline(10.0), time.monotonic())

@@ -1,54 +1,40 @@
-"""The admission figures are exposed exactly as prometheus_client's own Histogram and Counter would expose them."""
-import time
+"""Each admission is timed by rule and counted by rule, outcome and reason, under the names, labels
+and buckets the alerts and the dashboard read (tests/test_monitoring.py checks they are exported)."""
+import re
 
-import pytest
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from kube import metric_sample
 
 from webhook import metrics
-from webhook.admission.admit import Rule
+from webhook.admission import server
+from webhook.admission.outcome import Outcome, Rule, skip
 from webhook.rules.classify import Skip
-from webhook.rules.decide import PINNED, PREFERRED
+from webhook.rules.decide import PINNED, Decision
 
-OBSERVED = [(Rule.VM, 0.0003), (Rule.VM, 0.0005), (Rule.VM, 0.0031), (Rule.SHARE_MANAGER, 2.0), (Rule.VM, 12.0),
-            (Rule.NONE, 0.0)]
-COUNTED = [(Rule.VM, PINNED, ""), (Rule.VM, PINNED, ""), (Rule.VM, PREFERRED, ""), (Rule.VM, "error", Skip.INTERNAL_ERROR),
-           (Rule.NONE, "skipped", Skip.NOT_POD_CREATION), (Rule.SHARE_MANAGER, "skipped", "")]
-
-
-def prometheus_client_own(observed, counted):
-    registry = CollectorRegistry()
-    durations = Histogram(metrics.AdmissionFigures.DURATION, metrics.AdmissionFigures.DURATION_HELP, ["rule"],
-                          buckets=metrics.ADMISSION_BUCKETS, registry=registry)
-    outcomes = Counter(metrics.AdmissionFigures.OUTCOMES + "_total", metrics.AdmissionFigures.OUTCOMES_HELP,
-                       ["rule", "outcome", "reason"], registry=registry)
-    for rule, seconds in observed:
-        durations.labels(rule).observe(seconds)
-    for labels in counted:
-        outcomes.labels(*labels).inc()
-    return registry
+BUCKETS = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0",
+           "10.0", "+Inf"]
+PINNED_VM = Outcome(Rule.VM, decision=Decision(PINNED, node="node-a", preferences=(("node-a", 100),), reason="r"))
 
 
-def ours(observed, counted):
-    registry = CollectorRegistry()
-    figures = metrics.AdmissionFigures()
-    registry.register(figures)
-    for rule, seconds in observed:
-        figures.observe(rule, seconds)
-    for labels in counted:
-        figures.count(*labels)
-    return registry
+def sample(text, name, **labels):
+    return metric_sample(text, name, 0.0, **labels)
 
 
-@pytest.mark.parametrize("observed, counted", [([], []), (OBSERVED[:1], COUNTED[:1]), (OBSERVED, COUNTED)],
-                         ids=["none", "one", "several"])
-@pytest.mark.parametrize("created", [True, False], ids=["created", "no-created"])
-def test_the_admission_figures_are_exposed_as_prometheus_client_exposes_them(monkeypatch, observed, counted, created):
-    import prometheus_client.metrics
+def test_an_admission_is_timed_and_counted_with_its_outcome():
+    before = metrics.render().decode()
+    server.count_admission(PINNED_VM, 0.0003)
+    server.count_admission(skip(Rule.VM, Skip.INTERNAL_ERROR, "co-location skipped: internal error (KeyError)"), 0.003)
+    server.count_admission(skip(Rule.NONE, Skip.NOT_POD_CREATION), 12.0)
+    after = metrics.render().decode()
 
-    monkeypatch.setattr(time, "time", lambda: 1767225600.25)  # the _created series
-    monkeypatch.setattr(prometheus_client.metrics, "_use_created", created)
-    monkeypatch.setenv("PROMETHEUS_DISABLE_CREATED_SERIES", "false" if created else "true")
-    theirs, mine = prometheus_client_own(observed, counted), ours(observed, counted)
-    assert generate_latest(mine) == generate_latest(theirs)
-    assert generate_openmetrics(mine) == generate_openmetrics(theirs)
+    def added(name, **labels):
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    counter = "colocate_admissions_total"
+    assert added(counter, rule="vm", outcome="pinned", reason="") == 1
+    assert added(counter, rule="vm", outcome="error", reason="internal error") == 1
+    assert added(counter, rule="none", outcome="skipped", reason="not a pod creation") == 1
+    histogram = "colocate_admission_duration_seconds"
+    assert [added(f"{histogram}_bucket", rule="vm", le=le) for le in ("0.0005", "0.0025", "0.005", "+Inf")] == [1, 1, 2, 2]
+    assert added(f"{histogram}_count", rule="vm") == 2 and added(f"{histogram}_count", rule="none") == 1
+    assert added(f"{histogram}_bucket", rule="none", le="10.0") == 0
+    assert re.findall(r'colocate_admission_duration_seconds_bucket\{le="([^"]+)",rule="vm"\}', after) == BUCKETS

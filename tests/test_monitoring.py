@@ -319,8 +319,6 @@ def labels_of_metrics():
             labels[name] = set(collector._labelnames)
             if collector._type == "histogram":
                 labels[collector._name + "_bucket"] = set(collector._labelnames) | {"le"}
-        elif isinstance(collector, metrics.AdmissionFigures):  # counted by the webhook itself
-            labels.update(collector.labels_by_series())
     return labels
 
 

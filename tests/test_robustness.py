@@ -6,10 +6,11 @@ import ssl
 
 import aiohttp
 import jsonpatch
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube import FIXTURES, decode_patch, fixture_cluster
+from kube import FIXTURES, LONGHORN_NS, decode_patch, fixture_cluster, review, share_manager_pod, vm_pod
 
 from webhook.admission import server, tls
 from webhook.admission.review import BadReview, build_response, parse_review
@@ -39,25 +40,27 @@ def paths(value, prefix=()):
             yield from paths(child, prefix + (index,))
 
 
-ALL_PATHS = [p for p in paths(BASE) if p]
-
-
-@st.composite
-def mutated_reviews(draw):
-    review = copy.deepcopy(BASE)
-    for _ in range(draw(st.integers(1, 4))):
-        path = draw(st.sampled_from(ALL_PATHS))
-        parent = review
+def mutate(draw, document, changes, values):
+    """Remove, or replace by one of `values`, what `changes` paths of `document` lead to, in place."""
+    all_paths = [p for p in paths(document) if p]
+    for _ in range(changes):
+        path = draw(st.sampled_from(all_paths))
+        parent = document
         try:
             for step in path[:-1]:
                 parent = parent[step]
             if draw(st.booleans()) and isinstance(parent, dict):
                 parent.pop(path[-1], None)
             else:
-                parent[path[-1]] = draw(json_values)
+                parent[path[-1]] = draw(values)
         except (KeyError, IndexError, TypeError):
-            continue  # an earlier mutation removed this path
-    return review
+            continue  # an earlier change removed this path
+    return document
+
+
+@st.composite
+def mutated_reviews(draw):
+    return mutate(draw, copy.deepcopy(BASE), draw(st.integers(1, 4)), json_values)
 
 
 async def respond(body):
@@ -66,17 +69,12 @@ async def respond(body):
     except BadReview:
         return None
     outcome = await admit(request, STORE, Settings(), Deadline.after(5, 0.5))
-    return request, build_response(request.uid, outcome)
+    return request, outcome, build_response(request.uid, outcome)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(body=mutated_reviews())
-def test_any_review_is_a_clean_400_or_allowed_with_a_patch_that_applies(body):
-    result = asyncio.run(respond(body))
-    if result is None:
-        return  # the envelope is malformed: the server answers 400 with the reason
-    request, envelope = result
+def assert_allowed_with_a_patch_that_applies(request, outcome, envelope):
     response = envelope["response"]
+    assert not outcome.failed, outcome  # the rules coped: no crash, no patch dropped as not applying
     assert response["allowed"] is True and response["uid"] == request.uid
     assert ("patch" in response) == ("patchType" in response)
     assert all(isinstance(w, str) and len(w) < 120 for w in response.get("warnings", []))
@@ -85,10 +83,44 @@ def test_any_review_is_a_clean_400_or_allowed_with_a_patch_that_applies(body):
         jsonpatch.apply_patch(request.object, ops)  # every patch applies to the object it was made for
 
 
-@settings(max_examples=200, deadline=None)
-@given(body=json_values)
-def test_arbitrary_json_never_breaks_the_rules(body):
-    asyncio.run(respond(body))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=mutated_reviews())
+def test_any_review_is_a_clean_400_or_allowed_with_a_patch_that_applies(body):
+    result = asyncio.run(respond(body))
+    if result is None:
+        return  # the envelope is malformed: the server answers 400 with the reason
+    assert_allowed_with_a_patch_that_applies(*result)
+
+
+# Pods that reach the rules: the launcher pod and a share-manager pod of the fixture cluster, on its
+# disk or not, with some of their fields removed or replaced by any JSON (as orjson reads it).
+small_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=10,
+)
+CLAIMS = st.lists(st.sampled_from(["vm1-rootdisk", "missing-claim", ""]), max_size=3)
+VOLUMES = [v["spec"]["csi"]["volumeHandle"] for v in fixture_cluster() if v["kind"] == "PersistentVolume"]
+
+
+@st.composite
+def pods(draw):
+    if draw(st.booleans()):
+        pod, namespace = vm_pod(*draw(CLAIMS)), BASE["request"]["namespace"]
+    else:
+        pod, namespace = share_manager_pod(draw(st.sampled_from([*VOLUMES, "other-volume"]))), LONGHORN_NS
+    mutate(draw, pod, draw(st.integers(0, 4)), small_json)
+    return pod, namespace
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod_in=pods())
+def test_any_pod_in_a_valid_review_is_allowed_with_a_patch_that_applies(pod_in):
+    pod, namespace = pod_in
+    result = asyncio.run(respond(orjson.loads(orjson.dumps(review(pod, namespace=namespace)))))
+    assert result is not None  # a valid envelope, whatever the pod: the rules answer it
+    assert_allowed_with_a_patch_that_applies(*result)
 
 
 @pytest.fixture(scope="module")

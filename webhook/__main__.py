@@ -401,11 +401,8 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
             # uvloop when installed (asyncio.Runner's loop_factory; uvloop.install() is deprecated).
             from .admission.server import new_event_loop
 
-            try:
-                with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                    return runner.run(run_serve(args))
-            finally:
-                logs.flush()  # admission lines still queued go out before any error
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                return runner.run(run_serve(args))
         if args.verb == "explain":
             return asyncio.run(run_explain(args))
         if args.verb == "status":

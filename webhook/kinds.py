@@ -155,6 +155,13 @@ def status(obj: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def pod_name(pod: Any) -> str:
+    """The pod's name, else its generateName (a pod under creation may have only that), else "?"."""
+    metadata = meta(pod)
+    name = metadata.get("name") or metadata.get("generateName")
+    return name if isinstance(name, str) else "?"
+
+
 def is_launcher(pod: Any) -> bool:
     return labels(pod).get(VIRT_LAUNCHER[0]) == VIRT_LAUNCHER[1]
 

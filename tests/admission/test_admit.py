@@ -218,8 +218,46 @@ async def test_odd_pods_never_get_a_patch_that_does_not_apply(make_store, mangle
     store = await make_store(fixture_cluster())
     pod = vm_pod()
     mangle(pod)
-    envelope = await run(store, pod)
-    jsonpatch.apply_patch(pod, decode_patch(envelope))  # applies (or is empty)
+    outcome = await admit(parse_review(review(pod)), store, Settings(), Deadline.after(10, 1))
+    assert not outcome.failed, outcome.warnings  # the rules coped with the pod: no crash, no patch dropped
+    jsonpatch.apply_patch(pod, decode_patch(answer(outcome)))  # applies (or is empty)
+
+
+class Broken:
+    """A store with a bug: every read raises what no rule expects."""
+
+    def peek(self, *a):
+        raise RuntimeError("bug")
+
+    async def get(self, *a, **kw):
+        raise RuntimeError("bug")
+
+
+async def test_a_bug_in_the_rules_admits_the_pod_untouched_and_shows_as_an_error():
+    outcome = await admit(parse_review(review(vm_pod())), Broken(), Settings(), Deadline.after(10, 1))
+    assert outcome.failed
+    response = answer(outcome)["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert response["warnings"] == ["co-location skipped: internal error (RuntimeError)"]
+
+
+async def test_the_metrics_and_the_log_line_tell_an_internal_error(caplog):
+    import json
+    import time
+
+    from kube import metric_sample
+
+    from webhook import metrics
+    from webhook.admission import server
+
+    endpoint = server.Admissions(Broken(), Settings())
+    errors = dict(name="colocate_admissions_total", default=0.0, rule="none", outcome="error", reason="internal error")
+    before = metric_sample(metrics.render().decode(), **errors)
+    with caplog.at_level("INFO"):
+        await endpoint.answer(json.dumps(review(vm_pod())).encode(), endpoint.deadline(10), time.monotonic())
+    assert metric_sample(metrics.render().decode(), **errors) == before + 1
+    line = next(r.fields for r in caplog.records if r.getMessage() == "admission")
+    assert (line["decision"], line["reason"]) == ("untouched", "internal error")
 
 
 async def test_deadline_bounds_a_hanging_store():

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kube import FIXTURES, review, vm_pod
 
-from webhook.admission.admit import Outcome, Rule
+from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,
                                       parse_review, response_json)
 from webhook.rules.classify import Skip

@@ -7,7 +7,6 @@ business: `review` and `explain` call `admit` without an AdmissionReview round t
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from typing import Any
 
@@ -22,38 +21,10 @@ from ..rules import apply, decide, patch
 from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
 from ..rules.decide import Decision
 from ..rules.facts import Fact, claims_of
-from ..rules.record import record
+from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
 log = logging.getLogger("webhook.mutate")
-
-
-class Rule(enum.StrEnum):
-    VM = "vm"
-    SHARE_MANAGER = "share-manager"
-    NONE = "none"
-
-
-@record
-class Outcome:
-    """What the rules made of one pod: the decision and its patch, or why it was left alone."""
-
-    rule: Rule
-    decision: Decision | None = None
-    skipped: Skip | None = None  # why the pod was left untouched (a metric label)
-    detail: str | None = None  # the specifics, for logs
-    facts: tuple[Fact, ...] = ()  # what the decision followed
-    patch: tuple[dict[str, Any], ...] = ()
-    warnings: tuple[str, ...] = ()
-    audit: dict[str, str] | None = None  # the decision's audit annotations, once worked out
-
-    @property
-    def failed(self) -> bool:
-        return self.skipped is Skip.INTERNAL_ERROR
-
-
-def skip(rule: Rule, why: Skip, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
-    return Outcome(rule, skipped=why, detail=detail, warnings=(warning,) if warning else (), **kwargs)
 
 
 async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline) -> Outcome:
@@ -71,7 +42,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
         # the deadline where it is made (resolve_io, node_obstacle, consumers).
         return await rule(request.namespace, pod, store, settings, deadline)
     except Exception as exc:  # a bug must never fail pod creation
-        log.exception("rule failed for %s/%s", request.namespace, pod_name(pod))
+        log.exception("rule failed for %s/%s", request.namespace, kinds.pod_name(pod))
         return skip(Rule.NONE, Skip.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
 
 
@@ -135,16 +106,10 @@ def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: 
     audit = patch.audit_annotations(decision)  # for the patch and for the answer
     ops = patch.patch_for(pod, decision, settings, audit)
     try:
-        apply.check(pod, ops)  # never hand the apiserver a patch that does not apply
+        apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
                     facts=tuple(facts))
     return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings,
                    audit=audit)
-
-
-def pod_name(pod: Any) -> str:
-    metadata = kinds.meta(pod)
-    name = metadata.get("name") or metadata.get("generateName")
-    return name if isinstance(name, str) else "?"

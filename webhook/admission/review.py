@@ -2,22 +2,20 @@
 
 Transport-free: the server and the `review` CLI both go through here. A review that is
 not an AdmissionReview v1 raises `BadReview` (the server answers 400); everything else
-about the *object* is the rules' business and never fails the review. `response_json` is
+about the *object* is the rules' business and never fails the review. `build_response` is
 the one place an Outcome of the rules becomes an answer (uid, patch, warnings, audit);
-`build_response` is that answer as a dict.
+`response_json` is that answer as the server sends it.
 """
 from __future__ import annotations
 
-import binascii
-from typing import TYPE_CHECKING, Any
+import base64
+from typing import Any
 
 import orjson
 
 from ..rules.patch import audit_annotations
 from ..rules.record import record
-
-if TYPE_CHECKING:
-    from .admit import Outcome
+from .outcome import Outcome
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -49,29 +47,23 @@ class AdmissionRequest:
 
 
 def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
-    """The answer to one review, the whole AdmissionReview v1, as a dict: `response_json`, read."""
-    return orjson.loads(response_json(uid, outcome))
-
-
-_HEAD = b'{"apiVersion":"%s","kind":"%s","response":{"uid":' % (API_VERSION.encode(), KIND.encode())
+    """The answer to one review, the whole AdmissionReview v1: always allowed; a patch (base64
+    JSON Patch) only when there is one, warnings clipped, the decision's audit annotations."""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if outcome.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(outcome.patch)).decode("ascii")
+    if outcome.warnings:
+        response["warnings"] = [clip(w) for w in outcome.warnings]
+    if outcome.decision is not None:
+        audit = outcome.audit  # worked out by `admit`; an Outcome made elsewhere may not carry it
+        response["auditAnnotations"] = audit if audit is not None else audit_annotations(outcome.decision)
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
 def response_json(uid: str, outcome: Outcome) -> bytes:
-    """The answer to one review as compact JSON: always allowed; a patch (base64 JSON Patch)
-    only when there is one, warnings clipped, the decision's audit annotations. Written piece
-    by piece: the server sends it on every admission, and the patch is already encoded once,
-    in base64, rather than again as a string inside the envelope."""
-    parts = [_HEAD, orjson.dumps(uid), b',"allowed":true']
-    if outcome.patch:
-        parts += [b',"patchType":"JSONPatch","patch":"', binascii.b2a_base64(orjson.dumps(outcome.patch), newline=False),
-                  b'"']  # base64.b64encode, without its Python wrapper
-    if outcome.warnings:
-        parts += [b',"warnings":', orjson.dumps([clip(w) for w in outcome.warnings])]
-    if outcome.decision is not None:
-        audit = outcome.audit  # worked out by `admit`; an Outcome made elsewhere may not carry it
-        parts += [b',"auditAnnotations":', orjson.dumps(audit if audit is not None else audit_annotations(outcome.decision))]
-    parts.append(b"}}")
-    return b"".join(parts)
+    """`build_response` as the compact JSON the server sends."""
+    return orjson.dumps(build_response(uid, outcome))
 
 
 def clip(text: str, limit: int = MAX_WARNING) -> str:

@@ -98,7 +98,7 @@ def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any])
 def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, Any] | None = None) -> bool:
     """The pod's own nodeSelector and required node affinity accept the node (whose labels
     the caller may have read already)."""
-    spec = pod.get("spec") or {}
+    spec = kinds.spec(pod)
     if labels is None:
         labels = kinds.labels(node)
     selector = spec.get("nodeSelector") or {}
@@ -106,8 +106,9 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[
         for key, value in selector.items():  # loops, not any(...): this runs on every pin
             if labels.get(key) != value:
                 return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_affinity, dict) else None
     if not isinstance(required, dict):
         return True
     terms = required.get("nodeSelectorTerms")

@@ -10,7 +10,6 @@ Ignore: missing parents are added whole, never a child under a missing parent.
 from __future__ import annotations
 
 import copy
-import functools
 from typing import Any
 
 from .. import kinds
@@ -26,9 +25,7 @@ def escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-@functools.lru_cache(maxsize=256)
 def _annotation_path(key: str) -> str:
-    """Where an annotation goes; our own three keys, asked for on every admission, are kept."""
     return f"/metadata/annotations/{escape(key)}"
 
 
@@ -41,7 +38,8 @@ def preferred_term(node: str, weight: int) -> dict[str, Any]:
     return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
 
 
-def _dict(value: Any) -> dict[str, Any] | None:
+def _dict_or_none(value: Any) -> dict[str, Any] | None:
+    """`value` when it is an object, else None (where absent and present-but-empty differ; kinds' readers give {})."""
     return value if isinstance(value, dict) else None
 
 
@@ -168,19 +166,19 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     pod = copy.deepcopy(pod)
     spec = pod.setdefault("spec", {})
     spec.pop("nodeName", None)
-    metadata = _dict(pod.get("metadata")) or {}
-    annotations = _dict(metadata.get("annotations")) or {}
+    metadata = kinds.meta(pod)
+    annotations = kinds.annotations(pod)
     ours = [n for n in str(annotations.get(settings.node_annotation) or "").split(",") if n]
     for key in (settings.decision_annotation, settings.node_annotation, settings.reason_annotation):
         annotations.pop(key, None)
     if "annotations" in metadata and not annotations:
         del metadata["annotations"]
-    affinity = _dict(spec.get("affinity"))
-    node_affinity = _dict(affinity.get("nodeAffinity")) if affinity else None
+    affinity = _dict_or_none(spec.get("affinity"))
+    node_affinity = _dict_or_none(affinity.get("nodeAffinity")) if affinity else None
     if not ours or node_affinity is None:
         return pod
     added = [node_requirement(node) for node in ours]
-    selector = _dict(node_affinity.get(REQUIRED))
+    selector = _dict_or_none(node_affinity.get(REQUIRED))
     terms = selector.get("nodeSelectorTerms") if selector else None
     if selector is not None and isinstance(terms, list):
         kept = []

@@ -1,0 +1,39 @@
+"""What the rules made of one pod: the domain answer that `review` turns into an AdmissionReview."""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from ..rules.classify import Skip
+from ..rules.decide import Decision
+from ..rules.facts import Fact
+from ..rules.record import record
+
+
+class Rule(enum.StrEnum):
+    VM = "vm"
+    SHARE_MANAGER = "share-manager"
+    NONE = "none"
+
+
+@record
+class Outcome:
+    """The decision and its patch, or why the pod was left alone."""
+
+    rule: Rule
+    decision: Decision | None = None
+    skipped: Skip | None = None  # why the pod was left untouched (a metric label)
+    detail: str | None = None  # the specifics, for logs
+    facts: tuple[Fact, ...] = ()  # what the decision followed
+    patch: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    audit: dict[str, str] | None = None  # the decision's audit annotations, once worked out
+
+    @property
+    def failed(self) -> bool:
+        """A bug in the rules, or a patch that did not apply: the pod was admitted untouched."""
+        return self.skipped is Skip.INTERNAL_ERROR
+
+
+def skip(rule: Rule, why: Skip, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
+    return Outcome(rule, skipped=why, detail=detail, warnings=(warning,) if warning else (), **kwargs)
