@@ -308,7 +308,8 @@ def options_of(verb):
     from webhook.__main__ import build_parser
 
     [verbs] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return [a for a in verbs.choices[verb]._actions if a.option_strings and a.dest != "help" and not a.required]
+    return [a for a in verbs.choices[verb]._actions
+            if a.option_strings and a.dest != "help" and not a.required and a.help != argparse.SUPPRESS]
 
 
 @pytest.mark.parametrize("verb", ["serve", "review", "explain", "status", "certs"])
