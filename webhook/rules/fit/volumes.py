@@ -33,7 +33,7 @@ ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key
 
 
 def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
-    """Where a PV can be mounted (kept in the store's memo): its `spec.nodeAffinity.required` terms
+    """Where a PV can be mounted: its `spec.nodeAffinity.required` terms
     (None without), and the zone and region labels VolumeZone compares (a label the scheduler
     cannot parse is left out, as it ignores it); or why it cannot be read."""
     try:
@@ -100,7 +100,7 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         pv = view.pv(pv_name)
         if pv is None:
             raise CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
-        placement = view.memo.of(_volume_placement, pv, (kinds.spec(pv).get("nodeAffinity"), kinds.labels(pv)))
+        placement = _volume_placement(pv)
         if isinstance(placement, str):
             raise Unreadable(placement)
         terms, zones = placement
