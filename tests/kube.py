@@ -444,3 +444,13 @@ async def run_verb(tmp_path: Path, kmock: Any, verb: str, *args: str, timeout: f
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return proc.returncode, out.decode(), err.decode()
 
+
+def paths(value, prefix=()):
+    """Every path into a JSON document (dict keys and list indexes)."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from paths(child, prefix + (key,))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from paths(child, prefix + (index,))

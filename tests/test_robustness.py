@@ -9,7 +9,7 @@ import jsonpatch
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube import FIXTURES, decode_patch, fixture_cluster
+from kube import FIXTURES, decode_patch, fixture_cluster, paths
 
 from webhook.admission import server, tls
 from webhook.admission.review import BadReview, build_response, parse_review
@@ -26,17 +26,6 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=10,
 )
-
-
-def paths(value, prefix=()):
-    """Every path into a JSON document (dict keys and list indexes)."""
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from paths(child, prefix + (key,))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from paths(child, prefix + (index,))
 
 
 ALL_PATHS = [p for p in paths(BASE) if p]

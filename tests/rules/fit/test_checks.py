@@ -12,6 +12,7 @@ from fitting import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kube import paths
 
 from webhook.rules.fit import checks
 from webhook.rules.fit.checks import for_checks, why_not_fit
@@ -84,16 +85,6 @@ json_values = st.recursive(
 )
 
 
-def _paths(value: Any, prefix: tuple = ()):
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _paths(child, prefix + (key,))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _paths(child, prefix + (index,))
-
-
 def _everything() -> list[dict[str, Any]]:
     """A pod using every feature the checks read, and a cluster with something for each check."""
     pod = vm(claims=("vm1-rootdisk", "scratch"), labels={"app": "web"},
@@ -109,7 +100,7 @@ def _everything() -> list[dict[str, Any]]:
 
 
 EVERYTHING = _everything()
-GARBAGE_PATHS = [(i, p) for i, obj in enumerate(EVERYTHING) for p in _paths(obj) if p]
+GARBAGE_PATHS = [(i, p) for i, obj in enumerate(EVERYTHING) for p in paths(obj) if p]
 
 
 @given(st.data())
