@@ -10,7 +10,6 @@ Ignore: missing parents are added whole, never a child under a missing parent.
 from __future__ import annotations
 
 import copy
-import functools
 from typing import Any
 
 from .. import kinds
@@ -26,9 +25,8 @@ def escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-@functools.lru_cache(maxsize=256)
 def _annotation_path(key: str) -> str:
-    """Where an annotation goes; our own three keys, asked for on every admission, are kept."""
+    """Where an annotation goes."""
     return f"/metadata/annotations/{escape(key)}"
 
 
