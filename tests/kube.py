@@ -197,3 +197,14 @@ def longhorn_volume(kmock: Any, *, local_replica: bool) -> None:
     for obj in objects:
         resource = kinds.LONGHORN_VOLUME if obj["kind"] == "Volume" else kinds.LONGHORN_REPLICA
         kmock.objects[resource, "longhorn-system", obj["metadata"]["name"]] = obj
+
+
+def paths(value, prefix=()):
+    """Every path into a JSON document (dict keys and list indexes)."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from paths(child, prefix + (key,))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from paths(child, prefix + (index,))

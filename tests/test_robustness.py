@@ -10,7 +10,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube import FIXTURES, LONGHORN_NS, decode_patch, fixture_cluster, review, share_manager_pod, vm_pod
+from kube import FIXTURES, LONGHORN_NS, decode_patch, fixture_cluster, paths, review, share_manager_pod, vm_pod
 
 from webhook.admission import server, tls
 from webhook.admission.review import BadReview, build_response, parse_review
@@ -27,17 +27,6 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=10,
 )
-
-
-def paths(value, prefix=()):
-    """Every path into a JSON document (dict keys and list indexes)."""
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from paths(child, prefix + (key,))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from paths(child, prefix + (index,))
 
 
 def mutate(draw, document, changes, values):

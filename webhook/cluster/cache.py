@@ -15,6 +15,7 @@ from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, Resource
 from ..rules import fit
 from ..rules.facts import claims_of
+from ..rules.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers
 from .kept import shapes
@@ -204,7 +205,7 @@ def _anti_affinity(pod: dict[str, Any]) -> list[bool]:
 
 
 class CachedView:
-    """The scheduler checks' view of the cluster, from the caches (rules/fit.py `View`).
+    """The scheduler checks' view of the cluster, from the caches (rules/fit/view.py `View`).
 
     Objects are the caches' shared ones (`Table.read`): the checks only read them. Pods with
     required anti-affinity are read on every check; each is decoded once per version and
@@ -214,6 +215,7 @@ class CachedView:
     def __init__(self, store: WatchedClusterStore):
         self._store = store
         self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        self.memo = Memo()  # what the checks worked out from this store's objects
 
     def node(self, name):
         return self._store.nodes.read(None, name)

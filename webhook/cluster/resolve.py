@@ -124,7 +124,7 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     """Why `pod` cannot run on node `name` now (the never-strand checks), or None when it can.
 
     The node itself (ready, not cordoned, KubeVirt's label, taints, the pod's own node
-    selection), then what kube-scheduler's filters would say (rules/fit.py). A node or a view
+    selection), then what kube-scheduler's filters would say (rules/fit/). A node or a view
     that cannot be read counts as one that cannot take the pod. The same checks serve the pin
     at admission and the keeper's choice of a migration target.
     """
@@ -154,6 +154,7 @@ class SeenFirst:
 
     def __init__(self, view: fit.View, seen: Seen):
         self._view, self._seen = view, seen
+        self.memo = view.memo
 
     def node(self, name: str) -> Any:
         return self._view.node(name)

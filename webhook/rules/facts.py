@@ -98,9 +98,6 @@ def share_manager_node(
     return owner, f"share-manager of {volume} runs on {owner}"
 
 
-# Claim names already found valid: a VM's disks are asked about on each of its starts.
-_VALID_CLAIMS: set[str] = set()
-
 Lookup = tuple[Resource, "str | None", str]
 # Answers one look-up as a Store's `peek` does: (True, the object or None when it does not
 # exist), or (False, None) when it cannot tell.
@@ -112,11 +109,8 @@ def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fac
     pod, and the ShareManager when the pod does not say; None as soon as `peek` cannot tell (cluster/resolve.py then reads
     that object elsewhere and asks again). A plain call: answered from memory, it costs no
     more than the look-ups themselves."""
-    if type(claim) is not str or claim not in _VALID_CLAIMS:  # the apiserver does not check claimName; we never put one in a path unchecked
-        if not kinds.valid_name(claim):
-            return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
-        if len(_VALID_CLAIMS) < 4096:
-            _VALID_CLAIMS.add(claim)
+    if not kinds.valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
+        return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
     known, pvc = peek(PVC, namespace, claim)
     if not known:
         return None

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from .. import kinds
 from ..kinds import KUBEVIRT_SCHEDULABLE
 
@@ -127,37 +125,8 @@ def is_ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
-# The answer of `why_not` depends on the node and on the pod's tolerations, nodeSelector and
-# affinity alone. The caches hand out one node object per version, and pods of VMs made from
-# one template share those fields: the last answer is kept per (node name, those fields as
-# JSON), with the node object it was given for. A node read afresh (a direct GET) replaces
-# that entry rather than adding one: a node is held once per distinct set of those fields
-# (a template), at most _ANSWERS_MAX in all.
-_ANSWERS: dict[tuple[str, bool, bytes], tuple[Any, str | None]] = {}
-_ANSWERS_MAX = 4096
-
-
 def why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *, needs_kubevirt: bool) -> str | None:
     """Why `pod` cannot run on the node now (the first failed check), or None when it can."""
-    spec = pod.get("spec") if type(pod) is dict else None
-    if type(spec) is not dict or node is None:
-        return _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
-    try:
-        key = (node_name, needs_kubevirt,
-               orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"), spec.get("affinity"))))
-    except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, the long way
-        return _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
-    kept = _ANSWERS.get(key)
-    if kept is not None and kept[0] is node:
-        return kept[1]
-    answer = _why_not(node_name, node, pod, needs_kubevirt=needs_kubevirt)
-    if kept is None and len(_ANSWERS) >= _ANSWERS_MAX:
-        del _ANSWERS[next(iter(_ANSWERS))]  # the oldest
-    _ANSWERS[key] = (node, answer)
-    return answer
-
-
-def _why_not(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *, needs_kubevirt: bool) -> str | None:
     if node is None:
         return f"node {node_name} not found"
     if (node.get("spec") or {}).get("unschedulable"):

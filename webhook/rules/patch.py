@@ -26,6 +26,7 @@ def escape(key: str) -> str:
 
 
 def _annotation_path(key: str) -> str:
+    """Where an annotation goes."""
     return f"/metadata/annotations/{escape(key)}"
 
 

@@ -28,49 +28,31 @@ _QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9
 _SPACE = " \t\n\r\v\f"
 
 
-# Quantities seen in their usual form, a string, and what they are: a cluster uses few distinct
-# ones, and every admission reads some (a dict: cheaper to ask than a functools cache).
-_PARSED: dict[str, int] = {}
-_PARSED_MAX = 4096
-
-
 def nanos(value: object) -> int:
     """The quantity in nano-units (1 == 1n), exactly; ValueError when it does not parse.
 
     Accepts the string form and plain JSON numbers (as `Quantity.UnmarshalJSON` does: the
     number's text is parsed like a string).
     """
-    if type(value) is str:
-        amount = _PARSED.get(value)
-        if amount is None:
-            amount = _nanos(value)
-            if len(_PARSED) < _PARSED_MAX:
-                _PARSED[value] = amount
-        return amount
-    return _nanos(value)
-
-
-def nanos_of(amounts: dict[object, object]) -> dict[object, int]:
-    """`nanos` of every value of a ResourceList, in one call; ValueError says which did not parse.
-
-    (The cache is asked here directly: this runs for every container of every pod.)"""
-    found = {}
-    for name, value in amounts.items():
-        amount = _PARSED.get(value) if type(value) is str else None  # type: ignore[arg-type]
-        if amount is None:
-            try:
-                amount = nanos(value)
-            except ValueError:
-                raise ValueError(f"{name} {value!r}") from None
-        found[name] = amount
-    return found
-
-
-def _nanos(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int):
         return value * NANO
+    return _parsed(value)
+
+
+def nanos_of(amounts: dict[object, object]) -> dict[object, int]:
+    """`nanos` of every value of a ResourceList, in one call; ValueError says which did not parse."""
+    found = {}
+    for name, value in amounts.items():
+        try:
+            found[name] = nanos(value)
+        except ValueError:
+            raise ValueError(f"{name} {value!r}") from None
+    return found
+
+
+def _parsed(value: str | float) -> int:
     text = (repr(value) if isinstance(value, float) else value).strip(_SPACE)
     match = _QUANTITY.fullmatch(text) if text else None
     if match is None:

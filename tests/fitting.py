@@ -1,32 +1,25 @@
-"""Table tests of the scheduler-filter checks: a pin is safe only where each of them passes.
+"""Builders and the one table of rows for the scheduler-filter checks (tests/rules/fit/).
 
-Every failing row names the one check that turns the pod away; `test_only_the_named_check_fails`
-holds each row to that, and `test_every_check_decides_some_row` proves no check is dead weight.
+Every failing row names the one check that turns the pod away; each plugin's test module holds
+its rows to that, and `test_every_check_decides_some_row` proves no check is dead weight.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from kube import node, rwx_disk, vm_pod
 
-from webhook.rules import fit
-from webhook.rules.fit import (
-    Demand, PodUsage, StaticView, Usage, host_ports, pod_requests, why_not_fit,
-)
-from webhook.rules.quantity import nanos, scheduler_value, show
+from webhook.rules.fit.checks import CHECKS, why_not_fit
+from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.view import StaticView
 
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 KVM = "devices.kubevirt.io/kvm"
 GI, MI = 2**30, 2**20
 NS = "default"
-
-
-# --------------------------------------------------------------------------- builders
+PARAMS = "pod, node_name, objects, nodes, check, fragment"
 
 
 def sized(name: str, zone: str = "zone-a", *, cpu: str = "4", memory: str = "16Gi", pods: str = "110",
@@ -139,148 +132,13 @@ def on(view: StaticView, name: str) -> dict[str, Any]:
     return found
 
 
-# --------------------------------------------------------------------------- quantities
-
-
-@pytest.mark.parametrize("resource, value, expected", [
-    ("cpu", "500m", 500),
-    ("cpu", "1500m", 1500),
-    ("cpu", "1.5", 1500),
-    ("cpu", 2, 2000),  # a JSON number
-    ("cpu", "0.5m", 1),  # MilliValue rounds up
-    ("cpu", "1e-12", 1),  # finer than 1n rounds up to 1n, then to 1m
-    ("memory", "2Gi", 2 * GI),
-    ("memory", "0.5Gi", GI // 2),
-    ("memory", "100Ki", 102400),
-    ("memory", "1e3", 1000),
-    ("memory", "1E3", 1000),
-    ("memory", "1k", 1000),
-    ("memory", "1M", 10**6),
-    ("memory", "1.5", 2),  # Value rounds up
-    ("memory", "+1", 1),
-    ("memory", " 2Mi ", 2 * MI),  # Quantity.UnmarshalJSON trims spaces
-    ("memory", "1.Gi", GI),  # apimachinery accepts a bare point
-    ("memory", 1.5, 2),
-    ("hugepages-2Mi", "1Gi", GI),
-    (KVM, "1", 1),
-    ("nvidia.com/gpu", 2, 2),
-    ("memory", "16Ei", 2**63 - 1),  # binary quantities are capped at 2^63-1
-], ids=lambda v: str(v))
-def test_quantity(resource, value, expected):
-    assert scheduler_value(resource, value) == expected
-
-
-@pytest.mark.parametrize("value", ["", "1K", "1e", "abc", "1.5.5", "1 Gi", "1m3", "--1", "1e-", "١", "1e999",
-                                   True, None, [], float("inf")],
-                         ids=lambda v: repr(v))
-def test_bad_quantity(value):
-    with pytest.raises(ValueError):
-        nanos(value)
-
-
-def test_sums_are_exact_before_rounding():
-    pod = vm(requests={"cpu": "0.5m"})
-    pod["spec"]["containers"].append({"name": "side", "image": "x", "resources": {"requests": {"cpu": "0.5m"}}})
-    assert pod_requests(pod)["cpu"] == 1  # 0.5m + 0.5m, not 1m + 1m
-
-
-@pytest.mark.parametrize("resource, amount, shown", [
-    ("cpu", 1800, "1800m"), ("cpu", 2000, "2"), ("memory", 2294 * MI, "2.24Gi"), ("memory", 512 * MI, "512Mi"),
-    ("memory", 16 * GI, "16Gi"), ("hugepages-2Mi", 4 * MI, "4Mi"), (KVM, 110, "110"),
-], ids=lambda v: str(v))
-def test_show(resource, amount, shown):
-    assert show(resource, amount) == shown
-
-
-# --------------------------------------------------------------------------- pod requests
-
-LAUNCHER = {"cpu": 100, "memory": 2294 * MI, KVM: 1}
-
-
-def _init(name: str, cpu: str, memory: str = "64Mi", sidecar: bool = False) -> dict[str, Any]:
+def init_container(name: str, cpu: str, memory: str = "64Mi", sidecar: bool = False) -> dict[str, Any]:
     container: dict[str, Any] = {"name": name, "image": "x", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
     if sidecar:
         container["restartPolicy"] = "Always"
     return container
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({}, LAUNCHER),
-    ({"overhead": {"cpu": "100m", "memory": "200Mi"}}, {**LAUNCHER, "cpu": 200, "memory": 2494 * MI}),
-    ({"initContainers": [_init("disk-prep", "2", "1Gi")]}, {**LAUNCHER, "cpu": 2000}),  # init runs alone
-    ({"initContainers": [_init("proxy", "500m", "256Mi", sidecar=True), _init("disk-prep", "1")]},
-     {**LAUNCHER, "cpu": 1500, "memory": (2294 + 256) * MI}),  # prep runs beside the sidecar started before it
-    ({"initContainers": [_init("disk-prep", "1"), _init("proxy", "500m", "256Mi", sidecar=True)]},
-     {**LAUNCHER, "cpu": 1000, "memory": (2294 + 256) * MI}),  # the sidecar starts after prep
-    ({"resources": {"requests": {"cpu": "3"}}}, {**LAUNCHER, "cpu": 3000}),  # pod-level requests
-    ({"resources": {"limits": {"memory": "8Gi"}}}, LAUNCHER),  # a pod-level limit defaults to the containers' sum
-    ({"resources": {"limits": {"hugepages-2Mi": "512Mi"}}}, {**LAUNCHER, "hugepages-2Mi": 512 * MI}),
-], ids=["launcher", "overhead", "init-larger", "sidecar-then-init", "init-then-sidecar", "pod-level-request",
-        "pod-level-limit", "pod-level-hugepages-limit"])
-def test_pod_requests(changes, expected):
-    pod = vm_pod()
-    pod["spec"].update(copy.deepcopy(changes))
-    assert pod_requests(pod) == expected
-
-
-@pytest.mark.parametrize("resources, expected", [
-    ({"limits": {"cpu": "2", "memory": "4Gi"}}, {"cpu": 2000, "memory": 4 * GI}),  # requests default from limits
-    ({"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}, {"cpu": 1000}),
-    ({"requests": {"hugepages-2Mi": "1Gi", "memory": "1Gi"}}, {"hugepages-2Mi": GI, "memory": GI}),
-    ({"requests": {"nvidia.com/gpu": "1", "example.com/foo": 3}}, {"nvidia.com/gpu": 1, "example.com/foo": 3}),
-    ({"requests": {"cpu": "1", "storage": "10Gi", "requests.example.com/x": "1"}}, {"cpu": 1000}),  # not counted
-], ids=["limits-only", "request-wins", "hugepages", "extended", "ignored-names"])
-def test_container_requests(resources, expected):
-    pod = {"spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]}}
-    assert pod_requests(pod) == expected
-
-
-def test_in_place_resize_counts_the_larger_of_spec_and_status():
-    pod = workload("db", "node-a", requests={"cpu": "1", "memory": "1Gi"})
-    pod["status"]["containerStatuses"] = [{"name": "app", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}},
-                                           "allocatedResources": {"cpu": "2", "memory": "1Gi"}}]
-    assert pod_requests(pod) == {"cpu": 1000, "memory": GI}
-    assert pod_requests(pod, running=True) == {"cpu": 2000, "memory": GI}
-
-
-@pytest.mark.parametrize("containers, host_network, expected", [
-    ([{"ports": [{"containerPort": 80}]}], False, ()),
-    ([{"ports": [{"containerPort": 80, "hostPort": 8080}]}], False, (("0.0.0.0", "TCP", 8080),)),
-    ([{"ports": [{"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.5"}]}], False,
-     (("10.0.0.5", "UDP", 53),)),
-    ([{"ports": [{"containerPort": 9100}]}], True, (("0.0.0.0", "TCP", 9100),)),
-], ids=["container-port-only", "host-port", "udp-on-ip", "host-network"])
-def test_host_ports(containers, host_network, expected):
-    spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "image": "x", **c} for i, c in enumerate(containers)]}
-    if host_network:
-        spec["hostNetwork"] = True
-    assert host_ports({"spec": spec}) == expected
-
-
-def test_usage_adds_and_removes_one_pod():
-    usage = Usage()
-    db = PodUsage.of(workload("db", "node-a", requests={"cpu": "1", "memory": "1Gi"},
-                              ports=[{"containerPort": 5432, "hostPort": 5432}]))
-    web = PodUsage.of(workload("web", "node-a", requests={"cpu": "250m", "memory": "256Mi"}))
-    usage.add(db)
-    usage.add(web)
-    assert (usage.pods, usage.requested) == (2, {"cpu": 1250, "memory": GI + 256 * MI})
-    assert usage.any_ip_ports[("TCP", 5432)] == 1
-    usage.remove(db)
-    assert (usage.pods, usage.requested, dict(usage.ports), dict(usage.any_ip_ports)) == \
-        (1, {"cpu": 250, "memory": 256 * MI}, {}, {})
-
-
-def test_usage_skips_finished_pods_and_remembers_unreadable_ones():
-    broken = workload("broken", "node-a", requests={"cpu": "lots"})
-    usage = Usage.of_pods([workload("done", "node-a", phase="Succeeded"), workload("failed", "node-a", phase="Failed"),
-                           workload("web", "node-a"), broken])
-    assert (usage.pods, usage.unreadable, usage.requested) == (2, 1, {"cpu": 100, "memory": 128 * MI})
-    usage.remove(PodUsage.of(broken))
-    assert usage.unreadable == 0
-
-
-# --------------------------------------------------------------------------- the checks, one table
 
 # A pod on node-a holding most of the node: the VM (100m, 2294Mi, 1 kvm) no longer fits beside it.
 BUSY = {"cpu": "3950m", "memory": "8Gi"}
@@ -313,7 +171,7 @@ CASES = [
                  "node node-b offers no hugepages-2Mi", id="no-hugepages"),
     pytest.param(vm(requests={"hugepages-2Mi": "1Gi"}), "node-b", [],
                  three_nodes(node_b={"extra": {"hugepages-2Mi": "2Gi"}}), None, None, id="hugepages-offered"),
-    pytest.param(vm(initContainers=[_init("disk-prep", "4")]), "node-a", [workload("web", "node-a")], None,
+    pytest.param(vm(initContainers=[init_container("disk-prep", "4")]), "node-a", [workload("web", "node-a")], None,
                  "node_resources_fit", "cpu 100m of 4 requested, the VM asks 4", id="init-container-counts"),
     pytest.param(vm(overhead={"memory": "2Gi"}), "node-a", [workload("big", "node-a", requests={"memory": "12Gi"})],
                  None, "node_resources_fit", "the VM asks 4.24Gi", id="overhead-counts"),
@@ -499,192 +357,38 @@ CASES = [
 ]
 
 
-def _run(pod, node_name, objects, nodes):
+
+def judged(pod, node_name, objects, nodes):
     view = view_of(*objects, nodes=nodes)
     return view, on(view, node_name), why_not_fit(pod, NS, on(view, node_name), view)
 
 
-@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
-def test_why_not_fit(pod, node_name, objects, nodes, check, fragment):
-    _, _, reason = _run(pod, node_name, objects, nodes)
+def rows(*checks: str | None) -> list[Any]:
+    """The rows decided by these checks (None: the rows that pass)."""
+    return [case for case in CASES if case.values[4] in checks]
+
+
+def assert_row(pod, node_name, objects, nodes, check, fragment) -> None:
+    """The row's answer: a pass, or a reason holding its fragment."""
+    reason = judged(pod, node_name, objects, nodes)[2]
     if check is None:
         assert reason is None
     else:
         assert reason is not None and fragment in reason, reason
 
 
-@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", [c for c in CASES if c.values[4] not in (None, "*")])
-def test_only_the_named_check_fails(pod, node_name, objects, nodes, check, fragment):
-    """Each failing row is decided by exactly one check, so removing that check flips it."""
-    view = view_of(*objects, nodes=nodes)
-    demand = Demand.of(pod, NS)
-    failing = [c.__name__ for c in fit.CHECKS if c(demand, on(view, node_name), view, "the VM") is not None]
-    assert failing == [check]
+def row_tests(name: str) -> tuple[Any, Any]:
+    """The tests of one check's rows: each row's answer, and that no other check fails it."""
 
+    @pytest.mark.parametrize(PARAMS, rows(name))
+    def test_why_not_fit(pod, node_name, objects, nodes, check, fragment):
+        assert_row(pod, node_name, objects, nodes, check, fragment)
 
-@pytest.mark.parametrize("check", fit.CHECKS, ids=lambda c: c.__name__)
-def test_every_check_decides_some_row(check, monkeypatch):
-    flipped = []
-    for case in CASES:
-        pod, node_name, objects, nodes, expected, _ = case.values
-        if expected in (None, "*"):
-            continue
-        monkeypatch.setattr(fit, "CHECKS", tuple(c for c in fit.CHECKS if c is not check))
-        without = _run(pod, node_name, objects, nodes)[2]
-        monkeypatch.undo()
-        if without is None:
-            flipped.append(case.id)
-    assert flipped, f"no row needs {check.__name__}"
+    @pytest.mark.parametrize(PARAMS, rows(name))
+    def test_only_the_named_check_fails(pod, node_name, objects, nodes, check, fragment):
+        """Each failing row is decided by exactly one check, so removing that check flips it."""
+        view = view_of(*objects, nodes=nodes)
+        demand = Demand.of(pod, NS)
+        assert [c.__name__ for c in CHECKS if c(demand, on(view, node_name), view, "the VM") is not None] == [check]
 
-
-@pytest.mark.parametrize("subject", ["the VM", "the pod"])
-def test_subject_names_who_asks(subject):
-    view = view_of(workload("busy", "node-a", requests=BUSY))
-    reason = why_not_fit(vm(), NS, on(view, "node-a"), view, subject)
-    assert reason == f"node node-a has no room: cpu 3950m of 4 requested, {subject} asks 100m"
-
-
-def test_demand_is_read_once_for_many_nodes():
-    view = view_of(workload("busy", "node-a", requests=BUSY))
-    demand = Demand.of(vm(), NS)
-    assert [why_not_fit(None, NS, n, view, demand=demand) is None for n in view.nodes()] == [False, True, True]
-
-
-def test_the_namespace_comes_from_the_request():
-    """A pod under admission may have no metadata.namespace: the request's namespace counts."""
-    pod = vm(anti=[term(matchLabels=DB)])
-    view = view_of(workload("db-0", "node-b", labels=DB, namespace="prod"))
-    assert why_not_fit(pod, "prod", on(view, "node-b"), view) is not None
-    assert why_not_fit(pod, NS, on(view, "node-b"), view) is None
-
-
-@pytest.mark.parametrize("pod, the_node", [
-    ("not a pod", sized("node-b")),
-    ({"spec": {"containers": [{"name": "c", "resources": {"requests": ["cpu"]}}]}}, sized("node-b")),
-    ({"spec": {"containers": [{"name": "c", "ports": [{"hostPort": "8080"}]}]}}, sized("node-b")),
-    ({"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}}},
-     sized("node-b")),
-    (vm(), "not a node"),
-    (vm(), {"metadata": {"name": "node-b", "labels": []}, "status": {"allocatable": {"cpu": "4"}}}),
-    (vm(volumes=[{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}]), sized("node-b")),
-], ids=["pod-not-object", "requests-not-object", "host-port-string", "term-without-topology-key",
-        "node-not-object", "labels-not-object", "ephemeral-volume"])
-def test_malformed_input_never_raises_and_never_fits(pod, the_node):
-    reason = why_not_fit(pod, NS, the_node, view_of())
-    assert reason is not None and reason.startswith(("cannot tell", "node ")), reason
-
-
-# --------------------------------------------------------------------------- garbage in
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
-    max_leaves=8,
-)
-
-
-def _paths(value: Any, prefix: tuple = ()):
-    yield prefix
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _paths(child, prefix + (key,))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _paths(child, prefix + (index,))
-
-
-def _everything() -> list[dict[str, Any]]:
-    """A pod using every feature the checks read, and a cluster with something for each check."""
-    pod = vm(claims=("vm1-rootdisk", "scratch"), labels={"app": "web"},
-             anti=[term(matchLabels=DB)], affinity=[term(ZONE, matchLabels={"app": "cache"})],
-             spread=[{"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
-                      "labelSelector": {"matchLabels": {"app": "web"}}}],
-             ports=[{"containerPort": 8080, "hostPort": 8080}],
-             initContainers=[_init("proxy", "100m", sidecar=True), _init("prep", "1")],
-             overhead={"memory": "100Mi"})
-    return [pod, sized("node-b"), *local_volume("scratch", "zone-a", key=ZONE),
-            workload("guard", "node-b", anti=[term(matchLabels={"kubevirt.io": "virt-launcher"})]),
-            workload("cache-0", "node-a", labels={"app": "cache"})]
-
-
-EVERYTHING = _everything()
-GARBAGE_PATHS = [(i, p) for i, obj in enumerate(EVERYTHING) for p in _paths(obj) if p]
-
-
-@given(st.data())
-@settings(max_examples=300, deadline=None)
-def test_garbage_never_raises(data):
-    objects = copy.deepcopy(EVERYTHING)
-    for _ in range(data.draw(st.integers(1, 3))):
-        index, path = data.draw(st.sampled_from(GARBAGE_PATHS))
-        parent = objects[index]
-        try:
-            for step in path[:-1]:
-                parent = parent[step]
-            if data.draw(st.booleans()) and isinstance(parent, dict):
-                parent.pop(path[-1], None)
-            else:
-                parent[path[-1]] = data.draw(json_values)
-        except (KeyError, IndexError, TypeError):
-            continue  # an earlier change removed this path
-    pod, the_node, claim, volume, *pods = objects
-    view = StaticView([three_nodes()[0], the_node, three_nodes()[2]], [*pods, ROOTDISK[3]], [claim, ROOTDISK[0]],
-                      [volume, ROOTDISK[1]])
-    reason = why_not_fit(pod, NS, the_node, view)
-    assert reason is None or isinstance(reason, str)
-
-
-@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
-def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objects, nodes, check, fragment):
-    """The keeper keeps only `for_checks(pod)`: every row of the table is judged the same."""
-    view = view_of(*objects, nodes=nodes)
-    node = on(view, node_name)
-    assert fit.why_not_fit(fit.for_checks(pod), NS, node, view) == fit.why_not_fit(pod, NS, node, view)
-
-
-@pytest.mark.parametrize("change", [
-    lambda pod: pod["spec"]["containers"][0]["resources"]["requests"].update(cpu="2"),
-    lambda pod: pod["spec"]["containers"][0]["resources"]["limits"].update({"ephemeral-storage": "1Gi"}),
-    lambda pod: pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "1"}}}),
-    lambda pod: pod["spec"].update(initContainers=[{"name": "i", "restartPolicy": "Always",
-                                                    "resources": {"requests": {"cpu": "3"}}}]),
-    lambda pod: pod["spec"].update(overhead={"cpu": "250m"}),
-    lambda pod: pod["spec"].update(resources={"requests": {"cpu": "4"}}),
-    lambda pod: pod["spec"]["containers"][0].pop("resources"),
-    lambda pod: pod["spec"]["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 8080}]),
-    lambda pod: pod["spec"].update(hostNetwork=True) or pod["spec"]["containers"][0].update(ports=[{"containerPort": 80}]),
-], ids=["request", "limit", "container", "sidecar", "overhead", "pod-level", "no-resources", "host-port", "host-network"])
-def test_what_a_pod_requests_and_its_host_ports_are_kept_by_its_containers_resources_and_ports(change):
-    def read(pod):
-        demand = fit.Demand.of(pod, NS)
-        return demand.requests, demand.host_ports
-
-    first, renamed = vm(), vm()
-    renamed["metadata"]["name"] = "other"
-    renamed["spec"]["containers"][0]["args"] = ["--name", "other"]
-    assert read(renamed) == read(first) == (fit.pod_requests(first), fit.host_ports(first))
-    changed = vm()
-    change(changed)
-    assert read(changed) == (fit.pod_requests(changed), fit.host_ports(changed)) != read(first)
-
-
-@pytest.mark.parametrize("containers", [{"compute": {}}, ["compute"], [None], "compute"])
-def test_containers_of_unexpected_shape_are_still_unreadable(containers):
-    pod = vm()
-    pod["spec"]["containers"] = containers
-    with pytest.raises(fit.Unreadable):
-        fit.Demand.of(pod, NS)
-
-
-def test_objects_read_afresh_are_read_again_and_not_piled_up():
-    """Before the caches sync, every admission reads nodes, claims and PVs afresh (new objects):
-    each is read as it is now, and what is remembered of them does not grow with every read."""
-    def node_with(cpu):
-        return {"metadata": {"name": "node-fresh"}, "status": {"allocatable": {"cpu": cpu, "pods": "110"}}}
-
-    assert fit._allocatable(node_with("4"))["cpu"] == 4000
-    held = len(fit._allocatable.remembered)
-    assert fit._allocatable(node_with("8"))["cpu"] == 8000  # the same node, grown: read again
-    for _ in range(50):
-        fit._allocatable(node_with("8"))
-    assert len(fit._allocatable.remembered) == held
+    return test_why_not_fit, test_only_the_named_check_fails

@@ -1,0 +1,134 @@
+"""The checks together, in the scheduler's order: rows that pass or that no single check owns,
+every check needed by some row, and no input that makes them raise."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from fitting import (
+    BUSY, CASES, DB, HOSTNAME, NS, PARAMS, ROOTDISK, ZONE, assert_row, init_container, judged, local_volume, on, rows,
+    sized, term, three_nodes, view_of, vm, workload,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kube import paths
+
+from webhook.rules.fit import checks
+from webhook.rules.fit.checks import for_checks, why_not_fit
+from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.view import StaticView
+
+
+@pytest.mark.parametrize(PARAMS, rows(None, "*"))
+def test_why_not_fit(pod, node_name, objects, nodes, check, fragment):
+    assert_row(pod, node_name, objects, nodes, check, fragment)
+
+
+@pytest.mark.parametrize("check", checks.CHECKS, ids=lambda c: c.__name__)
+def test_every_check_decides_some_row(check, monkeypatch):
+    flipped = []
+    for case in CASES:
+        pod, node_name, objects, nodes, expected, _ = case.values
+        if expected in (None, "*"):
+            continue
+        monkeypatch.setattr(checks, "CHECKS", tuple(c for c in checks.CHECKS if c is not check))
+        without = judged(pod, node_name, objects, nodes)[2]
+        monkeypatch.undo()
+        if without is None:
+            flipped.append(case.id)
+    assert flipped, f"no row needs {check.__name__}"
+
+
+@pytest.mark.parametrize("subject", ["the VM", "the pod"])
+def test_subject_names_who_asks(subject):
+    view = view_of(workload("busy", "node-a", requests=BUSY))
+    reason = why_not_fit(vm(), NS, on(view, "node-a"), view, subject)
+    assert reason == f"node node-a has no room: cpu 3950m of 4 requested, {subject} asks 100m"
+
+
+def test_demand_is_read_once_for_many_nodes():
+    view = view_of(workload("busy", "node-a", requests=BUSY))
+    demand = Demand.of(vm(), NS)
+    assert [why_not_fit(None, NS, n, view, demand=demand) is None for n in view.nodes()] == [False, True, True]
+
+
+def test_the_namespace_comes_from_the_request():
+    """A pod under admission may have no metadata.namespace: the request's namespace counts."""
+    pod = vm(anti=[term(matchLabels=DB)])
+    view = view_of(workload("db-0", "node-b", labels=DB, namespace="prod"))
+    assert why_not_fit(pod, "prod", on(view, "node-b"), view) is not None
+    assert why_not_fit(pod, NS, on(view, "node-b"), view) is None
+
+
+@pytest.mark.parametrize("pod, the_node", [
+    ("not a pod", sized("node-b")),
+    ({"spec": {"containers": [{"name": "c", "resources": {"requests": ["cpu"]}}]}}, sized("node-b")),
+    ({"spec": {"containers": [{"name": "c", "ports": [{"hostPort": "8080"}]}]}}, sized("node-b")),
+    ({"spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}}},
+     sized("node-b")),
+    (vm(), "not a node"),
+    (vm(), {"metadata": {"name": "node-b", "labels": []}, "status": {"allocatable": {"cpu": "4"}}}),
+    (vm(volumes=[{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}]), sized("node-b")),
+], ids=["pod-not-object", "requests-not-object", "host-port-string", "term-without-topology-key",
+        "node-not-object", "labels-not-object", "ephemeral-volume"])
+def test_malformed_input_never_raises_and_never_fits(pod, the_node):
+    reason = why_not_fit(pod, NS, the_node, view_of())
+    assert reason is not None and reason.startswith(("cannot tell", "node ")), reason
+
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=8,
+)
+
+
+def _everything() -> list[dict[str, Any]]:
+    """A pod using every feature the checks read, and a cluster with something for each check."""
+    pod = vm(claims=("vm1-rootdisk", "scratch"), labels={"app": "web"},
+             anti=[term(matchLabels=DB)], affinity=[term(ZONE, matchLabels={"app": "cache"})],
+             spread=[{"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+                      "labelSelector": {"matchLabels": {"app": "web"}}}],
+             ports=[{"containerPort": 8080, "hostPort": 8080}],
+             initContainers=[init_container("proxy", "100m", sidecar=True), init_container("prep", "1")],
+             overhead={"memory": "100Mi"})
+    return [pod, sized("node-b"), *local_volume("scratch", "zone-a", key=ZONE),
+            workload("guard", "node-b", anti=[term(matchLabels={"kubevirt.io": "virt-launcher"})]),
+            workload("cache-0", "node-a", labels={"app": "cache"})]
+
+
+EVERYTHING = _everything()
+GARBAGE_PATHS = [(i, p) for i, obj in enumerate(EVERYTHING) for p in paths(obj) if p]
+
+
+@given(st.data())
+@settings(max_examples=300, deadline=None)
+def test_garbage_never_raises(data):
+    objects = copy.deepcopy(EVERYTHING)
+    for _ in range(data.draw(st.integers(1, 3))):
+        index, path = data.draw(st.sampled_from(GARBAGE_PATHS))
+        parent = objects[index]
+        try:
+            for step in path[:-1]:
+                parent = parent[step]
+            if data.draw(st.booleans()) and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = data.draw(json_values)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier change removed this path
+    pod, the_node, claim, volume, *pods = objects
+    view = StaticView([three_nodes()[0], the_node, three_nodes()[2]], [*pods, ROOTDISK[3]], [claim, ROOTDISK[0]],
+                      [volume, ROOTDISK[1]])
+    reason = why_not_fit(pod, NS, the_node, view)
+    assert reason is None or isinstance(reason, str)
+
+
+@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
+def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objects, nodes, check, fragment):
+    """The keeper keeps only `for_checks(pod)`: every row of the table is judged the same."""
+    view = view_of(*objects, nodes=nodes)
+    node = on(view, node_name)
+    assert why_not_fit(for_checks(pod), NS, node, view) == why_not_fit(pod, NS, node, view)

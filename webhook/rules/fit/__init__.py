@@ -1,0 +1,22 @@
+"""Pure: would kube-scheduler's filters pass this pod on this node? (A pin must never strand a VM.)
+
+One module per filter plugin (kubernetes `pkg/scheduler/framework/plugins/`): `resources`
+(NodeResourcesFit), `ports` (NodePorts), `volumes` (VolumeBinding for bound claims, VolumeZone),
+`interpodaffinity` (InterPodAffinity) and `podtopologyspread` (PodTopologySpread with
+DoNotSchedule); `checks` runs them in the scheduler's order. Beside them: what a pod asks for
+(`requests`), what a node's pods take (`usage`), the pod read once (`demand`), the cluster as
+the checks read it (`view`), label selectors (`selectors`). Readiness, cordon, taints and the
+pod's own node affinity live in `rules/nodes.py`.
+
+Each check answers None (passes) or a short reason. Where the objects do not let us decide
+(a quantity that does not parse, a claim not in the cache, a namespaceSelector that would need
+Namespace objects) the answer is "cannot tell", which counts as does-not-fit: a pin is only
+safe when we know. No check raises.
+"""
+from .checks import for_checks, why_not_fit
+from .requests import pod_requests
+from .usage import PodUsage, Usage
+from .view import StaticView, View, bound_node, has_required_anti_affinity
+
+__all__ = ["PodUsage", "StaticView", "Usage", "View", "bound_node", "for_checks", "has_required_anti_affinity",
+           "pod_requests", "why_not_fit"]

@@ -1,0 +1,78 @@
+"""The pod under judgement, read once for every check and every node tried."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ... import kinds
+from ..memo import Memo
+from .fields import Unreadable, pod_spec
+from .interpodaffinity import AffinityTerm, affinity_terms
+from .podtopologyspread import SpreadConstraint, spread_constraints
+from .ports import HostPort, host_ports
+from .requests import pod_requests
+
+def _requests_and_ports(pod: Any, memo: Memo | None) -> tuple[Mapping[str, int], tuple[HostPort, ...]]:
+    """(`pod_requests(pod)`, `host_ports(pod)`) for a pod being admitted. They depend on the
+    containers' resources and ports alone, and pods of VMs of one size have the same: the memo
+    keeps them by what they read (each container's resources and ports, an init container's
+    restartPolicy, the pod's resources, overhead and hostNetwork) as JSON, which no two
+    different values write alike (pods are read from JSON)."""
+    spec = pod.get("spec") if memo is not None and type(pod) is dict else None
+    if type(spec) is dict:
+        containers, init = spec.get("containers"), spec.get("initContainers")
+        if type(containers) is list and (init is None or type(init) is list):
+            try:
+                content = orjson.dumps((
+                    [(c.get("resources"), c.get("ports")) for c in containers],
+                    [(c.get("resources"), c.get("restartPolicy"), c.get("ports")) for c in init or ()],
+                    spec.get("resources"), spec.get("overhead"), spec.get("hostNetwork")))
+            except (AttributeError, orjson.JSONEncodeError):  # an item that is no object, a value JSON cannot hold
+                return _read_requests_and_ports(pod)
+            return memo.by_content(_read_requests_and_ports, content, pod)  # type: ignore[union-attr]
+    return _read_requests_and_ports(pod)  # a shape to read the long way (which says what is wrong with it)
+
+
+def _read_requests_and_ports(pod: Any) -> tuple[Mapping[str, int], tuple[HostPort, ...]]:
+    return pod_requests(pod), host_ports(pod)
+
+
+@dataclasses.dataclass(slots=True)
+class Demand:
+    """Everything the checks need from the pod, read once (the keeper tries several nodes)."""
+
+    pod: Mapping[str, Any]
+    namespace: str
+    labels: Mapping[str, Any]
+    requests: Mapping[str, int]
+    host_ports: tuple[HostPort, ...]
+    affinity: list[AffinityTerm]
+    anti_affinity: list[AffinityTerm]
+    spread: list[SpreadConstraint]
+
+    @classmethod
+    def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":
+        """Raises Unreadable (a ValueError) when the pod cannot be read. With the store's `memo`,
+        what pods of one size ask for is worked out once."""
+        if not isinstance(pod, dict):
+            raise Unreadable("the pod is not an object")
+        try:
+            spec = pod_spec(pod)
+            affinity = spec.get("affinity")
+            with_pod_affinity = isinstance(affinity, dict) and (affinity.get("podAffinity") or affinity.get("podAntiAffinity"))
+            requests, ports = _requests_and_ports(pod, memo)
+            return cls(
+                pod=pod,
+                namespace=namespace,
+                labels=kinds.labels(pod),
+                requests=requests,
+                host_ports=ports,
+                affinity=affinity_terms(pod, namespace, "podAffinity", incoming=True) if with_pod_affinity else [],
+                anti_affinity=affinity_terms(pod, namespace, "podAntiAffinity", incoming=True) if with_pod_affinity else [],
+                spread=spread_constraints(pod) if spec.get("topologySpreadConstraints") else [],
+            )
+        except (TypeError, AttributeError):
+            raise Unreadable("unexpected shape") from None

@@ -1,0 +1,46 @@
+"""What every check shares: its signature, and "cannot tell" (which counts as not fitting) in
+place of an exception."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .fields import Unreadable, name_of
+
+if TYPE_CHECKING:
+    from .demand import Demand
+    from .view import View
+
+Check = Callable[["Demand", Mapping[str, Any], "View", str], "str | None"]
+
+
+class CannotTell(Exception):
+    """The objects do not let us decide (a claim not in the cache, a selector over Namespace labels)."""
+
+
+def cannot_tell(node: Any, subject: str, detail: str) -> str:
+    return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
+
+
+def never_raises(check: Check) -> Check:
+    """Objects of unexpected shape mean "cannot tell", which counts as not fitting."""
+
+    def guarded(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+        try:
+            return check(demand, node, view, subject)
+        except Exception as error:
+            return failed(check, node, subject, error)
+
+    guarded.__name__ = check.__name__
+    guarded.__doc__ = check.__doc__
+    guarded.unguarded = check  # type: ignore[attr-defined]  # why_not_fit guards the checks itself
+    return guarded
+
+
+def failed(check: Check, node: Any, subject: str, error: Exception) -> str:
+    """The answer of a check that raised: "cannot tell", saying why."""
+    if isinstance(error, (CannotTell, Unreadable)):
+        return cannot_tell(node, subject, str(error))
+    # A shape nobody foresaw: still an answer, never a crash.
+    return cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
+                                       f"the objects ({type(error).__name__})")

@@ -1,0 +1,159 @@
+"""InterPodAffinity (kubernetes `interpodaffinity/filtering.go`): required pod affinity and
+anti-affinity, the pod's own and that of the pods already placed."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ... import kinds
+from .fields import Unreadable, as_list, as_mapping, name_of, namespace_of, pod_key
+from .framework import CannotTell, never_raises
+from .selectors import Selector, parse_selector, selects, with_label_keys
+
+if TYPE_CHECKING:
+    from .demand import Demand
+    from .view import View
+
+EVERY_NAMESPACE = "every"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """A required pod (anti-)affinity term (kube-scheduler framework `AffinityTerm`)."""
+
+    selector: Selector
+    namespaces: frozenset[str]
+    # None: no selector; EVERY_NAMESPACE: `{}`; otherwise a selector over Namespace labels,
+    # which we cannot evaluate without Namespace objects.
+    namespace_selector: Selector | str
+    topology_key: str
+
+    def matches(self, namespace: str, labels: Mapping[str, Any]) -> bool | None:
+        """Whether the term selects a pod there; None when only namespace labels could say."""
+        if namespace in self.namespaces or self.namespace_selector == EVERY_NAMESPACE:
+            return selects(self.selector, labels)
+        if self.namespace_selector is not None:
+            return None if selects(self.selector, labels) else False
+        return False
+
+
+def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> list[AffinityTerm]:
+    """The pod's required podAffinity or podAntiAffinity terms (`kind`)."""
+    affinity = as_mapping(kinds.spec(pod).get("affinity"), "affinity")
+    raw_terms = as_list(as_mapping(affinity.get(kind), kind).get("requiredDuringSchedulingIgnoredDuringExecution"),
+                        f"required {kind}")
+    labels = kinds.labels(pod)
+    terms = []
+    for raw in raw_terms:
+        raw = as_mapping(raw, f"{kind} term")
+        key = raw.get("topologyKey")
+        if not isinstance(key, str) or not key:
+            raise Unreadable(f"{kind} term without topologyKey")
+        selector = parse_selector(raw.get("labelSelector"), f"{kind} labelSelector")
+        if incoming:
+            selector = with_label_keys(selector, labels, as_list(raw.get("matchLabelKeys"), "matchLabelKeys"),
+                                       as_list(raw.get("mismatchLabelKeys"), "mismatchLabelKeys"))
+        listed = [n for n in as_list(raw.get("namespaces"), f"{kind} namespaces") if isinstance(n, str)]
+        raw_ns_selector = raw.get("namespaceSelector")
+        ns_selector = parse_selector(raw_ns_selector, f"{kind} namespaceSelector")
+        if ns_selector == ():
+            ns_selector = EVERY_NAMESPACE
+        # An empty list and no selector mean the pod's own namespace (framework
+        # `getNamespacesFromPodAffinityTerm`).
+        namespaces = frozenset(listed) if listed or raw_ns_selector is not None else frozenset((namespace,))
+        terms.append(AffinityTerm(selector, namespaces, ns_selector, key))
+    return terms
+
+
+def _existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
+    """A bound pod's required anti-affinity terms, or why they cannot be read."""
+    try:
+        namespace = kinds.meta(pod).get("namespace") or ""
+        return affinity_terms(pod, namespace, "podAntiAffinity", incoming=False)
+    except (Unreadable, TypeError, AttributeError) as error:
+        return str(error) or "unexpected shape"
+
+
+def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> Iterable[Mapping[str, Any]]:
+    """The nodes in the same topology domain; for the hostname key, the node itself."""
+    if key == kinds.HOSTNAME_LABEL:
+        return (node,)
+    return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
+
+
+@never_raises
+def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
+    required anti-affinity, then the required anti-affinity of pods already placed."""
+    placed = view.pods_with_required_anti_affinity()
+    if not (demand.affinity or demand.anti_affinity or placed):
+        return None  # most pods, most clusters: nothing for this filter to look at
+    name = name_of(node)
+    labels = kinds.labels(node)
+    for term in demand.affinity + demand.anti_affinity:
+        if term.namespace_selector not in (None, EVERY_NAMESPACE):
+            raise CannotTell(f"{subject}'s pod affinity selects namespaces by label")
+    if demand.affinity:
+        reason = _affinity_reason(demand, node, view, subject)
+        if reason:
+            return reason
+    for term in demand.anti_affinity:
+        if term.topology_key not in labels:
+            continue  # no domain here, so nothing in it to avoid
+        value = labels[term.topology_key]
+        for other in _domain_nodes(view, node, term.topology_key, value):
+            for pod in view.pods_on(name_of(other)):
+                if term.matches(namespace_of(pod), kinds.labels(pod)):
+                    return (f"node {name} fails {subject}'s pod anti-affinity: pod {pod_key(pod)} "
+                            f"runs in {term.topology_key}={value}")
+    for pod in placed:
+        terms = view.memo.of(_existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
+        if isinstance(terms, str):
+            raise CannotTell(f"the pod anti-affinity of pod {pod_key(pod)} cannot be read: {terms}")
+        other = None
+        for term in terms:
+            if term.topology_key not in labels:
+                continue
+            if other is None:
+                other = view.node(kinds.spec(pod).get("nodeName")) or {}
+            value = kinds.labels(other).get(term.topology_key)
+            if value is None or value != labels[term.topology_key]:
+                continue
+            match = term.matches(demand.namespace, demand.labels)
+            if match is None:
+                raise CannotTell(f"the pod anti-affinity of pod {pod_key(pod)} selects namespaces by label")
+            if match:
+                return (f"node {name} fails the pod anti-affinity of pod {pod_key(pod)} "
+                        f"in {term.topology_key}={value}")
+    return None
+
+
+def _affinity_reason(demand: Demand, node: Mapping[str, Any], view: View, subject: str) -> str | None:
+    """A pod counts for the pod's affinity when it matches every term; each term needs such a
+    pod in the node's domain. The first pod of a group whose terms select itself may go
+    anywhere while no pod matches (filtering.go `satisfyPodAffinity`)."""
+    name = name_of(node)
+    labels = kinds.labels(node)
+    for term in demand.affinity:
+        if term.topology_key not in labels:
+            return f"node {name} has no {term.topology_key} label, which {subject}'s pod affinity needs"
+    counts: Counter[tuple[str, Any]] = Counter()
+    for other in view.nodes():
+        other_labels = kinds.labels(other)
+        keys = [t.topology_key for t in demand.affinity if t.topology_key in other_labels]
+        if not keys:
+            continue
+        for pod in view.pods_on(name_of(other)):
+            namespace, pod_labels = namespace_of(pod), kinds.labels(pod)
+            if all(t.matches(namespace, pod_labels) for t in demand.affinity):
+                for key in keys:
+                    counts[(key, other_labels[key])] += 1
+    missing = next((t for t in demand.affinity if counts[(t.topology_key, labels[t.topology_key])] <= 0), None)
+    if missing is None:
+        return None
+    if not +counts and all(t.matches(demand.namespace, demand.labels) for t in demand.affinity):
+        return None
+    return (f"node {name} fails {subject}'s pod affinity: no matching pod in "
+            f"{missing.topology_key}={labels[missing.topology_key]}")

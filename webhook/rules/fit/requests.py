@@ -1,0 +1,179 @@
+"""What a pod asks of a node's resources, as NodeResourcesFit counts it (component-helpers/resource
+`PodRequests`): the containers' requests, sidecars and init containers, pod-level resources,
+overhead, and in-place resizes of running pods."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ... import kinds
+from ..quantity import CPU, ceil_div, nanos_of, unit
+from .fields import Unreadable, as_list, as_mapping, in_part, pod_spec
+
+MEMORY = "memory"
+EPHEMERAL_STORAGE = "ephemeral-storage"
+
+
+def counted(resource: str) -> bool:
+    """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones
+    (extended like devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable
+    volumes); anything else the scheduler ignores (framework/types.go `Resource.Add`,
+    scheduler/util `IsScalarResourceName`)."""
+    if resource in (CPU, MEMORY, EPHEMERAL_STORAGE):
+        return True
+    if resource.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in resource:
+        return True
+    return "/" in resource and not resource.startswith("requests.")
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, amount in more.items():
+        total[name] = total.get(name, 0) + amount
+
+
+def _raise_to(total: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if name not in total or amount > total[name]:
+            total[name] = amount
+
+
+def _resource_list(value: Any, what: str) -> dict[str, int]:
+    """A ResourceList in nano-units."""
+    if not value:
+        if value is None or isinstance(value, dict):
+            return {}
+    if not isinstance(value, dict):
+        raise Unreadable(f"{what} is not an object")
+    try:
+        return nanos_of(value)
+    except ValueError as error:
+        raise Unreadable(f"{what} {error} is not a quantity") from None
+
+
+def _container_requests(container: Any) -> dict[str, int]:
+    """Requests in nano-units; a resource with only a limit requests its limit, as the apiserver
+    defaults it (pkg/apis/core/v1/defaults.go `SetDefaults_Pod`)."""
+    if not isinstance(container, dict):
+        raise Unreadable("is not an object")
+    resources = container.get("resources")
+    if not resources:
+        return {}
+    if type(resources) is not dict:
+        resources = as_mapping(resources, "resources")
+    requests = _resource_list(resources.get("requests"), "request")
+    limits = resources.get("limits")
+    if limits:
+        for name, amount in _resource_list(limits, "limit").items():
+            requests.setdefault(name, amount)
+    return requests
+
+
+def _resized_requests(spec_requests: dict[str, int], status: Mapping[str, Any], infeasible: bool) -> dict[str, int]:
+    """A running container's requests after an in-place resize (component-helpers/resource
+    `determineEffectiveRequests`): the largest of spec, actuated and allocated."""
+    actuated = _resource_list(as_mapping(status.get("resources"), "status").get("requests"), "actuated")
+    allocated = _resource_list(status.get("allocatedResources"), "allocated")
+    effective = {} if infeasible else dict(spec_requests)
+    _raise_to(effective, actuated)
+    _raise_to(effective, allocated)
+    return effective
+
+
+def _resize_statuses(pod: Any) -> tuple[dict[Any, Mapping[str, Any]], bool]:
+    """Container statuses that report resources, by name, and whether a resize is infeasible."""
+    status = kinds.status(pod)
+    statuses = {}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for entry in as_list(status.get(key), f"status.{key}"):
+            if isinstance(entry, dict) and entry.get("resources") is not None:
+                statuses[entry.get("name")] = entry
+    for condition in as_list(status.get("conditions"), "status.conditions"):
+        if isinstance(condition, dict) and condition.get("type") == "PodResizePending":
+            return statuses, condition.get("reason") == "Infeasible"
+    return statuses, False
+
+
+def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
+    spec = pod_spec(pod)
+    statuses, infeasible = _resize_statuses(pod) if running else ({}, False)
+    total: dict[str, int] = {}
+    for i, container in enumerate(as_list(spec.get("containers"), "containers")):
+        try:
+            requests = _container_requests(container)
+            found = statuses.get(container.get("name")) if statuses else None
+            if found:
+                requests = _resized_requests(requests, found, infeasible)
+        except Unreadable as error:
+            raise in_part(f"container {i}", error) from None
+        for name, amount in requests.items():
+            total[name] = total.get(name, 0) + amount
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        _add_init_containers(total, as_list(init_containers, "initContainers"), statuses, infeasible)
+    if spec.get("resources"):
+        _apply_pod_level(total, as_mapping(spec.get("resources"), "pod resources"))
+    if spec.get("overhead"):
+        _add(total, _resource_list(spec.get("overhead"), "overhead"))
+    return total
+
+
+def _add_init_containers(total: dict[str, int], init_containers: list[Any],
+                         statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool) -> None:
+    """component-helpers/resource `AggregateContainerRequests`: sidecars (restartable init
+    containers) run with the containers; each plain init container runs with the sidecars
+    started before it; the pod needs the larger of the two phases."""
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, container in enumerate(init_containers):
+        sidecar = isinstance(container, dict) and container.get("restartPolicy") == "Always"
+        try:
+            requests = _container_requests(container)
+            found = statuses.get(container.get("name")) if sidecar and statuses else None
+            if found:
+                requests = _resized_requests(requests, found, infeasible)
+        except Unreadable as error:
+            raise in_part(f"init container {i}", error) from None
+        if sidecar:
+            _add(total, requests)
+            _add(sidecars, requests)
+            phase = sidecars
+        else:
+            phase = dict(sidecars)
+            _add(phase, requests)
+        _raise_to(init_peak, phase)
+    _raise_to(total, init_peak)
+
+
+def _pod_level(resource: str) -> bool:
+    return resource in (CPU, MEMORY) or resource.startswith("hugepages-")
+
+
+def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> None:
+    """Pod-level requests (PodLevelResources) replace the containers' sum for cpu, memory and
+    hugepages. A pod-level limit without a request defaults the request to the containers' sum
+    where they request the resource, else to the limit (pkg/apis/core/v1/defaults.go
+    `defaultPodRequests`; hugepages cannot be overcommitted, so they take the limit)."""
+    if not resources:
+        return
+    requests = _resource_list(resources.get("requests"), "pod request")
+    limits = _resource_list(resources.get("limits"), "pod limit")
+    for name, amount in requests.items():
+        if _pod_level(name):
+            total[name] = amount
+    for name, amount in limits.items():
+        if _pod_level(name) and name not in requests and (name.startswith("hugepages-") or name not in total):
+            total[name] = amount
+
+
+def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
+    """What the scheduler counts for the pod (component-helpers/resource `PodRequests`): cpu in
+    millicores, other resources in whole units, for every resource NodeResourcesFit compares.
+    `running` reads in-place resizes from the status, as the scheduler does for bound pods.
+    Raises Unreadable (a ValueError) on objects of unexpected shape."""
+    if not isinstance(pod, dict):
+        raise Unreadable("the pod is not an object")
+    found = {}
+    for name, amount in _nano_requests(pod, running=running).items():
+        if type(name) is str and counted(name):
+            found[name] = ceil_div(amount, unit(name))
+    return found

@@ -1,0 +1,66 @@
+"""NodeResourcesFit (kubernetes `noderesources/fit.go`): a pod slot and every request against
+what the node has left."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ... import kinds
+from ..quantity import scheduler_value, show
+from .fields import name_of
+from .framework import CannotTell, never_raises
+
+if TYPE_CHECKING:
+    from .demand import Demand
+    from .view import View
+
+PODS = "pods"
+
+
+def _allocatable(node: Any) -> dict[str, int] | str:
+    """The node's `status.allocatable` in the scheduler's units, or why it cannot be read (kept in the
+    store's memo: every admission asks about the same few nodes)."""
+    allocatable = kinds.status(node).get("allocatable")
+    if not isinstance(allocatable, dict) or not allocatable:
+        return "it has no status.allocatable"
+    amounts = {}
+    for resource, value in allocatable.items():
+        try:
+            amounts[resource] = scheduler_value(resource, value)
+        except ValueError:
+            return f"allocatable {resource} {value!r} is not a quantity"
+    return amounts
+
+
+@never_raises
+def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+    """NodeResourcesFit: one pod slot and every request against allocatable minus what the
+    node's pods request (noderesources/fit.go `fitsRequest`). A resource the node does not list
+    has 0 allocatable; a request of 0 is not checked."""
+    name = name_of(node)
+    usage = view.usage(name)
+    if usage.unreadable:
+        raise CannotTell(f"{usage.unreadable} pod(s) on it have requests that do not parse")
+    allocatable = view.memo.of(_allocatable, node, kinds.status(node).get("allocatable"))
+    if isinstance(allocatable, str):
+        raise CannotTell(allocatable)
+    slots = allocatable.get(PODS, 0)
+    if slots <= 0:
+        return f"node {name} offers no pod slots"
+    if usage.pods + 1 > slots:
+        return f"node {name} has no room: {usage.pods} of {slots} pods"
+    room_reason = None
+    for resource, asked in demand.requests.items():
+        if asked <= 0:
+            continue
+        has = allocatable.get(resource, 0)
+        if has <= 0:
+            return f"node {name} offers no {resource}"
+        if asked > has:
+            return (f"node {name} is too small: {subject} asks {resource} {show(resource, asked)}, "
+                    f"the node has {show(resource, has)} in all")
+        used = usage.requested.get(resource, 0)
+        if room_reason is None and asked > has - used:
+            room_reason = (f"node {name} has no room: {resource} {show(resource, used)} of {show(resource, has)} "
+                           f"requested, {subject} asks {show(resource, asked)}")
+    return room_reason

@@ -1,0 +1,84 @@
+"""What the checks read from the cluster (a View), and a View over plain lists of objects."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from ... import kinds
+from ..memo import Memo
+from .fields import name_of
+from .usage import Usage
+
+
+class View(Protocol):
+    """What the checks read from the cluster: nodes, the pods bound to them (not finished),
+    and claims and volumes. The admission cache and a snapshot both provide it, with the memo
+    of the store they read (what the checks worked out from its objects)."""
+
+    memo: Memo
+
+    def node(self, name: str) -> Mapping[str, Any] | None: ...
+    def nodes(self) -> Iterable[Mapping[str, Any]]: ...
+    def usage(self, node_name: str) -> Usage: ...
+    def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]: ...
+    def pods_with_required_anti_affinity(self) -> Iterable[Mapping[str, Any]]: ...
+    def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+    def pv(self, name: str) -> Mapping[str, Any] | None: ...
+
+
+def bound_node(pod: Any) -> str | None:
+    """The node a pod counts on in a View: its `spec.nodeName`, until the pod finishes."""
+    node = kinds.spec(pod).get("nodeName")
+    return node if isinstance(node, str) and node and not kinds.finished(pod) else None
+
+
+def has_required_anti_affinity(pod: Any) -> bool:
+    """Whether a bound pod belongs in `View.pods_with_required_anti_affinity`."""
+    affinity = kinds.spec(pod).get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    return isinstance(anti, dict) and bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
+def text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class StaticView:
+    """A View over plain lists of objects (a snapshot, a test), meaning what the cache means:
+    pods count on their `spec.nodeName` until they finish. Without a `memo` it keeps its own."""
+
+    def __init__(self, nodes: Iterable[Any] = (), pods: Iterable[Any] = (), claims: Iterable[Any] = (),
+                 volumes: Iterable[Any] = (), memo: Memo | None = None) -> None:
+        self.memo = Memo() if memo is None else memo
+        self._nodes = {name_of(n): n for n in nodes}
+        self._pods: dict[str, list[Any]] = {}
+        for pod in pods:
+            node_name = bound_node(pod)
+            if node_name is not None:
+                self._pods.setdefault(node_name, []).append(pod)
+        self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
+        self._anti = [p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)]
+        self._claims = {(text_or_none(kinds.meta(c).get("namespace")), text_or_none(kinds.meta(c).get("name"))): c
+                        for c in claims}
+        self._volumes = {text_or_none(kinds.meta(v).get("name")): v for v in volumes}
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        return self._nodes.get(name)
+
+    def nodes(self) -> Iterable[Mapping[str, Any]]:
+        return self._nodes.values()
+
+    def usage(self, node_name: str) -> Usage:
+        return self._usage.get(node_name) or Usage()
+
+    def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]:
+        return self._pods.get(node_name, ())
+
+    def pods_with_required_anti_affinity(self) -> Iterable[Mapping[str, Any]]:
+        return self._anti
+
+    def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._claims.get((namespace, name))
+
+    def pv(self, name: str) -> Mapping[str, Any] | None:
+        return self._volumes.get(name)

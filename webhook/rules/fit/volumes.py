@@ -1,0 +1,116 @@
+"""VolumeBinding for bound claims (kubernetes `volumebinding/binder.go`) with VolumeZone
+(`volumezone/volume_zone.go`): can the node mount the pod's volumes?"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ... import kinds
+from .. import nodes as node_rules
+from .fields import Unreadable, as_list, as_mapping, name_of, pod_spec
+from .framework import CannotTell, never_raises
+
+if TYPE_CHECKING:
+    from .demand import Demand
+    from .view import View
+
+# volumezone/volume_zone.go: zone and region labels on a PV, beta keys matched against the GA
+# ones on the node; a PV label may list several zones joined by "__".
+_VOLUME_ZONE_KEYS = {
+    "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region": "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region": "topology.kubernetes.io/region",
+}
+
+
+def _claim_state(claim: Any) -> tuple[bool, bool, Any]:
+    """(being deleted, lost its volume, spec.volumeName) of a claim."""
+    return kinds.terminating(claim), kinds.status(claim).get("phase") == "Lost", kinds.spec(claim).get("volumeName")
+
+
+ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
+
+
+def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
+    """Where a PV can be mounted: its `spec.nodeAffinity.required` terms
+    (None without), and the zone and region labels VolumeZone compares (a label the scheduler
+    cannot parse is left out, as it ignores it); or why it cannot be read."""
+    try:
+        required = as_mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
+        terms = None
+        if required is not None:
+            terms = as_list(as_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
+    except Unreadable as error:
+        return str(error)
+    zones = []
+    pv_labels = kinds.labels(pv)
+    for key, ga_key in (_VOLUME_ZONE_KEYS.items() if pv_labels else ()):
+        value = pv_labels.get(key)
+        if not isinstance(value, str):
+            continue
+        listed = frozenset(zone.strip() for zone in value.split("__"))
+        if "" not in listed:
+            zones.append((key, ga_key, value, listed))
+    return terms, tuple(zones)
+
+
+def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str, Any]) -> str | None:
+    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
+    without any zone or region label passes (single-zone clusters)."""
+    if not zones or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
+        return None
+    for key, ga_key, value, listed in zones:
+        have = node_labels[key] if key in node_labels else node_labels.get(ga_key)
+        if have not in listed:
+            return f"{key}={value}"
+    return None
+
+
+@never_raises
+def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+    """VolumeBinding and VolumeZone for bound claims: each PV's `spec.nodeAffinity.required`
+    must select the node (volumebinding/binder.go `checkBoundClaims`) and its zone labels must
+    match the node's. A claim with `spec.volumeName` counts as bound (the PV controller's
+    bind-completed annotation follows within moments). Unbound claims and generic ephemeral
+    volumes are decided by provisioning, which we do not model: cannot tell."""
+    pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
+    if not pod_volumes:
+        return None
+    labels_only = None
+    for volume in pod_volumes:
+        if type(volume) is not dict:
+            volume = as_mapping(volume, "volume")
+        source = volume.get("persistentVolumeClaim")
+        if source is None:
+            if volume.get("ephemeral") is not None:
+                raise CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
+            continue
+        claim_name = (source if type(source) is dict else as_mapping(source, "persistentVolumeClaim")).get("claimName")
+        claim = view.pvc(demand.namespace, claim_name)
+        if claim is None:
+            raise CannotTell(f"claim {claim_name} is not known")
+        terminating, lost, pv_name = _claim_state(claim)
+        if terminating:
+            return f"claim {claim_name} is being deleted"
+        if lost:
+            return f"claim {claim_name} has lost its volume"
+        if not pv_name:
+            raise CannotTell(f"claim {claim_name} is not bound yet")
+        pv = view.pv(pv_name)
+        if pv is None:
+            raise CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
+        placement = _volume_placement(pv)
+        if isinstance(placement, str):
+            raise Unreadable(placement)
+        terms, zones = placement
+        if terms is not None:
+            # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
+            # labels alone, so a matchFields term on metadata.name never matches there.
+            labels_only = labels_only or {"metadata": {"labels": dict(kinds.labels(node))}}
+            if not any(node_rules.term_matches(term, labels_only) for term in terms):
+                return f"node {name_of(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
+        zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
+        if zone:
+            return f"node {name_of(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
+    return None

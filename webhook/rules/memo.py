@@ -1,0 +1,64 @@
+"""Pure: what the rules worked out from cluster objects, kept by the store that holds them.
+
+Every admission reads the same few nodes, volumes and pods with anti-affinity, and pods of VMs
+of one size ask for the same resources: working those out once per version of an object saves
+most of the checks' time. A Memo belongs to one store (the store creates it and hands it to
+the rules through its view), so two stores never share answers; nothing here is process-wide.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import orjson
+
+Answer = TypeVar("Answer")
+
+SIZE = 4096  # answers held at most; the oldest goes first
+
+
+class Memo:
+    """Answers of pure functions of objects, bounded. An object is known by its name and
+    resourceVersion; one without a resourceVersion (a cache's trimmed copy, a state file) by the
+    content the function reads, so an answer is only ever reused for what gave it."""
+
+    __slots__ = ("size", "_held")
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        self._held: dict[tuple[Callable[[Any], Any], Hashable], tuple[Any, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def of(self, read: Callable[[Any], Answer], obj: Any, reads: Any) -> Answer:
+        """`read(obj)`, kept per object name: a new version of the object replaces the answer
+        kept for the old one, so an object takes one place however often it changes. `reads`
+        is what `read` looks at in `obj` (its JSON stands for the version when there is none)."""
+        meta = obj.get("metadata") if type(obj) is dict else None
+        name = meta.get("name") if type(meta) is dict else None
+        if type(name) is not str:
+            return read(obj)
+        namespace = meta.get("namespace")  # type: ignore[union-attr]
+        version = meta.get("resourceVersion")  # type: ignore[union-attr]
+        if version is None:
+            try:
+                version = orjson.dumps(reads)
+            except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, read it again
+                return read(obj)
+        return self._kept(read, (namespace if type(namespace) is str else None, name), version, obj)
+
+    def by_content(self, read: Callable[[Any], Answer], content: bytes, obj: Any) -> Answer:
+        """`read(obj)`, kept by `content`: the JSON of everything `read` looks at in `obj`."""
+        return self._kept(read, content, True, obj)
+
+    def _kept(self, read: Callable[[Any], Answer], slot: Hashable, version: Any, obj: Any) -> Answer:
+        key = (read, slot)
+        held = self._held.get(key)
+        if held is not None and held[0] == version:
+            return held[1]  # type: ignore[no-any-return]
+        answer = read(obj)
+        if held is None and len(self._held) >= self.size:
+            del self._held[next(iter(self._held))]  # the oldest (dicts keep insertion order)
+        self._held[key] = (version, answer)
+        return answer
