@@ -38,10 +38,14 @@ def mutate(draw, document, changes, values):
         try:
             for step in path[:-1]:
                 parent = parent[step]
+            last = path[-1]
+            if not (isinstance(parent, dict) and isinstance(last, str)
+                    or isinstance(parent, list) and isinstance(last, int) and last < len(parent)):
+                continue  # an earlier change made this path lead elsewhere (JSON: no int keys)
             if draw(st.booleans()) and isinstance(parent, dict):
-                parent.pop(path[-1], None)
+                parent.pop(last, None)
             else:
-                parent[path[-1]] = draw(values)
+                parent[last] = draw(values)
         except (KeyError, IndexError, TypeError):
             continue  # an earlier change removed this path
     return document

@@ -38,7 +38,7 @@ def claims_of(obj: dict[str, Any]) -> list[str]:
     has the DataVolume's name.
     """
     claims: list[str] = []
-    volumes = (obj.get("spec") or {}).get("volumes")
+    volumes = kinds.spec(obj).get("volumes")
     if not isinstance(volumes, list):
         return claims
     for volume in volumes:

@@ -50,6 +50,8 @@ def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mappi
 def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> bool:
     operator = requirement.get("operator")
     values = requirement.get("values") or []
+    if not isinstance(values, list):
+        return False  # not a requirement the apiserver would have stored
     if operator == "In":
         return value is not None and value in values
     if operator == "NotIn":
@@ -79,11 +81,15 @@ def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any])
         return False
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
+    if not isinstance(expressions, list) or not isinstance(fields, list):
+        return False  # not a term the apiserver would have stored
     if not expressions and not fields:
         return False
     name = (node.get("metadata") or {}).get("name")
     for requirement in expressions:
-        if not isinstance(requirement, dict) or not _requirement_matches(requirement, labels.get(requirement.get("key"))):
+        if not isinstance(requirement, dict) or not isinstance(key := requirement.get("key"), str):
+            return False
+        if not _requirement_matches(requirement, labels.get(key)):
             return False
     for requirement in fields:
         if not isinstance(requirement, dict) or requirement.get("key") != "metadata.name":
