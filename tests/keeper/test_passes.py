@@ -1,9 +1,12 @@
 """The keeper's passes on the emulator: what it creates, when it holds back, what it tells."""
 import asyncio
+import contextlib
+import json
 import logging
 
 import kmock as kmocklib
 import pytest
+from conftest import api_host, watched_store
 from kube import node, rwx_disk
 from kubevirt_api import (
     TIMING,
@@ -20,9 +23,11 @@ from kubevirt_api import (
     vmi,
 )
 
+from webhook.cluster import client
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
-from webhook.keeper.keeper import KeeperTiming
+from webhook.keeper.keeper import Keeper, KeeperTiming
+from webhook.logs import JsonFormatter
 from webhook.rules.keep import Hold
 
 
@@ -545,3 +550,48 @@ async def test_a_vmi_of_unexpected_shape_is_skipped_with_one_log_line(cluster, m
     assert [r.name for r in report.vms] == ["vm1"]
     assert [m["spec"]["vmiName"] for m in cluster.migrations()] == ["vm1"]
 
+
+# --------------------------------------------------------------------------- what the running keeper logs
+
+
+def pass_lines(caplog):
+    return [r for r in caplog.records if r.getMessage() == "keeper pass"]
+
+
+async def test_the_running_keeper_logs_each_pass_at_debug_only(cluster, kmock, caplog):
+    """One JSON line a pass at debug level: what it created, the VMs by state, what held them, any
+    note; not each VM (those have their own lines). Nothing of it at info level."""
+    cluster.seed(three_nodes() + apart_vm())
+    settings = Settings(keep="migrate", keep_after=0)
+    store = await watched_store(kmock, settings)
+    api = client.for_host(api_host(kmock))
+    keeper = Keeper(api, store, settings, timing=TIMING)
+    caplog.set_level(logging.DEBUG, logger="webhook.keeper")
+    running = asyncio.create_task(keeper.run())
+    try:
+        held = {str(Hold.MIGRATING): 1}
+        await eventually(lambda: any(r.fields["held"] == held for r in pass_lines(caplog)), timeout=5)
+        [made] = cluster.migrations()
+        [creating] = [r for r in pass_lines(caplog) if r.fields["created"]]
+        line = json.loads(JsonFormatter().format(creating))
+        assert "\n" not in JsonFormatter().format(creating)
+        assert line["level"] == "debug" and line["logger"] == "webhook.keeper"
+        assert {k: v for k, v in line.items() if k not in ("time", "level", "logger", "msg")} == {
+            "created": [f"default/{made['metadata']['name']}"],
+            "states": {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0},
+            "held": {}, "note": ""}
+
+        caplog.set_level(logging.INFO, logger="webhook.keeper")
+        caplog.clear()
+        await cluster.finish(made["metadata"]["name"], "Succeeded", "vm1", "node-b")
+        # The passes go on (the VM's new state is an info line), and none is logged.
+        await eventually(lambda: any(r.getMessage() == "keeper decision" and r.fields["state"] == "co-located"
+                                     for r in caplog.records), timeout=5)
+        await asyncio.sleep(3 * TIMING.period)
+        assert pass_lines(caplog) == []
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await store.close()
+        await api.close()

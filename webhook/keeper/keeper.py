@@ -10,7 +10,8 @@ with the pod KubeVirt will create for the migration (`rules.target`), not the la
 the VM's node must have a free outbound migration slot; a migration of ours whose target pod
 stays unschedulable for a minute is cancelled, so it never holds a slot a drain needs. Each
 action is an Event on the VMI and a log line; each VM's state, since when, why, and the last
-action are kept in a record, and each pass returns its report (the records with it).
+action are kept in a record, and each pass returns its report (the records with it) and logs it
+at debug level.
 """
 from __future__ import annotations
 
@@ -153,7 +154,11 @@ class Keeper:
                 while True:
                     started = loop.time()
                     try:
-                        await self.run_pass()
+                        report = await self.run_pass()
+                        # What the pass did, to explain the keeper after the fact; each VM has its own lines.
+                        log.debug("keeper pass", extra={"fields": {
+                            "created": report.created, "states": report.states, "held": report.held,
+                            "note": report.note}})
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
                         self._errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
