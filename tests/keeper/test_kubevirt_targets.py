@@ -43,11 +43,12 @@ async def test_a_storage_node_of_an_older_cpu_generation_holds_the_vm_with_the_r
     keeper = await make_keeper(Settings(keep=mode, keep_after=0))
 
     for _ in range(2):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
 
     assert cluster.migrations(ours=False) == []
-    assert record(keeper).hold == Hold.TARGET_UNFIT
-    assert record(keeper).decision == ("cannot move to node-b: node node-b lacks cpu-model-migration.node.kubevirt.io/"
+    assert record(report).hold == Hold.TARGET_UNFIT
+    assert record(report).decision == ("cannot move to node-b: node node-b lacks cpu-model-migration.node.kubevirt.io/"
                                        "Skylake-Client-IBRS (host-model CPU of the source node)")
     assert not [r for r in kmock if r.method == "POST" and "virtualmachineinstancemigrations" in str(r.url)]
 
@@ -55,8 +56,9 @@ async def test_a_storage_node_of_an_older_cpu_generation_holds_the_vm_with_the_r
 async def test_another_vendor_holds_the_vm(cluster, make_keeper):
     cluster.seed(mixed(storage_cpu="EPYC-Milan") + apart_vm())
     keeper = await make_keeper()
-    assert (await keeper.run_pass()).created == ()
-    assert "node node-b lacks" in record(keeper).decision and cluster.migrations() == []
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert "node node-b lacks" in record(report).decision and cluster.migrations() == []
 
 
 @pytest.mark.parametrize("broken, reason", [
@@ -74,8 +76,9 @@ async def test_what_the_target_pod_cannot_be_built_from_holds_the_vm(cluster, ma
     cluster.seed(nodes + objects)
     keeper = await make_keeper()
     for _ in range(2):
-        assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.TARGET_UNFIT and reason in record(keeper).decision
+        report = await keeper.run_pass()
+        assert report.created == ()
+    assert record(report).hold == Hold.TARGET_UNFIT and reason in record(report).decision
     assert cluster.migrations(ours=False) == []
 
 
@@ -86,7 +89,8 @@ async def test_a_vm_with_a_named_cpu_model_moves_to_a_node_that_has_it(cluster, 
     newer_qemu = node("node-b", cpu="Broadwell-IBRS", **{"machine-type.node.kubevirt.io/pc-q35-rhel9.6.0": "true"})
     cluster.seed([node("node-a"), newer_qemu, node("node-c")] + objects)
     keeper = await make_keeper()
-    assert len((await keeper.run_pass()).created) == 1, record(keeper).decision
+    report = await keeper.run_pass()
+    assert len(report.created) == 1, record(report).decision
 
 
 async def test_a_storage_node_with_an_older_qemu_holds_the_vm(cluster, make_keeper):
@@ -94,8 +98,9 @@ async def test_a_storage_node_with_an_older_qemu_holds_the_vm(cluster, make_keep
     next(o for o in objects if o["kind"] == "VirtualMachineInstance")["spec"]["domain"]["cpu"]["model"] = "Broadwell-IBRS"
     cluster.seed(mixed() + objects)
     keeper = await make_keeper()
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).decision == ("cannot move to node-b: node node-b lacks machine-type.node.kubevirt.io/"
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).decision == ("cannot move to node-b: node node-b lacks machine-type.node.kubevirt.io/"
                                        "pc-q35-rhel9.6.0 (machine type of the running VM)")
 
 
@@ -128,20 +133,22 @@ async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and
     await eventually(lambda: keeper.watch.migrations.get("default", name))
 
     await stuck_target(cluster, keeper, made, seconds=30)  # not long enough yet
-    assert (await keeper.run_pass()).created == () and len(cluster.migrations()) == 1
-    assert record(keeper).hold == Hold.MIGRATING
+    report = await keeper.run_pass()
+    assert report.created == () and len(cluster.migrations()) == 1
+    assert record(report).hold == Hold.MIGRATING
 
     await cluster.patch("/api/v1/namespaces/default/pods/virt-launcher-vm1-t4rgt", {"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
         "lastTransitionTime": ago(seconds=61)}]}})
     await eventually(lambda: keeper.store.pods.get("default", "virt-launcher-vm1-t4rgt")["status"]["conditions"][0][
         "lastTransitionTime"] < ago(seconds=60))
-    assert (await keeper.run_pass()).created == ()
+    report = await keeper.run_pass()
+    assert report.created == ()
 
     assert cluster.migrations() == []  # deleted: what virtctl migrate-cancel does
     assert sample("colocate_keeper_migrations_total", result="failed") == failed + 1
-    assert record(keeper).hold == Hold.BACKING_OFF and "after 1 failed migration" in record(keeper).decision
-    assert record(keeper).last_action.startswith(f"cancelled migration {name}: its target pod virt-launcher-vm1-t4rgt "
+    assert record(report).hold == Hold.BACKING_OFF and "after 1 failed migration" in record(report).decision
+    assert record(report).last_action.startswith(f"cancelled migration {name}: its target pod virt-launcher-vm1-t4rgt "
                                                  "could not be scheduled for 6")
     ended = (await events_settle(cluster, 2))[-1]
     assert ended["reason"] == "MigrationToStorageFailed" and ended["type"] == "Warning"
@@ -171,12 +178,14 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
 
     kmock.refuse_delete = refuse_delete
 
-    assert (await keeper.run_pass()).created == ()
-    assert len(cluster.migrations()) == 1 and record(keeper).hold == Hold.MIGRATING
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert len(cluster.migrations()) == 1 and record(report).hold == Hold.MIGRATING
     assert any(str(answer) in note for note in keeper.degraded())
     refusing["on"] = False  # the next pass tries again
-    assert (await keeper.run_pass()).created == ()
-    assert cluster.migrations() == [] and record(keeper).hold == Hold.BACKING_OFF
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert cluster.migrations() == [] and record(report).hold == Hold.BACKING_OFF
 
 
 async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper):
@@ -189,8 +198,9 @@ async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper
     await stuck_target(cluster, keeper, made, seconds=90)
     async with cluster.api() as session:  # KubeVirt (or an admin) deleted it a moment ago
         await session.delete(f"{VMIMS}/{name}")
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.BACKING_OFF
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == Hold.BACKING_OFF
     assert (await keeper.run_pass()).created == ()
 
 
@@ -216,8 +226,8 @@ async def test_the_vms_node_must_have_an_outbound_slot_free(cluster, make_keeper
 
     assert len(report.created) == created
     if not created:
-        assert record(keeper).hold == Hold.SOURCE_BUSY
-        assert record(keeper).decision.startswith(f"{leaving} migrations in flight from node-a")
+        assert record(report).hold == Hold.SOURCE_BUSY
+        assert record(report).decision.startswith(f"{leaving} migrations in flight from node-a")
         assert report.held == {str(Hold.SOURCE_BUSY): 1}
 
 

@@ -1,9 +1,12 @@
 """The keeper's passes on the emulator: what it creates, when it holds back, what it tells."""
 import asyncio
+import contextlib
+import json
 import logging
 
 import kmock as kmocklib
 import pytest
+from conftest import api_host, watched_store
 from kube import node, rwx_disk
 from kubevirt_api import (
     TIMING,
@@ -20,14 +23,17 @@ from kubevirt_api import (
     vmi,
 )
 
+from webhook.cluster import client
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
-from webhook.keeper.keeper import KeeperTiming
+from webhook.keeper.keeper import Keeper, KeeperTiming
+from webhook.logs import JsonFormatter
 from webhook.rules.keep import Hold
 
 
-def record(keeper, name="vm1"):
-    return next(r for r in keeper.records() if r.name == name)
+def record(report, name="vm1"):
+    """What the pass that made `report` made of one VM."""
+    return next(r for r in report.vms if r.name == name)
 
 
 def events_about(cluster, name="vm1"):
@@ -72,13 +78,14 @@ async def test_a_vm_apart_from_its_storage_gets_one_targeted_migration(cluster, 
                                        "name": "vm1", "namespace": "default", "uid": "uid-vm1"}
     assert event["reason"] == "MigratingToStorage" and event["type"] == "Normal"
     assert "from node-a to node-b" in event["message"] and meta["name"] in event["message"]
-    assert record(keeper).last_action == f"created migration {meta['name']} to node-b"
+    assert record(report).last_action == f"created migration {meta['name']} to node-b"
 
     # Its migration is in flight: later passes add nothing.
     for _ in range(3):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
     assert len(cluster.migrations()) == 1
-    assert record(keeper).hold == Hold.MIGRATING
+    assert record(report).hold == Hold.MIGRATING
 
 
 async def test_a_vm_moved_by_a_targeted_migration_can_be_moved_again(cluster, make_keeper):
@@ -91,7 +98,7 @@ async def test_a_vm_moved_by_a_targeted_migration_can_be_moved_again(cluster, ma
     cluster.seed(three_nodes() + objects)
     keeper = await make_keeper()
     report = await keeper.run_pass()
-    assert len(report.created) == 1, record(keeper).decision
+    assert len(report.created) == 1, record(report).decision
     [made] = cluster.migrations()
     assert made["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": "node-b"}
 
@@ -113,7 +120,7 @@ async def test_a_migration_that_succeeds_is_followed_to_its_end(cluster, make_ke
     ended = (await events_settle(cluster, 2))[-1]
     assert ended["reason"] == "MigratedToStorage" and ended["type"] == "Normal"
     assert made["metadata"]["name"] in ended["message"] and "succeeded" in ended["message"]
-    assert record(keeper).state == "co-located"
+    assert record(report).state == "co-located"
     await keeper.run_pass()  # its end is announced once: the migration is no longer followed
     assert sample("colocate_keeper_migrations_total", result="succeeded") == succeeded + 1
 
@@ -128,22 +135,24 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     await cluster.finish(made["metadata"]["name"], "Failed")
     await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]).get("status"))
     for _ in range(3):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
 
     assert len(cluster.migrations()) == 1
     assert sample("colocate_keeper_migrations_total", result="failed") == failed + 1
     ended = (await events_settle(cluster, 2))[-1]
     assert ended["reason"] == "MigrationToStorageFailed" and ended["type"] == "Warning"
     assert "failed; no new attempt before " in ended["message"]
-    assert record(keeper).hold == Hold.BACKING_OFF
-    assert "after 1 failed migration" in record(keeper).decision
+    assert record(report).hold == Hold.BACKING_OFF
+    assert "after 1 failed migration" in record(report).decision
 
     # KubeVirt garbage-collects old migrations: the leader remembers the failure.
     async with cluster.api() as session:
         await session.delete(f"{VMIMS}/{made['metadata']['name']}")
     await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.BACKING_OFF
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == Hold.BACKING_OFF
 
 
 async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cluster, make_keeper):
@@ -158,9 +167,10 @@ async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cl
         {"phase": "Succeeded", "phaseTransitionTimestamp": stamp()}]}})
     await eventually(lambda: keeper.watch.migrations.get("default", name).get("status", {}).get("phase") == "Succeeded")
     for _ in range(2):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
     assert len(cluster.migrations()) == 1
-    assert record(keeper).hold == Hold.MIGRATING
+    assert record(report).hold == Hold.MIGRATING
 
     await cluster.finish(name, "Succeeded", "vm1", "node-b")  # the VMI catches up: it names the migration
     await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
@@ -173,8 +183,9 @@ async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(clust
     cluster.seed(three_nodes() + apart_vm() + [earlier])
     keeper = await make_keeper()
 
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.MIGRATING
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == Hold.MIGRATING
     await cluster.finish("vm1-colocate-prev1", "Succeeded", "vm1", "node-b")
     await eventually(lambda: keeper.watch.migrations.get("default", "vm1-colocate-prev1").get("status", {}).get(
         "phase") == "Succeeded")
@@ -195,8 +206,9 @@ async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keep
     async with cluster.api() as session:
         await session.delete(f"{VMIMS}/{name}")
     await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.BACKING_OFF
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == Hold.BACKING_OFF
     await keeper.run_pass()  # its end is said once: the migration is no longer followed
     gone = [r for r in caplog.records if r.getMessage() == "keeper migration gone"]
     assert [r.fields["migration"] for r in gone] == [name]
@@ -213,8 +225,9 @@ async def test_keep_after_holds_a_vm_apart_only_briefly(cluster, make_keeper):
     await cluster.move_storage("pvc-vm1-disk", "node-b")  # its share-manager restarts elsewhere
     await eventually(lambda: (keeper.store.pods.get("longhorn-system", "share-manager-pvc-vm1-disk")
                               or {}).get("spec", {}).get("nodeName") == "node-b")
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.APART_BRIEFLY
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == Hold.APART_BRIEFLY
     await asyncio.sleep(0.5)
     assert (await keeper.run_pass()).created == ()
     await asyncio.sleep(1.7)
@@ -238,8 +251,8 @@ async def test_how_long_a_vm_has_been_apart_comes_from_the_cluster_not_the_leade
         assert sample("colocate_vms_apart_longest_seconds") >= 7200
     else:
         assert report.created == ()
-        assert record(keeper).hold == Hold.APART_BRIEFLY
-        assert "apart for 6" in record(keeper).decision  # about 60 of 600 seconds, not 0
+        assert record(report).hold == Hold.APART_BRIEFLY
+        assert "apart for 6" in record(report).decision  # about 60 of 600 seconds, not 0
         assert sample("colocate_vms_apart_over_hour") == 0
 
 
@@ -249,9 +262,10 @@ async def test_a_recent_migration_of_any_origin_holds_the_vm(cluster, make_keepe
     cluster.seed(objects)
     keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
 
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == Hold.APART_BRIEFLY
-    assert "apart for 12" in record(keeper).decision  # since the migration ended, about 120 s
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == Hold.APART_BRIEFLY
+    assert "apart for 12" in record(report).decision  # since the migration ended, about 120 s
 
 
 async def test_no_more_of_our_migrations_in_flight_than_allowed(cluster, make_keeper):
@@ -284,7 +298,7 @@ async def test_no_more_than_five_migrations_in_flight_cluster_wide(cluster, make
     assert len(report.created) == 1 and len(cluster.migrations()) == 1
     assert report.held == {str(Hold.CLUSTER_LIMIT): 1}
     assert "5 migrations in flight cluster-wide (limit 5)" in next(
-        r.decision for r in keeper.records() if r.hold == Hold.CLUSTER_LIMIT)
+        r.decision for r in report.vms if r.hold == Hold.CLUSTER_LIMIT)
 
 
 async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
@@ -302,10 +316,11 @@ async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
             "longhorn-system", "share-manager-pvc-vm1-disk")["spec"]["nodeName"] == vm_node)
 
     for _ in range(2):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
     assert len(cluster.migrations()) == 2
-    assert record(keeper).hold == Hold.DAILY_LIMIT
-    assert "migrated 2 times in the last 24h (limit 2)" in record(keeper).decision
+    assert record(report).hold == Hold.DAILY_LIMIT
+    assert "migrated 2 times in the last 24h (limit 2)" in record(report).decision
 
 
 # --------------------------------------------------------------------------- what it leaves alone
@@ -319,8 +334,8 @@ async def test_report_mode_decides_and_reports_but_creates_nothing(cluster, make
         report = await keeper.run_pass()
         assert report.created == ()
     assert cluster.migrations(ours=False) == []
-    assert record(keeper).hold == Hold.REPORT_ONLY
-    assert record(keeper).decision.startswith("report only: would migrate from node-a to node-b")
+    assert record(report).hold == Hold.REPORT_ONLY
+    assert record(report).decision.startswith("report only: would migrate from node-a to node-b")
     assert report.states == {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0}
     await asyncio.sleep(0.2)
     assert events_about(cluster) == []
@@ -339,18 +354,19 @@ async def test_split_unmigratable_opted_out_and_not_opted_in_vms_are_left_alone(
     keeper = await make_keeper()
 
     for _ in range(2):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
 
     assert cluster.migrations(ours=False) == []
-    holds = {r.name: (str(r.state), r.hold) for r in keeper.records()}
+    holds = {r.name: (str(r.state), r.hold) for r in report.vms}
     assert holds == {
         "split": ("split", Hold.NOT_APART),
         "pinned": ("apart", Hold.NOT_MIGRATABLE),
         "mine": ("apart", Hold.OPTED_OUT),
         "fenced": ("apart", Hold.TARGET_UNFIT),
     }  # "stranger" is not opted in: not even counted
-    assert "node node-c is cordoned" in record(keeper, "fenced").decision
-    assert "PVC vm-local is not shared" in record(keeper, "pinned").decision
+    assert "node node-c is cordoned" in record(report, "fenced").decision
+    assert "PVC vm-local is not shared" in record(report, "pinned").decision
 
 
 async def test_every_state_is_counted(cluster, make_keeper):
@@ -369,7 +385,7 @@ async def test_every_state_is_counted(cluster, make_keeper):
     assert report.states == {"co-located": 1, "apart": 1, "split": 1, "unresolved": 1}
     for state in ("co-located", "apart", "split", "unresolved"):
         assert sample("colocate_vms", state=state) == 1
-    assert "share-manager of pvc-lost-disk is stopped" in record(keeper, "lost").why
+    assert "share-manager of pvc-lost-disk is stopped" in record(report, "lost").why
 
 
 # --------------------------------------------------------------------------- targeted migration
@@ -403,9 +419,10 @@ async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(c
     caplog.set_level(logging.INFO, logger="webhook.keeper")
 
     for _ in range(3):
-        assert (await keeper.run_pass()).created == ()
+        report = await keeper.run_pass()
+        assert report.created == ()
     assert cluster.migrations(ours=False) == []
-    assert record(keeper).hold == Hold.UNTARGETED
+    assert record(report).hold == Hold.UNTARGETED
     assert sample("colocate_keeper_targeted_migration") == 0
     said = [r for r in caplog.records if r.getMessage() == "targeted migration unavailable"]
     assert len(said) == 1  # once, not once a pass
@@ -438,7 +455,7 @@ async def test_a_refused_create_is_counted_and_reported_never_raised(cluster, ma
     assert report.created == () and "could not be created" in report.note
     assert sample("colocate_keeper_migrations_total", result="error") == errors + 1  # then it stops trying this pass
     assert any("403" in note for note in keeper.degraded())
-    assert "creating a migration failed: API answered 403" in record(keeper).last_action
+    assert "creating a migration failed: API answered 403" in record(report).last_action
 
 
 async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_move(cluster, make_keeper, kmock):
@@ -460,10 +477,10 @@ async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_
 
     assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm2"]
     assert not any("422" in note for note in keeper.degraded())  # one VM's refusal is no fault of the keeper's
-    vm1 = next(r for r in keeper.records() if r.name == "vm1")
-    assert "creating a migration failed: API answered 422" in vm1.last_action
-    assert (await keeper.run_pass()).created == ()  # vm1 waits, vm2's is in flight
-    vm1 = next(r for r in keeper.records() if r.name == "vm1")
+    assert "creating a migration failed: API answered 422" in record(report).last_action
+    report = await keeper.run_pass()
+    assert report.created == ()  # vm1 waits, vm2's is in flight
+    vm1 = record(report)
     assert vm1.hold == "migration refused" and "retrying after" in vm1.decision
 
 
@@ -478,8 +495,9 @@ async def test_a_vm_whose_other_share_manager_is_restarting_is_not_moved(cluster
             item["metadata"]["creationTimestamp"] = ago(days=4)
     cluster.seed(three_nodes() + d1 + d2 + [obj, launcher(obj)])
     keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
-    assert (await keeper.run_pass()).created == ()
-    assert record(keeper).hold == "storage settling" and "share-manager of pvc-d2 is starting" in record(keeper).decision
+    report = await keeper.run_pass()
+    assert report.created == ()
+    assert record(report).hold == "storage settling" and "share-manager of pvc-d2 is starting" in record(report).decision
 
 
 async def test_a_failing_watch_means_nothing_is_created(cluster, make_keeper, kmock):
@@ -498,7 +516,7 @@ async def test_a_failing_watch_means_nothing_is_created(cluster, make_keeper, km
 
     assert report.created == () and cluster.migrations(ours=False) == []
     assert "403" in report.note
-    assert record(keeper).hold == "view incomplete"
+    assert record(report).hold == "view incomplete"
     assert any("virtualmachineinstancemigrations" in note for note in keeper.degraded())
 
 
@@ -513,7 +531,7 @@ async def test_a_disk_the_api_cannot_tell_about_leaves_the_vm_unresolved(cluster
     report = await keeper.run_pass()
 
     assert report.created == () and report.states["unresolved"] == 1
-    assert "late-disk" in record(keeper).why and "500" in record(keeper).why
+    assert "late-disk" in record(report).why and "500" in record(report).why
 
 
 async def test_a_vmi_of_unexpected_shape_is_skipped_with_one_log_line(cluster, make_keeper, caplog):
@@ -524,10 +542,56 @@ async def test_a_vmi_of_unexpected_shape_is_skipped_with_one_log_line(cluster, m
     caplog.set_level(logging.INFO, logger="webhook.keeper")
 
     for _ in range(2):
-        await keeper.run_pass()
+        report = await keeper.run_pass()
 
     skipped = [r for r in caplog.records if r.getMessage() == "keeper skipped an object"]
     assert len(skipped) == 1 and skipped[0].fields["object"] == "VMI default/odd"
     assert "status.conditions is a str" in skipped[0].fields["why"]
-    assert [r.name for r in keeper.records()] == ["vm1"]
+    assert [r.name for r in report.vms] == ["vm1"]
     assert [m["spec"]["vmiName"] for m in cluster.migrations()] == ["vm1"]
+
+
+# --------------------------------------------------------------------------- what the running keeper logs
+
+
+def pass_lines(caplog):
+    return [r for r in caplog.records if r.getMessage() == "keeper pass"]
+
+
+async def test_the_running_keeper_logs_each_pass_at_debug_only(cluster, kmock, caplog):
+    """One JSON line a pass at debug level: what it created, the VMs by state, what held them, any
+    note; not each VM (those have their own lines). Nothing of it at info level."""
+    cluster.seed(three_nodes() + apart_vm())
+    settings = Settings(keep="migrate", keep_after=0)
+    store = await watched_store(kmock, settings)
+    api = client.for_host(api_host(kmock))
+    keeper = Keeper(api, store, settings, timing=TIMING)
+    caplog.set_level(logging.DEBUG, logger="webhook.keeper")
+    running = asyncio.create_task(keeper.run())
+    try:
+        held = {str(Hold.MIGRATING): 1}
+        await eventually(lambda: any(r.fields["held"] == held for r in pass_lines(caplog)), timeout=5)
+        [made] = cluster.migrations()
+        [creating] = [r for r in pass_lines(caplog) if r.fields["created"]]
+        line = json.loads(JsonFormatter().format(creating))
+        assert "\n" not in JsonFormatter().format(creating)
+        assert line["level"] == "debug" and line["logger"] == "webhook.keeper"
+        assert {k: v for k, v in line.items() if k not in ("time", "level", "logger", "msg")} == {
+            "created": [f"default/{made['metadata']['name']}"],
+            "states": {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0},
+            "held": {}, "note": ""}
+
+        caplog.set_level(logging.INFO, logger="webhook.keeper")
+        caplog.clear()
+        await cluster.finish(made["metadata"]["name"], "Succeeded", "vm1", "node-b")
+        # The passes go on (the VM's new state is an info line), and none is logged.
+        await eventually(lambda: any(r.getMessage() == "keeper decision" and r.fields["state"] == "co-located"
+                                     for r in caplog.records), timeout=5)
+        await asyncio.sleep(3 * TIMING.period)
+        assert pass_lines(caplog) == []
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await store.close()
+        await api.close()

@@ -49,8 +49,8 @@ async def keeper_pass(kmock, settings):
     try:
         async with keeper.watching() as watch:
             await asyncio.wait_for(watch.wait_synced(), 5)
-            await keeper.run_pass()
-        return {r.name: r for r in keeper.records()}
+            report = await keeper.run_pass()
+        return {r.name: r for r in report.vms}
     finally:
         await store.close()
         await api.close()

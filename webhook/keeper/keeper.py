@@ -10,7 +10,8 @@ with the pod KubeVirt will create for the migration (`rules.target`), not the la
 the VM's node must have a free outbound migration slot; a migration of ours whose target pod
 stays unschedulable for a minute is cancelled, so it never holds a slot a drain needs. Each
 action is an Event on the VMI and a log line; each VM's state, since when, why, and the last
-action are kept in a record (`records()`), and the last pass in `last_pass`.
+action are kept in a record, and each pass returns its report (the records with it) and logs it
+at debug level.
 """
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ class KeeperTiming:
     watch: Timing = Timing()  # the VMI and migration watches
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class VmRecord:
-    """What the keeper last made of one running opted-in VM."""
+    """What the keeper last made of one running opted-in VM. Frozen: a pass's report keeps the
+    records as that pass left them."""
 
     namespace: str
     name: str
@@ -86,13 +88,14 @@ class VmRecord:
 
 @dataclasses.dataclass(frozen=True)
 class PassReport:
-    """What one pass did."""
+    """What one pass did, and what it made of each VM (`vms`, by namespace and name)."""
 
     at: datetime
     created: tuple[str, ...] = ()  # namespace/name of the migrations created
     states: dict[str, int] = dataclasses.field(default_factory=dict)  # running opted-in VMs by state
     held: dict[str, int] = dataclasses.field(default_factory=dict)  # apart VMs by what holds them
     note: str = ""  # why the pass could not act on everything it saw, if so
+    vms: tuple[VmRecord, ...] = ()  # each running opted-in VM as the pass left it
 
 
 def _now() -> datetime:
@@ -101,7 +104,7 @@ def _now() -> datetime:
 
 class Keeper:
     """The passes. `run()` is what the elected replica runs. One pass on its own (a benchmark,
-    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `records()` says
+    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `report.vms` says
     what it made of each VM."""
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Any = None,
@@ -120,7 +123,6 @@ class Keeper:
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
         self.watch: KubeVirtWatch | None = None
-        self.last_pass: PassReport | None = None
         self._records: dict[tuple[str, str], VmRecord] = {}
         self.stretches = Stretches(store, settings, timing.request_timeout)
         self._skipped: set[str] = set()
@@ -152,7 +154,11 @@ class Keeper:
                 while True:
                     started = loop.time()
                     try:
-                        await self.run_pass()
+                        report = await self.run_pass()
+                        # What the pass did, to explain the keeper after the fact; each VM has its own lines.
+                        log.debug("keeper pass", extra={"fields": {
+                            "created": report.created, "states": report.states, "held": report.held,
+                            "note": report.note}})
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
                         self._errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
@@ -162,10 +168,6 @@ class Keeper:
                 metrics.VMS.labels(state).set(0)  # only the leader reports VMs
             metrics.VMS_APART_LONGEST.set(0)
             metrics.VMS_APART_OVER_HOUR.set(0)
-
-    def records(self) -> list[VmRecord]:
-        """Each running opted-in VM as the last pass saw it (what a `status` tool shows)."""
-        return [dataclasses.replace(r) for _, r in sorted(self._records.items())]
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
@@ -178,9 +180,7 @@ class Keeper:
         now = self.clock()
         watch = self.watch
         if watch is None or not watch.synced() or not self.store.synced():
-            report = PassReport(now, note="waiting for the caches to sync")
-            self.last_pass = report
-            return report
+            return PassReport(now, note="waiting for the caches to sync")
         self._errors = []
         watched = self._migrations(watch.all_migrations())
         vmis = self._vmis(watch.all_vmis())
@@ -236,9 +236,8 @@ class Keeper:
             elif where.state is APART:
                 held[str(self._records[(vmi.namespace, vmi.name)].hold)] += 1
 
-        report = PassReport(now, tuple(created), self._report_states(now), dict(held), incomplete)
-        self.last_pass = report
-        return report
+        vms = tuple(r for _, r in sorted(self._records.items()))
+        return PassReport(now, tuple(created), self._report_states(now), dict(held), incomplete, vms)
 
     def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
         found = []
@@ -319,27 +318,24 @@ class Keeper:
             log.warning("keeper migration cancelled", extra={"fields": {
                 "vm": vm, "migration": migration.name, "target": migration.target, "why": why}})
             self.follower.cancelled(migration, now, f"cancelled: {why}", vmi_uid or "")
-            record = self._records.get((migration.namespace, migration.vmi))
-            if record is not None:
-                record.last_action, record.last_action_at = f"cancelled migration {migration.name}: {why}", now
+            self._acted((migration.namespace, migration.vmi), f"cancelled migration {migration.name}: {why}", now)
 
     async def _move(self, vmi: VmiView, decision: KeepDecision, now: datetime) -> tuple[str | None, bool]:
         """Create the migration: its name, or None when it was not created and whether what went
         wrong would go wrong for any migration (the API) rather than for this VM."""
         key = (vmi.namespace, vmi.name)
-        record = self._records[key]
         timeout = self.timing.request_timeout
         manifest = await gather.manifest(self.store, vmi, decision, priority=bool(self.targeted.priority),
                                          timeout=timeout)
         if isinstance(manifest, Skipped):  # the node went away since the decision
-            record.last_action, record.last_action_at = f"no migration created: {manifest}", now
+            self._acted(key, f"no migration created: {manifest}", now)
             return None, False
         answer = await create_migration(self.api, manifest, timeout=timeout)
         migration = read_migration(answer.obj) if answer.ok else None
         if not isinstance(migration, Migration):
             error = answer.error or f"the API answered with {migration}"
             metrics.KEEPER_MIGRATIONS.labels("error").inc()
-            record.last_action, record.last_action_at = f"creating a migration failed: {error}", now
+            self._acted(key, f"creating a migration failed: {error}", now)
             log.warning("keeper migration not created", extra={"fields": {
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target, "error": error}})
             if answer.status in REFUSALS:  # this VM backs off; the others are still tried
@@ -351,8 +347,7 @@ class Keeper:
         self._refused.pop(key, None)
         self.follower.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
-        record.last_action = f"created migration {migration.name} to {decision.target}"
-        record.last_action_at = now
+        self._acted(key, f"created migration {migration.name} to {decision.target}", now)
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
             "to": decision.target, "reason": decision.reason}})
@@ -375,6 +370,12 @@ class Keeper:
                 "vm": f"{vmi.namespace}/{vmi.name}", "state": str(where.state), "node": where.node,
                 "target": where.target, "hold": str(decision.hold) if decision.hold is not None else None,
                 "reason": decision.reason}})
+
+    def _acted(self, key: tuple[str, str], action: str, now: datetime) -> None:
+        """The VM's last action, in its record (if the VM still has one)."""
+        record = self._records.get(key)
+        if record is not None:
+            self._records[key] = dataclasses.replace(record, last_action=action, last_action_at=now)
 
     def _report_states(self, now: datetime) -> dict[str, int]:
         """The metrics of a pass: every state set, and how long the VMs apart have been apart."""
