@@ -350,11 +350,17 @@ async def run_status(args: argparse.Namespace) -> int:
     from .cluster.direct import ClusterStore
     from .tools import status
 
-    settings = settings_from(args)
+    given = settings_from(args)
     api = await client.connect(args.kubeconfig)
     store = ClusterStore(api)
     try:
-        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api)
+        # The keeper as deployed, unless this command was told otherwise: its flags win.
+        deployed, source = await status.deployed_settings(store, given, timeout=given.default_timeout)
+        flags = ("opt_in_annotation", "longhorn_namespace", "csi_driver", "share_manager_rule", "pin", *KEEPER_SETTINGS)
+        explicit = {name: getattr(given, name) for name in flags if getattr(args, name, None) is not None}
+        settings = dataclasses.replace(deployed, **explicit)
+        report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
+                                     settings_from=source + (" and the flags given here" if explicit else ""))
     except StoreError as exc:
         print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
         return 1

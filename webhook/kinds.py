@@ -71,6 +71,7 @@ VM = Resource("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", True)
 VMI = Resource("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", True)
 VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtualmachineinstancemigrations", True)
 LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
+DEPLOYMENT = Resource("Deployment", "apps", "v1", "deployments", True)  # read by `status` alone
 # What the rules read; a snapshot (`--state`) holds these.
 RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER)
 

@@ -5,17 +5,22 @@ import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 from conftest import seed
 from kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
 from kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
-from webhook.kinds import VMI, VMIM
+from webhook.kinds import DEPLOYMENT, VMI, VMIM
 from webhook.rules.migrations import read_migration
 from webhook.rules.running import read_vmi
 from webhook.tools.status import ago, last_action
+
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def kmock_options(kmock_options):
@@ -124,7 +129,8 @@ async def run_status(tmp_path, kmock, *args):
 
 
 HEADER = [
-    "keeper: report, leader none (no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
+    "keeper: report (settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate), leader none "
+    "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
     "targeted migration: unknown: not checked yet",
     "migration priority: unknown: not checked yet",
     "migrations in flight: 0 ours (limit 2), 0 in all (limit 5)",
@@ -184,7 +190,8 @@ async def test_status_json(tmp_path, kmock):
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
-        "mode": "report", "leader": "none (no Lease kubevirt-colocate/kubevirt-colocate-keeper)",
+        "mode": "report", "settings_from": "settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate",
+        "leader": "none (no Lease kubevirt-colocate/kubevirt-colocate-keeper)",
         "limits": {"keep_after_seconds": 600.0, "max_inflight": 2, "max_cluster_inflight": 5, "max_per_day": 2,
                    "max_outbound_per_node": 2},
         "targeted_migration": {"available": None, "why": "not checked yet", "priority": None,
@@ -305,3 +312,54 @@ async def test_status_notes_a_vm_whose_storage_node_has_no_healthy_replica(tmp_p
     assert notes == ([] if local_replica else [
         "note default/vm1: co-location removes only the NFS hop for vm1-rootdisk (no healthy replica on node-b, "
         "data locality best-effort): its block I/O still crosses the network"]), out
+
+
+def shipped_deployment(*args, env=()):
+    """The Deployment as the manifests ship it, its webhook container's args and env changed."""
+    deployment = yaml.safe_load((ROOT / "manifests" / "base" / "deployment.yaml").read_text())
+    deployment["metadata"]["namespace"] = "kubevirt-colocate"
+    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
+    if args:
+        container["args"] = list(args)
+    container["env"] = container.get("env", []) + [{"name": k, "value": v} for k, v in env]
+    return deployment
+
+
+def seed_deployment(kmock, deployment):
+    kmock.resources[DEPLOYMENT] = {}
+    kmock.objects[DEPLOYMENT, "kubevirt-colocate", "kubevirt-colocate"] = deployment
+
+
+async def test_the_header_goes_by_the_deployed_keeper(tmp_path, kmock):
+    """Without keeper flags, status decides as the Deployment runs the keeper: the shipped one migrates."""
+    seed_cluster(kmock, *cluster())
+    seed_deployment(kmock, shipped_deployment())
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0, err
+    assert out.splitlines()[0] == ("keeper: migrate (from Deployment kubevirt-colocate/kubevirt-colocate), leader none "
+                                   "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m"), out
+
+
+async def test_the_deployments_flags_win_over_its_environment_and_the_flags_given_here_over_both(tmp_path, kmock):
+    seed_cluster(kmock, *cluster())
+    seed_deployment(kmock, shipped_deployment("--port=9443", "--keep", "migrate", "--keep-after=60",
+                                              env=[("COLOCATE_KEEP", "report"), ("COLOCATE_KEEP_MAX_INFLIGHT", "3")]))
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    cluster_facts = json.loads(out)["cluster"]
+    assert cluster_facts["mode"] == "migrate" and cluster_facts["limits"]["keep_after_seconds"] == 60
+    assert cluster_facts["limits"]["max_inflight"] == 3
+    assert cluster_facts["settings_from"] == "from Deployment kubevirt-colocate/kubevirt-colocate"
+
+    code, out, err = await run_status(tmp_path, kmock, "--keep", "report")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("keeper: report (from Deployment kubevirt-colocate/kubevirt-colocate and "
+                                          "the flags given here), leader none"), out
+    assert "--keep-after 1m" in out.splitlines()[0]  # the Deployment's, where no flag here says otherwise
+
+
+async def test_without_the_deployment_status_says_it_goes_by_its_own_flags(tmp_path, kmock):
+    seed_cluster(kmock, *cluster())
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("keeper: report (settings as given here: "), out

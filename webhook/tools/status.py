@@ -21,12 +21,12 @@ from .. import kinds
 from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
-from ..config import Settings
+from ..config import ENV_PREFIX, Settings
 from ..keeper import gather
 from ..keeper.probe import TargetedMigration
 from ..keeper.stretch import Stretches
 from .iopath import read_longhorn
-from ..kinds import LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
+from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.apart import APART, CO_LOCATED, VmState
 from ..rules.keep import Hold, KeepDecision, Limits, Mode
 from ..rules.migrations import attempts, backoff, in_flight_counts, Migration, of_vmi, outbound_counts, read_migration
@@ -38,6 +38,7 @@ from ..rules.times import parse_time, rfc3339
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
+DEPLOYMENT_NAME = CONTAINER_NAME = "kubevirt-colocate", "webhook"  # the shipped Deployment and its container
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +96,13 @@ class Cluster:
     priority_note: str
     in_flight_ours: int
     in_flight_all: int
+    settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
 
     def lines(self) -> list[str]:
         limits = self.limits
+        source = f" ({self.settings_from})" if self.settings_from else ""
         return [
-            f"keeper: {self.mode}, leader {self.leader}, --keep-after {ago(limits.after)}",
+            f"keeper: {self.mode}{source}, leader {self.leader}, --keep-after {ago(limits.after)}",
             f"targeted migration: {_known(self.targeted)}: {self.targeted_note}",
             f"migration priority: {_known(self.priority)}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
@@ -108,7 +111,7 @@ class Cluster:
 
     def to_json(self) -> dict[str, Any]:
         limits = self.limits
-        return {"mode": str(self.mode), "leader": self.leader,
+        return {"mode": str(self.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
                 "limits": {"keep_after_seconds": limits.after.total_seconds(), "max_inflight": limits.max_inflight,
                            "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
                            "max_outbound_per_node": limits.max_outbound_per_node},
@@ -160,7 +163,8 @@ class _Launchers:
         return getattr(self.direct, name)
 
 
-async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any) -> Report:
+async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any,
+                 settings_from: str = "") -> Report:
     """Every running opted-in VM with its state and the keeper's decision. Raises StoreError when
     the VMIs or the migrations cannot be listed; a disk that cannot be read leaves its VM
     unresolved, saying why. `api` (the client) makes the dry run that tells whether targeted
@@ -214,8 +218,52 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         vms.append(await one(running[len(vms)]))
     vms += await asyncio.gather(*(one(view) for view in running[len(vms):]))
     header = Cluster(mode, await leader(store, settings, now, timeout), limits, targeted.available, targeted.note,
-                     targeted.priority, targeted.priority_note, ours, everyone)
+                     targeted.priority, targeted.priority_note, ours, everyone, settings_from)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped, header)
+
+
+async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
+    """The settings the webhook and its keeper run with: the shipped Deployment's container, its
+    COLOCATE_* values then its flags, over the defaults (what `serve` itself does); with where they
+    came from in words. When the Deployment cannot be read, `settings` and why."""
+    name, container_name = DEPLOYMENT_NAME
+    namespace = settings.lease_namespace or KEEPER_NAMESPACE
+    where = f"Deployment {namespace}/{name}"
+    try:
+        deployment = await store.get(DEPLOYMENT, namespace, name, timeout=timeout)
+    except StoreError as exc:
+        return settings, f"settings as given here: {where} not read: {exc}"
+    if deployment is None:
+        return settings, f"settings as given here: no {where}"
+    containers = kinds.spec(kinds.spec(deployment).get("template")).get("containers")
+    container = next((c for c in containers if isinstance(c, dict) and c.get("name") == container_name), None) \
+        if isinstance(containers, list) else None
+    if container is None:
+        return settings, f"settings as given here: {where} has no container {container_name}"
+    env = {e["name"]: e["value"] for e in container.get("env") or []
+           if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)}
+    env.update(_flags_as_env(container.get("args")))
+    try:
+        return Settings.from_env(env), f"from {where}"
+    except (TypeError, ValueError) as exc:
+        return settings, f"settings as given here: {where}: {exc}"
+
+
+def _flags_as_env(args: Any) -> dict[str, str]:
+    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags that are settings, in the
+    form Settings.from_env reads (flags win over the environment, as in `serve`)."""
+    fields = {field.name for field in dataclasses.fields(Settings)}
+    found: dict[str, str] = {}
+    args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        flag, has_value, value = arg[2:].partition("=")
+        if not has_value:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+        if flag.replace("-", "_") in fields and value:
+            found[ENV_PREFIX + flag.replace("-", "_").upper()] = value
+    return found
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:
