@@ -1,22 +1,22 @@
-"""The kmock Kubernetes emulator in a process of its own, serving a synthetic cluster.
+"""A fake apiserver (kubefake.apiserver) in a process of its own, serving a synthetic cluster.
 
 Prints its URL and a control URL on stdout, then serves until stdin closes. With
 `--paginate`, lists honour `limit`/`continue` and `labelSelector` as the apiserver does
-(kmock itself returns everything at once), so large collections are read page by page as
+(otherwise it returns everything at once), so large collections are read page by page as
 from a real cluster.
 
 The control server: `GET /requests` counts the API requests served other than watches;
 `POST /late` writes the `late-*` claims and volumes without watch events, so the webhook's
 caches never see them and must read them with GETs.
 
-kmock keeps every request and matches each new one against that whole history and every
-reaction (kmock 0.8, `View.__contains__`): it slows down as a benchmark runs. This one keeps
-the latest few requests only, and adds no reactions of its own unless it paginates.
+Served bare (kubefake.apiserver `serve`): kmock keeps every request it serves and matches each
+new one against that whole history and every reaction (kmock 0.8, `View.__contains__`), so a
+benchmark served by it would slow down as it runs; here kmock only holds the objects.
 
 With `--vmis N`, KubeVirt too (for the keeper in `serve`): N running opted-in VMIs, the
 first ones those of the cluster's launcher pods, every `--vmis-apart-every`-th of those
 moved with its pod to the next node, apart from its storage; migrations and Leases are
-served (names from generateName, `dryRun=All` never stored, PUT).
+served (names from generateName, `dryRun=All` never stored, PUT), as they are in any run.
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ import sys
 import uuid
 from typing import Any
 
-import kmock
 from aiohttp import web
 
 from kubefake import objects
-from kubefake.apiserver import ApiserverWrites
+from kubefake.apiserver import Apiserver, Call
+from kubefake.apiserver import serve as serve_api
 from webhook.kinds import LEASE, POD, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
@@ -70,46 +70,15 @@ def cluster_objects(pvcs: int, share_managers: int, pods: int, nodes: int = 20, 
     return found + bench_objects() if bench_disks else found
 
 
-class BenchEmulator(kmock.KubernetesEmulator):
-    served = 0  # API requests other than watches
-    KEEP = 8  # recent requests kept: more than ever start at the same moment here
-
-    async def _handle(self, request: Any) -> Any:
-        del self._requests[:-self.KEEP]
-        if request.params.get("watch") != "true":
-            self.served += 1
-        return await super()._handle(request)
-
-
-class KubeVirtEmulator(ApiserverWrites, BenchEmulator):
-    """The bench emulator with a real apiserver's writes (kubefake.apiserver.ApiserverWrites)."""
-
-    async def _handle(self, request: Any) -> Any:
-        answer = await self._write(request)
-        if answer is None:
-            return await super()._handle(request)  # BenchEmulator: trims and counts
-        del self._requests[:-self.KEEP]
-        return answer
-
-    async def _serve_fetch(self, request: Any) -> Any:
-        """By key: kmock compares every stored object with each GET, and the keeper GETs pods."""
-        key = (request.resource, request.namespace, request.name)
-        async with self._lock:
-            raw = self.objects[key].raw if key in self.objects and not self.objects[key].deleted else None
-        if raw is None:
-            raise kmock.KubernetesObjectNotFoundError()
-        return raw
-
-
 def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int, apart_every: int) -> tuple[int, int]:
     """Serve VMIs, migrations and Leases, and put `vmis` running opted-in VMIs: first one per
     launcher pod (its uid, node and first claim), every `apart_every`-th of those moved with its
     pod to the next node, so apart from its storage; then VMIs without pods, each next to the
     share-manager of its one claim. (objects put, VMIs apart)."""
     for resource in (VMI, VMIM, LEASE):
-        emulator.kmock.resources[resource] = {}
+        emulator.apiserver.resources[resource] = {}
         emulator.by_kind[(resource.api_version, resource.kind)] = resource
-    launchers = sorted((obj.raw for (resource, _, _), obj in emulator.kmock.objects.items() if resource == POD
+    launchers = sorted((obj.raw for (resource, _, _), obj in emulator.apiserver.objects.items() if resource == POD
                         and (obj.raw["metadata"].get("labels") or {}).get("kubevirt.io") == "virt-launcher"),
                        key=lambda pod: pod["metadata"]["name"])
     put = apart = 0
@@ -137,22 +106,33 @@ def add_kubevirt(emulator: Emulator, vmis: int, nodes: int, share_managers: int,
 
 
 class Emulator:
-    def __init__(self, kmock: BenchEmulator, paginate: bool):
-        self.kmock = kmock
+    """The apiserver of a synthetic cluster, counting the API requests it serves other than watches."""
+
+    def __init__(self, apiserver: Apiserver, paginate: bool):
+        self.apiserver = apiserver
+        self.paginate = paginate
+        self.served = 0
         self.by_kind = {(r.api_version, r.kind): r for r in RESOURCES}
         self.lists: dict[str, list[dict[str, Any]]] = {}
         self.tokens = itertools.count()
         for resource in RESOURCES:
-            kmock.resources[resource] = {}
-        if paginate:
-            kmock["list"] << self.page
+            apiserver.resources[resource] = {}
+
+    def count(self, call: Call) -> None:
+        if call.params.get("watch") != "true":
+            self.served += 1
+
+    async def answer(self, call: Call) -> Any:
+        if self.paginate and call.method == "GET" and call.name is None and call.params.get("watch") != "true":
+            return self.page(call)
+        return await self.apiserver.answer(call)
 
     def put(self, obj: dict[str, Any]) -> None:
         resource = self.by_kind[(obj["apiVersion"], obj["kind"])]
         meta = obj["metadata"]
-        self.kmock.objects[resource, meta.get("namespace") if resource.namespaced else None, meta["name"]] = obj
+        self.apiserver.objects[resource, meta.get("namespace") if resource.namespaced else None, meta["name"]] = obj
 
-    def page(self, request: Any) -> dict[str, Any]:
+    def page(self, request: Call) -> dict[str, Any]:
         limit = int(request.params.get("limit") or 0)
         token = request.params.get("continue")
         if token:
@@ -161,7 +141,7 @@ class Emulator:
         else:
             wanted = dict(part.split("=", 1) for part in (request.params.get("labelSelector") or "").split(",") if part)
             items = [
-                obj.raw for (resource, namespace, _), obj in self.kmock.objects.items()
+                obj.raw for (resource, namespace, _), obj in self.apiserver.objects.items()
                 if resource == request.resource and not obj.deleted
                 and (request.namespace is None or namespace == request.namespace)
                 and all((obj.raw.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in wanted.items())
@@ -178,7 +158,7 @@ class Emulator:
 
     def control(self) -> web.Application:
         async def requests(request: web.Request) -> web.Response:
-            return web.json_response({"requests": self.kmock.served})
+            return web.json_response({"requests": self.served})
 
         async def late(request: web.Request) -> web.Response:
             for obj in (o for claim in LATE_CLAIMS for o in claim_objects(claim)):
@@ -191,14 +171,23 @@ class Emulator:
         return app
 
 
+async def control_site(app: web.Application) -> web.AppRunner:
+    """The control server on loopback, started."""
+    control = web.AppRunner(app, access_log=None)
+    await control.setup()
+    await web.TCPSite(control, "127.0.0.1", 0).start()
+    return control
+
+
+def url(runner: web.AppRunner) -> str:
+    return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
 async def serve(args: argparse.Namespace) -> None:
-    async with (KubeVirtEmulator if args.vmis else BenchEmulator)() as api, kmock.Server(api) as server:
-        emulator = Emulator(api, args.paginate)
-        control = web.AppRunner(emulator.control(), access_log=None)
-        await control.setup()
-        site = web.TCPSite(control, "127.0.0.1", 0)
-        await site.start()
-        control_port = control.addresses[0][1]
+    emulator = Emulator(Apiserver(), args.paginate)
+    api = await serve_api(emulator.apiserver, emulator.answer, emulator.count)
+    control = await control_site(emulator.control())
+    try:
         count = 0
         for obj in cluster_objects(args.pvcs, args.share_managers, args.pods, args.nodes, args.bench_disks,
                                    args.other_pods):
@@ -207,12 +196,11 @@ async def serve(args: argparse.Namespace) -> None:
         if args.vmis:
             added, _ = add_kubevirt(emulator, args.vmis, args.nodes, args.share_managers, args.vmis_apart_every)
             count += added
-        print(f"{str(server.url).rstrip('/')} http://127.0.0.1:{control_port} {count}", flush=True)
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
-        finally:
-            await control.cleanup()
+        print(f"{url(api)} {url(control)} {count}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
+    finally:
+        await control.cleanup()
+        await api.cleanup()
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """A cluster after a drain, with KubeVirt played on the emulator, for the keeper's benchmark.
 
 Runs in a process of its own (`python -m bench.kubevirt`, started by `python -m bench.keeper`):
-kmock serving nodes (some unready, some cordoned; `--old-cpu-nodes` of an older CPU generation,
-Broadwell-IBRS among Skylake-Client-IBRS, with an older QEMU), a Longhorn RWX disk per VM (PVC,
+kubefake's apiserver serving nodes (some unready, some cordoned; `--old-cpu-nodes` of an older
+CPU generation, Broadwell-IBRS among Skylake-Client-IBRS, with an older QEMU), a Longhorn RWX disk per VM (PVC,
 PV, ShareManager, share-manager pod) and running opted-in VMIs with their launcher pods, some of
 them apart from their storage as a drain leaves them. Each node carries virt-handler's node
 labeller labels; each VMI a host-model CPU, machine type q35 and the canonical machine type of
@@ -78,10 +78,12 @@ import kmock
 from aiohttp import web
 
 from kubefake import objects
+from kubefake.apiserver import Apiserver
+from kubefake.apiserver import serve as serve_api
 from kubefake.objects import stamp
 from webhook.kinds import EVENT, LEASE, NODE, POD, VMI, VMIM, Resource
 
-from .emulator import Emulator, KubeVirtEmulator
+from .emulator import Emulator, control_site, url
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 OURS = "kubevirt-colocate"
@@ -906,95 +908,89 @@ class KubeVirt:
             self._spawn(self.drain_when_due())
 
 
-class SimulatedCluster(KubeVirtEmulator):
-    """The emulator with KubeVirt in it: each migration of ours checked as it is created, then
+class SimulatedCluster(Apiserver):
+    """The apiserver with KubeVirt in it: each migration of ours checked as it is created, then
     run; a migration deleted, aborted."""
 
-    kubevirt: KubeVirt | None = None
-    tracker: Tracker | None = None
-    watch_lag: float = 0.0  # seconds VMI and pod changes take to reach the watches (reads see them at once)
-    _late: asyncio.Queue[tuple[float, Any, dict[str, Any]]] | None = None
+    def __init__(self) -> None:
+        super().__init__()
+        self.kubevirt: KubeVirt | None = None
+        self.tracker: Tracker | None = None
+        self.watch_lag = 0.0  # seconds VMI and pod changes take to reach the watches (reads see them at once)
+        self.lagging = {self.at(VMI), self.at(POD)}
+        self.late: asyncio.Queue[tuple[float, Any, dict[str, Any]]] | None = None
 
-    async def _handle(self, request: Any) -> Any:
-        resource = request.resource
+    async def answer(self, call: Any) -> Any:
+        resource, method = call.resource, str(call.method).upper()
         if (resource is None or resource.plural != VMIM.plural or self.tracker is None or self.kubevirt is None
-                or request.params.get("dryRun") == "All"):
-            return await super()._handle(request)
-        if request.method == "DELETE" and request.name:
-            response = await super()._handle(request)
-            if response.status < 300:
-                self.kubevirt.deleted(request.namespace, request.name)
-            return response
-        if request.method != "POST" or not isinstance(request.data, dict):
-            return await super()._handle(request)
-        metadata = request.data.get("metadata") or {}
+                or call.params.get("dryRun") == "All"):
+            return await super().answer(call)
+        if method == "DELETE" and call.name:
+            answer = await super().answer(call)
+            self.kubevirt.deleted(call.namespace, call.name)
+            return answer
+        if method != "POST" or not isinstance(call.data, dict):
+            return await super().answer(call)
+        metadata = call.data.get("metadata") or {}
         if (metadata.get("labels") or {}).get(MANAGED_BY) != OURS:
-            return await super()._handle(request)
-        vm, broken, raced = self.tracker.check(request.data, now())
-        response = await super()._handle(request)
-        self.tracker.record(f"{metadata.get('namespace')}/{metadata.get('name') or metadata.get('generateName')}",
-                            broken, raced)
-        if response.status < 300:
-            self.kubevirt.start(request.data, vm)
-        return response
+            return await super().answer(call)
+        vm, broken, raced = self.tracker.check(call.data, now())
+        try:
+            answer = await super().answer(call)
+        finally:
+            self.tracker.record(f"{metadata.get('namespace')}/{metadata.get('name') or metadata.get('generateName')}",
+                                broken, raced)
+        self.kubevirt.start(call.data, vm)
+        return answer
 
-    def _key(self, resource: Resource, namespace: str | None, name: str) -> tuple[Any, str | None, str]:
+    @staticmethod
+    def at(resource: Resource, namespace: str | None = None, name: str = "") -> tuple[Any, str | None, str]:
         return kmock.resource(resource.group, resource.version, resource.plural), namespace, name
 
-    async def _tell(self, resource: Resource, key: Any, event: dict[str, Any]) -> None:
-        if resource in (VMI, POD) and self.watch_lag:
-            await self._lagging().put((asyncio.get_running_loop().time() + self.watch_lag, key[0], event))
+    async def tell(self, resource: Any, event: dict[str, Any]) -> None:
+        if resource in self.lagging and self.watch_lag:
+            await self.lagged().put((asyncio.get_running_loop().time() + self.watch_lag, resource, event))
         else:
-            await self._buses[key[0]].put(event)
+            await super().tell(resource, event)
 
     async def add(self, resource: Resource, obj: dict[str, Any]) -> None:
         """Store a new object and tell the watches, as a create through the API does."""
-        key = self._key(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        async with self._lock:
-            self.objects[key] = obj
-            await self._tell(resource, key, {"type": "ADDED", "object": self.objects[key].raw})
+        async with self.lock:
+            await self.insert(self.at(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"]), obj)
 
     async def change(self, resource: Resource, namespace: str | None, name: str, patch: dict[str, Any]) -> None:
-        """Merge `patch` into a stored object and tell the watches, as a PATCH through the API does.
-        An object deleted meanwhile stays deleted."""
-        key = self._key(resource, namespace, name)
-        async with self._lock:
-            if key not in self.objects or self.objects[key].deleted:
-                return
-            stored = self.objects[key]
-            stored.patch(patch)
-            stored.raw.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
-            await self._tell(resource, key, {"type": "MODIFIED", "object": stored.raw})
+        """Merge `patch` into a stored object, a new resourceVersion, and tell the watches, as a PATCH
+        through the API does. An object deleted meanwhile stays deleted."""
+        key = self.at(resource, namespace, name)
+        async with self.lock:
+            if self.stored(key) is not None:
+                version = {"resourceVersion": str(next(self.versions))}
+                await self.merge(key, {**patch, "metadata": {**(patch.get("metadata") or {}), **version}})
 
     async def remove(self, resource: Resource, namespace: str | None, name: str) -> None:
         """Delete a stored object (its finalizers, if any, removed) and tell the watches."""
-        key = self._key(resource, namespace, name)
-        async with self._lock:
-            if key not in self.objects or self.objects[key].deleted:
-                return
-            stored = self.objects[key]
-            raw = dict(stored.raw)
-            raw["metadata"] = {k: v for k, v in (raw.get("metadata") or {}).items() if k != "finalizers"}
-            raw["metadata"]["resourceVersion"] = str(next(self._versions))
-            stored.delete()
-            await self._tell(resource, key, {"type": "DELETED", "object": raw})
+        key = self.at(resource, namespace, name)
+        async with self.lock:
+            if self.stored(key) is not None:
+                self.objects[key].patch({"metadata": {"finalizers": [], "resourceVersion": str(next(self.versions))}})
+                await self.drop(key)
 
-    def _lagging(self) -> asyncio.Queue[tuple[float, Any, dict[str, Any]]]:
+    def lagged(self) -> asyncio.Queue[tuple[float, Any, dict[str, Any]]]:
         """Events that reach the watches late, in order: an apiserver whose watch cache of one
         resource falls behind the others."""
-        if self._late is None:
-            self._late = asyncio.Queue()
+        if self.late is None:
+            late = self.late = asyncio.Queue()
 
             async def deliver() -> None:
                 loop = asyncio.get_running_loop()
                 while True:
-                    due, resource, event = await self._late.get()
+                    due, resource, event = await late.get()
                     await asyncio.sleep(max(0.0, due - loop.time()))
-                    async with self._lock:
-                        await self._buses[resource].put(event)
+                    async with self.lock:
+                        await self.buses[resource].put(event)
 
             self.delivery = asyncio.create_task(deliver())
-        return self._late
+        return self.late
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -1003,42 +999,41 @@ async def serve(args: argparse.Namespace) -> None:
                   max(4, 2 * args.foreign) if args.foreign else 0, args.seed, old_cpu=args.old_cpu_nodes)
     tracker = Tracker(layout, args.max_inflight, outbound=args.outbound_per_node, unplaceable=args.unplaceable,
                       drain=args.drain)
-    async with SimulatedCluster() as api, kmock.Server(api) as server:
-        emulator = Emulator(api, paginate=False)
-        for resource in (VMI, VMIM, LEASE, EVENT):
-            api.resources[resource] = {}
-            emulator.by_kind[(resource.api_version, resource.kind)] = resource
-        for obj in cluster_objects(layout, started):
-            emulator.put(obj)
-        movable = tracker.movable_at_start
-        lose_after = max(1, movable // 3) if args.lose_nodes else 0
-        kubevirt = KubeVirt(api, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
-                            foreign=args.foreign, seed=args.seed, lose_nodes_after=lose_after,
-                            drain_after=max(lose_after + 1, movable // 2) if args.drain else 0)
-        api.tracker, api.kubevirt, api.watch_lag = tracker, kubevirt, args.watch_lag
+    api = SimulatedCluster()
+    emulator = Emulator(api, paginate=False)
+    for resource in (VMI, VMIM, LEASE, EVENT):
+        api.resources[resource] = {}
+        emulator.by_kind[(resource.api_version, resource.kind)] = resource
+    for obj in cluster_objects(layout, started):
+        emulator.put(obj)
+    movable = tracker.movable_at_start
+    lose_after = max(1, movable // 3) if args.lose_nodes else 0
+    kubevirt = KubeVirt(api, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
+                        foreign=args.foreign, seed=args.seed, lose_nodes_after=lose_after,
+                        drain_after=max(lose_after + 1, movable // 2) if args.drain else 0)
+    api.tracker, api.kubevirt, api.watch_lag = tracker, kubevirt, args.watch_lag
 
-        async def report(request: web.Request) -> web.Response:
-            return web.json_response(tracker.report(final=request.query.get("final") == "1"))
+    async def report(request: web.Request) -> web.Response:
+        return web.json_response(tracker.report(final=request.query.get("final") == "1"))
 
-        async def others(request: web.Request) -> web.Response:
-            tracker.began = now()
-            kubevirt.run_others()  # once the keeper watches: its first view is the drained cluster
-            return web.json_response({"foreign": args.foreign})
+    async def others(request: web.Request) -> web.Response:
+        tracker.began = now()
+        kubevirt.run_others()  # once the keeper watches: its first view is the drained cluster
+        return web.json_response({"foreign": args.foreign})
 
-        app = web.Application()
-        app.router.add_get("/report", report)
-        app.router.add_post("/others", others)
-        control = web.AppRunner(app, access_log=None)
-        await control.setup()
-        site = web.TCPSite(control, "127.0.0.1", 0)
-        await site.start()
-        print(f"{str(server.url).rstrip('/')} http://127.0.0.1:{control.addresses[0][1]}", flush=True)
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
-        finally:
-            for task in list(kubevirt.tasks):
-                task.cancel()
-            await control.cleanup()
+    app = web.Application()
+    app.router.add_get("/report", report)
+    app.router.add_post("/others", others)
+    server = await serve_api(api)
+    control = await control_site(app)
+    print(f"{url(server)} {url(control)}", flush=True)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    finally:
+        for task in list(kubevirt.tasks):
+            task.cancel()
+        await control.cleanup()
+        await server.cleanup()
 
 
 def add_layout_flags(parser: argparse.ArgumentParser) -> None:

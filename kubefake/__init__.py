@@ -1,5 +1,6 @@
 """A fake Kubernetes for the tests and the benchmark: realistic Kubernetes, Longhorn and KubeVirt
-objects (`kubefake.objects`) and the apiserver's writes kmock leaves out (`kubefake.apiserver`).
+objects (`kubefake.objects`) and an apiserver's reads and writes over kmock's public object store
+(`kubefake.apiserver`), with what kmock's own emulator leaves out.
 
 Installed with the project for development (pyproject's package discovery) but not shipped:
 the image installs the webhook package alone.

@@ -1,17 +1,24 @@
-"""What a real apiserver does on writes and kmock leaves out, mixed into a kmock emulator.
+"""An apiserver's storage and writes over kmock's public object store, served two ways.
 
-kmock's public `KubernetesEmulator` stores a created object before any reaction sees the
-request, keyed by the name it was sent with, and knows only PATCH: generated names, dry runs,
-creates turned away whole and PUT with optimistic concurrency cannot be expressed as
-reactions. `ApiserverWrites` answers those writes itself, through the emulator's request
-handler, before kmock does.
+kmock's `KubernetesEmulator` stores a created object before any reaction sees the request,
+keyed by the name it was sent with, and knows only PATCH: generated names, dry runs, creates
+turned away whole and PUT with optimistic concurrency cannot be expressed as its reactions.
+`Apiserver` does the reads and writes itself, on a `kmock.ObjectsArray` with a `kmock.Bus` of
+watch events per resource. `KubernetesApi` serves it as kmock's scaffold's fallbacks, so that a
+test's reactions answer first and see every request; `serve` serves it bare over aiohttp, for a
+benchmark: no request history kept, nothing matched against it.
 """
 from __future__ import annotations
 
-import copy
+import asyncio
+import collections
+import dataclasses
 import itertools
+import json
+import re
 import secrets
 import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import kmock
@@ -19,52 +26,284 @@ from aiohttp import web
 
 from .objects import stamp
 
-__all__ = ["ApiserverWrites", "stamp"]
+__all__ = ["Apiserver", "Call", "KubernetesApi", "serve", "stamp"]
+
+Key = tuple[Any, str | None, str]
 
 
-class ApiserverWrites:
+@dataclasses.dataclass
+class Call:
+    """One API request as the apiserver reads it (kmock's `Request` fits too)."""
+    method: str
+    resource: Any  # kmock.resource, or None outside the resource paths
+    namespace: str | None = None
+    name: str | None = None
+    params: dict[str, str] = dataclasses.field(default_factory=dict)
+    data: Any = None
+
+
+def error(status: int, reason: str, message: str) -> kmock.KubernetesError:
+    return kmock.KubernetesError(status, reason, message)
+
+
+class Apiserver:
     """Names from generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All`
-    creates answered but never stored; a create `refuse` turns away as a whole (an admission
-    webhook, a conflict: nothing stored); PUT replacing an object (the Lease), 409 when its
-    resourceVersion is stale. Mixed into a `kmock.KubernetesEmulator`, before it."""
+    creates answered but never stored; a create `refuse` turns away and a delete `refuse_delete`
+    turns away as a whole (request -> KubernetesError | None: nothing stored or deleted); PUT
+    replacing an object (the Lease), 409 when its resourceVersion is stale. Otherwise as kmock's
+    emulator: PATCH merges, DELETE of an object with finalizers marks it, its last finalizer gone
+    deletes it; lists and watches by namespace; watches start with every object ADDED."""
 
-    _versions = itertools.count(1000)
-    refuse: Any = None  # request -> kmock.KubernetesError | None
+    def __init__(self, objects: Any = None, resources: Any = None):
+        self.objects = kmock.ObjectsArray() if objects is None else objects
+        self.resources = kmock.ResourcesArray() if resources is None else resources
+        self.buses: collections.defaultdict[Any, kmock.Bus[dict[str, Any]]] = collections.defaultdict(kmock.Bus)
+        self.lock = asyncio.Lock()
+        self.versions = itertools.count(1000)
+        self.refuse: Callable[[Any], kmock.KubernetesError | None] | None = None
+        self.refuse_delete: Callable[[Any], kmock.KubernetesError | None] | None = None
 
-    async def _write(self, request: Any) -> Any:
-        """The answer to a write kmock would answer otherwise, or None to let kmock answer."""
-        if request.resource is not None and request.method == "POST" and isinstance(request.data, dict):
-            metadata = request.data.setdefault("metadata", {})
-            if not metadata.get("name") and metadata.get("generateName"):
-                metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
-            metadata.setdefault("uid", str(uuid.uuid4()))
-            metadata.setdefault("creationTimestamp", stamp())
-            metadata["resourceVersion"] = str(next(self._versions))
-            if request.params.get("dryRun") == "All":
-                return await kmock.RawHandler._handle(self, request)  # answered, never stored
-            if self.refuse is not None and (error := self.refuse(request)) is not None:
-                return await self._render_error(error)
-        if request.resource is not None and request.method == "PUT" and request.name:
-            return await self._replace(request)
-        return None
+    # ----------------------------------------------------------------- what the watches see
 
-    async def _serve_create(self, request: Any) -> Any:
-        if request.params.get("dryRun") == "All":
-            return request.data
-        return await super()._serve_create(request)
+    async def tell(self, resource: Any, event: dict[str, Any]) -> None:
+        """Tell the watches of `resource`, under the lock: an apiserver's watch cache, up to date."""
+        await self.buses[resource].put(event)
 
-    async def _replace(self, request: Any) -> Any:
-        key = (request.resource, request.namespace, request.name)
-        async with self._lock:
-            if key not in self.objects or self.objects[key].deleted:
-                return await self._render_error(kmock.KubernetesError(404, "NotFound", f"{request.name} not found"))
-            stored = self.objects[key].raw
-            sent = (request.data.get("metadata") or {}).get("resourceVersion")
+    def stored(self, key: Key) -> Any:
+        """The object under `key`, None if there is none or it was deleted."""
+        return self.objects[key] if key in self.objects and not self.objects[key].deleted else None
+
+    def key(self, call: Any, name: str | None = None) -> Key:
+        return call.resource, call.namespace, name or call.name
+
+    def known(self, resource: Any) -> bool:
+        return any(r == resource for r in self.resources) or any(r == resource for r, _, _ in self.objects)
+
+    def matching(self, call: Any) -> list[Any]:
+        """Every live object of the call's resource in its namespace (all of them without one)."""
+        return [obj for (resource, namespace, name), obj in self.objects.items()
+                if resource == call.resource and not obj.deleted
+                and (call.namespace is None or namespace == call.namespace)
+                and (call.name is None or name == call.name)]
+
+    # ----------------------------------------------------------------- reads
+
+    async def list(self, call: Any) -> dict[str, Any]:
+        if not self.known(call.resource):
+            raise kmock.KubernetesResourceNotFoundError()
+        async with self.lock:
+            return {"metadata": {"resourceVersion": "..."}, "items": [obj.raw for obj in self.matching(call)]}
+
+    async def events(self, call: Any) -> AsyncIterator[dict[str, Any]]:
+        """Every object ADDED, then the changes as they come, with nothing lost in between."""
+        bus = self.buses[call.resource]
+        async with self.lock:
+            first = [{"type": "ADDED", "object": obj.raw} for obj in self.matching(call)]
+            mark = await bus.mark()
+        for event in first:
+            yield event
+        async for event in bus.stream(since=mark):  # the mark let go with the stream
+            meta = (event.get("object") or {}).get("metadata") or {}
+            if ((call.namespace is None or meta.get("namespace") == call.namespace)
+                    and (call.name is None or meta.get("name") == call.name)):
+                yield event
+
+    def found(self, call: Any) -> Any:
+        """The live object the call names; 404 without one."""
+        obj = self.stored(self.key(call))
+        if obj is None:
+            raise kmock.KubernetesObjectNotFoundError()
+        return obj
+
+    async def fetch(self, call: Any) -> dict[str, Any]:
+        async with self.lock:
+            return self.found(call).raw
+
+    # ----------------------------------------------------------------- writes
+
+    async def create(self, call: Any) -> dict[str, Any]:
+        data = call.data
+        metadata = data.setdefault("metadata", {})
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = metadata["generateName"] + secrets.token_hex(3)[:5]
+        metadata.setdefault("uid", str(uuid.uuid4()))
+        metadata.setdefault("creationTimestamp", stamp())
+        metadata["resourceVersion"] = str(next(self.versions))
+        if call.params.get("dryRun") == "All":
+            return data  # answered, never stored
+        if self.refuse is not None and (refused := self.refuse(call)) is not None:
+            raise refused
+        key = call.resource, call.namespace or metadata.get("namespace"), metadata.get("name")
+        async with self.lock:
+            return await self.insert(key, data)
+
+    async def insert(self, key: Key, data: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object and tell the watches (under the lock)."""
+        if self.stored(key) is not None:
+            raise error(409, "AlreadyExists", f"{key[2]} already exists")
+        if key in self.objects:
+            self.objects[key].create(data)
+        else:
+            self.objects[key] = data
+        raw = self.objects[key].raw
+        await self.tell(key[0], {"type": "ADDED", "object": raw})
+        return raw
+
+    async def patch(self, call: Any) -> dict[str, Any]:
+        async with self.lock:
+            obj = self.found(call)
+            await self.merge(self.key(call), call.data)
+            return obj.last.raw
+
+    async def merge(self, key: Key, changes: dict[str, Any]) -> None:
+        """Merge `changes` into a stored object and tell the watches; released by its last
+        finalizer once marked for deletion, deleted (under the lock)."""
+        obj = self.objects[key]
+        obj.patch(changes)
+        await self.tell(key[0], {"type": "MODIFIED", "object": obj.raw})
+        meta = obj.raw.get("metadata") or {}
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            await self.drop(key)
+
+    async def drop(self, key: Key) -> None:
+        """Delete a stored object and tell the watches (under the lock)."""
+        obj = self.objects[key]
+        obj.delete()
+        await self.tell(key[0], {"type": "DELETED", "object": obj.last.raw})
+
+    async def replace(self, call: Any) -> dict[str, Any]:
+        async with self.lock:
+            if self.stored(self.key(call)) is None:
+                raise error(404, "NotFound", f"{call.name} not found")
+            stored = self.objects[self.key(call)].raw
+            sent = (call.data.get("metadata") or {}).get("resourceVersion")
             if sent and sent != (stored.get("metadata") or {}).get("resourceVersion"):
-                return await self._render_error(kmock.KubernetesError(
-                    409, "Conflict", "the object has been modified; please apply your changes to the latest version"))
-            new = copy.deepcopy(request.data)
-            new.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
-            self.objects[key] = new
-            await self._buses[request.resource].put({"type": "MODIFIED", "object": new})
-        return web.json_response(new)
+                raise error(409, "Conflict",
+                            "the object has been modified; please apply your changes to the latest version")
+            new = json.loads(json.dumps(call.data))
+            new.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+            self.objects[self.key(call)] = new
+            await self.tell(call.resource, {"type": "MODIFIED", "object": new})
+            return new
+
+    async def delete(self, call: Any) -> dict[str, Any]:
+        if self.refuse_delete is not None and (refused := self.refuse_delete(call)) is not None:
+            raise refused
+        key = self.key(call)
+        async with self.lock:
+            obj = self.found(call)
+            meta = obj.raw.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                pass  # being deleted already
+            elif meta.get("finalizers"):
+                await self.merge(key, {"metadata": {"deletionTimestamp": stamp()}})
+            else:
+                await self.drop(key)
+            return obj.last.raw
+
+    async def answer(self, call: Any) -> Any:
+        """The answer to a call on a resource: a body, or for a watch its events."""
+        method, named = str(getattr(call.method, "value", call.method)).upper(), call.name is not None
+        if method == "GET" and call.params.get("watch") == "true":
+            return self.events(call)
+        if method == "GET":
+            return await (self.fetch(call) if named else self.list(call))
+        if method == "POST" and not named and isinstance(call.data, dict):
+            return await self.create(call)
+        if method == "PATCH" and named:
+            return await self.patch(call)
+        if method == "PUT" and named:
+            return await self.replace(call)
+        if method == "DELETE" and named:
+            return await self.delete(call)
+        raise kmock.KubernetesEndpointNotFoundError()
+
+
+class KubernetesApi(kmock.KubernetesScaffold):
+    """kmock's scaffold (discovery, reactions, the requests seen) with `Apiserver` answering every
+    request on a resource no reaction answers; `objects`, `refuse` and `refuse_delete` are its."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.apiserver = Apiserver(resources=self.resources)
+        for action in kmock.action:
+            self.fallback[action] << self.answer
+        self.fallback[kmock.method.PUT] << self.answer
+
+    async def answer(self, request: kmock.Request) -> Any:
+        if request.resource is None or request.resource.plural is None:
+            raise NotImplementedError  # discovery: the scaffold's
+        answer = await self.apiserver.answer(request)
+        if isinstance(answer, AsyncIterator):
+            return self.stream(answer)
+        return answer
+
+    @staticmethod
+    async def stream(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Any]:
+        yield b""  # the headers go out before the first event
+        async for event in events:
+            yield event
+
+    objects = property(lambda self: self.apiserver.objects)
+    refuse = property(lambda self: self.apiserver.refuse, lambda self, value: setattr(self.apiserver, "refuse", value))
+    refuse_delete = property(lambda self: self.apiserver.refuse_delete,
+                             lambda self, value: setattr(self.apiserver, "refuse_delete", value))
+
+
+# --------------------------------------------------------------------------- served bare
+
+PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+                  r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?/?$")
+
+
+def call_of(method: str, path: str, params: dict[str, str], data: Any) -> Call | None:
+    """The call a request path makes, None outside the resource paths."""
+    found = PATH.match(path)
+    if found is None:
+        return None
+    parts = found.groupdict()
+    namespace, plural, name = parts["namespace"], parts["plural"], parts["name"]
+    group, version = ("", "v1") if parts["core"] else (parts["group"], parts["version"])
+    return Call(method, kmock.resource(group, version, plural), namespace, name, params, data)
+
+
+def status(exc: kmock.KubernetesError) -> web.Response:
+    return web.json_response({"apiVersion": "v1", "kind": "Status", "metadata": {}, "code": exc.status,
+                              "status": "Failure", "reason": exc.reason or type(exc).__name__,
+                              "message": exc.message or repr(exc)}, status=exc.status)
+
+
+async def serve(apiserver: Apiserver, answer: Callable[[Call], Any] | None = None,
+                counted: Callable[[Call], None] | None = None) -> web.AppRunner:
+    """`apiserver` on loopback over aiohttp, started: `answer` (a call -> its answer, by default
+    the apiserver's) answers each call; `counted` sees each. The runner's address is where."""
+    answer = answer or apiserver.answer
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        call = call_of(request.method, request.path, dict(request.query), json.loads(body) if body else None)
+        if call is None:
+            return status(kmock.KubernetesEndpointNotFoundError())
+        if counted is not None:
+            counted(call)
+        try:
+            got = await answer(call)
+        except kmock.KubernetesError as exc:
+            return status(exc)
+        if not isinstance(got, AsyncIterator):
+            return web.json_response(got)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        try:
+            async for event in got:
+                await response.write(json.dumps(event).encode() + b"\n")
+        except ConnectionResetError:
+            pass  # the watcher went away
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner

@@ -1,5 +1,5 @@
-"""KubeVirt on the kmock emulator: VMIs, migrations and Leases as plain custom objects, and the
-bits of a real apiserver the keeper relies on that kmock leaves out (kubefake.apiserver)."""
+"""KubeVirt on kmock's scaffold and kubefake's apiserver: VMIs, migrations and Leases as plain
+custom objects, with the bits of a real apiserver the keeper relies on (kubefake.apiserver)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,12 +7,10 @@ import contextlib
 from typing import Any
 
 import aiohttp
-import aiohttp.web
-import kmock
 from conftest import TEST_TIMING, api_host, seed
 from kube import ago, launcher_pod_of, migration, nodes, rwx_disk, stamp, vmi  # noqa: F401  (migration, vmi: for the tests)
 
-from kubefake.apiserver import ApiserverWrites
+from kubefake.apiserver import KubernetesApi
 from webhook import metrics
 from webhook.keeper.keeper import KeeperTiming
 from webhook.kinds import LEASE, VMI, VMIM
@@ -20,21 +18,11 @@ from webhook.kinds import LEASE, VMI, VMIM
 KUBEVIRT_RESOURCES = (VMI, VMIM, LEASE)
 
 
-class KubeVirtApi(ApiserverWrites, kmock.KubernetesEmulator):
-    """kmock's emulator with a real apiserver's writes (kubefake.apiserver `ApiserverWrites`):
-    generated names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`;
-    creates turned away by `refuse`; PUT with 409 on a stale resourceVersion; deletes turned
-    away by `refuse_delete` (request -> KubernetesError | None), nothing deleted."""
-
-    refuse_delete: Any = None
-
-    async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
-        if request.method == "DELETE" and self.refuse_delete is not None:
-            error = self.refuse_delete(request)
-            if error is not None:
-                return await self._render_error(error)
-        answer = await self._write(request)
-        return answer if answer is not None else await super()._handle(request)
+class KubeVirtApi(KubernetesApi):
+    """kmock's scaffold with a real apiserver's reads and writes (kubefake.apiserver): generated
+    names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`; creates turned away
+    by `refuse` and deletes by `refuse_delete` (request -> KubernetesError | None), nothing stored
+    or deleted; PUT with 409 on a stale resourceVersion. A test's reactions answer first."""
 
 
 def register(emulator: Any) -> None:

@@ -89,6 +89,76 @@ def test_tests_and_bench_share_kubefake_and_keep_to_kmocks_public_api():
         assert not any(m.startswith("kmock._") for m in imports(path)), path
 
 
+def private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def kmock_privates(sources: dict[str, str]) -> list[str]:
+    """Where the sources reach kmock's private names: `kmock._x` or `kmock.X._y`, and in a class
+    derived from one of kmock's (directly or through the sources' own classes) or mixed into one,
+    a private method defined, or `self._y`, `super()._y` used."""
+    trees = {where: ast.parse(source) for where, source in sources.items()}
+    classes = [(where, node) for where, tree in trees.items() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+
+    def chain(node: ast.AST) -> list[str]:
+        names = []
+        while isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        return [node.id, *reversed(names)] if isinstance(node, ast.Name) else []
+
+    derived: set[str] = set()
+    while True:
+        more = {c.name for _, c in classes for base in c.bases
+                if chain(base)[:1] in (["kmock"], ["kmocklib"]) or chain(base)[-1:] and chain(base)[-1] in derived}
+        more |= {chain(base)[-1] for _, c in classes if c.name in derived for base in c.bases if chain(base)}  # mixins
+        if more <= derived:
+            break
+        derived |= more
+    found = [f"{where}:{node.lineno} {'.'.join(chain(node))}" for where, tree in trees.items() for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and chain(node)[:1] in (["kmock"], ["kmocklib"])
+             and any(private(part) for part in chain(node))]
+    for where, cls in classes:
+        if cls.name not in derived:
+            continue
+        for node in ast.walk(cls):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and private(node.name):
+                found.append(f"{where}:{node.lineno} {cls.name}.{node.name} defined")
+            elif isinstance(node, ast.Attribute) and private(node.attr) and (
+                    (isinstance(node.value, ast.Name) and node.value.id == "self")
+                    or (isinstance(node.value, ast.Call) and chain(node.value.func) == ["super"])):
+                found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_nothing_reaches_kmocks_private_names():
+    """kmock is used through its public API alone: no private attribute of it read, called or
+    overridden in kubefake, the bench or the tests (the checker itself flags each kind of reach)."""
+    sources = {str(path.relative_to(ROOT)): path.read_text()
+               for path in sorted([*ROOT.glob("bench/*.py"), *ROOT.glob("kubefake/*.py"), *(ROOT / "tests").rglob("*.py")])}
+    assert kmock_privates(sources) == []
+    reaching = """
+class Trimmed(kmock.KubernetesEmulator):
+    async def _handle(self, request):
+        del self._requests[:-8]
+        return await super()._handle(request)
+    async def __aenter__(self):
+        return await super().__aenter__()
+class Further(Trimmed):
+    async def answer(self, request):
+        async with self._lock:
+            return await kmock.RawHandler._render_error(self, None)
+class Writes:
+    async def write(self, request):
+        await self._buses[request.resource].put({})
+class Mixed(Writes, kmock.KubernetesEmulator):
+    pass
+"""
+    assert sorted(line.split(" ", 1)[1] for line in kmock_privates({"x.py": reaching})) == [
+        "Trimmed._handle defined", "kmock.RawHandler._render_error", "self._buses", "self._lock", "self._requests",
+        "super()._handle"]
+
+
 async def test_the_floor_parses_and_allows_without_deciding():
     """`serve --admission allow` (the bench's floor) answers every review allowed, no patch, where
     the same endpoint deciding pins; a body that is no review is still refused."""
