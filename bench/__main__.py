@@ -1,6 +1,6 @@
 """python -m bench: the admission path against a bare aiohttp server, and the store's memory.
 
-Admission: `python -m webhook serve` (the production command) watches a kmock emulator and
+Admission: `python -m webhook serve` (the production command) watches kubefake's apiserver and
 answers a two-disk VM pod from its caches over TLS; a bare aiohttp TLS server answers the
 same request with a fixed patch using stdlib json; and `serve --admission allow` (a hidden
 option: each review parsed and allowed, nothing decided, recorded or logged), which tells what
@@ -275,7 +275,7 @@ def memory_of_serve(work: Path, pvcs: int, share_managers: int, pods: int, other
     with emulated_cluster(emulator_cpu, pvcs, share_managers, pods, False, other_pods) as (api, _), \
             webhook_server(api, work, server_cpu, f"memory-{pvcs}") as (proc, url, ops_url, log):
         synced = wait_for(f"{ops_url}/readyz", work)
-        idle(proc.pid)  # kmock replays every object as ADDED when a watch opens
+        idle(proc.pid)  # the apiserver replays every object as ADDED when a watch opens
         return {"rss_mib": process_kib(proc.pid, "VmRSS") / 1024, "peak_mib": process_kib(proc.pid, "VmHWM") / 1024,
                 "sync_seconds": synced, "objects": synced_objects(log)}
 
@@ -339,7 +339,7 @@ def main() -> None:
         if not args.skip_memory:
             pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]
             print(f"memory: `serve` holding {pvcs} PVCs, {pvcs} PVs, {share_managers} ShareManagers, {pods} pods "
-                  f"of VMs and share-managers, {other_pods} other pods (kmock in its own process) ...", flush=True)
+                  f"of VMs and share-managers, {other_pods} other pods (kubefake's apiserver in its own process) ...", flush=True)
             empty = memory_of_serve(work, 0, 0, 0)
             full_store = memory_of_serve(work, pvcs, share_managers, pods, other_pods)
             print(f"RSS {full_store['rss_mib']:.1f} MiB (peak {full_store['peak_mib']:.1f} MiB; "

@@ -356,7 +356,7 @@ def main() -> None:
             pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]
             print(f"memory: `serve --keep report` holding {pvcs} PVCs, {pvcs} PVs, {share_managers} ShareManagers, "
                   f"{pods} pods of VMs and share-managers, {other_pods} other pods, {args.memory_vmis} VMIs "
-                  f"(kmock in its own process) ...", flush=True)
+                  f"(kubefake's apiserver in its own process) ...", flush=True)
             found = memory_of_keeper(work, pvcs, share_managers, pods, other_pods, args.memory_vmis,
                                      args.memory_passes)
             report, off = found["report"], found["off"]
