@@ -3,7 +3,8 @@
 Every cache (the admission caches in cache.py, the keeper's in kubevirt.py) takes its kind's
 shape from `shapes`, the one place these fields are listed. Most kinds are declared (`Keep`,
 applied by `trim`); pods are written out (`shape_pod`): every pod of the cluster is kept, and
-what is worth keeping of one depends on what it is (a launcher, bound, being resized).
+what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
+keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
 """
 from __future__ import annotations
 
@@ -204,3 +205,25 @@ def _resized(pod: dict[str, Any]) -> bool:
     except ValueError:
         return False
 
+
+def pod_to_place(pod: Any) -> Any:
+    """A pod about to be placed, reduced to what the node checks (rules/nodes.py) and
+    kube-scheduler's (rules/fit/) read of it: the keeper keeps one per VM apart, and a launcher
+    pod's environment, mounts and probes are most of its bytes and none of this. Unlike the
+    pods the caches keep (what a pod placed takes from its node, `shape_pod`), this keeps what a
+    pod selects; anything of an unexpected shape is kept as it is, for the checks to judge."""
+    if not isinstance(pod, dict):
+        return pod
+    meta, spec = kinds.meta(pod), kinds.spec(pod)
+    kept_spec = {key: spec[key] for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "overhead",
+                                            "resources", "hostNetwork", "topologySpreadConstraints") if key in spec}
+    for key, fields in (("containers", ("name", "resources", "ports", "restartPolicy")),
+                        ("initContainers", ("name", "resources", "ports", "restartPolicy")),
+                        ("volumes", ("name", "persistentVolumeClaim", "ephemeral"))):
+        if key not in spec:
+            continue
+        items = spec[key]
+        kept_spec[key] = [{k: c[k] for k in fields if k in c} if isinstance(c, dict) else c for c in items] \
+            if isinstance(items, list) else items
+    kept_meta = {key: meta[key] for key in ("name", "namespace", "labels") if key in meta}
+    return {"metadata": kept_meta, "spec": kept_spec}

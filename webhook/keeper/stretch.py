@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import kinds
+from ..cluster.kept import pod_to_place
 from ..cluster.resolve import node_obstacle
 from ..cluster.store import StoreError, WatchedStore
 from ..config import Settings
@@ -17,7 +18,6 @@ from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, NODE, POD
 from ..rules.apart import apart_since, Locality
 from ..rules.facts import Fact
-from ..rules.fit import for_checks
 from ..rules.migrations import Migration, last_migration_end, target_hostname
 from ..rules.patch import as_created
 from ..rules.running import VmiView, vm_pods
@@ -91,7 +91,7 @@ class Stretches:
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
         # Without our pin: KubeVirt builds the migration target from the VMI, and leaves targets alone.
-        launcher = for_checks(as_created(pod, self.settings)) if pod is not None else None
+        launcher = pod_to_place(as_created(pod, self.settings)) if pod is not None else None
         stretch = Stretch(vmi.uid, node, target, since, launcher, problem, derived is not None)
         self._known[key] = stretch
         return stretch

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kube import paths
 
 from webhook.rules.fit import checks
-from webhook.rules.fit.checks import for_checks, why_not_fit
+from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.view import StaticView
 
@@ -124,11 +124,3 @@ def test_garbage_never_raises(data):
                       [volume, ROOTDISK[1]])
     reason = why_not_fit(pod, NS, the_node, view)
     assert reason is None or isinstance(reason, str)
-
-
-@pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
-def test_a_pod_reduced_for_the_checks_gets_the_same_answer(pod, node_name, objects, nodes, check, fragment):
-    """The keeper keeps only `for_checks(pod)`: every row of the table is judged the same."""
-    view = view_of(*objects, nodes=nodes)
-    node = on(view, node_name)
-    assert why_not_fit(for_checks(pod), NS, node, view) == why_not_fit(pod, NS, node, view)

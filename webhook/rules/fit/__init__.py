@@ -13,10 +13,10 @@ Each check answers None (passes) or a short reason. Where the objects do not let
 Namespace objects) the answer is "cannot tell", which counts as does-not-fit: a pin is only
 safe when we know. No check raises.
 """
-from .checks import for_checks, why_not_fit
+from .checks import why_not_fit
 from .requests import pod_requests
 from .usage import PodUsage, Usage
 from .view import StaticView, View, bound_node, has_required_anti_affinity
 
-__all__ = ["PodUsage", "StaticView", "Usage", "View", "bound_node", "for_checks", "has_required_anti_affinity",
+__all__ = ["PodUsage", "StaticView", "Usage", "View", "bound_node", "has_required_anti_affinity",
            "pod_requests", "why_not_fit"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ... import kinds
 from .demand import Demand
 from .fields import Unreadable
 from .framework import Check, cannot_tell, failed
@@ -40,24 +39,3 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
         if reason is not None:
             return reason
     return None
-
-
-def for_checks(pod: Any) -> Any:
-    """A pod reduced to what the node checks (rules/nodes.py) and these checks read, for a
-    caller that keeps it a while (the keeper, one per VM apart): a launcher pod's environment,
-    mounts and probes are most of its bytes and none of this."""
-    if not isinstance(pod, dict):
-        return pod
-    meta, spec = kinds.meta(pod), kinds.spec(pod)
-    kept_spec = {key: spec[key] for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "overhead",
-                                            "resources", "hostNetwork", "topologySpreadConstraints") if key in spec}
-    for key, fields in (("containers", ("name", "resources", "ports", "restartPolicy")),
-                        ("initContainers", ("name", "resources", "ports", "restartPolicy")),
-                        ("volumes", ("name", "persistentVolumeClaim", "ephemeral"))):
-        if key not in spec:
-            continue
-        items = spec[key]  # anything of another shape is kept as it is, for the checks to judge
-        kept_spec[key] = [{k: c[k] for k in fields if k in c} if isinstance(c, dict) else c for c in items] \
-            if isinstance(items, list) else items
-    kept_meta = {key: meta[key] for key in ("name", "namespace", "labels") if key in meta}
-    return {"metadata": kept_meta, "spec": kept_spec}
