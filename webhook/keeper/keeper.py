@@ -102,6 +102,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _log_pass(report: PassReport) -> None:
+    """What a pass did, to explain the keeper after the fact; each VM has its own lines."""
+    log.debug("keeper pass", extra={"fields": {"created": report.created, "states": report.states,
+                                               "held": report.held, "note": report.note}})
+
+
 class Keeper:
     """The passes. `run()` is what the elected replica runs. One pass on its own (a benchmark,
     a test): `async with keeper.watching(): report = await keeper.run_pass()`; `report.vms` says
@@ -154,11 +160,7 @@ class Keeper:
                 while True:
                     started = loop.time()
                     try:
-                        report = await self.run_pass()
-                        # What the pass did, to explain the keeper after the fact; each VM has its own lines.
-                        log.debug("keeper pass", extra={"fields": {
-                            "created": report.created, "states": report.states, "held": report.held,
-                            "note": report.note}})
+                        _log_pass(await self.run_pass())  # not kept: its records would outlive the next pass's
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
                         self._errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
