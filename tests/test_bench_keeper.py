@@ -56,7 +56,7 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
     pods, ended = figure(out, r"unplaceable target pods of ours: (\d+) \((\d+) cancelled by the keeper\); ended at most")
     assert pods == ended == cancelled
     after = float(re.search(r"ended at most ([\d.]+) s after they became unschedulable", out).group(1))
-    assert 1 <= after <= 2.2, out  # the keeper reads whole seconds: from 1 s after, within 2 s and a pass
+    assert 1 <= after <= 2.6, out  # the keeper reads whole seconds: from 1 s after, within 2 s, a pass and its slack
     ours, limit = figure(out, r"peak in flight: ours (\d+) \(limit (\d+)\)")
     assert 1 <= ours <= limit == 2
     assert re.search(r"keeper CPU per full pass \(20 VMIs\): median [\d.]+ ms, max [\d.]+ ms", out), out
@@ -64,7 +64,7 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
     assert re.search(r"held by the keeper during the run \(most VMs in one pass\): .*\d+ target unfit", out), out
     assert "invariant violations: 0" in out
     assert ("targets: invariants hold met, every movable VM settled met, 0 migrations created that cannot be "
-            "placed met, 0 over a slot limit met, unplaceable ones cancelled within 2.2 s met, drain done met") in out
+            "placed met, 0 over a slot limit met, unplaceable ones cancelled within 2.6 s met, drain done met") in out
 
 
 def test_the_memory_figure_at_a_tiny_scale():
