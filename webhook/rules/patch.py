@@ -198,13 +198,30 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     preferred = node_affinity.get(PREFERRED)
     if isinstance(preferred, list):
         ours_preferred = [{"matchFields": [r]} for r in added]
-        left = [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)]
-        if left:
-            node_affinity[PREFERRED] = left
-        else:
-            del node_affinity[PREFERRED]
-    if not node_affinity:
-        del affinity["nodeAffinity"]
-        if not affinity:
-            del spec["affinity"]
+        keep_or_drop(node_affinity, PREFERRED,
+                     [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)])
+    drop_empty(spec, "affinity", "nodeAffinity")
     return pod
+
+
+def keep_or_drop(mapping: dict[str, Any], key: str, items: list[Any]) -> None:
+    """`items` under `key`, or no `key` at all when none are left: an empty list of terms is
+    not what the pod had before ours were added."""
+    if items:
+        mapping[key] = items
+    else:
+        mapping.pop(key, None)
+
+
+def drop_empty(root: dict[str, Any], *keys: str) -> None:
+    """Remove the objects along `keys` below `root` that are left empty, innermost first."""
+    parents = [root]
+    for key in keys[:-1]:
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return
+        parents.append(child)
+    for parent, key in zip(reversed(parents), reversed(keys)):
+        if parent.get(key) != {}:
+            return
+        del parent[key]

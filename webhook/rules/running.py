@@ -19,7 +19,7 @@ from .. import kinds
 from ..config import Settings
 from .classify import Skip, running_exemption
 from .facts import claims_of
-from .patch import REQUIRED
+from .patch import REQUIRED, drop_empty, keep_or_drop
 from .reading import Malformed, Skipped, read_bool, read_identity, read_object, read_str, read_time
 from .times import EPOCH, parse_time
 
@@ -207,13 +207,6 @@ def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
     terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
     if vmi_uid and isinstance(terms, list):
         own_pods = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
-        kept = [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own_pods)]
-        if kept:
-            anti[REQUIRED] = kept
-        else:
-            del anti[REQUIRED]
-            if not anti:
-                del affinity["podAntiAffinity"]
-            if not affinity:
-                del pod["spec"]["affinity"]
+        keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own_pods)])
+        drop_empty(pod["spec"], "affinity", "podAntiAffinity")
     return pod
