@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "set_or_remove",
     "ALLOCATABLE", "ARCH", "LARGE_ALLOCATABLE", "CPU_FEATURE", "CPU_GENERATIONS", "CPU_MODEL", "CPU_VENDOR", "FIXTURES", "HOST_MODEL",
     "HOST_MODEL_CPU", "HOST_MODEL_FEATURE", "LONGHORN_NS", "MACHINE_ALIAS", "MACHINE_TYPE", "MIGRATION_CPU",
     "NEW_CPU", "OLD_CPU", "SCHEDULABLE", "STAMP", "VM1_UID", "VM_NS",
@@ -311,12 +312,17 @@ def vm_pod(*claims: str, **spec_overrides: Any) -> dict[str, Any]:
     if claims:
         pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
         pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
-    for key, value in spec_overrides.items():
-        if value is None:
-            pod["spec"].pop(key, None)
-        else:
-            pod["spec"][key] = value
+    set_or_remove(pod["spec"], spec_overrides)
     return pod
+
+
+def set_or_remove(mapping: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Each field set to its value, or removed where the value is None."""
+    for key, value in fields.items():
+        if value is None:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = value
 
 
 def migration_target() -> dict[str, Any]:

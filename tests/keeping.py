@@ -4,7 +4,7 @@ the facts of its disks, at a fixed now."""
 import copy
 from datetime import UTC, datetime, timedelta
 
-from kube import load
+from kube import load, set_or_remove
 
 from webhook.config import Settings
 from webhook.rules.facts import Fact
@@ -31,11 +31,7 @@ def stamp(moment):
 
 def vmi_obj(**status):
     obj = copy.deepcopy(load("vmi-migrated.yaml"))
-    for key, value in status.items():
-        if value is None:
-            obj["status"].pop(key, None)
-        else:
-            obj["status"][key] = value
+    set_or_remove(obj["status"], status)
     return obj
 
 
