@@ -45,6 +45,7 @@ from ..rules.migrations import (
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
 from ..rules.stranded import unschedulable_since
+from ..rules.times import whole_seconds
 from . import gather
 from .follow import Follower
 from .gather import Budget
@@ -186,11 +187,13 @@ class Keeper:
         self._errors = []
         watched = self._migrations(watch.all_migrations())
         vmis = self._vmis(watch.all_vmis())
-        self.follower.observe(watched, now, {(v.namespace, v.name): v.uid for v in vmis})
+        uids = {(v.namespace, v.name): v.uid for v in vmis}
+        self.follower.observe(watched, now, uids)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
-        if not incomplete:  # on a partial view KubeVirt's own timeout (our annotation) does it
-            await self._cancel_unplaceable(self.follower.history(watched), vmis, now)
         history = self.follower.history(watched)
+        # On a partial view KubeVirt's own timeout (our annotation) does it; a cancellation changes the history.
+        if not incomplete and await self._cancel_unplaceable(history, uids, now):
+            history = self.follower.history(watched)
         ours, everyone = in_flight_counts(history, now)
         budget = Budget(ours, everyone, outbound_counts(history, vmis, now))
         by_vmi: dict[tuple[str, str], list[Migration]] = {}  # each VM reads only its own migrations
@@ -290,13 +293,15 @@ class Keeper:
         self._record(vmi, where, decision, now)
         return decision
 
-    async def _cancel_unplaceable(self, history: list[Migration], vmis: list[VmiView], now: datetime) -> None:
+    async def _cancel_unplaceable(self, history: list[Migration], uids: dict[tuple[str, str], str],
+                                  now: datetime) -> bool:
         """Delete each migration of ours whose target pod the scheduler has been unable to place
         for UNPLACEABLE_SECONDS (what `virtctl migrate-cancel` does): it counts as failed, with the
         scheduler's message, and the VM backs off. A 404 is done; another failure is logged and
-        the migration still counts, to be tried again next pass. (`timing.unplaceable`.)"""
-        uids = {(v.namespace, v.name): v.uid for v in vmis}
+        the migration still counts, to be tried again next pass. (`timing.unplaceable`.) True when
+        one was cancelled."""
         timeout = self.timing.request_timeout
+        cancelled = False
         for migration in history:
             if not migration.ours or migration.final or not migration.uid or self.follower.is_cancelled(migration):
                 continue
@@ -307,9 +312,8 @@ class Keeper:
             if stuck is None or (now - stuck[0]).total_seconds() < self.timing.unplaceable:
                 continue
             if not self.authority(timeout):
-                return
-            pod = kinds.meta(target).get("name")
-            why = f"its target pod {pod} could not be scheduled for {int((now - stuck[0]).total_seconds())}s: {stuck[1]}"
+                return cancelled
+            why = f"its target pod {kinds.pod_name(target)} could not be scheduled for {whole_seconds(now - stuck[0])}s: {stuck[1]}"
             vm = f"{migration.namespace}/{migration.vmi}"
             answer = await delete_migration(self.api, migration.namespace, migration.name, timeout=timeout)
             if not answer.ok and answer.status != 404:
@@ -321,6 +325,8 @@ class Keeper:
                 "vm": vm, "migration": migration.name, "target": migration.target, "why": why}})
             self.follower.cancelled(migration, now, f"cancelled: {why}", vmi_uid or "")
             self._acted((migration.namespace, migration.vmi), f"cancelled migration {migration.name}: {why}", now)
+            cancelled = True
+        return cancelled
 
     async def _move(self, vmi: VmiView, decision: KeepDecision, now: datetime) -> tuple[str | None, bool]:
         """Create the migration: its name, or None when it was not created and whether what went

@@ -184,6 +184,11 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
         return Skipped(what, str(exc))
 
 
+def own_pods(vmi_uid: str) -> dict[str, Any]:
+    """The label selector of a VMI's own pods, which KubeVirt keeps a migration target apart from."""
+    return {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
+
+
 def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
     """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
     created as a migration target: without kubevirt.io/migrationJobUID, the required
@@ -206,7 +211,7 @@ def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
     terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
     if vmi_uid and isinstance(terms, list):
-        own_pods = {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
-        keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == own_pods)])
+        mine = own_pods(vmi_uid)
+        keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == mine)])
         drop_empty(pod["spec"], "affinity", "podAntiAffinity")
     return pod

@@ -21,14 +21,13 @@ Pure: callers pass the launcher pod, the VMI's view and the source node.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from .. import kinds
 from ..kinds import CPU_FEATURE, CPU_VENDOR, HOST_MODEL, HOST_MODEL_CPU, HOST_MODEL_FEATURE, MACHINE_TYPE, MIGRATION_CPU
-from .running import as_started, VmiView
+from .running import as_started, own_pods, VmiView
 from .patch import REQUIRED
 
 
@@ -71,8 +70,8 @@ def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, A
         return CannotTell(f"source node {source_name} is not known")
     if not vmi.machine_type:
         return CannotTell("the VMI shows no status.machine.type: cannot tell the machine type its target needs")
-    pod = copy.deepcopy(as_started(dict(launcher), vmi.node_selector))
-    spec = pod.setdefault("spec", {})
+    pod = dict(as_started(dict(launcher), vmi.node_selector))  # the launcher itself is never changed:
+    spec = pod["spec"] = dict(kinds.spec(pod))  # only the spec's own members are replaced below
     selector = spec.get("nodeSelector")
     selector = dict(selector) if isinstance(selector, dict) else {}
     required: dict[str, str] = {}
@@ -121,7 +120,7 @@ def _apart_from_own_pods(spec: dict[str, Any], vmi_uid: str) -> None:
     """The required anti-affinity every migration target gets: not beside the VMI's own pods."""
     if not vmi_uid:
         return
-    term = {"labelSelector": {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}, "topologyKey": kinds.HOSTNAME_LABEL}
+    term = {"labelSelector": own_pods(vmi_uid), "topologyKey": kinds.HOSTNAME_LABEL}
     affinity = spec.get("affinity")
     affinity = spec["affinity"] = dict(affinity) if isinstance(affinity, dict) else {}
     anti = affinity.get("podAntiAffinity")
