@@ -12,6 +12,7 @@ from . import kinds
 ENV_PREFIX = "COLOCATE_"
 PIN_MODES = ("required", "preferred")
 KEEP_MODES = ("off", "report", "migrate")
+MIGRATION_TARGET_MODES = ("untouched", "prefer")
 # An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
 _QUALIFIED_NAME = re.compile(
     r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
@@ -35,6 +36,9 @@ class Settings:
     deadline_margin: float = 1.0
     # "required": pin where every check passes; "preferred": only ever the weighted preference.
     pin: str = "required"
+    # Migration target pods of opted-in VMs: "untouched", or "prefer" the storage node for a
+    # migration that names no node (KubeVirt's evacuations, the descheduler's, a user's).
+    migration_targets: str = "untouched"
     # The keeper: "off", "report" (decide and report only) or "migrate".
     keep: str = "report"
     keep_after: float = 600.0  # seconds apart (and since the VM's last migration) before acting
@@ -45,7 +49,7 @@ class Settings:
     lease_name: str = "kubevirt-colocate-keeper"
 
     def __post_init__(self) -> None:
-        for name, allowed in (("pin", PIN_MODES), ("keep", KEEP_MODES)):
+        for name, allowed in (("pin", PIN_MODES), ("keep", KEEP_MODES), ("migration_targets", MIGRATION_TARGET_MODES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         if (self.keep_after < 0 or self.keep_max_inflight < 1 or self.keep_max_per_day < 1
