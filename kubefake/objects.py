@@ -600,10 +600,11 @@ def migration_node_selector(vmi_obj: dict[str, Any], pod_selector: dict[str, str
 
 
 def launcher_pod_of(vmi_obj: dict[str, Any], node: str | None = None, *, name: str | None = None,
-                    started: str | None = None, migration_uid: str | None = None,
+                    started: str | None = None, migration_uid: str | None = None, migration_name: str | None = None,
                     node_selector: dict[str, str] | None = None) -> dict[str, Any]:
     """The VMI's virt-launcher pod on `node` (the VMI's node by default; a migration target when
-    `migration_uid` is given), running since `started` (three days ago by default), selecting
+    `migration_uid` is given, of the migration `migration_name` when given: its annotation
+    kubevirt.io/migrationJobName), running since `started` (three days ago by default), selecting
     nodes as `node_selector` says (by default as virt-controller renders the pod of a VM started
     from `vmi_obj`: `launcher_node_selector`; a migration target selects as
     `migration_node_selector` says)."""
@@ -624,6 +625,8 @@ def launcher_pod_of(vmi_obj: dict[str, Any], node: str | None = None, *, name: s
         pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"kubevirt.io/created-by": meta["uid"]}},
              "topologyKey": "kubernetes.io/hostname"}]}
+        if migration_name:
+            pod["metadata"]["annotations"]["kubevirt.io/migrationJobName"] = migration_name
     pod["metadata"]["ownerReferences"][0].update(name=meta["name"], uid=meta["uid"])
     pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}  # started: creationTimestamp
     return pod
