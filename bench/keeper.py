@@ -4,18 +4,42 @@ Simulation: `bench.kubevirt` (a process of its own) serves a cluster after a dra
 500 opted-in running VMIs of which 200 run apart from their storage, on nodes of two CPU
 generations, and plays KubeVirt (see there: migrations of 0.2–0.5 s, one in 20 failing, at most
 5 at once and 2 from one node, target pods the scheduler cannot place, someone else's
-migrations, lagging watches, nodes lost during the run, a node drained halfway). The keeper
-runs here, in-process, as the elected replica runs it (`Keeper` on the admission caches, Events
-on), in migrate mode with `--keep-after 0`, `--unplaceable` as its KeeperTiming.unplaceable and
-`--outbound-per-node` as its --keep-max-outbound-per-node; its passes are driven one after
-another until every movable VM is back, the drain is done and a few more passes create nothing,
-and halfway a new leader takes over. The simulated cluster checks each migration as it is
-created, each one deleted, and the end state. Printed: what was created and brought back, the
-migrations of ours that cannot be placed or took a slot over a limit (0 each), how soon the
-unplaceable ones ended after their target pod became unschedulable, the drain, the peaks in
-flight, what held VMs, the violations, and the CPU time of this process during each pass over
-all the VMIs (`time.process_time`; the caches' handling of events during the pass included, as
-in `serve`). A missed target on the "targets:" line makes the exit status 1.
+migrations, lagging watches, nodes lost during the run) and, halfway, a real drain of a busy
+node: its share-managers evicted and re-created 3–10 s later through the webhook's
+share-manager rule, its VMs evacuated by KubeVirt a few at a time, each migration target pod
+through the webhook, every pod placed by a simulated kube-scheduler. The keeper runs here,
+in-process, as the elected replica runs it (`Keeper` on the admission caches, Events on), in
+migrate mode, `--unplaceable` as its KeeperTiming.unplaceable and `--outbound-per-node` as its
+--keep-max-outbound-per-node; its passes are driven one after another until every movable VM is
+back, the drain is done and a few more passes create nothing, and halfway a new leader takes
+over. The simulated cluster checks each migration as it is created, each one deleted, each
+target pod the webhook changed, and the end state.
+
+`--migration-targets untouched|prefer` is the webhook's setting in the simulation and the
+keeper's alike; by default the simulation runs twice, untouched then prefer, and the drain's
+figures are set side by side at the end.
+
+`--keep-after` is 10 s (the keeper's default is 600 s). Moving at once (0) would mix the keeper
+into the drain; the figure worth having is what the drain and the webhook do before the keeper
+steps in. 10 s is the default 600 s at the scale of the drain's migrations (1–3 s here, about a
+minute on a real cluster): the keeper leaves the drain's VMs alone while KubeVirt evacuates
+them (its in-flight bounds hold it anyway while the evacuations queue), then catches up with
+those still apart, whose move can succeed. The 130 movable VMs apart since before the run
+(20 minutes) are moved at once, as before.
+
+Printed, for each mode: what was created and brought back, the migrations of ours that cannot
+be placed or took a slot over a limit (0 each), how soon the unplaceable ones ended after their
+target pod became unschedulable, the peaks in flight, what held VMs, the violations, the CPU
+time of this process during each pass over all the VMIs (`time.process_time`; the caches'
+handling of events during the pass included, as in `serve`), and the drain: its evacuations,
+each share-manager's return (while its VM was waiting, migrating or gone; the rule's answer;
+placed with its VM, where the VM can follow, or where its migration cannot go), the drain's VMs
+apart when it was done and at the end (each with the keeper's hold), those that no migration can
+bring next to their storage (goal 0 in both modes), the keeper's migrations of them (goal 0 with
+`prefer`), and their VM-seconds apart from the drain's start to the end of the run. A missed
+target on a "targets:" line makes the exit status 1; the goals of the drain that the webhook's
+rules do not meet yet are on a "goals:" line, reported but not in the exit status
+(`BINDING_GOALS` names those that are).
 
 Memory: `python -m webhook serve --keep report` against `bench.emulator` holding 50k PVCs and
 PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its caches have
@@ -43,10 +67,13 @@ from typing import Any
 
 import aiohttp
 
+from webhook.config import MIGRATION_TARGET_MODES
+
 from . import kubevirt
 from .__main__ import cores, emulated_cluster, idle, process, process_kib, synced_objects, wait_for, webhook_server
 
 TARGETS = {"rss_mib": 170.0}
+KEEP_AFTER = 10.0  # the keeper's --keep-after: its default 600 s at the scale of the drain's migrations
 CANCEL_SLACK = 0.5  # seconds a pass may take to reach its cancellations and the DELETE to be answered (a busy machine)
 SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, before the end
 
@@ -54,21 +81,25 @@ SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, b
 # --------------------------------------------------------------------------- the simulation
 
 
-def simulation_flags(args: argparse.Namespace) -> list[str]:
-    return ["--vmis", str(args.vmis), "--apart", str(args.apart), "--nodes", str(args.nodes),
+def simulation_flags(args: argparse.Namespace, mode: str) -> list[str]:
+    return ["--migration-targets", mode, "--vmis", str(args.vmis), "--apart", str(args.apart),
+            "--nodes", str(args.nodes),
             "--unready-nodes", str(args.unready_nodes), "--cordoned-nodes", str(args.cordoned_nodes),
             "--delay-min", str(args.delay_min), "--delay-max", str(args.delay_max),
             "--fail-every", str(args.fail_every), "--foreign", str(args.foreign),
             "--max-inflight", str(args.max_inflight), "--seed", str(args.seed),
             "--watch-lag", str(args.watch_lag), "--old-cpu-nodes", str(args.old_cpu_nodes),
             "--outbound-per-node", str(args.outbound_per_node), "--unplaceable", str(args.unplaceable),
+            "--evacuation-delay-min", str(args.evacuation_delay_min), "--evacuation-delay-max",
+            str(args.evacuation_delay_max), "--share-manager-delay-min", str(args.share_manager_delay_min),
+            "--share-manager-delay-max", str(args.share_manager_delay_max),
             "--lose-nodes" if args.lose_nodes else "--no-lose-nodes", "--drain" if args.drain else "--no-drain"]
 
 
 @contextlib.contextmanager
-def simulated_cluster(args: argparse.Namespace, cpu: int | None) -> Iterator[tuple[str, str]]:
+def simulated_cluster(args: argparse.Namespace, cpu: int | None, mode: str) -> Iterator[tuple[str, str]]:
     """(API URL, control URL) of the simulated cluster's process."""
-    command = [sys.executable, "-m", "bench.kubevirt", *simulation_flags(args)]
+    command = [sys.executable, "-m", "bench.kubevirt", *simulation_flags(args, mode)]
     with process(command, cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         line = proc.stdout.readline()
         if not line:
@@ -77,7 +108,7 @@ def simulated_cluster(args: argparse.Namespace, cpu: int | None) -> Iterator[tup
         yield api, control
 
 
-async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[str, Any]:
+async def drive(args: argparse.Namespace, api_url: str, control: str, mode: str) -> dict[str, Any]:
     """The keeper's passes until every movable VM is back (and a few more), or the timeout. With
     `--handover`, once half the movable VMs have a migration, the leader changes: a new Keeper,
     remembering nothing, takes over with the same caches (as `serve` does on another replica)."""
@@ -88,13 +119,15 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     from webhook.keeper.keeper import Keeper, KeeperTiming
 
     settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
-                        keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node)
+                        keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node,
+                        migration_targets=mode)
     timing = KeeperTiming(period=args.period, unplaceable=args.unplaceable)
     store = WatchedClusterStore.for_host(api_url, settings)
     api = client.for_host(api_url)
     events = EventSink(api)
     loop = asyncio.get_running_loop()
     passes: list[dict[str, Any]] = []
+    last: Any = None  # the last pass's report: what the keeper made of each VM at the end
     began = loop.time()
     leaders, quiet = 0, 0
     try:
@@ -120,6 +153,8 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
                         started, cpu = loop.time(), time.process_time()
                         report = await keeper.run_pass()
                         cpu = time.process_time() - cpu
+                        if report.vms:
+                            last = report
                         passes.append({"cpu": cpu, "wall": loop.time() - started, "created": len(report.created),
                                        "seen": sum(report.states.values()), "note": report.note,
                                        "held": report.held, "leader": leaders})
@@ -136,25 +171,36 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
         await api.close()
     final["passes"] = passes
     final["leaders"] = leaders
+    if final["drain"] and last is not None:  # the keeper's answer for each of the drain's VMs still apart
+        records = {f"{r.namespace}/{r.name}": r for r in last.vms}
+        for apart in final["drain"]["apart"]:
+            record = records.get(apart["vm"])
+            apart["hold"] = str(record.hold) if record is not None and record.hold else None
+            apart["decision"] = record.decision if record is not None else "not seen by the keeper"
     final["seconds"] = loop.time() - began
     final["timed_out"] = quiet < SETTLE_PASSES
     return final
 
 
-def run_simulation(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_simulation(args: argparse.Namespace, work: Path, mode: str) -> dict[str, Any]:
     from webhook.admission.server import new_event_loop
     from webhook.logs import JsonFormatter
 
     keeper_cpu, cluster_cpu = cores()
-    handler = logging.FileHandler(args.log or work / "keeper.log")
+    log = args.log.with_name(f"{args.log.stem}-{mode}{args.log.suffix}") if args.log else work / f"keeper-{mode}.log"
+    handler = logging.FileHandler(log)
     handler.setFormatter(JsonFormatter())
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)  # as `serve` logs: the cost of the keeper's lines counts
-    with simulated_cluster(args, cluster_cpu) as (api_url, control):
-        if keeper_cpu is not None:
-            os.sched_setaffinity(0, {keeper_cpu})
-        with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            return runner.run(drive(args, api_url, control))
+    try:
+        with simulated_cluster(args, cluster_cpu, mode) as (api_url, control):
+            if keeper_cpu is not None:
+                os.sched_setaffinity(0, {keeper_cpu})
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                return runner.run(drive(args, api_url, control, mode))
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
 
 
 def milliseconds(seconds: float) -> str:
@@ -167,21 +213,96 @@ def cancel_bound(args: argparse.Namespace) -> float:
     return args.unplaceable + args.period + CANCEL_SLACK
 
 
-def simulation_checks(args: argparse.Namespace, got: dict[str, Any]) -> list[tuple[str, bool]]:
-    """The simulation's targets: a miss makes the exit status 1."""
+# The drain's goals (issue 25) the webhook's rules do not all meet yet: reported, met or MISSED, but
+# only those named here make the exit status 1 when missed.
+BINDING_GOALS: set[str] = set()
+NEVER_GOAL = "0 of the drain's VMs where no migration can bring them to their storage"
+KEEPER_GOAL = "0 keeper migrations of the drain's VMs"
+
+
+def simulation_checks(args: argparse.Namespace, got: dict[str, Any], mode: str) -> list[tuple[str, bool, bool]]:
+    """The simulation's targets and goals: (name, met, whether a miss makes the exit status 1)."""
     unplaceable = got["unplaceable"]
-    checks = [("invariants hold", not got["violations"]), ("every movable VM settled", not got["timed_out"]),
-              ("0 migrations created that cannot be placed", got["cannot_place"] == 0),
-              ("0 over a slot limit", got["over_slots"] == 0),
+    checks = [("invariants hold", not got["violations"], True),
+              ("every movable VM settled", not got["timed_out"], True),
+              ("0 migrations created that cannot be placed", got["cannot_place"] == 0, True),
+              ("0 over a slot limit", got["over_slots"] == 0, True),
               (f"unplaceable ones cancelled within {cancel_bound(args):g} s",
-               all(u["after"] is not None and u["after"] <= cancel_bound(args) for u in unplaceable))]
+               all(u["after"] is not None and u["after"] <= cancel_bound(args) for u in unplaceable), True)]
     if args.drain:
-        checks.append(("drain done", got["drain"] is not None and got["drain"]["done"] is not None))
+        drain = got["drain"]
+        checks.append(("drain done", drain is not None and drain["done"] is not None, True))
+        if drain is not None:
+            shared = drain["share_managers"]
+            checks += [(f"the drained node held at least {kubevirt.BUSY} opted-in VMs", drain["vms"] >= kubevirt.BUSY,
+                        True),
+                       ("every share-manager evicted placed again", shared["back"] == shared["evicted"], True),
+                       (NEVER_GOAL, drain["never"] == 0, NEVER_GOAL in BINDING_GOALS)]
+            if mode == "prefer":
+                checks.append((KEEPER_GOAL, drain["keeper_migrations"] == 0, KEEPER_GOAL in BINDING_GOALS))
     return checks
 
 
 def counted(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "none"
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def print_drain(args: argparse.Namespace, drain: dict[str, Any]) -> None:
+    """The drain, its share-managers, and where its VMs ended (with the keeper's hold of each one apart)."""
+    node = drain["node"]
+    done = f"done at {drain['done']:.1f} s" if drain["done"] is not None else "NOT DONE"
+    arrived = f"; {drain['arrived']} more arrived by a migration under way" if drain.get("arrived") else ""
+    print(f"drain: {node} ({drain['cpu']}) drained at {drain['at']:.1f} s with {drain['vms']} opted-in VMs on it "
+          f"(and {drain['others']} not opted in{arrived}): cordoned and tainted {kubevirt.DRAIN_TAINT}; "
+          f"{drain['created']} evacuation migrations (system-critical) created, {drain['completed']} completed, "
+          f"{drain['failed']} failed, "
+          f"the last ended at {seconds(drain['evacuated_in'])}, {done}; {drain['peak_running']} running from it at "
+          f"once at most, {drain['peak_waiting']} waiting their turn at most; {drain['left_on_it']} left on it "
+          f"(not live-migratable); migrations of the drain take {args.evacuation_delay_min:g}–"
+          f"{args.evacuation_delay_max:g} s")
+    shared = drain["share_managers"]
+    delay = shared["delay"]
+    back = f"back {delay[0]:.1f}–{delay[1]:.1f} s later" if delay else "none"
+    stuck = f"; LEFT UNSCHEDULABLE: {', '.join(shared['stuck'])}" if shared["stuck"] else "; 0 left unschedulable"
+    print(f"share-managers: {shared['evicted']} evicted from {node} as the drain began, {back} through the webhook's "
+          f"share-manager rule ({shared['back']} placed again{stuck}); of the {shared['opted_in']} serving opted-in "
+          f"VMs, back while their VM was: {counted(shared['while'])}")
+    examples = shared["examples"]
+    decisions = sorted(shared["decisions"].items(), key=lambda kv: -kv[1])
+    print("  the rule's answers: " + "; ".join(f"{n} {what} (e.g. \"{examples.get(what, '')[:110]}\")"
+                                              for what, n in decisions))
+    unreachable = (" (" + ", ".join(f"{n} on {where}" for where, n in sorted(shared["unreachable_nodes"].items()))
+                   + ")") if shared["unreachable_nodes"] else ""
+    print(f"  placed: {counted(shared['landed'])}{unreachable}")
+    print(f"the drain's VMs when it was done: {sum(drain.get('apart_when_done', {}).values())} apart "
+          f"({counted(drain.get('apart_when_done', {}))}); {drain['evacuated']} evacuated, {drain['back_by_drain']} "
+          "of them onto their storage node")
+    apart = drain["apart"]
+    holds = collections.Counter(a.get("hold") or "none" for a in apart)
+    print(f"the drain's VMs apart at the end: {len(apart)}, held by the keeper as: {counted(dict(holds))}")
+    for one in apart:
+        never = f"; never: {one['never']}" if one["never"] else ""
+        print(f"  {one['vm']} on {one['node']}, storage on {one['storage']}: {one.get('hold') or 'no hold'} "
+              f"({one.get('decision', '')[:140]}){never}")
+    print(f"the drain's VMs no migration can bring next to their storage (the storage node cannot take their "
+          f"migration target): {drain['never']}")
+    print(f"keeper migrations of the drain's {drain['drained_vms']} VMs: {drain['keeper_migrations']} "
+          f"({drain['keeper_moved']} VMs moved again, at most {drain['keeper_most']} each)")
+    spent = drain["vm_seconds"]
+    print(f"VM-seconds apart of the drain's VMs, from its start to the end of the run ({spent['span']:.1f} s): "
+          f"{spent['total']:.0f} ({spent['during']:.0f} until the drain was done; {spent['forever']:.0f} by the "
+          f"{drain['never']} apart for good)")
+
+
+def print_targets(got: dict[str, Any]) -> None:
+    admissions = got["admissions"]
+    answered = sum(admissions["answered"].values())
+    print(f"migration target pods through the webhook: {counted(got['targets'])}; {answered} admissions in the "
+          f"simulation ({counted(admissions['answered'])}), {admissions['seconds']:.1f} s in the rules")
 
 
 def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
@@ -192,7 +313,7 @@ def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
           f"KubeVirt runs {kubevirt.PARALLEL} at once, {got['outbound_limit']} from one node", flush=True)
     print(f"CPU generations: {counted(got['cpu_nodes'])} nodes; the opted-in VMs run machine types "
           f"{counted(got['machines'])}")
-    later = (kubevirt.CORDONED_LATER, kubevirt.UNREADY_LATER, kubevirt.DRAINED_LATER)
+    later = (kubevirt.CORDONED_LATER, kubevirt.UNREADY_LATER)
     print(f"apart at start: {got['apart_at_start']}; movable: {got['movable_at_start']}; "
           f"never to be moved: {counted(got['held_at_start'])}")
     if got["lost_nodes"]:
@@ -201,12 +322,7 @@ def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
               + f": {got['movable']} movable left")
     drain = got["drain"]
     if drain:
-        done = f"done in {drain['done']:.1f} s" if drain["done"] is not None else "NOT DONE"
-        print(f"drain: {drain['node']} drained at {drain['at']:.1f} s with {drain['vms']} VMs on it: "
-              f"{drain['created']} evacuation migrations (system-critical) created, {drain['completed']} completed, "
-              f"{drain['failed']} failed, {done}; {drain['peak_outbound']} in flight from it at most; "
-              f"{drain['left_on_it']} left on it (not live-migratable); {drain['evacuated']} opted-in VMs evacuated, "
-              f"now {counted(drain['evacuated_roles'])} ({drain['back_by_drain']} back on their storage node)")
+        print_drain(args, drain)
     elif args.drain:
         print("drain: none (too few healthy nodes left)")
     failed = f", {got['failed']} failed" if got["failed"] else ""
@@ -251,9 +367,38 @@ def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
               f"not counted): {len(got['raced'])}")
         for race in got["raced"][:5]:
             print(f"  {race}")
+    print_targets(got)
     print(f"invariant violations: {len(got['violations'])}")
     for violation in got["violations"][:20]:
         print(f"  {violation}")
+
+
+COMPARED = (
+    ("share-managers back while their VM waited its turn", lambda d: d["share_managers"]["while"].get(
+        "waiting its turn on the drained node", 0)),
+    ("... placed where their VM's migration cannot go", lambda d: d["share_managers"]["landed"].get(
+        kubevirt.CANNOT_FOLLOW, 0)),
+    ("the drain's VMs apart when it was done", lambda d: sum(d.get("apart_when_done", {}).values())),
+    ("the drain's VMs apart at the end", lambda d: len(d["apart"])),
+    ("... no migration can bring them to their storage", lambda d: d["never"]),
+    ("keeper migrations of the drain's VMs", lambda d: d["keeper_migrations"]),
+    ("VM-seconds apart, in all", lambda d: round(d["vm_seconds"]["total"])),
+    ("... until the drain was done", lambda d: round(d["vm_seconds"]["during"])),
+    ("the drain done at (s)", lambda d: None if d["done"] is None else round(d["done"], 1)),
+)
+
+
+def print_comparison(runs: dict[str, dict[str, Any]]) -> None:
+    """The drain's figures side by side, one column per --migration-targets."""
+    drains = {mode: got["drain"] for mode, got in runs.items() if got.get("drain")}
+    if len(drains) < 2:
+        return
+    first = next(iter(drains.values()))
+    print(f"\nthe drain of {first['node']} ({first['vms']} opted-in VMs) by --migration-targets:")
+    width = max(len(name) for name, _ in COMPARED)
+    print(f"  {'':{width}}  " + "  ".join(f"{mode:>9}" for mode in drains))
+    for name, figure in COMPARED:
+        print(f"  {name:{width}}  " + "  ".join(f"{str(figure(d)):>9}" for d in drains.values()))
 
 
 # --------------------------------------------------------------------------- the memory figure
@@ -327,7 +472,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.keeper", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     kubevirt.add_layout_flags(parser)
-    parser.add_argument("--keep-after", type=float, default=0.0, help="the keeper's --keep-after (default 0)")
+    parser.add_argument("--migration-targets", action="append", choices=MIGRATION_TARGET_MODES,
+                        help="the webhook's and the keeper's --migration-targets; given twice, both in turn "
+                             "(default: untouched, then prefer)")
+    parser.add_argument("--keep-after", type=float, default=KEEP_AFTER,
+                        help=f"the keeper's --keep-after (default {KEEP_AFTER:g}: see above)")
     parser.add_argument("--max-per-day", type=int, default=2, help="the keeper's --keep-max-per-day (default 2)")
     parser.add_argument("--handover", action=argparse.BooleanOptionalAction, default=True,
                         help="halfway, a new leader takes over, remembering nothing (default on)")
@@ -344,13 +493,23 @@ def main() -> None:
     args = parser.parse_args()
     from webhook.tools import certs
 
+    failed = False
     checks: list[tuple[str, bool]] = []
     with tempfile.TemporaryDirectory(prefix="colocate-bench-keeper-") as tmp:
         work = Path(tmp)
-        if not args.memory_only:
-            got = run_simulation(args, work)
+        runs: dict[str, dict[str, Any]] = {}
+        for mode in ([] if args.memory_only else dict.fromkeys(args.migration_targets or MIGRATION_TARGET_MODES)):
+            print(f"--- --migration-targets {mode}, --keep-after {args.keep_after:g} ---", flush=True)
+            got = runs[mode] = run_simulation(args, work, mode)
             print_simulation(args, got)
-            checks += simulation_checks(args, got)
+            found = simulation_checks(args, got, mode)
+            print("targets: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok, bound in found if bound))
+            goals = [(name, ok) for name, ok, bound in found if not bound]
+            if goals:
+                print("goals (reported, not in the exit status): "
+                      + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in goals))
+            failed = failed or not all(ok for _, ok, bound in found if bound)
+        print_comparison(runs)
         if not args.skip_memory:
             certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
             pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]
@@ -371,7 +530,7 @@ def main() -> None:
             checks.append((f"RSS ≤ {TARGETS['rss_mib']:g} MiB", report["rss_mib"] <= TARGETS["rss_mib"]))
     if checks:
         print("targets: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks))
-    if not args.memory_only and not all(ok for _, ok in simulation_checks(args, got)):
+    if failed:
         sys.exit(1)
 
 

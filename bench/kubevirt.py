@@ -18,10 +18,13 @@ KubeVirt is played as the keeper reads it. A migration goes Pending; virt-contro
 target pod once fewer than `parallelMigrationsPerCluster` (5) run and fewer than
 `--outbound-per-node` (`parallelOutboundMigrationsPerNode`, 2) leave its VM's node, the waiting
 ones by spec.priority (system-critical first, system-maintenance last), then age. The target
-pod selects nodes as virt-controller builds it (`objects.migration_node_selector`: machine type,
-host-model CPU, vendor, addedNodeSelector); kube-scheduler is played by a plain check of our own
-(the node's labels hold every key of that nodeSelector, the node is Ready and not cordoned, not
-the VM's node), not the keeper's rules. Placed: Scheduling, Scheduled, PreparingTarget,
+pod is built as virt-controller builds it (`objects.migration_node_selector`: machine type,
+host-model CPU, vendor, addedNodeSelector; its required anti-affinity to the VMI's own pods),
+goes through the webhook as the apiserver admits it (`Admission`: `webhook.admission.admit.admit`
+in this process, over the cluster as it is at that moment, its patch applied) and is placed by a
+simulated kube-scheduler (`kubefake.scheduler`: taints and cordons, nodeSelector, required node
+affinity, room, anti-affinity; the preferred terms by weight, then the node with most room;
+independent of the webhook's own checks). Placed: Scheduling, Scheduled, PreparingTarget,
 TargetReady, Running (the VMI's migrationState), and after a delay Succeeded (the VMI on the
 target node, migrationState ended, the source pod Succeeded) or, every `--fail-every`-th of
 ours, Failed (the target pod Failed, the VMI stays). Not placed: the target pod stays Pending,
@@ -30,22 +33,39 @@ deletes it once it has been pending `kubevirt.io/migrationUnschedulablePodTimeou
 migration's annotation, default 300; the migration fails), or until the migration is deleted
 (`virtctl migrate-cancel`, the keeper): virt-controller holds it with its finalizer, deletes the
 target pod, marks it Failed and lets it go. A migration of ours deleted is checked: its target
-pod unschedulable for `--unplaceable` seconds first. Changes of VMIs and pods reach the watches
-`--watch-lag` late, those of migrations at once (an apiserver keeps a watch cache per resource;
-under load one falls behind). Someone else keeps `--foreign` migrations of VMs that are not
-opted in under way. A third of the way through, the node the migration of ours just created
-targets is cordoned (that migration's target pod cannot be placed: the keeper must cancel it)
-and another node loses Ready: the VMs whose disks they serve may no longer be moved there.
-Halfway (or once the keeper is done, if sooner), one healthy node is drained (`--drain`): the
-one most movable VMs waiting to go back run on (the keeper wants its outbound slots too). It is
-cordoned, and KubeVirt's evacuation controller creates a `kubevirt-evacuation-` migration
-(spec.priority system-critical) for each live-migratable VMI on it without one, as many at a
-time as the cluster-wide limit leaves room for (pkg/virt-controller/watch/drain/evacuation),
-until no such VMI is left on it. A VM the drain moved is judged again where it lands: back on
-its storage node, apart and movable, or held (its storage on the drained node, or the storage
-node unable to take its new CPU requirements); the end state expects it there unless the keeper
-may move it. No node a VM held by its CPU alone runs on or has its disk on is lost or drained:
-only its CPU holds it, so a keeper blind to CPU models shows.
+pod unschedulable for `--unplaceable` seconds first. A target pod the webhook changed is checked
+too: with `--migration-targets untouched` none may be, with `prefer` only one of an opted-in VM's
+migration that names no node, and never with a requirement. Changes of VMIs and pods reach the
+watches `--watch-lag` late, those of migrations at once (an apiserver keeps a watch cache per
+resource; under load one falls behind). Someone else keeps `--foreign` migrations of VMs that
+are not opted in under way. A third of the way through, the node the migration of ours just
+created targets is cordoned (that migration's target pod cannot be placed: the keeper must
+cancel it) and another node loses Ready: the VMs whose disks they serve may no longer be moved
+there.
+
+Halfway (or once the keeper is done, if sooner), one healthy node is drained (`--drain`) as
+`kubectl drain` and KubeVirt drain it: the node of the newer CPU generation most movable VMs
+waiting to go back run on (the keeper wants its outbound slots too), with at least `BUSY` (8)
+opted-in VMs on it in the default layout, so that most of them wait their turn. It is cordoned
+and tainted `kubevirt.io/drain`; every share-manager pod on it is evicted at once (its
+ShareManager in error), and longhorn-manager creates each again, unbound, `--share-manager-delay`
+seconds later (3–10, drawn per volume): the webhook's share-manager rule answers it over the
+cluster as it is then, and kube-scheduler places it as the patch says; the ShareManager then runs
+there, and the keeper and the rules see the new storage node. KubeVirt's evacuation controller
+(pkg/virt-controller/watch/drain/evacuation) creates a `kubevirt-evacuation-` migration
+(annotation `kubevirt.io/evacuationMigration`, spec.priority system-critical, no
+addedNodeSelector) for each live-migratable VMI on the node without an unfinished one, all at
+once, until none is left on it; virt-controller's queue runs them (`--evacuation-delay` seconds
+each: long enough against the share-managers' return that most VMs of a busy node still wait
+when theirs is back, as with real migrations of tens of seconds to minutes). A VM is judged again
+whenever it lands or its share-manager comes back: with its storage, apart and movable, or held
+(its storage node unable to take its migration target, or Ready no more); the end state expects
+it there unless the keeper may move it. The drain's VMs (those on the node when it began, and
+any a migration under way brings there) are followed from the drain's start: where each
+share-manager came back and while its VM was where, the seconds each VM spends apart from its
+storage, the keeper's migrations of them, and which no migration can bring next to their
+storage. No node a VM held by its CPU alone runs on or has its disk on is lost or drained: only
+its CPU holds it, so a keeper blind to CPU models shows.
 
 Each migration of ours is checked the moment it is created, against the cluster as the request
 found it: our migrations in flight within the limit, fewer than 5 in flight cluster-wide and
@@ -57,13 +77,15 @@ moved (a migration created within a second of what it breaks changing raced the 
 watch, as it would race any controller's: counted apart).
 `GET /report` on the control URL answers the figures and every violation; `?final=1` adds the
 end state: every movable VM back on its storage node unless its migration failed, the others
-where they were (or where the drain moved them).
+where they were (or where the drain moved them). `--migration-targets` is the webhook's setting
+in the simulation (the keeper's runs in `bench.keeper`).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import collections
+import copy
 import dataclasses
 import datetime
 import itertools
@@ -74,6 +96,7 @@ import sys
 import uuid
 from typing import Any
 
+import jsonpatch
 import kmock
 from aiohttp import web
 
@@ -81,7 +104,18 @@ from kubefake import objects
 from kubefake.apiserver import Apiserver
 from kubefake.apiserver import serve as serve_api
 from kubefake.objects import stamp
-from webhook.kinds import EVENT, LEASE, NODE, POD, VMI, VMIM, Resource
+from kubefake.scheduler import Scheduler
+from webhook.admission.admit import admit
+from webhook.admission.outcome import Outcome
+from webhook.admission.review import AdmissionRequest
+from webhook import kinds
+from webhook.cluster.store import Unwatched, labels_match, volume_handle
+from webhook.config import MIGRATION_TARGET_MODES, Settings
+from webhook.deadline import Deadline
+from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
+from webhook.rules import fit
+from webhook.rules.facts import claims_of
+from webhook.rules.memo import Memo
 
 from .emulator import Emulator, control_site, url
 
@@ -96,9 +130,13 @@ UNSCHEDULABLE_TIMEOUT = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 DEFAULT_UNSCHEDULABLE_TIMEOUT = 300  # virt-controller's, without the annotation
 FINALIZER = "kubevirt.io/migrationJobFinalize"  # virt-controller's, on every migration it handles
 EVACUATION = "kubevirt-evacuation-"
+EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"  # on each evacuation: the node drained
+DRAIN_TAINT = "kubevirt.io/drain"  # the KubeVirt CR's nodeDrainTaintKey
+BUSY = 8  # opted-in VMs the drained node holds at least: a busy node, most of whose VMs wait their turn
 # virt-controller's priority queue (KubeVirt 1.7+): evacuations first, our system-maintenance last.
 PRIORITY_RANK = {"system-critical": 0, "user-triggered": 1, None: 1, "system-maintenance": 2}
-SCHEDULING = 0.02  # seconds kube-scheduler takes to give up on a pod it cannot place
+SCHEDULING = 0.02  # seconds kube-scheduler takes to place a pod, or to give up on one it cannot place
+RESCHEDULE = 1.0  # kube-scheduler tries a pod it could not place again this often
 EVACUATION_RESYNC = 1.0  # the evacuation controller looks again this often (and when a migration ends)
 
 # What a VM is to the keeper. Apart VMs other than MOVABLE must never get a migration of ours.
@@ -113,6 +151,11 @@ NOT_OPTED_IN = "not opted in"
 CORDONED_LATER = "storage node cordoned during the run"
 UNREADY_LATER = "storage node not Ready during the run"
 DRAINED_LATER = "storage node drained during the run"
+SETTLING = "share-manager being re-created"  # evicted by the drain, not back yet
+# Where a share-manager the drain evicted came back, against its VM.
+WITH_VM = "with its VM"
+CAN_FOLLOW = "where its VM can follow"
+CANNOT_FOLLOW = "where its VM's migration cannot go"
 LATER = {"cordoned": CORDONED_LATER, "not Ready": UNREADY_LATER, "drained": DRAINED_LATER}
 AT_START = {"cordoned": ON_CORDONED, "not Ready": ON_UNREADY}
 # Of the VMs apart, the share held back for each reason (at least one each from 8 apart).
@@ -136,10 +179,12 @@ class Vm:
     namespace: str
     uid: str
     role: str
-    storage: str  # the node serving its disk
+    storage: str  # the node serving its disk (the last one, while its share-manager is re-created)
     node: str  # where it runs now
     pod: str  # its launcher pod now
     claim: str = ""
+    volume: str = ""  # the Longhorn volume of its disk: its ShareManager, and share-manager-<volume>
+    migratable: bool = True  # its VMI is LiveMigratable
     start: str = ""  # where it ran at start (or where a migration not ours moved it)
     machine: str = ""  # status.machine.type: the canonical machine type it runs with
     selector: dict[str, str] = dataclasses.field(default_factory=dict)  # its pod's nodeSelector
@@ -149,6 +194,12 @@ class Vm:
     migrating: str | None = None  # the migration of it in flight, any origin
     evacuated: bool = False  # the drain moved it
     back_by_drain: bool = False  # the drain moved it to its storage node
+    settling: bool = False  # its share-manager was evicted and is not back yet
+    storage_since: datetime.datetime | None = None  # when its share-manager last came back, during the run
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
 
 
 @dataclasses.dataclass
@@ -243,8 +294,10 @@ def plan(vmis: int, apart: int, nodes: int, unready: int, cordoned: int, others:
             node = new[-1 - i % 2]
         name = f"vm-{i:04d}" if role != NOT_OPTED_IN else f"other-{i:04d}"
         uid = str(uuid.UUID(int=random.Random(f"vmi-{i}").getrandbits(128), version=4))
-        vm = Vm(name, f"vms-{i % 10}", uid, role, storage, node, f"virt-launcher-{name}-abcde",
-                claim=f"{name}-disk", start=node, machine=objects.machine_type(cpu[started_on or node]))
+        claim = f"{name}-disk"
+        vm = Vm(name, f"vms-{i % 10}", uid, role, storage, node, f"virt-launcher-{name}-abcde", claim=claim,
+                volume=f"pvc-{uuid.UUID(int=random.Random(claim).getrandbits(128), version=4)}",
+                migratable=role != UNMIGRATABLE, start=node, machine=objects.machine_type(cpu[started_on or node]))
         launched = objects.launcher_node_selector(placement(vm))
         vm.selector = (launched if started_on is None else
                        objects.migration_node_selector(placement(vm), launched, labels[started_on]))
@@ -267,7 +320,7 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
         found.append(node)
     long_ago, drained = stamp(started - datetime.timedelta(days=3)), stamp(started - DRAINED)
     for vm in layout.vms:
-        volume = f"pvc-{uuid.UUID(int=random.Random(vm.claim).getrandbits(128), version=4)}"
+        volume = vm.volume
         share_manager_pod = objects.share_manager_pod(volume, vm.storage)
         share_manager_pod["metadata"]["creationTimestamp"] = long_ago
         share_manager_pod["status"]["startTime"] = long_ago
@@ -275,7 +328,7 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
                   objects.share_manager(volume, vm.storage), share_manager_pod]
         moved = vm.node != vm.storage and vm.role != ON_OLDER_CPU  # by the drain before the run
         vmi = objects.vmi(vm.name, vm.node, vm.claim, namespace=vm.namespace, uid=vm.uid,
-                          opted_in=vm.role != NOT_OPTED_IN, migratable=vm.role != UNMIGRATABLE,
+                          opted_in=vm.role != NOT_OPTED_IN, migratable=vm.migratable,
                           keep="false" if vm.role == OPTED_OUT else None, migrated_from=vm.storage if moved else None,
                           migration_end=drained if moved else None, machine=vm.machine)
         found.append(vmi)
@@ -293,8 +346,9 @@ class Tracker:
     """Every migration as it is created and as it ends; what the keeper promised, checked."""
 
     def __init__(self, layout: Layout, max_inflight: int, *, outbound: int = OUTBOUND, unplaceable: float = 60.0,
-                 drain: bool = False):
+                 drain: bool = False, migration_targets: str = "untouched"):
         self.layout, self.max_inflight, self.outbound, self.unplaceable = layout, max_inflight, outbound, unplaceable
+        self.migration_targets = migration_targets
         self.began = now()
         self.vms = {(vm.namespace, vm.name): vm for vm in layout.vms}
         # Nodes a VM must not be sent to: why, and since when (None: from the start).
@@ -313,6 +367,15 @@ class Tracker:
         self.held_at_start = collections.Counter(vm.role for vm in opted_in if vm.role not in (MOVABLE, CO_LOCATED))
         self.movable_at_start = sum(1 for vm in opted_in if vm.role == MOVABLE)
         self.drain: dict[str, Any] | None = {} if drain else None  # {} until it starts
+        self.drained: dict[tuple[str, str], Vm] = {}  # the opted-in VMs on the drained node when it began
+        self.drain_began: datetime.datetime | None = None
+        self.drain_ended: datetime.datetime | None = None  # its last evacuation ended, its share-managers back
+        # Each drained VM's stretches apart from its storage since the drain began: [from, to or None].
+        self.spans: dict[tuple[str, str], list[list[datetime.datetime | None]]] = {}
+        self.share_managers: list[dict[str, Any]] = []  # each one the drain evicted, as it came back
+        self.running_from: collections.Counter[str] = collections.Counter()  # most running at once, by source
+        self.waiting_peak = 0  # most evacuations at once waiting for their turn (no target pod yet)
+        self.targets: list[dict[str, Any]] = []  # each migration target pod, as the webhook answered it
 
     # ----------------------------------------------------------------- the cluster as it is
 
@@ -336,28 +399,13 @@ class Tracker:
         return [n for n in self.layout.nodes
                 if n not in self.unfit and n != vm.node and self.lacks(selector, n) is None]
 
-    def scheduler_message(self, vm: Vm, selector: dict[str, str]) -> str:
-        """Why no node takes the pod, as kube-scheduler words it (pkg/scheduler/schedule_one.go)."""
-        reasons: collections.Counter[str] = collections.Counter()
-        for node in self.layout.nodes:
-            why = self.unfit.get(node, ("", None))[0]
-            if self.lacks(selector, node) is not None:
-                reasons["node(s) didn't match Pod's node affinity/selector"] += 1
-            elif node == vm.node:
-                reasons["node(s) didn't match pod anti-affinity rules"] += 1
-            elif why == "not Ready":
-                reasons["node(s) had untolerated taint {node.kubernetes.io/unreachable: }"] += 1
-            elif why:
-                reasons["node(s) were unschedulable"] += 1
-        total = len(self.layout.nodes)
-        shown = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
-        return (f"0/{total} nodes are available: {shown}. preemption: 0/{total} nodes are available: "
-                f"{total} Preemption is not helpful for scheduling.")
-
     def role_of(self, vm: Vm) -> str:
-        """What an opted-in VM is to the keeper where it runs now (after a migration not ours)."""
+        """What an opted-in VM is to the keeper where it runs now (after a migration not ours, or
+        once its share-manager is back)."""
         if vm.role in (NOT_OPTED_IN, UNMIGRATABLE, OPTED_OUT):
             return vm.role
+        if vm.settling:
+            return SETTLING
         if vm.storage in self.unfit:
             why, since = self.unfit[vm.storage]
             return AT_START[why] if since is None else LATER[why]
@@ -379,6 +427,15 @@ class Tracker:
         violated = broken.append
         if vm is None:
             return None, [f"for a VMI that does not exist: {spec.get('vmiName')!r}"], []
+
+        def moved_storage(what: str) -> None:
+            """Broken, unless the VM's share-manager came back elsewhere a moment ago (a race)."""
+            if vm.storage_since is not None and at - vm.storage_since < GRACE:
+                raced.append(f"{what}; its share-manager came back to {vm.storage} "
+                             f"{(at - vm.storage_since).total_seconds() * 1000:.0f} ms earlier")
+            else:
+                violated(what)
+
         ours = self.in_flight(ours=True) + 1
         if ours > self.max_inflight:
             violated(f"{ours} of our migrations in flight (limit {self.max_inflight})")
@@ -386,7 +443,7 @@ class Tracker:
             if vm.held_since is not None and at - vm.held_since < GRACE:
                 raced.append(f"{vm.name}: {vm.role} {(at - vm.held_since).total_seconds() * 1000:.0f} ms earlier")
             else:
-                violated(f"{vm.name} must be left alone ({vm.role})")
+                moved_storage(f"{vm.name} must be left alone ({vm.role})")
         if vm.migrating is not None:
             other = self.migrations.get((vm.namespace, vm.migrating))
             if other is not None and not other.ours and at - other.created < GRACE:
@@ -399,7 +456,7 @@ class Tracker:
         elif vm.failed_at is not None and at - vm.failed_at < BACKOFF:
             violated(f"{vm.name} is migrated again {int((at - vm.failed_at).total_seconds())}s after a failure")
         if vm.node == vm.storage:
-            violated(f"{vm.name} already runs on {vm.storage}, where its disk is served")
+            moved_storage(f"{vm.name} already runs on {vm.storage}, where its disk is served")
         selector = spec.get("addedNodeSelector") or {}
         target = next((n for n in self.layout.nodes if selector.get(HOSTNAME) == n and len(selector) == 1), None)
         if target is None:
@@ -413,7 +470,7 @@ class Tracker:
         elif (lacking := self.lacks(target_selector(self.layout, vm, selector), target)) is not None:
             violated(f"{CANNOT_PLACE}: {lacking}, which its target pod selects")
         elif target != vm.storage:
-            violated(f"targets {target}, but the disk of {vm.name} is served from {vm.storage}")
+            moved_storage(f"targets {target}, but the disk of {vm.name} is served from {vm.storage}")
         # The slots KubeVirt has: what the keeper could see in flight (its own, and the others' created
         # GRACE ago or more).
         for flying, limit, what in (
@@ -478,14 +535,88 @@ class Tracker:
         elif how == "succeeded" and vm.role != NOT_OPTED_IN:
             # Moved by someone else (the drain): expected where it is now, and judged again there.
             vm.start, vm.evacuated = vm.node, vm.evacuated or migration.evacuation
-            role = self.role_of(vm)
-            if role != vm.role and vm.role == MOVABLE:
-                vm.held_since = at
-            if migration.evacuation and vm.role == MOVABLE and vm.node == vm.storage:
+            if migration.evacuation and not vm.settling and vm.node == vm.storage:
                 vm.back_by_drain = True
-            vm.role = role
+            self.judge(vm, at)
+        if how == "succeeded":
+            if (self.drain and vm.node == self.drain.get("node") and self.drain_ended is None
+                    and vm.role != NOT_OPTED_IN and vm.key not in self.drained):
+                # A migration under way as the drain began landed on the node: it is one of the drain's VMs.
+                self.drained[vm.key] = vm
+                self.spans[vm.key] = []
+                self.drain["arrived"] = self.drain.get("arrived", 0) + 1
+            self.track(vm, at)
         if self.drain and migration.evacuation:
             self.drain["completed" if how == "succeeded" else "failed"] += 1
+
+    def judge(self, vm: Vm, at: datetime.datetime) -> None:
+        """The VM's role again, where it runs and where its disk is served now (after a change not
+        of our making: a VM with its storage now is co-located, not brought back)."""
+        role = self.role_of(vm)
+        if role == MOVABLE and vm.node == vm.storage:
+            role = CO_LOCATED
+        if role != vm.role and vm.role == MOVABLE:
+            vm.held_since = at
+        vm.role = role
+
+    def track(self, vm: Vm, at: datetime.datetime) -> None:
+        """Where a drained VM runs or where its disk is served changed: a stretch apart begins or ends
+        (not while its share-manager is away: its disk is served from nowhere then)."""
+        spans = self.spans.get(vm.key)
+        if spans is None:
+            return
+        apart = not vm.settling and vm.node != vm.storage
+        if apart and (not spans or spans[-1][1] is not None):
+            spans.append([at, None])
+        elif not apart and spans and spans[-1][1] is None:
+            spans[-1][1] = at
+
+    def evicted(self, vm: Vm, at: datetime.datetime) -> None:
+        """The VM's share-manager pod was evicted: its disk is served from nowhere until it is back."""
+        vm.settling = True
+        self.judge(vm, at)
+        self.track(vm, at)
+
+    def served(self, vm: Vm, node: str, at: datetime.datetime) -> None:
+        """The VM's share-manager runs again, on `node`."""
+        vm.settling, vm.storage, vm.storage_since = False, node, at
+        self.judge(vm, at)
+        self.track(vm, at)
+
+    def admitted_target(self, migration: Migration, before: dict[str, Any], after: dict[str, Any],
+                        outcome: Outcome) -> None:
+        """A migration target pod as the webhook answered it: recorded, and checked. With
+        --migration-targets untouched it is left alone; with prefer, only the target of an opted-in
+        VM's migration that names no node may get a preference, never a required term."""
+        vm = migration.vm
+        kind = "evacuation" if migration.evacuation else ("ours" if migration.ours else "others'")
+        patched = bool(outcome.patch)
+        terms = (((after.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "preferredDuringSchedulingIgnoredDuringExecution") or []
+        storage = {"key": "metadata.name", "operator": "In", "values": [vm.storage]}
+        toward = patched and not vm.settling and any(storage in ((t.get("preference") or {}).get("matchFields") or [])
+                                                     for t in terms)
+        self.targets.append({"kind": kind, "patched": patched, "toward_storage": toward})
+        name = f"{migration.namespace}/{migration.name}"
+        allowed = self.migration_targets == "prefer" and not migration.ours and vm.role != NOT_OPTED_IN
+        if patched and not allowed:
+            self.violations.append(f"{name}: the webhook changed the target pod of {kind} migration of {vm.name} "
+                                   f"(--migration-targets {self.migration_targets})")
+
+        def required(pod: dict[str, Any]) -> Any:
+            return (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution")
+
+        if required(before) != required(after) or (before.get("spec") or {}).get("nodeSelector") != (
+                after.get("spec") or {}).get("nodeSelector"):
+            self.violations.append(f"{name}: the webhook narrowed the target pod of {vm.name} (a requirement added)")
+
+    def can_follow(self, vm: Vm, node: str) -> str | None:
+        """Why the VM's migration target pod can never go to `node` (a label it selects that the
+        node lacks), or None when it can."""
+        if vm.node == node:
+            return None
+        return self.lacks(target_selector(self.layout, vm, {HOSTNAME: node}), node)
 
     # ----------------------------------------------------------------- nodes lost, the drain
 
@@ -509,15 +640,16 @@ class Tracker:
         return [(chosen[0], "cordoned"), (chosen[1], "not Ready")]
 
     def node_to_drain(self) -> str | None:
-        """A healthy node with the most movable VMs waiting on it (the keeper wants its outbound
-        slots too), then the most VMs. None when fewer than three healthy nodes are left."""
+        """A healthy node of the newer CPU generation (its VMs' migrations cannot go to an older
+        one) with the most movable VMs waiting on it (the keeper wants its outbound slots too),
+        then the most VMs. None when fewer than three healthy nodes are left."""
         healthy = [n for n in self.layout.healthy if n not in self.unfit and n not in self.kept()]
         if len(healthy) < 3:
             return None
-        on = collections.Counter(vm.node for vm in self.layout.vms)
+        on = collections.Counter(vm.node for vm in self.layout.vms if vm.role != NOT_OPTED_IN)
         waiting = collections.Counter(vm.node for vm in self.layout.vms
                                       if vm.role == MOVABLE and vm.node != vm.storage and vm.migrating is None)
-        return sorted(healthy, key=lambda n: (-waiting[n], -on[n], n))[0]
+        return sorted(healthy, key=lambda n: (self.layout.cpu[n] != objects.NEW_CPU, -waiting[n], -on[n], n))[0]
 
     def lost(self, node: str, why: str, at: datetime.datetime) -> None:
         """From now on `node` is off limits, and the VMs waiting to go there stay where they are."""
@@ -549,16 +681,7 @@ class Tracker:
         unplaceable = [{"name": m.name, "since": (m.unschedulable - self.began).total_seconds(), "how": m.how,
                         "after": (m.ended - m.unschedulable).total_seconds() if m.ended else None}
                        for m in self.migrations.values() if m.ours and m.unschedulable is not None]
-        drain = None
-        if self.drain:
-            drain = dict(self.drain)
-            node = drain["node"]
-            drain["peak_outbound"] = self.peak_outbound[node]
-            drain["left_on_it"] = sum(1 for vm in self.layout.vms if vm.node == node)
-            evacuated = [vm for vm in opted_in if vm.evacuated]
-            drain["evacuated"] = len(evacuated)
-            drain["evacuated_roles"] = dict(collections.Counter(vm.role for vm in evacuated))
-            drain["back_by_drain"] = sum(1 for vm in evacuated if vm.back_by_drain)
+        drain = self.drain_figures(now()) if self.drain else None
         return {
             "vmis": len(opted_in), "not_opted_in": len(self.layout.vms) - len(opted_in),
             "nodes": {"healthy": len(self.layout.healthy), "cordoned": len(self.layout.cordoned),
@@ -581,9 +704,74 @@ class Tracker:
             "unplaceable": unplaceable,
             "foreign_unplaceable": sum(1 for m in self.migrations.values() if not m.ours and m.unschedulable),
             "drain": drain,
+            "targets": self.target_figures(),
             "raced": self.raced,
             "violations": violations,
         }
+
+
+    def drain_figures(self, at: datetime.datetime) -> dict[str, Any]:
+        """The drain: its evacuations, its share-managers evicted and back, and its VMs: where they
+        ended, which no migration can bring back to their storage, the keeper's migrations of them,
+        and their seconds apart from their storage since it began (until `at`)."""
+        drain = dict(self.drain or {})
+        node, began = drain["node"], self.drain_began or at
+        drained = list(self.drained.values())
+        drain["peak_running"] = self.running_from[node]
+        drain["peak_waiting"] = self.waiting_peak
+        drain["left_on_it"] = sum(1 for vm in self.layout.vms if vm.node == node)
+        evacuated = [vm for vm in drained if vm.evacuated]
+        drain["evacuated"] = len(evacuated)
+        drain["back_by_drain"] = sum(1 for vm in evacuated if vm.back_by_drain)
+        records = self.share_managers
+        opted = [r for r in records if r["opted_in"]]
+        delays = [r["delay"] for r in records]
+        drain["share_managers"] = {
+            "evicted": len(records), "opted_in": len(opted), "back": sum(1 for r in records if r["node"]),
+            "stuck": [r["volume"] for r in records if r["node"] is None and r["admitted"]],
+            "delay": [min(delays), max(delays)] if delays else None,
+            "while": dict(collections.Counter(r["while"] for r in opted)),
+            "decisions": dict(collections.Counter(r["decision"] for r in opted)),
+            "examples": {r["decision"]: r["reason"] for r in reversed(opted)},
+            "landed": dict(collections.Counter(r["landed"] for r in opted if r["landed"])),
+            "unreachable_nodes": dict(collections.Counter(r["node"] for r in opted if r["landed"] == CANNOT_FOLLOW)),
+        }
+        apart = [vm for vm in drained if not vm.settling and vm.node != vm.storage]
+        drain["apart"] = [{"vm": f"{vm.namespace}/{vm.name}", "node": vm.node, "storage": vm.storage, "role": vm.role,
+                           "never": self.can_follow(vm, vm.storage)} for vm in apart]
+        drain["never"] = sum(1 for a in drain["apart"] if a["never"])
+        ours = collections.Counter(m.vm.key for m in self.migrations.values()
+                                   if m.ours and m.vm.key in self.drained and m.created >= began)
+        drain["keeper_migrations"] = sum(ours.values())
+        drain["keeper_moved"] = len(ours)
+        drain["keeper_most"] = max(ours.values(), default=0)
+        drain["drained_vms"] = len(drained)
+        ended = self.drain_ended or at
+        forever = {vm.key for vm in apart if self.can_follow(vm, vm.storage)}
+        drain["vm_seconds"] = {"total": self.apart_seconds(began, at), "during": self.apart_seconds(began, ended),
+                               "forever": self.apart_seconds(began, at, forever), "span": (at - began).total_seconds()}
+        return drain
+
+    def apart_seconds(self, since: datetime.datetime, until: datetime.datetime,
+                      only: set[tuple[str, str]] | None = None) -> float:
+        """The seconds the drained VMs (`only` these) spent apart from their storage within [since, until]."""
+        total = 0.0
+        for key, spans in self.spans.items():
+            if only is not None and key not in only:
+                continue
+            for start, end in spans:
+                low, high = max(start, since), min(end or until, until)
+                total += max(0.0, (high - low).total_seconds())
+        return total
+
+    def target_figures(self) -> dict[str, Any]:
+        """The migration target pods as the webhook answered them: patched or not, by whose migration."""
+        counted: collections.Counter[str] = collections.Counter()
+        for target in self.targets:
+            counted[f"{target['kind']} {'patched' if target['patched'] else 'untouched'}"] += 1
+            if target["toward_storage"]:
+                counted[f"{target['kind']} toward storage"] += 1
+        return dict(counted)
 
 
 class Slots:
@@ -592,8 +780,8 @@ class Slots:
     `per_node` leave its VM's node (`outboundMigrationsOnNode`); the waiting ones by
     spec.priority, then age. A migration runs from its target pod to its end."""
 
-    def __init__(self, per_node: int):
-        self.per_node = per_node
+    def __init__(self, per_node: int, tracker: Tracker | None = None):
+        self.per_node, self.tracker = per_node, tracker
         self.running: list[Migration] = []
         self.waiting: list[tuple[int, int, Migration, asyncio.Future[bool]]] = []
         self.order = itertools.count()
@@ -618,6 +806,16 @@ class Slots:
 
     def dispatch(self) -> None:
         self.waiting.sort(key=lambda e: e[:2])
+        self._dispatch()
+        if self.tracker is not None:  # the figures: most running from one node, most evacuations waiting
+            tracker = self.tracker
+            for migration in self.running:
+                source = migration.source or ""
+                tracker.running_from[source] = max(tracker.running_from[source],
+                                                   sum(1 for m in self.running if m.source == source))
+            tracker.waiting_peak = max(tracker.waiting_peak, sum(1 for e in self.waiting if e[2].evacuation))
+
+    def _dispatch(self) -> None:
         for entry in list(self.waiting):
             if len(self.running) >= PARALLEL:
                 return
@@ -632,19 +830,102 @@ class Slots:
                 entry[3].set_result(True)
 
 
+class LiveStore(Unwatched):
+    """The Store the webhook's rules read in the simulation: the simulated cluster's own objects as
+    they are at that moment, every answer from memory, every kind (VMIs and migrations too, for a
+    rule that builds a migration's target pod): what the caches of `serve` hold, without their
+    lag. Objects are handed out as copies; the checks' view reads them in place (the rules are
+    pure) with a memo of its own, as a cache's does."""
+
+    def __init__(self, api: SimulatedCluster):
+        self.api, self.memo = api, Memo()
+
+    def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
+        obj = self.api.stored(self.api.at(resource, namespace if resource.namespaced else None, name))
+        return True, (copy.deepcopy(obj.raw) if obj is not None else None)
+
+    async def get(self, resource: Resource, namespace: str | None, name: str, *,
+                  timeout: float | None = None) -> dict[str, Any] | None:
+        return self.peek(resource, namespace, name)[1]
+
+    async def whole(self, resource: Resource, namespace: str | None, name: str, *,
+                    timeout: float | None = None) -> dict[str, Any] | None:
+        return self.peek(resource, namespace, name)[1]
+
+    async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        return [copy.deepcopy(pv) for pv in self.api.live(PV) if volume_handle(pv) == handle]
+
+    async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        launcher = dict([VIRT_LAUNCHER])
+        return [copy.deepcopy(pod) for pod in self.api.live(POD, namespace)
+                if labels_match(pod, launcher) and claim in claims_of(pod)]
+
+    async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> fit.View | None:
+        return fit.StaticView(self.api.live(NODE), self.api.live(POD), self.api.live(PVC), self.api.live(PV),
+                              memo=self.memo)
+
+    async def close(self) -> None:
+        return None
+
+
+class Admission:
+    """The webhook's mutating admission, as the apiserver calls it for each pod created: the rules
+    (`webhook.admission.admit.admit`) run in this process over the cluster as it is at that moment
+    (`LiveStore`); the patch they answer is applied to the pod (jsonpatch) before it is stored. A
+    rule that fails is a violation: the pod is admitted untouched, as the webhook would."""
+
+    def __init__(self, settings: Settings, store: Any = None):
+        self.settings, self.store = settings, store
+        self.answered: collections.Counter[str] = collections.Counter()
+        self.seconds = 0.0  # spent in the rules, all admissions together
+        self.failed: list[str] = []
+
+    async def __call__(self, pod: dict[str, Any], namespace: str) -> tuple[dict[str, Any], Outcome]:
+        """The pod as stored, and what the rules made of it."""
+        assert self.store is not None, "no store to read"
+        sent = copy.deepcopy(pod)
+        if sent["metadata"].get("generateName"):
+            sent["metadata"].pop("name", None)  # named by the apiserver after admission
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        outcome = await admit(AdmissionRequest.for_pod(sent, namespace, uid=str(uuid.uuid4())), self.store,
+                              self.settings, Deadline.after(10.0, 1.0))  # the apiserver's default timeout
+        self.seconds += loop.time() - began
+        self.answered[str(outcome.rule)] += 1
+        if outcome.failed:
+            self.failed.append(f"the webhook's rules failed on pod {namespace}/{kinds.pod_name(pod)}: {outcome.detail}")
+        return (jsonpatch.apply_patch(pod, list(outcome.patch)) if outcome.patch else pod), outcome
+
+
+def decided(outcome: Outcome) -> tuple[str, str]:
+    """What the rules decided for a pod, in a word, and why."""
+    if outcome.decision is not None:
+        return str(outcome.decision.outcome), outcome.decision.reason
+    return f"left alone ({outcome.skipped})", outcome.detail or ""
+
+
 class KubeVirt:
     """virt-controller, virt-handler and the evacuation controller as far as the keeper can tell:
     each migration run through its phases under virt-controller's throttle, its target pod
-    placed or left unschedulable, the VMI and its pods moved at the end; a node drained."""
+    admitted by the webhook and placed by kube-scheduler or left unschedulable, the VMI and its
+    pods moved at the end; a node drained, its share-managers evicted and re-created by
+    longhorn-manager."""
 
     def __init__(self, api: SimulatedCluster, tracker: Tracker, *, delay: tuple[float, float], fail_every: int,
-                 foreign: int, seed: int, lose_nodes_after: int = 0, drain_after: int = 0):
+                 foreign: int, seed: int, lose_nodes_after: int = 0, drain_after: int = 0,
+                 evacuation_delay: tuple[float, float] = (2.0, 5.0),
+                 share_manager_delay: tuple[float, float] = (3.0, 10.0), admission: Admission | None = None):
         self.api, self.tracker = api, tracker
         self.lose_nodes_after = lose_nodes_after  # of our migrations created; 0: never
         self.drain_after = drain_after  # of our migrations created, or once the keeper is done; 0: never
         self.delay, self.fail_every, self.foreign = delay, fail_every, foreign
+        self.evacuation_delay, self.share_manager_delay = evacuation_delay, share_manager_delay
+        self.admission = admission or Admission(Settings(), LiveStore(api))
         self.rng = random.Random(seed)
-        self.slots = Slots(tracker.outbound)
+        self.share_manager_rng = random.Random(f"share-managers-{seed}")  # their delays, whatever else happens
+        self.scheduler = Scheduler(random.Random(f"kube-scheduler-{seed}"))
+        self.share_managers_tried: list[asyncio.Event] = []  # one per share-manager evicted: admitted, placement tried
+        self.slots = Slots(tracker.outbound, tracker)
         self.ended = asyncio.Event()  # a migration ended: the evacuation controller looks again
         self.tasks: set[asyncio.Task[None]] = set()
         self.ours_made = 0
@@ -741,24 +1022,38 @@ class KubeVirt:
 
     async def _migrate(self, migration: Migration) -> None:
         vm, tracker = migration.vm, self.tracker
-        total = self.rng.uniform(*self.delay)
+        total = self.rng.uniform(*(self.evacuation_delay if migration.evacuation else self.delay))
         step = total * 0.05
         source = vm.node
         selector = target_selector(tracker.layout, vm, {HOSTNAME: migration.target} if migration.ours else None)
-        if migration.ours:
-            target = migration.target if migration.target in tracker.placeable(vm, selector) else None
-        else:
-            fits = tracker.placeable(vm, selector)
-            target = migration.target = self.rng.choice(fits) if fits else None
         started = stamp()
         target_pod = f"virt-launcher-{vm.name}-{migration.uid[:5]}"
         await self.phase(migration, "Scheduling")
-        pod = objects.launcher_pod_of(self._vmi_of(vm), target or source, name=target_pod, started=stamp(),
-                                      migration_uid=migration.uid, node_selector=selector)
-        if target is None:
-            await self._unschedulable(migration, pod, selector)
+        # The target pod as virt-controller creates it (generateName; its kubevirt.io/nodeName label
+        # names the source), through the webhook as the apiserver admits it, then kube-scheduler's.
+        pod = objects.launcher_pod_of(self._vmi_of(vm), source, name=target_pod, started=started,
+                                      migration_uid=migration.uid, migration_name=migration.name,
+                                      node_selector=selector)
+        pod["metadata"]["generateName"] = f"virt-launcher-{vm.name}-"
+        del pod["spec"]["nodeName"]
+        pod["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+        created = now()
+        admitted, outcome = await self.admission(pod, vm.namespace)
+        tracker.admitted_target(migration, pod, admitted, outcome)
+        await self.api.add(POD, admitted)
+        if await self._waited(migration, SCHEDULING):
+            await self._torn_down(migration, target_pod, False)
             return
-        await self.api.add(POD, pod)
+        placed = self.scheduler.place(admitted, self.api.live(NODE), self.api.live(POD))
+        target = placed.node
+        if not migration.ours:
+            migration.target = target
+        if target is None:
+            await self._unschedulable(migration, target_pod, placed.message, created)
+            return
+        await self.api.change(POD, vm.namespace, target_pod, {
+            "metadata": {"labels": {"kubevirt.io/nodeName": target}}, "spec": {"nodeName": target},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
         for phase in ("Scheduled", "PreparingTarget", "TargetReady"):
             if await self._waited(migration, step):
                 await self._torn_down(migration, target_pod, False)
@@ -785,29 +1080,21 @@ class KubeVirt:
         tracker.ended_now(migration, "succeeded", now())
         await self.api.change(VMI, vm.namespace, vm.name, {
             "metadata": {"labels": {"kubevirt.io/nodeName": target}},
-            "status": {"nodeName": target, "activePods": {pod["metadata"]["uid"]: target}, "evacuationNodeName": None,
+            "status": {"nodeName": target, "activePods": {admitted["metadata"]["uid"]: target},
+                       "evacuationNodeName": None,
                        "migrationState": {"completed": True, "endTimestamp": ended}}})
         await self.api.change(POD, vm.namespace, old_pod, {"status": {"phase": "Succeeded"}})
         await self.phase(migration, "Succeeded", migrationState={"endTimestamp": ended})
 
-    async def _unschedulable(self, migration: Migration, pod: dict[str, Any], selector: dict[str, str]) -> None:
-        """kube-scheduler cannot place the target pod: it stays Pending, Unschedulable, until
-        virt-controller deletes it (its timeout, from the pod's creation, in whole seconds: the
-        migration fails) or the migration is deleted."""
+    async def _unschedulable(self, migration: Migration, name: str, message: str, created: datetime.datetime) -> None:
+        """kube-scheduler cannot place the target pod (created at `created`): it stays Pending,
+        Unschedulable, until virt-controller deletes it (its timeout, from the pod's creation, in
+        whole seconds: the migration fails) or the migration is deleted."""
         vm, tracker = migration.vm, self.tracker
-        name = pod["metadata"]["name"]
-        del pod["spec"]["nodeName"]  # (its kubevirt.io/nodeName label names the source, as virt-controller's does)
-        created = now()
-        pod["metadata"]["creationTimestamp"] = stamp(created)
-        pod["status"] = {"phase": "Pending", "qosClass": "Burstable"}
-        await self.api.add(POD, pod)
-        if await self._waited(migration, SCHEDULING):
-            await self._torn_down(migration, name, False)
-            return
         migration.unschedulable = at = now()
         await self.api.change(POD, vm.namespace, name, {"status": {"conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastProbeTime": None,
-             "lastTransitionTime": stamp(at), "message": tracker.scheduler_message(vm, selector)}]}})
+             "lastTransitionTime": stamp(at), "message": message}]}})
         deadline = created.replace(microsecond=0) + datetime.timedelta(seconds=migration.timeout)
         if await self._waited(migration, (deadline - now()).total_seconds()):
             await self._torn_down(migration, name, False)
@@ -857,41 +1144,50 @@ class KubeVirt:
         await self.drain()
 
     async def drain(self) -> None:
-        """`kubectl drain` of one healthy node: cordoned, each VMI on it marked for evacuation
-        (virt-api's eviction webhook), and KubeVirt's evacuation controller creating a migration
-        for each live-migratable one without one, no more at a time than leaves the cluster-wide
-        count of unfinished migrations at PARALLEL (it leaves the rest of the throttling to the
-        migration controller), until none is left on the node."""
+        """`kubectl drain` of one healthy node: cordoned (and tainted with KubeVirt's drain taint),
+        its share-manager pods evicted at once (longhorn-manager re-creates each a few seconds
+        later: `share_manager_back`), each VMI on it marked for evacuation (virt-api's eviction
+        webhook), and KubeVirt's evacuation controller creating a migration for each
+        live-migratable one without an unfinished one, all at once (virt-controller's queue runs
+        them PARALLEL at a time, `--outbound-per-node` from one node), until none is left on the
+        node. Done once the last evacuation ended and every share-manager is back."""
         tracker = self.tracker
         node = tracker.node_to_drain()
         if node is None:
             tracker.drain = None
             return
-        began = now()
+        began = tracker.drain_began = now()
         on_it = [vm for vm in tracker.layout.vms if vm.node == node]
-        tracker.drain = {"node": node, "at": (began - tracker.began).total_seconds(), "vms": len(on_it),
-                         "created": 0, "completed": 0, "failed": 0, "done": None}
+        tracker.drained = {vm.key: vm for vm in on_it if vm.role != NOT_OPTED_IN}
+        tracker.spans = {key: [] for key in tracker.drained}
+        for vm in tracker.drained.values():
+            tracker.track(vm, began)
+        tracker.drain = {"node": node, "cpu": tracker.layout.cpu[node], "at": (began - tracker.began).total_seconds(),
+                         "vms": len(tracker.drained), "others": len(on_it) - len(tracker.drained),
+                         "created": 0, "completed": 0, "failed": 0, "evacuated_in": None, "done": None}
         await self.api.change(NODE, None, node, {"spec": {"unschedulable": True, "taints": [
-            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": stamp()}]}})
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": stamp()},
+            {"key": DRAIN_TAINT, "effect": "NoSchedule", "timeAdded": stamp()}]}})
         tracker.lost(node, "drained", began)
+        await self.evict_share_managers(node, began)
         for vm in on_it:
             await self.api.change(VMI, vm.namespace, vm.name, {"status": {"evacuationNodeName": node}})
         letters = string.ascii_lowercase + string.digits
         while True:
             self.ended.clear()
-            candidates = [vm for vm in tracker.layout.vms
-                          if vm.node == node and vm.role != UNMIGRATABLE and vm.migrating is None]
+            candidates = [vm for vm in tracker.layout.vms if vm.node == node and vm.migratable and vm.migrating is None]
             evacuating = [m for m in tracker.flying() if m.evacuation]
             if not candidates and not evacuating:
                 break
-            for vm in candidates[:max(0, PARALLEL - tracker.in_flight())]:
+            for vm in candidates:
                 name = EVACUATION + "".join(self.rng.choice(letters) for _ in range(5))
                 migration = Migration(name, vm.namespace, vm, False, None, uid=str(uuid.uuid4()),
                                       priority="system-critical", evacuation=True)
                 await self.api.add(VMIM, {
                     "apiVersion": VMIM.api_version, "kind": VMIM.kind,
                     "metadata": {"name": name, "namespace": vm.namespace, "uid": migration.uid,
-                                 "generateName": EVACUATION, "creationTimestamp": stamp()},
+                                 "generateName": EVACUATION, "creationTimestamp": stamp(),
+                                 "annotations": {EVACUATION_ANNOTATION: node}},
                     "spec": {"vmiName": vm.name, "priority": "system-critical"}})
                 tracker.added(migration)
                 self._spawn(self.run(migration))
@@ -899,7 +1195,102 @@ class KubeVirt:
                 await asyncio.wait_for(self.ended.wait(), EVACUATION_RESYNC)
             except TimeoutError:
                 pass
-        tracker.drain["done"] = (now() - began).total_seconds()
+        tracker.drain["evacuated_in"] = (now() - began).total_seconds()
+        for tried in self.share_managers_tried:
+            await tried.wait()
+        tracker.drain_ended = now()
+        tracker.drain["done"] = (tracker.drain_ended - began).total_seconds()
+        tracker.drain["apart_when_done"] = dict(collections.Counter(
+            vm.role for vm in tracker.drained.values() if not vm.settling and vm.node != vm.storage))
+
+    async def evict_share_managers(self, node: str, began: datetime.datetime) -> None:
+        """`kubectl drain` evicts every share-manager pod on the node at once: the ShareManager goes
+        to error (its pod gone), and longhorn-manager creates the pod again, unbound, a few seconds
+        later (`--share-manager-delay`, drawn per volume)."""
+        for vm in [v for v in self.tracker.layout.vms if v.storage == node and not v.settling]:
+            await self.api.remove(POD, objects.LONGHORN_NS, f"share-manager-{vm.volume}")
+            await self.api.change(SHARE_MANAGER, objects.LONGHORN_NS, vm.volume, {"status": {"state": "error"}})
+            self.tracker.evicted(vm, began)
+            delay = self.share_manager_rng.uniform(*self.share_manager_delay)
+            record = {"volume": vm.volume, "vm": f"{vm.namespace}/{vm.name}", "opted_in": vm.role != NOT_OPTED_IN,
+                      "delay": delay, "while": "", "decision": "", "reason": "", "admitted": False, "node": None,
+                      "landed": ""}
+            self.tracker.share_managers.append(record)
+            tried = asyncio.Event()
+            self.share_managers_tried.append(tried)
+            self._spawn(self.share_manager_back(vm, record, began + datetime.timedelta(seconds=delay), node, tried))
+
+    def situation(self, vm: Vm, drained: str) -> str:
+        """Where the VM is in the drain as its share-manager comes back."""
+        if vm.role == NOT_OPTED_IN:
+            return NOT_OPTED_IN
+        if vm.node == drained:
+            flying = self.tracker.migrations.get((vm.namespace, vm.migrating or ""))
+            if flying is not None and flying.source is not None:
+                return "migrating off the drained node"
+            return "waiting its turn on the drained node"
+        if vm.key in self.tracker.drained:
+            return "evacuated already"
+        return "running on another node"
+
+    def going(self, vm: Vm) -> str | None:
+        """Where the VM's migration in flight goes, once its target pod is placed."""
+        flying = self.tracker.migrations.get((vm.namespace, vm.migrating or ""))
+        return flying.target if flying is not None and flying.source is not None else None
+
+    async def share_manager_back(self, vm: Vm, record: dict[str, Any], due: datetime.datetime, drained: str,
+                                 tried: asyncio.Event) -> None:
+        """longhorn-manager creates the share-manager pod again, unbound (createPodManifest): the
+        webhook's share-manager rule answers it as the apiserver admits it, over the cluster as it
+        is now; kube-scheduler places it as the patch says (tried again every RESCHEDULE seconds
+        while no node takes it); once it runs, the ShareManager runs there, owned by that node."""
+        tracker = self.tracker
+        try:
+            await asyncio.sleep(max(0.0, (due - now()).total_seconds()))
+            name = f"share-manager-{vm.volume}"
+            pod = objects.share_manager_pod(vm.volume)
+            pod["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=stamp())
+            pod["status"] = {"phase": "Pending"}
+            await self.api.change(SHARE_MANAGER, objects.LONGHORN_NS, vm.volume, {"status": {"state": "starting"}})
+            record["while"] = self.situation(vm, drained)
+            pod, outcome = await self.admission(pod, objects.LONGHORN_NS)
+            record["decision"], record["reason"] = decided(outcome)
+            record["admitted"] = True
+            await self.api.add(POD, pod)
+            unschedulable = False
+            while True:
+                await asyncio.sleep(SCHEDULING)
+                placed = self.scheduler.place(pod, self.api.live(NODE), self.api.live(POD))
+                if placed.node is not None:
+                    break
+                if not unschedulable:
+                    unschedulable = True
+                    await self.api.change(POD, objects.LONGHORN_NS, name, {"status": {"conditions": [
+                        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastProbeTime": None,
+                         "lastTransitionTime": stamp(), "message": placed.message}]}})
+                    record["unschedulable"] = placed.message
+                    tried.set()
+                await asyncio.sleep(RESCHEDULE)
+            node, started = placed.node, stamp()
+            await self.api.change(POD, objects.LONGHORN_NS, name, {
+                "spec": {"nodeName": node},
+                "status": {"phase": "Running", "startTime": started, "podIP": "10.42.0.10",
+                           "conditions": [{"type": "PodScheduled", "status": "True"},
+                                          {"type": "Ready", "status": "True"}]}})
+            await self.api.change(SHARE_MANAGER, objects.LONGHORN_NS, vm.volume, {"status": {
+                "state": "running", "ownerID": node, "endpoint": f"nfs://10.43.0.1/{vm.volume}"}})
+            at = now()
+            record["node"], record["at"] = node, (at - (tracker.drain_began or at)).total_seconds()
+            if vm.role != NOT_OPTED_IN:
+                record["landed"] = (WITH_VM if node in (vm.node, self.going(vm)) else
+                                    CANNOT_FOLLOW if tracker.can_follow(vm, node) else CAN_FOLLOW)
+            tracker.served(vm, node, at)
+        except Exception as exc:  # a broken simulation must show, not hang the run
+            tracker.violations.append(f"simulation error re-creating the share-manager of {vm.name}: "
+                                      f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            tried.set()
 
     def run_others(self) -> None:
         for _ in range(self.foreign):
@@ -947,6 +1338,12 @@ class SimulatedCluster(Apiserver):
     def at(resource: Resource, namespace: str | None = None, name: str = "") -> tuple[Any, str | None, str]:
         return kmock.resource(resource.group, resource.version, resource.plural), namespace, name
 
+    def live(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every stored object of a resource (in `namespace`), as it is now (what informers hold)."""
+        wanted = self.at(resource)[0]
+        return [obj.raw for (kind, space, _), obj in self.objects.items()
+                if kind == wanted and not obj.deleted and (namespace is None or space == namespace)]
+
     async def tell(self, resource: Any, event: dict[str, Any]) -> None:
         if resource in self.lagging and self.watch_lag:
             await self.lagged().put((asyncio.get_running_loop().time() + self.watch_lag, resource, event))
@@ -955,6 +1352,7 @@ class SimulatedCluster(Apiserver):
 
     async def add(self, resource: Resource, obj: dict[str, Any]) -> None:
         """Store a new object and tell the watches, as a create through the API does."""
+        obj["metadata"]["resourceVersion"] = str(next(self.versions))
         async with self.lock:
             await self.insert(self.at(resource, obj["metadata"].get("namespace"), obj["metadata"]["name"]), obj)
 
@@ -998,7 +1396,7 @@ async def serve(args: argparse.Namespace) -> None:
     layout = plan(args.vmis, args.apart, args.nodes, args.unready_nodes, args.cordoned_nodes,
                   max(4, 2 * args.foreign) if args.foreign else 0, args.seed, old_cpu=args.old_cpu_nodes)
     tracker = Tracker(layout, args.max_inflight, outbound=args.outbound_per_node, unplaceable=args.unplaceable,
-                      drain=args.drain)
+                      drain=args.drain, migration_targets=args.migration_targets)
     api = SimulatedCluster()
     emulator = Emulator(api, paginate=False)
     for resource in (VMI, VMIM, LEASE, EVENT):
@@ -1008,13 +1406,20 @@ async def serve(args: argparse.Namespace) -> None:
         emulator.put(obj)
     movable = tracker.movable_at_start
     lose_after = max(1, movable // 3) if args.lose_nodes else 0
+    admission = Admission(Settings(migration_targets=args.migration_targets), LiveStore(api))
     kubevirt = KubeVirt(api, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
                         foreign=args.foreign, seed=args.seed, lose_nodes_after=lose_after,
-                        drain_after=max(lose_after + 1, movable // 2) if args.drain else 0)
+                        drain_after=max(lose_after + 1, movable // 2) if args.drain else 0,
+                        evacuation_delay=(args.evacuation_delay_min, args.evacuation_delay_max),
+                        share_manager_delay=(args.share_manager_delay_min, args.share_manager_delay_max),
+                        admission=admission)
     api.tracker, api.kubevirt, api.watch_lag = tracker, kubevirt, args.watch_lag
 
     async def report(request: web.Request) -> web.Response:
-        return web.json_response(tracker.report(final=request.query.get("final") == "1"))
+        found = tracker.report(final=request.query.get("final") == "1")
+        found["admissions"] = {"answered": dict(admission.answered), "seconds": admission.seconds}
+        found["violations"] += admission.failed
+        return web.json_response(found)
 
     async def others(request: web.Request) -> web.Response:
         tracker.began = now()
@@ -1048,6 +1453,13 @@ def add_layout_flags(parser: argparse.ArgumentParser) -> None:
                              f"others {objects.NEW_CPU}) (default 4)")
     parser.add_argument("--delay-min", type=float, default=0.2, help="seconds a migration takes, at least (default 0.2)")
     parser.add_argument("--delay-max", type=float, default=0.5, help="at most (default 0.5)")
+    parser.add_argument("--evacuation-delay-min", type=float, default=1.0,
+                        help="seconds a migration of the drain takes, at least (default 1; see --share-manager-delay)")
+    parser.add_argument("--evacuation-delay-max", type=float, default=3.0, help="at most (default 3)")
+    parser.add_argument("--share-manager-delay-min", type=float, default=3.0,
+                        help="seconds after the drain's start longhorn-manager creates an evicted share-manager pod "
+                             "again, at least (default 3; drawn per volume)")
+    parser.add_argument("--share-manager-delay-max", type=float, default=10.0, help="at most (default 10)")
     parser.add_argument("--fail-every", type=int, default=20, metavar="K",
                         help="every K-th migration of ours fails (default 20; 0: none)")
     parser.add_argument("--foreign", type=int, default=3,
@@ -1075,6 +1487,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.kubevirt", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_layout_flags(parser)
+    parser.add_argument("--migration-targets", choices=MIGRATION_TARGET_MODES, default="untouched",
+                        help="the webhook's --migration-targets (default untouched)")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     asyncio.run(serve(args))

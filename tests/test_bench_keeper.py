@@ -1,6 +1,7 @@
 """The keeper's benchmark works end to end (tiny and quick here; its numbers come from `make bench`),
 and its checker catches what it is there to catch."""
 import datetime
+import random
 import re
 import subprocess
 import sys
@@ -10,6 +11,10 @@ import yaml
 
 from bench import kubevirt
 from kubefake import objects
+from kubefake.scheduler import Scheduler
+from kubefake.scheduler import quantity as scheduler_quantity
+from kubefake.scheduler import requests as scheduler_requests
+from webhook.admission.outcome import Outcome, Rule
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,46 +30,88 @@ def figure(out, pattern):
     return [int(g) for g in found.groups()]
 
 
+TINY = ("--vmis", "60", "--apart", "8", "--nodes", "11", "--delay-min", "0.05", "--delay-max", "0.1",
+        "--evacuation-delay-min", "0.2", "--evacuation-delay-max", "0.4", "--share-manager-delay-min", "0.3",
+        "--share-manager-delay-max", "1", "--keep-after", "1", "--period", "0.1", "--timeout", "60",
+        "--unplaceable", "2", "--skip-memory")
+
+
 def test_a_tiny_simulation_reports_every_figure_and_no_violation():
     # Old CPUs, a node cordoned under a migration of ours (cancelled 2 s after its target pod could
-    # not be placed), another not Ready, a drain: all of it in a few seconds.
-    done = bench_keeper("--vmis", "20", "--apart", "8", "--delay-min", "0.05", "--delay-max", "0.1",
-                        "--period", "0.1", "--timeout", "60", "--unplaceable", "2", "--skip-memory")
+    # not be placed), another not Ready, a busy node drained, its share-managers re-created through
+    # the webhook, once with each --migration-targets: all of it in a few seconds.
+    done = bench_keeper(*TINY)
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
-    assert "keeper: 20 opted-in VMIs on 20 nodes (2 not Ready, 2 cordoned)" in out, out
-    assert "KubeVirt runs 5 at once, 2 from one node" in out, out
-    assert re.search(r"CPU generations: 4 Broadwell-IBRS, 16 Skylake-Client-IBRS nodes; the opted-in VMs run "
-                     r"machine types \d+ pc-q35-rhel9.4.0, \d+ pc-q35-rhel9.6.0", out), out
-    apart, movable = figure(out, r"apart at start: (\d+); movable: (\d+);")
-    assert (apart, movable) == (8, 3)
-    for held in ('1 annotated keep: "false"', "1 not live-migratable", "1 storage on a cordoned node",
-                 "1 storage on an unready node", "1 storage on an older CPU generation"):
-        assert held in out, out
-    assert re.search(r"during the run: node-\d+ cordoned, node-\d+ not Ready, node-\d+ drained;", out), out
-    on_it, evacuations, completed = figure(
-        out, r"drain: node-\d+ drained at [\d.]+ s with (\d+) VMs on it: (\d+) evacuation migrations "
-             r"\(system-critical\) created, (\d+) completed, 0 failed, done in [\d.]+ s")
-    assert on_it >= 1 and evacuations == completed >= 1
-    created, succeeded, cancelled = figure(out, r"migrations created: (\d+) \((\d+) succeeded, (\d+) cancelled\)")
-    assert created == succeeded + cancelled and succeeded >= 1 and cancelled >= 1
-    back, of, backing_off = figure(out, r"brought back: (\d+) of (\d+) movable; (\d+) whose migration failed or "
-                                        r"was cancelled back off")
-    assert 1 <= back <= succeeded and of == back + backing_off  # nodes lost and drained hold the others
-    assert "migrations created that cannot be placed: 0; over a slot limit: 0 (KubeVirt runs 2 per source node, " \
-           "5 in the cluster)" in out, out
-    pods, ended = figure(out, r"unplaceable target pods of ours: (\d+) \((\d+) cancelled by the keeper\); ended at most")
-    assert pods == ended == cancelled
-    after = float(re.search(r"ended at most ([\d.]+) s after they became unschedulable", out).group(1))
-    assert 1 <= after <= 2.6, out  # the keeper reads whole seconds: from 1 s after, within 2 s, a pass and its slack
-    ours, limit = figure(out, r"peak in flight: ours (\d+) \(limit (\d+)\)")
-    assert 1 <= ours <= limit == 2
-    assert re.search(r"keeper CPU per full pass \(20 VMIs\): median [\d.]+ ms, max [\d.]+ ms", out), out
-    assert "passes: " in out and "2 leaders" in out
-    assert re.search(r"held by the keeper during the run \(most VMs in one pass\): .*\d+ target unfit", out), out
-    assert "invariant violations: 0" in out
-    assert ("targets: invariants hold met, every movable VM settled met, 0 migrations created that cannot be "
-            "placed met, 0 over a slot limit met, unplaceable ones cancelled within 2.6 s met, drain done met") in out
+    runs = dict(re.findall(r"--- --migration-targets (\w+), --keep-after 1 ---\n(.*?)(?=\n---|\n\nthe drain of)",
+                           done.stdout, re.S))
+    assert list(runs) == ["untouched", "prefer"], done.stdout
+    for mode, out in runs.items():
+        assert "keeper: 60 opted-in VMIs on 11 nodes (2 not Ready, 2 cordoned)" in out, out
+        assert "KubeVirt runs 5 at once, 2 from one node" in out, out
+        assert re.search(r"CPU generations: 2 Broadwell-IBRS, 9 Skylake-Client-IBRS nodes; the opted-in VMs run "
+                         r"machine types \d+ pc-q35-rhel9.4.0, \d+ pc-q35-rhel9.6.0", out), out
+        apart, movable = figure(out, r"apart at start: (\d+); movable: (\d+);")
+        assert (apart, movable) == (8, 3)
+        for held in ('1 annotated keep: "false"', "1 not live-migratable", "1 storage on a cordoned node",
+                     "1 storage on an unready node", "1 storage on an older CPU generation"):
+            assert held in out, out
+        assert re.search(r"during the run: node-\d+ cordoned, node-\d+ not Ready, node-\d+ drained;", out), out
+        created, succeeded, cancelled = figure(out, r"migrations created: (\d+) \((\d+) succeeded, (\d+) cancelled\)")
+        assert created == succeeded + cancelled and succeeded >= 1 and cancelled >= 1
+        back, of, backing_off = figure(out, r"brought back: (\d+) of (\d+) movable; (\d+) whose migration failed or "
+                                            r"was cancelled back off")
+        assert 1 <= back <= succeeded and of == back + backing_off  # nodes lost and drained hold the others
+        assert "migrations created that cannot be placed: 0; over a slot limit: 0 (KubeVirt runs 2 per source node, " \
+               "5 in the cluster)" in out, out
+        pods, ended = figure(out, r"unplaceable target pods of ours: (\d+) \((\d+) cancelled by the keeper\); ended")
+        assert pods == ended == cancelled
+        after = float(re.search(r"ended at most ([\d.]+) s after they became unschedulable", out).group(1))
+        assert 1 <= after <= 2.6, out  # whole seconds read: from 1 s after, within 2 s, a pass and its slack
+        ours, limit = figure(out, r"peak in flight: ours (\d+) \(limit (\d+)\)")
+        assert 1 <= ours <= limit == 2
+        assert re.search(r"keeper CPU per full pass \(60 VMIs\): median [\d.]+ ms, max [\d.]+ ms", out), out
+        assert "passes: " in out and "2 leaders" in out
+        assert re.search(r"held by the keeper during the run \(most VMs in one pass\): .*\d+ target unfit", out), out
+        # The drain: a busy node, all its evacuations at once, two at a time from it.
+        on_it, evacuations, completed = figure(
+            out, r"drain: node-\d+ \(Skylake-Client-IBRS\) drained at [\d.]+ s with (\d+) opted-in VMs on it .*?; "
+                 r"(\d+) evacuation migrations \(system-critical\) created, (\d+) completed, 0 failed, the last ended "
+                 r"at [\d.]+ s, done at [\d.]+ s; 2 running from it at once at most")
+        assert on_it >= 8 and evacuations == completed >= on_it - 1  # the one not live-migratable stays
+        # Its share-managers, each through the webhook's rule and placed again, most while their VM waited.
+        evicted, placed = figure(out, r"share-managers: (\d+) evicted from node-\d+ as the drain began, back [\d.]+–"
+                                      r"[\d.]+ s later through the webhook's share-manager rule \((\d+) placed again; "
+                                      r"0 left unschedulable\)")
+        assert evicted == placed >= 1
+        (serving,) = figure(out, r"of the (\d+) serving opted-in VMs, back while their VM was: ")
+        answers = re.search(r"  the rule's answers: (.*)", out).group(1)
+        assert sum(int(n) for n in re.findall(r"(?:^|; )(\d+) ", answers)) == serving, answers
+        assert re.search(r"\d+ pinned \(e.g. \"pinned to node-\d+", answers), answers
+        landed = re.search(r"  placed: (.*)", out).group(1)
+        assert sum(int(n) for n in re.findall(r"(?:^|, )(\d+) (?:with|where)", landed)) == serving, landed
+        apart_at_end = figure(out, r"the drain's VMs apart at the end: (\d+), held by the keeper as: ")[0]
+        listed = re.findall(r"\n  (vms-\d/vm-\d+) on node-\d+, storage on node-\d+: ([a-z -]+) \(", out)
+        assert len(listed) == apart_at_end and all(hold != "no hold" for _, hold in listed), out
+        (never,) = figure(out, r"the drain's VMs no migration can bring next to their storage \(the storage node "
+                               r"cannot take their migration target\): (\d+)")
+        assert never <= apart_at_end and out.count("; never: node node-") == never
+        assert re.search(r"keeper migrations of the drain's \d+ VMs: \d+ \(\d+ VMs moved again", out), out
+        assert re.search(r"VM-seconds apart of the drain's VMs, from its start to the end of the run \([\d.]+ s\): "
+                         r"\d+ \(\d+ until the drain was done; \d+ by the \d+ apart for good\)", out), out
+        # Every migration target pod went through the webhook, which left them alone here.
+        (evacuated,) = figure(out, r"migration target pods through the webhook: (\d+) evacuation untouched")
+        assert evacuated == evacuations and re.search(r"\d+ ours untouched", out), out
+        assert "invariant violations: 0" in out
+        assert ("targets: invariants hold met, every movable VM settled met, 0 migrations created that cannot be "
+                "placed met, 0 over a slot limit met, unplaceable ones cancelled within 2.6 s met, drain done met, "
+                "the drained node held at least 8 opted-in VMs met, every share-manager evicted placed again met"
+                ) in out
+        goals = re.search(r"goals \(reported, not in the exit status\): (.*)", out).group(1)
+        assert goals.startswith(f"0 of the drain's VMs where no migration can bring them to their storage "
+                                f"{'met' if never == 0 else 'MISSED'}"), goals
+        assert ("0 keeper migrations of the drain's VMs" in goals) == (mode == "prefer"), goals
+    assert re.search(r"the drain of node-\d+ \(\d+ opted-in VMs\) by --migration-targets:\n +untouched +prefer\n",
+                     done.stdout), done.stdout
 
 
 def test_the_memory_figure_at_a_tiny_scale():
@@ -228,3 +275,178 @@ def test_pods_select_nodes_as_kubevirt_renders_them():
     assert old["cpu-model-migration.node.kubevirt.io/Broadwell-IBRS"] == "true"
     assert "cpu-model-migration.node.kubevirt.io/Skylake-Client-IBRS" not in old
     assert "machine-type.node.kubevirt.io/pc-q35-rhel9.6.0" not in old
+
+
+# --------------------------------------------------------------------------- the simulated kube-scheduler
+
+
+def node_named(name, **kwargs):
+    return objects.node(name, allocatable={"cpu": "4", "memory": "8Gi", "pods": "10"}, **kwargs)
+
+
+def pod_asking(memory="1Gi", **spec):
+    pod = {"metadata": {"name": "p", "namespace": "vms", "labels": {"app": "x"}},
+           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": memory}}}]}}
+    pod["spec"].update(spec)
+    return pod
+
+
+def on(node, memory="1Gi", labels=None):
+    return {"metadata": {"name": f"on-{node}-{memory}", "namespace": "vms", "labels": labels or {}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"memory": memory}}}]},
+            "status": {"phase": "Running"}}
+
+
+def by_name(*names, operator="In"):
+    return {"matchFields": [{"key": "metadata.name", "operator": operator, "values": list(names)}]}
+
+
+def affinity(required=None, preferred=()):
+    found = {}
+    if required is not None:
+        found["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": required}
+    if preferred:
+        found["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": weight, "preference": term} for weight, term in preferred]
+    return {"nodeAffinity": found}
+
+
+def test_the_simulated_scheduler_honours_required_terms_ored_and_preferred_weights():
+    nodes = [node_named(n) for n in ("a", "b", "c", "d")]
+    scheduler = Scheduler(random.Random(1))
+    # Terms are ORed, matchFields In and NotIn read the node's name; the other nodes never win.
+    either = affinity([by_name("a", "b", operator="NotIn") | {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["a", "b", "c"]}]}, by_name("d")])
+    assert {scheduler.place(pod_asking(affinity=either), nodes, []).node for _ in range(20)} == {"c", "d"}
+    # An empty term matches nothing: with it alone, nothing fits.
+    assert scheduler.place(pod_asking(affinity=affinity([{}])), nodes, []).node is None
+    # The preferred terms decide among the feasible nodes by weight, ahead of room.
+    preferring = affinity(preferred=[(10, by_name("b")), (60, by_name("c")), (50, by_name("c", "d"))])
+    busy = [on("c", "6Gi")]
+    assert scheduler.place(pod_asking(affinity=preferring), nodes, busy).node == "c"
+    # Without a preference the node with most room wins; a preference outside the required nodes counts for nothing.
+    assert scheduler.place(pod_asking(affinity=affinity([by_name("c", "d")], [(100, by_name("a"))])), nodes,
+                           busy).node == "d"
+
+
+def test_the_simulated_scheduler_filters_as_kube_scheduler_does():
+    cordoned = node_named("cordoned", unschedulable=True)
+    tainted = node_named("tainted", taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}])
+    drained = node_named("drained", taints=[{"key": "kubevirt.io/drain", "effect": "NoSchedule"}])
+    old = objects.node("old", cpu=objects.OLD_CPU)
+    full, free = node_named("full"), node_named("free")
+    nodes = [cordoned, tainted, drained, old, full, free]
+    scheduler = Scheduler()
+    selecting = {"cpu-feature.node.kubevirt.io/ssbd": "true"}
+    placed = scheduler.place(pod_asking(nodeSelector=selecting), nodes, [on("full", "7.5Gi")])
+    assert placed.node == "free"
+    placed = scheduler.place(pod_asking(nodeSelector=selecting), nodes, [on("full", "7.5Gi"), on("free", "7.5Gi")])
+    assert placed.node is None
+    assert placed.message == (
+        "0/6 nodes are available: 2 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint {kubevirt.io/drain: }, 1 node(s) had untolerated taint "
+        "{node.kubernetes.io/unreachable: }, 1 node(s) were unschedulable. preemption: 0/6 nodes are available: "
+        "6 Preemption is not helpful for scheduling.")
+    # Tolerations let a pod through a taint and a cordon.
+    tolerant = pod_asking(nodeSelector={"kubernetes.io/hostname": "cordoned"},
+                          tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])
+    assert scheduler.place(tolerant, nodes, []).node == "cordoned"
+    # A migration target's required anti-affinity keeps it off the node of its VMI's other pods.
+    own = {"kubevirt.io/created-by": "vmi-1"}
+    target = pod_asking(affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": own}, "topologyKey": "kubernetes.io/hostname"}]}},
+        nodeSelector={"kubernetes.io/arch": "amd64"})
+    assert scheduler.place(target, [full, free], [on("free", "1Gi", own)]).node == "full"
+    assert scheduler.place(target, [free], [on("free", "1Gi", own)]).message.startswith(
+        "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules.")
+    done = on("free", "1Gi", own) | {"status": {"phase": "Succeeded"}}
+    assert scheduler.place(target, [free], [done]).node == "free"  # a finished pod holds nothing
+
+
+def test_quantities_read_as_kubernetes_writes_them():
+    assert [scheduler_quantity(q) for q in ("500m", "2Gi", "1e3", "1k", "0.5", 3)] == [0.5, 2 * 2 ** 30, 1000, 1000,
+                                                                                       0.5, 3]
+    launcher = objects.vm_pod()
+    assert scheduler_requests(launcher)["memory"] == 2294 * 2 ** 20
+
+
+# --------------------------------------------------------------------------- the drain's checks
+
+
+def drained_tracker(mode="untouched"):
+    layout = kubevirt.plan(40, 16, 8, 1, 1, 0, seed=1, old_cpu=2)
+    return layout, kubevirt.Tracker(layout, max_inflight=2, drain=True, migration_targets=mode)
+
+
+def target_pod(vm, preferred=(), required=None):
+    pod = {"spec": {"nodeSelector": dict(vm.selector)}}
+    if preferred or required:
+        pod["spec"]["affinity"] = affinity(required, preferred)
+    return pod
+
+
+def answered(patched):
+    return Outcome(Rule.VM, patch=({"op": "add", "path": "/spec/affinity", "value": {}},) if patched else ())
+
+
+def test_the_checker_flags_a_migration_target_the_webhook_changed_where_it_must_not():
+    layout, tracker = drained_tracker("untouched")
+    vm = by_role(layout)[kubevirt.CO_LOCATED][0]
+    evacuation = kubevirt.Migration("kubevirt-evacuation-abcde", vm.namespace, vm, False, None, evacuation=True)
+    before = target_pod(vm)
+    toward = target_pod(vm, preferred=[(100, by_name(vm.storage))])
+    tracker.admitted_target(evacuation, before, before, answered(False))
+    assert tracker.violations == [] and tracker.target_figures() == {"evacuation untouched": 1}
+    tracker.admitted_target(evacuation, before, toward, answered(True))
+    assert tracker.violations == [f"{vm.namespace}/kubevirt-evacuation-abcde: the webhook changed the target pod of "
+                                  f"evacuation migration of {vm.name} (--migration-targets untouched)"]
+
+    layout, tracker = drained_tracker("prefer")
+    vm = by_role(layout)[kubevirt.CO_LOCATED][0]
+    evacuation = kubevirt.Migration("kubevirt-evacuation-abcde", vm.namespace, vm, False, None, evacuation=True)
+    tracker.admitted_target(evacuation, before, toward, answered(True))
+    assert tracker.violations == [] and tracker.target_figures() == {"evacuation patched": 1,
+                                                                     "evacuation toward storage": 1}
+    ours = kubevirt.Migration("m-1", vm.namespace, vm, True, vm.storage)
+    tracker.admitted_target(ours, before, toward, answered(True))
+    narrowed = target_pod(vm, required=[by_name(vm.storage)])
+    tracker.admitted_target(evacuation, before, narrowed, answered(True))
+    assert tracker.violations == [
+        f"{vm.namespace}/m-1: the webhook changed the target pod of ours migration of {vm.name} "
+        "(--migration-targets prefer)",
+        f"{vm.namespace}/kubevirt-evacuation-abcde: the webhook narrowed the target pod of {vm.name} "
+        "(a requirement added)"]
+
+
+def test_the_drain_follows_its_vms_apart_and_those_no_migration_can_bring_back():
+    layout, tracker = drained_tracker()
+    began = datetime.datetime.now(datetime.UTC)
+    new = [n for n in layout.healthy if layout.cpu[n] == objects.NEW_CPU]
+    old = [n for n in layout.healthy if layout.cpu[n] == objects.OLD_CPU]
+    vm = next(v for v in by_role(layout)[kubevirt.CO_LOCATED] if layout.cpu[v.node] == objects.NEW_CPU
+              and v.machine == objects.machine_type(objects.NEW_CPU))
+    drained = vm.node
+    tracker.drain = {"node": drained, "created": 0, "completed": 0, "failed": 0}
+    tracker.drain_began, tracker.drained, tracker.spans = began, {vm.key: vm}, {vm.key: []}
+    tracker.unfit[drained] = ("drained", began)
+    tracker.track(vm, began)
+    tracker.evicted(vm, began)  # its share-manager evicted: not apart, not movable
+    assert vm.role == kubevirt.SETTLING and tracker.spans[vm.key] == []
+    later = began + datetime.timedelta(seconds=4)
+    tracker.served(vm, old[0], later)  # back on an older CPU generation while the VM waits on the drained node
+    assert vm.role == kubevirt.ON_OLDER_CPU and tracker.can_follow(vm, old[0]).startswith(f"node {old[0]} lacks ")
+    other = next(n for n in new if n != drained)
+    assert tracker.can_follow(vm, other) is None
+    evacuated = later + datetime.timedelta(seconds=6)
+    evacuation = kubevirt.Migration("kubevirt-evacuation-x", vm.namespace, vm, False, None, evacuation=True)
+    tracker.added(evacuation)
+    vm.node = other
+    tracker.ended_now(evacuation, "succeeded", evacuated)
+    end = evacuated + datetime.timedelta(seconds=5)
+    figures = tracker.drain_figures(end)
+    assert figures["never"] == 1 and figures["apart"] == [
+        {"vm": f"{vm.namespace}/{vm.name}", "node": other, "storage": old[0], "role": kubevirt.ON_OLDER_CPU,
+         "never": tracker.can_follow(vm, old[0])}]
+    assert figures["vm_seconds"] == {"total": 11.0, "during": 11.0, "forever": 11.0, "span": 15.0}
+    tracker.drain_ended = evacuated
+    assert tracker.drain_figures(end)["vm_seconds"]["during"] == 6.0
