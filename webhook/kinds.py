@@ -73,7 +73,8 @@ VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtual
 LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
 DEPLOYMENT = Resource("Deployment", "apps", "v1", "deployments", True)  # read by `status` alone
 # What the rules read; a snapshot (`--state`) holds these.
-RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER)
+# What the admission rules read (VMIs one at a time: where a leaving VM's migration can land).
+RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER, VMI)
 
 # --------------------------------------------------------------------------- KubeVirt
 

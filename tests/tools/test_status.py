@@ -239,6 +239,7 @@ async def test_errors_are_one_clear_line(tmp_path, kmock, fault, message):
         kmock["get /apis/kubevirt.io/v1/virtualmachineinstances"] << fault
     else:
         seed(kmock, cluster()[0])  # a cluster without KubeVirt
+        del kmock.resources[VMI]
     code, out, err = await run_status(tmp_path, kmock)
     assert (code, out) == (1, "") and err.strip().splitlines() == [message], err
 
