@@ -641,15 +641,17 @@ class Tracker:
 
     def node_to_drain(self) -> str | None:
         """A healthy node of the newer CPU generation (its VMs' migrations cannot go to an older
-        one) with the most movable VMs waiting on it (the keeper wants its outbound slots too),
-        then the most VMs. None when fewer than three healthy nodes are left."""
+        one) holding at least BUSY opted-in VMs, with the most movable VMs waiting on it (the
+        keeper wants its outbound slots too), then the most VMs. None when fewer than three
+        healthy nodes are left."""
         healthy = [n for n in self.layout.healthy if n not in self.unfit and n not in self.kept()]
         if len(healthy) < 3:
             return None
         on = collections.Counter(vm.node for vm in self.layout.vms if vm.role != NOT_OPTED_IN)
         waiting = collections.Counter(vm.node for vm in self.layout.vms
                                       if vm.role == MOVABLE and vm.node != vm.storage and vm.migrating is None)
-        return sorted(healthy, key=lambda n: (self.layout.cpu[n] != objects.NEW_CPU, -waiting[n], -on[n], n))[0]
+        return sorted(healthy, key=lambda n: (self.layout.cpu[n] != objects.NEW_CPU, on[n] < BUSY, -waiting[n], -on[n],
+                                              n))[0]
 
     def lost(self, node: str, why: str, at: datetime.datetime) -> None:
         """From now on `node` is off limits, and the VMs waiting to go there stay where they are."""
@@ -839,6 +841,7 @@ class LiveStore(Unwatched):
 
     def __init__(self, api: SimulatedCluster):
         self.api, self.memo = api, Memo()
+        self._view: tuple[tuple[int, ...], fit.View] | None = None  # the checks' view, until one of its kinds changes
 
     def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
         obj = self.api.stored(self.api.at(resource, namespace if resource.namespaced else None, name))
@@ -861,8 +864,11 @@ class LiveStore(Unwatched):
                 if labels_match(pod, launcher) and claim in claims_of(pod)]
 
     async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> fit.View | None:
-        return fit.StaticView(self.api.live(NODE), self.api.live(POD), self.api.live(PVC), self.api.live(PV),
-                              memo=self.memo)
+        seen = tuple(self.api.changes[self.api.at(kind)[0]] for kind in (NODE, POD, PVC, PV))
+        if self._view is None or self._view[0] != seen:
+            self._view = seen, fit.StaticView(self.api.live(NODE), self.api.live(POD), self.api.live(PVC),
+                                              self.api.live(PV), memo=self.memo)
+        return self._view[1]
 
     async def close(self) -> None:
         return None
@@ -877,7 +883,7 @@ class Admission:
     def __init__(self, settings: Settings, store: Any = None):
         self.settings, self.store = settings, store
         self.answered: collections.Counter[str] = collections.Counter()
-        self.seconds = 0.0  # spent in the rules, all admissions together
+        self.seconds: collections.Counter[str] = collections.Counter()  # spent in the rules, by rule
         self.failed: list[str] = []
 
     async def __call__(self, pod: dict[str, Any], namespace: str) -> tuple[dict[str, Any], Outcome]:
@@ -890,7 +896,7 @@ class Admission:
         began = loop.time()
         outcome = await admit(AdmissionRequest.for_pod(sent, namespace, uid=str(uuid.uuid4())), self.store,
                               self.settings, Deadline.after(10.0, 1.0))  # the apiserver's default timeout
-        self.seconds += loop.time() - began
+        self.seconds[str(outcome.rule)] += loop.time() - began
         self.answered[str(outcome.rule)] += 1
         if outcome.failed:
             self.failed.append(f"the webhook's rules failed on pod {namespace}/{kinds.pod_name(pod)}: {outcome.detail}")
@@ -1308,6 +1314,7 @@ class SimulatedCluster(Apiserver):
         self.kubevirt: KubeVirt | None = None
         self.tracker: Tracker | None = None
         self.watch_lag = 0.0  # seconds VMI and pod changes take to reach the watches (reads see them at once)
+        self.changes: collections.Counter[Any] = collections.Counter()  # changes told, by resource
         self.lagging = {self.at(VMI), self.at(POD)}
         self.late: asyncio.Queue[tuple[float, Any, dict[str, Any]]] | None = None
 
@@ -1345,6 +1352,7 @@ class SimulatedCluster(Apiserver):
                 if kind == wanted and not obj.deleted and (namespace is None or space == namespace)]
 
     async def tell(self, resource: Any, event: dict[str, Any]) -> None:
+        self.changes[resource] += 1
         if resource in self.lagging and self.watch_lag:
             await self.lagged().put((asyncio.get_running_loop().time() + self.watch_lag, resource, event))
         else:
@@ -1417,7 +1425,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     async def report(request: web.Request) -> web.Response:
         found = tracker.report(final=request.query.get("final") == "1")
-        found["admissions"] = {"answered": dict(admission.answered), "seconds": admission.seconds}
+        found["admissions"] = {"answered": dict(admission.answered), "seconds": dict(admission.seconds)}
         found["violations"] += admission.failed
         return web.json_response(found)
 
