@@ -131,8 +131,8 @@ async def run_status(tmp_path, kmock, *args):
 HEADER = [
     "keeper: report (settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate), leader none "
     "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
-    "targeted migration: unknown: not checked yet",
-    "migration priority: unknown: not checked yet",
+    "targeted migration: available: spec.addedNodeSelector is kept: targeted migration works",
+    "migration priority: available: spec.priority is kept: our migrations queue as system-maintenance",
     "migrations in flight: 0 ours (limit 2), 0 in all (limit 5)",
     "",
 ]
@@ -194,8 +194,10 @@ async def test_status_json(tmp_path, kmock):
         "leader": "none (no Lease kubevirt-colocate/kubevirt-colocate-keeper)",
         "limits": {"keep_after_seconds": 600.0, "max_inflight": 2, "max_cluster_inflight": 5, "max_per_day": 2,
                    "max_outbound_per_node": 2},
-        "targeted_migration": {"available": None, "why": "not checked yet", "priority": None,
-                               "priority_why": "not checked yet"},
+        "targeted_migration": {"available": True, "answer": "available",
+                               "why": "spec.addedNodeSelector is kept: targeted migration works", "priority": True,
+                               "priority_answer": "available",
+                               "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
         "in_flight": {"ours": 0, "all": 0}}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
