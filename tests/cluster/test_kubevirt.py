@@ -25,7 +25,7 @@ def full_migration():
     return obj
 
 
-def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model():
+def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model_and_machine_type():
     settings = Settings()
     vmi = copy.deepcopy(load("vmi-migrated.yaml"))
     vmi["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": "vm1-data"}})
@@ -34,8 +34,11 @@ def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model
     kept = shapes(settings)[VMI.kind](vmi)
     assert read_vmi(kept, settings) == read_vmi(vmi, settings)
     assert read_vmi(kept, settings).claims == ("vm1-rootdisk", "vm1-data")
-    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}} and "activePods" not in kept["status"]
+    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}, "machine": {"type": "q35"}}
+    assert "activePods" not in kept["status"]
     assert read_vmi(kept, settings).machine_type == "pc-q35-rhel9.6.0"
+    del vmi["status"]["machine"]  # virt-controller then reads the spec's
+    assert read_vmi(shapes(settings)[VMI.kind](vmi), settings).machine_type == "q35"
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/keep"}
 
 

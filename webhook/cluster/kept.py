@@ -77,7 +77,7 @@ def vmi_kept(settings: Settings) -> Keep:
     return {
         "metadata": {"name": True, "namespace": True, "uid": True, "annotations": lambda key: key in annotations},
         "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
-                 "nodeSelector": True, "domain": {"cpu": {"model": True}}},
+                 "nodeSelector": True, "domain": {"cpu": {"model": True}, "machine": {"type": True}}},
         "status": {
             "phase": True,
             "machine": {"type": True},
