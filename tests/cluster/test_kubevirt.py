@@ -56,3 +56,13 @@ def test_a_migration_reads_the_same_trimmed():
     assert read_migration(kept).ours and read_migration(kept).target == "node-b"
     assert "conditions" not in kept["status"] and "managedFields" not in kept["metadata"]
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/node"}
+
+
+def test_an_evacuation_reads_the_same_trimmed():
+    """What tells the descheduler's evictions from drains stays: the annotation and the priority."""
+    evacuation = copy.deepcopy(load("vmim-evacuation.yaml"))
+    evacuation["spec"]["priority"] = "system-maintenance"
+    kept = shapes(Settings())[VMIM.kind](evacuation)
+    assert read_migration(kept) == read_migration(evacuation) and read_migration(kept).descheduled
+    assert kept["metadata"]["annotations"] == {"kubevirt.io/evacuationMigration": "node-b"}
+    assert kept["spec"] == {"vmiName": "vm1", "priority": "system-maintenance"}
