@@ -25,7 +25,7 @@ def full_migration():
     return obj
 
 
-def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model():
+def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model_and_machine_type():
     settings = Settings()
     vmi = copy.deepcopy(load("vmi-migrated.yaml"))
     vmi["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": "vm1-data"}})
@@ -34,8 +34,11 @@ def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model
     kept = shapes(settings)[VMI.kind](vmi)
     assert read_vmi(kept, settings) == read_vmi(vmi, settings)
     assert read_vmi(kept, settings).claims == ("vm1-rootdisk", "vm1-data")
-    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}} and "activePods" not in kept["status"]
+    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}, "machine": {"type": "q35"}}
+    assert "activePods" not in kept["status"]
     assert read_vmi(kept, settings).machine_type == "pc-q35-rhel9.6.0"
+    del vmi["status"]["machine"]  # virt-controller then reads the spec's
+    assert read_vmi(shapes(settings)[VMI.kind](vmi), settings).machine_type == "q35"
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/keep"}
 
 
@@ -53,3 +56,13 @@ def test_a_migration_reads_the_same_trimmed():
     assert read_migration(kept).ours and read_migration(kept).target == "node-b"
     assert "conditions" not in kept["status"] and "managedFields" not in kept["metadata"]
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/node"}
+
+
+def test_an_evacuation_reads_the_same_trimmed():
+    """What tells the descheduler's evictions from drains stays: the annotation and the priority."""
+    evacuation = copy.deepcopy(load("vmim-evacuation.yaml"))
+    evacuation["spec"]["priority"] = "system-maintenance"
+    kept = shapes(Settings())[VMIM.kind](evacuation)
+    assert read_migration(kept) == read_migration(evacuation) and read_migration(kept).descheduled
+    assert kept["metadata"]["annotations"] == {"kubevirt.io/evacuationMigration": "node-b"}
+    assert kept["spec"] == {"vmiName": "vm1", "priority": "system-maintenance"}

@@ -128,7 +128,9 @@ class Cluster:
     def to_json(self) -> dict[str, Any]:
         limits = self.limits
         return {"mode": str(self.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
-                "limits": {"keep_after_seconds": limits.after.total_seconds(), "max_inflight": limits.max_inflight,
+                "limits": {"keep_after_seconds": limits.after.total_seconds(),
+                           "keep_after_descheduled_seconds": limits.after_descheduled.total_seconds(),
+                           "max_inflight": limits.max_inflight,
                            "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
                            "max_outbound_per_node": limits.max_outbound_per_node},
                 "targeted_migration": {"available": self.targeted, "answer": self.targeted_answer,
@@ -207,8 +209,10 @@ class Report:
 
 def limits_of(settings: Settings) -> Limits:
     """The keeper's bounds from its settings (as the keeper builds them)."""
-    return Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
-                  max_per_day=settings.keep_max_per_day, max_outbound_per_node=settings.keep_max_outbound_per_node)
+    return Limits(after=timedelta(seconds=settings.keep_after),
+                  after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
+                  max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
+                  max_outbound_per_node=settings.keep_max_outbound_per_node)
 
 
 class _Launchers:
