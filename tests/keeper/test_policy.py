@@ -5,12 +5,12 @@ import copy
 
 import pytest
 from admission_policy import PASSED, admit, create_request, delete_request, policy, service_account_user
-from kubevirt_api import VMIMS, apart_vm, eventually, three_nodes
+from kubevirt_api import VMIMS
 
 from webhook.kinds import VMIM
 from webhook.rules.keep import Hold
 
-from .test_kubevirt_targets import stuck_target
+from .test_kubevirt_targets import a_stuck_migration_of_ours
 from .test_passes import record
 
 
@@ -22,13 +22,8 @@ def migration_requests(kmock):
 async def test_every_migration_request_the_keeper_sends_passes_the_install_policy(cluster, make_keeper, kmock):
     """Its dry run, its create and its cancel, as sent, made into the AdmissionRequests the
     apiserver builds for its ServiceAccount."""
-    cluster.seed(three_nodes() + apart_vm())
-    keeper = await make_keeper()
-    assert len((await keeper.run_pass()).created) == 1
-    [made] = cluster.migrations()
+    keeper, made = await a_stuck_migration_of_ours(cluster, make_keeper)
     stored = copy.deepcopy(made)
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
-    await stuck_target(cluster, keeper, made, seconds=90)
     await keeper.run_pass()
     assert cluster.migrations() == []  # cancelled
 
@@ -49,13 +44,8 @@ async def test_every_migration_request_the_keeper_sends_passes_the_install_polic
 async def test_a_migration_whose_name_another_took_is_not_cancelled(cluster, make_keeper, kmock, newcomer_ours):
     """Ours deleted and another created under its name before the keeper's watch shows it: the
     cancel (by uid) is answered 409 Conflict; the newcomer stays, ours counts as gone."""
-    cluster.seed(three_nodes() + apart_vm())
-    keeper = await make_keeper()
-    await keeper.run_pass()
-    [made] = cluster.migrations()
+    keeper, made = await a_stuck_migration_of_ours(cluster, make_keeper)
     name = made["metadata"]["name"]
-    await eventually(lambda: keeper.watch.migrations.get("default", name))
-    await stuck_target(cluster, keeper, made, seconds=90)
     newcomer = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
                 "metadata": {"name": name, "namespace": "default", "uid": "uid-of-the-newcomer",
                              "creationTimestamp": made["metadata"]["creationTimestamp"],
