@@ -23,7 +23,8 @@ class KubeVirtApi(KubernetesApi):
     """kmock's scaffold with a real apiserver's reads and writes (kubefake.apiserver): generated
     names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`; creates turned away
     by `refuse` and deletes by `refuse_delete` (request -> KubernetesError | None), nothing stored
-    or deleted; PUT with 409 on a stale resourceVersion. A test's reactions answer first."""
+    or deleted; PUT with 409 on a stale resourceVersion; DELETE with 409 when its `preconditions`
+    (uid, resourceVersion) do not hold. A test's reactions answer first."""
 
 
 def register(emulator: Any) -> None:

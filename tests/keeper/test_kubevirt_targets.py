@@ -156,6 +156,18 @@ async def stuck_target(cluster, keeper, made, *, seconds):
     await eventually(lambda: keeper.store.pods.get("default", "virt-launcher-vm1-t4rgt"))
 
 
+async def a_stuck_migration_of_ours(cluster, make_keeper, *, seconds=90):
+    """A keeper that made a migration whose target pod has been unschedulable for `seconds`, and
+    that migration (as the keeper's watch shows it)."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    await keeper.run_pass()
+    [made] = cluster.migrations()
+    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
+    await stuck_target(cluster, keeper, made, seconds=seconds)
+    return keeper, made
+
+
 async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and_backs_off(cluster, make_keeper,
                                                                                            caplog):
     cluster.seed(three_nodes() + apart_vm())
@@ -224,13 +236,8 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
 
 
 async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper):
-    cluster.seed(three_nodes() + apart_vm())
-    keeper = await make_keeper()
-    await keeper.run_pass()
-    [made] = cluster.migrations()
+    keeper, made = await a_stuck_migration_of_ours(cluster, make_keeper)
     name = made["metadata"]["name"]
-    await eventually(lambda: keeper.watch.migrations.get("default", name))
-    await stuck_target(cluster, keeper, made, seconds=90)
     async with cluster.api() as session:  # KubeVirt (or an admin) deleted it a moment ago
         await session.delete(f"{VMIMS}/{name}")
     report = await keeper.run_pass()

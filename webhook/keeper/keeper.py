@@ -300,7 +300,8 @@ class Keeper:
                                   now: datetime) -> bool:
         """Delete each migration of ours whose target pod the scheduler has been unable to place
         for UNPLACEABLE_SECONDS (what `virtctl migrate-cancel` does): it counts as failed, with the
-        scheduler's message, and the VM backs off. A 404 is done; another failure is logged and
+        scheduler's message, and the VM backs off. A 404 is done, and so is a 409 (the delete names the
+        migration's uid: the name now holds another object, ours is gone); another failure is logged and
         the migration still counts, to be tried again next pass. (`timing.unplaceable`.) True when
         one was cancelled."""
         timeout = self.timing.request_timeout
@@ -318,8 +319,9 @@ class Keeper:
                 return cancelled
             why = f"its target pod {kinds.pod_name(target)} could not be scheduled for {whole_seconds(now - stuck[0])}s: {stuck[1]}"
             vm = f"{migration.namespace}/{migration.vmi}"
-            answer = await delete_migration(self.api, migration.namespace, migration.name, timeout=timeout)
-            if not answer.ok and answer.status != 404:
+            answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,
+                                            timeout=timeout)
+            if not answer.ok and answer.status not in (404, 409):  # 409: the name holds another object now
                 self._errors.append(f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
                 log.warning("keeper migration not cancelled", extra={"fields": {
                     "vm": vm, "migration": migration.name, "error": answer.error, "why": why}})
