@@ -17,7 +17,7 @@ ADMISSION_DURATION = Histogram("colocate_admission_duration_seconds",
                                "Time to answer one admission review, from request to response.", ["rule"],
                                buckets=ADMISSION_BUCKETS, registry=REGISTRY)
 ADMISSIONS = Counter("colocate_admissions_total",
-                     "Admission reviews answered, by rule and outcome (pinned, preferred, not-pinned, skipped, error).",
+                     "Admission reviews answered, by rule and outcome (pinned, pinned-among, preferred, not-pinned, skipped, error).",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
