@@ -288,6 +288,7 @@ def print_drain(args: argparse.Namespace, drain: dict[str, Any]) -> None:
     print(f"the drain's VMs apart at the end: {len(apart)}, held by the keeper as: {counted(dict(holds))}")
     for one in apart:
         never = f"; never: {one['never']}" if one["never"] else ""
+        never += "; a migration of ours failed: it backs off" if one["failed"] else ""
         print(f"  {one['vm']} on {one['node']}, storage on {one['storage']}: {one.get('hold') or 'no hold'} "
               f"({one.get('decision', '')[:140]}){never}")
     print(f"the drain's VMs no migration can bring next to their storage (the storage node cannot take their "

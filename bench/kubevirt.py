@@ -740,7 +740,8 @@ class Tracker:
         }
         apart = [vm for vm in drained if not vm.settling and vm.node != vm.storage]
         drain["apart"] = [{"vm": f"{vm.namespace}/{vm.name}", "node": vm.node, "storage": vm.storage, "role": vm.role,
-                           "never": self.can_follow(vm, vm.storage)} for vm in apart]
+                           "never": self.can_follow(vm, vm.storage), "failed": vm.failed_at is not None}
+                          for vm in apart]
         drain["never"] = sum(1 for a in drain["apart"] if a["never"])
         ours = collections.Counter(m.vm.key for m in self.migrations.values()
                                    if m.ours and m.vm.key in self.drained and m.created >= began)

@@ -454,7 +454,7 @@ def test_the_drain_follows_its_vms_apart_and_those_no_migration_can_bring_back()
     figures = tracker.drain_figures(end)
     assert figures["never"] == 1 and figures["apart"] == [
         {"vm": f"{vm.namespace}/{vm.name}", "node": other, "storage": old[0], "role": kubevirt.ON_OLDER_CPU,
-         "never": tracker.can_follow(vm, old[0])}]
+         "never": tracker.can_follow(vm, old[0]), "failed": False}]
     assert figures["vm_seconds"] == {"total": 5.0, "during": 5.0, "forever": 5.0, "span": 9.0}
     tracker.drain_ended = began + datetime.timedelta(seconds=6)
     assert tracker.drain_figures(end)["vm_seconds"]["during"] == 2.0
