@@ -1,6 +1,7 @@
 """A fake Kubernetes for the tests and the benchmark: realistic Kubernetes, Longhorn and KubeVirt
-objects (`kubefake.objects`) and an apiserver's reads and writes over kmock's public object store
-(`kubefake.apiserver`), with what kmock's own emulator leaves out.
+objects (`kubefake.objects`), an apiserver's reads and writes over kmock's public object store
+(`kubefake.apiserver`), with what kmock's own emulator leaves out, and where kube-scheduler would
+place a pod (`kubefake.scheduler`, for the benchmark's simulated cluster).
 
 Installed with the project for development (pyproject's package discovery) but not shipped:
 the image installs the webhook package alone.
