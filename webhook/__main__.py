@@ -275,7 +275,8 @@ async def run_review(args: argparse.Namespace) -> int:
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
     envelope = reviews.build_response(request.uid, outcome)
     print(json.dumps(decoded_patch(envelope) if args.patch else envelope, indent=2))
-    summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
+    summary = outcome.decision.reason if outcome.decision else \
+        f"untouched: {outcome.skipped}" + (f" ({outcome.detail})" if outcome.detail else "")
     print(f"# {summary}", file=sys.stderr)
     return 0
 
@@ -309,7 +310,8 @@ async def run_serve(args: argparse.Namespace) -> int:
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else None
         companions.append(StrandedReporter(store, settings, events))
-        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
+        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
+                                     migration_targets=settings.migration_targets == "prefer"))
         if settings.keep != "off":
             from .keeper import lease
             from .keeper.service import KeeperService
