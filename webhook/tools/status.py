@@ -113,6 +113,13 @@ class Cluster:
     in_flight_ours: int
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
+    migration_targets: str = "untouched"  # --migration-targets: what a migration that names no node gets
+
+    @property
+    def targets(self) -> str:
+        if self.migration_targets == "prefer":
+            return "targets of migrations that name no node prefer the storage node (--migration-targets prefer)"
+        return "migration targets untouched"
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -122,7 +129,7 @@ class Cluster:
             f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
-            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
+            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight}); {self.targets}",
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -136,7 +143,8 @@ class Cluster:
                 "targeted_migration": {"available": self.targeted, "answer": self.targeted_answer,
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
-                "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all}}
+                "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
+                "migration_targets": self.migration_targets}
 
 
 def answers(probe: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -291,7 +299,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     (said, why), (priority_said, priority_why) = answers(targeted, off)
     header = Cluster("off" if off else str(mode), await leader(store, settings, now, timeout), limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why, ours, everyone,
-                     settings_from)
+                     settings_from, settings.migration_targets)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped, header)
 
 
