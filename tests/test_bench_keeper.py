@@ -99,9 +99,15 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
         assert re.search(r"keeper migrations of the drain's \d+ VMs: \d+ \(\d+ VMs moved again", out), out
         assert re.search(r"VM-seconds apart of the drain's VMs, from its start to the end of the run \([\d.]+ s\): "
                          r"\d+ \(\d+ until the drain was done; \d+ by the \d+ apart for good\)", out), out
-        # Every migration target pod went through the webhook, which left them alone here.
-        (evacuated,) = figure(out, r"migration target pods through the webhook: (\d+) evacuation untouched")
-        assert evacuated == evacuations and re.search(r"\d+ ours untouched", out), out
+        # Every migration target pod went through the webhook: with prefer, an evacuation's may get a
+        # preference toward its storage node (none while its share-manager is away); others' and ours never.
+        targets = re.search(r"migration target pods through the webhook: (.*?);", out).group(1)
+        counts = {what: int(n) for n, what in re.findall(r"(\d+) ([a-z' ]+?)(?:,|$)", targets)}
+        patched = counts.get("evacuation patched", 0)
+        assert patched + counts.get("evacuation untouched", 0) == evacuations, targets
+        assert counts.get("evacuation toward storage", 0) == patched, targets
+        assert (patched >= 1) == (mode == "prefer"), targets
+        assert counts["ours untouched"] >= 1 and "ours patched" not in counts and "others' patched" not in counts
         assert "invariant violations: 0" in out
         targets = re.search(r"\ntargets: (.*)", out).group(1)
         assert targets.startswith(
