@@ -84,45 +84,31 @@ def _metadata(data: bytes) -> dict[str, Any]:
     return meta
 
 
-def _secret(data: bytes) -> dict[str, Any]:
-    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret"}
+# The fields of each kind read: number -> (JSON field, how it is read).
+SECRET = {1: ("metadata", "meta"), 2: ("data", "bytes-map"), 3: ("type", "text"), 4: ("stringData", "text-map"),
+          5: ("immutable", "bool")}
+CONFIG_MAP = {1: ("metadata", "meta"), 2: ("data", "text-map"), 3: ("binaryData", "bytes-map"), 4: ("immutable", "bool")}
+DELETE_OPTIONS: dict[int, tuple[str, str]] = {}  # the emulator deletes at once, whatever they say
+KINDS = {("v1", "Secret"): SECRET, ("v1", "ConfigMap"): CONFIG_MAP, ("v1", "DeleteOptions"): DELETE_OPTIONS}
+
+
+def _read(api_version: str, kind: str, data: bytes) -> dict[str, Any]:
+    obj: dict[str, Any] = {"apiVersion": api_version, "kind": kind}
+    fields = KINDS[api_version, kind]
     for number, value in _fields(data):
-        if number == 1:
-            obj["metadata"] = _metadata(value)  # type: ignore[arg-type]
-        elif number in (2, 4):  # data (bytes, base64 in JSON), stringData
+        if number not in fields:
+            continue
+        name, how = fields[number]
+        if how == "meta":
+            obj[name] = _metadata(value)  # type: ignore[arg-type]
+        elif how == "text":
+            obj[name] = _text(value)
+        elif how == "bool":
+            obj[name] = bool(value)
+        else:  # a map: bytes values are base64 in JSON
             key, raw = _entry(value)  # type: ignore[arg-type]
-            if number == 2:
-                obj.setdefault("data", {})[key] = base64.b64encode(raw).decode()
-            else:
-                obj.setdefault("stringData", {})[key] = raw.decode()
-        elif number == 3:
-            obj["type"] = _text(value)
-        elif number == 5:
-            obj["immutable"] = bool(value)
+            obj.setdefault(name, {})[key] = base64.b64encode(raw).decode() if how == "bytes-map" else raw.decode()
     return obj
-
-
-def _config_map(data: bytes) -> dict[str, Any]:
-    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap"}
-    for number, value in _fields(data):
-        if number == 1:
-            obj["metadata"] = _metadata(value)  # type: ignore[arg-type]
-        elif number in (2, 3):  # data, binaryData (base64 in JSON)
-            key, raw = _entry(value)  # type: ignore[arg-type]
-            if number == 2:
-                obj.setdefault("data", {})[key] = raw.decode()
-            else:
-                obj.setdefault("binaryData", {})[key] = base64.b64encode(raw).decode()
-        elif number == 4:
-            obj["immutable"] = bool(value)
-    return obj
-
-
-def _delete_options(data: bytes) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "DeleteOptions"}  # the emulator deletes at once, whatever they say
-
-
-READERS = {("v1", "Secret"): _secret, ("v1", "ConfigMap"): _config_map, ("v1", "DeleteOptions"): _delete_options}
 
 
 def decode(body: bytes) -> dict[str, Any]:
@@ -140,7 +126,6 @@ def decode(body: bytes) -> dict[str, Any]:
                     kind = _text(text)
         elif number == 2 and isinstance(value, bytes):
             raw = value
-    reader = READERS.get((api_version, kind))
-    if reader is None:
+    if (api_version, kind) not in KINDS:
         raise ValueError(f"{api_version} {kind} in protobuf is not read here")
-    return reader(raw)
+    return _read(api_version, kind, raw)
