@@ -256,8 +256,11 @@ class KubernetesApi(kmock.KubernetesScaffold):
         for action in kmock.action:
             self.fallback[action] << self.answer
         self.fallback[kmock.method.PUT] << self.answer
-        self.fallback["get", re.compile(r"/openapi/v3/.+")] << self._serve_openapi_group
-        self.fallback["get /openapi/v3"] << self._serve_openapi
+        self.fallback["get", re.compile(r"/openapi/v3/.+")] << self.openapi_group_version
+        self.fallback["get /openapi/v3"] << self.openapi
+        # Ahead of the scaffold's own answers: its core group says "/v1", its version is fixed.
+        self["get /api/v1"] << self.core_resources
+        self["get /version"] << self.version
 
     async def __call__(self, raw_request: web.BaseRequest) -> web.StreamResponse:
         """kmock's, except for what its request parser cannot read, answered here by the apiserver
@@ -288,31 +291,40 @@ class KubernetesApi(kmock.KubernetesScaffold):
             return status(error(405, "MethodNotAllowed", "watches go through kmock's reactions"))
         return web.json_response(got, status=201 if call.method == "POST" else 200)
 
-    async def _serve_server_version(self, request: kmock.Request) -> dict[str, Any]:
+    def version(self) -> dict[str, Any]:
         major, minor, patch = self.server_version
-        return {**await super()._serve_server_version(request), "major": str(major), "minor": str(minor),
-                "gitVersion": f"v{major}.{minor}.{patch}"}
+        return {"major": str(major), "minor": str(minor), "gitVersion": f"v{major}.{minor}.{patch}",
+                "gitTreeState": "clean", "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"}
 
-    async def _serve_version(self, request: kmock.Request) -> dict[str, Any]:
-        found = await super()._serve_version(request)
-        found["groupVersion"] = found["groupVersion"].lstrip("/")  # the core group is "v1", not "/v1"
-        return found
+    def core_resources(self) -> dict[str, Any]:
+        """The discovery of the core group, `/api/v1`, from the resources declared."""
+        listed = []
+        for resource in self.resources:
+            if resource.group != "" or resource.version != "v1":
+                continue
+            info = self.resources[resource]
+            for name in [resource.plural, *(f"{resource.plural}/{sub}" for sub in sorted(info.subresources))]:
+                listed.append({"name": name, "kind": info.kind or resource.plural.capitalize(),
+                               "singularName": info.singular or "", "namespaced": bool(info.namespaced),
+                               "verbs": sorted(info.verbs), "shortNames": sorted(info.shortnames),
+                               "categories": sorted(info.categories)})
+        return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": "v1", "resources": listed}
 
-    def _group_versions(self) -> dict[str, list[Any]]:
+    def group_versions(self) -> dict[str, list[Any]]:
         """The resources served, by OpenAPI v3 path: `api/v1`, `apis/GROUP/VERSION`."""
         found: dict[str, list[Any]] = collections.defaultdict(list)
         for resource in self.resources:
             found["api/v1" if resource.group == "" else f"apis/{resource.group}/{resource.version}"].append(resource)
         return found
 
-    async def _serve_openapi(self, request: kmock.Request) -> dict[str, Any]:
-        return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}"} for path in self._group_versions()}}
+    def openapi(self) -> dict[str, Any]:
+        return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}"} for path in self.group_versions()}}
 
-    async def _serve_openapi_group(self, request: kmock.Request) -> dict[str, Any]:
+    def openapi_group_version(self, request: kmock.Request) -> dict[str, Any]:
         """Each resource's PATCH with its kind and the `fieldValidation` parameter; no schemas."""
         path = request.url.path.removeprefix("/openapi/v3/")
         paths = {}
-        for resource in self._group_versions().get(path, []):
+        for resource in self.group_versions().get(path, []):
             info = self.resources[resource]
             scope = "/namespaces/{namespace}" if info.namespaced else ""
             paths[f"/{path}{scope}/{resource.plural}/{{name}}"] = {"patch": {
