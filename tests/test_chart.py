@@ -36,6 +36,7 @@ from test_manifests import VERSIONS, kubectl
 from webhook.__main__ import build_parser, settings_from
 from webhook.admission.optin import shut_out
 from webhook.config import Settings
+from webhook.tools import certs
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
@@ -320,16 +321,52 @@ async def test_placement_values_reach_the_webhook_and_the_certificate_job(cluste
     resources = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
     rendered = await install(helm_sdkpy, cluster, {
         **placement, "affinity": affinity, "podAnnotations": annotations, "resources": resources,
-        "image": {"repository": "registry.example.com/kubevirt-colocate", "digest": digest}})
+        "image": {"repository": "registry.example.com/kubevirt-colocate", "digest": digest, "pullPolicy": "Always"}})
     validate_strictly(rendered)
     [job] = [o for o in rendered if o["kind"] == "Job"]
     for workload in (one(rendered, "Deployment", NS), job):
         pod = workload["spec"]["template"]
         assert {k: pod["spec"].get(k) for k in placement} == placement, workload["kind"]
         assert pod["metadata"]["annotations"] == annotations
-        assert [c["image"] for c in pod["spec"]["containers"]] == [f"registry.example.com/kubevirt-colocate@{digest}"]
+        assert [(c["image"], c["imagePullPolicy"]) for c in pod["spec"]["containers"]] == [
+            (f"registry.example.com/kubevirt-colocate@{digest}", "Always")]
         assert pod["spec"].get("affinity") == (affinity if workload["kind"] == "Deployment" else None)
     assert container(one(rendered, "Deployment", NS))["resources"] == resources
+
+
+def namespaces_named(value: Any) -> list[str]:
+    """Every `namespace` field anywhere in an object."""
+    if isinstance(value, dict):
+        return [v for k, v in value.items() if k == "namespace" and isinstance(v, str)] + \
+            [n for v in value.values() for n in namespaces_named(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in namespaces_named(v)]
+    return []
+
+
+@pytest.mark.parametrize("values", [{"monitoring": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+                                    BOTH], ids=["self-managed", "cert-manager"])
+async def test_another_namespace_is_followed_everywhere(cluster, helm_sdkpy, values):
+    """Installed into another namespace, every reference follows: the webhook's Service, its own
+    namespace left out of the webhook, the bindings, the certificate's names and the CA injection."""
+    rendered = await install(helm_sdkpy, cluster, copy.deepcopy(values), namespace="colocate-system")
+    validate_strictly(rendered)
+    assert {n for o in rendered for n in namespaces_named(o)} == {"colocate-system"}
+    for hook in hooks(rendered).values():
+        assert hook["clientConfig"]["service"]["namespace"] == "colocate-system"
+    assert hooks(rendered)[VM_HOOK]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system",
+                                                                                             "colocate-system"]
+    names = certs.service_names("kubevirt-colocate", "colocate-system")
+    if values is BOTH:
+        assert sorted(one(rendered, "Certificate", "kubevirt-colocate-serving")["spec"]["dnsNames"]) == sorted(names)
+        annotations = one(rendered, "MutatingWebhookConfiguration")["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "colocate-system/kubevirt-colocate-serving"
+    else:
+        [job] = [o for o in rendered if o["kind"] == "Job"]
+        args = build_parser().parse_args(["certs", *job["spec"]["template"]["spec"]["containers"][0]["args"]])
+        assert certs.service_names(args.service, args.namespace) == names
+        for kind in ("ServiceMonitor", "PrometheusRule", "ConfigMap"):
+            assert one(rendered, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
 # --------------------------------------------------------------------------- the README, run as written
