@@ -55,11 +55,29 @@ def error(status: int, reason: str, message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status, reason, message)
 
 
+def precondition_failed(options: Any, stored: dict[str, Any]) -> str | None:
+    """Why a DELETE's `preconditions` (DeleteOptions: uid, resourceVersion) do not hold for the
+    stored object, in the apiserver's words (k8s.io/apiserver `pkg/registry/rest/delete.go`,
+    `pkg/storage`), or None when they hold or there are none."""
+    wanted = (options.get("preconditions") if isinstance(options, dict) else None) or {}
+    meta = stored.get("metadata") or {}
+    group = str(stored.get("apiVersion", "")).rpartition("/")[0]
+    what = f'{stored.get("kind")}{"." + group if group else ""} "{meta.get("name")}"'
+    if wanted.get("uid") and wanted["uid"] != meta.get("uid"):
+        return (f"Operation cannot be fulfilled on {what}: the UID in the precondition ({wanted['uid']}) does not "
+                f"match the UID in record ({meta.get('uid')}). The object might have been deleted and then recreated")
+    if wanted.get("resourceVersion") and wanted["resourceVersion"] != meta.get("resourceVersion"):
+        return (f"Operation cannot be fulfilled on {what}: Precondition failed: ResourceVersion in precondition: "
+                f"{wanted['resourceVersion']}, ResourceVersion in object meta: {meta.get('resourceVersion')}")
+    return None
+
+
 class Apiserver:
     """Names from generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All`
     creates answered but never stored; a create `refuse` turns away and a delete `refuse_delete`
     turns away as a whole (request -> KubernetesError | None: nothing stored or deleted); PUT
-    replacing an object (the Lease), 409 when its resourceVersion is stale. Otherwise as kmock's
+    replacing an object (the Lease), 409 when its resourceVersion is stale; DELETE with
+    `preconditions` (uid, resourceVersion), 409 when they do not hold. Otherwise as kmock's
     emulator: PATCH merges (a strategic merge patch as kubefake.strategic applies it), DELETE of an
     object with finalizers marks it, its last finalizer gone deletes it; lists and watches by
     namespace and label selector; watches start with every object ADDED."""
@@ -218,6 +236,8 @@ class Apiserver:
         async with self.lock:
             obj = self.found(call)
             meta = obj.raw.get("metadata") or {}
+            if (failed := precondition_failed(call.data, obj.raw)) is not None:
+                raise error(409, "Conflict", failed)
             if meta.get("deletionTimestamp"):
                 pass  # being deleted already
             elif meta.get("finalizers"):

@@ -60,6 +60,16 @@ def vmim(phase="Running", *, ours=True, created=None, name="vm1-colocate-abcde",
     return obj
 
 
+def evacuation(priority="system-maintenance", **changes):
+    """KubeVirt's evacuation that brought vm1 from node-b to node-a (vmim-evacuation.yaml), which
+    the VMI names; by default made for the descheduler's eviction (system-maintenance), with
+    `priority="system-critical"` a drain's. `changes` replace metadata fields."""
+    obj = copy.deepcopy(load("vmim-evacuation.yaml"))
+    obj["spec"]["priority"] = priority
+    obj["metadata"].update(changes)
+    return obj
+
+
 def view(obj=None):
     return read_vmi(obj or vmi_obj(), SETTINGS)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 from typing import Any
 
 import aiohttp
 from conftest import TEST_TIMING, api_host, seed
-from kube import ago, launcher_pod_of, migration, nodes, rwx_disk, stamp, vmi  # noqa: F401  (migration, vmi: for the tests)
+from kube import ago, launcher_pod_of, load, migration, nodes, rwx_disk, stamp, vmi  # noqa: F401  (migration, vmi: for the tests)
 
 from kubefake.apiserver import KubernetesApi
 from webhook import metrics
@@ -22,7 +23,8 @@ class KubeVirtApi(KubernetesApi):
     """kmock's scaffold with a real apiserver's reads and writes (kubefake.apiserver): generated
     names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`; creates turned away
     by `refuse` and deletes by `refuse_delete` (request -> KubernetesError | None), nothing stored
-    or deleted; PUT with 409 on a stale resourceVersion. A test's reactions answer first."""
+    or deleted; PUT with 409 on a stale resourceVersion; DELETE with 409 when its `preconditions`
+    (uid, resourceVersion) do not hold. A test's reactions answer first."""
 
 
 def register(emulator: Any) -> None:
@@ -144,6 +146,26 @@ def apart_vm(name: str = "vm1", *, node: str = "node-a", storage: str = "node-b"
     for share_manager_pod in disk[3:]:
         share_manager_pod["metadata"]["creationTimestamp"] = ago(days=4)
     return disk + [obj, launcher(obj)]
+
+
+def evacuated_vm(ended: datetime.datetime, *, priority: str = "system-maintenance") -> list[dict[str, Any]]:
+    """vm1 on node-a, its disk served from node-b, brought there from node-b by KubeVirt's
+    evacuation (tests/fixtures/vmim-evacuation.yaml) that ended at `ended`, which the VMI names:
+    made for the descheduler's eviction (system-maintenance) by default, for a drain with
+    `priority="system-critical"`."""
+    objects = apart_vm(migrated_from="node-b", migration_end=stamp(ended))
+    evacuation = load("vmim-evacuation.yaml")
+    evacuation["metadata"]["creationTimestamp"] = stamp(ended - datetime.timedelta(seconds=30))
+    evacuation["spec"]["priority"] = priority
+    evacuation["status"]["phaseTransitionTimestamps"] = [
+        {"phase": phase, "phaseTransitionTimestamp": stamp(ended - datetime.timedelta(seconds=seconds))}
+        for phase, seconds in (("Pending", 30), ("Scheduling", 30), ("Scheduled", 29), ("PreparingTarget", 29),
+                               ("TargetReady", 28), ("Running", 28), ("Succeeded", 0))]
+    evacuation["status"]["migrationState"].update(startTimestamp=stamp(ended - datetime.timedelta(seconds=28)),
+                                                  endTimestamp=stamp(ended))
+    vm1 = next(o for o in objects if o["kind"] == "VirtualMachineInstance")
+    vm1["status"]["migrationState"]["migrationUid"] = evacuation["metadata"]["uid"]
+    return objects + [evacuation]
 
 
 def three_nodes() -> list[dict[str, Any]]:

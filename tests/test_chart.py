@@ -28,6 +28,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
 from helm import (CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Command, HelmApi, commands, kubeconfig,
                   objects, run, sdk, serve, set_value)
 from kube import kubeconfig_for
@@ -182,10 +183,16 @@ async def test_the_opt_in_key_is_named_once_for_the_flag_and_the_match_condition
     # The server's own check of its webhook configuration lets that key through, and not the default.
     assert shut_out(configuration_, "example.com/colocate") == []
     assert shut_out(configuration_, Settings().opt_in_annotation) == [VM_HOOK]
+    # The condition itself, evaluated (CEL) on pods as the apiserver sees them.
     [condition] = hooks([configuration_])[VM_HOOK]["matchConditions"]
-    assert condition["expression"] == ("has(object.metadata.annotations) && 'example.com/colocate' in "
-                                       "object.metadata.annotations && "
-                                       "object.metadata.annotations['example.com/colocate'] == 'true'")
+
+    def lets_through(annotations):
+        return evaluate(condition["expression"], {"object": {"metadata": {"annotations": annotations}}})
+
+    assert lets_through({"example.com/colocate": "true"})
+    assert not lets_through({"example.com/colocate": "false"})
+    assert not lets_through({Settings().opt_in_annotation: "true"})
+    assert not evaluate(condition["expression"], {"object": {"metadata": {}}})
     validate_strictly([deployment, configuration_])
 
 
@@ -251,13 +258,15 @@ def test_the_defaults_are_the_servers():
     """A value equal to the server's default gives no flag: both must be the server's own defaults."""
     server, values = Settings(), values_file()
     assert server_defaults() == {
-        "keepAfter": server.keep_after, "keepMaxInflight": server.keep_max_inflight,
+        "keepAfter": server.keep_after, "keepAfterDescheduled": server.keep_after_descheduled,
+        "keepMaxInflight": server.keep_max_inflight,
         "keepMaxPerDay": server.keep_max_per_day, "pin": server.pin, "optInAnnotation": server.opt_in_annotation,
         "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule}
-    assert (values["keeper"]["after"], values["keeper"]["maxInflight"], values["keeper"]["maxPerDay"], values["pin"],
+    keeper = values["keeper"]
+    assert (keeper["after"], keeper["afterDescheduled"], keeper["maxInflight"], keeper["maxPerDay"], values["pin"],
             values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"]) == (
-        server.keep_after, server.keep_max_inflight, server.keep_max_per_day, server.pin, server.opt_in_annotation,
-        server.longhorn_namespace, server.share_manager_rule)
+        server.keep_after, server.keep_after_descheduled, server.keep_max_inflight, server.keep_max_per_day, server.pin,
+        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule)
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == version  # the default image tag: the image of this version
@@ -284,7 +293,8 @@ async def test_the_schema_refuses_a_bad_value_before_anything_is_created(cluster
 
 async def test_the_settings_become_flags_that_serve_reads(cluster, helm_sdkpy):
     rendered = await install(helm_sdkpy, cluster, {
-        "keeper": {"mode": "off", "after": 120, "maxInflight": 4, "maxPerDay": 1}, "pin": "preferred",
+        "keeper": {"mode": "off", "after": 120, "afterDescheduled": 0, "maxInflight": 4, "maxPerDay": 1},
+        "pin": "preferred",
         "longhorn": {"namespace": "storage"}, "logLevel": "debug", "replicas": 3,
         "env": [{"name": "COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE", "value": "3"}]})
     validate_strictly(rendered)
@@ -292,9 +302,9 @@ async def test_the_settings_become_flags_that_serve_reads(cluster, helm_sdkpy):
     env = {e["name"]: e.get("value") for e in container(deployment)["env"]}
     assert env["LOG_LEVEL"] == "debug" and deployment["spec"]["replicas"] == 3
     settings = served_settings(deployment, {"COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE": env["COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE"]})
-    assert (settings.keep, settings.keep_after, settings.keep_max_inflight, settings.keep_max_per_day, settings.pin,
-            settings.longhorn_namespace, settings.keep_max_outbound_per_node, settings.share_manager_rule) == (
-        "off", 120.0, 4, 1, "preferred", "storage", 3, True)
+    assert (settings.keep, settings.keep_after, settings.keep_after_descheduled, settings.keep_max_inflight,
+            settings.keep_max_per_day, settings.pin, settings.longhorn_namespace, settings.keep_max_outbound_per_node,
+            settings.share_manager_rule) == ("off", 120.0, 0.0, 4, 1, "preferred", "storage", 3, True)
     # The share-manager entry follows Longhorn to its namespace, and only there.
     assert hooks(rendered)[SHARE_MANAGER_HOOK]["namespaceSelector"]["matchExpressions"] == [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["storage"]}]
@@ -356,6 +366,14 @@ async def test_another_namespace_is_followed_everywhere(cluster, helm_sdkpy, val
         assert hook["clientConfig"]["service"]["namespace"] == "colocate-system"
     assert hooks(rendered)[VM_HOOK]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system",
                                                                                              "colocate-system"]
+    # The policy holds the ServiceAccount of this namespace to its own migrations, and no other.
+    policy = one(rendered, "ValidatingAdmissionPolicy")
+    foreign = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+               "metadata": {"generateName": "not-ours-", "namespace": "default"}, "spec": {"vmiName": "vm1"}}
+    ours = service_account("colocate-system", "kubevirt-colocate", pod="kubevirt-colocate-7d9c6b5f4-x2x9q")
+    assert admit(policy, create_request(foreign, ours)).rules == ("create-labelled", "create-targeted")
+    elsewhere = service_account(NS, "kubevirt-colocate", pod="kubevirt-colocate-7d9c6b5f4-x2x9q")
+    assert admit(policy, create_request(foreign, elsewhere)) == UNTOUCHED
     names = certs.service_names("kubevirt-colocate", "colocate-system")
     if values is BOTH:
         assert sorted(one(rendered, "Certificate", "kubevirt-colocate-serving")["spec"]["dnsNames"]) == sorted(names)

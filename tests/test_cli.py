@@ -271,6 +271,17 @@ def test_a_state_file_with_nothing_usable_is_a_warning(tmp_path):
 
 # --------------------------------------------------------------------------- flags and help
 
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--keep-after-descheduled", "-1"], {}, "error: keep-after and keep-after-descheduled must be >= 0"),
+    ([], {"COLOCATE_KEEP_AFTER_DESCHEDULED": "6h"}, "error: COLOCATE_KEEP_AFTER_DESCHEDULED: expected a number, got '6h'"),
+], ids=["negative-flag", "not-a-number-in-env"])
+def test_a_bad_keeper_setting_is_one_line_before_anything_runs(args, env, message, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "webhook", "status", *args], capture_output=True, text=True,
+                          timeout=60, env={**no_credentials_env(tmp_path), **env})
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(message), done.stderr
+
 # Flags of one verb that another does nothing with: each verb refuses them.
 FOREIGN_FLAGS = [
     pytest.param(["status", "--pin", "preferred"], id="status-pin"),

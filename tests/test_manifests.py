@@ -14,6 +14,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import admission_policy
 import kubernetes_validate
 import pytest
 import yaml
@@ -119,7 +120,8 @@ def test_the_install_is_complete(rendered):
     variant, objects = rendered
     kinds = {o["kind"] for o in objects}
     assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                     "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration"}
+                     "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     if variant == "self-managed":
         assert kinds >= {"Job", "Secret", "Role", "RoleBinding"}
         assert not kinds & {"Issuer", "Certificate"}
@@ -127,9 +129,12 @@ def test_the_install_is_complete(rendered):
         assert not kinds & {"Job", "Secret"}  # nothing of the self-managed path
         assert {o["metadata"]["name"] for o in objects if o["kind"].startswith("Cluster")} == {NS}
         assert {o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")} == {NS}  # the Lease's
-    namespaced = [o for o in objects if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
-                                                          "MutatingWebhookConfiguration")]
+    cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    namespaced = [o for o in objects if o["kind"] not in cluster_scoped]
     assert {o["metadata"].get("namespace") for o in namespaced} == {NS}
+    # kustomize does not know the policy's kinds are cluster-scoped: the kustomizations take it off.
+    assert not [o["kind"] for o in objects if o["kind"] in cluster_scoped and "namespace" in o["metadata"]]
     assert one(objects, "Namespace")["metadata"]["name"] == NS
 
 
@@ -170,8 +175,8 @@ def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migra
         assert granted.pop((resource.group, resource.plural)) == read, resource
     assert granted.pop(("", "events")) == {"create", "patch"}
     assert granted.pop(("events.k8s.io", "events")) == {"create", "patch"}
-    # The keeper: VMIs watched; migrations watched, created and deleted (ours, to cancel them).
-    assert granted.pop((VMI.group, VMI.plural)) == read
+    # The keeper: VMIs watched (the rules read them too); migrations watched, created and deleted (ours, to cancel them).
+    assert VMI in RESOURCES
     assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create", "delete"}
     assert granted == {}  # nothing else: no secrets, no writes to what we read
 
@@ -225,6 +230,36 @@ def test_bindings_tie_each_role_to_its_service_account(rendered):
         assert binding["metadata"]["name"] in accounts
     for template in pod_templates(objects):
         assert template["spec"]["serviceAccountName"] in accounts
+
+
+def test_the_policy_holds_the_account_the_keeper_runs_as_to_its_own_migrations(rendered):
+    """What RBAC cannot narrow (create and delete on every migration), the ValidatingAdmissionPolicy
+    does, for exactly the ServiceAccount the Deployment runs as and the ClusterRoleBinding grants:
+    the policy tested in tests/test_admission_policy.py is the one installed."""
+    _, objects = rendered
+    vap = one(objects, "ValidatingAdmissionPolicy")
+    assert {k: v for k, v in vap.items() if k != "metadata"} == {
+        k: v for k, v in admission_policy.policy().items() if k != "metadata"}
+    deployment = one(objects, "Deployment", NS)
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    binding = one(objects, "ClusterRoleBinding", NS)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": deployment["metadata"]["namespace"]}]
+    username = f"system:serviceaccount:{deployment['metadata']['namespace']}:{account}"
+    assert username == admission_policy.service_account_user()["username"]
+    [condition] = vap["spec"]["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == '{username}'"
+    # The rules cover what the ClusterRole grants beyond reading: create and delete of migrations.
+    granted = {verb for rule in rules_of(objects, "ClusterRole", NS) if VMIM.plural in rule["resources"]
+               for verb in rule["verbs"]} - {"get", "list", "watch"}
+    [constraint] = vap["spec"]["matchConstraints"]["resourceRules"]
+    assert (constraint["apiGroups"], constraint["resources"]) == ([VMIM.group], [VMIM.plural])
+    assert {op.lower() for op in constraint["operations"]} == granted == {"create", "delete"}
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    policy_binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy_binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert "Deny" in policy_binding["spec"]["validationActions"]
+    assert set(policy_binding["spec"]) == {"policyName", "validationActions"}  # no params, every request it matches
 
 
 # --------------------------------------------------------------------------- workloads

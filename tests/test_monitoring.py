@@ -38,7 +38,7 @@ SEVERITIES = {"warning", "critical"}
 EXTERNAL_SERIES: frozenset[str] = frozenset()
 # What the dashboard must show (docs/monitoring.md).
 DASHBOARD_PANELS = {"Admissions by outcome", "Admission latency", "Co-location state", "Keeper migrations",
-                    "Cache health", "Certificate expiry", "Certificate expires in"}
+                    "Cache health", "Certificate expiry", "Certificate expires in", "What holds VMs apart"}
 
 
 # --------------------------------------------------------------------------- tools
@@ -343,7 +343,7 @@ def test_every_metric_the_alerts_and_the_dashboard_read_is_exported():
     assert not missing
     # Each keeper metric is watched by an alert or shown on the dashboard.
     keeper = {"colocate_vms", "colocate_vms_apart_longest_seconds", "colocate_vms_apart_over_hour",
-              "colocate_keeper_migrations_total", "colocate_keeper_leader", "colocate_keeper_targeted_migration",
+              "colocate_vms_held", "colocate_keeper_migrations_total", "colocate_keeper_leader", "colocate_keeper_targeted_migration",
               "colocate_stranded_pods"}
     assert keeper <= set(used) and keeper <= available
 

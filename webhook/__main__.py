@@ -96,8 +96,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-KEEPER_SETTINGS = ("keep", "keep_after", "keep_max_inflight", "keep_max_per_day", "keep_max_outbound_per_node",
-                   "lease_namespace", "lease_name")
+KEEPER_SETTINGS = ("keep", "keep_after", "keep_after_descheduled", "keep_max_inflight", "keep_max_per_day",
+                   "keep_max_outbound_per_node", "lease_namespace", "lease_name")
 
 
 def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +107,10 @@ def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--keep-after", type=float, metavar="SECONDS",
                        help=f"seconds a VM is apart, and since its last migration, before it is moved "
                             f"{default('keep_after')}")
+    group.add_argument("--keep-after-descheduled", type=float, metavar="SECONDS",
+                       help="seconds after the descheduler moved a VM (its eviction's migration ended) before it "
+                            "is moved back to its storage; 0: no longer than --keep-after "
+                            f"{default('keep_after_descheduled')}")
     group.add_argument("--keep-max-inflight", type=int, metavar="N",
                        help=f"our migrations in flight at once {default('keep_max_inflight')}")
     group.add_argument("--keep-max-per-day", type=int, metavar="N",

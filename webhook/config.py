@@ -42,6 +42,7 @@ class Settings:
     # The keeper: "off", "report" (decide and report only) or "migrate".
     keep: str = "report"
     keep_after: float = 600.0  # seconds apart (and since the VM's last migration) before acting
+    keep_after_descheduled: float = 21600.0  # seconds since the descheduler moved a VM before taking it back
     keep_max_inflight: int = 2  # our migrations in flight at once
     keep_max_per_day: int = 2  # our migrations of one VM in 24 hours
     keep_max_outbound_per_node: int = 2  # KubeVirt's parallelOutboundMigrationsPerNode
@@ -52,10 +53,10 @@ class Settings:
         for name, allowed in (("pin", PIN_MODES), ("keep", KEEP_MODES), ("migration_targets", MIGRATION_TARGET_MODES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
-        if (self.keep_after < 0 or self.keep_max_inflight < 1 or self.keep_max_per_day < 1
-                or self.keep_max_outbound_per_node < 1):
-            raise ValueError("keep-after must be >= 0, keep-max-inflight, keep-max-per-day and "
-                             "keep-max-outbound-per-node >= 1")
+        if (self.keep_after < 0 or self.keep_after_descheduled < 0 or self.keep_max_inflight < 1
+                or self.keep_max_per_day < 1 or self.keep_max_outbound_per_node < 1):
+            raise ValueError("keep-after and keep-after-descheduled must be >= 0, keep-max-inflight, "
+                             "keep-max-per-day and keep-max-outbound-per-node >= 1")
         # A bad key would make every opted-in pod fail validation: refuse to start instead.
         for key in (self.opt_in_annotation, self.decision_annotation):
             if not _QUALIFIED_NAME.fullmatch(key):

@@ -73,7 +73,8 @@ VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtual
 LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
 DEPLOYMENT = Resource("Deployment", "apps", "v1", "deployments", True)  # read by `status` alone
 # What the rules read; a snapshot (`--state`) holds these.
-RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER)
+# What the admission rules read (VMIs one at a time: where a leaving VM's migration can land).
+RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER, VMI)
 
 # --------------------------------------------------------------------------- KubeVirt
 
@@ -100,6 +101,13 @@ CPU_FEATURE = "cpu-feature.node.kubevirt.io/"
 CPU_VENDOR = "cpu-vendor.node.kubevirt.io/"
 MACHINE_TYPE = "machine-type.node.kubevirt.io/"
 HOST_MODEL = "host-model"  # spec.domain.cpu.model: the host's CPU, as the node labeller names it
+# A drain's or an eviction's migration (pkg/virt-controller/watch/drain/evacuation/evacuation.go,
+# `GenerateNewMigration`): generateName kubevirt-evacuation-, this annotation naming the node it
+# leaves, spec.priority system-critical, or system-maintenance when the VMI's
+# kubevirt.io/eviction-source is "descheduler" (KubeVirt >= 1.7; virt-handler removes that
+# annotation from the VMI once the migration completes, so only the migration tells afterwards).
+EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"
+DESCHEDULER_PRIORITY = "system-maintenance"
 
 # --------------------------------------------------------------------------- Longhorn
 

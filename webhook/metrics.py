@@ -17,7 +17,7 @@ ADMISSION_DURATION = Histogram("colocate_admission_duration_seconds",
                                "Time to answer one admission review, from request to response.", ["rule"],
                                buckets=ADMISSION_BUCKETS, registry=REGISTRY)
 ADMISSIONS = Counter("colocate_admissions_total",
-                     "Admission reviews answered, by rule and outcome (pinned, preferred, not-pinned, skipped, error).",
+                     "Admission reviews answered, by rule and outcome (pinned, pinned-among, preferred, not-pinned, skipped, error).",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
@@ -42,6 +42,8 @@ VMS_APART_LONGEST = Gauge("colocate_vms_apart_longest_seconds",
                           registry=None)
 VMS_APART_OVER_HOUR = Gauge("colocate_vms_apart_over_hour", "Opted-in VMs apart from their storage for over an hour.",
                             registry=None)
+VMS_HELD = Gauge("colocate_vms_held", "Opted-in VMs apart from their storage, by what holds them where they are.",
+                 ["hold"], registry=None)
 KEEPER_MIGRATIONS = Counter("colocate_keeper_migrations_total",
                             "Migrations of the keeper by result (created, succeeded, failed, error).", ["result"],
                             registry=None)
@@ -50,7 +52,7 @@ KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the
 KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
                         "1 when the cluster keeps spec.addedNodeSelector (targeted migration works), 0 when it prunes it.",
                         registry=None)
-KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, KEEPER_MIGRATIONS)
+KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS)
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED)
 
 

@@ -1,9 +1,16 @@
-"""What the keeper's caches keep of VMIs and migrations: everything rules/keep.py reads, little else."""
+"""What the keeper's caches keep of VMIs and migrations: everything rules/keep.py reads, little else;
+and a migration deleted by uid, never another one that took its name."""
 import copy
 
+import aiohttp
+import pytest
+from conftest import api_host
 from kube import load
+from kubevirt_api import VMIMS, KubeVirtApi, register
 
+from webhook.cluster import client
 from webhook.cluster.kept import shapes
+from webhook.cluster.kubevirt import create_migration, delete_migration
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
 from webhook.rules.migrations import read_migration
@@ -25,7 +32,7 @@ def full_migration():
     return obj
 
 
-def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model():
+def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model_and_machine_type():
     settings = Settings()
     vmi = copy.deepcopy(load("vmi-migrated.yaml"))
     vmi["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": "vm1-data"}})
@@ -34,8 +41,11 @@ def test_a_vmi_reads_the_same_trimmed_and_keeps_of_its_domain_only_the_cpu_model
     kept = shapes(settings)[VMI.kind](vmi)
     assert read_vmi(kept, settings) == read_vmi(vmi, settings)
     assert read_vmi(kept, settings).claims == ("vm1-rootdisk", "vm1-data")
-    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}} and "activePods" not in kept["status"]
+    assert kept["spec"]["domain"] == {"cpu": {"model": "host-model"}, "machine": {"type": "q35"}}
+    assert "activePods" not in kept["status"]
     assert read_vmi(kept, settings).machine_type == "pc-q35-rhel9.6.0"
+    del vmi["status"]["machine"]  # virt-controller then reads the spec's
+    assert read_vmi(shapes(settings)[VMI.kind](vmi), settings).machine_type == "q35"
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/co-schedule", "kubevirt-scheduler/keep"}
 
 
@@ -53,3 +63,66 @@ def test_a_migration_reads_the_same_trimmed():
     assert read_migration(kept).ours and read_migration(kept).target == "node-b"
     assert "conditions" not in kept["status"] and "managedFields" not in kept["metadata"]
     assert set(kept["metadata"]["annotations"]) == {"kubevirt-scheduler/node"}
+
+
+def test_an_evacuation_reads_the_same_trimmed():
+    """What tells the descheduler's evictions from drains stays: the annotation and the priority."""
+    evacuation = copy.deepcopy(load("vmim-evacuation.yaml"))
+    evacuation["spec"]["priority"] = "system-maintenance"
+    kept = shapes(Settings())[VMIM.kind](evacuation)
+    assert read_migration(kept) == read_migration(evacuation) and read_migration(kept).descheduled
+    assert kept["metadata"]["annotations"] == {"kubevirt.io/evacuationMigration": "node-b"}
+    assert kept["spec"] == {"vmiName": "vm1", "priority": "system-maintenance"}
+
+
+# --------------------------------------------------------------------------- deleting by uid
+
+
+@pytest.fixture
+def kmock_options(kmock_options):
+    return {**kmock_options, "cls": KubeVirtApi}
+
+
+async def test_a_migration_is_deleted_by_uid_never_one_that_took_its_name(kmock):
+    """A cancel names the migration's uid (DeleteOptions.preconditions): if ours went and someone
+    created another under the same name meanwhile, the apiserver answers 409 and leaves it be."""
+    register(kmock)
+    api = client.for_host(api_host(kmock))
+    try:
+        ours = await create_migration(api, load("vmim-to-storage.yaml"), timeout=2)
+        name, uid = ours.obj["metadata"]["name"], ours.obj["metadata"]["uid"]
+        async with aiohttp.ClientSession(api_host(kmock), raise_for_status=True) as session:
+            await session.delete(f"{VMIMS}/{name}")  # an admin cancels ours, and a user's takes the name
+            await session.post(VMIMS, json={"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                                            "metadata": {"name": name, "namespace": "default"},
+                                            "spec": {"vmiName": "vm1"}})
+        answer = await delete_migration(api, "default", name, uid=uid, timeout=2)
+        assert answer.status == 409 and not answer.ok
+        assert (f'VirtualMachineInstanceMigration.kubevirt.io "{name}": the UID in the precondition ({uid}) does not '
+                "match the UID in record") in answer.error
+        theirs = kmock.objects[VMIM, "default", name]
+        assert not theirs.deleted and theirs.raw["metadata"]["uid"] != uid
+        sent = [r for r in kmock if r.method == "DELETE" and r.name == name][-1]
+        assert sent.data == {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+
+        answer = await delete_migration(api, "default", name, uid=theirs.raw["metadata"]["uid"], timeout=2)
+        assert answer.ok and kmock.objects[VMIM, "default", name].deleted
+    finally:
+        await api.close()
+
+
+async def test_a_stale_resource_version_precondition_is_a_conflict_too(kmock):
+    register(kmock)
+    async with aiohttp.ClientSession(api_host(kmock)) as session:
+        async with session.post(VMIMS, json=load("vmim-to-storage.yaml")) as response:
+            made = await response.json()
+        name = made["metadata"]["name"]
+        stale = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"resourceVersion": "1"}}
+        async with session.delete(f"{VMIMS}/{name}", json=stale) as response:
+            assert response.status == 409 and (await response.json())["reason"] == "Conflict"
+        assert not kmock.objects[VMIM, "default", name].deleted
+        current = {**stale, "preconditions": {"resourceVersion": made["metadata"]["resourceVersion"],
+                                              "uid": made["metadata"]["uid"]}}
+        async with session.delete(f"{VMIMS}/{name}", json=current) as response:
+            assert response.status == 200
+        assert kmock.objects[VMIM, "default", name].deleted

@@ -61,25 +61,60 @@ async def test_another_vendor_holds_the_vm(cluster, make_keeper):
     assert "node node-b lacks" in record(report).decision and cluster.migrations() == []
 
 
-@pytest.mark.parametrize("broken, reason", [
-    ("machine type", "cannot tell what its migration target needs: the VMI shows no status.machine.type"),
-    ("labeller", "cannot tell what its migration target needs: source node node-a has no "
-                 "host-model-cpu.node.kubevirt.io/* label"),
-], ids=["vmi-without-machine-type", "source-without-labeller-labels"])
-async def test_what_the_target_pod_cannot_be_built_from_holds_the_vm(cluster, make_keeper, broken, reason):
-    objects = apart_vm()
-    if broken == "machine type":
-        next(o for o in objects if o["kind"] == "VirtualMachineInstance")["status"].pop("machine")
-        nodes = three_nodes()
-    else:
-        nodes = [node("node-a", cpu=None), node("node-b"), node("node-c")]
-    cluster.seed(nodes + objects)
+async def test_what_the_target_pod_cannot_be_built_from_holds_the_vm(cluster, make_keeper):
+    cluster.seed([node("node-a", cpu=None), node("node-b"), node("node-c")] + apart_vm())
     keeper = await make_keeper()
     for _ in range(2):
         report = await keeper.run_pass()
         assert report.created == ()
-    assert record(report).hold == Hold.TARGET_UNFIT and reason in record(report).decision
+    assert record(report).hold == Hold.TARGET_UNFIT
+    assert ("cannot tell what its migration target needs: source node node-a has no "
+            "host-model-cpu.node.kubevirt.io/* label") in record(report).decision
     assert cluster.migrations(ours=False) == []
+
+
+def without_machine_types(name):
+    """A node whose labeller listed no machine type."""
+    bare = node(name)
+    for key in [k for k in bare["metadata"]["labels"] if k.startswith("machine-type.")]:
+        del bare["metadata"]["labels"][key]
+    return bare
+
+
+@pytest.mark.parametrize("moves", [True, False], ids=["storage-node-has-it", "storage-node-lacks-it"])
+async def test_a_vmi_without_status_machine_type_is_judged_by_its_specs(cluster, make_keeper, moves):
+    """virt-controller's machine type: status.machine.type, else spec.domain.machine.type (q35)."""
+    objects = apart_vm()
+    next(o for o in objects if o["kind"] == "VirtualMachineInstance")["status"].pop("machine")
+    storage = node("node-b")
+    if not moves:
+        del storage["metadata"]["labels"]["machine-type.node.kubevirt.io/q35"]
+    cluster.seed([node("node-a"), storage, node("node-c")] + objects)
+    keeper = await make_keeper()
+    report = await keeper.run_pass()
+    if moves:
+        assert len(report.created) == 1, record(report).decision
+        [made] = cluster.migrations()
+        assert made["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+    else:
+        assert report.created == () and record(report).hold == Hold.TARGET_UNFIT
+        assert record(report).decision == ("cannot move to node-b: node node-b lacks machine-type.node.kubevirt.io/"
+                                           "q35 (machine type of the VM's spec)")
+
+
+async def test_a_vmi_without_any_machine_type_needs_none_of_its_target(cluster, make_keeper):
+    """Neither in the status nor in the spec: no machine-type selector, so a storage node whose
+    labeller listed no machine type takes the migration."""
+    objects = apart_vm()
+    vm = next(o for o in objects if o["kind"] == "VirtualMachineInstance")
+    vm["status"].pop("machine")
+    vm["spec"]["domain"].pop("machine")
+    launcher_pod = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"].startswith("virt-launcher"))
+    launcher_pod["spec"]["nodeSelector"].pop("machine-type.node.kubevirt.io/q35")  # rendered from that VMI
+    cluster.seed([node("node-a"), without_machine_types("node-b"), node("node-c")] + objects)
+    keeper = await make_keeper()
+    report = await keeper.run_pass()
+    assert len(report.created) == 1, record(report).decision
 
 
 async def test_a_vm_with_a_named_cpu_model_moves_to_a_node_that_has_it(cluster, make_keeper):
@@ -119,6 +154,18 @@ async def stuck_target(cluster, keeper, made, *, seconds):
         "lastTransitionTime": ago(seconds=seconds)}]}
     await cluster.create("/api/v1/namespaces/default/pods", pod)
     await eventually(lambda: keeper.store.pods.get("default", "virt-launcher-vm1-t4rgt"))
+
+
+async def a_stuck_migration_of_ours(cluster, make_keeper, *, seconds=90):
+    """A keeper that made a migration whose target pod has been unschedulable for `seconds`, and
+    that migration (as the keeper's watch shows it)."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper()
+    await keeper.run_pass()
+    [made] = cluster.migrations()
+    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
+    await stuck_target(cluster, keeper, made, seconds=seconds)
+    return keeper, made
 
 
 async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and_backs_off(cluster, make_keeper,
@@ -189,13 +236,8 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
 
 
 async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper):
-    cluster.seed(three_nodes() + apart_vm())
-    keeper = await make_keeper()
-    await keeper.run_pass()
-    [made] = cluster.migrations()
+    keeper, made = await a_stuck_migration_of_ours(cluster, make_keeper)
     name = made["metadata"]["name"]
-    await eventually(lambda: keeper.watch.migrations.get("default", name))
-    await stuck_target(cluster, keeper, made, seconds=90)
     async with cluster.api() as session:  # KubeVirt (or an admin) deleted it a moment ago
         await session.delete(f"{VMIMS}/{name}")
     report = await keeper.run_pass()

@@ -3,15 +3,19 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from keeping import NOW, ago, fact, failed, succeeded, view
+from keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
 
 from webhook.rules.apart import APART, locality
 from webhook.rules.keep import Hold, Limits, Mode, decide_keep
+from webhook.rules.migrations import read_migration
 
 # --------------------------------------------------------------------------- the decision
 
 APART_VMI = view()  # runs on node-a, migrated there from node-b
 APART_WHERE = locality("node-a", [fact("vm1-rootdisk", "node-b")])
+# The descheduler's eviction moved the VM off node-b at 09:58:31, two hours before NOW.
+DESCHEDULED = read_migration(evacuation())
+HOLD_ENDS = at("2026-11-20T15:58:31Z")  # six hours later
 READY = dict(
     now=NOW, apart_since=ago(minutes=15), limits=Limits(), history=[], in_flight_ours=0, in_flight_all=0,
     vmi_migrating=False, last_end=ago(hours=2), target_unfit=None, targeted=True, mode=Mode.MIGRATE,
@@ -50,6 +54,9 @@ HOLDS = [
     (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
      Hold.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Hold.MIGRATING, "a migration of this VMI is in flight"),
+    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Hold.DESCHEDULED,
+     "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
+     "not moved back before 2026-11-20T15:58:31Z"),
     (APART_VMI, APART_WHERE, {"apart_since": ago(seconds=120)}, Hold.APART_BRIEFLY, "apart for 120s of 600s"),
     (APART_VMI, APART_WHERE, {"apart_since": None}, Hold.APART_BRIEFLY, "apart for 0s of 600s"),
     (APART_VMI, APART_WHERE, {"apart_since": NOW + timedelta(seconds=5)}, Hold.APART_BRIEFLY, "apart for 0s of 600s"),
@@ -86,7 +93,7 @@ HOLDS = [
 
 @pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS, ids=[
         "not-opted-in", "opted-out", "not-running", "no-node", "co-located", "split", "unresolved", "target-unfit",
-        "not-migratable", "migrating", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
+        "not-migratable", "migrating", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
         "backing-off", "backing-off-twice", "daily-limit", "untargeted", "our-limit", "cluster-limit", "source-busy",
         "settling", "refused", "view-incomplete", "report", "no-lease", "targeted-unknown"])
 def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):
@@ -107,11 +114,14 @@ def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):
     {"outbound": 1, "in_flight_all": 1},
     {"outbound": 2, "in_flight_all": 2, "limits": Limits(max_outbound_per_node=3)},
     {"refused": (1, NOW)},
+    {"descheduled": DESCHEDULED, "now": HOLD_ENDS},
+    {"descheduled": DESCHEDULED, "limits": Limits(after_descheduled=timedelta(hours=2))},
     {"limits": Limits(after=timedelta(0), max_inflight=1, max_cluster_inflight=1, max_per_day=1),
      "apart_since": NOW, "last_end": NOW},
 ], ids=["apart-exactly-long-enough", "settled-exactly-long-enough", "never-migrated", "backoff-over",
         "second-backoff-over", "success-resets-backoff", "old-migrations-do-not-count", "one-today",
-        "just-under-limits", "one-slot-left", "outbound-limit-raised", "refusal-waited-out", "zero-wait"])
+        "just-under-limits", "one-slot-left", "outbound-limit-raised", "refusal-waited-out", "descheduler-hold-over",
+        "descheduler-hold-shortened", "zero-wait"])
 def test_at_the_edges_the_vm_is_moved(changes):
     assert keep(**changes).act
 
@@ -123,6 +133,9 @@ def test_at_the_edges_the_vm_is_moved(changes):
     (vmi_with(live_migratable=False), APART_WHERE, {"target_unfit": "node node-b is not Ready"}, Hold.TARGET_UNFIT),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True, "in_flight_all": 5, "apart_since": NOW}, Hold.MIGRATING),
     (APART_VMI, APART_WHERE, {"apart_since": NOW, "history": [failed(ago(minutes=1))]}, Hold.APART_BRIEFLY),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "descheduled": DESCHEDULED}, Hold.MIGRATING),
+    (vmi_with(live_migratable=False), APART_WHERE, {"descheduled": DESCHEDULED}, Hold.NOT_MIGRATABLE),
+    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED, "apart_since": NOW, "last_end": NOW}, Hold.DESCHEDULED),
     (APART_VMI, APART_WHERE, {"targeted": False, "mode": Mode.REPORT}, Hold.UNTARGETED),
     (APART_VMI, APART_WHERE, {"in_flight_all": 5, "mode": Mode.REPORT}, Hold.CLUSTER_LIMIT),
     (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=1)), failed(ago(hours=3))], "targeted": False},
@@ -130,10 +143,16 @@ def test_at_the_edges_the_vm_is_moved(changes):
     (APART_VMI, APART_WHERE, {"incomplete": "x", "mode": Mode.REPORT, "lease": False}, Hold.VIEW_INCOMPLETE),
     (APART_VMI, APART_WHERE, {"mode": Mode.REPORT, "lease": False}, Hold.REPORT_ONLY),
 ], ids=["never-touch-not-opted-in", "opt-out-before-state", "state-before-target", "target-before-migratable",
-        "own-migration-before-cluster", "time-before-backoff", "report-shows-untargeted", "report-shows-limits",
+        "own-migration-before-cluster", "time-before-backoff", "in-flight-before-descheduled",
+        "migratable-before-descheduled", "descheduled-before-time", "report-shows-untargeted", "report-shows-limits",
         "vm-before-cluster", "view-before-report", "report-needs-no-lease"])
 def test_the_first_condition_in_order_is_reported(vmi, where, changes, hold):
     assert keep(vmi, where, **changes).hold is hold
+
+
+def test_the_descheduler_hold_lasts_until_the_moment_it_names():
+    assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS - timedelta(seconds=1)).hold is Hold.DESCHEDULED
+    assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS).act
 
 
 def test_a_vm_is_never_moved_twice_in_a_day_after_successes_even_when_apart_again():

@@ -8,6 +8,7 @@ from keeping import (
     ago,
     apart_vmi,
     at,
+    evacuation,
     failed,
     in_flight_state,
     stamp,
@@ -27,6 +28,7 @@ from webhook.rules.migrations import (
     backoff_delay,
     in_flight_counts,
     last_migration_end,
+    last_move,
     migrating,
     migration_manifest,
     read_migration,
@@ -181,6 +183,58 @@ def test_last_migration_end_of_any_origin():
     assert last_migration_end(settled, migrations(later, vmim("Running"))) == ago(minutes=10)
     assert last_migration_end(settled, migrations(vmim("Failed", vmi="vm2", end=ago(minutes=1)))) == at("2026-11-20T09:58:31Z")
     assert last_migration_end(view(vmi_obj(migrationState=None)), []) is None
+
+
+# --------------------------------------------------------------------------- the descheduler's evictions
+
+
+@pytest.mark.parametrize("obj, descheduled", [
+    (evacuation(), True),
+    (evacuation("system-critical"), False),  # a drain's
+    (evacuation(annotations={}), False),  # not an evacuation: no priority but virt-controller's, though
+    (vmim("Succeeded"), False),  # ours
+], ids=["descheduler", "drain", "not-an-evacuation", "ours"])
+def test_an_evacuation_for_the_descheduler_is_told_by_its_priority(obj, descheduled):
+    migration = read_migration(obj)
+    assert migration.descheduled is descheduled
+
+
+def test_an_evacuation_as_kubevirt_stores_it():
+    migration = read_migration(evacuation())
+    assert (migration.name, migration.evacuated, migration.priority, migration.uid) == (
+        "kubevirt-evacuation-x7k2p", "node-b", "system-maintenance", "0d9c2b7e-1111-4a2b-9c3d-44e5f6a7b8c9")
+    assert not migration.ours and migration.succeeded and migration.ended == at("2026-11-20T09:58:31Z")
+    assert read_migration(vmim(ours=False)).evacuated is None
+
+
+def uid(obj, value):
+    obj["metadata"]["uid"] = value
+    return obj
+
+
+def test_the_last_move_is_the_success_the_vmi_names():
+    """vm1's VMI names the evacuation that brought it to node-a (0d9c2b7e-…)."""
+    settled = view()
+    older = success("u0", name="m0", end=ago(hours=5))
+    assert last_move(settled, migrations(evacuation(), older)).name == "kubevirt-evacuation-x7k2p"
+    # Its object deleted: nobody can tell where the move came from, not even an older success.
+    assert last_move(settled, migrations(older, evacuation(name="kubevirt-evacuation-old", uid="u-old"))) is None
+    assert last_move(settled, []) is None
+    # A VMI that shows no migration has not moved since it started: an earlier run's is not it.
+    assert last_move(view(vmi_obj(migrationState=None)), migrations(evacuation())) is None
+    # The migration of another VMI is not its.
+    of_vm2 = evacuation()
+    of_vm2["spec"]["vmiName"] = "vm2"
+    assert last_move(settled, migrations(of_vm2)) is None
+
+
+def test_after_a_failed_migration_the_last_move_is_the_latest_success():
+    tried = view(vmi_obj(migrationState=in_flight_state(migrationUid="u9", failed=True, completed=True,
+                                                        endTimestamp=stamp(ago(minutes=5)))))
+    found = migrations(success("u0", name="m0", end=ago(hours=5)), evacuation(),
+                       uid(vmim("Failed", name="m9", end=ago(minutes=5)), "u9"))
+    assert last_move(tried, found).name == "kubevirt-evacuation-x7k2p"
+    assert last_move(tried, migrations(uid(vmim("Failed", name="m9", end=ago(minutes=5)), "u9"))) is None
 
 
 def test_attempts_are_ours_of_this_vm_oldest_first():

@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 
 from webhook.rules.patch import PREFERRED as PREFERRED_KEY, REQUIRED, annotation_ops, as_created, escape, patch_for
 from webhook.config import Settings
-from webhook.rules.decide import NOT_PINNED, PINNED, PREFERRED, Decision
+from webhook.rules.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision
 
 SETTINGS = Settings()
 PIN_B = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
 PREFER_AB = Decision(PREFERRED, preferences=(("node-a", 67), ("node-b", 33)), reason="spread")
 SKIP = Decision(NOT_PINNED, reason="PVC default/x is not ReadWriteMany")
+AMONG_BC = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 40)), reason="among", among=("node-b", "node-c"))
 
 OBSOLETE = {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
 ZONE_A = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
@@ -112,7 +113,7 @@ def test_skip_only_records_why():
     assert annotations(result)["kubevirt-scheduler/reason"] == "PVC default/x is not ReadWriteMany"
 
 
-@pytest.mark.parametrize("decision", [PIN_B, PREFER_AB, SKIP], ids=["pin", "prefer", "skip"])
+@pytest.mark.parametrize("decision", [PIN_B, PREFER_AB, SKIP, AMONG_BC], ids=["pin", "prefer", "skip", "among"])
 @pytest.mark.parametrize("affinity", ["fixture", None, required({"matchExpressions": [ZONE_A]}, {"matchExpressions": [ZONE_B]})],
                          ids=["kubevirt", "none", "or-terms"])
 def test_reviewing_a_mutated_pod_adds_nothing(decision, affinity):
@@ -121,6 +122,16 @@ def test_reviewing_a_mutated_pod_adds_nothing(decision, affinity):
         pod["spec"]["affinity"] = copy.deepcopy(affinity)
     once = apply_valid(pod, patch_for(pod, decision, SETTINGS))
     assert patch_for(once, decision, SETTINGS) == []
+
+
+def test_pinned_among_requires_one_of_the_nodes_in_every_term():
+    pod = vm_pod()
+    result = apply_valid(pod, patch_for(pod, AMONG_BC, SETTINGS))
+    among = {"key": "metadata.name", "operator": "In", "values": ["node-b", "node-c"]}
+    assert required_terms(result) == [{"matchExpressions": [OBSOLETE], "matchFields": [among]}]
+    assert [t["weight"] for t in preferred_terms(result)] == [100, 40]
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned-among"
+    assert annotations(result)["kubevirt-scheduler/node"] == "node-b,node-c"
 
 
 def test_keys_are_escaped_in_paths():
@@ -182,7 +193,9 @@ def _decision():
     preferred = st.lists(OUR_NODES, min_size=1, max_size=3, unique=True).map(
         lambda ns: Decision(PREFERRED, preferences=tuple((n, 100 // len(ns)) for n in ns), reason="spread"))
     skipped = st.just(SKIP)
-    return st.one_of(pinned, preferred, skipped)
+    among = st.lists(OUR_NODES, min_size=2, max_size=3, unique=True).map(
+        lambda ns: Decision(AMONG, preferences=((ns[0], 100),), reason="among", among=tuple(sorted(ns))))
+    return st.one_of(pinned, preferred, skipped, among)
 
 
 @settings(max_examples=300, deadline=None)

@@ -119,6 +119,21 @@ def test_vmi_migration_in_flight(state, in_flight, target_node):
     assert view.migration.in_flight is in_flight and view.migration.target_node == target_node
 
 
+@pytest.mark.parametrize("status_machine, spec_machine, machine_type, machine_from", [
+    ({"type": "pc-q35-rhel9.6.0"}, {"type": "q35"}, "pc-q35-rhel9.6.0", "status.machine.type"),
+    (None, {"type": "q35"}, "q35", "spec.domain.machine.type"),
+    ({}, {"type": "q35"}, "q35", "spec.domain.machine.type"),
+    (None, None, "", ""),
+], ids=["status", "spec", "status-empty", "neither"])
+def test_the_machine_type_as_virt_controller_reads_it(status_machine, spec_machine, machine_type, machine_from):
+    """kubevirt/kubevirt pkg/virt-controller/services/template.go, newNodeSelectorRenderer."""
+    obj = vmi_obj(machine=status_machine)
+    if spec_machine is None:
+        del obj["spec"]["domain"]["machine"]
+    view = read_vmi(obj, SETTINGS)
+    assert (view.machine_type, view.machine_from) == (machine_type, machine_from)
+
+
 def test_vmi_never_migrated():
     view = read_vmi(vmi_obj(migrationState=None), SETTINGS)
     assert view.migration is None

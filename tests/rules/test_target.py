@@ -169,13 +169,40 @@ def test_the_launcher_pod_is_not_changed():
     assert pod == before
 
 
-@pytest.mark.parametrize("vmi, src, reason", [
-    (colo(machine={}), None, "the VMI shows no status.machine.type: cannot tell the machine type its target needs"),
-    (None, source(), "source node kv-b has no host-model-cpu.node.kubevirt.io/* label (virt-handler's node labeller): "
-                     "cannot tell the host-model CPU its target needs"),
-], ids=["no-machine-type", "source-unlabelled"])
-def test_what_cannot_be_built_is_a_reason_to_hold(vmi, src, reason):
-    assert build(vmi=vmi, src=src) == CannotTell(reason)
+def test_without_a_machine_type_in_its_status_the_target_takes_the_specs():
+    """virt-controller reads status.machine.type, else spec.domain.machine.type (template.go,
+    newNodeSelectorRenderer): the alias the launcher pod was made with."""
+    built = build(vmi=colo(machine={}))
+    machine_keys = {k: v for k, v in selector(built).items() if k.startswith("machine-type.")}
+    assert machine_keys == {"machine-type.node.kubevirt.io/q35": "true"}
+    assert built.required["machine-type.node.kubevirt.io/q35"] == "machine type of the VM's spec"
+    same = node("kv-new", cpu="Skylake-Client-IBRS", **{"kubernetes.io/hostname": "kv-old"})
+    del same["metadata"]["labels"]["machine-type.node.kubevirt.io/q35"]
+    assert lacking(built, "kv-new", same) == ("node kv-new lacks machine-type.node.kubevirt.io/q35 "
+                                              "(machine type of the VM's spec)")
+
+
+def test_without_any_machine_type_the_target_selects_none():
+    """Neither in the status nor in the spec: virt-controller adds no machine-type selector, so a
+    node the labeller gave no machine type at all can take the migration."""
+    vmi = colo(machine={})
+    del vmi["spec"]["domain"]["machine"]
+    pod = launcher()
+    assert "machine-type.node.kubevirt.io/q35" in pod["spec"]["nodeSelector"]
+    built = build(pod, vmi)
+    assert not any(k.startswith("machine-type.") for k in selector(built))
+    assert not any(k.startswith("machine-type.") for k in built.required)
+    bare = node("kv-new", cpu="Skylake-Client-IBRS", **{"kubernetes.io/hostname": "kv-old"})
+    for key in [k for k in bare["metadata"]["labels"] if k.startswith("machine-type.")]:
+        del bare["metadata"]["labels"][key]
+    assert lacking(built, "kv-new", bare) is None
+    assert nodes.why_not("kv-new", bare, built.pod, needs_kubevirt=True) is None
+
+
+def test_a_source_node_without_the_labellers_labels_is_a_reason_to_hold():
+    assert build(src=source()) == CannotTell(
+        "source node kv-b has no host-model-cpu.node.kubevirt.io/* label (virt-handler's node labeller): "
+        "cannot tell the host-model CPU its target needs")
 
 
 def test_an_unknown_source_node_is_a_reason_to_hold():

@@ -131,8 +131,8 @@ async def run_status(tmp_path, kmock, *args):
 HEADER = [
     "keeper: report (settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate), leader none "
     "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
-    "targeted migration: unknown: not checked yet",
-    "migration priority: unknown: not checked yet",
+    "targeted migration: available: spec.addedNodeSelector is kept: targeted migration works",
+    "migration priority: available: spec.priority is kept: our migrations queue as system-maintenance",
     "migrations in flight: 0 ours (limit 2), 0 in all (limit 5)",
     "",
 ]
@@ -192,10 +192,12 @@ async def test_status_json(tmp_path, kmock):
     assert report["cluster"] == {
         "mode": "report", "settings_from": "settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate",
         "leader": "none (no Lease kubevirt-colocate/kubevirt-colocate-keeper)",
-        "limits": {"keep_after_seconds": 600.0, "max_inflight": 2, "max_cluster_inflight": 5, "max_per_day": 2,
-                   "max_outbound_per_node": 2},
-        "targeted_migration": {"available": None, "why": "not checked yet", "priority": None,
-                               "priority_why": "not checked yet"},
+        "limits": {"keep_after_seconds": 600.0, "keep_after_descheduled_seconds": 21600.0, "max_inflight": 2,
+                   "max_cluster_inflight": 5, "max_per_day": 2, "max_outbound_per_node": 2},
+        "targeted_migration": {"available": True, "answer": "available",
+                               "why": "spec.addedNodeSelector is kept: targeted migration works", "priority": True,
+                               "priority_answer": "available",
+                               "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
         "in_flight": {"ours": 0, "all": 0}}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
@@ -239,6 +241,7 @@ async def test_errors_are_one_clear_line(tmp_path, kmock, fault, message):
         kmock["get /apis/kubevirt.io/v1/virtualmachineinstances"] << fault
     else:
         seed(kmock, cluster()[0])  # a cluster without KubeVirt
+        del kmock.resources[VMI]
     code, out, err = await run_status(tmp_path, kmock)
     assert (code, out) == (1, "") and err.strip().splitlines() == [message], err
 
@@ -343,13 +346,19 @@ async def test_the_header_goes_by_the_deployed_keeper(tmp_path, kmock):
 async def test_the_deployments_flags_win_over_its_environment_and_the_flags_given_here_over_both(tmp_path, kmock):
     seed_cluster(kmock, *cluster())
     seed_deployment(kmock, shipped_deployment("--port=9443", "--keep", "migrate", "--keep-after=60",
+                                              "--keep-after-descheduled", "3600",
                                               env=[("COLOCATE_KEEP", "report"), ("COLOCATE_KEEP_MAX_INFLIGHT", "3")]))
     code, out, err = await run_status(tmp_path, kmock, "-o", "json")
     assert code == 0, err
     cluster_facts = json.loads(out)["cluster"]
     assert cluster_facts["mode"] == "migrate" and cluster_facts["limits"]["keep_after_seconds"] == 60
     assert cluster_facts["limits"]["max_inflight"] == 3
+    assert cluster_facts["limits"]["keep_after_descheduled_seconds"] == 3600
     assert cluster_facts["settings_from"] == "from Deployment kubevirt-colocate/kubevirt-colocate"
+
+    code, out, err = await run_status(tmp_path, kmock, "--keep-after-descheduled", "60", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["cluster"]["limits"]["keep_after_descheduled_seconds"] == 60
 
     code, out, err = await run_status(tmp_path, kmock, "--keep", "report")
     assert code == 0, err

@@ -3,13 +3,13 @@ cluster, `status` first (it creates nothing), then a keeper pass; for every VM t
 the same reason. And what `status` says of each hold, as an admin reads it."""
 import asyncio
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import kmock as kmocklib
 import pytest
 from conftest import api_host, watched_store
 from kube import node, rwx_disk
-from kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, migration, three_nodes, vmi
+from kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, evacuated_vm, migration, three_nodes, vmi
 
 from webhook.cluster import client
 from webhook.cluster.direct import ClusterStore
@@ -91,6 +91,11 @@ def briefly_apart():
     return objects
 
 
+def descheduled():
+    """The descheduler's eviction moved the VM off node-b (its storage) an hour ago."""
+    return three_nodes() + evacuated_vm(datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1))
+
+
 SCENARIOS = {
     # name: (objects, settings, cluster change, hold, what status says)
     "moves": (lambda: three_nodes() + apart_vm(), MIGRATE, None, None, "moves to node-b at the keeper's next pass"),
@@ -113,6 +118,8 @@ SCENARIOS = {
         migration(f"vm1-colocate-{i}", "vm1", phase="Succeeded", ours=True, created=ago(hours=hours))
         for i, hours in enumerate((3, 5))], MIGRATE, None, Hold.DAILY_LIMIT,
         "held: migrated 2 times in the last 24h (limit 2)"),
+    "descheduled": (descheduled, MIGRATE, None, Hold.DESCHEDULED,
+                    "held: moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended "),
     "co-located": (lambda: three_nodes() + apart_vm(storage="node-a"), MIGRATE, None, Hold.NOT_APART,
                    "stays: co-located"),
     "split": (lambda: three_nodes() + [*apart_vm(), *rwx_disk("vm1-other", "node-c")], MIGRATE, None, Hold.NOT_APART,

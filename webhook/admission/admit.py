@@ -7,20 +7,22 @@ business: `review` and `explain` call `admit` without an AdmissionReview round t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
 import jsonpatch
 
 from .. import kinds
-from ..cluster.resolve import Seen, node_obstacle, resolve_consumers, resolve_disks
+from ..cluster.resolve import Consumers, Seen, migration_target, node_obstacle, resolve_consumers, resolve_disks
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
-from ..rules import apply, decide, patch
+from ..rules import apply, decide, patch, together
 from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
 from ..rules.decide import Decision
 from ..rules.facts import Fact, claims_of
+from ..rules.target import TargetPod
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
@@ -73,19 +75,64 @@ async def _share_manager_rule(
         # it, and a required affinity would only get it rejected by the kubelet, in a loop.
         return skip(Rule.SHARE_MANAGER, Skip.ALREADY_BOUND)
     try:
-        facts, others = await asyncio.wait_for(
-            resolve_consumers(store, settings, volume, deadline), timeout=deadline.remaining()
-        )
+        consumers = await asyncio.wait_for(resolve_consumers(store, settings, volume, deadline),
+                                           timeout=deadline.remaining())
     except (StoreError, TimeoutError) as exc:
         why = f"consumers of {volume} unknown: {str(exc) or 'no answer before the deadline'}"
         return skip(Rule.SHARE_MANAGER, Skip.CONSUMERS_UNKNOWN, f"co-location skipped: {why}", why)
+    facts = consumers.facts
     if not facts:
+        others = consumers.others
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
         return skip(Rule.SHARE_MANAGER, Skip.NO_CONSUMER, detail=why)
-    name = _pin_candidate(facts, settings)
+    required = settings.pin == "required"
+    name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
-    decision = decide.decide(facts, blocked, decide.CONSUMERS, required=settings.pin == "required")
+    if len(facts) == 1:
+        leaving = _leaving(consumers, blocked)
+        if leaving is not None:
+            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, leaving, blocked)
+    decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
+
+
+def _leaving(consumers: Consumers, blocked: str | None) -> str | None:
+    """Why the one VM cannot be followed to its node now: the node cannot take the share-manager
+    (cordoned, a drain's taint, not Ready, full), or the VM is migrating and its target pod is
+    not scheduled yet; None when it can."""
+    waiting = consumers.leaving.get(kinds.labels(consumers.pods[0]).get(kinds.CREATED_BY_LABEL) or "")
+    if waiting is not None:
+        return f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
+    return blocked
+
+
+async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+                               deadline: Deadline, consumers: Consumers, leaving: str,
+                               blocked: str | None) -> Outcome:
+    """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
+    can land too (`rules.together`); when none can, or that cannot be told, as before, saying why."""
+    vm_pod = consumers.pods[0]
+    vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
+    vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
+    target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
+        kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
+    # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
+    view = None if isinstance(target, str) else await store.fit_view(vm_namespace, "", timeout=deadline.remaining())
+    required = settings.pin == "required"
+    if isinstance(target, TargetPod) and view is not None:
+        found = together.landings(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
+        decision = together.decide_together(found, vm, leaving, required=required)
+        if decision is not None:
+            return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
+        why = together.nowhere(found, vm)
+    elif isinstance(target, str):
+        why = f"cannot tell where the migration of {vm} can land: {target}"
+    else:
+        why = "cannot tell where the migration of its VM can land: the pods of the cluster are not loaded yet"
+    decision = decide.decide(consumers.facts, blocked if required else None, decide.CONSUMERS, required=required)
+    decision = dataclasses.replace(decision, reason=f"{decision.reason}; {why}",
+                                   warnings=(*decision.warnings, why))
+    return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
 
 
 def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:

@@ -14,6 +14,7 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, Resource
 from ..rules import fit
+from ..rules.decide import REQUIRING
 from ..rules.facts import claims_of
 from ..rules.memo import Memo
 from .direct import ClusterStore
@@ -143,6 +144,9 @@ class WatchedClusterStore(Informers):
             return obj
         return await self.direct.get(resource, namespace, name, timeout=timeout)
 
+    async def whole(self, resource, namespace, name, *, timeout=None):
+        return await self.direct.get(resource, namespace, name, timeout=timeout)
+
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         if not self.pvs.synced:
             return await self.direct.pvs_by_volume_handle(handle, timeout=timeout)
@@ -189,7 +193,7 @@ def _claims(pod: dict[str, Any]) -> list[str]:
 
 def pinned_and_waiting(settings: Settings) -> Indexer:
     def waiting(pod: dict[str, Any]) -> list[bool]:
-        pinned = kinds.annotations(pod).get(settings.decision_annotation) == "pinned"
+        pinned = kinds.annotations(pod).get(settings.decision_annotation) in REQUIRING
         return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
 
     return waiting

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..kinds import EVENT
-from ..rules.decide import PINNED, Decision
+from ..rules.decide import AMONG, PINNED, Decision
 from ..rules.times import rfc3339
 from . import client
 
@@ -52,6 +52,8 @@ def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
 
 
 def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
+    if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow
+        return new_event(involved, "PlacedForVM", decision.reason, instance)
     pinned = decision.outcome == PINNED
     return new_event(involved, "CoLocated" if pinned else "NotCoLocated", decision.reason, instance, warning=not pinned)
 

@@ -63,8 +63,9 @@ NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
 MIGRATION_KEPT: Keep = {
     "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
                  "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
-                 "annotations": lambda key: key == kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY},
-    "spec": {"vmiName": True},
+                 "annotations": lambda key: key in (kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY,
+                                                    kinds.EVACUATION_ANNOTATION)},
+    "spec": {"vmiName": True, "priority": True},
     "status": {"phase": True,
                "phaseTransitionTimestamps": [{"phase": True, "phaseTransitionTimestamp": True}],
                "migrationState": {"endTimestamp": True}},
@@ -77,7 +78,7 @@ def vmi_kept(settings: Settings) -> Keep:
     return {
         "metadata": {"name": True, "namespace": True, "uid": True, "annotations": lambda key: key in annotations},
         "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
-                 "nodeSelector": True, "domain": {"cpu": {"model": True}}},
+                 "nodeSelector": True, "domain": {"cpu": {"model": True}, "machine": {"type": True}}},
         "status": {
             "phase": True,
             "machine": {"type": True},

@@ -5,7 +5,8 @@ wide with the same Informer/Reflector machinery as the admission caches, trimmed
 the keeper's rules read (kept.py, where every cache's fields are listed). Migrations are
 created here, dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
 (KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
-`staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them.
+`staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them,
+by uid: never another object that took the same name.
 """
 from __future__ import annotations
 
@@ -73,9 +74,16 @@ async def create_migration(api: Any, manifest: dict[str, Any], *, timeout: float
     return await _call(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
 
 
-async def delete_migration(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
-    """DELETE one migration: what `virtctl migrate-cancel` does; KubeVirt aborts it."""
-    return await _call(api, "DELETE", VMIM.path(namespace, name), timeout=timeout)
+def delete_options(uid: str) -> dict[str, Any]:
+    """The body of a DELETE that removes only the object with this uid: the apiserver answers 409
+    Conflict when the name now holds another one (ours deleted, someone's re-created under it)."""
+    return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+
+
+async def delete_migration(api: Any, namespace: str, name: str, *, uid: str, timeout: float) -> Created:
+    """DELETE one migration, the one with `uid` only: what `virtctl migrate-cancel` does; KubeVirt
+    aborts it."""
+    return await _call(api, "DELETE", VMIM.path(namespace, name), body=delete_options(uid), timeout=timeout)
 
 
 async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]] | tuple[()] = (), body: Any = None,

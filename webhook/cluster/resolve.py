@@ -2,16 +2,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE, PV, PVC, Resource
+from ..kinds import NODE, POD, PV, PVC, VMI, Resource
 from ..rules import fit, nodes
+from ..rules.classify import Skip
 from ..rules.facts import Fact, Lookup, disk_fact
-from ..rules.running import vm_pods
+from ..rules.patch import as_created
+from ..rules.reading import Skipped
+from ..rules.running import read_vmi, vm_pods
+from ..rules.target import CannotTell, TargetPod, target_pod
+from .kept import pod_to_place
 from .store import Store, StoreError
 
 
@@ -85,16 +91,24 @@ async def resolve_disks(
     return [fact for fact in facts if fact is not None]
 
 
-async def resolve_consumers(
-    store: Store, settings: Settings, volume: str, deadline: Deadline
-) -> tuple[list[Fact], list[str]]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Consumers:
+    """The opted-in VMs that use a volume: one fact per VM and its pod, why the other pods did
+    not count, and the migration target pods not scheduled yet, by VMI uid (the VM is leaving)."""
+
+    facts: list[Fact]
+    pods: list[dict[str, Any]]
+    others: list[str]
+    leaving: dict[str, dict[str, Any]]
+
+
+async def resolve_consumers(store: Store, settings: Settings, volume: str, deadline: Deadline) -> Consumers:
     """The nodes where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef
     → launcher pods → one pod per VM (`rules.running.vm_pods`).
 
     A pod created as a migration target counts once it is the VM's pod: after the migration,
-    and while it is in flight once the target is scheduled (the VM is going there). Returns
-    one fact per VM, and why the other pods did not count. Raises StoreError when the API
-    cannot tell.
+    and while it is in flight once the target is scheduled (the VM is going there); before, it
+    says the VM is leaving. Raises StoreError when the API cannot tell.
     """
     candidates: list[dict[str, Any]] = []
     for pv in await store.pvs_by_volume_handle(volume, timeout=deadline.remaining()):
@@ -111,7 +125,41 @@ async def resolve_consumers(
     for pod in found.running:
         name, node = _pod_name(pod), pod["spec"]["nodeName"]
         facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
-    return facts, [f"{_pod_name(pod)}: {why}" for pod, why in found.skipped]
+    leaving = {kinds.labels(pod).get(kinds.CREATED_BY_LABEL): pod for pod, why in found.skipped
+               if why is Skip.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)}
+    return Consumers(facts, found.running, [f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
+                     {uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
+
+
+async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
+                           waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
+    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.target`) to migrate
+    the VM of `vm_pod` off its node, or why it cannot be told. Whole objects are read: the
+    caches keep pods trimmed and hold no VMIs."""
+    metadata = kinds.meta(vm_pod)
+    namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+    owner = kinds.vmi_owner(vm_pod)
+    try:
+        async with asyncio.timeout(deadline.remaining()):
+            if waiting is not None:
+                pod = await store.whole(POD, namespace, kinds.meta(waiting).get("name") or "",
+                                        timeout=deadline.remaining())
+                if pod is not None and not kinds.spec(pod).get("nodeName"):
+                    return TargetPod(pod_to_place(pod), {})
+            launcher = await store.whole(POD, namespace, name, timeout=deadline.remaining())
+            vmi = None if owner is None else await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining())
+            source = await store.get(NODE, None, kinds.spec(vm_pod).get("nodeName") or "", timeout=deadline.remaining())
+    except StoreError as exc:
+        return f"an object could not be read ({exc})"
+    except TimeoutError:
+        return "no answer before the deadline"
+    if launcher is None:
+        return f"its pod {namespace}/{name} is gone"
+    view = read_vmi(vmi, settings) if vmi is not None else Skipped(f"VMI of {namespace}/{name}", "not found")
+    if isinstance(view, Skipped):
+        return str(view)
+    built = target_pod(pod_to_place(as_created(launcher, settings)), view, source, {})
+    return str(built) if isinstance(built, CannotTell) else built
 
 
 def _pod_name(pod: dict[str, Any]) -> str:

@@ -19,7 +19,15 @@ from ..kinds import NODE
 from ..rules.apart import APART, Locality, locality, UNRESOLVED
 from ..rules.facts import Fact
 from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import attempts, last_migration_end, migrating, Migration, migration_manifest, MIGRATION_PRIORITY
+from ..rules.migrations import (
+    attempts,
+    last_migration_end,
+    last_move,
+    migrating,
+    Migration,
+    migration_manifest,
+    MIGRATION_PRIORITY,
+)
 from ..rules.reading import Skipped
 from ..rules.running import VmiView
 from .probe import TargetedMigration
@@ -71,12 +79,14 @@ async def decide(stretches: Stretches, targeted: TargetedMigration, vmi: VmiView
         apart_since = apart.since
         target_unfit = apart.problem or await stretches.target_unfit(vmi, where.target, apart.pod or {})
     settling = [f.reason for f in facts if f.volume and f.node is None]
+    moved = last_move(vmi, history)
 
     def decision(available: bool | None) -> KeepDecision:
         return decide_keep(vmi, where, now=now, apart_since=apart_since, limits=limits,
                            history=attempts(vmi, history), in_flight_ours=budget.ours, in_flight_all=budget.everyone,
                            outbound=budget.outbound[vmi.node or ""],
                            vmi_migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
+                           descheduled=moved if moved is not None and moved.descheduled else None,
                            target_unfit=target_unfit, targeted=available, targeted_note=targeted.note,
                            settling=settling, refused=refused, incomplete=incomplete, mode=mode, lease=lease)
 

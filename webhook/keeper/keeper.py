@@ -124,8 +124,9 @@ class Keeper:
         self.mode = Mode(settings.keep)
         for metric in metrics.KEEPER_METRICS:
             metrics.show(metric)
-        self.limits = Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
-                             max_per_day=settings.keep_max_per_day,
+        self.limits = Limits(after=timedelta(seconds=settings.keep_after),
+                             after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
+                             max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
                              max_outbound_per_node=settings.keep_max_outbound_per_node)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
@@ -171,6 +172,8 @@ class Keeper:
                 metrics.VMS.labels(state).set(0)  # only the leader reports VMs
             metrics.VMS_APART_LONGEST.set(0)
             metrics.VMS_APART_OVER_HOUR.set(0)
+            for hold in Hold:
+                metrics.VMS_HELD.labels(hold).set(0)
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
@@ -297,7 +300,8 @@ class Keeper:
                                   now: datetime) -> bool:
         """Delete each migration of ours whose target pod the scheduler has been unable to place
         for UNPLACEABLE_SECONDS (what `virtctl migrate-cancel` does): it counts as failed, with the
-        scheduler's message, and the VM backs off. A 404 is done; another failure is logged and
+        scheduler's message, and the VM backs off. A 404 is done, and so is a 409 (the delete names the
+        migration's uid: the name now holds another object, ours is gone); another failure is logged and
         the migration still counts, to be tried again next pass. (`timing.unplaceable`.) True when
         one was cancelled."""
         timeout = self.timing.request_timeout
@@ -315,8 +319,9 @@ class Keeper:
                 return cancelled
             why = f"its target pod {kinds.pod_name(target)} could not be scheduled for {whole_seconds(now - stuck[0])}s: {stuck[1]}"
             vm = f"{migration.namespace}/{migration.vmi}"
-            answer = await delete_migration(self.api, migration.namespace, migration.name, timeout=timeout)
-            if not answer.ok and answer.status != 404:
+            answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,
+                                            timeout=timeout)
+            if not answer.ok and answer.status not in (404, 409):  # 409: the name holds another object now
                 self._errors.append(f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
                 log.warning("keeper migration not cancelled", extra={"fields": {
                     "vm": vm, "migration": migration.name, "error": answer.error, "why": why}})
@@ -386,10 +391,14 @@ class Keeper:
             self._records[key] = dataclasses.replace(record, last_action=action, last_action_at=now)
 
     def _report_states(self, now: datetime) -> dict[str, int]:
-        """The metrics of a pass: every state set, and how long the VMs apart have been apart."""
+        """The metrics of a pass: every state set, how long the VMs apart have been apart, and
+        what holds them (every hold set, 0 for none)."""
         counts = collections.Counter(r.state for r in self._records.values())
         for state in VmState:
             metrics.VMS.labels(state).set(counts[state])
+        held = collections.Counter(r.hold for r in self._records.values() if r.state is APART and r.hold is not None)
+        for hold in Hold:
+            metrics.VMS_HELD.labels(hold).set(held[hold])
         apart = [now - r.since for r in self._records.values() if r.state is APART]
         metrics.VMS_APART_LONGEST.set(max(apart, default=timedelta(0)).total_seconds())
         metrics.VMS_APART_OVER_HOUR.set(sum(1 for span in apart if span > HOUR))

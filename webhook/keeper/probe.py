@@ -9,11 +9,12 @@ looks at what would be stored. A dry run that proves nothing (a 403, a timeout, 
 webhook refusing this VMI) leaves the answer as it was: when in doubt, no migration.
 
 `spec.priority` (KubeVirt 1.7+, `staging/src/kubevirt.io/api/core/v1/types.go`) is learnt from
-the same dry run: kept, pruned by an older schema, refused as unknown under strict validation,
-or refused by KubeVirt's own admission (since 1.7 virt-api lets only virt-controller set it,
-`migration-create-admitter.go`). Whatever the answer, a migration without the field still
-queues last: KubeVirt ranks one without a priority below `system-maintenance`
-(`pkg/util/migrations`: 0 against 20). Without it the dry run is made again, for the selector.
+the same dry run: kept, pruned by an older schema, refused as unknown under strict validation
+(the apiserver names every unknown field in one 400), or refused by KubeVirt's own admission
+(since 1.7 virt-api lets only virt-controller set it, `migration-create-admitter.go`, before it
+looks at the VMI). Whatever the answer, a migration without the field still queues last:
+KubeVirt ranks one without a priority below `system-maintenance` (`pkg/util/migrations`: 0
+against 20). Without it the dry run is made again, for the selector.
 """
 from __future__ import annotations
 
@@ -29,11 +30,14 @@ log = logging.getLogger("webhook.keeper")
 FIELD = "addedNodeSelector"
 NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"
 PRIORITY = "priority"
-WITHOUT = "our migrations are created without it (KubeVirt queues those last as well)"
+WITHOUT = "our migrations are created without it and queue at KubeVirt's default priority, the lowest"
+UNKNOWN_PRIORITY = f"the cluster rejects spec.priority as unknown (KubeVirt < 1.7): {WITHOUT}"
 
 
 class TargetedMigration:
     """What the last conclusive dry run said, and when to ask again."""
+
+    logger = log  # where a changed answer is said
 
     def __init__(self, api: Any, *, recheck: float = 600.0, timeout: float = 5.0):
         self._api, self.recheck, self.timeout = api, recheck, timeout
@@ -41,7 +45,13 @@ class TargetedMigration:
         self.note = "not checked yet"
         self.priority: bool | None = None  # spec.priority kept; None: not known yet
         self.priority_note = "not checked yet"
+        self.error = ""  # why the last dry run proved nothing ("": it did, or none was made)
         self._checked_at: float | None = None
+
+    @property
+    def checked(self) -> bool:
+        """A dry run has been made (conclusive or not)."""
+        return self._checked_at is not None
 
     def due(self) -> bool:
         """Never checked, last check inconclusive, or the last answer is `recheck` seconds old
@@ -59,9 +69,8 @@ class TargetedMigration:
         refused = answer.status in (400, 403, 422) and PRIORITY in answer.error and FIELD not in answer.error
         if refused and priority is not None:
             unknown = "unknown field" in answer.error
-            self._settle_priority(False, ("the cluster rejects spec.priority as unknown (KubeVirt < 1.7): " if unknown
-                                          else "KubeVirt refuses spec.priority from us (only virt-controller may set "
-                                               "it): ") + WITHOUT)
+            self._settle_priority(False, UNKNOWN_PRIORITY if unknown else "KubeVirt refuses spec.priority from us "
+                                                                         f"(only virt-controller may set it): {WITHOUT}")
             without = {**manifest, "spec": {k: v for k, v in spec.items() if k != PRIORITY}}
             return await self.check(without)
         if answer.ok:
@@ -77,11 +86,13 @@ class TargetedMigration:
                     self._settle_priority(False, f"the cluster prunes spec.priority (KubeVirt < 1.7): {WITHOUT}")
         elif answer.status == 400 and FIELD in answer.error:
             self._settle(False, f"the cluster rejects spec.addedNodeSelector as unknown ({NEEDS}): no migration is created")
+            if priority is not None and f"spec.{PRIORITY}" in answer.error:
+                self._settle_priority(False, UNKNOWN_PRIORITY)
         else:
             note = f"targeted migration could not be checked: {answer.error}"
             if note != self.note:
-                log.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
-            self.note = note
+                self.logger.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
+            self.note, self.error = note, answer.error
         return self.available
 
     def _settle_priority(self, kept: bool, note: str) -> None:
@@ -89,12 +100,12 @@ class TargetedMigration:
         changed = kept != self.priority
         self.priority, self.priority_note = kept, note
         if changed:
-            log.info("migration priority " + ("kept" if kept else "not kept"), extra={"fields": {"why": note}})
+            self.logger.info("migration priority " + ("kept" if kept else "not kept"), extra={"fields": {"why": note}})
 
     def _settle(self, available: bool, note: str) -> None:
         metrics.show(metrics.KEEPER_TARGETED).set(1 if available else 0)
         changed = available != self.available
-        self.available, self.note = available, note
+        self.available, self.note, self.error = available, note, ""
         if changed:
-            (log.info if available else log.warning)(
+            (self.logger.info if available else self.logger.warning)(
                 "targeted migration " + ("available" if available else "unavailable"), extra={"fields": {"why": note}})

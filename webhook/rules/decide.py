@@ -12,11 +12,16 @@ PIN_WEIGHT = 100
 
 class Placement(enum.StrEnum):
     PINNED = "pinned"
+    # Required to be among a set of nodes: a share-manager whose VM is leaving its node goes
+    # where the VM's migration can follow (`rules/together.py`).
+    AMONG = "pinned-among"
     PREFERRED = "preferred"
     NOT_PINNED = "not-pinned"
 
 
-PINNED, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.PREFERRED, Placement.NOT_PINNED
+PINNED, AMONG, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.AMONG, Placement.PREFERRED, Placement.NOT_PINNED
+# The outcomes that add a required term: a pod with one of them waits for a node we named.
+REQUIRING = (PINNED, AMONG)
 
 
 @record
@@ -26,6 +31,14 @@ class Decision:
     preferences: tuple[tuple[str, int], ...] = ()  # (node, weight) preferred terms
     reason: str = ""
     warnings: tuple[str, ...] = ()
+    among: tuple[str, ...] = ()  # the required nodes when pinned among several
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The nodes the pod is required to be on (one of), or () when nothing is required."""
+        if self.outcome == PINNED and self.node:
+            return (self.node,)
+        return self.among if self.outcome == AMONG else ()
 
     @property
     def nodes(self) -> list[str]:

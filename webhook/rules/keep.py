@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from .. import kinds
 from .apart import APART, Locality, VmState
-from .migrations import Attempt, backoff
+from .migrations import Attempt, backoff, Migration
 from .running import VmiView
 from .times import rfc3339, whole_seconds
 
@@ -35,11 +35,12 @@ class Mode(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """The keeper's bounds: --keep-after, --keep-max-inflight, --keep-max-per-day, and
-    KubeVirt's parallelMigrationsPerCluster and parallelOutboundMigrationsPerNode (its defaults,
-    or --keep-max-outbound-per-node)."""
+    """The keeper's bounds: --keep-after, --keep-after-descheduled, --keep-max-inflight,
+    --keep-max-per-day, and KubeVirt's parallelMigrationsPerCluster and
+    parallelOutboundMigrationsPerNode (its defaults, or --keep-max-outbound-per-node)."""
 
     after: timedelta = timedelta(seconds=600)
+    after_descheduled: timedelta = timedelta(hours=6)  # since the descheduler's migration of the VM ended
     max_inflight: int = 2
     max_cluster_inflight: int = 5
     max_per_day: int = 2
@@ -57,6 +58,8 @@ class Hold(enum.StrEnum):
     TARGET_UNFIT = "target unfit"
     NOT_MIGRATABLE = "not live-migratable"
     MIGRATING = "migration in flight"
+    # The descheduler moved it off a loaded node on purpose: not taken back for --keep-after-descheduled.
+    DESCHEDULED = "moved by the descheduler"
     APART_BRIEFLY = "apart too briefly"
     MIGRATED_RECENTLY = "migrated recently"
     BACKING_OFF = "backing off"
@@ -99,6 +102,7 @@ def decide_keep(
     outbound: int = 0,
     vmi_migrating: bool,
     last_end: datetime | None,
+    descheduled: Migration | None = None,
     target_unfit: str | None,
     targeted: bool | None,
     targeted_note: str = "",
@@ -123,6 +127,9 @@ def decide_keep(
     checks), `apart_since` when the keeper first saw it apart, `history` our migrations of it,
     `outbound` the migrations of any origin in flight from the VM's node: KubeVirt runs at most
     parallelOutboundMigrationsPerNode of them, and while they are taken a drain needs them.
+    `descheduled` the migration that brought the VM where it runs when KubeVirt made it for a
+    descheduler's eviction (`rules.migrations.last_move`): it was moved off a loaded node on
+    purpose, and is not taken back for `limits.after_descheduled` after that migration ended.
     """
     source, target = where.node, where.target
 
@@ -143,6 +150,13 @@ def decide_keep(
         return hold(Hold.NOT_MIGRATABLE, f"not live-migratable: {vmi.not_migratable}")
     if vmi_migrating:
         return hold(Hold.MIGRATING, "a migration of this VMI is in flight")
+    if descheduled is not None:
+        ended = descheduled.ended or descheduled.created
+        until = ended + limits.after_descheduled
+        if now < until:
+            off = f" off {descheduled.evacuated}" if descheduled.evacuated else ""
+            return hold(Hold.DESCHEDULED, f"moved{off} by the descheduler (migration {descheduled.name} ended "
+                                          f"{rfc3339(ended)}): not moved back before {rfc3339(until)}")
     after = whole_seconds(limits.after)
     apart_for = now - (apart_since or now)
     if apart_for < limits.after:

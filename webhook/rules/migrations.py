@@ -64,6 +64,8 @@ class Migration:
     ended: datetime | None  # set once final
     target: str | None = None  # the node we asked for (our annotation)
     uid: str = ""  # what the VMI's status.migrationState.migrationUid names
+    evacuated: str | None = None  # a drain's or an eviction's: the node it evacuates (KubeVirt's annotation)
+    priority: str = ""  # spec.priority, set by virt-controller alone (KubeVirt >= 1.7)
 
     @property
     def final(self) -> bool:
@@ -80,6 +82,12 @@ class Migration:
     def in_flight(self, now: datetime) -> bool:
         """Not final and younger than an hour: a stuck one stops holding the queue back."""
         return not self.final and now - self.created < STALE_AFTER
+
+    @property
+    def descheduled(self) -> bool:
+        """An evacuation KubeVirt made for the descheduler's eviction: system-maintenance, where a
+        drain's is system-critical."""
+        return self.evacuated is not None and self.priority == kinds.DESCHEDULER_PRIORITY
 
 
 def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | None:
@@ -117,7 +125,8 @@ def read_migration(obj: Any) -> Migration | Skipped:
     try:
         namespace, name, metadata = read_identity(obj, "VMIM")
         what = f"VMIM {namespace}/{name}"
-        vmi = read_str(read_object(obj, "spec", "VMIM"), "vmiName", "spec")
+        spec = read_object(obj, "spec", "VMIM")
+        vmi = read_str(spec, "vmiName", "spec")
         if not kinds.valid_name(vmi):
             raise Malformed(f"spec.vmiName {vmi[:60]!r} is not a VMI name")
         created = read_time(metadata, "creationTimestamp", "metadata")
@@ -128,8 +137,10 @@ def read_migration(obj: Any) -> Migration | Skipped:
         ours = kinds.labels(obj).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT
         target = kinds.annotations(obj).get(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY) if ours else None
         uid = metadata.get("uid")
+        evacuated = kinds.annotations(obj).get(kinds.EVACUATION_ANNOTATION)
         return Migration(namespace, name, vmi, phase, ours, created, _ended(status, phase, created),
-                         target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "")
+                         target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "",
+                         evacuated if isinstance(evacuated, str) else None, read_str(spec, "priority", "spec"))
     except Malformed as exc:
         return Skipped(what, str(exc))
 
@@ -197,6 +208,24 @@ def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetim
     if vmi.migration is not None and vmi.migration.ended is not None:
         ends.append(vmi.migration.ended)
     return max(ends, default=None)
+
+
+def last_move(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None:
+    """The migration that brought the VM where it runs: the VMI's latest one that succeeded.
+
+    The VMI names its latest migration (`status.migrationState.migrationUid`); when that one
+    succeeded, it is the one, and if its object is gone (someone deleted it: KubeVirt itself keeps
+    a VMI's 5 newest finished ones) nobody can tell where it came from: None. When it failed, the
+    VM still runs where the latest migration that succeeded brought it. A VMI that shows no
+    migration has not moved since it started (migrations of an earlier run of the VM are not it).
+    """
+    state = vmi.migration
+    if state is None:
+        return None
+    moves = [m for m in of_vmi(migrations, vmi) if m.succeeded]
+    if state.completed and not state.failed and state.migration_uid:
+        return next((m for m in moves if m.uid == state.migration_uid), None)
+    return max(moves, key=lambda m: (m.ended or m.created, m.created), default=None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import kinds
 from ..config import Settings
-from .decide import PINNED, Decision
+from .decide import Decision
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -30,9 +30,10 @@ def _annotation_path(key: str) -> str:
     return f"/metadata/annotations/{escape(key)}"
 
 
-def node_requirement(node: str) -> dict[str, Any]:
-    """Select a node by name, as the DaemonSet controller does (the hostname label may differ)."""
-    return {"key": "metadata.name", "operator": "In", "values": [node]}
+def node_requirement(node: str, *more: str) -> dict[str, Any]:
+    """Select a node (or any of several) by name, as the DaemonSet controller does (the
+    hostname label may differ)."""
+    return {"key": "metadata.name", "operator": "In", "values": [node, *more]}
 
 
 def preferred_term(node: str, weight: int) -> dict[str, Any]:
@@ -45,10 +46,11 @@ def _dict_or_none(value: Any) -> dict[str, Any] | None:
 
 
 def affinity_ops(
-    spec: dict[str, Any], required: str | None, preferences: tuple[tuple[str, int], ...], base: str = "/spec"
+    spec: dict[str, Any], required: tuple[str, ...], preferences: tuple[tuple[str, int], ...], base: str = "/spec"
 ) -> list[dict[str, Any]]:
-    """Operations that AND `required` into the node affinity and add the preferred terms."""
-    wanted_required = node_requirement(required) if required else None
+    """Operations that AND "one of the `required` nodes" into the node affinity and add the
+    preferred terms."""
+    wanted_required = node_requirement(*required) if required else None
     wanted_preferred = [preferred_term(node, weight) for node, weight in preferences]
     if not wanted_required and not wanted_preferred:
         return []
@@ -138,7 +140,7 @@ def decision_annotations(decision: Decision, settings: Settings,
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
     """The same, for the audit log (the apiserver prefixes the keys with the webhook's name)."""
-    node = (decision.node if decision.outcome == PINNED else ",".join([n for n, _ in decision.preferences])) or ""
+    node = ",".join(decision.required or [n for n, _ in decision.preferences])
     reason = decision.reason
     return {kinds.DECISION: decision.outcome,
             kinds.NODE_KEY: node if len(node) <= MAX_REASON else clip_reason(node),
@@ -153,8 +155,7 @@ def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings,
     annotations = annotation_ops(obj, decision_annotations(decision, settings, audit))  # affinity first, in the patch
     if not isinstance(spec, dict):
         return annotations
-    required = decision.node if decision.outcome == PINNED else None
-    return affinity_ops(spec, required, decision.preferences) + annotations
+    return affinity_ops(spec, decision.required, decision.preferences) + annotations
 
 
 def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     node_affinity = _dict_or_none(affinity.get("nodeAffinity")) if affinity else None
     if not ours or node_affinity is None:
         return pod
-    added = [node_requirement(node) for node in ours]
+    added = [node_requirement(node) for node in ours] + ([node_requirement(*ours)] if len(ours) > 1 else [])
     selector = _dict_or_none(node_affinity.get(REQUIRED))
     terms = selector.get("nodeSelectorTerms") if selector else None
     if selector is not None and isinstance(terms, list):
@@ -197,7 +198,7 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
             del node_affinity[REQUIRED]
     preferred = node_affinity.get(PREFERRED)
     if isinstance(preferred, list):
-        ours_preferred = [{"matchFields": [r]} for r in added]
+        ours_preferred = [{"matchFields": [node_requirement(node)]} for node in ours]
         keep_or_drop(node_affinity, PREFERRED,
                      [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)])
     drop_empty(spec, "affinity", "nodeAffinity")

@@ -115,7 +115,10 @@ class VmiView:
     claims: tuple[str, ...] = ()
     node_selector: dict[str, Any] = dataclasses.field(default_factory=dict)  # the VMI's own spec.nodeSelector
     cpu_model: str = ""  # spec.domain.cpu.model (virt-api sets host-model by default)
-    machine_type: str = ""  # status.machine.type: the canonical machine type the VM runs with
+    # The machine type as virt-controller reads it for the VM's next pod (`machine_from` says where):
+    # status.machine.type (the canonical one it runs with), else spec.domain.machine.type, else none.
+    machine_type: str = ""
+    machine_from: str = ""  # STATUS_MACHINE, SPEC_MACHINE or ""
 
     @property
     def running(self) -> bool:
@@ -153,6 +156,20 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
     )
 
 
+STATUS_MACHINE, SPEC_MACHINE = "status.machine.type", "spec.domain.machine.type"  # where VmiView.machine_type is from
+
+
+def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
+    """The machine type virt-controller selects nodes by (kubevirt/kubevirt
+    pkg/virt-controller/services/template.go, `newNodeSelectorRenderer`): status.machine.type,
+    else spec.domain.machine.type, else none (no machine-type selector at all); and where from."""
+    for where, container, source in (("status", status, STATUS_MACHINE), ("spec.domain", domain, SPEC_MACHINE)):
+        machine_type = read_str(read_object(container, "machine", where), "type", f"{where}.machine")
+        if machine_type:
+            return machine_type, source
+    return "", ""
+
+
 def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
     """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape)."""
     what = "VMI"
@@ -162,6 +179,8 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
         status = read_object(obj, "status", "VMI")
         spec = read_object(obj, "spec", "VMI")
         migratable, why = _live_migratable(status.get("conditions"))
+        domain = read_object(spec, "domain", "spec")
+        machine_type, machine_from = _machine_type(status, domain)
         annotations = kinds.annotations(obj)
         uid = metadata.get("uid")
         return VmiView(
@@ -177,8 +196,9 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             migration=_vmi_migration(status),
             claims=tuple(claims_of(obj)),
             node_selector=dict(read_object(spec, "nodeSelector", "spec")),
-            cpu_model=read_str(read_object(read_object(spec, "domain", "spec"), "cpu", "spec.domain"), "model", "spec.domain.cpu"),
-            machine_type=read_str(read_object(status, "machine", "status"), "type", "status.machine"),
+            cpu_model=read_str(read_object(domain, "cpu", "spec.domain"), "model", "spec.domain.cpu"),
+            machine_type=machine_type,
+            machine_from=machine_from,
         )
     except Malformed as exc:
         return Skipped(what, str(exc))

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import kinds
 from ..config import Settings
-from .decide import PINNED
+from .decide import REQUIRING
 from .times import parse_time
 
 GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
@@ -62,7 +62,7 @@ def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
 def stranded(pod: Any, namespace: str, settings: Settings, now: datetime.datetime) -> Stranded | None:
     """The pod when we pinned it and it has been unschedulable for longer than GRACE."""
     annotations = kinds.annotations(pod)
-    if annotations.get(settings.decision_annotation) != PINNED or kinds.spec(pod).get("nodeName"):
+    if annotations.get(settings.decision_annotation) not in REQUIRING or kinds.spec(pod).get("nodeName"):
         return None
     if kinds.terminating(pod) or kinds.finished(pod):
         return None

@@ -7,7 +7,9 @@ VMI and adds what the source node and the running VM require (kubevirt/kubevirt
 `pkg/virt-controller/services/nodeselectorrenderer.go`):
 - the VM's own nodeSelector, affinity and tolerations, as on the launcher pod;
 - the machine type as `machine-type.node.kubevirt.io/<vmi.status.machine.type>` (canonical,
-  e.g. `pc-q35-rhel9.6.0`, where the launcher pod had the alias `q35`);
+  e.g. `pc-q35-rhel9.6.0`, where the launcher pod had the alias `q35`), else
+  `spec.domain.machine.type`, else no machine-type selector at all
+  (`pkg/virt-controller/services/template.go`, `newNodeSelectorRenderer`);
 - for a `host-model` CPU: `cpu-model-migration.node.kubevirt.io/<model>` from the source
   node's `host-model-cpu.node.kubevirt.io/<model>` label, and
   `cpu-feature.node.kubevirt.io/<f>` per `host-model-required-features.node.kubevirt.io/<f>`
@@ -27,19 +29,20 @@ from typing import Any
 
 from .. import kinds
 from ..kinds import CPU_FEATURE, CPU_VENDOR, HOST_MODEL, HOST_MODEL_CPU, HOST_MODEL_FEATURE, MACHINE_TYPE, MIGRATION_CPU
-from .running import as_started, own_pods, VmiView
+from .running import as_started, own_pods, STATUS_MACHINE, VmiView
 from .patch import REQUIRED
 
 
 # Why KubeVirt requires a label of the target node (the words of a hold's reason).
 FROM_MACHINE = "machine type of the running VM"
+FROM_SPEC_MACHINE = "machine type of the VM's spec"
 FROM_HOST_MODEL = "host-model CPU of the source node"
 FROM_HOST_FEATURE = "CPU feature of the source node's host model"
 FROM_EARLIER = "CPU the VM has kept since an earlier migration"
 FROM_VENDOR = "CPU vendor of the source node"
 FROM_ADDED = "the migration's addedNodeSelector"
 # The order a hold names a missing label in: the CPU first, the most telling reason.
-_FIRST = (FROM_HOST_MODEL, FROM_EARLIER, FROM_VENDOR, FROM_HOST_FEATURE, FROM_MACHINE, FROM_ADDED)
+_FIRST = (FROM_HOST_MODEL, FROM_EARLIER, FROM_VENDOR, FROM_HOST_FEATURE, FROM_MACHINE, FROM_SPEC_MACHINE, FROM_ADDED)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,8 +71,6 @@ def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, A
     source_name = vmi.node or "(none)"
     if source is None:
         return CannotTell(f"source node {source_name} is not known")
-    if not vmi.machine_type:
-        return CannotTell("the VMI shows no status.machine.type: cannot tell the machine type its target needs")
     pod = dict(as_started(dict(launcher), vmi.node_selector))  # the launcher itself is never changed:
     spec = pod["spec"] = dict(kinds.spec(pod))  # only the spec's own members are replaced below
     selector = spec.get("nodeSelector")
@@ -77,12 +78,14 @@ def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, A
     required: dict[str, str] = {}
     node_labels = kinds.labels(source)
 
-    # The machine type as the running VM reports it, not the alias the launcher pod was made with.
+    # The machine type as the running VM reports it, not the alias the launcher pod was made with;
+    # else the spec's; a VMI with neither gets no machine-type selector.
     for key in [k for k in selector if k.startswith(MACHINE_TYPE) and k not in vmi.node_selector]:
         del selector[key]
-    key = MACHINE_TYPE + vmi.machine_type
-    selector[key] = "true"
-    required[key] = FROM_MACHINE
+    if vmi.machine_type:
+        key = MACHINE_TYPE + vmi.machine_type
+        selector[key] = "true"
+        required[key] = FROM_MACHINE if vmi.machine_from == STATUS_MACHINE else FROM_SPEC_MACHINE
 
     if vmi.cpu_model == HOST_MODEL:
         earlier = {k: v for k, v in selector.items() if CPU_FEATURE in k or MIGRATION_CPU in k}

@@ -3,6 +3,12 @@ the keeper will do about it (move it, when, or what holds it) and its last actio
 the cluster facts the keeper goes by: its mode and leader, whether targeted migration and
 migration priority work, the migrations in flight against the limits.
 
+Whether targeted migration and priority work is asked up front, once a run, whenever the keeper
+is not off: one dry-run create (`dryRun=All`, nothing stored) of the keeper's kind of migration
+(`keeper.probe`), so the answer is there before any VM is due to move, and every VM is decided
+with it. A VM that waits (apart too briefly, backing off…) on a cluster without targeted
+migration shows the hold that will apply once the wait is over: never moved.
+
 Read directly with the admin's credentials and decided by the keeper's own code
 (`keeper.gather.decide`, which calls `rules.keep.decide_keep`), so a VM shows here with the
 answer the keeper acts on. What only the leader remembers (a create the API refused) is not
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,13 +30,14 @@ from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
 from ..config import ENV_PREFIX, Settings
 from ..keeper import gather
-from ..keeper.probe import TargetedMigration
+from ..keeper.probe import NEEDS, TargetedMigration
 from ..keeper.stretch import Stretches
 from .iopath import read_longhorn
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.apart import APART, CO_LOCATED, VmState
 from ..rules.keep import Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import attempts, backoff, in_flight_counts, Migration, of_vmi, outbound_counts, read_migration
+from ..rules.migrations import (attempts, backoff, in_flight_counts, Migration, MIGRATION_PRIORITY, migrating,
+                                migration_manifest, of_vmi, outbound_counts, read_migration)
 from ..rules.iopath import DiskPath, path_note
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
@@ -39,6 +47,12 @@ CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), eac
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
 DEPLOYMENT_NAME = CONTAINER_NAME = "kubevirt-colocate", "webhook"  # the shipped Deployment and its container
+# The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
+DRY_RUN_NAMESPACE, DRY_RUN_VMI = "default", "kubevirt-colocate-dry-run"
+DRY_RUN_REASON = "dry run of kubevirt-colocate status: are spec.addedNodeSelector and spec.priority kept?"
+OFF = "the keeper is off (--keep off)"
+# Holds that end by themselves (time passes), after which the keeper checks targeted migration.
+WAITS = (Hold.APART_BRIEFLY, Hold.MIGRATED_RECENTLY, Hold.BACKING_OFF, Hold.DAILY_LIMIT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,12 +101,14 @@ class VmStatus:
 class Cluster:
     """The facts the keeper goes by, as read now."""
 
-    mode: Mode
+    mode: str  # off, report or migrate
     leader: str  # the Lease's holder, in words
     limits: Limits
     targeted: bool | None
-    targeted_note: str
+    targeted_answer: str  # available, unavailable, could not check, not checked (the keeper is off)
+    targeted_note: str  # why
     priority: bool | None
+    priority_answer: str
     priority_note: str
     in_flight_ours: int
     in_flight_all: int
@@ -103,8 +119,8 @@ class Cluster:
         source = f" ({self.settings_from})" if self.settings_from else ""
         return [
             f"keeper: {self.mode}{source}, leader {self.leader}, --keep-after {ago(limits.after)}",
-            f"targeted migration: {_known(self.targeted)}: {self.targeted_note}",
-            f"migration priority: {_known(self.priority)}: {self.priority_note}",
+            f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
+            f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
         ]
@@ -112,16 +128,67 @@ class Cluster:
     def to_json(self) -> dict[str, Any]:
         limits = self.limits
         return {"mode": str(self.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
-                "limits": {"keep_after_seconds": limits.after.total_seconds(), "max_inflight": limits.max_inflight,
+                "limits": {"keep_after_seconds": limits.after.total_seconds(),
+                           "keep_after_descheduled_seconds": limits.after_descheduled.total_seconds(),
+                           "max_inflight": limits.max_inflight,
                            "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
                            "max_outbound_per_node": limits.max_outbound_per_node},
-                "targeted_migration": {"available": self.targeted, "why": self.targeted_note,
-                                       "priority": self.priority, "priority_why": self.priority_note},
+                "targeted_migration": {"available": self.targeted, "answer": self.targeted_answer,
+                                       "why": self.targeted_note, "priority": self.priority,
+                                       "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all}}
 
 
-def _known(answer: bool | None) -> str:
-    return "unknown" if answer is None else "available" if answer else "unavailable"
+def answers(probe: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
+    """What the dry run said of targeted migration and of priority, each as (answer, why): available,
+    unavailable, could not check (the error), or not checked (the keeper is off)."""
+    if off:
+        return ("not checked", OFF), ("not checked", OFF)
+    if not probe.checked:
+        return ("not checked", probe.note), ("not checked", probe.priority_note)
+
+    def answer(value: bool | None, note: str, unknown: str) -> tuple[str, str]:
+        return ("could not check", unknown) if value is None else ("available" if value else "unavailable", note)
+
+    return (answer(probe.available, probe.note, probe.error),
+            answer(probe.priority, probe.priority_note,
+                   probe.error or "the dry run's answer said nothing of spec.priority"))
+
+
+_QUIET = logging.getLogger("webhook.status")  # the header says what the keeper logs
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+class _CheckedOnce(TargetedMigration):
+    """The keeper's check of targeted migration as `status` makes it: once, up front
+    (`dry_run_manifest`), never again for a VM; a VM that may move is decided with its answer.
+    Its answer is printed in the header, not logged."""
+
+    logger = _QUIET
+
+    def due(self) -> bool:
+        return False
+
+
+def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime) -> dict[str, Any]:
+    """The migration dry-run to learn whether targeted migration and priority work: the keeper's
+    own kind (spec.addedNodeSelector and spec.priority), of the first running opted-in VM that
+    KubeVirt would admit one of (live-migratable, none in flight; virt-api refuses the others
+    before the answer says anything of the selector), else of the first running opted-in VM,
+    else of a VMI that does not exist (DRY_RUN_VMI). Its selector names the node the VM runs on:
+    only what becomes of the fields matters, nothing is stored or scheduled."""
+    def refused(view: VmiView) -> bool:
+        return not view.live_migratable or migrating(view, migrations, now)
+
+    ranked = sorted(running, key=lambda view: (refused(view), view.namespace, view.name))
+    vmi = ranked[0] if ranked else VmiView(DRY_RUN_NAMESPACE, DRY_RUN_VMI, "", "", None, opted_in=False, kept=False,
+                                           live_migratable=False, not_migratable="", migration=None)
+    node = vmi.node or DRY_RUN_VMI
+    manifest = migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
+                                  DRY_RUN_REASON, MIGRATION_PRIORITY)
+    assert not isinstance(manifest, Skipped)  # the node has its hostname label
+    return manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +209,10 @@ class Report:
 
 def limits_of(settings: Settings) -> Limits:
     """The keeper's bounds from its settings (as the keeper builds them)."""
-    return Limits(after=timedelta(seconds=settings.keep_after), max_inflight=settings.keep_max_inflight,
-                  max_per_day=settings.keep_max_per_day, max_outbound_per_node=settings.keep_max_outbound_per_node)
+    return Limits(after=timedelta(seconds=settings.keep_after),
+                  after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
+                  max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
+                  max_outbound_per_node=settings.keep_max_outbound_per_node)
 
 
 class _Launchers:
@@ -195,7 +264,12 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
     stretches = Stretches(_Launchers(store, pods), settings, timeout)  # type: ignore[arg-type]
-    targeted = TargetedMigration(api, timeout=timeout)
+    targeted = _CheckedOnce(api, timeout=timeout)
+    off = settings.keep == "off"
+    if off:
+        targeted.note = f"targeted migration not checked: {OFF}"
+    else:
+        await targeted.check(dry_run_manifest(running, migrations, now))
     ours, everyone = in_flight_counts(migrations, now)
     budget = gather.Budget(ours, everyone, outbound_counts(migrations, views, now))
     limits = limits_of(settings)
@@ -209,16 +283,15 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
             history = list(of_vmi(migrations, view))
             decision = await gather.decide(stretches, targeted, view, where, facts, now, history, budget,
                                            limits=limits, mode=mode)
-            vm = _vm_status(view, where.storage, where.why, decision, stretches, migrations, limits, now)
+            vm = _vm_status(view, where.storage, where.why, decision, stretches, migrations, limits, now,
+                            targeted=targeted.available, off=off)
             return dataclasses.replace(vm, disks=tuple(longhorn.paths(facts))) if longhorn is not None else vm
 
-    # One by one until a VM that may move has made the dry run; the others with its answer, at once.
-    vms: list[VmStatus] = []
-    while len(vms) < len(running) and targeted.due():
-        vms.append(await one(running[len(vms)]))
-    vms += await asyncio.gather(*(one(view) for view in running[len(vms):]))
-    header = Cluster(mode, await leader(store, settings, now, timeout), limits, targeted.available, targeted.note,
-                     targeted.priority, targeted.priority_note, ours, everyone, settings_from)
+    vms = await asyncio.gather(*(one(view) for view in running))
+    (said, why), (priority_said, priority_why) = answers(targeted, off)
+    header = Cluster("off" if off else str(mode), await leader(store, settings, now, timeout), limits,
+                     targeted.available, said, why, targeted.priority, priority_said, priority_why, ours, everyone,
+                     settings_from)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped, header)
 
 
@@ -309,24 +382,32 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
 
 
 def _vm_status(view: VmiView, storage: tuple[str, ...], why: str, decision: KeepDecision, stretches: Stretches,
-               migrations: Sequence[Migration], limits: Limits, now: datetime) -> VmStatus:
+               migrations: Sequence[Migration], limits: Limits, now: datetime, *, targeted: bool | None,
+               off: bool) -> VmStatus:
     stretch = stretches.get((view.namespace, view.name))
     since = stretch.since if decision.state is APART and stretch is not None and stretch.derived else None
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, now)
     return VmStatus(view.namespace, view.name, view.node, storage, decision.state, since, why, text, last, view.kept,
-                    decision, next_step(decision, since, limits, now))
+                    decision, next_step(decision, since, limits, now, targeted=targeted, off=off))
 
 
-def next_step(decision: KeepDecision, since: datetime | None, limits: Limits, now: datetime) -> str:
+def next_step(decision: KeepDecision, since: datetime | None, limits: Limits, now: datetime, *,
+              targeted: bool | None = None, off: bool = False) -> str:
     """The keeper's decision in words: "moves in 4m (apart since 12:03, --keep-after 10m)",
-    "moves at the keeper's next pass", "stays: co-located", "held: <why>"."""
+    "moves at the keeper's next pass", "stays: co-located", "held: <why>"; "never: targeted
+    migration unavailable …" for a VM that waits on a cluster without it (`targeted` False),
+    "nothing: the keeper is off …" when it is (`off`)."""
     keep_after = f"--keep-after {ago(limits.after)}"
-    if decision.act:
-        return f"moves to {decision.target} at the keeper's next pass"
     if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"
+    if off:
+        return f"nothing: {OFF}"
+    if decision.act:
+        return f"moves to {decision.target} at the keeper's next pass"
+    if targeted is False and decision.hold in WAITS:
+        return f"never: {Hold.UNTARGETED} ({NEEDS})"
     if decision.hold is Hold.APART_BRIEFLY and since is not None:
         return f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, {keep_after})"
     if decision.hold is Hold.BACKING_OFF:

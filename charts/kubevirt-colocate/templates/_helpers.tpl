@@ -31,6 +31,7 @@ these to Settings.
 */}}
 {{- define "kubevirt-colocate.serverDefaults" -}}
 keepAfter: 600
+keepAfterDescheduled: 21600
 keepMaxInflight: 2
 keepMaxPerDay: 2
 pin: required
@@ -45,6 +46,9 @@ shareManagerRule: true
 {{- $flags := list -}}
 {{- if ne (float64 .Values.keeper.after) (float64 $default.keepAfter) -}}
 {{- $flags = append $flags (printf "--keep-after=%v" .Values.keeper.after) -}}
+{{- end -}}
+{{- if ne (float64 .Values.keeper.afterDescheduled) (float64 $default.keepAfterDescheduled) -}}
+{{- $flags = append $flags (printf "--keep-after-descheduled=%v" .Values.keeper.afterDescheduled) -}}
 {{- end -}}
 {{- if ne (int64 .Values.keeper.maxInflight) (int64 $default.keepMaxInflight) -}}
 {{- $flags = append $flags (printf "--keep-max-inflight=%d" (int64 .Values.keeper.maxInflight)) -}}

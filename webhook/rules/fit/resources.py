@@ -64,3 +64,24 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
             room_reason = (f"node {name} has no room: {resource} {show(resource, used)} of {show(resource, has)} "
                            f"requested, {subject} asks {show(resource, asked)}")
     return room_reason
+
+
+SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weight 1 each
+
+
+def least_allocated(demand: Demand, node: Mapping[str, Any], view: View) -> float | None:
+    """NodeResourcesFit's default score (noderesources/least_allocated.go), from 0 to 1: the
+    share of the node's cpu and memory left free once the pod is placed, averaged. None when
+    the node's room cannot be read."""
+    usage = view.usage(name_of(node))
+    allocatable = view.memo.of(_allocatable, node, kinds.status(node).get("allocatable"))
+    if usage.unreadable or isinstance(allocatable, str):
+        return None
+    shares = []
+    for resource in SCORED:
+        has = allocatable.get(resource, 0)
+        if has <= 0:
+            return None
+        taken = usage.requested.get(resource, 0) + demand.requests.get(resource, 0)
+        shares.append(max(0.0, (has - taken) / has))
+    return sum(shares) / len(shares)

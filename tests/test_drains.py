@@ -1,0 +1,167 @@
+"""Drains: a share-manager re-created while its VM is leaving its node goes where the VM's
+migration can land too, never where the VM can never follow (an older CPU generation, a node
+too small, a node the share-manager itself may not use)."""
+import copy
+
+import pytest
+from kube import (LONGHORN_NS, NEW_CPU, OLD_CPU, annotations, answer, apply_valid, decode_patch, launcher_pod_of,
+                  migration_node_selector, node, preferred_terms, required_terms, review, rwx_disk, share_manager_pod,
+                  vmi, workload_pod)
+
+from webhook.admission.admit import admit
+from webhook.admission.review import parse_review
+from webhook.config import Settings
+from webhook.deadline import Deadline
+
+VOLUME = "pvc-d1"
+DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
+SMALL = {"cpu": "1", "memory": "1Gi", "pods": "110", "devices.kubevirt.io/kvm": "1k"}
+SLOTS_TAKEN = {"cpu": "15800m", "memory": "62Gi", "pods": "1", "devices.kubevirt.io/kvm": "1k"}
+
+
+def source(**kw):
+    """node-a, where vm1 runs, in the state the case puts it in."""
+    return node("node-a", **kw)
+
+
+def others(**extra):
+    """Two nodes that take both pods (node-b busier than node-c), two of an older CPU generation."""
+    return [node("node-b", **extra), node("node-c", **extra), node("old-1", cpu=OLD_CPU), node("old-2", cpu=OLD_CPU)]
+
+
+def vm1(node_name="node-a"):
+    return vmi("vm1", node_name, "d1")
+
+
+def cluster(source_node, *, nodes=None, extra=()):
+    """vm1 running on `source_node` with its disk d1, whose share-manager pod the drain evicted."""
+    the_vmi = vm1()
+    return [source_node, *(others() if nodes is None else nodes), the_vmi, launcher_pod_of(the_vmi),
+            *rwx_disk("d1", None, state="stopped", owner="node-a"), workload_pod(1, "node-b"), *extra]
+
+
+def unscheduled_target(added=None):
+    """vm1's migration target pod as KubeVirt creates it, not scheduled yet."""
+    the_vmi = vm1()
+    selector = migration_node_selector(the_vmi, {}, source()["metadata"]["labels"], added)
+    pod = launcher_pod_of(the_vmi, name="virt-launcher-vm1-tgt42", migration_uid="mig-uid-1", node_selector=selector,
+                          started="2026-11-23T10:00:00Z")
+    del pod["spec"]["nodeName"]
+    pod["metadata"]["labels"].pop("kubevirt.io/nodeName")
+    pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                         "reason": "Unschedulable"}]}
+    return pod
+
+
+async def decided(store, pod=None, settings=None):
+    pod = pod or share_manager_pod(VOLUME)
+    outcome = await admit(parse_review(review(pod, namespace=LONGHORN_NS)), store, settings or Settings(),
+                          Deadline.after(10, 1))
+    envelope = answer(outcome)
+    assert envelope["response"]["allowed"] is True
+    return outcome, apply_valid(pod, decode_patch(envelope))
+
+
+def among(pod):
+    (term,) = required_terms(pod)
+    (requirement,) = term["matchFields"]
+    assert requirement["key"] == "metadata.name" and requirement["operator"] == "In"
+    return requirement["values"]
+
+
+def preferred(pod):
+    return [(t["preference"]["matchFields"][0]["values"][0], t["weight"]) for t in preferred_terms(pod)]
+
+
+LEAVING = [
+    ("cordoned", cluster(source(unschedulable=True)), "node node-a is cordoned"),
+    ("drain-taint", cluster(source(taints=[DRAIN_TAINT])), "untolerated taint kubevirt.io/drain"),
+    ("not-ready", cluster(source(ready=False)), "node node-a is not Ready"),
+    ("full", cluster(source(allocatable=SLOTS_TAKEN)), "node node-a has no room"),
+    ("migrating", cluster(source(), extra=[unscheduled_target()]),
+     "target pod virt-launcher-vm1-tgt42 is not scheduled yet"),
+]
+
+
+@pytest.mark.parametrize("name, objects, why", LEAVING, ids=[c[0] for c in LEAVING])
+async def test_a_leaving_vms_share_manager_goes_where_the_vm_can_follow(make_store, name, objects, why):
+    """Never the VM's own node, never a node of the older CPU generation: the VM's migration
+    target needs the source's host-model CPU and its machine type, which they lack."""
+    outcome, pod = await decided(await make_store(objects))
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned-among"
+    assert among(pod) == ["node-b", "node-c"]
+    assert annotations(pod)["kubevirt-scheduler/node"] == "node-b,node-c"
+    assert preferred(pod)[0][0] == "node-c"  # the most room for the VM: node-b runs a workload
+    assert {n for n, _ in preferred(pod)} == {"node-b", "node-c"} and all(1 <= w <= 100 for _, w in preferred(pod))
+    assert why in outcome.decision.reason and "VM default/vm1" in outcome.decision.reason
+
+
+async def test_a_migration_that_names_its_node_takes_the_share_manager_there(make_store):
+    """The target pod KubeVirt already created is judged as it is: its addedNodeSelector included."""
+    objects = cluster(source(), extra=[unscheduled_target({"kubernetes.io/hostname": "node-b"})])
+    _, pod = await decided(await make_store(objects))
+    assert among(pod) == ["node-b"]
+
+
+async def test_the_share_managers_own_placement_narrows_the_set(make_store):
+    """Longhorn's StorageClass topology on the share-manager pod keeps it in zone-a."""
+    zoned = [node("node-b", **{"topology.kubernetes.io/zone": "zone-a"}),
+             node("node-c", **{"topology.kubernetes.io/zone": "zone-b"}), node("old-1", cpu=OLD_CPU)]
+    store = await make_store(cluster(source(unschedulable=True), nodes=zoned))
+    _, pod = await decided(store, share_manager_pod(VOLUME, topology_zone="zone-a"))
+    assert among(pod) == ["node-b"]
+
+
+async def test_a_node_too_small_for_the_vm_is_left_out(make_store):
+    store = await make_store(cluster(source(unschedulable=True), nodes=[node("node-b"), node("node-c", allocatable=SMALL)]))
+    _, pod = await decided(store)
+    assert among(pod) == ["node-b"]
+
+
+async def test_nowhere_for_both_answers_as_before_and_says_why(make_store):
+    """Only nodes of the older generation left: the share-manager is only preferred toward the
+    VM's node, as before, and the reason names what each node lacks."""
+    store = await make_store(cluster(source(unschedulable=True), nodes=[node("old-1", cpu=OLD_CPU)]))
+    outcome, pod = await decided(store)
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "preferred"
+    assert required_terms(pod) == [] and preferred(pod) == [("node-a", 100)]
+    assert "node node-a is cordoned" in outcome.decision.reason
+    assert "no node takes both this share-manager and the migration of VM default/vm1" in outcome.decision.reason
+    assert f"cpu-model-migration.node.kubevirt.io/{NEW_CPU}" in outcome.decision.reason
+
+
+async def test_several_consumers_answer_as_before(make_store):
+    vm2 = vmi("vm2", "node-a", "d1")
+    store = await make_store(cluster(source(unschedulable=True), extra=[vm2, launcher_pod_of(vm2)]))
+    outcome, pod = await decided(store)
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "preferred"
+    assert outcome.decision.reason == "preferred node-a, not pinned: node node-a is cordoned"
+
+
+async def test_a_vm_that_stays_is_followed_as_before(make_store):
+    _, pod = await decided(await make_store(cluster(source())))
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned"
+    assert among(pod) == ["node-a"]
+
+
+async def test_pins_as_preferences_prefer_the_set_only(make_store):
+    store = await make_store(cluster(source(unschedulable=True)))
+    outcome, pod = await decided(store, settings=Settings(pin="preferred"))
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "preferred"
+    assert required_terms(pod) == []
+    assert {n for n, _ in preferred(pod)} == {"node-b", "node-c"}
+
+
+async def test_the_vmi_unreadable_answers_as_before_and_says_why(make_store):
+    objects = [o for o in cluster(source(unschedulable=True)) if o["kind"] != "VirtualMachineInstance"]
+    outcome, pod = await decided(await make_store(objects))
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "preferred"
+    assert "cannot tell where the migration of VM default/vm1 can land" in outcome.decision.reason
+
+
+async def test_re_review_adds_nothing(make_store):
+    store = await make_store(cluster(source(unschedulable=True)))
+    _, pod = await decided(store)
+    outcome = await admit(parse_review(review(copy.deepcopy(pod), namespace=LONGHORN_NS)), store, Settings(),
+                          Deadline.after(10, 1))
+    assert decode_patch(answer(outcome)) == []
