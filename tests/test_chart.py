@@ -52,6 +52,9 @@ VARIANTS = {  # values -> the manifests/ trees of the same install
     "cert-manager": ({"certManager": {"enabled": True}}, ["manifests/cert-manager"]),
     "monitoring": ({"monitoring": {"enabled": True}}, ["manifests", "manifests/monitoring"]),
     "cert-manager and monitoring": (BOTH, ["manifests/cert-manager", "manifests/monitoring"]),
+    # An overlay (next to manifests/) with the install option's component.
+    "migration targets": ({"migrationTargets": "prefer"},
+                          [{"resources": ["../manifests"], "components": ["../manifests/migration-targets"]}]),
 }
 
 
@@ -124,17 +127,28 @@ def validate_strictly(found: list[dict[str, Any]]) -> None:
 
 
 @functools.cache
-def _kustomize(path: str) -> tuple[dict[str, Any], ...]:
+def _kustomize(source: str) -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize` of a path, or of an overlay (a kustomization as JSON) next to manifests/."""
     tool = kubectl()
     if tool is None:
         pytest.skip("kubectl is not installed (or set KUBECTL)")
-    done = subprocess.run([tool, "kustomize", path], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if not source.startswith("{"):
+        done = subprocess.run([tool, "kustomize", source], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    else:
+        overlay = ROOT / f".chart-overlay-{os.getpid()}"  # kustomize loads ../manifests relative to it
+        overlay.mkdir()
+        try:
+            (overlay / "kustomization.yaml").write_text(yaml.safe_dump(json.loads(source)))
+            done = subprocess.run([tool, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
+        finally:
+            shutil.rmtree(overlay)
     assert done.returncode == 0, done.stderr
     return tuple(objects(done.stdout))
 
 
-def kustomized(paths: list[str]) -> list[dict[str, Any]]:
-    return [copy.deepcopy(o) for path in paths for o in _kustomize(path)]
+def kustomized(sources: list[str | dict[str, Any]]) -> list[dict[str, Any]]:
+    return [copy.deepcopy(o) for source in sources
+            for o in _kustomize(source if isinstance(source, str) else json.dumps(source, sort_keys=True))]
 
 
 def key(obj: dict[str, Any]) -> tuple[str, str, str | None, str]:
@@ -156,12 +170,12 @@ def as_kustomize_has_it(obj: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 async def test_the_chart_renders_the_same_install_as_the_manifests(cluster, helm_sdkpy, variant):
-    values, paths = VARIANTS[variant]
+    values, sources = VARIANTS[variant]
     rendered = await install(helm_sdkpy, cluster, copy.deepcopy(values))
     validate_strictly(rendered)
     chart = {key(o): o for o in map(as_kustomize_has_it, rendered)}
     assert len(chart) == len(rendered)
-    manifests = {key(o): o for o in kustomized(paths)}
+    manifests = {key(o): o for o in kustomized(sources)}
     # The namespace is Helm's (--create-namespace), the one object a chart cannot own.
     assert set(manifests) - set(chart) == {("v1", "Namespace", None, NS)}
     assert set(chart) - set(manifests) == set()
@@ -261,12 +275,14 @@ def test_the_defaults_are_the_servers():
         "keepAfter": server.keep_after, "keepAfterDescheduled": server.keep_after_descheduled,
         "keepMaxInflight": server.keep_max_inflight,
         "keepMaxPerDay": server.keep_max_per_day, "pin": server.pin, "optInAnnotation": server.opt_in_annotation,
-        "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule}
+        "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule,
+        "migrationTargets": server.migration_targets}
     keeper = values["keeper"]
     assert (keeper["after"], keeper["afterDescheduled"], keeper["maxInflight"], keeper["maxPerDay"], values["pin"],
-            values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"]) == (
+            values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"],
+            values["migrationTargets"]) == (
         server.keep_after, server.keep_after_descheduled, server.keep_max_inflight, server.keep_max_per_day, server.pin,
-        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule)
+        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule, server.migration_targets)
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == version  # the default image tag: the image of this version

@@ -70,6 +70,12 @@ def add_pin_flag(group: argparse._ArgumentGroup) -> None:
                             f"{default('pin')}")
 
 
+def add_migration_targets_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--migration-targets", choices=["untouched", "prefer"],
+                       help="migration target pods: untouched, or prefer the node serving the disks when the "
+                            f"migration names no node (evacuations, the descheduler's) {default('migration_targets')}")
+
+
 def add_share_manager_flag(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--share-manager-rule", choices=["on", "off"],
                        help=f"steer share-manager pods to their VM {default('share_manager_rule')}")
@@ -92,6 +98,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         csi_driver=getattr(args, "csi_driver", None),
         share_manager_rule=None if rule is None else rule == "on",
         pin=getattr(args, "pin", None),
+        migration_targets=getattr(args, "migration_targets", None),
         **{name: getattr(args, name, None) for name in KEEPER_SETTINGS},
     )
 
@@ -160,6 +167,7 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
     rules = add_disk_flags(serve)
     add_pin_flag(rules)
+    add_migration_targets_flag(rules)
     add_share_manager_flag(rules)
     add_keeper_flags(serve)
 
@@ -173,6 +181,7 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
                              "(default: the response)")
     rules = add_disk_flags(review)
     add_pin_flag(rules)
+    add_migration_targets_flag(rules)
     add_share_manager_flag(rules)
 
     why = verb("explain", "where a VM's disks are served from, where it runs, what the webhook would do now")
@@ -266,7 +275,8 @@ async def run_review(args: argparse.Namespace) -> int:
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
     envelope = reviews.build_response(request.uid, outcome)
     print(json.dumps(decoded_patch(envelope) if args.patch else envelope, indent=2))
-    summary = outcome.decision.reason if outcome.decision else f"untouched: {outcome.skipped}"
+    summary = outcome.decision.reason if outcome.decision else \
+        f"untouched: {outcome.skipped}" + (f" ({outcome.detail})" if outcome.detail else "")
     print(f"# {summary}", file=sys.stderr)
     return 0
 
@@ -300,7 +310,8 @@ async def run_serve(args: argparse.Namespace) -> int:
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else None
         companions.append(StrandedReporter(store, settings, events))
-        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
+        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
+                                     migration_targets=settings.migration_targets == "prefer"))
         if settings.keep != "off":
             from .keeper import lease
             from .keeper.service import KeeperService

@@ -18,8 +18,9 @@ from ..cluster.resolve import Consumers, Seen, migration_target, node_obstacle, 
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
-from ..rules import apply, decide, patch, together
-from ..rules.classify import Skip, is_share_manager_pod, vm_exemption
+from ..kinds import VMIM
+from ..rules import apply, decide, patch, steer, together
+from ..rules.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
 from ..rules.decide import Decision
 from ..rules.facts import Fact, claims_of
 from ..rules.target import TargetPod
@@ -50,6 +51,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
 
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
+    if exemption is Skip.MIGRATION_TARGET and settings.migration_targets == "prefer":
+        return await _migration_target_rule(namespace, pod, store, settings, deadline)
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
         return skip(Rule.NONE if exemption is Skip.NOT_LAUNCHER else Rule.VM, exemption)
@@ -59,6 +62,40 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
     return _decided(pod, decide.decide(facts, blocked, required=settings.pin == "required"), settings, Rule.VM, facts)
+
+
+async def _migration_target_rule(
+    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
+) -> Outcome:
+    """`--migration-targets prefer`: the target pod of a migration that names no node gets a
+    preference toward the node serving its disks, never a requirement (rules/steer.py). The
+    migration is read from the API within the deadline: the pod alone cannot tell whether its
+    nodeSelector holds the migration's addedNodeSelector."""
+    exemption = target_exemption(pod)
+    if exemption is not None:
+        return skip(Rule.MIGRATION_TARGET, exemption)
+    named = steer.migration_of(pod)
+    if isinstance(named, str):
+        return skip(Rule.MIGRATION_TARGET, Skip.MIGRATION_UNKNOWN, f"target untouched: {named}", named)
+    name, uid = named
+    try:
+        async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
+            migration = await store.whole(VMIM, namespace, name, timeout=deadline.remaining())  # addedNodeSelector
+    except (StoreError, TimeoutError) as exc:
+        why = f"migration {name} unknown: {str(exc) or 'no answer before the deadline'}"
+        return skip(Rule.MIGRATION_TARGET, Skip.MIGRATION_UNKNOWN, f"target untouched: {why}", why)
+    untouched = steer.why_not_steered(migration, name, uid)
+    if untouched is not None:
+        why, detail = untouched
+        # A migration that names its node is someone's choice (the keeper's own among them): no warning.
+        warning = None if why is Skip.MIGRATION_NAMES_NODE else f"target untouched: {detail}"
+        return skip(Rule.MIGRATION_TARGET, why, warning, detail)
+    facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline)
+    decision = steer.prefer(facts, steer.describe(migration, name))
+    if isinstance(decision, str):
+        return skip(Rule.MIGRATION_TARGET, Skip.NO_STORAGE_NODE, f"target untouched: {decision}", decision,
+                    facts=tuple(facts))
+    return _decided(pod, decision, settings, Rule.MIGRATION_TARGET, facts)
 
 
 async def _share_manager_rule(

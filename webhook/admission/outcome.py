@@ -13,6 +13,7 @@ from ..rules.record import record
 class Rule(enum.StrEnum):
     VM = "vm"
     SHARE_MANAGER = "share-manager"
+    MIGRATION_TARGET = "migration-target"  # --migration-targets prefer
     NONE = "none"
 
 

@@ -103,7 +103,8 @@ class Admissions:
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if self.events is not None and outcome.decision is not None and not review.dry_run:
-                self.events.emit(review.object, review.namespace, outcome.decision)
+                self.events.emit(review.object, review.namespace, outcome.decision,
+                                 migration_target=outcome.rule is Rule.MIGRATION_TARGET)
             seconds = time.monotonic() - started
             count_admission(outcome, seconds)
             log_admission(review, outcome, seconds)

@@ -51,7 +51,10 @@ def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
     return reference | ({"uid": uid} if uid else {})
 
 
-def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
+def decision_event(involved: dict[str, Any], decision: Decision, instance: str, *,
+                   migration_target: bool = False) -> dict[str, Any]:
+    if migration_target:  # --migration-targets prefer: a preference is all a target ever gets, not a failure
+        return new_event(involved, "MigrationTargetPreferred", decision.reason, instance)
     if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow
         return new_event(involved, "PlacedForVM", decision.reason, instance)
     pinned = decision.outcome == PINNED
@@ -90,11 +93,11 @@ class EventSink:
         self._task: asyncio.Task[None] | None = None
         self.instance = identity()
 
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
         involved = involved_object(pod, namespace)
         if involved is None:
             return
-        self._queue_event(decision_event(involved, decision, self.instance))
+        self._queue_event(decision_event(involved, decision, self.instance, migration_target=migration_target))
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:

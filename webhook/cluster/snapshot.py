@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from .. import kinds
-from ..kinds import POD, PV, RULE_RESOURCES, Resource
+from ..kinds import POD, PV, RULE_RESOURCES, VMIM, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
 from ..rules.facts import claims_of
@@ -84,7 +84,7 @@ class SnapshotStore(Unwatched):
         return cls(objects)
 
     def usable(self) -> int:
-        """How many objects the rules can read (PVCs, PVs, Nodes, Pods, ShareManagers)."""
+        """How many objects the rules can read (PVCs, PVs, Nodes, Pods, ShareManagers, migrations)."""
         return len(self._objects)
 
     def _all(self, resource: Resource, namespace: str | None = None) -> Iterator[dict[str, Any]]:
@@ -118,7 +118,8 @@ class SnapshotStore(Unwatched):
         return None
 
 
-_BY_KIND = {(r.api_version, r.kind): r for r in RULE_RESOURCES}
+# Migrations too: what `--migration-targets prefer` reads of a migration target's migration.
+_BY_KIND = {(r.api_version, r.kind): r for r in (*RULE_RESOURCES, VMIM)}
 
 
 def flatten(documents: Iterable[Any]) -> Iterator[Any]:

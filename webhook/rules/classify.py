@@ -22,6 +22,9 @@ class Skip(enum.StrEnum):
     NOT_LAUNCHER = "not a virt-launcher pod"
     NOT_OPTED_IN = "not opted in"
     MIGRATION_TARGET = "migration target"
+    MIGRATION_UNKNOWN = "migration unknown"  # --migration-targets prefer: the pod's migration could not be read
+    MIGRATION_NAMES_NODE = "migration names its node"
+    NO_STORAGE_NODE = "no storage node"
     EPHEMERAL = "ephemeral provisioning pod"
     TERMINATING = "terminating"
     FINISHED = "finished"
@@ -62,6 +65,16 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     if kinds.MIGRATION_JOB_LABEL in labels:
         return Skip.MIGRATION_TARGET
     if annotations.get(kinds.EPHEMERAL_PROVISIONING) == "true":
+        return Skip.EPHEMERAL
+    if kinds.spec(pod).get("nodeName"):
+        return Skip.ALREADY_BOUND
+    return None
+
+
+def target_exemption(pod: dict[str, Any]) -> Skip | None:
+    """Why an opted-in VM's migration target pod is left untouched by `--migration-targets prefer`
+    before its migration is read, or None (`vm_exemption` has said MIGRATION_TARGET)."""
+    if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Skip.EPHEMERAL
     if kinds.spec(pod).get("nodeName"):
         return Skip.ALREADY_BOUND

@@ -38,6 +38,7 @@ pin: required
 optInAnnotation: kubevirt-scheduler/co-schedule
 longhornNamespace: longhorn-system
 shareManagerRule: true
+migrationTargets: untouched
 {{- end }}
 
 {{/* The flags that the values set, beyond those the Deployment always has. */}}
@@ -67,6 +68,9 @@ shareManagerRule: true
 {{- end -}}
 {{- if not .Values.shareManagerRule -}}
 {{- $flags = append $flags "--share-manager-rule=off" -}}
+{{- end -}}
+{{- if ne .Values.migrationTargets $default.migrationTargets -}}
+{{- $flags = append $flags (printf "--migration-targets=%s" .Values.migrationTargets) -}}
 {{- end -}}
 {{- with $flags }}{{ toYaml . }}{{ end -}}
 {{- end }}
