@@ -11,10 +11,16 @@ UV     := uv==0.13.9
 
 .PHONY: test demo certs serve bench clean lock lock-upgrade
 
-$(VENV)/.installed: pyproject.toml
+# Helm's own engine for the chart's tests (tests/helm.py): Helm 4's Go library in a wheel. It declares
+# Python >= 3.12, but it is a cffi wrapper that runs on 3.11 too, hence --ignore-requires-python
+# (not expressible in pyproject.toml's test extra).
+HELM_SDK := helm-sdkpy==0.1.32
+
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --ignore-requires-python '$(HELM_SDK)'
 	touch $@
 
 test: $(VENV)/.installed

@@ -7,6 +7,12 @@ turned away whole and PUT with optimistic concurrency cannot be expressed as its
 watch events per resource. `KubernetesApi` serves it as kmock's scaffold's fallbacks, so that a
 test's reactions answer first and see every request; `serve` serves it bare over aiohttp, for a
 benchmark: no request history kept, nothing matched against it.
+
+What a client built on client-go (Helm) needs besides: lists and watches filtered by
+`labelSelector` (Helm finds its releases so), discovery of the core group as `v1`, the
+Namespace resource itself (kmock 0.8 reads `/api/v1/namespaces/NAME` as a namespace), a server
+version, and OpenAPI v3 documents that say each resource's PATCH takes `fieldValidation`, so that
+client-go leaves validation to the server instead of fetching the whole OpenAPI v2 schema.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ from typing import Any
 import kmock
 from aiohttp import web
 
+from . import protobuf as kubeproto
+from . import strategic
 from .objects import stamp
 
 __all__ = ["Apiserver", "Call", "KubernetesApi", "serve", "stamp"]
@@ -40,6 +48,7 @@ class Call:
     name: str | None = None
     params: dict[str, str] = dataclasses.field(default_factory=dict)
     data: Any = None
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def error(status: int, reason: str, message: str) -> kmock.KubernetesError:
@@ -69,8 +78,9 @@ class Apiserver:
     turns away as a whole (request -> KubernetesError | None: nothing stored or deleted); PUT
     replacing an object (the Lease), 409 when its resourceVersion is stale; DELETE with
     `preconditions` (uid, resourceVersion), 409 when they do not hold. Otherwise as kmock's
-    emulator: PATCH merges, DELETE of an object with finalizers marks it, its last finalizer gone
-    deletes it; lists and watches by namespace; watches start with every object ADDED."""
+    emulator: PATCH merges (a strategic merge patch as kubefake.strategic applies it), DELETE of an
+    object with finalizers marks it, its last finalizer gone deletes it; lists and watches by
+    namespace and label selector; watches start with every object ADDED."""
 
     def __init__(self, objects: Any = None, resources: Any = None):
         self.objects = kmock.ObjectsArray() if objects is None else objects
@@ -98,11 +108,14 @@ class Apiserver:
         return any(r == resource for r in self.resources) or any(r == resource for r, _, _ in self.objects)
 
     def matching(self, call: Any) -> list[Any]:
-        """Every live object of the call's resource in its namespace (all of them without one)."""
+        """Every live object of the call's resource in its namespace (all of them without one) that
+        its `labelSelector` selects."""
+        selector = label_selector(call.params.get("labelSelector"))
         return [obj for (resource, namespace, name), obj in self.objects.items()
                 if resource == call.resource and not obj.deleted
                 and (call.namespace is None or namespace == call.namespace)
-                and (call.name is None or name == call.name)]
+                and (call.name is None or name == call.name)
+                and selector(((obj.raw.get("metadata") or {}).get("labels")) or {})]
 
     # ----------------------------------------------------------------- reads
 
@@ -110,10 +123,17 @@ class Apiserver:
         if not self.known(call.resource):
             raise kmock.KubernetesResourceNotFoundError()
         async with self.lock:
-            return {"metadata": {"resourceVersion": "..."}, "items": [obj.raw for obj in self.matching(call)]}
+            items = [obj.raw for obj in self.matching(call)]
+        listed: dict[str, Any] = {"metadata": {"resourceVersion": "..."}, "items": items}
+        kind = self.resources[call.resource].kind if call.resource in self.resources else None
+        if kind:  # a typed client (client-go) decodes a list by its kind
+            group, version = call.resource.group, call.resource.version
+            listed = {"apiVersion": f"{group}/{version}" if group else version, "kind": f"{kind}List", **listed}
+        return listed
 
     async def events(self, call: Any) -> AsyncIterator[dict[str, Any]]:
         """Every object ADDED, then the changes as they come, with nothing lost in between."""
+        selector = label_selector(call.params.get("labelSelector"))
         bus = self.buses[call.resource]
         async with self.lock:
             first = [{"type": "ADDED", "object": obj.raw} for obj in self.matching(call)]
@@ -123,7 +143,7 @@ class Apiserver:
         async for event in bus.stream(since=mark):  # the mark let go with the stream
             meta = (event.get("object") or {}).get("metadata") or {}
             if ((call.namespace is None or meta.get("namespace") == call.namespace)
-                    and (call.name is None or meta.get("name") == call.name)):
+                    and (call.name is None or meta.get("name") == call.name) and selector(meta.get("labels") or {})):
                 yield event
 
     def found(self, call: Any) -> Any:
@@ -170,7 +190,12 @@ class Apiserver:
     async def patch(self, call: Any) -> dict[str, Any]:
         async with self.lock:
             obj = self.found(call)
-            await self.merge(self.key(call), call.data)
+            headers = getattr(call, "headers", None) or {}
+            if headers.get("Content-Type", "").split(";")[0] == strategic.CONTENT_TYPE:
+                obj.create(strategic.apply(obj.raw, call.data))  # the next version, whole
+                await self.merge(self.key(call), {})
+            else:
+                await self.merge(self.key(call), call.data)
             return obj.last.raw
 
     async def merge(self, key: Key, changes: dict[str, Any]) -> None:
@@ -243,19 +268,101 @@ class KubernetesApi(kmock.KubernetesScaffold):
     """kmock's scaffold (discovery, reactions, the requests seen) with `Apiserver` answering every
     request on a resource no reaction answers; `objects`, `refuse` and `refuse_delete` are its."""
 
+    server_version = (1, 33, 0)  # what GET /version says
+
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.apiserver = Apiserver(resources=self.resources)
         for action in kmock.action:
             self.fallback[action] << self.answer
         self.fallback[kmock.method.PUT] << self.answer
+        self.fallback["get", re.compile(r"/openapi/v3/.+")] << self.openapi_group_version
+        self.fallback["get /openapi/v3"] << self.openapi
+        # Ahead of the scaffold's own answers: its core group says "/v1", its version is fixed.
+        self["get /api/v1"] << self.core_resources
+        self["get /version"] << self.version
+
+    async def __call__(self, raw_request: web.BaseRequest) -> web.StreamResponse:
+        """kmock's, except for what its request parser cannot read, answered here by the apiserver
+        alone (no reaction sees it): the Namespace resource itself and protobuf bodies."""
+        if raw_request.content_type != kubeproto.CONTENT_TYPE and NAMESPACES.match(raw_request.path) is None:
+            return await super().__call__(raw_request)
+        return await self.answer_directly(raw_request)
+
+    async def answer_directly(self, raw_request: web.BaseRequest) -> web.StreamResponse:
+        """A request on a resource answered by the apiserver, past kmock's reactions and history."""
+        body = await raw_request.read()
+        try:
+            if raw_request.content_type == kubeproto.CONTENT_TYPE:
+                data = kubeproto.decode(body)
+            else:
+                data = json.loads(body) if body else None
+        except ValueError as exc:
+            return status(error(415, "UnsupportedMediaType", str(exc)))
+        call = call_of(raw_request.method, raw_request.path, dict(raw_request.query), data,
+                       dict(raw_request.headers))
+        if call is None:
+            return status(kmock.KubernetesEndpointNotFoundError())
+        try:
+            got = await self.apiserver.answer(call)
+        except kmock.KubernetesError as exc:
+            return status(exc)
+        if isinstance(got, AsyncIterator):
+            return status(error(405, "MethodNotAllowed", "watches go through kmock's reactions"))
+        return web.json_response(got, status=201 if call.method == "POST" else 200)
+
+    def version(self) -> dict[str, Any]:
+        major, minor, patch = self.server_version
+        return {"major": str(major), "minor": str(minor), "gitVersion": f"v{major}.{minor}.{patch}",
+                "gitTreeState": "clean", "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"}
+
+    def core_resources(self) -> dict[str, Any]:
+        """The discovery of the core group, `/api/v1`, from the resources declared."""
+        listed = []
+        for resource in self.resources:
+            if resource.group != "" or resource.version != "v1":
+                continue
+            info = self.resources[resource]
+            for name in [resource.plural, *(f"{resource.plural}/{sub}" for sub in sorted(info.subresources))]:
+                listed.append({"name": name, "kind": info.kind or resource.plural.capitalize(),
+                               "singularName": info.singular or "", "namespaced": bool(info.namespaced),
+                               "verbs": sorted(info.verbs), "shortNames": sorted(info.shortnames),
+                               "categories": sorted(info.categories)})
+        return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": "v1", "resources": listed}
+
+    def group_versions(self) -> dict[str, list[Any]]:
+        """The resources served, by OpenAPI v3 path: `api/v1`, `apis/GROUP/VERSION`."""
+        found: dict[str, list[Any]] = collections.defaultdict(list)
+        for resource in self.resources:
+            found["api/v1" if resource.group == "" else f"apis/{resource.group}/{resource.version}"].append(resource)
+        return found
+
+    def openapi(self) -> dict[str, Any]:
+        return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}"} for path in self.group_versions()}}
+
+    def openapi_group_version(self, request: kmock.Request) -> dict[str, Any]:
+        """Each resource's PATCH with its kind and the `fieldValidation` parameter; no schemas."""
+        path = request.url.path.removeprefix("/openapi/v3/")
+        paths = {}
+        for resource in self.group_versions().get(path, []):
+            info = self.resources[resource]
+            scope = "/namespaces/{namespace}" if info.namespaced else ""
+            paths[f"/{path}{scope}/{resource.plural}/{{name}}"] = {"patch": {
+                "x-kubernetes-group-version-kind": {"group": resource.group, "version": resource.version,
+                                                    "kind": info.kind},
+                "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+            }}
+        if not paths:
+            raise kmock.KubernetesEndpointNotFoundError()
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v%d.%d.%d" % self.server_version},
+                "paths": paths}
 
     async def answer(self, request: kmock.Request) -> Any:
         if request.resource is None or request.resource.plural is None:
             raise NotImplementedError  # discovery: the scaffold's
         answer = await self.apiserver.answer(request)
-        if isinstance(answer, AsyncIterator):
-            return self.stream(answer)
+        if isinstance(answer, AsyncIterator):  # JSON lines, said so (client-go decodes by the type)
+            return kmock.Response(headers={"Content-Type": "application/json"}, payload=self.stream(answer))
         return answer
 
     @staticmethod
@@ -270,13 +377,36 @@ class KubernetesApi(kmock.KubernetesScaffold):
                              lambda self, value: setattr(self.apiserver, "refuse_delete", value))
 
 
+NAMESPACES = re.compile(r"^/api/v1/namespaces(?:/(?P<name>[^/]+))?/?$")
+
+
+def label_selector(text: str | None) -> Callable[[dict[str, str]], bool]:
+    """A `labelSelector` query parameter as the apiserver reads it: `k=v`, `k==v`, `k!=v`, `k`,
+    `!k`, `k in (a,b)`, `k notin (a,b)`, ANDed."""
+    tests: list[Callable[[dict[str, str]], bool]] = []
+    for term in re.findall(r"(?:[^,(]|\([^)]*\))+", text or ""):
+        term = term.strip()
+        if found := re.fullmatch(r"(\S+)\s+(in|notin)\s+\((.*)\)", term):
+            key, op, values = found[1], found[2], {v.strip() for v in found[3].split(",")}
+            tests.append(lambda labels, k=key, vs=values, inside=op == "in": (labels.get(k) in vs) is inside)
+        elif found := re.fullmatch(r"([^!=\s]+)\s*(!=|==|=)\s*(\S*)", term):
+            key, op, value = found[1], found[2], found[3]
+            tests.append(lambda labels, k=key, v=value, eq=op != "!=": (labels.get(k) == v) is eq)
+        elif term.startswith("!"):
+            tests.append(lambda labels, k=term[1:].strip(): k not in labels)
+        elif term:
+            tests.append(lambda labels, k=term: k in labels)
+    return lambda labels: all(test(labels) for test in tests)
+
+
 # --------------------------------------------------------------------------- served bare
 
 PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
                   r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?/?$")
 
 
-def call_of(method: str, path: str, params: dict[str, str], data: Any) -> Call | None:
+def call_of(method: str, path: str, params: dict[str, str], data: Any,
+            headers: dict[str, str] | None = None) -> Call | None:
     """The call a request path makes, None outside the resource paths."""
     found = PATH.match(path)
     if found is None:
@@ -284,7 +414,7 @@ def call_of(method: str, path: str, params: dict[str, str], data: Any) -> Call |
     parts = found.groupdict()
     namespace, plural, name = parts["namespace"], parts["plural"], parts["name"]
     group, version = ("", "v1") if parts["core"] else (parts["group"], parts["version"])
-    return Call(method, kmock.resource(group, version, plural), namespace, name, params, data)
+    return Call(method, kmock.resource(group, version, plural), namespace, name, params, data, headers or {})
 
 
 def status(exc: kmock.KubernetesError) -> web.Response:
