@@ -6,7 +6,7 @@ import pytest
 from keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
 
 from webhook.rules.apart import APART, locality
-from webhook.rules.keep import Hold, Limits, Mode, decide_keep
+from webhook.rules.keep import Hold, Limits, Mode, PassFacts, VmFacts, decide_keep
 from webhook.rules.migrations import read_migration
 
 # --------------------------------------------------------------------------- the decision
@@ -22,8 +22,19 @@ READY = dict(
 )
 
 
+VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
+            "refused"}
+
+
 def keep(vmi=APART_VMI, where=APART_WHERE, **changes):
-    return decide_keep(vmi, where, **{**READY, **changes})
+    """The decision with READY's conditions, `changes` over them: the VM's own and the pass's."""
+    given = {**READY, **changes}
+    vm = {k: v for k, v in given.items() if k in VM_FACTS}
+    vm["migrating"] = vm.pop("vmi_migrating")
+    vm["history"], vm["settling"] = tuple(vm.get("history", ())), tuple(vm.get("settling", ()))
+    rest = {k: v for k, v in given.items() if k not in VM_FACTS}
+    rest["outbound"] = {where.node: rest.pop("outbound", 0)}
+    return decide_keep(VmFacts(vmi, where, **vm), PassFacts(**rest))
 
 
 def vmi_with(**changes):

@@ -1,21 +1,24 @@
 """What moving a VM apart from its storage needs, kept for as long as it is apart (a stretch):
 since when it has been apart, read from the cluster so that a new leader agrees; its launcher
 pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
-migrate it there (`rules.target`), with the webhook's never-strand checks.
+migrate it there (`rules.target`), with the webhook's never-strand checks. What it reads is
+named when it is made: the checks' store, the launcher pods the VM's node runs, and the API
+itself for what is read whole.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from .. import kinds
 from ..cluster.kept import pod_to_place
 from ..cluster.resolve import node_obstacle
-from ..cluster.store import StoreError, WatchedStore
+from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import HOSTNAME_LABEL, NODE, POD
+from ..kinds import HOSTNAME_LABEL, POD
 from ..rules.apart import apart_since, Locality
 from ..rules.facts import Fact
 from ..rules.migrations import Migration, last_migration_end, target_hostname
@@ -25,6 +28,7 @@ from ..rules.target import CannotTell, lacking, target_pod
 from ..rules.times import parse_time
 
 Key = tuple[str, str]
+Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
 
 
 @dataclasses.dataclass
@@ -50,8 +54,9 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
 class Stretches:
     """The stretch of each VM apart, by (namespace, name); a VM no longer apart is forgotten."""
 
-    def __init__(self, store: WatchedStore, settings: Settings, timeout: float):
+    def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
+        self.launchers, self.direct = launchers, direct
         self._known: dict[Key, Stretch] = {}
 
     def get(self, key: Key) -> Stretch | None:
@@ -83,7 +88,7 @@ class Stretches:
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:
-                    moments.append(started(await self.store.direct.get(
+                    moments.append(started(await self.direct.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
                         timeout=timeout)))
                 except StoreError:
@@ -98,29 +103,25 @@ class Stretches:
 
     async def _launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
-        candidates = self.store.launcher_pods(vmi.namespace, vmi.uid) or []
+        candidates = self.launchers(vmi.namespace, vmi.uid) or []
         running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
         if not running:
             return None, f"its launcher pod on {node} is not known"
         name = kinds.meta(running[0]).get("name")
         try:
-            pod = await self.store.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
+            pod = await self.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
         except StoreError as exc:
             return None, f"its launcher pod {name} could not be read ({exc})"
         if pod is None:
             return None, f"its launcher pod {name} is gone"
         return pod, None
 
-    async def target_unfit(self, vmi: VmiView, target: str, launcher: dict[str, Any]) -> str | None:
-        """Why the storage node cannot take the pod KubeVirt will create to migrate the VM there,
-        or None when it can: the labels KubeVirt adds for the migration first, in words, then
-        the never-strand checks on that pod. What cannot be read or built is a reason too."""
-        timeout = self.timeout
-        try:
-            source = await self.store.get(NODE, None, vmi.node or "", timeout=timeout)
-            node = await self.store.get(NODE, None, target, timeout=timeout)
-        except StoreError as exc:
-            return f"cannot tell what its migration target needs: a node could not be read ({exc})"
+    async def target_unfit(self, vmi: VmiView, launcher: dict[str, Any], source: dict[str, Any] | None,
+                           target: str, node: dict[str, Any] | None) -> str | None:
+        """Why the storage node (`target`, read as `node`) cannot take the pod KubeVirt will create
+        to migrate the VM there from `source` (its node, as read), or None when it can: the labels
+        KubeVirt adds for the migration first, in words, then the never-strand checks on that pod.
+        What cannot be built is a reason too."""
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
@@ -128,4 +129,4 @@ class Stretches:
         if isinstance(built, CannotTell):
             return f"cannot tell what its migration target needs: {built}"
         return lacking(built, target, node) or await node_obstacle(
-            self.store, target, built.pod, vmi.namespace, Deadline.after(timeout, 0), needs_kubevirt=True)
+            self.store, target, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)

@@ -1,5 +1,6 @@
 """After placement: whether to move a VM that is apart from its storage back to it with one
-targeted live migration, or what holds it. Pure: callers pass objects, counts and `now`.
+targeted live migration, or what holds it. Pure: callers pass what one VM's decision goes by
+(`VmFacts`) and what the whole pass goes by (`PassFacts`), both observed once a pass.
 
 KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
 `staging/src/kubevirt.io/api/core/v1/types.go`):
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from .. import kinds
+from ..config import Settings
 from .apart import APART, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
@@ -31,6 +33,11 @@ DAY = timedelta(hours=24)
 class Mode(enum.StrEnum):
     REPORT = "report"  # decide and report, create nothing
     MIGRATE = "migrate"
+
+    @classmethod
+    def of(cls, keep: str) -> Mode:
+        """Migrate only when told to; any other setting decides as a report would."""
+        return cls.MIGRATE if keep == cls.MIGRATE else cls.REPORT
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +52,14 @@ class Limits:
     max_cluster_inflight: int = 5
     max_per_day: int = 2
     max_outbound_per_node: int = 2  # KubeVirt's parallelOutboundMigrationsPerNode (its default)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        """The bounds the settings give (the keeper's and `status`'s alike)."""
+        return cls(after=timedelta(seconds=settings.keep_after),
+                   after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
+                   max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
+                   max_outbound_per_node=settings.keep_max_outbound_per_node)
 
 
 class Hold(enum.StrEnum):
@@ -78,6 +93,50 @@ class Hold(enum.StrEnum):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class VmFacts:
+    """What one VM's decision goes by, observed once a pass."""
+
+    vmi: VmiView
+    where: Locality
+    apart_since: datetime | None = None  # when it became apart (None: not known, counted as now)
+    target_unfit: str | None = None  # why its storage node cannot take it now (the never-strand checks)
+    history: tuple[Attempt, ...] = ()  # our migrations of it, oldest first
+    migrating: bool = False  # a migration of it is in flight
+    last_end: datetime | None = None  # when its latest migration of any origin ended
+    # The migration that brought it where it runs, when KubeVirt made it for a descheduler's
+    # eviction (`rules.migrations.last_move`): moved off a loaded node on purpose.
+    descheduled: Migration | None = None
+    settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
+    refused: tuple[int, datetime] | None = None  # (refusals in a row, retry after) of its last create
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PassFacts:
+    """What every decision of one pass goes by: the moment, the bounds, whether targeted
+    migration works (None: not known yet, `targeted_note` says why), the migrations in flight
+    (what the pass creates counts at once: `created`), why the view is incomplete, whether the
+    lease surely lasts."""
+
+    now: datetime
+    limits: Limits
+    mode: Mode
+    targeted: bool | None
+    targeted_note: str = ""
+    in_flight_ours: int = 0
+    in_flight_all: int = 0
+    outbound: Mapping[str, int] = dataclasses.field(default_factory=dict)  # in flight by the node they leave
+    incomplete: str = ""
+    lease: bool = True
+
+    def created(self, source: str | None) -> PassFacts:
+        """The same pass after one more migration of ours, leaving `source`."""
+        outbound = dict(self.outbound)
+        outbound[source or ""] = outbound.get(source or "", 0) + 1
+        return dataclasses.replace(self, in_flight_ours=self.in_flight_ours + 1,
+                                   in_flight_all=self.in_flight_all + 1, outbound=outbound)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class KeepDecision:
     """Move the VM back to its storage (act), or why not: `hold` names the condition."""
 
@@ -87,110 +146,131 @@ class KeepDecision:
     hold: Hold | None = None
     source: str | None = None  # where the VM runs
     target: str | None = None  # where its disks are served, when apart
+    why: str = ""  # where it runs and where its disks are served, in words
+    apart_for: timedelta | None = None  # how long it has been apart, once that counts
+
+    @property
+    def move(self) -> str:
+        """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
+        apart = whole_seconds(self.apart_for or timedelta(0))
+        return f"from {self.source} to {self.target}: {self.why}; apart for {apart}s"
 
 
-def decide_keep(
-    vmi: VmiView,
-    where: Locality,
-    *,
-    now: datetime,
-    apart_since: datetime | None,
-    limits: Limits,
-    history: Sequence[Attempt],
-    in_flight_ours: int,
-    in_flight_all: int,
-    outbound: int = 0,
-    vmi_migrating: bool,
-    last_end: datetime | None,
-    descheduled: Migration | None = None,
-    target_unfit: str | None,
-    targeted: bool | None,
-    targeted_note: str = "",
-    settling: Sequence[str] = (),
-    refused: tuple[int, datetime] | None = None,
-    incomplete: str = "",
-    mode: Mode,
-    lease: bool = True,
-) -> KeepDecision:
-    """Migrate an apart VM to its storage node, or say which condition holds it: the keeper's
-    one decision, which it records and acts on as it is (and `status` shows).
+def _apart_for(vm: VmFacts, now: datetime) -> timedelta:
+    return now - (vm.apart_since or now)
 
-    The VM's own conditions come first (opt-in, shape, state, target, migratability, its
-    migrations, time), then cluster-wide ones (targeted migration, in-flight bounds), then
-    what makes the moment wrong (storage settling, a refusal's backoff, an incomplete view),
-    then the mode and the lease: a report shows the first thing that would stop a migration.
-    `targeted` is whether the cluster keeps spec.addedNodeSelector (None: not known yet, and
-    `targeted_note` says why); `settling` the disks whose share-manager is not running;
-    `refused` (refusals in a row, retry after) for a VM whose last create the API refused;
-    `incomplete` why the keeper's view is incomplete; `lease` whether the lease surely lasts.
-    `target_unfit` is why the storage node cannot take the VM now (the pin's never-strand
-    checks), `apart_since` when the keeper first saw it apart, `history` our migrations of it,
-    `outbound` the migrations of any origin in flight from the VM's node: KubeVirt runs at most
-    parallelOutboundMigrationsPerNode of them, and while they are taken a drain needs them.
-    `descheduled` the migration that brought the VM where it runs when KubeVirt made it for a
-    descheduler's eviction (`rules.migrations.last_move`): it was moved off a loaded node on
-    purpose, and is not taken back for `limits.after_descheduled` after that migration ended.
-    """
-    source, target = where.node, where.target
 
-    def hold(why: Hold, reason: str) -> KeepDecision:
-        return KeepDecision(False, reason, where.state, why, source, target)
+def _descheduled_until(vm: VmFacts, limits: Limits) -> datetime | None:
+    moved = vm.descheduled
+    return None if moved is None else (moved.ended or moved.created) + limits.after_descheduled
 
-    if not vmi.opted_in:
-        return hold(Hold.NOT_OPTED_IN, "not opted in")
-    if not vmi.kept:
-        return hold(Hold.OPTED_OUT, f'annotated {kinds.KEEP_ANNOTATION}: "false"')
-    if not vmi.running:
-        return hold(Hold.NOT_RUNNING, f"VMI is {vmi.phase or 'without a phase'}, not running on a node")
-    if where.state is not APART or target is None:
-        return hold(Hold.NOT_APART, f"{where.state}: {where.why}")
-    if target_unfit is not None:
-        return hold(Hold.TARGET_UNFIT, f"cannot move to {target}: {target_unfit}")
-    if not vmi.live_migratable:
-        return hold(Hold.NOT_MIGRATABLE, f"not live-migratable: {vmi.not_migratable}")
-    if vmi_migrating:
-        return hold(Hold.MIGRATING, "a migration of this VMI is in flight")
-    if descheduled is not None:
-        ended = descheduled.ended or descheduled.created
-        until = ended + limits.after_descheduled
-        if now < until:
-            off = f" off {descheduled.evacuated}" if descheduled.evacuated else ""
-            return hold(Hold.DESCHEDULED, f"moved{off} by the descheduler (migration {descheduled.name} ended "
-                                          f"{rfc3339(ended)}): not moved back before {rfc3339(until)}")
-    after = whole_seconds(limits.after)
-    apart_for = now - (apart_since or now)
-    if apart_for < limits.after:
-        return hold(Hold.APART_BRIEFLY, f"apart for {whole_seconds(apart_for)}s of {after}s")
-    if last_end is not None and now - last_end < limits.after:
-        return hold(Hold.MIGRATED_RECENTLY, f"last migration ended {whole_seconds(now - last_end)}s ago (wait {after}s)")
-    state = backoff(history)
-    if state.until is not None and now < state.until:
-        failed = "1 failed migration" if state.failures == 1 else f"{state.failures} failed migrations in a row"
-        return hold(Hold.BACKING_OFF, f"backing off until {rfc3339(state.until)} after {failed}")
-    today = sum(1 for a in history if now - a.created < DAY)
-    if today >= limits.max_per_day:
-        return hold(Hold.DAILY_LIMIT, f"migrated {today} times in the last 24h (limit {limits.max_per_day})")
-    if targeted is not True:
-        return hold(Hold.UNTARGETED, "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"
-                    if targeted is False or not targeted_note else targeted_note)
-    if in_flight_ours >= limits.max_inflight:
-        return hold(Hold.OUR_LIMIT, f"{in_flight_ours} of our migrations in flight (limit {limits.max_inflight})")
-    if in_flight_all >= limits.max_cluster_inflight:
-        return hold(Hold.CLUSTER_LIMIT,
-                    f"{in_flight_all} migrations in flight cluster-wide (limit {limits.max_cluster_inflight})")
-    if outbound >= limits.max_outbound_per_node:
-        return hold(Hold.SOURCE_BUSY, f"{outbound} migrations in flight from {source} (KubeVirt runs "
-                                      f"{limits.max_outbound_per_node} per source node): its slots are left to them")
-    if settling:
-        return hold(Hold.SETTLING, f"waiting for its storage to settle: {'; '.join(settling)}")
-    if refused is not None and now < refused[1]:
-        return hold(Hold.REFUSED, f"its migration was refused {refused[0]} time(s) in a row; "
-                                  f"retrying after {rfc3339(refused[1])}")
-    if incomplete:
-        return hold(Hold.VIEW_INCOMPLETE, f"not acting on an incomplete view: {incomplete}")
-    why = f"{where.why}; apart for {whole_seconds(apart_for)}s"
-    if mode is not Mode.MIGRATE:
-        return hold(Hold.REPORT_ONLY, f"report only: would migrate from {source} to {target}: {why}")
-    if not lease:
-        return hold(Hold.NO_LEASE, "not acting: the lease might run out before the migration is created")
-    return KeepDecision(True, f"migrating from {source} to {target}: {why}", where.state, None, source, target)
+
+def _descheduled(vm: VmFacts, p: PassFacts) -> str:
+    moved, until = vm.descheduled, _descheduled_until(vm, p.limits)
+    assert moved is not None and until is not None
+    off = f" off {moved.evacuated}" if moved.evacuated else ""
+    return (f"moved{off} by the descheduler (migration {moved.name} ended {rfc3339(moved.ended or moved.created)}): "
+            f"not moved back before {rfc3339(until)}")
+
+
+def _backing_off(vm: VmFacts, p: PassFacts) -> bool:
+    until = backoff(vm.history).until
+    return until is not None and p.now < until
+
+
+def _backoff_words(vm: VmFacts, p: PassFacts) -> str:
+    state = backoff(vm.history)
+    failed = "1 failed migration" if state.failures == 1 else f"{state.failures} failed migrations in a row"
+    return f"backing off until {rfc3339(state.until or p.now)} after {failed}"
+
+
+def _today(vm: VmFacts, p: PassFacts) -> int:
+    return sum(1 for a in vm.history if p.now - a.created < DAY)
+
+
+def _untargeted(p: PassFacts) -> str:
+    if p.targeted is False or not p.targeted_note:
+        return "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"
+    return p.targeted_note
+
+
+def _refused_words(refused: tuple[int, datetime]) -> str:
+    return f"its migration was refused {refused[0]} time(s) in a row; retrying after {rfc3339(refused[1])}"
+
+
+def _outbound(vm: VmFacts, p: PassFacts) -> int:
+    return p.outbound.get(vm.where.node or "", 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """One condition that holds a VM where it is: `holds` tells, `words` says why."""
+
+    hold: Hold
+    holds: Callable[[VmFacts, PassFacts], bool]
+    words: Callable[[VmFacts, PassFacts], str]
+
+
+# The VM's own conditions come first (opt-in, shape, state, target, migratability, its
+# migrations, time), then cluster-wide ones (targeted migration, in-flight bounds), then what
+# makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
+# mode and the lease: a report shows the first thing that would stop a migration. The order of `Hold`.
+CHECKS: tuple[Check, ...] = (
+    Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in"),
+    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.kept, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"'),
+    Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
+          lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node"),
+    Check(Hold.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
+          lambda vm, p: f"{vm.where.state}: {vm.where.why}"),
+    Check(Hold.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
+          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}"),
+    Check(Hold.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
+          lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}"),
+    Check(Hold.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),
+    Check(Hold.DESCHEDULED, lambda vm, p: p.now < (_descheduled_until(vm, p.limits) or p.now), _descheduled),
+    Check(Hold.APART_BRIEFLY, lambda vm, p: _apart_for(vm, p.now) < p.limits.after,
+          lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s"),
+    Check(Hold.MIGRATED_RECENTLY, lambda vm, p: vm.last_end is not None and p.now - vm.last_end < p.limits.after,
+          lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
+                        f"(wait {whole_seconds(p.limits.after)}s)"),
+    Check(Hold.BACKING_OFF, _backing_off, _backoff_words),
+    Check(Hold.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
+          lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"),
+    Check(Hold.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
+    Check(Hold.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
+          lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
+    Check(Hold.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+          lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide (limit {p.limits.max_cluster_inflight})"),
+    Check(Hold.SOURCE_BUSY, lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
+          lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
+                        f"{p.limits.max_outbound_per_node} per source node): its slots are left to them"),
+    Check(Hold.SETTLING, lambda vm, p: bool(vm.settling),
+          lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}"),
+    Check(Hold.REFUSED, lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
+          lambda vm, p: _refused_words(vm.refused or (0, p.now))),
+    Check(Hold.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
+          lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
+    Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not Mode.MIGRATE,
+          lambda vm, p: f"report only: would migrate {_moving(vm, p, None).move}"),
+    Check(Hold.NO_LEASE, lambda vm, p: not p.lease,
+          lambda vm, p: "not acting: the lease might run out before the migration is created"),
+)
+
+
+def _moving(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:
+    where = vm.where
+    return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
+                        _apart_for(vm, p.now) if where.state is APART else None)
+
+
+def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
+    """Migrate an apart VM to its storage node, or the first condition of `CHECKS` that holds
+    it: the keeper's one decision, which it records and acts on as it is (and `status` shows).
+    A VM the descheduler moved off a loaded node is not taken back for
+    `limits.after_descheduled`; the migrations in flight from the VM's node count against
+    KubeVirt's parallelOutboundMigrationsPerNode, whose slots a drain needs."""
+    for check in CHECKS:
+        if check.holds(vm, p):
+            return _moving(vm, p, check.hold, check.words(vm, p))
+    decision = _moving(vm, p, None)
+    return dataclasses.replace(decision, reason=f"migrating {decision.move}")

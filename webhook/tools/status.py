@@ -9,9 +9,9 @@ is not off: one dry-run create (`dryRun=All`, nothing stored) of the keeper's ki
 with it. A VM that waits (apart too briefly, backing off…) on a cluster without targeted
 migration shows the hold that will apply once the wait is over: never moved.
 
-Read directly with the admin's credentials and decided by the keeper's own code
-(`keeper.gather.decide`, which calls `rules.keep.decide_keep`), so a VM shows here with the
-answer the keeper acts on. What only the leader remembers (a create the API refused) is not
+Read directly with the admin's credentials, observed and decided by the keeper's own code
+(`keeper.observe`, then `rules.keep.decide_keep`), so a VM shows here with the answer the keeper
+acts on. What only the leader remembers (a create the API refused) is not
 seen here; the keeper's settings are the ones given to `status` (flags or COLOCATE_*).
 """
 from __future__ import annotations
@@ -29,15 +29,15 @@ from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
 from ..config import ENV_PREFIX, Settings
-from ..keeper import gather
+from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.probe import NEEDS, TargetedMigration
 from ..keeper.stretch import Stretches
 from .iopath import read_longhorn
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.apart import APART, CO_LOCATED, VmState
-from ..rules.keep import Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import (attempts, backoff, in_flight_counts, Migration, MIGRATION_PRIORITY, migrating,
-                                migration_manifest, of_vmi, outbound_counts, read_migration)
+from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode, PassFacts
+from ..rules.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi,
+                                read_migration)
 from ..rules.iopath import DiskPath, path_note
 from ..rules.reading import Skipped
 from ..rules.running import read_vmi, VmiView
@@ -170,13 +170,9 @@ _QUIET.propagate = False
 
 class _CheckedOnce(TargetedMigration):
     """The keeper's check of targeted migration as `status` makes it: once, up front
-    (`dry_run_manifest`), never again for a VM; a VM that may move is decided with its answer.
-    Its answer is printed in the header, not logged."""
+    (`dry_run_manifest`), before any VM is decided. Its answer is printed in the header, not logged."""
 
     logger = _QUIET
-
-    def due(self) -> bool:
-        return False
 
 
 def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime) -> dict[str, Any]:
@@ -215,29 +211,31 @@ class Report:
                 "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(), "skipped": self.skipped}
 
 
-def limits_of(settings: Settings) -> Limits:
-    """The keeper's bounds from its settings (as the keeper builds them)."""
-    return Limits(after=timedelta(seconds=settings.keep_after),
-                  after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
-                  max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
-                  max_outbound_per_node=settings.keep_max_outbound_per_node)
+class LauncherPods:
+    """The launcher pods of the VMs' namespaces, listed once, by (namespace, VMI uid): what the
+    keeper's cache answers `Stretches` with."""
 
-
-class _Launchers:
-    """What `keeper.stretch.Stretches` reads through here: every question to the API (`direct`),
-    and the launcher pods of the VMs' namespaces, listed once, in place of the keeper's cache."""
-
-    def __init__(self, store: ClusterStore, pods: Iterable[dict[str, Any]]):
-        self.direct = store
+    def __init__(self, pods: Iterable[dict[str, Any]]):
         self._pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
         for pod in pods:
             self._pods[kinds.meta(pod).get("namespace") or "", kinds.labels(pod).get(kinds.CREATED_BY_LABEL) or ""].append(pod)
 
-    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
+    def of(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
         return self._pods.get((namespace, vmi_uid), [])
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.direct, name)
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    """The VMIs and migrations as listed, the running opted-in VMs among them, and the objects
+    of unexpected shape left out."""
+
+    views: list[VmiView]
+    migrations: list[Migration]
+    skipped: list[str]
+
+    @property
+    def running(self) -> list[VmiView]:
+        return [view for view in self.views if view.running and view.opted_in]
 
 
 async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any,
@@ -246,23 +244,54 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     the VMIs or the migrations cannot be listed; a disk that cannot be read leaves its VM
     unresolved, saying why. `api` (the client) makes the dry run that tells whether targeted
     migration works, as the keeper's does."""
+    listed = await _listed(store, settings, timeout)
+    running = listed.running
+    targeted = _CheckedOnce(api, timeout=timeout)
+    off = settings.keep == "off"
+    if off:
+        targeted.note = f"targeted migration not checked: {OFF}"
+    else:
+        await targeted.check(dry_run_manifest(running, listed.migrations, now))
+    facts = pass_facts(settings, listed.migrations, listed.views, now, targeted)
+    observer = await _observer(store, settings, running, timeout)
+    longhorn = await read_longhorn(store, settings, timeout) if running else None
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(view: VmiView) -> VmStatus:
+        async with gate:
+            observed = await observer.vm(view, of_vmi(listed.migrations, view), now)
+        vm = _vm_status(observed, decide_keep(observed.facts, facts), listed.migrations, facts, off=off)
+        return dataclasses.replace(vm, disks=tuple(longhorn.paths(observed.disks))) if longhorn is not None else vm
+
+    vms = await asyncio.gather(*(one(view) for view in running))
+    (said, why), (priority_said, priority_why) = answers(targeted, off)
+    header = Cluster("off" if off else str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
+                     targeted.available, said, why, targeted.priority, priority_said, priority_why,
+                     facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets)
+    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), listed.skipped, header)
+
+
+async def _listed(store: ClusterStore, settings: Settings, timeout: float) -> Listed:
     vmis = await store.list(VMI, timeout=timeout)
-    skipped: list[str] = []
-    migrations: list[Migration] = []
+    listed = Listed([], [], [])
     for obj in await store.list(VMIM, timeout=timeout):
         migration = read_migration(obj)
         if isinstance(migration, Skipped):
-            skipped.append(str(migration))
+            listed.skipped.append(str(migration))
         else:
-            migrations.append(migration)
-    views: list[VmiView] = []
+            listed.migrations.append(migration)
     for obj in vmis:
         view = read_vmi(obj, settings)
         if isinstance(view, Skipped):
-            skipped.append(str(view))
+            listed.skipped.append(str(view))
         else:
-            views.append(view)
-    running = [view for view in views if view.running and view.opted_in]
+            listed.views.append(view)
+    return listed
+
+
+async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView], timeout: float) -> Observer:
+    """The keeper's observation over what `status` lists: the disks' objects and the launcher
+    pods of the VMs' namespaces, listed once; the rest read directly."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
     pods: list[dict[str, Any]] = []
@@ -271,36 +300,8 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
             pods += await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
-    stretches = Stretches(_Launchers(store, pods), settings, timeout)  # type: ignore[arg-type]
-    targeted = _CheckedOnce(api, timeout=timeout)
-    off = settings.keep == "off"
-    if off:
-        targeted.note = f"targeted migration not checked: {OFF}"
-    else:
-        await targeted.check(dry_run_manifest(running, migrations, now))
-    ours, everyone = in_flight_counts(migrations, now)
-    budget = gather.Budget(ours, everyone, outbound_counts(migrations, views, now))
-    limits = limits_of(settings)
-    longhorn = await read_longhorn(store, settings, timeout) if running else None
-    mode = Mode.MIGRATE if settings.keep == Mode.MIGRATE else Mode.REPORT
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(view: VmiView) -> VmStatus:
-        async with gate:
-            where, facts = await gather.where(disks, settings, view, timeout)
-            history = list(of_vmi(migrations, view))
-            decision = await gather.decide(stretches, targeted, view, where, facts, now, history, budget,
-                                           limits=limits, mode=mode)
-            vm = _vm_status(view, where.storage, where.why, decision, stretches, migrations, limits, now,
-                            targeted=targeted.available, off=off)
-            return dataclasses.replace(vm, disks=tuple(longhorn.paths(facts))) if longhorn is not None else vm
-
-    vms = await asyncio.gather(*(one(view) for view in running))
-    (said, why), (priority_said, priority_why) = answers(targeted, off)
-    header = Cluster("off" if off else str(mode), await leader(store, settings, now, timeout), limits,
-                     targeted.available, said, why, targeted.priority, priority_said, priority_why, ours, everyone,
-                     settings_from, settings.migration_targets)
-    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped, header)
+    stretches = Stretches(store, settings, timeout, launchers=LauncherPods(pods).of, direct=store)
+    return Observer(disks, settings, stretches, Nodes(store, timeout), timeout)
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
@@ -389,39 +390,39 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
     return SnapshotStore(objects)
 
 
-def _vm_status(view: VmiView, storage: tuple[str, ...], why: str, decision: KeepDecision, stretches: Stretches,
-               migrations: Sequence[Migration], limits: Limits, now: datetime, *, targeted: bool | None,
+def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[Migration], facts: PassFacts, *,
                off: bool) -> VmStatus:
-    stretch = stretches.get((view.namespace, view.name))
-    since = stretch.since if decision.state is APART and stretch is not None and stretch.derived else None
+    view, where = observed.vmi, observed.facts.where
+    since = observed.facts.apart_since if decision.state is APART and observed.derived else None
+    why = where.why
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
-    text, last = last_action(view, migrations, now)
-    return VmStatus(view.namespace, view.name, view.node, storage, decision.state, since, why, text, last, view.kept,
-                    decision, next_step(decision, since, limits, now, targeted=targeted, off=off))
+    text, last = last_action(view, migrations, facts.now)
+    return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
+                    view.kept, decision, next_step(decision, since, facts, off=off))
 
 
-def next_step(decision: KeepDecision, since: datetime | None, limits: Limits, now: datetime, *,
-              targeted: bool | None = None, off: bool = False) -> str:
+def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
     """The keeper's decision in words: "moves in 4m (apart since 12:03, --keep-after 10m)",
     "moves at the keeper's next pass", "stays: co-located", "held: <why>"; "never: targeted
-    migration unavailable …" for a VM that waits on a cluster without it (`targeted` False),
-    "nothing: the keeper is off …" when it is (`off`)."""
-    keep_after = f"--keep-after {ago(limits.after)}"
+    migration unavailable …" for a VM that waits on a cluster without it (`facts.targeted`
+    False), "nothing: the keeper is off …" when it is (`off`)."""
+    limits, now = facts.limits, facts.now
     if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"
     if off:
         return f"nothing: {OFF}"
     if decision.act:
         return f"moves to {decision.target} at the keeper's next pass"
-    if targeted is False and decision.hold in WAITS:
+    if facts.targeted is False and decision.hold in WAITS:
         return f"never: {Hold.UNTARGETED} ({NEEDS})"
     if decision.hold is Hold.APART_BRIEFLY and since is not None:
-        return f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, {keep_after})"
+        return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
+                f"--keep-after {ago(limits.after)})")
     if decision.hold is Hold.BACKING_OFF:
         return decision.reason
     if decision.hold is Hold.REPORT_ONLY:
-        return decision.reason.replace("report only: would", "would", 1) + " (the keeper only reports)"
+        return f"would migrate {decision.move} (the keeper only reports)"
     return f"held: {decision.reason}"
 
 

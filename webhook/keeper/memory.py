@@ -1,0 +1,100 @@
+"""What the leading keeper remembers from one pass to the next, in one place: its record of each
+running opted-in VM (state, since when, what holds it, its last action), the creates the API
+refused (that VM backs off), the stretches apart (`stretch.py`), the objects of unexpected shape
+already logged, and what went wrong in the last pass (its readiness notes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import datetime
+
+from ..rules.apart import APART, VmState
+from ..rules.keep import Hold, KeepDecision, VmFacts
+from ..rules.migrations import backoff_delay
+from ..rules.reading import Skipped
+from .stretch import Stretches
+
+log = logging.getLogger("webhook.keeper")
+
+Key = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmRecord:
+    """What the keeper last made of one running opted-in VM. Frozen: a pass's report keeps the
+    records as that pass left them."""
+
+    namespace: str
+    name: str
+    state: VmState
+    since: datetime  # in this state since (apart: derived from the cluster, see `stretch.py`)
+    why: str  # where the VM runs and where its disks are served
+    node: str | None = None
+    target: str | None = None  # where its disks are served, when apart
+    hold: Hold | None = None  # what holds it where it is
+    decision: str = ""  # the decision, in words
+    last_action: str = ""
+    last_action_at: datetime | None = None
+
+
+class Memory:
+    """The keeper's memory; `records` by (namespace, name)."""
+
+    def __init__(self, stretches: Stretches):
+        self.stretches = stretches
+        self.records: dict[Key, VmRecord] = {}
+        self.refused: dict[Key, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
+        self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
+        self._skipped: set[str] = set()
+
+    def skip(self, skipped: Skipped) -> None:
+        """One log line per object of unexpected shape (and per new reason), not one per pass."""
+        if str(skipped) not in self._skipped:
+            self._skipped.add(str(skipped))
+            log.warning("keeper skipped an object", extra={"fields": {"object": skipped.what, "why": skipped.reason}})
+
+    def keep_only(self, running: set[Key]) -> None:
+        """Forget the VMs no longer running opted in."""
+        for known in (self.records, self.refused):
+            for key in [k for k in known if k not in running]:
+                del known[key]
+        self.stretches.keep_only(running)
+
+    def since(self, vm: VmFacts, now: datetime) -> datetime:
+        """Since when the VM is in its state: apart, when its stretch apart began (read from the
+        cluster, `stretch.py`); otherwise since the first pass that saw it so."""
+        if vm.where.state is APART and vm.apart_since is not None:
+            return vm.apart_since
+        record = self.records.get((vm.vmi.namespace, vm.vmi.name))
+        return record.since if record is not None and record.state is vm.where.state else now
+
+    def record(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> None:
+        """Keep the VM's record; one log line when its state or what holds it changes."""
+        vmi, where = vm.vmi, vm.where
+        key = (vmi.namespace, vmi.name)
+        old = self.records.get(key)
+        record = VmRecord(vmi.namespace, vmi.name, where.state, self.since(vm, now), where.why, where.node,
+                          where.target, decision.hold, decision.reason, old.last_action if old else "",
+                          old.last_action_at if old else None)
+        self.records[key] = record
+        if old is None or (old.state, old.hold, old.node, old.target) != (record.state, record.hold, record.node,
+                                                                        record.target):
+            log.info("keeper decision", extra={"fields": {
+                "vm": f"{vmi.namespace}/{vmi.name}", "state": str(where.state), "node": where.node,
+                "target": where.target, "hold": str(decision.hold) if decision.hold is not None else None,
+                "reason": decision.reason}})
+
+    def acted(self, key: Key, action: str, now: datetime) -> None:
+        """The VM's last action, in its record (if the VM still has one)."""
+        record = self.records.get(key)
+        if record is not None:
+            self.records[key] = dataclasses.replace(record, last_action=action, last_action_at=now)
+
+    def refusal(self, key: Key, now: datetime) -> None:
+        """The API refused this VM's migration: it waits a backoff that grows with each refusal in a row."""
+        count = self.refused.get(key, (0, now))[0] + 1
+        self.refused[key] = (count, now + backoff_delay(count))
+
+    def created(self, key: Key) -> None:
+        self.refused.pop(key, None)

@@ -1,0 +1,175 @@
+"""What one pass of the keeper observes, and `status` with it: for each running opted-in VM a
+record with everything its decision needs (`Observed`: where it runs against where its disks
+are served, the stretch it has been apart (`stretch.py`), whether its storage node can take it,
+its migrations), each node read once a pass (`Nodes`); and what the whole pass goes by
+(`pass_facts`: the bounds, the mode, the migrations in flight, whether targeted migration
+works, asked once before the decisions by `probe`). The keeper and `status` observe here and
+decide with `rules.keep.decide_keep`, so an admin sees the very answer the keeper acts on.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..cluster.resolve import resolve_disks
+from ..cluster.store import Store, StoreError
+from ..config import Settings
+from ..deadline import Deadline
+from ..kinds import NODE
+from ..rules.apart import APART, Locality, locality, UNRESOLVED
+from ..rules.facts import Fact
+from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode, PassFacts, VmFacts
+from ..rules.migrations import (
+    attempts,
+    in_flight_counts,
+    last_migration_end,
+    last_move,
+    migrating,
+    Migration,
+    migration_manifest,
+    MIGRATION_PRIORITY,
+    outbound_counts,
+)
+from ..rules.reading import Skipped
+from ..rules.running import VmiView
+from .probe import TargetedMigration
+from .stretch import Stretch, Stretches
+
+BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (admission shares it)
+
+
+class Breather:
+    """Gives the event loop back once `every` seconds of it have gone to a pass: the caches
+    answer from memory without yielding, and an admission must not wait a whole pass."""
+
+    def __init__(self, every: float = BREATHE):
+        self.every = every
+        self._loop = asyncio.get_running_loop()
+        self._since = self._loop.time()
+
+    async def __call__(self) -> None:
+        if self._loop.time() - self._since >= self.every:
+            await asyncio.sleep(0)
+            self._since = self._loop.time()
+
+
+class Nodes:
+    """Each node read once a pass (or a `status` run): the reads are shared, errors included."""
+
+    def __init__(self, store: Store, timeout: float):
+        self.store, self.timeout = store, timeout
+        self._read: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        """The node, None when there is none; raises StoreError when it cannot be read."""
+        if name not in self._read:
+            self._read[name] = asyncio.ensure_future(self.store.get(NODE, None, name, timeout=self.timeout))
+        return await asyncio.shield(self._read[name])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observed:
+    """One running opted-in VM as a pass saw it: what its decision goes by, its disks, and its
+    storage node as read (a migration there names the node's hostname label)."""
+
+    facts: VmFacts
+    disks: tuple[Fact, ...] = ()
+    target_node: dict[str, Any] | None = None
+    derived: bool = False  # `facts.apart_since` was read from the cluster, not first seen by this reader
+
+    @property
+    def vmi(self) -> VmiView:
+        return self.facts.vmi
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.facts.vmi.namespace, self.facts.vmi.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Observer:
+    """The reads of one pass: disks through `store`, nodes once each, the stretches apart."""
+
+    store: Store
+    settings: Settings
+    stretches: Stretches
+    nodes: Nodes
+    timeout: float
+
+    async def where(self, vmi: VmiView) -> tuple[Locality, list[Fact]]:
+        """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
+        facts = await resolve_disks(self.store, self.settings, vmi.namespace, list(vmi.claims),
+                                    Deadline.after(self.timeout, 0))
+        unknown = [f.reason for f in facts if not f.known]
+        if unknown:
+            return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
+        return locality(vmi.node, facts), facts
+
+    async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
+                 refused: tuple[int, datetime] | None = None) -> Observed:
+        """What the VM's decision needs; `history` holds its own migrations only. What moving it
+        needs (its stretch apart, its storage node) is read only when it may come to a move."""
+        where, disks = await self.where(vmi)
+        stretch: Stretch | None = None
+        node, unfit = None, None
+        if where.state is APART and where.target and vmi.kept:
+            stretch = await self.stretches.of(vmi, where, disks, list(history), now)
+            node, unfit = await self._target(vmi, where.target, stretch)
+        elif where.state is not APART:
+            self.stretches.forget((vmi.namespace, vmi.name))
+        moved = last_move(vmi, history)
+        facts = VmFacts(vmi, where, stretch.since if stretch else None, unfit, tuple(attempts(vmi, history)),
+                        migrating(vmi, history, now), last_migration_end(vmi, history),
+                        moved if moved is not None and moved.descheduled else None,
+                        tuple(f.reason for f in disks if f.volume and f.node is None), refused)
+        return Observed(facts, tuple(disks), node, stretch is not None and stretch.derived)
+
+    async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:
+        """The storage node as read, and why it cannot take the VM (None: it can)."""
+        if stretch.problem:
+            return None, stretch.problem
+        try:
+            source = await self.nodes.get(vmi.node or "")
+            node = await self.nodes.get(target)
+        except StoreError as exc:
+            return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
+        return node, await self.stretches.target_unfit(vmi, stretch.pod or {}, source, target, node)
+
+
+def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,
+               targeted: TargetedMigration, *, incomplete: str = "", lease: bool = True) -> PassFacts:
+    """What every decision of the pass goes by: the settings' bounds and mode, the migrations in
+    flight (of any origin, `history`, against `vmis`), the last answer on targeted migration."""
+    history = list(history)
+    ours, everyone = in_flight_counts(history, now)
+    return PassFacts(now, Limits.of(settings), Mode.of(settings.keep), targeted.available, targeted.note, ours,
+                     everyone, outbound_counts(history, vmis, now), incomplete, lease)
+
+
+def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | Skipped:
+    """The migration that moves the VM to its storage node, with spec.priority when `priority`."""
+    if vm.target_node is None:
+        return Skipped(f"node {decision.target}", "not found")
+    return migration_manifest(vm.vmi, vm.target_node, decision.reason, MIGRATION_PRIORITY if priority else None)
+
+
+async def probe(targeted: TargetedMigration, order: Sequence[Observed], facts: PassFacts) -> PassFacts:
+    """The pass with the answer on targeted migration. When it is due to be (re)checked, the
+    dry run is made once, of the first VM in `order` that would move (or be held only by the
+    mode or the lease) if it worked; while no VM comes to that, decisions go as if it works:
+    what else holds them shows."""
+    if not targeted.due():
+        return facts
+    assumed = dataclasses.replace(facts, targeted=True)
+    for vm in order:
+        decision = decide_keep(vm.facts, assumed)
+        if not (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)):
+            continue
+        made = manifest(vm, decision, priority=True)
+        if not isinstance(made, Skipped):
+            await targeted.check(made)
+            return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note)
+    return assumed
