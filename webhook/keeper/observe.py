@@ -72,8 +72,9 @@ class Nodes:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Observed:
-    """One running opted-in VM as a pass saw it: what its decision goes by, its disks, and its
-    storage node as read (a migration there names the node's hostname label)."""
+    """One running opted-in VM as a pass saw it: what its decision goes by, its disks (when the
+    observer keeps them), and its storage node as read (a migration there names the node's
+    hostname label)."""
 
     facts: VmFacts
     disks: tuple[Fact, ...] = ()
@@ -98,6 +99,7 @@ class Observer:
     stretches: Stretches
     nodes: Nodes
     timeout: float
+    keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
 
     async def where(self, vmi: VmiView) -> tuple[Locality, list[Fact]]:
         """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
@@ -125,7 +127,7 @@ class Observer:
                         migrating(vmi, history, now), last_migration_end(vmi, history),
                         moved if moved is not None and moved.descheduled else None,
                         tuple(f.reason for f in disks if f.volume and f.node is None), refused)
-        return Observed(facts, tuple(disks), node, stretch is not None and stretch.derived)
+        return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)
 
     async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""

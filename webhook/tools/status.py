@@ -35,7 +35,7 @@ from ..keeper.stretch import Stretches
 from .iopath import read_longhorn
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.apart import APART, CO_LOCATED, VmState
-from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode, PassFacts
+from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts
 from ..rules.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi,
                                 read_migration)
 from ..rules.iopath import DiskPath, path_note
@@ -301,7 +301,7 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
     stretches = Stretches(store, settings, timeout, launchers=LauncherPods(pods).of, direct=store)
-    return Observer(disks, settings, stretches, Nodes(store, timeout), timeout)
+    return Observer(disks, settings, stretches, Nodes(store, timeout), timeout, keep_disks=True)
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
