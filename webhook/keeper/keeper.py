@@ -200,7 +200,7 @@ class Keeper:
             self._remember(outcome, now)
             if outcome.created is not None:
                 created.append(outcome.created)
-                facts = facts.created(decision.source)
+                facts = facts.after_create(decision.source)
             elif outcome.error:  # the API itself is failing: create nothing more this pass
                 errors.append(outcome.error)
                 facts = dataclasses.replace(facts, incomplete=facts.incomplete or "a migration could not be created")

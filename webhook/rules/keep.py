@@ -114,7 +114,7 @@ class VmFacts:
 class PassFacts:
     """What every decision of one pass goes by: the moment, the bounds, whether targeted
     migration works (None: not known yet, `targeted_note` says why), the migrations in flight
-    (what the pass creates counts at once: `created`), why the view is incomplete, whether the
+    (what the pass creates counts at once: `after_create`), why the view is incomplete, whether the
     lease surely lasts."""
 
     now: datetime
@@ -128,7 +128,7 @@ class PassFacts:
     incomplete: str = ""
     lease: bool = True
 
-    def created(self, source: str | None) -> PassFacts:
+    def after_create(self, source: str | None) -> PassFacts:
         """The same pass after one more migration of ours, leaving `source`."""
         outbound = dict(self.outbound)
         outbound[source or ""] = outbound.get(source or "", 0) + 1
@@ -251,13 +251,13 @@ CHECKS: tuple[Check, ...] = (
     Check(Hold.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
           lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
     Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not Mode.MIGRATE,
-          lambda vm, p: f"report only: would migrate {_moving(vm, p, None).move}"),
+          lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
     Check(Hold.NO_LEASE, lambda vm, p: not p.lease,
           lambda vm, p: "not acting: the lease might run out before the migration is created"),
 )
 
 
-def _moving(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:
+def _decision(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:
     where = vm.where
     return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
                         _apart_for(vm, p.now) if where.state is APART else None)
@@ -271,6 +271,6 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
     KubeVirt's parallelOutboundMigrationsPerNode, whose slots a drain needs."""
     for check in CHECKS:
         if check.holds(vm, p):
-            return _moving(vm, p, check.hold, check.words(vm, p))
-    decision = _moving(vm, p, None)
+            return _decision(vm, p, check.hold, check.words(vm, p))
+    decision = _decision(vm, p, None)
     return dataclasses.replace(decision, reason=f"migrating {decision.move}")
