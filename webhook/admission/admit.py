@@ -19,11 +19,11 @@ from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import VMIM
-from ..rules import apply, decide, patch, steer, together
-from ..rules.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
-from ..rules.decide import Decision
-from ..rules.facts import Fact, claims_of
-from ..rules.target import TargetPod
+from ..rules.placement import apply, decide, patch, steer, together
+from ..rules.placement.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
+from ..rules.placement.decide import Decision
+from ..rules.placement.facts import Fact, claims_of
+from ..rules.keeping.target import TargetPod
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 

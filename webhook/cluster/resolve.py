@@ -10,13 +10,13 @@ from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, POD, PV, PVC, VMI, Resource
-from ..rules import fit, nodes
-from ..rules.classify import Skip
-from ..rules.facts import Fact, Lookup, disk_fact
-from ..rules.patch import as_created
-from ..rules.reading import Skipped
-from ..rules.running import read_vmi, vm_pods
-from ..rules.target import CannotTell, TargetPod, target_pod
+from ..rules import fit
+from ..rules.placement.classify import Skip
+from ..rules.placement.facts import Fact, Lookup, disk_fact
+from ..rules.placement.patch import as_created
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import read_vmi, vm_pods
+from ..rules.keeping.target import CannotTell, TargetPod, target_pod
 from .kept import pod_to_place
 from .store import Store, StoreError
 
@@ -185,7 +185,7 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
             return f"node {name} could not be checked ({exc})"
         except TimeoutError:
             return f"node {name} could not be checked before the deadline"
-    why = nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+    why = fit.why_not_run(name, node, pod, needs_kubevirt=needs_kubevirt)
     if why is not None or node is None:
         return why
     subject = "the VM" if needs_kubevirt else "the pod"

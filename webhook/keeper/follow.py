@@ -19,8 +19,8 @@ from typing import Any
 
 from .. import metrics
 from ..cluster.events import vmi_reference
-from ..rules.migrations import attempts, backoff, Migration, MigrationPhase
-from ..rules.times import rfc3339
+from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
+from ..rules.shared.times import rfc3339
 
 log = logging.getLogger("webhook.keeper")
 

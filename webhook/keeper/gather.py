@@ -16,10 +16,10 @@ from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE
-from ..rules.apart import APART, Locality, locality, UNRESOLVED
-from ..rules.facts import Fact
-from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import (
+from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
+from ..rules.placement.facts import Fact
+from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, Mode
+from ..rules.keeping.migrations import (
     attempts,
     last_migration_end,
     last_move,
@@ -28,8 +28,8 @@ from ..rules.migrations import (
     migration_manifest,
     MIGRATION_PRIORITY,
 )
-from ..rules.reading import Skipped
-from ..rules.running import VmiView
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import VmiView
 from .probe import TargetedMigration
 from .stretch import Stretches
 

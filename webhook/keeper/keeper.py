@@ -31,10 +31,10 @@ from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import Settings
 from ..kinds import MIGRATION_JOB_LABEL
-from ..rules.facts import Fact
-from ..rules.apart import APART, Locality, VmState
-from ..rules.keep import Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import (
+from ..rules.placement.facts import Fact
+from ..rules.keeping.apart import APART, Locality, VmState
+from ..rules.keeping.keep import Hold, KeepDecision, Limits, Mode
+from ..rules.keeping.migrations import (
     backoff_delay,
     in_flight_counts,
     Migration,
@@ -42,10 +42,10 @@ from ..rules.migrations import (
     read_migration,
     UNPLACEABLE_SECONDS,
 )
-from ..rules.reading import Skipped
-from ..rules.running import read_vmi, VmiView
-from ..rules.stranded import unschedulable_since
-from ..rules.times import whole_seconds
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import read_vmi, VmiView
+from ..rules.placement.stranded import unschedulable_since
+from ..rules.shared.times import whole_seconds
 from . import gather
 from .follow import Follower
 from .gather import Budget

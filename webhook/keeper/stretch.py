@@ -16,13 +16,13 @@ from ..cluster.store import StoreError, WatchedStore
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, NODE, POD
-from ..rules.apart import apart_since, Locality
-from ..rules.facts import Fact
-from ..rules.migrations import Migration, last_migration_end, target_hostname
-from ..rules.patch import as_created
-from ..rules.running import VmiView, vm_pods
-from ..rules.target import CannotTell, lacking, target_pod
-from ..rules.times import parse_time
+from ..rules.keeping.apart import apart_since, Locality
+from ..rules.placement.facts import Fact
+from ..rules.keeping.migrations import Migration, last_migration_end, target_hostname
+from ..rules.placement.patch import as_created
+from ..rules.keeping.running import VmiView, vm_pods
+from ..rules.keeping.target import CannotTell, lacking, target_pod
+from ..rules.shared.times import parse_time
 
 Key = tuple[str, str]
 

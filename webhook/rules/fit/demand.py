@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from ... import kinds
-from ..memo import Memo
+from .memo import Memo
 from .fields import Unreadable, pod_spec
 from .interpodaffinity import AffinityTerm, affinity_terms
 from .podtopologyspread import SpreadConstraint, spread_constraints

@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ... import kinds
-from .. import nodes as node_rules
 from .fields import Unreadable, as_list, as_mapping, name_of, namespace_of
 from .framework import never_raises
+from .nodeaffinity import pod_admits
 from .selectors import Selector, parse_selector, selects, with_label_keys
+from .tainttoleration import blocking_taint
 
 if TYPE_CHECKING:
     from .demand import Demand
@@ -102,12 +103,12 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
         for i, constraint in enumerate(demand.spread):
             if constraint.node_affinity_policy == HONOR:
                 if admits is None:
-                    admits = node_rules.pod_admits(demand.pod, other)
+                    admits = pod_admits(demand.pod, other)
                 if not admits:
                     continue
             if constraint.node_taints_policy == HONOR:
                 if taint_free is None:
-                    taint_free = node_rules.blocking_taint(other, tolerations) is None
+                    taint_free = blocking_taint(other, tolerations) is None
                 if not taint_free:
                     continue
             if pods is None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ... import kinds
-from ..quantity import scheduler_value, show
+from ..shared.quantity import scheduler_value, show
 from .fields import name_of
 from .framework import CannotTell, never_raises
 

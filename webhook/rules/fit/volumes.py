@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ... import kinds
-from .. import nodes as node_rules
 from .fields import Unreadable, as_list, as_mapping, name_of, pod_spec
 from .framework import CannotTell, never_raises
+from .nodeaffinity import term_matches
 
 if TYPE_CHECKING:
     from .demand import Demand
@@ -108,7 +108,7 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
             labels_only = labels_only or {"metadata": {"labels": dict(kinds.labels(node))}}
-            if not any(node_rules.term_matches(term, labels_only) for term in terms):
+            if not any(term_matches(term, labels_only) for term in terms):
                 return f"node {name_of(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
         zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
         if zone:
