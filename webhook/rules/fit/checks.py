@@ -8,7 +8,7 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import Unreadable
-from .framework import Check, cannot_tell, failed
+from .framework import Check, cannot_tell, judge
 from .interpodaffinity import inter_pod_affinity
 from .nodeaffinity import node_affinity
 from .nodeunschedulable import node_unschedulable
@@ -36,11 +36,8 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
-    for check in CHECKS:  # guarded here as `never_raises` guards each: one call less per check
-        try:
-            reason = check.unguarded(demand, node, view, subject)  # type: ignore[attr-defined]
-        except Exception as error:
-            return failed(check, node, subject, error)
+    for check in CHECKS:
+        reason = judge(check, demand, node, view, subject)
         if reason is not None:
             return reason
     return None

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import kinds
+from .demand import Demand
 from .fields import Unreadable, as_list, as_mapping, name_of, pod_spec
-from .framework import CannotTell, never_raises
+from .framework import CannotTell
 from .nodeaffinity import term_matches
-
-if TYPE_CHECKING:
-    from .demand import Demand
-    from .view import View
+from .view import View
 
 # volumezone/volume_zone.go: zone and region labels on a PV, beta keys matched against the GA
 # ones on the node; a PV label may list several zones joined by "__".
@@ -67,7 +65,6 @@ def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str,
     return None
 
 
-@never_raises
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """VolumeBinding and VolumeZone for bound claims: each PV's `spec.nodeAffinity.required`
     must select the node (volumebinding/binder.go `checkBoundClaims`) and its zone labels must
