@@ -19,7 +19,8 @@ from ... import kinds
 from ...config import Settings
 from ..placement.classify import Skip, running_exemption
 from ..placement.facts import claims_of
-from ..placement.patch import REQUIRED, drop_empty, keep_or_drop
+from ..placement.patch import REQUIRED
+from ..shared.prune import drop_empty, keep_or_drop
 from ..shared.reading import Malformed, Skipped, read_bool, read_identity, read_object, read_str, read_time
 from ..shared.times import EPOCH, parse_time
 

@@ -88,21 +88,9 @@ def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, A
         required[key] = FROM_MACHINE if vmi.machine_from == STATUS_MACHINE else FROM_SPEC_MACHINE
 
     if vmi.cpu_model == HOST_MODEL:
-        earlier = {k: v for k, v in selector.items() if CPU_FEATURE in k or MIGRATION_CPU in k}
-        if earlier:
-            required.update((k, FROM_EARLIER) for k in earlier)
-        else:
-            models = sorted(k for k in node_labels if k.startswith(HOST_MODEL_CPU))
-            if not models:
-                return CannotTell(f"source node {source_name} has no {HOST_MODEL_CPU}* label (virt-handler's node "
-                                  f"labeller): cannot tell the host-model CPU its target needs")
-            key = MIGRATION_CPU + models[0][len(HOST_MODEL_CPU):]
-            selector[key] = str(node_labels[models[0]])
-            required[key] = FROM_HOST_MODEL
-            for label in sorted(k for k in node_labels if k.startswith(HOST_MODEL_FEATURE)):
-                key = CPU_FEATURE + label[len(HOST_MODEL_FEATURE):]
-                selector[key] = str(node_labels[label])
-                required[key] = FROM_HOST_FEATURE
+        unknown = _host_model_cpu(selector, required, node_labels, source_name)
+        if unknown is not None:
+            return unknown
 
     if not any(k.startswith(CPU_VENDOR) for k in selector):
         vendor = next((k for k in sorted(node_labels) if k.startswith(CPU_VENDOR)), None)
@@ -117,6 +105,28 @@ def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, A
     spec["nodeSelector"] = selector
     _apart_from_own_pods(spec, vmi.uid)
     return TargetPod(pod, required)
+
+
+def _host_model_cpu(selector: dict[str, Any], required: dict[str, str], node_labels: Mapping[str, Any],
+                    source_name: str) -> CannotTell | None:
+    """A host-model CPU: the selector of an earlier migration, else the source node's host-model
+    CPU and features as virt-handler labels them (added to `selector` and `required`)."""
+    earlier = {k: v for k, v in selector.items() if CPU_FEATURE in k or MIGRATION_CPU in k}
+    if earlier:
+        required.update((k, FROM_EARLIER) for k in earlier)
+        return None
+    models = sorted(k for k in node_labels if k.startswith(HOST_MODEL_CPU))
+    if not models:
+        return CannotTell(f"source node {source_name} has no {HOST_MODEL_CPU}* label (virt-handler's node "
+                          f"labeller): cannot tell the host-model CPU its target needs")
+    key = MIGRATION_CPU + models[0][len(HOST_MODEL_CPU):]
+    selector[key] = str(node_labels[models[0]])
+    required[key] = FROM_HOST_MODEL
+    for label in sorted(k for k in node_labels if k.startswith(HOST_MODEL_FEATURE)):
+        key = CPU_FEATURE + label[len(HOST_MODEL_FEATURE):]
+        selector[key] = str(node_labels[label])
+        required[key] = FROM_HOST_FEATURE
+    return None
 
 
 def _apart_from_own_pods(spec: dict[str, Any], vmi_uid: str) -> None:

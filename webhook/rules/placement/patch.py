@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import kinds
 from ...config import Settings
+from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -40,11 +41,6 @@ def preferred_term(node: str, weight: int) -> dict[str, Any]:
     return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
 
 
-def _dict_or_none(value: Any) -> dict[str, Any] | None:
-    """`value` when it is an object, else None (where absent and present-but-empty differ; kinds' readers give {})."""
-    return value if isinstance(value, dict) else None
-
-
 def affinity_ops(
     spec: dict[str, Any], required: tuple[str, ...], preferences: tuple[tuple[str, int], ...], base: str = "/spec"
 ) -> list[dict[str, Any]]:
@@ -66,39 +62,41 @@ def affinity_ops(
             return [{"op": "add", "path": f"{base}/affinity", "value": {"nodeAffinity": value}}]
         return [{"op": "add", "path": f"{base}/affinity/nodeAffinity", "value": value}]
     path = f"{base}/affinity/nodeAffinity"
+    ops = _required_ops(node_affinity, wanted_required, path) if wanted_required else []
+    return ops + (_preferred_ops(node_affinity, wanted_preferred, path) if wanted_preferred else [])
 
+
+def _required_ops(node_affinity: dict[str, Any], wanted: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """AND the `wanted` requirement into every non-empty required term, or add the first term."""
+    selector = node_affinity.get(REQUIRED)
+    selector = selector if isinstance(selector, dict) else None
+    terms = selector.get("nodeSelectorTerms") if selector else None
+    if not isinstance(terms, list) or not terms:
+        value = {"nodeSelectorTerms": [{"matchFields": [wanted]}]}
+        if selector is not None:
+            return [{"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms", "value": value["nodeSelectorTerms"]}]
+        return [{"op": "add", "path": f"{path}/{REQUIRED}", "value": value}]
     ops: list[dict[str, Any]] = []
-    if wanted_required:
-        selector = node_affinity.get(REQUIRED)
-        selector = selector if isinstance(selector, dict) else None
-        terms = selector.get("nodeSelectorTerms") if selector else None
-        if not isinstance(terms, list) or not terms:
-            value = {"nodeSelectorTerms": [{"matchFields": [wanted_required]}]}
-            if selector is not None:
-                ops.append({"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms", "value": value["nodeSelectorTerms"]})
-            else:
-                ops.append({"op": "add", "path": f"{path}/{REQUIRED}", "value": value})
-        else:
-            for i, term in enumerate(terms):
-                if not isinstance(term, dict) or not (term.get("matchExpressions") or term.get("matchFields")):
-                    continue  # an empty term matches nothing; filling it would widen placement
-                fields = term.get("matchFields")
-                term_path = f"{path}/{REQUIRED}/nodeSelectorTerms/{i}/matchFields"
-                if not isinstance(fields, list):
-                    ops.append({"op": "add", "path": term_path, "value": [wanted_required]})
-                elif wanted_required not in fields:
-                    ops.append({"op": "add", "path": f"{term_path}/-", "value": wanted_required})
-
-    if wanted_preferred:
-        existing = node_affinity.get(PREFERRED)
-        if not isinstance(existing, list):
-            ops.append({"op": "add", "path": f"{path}/{PREFERRED}", "value": wanted_preferred})
-        else:
-            have = [t.get("preference") for t in existing if isinstance(t, dict)]
-            for term in wanted_preferred:
-                if term["preference"] not in have:
-                    ops.append({"op": "add", "path": f"{path}/{PREFERRED}/-", "value": term})
+    for i, term in enumerate(terms):
+        if not isinstance(term, dict) or not (term.get("matchExpressions") or term.get("matchFields")):
+            continue  # an empty term matches nothing; filling it would widen placement
+        fields = term.get("matchFields")
+        term_path = f"{path}/{REQUIRED}/nodeSelectorTerms/{i}/matchFields"
+        if not isinstance(fields, list):
+            ops.append({"op": "add", "path": term_path, "value": [wanted]})
+        elif wanted not in fields:
+            ops.append({"op": "add", "path": f"{term_path}/-", "value": wanted})
     return ops
+
+
+def _preferred_ops(node_affinity: dict[str, Any], wanted: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
+    """Add the preferred terms the pod does not have yet."""
+    existing = node_affinity.get(PREFERRED)
+    if not isinstance(existing, list):
+        return [{"op": "add", "path": f"{path}/{PREFERRED}", "value": wanted}]
+    have = [t.get("preference") for t in existing if isinstance(t, dict)]
+    return [{"op": "add", "path": f"{path}/{PREFERRED}/-", "value": term}
+            for term in wanted if term["preference"] not in have]
 
 
 def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
@@ -175,12 +173,12 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
         annotations.pop(key, None)
     if "annotations" in metadata and not annotations:
         del metadata["annotations"]
-    affinity = _dict_or_none(spec.get("affinity"))
-    node_affinity = _dict_or_none(affinity.get("nodeAffinity")) if affinity else None
+    affinity = dict_or_none(spec.get("affinity"))
+    node_affinity = dict_or_none(affinity.get("nodeAffinity")) if affinity else None
     if not ours or node_affinity is None:
         return pod
     added = [node_requirement(node) for node in ours] + ([node_requirement(*ours)] if len(ours) > 1 else [])
-    selector = _dict_or_none(node_affinity.get(REQUIRED))
+    selector = dict_or_none(node_affinity.get(REQUIRED))
     terms = selector.get("nodeSelectorTerms") if selector else None
     if selector is not None and isinstance(terms, list):
         kept = []
@@ -203,26 +201,3 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
                      [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)])
     drop_empty(spec, "affinity", "nodeAffinity")
     return pod
-
-
-def keep_or_drop(mapping: dict[str, Any], key: str, items: list[Any]) -> None:
-    """`items` under `key`, or no `key` at all when none are left: an empty list of terms is
-    not what the pod had before ours were added."""
-    if items:
-        mapping[key] = items
-    else:
-        mapping.pop(key, None)
-
-
-def drop_empty(root: dict[str, Any], *keys: str) -> None:
-    """Remove the objects along `keys` below `root` that are left empty, innermost first."""
-    parents = [root]
-    for key in keys[:-1]:
-        child = parents[-1].get(key)
-        if not isinstance(child, dict):
-            return
-        parents.append(child)
-    for parent, key in zip(reversed(parents), reversed(keys)):
-        if parent.get(key) != {}:
-            return
-        del parent[key]
