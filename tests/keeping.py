@@ -1,4 +1,4 @@
-"""Objects and moments for the tests of the keeper's pure rules (tests/rules/test_running.py,
+"""Objects and moments for the tests of the keeper's pure rules (tests/rules/keeping/test_running.py,
 test_apart.py, test_migrations.py, test_keep.py): a VMI after a migration, our migration of it,
 the facts of its disks, at a fixed now."""
 import copy

@@ -1,4 +1,4 @@
-"""What the keeper's caches keep of VMIs and migrations: everything rules/keep.py reads, little else;
+"""What the keeper's caches keep of VMIs and migrations: everything rules/keeping/keep.py reads, little else;
 and a migration deleted by uid, never another one that took its name."""
 import copy
 

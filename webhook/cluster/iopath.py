@@ -1,6 +1,6 @@
 """The whole I/O path of a VM's disks for `explain` and `status`: each Longhorn Volume and its
 Replicas, listed once from the Longhorn namespace with the admin's credentials (get/list on
-`volumes.longhorn.io` and `replicas.longhorn.io`; no watch), judged by `rules.iopath`."""
+`volumes.longhorn.io` and `replicas.longhorn.io`; no watch), judged by `rules.keeping.iopath`."""
 from __future__ import annotations
 
 import dataclasses

@@ -104,7 +104,7 @@ class Consumers:
 
 async def resolve_consumers(store: Store, settings: Settings, volume: str, deadline: Deadline) -> Consumers:
     """The nodes where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef
-    → launcher pods → one pod per VM (`rules.running.vm_pods`).
+    → launcher pods → one pod per VM (`rules.keeping.running.vm_pods`).
 
     A pod created as a migration target counts once it is the VM's pod: after the migration,
     and while it is in flight once the target is scheduled (the VM is going there); before, it
@@ -133,7 +133,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.target`) to migrate
+    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.keeping.target`) to migrate
     the VM of `vm_pod` off its node, or why it cannot be told. Whole objects are read: the
     caches keep pods trimmed and hold no VMIs."""
     metadata = kinds.meta(vm_pod)

@@ -69,7 +69,7 @@ async def decide(stretches: Stretches, targeted: TargetedMigration, vmi: VmiView
                  facts: list[Fact], now: datetime, history: list[Migration], budget: Budget, *, limits: Limits,
                  mode: Mode, lease: bool = True, incomplete: str = "",
                  refused: tuple[int, datetime] | None = None) -> KeepDecision:
-    """The VM's decision (`rules.keep.decide_keep`, as it is); `history` holds its own migrations
+    """The VM's decision (`rules.keeping.keep.decide_keep`, as it is); `history` holds its own migrations
     only. When whether the cluster keeps spec.addedNodeSelector is due to be (re)checked and
     nothing else would hold the VM, the dry run is made and the VM decided again with its answer."""
     apart_since: datetime | None = None

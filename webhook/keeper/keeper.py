@@ -2,11 +2,11 @@
 one targeted live migration for a VM that has been apart long enough.
 
 Conservative by construction: a pass every `period` seconds; the pure decision
-(`rules.keep.decide_keep`) holds a VM for any of its reasons; a pass creates no more than the
+(`rules.keeping.keep.decide_keep`) holds a VM for any of its reasons; a pass creates no more than the
 in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache
 failing or not synced, a disk the API could not tell about), without the lease, or before a
 dry run has shown that the cluster keeps `spec.addedNodeSelector`. The storage node is judged
-with the pod KubeVirt will create for the migration (`rules.target`), not the launcher pod;
+with the pod KubeVirt will create for the migration (`rules.keeping.target`), not the launcher pod;
 the VM's node must have a free outbound migration slot; a migration of ours whose target pod
 stays unschedulable for a minute is cancelled, so it never holds a slot a drain needs. Each
 action is an Event on the VMI and a log line; each VM's state, since when, why, and the last

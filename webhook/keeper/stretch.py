@@ -1,7 +1,7 @@
 """What moving a VM apart from its storage needs, kept for as long as it is apart (a stretch):
 since when it has been apart, read from the cluster so that a new leader agrees; its launcher
 pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
-migrate it there (`rules.target`), with the webhook's never-strand checks.
+migrate it there (`rules.keeping.target`), with the webhook's never-strand checks.
 """
 from __future__ import annotations
 

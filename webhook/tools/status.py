@@ -10,7 +10,7 @@ with it. A VM that waits (apart too briefly, backing off…) on a cluster withou
 migration shows the hold that will apply once the wait is over: never moved.
 
 Read directly with the admin's credentials and decided by the keeper's own code
-(`keeper.gather.decide`, which calls `rules.keep.decide_keep`), so a VM shows here with the
+(`keeper.gather.decide`, which calls `rules.keeping.keep.decide_keep`), so a VM shows here with the
 answer the keeper acts on. What only the leader remembers (a create the API refused) is not
 seen here; the keeper's settings are the ones given to `status` (flags or COLOCATE_*).
 """

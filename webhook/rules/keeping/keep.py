@@ -128,7 +128,7 @@ def decide_keep(
     `outbound` the migrations of any origin in flight from the VM's node: KubeVirt runs at most
     parallelOutboundMigrationsPerNode of them, and while they are taken a drain needs them.
     `descheduled` the migration that brought the VM where it runs when KubeVirt made it for a
-    descheduler's eviction (`rules.migrations.last_move`): it was moved off a loaded node on
+    descheduler's eviction (`rules.keeping.migrations.last_move`): it was moved off a loaded node on
     purpose, and is not taken back for `limits.after_descheduled` after that migration ended.
     """
     source, target = where.node, where.target

@@ -6,7 +6,7 @@ so every patch is applied to the object it was made for first. The rules emit on
 path. jsonpatch copies the whole pod and every value, and parses each path into a pointer:
 for a virt-launcher pod that is about as much CPU as the rest of the admission together.
 Any other operation goes through jsonpatch itself. `apply` agrees with jsonpatch
-(tests/rules/test_apply.py); the object and the operations are never modified.
+(tests/rules/placement/test_apply.py); the object and the operations are never modified.
 """
 from __future__ import annotations
 

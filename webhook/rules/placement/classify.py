@@ -86,7 +86,7 @@ def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool =
 
     A pod created as a migration target counts: KubeVirt never removes
     kubevirt.io/migrationJobUID, and once the migration completes that pod is the VM's.
-    Which of a VMI's pods counts is chosen among these (`rules.running.vm_pods`): the cold-start
+    Which of a VMI's pods counts is chosen among these (`rules.keeping.running.vm_pods`): the cold-start
     rule, `explain`, `status` and the keeper all ask it where a VM runs. `any_vm` counts VMs
     that are not opted in too (`explain` answers for any VM).
     """

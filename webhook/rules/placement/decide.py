@@ -13,7 +13,7 @@ PIN_WEIGHT = 100
 class Placement(enum.StrEnum):
     PINNED = "pinned"
     # Required to be among a set of nodes: a share-manager whose VM is leaving its node goes
-    # where the VM's migration can follow (`rules/together.py`).
+    # where the VM's migration can follow (`rules/placement/together.py`).
     AMONG = "pinned-among"
     PREFERRED = "preferred"
     NOT_PINNED = "not-pinned"

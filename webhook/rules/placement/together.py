@@ -5,11 +5,11 @@ pods at once, and migrates the node's VMs a few at a time (KubeVirt runs 2 per s
 longhorn-manager re-creates each share-manager seconds later, while most of their VMs still
 wait on the drained node. Following the VM there is impossible, and a share-manager left to go
 anywhere may land where the VM can never follow: a node of an older CPU generation or QEMU
-refuses the VM's *migration* target pod (`rules/target.py`) though it would take a new pod.
+refuses the VM's *migration* target pod (`rules/keeping/target.py`) though it would take a new pod.
 So the share-manager is required to be among the nodes where both it and the VM's migration
 target pod fit, with preferences toward those with most room for the VM; the keeper then
 always has a move that can succeed, and `--migration-targets prefer` lands the VM there at
-once. The checks are the pin's never-strand checks (`rules/nodes.py`, `rules/fit/`), for both
+once. The checks are the pin's never-strand checks (`rules/fit/`), for both
 pods, on every node.
 """
 from __future__ import annotations
