@@ -13,6 +13,7 @@ from .fields import Unreadable, pod_spec
 from .requests import pod_requests
 from .terms import AffinityTerm, HostPort, SpreadConstraint, affinity_terms, host_ports, spread_constraints
 
+
 def _requests_and_ports(pod: Any, memo: Memo | None) -> tuple[Mapping[str, int], tuple[HostPort, ...]]:
     """(`pod_requests(pod)`, `host_ports(pod)`) for a pod being admitted. They depend on the
     containers' resources and ports alone, and pods of VMs of one size have the same: the memo

@@ -1,4 +1,4 @@
-"""NodePorts (kubernetes `nodeports/node_ports.go`): the host ports a pod takes, and whether a node has them free."""
+"""NodePorts (kubernetes `nodeports/node_ports.go`): whether a node has the host ports a pod takes (`terms`) free."""
 from __future__ import annotations
 
 from collections.abc import Mapping
