@@ -16,10 +16,10 @@ from ..cluster.events import vmi_reference
 from ..cluster.kubevirt import create_migration, delete_migration
 from ..cluster.store import WatchedStore
 from ..kinds import MIGRATION_JOB_LABEL
-from ..rules.keep import KeepDecision
-from ..rules.migrations import Migration, read_migration
-from ..rules.stranded import unschedulable_since
-from ..rules.times import whole_seconds
+from ..rules.keeping.keep import KeepDecision
+from ..rules.keeping.migrations import Migration, read_migration
+from ..rules.placement.stranded import unschedulable_since
+from ..rules.shared.times import whole_seconds
 from .follow import Follower
 from .observe import manifest, Observed
 

@@ -2,14 +2,14 @@
 one targeted live migration for a VM that has been apart long enough.
 
 Each pass observes (`observe.py`: a record per VM, each node read once, the pass-wide facts,
-the dry run of targeted migration once when due), decides (`rules.keep.decide_keep`, pure),
+the dry run of targeted migration once when due), decides (`rules.keeping.keep.decide_keep`, pure),
 acts (`act.py`: creates and cancels migrations) and records (`memory.py`), in the shape of a
 controller's reconcile. Conservative by construction: a pass every `period` seconds; the
 decision holds a VM for any of its reasons; a pass creates no more than the in-flight bounds
 allow; nothing is created on an incomplete view of the cluster (a cache failing or not synced,
 a disk the API could not tell about), without the lease, or before a dry run has shown that the
 cluster keeps `spec.addedNodeSelector`. The storage node is judged with the pod KubeVirt will
-create for the migration (`rules.target`), not the launcher pod; the VM's node must have a free
+create for the migration (`rules.keeping.target`), not the launcher pod; the VM's node must have a free
 outbound migration slot; a migration of ours whose target pod stays unschedulable for a minute
 is cancelled, so it never holds a slot a drain needs. Each action is an Event on the VMI and a
 log line; each pass returns its report (the records with it), sets the metrics from it and logs
@@ -32,11 +32,11 @@ from ..cluster.kubevirt import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import Settings
-from ..rules.apart import APART, VmState
-from ..rules.keep import decide_keep, Hold, Mode, PassFacts
-from ..rules.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
-from ..rules.reading import Skipped
-from ..rules.running import read_vmi, VmiView
+from ..rules.keeping.apart import APART, VmState
+from ..rules.keeping.keep import decide_keep, Hold, Mode, PassFacts
+from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import read_vmi, VmiView
 from .act import Actor, Outcome
 from .follow import Follower
 from .memory import Memory, VmRecord

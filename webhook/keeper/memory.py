@@ -9,10 +9,10 @@ import dataclasses
 import logging
 from datetime import datetime
 
-from ..rules.apart import APART, VmState
-from ..rules.keep import Hold, KeepDecision, VmFacts
-from ..rules.migrations import backoff_delay
-from ..rules.reading import Skipped
+from ..rules.keeping.apart import APART, VmState
+from ..rules.keeping.keep import Hold, KeepDecision, VmFacts
+from ..rules.keeping.migrations import backoff_delay
+from ..rules.shared.reading import Skipped
 from .stretch import Stretches
 
 log = logging.getLogger("webhook.keeper")

@@ -4,7 +4,7 @@ are served, the stretch it has been apart (`stretch.py`), whether its storage no
 its migrations), each node read once a pass (`Nodes`); and what the whole pass goes by
 (`pass_facts`: the bounds, the mode, the migrations in flight, whether targeted migration
 works, asked once before the decisions by `probe`). The keeper and `status` observe here and
-decide with `rules.keep.decide_keep`, so an admin sees the very answer the keeper acts on.
+decide with `rules.keeping.keep.decide_keep`, so an admin sees the very answer the keeper acts on.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE
-from ..rules.apart import APART, Locality, locality, UNRESOLVED
-from ..rules.facts import Fact
-from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode, PassFacts, VmFacts
-from ..rules.migrations import (
+from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
+from ..rules.placement.facts import Fact
+from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, Mode, PassFacts, VmFacts
+from ..rules.keeping.migrations import (
     attempts,
     in_flight_counts,
     last_migration_end,
@@ -33,8 +33,8 @@ from ..rules.migrations import (
     MIGRATION_PRIORITY,
     outbound_counts,
 )
-from ..rules.reading import Skipped
-from ..rules.running import VmiView
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import VmiView
 from .probe import TargetedMigration
 from .stretch import Stretch, Stretches
 

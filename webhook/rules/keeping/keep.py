@@ -1,0 +1,276 @@
+"""After placement: whether to move a VM that is apart from its storage back to it with one
+targeted live migration, or what holds it. Pure: callers pass what one VM's decision goes by
+(`VmFacts`) and what the whole pass goes by (`PassFacts`), both observed once a pass.
+
+KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
+`staging/src/kubevirt.io/api/core/v1/types.go`):
+- a migration target pod keeps `kubevirt.io/migrationJobUID` for life and is the VM's pod
+  once the migration completes; all pods of one VMI carry `kubevirt.io/created-by: <VMI uid>`;
+- VMI `status.nodeName` switches to the target when a migration completes;
+  `status.migrationState` tells whether one is in flight and to where;
+- VirtualMachineInstanceMigration `spec.addedNodeSelector` (KubeVirt >= 1.6) narrows the
+  target pod's nodeSelector; older schemas prune it, and the migration would go anywhere;
+- at most `parallelMigrationsPerCluster` (default 5) migrations run at once, the rest queue.
+Longhorn: restarting a share-manager stalls the VM's disk I/O, so moving the VM is the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from ... import kinds
+from ...config import Settings
+from .apart import APART, Locality, VmState
+from .migrations import Attempt, backoff, Migration
+from .running import VmiView
+from ..shared.times import rfc3339, whole_seconds
+
+DAY = timedelta(hours=24)
+
+
+class Mode(enum.StrEnum):
+    REPORT = "report"  # decide and report, create nothing
+    MIGRATE = "migrate"
+
+    @classmethod
+    def of(cls, keep: str) -> Mode:
+        """Migrate only when told to; any other setting decides as a report would."""
+        return cls.MIGRATE if keep == cls.MIGRATE else cls.REPORT
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """The keeper's bounds: --keep-after, --keep-after-descheduled, --keep-max-inflight,
+    --keep-max-per-day, and KubeVirt's parallelMigrationsPerCluster and
+    parallelOutboundMigrationsPerNode (its defaults, or --keep-max-outbound-per-node)."""
+
+    after: timedelta = timedelta(seconds=600)
+    after_descheduled: timedelta = timedelta(hours=6)  # since the descheduler's migration of the VM ended
+    max_inflight: int = 2
+    max_cluster_inflight: int = 5
+    max_per_day: int = 2
+    max_outbound_per_node: int = 2  # KubeVirt's parallelOutboundMigrationsPerNode (its default)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        """The bounds the settings give (the keeper's and `status`'s alike)."""
+        return cls(after=timedelta(seconds=settings.keep_after),
+                   after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
+                   max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
+                   max_outbound_per_node=settings.keep_max_outbound_per_node)
+
+
+class Hold(enum.StrEnum):
+    """What holds a VM where it is: short fixed phrases (a metric label, a log field), in the
+    order the keeper checks them."""
+
+    NOT_OPTED_IN = "not opted in"
+    OPTED_OUT = "keep disabled"
+    NOT_RUNNING = "not running"
+    NOT_APART = "not apart"
+    TARGET_UNFIT = "target unfit"
+    NOT_MIGRATABLE = "not live-migratable"
+    MIGRATING = "migration in flight"
+    # The descheduler moved it off a loaded node on purpose: not taken back for --keep-after-descheduled.
+    DESCHEDULED = "moved by the descheduler"
+    APART_BRIEFLY = "apart too briefly"
+    MIGRATED_RECENTLY = "migrated recently"
+    BACKING_OFF = "backing off"
+    DAILY_LIMIT = "daily limit"
+    UNTARGETED = "targeted migration unavailable"
+    OUR_LIMIT = "our migrations in flight"
+    CLUSTER_LIMIT = "migrations in flight cluster-wide"
+    SOURCE_BUSY = "migrations in flight from its node"
+    # A Longhorn disk of the VM whose share-manager is not running (starting, stopped): where it
+    # comes back may change the answer, and "apart since" would not know when it began.
+    SETTLING = "storage settling"
+    REFUSED = "migration refused"  # the API refused this VM's last migration: it waits its backoff
+    VIEW_INCOMPLETE = "view incomplete"  # a cache failing or not synced: nothing is acted on
+    REPORT_ONLY = "report only"
+    NO_LEASE = "lease not surely held"  # the lease might run out before the migration is created
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmFacts:
+    """What one VM's decision goes by, observed once a pass."""
+
+    vmi: VmiView
+    where: Locality
+    apart_since: datetime | None = None  # when it became apart (None: not known, counted as now)
+    target_unfit: str | None = None  # why its storage node cannot take it now (the never-strand checks)
+    history: tuple[Attempt, ...] = ()  # our migrations of it, oldest first
+    migrating: bool = False  # a migration of it is in flight
+    last_end: datetime | None = None  # when its latest migration of any origin ended
+    # The migration that brought it where it runs, when KubeVirt made it for a descheduler's
+    # eviction (`rules.keeping.migrations.last_move`): moved off a loaded node on purpose.
+    descheduled: Migration | None = None
+    settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
+    refused: tuple[int, datetime] | None = None  # (refusals in a row, retry after) of its last create
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PassFacts:
+    """What every decision of one pass goes by: the moment, the bounds, whether targeted
+    migration works (None: not known yet, `targeted_note` says why), the migrations in flight
+    (what the pass creates counts at once: `after_create`), why the view is incomplete, whether the
+    lease surely lasts."""
+
+    now: datetime
+    limits: Limits
+    mode: Mode
+    targeted: bool | None
+    targeted_note: str = ""
+    in_flight_ours: int = 0
+    in_flight_all: int = 0
+    outbound: Mapping[str, int] = dataclasses.field(default_factory=dict)  # in flight by the node they leave
+    incomplete: str = ""
+    lease: bool = True
+
+    def after_create(self, source: str | None) -> PassFacts:
+        """The same pass after one more migration of ours, leaving `source`."""
+        outbound = dict(self.outbound)
+        outbound[source or ""] = outbound.get(source or "", 0) + 1
+        return dataclasses.replace(self, in_flight_ours=self.in_flight_ours + 1,
+                                   in_flight_all=self.in_flight_all + 1, outbound=outbound)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeepDecision:
+    """Move the VM back to its storage (act), or why not: `hold` names the condition."""
+
+    act: bool
+    reason: str
+    state: VmState
+    hold: Hold | None = None
+    source: str | None = None  # where the VM runs
+    target: str | None = None  # where its disks are served, when apart
+    why: str = ""  # where it runs and where its disks are served, in words
+    apart_for: timedelta | None = None  # how long it has been apart, once that counts
+
+    @property
+    def move(self) -> str:
+        """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
+        apart = whole_seconds(self.apart_for or timedelta(0))
+        return f"from {self.source} to {self.target}: {self.why}; apart for {apart}s"
+
+
+def _apart_for(vm: VmFacts, now: datetime) -> timedelta:
+    return now - (vm.apart_since or now)
+
+
+def _descheduled_until(vm: VmFacts, limits: Limits) -> datetime | None:
+    moved = vm.descheduled
+    return None if moved is None else (moved.ended or moved.created) + limits.after_descheduled
+
+
+def _descheduled(vm: VmFacts, p: PassFacts) -> str:
+    moved, until = vm.descheduled, _descheduled_until(vm, p.limits)
+    assert moved is not None and until is not None
+    off = f" off {moved.evacuated}" if moved.evacuated else ""
+    return (f"moved{off} by the descheduler (migration {moved.name} ended {rfc3339(moved.ended or moved.created)}): "
+            f"not moved back before {rfc3339(until)}")
+
+
+def _backing_off(vm: VmFacts, p: PassFacts) -> bool:
+    until = backoff(vm.history).until
+    return until is not None and p.now < until
+
+
+def _backoff_words(vm: VmFacts, p: PassFacts) -> str:
+    state = backoff(vm.history)
+    failed = "1 failed migration" if state.failures == 1 else f"{state.failures} failed migrations in a row"
+    return f"backing off until {rfc3339(state.until or p.now)} after {failed}"
+
+
+def _today(vm: VmFacts, p: PassFacts) -> int:
+    return sum(1 for a in vm.history if p.now - a.created < DAY)
+
+
+def _untargeted(p: PassFacts) -> str:
+    if p.targeted is False or not p.targeted_note:
+        return "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"
+    return p.targeted_note
+
+
+def _refused_words(refused: tuple[int, datetime]) -> str:
+    return f"its migration was refused {refused[0]} time(s) in a row; retrying after {rfc3339(refused[1])}"
+
+
+def _outbound(vm: VmFacts, p: PassFacts) -> int:
+    return p.outbound.get(vm.where.node or "", 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """One condition that holds a VM where it is: `holds` tells, `words` says why."""
+
+    hold: Hold
+    holds: Callable[[VmFacts, PassFacts], bool]
+    words: Callable[[VmFacts, PassFacts], str]
+
+
+# The VM's own conditions come first (opt-in, shape, state, target, migratability, its
+# migrations, time), then cluster-wide ones (targeted migration, in-flight bounds), then what
+# makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
+# mode and the lease: a report shows the first thing that would stop a migration. The order of `Hold`.
+CHECKS: tuple[Check, ...] = (
+    Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in"),
+    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.kept, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"'),
+    Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
+          lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node"),
+    Check(Hold.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
+          lambda vm, p: f"{vm.where.state}: {vm.where.why}"),
+    Check(Hold.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
+          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}"),
+    Check(Hold.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
+          lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}"),
+    Check(Hold.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),
+    Check(Hold.DESCHEDULED, lambda vm, p: p.now < (_descheduled_until(vm, p.limits) or p.now), _descheduled),
+    Check(Hold.APART_BRIEFLY, lambda vm, p: _apart_for(vm, p.now) < p.limits.after,
+          lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s"),
+    Check(Hold.MIGRATED_RECENTLY, lambda vm, p: vm.last_end is not None and p.now - vm.last_end < p.limits.after,
+          lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
+                        f"(wait {whole_seconds(p.limits.after)}s)"),
+    Check(Hold.BACKING_OFF, _backing_off, _backoff_words),
+    Check(Hold.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
+          lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"),
+    Check(Hold.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
+    Check(Hold.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
+          lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
+    Check(Hold.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+          lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide (limit {p.limits.max_cluster_inflight})"),
+    Check(Hold.SOURCE_BUSY, lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
+          lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
+                        f"{p.limits.max_outbound_per_node} per source node): its slots are left to them"),
+    Check(Hold.SETTLING, lambda vm, p: bool(vm.settling),
+          lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}"),
+    Check(Hold.REFUSED, lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
+          lambda vm, p: _refused_words(vm.refused or (0, p.now))),
+    Check(Hold.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
+          lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
+    Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not Mode.MIGRATE,
+          lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
+    Check(Hold.NO_LEASE, lambda vm, p: not p.lease,
+          lambda vm, p: "not acting: the lease might run out before the migration is created"),
+)
+
+
+def _decision(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:
+    where = vm.where
+    return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
+                        _apart_for(vm, p.now) if where.state is APART else None)
+
+
+def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
+    """Migrate an apart VM to its storage node, or the first condition of `CHECKS` that holds
+    it: the keeper's one decision, which it records and acts on as it is (and `status` shows).
+    A VM the descheduler moved off a loaded node is not taken back for
+    `limits.after_descheduled`; the migrations in flight from the VM's node count against
+    KubeVirt's parallelOutboundMigrationsPerNode, whose slots a drain needs."""
+    for check in CHECKS:
+        if check.holds(vm, p):
+            return _decision(vm, p, check.hold, check.words(vm, p))
+    decision = _decision(vm, p, None)
+    return dataclasses.replace(decision, reason=f"migrating {decision.move}")
