@@ -1,11 +1,413 @@
-"""What the keeper keeps of a pod to place: every row of the checks' table is judged the same."""
+"""What the caches keep of each kind (cluster/kept.py) is enough: over generated clusters, the
+rules give the same answers from the kept shapes as from the whole objects.
+
+Each property builds the same store twice, one keeping every object whole and one keeping its
+kind's shape, fed the same lists as their reflectors would feed them (no API: reads the caches
+cannot answer go to a snapshot of the whole objects, as the API would answer them), and asks both
+what the rules ask in production: admissions of a VM's pod and of share-manager pods, the node
+and scheduler checks of every node, the keeper's reading of launcher pods, VMIs and migrations.
+The generated objects vary what the rules read and what they do not (labels, annotations,
+managedFields, containers, volumes, tolerations, affinities, statuses, ...).
+"""
 from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fitting import CASES, NS, on, view_of
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from kube import (LONGHORN_NS, OLD_CPU, launcher_pod_of, migration, node, nodes, review, rwx_disk, share_manager_pod,
+                  vm_pod, vmi, workload_pod)
 
-from webhook.cluster.kept import pod_to_place
+from webhook import kinds
+from webhook.admission.admit import admit
+from webhook.admission.review import parse_review
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.kept import pod_to_place, shapes
+from webhook.cluster.kubevirt import KubeVirtWatch
+from webhook.cluster.reflector import Event, EventType
+from webhook.cluster.snapshot import SnapshotStore
+from webhook.config import Settings
+from webhook.deadline import Deadline
+from webhook.keeper import gather
+from webhook.kinds import NODE, POD, PV, PVC, VMI, VMIM
+from webhook.rules import fit
+from webhook.rules import migrations as moves
+from webhook.rules import nodes as node_checks
 from webhook.rules.fit.checks import why_not_fit
+from webhook.rules.memo import Memo
+from webhook.rules.reading import Skipped
+from webhook.rules.running import read_vmi, vm_pods
+from webhook.rules.stranded import stranded, unschedulable_since
+
+NO_API = object()  # the stores here are fed by hand: one that reached for the API would fail
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+NODE_NAMES = ("node-a", "node-b", "node-c")
+CLAIMS = ("d1", "d2")
+VMS = ("vm1", "vm2")
+# Modest: these run in the whole suite (each property a few seconds), the same examples every run.
+PROPERTY = settings(max_examples=40, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def whole(obj):
+    return obj
+
+
+def at(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- changes to objects
+# Each change takes the object and a small number (which variant); those on fields no rule reads
+# and those on fields the rules read are drawn alike.
+
+
+def _meta(obj, n):
+    meta = obj["metadata"]
+    meta.setdefault("labels", {})[f"example.com/team-{n}"] = "storage"
+    meta.setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = '{"kind":"x"}' * (n + 1)
+    meta["managedFields"] = [{"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:metadata": {}}}]
+    meta.update(resourceVersion=str(100 + n), uid=f"uid-{n}", generation=n + 1)
+
+
+def _status_noise(obj, n):
+    obj.setdefault("status", {})["observedGeneration"] = n
+    obj["status"].setdefault("conditions", []).append(
+        {"type": "Example", "status": "True", "reason": "Because", "message": "m" * n, "lastTransitionTime": at(NOW)})
+
+
+COMMON = [_meta, _status_noise]
+
+
+def _container_noise(pod, n):
+    spec = pod["spec"]
+    for container in spec.setdefault("containers", [{"name": "main"}]):
+        container.update(image=f"registry.example/app:{n}", env=[{"name": "E", "value": "v" * n}],
+                         volumeMounts=[{"name": "data", "mountPath": "/data"}],
+                         livenessProbe={"httpGet": {"path": "/", "port": 8080}},
+                         ports=[*container.get("ports", []), {"containerPort": 9000 + n, "protocol": "TCP"}])
+    spec["containers"].append({"name": f"log-{n}", "image": "busybox", "args": ["tail"]})
+    spec.setdefault("volumes", []).append({"name": "data", "emptyDir": {}})
+
+
+def _scheduling_noise(pod, n):
+    spec = pod["spec"]
+    spec.setdefault("tolerations", []).append({"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+    spec.setdefault("nodeSelector", {})["example.com/pool"] = f"pool-{n}"
+    affinity = spec.setdefault("affinity", {})
+    affinity["nodeAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z"]}]}}]}
+    affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}
+    spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                          "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}]
+    spec.update(priority=n, schedulerName="default-scheduler", dnsPolicy="ClusterFirst")
+
+
+def _pod_status_noise(pod, n):
+    status = pod.setdefault("status", {})
+    status.update(podIP=f"10.42.0.{n}", hostIP="192.168.1.10", startTime=at(NOW - timedelta(days=n)), qosClass="Burstable")
+    status["conditions"] = [*status.get("conditions", []), {"type": "Ready", "status": "True"},
+                            {"type": "Initialized", "status": "True"}]
+    status["containerStatuses"] = [{"name": c.get("name"), "ready": True, "restartCount": n, "image": "x"}
+                                   for c in pod["spec"].get("containers", [])]
+
+
+def _big_request(pod, n):
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": ["3", "7", "500m", "63"][n], "memory": "4Gi"},
+                                                 "limits": {"cpu": "64"}}
+
+
+def _host_port(pod, n):
+    pod["spec"]["containers"][0].setdefault("ports", []).append({"containerPort": 80, "hostPort": 8443 + n % 2})
+
+
+def _host_network(pod, n):
+    pod["spec"]["hostNetwork"] = True
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8443 + n % 2, "protocol": "TCP"}]
+
+
+def _anti_affinity(pod, n):
+    selector = [{"matchLabels": {"kubevirt.io": "virt-launcher"}}, {"matchLabels": {"app": "web"}},
+                {"matchExpressions": [{"key": "kubevirt.io", "operator": "Exists"}]},
+                {"matchLabels": {"longhorn.io/component": "share-manager"}}][n]
+    pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}
+
+
+def _sidecar(pod, n):
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "image": "busybox", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}},
+        {"name": "proxy", "image": "envoy", "restartPolicy": "Always" if n % 2 else "OnFailure",
+         "resources": {"requests": {"cpu": "1500m"}}}]
+
+
+def _overhead(pod, n):
+    pod["spec"]["overhead"] = {"cpu": f"{n + 1}", "memory": "200Mi"}
+    if n % 2:
+        pod["spec"]["resources"] = {"requests": {"cpu": "3", "memory": "1Gi"}}
+
+
+def _resized(pod, n):
+    containers = pod["spec"]["containers"]
+    pod.setdefault("status", {})["containerStatuses"] = [
+        {"name": c["name"], "allocatedResources": {"cpu": "6", "memory": "1Gi"},
+         "resources": {"requests": {"cpu": ["5", "100m", "6", "1"][n]}}, "ready": True} for c in containers]
+    pod["status"]["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": "Deferred"},
+                                   {"type": "Ready", "status": "True"}]
+
+
+def _finished(pod, n):
+    pod.setdefault("status", {})["phase"] = ["Succeeded", "Failed", "Pending", "Unknown"][n]
+
+
+def _terminating(obj, n):
+    obj["metadata"]["deletionTimestamp"] = at(NOW - timedelta(minutes=n))
+
+
+def _pinned(pod, n):
+    pod["metadata"].setdefault("annotations", {}).update({
+        "kubevirt-scheduler/decision": ["required", "preferred", "required", "skipped"][n],
+        "kubevirt-scheduler/node": "node-a", "kubevirt-scheduler/reason": "storage " * n})
+
+
+def _unscheduled(pod, n):
+    pod["spec"].pop("nodeName", None)
+    pod.setdefault("status", {})["phase"] = "Pending"
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False" if n else "True",
+                                    "reason": "Unschedulable", "message": f"0/3 nodes are available: {n}",
+                                    "lastTransitionTime": at(NOW - timedelta(minutes=5 * n))}]
+
+
+def _created(pod, n):
+    pod["metadata"]["creationTimestamp"] = at(NOW - timedelta(minutes=[1, 10, 60, 3000][n]))
+
+
+def _not_opted_in(pod, n):
+    pod["metadata"].setdefault("annotations", {}).pop("kubevirt-scheduler/co-schedule", None)
+    if n % 2:
+        pod["metadata"]["annotations"][kinds.EPHEMERAL_PROVISIONING] = "true"
+
+
+POD_CHANGES = [*COMMON, _container_noise, _scheduling_noise, _pod_status_noise, _big_request, _host_port,
+               _host_network, _anti_affinity, _sidecar, _overhead, _resized, _finished, _terminating, _pinned,
+               _unscheduled, _created, _not_opted_in]
+
+
+def _node_noise(obj, n):
+    status = obj["status"]
+    status.update(images=[{"names": [f"registry.example/img:{i}"], "sizeBytes": 10 ** 8} for i in range(n + 1)],
+                  addresses=[{"type": "InternalIP", "address": "192.168.1.10"}], nodeInfo={"kubeletVersion": "v1.31.2"},
+                  capacity=dict(status["allocatable"]))
+    for condition in status["conditions"]:
+        condition.update(lastHeartbeatTime=at(NOW), message="kubelet is posting ready status")
+    status["conditions"].append({"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"})
+    obj["spec"].update(podCIDR=f"10.42.{n}.0/24", providerID=f"k3s://node-{n}")
+
+
+def _taints(obj, n):
+    obj["spec"]["taints"] = [[{"key": "kubevirt.io/drain", "effect": "NoSchedule", "value": "draining"}],
+                             [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}],
+                             [{"key": "example.com/soft", "effect": "PreferNoSchedule"}],
+                             [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]][n]
+
+
+def _small(obj, n):
+    obj["status"]["allocatable"] = {"cpu": ["2", "4", "8", "64"][n], "memory": "8Gi", "pods": ["1", "3", "110", "0"][n],
+                                    "devices.kubevirt.io/kvm": "1k"}
+
+
+def _cordoned(obj, n):
+    obj["spec"]["unschedulable"] = True
+
+
+def _not_ready(obj, n):
+    obj["status"]["conditions"][0].update(status=["False", "Unknown", "False", "True"][n])
+
+
+def _unlabelled(obj, n):
+    labels = obj["metadata"]["labels"]
+    key = [kinds.KUBEVIRT_SCHEDULABLE, "kubernetes.io/hostname", "kubernetes.io/arch", "example.com/none"][n]
+    labels.pop(key, None)
+
+
+def _zone(obj, n):
+    obj["metadata"]["labels"]["topology.kubernetes.io/zone"] = f"zone-{n % 2}"
+
+
+NODE_CHANGES = [*COMMON, _node_noise, _taints, _small, _cordoned, _not_ready, _unlabelled, _zone]
+
+
+def _claim_noise(obj, n):
+    obj["spec"].update(storageClassName=f"class-{n}", volumeMode="Filesystem", resources={"requests": {"storage": f"{n}Gi"}})
+    obj.setdefault("status", {}).update(capacity={"storage": f"{n}Gi"}, accessModes=["ReadWriteMany"])
+
+
+def _claim_pending(obj, n):
+    obj["status"] = {"phase": ["Pending", "Lost", "Bound", "Pending"][n]}
+    if n != 2:
+        obj["spec"].pop("volumeName", None)
+
+
+def _claim_single(obj, n):
+    obj["spec"]["accessModes"] = [["ReadWriteOnce"], ["ReadWriteOncePod"], ["ReadOnlyMany"], ["ReadWriteMany"]][n]
+
+
+def _volume_noise(obj, n):
+    spec = obj["spec"]
+    spec["csi"]["volumeAttributes"] = {"numberOfReplicas": str(n), "share": "true"}
+    spec.update(mountOptions=["nfsvers=4.1"], persistentVolumeReclaimPolicy=["Delete", "Retain"][n % 2])
+    obj["status"] = {"phase": "Bound", "lastPhaseTransitionTime": at(NOW)}
+
+
+def _volume_driver(obj, n):
+    obj["spec"]["csi"]["driver"] = ["nfs.csi.k8s.io", "driver.longhorn.io", "rbd.csi.ceph.com", "driver.longhorn.io"][n]
+
+
+def _volume_affinity(obj, n):
+    obj["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE_NAMES[n % 3]]}]}]}}
+    obj["metadata"].setdefault("labels", {})["topology.kubernetes.io/zone"] = f"zone-{n % 2}"
+
+
+def _share_manager_noise(obj, n):
+    obj["spec"]["image"] = f"longhornio/longhorn-share-manager:v1.{n}"
+    obj["status"].update(endpoint=f"nfs://10.43.0.{n}/x", conditions=[{"type": "Ready", "status": "True"}])
+
+
+def _share_manager_state(obj, n):
+    obj["status"].update(state=["stopped", "starting", "error", "running"][n], ownerID=NODE_NAMES[n % 3])
+
+
+KIND_CHANGES = {
+    "Node": NODE_CHANGES,
+    "Pod": POD_CHANGES,
+    "PersistentVolumeClaim": [*COMMON, _claim_noise, _claim_pending, _claim_single],
+    "PersistentVolume": [*COMMON, _volume_noise, _volume_driver, _volume_affinity],
+    "ShareManager": [*COMMON, _share_manager_noise, _share_manager_state],
+}
+
+
+@st.composite
+def changed(draw, obj, changes=None):
+    """`obj` with a few changes of its kind drawn (none, often)."""
+    for change in draw(st.lists(st.sampled_from(changes or KIND_CHANGES[obj["kind"]]), max_size=4, unique=True)):
+        change(obj, draw(st.integers(0, 3)))
+    return obj
+
+
+# --------------------------------------------------------------------------- a cluster
+
+
+@st.composite
+def clusters(draw):
+    """Nodes, a Longhorn RWX disk or two (PVC, PV, ShareManager, share-manager pod), launcher pods of
+    VMs using them (some migrating, their target pod not placed yet), their VMIs, other workloads."""
+    node_names = NODE_NAMES[:draw(st.integers(1, 3))]
+    objects = [draw(changed(node(name, cpu=draw(st.sampled_from([None, OLD_CPU, "Skylake-Client-IBRS"])))))
+               for name in node_names]
+    for claim in CLAIMS[:draw(st.integers(1, 2))]:
+        disk = rwx_disk(claim, draw(st.sampled_from([*node_names, None])), owner=draw(st.sampled_from([None, *node_names])))
+        objects += [draw(changed(o)) for o in disk]
+    for name in VMS[:draw(st.integers(0, 2))]:
+        here = draw(st.sampled_from(node_names))
+        the_vmi = vmi(name, here, *draw(st.lists(st.sampled_from(CLAIMS), min_size=1, max_size=2, unique=True)))
+        objects += [the_vmi, draw(changed(launcher_pod_of(the_vmi, here)))]
+        if draw(st.booleans()):  # migrating: a target pod (or an older pod)
+            target = launcher_pod_of(the_vmi, draw(st.sampled_from(node_names)), name=f"virt-launcher-{name}-t4rg3",
+                                     migration_uid="m-uid", migration_name=f"{name}-migration")
+            objects.append(draw(changed(target, [_unscheduled, _created, _finished, _terminating, _pinned, *COMMON]
+                                        if draw(st.booleans()) else None)))
+    for i in range(draw(st.integers(0, 3))):
+        objects.append(draw(changed(workload_pod(draw(st.sampled_from([i, 20, 100])) + i, draw(st.sampled_from(node_names))))))
+    return objects
+
+
+@st.composite
+def vm_pods_to_admit(draw):
+    """A VM's pod being created: its claims, and what it asks of a node."""
+    pod = vm_pod(*draw(st.lists(st.sampled_from([*CLAIMS, "missing"]), min_size=1, max_size=2, unique=True)))
+    return draw(changed(pod, [_big_request, _host_port, _anti_affinity, _sidecar, _overhead, _scheduling_noise]))
+
+
+def listed(objects):
+    return [Event(EventType.LISTED, copy.deepcopy(o)) for o in objects] + [Event(EventType.SYNCED, seconds=0.01)]
+
+
+def fed(store, objects, keep_whole):
+    """The store's caches fed the objects their lists would hold, keeping them whole or in their shape;
+    the API's answers (misses, whole objects) come from the whole objects."""
+    store.direct = SnapshotStore(objects)
+    for informer in store.informers:
+        if keep_whole:
+            informer.shape = whole
+        for event in listed([o for o in objects if o["kind"] == informer.resource.kind]):
+            informer.apply(event)
+    return store
+
+
+def both(make, objects):
+    """The answers of `make(store)` for a store keeping whole objects and for one keeping shapes."""
+
+    async def answers():
+        return [await make(fed(make.store(NO_API), objects, keep_whole)) for keep_whole in (True, False)]
+
+    return asyncio.run(answers())
+
+
+# --------------------------------------------------------------------------- pods, claims, volumes, share-managers, nodes
+
+
+def names(pods):
+    return [kinds.meta(p).get("name") for p in pods]
+
+
+async def admission_answers(store, settings, pod, objects):
+    """What admission makes of the VM's pod and of each volume's share-manager pod, what the node
+    and scheduler checks say of every node, and what the keeper reads of each VM's pods."""
+    answers = {"vm": await admit(parse_review(review(pod)), store, settings, Deadline.after(2, 0.5))}
+    for volume in {kinds.meta(o)["name"] for o in objects if o["kind"] == "ShareManager"}:
+        smp = share_manager_pod(volume)
+        answers[volume] = await admit(parse_review(review(smp, LONGHORN_NS)), store, settings, Deadline.after(2, 0.5))
+    view = await store.fit_view(NS, "")
+    for name in NODE_NAMES:
+        obj = view.node(name)
+        answers[name] = obj is not None and (node_checks.why_not(name, obj, pod, needs_kubevirt=True),
+                                             why_not_fit(pod, NS, obj, view),
+                                             why_not_fit(share_manager_pod("pvc-d1"), LONGHORN_NS, obj, view,
+                                                         "the share-manager"))
+    for the_vmi in (o for o in objects if o["kind"] == "VirtualMachineInstance"):
+        pods = store.launcher_pods(NS, the_vmi["metadata"]["uid"])
+        found = vm_pods(pods, settings)
+        answers[the_vmi["metadata"]["name"]] = (names(found.running), [(kinds.meta(p)["name"], why) for p, why in found.skipped],
+                                                [unschedulable_since(p) for p in pods])
+    answers["stranded"] = [stranded(p, kinds.meta(p)["namespace"], settings, NOW) for p in store.pinned_waiting()]
+    return answers
+
+
+@PROPERTY
+@given(objects=clusters(), pod=vm_pods_to_admit(), pin=st.sampled_from(["required", "preferred"]))
+def test_admission_and_the_checks_answer_the_same_from_kept_pods_claims_volumes_share_managers_and_nodes(objects, pod, pin):
+    settings = Settings(pin=pin)
+
+    async def make(store):
+        return await admission_answers(store, settings, pod, objects)
+
+    make.store = lambda api: WatchedClusterStore(api, settings)
+    from_whole, from_kept = both(make, objects)
+    assert from_kept == from_whole
+    for key, answer in from_whole.items():  # what was covered (--hypothesis-show-statistics)
+        if hasattr(answer, "rule"):
+            event(f"{key}: {answer.decision.outcome if answer.decision else answer.skipped}")
+        elif key in NODE_NAMES:
+            event(f"node: {'absent' if answer is False else 'refused' if any(answer) else 'fits'}")
+
+
+# --------------------------------------------------------------------------- the keeper's pods to place
 
 
 @pytest.mark.parametrize("pod, node_name, objects, nodes, check, fragment", CASES)
