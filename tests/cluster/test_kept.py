@@ -40,6 +40,7 @@ from webhook.rules import nodes as node_checks
 from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.memo import Memo
 from webhook.rules.reading import Skipped
+from webhook.rules.migrations import read_migration
 from webhook.rules.running import read_vmi, vm_pods
 from webhook.rules.stranded import stranded, unschedulable_since
 
@@ -341,7 +342,8 @@ def listed(objects):
 def fed(store, objects, keep_whole):
     """The store's caches fed the objects their lists would hold, keeping them whole or in their shape;
     the API's answers (misses, whole objects) come from the whole objects."""
-    store.direct = SnapshotStore(objects)
+    if isinstance(store, WatchedClusterStore):
+        store.direct = SnapshotStore(objects)
     for informer in store.informers:
         if keep_whole:
             informer.shape = whole
@@ -405,6 +407,155 @@ def test_admission_and_the_checks_answer_the_same_from_kept_pods_claims_volumes_
             event(f"{key}: {answer.decision.outcome if answer.decision else answer.skipped}")
         elif key in NODE_NAMES:
             event(f"node: {'absent' if answer is False else 'refused' if any(answer) else 'fits'}")
+
+
+# --------------------------------------------------------------------------- VMIs and migrations
+
+
+def _vmi_phase(obj, n):
+    obj["status"]["phase"] = ["Scheduling", "Succeeded", "Failed", "Running"][n]
+
+
+def _vmi_machine(obj, n):
+    if n % 2:
+        del obj["status"]["machine"]  # virt-controller then reads the spec's
+    else:
+        obj["spec"]["domain"]["machine"]["type"] = "pc-q35-rhel9.4.0"
+
+
+def _vmi_migrating(obj, n):
+    obj["status"]["migrationState"] = {
+        "migrationUid": ["m-uid", "other", "m-uid", ""][n], "sourceNode": "node-a", "targetNode": "node-c",
+        "targetPod": "virt-launcher-vm1-t4rg3", "startTimestamp": at(NOW - timedelta(minutes=2)),
+        **({"endTimestamp": at(NOW - timedelta(minutes=1)), "completed": n == 2, "failed": n != 2} if n >= 2 else {}),
+        "mode": "PreCopy", "migrationConfiguration": {"progressTimeout": 150}}
+
+
+def _vmi_disks(obj, n):
+    obj["spec"]["volumes"].append({"name": "dv", "dataVolume": {"name": CLAIMS[n % 2]}})
+    obj["spec"]["volumes"].append({"name": "config", "configMap": {"name": "cfg"}})
+
+
+def _vmi_placement(obj, n):
+    obj["spec"]["domain"]["cpu"]["model"] = ["Skylake-Client-IBRS", "host-passthrough", "host-model", "Broadwell-IBRS"][n]
+    obj["spec"]["nodeSelector"] = {"example.com/pool": f"pool-{n}"}
+
+
+def _vmi_unplaced(obj, n):
+    obj["status"].pop("nodeName", None)
+
+
+def _vmi_annotations(obj, n):
+    obj["metadata"]["annotations"].update({"kubevirt-scheduler/keep": ["false", "true", "no", ""][n],
+                                           "example.com/colocate": "true", "kubevirt.io/eviction-source": "descheduler"})
+
+
+def _vmi_noise(obj, n):
+    status = obj["status"]
+    status["activePods"] = {f"pod-{i}": "node-a" for i in range(n + 1)}
+    status["guestOSInfo"]["kernelRelease"] = f"6.{n}"
+    status["conditions"] = [{**c, "message": "x" * (n * 50)} for c in status["conditions"]]
+    obj["spec"]["domain"]["devices"]["disks"].append({"name": "extra", "disk": {"bus": "scsi"}})
+    obj["spec"]["domain"]["memory"] = {"guest": f"{n + 1}Gi"}
+
+
+VMI_CHANGES = [*COMMON, _vmi_phase, _vmi_machine, _vmi_migrating, _vmi_disks, _vmi_placement, _vmi_unplaced,
+               _vmi_annotations, _vmi_noise, _finished]
+
+
+def _vmim_transitions(obj, n):
+    phases = [("Pending", 10), ("Scheduling", 9), ("Running", 8), (obj["status"].get("phase") or "Failed", 7)][:n + 1]
+    obj["status"]["phaseTransitionTimestamps"] = [{"phase": p, "phaseTransitionTimestamp": at(NOW - timedelta(minutes=m))}
+                                                  for p, m in phases]
+
+
+def _vmim_ended(obj, n):
+    obj["status"]["migrationState"] = {"endTimestamp": at(NOW - timedelta(minutes=n)), "sourceNode": "node-a",
+                                       "targetNode": "node-b", "targetPod": "p", "completed": n % 2 == 0}
+
+
+def _vmim_ours(obj, n):
+    obj["metadata"]["labels"] = {kinds.MANAGED_BY_LABEL: "kubevirt-colocate"}
+    obj["metadata"]["annotations"] = {"kubevirt-scheduler/node": NODE_NAMES[n % 3],
+                                      "kubevirt-scheduler/reason": "storage " * (n + 1)}
+    obj["metadata"]["uid"] = ["m-uid", "other", "m-uid", ""][n]
+
+
+def _vmim_evacuation(obj, n):
+    obj["metadata"].setdefault("annotations", {})[kinds.EVACUATION_ANNOTATION] = NODE_NAMES[n % 3]
+    obj["spec"]["priority"] = ["system-maintenance", "system-critical", "", "system-maintenance"][n]
+
+
+def _vmim_odd(obj, n):
+    if n == 0:
+        del obj["metadata"]["creationTimestamp"]
+    elif n == 1:
+        obj["spec"]["vmiName"] = "Not A Name"
+    else:
+        obj["status"]["phaseTransitionTimestamps"] = [{"phase": "Failed", "phaseTransitionTimestamp": "yesterday"}]
+
+
+def _vmim_noise(obj, n):
+    obj["spec"]["addedNodeSelector"] = {"kubernetes.io/hostname": NODE_NAMES[n % 3]}
+    obj["status"].setdefault("migrationState", {}).update(mode="PreCopy", sourcePod="virt-launcher-x", targetPod="y")
+    obj["status"]["conditions"] = [{"type": "Ready", "status": "False", "message": "x" * 300}]
+
+
+VMIM_CHANGES = [*COMMON, _vmim_transitions, _vmim_ended, _vmim_ours, _vmim_evacuation, _vmim_odd, _vmim_noise]
+
+
+@st.composite
+def kubevirt_objects(draw):
+    """VMIs of VMs using the disks, and migrations of them: ours, KubeVirt's evacuations, users'."""
+    objects = []
+    for name in VMS[:draw(st.integers(1, 2))]:
+        claims = draw(st.lists(st.sampled_from(CLAIMS), max_size=2, unique=True))
+        the_vmi = vmi(name, draw(st.sampled_from(NODE_NAMES)), *claims, opted_in=draw(st.booleans()),
+                      migratable=draw(st.booleans()), migrated_from=draw(st.sampled_from([None, "node-b"])))
+        objects.append(draw(changed(the_vmi, VMI_CHANGES)))
+        for i in range(draw(st.integers(0, 2))):
+            made = migration(f"{name}-migration-{i}", name, phase=draw(st.sampled_from(["Running", "Succeeded", "Failed", ""])),
+                             created=at(NOW - timedelta(minutes=draw(st.sampled_from([1, 30, 90, 3000])))))
+            objects.append(draw(changed(made, VMIM_CHANGES)))
+    return objects
+
+
+DISKS = rwx_disk("d1", "node-a") + rwx_disk("d2", "node-b") + nodes(*NODE_NAMES)
+
+
+async def keeper_answers(watch, settings):
+    """What the keeper reads of each VMI and migration, and what it makes of them: where each VM
+    runs against its disks (apart or not), whether it is migrating, its attempts and backoff."""
+    vmis = [read_vmi(o, settings) for o in watch.all_vmis()]
+    found = [read_migration(o) for o in watch.all_migrations()]
+    history = [m for m in found if not isinstance(m, Skipped)]
+    views = [v for v in vmis if not isinstance(v, Skipped)]
+    answers = {"vmis": vmis, "migrations": found, "in flight": moves.in_flight_counts(history, NOW),
+               "outbound": moves.outbound_counts(history, views, NOW)}
+    for view in views:
+        tries = moves.attempts(view, history)
+        answers[view.name] = (await gather.where(SnapshotStore(DISKS), settings, view, 1.0),
+                              moves.migrating(view, history, NOW), moves.unseen_success(view, history, NOW),
+                              moves.last_migration_end(view, history), moves.last_move(view, history),
+                              tries, moves.backoff(tries))
+    return answers
+
+
+@PROPERTY
+@given(objects=kubevirt_objects(), opt_in=st.sampled_from([kinds.DEFAULT_OPT_IN, "example.com/colocate"]))
+def test_the_keeper_reads_the_same_from_kept_vmis_and_migrations(objects, opt_in):
+    settings = Settings(opt_in_annotation=opt_in)
+
+    async def make(watch):
+        return await keeper_answers(watch, settings)
+
+    make.store = lambda api: KubeVirtWatch(api, settings)
+    from_whole, from_kept = both(make, objects)
+    assert from_kept == from_whole
+    for view in from_whole["vmis"]:
+        event(f"vmi: {'skipped' if isinstance(view, Skipped) else from_whole[view.name][0][0].state}")
+    for found in from_whole["migrations"]:
+        event(f"migration: {'skipped' if isinstance(found, Skipped) else found.phase or 'no phase'}")
 
 
 # --------------------------------------------------------------------------- the keeper's pods to place
