@@ -38,6 +38,8 @@ from webhook.rules import fit
 from webhook.rules import migrations as moves
 from webhook.rules import nodes as node_checks
 from webhook.rules.fit.checks import why_not_fit
+from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.resources import least_allocated
 from webhook.rules.memo import Memo
 from webhook.rules.reading import Skipped
 from webhook.rules.migrations import read_migration
@@ -407,6 +409,34 @@ def test_admission_and_the_checks_answer_the_same_from_kept_pods_claims_volumes_
             event(f"{key}: {answer.decision.outcome if answer.decision else answer.skipped}")
         elif key in NODE_NAMES:
             event(f"node: {'absent' if answer is False else 'refused' if any(answer) else 'fits'}")
+
+
+# --------------------------------------------------------------------------- the checks' memo
+
+
+@pytest.fixture
+def memo():
+    """One memo for every example of a test: what the checks worked out from a kept object is
+    reused for the next object of that name whose `reads` are the same (kept objects have no
+    resourceVersion), so `reads` that miss a field the check reads give a stale answer."""
+    return Memo()
+
+
+@settings(PROPERTY, suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture])
+@given(objects=clusters(), pod=vm_pods_to_admit())
+def test_the_checks_memo_answers_for_kept_objects_what_the_whole_objects_give(memo, objects, pod):
+    shape = shapes(Settings())
+    views = []
+    for keep, the_memo in ((whole, Memo()), (None, memo)):
+        found = [[(keep or shape[r.kind])(o) for o in objects if o["kind"] == r.kind] for r in (NODE, POD, PVC, PV)]
+        views.append(fit.StaticView(*found, memo=the_memo))
+    answers = []
+    for view in views:
+        demand = Demand.of(pod, NS, view.memo)
+        answers.append([(why_not_fit(pod, NS, obj, view), least_allocated(demand, obj, view),
+                         why_not_fit(share_manager_pod("pvc-d1"), LONGHORN_NS, obj, view, "the share-manager"))
+                        for obj in view.nodes()])
+    assert answers[1] == answers[0]
 
 
 # --------------------------------------------------------------------------- VMIs and migrations
