@@ -138,8 +138,9 @@ def _anti_affinity(pod, n):
     selector = [{"matchLabels": {"kubevirt.io": "virt-launcher"}}, {"matchLabels": {"app": "web"}},
                 {"matchExpressions": [{"key": "kubevirt.io", "operator": "Exists"}]},
                 {"matchLabels": {"longhorn.io/component": "share-manager"}}][n]
+    reach = [{"namespaceSelector": {}}, {"namespaces": [NS]}, {}, {"namespaces": [NS, LONGHORN_NS]}][n]
     pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}
+        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname", **reach}]}
 
 
 def _sidecar(pod, n):
@@ -422,8 +423,20 @@ def memo():
     return Memo()
 
 
-@settings(PROPERTY, suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture])
-@given(objects=clusters(), pod=vm_pods_to_admit())
+@st.composite
+def nodes_and_pods(draw):
+    """Nodes and the pods bound to them, of few names: one name comes back with other contents."""
+    objects = [draw(changed(node(name), [_meta, _small, _zone, _node_noise])) for name in NODE_NAMES]
+    for i in draw(st.lists(st.sampled_from([0, 20, 40]), max_size=3, unique=True)):
+        pod = workload_pod(i, draw(st.sampled_from(NODE_NAMES)))  # anti-affinity toward its own instance
+        objects.append(draw(changed(pod, [_meta, _anti_affinity, _big_request, _host_port, _host_network, _sidecar,
+                                          _overhead, _resized, _container_noise])))
+    return objects
+
+
+@settings(PROPERTY, max_examples=80,
+          suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture])
+@given(objects=nodes_and_pods(), pod=vm_pods_to_admit())
 def test_the_checks_memo_answers_for_kept_objects_what_the_whole_objects_give(memo, objects, pod):
     shape = shapes(Settings())
     views = []
