@@ -5,6 +5,9 @@ shape from `shapes`, the one place these fields are listed. Most kinds are decla
 applied by `trim`); pods are written out (`shape_pod`): every pod of the cluster is kept, and
 what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
 keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
+
+A rule that starts reading a field must find it kept here: tests/cluster/test_kept.py asks the
+rules the same questions of whole objects and of their kept shapes, over generated clusters.
 """
 from __future__ import annotations
 
