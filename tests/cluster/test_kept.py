@@ -33,7 +33,7 @@ from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.keeper import gather
-from webhook.kinds import NODE, POD, PV, PVC, VMI, VMIM
+from webhook.kinds import NODE, POD, PV, PVC
 from webhook.rules import fit
 from webhook.rules import migrations as moves
 from webhook.rules import nodes as node_checks
@@ -41,8 +41,8 @@ from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.resources import least_allocated
 from webhook.rules.memo import Memo
-from webhook.rules.reading import Skipped
 from webhook.rules.migrations import read_migration
+from webhook.rules.reading import Skipped
 from webhook.rules.running import read_vmi, vm_pods
 from webhook.rules.stranded import stranded, unschedulable_since
 
@@ -355,11 +355,11 @@ def fed(store, objects, keep_whole):
     return store
 
 
-def both(make, objects):
-    """The answers of `make(store)` for a store keeping whole objects and for one keeping shapes."""
+def both(new_store, ask, objects):
+    """`ask(store)` of a new store keeping the objects whole, and of one keeping their kinds' shapes."""
 
     async def answers():
-        return [await make(fed(make.store(NO_API), objects, keep_whole)) for keep_whole in (True, False)]
+        return [await ask(fed(new_store(), objects, keep_whole)) for keep_whole in (True, False)]
 
     return asyncio.run(answers())
 
@@ -398,12 +398,8 @@ async def admission_answers(store, settings, pod, objects):
 @given(objects=clusters(), pod=vm_pods_to_admit(), pin=st.sampled_from(["required", "preferred"]))
 def test_admission_and_the_checks_answer_the_same_from_kept_pods_claims_volumes_share_managers_and_nodes(objects, pod, pin):
     settings = Settings(pin=pin)
-
-    async def make(store):
-        return await admission_answers(store, settings, pod, objects)
-
-    make.store = lambda api: WatchedClusterStore(api, settings)
-    from_whole, from_kept = both(make, objects)
+    from_whole, from_kept = both(lambda: WatchedClusterStore(NO_API, settings),
+                                 lambda store: admission_answers(store, settings, pod, objects), objects)
     assert from_kept == from_whole
     for key, answer in from_whole.items():  # what was covered (--hypothesis-show-statistics)
         if hasattr(answer, "rule"):
@@ -588,12 +584,8 @@ async def keeper_answers(watch, settings):
 @given(objects=kubevirt_objects(), opt_in=st.sampled_from([kinds.DEFAULT_OPT_IN, "example.com/colocate"]))
 def test_the_keeper_reads_the_same_from_kept_vmis_and_migrations(objects, opt_in):
     settings = Settings(opt_in_annotation=opt_in)
-
-    async def make(watch):
-        return await keeper_answers(watch, settings)
-
-    make.store = lambda api: KubeVirtWatch(api, settings)
-    from_whole, from_kept = both(make, objects)
+    from_whole, from_kept = both(lambda: KubeVirtWatch(NO_API, settings), lambda watch: keeper_answers(watch, settings),
+                                 objects)
     assert from_kept == from_whole
     for view in from_whole["vmis"]:
         event(f"vmi: {'skipped' if isinstance(view, Skipped) else from_whole[view.name][0][0].state}")
