@@ -321,11 +321,12 @@ def clusters(draw):
         here = draw(st.sampled_from(node_names))
         the_vmi = vmi(name, here, *draw(st.lists(st.sampled_from(CLAIMS), min_size=1, max_size=2, unique=True)))
         objects += [the_vmi, draw(changed(launcher_pod_of(the_vmi, here)))]
-        if draw(st.booleans()):  # migrating: a target pod (or an older pod)
+        if draw(st.booleans()):  # migrating: a target pod, placed or waiting for a node
             target = launcher_pod_of(the_vmi, draw(st.sampled_from(node_names)), name=f"virt-launcher-{name}-t4rg3",
                                      migration_uid="m-uid", migration_name=f"{name}-migration")
-            objects.append(draw(changed(target, [_unscheduled, _created, _finished, _terminating, _pinned, *COMMON]
-                                        if draw(st.booleans()) else None)))
+            if draw(st.booleans()):
+                _unscheduled(target, draw(st.integers(0, 3)))
+            objects.append(draw(changed(target)))
     for i in range(draw(st.integers(0, 3))):
         objects.append(draw(changed(workload_pod(draw(st.sampled_from([i, 20, 100])) + i, draw(st.sampled_from(node_names))))))
     return objects
