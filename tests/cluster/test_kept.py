@@ -436,12 +436,13 @@ def nodes_and_pods(draw):
 @given(objects=nodes_and_pods(), pod=vm_pods_to_admit())
 def test_the_checks_memo_answers_for_kept_objects_what_the_whole_objects_give(memo, objects, pod):
     shape = shapes(Settings())
-    views = []
-    for keep, the_memo in ((whole, Memo()), (None, memo)):
-        found = [[(keep or shape[r.kind])(o) for o in objects if o["kind"] == r.kind] for r in (NODE, POD, PVC, PV)]
-        views.append(fit.StaticView(*found, memo=the_memo))
+
+    def view_of_kinds(shape_of, the_memo):
+        return fit.StaticView(*[[shape_of(r.kind)(o) for o in objects if o["kind"] == r.kind]
+                                for r in (NODE, POD, PVC, PV)], memo=the_memo)
+
     answers = []
-    for view in views:
+    for view in (view_of_kinds(lambda kind: whole, Memo()), view_of_kinds(shape.get, memo)):
         demand = Demand.of(pod, NS, view.memo)
         answers.append([(why_not_fit(pod, NS, obj, view), least_allocated(demand, obj, view),
                          why_not_fit(share_manager_pod("pvc-d1"), LONGHORN_NS, obj, view, "the share-manager"))
