@@ -35,16 +35,15 @@ from webhook.deadline import Deadline
 from webhook.keeper import gather
 from webhook.kinds import NODE, POD, PV, PVC
 from webhook.rules import fit
-from webhook.rules import migrations as moves
-from webhook.rules import nodes as node_checks
-from webhook.rules.fit.checks import why_not_fit
+from webhook.rules.fit.checks import why_not_fit, why_not_run
 from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.memo import Memo
 from webhook.rules.fit.resources import least_allocated
-from webhook.rules.memo import Memo
-from webhook.rules.migrations import read_migration
-from webhook.rules.reading import Skipped
-from webhook.rules.running import read_vmi, vm_pods
-from webhook.rules.stranded import stranded, unschedulable_since
+from webhook.rules.keeping import migrations as moves
+from webhook.rules.keeping.migrations import read_migration
+from webhook.rules.keeping.running import read_vmi, vm_pods
+from webhook.rules.placement.stranded import stranded, unschedulable_since
+from webhook.rules.shared.reading import Skipped
 
 NO_API = object()  # the stores here are fed by hand: one that reached for the API would fail
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -382,7 +381,7 @@ async def admission_answers(store, settings, pod, objects):
     view = await store.fit_view(NS, "")
     for name in NODE_NAMES:
         obj = view.node(name)
-        answers[name] = obj is not None and (node_checks.why_not(name, obj, pod, needs_kubevirt=True),
+        answers[name] = obj is not None and (why_not_run(name, obj, pod, needs_kubevirt=True),
                                              why_not_fit(pod, NS, obj, view),
                                              why_not_fit(share_manager_pod("pvc-d1"), LONGHORN_NS, obj, view,
                                                          "the share-manager"))
