@@ -32,7 +32,7 @@ from webhook.cluster.reflector import Event, EventType
 from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.deadline import Deadline
-from webhook.keeper import gather
+from webhook.keeper.observe import where_it_runs
 from webhook.kinds import NODE, POD, PV, PVC
 from webhook.rules import fit
 from webhook.rules.fit.checks import why_not_fit, why_not_run
@@ -574,7 +574,7 @@ async def keeper_answers(watch, settings):
                "outbound": moves.outbound_counts(history, views, NOW)}
     for view in views:
         tries = moves.attempts(view, history)
-        answers[view.name] = (await gather.where(SnapshotStore(DISKS), settings, view, 1.0),
+        answers[view.name] = (await where_it_runs(SnapshotStore(DISKS), settings, view, 1.0),
                               moves.migrating(view, history, NOW), moves.unseen_success(view, history, NOW),
                               moves.last_migration_end(view, history), moves.last_move(view, history),
                               tries, moves.backoff(tries))

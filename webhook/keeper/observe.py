@@ -90,6 +90,15 @@ class Observed:
         return self.facts.vmi.namespace, self.facts.vmi.name
 
 
+async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout: float) -> tuple[Locality, list[Fact]]:
+    """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
+    facts = await resolve_disks(store, settings, vmi.namespace, list(vmi.claims), Deadline.after(timeout, 0))
+    unknown = [f.reason for f in facts if not f.known]
+    if unknown:
+        return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
+    return locality(vmi.node, facts), facts
+
+
 @dataclasses.dataclass(frozen=True)
 class Observer:
     """The reads of one pass: disks through `store`, nodes once each, the stretches apart."""
@@ -101,20 +110,11 @@ class Observer:
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
 
-    async def where(self, vmi: VmiView) -> tuple[Locality, list[Fact]]:
-        """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
-        facts = await resolve_disks(self.store, self.settings, vmi.namespace, list(vmi.claims),
-                                    Deadline.after(self.timeout, 0))
-        unknown = [f.reason for f in facts if not f.known]
-        if unknown:
-            return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
-        return locality(vmi.node, facts), facts
-
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  refused: tuple[int, datetime] | None = None) -> Observed:
         """What the VM's decision needs; `history` holds its own migrations only. What moving it
         needs (its stretch apart, its storage node) is read only when it may come to a move."""
-        where, disks = await self.where(vmi)
+        where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
         stretch: Stretch | None = None
         node, unfit = None, None
         if where.state is APART and where.target and vmi.kept:
