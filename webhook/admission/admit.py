@@ -187,13 +187,11 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
-    audit = patch.audit_annotations(decision)  # for the patch and for the answer
-    ops = patch.patch_for(pod, decision, settings, audit)
+    ops = patch.patch_for(pod, decision, settings)
     try:
         apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
                     facts=tuple(facts))
-    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings,
-                   audit=audit)
+    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)

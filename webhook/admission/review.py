@@ -9,12 +9,12 @@ the one place an Outcome of the rules becomes an answer (uid, patch, warnings, a
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Any
 
 import orjson
 
 from ..rules.patch import audit_annotations
-from ..rules.record import record
 from .outcome import Outcome
 
 API_VERSION = "admission.k8s.io/v1"
@@ -27,7 +27,7 @@ class BadReview(ValueError):
     """The webhook request itself is malformed (not a problem of the pod or the cluster)."""
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class AdmissionRequest:
     uid: str
     kind: str  # request.kind.kind, e.g. "Pod"
@@ -56,8 +56,7 @@ def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
     if outcome.warnings:
         response["warnings"] = [clip(w) for w in outcome.warnings]
     if outcome.decision is not None:
-        audit = outcome.audit  # worked out by `admit`; an Outcome made elsewhere may not carry it
-        response["auditAnnotations"] = audit if audit is not None else audit_annotations(outcome.decision)
+        response["auditAnnotations"] = audit_annotations(outcome.decision)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
