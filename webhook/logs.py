@@ -27,6 +27,9 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup(level: str = "info") -> None:
+    # No line says which thread or process wrote it: the records need not look them up (the
+    # Logging HOWTO's "Optimization"; each admission writes a line).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
