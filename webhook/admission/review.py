@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..rules.patch import audit_annotations
+from ..rules.placement.patch import audit_annotations
 from .outcome import Outcome
 
 API_VERSION = "admission.k8s.io/v1"

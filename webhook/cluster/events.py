@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..kinds import EVENT
-from ..rules.decide import AMONG, PINNED, Decision
-from ..rules.times import rfc3339
+from ..rules.placement.decide import AMONG, PINNED, Decision
+from ..rules.shared.times import rfc3339
 from . import client
 
 log = logging.getLogger("webhook.events")
