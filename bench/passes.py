@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import emulator
-from .__main__ import cores, free_port, process, review_file, wait_for
+from .__main__ import cores, free_port, process, review_file
 
 TARGETS = {"p99_ratio": 2.0}
 TINY = {"pvcs": 300, "share_managers": 150, "pods": 300, "vmis": 300, "apart_every": 10, "duration": 2.0,
@@ -99,24 +99,32 @@ async def quiet() -> None:
 # --------------------------------------------------------------------------- the load
 
 
-async def paced(url: str, body: bytes, rate: float, duration: float, cafile: str,
-                connections: int = 32) -> dict[str, Any]:
+async def paced(url: str, body: bytes, rate: float, duration: float, cafile: str, *, connections: int = 32,
+                timeout: float = 30.0) -> dict[str, Any]:
     """An open load: a request due every 1/rate s over at most `connections` keep-alive
-    connections; each latency from when its request was due, in ms."""
+    connections (opened first); each latency from when its request was due, in ms. A request
+    unanswered after `timeout` s counts as an error, with the time it waited."""
     import aiohttp
 
     context = ssl.create_default_context(cafile=cafile)
     latencies: list[float] = []
     errors = 0
     headers = {"Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=connections)) as session:
+    connector = aiohttp.TCPConnector(ssl=context, limit=connections)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as session:
         async def one(due: float) -> None:
             nonlocal errors
-            async with session.post(url, data=body, headers=headers) as response:
-                await response.read()
-                errors += response.status != 200
+            try:
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    errors += response.status != 200
+            except (aiohttp.ClientError, TimeoutError):
+                errors += 1
             latencies.append((time.perf_counter() - due) * 1e3)
 
+        await asyncio.gather(*(one(time.perf_counter()) for _ in range(connections)))  # the connections opened
+        latencies.clear()
+        errors = 0
         began = time.perf_counter()
         tasks = []
         for k in range(max(1, round(rate * duration))):
@@ -147,7 +155,6 @@ def measure(args: argparse.Namespace, api: str, work: Path, keep: str) -> dict[s
         ready = time.monotonic() - began
         url = f"https://127.0.0.1:{port}/mutate?timeout=10s"
         body = review_file(work, "review", emulator.BENCH_CLAIMS)
-        wait_for(url, work, body=body.read_bytes(), timeout=300)
         if load_cpu is not None:
             os.sched_setaffinity(0, {load_cpu})
         load = asyncio.run(paced(url, body.read_bytes(), args.rate, args.duration, str(work / "ca.crt")))
