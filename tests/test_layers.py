@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "webhook"
-BASE = {"kinds", "config", "deadline", "metrics", "logs"}
+BASE = {"kinds", "config", "deadline", "metrics", "logs", "background"}
 # What each part of the package may import from the rest of it (the map in docs/development.md).
 MAY_IMPORT = {
     "kinds": set(),
@@ -13,6 +13,7 @@ MAY_IMPORT = {
     "deadline": set(),
     "metrics": set(),
     "logs": set(),
+    "background": set(),
     "rules": {"kinds", "config"},
     "cluster": BASE | {"rules"},
     "admission": BASE | {"rules", "cluster"},

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import kinds, metrics
-from ..cluster.events import vmi_reference
+from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..cluster.kubevirt import KubeVirtWatch, create_migration, delete_migration
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
@@ -114,7 +114,7 @@ class Keeper:
     a test): `async with keeper.watching(): report = await keeper.run_pass()`; `report.vms` says
     what it made of each VM."""
 
-    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Any = None,
+    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
                  clock: Callable[[], datetime] = _now):
         if settings.keep not in (Mode.REPORT, Mode.MIGRATE):
@@ -364,9 +364,8 @@ class Keeper:
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
             "to": decision.target, "reason": decision.reason}})
-        if self.events is not None:
-            self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
-                                   f"{decision.reason} (migration {migration.name})")
+        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
+                               f"{decision.reason} (migration {migration.name})")
         return f"{migration.namespace}/{migration.name}", False
 
     def _record(self, vmi: VmiView, where: Locality, decision: KeepDecision, now: datetime) -> None:
