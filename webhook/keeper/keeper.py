@@ -29,7 +29,7 @@ from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..cluster.kubevirt import KubeVirtWatch, create_migration, delete_migration
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
-from ..config import Settings
+from ..config import KeepMode, Settings
 from ..kinds import MIGRATION_JOB_LABEL
 from ..rules.facts import Fact
 from ..rules.apart import APART, Locality, VmState
@@ -117,8 +117,8 @@ class Keeper:
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
                  clock: Callable[[], datetime] = _now):
-        if settings.keep not in (Mode.REPORT, Mode.MIGRATE):
-            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep!r}")
+        if settings.keep is KeepMode.OFF:
+            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
         self.timing, self.authority, self.clock = timing, authority, clock
         self.mode = Mode(settings.keep)
