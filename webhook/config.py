@@ -51,9 +51,7 @@ class KeepMode(enum.StrEnum):
     MIGRATE = "migrate"
 
 
-PIN_MODES = tuple(PinMode)
-KEEP_MODES = tuple(KeepMode)
-MIGRATION_TARGET_MODES = tuple(MigrationTargets)
+MIGRATION_TARGET_MODES = tuple(MigrationTargets)  # the benchmark runs each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +65,11 @@ class Flag:
     default_text: str = "{}"  # the default as --help says it, {} standing for the value
 
 
-def setting(default: Any, help: str = "", verbs: tuple[str, ...] = (), **flag: Any) -> Any:
+def setting(default: Any, meaning: str = "", verbs: tuple[str, ...] = (), *, keeper: bool = False,
+            metavar: str | None = None, default_text: str = "{}") -> Any:
     """A field of Settings: its default, and its flag when `verbs` take one."""
-    return dataclasses.field(default=default, metadata={"flag": Flag(help, verbs, **flag) if verbs else None})
+    flag = Flag(meaning, verbs, keeper, metavar, default_text) if verbs else None
+    return dataclasses.field(default=default, metadata={"flag": flag})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +211,6 @@ _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (in
 _TYPES = typing.get_type_hints(Settings)
 SETTINGS = tuple(Setting(field.name, _TYPES[field.name], field.default, field.metadata.get("flag"))
                  for field in dataclasses.fields(Settings))
-KEEPER_SETTINGS = tuple(row.name for row in SETTINGS if row.flag is not None and row.flag.keeper)
 
 
 def _flags_as_env(args: object) -> dict[str, str]:
