@@ -215,7 +215,7 @@ def cancel_bound(args: argparse.Namespace) -> float:
 
 # The drain's goals (issue 25): reported, met or MISSED; those the webhook's rules meet are named in
 # BINDING_GOALS, and only those make the exit status 1 when missed. The share-manager rule places a
-# share-manager where its VM's migration can follow (rules/together.py): a target. With
+# share-manager where its VM's migration can follow (rules/placement/together.py): a target. With
 # --migration-targets prefer most of the drain's VMs land with their storage at once, but a VM
 # whose target pod was admitted while its share-manager was away, the share-manager then pinned
 # among nodes the target pod does not go to, still needs the keeper (1-2 of 34 per run): a goal.

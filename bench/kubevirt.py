@@ -114,8 +114,8 @@ from webhook.config import MIGRATION_TARGET_MODES, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
-from webhook.rules.facts import claims_of
-from webhook.rules.memo import Memo
+from webhook.rules.placement.facts import claims_of
+from webhook.rules.fit.memo import Memo
 
 from .emulator import Emulator, control_site, url
 

@@ -12,6 +12,7 @@ from kube import node, rwx_disk, vm_pod
 
 from webhook.rules.fit.checks import CHECKS, why_not_fit
 from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.framework import judge
 from webhook.rules.fit.view import StaticView
 
 ZONE = "topology.kubernetes.io/zone"
@@ -389,6 +390,6 @@ def row_tests(name: str) -> tuple[Any, Any]:
         """Each failing row is decided by exactly one check, so removing that check flips it."""
         view = view_of(*objects, nodes=nodes)
         demand = Demand.of(pod, NS)
-        assert [c.__name__ for c in CHECKS if c(demand, on(view, node_name), view, "the VM") is not None] == [check]
+        assert [c.__name__ for c in CHECKS if judge(c, demand, on(view, node_name), view, "the VM") is not None] == [check]
 
     return test_why_not_fit, test_only_the_named_check_fails

@@ -1,4 +1,4 @@
-"""Objects and moments for the tests of the keeper's pure rules (tests/rules/test_running.py,
+"""Objects and moments for the tests of the keeper's pure rules (tests/rules/keeping/test_running.py,
 test_apart.py, test_migrations.py, test_keep.py): a VMI after a migration, our migration of it,
 the facts of its disks, at a fixed now."""
 import copy
@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from kube import load, set_or_remove
 
 from webhook.config import Settings
-from webhook.rules.facts import Fact
-from webhook.rules.migrations import Attempt
-from webhook.rules.running import read_vmi
-from webhook.rules.times import parse_time
+from webhook.rules.placement.facts import Fact
+from webhook.rules.keeping.migrations import Attempt
+from webhook.rules.keeping.running import read_vmi
+from webhook.rules.shared.times import parse_time
 
 SETTINGS = Settings()
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

@@ -30,8 +30,8 @@ from kube import load, node, vmi
 from webhook.cluster.kubevirt import delete_options
 from webhook.config import Settings
 from webhook.kinds import MANAGED_BY_LABEL
-from webhook.rules.migrations import MIGRATION_PRIORITY, migration_manifest
-from webhook.rules.running import read_vmi
+from webhook.rules.keeping.migrations import MIGRATION_PRIORITY, migration_manifest
+from webhook.rules.keeping.running import read_vmi
 
 KEEPER = service_account_user()
 # Another namespace's ServiceAccount of the same name: not the install's.

@@ -65,6 +65,6 @@ def test_a_mode_given_by_name_is_its_member_and_a_wrong_one_names_the_choices():
 
 
 def test_each_keep_mode_but_off_is_a_mode_the_keeper_runs_in():
-    from webhook.rules.keep import Mode
+    from webhook.rules.keeping.keep import Mode
 
     assert {Mode(mode) for mode in KeepMode if mode is not KeepMode.OFF} == set(Mode)

@@ -1,11 +1,14 @@
-"""The package map in docs/development.md holds: each package imports only what it may."""
+"""The package map in docs/development.md holds: each package imports only what it may, and no
+module of `webhook` imports itself through others (an import cycle)."""
 import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "webhook"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "webhook"
 BASE = {"kinds", "config", "deadline", "metrics", "logs", "background"}
+RULES = {"rules", "rules/shared", "rules/fit", "rules/placement", "rules/keeping"}
 # What each part of the package may import from the rest of it (the map in docs/development.md).
 MAY_IMPORT = {
     "kinds": set(),
@@ -15,61 +18,124 @@ MAY_IMPORT = {
     "logs": set(),
     "background": set(),
     "rules": {"kinds", "config"},
-    "cluster": BASE | {"rules"},
-    "admission": BASE | {"rules", "cluster"},
-    "keeper": BASE | {"rules", "cluster"},
-    "tools": BASE | {"rules", "cluster", "admission", "keeper"},
-    "__main__": BASE | {"rules", "cluster", "admission", "keeper", "tools"},
+    "rules/shared": {"kinds", "config"},
+    "rules/fit": {"kinds", "config", "rules/shared"},
+    "rules/placement": {"kinds", "config", "rules/shared", "rules/fit", "rules/keeping"},
+    "rules/keeping": {"kinds", "config", "rules/shared", "rules/fit", "rules/placement"},
+    "cluster": BASE | RULES,
+    "admission": BASE | RULES | {"cluster"},
+    "keeper": BASE | RULES | {"cluster"},
+    "tools": BASE | RULES | {"cluster", "admission", "keeper"},
+    "__main__": BASE | RULES | {"cluster", "admission", "keeper", "tools"},
     "__init__": set(),
 }
 
 
-def part_of(module: Path) -> str:
-    relative = module.relative_to(PACKAGE)
-    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
-
-
-def imported_parts(module: Path) -> set[str]:
-    """The parts of the package a module imports (relative or absolute imports)."""
-    tree = ast.parse(module.read_text())
-    depth = len(module.relative_to(PACKAGE).parts) - 1  # 0 for webhook/x.py, 1 for webhook/rules/x.py
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                up = node.level - 1  # levels above the module's own package
-                if up > depth:
-                    continue
-                prefix = list(module.relative_to(PACKAGE).parts[:depth - up]) if depth - up > 0 else []
-                target = prefix + (node.module.split(".") if node.module else [])
-                if not target:  # `from .. import kinds, metrics`
-                    found |= {alias.name for alias in node.names}
-                else:
-                    found.add(target[0])
-            elif node.module and node.module.split(".")[0] == "webhook":
-                rest = node.module.split(".")[1:]
-                found |= {rest[0]} if rest else {alias.name for alias in node.names}
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "webhook" and len(parts) > 1:
-                    found.add(parts[1])
-    return found
+def module_name(path: Path) -> str:
+    """`webhook.rules.fit.checks` for webhook/rules/fit/checks.py, `webhook.rules.fit` for its __init__."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
+NAMES = {module_name(m): m for m in MODULES}
+
+
+def is_package(name: str) -> bool:
+    return NAMES[name].name == "__init__.py"
+
+
+def imported_modules(name: str, source: str) -> set[str]:
+    """The modules of `webhook` that module `name` imports, anywhere in it (under `if
+    TYPE_CHECKING:` too); `from pkg import sub` counts as importing the submodule `pkg.sub`."""
+    package = name if is_package(name) else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in NAMES else target)
+    return {module for module in found if module in NAMES}
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    return {name: imported_modules(name, source) - {name} for name, source in sources.items()}
+
+
+def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the graph as the list of modules along it (the first repeated at the end), or None."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" once all it reaches is explored
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        path.append(module)
+        for other in sorted(graph.get(module, ())):
+            if state.get(other) == "open":
+                return path[path.index(other):] + [other]
+            if other not in state and (cycle := visit(other)):
+                return cycle
+        path.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+SOURCES = {name: path.read_text() for name, path in NAMES.items()}
+
+
+def part_of(name: str) -> str:
+    """The row of the package map a module belongs to: `rules/fit` for webhook.rules.fit.checks."""
+    parts = name.split(".")[1:]
+    if not parts:
+        return "__init__"
+    if parts[0] == "rules" and len(parts) > 1 and f"rules/{parts[1]}" in RULES:
+        return f"rules/{parts[1]}"
+    return parts[0]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: str(m.relative_to(PACKAGE)))
 def test_each_module_imports_only_what_its_package_may(module):
-    part = part_of(module)
+    name = module_name(module)
+    part = part_of(name)
     assert part in MAY_IMPORT, f"{part} is not in the package map of docs/development.md"
-    others = imported_parts(module) - {part}
+    others = {part_of(m) for m in imported_modules(name, SOURCES[name])} - {part}
     assert others <= MAY_IMPORT[part], f"{module.relative_to(PACKAGE)} imports {sorted(others - MAY_IMPORT[part])}"
 
 
+def test_no_import_cycle():
+    cycle = first_cycle(import_graph(SOURCES))
+    assert cycle is None, "import cycle: " + " → ".join(cycle or ())
+
+
 def test_the_checker_sees_imports():
-    """A module known to import across packages is seen doing so (the test above is not vacuous)."""
-    assert {"rules", "cluster", "kinds"} <= imported_parts(PACKAGE / "admission" / "admit.py")
-    assert "kinds" in imported_parts(PACKAGE / "config.py")
-    assert imported_parts(PACKAGE / "rules" / "classify.py") == {"kinds", "config"}
+    """A module known to import across packages is seen doing so (the tests above are not vacuous)."""
+    parts = {part_of(m) for m in imported_modules("webhook.admission.admit", SOURCES["webhook.admission.admit"])}
+    assert {"rules/placement", "cluster", "kinds"} <= parts
+    assert imported_modules("webhook.config", SOURCES["webhook.config"]) == {"webhook.kinds"}
+    assert {part_of(m) for m in imported_modules("webhook.rules.placement.classify",
+                                                 SOURCES["webhook.rules.placement.classify"])} == {"kinds", "config"}
+
+
+def test_a_cycle_is_found_and_named():
+    """One import added to the real sources, under TYPE_CHECKING as through `from pkg import
+    submodule`, closes a cycle the test names."""
+    sources = dict(SOURCES)
+    sources["webhook.rules.fit.fields"] += "\nif TYPE_CHECKING:\n    from . import checks\n"
+    cycle = first_cycle(import_graph(sources))
+    assert cycle is not None and cycle[0] == cycle[-1]
+    assert "webhook.rules.fit.fields" in cycle and "webhook.rules.fit.checks" in cycle
+    sources = dict(SOURCES)
+    sources["webhook.kinds"] += "\nfrom .rules.placement.decide import Decision\n"
+    assert "webhook.kinds" in (first_cycle(import_graph(sources)) or [])

@@ -10,8 +10,8 @@ from webhook import kinds, logs
 from webhook.admission import server
 from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import parse_review
-from webhook.rules.decide import PINNED, Decision
-from webhook.rules.facts import Fact
+from webhook.rules.placement.decide import PINNED, Decision
+from webhook.rules.placement.facts import Fact
 
 
 @pytest.fixture

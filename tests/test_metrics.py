@@ -7,8 +7,8 @@ from kube import metric_sample
 from webhook import metrics
 from webhook.admission import server
 from webhook.admission.outcome import Outcome, Rule, skip
-from webhook.rules.classify import Skip
-from webhook.rules.decide import PINNED, Decision
+from webhook.rules.placement.classify import Skip
+from webhook.rules.placement.decide import PINNED, Decision
 
 BUCKETS = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0",
            "10.0", "+Inf"]

@@ -239,7 +239,7 @@ async def run_serve(args: argparse.Namespace) -> int:
 
     from .admission.optin import OptInCheck
     from .admission.service import Listen, Service
-    from .admission.stranded import StrandedReporter
+    from .cluster.stranded import StrandedReporter
     from .admission.tls import ReloadingTLS
     from .cluster import client
     from .cluster.cache import WatchedClusterStore

@@ -202,3 +202,11 @@ def terminating(obj: Any) -> bool:
 
 def finished(pod: Any) -> bool:
     return status(pod).get("phase") in ("Succeeded", "Failed")
+
+
+def is_ready(node: Any) -> bool:
+    """The node's Ready condition is True (no condition: not Ready)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False

@@ -352,8 +352,8 @@ async def test_a_store_that_ignores_its_timeout_still_cannot_hold_the_answer():
 
 
 def test_very_long_reasons_are_clipped_so_the_pod_stays_valid():
-    from webhook.rules.patch import decision_annotations
-    from webhook.rules.decide import NOT_PINNED, Decision
+    from webhook.rules.placement.patch import decision_annotations
+    from webhook.rules.placement.decide import NOT_PINNED, Decision
 
     annotations_ = decision_annotations(Decision(NOT_PINNED, reason="x" * 300_000), Settings())
     assert len(annotations_["kubevirt-scheduler/reason"]) <= 1024

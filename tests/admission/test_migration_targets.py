@@ -20,8 +20,8 @@ from webhook.cluster.events import decision_event
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.kinds import VMIM
-from webhook.rules.classify import Skip
-from webhook.rules.patch import as_created
+from webhook.rules.placement.classify import Skip
+from webhook.rules.placement.patch import as_created
 
 PREFER = Settings(migration_targets="prefer")
 NS = "default"

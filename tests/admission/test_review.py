@@ -10,9 +10,9 @@ from kube import FIXTURES, review, vm_pod
 from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,
                                       parse_review, response_json)
-from webhook.rules.classify import Skip
-from webhook.rules.decide import NOT_PINNED, PINNED, PREFERRED, Decision
-from webhook.rules.patch import audit_annotations
+from webhook.rules.placement.classify import Skip
+from webhook.rules.placement.decide import NOT_PINNED, PINNED, PREFERRED, Decision
+from webhook.rules.placement.patch import audit_annotations
 
 
 def test_fixture_review_parses_with_request_namespace():

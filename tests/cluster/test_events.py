@@ -2,7 +2,7 @@
 import pytest
 
 from webhook.cluster.events import decision_event
-from webhook.rules.decide import AMONG, NOT_PINNED, PINNED, Decision
+from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, Decision
 
 SHARE_MANAGER = {"apiVersion": "longhorn.io/v1beta2", "kind": "ShareManager", "name": "pvc-d1",
                  "namespace": "longhorn-system", "uid": "u1"}

@@ -1,4 +1,4 @@
-"""What the keeper's caches keep of VMIs and migrations: everything rules/keep.py reads, little else;
+"""What the keeper's caches keep of VMIs and migrations: everything rules/keeping/keep.py reads, little else;
 and a migration deleted by uid, never another one that took its name."""
 import copy
 
@@ -13,8 +13,8 @@ from webhook.cluster.kept import shapes
 from webhook.cluster.kubevirt import create_migration, delete_migration
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
-from webhook.rules.migrations import read_migration
-from webhook.rules.running import read_vmi
+from webhook.rules.keeping.migrations import read_migration
+from webhook.rules.keeping.running import read_vmi
 
 
 def full_migration():

@@ -9,7 +9,7 @@ import pytest
 from kubevirt_api import VMIMS, evacuated_vm, eventually, sample, stamp, three_nodes
 
 from webhook.config import Settings
-from webhook.rules.keep import Hold
+from webhook.rules.keeping.keep import Hold
 
 from .test_passes import record
 

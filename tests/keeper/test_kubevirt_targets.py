@@ -18,7 +18,7 @@ from kubevirt_api import (
 )
 
 from webhook.config import Settings
-from webhook.rules.keep import Hold
+from webhook.rules.keeping.keep import Hold
 
 from .test_passes import events_settle, record
 

@@ -28,7 +28,7 @@ from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper, KeeperTiming
 from webhook.logs import JsonFormatter
-from webhook.rules.keep import Hold
+from webhook.rules.keeping.keep import Hold
 
 
 def record(report, name="vm1"):

@@ -8,7 +8,7 @@ from admission_policy import PASSED, admit, create_request, delete_request, poli
 from kubevirt_api import VMIMS
 
 from webhook.kinds import VMIM
-from webhook.rules.keep import Hold
+from webhook.rules.keeping.keep import Hold
 
 from .test_kubevirt_targets import a_stuck_migration_of_ours
 from .test_passes import record

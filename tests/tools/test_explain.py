@@ -7,7 +7,7 @@ from conftest import seed
 from kube import fixture_cluster, longhorn_volume, launcher_pod, load, run_verb, running_vm
 
 from webhook.kinds import POD, VM, VMI
-from webhook.rules.running import as_started
+from webhook.rules.keeping.running import as_started
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -81,9 +81,9 @@ async def test_explain_ignores_our_own_earlier_pin(tmp_path, kmock):
     """The running pod carries the pin we added when it started; today's decision must not trip over it."""
     from kube import apply_valid
 
-    from webhook.rules.patch import patch_for
+    from webhook.rules.placement.patch import patch_for
     from webhook.config import Settings
-    from webhook.rules.decide import PINNED, Decision
+    from webhook.rules.placement.decide import PINNED, Decision
 
     launcher = running_vm("vm1", "node-a", "vm1-rootdisk")
     launcher["spec"].pop("affinity")

@@ -15,8 +15,8 @@ from kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
 from webhook.kinds import DEPLOYMENT, VMI, VMIM
-from webhook.rules.migrations import read_migration
-from webhook.rules.running import read_vmi
+from webhook.rules.keeping.migrations import read_migration
+from webhook.rules.keeping.running import read_vmi
 from webhook.tools.status import ago, last_action
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from webhook.cluster.direct import ClusterStore
 from webhook.config import Settings
 from webhook.kinds import LEASE
 from webhook.keeper.keeper import Keeper
-from webhook.rules.keep import Hold
+from webhook.rules.keeping.keep import Hold
 from webhook.tools import status
 
 MIGRATE = Settings(keep="migrate", keep_after=0)

@@ -19,11 +19,11 @@ from ..cluster.store import Store, StoreError
 from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
 from ..kinds import VMIM
-from ..rules import apply, decide, patch, steer, together
-from ..rules.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
-from ..rules.decide import Decision
-from ..rules.facts import Fact, claims_of
-from ..rules.target import TargetPod
+from ..rules.placement import apply, decide, patch, steer, together
+from ..rules.placement.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
+from ..rules.placement.decide import Decision
+from ..rules.placement.facts import Fact, claims_of
+from ..rules.keeping.target import TargetPod
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
@@ -68,7 +68,7 @@ async def _migration_target_rule(
     namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
 ) -> Outcome:
     """`--migration-targets prefer`: the target pod of a migration that names no node gets a
-    preference toward the node serving its disks, never a requirement (rules/steer.py). The
+    preference toward the node serving its disks, never a requirement (rules/placement/steer.py). The
     migration is read from the API within the deadline: the pod alone cannot tell whether its
     nodeSelector holds the migration's addedNodeSelector."""
     exemption = target_exemption(pod)
@@ -147,7 +147,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
                                deadline: Deadline, consumers: Consumers, leaving: str,
                                blocked: str | None) -> Outcome:
     """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
-    can land too (`rules.together`); when none can, or that cannot be told, as before, saying why."""
+    can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
     vm_pod = consumers.pods[0]
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"

@@ -4,10 +4,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..rules.classify import Skip
-from ..rules.decide import Decision
-from ..rules.facts import Fact
-from ..rules.record import record
+from ..rules.placement.classify import Skip
+from ..rules.placement.decide import Decision
+from ..rules.placement.facts import Fact
+from ..rules.shared.record import record
 
 
 class Rule(enum.StrEnum):

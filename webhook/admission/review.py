@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from ..rules.patch import audit_annotations
-from ..rules.record import record
+from ..rules.placement.patch import audit_annotations
+from ..rules.shared.record import record
 from .outcome import Outcome
 
 API_VERSION = "admission.k8s.io/v1"

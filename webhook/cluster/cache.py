@@ -14,9 +14,9 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, Resource
 from ..rules import fit
-from ..rules.decide import REQUIRING
-from ..rules.facts import claims_of
-from ..rules.memo import Memo
+from ..rules.placement.decide import REQUIRING
+from ..rules.placement.facts import claims_of
+from ..rules.fit.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers
 from .kept import shapes

@@ -14,7 +14,7 @@ from .. import kinds, metrics
 from ..kinds import POD, PV, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
-from ..rules.facts import claims_of
+from ..rules.placement.facts import claims_of
 from . import client
 from .store import Unwatched, StoreError, labels_match, volume_handle
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import EVENT
-from ..rules.decide import AMONG, PINNED, Decision
-from ..rules.times import rfc3339
+from ..rules.placement.decide import AMONG, PINNED, Decision
+from ..rules.shared.times import rfc3339
 from . import client
 
 log = logging.getLogger("webhook.events")

@@ -42,7 +42,7 @@ def trim(value: Any, keep: Keep) -> Any:
     return {key: v for key, v in value.items() if keep(key)}
 
 
-# The claims a launcher pod mounts (rules/facts.py `claims_of`).
+# The claims a launcher pod mounts (rules/placement/facts.py `claims_of`).
 CLAIMS: Keep = [{"persistentVolumeClaim": {"claimName": True}}]
 
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
@@ -208,8 +208,8 @@ def _resized(pod: dict[str, Any]) -> bool:
 
 
 def pod_to_place(pod: Any) -> Any:
-    """A pod about to be placed, reduced to what the node checks (rules/nodes.py) and
-    kube-scheduler's (rules/fit/) read of it: the keeper keeps one per VM apart, and a launcher
+    """A pod about to be placed, reduced to what the node checks and
+    kube-scheduler's filters (rules/fit/) read of it: the keeper keeps one per VM apart, and a launcher
     pod's environment, mounts and probes are most of its bytes and none of this. Unlike the
     pods the caches keep (what a pod placed takes from its node, `shape_pod`), this keeps what a
     pod selects; anything of an unexpected shape is kept as it is, for the checks to judge."""

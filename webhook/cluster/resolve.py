@@ -10,13 +10,13 @@ from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, POD, PV, PVC, VMI, Resource
-from ..rules import fit, nodes
-from ..rules.classify import Skip
-from ..rules.facts import Fact, Lookup, disk_fact
-from ..rules.patch import as_created
-from ..rules.reading import Skipped
-from ..rules.running import read_vmi, vm_pods
-from ..rules.target import CannotTell, TargetPod, target_pod
+from ..rules import fit
+from ..rules.placement.classify import Skip
+from ..rules.placement.facts import Fact, Lookup, disk_fact
+from ..rules.placement.patch import as_created
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import read_vmi, vm_pods
+from ..rules.keeping.target import CannotTell, TargetPod, target_pod
 from .kept import pod_to_place
 from .store import Store, StoreError
 
@@ -104,7 +104,7 @@ class Consumers:
 
 async def resolve_consumers(store: Store, settings: Settings, volume: str, deadline: Deadline) -> Consumers:
     """The nodes where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef
-    → launcher pods → one pod per VM (`rules.running.vm_pods`).
+    → launcher pods → one pod per VM (`rules.keeping.running.vm_pods`).
 
     A pod created as a migration target counts once it is the VM's pod: after the migration,
     and while it is in flight once the target is scheduled (the VM is going there); before, it
@@ -133,7 +133,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.target`) to migrate
+    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.keeping.target`) to migrate
     the VM of `vm_pod` off its node, or why it cannot be told. Whole objects are read: the
     caches keep pods trimmed and hold no VMIs."""
     metadata = kinds.meta(vm_pod)
@@ -185,7 +185,7 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
             return f"node {name} could not be checked ({exc})"
         except TimeoutError:
             return f"node {name} could not be checked before the deadline"
-    why = nodes.why_not(name, node, pod, needs_kubevirt=needs_kubevirt)
+    why = fit.why_not_run(name, node, pod, needs_kubevirt=needs_kubevirt)
     if why is not None or node is None:
         return why
     subject = "the VM" if needs_kubevirt else "the pod"

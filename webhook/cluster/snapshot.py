@@ -11,7 +11,7 @@ from .. import kinds
 from ..kinds import POD, PV, RULE_RESOURCES, VMIM, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
-from ..rules.facts import claims_of
+from ..rules.placement.facts import claims_of
 from .store import Unwatched, labels_match, volume_handle
 
 

@@ -4,7 +4,7 @@ KubeVirt garbage-collects finished migrations, and a migration just created may 
 reached the watch yet: per-day counts and backoff use the migrations the watch shows plus
 the ones remembered here. Each migration of ours that this leader saw unfinished (its own,
 or a previous leader's) is followed until it ends: an Event on the VMI and a metric then.
-One unfinished for an hour stops counting as in flight (`rules.migrations.STALE_AFTER`); it is
+One unfinished for an hour stops counting as in flight (`rules.keeping.migrations.STALE_AFTER`); it is
 left alone, never deleted. One deleted under way was aborted: it counts as failed. One the
 keeper cancelled (its target pod could not be placed) counts as failed from that moment, with
 the scheduler's message, whatever the watch still shows of it while KubeVirt tears it down.
@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
-from ..rules.migrations import attempts, backoff, Migration, MigrationPhase
-from ..rules.times import rfc3339
+from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
+from ..rules.shared.times import rfc3339
 
 log = logging.getLogger("webhook.keeper")
 

@@ -16,10 +16,10 @@ from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE
-from ..rules.apart import APART, Locality, locality, UNRESOLVED
-from ..rules.facts import Fact
-from ..rules.keep import decide_keep, Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import (
+from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
+from ..rules.placement.facts import Fact
+from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, Mode
+from ..rules.keeping.migrations import (
     attempts,
     last_migration_end,
     last_move,
@@ -28,8 +28,8 @@ from ..rules.migrations import (
     migration_manifest,
     MIGRATION_PRIORITY,
 )
-from ..rules.reading import Skipped
-from ..rules.running import VmiView
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import VmiView
 from .probe import TargetedMigration
 from .stretch import Stretches
 
@@ -69,7 +69,7 @@ async def decide(stretches: Stretches, targeted: TargetedMigration, vmi: VmiView
                  facts: list[Fact], now: datetime, history: list[Migration], budget: Budget, *, limits: Limits,
                  mode: Mode, lease: bool = True, incomplete: str = "",
                  refused: tuple[int, datetime] | None = None) -> KeepDecision:
-    """The VM's decision (`rules.keep.decide_keep`, as it is); `history` holds its own migrations
+    """The VM's decision (`rules.keeping.keep.decide_keep`, as it is); `history` holds its own migrations
     only. When whether the cluster keeps spec.addedNodeSelector is due to be (re)checked and
     nothing else would hold the VM, the dry run is made and the VM decided again with its answer."""
     apart_since: datetime | None = None

@@ -2,11 +2,11 @@
 one targeted live migration for a VM that has been apart long enough.
 
 Conservative by construction: a pass every `period` seconds; the pure decision
-(`rules.keep.decide_keep`) holds a VM for any of its reasons; a pass creates no more than the
+(`rules.keeping.keep.decide_keep`) holds a VM for any of its reasons; a pass creates no more than the
 in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache
 failing or not synced, a disk the API could not tell about), without the lease, or before a
 dry run has shown that the cluster keeps `spec.addedNodeSelector`. The storage node is judged
-with the pod KubeVirt will create for the migration (`rules.target`), not the launcher pod;
+with the pod KubeVirt will create for the migration (`rules.keeping.target`), not the launcher pod;
 the VM's node must have a free outbound migration slot; a migration of ours whose target pod
 stays unschedulable for a minute is cancelled, so it never holds a slot a drain needs. Each
 action is an Event on the VMI and a log line; each VM's state, since when, why, and the last
@@ -31,10 +31,10 @@ from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..kinds import MIGRATION_JOB_LABEL
-from ..rules.facts import Fact
-from ..rules.apart import APART, Locality, VmState
-from ..rules.keep import Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import (
+from ..rules.placement.facts import Fact
+from ..rules.keeping.apart import APART, Locality, VmState
+from ..rules.keeping.keep import Hold, KeepDecision, Limits, Mode
+from ..rules.keeping.migrations import (
     backoff_delay,
     in_flight_counts,
     Migration,
@@ -42,10 +42,10 @@ from ..rules.migrations import (
     read_migration,
     UNPLACEABLE_SECONDS,
 )
-from ..rules.reading import Skipped
-from ..rules.running import read_vmi, VmiView
-from ..rules.stranded import unschedulable_since
-from ..rules.times import whole_seconds
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import read_vmi, VmiView
+from ..rules.placement.stranded import unschedulable_since
+from ..rules.shared.times import whole_seconds
 from . import gather
 from .follow import Follower
 from .gather import Budget

@@ -1,7 +1,7 @@
 """What moving a VM apart from its storage needs, kept for as long as it is apart (a stretch):
 since when it has been apart, read from the cluster so that a new leader agrees; its launcher
 pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
-migrate it there (`rules.target`), with the webhook's never-strand checks.
+migrate it there (`rules.keeping.target`), with the webhook's never-strand checks.
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from ..cluster.store import StoreError, WatchedStore
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, NODE, POD
-from ..rules.apart import apart_since, Locality
-from ..rules.facts import Fact
-from ..rules.migrations import Migration, last_migration_end, target_hostname
-from ..rules.patch import as_created
-from ..rules.running import VmiView, vm_pods
-from ..rules.target import CannotTell, lacking, target_pod
-from ..rules.times import parse_time
+from ..rules.keeping.apart import apart_since, Locality
+from ..rules.placement.facts import Fact
+from ..rules.keeping.migrations import Migration, last_migration_end, target_hostname
+from ..rules.placement.patch import as_created
+from ..rules.keeping.running import VmiView, vm_pods
+from ..rules.keeping.target import CannotTell, lacking, target_pod
+from ..rules.shared.times import parse_time
 
 Key = tuple[str, str]
 

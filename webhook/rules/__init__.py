@@ -1,1 +1,1 @@
-"""Pure rules: which pods we act on, the facts they follow, the decision, the patch. No I/O."""
+"""Pure rules, no I/O: `placement`, `keeping`, kube-scheduler's filters (`fit`) and what they share (`shared`)."""

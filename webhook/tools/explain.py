@@ -12,13 +12,13 @@ from ..cluster.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
-from ..rules.facts import claims_of
-from ..rules.iopath import path_note
-from ..rules.running import as_started, read_vmi, vm_pods, VmiMigration, VmiView
-from ..rules.times import rfc3339
-from ..rules.patch import as_created
-from ..rules.stranded import stranded
-from .iopath import read_longhorn
+from ..rules.placement.facts import claims_of
+from ..rules.keeping.iopath import path_note
+from ..rules.keeping.running import as_started, read_vmi, vm_pods, VmiMigration, VmiView
+from ..rules.shared.times import rfc3339
+from ..rules.placement.patch import as_created
+from ..rules.placement.stranded import stranded
+from ..cluster.iopath import read_longhorn
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
@@ -76,7 +76,7 @@ def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) ->
 
 
 def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
-    """The launcher pod where the VM runs now, as the rules see it (`rules.running.vm_pods`): a
+    """The launcher pod where the VM runs now, as the rules see it (`rules.keeping.running.vm_pods`): a
     migrated pod counts, a scheduled migration target in flight counts, a failed one never.
     Without a VMI the VM is not running; pods of an earlier run (another VMI uid) do not count."""
     if vmi is None:

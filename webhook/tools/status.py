@@ -10,7 +10,7 @@ with it. A VM that waits (apart too briefly, backing off…) on a cluster withou
 migration shows the hold that will apply once the wait is over: never moved.
 
 Read directly with the admin's credentials and decided by the keeper's own code
-(`keeper.gather.decide`, which calls `rules.keep.decide_keep`), so a VM shows here with the
+(`keeper.gather.decide`, which calls `rules.keeping.keep.decide_keep`), so a VM shows here with the
 answer the keeper acts on. What only the leader remembers (a create the API refused) is not
 seen here; the keeper's settings are the ones given to `status` (flags or COLOCATE_*).
 """
@@ -32,16 +32,16 @@ from ..config import KeepMode, MigrationTargets, Settings
 from ..keeper import gather
 from ..keeper.probe import NEEDS, TargetedMigration
 from ..keeper.stretch import Stretches
-from .iopath import read_longhorn
+from ..cluster.iopath import read_longhorn
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
-from ..rules.apart import APART, CO_LOCATED, VmState
-from ..rules.keep import Hold, KeepDecision, Limits, Mode
-from ..rules.migrations import (attempts, backoff, in_flight_counts, Migration, MIGRATION_PRIORITY, migrating,
+from ..rules.keeping.apart import APART, CO_LOCATED, VmState
+from ..rules.keeping.keep import Hold, KeepDecision, Limits, Mode
+from ..rules.keeping.migrations import (attempts, backoff, in_flight_counts, Migration, MIGRATION_PRIORITY, migrating,
                                 migration_manifest, of_vmi, outbound_counts, read_migration)
-from ..rules.iopath import DiskPath, path_note
-from ..rules.reading import Skipped
-from ..rules.running import read_vmi, VmiView
-from ..rules.times import parse_time, rfc3339
+from ..rules.keeping.iopath import DiskPath, path_note
+from ..rules.shared.reading import Skipped
+from ..rules.keeping.running import read_vmi, VmiView
+from ..rules.shared.times import parse_time, rfc3339
 
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")

@@ -4,9 +4,9 @@ from fitting import NS, vm
 
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.fields import Unreadable
-from webhook.rules.fit.ports import host_ports
+from webhook.rules.fit.terms import host_ports
 from webhook.rules.fit.requests import pod_requests
-from webhook.rules.memo import Memo
+from webhook.rules.fit.memo import Memo
 
 
 @pytest.mark.parametrize("change", [

@@ -4,7 +4,7 @@ from typing import Any
 import pytest
 from fitting import row_tests
 
-from webhook.rules.fit.ports import host_ports
+from webhook.rules.fit.terms import host_ports
 
 test_why_not_fit, test_only_the_named_check_fails = row_tests("node_ports")
 

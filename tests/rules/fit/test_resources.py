@@ -3,7 +3,7 @@ from fitting import NS, row_tests, sized, vm
 
 from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.fit.view import StaticView
-from webhook.rules.memo import Memo
+from webhook.rules.fit.memo import Memo
 
 test_why_not_fit, test_only_the_named_check_fails = row_tests("node_resources_fit")
 

@@ -3,20 +3,21 @@
 One module per filter plugin (kubernetes `pkg/scheduler/framework/plugins/`): `resources`
 (NodeResourcesFit), `ports` (NodePorts), `volumes` (VolumeBinding for bound claims, VolumeZone),
 `interpodaffinity` (InterPodAffinity) and `podtopologyspread` (PodTopologySpread with
-DoNotSchedule); `checks` runs them in the scheduler's order. Beside them: what a pod asks for
-(`requests`), what a node's pods take (`usage`), the pod read once (`demand`), the cluster as
-the checks read it (`view`), label selectors (`selectors`). Readiness, cordon, taints and the
-pod's own node affinity live in `rules/nodes.py`.
+DoNotSchedule), and the node-level ones: `nodeunschedulable` (NodeUnschedulable),
+`tainttoleration` (TaintToleration), `nodeaffinity` (NodeAffinity); `checks` runs them in the
+scheduler's order. Beside them: what a pod asks for (`requests`), what a node's pods take
+(`usage`), the pod read once (`demand`), the cluster as the checks read it (`view`), label
+selectors (`selectors`), what the checks worked out, kept per store (`memo`).
 
 Each check answers None (passes) or a short reason. Where the objects do not let us decide
 (a quantity that does not parse, a claim not in the cache, a namespaceSelector that would need
 Namespace objects) the answer is "cannot tell", which counts as does-not-fit: a pin is only
 safe when we know. No check raises.
 """
-from .checks import why_not_fit
+from .checks import why_not_fit, why_not_run
 from .requests import pod_requests
 from .usage import PodUsage, Usage
 from .view import StaticView, View, bound_node, has_required_anti_affinity
 
 __all__ = ["PodUsage", "StaticView", "Usage", "View", "bound_node", "has_required_anti_affinity",
-           "pod_requests", "why_not_fit"]
+           "pod_requests", "why_not_fit", "why_not_run"]

@@ -4,13 +4,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ... import kinds
+from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import Unreadable
-from .framework import Check, cannot_tell, failed
+from .framework import Check, cannot_tell, judge
 from .interpodaffinity import inter_pod_affinity
+from .nodeaffinity import node_affinity
+from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
 from .resources import node_resources_fit
+from .tainttoleration import taint_toleration
 from .view import View
 from .volumes import volumes
 
@@ -31,11 +36,24 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
-    for check in CHECKS:  # guarded here as `never_raises` guards each: one call less per check
-        try:
-            reason = check.unguarded(demand, node, view, subject)  # type: ignore[attr-defined]
-        except Exception as error:
-            return failed(check, node, subject, error)
+    for check in CHECKS:
+        reason = judge(check, demand, node, view, subject)
         if reason is not None:
             return reason
     return None
+
+
+def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
+                needs_kubevirt: bool) -> str | None:
+    """Why `pod` cannot run on the node now (the first failed node-level check: cordon,
+    readiness, KubeVirt's schedulable label, taints, the pod's own node affinity), or None."""
+    if node is None:
+        return f"node {node_name} not found"
+    if (reason := node_unschedulable(node_name, node)) is not None:
+        return reason
+    if not kinds.is_ready(node):
+        return f"node {node_name} is not Ready"
+    labels = kinds.labels(node)
+    if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
+        return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
+    return taint_toleration(node_name, node, pod) or node_affinity(node_name, node, pod, labels)

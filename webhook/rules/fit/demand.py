@@ -8,12 +8,11 @@ from typing import Any
 import orjson
 
 from ... import kinds
-from ..memo import Memo
+from .memo import Memo
 from .fields import Unreadable, pod_spec
-from .interpodaffinity import AffinityTerm, affinity_terms
-from .podtopologyspread import SpreadConstraint, spread_constraints
-from .ports import HostPort, host_ports
 from .requests import pod_requests
+from .terms import AffinityTerm, HostPort, SpreadConstraint, affinity_terms, host_ports, spread_constraints
+
 
 def _requests_and_ports(pod: Any, memo: Memo | None) -> tuple[Mapping[str, int], tuple[HostPort, ...]]:
     """(`pod_requests(pod)`, `host_ports(pod)`) for a pod being admitted. They depend on the

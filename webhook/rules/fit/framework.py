@@ -3,15 +3,13 @@ place of an exception."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .demand import Demand
 from .fields import Unreadable, name_of
+from .view import View
 
-if TYPE_CHECKING:
-    from .demand import Demand
-    from .view import View
-
-Check = Callable[["Demand", Mapping[str, Any], "View", str], "str | None"]
+Check = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]
 
 
 class CannotTell(Exception):
@@ -22,19 +20,12 @@ def cannot_tell(node: Any, subject: str, detail: str) -> str:
     return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
 
 
-def never_raises(check: Check) -> Check:
-    """Objects of unexpected shape mean "cannot tell", which counts as not fitting."""
-
-    def guarded(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-        try:
-            return check(demand, node, view, subject)
-        except Exception as error:
-            return failed(check, node, subject, error)
-
-    guarded.__name__ = check.__name__
-    guarded.__doc__ = check.__doc__
-    guarded.unguarded = check  # type: ignore[attr-defined]  # why_not_fit guards the checks itself
-    return guarded
+def judge(check: Check, demand: Demand, node: Mapping[str, Any], view: View, subject: str) -> str | None:
+    """The check's answer; objects of unexpected shape mean "cannot tell", which counts as not fitting."""
+    try:
+        return check(demand, node, view, subject)
+    except Exception as error:
+        return failed(check, node, subject, error)
 
 
 def failed(check: Check, node: Any, subject: str, error: Exception) -> str:

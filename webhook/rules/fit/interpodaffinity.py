@@ -2,69 +2,17 @@
 anti-affinity, the pod's own and that of the pods already placed."""
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import kinds
-from .fields import Unreadable, as_list, as_mapping, name_of, namespace_of, pod_key
-from .framework import CannotTell, never_raises
-from .selectors import Selector, parse_selector, selects, with_label_keys
-
-if TYPE_CHECKING:
-    from .demand import Demand
-    from .view import View
-
-EVERY_NAMESPACE = "every"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AffinityTerm:
-    """A required pod (anti-)affinity term (kube-scheduler framework `AffinityTerm`)."""
-
-    selector: Selector
-    namespaces: frozenset[str]
-    # None: no selector; EVERY_NAMESPACE: `{}`; otherwise a selector over Namespace labels,
-    # which we cannot evaluate without Namespace objects.
-    namespace_selector: Selector | str
-    topology_key: str
-
-    def matches(self, namespace: str, labels: Mapping[str, Any]) -> bool | None:
-        """Whether the term selects a pod there; None when only namespace labels could say."""
-        if namespace in self.namespaces or self.namespace_selector == EVERY_NAMESPACE:
-            return selects(self.selector, labels)
-        if self.namespace_selector is not None:
-            return None if selects(self.selector, labels) else False
-        return False
-
-
-def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> list[AffinityTerm]:
-    """The pod's required podAffinity or podAntiAffinity terms (`kind`)."""
-    affinity = as_mapping(kinds.spec(pod).get("affinity"), "affinity")
-    raw_terms = as_list(as_mapping(affinity.get(kind), kind).get("requiredDuringSchedulingIgnoredDuringExecution"),
-                        f"required {kind}")
-    labels = kinds.labels(pod)
-    terms = []
-    for raw in raw_terms:
-        raw = as_mapping(raw, f"{kind} term")
-        key = raw.get("topologyKey")
-        if not isinstance(key, str) or not key:
-            raise Unreadable(f"{kind} term without topologyKey")
-        selector = parse_selector(raw.get("labelSelector"), f"{kind} labelSelector")
-        if incoming:
-            selector = with_label_keys(selector, labels, as_list(raw.get("matchLabelKeys"), "matchLabelKeys"),
-                                       as_list(raw.get("mismatchLabelKeys"), "mismatchLabelKeys"))
-        listed = [n for n in as_list(raw.get("namespaces"), f"{kind} namespaces") if isinstance(n, str)]
-        raw_ns_selector = raw.get("namespaceSelector")
-        ns_selector = parse_selector(raw_ns_selector, f"{kind} namespaceSelector")
-        if ns_selector == ():
-            ns_selector = EVERY_NAMESPACE
-        # An empty list and no selector mean the pod's own namespace (framework
-        # `getNamespacesFromPodAffinityTerm`).
-        namespaces = frozenset(listed) if listed or raw_ns_selector is not None else frozenset((namespace,))
-        terms.append(AffinityTerm(selector, namespaces, ns_selector, key))
-    return terms
+from .demand import Demand
+from .fields import Unreadable, name_of, namespace_of, pod_key
+from .framework import CannotTell
+from .selectors import selects
+from .terms import EVERY_NAMESPACE, AffinityTerm, affinity_terms
+from .view import View
 
 
 def _existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
@@ -83,7 +31,6 @@ def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> 
     return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
 
 
-@never_raises
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
     required anti-affinity, then the required anti-affinity of pods already placed."""

@@ -1,72 +1,18 @@
 """PodTopologySpread with DoNotSchedule (kubernetes `podtopologyspread/filtering.go`, `common.go`)."""
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import kinds
-from .. import nodes as node_rules
-from .fields import Unreadable, as_list, as_mapping, name_of, namespace_of
-from .framework import never_raises
-from .selectors import Selector, parse_selector, selects, with_label_keys
-
-if TYPE_CHECKING:
-    from .demand import Demand
-    from .view import View
-
-DO_NOT_SCHEDULE = "DoNotSchedule"
-HONOR, IGNORE = "Honor", "Ignore"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SpreadConstraint:
-    """A topologySpreadConstraint with DoNotSchedule, with the scheduler's defaults filled in
-    (podtopologyspread/common.go `filterTopologySpreadConstraints`)."""
-
-    max_skew: int
-    topology_key: str
-    selector: Selector
-    min_domains: int
-    node_affinity_policy: str
-    node_taints_policy: str
-
-
-def _int(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise Unreadable(f"{what} {value!r} is not an integer >= {minimum}")
-    return value
-
-
-def spread_constraints(pod: Any) -> list[SpreadConstraint]:
-    labels = kinds.labels(pod)
-    constraints = []
-    for raw in as_list(kinds.spec(pod).get("topologySpreadConstraints"), "topologySpreadConstraints"):
-        raw = as_mapping(raw, "topologySpreadConstraint")
-        if raw.get("whenUnsatisfiable") != DO_NOT_SCHEDULE:
-            continue  # ScheduleAnyway only scores
-        key = raw.get("topologyKey")
-        if not isinstance(key, str) or not key:
-            raise Unreadable("topologySpreadConstraint without topologyKey")
-        selector = with_label_keys(parse_selector(raw.get("labelSelector"), "topologySpreadConstraint labelSelector"),
-                                   labels, as_list(raw.get("matchLabelKeys"), "matchLabelKeys"), ())
-        min_domains = raw.get("minDomains")
-        policies = []
-        for field in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
-            policy = raw.get(field)
-            if policy is not None and policy not in (HONOR, IGNORE):
-                raise Unreadable(f"{field} {policy!r}")
-            policies.append(policy)
-        constraints.append(SpreadConstraint(
-            max_skew=_int(raw.get("maxSkew"), "maxSkew", 1),
-            topology_key=key,
-            selector=selector,
-            min_domains=1 if min_domains is None else _int(min_domains, "minDomains", 1),
-            node_affinity_policy=policies[0] or HONOR,
-            node_taints_policy=policies[1] or IGNORE,
-        ))
-    return constraints
+from .demand import Demand
+from .fields import name_of, namespace_of
+from .nodeaffinity import pod_admits
+from .selectors import Selector, selects
+from .tainttoleration import blocking_taint
+from .terms import HONOR
+from .view import View
 
 
 def _counted_for_spread(pod: Any, namespace: str, selector: Selector) -> bool:
@@ -76,7 +22,6 @@ def _counted_for_spread(pod: Any, namespace: str, selector: Selector) -> bool:
             and selects(selector, kinds.labels(pod)))
 
 
-@never_raises
 def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """PodTopologySpread with DoNotSchedule (podtopologyspread/filtering.go): placing the pod
     must keep matching pods in its domain within maxSkew of the emptiest eligible domain.
@@ -102,12 +47,12 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
         for i, constraint in enumerate(demand.spread):
             if constraint.node_affinity_policy == HONOR:
                 if admits is None:
-                    admits = node_rules.pod_admits(demand.pod, other)
+                    admits = pod_admits(demand.pod, other)
                 if not admits:
                     continue
             if constraint.node_taints_policy == HONOR:
                 if taint_free is None:
-                    taint_free = node_rules.blocking_taint(other, tolerations) is None
+                    taint_free = blocking_taint(other, tolerations) is None
                 if not taint_free:
                     continue
             if pods is None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
-from ..quantity import CPU, ceil_div, nanos_of, unit
+from ..shared.quantity import CPU, ceil_div, nanos_of, unit
 from .fields import Unreadable, as_list, as_mapping, in_part, pod_spec
 
 MEMORY = "memory"

@@ -3,16 +3,14 @@ what the node has left."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import kinds
-from ..quantity import scheduler_value, show
+from ..shared.quantity import scheduler_value, show
 from .fields import name_of
-from .framework import CannotTell, never_raises
-
-if TYPE_CHECKING:
-    from .demand import Demand
-    from .view import View
+from .demand import Demand
+from .framework import CannotTell
+from .view import View
 
 PODS = "pods"
 
@@ -32,7 +30,6 @@ def _allocatable(node: Any) -> dict[str, int] | str:
     return amounts
 
 
-@never_raises
 def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """NodeResourcesFit: one pod slot and every request against allocatable minus what the
     node's pods request (noderesources/fit.go `fitsRequest`). A resource the node does not list

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ... import kinds
-from .ports import HostPort, host_ports
 from .requests import pod_requests
+from .terms import HostPort, host_ports
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from ... import kinds
-from ..memo import Memo
+from .memo import Memo
 from .fields import name_of
 from .usage import Usage
 

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import kinds
-from .. import nodes as node_rules
+from .demand import Demand
 from .fields import Unreadable, as_list, as_mapping, name_of, pod_spec
-from .framework import CannotTell, never_raises
-
-if TYPE_CHECKING:
-    from .demand import Demand
-    from .view import View
+from .framework import CannotTell
+from .nodeaffinity import term_matches
+from .view import View
 
 # volumezone/volume_zone.go: zone and region labels on a PV, beta keys matched against the GA
 # ones on the node; a PV label may list several zones joined by "__".
@@ -67,7 +65,6 @@ def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str,
     return None
 
 
-@never_raises
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """VolumeBinding and VolumeZone for bound claims: each PV's `spec.nodeAffinity.required`
     must select the node (volumebinding/binder.go `checkBoundClaims`) and its zone labels must
@@ -108,7 +105,7 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
             labels_only = labels_only or {"metadata": {"labels": dict(kinds.labels(node))}}
-            if not any(node_rules.term_matches(term, labels_only) for term in terms):
+            if not any(term_matches(term, labels_only) for term in terms):
                 return f"node {name_of(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
         zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
         if zone:

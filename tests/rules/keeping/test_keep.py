@@ -1,0 +1,165 @@
+"""The keeper's decision: move an apart VM back to its storage, or what holds it."""
+import dataclasses
+from datetime import timedelta
+
+import pytest
+from keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
+
+from webhook.rules.keeping.apart import APART, locality
+from webhook.rules.keeping.keep import Hold, Limits, Mode, decide_keep
+from webhook.rules.keeping.migrations import read_migration
+
+# --------------------------------------------------------------------------- the decision
+
+APART_VMI = view()  # runs on node-a, migrated there from node-b
+APART_WHERE = locality("node-a", [fact("vm1-rootdisk", "node-b")])
+# The descheduler's eviction moved the VM off node-b at 09:58:31, two hours before NOW.
+DESCHEDULED = read_migration(evacuation())
+HOLD_ENDS = at("2026-11-20T15:58:31Z")  # six hours later
+READY = dict(
+    now=NOW, apart_since=ago(minutes=15), limits=Limits(), history=[], in_flight_ours=0, in_flight_all=0,
+    vmi_migrating=False, last_end=ago(hours=2), target_unfit=None, targeted=True, mode=Mode.MIGRATE,
+)
+
+
+def keep(vmi=APART_VMI, where=APART_WHERE, **changes):
+    return decide_keep(vmi, where, **{**READY, **changes})
+
+
+def vmi_with(**changes):
+    return dataclasses.replace(APART_VMI, **changes)
+
+
+def test_an_apart_vm_is_moved_to_its_storage():
+    decision = keep()
+    assert decision.act and decision.hold is None
+    assert (decision.source, decision.target, decision.state) == ("node-a", "node-b", APART)
+    assert decision.reason == ("migrating from node-a to node-b: disks served from node-b, the VM runs on node-a;"
+                               " apart for 900s")
+
+
+HOLDS = [
+    (vmi_with(opted_in=False), APART_WHERE, {}, Hold.NOT_OPTED_IN, "not opted in"),
+    (vmi_with(kept=False), APART_WHERE, {}, Hold.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
+    (vmi_with(phase="Succeeded"), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Succeeded, not running on a node"),
+    (vmi_with(node=None), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Running, not running on a node"),
+    (APART_VMI, locality("node-a", [fact("d", "node-a")]), {}, Hold.NOT_APART,
+     "co-located: disks served from node-a, where the VM runs"),
+    (APART_VMI, locality("node-a", [fact("d", "node-b"), fact("e", "node-c")]), {}, Hold.NOT_APART,
+     "split: disks served from node-b (1), node-c (1), the VM runs on node-a"),
+    (APART_VMI, locality("node-a", [fact("d", None)]), {}, Hold.NOT_APART,
+     "unresolved: share-manager of d is stopped"),
+    (APART_VMI, APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Hold.TARGET_UNFIT,
+     "cannot move to node-b: node node-b is cordoned"),
+    (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
+     Hold.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Hold.MIGRATING, "a migration of this VMI is in flight"),
+    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Hold.DESCHEDULED,
+     "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
+     "not moved back before 2026-11-20T15:58:31Z"),
+    (APART_VMI, APART_WHERE, {"apart_since": ago(seconds=120)}, Hold.APART_BRIEFLY, "apart for 120s of 600s"),
+    (APART_VMI, APART_WHERE, {"apart_since": None}, Hold.APART_BRIEFLY, "apart for 0s of 600s"),
+    (APART_VMI, APART_WHERE, {"apart_since": NOW + timedelta(seconds=5)}, Hold.APART_BRIEFLY, "apart for 0s of 600s"),
+    (APART_VMI, APART_WHERE, {"last_end": ago(seconds=30)}, Hold.MIGRATED_RECENTLY,
+     "last migration ended 30s ago (wait 600s)"),
+    (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=10))]}, Hold.BACKING_OFF,
+     "backing off until 2026-11-20T12:20:00Z after 1 failed migration"),
+    (APART_VMI, APART_WHERE, {"history": [failed(ago(hours=3)), failed(ago(minutes=50))]}, Hold.BACKING_OFF,
+     "backing off until 2026-11-20T12:10:00Z after 2 failed migrations in a row"),
+    (APART_VMI, APART_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Hold.DAILY_LIMIT,
+     "migrated 2 times in the last 24h (limit 2)"),
+    (APART_VMI, APART_WHERE, {"targeted": False}, Hold.UNTARGETED,
+     "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Hold.OUR_LIMIT,
+     "2 of our migrations in flight (limit 2)"),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5}, Hold.CLUSTER_LIMIT, "5 migrations in flight cluster-wide (limit 5)"),
+    (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Hold.SOURCE_BUSY,
+     "2 migrations in flight from node-a (KubeVirt runs 2 per source node): its slots are left to them"),
+    (APART_VMI, APART_WHERE, {"settling": ["share-manager of pvc-d2 is starting"]}, Hold.SETTLING,
+     "waiting for its storage to settle: share-manager of pvc-d2 is starting"),
+    (APART_VMI, APART_WHERE, {"refused": (2, NOW + timedelta(minutes=5))}, Hold.REFUSED,
+     "its migration was refused 2 time(s) in a row; retrying after 2026-11-20T12:05:00Z"),
+    (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Hold.VIEW_INCOMPLETE,
+     "not acting on an incomplete view: pods: not synced"),
+    (APART_VMI, APART_WHERE, {"mode": Mode.REPORT}, Hold.REPORT_ONLY,
+     "report only: would migrate from node-a to node-b: disks served from node-b, the VM runs on node-a; apart for 900s"),
+    (APART_VMI, APART_WHERE, {"lease": False}, Hold.NO_LEASE,
+     "not acting: the lease might run out before the migration is created"),
+    (APART_VMI, APART_WHERE, {"targeted": None, "targeted_note": "targeted migration could not be checked: API "
+                                                                 "answered 403"}, Hold.UNTARGETED,
+     "targeted migration could not be checked: API answered 403"),
+]
+
+
+@pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS, ids=[
+        "not-opted-in", "opted-out", "not-running", "no-node", "co-located", "split", "unresolved", "target-unfit",
+        "not-migratable", "migrating", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
+        "backing-off", "backing-off-twice", "daily-limit", "untargeted", "our-limit", "cluster-limit", "source-busy",
+        "settling", "refused", "view-incomplete", "report", "no-lease", "targeted-unknown"])
+def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):
+    decision = keep(vmi, where, **changes)
+    assert not decision.act and decision.hold is hold and decision.reason == reason
+
+
+@pytest.mark.parametrize("changes", [
+    {"apart_since": ago(seconds=600)},
+    {"last_end": ago(seconds=600)},
+    {"last_end": None},
+    {"history": [failed(ago(minutes=30))]},
+    {"history": [failed(ago(hours=3)), failed(ago(hours=1))], "limits": Limits(max_per_day=3)},
+    {"history": [failed(ago(hours=2)), succeeded(ago(minutes=20))], "limits": Limits(max_per_day=3)},
+    {"history": [succeeded(ago(hours=30)), succeeded(ago(hours=10))]},
+    {"history": [succeeded(ago(hours=10))]},
+    {"in_flight_ours": 1, "in_flight_all": 4},
+    {"outbound": 1, "in_flight_all": 1},
+    {"outbound": 2, "in_flight_all": 2, "limits": Limits(max_outbound_per_node=3)},
+    {"refused": (1, NOW)},
+    {"descheduled": DESCHEDULED, "now": HOLD_ENDS},
+    {"descheduled": DESCHEDULED, "limits": Limits(after_descheduled=timedelta(hours=2))},
+    {"limits": Limits(after=timedelta(0), max_inflight=1, max_cluster_inflight=1, max_per_day=1),
+     "apart_since": NOW, "last_end": NOW},
+], ids=["apart-exactly-long-enough", "settled-exactly-long-enough", "never-migrated", "backoff-over",
+        "second-backoff-over", "success-resets-backoff", "old-migrations-do-not-count", "one-today",
+        "just-under-limits", "one-slot-left", "outbound-limit-raised", "refusal-waited-out", "descheduler-hold-over",
+        "descheduler-hold-shortened", "zero-wait"])
+def test_at_the_edges_the_vm_is_moved(changes):
+    assert keep(**changes).act
+
+
+@pytest.mark.parametrize("vmi, where, changes, hold", [
+    (vmi_with(opted_in=False, kept=False), APART_WHERE, {}, Hold.NOT_OPTED_IN),
+    (vmi_with(kept=False), locality("node-a", [fact("d", "node-a")]), {"mode": Mode.REPORT}, Hold.OPTED_OUT),
+    (APART_VMI, locality("node-a", [fact("d", "node-a")]), {"target_unfit": "node node-b is cordoned"}, Hold.NOT_APART),
+    (vmi_with(live_migratable=False), APART_WHERE, {"target_unfit": "node node-b is not Ready"}, Hold.TARGET_UNFIT),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "in_flight_all": 5, "apart_since": NOW}, Hold.MIGRATING),
+    (APART_VMI, APART_WHERE, {"apart_since": NOW, "history": [failed(ago(minutes=1))]}, Hold.APART_BRIEFLY),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "descheduled": DESCHEDULED}, Hold.MIGRATING),
+    (vmi_with(live_migratable=False), APART_WHERE, {"descheduled": DESCHEDULED}, Hold.NOT_MIGRATABLE),
+    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED, "apart_since": NOW, "last_end": NOW}, Hold.DESCHEDULED),
+    (APART_VMI, APART_WHERE, {"targeted": False, "mode": Mode.REPORT}, Hold.UNTARGETED),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "mode": Mode.REPORT}, Hold.CLUSTER_LIMIT),
+    (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=1)), failed(ago(hours=3))], "targeted": False},
+     Hold.BACKING_OFF),
+    (APART_VMI, APART_WHERE, {"incomplete": "x", "mode": Mode.REPORT, "lease": False}, Hold.VIEW_INCOMPLETE),
+    (APART_VMI, APART_WHERE, {"mode": Mode.REPORT, "lease": False}, Hold.REPORT_ONLY),
+], ids=["never-touch-not-opted-in", "opt-out-before-state", "state-before-target", "target-before-migratable",
+        "own-migration-before-cluster", "time-before-backoff", "in-flight-before-descheduled",
+        "migratable-before-descheduled", "descheduled-before-time", "report-shows-untargeted", "report-shows-limits",
+        "vm-before-cluster", "view-before-report", "report-needs-no-lease"])
+def test_the_first_condition_in_order_is_reported(vmi, where, changes, hold):
+    assert keep(vmi, where, **changes).hold is hold
+
+
+def test_the_descheduler_hold_lasts_until_the_moment_it_names():
+    assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS - timedelta(seconds=1)).hold is Hold.DESCHEDULED
+    assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS).act
+
+
+def test_a_vm_is_never_moved_twice_in_a_day_after_successes_even_when_apart_again():
+    history = [succeeded(ago(hours=23)), succeeded(ago(hours=12))]
+    assert keep(history=history).hold is Hold.DAILY_LIMIT
+    assert keep(history=history, now=NOW + timedelta(hours=1, seconds=1)).act
+
+
+def test_every_hold_has_a_case():
+    assert {hold for *_, hold, _ in HOLDS} == set(Hold)

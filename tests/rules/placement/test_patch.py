@@ -1,0 +1,218 @@
+import copy
+
+import jsonpatch
+import pytest
+from kube import annotations, apply_valid, pin_of, preferred_terms, required_terms, vm_pod
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.rules.placement.patch import PREFERRED as PREFERRED_KEY, REQUIRED, annotation_ops, as_created, escape, patch_for
+from webhook.config import Settings
+from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision
+
+SETTINGS = Settings()
+PIN_B = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
+PREFER_AB = Decision(PREFERRED, preferences=(("node-a", 67), ("node-b", 33)), reason="spread")
+SKIP = Decision(NOT_PINNED, reason="PVC default/x is not ReadWriteMany")
+AMONG_BC = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 40)), reason="among", among=("node-b", "node-c"))
+
+OBSOLETE = {"key": "node-labeller.kubevirt.io/obsolete-host-model", "operator": "DoesNotExist"}
+ZONE_A = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}
+ZONE_B = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}
+ANTI = {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}
+EXISTING_PREF = {"weight": 5, "preference": {"matchExpressions": [ZONE_A]}}
+
+
+def required(*terms):
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+@pytest.mark.parametrize(
+    "affinity, expected_terms",
+    [
+        pytest.param("fixture", [{"matchExpressions": [OBSOLETE], "matchFields": [pin_of("node-b")]}], id="kubevirt-default-term"),
+        pytest.param(None, [{"matchFields": [pin_of("node-b")]}], id="no-affinity"),
+        pytest.param({"podAntiAffinity": ANTI}, [{"matchFields": [pin_of("node-b")]}], id="only-pod-anti-affinity"),
+        pytest.param(
+            required({"matchExpressions": [ZONE_A]}, {"matchExpressions": [ZONE_B]}),
+            [{"matchExpressions": [ZONE_A], "matchFields": [pin_of("node-b")]},
+             {"matchExpressions": [ZONE_B], "matchFields": [pin_of("node-b")]}],
+            id="or-terms-each-get-the-pin",
+        ),
+        pytest.param(
+            required({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-c"]}]}),
+            [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-c"]}, pin_of("node-b")]}],
+            id="existing-match-fields-appended",
+        ),
+        pytest.param(
+            required({}, {"matchExpressions": [ZONE_B]}),
+            [{}, {"matchExpressions": [ZONE_B], "matchFields": [pin_of("node-b")]}],
+            id="empty-term-left-empty",
+        ),
+        pytest.param(
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+            [{"matchFields": [pin_of("node-b")]}],
+            id="empty-term-list",
+        ),
+        pytest.param({"nodeAffinity": {}}, [{"matchFields": [pin_of("node-b")]}], id="empty-node-affinity"),
+        pytest.param({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [EXISTING_PREF]}},
+                     [{"matchFields": [pin_of("node-b")]}], id="only-preferred"),
+    ],
+)
+def test_pin_is_anded_into_every_term(affinity, expected_terms):
+    pod = vm_pod()
+    if affinity != "fixture":
+        pod["spec"]["affinity"] = copy.deepcopy(affinity)
+    result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
+    assert required_terms(result) == expected_terms
+    assert {"weight": 100, "preference": {"matchFields": [pin_of("node-b")]}} in preferred_terms(result)
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned"
+    assert annotations(result)["kubevirt-scheduler/node"] == "node-b"
+
+
+def test_everything_else_in_affinity_is_kept():
+    pod = vm_pod()
+    pod["spec"]["affinity"]["podAntiAffinity"] = copy.deepcopy(ANTI)
+    pod["spec"]["affinity"]["podAffinity"] = copy.deepcopy(ANTI)
+    pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [EXISTING_PREF]
+    result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
+    assert result["spec"]["affinity"]["podAntiAffinity"] == ANTI
+    assert result["spec"]["affinity"]["podAffinity"] == ANTI
+    assert preferred_terms(result)[0] == EXISTING_PREF
+    assert len(preferred_terms(result)) == 2
+    assert result["spec"]["nodeSelector"] == pod["spec"]["nodeSelector"]
+
+
+def test_affinity_null_is_replaced_whole():
+    pod = vm_pod(affinity=None)
+    pod["spec"]["affinity"] = None
+    ops = patch_for(pod, PIN_B, SETTINGS)
+    assert ops[0]["path"] == "/spec/affinity"
+    assert required_terms(apply_valid(pod, ops)) == [{"matchFields": [pin_of("node-b")]}]
+
+
+def test_prefer_adds_no_requirement_and_weights_each_node():
+    pod = vm_pod()
+    result = apply_valid(pod, patch_for(pod, PREFER_AB, SETTINGS))
+    assert required_terms(result) == required_terms(pod)  # untouched
+    assert preferred_terms(result) == [
+        {"weight": 67, "preference": {"matchFields": [pin_of("node-a")]}},
+        {"weight": 33, "preference": {"matchFields": [pin_of("node-b")]}},
+    ]
+    assert annotations(result)["kubevirt-scheduler/decision"] == "preferred"
+    assert annotations(result)["kubevirt-scheduler/node"] == "node-a,node-b"
+
+
+def test_skip_only_records_why():
+    pod = vm_pod()
+    result = apply_valid(pod, patch_for(pod, SKIP, SETTINGS))
+    assert result["spec"] == pod["spec"]
+    assert annotations(result)["kubevirt-scheduler/decision"] == "not-pinned"
+    assert annotations(result)["kubevirt-scheduler/reason"] == "PVC default/x is not ReadWriteMany"
+
+
+@pytest.mark.parametrize("decision", [PIN_B, PREFER_AB, SKIP, AMONG_BC], ids=["pin", "prefer", "skip", "among"])
+@pytest.mark.parametrize("affinity", ["fixture", None, required({"matchExpressions": [ZONE_A]}, {"matchExpressions": [ZONE_B]})],
+                         ids=["kubevirt", "none", "or-terms"])
+def test_reviewing_a_mutated_pod_adds_nothing(decision, affinity):
+    pod = vm_pod()
+    if affinity != "fixture":
+        pod["spec"]["affinity"] = copy.deepcopy(affinity)
+    once = apply_valid(pod, patch_for(pod, decision, SETTINGS))
+    assert patch_for(once, decision, SETTINGS) == []
+
+
+def test_pinned_among_requires_one_of_the_nodes_in_every_term():
+    pod = vm_pod()
+    result = apply_valid(pod, patch_for(pod, AMONG_BC, SETTINGS))
+    among = {"key": "metadata.name", "operator": "In", "values": ["node-b", "node-c"]}
+    assert required_terms(result) == [{"matchExpressions": [OBSOLETE], "matchFields": [among]}]
+    assert [t["weight"] for t in preferred_terms(result)] == [100, 40]
+    assert annotations(result)["kubevirt-scheduler/decision"] == "pinned-among"
+    assert annotations(result)["kubevirt-scheduler/node"] == "node-b,node-c"
+
+
+def test_keys_are_escaped_in_paths():
+    assert escape("a/b~c") == "a~1b~0c"
+    pod = vm_pod()
+    ops = annotation_ops(pod, {"we~ird/key": "v"})
+    assert ops == [{"op": "add", "path": "/metadata/annotations/we~0ird~1key", "value": "v"}]
+    assert jsonpatch.apply_patch(pod, ops)["metadata"]["annotations"]["we~ird/key"] == "v"
+
+
+def test_missing_annotations_are_added_whole():
+    pod = vm_pod()
+    del pod["metadata"]["annotations"]
+    result = apply_valid(pod, patch_for(pod, PIN_B, SETTINGS))
+    assert set(annotations(result)) == {"kubevirt-scheduler/decision", "kubevirt-scheduler/node", "kubevirt-scheduler/reason"}
+
+
+# --------------------------------------------------------------------------- the inverse
+
+
+USER_NODES = st.sampled_from(["user-1", "user-2"])  # names the user pins to; ours are node-*
+OUR_NODES = st.sampled_from(["node-a", "node-b", "node-c"])
+EXPRESSION = st.sampled_from([OBSOLETE, ZONE_A, ZONE_B])
+
+
+def _term():
+    fields = st.lists(USER_NODES.map(pin_of), min_size=1, max_size=2, unique_by=lambda r: r["values"][0])
+    expressions = st.lists(EXPRESSION, min_size=1, max_size=2, unique_by=lambda e: e["key"] + e.get("operator", ""))
+    return st.one_of(
+        st.builds(lambda e: {"matchExpressions": e}, expressions),
+        st.builds(lambda f: {"matchFields": f}, fields),
+        st.builds(lambda e, f: {"matchExpressions": e, "matchFields": f}, expressions, fields),
+    )
+
+
+def _preferred():
+    return st.builds(lambda w, n: {"weight": w, "preference": {"matchFields": [pin_of(n)]}},
+                     st.integers(1, 100), USER_NODES) | st.just(EXISTING_PREF)
+
+
+def _node_affinity():
+    required_part = st.lists(_term(), min_size=1, max_size=3).map(lambda ts: {REQUIRED: {"nodeSelectorTerms": ts}})
+    preferred_part = st.lists(_preferred(), min_size=1, max_size=2).map(lambda ps: {PREFERRED_KEY: ps})
+    return st.one_of(required_part, preferred_part,
+                     st.builds(lambda r, p: {**r, **p}, required_part, preferred_part))
+
+
+# Affinity as Kubernetes serialises it: absent, or with no empty container (Go's omitempty).
+AFFINITIES = st.one_of(
+    st.none(),
+    st.builds(lambda n: {"nodeAffinity": n}, _node_affinity()),
+    st.just({"podAntiAffinity": ANTI}),
+    st.builds(lambda n: {"nodeAffinity": n, "podAntiAffinity": ANTI}, _node_affinity()),
+)
+
+
+def _decision():
+    pinned = OUR_NODES.map(lambda n: Decision(PINNED, node=n, preferences=((n, 100),), reason=f"pinned to {n}"))
+    preferred = st.lists(OUR_NODES, min_size=1, max_size=3, unique=True).map(
+        lambda ns: Decision(PREFERRED, preferences=tuple((n, 100 // len(ns)) for n in ns), reason="spread"))
+    skipped = st.just(SKIP)
+    among = st.lists(OUR_NODES, min_size=2, max_size=3, unique=True).map(
+        lambda ns: Decision(AMONG, preferences=((ns[0], 100),), reason="among", among=tuple(sorted(ns))))
+    return st.one_of(pinned, preferred, skipped, among)
+
+
+@settings(max_examples=300, deadline=None)
+@given(affinity=AFFINITIES, decision=_decision(), bare_annotations=st.booleans())
+def test_stripping_what_we_added_gives_back_the_pod_as_created(affinity, decision, bare_annotations):
+    """as_created(apply(pod, patch_for(pod))) == pod: explain judges the pod KubeVirt made, not ours."""
+    pod = vm_pod()
+    if affinity is None:
+        pod["spec"].pop("affinity", None)
+    else:
+        pod["spec"]["affinity"] = copy.deepcopy(affinity)
+    if bare_annotations:
+        pod["metadata"].pop("annotations", None)
+    created = copy.deepcopy(pod)
+    ops = patch_for(pod, decision, SETTINGS)
+    mutated = jsonpatch.apply_patch(pod, ops)
+    assert as_created(mutated, SETTINGS) == created
+    # And again after a second review (KubeVirt's reinvocation): still the same pod.
+    again = jsonpatch.apply_patch(mutated, patch_for(mutated, decision, SETTINGS))
+    assert as_created(again, SETTINGS) == created

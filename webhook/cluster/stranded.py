@@ -1,0 +1,84 @@
+"""The safety net under the pin, inside `serve`: report pods we pinned that stay unschedulable.
+
+Every replica looks at its own cache of pods (no API reads) every `interval` seconds. A
+stranded pod is reported once per replica in the log, counted in `colocate_stranded_pods`,
+and recorded as one Event on its VMI: the Event's name is fixed per pod, so when several
+replicas report the same pod the API keeps the first and refuses the others (409).
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from .. import kinds, metrics
+from ..background import Background
+from .events import NO_EVENTS, Events, vmi_reference
+from .store import WatchedStore
+from ..config import Settings
+from ..rules.placement.stranded import Stranded, stranded
+
+log = logging.getLogger("webhook.stranded")
+EVENT_REASON = "Stranded"
+
+
+def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+    """The VMI a launcher pod runs, as an Event's involvedObject: its controlling ownerReference
+    (the `vm.kubevirt.io/name` label is the VMI's hostname, which can differ from its name)."""
+    owner = kinds.vmi_owner(pod)
+    if owner is None:
+        return None
+    uid = owner.get("uid")
+    return vmi_reference(namespace, owner["name"], uid if isinstance(uid, str) else "")
+
+
+class StrandedReporter:
+    """A companion of `serve` (start, stop, degraded): every `interval` seconds, once the caches
+    have synced, a look for stranded pods."""
+
+    def __init__(self, store: WatchedStore, settings: Settings, events: Events = NO_EVENTS, *,
+                 interval: float = 30.0):
+        self.store, self.settings, self.events, self.interval = store, settings, events, interval
+        self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it
+        # The net must not tear: a failed look is logged and noted, and made again next time.
+        self._looking = Background("stranded", self._look, log=log, failure="looking for stranded pods failed",
+                                   period=interval, wait_first=True)
+
+    def scan(self, now: datetime.datetime) -> list[Stranded]:
+        """The stranded pods now; the new ones are reported, the ones gone are forgotten."""
+        found: dict[str, Stranded] = {}
+        for pod in self.store.pinned_waiting():
+            namespace = kinds.meta(pod).get("namespace") or ""
+            stuck = stranded(pod, namespace, self.settings, now)
+            if stuck is None:
+                continue
+            key = f"{namespace}/{stuck.pod}"
+            found[key] = stuck
+            if key not in self.reported:
+                self._report(pod, stuck, now)
+        self.reported = found
+        metrics.STRANDED_PODS.set(len(found))
+        return list(found.values())
+
+    def _report(self, pod: dict[str, Any], stuck: Stranded, now: datetime.datetime) -> None:
+        what = stuck.describe(now)
+        log.warning("pinned pod stranded", extra={"fields": {
+            "namespace": stuck.namespace, "pod": stuck.pod, "vm": stuck.vm, "node": stuck.node,
+            "scheduler": stuck.message, "since": stuck.since.isoformat()}})
+        involved = vmi_of(pod, stuck.namespace)
+        if involved is not None:
+            self.events.emit_about(involved, EVENT_REASON, f"pod {stuck.pod} {what}", warning=True,
+                                   name=f"{stuck.pod}.stranded")
+
+    async def _look(self) -> None:
+        if self.store.synced():
+            self.scan(datetime.datetime.now(datetime.timezone.utc))
+
+    def degraded(self) -> list[str]:
+        return self._looking.degraded()
+
+    def start(self) -> None:
+        self._looking.start()
+
+    async def stop(self) -> None:
+        await self._looking.stop()

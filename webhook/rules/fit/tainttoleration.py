@@ -1,0 +1,53 @@
+"""TaintToleration (kubernetes `tainttoleration/taint_toleration.go`, k8s.io/api core/v1
+`Toleration.ToleratesTaint`): taints with effect NoSchedule or NoExecute block a pod that does
+not tolerate them; PreferNoSchedule does not."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """One toleration against one taint, as the scheduler's TaintToleration plugin does."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False  # an empty effect matches every effect
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False  # an empty key (with Exists) matches every key
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mapping[str, Any] | None:
+    """The first NoSchedule/NoExecute taint of the node that no toleration tolerates."""
+    taints = (node.get("spec") or {}).get("taints")
+    if not taints:
+        return None
+    usable = [t for t in tolerations if isinstance(t, dict)]
+    for taint in taints:
+        if not isinstance(taint, dict) or taint.get("effect") not in BLOCKING_EFFECTS:
+            continue
+        if not any(tolerates(t, taint) for t in usable):
+            return taint
+    return None
+
+
+
+
+def taint_toleration(node_name: str, node: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
+    """Why the node's taints turn the pod away, or None."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    taint = blocking_taint(node, tolerations if isinstance(tolerations, list) else [])
+    if taint is None:
+        return None
+    shown = taint.get("key", "")
+    if taint.get("value"):
+        shown += f"={taint['value']}"
+    return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"

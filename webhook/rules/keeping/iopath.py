@@ -1,0 +1,70 @@
+"""Where a disk's I/O goes once the VM runs by its share-manager: the NFS hop is gone, and the
+block I/O under it stays on the node only when a healthy replica of the volume sits there.
+
+Longhorn (longhorn/longhorn-manager `k8s/crds.yaml`, `types/types.go`): a Volume's
+`spec.dataLocality` is disabled, best-effort or strict-local; a Replica names its volume in
+`spec.volumeName` and its node in `spec.nodeID`, serves while `status.currentState` is
+running, and has failed when `spec.failedAt` is set.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from ... import kinds
+from ..placement.facts import Fact
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DiskPath:
+    """One disk's I/O path: its share-manager's node, the volume's data locality, and whether a
+    healthy replica is on that node (None: not known, with `unknown` saying why)."""
+
+    claim: str
+    volume: str | None
+    share_manager_node: str | None
+    data_locality: str | None = None
+    local_replica: bool | None = None
+    unknown: str = ""
+
+    @property
+    def nfs_hop_only(self) -> bool:
+        """Co-location removes only the NFS hop: the replicas are all on other nodes."""
+        return self.local_replica is False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"claim": self.claim, "volume": self.volume, "share_manager_node": self.share_manager_node,
+                "data_locality": self.data_locality, "local_replica": self.local_replica,
+                "unknown": self.unknown or None}
+
+
+def healthy_on(replica: dict[str, Any], volume: str, node: str) -> bool:
+    """A replica of `volume` on `node` that serves: running and never failed."""
+    spec, status = kinds.spec(replica), kinds.status(replica)
+    return (spec.get("volumeName") == volume and spec.get("nodeID") == node and not spec.get("failedAt")
+            and status.get("currentState") == "running")
+
+
+def disk_path(fact: Fact, volume: dict[str, Any] | None, replicas: Iterable[dict[str, Any]] | None,
+              unknown: str = "") -> DiskPath:
+    """The I/O path of one resolved disk from its Longhorn Volume and the volume's Replicas
+    (None: not read, `unknown` says why)."""
+    node = fact.node
+    if fact.volume is None or node is None:
+        return DiskPath(fact.subject, fact.volume, node, unknown=unknown or fact.reason)
+    if volume is None or replicas is None:
+        return DiskPath(fact.subject, fact.volume, node, unknown=unknown or f"Longhorn volume {fact.volume} not found")
+    locality = kinds.spec(volume).get("dataLocality")
+    local = any(healthy_on(r, fact.volume, node) for r in replicas)
+    return DiskPath(fact.subject, fact.volume, node, locality if isinstance(locality, str) else None, local)
+
+
+def path_note(paths: Iterable[DiskPath]) -> str:
+    """One line when co-location removes only the NFS hop for some disk, else ""."""
+    remote = [p for p in paths if p.nfs_hop_only]
+    if not remote:
+        return ""
+    disks = ", ".join(f"{p.claim} (no healthy replica on {p.share_manager_node}, data locality "
+                      f"{p.data_locality or '?'})" for p in remote)
+    return f"co-location removes only the NFS hop for {disks}: its block I/O still crosses the network"

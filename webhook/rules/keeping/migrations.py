@@ -1,0 +1,314 @@
+"""Migrations: ours and everyone's, in flight or ended, the backoff after a failure of ours,
+and the one we create.
+
+KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
+`staging/src/kubevirt.io/api/core/v1/types.go`): VirtualMachineInstanceMigration
+`spec.addedNodeSelector` (KubeVirt >= 1.6) narrows the target pod's nodeSelector (older
+schemas prune it, and the migration would go anywhere); at most `parallelMigrationsPerCluster`
+(default 5) migrations run at once, `parallelOutboundMigrationsPerNode` (default 2) from one
+node, the rest queue.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ... import kinds
+from ..placement.patch import clip_reason
+from ..shared.reading import Malformed, Skipped, read_identity, read_object, read_str, read_time
+from .running import VmiView
+from ..shared.times import EPOCH
+
+# A migration unfinished for this long stops counting as in flight (it is not deleted).
+STALE_AFTER = timedelta(hours=1)
+# A migration that succeeded counts as in flight until the VMI shows it, for at most this long.
+UNSEEN_FOR = timedelta(minutes=5)
+# Backoff after a failed migration of ours: 30 min, doubling per consecutive failure, capped.
+BACKOFF_FIRST = timedelta(minutes=30)
+BACKOFF_CAP = timedelta(hours=24)
+NAME_INFIX = "-colocate-"  # generateName of our migrations: <vmi>-colocate-
+# A target pod of ours unschedulable this long is given up: KubeVirt's own default is 5 minutes,
+# and meanwhile the migration holds a cluster-wide and a per-source-node slot.
+UNPLACEABLE_SECONDS = 60
+# Our migrations queue after drains and users (KubeVirt 1.7+, where the cluster keeps the field).
+MIGRATION_PRIORITY = "system-maintenance"
+
+class MigrationPhase(enum.StrEnum):
+    PENDING = "Pending"
+    SCHEDULING = "Scheduling"
+    SCHEDULED = "Scheduled"
+    PREPARING_TARGET = "PreparingTarget"
+    TARGET_READY = "TargetReady"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+FINAL_PHASES = frozenset({MigrationPhase.SUCCEEDED, MigrationPhase.FAILED})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Migration:
+    """What the keeper reads from a VirtualMachineInstanceMigration."""
+
+    namespace: str
+    name: str
+    vmi: str  # spec.vmiName
+    phase: str  # "" until virt-controller reports one; unknown phases (decentralized) are unfinished
+    ours: bool  # labelled app.kubernetes.io/managed-by: kubevirt-colocate
+    created: datetime
+    ended: datetime | None  # set once final
+    target: str | None = None  # the node we asked for (our annotation)
+    uid: str = ""  # what the VMI's status.migrationState.migrationUid names
+    evacuated: str | None = None  # a drain's or an eviction's: the node it evacuates (KubeVirt's annotation)
+    priority: str = ""  # spec.priority, set by virt-controller alone (KubeVirt >= 1.7)
+
+    @property
+    def final(self) -> bool:
+        return self.phase in FINAL_PHASES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == MigrationPhase.SUCCEEDED
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == MigrationPhase.FAILED
+
+    def in_flight(self, now: datetime) -> bool:
+        """Not final and younger than an hour: a stuck one stops holding the queue back."""
+        return not self.final and now - self.created < STALE_AFTER
+
+    @property
+    def descheduled(self) -> bool:
+        """An evacuation KubeVirt made for the descheduler's eviction: system-maintenance, where a
+        drain's is system-critical."""
+        return self.evacuated is not None and self.priority == kinds.DESCHEDULER_PRIORITY
+
+
+def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | None:
+    """When a final migration ended: its final phase transition, else migrationState's end,
+    else the latest transition we know of, else its creation."""
+    transitions = status.get("phaseTransitionTimestamps")
+    if transitions is None:
+        transitions = []
+    if not isinstance(transitions, list):
+        raise Malformed(f"status.phaseTransitionTimestamps is a {type(transitions).__name__}, not a list")
+    final_at: list[datetime] = []
+    any_at: list[datetime] = []
+    for entry in transitions:
+        if not isinstance(entry, dict):
+            raise Malformed("status.phaseTransitionTimestamps holds a non-object")
+        at = read_time(entry, "phaseTransitionTimestamp", "status.phaseTransitionTimestamps[]")
+        if at is None:
+            continue
+        any_at.append(at)
+        if entry.get("phase") in FINAL_PHASES:
+            final_at.append(at)
+    state_end = read_time(read_object(status, "migrationState", "status"), "endTimestamp", "status.migrationState")
+    if phase not in FINAL_PHASES:
+        return None
+    if final_at:
+        return max(final_at)
+    if state_end is not None:
+        return state_end
+    return max(any_at, default=created)
+
+
+def read_migration(obj: Any) -> Migration | Skipped:
+    """The keeper's view of a migration, or why it is skipped (an object of unexpected shape)."""
+    what = "VMIM"
+    try:
+        namespace, name, metadata = read_identity(obj, "VMIM")
+        what = f"VMIM {namespace}/{name}"
+        spec = read_object(obj, "spec", "VMIM")
+        vmi = read_str(spec, "vmiName", "spec")
+        if not kinds.valid_name(vmi):
+            raise Malformed(f"spec.vmiName {vmi[:60]!r} is not a VMI name")
+        created = read_time(metadata, "creationTimestamp", "metadata")
+        if created is None:
+            raise Malformed("no metadata.creationTimestamp")
+        status = read_object(obj, "status", "VMIM")
+        phase = read_str(status, "phase", "status")
+        ours = kinds.labels(obj).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT
+        target = kinds.annotations(obj).get(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY) if ours else None
+        uid = metadata.get("uid")
+        evacuated = kinds.annotations(obj).get(kinds.EVACUATION_ANNOTATION)
+        return Migration(namespace, name, vmi, phase, ours, created, _ended(status, phase, created),
+                         target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "",
+                         evacuated if isinstance(evacuated, str) else None, read_str(spec, "priority", "spec"))
+    except Malformed as exc:
+        return Skipped(what, str(exc))
+
+
+def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[int, int]:
+    """(ours, all) migrations in flight, cluster-wide."""
+    flying = [m for m in migrations if m.in_flight(now)]
+    return sum(1 for m in flying if m.ours), len(flying)
+
+
+def outbound_counts(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> collections.Counter[str]:
+    """Migrations in flight by the node they leave, as KubeVirt counts them against
+    parallelOutboundMigrationsPerNode (`outboundMigrationsOnNode`): the VMI's migration source
+    while one is under way, else its node. A migration of a VMI not seen counts nowhere."""
+    nodes: dict[tuple[str, str], str] = {}
+    for vmi in vmis:
+        state = vmi.migration
+        node = state.source_node if state is not None and state.in_flight and state.source_node else vmi.node
+        if node:
+            nodes[vmi.namespace, vmi.name] = node
+    return collections.Counter(nodes[key] for m in migrations
+                               if m.in_flight(now) and (key := (m.namespace, m.vmi)) in nodes)
+
+
+def of_vmi(migrations: Iterable[Migration], vmi: VmiView | tuple[str, str]) -> list[Migration]:
+    namespace, name = vmi if isinstance(vmi, tuple) else (vmi.namespace, vmi.name)
+    return [m for m in migrations if m.namespace == namespace and m.vmi == name]
+
+
+def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
+    """A migration of this VMI is in flight: the VMI says so, or a migration object of it is
+    (a queued one is not in the VMI's status yet), or one has succeeded that the VMI does not
+    show yet (`unseen_success`). However old an unfinished one of ours is, it still holds its
+    VM: it only stops counting against the in-flight limits after an hour, so that a second
+    migration of the same VM is never created."""
+    if vmi.migration is not None and vmi.migration.in_flight:
+        return True
+    mine = of_vmi(migrations, vmi)
+    return any(m.in_flight(now) or (m.ours and not m.final) for m in mine) or unseen_success(vmi, mine, now) is not None
+
+
+def unseen_success(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> Migration | None:
+    """The VMI's latest migration succeeded, but the VMI as seen does not name it yet.
+
+    KubeVirt marks a migration Succeeded once the VMI's migrationState shows it completed (its
+    `migrationUid`), so such a VMI is older than the migration as seen: two watches, each with
+    its own lag. It still shows the VM on its old node; until it catches up, the migration counts
+    as in flight. For at most UNSEEN_FOR after the end: a VMI started again never names it.
+    """
+    done = [m for m in of_vmi(migrations, vmi) if m.succeeded and m.uid and m.ended is not None]
+    if not done:
+        return None
+    latest = max(done, key=lambda m: (m.ended or EPOCH, m.created))
+    if latest.ended is None or now - latest.ended >= UNSEEN_FOR:
+        return None
+    shown = next((m for m in done if vmi.migration is not None and m.uid == vmi.migration.migration_uid), None)
+    # Times have whole seconds: one that ended in the same second as the latest will do.
+    return None if shown is not None and shown.ended == latest.ended else latest
+
+
+def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetime | None:
+    """When the VMI's latest migration of any origin ended (the VMI's own record included:
+    migration objects may be gone)."""
+    ends = [m.ended for m in of_vmi(migrations, vmi) if m.ended is not None]
+    if vmi.migration is not None and vmi.migration.ended is not None:
+        ends.append(vmi.migration.ended)
+    return max(ends, default=None)
+
+
+def last_move(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None:
+    """The migration that brought the VM where it runs: the VMI's latest one that succeeded.
+
+    The VMI names its latest migration (`status.migrationState.migrationUid`); when that one
+    succeeded, it is the one, and if its object is gone (someone deleted it: KubeVirt itself keeps
+    a VMI's 5 newest finished ones) nobody can tell where it came from: None. When it failed, the
+    VM still runs where the latest migration that succeeded brought it. A VMI that shows no
+    migration has not moved since it started (migrations of an earlier run of the VM are not it).
+    """
+    state = vmi.migration
+    if state is None:
+        return None
+    moves = [m for m in of_vmi(migrations, vmi) if m.succeeded]
+    if state.completed and not state.failed and state.migration_uid:
+        return next((m for m in moves if m.uid == state.migration_uid), None)
+    return max(moves, key=lambda m: (m.ended or m.created, m.created), default=None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """One migration we created for a VM: when, and how it ended (None while unfinished)."""
+
+    created: datetime
+    ended: datetime | None = None
+    succeeded: bool | None = None
+
+
+def attempts(vmi: VmiView | tuple[str, str], migrations: Iterable[Migration]) -> list[Attempt]:
+    """Our migrations of this VM, oldest first."""
+    found = [Attempt(m.created, m.ended, m.succeeded if m.final else None)
+             for m in of_vmi(migrations, vmi) if m.ours]
+    return sorted(found, key=lambda a: a.created)
+
+
+# --------------------------------------------------------------------------- backoff
+
+
+def backoff_delay(failures: int) -> timedelta:
+    """30 min after one failure, doubling per consecutive failure, at most 24 h."""
+    if failures <= 0:
+        return timedelta(0)
+    return min(BACKOFF_FIRST * 2 ** min(failures - 1, 16), BACKOFF_CAP)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    failures: int  # consecutive failures since the last success
+    until: datetime | None
+
+
+def backoff(history: Iterable[Attempt]) -> Backoff:
+    """Where a VM stands after our attempts: consecutive failures at the end; a success resets."""
+    done = sorted((a for a in history if a.succeeded is not None), key=lambda a: a.ended or a.created)
+    failures = 0
+    for attempt in reversed(done):
+        if attempt.succeeded:
+            break
+        failures += 1
+    if not failures:
+        return Backoff(0, None)
+    last = done[-1]
+    return Backoff(failures, (last.ended or last.created) + backoff_delay(failures))
+
+
+def target_hostname(node: Any) -> str | None:
+    """The node's own kubernetes.io/hostname label value (it can differ from the node name)."""
+    value = kinds.labels(node).get(kinds.HOSTNAME_LABEL)
+    return value if isinstance(value, str) and value else None
+
+
+def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
+                       priority: str | None = None) -> dict[str, Any] | Skipped:
+    """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot.
+
+    addedNodeSelector is label-based: the node is selected by its own hostname label value;
+    a node without one cannot be targeted. The node name and the reason are recorded as
+    annotations, and the managed-by label tells our migrations from others. KubeVirt deletes
+    a target pod that stays unschedulable for UNPLACEABLE_SECONDS (its annotation, instead of
+    its 5-minute default): the migration fails rather than hold a slot a drain needs, even
+    with no keeper to cancel it. `priority` (MIGRATION_PRIORITY) where the cluster keeps it.
+    """
+    name = kinds.meta(node).get("name")
+    shown = name if isinstance(name, str) and name else "(unnamed)"
+    hostname = target_hostname(node)
+    if hostname is None:
+        return Skipped(f"node {shown}", f"node {shown} has no {kinds.HOSTNAME_LABEL} label: cannot target it")
+    annotations = {kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY: shown,
+                   kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION: str(UNPLACEABLE_SECONDS)}
+    if reason:
+        annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.REASON] = clip_reason(reason)
+    return {
+        "apiVersion": kinds.VMIM.api_version,
+        "kind": kinds.VMIM.kind,
+        "metadata": {
+            "generateName": f"{vmi.name}{NAME_INFIX}",
+            "namespace": vmi.namespace,
+            "labels": {kinds.MANAGED_BY_LABEL: kinds.COMPONENT},
+            "annotations": annotations,
+        },
+        "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}}
+        | ({"priority": priority} if priority else {}),
+    }

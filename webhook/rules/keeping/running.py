@@ -1,0 +1,238 @@
+"""Where a VM runs: its launcher pods, and its VMI as the keeper reads it.
+
+KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
+`staging/src/kubevirt.io/api/core/v1/types.go`): a migration target pod keeps
+`kubevirt.io/migrationJobUID` for life and is the VM's pod once the migration completes; all
+pods of one VMI carry `kubevirt.io/created-by: <VMI uid>`; VMI `status.nodeName` switches to
+the target when a migration completes; `status.migrationState` tells whether one is in flight
+and to where.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from ... import kinds
+from ...config import Settings
+from ..placement.classify import Skip, running_exemption
+from ..placement.facts import claims_of
+from ..placement.patch import REQUIRED
+from ..shared.prune import drop_empty, keep_or_drop
+from ..shared.reading import Malformed, Skipped, read_bool, read_identity, read_object, read_str, read_time
+from ..shared.times import EPOCH, parse_time
+
+
+# --------------------------------------------------------------------------- where a VM runs: pods
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmPods:
+    """Launcher pods that say where their VMs run now (one per VMI), and why the others do not."""
+
+    running: list[dict[str, Any]]
+    skipped: list[tuple[dict[str, Any], Skip]]
+
+
+def _newest_last(pod: dict[str, Any]) -> tuple[datetime, str]:
+    metadata = kinds.meta(pod)
+    name = metadata.get("name")
+    return parse_time(metadata.get("creationTimestamp")) or EPOCH, name if isinstance(name, str) else ""
+
+
+def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool = False) -> VmPods:
+    """Which candidate launcher pods are where their VMs run now.
+
+    Pods of one VMI (label kubevirt.io/created-by) are one VM: of those that run, scheduled
+    and not terminating, the newest counts. During a migration the target is newer than its
+    source, so the VM counts where it is going once the target is scheduled; a failed
+    target (terminating or finished) drops out and the source counts again; after success
+    the source finishes and the target (still labelled as one) is the VM's pod. A pod
+    without the label stands alone. A pod passed twice counts once. Only opted-in VMs count,
+    unless `any_vm`.
+    """
+    groups: dict[tuple[str, str] | int, list[dict[str, Any]]] = {}
+    skipped: list[tuple[dict[str, Any], Skip]] = []
+    seen: set[tuple[str, str]] = set()
+    for pod in pods:
+        metadata = kinds.meta(pod)
+        name, namespace = metadata.get("name"), metadata.get("namespace") or ""
+        if isinstance(name, str) and name:
+            if (namespace, name) in seen:
+                continue
+            seen.add((namespace, name))
+        why = running_exemption(pod, settings, any_vm=any_vm)
+        if why is not None:
+            skipped.append((pod, why))
+            continue
+        uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+        key: tuple[str, str] | int = (namespace, uid) if isinstance(uid, str) and uid else id(pod)
+        groups.setdefault(key, []).append(pod)
+    running: list[dict[str, Any]] = []
+    for group in groups.values():
+        group.sort(key=_newest_last)
+        running.append(group[-1])
+        skipped += [(pod, Skip.SUPERSEDED) for pod in group[:-1]]
+    return VmPods(running, skipped)
+
+
+# --------------------------------------------------------------------------- where a VM runs: the VMI
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmiMigration:
+    """The VMI's latest migration as KubeVirt reports it (`status.migrationState`)."""
+
+    source_node: str | None
+    target_node: str | None
+    target_pod: str | None
+    started: datetime | None
+    ended: datetime | None
+    completed: bool
+    failed: bool
+    migration_uid: str | None = None  # the uid of the VirtualMachineInstanceMigration
+
+    @property
+    def in_flight(self) -> bool:
+        return not self.completed and not self.failed and self.ended is None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmiView:
+    """What the keeper reads from a VMI."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    node: str | None  # status.nodeName: where the VM runs
+    opted_in: bool  # the opt-in annotation reached the VMI from the VM template
+    kept: bool  # False when annotated kubevirt-scheduler/keep: "false"
+    live_migratable: bool  # condition LiveMigratable is "True"
+    not_migratable: str  # why not, from the condition, when it is not
+    migration: VmiMigration | None
+    claims: tuple[str, ...] = ()
+    node_selector: dict[str, Any] = dataclasses.field(default_factory=dict)  # the VMI's own spec.nodeSelector
+    cpu_model: str = ""  # spec.domain.cpu.model (virt-api sets host-model by default)
+    # The machine type as virt-controller reads it for the VM's next pod (`machine_from` says where):
+    # status.machine.type (the canonical one it runs with), else spec.domain.machine.type, else none.
+    machine_type: str = ""
+    machine_from: str = ""  # STATUS_MACHINE, SPEC_MACHINE or ""
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and bool(self.node)
+
+
+def _live_migratable(conditions: Any) -> tuple[bool, str]:
+    if conditions is None:
+        conditions = []
+    if not isinstance(conditions, list):
+        raise Malformed(f"status.conditions is a {type(conditions).__name__}, not a list")
+    for condition in conditions:
+        if isinstance(condition, dict) and condition.get("type") == kinds.LIVE_MIGRATABLE:
+            if condition.get("status") == "True":
+                return True, ""
+            detail = ": ".join(str(condition[k]) for k in ("reason", "message") if condition.get(k))
+            return False, detail or f"{kinds.LIVE_MIGRATABLE} is {condition.get('status')!r}"
+    return False, f"no {kinds.LIVE_MIGRATABLE} condition"
+
+
+def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
+    state = read_object(status, "migrationState", "status")
+    if not state:
+        return None
+    where = "status.migrationState"
+    return VmiMigration(
+        source_node=read_str(state, "sourceNode", where) or None,
+        target_node=read_str(state, "targetNode", where) or None,
+        target_pod=read_str(state, "targetPod", where) or None,
+        started=read_time(state, "startTimestamp", where),
+        ended=read_time(state, "endTimestamp", where),
+        completed=read_bool(state, "completed", where),
+        failed=read_bool(state, "failed", where),
+        migration_uid=read_str(state, "migrationUid", where) or None,
+    )
+
+
+STATUS_MACHINE, SPEC_MACHINE = "status.machine.type", "spec.domain.machine.type"  # where VmiView.machine_type is from
+
+
+def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
+    """The machine type virt-controller selects nodes by (kubevirt/kubevirt
+    pkg/virt-controller/services/template.go, `newNodeSelectorRenderer`): status.machine.type,
+    else spec.domain.machine.type, else none (no machine-type selector at all); and where from."""
+    for where, container, source in (("status", status, STATUS_MACHINE), ("spec.domain", domain, SPEC_MACHINE)):
+        machine_type = read_str(read_object(container, "machine", where), "type", f"{where}.machine")
+        if machine_type:
+            return machine_type, source
+    return "", ""
+
+
+def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
+    """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape)."""
+    what = "VMI"
+    try:
+        namespace, name, metadata = read_identity(obj, "VMI")
+        what = f"VMI {namespace}/{name}"
+        status = read_object(obj, "status", "VMI")
+        spec = read_object(obj, "spec", "VMI")
+        migratable, why = _live_migratable(status.get("conditions"))
+        domain = read_object(spec, "domain", "spec")
+        machine_type, machine_from = _machine_type(status, domain)
+        annotations = kinds.annotations(obj)
+        uid = metadata.get("uid")
+        return VmiView(
+            namespace=namespace,
+            name=name,
+            uid=uid if isinstance(uid, str) else "",
+            phase=read_str(status, "phase", "status"),
+            node=read_str(status, "nodeName", "status") or None,
+            opted_in=annotations.get(settings.opt_in_annotation) == "true",
+            kept=annotations.get(kinds.KEEP_ANNOTATION) != "false",
+            live_migratable=migratable,
+            not_migratable=why,
+            migration=_vmi_migration(status),
+            claims=tuple(claims_of(obj)),
+            node_selector=dict(read_object(spec, "nodeSelector", "spec")),
+            cpu_model=read_str(read_object(domain, "cpu", "spec.domain"), "model", "spec.domain.cpu"),
+            machine_type=machine_type,
+            machine_from=machine_from,
+        )
+    except Malformed as exc:
+        return Skipped(what, str(exc))
+
+
+def own_pods(vmi_uid: str) -> dict[str, Any]:
+    """The label selector of a VMI's own pods, which KubeVirt keeps a migration target apart from."""
+    return {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
+
+
+def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
+    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
+    created as a migration target: without kubevirt.io/migrationJobUID, the required
+    anti-affinity to the VMI's own pods that only targets get, and the node a targeted
+    migration asked for (`spec.addedNodeSelector`, merged into the target's nodeSelector:
+    kubernetes.io/hostname, unless the VMI's own `spec.nodeSelector` names it) (kubevirt/kubevirt
+    pkg/virt-controller/watch/migration/migration.go). `explain` and the keeper judge the VM,
+    not one migration target: after a targeted migration every other node would fail the
+    target's own selector."""
+    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
+        return pod
+    pod = copy.deepcopy(pod)
+    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
+    selector = kinds.spec(pod).get("nodeSelector")
+    own = vmi_selector if isinstance(vmi_selector, dict) else {}
+    if isinstance(selector, dict) and kinds.HOSTNAME_LABEL in selector and kinds.HOSTNAME_LABEL not in own:
+        del selector[kinds.HOSTNAME_LABEL]
+    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    affinity = kinds.spec(pod).get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
+    if vmi_uid and isinstance(terms, list):
+        mine = own_pods(vmi_uid)
+        keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == mine)])
+        drop_empty(pod["spec"], "affinity", "podAntiAffinity")
+    return pod

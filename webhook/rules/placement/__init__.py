@@ -1,0 +1,1 @@
+"""Where a pod is placed: which pods, the facts they follow, the decision, the patch and its inverse."""

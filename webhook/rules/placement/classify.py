@@ -1,0 +1,104 @@
+"""Which pods the rules act on, and why not: a fixed phrase for each pod left untouched."""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from ... import kinds
+from ...config import Settings
+
+
+class Skip(enum.StrEnum):
+    """Why a pod was left untouched: short fixed phrases (a metric label, a log field)."""
+
+    NOT_POD_CREATION = "not a pod creation"
+    NOT_A_POD = "object is not a Pod"
+    RULE_OFF = "share-manager rule is off"
+    NO_VOLUME_LABEL = "no volume label"
+    ALREADY_BOUND = "already bound to a node"
+    CONSUMERS_UNKNOWN = "consumers unknown"
+    NO_CONSUMER = "no running consumer"
+    INTERNAL_ERROR = "internal error"
+    NOT_LAUNCHER = "not a virt-launcher pod"
+    NOT_OPTED_IN = "not opted in"
+    MIGRATION_TARGET = "migration target"
+    MIGRATION_UNKNOWN = "migration unknown"  # --migration-targets prefer: the pod's migration could not be read
+    MIGRATION_NAMES_NODE = "migration names its node"
+    NO_STORAGE_NODE = "no storage node"
+    EPHEMERAL = "ephemeral provisioning pod"
+    TERMINATING = "terminating"
+    FINISHED = "finished"
+    NOT_SCHEDULED = "not scheduled yet"
+    SUPERSEDED = "an older pod of the same VMI"
+
+
+def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:
+    key, value = kinds.SHARE_MANAGER_COMPONENT
+    return namespace == settings.longhorn_namespace and kinds.labels(pod).get(key) == value
+
+
+def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Skip | None:
+    """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
+    return _not_opted_in(kinds.labels(pod), kinds.annotations(pod), settings)
+
+
+def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Skip | None:
+    if labels.get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:  # kinds.is_launcher
+        return Skip.NOT_LAUNCHER
+    if annotations.get(settings.opt_in_annotation) != "true":
+        return Skip.NOT_OPTED_IN
+    return None
+
+
+def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+    """Why this pod is left untouched by the VM rule at its creation, or None when we act on it.
+
+    Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
+    the source's share-manager would fight its anti-affinity and make migration impossible.
+    """
+    # kinds.labels and kinds.annotations, reading the metadata once: every VM start asks.
+    metadata = kinds.meta(pod)
+    labels, annotations = metadata.get("labels"), metadata.get("annotations")
+    labels, annotations = labels if isinstance(labels, dict) else {}, annotations if isinstance(annotations, dict) else {}
+    if (why := _not_opted_in(labels, annotations, settings)) is not None:
+        return why
+    if kinds.MIGRATION_JOB_LABEL in labels:
+        return Skip.MIGRATION_TARGET
+    if annotations.get(kinds.EPHEMERAL_PROVISIONING) == "true":
+        return Skip.EPHEMERAL
+    if kinds.spec(pod).get("nodeName"):
+        return Skip.ALREADY_BOUND
+    return None
+
+
+def target_exemption(pod: dict[str, Any]) -> Skip | None:
+    """Why an opted-in VM's migration target pod is left untouched by `--migration-targets prefer`
+    before its migration is read, or None (`vm_exemption` has said MIGRATION_TARGET)."""
+    if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
+        return Skip.EPHEMERAL
+    if kinds.spec(pod).get("nodeName"):
+        return Skip.ALREADY_BOUND
+    return None
+
+
+def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Skip | None:
+    """Why a launcher pod cannot be where its VM runs now, or None when it can.
+
+    A pod created as a migration target counts: KubeVirt never removes
+    kubevirt.io/migrationJobUID, and once the migration completes that pod is the VM's.
+    Which of a VMI's pods counts is chosen among these (`rules.keeping.running.vm_pods`): the cold-start
+    rule, `explain`, `status` and the keeper all ask it where a VM runs. `any_vm` counts VMs
+    that are not opted in too (`explain` answers for any VM).
+    """
+    why = opted_in_launcher(pod, settings)
+    if why is Skip.NOT_LAUNCHER or (why is not None and not any_vm):
+        return why
+    if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
+        return Skip.EPHEMERAL
+    if kinds.terminating(pod):
+        return Skip.TERMINATING
+    if kinds.finished(pod):
+        return Skip.FINISHED
+    if not kinds.spec(pod).get("nodeName"):
+        return Skip.NOT_SCHEDULED
+    return None

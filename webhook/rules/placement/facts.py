@@ -1,0 +1,135 @@
+"""What a pod follows: PVC → PV → Longhorn volume → the node of its share-manager.
+
+Facts (longhorn/longhorn-manager, controller/share_manager_controller.go): since 1.4 the
+share-manager pod `share-manager-<volume>` is placed by kube-scheduler and ShareManager
+`status.ownerID` follows its node only while `status.state == running`; otherwise ownerID
+is stale. Migratable RWX block volumes have no ShareManager at all (404 is normal).
+
+Pure: the functions take objects and say why; `disk_fact` asks for the objects it needs, and
+`cluster/resolve.py` decides where they come from. A disk that fails any step contributes
+no node.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ... import kinds
+from ...config import Settings
+from ...kinds import POD, PV, PVC, SHARE_MANAGER, Resource
+from ..shared.record import record
+
+
+@record
+class Fact:
+    """One thing a pod follows (a disk's share-manager, a consuming VM): its node, or why none."""
+
+    subject: str  # what the fact is about: a PVC name, or a VM pod
+    node: str | None
+    reason: str
+    volume: str | None = None
+    known: bool = True  # False: the API could not tell (an error, no answer in time), not a finding
+
+
+def claims_of(obj: dict[str, Any]) -> list[str]:
+    """PVC names of a pod's (or VMI's) volumes, in order, once each.
+
+    In the pod, DataVolumes appear as PVCs; in a VM or VMI spec, a `dataVolume` volume's PVC
+    has the DataVolume's name.
+    """
+    claims: list[str] = []
+    volumes = kinds.spec(obj).get("volumes")
+    if not isinstance(volumes, list):
+        return claims
+    for volume in volumes:
+        source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
+        if source is None:
+            continue  # most volumes: emptyDir, secret, ...
+        name = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
+        if isinstance(name, str) and name and name not in claims:
+            claims.append(name)
+    return claims
+
+
+def volume_of(
+    namespace: str, claim: str, pvc: dict[str, Any] | None, pv: dict[str, Any] | None, driver: str
+) -> tuple[str | None, str]:
+    """The Longhorn volume behind a claim (PV spec.csi.volumeHandle), or None and why."""
+    if pvc is None:
+        return None, f"PVC {namespace}/{claim} not found"
+    spec = pvc.get("spec") or {}
+    if "ReadWriteMany" not in (spec.get("accessModes") or []):
+        return None, f"PVC {namespace}/{claim} is not ReadWriteMany"
+    pv_name = spec.get("volumeName")
+    if not pv_name:
+        return None, f"PVC {namespace}/{claim} is not bound yet"
+    if pv is None:
+        return None, f"PV {pv_name} not found"
+    csi = (pv.get("spec") or {}).get("csi") or {}
+    if csi.get("driver") != driver:
+        return None, f"PV {pv_name} is not a {driver} volume"
+    handle = csi.get("volumeHandle")
+    if not handle:
+        return None, f"PV {pv_name} has no volumeHandle"
+    # The volume name is the handle: equal to the PV name only for dynamic provisioning.
+    return handle, f"PVC {namespace}/{claim} is Longhorn volume {handle}"
+
+
+def share_manager_node(
+    volume: str, pod: dict[str, Any] | None, share_manager: dict[str, Any] | None
+) -> tuple[str | None, str]:
+    """Node of the volume's share-manager: the pod's node, else a *running* ShareManager's ownerID."""
+    if pod is not None:
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if node and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+            return node, f"share-manager of {volume} runs on {node}"
+    if share_manager is None:
+        return None, f"volume {volume} has no share-manager"
+    status = share_manager.get("status") or {}
+    state = status.get("state") or "unknown"
+    if state != "running":
+        # ownerID of a stopped/starting/stopping/error share-manager is stale: never use it.
+        return None, f"share-manager of {volume} is {state}"
+    owner = status.get("ownerID")
+    if not owner:
+        return None, f"share-manager of {volume} is running but names no node"
+    return owner, f"share-manager of {volume} runs on {owner}"
+
+
+Lookup = tuple[Resource, "str | None", str]
+# Answers one look-up as a Store's `peek` does: (True, the object or None when it does not
+# exist), or (False, None) when it cannot tell.
+Peek = Callable[[Resource, "str | None", str], "tuple[bool, dict[str, Any] | None]"]
+
+
+def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fact | None:
+    """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager
+    pod, and the ShareManager when the pod does not say; None as soon as `peek` cannot tell (cluster/resolve.py then reads
+    that object elsewhere and asks again). A plain call: answered from memory, it costs no
+    more than the look-ups themselves."""
+    if not kinds.valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
+        return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
+    known, pvc = peek(PVC, namespace, claim)
+    if not known:
+        return None
+    pv_name = ((pvc or {}).get("spec") or {}).get("volumeName")
+    pv = None
+    if pv_name:
+        known, pv = peek(PV, None, pv_name)
+        if not known:
+            return None
+    volume, why = volume_of(namespace, claim, pvc, pv, settings.csi_driver)
+    if volume is None:
+        return Fact(claim, None, why)
+    known, pod = peek(POD, settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
+    if not known:
+        return None
+    node, why = share_manager_node(volume, pod, None)
+    if node is None:  # the pod does not say where: the ShareManager may (it is not needed otherwise)
+        known, share_manager = peek(SHARE_MANAGER, settings.longhorn_namespace, volume)
+        if not known:
+            return None
+        node, why = share_manager_node(volume, pod, share_manager)
+    return Fact(claim, node, why, volume=volume)

@@ -1,0 +1,74 @@
+"""The safety net under the pin: a pod we pinned that kube-scheduler still cannot place.
+
+Our never-strand checks are a best effort against the scheduler's own view (a pod bound a
+moment ago may be missing from ours). A pinned pod that is still unschedulable some time
+after its creation is reported, so an admin can see and undo it: the pod's
+`PodScheduled` condition is False with reason `Unschedulable`, and its message is the
+scheduler's own explanation (pkg/scheduler/schedule_one.go).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from ... import kinds
+from ...config import Settings
+from .decide import REQUIRING
+from ..shared.times import parse_time
+
+GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
+
+
+@dataclasses.dataclass(frozen=True)
+class Stranded:
+    namespace: str
+    pod: str
+    vm: str | None
+    node: str  # where we pinned it
+    since: datetime.datetime  # when the pod was created
+    message: str  # the scheduler's
+
+    def describe(self, now: datetime.datetime) -> str:
+        minutes = int((now - self.since).total_seconds() // 60)
+        return f"pinned to {self.node}, unschedulable for {minutes} min: {self.message}"
+
+
+def unschedulable(pod: Any) -> str | None:
+    """The scheduler's message when it has given up on the pod for now, else None."""
+    for condition in kinds.status(pod).get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
+            if condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
+                return str(condition.get("message") or "no message from the scheduler")
+            return None
+    return None
+
+
+def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
+    """Since when the scheduler has been unable to place a pod waiting for a node, and its
+    message: the PodScheduled condition's lastTransitionTime (else the pod's creation), read from
+    the cluster so that a new leader agrees. None for a pod placed, going away or finished."""
+    if kinds.spec(pod).get("nodeName") or kinds.terminating(pod) or kinds.finished(pod):
+        return None
+    message = unschedulable(pod)
+    if message is None:
+        return None
+    condition = next(c for c in kinds.status(pod).get("conditions") or () if isinstance(c, dict)
+                     and c.get("type") == "PodScheduled")
+    since = parse_time(condition.get("lastTransitionTime")) or parse_time(kinds.meta(pod).get("creationTimestamp"))
+    return (since, message) if since is not None else None
+
+
+def stranded(pod: Any, namespace: str, settings: Settings, now: datetime.datetime) -> Stranded | None:
+    """The pod when we pinned it and it has been unschedulable for longer than GRACE."""
+    annotations = kinds.annotations(pod)
+    if annotations.get(settings.decision_annotation) not in REQUIRING or kinds.spec(pod).get("nodeName"):
+        return None
+    if kinds.terminating(pod) or kinds.finished(pod):
+        return None
+    message = unschedulable(pod)
+    created = parse_time(kinds.meta(pod).get("creationTimestamp"))
+    if message is None or created is None or now - created < GRACE:
+        return None
+    return Stranded(namespace=namespace, pod=str(kinds.meta(pod).get("name") or "?"), vm=kinds.vm_name(pod),
+                    node=str(annotations.get(settings.node_annotation) or "?"), since=created, message=message)

@@ -1,0 +1,109 @@
+"""Pure: where a share-manager and its VM can land together, when the VM is leaving its node.
+
+A drain cordons a node (and KubeVirt taints it `kubevirt.io/drain`), evicts the share-manager
+pods at once, and migrates the node's VMs a few at a time (KubeVirt runs 2 per source node):
+longhorn-manager re-creates each share-manager seconds later, while most of their VMs still
+wait on the drained node. Following the VM there is impossible, and a share-manager left to go
+anywhere may land where the VM can never follow: a node of an older CPU generation or QEMU
+refuses the VM's *migration* target pod (`rules/keeping/target.py`) though it would take a new pod.
+So the share-manager is required to be among the nodes where both it and the VM's migration
+target pod fit, with preferences toward those with most room for the VM; the keeper then
+always has a move that can succeed, and `--migration-targets prefer` lands the VM there at
+once. The checks are the pin's never-strand checks (`rules/fit/`), for both
+pods, on every node.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from .. import fit
+from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
+from ..fit.demand import Demand
+from ..fit.fields import Unreadable, name_of
+from ..fit.resources import least_allocated
+from ..keeping.target import TargetPod, lacking
+
+PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
+SHOWN = 5  # nodes named in a reason before "and N more"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Landing:
+    """A node that takes both pods now, and the room it leaves the VM (NodeResourcesFit's score, 0–1)."""
+
+    node: str
+    room: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Landings:
+    """Where both land, most room first; and why each other node does not (for the reason)."""
+
+    nodes: tuple[Landing, ...]
+    refused: Mapping[str, str]
+
+
+def landings(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
+             source: str, view: fit.View) -> Landings:
+    """Every node of the view but the VM's own (`source`, which a migration target never takes),
+    judged for the share-manager pod and for the VM's migration target pod."""
+    refused: dict[str, str] = {}
+    try:
+        shared = Demand.of(share_manager, share_manager_namespace, view.memo)
+        moved = Demand.of(target.pod, vm_namespace, view.memo)
+    except Unreadable as error:
+        return Landings((), {"*": f"a pod cannot be read: {error}"})
+    found = []
+    for node in view.nodes():
+        name = name_of(node)
+        if not isinstance(name, str) or not name:
+            continue
+        if name == source:
+            refused[name] = f"node {name} is where the VM runs now"
+            continue
+        why = (fit.why_not_run(name, node, share_manager, needs_kubevirt=False)
+               or fit.why_not_fit(share_manager, share_manager_namespace, node, view, "the share-manager",
+                                  demand=shared)
+               or lacking(target, name, node)
+               or fit.why_not_run(name, node, target.pod, needs_kubevirt=True)
+               or fit.why_not_fit(target.pod, vm_namespace, node, view, "the VM", demand=moved))
+        if why is not None:
+            refused[name] = why
+            continue
+        room = least_allocated(moved, node, view)
+        found.append(Landing(name, room if room is not None else 0.0))
+    found.sort(key=lambda landing: (-landing.room, landing.node))
+    return Landings(tuple(found), refused)
+
+
+def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
+    """A list for a reason: the first few, then how many more."""
+    shown = separator.join(items[:SHOWN])
+    return shown if len(items) <= SHOWN else f"{shown} and {len(items) - SHOWN} more"
+
+
+def decide_together(found: Landings, vm: str, leaving: str, *, required: bool) -> Decision | None:
+    """Pinned among the nodes where both land (or only preferred, with `required` False), the
+    ones with most room for the VM preferred; None when no node takes both."""
+    if not found.nodes:
+        return None
+    best = found.nodes[:PREFERRED_NODES]
+    top = best[0].room or 1.0
+    preferences = tuple((landing.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * landing.room / top))))
+                        for landing in best)
+    among = tuple(sorted(landing.node for landing in found.nodes))
+    where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
+    preferred = f"preferred {named([n for n, _ in preferences])} (most room for the VM)"
+    if not required:
+        reason = f"{preferred}, among {named(among)}, {where} (pins are preferences only: --pin preferred)"
+        return Decision(PREFERRED, preferences=preferences, reason=reason)
+    return Decision(AMONG, preferences=preferences, reason=f"pinned among {named(among)}, {where}; {preferred}",
+                    among=among)
+
+
+def nowhere(found: Landings, vm: str) -> str:
+    """Why no node takes both pods, for the reason of the decision made without them."""
+    reasons = [why for _, why in sorted(found.refused.items())]
+    return f"no node takes both this share-manager and the migration of {vm}: {named(reasons, '; ') or 'no nodes'}"

@@ -1,0 +1,1 @@
+"""What placement and keeping both read: times, typed fields, quantities, records, pruning of nested objects."""

@@ -1,0 +1,73 @@
+"""Reading KubeVirt objects for the keeper: typed fields, or why an object is of unexpected shape."""
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from ... import kinds
+from .times import parse_time
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Skipped:
+    """An object of unexpected shape, left alone: which one, and why."""
+
+    what: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.reason}"
+
+
+class Malformed(ValueError):
+    """Raised while reading an object; becomes a Skipped."""
+
+
+
+def read_time(container: dict[str, Any], key: str, where: str) -> datetime | None:
+    """A timestamp field: None when absent, Malformed when present but unreadable."""
+    value = container.get(key)
+    if value is None or value == "":
+        return None
+    parsed = parse_time(value)
+    if parsed is None:
+        raise Malformed(f"{where}.{key} {str(value)[:40]!r} is not an RFC 3339 time")
+    return parsed
+
+
+KIND_NAMES = {dict: "an object", str: "a string", bool: "a boolean"}
+
+
+def read_typed(container: dict[str, Any], key: str, where: str, kind: type) -> Any:
+    """A field of `kind` (dict, str or bool): its empty value when absent, Malformed when of
+    another type."""
+    value = container.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise Malformed(f"{where}.{key} is a {type(value).__name__}, not {KIND_NAMES[kind]}")
+    return value
+
+
+def read_object(container: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    return read_typed(container, key, where, dict)
+
+
+def read_str(container: dict[str, Any], key: str, where: str) -> str:
+    return read_typed(container, key, where, str)
+
+
+def read_bool(container: dict[str, Any], key: str, where: str) -> bool:
+    return read_typed(container, key, where, bool)
+
+
+def read_identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
+    if not isinstance(obj, dict):
+        raise Malformed(f"a {kind} is a {type(obj).__name__}, not an object")
+    metadata = read_object(obj, "metadata", kind)
+    namespace, name = read_str(metadata, "namespace", "metadata"), read_str(metadata, "name", "metadata")
+    if not kinds.valid_name(name) or not kinds.valid_name(namespace):
+        raise Malformed(f"metadata.namespace/name {namespace[:60]!r}/{name[:60]!r} is not a valid object name")
+    return namespace, name, metadata
+
