@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import random
 import uuid
 from pathlib import Path
@@ -56,6 +57,12 @@ def stable_uid(*parts: str) -> str:
 
 
 def load_all(name: str) -> list[dict[str, Any]]:
+    """The documents of a fixture, a fresh copy each call (the file is parsed once)."""
+    return copy.deepcopy(_parsed(name))
+
+
+@functools.cache
+def _parsed(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
 
 

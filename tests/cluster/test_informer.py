@@ -85,9 +85,8 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
     claim = rwx_disk("a", "node-a")[0]
     claim["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
     pvcs.apply(Event(EventType.ADDED, claim))
-    assert pvcs.get("default", "a") == {"metadata": {"name": "a", "namespace": "default"},
-                                        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": "pvc-a"},
-                                        "status": {"phase": "Bound"}}
+    assert pvcs.get("default", "a") == shapes(Settings())[PVC.kind](claim)
+    assert "managedFields" not in pvcs.get("default", "a")["metadata"]
     changed = copy.deepcopy(claim)
     changed["spec"]["accessModes"] = ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.MODIFIED, changed))

@@ -5,6 +5,9 @@ shape from `shapes`, the one place these fields are listed. Most kinds are decla
 applied by `trim`); pods are written out (`shape_pod`): every pod of the cluster is kept, and
 what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
 keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
+
+A rule that starts reading a field must find it kept here: tests/cluster/test_kept.py asks the
+rules the same questions of whole objects and of their kept shapes, over generated clusters.
 """
 from __future__ import annotations
 
@@ -117,86 +120,103 @@ def pod_annotations(settings: Settings) -> Callable[[str], bool]:
     return ours
 
 
-def shape_pod(settings: Settings) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def shape_pod(settings: Settings) -> Shape:
     """A pod reduced to what the rules and the scheduler checks read. Every pod of the cluster
     is kept, so this is written out rather than declared: ports only where a host port is
     taken, conditions only while the scheduler cannot place the pod, claims only of launchers."""
     keep_annotation = pod_annotations(settings)
 
-    def container(value: Any, host_network: bool) -> Any:
-        if not isinstance(value, dict):
-            return value
-        kept: dict[str, Any] = {}
-        resources = value.get("resources")
-        if isinstance(resources, dict):
-            wanted = {k: resources[k] for k in ("requests", "limits") if resources.get(k)}
-            if wanted:
-                kept["resources"] = wanted
-        ports = value.get("ports")
-        if isinstance(ports, list):
-            held = [p for p in ports if not isinstance(p, dict) or p.get("hostPort") or host_network]
-            if held:
-                kept["ports"] = held
-        if value.get("restartPolicy"):
-            kept["restartPolicy"] = value["restartPolicy"]
-        return kept
-
     def shape(pod: dict[str, Any]) -> dict[str, Any]:
-        meta, spec, status = kinds.meta(pod), kinds.spec(pod), kinds.status(pod)
-        launcher = kinds.is_launcher(pod)
-        kept_meta = {k: meta[k] for k in ("name", "namespace", "labels", "deletionTimestamp") if meta.get(k)}
-        annotations = meta.get("annotations")
-        ours = {k: v for k, v in annotations.items() if keep_annotation(k)} if isinstance(annotations, dict) else {}
-        if ours:
-            kept_meta["annotations"] = ours
-        if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
-            # Which pod of a VM is the newest; how long a pod we pinned has waited.
-            kept_meta["creationTimestamp"] = meta["creationTimestamp"]
-        owner = kinds.vmi_owner(pod) if launcher else None
-        if owner is not None:  # the VMI an Event about the pod is about (its labels name the hostname)
-            kept_meta["ownerReferences"] = [{k: owner[k] for k in ("apiVersion", "kind", "name", "uid", "controller")
-                                             if k in owner}]
-        host_network = spec.get("hostNetwork") is True
-        kept_spec: dict[str, Any] = {}
-        for key in ("nodeName", "overhead", "resources", "hostNetwork"):
-            if spec.get(key):
-                kept_spec[key] = spec[key]
-        for key in ("containers", "initContainers"):
-            if isinstance(spec.get(key), list):
-                kept_spec[key] = [container(c, host_network) for c in spec[key]]
-        anti = (spec.get("affinity") or {}).get("podAntiAffinity") if isinstance(spec.get("affinity"), dict) else None
-        if isinstance(anti, dict) and anti.get("requiredDuringSchedulingIgnoredDuringExecution"):
-            kept_spec["affinity"] = {"podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": anti["requiredDuringSchedulingIgnoredDuringExecution"]}}
-        if launcher:
-            claims = trim(spec.get("volumes"), CLAIMS)
-            if claims:
-                kept_spec["volumes"] = claims
-        kept_status: dict[str, Any] = {}
-        if status.get("phase"):
-            kept_status["phase"] = status["phase"]
-        if spec.get("nodeName") and _resized(pod):
-            # An in-place resize under way: the scheduler counts the larger of spec, allocated and
-            # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
-            for key in ("containerStatuses", "initContainerStatuses"):
-                entries = [{k: e[k] for k in ("name", "resources", "allocatedResources") if k in e}
-                           for e in status.get(key) or () if isinstance(e, dict)]
-                if entries:
-                    kept_status[key] = entries
-            pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
-            if pending:
-                kept_status["conditions"] = pending
-            for key in ("containers", "initContainers"):
-                for kept, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
-                    if isinstance(kept, dict) and isinstance(whole, dict) and whole.get("name") is not None:
-                        kept["name"] = whole["name"]
-        if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
-            waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
-            if waiting:
-                kept_status["conditions"] = waiting
-        return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
+        spec, status, launcher = kinds.spec(pod), kinds.status(pod), kinds.is_launcher(pod)
+        kept_spec = _pod_spec(spec, launcher)
+        return {"metadata": _pod_metadata(pod, launcher, settings, keep_annotation), "spec": kept_spec,
+                "status": _pod_status(pod, spec, status, kept_spec)}
 
     return shape
+
+
+def _pod_metadata(pod: dict[str, Any], launcher: bool, settings: Settings,
+                  keep_annotation: Callable[[str], bool]) -> dict[str, Any]:
+    meta = kinds.meta(pod)
+    kept = {k: meta[k] for k in ("name", "namespace", "labels", "deletionTimestamp") if meta.get(k)}
+    annotations = meta.get("annotations")
+    ours = {k: v for k, v in annotations.items() if keep_annotation(k)} if isinstance(annotations, dict) else {}
+    if ours:
+        kept["annotations"] = ours
+    if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
+        # Which pod of a VM is the newest; how long a pod we pinned has waited.
+        kept["creationTimestamp"] = meta["creationTimestamp"]
+    owner = kinds.vmi_owner(pod) if launcher else None
+    if owner is not None:  # the VMI an Event about the pod is about (its labels name the hostname)
+        kept["ownerReferences"] = [{k: owner[k] for k in ("apiVersion", "kind", "name", "uid", "controller")
+                                    if k in owner}]
+    return kept
+
+
+def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
+    host_network = spec.get("hostNetwork") is True
+    kept: dict[str, Any] = {key: spec[key] for key in ("nodeName", "overhead", "resources", "hostNetwork")
+                            if spec.get(key)}
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            kept[key] = [_container(c, host_network) for c in spec[key]]
+    anti = (spec.get("affinity") or {}).get("podAntiAffinity") if isinstance(spec.get("affinity"), dict) else None
+    if isinstance(anti, dict) and anti.get("requiredDuringSchedulingIgnoredDuringExecution"):
+        kept["affinity"] = {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": anti["requiredDuringSchedulingIgnoredDuringExecution"]}}
+    if launcher:
+        claims = trim(spec.get("volumes"), CLAIMS)
+        if claims:
+            kept["volumes"] = claims
+    return kept
+
+
+def _container(value: Any, host_network: bool) -> Any:
+    """What a placed pod's container takes from its node: requests and limits, host ports
+    (every port with the host's network), and whether an init container is a sidecar."""
+    if not isinstance(value, dict):
+        return value
+    kept: dict[str, Any] = {}
+    resources = value.get("resources")
+    if isinstance(resources, dict):
+        wanted = {k: resources[k] for k in ("requests", "limits") if resources.get(k)}
+        if wanted:
+            kept["resources"] = wanted
+    ports = value.get("ports")
+    if isinstance(ports, list):
+        held = [p for p in ports if not isinstance(p, dict) or p.get("hostPort") or host_network]
+        if held:
+            kept["ports"] = held
+    if value.get("restartPolicy"):
+        kept["restartPolicy"] = value["restartPolicy"]
+    return kept
+
+
+def _pod_status(pod: dict[str, Any], spec: dict[str, Any], status: dict[str, Any],
+                kept_spec: dict[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    if status.get("phase"):
+        kept["phase"] = status["phase"]
+    if spec.get("nodeName") and _resized(pod):
+        # An in-place resize under way: the scheduler counts the larger of spec, allocated and
+        # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
+        for key in ("containerStatuses", "initContainerStatuses"):
+            entries = [{k: e[k] for k in ("name", "resources", "allocatedResources") if k in e}
+                       for e in status.get(key) or () if isinstance(e, dict)]
+            if entries:
+                kept[key] = entries
+        pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
+        if pending:
+            kept["conditions"] = pending
+        for key in ("containers", "initContainers"):
+            for container, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
+                if isinstance(container, dict) and isinstance(whole, dict) and whole.get("name") is not None:
+                    container["name"] = whole["name"]
+    if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
+        waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
+        if waiting:
+            kept["conditions"] = waiting
+    return kept
 
 
 def _resized(pod: dict[str, Any]) -> bool:
