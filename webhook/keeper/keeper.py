@@ -25,11 +25,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import kinds, metrics
-from ..cluster.events import vmi_reference
+from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..cluster.kubevirt import KubeVirtWatch, create_migration, delete_migration
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
-from ..config import Settings
+from ..config import KeepMode, Settings
 from ..kinds import MIGRATION_JOB_LABEL
 from ..rules.placement.facts import Fact
 from ..rules.keeping.apart import APART, Locality, VmState
@@ -114,11 +114,11 @@ class Keeper:
     a test): `async with keeper.watching(): report = await keeper.run_pass()`; `report.vms` says
     what it made of each VM."""
 
-    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Any = None,
+    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
                  clock: Callable[[], datetime] = _now):
-        if settings.keep not in (Mode.REPORT, Mode.MIGRATE):
-            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep!r}")
+        if settings.keep is KeepMode.OFF:
+            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
         self.timing, self.authority, self.clock = timing, authority, clock
         self.mode = Mode(settings.keep)
@@ -364,9 +364,8 @@ class Keeper:
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
             "to": decision.target, "reason": decision.reason}})
-        if self.events is not None:
-            self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
-                                   f"{decision.reason} (migration {migration.name})")
+        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
+                               f"{decision.reason} (migration {migration.name})")
         return f"{migration.namespace}/{migration.name}", False
 
     def _record(self, vmi: VmiView, where: Locality, decision: KeepDecision, now: datetime) -> None:

@@ -28,7 +28,7 @@ from .. import kinds
 from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
-from ..config import ENV_PREFIX, Settings
+from ..config import KeepMode, MigrationTargets, Settings
 from ..keeper import gather
 from ..keeper.probe import NEEDS, TargetedMigration
 from ..keeper.stretch import Stretches
@@ -113,11 +113,11 @@ class Cluster:
     in_flight_ours: int
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
-    migration_targets: str = "untouched"  # --migration-targets: what a migration that names no node gets
+    migration_targets: MigrationTargets = MigrationTargets.UNTOUCHED  # --migration-targets: what a migration that names no node gets
 
     @property
     def targets(self) -> str:
-        if self.migration_targets == "prefer":
+        if self.migration_targets is MigrationTargets.PREFER:
             return "targets of migrations that name no node prefer the storage node (--migration-targets prefer)"
         return "migration targets untouched"
 
@@ -246,22 +246,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     the VMIs or the migrations cannot be listed; a disk that cannot be read leaves its VM
     unresolved, saying why. `api` (the client) makes the dry run that tells whether targeted
     migration works, as the keeper's does."""
-    vmis = await store.list(VMI, timeout=timeout)
-    skipped: list[str] = []
-    migrations: list[Migration] = []
-    for obj in await store.list(VMIM, timeout=timeout):
-        migration = read_migration(obj)
-        if isinstance(migration, Skipped):
-            skipped.append(str(migration))
-        else:
-            migrations.append(migration)
-    views: list[VmiView] = []
-    for obj in vmis:
-        view = read_vmi(obj, settings)
-        if isinstance(view, Skipped):
-            skipped.append(str(view))
-        else:
-            views.append(view)
+    views, migrations, skipped = await _read_vms(store, settings, timeout)
     running = [view for view in views if view.running and view.opted_in]
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
@@ -273,7 +258,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
             pass  # each VM apart then says its launcher pod is not known
     stretches = Stretches(_Launchers(store, pods), settings, timeout)  # type: ignore[arg-type]
     targeted = _CheckedOnce(api, timeout=timeout)
-    off = settings.keep == "off"
+    off = settings.keep is KeepMode.OFF
     if off:
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
@@ -282,7 +267,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     budget = gather.Budget(ours, everyone, outbound_counts(migrations, views, now))
     limits = limits_of(settings)
     longhorn = await read_longhorn(store, settings, timeout) if running else None
-    mode = Mode.MIGRATE if settings.keep == Mode.MIGRATE else Mode.REPORT
+    mode = Mode.MIGRATE if settings.keep is KeepMode.MIGRATE else Mode.REPORT
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(view: VmiView) -> VmStatus:
@@ -301,6 +286,28 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
                      targeted.available, said, why, targeted.priority, priority_said, priority_why, ours, everyone,
                      settings_from, settings.migration_targets)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), skipped, header)
+
+
+async def _read_vms(store: ClusterStore, settings: Settings,
+                    timeout: float) -> tuple[list[VmiView], list[Migration], list[str]]:
+    """Every VMI and migration, read; the objects of unexpected shape, in words."""
+    vmis = await store.list(VMI, timeout=timeout)
+    skipped: list[str] = []
+    migrations: list[Migration] = []
+    for obj in await store.list(VMIM, timeout=timeout):
+        migration = read_migration(obj)
+        if isinstance(migration, Skipped):
+            skipped.append(str(migration))
+        else:
+            migrations.append(migration)
+    views: list[VmiView] = []
+    for obj in vmis:
+        view = read_vmi(obj, settings)
+        if isinstance(view, Skipped):
+            skipped.append(str(view))
+        else:
+            views.append(view)
+    return views, migrations, skipped
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
@@ -323,28 +330,10 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
         return settings, f"settings as given here: {where} has no container {container_name}"
     env = {e["name"]: e["value"] for e in container.get("env") or []
            if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)}
-    env.update(_flags_as_env(container.get("args")))
     try:
-        return Settings.from_env(env), f"from {where}"
+        return Settings.from_command(container.get("args"), env), f"from {where}"
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
-
-
-def _flags_as_env(args: Any) -> dict[str, str]:
-    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags that are settings, in the
-    form Settings.from_env reads (flags win over the environment, as in `serve`)."""
-    fields = {field.name for field in dataclasses.fields(Settings)}
-    found: dict[str, str] = {}
-    args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
-    for i, arg in enumerate(args):
-        if not arg.startswith("--"):
-            continue
-        flag, has_value, value = arg[2:].partition("=")
-        if not has_value:
-            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-        if flag.replace("-", "_") in fields and value:
-            found[ENV_PREFIX + flag.replace("-", "_").upper()] = value
-    return found
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:
