@@ -46,10 +46,12 @@ certs: $(CERTS)/tls.crt
 demo: $(CERTS)/tls.crt
 	@PY=$(PY) CERTS=$(CERTS) PORT=$(PORT) sh examples/demo.sh
 
-# The admission path against a bare aiohttp server, and the store's memory; the keeper against a
-# drained cluster, and its memory (docs/performance.md).
+# The admission path against a bare aiohttp server, and the store's memory; admission on the
+# keeper's leader during its passes; the keeper against a drained cluster, and its memory
+# (docs/performance.md).
 bench: $(VENV)/.installed
 	$(PY) -m bench
+	$(PY) -m bench.passes
 	$(PY) -m bench.keeper
 
 serve: $(CERTS)/tls.crt

@@ -1,6 +1,7 @@
 """The benchmark command works end to end (tiny and quick here; its numbers come from `make bench`)."""
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,16 @@ def test_the_floor_option_is_not_offered_in_help():
     done = subprocess.run([sys.executable, "-m", "webhook", "serve", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "--admission" not in done.stdout and "--log-level" in done.stdout
+
+
+def test_admission_beside_the_keepers_passes_is_reported_against_the_keeper_off():
+    done = subprocess.run([sys.executable, "-m", "bench.passes", "--tiny"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    rows = dict(re.findall(r"^(--keep [a-z]+.*?)\s+(\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+\s+.*)$", out, re.M))
+    off, on = rows["--keep off"].split(), rows["--keep report, passes back to back"].split()
+    assert int(off[0]) > 0 and off[4] == "0" and off[5:] == ["no", "passes"], out  # answered, no errors
+    assert int(on[0]) > 0 and on[4] == "0" and int(on[5]) > 0 and on[6:9] == ["passes", "during", "the"], out
+    assert re.search(r"^p99 during passes / p99 with the keeper off: [\d.]+$", out, re.M), out
+    assert "targets: p99 during passes ≤ 2× keeper off " in out, out

@@ -50,7 +50,7 @@ def test_an_admission_is_one_line_that_says_why_the_vm_is_where_it_is(lines):
 
 def test_the_time_is_utc_to_the_millisecond():
     record = logging.LogRecord("webhook.server", logging.INFO, "", 0, "admission", (), None)
-    record.created = 1767225600.1236
+    record.created, record.msecs = 1767225600.1236, 123.0  # as a record made at that moment has them
     assert orjson.loads(logs.JsonFormatter().format(record))["time"] == "2026-01-01T00:00:00.123+00:00"
 
 

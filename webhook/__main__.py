@@ -20,7 +20,7 @@ from .admission.admit import admit
 from .cluster.client import NoCredentials
 from .cluster.snapshot import SnapshotStore
 from .cluster.store import StoreError
-from .config import Settings
+from .config import EXPLAIN, REVIEW, SERVE, SETTINGS, STATUS, KeepMode, MigrationTargets, Settings
 from .deadline import Deadline
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
@@ -45,40 +45,32 @@ class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-DEFAULTS = Settings()
+def add_setting_flags(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
+    for keeper, title in ((False, "rules"), (True, "the keeper")):
+        flags = [(row, row.flag) for row in SETTINGS
+                 if row.flag is not None and verb in row.flag.verbs and row.flag.keeper is keeper]
+        if not flags:
+            continue
+        group = parser.add_argument_group(f"{title} (each also COLOCATE_<NAME> in the environment)")
+        for row, flag in flags:
+            group.add_argument(row.option, type=row.kind if row.kind in (int, float) else None, choices=row.choices,
+                               metavar=flag.metavar, help=f"{flag.help} (default: {row.shown_default()})")
 
 
-def default(name: str) -> str:
-    """`(default: X)` for a setting that also comes from COLOCATE_<NAME>."""
-    value = getattr(DEFAULTS, name)
-    shown = ("on" if value else "off") if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else value
-    return f"(default: {shown})"
+def flags_given(args: argparse.Namespace) -> dict[str, object]:
+    """The settings this verb's flags set (`getattr`: each verb has only its own), on/off as a switch."""
+    given: dict[str, object] = {}
+    for row in SETTINGS:
+        value = getattr(args, row.name, None)
+        if value is not None:
+            given[row.name] = row.parse(value) if row.kind is bool else value
+    return given
 
 
-def add_disk_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """Where a VM's disks are served from: every verb that resolves disks reads these."""
-    group = parser.add_argument_group("rules (each also COLOCATE_<NAME> in the environment)")
-    group.add_argument("--opt-in-annotation", help=f"pod annotation that opts a VM in {default('opt_in_annotation')}")
-    group.add_argument("--longhorn-namespace", help=f"namespace of Longhorn's share-managers {default('longhorn_namespace')}")
-    group.add_argument("--csi-driver", help=f"CSI driver of Longhorn volumes {default('csi_driver')}")
-    return group
-
-
-def add_pin_flag(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--pin", choices=["required", "preferred"],
-                       help=f"required: pin where kube-scheduler would say yes; preferred: only prefer the node "
-                            f"{default('pin')}")
-
-
-def add_migration_targets_flag(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--migration-targets", choices=["untouched", "prefer"],
-                       help="migration target pods: untouched, or prefer the node serving the disks when the "
-                            f"migration names no node (evacuations, the descheduler's) {default('migration_targets')}")
-
-
-def add_share_manager_flag(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--share-manager-rule", choices=["on", "off"],
-                       help=f"steer share-manager pods to their VM {default('share_manager_rule')}")
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Defaults, then COLOCATE_*, then the flags this verb has."""
+    return Settings.from_env(**flags_given(args))
 
 
 def add_kubeconfig_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -89,57 +81,7 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="text for people, json for tools")
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    """Defaults, then COLOCATE_*, then the flags this verb has (`getattr`: each verb has only its own)."""
-    rule = getattr(args, "share_manager_rule", None)
-    return Settings.from_env(
-        opt_in_annotation=getattr(args, "opt_in_annotation", None),
-        longhorn_namespace=getattr(args, "longhorn_namespace", None),
-        csi_driver=getattr(args, "csi_driver", None),
-        share_manager_rule=None if rule is None else rule == "on",
-        pin=getattr(args, "pin", None),
-        migration_targets=getattr(args, "migration_targets", None),
-        **{name: getattr(args, name, None) for name in KEEPER_SETTINGS},
-    )
-
-
-KEEPER_SETTINGS = ("keep", "keep_after", "keep_after_descheduled", "keep_max_inflight", "keep_max_per_day",
-                   "keep_max_outbound_per_node", "lease_namespace", "lease_name")
-
-
-def add_keeper_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("the keeper (each also COLOCATE_<NAME> in the environment)")
-    group.add_argument("--keep", choices=["off", "report", "migrate"],
-                       help=f"after placement: off, report (decide and report only) or migrate {default('keep')}")
-    group.add_argument("--keep-after", type=float, metavar="SECONDS",
-                       help=f"seconds a VM is apart, and since its last migration, before it is moved "
-                            f"{default('keep_after')}")
-    group.add_argument("--keep-after-descheduled", type=float, metavar="SECONDS",
-                       help="seconds after the descheduler moved a VM (its eviction's migration ended) before it "
-                            "is moved back to its storage; 0: no longer than --keep-after "
-                            f"{default('keep_after_descheduled')}")
-    group.add_argument("--keep-max-inflight", type=int, metavar="N",
-                       help=f"our migrations in flight at once {default('keep_max_inflight')}")
-    group.add_argument("--keep-max-per-day", type=int, metavar="N",
-                       help=f"our migrations of one VM in 24 hours {default('keep_max_per_day')}")
-    group.add_argument("--keep-max-outbound-per-node", type=int, metavar="N",
-                       help="KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's "
-                            f"node, it is not moved (default: {DEFAULTS.keep_max_outbound_per_node}, KubeVirt's default)")
-    group.add_argument("--lease-namespace", metavar="NS",
-                       help="namespace of the keeper's Lease (default: the pod's own; required outside a cluster)")
-    group.add_argument("--lease-name", metavar="NAME", help=f"name of the keeper's Lease {default('lease_name')}")
-
-
-def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
-    parser = Parser(prog=prog, description=__doc__, formatter_class=ShowDefaults)
-    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
-
-    def verb(name: str, text: str) -> argparse.ArgumentParser:
-        parser = verbs.add_parser(name, help=text, description=text, formatter_class=ShowDefaults)
-        parser.set_defaults(verb_parser=parser)  # a flag of another verb is this verb's usage error
-        return parser
-
-    serve = verb("serve", "run the admission webhook over HTTPS")
+def add_serve(serve: argparse.ArgumentParser) -> None:
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster (default: the cluster)")
     add_kubeconfig_flag(source)
@@ -165,13 +107,9 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     # Not for clusters, hidden from --help: "allow" parses each review and allows it, nothing
     # decided, so a benchmark can tell what serving costs from what the rules add.
     serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
-    rules = add_disk_flags(serve)
-    add_pin_flag(rules)
-    add_migration_targets_flag(rules)
-    add_share_manager_flag(rules)
-    add_keeper_flags(serve)
 
-    review = verb("review", "dry-run: what would the webhook do to this pod?")
+
+def add_review(review: argparse.ArgumentParser) -> None:
     review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml; required)")
     review.add_argument("request", nargs="?", default="-", help="AdmissionReview or Pod, JSON or YAML; - for stdin")
     review.add_argument("--namespace", "-n", default=None,
@@ -179,25 +117,9 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     review.add_argument("--patch", action="store_true",
                         help="print the JSON patch itself, decoded, instead of the AdmissionReview response "
                              "(default: the response)")
-    rules = add_disk_flags(review)
-    add_pin_flag(rules)
-    add_migration_targets_flag(rules)
-    add_share_manager_flag(rules)
 
-    why = verb("explain", "where a VM's disks are served from, where it runs, what the webhook would do now")
-    why.add_argument("vm", metavar="NAMESPACE/VM", help="the VirtualMachine (or VirtualMachineInstance)")
-    add_kubeconfig_flag(why)
-    add_output_flag(why)
-    add_pin_flag(add_disk_flags(why))  # what the webhook would do depends on --pin
 
-    state = verb("status", "every running opted-in VM: where it runs, where its disks are served from, "
-                           "co-located or not, what the keeper will do next and why, and its last action")
-    add_kubeconfig_flag(state)
-    add_output_flag(state)
-    add_disk_flags(state)
-    add_keeper_flags(state)  # the keeper's settings, as it runs with them
-
-    make = verb("certs", "generate a CA and a serving certificate for the Service")
+def add_certs(make: argparse.ArgumentParser) -> None:
     make.add_argument("--service", required=True, help="the webhook's Service (required)")
     make.add_argument("--namespace", required=True, help="its namespace (required)")
     make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (default: none; optional with --secret)")
@@ -210,6 +132,37 @@ def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     cluster.add_argument("--patch-webhook", metavar="NAME",
                          help="put the CA into this MutatingWebhookConfiguration's caBundle (default: none)")
     add_kubeconfig_flag(cluster)
+
+
+def add_explain(why: argparse.ArgumentParser) -> None:
+    why.add_argument("vm", metavar="NAMESPACE/VM", help="the VirtualMachine (or VirtualMachineInstance)")
+    add_kubeconfig_flag(why)
+    add_output_flag(why)
+
+
+def add_status(state: argparse.ArgumentParser) -> None:
+    add_kubeconfig_flag(state)
+    add_output_flag(state)
+
+
+VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_setting_flags)
+    (SERVE, "run the admission webhook over HTTPS", add_serve),
+    (REVIEW, "dry-run: what would the webhook do to this pod?", add_review),
+    (EXPLAIN, "where a VM's disks are served from, where it runs, what the webhook would do now", add_explain),
+    (STATUS, "every running opted-in VM: where it runs, where its disks are served from, co-located or not, what "
+             "the keeper will do next and why, and its last action", add_status),
+    ("certs", "generate a CA and a serving certificate for the Service", add_certs),
+)
+
+
+def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
+    parser = Parser(prog=prog, description=__doc__, formatter_class=ShowDefaults)
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
+    for name, text, add_flags in VERBS:
+        verb = verbs.add_parser(name, help=text, description=text, formatter_class=ShowDefaults)
+        verb.set_defaults(verb_parser=verb)  # a flag of another verb is this verb's usage error
+        add_flags(verb)
+        add_setting_flags(verb, name)
     return parser
 
 
@@ -291,28 +244,28 @@ async def run_serve(args: argparse.Namespace) -> int:
     from .cluster import client
     from .cluster.cache import WatchedClusterStore
     from .cluster.direct import ClusterStore
-    from .cluster.events import EventSink, identity
+    from .cluster.events import NO_EVENTS, EventSink, Events, identity
     from .cluster.store import Store
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
     store: Store
-    events = None
+    events: Events = NO_EVENTS
     companions: list[Any] = []
     if args.state:
         store = snapshot(args.state)
-        if settings.keep != "off":
+        if settings.keep is not KeepMode.OFF:
             # No cluster, no keeper: the settings (and the start line) say so, not what was asked.
             log.info("keeper off: answering from a snapshot", extra={"fields": {"keep": "off", "asked": settings.keep}})
-            settings = dataclasses.replace(settings, keep="off")
+            settings = dataclasses.replace(settings, keep=KeepMode.OFF)
     else:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
-        events = EventSink(api) if args.events == "on" else None
+        events = EventSink(api) if args.events == "on" else NO_EVENTS
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
-                                     migration_targets=settings.migration_targets == "prefer"))
-        if settings.keep != "off":
+                                     migration_targets=settings.migration_targets is MigrationTargets.PREFER))
+        if settings.keep is not KeepMode.OFF:
             from .keeper import lease
             from .keeper.service import KeeperService
 
@@ -371,8 +324,7 @@ async def run_status(args: argparse.Namespace) -> int:
     try:
         # The keeper as deployed, unless this command was told otherwise: its flags win.
         deployed, source = await status.deployed_settings(store, given, timeout=given.default_timeout)
-        flags = ("opt_in_annotation", "longhorn_namespace", "csi_driver", "share_manager_rule", "pin", *KEEPER_SETTINGS)
-        explicit = {name: getattr(given, name) for name in flags if getattr(args, name, None) is not None}
+        explicit = flags_given(args)
         settings = dataclasses.replace(deployed, **explicit)
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
                                      settings_from=source + (" and the flags given here" if explicit else ""))

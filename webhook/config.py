@@ -1,18 +1,27 @@
-"""One frozen settings object, built from flags with environment fallbacks."""
+"""One frozen settings object, built from flags with environment fallbacks.
+
+Each setting is declared once, as a field of `Settings` with its flag (`setting`): its type,
+default and meaning give the flags of each verb (`__main__`), the COLOCATE_* variables
+(`Settings.from_env`), and the reading of a deployed `serve`'s command line (`from_command`).
+"""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import os
 import re
+import typing
 from collections.abc import Mapping
+from typing import Any
 
 from . import kinds
 
 ENV_PREFIX = "COLOCATE_"
-PIN_MODES = ("required", "preferred")
-KEEP_MODES = ("off", "report", "migrate")
-MIGRATION_TARGET_MODES = ("untouched", "prefer")
+# The verbs that take a setting as a flag; DISKS: every verb that resolves a VM's disks.
+SERVE, REVIEW, EXPLAIN, STATUS = "serve", "review", "explain", "status"
+DISKS = (SERVE, REVIEW, EXPLAIN, STATUS)
+KEEPER_VERBS = (SERVE, STATUS)
 # An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
 _QUALIFIED_NAME = re.compile(
     r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
@@ -20,39 +29,88 @@ _QUALIFIED_NAME = re.compile(
 )
 
 
+class PinMode(enum.StrEnum):
+    """How a VM pod is placed where every check passes."""
+
+    REQUIRED = "required"  # pinned to the storage node
+    PREFERRED = "preferred"  # only ever the weighted preference
+
+
+class MigrationTargets(enum.StrEnum):
+    """Migration target pods of opted-in VMs."""
+
+    UNTOUCHED = "untouched"
+    PREFER = "prefer"  # the storage node, for a migration that names no node
+
+
+class KeepMode(enum.StrEnum):
+    """The keeper: off, or on in one of its modes (`rules.keep.Mode`: report, migrate)."""
+
+    OFF = "off"
+    REPORT = "report"  # decide and report only
+    MIGRATE = "migrate"
+
+
+MIGRATION_TARGET_MODES = tuple(MigrationTargets)  # the benchmark runs each
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """How a setting is given on the command line, besides COLOCATE_<NAME>."""
+
+    help: str
+    verbs: tuple[str, ...]
+    keeper: bool = False  # listed among the keeper's flags
+    metavar: str | None = None
+    default_text: str = "{}"  # the default as --help says it, {} standing for the value
+
+
+def setting(default: Any, meaning: str = "", verbs: tuple[str, ...] = (), *, keeper: bool = False,
+            metavar: str | None = None, default_text: str = "{}") -> Any:
+    """A field of Settings: its default, and its flag when `verbs` take one."""
+    flag = Flag(meaning, verbs, keeper, metavar, default_text) if verbs else None
+    return dataclasses.field(default=default, metadata={"flag": flag})
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    # The opt-in annotation on the VM template (propagated to the virt-launcher pod).
-    opt_in_annotation: str = kinds.DEFAULT_OPT_IN
+    opt_in_annotation: str = setting(kinds.DEFAULT_OPT_IN, "pod annotation that opts a VM in", DISKS)
     # Prefix of the annotations that record our decision on the pod.
     decision_prefix: str = kinds.DEFAULT_DECISION_PREFIX
-    longhorn_namespace: str = kinds.DEFAULT_LONGHORN_NAMESPACE
-    csi_driver: str = kinds.DEFAULT_CSI_DRIVER
+    longhorn_namespace: str = setting(kinds.DEFAULT_LONGHORN_NAMESPACE, "namespace of Longhorn's share-managers", DISKS)
+    csi_driver: str = setting(kinds.DEFAULT_CSI_DRIVER, "CSI driver of Longhorn volumes", DISKS)
+    pin: PinMode = setting(PinMode.REQUIRED, "required: pin where kube-scheduler would say yes; preferred: only "
+                           "prefer the node", (SERVE, REVIEW, EXPLAIN))
+    migration_targets: MigrationTargets = setting(
+        MigrationTargets.UNTOUCHED, "migration target pods: untouched, or prefer the node serving the disks when the "
+        "migration names no node (evacuations, the descheduler's)", (SERVE, REVIEW))
     # Steer share-manager pods toward their running consumer (the cold-start rule).
-    share_manager_rule: bool = True
+    share_manager_rule: bool = setting(True, "steer share-manager pods to their VM", (SERVE, REVIEW))
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
     default_timeout: float = 10.0
     # Answer this long before the apiserver gives up on us.
     deadline_margin: float = 1.0
-    # "required": pin where every check passes; "preferred": only ever the weighted preference.
-    pin: str = "required"
-    # Migration target pods of opted-in VMs: "untouched", or "prefer" the storage node for a
-    # migration that names no node (KubeVirt's evacuations, the descheduler's, a user's).
-    migration_targets: str = "untouched"
-    # The keeper: "off", "report" (decide and report only) or "migrate".
-    keep: str = "report"
-    keep_after: float = 600.0  # seconds apart (and since the VM's last migration) before acting
-    keep_after_descheduled: float = 21600.0  # seconds since the descheduler moved a VM before taking it back
-    keep_max_inflight: int = 2  # our migrations in flight at once
-    keep_max_per_day: int = 2  # our migrations of one VM in 24 hours
-    keep_max_outbound_per_node: int = 2  # KubeVirt's parallelOutboundMigrationsPerNode
-    lease_namespace: str = ""  # default: the pod's own namespace
-    lease_name: str = "kubevirt-colocate-keeper"
+    keep: KeepMode = setting(KeepMode.REPORT, "after placement: off, report (decide and report only) or migrate",
+                             KEEPER_VERBS, keeper=True)
+    keep_after: float = setting(600.0, "seconds a VM is apart, and since its last migration, before it is moved",
+                                KEEPER_VERBS, keeper=True, metavar="SECONDS")
+    keep_after_descheduled: float = setting(
+        21600.0, "seconds after the descheduler moved a VM (its eviction's migration ended) before it is moved back "
+        "to its storage; 0: no longer than --keep-after", KEEPER_VERBS, keeper=True, metavar="SECONDS")
+    keep_max_inflight: int = setting(2, "our migrations in flight at once", KEEPER_VERBS, keeper=True, metavar="N")
+    keep_max_per_day: int = setting(2, "our migrations of one VM in 24 hours", KEEPER_VERBS, keeper=True, metavar="N")
+    keep_max_outbound_per_node: int = setting(
+        2, "KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's node, it is not "
+        "moved", KEEPER_VERBS, keeper=True, metavar="N", default_text="{}, KubeVirt's default")
+    lease_namespace: str = setting("", "namespace of the keeper's Lease", KEEPER_VERBS, keeper=True, metavar="NS",
+                                   default_text="the pod's own; required outside a cluster")
+    lease_name: str = setting("kubevirt-colocate-keeper", "name of the keeper's Lease", KEEPER_VERBS, keeper=True,
+                              metavar="NAME")
 
     def __post_init__(self) -> None:
-        for name, allowed in (("pin", PIN_MODES), ("keep", KEEP_MODES), ("migration_targets", MIGRATION_TARGET_MODES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        for row in SETTINGS:  # the modes, from their names (flags, COLOCATE_*, tests) to their enum
+            if issubclass(row.kind, enum.Enum):
+                object.__setattr__(self, row.name, row.member(getattr(self, row.name)))
         if (self.keep_after < 0 or self.keep_after_descheduled < 0 or self.keep_max_inflight < 1
                 or self.keep_max_per_day < 1 or self.keep_max_outbound_per_node < 1):
             raise ValueError("keep-after and keep-after-descheduled must be >= 0, keep-max-inflight, "
@@ -79,30 +137,92 @@ class Settings:
         """Defaults, then COLOCATE_* environment variables, then explicit overrides (flags)."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
-        for field in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + field.name.upper())
+        for row in SETTINGS:
+            raw = env.get(row.env)
             if raw is not None and raw != "":
-                values[field.name] = _convert(field.type, raw, field.name)
+                values[row.name] = row.parse(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    @classmethod
+    def from_command(cls, args: object, env: Mapping[str, str]) -> Settings:
+        """What `serve` runs with, given its arguments and environment (a Deployment's container):
+        its COLOCATE_* values, then its flags (`--keep=migrate` or `--keep migrate`)."""
+        return cls.from_env({**env, **_flags_as_env(args)})
 
-def _convert(kind: object, raw: str, name: str) -> object:
-    if kind in (bool, "bool"):
-        lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected true/false, got {raw!r}")
-    if kind in (int, "int"):
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One field of Settings as the command line and the environment know it."""
+
+    name: str
+    kind: type
+    default: object
+    flag: Flag | None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def choices(self) -> list[str] | None:
+        """What the flag accepts, when it is a closed choice (on/off for a switch)."""
+        if self.kind is bool:
+            return ["on", "off"]
+        return [str(member) for member in self.kind] if issubclass(self.kind, enum.Enum) else None
+
+    def shown_default(self) -> str:
+        value = self.default
+        shown = ("on" if value else "off") if isinstance(value, bool) else \
+            f"{value:g}" if isinstance(value, float) else str(value)
+        return self.flag.default_text.format(shown) if self.flag is not None else shown
+
+    def member(self, value: object) -> object:
+        """A mode's enum member from its name; ValueError naming the setting and its choices."""
         try:
-            return int(raw)
+            return self.kind(value)
         except ValueError:
-            raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected a whole number, got {raw!r}") from None
-    if kind in (float, "float"):
+            raise ValueError(f"{self.name} must be one of {', '.join(self.choices or ())}, not {value!r}") from None
+
+    def parse(self, raw: str) -> object:
+        """A value as written in COLOCATE_<NAME> or after a switch's flag (on/off)."""
+        convert, expected = _PARSERS.get(self.kind, (str, ""))
         try:
-            return float(raw)
+            return convert(raw)
         except ValueError:
-            raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected a number, got {raw!r}") from None
-    return raw
+            raise ValueError(f"{self.env}: expected {expected}, got {raw!r}") from None
+
+
+def _switch(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+_PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (int, "a whole number"),
+                                         float: (float, "a number")}
+_TYPES = typing.get_type_hints(Settings)
+SETTINGS = tuple(Setting(field.name, _TYPES[field.name], field.default, field.metadata.get("flag"))
+                 for field in dataclasses.fields(Settings))
+
+
+def _flags_as_env(args: object) -> dict[str, str]:
+    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of `serve` that are
+    settings, in the form Settings.from_env reads."""
+    rows = {row.option: row for row in SETTINGS if row.flag is not None and SERVE in row.flag.verbs}
+    found: dict[str, str] = {}
+    args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
+    for i, arg in enumerate(args):
+        option, has_value, value = arg.partition("=")
+        if not has_value:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
+        if option in rows and value:
+            found[rows[option].env] = value
+    return found

@@ -56,10 +56,14 @@ KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED)
 
 
+_shown: set[Gauge | Counter] = set()  # those of SHOWN_LATER registered with REGISTRY so far
+
+
 def show(metric: Gauge | Counter) -> Gauge | Counter:
     """Export a metric that is absent until it means something (see SHOWN_LATER)."""
-    if metric not in REGISTRY._collector_to_names:
+    if metric not in _shown:
         REGISTRY.register(metric)
+        _shown.add(metric)
     return metric
 
 

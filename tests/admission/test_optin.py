@@ -122,3 +122,33 @@ async def test_prefer_with_a_configuration_that_lets_targets_in_is_neither_logge
     await asyncio.sleep(0.3)  # a few checks
     assert await readyz(ops) == (200, "ok\n")
     assert not [r for r in caplog.records if r.name == "webhook.optin"]
+
+
+async def test_a_check_started_twice_then_stopped_reads_no_more_and_started_again_reads_again(kmock):
+    """A companion may be started again (a failed start is released, then retried): one loop
+    runs, and once stopped nothing reads the configuration any more."""
+    seed(kmock, [])
+    kmock.resources[MUTATING_WEBHOOK] = {}
+    kmock.objects[MUTATING_WEBHOOK, None, "kubevirt-colocate"] = SHIPPED
+    api = client.for_host(api_host(kmock))
+
+    def reads():
+        return sum(r.method == "GET" and r.url.path.endswith("/mutatingwebhookconfigurations/kubevirt-colocate")
+                   for r in kmock)
+
+    check = OptInCheck(ClusterStore(api), OTHER_KEY, period=0.05)
+    try:
+        check.start()
+        check.start()
+        await asyncio.sleep(0.3)
+        assert check.degraded()
+        await check.stop()
+        stopped = reads()
+        await asyncio.sleep(0.3)
+        assert reads() == stopped
+        check.start()
+        await asyncio.sleep(0.3)
+        assert reads() > stopped
+    finally:
+        await check.stop()
+        await api.close()

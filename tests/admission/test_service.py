@@ -12,7 +12,7 @@ from kube import FIXTURES, Serving, fixture_cluster, kubeconfig_for, metric_samp
 from webhook.admission import server, tls
 from webhook.config import Settings
 from webhook.cluster import client
-from webhook.cluster.events import EventSink
+from webhook.cluster.events import NO_EVENTS, EventSink
 from webhook.admission.service import Listen, Service
 from webhook.cluster.direct import ClusterStore
 from webhook.cluster.snapshot import SnapshotStore
@@ -29,7 +29,7 @@ def sample(text: str, name: str, **labels: str) -> float:
 async def service(tls_files):
     made = []
 
-    async def start(store=None, events=None, drain_delay=0.5):
+    async def start(store=None, events=NO_EVENTS, drain_delay=0.5):
         context = tls.ReloadingTLS(tls_files["cert"], tls_files["key"])
         svc = Service(store or SnapshotStore(fixture_cluster()), Settings(),
                       Listen(host="127.0.0.1", port=0, metrics_host="127.0.0.1", metrics_port=0, drain_delay=drain_delay),

@@ -393,7 +393,7 @@ async def test_close_stops_every_task_even_while_retrying(kmock):
     store.start()
     await asyncio.sleep(0.3)
     assert not store.synced() and store.pvcs.synced
-    tasks = list(store._tasks)
+    tasks = [task for task in asyncio.all_tasks() if task.get_name().startswith(f"{store.task_prefix} ")]
     loop = asyncio.get_running_loop()
     started = loop.time()
     await store.close()

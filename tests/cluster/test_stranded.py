@@ -132,3 +132,39 @@ async def test_a_stranded_pod_is_reported_on_its_vmi_not_on_its_hostname():
         assert involved["name"] == "db-1.example" and involved["uid"] == "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
     finally:
         await store.close()
+
+
+class FailingCache:
+    """A synced cache whose pods cannot be read the first `failures` times."""
+
+    def __init__(self, failures):
+        self.failures = failures
+
+    def synced(self):
+        return True
+
+    def pinned_waiting(self):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("pods unreadable")
+        return []
+
+
+async def test_a_look_that_fails_is_a_readiness_note_until_one_works(caplog):
+    reporter = StrandedReporter(FailingCache(failures=2), Settings(), interval=0.05)
+    with caplog.at_level(logging.ERROR, logger="webhook.stranded"):
+        reporter.start()
+        try:
+            for _ in range(100):
+                if reporter.degraded():
+                    break
+                await asyncio.sleep(0.01)
+            assert reporter.degraded() == ["looking for stranded pods failed: RuntimeError: pods unreadable"]
+            for _ in range(100):
+                if not reporter.degraded():
+                    break
+                await asyncio.sleep(0.01)
+            assert reporter.degraded() == []  # looked again, and it worked
+        finally:
+            await reporter.stop()
+    assert [r.getMessage() for r in caplog.records] == ["looking for stranded pods failed"] * 2

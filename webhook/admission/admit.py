@@ -16,7 +16,7 @@ import jsonpatch
 from .. import kinds
 from ..cluster.resolve import Consumers, Seen, migration_target, node_obstacle, resolve_consumers, resolve_disks
 from ..cluster.store import Store, StoreError
-from ..config import Settings
+from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
 from ..kinds import VMIM
 from ..rules.placement import apply, decide, patch, steer, together
@@ -51,7 +51,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
 
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
-    if exemption is Skip.MIGRATION_TARGET and settings.migration_targets == "prefer":
+    if exemption is Skip.MIGRATION_TARGET and settings.migration_targets is MigrationTargets.PREFER:
         return await _migration_target_rule(namespace, pod, store, settings, deadline)
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
@@ -61,7 +61,7 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     name = _pin_candidate(facts, settings)
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
-    return _decided(pod, decide.decide(facts, blocked, required=settings.pin == "required"), settings, Rule.VM, facts)
+    return _decided(pod, decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED), settings, Rule.VM, facts)
 
 
 async def _migration_target_rule(
@@ -122,7 +122,7 @@ async def _share_manager_rule(
         others = consumers.others
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
         return skip(Rule.SHARE_MANAGER, Skip.NO_CONSUMER, detail=why)
-    required = settings.pin == "required"
+    required = settings.pin is PinMode.REQUIRED
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     if len(facts) == 1:
@@ -155,7 +155,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
     view = None if isinstance(target, str) else await store.fit_view(vm_namespace, "", timeout=deadline.remaining())
-    required = settings.pin == "required"
+    required = settings.pin is PinMode.REQUIRED
     if isinstance(target, TargetPod) and view is not None:
         found = together.landings(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
         decision = together.decide_together(found, vm, leaving, required=required)
@@ -175,7 +175,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
 def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
     """The one node we might pin to, which the never-strand checks must clear (`node_obstacle`);
     None for several nodes, or when pins are preferences anyway: nothing to strand on."""
-    if settings.pin != "required":
+    if settings.pin is not PinMode.REQUIRED:
         return None
     found = None
     for fact in facts:
@@ -187,13 +187,11 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
-    audit = patch.audit_annotations(decision)  # for the patch and for the answer
-    ops = patch.patch_for(pod, decision, settings, audit)
+    ops = patch.patch_for(pod, decision, settings)
     try:
         apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
         return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
                     facts=tuple(facts))
-    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings,
-                   audit=audit)
+    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)

@@ -11,12 +11,11 @@ selects virt-launcher pods and has matchConditions must name the key, quoted, in
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
 from .. import kinds
+from ..background import Background
 from ..cluster.store import Store, StoreError
 from ..kinds import MUTATING_WEBHOOK
 
@@ -67,19 +66,17 @@ class OptInCheck:
         self.migration_targets = migration_targets  # --migration-targets prefer: they must get through too
         self._note = ""
         self._targets_note = ""
-        self._task: asyncio.Task[None] | None = None
+        self._checking = Background("opt-in check", self.check, log=log, failure="checking the webhook configuration "
+                                    "failed", period=period)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._checking.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._checking.stop()
 
     def degraded(self) -> list[str]:
-        return [note for note in (self._note, self._targets_note) if note]
+        return [note for note in (self._note, self._targets_note) if note] + self._checking.degraded()
 
     async def check(self) -> str:
         """Read the configuration once; the note (empty when the key gets through or it cannot be told)."""
@@ -104,8 +101,3 @@ class OptInCheck:
         if note and note != self._targets_note:
             log.warning("migration targets shut out", extra={"fields": {"configuration": self.name, "webhooks": hooks}})
         return note
-
-    async def _run(self) -> None:
-        while True:
-            await self.check()
-            await asyncio.sleep(self.period)

@@ -1,13 +1,13 @@
 """What the rules made of one pod: the domain answer that `review` turns into an AdmissionReview."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Any
 
 from ..rules.placement.classify import Skip
 from ..rules.placement.decide import Decision
 from ..rules.placement.facts import Fact
-from ..rules.shared.record import record
 
 
 class Rule(enum.StrEnum):
@@ -17,7 +17,7 @@ class Rule(enum.StrEnum):
     NONE = "none"
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """The decision and its patch, or why the pod was left alone."""
 
@@ -28,7 +28,6 @@ class Outcome:
     facts: tuple[Fact, ...] = ()  # what the decision followed
     patch: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
-    audit: dict[str, str] | None = None  # the decision's audit annotations, once worked out
 
     @property
     def failed(self) -> bool:

@@ -9,12 +9,13 @@ the one place an Outcome of the rules becomes an answer (uid, patch, warnings, a
 from __future__ import annotations
 
 import base64
+import dataclasses
+import functools
 from typing import Any
 
 import orjson
 
 from ..rules.placement.patch import audit_annotations
-from ..rules.shared.record import record
 from .outcome import Outcome
 
 API_VERSION = "admission.k8s.io/v1"
@@ -27,7 +28,7 @@ class BadReview(ValueError):
     """The webhook request itself is malformed (not a problem of the pod or the cluster)."""
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class AdmissionRequest:
     uid: str
     kind: str  # request.kind.kind, e.g. "Pod"
@@ -56,8 +57,7 @@ def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
     if outcome.warnings:
         response["warnings"] = [clip(w) for w in outcome.warnings]
     if outcome.decision is not None:
-        audit = outcome.audit  # worked out by `admit`; an Outcome made elsewhere may not carry it
-        response["auditAnnotations"] = audit if audit is not None else audit_annotations(outcome.decision)
+        response["auditAnnotations"] = audit_annotations(outcome.decision)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
@@ -104,6 +104,7 @@ def parse_review(body: Any) -> AdmissionRequest:
                             request.get("object"), bool(dry_run))
 
 
+@functools.lru_cache(maxsize=64)  # the apiserver sends each webhook's one timeout with every review
 def parse_go_duration(text: str) -> float:
     """Seconds in a Go duration such as the apiserver's `?timeout=10s` (also `1m30s`, `500ms`)."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}

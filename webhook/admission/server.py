@@ -5,12 +5,12 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Any
 
 import orjson
 from aiohttp import web
 
 from .. import kinds, metrics
+from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
 from ..deadline import Deadline
@@ -77,7 +77,7 @@ class Admissions:
     the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
     does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
 
-    def __init__(self, store: Store, settings: Settings, events: Any = None, *, decide: bool = True):
+    def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True):
         # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
         # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
         self.store, self.settings, self.events, self.decide = store, settings, events, decide
@@ -102,7 +102,7 @@ class Admissions:
         outcome = await admit(review, self.store, self.settings, deadline)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
-            if self.events is not None and outcome.decision is not None and not review.dry_run:
+            if outcome.decision is not None and not review.dry_run:
                 self.events.emit(review.object, review.namespace, outcome.decision,
                                  migration_target=outcome.rule is Rule.MIGRATION_TARGET)
             seconds = time.monotonic() - started
@@ -145,7 +145,7 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     log.info("admission", extra={"fields": fields})
 
 
-def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Any = None,
+def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
              decide: bool = True) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide)

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from .. import metrics
+from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
 from . import probes, server
@@ -39,7 +40,7 @@ class Service:
     start(), async stop() and degraded(); their notes join the store's in /readyz, and
     admission never waits on them."""
 
-    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Any = None,
+    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Events = NO_EVENTS,
                  companions: Sequence[Any] = (), *, decide: bool = True):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
         self.decide = decide  # False: parse and allow only (server.Admissions)
@@ -96,8 +97,7 @@ class Service:
     async def _release(self) -> None:
         """Close whatever is open (after a drain, or after a failed start)."""
         await self._stop_companions()
-        if self.events is not None:
-            await self.events.close()
+        await self.events.close()
         await self.store.close()
         await self.tls.stop()
         for runner in (self.runner, self.ops_runner):

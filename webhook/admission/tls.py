@@ -15,7 +15,6 @@ the paths' metadata: a Secret volume update re-points the `..data` symlink, whil
 """
 from __future__ import annotations
 
-import asyncio
 import datetime
 import hashlib
 import logging
@@ -23,6 +22,7 @@ import ssl
 from pathlib import Path
 
 from .. import metrics
+from ..background import Background
 
 log = logging.getLogger("webhook.tls")
 
@@ -89,7 +89,9 @@ class ReloadingTLS:
         self.context = build_context(self.cert_file, self.key_file, self.client_ca_file)
         self.context.sni_callback = self._pick
         self._current = self.context
-        self._task: asyncio.Task[None] | None = None
+        # Never let the watcher die: the next tick may succeed.
+        self._watching = Background("tls-reload", self._tick, log=log, failure="checking the serving certificate "
+                                    "failed", period=interval, wait_first=True)
         self._loaded("serving certificate loaded")
 
     def _pick(self, ssl_object: ssl.SSLObject, server_name: str | None, outer: ssl.SSLContext) -> None:
@@ -131,23 +133,11 @@ class ReloadingTLS:
             if left < EXPIRY_WARNING:
                 log.warning("serving certificate expires soon", extra={"fields": {"not_after": info["not_after"]}})
 
-    async def watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                self.reload()
-            except Exception:  # never let the watcher die: the next tick may succeed
-                log.exception("checking the serving certificate failed")
+    async def _tick(self) -> None:
+        self.reload()
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.watch(), name="tls-reload")
+        self._watching.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await self._watching.stop()

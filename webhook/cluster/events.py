@@ -12,9 +12,10 @@ import socket
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .. import kinds, metrics
+from ..background import Background
 from ..kinds import EVENT
 from ..rules.placement.decide import AMONG, PINNED, Decision
 from ..rules.shared.times import rfc3339
@@ -83,14 +84,46 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
     }
 
 
+class Events(Protocol):
+    """Where Events about decisions go: the API (EventSink), or nowhere (NoEvents)."""
+
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
+        ...
+
+    def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
+                   name: str | None = None) -> None:
+        ...
+
+    async def close(self, grace: float = 2.0) -> None:
+        ...
+
+
+class NoEvents:
+    """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
+
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
+        pass
+
+    def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
+                   name: str | None = None) -> None:
+        pass
+
+    async def close(self, grace: float = 2.0) -> None:
+        pass
+
+
+NO_EVENTS = NoEvents()
+
+
 class EventSink:
-    """A bounded queue and one worker that POSTs Events with kubernetes-asyncio."""
+    """A bounded queue and one worker that POSTs Events with kubernetes-asyncio; the worker
+    starts with the first Event."""
 
     def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0):
         self._api = api_client
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
         self._timeout = timeout
-        self._task: asyncio.Task[None] | None = None
+        self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
 
     def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
@@ -110,20 +143,18 @@ class EventSink:
         except asyncio.QueueFull:
             metrics.EVENTS.labels("dropped").inc()
             return
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="events")
+        self._worker.start()
 
-    async def _run(self) -> None:
-        while True:
-            event = await self._queue.get()
-            try:
-                await self._post(event)
-                metrics.EVENTS.labels("sent").inc()
-            except Exception as exc:  # an Event is best effort; the decision is on the pod anyway
-                metrics.EVENTS.labels("failed").inc()
-                log.warning("event not sent", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
-            finally:
-                self._queue.task_done()
+    async def _send_next(self) -> None:
+        event = await self._queue.get()
+        try:
+            await self._post(event)
+            metrics.EVENTS.labels("sent").inc()
+        except Exception as exc:  # an Event is best effort; the decision is on the pod anyway
+            metrics.EVENTS.labels("failed").inc()
+            log.warning("event not sent", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+        finally:
+            self._queue.task_done()
 
     async def _post(self, event: dict[str, Any]) -> None:
         status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
@@ -135,14 +166,10 @@ class EventSink:
 
     async def close(self, grace: float = 2.0) -> None:
         """Send what is queued (for at most `grace` seconds), then stop."""
-        if self._task is None:
+        if not self._worker.running:
             return
         try:
             await asyncio.wait_for(self._queue.join(), grace)
         except TimeoutError:
             pass
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        await self._worker.stop()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from .. import kinds, metrics
+from ..background import Background
 from ..kinds import Resource
 from .kept import Shape
 from .reflector import Event, EventType, Reflector, Timing
@@ -74,6 +75,7 @@ class Informer:
 
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
+        self._listed = set()  # from a list cut short before
         async for event in events:
             self.apply(event)
 
@@ -156,23 +158,31 @@ class Informers:
 
     def __init__(self, api_client: Any, timing: Timing, informers: tuple[Informer, ...]):
         self._api, self._timing, self.informers = api_client, timing, informers
-        self._tasks: list[asyncio.Task[None]] = []
+        self._runs: list[Background] = []
 
     def start(self) -> None:
-        """Start listing and watching in the background (call once, from the running loop)."""
-        if self._tasks:
+        """Start listing and watching in the background (from the running loop; again: nothing)."""
+        if self._runs:
             return
         list_slots = asyncio.Semaphore(1)
         for informer in self.informers:
-            events = informer.reflector(self._api, self._timing, list_slots).events()
-            self._tasks.append(asyncio.create_task(informer.run(events), name=f"{self.task_prefix} {informer.name}"))
+            # A reflector retries on its own; should applying its events ever fail, a new one lists again.
+            self._runs.append(Background(f"{self.task_prefix} {informer.name}", self._follower(informer, list_slots),
+                                         log=log, failure=f"{informer.name}: following the API failed",
+                                         period=self._timing.backoff_cap))
+        for run in self._runs:
+            run.start()
+
+    def _follower(self, informer: Informer, list_slots: asyncio.Semaphore) -> Callable[[], Awaitable[None]]:
+        return lambda: informer.run(informer.reflector(self._api, self._timing, list_slots).events())
 
     def synced(self) -> bool:
         return all(i.synced for i in self.informers)
 
     def degraded(self) -> list[str]:
         """Informers whose list or watch is failing now: they serve what they have meanwhile."""
-        return [f"{i.name}: {i.error}" for i in self.informers if i.error]
+        return [f"{i.name}: {i.error}" for i in self.informers if i.error] + \
+            [note for run in self._runs for note in run.degraded()]
 
     async def wait_synced(self, timeout: float | None = None) -> None:
         async with asyncio.timeout(timeout):
@@ -180,8 +190,6 @@ class Informers:
                 await informer.synced_event.wait()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*(run.stop() for run in self._runs))
+        self._runs = []
 

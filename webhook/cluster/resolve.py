@@ -72,10 +72,7 @@ async def resolve_disks(
     peek = store.peek
     facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
-    if len(missing) == 1:
-        (i,) = missing
-        facts[i] = await resolve_io(store, settings, namespace, claims[i], deadline, seen)
-    elif missing:
+    if missing:
         tasks = {i: asyncio.ensure_future(resolve_io(store, settings, namespace, claims[i], deadline, seen))
                  for i in missing}
         done, pending = await asyncio.wait(tasks.values(), timeout=deadline.remaining())

@@ -7,13 +7,13 @@ replicas report the same pod the API keeps the first and refuses the others (409
 """
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from typing import Any
 
 from .. import kinds, metrics
-from .events import vmi_reference
+from ..background import Background
+from .events import NO_EVENTS, Events, vmi_reference
 from .store import WatchedStore
 from ..config import Settings
 from ..rules.placement.stranded import Stranded, stranded
@@ -33,10 +33,16 @@ def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
 
 
 class StrandedReporter:
-    def __init__(self, store: WatchedStore, settings: Settings, events: Any = None, *, interval: float = 30.0):
+    """A companion of `serve` (start, stop, degraded): every `interval` seconds, once the caches
+    have synced, a look for stranded pods."""
+
+    def __init__(self, store: WatchedStore, settings: Settings, events: Events = NO_EVENTS, *,
+                 interval: float = 30.0):
         self.store, self.settings, self.events, self.interval = store, settings, events, interval
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it
-        self._task: asyncio.Task[None] | None = None
+        # The net must not tear: a failed look is logged and noted, and made again next time.
+        self._looking = Background("stranded", self._look, log=log, failure="looking for stranded pods failed",
+                                   period=interval, wait_first=True)
 
     def scan(self, now: datetime.datetime) -> list[Stranded]:
         """The stranded pods now; the new ones are reported, the ones gone are forgotten."""
@@ -60,28 +66,19 @@ class StrandedReporter:
             "namespace": stuck.namespace, "pod": stuck.pod, "vm": stuck.vm, "node": stuck.node,
             "scheduler": stuck.message, "since": stuck.since.isoformat()}})
         involved = vmi_of(pod, stuck.namespace)
-        if self.events is not None and involved is not None:
+        if involved is not None:
             self.events.emit_about(involved, EVENT_REASON, f"pod {stuck.pod} {what}", warning=True,
                                    name=f"{stuck.pod}.stranded")
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                if self.store.synced():
-                    self.scan(datetime.datetime.now(datetime.timezone.utc))
-            except Exception:  # the net must not tear: log, and look again next time
-                log.exception("looking for stranded pods failed")
+    async def _look(self) -> None:
+        if self.store.synced():
+            self.scan(datetime.datetime.now(datetime.timezone.utc))
 
     def degraded(self) -> list[str]:
-        return []  # it reads only its own cache: nothing of it can fail apart from the caches
+        return self._looking.degraded()
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self.run(), name="stranded")
+        self._looking.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await self._looking.stop()

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import kinds, metrics
-from ..cluster.events import vmi_reference
+from ..cluster.events import Events, vmi_reference
 from ..cluster.kubevirt import create_migration, delete_migration
 from ..cluster.store import WatchedStore
 from ..kinds import MIGRATION_JOB_LABEL
@@ -48,7 +48,7 @@ class Actor:
     """Creates and cancels migrations through `api`, within `timeout` each; `authority` tells
     whether the lease surely lasts that long."""
 
-    def __init__(self, api: Any, store: WatchedStore, follower: Follower, *, events: Any, timeout: float,
+    def __init__(self, api: Any, store: WatchedStore, follower: Follower, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
         self.api, self.store, self.follower, self.events = api, store, follower, events
         self.timeout, self.authority = timeout, authority
@@ -74,9 +74,8 @@ class Actor:
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
             "to": decision.target, "reason": decision.reason}})
-        if self.events is not None:
-            self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
-                                   f"{decision.reason} (migration {migration.name})")
+        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
+                               f"{decision.reason} (migration {migration.name})")
         return Outcome(key, f"created migration {migration.name} to {decision.target}",
                        created=f"{migration.namespace}/{migration.name}")
 

@@ -15,10 +15,9 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from .. import metrics
-from ..cluster.events import vmi_reference
+from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
 from ..rules.shared.times import rfc3339
 
@@ -33,7 +32,7 @@ def _key(migration: Migration) -> Key:
 
 
 class Follower:
-    def __init__(self, events: Any = None):
+    def __init__(self, events: Events = NO_EVENTS):
         self.events = events
         self._ours: dict[Key, Migration] = {}  # ours, as last seen (or as created)
         self._open: set[Key] = set()  # followed until they end
@@ -113,7 +112,6 @@ class Follower:
             message = f"migration {migration.name}{where} failed{cause}{until}"
         fields = {"vm": vm, "migration": migration.name, "result": migration.phase, "target": migration.target}
         log.info("keeper migration ended", extra={"fields": fields | ({"why": why} if why else {})})
-        if self.events is not None:
-            reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
-            self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,
-                                   warning=not migration.succeeded)
+        reason = "MigratedToStorage" if migration.succeeded else "MigrationToStorageFailed"
+        self.events.emit_about(vmi_reference(migration.namespace, migration.vmi, uid), reason, message,
+                               warning=not migration.succeeded)

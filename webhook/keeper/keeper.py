@@ -28,10 +28,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import kinds, metrics
+from ..cluster.events import NO_EVENTS, Events
 from ..cluster.kubevirt import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
-from ..config import Settings
+from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import decide_keep, Hold, Mode, PassFacts
 from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
@@ -115,11 +116,11 @@ class Keeper:
     a test): `async with keeper.watching(): report = await keeper.run_pass()`; `report.vms` says
     what it made of each VM."""
 
-    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Any = None,
+    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
                  clock: Callable[[], datetime] = _now):
-        if settings.keep not in (Mode.REPORT, Mode.MIGRATE):
-            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep!r}")
+        if settings.keep is KeepMode.OFF:
+            raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
         self.timing, self.authority, self.clock = timing, authority, clock
         for metric in metrics.KEEPER_METRICS:

@@ -4,7 +4,7 @@ Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.C
 its LeaseLock extended in `leaselock.py`, the one place that leans on the library's
 internals), with the gaps closed that matter for something that creates migrations:
 
-- `LeaderElection.run()` returns once the lease is lost: `Elector.run` campaigns again.
+- `LeaderElection.run()` returns once the lease is lost: the Elector campaigns again.
 - Its Lease calls have no timeout, and a timeout on the client's session would not help:
   kubernetes-asyncio's REST client passes `aiohttp.ClientTimeout()` (no limit) with every
   call, which overrides the session's. Each Lease call here carries `_request_timeout`.
@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from .. import metrics
+from ..background import Background
 from ..cluster import client
 from ..config import Settings
 from ..kinds import LEASE
@@ -92,7 +93,9 @@ class Elector:
         self._deadline: asyncio.Task[None] | None = None
         self._deposed = asyncio.Event()
         self._why = ""
-        self._task: asyncio.Task[None] | None = None
+        # A campaign ends with the term; the next one starts a retry period later.
+        self._campaigns = Background("lease", self.campaign, log=log, failure="campaigning for the lease failed",
+                                     period=timing.retry_period)
 
     # ----------------------------------------------------------------- queries
 
@@ -106,46 +109,41 @@ class Elector:
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self.run(), name="lease")
+        """Campaign, lead, and campaign again when the term ends, until stop()."""
+        metrics.show(metrics.KEEPER_LEADER).set(0)
+        self._campaigns.start()
 
     async def stop(self) -> None:
         """Stop the keeper first, then campaigning, then hand the lease over (best effort)."""
         was_leading = self.leading
         self.step_down("shutting down")
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await self._campaigns.stop()
         if was_leading:
             await self.release()
 
-    async def run(self) -> None:
-        """Campaign, lead, and campaign again when the term ends; cancel to stop."""
+    async def campaign(self) -> None:
+        """One campaign: acquire the Lease, lead while it is renewed; returns when the term ends."""
         from kubernetes_asyncio.leaderelection.electionconfig import Config
         from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
 
-        metrics.show(metrics.KEEPER_LEADER).set(0)
         from .leaselock import ReportingLeaseLock  # kubernetes-asyncio's models: only when the keeper runs
 
-        while True:
-            self._deposed = asyncio.Event()
-            config = Config(ReportingLeaseLock(self), lease_duration=self.timing.lease_duration,
-                            renew_deadline=self.timing.renew_deadline, retry_period=self.timing.retry_period,
-                            onstarted_leading=self._take_office, onstopped_leading=self._not_renewed)
-            campaign = asyncio.create_task(LeaderElection(config).run(), name="lease campaign")
-            deposed = asyncio.create_task(self._deposed.wait(), name="lease term")
-            try:
-                await asyncio.wait({campaign, deposed}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                self.step_down("campaign ended")
-                for task in (campaign, deposed):
-                    task.cancel()
-                await asyncio.gather(campaign, deposed, *self._term_tasks(), return_exceptions=True)
-            if campaign.done() and not campaign.cancelled() and campaign.exception() is not None:
-                error = campaign.exception()
-                log.warning("lease campaign failed", extra={"fields": {"error": f"{type(error).__name__}: {error}"}})
-            await asyncio.sleep(self.timing.retry_period)
+        self._deposed = asyncio.Event()
+        config = Config(ReportingLeaseLock(self), lease_duration=self.timing.lease_duration,
+                        renew_deadline=self.timing.renew_deadline, retry_period=self.timing.retry_period,
+                        onstarted_leading=self._take_office, onstopped_leading=self._not_renewed)
+        campaign = asyncio.create_task(LeaderElection(config).run(), name="lease campaign")
+        deposed = asyncio.create_task(self._deposed.wait(), name="lease term")
+        try:
+            await asyncio.wait({campaign, deposed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.step_down("campaign ended")
+            for task in (campaign, deposed):
+                task.cancel()
+            await asyncio.gather(campaign, deposed, *self._term_tasks(), return_exceptions=True)
+        if campaign.done() and not campaign.cancelled() and campaign.exception() is not None:
+            error = campaign.exception()
+            log.warning("lease campaign failed", extra={"fields": {"error": f"{type(error).__name__}: {error}"}})
 
     async def release(self) -> None:
         """Clear the holder of a Lease we hold, so a follower acquires it at its next try."""

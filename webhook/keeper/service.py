@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import WatchedStore
 from ..config import Settings
 from .keeper import Keeper, KeeperTiming
@@ -12,7 +13,7 @@ from .lease import Elector, LeaseTiming
 
 class KeeperService:
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, namespace: str, identity: str,
-                 events: Any = None, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming()):
+                 events: Events = NO_EVENTS, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming()):
         if timing.request_timeout >= lease_timing.renew_deadline:
             # A migration is created only if its request ends within the renew deadline.
             raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")

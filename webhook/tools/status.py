@@ -28,7 +28,7 @@ from .. import kinds
 from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
-from ..config import ENV_PREFIX, Settings
+from ..config import KeepMode, MigrationTargets, Settings
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.probe import NEEDS, TargetedMigration
 from ..keeper.stretch import Stretches
@@ -113,11 +113,11 @@ class Cluster:
     in_flight_ours: int
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
-    migration_targets: str = "untouched"  # --migration-targets: what a migration that names no node gets
+    migration_targets: MigrationTargets = MigrationTargets.UNTOUCHED  # --migration-targets: what a migration that names no node gets
 
     @property
     def targets(self) -> str:
-        if self.migration_targets == "prefer":
+        if self.migration_targets is MigrationTargets.PREFER:
             return "targets of migrations that name no node prefer the storage node (--migration-targets prefer)"
         return "migration targets untouched"
 
@@ -247,7 +247,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     listed = await _listed(store, settings, timeout)
     running = listed.running
     targeted = _CheckedOnce(api, timeout=timeout)
-    off = settings.keep == "off"
+    off = settings.keep is KeepMode.OFF
     if off:
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
@@ -324,28 +324,10 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
         return settings, f"settings as given here: {where} has no container {container_name}"
     env = {e["name"]: e["value"] for e in container.get("env") or []
            if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)}
-    env.update(_flags_as_env(container.get("args")))
     try:
-        return Settings.from_env(env), f"from {where}"
+        return Settings.from_command(container.get("args"), env), f"from {where}"
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
-
-
-def _flags_as_env(args: Any) -> dict[str, str]:
-    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags that are settings, in the
-    form Settings.from_env reads (flags win over the environment, as in `serve`)."""
-    fields = {field.name for field in dataclasses.fields(Settings)}
-    found: dict[str, str] = {}
-    args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
-    for i, arg in enumerate(args):
-        if not arg.startswith("--"):
-            continue
-        flag, has_value, value = arg[2:].partition("=")
-        if not has_value:
-            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-        if flag.replace("-", "_") in fields and value:
-            found[ENV_PREFIX + flag.replace("-", "_").upper()] = value
-    return found
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:

@@ -56,10 +56,7 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
     the source's share-manager would fight its anti-affinity and make migration impossible.
     """
-    # kinds.labels and kinds.annotations, reading the metadata once: every VM start asks.
-    metadata = kinds.meta(pod)
-    labels, annotations = metadata.get("labels"), metadata.get("annotations")
-    labels, annotations = labels if isinstance(labels, dict) else {}, annotations if isinstance(annotations, dict) else {}
+    labels, annotations = kinds.labels(pod), kinds.annotations(pod)
     if (why := _not_opted_in(labels, annotations, settings)) is not None:
         return why
     if kinds.MIGRATION_JOB_LABEL in labels:

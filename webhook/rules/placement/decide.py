@@ -1,11 +1,11 @@
 """Pin / prefer / skip from resolved facts: all known nodes equal → pin, differ → prefer each."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Sequence
 
 from .facts import Fact
-from ..shared.record import record
 
 PIN_WEIGHT = 100
 
@@ -24,7 +24,7 @@ PINNED, AMONG, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.AMONG, Placem
 REQUIRING = (PINNED, AMONG)
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class Decision:
     outcome: Placement
     node: str | None = None  # the required node when pinned
@@ -45,10 +45,9 @@ class Decision:
         return [node for node, _ in self.preferences]
 
 
-# What a pod follows, and the reason of a pin (%-style: str.format's parsing is the dearest part
-# of a decision).
-DISKS = ("disk", "pinned to %(node)s, where the share-manager of %(served)s runs")
-CONSUMERS = ("consumer", "pinned to %(node)s, where %(served)s runs")
+# What a pod follows, and what runs where it is pinned: the share-manager of its disks, or its consumers.
+DISKS = ("disk", "the share-manager of ")
+CONSUMERS = ("consumer", "")
 
 
 def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str, str] = DISKS, *,
@@ -59,7 +58,7 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
     preference stays and the requirement goes, so a pod is never stranded. With
     `required` False (`--pin preferred`) the one node is only ever preferred.
     """
-    what, pinned = subject
+    what, runs = subject
     if not facts:
         return Decision(NOT_PINNED, reason=f"no {what}s to follow", warnings=(f"not pinned: no {what}s to follow",))
     problems: list[str] = []
@@ -84,7 +83,7 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
                 PINNED,
                 node,
                 ((node, PIN_WEIGHT),),
-                pinned % {"node": node, "served": ", ".join(served)},
+                f"pinned to {node}, where {runs}{', '.join(served)} runs",
                 tuple([f"ignored: {p}" for p in problems]) if problems else (),
             )
         reason = f"preferred {node}, not pinned: {blocked}"

@@ -11,16 +11,16 @@ no node.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from ... import kinds
 from ...config import Settings
 from ...kinds import POD, PV, PVC, SHARE_MANAGER, Resource
-from ..shared.record import record
 
 
-@record
+@dataclasses.dataclass(frozen=True)
 class Fact:
     """One thing a pod follows (a disk's share-manager, a consuming VM): its node, or why none."""
 

@@ -123,12 +123,9 @@ def clip_reason(text: str, limit: int = MAX_REASON) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def decision_annotations(decision: Decision, settings: Settings,
-                         recorded: dict[str, str] | None = None) -> dict[str, str]:
-    """decision / node / reason: always all three, so a re-review never leaves a stale one.
-    `recorded` is `audit_annotations(decision)` when the caller has it already."""
-    if recorded is None:
-        recorded = audit_annotations(decision)
+def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
+    """decision / node / reason: always all three, so a re-review never leaves a stale one."""
+    recorded = audit_annotations(decision)
     return {
         settings.decision_annotation: recorded[kinds.DECISION],
         settings.node_annotation: recorded[kinds.NODE_KEY],
@@ -145,12 +142,10 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
             kinds.REASON: reason if len(reason) <= MAX_REASON else clip_reason(reason)}
 
 
-def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings,
-              audit: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The whole patch for one pod: affinity first, then the recorded decision (`audit`:
-    `audit_annotations(decision)`, when the caller has it already)."""
+def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
+    """The whole patch for one pod: affinity first, then the recorded decision."""
     spec = obj.get("spec")
-    annotations = annotation_ops(obj, decision_annotations(decision, settings, audit))  # affinity first, in the patch
+    annotations = annotation_ops(obj, decision_annotations(decision, settings))  # affinity first, in the patch
     if not isinstance(spec, dict):
         return annotations
     return affinity_ops(spec, decision.required, decision.preferences) + annotations

@@ -1,0 +1,70 @@
+"""Each setting is declared once, and every way of giving it reaches `Settings` the same:
+its COLOCATE_* variable, the flag of each verb that takes it, and a deployed `serve`'s arguments."""
+import pytest
+
+from webhook.__main__ import build_parser, settings_from
+from webhook.config import SETTINGS, KeepMode, MigrationTargets, PinMode, Settings
+
+# A value unlike the default for every setting, as a user writes it.
+GIVEN = {
+    "opt_in_annotation": "example.com/colocate", "decision_prefix": "example.com/", "longhorn_namespace": "storage",
+    "csi_driver": "csi.example.com", "pin": "preferred", "migration_targets": "prefer", "share_manager_rule": "off",
+    "default_timeout": "5", "deadline_margin": "0.5", "keep": "migrate", "keep_after": "60",
+    "keep_after_descheduled": "3600", "keep_max_inflight": "3", "keep_max_per_day": "4",
+    "keep_max_outbound_per_node": "1", "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
+}
+EXPECTED = {
+    "opt_in_annotation": "example.com/colocate", "decision_prefix": "example.com/", "longhorn_namespace": "storage",
+    "csi_driver": "csi.example.com", "pin": PinMode.PREFERRED, "migration_targets": MigrationTargets.PREFER,
+    "share_manager_rule": False, "default_timeout": 5.0, "deadline_margin": 0.5, "keep": KeepMode.MIGRATE,
+    "keep_after": 60.0, "keep_after_descheduled": 3600.0, "keep_max_inflight": 3, "keep_max_per_day": 4,
+    "keep_max_outbound_per_node": 1, "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
+}
+# What each verb needs besides the flag under test.
+REQUIRED = {"serve": [], "review": ["--state", "state.yaml"], "explain": ["default/vm1"], "status": []}
+FLAGS = [(row, verb) for row in SETTINGS if row.flag is not None for verb in row.flag.verbs]
+
+
+def test_every_setting_has_a_value_to_try():
+    assert set(GIVEN) == set(EXPECTED) == {row.name for row in SETTINGS}
+    assert all(EXPECTED[row.name] != row.default for row in SETTINGS)
+
+
+def same(value, expected):
+    """Equal, and a mode is its enum's member (compared with `is` in the code)."""
+    return value == expected and (value is expected or not isinstance(expected, (PinMode, MigrationTargets, KeepMode)))
+
+
+@pytest.mark.parametrize("row", SETTINGS, ids=lambda row: row.name)
+def test_each_setting_comes_from_its_environment_variable(row):
+    settings = Settings.from_env({row.env: GIVEN[row.name]})
+    assert same(getattr(settings, row.name), EXPECTED[row.name])
+
+
+@pytest.mark.parametrize("row, verb", FLAGS, ids=lambda x: getattr(x, "name", x))
+def test_each_flag_sets_its_setting_in_each_verb_that_takes_it(row, verb):
+    args = build_parser().parse_args([verb, *REQUIRED[verb], row.option, GIVEN[row.name]])
+    assert same(getattr(settings_from(args), row.name), EXPECTED[row.name])
+
+
+@pytest.mark.parametrize("row", [row for row in SETTINGS if row.flag is not None and "serve" in row.flag.verbs],
+                         ids=lambda row: row.name)
+@pytest.mark.parametrize("written", ["--flag=value", "--flag value"])
+def test_a_deployed_serve_is_read_from_its_arguments_over_its_environment(row, written):
+    value = GIVEN[row.name]
+    args = [f"{row.option}={value}"] if written == "--flag=value" else [row.option, value]
+    settings = Settings.from_command(["--port=9443", *args, "--drain-delay", "5"], {row.env: str(row.default)})
+    assert same(getattr(settings, row.name), EXPECTED[row.name])
+
+
+def test_a_mode_given_by_name_is_its_member_and_a_wrong_one_names_the_choices():
+    assert Settings(pin="preferred", keep="off").pin is PinMode.PREFERRED
+    assert Settings(keep="off").keep is KeepMode.OFF
+    with pytest.raises(ValueError, match="^keep must be one of off, report, migrate, not 'sometimes'$"):
+        Settings(keep="sometimes")
+
+
+def test_each_keep_mode_but_off_is_a_mode_the_keeper_runs_in():
+    from webhook.rules.keeping.keep import Mode
+
+    assert {Mode(mode) for mode in KeepMode if mode is not KeepMode.OFF} == set(Mode)

@@ -1,0 +1,55 @@
+"""Work that runs beside admission in a task of its own, again and again, until stopped: the
+stranded-pod report, the check of our webhook configuration, certificate reloads, Events,
+leader election, the informers. Admission never waits on it, and it never dies of a failure."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+
+class Background:
+    """`step` again and again in a task named `name`: `period` seconds after each step (and
+    before the first with `wait_first`), `retry` seconds after one that raised (default: the
+    period). A failure is logged as `failure` and said by `degraded()` until a step succeeds.
+    start() while running does nothing; stop() cancels the task, waits for it and forgets it."""
+
+    def __init__(self, name: str, step: Callable[[], Awaitable[object]], *, log: logging.Logger, failure: str,
+                 period: float = 0.0, retry: float | None = None, wait_first: bool = False):
+        self.name, self.step, self.log, self.failure = name, step, log, failure
+        self.period, self.retry, self.wait_first = period, period if retry is None else retry, wait_first
+        self.error: str | None = None  # why the last step failed, until one succeeds
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Run in the background (from the running loop); a second call does nothing."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        """Cancel the task and wait until it has ended; a second call does nothing."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def degraded(self) -> list[str]:
+        """A readiness note while the last step failed."""
+        return [f"{self.failure}: {self.error}"] if self.error is not None else []
+
+    async def _run(self) -> None:
+        pause = self.period if self.wait_first else 0.0
+        while True:
+            if pause:
+                await asyncio.sleep(pause)
+            try:
+                await self.step()
+            except Exception as exc:  # logged and said; the next step may succeed
+                self.log.exception(self.failure)
+                self.error, pause = f"{type(exc).__name__}: {exc}", self.retry
+            else:
+                self.error, pause = None, self.period
