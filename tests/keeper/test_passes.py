@@ -623,3 +623,28 @@ async def test_a_pass_over_many_vms_lets_admission_run_while_it_goes(cluster, ma
 
     assert report.states["co-located"] == 300
     assert during >= 3, during
+
+
+async def test_a_dry_run_that_proves_nothing_for_one_vm_is_made_of_the_next(cluster, make_keeper, kmock):
+    """KubeVirt's admission refuses every migration of vm1 (422), its dry run included: that says
+    nothing of spec.addedNodeSelector, so the next VM's dry run settles it and vm2 moves in the
+    same pass, rather than vm1 holding every VM until its own answer changes."""
+    def refuse_vm1(request):
+        if (request.data.get("spec") or {}).get("vmiName") == "vm1":
+            raise kmocklib.KubernetesError(status=422, reason="Invalid", message="admission webhook denied the request")
+        return None
+
+    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << refuse_vm1  # dry runs
+    kmock.refuse = refuse_vm1  # creates
+    vm2 = apart_vm("vm2")
+    for obj in vm2:  # vm2 came apart later: vm1 is tried first
+        if obj["kind"] == "Pod" and obj["metadata"].get("labels", {}).get("kubevirt.io") == "virt-launcher":
+            obj["metadata"]["creationTimestamp"] = ago(hours=1)
+    cluster.seed(three_nodes() + apart_vm("vm1") + vm2)
+    keeper = await make_keeper()
+
+    report = await keeper.run_pass()
+
+    dry_runs = [r.data["spec"]["vmiName"] for r in kmock if r.method == "POST" and r.params.get("dryRun") == "All"]
+    assert dry_runs == ["vm1", "vm2"]
+    assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm2"]

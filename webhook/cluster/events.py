@@ -125,6 +125,7 @@ class EventSink:
         self._timeout = timeout
         self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
+        self._closed = False  # after close, nothing is queued: no worker would be left to stop
 
     def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
         involved = involved_object(pod, namespace)
@@ -138,6 +139,9 @@ class EventSink:
         self._queue_event(new_event(involved, reason, message, self.instance, warning=warning, name=name))
 
     def _queue_event(self, event: dict[str, Any]) -> None:
+        if self._closed:
+            metrics.EVENTS.labels("dropped").inc()
+            return
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -165,7 +169,8 @@ class EventSink:
             raise RuntimeError(f"API answered {status}")
 
     async def close(self, grace: float = 2.0) -> None:
-        """Send what is queued (for at most `grace` seconds), then stop."""
+        """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
+        self._closed = True
         if not self._worker.running:
             return
         try:

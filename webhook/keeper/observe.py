@@ -39,6 +39,7 @@ from .probe import TargetedMigration
 from .stretch import Stretch, Stretches
 
 BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (admission shares it)
+PROBES = 3  # dry runs a pass while their answers prove nothing
 
 
 class Breather:
@@ -160,18 +161,24 @@ def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[st
 
 async def probe(targeted: TargetedMigration, order: Sequence[Observed], facts: PassFacts) -> PassFacts:
     """The pass with the answer on targeted migration. When it is due to be (re)checked, the
-    dry run is made once, of the first VM in `order` that would move (or be held only by the
-    mode or the lease) if it worked; while no VM comes to that, decisions go as if it works:
-    what else holds them shows."""
+    dry run is made of the first VM in `order` that would move (or be held only by the mode or
+    the lease) if it worked; an answer that proves nothing (a timeout, KubeVirt refusing that
+    one VMI) tries the next such VM, up to PROBES a pass, so one VM cannot hold every other.
+    While no VM comes to that, decisions go as if it works: what else holds them shows."""
     if not targeted.due():
         return facts
     assumed = dataclasses.replace(facts, targeted=True)
+    tried = 0
     for vm in order:
         decision = decide_keep(vm.facts, assumed)
         if not (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)):
             continue
         made = manifest(vm, decision, priority=True)
-        if not isinstance(made, Skipped):
-            await targeted.check(made)
+        if isinstance(made, Skipped):
+            continue
+        await targeted.check(made)
+        tried += 1
+        if not targeted.error or tried >= PROBES:
             return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note)
-    return assumed
+    return assumed if not tried else dataclasses.replace(facts, targeted=targeted.available,
+                                                         targeted_note=targeted.note)
