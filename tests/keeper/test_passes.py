@@ -45,6 +45,22 @@ async def events_settle(cluster, count, name="vm1"):
     return await eventually(lambda: len(events_about(cluster, name)) >= count and events_about(cluster, name))
 
 
+def refused_for_vm1(request):
+    """KubeVirt's admission turning away every migration of vm1 (422)."""
+    if (request.data.get("spec") or {}).get("vmiName") == "vm1":
+        return kmocklib.KubernetesError(status=422, reason="Invalid", message="admission webhook denied the request")
+    return None
+
+
+def vm1_then_vm2():
+    """Two VMs apart, vm2 come apart later than vm1: vm1 is tried first."""
+    vm2 = apart_vm("vm2")
+    for obj in vm2:
+        if obj["kind"] == "Pod" and obj["metadata"].get("labels", {}).get("kubevirt.io") == "virt-launcher":
+            obj["metadata"]["creationTimestamp"] = ago(hours=1)
+    return apart_vm("vm1") + vm2
+
+
 # --------------------------------------------------------------------------- the migration
 
 
@@ -460,17 +476,8 @@ async def test_a_refused_create_is_counted_and_reported_never_raised(cluster, ma
 
 async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_move(cluster, make_keeper, kmock):
     """KubeVirt's admission refuses migrations of vm1 (422): vm1 waits its backoff; vm2 is moved."""
-    def refuse_vm1(request):
-        if (request.data.get("spec") or {}).get("vmiName") == "vm1":
-            return kmocklib.KubernetesError(status=422, reason="Invalid", message="admission webhook denied the request")
-        return None
-
-    kmock.refuse = refuse_vm1
-    vm2 = apart_vm("vm2")
-    for obj in vm2:  # vm2 came apart later: vm1 is tried first
-        if obj["kind"] == "Pod" and obj["metadata"].get("labels", {}).get("kubevirt.io") == "virt-launcher":
-            obj["metadata"]["creationTimestamp"] = ago(hours=1)
-    cluster.seed(three_nodes() + apart_vm("vm1") + vm2)
+    kmock.refuse = refused_for_vm1
+    cluster.seed(three_nodes() + vm1_then_vm2())
     keeper = await make_keeper()
 
     report = await keeper.run_pass()
@@ -629,18 +636,14 @@ async def test_a_dry_run_that_proves_nothing_for_one_vm_is_made_of_the_next(clus
     """KubeVirt's admission refuses every migration of vm1 (422), its dry run included: that says
     nothing of spec.addedNodeSelector, so the next VM's dry run settles it and vm2 moves in the
     same pass, rather than vm1 holding every VM until its own answer changes."""
-    def refuse_vm1(request):
-        if (request.data.get("spec") or {}).get("vmiName") == "vm1":
-            raise kmocklib.KubernetesError(status=422, reason="Invalid", message="admission webhook denied the request")
+    def dry_run_refused_for_vm1(request):
+        if (refused := refused_for_vm1(request)) is not None:
+            raise refused
         return None
 
-    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << refuse_vm1  # dry runs
-    kmock.refuse = refuse_vm1  # creates
-    vm2 = apart_vm("vm2")
-    for obj in vm2:  # vm2 came apart later: vm1 is tried first
-        if obj["kind"] == "Pod" and obj["metadata"].get("labels", {}).get("kubevirt.io") == "virt-launcher":
-            obj["metadata"]["creationTimestamp"] = ago(hours=1)
-    cluster.seed(three_nodes() + apart_vm("vm1") + vm2)
+    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << dry_run_refused_for_vm1
+    kmock.refuse = refused_for_vm1  # creates
+    cluster.seed(three_nodes() + vm1_then_vm2())
     keeper = await make_keeper()
 
     report = await keeper.run_pass()
