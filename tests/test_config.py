@@ -62,9 +62,3 @@ def test_a_mode_given_by_name_is_its_member_and_a_wrong_one_names_the_choices():
     assert Settings(keep="off").keep is KeepMode.OFF
     with pytest.raises(ValueError, match="^keep must be one of off, report, migrate, not 'sometimes'$"):
         Settings(keep="sometimes")
-
-
-def test_each_keep_mode_but_off_is_a_mode_the_keeper_runs_in():
-    from webhook.rules.keeping.keep import Mode
-
-    assert {Mode(mode) for mode in KeepMode if mode is not KeepMode.OFF} == set(Mode)

@@ -44,7 +44,7 @@ class MigrationTargets(enum.StrEnum):
 
 
 class KeepMode(enum.StrEnum):
-    """The keeper: off, or on in one of its modes (`rules.keep.Mode`: report, migrate)."""
+    """The keeper: off, or on in one of its modes (report and migrate run it; status decides as report for off)."""
 
     OFF = "off"
     REPORT = "report"  # decide and report only

@@ -34,7 +34,7 @@ from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import decide_keep, Hold, Mode, PassFacts
+from ..rules.keeping.keep import decide_keep, Hold, PassFacts
 from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
@@ -234,7 +234,7 @@ class Keeper:
         apart = sorted((vm for vm in observed if vm.facts.where.state is APART),
                        key=lambda vm: (self.memory.since(vm.facts, now), vm.vmi.name))
         order = [vm for vm in observed if vm.facts.where.state is not APART] + apart
-        lease = Mode.of(self.settings.keep) is not Mode.MIGRATE or self.authority(self.timing.request_timeout)
+        lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return Sighting(tuple(order), await probe(self.targeted, order, facts))
 

@@ -21,7 +21,7 @@ from ..deadline import Deadline
 from ..kinds import NODE
 from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
 from ..rules.placement.facts import Fact
-from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, Mode, PassFacts, VmFacts
+from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
     in_flight_counts,
@@ -148,7 +148,7 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
     flight (of any origin, `history`, against `vmis`), the last answer on targeted migration."""
     history = list(history)
     ours, everyone = in_flight_counts(history, now)
-    return PassFacts(now, Limits.of(settings), Mode.of(settings.keep), targeted.available, targeted.note, ours,
+    return PassFacts(now, Limits.of(settings), settings.keep, targeted.available, targeted.note, ours,
                      everyone, outbound_counts(history, vmis, now), incomplete, lease)
 
 

@@ -265,7 +265,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
 
     vms = await asyncio.gather(*(one(view) for view in running))
     (said, why), (priority_said, priority_why) = answers(targeted, off)
-    header = Cluster("off" if off else str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
+    header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,
                      facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), listed.skipped, header)

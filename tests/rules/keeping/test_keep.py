@@ -6,7 +6,8 @@ import pytest
 from keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
 
 from webhook.rules.keeping.apart import APART, locality
-from webhook.rules.keeping.keep import Hold, Limits, Mode, PassFacts, VmFacts, decide_keep
+from webhook.config import KeepMode
+from webhook.rules.keeping.keep import Hold, Limits, PassFacts, VmFacts, decide_keep
 from webhook.rules.keeping.migrations import read_migration
 
 # --------------------------------------------------------------------------- the decision
@@ -18,7 +19,7 @@ DESCHEDULED = read_migration(evacuation())
 HOLD_ENDS = at("2026-11-20T15:58:31Z")  # six hours later
 READY = dict(
     now=NOW, apart_since=ago(minutes=15), limits=Limits(), history=[], in_flight_ours=0, in_flight_all=0,
-    vmi_migrating=False, last_end=ago(hours=2), target_unfit=None, targeted=True, mode=Mode.MIGRATE,
+    vmi_migrating=False, last_end=ago(hours=2), target_unfit=None, targeted=True, mode=KeepMode.MIGRATE,
 )
 
 
@@ -92,7 +93,7 @@ HOLDS = [
      "its migration was refused 2 time(s) in a row; retrying after 2026-11-20T12:05:00Z"),
     (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Hold.VIEW_INCOMPLETE,
      "not acting on an incomplete view: pods: not synced"),
-    (APART_VMI, APART_WHERE, {"mode": Mode.REPORT}, Hold.REPORT_ONLY,
+    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Hold.REPORT_ONLY,
      "report only: would migrate from node-a to node-b: disks served from node-b, the VM runs on node-a; apart for 900s"),
     (APART_VMI, APART_WHERE, {"lease": False}, Hold.NO_LEASE,
      "not acting: the lease might run out before the migration is created"),
@@ -139,7 +140,7 @@ def test_at_the_edges_the_vm_is_moved(changes):
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [
     (vmi_with(opted_in=False, kept=False), APART_WHERE, {}, Hold.NOT_OPTED_IN),
-    (vmi_with(kept=False), locality("node-a", [fact("d", "node-a")]), {"mode": Mode.REPORT}, Hold.OPTED_OUT),
+    (vmi_with(kept=False), locality("node-a", [fact("d", "node-a")]), {"mode": KeepMode.REPORT}, Hold.OPTED_OUT),
     (APART_VMI, locality("node-a", [fact("d", "node-a")]), {"target_unfit": "node node-b is cordoned"}, Hold.NOT_APART),
     (vmi_with(live_migratable=False), APART_WHERE, {"target_unfit": "node node-b is not Ready"}, Hold.TARGET_UNFIT),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True, "in_flight_all": 5, "apart_since": NOW}, Hold.MIGRATING),
@@ -147,12 +148,12 @@ def test_at_the_edges_the_vm_is_moved(changes):
     (APART_VMI, APART_WHERE, {"vmi_migrating": True, "descheduled": DESCHEDULED}, Hold.MIGRATING),
     (vmi_with(live_migratable=False), APART_WHERE, {"descheduled": DESCHEDULED}, Hold.NOT_MIGRATABLE),
     (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED, "apart_since": NOW, "last_end": NOW}, Hold.DESCHEDULED),
-    (APART_VMI, APART_WHERE, {"targeted": False, "mode": Mode.REPORT}, Hold.UNTARGETED),
-    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "mode": Mode.REPORT}, Hold.CLUSTER_LIMIT),
+    (APART_VMI, APART_WHERE, {"targeted": False, "mode": KeepMode.REPORT}, Hold.UNTARGETED),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "mode": KeepMode.REPORT}, Hold.CLUSTER_LIMIT),
     (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=1)), failed(ago(hours=3))], "targeted": False},
      Hold.BACKING_OFF),
-    (APART_VMI, APART_WHERE, {"incomplete": "x", "mode": Mode.REPORT, "lease": False}, Hold.VIEW_INCOMPLETE),
-    (APART_VMI, APART_WHERE, {"mode": Mode.REPORT, "lease": False}, Hold.REPORT_ONLY),
+    (APART_VMI, APART_WHERE, {"incomplete": "x", "mode": KeepMode.REPORT, "lease": False}, Hold.VIEW_INCOMPLETE),
+    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT, "lease": False}, Hold.REPORT_ONLY),
 ], ids=["never-touch-not-opted-in", "opt-out-before-state", "state-before-target", "target-before-migratable",
         "own-migration-before-cluster", "time-before-backoff", "in-flight-before-descheduled",
         "migratable-before-descheduled", "descheduled-before-time", "report-shows-untargeted", "report-shows-limits",

@@ -21,23 +21,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from ... import kinds
-from ...config import Settings
+from ...config import KeepMode, Settings
 from .apart import APART, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
 from ..shared.times import rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
-
-
-class Mode(enum.StrEnum):
-    REPORT = "report"  # decide and report, create nothing
-    MIGRATE = "migrate"
-
-    @classmethod
-    def of(cls, keep: str) -> Mode:
-        """Migrate only when told to; any other setting decides as a report would."""
-        return cls.MIGRATE if keep == cls.MIGRATE else cls.REPORT
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,7 +109,7 @@ class PassFacts:
 
     now: datetime
     limits: Limits
-    mode: Mode
+    mode: KeepMode  # only migrate creates; report (and off, for `status`) decide as a report
     targeted: bool | None
     targeted_note: str = ""
     in_flight_ours: int = 0
@@ -250,7 +240,7 @@ CHECKS: tuple[Check, ...] = (
           lambda vm, p: _refused_words(vm.refused or (0, p.now))),
     Check(Hold.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
           lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
-    Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not Mode.MIGRATE,
+    Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
           lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
     Check(Hold.NO_LEASE, lambda vm, p: not p.lease,
           lambda vm, p: "not acting: the lease might run out before the migration is created"),
