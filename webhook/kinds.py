@@ -83,9 +83,6 @@ VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")  # label of every launcher pod
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
 # On a migration target pod, the name of its migration (the label above holds its uid).
 MIGRATION_JOB_NAME_ANNOTATION = "kubevirt.io/migrationJobName"
-# On a migration KubeVirt creates to evacuate a node (a drain, an eviction): the node's name
-# (pkg/virt-controller/watch/drain/evacuation/evacuation.go).
-EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"
 CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid, on each of its pods
 # A launcher pod's `vm.kubevirt.io/name` is the VMI's hostname (spec.hostname, else its name up to
 # the first dot), not its name: the VMI of a pod is its controlling ownerReference (`vmi_owner`).

@@ -62,7 +62,7 @@ class OptInCheck:
 
     def __init__(self, store: Store, key: str, name: str = DEFAULT_CONFIGURATION, *, period: float = 60.0,
                  timeout: float = 5.0, migration_targets: bool = False):
-        self.store, self.key, self.name, self.period, self.timeout = store, key, name, period, timeout
+        self.store, self.key, self.name, self.timeout = store, key, name, timeout
         self.migration_targets = migration_targets  # --migration-targets prefer: they must get through too
         self._note = ""
         self._targets_note = ""

@@ -81,7 +81,6 @@ class ReloadingTLS:
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
         self.client_ca_file = Path(client_ca_file) if client_ca_file else None
-        self.interval = interval
         self._good = _digest(self.cert_file, self.key_file, self.client_ca_file)  # the pair being served
         self._suspect = ""  # a pair that failed to load once
         self._reported = ""  # a pair that failed twice and was logged

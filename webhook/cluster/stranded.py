@@ -38,7 +38,7 @@ class StrandedReporter:
 
     def __init__(self, store: WatchedStore, settings: Settings, events: Events = NO_EVENTS, *,
                  interval: float = 30.0):
-        self.store, self.settings, self.events, self.interval = store, settings, events, interval
+        self.store, self.settings, self.events = store, settings, events
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it
         # The net must not tear: a failed look is logged and noted, and made again next time.
         self._looking = Background("stranded", self._look, log=log, failure="looking for stranded pods failed",

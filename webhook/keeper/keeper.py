@@ -220,13 +220,15 @@ class Keeper:
         uids = {(v.namespace, v.name): v.uid for v in vmis}
         self.follower.observe(watched, now, uids)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
+        history = self.follower.history(watched)
         # On a partial view KubeVirt's own timeout (our annotation) does it.
         if not incomplete:
-            for outcome in await self.actor.cancel_unplaceable(self.follower.history(watched), uids, now,
-                                                               self.timing.unplaceable):
+            outcomes = await self.actor.cancel_unplaceable(history, uids, now, self.timing.unplaceable)
+            for outcome in outcomes:
                 self._remember(outcome, now)
                 errors += [outcome.error] if outcome.error else []
-        history = self.follower.history(watched)
+            if any(outcome.action for outcome in outcomes):  # a cancellation changes the history
+                history = self.follower.history(watched)
         running = [vmi for vmi in vmis if vmi.opted_in and vmi.running]  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
         observed = await self._observe_vms(running, history, now)

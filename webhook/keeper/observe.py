@@ -180,6 +180,6 @@ async def probe(targeted: TargetedMigration, order: Sequence[Observed], facts: P
         await targeted.check(made)
         tried += 1
         if not targeted.error or tried >= PROBES:
-            return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note)
+            break
     return assumed if not tried else dataclasses.replace(facts, targeted=targeted.available,
                                                          targeted_note=targeted.note)
