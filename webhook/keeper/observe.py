@@ -118,14 +118,15 @@ class Observer:
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
         stretch: Stretch | None = None
         node, unfit = None, None
+        last_end = last_migration_end(vmi, history)
         if where.state is APART and where.target and vmi.kept:
-            stretch = await self.stretches.of(vmi, where, disks, list(history), now)
+            stretch = await self.stretches.of(vmi, where, disks, last_end, now)
             node, unfit = await self._target(vmi, where.target, stretch)
         elif where.state is not APART:
             self.stretches.forget((vmi.namespace, vmi.name))
         moved = last_move(vmi, history)
         facts = VmFacts(vmi, where, stretch.since if stretch else None, unfit, tuple(attempts(vmi, history)),
-                        migrating(vmi, history, now), last_migration_end(vmi, history),
+                        migrating(vmi, history, now), last_end,
                         moved if moved is not None and moved.descheduled else None,
                         tuple(f.reason for f in disks if f.volume and f.node is None), refused)
         return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)

@@ -21,7 +21,7 @@ from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, POD
 from ..rules.keeping.apart import apart_since, Locality
 from ..rules.placement.facts import Fact
-from ..rules.keeping.migrations import Migration, last_migration_end, target_hostname
+from ..rules.keeping.migrations import target_hostname
 from ..rules.placement.patch import as_created
 from ..rules.keeping.running import VmiView, vm_pods
 from ..rules.keeping.target import CannotTell, lacking, target_pod
@@ -69,10 +69,10 @@ class Stretches:
         for key in [k for k in self._known if k not in keys]:
             del self._known[key]
 
-    async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], history: list[Migration],
+    async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
                  now: datetime) -> Stretch:
         """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
-        its last migration's end, its launcher pod's start and the start of the share-manager pods
+        its last migration's end (`last_end`), its launcher pod's start and the start of the share-manager pods
         serving its disks; when none is known, when this leader first saw it apart. And its
         launcher pod without our pin, whole: the migration target is built from it."""
         key = (vmi.namespace, vmi.name)
@@ -84,7 +84,7 @@ class Stretches:
         first_seen = known.since if same else now
         timeout = self.timeout
         pod, problem = await self._launcher_pod(vmi, node)
-        moments = [last_migration_end(vmi, history), started(pod)]
+        moments = [last_end, started(pod)]
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:

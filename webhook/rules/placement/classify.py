@@ -61,16 +61,12 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
         return why
     if kinds.MIGRATION_JOB_LABEL in labels:
         return Skip.MIGRATION_TARGET
-    if annotations.get(kinds.EPHEMERAL_PROVISIONING) == "true":
-        return Skip.EPHEMERAL
-    if kinds.spec(pod).get("nodeName"):
-        return Skip.ALREADY_BOUND
-    return None
+    return target_exemption(pod)
 
 
 def target_exemption(pod: dict[str, Any]) -> Skip | None:
-    """Why an opted-in VM's migration target pod is left untouched by `--migration-targets prefer`
-    before its migration is read, or None (`vm_exemption` has said MIGRATION_TARGET)."""
+    """Why an opted-in pod is left untouched whatever rule would place it: a VM pod, or under
+    `--migration-targets prefer` a migration target before its migration is read; or None."""
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Skip.EPHEMERAL
     if kinds.spec(pod).get("nodeName"):
