@@ -214,9 +214,8 @@ class Keeper:
         """Read the VMIs and migrations, follow ours (cancelling those that cannot be placed,
         on a complete view), observe each running opted-in VM, and the pass-wide facts; the
         targeted migration's dry run when due. API failures go to `errors`."""
-        migrations, vmi_objects = watch.all_migrations(), watch.all_vmis()  # both as of the same moment
-        watched = await self._migrations(migrations)
-        vmis = await self._vmis(vmi_objects)
+        watched = self._migrations(watch.all_migrations())
+        vmis = self._vmis(watch.all_vmis())
         uids = {(v.namespace, v.name): v.uid for v in vmis}
         self.follower.observe(watched, now, uids)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
@@ -263,10 +262,9 @@ class Keeper:
         elif outcome.created is not None:
             self.memory.created(outcome.key)
 
-    async def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
-        found, breathe = [], Breather()
+    def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
+        found = []
         for obj in objects:
-            await breathe()  # decoding and reading 20k objects takes a second
             migration = read_migration(obj)
             if isinstance(migration, Skipped):
                 self.memory.skip(migration)
@@ -274,10 +272,9 @@ class Keeper:
                 found.append(migration)
         return found
 
-    async def _vmis(self, objects: Iterable[dict[str, Any]]) -> list[VmiView]:
-        found, breathe = [], Breather()
+    def _vmis(self, objects: Iterable[dict[str, Any]]) -> list[VmiView]:
+        found = []
         for obj in objects:
-            await breathe()
             vmi = read_vmi(obj, self.settings)
             if isinstance(vmi, Skipped):
                 if kinds.annotations(obj).get(self.settings.opt_in_annotation) == "true":

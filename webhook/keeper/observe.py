@@ -169,9 +169,8 @@ async def probe(targeted: TargetedMigration, order: Sequence[Observed], facts: P
     if not targeted.due():
         return facts
     assumed = dataclasses.replace(facts, targeted=True)
-    tried, breathe = 0, Breather()
+    tried = 0
     for vm in order:
-        await breathe()
         decision = decide_keep(vm.facts, assumed)
         if not (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)):
             continue
