@@ -115,13 +115,13 @@ class Admissions:
 
 def count_admission(outcome: Outcome, seconds: float) -> None:
     """The admission's duration and outcome in the metrics; an internal error counts as outcome "error"."""
-    metrics.ADMISSION_DURATION.labels(outcome.rule).observe(seconds)
+    metrics.ADMISSION_DURATIONS.labels(outcome.rule).observe(seconds)
     if outcome.decision is not None:
-        metrics.ADMISSIONS.labels(outcome.rule, outcome.decision.outcome, "").inc()
+        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, outcome.decision.outcome, "").inc()
     elif outcome.failed:
-        metrics.ADMISSIONS.labels(outcome.rule, "error", outcome.skipped).inc()
+        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "error", outcome.skipped).inc()
     else:
-        metrics.ADMISSIONS.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
+        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
 def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float) -> None:
