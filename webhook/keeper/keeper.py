@@ -23,9 +23,10 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import kinds, metrics
 from ..cluster.events import NO_EVENTS, Events
@@ -77,6 +78,12 @@ class PassReport:
         states = collections.Counter(r.state for r in vms)
         held = collections.Counter(str(r.hold) for r in vms if r.state is APART and r.hold is not None)
         return cls(at, tuple(created), {str(state): states[state] for state in VmState}, dict(held), note, vms)
+
+
+class PassTime(NamedTuple):
+    began: float  # Unix time
+    ended: float
+    cpu: float  # seconds of the process's CPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +139,8 @@ class Keeper:
         self.memory = Memory(Stretches(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                        direct=store.direct))
         self._watch: KubeVirtWatch | None = None
+        self.passes = 0  # passes `run()` has made
+        self.last_pass: PassTime | None = None
 
     @property
     def watch(self) -> KubeVirtWatch | None:
@@ -162,14 +171,25 @@ class Keeper:
                         await asyncio.gather(watch.wait_synced(), self.store.wait_synced())
                 while True:
                     started = loop.time()
-                    try:
-                        _log_pass(await self.run_pass())  # not kept: its records would outlive the next pass's
-                    except Exception as exc:  # a pass that fails reports and leaves the next one to try
-                        self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
-                        log.exception("keeper pass failed")
+                    with self.timed():
+                        try:
+                            _log_pass(await self.run_pass())  # not kept: its records would outlive the next pass's
+                        except Exception as exc:  # a pass that fails reports and leaves the next one to try
+                            self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
+                            log.exception("keeper pass failed")
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
             show(PassReport(self.clock()))  # only the leader reports VMs
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count a pass of `run()` and keep when it ran and its CPU (the process's), for the benchmark."""
+        began, cpu = time.time(), time.process_time()
+        try:
+            yield
+        finally:
+            self.passes += 1
+            self.last_pass = PassTime(began, time.time(), time.process_time() - cpu)
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
