@@ -13,8 +13,9 @@ create for the migration (`rules.keeping.target`), not the launcher pod; the VM'
 outbound migration slot; a migration of ours whose target pod stays unschedulable for a minute
 is cancelled, so it never holds a slot a drain needs. Each action is an Event on the VMI and a
 log line; each pass returns its report (the records with it), sets the metrics from it and logs
-it at debug level. A pass shares the event loop with admission: it gives the loop back every
-few milliseconds (`observe.Breather`).
+it at debug level. In `serve` the passes run in the keeper's own process (`process.py`), never
+on admission's loop; a pass still gives its loop back every few milliseconds (`observe.Breather`),
+so that the Lease is renewed on time and the reports go out during a long pass.
 """
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ class Keeper:
         self.memory = Memory(Stretches(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                        direct=store.direct))
         self._watch: KubeVirtWatch | None = None
-        self.passes = 0  # passes `run()` has made
+        self.passes = 0  # passes made over synced caches
         self.last_pass: PassTime | None = None
 
     @property
@@ -171,19 +172,18 @@ class Keeper:
                         await asyncio.gather(watch.wait_synced(), self.store.wait_synced())
                 while True:
                     started = loop.time()
-                    with self.timed():
-                        try:
-                            _log_pass(await self.run_pass())  # not kept: its records would outlive the next pass's
-                        except Exception as exc:  # a pass that fails reports and leaves the next one to try
-                            self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
-                            log.exception("keeper pass failed")
+                    try:
+                        _log_pass(await self.run_pass())  # not kept: its records would outlive the next pass's
+                    except Exception as exc:  # a pass that fails reports and leaves the next one to try
+                        self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
+                        log.exception("keeper pass failed")
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
             show(PassReport(self.clock()))  # only the leader reports VMs
 
     @contextlib.contextmanager
     def timed(self) -> Iterator[None]:
-        """Count a pass of `run()` and keep when it ran and its CPU (the process's), for the benchmark."""
+        """Count a pass over synced caches and keep when it ran and its CPU (the process's), for the benchmark."""
         began, cpu = time.time(), time.process_time()
         try:
             yield
@@ -204,6 +204,10 @@ class Keeper:
         watch = self._watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(now, note="waiting for the caches to sync")
+        with self.timed():
+            return await self._pass(watch, now)
+
+    async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
         errors: list[str] = []
         seen = await self._observe(watch, now, errors)
         facts, created = seen.facts, []
