@@ -99,3 +99,29 @@ async def test_the_keeper_process_ends_with_serve_and_hands_the_lease_over(clust
         await serving.stop()
     assert kmock.objects[LEASE, NS, "kubevirt-colocate-keeper"].raw["spec"]["holderIdentity"] == ""
     assert "lease released" in [line["msg"] for line in serving.lines]
+
+
+async def test_a_keeper_process_gone_silent_is_said(cluster, kmock, tls_files, tmp_path):
+    """Stopped (as by a hang): said in /readyz after 10 s without a report, and no more once it reports again."""
+    serving = await start(cluster, kmock, tls_files, tmp_path)
+    try:
+        await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
+        [pid] = keeper_pids(serving)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            async def said():
+                status, text = await scrape(f"{serving.ops}/readyz")
+                return (status, text) if "keeper: its process has not reported for" in text else None
+
+            status, _ = await eventually(said, timeout=15)
+            assert status == 200
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await eventually(lambda: readyz_ok(serving), timeout=5)
+        assert keeper_pids(serving) == [pid]  # reported, not started again
+    finally:
+        assert await serving.stop() == 0
+
+
+async def readyz_ok(serving):
+    return await scrape(f"{serving.ops}/readyz") == (200, "ok\n")

@@ -22,6 +22,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -75,9 +76,11 @@ class KeeperProcess:
     """In `serve`: the child started, followed and started again; what it reports shown as ours.
     A companion of the admission service: start(), async stop(), degraded()."""
 
-    def __init__(self, assignment: Assignment, *, restart_after: float = 5.0, stop_timeout: float = 15.0):
-        self.assignment, self.stop_timeout = assignment, stop_timeout
+    def __init__(self, assignment: Assignment, *, restart_after: float = 5.0, stop_timeout: float = 15.0,
+                 silent_after: float = 10.0):
+        self.assignment, self.stop_timeout, self.silent_after = assignment, stop_timeout, silent_after
         self.last: Report | None = None  # the child's last report, while it runs
+        self._heard = 0.0  # when it came (time.monotonic())
         self.ended: str | None = None  # how the last child ended unasked, until the next one reports
         self._child: Any = None  # multiprocessing's Process
         self._pipe: Connection | None = None
@@ -108,8 +111,12 @@ class KeeperProcess:
         await self._supervisor.stop()
 
     def degraded(self) -> list[str]:
-        notes = [f"keeper: {note}" for note in self._supervisor.degraded() + ([self.ended] if self.ended else [])]
-        return notes + (self.last.notes if self.last is not None else [])
+        """The child's own notes; that it ended, or has gone silent (hung, or starved of CPU)."""
+        notes = self._supervisor.degraded() + ([self.ended] if self.ended else [])
+        silent = time.monotonic() - self._heard
+        if self.last is not None and silent > self.silent_after:
+            notes.append(f"its process has not reported for {silent:.0f}s")
+        return [f"keeper: {note}" for note in notes] + (self.last.notes if self.last is not None else [])
 
     async def _run_child(self) -> None:
         """One child, from its start to its end."""
@@ -146,7 +153,7 @@ class KeeperProcess:
                         report = pipe.recv()
                     except (EOFError, OSError):
                         return
-                    self.last, self.ended = report, None
+                    self.last, self.ended, self._heard = report, None, time.monotonic()
                     metrics.RELAY.families = report.families
         finally:
             loop.remove_reader(pipe.fileno())
