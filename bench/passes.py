@@ -7,8 +7,9 @@ kubefake's apiserver (a process of its own, `bench.emulator`) holds a large clus
 from their storage, and the benchmark's two disks); a replica (a process of its own, the server
 core) answers admissions over TLS from its caches as `serve` does (`server.make_app` on
 `WatchedClusterStore`) and, with `--keep report` or `migrate`, runs the keeper as `serve` does
-(`KeeperProcess`: a child process, on the same core, that takes the Lease and makes its passes
-back to back, as the leader does when a pass takes longer than its period); with `--keep off`
+(`KeeperProcess`: the replica takes the Lease and starts the keeper's process, on the same
+core, which makes its passes back to back, as the leader does when a pass takes longer than its
+period); with `--keep off`
 it only answers. The load is open: one review every 1/rate seconds whether or not the ones
 before were answered (a VM start does not wait for another), each latency counted from when its
 request was due, so a request held up by a pass counts the whole wait. The same replica with the
@@ -84,6 +85,7 @@ async def replica(args: argparse.Namespace) -> None:
 def keeper_process(args: argparse.Namespace, settings: Any) -> Any:
     """The keeper as `serve` runs it: a process of its own (on the replica's core, as it inherits
     it), leading at once, a pass 50 ms after the last one ended."""
+    from webhook.cluster import client
     from webhook.keeper.keeper import KeeperTiming
     from webhook.keeper.process import Assignment, KeeperProcess
 
@@ -92,8 +94,9 @@ def keeper_process(args: argparse.Namespace, settings: Any) -> Any:
         "apiVersion": "v1", "kind": "Config", "current-context": "bench",
         "clusters": [{"name": "bench", "cluster": {"server": args.api}}], "users": [{"name": "bench", "user": {}}],
         "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}]}))
-    return KeeperProcess(Assignment(settings, "kubevirt-colocate", "bench-replica", str(kubeconfig), events=False,
-                                    timing=KeeperTiming(period=0.05)))
+    return KeeperProcess(client.for_host(args.api), Assignment(settings, str(kubeconfig), events=False,
+                                                               timing=KeeperTiming(period=0.05)),
+                         namespace="kubevirt-colocate", identity="bench-replica")
 
 
 def seen(keeper: Any, passes: dict[float, dict[str, float]]) -> None:

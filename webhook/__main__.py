@@ -234,15 +234,15 @@ async def run_review(args: argparse.Namespace) -> int:
     return 0
 
 
-def keeper_process(args: argparse.Namespace, settings: Settings, log_level: str) -> Any:
-    """The keeper, in a process of its own (keeper/process.py); ValueError without a Lease namespace."""
+def keeper_process(api: Any, args: argparse.Namespace, settings: Settings, log_level: str) -> Any:
+    """The campaign for the Lease, and the keeper in a process of its own while it leads
+    (keeper/process.py); ValueError without a Lease namespace."""
     from .cluster.events import identity
     from .keeper import lease
     from .keeper.process import Assignment, KeeperProcess
 
-    assignment = Assignment(settings, lease.lease_namespace(settings), identity(), args.kubeconfig,
-                            events=args.events == "on", log_level=log_level)
-    return KeeperProcess(assignment)
+    assignment = Assignment(settings, args.kubeconfig, events=args.events == "on", log_level=log_level)
+    return KeeperProcess(api, assignment, namespace=lease.lease_namespace(settings), identity=identity())
 
 
 async def run_serve(args: argparse.Namespace) -> int:
@@ -279,7 +279,7 @@ async def run_serve(args: argparse.Namespace) -> int:
                                      migration_targets=settings.migration_targets is MigrationTargets.PREFER))
         if settings.keep is not KeepMode.OFF:
             try:
-                companions.append(keeper_process(args, settings, level))
+                companions.append(keeper_process(api, args, settings, level))
             except ValueError:
                 await api.close()
                 raise

@@ -12,7 +12,7 @@ from webhook.cluster import client
 from webhook.cluster.events import identity
 from webhook.config import Settings
 from webhook.keeper.lease import LeaseTiming, lease_namespace
-from webhook.keeper.service import KeeperService, shared
+from webhook.keeper.service import KeeperService
 from webhook.kinds import LEASE
 
 NS = "kubevirt-colocate"
@@ -31,7 +31,7 @@ async def replicas(kmock):
         settings = settings or Settings(keep="migrate", keep_after=0, keep_max_inflight=1)
         store = await watched_store(kmock, settings)
         api = client.for_host(api_host(kmock))
-        service = KeeperService(api, shared(store), settings, namespace=NS, identity=name, timing=PASSES,
+        service = KeeperService(api, store, settings, namespace=NS, identity=name, timing=PASSES,
                                 lease_timing=lease_timing)
         if campaign:
             service.start()
@@ -64,7 +64,7 @@ async def test_one_replica_leads_and_the_other_creates_nothing(cluster, replicas
     assert len(cluster.migrations()) == 1
     assert first.elector.leading and not second.elector.leading and second.elector.terms == 0
     assert second.elector.holder == "replica-a" and holder(kmock) == "replica-a"
-    assert second.degraded() == [] and second.keeper is None  # a follower watches nothing
+    assert second.degraded() == [] and second.keeper.watch is None  # a follower watches nothing
     decided = [(r.fields["vm"], r.fields["hold"]) for r in caplog.records if r.getMessage() == "keeper decision"]
     assert {vm for vm, _ in decided} == {"default/vm1", "default/vm2"}  # the leader looked at both
     # Each decision was said once: a second keeper deciding too would have said them again.

@@ -1,13 +1,14 @@
 """`serve` runs the keeper in a process of its own: shown as its own, started again when it
 dies, gone when `serve` is."""
 import asyncio
+import datetime
 import os
 import signal
 from pathlib import Path
 
 from conftest import api_host
 from kube import Serving, kubeconfig_for, metrics_with, sample, scrape
-from kubevirt_api import apart_vm, eventually, three_nodes
+from kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
 
 from webhook.kinds import LEASE
 
@@ -27,13 +28,20 @@ def gone(pid):
     return "\nState:\tZ" in status
 
 
+def children(pid):
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
+
+
 def parent_of(pid):
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
 
 
-async def start(cluster, kmock, tls_files, tmp_path, *flags):
+async def start(cluster, kmock, tls_files, tmp_path, *flags, lease=None):
     cluster.seed(three_nodes() + apart_vm())
+    if lease is not None:
+        put(kmock, LEASE, lease)
     return await Serving.start(
         tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
         "--keep", "report", "--lease-namespace", NS, *flags, env={"POD_NAME": "replica-a"})
@@ -58,7 +66,8 @@ async def test_the_keeper_runs_apart_from_admission_and_serve_shows_what_it_keep
     assert gone(pid)
 
 
-async def test_a_keeper_process_that_dies_is_said_and_started_again(cluster, kmock, tls_files, tmp_path):
+async def test_a_keeper_process_that_dies_ends_the_term_and_the_next_one_starts_another(cluster, kmock, tls_files,
+                                                                                       tmp_path):
     serving = await start(cluster, kmock, tls_files, tmp_path)
     try:
         await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
@@ -71,34 +80,48 @@ async def test_a_keeper_process_that_dies_is_said_and_started_again(cluster, kmo
 
         status, text = await eventually(said, timeout=5)
         assert status == 200  # admission is not the keeper: still ready
-        assert "keeper: its process exited with code -9; started again in 5s" in text
-        text = await eventually(lambda: metrics_with(serving, "colocate_keeper_leader"), timeout=5)
-        assert sample(text, "colocate_keeper_leader") == 0 and sample(text, "colocate_vms", state="apart") is None
+        assert text == "ok, degraded: keeper: its process exited with code -9\n"
 
         assert await eventually(lambda: len(keeper_pids(serving)) == 2, timeout=10)
         text = await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=30)
-        assert sample(text, "colocate_keeper_leader") == 1  # the lease it held taken again by the new one
+        assert sample(text, "colocate_keeper_leader") == 1  # the Lease it still held, renewed
         assert await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
     finally:
         assert await serving.stop() == 0
     assert "Traceback" not in str(serving.lines)
     [ended] = [line for line in serving.lines if line["msg"] == "keeper process ended"]
     assert (ended["pid"], ended["exitcode"], ended["level"]) == (first, -9, "warning")
+    said = [(line["msg"], line.get("why")) for line in serving.lines]
+    assert said.index(("keeper process ended", None)) < said.index(("keeper stopped leading", "the keeper stopped"))
 
 
-async def test_the_keeper_process_ends_with_serve_and_hands_the_lease_over(cluster, kmock, tls_files, tmp_path):
+async def test_the_keeper_process_ends_with_serve(cluster, kmock, tls_files, tmp_path):
     serving = await start(cluster, kmock, tls_files, tmp_path)
     try:
         await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
         [pid] = keeper_pids(serving)
-        assert kmock.objects[LEASE, NS, "kubevirt-colocate-keeper"].raw["spec"]["holderIdentity"] == "replica-a"
-        serving.process.kill()  # no shutdown at all: the pipe to the keeper closes with the process
+        serving.process.kill()  # no shutdown at all: the keeper's stdin closes with the process
         await serving.process.wait()
         assert await eventually(lambda: gone(pid), timeout=10)
     finally:
         await serving.stop()
-    assert kmock.objects[LEASE, NS, "kubevirt-colocate-keeper"].raw["spec"]["holderIdentity"] == ""
-    assert "lease released" in [line["msg"] for line in serving.lines]
+
+
+async def test_a_follower_runs_no_keeper_process(cluster, kmock, tls_files, tmp_path):
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    held = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kubevirt-colocate-keeper", "namespace": NS},
+            "spec": {"holderIdentity": "replica-b", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}}
+    serving = await start(cluster, kmock, tls_files, tmp_path, lease=held)
+    try:
+        text = await eventually(lambda: metrics_with(serving, "colocate_keeper_leader"), timeout=10)
+        await asyncio.sleep(3)  # a retry period and more
+        text = (await scrape(f"{serving.ops}/metrics"))[1]
+        assert sample(text, "colocate_keeper_leader") == 0 and sample(text, "colocate_vms", state="apart") is None
+        assert keeper_pids(serving) == [] and children(serving.process.pid) == []
+        assert await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
+    finally:
+        assert await serving.stop() == 0
 
 
 async def test_a_keeper_process_gone_silent_is_said(cluster, kmock, tls_files, tmp_path):
@@ -125,3 +148,27 @@ async def test_a_keeper_process_gone_silent_is_said(cluster, kmock, tls_files, t
 
 async def readyz_ok(serving):
     return await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
+
+
+async def test_losing_the_lease_stops_the_keeper_process_before_it_can_act(cluster, kmock, tls_files, tmp_path):
+    """Another holder shows up: serve's term ends at its next read of the Lease (2 s here),
+    the keeper's process is told to stop and ends, and nothing is created after."""
+    cluster.seed(three_nodes() + apart_vm(migratable=False))
+    serving = await Serving.start(
+        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
+        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS, env={"POD_NAME": "replica-a"})
+    try:
+        await eventually(lambda: metrics_with(serving, "colocate_vms_held", hold="not live-migratable"), timeout=15)
+        [pid] = keeper_pids(serving)
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await cluster.patch(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kubevirt-colocate-keeper",
+                            {"spec": {"holderIdentity": "replica-b", "renewTime": now, "acquireTime": now}})
+        assert await eventually(lambda: gone(pid), timeout=4)
+        await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "LiveMigratable", "status": "True"}]}})
+        await asyncio.sleep(2)
+        assert cluster.migrations(ours=False) == [] and keeper_pids(serving) == [pid]
+    finally:
+        assert await serving.stop() == 0
+    said = [(line["msg"], line.get("why")) for line in serving.lines]
+    assert ("keeper stopped leading", "the lease is held by replica-b") in said

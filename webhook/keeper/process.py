@@ -3,15 +3,20 @@
 A pass reads every VMI and keeps a record of each VM: at tens of thousands of VMs that is
 seconds of CPU and hundreds of thousands of objects, and in the serving process Python's
 garbage collections over them would stop the event loop for 100 ms and more, which every
-admission reaching the leader would wait out. So `serve` starts the keeper as a child process
-(multiprocessing's spawn: a fresh interpreter) at a lower CPU priority: it campaigns for the
-Lease and, while it leads, lists and watches caches of its own (a follower holds none). Its
-heap, its collections and its CPU are its own; admission never waits on them.
+admission reaching the leader would wait out. So `serve` only campaigns for the Lease
+(`lease.Elector`: light, and never held up by a pass); for as long as it leads, the keeper
+runs in a child process (`python -m webhook.keeper`) at a lower CPU priority, with caches of
+its own. A follower runs no child and holds no keeper caches; a term's child, its caches and
+its memory end with the term.
 
-The child reports over a pipe every second: its readiness notes and the metrics it keeps,
-which `serve` shows in /readyz and /metrics as its own (`metrics.Relay`). A child that dies is
-started again; a child whose `serve` is gone (the pipe closed) stops. On shutdown `serve` asks
-the child to stop (the keeper stops, the Lease is released) and waits for it.
+The child acts only while the Lease lets the leader act: every half second `serve` sends it
+the moment that ends (on CLOCK_MONOTONIC, the same clock in every process), and when the term
+ends it is told to stop, then stopped. The child reports every second on its stdout: its
+readiness notes and the metrics it keeps, which `serve` shows in /readyz and /metrics
+(`metrics.Relay`). A child that ends on its own ends the term, as a keeper that fails does;
+the next campaign starts another. A child whose `serve` is gone (its stdin closed) stops.
+
+Frames both ways: a 4-byte length, then a pickle (both ends are this package).
 """
 from __future__ import annotations
 
@@ -19,45 +24,41 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import multiprocessing
 import os
+import pickle
 import signal
+import struct
+import sys
 import time
 from collections.abc import AsyncIterator
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import IO, Any
 
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from .. import logs, metrics
-from ..background import Background
 from ..cluster import client
 from ..cluster.cache import WatchedClusterStore
 from ..cluster.events import NO_EVENTS, EventSink
 from ..cluster.store import WatchedStore
 from ..config import Settings
-from .keeper import KeeperTiming, PassTime
-from .lease import LeaseTiming
-from .service import KeeperService
+from .keeper import Keeper, KeeperTiming, PassTime
+from .lease import Elector, LeaseTiming
 
 log = logging.getLogger("webhook.keeper")
 
 STOP = "stop"
+FEED_EVERY = 0.5  # seconds between two sendings of the Lease's deadline
 
 
 @dataclasses.dataclass(frozen=True)
 class Assignment:
-    """What the keeper's process is given (pickled to it): how to reach the API, what to keep by."""
+    """What the keeper's process is given: how to reach the API, what to keep by."""
 
     settings: Settings
-    namespace: str  # of the Lease
-    identity: str
     kubeconfig: str | None = None  # None: found as every verb finds it (client.connect)
     events: bool = True
     log_level: str = "info"
     timing: KeeperTiming = KeeperTiming()
-    lease_timing: LeaseTiming = LeaseTiming()
     niceness: int = 10  # added to serve's: the keeper's work yields the CPU to admission
     report_every: float = 1.0
 
@@ -66,161 +67,203 @@ class Assignment:
 class Report:
     """What the keeper's process says of itself, every `report_every` seconds and as it stops."""
 
-    notes: list[str]  # readiness notes, "keeper: ..."
+    notes: list[str]  # what keeps it from seeing or acting on the whole cluster
     families: list[Metric]  # metrics.keeper_families()
-    passes: int = 0  # passes of the current term
+    passes: int = 0  # passes made over synced caches
     last_pass: PassTime | None = None
 
 
+def frame(message: Any) -> bytes:
+    data = pickle.dumps(message)
+    return struct.pack(">I", len(data)) + data
+
+
+async def read_frame(stream: asyncio.StreamReader) -> Any:
+    """The next message; asyncio.IncompleteReadError once the other end has closed."""
+    (size,) = struct.unpack(">I", await stream.readexactly(4))
+    return pickle.loads(await stream.readexactly(size))
+
+
 class KeeperProcess:
-    """In `serve`: the child started, followed and started again; what it reports shown as ours.
+    """In `serve`: the campaign for the Lease, and the keeper's process for as long as it leads.
     A companion of the admission service: start(), async stop(), degraded()."""
 
-    def __init__(self, assignment: Assignment, *, restart_after: float = 5.0, stop_timeout: float = 15.0,
-                 silent_after: float = 10.0):
+    def __init__(self, api: Any, assignment: Assignment, *, namespace: str, identity: str,
+                 lease_timing: LeaseTiming = LeaseTiming(), stop_timeout: float = 10.0, silent_after: float = 10.0):
+        if assignment.timing.request_timeout >= lease_timing.renew_deadline:
+            # A migration is created only if its request ends within the renew deadline.
+            raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")
         self.assignment, self.stop_timeout, self.silent_after = assignment, stop_timeout, silent_after
-        self.last: Report | None = None  # the child's last report, while it runs
-        self._heard = 0.0  # when it came (time.monotonic())
-        self.ended: str | None = None  # how the last child ended unasked, until the next one reports
-        self._child: Any = None  # multiprocessing's Process
-        self._pipe: Connection | None = None
-        self._stopping = False
-        self._supervisor = Background("keeper process", self._run_child, log=log, failure="the keeper's process",
-                                      period=restart_after)
-
-    @property
-    def pid(self) -> int | None:
-        return self._child.pid if self._child is not None else None
+        self.elector = Elector(api, namespace=namespace, name=assignment.settings.lease_name, identity=identity,
+                               lead=self._term, timing=lease_timing)
+        self.last: Report | None = None  # the current child's last report
+        self.ended: str | None = None  # how the last child ended on its own, until another reports
+        self._heard = 0.0  # when the last report came (time.monotonic())
 
     def start(self) -> None:
-        self._stopping = False
-        self._supervisor.start()
+        self.elector.start()
 
     async def stop(self) -> None:
-        """Ask the child to stop (it releases the Lease) and wait for it; then stop following it."""
-        self._stopping = True
-        child, pipe = self._child, self._pipe
-        if child is not None and pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.send(STOP)
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, child.join, self.stop_timeout)
-            if child.is_alive():
-                log.warning("keeper process did not stop in time", extra={"fields": {"pid": child.pid}})
-                child.kill()
-        await self._supervisor.stop()
+        """The child stopped first, then the campaign; the Lease handed over (Elector.stop)."""
+        await self.elector.stop()
 
     def degraded(self) -> list[str]:
-        """The child's own notes; that it ended, or has gone silent (hung, or starved of CPU)."""
-        notes = self._supervisor.degraded() + ([self.ended] if self.ended else [])
+        """Readiness notes: the Lease cannot be read or written; the keeper's process ended or
+        went silent (hung, or starved of CPU); what the leading keeper cannot see or do."""
+        notes = [f"lease: {self.elector.error}"] if self.elector.error else []
+        notes += [self.ended] if self.ended else []
         silent = time.monotonic() - self._heard
         if self.last is not None and silent > self.silent_after:
             notes.append(f"its process has not reported for {silent:.0f}s")
-        return [f"keeper: {note}" for note in notes] + (self.last.notes if self.last is not None else [])
+        notes += self.last.notes if self.last is not None else []
+        return [f"keeper: {note}" for note in notes]
 
-    async def _run_child(self) -> None:
-        """One child, from its start to its end."""
-        context = multiprocessing.get_context("spawn")
-        ours, theirs = context.Pipe()
-        child = context.Process(target=child_main, args=(self.assignment, theirs), name="keeper", daemon=True)
-        child.start()
-        theirs.close()
-        self._child, self._pipe = child, ours
+    async def _term(self) -> None:
+        """One term's keeper: its process started, fed the Lease's deadline and followed until
+        it ends; stopped when the term ends first."""
+        child = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook.keeper",
+                                                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         log.info("keeper process started", extra={"fields": {"pid": child.pid}})
+        assert child.stdin is not None and child.stdout is not None
         try:
-            await self._follow(ours)
-            await asyncio.get_running_loop().run_in_executor(None, child.join, self.stop_timeout)
+            child.stdin.write(frame(self.assignment))
+            feeding = asyncio.create_task(self._feed(child.stdin), name="keeper deadline")
+            try:
+                await self._follow(child.stdout)
+            finally:
+                feeding.cancel()
+            code = await child.wait()
+            self.ended = f"its process exited with code {code}"
+            log.warning("keeper process ended", extra={"fields": {"pid": child.pid, "exitcode": code}})
         finally:
-            self._forget()
-            ours.close()
-            if child.is_alive():  # cancelled (stop() timed out) or the pipe broke
-                child.kill()
-        if not self._stopping:
-            self.ended = f"its process exited with code {child.exitcode}; started again in {self._supervisor.period:g}s"
-            log.warning("keeper process ended", extra={"fields": {"pid": child.pid, "exitcode": child.exitcode}})
+            self.last = None
+            metrics.RELAY.families = []
+            await self._stop(child)
 
-    async def _follow(self, pipe: Connection) -> None:
-        """The child's reports until its end of the pipe closes."""
+    async def _feed(self, pipe: asyncio.StreamWriter) -> None:
+        """The moment the child must stop acting, on CLOCK_MONOTONIC, every FEED_EVERY seconds."""
         loop = asyncio.get_running_loop()
-        readable = asyncio.Event()
-        loop.add_reader(pipe.fileno(), readable.set)
-        try:
+        with contextlib.suppress(ConnectionError):
             while True:
-                await readable.wait()
-                readable.clear()
-                while pipe.poll():
-                    try:
-                        report = pipe.recv()
-                    except (EOFError, OSError):
-                        return
-                    self.last, self.ended, self._heard = report, None, time.monotonic()
-                    metrics.RELAY.families = report.families
-        finally:
-            loop.remove_reader(pipe.fileno())
+                until = self.elector.acting_until()
+                pipe.write(frame(0.0 if until is None else time.monotonic() + until - loop.time()))
+                await pipe.drain()
+                await asyncio.sleep(FEED_EVERY)
 
-    def _forget(self) -> None:
-        """No child: nothing of it shown, and this replica leads no keeper."""
-        self._child = self._pipe = self.last = None
-        [leader] = metrics.KEEPER_LEADER.describe()
-        metrics.RELAY.families = [GaugeMetricFamily(leader.name, leader.documentation, value=0)]
+    async def _follow(self, pipe: asyncio.StreamReader) -> None:
+        """The child's reports until it closes its stdout."""
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                report = await read_frame(pipe)
+                self.last, self.ended, self._heard = report, None, time.monotonic()
+                metrics.RELAY.families = report.families
+
+    async def _stop(self, child: asyncio.subprocess.Process) -> None:
+        """Told to stop at once (it acts no more), then waited for; killed if it does not end in time."""
+        if child.returncode is None and child.stdin is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                child.stdin.write(frame(STOP))
+            child.stdin.close()
+        try:
+            async with asyncio.timeout(self.stop_timeout):
+                await child.wait()
+        finally:
+            if child.returncode is None:
+                log.warning("keeper process did not stop in time", extra={"fields": {"pid": child.pid}})
+                child.kill()
 
 
 # --------------------------------------------------------------------------- the child
 
 
-def child_main(assignment: Assignment, pipe: Connection) -> None:
-    """The keeper's process: `serve`'s keeper until told to stop or `serve` is gone."""
+class Authority:
+    """What the child knows of the Lease: until when its leader may act (time.monotonic())."""
+
+    def __init__(self) -> None:
+        self.until = 0.0
+
+    def may_act(self, within: float) -> bool:
+        return time.monotonic() + within < self.until
+
+
+def child_main() -> None:
+    """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
-    with contextlib.suppress(OSError):
-        os.nice(assignment.niceness)
-    logs.setup(assignment.log_level)
+    reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
     try:
-        asyncio.run(_keep(assignment, pipe))
-    except Exception:  # said as a log line like any other; serve starts another
+        asyncio.run(_keep(reports))
+    except Exception:  # said as a log line like any other; serve's term ends and another starts
         log.exception("keeper process failed")
         raise SystemExit(1) from None
 
 
-async def _keep(assignment: Assignment, pipe: Connection) -> None:
+async def _keep(reports: IO[bytes]) -> None:
+    loop = asyncio.get_running_loop()
+    orders = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
+    assignment: Assignment = await read_frame(orders)
+    with contextlib.suppress(OSError):
+        os.nice(assignment.niceness)
+    logs.setup(assignment.log_level)
+    authority = Authority()
     api = await client.connect(assignment.kubeconfig)
     events = EventSink(api) if assignment.events else NO_EVENTS
-    service = KeeperService(api, lambda: own_caches(assignment.kubeconfig, assignment.settings), assignment.settings,
-                            namespace=assignment.namespace, identity=assignment.identity, events=events,
-                            timing=assignment.timing, lease_timing=assignment.lease_timing)
-    told = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_reader(pipe.fileno(), told.set)  # "stop", or serve gone: either way we stop
-    service.start()
     try:
-        while not told.is_set():
-            if not _report(pipe, service):
-                break
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(assignment.report_every):
-                    await told.wait()
+        async with own_caches(assignment.kubeconfig, assignment.settings) as store:
+            keeper = Keeper(api, store, assignment.settings, events=events, timing=assignment.timing,
+                            authority=authority.may_act)
+            await _lead(keeper, orders, authority, reports, assignment.report_every)
     finally:
-        loop.remove_reader(pipe.fileno())
-        await service.stop()
-        _report(pipe, service)
         await events.close()
         await api.close()
 
 
-def _report(pipe: Connection, service: KeeperService) -> bool:
-    """Send a report; False when `serve` is gone."""
-    keeper = service.keeper if service.elector.leading else None
-    report = Report(service.degraded(), metrics.keeper_families(), keeper.passes if keeper else 0,
-                    keeper.last_pass if keeper else None)
+async def _lead(keeper: Keeper, orders: asyncio.StreamReader, authority: Authority, reports: IO[bytes],
+                every: float) -> None:
+    """The keeper's passes and the reports, until told to stop (or serve is gone); raises if
+    the keeper itself fails."""
+    running = asyncio.create_task(keeper.run(), name="keeper")
+    listening = asyncio.create_task(_listen(orders, authority), name="keeper orders")
+    reporting = asyncio.create_task(_report_every(keeper, reports, every), name="keeper reports")
     try:
-        pipe.send(report)
-    except OSError:
+        await asyncio.wait({running, listening, reporting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        authority.until = 0.0
+        for task in (running, listening, reporting):
+            task.cancel()
+        await asyncio.gather(running, listening, reporting, return_exceptions=True)
+        _send(reports, keeper)
+    if running.done() and not running.cancelled() and running.exception() is not None:
+        raise running.exception()  # type: ignore[misc]
+
+
+async def _listen(orders: asyncio.StreamReader, authority: Authority) -> None:
+    """The Lease's deadlines, until STOP or the end of serve's pipe."""
+    with contextlib.suppress(asyncio.IncompleteReadError):
+        while (order := await read_frame(orders)) != STOP:
+            authority.until = order
+
+
+async def _report_every(keeper: Keeper, reports: IO[bytes], every: float) -> None:
+    while _send(reports, keeper):
+        await asyncio.sleep(every)
+
+
+def _send(reports: IO[bytes], keeper: Keeper) -> bool:
+    """A report to serve; False when it is gone."""
+    report = Report(keeper.degraded(), metrics.keeper_families(), keeper.passes, keeper.last_pass)
+    try:
+        reports.write(frame(report))
+        reports.flush()
+    except (BrokenPipeError, ValueError):  # ValueError: already closed
         return False
     return True
 
 
 @contextlib.asynccontextmanager
 async def own_caches(kubeconfig: str | None, settings: Settings) -> AsyncIterator[WatchedStore]:
-    """The caches of one term: listed when it begins, closed (and their memory freed) when it ends."""
+    """The term's caches: listed when it begins, closed when it ends."""
     store = WatchedClusterStore(await client.connect(kubeconfig), settings)
     store.start()
     try:
