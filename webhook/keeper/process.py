@@ -98,7 +98,7 @@ class KeeperProcess:
                                lead=self._term, timing=lease_timing)
         self.last: Report | None = None  # the current child's last report
         self.ended: str | None = None  # how the last child ended on its own, until another reports
-        self._heard = 0.0  # when the last report came (time.monotonic())
+        self._heard = self._ended_at = 0.0  # when the last report came, when it ended (time.monotonic())
 
     def start(self) -> None:
         self.elector.start()
@@ -111,7 +111,8 @@ class KeeperProcess:
         """Readiness notes: the Lease cannot be read or written; the keeper's process ended or
         went silent (hung, or starved of CPU); what the leading keeper cannot see or do."""
         notes = [f"lease: {self.elector.error}"] if self.elector.error else []
-        notes += [self.ended] if self.ended else []
+        if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < self.silent_after):
+            notes.append(self.ended)  # until another reports; a follower forgets it
         silent = time.monotonic() - self._heard
         if self.last is not None and silent > self.silent_after:
             notes.append(f"its process has not reported for {silent:.0f}s")
@@ -133,7 +134,7 @@ class KeeperProcess:
             finally:
                 feeding.cancel()
             code = await child.wait()
-            self.ended = f"its process exited with code {code}"
+            self.ended, self._ended_at = f"its process exited with code {code}", time.monotonic()
             log.warning("keeper process ended", extra={"fields": {"pid": child.pid, "exitcode": code}})
         finally:
             self.last = None
@@ -189,6 +190,7 @@ class Authority:
 def child_main() -> None:
     """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
+    logs.setup("info")  # until the assignment gives the level
     reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
     try:
