@@ -437,8 +437,20 @@ def scrape(ops: str) -> str:
         return response.read().decode()
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (the keeper's)."""
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
+
+
+def tree_mib(pid: int, field: str) -> float:
+    """`field` of the process and of those it started, together (what the container holds)."""
+    return sum(process_kib(p, field) for p in (pid, *children(pid))) / 1024
+
+
 def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, passes: int) -> dict[str, Any]:
-    """RSS of `serve` once synced and idle; with the keeper, once idle after its first pass and,
+    """RSS of `serve` and the keeper's process (when on) once synced and idle; with the keeper,
+    once idle after its first pass and,
     with `passes` 2, again after its second (a pass every 30 s): a pass leaves more behind than
     it keeps."""
     flags = ("--keep", keep, "--lease-namespace", "colocate-bench")
@@ -454,8 +466,9 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
                 elif time.monotonic() - began > 900:
                     raise SystemExit(f"the keeper made no pass over {vmis} VMIs within 900 s (see {log})")
                 time.sleep(0.5)
-            idle(proc.pid)
-            first_rss = process_kib(proc.pid, "VmRSS") / 1024
+            for pid in (proc.pid, *children(proc.pid)):
+                idle(pid)
+            first_rss = tree_mib(proc.pid, "VmRSS")
             # The next pass, 30 s after the first began, moves how long the VM apart the longest has
             # been apart (when one is).
             longest = samples(scrape(ops), "colocate_vms_apart_longest_seconds")
@@ -465,7 +478,10 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
                 time.sleep(0.5)
         idle(proc.pid)
         counts = synced_objects(log)
-        return {"rss_mib": process_kib(proc.pid, "VmRSS") / 1024, "peak_mib": process_kib(proc.pid, "VmHWM") / 1024,
+        keeper = children(proc.pid)
+        return {"rss_mib": tree_mib(proc.pid, "VmRSS"), "peak_mib": tree_mib(proc.pid, "VmHWM"),
+                "serve_rss_mib": process_kib(proc.pid, "VmRSS") / 1024,
+                "keeper_rss_mib": sum(process_kib(pid, "VmRSS") for pid in keeper) / 1024,
                 "first_pass_rss_mib": first_rss, "sync_seconds": synced, "first_pass_seconds": passed,
                 "objects": counts,
                 "states": {re.sub(r'.*state="([^"]*)".*', r"\1", k): int(v) for k, v in states.items()}}
@@ -527,7 +543,8 @@ def main() -> None:
             report, off = found["report"], found["off"]
             after = ("after the keeper's second pass ({:.1f} MiB after its first; ".format(report["first_pass_rss_mib"])
                      if args.memory_passes > 1 else "after the keeper's first pass (")
-            print(f"RSS {report['rss_mib']:.1f} MiB {after}peak {report['peak_mib']:.1f} MiB); "
+            print(f"RSS {report['rss_mib']:.1f} MiB {after}peak {report['peak_mib']:.1f} MiB): `serve` "
+                  f"{report['serve_rss_mib']:.1f} MiB, the keeper's process {report['keeper_rss_mib']:.1f} MiB; "
                   f"{off['rss_mib']:.1f} MiB with --keep off: the "
                   f"keeper takes {report['rss_mib'] - off['rss_mib']:.1f} MiB; synced in {report['sync_seconds']:.1f} s, "
                   f"first pass done at {report['first_pass_seconds']:.1f} s")

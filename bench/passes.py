@@ -1,18 +1,20 @@
 """python -m bench.passes: admission on the replica that leads the keeper, while its passes run.
 
-The leading replica answers admissions and runs the keeper on the same event loop: an admission
-that arrives during a pass waits until the pass gives the loop back. This measures what a VM
-start sees there: kubefake's apiserver (a process of its own, `bench.emulator`) holds a large
-cluster (by default 20k PVCs and PVs, 10k ShareManagers, 20k pods, 20k running opted-in VMIs of
-which 1k run apart from their storage, and the benchmark's two disks); a replica (a process of
-its own, the server core) answers admissions over TLS from its caches as `serve` does
-(`server.make_app` on `WatchedClusterStore`) and, with `--keep report` or `migrate`, runs the
-keeper's passes back to back (`Keeper.watching`, `Keeper.run_pass`), as the leader would with a
-period shorter than a pass; with `--keep off` it only answers. The load is open: one review
-every 1/rate seconds whether or not the ones before were answered (a VM start does not wait for
-another), each latency counted from when its request was due, so a request queued behind a
-pass counts the whole wait. The same replica with the keeper off is measured first, then with
-the keeper leading; p50 and p99 of each are printed, with the passes that ran during the load.
+`serve` runs the keeper in a process of its own (`webhook/keeper/process.py`), so that its passes
+never hold up an admission on the leading replica. This measures what a VM start sees there:
+kubefake's apiserver (a process of its own, `bench.emulator`) holds a large cluster (by default
+20k PVCs and PVs, 10k ShareManagers, 20k pods, 20k running opted-in VMIs of which 1k run apart
+from their storage, and the benchmark's two disks); a replica (a process of its own, the server
+core) answers admissions over TLS from its caches as `serve` does (`server.make_app` on
+`WatchedClusterStore`) and, with `--keep report` or `migrate`, runs the keeper as `serve` does
+(`KeeperProcess`: the replica takes the Lease and starts the keeper's process, on the same
+core, which makes its passes back to back, as the leader does when a pass takes longer than its
+period); with `--keep off`
+it only answers. The load is open: one review every 1/rate seconds whether or not the ones
+before were answered (a VM start does not wait for another), each latency counted from when its
+request was due, so a request held up by a pass counts the whole wait. The same replica with the
+keeper off is measured first, then with the keeper leading; p50 and p99 of each are printed,
+with the passes that ran during the load.
 """
 from __future__ import annotations
 
@@ -41,49 +43,67 @@ TINY = {"pvcs": 300, "share_managers": 150, "pods": 300, "vmis": 300, "apart_eve
 
 
 async def replica(args: argparse.Namespace) -> None:
-    """Admissions over TLS and, unless --keep off, the keeper's passes back to back; "ready" on
-    stdout once synced (and a first pass made), the passes as JSON when stdin closes."""
+    """Admissions over TLS and, unless --keep off, the keeper's process with passes back to back;
+    "ready" on stdout once synced (and a first pass made), the passes as JSON when stdin closes."""
     from webhook import logs
     from webhook.admission import server
-    from webhook.cluster import client
     from webhook.cluster.cache import WatchedClusterStore
     from webhook.config import Settings
-    from webhook.keeper.keeper import Keeper
 
     logs.setup("info")  # a JSON line per admission, as `serve` writes them
     settings = Settings(keep=args.keep)
     store = WatchedClusterStore.for_host(args.api, settings)
-    api = client.for_host(args.api)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(args.tls_cert_file, args.tls_key_file)
     runner = await server.start(server.make_app(store, settings), "127.0.0.1", args.port, context)
     loop = asyncio.get_running_loop()
     closed = loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
-    passes: list[dict[str, float]] = []
+    keeper = None if args.keep == "off" else keeper_process(args, settings)
+    passes: dict[float, dict[str, float]] = {}
     try:
         store.start()
-        if args.keep == "off":
-            await store.wait_synced()
-            await quiet()
-            print("ready", flush=True)
-            await closed
-        else:
-            keeper = Keeper(api, store, settings)
-            async with keeper.watching() as watch:
-                await asyncio.gather(store.wait_synced(), watch.wait_synced())
-                await quiet()
-                while not closed.done():
-                    began, cpu = time.time(), time.process_time()
-                    await keeper.run_pass()
-                    passes.append({"began": began, "ended": time.time(), "cpu": time.process_time() - cpu})
-                    if len(passes) == 1:
-                        print("ready", flush=True)
-                    await asyncio.sleep(0)
+        await store.wait_synced()
+        if keeper is not None:
+            keeper.start()
+            while not passes:
+                await asyncio.sleep(0.1)
+                seen(keeper, passes)
+        await quiet()
+        print("ready", flush=True)
+        while not closed.done():
+            await asyncio.wait([closed], timeout=0.2)
+            if keeper is not None:
+                seen(keeper, passes)
     finally:
+        if keeper is not None:
+            await keeper.stop()
         await runner.cleanup()
         await store.close()
-        await api.close()
-    print(json.dumps(passes), flush=True)
+    print(json.dumps(list(passes.values())), flush=True)
+
+
+def keeper_process(args: argparse.Namespace, settings: Any) -> Any:
+    """The keeper as `serve` runs it: a process of its own (on the replica's core, as it inherits
+    it), leading at once, a pass 50 ms after the last one ended."""
+    from webhook.cluster import client
+    from webhook.keeper.keeper import KeeperTiming
+    from webhook.keeper.process import Assignment, KeeperProcess
+
+    kubeconfig = Path(args.tls_cert_file).parent / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+        "clusters": [{"name": "bench", "cluster": {"server": args.api}}], "users": [{"name": "bench", "user": {}}],
+        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}]}))
+    return KeeperProcess(client.for_host(args.api), Assignment(settings, str(kubeconfig), events=False,
+                                                               timing=KeeperTiming(period=0.05)),
+                         namespace="kubevirt-colocate", identity="bench-replica")
+
+
+def seen(keeper: Any, passes: dict[float, dict[str, float]]) -> None:
+    """The keeper's last pass as its process last reported it (a pass takes seconds at scale)."""
+    last = keeper.last.last_pass if keeper.last is not None else None
+    if last is not None:
+        passes[last.began] = {"began": last.began, "ended": last.ended, "cpu": last.cpu, "number": keeper.last.passes}
 
 
 async def quiet() -> None:
@@ -162,7 +182,7 @@ def measure(args: argparse.Namespace, api: str, work: Path, keep: str) -> dict[s
         passes = json.loads(proc.stdout.readline() or "[]")
     ended = load["began"] + args.duration
     during = [p for p in passes if p["ended"] > load["began"] and p["began"] < ended]
-    return {**load, "ready_s": ready, "passes": len(during),
+    return {**load, "ready_s": ready, "passes": during[-1]["number"] - during[0]["number"] + 1 if during else 0,
             "pass_wall_s": statistics.median([p["ended"] - p["began"] for p in during]) if during else None,
             "pass_cpu_s": statistics.median([p["cpu"] for p in during]) if during else None}
 

@@ -172,6 +172,25 @@ def metric_sample(text: str, name: str, default: float | None = None, **labels: 
     return default
 
 
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """One sample of a /metrics page; None when absent."""
+    return metric_sample(text, name, None, **labels)
+
+
+async def scrape(url: str) -> tuple[int, str]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url) as response:
+            return response.status, await response.text()
+
+
+async def metrics_with(serving: Serving, name: str, **labels: str) -> str | None:
+    """The /metrics page of `serve` once it has this sample."""
+    text = (await scrape(f"{serving.ops}/metrics"))[1]
+    return text if sample(text, name, **labels) is not None else None
+
+
 async def run_verb(tmp_path: Path, kmock: Any, verb: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
     """`python -m webhook VERB ... --kubeconfig` against the emulator, as an admin runs it."""
     import asyncio

@@ -234,6 +234,17 @@ async def run_review(args: argparse.Namespace) -> int:
     return 0
 
 
+def keeper_process(api: Any, args: argparse.Namespace, settings: Settings, log_level: str) -> Any:
+    """The campaign for the Lease, and the keeper in a process of its own while it leads
+    (keeper/process.py); ValueError without a Lease namespace."""
+    from .cluster.events import identity
+    from .keeper import lease
+    from .keeper.process import Assignment, KeeperProcess
+
+    assignment = Assignment(settings, args.kubeconfig, events=args.events == "on", log_level=log_level)
+    return KeeperProcess(api, assignment, namespace=lease.lease_namespace(settings), identity=identity())
+
+
 async def run_serve(args: argparse.Namespace) -> int:
     import os
 
@@ -244,10 +255,11 @@ async def run_serve(args: argparse.Namespace) -> int:
     from .cluster import client
     from .cluster.cache import WatchedClusterStore
     from .cluster.direct import ClusterStore
-    from .cluster.events import NO_EVENTS, EventSink, Events, identity
+    from .cluster.events import NO_EVENTS, EventSink, Events
     from .cluster.store import Store
 
-    logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
+    level = args.log_level or os.environ.get("LOG_LEVEL", "info")
+    logs.setup(level)
     settings = settings_from(args)
     store: Store
     events: Events = NO_EVENTS
@@ -266,16 +278,11 @@ async def run_serve(args: argparse.Namespace) -> int:
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
                                      migration_targets=settings.migration_targets is MigrationTargets.PREFER))
         if settings.keep is not KeepMode.OFF:
-            from .keeper import lease
-            from .keeper.service import KeeperService
-
             try:
-                namespace = lease.lease_namespace(settings)
+                companions.append(keeper_process(api, args, settings, level))
             except ValueError:
                 await api.close()
                 raise
-            companions.append(KeeperService(api, store, settings, namespace=namespace, identity=identity(),
-                                            events=events))
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,

@@ -6,6 +6,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -116,5 +117,39 @@ STORE = StoreCollector()
 REGISTRY.register(STORE)
 
 
+# What the keeper's process (keeper/process.py) keeps besides the keeper's own: its caches, API
+# reads and Events. `serve` shows them beside its own, labelled process="keeper".
+KEEPER_PROCESS_SHARED = (API_ERRORS, WATCH_ERRORS, CACHE_HEALTHY, EVENTS)
+
+
+def keeper_families() -> list[Metric]:
+    """What the keeper's process reports to `serve`: the keeper's metrics it has shown and the
+    ones it shares with `serve` (`KEEPER_PROCESS_SHARED`)."""
+    relayed = [*KEEPER_PROCESS_SHARED, *(metric for metric in SHOWN_LATER if metric in _shown)]
+    return [family for metric in relayed for family in metric.collect()]
+
+
+class Relay:
+    """The families the keeper's process reported last, shown with this process's own at
+    scrape time: the keeper's as they are, the shared ones as extra samples labelled
+    process="keeper" (one family per name, as the text format wants)."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def collect(self) -> Iterable[Metric]:
+        theirs = {family.name: family for family in self.families}
+        for family in REGISTRY.collect():
+            relayed = theirs.pop(family.name, None)
+            if relayed is not None:
+                family.samples = family.samples + [sample._replace(labels={**sample.labels, "process": "keeper"})
+                                                   for sample in relayed.samples]
+            yield family
+        yield from theirs.values()
+
+
+RELAY = Relay()
+
+
 def render() -> bytes:
-    return generate_latest(REGISTRY)
+    return generate_latest(RELAY)  # type: ignore[arg-type]  # anything with collect()

@@ -7,29 +7,12 @@ import sys
 
 import aiohttp
 from conftest import api_host
-from kube import Serving, kubeconfig_for, metric_sample, review, vm_pod
+from kube import Serving, kubeconfig_for, metrics_with, review, sample, scrape, vm_pod
 from kubevirt_api import apart_vm, eventually, three_nodes
 
 from webhook.kinds import LEASE
 
 NS = "kubevirt-colocate"
-
-
-def sample(text, name, **labels):
-    """One sample of a /metrics page; None when absent."""
-    return metric_sample(text, name, None, **labels)
-
-
-async def scrape(url):
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url) as response:
-            return response.status, await response.text()
-
-
-async def metrics_with(serving, name, **labels):
-    """The /metrics page once it has this sample."""
-    text = (await scrape(f"{serving.ops}/metrics"))[1]
-    return text if sample(text, name, **labels) is not None else None
 
 
 async def ready(serving):

@@ -102,9 +102,15 @@ class Elector:
     def may_act(self, within: float = 0.0) -> bool:
         """Leading, and still within the renew deadline `within` seconds from now (an action
         that takes that long ends before a follower could take over)."""
+        until = self.acting_until()
+        return until is not None and asyncio.get_running_loop().time() + within < until
+
+    def acting_until(self) -> float | None:
+        """The loop time at which the leader stops acting unless the Lease is renewed (None when
+        not leading): what `may_act` goes by, for a keeper in another process."""
         if not self.leading or self._renewed_at is None:
-            return False
-        return asyncio.get_running_loop().time() + within < self._renewed_at + self.timing.renew_deadline
+            return None
+        return self._renewed_at + self.timing.renew_deadline
 
     # ----------------------------------------------------------------- lifecycle
 

@@ -1,0 +1,174 @@
+"""`serve` runs the keeper in a process of its own: shown as its own, started again when it
+dies, gone when `serve` is."""
+import asyncio
+import datetime
+import os
+import signal
+from pathlib import Path
+
+from conftest import api_host
+from kube import Serving, kubeconfig_for, metrics_with, sample, scrape
+from kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
+
+from webhook.kinds import LEASE
+
+NS = "kubevirt-colocate"
+
+
+def keeper_pids(serving):
+    return [line["pid"] for line in serving.lines if line["msg"] == "keeper process started"]
+
+
+def gone(pid):
+    """Exited: no such process, or one only waiting to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def children(pid):
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
+
+
+def parent_of(pid):
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+
+
+async def start(cluster, kmock, tls_files, tmp_path, *flags, lease=None):
+    cluster.seed(three_nodes() + apart_vm())
+    if lease is not None:
+        put(kmock, LEASE, lease)
+    return await Serving.start(
+        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
+        "--keep", "report", "--lease-namespace", NS, *flags, env={"POD_NAME": "replica-a"})
+
+
+async def test_the_keeper_runs_apart_from_admission_and_serve_shows_what_it_keeps(cluster, kmock, tls_files, tmp_path):
+    serving = await start(cluster, kmock, tls_files, tmp_path)
+    try:
+        text = await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
+        [pid] = keeper_pids(serving)
+        assert pid != serving.process.pid and parent_of(pid) == serving.process.pid
+        assert sample(text, "colocate_keeper_leader") == 1
+        # The keeper's own caches, beside serve's: one family each, the keeper's labelled.
+        assert sample(text, "colocate_cache_healthy", cache="virtualmachineinstances", process="keeper") == 1
+        assert sample(text, "colocate_cache_healthy", cache="pods", process="keeper") == 1
+        assert text.count("# TYPE colocate_cache_healthy gauge") == 1
+        ours = [line for line in text.splitlines()
+                if line.startswith("colocate_cache_healthy{") and 'process="keeper"' not in line]
+        assert ours and not [line for line in ours if "virtualmachineinstances" in line]  # serve watches no VMIs
+    finally:
+        assert await serving.stop() == 0
+    assert gone(pid)
+
+
+async def test_a_keeper_process_that_dies_ends_the_term_and_the_next_one_starts_another(cluster, kmock, tls_files,
+                                                                                       tmp_path):
+    serving = await start(cluster, kmock, tls_files, tmp_path)
+    try:
+        await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
+        [first] = keeper_pids(serving)
+        os.kill(first, signal.SIGKILL)
+
+        async def said():
+            status, text = await scrape(f"{serving.ops}/readyz")
+            return (status, text) if "keeper:" in text else None
+
+        status, text = await eventually(said, timeout=5)
+        assert status == 200  # admission is not the keeper: still ready
+        assert text == "ok, degraded: keeper: its process exited with code -9\n"
+
+        assert await eventually(lambda: len(keeper_pids(serving)) == 2, timeout=10)
+        text = await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=30)
+        assert sample(text, "colocate_keeper_leader") == 1  # the Lease it still held, renewed
+        assert await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
+    finally:
+        assert await serving.stop() == 0
+    assert "Traceback" not in str(serving.lines)
+    [ended] = [line for line in serving.lines if line["msg"] == "keeper process ended"]
+    assert (ended["pid"], ended["exitcode"], ended["level"]) == (first, -9, "warning")
+    said = [(line["msg"], line.get("why")) for line in serving.lines]
+    assert said.index(("keeper process ended", None)) < said.index(("keeper stopped leading", "the keeper stopped"))
+
+
+async def test_the_keeper_process_ends_with_serve(cluster, kmock, tls_files, tmp_path):
+    serving = await start(cluster, kmock, tls_files, tmp_path)
+    try:
+        await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
+        [pid] = keeper_pids(serving)
+        serving.process.kill()  # no shutdown at all: the keeper's stdin closes with the process
+        await serving.process.wait()
+        assert await eventually(lambda: gone(pid), timeout=10)
+    finally:
+        await serving.stop()
+
+
+async def test_a_follower_runs_no_keeper_process(cluster, kmock, tls_files, tmp_path):
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    held = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kubevirt-colocate-keeper", "namespace": NS},
+            "spec": {"holderIdentity": "replica-b", "leaseDurationSeconds": 60, "acquireTime": now, "renewTime": now}}
+    serving = await start(cluster, kmock, tls_files, tmp_path, lease=held)
+    try:
+        text = await eventually(lambda: metrics_with(serving, "colocate_keeper_leader"), timeout=10)
+        await asyncio.sleep(3)  # a retry period and more
+        text = (await scrape(f"{serving.ops}/metrics"))[1]
+        assert sample(text, "colocate_keeper_leader") == 0 and sample(text, "colocate_vms", state="apart") is None
+        assert keeper_pids(serving) == [] and children(serving.process.pid) == []
+        assert await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
+    finally:
+        assert await serving.stop() == 0
+
+
+async def test_a_keeper_process_gone_silent_is_said(cluster, kmock, tls_files, tmp_path):
+    """Stopped (as by a hang): said in /readyz after 10 s without a report, and no more once it reports again."""
+    serving = await start(cluster, kmock, tls_files, tmp_path)
+    try:
+        await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
+        [pid] = keeper_pids(serving)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            async def said():
+                status, text = await scrape(f"{serving.ops}/readyz")
+                return (status, text) if "keeper: its process has not reported for" in text else None
+
+            status, _ = await eventually(said, timeout=15)
+            assert status == 200
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await eventually(lambda: readyz_ok(serving), timeout=5)
+        assert keeper_pids(serving) == [pid]  # reported, not started again
+    finally:
+        assert await serving.stop() == 0
+
+
+async def readyz_ok(serving):
+    return await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
+
+
+async def test_losing_the_lease_stops_the_keeper_process_before_it_can_act(cluster, kmock, tls_files, tmp_path):
+    """Another holder shows up: serve's term ends at its next read of the Lease (2 s here),
+    the keeper's process is told to stop and ends, and nothing is created after."""
+    cluster.seed(three_nodes() + apart_vm(migratable=False))
+    serving = await Serving.start(
+        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
+        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS, env={"POD_NAME": "replica-a"})
+    try:
+        await eventually(lambda: metrics_with(serving, "colocate_vms_held", hold="not live-migratable"), timeout=15)
+        [pid] = keeper_pids(serving)
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await cluster.patch(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kubevirt-colocate-keeper",
+                            {"spec": {"holderIdentity": "replica-b", "renewTime": now, "acquireTime": now}})
+        assert await eventually(lambda: gone(pid), timeout=4)
+        await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "LiveMigratable", "status": "True"}]}})
+        await asyncio.sleep(2)
+        assert cluster.migrations(ours=False) == [] and keeper_pids(serving) == [pid]
+    finally:
+        assert await serving.stop() == 0
+    said = [(line["msg"], line.get("why")) for line in serving.lines]
+    assert ("keeper stopped leading", "the lease is held by replica-b") in said

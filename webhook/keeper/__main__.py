@@ -1,0 +1,5 @@
+"""`python -m webhook.keeper`: the keeper's process, as `serve` starts it for a term as leader
+(process.py). Not a command for people: it reads its orders from `serve` on stdin."""
+from .process import child_main
+
+child_main()
