@@ -1,11 +1,12 @@
-"""`serve` runs the keeper in a process of its own: shown as its own, started again when it
-dies, gone when `serve` is."""
+"""`serve` runs the keeper in a process of its own while it leads: shown as its own, stopped
+with the term, a new one for the next term, gone when `serve` is; none on a follower."""
 import asyncio
 import datetime
 import os
 import signal
 from pathlib import Path
 
+import pytest
 from conftest import api_host
 from kube import Serving, kubeconfig_for, metrics_with, sample, scrape
 from kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
@@ -172,3 +173,15 @@ async def test_losing_the_lease_stops_the_keeper_process_before_it_can_act(clust
         assert await serving.stop() == 0
     said = [(line["msg"], line.get("why")) for line in serving.lines]
     assert ("keeper stopped leading", "the lease is held by replica-b") in said
+
+
+def test_a_keeper_request_outlasting_the_renew_deadline_is_refused():
+    """A migration is created only if its request ends while the Lease still lets the leader act."""
+    from webhook.config import Settings
+    from webhook.keeper.keeper import KeeperTiming
+    from webhook.keeper.lease import LeaseTiming
+    from webhook.keeper.process import Assignment, KeeperProcess
+
+    assignment = Assignment(Settings(keep="migrate"), timing=KeeperTiming(request_timeout=10.0))
+    with pytest.raises(ValueError, match="shorter than the lease's renew deadline"):
+        KeeperProcess(None, assignment, namespace=NS, identity="replica-a", lease_timing=LeaseTiming(renew_deadline=10.0))
