@@ -65,6 +65,9 @@ async def test_the_keeper_runs_apart_from_admission_and_serve_shows_what_it_keep
     finally:
         assert await serving.stop() == 0
     assert gone(pid)
+    decided = [line for line in serving.lines if line["msg"] == "keeper decision"]
+    assert decided and {line.get("process") for line in decided} == {"keeper"}  # written by the keeper's process
+    assert "process" not in next(line for line in serving.lines if line["msg"] == "serving")
 
 
 async def readyz_says(serving, words):
