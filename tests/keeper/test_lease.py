@@ -12,7 +12,8 @@ from webhook.cluster import client
 from webhook.cluster.events import identity
 from webhook.config import Settings
 from webhook.keeper.lease import LeaseTiming, lease_namespace
-from webhook.keeper.service import KeeperService
+from webhook.keeper.keeper import Keeper
+from webhook.keeper.lease import Elector
 from webhook.kinds import LEASE
 
 NS = "kubevirt-colocate"
@@ -20,6 +21,27 @@ LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kubevirt-colo
 # The library wants whole seconds: renew_deadline > 1.2 × retry_period >= 1.2 s.
 QUICK = LeaseTiming(lease_duration=3, renew_deadline=2, retry_period=1, request_timeout=0.5)
 PASSES = dataclasses.replace(TIMING, request_timeout=0.5)
+
+
+class KeeperService:
+    """A replica's campaign and keeper in one process, on caches the test started: the
+    Elector as `serve` runs it (keeper/process.py), with the keeper in the test's process
+    instead of a child of its own, so that its log records reach caplog."""
+
+    def __init__(self, api, store, settings, *, namespace, identity, timing, lease_timing):
+        self.keeper = Keeper(api, store, settings, timing=timing, authority=lambda within: self.elector.may_act(within))
+        self.elector = Elector(api, namespace=namespace, name=settings.lease_name, identity=identity,
+                               lead=self.keeper.run, timing=lease_timing)
+
+    def start(self):
+        self.elector.start()
+
+    async def stop(self):
+        await self.elector.stop()
+
+    def degraded(self):
+        notes = [f"lease: {self.elector.error}"] if self.elector.error else []
+        return [f"keeper: {note}" for note in notes + (self.keeper.degraded() if self.elector.leading else [])]
 
 
 @pytest.fixture

@@ -1,11 +1,12 @@
-"""`serve` runs the keeper in a process of its own: shown as its own, started again when it
-dies, gone when `serve` is."""
+"""`serve` runs the keeper in a process of its own while it leads: shown as its own, stopped
+with the term, a new one for the next term, gone when `serve` is; none on a follower."""
 import asyncio
 import datetime
 import os
 import signal
 from pathlib import Path
 
+import pytest
 from conftest import api_host
 from kube import Serving, kubeconfig_for, metrics_with, sample, scrape
 from kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
@@ -64,35 +65,51 @@ async def test_the_keeper_runs_apart_from_admission_and_serve_shows_what_it_keep
     finally:
         assert await serving.stop() == 0
     assert gone(pid)
+    decided = [line for line in serving.lines if line["msg"] == "keeper decision"]
+    assert decided and {line.get("process") for line in decided} == {"keeper"}  # written by the keeper's process
+    assert "process" not in next(line for line in serving.lines if line["msg"] == "serving")
 
 
-async def test_a_keeper_process_that_dies_ends_the_term_and_the_next_one_starts_another(cluster, kmock, tls_files,
-                                                                                       tmp_path):
+async def readyz_says(serving, words):
+    status, text = await scrape(f"{serving.ops}/readyz")
+    return (status, text) if words in text else None
+
+
+async def test_a_keeper_process_that_dies_hands_the_lease_over_and_the_replica_holds_off(cluster, kmock, tls_files,
+                                                                                        tmp_path):
     serving = await start(cluster, kmock, tls_files, tmp_path)
     try:
         await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
         [first] = keeper_pids(serving)
         os.kill(first, signal.SIGKILL)
 
-        async def said():
-            status, text = await scrape(f"{serving.ops}/readyz")
-            return (status, text) if "keeper:" in text else None
-
-        status, text = await eventually(said, timeout=5)
+        status, text = await eventually(lambda: readyz_says(serving, "keeper:"), timeout=5)
         assert status == 200  # admission is not the keeper: still ready
-        assert text == "ok, degraded: keeper: its process exited with code -9\n"
+        assert text == "ok, degraded: keeper: its process ended (exit code -9); campaigning again in 5s\n"
+        assert holder(kmock) == ""  # handed over: another replica may lead meanwhile
+        assert sample((await scrape(f"{serving.ops}/metrics"))[1], "colocate_keeper_leader") == 0
 
+        # No other replica took it: this one leads again after 5 s, with a new keeper process.
         assert await eventually(lambda: len(keeper_pids(serving)) == 2, timeout=10)
         text = await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=30)
-        assert sample(text, "colocate_keeper_leader") == 1  # the Lease it still held, renewed
+        assert sample(text, "colocate_keeper_leader") == 1 and holder(kmock) == "replica-a"
         assert await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
+
+        os.kill(keeper_pids(serving)[1], signal.SIGKILL)  # failing again soon after: twice the pause
+        status, text = await eventually(lambda: readyz_says(serving, "keeper:"), timeout=5)
+        assert text == "ok, degraded: keeper: its process ended (exit code -9); campaigning again in 10s\n"
     finally:
         assert await serving.stop() == 0
     assert "Traceback" not in str(serving.lines)
-    [ended] = [line for line in serving.lines if line["msg"] == "keeper process ended"]
-    assert (ended["pid"], ended["exitcode"], ended["level"]) == (first, -9, "warning")
+    ended = [line for line in serving.lines if line["msg"] == "keeper process ended"]
+    assert [(line["pid"], line["exitcode"], line["level"]) for line in ended][0] == (first, -9, "warning")
     said = [(line["msg"], line.get("why")) for line in serving.lines]
-    assert said.index(("keeper process ended", None)) < said.index(("keeper stopped leading", "the keeper stopped"))
+    assert said.index(("keeper process ended", "ended")) < said.index(
+        ("keeper stopped leading", "its process ended (exit code -9)")) < said.index(("lease released", None))
+
+
+def holder(kmock):
+    return kmock.objects[LEASE, NS, "kubevirt-colocate-keeper"].raw["spec"]["holderIdentity"]
 
 
 async def test_the_keeper_process_ends_with_serve(cluster, kmock, tls_files, tmp_path):
@@ -124,30 +141,22 @@ async def test_a_follower_runs_no_keeper_process(cluster, kmock, tls_files, tmp_
         assert await serving.stop() == 0
 
 
-async def test_a_keeper_process_gone_silent_is_said(cluster, kmock, tls_files, tmp_path):
-    """Stopped (as by a hang): said in /readyz after 10 s without a report, and no more once it reports again."""
+async def test_a_keeper_process_gone_silent_is_said_then_ended(cluster, kmock, tls_files, tmp_path):
+    """Stopped (as by a hang): said in /readyz after 10 s without a report, ended after 30 s."""
     serving = await start(cluster, kmock, tls_files, tmp_path)
     try:
         await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
         [pid] = keeper_pids(serving)
         os.kill(pid, signal.SIGSTOP)
-        try:
-            async def said():
-                status, text = await scrape(f"{serving.ops}/readyz")
-                return (status, text) if "keeper: its process has not reported for" in text else None
-
-            status, _ = await eventually(said, timeout=15)
-            assert status == 200
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        assert await eventually(lambda: readyz_ok(serving), timeout=5)
-        assert keeper_pids(serving) == [pid]  # reported, not started again
+        status, _ = await eventually(lambda: readyz_says(serving, "keeper: its process has not reported for"),
+                                     timeout=15)
+        assert status == 200
+        status, text = await eventually(lambda: readyz_says(serving, "was ended"), timeout=30)
+        assert text == ("ok, degraded: keeper: its process said nothing for 30s and was ended (exit code -9); "
+                        "campaigning again in 5s\n")
+        assert gone(pid)
     finally:
         assert await serving.stop() == 0
-
-
-async def readyz_ok(serving):
-    return await scrape(f"{serving.ops}/readyz") == (200, "ok\n")
 
 
 async def test_losing_the_lease_stops_the_keeper_process_before_it_can_act(cluster, kmock, tls_files, tmp_path):
@@ -172,3 +181,15 @@ async def test_losing_the_lease_stops_the_keeper_process_before_it_can_act(clust
         assert await serving.stop() == 0
     said = [(line["msg"], line.get("why")) for line in serving.lines]
     assert ("keeper stopped leading", "the lease is held by replica-b") in said
+
+
+def test_a_keeper_request_outlasting_the_renew_deadline_is_refused():
+    """A migration is created only if its request ends while the Lease still lets the leader act."""
+    from webhook.config import Settings
+    from webhook.keeper.keeper import KeeperTiming
+    from webhook.keeper.lease import LeaseTiming
+    from webhook.keeper.process import Assignment, KeeperProcess
+
+    assignment = Assignment(Settings(keep="migrate"), timing=KeeperTiming(request_timeout=10.0))
+    with pytest.raises(ValueError, match="shorter than the lease's renew deadline"):
+        KeeperProcess(None, assignment, namespace=NS, identity="replica-a", lease_timing=LeaseTiming(renew_deadline=10.0))

@@ -2,4 +2,5 @@
 (process.py). Not a command for people: it reads its orders from `serve` on stdin."""
 from .process import child_main
 
-child_main()
+if __name__ == "__main__":
+    child_main()

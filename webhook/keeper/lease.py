@@ -93,6 +93,7 @@ class Elector:
         self._deadline: asyncio.Task[None] | None = None
         self._deposed = asyncio.Event()
         self._why = ""
+        self._resume_at = 0.0  # loop time before which no campaign starts (hold_off)
         # A campaign ends with the term; the next one starts a retry period later.
         self._campaigns = Background("lease", self.campaign, log=log, failure="campaigning for the lease failed",
                                      period=timing.retry_period)
@@ -127,8 +128,15 @@ class Elector:
         if was_leading:
             await self.release()
 
+    def hold_off(self, seconds: float) -> None:
+        """No campaign for `seconds`: another replica may take the Lease meanwhile."""
+        self._resume_at = asyncio.get_running_loop().time() + seconds
+
     async def campaign(self) -> None:
-        """One campaign: acquire the Lease, lead while it is renewed; returns when the term ends."""
+        """One campaign: acquire the Lease, lead while it is renewed; returns when the term ends
+        (at once while held off)."""
+        if asyncio.get_running_loop().time() < self._resume_at:
+            return
         from kubernetes_asyncio.leaderelection.electionconfig import Config
         from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
 

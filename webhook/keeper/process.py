@@ -48,6 +48,10 @@ log = logging.getLogger("webhook.keeper")
 
 STOP = "stop"
 FEED_EVERY = 0.5  # seconds between two sendings of the Lease's deadline
+NICENESS = 10  # added to serve's: the keeper's work yields the CPU to admission
+MAX_FRAME = 64 << 20  # a longer frame is no report of ours: the child is ended
+BACKOFF = (5.0, 300.0)  # no campaign after a keeper process failed: first, at most (doubling)
+STEADY = 600.0  # a child that lived this long starts the backoff afresh
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +63,6 @@ class Assignment:
     events: bool = True
     log_level: str = "info"
     timing: KeeperTiming = KeeperTiming()
-    niceness: int = 10  # added to serve's: the keeper's work yields the CPU to admission
     report_every: float = 1.0
 
 
@@ -79,8 +82,11 @@ def frame(message: Any) -> bytes:
 
 
 async def read_frame(stream: asyncio.StreamReader) -> Any:
-    """The next message; asyncio.IncompleteReadError once the other end has closed."""
+    """The next message; asyncio.IncompleteReadError once the other end has closed, ValueError
+    for a frame longer than MAX_FRAME."""
     (size,) = struct.unpack(">I", await stream.readexactly(4))
+    if size > MAX_FRAME:
+        raise ValueError(f"a frame of {size} bytes")
     return pickle.loads(await stream.readexactly(size))
 
 
@@ -89,16 +95,20 @@ class KeeperProcess:
     A companion of the admission service: start(), async stop(), degraded()."""
 
     def __init__(self, api: Any, assignment: Assignment, *, namespace: str, identity: str,
-                 lease_timing: LeaseTiming = LeaseTiming(), stop_timeout: float = 10.0, silent_after: float = 10.0):
+                 lease_timing: LeaseTiming = LeaseTiming(), stop_timeout: float = 5.0, silent_after: float = 10.0,
+                 backoff: tuple[float, float] = BACKOFF):
         if assignment.timing.request_timeout >= lease_timing.renew_deadline:
             # A migration is created only if its request ends within the renew deadline.
             raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")
         self.assignment, self.stop_timeout, self.silent_after = assignment, stop_timeout, silent_after
+        self.backoff = backoff
         self.elector = Elector(api, namespace=namespace, name=assignment.settings.lease_name, identity=identity,
                                lead=self._term, timing=lease_timing)
         self.last: Report | None = None  # the current child's last report
-        self.ended: str | None = None  # how the last child ended on its own, until another reports
-        self._heard = self._ended_at = 0.0  # when the last report came, when it ended (time.monotonic())
+        self.ended: str | None = None  # how the last child failed, until another reports
+        self.failures = 0  # children that failed in a row
+        self._running = False  # a child of this term runs
+        self._heard = self._ended_at = 0.0  # when it last reported (or started), when one failed
 
     def start(self) -> None:
         self.elector.start()
@@ -108,69 +118,97 @@ class KeeperProcess:
         await self.elector.stop()
 
     def degraded(self) -> list[str]:
-        """Readiness notes: the Lease cannot be read or written; the keeper's process ended or
+        """Readiness notes: the Lease cannot be read or written; the keeper's process failed or
         went silent (hung, or starved of CPU); what the leading keeper cannot see or do."""
         notes = [f"lease: {self.elector.error}"] if self.elector.error else []
-        if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < self.silent_after):
+        if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < self.backoff[1]):
             notes.append(self.ended)  # until another reports; a follower forgets it
         silent = time.monotonic() - self._heard
-        if self.last is not None and silent > self.silent_after:
+        if self._running and silent > self.silent_after:
             notes.append(f"its process has not reported for {silent:.0f}s")
         notes += self.last.notes if self.last is not None else []
         return [f"keeper: {note}" for note in notes]
 
     async def _term(self) -> None:
         """One term's keeper: its process started, fed the Lease's deadline and followed until
-        it ends; stopped when the term ends first."""
-        child = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook.keeper",
-                                                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        it ends (or goes silent: then ended); stopped when the term ends first. A child that
+        fails ends the term and hands the Lease over, and this replica holds off (backoff)."""
+        began = time.monotonic()
+        try:
+            child = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook.keeper",
+                                                         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        except OSError as exc:
+            return await self._failed(f"its process could not start: {exc}", began)
         log.info("keeper process started", extra={"fields": {"pid": child.pid}})
+        self._running, self._heard = True, began
         assert child.stdin is not None and child.stdout is not None
         try:
             child.stdin.write(frame(self.assignment))
             feeding = asyncio.create_task(self._feed(child.stdin), name="keeper deadline")
             try:
-                await self._follow(child.stdout)
+                why = await self._follow(child.stdout)
             finally:
                 feeding.cancel()
-            code = await child.wait()
-            self.ended, self._ended_at = f"its process exited with code {code}", time.monotonic()
-            log.warning("keeper process ended", extra={"fields": {"pid": child.pid, "exitcode": code}})
+                await asyncio.gather(feeding, return_exceptions=True)
         finally:
-            self.last = None
+            self._running, self.last = False, None
             metrics.RELAY.families = []
             await self._stop(child)
+        log.warning("keeper process ended", extra={"fields": {"pid": child.pid, "exitcode": child.returncode,
+                                                               "why": why}})
+        await self._failed(f"its process {why} (exit code {child.returncode})", began)
+
+    async def _failed(self, what: str, began: float) -> None:
+        """Say it, step down, hand the Lease over and hold off: 5 s, doubling to 5 minutes
+        (afresh after a child that lived 10 minutes), so that another replica can lead."""
+        self.failures = 1 if time.monotonic() - began > STEADY else self.failures + 1
+        pause = min(self.backoff[1], self.backoff[0] * 2 ** (self.failures - 1))
+        self.ended, self._ended_at = f"{what}; campaigning again in {pause:g}s", time.monotonic()
+        self.elector.hold_off(pause)
+        self.elector.step_down(what)
+        await self.elector.release()
 
     async def _feed(self, pipe: asyncio.StreamWriter) -> None:
         """The moment the child must stop acting, on CLOCK_MONOTONIC, every FEED_EVERY seconds."""
         loop = asyncio.get_running_loop()
-        with contextlib.suppress(ConnectionError):
-            while True:
+        with contextlib.suppress(ConnectionError, RuntimeError):  # RuntimeError: uvloop's, on a closed pipe
+            while not pipe.is_closing():
                 until = self.elector.acting_until()
                 pipe.write(frame(0.0 if until is None else time.monotonic() + until - loop.time()))
                 await pipe.drain()
                 await asyncio.sleep(FEED_EVERY)
 
-    async def _follow(self, pipe: asyncio.StreamReader) -> None:
-        """The child's reports until it closes its stdout."""
-        with contextlib.suppress(asyncio.IncompleteReadError):
-            while True:
-                report = await read_frame(pipe)
-                self.last, self.ended, self._heard = report, None, time.monotonic()
-                metrics.RELAY.families = report.families
+    async def _follow(self, pipe: asyncio.StreamReader) -> str:
+        """The child's reports until it closes its stdout, sends what is no report, or says
+        nothing for three times `silent_after`; returns which."""
+        while True:
+            try:
+                async with asyncio.timeout(3 * self.silent_after):
+                    report = await read_frame(pipe)
+            except asyncio.IncompleteReadError:
+                return "ended"
+            except TimeoutError:
+                return f"said nothing for {3 * self.silent_after:g}s and was ended"
+            except (ValueError, pickle.UnpicklingError, EOFError) as exc:
+                return f"sent what is no report ({exc}) and was ended"
+            self.last, self.ended, self._heard = report, None, time.monotonic()
+            metrics.RELAY.families = report.families
 
     async def _stop(self, child: asyncio.subprocess.Process) -> None:
         """Told to stop at once (it acts no more), then waited for; killed if it does not end in time."""
-        if child.returncode is None and child.stdin is not None:
+        if child.returncode is None and child.stdin is not None and not child.stdin.is_closing():
             with contextlib.suppress(ConnectionError, RuntimeError):
                 child.stdin.write(frame(STOP))
             child.stdin.close()
         try:
             async with asyncio.timeout(self.stop_timeout):
                 await child.wait()
+        except TimeoutError:
+            log.warning("keeper process did not stop in time", extra={"fields": {"pid": child.pid}})
+            child.kill()
+            await child.wait()  # at once, after SIGKILL
         finally:
-            if child.returncode is None:
-                log.warning("keeper process did not stop in time", extra={"fields": {"pid": child.pid}})
+            if child.returncode is None:  # cancelled while waiting
                 child.kill()
 
 
@@ -190,7 +228,9 @@ class Authority:
 def child_main() -> None:
     """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
-    logs.setup("info")  # until the assignment gives the level
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+    logs.setup("info", process="keeper")  # until the assignment gives the level
     reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
     try:
@@ -205,9 +245,7 @@ async def _keep(reports: IO[bytes]) -> None:
     orders = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
     assignment: Assignment = await read_frame(orders)
-    with contextlib.suppress(OSError):
-        os.nice(assignment.niceness)
-    logs.setup(assignment.log_level)
+    logs.setup(assignment.log_level, process="keeper")
     authority = Authority()
     api = await client.connect(assignment.kubeconfig)
     events = EventSink(api) if assignment.events else NO_EVENTS
@@ -241,10 +279,11 @@ async def _lead(keeper: Keeper, orders: asyncio.StreamReader, authority: Authori
 
 
 async def _listen(orders: asyncio.StreamReader, authority: Authority) -> None:
-    """The Lease's deadlines, until STOP or the end of serve's pipe."""
+    """The Lease's deadlines, until STOP or the end of serve's pipe: from then on, nothing is done."""
     with contextlib.suppress(asyncio.IncompleteReadError):
         while (order := await read_frame(orders)) != STOP:
             authority.until = order
+    authority.until = 0.0
 
 
 async def _report_every(keeper: Keeper, reports: IO[bytes], every: float) -> None:
