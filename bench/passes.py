@@ -87,7 +87,8 @@ def keeper_process(args: argparse.Namespace, settings: Any) -> Any:
     it), leading at once, a pass 50 ms after the last one ended."""
     from webhook.cluster import client
     from webhook.keeper.keeper import KeeperTiming
-    from webhook.keeper.process import Assignment, KeeperProcess
+    from webhook.keeper.pipe import Assignment
+    from webhook.keeper.process import KeeperProcess
 
     kubeconfig = Path(args.tls_cert_file).parent / "kubeconfig"
     kubeconfig.write_text(json.dumps({

@@ -239,7 +239,8 @@ def keeper_process(api: Any, args: argparse.Namespace, settings: Settings, log_l
     (keeper/process.py); ValueError without a Lease namespace."""
     from .cluster.events import identity
     from .keeper import lease
-    from .keeper.process import Assignment, KeeperProcess
+    from .keeper.pipe import Assignment
+    from .keeper.process import KeeperProcess
 
     assignment = Assignment(settings, args.kubeconfig, events=args.events == "on", log_level=log_level)
     return KeeperProcess(api, assignment, namespace=lease.lease_namespace(settings), identity=identity())

@@ -188,7 +188,8 @@ def test_a_keeper_request_outlasting_the_renew_deadline_is_refused():
     from webhook.config import Settings
     from webhook.keeper.keeper import KeeperTiming
     from webhook.keeper.lease import LeaseTiming
-    from webhook.keeper.process import Assignment, KeeperProcess
+    from webhook.keeper.pipe import Assignment
+    from webhook.keeper.process import KeeperProcess
 
     assignment = Assignment(Settings(keep="migrate"), timing=KeeperTiming(request_timeout=10.0))
     with pytest.raises(ValueError, match="shorter than the lease's renew deadline"):

@@ -5,89 +5,36 @@ seconds of CPU and hundreds of thousands of objects, and in the serving process 
 garbage collections over them would stop the event loop for 100 ms and more, which every
 admission reaching the leader would wait out. So `serve` only campaigns for the Lease
 (`lease.Elector`: light, and never held up by a pass); for as long as it leads, the keeper
-runs in a child process (`python -m webhook.keeper`) at a lower CPU priority, with caches of
-its own. A follower runs no child and holds no keeper caches; a term's child, its caches and
-its memory end with the term.
+runs in a child process (`python -m webhook.keeper`, child.py) at a lower CPU priority, with
+caches of its own. A follower runs no child and holds no keeper caches; a term's child, its
+caches and its memory end with the term.
 
 The child acts only while the Lease lets the leader act: every half second `serve` sends it
-the moment that ends (on CLOCK_MONOTONIC, the same clock in every process), and when the term
-ends it is told to stop, then stopped. The child reports every second on its stdout: its
-readiness notes and the metrics it keeps, which `serve` shows in /readyz and /metrics
-(`metrics.Relay`). A child that ends on its own ends the term, as a keeper that fails does;
-the next campaign starts another. A child whose `serve` is gone (its stdin closed) stops.
-
-Frames both ways: a 4-byte length, then a pickle (both ends are this package).
+the moment that ends, and when the term ends it is told to stop, then stopped (pipe.py). The
+child reports every second: its readiness notes and the metrics it keeps, which `serve` shows
+in /readyz and /metrics (`metrics.Relay`). A child that fails (dies, cannot start, goes silent,
+sends what is no report) ends the term; `serve` hands the Lease over and holds off before it
+campaigns again, so that another replica can lead.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import os
 import pickle
-import signal
-import struct
 import sys
 import time
-from collections.abc import AsyncIterator
-from typing import IO, Any
+from typing import Any
 
-from prometheus_client.metrics_core import Metric
-
-from .. import logs, metrics
-from ..cluster import client
-from ..cluster.cache import WatchedClusterStore
-from ..cluster.events import NO_EVENTS, EventSink
-from ..cluster.store import WatchedStore
-from ..config import Settings
-from .keeper import Keeper, KeeperTiming, PassTime
+from .. import metrics
 from .lease import Elector, LeaseTiming
+from .pipe import STOP, Assignment, Report, frame, read_frame
 
 log = logging.getLogger("webhook.keeper")
 
-STOP = "stop"
 FEED_EVERY = 0.5  # seconds between two sendings of the Lease's deadline
-NICENESS = 10  # added to serve's: the keeper's work yields the CPU to admission
-MAX_FRAME = 64 << 20  # a longer frame is no report of ours: the child is ended
 BACKOFF = (5.0, 300.0)  # no campaign after a keeper process failed: first, at most (doubling)
 STEADY = 600.0  # a child that lived this long starts the backoff afresh
-
-
-@dataclasses.dataclass(frozen=True)
-class Assignment:
-    """What the keeper's process is given: how to reach the API, what to keep by."""
-
-    settings: Settings
-    kubeconfig: str | None = None  # None: found as every verb finds it (client.connect)
-    events: bool = True
-    log_level: str = "info"
-    timing: KeeperTiming = KeeperTiming()
-    report_every: float = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """What the keeper's process says of itself, every `report_every` seconds and as it stops."""
-
-    notes: list[str]  # what keeps it from seeing or acting on the whole cluster
-    families: list[Metric]  # metrics.keeper_families()
-    passes: int = 0  # passes made over synced caches
-    last_pass: PassTime | None = None
-
-
-def frame(message: Any) -> bytes:
-    data = pickle.dumps(message)
-    return struct.pack(">I", len(data)) + data
-
-
-async def read_frame(stream: asyncio.StreamReader) -> Any:
-    """The next message; asyncio.IncompleteReadError once the other end has closed, ValueError
-    for a frame longer than MAX_FRAME."""
-    (size,) = struct.unpack(">I", await stream.readexactly(4))
-    if size > MAX_FRAME:
-        raise ValueError(f"a frame of {size} bytes")
-    return pickle.loads(await stream.readexactly(size))
 
 
 class KeeperProcess:
@@ -210,104 +157,3 @@ class KeeperProcess:
         finally:
             if child.returncode is None:  # cancelled while waiting
                 child.kill()
-
-
-# --------------------------------------------------------------------------- the child
-
-
-class Authority:
-    """What the child knows of the Lease: until when its leader may act (time.monotonic())."""
-
-    def __init__(self) -> None:
-        self.until = 0.0
-
-    def may_act(self, within: float) -> bool:
-        return time.monotonic() + within < self.until
-
-
-def child_main() -> None:
-    """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
-    logs.setup("info", process="keeper")  # until the assignment gives the level
-    reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
-    try:
-        asyncio.run(_keep(reports))
-    except Exception:  # said as a log line like any other; serve's term ends and another starts
-        log.exception("keeper process failed")
-        raise SystemExit(1) from None
-
-
-async def _keep(reports: IO[bytes]) -> None:
-    loop = asyncio.get_running_loop()
-    orders = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
-    assignment: Assignment = await read_frame(orders)
-    logs.setup(assignment.log_level, process="keeper")
-    authority = Authority()
-    api = await client.connect(assignment.kubeconfig)
-    events = EventSink(api) if assignment.events else NO_EVENTS
-    try:
-        async with own_caches(assignment.kubeconfig, assignment.settings) as store:
-            keeper = Keeper(api, store, assignment.settings, events=events, timing=assignment.timing,
-                            authority=authority.may_act)
-            await _lead(keeper, orders, authority, reports, assignment.report_every)
-    finally:
-        await events.close()
-        await api.close()
-
-
-async def _lead(keeper: Keeper, orders: asyncio.StreamReader, authority: Authority, reports: IO[bytes],
-                every: float) -> None:
-    """The keeper's passes and the reports, until told to stop (or serve is gone); raises if
-    the keeper itself fails."""
-    running = asyncio.create_task(keeper.run(), name="keeper")
-    listening = asyncio.create_task(_listen(orders, authority), name="keeper orders")
-    reporting = asyncio.create_task(_report_every(keeper, reports, every), name="keeper reports")
-    try:
-        await asyncio.wait({running, listening, reporting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        authority.until = 0.0
-        for task in (running, listening, reporting):
-            task.cancel()
-        await asyncio.gather(running, listening, reporting, return_exceptions=True)
-        _send(reports, keeper)
-    if running.done() and not running.cancelled() and running.exception() is not None:
-        raise running.exception()  # type: ignore[misc]
-
-
-async def _listen(orders: asyncio.StreamReader, authority: Authority) -> None:
-    """The Lease's deadlines, until STOP or the end of serve's pipe: from then on, nothing is done."""
-    with contextlib.suppress(asyncio.IncompleteReadError):
-        while (order := await read_frame(orders)) != STOP:
-            authority.until = order
-    authority.until = 0.0
-
-
-async def _report_every(keeper: Keeper, reports: IO[bytes], every: float) -> None:
-    while _send(reports, keeper):
-        await asyncio.sleep(every)
-
-
-def _send(reports: IO[bytes], keeper: Keeper) -> bool:
-    """A report to serve; False when it is gone."""
-    report = Report(keeper.degraded(), metrics.keeper_families(), keeper.passes, keeper.last_pass)
-    try:
-        reports.write(frame(report))
-        reports.flush()
-    except (BrokenPipeError, ValueError):  # ValueError: already closed
-        return False
-    return True
-
-
-@contextlib.asynccontextmanager
-async def own_caches(kubeconfig: str | None, settings: Settings) -> AsyncIterator[WatchedStore]:
-    """The term's caches: listed when it begins, closed when it ends."""
-    store = WatchedClusterStore(await client.connect(kubeconfig), settings)
-    store.start()
-    try:
-        yield store
-    finally:
-        await store.close()

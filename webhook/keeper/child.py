@@ -1,0 +1,127 @@
+"""`python -m webhook.keeper`: the keeper's process, as `serve` starts it for a term as leader
+(process.py). It reads its `Assignment` and the Lease's deadlines from stdin (pipe.py), lists
+and watches caches of its own, makes the keeper's passes, and reports on stdout; it acts only
+before the last deadline it was sent, and stops when told to or when `serve` is gone.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import IO
+
+from .. import logs, metrics
+from ..cluster import client
+from ..cluster.cache import WatchedClusterStore
+from ..cluster.events import NO_EVENTS, EventSink
+from ..cluster.store import WatchedStore
+from ..config import Settings
+from .keeper import Keeper
+from .pipe import STOP, Assignment, Report, frame, read_frame
+
+log = logging.getLogger("webhook.keeper")
+
+NICENESS = 10  # added to serve's: the keeper's work yields the CPU to admission
+
+
+class Authority:
+    """What the child knows of the Lease: until when its leader may act (time.monotonic())."""
+
+    def __init__(self) -> None:
+        self.until = 0.0
+
+    def may_act(self, within: float) -> bool:
+        return time.monotonic() + within < self.until
+
+
+def child_main() -> None:
+    """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
+    logs.setup("info", process="keeper")  # until the assignment gives the level
+    reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
+    try:
+        asyncio.run(_keep(reports))
+    except Exception:  # said as a log line like any other; serve's term ends and another starts
+        log.exception("keeper process failed")
+        raise SystemExit(1) from None
+
+
+async def _keep(reports: IO[bytes]) -> None:
+    loop = asyncio.get_running_loop()
+    orders = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
+    assignment: Assignment = await read_frame(orders)
+    logs.setup(assignment.log_level, process="keeper")
+    authority = Authority()
+    api = await client.connect(assignment.kubeconfig)
+    events = EventSink(api) if assignment.events else NO_EVENTS
+    try:
+        async with own_caches(assignment.kubeconfig, assignment.settings) as store:
+            keeper = Keeper(api, store, assignment.settings, events=events, timing=assignment.timing,
+                            authority=authority.may_act)
+            await _lead(keeper, orders, authority, reports, assignment.report_every)
+    finally:
+        await events.close()
+        await api.close()
+
+
+async def _lead(keeper: Keeper, orders: asyncio.StreamReader, authority: Authority, reports: IO[bytes],
+                every: float) -> None:
+    """The keeper's passes and the reports, until told to stop (or serve is gone); raises if
+    the keeper itself fails."""
+    running = asyncio.create_task(keeper.run(), name="keeper")
+    listening = asyncio.create_task(_listen(orders, authority), name="keeper orders")
+    reporting = asyncio.create_task(_report_every(keeper, reports, every), name="keeper reports")
+    try:
+        await asyncio.wait({running, listening, reporting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        authority.until = 0.0
+        for task in (running, listening, reporting):
+            task.cancel()
+        await asyncio.gather(running, listening, reporting, return_exceptions=True)
+        _send(reports, keeper)
+    if running.done() and not running.cancelled() and running.exception() is not None:
+        raise running.exception()  # type: ignore[misc]
+
+
+async def _listen(orders: asyncio.StreamReader, authority: Authority) -> None:
+    """The Lease's deadlines, until STOP or the end of serve's pipe: from then on, nothing is done."""
+    with contextlib.suppress(asyncio.IncompleteReadError):
+        while (order := await read_frame(orders)) != STOP:
+            authority.until = order
+    authority.until = 0.0
+
+
+async def _report_every(keeper: Keeper, reports: IO[bytes], every: float) -> None:
+    while _send(reports, keeper):
+        await asyncio.sleep(every)
+
+
+def _send(reports: IO[bytes], keeper: Keeper) -> bool:
+    """A report to serve; False when it is gone."""
+    report = Report(keeper.degraded(), metrics.keeper_families(), keeper.passes, keeper.last_pass)
+    try:
+        reports.write(frame(report))
+        reports.flush()
+    except (BrokenPipeError, ValueError):  # ValueError: already closed
+        return False
+    return True
+
+
+@contextlib.asynccontextmanager
+async def own_caches(kubeconfig: str | None, settings: Settings) -> AsyncIterator[WatchedStore]:
+    """The term's caches: listed when it begins, closed when it ends."""
+    store = WatchedClusterStore(await client.connect(kubeconfig), settings)
+    store.start()
+    try:
+        yield store
+    finally:
+        await store.close()
