@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -14,12 +15,32 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ADMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
+Metric = TypeVar("Metric", Histogram, Counter)
+
+
+class Children(Generic[Metric]):
+    """The children of a labelled metric, each looked up with `labels()` once and kept, as
+    Prometheus' client guidelines intend the child to be used (every admission counts itself
+    under one of a few label sets). Nothing removes these metrics' children."""
+
+    def __init__(self, metric: Metric):
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Metric] = {}
+
+    def labels(self, *values: str) -> Metric:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 ADMISSION_DURATION = Histogram("colocate_admission_duration_seconds",
                                "Time to answer one admission review, from request to response.", ["rule"],
                                buckets=ADMISSION_BUCKETS, registry=REGISTRY)
 ADMISSIONS = Counter("colocate_admissions_total",
                      "Admission reviews answered, by rule and outcome (pinned, pinned-among, preferred, not-pinned, skipped, error).",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
+ADMISSION_DURATIONS, ADMISSION_OUTCOMES = Children(ADMISSION_DURATION), Children(ADMISSIONS)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
 API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],

@@ -30,7 +30,11 @@ from .review import AdmissionRequest
 log = logging.getLogger("webhook.mutate")
 
 
-async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline) -> Outcome:
+async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline, *,
+                owned: bool = False) -> Outcome:
+    """What the rules make of the request's pod. `owned`: the pod is the caller's own and nothing
+    reads what a patch adds to it afterwards (the server's parsed review: its log line and Event
+    read the name and owner), so the patch is checked on the pod itself, not on a copy."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return skip(Rule.NONE, Skip.NOT_POD_CREATION)
     pod = request.object
@@ -43,7 +47,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     try:
         # Answers from memory need no timer; every read that goes to the API is bounded by
         # the deadline where it is made (resolve_io, node_obstacle, consumers).
-        return await rule(request.namespace, pod, store, settings, deadline)
+        return _checked(pod, await rule(request.namespace, pod, store, settings, deadline), in_place=owned)
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, kinds.pod_name(pod))
         return skip(Rule.NONE, Skip.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
@@ -188,10 +192,18 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
     ops = patch.patch_for(pod, decision, settings)
+    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
+
+
+def _checked(pod: dict[str, Any], outcome: Outcome, *, in_place: bool) -> Outcome:
+    """The outcome once its patch has applied to the pod it was made for; a patch that does
+    not apply is never handed to the apiserver: the pod is then admitted untouched."""
+    if not outcome.patch:
+        return outcome
     try:
-        apply.apply(pod, ops)  # never hand the apiserver a patch that does not apply
+        apply.apply(pod, outcome.patch, in_place=in_place)
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
         log.error("dropping a patch that does not apply: %s", exc)
-        return skip(rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
-                    facts=tuple(facts))
-    return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
+        return skip(outcome.rule, Skip.INTERNAL_ERROR, f"co-location skipped: patch did not apply ({exc})", str(exc),
+                    facts=outcome.facts)
+    return outcome

@@ -99,7 +99,7 @@ class Admissions:
             raise BadRequest(str(exc)) from None
         if not self.decide:
             return reviews.response_json(review.uid, NOTHING_DECIDED)
-        outcome = await admit(review, self.store, self.settings, deadline)
+        outcome = await admit(review, self.store, self.settings, deadline, owned=True)  # parsed just above
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:
@@ -115,13 +115,13 @@ class Admissions:
 
 def count_admission(outcome: Outcome, seconds: float) -> None:
     """The admission's duration and outcome in the metrics; an internal error counts as outcome "error"."""
-    metrics.ADMISSION_DURATION.labels(outcome.rule).observe(seconds)
+    metrics.ADMISSION_DURATIONS.labels(outcome.rule).observe(seconds)
     if outcome.decision is not None:
-        metrics.ADMISSIONS.labels(outcome.rule, outcome.decision.outcome, "").inc()
+        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, outcome.decision.outcome, "").inc()
     elif outcome.failed:
-        metrics.ADMISSIONS.labels(outcome.rule, "error", outcome.skipped).inc()
+        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "error", outcome.skipped).inc()
     else:
-        metrics.ADMISSIONS.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
+        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
 def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float) -> None:

@@ -1,4 +1,5 @@
-"""The patch safety net agrees with jsonpatch, never touches its inputs, and catches what does not apply.
+"""The patch safety net agrees with jsonpatch, never touches the patch (nor the object unless in
+place), and catches what does not apply.
 
 `apply` (what an admission runs) is held to jsonpatch's result on generated objects and add
 patches, and on generated pods with the patches the rules make for them (and those patches broken).
@@ -43,7 +44,19 @@ def agrees_with_jsonpatch(doc, ops):
         got = ("error", None)
     assert got == expected
     assert doc == doc_before and ops == ops_before  # neither the object nor the patch is modified
+    assert in_place(copy.deepcopy(doc), ops) == expected
+    assert ops == ops_before  # in place too, a later operation never changes what an earlier one added
     return got[0]
+
+
+def in_place(doc, ops):
+    """`apply` in place: what it returns is the object itself, patched, unless the root was replaced."""
+    try:
+        patched = patching.apply(doc, ops, in_place=True)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+        return ("error", None)
+    assert patched is doc or any(op["path"] == "" for op in ops)
+    return ("ok", patched)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -125,12 +138,16 @@ def test_broken_patches_of_generated_pods_are_refused_as_jsonpatch_refuses_them(
     agrees_with_jsonpatch(pod, _broken(affinity.patch_for(pod, decision, Settings()), i, how))
 
 
-def test_a_later_add_into_an_added_value_leaves_the_patch_alone():
-    ops = [{"op": "add", "path": "/metadata/annotations", "value": {"a": "1"}},
-           {"op": "add", "path": "/metadata/annotations/b", "value": "2"}]
-    result = patching.apply({"metadata": {}}, ops)
-    assert result == {"metadata": {"annotations": {"a": "1", "b": "2"}}}
-    assert ops[0]["value"] == {"a": "1"}
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_later_add_into_an_added_value_leaves_the_patch_alone(in_place):
+    ops = [{"op": "add", "path": "/metadata/annotations", "value": {"a": {"x": {}, "w": {}}}},
+           {"op": "add", "path": "/metadata/annotations/b", "value": "2"},
+           {"op": "add", "path": "/metadata/annotations/a/x/y", "value": "3"},
+           {"op": "add", "path": "/metadata/annotations/a/z", "value": "4"},
+           {"op": "add", "path": "/metadata/annotations/a/w/v", "value": "5"}]
+    result = patching.apply({"metadata": {}}, ops, in_place=in_place)
+    assert result == {"metadata": {"annotations": {"a": {"x": {"y": "3"}, "w": {"v": "5"}, "z": "4"}, "b": "2"}}}
+    assert ops[0]["value"] == {"a": {"x": {}, "w": {}}}
 
 
 @pytest.mark.parametrize("path", ["/spec/missing/x", "/spec/volumes/99/name", "/spec/volumes/-/name",
