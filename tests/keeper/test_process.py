@@ -34,6 +34,10 @@ def children(pid):
             for child in (task / "children").read_text().split()]
 
 
+def niceness(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def parent_of(pid):
     status = Path(f"/proc/{pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
@@ -54,6 +58,7 @@ async def test_the_keeper_runs_apart_from_admission_and_serve_shows_what_it_keep
         text = await eventually(lambda: metrics_with(serving, "colocate_vms", state="apart"), timeout=15)
         [pid] = keeper_pids(serving)
         assert pid != serving.process.pid and parent_of(pid) == serving.process.pid
+        assert niceness(pid) == niceness(serving.process.pid) + 10  # admission first on a shared core
         assert sample(text, "colocate_keeper_leader") == 1
         # The keeper's own caches, beside serve's: one family each, the keeper's labelled.
         assert sample(text, "colocate_cache_healthy", cache="virtualmachineinstances", process="keeper") == 1

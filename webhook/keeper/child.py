@@ -26,9 +26,6 @@ from .pipe import STOP, Assignment, Report, frame, read_frame
 
 log = logging.getLogger("webhook.keeper")
 
-NICENESS = 10  # added to serve's: the keeper's work yields the CPU to admission
-
-
 class Authority:
     """What the child knows of the Lease: until when its leader may act (time.monotonic())."""
 
@@ -42,8 +39,6 @@ class Authority:
 def child_main() -> None:
     """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
     logs.setup("info", process="keeper")  # until the assignment gives the level
     reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
