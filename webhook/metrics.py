@@ -15,19 +15,19 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ADMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
-Metric = TypeVar("Metric", Histogram, Counter)
+Labelled = TypeVar("Labelled", Histogram, Counter)
 
 
-class Children(Generic[Metric]):
+class Children(Generic[Labelled]):
     """The children of a labelled metric, each looked up with `labels()` once and kept, as
     Prometheus' client guidelines intend the child to be used (every admission counts itself
     under one of a few label sets). Nothing removes these metrics' children."""
 
-    def __init__(self, metric: Metric):
+    def __init__(self, metric: Labelled):
         self._metric = metric
-        self._children: dict[tuple[str, ...], Metric] = {}
+        self._children: dict[tuple[str, ...], Labelled] = {}
 
-    def labels(self, *values: str) -> Metric:
+    def labels(self, *values: str) -> Labelled:
         child = self._children.get(values)
         if child is None:
             child = self._children[values] = self._metric.labels(*values)
