@@ -12,19 +12,17 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import IO
 
 from .. import logs, metrics
 from ..cluster import client
 from ..cluster.cache import WatchedClusterStore
 from ..cluster.events import NO_EVENTS, EventSink
-from ..cluster.store import WatchedStore
-from ..config import Settings
 from .keeper import Keeper
 from .pipe import STOP, Assignment, Report, frame, read_frame
 
 log = logging.getLogger("webhook.keeper")
+
 
 class Authority:
     """What the child knows of the Lease: until when its leader may act (time.monotonic())."""
@@ -57,15 +55,16 @@ async def _keep(reports: IO[bytes]) -> None:
     logs.setup(assignment.log_level, process="keeper")
     authority = Authority()
     api = await client.connect(assignment.kubeconfig)
+    store = WatchedClusterStore(api, assignment.settings)  # the term's caches; closing them closes `api`
     events = EventSink(api) if assignment.events else NO_EVENTS
+    store.start()
     try:
-        async with own_caches(assignment.kubeconfig, assignment.settings) as store:
-            keeper = Keeper(api, store, assignment.settings, events=events, timing=assignment.timing,
-                            authority=authority.may_act)
-            await _lead(keeper, orders, authority, reports, assignment.report_every)
+        keeper = Keeper(api, store, assignment.settings, events=events, timing=assignment.timing,
+                        authority=authority.may_act)
+        await _lead(keeper, orders, authority, reports, assignment.report_every)
     finally:
         await events.close()
-        await api.close()
+        await store.close()
 
 
 async def _lead(keeper: Keeper, orders: asyncio.StreamReader, authority: Authority, reports: IO[bytes],
@@ -109,14 +108,3 @@ def _send(reports: IO[bytes], keeper: Keeper) -> bool:
     except (BrokenPipeError, ValueError):  # ValueError: already closed
         return False
     return True
-
-
-@contextlib.asynccontextmanager
-async def own_caches(kubeconfig: str | None, settings: Settings) -> AsyncIterator[WatchedStore]:
-    """The term's caches: listed when it begins, closed when it ends."""
-    store = WatchedClusterStore(await client.connect(kubeconfig), settings)
-    store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
