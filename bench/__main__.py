@@ -85,17 +85,22 @@ def emulated_cluster(cpu: int | None, pvcs: int, share_managers: int, pods: int,
         yield api, control
 
 
-@contextlib.contextmanager
-def webhook_server(api: str, work: Path, cpu: int | None, name: str,
-                   flags: Sequence[str] = ("--keep", "off")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
-    """`serve` on the emulator at `api`, logging to `<name>.log`; `flags` last."""
-    kubeconfig = work / f"kubeconfig-{name}"
-    kubeconfig.write_text(json.dumps({
+def kubeconfig_for(api: str, path: Path) -> Path:
+    """A kubeconfig at `path` for the emulator at `api`."""
+    path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "bench",
         "clusters": [{"name": "bench", "cluster": {"server": api}}],
         "users": [{"name": "bench", "user": {}}],
         "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
     }))
+    return path
+
+
+@contextlib.contextmanager
+def webhook_server(api: str, work: Path, cpu: int | None, name: str,
+                   flags: Sequence[str] = ("--keep", "off")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
+    """`serve` on the emulator at `api`, logging to `<name>.log`; `flags` last."""
+    kubeconfig = kubeconfig_for(api, work / f"kubeconfig-{name}")
     port, ops_port = free_port(), free_port()
     log = work / f"{name}.log"
     command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",

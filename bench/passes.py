@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import emulator
-from .__main__ import cores, free_port, process, review_file
+from .__main__ import cores, free_port, kubeconfig_for, process, review_file
 
 TARGETS = {"p99_ratio": 2.0}
 TINY = {"pvcs": 300, "share_managers": 150, "pods": 300, "vmis": 300, "apart_every": 10, "duration": 2.0,
@@ -90,11 +90,7 @@ def keeper_process(args: argparse.Namespace, settings: Any) -> Any:
     from webhook.keeper.pipe import Assignment
     from webhook.keeper.process import KeeperProcess
 
-    kubeconfig = Path(args.tls_cert_file).parent / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-        "clusters": [{"name": "bench", "cluster": {"server": args.api}}], "users": [{"name": "bench", "user": {}}],
-        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}]}))
+    kubeconfig = kubeconfig_for(args.api, Path(args.tls_cert_file).parent / "kubeconfig")
     return KeeperProcess(client.for_host(args.api), Assignment(settings, str(kubeconfig), events=False,
                                                                timing=KeeperTiming(period=0.05)),
                          namespace="kubevirt-colocate", identity="bench-replica")
