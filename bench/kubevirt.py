@@ -533,8 +533,11 @@ class Tracker:
             if how != "succeeded":
                 vm.failed_at = at
         elif how == "succeeded" and vm.role != NOT_OPTED_IN:
-            # Moved by someone else (the drain): expected where it is now, and judged again there.
+            # Moved by someone else (the drain): expected where it is now, and judged again there. A
+            # migration of ours after this one (ours that landed on the drained node, evacuated with
+            # the others) brings it back from where the drain put it: a first, not a second.
             vm.start, vm.evacuated = vm.node, vm.evacuated or migration.evacuation
+            vm.ours.clear()
             if migration.evacuation and not vm.settling and vm.node == vm.storage:
                 vm.back_by_drain = True
             self.judge(vm, at)
