@@ -158,9 +158,9 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     """Concurrent clients through a SIGTERM: every request they sent gets its answer; exit 0."""
     seed(kmock, fixture_cluster())
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
-    kmock[f"get {slow}"] << (lambda: asyncio.sleep(2.0))
+    kmock[f"get {slow}"] << (lambda: asyncio.sleep(3.0))  # outlasts the drain delay
     serving = await Serving.start(tls_files, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-                                  "--drain-delay", "1.0", "--events", "off", "--keep", "off", env={"LOG_LEVEL": "info"})
+                                  "--drain-delay", "2.0", "--events", "off", "--keep", "off", env={"LOG_LEVEL": "info"})
     base, ops = serving.base, serving.ops
 
     results = {"ok": 0, "failed": []}
@@ -203,7 +203,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     await asyncio.gather(*clients)
     status, answered_at = await slow
     assert status == 200  # in flight when the listener closed, still answered
-    assert answered_at > signalled_at + 1.0  # answered after the drain delay, i.e. after the listener closed
+    assert answered_at > signalled_at + 2.0  # answered after the drain delay, i.e. after the listener closed
     code = await serving.stop(signalled=True)
     assert code == 0
     assert results["failed"] == [] and results["ok"] > 10
