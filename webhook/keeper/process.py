@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import pickle
 import sys
 import time
 from typing import Any
@@ -34,7 +33,7 @@ log = logging.getLogger("webhook.keeper")
 
 FEED_EVERY = 0.5  # seconds between two sendings of the Lease's deadline
 BACKOFF = (5.0, 300.0)  # no campaign after a keeper process failed: first, at most (doubling)
-STEADY = 600.0  # a child that lived this long starts the backoff afresh
+STEADY = 600.0  # this long after the last failure, the backoff starts afresh
 
 
 class KeeperProcess:
@@ -80,37 +79,43 @@ class KeeperProcess:
         """One term's keeper: its process started, fed the Lease's deadline and followed until
         it ends (or goes silent: then ended); stopped when the term ends first. A child that
         fails ends the term and hands the Lease over, and this replica holds off (backoff)."""
-        began = time.monotonic()
         try:
             child = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook.keeper",
                                                          stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         except OSError as exc:
-            return await self._failed(f"its process could not start: {exc}", began)
+            return await self._failed(f"its process could not start: {exc}")
         log.info("keeper process started", extra={"fields": {"pid": child.pid}})
-        self._running, self._heard = True, began
-        assert child.stdin is not None and child.stdout is not None
+        self._running, self._heard = True, time.monotonic()
         try:
-            child.stdin.write(frame(self.assignment))
-            feeding = asyncio.create_task(self._feed(child.stdin), name="keeper deadline")
-            try:
-                why = await self._follow(child.stdout)
-            finally:
-                feeding.cancel()
-                await asyncio.gather(feeding, return_exceptions=True)
+            why = await self._follow_fed(child)
+        except Exception as exc:  # whatever it was, the term ends as for a child that failed
+            why = f"could not be followed ({type(exc).__name__}: {exc}) and was ended"
         finally:
             self._running, self.last = False, None
             metrics.RELAY.families = []
             await self._stop(child)
         log.warning("keeper process ended", extra={"fields": {"pid": child.pid, "exitcode": child.returncode,
                                                                "why": why}})
-        await self._failed(f"its process {why} (exit code {child.returncode})", began)
+        await self._failed(f"its process {why} (exit code {child.returncode})")
 
-    async def _failed(self, what: str, began: float) -> None:
-        """Say it, step down, hand the Lease over and hold off: 5 s, doubling to 5 minutes
-        (afresh after a child that lived 10 minutes), so that another replica can lead."""
-        self.failures = 1 if time.monotonic() - began > STEADY else self.failures + 1
+    async def _follow_fed(self, child: asyncio.subprocess.Process) -> str:
+        """The assignment given, then the deadline fed while the reports are followed; how it ended."""
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(frame(self.assignment))
+        feeding = asyncio.create_task(self._feed(child.stdin), name="keeper deadline")
+        try:
+            return await self._follow(child.stdout)
+        finally:
+            feeding.cancel()
+            await asyncio.gather(feeding, return_exceptions=True)
+
+    async def _failed(self, what: str) -> None:
+        """Say it, step down, hand the Lease over and hold off: 5 s, doubling to 5 minutes for
+        failures in a row (afresh 10 minutes after the last one), so that another replica can lead."""
+        now = time.monotonic()
+        self.failures = 1 if now - self._ended_at > STEADY else self.failures + 1
         pause = min(self.backoff[1], self.backoff[0] * 2 ** (self.failures - 1))
-        self.ended, self._ended_at = f"{what}; campaigning again in {pause:g}s", time.monotonic()
+        self.ended, self._ended_at = f"{what}; campaigning again in {pause:g}s", now
         self.elector.hold_off(pause)
         self.elector.step_down(what)
         await self.elector.release()
@@ -136,8 +141,10 @@ class KeeperProcess:
                 return "ended"
             except TimeoutError:
                 return f"said nothing for {3 * self.silent_after:g}s and was ended"
-            except (ValueError, pickle.UnpicklingError, EOFError) as exc:
-                return f"sent what is no report ({exc}) and was ended"
+            except Exception as exc:  # a frame too long, or no pickle of ours (another version of the package)
+                return f"sent what is no report ({type(exc).__name__}: {exc}) and was ended"
+            if not isinstance(report, Report):
+                return f"sent what is no report (a {type(report).__name__}) and was ended"
             self.last, self.ended, self._heard = report, None, time.monotonic()
             metrics.RELAY.families = report.families
 
