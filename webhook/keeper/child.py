@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import time
 from typing import IO
@@ -36,21 +35,25 @@ class Authority:
 
 def child_main() -> None:
     """`python -m webhook.keeper`: the keeper, for the term of the `serve` that started it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches serve, which stops us in turn
     logs.setup("info", process="keeper")  # until the assignment gives the level
+    # serve's two pipes kept apart, where nothing else reads or writes them: whatever else is
+    # printed goes to the log, and a credential plugin the client starts reads no orders.
     reports = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever else is printed goes to the log, not the frames
+    orders = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    with open(os.devnull, "rb") as nothing:
+        os.dup2(nothing.fileno(), sys.stdin.fileno())
     try:
-        asyncio.run(_keep(reports))
+        asyncio.run(_keep(orders, reports))
     except Exception:  # said as a log line like any other; serve's term ends and another starts
         log.exception("keeper process failed")
         raise SystemExit(1) from None
 
 
-async def _keep(reports: IO[bytes]) -> None:
+async def _keep(pipe: IO[bytes], reports: IO[bytes]) -> None:
     loop = asyncio.get_running_loop()
     orders = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), pipe)
     assignment: Assignment = await read_frame(orders)
     logs.setup(assignment.log_level, process="keeper")
     authority = Authority()
