@@ -104,7 +104,9 @@ async def _report_every(keeper: Keeper, reports: IO[bytes], every: float) -> Non
 
 def _send(reports: IO[bytes], keeper: Keeper) -> bool:
     """A report to serve; False when it is gone."""
-    report = Report(keeper.degraded(), metrics.keeper_families(), keeper.passes, keeper.last_pass)
+    # Its own caches' notes too: one failing leaves the keeper a partial view, and it creates nothing.
+    report = Report(keeper.store.degraded() + keeper.degraded(), metrics.keeper_families(), keeper.passes,
+                    keeper.last_pass)
     try:
         reports.write(frame(report))
         reports.flush()
