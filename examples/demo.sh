@@ -11,7 +11,7 @@ pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 "$PY" examples/send.py --ca "$CERTS/ca.crt" --url "https://localhost:$PORT/mutate?timeout=10s" \
     examples/admission-review.json
-# Admission lines go out in batches (every 50 ms): wait for this one, 5 s at most.
+# The admission line is written once the answer is sent: wait for it, 5 s at most.
 tries=0
 until grep -q '"msg":"admission"' "$log" || [ "$tries" -ge 50 ]; do
     sleep 0.1

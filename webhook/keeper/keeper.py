@@ -15,7 +15,7 @@ is cancelled, so it never holds a slot a drain needs. Each action is an Event on
 log line; each pass returns its report (the records with it), sets the metrics from it and logs
 it at debug level. In `serve` the passes run in the keeper's own process (`process.py`), never
 on admission's loop; a pass still gives its loop back every few milliseconds (`observe.Breather`),
-so that the Lease is renewed on time and the reports go out during a long pass.
+so that the deadlines `serve` sends are read and the reports go out during a long pass.
 """
 from __future__ import annotations
 

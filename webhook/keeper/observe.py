@@ -38,14 +38,14 @@ from ..rules.keeping.running import VmiView
 from .probe import TargetedMigration
 from .stretch import Stretch, Stretches
 
-BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (the Lease shares it)
+BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)
 PROBES = 3  # dry runs a pass while their answers prove nothing
 
 
 class Breather:
     """Gives the event loop back once `every` seconds of it have gone to a pass: the caches
-    answer from memory without yielding, and the Lease's renewals (and, in one process with
-    admission, an admission) must not wait a whole pass."""
+    answer from memory without yielding, and the deadlines `serve` sends and the reports to it
+    must not wait a whole pass."""
 
     def __init__(self, every: float = BREATHE):
         self.every = every
