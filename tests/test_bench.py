@@ -56,12 +56,13 @@ def test_without_wrk_the_bench_says_so():
 
 def test_a_tiny_run_reports_every_figure():
     done = bench("--load", "asyncio", "--duration", "0.3", "--rounds", "1", "--connections", "2",
-                 "--memory", "100,10,20", "--inprocess-rounds", "1")
+                 "--memory", "100,10,20", "--inprocess-rounds", "1", "--migrated-vms", "100")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for line in ("full admission path (cache)", "bare aiohttp, stdlib json", "ratio full / bare",
                  "API requests during the full-path runs: 0", "API-fallback path", "RSS ", "targets: ",
-                 "in-process admission", "kube-scheduler's checks add", "serve, parse and allow only"):
+                 "in-process admission", "kube-scheduler's checks add", "where all 100 VMs have migrated",
+                 "serve, parse and allow only"):
         assert line in out, out
     for row in ("full admission path (cache)", "bare aiohttp, stdlib json", "serve, parse and allow only"):
         answered = next(line for line in out.splitlines() if line.startswith(row))

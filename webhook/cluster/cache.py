@@ -8,6 +8,7 @@ through `peek` and the checks' view (`CachedView`): shared, read-only objects.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from .. import kinds
@@ -204,21 +205,19 @@ def _node_of(pod: dict[str, Any]) -> list[str]:
     return [node] if node else []
 
 
-def _anti_affinity(pod: dict[str, Any]) -> list[bool]:
-    return [True] if fit.bound_node(pod) and fit.has_required_anti_affinity(pod) else []
+def _anti_affinity(pod: dict[str, Any]) -> list[Hashable]:
+    return fit.anti_affinity_keys(pod) if fit.bound_node(pod) and fit.has_required_anti_affinity(pod) else []
 
 
 class CachedView:
     """The scheduler checks' view of the cluster, from the caches (rules/fit/view.py `View`).
 
     Objects are the caches' shared ones (`Table.read`): the checks only read them. Pods with
-    required anti-affinity are read on every check; each is decoded once per version and
-    handed out as the same object while it is unchanged, so the checks' parse of its terms
-    is reused too (kept apart from `Table.shared`, which may hold fewer than there are)."""
+    required anti-affinity are found by the labels their terms may select (the "anti" index,
+    `fit.anti_affinity_keys`): a check reads the few that may concern its pod."""
 
     def __init__(self, store: WatchedClusterStore):
         self._store = store
-        self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
         self.memo = Memo()  # what the checks worked out from this store's objects
 
     def node(self, name):
@@ -235,21 +234,10 @@ class CachedView:
         table = self._store.pods.table
         return [table.read(key) for key in table.keys_of("node", node_name)]
 
-    def pods_with_required_anti_affinity(self):
+    def pods_with_anti_affinity_toward(self, labels):
         table = self._store.pods.table
-        held = table.indexes["anti"].get(True, ())
-        keys = (held,) if isinstance(held, str) else held
-        found = []
-        for key in keys:
-            blob = table.objects[key]
-            memo = self._decoded.get(key)
-            if memo is None or memo[0] is not blob:
-                memo = self._decoded[key] = (blob, table.decode(key, blob))
-            found.append(memo[1])
-        if len(self._decoded) > 2 * len(keys) + 64:  # forget pods that left the index
-            live = set(keys)
-            self._decoded = {k: v for k, v in self._decoded.items() if k in live}
-        return found
+        keys = dict.fromkeys(key for value in fit.keys_toward(labels) for key in table.keys_of("anti", value))
+        return [table.read(key) for key in keys]
 
     def pvc(self, namespace, name):
         table = self._store.pvcs.table

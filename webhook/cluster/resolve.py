@@ -213,8 +213,8 @@ class SeenFirst:
     def pods_on(self, node_name: str) -> Any:
         return self._view.pods_on(node_name)
 
-    def pods_with_required_anti_affinity(self) -> Any:
-        return self._view.pods_with_required_anti_affinity()
+    def pods_with_anti_affinity_toward(self, labels: Any) -> Any:
+        return self._view.pods_with_anti_affinity_toward(labels)
 
     def pvc(self, namespace: str, name: str) -> Any:
         found = self._seen.get((PVC.kind, namespace, name))

@@ -1,4 +1,94 @@
 """InterPodAffinity: required pod affinity and anti-affinity, the pod's own and the placed pods'."""
-from fitting import row_tests
+import asyncio
+
+import pytest
+from fitting import NS, ROOTDISK, row_tests, term, three_nodes, view_of, vm, workload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.reflector import Event, EventType
+from webhook.config import Settings
+from webhook.rules.fit import has_required_anti_affinity, why_not_fit
+from webhook.rules.fit.terms import ANY_POD, anti_affinity_keys
 
 test_why_not_fit, test_only_the_named_check_fails = row_tests("inter_pod_affinity")
+
+
+# --------------------------------------------------------------------------- placed pods found by what they may select
+
+UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
+CREATED_BY = "kubevirt.io/created-by"
+
+
+@pytest.mark.parametrize("terms, keys", [
+    # KubeVirt's own, on every migration target pod and so on every VM that has migrated.
+    ([term(matchLabels={CREATED_BY: UID})], [(CREATED_BY, UID)]),
+    ([term(matchExpressions=[{"key": "app", "operator": "Exists"}, {"key": "tier", "operator": "In", "values": ["b", "a"]}])],
+     [("tier", "a"), ("tier", "b")]),
+    ([term(matchExpressions=[{"key": "app", "operator": "NotIn", "values": ["web"]}])], [ANY_POD]),
+    ([term()], [ANY_POD]),  # an empty selector selects every pod
+    ([{"topologyKey": "kubernetes.io/hostname"}], []),  # no selector selects none
+    ([term(matchLabels={"app": "db"}), term(matchLabels={"app": "db"}, namespaces=["prod"])], [("app", "db")]),
+    ([term(matchExpressions=[{"key": "app", "operator": "Sometimes"}])], [ANY_POD]),  # cannot be read: always checked
+])
+def test_a_placed_pods_anti_affinity_is_found_by_a_label_every_pod_it_selects_has(terms, keys):
+    assert anti_affinity_keys(workload("guard", "node-b", anti=terms)) == keys
+
+
+KEYS, VALUES = ["app", "tier", CREATED_BY], ["a", "b", "c"]
+REQUIREMENTS = st.one_of(
+    st.builds(lambda k, op, vs: {"key": k, "operator": op, "values": vs}, st.sampled_from(KEYS),
+              st.sampled_from(["In", "NotIn"]), st.lists(st.sampled_from(VALUES), min_size=1, max_size=2, unique=True)),
+    st.builds(lambda k, op: {"key": k, "operator": op}, st.sampled_from(KEYS), st.sampled_from(["Exists", "DoesNotExist"])))
+SELECTORS = st.fixed_dictionaries({}, optional={"matchLabels": st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES),
+                                                                               max_size=2),
+                                                "matchExpressions": st.lists(REQUIREMENTS, max_size=2)})
+TERMS = st.builds(lambda selector, key, namespaces: {"labelSelector": selector, "topologyKey": key, **namespaces},
+                  SELECTORS, st.sampled_from(["kubernetes.io/hostname", "topology.kubernetes.io/zone"]),
+                  st.sampled_from([{}, {"namespaces": ["prod"]}, {"namespaceSelector": {}}]))
+PLACED = st.lists(st.builds(lambda i, node, terms, labels, ns: workload(f"p{i}", node, anti=terms, labels=labels, namespace=ns),
+                            st.integers(0, 10**6), st.sampled_from(["node-a", "node-b", "node-c"]),
+                            st.lists(TERMS, min_size=1, max_size=2),
+                            st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=2),
+                            st.sampled_from([NS, "prod"])),
+                  max_size=6, unique_by=lambda pod: pod["metadata"]["name"])
+
+
+class EveryPlaced:
+    """A view that hands every placed pod with anti-affinity to every check: what the index narrows."""
+
+    def __init__(self, view):
+        self._view, self.memo = view, view.memo
+        self._all = [p for n in view.nodes() for p in view.pods_on(n["metadata"]["name"]) if has_required_anti_affinity(p)]
+
+    def __getattr__(self, name):
+        return getattr(self._view, name)
+
+    def pods_with_anti_affinity_toward(self, labels):
+        return self._all
+
+
+def cached_view(objects):
+    """The admission caches' view of the same objects, through their informers."""
+    store = WatchedClusterStore(None, Settings())
+    for informer in store.informers:
+        for obj in objects:
+            if obj["kind"] == informer.resource.kind:
+                informer.apply(Event(EventType.LISTED, obj))
+        informer.apply(Event(EventType.SYNCED, seconds=0.0))
+    return asyncio.run(store.fit_view(NS, ""))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(placed=PLACED, labels=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3))
+def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_found_by_the_pods_labels(placed, labels):
+    pod = vm(labels=labels)
+    static = view_of(*placed)
+    nodes = three_nodes()
+    objects = [*nodes, *ROOTDISK, *placed]
+    cached = cached_view(objects)
+    for node in nodes:
+        wanted = why_not_fit(pod, NS, node, EveryPlaced(static)) is None
+        assert (why_not_fit(pod, NS, node, static) is None) == wanted
+        assert (why_not_fit(pod, NS, cached.node(node["metadata"]["name"]), cached) is None) == wanted

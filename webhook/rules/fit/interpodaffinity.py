@@ -34,7 +34,7 @@ def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> 
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
     required anti-affinity, then the required anti-affinity of pods already placed."""
-    placed = view.pods_with_required_anti_affinity()
+    placed = view.pods_with_anti_affinity_toward(demand.labels)
     if not (demand.affinity or demand.anti_affinity or placed):
         return None  # most pods, most clusters: nothing for this filter to look at
     name = name_of(node)

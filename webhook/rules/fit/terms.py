@@ -5,7 +5,7 @@ filters themselves all build on these."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ... import kinds
@@ -95,6 +95,37 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
         namespaces = frozenset(listed) if listed or raw_ns_selector is not None else frozenset((namespace,))
         terms.append(AffinityTerm(selector, namespaces, ns_selector, key))
     return terms
+
+
+ANY_POD = "any pod"  # the index key of an anti-affinity term that may select a pod whatever its labels
+
+
+def anti_affinity_keys(pod: Any) -> list[Hashable]:
+    """Where a placed pod's required anti-affinity is looked up by the pods it may select
+    (`View.pods_with_anti_affinity_toward`): for each term, the (key, value) label pairs of
+    its selector's first `In` requirement (matchLabels are `In` too), one of which every pod
+    the term selects has; ANY_POD for a term without one, and for terms that cannot be read
+    (the check then says it cannot tell). A term without a selector selects nothing.
+
+    KubeVirt gives every migration target pod, and so every VM that has migrated, a term
+    selecting its own VMI's pods (`kubevirt.io/created-by: <uid>`): a pod is then checked
+    against the few terms that may select it, not against every VM that ever migrated."""
+    try:
+        terms = affinity_terms(pod, kinds.meta(pod).get("namespace") or "", "podAntiAffinity", incoming=False)
+    except (Unreadable, TypeError, AttributeError):
+        return [ANY_POD]
+    keys: dict[Hashable, None] = {}
+    for term in terms:
+        if term.selector is None:
+            continue
+        first = next((req for req in term.selector if req[1] == "In"), None)
+        keys.update(dict.fromkeys([ANY_POD] if first is None else [(first[0], v) for v in sorted(first[2])]))
+    return list(keys)
+
+
+def keys_toward(labels: Mapping[str, Any]) -> list[Hashable]:
+    """The keys under which the terms that may select a pod with `labels` are found."""
+    return [ANY_POD, *((key, value) for key, value in labels.items() if isinstance(value, str))]
 
 
 DO_NOT_SCHEDULE = "DoNotSchedule"

@@ -1,12 +1,13 @@
 """What the checks read from the cluster (a View), and a View over plain lists of objects."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ... import kinds
 from .memo import Memo
 from .fields import name_of
+from .terms import anti_affinity_keys, keys_toward
 from .usage import Usage
 
 
@@ -21,7 +22,9 @@ class View(Protocol):
     def nodes(self) -> Iterable[Mapping[str, Any]]: ...
     def usage(self, node_name: str) -> Usage: ...
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]: ...
-    def pods_with_required_anti_affinity(self) -> Iterable[Mapping[str, Any]]: ...
+    def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+        """Bound pods with a required anti-affinity term that may select a pod with `labels`:
+        every one whose terms do (found by `terms.anti_affinity_keys`), perhaps others."""
     def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
     def pv(self, name: str) -> Mapping[str, Any] | None: ...
 
@@ -33,7 +36,7 @@ def bound_node(pod: Any) -> str | None:
 
 
 def has_required_anti_affinity(pod: Any) -> bool:
-    """Whether a bound pod belongs in `View.pods_with_required_anti_affinity`."""
+    """Whether a bound pod may belong in `View.pods_with_anti_affinity_toward`."""
     affinity = kinds.spec(pod).get("affinity")
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
     return isinstance(anti, dict) and bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
@@ -57,7 +60,10 @@ class StaticView:
             if node_name is not None:
                 self._pods.setdefault(node_name, []).append(pod)
         self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
-        self._anti = [p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)]
+        self._anti: dict[Hashable, list[Any]] = {}
+        for pod in (p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)):
+            for key in anti_affinity_keys(pod):
+                self._anti.setdefault(key, []).append(pod)
         self._claims = {(text_or_none(kinds.meta(c).get("namespace")), text_or_none(kinds.meta(c).get("name"))): c
                         for c in claims}
         self._volumes = {text_or_none(kinds.meta(v).get("name")): v for v in volumes}
@@ -74,8 +80,9 @@ class StaticView:
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]:
         return self._pods.get(node_name, ())
 
-    def pods_with_required_anti_affinity(self) -> Iterable[Mapping[str, Any]]:
-        return self._anti
+    def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+        found = {id(pod): pod for key in keys_toward(labels) for pod in self._anti.get(key, ())}
+        return found.values()
 
     def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self._claims.get((namespace, name))
