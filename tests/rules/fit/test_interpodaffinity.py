@@ -31,9 +31,21 @@ CREATED_BY = "kubevirt.io/created-by"
     ([{"topologyKey": "kubernetes.io/hostname"}], []),  # no selector selects none
     ([term(matchLabels={"app": "db"}), term(matchLabels={"app": "db"}, namespaces=["prod"])], [("app", "db")]),
     ([term(matchExpressions=[{"key": "app", "operator": "Sometimes"}])], [ANY_POD]),  # cannot be read: always checked
+    ([term(matchLabels={"app": 1})], [ANY_POD]),  # a label value is a string: not one of ours to look up
+    ([term(matchLabels={"app": None})], [ANY_POD]),
 ])
 def test_a_placed_pods_anti_affinity_is_found_by_a_label_every_pod_it_selects_has(terms, keys):
     assert anti_affinity_keys(workload("guard", "node-b", anti=terms)) == keys
+
+
+@pytest.mark.parametrize("value", [1, None, True])
+def test_a_placed_pods_term_with_a_label_value_that_is_no_string_is_cannot_tell_whatever_the_labels(value):
+    """As a term that cannot be read: a snapshot written by hand may hold `app: 1` or `app:`."""
+    placed = workload("guard", "node-b", anti=[term(matchLabels={"app": value})])
+    view = view_of(placed)
+    for labels in ({"app": value}, {}):
+        answer = why_not_fit(vm(labels=labels), NS, view.node("node-b"), view)
+        assert answer is not None and "cannot tell" in answer
 
 
 KEYS, VALUES = ["app", "tier", CREATED_BY], ["a", "b", "c"]

@@ -15,8 +15,10 @@ def parse_selector(raw: Any, what: str) -> Selector:
     if raw is None:
         return None
     raw = as_mapping(raw, what)
-    requirements = [(key, "In", frozenset((value,)))
-                    for key, value in as_mapping(raw.get("matchLabels"), f"{what} matchLabels").items()]
+    match_labels = as_mapping(raw.get("matchLabels"), f"{what} matchLabels")
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in match_labels.items()):
+        raise Unreadable(f"{what} matchLabels holds a value that is no string")  # a label is one
+    requirements = [(key, "In", frozenset((value,))) for key, value in match_labels.items()]
     for expression in as_list(raw.get("matchExpressions"), f"{what} matchExpressions"):
         expression = as_mapping(expression, f"{what} expression")
         key, operator = expression.get("key"), expression.get("operator")
