@@ -27,6 +27,23 @@ async def admit_one(serving, tls_files):
             return response.status, (await response.json())["response"]["allowed"]
 
 
+async def migrating(kmock, tls_files, tmp_path):
+    """`serve` with the keeper migrating at once, against the emulated cluster."""
+    return await Serving.start(
+        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
+        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS)
+
+
+def forbidden(what):
+    """An API answer of 403 for `what`."""
+    import kmock as kmocklib
+
+    def answer():
+        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message=f"{what} is forbidden")
+
+    return answer
+
+
 async def test_serve_elects_itself_keeps_the_vm_and_hands_the_lease_over(cluster, kmock, tls_files, tmp_path):
     cluster.seed(three_nodes() + apart_vm())
     serving = await Serving.start(
@@ -62,9 +79,7 @@ async def test_the_admission_path_never_waits_on_the_keeper(cluster, kmock, tls_
     """The KubeVirt API hangs for the keeper: admissions are answered, the replica is ready."""
     cluster.seed(three_nodes() + apart_vm())
     kmock["list", kmock.resource("kubevirt.io", "v1", "virtualmachineinstances")] << (lambda: asyncio.sleep(60))
-    serving = await Serving.start(
-        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
-        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS)
+    serving = await migrating(kmock, tls_files, tmp_path)
     try:
         assert await eventually(lambda: ready(serving), timeout=10)
         loop = asyncio.get_running_loop()
@@ -111,16 +126,9 @@ def test_the_keeper_needs_a_lease_namespace_outside_a_cluster(kmock, tls_files, 
 
 async def test_a_forbidden_migration_api_is_a_degraded_note_and_nothing_is_created(cluster, kmock, tls_files,
                                                                                     tmp_path):
-    import kmock as kmocklib
-
-    def forbidden():
-        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="migrations is forbidden")
-
-    kmock["/apis/kubevirt.io/v1/virtualmachineinstancemigrations"] << forbidden
+    kmock["/apis/kubevirt.io/v1/virtualmachineinstancemigrations"] << forbidden("migrations")
     cluster.seed(three_nodes() + apart_vm())
-    serving = await Serving.start(
-        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
-        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS)
+    serving = await migrating(kmock, tls_files, tmp_path)
     try:
         async def noted():
             status, text = await scrape(f"{serving.ops}/readyz")
@@ -138,16 +146,9 @@ async def test_a_forbidden_migration_api_is_a_degraded_note_and_nothing_is_creat
 async def test_a_failing_cache_of_the_keepers_own_is_said_as_the_keepers(cluster, kmock, tls_files, tmp_path):
     """The keeper's process watches the disks' objects itself: one it cannot watch is said in
     /readyz beside serve's own note for it (the keeper holds its VMs as "view incomplete" meanwhile)."""
-    import kmock as kmocklib
-
-    def forbidden():
-        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="sharemanagers is forbidden")
-
-    kmock["watch", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << forbidden  # listed, then not watched
+    kmock["watch", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << forbidden("sharemanagers")  # listed, not watched
     cluster.seed(three_nodes() + apart_vm())
-    serving = await Serving.start(
-        tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)), "--drain-delay", "0",
-        "--keep", "migrate", "--keep-after", "0", "--lease-namespace", NS)
+    serving = await migrating(kmock, tls_files, tmp_path)
     try:
         async def noted():
             status, text = await scrape(f"{serving.ops}/readyz")
