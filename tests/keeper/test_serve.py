@@ -146,7 +146,8 @@ async def test_a_forbidden_migration_api_is_a_degraded_note_and_nothing_is_creat
 async def test_a_failing_cache_of_the_keepers_own_is_said_as_the_keepers(cluster, kmock, tls_files, tmp_path):
     """The keeper's process watches the disks' objects itself: one it cannot watch is said in
     /readyz beside serve's own note for it (the keeper holds its VMs as "view incomplete" meanwhile)."""
-    kmock["watch", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << forbidden("sharemanagers")  # listed, not watched
+    sharemanagers = kmock.resource("longhorn.io", "v1beta2", "sharemanagers")
+    kmock["watch", sharemanagers] << forbidden("sharemanagers")  # listed, then not watched
     cluster.seed(three_nodes() + apart_vm())
     serving = await migrating(kmock, tls_files, tmp_path)
     try:
