@@ -8,20 +8,11 @@ from typing import Any
 
 from ... import kinds
 from .demand import Demand
-from .fields import Unreadable, name_of, namespace_of, pod_key
+from .fields import name_of, namespace_of, pod_key
 from .framework import CannotTell
 from .selectors import selects
-from .terms import EVERY_NAMESPACE, AffinityTerm, affinity_terms
+from .terms import EVERY_NAMESPACE, existing_anti_terms
 from .view import View
-
-
-def _existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
-    """A bound pod's required anti-affinity terms, or why they cannot be read."""
-    try:
-        namespace = kinds.meta(pod).get("namespace") or ""
-        return affinity_terms(pod, namespace, "podAntiAffinity", incoming=False)
-    except (Unreadable, TypeError, AttributeError) as error:
-        return str(error) or "unexpected shape"
 
 
 def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> Iterable[Mapping[str, Any]]:
@@ -56,7 +47,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
                     return (f"node {name} fails {subject}'s pod anti-affinity: pod {pod_key(pod)} "
                             f"runs in {term.topology_key}={value}")
     for pod in placed:
-        terms = view.memo.of(_existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
+        terms = view.memo.of(existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
         if isinstance(terms, str):
             raise CannotTell(f"the pod anti-affinity of pod {pod_key(pod)} cannot be read: {terms}")
         other = None

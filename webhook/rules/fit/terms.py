@@ -97,6 +97,15 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
     return terms
 
 
+def existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
+    """A bound pod's required anti-affinity terms, or why they cannot be read."""
+    try:
+        namespace = kinds.meta(pod).get("namespace") or ""
+        return affinity_terms(pod, namespace, "podAntiAffinity", incoming=False)
+    except (Unreadable, TypeError, AttributeError) as error:
+        return str(error) or "unexpected shape"
+
+
 ANY_POD = "any pod"  # the index key of an anti-affinity term that may select a pod whatever its labels
 
 
@@ -110,9 +119,8 @@ def anti_affinity_keys(pod: Any) -> list[Hashable]:
     KubeVirt gives every migration target pod, and so every VM that has migrated, a term
     selecting its own VMI's pods (`kubevirt.io/created-by: <uid>`): a pod is then checked
     against the few terms that may select it, not against every VM that ever migrated."""
-    try:
-        terms = affinity_terms(pod, kinds.meta(pod).get("namespace") or "", "podAntiAffinity", incoming=False)
-    except (Unreadable, TypeError, AttributeError):
+    terms = existing_anti_terms(pod)
+    if isinstance(terms, str):
         return [ANY_POD]
     keys: dict[Hashable, None] = {}
     for term in terms:
