@@ -123,8 +123,7 @@ def migrated_checks(count: int, rounds: int, vms: int) -> float:
     """kube-scheduler's checks (µs, median of `rounds`) on a cluster of `vms` VMs that have all
     migrated once (`as_migrated`) and as many share-manager pods."""
     store = filled_store(Settings(), 100, 50, 2 * vms, migrated=True)
-    runner = asyncio.Runner(loop_factory=server.new_event_loop)
-    with runner:
+    with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
         return statistics.median(runner.run(cpu_per_check(store, review_bytes(), count)) for _ in range(rounds))
 
 

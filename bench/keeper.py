@@ -448,11 +448,16 @@ def tree_mib(pid: int, field: str) -> float:
     return sum(process_kib(p, field) for p in (pid, *children(pid))) / 1024
 
 
+def idle_tree(pid: int) -> None:
+    """Until the process and those it started are idle."""
+    for p in (pid, *children(pid)):
+        idle(p)
+
+
 def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, passes: int) -> dict[str, Any]:
     """RSS of `serve` and the keeper's process (when on) once synced and idle; with the keeper,
-    once idle after its first pass and,
-    with `passes` 2, again after its second (a pass every 30 s): a pass leaves more behind than
-    it keeps."""
+    once idle after its first pass and, with `passes` 2, again after its second (a pass every
+    30 s): a pass leaves more behind than it keeps."""
     flags = ("--keep", keep, "--lease-namespace", "colocate-bench")
     with webhook_server(api, work, cpu, f"serve-keep-{keep}", flags=flags) as (proc, _, ops, log):
         synced = wait_for(f"{ops}/readyz", work)
@@ -466,8 +471,7 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
                 elif time.monotonic() - began > 900:
                     raise SystemExit(f"the keeper made no pass over {vmis} VMIs within 900 s (see {log})")
                 time.sleep(0.5)
-            for pid in (proc.pid, *children(proc.pid)):
-                idle(pid)
+            idle_tree(proc.pid)
             first_rss = tree_mib(proc.pid, "VmRSS")
             # The next pass, 30 s after the first began, moves how long the VM apart the longest has
             # been apart (when one is).
@@ -476,12 +480,11 @@ def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, pa
             while (passes > 1 and time.monotonic() - began < 35
                    and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest):
                 time.sleep(0.5)
-        idle(proc.pid)
+        idle_tree(proc.pid)
         counts = synced_objects(log)
-        keeper = children(proc.pid)
-        return {"rss_mib": tree_mib(proc.pid, "VmRSS"), "peak_mib": tree_mib(proc.pid, "VmHWM"),
-                "serve_rss_mib": process_kib(proc.pid, "VmRSS") / 1024,
-                "keeper_rss_mib": sum(process_kib(pid, "VmRSS") for pid in keeper) / 1024,
+        rss, serve_rss = tree_mib(proc.pid, "VmRSS"), process_kib(proc.pid, "VmRSS") / 1024
+        return {"rss_mib": rss, "peak_mib": tree_mib(proc.pid, "VmHWM"), "serve_rss_mib": serve_rss,
+                "keeper_rss_mib": rss - serve_rss,
                 "first_pass_rss_mib": first_rss, "sync_seconds": synced, "first_pass_seconds": passed,
                 "objects": counts,
                 "states": {re.sub(r'.*state="([^"]*)".*', r"\1", k): int(v) for k, v in states.items()}}
