@@ -236,8 +236,14 @@ class CachedView:
 
     def pods_with_anti_affinity_toward(self, labels):
         table = self._store.pods.table
-        keys = dict.fromkeys(key for value in fit.keys_toward(labels) for key in table.keys_of("anti", value))
-        return [table.read(key) for key in keys]
+        index = table.indexes["anti"]
+        if not index:
+            return ()  # no pod placed with one (no VM has migrated yet): every pin asks
+        found: dict[str, None] = {}
+        for value in fit.keys_toward(labels):
+            if value in index:
+                found.update(dict.fromkeys(table.keys_of("anti", value)))
+        return [table.read(key) for key in found]
 
     def pvc(self, namespace, name):
         table = self._store.pvcs.table
