@@ -131,3 +131,29 @@ def shared_objects_are_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
         return obj
 
     monkeypatch.setattr(Table, "read", read_frozen)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real etcd and kube-apiserver for the whole session, KubeVirt's and Longhorn's CRDs
+    installed (tests/envtest.py). Skipped without KUBEBUILDER_ASSETS; failed so in CI."""
+    from envtest import ControlPlane, assets, in_ci
+
+    found = assets()
+    if isinstance(found, str):
+        if in_ci():
+            pytest.fail(found)
+        pytest.skip(found)
+    plane = ControlPlane(found, tmp_path_factory.mktemp("envtest")).start()
+    try:
+        plane.install_crds()
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def scheduler(control_plane: Any) -> Any:
+    """The control plane with kube-scheduler running (started once, for the tests that need it)."""
+    control_plane.start_scheduler()
+    return control_plane

