@@ -317,8 +317,14 @@ def vm_pod(*claims: str, **spec_overrides: Any) -> dict[str, Any]:
     """The fixture virt-launcher pod being created, optionally with other PVC disks and spec fields."""
     pod = copy.deepcopy(load("virt-launcher-pod.yaml"))
     if claims:
-        pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" not in v]
+        # Each disk mounted where virt-launcher reads it, as KubeVirt renders a filesystem PVC
+        # (the apiserver refuses a mount of a volume the pod does not have).
+        dropped = {v["name"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v}
+        pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v["name"] not in dropped]
         pod["spec"]["volumes"] += [{"name": f"disk{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
+        compute = pod["spec"]["containers"][0]
+        compute["volumeMounts"] = [m for m in compute["volumeMounts"] if m["name"] not in dropped] + [
+            {"name": f"disk{i}", "mountPath": f"/var/run/kubevirt-private/vmi-disks/disk{i}"} for i in range(len(claims))]
     set_or_remove(pod["spec"], spec_overrides)
     return pod
 

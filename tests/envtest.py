@@ -159,7 +159,7 @@ class ControlPlane:
                     f"--service-account-key-file={self.dir / 'sa.pub'}",
                     f"--service-account-signing-key-file={self.dir / 'sa.key'}",
                     "--service-cluster-ip-range=10.96.0.0/24", "--authorization-mode=RBAC",
-                    "--endpoint-reconciler-type=none",
+                    "--endpoint-reconciler-type=none", "--allow-privileged=true",
                     "--enable-priority-and-fairness=false", "--watch-cache=true")
         self._wait_ready("/readyz", "kube-apiserver", timeout)
         return self
@@ -237,7 +237,14 @@ class ControlPlane:
     def install_crds(self) -> None:
         """KubeVirt 1.8's own CRDs (VMI, VM, VMIM) and Longhorn's (v1beta2), established."""
         self.apply_files(FIXTURES / "kubevirt-1.8" / "crds.yaml", FIXTURES / "longhorn-crds.yaml")
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        deadline = time.monotonic() + 60
+        while True:  # `kubectl wait` fails outright on a CRD the apiserver has not given conditions yet
+            waited = self.kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False)
+            if waited.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CRDs not established: {waited.stderr}")
+            time.sleep(0.2)
 
     def token_kubeconfig(self, namespace: str, service_account: str) -> Path:
         """A kubeconfig that authenticates as the ServiceAccount (a token from the TokenRequest API)."""
@@ -254,3 +261,144 @@ async def api_client(kubeconfig: Path) -> AsyncIterator[Any]:
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     async with client.ApiClient(configuration) as api:
         yield api
+
+
+# Where each kind is served: (group/version path, plural, namespaced).
+def _resource(obj: dict[str, Any]) -> tuple[str, bool]:
+    from webhook import kinds
+
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    known = {(r.api_version, r.kind): r for r in vars(kinds).values() if isinstance(r, kinds.Resource)}
+    core = {"Namespace": ("namespaces", False), "ServiceAccount": ("serviceaccounts", True),
+            "Setting": ("settings", True), "ConfigMap": ("configmaps", True),
+            "PriorityClass": ("priorityclasses", False)}
+    if (api_version, kind) in known:
+        r = known[api_version, kind]
+        plural, namespaced = r.plural, r.namespaced
+    else:
+        plural, namespaced = core[kind]
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return prefix + ("/namespaces/{namespace}" if namespaced else "") + f"/{plural}", namespaced
+
+
+class Api:
+    """Plain REST on the control plane as its admin (aiohttp, client certificate): what a test puts
+    into the cluster, status included (written through the status subresource, as a kubelet, a
+    controller or Longhorn would), and what it reads back."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        import aiohttp
+
+        context = ssl.create_default_context(cafile=str(plane.ca_file))
+        context.load_cert_chain(str(plane.admin_cert), str(plane.admin_key))
+        self.url = plane.url
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def __aenter__(self) -> "Api":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def path(self, obj: dict[str, Any], namespace: str | None = None) -> str:
+        template, namespaced = _resource(obj)
+        ns = namespace or obj.get("metadata", {}).get("namespace") or "default"
+        return self.url + (template.format(namespace=ns) if namespaced else template)
+
+    async def request(self, method: str, url: str, body: Any = None, *, content_type: str = "application/json",
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        import json
+
+        data = None if body is None else json.dumps(body)
+        async with self.session.request(method, url, data=data, params=params,
+                                        headers={"Content-Type": content_type}) as response:
+            return response.status, await response.json(content_type=None)
+
+    async def create(self, obj: dict[str, Any], *, dry_run: bool = False, namespace: str | None = None) -> dict[str, Any]:
+        """Create `obj` (its `status` too, through the subresource); the object as stored.
+        Raises with the apiserver's message when it refuses."""
+        import copy
+
+        body = copy.deepcopy(obj)
+        status = body.pop("status", None)
+        for server_set in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "deletionTimestamp"):
+            body.get("metadata", {}).pop(server_set, None)
+        params = {"dryRun": "All"} if dry_run else None
+        code, stored = await self.request("POST", self.path(body, namespace), body, params=params)
+        if code not in (200, 201):
+            raise Refused(code, stored.get("message", stored) if isinstance(stored, dict) else stored)
+        if status and not dry_run:
+            stored = await self.set_status(stored, status)
+        if stored.get("kind") == "Node" and not dry_run:
+            stored = await self._lifecycle(stored, body)
+        return stored
+
+    async def _lifecycle(self, stored: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
+        """The node lifecycle controller's part: the apiserver taints a new node not-ready
+        (TaintNodesByCondition); a Ready node loses that taint, keeping the ones it was sent with."""
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in stored.get("status", {}).get("conditions") or [])
+        taints = stored.get("spec", {}).get("taints") or []
+        if not ready or taints == (sent.get("spec", {}).get("taints") or []):
+            return stored
+        code, got = await self.request("PATCH", f"{self.path(stored)}/{stored['metadata']['name']}",
+                                       {"spec": {"taints": sent.get("spec", {}).get("taints")}},
+                                       content_type="application/merge-patch+json")
+        assert code == 200, got
+        return got
+
+    async def set_status(self, stored: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self.path(stored)}/{stored['metadata']['name']}/status"
+        code, got = await self.request("PATCH", url, {"status": status}, content_type="application/merge-patch+json")
+        if code != 200:
+            raise Refused(code, got.get("message", got))
+        return got
+
+    async def get(self, obj: dict[str, Any], name: str | None = None) -> dict[str, Any] | None:
+        code, got = await self.request("GET", f"{self.path(obj)}/{name or obj['metadata']['name']}")
+        return got if code == 200 else None
+
+    async def list(self, like: dict[str, Any], namespace: str | None = None, **params: str) -> list[dict[str, Any]]:
+        code, got = await self.request("GET", self.path(like, namespace), params=params or None)
+        assert code == 200, got
+        return [{"apiVersion": like["apiVersion"], "kind": like["kind"], **item} for item in got["items"]]
+
+    async def delete(self, obj: dict[str, Any]) -> None:
+        """Delete at once: its finalizers dropped first, as the controllers that own them would
+        (pvc-protection, Longhorn's), none of which runs here."""
+        url = f"{self.path(obj)}/{obj['metadata']['name']}"
+        await self.request("PATCH", url, {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
+        await self.request("DELETE", url, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+
+    async def namespace(self, name: str, *service_accounts: str) -> None:
+        """A namespace and its `default` ServiceAccount (no controller makes it here), and others."""
+        await self.ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        for account in ("default", *service_accounts):
+            await self.ensure({"apiVersion": "v1", "kind": "ServiceAccount",
+                               "metadata": {"name": account, "namespace": name}})
+
+    async def ensure(self, obj: dict[str, Any]) -> None:
+        """Create unless it exists already."""
+        try:
+            await self.create(obj)
+        except Refused as refused:
+            if refused.code != 409:
+                raise
+
+    async def longhorn(self) -> None:
+        """What Longhorn's install puts beside its pods: its namespace, ServiceAccount and PriorityClass."""
+        await self.namespace("longhorn-system", "longhorn-service-account")
+        await self.ensure({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                           "metadata": {"name": "longhorn-critical"}, "value": 1000000000})
+
+
+class Refused(Exception):
+    """The apiserver's refusal of a request: its code and message."""
+
+    def __init__(self, code: int, message: Any) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = str(message)

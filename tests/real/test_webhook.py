@@ -1,0 +1,142 @@
+"""The webhook as a cluster runs it: `serve` watching a real kube-apiserver, registered by URL in
+the install's own MutatingWebhookConfiguration, and pods created through the apiserver, which
+calls the server, applies its patch, validates the result and hands it to the real kube-scheduler."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from envtest import Api, Refused
+from kube import Serving, annotations, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
+
+ROOT = Path(__file__).parent.parent.parent
+CONFIGURATION = "kubevirt-colocate-real"
+LONGHORN = "longhorn-system"
+VMS = "default"
+
+
+def registration(serving: Serving, ca: Path) -> dict[str, Any]:
+    """The install's MutatingWebhookConfiguration, calling this server by URL."""
+    config = yaml.safe_load((ROOT / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text())
+    config["metadata"]["name"] = CONFIGURATION
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+    for hook in config["webhooks"]:
+        hook["clientConfig"] = {"url": f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", "caBundle": bundle}
+    return config
+
+
+async def until(check, timeout: float = 20, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await check()
+        if got or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(every)
+
+
+@pytest.fixture
+async def cluster(scheduler):
+    """Three KubeVirt nodes; vm1's root disk served from node-b; vm2's disk stopped (no
+    share-manager pod) while vm2 runs on node-c. Removed again after the test."""
+    objects = [*nodes("node-a", "node-b", "node-c"), *rwx_disk("vm1-rootdisk", "node-b"),
+               *rwx_disk("vm2-data", "node-a", state="stopped", pod=False), running_vm("vm2", "node-c", "vm2-data")]
+    made = []
+    async with Api(scheduler) as api:
+        await api.namespace(VMS)
+        await api.longhorn()
+        for obj in objects:
+            made.append(await api.create(obj))
+        yield api
+        for obj in reversed(made):
+            await api.delete(obj)
+        for pod in await api.list({"apiVersion": "v1", "kind": "Pod"}, VMS) + await api.list(
+                {"apiVersion": "v1", "kind": "Pod"}, LONGHORN):
+            await api.delete(pod)
+
+
+@pytest.fixture
+async def registered(scheduler, cluster, tls_files):
+    """`serve` on the real apiserver (the admin's kubeconfig), registered by URL, and ready."""
+    serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig), "--keep", "off",
+                                  "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
+    config = registration(serving, tls_files["ca"])
+    try:
+        await cluster.create(config)
+        yield serving
+    finally:
+        await cluster.delete(config)
+        await serving.stop()
+
+
+async def admitted(api: Api, pod: dict[str, Any], namespace: str, decided: bool = True) -> dict[str, Any]:
+    """Create the pod once the apiserver calls the webhook (the registration reaches its informer
+    a moment after it is created: dry runs until the answer shows); the pod as created."""
+    async def answered():
+        got = await api.create(pod, dry_run=True, namespace=namespace)
+        return got if "kubevirt-scheduler/decision" in annotations(got) else None
+
+    if decided:
+        assert await until(answered), "the apiserver never called the webhook"
+    return await api.create(pod, namespace=namespace)
+
+
+async def test_a_vm_pod_created_through_the_apiserver_is_pinned_and_bound_next_to_its_disk(registered, cluster):
+    pod = await admitted(cluster, vm_pod("vm1-rootdisk"), VMS)
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned", annotations(pod)["kubevirt-scheduler/reason"]
+    assert all(pin_of("node-b") in term["matchFields"] for term in required_terms(pod))
+
+    async def bound():
+        got = await cluster.get(pod)
+        return got["spec"].get("nodeName")
+
+    assert await until(bound) == "node-b"  # the real kube-scheduler honours the pin
+
+
+async def test_a_share_manager_created_through_the_apiserver_follows_its_running_vm(registered, cluster):
+    """Cold start: Longhorn creates the share-manager of vm2's disk while vm2 runs on node-c."""
+    pod = await admitted(cluster, share_manager_pod("pvc-vm2-data"), LONGHORN)
+    assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned", annotations(pod)
+    assert all(pin_of("node-c") in term["matchFields"] for term in required_terms(pod))
+
+    async def bound():
+        got = await cluster.get(pod)
+        return got["spec"].get("nodeName")
+
+    assert await until(bound) == "node-c"
+
+
+async def test_a_pod_is_created_untouched_when_the_webhook_is_gone(registered, cluster):
+    """failurePolicy Ignore, as installed: with the server stopped, a VM still starts (unpinned)."""
+    await admitted(cluster, vm_pod("vm1-rootdisk"), VMS)
+    await registered.stop()
+    started = time.monotonic()
+    pod = await cluster.create(vm_pod("vm1-rootdisk"), namespace=VMS)
+    assert "kubevirt-scheduler/decision" not in annotations(pod)
+    assert time.monotonic() - started < 5
+
+
+async def test_every_decision_the_server_gives_a_launcher_pod_is_one_the_apiserver_accepts(registered, cluster):
+    """The pod as KubeVirt 1.8 created it, with the VM's own required and preferred node affinity:
+    the webhook's answer (pinned) applies and the apiserver validates and stores the result."""
+    from kube import load
+
+    pod = copy.deepcopy(load("kubevirt-1.8/launcher-pod.yaml"))
+    for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "ownerReferences", "managedFields"):
+        pod["metadata"].pop(key, None)
+    pod["metadata"]["generateName"] = "virt-launcher-vm1-"
+    pod["spec"].pop("nodeName", None)
+    pod.pop("status", None)
+    for volume in pod["spec"]["volumes"]:
+        if "persistentVolumeClaim" in volume:
+            volume["persistentVolumeClaim"]["claimName"] = "vm1-rootdisk"
+    try:
+        created = await admitted(cluster, pod, VMS)
+    except Refused as refused:
+        pytest.fail(f"the apiserver refused the webhook's answer: {refused}")
+    assert annotations(created)["kubevirt-scheduler/decision"] in ("pinned", "preferred")
