@@ -140,7 +140,24 @@ class ControlPlane:
         path = self.dir / f"{name}.log"
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
-    def start(self, timeout: float = 60) -> "ControlPlane":
+    def start(self, timeout: float = 60, attempts: int = 3) -> "ControlPlane":
+        """Start etcd and kube-apiserver; again on other ports when a port picked free was taken
+        meanwhile (other processes on the machine pick ports too)."""
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except RuntimeError as error:
+                self.stop()
+                if "address already in use" not in str(error) or attempt == attempts - 1:
+                    raise
+                shutil.rmtree(self.dir / "etcd", ignore_errors=True)
+                self.port = free_port()
+                self.url = f"https://127.0.0.1:{self.port}"
+                self.kubeconfig = self._kubeconfig("admin", {"client-certificate": str(self.admin_cert),
+                                                             "client-key": str(self.admin_key)})
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> "ControlPlane":
         client, peer = free_port(), free_port()
         self._spawn("etcd", "--data-dir", str(self.dir / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{client}",
                     "--advertise-client-urls", f"http://127.0.0.1:{client}", "--listen-peer-urls", f"http://127.0.0.1:{peer}",
@@ -271,7 +288,7 @@ def _resource(obj: dict[str, Any]) -> tuple[str, bool]:
     known = {(r.api_version, r.kind): r for r in vars(kinds).values() if isinstance(r, kinds.Resource)}
     core = {"Namespace": ("namespaces", False), "ServiceAccount": ("serviceaccounts", True),
             "Setting": ("settings", True), "ConfigMap": ("configmaps", True),
-            "PriorityClass": ("priorityclasses", False)}
+            "PriorityClass": ("priorityclasses", False), "RuntimeClass": ("runtimeclasses", False)}
     if (api_version, kind) in known:
         r = known[api_version, kind]
         plural, namespaced = r.plural, r.namespaced
@@ -324,8 +341,11 @@ class Api:
 
         body = copy.deepcopy(obj)
         status = body.pop("status", None)
+        terminating = "deletionTimestamp" in body.get("metadata", {})
         for server_set in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "deletionTimestamp"):
             body.get("metadata", {}).pop(server_set, None)
+        if terminating:  # held by a finalizer and deleted: terminating until `delete` lets it go
+            body["metadata"]["finalizers"] = [*body["metadata"].get("finalizers", []), "example.com/hold"]
         params = {"dryRun": "All"} if dry_run else None
         code, stored = await self.request("POST", self.path(body, namespace), body, params=params)
         if code not in (200, 201):
@@ -334,6 +354,10 @@ class Api:
             stored = await self.set_status(stored, status)
         if stored.get("kind") == "Node" and not dry_run:
             stored = await self._lifecycle(stored, body)
+        if terminating and not dry_run:
+            url = f"{self.path(stored)}/{stored['metadata']['name']}"
+            code, stored = await self.request("DELETE", url, {"kind": "DeleteOptions", "apiVersion": "v1"})
+            assert code in (200, 202), stored
         return stored
 
     async def _lifecycle(self, stored: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
