@@ -375,8 +375,12 @@ class Api:
         return got
 
     async def set_status(self, stored: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-        url = f"{self.path(stored)}/{stored['metadata']['name']}/status"
-        code, got = await self.request("PATCH", url, {"status": status}, content_type="application/merge-patch+json")
+        """Through the status subresource, or with the object where its kind has none (KubeVirt's VMI)."""
+        url = f"{self.path(stored)}/{stored['metadata']['name']}"
+        code, got = await self.request("PATCH", url + "/status", {"status": status},
+                                       content_type="application/merge-patch+json")
+        if code == 404:
+            code, got = await self.request("PATCH", url, {"status": status}, content_type="application/merge-patch+json")
         if code != 200:
             raise Refused(code, got.get("message", got))
         return got
