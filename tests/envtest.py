@@ -189,19 +189,9 @@ class ControlPlane:
         self._spawn("kube-scheduler", f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
                     f"--authorization-kubeconfig={self.kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1",
                     f"--secure-port={port}", "-v=1")
-        deadline = time.monotonic() + timeout
-        context = ssl._create_unverified_context()  # the scheduler's own self-signed serving certificate
-        while True:
-            self._alive("kube-scheduler")
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=context, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kube-scheduler not healthy after {timeout}s:\n{self.log_of('kube-scheduler')}")
-            time.sleep(0.2)
+        # The scheduler's own serving certificate is self-signed: its health is all that is read.
+        self._wait_healthy(f"https://127.0.0.1:{port}/healthz", ssl._create_unverified_context(), "kube-scheduler",
+                           timeout)
 
     def _alive(self, name: str) -> None:
         process = self.processes[name]
@@ -211,12 +201,16 @@ class ControlPlane:
     def _wait_ready(self, path: str, name: str, timeout: float) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))
         context.load_cert_chain(str(self.admin_cert), str(self.admin_key))
+        self._wait_healthy(self.url + path, context, name, timeout, "etcd")
+
+    def _wait_healthy(self, url: str, context: ssl.SSLContext, name: str, timeout: float, *needed: str) -> None:
+        """Until `url` answers 200; failed at once when the process (or one it needs) has exited."""
         deadline = time.monotonic() + timeout
         while True:
-            self._alive("etcd")
-            self._alive(name)
+            for process in (*needed, name):
+                self._alive(process)
             try:
-                with urllib.request.urlopen(self.url + path, context=context, timeout=2) as response:
+                with urllib.request.urlopen(url, context=context, timeout=2) as response:
                     if response.status == 200:
                         return
             except OSError:

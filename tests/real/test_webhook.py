@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from envtest import Api, Refused
+from kubevirt_api import eventually
 from kube import Serving, annotations, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
 
 ROOT = Path(__file__).parent.parent.parent
@@ -29,15 +30,6 @@ def registration(serving: Serving, ca: Path) -> dict[str, Any]:
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", "caBundle": bundle}
     return config
-
-
-async def until(check, timeout: float = 20, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()
-        if got or time.monotonic() > deadline:
-            return got
-        await asyncio.sleep(every)
 
 
 @pytest.fixture
@@ -82,7 +74,7 @@ async def admitted(api: Api, pod: dict[str, Any], namespace: str, decided: bool 
         return got if "kubevirt-scheduler/decision" in annotations(got) else None
 
     if decided:
-        assert await until(answered), "the apiserver never called the webhook"
+        await eventually(answered, 20, 0.2)  # else the apiserver never called the webhook
     return await api.create(pod, namespace=namespace)
 
 
@@ -95,7 +87,7 @@ async def test_a_vm_pod_created_through_the_apiserver_is_pinned_and_bound_next_t
         got = await cluster.get(pod)
         return got["spec"].get("nodeName")
 
-    assert await until(bound) == "node-b"  # the real kube-scheduler honours the pin
+    assert await eventually(bound, 20, 0.2) == "node-b"  # the real kube-scheduler honours the pin
 
 
 async def test_a_share_manager_created_through_the_apiserver_follows_its_running_vm(registered, cluster):
@@ -108,7 +100,7 @@ async def test_a_share_manager_created_through_the_apiserver_follows_its_running
         got = await cluster.get(pod)
         return got["spec"].get("nodeName")
 
-    assert await until(bound) == "node-c"
+    assert await eventually(bound, 20, 0.2) == "node-c"
 
 
 async def test_a_pod_is_created_untouched_when_the_webhook_is_gone(registered, cluster):
