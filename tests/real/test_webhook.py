@@ -3,7 +3,6 @@ the install's own MutatingWebhookConfiguration, and pods created through the api
 calls the server, applies its patch, validates the result and hands it to the real kube-scheduler."""
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import time
