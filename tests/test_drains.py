@@ -63,10 +63,14 @@ async def decided(store, pod=None, settings=None):
 
 
 def among(pod):
-    (term,) = required_terms(pod)
-    (requirement,) = term["matchFields"]
-    assert requirement["key"] == "metadata.name" and requirement["operator"] == "In"
-    return requirement["values"]
+    """The nodes the pod is required to be among: one term per node, one value each (the
+    apiserver refuses a node field selector with more)."""
+    nodes = []
+    for term in required_terms(pod):
+        (requirement,) = [f for f in term["matchFields"] if f["key"] == "metadata.name"]
+        assert requirement["operator"] == "In" and len(requirement["values"]) == 1
+        nodes += requirement["values"]
+    return nodes
 
 
 def preferred(pod):
@@ -116,6 +120,19 @@ async def test_a_node_too_small_for_the_vm_is_left_out(make_store):
     store = await make_store(cluster(source(unschedulable=True), nodes=[node("node-b"), node("node-c", allocatable=SMALL)]))
     _, pod = await decided(store)
     assert among(pod) == ["node-b"]
+
+
+async def test_of_many_nodes_the_ones_with_most_room_are_required(make_store):
+    """A large cluster: the share-manager is required among the 16 nodes with most room for the
+    VM (a term per node), and the reason says how many took both."""
+    from webhook.rules.placement.together import AMONG_NODES
+
+    many = [node(f"n{i:02d}") for i in range(24)]
+    busy = [workload_pod(100 + i, f"n{i:02d}") for i in range(AMONG_NODES, 24)]  # the last 8 have less room
+    store = await make_store(cluster(source(unschedulable=True), nodes=many, extra=busy))
+    outcome, pod = await decided(store)
+    assert among(pod) == [f"n{i:02d}" for i in range(AMONG_NODES)]
+    assert f"(the {AMONG_NODES} with most room for the VM of 24)" in outcome.decision.reason
 
 
 async def test_nowhere_for_both_answers_as_before_and_says_why(make_store):

@@ -131,3 +131,32 @@ async def test_every_decision_the_server_gives_a_launcher_pod_is_one_the_apiserv
     except Refused as refused:
         pytest.fail(f"the apiserver refused the webhook's answer: {refused}")
     assert annotations(created)["kubevirt-scheduler/decision"] in ("pinned", "preferred")
+
+
+async def test_a_drained_vms_share_manager_is_created_among_the_nodes_its_vm_can_follow(registered, cluster):
+    """A drain: vm1's node is cordoned and tainted, Longhorn re-creates the share-manager it
+    evicted. The webhook answers "among the nodes where the VM's migration can land too": the
+    apiserver must accept that answer (a node field selector takes one value), and kube-scheduler
+    binds the NFS server to one of those nodes, never to the drained one or an older CPU's."""
+    from kube import OLD_CPU, launcher_pod_of, node, vmi
+
+    drain = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
+    made = [await cluster.create(node("node-d", unschedulable=True, taints=[drain])),
+            await cluster.create(node("old-1", cpu=OLD_CPU))]
+    for obj in rwx_disk("d1", None, state="stopped", owner="node-d"):
+        made.append(await cluster.create(obj))
+    the_vmi = await cluster.create(vmi("vm1", "node-d", "d1"))
+    made += [the_vmi, await cluster.create(launcher_pod_of({**the_vmi, "status": {"nodeName": "node-d"}}))]
+    try:
+        pod = await admitted(cluster, share_manager_pod("pvc-d1"), LONGHORN)
+        assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned-among", annotations(pod)
+        assert set(annotations(pod)["kubevirt-scheduler/node"].split(",")) == {"node-a", "node-b", "node-c"}
+
+        async def bound():
+            got = await cluster.get(pod)
+            return got["spec"].get("nodeName")
+
+        assert await eventually(bound, 20, 0.2) in {"node-a", "node-b", "node-c"}
+    finally:
+        for obj in reversed(made):
+            await cluster.delete(obj)

@@ -124,14 +124,34 @@ def test_reviewing_a_mutated_pod_adds_nothing(decision, affinity):
     assert patch_for(once, decision, SETTINGS) == []
 
 
-def test_pinned_among_requires_one_of_the_nodes_in_every_term():
+def test_pinned_among_ors_one_term_per_node_each_with_the_pods_own_requirements():
+    """The apiserver takes one value per node field selector: "node-b or node-c" is two terms,
+    each with KubeVirt's own requirement."""
     pod = vm_pod()
     result = apply_valid(pod, patch_for(pod, AMONG_BC, SETTINGS))
-    among = {"key": "metadata.name", "operator": "In", "values": ["node-b", "node-c"]}
-    assert required_terms(result) == [{"matchExpressions": [OBSOLETE], "matchFields": [among]}]
+    assert required_terms(result) == [{"matchExpressions": [OBSOLETE], "matchFields": [pin_of("node-b")]},
+                                      {"matchExpressions": [OBSOLETE], "matchFields": [pin_of("node-c")]}]
     assert [t["weight"] for t in preferred_terms(result)] == [100, 40]
     assert annotations(result)["kubevirt-scheduler/decision"] == "pinned-among"
     assert annotations(result)["kubevirt-scheduler/node"] == "node-b,node-c"
+
+
+def test_pinned_among_is_every_own_term_with_every_node():
+    """Two terms of the pod's own (ORed) and three nodes: six terms, each one own term and one node."""
+    pod = vm_pod()
+    pod["spec"]["affinity"] = required({"matchExpressions": [ZONE_A]}, {"matchExpressions": [ZONE_B]})
+    three = Decision(AMONG, reason="among", among=("node-a", "node-b", "node-c"))
+    result = apply_valid(pod, patch_for(pod, three, SETTINGS))
+    got = [(t["matchExpressions"][0]["values"][0], t["matchFields"][0]["values"]) for t in required_terms(result)]
+    assert sorted(got) == sorted((zone, [node]) for zone in ("zone-a", "zone-b") for node in ("node-a", "node-b", "node-c"))
+    assert all(len(t["matchFields"]) == 1 for t in required_terms(result))
+
+
+def test_pinned_among_without_terms_of_its_own_is_one_term_per_node():
+    pod = vm_pod()
+    pod["spec"].pop("affinity")
+    result = apply_valid(pod, patch_for(pod, AMONG_BC, SETTINGS))
+    assert required_terms(result) == [{"matchFields": [pin_of("node-b")]}, {"matchFields": [pin_of("node-c")]}]
 
 
 def test_keys_are_escaped_in_paths():

@@ -3,7 +3,11 @@ and the inverse: the pod as created, without what we added (`as_created`, for `e
 
 Kubernetes semantics (k8s.io/api core/v1 NodeSelector): nodeSelectorTerms are ORed, the
 requirements inside one term are ANDed, and an empty term matches nothing. So a pin is
-added to *every* non-empty term; a new term is created only when there is none.
+added to *every* non-empty term; a new term is created only when there is none. "One of
+several nodes" cannot be one requirement: the apiserver allows a single value for a node field
+selector (`metadata.name In [a, b]` is refused), so it is ORed terms, one node each, each
+carrying what the pod's own terms require: every existing term gets the first node, and a copy
+of it is appended for each other node (terms × nodes, add-only).
 A patch that decodes but does not apply fails pod creation even with failurePolicy
 Ignore: missing parents are added whole, never a child under a missing parent.
 """
@@ -31,10 +35,10 @@ def _annotation_path(key: str) -> str:
     return f"/metadata/annotations/{escape(key)}"
 
 
-def node_requirement(node: str, *more: str) -> dict[str, Any]:
-    """Select a node (or any of several) by name, as the DaemonSet controller does (the
-    hostname label may differ)."""
-    return {"key": "metadata.name", "operator": "In", "values": [node, *more]}
+def node_requirement(node: str) -> dict[str, Any]:
+    """Select a node by name, as the DaemonSet controller does (the hostname label may differ).
+    One value: the apiserver refuses a node field selector with several."""
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
 
 
 def preferred_term(node: str, weight: int) -> dict[str, Any]:
@@ -46,46 +50,68 @@ def affinity_ops(
 ) -> list[dict[str, Any]]:
     """Operations that AND "one of the `required` nodes" into the node affinity and add the
     preferred terms."""
-    wanted_required = node_requirement(*required) if required else None
     wanted_preferred = [preferred_term(node, weight) for node, weight in preferences]
-    if not wanted_required and not wanted_preferred:
+    if not required and not wanted_preferred:
         return []
     affinity = spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     if not isinstance(node_affinity, dict):
         value: dict[str, Any] = {}
-        if wanted_required:
-            value[REQUIRED] = {"nodeSelectorTerms": [{"matchFields": [wanted_required]}]}
+        if required:
+            value[REQUIRED] = {"nodeSelectorTerms": _new_terms(required)}
         if wanted_preferred:
             value[PREFERRED] = wanted_preferred
         if not isinstance(affinity, dict):
             return [{"op": "add", "path": f"{base}/affinity", "value": {"nodeAffinity": value}}]
         return [{"op": "add", "path": f"{base}/affinity/nodeAffinity", "value": value}]
     path = f"{base}/affinity/nodeAffinity"
-    ops = _required_ops(node_affinity, wanted_required, path) if wanted_required else []
+    ops = _required_ops(node_affinity, required, path) if required else []
     return ops + (_preferred_ops(node_affinity, wanted_preferred, path) if wanted_preferred else [])
 
 
-def _required_ops(node_affinity: dict[str, Any], wanted: dict[str, Any], path: str) -> list[dict[str, Any]]:
-    """AND the `wanted` requirement into every non-empty required term, or add the first term."""
+def _new_terms(nodes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One term per node, for a pod with no required terms of its own."""
+    return [{"matchFields": [node_requirement(node)]} for node in nodes]
+
+
+def _pinned_by_name(term: dict[str, Any]) -> bool:
+    """The term already selects one node by name (ours, from an earlier review of the same pod)."""
+    fields = term.get("matchFields")
+    return isinstance(fields, list) and any(
+        isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In" for f in fields)
+
+
+def _required_ops(node_affinity: dict[str, Any], nodes: tuple[str, ...], path: str) -> list[dict[str, Any]]:
+    """AND "one of `nodes`" into the required terms: the first node into every non-empty term,
+    a copy of each such term with each other node appended; or one term per node when there are
+    none. A pod whose every non-empty term already names a node was answered before (a
+    reinvocation): nothing is added, so a second answer never ANDs a second node in."""
     selector = node_affinity.get(REQUIRED)
     selector = selector if isinstance(selector, dict) else None
     terms = selector.get("nodeSelectorTerms") if selector else None
     if not isinstance(terms, list) or not terms:
-        value = {"nodeSelectorTerms": [{"matchFields": [wanted]}]}
         if selector is not None:
-            return [{"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms", "value": value["nodeSelectorTerms"]}]
-        return [{"op": "add", "path": f"{path}/{REQUIRED}", "value": value}]
+            return [{"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms", "value": _new_terms(nodes)}]
+        return [{"op": "add", "path": f"{path}/{REQUIRED}", "value": {"nodeSelectorTerms": _new_terms(nodes)}}]
+    # An empty term matches nothing; filling it would widen placement.
+    live = [(i, term) for i, term in enumerate(terms)
+            if isinstance(term, dict) and (term.get("matchExpressions") or term.get("matchFields"))]
+    if all(_pinned_by_name(term) for _, term in live):
+        return []
+    first, *others = nodes
     ops: list[dict[str, Any]] = []
-    for i, term in enumerate(terms):
-        if not isinstance(term, dict) or not (term.get("matchExpressions") or term.get("matchFields")):
-            continue  # an empty term matches nothing; filling it would widen placement
+    for i, term in live:
         fields = term.get("matchFields")
         term_path = f"{path}/{REQUIRED}/nodeSelectorTerms/{i}/matchFields"
         if not isinstance(fields, list):
-            ops.append({"op": "add", "path": term_path, "value": [wanted]})
-        elif wanted not in fields:
-            ops.append({"op": "add", "path": f"{term_path}/-", "value": wanted})
+            ops.append({"op": "add", "path": term_path, "value": [node_requirement(first)]})
+        else:
+            ops.append({"op": "add", "path": f"{term_path}/-", "value": node_requirement(first)})
+    for node in others:
+        for _, term in live:
+            fields = term.get("matchFields")
+            copied = {**term, "matchFields": [*(fields if isinstance(fields, list) else []), node_requirement(node)]}
+            ops.append({"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms/-", "value": copy.deepcopy(copied)})
     return ops
 
 
@@ -151,6 +177,18 @@ def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> li
     return affinity_ops(spec, decision.required, decision.preferences) + annotations
 
 
+def _without_copies(terms: list[Any], added: list[dict[str, Any]]) -> list[Any]:
+    """The terms less the copies `_required_ops` appended, one per own term for each node after
+    the first: of the c terms that name one of our m nodes, the last c·(m−1)/m."""
+    ours = [i for i, t in enumerate(terms) if isinstance(t, dict) and isinstance(t.get("matchFields"), list)
+            and any(f in added for f in t["matchFields"])]
+    m = len(added)
+    if m < 2 or not ours or len(ours) % m:
+        return terms
+    copies = set(ours[len(ours) // m:])
+    return [t for i, t in enumerate(terms) if i not in copies]
+
+
 def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The launcher pod as KubeVirt would create it again: unbound, without what we added to it.
 
@@ -172,11 +210,12 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     node_affinity = dict_or_none(affinity.get("nodeAffinity")) if affinity else None
     if not ours or node_affinity is None:
         return pod
-    added = [node_requirement(node) for node in ours] + ([node_requirement(*ours)] if len(ours) > 1 else [])
+    added = [node_requirement(node) for node in ours]
     selector = dict_or_none(node_affinity.get(REQUIRED))
     terms = selector.get("nodeSelectorTerms") if selector else None
     if selector is not None and isinstance(terms, list):
-        kept = []
+        terms = _without_copies(terms, added)
+        kept: list[Any] = []
         for term in terms:
             if isinstance(term, dict) and isinstance(term.get("matchFields"), list):
                 term["matchFields"] = [f for f in term["matchFields"] if f not in added]

@@ -26,6 +26,10 @@ from ..fit.resources import least_allocated
 from ..keeping.target import TargetPod, lacking
 
 PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
+# Required among at most this many nodes, those with most room for the VM: the patch adds a term per
+# node for each of the pod's own terms (a node field selector takes one value), and 16 nodes that
+# take both pods leave kube-scheduler room enough while the pod stays small.
+AMONG_NODES = 16
 SHOWN = 5  # nodes named in a reason before "and N more"
 
 
@@ -93,13 +97,15 @@ def decide_together(found: Landings, vm: str, leaving: str, *, required: bool) -
     top = best[0].room or 1.0
     preferences = tuple((landing.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * landing.room / top))))
                         for landing in best)
-    among = tuple(sorted(landing.node for landing in found.nodes))
+    among = tuple(sorted(landing.node for landing in found.nodes[:AMONG_NODES]))
+    more = len(found.nodes) - len(among)
+    nodes = named(among) + (f" (the {len(among)} with most room for the VM of {len(found.nodes)})" if more else "")
     where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
     preferred = f"preferred {named([n for n, _ in preferences])} (most room for the VM)"
     if not required:
-        reason = f"{preferred}, among {named(among)}, {where} (pins are preferences only: --pin preferred)"
+        reason = f"{preferred}, among {nodes}, {where} (pins are preferences only: --pin preferred)"
         return Decision(PREFERRED, preferences=preferences, reason=reason)
-    return Decision(AMONG, preferences=preferences, reason=f"pinned among {named(among)}, {where}; {preferred}",
+    return Decision(AMONG, preferences=preferences, reason=f"pinned among {nodes}, {where}; {preferred}",
                     among=among)
 
 
