@@ -9,7 +9,7 @@ PORT   ?= 9443
 LOCK   := requirements/image.txt
 UV     := uv==0.13.9
 
-.PHONY: test demo certs serve bench clean lock lock-upgrade
+.PHONY: test demo certs serve bench clean lock lock-upgrade release
 
 # Helm's own engine for the chart's tests (tests/helm.py): Helm 4's Go library in a wheel. It declares
 # Python >= 3.12, but it is a cffi wrapper that runs on 3.11 too, hence --ignore-requires-python
@@ -58,5 +58,11 @@ serve: $(CERTS)/tls.crt
 	$(PY) -m webhook serve --state examples/cluster.yaml --host 127.0.0.1 --port $(PORT) \
 		--tls-cert-file $(CERTS)/tls.crt --tls-key-file $(CERTS)/tls.key
 
+# Set VERSION everywhere it is written (webhook/__init__.py is the one source), package the chart and
+# the kubectl plugin's archive into dist/, print the image's build command. Pushes nothing.
+release: $(VENV)/.installed
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z" >&2; exit 2; }
+	$(PY) hack/release.py $(VERSION)
+
 clean:
-	rm -rf $(VENV) $(CERTS) .pytest_cache
+	rm -rf $(VENV) $(CERTS) .pytest_cache dist

@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from helm import (CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Command, He
 from kube import kubeconfig_for
 from test_manifests import VERSIONS, kubectl
 
+from webhook import __version__
 from webhook.__main__ import build_parser, settings_from
 from webhook.admission.optin import shut_out
 from webhook.config import Settings
@@ -283,9 +283,8 @@ def test_the_defaults_are_the_servers():
             values["migrationTargets"]) == (
         server.keep_after, server.keep_after_descheduled, server.keep_max_inflight, server.keep_max_per_day, server.pin,
         server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule, server.migration_targets)
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["appVersion"] == version  # the default image tag: the image of this version
+    assert chart["appVersion"] == __version__  # the default image tag: the image of this version
     assert chart["apiVersion"] == "v2"
 
 

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import admission_policy
@@ -27,11 +26,13 @@ from webhook.keeper.lease import lease_namespace
 from webhook.kinds import LEASE, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
+from webhook import __version__
+
 ROOT = Path(__file__).parent.parent
 NS = "kubevirt-colocate"
 SECRET = "kubevirt-colocate-tls"
 VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+VERSION = __version__
 IMAGE = f"ghcr.io/kubevirt-colocate/kubevirt-colocate:{VERSION}"
 CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 VARIANTS = {"self-managed": "manifests", "cert-manager": "manifests/cert-manager"}

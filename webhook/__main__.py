@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from . import logs
+from . import __version__, logs
 from .admission import review as reviews
 from .admission.admit import admit
 from .cluster.client import NoCredentials
@@ -157,6 +157,7 @@ VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_s
 
 def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description=__doc__, formatter_class=ShowDefaults)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for name, text, add_flags in VERBS:
         verb = verbs.add_parser(name, help=text, description=text, formatter_class=ShowDefaults)
