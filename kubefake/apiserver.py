@@ -8,11 +8,10 @@ watch events per resource. `KubernetesApi` serves it as kmock's scaffold's fallb
 test's reactions answer first and see every request; `serve` serves it bare over aiohttp, for a
 benchmark: no request history kept, nothing matched against it.
 
-What a client built on client-go (Helm) needs besides: lists and watches filtered by
-`labelSelector` (Helm finds its releases so), discovery of the core group as `v1`, the
-Namespace resource itself (kmock 0.8 reads `/api/v1/namespaces/NAME` as a namespace), a server
-version, and OpenAPI v3 documents that say each resource's PATCH takes `fieldValidation`, so that
-client-go leaves validation to the server instead of fetching the whole OpenAPI v2 schema.
+It keeps to what the keeper's tests and the benchmarks need of an apiserver, and to faults a
+real one will not produce on demand (refused creates and deletes, 410 Gone and dropped watches
+through kmock's reactions). What only a real apiserver judges (validation, defaulting, admission,
+discovery, Helm's client-go) is tested on one: tests/envtest.py.
 """
 from __future__ import annotations
 
@@ -30,8 +29,6 @@ from typing import Any
 import kmock
 from aiohttp import web
 
-from . import protobuf as kubeproto
-from . import strategic
 from .objects import stamp
 
 __all__ = ["Apiserver", "Call", "KubernetesApi", "serve", "stamp"]
@@ -78,7 +75,7 @@ class Apiserver:
     turns away as a whole (request -> KubernetesError | None: nothing stored or deleted); PUT
     replacing an object (the Lease), 409 when its resourceVersion is stale; DELETE with
     `preconditions` (uid, resourceVersion), 409 when they do not hold. Otherwise as kmock's
-    emulator: PATCH merges (a strategic merge patch as kubefake.strategic applies it), DELETE of an
+    emulator: PATCH merges, DELETE of an
     object with finalizers marks it, its last finalizer gone deletes it; lists and watches by
     namespace and label selector; watches start with every object ADDED."""
 
@@ -190,12 +187,7 @@ class Apiserver:
     async def patch(self, call: Any) -> dict[str, Any]:
         async with self.lock:
             obj = self.found(call)
-            headers = getattr(call, "headers", None) or {}
-            if headers.get("Content-Type", "").split(";")[0] == strategic.CONTENT_TYPE:
-                obj.create(strategic.apply(obj.raw, call.data))  # the next version, whole
-                await self.merge(self.key(call), {})
-            else:
-                await self.merge(self.key(call), call.data)
+            await self.merge(self.key(call), call.data)
             return obj.last.raw
 
     async def merge(self, key: Key, changes: dict[str, Any]) -> None:
@@ -268,94 +260,12 @@ class KubernetesApi(kmock.KubernetesScaffold):
     """kmock's scaffold (discovery, reactions, the requests seen) with `Apiserver` answering every
     request on a resource no reaction answers; `objects`, `refuse` and `refuse_delete` are its."""
 
-    server_version = (1, 33, 0)  # what GET /version says
-
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.apiserver = Apiserver(resources=self.resources)
         for action in kmock.action:
             self.fallback[action] << self.answer
         self.fallback[kmock.method.PUT] << self.answer
-        self.fallback["get", re.compile(r"/openapi/v3/.+")] << self.openapi_group_version
-        self.fallback["get /openapi/v3"] << self.openapi
-        # Ahead of the scaffold's own answers: its core group says "/v1", its version is fixed.
-        self["get /api/v1"] << self.core_resources
-        self["get /version"] << self.version
-
-    async def __call__(self, raw_request: web.BaseRequest) -> web.StreamResponse:
-        """kmock's, except for what its request parser cannot read, answered here by the apiserver
-        alone (no reaction sees it): the Namespace resource itself and protobuf bodies."""
-        if raw_request.content_type != kubeproto.CONTENT_TYPE and NAMESPACES.match(raw_request.path) is None:
-            return await super().__call__(raw_request)
-        return await self.answer_directly(raw_request)
-
-    async def answer_directly(self, raw_request: web.BaseRequest) -> web.StreamResponse:
-        """A request on a resource answered by the apiserver, past kmock's reactions and history."""
-        body = await raw_request.read()
-        try:
-            if raw_request.content_type == kubeproto.CONTENT_TYPE:
-                data = kubeproto.decode(body)
-            else:
-                data = json.loads(body) if body else None
-        except ValueError as exc:
-            return status(error(415, "UnsupportedMediaType", str(exc)))
-        call = call_of(raw_request.method, raw_request.path, dict(raw_request.query), data,
-                       dict(raw_request.headers))
-        if call is None:
-            return status(kmock.KubernetesEndpointNotFoundError())
-        try:
-            got = await self.apiserver.answer(call)
-        except kmock.KubernetesError as exc:
-            return status(exc)
-        if isinstance(got, AsyncIterator):
-            return status(error(405, "MethodNotAllowed", "watches go through kmock's reactions"))
-        return web.json_response(got, status=201 if call.method == "POST" else 200)
-
-    def version(self) -> dict[str, Any]:
-        major, minor, patch = self.server_version
-        return {"major": str(major), "minor": str(minor), "gitVersion": f"v{major}.{minor}.{patch}",
-                "gitTreeState": "clean", "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"}
-
-    def core_resources(self) -> dict[str, Any]:
-        """The discovery of the core group, `/api/v1`, from the resources declared."""
-        listed = []
-        for resource in self.resources:
-            if resource.group != "" or resource.version != "v1":
-                continue
-            info = self.resources[resource]
-            for name in [resource.plural, *(f"{resource.plural}/{sub}" for sub in sorted(info.subresources))]:
-                listed.append({"name": name, "kind": info.kind or resource.plural.capitalize(),
-                               "singularName": info.singular or "", "namespaced": bool(info.namespaced),
-                               "verbs": sorted(info.verbs), "shortNames": sorted(info.shortnames),
-                               "categories": sorted(info.categories)})
-        return {"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": "v1", "resources": listed}
-
-    def group_versions(self) -> dict[str, list[Any]]:
-        """The resources served, by OpenAPI v3 path: `api/v1`, `apis/GROUP/VERSION`."""
-        found: dict[str, list[Any]] = collections.defaultdict(list)
-        for resource in self.resources:
-            found["api/v1" if resource.group == "" else f"apis/{resource.group}/{resource.version}"].append(resource)
-        return found
-
-    def openapi(self) -> dict[str, Any]:
-        return {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}"} for path in self.group_versions()}}
-
-    def openapi_group_version(self, request: kmock.Request) -> dict[str, Any]:
-        """Each resource's PATCH with its kind and the `fieldValidation` parameter; no schemas."""
-        path = request.url.path.removeprefix("/openapi/v3/")
-        paths = {}
-        for resource in self.group_versions().get(path, []):
-            info = self.resources[resource]
-            scope = "/namespaces/{namespace}" if info.namespaced else ""
-            paths[f"/{path}{scope}/{resource.plural}/{{name}}"] = {"patch": {
-                "x-kubernetes-group-version-kind": {"group": resource.group, "version": resource.version,
-                                                    "kind": info.kind},
-                "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
-            }}
-        if not paths:
-            raise kmock.KubernetesEndpointNotFoundError()
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v%d.%d.%d" % self.server_version},
-                "paths": paths}
 
     async def answer(self, request: kmock.Request) -> Any:
         if request.resource is None or request.resource.plural is None:
@@ -375,9 +285,6 @@ class KubernetesApi(kmock.KubernetesScaffold):
     refuse = property(lambda self: self.apiserver.refuse, lambda self, value: setattr(self.apiserver, "refuse", value))
     refuse_delete = property(lambda self: self.apiserver.refuse_delete,
                              lambda self, value: setattr(self.apiserver, "refuse_delete", value))
-
-
-NAMESPACES = re.compile(r"^/api/v1/namespaces(?:/(?P<name>[^/]+))?/?$")
 
 
 def label_selector(text: str | None) -> Callable[[dict[str, str]], bool]:

@@ -164,6 +164,9 @@ class ControlPlane:
                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}", "--unsafe-no-fsync",
                     "--quota-backend-bytes", str(8 * 1024 ** 3), "--log-level", "warn")
         serving_cert, serving_key = self.ca.issue("kube-apiserver", server_ips=["127.0.0.1"])
+        self._write("audit-policy.yaml", yaml.safe_dump({  # deletes only: the order an uninstall removes things in
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "verbs": ["delete", "deletecollection"]}, {"level": "None"}]}))
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._write("sa.key", _key_pem(sa))
         self._write("sa.pub", sa.public_key().public_bytes(serialization.Encoding.PEM,
@@ -177,7 +180,9 @@ class ControlPlane:
                     f"--service-account-signing-key-file={self.dir / 'sa.key'}",
                     "--service-cluster-ip-range=10.96.0.0/24", "--authorization-mode=RBAC",
                     "--endpoint-reconciler-type=none", "--allow-privileged=true",
-                    "--enable-priority-and-fairness=false", "--watch-cache=true")
+                    "--enable-priority-and-fairness=false", "--watch-cache=true",
+                    f"--audit-policy-file={self.dir / 'audit-policy.yaml'}", f"--audit-log-path={self.dir / 'audit.log'}",
+                    "--audit-log-mode=blocking")
         self._wait_ready("/readyz", "kube-apiserver", timeout)
         return self
 
@@ -219,6 +224,16 @@ class ControlPlane:
                 raise RuntimeError(f"{name} not ready after {timeout}s:\n{self.log_of(name)}")
             time.sleep(0.1)
 
+    def deletes(self) -> list[str]:
+        """The paths of every delete the apiserver has answered, in order (its audit log)."""
+        import json
+
+        path = self.dir / "audit.log"
+        if not path.exists():
+            return []
+        events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [e["requestURI"].split("?")[0] for e in events if e.get("stage") == "ResponseComplete"]
+
     def stop(self) -> None:
         for name in reversed(list(self.processes)):
             process = self.processes[name]
@@ -246,8 +261,10 @@ class ControlPlane:
             self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
 
     def install_crds(self) -> None:
-        """KubeVirt 1.8's own CRDs (VMI, VM, VMIM) and Longhorn's (v1beta2), established."""
-        self.apply_files(FIXTURES / "kubevirt-1.8" / "crds.yaml", FIXTURES / "longhorn-crds.yaml")
+        """KubeVirt 1.8's own CRDs (VMI, VM, VMIM), Longhorn's (v1beta2), cert-manager's and the
+        Prometheus operator's (what the install's optional parts create), established."""
+        self.apply_files(FIXTURES / "kubevirt-1.8" / "crds.yaml", FIXTURES / "longhorn-crds.yaml",
+                         FIXTURES / "operator-crds.yaml")
         deadline = time.monotonic() + 60
         while True:  # `kubectl wait` fails outright on a CRD the apiserver has not given conditions yet
             waited = self.kubectl("wait", "--for=condition=Established", "--timeout=30s", "crd", "--all", check=False)

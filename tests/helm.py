@@ -1,11 +1,11 @@
-"""Helm's own engine (helm-sdkpy: Helm 4's Go library in a wheel) against the kmock emulator.
+"""Helm's own engine (helm-sdkpy: Helm 4's Go library in a wheel) against the real kube-apiserver.
 
-`helm install`, `upgrade` and `uninstall` run as the helm CLI runs them, against the emulated
-apiserver (kubefake.apiserver: discovery, the Namespace resource, label selectors, Helm's
-release Secrets in protobuf). The README's Helm commands are parsed here and run as written.
-helm-sdkpy comes from the Makefile (`pip install --ignore-requires-python`: it declares
-Python >= 3.12 but is a cffi wrapper that runs on 3.11); without it these tests are skipped,
-except in CI (CI=true), where they fail.
+`helm install`, `upgrade` and `uninstall` run as the helm CLI runs them, against the control
+plane of the tests (tests/envtest.py: its discovery, OpenAPI, label selectors, Helm's release
+Secrets, strategic merge patches, validation and admission, all real). The README's Helm commands
+are parsed here and run as written. helm-sdkpy comes from the Makefile (`pip install
+--ignore-requires-python`: it declares Python >= 3.12 but is a cffi wrapper that runs on 3.11);
+without it these tests are skipped, except in CI (CI=true), where they fail.
 """
 from __future__ import annotations
 
@@ -17,9 +17,6 @@ from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
-
-from kubefake.apiserver import PATH, KubernetesApi
 
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "charts" / "kubevirt-colocate"
@@ -51,21 +48,86 @@ PROMETHEUS_OPERATOR = {"monitoring.coreos.com/v1/servicemonitors": ("ServiceMoni
                        "monitoring.coreos.com/v1/prometheusrules": ("PrometheusRule", True)}
 
 
-class HelmApi(KubernetesApi):
-    """The emulator for Helm: each request on a resource is answered by the apiserver at once and
-    kept in `calls` as (method, path); discovery goes through kmock. (kmock matches a request
-    against its whole history: the hundreds of requests of a few Helm commands would make that
-    quadratic.)"""
+class Cluster:
+    """The real apiserver as Helm's target, and what it stores read back: the objects of the kinds
+    a chart renders in the namespaces it installs into, the cluster-scoped ones labelled as the
+    release's, and those namespaces."""
 
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        self.calls: list[tuple[str, str]] = []
+    NAMESPACES = ("kubevirt-colocate", "colocate-system")
 
-    async def __call__(self, raw_request: web.BaseRequest) -> web.StreamResponse:
-        if PATH.match(raw_request.path) is None:
-            return await super().__call__(raw_request)
-        self.calls.append((raw_request.method, raw_request.path))
-        return await self.answer_directly(raw_request)
+    def __init__(self, plane: Any) -> None:
+        import ssl
+
+        self.plane = plane
+        self.context = ssl.create_default_context(cafile=str(plane.ca_file))
+        self.context.load_cert_chain(str(plane.admin_cert), str(plane.admin_key))
+
+    def kubeconfig(self) -> str:
+        return self.plane.kubeconfig.read_text()
+
+    def request(self, method: str, path: str) -> tuple[int, Any]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        import time
+
+        for _ in range(20):  # 429 while a new CRD's watch cache starts: the apiserver says when to retry
+            request = urllib.request.Request(self.plane.url + path, method=method)
+            try:
+                with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                code, got = error.code, json.loads(error.read() or b"{}")
+            if code != 429:
+                return code, got
+            time.sleep(0.5)
+        return code, got
+
+    def kinds(self) -> dict[str, tuple[str, bool]]:
+        return {**RESOURCES, **CERT_MANAGER, **PROMETHEUS_OPERATOR}
+
+    def stored(self) -> list[dict[str, Any]]:
+        found = []
+        for path, (kind, namespaced) in self.kinds().items():
+            prefix = "/api/" if path.startswith("v1/") else "/apis/"
+            group_version, plural = path.rsplit("/", 1)
+            if kind == "Namespace":
+                urls = [f"{prefix}{path}/{name}" for name in self.NAMESPACES]
+            elif namespaced:
+                urls = [f"{prefix}{group_version}/namespaces/{ns}/{plural}" for ns in self.NAMESPACES]
+            else:
+                urls = [f"{prefix}{path}?labelSelector=app.kubernetes.io/instance%3D{RELEASE}"]
+            for url in urls:
+                code, got = self.request("GET", url)
+                if code == 404:
+                    continue
+                assert code == 200, (url, got)
+                items = got["items"] if "items" in got else [got]
+                found += [{"apiVersion": group_version, "kind": kind, **item} for item in items]
+        return found
+
+    @property
+    def calls(self) -> list[tuple[str, str]]:
+        """Every delete the apiserver answered, in order (its audit log)."""
+        return [("DELETE", path) for path in self.plane.deletes()]
+
+    def delete(self, path: str) -> None:
+        code, got = self.request("DELETE", path)
+        assert code in (200, 202), got
+
+    def clean(self) -> None:
+        """Whatever a test left: the release's objects and everything in its namespaces (the
+        namespaces themselves stay: nothing would finish deleting them here)."""
+        plurals = {kind: path for path, (kind, _) in self.kinds().items()}
+        for obj in self.stored():
+            if obj["kind"] == "Namespace":
+                continue
+            meta, path = obj["metadata"], plurals[obj["kind"]]
+            prefix = "/api/" if path.startswith("v1/") else "/apis/"
+            group_version, plural = path.rsplit("/", 1)
+            scope = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+            self.request("DELETE", f"{prefix}{group_version}{scope}/{plural}/{meta['name']}")
 
 
 def sdk() -> Any:
@@ -79,23 +141,6 @@ def sdk() -> Any:
             pytest.fail(f"helm-sdkpy is not usable ({exc}); the Makefile installs it")
         pytest.skip(f"helm-sdkpy is not usable ({exc}); `make .venv/.installed` installs it")
     return helm_sdkpy
-
-
-def serve(emulator: Any, *groups: dict[str, tuple[str, bool]]) -> None:
-    """Make the emulator serve these kinds (discovery: what `kubectl api-resources` lists)."""
-    for group in (RESOURCES, *groups):
-        for resource, (kind, namespaced) in group.items():
-            info = emulator.resources[resource]
-            info.kind, info.namespaced, info.verbs = kind, namespaced, VERBS
-
-
-def kubeconfig(emulator: Any) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-        "clusters": [{"name": "emulator", "cluster": {"server": str(emulator.url).rstrip("/")}}],
-        "users": [{"name": "admin", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "admin"}}],
-    })
 
 
 # --------------------------------------------------------------------------- the helm command line

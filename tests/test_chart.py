@@ -6,8 +6,8 @@ manifests/ tree, apart from the labels Helm adds, the certificate Job's name (th
 after its spec, so that an upgrade replaces it) and the Namespace (Helm's --create-namespace
 makes it). Every rendered object validates strictly (kubernetes-validate, 1.30 and the newest).
 
-The README's Helm commands are run as written against the kmock emulator (tests/helm.py), with
-the certificate Job played by the project's own `certs` verb in a process.
+The README's Helm commands are run as written against the real kube-apiserver (tests/helm.py,
+tests/envtest.py), with the certificate Job played by the project's own `certs` verb in a process.
 """
 from __future__ import annotations
 
@@ -28,9 +28,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
-from helm import (CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Command, HelmApi, commands, kubeconfig,
-                  objects, run, sdk, serve, set_value)
-from kube import kubeconfig_for
+from helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
 from test_manifests import VERSIONS, kubectl
 
 from webhook import __version__
@@ -59,38 +57,40 @@ VARIANTS = {  # values -> the manifests/ trees of the same install
 
 
 @pytest.fixture
-def kmock_options(kmock_options: dict[str, Any]) -> dict[str, Any]:
-    return {**kmock_options, "cls": HelmApi}
-
-
-@pytest.fixture
 def helm_sdkpy():
     return sdk()
 
 
 @pytest.fixture
-def cluster(kmock, helm_sdkpy):
-    """The emulator, serving the built-in kinds, cert-manager's and the Prometheus operator's."""
-    serve(kmock, CERT_MANAGER, PROMETHEUS_OPERATOR)
-    return kmock
+async def cluster(control_plane, helm_sdkpy):
+    """The real apiserver (cert-manager's and the Prometheus operator's kinds served too); every
+    release a test installed uninstalled after it, and whatever it left removed."""
+    found = Cluster(control_plane)
+    yield found
+    for namespace in Cluster.NAMESPACES:
+        try:
+            await helm_sdkpy.Uninstall(configuration(helm_sdkpy, found, namespace)).run(RELEASE, wait=False, timeout=60)
+        except helm_sdkpy.HelmError:
+            pass  # nothing installed there
+    found.clean()
 
 
-def configuration(helm_sdkpy, emulator, namespace=NS):
-    return helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig(emulator))
+def configuration(helm_sdkpy, cluster, namespace=NS):
+    return helm_sdkpy.Configuration(namespace=namespace, kubeconfig=cluster.kubeconfig())
 
 
-async def install(helm_sdkpy, emulator, values=None, namespace=NS) -> list[dict[str, Any]]:
+async def install(helm_sdkpy, cluster, values=None, namespace=NS) -> list[dict[str, Any]]:
     """`helm install kubevirt-colocate CHART -n NAMESPACE --create-namespace` with these values:
     the objects of the release's manifest."""
-    release = await helm_sdkpy.Install(configuration(helm_sdkpy, emulator, namespace)).run(
+    release = await helm_sdkpy.Install(configuration(helm_sdkpy, cluster, namespace)).run(
         RELEASE, str(CHART), values=values or {}, create_namespace=True, wait=False, timeout=60)
     return objects(release["manifest"])
 
 
-def stored(emulator, kind=None, name=None) -> list[dict[str, Any]]:
-    """The live objects in the emulator (what Helm created), by kind and name."""
-    return [obj.raw for (resource, _, key), obj in emulator.objects.items() if not obj.deleted
-            and (kind is None or obj.raw.get("kind") == kind) and (name is None or key == name)]
+def stored(cluster, kind=None, name=None) -> list[dict[str, Any]]:
+    """The objects in the apiserver (what Helm created), by kind and name."""
+    return [obj for obj in cluster.stored()
+            if (kind is None or obj.get("kind") == kind) and (name is None or obj["metadata"]["name"] == name)]
 
 
 def one(found: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -210,8 +210,8 @@ async def test_the_opt_in_key_is_named_once_for_the_flag_and_the_match_condition
     validate_strictly([deployment, configuration_])
 
 
-async def test_helm_lint_is_clean(helm_sdkpy, kmock):
-    result = await helm_sdkpy.Lint(configuration(helm_sdkpy, kmock)).run(str(CHART))
+async def test_helm_lint_is_clean(helm_sdkpy):
+    result = await helm_sdkpy.Lint(helm_sdkpy.Configuration(namespace=NS)).run(str(CHART))
     assert result["TotalChartsLinted"] == 1 and not result["Errors"]
     # INFO (severity 1) is only "icon is recommended"; no warning (2) nor error (3).
     assert [m for m in result["Messages"] if m["Severity"] >= 2] == []
@@ -444,30 +444,30 @@ def test_the_readme_kustomize_overlay_sets_the_image_and_report_mode(tmp_path):
         assert image == "registry.example.com/kubevirt-colocate:0.1.0"
 
 
-async def job_runs(emulator, job: dict[str, Any], tmp_path: Path) -> str:
-    """What the certificate Job's pod runs, as a process against the emulator (with --kubeconfig
+async def job_runs(cluster, job: dict[str, Any], tmp_path: Path) -> str:
+    """What the certificate Job's pod runs, as a process against the apiserver (with --kubeconfig
     for its in-cluster credentials)."""
     [certs] = job["spec"]["template"]["spec"]["containers"]
     assert certs["command"][:3] == ["python", "-m", "webhook"]
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     process = await asyncio.create_subprocess_exec(
         sys.executable, *certs["command"][1:], *certs["args"], "--kubeconfig",
-        kubeconfig_for(tmp_path, str(emulator.url).rstrip("/")),
+        str(cluster.plane.kubeconfig),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, stderr.decode()
     return stdout.decode()
 
 
-def the_job(emulator) -> dict[str, Any]:
-    [job] = stored(emulator, "Job")
+def the_job(cluster) -> dict[str, Any]:
+    [job] = stored(cluster, "Job")
     return job
 
 
-def certificate(emulator) -> tuple[dict[str, str], list[str]]:
+def certificate(cluster) -> tuple[dict[str, str], list[str]]:
     """The Secret's data and each webhook's caBundle."""
-    secret = one(stored(emulator), "Secret", "kubevirt-colocate-tls")
-    config = one(stored(emulator), "MutatingWebhookConfiguration")
+    secret = one(stored(cluster), "Secret", "kubevirt-colocate-tls")
+    config = one(stored(cluster), "MutatingWebhookConfiguration")
     return secret.get("data") or {}, [w["clientConfig"].get("caBundle", "") for w in config["webhooks"]]
 
 
@@ -491,7 +491,7 @@ async def test_the_readme_install_upgrade_and_uninstall(cluster, helm_sdkpy, tmp
 
     for number, upgrade in enumerate(upgrades):
         if number == 0:  # 10 minutes later: the finished Job has removed itself (ttlSecondsAfterFinished)
-            await delete(cluster, f"/apis/batch/v1/namespaces/{NS}/jobs/{first_job['metadata']['name']}")
+            cluster.delete(f"/apis/batch/v1/namespaces/{NS}/jobs/{first_job['metadata']['name']}")
         await run(helm_sdkpy, config, upgrade)
         # The certificate is untouched by Helm: same pair, same caBundle.
         assert certificate(cluster) == issued, upgrade.line
@@ -513,15 +513,7 @@ async def test_the_readme_install_upgrade_and_uninstall(cluster, helm_sdkpy, tmp
     deletes = [path for method, path in cluster.calls[deleted_from:] if method == "DELETE"]
     assert deletes and "/mutatingwebhookconfigurations/" in deletes[0]
     left = {(o["kind"], o["metadata"]["name"]) for o in stored(cluster)}
-    assert left == {("Namespace", NS)}
-
-
-async def delete(emulator, path: str) -> None:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session:
-        async with session.delete(str(emulator.url).rstrip("/") + path) as response:
-            assert response.status == 200, await response.text()
+    assert ("Namespace", NS) in left and {k for k in left if k[0] != "Namespace"} == set()  # the namespace stays
 
 
 async def test_a_new_image_replaces_the_certificate_job_and_keeps_the_certificate(cluster, helm_sdkpy, tmp_path):
