@@ -1,6 +1,7 @@
 """Drains: a share-manager re-created while its VM is leaving its node goes where the VM's
 migration can land too, never where the VM can never follow (an older CPU generation, a node
 too small, a node the share-manager itself may not use)."""
+import asyncio
 import copy
 
 import pytest
@@ -182,3 +183,30 @@ async def test_re_review_adds_nothing(make_store):
     outcome = await admit(parse_review(review(copy.deepcopy(pod), namespace=LONGHORN_NS)), store, Settings(),
                           Deadline.after(10, 1))
     assert decode_patch(answer(outcome)) == []
+
+
+def many_nodes(n):
+    return [node(f"n{i:03d}") for i in range(n)]
+
+
+async def test_judging_stops_at_the_deadline_and_gives_the_loop_back_as_it_goes():
+    """The nodes are judged in slices: between them the loop runs other work; past the deadline
+    the judging stops (the rule then answers without a requirement, saying so)."""
+    import time
+
+    from webhook.admission.admit import in_slices
+
+    ran = []
+
+    def steps(n, seconds):
+        for i in range(n):
+            time.sleep(seconds)
+            yield i
+
+    async def other():
+        ran.append("other")
+
+    asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(other()))
+    assert await in_slices(steps(5, 0.003), Deadline.after(10, 1), slice_seconds=0.002) is True
+    assert ran == ["other"]  # it ran between two slices, not after all of them
+    assert await in_slices(steps(1000, 0.001), Deadline(time.monotonic() + 0.02), slice_seconds=0.002) is False

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
+from collections.abc import Iterable
 from typing import Any
 
 import jsonpatch
@@ -161,11 +163,16 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     view = None if isinstance(target, str) else await store.fit_view(vm_namespace, "", timeout=deadline.remaining())
     required = settings.pin is PinMode.REQUIRED
     if isinstance(target, TargetPod) and view is not None:
-        found = together.landings(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        decision = together.decide_together(found, vm, leaving, required=required)
-        if decision is not None:
-            return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
-        why = together.nowhere(found, vm)
+        judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
+        if not await in_slices(judging, deadline):
+            why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
+                   f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
+        else:
+            found = judging.found
+            decision = together.decide_together(found, vm, leaving, required=required)
+            if decision is not None:
+                return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
+            why = together.nowhere(found, vm)
     elif isinstance(target, str):
         why = f"cannot tell where the migration of {vm} can land: {target}"
     else:
@@ -174,6 +181,24 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     decision = dataclasses.replace(decision, reason=f"{decision.reason}; {why}",
                                    warnings=(*decision.warnings, why))
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
+
+
+# The longest the rules hold the event loop at a stretch: a drain's share-manager judges every node
+# for two pods (tens of milliseconds on hundreds of nodes), and VM starts must not wait behind it.
+SLICE = 0.005
+
+
+async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: float = SLICE) -> bool:
+    """Take `steps` one by one, giving the event loop back every `slice_seconds` so that other
+    admissions are answered meanwhile; False when the deadline came first."""
+    until = time.monotonic() + slice_seconds
+    for _ in steps:
+        if time.monotonic() >= until:
+            if deadline.remaining() <= 0:
+                return False
+            await asyncio.sleep(0)
+            until = time.monotonic() + slice_seconds
+    return True
 
 
 def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:

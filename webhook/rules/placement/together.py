@@ -15,7 +15,7 @@ pods, on every node.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import fit
@@ -53,33 +53,57 @@ def landings(share_manager: Mapping[str, Any], share_manager_namespace: str, tar
              source: str, view: fit.View) -> Landings:
     """Every node of the view but the VM's own (`source`, which a migration target never takes),
     judged for the share-manager pod and for the VM's migration target pod."""
-    refused: dict[str, str] = {}
-    try:
-        shared = Demand.of(share_manager, share_manager_namespace, view.memo)
-        moved = Demand.of(target.pod, vm_namespace, view.memo)
-    except Unreadable as error:
-        return Landings((), {"*": f"a pod cannot be read: {error}"})
-    found = []
-    for node in view.nodes():
-        name = name_of(node)
-        if not isinstance(name, str) or not name:
-            continue
-        if name == source:
-            refused[name] = f"node {name} is where the VM runs now"
-            continue
-        why = (fit.why_not_run(name, node, share_manager, needs_kubevirt=False)
-               or fit.why_not_fit(share_manager, share_manager_namespace, node, view, "the share-manager",
-                                  demand=shared)
-               or lacking(target, name, node)
-               or fit.why_not_run(name, node, target.pod, needs_kubevirt=True)
-               or fit.why_not_fit(target.pod, vm_namespace, node, view, "the VM", demand=moved))
+    judging = Judging(share_manager, share_manager_namespace, target, vm_namespace, source, view)
+    for _ in judging:
+        pass
+    return judging.found
+
+
+class Judging:
+    """`landings` a node at a time: iterating judges the next node (and yields its name), so that
+    a caller can give the event loop back between nodes and stop at a deadline; `found` is what
+    the nodes judged so far say. Pure: the view is read, nothing else."""
+
+    def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
+                 vm_namespace: str, source: str, view: fit.View) -> None:
+        self.share_manager, self.share_manager_namespace = share_manager, share_manager_namespace
+        self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
+        self.refused: dict[str, str] = {}
+        self.landed: list[Landing] = []
+        self.nodes = list(view.nodes())  # a copy: the caches may change while the loop has the turn
+        try:
+            self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
+            self.moved = Demand.of(target.pod, vm_namespace, view.memo)
+        except Unreadable as error:
+            self.nodes, self.refused = [], {"*": f"a pod cannot be read: {error}"}
+
+    def __iter__(self) -> Iterator[str]:
+        for node in self.nodes:
+            name = name_of(node)
+            if isinstance(name, str) and name:
+                self._judge(name, node)
+                yield name
+
+    def _judge(self, name: str, node: Mapping[str, Any]) -> None:
+        if name == self.source:
+            self.refused[name] = f"node {name} is where the VM runs now"
+            return
+        pod, view = self.target.pod, self.view
+        why = (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False)
+               or fit.why_not_fit(self.share_manager, self.share_manager_namespace, node, view, "the share-manager",
+                                  demand=self.shared)
+               or lacking(self.target, name, node)
+               or fit.why_not_run(name, node, pod, needs_kubevirt=True)
+               or fit.why_not_fit(pod, self.vm_namespace, node, view, "the VM", demand=self.moved))
         if why is not None:
-            refused[name] = why
-            continue
-        room = least_allocated(moved, node, view)
-        found.append(Landing(name, room if room is not None else 0.0))
-    found.sort(key=lambda landing: (-landing.room, landing.node))
-    return Landings(tuple(found), refused)
+            self.refused[name] = why
+            return
+        room = least_allocated(self.moved, node, view)
+        self.landed.append(Landing(name, room if room is not None else 0.0))
+
+    @property
+    def found(self) -> Landings:
+        return Landings(tuple(sorted(self.landed, key=lambda landing: (-landing.room, landing.node))), self.refused)
 
 
 def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
