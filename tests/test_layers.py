@@ -26,7 +26,7 @@ MAY_IMPORT = {
     "admission": BASE | RULES | {"cluster"},
     "keeper": BASE | RULES | {"cluster"},
     "tools": BASE | RULES | {"cluster", "admission", "keeper"},
-    "__main__": BASE | RULES | {"cluster", "admission", "keeper", "tools"},
+    "__main__": BASE | RULES | {"cluster", "admission", "keeper", "tools", "__init__"},  # __init__: the version
     "__init__": set(),
 }
 
