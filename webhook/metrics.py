@@ -41,6 +41,11 @@ ADMISSIONS = Counter("colocate_admissions_total",
                      "Admission reviews answered, by rule and outcome (pinned, pinned-among, preferred, not-pinned, skipped, error).",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
 ADMISSION_DURATIONS, ADMISSION_OUTCOMES = Children(ADMISSION_DURATION), Children(ADMISSIONS)
+LOOP_LAG = Histogram("colocate_event_loop_lag_seconds",
+                     "How late the event loop ran a timer (sampled every 0.1 s): how long a request arriving then "
+                     "could wait before its handler ran.", buckets=ADMISSION_BUCKETS, registry=REGISTRY)
+LOOP_LAG_MAX = Gauge("colocate_event_loop_lag_max_seconds", "The largest event loop lag of the last minute.",
+                     registry=REGISTRY)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
 API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],

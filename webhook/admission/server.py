@@ -16,6 +16,7 @@ from ..config import Settings
 from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
+from .looplag import LoopLag
 from .outcome import Outcome, Rule
 
 log = logging.getLogger("webhook.server")
@@ -77,7 +78,9 @@ class Admissions:
     the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
     does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
 
-    def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True):
+    def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True,
+                 lag: LoopLag | None = None):
+        self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
         # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
         # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
         self.store, self.settings, self.events, self.decide = store, settings, events, decide
@@ -107,7 +110,7 @@ class Admissions:
                                  migration_target=outcome.rule is Rule.MIGRATION_TARGET)
             seconds = time.monotonic() - started
             count_admission(outcome, seconds)
-            log_admission(review, outcome, seconds)
+            log_admission(review, outcome, seconds, self.lag.recent() if self.lag is not None else None)
         except Exception:
             log.exception("bookkeeping after admission %s failed", review.uid)
         return answer
@@ -124,10 +127,13 @@ def count_admission(outcome: Outcome, seconds: float) -> None:
         metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
-def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float) -> None:
-    """One JSON line per admission: what an admin needs to answer "why is my VM there?"."""
+def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float,
+                  loop_lag: float | None = None) -> None:
+    """One JSON line per admission: what an admin needs to answer "why is my VM there?", and how
+    long it took: `duration_ms` from its handler's start, `loop_lag_ms` the longest the event loop
+    kept a request waiting before its handler in the last second (looplag.py)."""
     decision = outcome.decision
-    fields = {
+    fields: dict[str, object] = {
         "uid": review.uid,
         "namespace": review.namespace,
         "pod": kinds.pod_name(review.object),
@@ -142,13 +148,15 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
         "dry_run": review.dry_run,
         "duration_ms": round(seconds * 1000, 3),
     }
+    if loop_lag is not None:
+        fields["loop_lag_ms"] = round(loop_lag * 1000, 3)
     log.info("admission", extra={"fields": fields})
 
 
 def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
-             decide: bool = True) -> web.Application:
+             decide: bool = True, lag: LoopLag | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
-    app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide)
+    app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide, lag=lag)
     app[STATE_KEY] = state or ServingState()
     app.router.add_post("/mutate", handle_mutate)
     return app

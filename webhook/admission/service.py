@@ -20,6 +20,7 @@ from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
 from . import probes, server
+from .looplag import LoopLag
 from .tls import ReloadingTLS
 
 log = logging.getLogger("webhook")
@@ -44,7 +45,8 @@ class Service:
                  companions: Sequence[Any] = (), *, decide: bool = True):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
         self.decide = decide  # False: parse and allow only (server.Admissions)
-        self.companions = tuple(companions)
+        self.lag = LoopLag()
+        self.companions = (self.lag, *companions)
         self.state = server.ServingState()
         self.ops_runner: web.AppRunner | None = None
         self.runner: web.AppRunner | None = None
@@ -72,7 +74,8 @@ class Service:
         self.store.start()
         self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.degraded), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
-        app = server.make_app(self.store, self.settings, state=self.state, events=self.events, decide=self.decide)
+        app = server.make_app(self.store, self.settings, state=self.state, events=self.events, decide=self.decide,
+                              lag=self.lag)
         self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()

@@ -1,0 +1,65 @@
+"""How long the event loop keeps a request waiting: a timer every 0.1 s, and how late it runs.
+
+Every admission is answered on one event loop; whatever holds it (a drain's share-manager rule
+judging hundreds of nodes, a burst of reviews) makes a request that arrives meanwhile wait before
+its handler even starts, a wait the handler's own clock cannot see. The lateness of a timer is
+that wait: kept as a histogram, as the largest of the last minute (the alert's), and as the
+largest of the last second (each admission's log line: what a request arriving then may have
+waited, besides its `duration_ms`).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+
+from .. import metrics
+from ..background import Background
+
+log = logging.getLogger("webhook")
+
+PERIOD = 0.1
+WINDOW = 60.0
+
+
+class LoopLag:
+    """Measures the loop's lag beside admission (a companion of the Service)."""
+
+    def __init__(self, period: float = PERIOD, window: float = WINDOW) -> None:
+        self.period, self.window = period, window
+        self.samples: collections.deque[tuple[float, float]] = collections.deque()  # (when, lag)
+        self.task = Background("loop-lag", self.sample, log=log, failure="measuring the event loop's lag failed")
+
+    async def sample(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.period
+        await asyncio.sleep(self.period)
+        self.record(max(loop.time() - due, 0.0))
+
+    def record(self, lag: float, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self.samples.append((now, lag))
+        while self.samples and self.samples[0][0] < now - self.window:
+            self.samples.popleft()
+        metrics.LOOP_LAG.observe(lag)
+        metrics.LOOP_LAG_MAX.set(max(lag for _, lag in self.samples))
+
+    def recent(self, seconds: float = 1.0, now: float | None = None) -> float:
+        """The largest lag of the last `seconds` (0 when none was measured)."""
+        since = (time.monotonic() if now is None else now) - seconds
+        worst = 0.0
+        for when, lag in reversed(self.samples):
+            if when < since:
+                break
+            worst = max(worst, lag)
+        return worst
+
+    def start(self) -> None:
+        self.task.start()
+
+    async def stop(self) -> None:
+        await self.task.stop()
+
+    def degraded(self) -> list[str]:
+        return self.task.degraded()
