@@ -92,6 +92,7 @@ class WatchedClusterStore(Informers):
         self.usage = NodeUsage()
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
+                                       "labelled": _indexed_labels,
                                        "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
         self.nodes = informer(NODE)
@@ -205,6 +206,13 @@ def _node_of(pod: dict[str, Any]) -> list[str]:
     return [node] if node else []
 
 
+def _indexed_labels(pod: dict[str, Any]) -> list[Hashable]:
+    """The (key, value) of each label the checks look bound pods up by (`fit.INDEXED_LABELS`)."""
+    if not fit.bound_node(pod):
+        return []
+    return [(key, value) for key, value in kinds.labels(pod).items() if key in fit.INDEXED_LABELS and isinstance(value, str)]
+
+
 def _anti_affinity(pod: dict[str, Any]) -> list[Hashable]:
     return fit.anti_affinity_keys(pod) if fit.bound_node(pod) and fit.has_required_anti_affinity(pod) else []
 
@@ -244,6 +252,12 @@ class CachedView:
             if value in index:
                 found.update(dict.fromkeys(table.keys_of("anti", value)))
         return [table.read(key) for key in found]
+
+    def pods_labelled(self, key, value):
+        if key not in fit.INDEXED_LABELS:
+            return None
+        table = self._store.pods.table
+        return [table.read(k) for k in table.keys_of("labelled", (key, value))]
 
     def pvc(self, namespace, name):
         table = self._store.pvcs.table

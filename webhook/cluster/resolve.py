@@ -216,6 +216,9 @@ class SeenFirst:
     def pods_with_anti_affinity_toward(self, labels: Any) -> Any:
         return self._view.pods_with_anti_affinity_toward(labels)
 
+    def pods_labelled(self, key: str, value: str) -> Any:
+        return self._view.pods_labelled(key, value)
+
     def pvc(self, namespace: str, name: str) -> Any:
         found = self._seen.get((PVC.kind, namespace, name))
         return found if found is not None else self._view.pvc(namespace, name)

@@ -68,7 +68,8 @@ PLACED = st.lists(st.builds(lambda i, node, terms, labels, ns: workload(f"p{i}",
 
 
 class EveryPlaced:
-    """A view that hands every placed pod with anti-affinity to every check: what the index narrows."""
+    """A view that hands every placed pod with anti-affinity to every check, and keeps no label
+    index (the pod's own anti-affinity walks every node's pods): what the indexes narrow."""
 
     def __init__(self, view):
         self._view, self.memo = view, view.memo
@@ -79,6 +80,9 @@ class EveryPlaced:
 
     def pods_with_anti_affinity_toward(self, labels):
         return self._all
+
+    def pods_labelled(self, key, value):
+        return None
 
 
 def cached_view(objects):
@@ -93,9 +97,13 @@ def cached_view(objects):
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(placed=PLACED, labels=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3))
-def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_found_by_the_pods_labels(placed, labels):
-    pod = vm(labels=labels)
+@given(placed=PLACED, labels=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3),
+       own=st.lists(TERMS, max_size=2))
+def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_found_by_the_pods_labels(placed, labels,
+                                                                                                   own):
+    """The indexes narrow, never decide: placed pods' anti-affinity found by the labels it may
+    select, and the VM's own anti-affinity (`own`) looking pods up by KubeVirt's label."""
+    pod = vm(labels=labels, anti=own or None)
     static = view_of(*placed)
     nodes = three_nodes()
     objects = [*nodes, *ROOTDISK, *placed]
@@ -104,3 +112,15 @@ def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_foun
         wanted = why_not_fit(pod, NS, node, EveryPlaced(static)) is None
         assert (why_not_fit(pod, NS, node, static) is None) == wanted
         assert (why_not_fit(pod, NS, cached.node(node["metadata"]["name"]), cached) is None) == wanted
+
+
+def test_a_migration_target_avoids_the_node_of_its_own_vms_pod_through_either_view():
+    """KubeVirt's term on a migration target pod (its VMI's pods, by `kubevirt.io/created-by`),
+    found through the label index of the snapshot's view and of the caches' alike."""
+    target = vm(labels={CREATED_BY: UID}, anti=[term(matchLabels={CREATED_BY: UID})])
+    source = workload("virt-launcher-vm1-abcde", "node-b", labels={CREATED_BY: UID, "kubevirt.io": "virt-launcher"})
+    other = workload("virt-launcher-vm2-fghij", "node-c", labels={CREATED_BY: "another-uid"})
+    for view in (view_of(source, other), cached_view([*three_nodes(), *ROOTDISK, source, other])):
+        assert "fails the VM's pod anti-affinity: pod default/virt-launcher-vm1-abcde" in why_not_fit(
+            target, NS, view.node("node-b"), view)
+        assert why_not_fit(target, NS, view.node("node-c"), view) is None

@@ -18,7 +18,7 @@ from .checks import why_not_fit, why_not_run
 from .requests import pod_requests
 from .usage import PodUsage, Usage
 from .terms import anti_affinity_keys, keys_toward
-from .view import StaticView, View, bound_node, has_required_anti_affinity
+from .view import INDEXED_LABELS, StaticView, View, bound_node, has_required_anti_affinity
 
-__all__ = ["PodUsage", "StaticView", "Usage", "View", "anti_affinity_keys", "bound_node", "has_required_anti_affinity",
+__all__ = ["INDEXED_LABELS", "PodUsage", "StaticView", "Usage", "View", "anti_affinity_keys", "bound_node", "has_required_anti_affinity",
            "keys_toward", "pod_requests", "why_not_fit", "why_not_run"]

@@ -12,7 +12,7 @@ from .fields import name_of, namespace_of, pod_key
 from .framework import CannotTell
 from .selectors import selects
 from .terms import EVERY_NAMESPACE, existing_anti_terms
-from .view import View
+from .view import View, bound_node
 
 
 def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> Iterable[Mapping[str, Any]]:
@@ -20,6 +20,26 @@ def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> 
     if key == kinds.HOSTNAME_LABEL:
         return (node,)
     return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
+
+
+def _in_domain(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Iterable[Mapping[str, Any]]:
+    """The pods the term may select in the node's topology domain (perhaps more): found by the
+    label its selector requires first where the view indexes that label (kube-scheduler's
+    PreFilter gathers them so, once per pod), else every pod of the domain's nodes."""
+    first = next((req for req in term.selector or () if req[1] == "In"), None)
+    found: list[Mapping[str, Any]] = []
+    for label_value in sorted(first[2]) if first is not None else ():
+        pods = view.pods_labelled(first[0], label_value)
+        if pods is None:
+            break
+        found.extend(pods)
+    else:
+        if first is not None:
+            if term.topology_key == kinds.HOSTNAME_LABEL:
+                return [pod for pod in found if bound_node(pod) == name_of(node)]
+            return [pod for pod in found
+                    if kinds.labels(view.node(bound_node(pod) or "") or {}).get(term.topology_key) == value]
+    return [pod for other in _domain_nodes(view, node, term.topology_key, value) for pod in view.pods_on(name_of(other))]
 
 
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
@@ -41,11 +61,10 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
         if term.topology_key not in labels:
             continue  # no domain here, so nothing in it to avoid
         value = labels[term.topology_key]
-        for other in _domain_nodes(view, node, term.topology_key, value):
-            for pod in view.pods_on(name_of(other)):
-                if term.matches(namespace_of(pod), kinds.labels(pod)):
-                    return (f"node {name} fails {subject}'s pod anti-affinity: pod {pod_key(pod)} "
-                            f"runs in {term.topology_key}={value}")
+        for pod in _in_domain(view, node, term, value):
+            if term.matches(namespace_of(pod), kinds.labels(pod)):
+                return (f"node {name} fails {subject}'s pod anti-affinity: pod {pod_key(pod)} "
+                        f"runs in {term.topology_key}={value}")
     for pod in placed:
         terms = view.memo.of(existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
         if isinstance(terms, str):

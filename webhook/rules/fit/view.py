@@ -11,6 +11,12 @@ from .terms import anti_affinity_keys, keys_toward
 from .usage import Usage
 
 
+# The labels a View indexes its pods by: KubeVirt's own, which the required anti-affinity of every
+# migration target pod selects (one per VMI): the share-manager rule of a drain judges such a pod on
+# every node, and walking every node's pods for it grew with the VMs of the cluster.
+INDEXED_LABELS = frozenset({kinds.CREATED_BY_LABEL})
+
+
 class View(Protocol):
     """What the checks read from the cluster: nodes, the pods bound to them (not finished),
     and claims and volumes. The admission cache and a snapshot both provide it, with the memo
@@ -25,6 +31,10 @@ class View(Protocol):
     def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         """Bound pods with a required anti-affinity term that may select a pod with `labels`:
         every one whose terms do (found by `terms.anti_affinity_keys`), perhaps others."""
+    def pods_labelled(self, key: str, value: str) -> Iterable[Mapping[str, Any]] | None:
+        """Bound pods whose label `key` is `value`, where the view keeps an index of that key
+        (KubeVirt's `kubevirt.io/created-by`, what a migration target's anti-affinity selects);
+        None where it keeps none (the check then walks the nodes' pods)."""
     def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
     def pv(self, name: str) -> Mapping[str, Any] | None: ...
 
@@ -64,6 +74,11 @@ class StaticView:
         for pod in (p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)):
             for key in anti_affinity_keys(pod):
                 self._anti.setdefault(key, []).append(pod)
+        self._labelled: dict[tuple[str, str], list[Any]] = {}
+        for pod in (p for pods in self._pods.values() for p in pods):
+            for key, value in kinds.labels(pod).items():
+                if key in INDEXED_LABELS and isinstance(value, str):
+                    self._labelled.setdefault((key, value), []).append(pod)
         self._claims = {(text_or_none(kinds.meta(c).get("namespace")), text_or_none(kinds.meta(c).get("name"))): c
                         for c in claims}
         self._volumes = {text_or_none(kinds.meta(v).get("name")): v for v in volumes}
@@ -83,6 +98,9 @@ class StaticView:
     def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         found = {id(pod): pod for key in keys_toward(labels) for pod in self._anti.get(key, ())}
         return found.values()
+
+    def pods_labelled(self, key: str, value: str) -> Iterable[Mapping[str, Any]] | None:
+        return self._labelled.get((key, value), ()) if key in INDEXED_LABELS else None
 
     def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self._claims.get((namespace, name))
