@@ -46,11 +46,14 @@ certs: $(CERTS)/tls.crt
 demo: $(CERTS)/tls.crt
 	@PY=$(PY) CERTS=$(CERTS) PORT=$(PORT) sh examples/demo.sh
 
-# The admission path against a bare aiohttp server, and the store's memory; admission on the
+# The admission path against a bare aiohttp server, and the store's memory; a drain storm (share-managers
+# re-created at once beside VM starts) on 200 and 400 nodes; admission on the
 # keeper's leader during its passes; the keeper against a drained cluster, and its memory
 # (docs/performance.md).
 bench: $(VENV)/.installed
 	$(PY) -m bench
+	$(PY) -m bench.storm
+	$(PY) -m bench.storm --nodes 400 --vms 10000
 	$(PY) -m bench.passes
 	$(PY) -m bench.keeper
 

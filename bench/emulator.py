@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import copy
 import itertools
+import json
 import os
 import sys
 import uuid
@@ -196,6 +197,11 @@ async def serve(args: argparse.Namespace) -> None:
         if args.vmis:
             added, _ = add_kubevirt(emulator, args.vmis, args.nodes, args.share_managers, args.vmis_apart_every)
             count += added
+        if args.objects:
+            with open(args.objects, encoding="utf-8") as lines:
+                for line in lines:
+                    emulator.put(json.loads(line))
+                    count += 1
         print(f"{url(api)} {url(control)} {count}", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
     finally:
@@ -213,6 +219,7 @@ def main() -> None:
     parser.add_argument("--bench-disks", action="store_true", help="add the benchmark's two disks and late claims")
     parser.add_argument("--paginate", action="store_true", help="serve lists in pages (limit/continue)")
     parser.add_argument("--vmis", type=int, default=0, help="running opted-in VMIs (and serve migrations, Leases)")
+    parser.add_argument("--objects", metavar="FILE", help="serve these objects too (JSON, one per line)")
     parser.add_argument("--vmis-apart-every", type=int, default=10, metavar="K",
                         help="every K-th VMI with a launcher pod runs apart from its storage (default 10)")
     args = parser.parse_args()

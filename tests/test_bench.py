@@ -2,6 +2,7 @@
 import ast
 import os
 import re
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,15 @@ def test_admission_beside_the_keepers_passes_is_reported_against_the_keeper_off(
     assert int(on[0]) > 0 and on[4] == "0" and int(on[5]) > 0 and on[6:9] == ["passes", "during", "the"], out
     assert re.search(r"^p99 during passes / p99 with the keeper off: [\d.]+$", out, re.M), out
     assert "targets: p99 during passes ≤ 2× keeper off " in out, out
+
+
+def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
+    """`python -m bench.storm`: share-managers of a drained node re-created at once beside VM starts."""
+    done = subprocess.run([sys.executable, "-m", "bench.storm", "--nodes", "12", "--vms", "60", "--share-managers", "3",
+                           "--vm-starts", "3", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for name in ("quiet_vm", "storm_vm", "storm_share_manager"):
+        figures = result[name]
+        assert figures["undecided"] == 0, (name, figures)
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"], (name, figures)

@@ -62,7 +62,13 @@ def landings(share_manager: Mapping[str, Any], share_manager_namespace: str, tar
 class Judging:
     """`landings` a node at a time: iterating judges the next node (and yields its name), so that
     a caller can give the event loop back between nodes and stop at a deadline; `found` is what
-    the nodes judged so far say. Pure: the view is read, nothing else."""
+    the nodes judged so far say. Pure: the view is read, nothing else.
+
+    The nodes are judged in the order of the room they leave the VM (NodeResourcesFit's score,
+    cheap to read), and the judging stops once AMONG_NODES take both pods: those are the ones the
+    answer requires, and a drain's share-manager on hundreds of nodes is then judged on a few
+    dozen of them (each node checks two pods against every filter). A node whose room cannot be
+    read comes last; when too few nodes take both, every node is judged (and `nowhere` says why)."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View) -> None:
@@ -78,11 +84,17 @@ class Judging:
             self.nodes, self.refused = [], {"*": f"a pod cannot be read: {error}"}
 
     def __iter__(self) -> Iterator[str]:
-        for node in self.nodes:
+        for _, node in sorted(((self._room(node), node) for node in self.nodes), key=lambda pair: -pair[0]):
+            if len(self.landed) >= AMONG_NODES:
+                return
             name = name_of(node)
             if isinstance(name, str) and name:
                 self._judge(name, node)
                 yield name
+
+    def _room(self, node: Mapping[str, Any]) -> float:
+        room = least_allocated(self.moved, node, self.view)
+        return -1.0 if room is None else room
 
     def _judge(self, name: str, node: Mapping[str, Any]) -> None:
         if name == self.source:
@@ -122,8 +134,7 @@ def decide_together(found: Landings, vm: str, leaving: str, *, required: bool) -
     preferences = tuple((landing.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * landing.room / top))))
                         for landing in best)
     among = tuple(sorted(landing.node for landing in found.nodes[:AMONG_NODES]))
-    more = len(found.nodes) - len(among)
-    nodes = named(among) + (f" (the {len(among)} with most room for the VM of {len(found.nodes)})" if more else "")
+    nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == AMONG_NODES else "")
     where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
     preferred = f"preferred {named([n for n, _ in preferences])} (most room for the VM)"
     if not required:

@@ -1,0 +1,187 @@
+"""A drain storm: many share-managers re-created at once beside VM starts, on a large cluster.
+
+`python -m bench.storm --nodes 200 --vms 4000 --share-managers 25 --vm-starts 30`
+
+The cluster (kubefake's apiserver in a process of its own, served as bench.emulator serves it):
+`--nodes` KubeVirt nodes; `--vms` running opted-in VMs, each with its RWX disk served from the node
+it runs on, every one of them migrated once (its pod a migration target pod, with KubeVirt's
+required anti-affinity toward its own VMI's pods, as after a KubeVirt upgrade's workload updates);
+the first node drained (cordoned, tainted `kubevirt.io/drain`) with `--share-managers` of those VMs
+still on it, whose share-managers `kubectl drain` evicted (their ShareManagers stopped, owned by the
+drained node). `python -m webhook serve` (the production command) watches it.
+
+The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
+VMs start (their disks served elsewhere); every review is sent at once, each on a connection of
+its own with `?timeout=5s`, as the apiserver sends them, and timed by the sender: queueing in the
+server included. Before it, the same VM starts alone (a quiet cluster). Printed: each kind's
+latency (p50, p99, max) and how many were answered without a decision (`--json` for tools).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kubefake import objects
+from webhook.tools import certs
+
+from .__main__ import cores, https, process, wait_for, webhook_server
+
+DRAINED = "node-000"
+DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
+VMS_NS = "default"
+
+
+def node_name(i: int) -> str:
+    return f"node-{i:03d}"
+
+
+def migrated(pod: dict[str, Any]) -> dict[str, Any]:
+    """The VM's pod as a migration target pod: KubeVirt's anti-affinity toward its VMI's pods."""
+    uid = pod["metadata"]["labels"]["kubevirt.io/created-by"]
+    pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"kubevirt.io/created-by": uid}}, "topologyKey": "kubernetes.io/hostname"}]}
+    return pod
+
+
+def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """The cluster's objects, the volumes of the evicted share-managers, and the claims of the VMs to start."""
+    found: list[dict[str, Any]] = [objects.node(DRAINED, unschedulable=True, taints=[DRAIN_TAINT])]
+    found += [objects.node(node_name(i)) for i in range(1, nodes)]
+    evicted = []
+    for k in range(vms):
+        on = DRAINED if k < share_managers else node_name(1 + k % (nodes - 1))
+        vmi = objects.vmi(f"vm-{k:05d}", on, f"disk-{k:05d}", namespace=VMS_NS, uid=f"uid-vm-{k:05d}")
+        found += [vmi, migrated(objects.launcher_pod_of(vmi))]
+        if on == DRAINED:
+            found += objects.rwx_disk(f"disk-{k:05d}", None, state="stopped", owner=DRAINED)
+            evicted.append(f"pvc-disk-{k:05d}")
+        else:
+            found += objects.rwx_disk(f"disk-{k:05d}", on)
+    starts = []
+    for j in range(vm_starts):
+        claim = f"start-{j:03d}"
+        found += objects.rwx_disk(claim, node_name(1 + j % (nodes - 1)))
+        starts.append(claim)
+    return found, evicted, starts
+
+
+@contextlib.contextmanager
+def emulator(objects_file: Path, cpu: int | None) -> Iterator[str]:
+    command = [sys.executable, "-m", "bench.emulator", "--pvcs", "0", "--share-managers", "0", "--pods", "0",
+               "--nodes", "0", "--paginate", "--objects", str(objects_file)]
+    with process(command, cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit("the emulator did not start")
+        yield line.split()[0]
+
+
+def reviews(evicted: list[str], starts: list[str]) -> list[tuple[str, bytes]]:
+    """("share-manager" | "vm", the AdmissionReview's bytes), as the apiserver would send them."""
+    found = []
+    for i, volume in enumerate(evicted):
+        pod = objects.share_manager_pod(volume)
+        found.append(("share-manager", json.dumps(objects.review(pod, objects.LONGHORN_NS, uid=f"sm-{i}")).encode()))
+    for i, claim in enumerate(starts):
+        found.append(("vm", json.dumps(objects.review(objects.vm_pod(claim), VMS_NS, uid=f"vm-{i}")).encode()))
+    return found
+
+
+def decision(answer: dict[str, Any]) -> str | None:
+    """The decision the answer's patch records (`kubevirt-scheduler/decision`), if any."""
+    import base64
+
+    response = answer["response"]
+    if not response.get("allowed") or "patch" not in response:
+        return None
+    for op in json.loads(base64.b64decode(response["patch"])):
+        if op["path"] == "/metadata/annotations/kubevirt-scheduler~1decision":
+            return op["value"]
+        if op["path"] == "/metadata/annotations":
+            return op["value"].get("kubevirt-scheduler/decision")
+    return None
+
+
+async def send_all(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
+    """Every review at once, each on its own connection; (kind, seconds, decided) of each answer."""
+    context = https(work)
+
+    async def one(kind: str, body: bytes) -> tuple[str, float, bool]:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, force_close=True)) as session:
+            started = time.monotonic()
+            async with session.post(f"{url}/mutate?timeout=5s", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
+                answer = await response.json()
+            seconds = time.monotonic() - started
+        return kind, seconds, decision(answer) in ("pinned", "pinned-among")
+
+    return await asyncio.gather(*(one(kind, body) for kind, body in batch))
+
+
+def figures(results: list[tuple[str, float, bool]], kind: str) -> dict[str, float]:
+    times = sorted(seconds * 1000 for k, seconds, _ in results if k == kind)
+    if not times:
+        return {}
+    p99 = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
+    return {"p50_ms": statistics.median(times), "p99_ms": p99, "max_ms": times[-1],
+            "undecided": sum(1 for k, _, decided in results if k == kind and not decided)}
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    cluster, evicted, starts = storm_cluster(args.nodes, args.vms, args.share_managers, args.vm_starts)
+    objects_file = work / "cluster.jsonl"
+    with objects_file.open("w") as out:
+        for obj in cluster:
+            out.write(json.dumps(obj) + "\n")
+    batch = reviews(evicted, starts)
+    server_cpu, other_cpu = cores()
+    with emulator(objects_file, other_cpu) as api, \
+            webhook_server(api, work, server_cpu, "storm") as (_, url, ops, _log):
+        wait_for(f"{ops}/readyz", work)
+        asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"][:2]))  # warm up
+        quiet = asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"]))
+        storm = asyncio.run(send_all(url, work, batch))
+    return {"nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers, "vm_starts": args.vm_starts,
+            "quiet_vm": figures(quiet, "vm"), "storm_vm": figures(storm, "vm"),
+            "storm_share_manager": figures(storm, "share-manager")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.storm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--vms", type=int, default=4000)
+    parser.add_argument("--share-managers", type=int, default=25, help="evicted share-managers re-created at once")
+    parser.add_argument("--vm-starts", type=int, default=30, help="VM starts beside them")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="colocate-storm-") as tmp:
+        work = Path(tmp)
+        certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
+        result = run(args, work)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"drain storm: {args.nodes} nodes, {args.vms} migrated VMs, {args.share_managers} share-managers "
+          f"re-created at once beside {args.vm_starts} VM starts (latency as the sender sees it, queueing included)")
+    for name, title in (("quiet_vm", "VM starts, quiet cluster"), ("storm_vm", "VM starts, during the storm"),
+                        ("storm_share_manager", "share-managers, the storm")):
+        f = result[name]
+        print(f"  {title:32s} p50 {f['p50_ms']:7.1f} ms  p99 {f['p99_ms']:7.1f} ms  max {f['max_ms']:7.1f} ms  "
+              f"undecided {f['undecided']}")
+
+
+if __name__ == "__main__":
+    main()
