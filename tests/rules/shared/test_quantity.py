@@ -49,3 +49,20 @@ def test_bad_quantity(value):
 ], ids=lambda v: str(v))
 def test_show(resource, amount, shown):
     assert show(resource, amount) == shown
+
+
+@pytest.mark.parametrize("text", ["1" * 30_000 + "x", "1" * 30_000, "1." + "5" * 50_000 + "Q", "9" * 65])
+def test_a_hostile_quantity_is_refused_at_once(text):
+    """A client that talks to the webhook directly can send any string (the apiserver normalises
+    what it stores): one that no quantity is, however long, is refused in one pass."""
+    import time
+
+    started = time.process_time()
+    with pytest.raises(ValueError):
+        nanos(text)
+    assert time.process_time() - started < 0.05
+
+
+def test_the_longest_quantities_the_apiserver_writes_still_parse():
+    assert nanos("9223372036854775807") == 9223372036854775807 * 10**9
+    assert nanos("0.000000001") == 1 and nanos("1" + "0" * 40 + "m") == 10**40 * 10**6
