@@ -37,18 +37,18 @@ def claims_of(obj: dict[str, Any]) -> list[str]:
     In the pod, DataVolumes appear as PVCs; in a VM or VMI spec, a `dataVolume` volume's PVC
     has the DataVolume's name.
     """
-    claims: list[str] = []
+    claims: dict[str, None] = {}  # ordered, and a set: a pod of 20,000 volumes is read in one pass
     volumes = kinds.spec(obj).get("volumes")
     if not isinstance(volumes, list):
-        return claims
+        return []
     for volume in volumes:
         source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
         if source is None:
             continue  # most volumes: emptyDir, secret, ...
         name = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
-        if isinstance(name, str) and name and name not in claims:
-            claims.append(name)
-    return claims
+        if isinstance(name, str) and name:
+            claims[name] = None
+    return list(claims)
 
 
 def volume_of(
