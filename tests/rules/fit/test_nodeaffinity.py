@@ -50,3 +50,26 @@ def _affinity(*terms):
 ], ids=["nothing", "selector-ok", "selector-excludes", "zone-excludes", "or-terms", "only-empty-term"])
 def test_pod_admits(spec, expected):
     assert pod_admits({"spec": spec}, node("node-b", **{ZONE: "zone-b"})) is expected
+
+
+@pytest.mark.parametrize("required", [{"nodeSelectorTerms": []}, {}, {"nodeSelectorTerms": [{}]}])
+async def test_a_pod_whose_required_node_affinity_selects_nothing_is_never_pinned(required):
+    """`nodeSelectorTerms: []` (which the apiserver refuses) and `[{}]` match no node: no pin is
+    added that would make such a pod valid, or place it; it is left as the apiserver judges it."""
+    from fitting import three_nodes
+    from kube import answer, decode_patch, review, rwx_disk, vm_pod
+
+    from webhook.admission.admit import admit
+    from webhook.admission.review import parse_review
+    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.config import Settings
+    from webhook.deadline import Deadline
+
+    pod = vm_pod("vm1-rootdisk")
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    store = SnapshotStore([*three_nodes(), *rwx_disk("vm1-rootdisk", "node-b")])
+    outcome = await admit(parse_review(review(pod)), store, Settings(), Deadline.after(10, 1))
+    assert outcome.decision.outcome != "pinned" and outcome.decision.required == ()
+    ops = decode_patch(answer(outcome))
+    assert not any("requiredDuringScheduling" in op["path"] or "requiredDuringScheduling" in str(op.get("value"))
+                   for op in ops)

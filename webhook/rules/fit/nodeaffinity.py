@@ -82,7 +82,9 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[
         return True
     terms = required.get("nodeSelectorTerms")
     if not isinstance(terms, list) or not terms:
-        return True
+        # A required node selector without terms matches no node (kube-scheduler), and the
+        # apiserver refuses the pod: left for it to judge, never made valid by a pin of ours.
+        return False
     for term in terms:
         if _term_matches(term, labels, node):
             return True
