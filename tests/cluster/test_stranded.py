@@ -4,14 +4,16 @@ import copy
 import datetime
 import logging
 
+import jsonpatch
 from kube import nodes, vm_pod
 
 from webhook import metrics
-from webhook.cluster.stranded import StrandedReporter
 from webhook.cluster import client
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
+from webhook.cluster.stranded import StrandedReporter
 from webhook.config import Settings
+from webhook.rules.placement.patch import affinity_ops
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.timezone.utc)
 MESSAGE = "0/3 nodes are available: 3 Insufficient devices.kubevirt.io/kvm."
@@ -27,7 +29,7 @@ class Recorder:
         self.events.append((involved, reason, message, warning, name))
 
 
-def waiting_pod(name, minutes, *, decision="pinned", vmi="vm1", hostname=None):
+def waiting_pod(name, minutes, *, decision="pinned", vmi="vm1", hostname=None, forged=False):
     pod = vm_pod()
     pod["metadata"]["ownerReferences"][0]["name"] = vmi
     if hostname is not None:  # KubeVirt's label is the VMI's spec.hostname, not its name
@@ -37,6 +39,8 @@ def waiting_pod(name, minutes, *, decision="pinned", vmi="vm1", hostname=None):
                            creationTimestamp=(NOW - datetime.timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ"))
     pod["metadata"]["labels"]["kubevirt.io/created-by"] = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
     pod["metadata"]["annotations"].update({"kubevirt-scheduler/decision": decision, "kubevirt-scheduler/node": "node-b"})
+    if decision == "pinned" and not forged:  # the pin the webhook writes with that annotation
+        pod = jsonpatch.apply_patch(pod, affinity_ops(pod["spec"], ("node-b",), ()))
     pod["status"] = {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE}]}
     return pod
@@ -82,6 +86,7 @@ async def test_two_replicas_record_one_stranded_event_on_the_emulator(kmock):
     """On kmock: each replica's reporter sees the pinned pod the scheduler cannot place; the
     VMI gets one `Stranded` Event, whose name is fixed per pod."""
     from conftest import seed, watched_store
+
     from webhook.cluster.events import EventSink
 
     stuck = waiting_pod("virt-launcher-vm1-aaaaa", 5)

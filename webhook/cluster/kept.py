@@ -164,6 +164,13 @@ def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
     if isinstance(anti, dict) and anti.get("requiredDuringSchedulingIgnoredDuringExecution"):
         kept["affinity"] = {"podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": anti["requiredDuringSchedulingIgnoredDuringExecution"]}}
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
+    if not spec.get("nodeName") and isinstance(node_affinity, dict) \
+            and node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"):
+        # A pod still waiting for a node: whether the pin its decision annotation speaks of is ours
+        # (the stranded-pod report, rules/placement/stranded.py). Placed pods need none of it.
+        kept.setdefault("affinity", {})["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]}
     if launcher:
         claims = trim(spec.get("volumes"), CLAIMS)
         if claims:

@@ -2,10 +2,12 @@
 import copy
 import datetime
 
+import jsonpatch
 import pytest
 from kube import vm_pod
 
 from webhook.config import Settings
+from webhook.rules.placement.patch import affinity_ops
 from webhook.rules.placement.stranded import stranded
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.timezone.utc)
@@ -13,11 +15,13 @@ MESSAGE = "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match P
 
 
 def pinned_pod(*, minutes=5, decision="pinned", scheduled=None, reason="Unschedulable", node_name=None,
-               terminating=False):
+               terminating=False, forged=False):
     pod = vm_pod()
     pod["metadata"]["name"] = "virt-launcher-vm1-x7k2p"
     pod["metadata"]["creationTimestamp"] = (NOW - datetime.timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
     pod["metadata"]["annotations"].update({"kubevirt-scheduler/decision": decision, "kubevirt-scheduler/node": "node-b"})
+    if decision == "pinned" and not forged:  # the pin the webhook writes with that annotation
+        pod = jsonpatch.apply_patch(pod, affinity_ops(pod["spec"], ("node-b",), ()))
     condition = {"type": "PodScheduled", "status": "False" if scheduled is None else scheduled, "reason": reason,
                  "message": MESSAGE, "lastTransitionTime": pod["metadata"]["creationTimestamp"]}
     pod["status"] = {"phase": "Pending", "conditions": [condition]}
@@ -32,6 +36,7 @@ def pinned_pod(*, minutes=5, decision="pinned", scheduled=None, reason="Unschedu
     pytest.param(pinned_pod(), True, id="pinned-unschedulable-5-min"),
     pytest.param(pinned_pod(minutes=1), False, id="within-the-grace"),
     pytest.param(pinned_pod(decision="preferred"), False, id="only-preferred-by-us"),
+    pytest.param(pinned_pod(forged=True), False, id="annotation-without-our-pin"),
     pytest.param(pinned_pod(scheduled="True", reason=""), False, id="scheduled"),
     pytest.param(pinned_pod(reason="SchedulerError"), False, id="not-unschedulable"),
     pytest.param(pinned_pod(node_name="node-b"), False, id="bound"),

@@ -59,10 +59,31 @@ def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
     return (since, message) if since is not None else None
 
 
+def pinned_by_us(pod: Any, settings: Settings) -> bool:
+    """The pod carries the pin its decision annotation says we added: every non-empty required
+    term names one of the annotated nodes by `metadata.name` (patch.py writes one node a term). A
+    tenant can write the annotation on its own pod; without our pin term it is not counted."""
+    annotations = kinds.annotations(pod)
+    if annotations.get(settings.decision_annotation) not in REQUIRING:
+        return False
+    nodes = set(str(annotations.get(settings.node_annotation) or "").split(",")) - {""}
+    affinity = kinds.spec(pod).get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_affinity, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    live = [t for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))] \
+        if isinstance(terms, list) else []
+    return bool(live) and all(
+        isinstance(term.get("matchFields"), list) and any(
+            isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"
+            and f.get("values") in ([node] for node in nodes) for f in term["matchFields"])
+        for term in live)
+
+
 def stranded(pod: Any, namespace: str, settings: Settings, now: datetime.datetime) -> Stranded | None:
     """The pod when we pinned it and it has been unschedulable for longer than GRACE."""
     annotations = kinds.annotations(pod)
-    if annotations.get(settings.decision_annotation) not in REQUIRING or kinds.spec(pod).get("nodeName"):
+    if not pinned_by_us(pod, settings) or kinds.spec(pod).get("nodeName"):
         return None
     if kinds.terminating(pod) or kinds.finished(pod):
         return None
