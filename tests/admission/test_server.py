@@ -34,12 +34,43 @@ async def test_fixture_review_over_https_pins_to_node_b(https):
 
 
 async def test_large_review_is_accepted(https):
+    """A pod near etcd's 1.5 MiB limit: over aiohttp's 1 MiB default, within what we take."""
     session, base = https
     pod = vm_pod()
-    pod["metadata"]["annotations"]["big"] = "x" * (3 * 1024 * 1024)  # over aiohttp's 1 MiB default
+    pod["spec"]["containers"][0]["env"] = [{"name": "BIG", "value": "x" * (1400 * 1024)}]
     async with session.post(f"{base}/mutate", json=review(pod)) as response:
         assert response.status == 200
         assert decode_patch(await response.json())
+
+
+async def test_a_body_larger_than_any_review_is_refused_with_413(https):
+    """No apiserver sends more than about 3 MiB: a larger body is refused before it is held."""
+    session, base = https
+    pod = vm_pod()
+    pod["spec"]["containers"][0]["env"] = [{"name": "BIG", "value": "x" * (4 * 1024 * 1024)}]
+    async with session.post(f"{base}/mutate", json=review(pod)) as response:
+        assert response.status == 413
+        assert "Maximum request body size" in await response.text()
+
+
+async def test_a_body_that_trickles_in_is_answered_408_at_the_deadline(https):
+    """A client holding a connection with a body it never finishes gets an answer when the
+    request's own deadline passes, not the connection held for good."""
+    import asyncio
+    import time
+
+    session, base = https
+
+    async def trickle():
+        yield b'{"apiVersion": "admission.k8s.io/v1", '
+        await asyncio.sleep(30)
+        yield b"}"
+
+    started = time.monotonic()
+    async with session.post(f"{base}/mutate?timeout=2s", data=trickle(),
+                            headers={"Content-Type": "application/json"}) as response:
+        assert response.status == 408
+    assert time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("data, content_type, message", [
