@@ -21,7 +21,7 @@ from ..cluster.store import Store, StoreError
 from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
 from ..kinds import VMIM
-from ..rules.placement import apply, decide, patch, steer, together
+from ..rules.placement import apply, bounds, decide, patch, steer, together
 from ..rules.placement.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.placement.facts import Fact, claims_of
@@ -45,6 +45,10 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     share_manager = is_share_manager_pod(pod, request.namespace, settings)
     if share_manager and not settings.share_manager_rule:
         return skip(Rule.SHARE_MANAGER, Skip.RULE_OFF)
+    large = bounds.too_large(pod)
+    if large is not None:  # before anything grows with it: read, looked up or written
+        return skip(Rule.SHARE_MANAGER if share_manager else Rule.NONE, Skip.TOO_LARGE,
+                    f"co-location skipped: {large}", large)
     rule = _share_manager_rule if share_manager else _vm_rule
     try:
         # Answers from memory need no timer; every read that goes to the API is bounded by

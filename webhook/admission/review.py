@@ -47,6 +47,9 @@ class AdmissionRequest:
                    name=name if isinstance(name, str) else "", object=pod, dry_run=True)
 
 
+MAX_WARNINGS = 10
+
+
 def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
     """The answer to one review, the whole AdmissionReview v1: always allowed; a patch (base64
     JSON Patch) only when there is one, warnings clipped, the decision's audit annotations."""
@@ -55,7 +58,10 @@ def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(outcome.patch)).decode("ascii")
     if outcome.warnings:
-        response["warnings"] = [clip(w) for w in outcome.warnings]
+        shown = [clip(w) for w in outcome.warnings[:MAX_WARNINGS]]
+        if len(outcome.warnings) > MAX_WARNINGS:  # kubectl prints each: a pod of many disks must not flood it
+            shown.append(f"and {len(outcome.warnings) - MAX_WARNINGS} more warnings")
+        response["warnings"] = shown
     if outcome.decision is not None:
         response["auditAnnotations"] = audit_annotations(outcome.decision)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

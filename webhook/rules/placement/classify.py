@@ -30,6 +30,7 @@ class Skip(enum.StrEnum):
     FINISHED = "finished"
     NOT_SCHEDULED = "not scheduled yet"
     SUPERSEDED = "an older pod of the same VMI"
+    TOO_LARGE = "larger than any VM's pod"
 
 
 def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:
