@@ -85,3 +85,26 @@ def test_content_keys_are_bounded_too():
     for i in range(20):
         assert memo.by_content(len, str(i).encode(), "x" * i) == i
     assert len(memo) == 4
+
+
+def test_an_object_whose_content_is_larger_than_any_real_pods_is_not_held():
+    """40 pods of 20,000 limit names each added 110 MB to the memo for good: such content is
+    read each time instead, and the memo holds nothing of it."""
+    from webhook.rules.fit.memo import KEY_BYTES, Memo
+
+    memo = Memo()
+    calls = []
+
+    def read(obj):
+        calls.append(1)
+        return len(obj["spec"]["limits"])
+
+    for i in range(40):
+        pod = {"metadata": {"name": f"p{i}"}, "spec": {"limits": {f"example.com/r{j}": "1" for j in range(20_000)}}}
+        assert memo.of(read, pod, pod["spec"]) == 20_000
+        assert memo.by_content(read, b"x" * (KEY_BYTES + 1), pod) == 20_000
+    assert len(memo) == 0 and len(calls) == 80
+    small = {"metadata": {"name": "small"}, "spec": {"limits": {"cpu": "1"}}}
+    memo.of(read, small, small["spec"])
+    memo.of(read, small, small["spec"])
+    assert len(memo) == 1 and len(calls) == 81  # what a real pod reads is still kept

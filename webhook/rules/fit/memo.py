@@ -15,6 +15,10 @@ import orjson
 Answer = TypeVar("Answer")
 
 SIZE = 4096  # answers held at most; the oldest goes first
+# The content that stands for a version of an object without one is held with its answer: beyond
+# this many bytes (no real pod's resources or terms come near) the answer is worked out again each
+# time instead, so the memo holds SIZE × KEY_BYTES at most (16 MiB), whatever the pods carry.
+KEY_BYTES = 4096
 
 
 class Memo:
@@ -46,10 +50,14 @@ class Memo:
                 version = orjson.dumps(reads)
             except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, read it again
                 return read(obj)
+            if len(version) > KEY_BYTES:
+                return read(obj)
         return self._kept(read, (namespace if type(namespace) is str else None, name), version, obj)
 
     def by_content(self, read: Callable[[Any], Answer], content: bytes, obj: Any) -> Answer:
         """`read(obj)`, kept by `content`: the JSON of everything `read` looks at in `obj`."""
+        if len(content) > KEY_BYTES:
+            return read(obj)
         return self._kept(read, content, True, obj)
 
     def _kept(self, read: Callable[[Any], Answer], slot: Hashable, version: Any, obj: Any) -> Answer:
