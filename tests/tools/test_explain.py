@@ -2,12 +2,21 @@
 import copy
 import json
 
+import jsonpatch
 import pytest
 from conftest import seed
-from kube import fixture_cluster, longhorn_volume, launcher_pod, load, run_verb, running_vm
+from kube import (
+    fixture_cluster,
+    launcher_pod,
+    load,
+    longhorn_volume,
+    run_verb,
+    running_vm,
+)
 
 from webhook.kinds import POD, VM, VMI
 from webhook.rules.keeping.running import as_started
+from webhook.rules.placement.patch import affinity_ops
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -81,9 +90,9 @@ async def test_explain_ignores_our_own_earlier_pin(tmp_path, kmock):
     """The running pod carries the pin we added when it started; today's decision must not trip over it."""
     from kube import apply_valid
 
-    from webhook.rules.placement.patch import patch_for
     from webhook.config import Settings
     from webhook.rules.placement.decide import PINNED, Decision
+    from webhook.rules.placement.patch import patch_for
 
     launcher = running_vm("vm1", "node-a", "vm1-rootdisk")
     launcher["spec"].pop("affinity")
@@ -197,6 +206,7 @@ async def test_explain_shows_a_pinned_pod_the_scheduler_cannot_place(tmp_path, k
     stuck["metadata"]["name"] = "virt-launcher-vm1-zzzzz"
     stuck["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     stuck["metadata"]["annotations"].update({"kubevirt-scheduler/decision": "pinned", "kubevirt-scheduler/node": "node-b"})
+    stuck = jsonpatch.apply_patch(stuck, affinity_ops(stuck["spec"], ("node-b",), ()))  # the pin that goes with it
     message = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's node affinity/selector."
     stuck["status"] = {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}
