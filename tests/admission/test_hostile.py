@@ -7,18 +7,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import ssl
 import time
 from typing import Any
 
 import aiohttp
 import jsonpatch
 import pytest
-from kube import fixture_cluster, review, vm_pod
+from kube import review, vm_pod
 
-from webhook.admission import server, tls
-from webhook.cluster.snapshot import SnapshotStore
-from webhook.config import Settings
+from webhook.admission import server
 
 # Each answer is timed by the sender, parsing of the body included. Measured here: 5-60 ms for the
 # largest; the assertion leaves room for a loaded CI machine (before: seconds, up to 16.5 s).
@@ -72,16 +69,6 @@ HOSTILE = {
     "30000-digit-cpu": (with_cpu("1" * 30_000 + "x"), "cannot tell"),
     "200-unknown-claims": (with_claims(200), "not pinned"),
 }
-
-
-@pytest.fixture
-async def https(tls_files):
-    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
-    runner = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
-    client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
-        yield session, f"https://localhost:{server.bound_port(runner)}"
-    await runner.cleanup()
 
 
 async def answered(session: aiohttp.ClientSession, base: str, pod: dict[str, Any]) -> tuple[dict[str, Any], float]:

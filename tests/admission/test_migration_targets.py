@@ -7,7 +7,7 @@ import logging
 import time
 
 import pytest
-from kube import (answer, annotations, apply_valid, decode_patch, fixture_cluster, load, metric_sample,
+from kube import (answer, annotations, apply_valid, decode_patch, load, metric_sample,
                   migration_target, nodes, preferred_terms, required_terms, review, rwx_disk)
 
 from webhook import metrics

@@ -11,16 +11,6 @@ from webhook.config import Settings
 from webhook.cluster.snapshot import SnapshotStore
 
 
-@pytest.fixture
-async def https(tls_files):
-    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
-    runner = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
-    client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
-        yield session, f"https://localhost:{server.bound_port(runner)}"
-    await runner.cleanup()
-
-
 async def test_fixture_review_over_https_pins_to_node_b(https):
     session, base = https
     body = json.loads((FIXTURES / "admission-review.json").read_text())
