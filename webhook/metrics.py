@@ -46,6 +46,9 @@ LOOP_LAG = Histogram("colocate_event_loop_lag_seconds",
                      "could wait before its handler ran.", buckets=ADMISSION_BUCKETS, registry=REGISTRY)
 LOOP_LAG_MAX = Gauge("colocate_event_loop_lag_max_seconds", "The largest event loop lag of the last minute.",
                      registry=REGISTRY)
+CONNECTIONS_REFUSED = Counter("colocate_connections_closed_total",
+                              "Connections to the admission port closed by its bounds: too many at once, or "
+                              "headers not sent in time.", ["why"], registry=REGISTRY)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
 API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],

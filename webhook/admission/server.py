@@ -16,6 +16,7 @@ from ..config import Settings
 from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
+from .guard import GuardedSite
 from .looplag import LoopLag
 from .outcome import Outcome, Rule
 
@@ -185,7 +186,7 @@ async def start(
     """Start listening; returns the runner (cleanup() stops it). Port 0 picks a free port."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=context)
+    site = GuardedSite(runner, host, port, ssl_context=context)  # bounded connections (guard.py)
     await site.start()
     return runner
 

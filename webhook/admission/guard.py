@@ -1,0 +1,121 @@
+"""The admission port's connections, bounded: how many at once, and how long a client may take.
+
+Any pod in the cluster can reach the port (the NetworkPolicy admits every pod; mutual TLS is
+optional), and aiohttp bounds neither the number of connections nor the time a client takes to
+send a request's headers: held connections used file descriptors and, with unfinished bodies,
+memory, until the process ran out of both. Here, a site of aiohttp's (`web.BaseSite`: its runner
+still serves, drains and stops it) listens with asyncio's own TLS handshake timeout, and every
+connection goes through `Guard`: beyond MAX_CONNECTIONS a new one is closed at once, and one that
+has not sent a whole request's headers within HEADER_SECONDS of its handshake is closed. A body
+must then arrive within the request's deadline (server.py: 408), and an idle keep-alive
+connection closes after aiohttp's keepalive timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from .. import metrics
+
+log = logging.getLogger("webhook.server")
+
+# The apiserver keeps a few connections per replica of its own; 64 at 3 MiB of body each stays
+# within the Deployment's memory limit (docs/operations.md, Limits).
+MAX_CONNECTIONS = 64
+HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own timeout is at most 30 s
+HANDSHAKE_SECONDS = 10.0
+END_OF_HEADERS = b"\r\n\r\n"
+
+
+class Guard:
+    """A protocol factory around aiohttp's, counting the connections it lets in."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], max_connections: int = MAX_CONNECTIONS,
+                 header_seconds: float = HEADER_SECONDS) -> None:
+        self.factory, self.max_connections, self.header_seconds = factory, max_connections, header_seconds
+        self.open = 0
+
+    def __call__(self) -> asyncio.Protocol:
+        return Guarded(self, self.factory())
+
+
+class Guarded(asyncio.Protocol):
+    """aiohttp's protocol for one connection, closed when the guard says so."""
+
+    def __init__(self, guard: Guard, inner: Any) -> None:
+        self.guard, self.inner = guard, inner
+        self.transport: asyncio.BaseTransport | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.tail = b""  # the last bytes seen, for headers split across reads
+        self.counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        if self.guard.open >= self.guard.max_connections:
+            metrics.CONNECTIONS_REFUSED.labels("too many").inc()
+            transport.close()  # aiohttp never sees it
+            return
+        self.guard.open += 1
+        self.counted = True
+        self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
+        self.inner.connection_made(transport)
+
+    def _too_slow(self) -> None:
+        metrics.CONNECTIONS_REFUSED.labels("headers too slow").inc()
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.timer is not None:
+            seen = self.tail + data
+            if END_OF_HEADERS in seen:
+                self.timer.cancel()
+                self.timer = None
+            else:
+                self.tail = seen[-3:]
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.counted:
+            self.guard.open -= 1
+            self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class GuardedSite(web.BaseSite):
+    """aiohttp's TCP site, listening through a Guard."""
+
+    __slots__ = ("_host", "_port", "guard")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
+                 guard: Guard | None = None) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host, self._port = host, port
+        assert runner.server is not None
+        self.guard = guard or Guard(runner.server)
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        kwargs: dict[str, Any] = {"ssl_handshake_timeout": HANDSHAKE_SECONDS} if self._ssl_context else {}
+        self._server = await asyncio.get_running_loop().create_server(
+            self.guard, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, reuse_address=True,
+            **kwargs)
