@@ -210,3 +210,30 @@ async def test_judging_stops_at_the_deadline_and_gives_the_loop_back_as_it_goes(
     assert await in_slices(steps(5, 0.003), Deadline.after(10, 1), slice_seconds=0.002) is True
     assert ran == ["other"]  # it ran between two slices, not after all of them
     assert await in_slices(steps(1000, 0.001), Deadline(time.monotonic() + 0.02), slice_seconds=0.002) is False
+
+
+async def test_the_share_managers_own_terms_times_the_nodes_stay_within_64_terms():
+    """A share-manager with eight required terms of its own: among at most 8 nodes (64 terms)."""
+    from webhook.cluster.snapshot import SnapshotStore
+
+    pod = share_manager_pod(VOLUME)
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                              {"key": f"rack-{i}", "operator": "DoesNotExist"}]} for i in range(8)]}}}
+    store = SnapshotStore(cluster(source(unschedulable=True), nodes=many_nodes(40)))
+    outcome, patched = await decided(store, pod)
+    assert len(outcome.decision.required) == 8
+    assert len(required_terms(patched)) == 64
+
+
+async def test_a_requirement_worked_out_past_the_deadline_is_never_sent():
+    """The apiserver has stopped waiting: allowed, no pin, saying so."""
+    from kube import vm_pod
+
+    from webhook.cluster.snapshot import SnapshotStore
+
+    store = SnapshotStore([*others(), *rwx_disk("vm1-rootdisk", "node-b")])
+    outcome = await admit(parse_review(review(vm_pod())), store, Settings(), Deadline.after(0, 0))
+    assert outcome.decision is None and outcome.skipped == "no decision before the deadline"
+    assert answer(outcome)["response"] == {"uid": "uid-1", "allowed": True,
+                                           "warnings": ["co-location skipped: no decision before the deadline"]}

@@ -53,7 +53,12 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     try:
         # Answers from memory need no timer; every read that goes to the API is bounded by
         # the deadline where it is made (resolve_io, node_obstacle, consumers).
-        return _checked(pod, await rule(request.namespace, pod, store, settings, deadline), in_place=owned)
+        outcome = await rule(request.namespace, pod, store, settings, deadline)
+        if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
+            # The apiserver has stopped waiting, or is about to: a late requirement is never sent.
+            return skip(outcome.rule, Skip.DEADLINE, "co-location skipped: no decision before the deadline",
+                        facts=outcome.facts)
+        return _checked(pod, outcome, in_place=owned)
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, kinds.pod_name(pod))
         return skip(Rule.NONE, Skip.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
@@ -173,7 +178,8 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
                    f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
         else:
             found = judging.found
-            decision = together.decide_together(found, vm, leaving, required=required)
+            decision = together.decide_together(found, vm, leaving, required=required,
+                                                most=together.among_at_most(pod))
             if decision is not None:
                 return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
             why = together.nowhere(found, vm)

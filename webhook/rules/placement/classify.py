@@ -31,6 +31,7 @@ class Skip(enum.StrEnum):
     NOT_SCHEDULED = "not scheduled yet"
     SUPERSEDED = "an older pod of the same VMI"
     TOO_LARGE = "larger than any VM's pod"
+    DEADLINE = "no decision before the deadline"
 
 
 def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:

@@ -30,6 +30,7 @@ PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the V
 # node for each of the pod's own terms (a node field selector takes one value), and 16 nodes that
 # take both pods leave kube-scheduler room enough while the pod stays small.
 AMONG_NODES = 16
+AMONG_TERMS = 64  # the terms an among-pin may write in all (the pod's own terms × the nodes)
 SHOWN = 5  # nodes named in a reason before "and N more"
 
 
@@ -124,7 +125,19 @@ def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
     return shown if len(items) <= SHOWN else f"{shown} and {len(items) - SHOWN} more"
 
 
-def decide_together(found: Landings, vm: str, leaving: str, *, required: bool) -> Decision | None:
+def among_at_most(share_manager: Mapping[str, Any]) -> int:
+    """How many nodes the share-manager may be required among: a term per node for each of its
+    own required terms (Longhorn writes one at most), at most AMONG_TERMS in all."""
+    affinity = share_manager.get("spec", {}).get("affinity") if isinstance(share_manager.get("spec"), dict) else None
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    own = sum(1 for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))) \
+        if isinstance(terms, list) else 0
+    return max(1, min(AMONG_NODES, AMONG_TERMS // max(own, 1)))
+
+
+def decide_together(found: Landings, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES) -> Decision | None:
     """Pinned among the nodes where both land (or only preferred, with `required` False), the
     ones with most room for the VM preferred; None when no node takes both."""
     if not found.nodes:
@@ -133,8 +146,8 @@ def decide_together(found: Landings, vm: str, leaving: str, *, required: bool) -
     top = best[0].room or 1.0
     preferences = tuple((landing.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * landing.room / top))))
                         for landing in best)
-    among = tuple(sorted(landing.node for landing in found.nodes[:AMONG_NODES]))
-    nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == AMONG_NODES else "")
+    among = tuple(sorted(landing.node for landing in found.nodes[:most]))
+    nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == most else "")
     where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
     preferred = f"preferred {named([n for n, _ in preferences])} (most room for the VM)"
     if not required:
