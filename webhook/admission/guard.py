@@ -13,7 +13,6 @@ connection closes after aiohttp's keepalive timeout.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -21,8 +20,6 @@ from typing import Any
 from aiohttp import web
 
 from .. import metrics
-
-log = logging.getLogger("webhook.server")
 
 # The apiserver keeps a few connections per replica of its own; 64 at 3 MiB of body each stays
 # within the Deployment's memory limit (docs/operations.md, Limits).
