@@ -10,7 +10,6 @@ from ... import kinds
 from .demand import Demand
 from .fields import name_of, namespace_of, pod_key
 from .framework import CannotTell
-from .selectors import selects
 from .terms import EVERY_NAMESPACE, existing_anti_terms
 from .view import View, bound_node
 
