@@ -11,7 +11,6 @@ and the VM's own; a share-manager pod has two volumes and one container.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from ... import kinds
@@ -31,44 +30,52 @@ TOLERATIONS = 128
 
 
 def too_large(pod: dict[str, Any]) -> str | None:
-    """Why the pod is beyond what the rules read, or None."""
+    """Why the pod is beyond what the rules read, or None. Plain checks, no generator: every
+    admission asks."""
     spec = kinds.spec(pod)
-    for what, count, bound in _counts(spec):
-        if count > bound:
-            return f"the pod has {count} {what}, more than a VM's or Longhorn's pod carries ({bound})"
-    return None
+    volumes = spec.get("volumes")
+    volumes = volumes if type(volumes) is list else []
+    claims = 0
+    for volume in volumes:
+        if type(volume) is dict and ("persistentVolumeClaim" in volume or "dataVolume" in volume):
+            claims += 1
+    found = (_over("volumes", len(volumes), VOLUMES) or _over("claims", claims, CLAIMS)
+             or _over("containers", _length(spec.get("containers")) + _length(spec.get("initContainers")), CONTAINERS)
+             or _over("tolerations", _length(spec.get("tolerations")), TOLERATIONS)
+             or _over("topology spread constraints", _length(spec.get("topologySpreadConstraints")), SPREAD))
+    affinity = spec.get("affinity")
+    return found or (_affinity(affinity) if type(affinity) is dict else None)
+
+
+def _over(what: str, count: int, bound: int) -> str | None:
+    return f"the pod has {count} {what}, more than a VM's or Longhorn's pod carries ({bound})" if count > bound else None
 
 
 def _length(value: Any) -> int:
     return len(value) if isinstance(value, (list, dict)) else 0
 
 
-def _counts(spec: dict[str, Any]) -> Iterator[tuple[str, int, int]]:
-    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
-    yield "volumes", len(volumes), VOLUMES
-    yield "claims", sum(1 for v in volumes if isinstance(v, dict) and ("persistentVolumeClaim" in v or "dataVolume" in v)), \
-        CLAIMS
-    yield "containers", _length(spec.get("containers")) + _length(spec.get("initContainers")), CONTAINERS
-    yield "tolerations", _length(spec.get("tolerations")), TOLERATIONS
-    yield "topology spread constraints", _length(spec.get("topologySpreadConstraints")), SPREAD
-    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+def _affinity(affinity: dict[str, Any]) -> str | None:
     node = affinity.get("nodeAffinity") if isinstance(affinity.get("nodeAffinity"), dict) else {}
     required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
     terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
     terms = terms if isinstance(terms, list) else []
-    yield "required node-affinity terms", len(terms), TERMS
-    yield "preferred node-affinity terms", _length(node.get("preferredDuringSchedulingIgnoredDuringExecution")), PREFERRED
+    found = (_over("required node-affinity terms", len(terms), TERMS)
+             or _over("preferred node-affinity terms", _length(node.get("preferredDuringSchedulingIgnoredDuringExecution")),
+                      PREFERRED))
     for term in terms:
-        if isinstance(term, dict):
-            yield "requirements in a node-affinity term", \
-                _length(term.get("matchExpressions")) + _length(term.get("matchFields")), EXPRESSIONS
+        if found is None and isinstance(term, dict):
+            found = _over("requirements in a node-affinity term",
+                          _length(term.get("matchExpressions")) + _length(term.get("matchFields")), EXPRESSIONS)
     for kind in ("podAffinity", "podAntiAffinity"):
         pod_terms = affinity.get(kind).get("requiredDuringSchedulingIgnoredDuringExecution") \
             if isinstance(affinity.get(kind), dict) else None
         pod_terms = pod_terms if isinstance(pod_terms, list) else []
-        yield f"required {kind} terms", len(pod_terms), POD_TERMS
+        found = found or _over(f"required {kind} terms", len(pod_terms), POD_TERMS)
         for term in pod_terms:
             selector = term.get("labelSelector") if isinstance(term, dict) else None
-            if isinstance(selector, dict):
-                yield f"requirements in a {kind} selector", \
-                    _length(selector.get("matchExpressions")) + _length(selector.get("matchLabels")), EXPRESSIONS
+            if found is None and isinstance(selector, dict):
+                found = _over(f"requirements in a {kind} selector",
+                              _length(selector.get("matchExpressions")) + _length(selector.get("matchLabels")),
+                              EXPRESSIONS)
+    return found
