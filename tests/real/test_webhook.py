@@ -13,22 +13,12 @@ import pytest
 import yaml
 from envtest import Api, Refused
 from kubevirt_api import eventually
-from kube import Serving, annotations, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
+from kube import Serving, annotations, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIGURATION = "kubevirt-colocate-real"
 LONGHORN = "longhorn-system"
 VMS = "default"
-
-
-def registration(serving: Serving, ca: Path) -> dict[str, Any]:
-    """The install's MutatingWebhookConfiguration, calling this server by URL."""
-    config = yaml.safe_load((ROOT / "manifests" / "base" / "mutatingwebhookconfiguration.yaml").read_text())
-    config["metadata"]["name"] = CONFIGURATION
-    bundle = base64.b64encode(ca.read_bytes()).decode()
-    for hook in config["webhooks"]:
-        hook["clientConfig"] = {"url": f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", "caBundle": bundle}
-    return config
 
 
 @pytest.fixture
@@ -56,7 +46,7 @@ async def registered(scheduler, cluster, tls_files):
     """`serve` on the real apiserver (the admin's kubeconfig), registered by URL, and ready."""
     serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig), "--keep", "off",
                                   "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
-    config = registration(serving, tls_files["ca"])
+    config = registration(serving, tls_files["ca"], CONFIGURATION)
     try:
         await cluster.create(config)
         yield serving
