@@ -119,7 +119,16 @@ class Drain:
         players += [asyncio.create_task(self._evacuation()), asyncio.create_task(self._migrations())]
         watch = asyncio.create_task(self._watch())
         try:
-            await eventually(lambda: self.done(), 90, 0.1)
+            await eventually(lambda: self.done() or any(t.done() and t.exception() for t in players), 90, 0.1)
+            for task in players:
+                if task.done() and task.exception():
+                    raise task.exception()
+        except AssertionError:
+            left = [vm for vm, where in self.vm_node.items() if where == DRAINED]
+            phases = {m["metadata"]["name"]: (m["spec"]["vmiName"], (m.get("status") or {}).get("phase"))
+                      for m in await self.api.list(VMIM, VMS)}
+            raise AssertionError(f"the drain did not end: VMs still on {DRAINED}: {left}; NFS servers not back: "
+                                 f"{sorted(set(self.vmis) - set(self.back_after))}; migrations: {phases}") from None
         finally:
             for task in [*players, watch]:
                 task.cancel()
