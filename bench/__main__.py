@@ -97,10 +97,10 @@ def kubeconfig_for(api: str, path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def webhook_server(api: str, work: Path, cpu: int | None, name: str,
+def webhook_server(api: str | Path, work: Path, cpu: int | None, name: str,
                    flags: Sequence[str] = ("--keep", "off")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
-    """`serve` on the emulator at `api`, logging to `<name>.log`; `flags` last."""
-    kubeconfig = kubeconfig_for(api, work / f"kubeconfig-{name}")
+    """`serve` on the emulator at `api` (or with the kubeconfig `api`), logging to `<name>.log`; `flags` last."""
+    kubeconfig = api if isinstance(api, Path) else kubeconfig_for(api, work / f"kubeconfig-{name}")
     port, ops_port = free_port(), free_port()
     log = work / f"{name}.log"
     command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",

@@ -11,7 +11,7 @@ benchmark: no request history kept, nothing matched against it.
 It keeps to what the keeper's tests and the benchmarks need of an apiserver, and to faults a
 real one will not produce on demand (refused creates and deletes, 410 Gone and dropped watches
 through kmock's reactions). What only a real apiserver judges (validation, defaulting, admission,
-discovery, Helm's client-go) is tested on one: tests/envtest.py.
+discovery, Helm's client-go) is tested on one: kubefake/envtest.py.
 """
 from __future__ import annotations
 

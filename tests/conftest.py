@@ -136,8 +136,8 @@ def shared_objects_are_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A real etcd and kube-apiserver for the whole session, KubeVirt's and Longhorn's CRDs
-    installed (tests/envtest.py). Skipped without KUBEBUILDER_ASSETS; failed so in CI."""
-    from envtest import ControlPlane, assets, in_ci
+    installed (kubefake/envtest.py). Skipped without KUBEBUILDER_ASSETS; failed so in CI."""
+    from kubefake.envtest import ControlPlane, assets, in_ci
 
     found = assets()
     if isinstance(found, str):

@@ -1,7 +1,7 @@
 """Helm's own engine (helm-sdkpy: Helm 4's Go library in a wheel) against the real kube-apiserver.
 
 `helm install`, `upgrade` and `uninstall` run as the helm CLI runs them, against the control
-plane of the tests (tests/envtest.py: its discovery, OpenAPI, label selectors, Helm's release
+plane of the tests (kubefake/envtest.py: its discovery, OpenAPI, label selectors, Helm's release
 Secrets, strategic merge patches, validation and admission, all real). The README's Helm commands
 are parsed here and run as written. helm-sdkpy comes from the Makefile (`pip install
 --ignore-requires-python`: it declares Python >= 3.12 but is a cffi wrapper that runs on 3.11);

@@ -153,20 +153,10 @@ class Serving:
 
 
 def registration(serving: Serving, ca: Path, name: str, *, targets: str = "untouched") -> dict[str, Any]:
-    """The install's MutatingWebhookConfiguration under `name`, calling this server by URL; with
-    `targets` "prefer" changed as manifests/migration-targets changes it (its own JSON patch), so
-    that migration target pods reach the webhook."""
-    root = FIXTURES.parent.parent / "manifests"
-    config = yaml.safe_load((root / "base" / "mutatingwebhookconfiguration.yaml").read_text())
-    config["metadata"]["name"] = name
-    bundle = base64.b64encode(ca.read_bytes()).decode()
-    for hook in config["webhooks"]:
-        hook["clientConfig"] = {"url": f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", "caBundle": bundle}
-    if targets == "prefer":
-        component = yaml.safe_load((root / "migration-targets" / "kustomization.yaml").read_text())
-        [patch] = [p["patch"] for p in component["patches"] if p["target"]["kind"] == "MutatingWebhookConfiguration"]
-        config = jsonpatch.apply_patch(config, yaml.safe_load(patch))
-    return config
+    """The install's MutatingWebhookConfiguration under `name`, calling this server by URL."""
+    from kubefake.envtest import webhook_registration
+
+    return webhook_registration(f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", ca, name, targets=targets)
 
 
 def answer(outcome: Any, uid: str = "uid-1") -> dict[str, Any]:

@@ -74,6 +74,19 @@ def test_a_tiny_run_reports_every_figure():
     assert "errors" in out and " 0   (4.0 GETs" in out  # the fallback path really reads the API
 
 
+def test_a_tiny_drain_storm_through_a_real_apiserver_creates_every_pod_decided(control_plane):
+    """`python -m bench.storm --apiserver real`: the pods created through kube-apiserver, which calls serve."""
+    done = subprocess.run([sys.executable, "-m", "bench.storm", "--apiserver", "real", "--nodes", "6", "--vms", "30",
+                           "--share-managers", "2", "--vm-starts", "2", "--rounds", "1", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["apiserver"] == "real" and result["refused"] == 0, result
+    for name in ("quiet_vm", "storm_vm", "storm_share_manager"):
+        assert result[name]["undecided"] == 0, (name, result[name])
+        assert 0 < result[name]["p50_ms"] <= result[name]["max_ms"], (name, result[name])
+
+
 def imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     return ({alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

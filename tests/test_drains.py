@@ -194,7 +194,7 @@ async def test_judging_stops_at_the_deadline_and_gives_the_loop_back_as_it_goes(
     the judging stops (the rule then answers without a requirement, saying so)."""
     import time
 
-    from webhook.admission.admit import in_slices
+    from webhook.admission.lane import in_slices
 
     ran = []
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from envtest import Api, Refused
+from kubefake.envtest import Api, Refused
 from kube import load, migration_target, required_terms, share_manager_pod, vm_pod
 
 from webhook.config import Settings

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 import pytest
-from envtest import Api, Refused
+from kubefake.envtest import Api, Refused
 from kube import (OLD_CPU, Serving, annotations, launcher_pod_of, migration_node_selector, node, registration,
                   rwx_disk, share_manager_pod, vm_pod, vmi)
 from kubevirt_api import eventually

@@ -7,7 +7,7 @@ import asyncio
 import copy
 
 import yaml
-from envtest import FIXTURES, api_client
+from kubefake.envtest import FIXTURES, api_client
 from keeping import apart_vmi
 from kube import node
 

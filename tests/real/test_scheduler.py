@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from envtest import Api
+from kubefake.envtest import Api
 from fitting import CASES, HOSTNAME, NS, ROOTDISK, ZONE, sized, term, three_nodes, view_of, vm, workload
 
 from webhook.rules import fit

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from envtest import Api, Refused
+from kubefake.envtest import Api, Refused
 from kubevirt_api import eventually
 from kube import Serving, annotations, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
-from collections.abc import Iterable
 from typing import Any
 
 import jsonpatch
@@ -26,6 +24,7 @@ from ..rules.placement.classify import Skip, is_share_manager_pod, target_exempt
 from ..rules.placement.decide import Decision
 from ..rules.placement.facts import Fact, claims_of
 from ..rules.keeping.target import TargetPod
+from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
@@ -33,10 +32,11 @@ log = logging.getLogger("webhook.mutate")
 
 
 async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline, *,
-                owned: bool = False) -> Outcome:
+                owned: bool = False, lane: Lane | None = None) -> Outcome:
     """What the rules make of the request's pod. `owned`: the pod is the caller's own and nothing
     reads what a patch adds to it afterwards (the server's parsed review: its log line and Event
-    read the name and owner), so the patch is checked on the pod itself, not on a copy."""
+    read the name and owner), so the patch is checked on the pod itself, not on a copy. `lane`:
+    where a server's long rule work waits its turn (a lane of its own when not given)."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return skip(Rule.NONE, Skip.NOT_POD_CREATION)
     pod = request.object
@@ -49,11 +49,13 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     if large is not None:  # before anything grows with it: read, looked up or written
         return skip(Rule.SHARE_MANAGER if share_manager else Rule.NONE, Skip.TOO_LARGE,
                     f"co-location skipped: {large}", large)
-    rule = _share_manager_rule if share_manager else _vm_rule
     try:
         # Answers from memory need no timer; every read that goes to the API is bounded by
         # the deadline where it is made (resolve_io, node_obstacle, consumers).
-        outcome = await rule(request.namespace, pod, store, settings, deadline)
+        if share_manager:
+            outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, lane or Lane())
+        else:
+            outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
             # The apiserver has stopped waiting, or is about to: a late requirement is never sent.
             return skip(outcome.rule, Skip.DEADLINE, "co-location skipped: no decision before the deadline",
@@ -114,7 +116,7 @@ async def _migration_target_rule(
 
 
 async def _share_manager_rule(
-    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
+    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline, lane: Lane
 ) -> Outcome:
     """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
     so the share-manager follows the VM; every later VM start then follows the share-manager."""
@@ -143,7 +145,8 @@ async def _share_manager_rule(
     if len(facts) == 1:
         leaving = _leaving(consumers, blocked)
         if leaving is not None:
-            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, leaving, blocked)
+            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, leaving, blocked,
+                                              lane)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
 
@@ -160,7 +163,7 @@ def _leaving(consumers: Consumers, blocked: str | None) -> str | None:
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
                                deadline: Deadline, consumers: Consumers, leaving: str,
-                               blocked: str | None) -> Outcome:
+                               blocked: str | None, lane: Lane) -> Outcome:
     """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
     can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
     vm_pod = consumers.pods[0]
@@ -173,7 +176,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     required = settings.pin is PinMode.REQUIRED
     if isinstance(target, TargetPod) and view is not None:
         judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        if not await in_slices(judging, deadline):
+        if not await lane.run(judging, deadline):
             why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                    f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
         else:
@@ -191,24 +194,6 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     decision = dataclasses.replace(decision, reason=f"{decision.reason}; {why}",
                                    warnings=(*decision.warnings, why))
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
-
-
-# The longest the rules hold the event loop at a stretch: a drain's share-manager judges every node
-# for two pods (tens of milliseconds on hundreds of nodes), and VM starts must not wait behind it.
-SLICE = 0.005
-
-
-async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: float = SLICE) -> bool:
-    """Take `steps` one by one, giving the event loop back every `slice_seconds` so that other
-    admissions are answered meanwhile; False when the deadline came first."""
-    until = time.monotonic() + slice_seconds
-    for _ in steps:
-        if time.monotonic() >= until:
-            if deadline.remaining() <= 0:
-                return False
-            await asyncio.sleep(0)
-            until = time.monotonic() + slice_seconds
-    return True
 
 
 def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:

@@ -17,6 +17,7 @@ from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
 from .guard import GuardedSite
+from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule
 
@@ -104,6 +105,7 @@ class Admissions:
     def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True,
                  lag: LoopLag | None = None):
         self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
+        self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
         # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
         # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
         self.store, self.settings, self.events, self.decide = store, settings, events, decide
@@ -125,7 +127,8 @@ class Admissions:
             raise BadRequest(str(exc)) from None
         if not self.decide:
             return reviews.response_json(review.uid, NOTHING_DECIDED)
-        outcome = await admit(review, self.store, self.settings, deadline, owned=True)  # parsed just above
+        outcome = await admit(review, self.store, self.settings, deadline, owned=True,  # parsed just above
+                              lane=self.lane)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:

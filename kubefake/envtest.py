@@ -34,7 +34,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 HINT = ("the real-apiserver tests need KUBEBUILDER_ASSETS, a directory with etcd, kube-apiserver and "
         "kube-scheduler 1.36: `export KUBEBUILDER_ASSETS=$(setup-envtest use 1.36 -p path)`, kube-scheduler of "
@@ -280,6 +281,27 @@ class ControlPlane:
         return self._kubeconfig(f"sa-{namespace}-{service_account}", {"token": token})
 
 
+def webhook_registration(url: str, ca: Path, name: str, *, targets: str = "untouched") -> dict[str, Any]:
+    """The install's MutatingWebhookConfiguration under `name`, calling `url` (a server's
+    /mutate, its certificate signed by `ca`); with `targets` "prefer" changed as
+    manifests/migration-targets changes it (its own JSON patch), so that migration target pods
+    reach the webhook."""
+    import base64
+
+    import jsonpatch
+
+    config = yaml.safe_load((MANIFESTS / "base" / "mutatingwebhookconfiguration.yaml").read_text())
+    config["metadata"]["name"] = name
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+    for hook in config["webhooks"]:
+        hook["clientConfig"] = {"url": url, "caBundle": bundle}
+    if targets == "prefer":
+        component = yaml.safe_load((MANIFESTS / "migration-targets" / "kustomization.yaml").read_text())
+        [patch] = [p["patch"] for p in component["patches"] if p["target"]["kind"] == "MutatingWebhookConfiguration"]
+        config = jsonpatch.apply_patch(config, yaml.safe_load(patch))
+    return config
+
+
 @contextlib.asynccontextmanager
 async def api_client(kubeconfig: Path) -> AsyncIterator[Any]:
     """A kubernetes-asyncio ApiClient for a kubeconfig of this control plane."""
@@ -291,20 +313,24 @@ async def api_client(kubeconfig: Path) -> AsyncIterator[Any]:
         yield api
 
 
-# Where each kind is served: (group/version path, plural, namespaced).
-def _resource(obj: dict[str, Any]) -> tuple[str, bool]:
-    from webhook import kinds
+# Where each kind the tests and benchmarks create is served: (plural, namespaced).
+KINDS = {
+    "Namespace": ("namespaces", False), "ServiceAccount": ("serviceaccounts", True), "Pod": ("pods", True),
+    "Node": ("nodes", False), "PersistentVolume": ("persistentvolumes", False),
+    "PersistentVolumeClaim": ("persistentvolumeclaims", True), "Event": ("events", True), "Secret": ("secrets", True),
+    "ConfigMap": ("configmaps", True), "Deployment": ("deployments", True), "Lease": ("leases", True),
+    "PriorityClass": ("priorityclasses", False), "RuntimeClass": ("runtimeclasses", False),
+    "MutatingWebhookConfiguration": ("mutatingwebhookconfigurations", False),
+    "VirtualMachine": ("virtualmachines", True), "VirtualMachineInstance": ("virtualmachineinstances", True),
+    "VirtualMachineInstanceMigration": ("virtualmachineinstancemigrations", True),
+    "ShareManager": ("sharemanagers", True), "Volume": ("volumes", True), "Replica": ("replicas", True),
+    "Setting": ("settings", True),
+}
 
+
+def _resource(obj: dict[str, Any]) -> tuple[str, bool]:
     api_version, kind = obj["apiVersion"], obj["kind"]
-    known = {(r.api_version, r.kind): r for r in vars(kinds).values() if isinstance(r, kinds.Resource)}
-    core = {"Namespace": ("namespaces", False), "ServiceAccount": ("serviceaccounts", True),
-            "Setting": ("settings", True), "ConfigMap": ("configmaps", True),
-            "PriorityClass": ("priorityclasses", False), "RuntimeClass": ("runtimeclasses", False)}
-    if (api_version, kind) in known:
-        r = known[api_version, kind]
-        plural, namespaced = r.plural, r.namespaced
-    else:
-        plural, namespaced = core[kind]
+    plural, namespaced = KINDS[kind]
     prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     return prefix + ("/namespaces/{namespace}" if namespaced else "") + f"/{plural}", namespaced
 

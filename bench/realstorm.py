@@ -1,0 +1,133 @@
+"""The drain storm through a real kube-apiserver: `python -m bench.storm --apiserver real`.
+
+The cluster of `bench.storm` is created in etcd and kube-apiserver 1.36 started from the
+binaries `KUBEBUILDER_ASSETS` names (`kubefake.envtest`, as the tests start them), with
+KubeVirt's and Longhorn's CRDs; `python -m webhook serve` watches it and the apiserver calls it,
+registered by URL in the install's own MutatingWebhookConfiguration. Then, each round, the 30
+VM pods are created at once (a quiet cluster), and then the 25 share-manager pods and the 30 VM
+pods at once (the storm), each a real create through the apiserver, timed by the client that
+sends it: the apiserver's admission chain, its call to the webhook, the webhook's queueing and
+work, validation and the write to etcd. Counted: creates the apiserver refused, and pods created
+without the webhook's decision (`pinned` for a VM, `pinned-among` for a share-manager). The pods
+are deleted between rounds; no kube-scheduler runs, so they stay unbound.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubefake import objects
+from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
+
+from .__main__ import cores, wait_for, webhook_server
+
+CONFIGURATION = "kubevirt-colocate-storm"
+PARALLEL = 48  # creates in flight while the cluster is loaded
+POD = {"apiVersion": "v1", "kind": "Pod"}
+
+
+async def load_cluster(api: Api, cluster: list[dict[str, Any]]) -> None:
+    """Every object created as its controller would, status included, `PARALLEL` at a time;
+    nodes and what pods refer to first."""
+    await api.namespace(objects.VM_NS)
+    await api.longhorn()
+    order = ("Node", "PersistentVolume", "PersistentVolumeClaim", "ShareManager", "VirtualMachineInstance", "Pod")
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(obj: dict[str, Any]) -> None:
+        async with gate:
+            await api.create(obj)
+
+    for kind in order:
+        await asyncio.gather(*(one(o) for o in cluster if o["kind"] == kind))
+
+
+def pods(evicted: list[str], starts: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    made = [("share-manager", objects.share_manager_pod(volume)) for volume in evicted]
+    return made + [("vm", objects.vm_pod(claim)) for claim in starts]
+
+
+async def create_all(api: Api, batch: list[tuple[str, dict[str, Any]]]) -> tuple[list[tuple[str, float, bool]], int]:
+    """Every pod created at once; (kind, seconds, decided) of each, and how many the apiserver refused.
+    The pods are deleted again afterwards."""
+    wanted = {"vm": "pinned", "share-manager": "pinned-among"}
+    made: list[dict[str, Any]] = []
+    refused = 0
+
+    async def one(kind: str, pod: dict[str, Any]) -> tuple[str, float, bool] | None:
+        nonlocal refused
+        started = time.monotonic()
+        try:
+            got = await api.create(pod)
+        except Refused:
+            refused += 1
+            return None
+        seconds = time.monotonic() - started
+        made.append(got)
+        return kind, seconds, (got["metadata"].get("annotations") or {}).get("kubevirt-scheduler/decision") == wanted[kind]
+
+    results = await asyncio.gather(*(one(kind, pod) for kind, pod in batch))
+    await asyncio.gather(*(api.delete(pod) for pod in made))
+    await asyncio.sleep(1.0)  # the webhook's caches see the deletes before the next round
+    return [r for r in results if r is not None], refused
+
+
+async def rounds_through(plane: ControlPlane, url: str, ca: Path, cluster: list[dict[str, Any]], evicted: list[str],
+                         starts: list[str], rounds: int, figures: Any) -> list[dict[str, Any]]:
+    async with Api(plane) as api:
+        await api.create(webhook_registration(f"{url}/mutate", ca, CONFIGURATION))
+        batch = pods(evicted, starts)
+        vms = [(kind, pod) for kind, pod in batch if kind == "vm"]
+        deadline = time.monotonic() + 60
+        while True:  # the registration reaches the apiserver's informer a moment after it is created
+            got = await api.create(vms[0][1], dry_run=True)
+            if (got["metadata"].get("annotations") or {}).get("kubevirt-scheduler/decision"):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("the apiserver never called the webhook")
+            await asyncio.sleep(0.2)
+        await create_all(api, vms[:2])  # warm up
+        found = []
+        for _ in range(rounds):
+            quiet, quiet_refused = await create_all(api, vms)
+            storm, storm_refused = await create_all(api, batch)
+            found.append({"quiet_vm": figures(quiet, "vm"), "storm_vm": figures(storm, "vm"),
+                          "storm_share_manager": figures(storm, "share-manager"),
+                          "refused": quiet_refused + storm_refused})
+        return found
+
+
+def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list[str], starts: list[str],
+             figures: Any) -> list[dict[str, Any]]:
+    """The rounds through a real apiserver; SystemExit with the way to get the binaries when there are none."""
+    found = assets()
+    if isinstance(found, str):
+        raise SystemExit(found)
+    (work / "envtest").mkdir()
+    plane = ControlPlane(found, work / "envtest").start()
+    server_cpu, other_cpu = cores()
+    if other_cpu is not None:  # the control plane and this client on one core, serve on the other: apart, as in a cluster
+        for process in (*plane.processes.values(), None):
+            os.sched_setaffinity(process.pid if process else 0, {other_cpu})
+    try:
+        plane.install_crds()
+        started = time.monotonic()
+        asyncio.run(_load(plane, cluster))
+        print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
+                            ("--keep", "off", "--webhook-configuration", CONFIGURATION,
+                             "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, _log):
+            wait_for(f"{ops}/readyz", work)
+            return asyncio.run(rounds_through(plane, url, work / "ca.crt", cluster, evicted, starts, args.rounds,
+                                              figures))
+    finally:
+        plane.stop()
+
+
+async def _load(plane: ControlPlane, cluster: list[dict[str, Any]]) -> None:
+    async with Api(plane) as api:
+        await load_cluster(api, cluster)
