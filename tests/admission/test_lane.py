@@ -1,0 +1,61 @@
+"""The lane: a drain's share-managers judge one at a time, giving the loop back between slices."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from webhook.admission.lane import Lane, in_slices
+from webhook.deadline import Deadline
+
+
+def steps(name, n, seconds, trace):
+    for i in range(n):
+        time.sleep(seconds)
+        trace.append(name)
+        yield i
+
+
+async def test_two_judgings_take_turns_whole_and_everything_else_runs_between_their_slices():
+    """Side by side, each judging would get a turn in every round of the loop; in the lane the
+    second starts once the first is done, and a VM start arriving meanwhile runs between slices."""
+    lane, trace = Lane(slice_seconds=0.002), []
+
+    async def vm_start():
+        await asyncio.sleep(0.004)
+        trace.append("vm")
+
+    results = await asyncio.gather(lane.run(steps("a", 6, 0.001, trace), Deadline.after(10, 1)),
+                                   lane.run(steps("b", 6, 0.001, trace), Deadline.after(10, 1)), vm_start())
+    assert results[:2] == [True, True]
+    judged = [t for t in trace if t != "vm"]
+    assert judged == ["a"] * 6 + ["b"] * 6  # one at a time, never interleaved
+    assert 0 < trace.index("vm") < len(trace) - 1  # answered between slices, not after the storm
+
+
+async def test_a_judging_whose_deadline_passes_while_it_waits_its_turn_gives_up():
+    """The apiserver has stopped waiting: the rule answers without a requirement (saying so)."""
+    lane, trace = Lane(slice_seconds=0.002), []
+    first = asyncio.ensure_future(lane.run(steps("a", 40, 0.001, trace), Deadline.after(10, 1)))
+    await asyncio.sleep(0)
+    assert await lane.run(steps("b", 1, 0, trace), Deadline(time.monotonic() + 0.01)) is False
+    assert "b" not in trace and lane.waiting == 0
+    assert await first is True
+
+
+async def test_judging_stops_at_the_deadline_and_gives_the_loop_back_as_it_goes():
+    """The nodes are judged in slices: between them the loop runs other work; past the deadline
+    the judging stops (the rule then answers without a requirement, saying so)."""
+    ran = []
+
+    def steps(n, seconds):
+        for i in range(n):
+            time.sleep(seconds)
+            yield i
+
+    async def other():
+        ran.append("other")
+
+    asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(other()))
+    assert await in_slices(steps(5, 0.003), Deadline.after(10, 1), slice_seconds=0.002) is True
+    assert ran == ["other"]  # it ran between two slices, not after all of them
+    assert await in_slices(steps(1000, 0.001), Deadline(time.monotonic() + 0.02), slice_seconds=0.002) is False
