@@ -18,11 +18,11 @@ from ..cluster.resolve import Consumers, Seen, migration_target, node_obstacle, 
 from ..cluster.store import Store, StoreError
 from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
-from ..kinds import VMIM
+from ..kinds import VMI, VMIM
 from ..rules.placement import apply, bounds, decide, patch, steer, together
 from ..rules.placement.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
 from ..rules.placement.decide import Decision
-from ..rules.placement.facts import Fact, claims_of
+from ..rules.placement.facts import Fact, disks_of
 from ..rules.keeping.target import TargetPod
 from .lane import Lane
 from .outcome import Outcome, Rule, skip
@@ -74,11 +74,32 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
         return skip(Rule.NONE if exemption is Skip.NOT_LAUNCHER else Rule.VM, exemption)
     seen: Seen = {}
-    facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline, seen)
+    vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
+    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen) + unknown
     name = _pin_candidate(facts, settings)
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
     return _decided(pod, decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED), settings, Rule.VM, facts)
+
+
+async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
+                  deadline: Deadline) -> tuple[dict[str, Any] | None, list[Fact]]:
+    """The VMI the pod runs (its hotplugged disks), from the caches; from the API within the
+    deadline when they cannot tell. When it cannot be read, the pod's own disks are followed and
+    the unknown ones said (a fact without a node)."""
+    owner = kinds.vmi_owner(pod)
+    if owner is None:
+        return None, []
+    known, vmi = store.peek(VMI, namespace, owner["name"])
+    if known:
+        return vmi, []
+    try:
+        async with asyncio.timeout(deadline.remaining()):
+            return await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining()), []
+    except (StoreError, TimeoutError) as exc:
+        why = f"hotplugged disks unknown: VMI {namespace}/{owner['name']} could not be read " \
+              f"({str(exc) or 'no answer before the deadline'})"
+        return None, [Fact(f"VMI {owner['name']}", None, why, known=False)]
 
 
 async def _migration_target_rule(
@@ -107,7 +128,8 @@ async def _migration_target_rule(
         # A migration that names its node is someone's choice (the keeper's own among them): no warning.
         warning = None if why is Skip.MIGRATION_NAMES_NODE else f"target untouched: {detail}"
         return skip(Rule.MIGRATION_TARGET, why, warning, detail)
-    facts = await resolve_disks(store, settings, namespace, claims_of(pod), deadline)
+    vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
+    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline) + unknown
     decision = steer.prefer(facts, steer.describe(migration, name))
     if isinstance(decision, str):
         return skip(Rule.MIGRATION_TARGET, Skip.NO_STORAGE_NODE, f"target untouched: {decision}", decision,

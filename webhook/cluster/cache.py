@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import kinds
 from ..config import Settings
-from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, Resource
+from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, Resource
 from ..rules import fit
 from ..rules.placement.decide import REQUIRING
 from ..rules.placement.facts import claims_of
@@ -96,8 +96,12 @@ class WatchedClusterStore(Informers):
                                        "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
         self.nodes = informer(NODE)
+        # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
+        # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
+        self.vmis = informer(VMI, indexers={"claim": _vmi_claims})
         # Listed in this order, one at a time: what the scheduler checks need first.
-        super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers))
+        super().__init__(api_client, timing,
+                         (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers, self.vmis))
         self._view = CachedView(self)
         self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
         assert len(self._by_kind) == len(self.informers)
@@ -155,9 +159,15 @@ class WatchedClusterStore(Informers):
         return self.pvs.table.lookup("volumeHandle", handle)
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
-        if not self.pods.synced:
+        if not (self.pods.synced and self.vmis.synced):
             return await self.direct.pods_by_claim(namespace, claim, timeout=timeout)
-        return self.pods.table.lookup("claim", object_key(namespace, claim))
+        key = object_key(namespace, claim)
+        found = self.pods.table.lookup("claim", key)
+        for vmi in self.vmis.table.lookup("claim", key):  # hotplugged: the VMI's pods, wherever they mount it
+            uid = kinds.meta(vmi).get("uid")
+            if isinstance(uid, str) and uid:
+                found += self.pods.table.lookup("vmi", object_key(namespace, uid))
+        return found
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet (what the safety net looks at)."""
@@ -187,10 +197,13 @@ def _created_by(pod: dict[str, Any]) -> list[str]:
 
 
 def _claims(pod: dict[str, Any]) -> list[str]:
-    if not kinds.is_launcher(pod):
-        return []
-    namespace = kinds.meta(pod).get("namespace") or ""
-    return [object_key(namespace, claim) for claim in claims_of(pod)]
+    return _vmi_claims(pod) if kinds.is_launcher(pod) else []
+
+
+def _vmi_claims(obj: dict[str, Any]) -> list[str]:
+    """The claims of a VMI's volumes (hotplugged ones included), or of a launcher pod's."""
+    namespace = kinds.meta(obj).get("namespace") or ""
+    return [object_key(namespace, claim) for claim in claims_of(obj)]
 
 
 def pinned_and_waiting(settings: Settings) -> Indexer:

@@ -11,12 +11,11 @@ from typing import Any
 import orjson
 
 from .. import kinds, metrics
-from ..kinds import POD, PV, Resource
+from ..kinds import POD, PV, VMI, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
-from ..rules.placement.facts import claims_of
 from . import client
-from .store import Unwatched, StoreError, labels_match, volume_handle
+from .store import Unwatched, StoreError, labels_match, using, volume_handle
 
 
 class ClusterStore(Unwatched):
@@ -102,7 +101,8 @@ class ClusterStore(Unwatched):
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         pods = await self.list(POD, namespace, dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
-        return [pod for pod in pods if claim in claims_of(pod)]
+        vmis = await self.list(VMI, namespace, timeout=timeout)
+        return using(pods, vmis, claim)
 
     async def close(self) -> None:
         await self._api.close()

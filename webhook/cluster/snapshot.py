@@ -8,11 +8,10 @@ from typing import Any
 import yaml
 
 from .. import kinds
-from ..kinds import POD, PV, RULE_RESOURCES, VMIM, Resource
+from ..kinds import POD, PV, RULE_RESOURCES, VMI, VMIM, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
-from ..rules.placement.facts import claims_of
-from .store import Unwatched, labels_match, volume_handle
+from .store import Unwatched, labels_match, using, volume_handle
 
 
 class BadSnapshot(ValueError):
@@ -112,7 +111,8 @@ class SnapshotStore(Unwatched):
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         launcher = dict([kinds.VIRT_LAUNCHER])
-        return [pod for pod in self._all(POD, namespace) if labels_match(pod, launcher) and claim in claims_of(pod)]
+        return using([pod for pod in self._all(POD, namespace) if labels_match(pod, launcher)], self._all(VMI, namespace),
+                     claim)
 
     async def close(self) -> None:
         return None

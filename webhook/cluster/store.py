@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from .. import kinds
 from ..kinds import Resource
 from ..rules.fit import View
+from ..rules.placement.facts import claims_of
 
 
 class StoreError(Exception):
@@ -40,7 +42,8 @@ class Store(Protocol):
         """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """virt-launcher pods in `namespace` that mount PVC `claim`."""
+        """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a
+        volume (a hotplugged disk: KubeVirt mounts it in an attachment pod of the VM's node)."""
 
     async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
         """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,
@@ -91,6 +94,13 @@ class Unwatched:
 
     def stats(self) -> Stats:
         return {}
+
+
+def using(launchers: list[dict[str, Any]], vmis: list[dict[str, Any]], claim: str) -> list[dict[str, Any]]:
+    """The launcher pods that mount `claim`, and those of the VMIs that have it as a volume."""
+    owners = {kinds.meta(vmi).get("uid") for vmi in vmis if claim in claims_of(vmi)} - {None, ""}
+    return [pod for pod in launchers
+            if claim in claims_of(pod) or kinds.labels(pod).get(kinds.CREATED_BY_LABEL) in owners]
 
 
 def volume_handle(pv: dict[str, Any]) -> str | None:

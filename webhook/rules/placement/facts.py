@@ -51,6 +51,19 @@ def claims_of(obj: dict[str, Any]) -> list[str]:
     return list(claims)
 
 
+def disks_of(pod: dict[str, Any], vmi: dict[str, Any] | None) -> list[str]:
+    """The claims a VM's pod follows: its own volumes', then those of its VMI that the pod does
+    not mount. KubeVirt leaves hotplugged volumes (`virtctl addvolume`, and those marked
+    `hotpluggable` in the VM, which a restart keeps) out of the launcher pod and mounts them in
+    an attachment pod on the VM's node once it runs (pkg/virt-controller/services/template.go,
+    `RenderHotplugAttachmentPodTemplate`); the VMI's spec.volumes lists them from the start."""
+    claims = claims_of(pod)
+    if vmi is not None:
+        mounted = set(claims)
+        claims += [claim for claim in claims_of(vmi) if claim not in mounted]
+    return claims
+
+
 def volume_of(
     namespace: str, claim: str, pvc: dict[str, Any] | None, pv: dict[str, Any] | None, driver: str
 ) -> tuple[str | None, str]:
