@@ -67,6 +67,7 @@ SHARE_MANAGER = Resource("ShareManager", "longhorn.io", "v1beta2", "sharemanager
 # Read by `explain` and `status` only (the I/O path), with the admin's credentials.
 LONGHORN_VOLUME = Resource("Volume", "longhorn.io", "v1beta2", "volumes", True)
 LONGHORN_REPLICA = Resource("Replica", "longhorn.io", "v1beta2", "replicas", True)
+LONGHORN_SETTING = Resource("Setting", "longhorn.io", "v1beta2", "settings", True)
 VM = Resource("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", True)
 VMI = Resource("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", True)
 VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtualmachineinstancemigrations", True)

@@ -613,3 +613,16 @@ def test_a_pod_to_place_drops_what_no_check_reads():
         "metadata": {"name": "p", "namespace": NS, "labels": {"a": "b"}},
         "spec": {"nodeSelector": {"n": "1"}, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
                  "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]}}
+
+
+def test_the_keepers_vmi_cache_keeps_the_hotplugged_disks_it_judges_the_vm_by():
+    """The keeper (and `status`) decide a VM apart by its VMI's disks: a hotplugged one, which no
+    launcher pod mounts, is among them as the cache keeps the VMI."""
+    from kube import load
+
+    from webhook.cluster.kept import shapes
+    from webhook.config import Settings
+    from webhook.rules.keeping.running import read_vmi
+
+    kept = shapes(Settings())["VirtualMachineInstance"](load("kubevirt-1.8/vmi-hotplugged.yaml"))
+    assert read_vmi(kept, Settings()).claims == ("disk-b", "disk-hp")

@@ -198,7 +198,7 @@ async def test_status_json(tmp_path, kmock):
                                "why": "spec.addedNodeSelector is kept: targeted migration works", "priority": True,
                                "priority_answer": "available",
                                "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
-        "in_flight": {"ours": 0, "all": 0}, "migration_targets": "untouched"}
+        "in_flight": {"ours": 0, "all": 0}, "migration_targets": "untouched", "longhorn_restarts_vms": None}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
     assert report["skipped"] == ["VMI default/vm8: status.nodeName is a int, not a string"]
@@ -383,3 +383,66 @@ async def test_without_the_deployment_status_says_it_goes_by_its_own_flags(tmp_p
     code, out, err = await run_status(tmp_path, kmock)
     assert code == 0, err
     assert out.splitlines()[0].startswith("keeper: report (settings as given here: "), out
+
+
+def hotplugged(obj, *claims):
+    """The VMI with `claims` hotplugged (`virtctl addvolume --persist`): in spec.volumes, marked
+    hotpluggable, as vmi-hotplugged.yaml has it; the launcher pod mounts none of them."""
+    obj["spec"]["volumes"] += [{"name": f"hp{i}", "persistentVolumeClaim": {"claimName": c, "hotpluggable": True}}
+                               for i, c in enumerate(claims)]
+    return obj
+
+
+async def test_a_vm_whose_hotplugged_disk_alone_is_served_elsewhere_is_not_co_located(tmp_path, kmock):
+    """vm2's root disk is served from its node; its hotplugged disk from node-b: split, and
+    said so. vm7 boots from a container disk and has only a hotplugged disk, served elsewhere:
+    apart."""
+    storage = rwx_disk("vm2-disk", "node-c") + rwx_disk("hp-data", "node-b") + rwx_disk("hp-only", "node-b")
+    seed_cluster(kmock, storage, [hotplugged(vmi("vm2", "node-c", "vm2-disk"), "hp-data"),
+                                  hotplugged(vmi("vm7", "node-c"), "hp-only")], [])
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    states = {vm["name"]: (vm["state"], vm["storage"]) for vm in json.loads(out)["vms"]}
+    assert states == {"vm2": ("split", ["node-b", "node-c"]), "vm7": ("apart", ["node-b"])}, out
+
+
+def longhorn_setting(name, value):
+    return {"apiVersion": "longhorn.io/v1beta2", "kind": "Setting",
+            "metadata": {"name": name, "namespace": "longhorn-system"}, "value": value}
+
+
+@pytest.mark.parametrize("values, warned", [
+    ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
+      "auto-delete-pod-when-volume-detached-unexpectedly": "true",
+      "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly": ""}, True),
+    ({"storage-network": "kube-system/storage", "storage-network-for-rwx-volume-enabled": "true",
+      "auto-delete-pod-when-volume-detached-unexpectedly": "true"}, True),
+    ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
+      "auto-delete-pod-when-volume-detached-unexpectedly": "true",
+      "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly":
+          "apps/StatefulSet;kubevirt.io/VirtualMachineInstance"}, False),
+    ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
+      "auto-delete-pod-when-volume-detached-unexpectedly": "false"}, False),
+    ({"endpoint-network-for-rwx-volume": "", "storage-network": "kube-system/storage",
+      "storage-network-for-rwx-volume-enabled": "false",
+      "auto-delete-pod-when-volume-detached-unexpectedly": "true"}, False),
+], ids=["endpoint-network", "storage-network-for-rwx", "vmi-blacklisted", "auto-delete-off", "rwx-on-cluster-network"])
+async def test_status_names_the_longhorn_settings_that_turn_a_share_manager_move_into_vm_restarts(
+        tmp_path, kmock, values, warned):
+    from webhook.kinds import LONGHORN_SETTING
+
+    storage, vmis, vmims = cluster()
+    seed_cluster(kmock, storage, vmis, vmims)
+    kmock.resources[LONGHORN_SETTING] = {}
+    for name, value in values.items():
+        kmock.objects[LONGHORN_SETTING, "longhorn-system", name] = longhorn_setting(name, value)
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0, err
+    warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
+    if not warned:
+        assert warnings == [], out
+        return
+    assert len(warnings) == 1, out
+    assert "restarts VMs when their share-manager moves" in warnings[0]
+    assert "add kubevirt.io/VirtualMachineInstance to blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly" \
+        in warnings[0]

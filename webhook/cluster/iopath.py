@@ -11,7 +11,7 @@ from .. import kinds
 from .direct import ClusterStore
 from .store import StoreError
 from ..config import Settings
-from ..kinds import LONGHORN_REPLICA, LONGHORN_VOLUME
+from ..kinds import LONGHORN_REPLICA, LONGHORN_SETTING, LONGHORN_VOLUME
 from ..rules.placement.facts import Fact
 from ..rules.keeping.iopath import disk_path, DiskPath
 
@@ -38,3 +38,13 @@ async def read_longhorn(store: ClusterStore, settings: Settings, timeout: float)
     except StoreError as exc:
         return Longhorn(None, None, f"Longhorn volumes and replicas not read: {exc}")
     return Longhorn({kinds.meta(v).get("name") or "": v for v in volumes}, replicas)
+
+
+async def read_settings(store: ClusterStore, settings: Settings, timeout: float) -> dict[str, str] | None:
+    """Longhorn's settings by name (their `value`), or None when they cannot be read."""
+    try:
+        found = await store.list(LONGHORN_SETTING, settings.longhorn_namespace, timeout=timeout)
+    except StoreError:
+        return None
+    return {name: str(obj.get("value") or "") for obj in found
+            if isinstance(obj, dict) and isinstance(name := kinds.meta(obj).get("name"), str)}

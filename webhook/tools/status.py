@@ -29,10 +29,11 @@ from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
 from ..config import KeepMode, MigrationTargets, Settings
+from ..rules.shared.longhorn import restart_hazard
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.probe import NEEDS, TargetedMigration
 from ..keeper.stretch import Stretches
-from ..cluster.iopath import read_longhorn
+from ..cluster.iopath import read_longhorn, read_settings
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, CO_LOCATED, VmState
 from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts
@@ -114,6 +115,7 @@ class Cluster:
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     migration_targets: MigrationTargets = MigrationTargets.UNTOUCHED  # --migration-targets: what a migration that names no node gets
+    restarts: str | None = None  # when Longhorn's settings make a share-manager's move restart its VMs, why and the fix
 
     @property
     def targets(self) -> str:
@@ -130,6 +132,7 @@ class Cluster:
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight}); {self.targets}",
+            *([f"warning: {self.restarts}"] if self.restarts else []),
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -144,7 +147,7 @@ class Cluster:
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
-                "migration_targets": self.migration_targets}
+                "migration_targets": self.migration_targets, "longhorn_restarts_vms": self.restarts}
 
 
 def answers(probe: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -267,7 +270,8 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     (said, why), (priority_said, priority_why) = answers(targeted, off)
     header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,
-                     facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets)
+                     facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets,
+                     restart_hazard(await read_settings(store, settings, timeout) or {}))
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), listed.skipped, header)
 
 
