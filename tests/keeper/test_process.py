@@ -78,7 +78,7 @@ async def test_the_keeper_runs_apart_from_admission_and_serve_shows_what_it_keep
         assert text.count("# TYPE colocate_cache_healthy gauge") == 1
         ours = [line for line in text.splitlines()
                 if line.startswith("colocate_cache_healthy{") and 'process="keeper"' not in line]
-        assert ours and not [line for line in ours if "virtualmachineinstances" in line]  # serve watches no VMIs
+        assert ours and not [line for line in ours if "migrations" in line]  # serve watches VMIs, no migrations
     finally:
         assert await serving.stop() == 0
     assert gone(pid)

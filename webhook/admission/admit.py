@@ -75,31 +75,35 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
         return skip(Rule.NONE if exemption is Skip.NOT_LAUNCHER else Rule.VM, exemption)
     seen: Seen = {}
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
-    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen) + unknown
+    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen)
     name = _pin_candidate(facts, settings)
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
-    return _decided(pod, decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED), settings, Rule.VM, facts)
+    decision = decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED)
+    return _decided(pod, _noting(decision, unknown), settings, Rule.VM, facts)
 
 
 async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
-                  deadline: Deadline) -> tuple[dict[str, Any] | None, list[Fact]]:
+                  deadline: Deadline) -> tuple[dict[str, Any] | None, str | None]:
     """The VMI the pod runs (its hotplugged disks), from the caches; from the API within the
-    deadline when they cannot tell. When it cannot be read, the pod's own disks are followed and
-    the unknown ones said (a fact without a node)."""
+    deadline when there are none. When it cannot be read, the pod's own disks are followed and a
+    warning says that the hotplugged ones are unknown."""
     owner = kinds.vmi_owner(pod)
     if owner is None:
-        return None, []
+        return None, None
     known, vmi = store.peek(VMI, namespace, owner["name"])
     if known:
-        return vmi, []
+        return vmi, None
     try:
         async with asyncio.timeout(deadline.remaining()):
-            return await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining()), []
+            return await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining()), None
     except (StoreError, TimeoutError) as exc:
-        why = f"hotplugged disks unknown: VMI {namespace}/{owner['name']} could not be read " \
-              f"({str(exc) or 'no answer before the deadline'})"
-        return None, [Fact(f"VMI {owner['name']}", None, why, known=False)]
+        return None, (f"hotplugged disks unknown: VMI {namespace}/{owner['name']} could not be read "
+                      f"({str(exc) or 'no answer before the deadline'})")
+
+
+def _noting(decision: Decision, unknown: str | None) -> Decision:
+    return decision if unknown is None else dataclasses.replace(decision, warnings=(*decision.warnings, unknown))
 
 
 async def _migration_target_rule(
@@ -129,12 +133,12 @@ async def _migration_target_rule(
         warning = None if why is Skip.MIGRATION_NAMES_NODE else f"target untouched: {detail}"
         return skip(Rule.MIGRATION_TARGET, why, warning, detail)
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
-    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline) + unknown
+    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline)
     decision = steer.prefer(facts, steer.describe(migration, name))
     if isinstance(decision, str):
         return skip(Rule.MIGRATION_TARGET, Skip.NO_STORAGE_NODE, f"target untouched: {decision}", decision,
                     facts=tuple(facts))
-    return _decided(pod, decision, settings, Rule.MIGRATION_TARGET, facts)
+    return _decided(pod, _noting(decision, unknown), settings, Rule.MIGRATION_TARGET, facts)
 
 
 async def _share_manager_rule(
@@ -165,9 +169,9 @@ async def _share_manager_rule(
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     if len(facts) == 1:
-        leaving = _leaving(consumers, blocked)
-        if leaving is not None:
-            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, leaving, blocked,
+        why = _leaving(consumers, blocked)
+        if why is not None:
+            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, Leaving(consumers, why, blocked),
                                               lane)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
@@ -183,11 +187,21 @@ def _leaving(consumers: Consumers, blocked: str | None) -> str | None:
     return blocked
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Leaving:
+    """The one VM of a share-manager, which cannot be followed to its node now: why, and why that
+    node cannot take the share-manager (None when it can, and the VM is migrating)."""
+
+    consumers: Consumers
+    why: str
+    blocked: str | None
+
+
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
-                               deadline: Deadline, consumers: Consumers, leaving: str,
-                               blocked: str | None, lane: Lane) -> Outcome:
+                               deadline: Deadline, leaving: Leaving, lane: Lane) -> Outcome:
     """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
     can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
+    consumers, blocked = leaving.consumers, leaving.blocked
     vm_pod = consumers.pods[0]
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
@@ -203,7 +217,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
                    f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
         else:
             found = judging.found
-            decision = together.decide_together(found, vm, leaving, required=required,
+            decision = together.decide_together(found, vm, leaving.why, required=required,
                                                 most=together.among_at_most(pod))
             if decision is not None:
                 return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)

@@ -22,7 +22,7 @@ from .direct import ClusterStore
 from .informer import Informer, Informers
 from .kept import shapes
 from .reflector import Timing
-from .store import Stats, volume_handle
+from .store import Stats, StoreError, volume_handle
 from .table import Indexer, object_key
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before
@@ -76,7 +76,8 @@ class WatchedClusterStore(Informers):
 
     task_prefix = "cache"
 
-    def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing()):
+    def __init__(self, api_client: Any, settings: Settings = Settings(), timing: Timing = Timing(), *,
+                 vmis: bool = True):
         self.direct = ClusterStore(api_client)  # reads from the API itself: full objects, no watch lag
         shape = shapes(settings)
         longhorn = settings.longhorn_namespace
@@ -98,10 +99,11 @@ class WatchedClusterStore(Informers):
         self.nodes = informer(NODE)
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
+        # (The keeper's process watches VMIs with its migrations: `vmis=False` for its store.)
         self.vmis = informer(VMI, indexers={"claim": _vmi_claims})
         # Listed in this order, one at a time: what the scheduler checks need first.
-        super().__init__(api_client, timing,
-                         (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers, self.vmis))
+        super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
+                         + ((self.vmis,) if vmis else ()))
         self._view = CachedView(self)
         self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
         assert len(self._by_kind) == len(self.informers)
@@ -122,6 +124,11 @@ class WatchedClusterStore(Informers):
     async def close(self) -> None:
         await super().close()
         await self.direct.close()
+
+    def synced(self) -> bool:
+        """Ready without the VMIs: admission answers from the other caches while the KubeVirt API
+        is slow or down (a VM's hotplugged disks are then unknown, and `degraded` says so)."""
+        return all(i.synced for i in self.informers if i is not self.vmis)
 
     # ----------------------------------------------------------------- reads
 
@@ -144,10 +151,14 @@ class WatchedClusterStore(Informers):
         return False, None
 
     async def get(self, resource, namespace, name, *, timeout=None):
-        """A copy of the caller's own, from the caches when they can tell, else from the API."""
+        """A copy of the caller's own, from the caches when they can tell, else from the API; a
+        VMI only from its cache (admission never waits on the KubeVirt API: StoreError until it
+        has synced)."""
         known, obj = self.peek(resource, namespace, name, copy=True)
         if known:
             return obj
+        if resource.kind == VMI.kind and not self.vmis.synced and self.vmis in self.informers:
+            raise StoreError(f"the VMI cache has not synced ({self.vmis.error or 'listing'})")
         return await self.direct.get(resource, namespace, name, timeout=timeout)
 
     async def whole(self, resource, namespace, name, *, timeout=None):
@@ -159,11 +170,11 @@ class WatchedClusterStore(Informers):
         return self.pvs.table.lookup("volumeHandle", handle)
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
-        if not (self.pods.synced and self.vmis.synced):
+        if not self.pods.synced:
             return await self.direct.pods_by_claim(namespace, claim, timeout=timeout)
         key = object_key(namespace, claim)
         found = self.pods.table.lookup("claim", key)
-        for vmi in self.vmis.table.lookup("claim", key):  # hotplugged: the VMI's pods, wherever they mount it
+        for vmi in self.vmis.table.lookup("claim", key) if self.vmis.synced else ():  # hotplugged: the VMI's pods, wherever they mount it
             uid = kinds.meta(vmi).get("uid")
             if isinstance(uid, str) and uid:
                 found += self.pods.table.lookup("vmi", object_key(namespace, uid))

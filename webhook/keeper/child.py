@@ -58,7 +58,8 @@ async def _keep(pipe: IO[bytes], reports: IO[bytes]) -> None:
     logs.setup(assignment.log_level, process="keeper")
     authority = Authority()
     api = await client.connect(assignment.kubeconfig)
-    store = WatchedClusterStore(api, assignment.settings)  # the term's caches; closing them closes `api`
+    # The term's caches (closing them closes `api`); its VMIs are the KubeVirt watch's.
+    store = WatchedClusterStore(api, assignment.settings, vmis=False)
     events = EventSink(api) if assignment.events else NO_EVENTS
     store.start()
     try:
