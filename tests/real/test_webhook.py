@@ -150,3 +150,36 @@ async def test_a_drained_vms_share_manager_is_created_among_the_nodes_its_vm_can
     finally:
         for obj in reversed(made):
             await cluster.delete(obj)
+
+
+async def test_a_hotplugged_disks_share_manager_created_through_the_apiserver_follows_its_vm(registered, cluster):
+    """vm3 runs on node-c; its disk vm3-data was hotplugged (the VMI lists it, the launcher pod
+    does not mount it: an attachment pod does). serve's VMI cache, watching the real apiserver,
+    finds vm3 by the claim, and the share-manager Longhorn creates is bound to node-c."""
+    from kube import launcher_pod_of, vmi
+
+    made = [await cluster.create(obj) for obj in rwx_disk("vm3-data", "node-a", state="stopped", pod=False)]
+    the_vmi = vmi("vm3", "node-c")  # no disk in its pod
+    the_vmi["spec"]["volumes"].append({"name": "data", "persistentVolumeClaim": {"claimName": "vm3-data",
+                                                                                  "hotpluggable": True}})
+    stored = await cluster.create(the_vmi)
+    unplugged = {**stored, "spec": {**stored["spec"], "volumes": [v for v in stored["spec"]["volumes"]
+                                                                  if not v.get("persistentVolumeClaim", {}).get("hotpluggable")]}}
+    made += [stored, await cluster.create(launcher_pod_of({**unplugged, "status": {"nodeName": "node-c"}}))]
+    try:
+        async def listed():  # the VMI reaches serve's cache a moment after it is created
+            got = await cluster.create(share_manager_pod("pvc-vm3-data"), dry_run=True, namespace=LONGHORN)
+            return annotations(got).get("kubevirt-scheduler/decision") == "pinned"
+
+        await eventually(listed, 20, 0.2)
+        pod = await admitted(cluster, share_manager_pod("pvc-vm3-data"), LONGHORN)
+        assert all(pin_of("node-c") in term["matchFields"] for term in required_terms(pod)), annotations(pod)
+
+        async def bound():
+            got = await cluster.get(pod)
+            return got["spec"].get("nodeName")
+
+        assert await eventually(bound, 20, 0.2) == "node-c"
+    finally:
+        for obj in reversed(made):
+            await cluster.delete(obj)
