@@ -651,3 +651,24 @@ async def test_a_dry_run_that_proves_nothing_for_one_vm_is_made_of_the_next(clus
     dry_runs = [r.data["spec"]["vmiName"] for r in kmock if r.method == "POST" and r.params.get("dryRun") == "All"]
     assert dry_runs == ["vm1", "vm2"]
     assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm2"]
+
+
+async def test_a_vm_whose_only_disk_apart_was_hotplugged_is_moved_to_it(cluster, make_keeper):
+    """vm1 boots from a container disk; its one disk was hotplugged (the VMI lists it, the
+    launcher pod does not mount it) and is served from node-b: apart, and moved there."""
+    objects = apart_vm()
+    for obj in objects:
+        if obj["kind"] == "VirtualMachineInstance":
+            for volume in obj["spec"]["volumes"]:
+                if "persistentVolumeClaim" in volume:
+                    volume["persistentVolumeClaim"]["hotpluggable"] = True
+        if obj["kind"] == "Pod" and obj["metadata"]["labels"].get("kubevirt.io") == "virt-launcher":
+            obj["spec"]["volumes"] = [v for v in obj["spec"]["volumes"] if "persistentVolumeClaim" not in v]
+    cluster.seed([node("node-a"), node("node-b")] + objects)
+    keeper = await make_keeper()
+
+    report = await keeper.run_pass()
+
+    [made] = cluster.migrations()
+    assert made["metadata"]["annotations"]["kubevirt-scheduler/node"] == "node-b"
+    assert report.created == (f"default/{made['metadata']['name']}",)
