@@ -180,3 +180,29 @@ async def test_the_header_without_targeted_migration_nor_a_leader(cluster, kmock
     assert header[1] == ("targeted migration: unavailable: the cluster prunes spec.addedNodeSelector "
                          "(spec.addedNodeSelector needs KubeVirt 1.6 or newer): no migration is created")
     assert report.to_json()["cluster"]["targeted_migration"]["available"] is False
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+async def test_with_the_in_flight_limit_binding_status_says_which_vms_the_pass_moves_and_which_it_holds(
+        kmock, cluster, limit):
+    """Three VMs apart and due, on one node, our in-flight limit `limit`: `status` says the first
+    `limit` move at the next pass (2 at most: KubeVirt runs 2 migrations per source node, whose
+    slots the keeper leaves to a drain) and the others are held by the limit, as the pass then
+    does, VM by VM (the VMs apart longest first)."""
+    objects = [node("node-a"), node("node-b")]
+    for age, name in ((3, "vm1"), (2, "vm2"), (1, "vm3")):
+        vm = apart_vm(name)
+        vm[-1]["metadata"]["creationTimestamp"] = ago(hours=age)
+        objects += vm
+    cluster.seed(objects)
+    settings = Settings(keep="migrate", keep_after=0, keep_max_inflight=limit)
+    report = await status_of(kmock, settings)
+    said = {vm.name: vm.next for vm in report.vms}
+    moving = sorted(name for name, text in said.items() if text == "moves to node-b at the keeper's next pass")
+    assert moving == ["vm1", "vm2", "vm3"][:min(limit, 2)], said
+    for name in sorted(set(said) - set(moving)):
+        assert said[name].startswith("held: ") and "in flight" in said[name], said[name]
+    records = await keeper_pass(kmock, settings)
+    assert sorted(m["spec"]["vmiName"] for m in cluster.migrations()) == moving
+    for name in said:
+        assert (records[name].hold is None) == (name in moving), (name, records[name].decision)

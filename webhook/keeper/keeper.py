@@ -36,7 +36,7 @@ from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import decide_keep, Hold, PassFacts
+from ..rules.keeping.keep import decide_keep, Hold, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
@@ -248,10 +248,8 @@ class Keeper:
         running = [vmi for vmi in vmis if vmi.opted_in and vmi.running]  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
         observed = await self._observe_vms(running, history, now)
-        # The VMs apart the longest go first: a pass may only have room for a few.
-        apart = sorted((vm for vm in observed if vm.facts.where.state is APART),
-                       key=lambda vm: (self.memory.since(vm.facts, now), vm.vmi.name))
-        order = [vm for vm in observed if vm.facts.where.state is not APART] + apart
+        order = [observed[i] for i in pass_order([vm.facts for vm in observed],
+                                                 lambda vm: self.memory.since(vm, now))]
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return Sighting(tuple(order), await probe(self.targeted, order, facts))

@@ -10,8 +10,9 @@ with it. A VM that waits (apart too briefly, backing off…) on a cluster withou
 migration shows the hold that will apply once the wait is over: never moved.
 
 Read directly with the admin's credentials, observed and decided by the keeper's own code
-(`keeper.observe`, then `rules.keeping.keep.decide_keep`), so a VM shows here with the answer the keeper
-acts on. What only the leader remembers (a create the API refused) is not
+(`keeper.observe`, then `rules.keeping.keep.pass_order` and `decide_pass`: the VMs in the pass's
+order, each migration decided using up the limits of the VMs after it), so a VM shows here with
+the answer the keeper acts on. What only the leader remembers (a create the API refused) is not
 seen here; the keeper's settings are the ones given to `status` (flags or COLOCATE_*).
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..keeper.stretch import Stretches
 from ..cluster.iopath import read_longhorn, read_settings
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, CO_LOCATED, VmState
-from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts
+from ..rules.keeping.keep import Hold, KeepDecision, Limits, PassFacts, decide_pass, pass_order
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi,
                                 read_migration)
 from ..rules.keeping.iopath import DiskPath, path_note
@@ -260,13 +261,17 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     longhorn = await read_longhorn(store, settings, timeout) if running else None
     gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(view: VmiView) -> VmStatus:
+    async def one(view: VmiView) -> Observed:
         async with gate:
-            observed = await observer.vm(view, of_vmi(listed.migrations, view), now)
-        vm = _vm_status(observed, decide_keep(observed.facts, facts), listed.migrations, facts, off=off)
-        return dataclasses.replace(vm, disks=tuple(longhorn.paths(observed.disks))) if longhorn is not None else vm
+            return await observer.vm(view, of_vmi(listed.migrations, view), now)
 
-    vms = await asyncio.gather(*(one(view) for view in running))
+    seen = await asyncio.gather(*(one(view) for view in running))
+    # The keeper's pass: the same order, each migration decided using up what it takes.
+    ordered = [seen[i] for i in pass_order([o.facts for o in seen], lambda vm: vm.apart_since or now)]
+    vms = []
+    for observed, decision in zip(ordered, decide_pass([o.facts for o in ordered], facts)):
+        vm = _vm_status(observed, decision, listed.migrations, facts, off=off)
+        vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(observed.disks))) if longhorn is not None else vm)
     (said, why), (priority_said, priority_why) = answers(targeted, off)
     header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from ... import kinds
@@ -264,3 +264,26 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
             return _decision(vm, p, check.hold, check.words(vm, p))
     decision = _decision(vm, p, None)
     return dataclasses.replace(decision, reason=f"migrating {decision.move}")
+
+
+def pass_order(vms: Sequence[VmFacts], since: Callable[[VmFacts], datetime]) -> list[int]:
+    """The order a pass decides its VMs in, as indexes into `vms`: those not apart first, as
+    listed; then those apart, the longest apart first (`since`: when its stretch began), by name
+    next. A pass may only have room for a few, and the longest wait goes first."""
+    apart = sorted((i for i, vm in enumerate(vms) if vm.where.state is APART),
+                   key=lambda i: (since(vms[i]), vms[i].vmi.name))
+    return [i for i, vm in enumerate(vms) if vm.where.state is not APART] + apart
+
+
+def decide_pass(vms: Sequence[VmFacts], p: PassFacts) -> list[KeepDecision]:
+    """Each VM's decision as one pass makes them, in `vms`'s order (`pass_order`): every
+    migration decided counts at once against the limits of the VMs after it (`after_create`),
+    as the keeper's pass counts those it creates. `status` shows these; the keeper makes the same
+    decisions, and a migration it fails to create uses up nothing."""
+    decisions = []
+    for vm in vms:
+        decision = decide_keep(vm, p)
+        if decision.act:
+            p = p.after_create(decision.source)
+        decisions.append(decision)
+    return decisions
