@@ -27,7 +27,9 @@ from .table import Indexer, object_key
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before
 # the VM that mounts it, a node that just joined. A share-manager or its pod that is not in
-# the cache yet cannot have a node yet either, so for them a miss is the answer.
+# the cache yet cannot have a node yet either, so for them a miss is the answer; so for a VMI
+# (virt-controller creates the launcher pod once its own watch has the VMI; a pod whose VMI this
+# cache has not seen yet is followed by its own disks, and the keeper judges it later).
 MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
 
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
@@ -127,7 +129,8 @@ class WatchedClusterStore(Informers):
 
     def synced(self) -> bool:
         """Ready without the VMIs: admission answers from the other caches while the KubeVirt API
-        is slow or down (a VM's hotplugged disks are then unknown, and `degraded` says so)."""
+        is slow or down (a VM's hotplugged disks are then unknown: each such admission warns, and
+        a failing VMI list or watch is a readiness note)."""
         return all(i.synced for i in self.informers if i is not self.vmis)
 
     # ----------------------------------------------------------------- reads
@@ -173,8 +176,9 @@ class WatchedClusterStore(Informers):
         if not self.pods.synced:
             return await self.direct.pods_by_claim(namespace, claim, timeout=timeout)
         key = object_key(namespace, claim)
-        found = self.pods.table.lookup("claim", key)
-        for vmi in self.vmis.table.lookup("claim", key) if self.vmis.synced else ():  # hotplugged: the VMI's pods, wherever they mount it
+        found = list(self.pods.table.lookup("claim", key))
+        # A hotplugged disk: the pods of the VMIs that list it (an attachment pod mounts it).
+        for vmi in self.vmis.table.lookup("claim", key) if self.vmis.synced else ():
             uid = kinds.meta(vmi).get("uid")
             if isinstance(uid, str) and uid:
                 found += self.pods.table.lookup("vmi", object_key(namespace, uid))
