@@ -71,6 +71,7 @@ class Drain:
         self.stuck: list[str] = []
         self.vmis: dict[str, dict[str, Any]] = {}
         self.sources: dict[str, dict[str, Any]] = {}  # VM -> its running launcher pod
+        self.errors: list[str] = []  # API errors the played controllers retried
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         stored = await self.api.create(obj)
@@ -128,7 +129,8 @@ class Drain:
             phases = {m["metadata"]["name"]: (m["spec"]["vmiName"], (m.get("status") or {}).get("phase"))
                       for m in await self.api.list(VMIM, VMS)}
             raise AssertionError(f"the drain did not end: VMs still on {DRAINED}: {left}; NFS servers not back: "
-                                 f"{sorted(set(self.vmis) - set(self.back_after))}; migrations: {phases}") from None
+                                 f"{sorted(set(self.vmis) - set(self.back_after))}; migrations: {phases}; "
+                                 f"API errors retried: {self.errors[-3:]}") from None
         finally:
             for task in [*players, watch]:
                 task.cancel()
@@ -184,7 +186,8 @@ class Drain:
     async def _evacuation(self) -> None:
         """KubeVirt's evacuation controller: a migration for each VMI on the drained node that has none unfinished."""
         while True:
-            unfinished = {m["spec"]["vmiName"] for m in await self.api.list(VMIM, VMS)
+            listed = await self._listed()
+            unfinished = {m["spec"]["vmiName"] for m in listed
                           if (m.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
             for vm, where in self.vm_node.items():
                 if where == DRAINED and vm not in unfinished:
@@ -195,6 +198,16 @@ class Drain:
                     self.migrations[vm].append(made["metadata"]["name"])
             await asyncio.sleep(1.0)
 
+    async def _listed(self) -> list[dict[str, Any]]:
+        """The migrations, as a controller's informer has them: an API error is tried again a
+        moment later (and said, should the drain not end)."""
+        while True:
+            try:
+                return await self.api.list(VMIM, VMS)
+            except (AssertionError, OSError) as error:
+                self.errors.append(f"listing migrations: {error}")
+                await asyncio.sleep(0.2)
+
     async def _migrations(self) -> None:
         """virt-controller's migration controller: pending migrations started, oldest first,
         within the per-node and cluster-wide limits."""
@@ -202,7 +215,7 @@ class Drain:
         while True:
             for name in [n for n, task in running.items() if task.done()]:
                 running.pop(name).result()
-            pending = sorted((m for m in await self.api.list(VMIM, VMS)
+            pending = sorted((m for m in await self._listed()
                               if not (m.get("status") or {}).get("phase") and m["metadata"]["name"] not in running),
                              key=lambda m: m["metadata"]["creationTimestamp"])
             for migration in pending:
