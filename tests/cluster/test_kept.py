@@ -626,3 +626,23 @@ def test_the_keepers_vmi_cache_keeps_the_hotplugged_disks_it_judges_the_vm_by():
 
     kept = shapes(Settings())["VirtualMachineInstance"](load("kubevirt-1.8/vmi-hotplugged.yaml"))
     assert read_vmi(kept, Settings()).claims == ("disk-b", "disk-hp")
+
+
+def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_whole_vmi():
+    """A drain's share-manager rule renders the VM's migration target pod from the cached VMI:
+    from the replica's trimmed copy it is the pod the whole VMI gives."""
+    import copy
+
+    from kube import launcher_pod_of, load, node, vmi
+
+    from webhook.cluster.kept import admitted_vmi
+    from webhook.config import Settings
+    from webhook.rules.keeping.running import read_vmi
+    from webhook.rules.keeping.target import target_pod
+
+    for whole in (load("kubevirt-1.8/vmi-hotplugged.yaml"), vmi("vm1", "node-a", "d1")):
+        source = node(whole["status"]["nodeName"])
+        launcher = launcher_pod_of(copy.deepcopy(whole))
+        full, kept = read_vmi(whole, Settings()), read_vmi(admitted_vmi(whole), Settings())
+        assert kept.claims == full.claims
+        assert target_pod(launcher, kept, source, {}) == target_pod(launcher, full, source, {})

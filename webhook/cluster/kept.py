@@ -93,6 +93,22 @@ def vmi_kept(settings: Settings) -> Keep:
     }
 
 
+# A VMI as every replica keeps it for admission: its disks (hotplugged ones included), and what
+# the migration target pod of a drain's share-manager is rendered from (`rules.keeping.target`:
+# node, nodeSelector, CPU model, machine type, uid). Its conditions and migrations are the
+# keeper's, which keeps them in a process of its own (`vmi_kept`).
+VMI_ADMITTED: Keep = {
+    "metadata": {"name": True, "namespace": True, "uid": True},
+    "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
+             "nodeSelector": True, "domain": {"cpu": {"model": True}, "machine": {"type": True}}},
+    "status": {"machine": {"type": True}, "nodeName": True},
+}
+
+
+def admitted_vmi(obj: dict[str, Any]) -> dict[str, Any]:
+    return trim(obj, VMI_ADMITTED)
+
+
 def shapes(settings: Settings) -> dict[str, Shape]:
     """Each kind a cache holds, and how an object of it is reduced when it arrives."""
 
