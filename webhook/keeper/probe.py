@@ -24,11 +24,11 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.kubevirt import create_migration
+from ..rules.keeping.keep import NEEDS
 
 log = logging.getLogger("webhook.keeper")
 
 FIELD = "addedNodeSelector"
-NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"
 PRIORITY = "priority"
 WITHOUT = "our migrations are created without it and queue at KubeVirt's default priority, the lowest"
 UNKNOWN_PRIORITY = f"the cluster rejects spec.priority as unknown (KubeVirt < 1.7): {WITHOUT}"

@@ -32,18 +32,18 @@ from ..cluster.store import Store, StoreError
 from ..config import KeepMode, MigrationTargets, Settings
 from ..rules.shared.longhorn import restart_hazard
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
-from ..keeper.probe import NEEDS, TargetedMigration
+from ..keeper.probe import TargetedMigration
 from ..keeper.stretch import Stretches
 from ..cluster.iopath import read_longhorn, read_settings
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
-from ..rules.keeping.apart import APART, CO_LOCATED, VmState
-from ..rules.keeping.keep import Hold, KeepDecision, Limits, PassFacts, decide_pass, pass_order
+from ..rules.keeping.apart import APART, VmState
+from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi,
                                 read_migration)
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
-from ..rules.shared.times import parse_time, rfc3339
+from ..rules.shared.times import ago, parse_time, rfc3339
 
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
@@ -52,9 +52,6 @@ DEPLOYMENT_NAME = CONTAINER_NAME = "kubevirt-colocate", "webhook"  # the shipped
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
 DRY_RUN_NAMESPACE, DRY_RUN_VMI = "default", "kubevirt-colocate-dry-run"
 DRY_RUN_REASON = "dry run of kubevirt-colocate status: are spec.addedNodeSelector and spec.priority kept?"
-OFF = "the keeper is off (--keep off)"
-# Holds that end by themselves (time passes), after which the keeper checks targeted migration.
-WAITS = (Hold.APART_BRIEFLY, Hold.MIGRATED_RECENTLY, Hold.BACKING_OFF, Hold.DAILY_LIMIT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,35 +390,6 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
                     view.kept, decision, next_step(decision, since, facts, off=off))
 
 
-def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
-    """The keeper's decision in words: "moves in 4m (apart since 12:03, --keep-after 10m)",
-    "moves at the keeper's next pass", "stays: co-located", "held: <why>"; "never: targeted
-    migration unavailable …" for a VM that waits on a cluster without it (`facts.targeted`
-    False), "nothing: the keeper is off …" when it is (`off`)."""
-    limits, now = facts.limits, facts.now
-    if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
-        return "stays: co-located"
-    if off:
-        return f"nothing: {OFF}"
-    if decision.act:
-        return f"moves to {decision.target} at the keeper's next pass"
-    if facts.targeted is False and decision.hold in WAITS:
-        return f"never: {Hold.UNTARGETED} ({NEEDS})"
-    if decision.hold is Hold.APART_BRIEFLY and since is not None:
-        return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
-                f"--keep-after {ago(limits.after)})")
-    if decision.hold is Hold.BACKING_OFF:
-        return decision.reason
-    if decision.hold is Hold.REPORT_ONLY:
-        return f"would migrate {decision.move} (the keeper only reports)"
-    return f"held: {decision.reason}"
-
-
-def _clock(moment: datetime, now: datetime) -> str:
-    """A moment as a wall clock (UTC): the time today, else the date too."""
-    return moment.strftime("%H:%M" if now - moment < timedelta(hours=20) else "%Y-%m-%d %H:%M") + " UTC"
-
-
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
     """Our latest migration of the VM in a few words, e.g. "migrated to node-b 2h ago: Succeeded"."""
     mine = [m for m in of_vmi(migrations, view) if m.ours]
@@ -444,18 +412,6 @@ def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -
     if not view.kept:
         text += " (keep disabled)"
     return text, last
-
-
-def ago(span: timedelta) -> str:
-    """A duration as people read it in a table: 45s, 12m, 5h, 3d."""
-    seconds = max(0, int(span.total_seconds()))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 48 * 3600:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
 
 
 def summary_line(counts: dict[str, int]) -> str:

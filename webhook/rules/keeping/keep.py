@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 
 from ... import kinds
 from ...config import KeepMode, Settings
-from .apart import APART, Locality, VmState
+from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
-from ..shared.times import rfc3339, whole_seconds
+from ..shared.times import ago, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
 
@@ -287,3 +287,38 @@ def decide_pass(vms: Sequence[VmFacts], p: PassFacts) -> list[KeepDecision]:
             p = p.after_create(decision.source)
         decisions.append(decision)
     return decisions
+
+
+OFF = "the keeper is off (--keep off)"
+# Holds that end by themselves (time passes), after which the keeper checks targeted migration.
+WAITS = (Hold.APART_BRIEFLY, Hold.MIGRATED_RECENTLY, Hold.BACKING_OFF, Hold.DAILY_LIMIT)
+NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migration, when the cluster lacks it
+
+
+def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
+    """The keeper's decision in words, beside the checks that make it (`status`'s NEXT): "moves in 4m (apart since 12:03, --keep-after 10m)",
+    "moves at the keeper's next pass", "stays: co-located", "held: <why>"; "never: targeted
+    migration unavailable …" for a VM that waits on a cluster without it (`facts.targeted`
+    False), "nothing: the keeper is off …" when it is (`off`)."""
+    limits, now = facts.limits, facts.now
+    if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
+        return "stays: co-located"
+    if off:
+        return f"nothing: {OFF}"
+    if decision.act:
+        return f"moves to {decision.target} at the keeper's next pass"
+    if facts.targeted is False and decision.hold in WAITS:
+        return f"never: {Hold.UNTARGETED} ({NEEDS})"
+    if decision.hold is Hold.APART_BRIEFLY and since is not None:
+        return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
+                f"--keep-after {ago(limits.after)})")
+    if decision.hold is Hold.BACKING_OFF:
+        return decision.reason
+    if decision.hold is Hold.REPORT_ONLY:
+        return f"would migrate {decision.move} (the keeper only reports)"
+    return f"held: {decision.reason}"
+
+
+def _clock(moment: datetime, now: datetime) -> str:
+    """A moment as a wall clock (UTC): the time today, else the date too."""
+    return moment.strftime("%H:%M" if now - moment < timedelta(hours=20) else "%Y-%m-%d %H:%M") + " UTC"

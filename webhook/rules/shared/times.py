@@ -27,3 +27,14 @@ def rfc3339(moment: datetime) -> str:
 def whole_seconds(span: timedelta) -> int:
     return max(0, int(span.total_seconds()))
 
+
+def ago(span: timedelta) -> str:
+    """A duration as people read it in a table: 45s, 12m, 5h, 3d."""
+    seconds = max(0, int(span.total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
