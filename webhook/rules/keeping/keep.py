@@ -296,8 +296,9 @@ NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migrati
 
 
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
-    """The keeper's decision in words, beside the checks that make it (`status`'s NEXT): "moves in 4m (apart since 12:03, --keep-after 10m)",
-    "moves at the keeper's next pass", "stays: co-located", "held: <why>"; "never: targeted
+    """The keeper's decision in words, beside the checks that make it (`status`'s NEXT): "moves
+    in 4m (apart since 12:03, --keep-after 10m)", "moves at the keeper's next pass", "stays:
+    co-located", "held: <why>"; "never: targeted
     migration unavailable …" for a VM that waits on a cluster without it (`facts.targeted`
     False), "nothing: the keeper is off …" when it is (`off`)."""
     limits, now = facts.limits, facts.now
