@@ -24,26 +24,28 @@ from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
 from .__main__ import cores, wait_for, webhook_server
+from .storm import round_figures
 
 CONFIGURATION = "kubevirt-colocate-storm"
 PARALLEL = 48  # creates in flight while the cluster is loaded
 POD = {"apiVersion": "v1", "kind": "Pod"}
 
 
-async def load_cluster(api: Api, cluster: list[dict[str, Any]]) -> None:
+async def _loaded(plane: ControlPlane, cluster: list[dict[str, Any]]) -> None:
     """Every object created as its controller would, status included, `PARALLEL` at a time;
     nodes and what pods refer to first."""
-    await api.namespace(objects.VM_NS)
-    await api.longhorn()
     order = ("Node", "PersistentVolume", "PersistentVolumeClaim", "ShareManager", "VirtualMachineInstance", "Pod")
     gate = asyncio.Semaphore(PARALLEL)
+    async with Api(plane) as api:
+        await api.namespace(objects.VM_NS)
+        await api.longhorn()
 
-    async def one(obj: dict[str, Any]) -> None:
-        async with gate:
-            await api.create(obj)
+        async def one(obj: dict[str, Any]) -> None:
+            async with gate:
+                await api.create(obj)
 
-    for kind in order:
-        await asyncio.gather(*(one(o) for o in cluster if o["kind"] == kind))
+        for kind in order:
+            await asyncio.gather(*(one(o) for o in cluster if o["kind"] == kind))
 
 
 def pods(evicted: list[str], starts: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -76,8 +78,8 @@ async def create_all(api: Api, batch: list[tuple[str, dict[str, Any]]]) -> tuple
     return [r for r in results if r is not None], refused
 
 
-async def rounds_through(plane: ControlPlane, url: str, ca: Path, cluster: list[dict[str, Any]], evicted: list[str],
-                         starts: list[str], rounds: int, figures: Any) -> list[dict[str, Any]]:
+async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[str], starts: list[str],
+                         rounds: int) -> list[dict[str, Any]]:
     async with Api(plane) as api:
         await api.create(webhook_registration(f"{url}/mutate", ca, CONFIGURATION))
         batch = pods(evicted, starts)
@@ -95,14 +97,12 @@ async def rounds_through(plane: ControlPlane, url: str, ca: Path, cluster: list[
         for _ in range(rounds):
             quiet, quiet_refused = await create_all(api, vms)
             storm, storm_refused = await create_all(api, batch)
-            found.append({"quiet_vm": figures(quiet, "vm"), "storm_vm": figures(storm, "vm"),
-                          "storm_share_manager": figures(storm, "share-manager"),
-                          "refused": quiet_refused + storm_refused})
+            found.append({**round_figures(quiet, storm), "refused": quiet_refused + storm_refused})
         return found
 
 
-def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list[str], starts: list[str],
-             figures: Any) -> list[dict[str, Any]]:
+def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list[str],
+             starts: list[str]) -> list[dict[str, Any]]:
     """The rounds through a real apiserver; SystemExit with the way to get the binaries when there are none."""
     found = assets()
     if isinstance(found, str):
@@ -116,18 +116,12 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
     try:
         plane.install_crds()
         started = time.monotonic()
-        asyncio.run(_load(plane, cluster))
+        asyncio.run(_loaded(plane, cluster))
         print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
         with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
                             ("--keep", "off", "--webhook-configuration", CONFIGURATION,
                              "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, _log):
             wait_for(f"{ops}/readyz", work)
-            return asyncio.run(rounds_through(plane, url, work / "ca.crt", cluster, evicted, starts, args.rounds,
-                                              figures))
+            return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds))
     finally:
         plane.stop()
-
-
-async def _load(plane: ControlPlane, cluster: list[dict[str, Any]]) -> None:
-    async with Api(plane) as api:
-        await load_cluster(api, cluster)

@@ -131,6 +131,12 @@ async def send_all(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list
     return await asyncio.gather(*(one(kind, body) for kind, body in batch))
 
 
+def round_figures(quiet: list[tuple[str, float, bool]], storm: list[tuple[str, float, bool]]) -> dict[str, Any]:
+    """One round: the VM starts alone, then the storm's VM starts and share-managers."""
+    return {"quiet_vm": figures(quiet, "vm"), "storm_vm": figures(storm, "vm"),
+            "storm_share_manager": figures(storm, "share-manager")}
+
+
 def figures(results: list[tuple[str, float, bool]], kind: str) -> dict[str, float]:
     times = sorted(seconds * 1000 for k, seconds, _ in results if k == kind)
     if not times:
@@ -149,7 +155,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.apiserver == "real":
         from .realstorm import run_real
 
-        rounds = run_real(args, work, cluster, evicted, starts, figures)
+        rounds = run_real(args, work, cluster, evicted, starts)
         return {"apiserver": "real", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
                 "vm_starts": args.vm_starts, "rounds": rounds, "refused": sum(r.pop("refused") for r in rounds),
                 **{name: median_of(rounds, name) for name in KINDS}}
@@ -164,8 +170,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits both alike
             quiet = asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"]))
             storm = asyncio.run(send_all(url, work, batch))
-            rounds.append({"quiet_vm": figures(quiet, "vm"), "storm_vm": figures(storm, "vm"),
-                           "storm_share_manager": figures(storm, "share-manager")})
+            rounds.append(round_figures(quiet, storm))
     return {"apiserver": "emulator", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
             "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS}}
 

@@ -31,6 +31,10 @@ from .table import Indexer, object_key
 # (virt-controller creates the launcher pod once its own watch has the VMI; a pod whose VMI this
 # cache has not seen yet is followed by its own disks, and the keeper judges it later).
 MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
+# Kinds admission reads from its caches only, and does not wait for: a replica is ready, and
+# answers, while the KubeVirt API is slow or down (a VM's hotplugged disks are then unknown: each
+# such admission warns, and a failing list or watch is a readiness note).
+CACHED_ONLY = frozenset({VMI.kind})
 
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
 # nothing from a node, and the rules do not trust them either.
@@ -128,10 +132,7 @@ class WatchedClusterStore(Informers):
         await self.direct.close()
 
     def synced(self) -> bool:
-        """Ready without the VMIs: admission answers from the other caches while the KubeVirt API
-        is slow or down (a VM's hotplugged disks are then unknown: each such admission warns, and
-        a failing VMI list or watch is a readiness note)."""
-        return all(i.synced for i in self.informers if i is not self.vmis)
+        return all(i.synced for i in self.informers if i.resource.kind not in CACHED_ONLY)
 
     # ----------------------------------------------------------------- reads
 
@@ -154,14 +155,14 @@ class WatchedClusterStore(Informers):
         return False, None
 
     async def get(self, resource, namespace, name, *, timeout=None):
-        """A copy of the caller's own, from the caches when they can tell, else from the API; a
-        VMI only from its cache (admission never waits on the KubeVirt API: StoreError until it
-        has synced)."""
+        """A copy of the caller's own, from the caches when they can tell, else from the API (but
+        a kind the caches hold `CACHED_ONLY`: StoreError until its cache has synced)."""
         known, obj = self.peek(resource, namespace, name, copy=True)
         if known:
             return obj
-        if resource.kind == VMI.kind and not self.vmis.synced and self.vmis in self.informers:
-            raise StoreError(f"the VMI cache has not synced ({self.vmis.error or 'listing'})")
+        informer = self._by_kind.get(resource.kind)
+        if informer is not None and resource.kind in CACHED_ONLY:
+            raise StoreError(f"the {informer.name} cache has not synced ({informer.error or 'listing'})")
         return await self.direct.get(resource, namespace, name, timeout=timeout)
 
     async def whole(self, resource, namespace, name, *, timeout=None):

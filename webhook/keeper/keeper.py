@@ -248,8 +248,7 @@ class Keeper:
         running = [vmi for vmi in vmis if vmi.opted_in and vmi.running]  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
         observed = await self._observe_vms(running, history, now)
-        order = [observed[i] for i in pass_order([vm.facts for vm in observed],
-                                                 lambda vm: self.memory.since(vm, now))]
+        order = pass_order(observed, lambda vm: vm.facts, lambda facts: self.memory.since(facts, now))
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return Sighting(tuple(order), await probe(self.targeted, order, facts))

@@ -264,7 +264,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
 
     seen = await asyncio.gather(*(one(view) for view in running))
     # The keeper's pass: the same order, each migration decided using up what it takes.
-    ordered = [seen[i] for i in pass_order([o.facts for o in seen], lambda vm: vm.apart_since or now)]
+    ordered = pass_order(seen, lambda observed: observed.facts, lambda facts: facts.apart_since or now)
     vms = []
     for observed, decision in zip(ordered, decide_pass([o.facts for o in ordered], facts)):
         vm = _vm_status(observed, decision, listed.migrations, facts, off=off)

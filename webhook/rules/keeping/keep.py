@@ -19,6 +19,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from ... import kinds
 from ...config import KeepMode, Settings
@@ -28,6 +29,7 @@ from .running import VmiView
 from ..shared.times import ago, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
+Item = TypeVar("Item")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -266,13 +268,14 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
     return dataclasses.replace(decision, reason=f"migrating {decision.move}")
 
 
-def pass_order(vms: Sequence[VmFacts], since: Callable[[VmFacts], datetime]) -> list[int]:
-    """The order a pass decides its VMs in, as indexes into `vms`: those not apart first, as
-    listed; then those apart, the longest apart first (`since`: when its stretch began), by name
-    next. A pass may only have room for a few, and the longest wait goes first."""
-    apart = sorted((i for i, vm in enumerate(vms) if vm.where.state is APART),
-                   key=lambda i: (since(vms[i]), vms[i].vmi.name))
-    return [i for i, vm in enumerate(vms) if vm.where.state is not APART] + apart
+def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
+               since: Callable[[VmFacts], datetime]) -> list[Item]:
+    """The order a pass decides its VMs in: those not apart first, as listed; then those apart,
+    the longest apart first (`since`: when its stretch began), by name next. A pass may only have
+    room for a few, and the longest wait goes first."""
+    apart = sorted((vm for vm in vms if facts(vm).where.state is APART),
+                   key=lambda vm: (since(facts(vm)), facts(vm).vmi.name))
+    return [vm for vm in vms if facts(vm).where.state is not APART] + apart
 
 
 def decide_pass(vms: Sequence[VmFacts], p: PassFacts) -> list[KeepDecision]:
@@ -298,9 +301,9 @@ NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migrati
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
     """The keeper's decision in words, beside the checks that make it (`status`'s NEXT): "moves
     in 4m (apart since 12:03, --keep-after 10m)", "moves at the keeper's next pass", "stays:
-    co-located", "held: <why>"; "never: targeted
-    migration unavailable …" for a VM that waits on a cluster without it (`facts.targeted`
-    False), "nothing: the keeper is off …" when it is (`off`)."""
+    co-located", "held: <why>"; "never: targeted migration unavailable …" for a VM that waits on
+    a cluster without it (`facts.targeted` False), "nothing: the keeper is off …" when it is
+    (`off`)."""
     limits, now = facts.limits, facts.now
     if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"
