@@ -51,7 +51,10 @@ def test_a_users_own_preferred_term_stays():
      {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{}]}}}}),
     ({"affinity": "odd"}, ("affinity", "nodeAffinity"), {"affinity": "odd"}),
     ({}, ("affinity", "nodeAffinity"), {}),
-], ids=["all-empty", "sibling-kept", "innermost-first", "nothing-empty", "not-an-object", "absent"])
+    ({"affinity": {}}, ("affinity", "nodeAffinity"), {"affinity": {}}),  # not ours to tidy: nothing was taken out
+    ({"affinity": {"nodeAffinity": []}}, ("affinity", "nodeAffinity"), {"affinity": {"nodeAffinity": []}}),
+], ids=["all-empty", "sibling-kept", "innermost-first", "nothing-empty", "not-an-object", "absent", "innermost-absent",
+        "empty-list-is-not-an-empty-object"])
 def test_drop_empty(spec, keys, left):
     drop_empty(spec, *keys)
     assert spec == left
