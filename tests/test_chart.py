@@ -27,9 +27,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
-from helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
-from test_manifests import VERSIONS, kubectl
+from tests.support.admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
+from tests.support.helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
+from tests.test_manifests import VERSIONS, kubectl
 
 from webhook import __version__
 from webhook.__main__ import build_parser, settings_from

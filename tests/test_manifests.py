@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import admission_policy
+from tests.support import admission_policy
 import kubernetes_validate
 import pytest
 import yaml
-from kube import LONGHORN_NS, load, migration_target, rwx_disk
+from tests.support.kube import LONGHORN_NS, load, migration_target, rwx_disk
 
 from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from

@@ -18,7 +18,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube import VALIDATE_VERSIONS
+from tests.support.kube import VALIDATE_VERSIONS
 from prometheus_client import CollectorRegistry, generate_latest
 
 from webhook import metrics

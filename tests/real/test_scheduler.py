@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from kubefake.envtest import Api
-from fitting import CASES, HOSTNAME, NS, ROOTDISK, ZONE, sized, term, three_nodes, view_of, vm, workload
+from tests.support.fitting import CASES, HOSTNAME, NS, ROOTDISK, ZONE, sized, term, three_nodes, view_of, vm, workload
 
 from webhook.rules import fit
 from webhook.rules.placement.patch import affinity_ops

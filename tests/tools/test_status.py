@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import seed
-from kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
-from kubevirt_api import KubeVirtApi
+from tests.support.stores import seed
+from tests.support.kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
+from tests.support.kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
 from webhook.kinds import DEPLOYMENT, VMI, VMIM

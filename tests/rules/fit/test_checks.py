@@ -7,13 +7,13 @@ import copy
 from typing import Any
 
 import pytest
-from fitting import (
+from tests.support.fitting import (
     BUSY, CASES, DB, HOSTNAME, NS, PARAMS, ROOTDISK, ZONE, assert_row, init_container, judged, local_volume, on, rows,
     sized, term, three_nodes, view_of, vm, workload,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube import node, paths, vm_pod
+from tests.support.kube import node, paths, vm_pod
 
 from webhook.rules.fit import checks
 from webhook.rules.fit.checks import why_not_fit, why_not_run

@@ -1,7 +1,7 @@
 """Reading the objects the checks judge: absent parts read as empty, parts of another shape are
 Unreadable and say which; names and keys as the checks' reasons show them."""
 import pytest
-from kube import node, share_manager_pod, vm_pod
+from tests.support.kube import node, share_manager_pod, vm_pod
 
 from webhook.rules.fit.fields import as_list, as_mapping, in_part, name_of, namespace_of, pod_key, pod_spec, Unreadable
 

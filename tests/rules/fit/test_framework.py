@@ -1,7 +1,7 @@
 """What every check shares: its answer passed on, and "cannot tell" (which counts as not fitting)
 in place of an exception, saying which node, for whom and why."""
 import pytest
-from fitting import NS, sized, view_of, vm
+from tests.support.fitting import NS, sized, view_of, vm
 
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.framework import CannotTell, judge

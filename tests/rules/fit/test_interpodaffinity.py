@@ -2,7 +2,7 @@
 import asyncio
 
 import pytest
-from fitting import NS, ROOTDISK, row_tests, term, three_nodes, view_of, vm, workload
+from tests.support.fitting import NS, ROOTDISK, row_tests, term, three_nodes, view_of, vm, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

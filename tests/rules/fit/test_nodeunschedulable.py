@@ -1,6 +1,6 @@
 """NodeUnschedulable: a cordoned node (`kubectl cordon`, a drain) takes no new pod of ours."""
 import pytest
-from kube import node
+from tests.support.kube import node
 
 from webhook.rules.fit.nodeunschedulable import node_unschedulable
 

@@ -4,8 +4,8 @@ looked up, and DoNotSchedule spread constraints with the scheduler's defaults.""
 from typing import Any
 
 import pytest
-from fitting import NS, term, vm, workload
-from kube import migration_target
+from tests.support.fitting import NS, term, vm, workload
+from tests.support.kube import migration_target
 
 from webhook.rules.fit.fields import Unreadable
 from webhook.rules.fit.terms import (ANY_POD, EVERY_NAMESPACE, HONOR, IGNORE, affinity_terms, anti_affinity_keys,

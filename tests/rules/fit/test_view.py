@@ -2,8 +2,8 @@
 anti-affinity is found by the labels it may select, KubeVirt's own label is indexed, claims and
 volumes by name. A StaticView means what the caches mean."""
 import pytest
-from fitting import NS, term, workload
-from kube import launcher_pod, migration_target, node, rwx_disk, share_manager_pod
+from tests.support.fitting import NS, term, workload
+from tests.support.kube import launcher_pod, migration_target, node, rwx_disk, share_manager_pod
 
 from webhook.rules.fit.view import StaticView, bound_node, has_required_anti_affinity
 

@@ -1,9 +1,9 @@
 """Where a VM runs: its launcher pods and its VMI as the keeper reads them."""
 
 import pytest
-from keeping import SETTINGS, UID, at, in_flight_state, vmi_obj
-from kube import launcher_pod as launcher
-from kube import load
+from tests.support.keeping import SETTINGS, UID, at, in_flight_state, vmi_obj
+from tests.support.kube import launcher_pod as launcher
+from tests.support.kube import load
 
 from webhook.config import Settings
 from webhook.rules.placement.classify import Skip
@@ -195,7 +195,7 @@ def test_vmi_of_unexpected_shape_is_skipped(obj, reason):
 
 
 def test_the_next_target_is_free_of_the_node_an_earlier_targeted_migration_asked_for():
-    from kube import load
+    from tests.support.kube import load
 
 
     target = load("migration-target-pod.yaml")

@@ -3,7 +3,7 @@ limit (read as usual) and one past it (the reason names what is too many)."""
 import copy
 
 import pytest
-from kube import migration_target, share_manager_pod, vm_pod
+from tests.support.kube import migration_target, share_manager_pod, vm_pod
 
 from webhook.rules.placement import bounds
 from webhook.rules.placement.bounds import too_large

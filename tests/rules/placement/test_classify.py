@@ -4,7 +4,7 @@ the keeper)."""
 import copy
 
 import pytest
-from kube import LONGHORN_NS, launcher_pod, load, migration_target, running_vm, share_manager_pod, vm_pod
+from tests.support.kube import LONGHORN_NS, launcher_pod, load, migration_target, running_vm, share_manager_pod, vm_pod
 
 from webhook.config import Settings
 from webhook.rules.placement.classify import (Skip, is_share_manager_pod, opted_in_launcher, running_exemption,

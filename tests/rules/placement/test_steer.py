@@ -4,7 +4,7 @@ preference it gets from the disks' facts, over KubeVirt's own objects."""
 import copy
 
 import pytest
-from kube import load, migration_target, rwx_disk
+from tests.support.kube import load, migration_target, rwx_disk
 
 from webhook.config import Settings
 from webhook.kinds import Resource

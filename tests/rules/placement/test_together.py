@@ -2,7 +2,7 @@
 every node judged for both pods, the answer required among those that take both (or only
 preferred), the ones with most room for the VM first, and why no node does."""
 import pytest
-from kube import LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_disk, share_manager_pod, vmi, workload_pod
+from tests.support.kube import LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_disk, share_manager_pod, vmi, workload_pod
 
 from webhook.config import Settings
 from webhook.rules.fit.view import StaticView

@@ -3,7 +3,7 @@ as it did before they were added (Kubernetes never stores an empty affinity or l
 import copy
 
 import pytest
-from kube import migration_target, share_manager_pod, vm_pod
+from tests.support.kube import migration_target, share_manager_pod, vm_pod
 
 from webhook.rules.shared.prune import dict_or_none, drop_empty, keep_or_drop
 

@@ -4,7 +4,7 @@ import copy
 from datetime import UTC, datetime
 
 import pytest
-from kube import load
+from tests.support.kube import load
 
 from webhook.rules.shared.reading import (Malformed, Skipped, read_bool, read_identity, read_object, read_str,
                                           read_time)
