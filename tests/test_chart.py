@@ -29,7 +29,7 @@ import pytest
 import yaml
 from tests.support.admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
 from tests.support.helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
-from tests.test_manifests import VERSIONS, kubectl
+from tests.support.kube import VALIDATE_VERSIONS, kubectl
 
 from webhook import __version__
 from webhook.__main__ import build_parser, settings_from
@@ -119,7 +119,7 @@ def hooks(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def validate_strictly(found: list[dict[str, Any]]) -> None:
     for obj in found:
         if obj["kind"] not in CUSTOM_KINDS:  # no schema shipped for custom resources
-            for version in VERSIONS:
+            for version in VALIDATE_VERSIONS:
                 kubernetes_validate.validate(obj, version, strict=True)
 
 
