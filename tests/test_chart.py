@@ -6,7 +6,7 @@ manifests/ tree, apart from the labels Helm adds, the certificate Job's name (th
 after its spec, so that an upgrade replaces it) and the Namespace (Helm's --create-namespace
 makes it). Every rendered object validates strictly (kubernetes-validate, 1.30 and the newest).
 
-The README's Helm commands are run as written against the real kube-apiserver (tests/helm.py,
+The README's Helm commands are run as written against the real kube-apiserver (tests/support/helm.py,
 kubefake/envtest.py), with the certificate Job played by the project's own `certs` verb in a process.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 VM, the pod pinned there (by the webhook's own patch) is bound there; where they say it cannot,
 the scheduler leaves the pinned pod unschedulable too.
 
-The clusters are the checks' own table (tests/fitting.py: every filter, each row judged by one
+The clusters are the checks' own table (tests/support/fitting.py: every filter, each row judged by one
 check) and clusters generated from the same parts; each is put into the real apiserver, nodes
 and placed pods with their status, and removed again.
 """
