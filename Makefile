@@ -11,7 +11,7 @@ UV     := uv==0.13.9
 
 .PHONY: test demo certs serve bench clean lock lock-upgrade release
 
-# Helm's own engine for the chart's tests (tests/helm.py): Helm 4's Go library in a wheel. It declares
+# Helm's own engine for the chart's tests (tests/support/helm.py): Helm 4's Go library in a wheel. It declares
 # Python >= 3.12, but it is a cffi wrapper that runs on 3.11 too, hence --ignore-requires-python
 # (not expressible in pyproject.toml's test extra).
 HELM_SDK := helm-sdkpy==0.1.32

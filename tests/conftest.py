@@ -1,52 +1,16 @@
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from webhook.tools import certs  # noqa: E402
-from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster.reflector import Timing  # noqa: E402
-from webhook.config import Settings  # noqa: E402
-from webhook.cluster.direct import ClusterStore  # noqa: E402
-from webhook.cluster.snapshot import SnapshotStore  # noqa: E402
-from webhook.kinds import RULE_RESOURCES as RESOURCES  # noqa: E402
-
-# Quick recovery in tests; the watch itself lasts as long as in production.
-TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)
-
-BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
-
-
-def seed(emulator: Any, objects: Iterable[dict[str, Any]]) -> None:
-    """Put objects into the kmock Kubernetes emulator, as if created through its API."""
-    for resource in RESOURCES:
-        emulator.resources[resource] = {}
-    for obj in objects:
-        resource = BY_KIND[(obj["apiVersion"], obj["kind"])]
-        meta = obj["metadata"]
-        emulator.objects[resource, meta.get("namespace") if resource.namespaced else None, meta["name"]] = obj
-
-
-def api_host(emulator: Any) -> str:
-    return str(emulator.url).rstrip("/")
-
-
-async def watched_store(emulator: Any, settings: Settings | None = None, timing: Timing = TEST_TIMING) -> WatchedClusterStore:
-    """The watch-backed store on the emulator, started and synced."""
-    store = WatchedClusterStore.for_host(api_host(emulator), settings or Settings(), timing)
-    store.start()
-    try:
-        await store.wait_synced(timeout=10)
-    except BaseException:
-        await store.close()
-        raise
-    return store
+from tests.support.stores import FrozenDict, api_host, frozen, seed, watched_store
+from webhook.cluster.direct import ClusterStore
+from webhook.cluster.snapshot import SnapshotStore
+from webhook.config import Settings
+from webhook.tools import certs
 
 
 @pytest.fixture(params=["snapshot", "cluster", "watched"])
@@ -89,30 +53,6 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("tls")
     certs.write(certs.generate(["localhost", "127.0.0.1"], days=2), out)
     return {"ca": out / "ca.crt", "cert": out / "tls.crt", "key": out / "tls.key"}
-
-
-class ReadOnly(Exception):
-    """Raised by a change to an object the caches share between readers."""
-
-
-class FrozenDict(dict):
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise ReadOnly("an object the caches share was changed")
-
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
-
-
-class FrozenList(list):
-    _refuse = FrozenDict._refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = sort = reverse = _refuse
-
-
-def frozen(value: Any) -> Any:
-    if isinstance(value, dict):
-        return FrozenDict((k, frozen(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return FrozenList(frozen(v) for v in value)
-    return value
 
 
 @pytest.fixture(autouse=True)

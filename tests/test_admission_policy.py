@@ -7,7 +7,7 @@ import copy
 import re
 
 import pytest
-from admission_policy import (
+from tests.support.admission_policy import (
     ADMIN,
     PASSED,
     UNTOUCHED,
@@ -25,7 +25,7 @@ from admission_policy import (
     service_account_user,
     without,
 )
-from kube import load, node, vmi
+from tests.support.kube import load, node, vmi
 
 from webhook.cluster.kubevirt import delete_options
 from webhook.config import Settings

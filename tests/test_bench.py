@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kube import nodes, review, rwx_disk, vm_pod
+from tests.support.kube import nodes, review, rwx_disk, vm_pod
 
 from bench.load import parse_wrk
 from webhook.admission import server

@@ -6,7 +6,7 @@ manifests/ tree, apart from the labels Helm adds, the certificate Job's name (th
 after its spec, so that an upgrade replaces it) and the Namespace (Helm's --create-namespace
 makes it). Every rendered object validates strictly (kubernetes-validate, 1.30 and the newest).
 
-The README's Helm commands are run as written against the real kube-apiserver (tests/helm.py,
+The README's Helm commands are run as written against the real kube-apiserver (tests/support/helm.py,
 kubefake/envtest.py), with the certificate Job played by the project's own `certs` verb in a process.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
-from helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
-from test_manifests import VERSIONS, kubectl
+from tests.support.admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
+from tests.support.helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
+from tests.support.kube import VALIDATE_VERSIONS, kubectl
 
 from webhook import __version__
 from webhook.__main__ import build_parser, settings_from
@@ -119,7 +119,7 @@ def hooks(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def validate_strictly(found: list[dict[str, Any]]) -> None:
     for obj in found:
         if obj["kind"] not in CUSTOM_KINDS:  # no schema shipped for custom resources
-            for version in VERSIONS:
+            for version in VALIDATE_VERSIONS:
                 kubernetes_validate.validate(obj, version, strict=True)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kube import FIXTURES, apply_valid, decode_patch
+from tests.support.kube import FIXTURES, apply_valid, decode_patch
 
 STATE = str(FIXTURES / "longhorn-rwx.yaml")
 EXAMPLES = FIXTURES.parent.parent / "examples"
@@ -86,7 +86,7 @@ async def test_serve_with_migration_targets_prefer_steers_an_evacuation_target_o
     import ssl
 
     import aiohttp
-    from kube import Serving, review
+    from tests.support.kube import Serving, review
 
     serving = await Serving.start(tls_files, "--state", DRAIN, "--migration-targets", "prefer", "--keep", "off",
                                   "--drain-delay", "0")
@@ -140,8 +140,8 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
     import ssl
 
     import aiohttp
-    from conftest import seed
-    from kube import Serving, fixture_cluster, review, vm_pod
+    from tests.support.stores import seed
+    from tests.support.kube import Serving, fixture_cluster, review, vm_pod
 
     seed(kmock, fixture_cluster())
     released = asyncio.Event()
@@ -417,7 +417,7 @@ def test_help_names_the_values_used_when_a_flag_is_left_out():
 async def test_serve_from_a_snapshot_says_the_keeper_is_off(tls_files):
     """The keeper needs the cluster: from a snapshot it does not run, whatever --keep asks, and
     the start line says so rather than repeating the flag."""
-    from kube import Serving
+    from tests.support.kube import Serving
 
     serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0", "--keep", "migrate")
     try:

@@ -1,6 +1,6 @@
 """Cold start: a share-manager pod follows the node of the running VM that uses its volume."""
 import pytest
-from kube import (answer, LONGHORN_NS, annotations, apply_valid, decode_patch, launcher_pod, load, node, nodes, pin_of,
+from tests.support.kube import (answer, LONGHORN_NS, annotations, apply_valid, decode_patch, launcher_pod, load, node, nodes, pin_of,
                   preferred_terms, required_terms, review, running_vm, rwx_disk, share_manager_pod)
 
 from webhook.admission.review import parse_review

@@ -5,7 +5,7 @@ import asyncio
 import copy
 
 import pytest
-from kube import (LONGHORN_NS, NEW_CPU, OLD_CPU, annotations, answer, apply_valid, decode_patch, launcher_pod_of,
+from tests.support.kube import (LONGHORN_NS, NEW_CPU, OLD_CPU, annotations, answer, apply_valid, decode_patch, launcher_pod_of,
                   migration_node_selector, node, preferred_terms, required_terms, review, rwx_disk, share_manager_pod,
                   vmi, workload_pod)
 
@@ -205,7 +205,7 @@ async def test_the_share_managers_own_terms_times_the_nodes_stay_within_64_terms
 
 async def test_a_requirement_worked_out_past_the_deadline_is_never_sent():
     """The apiserver has stopped waiting: allowed, no pin, saying so."""
-    from kube import vm_pod
+    from tests.support.kube import vm_pod
 
     from webhook.cluster.snapshot import SnapshotStore
 

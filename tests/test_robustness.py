@@ -10,7 +10,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube import FIXTURES, LONGHORN_NS, decode_patch, fixture_cluster, paths, review, share_manager_pod, vm_pod
+from tests.support.kube import FIXTURES, LONGHORN_NS, decode_patch, fixture_cluster, paths, review, share_manager_pod, vm_pod
 
 from webhook.admission import server, tls
 from webhook.admission.review import BadReview, build_response, parse_review

@@ -3,7 +3,7 @@ import ssl
 
 import aiohttp
 import pytest
-from kube import fixture_cluster
+from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
 from webhook.cluster.snapshot import SnapshotStore

@@ -3,7 +3,7 @@ import asyncio
 import copy
 
 import pytest
-from kube import (answer, annotations, apply_valid, decode_patch, fixture_cluster, migration_target, node, nodes, pin_of,
+from tests.support.kube import (answer, annotations, apply_valid, decode_patch, fixture_cluster, migration_target, node, nodes, pin_of,
                   preferred_terms, required_terms, review, rwx_disk, vm_pod)
 
 from webhook.admission.review import parse_review
@@ -261,7 +261,7 @@ async def test_the_metrics_and_the_log_line_tell_an_internal_error(caplog):
     import json
     import time
 
-    from kube import metric_sample
+    from tests.support.kube import metric_sample
 
     from webhook import metrics
     from webhook.admission import server
@@ -395,7 +395,7 @@ async def test_pin_preferred_only_ever_prefers_the_node(make_store):
 
 
 async def test_pin_preferred_also_holds_for_the_share_manager(make_store):
-    from kube import LONGHORN_NS, running_vm, share_manager_pod
+    from tests.support.kube import LONGHORN_NS, running_vm, share_manager_pod
 
     store = await make_store(rwx_disk("disk", None, share_manager=False) + nodes("node-a", "node-b")
                              + [running_vm("vm1", "node-a", "disk")])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from kube import Serving, fixture_cluster, review, vm_pod
+from tests.support.kube import Serving, fixture_cluster, review, vm_pod
 
 from webhook.admission import guard, server, tls
 from webhook.cluster.snapshot import SnapshotStore
@@ -78,9 +78,9 @@ async def test_serve_keeps_within_its_memory_limit_and_answers_healthz_while_cli
     """64 connections (the cap) each send 3 MiB of a body they never finish, and more knock:
     `serve` stays within the Deployment's 512 Mi, /healthz answers throughout, and the bodies
     are let go at the request's deadline."""
-    from kube import scrape
+    from tests.support.kube import scrape
 
-    from kube import FIXTURES
+    from tests.support.kube import FIXTURES
 
     serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off")
     port = int(serving.base.rsplit(":", 1)[1])

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 import pytest
-from kube import review, vm_pod
+from tests.support.kube import review, vm_pod
 
 from webhook.admission import server
 

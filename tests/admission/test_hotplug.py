@@ -2,7 +2,7 @@
 lists them in the VMI's spec.volumes from the start; a VM's disks are the pod's and its VMI's."""
 import copy
 
-from kube import LONGHORN_NS, answer, decode_patch, load, node, preferred_terms, required_terms, review, rwx_disk, \
+from tests.support.kube import LONGHORN_NS, answer, decode_patch, load, node, preferred_terms, required_terms, review, rwx_disk, \
     share_manager_pod, apply_valid
 
 from webhook.admission.admit import admit

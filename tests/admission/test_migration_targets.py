@@ -7,7 +7,7 @@ import logging
 import time
 
 import pytest
-from kube import (answer, annotations, apply_valid, decode_patch, load, metric_sample,
+from tests.support.kube import (answer, annotations, apply_valid, decode_patch, load, metric_sample,
                   migration_target, nodes, preferred_terms, required_terms, review, rwx_disk)
 
 from webhook import metrics
@@ -232,7 +232,7 @@ async def test_a_target_whose_migration_cannot_be_read_is_untouched_and_says_why
 
 
 async def test_a_migration_that_does_not_answer_in_time_leaves_the_target_untouched(kmock):
-    from conftest import api_host, seed
+    from tests.support.stores import api_host, seed
 
     seed(kmock, drained_cluster())
     kmock["get", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << (

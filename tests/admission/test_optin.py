@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from conftest import api_host, seed
-from kube import fixture_cluster
+from tests.support.stores import api_host, seed
+from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
 from webhook.admission.optin import OptInCheck, shut_out, targets_shut_out

@@ -5,7 +5,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube import FIXTURES, review, vm_pod
+from tests.support.kube import FIXTURES, review, vm_pod
 
 from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,

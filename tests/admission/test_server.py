@@ -4,7 +4,7 @@ import ssl
 
 import aiohttp
 import pytest
-from kube import FIXTURES, client_certificate, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
+from tests.support.kube import FIXTURES, client_certificate, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
 
 from webhook.admission import server, tls
 from webhook.config import Settings
@@ -81,7 +81,7 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     import asyncio
     import time
 
-    from conftest import seed
+    from tests.support.stores import seed
     from webhook.cluster.direct import ClusterStore
 
     seed(kmock, fixture_cluster())

@@ -6,8 +6,8 @@ import time
 
 import aiohttp
 import pytest
-from conftest import seed
-from kube import FIXTURES, Serving, fixture_cluster, kubeconfig_for, metric_sample, review, vm_pod
+from tests.support.stores import seed
+from tests.support.kube import FIXTURES, Serving, fixture_cluster, kubeconfig_for, metric_sample, review, vm_pod
 
 from webhook.admission import server, tls
 from webhook.config import Settings

@@ -5,7 +5,7 @@ import os
 import ssl
 
 import pytest
-from kube import fixture_cluster
+from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
 from webhook.tools import certs
@@ -233,7 +233,7 @@ async def test_rotation_under_load_fails_no_handshake(served):
 
 async def test_a_rotated_client_ca_is_loaded_and_enforced(tmp_path):
     """Mutual TLS: the client CA file rotates like the pair; the new CA is required from then on."""
-    from kube import client_certificate
+    from tests.support.kube import client_certificate
 
     serving = tmp_path / "serving"
     pair = new_pair(serving)

@@ -6,8 +6,8 @@ import json
 
 import aiohttp
 import pytest
-from conftest import TEST_TIMING, api_host, seed, watched_store
-from kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod
+from tests.support.stores import TEST_TIMING, api_host, seed, watched_store
+from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod
 
 from webhook.admission.review import parse_review
 from webhook.cluster.cache import WatchedClusterStore

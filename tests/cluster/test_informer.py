@@ -3,7 +3,7 @@ import copy
 import logging
 
 import pytest
-from kube import LONGHORN_NS, fixture_cluster, nodes, review, running_vm, rwx_disk, vm_pod
+from tests.support.kube import LONGHORN_NS, fixture_cluster, nodes, review, running_vm, rwx_disk, vm_pod
 
 from webhook import metrics
 from webhook.admission.admit import admit

@@ -16,10 +16,10 @@ import copy
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from fitting import CASES, NS, on, view_of
+from tests.support.fitting import CASES, NS, on, view_of
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from kube import (LONGHORN_NS, OLD_CPU, launcher_pod_of, migration, node, nodes, review, rwx_disk, share_manager_pod,
+from tests.support.kube import (LONGHORN_NS, OLD_CPU, launcher_pod_of, migration, node, nodes, review, rwx_disk, share_manager_pod,
                   vm_pod, vmi, workload_pod)
 
 from webhook import kinds
@@ -618,7 +618,7 @@ def test_a_pod_to_place_drops_what_no_check_reads():
 def test_the_keepers_vmi_cache_keeps_the_hotplugged_disks_it_judges_the_vm_by():
     """The keeper (and `status`) decide a VM apart by its VMI's disks: a hotplugged one, which no
     launcher pod mounts, is among them as the cache keeps the VMI."""
-    from kube import load
+    from tests.support.kube import load
 
     from webhook.cluster.kept import shapes
     from webhook.config import Settings
@@ -633,7 +633,7 @@ def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_wh
     from the replica's trimmed copy it is the pod the whole VMI gives."""
     import copy
 
-    from kube import launcher_pod_of, load, node, vmi
+    from tests.support.kube import launcher_pod_of, load, node, vmi
 
     from webhook.cluster.kept import admitted_vmi
     from webhook.config import Settings

@@ -5,9 +5,9 @@ import json
 
 import aiohttp
 import pytest
-from conftest import api_host
-from kube import load
-from kubevirt_api import VMIMS, KubeVirtApi, register
+from tests.support.stores import api_host
+from tests.support.kube import load
+from tests.support.kubevirt_api import VMIMS, KubeVirtApi, register
 
 from webhook.cluster import client
 from webhook.cluster.kept import shapes

@@ -1,8 +1,8 @@
 """The objects the caches share between readers are never changed by an admission."""
 import orjson
 import pytest
-from conftest import ReadOnly, frozen, seed, watched_store
-from kube import nodes, review, rwx_disk, vm_pod
+from tests.support.stores import ReadOnly, frozen, seed, watched_store
+from tests.support.kube import nodes, review, rwx_disk, vm_pod
 
 from webhook.admission import server
 from webhook.cluster.table import SHARED, Table

@@ -3,8 +3,8 @@ import asyncio
 import textwrap
 
 import pytest
-from conftest import seed
-from kube import answer, fixture_cluster, nodes, review, rwx_disk, vm_pod
+from tests.support.stores import seed
+from tests.support.kube import answer, fixture_cluster, nodes, review, rwx_disk, vm_pod
 
 from webhook.admission.review import parse_review
 from webhook.config import Settings
@@ -167,7 +167,7 @@ async def test_node_that_cannot_be_read_is_not_pinned_to(kmock):
 
 
 async def test_share_manager_rule_with_failing_api_is_allowed_unpinned(kmock):
-    from kube import LONGHORN_NS, running_vm, share_manager_pod
+    from tests.support.kube import LONGHORN_NS, running_vm, share_manager_pod
     seed(kmock, rwx_disk("d1", None, state="stopped") + nodes("node-a") + [running_vm("vm1", "node-a", "d1")])
     kmock["get /api/v1/persistentvolumes"] << 500
     store = ClusterStore.for_host(str(kmock.url).rstrip("/"))

@@ -5,7 +5,7 @@ import datetime
 import logging
 
 import jsonpatch
-from kube import nodes, vm_pod
+from tests.support.kube import nodes, vm_pod
 
 from webhook import metrics
 from webhook.cluster import client
@@ -85,7 +85,7 @@ async def test_a_stranded_pod_is_reported_once_and_forgotten_when_placed(caplog)
 async def test_two_replicas_record_one_stranded_event_on_the_emulator(kmock):
     """On kmock: each replica's reporter sees the pinned pod the scheduler cannot place; the
     VMI gets one `Stranded` Event, whose name is fixed per pod."""
-    from conftest import seed, watched_store
+    from tests.support.stores import seed, watched_store
 
     from webhook.cluster.events import EventSink
 

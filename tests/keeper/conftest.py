@@ -5,8 +5,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import api_host, watched_store
-from kubevirt_api import TIMING, Cluster, KubeVirtApi
+from tests.support.stores import api_host, watched_store
+from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi
 
 from webhook.cluster import client
 from webhook.cluster.events import EventSink

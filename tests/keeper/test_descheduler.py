@@ -6,7 +6,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubevirt_api import VMIMS, evacuated_vm, eventually, sample, stamp, three_nodes
+from tests.support.kubevirt_api import VMIMS, evacuated_vm, eventually, sample, stamp, three_nodes
 
 from webhook.config import Settings
 from webhook.rules.keeping.keep import Hold

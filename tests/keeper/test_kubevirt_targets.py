@@ -4,8 +4,8 @@ import logging
 
 import kmock as kmocklib
 import pytest
-from kube import node
-from kubevirt_api import (
+from tests.support.kube import node
+from tests.support.kubevirt_api import (
     VMIMS,
     ago,
     apart_vm,

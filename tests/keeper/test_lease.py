@@ -5,8 +5,8 @@ import datetime
 import logging
 
 import pytest
-from conftest import api_host, watched_store
-from kubevirt_api import TIMING, VMIS, apart_vm, eventually, three_nodes
+from tests.support.stores import api_host, watched_store
+from tests.support.kubevirt_api import TIMING, VMIS, apart_vm, eventually, three_nodes
 
 from webhook.cluster import client
 from webhook.cluster.events import identity

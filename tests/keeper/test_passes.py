@@ -6,9 +6,9 @@ import logging
 
 import kmock as kmocklib
 import pytest
-from conftest import api_host, watched_store
-from kube import node, rwx_disk
-from kubevirt_api import (
+from tests.support.stores import api_host, watched_store
+from tests.support.kube import node, rwx_disk
+from tests.support.kubevirt_api import (
     TIMING,
     VMIMS,
     VMIS,

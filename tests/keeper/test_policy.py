@@ -4,8 +4,8 @@ another migration that took the name is never cancelled."""
 import copy
 
 import pytest
-from admission_policy import PASSED, admit, create_request, delete_request, policy, service_account_user
-from kubevirt_api import VMIMS
+from tests.support.admission_policy import PASSED, admit, create_request, delete_request, policy, service_account_user
+from tests.support.kubevirt_api import VMIMS
 
 from webhook.kinds import VMIM
 from webhook.rules.keeping.keep import Hold

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import api_host
-from kube import Serving, kubeconfig_for, metrics_with, sample, scrape
-from kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
+from tests.support.stores import api_host
+from tests.support.kube import Serving, kubeconfig_for, metrics_with, sample, scrape
+from tests.support.kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
 
 from webhook.keeper.pipe import frame
 from webhook.kinds import LEASE

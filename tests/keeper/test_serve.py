@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import aiohttp
-from conftest import api_host
-from kube import Serving, kubeconfig_for, metrics_with, review, sample, scrape, vm_pod
-from kubevirt_api import apart_vm, eventually, three_nodes
+from tests.support.stores import api_host
+from tests.support.kube import Serving, kubeconfig_for, metrics_with, review, sample, scrape, vm_pod
+from tests.support.kubevirt_api import apart_vm, eventually, three_nodes
 
 from webhook.kinds import LEASE
 

@@ -10,7 +10,7 @@ from typing import Any
 import jsonpatch
 import pytest
 from kubefake.envtest import Api, Refused
-from kube import load, migration_target, required_terms, share_manager_pod, vm_pod
+from tests.support.kube import load, migration_target, required_terms, share_manager_pod, vm_pod
 
 from webhook.config import Settings
 from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision

@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 from kubefake.envtest import Api, Refused
-from kube import (OLD_CPU, Serving, annotations, launcher_pod_of, migration_node_selector, node, registration,
+from tests.support.kube import (OLD_CPU, Serving, annotations, launcher_pod_of, migration_node_selector, node, registration,
                   rwx_disk, share_manager_pod, vm_pod, vmi)
-from kubevirt_api import eventually
+from tests.support.kubevirt_api import eventually
 
 LONGHORN = "longhorn-system"
 VMS = "drain"

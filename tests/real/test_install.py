@@ -34,7 +34,7 @@ def helm(control_plane, verb: str) -> str:
     by Helm's own engine against the real apiserver; the release's manifest."""
     import asyncio
 
-    from helm import CHART, RELEASE, sdk
+    from tests.support.helm import CHART, RELEASE, sdk
 
     helm_sdkpy = sdk()
     config = helm_sdkpy.Configuration(namespace=NS, kubeconfig=control_plane.kubeconfig.read_text())
@@ -136,8 +136,8 @@ def test_the_policy_holds_the_installs_service_account_to_its_own_targeted_migra
 def test_the_keepers_migration_is_accepted_by_kubevirts_own_schema(control_plane, vms_namespace, priority):
     """Strict field validation: KubeVirt 1.8's CRD knows every field the keeper writes, so none is
     pruned (a pruned addedNodeSelector would be a migration to anywhere)."""
-    from keeping import apart_vmi
-    from kube import node
+    from tests.support.keeping import apart_vmi
+    from tests.support.kube import node
 
     manifest = migration_manifest(apart_vmi(), node("node-b"), "disks served from node-b", priority=priority)
     manifest["metadata"]["namespace"] = VMS

@@ -8,8 +8,8 @@ import copy
 
 import yaml
 from kubefake.envtest import FIXTURES, api_client
-from keeping import apart_vmi
-from kube import node
+from tests.support.keeping import apart_vmi
+from tests.support.kube import node
 
 from webhook.keeper.probe import TargetedMigration
 from webhook.rules.keeping.migrations import migration_manifest

@@ -2,7 +2,7 @@
 VM, the pod pinned there (by the webhook's own patch) is bound there; where they say it cannot,
 the scheduler leaves the pinned pod unschedulable too.
 
-The clusters are the checks' own table (tests/fitting.py: every filter, each row judged by one
+The clusters are the checks' own table (tests/support/fitting.py: every filter, each row judged by one
 check) and clusters generated from the same parts; each is put into the real apiserver, nodes
 and placed pods with their status, and removed again.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from kubefake.envtest import Api
-from fitting import CASES, HOSTNAME, NS, ROOTDISK, ZONE, sized, term, three_nodes, view_of, vm, workload
+from tests.support.fitting import CASES, HOSTNAME, NS, ROOTDISK, ZONE, sized, term, three_nodes, view_of, vm, workload
 
 from webhook.rules import fit
 from webhook.rules.placement.patch import affinity_ops

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 from kubefake.envtest import Api, Refused
-from kubevirt_api import eventually
-from kube import Serving, annotations, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
+from tests.support.kubevirt_api import eventually
+from tests.support.kube import Serving, annotations, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIGURATION = "kubevirt-colocate-real"
@@ -105,7 +105,7 @@ async def test_a_pod_is_created_untouched_when_the_webhook_is_gone(registered, c
 async def test_every_decision_the_server_gives_a_launcher_pod_is_one_the_apiserver_accepts(registered, cluster):
     """The pod as KubeVirt 1.8 created it, with the VM's own required and preferred node affinity:
     the webhook's answer (pinned) applies and the apiserver validates and stores the result."""
-    from kube import load
+    from tests.support.kube import load
 
     pod = copy.deepcopy(load("kubevirt-1.8/launcher-pod.yaml"))
     for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "ownerReferences", "managedFields"):
@@ -128,7 +128,7 @@ async def test_a_drained_vms_share_manager_is_created_among_the_nodes_its_vm_can
     evicted. The webhook answers "among the nodes where the VM's migration can land too": the
     apiserver must accept that answer (a node field selector takes one value), and kube-scheduler
     binds the NFS server to one of those nodes, never to the drained one or an older CPU's."""
-    from kube import OLD_CPU, launcher_pod_of, node, vmi
+    from tests.support.kube import OLD_CPU, launcher_pod_of, node, vmi
 
     drain = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
     made = [await cluster.create(node("node-d", unschedulable=True, taints=[drain])),
@@ -156,7 +156,7 @@ async def test_a_hotplugged_disks_share_manager_created_through_the_apiserver_fo
     """vm3 runs on node-c; its disk vm3-data was hotplugged (the VMI lists it, the launcher pod
     does not mount it: an attachment pod does). serve's VMI cache, watching the real apiserver,
     finds vm3 by the claim, and the share-manager Longhorn creates is bound to node-c."""
-    from kube import launcher_pod_of, vmi
+    from tests.support.kube import launcher_pod_of, vmi
 
     made = [await cluster.create(obj) for obj in rwx_disk("vm3-data", "node-a", state="stopped", pod=False)]
     the_vmi = vmi("vm3", "node-c")  # no disk in its pod

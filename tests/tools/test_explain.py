@@ -4,8 +4,8 @@ import json
 
 import jsonpatch
 import pytest
-from conftest import seed
-from kube import (
+from tests.support.stores import seed
+from tests.support.kube import (
     fixture_cluster,
     launcher_pod,
     load,
@@ -88,7 +88,7 @@ async def test_explain_errors_are_clear(tmp_path, kmock, target, message):
 
 async def test_explain_ignores_our_own_earlier_pin(tmp_path, kmock):
     """The running pod carries the pin we added when it started; today's decision must not trip over it."""
-    from kube import apply_valid
+    from tests.support.kube import apply_valid
 
     from webhook.config import Settings
     from webhook.rules.placement.decide import PINNED, Decision

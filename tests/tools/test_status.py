@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import seed
-from kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
-from kubevirt_api import KubeVirtApi
+from tests.support.stores import seed
+from tests.support.kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
+from tests.support.kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
 from webhook.kinds import DEPLOYMENT, VMI, VMIM
@@ -415,18 +415,11 @@ def longhorn_setting(name, value):
     ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
       "auto-delete-pod-when-volume-detached-unexpectedly": "true",
       "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly": ""}, True),
-    ({"storage-network": "kube-system/storage", "storage-network-for-rwx-volume-enabled": "true",
-      "auto-delete-pod-when-volume-detached-unexpectedly": "true"}, True),
     ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
       "auto-delete-pod-when-volume-detached-unexpectedly": "true",
       "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly":
           "apps/StatefulSet;kubevirt.io/VirtualMachineInstance"}, False),
-    ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
-      "auto-delete-pod-when-volume-detached-unexpectedly": "false"}, False),
-    ({"endpoint-network-for-rwx-volume": "", "storage-network": "kube-system/storage",
-      "storage-network-for-rwx-volume-enabled": "false",
-      "auto-delete-pod-when-volume-detached-unexpectedly": "true"}, False),
-], ids=["endpoint-network", "storage-network-for-rwx", "vmi-blacklisted", "auto-delete-off", "rwx-on-cluster-network"])
+], ids=["endpoint-network", "vmi-blacklisted"])  # every combination: tests/rules/shared/test_longhorn.py
 async def test_status_names_the_longhorn_settings_that_turn_a_share_manager_move_into_vm_restarts(
         tmp_path, kmock, values, warned):
     from webhook.kinds import LONGHORN_SETTING

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import kmock as kmocklib
 import pytest
-from conftest import api_host
-from kube import run_verb
-from kubevirt_api import Cluster, KubeVirtApi, ago, apart_vm, three_nodes
+from tests.support.stores import api_host
+from tests.support.kube import run_verb
+from tests.support.kubevirt_api import Cluster, KubeVirtApi, ago, apart_vm, three_nodes
 
 from webhook.cluster import client
 from webhook.cluster.direct import ClusterStore

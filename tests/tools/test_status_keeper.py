@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import kmock as kmocklib
 import pytest
-from conftest import api_host, watched_store
-from kube import node, rwx_disk
-from kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, evacuated_vm, migration, three_nodes, vmi
+from tests.support.stores import api_host, watched_store
+from tests.support.kube import node, rwx_disk
+from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, evacuated_vm, migration, three_nodes, vmi
 
 from webhook.cluster import client
 from webhook.cluster.direct import ClusterStore

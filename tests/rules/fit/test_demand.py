@@ -1,6 +1,6 @@
 """The pod under judgement, read once; what pods of one size ask for, worked out once per store."""
 import pytest
-from fitting import NS, vm
+from tests.support.fitting import NS, vm
 
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.fields import Unreadable

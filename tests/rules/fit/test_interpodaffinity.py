@@ -2,7 +2,7 @@
 import asyncio
 
 import pytest
-from fitting import NS, ROOTDISK, row_tests, term, three_nodes, view_of, vm, workload
+from tests.support.fitting import NS, ROOTDISK, row_tests, term, three_nodes, view_of, vm, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,7 +10,6 @@ from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.rules.fit import has_required_anti_affinity, why_not_fit
-from webhook.rules.fit.terms import ANY_POD, anti_affinity_keys
 
 test_why_not_fit, test_only_the_named_check_fails = row_tests("inter_pod_affinity")
 
@@ -19,23 +18,6 @@ test_why_not_fit, test_only_the_named_check_fails = row_tests("inter_pod_affinit
 
 UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
 CREATED_BY = "kubevirt.io/created-by"
-
-
-@pytest.mark.parametrize("terms, keys", [
-    # KubeVirt's own, on every migration target pod and so on every VM that has migrated.
-    ([term(matchLabels={CREATED_BY: UID})], [(CREATED_BY, UID)]),
-    ([term(matchExpressions=[{"key": "app", "operator": "Exists"}, {"key": "tier", "operator": "In", "values": ["b", "a"]}])],
-     [("tier", "a"), ("tier", "b")]),
-    ([term(matchExpressions=[{"key": "app", "operator": "NotIn", "values": ["web"]}])], [ANY_POD]),
-    ([term()], [ANY_POD]),  # an empty selector selects every pod
-    ([{"topologyKey": "kubernetes.io/hostname"}], []),  # no selector selects none
-    ([term(matchLabels={"app": "db"}), term(matchLabels={"app": "db"}, namespaces=["prod"])], [("app", "db")]),
-    ([term(matchExpressions=[{"key": "app", "operator": "Sometimes"}])], [ANY_POD]),  # cannot be read: always checked
-    ([term(matchLabels={"app": 1})], [ANY_POD]),  # a label value is a string: not one of ours to look up
-    ([term(matchLabels={"app": None})], [ANY_POD]),
-])
-def test_a_placed_pods_anti_affinity_is_found_by_a_label_every_pod_it_selects_has(terms, keys):
-    assert anti_affinity_keys(workload("guard", "node-b", anti=terms)) == keys
 
 
 @pytest.mark.parametrize("value", [1, None, True])

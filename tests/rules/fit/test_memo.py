@@ -1,6 +1,6 @@
 """A Memo belongs to one store: answers are kept per object name and version, never shared
 between owners, never stale, and bounded."""
-from fitting import NS, sized, vm
+from tests.support.fitting import NS, sized, vm
 
 from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.fit.view import StaticView

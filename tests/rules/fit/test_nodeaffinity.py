@@ -1,6 +1,6 @@
 """NodeAffinity: node selector terms and the pod's own affinity, each both ways (admits / turns away)."""
 import pytest
-from kube import node
+from tests.support.kube import node
 
 from webhook.rules.fit.nodeaffinity import pod_admits, term_matches
 
@@ -56,8 +56,8 @@ def test_pod_admits(spec, expected):
 async def test_a_pod_whose_required_node_affinity_selects_nothing_is_never_pinned(required):
     """`nodeSelectorTerms: []` (which the apiserver refuses) and `[{}]` match no node: no pin is
     added that would make such a pod valid, or place it; it is left as the apiserver judges it."""
-    from fitting import three_nodes
-    from kube import answer, decode_patch, review, rwx_disk, vm_pod
+    from tests.support.fitting import three_nodes
+    from tests.support.kube import answer, decode_patch, review, rwx_disk, vm_pod
 
     from webhook.admission.admit import admit
     from webhook.admission.review import parse_review

@@ -2,8 +2,8 @@
 import copy
 
 import pytest
-from fitting import GI, KVM, MI, init_container, vm, workload
-from kube import vm_pod
+from tests.support.fitting import GI, KVM, MI, init_container, vm, workload
+from tests.support.kube import vm_pod
 
 from webhook.rules.fit.requests import pod_requests
 

@@ -1,5 +1,5 @@
 """NodeResourcesFit: a pod slot and every request against what the node has left."""
-from fitting import NS, row_tests, sized, vm
+from tests.support.fitting import NS, row_tests, sized, vm
 
 from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.fit.view import StaticView

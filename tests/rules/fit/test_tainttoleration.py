@@ -1,6 +1,6 @@
 """TaintToleration: each toleration and taint both ways (blocks / does not block)."""
 import pytest
-from kube import node
+from tests.support.kube import node
 
 from webhook.rules.fit.tainttoleration import blocking_taint, tolerates
 

@@ -1,5 +1,5 @@
 """What the pods bound to a node take from it."""
-from fitting import GI, MI, workload
+from tests.support.fitting import GI, MI, workload
 
 from webhook.rules.fit.usage import PodUsage, Usage
 

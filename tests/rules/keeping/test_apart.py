@@ -1,7 +1,7 @@
 """Whether a running VM is apart from its storage, and since when."""
 
 import pytest
-from keeping import at, fact
+from tests.support.keeping import at, fact
 
 from webhook.rules.keeping.apart import (
     APART,

@@ -3,7 +3,7 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
+from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
 
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode

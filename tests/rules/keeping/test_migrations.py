@@ -3,7 +3,7 @@ import copy
 from datetime import timedelta
 
 import pytest
-from keeping import (
+from tests.support.keeping import (
     NOW,
     ago,
     apart_vmi,
@@ -17,7 +17,7 @@ from keeping import (
     vmi_obj,
     vmim,
 )
-from kube import load, node
+from tests.support.kube import load, node
 
 from webhook.rules.keeping.migrations import (
     Attempt,

@@ -1,12 +1,12 @@
 """Where a VM runs: its launcher pods and its VMI as the keeper reads them."""
 
 import pytest
-from keeping import SETTINGS, UID, at, in_flight_state, vmi_obj
-from kube import launcher_pod as launcher
-from kube import load
+from tests.support.keeping import SETTINGS, UID, at, in_flight_state, vmi_obj
+from tests.support.kube import launcher_pod as launcher
+from tests.support.kube import load
 
 from webhook.config import Settings
-from webhook.rules.placement.classify import Skip, running_exemption, vm_exemption
+from webhook.rules.placement.classify import Skip
 from webhook.rules.shared.reading import Skipped
 from webhook.rules.keeping.running import VmiView, as_started, read_vmi, vm_pods
 
@@ -84,12 +84,6 @@ def test_any_vm_counts_vms_that_are_not_opted_in():
     assert names(found.running) == ["virt-launcher-vm1-q8w4z"]
     assert [why for _, why in found.skipped] == [Skip.NOT_LAUNCHER, Skip.SUPERSEDED]
     assert vm_pods([not_opted], SETTINGS).running == []
-
-
-def test_a_migrated_pod_counts_but_admission_still_leaves_targets_alone():
-    migrated = load("migrated-launcher-pod.yaml")
-    assert running_exemption(migrated, SETTINGS) is None
-    assert vm_exemption(load("migration-target-pod.yaml"), SETTINGS) == Skip.MIGRATION_TARGET
 
 
 # --------------------------------------------------------------------------- where a VM runs: the VMI
@@ -201,7 +195,7 @@ def test_vmi_of_unexpected_shape_is_skipped(obj, reason):
 
 
 def test_the_next_target_is_free_of_the_node_an_earlier_targeted_migration_asked_for():
-    from kube import load
+    from tests.support.kube import load
 
 
     target = load("migration-target-pod.yaml")

@@ -4,7 +4,7 @@ the target pod it created for a targeted migration."""
 import copy
 
 import pytest
-from kube import labeller, load, node
+from tests.support.kube import labeller, load, node
 
 from webhook.config import Settings
 from webhook.rules.fit.checks import why_not_run

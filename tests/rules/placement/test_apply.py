@@ -11,7 +11,7 @@ import jsonpointer
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube import vm_pod
+from tests.support.kube import vm_pod
 
 from webhook.rules.placement import apply as patching, decide as placement, patch as affinity
 from webhook.config import Settings

@@ -1,8 +1,5 @@
 import pytest
-from kube import migration_target, vm_pod
 
-from webhook.config import Settings
-from webhook.rules.placement.classify import vm_exemption
 from webhook.rules.placement.decide import NOT_PINNED, PINNED, PREFERRED, decide
 from webhook.rules.placement.facts import Fact
 
@@ -37,10 +34,3 @@ def test_failed_node_check_keeps_only_the_preference():
     assert decision.preferences == (("n1", 100),)
     assert "cordoned" in decision.reason and decision.warnings
 
-
-@pytest.mark.parametrize("pod, reason", [
-    (vm_pod(), None),
-    (migration_target(), "migration target"),
-], ids=["vm", "migration-target"])
-def test_vm_exemption(pod, reason):
-    assert vm_exemption(pod, Settings()) == reason

@@ -1,6 +1,6 @@
 """Pure resolution rules over realistic Longhorn objects."""
 import pytest
-from kube import rwx_disk, vm_pod
+from tests.support.kube import rwx_disk, vm_pod
 
 from webhook.rules.placement.facts import claims_of, share_manager_node, volume_of
 

@@ -2,7 +2,7 @@ import copy
 
 import jsonpatch
 import pytest
-from kube import annotations, apply_valid, pin_of, preferred_terms, required_terms, vm_pod
+from tests.support.kube import annotations, apply_valid, pin_of, preferred_terms, required_terms, vm_pod
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

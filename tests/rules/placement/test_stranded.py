@@ -4,7 +4,7 @@ import datetime
 
 import jsonpatch
 import pytest
-from kube import vm_pod
+from tests.support.kube import vm_pod
 
 from webhook.config import Settings
 from webhook.rules.placement.patch import affinity_ops

@@ -4,7 +4,7 @@ the facts of its disks, at a fixed now."""
 import copy
 from datetime import UTC, datetime, timedelta
 
-from kube import load, set_or_remove
+from tests.support.kube import load, set_or_remove
 
 from webhook.config import Settings
 from webhook.rules.placement.facts import Fact

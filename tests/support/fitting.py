@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kube import node, rwx_disk, vm_pod
+from tests.support.kube import node, rwx_disk, vm_pod
 
 from webhook.rules.fit.checks import CHECKS, why_not_fit
 from webhook.rules.fit.demand import Demand

@@ -1,0 +1,106 @@
+"""Where a share-manager and its VM can land together while the VM leaves its node (a drain):
+every node judged for both pods, the answer required among those that take both (or only
+preferred), the ones with most room for the VM first, and why no node does."""
+import pytest
+from tests.support.kube import LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_disk, share_manager_pod, vmi, workload_pod
+
+from webhook.config import Settings
+from webhook.rules.fit.view import StaticView
+from webhook.rules.keeping.running import read_vmi
+from webhook.rules.keeping.target import target_pod
+from webhook.rules.placement.decide import AMONG, PREFERRED
+from webhook.rules.placement.together import (AMONG_NODES, Landing, Landings, among_at_most, decide_together, landings,
+                                              named, nowhere)
+
+VOLUME = "pvc-d1"
+SMALL = {"cpu": "1", "memory": "1Gi", "pods": "110", "devices.kubevirt.io/kvm": "1k"}
+
+
+def drained(*others):
+    """vm1 on node-a (its disk d1), node-a drained; the share-manager pod the drain evicted re-created, not
+    scheduled yet."""
+    the_vmi = vmi("vm1", "node-a", "d1")
+    launcher = launcher_pod_of(the_vmi)
+    source = node("node-a", unschedulable=True)
+    disk = {obj["kind"]: obj for obj in rwx_disk("d1", None, state="stopped", owner="node-a")}
+    view = StaticView([source, *others], [launcher, workload_pod(1, "node-b")], [disk["PersistentVolumeClaim"]],
+                      [disk["PersistentVolume"]])
+    target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
+    return landings(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
+
+
+def test_both_land_on_the_nodes_of_the_vms_cpu_generation_most_room_first():
+    found = drained(node("node-b"), node("node-c"), node("old-1", cpu=OLD_CPU))
+    assert [landing.node for landing in found.nodes] == ["node-c", "node-b"]  # node-b runs a workload
+    assert found.nodes[0].room > found.nodes[1].room > 0
+    assert found.refused["node-a"] == "node node-a is where the VM runs now"
+    assert found.refused["old-1"].startswith("node old-1 lacks cpu-model-migration.node.kubevirt.io/"), found.refused
+
+
+@pytest.mark.parametrize("other, why", [
+    (node("node-b", allocatable=SMALL), "the VM"),  # room for the share-manager, not for the VM
+    (node("node-b", taints=[{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]), "untolerated taint"),
+    (node("node-b", schedulable_label=False), "kubevirt.io/schedulable"),  # the share-manager could, the VM not
+], ids=["too-small-for-the-vm", "tainted", "no-kubevirt"])
+def test_a_node_that_takes_only_one_of_the_two_is_refused(other, why):
+    found = drained(other)
+    assert found.nodes == ()
+    assert why in found.refused["node-b"], found.refused
+
+
+def landed(*rooms):
+    return Landings(tuple(Landing(f"node-{i}", room) for i, room in enumerate(rooms)), {})
+
+
+@pytest.mark.parametrize("found, required, outcome, preferences, among", [
+    (landed(0.8, 0.4), True, AMONG, (("node-0", 100), ("node-1", 50)), ("node-0", "node-1")),
+    (landed(0.8, 0.4), False, PREFERRED, (("node-0", 100), ("node-1", 50)), ()),
+    (landed(0.9, 0.6, 0.3, 0.1), True, AMONG, (("node-0", 100), ("node-1", 67), ("node-2", 33)),
+     ("node-0", "node-1", "node-2", "node-3")),
+    (landed(0.0, 0.0), True, AMONG, (("node-0", 1), ("node-1", 1)), ("node-0", "node-1")),  # full: equal, at the floor
+    (landed(0.5, 0.001), True, AMONG, (("node-0", 100), ("node-1", 1)), ("node-0", "node-1")),
+], ids=["required", "pin-preferred", "three-preferred-of-four", "no-room-left", "weight-floor"])
+def test_decide_together(found, required, outcome, preferences, among):
+    decision = decide_together(found, "default/vm1", "node node-a is cordoned", required=required)
+    assert (decision.outcome, decision.preferences, decision.among) == (outcome, preferences, among)
+    assert "where this share-manager and the migration of default/vm1 can both land (node node-a is cordoned)" \
+        in decision.reason
+
+
+def test_required_among_the_ones_with_most_room_at_most():
+    found = landed(*(1 - i / 40 for i in range(20)))
+    decision = decide_together(found, "default/vm1", "leaving", required=True, most=4)
+    assert decision.among == ("node-0", "node-1", "node-2", "node-3")
+    assert decision.reason.startswith("pinned among node-0, node-1, node-2, node-3 (the 4 with most room for the VM)")
+
+
+def test_no_node_takes_both():
+    assert decide_together(Landings((), {"node-b": "x"}), "default/vm1", "leaving", required=True) is None
+    refused = {"node-c": "node node-c is cordoned", "node-a": "node node-a is where the VM runs now"}
+    assert nowhere(Landings((), refused), "default/vm1") == (
+        "no node takes both this share-manager and the migration of default/vm1: "
+        "node node-a is where the VM runs now; node node-c is cordoned")
+    assert nowhere(Landings((), {}), "default/vm1").endswith(": no nodes")
+
+
+def test_named_shows_the_first_few_then_how_many_more():
+    assert named(["a", "b"]) == "a, b"
+    assert named([f"n{i}" for i in range(8)]) == "n0, n1, n2, n3, n4 and 3 more"
+
+
+def with_terms(n):
+    pod = share_manager_pod(VOLUME)
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [f"zone-{i}"]}]}
+        for i in range(n)]}}}
+    return pod
+
+
+@pytest.mark.parametrize("pod, most", [
+    (share_manager_pod(VOLUME), AMONG_NODES),
+    (share_manager_pod(VOLUME, topology_zone="zone-a"), AMONG_NODES),  # Longhorn's one term: 16 × 1
+    (with_terms(8), 8),  # 8 terms × 8 nodes = 64
+    (with_terms(100), 1),
+], ids=["no-terms", "longhorn-zone-term", "eight-terms", "more-terms-than-allowed"])
+def test_among_at_most_keeps_the_terms_written_within_bounds(pod, most):
+    assert among_at_most(pod) == most
