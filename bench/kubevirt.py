@@ -114,7 +114,7 @@ from webhook.config import MIGRATION_TARGET_MODES, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
-from webhook.rules.placement.facts import claims_of
+from webhook.rules.shared.facts import claims_of
 from webhook.rules.fit.memo import Memo
 
 from .emulator import Emulator, control_site, url

@@ -12,7 +12,7 @@ from .direct import ClusterStore
 from .store import StoreError
 from ..config import Settings
 from ..kinds import LONGHORN_REPLICA, LONGHORN_SETTING, LONGHORN_VOLUME
-from ..rules.placement.facts import Fact
+from ..rules.shared.facts import Fact
 from ..rules.keeping.iopath import disk_path, DiskPath
 
 

@@ -9,7 +9,7 @@ decision holds a VM for any of its reasons; a pass creates no more than the in-f
 allow; nothing is created on an incomplete view of the cluster (a cache failing or not synced,
 a disk the API could not tell about), without the lease, or before a dry run has shown that the
 cluster keeps `spec.addedNodeSelector`. The storage node is judged with the pod KubeVirt will
-create for the migration (`rules.keeping.target`), not the launcher pod; the VM's node must have a free
+create for the migration (`rules.kubevirt.target`), not the launcher pod; the VM's node must have a free
 outbound migration slot; a migration of ours whose target pod stays unschedulable for a minute
 is cancelled, so it never holds a slot a drain needs. Each action is an Event on the VMI and a
 log line; each pass returns its report (the records with it), sets the metrics from it and logs

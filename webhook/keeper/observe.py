@@ -20,7 +20,7 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE
 from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
-from ..rules.placement.facts import Fact
+from ..rules.shared.facts import Fact
 from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
