@@ -35,7 +35,7 @@ from ..rules.keeping.migrations import (
 )
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import VmiView
-from .probe import TargetedMigration
+from .targeted import TargetedMigration
 from .stretch import Stretch, Stretches
 
 BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)

@@ -25,7 +25,7 @@ from ..rules.keeping.running import VmiView, vm_pods
 from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.shared.times import parse_time
 
-Key = tuple[str, str]
+VmKey = tuple[str, str]  # a VM's namespace and name
 Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
 
 
@@ -55,15 +55,15 @@ class Stretches:
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
         self.launchers, self.direct = launchers, direct
-        self._known: dict[Key, Stretch] = {}
+        self._known: dict[VmKey, Stretch] = {}
 
-    def get(self, key: Key) -> Stretch | None:
+    def get(self, key: VmKey) -> Stretch | None:
         return self._known.get(key)
 
-    def forget(self, key: Key) -> None:
+    def forget(self, key: VmKey) -> None:
         self._known.pop(key, None)
 
-    def keep_only(self, keys: set[Key]) -> None:
+    def keep_only(self, keys: set[VmKey]) -> None:
         for key in [k for k in self._known if k not in keys]:
             del self._known[key]
 

@@ -19,7 +19,7 @@ from ..rules.keeping.running import read_vmi, vm_pods, VmiMigration, VmiView
 from ..rules.shared.times import rfc3339
 from ..rules.placement.patch import as_created
 from ..rules.placement.stranded import stranded
-from ..cluster.iopath import read_longhorn
+from ..cluster.replicas import read_longhorn
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:
