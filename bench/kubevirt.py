@@ -114,7 +114,7 @@ from webhook.config import MIGRATION_TARGET_MODES, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
-from webhook.rules.placement.facts import claims_of
+from webhook.rules.shared.facts import claims_of
 from webhook.rules.fit.memo import Memo
 
 from .emulator import Emulator, control_site, url
@@ -623,7 +623,7 @@ class Tracker:
 
     # ----------------------------------------------------------------- nodes lost, the drain
 
-    def kept(self) -> set[str]:
+    def spared(self) -> set[str]:
         """Nodes never lost nor drained: those VMs held by their CPU alone run on or have their disks
         on (only the CPU holds them, with the pod they started with: a keeper blind to it shows)."""
         return {n for vm in self.layout.vms if vm.role == ON_OLDER_CPU for n in (vm.storage, vm.node)}
@@ -632,7 +632,7 @@ class Tracker:
         """Two healthy nodes: one to cordon (`first`, the target of the migration of ours just
         created, when it is healthy), one to lose Ready (the one serving the disks of the most
         movable VMs still apart). None when fewer than four healthy nodes are left."""
-        healthy = [n for n in self.layout.healthy if n not in self.unfit and n not in self.kept()]
+        healthy = [n for n in self.layout.healthy if n not in self.unfit and n not in self.spared()]
         if len(healthy) < 4:
             return []
         waiting = collections.Counter(vm.storage for vm in self.layout.vms
@@ -647,7 +647,7 @@ class Tracker:
         one) holding at least BUSY opted-in VMs, with the most movable VMs waiting on it (the
         keeper wants its outbound slots too), then the most VMs. None when fewer than three
         healthy nodes are left."""
-        healthy = [n for n in self.layout.healthy if n not in self.unfit and n not in self.kept()]
+        healthy = [n for n in self.layout.healthy if n not in self.unfit and n not in self.spared()]
         if len(healthy) < 3:
             return None
         on = collections.Counter(vm.node for vm in self.layout.vms if vm.role != NOT_OPTED_IN)
@@ -954,7 +954,7 @@ class KubeVirt:
                               uid=meta.get("uid") or str(uuid.uuid4()), priority=spec.get("priority"),
                               timeout=int(timeout) if str(timeout or "").isdigit() else DEFAULT_UNSCHEDULABLE_TIMEOUT)
         if (self.lose_nodes_after and not self.nodes_lost and self.ours_made >= self.lose_nodes_after
-                and migration.target not in self.tracker.kept()):
+                and migration.target not in self.tracker.spared()):
             migration.lose_nodes = self.nodes_lost = True
         self.tracker.added(migration)
         self._spawn(self.run(migration))

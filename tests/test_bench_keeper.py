@@ -274,7 +274,7 @@ def fixture(name):
 
 
 def test_pods_select_nodes_as_kubevirt_renders_them():
-    """The bench's own rendering (not the keeper's rules.keeping.target) against what KubeVirt 1.8 made."""
+    """The bench's own rendering (not the keeper's rules.kubevirt.target) against what KubeVirt 1.8 made."""
     vmi = fixture("vmi-running.yaml")
     launcher = fixture("launcher-pod.yaml")
     assert objects.launcher_node_selector(vmi) == launcher["spec"]["nodeSelector"]

@@ -8,7 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "webhook"
 BASE = {"kinds", "config", "deadline", "metrics", "logs", "background"}
-RULES = {"rules", "rules/shared", "rules/fit", "rules/placement", "rules/keeping"}
+RULES = {"rules", "rules/shared", "rules/fit", "rules/kubevirt", "rules/placement", "rules/keeping"}
 # What each part of the package may import from the rest of it (the map in docs/development.md).
 MAY_IMPORT = {
     "kinds": set(),
@@ -20,8 +20,10 @@ MAY_IMPORT = {
     "rules": {"kinds", "config"},
     "rules/shared": {"kinds", "config"},
     "rules/fit": {"kinds", "config", "rules/shared"},
-    "rules/placement": {"kinds", "config", "rules/shared", "rules/fit", "rules/keeping"},
-    "rules/keeping": {"kinds", "config", "rules/shared", "rules/fit", "rules/placement"},
+    "rules/kubevirt": {"kinds", "rules/shared"},
+    # Placement and keeping both stand on what is beneath them, never on each other.
+    "rules/placement": {"kinds", "config", "rules/shared", "rules/fit", "rules/kubevirt"},
+    "rules/keeping": {"kinds", "config", "rules/shared"},
     "cluster": BASE | RULES,
     "admission": BASE | RULES | {"cluster"},
     "keeper": BASE | RULES | {"cluster"},
@@ -124,8 +126,8 @@ def test_the_checker_sees_imports():
     parts = {part_of(m) for m in imported_modules("webhook.admission.admit", SOURCES["webhook.admission.admit"])}
     assert {"rules/placement", "cluster", "kinds"} <= parts
     assert imported_modules("webhook.config", SOURCES["webhook.config"]) == {"webhook.kinds"}
-    assert {part_of(m) for m in imported_modules("webhook.rules.placement.classify",
-                                                 SOURCES["webhook.rules.placement.classify"])} == {"kinds", "config"}
+    assert {part_of(m) for m in imported_modules("webhook.rules.shared.classify",
+                                                 SOURCES["webhook.rules.shared.classify"])} == {"kinds", "config"}
 
 
 def test_a_cycle_is_found_and_named():
@@ -139,3 +141,15 @@ def test_a_cycle_is_found_and_named():
     sources = dict(SOURCES)
     sources["webhook.kinds"] += "\nfrom .rules.placement.decide import Decision\n"
     assert "webhook.kinds" in (first_cycle(import_graph(sources)) or [])
+
+
+@pytest.mark.parametrize("module, other", [
+    ("webhook.rules.placement.together", "webhook.rules.keeping.running"),
+    ("webhook.rules.keeping.apart", "webhook.rules.placement.decide"),
+])
+def test_placement_and_keeping_never_import_each_other(module, other):
+    """What both need sits beneath them (`rules/kubevirt`, `rules/shared`): one more import of the
+    other from either is refused by the map."""
+    part = part_of(module)
+    others = {part_of(m) for m in imported_modules(module, SOURCES[module] + f"\nimport {other}\n")} - {part}
+    assert part_of(other) in others and not others <= MAY_IMPORT[part]

@@ -11,7 +11,7 @@ from webhook.admission import server
 from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import parse_review
 from webhook.rules.placement.decide import PINNED, Decision
-from webhook.rules.placement.facts import Fact
+from webhook.rules.shared.facts import Fact
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from tests.support.kube import metric_sample
 from webhook import metrics
 from webhook.admission import server
 from webhook.admission.outcome import Outcome, Rule, skip
-from webhook.rules.placement.classify import Skip
+from webhook.rules.shared.classify import Skip
 from webhook.rules.placement.decide import PINNED, Decision
 
 BUCKETS = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0",

@@ -252,7 +252,7 @@ async def run_serve(args: argparse.Namespace) -> int:
 
     from .admission.optin import OptInCheck
     from .admission.service import Listen, Service
-    from .cluster.stranded import StrandedReporter
+    from .cluster.reporter import StrandedReporter
     from .admission.tls import ReloadingTLS
     from .cluster import client
     from .cluster.cache import WatchedClusterStore

@@ -104,6 +104,8 @@ CPU_FEATURE = "cpu-feature.node.kubevirt.io/"
 CPU_VENDOR = "cpu-vendor.node.kubevirt.io/"
 MACHINE_TYPE = "machine-type.node.kubevirt.io/"
 HOST_MODEL = "host-model"  # spec.domain.cpu.model: the host's CPU, as the node labeller names it
+# Where virt-controller reads the machine type a VM's next pod selects nodes by, in order.
+STATUS_MACHINE, SPEC_MACHINE = "status.machine.type", "spec.domain.machine.type"
 # A drain's or an eviction's migration (pkg/virt-controller/watch/drain/evacuation/evacuation.go,
 # `GenerateNewMigration`): generateName kubevirt-evacuation-, this annotation naming the node it
 # leaves, spec.priority system-critical, or system-maintenance when the VMI's
@@ -123,6 +125,7 @@ SHARE_MANAGER_POD_PREFIX = "share-manager-"  # + the volume name
 # --------------------------------------------------------------------------- Kubernetes
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"  # a node or pod (anti-)affinity's hard part
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 # --------------------------------------------------------------------------- ours
@@ -133,6 +136,14 @@ DEFAULT_OPT_IN = "kubevirt-scheduler/co-schedule"  # on the VM template; propaga
 KEEP_ANNOTATION = "kubevirt-scheduler/keep"
 DEFAULT_DECISION_PREFIX = "kubevirt-scheduler/"  # decision, node, reason annotations on the pod
 DECISION, NODE_KEY, REASON = "decision", "node", "reason"  # after the prefix; also audit annotation keys
+# The apiserver caps all annotations of an object at 256 KiB; a reason naming many disks must not
+# be the thing that makes a pod or a migration invalid.
+MAX_REASON = 1024
+
+
+def clip_reason(text: str, limit: int = MAX_REASON) -> str:
+    """A reason annotation's value, cut to `limit` characters."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- reading objects

@@ -20,7 +20,7 @@ from webhook.cluster.events import decision_event
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.kinds import VMIM
-from webhook.rules.placement.classify import Skip
+from webhook.rules.shared.classify import Skip
 from webhook.rules.placement.patch import as_created
 
 PREFER = Settings(migration_targets="prefer")

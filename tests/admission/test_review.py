@@ -10,7 +10,7 @@ from tests.support.kube import FIXTURES, review, vm_pod
 from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,
                                       parse_review, response_json)
-from webhook.rules.placement.classify import Skip
+from webhook.rules.shared.classify import Skip
 from webhook.rules.placement.decide import NOT_PINNED, PINNED, PREFERRED, Decision
 from webhook.rules.placement.patch import audit_annotations
 

@@ -638,7 +638,7 @@ def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_wh
     from webhook.cluster.kept import admitted_vmi
     from webhook.config import Settings
     from webhook.rules.keeping.running import read_vmi
-    from webhook.rules.keeping.target import target_pod
+    from webhook.rules.kubevirt.target import target_pod
 
     for whole in (load("kubevirt-1.8/vmi-hotplugged.yaml"), vmi("vm1", "node-a", "d1")):
         source = node(whole["status"]["nodeName"])

@@ -11,7 +11,7 @@ from kubefake.envtest import FIXTURES, api_client
 from tests.support.keeping import apart_vmi
 from tests.support.kube import node
 
-from webhook.keeper.probe import TargetedMigration
+from webhook.keeper.targeted import TargetedMigration
 from webhook.rules.keeping.migrations import migration_manifest
 
 VMS = "vms"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from tests.support.kube import load, set_or_remove
 
 from webhook.config import Settings
-from webhook.rules.placement.facts import Fact
+from webhook.rules.shared.facts import Fact
 from webhook.rules.keeping.migrations import Attempt
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.times import parse_time

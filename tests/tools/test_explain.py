@@ -15,7 +15,6 @@ from tests.support.kube import (
 )
 
 from webhook.kinds import POD, VM, VMI
-from webhook.rules.keeping.running import as_started
 from webhook.rules.placement.patch import affinity_ops
 
 VMI_OBJ = {
@@ -176,17 +175,6 @@ async def test_explain_during_a_migration(tmp_path, kmock, target, pod, line):
     assert out.splitlines()[0] == f"VM default/vm1: running on node-a (pod {pod}), opted in: yes"
     assert out.splitlines()[1].startswith(line)
     assert "the webhook would now: pinned node-b" in out, out
-
-
-def test_a_target_pod_as_the_vm_would_start():
-    target = load("migration-target-pod.yaml")
-    started = as_started(target)
-    assert "kubevirt.io/migrationJobUID" not in started["metadata"]["labels"]
-    assert "podAntiAffinity" not in started["spec"]["affinity"]
-    assert started["spec"]["affinity"]["nodeAffinity"] == target["spec"]["affinity"]["nodeAffinity"]
-    assert "kubevirt.io/migrationJobUID" in target["metadata"]["labels"]  # a copy
-    plain = load("virt-launcher-pod.yaml")
-    assert as_started(plain) is plain
 
 
 async def test_explain_a_vm_that_is_not_opted_in(tmp_path, kmock):

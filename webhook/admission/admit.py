@@ -20,10 +20,10 @@ from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
 from ..kinds import VMI, VMIM
 from ..rules.placement import apply, bounds, decide, patch, steer, together
-from ..rules.placement.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
+from ..rules.shared.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
 from ..rules.placement.decide import Decision
-from ..rules.placement.facts import Fact, disks_of
-from ..rules.keeping.target import TargetPod
+from ..rules.shared.facts import Fact, disks_of
+from ..rules.kubevirt.target import TargetPod
 from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest

@@ -5,9 +5,9 @@ import dataclasses
 import enum
 from typing import Any
 
-from ..rules.placement.classify import Skip
+from ..rules.shared.classify import Skip
 from ..rules.placement.decide import Decision
-from ..rules.placement.facts import Fact
+from ..rules.shared.facts import Fact
 
 
 class Rule(enum.StrEnum):

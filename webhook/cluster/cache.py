@@ -16,7 +16,7 @@ from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, Resource
 from ..rules import fit
 from ..rules.placement.decide import REQUIRING
-from ..rules.placement.facts import claims_of
+from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers

@@ -11,12 +11,12 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, POD, PV, PVC, VMI, Resource
 from ..rules import fit
-from ..rules.placement.classify import Skip
-from ..rules.placement.facts import Fact, Lookup, disk_fact
+from ..rules.shared.classify import Skip
+from ..rules.shared.facts import Fact, Lookup, disk_fact
 from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, vm_pods
-from ..rules.keeping.target import CannotTell, TargetPod, target_pod
+from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
 from .kept import pod_to_place
 from .store import Store, StoreError
 
@@ -139,7 +139,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.keeping.target`) to migrate
+    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.kubevirt.target`) to migrate
     the VM of `vm_pod` off its node, or why it cannot be told. Whole objects are read: the
     caches keep pods trimmed and hold no VMIs."""
     metadata = kinds.meta(vm_pod)
@@ -164,8 +164,25 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     view = read_vmi(vmi, settings) if vmi is not None else Skipped(f"VMI of {namespace}/{name}", "not found")
     if isinstance(view, Skipped):
         return str(view)
-    built = target_pod(pod_to_place(as_created(launcher, settings)), view, source, {})
-    return str(built) if isinstance(built, CannotTell) else built
+    built = migration_target_pod(launcher, view, source, {}, settings)
+    return str(built) if isinstance(built, TargetUnknown) else built
+
+
+def migration_source(launcher: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """What a VM's migration target is rendered from: its launcher pod as KubeVirt created it,
+    without our pin (KubeVirt renders the target from the VMI, and we leave targets alone),
+    reduced to what the never-strand checks read of it (`pod_to_place`). The keeper keeps this
+    one per VM apart; taking it again changes nothing."""
+    return pod_to_place(as_created(launcher, settings))
+
+
+def migration_target_pod(launcher: dict[str, Any], vmi: Vmi, source: dict[str, Any] | None,
+                         added: dict[str, str], settings: Settings) -> TargetPod | TargetUnknown:
+    """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` (its node, as
+    read) with `spec.addedNodeSelector` `added`: from its launcher pod, whole or as
+    `migration_source` left it, as virt-controller renders a target (`rules.kubevirt.target`).
+    A drain's share-manager rule and the keeper both judge nodes by it."""
+    return target_pod(migration_source(launcher, settings), vmi, source, added)
 
 
 def _pod_name(pod: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from .. import kinds
 from ..kinds import Resource
 from ..rules.fit import View
-from ..rules.placement.facts import claims_of
+from ..rules.shared.facts import claims_of
 
 
 class StoreError(Exception):

@@ -1,6 +1,6 @@
 """What the keeper does to the cluster: create the migration a decision calls for, and cancel a
 migration of ours whose target pod the scheduler cannot place; each said in an Event on the
-VMI, a log line and a metric. What came of it is returned (`Outcome`): the keeper's memory
+VMI, a log line and a metric. What came of it is returned (`ActionResult`): the keeper's memory
 records it, the pass counts it.
 """
 from __future__ import annotations
@@ -22,22 +22,22 @@ from ..rules.placement.stranded import unschedulable_since
 from ..rules.shared.times import whole_seconds
 from .follow import Follower
 from .observe import manifest, Observed
+from .stretch import VmKey
 
 log = logging.getLogger("webhook.keeper")
 
-Key = tuple[str, str]
 # Answers that refuse this one migration (KubeVirt's admission, a conflict), not every one: the VM
 # backs off, the pass goes on with the others.
 REFUSALS = (400, 409, 422)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
+class ActionResult:
     """What came of one action on a VM: its last action in words, the migration created
     (namespace/name), whether the API refused this VM's migration (it backs off), or what went
     wrong that would go wrong for any migration (`error`: nothing more is created this pass)."""
 
-    key: Key
+    key: VmKey
     action: str = ""
     created: str | None = None
     refused: bool = False
@@ -53,12 +53,12 @@ class Actor:
         self.api, self.store, self.follower, self.events = api, store, follower, events
         self.timeout, self.authority = timeout, authority
 
-    async def create(self, vm: Observed, decision: KeepDecision, *, priority: bool) -> Outcome:
+    async def create(self, vm: Observed, decision: KeepDecision, *, priority: bool) -> ActionResult:
         """Create the migration `decision` calls for, with spec.priority when `priority`."""
         vmi, key = vm.vmi, vm.key
         made = manifest(vm, decision, priority=priority)
         if not isinstance(made, dict):  # the node went away
-            return Outcome(key, f"no migration created: {made}")
+            return ActionResult(key, f"no migration created: {made}")
         answer = await create_migration(self.api, made, timeout=self.timeout)
         migration = read_migration(answer.obj) if answer.ok else None
         if not isinstance(migration, Migration):
@@ -67,8 +67,8 @@ class Actor:
             log.warning("keeper migration not created", extra={"fields": {
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target, "error": error}})
             refused = answer.status in REFUSALS  # this VM backs off; the others are still tried
-            return Outcome(key, f"creating a migration failed: {error}", refused=refused,
-                           error="" if refused else f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
+            return ActionResult(key, f"creating a migration failed: {error}", refused=refused,
+                                error="" if refused else f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
         self.follower.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
         log.info("keeper migration created", extra={"fields": {
@@ -76,17 +76,17 @@ class Actor:
             "to": decision.target, "reason": decision.reason}})
         self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
                                f"{decision.reason} (migration {migration.name})")
-        return Outcome(key, f"created migration {migration.name} to {decision.target}",
-                       created=f"{migration.namespace}/{migration.name}")
+        return ActionResult(key, f"created migration {migration.name} to {decision.target}",
+                            created=f"{migration.namespace}/{migration.name}")
 
-    async def cancel_unplaceable(self, history: Sequence[Migration], uids: dict[Key, str], now: datetime,
-                                 unplaceable: float) -> list[Outcome]:
+    async def cancel_unplaceable(self, history: Sequence[Migration], uids: dict[VmKey, str], now: datetime,
+                                 unplaceable: float) -> list[ActionResult]:
         """Delete each migration of ours whose target pod the scheduler has been unable to place
         for `unplaceable` seconds (what `virtctl migrate-cancel` does): it counts as failed, with
         the scheduler's message, and the VM backs off. A 404 is done, and so is a 409 (the delete
         names the migration's uid: the name now holds another object, ours is gone); another
         failure is an error, and the migration still counts, to be tried again next pass."""
-        outcomes = []
+        results = []
         for migration in history:
             if not migration.ours or migration.final or not migration.uid or self.follower.is_cancelled(migration):
                 continue
@@ -100,18 +100,18 @@ class Actor:
                 break
             why = (f"its target pod {kinds.pod_name(target)} could not be scheduled for "
                    f"{whole_seconds(now - stuck[0])}s: {stuck[1]}")
-            outcomes.append(await self._cancel(migration, vmi_uid or "", why, now))
-        return outcomes
+            results.append(await self._cancel(migration, vmi_uid or "", why, now))
+        return results
 
-    async def _cancel(self, migration: Migration, vmi_uid: str, why: str, now: datetime) -> Outcome:
+    async def _cancel(self, migration: Migration, vmi_uid: str, why: str, now: datetime) -> ActionResult:
         key, vm = (migration.namespace, migration.vmi), f"{migration.namespace}/{migration.vmi}"
         answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,
                                         timeout=self.timeout)
         if not answer.ok and answer.status not in (404, 409):  # 409: the name holds another object now
             log.warning("keeper migration not cancelled", extra={"fields": {
                 "vm": vm, "migration": migration.name, "error": answer.error, "why": why}})
-            return Outcome(key, error=f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
+            return ActionResult(key, error=f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
         log.warning("keeper migration cancelled", extra={"fields": {
             "vm": vm, "migration": migration.name, "target": migration.target, "why": why}})
         self.follower.cancelled(migration, now, f"cancelled: {why}", vmi_uid)
-        return Outcome(key, f"cancelled migration {migration.name}: {why}")
+        return ActionResult(key, f"cancelled migration {migration.name}: {why}")

@@ -20,24 +20,25 @@ from .. import metrics
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
 from ..rules.shared.times import rfc3339
+from .stretch import VmKey
 
 log = logging.getLogger("webhook.keeper")
 
 REMEMBER = timedelta(hours=48)  # longer than the per-day window and the backoff cap
-Key = tuple[str, str]
+MigrationKey = tuple[str, str]  # a migration's namespace and name
 
 
-def _key(migration: Migration) -> Key:
+def _key(migration: Migration) -> MigrationKey:
     return migration.namespace, migration.name
 
 
 class Follower:
     def __init__(self, events: Events = NO_EVENTS):
         self.events = events
-        self._ours: dict[Key, Migration] = {}  # ours, as last seen (or as created)
-        self._open: set[Key] = set()  # followed until they end
-        self._seen: set[Key] = set()  # shown by the watch at least once
-        self._cancelled: set[Key] = set()  # deleted by us: failed, whatever the watch shows
+        self._ours: dict[MigrationKey, Migration] = {}  # ours, as last seen (or as created)
+        self._open: set[MigrationKey] = set()  # followed until they end
+        self._seen: set[MigrationKey] = set()  # shown by the watch at least once
+        self._cancelled: set[MigrationKey] = set()  # deleted by us: failed, whatever the watch shows
 
     def created(self, migration: Migration) -> None:
         """One we just created: remembered, and followed to its end."""
@@ -65,7 +66,7 @@ class Follower:
                 + [m for key, m in self._ours.items() if key not in shown])
 
     def observe(self, watched: Sequence[Migration], now: datetime,
-                uids: dict[Key, str] | None = None) -> None:
+                uids: dict[VmKey, str] | None = None) -> None:
         """Take in what the watch shows; announce those of ours that ended since."""
         shown = {_key(m): m for m in watched if m.ours}
         for key, migration in shown.items():

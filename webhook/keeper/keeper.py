@@ -9,7 +9,7 @@ decision holds a VM for any of its reasons; a pass creates no more than the in-f
 allow; nothing is created on an incomplete view of the cluster (a cache failing or not synced,
 a disk the API could not tell about), without the lease, or before a dry run has shown that the
 cluster keeps `spec.addedNodeSelector`. The storage node is judged with the pod KubeVirt will
-create for the migration (`rules.keeping.target`), not the launcher pod; the VM's node must have a free
+create for the migration (`rules.kubevirt.target`), not the launcher pod; the VM's node must have a free
 outbound migration slot; a migration of ours whose target pod stays unschedulable for a minute
 is cancelled, so it never holds a slot a drain needs. Each action is an Event on the VMI and a
 log line; each pass returns its report (the records with it), sets the metrics from it and logs
@@ -40,11 +40,11 @@ from ..rules.keeping.keep import decide_keep, Hold, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
-from .act import Actor, Outcome
+from .act import Actor, ActionResult
 from .follow import Follower
 from .memory import Memory, VmRecord
 from .observe import Breather, Nodes, Observed, Observer, pass_facts, probe
-from .probe import TargetedMigration
+from .targeted import TargetedMigration
 from .stretch import Stretches
 
 log = logging.getLogger("webhook.keeper")
@@ -214,13 +214,13 @@ class Keeper:
             self.memory.record(vm.facts, decision, now)
             if not decision.act:
                 continue
-            outcome = await self.actor.create(vm, decision, priority=bool(self.targeted.priority))
-            self._remember(outcome, now)
-            if outcome.created is not None:
-                created.append(outcome.created)
+            result = await self.actor.create(vm, decision, priority=bool(self.targeted.priority))
+            self._remember(result, now)
+            if result.created is not None:
+                created.append(result.created)
                 facts = facts.after_create(decision.source)
-            elif outcome.error:  # the API itself is failing: create nothing more this pass
-                errors.append(outcome.error)
+            elif result.error:  # the API itself is failing: create nothing more this pass
+                errors.append(result.error)
                 facts = dataclasses.replace(facts, incomplete=facts.incomplete or "a migration could not be created")
         self.memory.errors = errors
         report = PassReport.of(now, created, facts.incomplete, tuple(r for _, r in sorted(self.memory.records.items())))
@@ -239,11 +239,11 @@ class Keeper:
         history = self.follower.history(watched)
         # On a partial view KubeVirt's own timeout (our annotation) does it.
         if not incomplete:
-            outcomes = await self.actor.cancel_unplaceable(history, uids, now, self.timing.unplaceable)
-            for outcome in outcomes:
-                self._remember(outcome, now)
-                errors += [outcome.error] if outcome.error else []
-            if any(outcome.action for outcome in outcomes):  # a cancellation changes the history
+            results = await self.actor.cancel_unplaceable(history, uids, now, self.timing.unplaceable)
+            for result in results:
+                self._remember(result, now)
+                errors += [result.error] if result.error else []
+            if any(result.action for result in results):  # a cancellation changes the history
                 history = self.follower.history(watched)
         running = [vmi for vmi in vmis if vmi.opted_in and vmi.running]  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
@@ -267,14 +267,14 @@ class Keeper:
             observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key)))
         return observed
 
-    def _remember(self, outcome: Outcome, now: datetime) -> None:
-        """An action's outcome in the VM's record, and its refusals."""
-        if outcome.action:
-            self.memory.acted(outcome.key, outcome.action, now)
-        if outcome.refused:
-            self.memory.refusal(outcome.key, now)
-        elif outcome.created is not None:
-            self.memory.created(outcome.key)
+    def _remember(self, result: ActionResult, now: datetime) -> None:
+        """An action's result in the VM's record, and its refusals."""
+        if result.action:
+            self.memory.acted(result.key, result.action, now)
+        if result.refused:
+            self.memory.refusal(result.key, now)
+        elif result.created is not None:
+            self.memory.created(result.key)
 
     def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
         found = []

@@ -13,11 +13,9 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import Hold, KeepDecision, VmFacts
 from ..rules.keeping.migrations import backoff_delay
 from ..rules.shared.reading import Skipped
-from .stretch import Stretches
+from .stretch import Stretches, VmKey
 
 log = logging.getLogger("webhook.keeper")
-
-Key = tuple[str, str]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,8 +41,8 @@ class Memory:
 
     def __init__(self, stretches: Stretches):
         self.stretches = stretches
-        self.records: dict[Key, VmRecord] = {}
-        self.refused: dict[Key, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
+        self.records: dict[VmKey, VmRecord] = {}
+        self.refused: dict[VmKey, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
         self._skipped: set[str] = set()
 
@@ -54,7 +52,7 @@ class Memory:
             self._skipped.add(str(skipped))
             log.warning("keeper skipped an object", extra={"fields": {"object": skipped.what, "why": skipped.reason}})
 
-    def keep_only(self, running: set[Key]) -> None:
+    def keep_only(self, running: set[VmKey]) -> None:
         """Forget the VMs no longer running opted in."""
         for known in (self.records, self.refused):
             for key in [k for k in known if k not in running]:
@@ -85,16 +83,16 @@ class Memory:
                 "target": where.target, "hold": str(decision.hold) if decision.hold is not None else None,
                 "reason": decision.reason}})
 
-    def acted(self, key: Key, action: str, now: datetime) -> None:
+    def acted(self, key: VmKey, action: str, now: datetime) -> None:
         """The VM's last action, in its record (if the VM still has one)."""
         record = self.records.get(key)
         if record is not None:
             self.records[key] = dataclasses.replace(record, last_action=action, last_action_at=now)
 
-    def refusal(self, key: Key, now: datetime) -> None:
+    def refusal(self, key: VmKey, now: datetime) -> None:
         """The API refused this VM's migration: it waits a backoff that grows with each refusal in a row."""
         count = self.refused.get(key, (0, now))[0] + 1
         self.refused[key] = (count, now + backoff_delay(count))
 
-    def created(self, key: Key) -> None:
+    def created(self, key: VmKey) -> None:
         self.refused.pop(key, None)

@@ -20,7 +20,7 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE
 from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
-from ..rules.placement.facts import Fact
+from ..rules.shared.facts import Fact
 from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
@@ -35,7 +35,7 @@ from ..rules.keeping.migrations import (
 )
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import VmiView
-from .probe import TargetedMigration
+from .targeted import TargetedMigration
 from .stretch import Stretch, Stretches
 
 BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)

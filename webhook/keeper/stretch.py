@@ -1,7 +1,7 @@
 """What moving a VM apart from its storage needs, kept for as long as it is apart (a stretch):
 since when it has been apart, read from the cluster so that a new leader agrees; its launcher
 pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
-migrate it there (`rules.keeping.target`), with the webhook's never-strand checks. What it reads is
+migrate it there (`cluster.resolve.migration_target_pod`), with the webhook's never-strand checks. What it reads is
 named when it is made: the checks' store, the launcher pods the VM's node runs, and the API
 itself for what is read whole.
 """
@@ -13,21 +13,19 @@ from datetime import datetime
 from typing import Any
 
 from .. import kinds
-from ..cluster.kept import pod_to_place
-from ..cluster.resolve import node_obstacle
+from ..cluster.resolve import migration_source, migration_target_pod, node_obstacle
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, POD
 from ..rules.keeping.apart import apart_since, Locality
-from ..rules.placement.facts import Fact
+from ..rules.shared.facts import Fact
 from ..rules.keeping.migrations import target_hostname
-from ..rules.placement.patch import as_created
 from ..rules.keeping.running import VmiView, vm_pods
-from ..rules.keeping.target import CannotTell, lacking, target_pod
+from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.shared.times import parse_time
 
-Key = tuple[str, str]
+VmKey = tuple[str, str]  # a VM's namespace and name
 Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
 
 
@@ -39,7 +37,7 @@ class Stretch:
     node: str
     target: str
     since: datetime
-    pod: dict[str, Any] | None = None  # the launcher pod without our pin: its migration target is built from it
+    pod: dict[str, Any] | None = None  # the launcher pod as its migration target is rendered from (`migration_source`)
     problem: str | None = None  # why the launcher pod is not known
     derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
 
@@ -57,15 +55,15 @@ class Stretches:
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
         self.launchers, self.direct = launchers, direct
-        self._known: dict[Key, Stretch] = {}
+        self._known: dict[VmKey, Stretch] = {}
 
-    def get(self, key: Key) -> Stretch | None:
+    def get(self, key: VmKey) -> Stretch | None:
         return self._known.get(key)
 
-    def forget(self, key: Key) -> None:
+    def forget(self, key: VmKey) -> None:
         self._known.pop(key, None)
 
-    def keep_only(self, keys: set[Key]) -> None:
+    def keep_only(self, keys: set[VmKey]) -> None:
         for key in [k for k in self._known if k not in keys]:
             del self._known[key]
 
@@ -95,8 +93,7 @@ class Stretches:
                     pass  # one moment fewer to go by
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
-        # Without our pin: KubeVirt builds the migration target from the VMI, and leaves targets alone.
-        launcher = pod_to_place(as_created(pod, self.settings)) if pod is not None else None
+        launcher = migration_source(pod, self.settings) if pod is not None else None
         stretch = Stretch(vmi.uid, node, target, since, launcher, problem, derived is not None)
         self._known[key] = stretch
         return stretch
@@ -125,8 +122,9 @@ class Stretches:
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
-        built = target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {})
-        if isinstance(built, CannotTell):
+        built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
+                                     self.settings)
+        if isinstance(built, TargetUnknown):
             return f"cannot tell what its migration target needs: {built}"
         return lacking(built, target, node) or await node_obstacle(
             self.store, target, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)

@@ -12,13 +12,14 @@ from ..cluster.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
-from ..rules.placement.facts import claims_of
+from ..rules.shared.facts import claims_of
 from ..rules.keeping.iopath import path_note
-from ..rules.keeping.running import as_started, read_vmi, vm_pods, VmiMigration, VmiView
+from ..rules.kubevirt.pods import as_started
+from ..rules.keeping.running import read_vmi, vm_pods, VmiMigration, VmiView
 from ..rules.shared.times import rfc3339
 from ..rules.placement.patch import as_created
 from ..rules.placement.stranded import stranded
-from ..cluster.iopath import read_longhorn
+from ..cluster.replicas import read_longhorn
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:

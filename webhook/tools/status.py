@@ -5,7 +5,7 @@ migration priority work, the migrations in flight against the limits.
 
 Whether targeted migration and priority work is asked up front, once a run, whenever the keeper
 is not off: one dry-run create (`dryRun=All`, nothing stored) of the keeper's kind of migration
-(`keeper.probe`), so the answer is there before any VM is due to move, and every VM is decided
+(`keeper.targeted`), so the answer is there before any VM is due to move, and every VM is decided
 with it. A VM that waits (apart too briefly, backing off…) on a cluster without targeted
 migration shows the hold that will apply once the wait is over: never moved.
 
@@ -32,9 +32,9 @@ from ..cluster.store import Store, StoreError
 from ..config import KeepMode, MigrationTargets, Settings
 from ..rules.shared.longhorn import restart_hazard
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
-from ..keeper.probe import TargetedMigration
+from ..keeper.targeted import TargetedMigration
 from ..keeper.stretch import Stretches
-from ..cluster.iopath import read_longhorn, read_settings
+from ..cluster.replicas import read_longhorn, read_settings
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
@@ -148,20 +148,20 @@ class Cluster:
                 "migration_targets": self.migration_targets, "longhorn_restarts_vms": self.restarts}
 
 
-def answers(probe: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
+def answers(targeted: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
     """What the dry run said of targeted migration and of priority, each as (answer, why): available,
     unavailable, could not check (the error), or not checked (the keeper is off)."""
     if off:
         return ("not checked", OFF), ("not checked", OFF)
-    if not probe.checked:
-        return ("not checked", probe.note), ("not checked", probe.priority_note)
+    if not targeted.checked:
+        return ("not checked", targeted.note), ("not checked", targeted.priority_note)
 
     def answer(value: bool | None, note: str, unknown: str) -> tuple[str, str]:
         return ("could not check", unknown) if value is None else ("available" if value else "unavailable", note)
 
-    return (answer(probe.available, probe.note, probe.error),
-            answer(probe.priority, probe.priority_note,
-                   probe.error or "the dry run's answer said nothing of spec.priority"))
+    return (answer(targeted.available, targeted.note, targeted.error),
+            answer(targeted.priority, targeted.priority_note,
+                   targeted.error or "the dry run's answer said nothing of spec.priority"))
 
 
 _QUIET = logging.getLogger("webhook.status")  # the header says what the keeper logs

@@ -1,7 +1,7 @@
 """A disk's I/O path: whether a healthy replica sits by its share-manager."""
 import pytest
 
-from webhook.rules.placement.facts import Fact
+from webhook.rules.shared.facts import Fact
 from webhook.rules.keeping.iopath import disk_path, path_note
 
 VOLUME = {"spec": {"dataLocality": "strict-local"}}

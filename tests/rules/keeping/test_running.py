@@ -6,9 +6,9 @@ from tests.support.kube import launcher_pod as launcher
 from tests.support.kube import load
 
 from webhook.config import Settings
-from webhook.rules.placement.classify import Skip
+from webhook.rules.shared.classify import Skip
 from webhook.rules.shared.reading import Skipped
-from webhook.rules.keeping.running import VmiView, as_started, read_vmi, vm_pods
+from webhook.rules.keeping.running import VmiView, read_vmi, vm_pods
 
 # --------------------------------------------------------------------------- where a VM runs: pods
 
@@ -192,17 +192,3 @@ def broken_vmi(path, value):
 def test_vmi_of_unexpected_shape_is_skipped(obj, reason):
     skipped = read_vmi(obj, SETTINGS)
     assert isinstance(skipped, Skipped) and reason in skipped.reason
-
-
-def test_the_next_target_is_free_of_the_node_an_earlier_targeted_migration_asked_for():
-    from tests.support.kube import load
-
-
-    target = load("migration-target-pod.yaml")
-    target["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "node-a"  # spec.addedNodeSelector, merged in
-    started = as_started(target, {"kubevirt.io/schedulable": "true"})
-    assert "kubernetes.io/hostname" not in started["spec"]["nodeSelector"]
-    assert started["spec"]["nodeSelector"]["kubevirt.io/schedulable"] == "true"
-    pinned_by_the_vm = as_started(target, {"kubernetes.io/hostname": "node-a"})  # the VM's own choice stays
-    assert pinned_by_the_vm["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-a"
-    assert target["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-a"  # a copy

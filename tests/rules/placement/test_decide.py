@@ -1,7 +1,7 @@
 import pytest
 
 from webhook.rules.placement.decide import NOT_PINNED, PINNED, PREFERRED, decide
-from webhook.rules.placement.facts import Fact
+from webhook.rules.shared.facts import Fact
 
 
 def fact(claim, node):

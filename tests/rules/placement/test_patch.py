@@ -7,7 +7,8 @@ from tests.support.kube import annotations, apply_valid, pin_of, preferred_terms
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.rules.placement.patch import PREFERRED as PREFERRED_KEY, REQUIRED, annotation_ops, as_created, escape, patch_for
+from webhook.kinds import REQUIRED
+from webhook.rules.placement.patch import PREFERRED as PREFERRED_KEY, annotation_ops, as_created, escape, patch_for
 from webhook.config import Settings
 from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision
 

@@ -8,9 +8,9 @@ from tests.support.kube import load, migration_target, rwx_disk
 
 from webhook.config import Settings
 from webhook.kinds import Resource
-from webhook.rules.placement.classify import Skip
+from webhook.rules.shared.classify import Skip
 from webhook.rules.placement.decide import PREFERRED
-from webhook.rules.placement.facts import disk_fact
+from webhook.rules.shared.facts import disk_fact
 from webhook.rules.placement.steer import describe, migration_of, prefer, why_not_steered
 
 NAME, UID = "kubevirt-evacuation-x7k2p", "0d9c2b7e-1111-4a2b-9c3d-44e5f6a7b8c9"  # vmim-evacuation.yaml

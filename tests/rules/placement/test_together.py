@@ -7,7 +7,7 @@ from tests.support.kube import LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_
 from webhook.config import Settings
 from webhook.rules.fit.view import StaticView
 from webhook.rules.keeping.running import read_vmi
-from webhook.rules.keeping.target import target_pod
+from webhook.rules.kubevirt.target import target_pod
 from webhook.rules.placement.decide import AMONG, PREFERRED
 from webhook.rules.placement.together import (AMONG_NODES, Landing, Landings, among_at_most, decide_together, landings,
                                               named, nowhere)

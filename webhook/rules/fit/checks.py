@@ -8,7 +8,7 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import Unreadable
-from .framework import Check, cannot_tell, judge
+from .framework import Filter, cannot_tell, judge
 from .interpodaffinity import inter_pod_affinity
 from .nodeaffinity import node_affinity
 from .nodeunschedulable import node_unschedulable
@@ -19,7 +19,7 @@ from .tainttoleration import taint_toleration
 from .view import View
 from .volumes import volumes
 
-CHECKS: tuple[Check, ...] = (node_resources_fit, node_ports, volumes, inter_pod_affinity, pod_topology_spread)
+CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod_affinity, pod_topology_spread)
 
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,

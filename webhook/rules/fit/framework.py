@@ -9,7 +9,7 @@ from .demand import Demand
 from .fields import Unreadable, name_of
 from .view import View
 
-Check = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]
+Filter = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]  # one of kube-scheduler's filter plugins
 
 
 class CannotTell(Exception):
@@ -20,7 +20,7 @@ def cannot_tell(node: Any, subject: str, detail: str) -> str:
     return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
 
 
-def judge(check: Check, demand: Demand, node: Mapping[str, Any], view: View, subject: str) -> str | None:
+def judge(check: Filter, demand: Demand, node: Mapping[str, Any], view: View, subject: str) -> str | None:
     """The check's answer; objects of unexpected shape mean "cannot tell", which counts as not fitting."""
     try:
         return check(demand, node, view, subject)
@@ -28,7 +28,7 @@ def judge(check: Check, demand: Demand, node: Mapping[str, Any], view: View, sub
         return failed(check, node, subject, error)
 
 
-def failed(check: Check, node: Any, subject: str, error: Exception) -> str:
+def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
     """The answer of a check that raised: "cannot tell", saying why."""
     if isinstance(error, (CannotTell, Unreadable)):
         return cannot_tell(node, subject, str(error))

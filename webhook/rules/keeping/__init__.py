@@ -1,1 +1,1 @@
-"""Whether a running VM is moved: where it runs, apart or not, migrations, the target pod, the keeper's decision."""
+"""Whether a running VM is moved: where it runs, apart or not, migrations, the keeper's decision."""

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from ..placement.facts import Fact
+from ..shared.facts import Fact
 
 
 class VmState(enum.StrEnum):

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ... import kinds
-from ..placement.facts import Fact
+from ..shared.facts import Fact
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ... import kinds
-from ..placement.patch import clip_reason
+from ...kinds import clip_reason
 from ..shared.reading import Malformed, Skipped, read_identity, read_object, read_str, read_time
 from .running import VmiView
 from ..shared.times import EPOCH

@@ -9,7 +9,6 @@ and to where.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Iterable
 from datetime import datetime
@@ -17,10 +16,9 @@ from typing import Any
 
 from ... import kinds
 from ...config import Settings
-from ..placement.classify import Skip, running_exemption
-from ..placement.facts import claims_of
-from ..placement.patch import REQUIRED
-from ..shared.prune import drop_empty, keep_or_drop
+from ...kinds import SPEC_MACHINE, STATUS_MACHINE
+from ..shared.classify import Skip, running_exemption
+from ..shared.facts import claims_of
 from ..shared.reading import Malformed, Skipped, read_bool, read_identity, read_object, read_str, read_time
 from ..shared.times import EPOCH, parse_time
 
@@ -157,9 +155,6 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
     )
 
 
-STATUS_MACHINE, SPEC_MACHINE = "status.machine.type", "spec.domain.machine.type"  # where VmiView.machine_type is from
-
-
 def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
     """The machine type virt-controller selects nodes by (kubevirt/kubevirt
     pkg/virt-controller/services/template.go, `newNodeSelectorRenderer`): status.machine.type,
@@ -203,36 +198,3 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
         )
     except Malformed as exc:
         return Skipped(what, str(exc))
-
-
-def own_pods(vmi_uid: str) -> dict[str, Any]:
-    """The label selector of a VMI's own pods, which KubeVirt keeps a migration target apart from."""
-    return {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
-
-
-def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
-    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
-    created as a migration target: without kubevirt.io/migrationJobUID, the required
-    anti-affinity to the VMI's own pods that only targets get, and the node a targeted
-    migration asked for (`spec.addedNodeSelector`, merged into the target's nodeSelector:
-    kubernetes.io/hostname, unless the VMI's own `spec.nodeSelector` names it) (kubevirt/kubevirt
-    pkg/virt-controller/watch/migration/migration.go). `explain` and the keeper judge the VM,
-    not one migration target: after a targeted migration every other node would fail the
-    target's own selector."""
-    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
-        return pod
-    pod = copy.deepcopy(pod)
-    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
-    selector = kinds.spec(pod).get("nodeSelector")
-    own = vmi_selector if isinstance(vmi_selector, dict) else {}
-    if isinstance(selector, dict) and kinds.HOSTNAME_LABEL in selector and kinds.HOSTNAME_LABEL not in own:
-        del selector[kinds.HOSTNAME_LABEL]
-    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
-    affinity = kinds.spec(pod).get("affinity")
-    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
-    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
-    if vmi_uid and isinstance(terms, list):
-        mine = own_pods(vmi_uid)
-        keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == mine)])
-        drop_empty(pod["spec"], "affinity", "podAntiAffinity")
-    return pod

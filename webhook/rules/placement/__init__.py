@@ -1,1 +1,1 @@
-"""Where a pod is placed: which pods, the facts they follow, the decision, the patch and its inverse."""
+"""Where a pod is placed: the decision, the patch and its inverse."""

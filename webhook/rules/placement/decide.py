@@ -5,7 +5,7 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-from .facts import Fact
+from ..shared.facts import Fact
 
 PIN_WEIGHT = 100
 

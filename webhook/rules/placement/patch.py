@@ -18,10 +18,10 @@ from typing import Any
 
 from ... import kinds
 from ...config import Settings
+from ...kinds import MAX_REASON, REQUIRED, clip_reason
 from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -138,15 +138,6 @@ def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dic
         if current.get(key) != value:
             ops.append({"op": "add", "path": _annotation_path(key), "value": value})
     return ops
-
-
-# The apiserver caps all annotations of an object at 256 KiB; a reason naming many disks must not
-# be the thing that makes a pod invalid.
-MAX_REASON = 1024
-
-
-def clip_reason(text: str, limit: int = MAX_REASON) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import kinds
-from .classify import Skip
+from ..shared.classify import Skip
 from .decide import PREFERRED, Decision, decide
-from .facts import Fact
+from ..shared.facts import Fact
 
 
 def migration_of(pod: dict[str, Any]) -> tuple[str, str] | str:

@@ -5,7 +5,7 @@ pods at once, and migrates the node's VMs a few at a time (KubeVirt runs 2 per s
 longhorn-manager re-creates each share-manager seconds later, while most of their VMs still
 wait on the drained node. Following the VM there is impossible, and a share-manager left to go
 anywhere may land where the VM can never follow: a node of an older CPU generation or QEMU
-refuses the VM's *migration* target pod (`rules/keeping/target.py`) though it would take a new pod.
+refuses the VM's *migration* target pod (`rules/kubevirt/target.py`) though it would take a new pod.
 So the share-manager is required to be among the nodes where both it and the VM's migration
 target pod fit, with preferences toward those with most room for the VM; the keeper then
 always has a move that can succeed, and `--migration-targets prefer` lands the VM there at
@@ -23,7 +23,7 @@ from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
 from ..fit.resources import least_allocated
-from ..keeping.target import TargetPod, lacking
+from ..kubevirt.target import TargetPod, lacking
 
 PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per

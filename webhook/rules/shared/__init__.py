@@ -1,1 +1,2 @@
-"""What placement and keeping both read: times, typed fields, quantities, records, pruning of nested objects."""
+"""What placement and keeping both read: which pods the rules act on, the facts a pod follows, times,
+typed fields, quantities, pruning of nested objects."""

@@ -1,6 +1,7 @@
-"""The whole I/O path of a VM's disks for `explain` and `status`: each Longhorn Volume and its
-Replicas, listed once from the Longhorn namespace with the admin's credentials (get/list on
-`volumes.longhorn.io` and `replicas.longhorn.io`; no watch), judged by `rules.keeping.iopath`."""
+"""Longhorn's Volumes, Replicas and settings, read for the whole I/O path of a VM's disks in
+`explain` and `status`: listed once from the Longhorn namespace with the admin's credentials
+(get/list on `volumes.longhorn.io`, `replicas.longhorn.io` and `settings.longhorn.io`; no watch),
+judged by `rules.keeping.iopath`."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,7 @@ from .direct import ClusterStore
 from .store import StoreError
 from ..config import Settings
 from ..kinds import LONGHORN_REPLICA, LONGHORN_SETTING, LONGHORN_VOLUME
-from ..rules.placement.facts import Fact
+from ..rules.shared.facts import Fact
 from ..rules.keeping.iopath import disk_path, DiskPath
 
 

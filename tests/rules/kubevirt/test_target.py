@@ -10,7 +10,7 @@ from webhook.config import Settings
 from webhook.rules.fit.checks import why_not_run
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.placement.patch import as_created
-from webhook.rules.keeping.target import CannotTell, TargetPod, lacking, target_pod
+from webhook.rules.kubevirt.target import TargetUnknown, TargetPod, lacking, target_pod
 
 SKYLAKE_SOURCE = {"host-model-cpu.node.kubevirt.io/Skylake-Client-IBRS": "true",
                   "host-model-required-features.node.kubevirt.io/vmx": "true",
@@ -200,13 +200,13 @@ def test_without_any_machine_type_the_target_selects_none():
 
 
 def test_a_source_node_without_the_labellers_labels_is_a_reason_to_hold():
-    assert build(src=source()) == CannotTell(
+    assert build(src=source()) == TargetUnknown(
         "source node kv-b has no host-model-cpu.node.kubevirt.io/* label (virt-handler's node labeller): "
         "cannot tell the host-model CPU its target needs")
 
 
 def test_an_unknown_source_node_is_a_reason_to_hold():
-    assert target_pod(launcher(), view(), None, TO_KV_OLD) == CannotTell("source node kv-b is not known")
+    assert target_pod(launcher(), view(), None, TO_KV_OLD) == TargetUnknown("source node kv-b is not known")
 
 
 def test_the_labeller_labels_of_the_tests_nodes_match_the_real_target():

@@ -19,18 +19,19 @@ VMI and adds what the source node and the running VM require (kubevirt/kubevirt
 - a required anti-affinity to the VMI's own pods (`kubevirt.io/created-by`) per hostname.
 Nodes carry those labels from virt-handler's node labeller, so on a cluster of mixed CPU
 generations or QEMU versions a node can take the VM's new pod and not its migration.
-Pure: callers pass the launcher pod, the VMI's view and the source node.
+Pure: callers pass the launcher pod, the VMI as read and the source node; the launcher pod as
+KubeVirt created it is `cluster.resolve.migration_target_pod`'s to make.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from ... import kinds
-from ...kinds import CPU_FEATURE, CPU_VENDOR, HOST_MODEL, HOST_MODEL_CPU, HOST_MODEL_FEATURE, MACHINE_TYPE, MIGRATION_CPU
-from .running import as_started, own_pods, STATUS_MACHINE, VmiView
-from ..placement.patch import REQUIRED
+from ...kinds import (CPU_FEATURE, CPU_VENDOR, HOST_MODEL, HOST_MODEL_CPU, HOST_MODEL_FEATURE, MACHINE_TYPE,
+                      MIGRATION_CPU, REQUIRED, STATUS_MACHINE)
+from .pods import as_started, own_pods
 
 
 # Why KubeVirt requires a label of the target node (the words of a hold's reason).
@@ -45,8 +46,25 @@ FROM_ADDED = "the migration's addedNodeSelector"
 _FIRST = (FROM_HOST_MODEL, FROM_EARLIER, FROM_VENDOR, FROM_HOST_FEATURE, FROM_MACHINE, FROM_SPEC_MACHINE, FROM_ADDED)
 
 
+class Vmi(Protocol):
+    """What the target pod is rendered from of the VMI (the keeper reads it: `rules.keeping.running.VmiView`)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...  # status.nodeName: the source node
+    @property
+    def node_selector(self) -> dict[str, Any]: ...  # the VMI's own spec.nodeSelector
+    @property
+    def cpu_model(self) -> str: ...
+    @property
+    def machine_type(self) -> str: ...
+    @property
+    def machine_from(self) -> str: ...  # kinds.STATUS_MACHINE, kinds.SPEC_MACHINE or ""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class CannotTell:
+class TargetUnknown:
     """The target pod cannot be built from what the cluster shows: hold, and say what is missing."""
 
     reason: str
@@ -64,13 +82,13 @@ class TargetPod:
     required: dict[str, str]  # nodeSelector key -> where the requirement comes from
 
 
-def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, Any] | None,
-               added: Mapping[str, str]) -> TargetPod | CannotTell:
+def target_pod(launcher: Mapping[str, Any], vmi: Vmi, source: Mapping[str, Any] | None,
+               added: Mapping[str, str]) -> TargetPod | TargetUnknown:
     """The pod virt-controller will create to migrate `vmi` from its node (`source`) with
     `spec.addedNodeSelector` `added`, built from the VM's current launcher pod (without our pin)."""
     source_name = vmi.node or "(none)"
     if source is None:
-        return CannotTell(f"source node {source_name} is not known")
+        return TargetUnknown(f"source node {source_name} is not known")
     pod = dict(as_started(dict(launcher), vmi.node_selector))  # the launcher itself is never changed:
     spec = pod["spec"] = dict(kinds.spec(pod))  # only the spec's own members are replaced below
     selector = spec.get("nodeSelector")
@@ -108,7 +126,7 @@ def target_pod(launcher: Mapping[str, Any], vmi: VmiView, source: Mapping[str, A
 
 
 def _host_model_cpu(selector: dict[str, Any], required: dict[str, str], node_labels: Mapping[str, Any],
-                    source_name: str) -> CannotTell | None:
+                    source_name: str) -> TargetUnknown | None:
     """A host-model CPU: the selector of an earlier migration, else the source node's host-model
     CPU and features as virt-handler labels them (added to `selector` and `required`)."""
     earlier = {k: v for k, v in selector.items() if CPU_FEATURE in k or MIGRATION_CPU in k}
@@ -117,7 +135,7 @@ def _host_model_cpu(selector: dict[str, Any], required: dict[str, str], node_lab
         return None
     models = sorted(k for k in node_labels if k.startswith(HOST_MODEL_CPU))
     if not models:
-        return CannotTell(f"source node {source_name} has no {HOST_MODEL_CPU}* label (virt-handler's node "
+        return TargetUnknown(f"source node {source_name} has no {HOST_MODEL_CPU}* label (virt-handler's node "
                           f"labeller): cannot tell the host-model CPU its target needs")
     key = MIGRATION_CPU + models[0][len(HOST_MODEL_CPU):]
     selector[key] = str(node_labels[models[0]])

@@ -74,13 +74,13 @@ class TargetedMigration:
             without = {**manifest, "spec": {k: v for k, v in spec.items() if k != PRIORITY}}
             return await self.check(without)
         if answer.ok:
-            kept = kinds.spec(answer.obj)
-            if kept.get(FIELD) == wanted:
+            stored = kinds.spec(answer.obj)
+            if stored.get(FIELD) == wanted:
                 self._settle(True, "spec.addedNodeSelector is kept: targeted migration works")
             else:
                 self._settle(False, f"the cluster prunes spec.addedNodeSelector ({NEEDS}): no migration is created")
             if priority is not None:
-                if kept.get(PRIORITY) == priority:
+                if stored.get(PRIORITY) == priority:
                     self._settle_priority(True, f"spec.priority is kept: our migrations queue as {priority}")
                 else:
                     self._settle_priority(False, f"the cluster prunes spec.priority (KubeVirt < 1.7): {WITHOUT}")
@@ -95,12 +95,12 @@ class TargetedMigration:
             self.note, self.error = note, answer.error
         return self.available
 
-    def _settle_priority(self, kept: bool, note: str) -> None:
+    def _settle_priority(self, honoured: bool, note: str) -> None:
         """Said once, in the log, when the answer changes; `status` shows the note."""
-        changed = kept != self.priority
-        self.priority, self.priority_note = kept, note
+        changed = honoured != self.priority
+        self.priority, self.priority_note = honoured, note
         if changed:
-            self.logger.info("migration priority " + ("kept" if kept else "not kept"), extra={"fields": {"why": note}})
+            self.logger.info("migration priority " + ("kept" if honoured else "not kept"), extra={"fields": {"why": note}})
 
     def _settle(self, available: bool, note: str) -> None:
         metrics.show(metrics.KEEPER_TARGETED).set(1 if available else 0)

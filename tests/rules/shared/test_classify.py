@@ -7,7 +7,7 @@ import pytest
 from tests.support.kube import LONGHORN_NS, launcher_pod, load, migration_target, running_vm, share_manager_pod, vm_pod
 
 from webhook.config import Settings
-from webhook.rules.placement.classify import (Skip, is_share_manager_pod, opted_in_launcher, running_exemption,
+from webhook.rules.shared.classify import (Skip, is_share_manager_pod, opted_in_launcher, running_exemption,
                                               target_exemption, vm_exemption)
 
 SETTINGS = Settings()

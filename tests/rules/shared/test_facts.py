@@ -2,7 +2,7 @@
 import pytest
 from tests.support.kube import rwx_disk, vm_pod
 
-from webhook.rules.placement.facts import claims_of, share_manager_node, volume_of
+from webhook.rules.shared.facts import claims_of, share_manager_node, volume_of
 
 DRIVER = "driver.longhorn.io"
 
@@ -66,7 +66,7 @@ def test_a_pod_of_twenty_thousand_claims_is_read_in_one_pass():
     """A tenant shapes its VM's volumes: repeated names are read once, in order, in linear time."""
     import time
 
-    from webhook.rules.placement.facts import claims_of
+    from webhook.rules.shared.facts import claims_of
 
     pod = {"spec": {"volumes": [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": f"c{i % 20000}"}}
                                 for i in range(40000)]}}

@@ -1,0 +1,56 @@
+"""The migration target pod's one recipe: the drain's share-manager rule renders it from the
+launcher pod read whole, the keeper from the launcher pod it keeps per VM apart; both get the
+pod virt-controller creates."""
+import copy
+
+from tests.support.kube import load, node
+
+from webhook.cluster.resolve import migration_source, migration_target_pod
+from webhook.config import Settings
+from webhook.rules.keeping.running import read_vmi
+from webhook.rules.kubevirt.target import TargetPod
+
+SETTINGS = Settings()
+SKYLAKE_SOURCE = {"host-model-cpu.node.kubevirt.io/Skylake-Client-IBRS": "true",
+                  "host-model-required-features.node.kubevirt.io/vmx": "true",
+                  "cpu-vendor.node.kubevirt.io/Intel": "true"}
+TO_KV_OLD = {"kubernetes.io/hostname": "kv-old"}
+
+
+def admitted():
+    """The launcher pod of VMI vms/colo as the cluster holds it: pinned by us to kv-b, bound there."""
+    return copy.deepcopy(load("kubevirt-1.8/launcher-pod.yaml"))
+
+
+def colo():
+    vmi = copy.deepcopy(load("kubevirt-1.8/vmi-running.yaml"))
+    vmi["metadata"].update(name="colo", uid="8e8332a5-c38a-4e3b-ad87-f1446813037e")
+    vmi["status"].update(nodeName="kv-b")
+    return read_vmi(vmi, SETTINGS)
+
+
+def render(launcher):
+    built = migration_target_pod(launcher, colo(), node("kv-b", cpu=None, **SKYLAKE_SOURCE), TO_KV_OLD, SETTINGS)
+    assert isinstance(built, TargetPod), built
+    return built
+
+
+def test_the_target_is_rendered_without_our_pin():
+    """KubeVirt renders the target from the VMI: our pin to the source node is not on it (it
+    would make every migration impossible), the launcher pod's own node affinity is."""
+    pod = admitted()
+    built = render(pod)
+    real = load("kubevirt-1.8/migration-target-pod-host-model.yaml")
+    assert built.pod["spec"]["nodeSelector"] == real["spec"]["nodeSelector"]
+    assert built.pod["spec"]["affinity"]["nodeAffinity"] == real["spec"]["affinity"]["nodeAffinity"]
+    assert "nodeName" not in built.pod["spec"]
+    assert pod == admitted()  # the launcher pod read is not changed
+
+
+def test_the_keepers_launcher_pod_renders_the_same_target_as_the_whole_one():
+    """The keeper keeps `migration_source` of the launcher pod, not the pod: what it renders from
+    that is what the drain's rule renders from the whole pod."""
+    kept = migration_source(admitted(), SETTINGS)
+    assert render(kept) == render(admitted())
+    assert migration_source(kept, SETTINGS) == kept
+    assert len(repr(kept)) < len(repr(admitted())) / 2  # what the keeper holds per VM apart is small

@@ -1,0 +1,46 @@
+"""A VM's pods as virt-controller renders them (kubevirt/kubevirt
+`pkg/virt-controller/watch/migration/migration.go`): all pods of one VMI carry
+`kubevirt.io/created-by: <VMI uid>`, and a migration target pod keeps
+`kubevirt.io/migrationJobUID` for life.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ... import kinds
+from ...kinds import REQUIRED
+from ..shared.prune import drop_empty, keep_or_drop
+
+
+def own_pods(vmi_uid: str) -> dict[str, Any]:
+    """The label selector of a VMI's own pods, which KubeVirt keeps a migration target apart from."""
+    return {"matchLabels": {kinds.CREATED_BY_LABEL: vmi_uid}}
+
+
+def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
+    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
+    created as a migration target: without kubevirt.io/migrationJobUID, the required
+    anti-affinity to the VMI's own pods that only targets get, and the node a targeted
+    migration asked for (`spec.addedNodeSelector`, merged into the target's nodeSelector:
+    kubernetes.io/hostname, unless the VMI's own `spec.nodeSelector` names it) (kubevirt/kubevirt
+    pkg/virt-controller/watch/migration/migration.go). `explain` and the keeper judge the VM,
+    not one migration target: after a targeted migration every other node would fail the
+    target's own selector."""
+    if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
+        return pod
+    pod = copy.deepcopy(pod)
+    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
+    selector = kinds.spec(pod).get("nodeSelector")
+    own = vmi_selector if isinstance(vmi_selector, dict) else {}
+    if isinstance(selector, dict) and kinds.HOSTNAME_LABEL in selector and kinds.HOSTNAME_LABEL not in own:
+        del selector[kinds.HOSTNAME_LABEL]
+    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
+    affinity = kinds.spec(pod).get("affinity")
+    anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
+    terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
+    if vmi_uid and isinstance(terms, list):
+        mine = own_pods(vmi_uid)
+        keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == mine)])
+        drop_empty(pod["spec"], "affinity", "podAntiAffinity")
+    return pod
