@@ -1,8 +1,6 @@
 """The admission rules end to end: pod → facts → decision → patch, as a domain Outcome.
 
-Whatever happens in here, the pod is admitted. A patch is jsonpatch's diff of the parts of the pod
-the rules own against an edited copy of them (`rules.placement.patch`), so it applies to the pod
-it was made for by construction and is returned unchecked. The wire format is `review.response_json`'s
+Whatever happens in here, the pod is admitted. The wire format is `review.response_json`'s
 business: `review` and `explain` call `admit` without an AdmissionReview round trip.
 """
 from __future__ import annotations
@@ -244,6 +242,10 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
+    # Not applied to the pod before it is returned: jsonpatch's diff of what the rules own of the
+    # pod against an edited copy of it applies to the pod by construction (`patch.owned`;
+    # tests/rules/placement/test_patch.py applies it to generated pods of every shape), and
+    # jsonpatch's apply would cost about as much again as its diff.
     ops = patch.patch_for(pod, decision, settings)
     return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
 

@@ -9,12 +9,12 @@ selector (`metadata.name In [a, b]` is refused), so it is ORed terms, one node e
 carrying what the pod's own terms require: every existing term gets the first node, and a copy
 of it is appended for each other node (terms × nodes, nothing removed).
 
-The rule edits a copy of the parts of the pod it owns (`spec.affinity`, `metadata.annotations`)
-and jsonpatch computes the operations against the original, as controller-runtime's
+The rule edits a copy of the parts of the pod it owns (its node affinity and the decision's
+annotations) and jsonpatch computes the operations against the original, as controller-runtime's
 PatchResponseFromRaw does: the patch applies to the pod it was made for and gives the edited pod,
-by construction. A patch that decodes but does not apply would fail pod creation even with
-failurePolicy Ignore. Only the owned parts are compared (`owned`), in the pod's own shape: the
-patch is as small as the edit, and no copy of the whole virt-launcher pod is made.
+by construction (a patch that decodes but does not apply would fail pod creation even with
+failurePolicy Ignore). Only those parts are compared (`owned`), in the pod's own shape: the patch
+holds what changes, and no copy of the whole virt-launcher pod is made.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from ... import kinds
 from ...config import Settings
@@ -31,6 +32,8 @@ from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
 def node_requirement(node: str) -> dict[str, Any]:
     """Select a node by name, as the DaemonSet controller does (the hostname label may differ).
     One value: the apiserver refuses a node field selector with several."""
@@ -59,12 +62,6 @@ def _project(value: Any, shape: dict[str, Any] | None) -> Any:
     return {key: _project(value[key], below) for key, below in shape.items() if key in value}
 
 
-def diff(before: Any, after: Any) -> list[dict[str, Any]]:
-    """RFC 6902 operations that turn `before` into `after`, computed by jsonpatch (add, replace,
-    remove: no moves, which only pair a removal with an addition and cost a hash of each value)."""
-    return jsonpatch.JsonPatch.from_diff(before, after, optimization=False).patch
-
-
 def patch_for(pod: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
     """The whole patch for one pod: affinity first, then the recorded decision."""
     return _patch(pod, decision.required, decision.preferences, decision_annotations(decision, settings))
@@ -79,9 +76,10 @@ def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
 def edited(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
            annotations: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the rules own of `pod` (`owned`), and a copy of it placed on the nodes and carrying
-    the annotations."""
-    before = owned(pod, annotations)
-    after = copy.deepcopy(before)
+    the annotations. `owned` builds the objects that lead to the node affinity and the
+    annotations anew, so only the node affinity, the one value below them that is changed, is
+    copied first: the pod is never changed."""
+    before, after = owned(pod, annotations), owned(pod, annotations)
     spec = after.get("spec")
     if isinstance(spec, dict):
         _place(spec, required, [preferred_term(node, weight) for node, weight in preferences])
@@ -92,11 +90,16 @@ def edited(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence
 
 def _patch(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
            annotations: dict[str, str]) -> list[dict[str, Any]]:
-    return diff(*edited(pod, required, preferences, annotations))
+    """RFC 6902 operations from what the rules own of `pod` to its edited copy, by jsonpatch: add,
+    replace, and remove where it matches a list's items up otherwise than by position; no moves,
+    which cost a hash of every value. Values are compared by their orjson text (jsonpatch's
+    default, json.dumps, gives the same answers, slower)."""
+    before, after = edited(pod, required, preferences, annotations)
+    return jsonpatch.JsonPatch.from_diff(before, after, optimization=False, dumps=orjson.dumps).patch
 
 
 def _member(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """`parent[key]`, made an object when it is missing or is none."""
+    """`parent[key]`, made an empty object when it is missing or is no object."""
     value = parent.get(key)
     if not isinstance(value, dict):
         value = parent[key] = {}
@@ -108,7 +111,9 @@ def _place(spec: dict[str, Any], required: tuple[str, ...], wanted: list[dict[st
     terms it does not have yet."""
     if not required and not wanted:
         return
-    node_affinity = _member(_member(spec, "affinity"), "nodeAffinity")
+    affinity = _member(spec, "affinity")
+    node_affinity = affinity.get("nodeAffinity")
+    node_affinity = affinity["nodeAffinity"] = copy.deepcopy(node_affinity) if isinstance(node_affinity, dict) else {}
     if required:
         _require(node_affinity, required)
     if wanted:
@@ -153,7 +158,7 @@ def _require(node_affinity: dict[str, Any], nodes: tuple[str, ...]) -> None:
               for node in others for term, fields in zip(live, own)]
     for term, fields in zip(live, own):
         term["matchFields"] = [*fields, node_requirement(first)]
-    terms.extend(copy.deepcopy(copies))
+    terms.extend(copy.deepcopy(copies))  # each term an object of its own, as in the pod
 
 
 def _record(view: dict[str, Any], annotations: dict[str, str]) -> None:
