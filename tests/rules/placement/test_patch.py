@@ -315,7 +315,7 @@ def test_the_patch_applies_to_the_pod_and_gives_the_edited_pod(pod, decision):
 
 
 def test_the_patch_holds_only_what_changes():
-    """The benchmark's launcher pod, pinned: five additions, none of what the pod already has."""
+    """KubeVirt's launcher pod, pinned: five additions, none of what the pod already has."""
     pod = vm_pod()
     ops = patch_for(pod, PIN_B, SETTINGS)
     terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
