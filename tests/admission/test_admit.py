@@ -223,22 +223,6 @@ async def test_odd_pods_never_get_a_patch_that_does_not_apply(make_store, mangle
     jsonpatch.apply_patch(pod, decode_patch(answer(outcome)))  # applies (or is empty)
 
 
-@pytest.mark.parametrize("owned", [False, True], ids=["a-copy", "in-place"])
-async def test_a_patch_that_does_not_apply_is_never_sent(make_store, monkeypatch, owned):
-    from webhook.rules.placement import patch
-
-    made = patch.patch_for
-    monkeypatch.setattr(patch, "patch_for", lambda pod, decision, settings: [
-        *made(pod, decision, settings), {"op": "add", "path": "/spec/missing/x", "value": 1}])
-    store = await make_store(fixture_cluster())
-    outcome = await admit(parse_review(review(vm_pod())), store, Settings(), Deadline.after(10, 1), owned=owned)
-    assert outcome.failed and outcome.rule == "vm" and not outcome.patch and outcome.decision is None
-    assert [f.node for f in outcome.facts] == ["node-b"]
-    response = answer(outcome)["response"]
-    assert response["allowed"] is True and "patch" not in response
-    assert response["warnings"] == ["co-location skipped: patch did not apply (/spec/missing/x: member 'missing' not found)"]
-
-
 class Broken:
     """A store with a bug: every read raises what no rule expects."""
 

@@ -183,3 +183,29 @@ async def test_a_hotplugged_disks_share_manager_created_through_the_apiserver_fo
     finally:
         for obj in reversed(made):
             await cluster.delete(obj)
+
+
+async def test_a_patch_that_replaces_and_removes_is_applied_by_the_apiserver(registered, cluster):
+    """A launcher pod copied from one answered before: a stale decision of ours, and beside
+    KubeVirt's term one that already names node-b. The patch, jsonpatch's diff, replaces the
+    annotation and matches the terms up with a removal; the apiserver applies it as sent."""
+    from webhook.config import Settings
+    from webhook.rules.placement.decide import PINNED, Decision
+    from webhook.rules.placement.patch import patch_for
+
+    pod = vm_pod("vm1-rootdisk")
+    own = copy.deepcopy(required_terms(pod))
+    required_terms(pod).append({**own[0], "matchFields": [pin_of("node-b")]})
+    annotations(pod)["kubevirt-scheduler/decision"] = "not-pinned"
+    decision = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
+    assert {"replace", "remove"} <= {op["op"] for op in patch_for(pod, decision, Settings())}
+
+    async def answered():
+        got = await cluster.create(pod, dry_run=True, namespace=VMS)
+        return got if annotations(got)["kubevirt-scheduler/decision"] == "pinned" else None
+
+    await eventually(answered, 20, 0.2)
+    created = await cluster.create(pod, namespace=VMS)
+    assert required_terms(created) == [{**own[0], "matchFields": [pin_of("node-b")]},
+                                       {**own[0], "matchFields": [pin_of("node-b"), pin_of("node-b")]}]
+    assert annotations(created)["kubevirt-scheduler/node"] == "node-b"

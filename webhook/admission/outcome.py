@@ -31,7 +31,7 @@ class Outcome:
 
     @property
     def failed(self) -> bool:
-        """A bug in the rules, or a patch that did not apply: the pod was admitted untouched."""
+        """A bug in the rules: the pod was admitted untouched."""
         return self.skipped is Skip.INTERNAL_ERROR
 
 

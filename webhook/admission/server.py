@@ -127,8 +127,7 @@ class Admissions:
             raise BadRequest(str(exc)) from None
         if not self.decide:
             return reviews.response_json(review.uid, NOTHING_DECIDED)
-        outcome = await admit(review, self.store, self.settings, deadline, owned=True,  # parsed just above
-                              lane=self.lane)
+        outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:

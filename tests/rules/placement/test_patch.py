@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.kinds import REQUIRED
-from webhook.rules.placement.patch import PREFERRED as PREFERRED_KEY, annotation_ops, as_created, escape, patch_for
+from webhook.rules.placement.patch import PREFERRED as PREFERRED_KEY, as_created, decision_annotations, edited, patch_for
 from webhook.config import Settings
 from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision
 
@@ -156,11 +156,10 @@ def test_pinned_among_without_terms_of_its_own_is_one_term_per_node():
 
 
 def test_keys_are_escaped_in_paths():
-    assert escape("a/b~c") == "a~1b~0c"
     pod = vm_pod()
-    ops = annotation_ops(pod, {"we~ird/key": "v"})
-    assert ops == [{"op": "add", "path": "/metadata/annotations/we~0ird~1key", "value": "v"}]
-    assert jsonpatch.apply_patch(pod, ops)["metadata"]["annotations"]["we~ird/key"] == "v"
+    ops = patch_for(pod, SKIP, SETTINGS)
+    assert {"op": "add", "path": "/metadata/annotations/kubevirt-scheduler~1decision", "value": "not-pinned"} in ops
+    assert jsonpatch.apply_patch(pod, ops)["metadata"]["annotations"]["kubevirt-scheduler/decision"] == "not-pinned"
 
 
 def test_missing_annotations_are_added_whole():
@@ -237,3 +236,91 @@ def test_stripping_what_we_added_gives_back_the_pod_as_created(affinity, decisio
     # And again after a second review (KubeVirt's reinvocation): still the same pod.
     again = jsonpatch.apply_patch(mutated, patch_for(mutated, decision, SETTINGS))
     assert as_created(again, SETTINGS) == created
+
+
+# --------------------------------------------------------------------------- applies by construction
+
+
+# Pods shaped like (and unlike) what reaches the webhook: each field the patch goes through
+# absent, of the wrong type, empty, or holding terms, some of them ours already.
+NODES = st.sampled_from(["node-a", "node-b", "n/~x"])
+JUNK = st.none() | st.integers(0, 2) | st.text(max_size=2) | st.lists(st.integers(0, 1), max_size=1)
+
+
+def mostly(value):
+    """Usually `value`, sometimes a value of the wrong type."""
+    return st.one_of(value, value, value, JUNK)
+
+
+def fields(**members):
+    """An object with each member usually there, sometimes missing."""
+    return st.fixed_dictionaries(members) | st.fixed_dictionaries({}, optional=members)
+
+
+REQUIREMENT = NODES.map(pin_of) | st.fixed_dictionaries(
+    {"key": st.just("zone"), "operator": st.just("In"), "values": st.lists(st.text(max_size=2), max_size=1)})
+# Terms that select something (so the pin goes into them), terms that do not, and junk.
+SELECTING_TERM = st.fixed_dictionaries({"matchExpressions": st.lists(REQUIREMENT, min_size=1, max_size=2)},
+                                       optional={"matchFields": mostly(st.lists(REQUIREMENT, max_size=2))}) | \
+    st.fixed_dictionaries({"matchFields": st.lists(REQUIREMENT, min_size=1, max_size=2)})
+TERM = st.one_of(SELECTING_TERM, SELECTING_TERM, st.fixed_dictionaries({}, optional={"matchFields": JUNK}), JUNK)
+SELECTOR = mostly(fields(nodeSelectorTerms=mostly(st.lists(TERM, max_size=3))))
+PREFERRED_TERM = st.builds(lambda n, w: {"weight": w, "preference": {"matchFields": [pin_of(n)]}},
+                           NODES, st.integers(1, 100)) | TERM
+NODE_AFFINITY = mostly(fields(**{REQUIRED: SELECTOR, PREFERRED_KEY: mostly(st.lists(PREFERRED_TERM, max_size=3))}))
+SPEC = mostly(fields(affinity=mostly(fields(nodeAffinity=NODE_AFFINITY, podAntiAffinity=JUNK)),
+                     containers=st.just([{"name": "compute"}])))
+ANNOTATIONS = mostly(st.dictionaries(st.sampled_from(["kubevirt-scheduler/decision", "kubevirt-scheduler/node", "a~/b", "x"]),
+                                     st.text(max_size=2), max_size=3))
+# A launcher pod as KubeVirt makes them: required node affinity terms, maybe preferred terms.
+WITH_TERMS = st.fixed_dictionaries({
+    "metadata": st.fixed_dictionaries({"name": st.just("p"), "annotations": ANNOTATIONS}),
+    "spec": st.fixed_dictionaries({"affinity": st.fixed_dictionaries({"nodeAffinity": st.fixed_dictionaries(
+        {REQUIRED: st.fixed_dictionaries({"nodeSelectorTerms": st.lists(TERM, min_size=1, max_size=3)})},
+        optional={PREFERRED_KEY: mostly(st.lists(PREFERRED_TERM, max_size=3))})})})})
+POD = WITH_TERMS | fields(metadata=mostly(fields(annotations=ANNOTATIONS)), spec=SPEC)
+DECISION = st.one_of(
+    NODES.map(lambda n: Decision(PINNED, node=n, preferences=((n, 100),), reason="r")),
+    st.lists(st.tuples(NODES, st.integers(1, 100)), min_size=1, max_size=3, unique_by=lambda p: p[0]).map(
+        lambda prefs: Decision(PREFERRED, preferences=tuple(prefs), reason="spread")),
+    st.lists(NODES, min_size=2, max_size=3, unique=True).map(
+        lambda ns: Decision(AMONG, preferences=((ns[0], 100),), reason="among", among=tuple(ns))),
+    st.just(SKIP),
+)
+
+
+def with_parts(pod, parts):
+    """`pod` with `parts` in place of its own: objects merged member by member, anything else replaced."""
+    if not isinstance(pod, dict) or not isinstance(parts, dict):
+        return parts
+    return {**pod, **{key: with_parts(pod.get(key), value) for key, value in parts.items()}}
+
+
+@settings(max_examples=1000, deadline=None)
+@given(pod=POD, decision=DECISION)
+def test_the_patch_applies_to_the_pod_and_gives_the_edited_pod(pod, decision):
+    """jsonpatch's diff of the owned parts, applied to the whole pod, gives exactly the pod with
+    the edited parts, whatever shape the pod has; a reinvocation on that pod adds nothing."""
+    original = copy.deepcopy(pod)
+    wanted = decision_annotations(decision, SETTINGS)
+    _, after = edited(pod, decision.required, decision.preferences, wanted)
+    ops = patch_for(pod, decision, SETTINGS)
+    assert pod == original  # neither edited nor patched: the patch is computed on a copy
+    # A list's items may be matched up otherwise than by position: a term removed and one added.
+    assert {op["op"] for op in ops} <= {"add", "replace", "remove"}
+    applied = jsonpatch.apply_patch(pod, ops)  # raises when an operation does not apply
+    assert applied == with_parts(original, after)
+    assert all(annotations(applied).get(key) == value for key, value in wanted.items())
+    assert patch_for(applied, decision, SETTINGS) == []
+
+
+def test_the_patch_holds_only_what_changes():
+    """KubeVirt's launcher pod, pinned: five additions, none of what the pod already has."""
+    pod = vm_pod()
+    ops = patch_for(pod, PIN_B, SETTINGS)
+    terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+    assert sorted(op["path"] for op in ops) == sorted([
+        "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution", f"{terms}/0/matchFields",
+        "/metadata/annotations/kubevirt-scheduler~1decision", "/metadata/annotations/kubevirt-scheduler~1node",
+        "/metadata/annotations/kubevirt-scheduler~1reason"])
+    assert all(op["op"] == "add" for op in ops)

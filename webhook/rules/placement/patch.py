@@ -1,5 +1,5 @@
-"""Pure: a pod and a Decision → JSON patch operations (add only, AND-merged, idempotent),
-and the inverse: the pod as created, without what we added (`as_created`, for `explain`).
+"""Pure: a pod and a Decision → a JSON patch (AND-merged, idempotent), and the inverse: the pod
+as created, without what we added (`as_created`, for `explain`).
 
 Kubernetes semantics (k8s.io/api core/v1 NodeSelector): nodeSelectorTerms are ORed, the
 requirements inside one term are ANDed, and an empty term matches nothing. So a pin is
@@ -7,14 +7,23 @@ added to *every* non-empty term; a new term is created only when there is none. 
 several nodes" cannot be one requirement: the apiserver allows a single value for a node field
 selector (`metadata.name In [a, b]` is refused), so it is ORed terms, one node each, each
 carrying what the pod's own terms require: every existing term gets the first node, and a copy
-of it is appended for each other node (terms × nodes, add-only).
-A patch that decodes but does not apply fails pod creation even with failurePolicy
-Ignore: missing parents are added whole, never a child under a missing parent.
+of it is appended for each other node (terms × nodes, nothing removed).
+
+The rule edits a copy of the parts of the pod it owns (its node affinity and the decision's
+annotations) and jsonpatch computes the operations against the original, as controller-runtime's
+PatchResponseFromRaw does: the patch applies to the pod it was made for and gives the edited pod,
+by construction (a patch that decodes but does not apply would fail pod creation even with
+failurePolicy Ignore). Only those parts are compared (`owned`), in the pod's own shape: the patch
+holds what changes, and no copy of the whole virt-launcher pod is made.
 """
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import jsonpatch
+import orjson
 
 from ... import kinds
 from ...config import Settings
@@ -23,16 +32,6 @@ from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
-
-
-def escape(key: str) -> str:
-    """JSON pointer escaping (RFC 6901): '~' → '~0', '/' → '~1'."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def _annotation_path(key: str) -> str:
-    """Where an annotation goes."""
-    return f"/metadata/annotations/{escape(key)}"
 
 
 def node_requirement(node: str) -> dict[str, Any]:
@@ -45,28 +44,85 @@ def preferred_term(node: str, weight: int) -> dict[str, Any]:
     return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
 
 
-def affinity_ops(
-    spec: dict[str, Any], required: tuple[str, ...], preferences: tuple[tuple[str, int], ...], base: str = "/spec"
-) -> list[dict[str, Any]]:
-    """Operations that AND "one of the `required` nodes" into the node affinity and add the
-    preferred terms."""
-    wanted_preferred = [preferred_term(node, weight) for node, weight in preferences]
-    if not required and not wanted_preferred:
-        return []
-    affinity = spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    if not isinstance(node_affinity, dict):
-        value: dict[str, Any] = {}
-        if required:
-            value[REQUIRED] = {"nodeSelectorTerms": _new_terms(required)}
-        if wanted_preferred:
-            value[PREFERRED] = wanted_preferred
-        if not isinstance(affinity, dict):
-            return [{"op": "add", "path": f"{base}/affinity", "value": {"nodeAffinity": value}}]
-        return [{"op": "add", "path": f"{base}/affinity/nodeAffinity", "value": value}]
-    path = f"{base}/affinity/nodeAffinity"
-    ops = _required_ops(node_affinity, required, path) if required else []
-    return ops + (_preferred_ops(node_affinity, wanted_preferred, path) if wanted_preferred else [])
+def owned(pod: dict[str, Any], annotations: Iterable[str] = ()) -> dict[str, Any]:
+    """The parts of `pod` the rules change, in the pod's shape and sharing its values: its node
+    affinity and the `annotations` named, with the objects that lead to them. Each object in it
+    holds a subset of the members the pod's object there holds, and the rest is the pod's own
+    value; so an operation of a diff of it against an edited copy applies to the pod too, with
+    the same effect, as long as the edit keeps each of those objects an object."""
+    return _project(pod, {"spec": {"affinity": {"nodeAffinity": None}},
+                          "metadata": {"annotations": dict.fromkeys(annotations)}})
+
+
+def _project(value: Any, shape: dict[str, Any] | None) -> Any:
+    """`value` cut down to the members `shape` names (None: the value whole); a value that is no
+    object, where `shape` names members, is kept whole."""
+    if shape is None or not isinstance(value, dict):
+        return value
+    return {key: _project(value[key], below) for key, below in shape.items() if key in value}
+
+
+def patch_for(pod: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
+    """The whole patch for one pod: affinity first, then the recorded decision."""
+    return _patch(pod, decision.required, decision.preferences, decision_annotations(decision, settings))
+
+
+def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
+                 preferences: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The patch that places a pod with this `spec`, recording nothing (paths from the pod's root)."""
+    return _patch({"spec": spec}, required, preferences, {})
+
+
+def edited(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
+           annotations: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the rules own of `pod` (`owned`), and a copy of it placed on the nodes and carrying
+    the annotations. `owned` builds the objects that lead to the node affinity and the
+    annotations anew, so only the node affinity, the one value below them that is changed, is
+    copied first: the pod is never changed."""
+    before, after = owned(pod, annotations), owned(pod, annotations)
+    spec = after.get("spec")
+    if isinstance(spec, dict):
+        _place(spec, required, [preferred_term(node, weight) for node, weight in preferences])
+    if annotations:
+        _record(after, annotations)
+    return before, after
+
+
+def _patch(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
+           annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """RFC 6902 operations from what the rules own of `pod` to its edited copy, by jsonpatch: add,
+    replace, and remove where it matches a list's items up otherwise than by position; no moves,
+    which cost a hash of every value. Values are compared by their orjson text (jsonpatch's
+    default, json.dumps, gives the same answers, slower)."""
+    before, after = edited(pod, required, preferences, annotations)
+    return jsonpatch.JsonPatch.from_diff(before, after, optimization=False, dumps=orjson.dumps).patch
+
+
+def _member(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """`parent[key]`, made an empty object when it is missing or is no object."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value
+
+
+def _place(spec: dict[str, Any], required: tuple[str, ...], wanted: list[dict[str, Any]]) -> None:
+    """AND "one of the `required` nodes" into the node affinity of `spec`, and add the preferred
+    terms it does not have yet."""
+    if not required and not wanted:
+        return
+    affinity = _member(spec, "affinity")
+    node_affinity = affinity.get("nodeAffinity")
+    node_affinity = affinity["nodeAffinity"] = copy.deepcopy(node_affinity) if isinstance(node_affinity, dict) else {}
+    if required:
+        _require(node_affinity, required)
+    if wanted:
+        existing = node_affinity.get(PREFERRED)
+        if not isinstance(existing, list):
+            node_affinity[PREFERRED] = wanted
+        else:
+            have = [t.get("preference") for t in existing if isinstance(t, dict)]
+            existing.extend(term for term in wanted if term["preference"] not in have)
 
 
 def _new_terms(nodes: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -81,63 +137,37 @@ def _pinned_by_name(term: dict[str, Any]) -> bool:
         isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In" for f in fields)
 
 
-def _required_ops(node_affinity: dict[str, Any], nodes: tuple[str, ...], path: str) -> list[dict[str, Any]]:
+def _require(node_affinity: dict[str, Any], nodes: tuple[str, ...]) -> None:
     """AND "one of `nodes`" into the required terms: the first node into every non-empty term,
     a copy of each such term with each other node appended; or one term per node when there are
     none. A pod whose every non-empty term already names a node was answered before (a
     reinvocation): nothing is added, so a second answer never ANDs a second node in."""
     selector = node_affinity.get(REQUIRED)
-    selector = selector if isinstance(selector, dict) else None
-    terms = selector.get("nodeSelectorTerms") if selector else None
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
     if not isinstance(terms, list) or not terms:
-        if selector is not None:
-            return [{"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms", "value": _new_terms(nodes)}]
-        return [{"op": "add", "path": f"{path}/{REQUIRED}", "value": {"nodeSelectorTerms": _new_terms(nodes)}}]
+        _member(node_affinity, REQUIRED)["nodeSelectorTerms"] = _new_terms(nodes)
+        return
     # An empty term matches nothing; filling it would widen placement.
-    live = [(i, term) for i, term in enumerate(terms)
+    live = [term for term in terms
             if isinstance(term, dict) and (term.get("matchExpressions") or term.get("matchFields"))]
-    if all(_pinned_by_name(term) for _, term in live):
-        return []
+    if all(_pinned_by_name(term) for term in live):
+        return
     first, *others = nodes
-    ops: list[dict[str, Any]] = []
-    for i, term in live:
-        fields = term.get("matchFields")
-        term_path = f"{path}/{REQUIRED}/nodeSelectorTerms/{i}/matchFields"
-        if not isinstance(fields, list):
-            ops.append({"op": "add", "path": term_path, "value": [node_requirement(first)]})
-        else:
-            ops.append({"op": "add", "path": f"{term_path}/-", "value": node_requirement(first)})
-    for node in others:
-        for _, term in live:
-            fields = term.get("matchFields")
-            copied = {**term, "matchFields": [*(fields if isinstance(fields, list) else []), node_requirement(node)]}
-            ops.append({"op": "add", "path": f"{path}/{REQUIRED}/nodeSelectorTerms/-", "value": copy.deepcopy(copied)})
-    return ops
+    own = [fields if isinstance(fields := term.get("matchFields"), list) else [] for term in live]
+    copies = [{**term, "matchFields": [*fields, node_requirement(node)]}
+              for node in others for term, fields in zip(live, own)]
+    for term, fields in zip(live, own):
+        term["matchFields"] = [*fields, node_requirement(first)]
+    terms.extend(copy.deepcopy(copies))  # each term an object of its own, as in the pod
 
 
-def _preferred_ops(node_affinity: dict[str, Any], wanted: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
-    """Add the preferred terms the pod does not have yet."""
-    existing = node_affinity.get(PREFERRED)
-    if not isinstance(existing, list):
-        return [{"op": "add", "path": f"{path}/{PREFERRED}", "value": wanted}]
-    have = [t.get("preference") for t in existing if isinstance(t, dict)]
-    return [{"op": "add", "path": f"{path}/{PREFERRED}/-", "value": term}
-            for term in wanted if term["preference"] not in have]
-
-
-def annotation_ops(obj: dict[str, Any], annotations: dict[str, str]) -> list[dict[str, Any]]:
-    """Set annotations, adding only what differs (add replaces an existing member)."""
-    metadata = obj.get("metadata")
+def _record(view: dict[str, Any], annotations: dict[str, str]) -> None:
+    """Set the annotations (a `metadata` that is no object is replaced whole)."""
+    metadata = view.get("metadata")
     if not isinstance(metadata, dict):
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(annotations)}}]
-    current = metadata.get("annotations")
-    if not isinstance(current, dict):
-        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
-    ops = []
-    for key, value in annotations.items():
-        if current.get(key) != value:
-            ops.append({"op": "add", "path": _annotation_path(key), "value": value})
-    return ops
+        view["metadata"] = {"annotations": dict(annotations)}
+        return
+    _member(metadata, "annotations").update(annotations)
 
 
 def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:
@@ -159,17 +189,8 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
             kinds.REASON: reason if len(reason) <= MAX_REASON else clip_reason(reason)}
 
 
-def patch_for(obj: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
-    """The whole patch for one pod: affinity first, then the recorded decision."""
-    spec = obj.get("spec")
-    annotations = annotation_ops(obj, decision_annotations(decision, settings))  # affinity first, in the patch
-    if not isinstance(spec, dict):
-        return annotations
-    return affinity_ops(spec, decision.required, decision.preferences) + annotations
-
-
 def _without_copies(terms: list[Any], added: list[dict[str, Any]]) -> list[Any]:
-    """The terms less the copies `_required_ops` appended, one per own term for each node after
+    """The terms less the copies `_require` appended, one per own term for each node after
     the first: of the c terms that name one of our m nodes, the last c·(m−1)/m."""
     ours = [i for i, t in enumerate(terms) if isinstance(t, dict) and isinstance(t.get("matchFields"), list)
             and any(f in added for f in t["matchFields"])]
