@@ -185,10 +185,10 @@ async def test_a_hotplugged_disks_share_manager_created_through_the_apiserver_fo
             await cluster.delete(obj)
 
 
-async def test_a_patch_that_replaces_and_removes_is_applied_by_the_apiserver(registered, cluster):
+async def test_a_patch_that_replaces_what_the_pod_had_is_applied_by_the_apiserver(registered, cluster):
     """A launcher pod copied from one answered before: a stale decision of ours, and beside
-    KubeVirt's term one that already names node-b. The patch, jsonpatch's diff, replaces the
-    annotation and matches the terms up with a removal; the apiserver applies it as sent."""
+    KubeVirt's term one that already names node-b. The patch sets the node affinity whole and
+    the annotation over the stale one; the apiserver applies it as sent."""
     from webhook.config import Settings
     from webhook.rules.placement.decide import PINNED, Decision
     from webhook.rules.placement.patch import patch_for
@@ -198,7 +198,8 @@ async def test_a_patch_that_replaces_and_removes_is_applied_by_the_apiserver(reg
     required_terms(pod).append({**own[0], "matchFields": [pin_of("node-b")]})
     annotations(pod)["kubevirt-scheduler/decision"] = "not-pinned"
     decision = Decision(PINNED, node="node-b", preferences=(("node-b", 100),), reason="pinned to node-b")
-    assert {"replace", "remove"} <= {op["op"] for op in patch_for(pod, decision, Settings())}
+    ops = patch_for(pod, decision, Settings())
+    assert "/metadata/annotations/kubevirt-scheduler~1decision" in [op["path"] for op in ops]  # over the stale one
 
     async def answered():
         got = await cluster.create(pod, dry_run=True, namespace=VMS)
