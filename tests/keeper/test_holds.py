@@ -1,0 +1,37 @@
+"""The hold table in a keeper's pass on the emulator: a hold added to it holds, whatever it reads."""
+import copy
+
+from kubevirt_api import apart_vm, three_nodes
+
+from webhook.rules.keeping import keep
+from webhook.rules.keeping.keep import Check, Hold
+from webhook.rules.shared import declared
+
+FROZEN = "example.com/frozen"
+
+
+def record(report, name):
+    return next(r for r in report.vms if r.name == name)
+
+
+async def test_a_hold_on_an_annotation_no_rule_read_before_holds_the_vm(cluster, make_keeper, monkeypatch):
+    """"Never move a VM annotated example.com/frozen": the annotation declared where the rules'
+    reads are (`declared.VMI`), the check added to the table. The keeper's VMI cache keeps what is
+    declared, so the pass sees the annotation and leaves that VM where it is."""
+    vmi_fields = copy.deepcopy(declared.VMI)
+    vmi_fields.annotation(FROZEN)
+    monkeypatch.setattr(declared, "VMI", vmi_fields)
+    frozen = Check(Hold.OPTED_OUT, lambda vm, p: vm.vmi.annotations.get(FROZEN) == "true",
+                   lambda vm, p: f'annotated {FROZEN}: "true"')
+    monkeypatch.setattr(keep, "CHECKS", (frozen, *keep.CHECKS))
+    objects = apart_vm("cold") + apart_vm("warm")
+    cold = next(o for o in objects if o["kind"] == "VirtualMachineInstance" and o["metadata"]["name"] == "cold")
+    cold["metadata"]["annotations"][FROZEN] = "true"
+    cluster.seed(three_nodes() + objects)
+    keeper = await make_keeper()
+
+    report = await keeper.run_pass()
+
+    assert record(report, "cold").hold == Hold.OPTED_OUT, record(report, "cold").decision
+    assert FROZEN in record(report, "cold").decision
+    assert [m["spec"]["vmiName"] for m in cluster.migrations()] == ["warm"]
