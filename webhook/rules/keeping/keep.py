@@ -268,9 +268,9 @@ def next_read(vm: VmFacts, read: Collection[str], p: PassFacts) -> str | None:
     (`own`) holds it before another is needed. The observer reads until this says None, so a VM
     held early is read no further; `p` is the pass as far as it is known (own checks read none)."""
     for check in CHECKS:
-        missing = [need for need in check.needs if need in ON_DEMAND and need not in read]
-        if missing:
-            return missing[0]
+        for need in check.needs:
+            if need in ON_DEMAND and need not in read:
+                return need
         if check.own and check.holds(vm, p):
             return None
     return None
