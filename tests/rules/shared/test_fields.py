@@ -1,15 +1,12 @@
-"""What a kind's declaration of the fields the rules read keeps: whatever a reader declares, the
-cache's shape built from the declaration keeps, and the reader reads the same from it."""
+"""What a declaration of the fields the rules read keeps: whatever a reader declares, the cache's
+shape built from the declaration keeps, and the reader reads the same from it."""
 import copy
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube import vmi
 
-from webhook.cluster.kept import shapes, trim
+from webhook.cluster.kept import trim
 from webhook.config import Settings
-from webhook.rules.keeping.running import read_vmi
-from webhook.rules.shared import declared
 from webhook.rules.shared.fields import Fields
 from webhook.rules.shared.reading import Malformed
 
@@ -69,29 +66,6 @@ def test_a_field_a_reader_declares_is_kept_with_its_value(path, value, others, n
     assert get(kept, path) == get(obj, path) == [value]
     holders = [kept] + [h for h in get(kept, path[:-1]) if isinstance(h, dict)] if len(path) > 1 else [kept]
     assert field.value(holders[-1]) == value
-
-
-@settings(max_examples=100, deadline=None, derandomize=True)
-@given(key=ANNOTATION_KEYS, value=st.text(max_size=5), opt_in=st.sampled_from(["kubevirt-scheduler/co-schedule",
-                                                                               "example.com/colocate"]))
-def test_an_annotation_a_rule_starts_reading_on_a_vmi_is_kept_by_the_keepers_cache(key, value, opt_in):
-    """A hold on a new annotation declares it (`declared.VMI.annotation`): the keeper's VMI cache
-    keeps it, and the VMI's view has it, the opt-in of the settings beside it."""
-    whole = vmi("vm1", "node-a", "d1", opted_in=True)
-    whole["metadata"]["annotations"] = {key: value, opt_in: "true", "example.com/unread": "x"}
-    the_settings = Settings(opt_in_annotation=opt_in)
-    extended = copy.deepcopy(declared.VMI)
-    new = extended.annotation(key)
-    original = declared.VMI
-    declared.VMI = extended
-    try:
-        kept = shapes(the_settings)["VirtualMachineInstance"](copy.deepcopy(whole))
-        view = read_vmi(kept, the_settings)
-    finally:
-        declared.VMI = original
-    assert new.of(kept) == value
-    assert view.annotations[key] == value and view.opted_in
-    assert "example.com/unread" not in kept["metadata"]["annotations"]
 
 
 def test_a_settings_key_is_read_with_the_settings():

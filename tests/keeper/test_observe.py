@@ -1,7 +1,8 @@
-"""The hold table in a keeper's pass on the emulator: a hold added to it holds, whatever it reads."""
+"""What a keeper's pass observes of each VM, on the emulator: what the hold table needs of it, read
+as the table reaches it, and kept by the caches however new the check."""
 import copy
 
-from kubevirt_api import apart_vm, three_nodes
+from tests.support.kubevirt_api import apart_vm, three_nodes
 
 from webhook.rules.keeping import keep
 from webhook.rules.keeping.keep import Check, Hold
