@@ -701,7 +701,7 @@ class Tracker:
         self.unfit[node] = (why, at)
         for vm in self.layout.vms:
             if vm.role == MOVABLE and vm.storage == node and vm.node != vm.storage and vm.migrating is None:
-                vm.role, vm.held_since = LATER[why], at
+                vm.role, vm.held_since = self.role_of(vm), at  # its storage node unfit: LATER[why]
 
     def quiet(self) -> bool:
         """Nothing of ours left to do, the drain aside."""
