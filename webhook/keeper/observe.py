@@ -125,20 +125,19 @@ class Observer:
         facts = VmFacts(vmi, where, None, None, tuple(attempts(vmi, history)), migrating(vmi, history, now),
                         last_migration_end(vmi, history), moved if moved is not None and moved.descheduled else None,
                         tuple(f.reason for f in disks if f.volume and f.node is None), refused)
-        early = PassFacts(now, Limits.of(self.settings), self.settings.keep, None)
         read: set[str] = set()
         stretch: Stretch | None = None
-        node = None
-        while (need := next_read(facts, read, early)) is not None:
+        node, unfit = None, None
+        while (need := next_read(facts, read)) is not None:
             read.add(need)
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
-            if stretch is None:
+            if stretch is None:  # how long it has been apart comes with it
                 stretch = await self.stretches.of(vmi, where, disks, facts.last_end, now)
-                facts = dataclasses.replace(facts, apart_since=stretch.since)
+                read.add("apart_since")
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, stretch)
-                facts = dataclasses.replace(facts, target_unfit=unfit)
+            facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
         return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)
 
     async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:

@@ -26,7 +26,7 @@ from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
-from ..shared.times import ago, rfc3339, whole_seconds
+from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
 Item = TypeVar("Item")
@@ -262,16 +262,20 @@ CHECKS: tuple[Check, ...] = (
 ON_DEMAND = frozenset({"apart_since", "target_unfit"})
 
 
-def next_read(vm: VmFacts, read: Collection[str], p: PassFacts) -> str | None:
+# What an own check is given for the pass it does not read (`test_keep` holds them to that).
+_UNREAD = PassFacts(EPOCH, Limits(), KeepMode.MIGRATE, None)
+
+
+def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
     """The next fact of ON_DEMAND (not yet in `read`) the VM's decision may need, in the order of
     `CHECKS`; None when no other is: every one read, or a check decided by the VM's own facts
     (`own`) holds it before another is needed. The observer reads until this says None, so a VM
-    held early is read no further; `p` is the pass as far as it is known (own checks read none)."""
+    held early is read no further."""
     for check in CHECKS:
         for need in check.needs:
             if need in ON_DEMAND and need not in read:
                 return need
-        if check.own and check.holds(vm, p):
+        if check.own and check.holds(vm, _UNREAD):
             return None
     return None
 
