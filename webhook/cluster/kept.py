@@ -48,7 +48,7 @@ def trim(value: Any, keep: Keep) -> Any:
     return {key: v for key, v in value.items() if keep(key)}
 
 
-# The claims a launcher pod mounts (rules/placement/facts.py `claims_of`), as declared.
+# The claims a launcher pod mounts (rules/shared/facts.py `claims_of`), as declared.
 CLAIMS: Keep = declared.POD.keep(Settings())["spec"]["volumes"]
 
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
@@ -77,7 +77,7 @@ def vmi_kept(settings: Settings) -> Keep:
 
 
 # A VMI as every replica keeps it for admission: its disks (hotplugged ones included), and what
-# the migration target pod of a drain's share-manager is rendered from (`rules.keeping.target`:
+# the migration target pod of a drain's share-manager is rendered from (`rules.kubevirt.target`:
 # node, nodeSelector, CPU model, machine type, uid): the fields declared `admitted`. Its
 # conditions and migrations are the keeper's, which keeps them in a process of its own (`vmi_kept`).
 VMI_ADMITTED: Keep = declared.VMI.keep(Settings(), admitted=True)

@@ -9,7 +9,7 @@ from tests.support.kube import launcher_pod_of, vmi
 from webhook.cluster.kept import VMI_ADMITTED, pod_annotations, shapes
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
-from webhook.rules.placement.facts import claims_of
+from webhook.rules.shared.facts import claims_of
 from webhook.rules.shared import declared
 
 KEYS = st.text("abcdefghijklmnopqrstuvwxyzABC", min_size=1, max_size=8)

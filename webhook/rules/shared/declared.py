@@ -21,7 +21,7 @@ def _decision_prefix(settings: Settings) -> str:
 
 # --------------------------------------------------------------------------- VirtualMachineInstance
 # `admitted`: what every replica keeps for admission, the VM's disks (hotplugged ones included)
-# and what its migration target pod is rendered from (`rules.keeping.target`).
+# and what its migration target pod is rendered from (`rules.kubevirt.target`).
 
 VMI = Fields("VMI")
 VMI_NAME = VMI.field("metadata.name", admitted=True)
@@ -49,7 +49,7 @@ FAILED = VMI.field("status.migrationState.failed")
 MIGRATION_UID = VMI.field("status.migrationState.migrationUid")
 STATUS_MACHINE = VMI.field("status.machine", admitted=True)
 STATUS_MACHINE_TYPE = VMI.field("status.machine.type", admitted=True)
-# The claims of its volumes (`rules.placement.facts.claims_of`): a DataVolume's PVC has its name.
+# The claims of its volumes (`rules.shared.facts.claims_of`): a DataVolume's PVC has its name.
 # claims_of, which reads pods' volumes too, asks either source for either key (the other pair
 # is never there: the schema has no such field).
 VMI_CLAIMS = tuple(VMI.field(f"spec.volumes[].{source}.{key}", admitted=True)
