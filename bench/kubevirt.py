@@ -8,7 +8,9 @@ them apart from their storage as a drain leaves them. Each node carries virt-han
 labeller labels; each VMI a host-model CPU, machine type q35 and the canonical machine type of
 the node it started on; each launcher pod the nodeSelector virt-controller renders (a drain's
 target pod also the CPU model, features and vendor of the node it left, and the canonical
-machine type). Which apart VMs the keeper may move is known from the start: not those whose
+machine type). Which apart VMs the keeper may move, at the start and whenever the cluster changes,
+is the keeper's own decision (`rules.keeping.keep.decide_keep`, over the simulation's state, in a
+pass where no wait or limit holds anything: `Tracker.role_of`): not those whose
 storage is on an unready or cordoned node, that are not live-migratable, that are annotated
 `kubevirt-scheduler/keep: "false"`, or whose migration target the storage node cannot take (a
 VM started on a newer CPU generation than the node serving its disk: storage on an older CPU
@@ -110,11 +112,14 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.review import AdmissionRequest
 from webhook import kinds
 from webhook.cluster.store import Unwatched, labels_match, volume_handle
-from webhook.config import MIGRATION_TARGET_MODES, Settings
+from webhook.config import MIGRATION_TARGET_MODES, KeepMode, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
-from webhook.rules.shared.facts import claims_of
+from webhook.rules.keeping.apart import VmState, locality
+from webhook.rules.keeping.keep import decide_keep, Hold, Limits, PassFacts, VmFacts
+from webhook.rules.keeping.running import VmiView
+from webhook.rules.shared.facts import claims_of, Fact
 from webhook.rules.fit.memo import Memo
 
 from .emulator import Emulator, control_site, url
@@ -164,6 +169,21 @@ FINAL = ("Succeeded", "Failed")
 # A migration created this soon after its target or its VM became off limits raced the keeper's
 # watch (as it would race any controller): reported, not a violation.
 GRACE = datetime.timedelta(seconds=1)
+# An apart VM's hold, when it holds it whatever the time and the in-flight migrations (the others
+# are named by the simulation: its storage node off limits, `Tracker.role_of`).
+ROLES = {Hold.NOT_OPTED_IN: NOT_OPTED_IN, Hold.OPTED_OUT: OPTED_OUT, Hold.NOT_MIGRATABLE: UNMIGRATABLE,
+         Hold.TARGET_UNFIT: ON_OLDER_CPU, Hold.SETTLING: SETTLING}
+
+
+def open_pass() -> PassFacts:
+    """A pass now that nothing of the pass holds a VM in: no wait, no limit, targeted migration
+    available, migrating. What still holds a VM in it holds it until the cluster changes."""
+    unbounded = 10 ** 6
+    return PassFacts(now(), Limits(after=datetime.timedelta(0), after_descheduled=datetime.timedelta(0),
+                                   max_inflight=unbounded, max_cluster_inflight=unbounded, max_per_day=unbounded,
+                                   max_outbound_per_node=unbounded), KeepMode.MIGRATE, targeted=True)
+
+
 # What the checks call the broken promises the figures count.
 CANNOT_PLACE = "created a migration that cannot be placed"
 OVER_SLOTS = "over the"  # ... per-node / cluster-wide slot limit
@@ -185,6 +205,8 @@ class Vm:
     claim: str = ""
     volume: str = ""  # the Longhorn volume of its disk: its ShareManager, and share-manager-<volume>
     migratable: bool = True  # its VMI is LiveMigratable
+    opted_in: bool = True  # its VMI carries the opt-in annotation
+    kept: bool = True  # False: annotated kubevirt-scheduler/keep: "false"
     start: str = ""  # where it ran at start (or where a migration not ours moved it)
     machine: str = ""  # status.machine.type: the canonical machine type it runs with
     selector: dict[str, str] = dataclasses.field(default_factory=dict)  # its pod's nodeSelector
@@ -297,7 +319,8 @@ def plan(vmis: int, apart: int, nodes: int, unready: int, cordoned: int, others:
         claim = f"{name}-disk"
         vm = Vm(name, f"vms-{i % 10}", uid, role, storage, node, f"virt-launcher-{name}-abcde", claim=claim,
                 volume=f"pvc-{uuid.UUID(int=random.Random(claim).getrandbits(128), version=4)}",
-                migratable=role != UNMIGRATABLE, start=node, machine=objects.machine_type(cpu[started_on or node]))
+                migratable=role != UNMIGRATABLE, opted_in=role != NOT_OPTED_IN, kept=role != OPTED_OUT, start=node,
+                machine=objects.machine_type(cpu[started_on or node]))
         launched = objects.launcher_node_selector(placement(vm))
         vm.selector = (launched if started_on is None else
                        objects.migration_node_selector(placement(vm), launched, labels[started_on]))
@@ -328,8 +351,7 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
                   objects.share_manager(volume, vm.storage), share_manager_pod]
         moved = vm.node != vm.storage and vm.role != ON_OLDER_CPU  # by the drain before the run
         vmi = objects.vmi(vm.name, vm.node, vm.claim, namespace=vm.namespace, uid=vm.uid,
-                          opted_in=vm.role != NOT_OPTED_IN, migratable=vm.migratable,
-                          keep="false" if vm.role == OPTED_OUT else None, migrated_from=vm.storage if moved else None,
+                          opted_in=vm.opted_in, migratable=vm.migratable, keep=None if vm.kept else "false", migrated_from=vm.storage if moved else None,
                           migration_end=drained if moved else None, machine=vm.machine)
         found.append(vmi)
         if moved:  # the drain's target pod: the VM's pod since then
@@ -363,6 +385,8 @@ class Tracker:
         self.peak_outbound: collections.Counter[str] = collections.Counter()  # in flight, by the node they leave
         self.created = collections.Counter()  # ours, someone else's
         self.ended = collections.Counter()  # ours: Succeeded, Failed, Cancelled
+        for vm in layout.vms:  # what the plan meant each VM to be, as the keeper's rules judge it
+            vm.role = self.role_of(vm)
         opted_in = [vm for vm in layout.vms if vm.role != NOT_OPTED_IN]
         self.held_at_start = collections.Counter(vm.role for vm in opted_in if vm.role not in (MOVABLE, CO_LOCATED))
         self.movable_at_start = sum(1 for vm in opted_in if vm.role == MOVABLE)
@@ -399,21 +423,37 @@ class Tracker:
         return [n for n in self.layout.nodes
                 if n not in self.unfit and n != vm.node and self.lacks(selector, n) is None]
 
-    def role_of(self, vm: Vm) -> str:
-        """What an opted-in VM is to the keeper where it runs now (after a migration not ours, or
-        once its share-manager is back)."""
-        if vm.role in (NOT_OPTED_IN, UNMIGRATABLE, OPTED_OUT):
-            return vm.role
-        if vm.settling:
-            return SETTLING
+    def unfit_for(self, vm: Vm) -> str | None:
+        """Why the VM's storage node cannot take its migration target pod (as the simulation
+        knows the cluster: off limits, or a label the target selects that it lacks), or None."""
         if vm.storage in self.unfit:
+            return f"node {vm.storage} is {self.unfit[vm.storage][0]}"
+        return self.lacks(target_selector(self.layout, vm, {HOSTNAME: vm.storage}), vm.storage)
+
+    def facts(self, vm: Vm) -> VmFacts:
+        """The VM as the keeper's decision reads it, from the simulation's own state: running on its
+        node, its one disk served from its storage node (from nowhere while its share-manager is
+        away), with what its storage node says to its migration target pod."""
+        view = VmiView(vm.namespace, vm.name, vm.uid, "Running", vm.node, opted_in=vm.opted_in, kept=vm.kept,
+                       live_migratable=vm.migratable, not_migratable="" if vm.migratable else "not live-migratable",
+                       migration=None)
+        disk = Fact(vm.claim, None if vm.settling else vm.storage,
+                    SETTLING if vm.settling else f"served from {vm.storage}", vm.volume)
+        return VmFacts(view, locality(vm.node, [disk]), target_unfit=self.unfit_for(vm))
+
+    def role_of(self, vm: Vm) -> str:
+        """What a VM is to the keeper where it runs now (after a migration not ours, or once its
+        share-manager is back): the keeper's own decision (`decide_keep`) over what holds it for
+        good, in a pass that nothing else holds (`open_pass`); named by its hold."""
+        decision = decide_keep(self.facts(vm), open_pass())
+        if decision.act:
+            return MOVABLE
+        if decision.hold is Hold.NOT_APART:
+            return CO_LOCATED if decision.state is VmState.CO_LOCATED else SETTLING
+        if decision.hold is Hold.TARGET_UNFIT and vm.storage in self.unfit:
             why, since = self.unfit[vm.storage]
             return AT_START[why] if since is None else LATER[why]
-        if vm.node == vm.storage:
-            return MOVABLE if vm.role == MOVABLE else CO_LOCATED
-        if self.lacks(target_selector(self.layout, vm, {HOSTNAME: vm.storage}), vm.storage) is not None:
-            return ON_OLDER_CPU
-        return MOVABLE
+        return ROLES[decision.hold]
 
     # ----------------------------------------------------------------- our promises
 
@@ -661,7 +701,7 @@ class Tracker:
         self.unfit[node] = (why, at)
         for vm in self.layout.vms:
             if vm.role == MOVABLE and vm.storage == node and vm.node != vm.storage and vm.migrating is None:
-                vm.role, vm.held_since = LATER[why], at
+                vm.role, vm.held_since = self.role_of(vm), at  # its storage node unfit: LATER[why]
 
     def quiet(self) -> bool:
         """Nothing of ours left to do, the drain aside."""

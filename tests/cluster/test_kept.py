@@ -26,6 +26,7 @@ from webhook import kinds
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster import kept as kept_spec
 from webhook.cluster.kept import pod_to_place, shapes
 from webhook.cluster.kubevirt import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
@@ -295,11 +296,25 @@ KIND_CHANGES = {
 }
 
 
+# Keys of annotations and labels: any at all, and those the rules read or write (and look-alikes).
+NAMED_KEYS = st.sampled_from([kinds.DEFAULT_OPT_IN, "example.com/colocate", kinds.KEEP_ANNOTATION,
+                              kinds.EVACUATION_ANNOTATION, kinds.EPHEMERAL_PROVISIONING, kinds.MANAGED_BY_LABEL,
+                              "kubevirt-scheduler/node", "kubevirt-scheduler/frozen", "kubevirt.io/eviction-source"])
+ANY_KEYS = st.builds(lambda prefix, name: f"{prefix}/{name}" if prefix else name,
+                     st.sampled_from(["", "example.com", "kubevirt.io", "kubevirt-scheduler"]),
+                     st.text("abcdefghijklmnopqrstuvwxyz-.", min_size=1, max_size=12).filter(lambda k: k[0].isalpha()))
+KEYED = st.dictionaries(st.one_of(NAMED_KEYS, ANY_KEYS), st.sampled_from(["true", "false", "", "x"]), max_size=3)
+
+
 @st.composite
 def changed(draw, obj, changes=None):
-    """`obj` with a few changes of its kind drawn (none, often)."""
+    """`obj` with a few changes of its kind drawn (none, often), and annotations and labels of any keys."""
     for change in draw(st.lists(st.sampled_from(changes or KIND_CHANGES[obj["kind"]]), max_size=4, unique=True)):
         change(obj, draw(st.integers(0, 3)))
+    for where in ("annotations", "labels"):
+        keyed = draw(KEYED)
+        if keyed:
+            obj["metadata"].setdefault(where, {}).update(keyed)
     return obj
 
 
@@ -592,6 +607,110 @@ def test_the_keeper_reads_the_same_from_kept_vmis_and_migrations(objects, opt_in
         event(f"vmi: {'skipped' if isinstance(view, Skipped) else from_whole[view.name][0][0].state}")
     for found in from_whole["migrations"]:
         event(f"migration: {'skipped' if isinstance(found, Skipped) else found.phase or 'no phase'}")
+
+
+# --------------------------------------------------------------------------- what the readers touch
+
+
+class Traced(dict):
+    """An object that notes every key read of it (and of what it holds) into `reads`, with what
+    was found: whatever a reader reads, by any route, is noted, declared or not."""
+
+    def __init__(self, value, path, reads):
+        super().__init__(value)
+        self.path, self.reads = path, reads
+
+    def _found(self, key, value):
+        return _traced(value, (*self.path, key), self.reads)
+
+    def get(self, key, default=None):
+        return self._found(key, super().get(key, default))
+
+    def __getitem__(self, key):
+        return self._found(key, super().__getitem__(key))
+
+    def __contains__(self, key):
+        self._found(key, super().get(key))
+        return super().__contains__(key)
+
+    def __iter__(self):
+        self.reads[(*self.path, "*")] = None  # every key: the whole object
+        return super().__iter__()
+
+    def items(self):
+        return [(key, self._found(key, value)) for key, value in list(self.__iter__() and super().items())]
+
+
+class TracedList(list):
+    def __init__(self, value, path, reads):
+        super().__init__(value)
+        self.path, self.reads = path, reads
+
+    def __iter__(self):
+        return (_traced(item, (*self.path, "[]"), self.reads) for item in super().__iter__())
+
+    def __getitem__(self, index):
+        return _traced(super().__getitem__(index), (*self.path, "[]"), self.reads)
+
+
+def _traced(value, path, reads):
+    reads.setdefault(path, value)
+    if isinstance(value, dict):
+        return Traced(value, path, reads)
+    return TracedList(value, path, reads) if isinstance(value, list) else value
+
+
+def dropped(reads, keep):
+    """The paths read that `keep` drops: a key it does not keep, or an object or a list read whole
+    (nothing beneath it read) that it keeps only in part."""
+    found = []
+    for path, value in reads.items():
+        whole = path[-1] == "*" or (isinstance(value, dict | list) and value
+                                    and not any(p[:len(path)] == path and len(p) > len(path) for p in reads))
+        spec = keep
+        for part in path:
+            if spec is True or part == "*":
+                break
+            if part == "[]":
+                spec = spec[0] if isinstance(spec, list) else spec
+            elif isinstance(spec, dict):
+                spec = spec.get(part, False)
+            elif callable(spec):
+                spec = True if spec(part) else False
+            if spec is False:
+                break
+        if spec is False or (whole and spec is not True):
+            found.append(".".join(path))
+    return found
+
+
+@PROPERTY
+@given(objects=kubevirt_objects(), opt_in=st.sampled_from([kinds.DEFAULT_OPT_IN, "example.com/colocate"]))
+def test_the_keepers_readers_read_nothing_its_caches_drop(objects, opt_in):
+    """Whatever `read_vmi` and `read_migration` (and the keeper on a VMI it skips) read of an
+    object, by whatever route, its kind's shape keeps: a rule reading a field it did not declare
+    (`rules.shared.declared`) fails here, whatever the generated objects hold."""
+    settings = Settings(opt_in_annotation=opt_in)
+    shape_keep = {"VirtualMachineInstance": kept_spec.vmi_kept(settings),
+                  "VirtualMachineInstanceMigration": kept_spec.migration_kept(settings)}
+    for obj in objects:
+        reads = {}
+        traced = Traced(obj, (), reads)
+        if obj["kind"] == "VirtualMachineInstance":
+            read_vmi(traced, settings)
+            kinds.annotations(traced).get(opt_in)  # the keeper's note on a VMI it skips
+        else:
+            read_migration(traced)
+        assert dropped(reads, shape_keep[obj["kind"]]) == []
+
+
+def test_the_tracing_sees_a_read_the_declaration_does_not_keep():
+    reads = {}
+    traced = Traced(vmi("vm1", "node-a", "d1"), (), reads)
+    kinds.annotations(traced).get("example.com/frozen")
+    traced["status"]["guestOSInfo"]
+    assert sorted(dropped(reads, kept_spec.vmi_kept(Settings()))) == [
+        "metadata.annotations.example.com/frozen", "status.guestOSInfo"]
 
 
 # --------------------------------------------------------------------------- the keeper's pods to place

@@ -1,13 +1,15 @@
 """What the caches keep of each kind: one spec per kind, everything else dropped on arrival.
 
 Every cache (the admission caches in cache.py, the keeper's in kubevirt.py) takes its kind's
-shape from `shapes`, the one place these fields are listed. Most kinds are declared (`Keep`,
-applied by `trim`); pods are written out (`shape_pod`): every pod of the cluster is kept, and
+shape from `shapes`. VMIs and migrations are kept as the rules' readers declare what they read
+(`rules.shared.declared`: a field or an annotation a rule starts reading is declared there and
+kept), pods' annotations and launchers' claims too; the other kinds are listed here (`Keep`,
+applied by `trim`). Pods are written out (`shape_pod`): every pod of the cluster is kept, and
 what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
 keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
 
-A rule that starts reading a field must find it kept here: tests/cluster/test_kept.py asks the
-rules the same questions of whole objects and of their kept shapes, over generated clusters.
+tests/cluster/test_kept.py asks the rules the same questions of whole objects and of their kept
+shapes, over generated clusters, and watches the readers read only what the declaration keeps.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
+from ..rules.shared import declared
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
 Shape = Callable[[dict[str, Any]], dict[str, Any]]
@@ -45,8 +48,8 @@ def trim(value: Any, keep: Keep) -> Any:
     return {key: v for key, v in value.items() if keep(key)}
 
 
-# The claims a launcher pod mounts (rules/placement/facts.py `claims_of`).
-CLAIMS: Keep = [{"persistentVolumeClaim": {"claimName": True}}]
+# The claims a launcher pod mounts (rules/shared/facts.py `claims_of`), as declared.
+CLAIMS: Keep = declared.POD.keep(Settings())["spec"]["volumes"]
 
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
                   "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}}
@@ -62,47 +65,22 @@ NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
                    "spec": {"unschedulable": True, "taints": True},
                    "status": {"conditions": [{"type": True, "status": True}], "allocatable": True}}
 
-# Migrations and VMIs (`vmi_kept`): what the keeper's `read_migration`, `read_vmi` and `claims_of` read.
-MIGRATION_KEPT: Keep = {
-    "metadata": {"name": True, "namespace": True, "uid": True, "creationTimestamp": True,
-                 "labels": lambda key: key == kinds.MANAGED_BY_LABEL,
-                 "annotations": lambda key: key in (kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY,
-                                                    kinds.EVACUATION_ANNOTATION)},
-    "spec": {"vmiName": True, "priority": True},
-    "status": {"phase": True,
-               "phaseTransitionTimestamps": [{"phase": True, "phaseTransitionTimestamp": True}],
-               "migrationState": {"endTimestamp": True}},
-}
+# Migrations and VMIs: what the rules read of them, declared once (`rules.shared.declared`),
+# which the keeper's `read_migration`, `read_vmi` and `claims_of` read through.
+def migration_kept(settings: Settings) -> Keep:
+    return declared.VMIM.keep(settings)
 
 
 def vmi_kept(settings: Settings) -> Keep:
     """A VMI's fields the keeper reads; which opt-in annotation it honours is a setting."""
-    annotations = {settings.opt_in_annotation, kinds.KEEP_ANNOTATION}
-    return {
-        "metadata": {"name": True, "namespace": True, "uid": True, "annotations": lambda key: key in annotations},
-        "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
-                 "nodeSelector": True, "domain": {"cpu": {"model": True}, "machine": {"type": True}}},
-        "status": {
-            "phase": True,
-            "machine": {"type": True},
-            "nodeName": True,
-            "conditions": [{"type": True, "status": True, "reason": True, "message": True}],
-            "migrationState": {"sourceNode": True, "targetNode": True, "targetPod": True, "startTimestamp": True,
-                               "endTimestamp": True, "completed": True, "failed": True, "migrationUid": True},
-        },
-    }
+    return declared.VMI.keep(settings)
 
 
 # A VMI as every replica keeps it for admission: its disks (hotplugged ones included), and what
-# the migration target pod of a drain's share-manager is rendered from (`rules.keeping.target`:
-# node, nodeSelector, CPU model, machine type, uid). Its conditions and migrations are the
-# keeper's, which keeps them in a process of its own (`vmi_kept`).
-VMI_ADMITTED: Keep = {
-    "metadata": {"name": True, "namespace": True, "uid": True},
-    "spec": {"volumes": [{"persistentVolumeClaim": {"claimName": True}, "dataVolume": {"name": True}}],
-             "nodeSelector": True, "domain": {"cpu": {"model": True}, "machine": {"type": True}}},
-    "status": {"machine": {"type": True}, "nodeName": True},
-}
+# the migration target pod of a drain's share-manager is rendered from (`rules.kubevirt.target`:
+# node, nodeSelector, CPU model, machine type, uid): the fields declared `admitted`. Its
+# conditions and migrations are the keeper's, which keeps them in a process of its own (`vmi_kept`).
+VMI_ADMITTED: Keep = declared.VMI.keep(Settings(), admitted=True)
 
 
 def admitted_vmi(obj: dict[str, Any]) -> dict[str, Any]:
@@ -122,18 +100,14 @@ def shapes(settings: Settings) -> dict[str, Shape]:
         NODE.kind: trimmed(NODE_KEPT),
         POD.kind: shape_pod(settings),
         VMI.kind: trimmed(vmi_kept(settings)),
-        VMIM.kind: trimmed(MIGRATION_KEPT),
+        VMIM.kind: trimmed(migration_kept(settings)),
     }
 
 
 def pod_annotations(settings: Settings) -> Callable[[str], bool]:
-    """The annotations of a pod the rules read: the opt-in, our decisions, the volume provisioning mark."""
-
-    def ours(key: str) -> bool:
-        return key == settings.opt_in_annotation or key.startswith(settings.decision_prefix) \
-            or key == kinds.EPHEMERAL_PROVISIONING
-
-    return ours
+    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the volume
+    provisioning mark."""
+    return declared.POD.named("annotations", settings)
 
 
 def shape_pod(settings: Settings) -> Shape:

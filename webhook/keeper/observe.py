@@ -21,7 +21,7 @@ from ..deadline import Deadline
 from ..kinds import NODE
 from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
 from ..rules.shared.facts import Fact
-from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, PassFacts, VmFacts
+from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
     in_flight_counts,
@@ -114,22 +114,30 @@ class Observer:
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  refused: tuple[int, datetime] | None = None) -> Observed:
-        """What the VM's decision needs; `history` holds its own migrations only. What moving it
-        needs (its stretch apart, its storage node) is read only when it may come to a move."""
+        """What the VM's decision needs; `history` holds its own migrations only. What the checks
+        need of it beyond what comes with it (`keep.ON_DEMAND`: its stretch apart, its storage
+        node's answer) is read as the hold table reaches it (`keep.next_read`): a VM an earlier
+        check holds is read no further."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
-        stretch: Stretch | None = None
-        node, unfit = None, None
-        last_end = last_migration_end(vmi, history)
-        if where.state is APART and where.target and vmi.kept:
-            stretch = await self.stretches.of(vmi, where, disks, last_end, now)
-            node, unfit = await self._target(vmi, where.target, stretch)
-        elif where.state is not APART:
+        if where.state is not APART:
             self.stretches.forget((vmi.namespace, vmi.name))
         moved = last_move(vmi, history)
-        facts = VmFacts(vmi, where, stretch.since if stretch else None, unfit, tuple(attempts(vmi, history)),
-                        migrating(vmi, history, now), last_end,
-                        moved if moved is not None and moved.descheduled else None,
+        facts = VmFacts(vmi, where, None, None, tuple(attempts(vmi, history)), migrating(vmi, history, now),
+                        last_migration_end(vmi, history), moved if moved is not None and moved.descheduled else None,
                         tuple(f.reason for f in disks if f.volume and f.node is None), refused)
+        read: set[str] = set()
+        stretch: Stretch | None = None
+        node, unfit = None, None
+        while (need := next_read(facts, read)) is not None:
+            read.add(need)
+            if where.state is not APART or not where.target:
+                continue  # nothing to read: the VM is not apart
+            if stretch is None:  # how long it has been apart comes with it
+                stretch = await self.stretches.of(vmi, where, disks, facts.last_end, now)
+                read.add("apart_since")
+            if need == "target_unfit":
+                node, unfit = await self._target(vmi, where.target, stretch)
+            facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
         return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)
 
     async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:

@@ -7,7 +7,7 @@ from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succee
 
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
-from webhook.rules.keeping.keep import Hold, Limits, PassFacts, VmFacts, decide_keep
+from webhook.rules.keeping.keep import CHECKS, ON_DEMAND, Hold, Limits, PassFacts, VmFacts, decide_keep, next_read
 from webhook.rules.keeping.migrations import read_migration
 
 # --------------------------------------------------------------------------- the decision
@@ -27,15 +27,20 @@ VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end
             "refused"}
 
 
-def keep(vmi=APART_VMI, where=APART_WHERE, **changes):
-    """The decision with READY's conditions, `changes` over them: the VM's own and the pass's."""
+def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
+    """READY's conditions, `changes` over them: the VM's own and the pass's."""
     given = {**READY, **changes}
     vm = {k: v for k, v in given.items() if k in VM_FACTS}
     vm["migrating"] = vm.pop("vmi_migrating")
     vm["history"], vm["settling"] = tuple(vm.get("history", ())), tuple(vm.get("settling", ()))
     rest = {k: v for k, v in given.items() if k not in VM_FACTS}
     rest["outbound"] = {where.node: rest.pop("outbound", 0)}
-    return decide_keep(VmFacts(vmi, where, **vm), PassFacts(**rest))
+    return VmFacts(vmi, where, **vm), PassFacts(**rest)
+
+
+def keep(vmi=APART_VMI, where=APART_WHERE, **changes):
+    """The decision with READY's conditions, `changes` over them."""
+    return decide_keep(*facts(vmi, where, **changes))
 
 
 def vmi_with(**changes):
@@ -175,3 +180,49 @@ def test_a_vm_is_never_moved_twice_in_a_day_after_successes_even_when_apart_agai
 
 def test_every_hold_has_a_case():
     assert {hold for *_, hold, _ in HOLDS} == set(Hold)
+
+
+# --------------------------------------------------------------------------- what each check reads
+
+
+class Noted:
+    """An object whose attributes read are noted in `read`."""
+
+    def __init__(self, inner, read):
+        self._inner, self._read = inner, read
+
+    def __getattr__(self, name):
+        self._read.add(name)
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS)
+def test_each_check_reads_only_the_facts_it_declares(vmi, where, changes, hold, reason):
+    """What the observer reads for a VM follows the checks' `needs` (`next_read`): a check reading
+    a fact it does not declare could read it before the observer has; one marked `own` holds the
+    VM while the pass is observed, so it must read nothing of the pass."""
+    vm, p = facts(vmi, where, **changes)
+    for check in CHECKS:
+        of_vm, of_pass = set(), set()
+        check.holds(Noted(vm, of_vm), Noted(p, of_pass))
+        assert of_vm <= set(check.needs), check.hold
+        assert not (check.own and of_pass), check.hold
+
+
+def test_the_hold_table_says_what_the_observer_reads_next():
+    """In the table's order: nothing more of a VM an own check holds before its storage node is
+    needed; then the storage node's answer, then how long it has been apart."""
+    def first(vmi=APART_VMI, where=APART_WHERE, read=(), **changes):
+        vm, _ = facts(vmi, where, **changes)
+        return next_read(vm, set(read))
+
+    assert first(vmi_with(kept=False)) is None  # opted out
+    assert first(where=locality("node-a", [fact("d", "node-a")])) is None  # co-located
+    assert first() == "target_unfit"
+    assert first(read={"target_unfit"}, target_unfit="node node-b is cordoned") is None
+    assert first(vmi_with(live_migratable=False), read={"target_unfit"}) is None
+    assert first(read={"target_unfit"}, vmi_migrating=True) is None
+    assert first(read={"target_unfit"}) == "apart_since"
+    # A check that reads the pass (its moment, its bounds) holds only once the pass decides.
+    assert first(read={"target_unfit"}, descheduled=DESCHEDULED) == "apart_since"
+    assert first(read=ON_DEMAND) is None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -26,7 +26,7 @@ from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
-from ..shared.times import ago, rfc3339, whole_seconds
+from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
 Item = TypeVar("Item")
@@ -196,11 +196,15 @@ def _outbound(vm: VmFacts, p: PassFacts) -> int:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Check:
-    """One condition that holds a VM where it is: `holds` tells, `words` says why."""
+    """One condition that holds a VM where it is: `holds` tells, `words` says why. `needs` names
+    the facts of the VM (`VmFacts` fields) `holds` reads; `own` when it reads nothing of the pass,
+    so that it can hold the VM while the pass is still observing it (`next_read`)."""
 
     hold: Hold
     holds: Callable[[VmFacts, PassFacts], bool]
     words: Callable[[VmFacts, PassFacts], str]
+    needs: tuple[str, ...] = ()
+    own: bool = False
 
 
 # The VM's own conditions come first (opt-in, shape, state, target, migratability, its
@@ -208,26 +212,30 @@ class Check:
 # makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
 # mode and the lease: a report shows the first thing that would stop a migration. The order of `Hold`.
 CHECKS: tuple[Check, ...] = (
-    Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in"),
-    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.kept, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"'),
+    Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in", ("vmi",), own=True),
+    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.kept, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
+          ("vmi",), own=True),
     Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
-          lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node"),
+          lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
     Check(Hold.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
-          lambda vm, p: f"{vm.where.state}: {vm.where.why}"),
+          lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where",), own=True),
     Check(Hold.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
-          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}"),
+          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit",), own=True),
     Check(Hold.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
-          lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}"),
-    Check(Hold.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),
-    Check(Hold.DESCHEDULED, lambda vm, p: p.now < (_descheduled_until(vm, p.limits) or p.now), _descheduled),
+          lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", ("vmi",), own=True),
+    Check(Hold.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
+          ("migrating",), own=True),
+    Check(Hold.DESCHEDULED, lambda vm, p: p.now < (_descheduled_until(vm, p.limits) or p.now), _descheduled,
+          ("descheduled",)),
     Check(Hold.APART_BRIEFLY, lambda vm, p: _apart_for(vm, p.now) < p.limits.after,
-          lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s"),
+          lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s",
+          ("apart_since",)),
     Check(Hold.MIGRATED_RECENTLY, lambda vm, p: vm.last_end is not None and p.now - vm.last_end < p.limits.after,
           lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
-                        f"(wait {whole_seconds(p.limits.after)}s)"),
-    Check(Hold.BACKING_OFF, _backing_off, _backoff_words),
+                        f"(wait {whole_seconds(p.limits.after)}s)", ("last_end",)),
+    Check(Hold.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
     Check(Hold.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
-          lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"),
+          lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})", ("history",)),
     Check(Hold.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
     Check(Hold.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
           lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
@@ -235,11 +243,11 @@ CHECKS: tuple[Check, ...] = (
           lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide (limit {p.limits.max_cluster_inflight})"),
     Check(Hold.SOURCE_BUSY, lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
-                        f"{p.limits.max_outbound_per_node} per source node): its slots are left to them"),
+                        f"{p.limits.max_outbound_per_node} per source node): its slots are left to them", ("where",)),
     Check(Hold.SETTLING, lambda vm, p: bool(vm.settling),
-          lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}"),
+          lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}", ("settling",), own=True),
     Check(Hold.REFUSED, lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
-          lambda vm, p: _refused_words(vm.refused or (0, p.now))),
+          lambda vm, p: _refused_words(vm.refused or (0, p.now)), ("refused",)),
     Check(Hold.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
           lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
     Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
@@ -247,6 +255,29 @@ CHECKS: tuple[Check, ...] = (
     Check(Hold.NO_LEASE, lambda vm, p: not p.lease,
           lambda vm, p: "not acting: the lease might run out before the migration is created"),
 )
+
+# What a pass reads of a VM only when a check reached in the table's order needs it: how long it
+# has been apart (its stretch) and whether its storage node can take it are API reads and checks
+# of their own; the other facts come with the VM and its migrations.
+ON_DEMAND = frozenset({"apart_since", "target_unfit"})
+
+
+# What an own check is given for the pass it does not read (`test_keep` holds them to that).
+_UNREAD = PassFacts(EPOCH, Limits(), KeepMode.MIGRATE, None)
+
+
+def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
+    """The next fact of ON_DEMAND (not yet in `read`) the VM's decision may need, in the order of
+    `CHECKS`; None when no other is: every one read, or a check decided by the VM's own facts
+    (`own`) holds it before another is needed. The observer reads until this says None, so a VM
+    held early is read no further."""
+    for check in CHECKS:
+        for need in check.needs:
+            if need in ON_DEMAND and need not in read:
+                return need
+        if check.own and check.holds(vm, _UNREAD):
+            return None
+    return None
 
 
 def _decision(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:

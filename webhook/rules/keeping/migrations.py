@@ -19,7 +19,8 @@ from typing import Any
 
 from ... import kinds
 from ...kinds import clip_reason
-from ..shared.reading import Malformed, Skipped, read_identity, read_object, read_str, read_time
+from ..shared import declared
+from ..shared.reading import Malformed, Skipped, read_identity
 from .running import VmiView
 from ..shared.times import EPOCH
 
@@ -93,7 +94,7 @@ class Migration:
 def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | None:
     """When a final migration ended: its final phase transition, else migrationState's end,
     else the latest transition we know of, else its creation."""
-    transitions = status.get("phaseTransitionTimestamps")
+    transitions = declared.TRANSITIONS.value(status)
     if transitions is None:
         transitions = []
     if not isinstance(transitions, list):
@@ -103,13 +104,13 @@ def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | 
     for entry in transitions:
         if not isinstance(entry, dict):
             raise Malformed("status.phaseTransitionTimestamps holds a non-object")
-        at = read_time(entry, "phaseTransitionTimestamp", "status.phaseTransitionTimestamps[]")
+        at = declared.TRANSITION_AT.time(entry)
         if at is None:
             continue
         any_at.append(at)
-        if entry.get("phase") in FINAL_PHASES:
+        if declared.TRANSITION_PHASE.value(entry) in FINAL_PHASES:
             final_at.append(at)
-    state_end = read_time(read_object(status, "migrationState", "status"), "endTimestamp", "status.migrationState")
+    state_end = declared.VMIM_ENDED.time(declared.VMIM_STATE.obj(status))
     if phase not in FINAL_PHASES:
         return None
     if final_at:
@@ -120,27 +121,29 @@ def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | 
 
 
 def read_migration(obj: Any) -> Migration | Skipped:
-    """The keeper's view of a migration, or why it is skipped (an object of unexpected shape)."""
+    """The keeper's view of a migration, or why it is skipped (an object of unexpected shape).
+    Its fields are those `rules.shared.declared.VMIM` declares, which the caches keep."""
     what = "VMIM"
     try:
         namespace, name, metadata = read_identity(obj, "VMIM")
         what = f"VMIM {namespace}/{name}"
-        spec = read_object(obj, "spec", "VMIM")
-        vmi = read_str(spec, "vmiName", "spec")
+        spec = declared.VMIM_SPEC.obj(obj)
+        vmi = declared.VMI_NAME_OF.text(spec)
         if not kinds.valid_name(vmi):
             raise Malformed(f"spec.vmiName {vmi[:60]!r} is not a VMI name")
-        created = read_time(metadata, "creationTimestamp", "metadata")
+        created = declared.VMIM_CREATED.time(metadata)
         if created is None:
             raise Malformed("no metadata.creationTimestamp")
-        status = read_object(obj, "status", "VMIM")
-        phase = read_str(status, "phase", "status")
-        ours = kinds.labels(obj).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT
-        target = kinds.annotations(obj).get(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY) if ours else None
-        uid = metadata.get("uid")
-        evacuated = kinds.annotations(obj).get(kinds.EVACUATION_ANNOTATION)
+        status = declared.VMIM_STATUS.obj(obj)
+        phase = declared.VMIM_PHASE.text(status)
+        ours = declared.VMIM_MANAGED_BY.of(obj) == kinds.COMPONENT
+        target = declared.VMIM_TARGET.of(obj) if ours else None
+        uid = declared.VMIM_UID.value(metadata)
+        evacuated = declared.VMIM_EVACUATION.of(obj)
         return Migration(namespace, name, vmi, phase, ours, created, _ended(status, phase, created),
                          target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "",
-                         evacuated if isinstance(evacuated, str) else None, read_str(spec, "priority", "spec"))
+                         evacuated if isinstance(evacuated, str) else None,
+                         declared.PRIORITY.text(spec))
     except Malformed as exc:
         return Skipped(what, str(exc))
 

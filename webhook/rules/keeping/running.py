@@ -10,16 +10,17 @@ and to where.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from ... import kinds
 from ...config import Settings
 from ...kinds import SPEC_MACHINE, STATUS_MACHINE
+from ..shared import declared
 from ..shared.classify import Skip, running_exemption
 from ..shared.facts import claims_of
-from ..shared.reading import Malformed, Skipped, read_bool, read_identity, read_object, read_str, read_time
+from ..shared.reading import Malformed, Skipped, read_identity
 from ..shared.times import EPOCH, parse_time
 
 
@@ -118,40 +119,44 @@ class VmiView:
     # status.machine.type (the canonical one it runs with), else spec.domain.machine.type, else none.
     machine_type: str = ""
     machine_from: str = ""  # STATUS_MACHINE, SPEC_MACHINE or ""
+    # Its annotations the rules read (`rules.shared.declared.VMI`): a hold on a new one declares it there.
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def running(self) -> bool:
         return self.phase == "Running" and bool(self.node)
 
 
-def _live_migratable(conditions: Any) -> tuple[bool, str]:
+def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
+    conditions = declared.VMI_CONDITIONS.value(status)
     if conditions is None:
         conditions = []
     if not isinstance(conditions, list):
         raise Malformed(f"status.conditions is a {type(conditions).__name__}, not a list")
     for condition in conditions:
-        if isinstance(condition, dict) and condition.get("type") == kinds.LIVE_MIGRATABLE:
-            if condition.get("status") == "True":
+        if isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.LIVE_MIGRATABLE:
+            state = declared.CONDITION_STATUS.value(condition)
+            if state == "True":
                 return True, ""
-            detail = ": ".join(str(condition[k]) for k in ("reason", "message") if condition.get(k))
-            return False, detail or f"{kinds.LIVE_MIGRATABLE} is {condition.get('status')!r}"
+            detail = ": ".join(str(part) for part in (declared.CONDITION_REASON.value(condition),
+                                                      declared.CONDITION_MESSAGE.value(condition)) if part)
+            return False, detail or f"{kinds.LIVE_MIGRATABLE} is {state!r}"
     return False, f"no {kinds.LIVE_MIGRATABLE} condition"
 
 
 def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
-    state = read_object(status, "migrationState", "status")
+    state = declared.VMI_MIGRATION.obj(status)
     if not state:
         return None
-    where = "status.migrationState"
     return VmiMigration(
-        source_node=read_str(state, "sourceNode", where) or None,
-        target_node=read_str(state, "targetNode", where) or None,
-        target_pod=read_str(state, "targetPod", where) or None,
-        started=read_time(state, "startTimestamp", where),
-        ended=read_time(state, "endTimestamp", where),
-        completed=read_bool(state, "completed", where),
-        failed=read_bool(state, "failed", where),
-        migration_uid=read_str(state, "migrationUid", where) or None,
+        source_node=declared.SOURCE_NODE.text(state) or None,
+        target_node=declared.TARGET_NODE.text(state) or None,
+        target_pod=declared.TARGET_POD.text(state) or None,
+        started=declared.STARTED.time(state),
+        ended=declared.ENDED.time(state),
+        completed=declared.COMPLETED.flag(state),
+        failed=declared.FAILED.flag(state),
+        migration_uid=declared.MIGRATION_UID.text(state) or None,
     )
 
 
@@ -159,42 +164,45 @@ def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, 
     """The machine type virt-controller selects nodes by (kubevirt/kubevirt
     pkg/virt-controller/services/template.go, `newNodeSelectorRenderer`): status.machine.type,
     else spec.domain.machine.type, else none (no machine-type selector at all); and where from."""
-    for where, container, source in (("status", status, STATUS_MACHINE), ("spec.domain", domain, SPEC_MACHINE)):
-        machine_type = read_str(read_object(container, "machine", where), "type", f"{where}.machine")
-        if machine_type:
-            return machine_type, source
+    places = ((status, declared.STATUS_MACHINE, declared.STATUS_MACHINE_TYPE, STATUS_MACHINE),
+              (domain, declared.SPEC_MACHINE, declared.SPEC_MACHINE_TYPE, SPEC_MACHINE))
+    for holder, machine, machine_type, source in places:
+        found = machine_type.text(machine.obj(holder))
+        if found:
+            return found, source
     return "", ""
 
 
 def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
-    """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape)."""
+    """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape). Its
+    fields are those `rules.shared.declared.VMI` declares, which the caches keep."""
     what = "VMI"
     try:
         namespace, name, metadata = read_identity(obj, "VMI")
         what = f"VMI {namespace}/{name}"
-        status = read_object(obj, "status", "VMI")
-        spec = read_object(obj, "spec", "VMI")
-        migratable, why = _live_migratable(status.get("conditions"))
-        domain = read_object(spec, "domain", "spec")
+        status, spec = declared.VMI_STATUS.obj(obj), declared.VMI_SPEC.obj(obj)
+        migratable, why = _live_migratable(status)
+        domain = declared.DOMAIN.obj(spec)
         machine_type, machine_from = _machine_type(status, domain)
-        annotations = kinds.annotations(obj)
-        uid = metadata.get("uid")
+        annotations = declared.VMI.annotations_of(obj, settings)
+        uid = declared.VMI_UID.value(metadata)
         return VmiView(
             namespace=namespace,
             name=name,
             uid=uid if isinstance(uid, str) else "",
-            phase=read_str(status, "phase", "status"),
-            node=read_str(status, "nodeName", "status") or None,
-            opted_in=annotations.get(settings.opt_in_annotation) == "true",
-            kept=annotations.get(kinds.KEEP_ANNOTATION) != "false",
+            phase=declared.VMI_PHASE.text(status),
+            node=declared.VMI_NODE.text(status) or None,
+            opted_in=annotations.get(declared.VMI_OPT_IN.name(settings)) == "true",
+            kept=annotations.get(declared.VMI_KEEP.name()) != "false",
             live_migratable=migratable,
             not_migratable=why,
             migration=_vmi_migration(status),
             claims=tuple(claims_of(obj)),
-            node_selector=dict(read_object(spec, "nodeSelector", "spec")),
-            cpu_model=read_str(read_object(domain, "cpu", "spec.domain"), "model", "spec.domain.cpu"),
+            node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
+            cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)),
             machine_type=machine_type,
             machine_from=machine_from,
+            annotations=annotations,
         )
     except Malformed as exc:
         return Skipped(what, str(exc))

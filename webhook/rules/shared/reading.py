@@ -36,11 +36,11 @@ def read_time(container: dict[str, Any], key: str, where: str) -> datetime | Non
     return parsed
 
 
-KIND_NAMES = {dict: "an object", str: "a string", bool: "a boolean"}
+KIND_NAMES = {dict: "an object", str: "a string", bool: "a boolean", list: "a list"}
 
 
 def read_typed(container: dict[str, Any], key: str, where: str, kind: type) -> Any:
-    """A field of `kind` (dict, str or bool): its empty value when absent, Malformed when of
+    """A field of `kind` (dict, str, bool or list): its empty value when absent, Malformed when of
     another type."""
     value = container.get(key)
     if value is None:

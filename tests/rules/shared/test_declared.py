@@ -1,0 +1,61 @@
+"""What the rules read of VMIs, migrations and pods, declared once: the keeper's and admission's
+caches keep it, a new annotation included, and the readers read it through the declaration."""
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.support.kube import launcher_pod_of, vmi
+
+from webhook.cluster.kept import VMI_ADMITTED, pod_annotations, shapes
+from webhook.config import Settings
+from webhook.rules.keeping.running import read_vmi
+from webhook.rules.shared.facts import claims_of
+from webhook.rules.shared import declared
+
+KEYS = st.text("abcdefghijklmnopqrstuvwxyzABC", min_size=1, max_size=8)
+ANNOTATION_KEYS = st.builds(lambda prefix, name: f"{prefix}.example.com/{name}", KEYS, KEYS)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(key=ANNOTATION_KEYS, value=st.text(max_size=5), opt_in=st.sampled_from(["kubevirt-scheduler/co-schedule",
+                                                                               "example.com/colocate"]))
+def test_an_annotation_a_rule_starts_reading_on_a_vmi_is_kept_by_the_keepers_cache(key, value, opt_in):
+    """A hold on a new annotation declares it (`declared.VMI.annotation`): the keeper's VMI cache
+    keeps it, and the VMI's view has it, the opt-in of the settings beside it."""
+    whole = vmi("vm1", "node-a", "d1", opted_in=True)
+    whole["metadata"]["annotations"] = {key: value, opt_in: "true", "example.com/unread": "x"}
+    the_settings = Settings(opt_in_annotation=opt_in)
+    extended = copy.deepcopy(declared.VMI)
+    new = extended.annotation(key)
+    original = declared.VMI
+    declared.VMI = extended
+    try:
+        kept = shapes(the_settings)["VirtualMachineInstance"](copy.deepcopy(whole))
+        view = read_vmi(kept, the_settings)
+    finally:
+        declared.VMI = original
+    assert new.of(kept) == value
+    assert view.annotations[key] == value and view.opted_in
+    assert "example.com/unread" not in kept["metadata"]["annotations"]
+
+
+def test_what_every_replica_keeps_of_a_vmi_is_what_admission_reads():
+    """Its disks (hotplugged ones too) and what its migration target is rendered from; none of
+    what the keeper alone reads (conditions, migrations, annotations)."""
+    whole = vmi("vm1", "node-a", "d1", "d2", migrated_from="node-b")
+    kept = shapes(Settings())["VirtualMachineInstance"](copy.deepcopy(whole))
+    assert set(VMI_ADMITTED) == {"metadata", "spec", "status"}
+    assert set(VMI_ADMITTED["status"]) == {"nodeName", "machine"}
+    assert "annotations" not in VMI_ADMITTED["metadata"]
+    assert claims_of(kept) == claims_of(whole) == ["d1", "d2"]
+
+
+def test_the_pods_annotations_kept_are_those_the_rules_read():
+    """The opt-in of the settings, our decisions (the prefix), the provisioning pod's mark."""
+    ours = pod_annotations(Settings(opt_in_annotation="example.com/colocate"))
+    assert [key for key in ("example.com/colocate", "kubevirt-scheduler/decision", "kubevirt-scheduler/anything",
+                            "kubevirt.io/ephemeral-provisioning", "kubevirt.io/co-schedule", "other/x")
+            if ours(key)] == ["example.com/colocate", "kubevirt-scheduler/decision", "kubevirt-scheduler/anything",
+                              "kubevirt.io/ephemeral-provisioning"]
+    pod = launcher_pod_of(vmi("vm1", "node-a", "d1"), "node-a")
+    assert claims_of(pod) == ["d1"]

@@ -1,0 +1,93 @@
+"""What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations:
+each field and key declared once (`fields.Fields`). The readers (`rules.keeping.running.read_vmi`,
+`rules.keeping.migrations.read_migration`) read through these, and `cluster/kept.py` keeps what
+they declare: a rule that starts reading a field or an annotation declares it here, and the
+caches keep it.
+"""
+from __future__ import annotations
+
+from ... import kinds
+from ...config import Settings
+from .fields import Fields
+
+
+def _opt_in(settings: Settings) -> str:
+    return settings.opt_in_annotation
+
+
+def _decision_prefix(settings: Settings) -> str:
+    return settings.decision_prefix
+
+
+# --------------------------------------------------------------------------- VirtualMachineInstance
+# `admitted`: what every replica keeps for admission, the VM's disks (hotplugged ones included)
+# and what its migration target pod is rendered from (`rules.kubevirt.target`).
+
+VMI = Fields("VMI")
+VMI_NAME = VMI.field("metadata.name", admitted=True)
+VMI_NAMESPACE = VMI.field("metadata.namespace", admitted=True)
+VMI_UID = VMI.field("metadata.uid", admitted=True)
+VMI_OPT_IN = VMI.annotation(_opt_in)  # reached the VMI from the VM template
+VMI_KEEP = VMI.annotation(kinds.KEEP_ANNOTATION)
+VMI_SPEC = VMI.field("spec")
+VMI_STATUS = VMI.field("status")
+VMI_PHASE = VMI.field("status.phase")
+VMI_NODE = VMI.field("status.nodeName", admitted=True)
+VMI_CONDITIONS = VMI.field("status.conditions[]")
+CONDITION_TYPE = VMI.field("status.conditions[].type")
+CONDITION_STATUS = VMI.field("status.conditions[].status")
+CONDITION_REASON = VMI.field("status.conditions[].reason")
+CONDITION_MESSAGE = VMI.field("status.conditions[].message")
+VMI_MIGRATION = VMI.field("status.migrationState")
+SOURCE_NODE = VMI.field("status.migrationState.sourceNode")
+TARGET_NODE = VMI.field("status.migrationState.targetNode")
+TARGET_POD = VMI.field("status.migrationState.targetPod")
+STARTED = VMI.field("status.migrationState.startTimestamp")
+ENDED = VMI.field("status.migrationState.endTimestamp")
+COMPLETED = VMI.field("status.migrationState.completed")
+FAILED = VMI.field("status.migrationState.failed")
+MIGRATION_UID = VMI.field("status.migrationState.migrationUid")
+STATUS_MACHINE = VMI.field("status.machine", admitted=True)
+STATUS_MACHINE_TYPE = VMI.field("status.machine.type", admitted=True)
+# The claims of its volumes (`rules.shared.facts.claims_of`): a DataVolume's PVC has its name.
+# claims_of, which reads pods' volumes too, asks either source for either key (the other pair
+# is never there: the schema has no such field).
+VMI_CLAIMS = tuple(VMI.field(f"spec.volumes[].{source}.{key}", admitted=True)
+                   for source in ("persistentVolumeClaim", "dataVolume") for key in ("claimName", "name"))
+VMI_NODE_SELECTOR = VMI.field("spec.nodeSelector", admitted=True)
+DOMAIN = VMI.field("spec.domain", admitted=True)
+CPU = VMI.field("spec.domain.cpu", admitted=True)
+CPU_MODEL = VMI.field("spec.domain.cpu.model", admitted=True)
+SPEC_MACHINE = VMI.field("spec.domain.machine", admitted=True)
+SPEC_MACHINE_TYPE = VMI.field("spec.domain.machine.type", admitted=True)
+
+# --------------------------------------------------------------------------- VirtualMachineInstanceMigration
+
+VMIM = Fields("VMIM")
+VMIM_NAME = VMIM.field("metadata.name")
+VMIM_NAMESPACE = VMIM.field("metadata.namespace")
+VMIM_UID = VMIM.field("metadata.uid")
+VMIM_CREATED = VMIM.field("metadata.creationTimestamp")
+VMIM_MANAGED_BY = VMIM.label(kinds.MANAGED_BY_LABEL)  # ours
+VMIM_TARGET = VMIM.annotation(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY)  # the node we asked for
+VMIM_EVACUATION = VMIM.annotation(kinds.EVACUATION_ANNOTATION)  # a drain's or an eviction's
+VMIM_SPEC = VMIM.field("spec")
+VMI_NAME_OF = VMIM.field("spec.vmiName")
+PRIORITY = VMIM.field("spec.priority")
+VMIM_STATUS = VMIM.field("status")
+VMIM_PHASE = VMIM.field("status.phase")
+TRANSITIONS = VMIM.field("status.phaseTransitionTimestamps[]")
+TRANSITION_PHASE = VMIM.field("status.phaseTransitionTimestamps[].phase")
+TRANSITION_AT = VMIM.field("status.phaseTransitionTimestamps[].phaseTransitionTimestamp")
+VMIM_STATE = VMIM.field("status.migrationState")
+VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
+
+# --------------------------------------------------------------------------- Pod
+# Every pod of the cluster is kept, and what is worth keeping of one depends on what it is
+# (`cluster.kept.shape_pod` writes that out); its annotations and its launcher's claims are declared.
+
+POD = Fields("Pod")
+POD_OPT_IN = POD.annotation(_opt_in)
+POD_PROVISIONING = POD.annotation(kinds.EPHEMERAL_PROVISIONING)  # WaitForFirstConsumer's temporary pod
+POD.annotation_prefix(_decision_prefix)  # our decision, node and reason
+POD_CLAIM = POD.field("spec.volumes[].persistentVolumeClaim.claimName")

@@ -1,0 +1,151 @@
+"""The fields of a kind the rules read, each declared once: the readers read through the
+declaration (`Field`, `Annotation`), and the caches keep what it declares (`cluster/kept.py`
+builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
+
+A path is dotted, `[]` after a key for every item of a list: "status.migrationState.endTimestamp",
+"spec.volumes[].dataVolume.name". A field declared with nothing declared beneath it is kept whole
+(a map copied as it is, a list read item by item elsewhere); one with fields beneath keeps those.
+Fields marked `admitted` are the part every replica keeps for admission (`Fields.keep(admitted=True)`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from ...config import Settings
+from .reading import read_time, read_typed
+
+KeySource = str | Callable[[Settings], str]  # an annotation or label key, or the setting that names it
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Field:
+    """One declared field: its key in the object that holds it, and where that is (the messages'
+    words: "status.migrationState", or the kind's name at the top). Each read takes that holder."""
+
+    key: str
+    where: str
+
+    def value(self, holder: Mapping[str, Any]) -> Any:
+        return holder.get(self.key)
+
+    def obj(self, holder: Mapping[str, Any]) -> dict[str, Any]:
+        """An object: {} when absent, Malformed when something else."""
+        return read_typed(holder, self.key, self.where, dict)  # type: ignore[arg-type]
+
+    def text(self, holder: Mapping[str, Any]) -> str:
+        return read_typed(holder, self.key, self.where, str)  # type: ignore[arg-type]
+
+    def flag(self, holder: Mapping[str, Any]) -> bool:
+        return read_typed(holder, self.key, self.where, bool)  # type: ignore[arg-type]
+
+    def items(self, holder: Mapping[str, Any]) -> list[Any]:
+        return read_typed(holder, self.key, self.where, list)  # type: ignore[arg-type]
+
+    def time(self, holder: Mapping[str, Any]) -> datetime | None:
+        return read_time(holder, self.key, self.where)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Keyed:
+    """A declared annotation or label key, fixed or named by a setting."""
+
+    where: str  # "annotations" or "labels"
+    key: KeySource
+
+    def name(self, settings: Settings | None = None) -> str:
+        """The key; one a setting names needs the settings."""
+        if isinstance(self.key, str):
+            return self.key
+        if settings is None:
+            raise TypeError("this key is named by a setting: pass the settings")
+        return self.key(settings)
+
+    def of(self, obj: Any, settings: Settings | None = None) -> Any:
+        """The value on `obj`, None when absent."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        found = meta.get(self.where) if isinstance(meta, dict) else None
+        return found.get(self.name(settings)) if isinstance(found, dict) else None
+
+
+class Fields:
+    """What the rules read of one kind (`name`: how messages name it, "VMI"), declared once."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.paths: dict[tuple[str, ...], bool] = {}  # path (list items "key[]") → admitted
+        self.keys: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
+        self.prefixes: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
+
+    def field(self, path: str, *, admitted: bool = False) -> Field:
+        parts = tuple(path.split("."))
+        for depth in range(1, len(parts) + 1):
+            self.paths[parts[:depth]] = self.paths.get(parts[:depth], False) or admitted
+        where = ".".join(parts[:-1]) if len(parts) > 1 else self.name
+        return Field(parts[-1].removesuffix("[]"), where)
+
+    def annotation(self, key: KeySource) -> Keyed:
+        self.keys["annotations"].append(key)
+        return Keyed("annotations", key)
+
+    def label(self, key: KeySource) -> Keyed:
+        self.keys["labels"].append(key)
+        return Keyed("labels", key)
+
+    def annotation_prefix(self, prefix: KeySource) -> None:
+        """Every annotation whose key starts with `prefix` is read (ours: the decision's)."""
+        self.prefixes["annotations"].append(prefix)
+
+    def named(self, where: str, settings: Settings) -> Callable[[str], bool]:
+        """Whether a key of `where` ("annotations", "labels") is one the rules read."""
+        keys = frozenset(_resolve(self.keys[where], settings))
+        prefixes = tuple(_resolve(self.prefixes[where], settings))
+        if not prefixes:
+            return keys.__contains__
+        return lambda key: key in keys or key.startswith(prefixes)
+
+    def annotations_of(self, obj: Any, settings: Settings) -> dict[str, str]:
+        """The declared annotations `obj` carries (those with a string value)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        found = meta.get("annotations") if isinstance(meta, dict) else None
+        if not isinstance(found, dict):
+            return {}
+        return {key: value for key in _resolve(self.keys["annotations"], settings)
+                if isinstance(value := found.get(key), str)}
+
+    def keep(self, settings: Settings, *, admitted: bool = False) -> Any:
+        """The cache's spec (`cluster.kept.trim`) of what is declared: everything, or what
+        admission reads (`admitted`, without annotations and labels)."""
+        tree: dict[str, Any] = {}
+        for path, marked in self.paths.items():
+            if admitted and not marked:
+                continue
+            below = tree
+            for part in path:
+                node = below.setdefault(part.removesuffix("[]"), {"each": False, "below": {}})
+                node["each"] = node["each"] or part.endswith("[]")
+                below = node["below"]
+        spec = _spec(tree)
+        if not admitted:
+            for where in ("annotations", "labels"):
+                if self.keys[where] or self.prefixes[where]:
+                    spec.setdefault("metadata", {})[where] = self.named(where, settings)
+        return spec
+
+
+def _resolve(keys: Iterable[KeySource], settings: Settings) -> list[str]:
+    return [key if isinstance(key, str) else key(settings) for key in keys]
+
+
+def _spec(tree: dict[str, Any]) -> dict[str, Any]:
+    """The declared parts as a keep spec: a leaf whole, a list's items by their own spec."""
+    spec: dict[str, Any] = {}
+    for name, node in tree.items():
+        if not node["below"]:
+            spec[name] = True
+        else:
+            inner = _spec(node["below"])
+            spec[name] = [inner] if node["each"] else inner
+    return spec
