@@ -206,7 +206,7 @@ class Vm:
     volume: str = ""  # the Longhorn volume of its disk: its ShareManager, and share-manager-<volume>
     migratable: bool = True  # its VMI is LiveMigratable
     opted_in: bool = True  # its VMI carries the opt-in annotation
-    kept: bool = True  # False: annotated kubevirt-scheduler/keep: "false"
+    may_move: bool = True  # False: annotated kubevirt-scheduler/keep: "false"
     start: str = ""  # where it ran at start (or where a migration not ours moved it)
     machine: str = ""  # status.machine.type: the canonical machine type it runs with
     selector: dict[str, str] = dataclasses.field(default_factory=dict)  # its pod's nodeSelector
@@ -319,7 +319,7 @@ def plan(vmis: int, apart: int, nodes: int, unready: int, cordoned: int, others:
         claim = f"{name}-disk"
         vm = Vm(name, f"vms-{i % 10}", uid, role, storage, node, f"virt-launcher-{name}-abcde", claim=claim,
                 volume=f"pvc-{uuid.UUID(int=random.Random(claim).getrandbits(128), version=4)}",
-                migratable=role != UNMIGRATABLE, opted_in=role != NOT_OPTED_IN, kept=role != OPTED_OUT, start=node,
+                migratable=role != UNMIGRATABLE, opted_in=role != NOT_OPTED_IN, may_move=role != OPTED_OUT, start=node,
                 machine=objects.machine_type(cpu[started_on or node]))
         launched = objects.launcher_node_selector(placement(vm))
         vm.selector = (launched if started_on is None else
@@ -351,7 +351,7 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
                   objects.share_manager(volume, vm.storage), share_manager_pod]
         moved = vm.node != vm.storage and vm.role != ON_OLDER_CPU  # by the drain before the run
         vmi = objects.vmi(vm.name, vm.node, vm.claim, namespace=vm.namespace, uid=vm.uid,
-                          opted_in=vm.opted_in, migratable=vm.migratable, keep=None if vm.kept else "false", migrated_from=vm.storage if moved else None,
+                          opted_in=vm.opted_in, migratable=vm.migratable, keep=None if vm.may_move else "false", migrated_from=vm.storage if moved else None,
                           migration_end=drained if moved else None, machine=vm.machine)
         found.append(vmi)
         if moved:  # the drain's target pod: the VM's pod since then
@@ -434,7 +434,7 @@ class Tracker:
         """The VM as the keeper's decision reads it, from the simulation's own state: running on its
         node, its one disk served from its storage node (from nowhere while its share-manager is
         away), with what its storage node says to its migration target pod."""
-        view = VmiView(vm.namespace, vm.name, vm.uid, "Running", vm.node, opted_in=vm.opted_in, kept=vm.kept,
+        view = VmiView(vm.namespace, vm.name, vm.uid, "Running", vm.node, opted_in=vm.opted_in, may_move=vm.may_move,
                        live_migratable=vm.migratable, not_migratable="" if vm.migratable else "not live-migratable",
                        migration=None)
         disk = Fact(vm.claim, None if vm.settling else vm.storage,

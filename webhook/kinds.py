@@ -3,7 +3,7 @@
 Sources: KubeVirt `pkg/virt-controller/services/template.go` and
 `pkg/virt-controller/watch/migration/migration.go` (launcher and migration target pods),
 longhorn-manager `controller/share_manager_controller.go` and `k8s/crds.yaml` (ShareManager,
-share-manager pods). The caches keep the fields these names point at (`cluster/kept.py`).
+share-manager pods). The caches keep the fields these names point at (`cluster/shapes.py`).
 """
 from __future__ import annotations
 
@@ -126,6 +126,7 @@ SHARE_MANAGER_POD_PREFIX = "share-manager-"  # + the volume name
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"  # a node or pod (anti-)affinity's hard part
+PREFERRED_TERMS = "preferredDuringSchedulingIgnoredDuringExecution"  # a node affinity's weighted terms
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 # --------------------------------------------------------------------------- ours

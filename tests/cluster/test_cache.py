@@ -11,7 +11,7 @@ from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, revi
 
 from webhook.admission.review import parse_review
 from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster.kept import shapes
+from webhook.cluster.shapes import shapes
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -61,7 +61,7 @@ def requests_since(kmock, mark):
 
 def test_what_no_rule_reads_is_dropped_on_arrival():
     """Every pod of the cluster is held in memory: its bulk goes on arrival. (That the rules read
-    the same from what is kept is the differential property of test_kept.py.)"""
+    the same from what is kept is the differential property of test_shapes.py.)"""
     pod = vm_pod()
     pod["metadata"]["managedFields"] = [{"manager": "virt-controller", "fieldsV1": {"f:spec": {}}}]
     pod["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "{}"

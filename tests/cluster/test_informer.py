@@ -11,7 +11,7 @@ from webhook.admission.review import parse_review
 from webhook.cluster import client
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.informer import Informer
-from webhook.cluster.kept import shapes
+from webhook.cluster.shapes import shapes
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.deadline import Deadline

@@ -1,7 +1,7 @@
 """Watch-backed caches of the cluster objects the rules read: admissions answered from memory.
 
 `WatchedClusterStore` answers the Store protocol from one `Informer` per kind (informer.py),
-each object kept in its kind's shape (kept.py) in a `Table` (table.py) indexed by what the
+each object kept in its kind's shape (shapes.py) in a `Table` (table.py) indexed by what the
 rules look up, and falls back to a direct GET (within the caller's timeout) before the
 caches have synced and on misses that may just be watch lag. The admission path reads
 through `peek` and the checks' view (`CachedView`): shared, read-only objects.
@@ -20,7 +20,7 @@ from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers
-from .kept import admitted_vmi, shapes
+from .shapes import admitted_vmi, shapes
 from .reflector import Timing
 from .store import Stats, StoreError, volume_handle
 from .table import Indexer, object_key

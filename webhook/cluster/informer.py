@@ -1,5 +1,5 @@
 """Informers: each applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
-`Table`, keeping each object in its kind's shape (kept.py), and reports its health (metrics,
+`Table`, keeping each object in its kind's shape (shapes.py), and reports its health (metrics,
 log lines, readiness notes).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import Resource
-from .kept import Shape
+from .shapes import Shape
 from .reflector import Event, EventType, Reflector, Timing
 from .store import labels_match
 from .table import Indexer, Table, Watcher, object_key
@@ -40,7 +40,7 @@ class Informer:
         self.resource = resource
         # A field selector the API applies (`fields`), and the same test on our side (`wanted`).
         self.fields, self.wanted = fields, wanted
-        self.shape = shape  # what is kept of each object (kept.py)
+        self.shape = shape  # what is kept of each object (shapes.py)
         self.namespace = namespace if resource.namespaced else None
         self.labels = dict(labels or {})
         self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())

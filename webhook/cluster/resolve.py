@@ -17,7 +17,7 @@ from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, vm_pods
 from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
-from .kept import pod_to_place
+from .shapes import pod_to_place
 from .store import Store, StoreError
 
 

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from .. import kinds, metrics
 from ..cluster.events import NO_EVENTS, Events
-from ..cluster.kubevirt import KubeVirtWatch
+from ..cluster.kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
@@ -43,7 +43,7 @@ from ..rules.keeping.running import read_vmi, VmiView
 from .act import Actor, ActionResult
 from .follow import Follower
 from .memory import Memory, VmRecord
-from .observe import Breather, Nodes, Observed, Observer, pass_facts, probe
+from .observe import Breather, Nodes, Observed, Observer, pass_facts, ask_targeted
 from .targeted import TargetedMigration
 from .stretch import Stretches
 
@@ -251,7 +251,7 @@ class Keeper:
         order = pass_order(observed, lambda vm: vm.facts, lambda facts: self.memory.since(facts, now))
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
-        return Sighting(tuple(order), await probe(self.targeted, order, facts))
+        return Sighting(tuple(order), await ask_targeted(self.targeted, order, facts))
 
     async def _observe_vms(self, running: list[VmiView], history: list[Migration], now: datetime) -> list[Observed]:
         """Each VM observed once, with its own migrations; the loop given back every few milliseconds."""

@@ -3,7 +3,7 @@ record with everything its decision needs (`Observed`: where it runs against whe
 are served, the stretch it has been apart (`stretch.py`), whether its storage node can take it,
 its migrations), each node read once a pass (`Nodes`); and what the whole pass goes by
 (`pass_facts`: the bounds, the mode, the migrations in flight, whether targeted migration
-works, asked once before the decisions by `probe`). The keeper and `status` observe here and
+works, asked once before the decisions by `ask_targeted`). The keeper and `status` observe here and
 decide with `rules.keeping.keep.decide_keep`, so an admin sees the very answer the keeper acts on.
 """
 from __future__ import annotations
@@ -169,7 +169,7 @@ def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[st
     return migration_manifest(vm.vmi, vm.target_node, decision.reason, MIGRATION_PRIORITY if priority else None)
 
 
-async def probe(targeted: TargetedMigration, order: Sequence[Observed], facts: PassFacts) -> PassFacts:
+async def ask_targeted(targeted: TargetedMigration, order: Sequence[Observed], facts: PassFacts) -> PassFacts:
     """The pass with the answer on targeted migration. When it is due to be (re)checked, the
     dry run is made of the first VM in `order` that would move (or be held only by the mode or
     the lease) if it worked; an answer that proves nothing (a timeout, KubeVirt refusing that

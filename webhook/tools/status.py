@@ -67,7 +67,7 @@ class VmStatus:
     why: str
     last_action: str
     last_migration: Migration | None  # our latest migration of the VM
-    kept: bool
+    may_move: bool
     decision: KeepDecision
     next: str  # the decision in words: when it moves, or what holds it
     disks: tuple[DiskPath, ...] = ()  # each Longhorn disk's I/O path
@@ -86,7 +86,7 @@ class VmStatus:
             "last_migration": None if last is None else {
                 "name": last.name, "target": last.target, "phase": last.phase or None,
                 "created": rfc3339(last.created), "ended": rfc3339(last.ended) if last.ended else None},
-            "keep": self.kept,
+            "keep": self.may_move,
             "moves": self.decision.act,
             "hold": str(self.decision.hold) if self.decision.hold is not None else None,
             "decision": self.decision.reason,
@@ -187,7 +187,7 @@ def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration]
         return not view.live_migratable or migrating(view, migrations, now)
 
     ranked = sorted(running, key=lambda view: (refused(view), view.namespace, view.name))
-    vmi = ranked[0] if ranked else VmiView(DRY_RUN_NAMESPACE, DRY_RUN_VMI, "", "", None, opted_in=False, kept=False,
+    vmi = ranked[0] if ranked else VmiView(DRY_RUN_NAMESPACE, DRY_RUN_VMI, "", "", None, opted_in=False, may_move=False,
                                            live_migratable=False, not_migratable="", migration=None)
     node = vmi.node or DRY_RUN_VMI
     manifest = migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
@@ -387,7 +387,7 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
     return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
-                    view.kept, decision, next_step(decision, since, facts, off=off))
+                    view.may_move, decision, next_step(decision, since, facts, off=off))
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -409,7 +409,7 @@ def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -
             text = f"migration {to} running for {ago(now - last.created)} ({last.phase or 'no phase yet'})"
         else:
             text = f"migration {to} unfinished after {ago(now - last.created)} ({last.phase or 'no phase'})"
-    if not view.kept:
+    if not view.may_move:
         text += " (keep disabled)"
     return text, last
 

@@ -57,7 +57,7 @@ def test_an_apart_vm_is_moved_to_its_storage():
 
 HOLDS = [
     (vmi_with(opted_in=False), APART_WHERE, {}, Hold.NOT_OPTED_IN, "not opted in"),
-    (vmi_with(kept=False), APART_WHERE, {}, Hold.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
+    (vmi_with(may_move=False), APART_WHERE, {}, Hold.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
     (vmi_with(phase="Succeeded"), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Succeeded, not running on a node"),
     (vmi_with(node=None), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Running, not running on a node"),
     (APART_VMI, locality("node-a", [fact("d", "node-a")]), {}, Hold.NOT_APART,
@@ -144,8 +144,8 @@ def test_at_the_edges_the_vm_is_moved(changes):
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [
-    (vmi_with(opted_in=False, kept=False), APART_WHERE, {}, Hold.NOT_OPTED_IN),
-    (vmi_with(kept=False), locality("node-a", [fact("d", "node-a")]), {"mode": KeepMode.REPORT}, Hold.OPTED_OUT),
+    (vmi_with(opted_in=False, may_move=False), APART_WHERE, {}, Hold.NOT_OPTED_IN),
+    (vmi_with(may_move=False), locality("node-a", [fact("d", "node-a")]), {"mode": KeepMode.REPORT}, Hold.OPTED_OUT),
     (APART_VMI, locality("node-a", [fact("d", "node-a")]), {"target_unfit": "node node-b is cordoned"}, Hold.NOT_APART),
     (vmi_with(live_migratable=False), APART_WHERE, {"target_unfit": "node node-b is not Ready"}, Hold.TARGET_UNFIT),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True, "in_flight_all": 5, "apart_since": NOW}, Hold.MIGRATING),
@@ -216,7 +216,7 @@ def test_the_hold_table_says_what_the_observer_reads_next():
         vm, _ = facts(vmi, where, **changes)
         return next_read(vm, set(read))
 
-    assert first(vmi_with(kept=False)) is None  # opted out
+    assert first(vmi_with(may_move=False)) is None  # opted out
     assert first(where=locality("node-a", [fact("d", "node-a")])) is None  # co-located
     assert first() == "target_unfit"
     assert first(read={"target_unfit"}, target_unfit="node node-b is cordoned") is None

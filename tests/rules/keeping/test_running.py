@@ -93,7 +93,7 @@ def test_vmi_after_a_migration():
     view = read_vmi(load("vmi-migrated.yaml"), SETTINGS)
     assert isinstance(view, VmiView)
     assert (view.namespace, view.name, view.uid, view.phase, view.node) == ("default", "vm1", UID, "Running", "node-a")
-    assert view.running and view.opted_in and view.kept and view.live_migratable
+    assert view.running and view.opted_in and view.may_move and view.live_migratable
     assert view.claims == ("vm1-rootdisk",)
     m = view.migration
     assert (m.source_node, m.target_node, m.target_pod) == ("node-b", "node-a", "virt-launcher-vm1-q8w4z")
@@ -138,7 +138,7 @@ def test_keep_opt_out(annotation, kept):
     obj = vmi_obj()
     if annotation is not None:
         obj["metadata"]["annotations"]["kubevirt-scheduler/keep"] = annotation
-    assert read_vmi(obj, SETTINGS).kept is kept
+    assert read_vmi(obj, SETTINGS).may_move is kept
 
 
 def test_opt_in_is_read_from_the_vmi():

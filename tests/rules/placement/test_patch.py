@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.kinds import REQUIRED
-from webhook.rules.placement.patch import PREFERRED as PREFERRED_KEY, as_created, decision_annotations, edited, patch_for
+from webhook.kinds import PREFERRED_TERMS as PREFERRED_KEY
+from webhook.rules.placement.patch import as_created, decision_annotations, edited, patch_for
 from webhook.config import Settings
 from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision
 

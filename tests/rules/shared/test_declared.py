@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.kube import launcher_pod_of, vmi
 
-from webhook.cluster.kept import VMI_ADMITTED, pod_annotations, shapes
+from webhook.cluster.shapes import VMI_ADMITTED, pod_annotations, shapes
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.facts import claims_of

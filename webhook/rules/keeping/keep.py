@@ -213,7 +213,7 @@ class Check:
 # mode and the lease: a report shows the first thing that would stop a migration. The order of `Hold`.
 CHECKS: tuple[Check, ...] = (
     Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in", ("vmi",), own=True),
-    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.kept, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
+    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.may_move, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
           ("vmi",), own=True),
     Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
           lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),

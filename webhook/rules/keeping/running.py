@@ -108,7 +108,7 @@ class VmiView:
     phase: str
     node: str | None  # status.nodeName: where the VM runs
     opted_in: bool  # the opt-in annotation reached the VMI from the VM template
-    kept: bool  # False when annotated kubevirt-scheduler/keep: "false"
+    may_move: bool  # False when annotated kubevirt-scheduler/keep: "false"
     live_migratable: bool  # condition LiveMigratable is "True"
     not_migratable: str  # why not, from the condition, when it is not
     migration: VmiMigration | None
@@ -193,7 +193,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             phase=declared.VMI_PHASE.text(status),
             node=declared.VMI_NODE.text(status) or None,
             opted_in=annotations.get(declared.VMI_OPT_IN.name(settings)) == "true",
-            kept=annotations.get(declared.VMI_KEEP.name()) != "false",
+            may_move=annotations.get(declared.VMI_KEEP.name()) != "false",
             live_migratable=migratable,
             not_migratable=why,
             migration=_vmi_migration(status),

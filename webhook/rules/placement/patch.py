@@ -25,11 +25,10 @@ from typing import Any
 
 from ... import kinds
 from ...config import Settings
-from ...kinds import MAX_REASON, REQUIRED, clip_reason
+from ...kinds import MAX_REASON, PREFERRED_TERMS, REQUIRED, clip_reason
 from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
-PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
 def node_requirement(node: str) -> dict[str, Any]:
@@ -137,9 +136,9 @@ def _place(spec: dict[str, Any], required: tuple[str, ...], wanted: list[dict[st
     if required:
         _require(node_affinity, required)
     if wanted:
-        existing = node_affinity.get(PREFERRED)
+        existing = node_affinity.get(PREFERRED_TERMS)
         if not isinstance(existing, list):
-            node_affinity[PREFERRED] = wanted
+            node_affinity[PREFERRED_TERMS] = wanted
         else:
             have = [t.get("preference") for t in existing if isinstance(t, dict)]
             existing.extend(term for term in wanted if term["preference"] not in have)
@@ -260,10 +259,10 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
             selector["nodeSelectorTerms"] = kept
         else:
             del node_affinity[REQUIRED]
-    preferred = node_affinity.get(PREFERRED)
+    preferred = node_affinity.get(PREFERRED_TERMS)
     if isinstance(preferred, list):
         ours_preferred = [{"matchFields": [node_requirement(node)]} for node in ours]
-        keep_or_drop(node_affinity, PREFERRED,
+        keep_or_drop(node_affinity, PREFERRED_TERMS,
                      [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)])
     drop_empty(spec, "affinity", "nodeAffinity")
     return pod

@@ -1,6 +1,6 @@
 """What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations:
-each field and key declared once (`fields.Fields`). The readers (`rules.keeping.running.read_vmi`,
-`rules.keeping.migrations.read_migration`) read through these, and `cluster/kept.py` keeps what
+each field and key declared once (`declaring.Fields`). The readers (`rules.keeping.running.read_vmi`,
+`rules.keeping.migrations.read_migration`) read through these, and `cluster/shapes.py` keeps what
 they declare: a rule that starts reading a field or an annotation declares it here, and the
 caches keep it.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ... import kinds
 from ...config import Settings
-from .fields import Fields
+from .declaring import Fields
 
 
 def _opt_in(settings: Settings) -> str:
@@ -84,7 +84,7 @@ VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
 
 # --------------------------------------------------------------------------- Pod
 # Every pod of the cluster is kept, and what is worth keeping of one depends on what it is
-# (`cluster.kept.shape_pod` writes that out); its annotations and its launcher's claims are declared.
+# (`cluster.shapes.shape_pod` writes that out); its annotations and its launcher's claims are declared.
 
 POD = Fields("Pod")
 POD_OPT_IN = POD.annotation(_opt_in)

@@ -5,9 +5,9 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.cluster.kept import trim
+from webhook.cluster.shapes import trim
 from webhook.config import Settings
-from webhook.rules.shared.fields import Fields
+from webhook.rules.shared.declaring import Fields
 from webhook.rules.shared.reading import Malformed
 
 KEYS = st.text("abcdefghijklmnopqrstuvwxyzABC", min_size=1, max_size=8)

@@ -8,7 +8,7 @@ applied by `trim`). Pods are written out (`shape_pod`): every pod of the cluster
 what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
 keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
 
-tests/cluster/test_kept.py asks the rules the same questions of whole objects and of their kept
+tests/cluster/test_shapes.py asks the rules the same questions of whole objects and of their kept
 shapes, over generated clusters, and watches the readers read only what the declaration keeps.
 """
 from __future__ import annotations

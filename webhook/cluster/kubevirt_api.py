@@ -2,7 +2,7 @@
 
 VirtualMachineInstances and VirtualMachineInstanceMigrations are listed and watched cluster
 wide with the same Informer/Reflector machinery as the admission caches, trimmed to what
-the keeper's rules read (kept.py, from what the readers declare: rules/shared/declared.py). Migrations are
+the keeper's rules read (shapes.py, from what the readers declare: rules/shared/declared.py). Migrations are
 created here, dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
 (KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
 `staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them,
@@ -21,7 +21,7 @@ from ..config import Settings
 from ..kinds import VMI, VMIM
 from .client import ApiUnreachable, request
 from .informer import Informer, Informers
-from .kept import shapes
+from .shapes import shapes
 from .reflector import Timing
 
 

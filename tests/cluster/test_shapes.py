@@ -1,4 +1,4 @@
-"""What the caches keep of each kind (cluster/kept.py) is enough: over generated clusters, the
+"""What the caches keep of each kind (cluster/shapes.py) is enough: over generated clusters, the
 rules give the same answers from the kept shapes as from the whole objects.
 
 Each property builds the same store twice, one keeping every object whole and one keeping its
@@ -26,9 +26,9 @@ from webhook import kinds
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster import kept as kept_spec
-from webhook.cluster.kept import pod_to_place, shapes
-from webhook.cluster.kubevirt import KubeVirtWatch
+from webhook.cluster import shapes as shaped
+from webhook.cluster.shapes import pod_to_place, shapes
+from webhook.cluster.kubevirt_api import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
 from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
@@ -691,8 +691,8 @@ def test_the_keepers_readers_read_nothing_its_caches_drop(objects, opt_in):
     object, by whatever route, its kind's shape keeps: a rule reading a field it did not declare
     (`rules.shared.declared`) fails here, whatever the generated objects hold."""
     settings = Settings(opt_in_annotation=opt_in)
-    shape_keep = {"VirtualMachineInstance": kept_spec.vmi_kept(settings),
-                  "VirtualMachineInstanceMigration": kept_spec.migration_kept(settings)}
+    shape_keep = {"VirtualMachineInstance": shaped.vmi_kept(settings),
+                  "VirtualMachineInstanceMigration": shaped.migration_kept(settings)}
     for obj in objects:
         reads = {}
         traced = Traced(obj, (), reads)
@@ -709,7 +709,7 @@ def test_the_tracing_sees_a_read_the_declaration_does_not_keep():
     traced = Traced(vmi("vm1", "node-a", "d1"), (), reads)
     kinds.annotations(traced).get("example.com/frozen")
     traced["status"]["guestOSInfo"]
-    assert sorted(dropped(reads, kept_spec.vmi_kept(Settings()))) == [
+    assert sorted(dropped(reads, shaped.vmi_kept(Settings()))) == [
         "metadata.annotations.example.com/frozen", "status.guestOSInfo"]
 
 
@@ -739,7 +739,7 @@ def test_the_keepers_vmi_cache_keeps_the_hotplugged_disks_it_judges_the_vm_by():
     launcher pod mounts, is among them as the cache keeps the VMI."""
     from tests.support.kube import load
 
-    from webhook.cluster.kept import shapes
+    from webhook.cluster.shapes import shapes
     from webhook.config import Settings
     from webhook.rules.keeping.running import read_vmi
 
@@ -754,7 +754,7 @@ def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_wh
 
     from tests.support.kube import launcher_pod_of, load, node, vmi
 
-    from webhook.cluster.kept import admitted_vmi
+    from webhook.cluster.shapes import admitted_vmi
     from webhook.config import Settings
     from webhook.rules.keeping.running import read_vmi
     from webhook.rules.kubevirt.target import target_pod

@@ -10,8 +10,8 @@ from tests.support.kube import load
 from tests.support.kubevirt_api import VMIMS, KubeVirtApi, register
 
 from webhook.cluster import client
-from webhook.cluster.kept import shapes
-from webhook.cluster.kubevirt import create_migration, delete_migration
+from webhook.cluster.shapes import shapes
+from webhook.cluster.kubevirt_api import create_migration, delete_migration
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
 from webhook.rules.keeping.running import read_vmi
@@ -34,7 +34,7 @@ def full_migration():
 
 def test_of_a_vmi_the_keeper_keeps_little_more_than_its_identity_placement_and_migration():
     """A VMI's status and domain are most of its bytes and none of what the keeper reads. (That
-    the keeper reads the same from what is kept is the differential property of test_kept.py.)"""
+    the keeper reads the same from what is kept is the differential property of test_shapes.py.)"""
     vmi = copy.deepcopy(load("vmi-migrated.yaml"))
     vmi["spec"]["volumes"].append({"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config\n" * 100}})
     vmi["metadata"]["managedFields"] = [{"manager": "virt-handler"}]

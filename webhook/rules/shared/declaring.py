@@ -1,5 +1,5 @@
 """The fields of a kind the rules read, each declared once: the readers read through the
-declaration (`Field`, `Annotation`), and the caches keep what it declares (`cluster/kept.py`
+declaration (`Field`, `Annotation`), and the caches keep what it declares (`cluster/shapes.py`
 builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
 
 A path is dotted, `[]` after a key for every item of a list: "status.migrationState.endTimestamp",
@@ -116,7 +116,7 @@ class Fields:
                 if isinstance(value := found.get(key), str)}
 
     def keep(self, settings: Settings, *, admitted: bool = False) -> Any:
-        """The cache's spec (`cluster.kept.trim`) of what is declared: everything, or what
+        """The cache's spec (`cluster.shapes.trim`) of what is declared: everything, or what
         admission reads (`admitted`, without annotations and labels)."""
         tree: dict[str, Any] = {}
         for path, marked in self.paths.items():
