@@ -13,6 +13,7 @@ from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
+from tests.support.stores import seed, watched_store
 
 VOLUME = "pvc-d1"
 DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
@@ -99,6 +100,22 @@ async def test_a_leaving_vms_share_manager_goes_where_the_vm_can_follow(make_sto
     assert preferred(pod)[0][0] == "node-c"  # the most room for the VM: node-b runs a workload
     assert {n for n, _ in preferred(pod)} == {"node-b", "node-c"} and all(1 <= w <= 100 for _, w in preferred(pod))
     assert why in outcome.decision.reason and "VM default/vm1" in outcome.decision.reason
+
+
+async def test_on_the_caches_a_drains_share_manager_reads_nothing_from_the_api(kmock):
+    """The share-managers of a drain come back together: each renders its VM's migration target
+    from the launcher pod, the VMI and the source node as the caches keep them, with no request to
+    the apiserver (which is busy with the drain's creates)."""
+    for name, objects, _ in LEAVING:
+        seed(kmock, objects)
+        store = await watched_store(kmock)
+        try:
+            mark = len(list(kmock))
+            _, pod = await decided(store)
+            assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned-among", name
+            assert [r for r in list(kmock)[mark:] if r.params.get("watch") != "true"] == [], name
+        finally:
+            await store.close()
 
 
 async def test_a_migration_that_names_its_node_takes_the_share_manager_there(make_store):

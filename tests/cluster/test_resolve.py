@@ -1,10 +1,11 @@
 """The migration target pod's one recipe: the drain's share-manager rule renders it from the
-launcher pod read whole, the keeper from the launcher pod it keeps per VM apart; both get the
-pod virt-controller creates."""
+launcher pod as the caches keep it (or whole, without caches), the keeper from the launcher pod it
+keeps per VM apart; all get the pod virt-controller creates."""
 import copy
 
 from tests.support.kube import load, node
 
+from webhook.cluster.kept import shapes
 from webhook.cluster.resolve import migration_source, migration_target_pod
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
@@ -54,3 +55,11 @@ def test_the_keepers_launcher_pod_renders_the_same_target_as_the_whole_one():
     assert render(kept) == render(admitted())
     assert migration_source(kept, SETTINGS) == kept
     assert len(repr(kept)) < len(repr(admitted())) / 2  # what the keeper holds per VM apart is small
+
+
+def test_the_cached_launcher_pod_renders_the_same_target_as_the_whole_one():
+    """Every replica keeps each launcher pod with what its migration target is rendered from
+    (`kept.shape_pod`): a drain's share-manager rule renders from that, with no read of the pod."""
+    cached = shapes(SETTINGS)["Pod"](admitted())
+    assert render(cached) == render(admitted())
+    assert migration_source(cached, SETTINGS) == migration_source(admitted(), SETTINGS)

@@ -9,7 +9,7 @@ from typing import Any
 from .. import kinds
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE, POD, PV, PVC, VMI, Resource
+from ..kinds import NODE, PV, PVC, VMI, Resource
 from ..rules import fit
 from ..rules.shared.classify import Skip
 from ..rules.shared.facts import Fact, Lookup, disk_fact
@@ -139,32 +139,29 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`, read whole) or will create (`rules.kubevirt.target`) to migrate
-    the VM of `vm_pod` off its node, or why it cannot be told. Whole objects are read: the
-    caches keep pods trimmed and hold no VMIs."""
+    """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate
+    the VM of `vm_pod` off its node, or why it cannot be told. Both pods are taken as the store
+    gave them (`pods_by_claim`): whole, or as the caches keep a launcher pod, with all the recipe
+    and the checks read of it (`kept.shape_pod`); so a drain's share-managers read no pod from
+    the API. The VMI and the source node are read through the store (the caches, where there
+    are caches)."""
     metadata = kinds.meta(vm_pod)
     namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+    if waiting is not None and not kinds.spec(waiting).get("nodeName"):
+        return TargetPod(pod_to_place(waiting), {})
     owner = kinds.vmi_owner(vm_pod)
     try:
         async with asyncio.timeout(deadline.remaining()):
-            if waiting is not None:
-                pod = await store.whole(POD, namespace, kinds.meta(waiting).get("name") or "",
-                                        timeout=deadline.remaining())
-                if pod is not None and not kinds.spec(pod).get("nodeName"):
-                    return TargetPod(pod_to_place(pod), {})
-            launcher = await store.whole(POD, namespace, name, timeout=deadline.remaining())
             vmi = None if owner is None else await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining())
             source = await store.get(NODE, None, kinds.spec(vm_pod).get("nodeName") or "", timeout=deadline.remaining())
     except StoreError as exc:
         return f"an object could not be read ({exc})"
     except TimeoutError:
         return "no answer before the deadline"
-    if launcher is None:
-        return f"its pod {namespace}/{name} is gone"
     view = read_vmi(vmi, settings) if vmi is not None else Skipped(f"VMI of {namespace}/{name}", "not found")
     if isinstance(view, Skipped):
         return str(view)
-    built = migration_target_pod(launcher, view, source, {}, settings)
+    built = migration_target_pod(vm_pod, view, source, {}, settings)
     return str(built) if isinstance(built, TargetUnknown) else built
 
 

@@ -51,6 +51,10 @@ def trim(value: Any, keep: Keep) -> Any:
 # The claims a launcher pod mounts (rules/shared/facts.py `claims_of`), as declared.
 CLAIMS: Keep = declared.POD.keep(Settings())["spec"]["volumes"]
 
+# Of each volume of a pod to place: the claims the checks read (VolumeBinding), and every source the
+# rules declare they read of a launcher's volumes, whole.
+VOLUME_FIELDS = tuple(dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral", *CLAIMS[0])))
+
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
                   "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}}
 
@@ -144,6 +148,10 @@ def _pod_metadata(pod: dict[str, Any], launcher: bool, settings: Settings,
 
 
 def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
+    if launcher:
+        # What the VM's migration target is rendered from (`cluster.resolve.migration_target_pod`):
+        # a drain's share-manager rule judges nodes by it with no read of the pod from the API.
+        return _spec_to_place(spec)
     host_network = spec.get("hostNetwork") is True
     kept: dict[str, Any] = {key: spec[key] for key in ("nodeName", "overhead", "resources", "hostNetwork")
                             if spec.get(key)}
@@ -161,10 +169,6 @@ def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
         # (the stranded-pod report, rules/placement/stranded.py). Placed pods need none of it.
         kept.setdefault("affinity", {})["nodeAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]}
-    if launcher:
-        claims = trim(spec.get("volumes"), CLAIMS)
-        if claims:
-            kept["volumes"] = claims
     return kept
 
 
@@ -232,16 +236,21 @@ def pod_to_place(pod: Any) -> Any:
     pod selects; anything of an unexpected shape is kept as it is, for the checks to judge."""
     if not isinstance(pod, dict):
         return pod
-    meta, spec = kinds.meta(pod), kinds.spec(pod)
+    meta = kinds.meta(pod)
+    kept_meta = {key: meta[key] for key in ("name", "namespace", "labels") if key in meta}
+    return {"metadata": kept_meta, "spec": _spec_to_place(kinds.spec(pod))}
+
+
+def _spec_to_place(spec: dict[str, Any]) -> dict[str, Any]:
+    """What `pod_to_place` keeps of a pod's spec."""
     kept_spec = {key: spec[key] for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "overhead",
                                             "resources", "hostNetwork", "topologySpreadConstraints") if key in spec}
     for key, fields in (("containers", ("name", "resources", "ports", "restartPolicy")),
                         ("initContainers", ("name", "resources", "ports", "restartPolicy")),
-                        ("volumes", ("name", "persistentVolumeClaim", "ephemeral"))):
+                        ("volumes", VOLUME_FIELDS)):
         if key not in spec:
             continue
         items = spec[key]
         kept_spec[key] = [{k: c[k] for k in fields if k in c} if isinstance(c, dict) else c for c in items] \
             if isinstance(items, list) else items
-    kept_meta = {key: meta[key] for key in ("name", "namespace", "labels") if key in meta}
-    return {"metadata": kept_meta, "spec": kept_spec}
+    return kept_spec
