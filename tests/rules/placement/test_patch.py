@@ -315,17 +315,32 @@ def test_the_patch_applies_to_the_pod_and_gives_the_edited_pod(pod, decision):
 
 
 def test_the_patch_holds_only_what_changes():
-    """KubeVirt's launcher pod, pinned: its node affinity set whole (its own term kept) and the
-    three annotations added, none of what the pod already has."""
+    """KubeVirt's launcher pod, pinned: five additions, none of what the pod already has (its own
+    term is not written again), and an annotation already right is not written."""
     pod = vm_pod()
-    own = copy.deepcopy(pod["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"])
     ops = patch_for(pod, PIN_B, SETTINGS)
+    terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
     assert [op["path"] for op in ops] == [
-        "/spec/affinity/nodeAffinity", "/metadata/annotations/kubevirt-scheduler~1decision",
-        "/metadata/annotations/kubevirt-scheduler~1node", "/metadata/annotations/kubevirt-scheduler~1reason"]
+        f"{terms}/0/matchFields", "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+        "/metadata/annotations/kubevirt-scheduler~1decision", "/metadata/annotations/kubevirt-scheduler~1node",
+        "/metadata/annotations/kubevirt-scheduler~1reason"]
     assert all(op["op"] == "add" for op in ops)
-    assert ops[0]["value"][REQUIRED]["nodeSelectorTerms"] == [
-        {**own[0], "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]}]
-    unpinned = copy.deepcopy(pod)
-    unpinned["metadata"]["annotations"]["kubevirt-scheduler/decision"] = "pinned"
-    assert "/metadata/annotations/kubevirt-scheduler~1decision" not in [op["path"] for op in patch_for(unpinned, PIN_B, SETTINGS)]
+    answered = copy.deepcopy(pod)
+    answered["metadata"]["annotations"]["kubevirt-scheduler/decision"] = "pinned"
+    assert "/metadata/annotations/kubevirt-scheduler~1decision" not in [op["path"] for op in patch_for(answered, PIN_B, SETTINGS)]
+    among = patch_for(pod, Decision(AMONG, preferences=(("node-b", 100),), reason="among", among=("node-b", "node-c")),
+                      SETTINGS)
+    assert [op["path"] for op in among][:2] == [f"{terms}/0/matchFields", f"{terms}/-"]  # a copy of its term, for node-c
+
+def test_the_patch_never_carries_the_pods_own_values_back():
+    """A hostile value of the pod's own (an integer JSON encoders refuse) stays where it is: the
+    patch holds what the rules add, so the answer can always be encoded."""
+    import orjson
+
+    pod = vm_pod()
+    pod["spec"]["affinity"]["nodeAffinity"][PREFERRED_KEY] = [
+        {"weight": 2 ** 70, "preference": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}]
+    for decision in (PIN_B, Decision(AMONG, preferences=(("node-b", 100),), reason="among", among=("node-b", "node-c"))):
+        ops = patch_for(pod, decision, SETTINGS)
+        orjson.dumps(ops)
+        assert jsonpatch.apply_patch(pod, ops)["spec"]["affinity"]["nodeAffinity"][PREFERRED_KEY][0]["weight"] == 2 ** 70
