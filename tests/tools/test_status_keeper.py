@@ -1,12 +1,17 @@
 """`status` and the keeper give the same answer: each of the keeper's scenarios on one emulated
 cluster, `status` first (it creates nothing), then a keeper pass; for every VM the same hold and
-the same reason. And what `status` says of each hold, as an admin reads it."""
+the same reason. And what `status` says of each hold, as an admin reads it; over generated
+clusters whose limits bind, the VMs `status` says move are the ones the pass moves."""
 import asyncio
+import contextlib
 import re
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import kmock as kmocklib
 import pytest
+from hypothesis import event, given, settings as examples
+from hypothesis import strategies as st
 from tests.support.stores import api_host, watched_store
 from tests.support.kube import node, rwx_disk
 from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, evacuated_vm, migration, three_nodes, vmi
@@ -14,7 +19,7 @@ from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_
 from webhook.cluster import client
 from webhook.cluster.direct import ClusterStore
 from webhook.config import Settings
-from webhook.kinds import LEASE
+from webhook.kinds import HOSTNAME_LABEL, LEASE
 from webhook.keeper.keeper import Keeper
 from webhook.rules.keeping.keep import Hold
 from webhook.tools import status
@@ -206,3 +211,108 @@ async def test_with_the_in_flight_limit_binding_status_says_which_vms_the_pass_m
     assert sorted(m["spec"]["vmiName"] for m in cluster.migrations()) == moving
     for name in said:
         assert (records[name].hold is None) == (name in moving), (name, records[name].decision)
+
+
+NODES = ("node-a", "node-b", "node-c", "node-d", "node-e")
+MOVES = re.compile(r"moves to (\S+) at the keeper's next pass")
+
+
+class Vm(NamedTuple):
+    """A running opted-in VM on `node`, its disk served from `storage`, its launcher pod started
+    `hours` ago; our migrations of it that succeeded, so many hours ago each."""
+    name: str
+    node: str
+    storage: str
+    hours: int
+    migrated: tuple[int, ...] = ()
+
+
+class Flight(NamedTuple):
+    """A migration in flight of `vmi` (one of ours, or a VM we do not keep running on `node`)."""
+    vmi: str
+    ours: bool
+    node: str | None = None
+
+
+class Example(NamedTuple):
+    """A generated cluster (its first `nodes` of NODES) and the keeper's limits: in-flight, per
+    VM a day, KubeVirt's outbound slots per source node."""
+    nodes: int
+    vms: tuple[Vm, ...]
+    flights: tuple[Flight, ...]
+    max_inflight: int
+    max_per_day: int
+    max_outbound: int
+
+    def objects(self):
+        objects = [node(name) for name in NODES[:self.nodes]]
+        for vm in self.vms:
+            objects += apart_vm(vm.name, node=vm.node, storage=vm.storage)
+            objects[-1]["metadata"]["creationTimestamp"] = ago(hours=vm.hours)  # its launcher pod
+            objects += [migration(f"{vm.name}-colocate-d{i}", vm.name, phase="Succeeded", ours=True,
+                                  created=ago(hours=hours)) for i, hours in enumerate(vm.migrated)]
+        for i, flight in enumerate(self.flights):
+            if flight.node is not None:
+                objects.append(vmi(flight.vmi, flight.node, opted_in=False))
+            objects.append(migration(f"{flight.vmi}-colocate-f{i}" if flight.ours else f"drain-{i}", flight.vmi,
+                                     ours=flight.ours))
+        return objects
+
+    def settings(self):
+        return Settings(keep="migrate", keep_after=0, keep_max_inflight=self.max_inflight,
+                        keep_max_per_day=self.max_per_day, keep_max_outbound_per_node=self.max_outbound)
+
+
+@st.composite
+def examples_binding(draw):
+    """A cluster where the pass's limits bind: 3–5 nodes; 2–7 running opted-in VMs, each apart
+    from its storage or with it, most on two source nodes (KubeVirt's outbound slots per node),
+    the first two apart on the first, apart since a drawn hour, some of the others migrated by
+    us in the last day (the daily limit); 0–3 migrations in flight, ours or others', of our VMs
+    or of VMs we do not keep on drawn nodes; our in-flight limit 1–3, the daily limit 1–2,
+    KubeVirt's outbound slots 1–2."""
+    names = NODES[:draw(st.integers(3, 5))]
+    sources = st.sampled_from(names[:2]) | st.sampled_from(names)  # mostly two: their slots bind
+    vms = []
+    for i in range(draw(st.integers(2, 7))):
+        if i < 2:  # apart on the first node, never moved: at least two vie for its slots
+            vm = Vm(f"vm{i + 1}", names[0], draw(st.sampled_from(names[1:])), draw(st.integers(1, 48)))
+        else:
+            migrated = tuple(draw(st.integers(2, 30)) for _ in range(draw(st.sampled_from((0, 0, 1, 2)))))
+            vm = Vm(f"vm{i + 1}", draw(sources), draw(st.sampled_from(names)), draw(st.integers(1, 48)), migrated)
+        vms.append(vm)
+    flights = []
+    for i in range(draw(st.integers(0, 3))):
+        of = draw(st.sampled_from([vm.name for vm in vms]) | st.none())
+        flights.append(Flight(of or f"other{i}", draw(st.booleans()), None if of else draw(sources)))
+    return Example(len(names), tuple(vms), tuple(flights), draw(st.integers(1, 3)), draw(st.integers(1, 2)),
+                   draw(st.integers(1, 2)))
+
+
+@contextlib.asynccontextmanager
+async def emulated():
+    """A fresh emulated cluster, served: an example's own (kmock keeps every request it has
+    served and matches each new one against them all)."""
+    async with KubeVirtApi() as emulator, kmocklib.Server(emulator):
+        yield emulator
+
+
+@examples(max_examples=25, deadline=None)
+@given(example=examples_binding())
+async def test_status_says_what_the_pass_then_does_vm_by_vm_with_the_limits_binding(example):
+    """Over generated clusters: the VMs `status` says move at the keeper's next pass are the
+    ones the pass then creates a migration of, each to the node it said; every VM has the same
+    hold and reason in both (`same_answer`)."""
+    async with emulated() as kmock:
+        cluster = Cluster(kmock)
+        cluster.seed(example.objects())
+        before = {m["metadata"]["name"] for m in cluster.migrations()}
+
+        report = await same_answer(kmock, example.settings())
+
+        said = {vm.name: found[1] for vm in report.vms if (found := MOVES.fullmatch(vm.next))}
+        created = {m["spec"]["vmiName"]: m["spec"]["addedNodeSelector"][HOSTNAME_LABEL]
+                   for m in cluster.migrations() if m["metadata"]["name"] not in before}
+    assert said == created, {vm.name: vm.next for vm in report.vms}
+    for vm in report.vms:
+        event(str(vm.decision.hold or "moves"))
