@@ -165,6 +165,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             webhook_server(api, work, server_cpu, "storm",
                            ("--keep", "off", "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, _log):
         wait_for(f"{ops}/readyz", work)
+        if args.share_manager_rule == "on":
+            judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])
         asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"][:2]))  # warm up
         rounds = []
         for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits both alike
@@ -176,6 +178,17 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 KINDS = ("quiet_vm", "storm_vm", "storm_share_manager")
+
+
+def judged_from_the_caches(url: str, work: Path, review: list[tuple[str, bytes]], timeout: float = 600.0) -> None:
+    """Until a share-manager of the drain is decided: `serve` is ready before its VMI cache has
+    synced (a replica serves while the KubeVirt API is slow), and a drain's share-managers are
+    judged from it; until then they are answered without a decision, which is not the storm."""
+    deadline = time.monotonic() + timeout
+    while not all(decided for _, _, decided in asyncio.run(send_all(url, work, review))):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no share-manager was decided within {timeout:.0f} s of readiness")
+        time.sleep(0.5)
 
 
 def median_of(rounds: list[dict[str, Any]], name: str) -> dict[str, float]:

@@ -200,12 +200,17 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     vm_pod = consumers.pods[0]
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
+    # Everything below is read from the caches without a pause: the loop is given back before each
+    # stretch of it outside the lane, or a drain's tens of share-managers, arriving together,
+    # would hold every step of every VM start behind theirs (docs/performance.md, a drain storm).
+    await asyncio.sleep(0)
     target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
         kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
     view = None if isinstance(target, str) else await store.fit_view(vm_namespace, "", timeout=deadline.remaining())
     required = settings.pin is PinMode.REQUIRED
     if isinstance(target, TargetPod) and view is not None:
+        await asyncio.sleep(0)
         judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
         if not await lane.run(judging, deadline):
             why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
