@@ -1,7 +1,6 @@
 """Drains: a share-manager re-created while its VM is leaving its node goes where the VM's
 migration can land too, never where the VM can never follow (an older CPU generation, a node
 too small, a node the share-manager itself may not use)."""
-import asyncio
 import copy
 
 import pytest
@@ -13,7 +12,7 @@ from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
-from tests.support.stores import seed, watched_store
+from tests.support.stores import requests_since, seed, watched_store
 
 VOLUME = "pvc-d1"
 DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
@@ -113,7 +112,7 @@ async def test_on_the_caches_a_drains_share_manager_reads_nothing_from_the_api(k
             mark = len(list(kmock))
             _, pod = await decided(store)
             assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned-among", name
-            assert [r for r in list(kmock)[mark:] if r.params.get("watch") != "true"] == [], name
+            assert requests_since(kmock, mark) == [], name
         finally:
             await store.close()
 

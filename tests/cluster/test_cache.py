@@ -6,7 +6,7 @@ import json
 
 import aiohttp
 import pytest
-from tests.support.stores import TEST_TIMING, api_host, seed, watched_store
+from tests.support.stores import TEST_TIMING, api_host, requests_since, seed, watched_store
 from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod, workload_pod
 
 from webhook.admission.review import parse_review
@@ -50,10 +50,6 @@ async def api(kmock):
     """The emulator's HTTP API, as kubectl or a controller would use it."""
     async with aiohttp.ClientSession(api_host(kmock), raise_for_status=True) as session:
         yield session
-
-
-def requests_since(kmock, mark):
-    return [r for r in list(kmock)[mark:] if r.params.get("watch") != "true"]
 
 
 # --------------------------------------------------------------------------- memory and shape

@@ -26,6 +26,11 @@ def seed(emulator: Any, objects: Iterable[dict[str, Any]]) -> None:
         emulator.objects[resource, meta.get("namespace") if resource.namespaced else None, meta["name"]] = obj
 
 
+def requests_since(emulator: Any, mark: int) -> list[Any]:
+    """The requests the emulator served after the first `mark`, its open watches left out."""
+    return [r for r in list(emulator)[mark:] if r.params.get("watch") != "true"]
+
+
 def api_host(emulator: Any) -> str:
     return str(emulator.url).rstrip("/")
 

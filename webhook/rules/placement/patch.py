@@ -31,7 +31,6 @@ from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
 
-
 def node_requirement(node: str) -> dict[str, Any]:
     """Select a node by name, as the DaemonSet controller does (the hostname label may differ).
     One value: the apiserver refuses a node field selector with several."""
