@@ -24,7 +24,7 @@ from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
 from .__main__ import cores, wait_for, webhook_server
-from .storm import round_figures
+from .storm import WANTED, batches, round_figures, unused
 
 CONFIGURATION = "kubevirt-colocate-storm"
 PARALLEL = 48  # creates in flight while the cluster is loaded
@@ -49,14 +49,15 @@ async def _loaded(plane: ControlPlane, cluster: list[dict[str, Any]]) -> None:
 
 
 def pods(evicted: list[str], starts: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The pods of `storm.reviews`, kind for kind."""
     made = [("share-manager", objects.share_manager_pod(volume)) for volume in evicted]
+    made += [("control", objects.share_manager_pod(unused(i))) for i in range(len(evicted))]
     return made + [("vm", objects.vm_pod(claim)) for claim in starts]
 
 
 async def create_all(api: Api, batch: list[tuple[str, dict[str, Any]]]) -> tuple[list[tuple[str, float, bool]], int]:
     """Every pod created at once; (kind, seconds, decided) of each, and how many the apiserver refused.
     The pods are deleted again afterwards."""
-    wanted = {"vm": "pinned", "share-manager": "pinned-among"}
     made: list[dict[str, Any]] = []
     refused = 0
 
@@ -70,7 +71,7 @@ async def create_all(api: Api, batch: list[tuple[str, dict[str, Any]]]) -> tuple
             return None
         seconds = time.monotonic() - started
         made.append(got)
-        return kind, seconds, (got["metadata"].get("annotations") or {}).get("kubevirt-scheduler/decision") == wanted[kind]
+        return kind, seconds, (got["metadata"].get("annotations") or {}).get("kubevirt-scheduler/decision") == WANTED[kind]
 
     results = await asyncio.gather(*(one(kind, pod) for kind, pod in batch))
     await asyncio.gather(*(api.delete(pod) for pod in made))
@@ -95,9 +96,8 @@ async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[
         await create_all(api, vms[:2])  # warm up
         found = []
         for _ in range(rounds):
-            quiet, quiet_refused = await create_all(api, vms)
-            storm, storm_refused = await create_all(api, batch)
-            found.append({**round_figures(quiet, storm), "refused": quiet_refused + storm_refused})
+            made = [await create_all(api, sent) for sent in batches(batch)]
+            found.append({**round_figures(*(results for results, _ in made)), "refused": sum(n for _, n in made)})
         return found
 
 
@@ -108,11 +108,13 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
     if isinstance(found, str):
         raise SystemExit(found)
     (work / "envtest").mkdir()
-    plane = ControlPlane(found, work / "envtest").start()
     server_cpu, other_cpu = cores()
-    if other_cpu is not None:  # the control plane and this client on one core, serve on the other: apart, as in a cluster
-        for process in (*plane.processes.values(), None):
-            os.sched_setaffinity(process.pid if process else 0, {other_cpu})
+    if other_cpu is not None:
+        # The control plane and this client on one core, serve on the other: apart, as in a cluster. Set
+        # before etcd and kube-apiserver start, so that every thread of theirs inherits it: set on a
+        # running Go process, it would hold its first thread alone, and the others would run on serve's core.
+        os.sched_setaffinity(0, {other_cpu})
+    plane = ControlPlane(found, work / "envtest").start()
     try:
         plane.install_crds()
         started = time.monotonic()

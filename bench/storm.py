@@ -13,9 +13,12 @@ drained node). `python -m webhook serve` (the production command) watches it.
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, each on a connection of
 its own with `?timeout=5s`, as the apiserver sends them, and timed by the sender: queueing in the
-server included. Before each storm, the same VM starts alone (a quiet cluster); `--rounds` of
-both, alternating. Printed: each kind's latency (p50, p99, max; the median over the rounds) and
-how many were answered without a decision in all (`--json` for tools, each round too).
+server included. Before each storm, the same VM starts alone (a quiet cluster), and the control:
+the same starts beside as many share-managers of volumes no VM uses, which the rule answers at
+once (what the storm's reviews or creates cost without the rule's work); `--rounds` of the three,
+alternating. Printed: each kind's latency (p50, p99, max; the median over the rounds) and how many
+were not answered as meant in all ("undecided": a VM or a drain's share-manager without its
+decision, a control's share-manager with one; `--json` for tools, each round too).
 """
 from __future__ import annotations
 
@@ -56,6 +59,11 @@ def migrated(pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
+def unused(i: int) -> str:
+    """The volume of the control's i-th share-manager: no VM uses it, so the rule answers at once."""
+    return f"pvc-unused-{i:03d}"
+
+
 def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """The cluster's objects, the volumes of the evicted share-managers, and the claims of the VMs to start."""
     found: list[dict[str, Any]] = [objects.node(DRAINED, unschedulable=True, taints=[DRAIN_TAINT])]
@@ -90,14 +98,22 @@ def emulator(objects_file: Path, cpu: int | None) -> Iterator[str]:
 
 
 def reviews(evicted: list[str], starts: list[str]) -> list[tuple[str, bytes]]:
-    """("share-manager" | "vm", the AdmissionReview's bytes), as the apiserver would send them."""
+    """("share-manager" | "control" | "vm", the AdmissionReview's bytes), as the apiserver would
+    send them; "control": as many share-managers of volumes no VM uses (`unused`)."""
     found = []
     for i, volume in enumerate(evicted):
         pod = objects.share_manager_pod(volume)
         found.append(("share-manager", json.dumps(objects.review(pod, objects.LONGHORN_NS, uid=f"sm-{i}")).encode()))
+    for i in range(len(evicted)):
+        pod = objects.share_manager_pod(unused(i))
+        found.append(("control", json.dumps(objects.review(pod, objects.LONGHORN_NS, uid=f"control-{i}")).encode()))
     for i, claim in enumerate(starts):
         found.append(("vm", json.dumps(objects.review(objects.vm_pod(claim), VMS_NS, uid=f"vm-{i}")).encode()))
     return found
+
+
+# The decision each kind's answer records: the control's share-managers none (no VM uses their volume).
+WANTED = {"vm": "pinned", "share-manager": "pinned-among", "control": None}
 
 
 def decision(answer: dict[str, Any]) -> str | None:
@@ -126,15 +142,26 @@ async def send_all(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list
                                     headers={"Content-Type": "application/json"}) as response:
                 answer = await response.json()
             seconds = time.monotonic() - started
-        return kind, seconds, decision(answer) in ("pinned", "pinned-among")
+        return kind, seconds, decision(answer) == WANTED[kind]
 
     return await asyncio.gather(*(one(kind, body) for kind, body in batch))
 
 
-def round_figures(quiet: list[tuple[str, float, bool]], storm: list[tuple[str, float, bool]]) -> dict[str, Any]:
-    """One round: the VM starts alone, then the storm's VM starts and share-managers."""
-    return {"quiet_vm": figures(quiet, "vm"), "storm_vm": figures(storm, "vm"),
+def round_figures(quiet: list[tuple[str, float, bool]], control: list[tuple[str, float, bool]],
+                  storm: list[tuple[str, float, bool]]) -> dict[str, Any]:
+    """One round: the VM starts alone; beside the control's share-managers; in the storm, with its share-managers."""
+    return {"quiet_vm": figures(quiet, "vm"), "control_vm": figures(control, "vm"),
+            "control_share_manager": figures(control, "control"), "storm_vm": figures(storm, "vm"),
             "storm_share_manager": figures(storm, "share-manager")}
+
+
+def batches(found: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """A round's three batches, in the order sent: the VM starts alone (a quiet cluster); the
+    control, the same starts beside as many share-managers that the rule answers at once (what
+    the storm's creates cost without the rule's work); the storm."""
+    vms = [item for item in found if item[0] == "vm"]
+    return (vms, [item for item in found if item[0] == "control"] + vms,
+            [item for item in found if item[0] == "share-manager"] + vms)
 
 
 def figures(results: list[tuple[str, float, bool]], kind: str) -> dict[str, float]:
@@ -169,15 +196,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])
         asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"][:2]))  # warm up
         rounds = []
-        for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits both alike
-            quiet = asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"]))
-            storm = asyncio.run(send_all(url, work, batch))
-            rounds.append(round_figures(quiet, storm))
+        for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
+            rounds.append(round_figures(*(asyncio.run(send_all(url, work, sent)) for sent in batches(batch))))
     return {"apiserver": "emulator", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
             "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS}}
 
 
-KINDS = ("quiet_vm", "storm_vm", "storm_share_manager")
+KINDS = ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager")
 
 
 def judged_from_the_caches(url: str, work: Path, review: list[tuple[str, bytes]], timeout: float = 600.0) -> None:
@@ -205,12 +230,12 @@ def main() -> None:
     parser.add_argument("--vms", type=int, default=4000)
     parser.add_argument("--share-managers", type=int, default=25, help="evicted share-managers re-created at once")
     parser.add_argument("--vm-starts", type=int, default=30, help="VM starts beside them")
-    parser.add_argument("--rounds", type=int, default=5, help="quiet starts and storms, alternating")
+    parser.add_argument("--rounds", type=int, default=5, help="quiet starts, the control and storms, alternating")
     parser.add_argument("--apiserver", choices=["emulator", "real"], default="emulator",
                         help="reviews sent to serve directly, its cluster in kubefake's apiserver (emulator); or pods "
                              "created through a real kube-apiserver that calls serve (real: KUBEBUILDER_ASSETS)")
     parser.add_argument("--share-manager-rule", choices=["on", "off"], default="on",
-                        help="off: the control, what the storm costs with share-managers answered at once, undecided")
+                        help="off: the storm's share-managers too answered at once, undecided")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-storm-") as tmp:
@@ -224,11 +249,15 @@ def main() -> None:
     print(f"drain storm ({where}): {args.nodes} nodes, {args.vms} migrated VMs, {args.share_managers} share-managers "
           f"re-created at once beside {args.vm_starts} VM starts (latency as the sender sees it, queueing included; "
           f"medians of {args.rounds} rounds)")
-    for name, title in (("quiet_vm", "VM starts, quiet cluster"), ("storm_vm", "VM starts, during the storm"),
-                        ("storm_share_manager", "share-managers, the storm")):
+    for name, title in (("quiet_vm", "VM starts, quiet cluster"), ("control_vm", "VM starts, beside the control"),
+                        ("control_share_manager", "share-managers, the control"),
+                        ("storm_vm", "VM starts, during the storm"), ("storm_share_manager", "share-managers, the storm")):
         f = result[name]
         print(f"  {title:32s} p50 {f['p50_ms']:7.1f} ms  p99 {f['p99_ms']:7.1f} ms  max {f['max_ms']:7.1f} ms  "
               f"undecided {f['undecided']}")
+    quiet, storm = result["quiet_vm"]["p99_ms"], result["storm_vm"]["p99_ms"]
+    print(f"  VM starts' p99, the storm less a quiet cluster: {storm - quiet:+.1f} ms "
+          f"(the control less a quiet cluster: {result['control_vm']['p99_ms'] - quiet:+.1f} ms)")
     if "refused" in result:
         print(f"  creates the apiserver refused: {result['refused']}")
 

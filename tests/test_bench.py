@@ -82,7 +82,7 @@ def test_a_tiny_drain_storm_through_a_real_apiserver_creates_every_pod_decided(c
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["apiserver"] == "real" and result["refused"] == 0, result
-    for name in ("quiet_vm", "storm_vm", "storm_share_manager"):
+    for name in ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager"):
         assert result[name]["undecided"] == 0, (name, result[name])
         assert 0 < result[name]["p50_ms"] <= result[name]["max_ms"], (name, result[name])
 
@@ -212,7 +212,7 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
                            "--vm-starts", "3", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    for name in ("quiet_vm", "storm_vm", "storm_share_manager"):
+    for name in ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager"):
         figures = result[name]
         assert figures["undecided"] == 0, (name, figures)
         assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"], (name, figures)
