@@ -55,12 +55,14 @@ class NodeUsage:
 
     def __init__(self) -> None:
         self.by_node: dict[str, fit.Usage] = {}
+        self.changes = 0  # bound pods added or taken away so far: every node takes the same while it is
 
     def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for pod, sign in ((old, -1), (new, 1)):
             node = fit.bound_node(pod) if pod is not None else None
             if node is None:
                 continue
+            self.changes += 1
             usage = self.by_node.get(node)
             if usage is None:
                 usage = self.by_node[node] = fit.Usage()
@@ -266,6 +268,9 @@ class CachedView:
 
     def usage(self, node_name):
         return self._store.usage.of(node_name)
+
+    def revision(self):
+        return self._store.nodes.table.changes, self._store.usage.changes
 
     def pods_on(self, node_name):
         table = self._store.pods.table

@@ -2,9 +2,10 @@
 every node judged for both pods, the answer required among those that take both (or only
 preferred), the ones with most room for the VM first, and why no node does."""
 import pytest
-from tests.support.kube import LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_disk, share_manager_pod, vmi, workload_pod
+from tests.support.kube import ALLOCATABLE, LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_disk, share_manager_pod, vmi, workload_pod
 
 from webhook.config import Settings
+from webhook.rules.fit.fields import name_of
 from webhook.rules.fit.view import StaticView
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import target_pod
@@ -104,3 +105,42 @@ def with_terms(n):
 ], ids=["no-terms", "longhorn-zone-term", "eight-terms", "more-terms-than-allowed"])
 def test_among_at_most_keeps_the_terms_written_within_bounds(pod, most):
     assert among_at_most(pod) == most
+
+
+def test_the_nodes_with_most_room_are_the_ones_now_after_a_pod_is_bound():
+    """A drain's share-managers share the order of the nodes by room (worked out once), and a pod
+    bound meanwhile is in it: the nodes required are the ones with most room now."""
+    import asyncio
+
+    from webhook.cluster.cache import WatchedClusterStore
+    from webhook.cluster.reflector import Event, EventType
+
+    the_vmi = vmi("vm1", "node-a", "d1")
+    launcher = launcher_pod_of(the_vmi)
+    source = node("node-a", unschedulable=True)
+    others = [node(f"node-{i:02d}") for i in range(1, AMONG_NODES + 2)]
+    store = WatchedClusterStore(None, Settings())
+    for informer in store.informers:
+        for obj in [source, *others, launcher, *rwx_disk("d1", None, state="stopped", owner="node-a")]:
+            if obj["kind"] == informer.resource.kind:
+                informer.apply(Event(EventType.LISTED, obj))
+        informer.apply(Event(EventType.SYNCED, seconds=0.0))
+    [pods] = [informer for informer in store.informers if informer.resource.kind == "Pod"]
+    view = asyncio.run(store.fit_view("default", ""))
+    target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
+
+    def among():
+        found = landings(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
+        return decide_together(found, "default/vm1", "leaving", required=True).among
+
+    every = tuple(name_of(n) for n in others)
+    assert among() == every[:AMONG_NODES]  # all alike: the first ones
+    busy = workload_pod(1, "node-01")
+    pods.apply(Event(EventType.ADDED, busy))
+    assert among() == every[1:]  # node-01 has least room now
+    pods.apply(Event(EventType.DELETED, busy))
+    assert among() == every[:AMONG_NODES]
+    [nodes] = [informer for informer in store.informers if informer.resource.kind == "Node"]
+    larger = node(every[-1], allocatable={**ALLOCATABLE, "memory": "512Gi"})
+    nodes.apply(Event(EventType.MODIFIED, larger))  # a node that grew: first now
+    assert among() == (*every[:AMONG_NODES - 1], every[-1])

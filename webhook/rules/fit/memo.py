@@ -60,6 +60,14 @@ class Memo:
             return read(obj)
         return self._kept(read, content, True, obj)
 
+    def latest(self, read: Callable[[Any], Answer], slot: Hashable, version: Hashable | None, obj: Any) -> Answer:
+        """`read(obj)`, kept in `slot` for as long as `version` is the one it was worked out at (a
+        view's `revision`, for an answer read off every node): a new version replaces it, so a
+        slot takes one place however often it changes. None: not kept."""
+        if version is None:
+            return read(obj)
+        return self._kept(read, slot, version, obj)
+
     def _kept(self, read: Callable[[Any], Answer], slot: Hashable, version: Any, obj: Any) -> Answer:
         key = (read, slot)
         held = self._held.get(key)

@@ -27,6 +27,10 @@ class View(Protocol):
     def node(self, name: str) -> Mapping[str, Any] | None: ...
     def nodes(self) -> Iterable[Mapping[str, Any]]: ...
     def usage(self, node_name: str) -> Usage: ...
+    def revision(self) -> Hashable | None:
+        """What stands for this version of the nodes and of what their pods take (`usage`): the
+        same value only while neither has changed, so an answer worked out from all of them
+        holds while it does; None where the view cannot tell (nothing is kept by it)."""
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]: ...
     def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         """Bound pods with a required anti-affinity term that may select a pod with `labels`:
@@ -91,6 +95,9 @@ class StaticView:
 
     def usage(self, node_name: str) -> Usage:
         return self._usage.get(node_name) or Usage()
+
+    def revision(self) -> Hashable | None:
+        return None  # views over lists may share a memo: none stands for another's objects
 
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]:
         return self._pods.get(node_name, ())

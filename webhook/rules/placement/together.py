@@ -65,11 +65,13 @@ class Judging:
     a caller can give the event loop back between nodes and stop at a deadline; `found` is what
     the nodes judged so far say. Pure: the view is read, nothing else.
 
-    The nodes are judged in the order of the room they leave the VM (NodeResourcesFit's score,
-    cheap to read), and the judging stops once AMONG_NODES take both pods: those are the ones the
-    answer requires, and a drain's share-manager on hundreds of nodes is then judged on a few
-    dozen of them (each node checks two pods against every filter). A node whose room cannot be
-    read comes last; when too few nodes take both, every node is judged (and `nowhere` says why)."""
+    The nodes are judged in the order of the room they leave the VM (NodeResourcesFit's score),
+    and the judging stops once AMONG_NODES take both pods: those are the ones the answer requires,
+    and a drain's share-manager on hundreds of nodes is then judged on a few dozen of them (each
+    node checks two pods against every filter). A node whose room cannot be read comes last;
+    when too few nodes take both, every node is judged (and `nowhere` says why). The order is
+    worked out once for the share-managers of a drain (`by_room`): their VMs, of a few sizes,
+    ask the same of every node."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View) -> None:
@@ -77,25 +79,24 @@ class Judging:
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
         self.refused: dict[str, str] = {}
         self.landed: list[Landing] = []
-        self.nodes = list(view.nodes())  # a copy: the caches may change while the loop has the turn
+        self.nodes: tuple[Mapping[str, Any], ...] = ()
         try:
             self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
             self.moved = Demand.of(target.pod, vm_namespace, view.memo)
         except Unreadable as error:
-            self.nodes, self.refused = [], {"*": f"a pod cannot be read: {error}"}
+            self.refused = {"*": f"a pod cannot be read: {error}"}
+            return
+        # A tuple of its own: the caches may change while the loop has the turn.
+        self.nodes = by_room(self.moved, view)
 
     def __iter__(self) -> Iterator[str]:
-        for _, node in sorted(((self._room(node), node) for node in self.nodes), key=lambda pair: -pair[0]):
+        for node in self.nodes:
             if len(self.landed) >= AMONG_NODES:
                 return
             name = name_of(node)
             if isinstance(name, str) and name:
                 self._judge(name, node)
                 yield name
-
-    def _room(self, node: Mapping[str, Any]) -> float:
-        room = least_allocated(self.moved, node, self.view)
-        return -1.0 if room is None else room
 
     def _judge(self, name: str, node: Mapping[str, Any]) -> None:
         if name == self.source:
@@ -117,6 +118,23 @@ class Judging:
     @property
     def found(self) -> Landings:
         return Landings(tuple(sorted(self.landed, key=lambda landing: (-landing.room, landing.node))), self.refused)
+
+
+def by_room(demand: Demand, view: fit.View) -> tuple[Mapping[str, Any], ...]:
+    """Every node of the view, most room for `demand` first (NodeResourcesFit's score; a node
+    whose room cannot be read last). Kept in the view's memo per size asked while the view's
+    `revision` holds: a drain's tens of share-managers order hundreds of nodes once."""
+    asked = tuple(sorted(demand.requests.items()))
+    return view.memo.latest(_ordered, ("by room", asked), view.revision(), (demand, view))
+
+
+def _ordered(asked: tuple[Demand, fit.View]) -> tuple[Mapping[str, Any], ...]:
+    demand, view = asked
+    rooms = []
+    for node in view.nodes():
+        room = least_allocated(demand, node, view)
+        rooms.append((-1.0 if room is None else room, node))
+    return tuple(node for _, node in sorted(rooms, key=lambda pair: -pair[0]))
 
 
 def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
