@@ -48,6 +48,12 @@ def not_finished(pod: dict[str, Any]) -> bool:
 NO_PODS = fit.Usage()  # what a node without pods takes: nothing (never changed)
 
 
+def _taken(pod: dict[str, Any] | None) -> tuple[str, fit.PodUsage] | None:
+    """The node a pod counts on and what it takes there; None when it counts on none."""
+    node = fit.bound_node(pod) if pod is not None else None
+    return None if node is None else (node, fit.PodUsage.of(pod))
+
+
 class NodeUsage:
     """What the pods bound to each node take (requests, slots, host ports), kept as pods come
     and go: a pod's share is worked out again from the object it was added as, so exactly
@@ -55,18 +61,20 @@ class NodeUsage:
 
     def __init__(self) -> None:
         self.by_node: dict[str, fit.Usage] = {}
-        self.changes = 0  # bound pods added or taken away so far: every node takes the same while it is
+        self.changes = 0  # times what a node takes changed: every node takes the same while it is
 
     def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        for pod, sign in ((old, -1), (new, 1)):
-            node = fit.bound_node(pod) if pod is not None else None
-            if node is None:
+        before, after = _taken(old), _taken(new)
+        if before == after:
+            return  # the same node, the same share: a status update, or a pod bound to none
+        self.changes += 1
+        for taken, sign in ((before, -1), (after, 1)):
+            if taken is None:
                 continue
-            self.changes += 1
+            node, share = taken
             usage = self.by_node.get(node)
             if usage is None:
                 usage = self.by_node[node] = fit.Usage()
-            share = fit.PodUsage.of(pod)
             if sign > 0:
                 usage.add(share)
             else:
