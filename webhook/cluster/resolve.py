@@ -165,21 +165,30 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     return str(built) if isinstance(built, TargetUnknown) else built
 
 
-def migration_source(launcher: dict[str, Any], settings: Settings) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class MigrationSource:
+    """A launcher pod as its VM's migration target is rendered from (`migration_source`). The
+    keeper keeps one per VM apart and renders from it at every pass, without taking it again
+    (a copy of the pod each time)."""
+
+    pod: dict[str, Any]
+
+
+def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationSource:
     """What a VM's migration target is rendered from: its launcher pod as KubeVirt created it,
     without our pin (KubeVirt renders the target from the VMI, and we leave targets alone),
-    reduced to what the never-strand checks read of it (`pod_to_place`). The keeper keeps this
-    one per VM apart; taking it again changes nothing."""
-    return pod_to_place(as_created(launcher, settings))
+    reduced to what the never-strand checks read of it (`pod_to_place`)."""
+    return MigrationSource(pod_to_place(as_created(launcher, settings)))
 
 
-def migration_target_pod(launcher: dict[str, Any], vmi: Vmi, source: dict[str, Any] | None,
+def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
                          added: dict[str, str], settings: Settings) -> TargetPod | TargetUnknown:
     """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` (its node, as
-    read) with `spec.addedNodeSelector` `added`: from its launcher pod, whole or as
-    `migration_source` left it, as virt-controller renders a target (`rules.kubevirt.target`).
-    A drain's share-manager rule and the keeper both judge nodes by it."""
-    return target_pod(migration_source(launcher, settings), vmi, source, added)
+    read) with `spec.addedNodeSelector` `added`: from its launcher pod, whole, as the caches keep
+    it, or as `migration_source` left it, as virt-controller renders a target
+    (`rules.kubevirt.target`). A drain's share-manager rule and the keeper both judge nodes by it."""
+    made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
+    return target_pod(made.pod, vmi, source, added)
 
 
 def _pod_name(pod: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import kinds
-from ..cluster.resolve import migration_source, migration_target_pod, node_obstacle
+from ..cluster.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
@@ -37,7 +37,7 @@ class Stretch:
     node: str
     target: str
     since: datetime
-    pod: dict[str, Any] | None = None  # the launcher pod as its migration target is rendered from (`migration_source`)
+    pod: MigrationSource | None = None  # the launcher pod as its migration target is rendered from
     problem: str | None = None  # why the launcher pod is not known
     derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
 
@@ -113,8 +113,8 @@ class Stretches:
             return None, f"its launcher pod {name} is gone"
         return pod, None
 
-    async def target_unfit(self, vmi: VmiView, launcher: dict[str, Any], source: dict[str, Any] | None,
-                           target: str, node: dict[str, Any] | None) -> str | None:
+    async def target_unfit(self, vmi: VmiView, launcher: dict[str, Any] | MigrationSource,
+                           source: dict[str, Any] | None, target: str, node: dict[str, Any] | None) -> str | None:
         """Why the storage node (`target`, read as `node`) cannot take the pod KubeVirt will create
         to migrate the VM there from `source` (its node, as read), or None when it can: the labels
         KubeVirt adds for the migration first, in words, then the never-strand checks on that pod.

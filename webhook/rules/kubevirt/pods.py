@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ... import kinds
@@ -29,18 +28,23 @@ def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
     target's own selector."""
     if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
         return pod
-    pod = copy.deepcopy(pod)
-    del pod["metadata"]["labels"][kinds.MIGRATION_JOB_LABEL]
-    selector = kinds.spec(pod).get("nodeSelector")
+    # Copies along the paths changed below; the rest is the pod's own, shared: the keeper renders
+    # a target for every VM apart at every pass, and a whole copy of each pod was most of its work.
+    labels = {k: v for k, v in kinds.labels(pod).items() if k != kinds.MIGRATION_JOB_LABEL}
+    spec = dict(kinds.spec(pod))
+    pod = {**pod, "metadata": {**kinds.meta(pod), "labels": labels}, "spec": spec}
+    selector = spec.get("nodeSelector")
     own = vmi_selector if isinstance(vmi_selector, dict) else {}
     if isinstance(selector, dict) and kinds.HOSTNAME_LABEL in selector and kinds.HOSTNAME_LABEL not in own:
-        del selector[kinds.HOSTNAME_LABEL]
-    vmi_uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
-    affinity = kinds.spec(pod).get("affinity")
+        spec["nodeSelector"] = {k: v for k, v in selector.items() if k != kinds.HOSTNAME_LABEL}
+    vmi_uid = labels.get(kinds.CREATED_BY_LABEL)
+    affinity = spec.get("affinity")
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
     terms = anti.get(REQUIRED) if isinstance(anti, dict) else None
     if vmi_uid and isinstance(terms, list):
         mine = own_pods(vmi_uid)
+        anti = dict(anti)  # type: ignore[arg-type]
+        spec["affinity"] = {**affinity, "podAntiAffinity": anti}  # type: ignore[dict-item]
         keep_or_drop(anti, REQUIRED, [t for t in terms if not (isinstance(t, dict) and t.get("labelSelector") == mine)])
-        drop_empty(pod["spec"], "affinity", "podAntiAffinity")
+        drop_empty(spec, "affinity", "podAntiAffinity")
     return pod
