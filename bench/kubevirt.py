@@ -351,7 +351,8 @@ def cluster_objects(layout: Layout, started: datetime.datetime) -> list[dict[str
                   objects.share_manager(volume, vm.storage), share_manager_pod]
         moved = vm.node != vm.storage and vm.role != ON_OLDER_CPU  # by the drain before the run
         vmi = objects.vmi(vm.name, vm.node, vm.claim, namespace=vm.namespace, uid=vm.uid,
-                          opted_in=vm.opted_in, migratable=vm.migratable, keep=None if vm.may_move else "false", migrated_from=vm.storage if moved else None,
+                          opted_in=vm.opted_in, migratable=vm.migratable, keep=None if vm.may_move else "false",
+                          migrated_from=vm.storage if moved else None,
                           migration_end=drained if moved else None, machine=vm.machine)
         found.append(vmi)
         if moved:  # the drain's target pod: the VM's pod since then

@@ -59,7 +59,7 @@ def test_the_keepers_launcher_pod_renders_the_same_target_as_the_whole_one():
 
 def test_the_cached_launcher_pod_renders_the_same_target_as_the_whole_one():
     """Every replica keeps each launcher pod with what its migration target is rendered from
-    (`kept.shape_pod`): a drain's share-manager rule renders from that, with no read of the pod."""
+    (`shapes.shape_pod`): a drain's share-manager rule renders from that, with no read of the pod."""
     cached = shapes(SETTINGS)["Pod"](admitted())
     assert render(cached) == render(admitted())
     assert migration_source(cached, SETTINGS) == migration_source(admitted(), SETTINGS)

@@ -142,7 +142,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate
     the VM of `vm_pod` off its node, or why it cannot be told. Both pods are taken as the store
     gave them (`pods_by_claim`): whole, or as the caches keep a launcher pod, with all the recipe
-    and the checks read of it (`kept.shape_pod`); so a drain's share-managers read no pod from
+    and the checks read of it (`shapes.shape_pod`); so a drain's share-managers read no pod from
     the API. The VMI and the source node are read through the store (the caches, where there
     are caches)."""
     metadata = kinds.meta(vm_pod)

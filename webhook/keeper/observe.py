@@ -142,14 +142,14 @@ class Observer:
 
     async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        if stretch.problem:
-            return None, stretch.problem
+        if stretch.pod is None:
+            return None, stretch.problem or "its launcher pod is not known"
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.stretches.target_unfit(vmi, stretch.pod or {}, source, target, node)
+        return node, await self.stretches.target_unfit(vmi, stretch.pod, source, target, node)
 
 
 def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,

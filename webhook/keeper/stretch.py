@@ -113,8 +113,8 @@ class Stretches:
             return None, f"its launcher pod {name} is gone"
         return pod, None
 
-    async def target_unfit(self, vmi: VmiView, launcher: dict[str, Any] | MigrationSource,
-                           source: dict[str, Any] | None, target: str, node: dict[str, Any] | None) -> str | None:
+    async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
+                           target: str, node: dict[str, Any] | None) -> str | None:
         """Why the storage node (`target`, read as `node`) cannot take the pod KubeVirt will create
         to migrate the VM there from `source` (its node, as read), or None when it can: the labels
         KubeVirt adds for the migration first, in words, then the never-strand checks on that pod.

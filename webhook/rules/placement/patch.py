@@ -1,5 +1,5 @@
 """Pure: a pod and a Decision → a JSON patch (AND-merged, idempotent), and the inverse: the pod
-as created, without what we added (`as_created`, for `explain`).
+as created, without what we added (`as_created`: what `explain` and the migration target are rendered from).
 
 Kubernetes semantics (k8s.io/api core/v1 NodeSelector): nodeSelectorTerms are ORed, the
 requirements inside one term are ANDed, and an empty term matches nothing. So a pin is

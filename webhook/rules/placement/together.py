@@ -79,7 +79,7 @@ class Judging:
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
         self.refused: dict[str, str] = {}
         self.landed: list[Landing] = []
-        self.nodes: tuple[Mapping[str, Any], ...] = ()
+        self.nodes: tuple[tuple[float | None, Mapping[str, Any]], ...] = ()  # (room, node), most room first
         try:
             self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
             self.moved = Demand.of(target.pod, vm_namespace, view.memo)
@@ -90,15 +90,15 @@ class Judging:
         self.nodes = by_room(self.moved, view)
 
     def __iter__(self) -> Iterator[str]:
-        for node in self.nodes:
+        for room, node in self.nodes:
             if len(self.landed) >= AMONG_NODES:
                 return
             name = name_of(node)
             if isinstance(name, str) and name:
-                self._judge(name, node)
+                self._judge(name, node, room)
                 yield name
 
-    def _judge(self, name: str, node: Mapping[str, Any]) -> None:
+    def _judge(self, name: str, node: Mapping[str, Any], room: float | None) -> None:
         if name == self.source:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
@@ -112,7 +112,6 @@ class Judging:
         if why is not None:
             self.refused[name] = why
             return
-        room = least_allocated(self.moved, node, view)
         self.landed.append(Landing(name, room if room is not None else 0.0))
 
     @property
@@ -120,21 +119,17 @@ class Judging:
         return Landings(tuple(sorted(self.landed, key=lambda landing: (-landing.room, landing.node))), self.refused)
 
 
-def by_room(demand: Demand, view: fit.View) -> tuple[Mapping[str, Any], ...]:
-    """Every node of the view, most room for `demand` first (NodeResourcesFit's score; a node
-    whose room cannot be read last). Kept in the view's memo per size asked while the view's
-    `revision` holds: a drain's tens of share-managers order hundreds of nodes once."""
-    asked = tuple(sorted(demand.requests.items()))
-    return view.memo.latest(_ordered, ("by room", asked), view.revision(), (demand, view))
+def by_room(demand: Demand, view: fit.View) -> tuple[tuple[float | None, Mapping[str, Any]], ...]:
+    """Every node of the view with the room it leaves `demand` (NodeResourcesFit's score; None when
+    it cannot be read), most room first, unreadable last. Kept in the view's memo per size asked
+    while the view's `revision` holds: a drain's tens of share-managers order hundreds of nodes once."""
+    return view.memo.latest(_by_room, tuple(sorted(demand.requests.items())), view.revision(), (demand, view))
 
 
-def _ordered(asked: tuple[Demand, fit.View]) -> tuple[Mapping[str, Any], ...]:
-    demand, view = asked
-    rooms = []
-    for node in view.nodes():
-        room = least_allocated(demand, node, view)
-        rooms.append((-1.0 if room is None else room, node))
-    return tuple(node for _, node in sorted(rooms, key=lambda pair: -pair[0]))
+def _by_room(demand_and_view: tuple[Demand, fit.View]) -> tuple[tuple[float | None, Mapping[str, Any]], ...]:
+    demand, view = demand_and_view
+    rooms = [(least_allocated(demand, node, view), node) for node in view.nodes()]
+    return tuple(sorted(rooms, key=lambda pair: 1.0 if pair[0] is None else -pair[0]))  # unreadable last
 
 
 def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
