@@ -9,7 +9,7 @@ PORT   ?= 9443
 LOCK   := requirements/image.txt
 UV     := uv==0.13.9
 
-.PHONY: test demo certs serve bench clean lock lock-upgrade release
+.PHONY: test test-real demo certs serve bench clean lock lock-upgrade release
 
 # Helm's own engine for the chart's tests (tests/support/helm.py): Helm 4's Go library in a wheel. It declares
 # Python >= 3.12, but it is a cffi wrapper that runs on 3.11 too, hence --ignore-requires-python
@@ -25,6 +25,13 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# Only the tests on the real control plane (docs/development.md). Where KUBEBUILDER_ASSETS names no
+# etcd, kube-apiserver and kube-scheduler it fails with one line: skipped, nothing would have run.
+test-real: $(VENV)/.installed
+	@$(PY) -c 'import sys; from kubefake.envtest import assets; found = assets(); \
+		isinstance(found, str) and sys.exit(f"make test-real: {found}")'
+	$(PY) -m pytest -m real
 
 # Refresh the lock after a change to the dependencies in pyproject.toml: pins that still fit are
 # kept. `make lock-upgrade` moves every pin to the newest version allowed.

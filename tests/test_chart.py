@@ -6,8 +6,11 @@ manifests/ tree, apart from the labels Helm adds, the certificate Job's name (th
 after its spec, so that an upgrade replaces it) and the Namespace (Helm's --create-namespace
 makes it). Every rendered object validates strictly (kubernetes-validate, 1.30 and the newest).
 
-The README's Helm commands are run as written against the real kube-apiserver (tests/support/helm.py,
-kubefake/envtest.py), with the certificate Job played by the project's own `certs` verb in a process.
+Rendering needs no cluster: `helm install --dry-run=client` (helm-python-sdk, Helm 4's engine: values
+schema, templates, the labels Helm adds), so it runs everywhere, CI included. What only a cluster shows
+(Helm creates exactly what it rendered; the README's Helm commands run as written, with the certificate
+Job played by the project's own `certs` verb in a process; upgrades and uninstall) runs against the real
+kube-apiserver where KUBEBUILDER_ASSETS names one (tests/support/helm.py, kubefake/envtest.py).
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from tests.support.admission_policy import UNTOUCHED, admit, create_request, evaluate, service_account
-from tests.support.helm import CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects, run, sdk, set_value
+from tests.support.helm import (CERT_MANAGER, CHART, PROMETHEUS_OPERATOR, RELEASE, Cluster, Command, commands, objects,
+                                render, run, sdk, set_value)
 from tests.support.kube import VALIDATE_VERSIONS, kubectl
 
 from webhook import __version__
@@ -169,9 +173,9 @@ def as_kustomize_has_it(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-async def test_the_chart_renders_the_same_install_as_the_manifests(cluster, helm_sdkpy, variant):
+def test_the_chart_renders_the_same_install_as_the_manifests(variant):
     values, sources = VARIANTS[variant]
-    rendered = await install(helm_sdkpy, cluster, copy.deepcopy(values))
+    rendered = render(copy.deepcopy(values))
     validate_strictly(rendered)
     chart = {key(o): o for o in map(as_kustomize_has_it, rendered)}
     assert len(chart) == len(rendered)
@@ -181,17 +185,23 @@ async def test_the_chart_renders_the_same_install_as_the_manifests(cluster, helm
     assert set(chart) - set(manifests) == set()
     for name in chart:
         assert chart[name] == manifests[name], name
-    # Helm created exactly what it rendered (and its namespace and release record).
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+async def test_helm_creates_exactly_what_it_renders(cluster, helm_sdkpy, variant):
+    rendered = await install(helm_sdkpy, cluster, copy.deepcopy(VARIANTS[variant][0]))
+    assert sorted(map(key, rendered)) == sorted(map(key, render(copy.deepcopy(VARIANTS[variant][0]))))
+    # What it rendered, its namespace and its release record: nothing else.
     created = {key(o) for o in stored(cluster) if o["kind"] != "Secret" or not o["metadata"]["name"].startswith("sh.helm.")}
     assert created == {key(o) for o in rendered} | {("v1", "Namespace", None, NS)}
 
 
-async def test_the_opt_in_key_is_named_once_for_the_flag_and_the_match_conditions(cluster, helm_sdkpy):
-    """Done when: `--set keeper.mode=report --set optInAnnotation=example.com/colocate`."""
+def test_the_opt_in_key_is_named_once_for_the_flag_and_the_match_conditions():
+    """`--set keeper.mode=report --set optInAnnotation=example.com/colocate`."""
     command = Command(f"helm install {RELEASE} ./charts/kubevirt-colocate -n {NS} --create-namespace "
                       "--set keeper.mode=report --set optInAnnotation=example.com/colocate")
-    await run(helm_sdkpy, configuration(helm_sdkpy, cluster), command)
-    deployment, configuration_ = one(stored(cluster), "Deployment", NS), one(stored(cluster), "MutatingWebhookConfiguration")
+    rendered = render(command.values, command.namespace)
+    deployment, configuration_ = one(rendered, "Deployment", NS), one(rendered, "MutatingWebhookConfiguration")
     settings = served_settings(deployment)
     assert (settings.keep, settings.opt_in_annotation) == ("report", "example.com/colocate")
     # The server's own check of its webhook configuration lets that key through, and not the default.
@@ -297,17 +307,28 @@ def test_the_defaults_are_the_servers():
     ("longhorn.namespace=Longhorn_System", "/longhorn/namespace"),
     ("image.digest=latest", "/image/digest"),
 ])
-async def test_the_schema_refuses_a_bad_value_before_anything_is_created(cluster, helm_sdkpy, assignment, complaint):
+def test_the_schema_refuses_a_bad_value(assignment, complaint):
+    import helm_python
+
     values: dict[str, Any] = {}
     set_value(values, assignment)
+    with pytest.raises(helm_python.HelmReleaseError, match="schema") as refused:
+        render(values)
+    assert complaint in str(refused.value)
+
+
+async def test_the_schema_refuses_a_bad_value_before_anything_is_created(cluster, helm_sdkpy):
+    values: dict[str, Any] = {}
+    set_value(values, "replicas=0")
+    complaint = "/replicas"
     with pytest.raises(helm_sdkpy.InstallError, match="schema") as refused:
         await install(helm_sdkpy, cluster, values)
     assert complaint in str(refused.value)
     assert stored(cluster, "Deployment") == []
 
 
-async def test_the_settings_become_flags_that_serve_reads(cluster, helm_sdkpy):
-    rendered = await install(helm_sdkpy, cluster, {
+def test_the_settings_become_flags_that_serve_reads():
+    rendered = render({
         "keeper": {"mode": "off", "after": 120, "afterDescheduled": 0, "maxInflight": 4, "maxPerDay": 1},
         "pin": "preferred",
         "longhorn": {"namespace": "storage"}, "logLevel": "debug", "replicas": 3,
@@ -325,14 +346,14 @@ async def test_the_settings_become_flags_that_serve_reads(cluster, helm_sdkpy):
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["storage"]}]
 
 
-async def test_without_the_share_manager_rule_no_share_manager_pod_reaches_the_webhook(cluster, helm_sdkpy):
-    rendered = await install(helm_sdkpy, cluster, {"shareManagerRule": False})
+def test_without_the_share_manager_rule_no_share_manager_pod_reaches_the_webhook():
+    rendered = render({"shareManagerRule": False})
     validate_strictly(rendered)
     assert served_settings(one(rendered, "Deployment", NS)).share_manager_rule is False
     assert set(hooks(rendered)) == {VM_HOOK}
 
 
-async def test_placement_values_reach_the_webhook_and_the_certificate_job(cluster, helm_sdkpy):
+def test_placement_values_reach_the_webhook_and_the_certificate_job():
     digest = "sha256:" + "ab" * 32
     placement = {
         "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
@@ -344,7 +365,7 @@ async def test_placement_values_reach_the_webhook_and_the_certificate_job(cluste
         {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}
     annotations = {"sidecar.istio.io/inject": "false"}
     resources = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
-    rendered = await install(helm_sdkpy, cluster, {
+    rendered = render({
         **placement, "affinity": affinity, "podAnnotations": annotations, "resources": resources,
         "image": {"repository": "registry.example.com/kubevirt-colocate", "digest": digest, "pullPolicy": "Always"}})
     validate_strictly(rendered)
@@ -371,10 +392,10 @@ def namespaces_named(value: Any) -> list[str]:
 
 @pytest.mark.parametrize("values", [{"monitoring": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
                                     BOTH], ids=["self-managed", "cert-manager"])
-async def test_another_namespace_is_followed_everywhere(cluster, helm_sdkpy, values):
+def test_another_namespace_is_followed_everywhere(values):
     """Installed into another namespace, every reference follows: the webhook's Service, its own
     namespace left out of the webhook, the bindings, the certificate's names and the CA injection."""
-    rendered = await install(helm_sdkpy, cluster, copy.deepcopy(values), namespace="colocate-system")
+    rendered = render(copy.deepcopy(values), namespace="colocate-system")
     validate_strictly(rendered)
     assert {n for o in rendered for n in namespaces_named(o)} == {"colocate-system"}
     for hook in hooks(rendered).values():

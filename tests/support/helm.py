@@ -1,11 +1,15 @@
-"""Helm's own engine (helm-sdkpy: Helm 4's Go library in a wheel) against the real kube-apiserver.
+"""Helm's own engine, Helm 4's Go library in a wheel, two ways.
 
-`helm install`, `upgrade` and `uninstall` run as the helm CLI runs them, against the control
-plane of the tests (kubefake/envtest.py: its discovery, OpenAPI, label selectors, Helm's release
-Secrets, strategic merge patches, validation and admission, all real). The README's Helm commands
-are parsed here and run as written. helm-sdkpy comes from the Makefile (`pip install
---ignore-requires-python`: it declares Python >= 3.12 but is a cffi wrapper that runs on 3.11);
-without it these tests are skipped, except in CI (CI=true), where they fail.
+`render`: `helm install --dry-run=client` (helm-python-sdk, a test dependency): the values schema,
+the templates and the labels Helm adds, with no cluster; it runs everywhere, CI included.
+
+Against the real kube-apiserver (helm-sdkpy): `helm install`, `upgrade` and `uninstall` run as the
+helm CLI runs them, against the control plane of the tests (kubefake/envtest.py: its discovery,
+OpenAPI, label selectors, Helm's release Secrets, strategic merge patches, validation and
+admission, all real). The README's Helm commands are parsed here and run as written. helm-sdkpy
+comes from the Makefile (`pip install --ignore-requires-python`: it declares Python >= 3.12 but is
+a cffi wrapper that runs on 3.11); without it these tests are skipped, except in CI (CI=true),
+where they fail.
 """
 from __future__ import annotations
 
@@ -242,3 +246,16 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def objects(manifest: str) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all(manifest) if o]
+
+
+def render(values: dict[str, Any] | None = None, namespace: str = "kubevirt-colocate") -> list[dict[str, Any]]:
+    """The objects `helm install kubevirt-colocate CHART -n NAMESPACE --create-namespace --dry-run=client`
+    renders with these values; the values schema refuses first (helm_python.HelmReleaseError). The
+    client is pointed at a port nothing listens on: a render that reached for a cluster would fail."""
+    import helm_python
+
+    helm_python.disable_logging()  # its INFO lines: the chart's links into manifests/ followed
+    config = helm_python.Config(kube_apiserver="https://127.0.0.1:1", namespace=namespace)
+    release = config.install(str(CHART), RELEASE, values or {}, namespace=namespace, dry_run="client",
+                             create_namespace=True)
+    return objects(release["manifest"])

@@ -1,0 +1,34 @@
+"""The Makefile's targets that a contributor runs by hand and that must not pass quietly."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.parametrize("assets", [None, "empty"])
+def test_make_test_real_fails_in_one_line_without_the_control_plane(tmp_path, assets):
+    """Skipped tests would hide that nothing ran: `make test-real` says what to set and fails."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed").touch()  # newer than pyproject.toml and the Makefile: nothing to install
+    env = {k: v for k, v in os.environ.items() if k != "KUBEBUILDER_ASSETS"}
+    if assets:
+        (tmp_path / assets).mkdir()
+        env["KUBEBUILDER_ASSETS"] = str(tmp_path / assets)
+    done = subprocess.run([make, "--no-print-directory", "test-real", f"VENV={venv}", f"PY={sys.executable}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("make: ***")]
+    assert len(ours) == 1 and ours[0].startswith("make test-real: "), done.stderr
+    assert "KUBEBUILDER_ASSETS" in ours[0] and "kube-apiserver" in ours[0]
+    assert done.stdout == ""  # pytest never started
