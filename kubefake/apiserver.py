@@ -29,6 +29,7 @@ from typing import Any
 import kmock
 from aiohttp import web
 
+from . import validation
 from .objects import stamp
 
 __all__ = ["Apiserver", "Call", "KubernetesApi", "serve", "stamp"]
@@ -70,12 +71,13 @@ def precondition_failed(options: Any, stored: dict[str, Any]) -> str | None:
 
 
 class Apiserver:
-    """Names from generateName, uid, creationTimestamp and resourceVersion on create; `dryRun=All`
+    """Names from generateName, uid, creationTimestamp and resourceVersion on create; what the
+    apiserver refuses refused alike, on create, patch and update (`validation`); `dryRun=All`
     creates answered but never stored; a create `refuse` turns away and a delete `refuse_delete`
     turns away as a whole (request -> KubernetesError | None: nothing stored or deleted); PUT
     replacing an object (the Lease), 409 when its resourceVersion is stale; DELETE with
     `preconditions` (uid, resourceVersion), 409 when they do not hold. Otherwise as kmock's
-    emulator: PATCH merges, DELETE of an
+    emulator: PATCH merges (or applies a JSON patch), DELETE of an
     object with finalizers marks it, its last finalizer gone deletes it; lists and watches by
     namespace and label selector; watches start with every object ADDED."""
 
@@ -100,6 +102,17 @@ class Apiserver:
 
     def key(self, call: Any, name: str | None = None) -> Key:
         return call.resource, call.namespace, name or call.name
+
+    @staticmethod
+    def kind(call: Any, obj: dict[str, Any]) -> str | None:
+        if getattr(call.resource, "group", None) == "" and getattr(call.resource, "plural", None) == "pods":
+            return "Pod"
+        return obj.get("kind")
+
+    def validate(self, call: Any, new: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+        """Refused as the apiserver refuses it (kubefake.validation), before anything is stored."""
+        if (refused := validation.refusal(self.kind(call, old or new), new, old)) is not None:
+            raise refused
 
     def known(self, resource: Any) -> bool:
         return any(r == resource for r in self.resources) or any(r == resource for r, _, _ in self.objects)
@@ -164,6 +177,7 @@ class Apiserver:
         metadata.setdefault("uid", str(uuid.uuid4()))
         metadata.setdefault("creationTimestamp", stamp())
         metadata["resourceVersion"] = str(next(self.versions))
+        self.validate(call, data)
         if call.params.get("dryRun") == "All":
             return data  # answered, never stored
         if self.refuse is not None and (refused := self.refuse(call)) is not None:
@@ -185,8 +199,10 @@ class Apiserver:
         return raw
 
     async def patch(self, call: Any) -> dict[str, Any]:
+        """A JSON merge patch (a map) or a JSON patch (a list of operations), checked whole first."""
         async with self.lock:
             obj = self.found(call)
+            self.validate(call, validation.patched(obj.raw, call.data), obj.raw)
             await self.merge(self.key(call), call.data)
             return obj.last.raw
 
@@ -216,6 +232,7 @@ class Apiserver:
                 raise error(409, "Conflict",
                             "the object has been modified; please apply your changes to the latest version")
             new = json.loads(json.dumps(call.data))
+            self.validate(call, new, stored)
             new.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
             self.objects[self.key(call)] = new
             await self.tell(call.resource, {"type": "MODIFIED", "object": new})
@@ -327,7 +344,7 @@ def call_of(method: str, path: str, params: dict[str, str], data: Any,
 def status(exc: kmock.KubernetesError) -> web.Response:
     return web.json_response({"apiVersion": "v1", "kind": "Status", "metadata": {}, "code": exc.status,
                               "status": "Failure", "reason": exc.reason or type(exc).__name__,
-                              "message": exc.message or repr(exc)}, status=exc.status)
+                              "message": exc.message or repr(exc), "details": exc.details or {}}, status=exc.status)
 
 
 async def serve(apiserver: Apiserver, answer: Callable[[Call], Any] | None = None,
