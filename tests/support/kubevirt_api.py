@@ -123,7 +123,17 @@ class Cluster:
             status["migrationState"] = {"migrationUid": migration["metadata"].get("uid"), "targetNode": node,
                                         "startTimestamp": stamp(), "endTimestamp": stamp(), "completed": True}
         await self.patch(f"{VMIS}/{vmi_name}", {"status": status})
-        await self.patch(f"/api/v1/namespaces/default/pods/virt-launcher-{vmi_name}-x7k2p", {"spec": {"nodeName": node}})
+        # A pod is never moved (its node is set once, by its binding): the VM runs in a pod started on
+        # `node`, here under the old one's name.
+        path = f"/api/v1/namespaces/default/pods/virt-launcher-{vmi_name}-x7k2p"
+        async with self.api() as session:
+            async with session.get(path) as response:
+                pod = await response.json()
+            await session.delete(path)
+            keep = ("name", "namespace", "labels", "annotations", "ownerReferences")
+            pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k in keep}
+            pod["spec"]["nodeName"] = node
+            await session.post("/api/v1/namespaces/default/pods", json=pod)
 
     async def move_storage(self, volume: str, node: str) -> None:
         """Longhorn restarts the share-manager on `node`: a new pod, started now."""
