@@ -24,7 +24,7 @@ __all__ = [
     "HOST_MODEL_CPU", "HOST_MODEL_FEATURE", "LONGHORN_NS", "MACHINE_ALIAS", "MACHINE_TYPE", "MIGRATION_CPU",
     "NEW_CPU", "OLD_CPU", "SCHEDULABLE", "STAMP", "VM1_UID", "VM_NS",
     "ago", "fixture_cluster", "labeller", "launcher_node_selector", "launcher_pod", "launcher_pod_of", "load",
-    "load_all", "machine_type", "migration", "migration_node_selector", "migration_target", "node", "nodes", "placement",
+    "load_all", "longhorn_settings", "machine_type", "migration", "migration_node_selector", "migration_target", "node", "nodes", "placement",
     "pv", "pvc", "review", "running_vm", "rwx_disk", "share_manager", "share_manager_pod", "stable_uid", "stamp",
     "vm_pod", "vmi", "vmi_uid", "workload_pod",
 ]
@@ -203,6 +203,22 @@ def pv(claim: str, name: str, *, namespace: str = VM_NS, volume: str | None = No
                  "volumeMode": "Filesystem"},
         "status": {"phase": "Bound", "lastPhaseTransitionTime": STAMP},
     }
+
+
+def longhorn_settings(version: str | None = "v1.12.0", blacklist: str | None = "", **values: str | None) -> list[dict[str, Any]]:
+    """Longhorn's Setting objects as its install keeps them: `current-longhorn-version`, the owner
+    kinds whose pods are never deleted on a remount (`blacklist`), the other deletion and network
+    Settings at their defaults, `values` (Setting name with `_` for `-`) over them; a value of None
+    leaves its Setting out."""
+    defaults = {"current-longhorn-version": version, "auto-delete-pod-when-volume-detached-unexpectedly": "true",
+                "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly": blacklist, "endpoint-network-for-rwx-volume": "",
+                "storage-network": "", "storage-network-for-rwx-volume-enabled": "false"}
+    defaults |= {name.replace("_", "-"): value for name, value in values.items()}
+    return [{"apiVersion": "longhorn.io/v1beta2", "kind": "Setting",
+             "metadata": {"name": name, "namespace": LONGHORN_NS, "uid": stable_uid("setting", name),
+                          "resourceVersion": "1", "creationTimestamp": STAMP},
+             "value": value, "status": {"applied": True}}
+            for name, value in defaults.items() if value is not None]
 
 
 def share_manager(volume: str, node: str | None, *, state: str = "running", owner: str | None = None) -> dict[str, Any]:

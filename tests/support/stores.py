@@ -8,7 +8,9 @@ from typing import Any
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
-from webhook.kinds import RULE_RESOURCES as RESOURCES
+from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES
+
+RESOURCES = (*RULE_RESOURCES, LONGHORN_SETTING)
 
 # Quick recovery in tests; the watch itself lasts as long as in production.
 TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.stores import seed
-from tests.support.kube import fixture_cluster, kubeconfig_for, load, longhorn_volume, run_verb, rwx_disk, vmi_uid
+from tests.support.kube import (fixture_cluster, kubeconfig_for, load, longhorn_settings, longhorn_volume, run_verb,
+                                rwx_disk, vmi_uid)
 from tests.support.kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
@@ -114,8 +115,12 @@ def cluster():
     return storage, vmis, vmims
 
 
-def seed_cluster(kmock, storage, vmis, vmims):
-    seed(kmock, storage)
+SPARED = longhorn_settings(blacklist="apps/StatefulSet;kubevirt.io/VirtualMachineInstance")
+
+
+def seed_cluster(kmock, storage, vmis, vmims, longhorn=SPARED):
+    """The objects, and Longhorn 1.12's Settings (by default with VMIs on its blacklist: no warning)."""
+    seed(kmock, storage + longhorn)
     kmock.resources[VMI] = {}
     kmock.resources[VMIM] = {}
     for obj in vmis:
@@ -186,7 +191,7 @@ async def test_status_json(tmp_path, kmock):
         "disks": [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
                    "data_locality": None, "local_replica": None,
                    "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
-        "note": None,
+        "note": None, "rebooted_by_storage_restart": "no",
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
@@ -198,7 +203,8 @@ async def test_status_json(tmp_path, kmock):
                                "why": "spec.addedNodeSelector is kept: targeted migration works", "priority": True,
                                "priority_answer": "available",
                                "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
-        "in_flight": {"ours": 0, "all": 0}, "migration_targets": "untouched", "longhorn_restarts_vms": None}
+        "in_flight": {"ours": 0, "all": 0}, "migration_targets": "untouched", "longhorn_restarts_vms": None,
+        "longhorn_restarts_vms_answer": "no"}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
     assert report["skipped"] == ["VMI default/vm8: status.nodeName is a int, not a string"]
@@ -406,36 +412,37 @@ async def test_a_vm_whose_hotplugged_disk_alone_is_served_elsewhere_is_not_co_lo
     assert states == {"vm2": ("split", ["node-b", "node-c"]), "vm7": ("apart", ["node-b"])}, out
 
 
-def longhorn_setting(name, value):
-    return {"apiVersion": "longhorn.io/v1beta2", "kind": "Setting",
-            "metadata": {"name": name, "namespace": "longhorn-system"}, "value": value}
-
-
-@pytest.mark.parametrize("values, warned", [
-    ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
-      "auto-delete-pod-when-volume-detached-unexpectedly": "true",
-      "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly": ""}, True),
-    ({"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net",
-      "auto-delete-pod-when-volume-detached-unexpectedly": "true",
-      "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly":
-          "apps/StatefulSet;kubevirt.io/VirtualMachineInstance"}, False),
-], ids=["endpoint-network", "vmi-blacklisted"])  # every combination: tests/rules/shared/test_longhorn.py
-async def test_status_names_the_longhorn_settings_that_turn_a_share_manager_move_into_vm_restarts(
-        tmp_path, kmock, values, warned):
-    from webhook.kinds import LONGHORN_SETTING
-
+@pytest.mark.parametrize("longhorn, answer", [
+    (longhorn_settings(), "yes"),  # Longhorn 1.12's defaults
+    (longhorn_settings(blacklist="kubevirt.io/VirtualMachineInstance"), "no"),
+    (longhorn_settings(blacklist="apps/StatefulSet;kubevirt.io/VirtualMachineInstance"), "no"),
+    (longhorn_settings("v1.11.2"), "no"),
+    (longhorn_settings("v1.11.2", endpoint_network_for_rwx_volume="longhorn-system/rwx-net"), "yes"),
+    (longhorn_settings(auto_delete_pod_when_volume_detached_unexpectedly="maybe"), "cannot tell"),
+    ([], "cannot tell"),  # nothing to read: no Longhorn Settings at all
+], ids=["1.12-defaults", "vmi-blacklisted", "vmi-beside-another-kind", "1.11", "1.11-rwx-network", "garbled",
+        "none"])  # every combination: tests/rules/shared/test_longhorn.py
+async def test_status_says_whether_a_share_manager_restart_reboots_the_vms(tmp_path, kmock, longhorn, answer):
     storage, vmis, vmims = cluster()
-    seed_cluster(kmock, storage, vmis, vmims)
-    kmock.resources[LONGHORN_SETTING] = {}
-    for name, value in values.items():
-        kmock.objects[LONGHORN_SETTING, "longhorn-system", name] = longhorn_setting(name, value)
+    seed_cluster(kmock, storage, vmis, vmims, longhorn)
     code, out, err = await run_status(tmp_path, kmock)
     assert code == 0, err
     warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
-    if not warned:
-        assert warnings == [], out
+    code, said, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    header = json.loads(said)["cluster"]
+    assert header["longhorn_restarts_vms_answer"] == answer
+    # VM by VM: each VM a share-manager serves; the others none.
+    vms = json.loads(said)["vms"]
+    assert {vm["rebooted_by_storage_restart"] for vm in vms if vm["storage"]} == {answer}
+    assert {vm["rebooted_by_storage_restart"] for vm in vms if not vm["storage"]} <= {None}
+    if answer == "no":
+        assert warnings == [] and header["longhorn_restarts_vms"] is None, out
         return
-    assert len(warnings) == 1, out
-    assert "restarts VMs when their share-manager moves" in warnings[0]
-    assert "add kubevirt.io/VirtualMachineInstance to blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly" \
-        in warnings[0]
+    assert warnings == [f"warning: {header['longhorn_restarts_vms']}"], out
+    if answer == "yes":
+        assert warnings[0].startswith("warning: Longhorn reboots VMs when their share-manager restarts: ")
+        assert ("add kubevirt.io/VirtualMachineInstance to blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly"
+                in warnings[0])
+    else:
+        assert warnings[0].startswith("warning: cannot tell whether Longhorn reboots VMs")

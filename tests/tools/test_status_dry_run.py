@@ -7,8 +7,8 @@ from pathlib import Path
 
 import kmock as kmocklib
 import pytest
-from tests.support.stores import api_host
-from tests.support.kube import run_verb
+from tests.support.stores import api_host, seed
+from tests.support.kube import longhorn_settings, run_verb
 from tests.support.kubevirt_api import Cluster, KubeVirtApi, ago, apart_vm, three_nodes
 
 from webhook.cluster import client
@@ -35,6 +35,8 @@ def kmock_options(kmock_options):
 
 @pytest.fixture
 def cluster(kmock):
+    """The emulated cluster, with Longhorn 1.12's Settings sparing VMIs (no warning in the header)."""
+    seed(kmock, longhorn_settings(blacklist="kubevirt.io/VirtualMachineInstance"))
     return Cluster(kmock)
 
 

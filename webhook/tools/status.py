@@ -30,7 +30,7 @@ from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
 from ..config import KeepMode, MigrationTargets, Settings
-from ..rules.shared.longhorn import restart_hazard
+from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.targeted import TargetedMigration
 from ..keeper.stretch import Stretches
@@ -71,6 +71,8 @@ class VmStatus:
     decision: KeepDecision
     next: str  # the decision in words: when it moves, or what holds it
     disks: tuple[DiskPath, ...] = ()  # each Longhorn disk's I/O path
+    # whether a restart of a share-manager serving it reboots the VM (yes, no, cannot tell); None: none serves it
+    rebooted_by_storage_restart: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -93,6 +95,7 @@ class VmStatus:
             "next": self.next,
             "disks": [disk.to_json() for disk in self.disks],
             "note": path_note(self.disks) or None,
+            "rebooted_by_storage_restart": self.rebooted_by_storage_restart,
         }
 
 
@@ -113,7 +116,8 @@ class Cluster:
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     migration_targets: MigrationTargets = MigrationTargets.UNTOUCHED  # --migration-targets: what a migration that names no node gets
-    restarts: str | None = None  # when Longhorn's settings make a share-manager's move restart its VMs, why and the fix
+    # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
+    restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
 
     @property
     def targets(self) -> str:
@@ -130,7 +134,7 @@ class Cluster:
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight}); {self.targets}",
-            *([f"warning: {self.restarts}"] if self.restarts else []),
+            *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -145,7 +149,8 @@ class Cluster:
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
-                "migration_targets": self.migration_targets, "longhorn_restarts_vms": self.restarts}
+                "migration_targets": self.migration_targets, "longhorn_restarts_vms": self.restarts.warning(),
+                "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
 
 def answers(targeted: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
@@ -270,10 +275,12 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         vm = _vm_status(observed, decision, listed.migrations, facts, off=off)
         vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(observed.disks))) if longhorn is not None else vm)
     (said, why), (priority_said, priority_why) = answers(targeted, off)
+    restarts = restarts_vms(await read_settings(store, settings, timeout))
+    vms = [dataclasses.replace(vm, rebooted_by_storage_restart=str(restarts.answer)) if vm.storage else vm for vm in vms]
     header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,
                      facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets,
-                     restart_hazard(await read_settings(store, settings, timeout) or {}))
+                     restarts)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), listed.skipped, header)
 
 

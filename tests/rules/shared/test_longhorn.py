@@ -1,9 +1,10 @@
-"""Longhorn settings that turn every share-manager move into a restart of its VMs: RWX volumes
-served on a network of their own, and longhorn-manager deleting the pods of a volume whose NFS
-server moved, unless VMIs are on its blacklist. Values as Longhorn's Setting objects hold them."""
+"""Longhorn Settings that turn every share-manager restart into a reboot of its VMs: Longhorn 1.12
+on any network, earlier ones where RWX volumes are served on a network of their own, unless VMIs are
+on the blacklist; "cannot tell" where a value is one we do not know. Values as Longhorn's Setting
+objects hold them."""
 import pytest
 
-from webhook.rules.shared.longhorn import restart_hazard, rwx_network
+from webhook.rules.shared.longhorn import restarts_vms, rwx_network
 
 ENDPOINT = {"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net"}
 STORAGE = {"storage-network": "kube-system/storage", "storage-network-for-rwx-volume-enabled": "true"}
@@ -26,29 +27,54 @@ def test_rwx_network(values, network):
     assert rwx_network(values) == network
 
 
-@pytest.mark.parametrize("values, hazard", [
-    ({**ENDPOINT, **AUTO_DELETE_ON, BLACKLIST: ""}, True),
-    (ENDPOINT, True),  # auto-delete is on by default
-    ({**STORAGE, **AUTO_DELETE_ON}, True),
-    ({**ENDPOINT, **AUTO_DELETE_ON, BLACKLIST: "apps/StatefulSet;kubevirt.io/VirtualMachineInstance"}, False),
-    ({**ENDPOINT, BLACKLIST: "apps/StatefulSet; kubevirt.io/VirtualMachineInstance "}, False),
-    ({**ENDPOINT, BLACKLIST: "apps/StatefulSet;kubevirt.io/VirtualMachine"}, True),  # the VM, not the pod's owner
-    ({**ENDPOINT, "auto-delete-pod-when-volume-detached-unexpectedly": "false"}, False),
-    ({**STORAGE, "storage-network-for-rwx-volume-enabled": "false", **AUTO_DELETE_ON}, False),
-    ({**AUTO_DELETE_ON}, False),  # RWX on the cluster network: a moved share-manager keeps its service address
-], ids=["endpoint-network", "auto-delete-by-default", "storage-network-for-rwx", "vmi-blacklisted",
-        "vmi-blacklisted-with-spaces", "vm-blacklisted", "auto-delete-off", "rwx-on-cluster-network", "no-network"])
-def test_restart_hazard(values, hazard):
-    said = restart_hazard(values)
-    assert (said is not None) is hazard, said
-    if hazard:
-        assert said.startswith("Longhorn restarts VMs when their share-manager moves: ")
-        assert f"add kubevirt.io/VirtualMachineInstance to {BLACKLIST}" in said
+V112, V111 = {"current-longhorn-version": "v1.12.0"}, {"current-longhorn-version": "v1.11.2"}
+VMI_ALONE = {BLACKLIST: "kubevirt.io/VirtualMachineInstance"}
+VMI_BESIDE = {BLACKLIST: "apps/StatefulSet; kubevirt.io/VirtualMachineInstance ;apps/DaemonSet"}
 
 
-def test_the_hazard_names_the_network_that_causes_it():
-    assert restart_hazard(ENDPOINT) == (
-        "Longhorn restarts VMs when their share-manager moves: endpoint-network-for-rwx-volume is "
-        "longhorn-system/rwx-net and auto-delete-pod-when-volume-detached-unexpectedly is on, so longhorn-manager "
-        "deletes the pods of a volume whose NFS server moved; add kubevirt.io/VirtualMachineInstance to "
-        f"{BLACKLIST} (docs/operations.md)")
+@pytest.mark.parametrize("values, answer", [
+    (V112, "yes"),  # 1.12's defaults: on the cluster network too
+    ({"current-longhorn-version": "1.12.1-rc2"}, "yes"),
+    ({"current-longhorn-version": "v1.13.0"}, "yes"),
+    ({**V112, **AUTO_DELETE_ON, BLACKLIST: ""}, "yes"),
+    ({**V112, BLACKLIST: "apps/StatefulSet;kubevirt.io/VirtualMachine"}, "yes"),  # the VM, not the pod's owner
+    ({**V112, **VMI_ALONE}, "no"),
+    ({**V112, **VMI_BESIDE}, "no"),
+    ({**V112, "auto-delete-pod-when-volume-detached-unexpectedly": "False"}, "no"),
+    (V111, "no"),  # before 1.12: only with a network of their own for RWX volumes
+    ({**V111, **ENDPOINT}, "yes"),
+    ({**V111, **STORAGE, **AUTO_DELETE_ON}, "yes"),
+    ({**V111, **STORAGE, "storage-network-for-rwx-volume-enabled": "false"}, "no"),
+    ({**ENDPOINT}, "yes"),  # no version said, but every Longhorn with that network deletes them
+    ({**ENDPOINT, **VMI_BESIDE}, "no"),
+    (None, "cannot tell"),  # the Settings could not be read
+    ({}, "cannot tell"),  # no version, RWX on the cluster network
+    ({"current-longhorn-version": "master-head"}, "cannot tell"),
+    ({**V112, "auto-delete-pod-when-volume-detached-unexpectedly": "sometimes"}, "cannot tell"),
+    ({**V112, BLACKLIST: "kubevirt.io VirtualMachineInstance"}, "cannot tell"),  # not Longhorn's form
+], ids=["1.12-defaults", "1.12-pre-release", "1.13", "1.12-blacklist-empty", "1.12-vm-blacklisted",
+        "1.12-vmi-blacklisted", "1.12-vmi-beside-others", "1.12-auto-delete-off", "1.11-cluster-network",
+        "1.11-endpoint-network", "1.11-storage-network-for-rwx", "1.11-storage-network-rwo-only",
+        "no-version-endpoint-network", "no-version-vmi-blacklisted", "unreadable", "no-version", "garbled-version",
+        "garbled-auto-delete", "garbled-blacklist"])
+def test_whether_a_share_manager_restart_reboots_the_vms(values, answer):
+    said = restarts_vms(values)
+    assert said.answer == answer, said
+    warning = said.warning()
+    if answer == "yes":
+        assert warning.startswith("Longhorn reboots VMs when their share-manager restarts: ")
+        assert f"add kubevirt.io/VirtualMachineInstance to {BLACKLIST}" in warning
+    elif answer == "no":
+        assert warning is None
+    else:
+        assert warning.startswith("cannot tell whether Longhorn reboots VMs")
+
+
+def test_the_answer_names_the_version_and_the_setting_that_stops_it():
+    assert restarts_vms(V112).warning() == (
+        "Longhorn reboots VMs when their share-manager restarts: Longhorn v1.12.0 deletes the launcher pods of a volume "
+        "whose share-manager restarted, and auto-delete-pod-when-volume-detached-unexpectedly is on; add "
+        f"kubevirt.io/VirtualMachineInstance to {BLACKLIST} (docs/operations.md)")
+    assert restarts_vms({**V111, **ENDPOINT}).why == (
+        "Longhorn v1.11.2 with endpoint-network-for-rwx-volume is longhorn-system/rwx-net and "
+        "auto-delete-pod-when-volume-detached-unexpectedly is on")
