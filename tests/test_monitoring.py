@@ -339,7 +339,7 @@ def test_every_metric_the_alerts_and_the_dashboard_read_is_exported():
     # Each keeper metric is watched by an alert or shown on the dashboard.
     keeper = {"colocate_vms", "colocate_vms_apart_longest_seconds", "colocate_vms_apart_over_hour",
               "colocate_vms_held", "colocate_keeper_migrations_total", "colocate_keeper_leader", "colocate_keeper_targeted_migration",
-              "colocate_stranded_pods"}
+              "colocate_stranded_pods", "colocate_longhorn_restarts_vms"}
     assert keeper <= set(used) and keeper <= available
 
 

@@ -82,8 +82,12 @@ KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the
 KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
                         "1 when the cluster keeps spec.addedNodeSelector (targeted migration works), 0 when it prunes it.",
                         registry=None)
+LONGHORN_RESTARTS_VMS = Gauge("colocate_longhorn_restarts_vms",
+                              "1 on what Longhorn's Settings make of a share-manager restart: it reboots the VMs of its "
+                              "volume (answer=yes), it does not (no), or they cannot tell (cannot_tell).", ["answer"],
+                              registry=None)
 KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS)
-SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED)
+SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED, LONGHORN_RESTARTS_VMS)
 
 
 _shown: set[Gauge | Counter] = set()  # those of SHOWN_LATER registered with REGISTRY so far

@@ -44,6 +44,7 @@ from .act import Actor, ActionResult
 from .follow import Follower
 from .memory import Memory, VmRecord
 from .observe import Breather, Nodes, Observed, Observer, pass_facts, ask_targeted
+from .remount import Remount
 from .targeted import TargetedMigration
 from .stretch import Stretches
 
@@ -139,6 +140,7 @@ class Keeper:
                            authority=authority)
         self.memory = Memory(Stretches(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                        direct=store.direct))
+        self.remount = Remount(store.direct, settings, timing.request_timeout)
         self._watch: KubeVirtWatch | None = None
         self.passes = 0  # passes made over synced caches
         self.last_pass: PassTime | None = None
@@ -202,6 +204,7 @@ class Keeper:
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
         errors: list[str] = []
+        await self.remount.check()  # said, not acted on: whether Longhorn reboots VMs when their NFS server restarts
         seen = await self._observe(watch, now, errors)
         facts, created = seen.facts, []
         breathe = Breather()
