@@ -20,7 +20,7 @@ from .admission.admit import admit
 from .cluster.client import NoCredentials
 from .cluster.snapshot import SnapshotStore
 from .cluster.store import StoreError
-from .config import EXPLAIN, REVIEW, SERVE, SETTINGS, STATUS, KeepMode, MigrationTargets, Settings
+from .config import EXPLAIN, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, KeepMode, MigrationTargets, Settings
 from .deadline import Deadline
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
@@ -145,6 +145,12 @@ def add_status(state: argparse.ArgumentParser) -> None:
     add_output_flag(state)
 
 
+def add_spare(spare: argparse.ArgumentParser) -> None:
+    spare.add_argument("--undo", action="store_true",
+                       help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again)")
+    add_kubeconfig_flag(spare)
+
+
 VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_setting_flags)
     (SERVE, "run the admission webhook over HTTPS", add_serve),
     (REVIEW, "dry-run: what would the webhook do to this pod?", add_review),
@@ -152,6 +158,9 @@ VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_s
     (STATUS, "every running opted-in VM: where it runs, where its disks are served from, co-located or not, what "
              "the keeper will do next and why, and its last action", add_status),
     ("certs", "generate a CA and a serving certificate for the Service", add_certs),
+    (SPARE_VMS, "put kubevirt.io/VirtualMachineInstance on Longhorn's "
+                "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly, beside the kinds there: a share-manager "
+                "restart no longer reboots the VMs of its volume (docs/operations.md: its price)", add_spare),
 )
 
 
@@ -367,6 +376,19 @@ def run_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_spare(args: argparse.Namespace) -> int:
+    from .tools import spare
+
+    try:
+        said = asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,
+                                     kubeconfig=args.kubeconfig))
+    except spare.KubeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(said)
+    return 0
+
+
 def plugin() -> int:
     """`kubectl colocate ...`: kubectl runs `kubectl-colocate` from PATH with the rest of its arguments."""
     return main(prog="kubectl colocate")
@@ -391,6 +413,8 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
             return asyncio.run(run_status(args))
         if args.verb == "certs":
             return run_certs(args)
+        if args.verb == SPARE_VMS:
+            return run_spare(args)
     except NoCredentials as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from . import kinds
 
 ENV_PREFIX = "COLOCATE_"
 # The verbs that take a setting as a flag; DISKS: every verb that resolves a VM's disks.
-SERVE, REVIEW, EXPLAIN, STATUS = "serve", "review", "explain", "status"
+SERVE, REVIEW, EXPLAIN, STATUS, SPARE_VMS = "serve", "review", "explain", "status", "spare-vms"
 DISKS = (SERVE, REVIEW, EXPLAIN, STATUS)
 KEEPER_VERBS = (SERVE, STATUS)
 # An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
@@ -77,7 +77,8 @@ class Settings:
     opt_in_annotation: str = setting(kinds.DEFAULT_OPT_IN, "pod annotation that opts a VM in", DISKS)
     # Prefix of the annotations that record our decision on the pod.
     decision_prefix: str = kinds.DEFAULT_DECISION_PREFIX
-    longhorn_namespace: str = setting(kinds.DEFAULT_LONGHORN_NAMESPACE, "namespace of Longhorn's share-managers", DISKS)
+    longhorn_namespace: str = setting(kinds.DEFAULT_LONGHORN_NAMESPACE, "namespace of Longhorn's share-managers",
+                                      (*DISKS, SPARE_VMS))
     csi_driver: str = setting(kinds.DEFAULT_CSI_DRIVER, "CSI driver of Longhorn volumes", DISKS)
     pin: PinMode = setting(PinMode.REQUIRED, "required: pin where kube-scheduler would say yes; preferred: only "
                            "prefer the node", (SERVE, REVIEW, EXPLAIN))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import json
 from typing import Any
 
 from cryptography import x509
@@ -27,14 +26,10 @@ from cryptography.hazmat.primitives import serialization
 from ..cluster import client
 from ..kinds import MUTATING_WEBHOOK, SECRET
 from . import certs
+from .rest import MERGE_PATCH, Api, KubeError, failure as _failure
 
 SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
-MERGE_PATCH = "application/merge-patch+json"
 ATTEMPTS = 5  # on 409 Conflict: read again and retry
-
-
-class KubeError(Exception):
-    """The API refused or could not be reached; the message says what to check."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,36 +37,6 @@ class SecretResult:
     bundle: certs.Bundle
     action: str  # created | renewed | kept
     previous_ca: bytes | None = None  # the CA replaced on renewal, still trusted for a while
-
-
-class Api:
-    """A few raw calls through kubernetes-asyncio (its auth and TLS), JSON in and out."""
-
-    def __init__(self, api_client: Any):
-        self._api = api_client
-
-    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
-        try:
-            status, raw = await client.request(self._api, method, path, body=body, content_type=content_type, timeout=30)
-        except client.ApiUnreachable as exc:
-            raise KubeError(str(exc)) from None
-        return status, _json(raw)
-
-    async def close(self) -> None:
-        await self._api.close()
-
-
-def _json(raw: Any) -> Any:
-    try:
-        return json.loads(raw) if raw else None
-    except (ValueError, TypeError):
-        return None
-
-
-def _failure(status: int, body: Any, what: str) -> KubeError:
-    message = body.get("message") if isinstance(body, dict) else None
-    hint = {403: " (check the RBAC of this ServiceAccount)", 404: " (not found)"}.get(status, "")
-    return KubeError(f"{what}: API answered {status}{hint}" + (f": {message}" if message else ""))
 
 
 # --------------------------------------------------------------------------- the pair

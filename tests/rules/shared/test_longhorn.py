@@ -4,7 +4,7 @@ on the blacklist; "cannot tell" where a value is one we do not know. Values as L
 objects hold them."""
 import pytest
 
-from webhook.rules.shared.longhorn import restarts_vms, rwx_network
+from webhook.rules.shared.longhorn import restarts_vms, rwx_network, sparing
 
 ENDPOINT = {"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net"}
 STORAGE = {"storage-network": "kube-system/storage", "storage-network-for-rwx-volume-enabled": "true"}
@@ -78,3 +78,27 @@ def test_the_answer_names_the_version_and_the_setting_that_stops_it():
     assert restarts_vms({**V111, **ENDPOINT}).why == (
         "Longhorn v1.11.2 with endpoint-network-for-rwx-volume is longhorn-system/rwx-net and "
         "auto-delete-pod-when-volume-detached-unexpectedly is on")
+
+
+@pytest.mark.parametrize("before, spared, unspared", [
+    ("", "kubevirt.io/VirtualMachineInstance", ""),
+    ("apps/StatefulSet", "apps/StatefulSet;kubevirt.io/VirtualMachineInstance", "apps/StatefulSet"),
+    ("apps/StatefulSet; apps/DaemonSet", "apps/StatefulSet;apps/DaemonSet;kubevirt.io/VirtualMachineInstance",
+     "apps/StatefulSet; apps/DaemonSet"),
+    ("kubevirt.io/VirtualMachineInstance", "kubevirt.io/VirtualMachineInstance", ""),
+    ("apps/DaemonSet;kubevirt.io/VirtualMachineInstance;apps/StatefulSet",
+     "apps/DaemonSet;kubevirt.io/VirtualMachineInstance;apps/StatefulSet", "apps/DaemonSet;apps/StatefulSet"),
+], ids=["empty", "another-kind", "two-kinds-loosely-written", "vmi-alone", "vmi-between"])
+def test_sparing_vms_adds_the_vmi_kind_once_and_undoing_removes_only_it(before, spared, unspared):
+    assert sparing(before) == spared
+    assert sparing(sparing(before)) == spared  # idempotent
+    assert sparing(before, spare=False) == unspared
+    assert sparing(spared, spare=False).split(";") == [k.strip() for k in before.split(";")
+                                                       if k.strip() and k.strip() != "kubevirt.io/VirtualMachineInstance"] \
+        or sparing(spared, spare=False) == ""
+    assert restarts_vms({**V112, BLACKLIST: spared}).answer == "no"
+
+
+def test_a_value_that_is_not_owner_kinds_is_never_changed():
+    with pytest.raises(ValueError, match="not owner kinds"):
+        sparing("apps/StatefulSet, apps/DaemonSet")

@@ -104,3 +104,15 @@ def rwx_network(values: Mapping[str, str]) -> str | None:
     if storage and (values.get(STORAGE_NETWORK_FOR_RWX) or "").strip().lower() == "true":
         return f"{STORAGE_NETWORK} {storage} serves RWX volumes ({STORAGE_NETWORK_FOR_RWX})"
     return None
+
+
+def sparing(text: str | None, spare: bool = True) -> str:
+    """The blacklist with the VMI kind added (`spare`) or taken out, the other kinds kept in their
+    order, in Longhorn's form (`group/Kind` joined by `;`); the value as it was when there is nothing
+    to change. ValueError when the value is not owner kinds: a change to it would be a guess."""
+    kinds = blacklisted(text)
+    if kinds is None:
+        raise ValueError(f"{BLACKLIST} is {text!r}, not owner kinds (group/Kind;...)")
+    if spare == (VMI_KIND in kinds):
+        return text or ""
+    return ";".join([*kinds, VMI_KIND] if spare else [kind for kind in kinds if kind != VMI_KIND])
