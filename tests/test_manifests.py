@@ -21,7 +21,7 @@ from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
 from webhook.keeper.lease import lease_namespace
-from webhook.kinds import LEASE, VMI, VMIM
+from webhook.kinds import LEASE, LONGHORN_SETTING, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 from webhook import __version__
@@ -170,6 +170,8 @@ def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migra
     # The keeper: VMIs watched (the rules read them too); migrations watched, created and deleted (ours, to cancel them).
     assert VMI in RESOURCES
     assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create", "delete"}
+    # The keeper reads Longhorn's Settings each pass (does a share-manager restart reboot VMs?).
+    assert granted.pop((LONGHORN_SETTING.group, LONGHORN_SETTING.plural)) == {"get", "list"}
     assert granted == {}  # nothing else: no secrets, no writes to what we read
 
 
