@@ -203,7 +203,12 @@ class Apiserver:
         async with self.lock:
             obj = self.found(call)
             self.validate(call, validation.patched(obj.raw, call.data), obj.raw)
-            await self.merge(self.key(call), call.data)
+            version = str(next(self.versions))  # every write a new resourceVersion
+            if isinstance(call.data, list):
+                changes: Any = [*call.data, {"op": "add", "path": "/metadata/resourceVersion", "value": version}]
+            else:
+                changes = validation.merged(call.data, {"metadata": {"resourceVersion": version}})
+            await self.merge(self.key(call), changes)
             return obj.last.raw
 
     async def merge(self, key: Key, changes: dict[str, Any]) -> None:

@@ -377,7 +377,7 @@ def run_certs(args: argparse.Namespace) -> int:
 
 
 def run_spare(args: argparse.Namespace) -> int:
-    from .tools import spare
+    from .cluster import spare
 
     try:
         said = asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,

@@ -103,6 +103,11 @@ class Settings:
     keep_max_outbound_per_node: int = setting(
         2, "KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's node, it is not "
         "moved", KEEPER_VERBS, keeper=True, metavar="N", default_text="{}, KubeVirt's default")
+    spare_vms: bool = setting(
+        False, "on: the keeper's leader puts kubevirt.io/VirtualMachineInstance on Longhorn's "
+        "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly, beside the kinds there, whenever it is "
+        "missing, so that a share-manager restart does not reboot VMs (docs/operations.md: its price)", (SERVE,),
+        keeper=True)
     lease_namespace: str = setting("", "namespace of the keeper's Lease", KEEPER_VERBS, keeper=True, metavar="NS",
                                    default_text="the pod's own; required outside a cluster")
     lease_name: str = setting("kubevirt-colocate-keeper", "name of the keeper's Lease", KEEPER_VERBS, keeper=True,

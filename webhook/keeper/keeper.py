@@ -140,7 +140,7 @@ class Keeper:
                            authority=authority)
         self.memory = Memory(Stretches(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                        direct=store.direct))
-        self.remount = Remount(store.direct, settings, timing.request_timeout)
+        self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self._watch: KubeVirtWatch | None = None
         self.passes = 0  # passes made over synced caches
         self.last_pass: PassTime | None = None

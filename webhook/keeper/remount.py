@@ -1,28 +1,41 @@
 """Whether Longhorn reboots co-located VMs when their share-manager restarts, as the Longhorn that
 runs is set now (`rules.shared.longhorn.restarts_vms`): read once a pass (one list of Longhorn's
 Settings), exported as `colocate_longhorn_restarts_vms`, and said in one log line at the first pass
-and whenever one of the Settings it reads changes. It changes nothing: the fix is the admin's
-(docs/operations.md)."""
+and whenever one of the Settings it reads changes.
+
+It changes nothing unless the admin asked for it (`--spare-vms on`, the install's option): then,
+while it leads, a pass whose read shows the VMI kind missing from the blacklist adds it
+(`cluster.spare`: the other kinds kept, a concurrent change read again), one write at most a pass,
+an Event on the Setting; a value it cannot read is left alone and said."""
 from __future__ import annotations
 
 import logging
 
+from collections.abc import Callable
+from typing import Any
+
 from .. import metrics
+from ..cluster import spare
 from ..cluster.direct import ClusterStore
 from ..cluster.replicas import read_settings
+from ..cluster.rest import Api, KubeError
 from ..config import Settings
-from ..rules.shared.longhorn import SETTINGS, Answer, Restarts, restarts_vms
+from ..rules.shared.longhorn import BLACKLIST, SETTINGS, VMI_KIND, Answer, Restarts, blacklisted, restarts_vms
 
 log = logging.getLogger("webhook.keeper")
 
 
 class Remount:
-    def __init__(self, store: ClusterStore, settings: Settings, timeout: float):
+    def __init__(self, store: ClusterStore, settings: Settings, timeout: float, *, api: Any = None,
+                 authority: Callable[[float], bool] = lambda within: True):
         self.store, self.settings, self.timeout = store, settings, timeout
+        self.api, self.authority = api, authority
         self.read: tuple[tuple[str, str | None], ...] | None = None  # the Settings as last said (None: not yet)
 
     async def check(self) -> Restarts:
         values = await read_settings(self.store, self.settings, self.timeout)
+        if values is not None and await self._spare(values):
+            values = await read_settings(self.store, self.settings, self.timeout)
         restarts = restarts_vms(values)
         gauge = metrics.show(metrics.LONGHORN_RESTARTS_VMS)
         for answer in Answer:
@@ -35,3 +48,19 @@ class Remount:
             log.log(level, "longhorn and share-manager restarts", extra={"fields": {"answer": str(restarts.answer), "why": restarts.warning() or restarts.why,
                                       "settings": {k: v for k, v in read[1:] if v is not None}}})
         return restarts
+
+    async def _spare(self, values: dict[str, str]) -> bool:
+        """With --spare-vms on, the VMI kind added where it is missing: whether the Setting changed."""
+        kinds = blacklisted(values.get(BLACKLIST))
+        if not self.settings.spare_vms or self.api is None or kinds is None or VMI_KIND in kinds:
+            return False
+        if not self.authority(self.timeout):  # asked just before acting, as for a migration
+            return False
+        try:
+            said = await spare.change(Api(self.api), self.settings.longhorn_namespace, True,
+                                      by="kubevirt-colocate (--spare-vms on)")
+        except KubeError as exc:
+            log.warning("longhorn setting not changed", extra={"fields": {"setting": BLACKLIST, "error": str(exc)}})
+            return False
+        log.info("longhorn setting changed", extra={"fields": {"setting": BLACKLIST, "change": said}})
+        return True

@@ -1,4 +1,4 @@
-"""`spare-vms`: Longhorn's Setting `blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly`
+"""`spare-vms` (and the keeper with `--spare-vms on`): Longhorn's Setting `blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly`
 with `kubevirt.io/VirtualMachineInstance` in it, so that a share-manager restart no longer deletes
 launcher pods (rebooting their VMs); `--undo` takes it out again. The other kinds stay as they
 are, in their order (`rules.shared.longhorn.sparing`); run twice, it changes nothing the second time.
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cluster import client
-from ..cluster.events import identity, new_event
 from ..kinds import LONGHORN_SETTING
 from ..rules.shared.longhorn import BLACKLIST, VMI_KIND, sparing
+from . import client
+from .events import identity, new_event
 from .rest import JSON_PATCH, Api, KubeError, failure
 
 ATTEMPTS = 5  # refused because the Setting changed under us: read again and retry
@@ -26,7 +26,7 @@ def setting_path(namespace: str) -> str:
     return f"/apis/{LONGHORN_SETTING.api_version}/namespaces/{namespace}/{LONGHORN_SETTING.plural}/{BLACKLIST}"
 
 
-def _event(setting: dict[str, Any], before: str, after: str, spare: bool) -> dict[str, Any]:
+def _event(setting: dict[str, Any], before: str, after: str, spare: bool, by: str) -> dict[str, Any]:
     meta = setting.get("metadata") or {}
     involved = {"apiVersion": LONGHORN_SETTING.api_version, "kind": LONGHORN_SETTING.kind, "name": BLACKLIST,
                 "namespace": meta.get("namespace"), "uid": meta.get("uid", "")}
@@ -36,12 +36,12 @@ def _event(setting: dict[str, Any], before: str, after: str, spare: bool) -> dic
     else:
         what = f"took {VMI_KIND} out: Longhorn deletes launcher pods again when their share-manager restarts"
     return new_event(involved, "VMsSpared" if spare else "VMsNoLongerSpared",
-                     f"kubevirt-colocate spare-vms{'' if spare else ' --undo'} {what} (was {before!r}, now {after!r})",
+                     f"{by}{'' if spare else ' --undo'} {what} (was {before!r}, now {after!r})",
                      identity())
 
 
-async def change(api: Api, namespace: str, spare: bool) -> str:
-    """The Setting changed if it has to be: one line saying what was done."""
+async def change(api: Api, namespace: str, spare: bool, *, by: str = "kubevirt-colocate spare-vms") -> str:
+    """The Setting changed if it has to be: one line saying what was done. KubeError when it cannot be."""
     path = setting_path(namespace)
     for _ in range(ATTEMPTS):
         status, setting = await api.request("GET", path)
@@ -68,7 +68,7 @@ async def change(api: Api, namespace: str, spare: bool) -> str:
             raise failure(status, answer, f"patching Setting {namespace}/{BLACKLIST}")
         said = f"Setting {namespace}/{BLACKLIST}: {before!r} -> {after!r}"
         status, _ = await api.request("POST", f"/api/v1/namespaces/{namespace}/events",
-                                      _event(answer if isinstance(answer, dict) else setting, before, after, spare))
+                                      _event(answer if isinstance(answer, dict) else setting, before, after, spare, by))
         return said if 200 <= status < 300 else f"{said} (its Event not created: API answered {status})"
     raise KubeError(f"Setting {namespace}/{BLACKLIST} kept changing under us ({ATTEMPTS} times); run again")
 

@@ -1,11 +1,12 @@
-"""A few raw API calls for the verbs that write to the cluster (`certs`, `spare-vms`): through
+"""A few raw API calls for what writes settings to the cluster (`certs`, `spare-vms`, the keeper's
+`--spare-vms`): through
 kubernetes-asyncio (its auth and TLS), JSON in and out, every answer's status judged by the caller."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from ..cluster import client
+from . import client
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
