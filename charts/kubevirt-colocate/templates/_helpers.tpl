@@ -39,6 +39,7 @@ optInAnnotation: kubevirt-scheduler/co-schedule
 longhornNamespace: longhorn-system
 shareManagerRule: true
 migrationTargets: untouched
+spareVMs: false
 {{- end }}
 
 {{/* The flags that the values set, beyond those the Deployment always has. */}}
@@ -71,6 +72,9 @@ migrationTargets: untouched
 {{- end -}}
 {{- if ne .Values.migrationTargets $default.migrationTargets -}}
 {{- $flags = append $flags (printf "--migration-targets=%s" .Values.migrationTargets) -}}
+{{- end -}}
+{{- if .Values.longhorn.spareVMs -}}
+{{- $flags = append $flags "--spare-vms=on" -}}
 {{- end -}}
 {{- with $flags }}{{ toYaml . }}{{ end -}}
 {{- end }}
