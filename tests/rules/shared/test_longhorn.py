@@ -74,7 +74,7 @@ def test_the_answer_names_the_version_and_the_setting_that_stops_it():
     assert restarts_vms(V112).warning() == (
         "Longhorn reboots VMs when their share-manager restarts: Longhorn v1.12.0 deletes the launcher pods of a volume "
         "whose share-manager restarted, and auto-delete-pod-when-volume-detached-unexpectedly is on; add "
-        f"kubevirt.io/VirtualMachineInstance to {BLACKLIST} (docs/operations.md)")
+        f"kubevirt.io/VirtualMachineInstance to {BLACKLIST}: `kubevirt-colocate spare-vms` (docs/operations.md, its price)")
     assert restarts_vms({**V111, **ENDPOINT}).why == (
         "Longhorn v1.11.2 with endpoint-network-for-rwx-volume is longhorn-system/rwx-net and "
         "auto-delete-pod-when-volume-detached-unexpectedly is on")

@@ -28,7 +28,7 @@ VMI_KIND = "kubevirt.io/VirtualMachineInstance"  # a launcher pod's owner, as th
 SETTINGS = (VERSION, ENDPOINT_NETWORK, STORAGE_NETWORK, STORAGE_NETWORK_FOR_RWX, AUTO_DELETE, BLACKLIST)
 ON_ANY_NETWORK = (1, 12)  # the first Longhorn that deletes them on the cluster network too
 OWNER_KIND = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z][A-Za-z0-9]*")
-FIX = f"add {VMI_KIND} to {BLACKLIST} (docs/operations.md)"
+FIX = f"add {VMI_KIND} to {BLACKLIST}: `kubevirt-colocate spare-vms` (docs/operations.md, its price)"
 
 
 class Answer(enum.StrEnum):
