@@ -133,6 +133,7 @@ class Cluster:
             keep = ("name", "namespace", "labels", "annotations", "ownerReferences")
             pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k in keep}
             pod["spec"]["nodeName"] = node
+            pod.setdefault("status", {})["startTime"] = stamp()
             await session.post("/api/v1/namespaces/default/pods", json=pod)
 
     async def move_storage(self, volume: str, node: str) -> None:
@@ -144,6 +145,7 @@ class Cluster:
             await session.delete(path)
             pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k in ("name", "namespace", "labels")}
             pod["spec"]["nodeName"] = node
+            pod.setdefault("status", {})["startTime"] = stamp()
             await session.post("/api/v1/namespaces/longhorn-system/pods", json=pod)
 
 

@@ -1,0 +1,114 @@
+"""A drain of a node that holds VMs and their NFS servers, and a node failure, on Longhorn 1.12's
+model (kubefake/longhorn.py: the remount deletion, gated by its two Settings): on the defaults the
+share-manager restarts reboot the VMs that `status` said they would; with VMs spared (the keeper's
+leader with --spare-vms on) none is rebooted, and each VM ends next to its NFS server after its one
+migration. KubeVirt's evacuation and Longhorn's share-manager restarts are played as they happen:
+the share-managers are back within seconds, before the VMs' turn to leave."""
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+from tests.support.kube import launcher_pod_of, longhorn_settings, node, run_verb, rwx_disk, vmi
+from tests.support.kubevirt_api import ago
+
+from kubefake import longhorn
+from webhook.config import Settings
+
+VMS = ("vm1", "vm2", "vm3")
+
+
+def drained_node_cluster(spared: bool):
+    """vm1..vm3 on node-a with their disks served from node-a (co-located); node-b and node-c beside it."""
+    objects = [node("node-a"), node("node-b"), node("node-c")]
+    for name in VMS:
+        the_vmi = vmi(name, "node-a", f"{name}-disk")
+        pod = launcher_pod_of(the_vmi)
+        pod["metadata"]["name"] = f"virt-launcher-{name}-x7k2p"
+        pod["metadata"]["creationTimestamp"] = pod["status"]["startTime"] = ago(days=3)
+        objects += [*rwx_disk(f"{name}-disk", "node-a"), the_vmi, pod]
+    return objects + longhorn_settings(blacklist="kubevirt.io/VirtualMachineInstance" if spared else "")
+
+
+def launchers(kmock):
+    return {name for (resource, _, name), obj in kmock.objects.items()
+            if resource.plural == "pods" and name.startswith("virt-launcher-") and not obj.deleted}
+
+
+async def predicted(tmp_path, kmock):
+    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default")
+    assert code == 0, err
+    return {vm["name"] for vm in json.loads(out)["vms"] if vm["rebooted_by_storage_restart"] == "yes"}
+
+
+async def drain(kmock, cluster):
+    """node-a drained: its share-managers evicted and back on node-b seconds later (Longhorn), each
+    mount refreshed as Longhorn 1.12 does; then the VMs evacuated, one migration each, to node-b."""
+    requested = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
+    deleted = []
+    for name in VMS:
+        await cluster.move_storage(f"pvc-{name}-disk", "node-b")
+        deleted += await longhorn.remount(kmock.apiserver, f"pvc-{name}-disk", requested)
+    for name in VMS:
+        if f"virt-launcher-{name}-x7k2p" in launchers(kmock):  # a VM whose pod Longhorn deleted is not migrated
+            await cluster.move_vm(name, "node-b")
+    return {path.split("/")[1].removeprefix("virt-launcher-").removesuffix("-x7k2p") for path in deleted}
+
+
+async def test_on_longhorn_112_defaults_the_drain_reboots_the_vms_status_named(tmp_path, kmock, cluster, make_keeper):
+    cluster.seed(drained_node_cluster(spared=False))
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0))
+    await keeper.run_pass()
+    assert await predicted(tmp_path, kmock) == set(VMS)
+    rebooted = await drain(kmock, cluster)
+    assert rebooted == set(VMS)  # each launcher pod deleted: the VM failed, to start again cold
+
+
+@pytest.mark.parametrize("how", ["spared already", "--spare-vms on"])
+async def test_with_vms_spared_the_drain_reboots_none_and_each_ends_by_its_storage(tmp_path, kmock, cluster,
+                                                                                    make_keeper, how):
+    cluster.seed(drained_node_cluster(spared=how == "spared already"))
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0, spare_vms=how == "--spare-vms on"))
+    await keeper.run_pass()  # the leader's first pass: the VMI kind put on the blacklist, if asked
+    assert await predicted(tmp_path, kmock) == set()
+    rebooted = await drain(kmock, cluster)
+    assert rebooted == set()
+    assert launchers(kmock) == {f"virt-launcher-{name}-x7k2p" for name in VMS}
+    report = await keeper.run_pass()
+    assert {r.name: (r.state.value, r.node) for r in report.vms} == {name: ("co-located", "node-b") for name in VMS}
+    assert cluster.migrations() == []  # the evacuation's one migration each; none of ours
+
+
+async def test_a_node_failure_reboots_the_vms_whose_nfs_server_it_held_unless_spared(kmock, cluster):
+    """node-a fails: its share-managers restart on node-b. vm3 runs on node-c with its disk served from
+    node-a: on the defaults Longhorn deletes its pod too, though its node is fine."""
+    for spared in (False, True):
+        kmock.objects.clear()
+        objects = drained_node_cluster(spared)
+        for obj in objects:
+            if obj["kind"] in ("VirtualMachineInstance", "Pod") and "vm3" in obj["metadata"]["name"]:
+                (obj.get("status") or {})["nodeName"] = "node-c"
+                obj.setdefault("spec", {})
+                if obj["kind"] == "Pod":
+                    obj["spec"]["nodeName"] = "node-c"
+        cluster.seed(objects)
+        requested = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
+        await cluster.move_storage("pvc-vm3-disk", "node-b")
+        deleted = await longhorn.remount(kmock.apiserver, "pvc-vm3-disk", requested)
+        assert deleted == ([] if spared else ["default/virt-launcher-vm3-x7k2p"]), spared
+
+
+@pytest.mark.parametrize("spared, auto_delete, deleted", [
+    (False, "true", True), (True, "true", True), (True, "false", False)])
+def test_the_attachment_pod_of_a_hotplugged_disk_is_deleted_whatever_the_blacklist(spared, auto_delete, deleted):
+    """KubeVirt's attachment pod is owned by the launcher pod, a core-group owner: Longhorn matches
+    the blacklist on `group/Kind` and a `v1` owner has no group, so only auto-delete off spares it."""
+    from tests.support.kube import load
+
+    pod = load("kubevirt-1.8/hotplug-attachment-pod.yaml")
+    pod["status"]["startTime"] = ago(days=1)
+    settings = {longhorn.AUTO_DELETE: auto_delete,
+                longhorn.BLACKLIST: "kubevirt.io/VirtualMachineInstance;/Pod;Pod" if spared else ""}
+    requested = datetime.datetime.now(datetime.UTC)
+    assert bool(longhorn.doomed([pod], {("vms", "disk-hp")}, requested, settings)) is deleted
