@@ -141,6 +141,9 @@ def add_explain(why: argparse.ArgumentParser) -> None:
 
 
 def add_status(state: argparse.ArgumentParser) -> None:
+    state.add_argument("--drain", metavar="NODE",
+                       help="also what draining NODE will do: each VM and NFS server on it, where it goes, the "
+                            "migrations, the VMs Longhorn would reboot and those that cannot move (read only)")
     add_kubeconfig_flag(state)
     add_output_flag(state)
 
@@ -351,7 +354,11 @@ async def run_status(args: argparse.Namespace) -> int:
         return 1
     finally:
         await store.close()
-    print(json.dumps(report.to_json(), indent=2) if args.output == "json" else status.render(report))
+    if args.output == "json":
+        print(json.dumps(report.to_json() | ({"drain": report.drain(args.drain).to_json()} if args.drain else {}),
+                         indent=2))
+    else:
+        print(status.render(report) + ("\n" + "\n".join(report.drain(args.drain).lines()) if args.drain else ""))
     return 0
 
 

@@ -37,9 +37,18 @@ def launchers(kmock):
 
 
 async def predicted(tmp_path, kmock):
-    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default")
+    """What `status --drain node-a` says the drain will do: the VMs Longhorn reboots (VM by VM in
+    status, and in the drain's preview, which must agree), and the drain's migrations."""
+    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
+                                    "--drain", "node-a")
     assert code == 0, err
-    return {vm["name"] for vm in json.loads(out)["vms"] if vm["rebooted_by_storage_restart"] == "yes"}
+    said = json.loads(out)
+    rebooted = {vm["name"] for vm in said["vms"] if vm["rebooted_by_storage_restart"] == "yes"}
+    assert {name.split("/")[1] for name in said["drain"]["rebooted"]} == rebooted
+    assert said["drain"]["migrations"] == len(VMS) and said["drain"]["cannot_move"] == {}
+    code, text, err = await run_verb(tmp_path, kmock, "status", "--lease-namespace", "default", "--drain", "node-a")
+    assert code == 0 and f"draining node-a: {len(VMS)} live migration(s)" in text, text + err
+    return rebooted
 
 
 async def drain(kmock, cluster):

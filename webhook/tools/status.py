@@ -40,6 +40,7 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi,
                                 read_migration)
+from ..rules.keeping.drain import DrainPreview, preview
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
@@ -73,6 +74,8 @@ class VmStatus:
     disks: tuple[DiskPath, ...] = ()  # each Longhorn disk's I/O path
     # whether a restart of a share-manager serving it reboots the VM (yes, no, cannot tell); None: none serves it
     rebooted_by_storage_restart: str | None = None
+    live_migratable: bool = True
+    not_migratable: str = ""  # why not, when it is not
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -207,6 +210,12 @@ class Report:
     vms: list[VmStatus]
     skipped: list[str]  # objects of unexpected shape, left out
     cluster: Cluster | None = None
+
+    def drain(self, node: str) -> DrainPreview:
+        """What draining `node` will do to these VMs (`rules.keeping.drain`)."""
+        restarts = self.cluster.restarts if self.cluster is not None else restarts_vms(None)
+        return preview(node, ((vm.namespace, vm.name, vm.node, vm.storage, vm.live_migratable, vm.not_migratable)
+                              for vm in self.vms), restarts)
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
@@ -394,7 +403,8 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
     return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
-                    view.may_move, decision, next_step(decision, since, facts, off=off))
+                    view.may_move, decision, next_step(decision, since, facts, off=off),
+                    live_migratable=view.live_migratable, not_migratable=view.not_migratable)
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
