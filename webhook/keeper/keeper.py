@@ -204,7 +204,7 @@ class Keeper:
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
         errors: list[str] = []
-        await self.remount.check()  # said, not acted on: whether Longhorn reboots VMs when their NFS server restarts
+        await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
         seen = await self._observe(watch, now, errors)
         facts, created = seen.facts, []
         breathe = Breather()

@@ -10,7 +10,6 @@ an Event on the Setting; a value it cannot read is left alone and said."""
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Callable
 from typing import Any
 
@@ -45,8 +44,9 @@ class Remount:
         if read != self.read:
             self.read = read
             level = logging.INFO if restarts.answer is Answer.NO else logging.WARNING
-            log.log(level, "longhorn and share-manager restarts", extra={"fields": {"answer": str(restarts.answer), "why": restarts.warning() or restarts.why,
-                                      "settings": {k: v for k, v in read[1:] if v is not None}}})
+            log.log(level, "longhorn and share-manager restarts", extra={"fields": {
+                "answer": str(restarts.answer), "why": restarts.warning() or restarts.why,
+                "settings": {k: v for k, v in read[1:] if v is not None}}})
         return restarts
 
     async def _spare(self, values: dict[str, str]) -> bool:

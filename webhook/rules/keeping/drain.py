@@ -52,7 +52,7 @@ class DrainPreview:
         return sum(vm.storage_restarts for vm in self.vms)
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "migrations": self.migrations,
+        return {"node": self.node, "migrations": self.migrations, "nfs_servers_restarting": self.share_managers,
                 "rebooted": [f"{vm.namespace}/{vm.name}" for vm in self.vms if vm.rebooted == str(Answer.YES)],
                 "cannot_move": {f"{vm.namespace}/{vm.name}": vm.cannot_move for vm in self.vms if vm.cannot_move},
                 "longhorn": {"answer": str(self.restarts.answer), "why": self.restarts.warning() or self.restarts.why},
@@ -60,7 +60,7 @@ class DrainPreview:
 
     def lines(self) -> list[str]:
         said = [f"draining {self.node}: {self.migrations} live migration(s) by KubeVirt's evacuation, "
-                f"{sum(vm.storage_restarts for vm in self.vms)} VM(s) whose NFS server restarts"]
+                f"{self.share_managers} VM(s) whose NFS server restarts"]
         for vm in self.vms:
             said.append(f"  {vm.namespace}/{vm.name}: {vm.goes}")
         if self.restarts.answer is not Answer.NO:
