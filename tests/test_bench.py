@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 from tests.support.kube import nodes, review, rwx_disk, vm_pod
+from tests.support import processes
 
 from bench.load import parse_wrk
 from webhook.admission import server
@@ -45,8 +46,7 @@ def test_wrk_output_is_read_with_its_units():
 
 def bench(*args, path=None):
     env = dict(os.environ, PATH=path) if path else None
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return processes.run([sys.executable, "-m", "bench", *args], cwd=ROOT, timeout=120, env=env)
 
 
 def test_without_wrk_the_bench_says_so():
@@ -76,9 +76,8 @@ def test_a_tiny_run_reports_every_figure():
 
 def test_a_tiny_drain_storm_through_a_real_apiserver_creates_every_pod_decided(control_plane):
     """`python -m bench.storm --apiserver real`: the pods created through kube-apiserver, which calls serve."""
-    done = subprocess.run([sys.executable, "-m", "bench.storm", "--apiserver", "real", "--nodes", "6", "--vms", "30",
-                           "--share-managers", "2", "--vm-starts", "2", "--rounds", "1", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = processes.run([sys.executable, "-m", "bench.storm", "--apiserver", "real", "--nodes", "6", "--vms", "30",
+                          "--share-managers", "2", "--vm-starts", "2", "--rounds", "1", "--json"], cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["apiserver"] == "real" and result["refused"] == 0, result
@@ -194,8 +193,7 @@ def test_the_floor_option_is_not_offered_in_help():
 
 
 def test_admission_beside_the_keepers_passes_is_reported_against_the_keeper_off():
-    done = subprocess.run([sys.executable, "-m", "bench.passes", "--tiny"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = processes.run([sys.executable, "-m", "bench.passes", "--tiny"], cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     rows = dict(re.findall(r"^(--keep [a-z]+.*?)\s+(\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+\s+.*)$", out, re.M))
@@ -208,8 +206,8 @@ def test_admission_beside_the_keepers_passes_is_reported_against_the_keeper_off(
 
 def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     """`python -m bench.storm`: share-managers of a drained node re-created at once beside VM starts."""
-    done = subprocess.run([sys.executable, "-m", "bench.storm", "--nodes", "12", "--vms", "60", "--share-managers", "3",
-                           "--vm-starts", "3", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = processes.run([sys.executable, "-m", "bench.storm", "--nodes", "12", "--vms", "60", "--share-managers", "3",
+                           "--vm-starts", "3", "--json"], cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     for name in ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager"):

@@ -3,11 +3,11 @@ and its checker catches what it is there to catch."""
 import datetime
 import random
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+from tests.support import processes
 
 from bench import keeper as keeper_bench
 from bench import kubevirt
@@ -21,8 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def bench_keeper(*args):
-    return subprocess.run([sys.executable, "-m", "bench.keeper", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=180)
+    return processes.run([sys.executable, "-m", "bench.keeper", *args], cwd=ROOT, timeout=180)
 
 
 def figure(out, pattern):
