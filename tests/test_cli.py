@@ -394,7 +394,7 @@ def options_of(verb):
             if a.option_strings and a.dest != "help" and not a.required and a.help != argparse.SUPPRESS]
 
 
-@pytest.mark.parametrize("verb", ["serve", "review", "explain", "status", "certs"])
+@pytest.mark.parametrize("verb", ["serve", "review", "explain", "status", "certs", "spare-vms"])
 def test_help_shows_each_flags_default(verb):
     shown = help_of(verb)
     optional = options_of(verb)

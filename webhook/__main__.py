@@ -143,14 +143,16 @@ def add_explain(why: argparse.ArgumentParser) -> None:
 def add_status(state: argparse.ArgumentParser) -> None:
     state.add_argument("--drain", metavar="NODE",
                        help="also what draining NODE will do: each VM and NFS server on it, where it goes, the "
-                            "migrations, the VMs Longhorn would reboot and those that cannot move (read only)")
+                            "migrations, the VMs Longhorn would reboot and those that cannot move (read only) "
+                            "(default: none)")
     add_kubeconfig_flag(state)
     add_output_flag(state)
 
 
 def add_spare(spare: argparse.ArgumentParser) -> None:
     spare.add_argument("--undo", action="store_true",
-                       help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again)")
+                       help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again) "
+                            "(default: add it)")
     add_kubeconfig_flag(spare)
 
 
