@@ -191,7 +191,7 @@ async def test_status_json(tmp_path, kmock):
         "disks": [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
                    "data_locality": None, "local_replica": None,
                    "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
-        "note": None, "rebooted_by_storage_restart": "no",
+        "note": None, "rebooted_by_storage_restart": "no", "paused": None,
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
@@ -446,3 +446,21 @@ async def test_status_says_whether_a_share_manager_restart_reboots_the_vms(tmp_p
                 in warnings[0])
     else:
         assert warnings[0].startswith("warning: cannot tell whether Longhorn reboots VMs")
+
+
+async def test_a_vm_paused_on_an_io_error_is_said_so(tmp_path, kmock):
+    """virt-handler's Paused condition with reason PausedIOError: the VM's disk stopped answering
+    (a stale NFS mount after its NFS server restarted, when Longhorn spared it)."""
+    storage, vmis, vmims = cluster()
+    vm1 = next(obj for obj in vmis if obj["metadata"]["name"] == "vm1")
+    vm1["status"]["conditions"] = [*vm1["status"].get("conditions", []), {
+        "type": "Paused", "status": "True", "reason": "PausedIOError", "message": "VMI was paused, low-level IO error detected"}]
+    seed_cluster(kmock, storage, vmis, vmims)
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    paused = {vm["name"]: vm["paused"] for vm in json.loads(out)["vms"]}
+    assert paused["vm1"] == "PausedIOError" and {v for k, v in paused.items() if k != "vm1"} == {None}
+    code, out, err = await run_status(tmp_path, kmock)
+    assert [line for line in out.splitlines() if "PausedIOError" in line] == [
+        "note default/vm1: paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared "
+        "it, its mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)"]

@@ -46,6 +46,9 @@ from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
 from ..rules.shared.times import ago, parse_time, rfc3339
 
+PAUSED_IO_ERROR = "PausedIOError"  # virt-handler's reason when QEMU stopped the VM on a disk I/O error
+PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
+                "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
@@ -76,6 +79,7 @@ class VmStatus:
     rebooted_by_storage_restart: str | None = None
     live_migratable: bool = True
     not_migratable: str = ""  # why not, when it is not
+    paused: str = ""  # its Paused condition's reason (PausedIOError: a disk I/O error stopped it)
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -99,6 +103,7 @@ class VmStatus:
             "disks": [disk.to_json() for disk in self.disks],
             "note": path_note(self.disks) or None,
             "rebooted_by_storage_restart": self.rebooted_by_storage_restart,
+            "paused": self.paused or None,
         }
 
 
@@ -404,7 +409,7 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
     text, last = last_action(view, migrations, facts.now)
     return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
                     view.may_move, decision, next_step(decision, since, facts, off=off),
-                    live_migratable=view.live_migratable, not_migratable=view.not_migratable)
+                    live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused)
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -451,5 +456,6 @@ def render(report: Report) -> str:
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
+    lines += [f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms if vm.paused == PAUSED_IO_ERROR]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)

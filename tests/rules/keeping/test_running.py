@@ -192,3 +192,20 @@ def broken_vmi(path, value):
 def test_vmi_of_unexpected_shape_is_skipped(obj, reason):
     skipped = read_vmi(obj, SETTINGS)
     assert isinstance(skipped, Skipped) and reason in skipped.reason
+
+
+PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",
+             "message": "VMI was paused, low-level IO error detected"}  # as virt-handler writes it
+
+
+@pytest.mark.parametrize("extra, paused", [
+    ([PAUSED_IO], "PausedIOError"),
+    ([{**PAUSED_IO, "reason": "PausedByUser", "message": "VMI was paused by user"}], "PausedByUser"),
+    ([{**PAUSED_IO, "status": "False"}], ""),
+    ([], ""),
+], ids=["io-error", "by-user", "condition-false", "running"])
+def test_a_paused_vm_and_why(extra, paused):
+    obj = vmi_obj()
+    obj["status"]["conditions"] = [*obj["status"].get("conditions", []), *extra]
+    view = read_vmi(obj, SETTINGS)
+    assert view.paused == paused and view.live_migratable  # paused or not, KubeVirt may migrate it

@@ -121,19 +121,33 @@ class VmiView:
     machine_from: str = ""  # STATUS_MACHINE, SPEC_MACHINE or ""
     # Its annotations the rules read (`rules.shared.declared.VMI`): a hold on a new one declares it there.
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    paused: str = ""  # the reason of its Paused condition when it is paused (PausedIOError, PausedByUser, ...)
 
     @property
     def running(self) -> bool:
         return self.phase == "Running" and bool(self.node)
 
 
-def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
+def _conditions(status: dict[str, Any]) -> list[Any]:
     conditions = declared.VMI_CONDITIONS.value(status)
     if conditions is None:
-        conditions = []
+        return []
     if not isinstance(conditions, list):
         raise Malformed(f"status.conditions is a {type(conditions).__name__}, not a list")
-    for condition in conditions:
+    return conditions
+
+
+def _paused(status: dict[str, Any]) -> str:
+    """Why the VM is paused (its Paused condition's reason), "" when it is not."""
+    for condition in _conditions(status):
+        if (isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.PAUSED
+                and declared.CONDITION_STATUS.value(condition) == "True"):
+            return str(declared.CONDITION_REASON.value(condition) or "Paused")
+    return ""
+
+
+def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
+    for condition in _conditions(status):
         if isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.LIVE_MIGRATABLE:
             state = declared.CONDITION_STATUS.value(condition)
             if state == "True":
@@ -203,6 +217,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             machine_type=machine_type,
             machine_from=machine_from,
             annotations=annotations,
+            paused=_paused(status),
         )
     except Malformed as exc:
         return Skipped(what, str(exc))
