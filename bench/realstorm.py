@@ -24,7 +24,7 @@ from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
 from .__main__ import cores, wait_for, webhook_server
-from .storm import WANTED, batches, round_figures, unused
+from .rounds import WANTED, batches, round_figures, unused
 
 CONFIGURATION = "kubevirt-colocate-storm"
 PARALLEL = 48  # creates in flight while the cluster is loaded

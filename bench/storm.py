@@ -41,6 +41,7 @@ from kubefake import objects
 from webhook.tools import certs
 
 from .__main__ import cores, https, process, wait_for, webhook_server
+from .rounds import WANTED, batches, round_figures, unused
 
 DRAINED = "node-000"
 DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
@@ -57,11 +58,6 @@ def migrated(pod: dict[str, Any]) -> dict[str, Any]:
     pod["spec"].setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"kubevirt.io/created-by": uid}}, "topologyKey": "kubernetes.io/hostname"}]}
     return pod
-
-
-def unused(i: int) -> str:
-    """The volume of the control's i-th share-manager: no VM uses it, so the rule answers at once."""
-    return f"pvc-unused-{i:03d}"
 
 
 def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> tuple[list[dict[str, Any]], list[str], list[str]]:
@@ -112,10 +108,6 @@ def reviews(evicted: list[str], starts: list[str]) -> list[tuple[str, bytes]]:
     return found
 
 
-# The decision each kind's answer records: the control's share-managers none (no VM uses their volume).
-WANTED = {"vm": "pinned", "share-manager": "pinned-among", "control": None}
-
-
 def decision(answer: dict[str, Any]) -> str | None:
     """The decision the answer's patch records (`kubevirt-scheduler/decision`), if any."""
     import base64
@@ -145,32 +137,6 @@ async def send_all(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list
         return kind, seconds, decision(answer) == WANTED[kind]
 
     return await asyncio.gather(*(one(kind, body) for kind, body in batch))
-
-
-def round_figures(quiet: list[tuple[str, float, bool]], control: list[tuple[str, float, bool]],
-                  storm: list[tuple[str, float, bool]]) -> dict[str, Any]:
-    """One round: the VM starts alone; beside the control's share-managers; in the storm, with its share-managers."""
-    return {"quiet_vm": figures(quiet, "vm"), "control_vm": figures(control, "vm"),
-            "control_share_manager": figures(control, "control"), "storm_vm": figures(storm, "vm"),
-            "storm_share_manager": figures(storm, "share-manager")}
-
-
-def batches(found: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], list[tuple[str, Any]]]:
-    """A round's three batches, in the order sent: the VM starts alone (a quiet cluster); the
-    control, the same starts beside as many share-managers that the rule answers at once (what
-    the storm's creates cost without the rule's work); the storm."""
-    vms = [item for item in found if item[0] == "vm"]
-    return (vms, [item for item in found if item[0] == "control"] + vms,
-            [item for item in found if item[0] == "share-manager"] + vms)
-
-
-def figures(results: list[tuple[str, float, bool]], kind: str) -> dict[str, float]:
-    times = sorted(seconds * 1000 for k, seconds, _ in results if k == kind)
-    if not times:
-        return {}
-    p99 = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
-    return {"p50_ms": statistics.median(times), "p99_ms": p99, "max_ms": times[-1],
-            "undecided": sum(1 for k, _, decided in results if k == kind and not decided)}
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
