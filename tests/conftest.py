@@ -1,16 +1,26 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from tests.support.stores import FrozenDict, api_host, frozen, seed, watched_store
 from webhook.cluster.direct import ClusterStore
 from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.tools import certs
+
+
+# Property tests draw the same examples every run (CI included), so that a failure is the same on
+# every machine until it is fixed; HYPOTHESIS_PROFILE=explore draws new ones each run, for a run
+# meant to find what the fixed ones miss. Loaded before any test module sets its own @settings.
+hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+hypothesis_settings.register_profile("explore", derandomize=False, deadline=None, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

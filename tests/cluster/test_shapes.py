@@ -52,7 +52,7 @@ NODE_NAMES = ("node-a", "node-b", "node-c")
 CLAIMS = ("d1", "d2")
 VMS = ("vm1", "vm2")
 # Modest: these run in the whole suite (each property a few seconds), the same examples every run.
-PROPERTY = settings(max_examples=40, deadline=None, derandomize=True,
+PROPERTY = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

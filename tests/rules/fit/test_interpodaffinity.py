@@ -78,7 +78,7 @@ def cached_view(objects):
     return asyncio.run(store.fit_view(NS, ""))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placed=PLACED, labels=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3),
        own=st.lists(TERMS, max_size=2))
 def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_found_by_the_pods_labels(placed, labels,

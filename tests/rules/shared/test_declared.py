@@ -16,7 +16,7 @@ KEYS = st.text("abcdefghijklmnopqrstuvwxyzABC", min_size=1, max_size=8)
 ANNOTATION_KEYS = st.builds(lambda prefix, name: f"{prefix}.example.com/{name}", KEYS, KEYS)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@settings(max_examples=100, deadline=None)
 @given(key=ANNOTATION_KEYS, value=st.text(max_size=5), opt_in=st.sampled_from(["kubevirt-scheduler/co-schedule",
                                                                                "example.com/colocate"]))
 def test_an_annotation_a_rule_starts_reading_on_a_vmi_is_kept_by_the_keepers_cache(key, value, opt_in):

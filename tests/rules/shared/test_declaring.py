@@ -51,7 +51,7 @@ def inside(other, path):
     return len(other) > len(path) and [k for k, _ in other[:len(path)]] == [k for k, _ in path]
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None)
 @given(path=paths(), value=VALUES, others=st.lists(paths(), max_size=3), noise=st.dictionaries(KEYS, VALUES, max_size=3))
 def test_a_field_a_reader_declares_is_kept_with_its_value(path, value, others, noise):
     """Declared beside other fields (none beneath it: those would keep only their part of it),
