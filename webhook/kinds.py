@@ -92,7 +92,8 @@ VM_NAME_LABELS = ("vm.kubevirt.io/name", "kubevirt.io/vm")
 EPHEMERAL_PROVISIONING = "kubevirt.io/ephemeral-provisioning"
 KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handler
 LIVE_MIGRATABLE = "LiveMigratable"  # VMI condition
-PAUSED = "Paused"  # VMI condition; virt-handler's reason PausedIOError: QEMU stopped the VM on a disk I/O error
+PAUSED = "Paused"  # VMI condition
+PAUSED_IO_ERROR = "PausedIOError"  # its reason (virt-handler's) when QEMU stopped the VM on a disk I/O error
 VMI_OWNER_KIND = "VirtualMachineInstance"  # a launcher pod's controlling ownerReference: its VMI
 # On a migration: how long KubeVirt lets its target pod stay unschedulable (default 5 minutes).
 UNSCHEDULABLE_TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"

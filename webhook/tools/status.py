@@ -46,7 +46,6 @@ from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
 from ..rules.shared.times import ago, parse_time, rfc3339
 
-PAUSED_IO_ERROR = "PausedIOError"  # virt-handler's reason when QEMU stopped the VM on a disk I/O error
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
@@ -456,6 +455,6 @@ def render(report: Report) -> str:
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms if vm.paused == PAUSED_IO_ERROR]
+    lines += [f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms if vm.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)
