@@ -19,7 +19,8 @@ async def apiserver(control_plane):
         yield request, control_plane.url
         for case in refusals.CASES:
             await api.request("DELETE", f"{control_plane.url}/api/v1/namespaces/{refusals.NAMESPACE}/pods/"
-                              f"{case.created['metadata']['name']}", {"gracePeriodSeconds": 0})
+                              f"{case.created['metadata']['name']}",
+                              {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=[c.id for c in REFUSED])
