@@ -38,6 +38,7 @@ from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import decide_keep, Hold, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
+from ..rules.shared.classify import opted_in
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import read_vmi, VmiView
 from .act import Actor, ActionResult
@@ -294,7 +295,7 @@ class Keeper:
         for obj in objects:
             vmi = read_vmi(obj, self.settings)
             if isinstance(vmi, Skipped):
-                if kinds.annotations(obj).get(self.settings.opt_in_annotation) == "true":
+                if opted_in(kinds.annotations(obj), self.settings):
                     self.memory.skip(vmi)
             else:
                 found.append(vmi)

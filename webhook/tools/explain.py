@@ -12,6 +12,7 @@ from ..cluster.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
+from ..rules.shared.classify import opted_in
 from ..rules.shared.facts import claims_of
 from ..rules.keeping.iopath import path_note
 from ..rules.kubevirt.pods import as_started
@@ -38,9 +39,9 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     pods = await store.list(POD, namespace, {kinds.VIRT_LAUNCHER[0]: kinds.VIRT_LAUNCHER[1], **selector},
                             timeout=deadline.remaining())
     launcher = _vm_pod(pods, vmi, settings)
-    opted_in = ((template.get("metadata") or {}).get("annotations") or {}).get(settings.opt_in_annotation) == "true"
+    said = opted_in(((template.get("metadata") or {}).get("annotations") or {}), settings)
     if launcher is not None:
-        opted_in = kinds.annotations(launcher).get(settings.opt_in_annotation) == "true"
+        said = opted_in(kinds.annotations(launcher), settings)
     served = {f.node for f in facts if f.node}
     paths = (await read_longhorn(store, settings, deadline.remaining())).paths(facts)
     view = read_vmi(vmi, settings) if vmi else None
@@ -50,7 +51,7 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "launcher_pod": kinds.meta(launcher).get("name"),
         "launcher_node": kinds.spec(launcher).get("nodeName"),
         "migration": _migration(view.migration) if isinstance(view, VmiView) and view.migration else None,
-        "opted_in": opted_in,
+        "opted_in": said,
         "disks": [{"claim": f.subject, "volume": f.volume, "share_manager_node": f.node, "why": f.reason} for f in facts],
         "io_path": [path.to_json() for path in paths],
         "io_note": path_note(paths) or None,

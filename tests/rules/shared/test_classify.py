@@ -96,3 +96,12 @@ def test_a_migrated_pod_counts_but_admission_still_leaves_targets_alone():
     migrated = load("migrated-launcher-pod.yaml")
     assert running_exemption(migrated, SETTINGS) is None
     assert vm_exemption(load("migration-target-pod.yaml"), SETTINGS) == Skip.MIGRATION_TARGET
+
+
+@pytest.mark.parametrize("value, said", [("true", True), ("True", False), ("yes", False), ("", False), (None, False)])
+def test_the_opt_in_is_exactly_true(value, said):
+    """As the webhook configuration's matchConditions read it: anything but "true" is not opted in."""
+    from webhook.rules.shared.classify import opted_in
+
+    annotations = {} if value is None else {Settings().opt_in_annotation: value}
+    assert opted_in(annotations, Settings()) is said

@@ -18,7 +18,7 @@ from ... import kinds
 from ...config import Settings
 from ...kinds import SPEC_MACHINE, STATUS_MACHINE
 from ..shared import declared
-from ..shared.classify import Skip, running_exemption
+from ..shared.classify import Skip, opted_in, running_exemption
 from ..shared.facts import claims_of
 from ..shared.reading import Malformed, Skipped, read_identity
 from ..shared.times import EPOCH, parse_time
@@ -206,7 +206,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             uid=uid if isinstance(uid, str) else "",
             phase=declared.VMI_PHASE.text(status),
             node=declared.VMI_NODE.text(status) or None,
-            opted_in=annotations.get(declared.VMI_OPT_IN.name(settings)) == "true",
+            opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
             may_move=annotations.get(declared.VMI_KEEP.name()) != "false",
             live_migratable=migratable,
             not_migratable=why,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
@@ -39,6 +40,12 @@ def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings
     return namespace == settings.longhorn_namespace and kinds.labels(pod).get(key) == value
 
 
+def opted_in(annotations: Mapping[str, Any], settings: Settings) -> bool:
+    """The opt-in, read in this one place: the pod's, VMI's or VM template's annotation
+    `--opt-in-annotation` is exactly "true" (as the webhook configuration's matchConditions test it)."""
+    return annotations.get(settings.opt_in_annotation) == "true"
+
+
 def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Skip | None:
     """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
     return _not_opted_in(kinds.labels(pod), kinds.annotations(pod), settings)
@@ -47,7 +54,7 @@ def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Skip | None:
 def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Skip | None:
     if labels.get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:  # kinds.is_launcher
         return Skip.NOT_LAUNCHER
-    if annotations.get(settings.opt_in_annotation) != "true":
+    if not opted_in(annotations, settings):
         return Skip.NOT_OPTED_IN
     return None
 
