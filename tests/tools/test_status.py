@@ -191,7 +191,8 @@ async def test_status_json(tmp_path, kmock):
         "disks": [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
                    "data_locality": None, "local_replica": None,
                    "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
-        "note": None, "rebooted_by_storage_restart": "no", "paused": None,
+        "note": None, "rebooted_by_storage_restart": "no", "paused": None, "hotplugged": [],
+        "attachment_pods_deleted_by_storage_restart": None,
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
@@ -464,3 +465,18 @@ async def test_a_vm_paused_on_an_io_error_is_said_so(tmp_path, kmock):
     assert [line for line in out.splitlines() if "PausedIOError" in line] == [
         "note default/vm1: paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared "
         "it, its mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)"]
+
+
+async def test_a_hotplugged_disks_attachment_pod_is_deleted_even_with_vms_spared(tmp_path, kmock):
+    """vm2's hotplugged disk is mounted by an attachment pod its launcher pod owns: with VMIs on the
+    blacklist the VM is spared, its attachment pod is not, and status says so for vm2 alone."""
+    storage = rwx_disk("vm2-disk", "node-c") + rwx_disk("hp-data", "node-b")
+    seed_cluster(kmock, storage, [hotplugged(vmi("vm2", "node-c", "vm2-disk"), "hp-data"), vmi("vm3", "node-c", "vm2-disk")],
+                 [], longhorn_settings(blacklist="kubevirt.io/VirtualMachineInstance"))
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    assert code == 0, err
+    said = {vm["name"]: (vm["hotplugged"], vm["rebooted_by_storage_restart"],
+                         vm["attachment_pods_deleted_by_storage_restart"]) for vm in json.loads(out)["vms"]}
+    assert said == {"vm2": (["hp-data"], "no", "yes"), "vm3": ([], "no", None)}
+    code, out, err = await run_status(tmp_path, kmock)
+    assert [line.split(":")[0] for line in out.splitlines() if "attachment pods" in line] == ["note default/vm2"]

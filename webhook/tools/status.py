@@ -48,6 +48,9 @@ from ..rules.shared.times import ago, parse_time, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
+ATTACHMENTS_DELETED = ("a restart of its NFS server makes Longhorn delete the attachment pods of its hotplugged "
+                       "disks, spared VMs or not: their owner, the launcher pod, is of a kind the blacklist cannot name "
+                       "(docs/operations.md)")
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
@@ -79,6 +82,10 @@ class VmStatus:
     live_migratable: bool = True
     not_migratable: str = ""  # why not, when it is not
     paused: str = ""  # its Paused condition's reason (PausedIOError: a disk I/O error stopped it)
+    hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged disks
+    # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
+    # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
+    attachment_pods_deleted_by_storage_restart: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -103,6 +110,8 @@ class VmStatus:
             "note": path_note(self.disks) or None,
             "rebooted_by_storage_restart": self.rebooted_by_storage_restart,
             "paused": self.paused or None,
+            "hotplugged": list(self.hotplugged),
+            "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
         }
 
 
@@ -288,8 +297,11 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         vm = _vm_status(observed, decision, listed.migrations, facts, off=off)
         vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(observed.disks))) if longhorn is not None else vm)
     (said, why), (priority_said, priority_why) = answers(targeted, off)
-    restarts = restarts_vms(await read_settings(store, settings, timeout))
+    values = await read_settings(store, settings, timeout)
+    restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
     vms = [dataclasses.replace(vm, rebooted_by_storage_restart=str(restarts.answer)) if vm.storage else vm for vm in vms]
+    vms = [dataclasses.replace(vm, attachment_pods_deleted_by_storage_restart=str(attachments.answer))
+           if vm.storage and vm.hotplugged else vm for vm in vms]
     header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,
                      facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets,
@@ -408,7 +420,8 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
     text, last = last_action(view, migrations, facts.now)
     return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
                     view.may_move, decision, next_step(decision, since, facts, off=off),
-                    live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused)
+                    live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
+                    hotplugged=view.hotplugged)
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -456,5 +469,7 @@ def render(report: Report) -> str:
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
     lines += [f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms if vm.paused == kinds.PAUSED_IO_ERROR]
+    lines += [f"note {vm.namespace}/{vm.name}: {ATTACHMENTS_DELETED}" for vm in report.vms
+              if vm.attachment_pods_deleted_by_storage_restart == "yes" and vm.rebooted_by_storage_restart != "yes"]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from ...config import Settings
 from ...kinds import SPEC_MACHINE, STATUS_MACHINE
 from ..shared import declared
 from ..shared.classify import Skip, opted_in, running_exemption
-from ..shared.facts import claims_of
+from ..shared.facts import claims_of, hotplugged_claims
 from ..shared.reading import Malformed, Skipped, read_identity
 from ..shared.times import EPOCH, parse_time
 
@@ -122,6 +122,7 @@ class VmiView:
     # Its annotations the rules read (`rules.shared.declared.VMI`): a hold on a new one declares it there.
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     paused: str = ""  # the reason of its Paused condition when it is paused (PausedIOError, PausedByUser, ...)
+    hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged volumes (mounted by attachment pods)
 
     @property
     def running(self) -> bool:
@@ -218,6 +219,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             machine_from=machine_from,
             annotations=annotations,
             paused=_paused(status),
+            hotplugged=tuple(hotplugged_claims(obj)),
         )
     except Malformed as exc:
         return Skipped(what, str(exc))

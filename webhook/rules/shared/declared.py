@@ -54,6 +54,10 @@ STATUS_MACHINE_TYPE = VMI.field("status.machine.type", admitted=True)
 # is never there: the schema has no such field).
 VMI_CLAIMS = tuple(VMI.field(f"spec.volumes[].{source}.{key}", admitted=True)
                    for source in ("persistentVolumeClaim", "dataVolume") for key in ("claimName", "name"))
+# Which of them are hotplugged (`virtctl addvolume`, or marked so in the VM): mounted by an attachment
+# pod that the launcher pod owns, which Longhorn's remount deletes whatever its blacklist says.
+VMI_HOTPLUGGABLE = tuple(VMI.field(f"spec.volumes[].{source}.hotpluggable")
+                         for source in ("persistentVolumeClaim", "dataVolume"))
 VMI_NODE_SELECTOR = VMI.field("spec.nodeSelector", admitted=True)
 DOMAIN = VMI.field("spec.domain", admitted=True)
 CPU = VMI.field("spec.domain.cpu", admitted=True)

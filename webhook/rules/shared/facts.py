@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import kinds
+from . import declared
 from ...config import Settings
 from ...kinds import POD, PV, PVC, SHARE_MANAGER, Resource
 
@@ -49,6 +50,20 @@ def claims_of(obj: dict[str, Any]) -> list[str]:
         if isinstance(name, str) and name:
             claims[name] = None
     return list(claims)
+
+
+def hotplugged_claims(vmi: dict[str, Any]) -> list[str]:
+    """The claims of a VMI's hotplugged volumes (`hotpluggable: true` on the volume's source), in order."""
+    found: dict[str, None] = {}
+    volumes = kinds.spec(vmi).get("volumes")
+    for volume in volumes if isinstance(volumes, list) else ():
+        for field, source in zip(declared.VMI_HOTPLUGGABLE, ("persistentVolumeClaim", "dataVolume")):
+            held = volume.get(source) if isinstance(volume, dict) else None
+            if isinstance(held, dict) and field.value(held) is True:
+                name = held.get("claimName") or held.get("name")
+                if isinstance(name, str) and name:
+                    found[name] = None
+    return list(found)
 
 
 def disks_of(pod: dict[str, Any], vmi: dict[str, Any] | None) -> list[str]:

@@ -65,9 +65,11 @@ def blacklisted(text: str | None) -> list[str] | None:
     return kinds if all(OWNER_KIND.fullmatch(kind) for kind in kinds) else None
 
 
-def restarts_vms(values: Mapping[str, str] | None) -> Restarts:
+def restarts_vms(values: Mapping[str, str] | None, *, blacklistable: bool = True) -> Restarts:
     """From Longhorn's Settings by name (None: they could not be read). Never a guess: a value this
-    release does not know how Longhorn reads is "cannot tell"."""
+    release does not know how Longhorn reads is "cannot tell". `blacklistable` False: for pods whose
+    owner the blacklist cannot name (a hotplugged disk's attachment pod, owned by the launcher pod:
+    longhorn-manager matches `group/Kind`, and the core group has none)."""
     if values is None:
         return Restarts(Answer.CANNOT_TELL, "Longhorn's Settings could not be read")
     auto = (values.get(AUTO_DELETE) or "true").strip().lower()
@@ -75,7 +77,7 @@ def restarts_vms(values: Mapping[str, str] | None) -> Restarts:
         return Restarts(Answer.CANNOT_TELL, f"{AUTO_DELETE} is {values.get(AUTO_DELETE)!r}, not true or false")
     if auto == "false":
         return Restarts(Answer.NO, f"{AUTO_DELETE} is false: Longhorn deletes no pod of a remounted volume")
-    kinds = blacklisted(values.get(BLACKLIST))
+    kinds = blacklisted(values.get(BLACKLIST)) if blacklistable else []
     if kinds is None:
         return Restarts(Answer.CANNOT_TELL, f"{BLACKLIST} is {values.get(BLACKLIST)!r}, not owner kinds (group/Kind;...)")
     if VMI_KIND in kinds:
