@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization

@@ -21,19 +21,65 @@ from ..shared.longhorn import Answer, Restarts
 
 @dataclasses.dataclass(frozen=True)
 class DrainedVm:
+    """A VM the drain of `drained` touches: it runs there, or its NFS server does; the rest follows."""
+
     namespace: str
     name: str
     node: str | None
     storage: tuple[str, ...]
-    leaves: bool  # it runs on the node: KubeVirt's evacuation moves it, or cannot
-    migrates: bool  # one live migration of the drain (live-migratable, on the node)
-    cannot_move: str  # why the evacuation cannot move it ("": it can, or it is not on the node)
-    storage_restarts: bool  # its NFS server runs on the node: Longhorn re-creates it elsewhere
-    rebooted: str  # yes, no, cannot tell: whether Longhorn's remount deletes its launcher pod
-    goes: str  # where it is expected to go, in words
+    migratable: bool  # live-migratable
+    why_not: str  # why not, when it is not
+    drained: str
+    restarts: Restarts  # what Longhorn's Settings make of a share-manager restart
+
+    @property
+    def leaves(self) -> bool:
+        """It runs on the node: KubeVirt's evacuation moves it, or cannot."""
+        return self.node == self.drained
+
+    @property
+    def migrates(self) -> bool:
+        """One live migration of the drain."""
+        return self.leaves and self.migratable
+
+    @property
+    def cannot_move(self) -> str:
+        """Why the evacuation cannot move it ("": it can, or it is not on the node)."""
+        return "" if not self.leaves or self.migratable else (self.why_not or "not live-migratable")
+
+    @property
+    def storage_restarts(self) -> bool:
+        """Its NFS server runs on the node: Longhorn re-creates it elsewhere."""
+        return self.drained in self.storage
+
+    @property
+    def rebooted(self) -> str:
+        """yes, no, cannot tell: whether Longhorn's remount then deletes its launcher pod."""
+        return str(self.restarts.answer) if self.storage_restarts else str(Answer.NO)
+
+    @property
+    def goes(self) -> str:
+        """Where it is expected to go, in words."""
+        steps = []
+        if self.migrates:
+            steps.append("live-migrated off by KubeVirt's evacuation, where kube-scheduler puts its target pod")
+        elif self.leaves:
+            steps.append(f"cannot be live-migrated ({self.cannot_move}): its eviction strategy decides "
+                         f"(the drain waits for it, or it is shut down)")
+        if self.storage_restarts:
+            steps.append("its NFS server restarts elsewhere, where its VM can follow" if self.leaves else
+                         f"its NFS server restarts elsewhere, near {self.node}")
+            if self.rebooted == str(Answer.YES):
+                steps.append("Longhorn then deletes its launcher pod: it reboots"
+                             + (" (unless its migration ended before its NFS server is back)" if self.leaves else ""))
+            elif self.rebooted == str(Answer.CANNOT_TELL):
+                steps.append("whether Longhorn then reboots it cannot be told")
+        return "; ".join(steps)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"storage": list(self.storage)}
+        return {"namespace": self.namespace, "name": self.name, "node": self.node, "storage": list(self.storage),
+                "leaves": self.leaves, "migrates": self.migrates, "cannot_move": self.cannot_move,
+                "storage_restarts": self.storage_restarts, "rebooted": self.rebooted, "goes": self.goes}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,27 +117,5 @@ class DrainPreview:
 def preview(node: str, vms: Iterable[tuple[str, str, str | None, tuple[str, ...], bool, str]],
             restarts: Restarts) -> DrainPreview:
     """`vms`: (namespace, name, node, storage nodes, live-migratable, why not) of each running opted-in VM."""
-    found = []
-    for namespace, name, runs_on, storage, migratable, why_not in vms:
-        leaves, restarts_here = runs_on == node, node in storage
-        if not leaves and not restarts_here:
-            continue
-        rebooted = str(restarts.answer) if restarts_here else str(Answer.NO)
-        steps = []
-        if leaves and migratable:
-            steps.append("live-migrated off by KubeVirt's evacuation, where kube-scheduler puts its target pod")
-        elif leaves:
-            steps.append(f"cannot be live-migrated ({why_not or 'not live-migratable'}): its eviction strategy decides "
-                         f"(the drain waits for it, or it is shut down)")
-        if restarts_here:
-            steps.append("its NFS server restarts elsewhere, where its VM can follow" if leaves else
-                         f"its NFS server restarts elsewhere, near {runs_on}")
-            if rebooted == str(Answer.YES):
-                steps.append("Longhorn then deletes its launcher pod: it reboots"
-                             + (" (unless its migration ended before its NFS server is back)" if leaves else ""))
-            elif rebooted == str(Answer.CANNOT_TELL):
-                steps.append("whether Longhorn then reboots it cannot be told")
-        found.append(DrainedVm(namespace, name, runs_on, storage, leaves, leaves and migratable,
-                               "" if not leaves or migratable else (why_not or "not live-migratable"), restarts_here,
-                               rebooted, "; ".join(steps)))
-    return DrainPreview(node, tuple(found), restarts)
+    touched = (DrainedVm(*vm, drained=node, restarts=restarts) for vm in vms)
+    return DrainPreview(node, tuple(vm for vm in touched if vm.leaves or vm.storage_restarts), restarts)
