@@ -289,7 +289,8 @@ def test_the_defaults_are_the_servers():
         "keepMaxInflight": server.keep_max_inflight,
         "keepMaxPerDay": server.keep_max_per_day, "pin": server.pin, "optInAnnotation": server.opt_in_annotation,
         "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule,
-        "migrationTargets": server.migration_targets, "spareVMs": server.spare_vms}
+        "migrationTargets": server.migration_targets, "spareVMs": server.spare_vms,
+        "bodyBudgetMiB": serve_default("--body-budget")}
     keeper = values["keeper"]
     assert (keeper["after"], keeper["afterDescheduled"], keeper["maxInflight"], keeper["maxPerDay"], values["pin"],
             values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"],
@@ -310,6 +311,7 @@ def test_the_defaults_are_the_servers():
     ("keeper.maxPerDay=0", "/keeper/maxPerDay"),
     ("longhorn.namespace=Longhorn_System", "/longhorn/namespace"),
     ("image.digest=latest", "/image/digest"),
+    ("bodyBudgetMiB=2", "/bodyBudgetMiB"),
 ])
 def test_the_schema_refuses_a_bad_value(assignment, complaint):
     import helm_python
@@ -348,6 +350,21 @@ def test_the_settings_become_flags_that_serve_reads():
     # The share-manager entry follows Longhorn to its namespace, and only there.
     assert hooks(rendered)[SHARE_MANAGER_HOOK]["namespaceSelector"]["matchExpressions"] == [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["storage"]}]
+
+
+def serve_default(option: str) -> Any:
+    """The default of one of serve's own flags (not a setting)."""
+    return build_parser().parse_args(["serve"]).__dict__[option.lstrip("-").replace("-", "_")]
+
+
+def test_the_body_budget_is_a_flag_only_when_it_is_not_the_default():
+    default = container(one(render({}), "Deployment", NS))["args"]
+    assert not [a for a in default if a.startswith("--body-budget")]
+    rendered = render({"bodyBudgetMiB": 384})
+    validate_strictly(rendered)
+    args = container(one(rendered, "Deployment", NS))["args"]
+    assert "--body-budget=384" in args
+    assert build_parser().parse_args(["serve", *args]).body_budget == 384
 
 
 def test_without_the_share_manager_rule_no_share_manager_pod_reaches_the_webhook():

@@ -17,6 +17,7 @@ import yaml
 from . import __version__, logs
 from .admission import review as reviews
 from .admission.admit import admit
+from .admission.budget import DEFAULT_BYTES
 from .cluster.client import NoCredentials
 from .cluster.snapshot import SnapshotStore
 from .cluster.store import StoreError
@@ -81,6 +82,20 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="text for people, json for tools")
 
 
+MIB = 1024 * 1024
+
+
+def mebibytes(text: str) -> int:
+    """A whole number of MiB, at least 4 (the largest review, 3 MiB, must fit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if value < 4:
+        raise argparse.ArgumentTypeError(f"at least 4 MiB (the largest review is 3 MiB), not {value}")
+    return value
+
+
 def add_serve(serve: argparse.ArgumentParser) -> None:
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster (default: the cluster)")
@@ -100,6 +115,9 @@ def add_serve(serve: argparse.ArgumentParser) -> None:
                        help="seconds to keep serving after SIGTERM while the endpoint is removed")
     serve.add_argument("--shutdown-timeout", type=float, default=20.0,
                        help="seconds to let in-flight requests finish after the drain")
+    serve.add_argument("--body-budget", type=mebibytes, default=DEFAULT_BYTES // MIB, metavar="MIB",
+                       help="MiB of request bodies held at once; beyond it a request waits, unread, within its "
+                            "deadline (no connection is closed for being one too many) (default: %(default)s)")
     serve.add_argument("--events", choices=["on", "off"], default="on",
                        help="Kubernetes Events on the VMI about each decision (cluster mode)")
     serve.add_argument("--log-level", default=None,
@@ -302,7 +320,8 @@ async def run_serve(args: argparse.Namespace) -> int:
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                    drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout)
+                    drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
+                    body_budget=args.body_budget * MIB)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "keeper": settings.keep,
                                            "settings": vars(settings)}})
     await Service(store, settings, listen, reloader, events, companions, decide=args.admission == "rules").run()

@@ -47,8 +47,17 @@ LOOP_LAG = Histogram("colocate_event_loop_lag_seconds",
 LOOP_LAG_MAX = Gauge("colocate_event_loop_lag_max_seconds", "The largest event loop lag of the last minute.",
                      registry=REGISTRY)
 CONNECTIONS_REFUSED = Counter("colocate_connections_closed_total",
-                              "Connections to the admission port closed by its bounds: too many at once, or "
-                              "headers not sent in time.", ["why"], registry=REGISTRY)
+                              "Connections to the admission port closed by its bounds: headers not sent in time.",
+                              ["why"], registry=REGISTRY)
+BODY_BYTES_HELD = Gauge("colocate_admission_body_bytes_held",
+                        "Bytes of admission request bodies read or being read and not yet answered (within "
+                        "--body-budget).", registry=REGISTRY)
+REQUESTS_WAITING = Gauge("colocate_admission_requests_waiting",
+                         "Admission requests (one connection each) waiting, unread, for room in --body-budget.",
+                         registry=REGISTRY)
+BODIES_TURNED_AWAY = Counter("colocate_admission_bodies_turned_away_total",
+                             "Admission requests answered 503 because no room in --body-budget freed before their "
+                             "deadline.", registry=REGISTRY)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
 API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],

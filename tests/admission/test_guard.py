@@ -1,17 +1,19 @@
-"""The admission port's transport, bounded (guard.py): slow headers, slow bodies, too many
-connections; and `serve`'s memory and /healthz while clients hold connections with unfinished
+"""The admission port's transport, bounded (guard.py, budget.py): slow headers are closed, slow
+bodies answered 408; no connection is closed for being one too many, and bodies beyond the
+budget wait unread; `serve`'s memory and /healthz while clients hold connections with unfinished
 bodies."""
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.support.kube import Serving, fixture_cluster, review, vm_pod
+from tests.support.kube import Serving, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
 
 from webhook.admission import guard, server, tls
 from webhook.cluster.snapshot import SnapshotStore
@@ -20,12 +22,12 @@ from webhook.config import Settings
 
 @pytest.fixture
 async def guarded(tls_files):
-    """The webhook's app behind a guard of 3 connections and 0.5 s for the headers."""
+    """The webhook's app behind a guard of 0.5 s for the headers."""
     app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
     runner = aiohttp.web.AppRunner(app, access_log=None)
     await runner.setup()
     site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=tls.build_context(str(tls_files["cert"]), str(tls_files["key"])),
-                             guard=guard.Guard(runner.server, max_connections=3, header_seconds=0.5))
+                             guard=guard.Guard(runner.server, header_seconds=0.5))
     await site.start()
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     yield server.bound_port(runner), context
@@ -50,21 +52,123 @@ async def test_a_client_that_never_finishes_its_headers_is_closed(guarded):
     writer.close()
 
 
-async def test_connections_beyond_the_cap_are_closed_and_the_others_served(guarded):
-    port, context = guarded
-    held = [await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost") for _ in range(3)]
-    extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
-    assert await closed_within(extra_reader, 2)
-    # One of the three held sends a whole review: answered.
-    reader, writer = held[0]
-    body = json.dumps(review(vm_pod())).encode()
-    writer.write(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    await writer.drain()
-    status = await asyncio.wait_for(reader.readline(), 5)
-    assert status.startswith(b"HTTP/1.1 200")
-    for _, w in [*held, (extra_reader, extra_writer)]:
-        w.close()
+def request(body: bytes, timeout: str = "10s") -> bytes:
+    return (f"POST /mutate?timeout={timeout} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def answer_of(reader: asyncio.StreamReader, seconds: float = 20) -> tuple[int, bytes]:
+    """The status and body of one HTTP/1.1 response."""
+    status = int((await asyncio.wait_for(reader.readline(), seconds)).split()[1])
+    length = 0
+    while (line := await asyncio.wait_for(reader.readline(), seconds)) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, await asyncio.wait_for(reader.readexactly(length), seconds)
+
+
+async def test_300_connections_at_once_are_each_answered_with_a_decision_and_none_closed(tls_files):
+    """As kube-apiserver calls in a drain storm (HTTP/1.1 only: one connection per review in
+    flight, three apiservers of an HA control plane together): 300 connections open at once,
+    each sends one valid review; all 300 answered 200 with the decision (a pin), none closed."""
+    from tests.support.kube import FIXTURES
+
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off",
+                                  "--events", "off")
+    port = int(serving.base.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    opened = []
+    try:
+        opened = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port, ssl=context,
+                                                                server_hostname="localhost") for _ in range(300)))
+        for i, (_, writer) in enumerate(opened):
+            writer.write(request(json.dumps(review(vm_pod(), uid=f"storm-{i}")).encode()))
+        await asyncio.gather(*(writer.drain() for _, writer in opened))
+        answers = await asyncio.gather(*(answer_of(reader) for reader, _ in opened))
+    finally:
+        for _, writer in opened:
+            writer.close()
+        await serving.stop()
+    assert [status for status, _ in answers] == [200] * 300
+    envelopes = [json.loads(body) for _, body in answers]
+    assert [e["response"]["uid"] for e in envelopes] == [f"storm-{i}" for i in range(300)]
+    decisions = {annotations(apply_valid(vm_pod(), decode_patch(e))).get("kubevirt-scheduler/decision")
+                 for e in envelopes}
+    assert decisions == {"pinned"}, decisions
+
+
+async def test_a_body_beyond_the_budget_waits_unread_and_is_answered_once_room_frees(tls_files):
+    """--body-budget 4 (MiB): one client holds 3 MiB of a body it has not finished; a 1.5 MiB review
+    that comes next does not fit, waits (the gauge says so, its connection stays open) and is
+    answered as soon as the first body is done and answered."""
+    from tests.support.kube import FIXTURES, scrape
+
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off",
+                                  "--events", "off", "--body-budget", "4")
+    port = int(serving.base.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+
+    async def waiting() -> float:
+        _, text = await scrape(f"{serving.ops}/metrics")
+        return float(re.search(r"^colocate_admission_requests_waiting (\S+)$", text, re.M).group(1))
+
+    try:
+        first_reader, first = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        large = b"x" * (3 * 1024 * 1024 - 1)
+        first.write(request(large)[:-1])  # all but its last byte
+        await first.drain()
+        pod = vm_pod()
+        pod["metadata"]["annotations"]["example.com/padding"] = "p" * (1536 * 1024)
+        second_reader, second = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        second.write(request(json.dumps(review(pod, uid="waits")).encode()))
+        await second.drain()
+        for _ in range(100):
+            if await waiting() == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert await waiting() == 1
+        assert not second_reader.at_eof()
+        first.write(large[-1:])  # the first body is done: answered (it is no review), its room freed
+        await first.drain()
+        assert (await answer_of(first_reader))[0] == 400
+        status, body = await answer_of(second_reader)
+        assert status == 200 and json.loads(body)["response"]["uid"] == "waits"
+        assert await waiting() == 0
+        first.close()
+        second.close()
+    finally:
+        await serving.stop()
+
+
+async def test_a_body_that_finds_no_room_before_its_deadline_is_answered_503_unread(tls_files):
+    """The apiserver stops waiting at its timeout: a review still waiting for room then is answered
+    503 (failurePolicy Ignore lets the pod in), counted, and its connection closed."""
+    from tests.support.kube import FIXTURES, scrape
+
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off",
+                                  "--events", "off", "--body-budget", "4")
+    port = int(serving.base.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    try:
+        _, first = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        first.write(request(b"x" * (3 * 1024 * 1024 - 1), "20s")[:-1])
+        await first.drain()
+        pod = vm_pod()
+        pod["metadata"]["annotations"]["example.com/padding"] = "p" * (1536 * 1024)
+        reader, second = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        second.write(request(json.dumps(review(pod)).encode(), "3s"))
+        started = time.monotonic()
+        status, body = await answer_of(reader)
+        assert status == 503 and b"no room for a body" in body, body
+        assert 1.5 <= time.monotonic() - started < 3.5  # its deadline: 3 s less the 1 s margin
+        assert await closed_within(reader, 5)
+        _, text = await scrape(f"{serving.ops}/metrics")
+        assert "colocate_admission_bodies_turned_away_total 1.0" in text
+        first.close()
+        second.close()
+    finally:
+        await serving.stop()
 
 
 def rss_mib(pid: int) -> float:
@@ -75,9 +179,9 @@ def rss_mib(pid: int) -> float:
 
 
 async def test_serve_keeps_within_its_memory_limit_and_answers_healthz_while_clients_hold_bodies(tls_files):
-    """64 connections (the cap) each send 3 MiB of a body they never finish, and more knock:
-    `serve` stays within the Deployment's 512 Mi, /healthz answers throughout, and the bodies
-    are let go at the request's deadline."""
+    """70 connections each send 3 MiB of a body they never finish: 64 fit the default budget
+    (192 MiB) and are read, the others wait unread; `serve` stays within the Deployment's 512 Mi,
+    /healthz answers throughout, and the bodies are let go at the request's deadline."""
     from tests.support.kube import scrape
 
     from tests.support.kube import FIXTURES

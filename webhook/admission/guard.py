@@ -1,14 +1,16 @@
-"""The admission port's connections, bounded: how many at once, and how long a client may take.
+"""The admission port's connections, bounded in how long a client may take, never in number.
 
 Any pod in the cluster can reach the port (the NetworkPolicy admits every pod; mutual TLS is
-optional), and aiohttp bounds neither the number of connections nor the time a client takes to
-send a request's headers: held connections used file descriptors and, with unfinished bodies,
-memory, until the process ran out of both. Here, a site of aiohttp's (`web.BaseSite`: its runner
-still serves, drains and stops it) listens with asyncio's own TLS handshake timeout, and every
-connection goes through `Guard`: beyond MAX_CONNECTIONS a new one is closed at once, and one that
-has not sent a whole request's headers within HEADER_SECONDS of its handshake is closed. A body
-must then arrive within the request's deadline (server.py: 408), and an idle keep-alive
-connection closes after aiohttp's keepalive timeout.
+optional), and aiohttp does not bound the time a client takes to send a request's headers: held
+connections used file descriptors and, with unfinished bodies, memory. Here, a site of aiohttp's
+(`web.BaseSite`: its runner still serves, drains and stops it) listens with asyncio's own TLS
+handshake timeout, and every connection goes through `Guard`: one that has not sent a whole
+request's headers within HEADER_SECONDS of its handshake is closed. None is closed for being one
+too many: kube-apiserver gives each review in flight a connection of its own and does not retry a
+call that fails, so a closed connection is a pod created without our decision. Memory is bounded
+by the bodies held instead (budget.py: beyond the budget a body waits, unread); a body must
+arrive within the request's deadline (server.py: 408), and an idle keep-alive connection closes
+after aiohttp's keepalive timeout.
 """
 from __future__ import annotations
 
@@ -21,20 +23,16 @@ from aiohttp import web
 
 from .. import metrics
 
-# The apiserver keeps a few connections per replica of its own; 64 at 3 MiB of body each stays
-# within the Deployment's memory limit (docs/operations.md, Limits).
-MAX_CONNECTIONS = 64
 HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own timeout is at most 30 s
 HANDSHAKE_SECONDS = 10.0
 END_OF_HEADERS = b"\r\n\r\n"
 
 
 class Guard:
-    """A protocol factory around aiohttp's, counting the connections it lets in."""
+    """A protocol factory around aiohttp's, counting the connections open."""
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol], max_connections: int = MAX_CONNECTIONS,
-                 header_seconds: float = HEADER_SECONDS) -> None:
-        self.factory, self.max_connections, self.header_seconds = factory, max_connections, header_seconds
+    def __init__(self, factory: Callable[[], asyncio.Protocol], header_seconds: float = HEADER_SECONDS) -> None:
+        self.factory, self.header_seconds = factory, header_seconds
         self.open = 0
 
     def __call__(self) -> asyncio.Protocol:
@@ -49,16 +47,10 @@ class Guarded(asyncio.Protocol):
         self.transport: asyncio.BaseTransport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.tail = b""  # the last bytes seen, for headers split across reads
-        self.counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        if self.guard.open >= self.guard.max_connections:
-            metrics.CONNECTIONS_REFUSED.labels("too many").inc()
-            transport.close()  # aiohttp never sees it
-            return
         self.guard.open += 1
-        self.counted = True
         self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
 
@@ -83,9 +75,8 @@ class Guarded(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        if self.counted:
-            self.guard.open -= 1
-            self.inner.connection_lost(exc)
+        self.guard.open -= 1
+        self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
         self.inner.pause_writing()

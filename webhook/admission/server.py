@@ -16,6 +16,7 @@ from ..config import Settings
 from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
+from .budget import DEFAULT_BYTES, Budget, NoRoom
 from .guard import GuardedSite
 from .lane import Lane
 from .looplag import LoopLag
@@ -66,16 +67,25 @@ async def handle_mutate(request: web.Request) -> web.Response:
     if (request.content_length or 0) > MAX_BODY:
         raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length or 0)
     try:
-        # A body that trickles in holds memory and a connection: it must arrive within the deadline.
-        async with asyncio.timeout(max(deadline.remaining(), 0.1)):  # no task of its own, as wait_for makes
-            raw = await body_of(request)
-    except TimeoutError:
-        metrics.BAD_REVIEWS.inc()
-        return web.Response(status=408, text="the request body did not arrive before the deadline\n")
-    try:
-        body = await endpoint.answer(raw, deadline, started)
-    except BadRequest as exc:
-        return bad_request(str(exc))
+        # The body is read once there is room for it (a chunked one may be as large as any): until
+        # then it waits, unread, within the request's deadline.
+        async with endpoint.budget.hold(request.content_length or MAX_BODY, deadline.remaining()):
+            try:
+                # A body that trickles in holds memory and a connection: it must arrive within the deadline.
+                async with asyncio.timeout(max(deadline.remaining(), 0.1)):  # no task of its own, as wait_for makes
+                    raw = await body_of(request)
+            except TimeoutError:
+                metrics.BAD_REVIEWS.inc()
+                return web.Response(status=408, text="the request body did not arrive before the deadline\n")
+            try:
+                body = await endpoint.answer(raw, deadline, started)
+            except BadRequest as exc:
+                return bad_request(str(exc))
+    except NoRoom as exc:
+        # Unread: the apiserver treats the error as failurePolicy Ignore, and the connection goes with it.
+        response = web.Response(status=503, text=f"{exc}\n")
+        response.force_close()
+        return response
     response = web.Response(body=body, content_type="application/json")
     if request.app[STATE_KEY].draining:
         response.force_close()  # reconnect elsewhere: our endpoint is on its way out
@@ -103,8 +113,9 @@ class Admissions:
     does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
 
     def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True,
-                 lag: LoopLag | None = None):
-        self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
+                 lag: LoopLag | None = None, budget: Budget | None = None):
+        self.lag = lag
+        self.budget = budget or Budget()  # the bodies held at once (budget.py)  # the event loop's lag, for each log line (service.py measures it)
         self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
         # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
         # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
@@ -179,9 +190,9 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
 
 
 def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
-             decide: bool = True, lag: LoopLag | None = None) -> web.Application:
+             decide: bool = True, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
-    app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide, lag=lag)
+    app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide, lag=lag, budget=Budget(body_budget))
     app[STATE_KEY] = state or ServingState()
     app.router.add_post("/mutate", handle_mutate)
     return app

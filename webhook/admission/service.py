@@ -20,6 +20,7 @@ from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
 from . import probes, server
+from .budget import DEFAULT_BYTES
 from .looplag import LoopLag
 from .tls import ReloadingTLS
 
@@ -34,6 +35,7 @@ class Listen:
     metrics_port: int = 8080
     drain_delay: float = 5.0
     shutdown_timeout: float = 20.0
+    body_budget: int = DEFAULT_BYTES  # bytes of request bodies held at once (budget.py)
 
 
 class Service:
@@ -75,7 +77,7 @@ class Service:
         self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.degraded), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
         app = server.make_app(self.store, self.settings, state=self.state, events=self.events, decide=self.decide,
-                              lag=self.lag)
+                              lag=self.lag, body_budget=self.listen.body_budget)
         self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()

@@ -40,6 +40,7 @@ longhornNamespace: longhorn-system
 shareManagerRule: true
 migrationTargets: untouched
 spareVMs: false
+bodyBudgetMiB: 192
 {{- end }}
 
 {{/* The flags that the values set, beyond those the Deployment always has. */}}
@@ -72,6 +73,9 @@ spareVMs: false
 {{- end -}}
 {{- if ne .Values.migrationTargets $default.migrationTargets -}}
 {{- $flags = append $flags (printf "--migration-targets=%s" .Values.migrationTargets) -}}
+{{- end -}}
+{{- if ne (int64 .Values.bodyBudgetMiB) (int64 $default.bodyBudgetMiB) -}}
+{{- $flags = append $flags (printf "--body-budget=%d" (int64 .Values.bodyBudgetMiB)) -}}
 {{- end -}}
 {{- if .Values.longhorn.spareVMs -}}
 {{- $flags = append $flags "--spare-vms=on" -}}

@@ -1,0 +1,85 @@
+"""The bytes of request bodies the admission port holds at once: read and not yet answered.
+
+kube-apiserver calls a webhook over HTTP/1.1 only (k8s.io/apiserver `pkg/util/webhook`), one
+connection per review in flight, and does not retry a call that fails: a connection closed for
+being one too many is a pod created without our decision. So connections are never counted;
+bodies are. A request whose body does not fit waits, unread, in the order it came, until
+answers free the room or its own deadline passes; aiohttp reads no more of a waiting body than
+its flow control's window (`read_bufsize`, twice over), the rest stays with the client. One body
+larger than the whole budget is let in alone, when nothing else is held.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator
+
+from .. import metrics
+
+DEFAULT_BYTES = 192 * 1024 * 1024  # 64 of the largest reviews (3 MiB); a pod's review is a few KiB
+
+
+class NoRoom(Exception):
+    """The deadline came while the body waited for room."""
+
+
+class Budget:
+    """Room for `total` bytes of bodies; `hold` waits its turn (first come, first served)."""
+
+    def __init__(self, total: int = DEFAULT_BYTES) -> None:
+        self.total = total
+        self.held = 0
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _fits(self, size: int) -> bool:
+        return self.held + size <= self.total or self.held == 0
+
+    def _take(self, size: int) -> None:
+        self.held += size
+        metrics.BODY_BYTES_HELD.set(self.held)
+
+    def _release(self, size: int) -> None:
+        self.held -= size
+        metrics.BODY_BYTES_HELD.set(self.held)
+        while self._waiting and self._fits(self._waiting[0][0]):
+            wanted, turn = self._waiting.popleft()
+            if not turn.done():
+                self._take(wanted)
+                turn.set_result(None)
+        metrics.REQUESTS_WAITING.set(len(self._waiting))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, size: int, within: float) -> AsyncIterator[None]:
+        """Room for a body of `size` bytes while the block runs; raises NoRoom when none frees
+        within `within` seconds."""
+        if not self._waiting and self._fits(size):
+            self._take(size)
+        else:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            entry = (size, turn)
+            self._waiting.append(entry)
+            metrics.REQUESTS_WAITING.set(len(self._waiting))
+            try:
+                async with asyncio.timeout(max(within, 0.0)):
+                    await asyncio.shield(turn)
+            except (TimeoutError, asyncio.CancelledError) as exc:
+                if turn.done():  # given room as the wait ended: hand it on
+                    self._release(size)
+                else:
+                    turn.cancel()
+                    self._waiting.remove(entry)
+                    metrics.REQUESTS_WAITING.set(len(self._waiting))
+                if isinstance(exc, TimeoutError):
+                    metrics.BODIES_TURNED_AWAY.inc()
+                    raise NoRoom(f"no room for a body of {size} bytes before the deadline "
+                                 f"({self.held} of {self.total} held)") from None
+                raise
+        try:
+            yield
+        finally:
+            self._release(size)
