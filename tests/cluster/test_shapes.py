@@ -365,8 +365,8 @@ def fed(store, objects, keep_whole):
     for informer in store.informers:
         if keep_whole:
             informer.shape = whole
-        for event in listed([o for o in objects if o["kind"] == informer.resource.kind]):
-            informer.apply(event)
+        for change in listed([o for o in objects if o["kind"] == informer.resource.kind]):
+            informer.apply(change)
     return store
 
 

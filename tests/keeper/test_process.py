@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support.stores import api_host
 from tests.support.kube import Serving, kubeconfig_for, metrics_with, sample, scrape
-from tests.support.kubevirt_api import VMIS, apart_vm, eventually, put, three_nodes
+from tests.support.kubevirt_api import apart_vm, eventually, put, three_nodes
 
 from webhook.keeper.pipe import frame
 from webhook.kinds import LEASE

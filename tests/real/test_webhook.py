@@ -3,14 +3,12 @@ the install's own MutatingWebhookConfiguration, and pods created through the api
 calls the server, applies its patch, validates the result and hands it to the real kube-scheduler."""
 from __future__ import annotations
 
-import base64
 import copy
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubefake.envtest import Api, Refused
 from tests.support.kubevirt_api import eventually
 from tests.support.kube import Serving, annotations, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
