@@ -114,8 +114,8 @@ class Admissions:
 
     def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True,
                  lag: LoopLag | None = None, budget: Budget | None = None):
-        self.lag = lag
-        self.budget = budget or Budget()  # the bodies held at once (budget.py)  # the event loop's lag, for each log line (service.py measures it)
+        self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
+        self.budget = budget or Budget()  # the bodies held at once (budget.py)
         self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
         # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
         # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
