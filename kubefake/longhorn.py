@@ -63,8 +63,9 @@ def doomed(pods: list[dict[str, Any]], claims: set[tuple[str, str]], requested: 
 
 
 async def remount(apiserver: Any, volume: str, requested: datetime.datetime) -> list[str]:
-    """Longhorn's deletions once the share-manager of `volume` serves again after `requested`:
-    the names of the pods deleted (`namespace/name`)."""
+    """Longhorn's deletions once the share-manager of `volume` serves again after `requested`
+    (recorded as the Volume's `status.remountRequestedAt` where the Volume is stored): the names of
+    the pods deleted (`namespace/name`)."""
     claims = {((obj.raw.get("metadata") or {}).get("namespace"), (obj.raw.get("metadata") or {}).get("name"))
               for (resource, _, _), obj in apiserver.objects.items()
               if getattr(resource, "plural", None) == "persistentvolumeclaims" and not obj.deleted
@@ -75,6 +76,11 @@ async def remount(apiserver: Any, volume: str, requested: datetime.datetime) -> 
                     for pod in doomed([pod for _, pod in found], claims, requested, _settings(apiserver))}
     deleted = []
     async with apiserver.lock:
+        for key, obj in list(apiserver.objects.items()):  # the request, on the Volume where it is stored
+            if getattr(key[0], "plural", None) == "volumes" and getattr(key[0], "group", None) == "longhorn.io" \
+                    and key[2] == volume and not obj.deleted:
+                stamp = requested.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                await apiserver.merge(key, {"status": {"remountRequestedAt": stamp}})
         for key, pod in found:
             if (pod["metadata"].get("namespace"), pod["metadata"].get("name")) in doomed_names:
                 await apiserver.drop(key)

@@ -21,7 +21,7 @@ from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
 from webhook.keeper.lease import lease_namespace
-from webhook.kinds import LEASE, LONGHORN_SETTING, VMI, VMIM
+from webhook.kinds import LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMI, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 from webhook import __version__
@@ -172,6 +172,8 @@ def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migra
     assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create", "delete"}
     # The keeper reads Longhorn's Settings each pass (does a share-manager restart reboot VMs?).
     assert granted.pop((LONGHORN_SETTING.group, LONGHORN_SETTING.plural)) == {"get", "list"}
+    # And the Volumes of a VM paused on an I/O error, one by name (is its mount stale?).
+    assert granted.pop((LONGHORN_VOLUME.group, LONGHORN_VOLUME.plural)) == {"get"}
     assert granted == {}  # nothing else: no secrets, no writes to what we read
 
 

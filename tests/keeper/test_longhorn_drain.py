@@ -11,9 +11,10 @@ import json
 
 import pytest
 from tests.support.kube import launcher_pod_of, longhorn_settings, node, run_verb, rwx_disk, vmi
-from tests.support.kubevirt_api import ago
+from tests.support.kubevirt_api import VMIS, ago, eventually
 
 from kubefake import longhorn
+from webhook import kinds
 from webhook.config import Settings
 
 VMS = ("vm1", "vm2", "vm3")
@@ -106,6 +107,98 @@ async def test_a_node_failure_reboots_the_vms_whose_nfs_server_it_held_unless_sp
         await cluster.move_storage("pvc-vm3-disk", "node-b")
         deleted = await longhorn.remount(kmock.apiserver, "pvc-vm3-disk", requested)
         assert deleted == ([] if spared else ["default/virt-launcher-vm3-x7k2p"]), spared
+
+
+# --------------------------------------------------------------------------- a spared VM on a stale mount
+
+PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",
+             "message": "VMI was paused, low-level IO error detected"}
+
+
+def volumes(kmock):
+    """The Longhorn Volume of each VM's disk, where Longhorn records a remount request."""
+    kmock.resources[kinds.LONGHORN_VOLUME] = {}
+    for name in VMS:
+        kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", f"pvc-{name}-disk"] = {
+            "apiVersion": "longhorn.io/v1beta2", "kind": "Volume",
+            "metadata": {"name": f"pvc-{name}-disk", "namespace": "longhorn-system"},
+            "spec": {"accessMode": "rwx", "numberOfReplicas": 3}, "status": {"state": "attached"}}
+
+
+async def restart_storage(kmock, cluster, name, node):
+    """The share-manager of `name`'s disk restarted on `node`, the remount requested: Longhorn's deletion
+    spares the VM (the VMI kind is on the blacklist), so its pod keeps the mount of the old NFS server."""
+    requested = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
+    await cluster.move_storage(f"pvc-{name}-disk", node)
+    assert await longhorn.remount(kmock.apiserver, f"pvc-{name}-disk", requested) == []
+
+
+async def pause_on_io_error(kmock, cluster, name):
+    """QEMU stopped the VM on a disk I/O error; virt-handler says so in its Paused condition."""
+    conditions = kmock.objects[kinds.VMI, "default", name].raw["status"].get("conditions") or []
+    await cluster.patch(f"{VMIS}/{name}", {"status": {"conditions": [*conditions, PAUSED_IO]}})
+
+
+async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_once_at_once(tmp_path, kmock, cluster,
+                                                                                              make_keeper):
+    """The NFS servers of a drained node restart on node-b before the VMs leave: vm1's pod, older than the
+    remount request, keeps its stale mount and QEMU stops it. The keeper's move to its storage mounts it
+    afresh, without --keep-after's wait (vm2 and vm3, apart as long, wait); once its new pod started after
+    the request, no second migration, even while it still shows paused."""
+    cluster.seed(drained_node_cluster(spared=True))
+    volumes(kmock)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=3600))
+    for name in VMS:
+        await restart_storage(kmock, cluster, name, "node-b")
+    await pause_on_io_error(kmock, cluster, "vm1")
+    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
+                                    "--keep", "migrate", "--keep-after", "3600")
+    assert code == 0, err
+    said = {vm["name"]: vm for vm in json.loads(out)["vms"]}
+    assert said["vm1"]["stale_mount"].startswith("paused on a disk I/O error, and its pod started ")
+    assert said["vm1"]["next"] == "moves to node-b at the keeper's next pass (stale mount)"
+    assert said["vm2"]["stale_mount"] is None and said["vm2"]["hold"] == "apart too briefly"
+    await keeper.run_pass()
+    made = cluster.migrations()
+    assert [(m["spec"]["vmiName"], m["spec"].get("addedNodeSelector")) for m in made] == [
+        ("vm1", {"kubernetes.io/hostname": "node-b"})]
+    assert made[0]["metadata"]["annotations"]["kubevirt-scheduler/reason"].startswith(
+        "recovering a stale mount: migrating from node-a to node-b: paused on a disk I/O error")
+    [event] = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "RecoveringStaleMount"])
+    assert event["involvedObject"]["name"] == "vm1" and made[0]["metadata"]["name"] in event["message"]
+    await cluster.finish(made[0]["metadata"]["name"], "Succeeded", "vm1", "node-b")
+    report = await keeper.run_pass()
+    assert len(cluster.migrations()) == 1  # its pod started after the request: nothing stale to recover
+    assert {r.name: (r.state.value, r.hold) for r in report.vms}["vm1"] == ("co-located", "not apart")
+
+
+async def test_a_spared_vm_on_a_stale_mount_beside_its_storage_goes_where_kubevirt_places_it(kmock, cluster,
+                                                                                              make_keeper):
+    """vm1's NFS server restarted on its own node (a crash): a target pod cannot share the VM's node
+    (KubeVirt's anti-affinity), so the recovery names no node; the VMs not paused are left alone."""
+    cluster.seed(drained_node_cluster(spared=True))
+    volumes(kmock)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0))
+    for name in VMS:
+        await restart_storage(kmock, cluster, name, "node-a")
+    await pause_on_io_error(kmock, cluster, "vm1")
+    await keeper.run_pass()
+    made = cluster.migrations()
+    assert [(m["spec"]["vmiName"], m["spec"].get("addedNodeSelector")) for m in made] == [("vm1", None)]
+    assert "kubevirt-scheduler/node" not in made[0]["metadata"]["annotations"]
+
+
+async def test_a_vm_paused_on_an_io_error_with_no_remount_after_its_pod_started_is_left_alone(kmock, cluster,
+                                                                                               make_keeper):
+    """Paused on an I/O error with no remount requested after its pod started: nothing says a migration
+    would help; the keeper reports and does nothing."""
+    cluster.seed(drained_node_cluster(spared=True))
+    volumes(kmock)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0))
+    await pause_on_io_error(kmock, cluster, "vm1")
+    report = await keeper.run_pass()
+    assert cluster.migrations() == []
+    assert {r.name: r.hold for r in report.vms}["vm1"] == "not apart"
 
 
 @pytest.mark.parametrize("spared, auto_delete, deleted", [

@@ -74,9 +74,10 @@ class Actor:
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
             "to": decision.target, "reason": decision.reason}})
-        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "MigratingToStorage",
+        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid),
+                               "RecoveringStaleMount" if decision.stale else "MigratingToStorage",
                                f"{decision.reason} (migration {migration.name})")
-        return ActionResult(key, f"created migration {migration.name} to {decision.target}",
+        return ActionResult(key, f"created migration {migration.name} to {decision.target or 'a node KubeVirt picks'}",
                             created=f"{migration.namespace}/{migration.name}")
 
     async def cancel_unplaceable(self, history: Sequence[Migration], uids: dict[VmKey, str], now: datetime,

@@ -18,9 +18,12 @@ from ..cluster.resolve import resolve_disks
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import NODE
+from .. import kinds
+from ..kinds import LONGHORN_VOLUME, NODE, PAUSED_IO_ERROR
 from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
 from ..rules.shared.facts import Fact
+from ..rules.shared.longhorn import stale_mount
+from ..rules.shared.times import parse_time
 from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
@@ -36,7 +39,7 @@ from ..rules.keeping.migrations import (
 from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import VmiView
 from .targeted import TargetedMigration
-from .stretch import Stretch, Stretches
+from .stretch import Stretch, Stretches, started
 
 BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)
 PROBES = 3  # dry runs a pass while their answers prove nothing
@@ -130,6 +133,9 @@ class Observer:
         node, unfit = None, None
         while (need := next_read(facts, read)) is not None:
             read.add(need)
+            if need == "stale":
+                facts = dataclasses.replace(facts, stale=await self._stale(vmi, disks))
+                continue
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if stretch is None:  # how long it has been apart comes with it
@@ -139,6 +145,23 @@ class Observer:
                 node, unfit = await self._target(vmi, where.target, stretch)
             facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
         return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)
+
+    async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> str | None:
+        """Why the VM's NFS mount is stale (`stale_mount`), read only of a VM paused on a disk I/O
+        error: its launcher pod's start, its Longhorn volumes' remount requests. What cannot be
+        read says nothing: the VM is left as it is (`status` notes it paused)."""
+        if vmi.paused != PAUSED_IO_ERROR:
+            return None
+        pod, _ = await self.stretches.launcher_pod(vmi, vmi.node or "")
+        remounts = {}
+        for volume in sorted({fact.volume for fact in disks if fact.volume}):
+            try:
+                found = await self.stretches.direct.get(LONGHORN_VOLUME, self.settings.longhorn_namespace, volume,
+                                                        timeout=self.timeout)
+            except StoreError:
+                return None
+            remounts[volume] = parse_time(kinds.status(found).get("remountRequestedAt")) if found else None
+        return stale_mount(vmi.paused, started(pod), remounts)
 
     async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
@@ -163,7 +186,10 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
 
 
 def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | Skipped:
-    """The migration that moves the VM to its storage node, with spec.priority when `priority`."""
+    """The migration that moves the VM to its storage node (a stale mount's recovery that cannot
+    go there: to none named), with spec.priority when `priority`."""
+    if decision.anywhere:
+        return migration_manifest(vm.vmi, None, decision.reason, MIGRATION_PRIORITY if priority else None)
     if vm.target_node is None:
         return Skipped(f"node {decision.target}", "not found")
     return migration_manifest(vm.vmi, vm.target_node, decision.reason, MIGRATION_PRIORITY if priority else None)
@@ -181,8 +207,8 @@ async def ask_targeted(targeted: TargetedMigration, order: Sequence[Observed], f
     tried = 0
     for vm in order:
         decision = decide_keep(vm.facts, assumed)
-        if not (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)):
-            continue
+        if not (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)) or decision.anywhere:
+            continue  # (a migration that names no node says nothing of targeted migration)
         made = manifest(vm, decision, priority=True)
         if isinstance(made, Skipped):
             continue

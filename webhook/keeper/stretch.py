@@ -81,7 +81,7 @@ class Stretches:
             return known
         first_seen = known.since if same else now
         timeout = self.timeout
-        pod, problem = await self._launcher_pod(vmi, node)
+        pod, problem = await self.launcher_pod(vmi, node)
         moments = [last_end, started(pod)]
         for fact in facts:
             if fact.node == target and fact.volume:
@@ -98,7 +98,7 @@ class Stretches:
         self._known[key] = stretch
         return stretch
 
-    async def _launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+    async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
         candidates = self.launchers(vmi.namespace, vmi.uid) or []
         running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]

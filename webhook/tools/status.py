@@ -86,6 +86,7 @@ class VmStatus:
     # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
+    stale: str = ""  # why its NFS mount is stale (paused on an I/O error, its pod older than a remount request)
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -112,6 +113,7 @@ class VmStatus:
             "paused": self.paused or None,
             "hotplugged": list(self.hotplugged),
             "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
+            "stale_mount": self.stale or None,
         }
 
 
@@ -421,7 +423,7 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
     return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
                     view.may_move, decision, next_step(decision, since, facts, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
-                    hotplugged=view.hotplugged)
+                    hotplugged=view.hotplugged, stale=observed.facts.stale or "")
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -468,7 +470,9 @@ def render(report: Report) -> str:
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms if vm.paused == kinds.PAUSED_IO_ERROR]
+    lines += [f"note {vm.namespace}/{vm.name}: {vm.stale}; a migration mounts it afresh: {vm.next}" if vm.stale
+              else f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms
+              if vm.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {ATTACHMENTS_DELETED}" for vm in report.vms
               if vm.attachment_pods_deleted_by_storage_restart == "yes" and vm.rebooted_by_storage_restart != "yes"]
     lines += [f"skipped {what}" for what in report.skipped]

@@ -24,7 +24,7 @@ READY = dict(
 
 
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
-            "refused"}
+            "refused", "stale"}
 
 
 def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
@@ -217,12 +217,60 @@ def test_the_hold_table_says_what_the_observer_reads_next():
         return next_read(vm, set(read))
 
     assert first(vmi_with(may_move=False)) is None  # opted out
-    assert first(where=locality("node-a", [fact("d", "node-a")])) is None  # co-located
-    assert first() == "target_unfit"
-    assert first(read={"target_unfit"}, target_unfit="node node-b is cordoned") is None
-    assert first(vmi_with(live_migratable=False), read={"target_unfit"}) is None
-    assert first(read={"target_unfit"}, vmi_migrating=True) is None
-    assert first(read={"target_unfit"}) == "apart_since"
+    assert first(where=locality("node-a", [fact("d", "node-a")])) == "stale"  # is its mount stale?
+    assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}) is None  # co-located
+    assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}, stale=STALE) == "target_unfit"
+    assert first() == "stale"
+    assert first(read={"stale"}) == "target_unfit"
+    assert first(read={"stale", "target_unfit"}, target_unfit="node node-b is cordoned") is None
+    assert first(vmi_with(live_migratable=False), read={"stale", "target_unfit"}) is None
+    assert first(read={"stale", "target_unfit"}, vmi_migrating=True) is None
+    assert first(read={"stale", "target_unfit"}) == "apart_since"
     # A check that reads the pass (its moment, its bounds) holds only once the pass decides.
-    assert first(read={"target_unfit"}, descheduled=DESCHEDULED) == "apart_since"
+    assert first(read={"stale", "target_unfit"}, descheduled=DESCHEDULED) == "apart_since"
     assert first(read=ON_DEMAND) is None
+
+
+# --------------------------------------------------------------------------- a stale mount's recovery
+
+STALE = ("paused on a disk I/O error, and its pod started 2026-11-20T11:00:00Z, before Longhorn asked for volume "
+         "pvc-d to be remounted (2026-11-20T11:30:00Z): its NFS mount is stale")
+CO_LOCATED_WHERE = locality("node-a", [fact("d", "node-a")])
+
+
+def test_a_vm_on_a_stale_mount_apart_from_its_storage_goes_there_at_once():
+    """Its recovery is the keeper's usual move, without the waits: it is stopped until it moves."""
+    decision = keep(stale=STALE, apart_since=NOW, last_end=ago(seconds=5), descheduled=DESCHEDULED)
+    assert decision.act and not decision.anywhere and decision.target == "node-b"
+    assert decision.reason.startswith("recovering a stale mount: migrating from node-a to node-b: paused on a disk I/O")
+
+
+@pytest.mark.parametrize("where, changes", [
+    (CO_LOCATED_WHERE, {}),
+    (APART_WHERE, {"target_unfit": "node node-b is cordoned"}),
+    (APART_WHERE, {"targeted": False}),
+], ids=["co-located", "storage-node-unfit", "untargeted"])
+def test_a_vm_on_a_stale_mount_that_cannot_go_to_its_storage_goes_where_kubevirt_places_it(where, changes):
+    decision = keep(where=where, stale=STALE, **changes)
+    assert decision.act and decision.anywhere and decision.target is None
+    assert decision.reason == f"recovering a stale mount: migrating from node-a to a node KubeVirt picks: {STALE}"
+
+
+@pytest.mark.parametrize("vmi, where, changes, hold", [
+    (vmi_with(live_migratable=False), CO_LOCATED_WHERE, {}, Hold.NOT_MIGRATABLE),
+    (APART_VMI, CO_LOCATED_WHERE, {"vmi_migrating": True}, Hold.MIGRATING),
+    (APART_VMI, locality("node-a", [fact("d", None)]), {}, Hold.NOT_APART),
+    (APART_VMI, CO_LOCATED_WHERE, {"history": [failed(ago(minutes=10))]}, Hold.BACKING_OFF),
+    (APART_VMI, CO_LOCATED_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Hold.DAILY_LIMIT),
+    (APART_VMI, CO_LOCATED_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Hold.OUR_LIMIT),
+    (APART_VMI, CO_LOCATED_WHERE, {"outbound": 2, "in_flight_all": 2}, Hold.SOURCE_BUSY),
+    (APART_VMI, CO_LOCATED_WHERE, {"incomplete": "pods: not synced"}, Hold.VIEW_INCOMPLETE),
+    (APART_VMI, CO_LOCATED_WHERE, {"mode": KeepMode.REPORT}, Hold.REPORT_ONLY),
+    (APART_VMI, CO_LOCATED_WHERE, {"lease": False}, Hold.NO_LEASE),
+    (vmi_with(may_move=False), CO_LOCATED_WHERE, {}, Hold.OPTED_OUT),
+], ids=["not-migratable", "migrating", "unresolved", "backing-off", "daily-limit", "our-limit", "source-busy",
+        "view-incomplete", "report", "no-lease", "opted-out"])
+def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, hold):
+    """Only the waits give way: the VM's own state, the bounds, a drain's slots, the mode and the lease hold."""
+    decision = keep(vmi, where, stale=STALE, **changes)
+    assert not decision.act and decision.hold is hold

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from ... import kinds
 from ...config import KeepMode, Settings
-from .apart import APART, CO_LOCATED, Locality, VmState
+from .apart import APART, CO_LOCATED, UNRESOLVED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
 from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
@@ -100,6 +100,9 @@ class VmFacts:
     descheduled: Migration | None = None
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: tuple[int, datetime] | None = None  # (refusals in a row, retry after) of its last create
+    # Why its NFS mount is stale (`rules.shared.longhorn.stale_mount`: paused on an I/O error, its pod
+    # older than a remount request of Longhorn's), None when nothing says so: one migration recovers it.
+    stale: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,10 +143,19 @@ class KeepDecision:
     target: str | None = None  # where its disks are served, when apart
     why: str = ""  # where it runs and where its disks are served, in words
     apart_for: timedelta | None = None  # how long it has been apart, once that counts
+    # A recovery of a stale mount (`VmFacts.stale`) that cannot go to the storage node: a migration
+    # that names no node, to wherever KubeVirt places it (never its own node: its target pod's
+    # anti-affinity). The keeper brings it back to its storage later, as any VM apart.
+    anywhere: bool = False
+    stale: str | None = None  # the stale mount it recovers
 
     @property
     def move(self) -> str:
         """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
+        if self.anywhere:
+            return f"from {self.source} to a node KubeVirt picks: {self.stale}"
+        if self.stale:
+            return f"from {self.source} to {self.target}: {self.stale}; {self.why}"
         apart = whole_seconds(self.apart_for or timedelta(0))
         return f"from {self.source} to {self.target}: {self.why}; apart for {apart}s"
 
@@ -217,26 +229,29 @@ CHECKS: tuple[Check, ...] = (
           ("vmi",), own=True),
     Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
           lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
-    Check(Hold.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
-          lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where",), own=True),
-    Check(Hold.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
-          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit",), own=True),
+    Check(Hold.NOT_APART, lambda vm, p: vm.where.state is UNRESOLVED or (not _apart(vm) and not vm.stale),
+          lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where", "stale"), own=True),
+    Check(Hold.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None and not vm.stale,
+          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit", "stale"), own=True),
     Check(Hold.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
           lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", ("vmi",), own=True),
     Check(Hold.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
           ("migrating",), own=True),
-    Check(Hold.DESCHEDULED, lambda vm, p: p.now < (_descheduled_until(vm, p.limits) or p.now), _descheduled,
-          ("descheduled",)),
-    Check(Hold.APART_BRIEFLY, lambda vm, p: _apart_for(vm, p.now) < p.limits.after,
+    # A VM on a stale mount is stopped: it waits for none of the times below.
+    Check(Hold.DESCHEDULED, lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
+          _descheduled, ("descheduled", "stale")),
+    Check(Hold.APART_BRIEFLY, lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
           lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s",
-          ("apart_since",)),
-    Check(Hold.MIGRATED_RECENTLY, lambda vm, p: vm.last_end is not None and p.now - vm.last_end < p.limits.after,
+          ("apart_since", "stale")),
+    Check(Hold.MIGRATED_RECENTLY, lambda vm, p: not vm.stale and vm.last_end is not None
+          and p.now - vm.last_end < p.limits.after,
           lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
-                        f"(wait {whole_seconds(p.limits.after)}s)", ("last_end",)),
+                        f"(wait {whole_seconds(p.limits.after)}s)", ("last_end", "stale")),
     Check(Hold.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
     Check(Hold.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
           lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})", ("history",)),
-    Check(Hold.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
+    Check(Hold.UNTARGETED, lambda vm, p: p.targeted is not True and not vm.stale, lambda vm, p: _untargeted(p),
+          ("stale",)),
     Check(Hold.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
           lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
     Check(Hold.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
@@ -259,7 +274,8 @@ CHECKS: tuple[Check, ...] = (
 # What a pass reads of a VM only when a check reached in the table's order needs it: how long it
 # has been apart (its stretch) and whether its storage node can take it are API reads and checks
 # of their own; the other facts come with the VM and its migrations.
-ON_DEMAND = frozenset({"apart_since", "target_unfit"})
+# Whether its mount is stale is read only of a VM paused on an I/O error (its pod and volumes).
+ON_DEMAND = frozenset({"stale", "apart_since", "target_unfit"})
 
 
 # What an own check is given for the pass it does not read (`test_keep` holds them to that).
@@ -280,10 +296,20 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
     return None
 
 
+def _apart(vm: VmFacts) -> bool:
+    return vm.where.state is APART and vm.where.target is not None
+
+
+def _anywhere(vm: VmFacts, p: PassFacts) -> bool:
+    """Whether the VM's recovery (it has a stale mount) names no node: it is not apart, its
+    storage node cannot take it, or the cluster keeps no target node (targeted migration)."""
+    return bool(vm.stale) and not (_apart(vm) and vm.target_unfit is None and p.targeted is True)
+
+
 def _decision(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:
-    where = vm.where
-    return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
-                        _apart_for(vm, p.now) if where.state is APART else None)
+    where, anywhere = vm.where, _anywhere(vm, p)
+    return KeepDecision(hold is None, reason, where.state, hold, where.node, None if anywhere else where.target,
+                        where.why, _apart_for(vm, p.now) if where.state is APART else None, anywhere, vm.stale)
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
@@ -296,7 +322,8 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
         if check.holds(vm, p):
             return _decision(vm, p, check.hold, check.words(vm, p))
     decision = _decision(vm, p, None)
-    return dataclasses.replace(decision, reason=f"migrating {decision.move}")
+    verb = "recovering a stale mount: migrating" if vm.stale else "migrating"
+    return dataclasses.replace(decision, reason=f"{verb} {decision.move}")
 
 
 def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
@@ -341,6 +368,8 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     if off:
         return f"nothing: {OFF}"
     if decision.act:
+        if decision.stale:
+            return f"moves to {decision.target or 'a node KubeVirt picks'} at the keeper's next pass (stale mount)"
         return f"moves to {decision.target} at the keeper's next pass"
     if facts.targeted is False and decision.hold in WAITS:
         return f"never: {Hold.UNTARGETED} ({NEEDS})"
