@@ -754,7 +754,7 @@ def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_wh
 
     from tests.support.kube import launcher_pod_of, load, node, vmi
 
-    from webhook.cluster.shapes import admitted_vmi
+    from webhook.cluster.shapes import shapes
     from webhook.config import Settings
     from webhook.rules.keeping.running import read_vmi
     from webhook.rules.kubevirt.target import target_pod
@@ -762,6 +762,7 @@ def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_wh
     for whole in (load("kubevirt-1.8/vmi-hotplugged.yaml"), vmi("vm1", "node-a", "d1")):
         source = node(whole["status"]["nodeName"])
         launcher = launcher_pod_of(copy.deepcopy(whole))
-        full, kept = read_vmi(whole, Settings()), read_vmi(admitted_vmi(whole), Settings())
+        trimmed = shapes(Settings())["VirtualMachineInstance"](copy.deepcopy(whole))
+        full, kept = read_vmi(whole, Settings()), read_vmi(trimmed, Settings())
         assert kept.claims == full.claims
         assert target_pod(launcher, kept, source, {}) == target_pod(launcher, full, source, {})

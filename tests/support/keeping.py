@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from tests.support.kube import load, set_or_remove
 
+from webhook.cluster.kubevirt_api import KubeVirtWatch
+from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.rules.shared.facts import Fact
 from webhook.rules.keeping.migrations import Attempt
@@ -70,8 +72,19 @@ def evacuation(priority="system-maintenance", **changes):
     return obj
 
 
-def view(obj=None):
-    return read_vmi(obj or vmi_obj(), SETTINGS)
+def cached(obj, settings=SETTINGS):
+    """`obj` as production keeps it: listed into the keeper's VMI cache (the shape and encoding every
+    cache of VMIs uses) and read back; a rule reading what no declaration keeps sees it gone."""
+    watch = KubeVirtWatch(None, settings)
+    for event in (Event(EventType.LISTED, copy.deepcopy(obj)), Event(EventType.SYNCED, seconds=0.01)):
+        watch.vmis.apply(event)
+    [kept] = watch.all_vmis()
+    return kept
+
+
+def view(obj=None, settings=SETTINGS):
+    """The keeper's view of the VMI as the production cache keeps it."""
+    return read_vmi(cached(obj or vmi_obj(), settings), settings)
 
 
 def failed(end):

@@ -20,7 +20,7 @@ from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers
-from .shapes import admitted_vmi, shapes
+from .shapes import shapes
 from .reflector import Timing
 from .store import Stats, StoreError, volume_handle
 from .table import Indexer, object_key
@@ -116,7 +116,7 @@ class WatchedClusterStore(Informers):
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
         # (The keeper's process watches VMIs with its migrations: `vmis=False` for its store.)
-        self.vmis = Informer(VMI, admitted_vmi, indexers={"claim": _vmi_claims})
+        self.vmis = informer(VMI, indexers={"claim": _vmi_claims})  # as the keeper's: all that is declared
         # Listed in this order, one at a time: what the scheduler checks need first.
         super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
                          + ((self.vmis,) if vmis else ()))

@@ -80,17 +80,6 @@ def vmi_kept(settings: Settings) -> Keep:
     return declared.VMI.keep(settings)
 
 
-# A VMI as every replica keeps it for admission: its disks (hotplugged ones included), and what
-# the migration target pod of a drain's share-manager is rendered from (`rules.kubevirt.target`:
-# node, nodeSelector, CPU model, machine type, uid): the fields declared `admitted`. Its
-# conditions and migrations are the keeper's, which keeps them in a process of its own (`vmi_kept`).
-VMI_ADMITTED: Keep = declared.VMI.keep(Settings(), admitted=True)
-
-
-def admitted_vmi(obj: dict[str, Any]) -> dict[str, Any]:
-    return trim(obj, VMI_ADMITTED)
-
-
 def shapes(settings: Settings) -> dict[str, Shape]:
     """Each kind a cache holds, and how an object of it is reduced when it arrives."""
 

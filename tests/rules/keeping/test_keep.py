@@ -3,12 +3,14 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view
+from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succeeded, view, vmi_obj
 
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.keeping.keep import CHECKS, ON_DEMAND, Hold, Limits, PassFacts, VmFacts, decide_keep, next_read
 from webhook.rules.keeping.migrations import read_migration
+from webhook.rules.shared import declared
+from webhook.rules.shared.declaring import Undeclared
 
 # --------------------------------------------------------------------------- the decision
 
@@ -47,6 +49,13 @@ def vmi_with(**changes):
     return dataclasses.replace(APART_VMI, **changes)
 
 
+def annotated(key, value):
+    """The VMI (vmi-migrated.yaml) with one more annotation."""
+    obj = vmi_obj()
+    obj["metadata"].setdefault("annotations", {})[key] = value
+    return obj
+
+
 def test_an_apart_vm_is_moved_to_its_storage():
     decision = keep()
     assert decision.act and decision.hold is None
@@ -58,6 +67,8 @@ def test_an_apart_vm_is_moved_to_its_storage():
 HOLDS = [
     (vmi_with(opted_in=False), APART_WHERE, {}, Hold.NOT_OPTED_IN, "not opted in"),
     (vmi_with(may_move=False), APART_WHERE, {}, Hold.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
+    (view(annotated("descheduler.alpha.kubernetes.io/prefer-no-eviction", "")), APART_WHERE, {}, Hold.NO_EVICTION,
+     "annotated descheduler.alpha.kubernetes.io/prefer-no-eviction: nothing is to evict it"),
     (vmi_with(phase="Succeeded"), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Succeeded, not running on a node"),
     (vmi_with(node=None), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Running, not running on a node"),
     (APART_VMI, locality("node-a", [fact("d", "node-a")]), {}, Hold.NOT_APART,
@@ -109,7 +120,7 @@ HOLDS = [
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS, ids=[
-        "not-opted-in", "opted-out", "not-running", "no-node", "co-located", "split", "unresolved", "target-unfit",
+        "not-opted-in", "opted-out", "no-eviction", "not-running", "no-node", "co-located", "split", "unresolved", "target-unfit",
         "not-migratable", "migrating", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
         "backing-off", "backing-off-twice", "daily-limit", "untargeted", "our-limit", "cluster-limit", "source-busy",
         "settling", "refused", "view-incomplete", "report", "no-lease", "targeted-unknown"])
@@ -274,3 +285,16 @@ def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, h
     """Only the waits give way: the VM's own state, the bounds, a drain's slots, the mode and the lease hold."""
     decision = keep(vmi, where, stale=STALE, **changes)
     assert not decision.act and decision.hold is hold
+
+
+# --------------------------------------------------------------------------- what a hold reads is declared
+
+
+def test_a_hold_on_an_annotation_nobody_declared_fails_at_once_naming_the_declaration(monkeypatch):
+    """Without its declaration the production cache drops the annotation: the hold would never
+    hold. Its first read says which declaration to add instead."""
+    key = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
+    keys = {**declared.VMI.keys, "annotations": [k for k in declared.VMI.keys["annotations"] if k != key]}
+    monkeypatch.setattr(declared.VMI, "keys", keys)  # the declaration taken out
+    with pytest.raises(Undeclared, match=rf"add `VMI.annotation\('{key}'\)` to webhook/rules/shared/declared.py"):
+        keep(view(annotated(key, "")))

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.support.kube import launcher_pod_of, vmi
 
-from webhook.cluster.shapes import VMI_ADMITTED, pod_annotations, shapes
+from webhook.cluster.shapes import pod_annotations, shapes, vmi_kept
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.facts import claims_of
@@ -39,15 +39,21 @@ def test_an_annotation_a_rule_starts_reading_on_a_vmi_is_kept_by_the_keepers_cac
     assert "example.com/unread" not in kept["metadata"]["annotations"]
 
 
-def test_what_every_replica_keeps_of_a_vmi_is_what_admission_reads():
-    """Its disks (hotplugged ones too) and what its migration target is rendered from; none of
-    what the keeper alone reads (conditions, migrations, annotations)."""
-    whole = vmi("vm1", "node-a", "d1", "d2", migrated_from="node-b")
-    kept = shapes(Settings())["VirtualMachineInstance"](copy.deepcopy(whole))
-    assert set(VMI_ADMITTED) == {"metadata", "spec", "status"}
-    assert set(VMI_ADMITTED["status"]) == {"nodeName", "machine"}
-    assert "annotations" not in VMI_ADMITTED["metadata"]
+def test_every_replica_keeps_of_a_vmi_what_the_keeper_and_status_read():
+    """One shape for every cache of VMIs: what admission reads (its disks, what its migration target
+    is rendered from) and what the keeper reads (conditions, migrations, the declared annotations)
+    alike, so a rule reads the same VMI wherever it runs."""
+    from webhook.cluster.cache import WatchedClusterStore
+    from webhook.cluster.kubevirt_api import KubeVirtWatch
+
+    the_settings = Settings()
+    whole = vmi("vm1", "node-a", "d1", "d2", migrated_from="node-b", opted_in=True)
+    kept = shapes(the_settings)["VirtualMachineInstance"](copy.deepcopy(whole))
     assert claims_of(kept) == claims_of(whole) == ["d1", "d2"]
+    assert read_vmi(kept, the_settings) == read_vmi(whole, the_settings)
+    admission, keeper = WatchedClusterStore(None, the_settings), KubeVirtWatch(None, the_settings)
+    assert admission.vmis.shape(copy.deepcopy(whole)) == keeper.vmis.shape(copy.deepcopy(whole)) == kept
+    assert set(vmi_kept(the_settings)["status"]) >= {"nodeName", "machine", "conditions", "migrationState", "phase"}
 
 
 def test_the_pods_annotations_kept_are_those_the_rules_read():

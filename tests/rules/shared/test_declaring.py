@@ -98,11 +98,11 @@ def test_a_field_reads_typed_and_names_where_it_is():
             raise AssertionError(f"{holder} read without complaint")
 
 
-def test_what_admission_keeps_of_a_vmi_is_the_part_declared_admitted():
+def test_the_caches_keep_every_field_and_annotation_declared_and_nothing_else():
     fields = Fields("VMI")
-    fields.field("status.nodeName", admitted=True)
+    fields.field("status.nodeName")
     fields.field("status.phase")
     fields.annotation("example.com/a")
-    assert fields.keep(Settings(), admitted=True) == {"status": {"nodeName": True}}
     kept = fields.keep(Settings())
-    assert kept["status"] == {"nodeName": True, "phase": True} and kept["metadata"]["annotations"]("example.com/a")
+    assert set(kept) == {"status", "metadata"} and kept["status"] == {"nodeName": True, "phase": True}
+    assert kept["metadata"]["annotations"]("example.com/a") and not kept["metadata"]["annotations"]("example.com/b")

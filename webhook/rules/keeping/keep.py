@@ -26,6 +26,7 @@ from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, UNRESOLVED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
+from ..shared import declared
 from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
@@ -60,6 +61,7 @@ class Hold(enum.StrEnum):
 
     NOT_OPTED_IN = "not opted in"
     OPTED_OUT = "keep disabled"
+    NO_EVICTION = "prefer no eviction"
     NOT_RUNNING = "not running"
     NOT_APART = "not apart"
     TARGET_UNFIT = "target unfit"
@@ -227,6 +229,8 @@ CHECKS: tuple[Check, ...] = (
     Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in", ("vmi",), own=True),
     Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.may_move, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
           ("vmi",), own=True),
+    Check(Hold.NO_EVICTION, lambda vm, p: declared.VMI_NO_EVICTION.name() in vm.vmi.annotations,
+          lambda vm, p: f"annotated {declared.VMI_NO_EVICTION.name()}: nothing is to evict it", ("vmi",), own=True),
     Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
           lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
     Check(Hold.NOT_APART, lambda vm, p: vm.where.state is UNRESOLVED or (not _apart(vm) and not vm.stale),

@@ -20,19 +20,22 @@ def _decision_prefix(settings: Settings) -> str:
 
 
 # --------------------------------------------------------------------------- VirtualMachineInstance
-# `admitted`: what every replica keeps for admission, the VM's disks (hotplugged ones included)
-# and what its migration target pod is rendered from (`rules.kubevirt.target`).
+# Admission reads the VM's disks (hotplugged ones included) and what its migration target pod is
+# rendered from (`rules.kubevirt.target`); the keeper and `status` the rest. Every cache keeps it all.
 
 VMI = Fields("VMI")
-VMI_NAME = VMI.field("metadata.name", admitted=True)
-VMI_NAMESPACE = VMI.field("metadata.namespace", admitted=True)
-VMI_UID = VMI.field("metadata.uid", admitted=True)
+VMI_NAME = VMI.field("metadata.name")
+VMI_NAMESPACE = VMI.field("metadata.namespace")
+VMI_UID = VMI.field("metadata.uid")
 VMI_OPT_IN = VMI.annotation(_opt_in)  # reached the VMI from the VM template
 VMI_KEEP = VMI.annotation(kinds.KEEP_ANNOTATION)
+# The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
+# template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
+VMI_NO_EVICTION = VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
 VMI_SPEC = VMI.field("spec")
 VMI_STATUS = VMI.field("status")
 VMI_PHASE = VMI.field("status.phase")
-VMI_NODE = VMI.field("status.nodeName", admitted=True)
+VMI_NODE = VMI.field("status.nodeName")
 VMI_CONDITIONS = VMI.field("status.conditions[]")
 CONDITION_TYPE = VMI.field("status.conditions[].type")
 CONDITION_STATUS = VMI.field("status.conditions[].status")
@@ -47,23 +50,23 @@ ENDED = VMI.field("status.migrationState.endTimestamp")
 COMPLETED = VMI.field("status.migrationState.completed")
 FAILED = VMI.field("status.migrationState.failed")
 MIGRATION_UID = VMI.field("status.migrationState.migrationUid")
-STATUS_MACHINE = VMI.field("status.machine", admitted=True)
-STATUS_MACHINE_TYPE = VMI.field("status.machine.type", admitted=True)
+STATUS_MACHINE = VMI.field("status.machine")
+STATUS_MACHINE_TYPE = VMI.field("status.machine.type")
 # The claims of its volumes (`rules.shared.facts.claims_of`): a DataVolume's PVC has its name.
 # claims_of, which reads pods' volumes too, asks either source for either key (the other pair
 # is never there: the schema has no such field).
-VMI_CLAIMS = tuple(VMI.field(f"spec.volumes[].{source}.{key}", admitted=True)
+VMI_CLAIMS = tuple(VMI.field(f"spec.volumes[].{source}.{key}")
                    for source in ("persistentVolumeClaim", "dataVolume") for key in ("claimName", "name"))
 # Which of them are hotplugged (`virtctl addvolume`, or marked so in the VM): mounted by an attachment
 # pod that the launcher pod owns, which Longhorn's remount deletes whatever its blacklist says.
 VMI_HOTPLUGGABLE = tuple(VMI.field(f"spec.volumes[].{source}.hotpluggable")
                          for source in ("persistentVolumeClaim", "dataVolume"))
-VMI_NODE_SELECTOR = VMI.field("spec.nodeSelector", admitted=True)
-DOMAIN = VMI.field("spec.domain", admitted=True)
-CPU = VMI.field("spec.domain.cpu", admitted=True)
-CPU_MODEL = VMI.field("spec.domain.cpu.model", admitted=True)
-SPEC_MACHINE = VMI.field("spec.domain.machine", admitted=True)
-SPEC_MACHINE_TYPE = VMI.field("spec.domain.machine.type", admitted=True)
+VMI_NODE_SELECTOR = VMI.field("spec.nodeSelector")
+DOMAIN = VMI.field("spec.domain")
+CPU = VMI.field("spec.domain.cpu")
+CPU_MODEL = VMI.field("spec.domain.cpu.model")
+SPEC_MACHINE = VMI.field("spec.domain.machine")
+SPEC_MACHINE_TYPE = VMI.field("spec.domain.machine.type")
 
 # --------------------------------------------------------------------------- VirtualMachineInstanceMigration
 

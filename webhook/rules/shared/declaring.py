@@ -5,12 +5,13 @@ builds its shapes from `Fields.keep`), so a rule cannot read a field the cache d
 A path is dotted, `[]` after a key for every item of a list: "status.migrationState.endTimestamp",
 "spec.volumes[].dataVolume.name". A field declared with nothing declared beneath it is kept whole
 (a map copied as it is, a list read item by item elsewhere); one with fields beneath keeps those.
-Fields marked `admitted` are the part every replica keeps for admission (`Fields.keep(admitted=True)`).
+Every cache of a kind keeps what is declared of it, all of it: admission, the keeper and `status`
+read the same fields, so a declaration is all a new rule needs, wherever it runs.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,49 @@ from ...config import Settings
 from .reading import read_time, read_typed
 
 KeySource = str | Callable[[Settings], str]  # an annotation or label key, or the setting that names it
+DECLARED_IN = "webhook/rules/shared/declared.py"
+
+
+class Undeclared(LookupError):
+    """A rule read an annotation nobody declared: every cache drops it, so in production the rule
+    would never see it. Raised at the read, in the first test that reaches it."""
+
+
+class Annotations(Mapping[str, str]):
+    """The declared annotations an object carries (`Fields.annotations_of`). Reading a key that is
+    not declared raises `Undeclared`, naming the declaration to add: the caches keep only what is
+    declared, and a rule tested on whole objects would otherwise pass and do nothing in production."""
+
+    __slots__ = ("_found", "_declared", "_kind")
+
+    def __init__(self, found: dict[str, str], declared: Callable[[str], bool], kind: str):
+        self._found, self._declared, self._kind = found, declared, kind
+
+    def _check(self, key: str) -> None:
+        if not self._declared(key):
+            raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: add "
+                             f"`{self._kind}.annotation({key!r})` to {DECLARED_IN} (the caches keep only what is declared)")
+
+    def __getitem__(self, key: str) -> str:
+        self._check(key)
+        return self._found[key]
+
+    def __contains__(self, key: object) -> bool:
+        self._check(str(key))
+        return key in self._found
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self._check(key)
+        return self._found.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._found)
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+    def __repr__(self) -> str:
+        return repr(self._found)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,14 +119,13 @@ class Fields:
 
     def __init__(self, name: str):
         self.name = name
-        self.paths: dict[tuple[str, ...], bool] = {}  # path (list items "key[]") → admitted
+        self.paths: set[tuple[str, ...]] = set()  # every declared path and its parents (list items "key[]")
         self.keys: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
         self.prefixes: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
 
-    def field(self, path: str, *, admitted: bool = False) -> Field:
+    def field(self, path: str) -> Field:
         parts = tuple(path.split("."))
-        for depth in range(1, len(parts) + 1):
-            self.paths[parts[:depth]] = self.paths.get(parts[:depth], False) or admitted
+        self.paths.update(parts[:depth] for depth in range(1, len(parts) + 1))
         where = ".".join(parts[:-1]) if len(parts) > 1 else self.name
         return Field(parts[-1].removesuffix("[]"), where)
 
@@ -106,32 +149,28 @@ class Fields:
             return keys.__contains__
         return lambda key: key in keys or key.startswith(prefixes)
 
-    def annotations_of(self, obj: Any, settings: Settings) -> dict[str, str]:
-        """The declared annotations `obj` carries (those with a string value)."""
+    def annotations_of(self, obj: Any, settings: Settings) -> Annotations:
+        """The declared annotations `obj` carries (those with a string value); a read of any other
+        raises `Undeclared`."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         found = meta.get("annotations") if isinstance(meta, dict) else None
-        if not isinstance(found, dict):
-            return {}
-        return {key: value for key in _resolve(self.keys["annotations"], settings)
-                if isinstance(value := found.get(key), str)}
+        carried = {} if not isinstance(found, dict) else {
+            key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
+        return Annotations(carried, self.named("annotations", settings), self.name)
 
-    def keep(self, settings: Settings, *, admitted: bool = False) -> Any:
-        """The cache's spec (`cluster.shapes.trim`) of what is declared: everything, or what
-        admission reads (`admitted`, without annotations and labels)."""
+    def keep(self, settings: Settings) -> Any:
+        """The caches' spec (`cluster.shapes.trim`) of what is declared: every field, annotation and label."""
         tree: dict[str, Any] = {}
-        for path, marked in self.paths.items():
-            if admitted and not marked:
-                continue
+        for path in sorted(self.paths):
             below = tree
             for part in path:
                 node = below.setdefault(part.removesuffix("[]"), {"each": False, "below": {}})
                 node["each"] = node["each"] or part.endswith("[]")
                 below = node["below"]
         spec = _spec(tree)
-        if not admitted:
-            for where in ("annotations", "labels"):
-                if self.keys[where] or self.prefixes[where]:
-                    spec.setdefault("metadata", {})[where] = self.named(where, settings)
+        for where in ("annotations", "labels"):
+            if self.keys[where] or self.prefixes[where]:
+                spec.setdefault("metadata", {})[where] = self.named(where, settings)
         return spec
 
 
