@@ -12,12 +12,15 @@ class Background:
     """`step` again and again in a task named `name`: `period` seconds after each step (and
     before the first with `wait_first`), `retry` seconds after one that raised (default: the
     period). A failure is logged as `failure` and said by `degraded()` until a step succeeds.
-    start() while running does nothing; stop() cancels the task, waits for it and forgets it."""
+    start() while running does nothing; stop() cancels the task, waits for it and forgets it.
+    `sleep` waits out the pauses (asyncio's; a test drives its own clock)."""
 
     def __init__(self, name: str, step: Callable[[], Awaitable[object]], *, log: logging.Logger, failure: str,
-                 period: float = 0.0, retry: float | None = None, wait_first: bool = False):
+                 period: float = 0.0, retry: float | None = None, wait_first: bool = False,
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep):
         self.name, self.step, self.log, self.failure = name, step, log, failure
         self.period, self.retry, self.wait_first = period, period if retry is None else retry, wait_first
+        self.sleep = sleep
         self.error: str | None = None  # why the last step failed, until one succeeds
         self._task: asyncio.Task[None] | None = None
 
@@ -45,7 +48,7 @@ class Background:
         pause = self.period if self.wait_first else 0.0
         while True:
             if pause:
-                await asyncio.sleep(pause)
+                await self.sleep(pause)
             try:
                 await self.step()
             except Exception as exc:  # logged and said; the next step may succeed

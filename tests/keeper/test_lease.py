@@ -67,6 +67,14 @@ async def replicas(kmock):
         await api.close()
 
 
+async def tries(*services, count):
+    """Until each replica has tried the Lease `count` times more (a retry period each): what a
+    replica does over a span is read off its own tries, not off a clock."""
+    start = [service.elector.reads for service in services]
+    await eventually(lambda: all(s.elector.reads >= n + count for s, n in zip(services, start)),
+                     timeout=3 * count * QUICK.retry_period + 2)
+
+
 def holder(kmock):
     lease = kmock.objects[LEASE, NS, "kubevirt-colocate-keeper"]
     return None if lease.deleted else lease.raw["spec"].get("holderIdentity")
@@ -81,7 +89,7 @@ async def test_one_replica_leads_and_the_other_creates_nothing(cluster, replicas
     second = await replicas("replica-b")
 
     assert await eventually(lambda: len(cluster.migrations()) == 1)
-    await asyncio.sleep(QUICK.lease_duration + 1)  # longer than a lease: the follower keeps following
+    await tries(second, count=QUICK.lease_duration + 1)  # longer than a lease: the follower keeps following
 
     assert len(cluster.migrations()) == 1
     assert first.elector.leading and not second.elector.leading and second.elector.terms == 0
@@ -102,7 +110,7 @@ async def test_replicas_starting_together_elect_one(cluster, replicas, kmock, ca
     assert await eventually(lambda: any(s.elector.leading for s in started))
     creates = [r for r in kmock if r.method == "POST" and r.url.path.endswith("/leases")]
     assert len(creates) == 3  # all three found no Lease and raced to create it
-    await asyncio.sleep(QUICK.lease_duration + 0.5)
+    await tries(*started, count=QUICK.lease_duration + 1)  # each has tried for longer than a lease
     assert sum(s.elector.leading for s in started) == 1
     assert sum(s.elector.terms for s in started) == 1
     assert not [r for r in caplog.records if r.exc_info]  # losing a race is no error
@@ -129,7 +137,7 @@ async def test_losing_the_lease_stops_the_keeper_at_once(cluster, replicas, capl
     # The VM becomes movable while the library would still be trying to renew: nothing happens.
     await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": [
         {"type": "Ready", "status": "True"}, {"type": "LiveMigratable", "status": "True"}]}})
-    await asyncio.sleep(2)
+    await tries(service, count=2)
     assert cluster.migrations(ours=False) == []
     assert service.elector.holder == "replica-b" and not service.elector.leading
 
@@ -159,7 +167,7 @@ async def test_shutdown_hands_the_lease_over(cluster, replicas, kmock):
     first = await replicas("replica-a", lease_timing=timing)
     assert await eventually(lambda: first.elector.leading)
     second = await replicas("replica-b", lease_timing=timing)
-    await asyncio.sleep(1.2)
+    await tries(second, count=2)  # it found the Lease held, and tried again
     assert not second.elector.leading
 
     loop = asyncio.get_running_loop()
@@ -197,5 +205,5 @@ async def test_a_lease_the_replica_may_not_touch_is_a_readiness_note_never_a_cra
 
     assert await eventually(lambda: service.degraded())
     assert service.degraded() == ["keeper: lease: reading the Lease: API answered 403"]
-    await asyncio.sleep(1.2)
+    await tries(service, count=2)
     assert not service.elector.leading and cluster.migrations(ours=False) == []

@@ -18,6 +18,18 @@ from webhook.keeper.pipe import frame
 from webhook.kinds import LEASE
 
 NS = "kubevirt-colocate"
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kubevirt-colocate-keeper"
+
+
+def lease_reads(kmock):
+    return sum(1 for request in kmock if request.method == "GET" and request.url.path == LEASE_PATH)
+
+
+async def tries(kmock, count):
+    """Until serve has read the Lease `count` times more (a retry period each, 2 s by default):
+    what it does over a span is read off its own tries, not off a clock."""
+    start = lease_reads(kmock)
+    await eventually(lambda: lease_reads(kmock) >= start + count, timeout=4 * count + 2)
 
 
 def keeper_pids(serving):
@@ -149,7 +161,7 @@ async def test_a_follower_runs_no_keeper_process(cluster, kmock, tls_files, tmp_
     serving = await start(cluster, kmock, tls_files, tmp_path, lease=held)
     try:
         text = await eventually(lambda: metrics_with(serving, "colocate_keeper_leader"), timeout=10)
-        await asyncio.sleep(3)  # a retry period and more
+        await tries(kmock, 2)  # it found the Lease held, and tried again
         text = (await scrape(f"{serving.ops}/metrics"))[1]
         assert sample(text, "colocate_keeper_leader") == 0 and sample(text, "colocate_vms", state="apart") is None
         assert keeper_pids(serving) == [] and children(serving.process.pid) == []
@@ -192,7 +204,7 @@ async def test_losing_the_lease_stops_the_keeper_process(cluster, kmock, tls_fil
                             {"spec": {"holderIdentity": "replica-b", "renewTime": now, "acquireTime": now}})
         # The next read of the Lease (2 s), then the child's own stop: its caches closed, at nice 10.
         assert await eventually(lambda: gone(pid), timeout=10)
-        await asyncio.sleep(2.5)  # a retry period and more: replica-b still holds it
+        await tries(kmock, 2)  # and again: replica-b still holds it
         assert keeper_pids(serving) == [pid] and children(serving.process.pid) == []
         assert cluster.migrations(ours=False) == []
     finally:
@@ -302,9 +314,9 @@ async def test_the_child_is_sent_the_leases_deadline_on_the_clock_every_process_
     campaign = Campaign(until=loop.time() + 7.0)
     pipe = Pipe()
     feeding = asyncio.create_task(keeper_process(campaign)._feed(pipe))
-    await asyncio.sleep(FEED_EVERY / 2)
+    await eventually(lambda: pipe.sent)
     campaign.until = None  # the term ended
-    await asyncio.sleep(FEED_EVERY)
+    await eventually(lambda: pipe.sent[-1][1] == 0.0, timeout=FEED_EVERY * 3 + 1)
     feeding.cancel()
     (sent_at, first), *_, (_, last) = pipe.sent
     assert abs(first - (sent_at + 7.0)) < 0.05

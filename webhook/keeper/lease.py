@@ -87,6 +87,7 @@ class Elector:
         self.leading = False
         self.holder: str | None = None  # the holder the last read of the Lease named
         self.terms = 0  # times this replica became the leader
+        self.reads = 0  # reads of the Lease tried (one each try to acquire or renew), answered or not
         self.error: str | None = None  # why the last read or write of the Lease failed, until one works
         self._renewed_at: float | None = None  # loop time of the last successful write of the Lease
         self._term: asyncio.Task[None] | None = None  # the keeper, while leading

@@ -53,6 +53,7 @@ class ReportingLeaseLock(LeaseLock):
         self.elector = elector
 
     async def get(self, name, namespace):
+        self.elector.reads += 1
         try:
             found, record = await super().get(name, namespace)
         except Exception as exc:  # the library handles ApiException only
