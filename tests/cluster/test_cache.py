@@ -209,16 +209,17 @@ async def test_a_hanging_fallback_get_is_bounded_by_the_deadline(kmock):
 
 async def test_before_sync_reads_go_to_the_api(kmock):
     seed(kmock, fixture_cluster())
-    released = asyncio.Event()
+    released, listing = asyncio.Event(), asyncio.Event()
 
     async def slow_list():
+        listing.set()
         await released.wait()  # then fall through to the emulator's own list
 
     kmock["list", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << slow_list
     store = WatchedClusterStore.for_host(api_host(kmock), Settings(), TEST_TIMING)
     store.start()
     try:
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(listing.wait(), 5)  # the store is listing share-managers, stuck there
         assert not store.synced()
         assert (await decision(store)).node == "node-b"  # answered at once, from GETs
         released.set()
@@ -357,8 +358,8 @@ async def test_a_dropped_connection_reconnects_and_catches_up(kmock):
             before = proxy.connections
             async with api(kmock) as session:  # changed while the webhook cannot see the API
                 await session.patch(f"{PODS}/share-manager-pvc-d1", json={"spec": {"nodeName": "node-b"}})
-            await asyncio.sleep(0.3)
-            assert proxy.connections > before  # it kept trying, with backoff
+            await eventually(lambda: asyncio.sleep(0, proxy.connections), lambda n: n > before + 1)
+            assert proxy.connections > before + 1  # it kept trying, with backoff
             assert await pinned_node(store, "d1") == "node-a"  # the cache still answers, stale
             proxy.up = True
             assert await eventually(lambda: pinned_node(store, "d1"), "node-b") == "node-b"
@@ -392,7 +393,8 @@ async def test_close_stops_every_task_even_while_retrying(kmock):
     seed(kmock, fixture_cluster())
     store = WatchedClusterStore.for_host(api_host(kmock), Settings(), Timing(backoff_initial=0.05))
     store.start()
-    await asyncio.sleep(0.3)
+    failed = lambda: sum(1 for r in kmock if r.method == "GET" and r.url.path == "/api/v1/nodes")  # noqa: E731
+    await eventually(lambda: asyncio.sleep(0, store.pvcs.synced and failed() >= 2), True)  # listed; retried
     assert not store.synced() and store.pvcs.synced
     tasks = [task for task in asyncio.all_tasks() if task.get_name().startswith(f"{store.task_prefix} ")]
     loop = asyncio.get_running_loop()

@@ -1,6 +1,7 @@
 """The keeper's passes on the emulator: what it creates, when it holds back, what it tells."""
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 
@@ -235,18 +236,20 @@ async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keep
 
 async def test_keep_after_holds_a_vm_apart_only_briefly(cluster, make_keeper):
     cluster.seed(three_nodes() + apart_vm(storage="node-a"))
-    keeper = await make_keeper(Settings(keep="migrate", keep_after=2))
+    now = [datetime.datetime.now(datetime.UTC)]  # the keeper's clock, moved on by the test
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=2), clock=lambda: now[0])
     assert (await keeper.run_pass()).states["co-located"] == 1
 
-    await cluster.move_storage("pvc-vm1-disk", "node-b")  # its share-manager restarts elsewhere
+    now[0] = datetime.datetime.now(datetime.UTC)
+    await cluster.move_storage("pvc-vm1-disk", "node-b")  # its share-manager restarts elsewhere, now
     await eventually(lambda: (keeper.store.pods.get("longhorn-system", "share-manager-pvc-vm1-disk")
                               or {}).get("spec", {}).get("nodeName") == "node-b")
     report = await keeper.run_pass()
     assert report.created == ()
     assert record(report).hold == Hold.APART_BRIEFLY
-    await asyncio.sleep(0.5)
+    now[0] += datetime.timedelta(seconds=0.5)
     assert (await keeper.run_pass()).created == ()
-    await asyncio.sleep(1.7)
+    now[0] += datetime.timedelta(seconds=2)  # apart 2.5 s by the keeper's clock (its start read in whole seconds)
     assert len((await keeper.run_pass()).created) == 1
 
 
@@ -353,7 +356,7 @@ async def test_report_mode_decides_and_reports_but_creates_nothing(cluster, make
     assert record(report).hold == Hold.REPORT_ONLY
     assert record(report).decision.startswith("report only: would migrate from node-a to node-b")
     assert report.states == {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0}
-    await asyncio.sleep(0.2)
+    await keeper.events.sent()  # whatever the passes queued has reached the API
     assert events_about(cluster) == []
 
 
@@ -447,7 +450,7 @@ async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(c
     assert len(dry_runs) == 1 and dry_runs[0].params.get("fieldValidation") == "Strict"
 
     old["kubevirt"] = False  # upgraded: noticed at the next check
-    await asyncio.sleep(0.6)
+    keeper.targeted.recheck = 0.0  # the next check is due (the test does not wait out its 0.5 s)
     assert len((await keeper.run_pass()).created) == 1
     assert sample("colocate_keeper_targeted_migration") == 1
 
@@ -594,7 +597,8 @@ async def test_the_running_keeper_logs_each_pass_at_debug_only(cluster, kmock, c
         # The passes go on (the VM's new state is an info line), and none is logged.
         await eventually(lambda: any(r.getMessage() == "keeper decision" and r.fields["state"] == "co-located"
                                      for r in caplog.records), timeout=5)
-        await asyncio.sleep(3 * TIMING.period)
+        passes = keeper.passes
+        await eventually(lambda: keeper.passes >= passes + 3, timeout=10 * TIMING.period + 2)
         assert pass_lines(caplog) == []
     finally:
         running.cancel()

@@ -101,8 +101,8 @@ async def test_keep_off_runs_no_election_watches_no_migrations_and_exports_no_ke
     try:
         assert await eventually(lambda: ready(serving), timeout=10)
         assert await admit_one(serving, tls_files) == (200, True)
-        await asyncio.sleep(0.5)
-        _, text = await scrape(f"{serving.ops}/metrics")
+        # Scraped once the review counts (a keeper would be up by then: the caches synced first).
+        text = await eventually(lambda: metrics_with(serving, "colocate_admissions_total"), timeout=5)
     finally:
         assert await serving.stop() == 0
     touched = {r.url.path for r in kmock}

@@ -168,6 +168,10 @@ class EventSink:
         if not 200 <= status < 300:
             raise RuntimeError(f"API answered {status}")
 
+    async def sent(self) -> None:
+        """Until every Event queued so far has been sent (or failed to be)."""
+        await self._queue.join()
+
     async def close(self, grace: float = 2.0) -> None:
         """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
         self._closed = True
