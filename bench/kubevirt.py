@@ -117,7 +117,8 @@ from webhook.deadline import Deadline
 from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
 from webhook.rules.keeping.apart import VmState, locality
-from webhook.rules.keeping.keep import decide_keep, Hold, Limits, PassFacts, VmFacts
+from webhook.rules.shared.alone import Alone
+from webhook.rules.keeping.keep import decide_keep, Limits, PassFacts, VmFacts
 from webhook.rules.keeping.running import VmiView
 from webhook.rules.shared.facts import claims_of, Fact
 from webhook.rules.fit.memo import Memo
@@ -171,8 +172,8 @@ FINAL = ("Succeeded", "Failed")
 GRACE = datetime.timedelta(seconds=1)
 # An apart VM's hold, when it holds it whatever the time and the in-flight migrations (the others
 # are named by the simulation: its storage node off limits, `Tracker.role_of`).
-ROLES = {Hold.NOT_OPTED_IN: NOT_OPTED_IN, Hold.OPTED_OUT: OPTED_OUT, Hold.NOT_MIGRATABLE: UNMIGRATABLE,
-         Hold.TARGET_UNFIT: ON_OLDER_CPU, Hold.SETTLING: SETTLING}
+ROLES = {Alone.NOT_OPTED_IN: NOT_OPTED_IN, Alone.OPTED_OUT: OPTED_OUT, Alone.NOT_MIGRATABLE: UNMIGRATABLE,
+         Alone.TARGET_UNFIT: ON_OLDER_CPU, Alone.SETTLING: SETTLING}
 
 
 def open_pass() -> PassFacts:
@@ -449,9 +450,9 @@ class Tracker:
         decision = decide_keep(self.facts(vm), open_pass())
         if decision.act:
             return MOVABLE
-        if decision.hold is Hold.NOT_APART:
+        if decision.hold is Alone.NOT_APART:
             return CO_LOCATED if decision.state is VmState.CO_LOCATED else SETTLING
-        if decision.hold is Hold.TARGET_UNFIT and vm.storage in self.unfit:
+        if decision.hold is Alone.TARGET_UNFIT and vm.storage in self.unfit:
             why, since = self.unfit[vm.storage]
             return AT_START[why] if since is None else LATER[why]
         return ROLES[decision.hold]

@@ -7,7 +7,7 @@ from tests.support.kube import metric_sample
 from webhook import metrics
 from webhook.admission import server
 from webhook.admission.outcome import Outcome, Rule, skip
-from webhook.rules.shared.classify import Skip
+from webhook.rules.shared.alone import Alone
 from webhook.rules.placement.decide import PINNED, Decision
 
 BUCKETS = ["0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0",
@@ -22,8 +22,8 @@ def sample(text, name, **labels):
 def test_an_admission_is_timed_and_counted_with_its_outcome():
     before = metrics.render().decode()
     server.count_admission(PINNED_VM, 0.0003)
-    server.count_admission(skip(Rule.VM, Skip.INTERNAL_ERROR, "co-location skipped: internal error (KeyError)"), 0.003)
-    server.count_admission(skip(Rule.NONE, Skip.NOT_POD_CREATION), 12.0)
+    server.count_admission(skip(Rule.VM, Alone.INTERNAL_ERROR, "co-location skipped: internal error (KeyError)"), 0.003)
+    server.count_admission(skip(Rule.NONE, Alone.NOT_POD_CREATION), 12.0)
     after = metrics.render().decode()
 
     def added(name, **labels):

@@ -20,7 +20,7 @@ from webhook.cluster.events import decision_event
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.kinds import VMIM
-from webhook.rules.shared.classify import Skip
+from webhook.rules.shared.alone import Alone
 from webhook.rules.placement.patch import as_created
 
 PREFER = Settings(migration_targets="prefer")
@@ -158,7 +158,7 @@ async def test_the_target_of_a_migration_that_names_its_node_is_untouched(cluste
     pod.pop("status")
     store = await cluster(rwx_disk("disk-e", "kv-a", namespace="vms") + nodes("kv-a", "kv-old"), [migration])
     outcome = await admitted(store, pod, namespace="vms")
-    assert (outcome.rule, outcome.skipped) == (Rule.MIGRATION_TARGET, Skip.MIGRATION_NAMES_NODE)
+    assert (outcome.rule, outcome.skipped) == (Rule.MIGRATION_TARGET, Alone.MIGRATION_NAMES_NODE)
     assert outcome.detail == "migration hetero-colocate-mk2gj names its node (addedNodeSelector kubernetes.io/hostname=kv-old)"
     assert untouched(outcome) == []  # the keeper's own migrations are targeted: no warning for them
 
@@ -167,7 +167,7 @@ async def test_by_default_migration_targets_are_untouched(cluster):
     migration = evacuation()
     store = await cluster(drained_cluster(), [migration], Settings())
     outcome = await admitted(store, target_of(migration), Settings())
-    assert (outcome.rule, outcome.skipped) == (Rule.VM, Skip.MIGRATION_TARGET)
+    assert (outcome.rule, outcome.skipped) == (Rule.VM, Alone.MIGRATION_TARGET)
     assert untouched(outcome) == []
 
 
@@ -177,7 +177,7 @@ async def test_a_target_of_a_vm_that_is_not_opted_in_is_untouched(cluster):
     pod = target_of(migration)
     del pod["metadata"]["annotations"]["kubevirt-scheduler/co-schedule"]
     outcome = await admitted(store, pod)
-    assert (outcome.rule, outcome.skipped) == (Rule.VM, Skip.NOT_OPTED_IN)
+    assert (outcome.rule, outcome.skipped) == (Rule.VM, Alone.NOT_OPTED_IN)
     assert untouched(outcome) == []
 
 
@@ -186,7 +186,7 @@ async def test_a_target_whose_disks_have_no_node_is_untouched_and_says_why(clust
     objects = rwx_disk("vm1-rootdisk", None, state="stopped", owner="node-b") + nodes("node-a", "node-b")
     store = await cluster(objects, [migration])
     outcome = await admitted(store, target_of(migration))
-    assert (outcome.rule, outcome.skipped) == (Rule.MIGRATION_TARGET, Skip.NO_STORAGE_NODE)
+    assert (outcome.rule, outcome.skipped) == (Rule.MIGRATION_TARGET, Alone.NO_STORAGE_NODE)
     assert outcome.detail == "share-manager of pvc-vm1-rootdisk is stopped"
     assert untouched(outcome) == ["target untouched: share-manager of pvc-vm1-rootdisk is stopped"]
 
@@ -204,7 +204,7 @@ async def test_a_target_whose_migration_is_not_there_is_untouched_and_says_why(c
     migration = evacuation()
     store = await cluster(drained_cluster(), migrations(migration))
     outcome = await admitted(store, target_of(migration))
-    assert (outcome.rule, outcome.skipped, outcome.detail) == (Rule.MIGRATION_TARGET, Skip.MIGRATION_UNKNOWN, why)
+    assert (outcome.rule, outcome.skipped, outcome.detail) == (Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, why)
     assert untouched(outcome) == [clip(f"target untouched: {why}")]
 
 
@@ -215,7 +215,7 @@ async def test_a_target_that_names_no_migration_is_untouched(cluster):
     del pod["metadata"]["annotations"]["kubevirt.io/migrationJobName"]
     outcome = await admitted(store, pod)
     assert (outcome.skipped, outcome.detail) == (
-        Skip.MIGRATION_UNKNOWN, "the pod names no migration (annotation kubevirt.io/migrationJobName)")
+        Alone.MIGRATION_UNKNOWN, "the pod names no migration (annotation kubevirt.io/migrationJobName)")
     assert untouched(outcome)
 
 
@@ -227,7 +227,7 @@ async def test_a_target_whose_migration_cannot_be_read_is_untouched_and_says_why
     outcome = await admitted(store, target_of(migration))
     why = (f"migration {migration['metadata']['name']} unknown: API answered 500 for "
            f"/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations/{migration['metadata']['name']}")
-    assert (outcome.rule, outcome.skipped, outcome.detail) == (Rule.MIGRATION_TARGET, Skip.MIGRATION_UNKNOWN, why)
+    assert (outcome.rule, outcome.skipped, outcome.detail) == (Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, why)
     assert untouched(outcome) == [clip(f"target untouched: {why}")]
 
 
@@ -244,7 +244,7 @@ async def test_a_migration_that_does_not_answer_in_time_leaves_the_target_untouc
     finally:
         await store.close()
     assert time.monotonic() - started < 1.5
-    assert (outcome.skipped, outcome.rule) == (Skip.MIGRATION_UNKNOWN, Rule.MIGRATION_TARGET)
+    assert (outcome.skipped, outcome.rule) == (Alone.MIGRATION_UNKNOWN, Rule.MIGRATION_TARGET)
     assert outcome.detail.startswith("migration kubevirt-evacuation-8xq2m unknown: ")
     assert untouched(outcome)
 
@@ -255,7 +255,7 @@ async def test_a_target_already_bound_to_a_node_is_untouched(cluster):
     pod = target_of(migration)
     pod["spec"]["nodeName"] = "node-c"
     outcome = await admitted(store, pod)
-    assert (outcome.rule, outcome.skipped) == (Rule.MIGRATION_TARGET, Skip.ALREADY_BOUND)
+    assert (outcome.rule, outcome.skipped) == (Rule.MIGRATION_TARGET, Alone.ALREADY_BOUND)
     assert untouched(outcome) == []
 
 

@@ -10,7 +10,7 @@ from tests.support.kube import FIXTURES, review, vm_pod
 from webhook.admission.outcome import Outcome, Rule
 from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,
                                       parse_review, response_json)
-from webhook.rules.shared.classify import Skip
+from webhook.rules.shared.alone import Alone
 from webhook.rules.placement.decide import NOT_PINNED, PINNED, PREFERRED, Decision
 from webhook.rules.placement.patch import audit_annotations
 
@@ -37,7 +37,7 @@ def test_malformed_reviews_are_rejected_with_the_reason(body, message):
 
 
 def test_allowed_has_no_patch_type():
-    skipped = Outcome(Rule.VM, skipped=Skip.NOT_OPTED_IN)
+    skipped = Outcome(Rule.VM, skipped=Alone.NOT_OPTED_IN)
     assert build_response("u", skipped) == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                             "response": {"uid": "u", "allowed": True}}
 
@@ -93,7 +93,7 @@ DECISIONS = st.none() | st.builds(
     Decision, st.sampled_from([PINNED, PREFERRED, NOT_PINNED]), node=st.none() | NODE_NAMES,
     preferences=st.lists(st.tuples(NODE_NAMES, st.integers(1, 100)), max_size=2).map(tuple), reason=st.text(max_size=30))
 OUTCOMES = st.builds(
-    Outcome, st.sampled_from(list(Rule)), decision=DECISIONS, skipped=st.none() | st.sampled_from(list(Skip)),
+    Outcome, st.sampled_from(list(Rule)), decision=DECISIONS, skipped=st.none() | st.sampled_from(list(Alone)),
     patch=st.lists(st.fixed_dictionaries({"op": st.just("add"), "path": st.text(max_size=10),
                                           "value": st.text(max_size=5) | st.integers(-2**63, 2**63 - 1)}), max_size=3).map(tuple),
     warnings=st.lists(st.text(max_size=200), max_size=2).map(tuple))

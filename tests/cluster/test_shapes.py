@@ -44,7 +44,7 @@ from webhook.rules.keeping import migrations as moves
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.keeping.running import read_vmi, vm_pods
 from webhook.rules.placement.stranded import stranded, unschedulable_since
-from webhook.rules.shared.reading import Skipped
+from webhook.rules.shared.reading import Malformed
 
 NO_API = object()  # the stores here are fed by hand: one that reached for the API would fail
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -583,8 +583,8 @@ async def keeper_answers(watch, settings):
     runs against its disks (apart or not), whether it is migrating, its attempts and backoff."""
     vmis = [read_vmi(o, settings) for o in watch.all_vmis()]
     found = [read_migration(o) for o in watch.all_migrations()]
-    history = [m for m in found if not isinstance(m, Skipped)]
-    views = [v for v in vmis if not isinstance(v, Skipped)]
+    history = [m for m in found if not isinstance(m, Malformed)]
+    views = [v for v in vmis if not isinstance(v, Malformed)]
     answers = {"vmis": vmis, "migrations": found, "in flight": moves.in_flight_counts(history, NOW),
                "outbound": moves.outbound_counts(history, views, NOW)}
     for view in views:
@@ -604,9 +604,9 @@ def test_the_keeper_reads_the_same_from_kept_vmis_and_migrations(objects, opt_in
                                  objects)
     assert from_kept == from_whole
     for view in from_whole["vmis"]:
-        event(f"vmi: {'skipped' if isinstance(view, Skipped) else from_whole[view.name][0][0].state}")
+        event(f"vmi: {'skipped' if isinstance(view, Malformed) else from_whole[view.name][0][0].state}")
     for found in from_whole["migrations"]:
-        event(f"migration: {'skipped' if isinstance(found, Skipped) else found.phase or 'no phase'}")
+        event(f"migration: {'skipped' if isinstance(found, Malformed) else found.phase or 'no phase'}")
 
 
 # --------------------------------------------------------------------------- what the readers touch

@@ -9,7 +9,7 @@ import pytest
 from tests.support.kubevirt_api import VMIMS, evacuated_vm, eventually, sample, stamp, three_nodes
 
 from webhook.config import Settings
-from webhook.rules.keeping.keep import Hold
+from webhook.rules.shared.alone import Alone
 
 from .test_passes import record
 
@@ -30,7 +30,7 @@ async def test_a_vm_the_descheduler_moved_is_held_until_the_hold_ends_then_moved
     report = await keeper.run_pass()
 
     assert report.created == () and cluster.migrations() == []
-    assert record(report).hold == Hold.DESCHEDULED and report.held == {HELD: 1}
+    assert record(report).hold == Alone.DESCHEDULED and report.held == {HELD: 1}
     assert record(report).decision == (
         f"moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended {stamp(ended)}): "
         f"not moved back before {stamp(ended + timedelta(hours=6))}")
@@ -40,7 +40,7 @@ async def test_a_vm_the_descheduler_moved_is_held_until_the_hold_ends_then_moved
 
     clock[0] = ended + timedelta(hours=6, seconds=-1)
     report = await keeper.run_pass()
-    assert report.created == () and record(report).hold == Hold.DESCHEDULED
+    assert report.created == () and record(report).hold == Alone.DESCHEDULED
 
     clock[0] = ended + timedelta(hours=6)
     report = await keeper.run_pass()
@@ -52,13 +52,13 @@ async def test_a_vm_the_descheduler_moved_is_held_until_the_hold_ends_then_moved
 
 @pytest.mark.parametrize("priority, ended_ago, settings, hold", [
     ("system-critical", timedelta(minutes=15), Settings(keep="migrate", keep_after=600), None),
-    ("system-critical", timedelta(minutes=5), Settings(keep="migrate", keep_after=600), Hold.APART_BRIEFLY),
-    ("system-maintenance", timedelta(minutes=15), Settings(keep="migrate", keep_after=600), Hold.DESCHEDULED),
+    ("system-critical", timedelta(minutes=5), Settings(keep="migrate", keep_after=600), Alone.APART_BRIEFLY),
+    ("system-maintenance", timedelta(minutes=15), Settings(keep="migrate", keep_after=600), Alone.DESCHEDULED),
     ("system-maintenance", timedelta(minutes=15), Settings(keep="migrate", keep_after=600, keep_after_descheduled=0),
      None),
     ("system-maintenance", timedelta(minutes=5), Settings(keep="migrate", keep_after=600, keep_after_descheduled=0),
-     Hold.APART_BRIEFLY),
-    ("system-maintenance", timedelta(minutes=15), Settings(keep="report", keep_after=600), Hold.DESCHEDULED),
+     Alone.APART_BRIEFLY),
+    ("system-maintenance", timedelta(minutes=15), Settings(keep="report", keep_after=600), Alone.DESCHEDULED),
 ], ids=["drain-moves-after-keep-after", "drain-within-keep-after", "descheduler-holds-longer",
         "descheduler-hold-off", "descheduler-hold-off-still-keep-after", "report-shows-it"])
 async def test_only_the_descheduler_holds_a_vm_beyond_keep_after(cluster, make_keeper, priority, ended_ago, settings,
@@ -93,7 +93,7 @@ async def test_the_hold_ends_for_a_vm_the_descheduler_moved_when_it_moves_again(
     objects = evacuated_vm(ended)
     cluster.seed(three_nodes() + objects)
     keeper = await make_keeper(Settings(keep="migrate", keep_after=600))
-    assert record(await keeper.run_pass()).hold == Hold.DESCHEDULED
+    assert record(await keeper.run_pass()).hold == Alone.DESCHEDULED
 
     # An admin's migration moves the VM from node-a to node-c, and it ended 20 minutes ago.
     await cluster.create(VMIMS, {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",

@@ -18,7 +18,7 @@ from tests.support.kubevirt_api import (
 )
 
 from webhook.config import Settings
-from webhook.rules.keeping.keep import Hold
+from webhook.rules.shared.alone import Alone
 
 from .test_passes import events_settle, record
 
@@ -47,7 +47,7 @@ async def test_a_storage_node_of_an_older_cpu_generation_holds_the_vm_with_the_r
         assert report.created == ()
 
     assert cluster.migrations(ours=False) == []
-    assert record(report).hold == Hold.TARGET_UNFIT
+    assert record(report).hold == Alone.TARGET_UNFIT
     assert record(report).decision == ("cannot move to node-b: node node-b lacks cpu-model-migration.node.kubevirt.io/"
                                        "Skylake-Client-IBRS (host-model CPU of the source node)")
     assert not [r for r in kmock if r.method == "POST" and "virtualmachineinstancemigrations" in str(r.url)]
@@ -67,7 +67,7 @@ async def test_what_the_target_pod_cannot_be_built_from_holds_the_vm(cluster, ma
     for _ in range(2):
         report = await keeper.run_pass()
         assert report.created == ()
-    assert record(report).hold == Hold.TARGET_UNFIT
+    assert record(report).hold == Alone.TARGET_UNFIT
     assert ("cannot tell what its migration target needs: source node node-a has no "
             "host-model-cpu.node.kubevirt.io/* label") in record(report).decision
     assert cluster.migrations(ours=False) == []
@@ -97,7 +97,7 @@ async def test_a_vmi_without_status_machine_type_is_judged_by_its_specs(cluster,
         [made] = cluster.migrations()
         assert made["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": "node-b"}
     else:
-        assert report.created == () and record(report).hold == Hold.TARGET_UNFIT
+        assert report.created == () and record(report).hold == Alone.TARGET_UNFIT
         assert record(report).decision == ("cannot move to node-b: node node-b lacks machine-type.node.kubevirt.io/"
                                            "q35 (machine type of the VM's spec)")
 
@@ -182,7 +182,7 @@ async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and
     await stuck_target(cluster, keeper, made, seconds=30)  # not long enough yet
     report = await keeper.run_pass()
     assert report.created == () and len(cluster.migrations()) == 1
-    assert record(report).hold == Hold.MIGRATING
+    assert record(report).hold == Alone.MIGRATING
 
     await cluster.patch("/api/v1/namespaces/default/pods/virt-launcher-vm1-t4rgt", {"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
@@ -194,7 +194,7 @@ async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and
 
     assert cluster.migrations() == []  # deleted: what virtctl migrate-cancel does
     assert sample("colocate_keeper_migrations_total", result="failed") == failed + 1
-    assert record(report).hold == Hold.BACKING_OFF and "after 1 failed migration" in record(report).decision
+    assert record(report).hold == Alone.BACKING_OFF and "after 1 failed migration" in record(report).decision
     assert record(report).last_action.startswith(f"cancelled migration {name}: its target pod virt-launcher-vm1-t4rgt "
                                                  "could not be scheduled for 6")
     ended = (await events_settle(cluster, 2))[-1]
@@ -227,12 +227,12 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
 
     report = await keeper.run_pass()
     assert report.created == ()
-    assert len(cluster.migrations()) == 1 and record(report).hold == Hold.MIGRATING
+    assert len(cluster.migrations()) == 1 and record(report).hold == Alone.MIGRATING
     assert any(str(answer) in note for note in keeper.degraded())
     refusing["on"] = False  # the next pass tries again
     report = await keeper.run_pass()
     assert report.created == ()
-    assert cluster.migrations() == [] and record(report).hold == Hold.BACKING_OFF
+    assert cluster.migrations() == [] and record(report).hold == Alone.BACKING_OFF
 
 
 async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper):
@@ -242,7 +242,7 @@ async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper
         await session.delete(f"{VMIMS}/{name}")
     report = await keeper.run_pass()
     assert report.created == ()
-    assert record(report).hold == Hold.BACKING_OFF
+    assert record(report).hold == Alone.BACKING_OFF
     assert (await keeper.run_pass()).created == ()
 
 
@@ -268,9 +268,9 @@ async def test_the_vms_node_must_have_an_outbound_slot_free(cluster, make_keeper
 
     assert len(report.created) == created
     if not created:
-        assert record(report).hold == Hold.SOURCE_BUSY
+        assert record(report).hold == Alone.SOURCE_BUSY
         assert record(report).decision.startswith(f"{leaving} migrations in flight from node-a")
-        assert report.held == {str(Hold.SOURCE_BUSY): 1}
+        assert report.held == {str(Alone.SOURCE_BUSY): 1}
 
 
 async def test_migrations_leaving_other_nodes_do_not_hold_the_vm(cluster, make_keeper):
@@ -286,7 +286,7 @@ async def test_two_vms_on_one_node_take_its_slots_one_after_the_other(cluster, m
     cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2") + apart_vm("vm3"))
     keeper = await make_keeper(Settings(keep="migrate", keep_after=0, keep_max_inflight=5))
     report = await keeper.run_pass()
-    assert len(report.created) == 2 and report.held == {str(Hold.SOURCE_BUSY): 1}
+    assert len(report.created) == 2 and report.held == {str(Alone.SOURCE_BUSY): 1}
 
 
 # --------------------------------------------------------------------------- the queue's priority

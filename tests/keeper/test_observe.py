@@ -5,7 +5,8 @@ import copy
 from tests.support.kubevirt_api import apart_vm, three_nodes
 
 from webhook.rules.keeping import keep
-from webhook.rules.keeping.keep import Check, Hold
+from webhook.rules.shared.alone import Alone
+from webhook.rules.keeping.keep import Check
 from webhook.rules.shared import declared
 
 FROZEN = "example.com/frozen"
@@ -20,9 +21,10 @@ async def test_a_hold_on_an_annotation_no_rule_read_before_holds_the_vm(cluster,
     reads are (`declared.VMI`), the check added to the table. The keeper's VMI cache keeps what is
     declared, so the pass sees the annotation and leaves that VM where it is."""
     vmi_fields = copy.deepcopy(declared.VMI)
+    vmi_fields.shaped = False  # as it is before any cache takes its shape
     vmi_fields.annotation(FROZEN)
     monkeypatch.setattr(declared, "VMI", vmi_fields)
-    frozen = Check(Hold.OPTED_OUT, lambda vm, p: vm.vmi.annotations.get(FROZEN) == "true",
+    frozen = Check(Alone.OPTED_OUT, lambda vm, p: vm.vmi.annotations.get(FROZEN) == "true",
                    lambda vm, p: f'annotated {FROZEN}: "true"')
     monkeypatch.setattr(keep, "CHECKS", (frozen, *keep.CHECKS))
     objects = apart_vm("cold") + apart_vm("warm")
@@ -33,7 +35,7 @@ async def test_a_hold_on_an_annotation_no_rule_read_before_holds_the_vm(cluster,
 
     report = await keeper.run_pass()
 
-    assert record(report, "cold").hold == Hold.OPTED_OUT, record(report, "cold").decision
+    assert record(report, "cold").hold == Alone.OPTED_OUT, record(report, "cold").decision
     assert FROZEN in record(report, "cold").decision
     assert [m["spec"]["vmiName"] for m in cluster.migrations()] == ["warm"]
 
@@ -48,13 +50,13 @@ async def test_a_vm_held_before_its_move_is_weighed_is_read_no_further(cluster, 
     """The hold table drives what a pass reads: a VM an own check holds ahead of the one that
     needs its storage node is not read further (no launcher pod read whole, no share-manager's
     start); the VM beside it, which may move, is."""
-    frozen = Check(Hold.OPTED_OUT, lambda vm, p: vm.vmi.name == "cold", lambda vm, p: "cold", ("vmi",), own=True)
+    frozen = Check(Alone.OPTED_OUT, lambda vm, p: vm.vmi.name == "cold", lambda vm, p: "cold", ("vmi",), own=True)
     monkeypatch.setattr(keep, "CHECKS", (frozen, *keep.CHECKS))
     cluster.seed(three_nodes() + apart_vm("cold") + apart_vm("warm"))
     keeper = await make_keeper()
 
     report = await keeper.run_pass()
 
-    assert record(report, "cold").hold == Hold.OPTED_OUT and record(report, "warm").hold is None
+    assert record(report, "cold").hold == Alone.OPTED_OUT and record(report, "warm").hold is None
     assert pod_reads(kmock, "cold") == []
     assert sorted(pod_reads(kmock, "warm")) == ["share-manager-pvc-warm-disk", "virt-launcher-warm-x7k2p"]

@@ -29,7 +29,7 @@ from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper, KeeperTiming
 from webhook.logs import JsonFormatter
-from webhook.rules.keeping.keep import Hold
+from webhook.rules.shared.alone import Alone
 
 
 def record(report, name="vm1"):
@@ -102,7 +102,7 @@ async def test_a_vm_apart_from_its_storage_gets_one_targeted_migration(cluster, 
         report = await keeper.run_pass()
         assert report.created == ()
     assert len(cluster.migrations()) == 1
-    assert record(report).hold == Hold.MIGRATING
+    assert record(report).hold == Alone.MIGRATING
 
 
 async def test_a_vm_moved_by_a_targeted_migration_can_be_moved_again(cluster, make_keeper):
@@ -160,7 +160,7 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     ended = (await events_settle(cluster, 2))[-1]
     assert ended["reason"] == "MigrationToStorageFailed" and ended["type"] == "Warning"
     assert "failed; no new attempt before " in ended["message"]
-    assert record(report).hold == Hold.BACKING_OFF
+    assert record(report).hold == Alone.BACKING_OFF
     assert "after 1 failed migration" in record(report).decision
 
     # KubeVirt garbage-collects old migrations: the leader remembers the failure.
@@ -169,7 +169,7 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
     report = await keeper.run_pass()
     assert report.created == ()
-    assert record(report).hold == Hold.BACKING_OFF
+    assert record(report).hold == Alone.BACKING_OFF
 
 
 async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cluster, make_keeper):
@@ -187,7 +187,7 @@ async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cl
         report = await keeper.run_pass()
         assert report.created == ()
     assert len(cluster.migrations()) == 1
-    assert record(report).hold == Hold.MIGRATING
+    assert record(report).hold == Alone.MIGRATING
 
     await cluster.finish(name, "Succeeded", "vm1", "node-b")  # the VMI catches up: it names the migration
     await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
@@ -202,7 +202,7 @@ async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(clust
 
     report = await keeper.run_pass()
     assert report.created == ()
-    assert record(report).hold == Hold.MIGRATING
+    assert record(report).hold == Alone.MIGRATING
     await cluster.finish("vm1-colocate-prev1", "Succeeded", "vm1", "node-b")
     await eventually(lambda: keeper.watch.migrations.get("default", "vm1-colocate-prev1").get("status", {}).get(
         "phase") == "Succeeded")
@@ -225,7 +225,7 @@ async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keep
     await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
     report = await keeper.run_pass()
     assert report.created == ()
-    assert record(report).hold == Hold.BACKING_OFF
+    assert record(report).hold == Alone.BACKING_OFF
     await keeper.run_pass()  # its end is said once: the migration is no longer followed
     gone = [r for r in caplog.records if r.getMessage() == "keeper migration gone"]
     assert [r.fields["migration"] for r in gone] == [name]
@@ -246,7 +246,7 @@ async def test_keep_after_holds_a_vm_apart_only_briefly(cluster, make_keeper):
                               or {}).get("spec", {}).get("nodeName") == "node-b")
     report = await keeper.run_pass()
     assert report.created == ()
-    assert record(report).hold == Hold.APART_BRIEFLY
+    assert record(report).hold == Alone.APART_BRIEFLY
     now[0] += datetime.timedelta(seconds=0.5)
     assert (await keeper.run_pass()).created == ()
     now[0] += datetime.timedelta(seconds=2)  # apart 2.5 s by the keeper's clock (its start read in whole seconds)
@@ -270,7 +270,7 @@ async def test_how_long_a_vm_has_been_apart_comes_from_the_cluster_not_the_leade
         assert sample("colocate_vms_apart_longest_seconds") >= 7200
     else:
         assert report.created == ()
-        assert record(report).hold == Hold.APART_BRIEFLY
+        assert record(report).hold == Alone.APART_BRIEFLY
         assert "apart for 6" in record(report).decision  # about 60 of 600 seconds, not 0
         assert sample("colocate_vms_apart_over_hour") == 0
 
@@ -283,7 +283,7 @@ async def test_a_recent_migration_of_any_origin_holds_the_vm(cluster, make_keepe
 
     report = await keeper.run_pass()
     assert report.created == ()
-    assert record(report).hold == Hold.APART_BRIEFLY
+    assert record(report).hold == Alone.APART_BRIEFLY
     assert "apart for 12" in record(report).decision  # since the migration ended, about 120 s
 
 
@@ -294,7 +294,7 @@ async def test_no_more_of_our_migrations_in_flight_than_allowed(cluster, make_ke
     report = await keeper.run_pass()
 
     assert len(report.created) == 2 and len(cluster.migrations()) == 2
-    assert report.held == {str(Hold.OUR_LIMIT): 1}
+    assert report.held == {str(Alone.OUR_LIMIT): 1}
     assert (await keeper.run_pass()).created == ()
     # One ends: room for the third.
     done = cluster.migrations()[0]
@@ -315,9 +315,9 @@ async def test_no_more_than_five_migrations_in_flight_cluster_wide(cluster, make
     report = await keeper.run_pass()
 
     assert len(report.created) == 1 and len(cluster.migrations()) == 1
-    assert report.held == {str(Hold.CLUSTER_LIMIT): 1}
+    assert report.held == {str(Alone.CLUSTER_LIMIT): 1}
     assert "5 migrations in flight cluster-wide (limit 5)" in next(
-        r.decision for r in report.vms if r.hold == Hold.CLUSTER_LIMIT)
+        r.decision for r in report.vms if r.hold == Alone.CLUSTER_LIMIT)
 
 
 async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
@@ -338,7 +338,7 @@ async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
         report = await keeper.run_pass()
         assert report.created == ()
     assert len(cluster.migrations()) == 2
-    assert record(report).hold == Hold.DAILY_LIMIT
+    assert record(report).hold == Alone.DAILY_LIMIT
     assert "migrated 2 times in the last 24h (limit 2)" in record(report).decision
 
 
@@ -353,7 +353,7 @@ async def test_report_mode_decides_and_reports_but_creates_nothing(cluster, make
         report = await keeper.run_pass()
         assert report.created == ()
     assert cluster.migrations(ours=False) == []
-    assert record(report).hold == Hold.REPORT_ONLY
+    assert record(report).hold == Alone.REPORT_ONLY
     assert record(report).decision.startswith("report only: would migrate from node-a to node-b")
     assert report.states == {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0}
     await keeper.events.sent()  # whatever the passes queued has reached the API
@@ -379,10 +379,10 @@ async def test_split_unmigratable_opted_out_and_not_opted_in_vms_are_left_alone(
     assert cluster.migrations(ours=False) == []
     holds = {r.name: (str(r.state), r.hold) for r in report.vms}
     assert holds == {
-        "split": ("split", Hold.NOT_APART),
-        "pinned": ("apart", Hold.NOT_MIGRATABLE),
-        "mine": ("apart", Hold.OPTED_OUT),
-        "fenced": ("apart", Hold.TARGET_UNFIT),
+        "split": ("split", Alone.NOT_APART),
+        "pinned": ("apart", Alone.NOT_MIGRATABLE),
+        "mine": ("apart", Alone.OPTED_OUT),
+        "fenced": ("apart", Alone.TARGET_UNFIT),
     }  # "stranger" is not opted in: not even counted
     assert "node node-c is cordoned" in record(report, "fenced").decision
     assert "PVC vm-local is not shared" in record(report, "pinned").decision
@@ -441,7 +441,7 @@ async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(c
         report = await keeper.run_pass()
         assert report.created == ()
     assert cluster.migrations(ours=False) == []
-    assert record(report).hold == Hold.UNTARGETED
+    assert record(report).hold == Alone.UNTARGETED
     assert sample("colocate_keeper_targeted_migration") == 0
     said = [r for r in caplog.records if r.getMessage() == "targeted migration unavailable"]
     assert len(said) == 1  # once, not once a pass
@@ -579,7 +579,7 @@ async def test_the_running_keeper_logs_each_pass_at_debug_only(cluster, kmock, c
     caplog.set_level(logging.DEBUG, logger="webhook.keeper")
     running = asyncio.create_task(keeper.run())
     try:
-        held = {str(Hold.MIGRATING): 1}
+        held = {str(Alone.MIGRATING): 1}
         await eventually(lambda: any(r.fields["held"] == held for r in pass_lines(caplog)), timeout=5)
         [made] = cluster.migrations()
         [creating] = [r for r in pass_lines(caplog) if r.fields["created"]]

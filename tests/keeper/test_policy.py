@@ -8,7 +8,7 @@ from tests.support.admission_policy import PASSED, admit, create_request, delete
 from tests.support.kubevirt_api import VMIMS
 
 from webhook.kinds import VMIM
-from webhook.rules.keeping.keep import Hold
+from webhook.rules.shared.alone import Alone
 
 from .test_kubevirt_targets import a_stuck_migration_of_ours
 from .test_passes import record
@@ -65,7 +65,7 @@ async def test_a_migration_whose_name_another_took_is_not_cancelled(cluster, mak
     assert cancel.data["preconditions"] == {"uid": made["metadata"]["uid"]}
     stays = kmock.objects[VMIM, "default", name]
     assert not stays.deleted and stays.raw["metadata"]["uid"] == "uid-of-the-newcomer"
-    assert record(report).hold == Hold.BACKING_OFF  # ours is gone: it failed, the VM backs off
+    assert record(report).hold == Alone.BACKING_OFF  # ours is gone: it failed, the VM backs off
     assert not keeper.degraded()
     async with cluster.api() as session:
         async with session.get(f"{VMIMS}/{name}") as response:

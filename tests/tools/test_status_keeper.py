@@ -21,7 +21,7 @@ from webhook.cluster.direct import ClusterStore
 from webhook.config import Settings
 from webhook.kinds import HOSTNAME_LABEL, LEASE
 from webhook.keeper.keeper import Keeper
-from webhook.rules.keeping.keep import Hold
+from webhook.rules.shared.alone import Alone
 from webhook.tools import status
 
 MIGRATE = Settings(keep="migrate", keep_after=0)
@@ -104,30 +104,30 @@ def descheduled():
 SCENARIOS = {
     # name: (objects, settings, cluster change, hold, what status says)
     "moves": (lambda: three_nodes() + apart_vm(), MIGRATE, None, None, "moves to node-b at the keeper's next pass"),
-    "report-only": (lambda: three_nodes() + apart_vm(), Settings(keep="report", keep_after=0), None, Hold.REPORT_ONLY,
+    "report-only": (lambda: three_nodes() + apart_vm(), Settings(keep="report", keep_after=0), None, Alone.REPORT_ONLY,
                     "would migrate from node-a to node-b"),
-    "apart-briefly": (briefly_apart, Settings(keep="migrate", keep_after=600), None, Hold.APART_BRIEFLY,
+    "apart-briefly": (briefly_apart, Settings(keep="migrate", keep_after=600), None, Alone.APART_BRIEFLY,
                       "moves in 3m (apart since "),
     "backing-off": (lambda: three_nodes() + apart_vm() + [migration("vm1-colocate-aaaaa", "vm1", phase="Failed",
                                                                     ours=True, created=ago(minutes=2))],
-                    MIGRATE, None, Hold.BACKING_OFF, "backing off until "),
-    "untargeted": (lambda: three_nodes() + apart_vm(), MIGRATE, untargeted, Hold.UNTARGETED,
+                    MIGRATE, None, Alone.BACKING_OFF, "backing off until "),
+    "untargeted": (lambda: three_nodes() + apart_vm(), MIGRATE, untargeted, Alone.UNTARGETED,
                    "held: targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
     "target-unfit": (lambda: [node("node-a"), node("node-b", unschedulable=True)] + apart_vm(), MIGRATE, None,
-                     Hold.TARGET_UNFIT, "held: cannot move to node-b: "),
-    "not-migratable": (lambda: three_nodes() + apart_vm(migratable=False), MIGRATE, None, Hold.NOT_MIGRATABLE,
+                     Alone.TARGET_UNFIT, "held: cannot move to node-b: "),
+    "not-migratable": (lambda: three_nodes() + apart_vm(migratable=False), MIGRATE, None, Alone.NOT_MIGRATABLE,
                        "held: not live-migratable: "),
     "cluster-limit": (lambda: three_nodes() + apart_vm() + [migration(f"drain-{i}", f"other-{i}") for i in range(5)],
-                      MIGRATE, None, Hold.CLUSTER_LIMIT, "held: 5 migrations in flight cluster-wide (limit 5)"),
+                      MIGRATE, None, Alone.CLUSTER_LIMIT, "held: 5 migrations in flight cluster-wide (limit 5)"),
     "daily-limit": (lambda: three_nodes() + apart_vm() + [
         migration(f"vm1-colocate-{i}", "vm1", phase="Succeeded", ours=True, created=ago(hours=hours))
-        for i, hours in enumerate((3, 5))], MIGRATE, None, Hold.DAILY_LIMIT,
+        for i, hours in enumerate((3, 5))], MIGRATE, None, Alone.DAILY_LIMIT,
         "held: migrated 2 times in the last 24h (limit 2)"),
-    "descheduled": (descheduled, MIGRATE, None, Hold.DESCHEDULED,
+    "descheduled": (descheduled, MIGRATE, None, Alone.DESCHEDULED,
                     "held: moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended "),
-    "co-located": (lambda: three_nodes() + apart_vm(storage="node-a"), MIGRATE, None, Hold.NOT_APART,
+    "co-located": (lambda: three_nodes() + apart_vm(storage="node-a"), MIGRATE, None, Alone.NOT_APART,
                    "stays: co-located"),
-    "split": (lambda: three_nodes() + [*apart_vm(), *rwx_disk("vm1-other", "node-c")], MIGRATE, None, Hold.NOT_APART,
+    "split": (lambda: three_nodes() + [*apart_vm(), *rwx_disk("vm1-other", "node-c")], MIGRATE, None, Alone.NOT_APART,
               "held: split: "),
 }
 

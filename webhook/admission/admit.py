@@ -17,7 +17,8 @@ from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
 from ..kinds import VMI, VMIM
 from ..rules.placement import bounds, decide, patch, steer, together
-from ..rules.shared.classify import Skip, is_share_manager_pod, target_exemption, vm_exemption
+from ..rules.shared.alone import Alone
+from ..rules.shared.classify import is_share_manager_pod, target_exemption, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
 from ..rules.kubevirt.target import TargetPod
@@ -33,16 +34,16 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     """What the rules make of the request's pod. `lane`: where a server's long rule work waits
     its turn (a lane of its own when not given)."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
-        return skip(Rule.NONE, Skip.NOT_POD_CREATION)
+        return skip(Rule.NONE, Alone.NOT_POD_CREATION)
     pod = request.object
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata", {}), dict):
-        return skip(Rule.NONE, Skip.NOT_A_POD, "co-location skipped: the object is not a Pod manifest")
+        return skip(Rule.NONE, Alone.NOT_A_POD, "co-location skipped: the object is not a Pod manifest")
     share_manager = is_share_manager_pod(pod, request.namespace, settings)
     if share_manager and not settings.share_manager_rule:
-        return skip(Rule.SHARE_MANAGER, Skip.RULE_OFF)
+        return skip(Rule.SHARE_MANAGER, Alone.RULE_OFF)
     large = bounds.too_large(pod)
     if large is not None:  # before anything grows with it: read, looked up or written
-        return skip(Rule.SHARE_MANAGER if share_manager else Rule.NONE, Skip.TOO_LARGE,
+        return skip(Rule.SHARE_MANAGER if share_manager else Rule.NONE, Alone.TOO_LARGE,
                     f"co-location skipped: {large}", large)
     try:
         # Answers from memory need no timer; every read that goes to the API is bounded by
@@ -53,21 +54,21 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
             # The apiserver has stopped waiting, or is about to: a late requirement is never sent.
-            return skip(outcome.rule, Skip.DEADLINE, "co-location skipped: no decision before the deadline",
+            return skip(outcome.rule, Alone.DEADLINE, "co-location skipped: no decision before the deadline",
                         facts=outcome.facts)
         return outcome
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, kinds.pod_name(pod))
-        return skip(Rule.NONE, Skip.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
+        return skip(Rule.NONE, Alone.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
 
 
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
-    if exemption is Skip.MIGRATION_TARGET and settings.migration_targets is MigrationTargets.PREFER:
+    if exemption is Alone.MIGRATION_TARGET and settings.migration_targets is MigrationTargets.PREFER:
         return await _migration_target_rule(namespace, pod, store, settings, deadline)
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
-        return skip(Rule.NONE if exemption is Skip.NOT_LAUNCHER else Rule.VM, exemption)
+        return skip(Rule.NONE if exemption is Alone.NOT_LAUNCHER else Rule.VM, exemption)
     seen: Seen = {}
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
     facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen)
@@ -113,25 +114,25 @@ async def _migration_target_rule(
         return skip(Rule.MIGRATION_TARGET, exemption)
     named = steer.migration_of(pod)
     if isinstance(named, str):
-        return skip(Rule.MIGRATION_TARGET, Skip.MIGRATION_UNKNOWN, f"target untouched: {named}", named)
+        return skip(Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, f"target untouched: {named}", named)
     name, uid = named
     try:
         async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
             migration = await store.whole(VMIM, namespace, name, timeout=deadline.remaining())  # addedNodeSelector
     except (StoreError, TimeoutError) as exc:
         why = f"migration {name} unknown: {str(exc) or 'no answer before the deadline'}"
-        return skip(Rule.MIGRATION_TARGET, Skip.MIGRATION_UNKNOWN, f"target untouched: {why}", why)
+        return skip(Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, f"target untouched: {why}", why)
     untouched = steer.why_not_steered(migration, name, uid)
     if untouched is not None:
         why, detail = untouched
         # A migration that names its node is someone's choice (the keeper's own among them): no warning.
-        warning = None if why is Skip.MIGRATION_NAMES_NODE else f"target untouched: {detail}"
+        warning = None if why is Alone.MIGRATION_NAMES_NODE else f"target untouched: {detail}"
         return skip(Rule.MIGRATION_TARGET, why, warning, detail)
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
     facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline)
     decision = steer.prefer(facts, steer.describe(migration, name))
     if isinstance(decision, str):
-        return skip(Rule.MIGRATION_TARGET, Skip.NO_STORAGE_NODE, f"target untouched: {decision}", decision,
+        return skip(Rule.MIGRATION_TARGET, Alone.NO_STORAGE_NODE, f"target untouched: {decision}", decision,
                     facts=tuple(facts))
     return _decided(pod, _noting(decision, unknown), settings, Rule.MIGRATION_TARGET, facts)
 
@@ -143,23 +144,23 @@ async def _share_manager_rule(
     so the share-manager follows the VM; every later VM start then follows the share-manager."""
     volume = kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)
     if not volume:
-        return skip(Rule.SHARE_MANAGER, Skip.NO_VOLUME_LABEL)
+        return skip(Rule.SHARE_MANAGER, Alone.NO_VOLUME_LABEL)
     if kinds.spec(pod).get("nodeName"):
         # Some longhorn-manager releases create the pod with NodeName = ShareManager ownerID
         # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
         # it, and a required affinity would only get it rejected by the kubelet, in a loop.
-        return skip(Rule.SHARE_MANAGER, Skip.ALREADY_BOUND)
+        return skip(Rule.SHARE_MANAGER, Alone.ALREADY_BOUND)
     try:
         consumers = await asyncio.wait_for(resolve_consumers(store, settings, volume, deadline),
                                            timeout=deadline.remaining())
     except (StoreError, TimeoutError) as exc:
         why = f"consumers of {volume} unknown: {str(exc) or 'no answer before the deadline'}"
-        return skip(Rule.SHARE_MANAGER, Skip.CONSUMERS_UNKNOWN, f"co-location skipped: {why}", why)
+        return skip(Rule.SHARE_MANAGER, Alone.CONSUMERS_UNKNOWN, f"co-location skipped: {why}", why)
     facts = consumers.facts
     if not facts:
         others = consumers.others
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
-        return skip(Rule.SHARE_MANAGER, Skip.NO_CONSUMER, detail=why)
+        return skip(Rule.SHARE_MANAGER, Alone.NO_CONSUMER, detail=why)
     required = settings.pin is PinMode.REQUIRED
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)

@@ -5,7 +5,7 @@ import dataclasses
 import enum
 from typing import Any
 
-from ..rules.shared.classify import Skip
+from ..rules.shared.alone import Alone
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact
 
@@ -23,7 +23,7 @@ class Outcome:
 
     rule: Rule
     decision: Decision | None = None
-    skipped: Skip | None = None  # why the pod was left untouched (a metric label)
+    skipped: Alone | None = None  # why the pod was left untouched (a metric label)
     detail: str | None = None  # the specifics, for logs
     facts: tuple[Fact, ...] = ()  # what the decision followed
     patch: tuple[dict[str, Any], ...] = ()
@@ -32,8 +32,8 @@ class Outcome:
     @property
     def failed(self) -> bool:
         """A bug in the rules: the pod was admitted untouched."""
-        return self.skipped is Skip.INTERNAL_ERROR
+        return self.skipped is Alone.INTERNAL_ERROR
 
 
-def skip(rule: Rule, why: Skip, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
+def skip(rule: Rule, why: Alone, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
     return Outcome(rule, skipped=why, detail=detail, warnings=(warning,) if warning else (), **kwargs)

@@ -11,10 +11,10 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, PV, PVC, VMI, Resource
 from ..rules import fit
-from ..rules.shared.classify import Skip
+from ..rules.shared.alone import Alone
 from ..rules.shared.facts import Fact, Lookup, disk_fact
 from ..rules.placement.patch import as_created
-from ..rules.shared.reading import Skipped
+from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_vmi, vm_pods
 from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
 from .shapes import pod_to_place
@@ -132,7 +132,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
         name, node = _pod_name(pod), pod["spec"]["nodeName"]
         facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
     leaving = {kinds.labels(pod).get(kinds.CREATED_BY_LABEL): pod for pod, why in found.skipped
-               if why is Skip.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)}
+               if why is Alone.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)}
     return Consumers(facts, found.running, [f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
                      {uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
 
@@ -158,8 +158,10 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
         return f"an object could not be read ({exc})"
     except TimeoutError:
         return "no answer before the deadline"
-    view = read_vmi(vmi, settings) if vmi is not None else Skipped(f"VMI of {namespace}/{name}", "not found")
-    if isinstance(view, Skipped):
+    if vmi is None:
+        return f"VMI of {namespace}/{name}: not found"
+    view = read_vmi(vmi, settings)
+    if isinstance(view, Malformed):
         return str(view)
     built = migration_target_pod(vm_pod, view, source, {}, settings)
     return str(built) if isinstance(built, TargetUnknown) else built

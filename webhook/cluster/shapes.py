@@ -20,6 +20,7 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
+from ..rules.keeping import keep as _rules  # noqa: F401 (their own declarations, a hold's annotation, made before any shape)
 from ..rules.shared import declared
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]

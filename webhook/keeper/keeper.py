@@ -36,10 +36,10 @@ from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import decide_keep, Hold, PassFacts, pass_order
+from ..rules.keeping.keep import HOLDS, decide_keep, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
 from ..rules.shared.classify import opted_in
-from ..rules.shared.reading import Skipped
+from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_vmi, VmiView
 from .act import Actor, ActionResult
 from .follow import Follower
@@ -104,7 +104,7 @@ def show(report: PassReport) -> None:
     apart, and what holds them (every hold set, 0 for none)."""
     for state in VmState:
         metrics.VMS.labels(state).set(report.states.get(str(state), 0))
-    for hold in Hold:
+    for hold in HOLDS:
         metrics.VMS_HELD.labels(hold).set(report.held.get(str(hold), 0))
     apart = [report.at - r.since for r in report.vms if r.state is APART]
     metrics.VMS_APART_LONGEST.set(max(apart, default=timedelta(0)).total_seconds())
@@ -284,7 +284,7 @@ class Keeper:
         found = []
         for obj in objects:
             migration = read_migration(obj)
-            if isinstance(migration, Skipped):
+            if isinstance(migration, Malformed):
                 self.memory.skip(migration)
             else:
                 found.append(migration)
@@ -294,7 +294,7 @@ class Keeper:
         found = []
         for obj in objects:
             vmi = read_vmi(obj, self.settings)
-            if isinstance(vmi, Skipped):
+            if isinstance(vmi, Malformed):
                 if opted_in(kinds.annotations(obj), self.settings):
                     self.memory.skip(vmi)
             else:

@@ -10,9 +10,10 @@ import logging
 from datetime import datetime
 
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import Hold, KeepDecision, VmFacts
+from ..rules.shared.alone import Alone
+from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.keeping.migrations import backoff_delay
-from ..rules.shared.reading import Skipped
+from ..rules.shared.reading import Malformed
 from .stretch import Stretches, VmKey
 
 log = logging.getLogger("webhook.keeper")
@@ -30,7 +31,7 @@ class VmRecord:
     why: str  # where the VM runs and where its disks are served
     node: str | None = None
     target: str | None = None  # where its disks are served, when apart
-    hold: Hold | None = None  # what holds it where it is
+    hold: Alone | None = None  # what holds it where it is
     decision: str = ""  # the decision, in words
     last_action: str = ""
     last_action_at: datetime | None = None
@@ -46,7 +47,7 @@ class Memory:
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
         self._skipped: set[str] = set()
 
-    def skip(self, skipped: Skipped) -> None:
+    def skip(self, skipped: Malformed) -> None:
         """One log line per object of unexpected shape (and per new reason), not one per pass."""
         if str(skipped) not in self._skipped:
             self._skipped.add(str(skipped))

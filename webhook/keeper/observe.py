@@ -24,7 +24,8 @@ from ..rules.keeping.apart import APART, Locality, locality, UNRESOLVED
 from ..rules.shared.facts import Fact
 from ..rules.shared.longhorn import stale_mount
 from ..rules.shared.times import parse_time
-from ..rules.keeping.keep import decide_keep, Hold, KeepDecision, Limits, next_read, PassFacts, VmFacts
+from ..rules.shared.alone import Alone
+from ..rules.keeping.keep import decide_keep, KeepDecision, Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
     in_flight_counts,
@@ -36,7 +37,6 @@ from ..rules.keeping.migrations import (
     MIGRATION_PRIORITY,
     outbound_counts,
 )
-from ..rules.shared.reading import Skipped
 from ..rules.keeping.running import VmiView
 from .targeted import TargetedMigration
 from .stretch import Stretch, Stretches, started
@@ -185,13 +185,13 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
                      everyone, outbound_counts(history, vmis, now), incomplete, lease)
 
 
-def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | Skipped:
+def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | str:
     """The migration that moves the VM to its storage node (a stale mount's recovery that cannot
     go there: to none named), with spec.priority when `priority`."""
     if decision.anywhere:
         return migration_manifest(vm.vmi, None, decision.reason, MIGRATION_PRIORITY if priority else None)
     if vm.target_node is None:
-        return Skipped(f"node {decision.target}", "not found")
+        return f"node {decision.target} not found"
     return migration_manifest(vm.vmi, vm.target_node, decision.reason, MIGRATION_PRIORITY if priority else None)
 
 
@@ -207,10 +207,10 @@ async def ask_targeted(targeted: TargetedMigration, order: Sequence[Observed], f
     tried = 0
     for vm in order:
         decision = decide_keep(vm.facts, assumed)
-        if not (decision.act or decision.hold in (Hold.REPORT_ONLY, Hold.NO_LEASE)) or decision.anywhere:
+        if not (decision.act or decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE)) or decision.anywhere:
             continue  # (a migration that names no node says nothing of targeted migration)
         made = manifest(vm, decision, priority=True)
-        if isinstance(made, Skipped):
+        if isinstance(made, str):
             continue
         await targeted.check(made)
         tried += 1

@@ -42,7 +42,7 @@ from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_
                                 read_migration)
 from ..rules.keeping.drain import DrainPreview, preview
 from ..rules.keeping.iopath import DiskPath, path_note
-from ..rules.shared.reading import Skipped
+from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_vmi, VmiView
 from ..rules.shared.times import ago, parse_time, rfc3339
 
@@ -215,7 +215,7 @@ def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration]
     node = vmi.node or DRY_RUN_VMI
     manifest = migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
                                   DRY_RUN_REASON, MIGRATION_PRIORITY)
-    assert not isinstance(manifest, Skipped)  # the node has its hostname label
+    assert isinstance(manifest, dict)  # the node has its hostname label
     return manifest
 
 
@@ -316,13 +316,13 @@ async def _listed(store: ClusterStore, settings: Settings, timeout: float) -> Li
     listed = Listed([], [], [])
     for obj in await store.list(VMIM, timeout=timeout):
         migration = read_migration(obj)
-        if isinstance(migration, Skipped):
+        if isinstance(migration, Malformed):
             listed.skipped.append(str(migration))
         else:
             listed.migrations.append(migration)
     for obj in vmis:
         view = read_vmi(obj, settings)
-        if isinstance(view, Skipped):
+        if isinstance(view, Malformed):
             listed.skipped.append(str(view))
         else:
             listed.views.append(view)

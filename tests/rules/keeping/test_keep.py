@@ -7,7 +7,9 @@ from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succee
 
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
-from webhook.rules.keeping.keep import CHECKS, ON_DEMAND, Hold, Limits, PassFacts, VmFacts, decide_keep, next_read
+from webhook.rules.shared.alone import Alone
+from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
+from webhook.rules.keeping.keep import CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep, next_read
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.shared import declared
 from webhook.rules.shared.declaring import Undeclared
@@ -65,56 +67,56 @@ def test_an_apart_vm_is_moved_to_its_storage():
 
 
 HOLDS = [
-    (vmi_with(opted_in=False), APART_WHERE, {}, Hold.NOT_OPTED_IN, "not opted in"),
-    (vmi_with(may_move=False), APART_WHERE, {}, Hold.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
-    (view(annotated("descheduler.alpha.kubernetes.io/prefer-no-eviction", "")), APART_WHERE, {}, Hold.NO_EVICTION,
+    (vmi_with(opted_in=False), APART_WHERE, {}, Alone.NOT_OPTED_IN, "not opted in"),
+    (vmi_with(may_move=False), APART_WHERE, {}, Alone.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
+    (view(annotated("descheduler.alpha.kubernetes.io/prefer-no-eviction", "")), APART_WHERE, {}, Alone.NO_EVICTION,
      "annotated descheduler.alpha.kubernetes.io/prefer-no-eviction: nothing is to evict it"),
-    (vmi_with(phase="Succeeded"), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Succeeded, not running on a node"),
-    (vmi_with(node=None), APART_WHERE, {}, Hold.NOT_RUNNING, "VMI is Running, not running on a node"),
-    (APART_VMI, locality("node-a", [fact("d", "node-a")]), {}, Hold.NOT_APART,
+    (vmi_with(phase="Succeeded"), APART_WHERE, {}, Alone.NOT_RUNNING, "VMI is Succeeded, not running on a node"),
+    (vmi_with(node=None), APART_WHERE, {}, Alone.NOT_RUNNING, "VMI is Running, not running on a node"),
+    (APART_VMI, locality("node-a", [fact("d", "node-a")]), {}, Alone.NOT_APART,
      "co-located: disks served from node-a, where the VM runs"),
-    (APART_VMI, locality("node-a", [fact("d", "node-b"), fact("e", "node-c")]), {}, Hold.NOT_APART,
+    (APART_VMI, locality("node-a", [fact("d", "node-b"), fact("e", "node-c")]), {}, Alone.NOT_APART,
      "split: disks served from node-b (1), node-c (1), the VM runs on node-a"),
-    (APART_VMI, locality("node-a", [fact("d", None)]), {}, Hold.NOT_APART,
+    (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART,
      "unresolved: share-manager of d is stopped"),
-    (APART_VMI, APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Hold.TARGET_UNFIT,
+    (APART_VMI, APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Alone.TARGET_UNFIT,
      "cannot move to node-b: node node-b is cordoned"),
     (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
-     Hold.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
-    (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Hold.MIGRATING, "a migration of this VMI is in flight"),
-    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Hold.DESCHEDULED,
+     Alone.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
+    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Alone.DESCHEDULED,
      "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
      "not moved back before 2026-11-20T15:58:31Z"),
-    (APART_VMI, APART_WHERE, {"apart_since": ago(seconds=120)}, Hold.APART_BRIEFLY, "apart for 120s of 600s"),
-    (APART_VMI, APART_WHERE, {"apart_since": None}, Hold.APART_BRIEFLY, "apart for 0s of 600s"),
-    (APART_VMI, APART_WHERE, {"apart_since": NOW + timedelta(seconds=5)}, Hold.APART_BRIEFLY, "apart for 0s of 600s"),
-    (APART_VMI, APART_WHERE, {"last_end": ago(seconds=30)}, Hold.MIGRATED_RECENTLY,
+    (APART_VMI, APART_WHERE, {"apart_since": ago(seconds=120)}, Alone.APART_BRIEFLY, "apart for 120s of 600s"),
+    (APART_VMI, APART_WHERE, {"apart_since": None}, Alone.APART_BRIEFLY, "apart for 0s of 600s"),
+    (APART_VMI, APART_WHERE, {"apart_since": NOW + timedelta(seconds=5)}, Alone.APART_BRIEFLY, "apart for 0s of 600s"),
+    (APART_VMI, APART_WHERE, {"last_end": ago(seconds=30)}, Alone.MIGRATED_RECENTLY,
      "last migration ended 30s ago (wait 600s)"),
-    (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=10))]}, Hold.BACKING_OFF,
+    (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=10))]}, Alone.BACKING_OFF,
      "backing off until 2026-11-20T12:20:00Z after 1 failed migration"),
-    (APART_VMI, APART_WHERE, {"history": [failed(ago(hours=3)), failed(ago(minutes=50))]}, Hold.BACKING_OFF,
+    (APART_VMI, APART_WHERE, {"history": [failed(ago(hours=3)), failed(ago(minutes=50))]}, Alone.BACKING_OFF,
      "backing off until 2026-11-20T12:10:00Z after 2 failed migrations in a row"),
-    (APART_VMI, APART_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Hold.DAILY_LIMIT,
+    (APART_VMI, APART_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Alone.DAILY_LIMIT,
      "migrated 2 times in the last 24h (limit 2)"),
-    (APART_VMI, APART_WHERE, {"targeted": False}, Hold.UNTARGETED,
+    (APART_VMI, APART_WHERE, {"targeted": False}, Alone.UNTARGETED,
      "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
-    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Hold.OUR_LIMIT,
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT,
      "2 of our migrations in flight (limit 2)"),
-    (APART_VMI, APART_WHERE, {"in_flight_all": 5}, Hold.CLUSTER_LIMIT, "5 migrations in flight cluster-wide (limit 5)"),
-    (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Hold.SOURCE_BUSY,
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5}, Alone.CLUSTER_LIMIT, "5 migrations in flight cluster-wide (limit 5)"),
+    (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY,
      "2 migrations in flight from node-a (KubeVirt runs 2 per source node): its slots are left to them"),
-    (APART_VMI, APART_WHERE, {"settling": ["share-manager of pvc-d2 is starting"]}, Hold.SETTLING,
+    (APART_VMI, APART_WHERE, {"settling": ["share-manager of pvc-d2 is starting"]}, Alone.SETTLING,
      "waiting for its storage to settle: share-manager of pvc-d2 is starting"),
-    (APART_VMI, APART_WHERE, {"refused": (2, NOW + timedelta(minutes=5))}, Hold.REFUSED,
+    (APART_VMI, APART_WHERE, {"refused": (2, NOW + timedelta(minutes=5))}, Alone.REFUSED,
      "its migration was refused 2 time(s) in a row; retrying after 2026-11-20T12:05:00Z"),
-    (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Hold.VIEW_INCOMPLETE,
+    (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE,
      "not acting on an incomplete view: pods: not synced"),
-    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Hold.REPORT_ONLY,
+    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY,
      "report only: would migrate from node-a to node-b: disks served from node-b, the VM runs on node-a; apart for 900s"),
-    (APART_VMI, APART_WHERE, {"lease": False}, Hold.NO_LEASE,
+    (APART_VMI, APART_WHERE, {"lease": False}, Alone.NO_LEASE,
      "not acting: the lease might run out before the migration is created"),
     (APART_VMI, APART_WHERE, {"targeted": None, "targeted_note": "targeted migration could not be checked: API "
-                                                                 "answered 403"}, Hold.UNTARGETED,
+                                                                 "answered 403"}, Alone.UNTARGETED,
      "targeted migration could not be checked: API answered 403"),
 ]
 
@@ -155,21 +157,21 @@ def test_at_the_edges_the_vm_is_moved(changes):
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [
-    (vmi_with(opted_in=False, may_move=False), APART_WHERE, {}, Hold.NOT_OPTED_IN),
-    (vmi_with(may_move=False), locality("node-a", [fact("d", "node-a")]), {"mode": KeepMode.REPORT}, Hold.OPTED_OUT),
-    (APART_VMI, locality("node-a", [fact("d", "node-a")]), {"target_unfit": "node node-b is cordoned"}, Hold.NOT_APART),
-    (vmi_with(live_migratable=False), APART_WHERE, {"target_unfit": "node node-b is not Ready"}, Hold.TARGET_UNFIT),
-    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "in_flight_all": 5, "apart_since": NOW}, Hold.MIGRATING),
-    (APART_VMI, APART_WHERE, {"apart_since": NOW, "history": [failed(ago(minutes=1))]}, Hold.APART_BRIEFLY),
-    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "descheduled": DESCHEDULED}, Hold.MIGRATING),
-    (vmi_with(live_migratable=False), APART_WHERE, {"descheduled": DESCHEDULED}, Hold.NOT_MIGRATABLE),
-    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED, "apart_since": NOW, "last_end": NOW}, Hold.DESCHEDULED),
-    (APART_VMI, APART_WHERE, {"targeted": False, "mode": KeepMode.REPORT}, Hold.UNTARGETED),
-    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "mode": KeepMode.REPORT}, Hold.CLUSTER_LIMIT),
+    (vmi_with(opted_in=False, may_move=False), APART_WHERE, {}, Alone.NOT_OPTED_IN),
+    (vmi_with(may_move=False), locality("node-a", [fact("d", "node-a")]), {"mode": KeepMode.REPORT}, Alone.OPTED_OUT),
+    (APART_VMI, locality("node-a", [fact("d", "node-a")]), {"target_unfit": "node node-b is cordoned"}, Alone.NOT_APART),
+    (vmi_with(live_migratable=False), APART_WHERE, {"target_unfit": "node node-b is not Ready"}, Alone.TARGET_UNFIT),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "in_flight_all": 5, "apart_since": NOW}, Alone.MIGRATING),
+    (APART_VMI, APART_WHERE, {"apart_since": NOW, "history": [failed(ago(minutes=1))]}, Alone.APART_BRIEFLY),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True, "descheduled": DESCHEDULED}, Alone.MIGRATING),
+    (vmi_with(live_migratable=False), APART_WHERE, {"descheduled": DESCHEDULED}, Alone.NOT_MIGRATABLE),
+    (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED, "apart_since": NOW, "last_end": NOW}, Alone.DESCHEDULED),
+    (APART_VMI, APART_WHERE, {"targeted": False, "mode": KeepMode.REPORT}, Alone.UNTARGETED),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "mode": KeepMode.REPORT}, Alone.CLUSTER_LIMIT),
     (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=1)), failed(ago(hours=3))], "targeted": False},
-     Hold.BACKING_OFF),
-    (APART_VMI, APART_WHERE, {"incomplete": "x", "mode": KeepMode.REPORT, "lease": False}, Hold.VIEW_INCOMPLETE),
-    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT, "lease": False}, Hold.REPORT_ONLY),
+     Alone.BACKING_OFF),
+    (APART_VMI, APART_WHERE, {"incomplete": "x", "mode": KeepMode.REPORT, "lease": False}, Alone.VIEW_INCOMPLETE),
+    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT, "lease": False}, Alone.REPORT_ONLY),
 ], ids=["never-touch-not-opted-in", "opt-out-before-state", "state-before-target", "target-before-migratable",
         "own-migration-before-cluster", "time-before-backoff", "in-flight-before-descheduled",
         "migratable-before-descheduled", "descheduled-before-time", "report-shows-untargeted", "report-shows-limits",
@@ -179,18 +181,18 @@ def test_the_first_condition_in_order_is_reported(vmi, where, changes, hold):
 
 
 def test_the_descheduler_hold_lasts_until_the_moment_it_names():
-    assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS - timedelta(seconds=1)).hold is Hold.DESCHEDULED
+    assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS - timedelta(seconds=1)).hold is Alone.DESCHEDULED
     assert keep(descheduled=DESCHEDULED, now=HOLD_ENDS).act
 
 
 def test_a_vm_is_never_moved_twice_in_a_day_after_successes_even_when_apart_again():
     history = [succeeded(ago(hours=23)), succeeded(ago(hours=12))]
-    assert keep(history=history).hold is Hold.DAILY_LIMIT
+    assert keep(history=history).hold is Alone.DAILY_LIMIT
     assert keep(history=history, now=NOW + timedelta(hours=1, seconds=1)).act
 
 
 def test_every_hold_has_a_case():
-    assert {hold for *_, hold, _ in HOLDS} == set(Hold)
+    assert {hold for *_, hold, _ in HOLDS} == set(KEEPER_HOLDS)
 
 
 # --------------------------------------------------------------------------- what each check reads
@@ -268,17 +270,17 @@ def test_a_vm_on_a_stale_mount_that_cannot_go_to_its_storage_goes_where_kubevirt
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [
-    (vmi_with(live_migratable=False), CO_LOCATED_WHERE, {}, Hold.NOT_MIGRATABLE),
-    (APART_VMI, CO_LOCATED_WHERE, {"vmi_migrating": True}, Hold.MIGRATING),
-    (APART_VMI, locality("node-a", [fact("d", None)]), {}, Hold.NOT_APART),
-    (APART_VMI, CO_LOCATED_WHERE, {"history": [failed(ago(minutes=10))]}, Hold.BACKING_OFF),
-    (APART_VMI, CO_LOCATED_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Hold.DAILY_LIMIT),
-    (APART_VMI, CO_LOCATED_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Hold.OUR_LIMIT),
-    (APART_VMI, CO_LOCATED_WHERE, {"outbound": 2, "in_flight_all": 2}, Hold.SOURCE_BUSY),
-    (APART_VMI, CO_LOCATED_WHERE, {"incomplete": "pods: not synced"}, Hold.VIEW_INCOMPLETE),
-    (APART_VMI, CO_LOCATED_WHERE, {"mode": KeepMode.REPORT}, Hold.REPORT_ONLY),
-    (APART_VMI, CO_LOCATED_WHERE, {"lease": False}, Hold.NO_LEASE),
-    (vmi_with(may_move=False), CO_LOCATED_WHERE, {}, Hold.OPTED_OUT),
+    (vmi_with(live_migratable=False), CO_LOCATED_WHERE, {}, Alone.NOT_MIGRATABLE),
+    (APART_VMI, CO_LOCATED_WHERE, {"vmi_migrating": True}, Alone.MIGRATING),
+    (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART),
+    (APART_VMI, CO_LOCATED_WHERE, {"history": [failed(ago(minutes=10))]}, Alone.BACKING_OFF),
+    (APART_VMI, CO_LOCATED_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Alone.DAILY_LIMIT),
+    (APART_VMI, CO_LOCATED_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT),
+    (APART_VMI, CO_LOCATED_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY),
+    (APART_VMI, CO_LOCATED_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE),
+    (APART_VMI, CO_LOCATED_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY),
+    (APART_VMI, CO_LOCATED_WHERE, {"lease": False}, Alone.NO_LEASE),
+    (vmi_with(may_move=False), CO_LOCATED_WHERE, {}, Alone.OPTED_OUT),
 ], ids=["not-migratable", "migrating", "unresolved", "backing-off", "daily-limit", "our-limit", "source-busy",
         "view-incomplete", "report", "no-lease", "opted-out"])
 def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, hold):
@@ -296,5 +298,5 @@ def test_a_hold_on_an_annotation_nobody_declared_fails_at_once_naming_the_declar
     key = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
     keys = {**declared.VMI.keys, "annotations": [k for k in declared.VMI.keys["annotations"] if k != key]}
     monkeypatch.setattr(declared.VMI, "keys", keys)  # the declaration taken out
-    with pytest.raises(Undeclared, match=rf"add `VMI.annotation\('{key}'\)` to webhook/rules/shared/declared.py"):
+    with pytest.raises(Undeclared, match=rf"declare it with `VMI.annotation\('{key}'\)`, beside the rule"):
         keep(view(annotated(key, "")))

@@ -35,7 +35,7 @@ from webhook.rules.keeping.migrations import (
     target_hostname,
     unseen_success,
 )
-from webhook.rules.shared.reading import Skipped
+from webhook.rules.shared.reading import Malformed
 
 # --------------------------------------------------------------------------- migrations
 
@@ -114,7 +114,7 @@ def broken_vmim(path, value):
         "transitions-str", "transition-str"])
 def test_migration_of_unexpected_shape_is_skipped(obj, reason):
     skipped = read_migration(obj)
-    assert isinstance(skipped, Skipped) and reason in skipped.reason
+    assert isinstance(skipped, Malformed) and reason in skipped.reason
     if isinstance(obj, dict):
         assert skipped.what == "VMIM default/vm1-colocate-abcde"
 
@@ -316,7 +316,7 @@ def test_a_node_without_a_hostname_label_cannot_be_targeted():
     del bare["metadata"]["labels"]["kubernetes.io/hostname"]
     assert target_hostname(bare) is None
     skipped = migration_manifest(apart_vmi(), bare)
-    assert skipped == Skipped("node node-b", "node node-b has no kubernetes.io/hostname label: cannot target it")
+    assert skipped == "node node-b has no kubernetes.io/hostname label: cannot target it"
 
 
 def test_our_manifest_reads_back_as_ours():

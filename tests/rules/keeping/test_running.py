@@ -6,8 +6,8 @@ from tests.support.kube import launcher_pod as launcher
 from tests.support.kube import load
 
 from webhook.config import Settings
-from webhook.rules.shared.classify import Skip
-from webhook.rules.shared.reading import Skipped
+from webhook.rules.shared.alone import Alone
+from webhook.rules.shared.reading import Malformed
 from webhook.rules.keeping.running import VmiView, read_vmi, vm_pods
 
 # --------------------------------------------------------------------------- where a VM runs: pods
@@ -29,13 +29,13 @@ def names(pods):
 
 @pytest.mark.parametrize("pods, running, skipped", [
     ([load("migrated-launcher-pod.yaml")], ["virt-launcher-vm1-q8w4z"], {}),
-    ([source(), target()], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Skip.SUPERSEDED}),
-    ([target(), source()], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Skip.SUPERSEDED}),
-    ([source(), target(phase="Pending")], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Skip.SUPERSEDED}),
-    ([source(), target(None, "Pending")], ["virt-launcher-vm1-abcde"], {"virt-launcher-vm1-q8w4z": Skip.NOT_SCHEDULED}),
-    ([source(), target(terminating=True)], ["virt-launcher-vm1-abcde"], {"virt-launcher-vm1-q8w4z": Skip.TERMINATING}),
-    ([source(), target(phase="Failed")], ["virt-launcher-vm1-abcde"], {"virt-launcher-vm1-q8w4z": Skip.FINISHED}),
-    ([source(phase="Succeeded"), target()], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Skip.FINISHED}),
+    ([source(), target()], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Alone.SUPERSEDED}),
+    ([target(), source()], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Alone.SUPERSEDED}),
+    ([source(), target(phase="Pending")], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Alone.SUPERSEDED}),
+    ([source(), target(None, "Pending")], ["virt-launcher-vm1-abcde"], {"virt-launcher-vm1-q8w4z": Alone.NOT_SCHEDULED}),
+    ([source(), target(terminating=True)], ["virt-launcher-vm1-abcde"], {"virt-launcher-vm1-q8w4z": Alone.TERMINATING}),
+    ([source(), target(phase="Failed")], ["virt-launcher-vm1-abcde"], {"virt-launcher-vm1-q8w4z": Alone.FINISHED}),
+    ([source(phase="Succeeded"), target()], ["virt-launcher-vm1-q8w4z"], {"virt-launcher-vm1-abcde": Alone.FINISHED}),
     ([source(), source()], ["virt-launcher-vm1-abcde"], {}),
 ], ids=["migrated", "in-flight-target-scheduled", "order-independent", "target-scheduled-not-started",
         "target-not-scheduled", "failed-target-terminating", "failed-target-finished", "completed-source-succeeded",
@@ -73,7 +73,7 @@ def test_pods_that_never_say_where_a_vm_runs():
                      "spec": {"nodeName": "node-a"}}
     found = vm_pods([not_opted, ephemeral, share_manager], SETTINGS)
     assert found.running == []
-    assert [why for _, why in found.skipped] == [Skip.NOT_OPTED_IN, Skip.EPHEMERAL, Skip.NOT_LAUNCHER]
+    assert [why for _, why in found.skipped] == [Alone.NOT_OPTED_IN, Alone.EPHEMERAL, Alone.NOT_LAUNCHER]
 
 
 def test_any_vm_counts_vms_that_are_not_opted_in():
@@ -82,7 +82,7 @@ def test_any_vm_counts_vms_that_are_not_opted_in():
     share_manager = {"metadata": {"name": "share-manager-x"}, "spec": {"nodeName": "node-a"}}
     found = vm_pods([source(), not_opted, share_manager], SETTINGS, any_vm=True)
     assert names(found.running) == ["virt-launcher-vm1-q8w4z"]
-    assert [why for _, why in found.skipped] == [Skip.NOT_LAUNCHER, Skip.SUPERSEDED]
+    assert [why for _, why in found.skipped] == [Alone.NOT_LAUNCHER, Alone.SUPERSEDED]
     assert vm_pods([not_opted], SETTINGS).running == []
 
 
@@ -191,7 +191,7 @@ def broken_vmi(path, value):
         "bad-time", "completed-str"])
 def test_vmi_of_unexpected_shape_is_skipped(obj, reason):
     skipped = read_vmi(obj, SETTINGS)
-    assert isinstance(skipped, Skipped) and reason in skipped.reason
+    assert isinstance(skipped, Malformed) and reason in skipped.reason
 
 
 PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",

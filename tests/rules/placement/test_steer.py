@@ -8,7 +8,7 @@ from tests.support.kube import load, migration_target, rwx_disk
 
 from webhook.config import Settings
 from webhook.kinds import Resource
-from webhook.rules.shared.classify import Skip
+from webhook.rules.shared.alone import Alone
 from webhook.rules.placement.decide import PREFERRED
 from webhook.rules.shared.facts import disk_fact
 from webhook.rules.placement.steer import describe, migration_of, prefer, why_not_steered
@@ -50,11 +50,11 @@ def test_migration_of(pod, named):
 @pytest.mark.parametrize("migration, why", [
     (evacuation(), None),
     (evacuation(addedNodeSelector={}), None),  # empty: names no node
-    (None, (Skip.MIGRATION_UNKNOWN, f"migration {NAME} not found")),
+    (None, (Alone.MIGRATION_UNKNOWN, f"migration {NAME} not found")),
     (dict(evacuation(), metadata=dict(evacuation()["metadata"], uid="another-uid")),
-     (Skip.MIGRATION_UNKNOWN, f"migration {NAME} is another one than the pod's (uid another-uid, not {UID})")),
+     (Alone.MIGRATION_UNKNOWN, f"migration {NAME} is another one than the pod's (uid another-uid, not {UID})")),
     (evacuation(addedNodeSelector={"kubernetes.io/hostname": "node-b"}),
-     (Skip.MIGRATION_NAMES_NODE, f"migration {NAME} names its node (addedNodeSelector kubernetes.io/hostname=node-b)")),
+     (Alone.MIGRATION_NAMES_NODE, f"migration {NAME} names its node (addedNodeSelector kubernetes.io/hostname=node-b)")),
 ], ids=["evacuation", "empty-selector", "not-found", "recreated-under-the-same-name", "names-its-node"])
 def test_why_not_steered(migration, why):
     assert why_not_steered(migration, NAME, UID) == why
@@ -65,7 +65,7 @@ def test_the_keepers_own_migration_names_its_node():
     ours = load("vmim-to-storage.yaml")
     ours["metadata"] |= {"name": "colocate-vm1-abcde", "uid": UID}
     skip, detail = why_not_steered(ours, "colocate-vm1-abcde", UID)
-    assert skip is Skip.MIGRATION_NAMES_NODE and "kubernetes.io/hostname=node-b" in detail
+    assert skip is Alone.MIGRATION_NAMES_NODE and "kubernetes.io/hostname=node-b" in detail
 
 
 @pytest.mark.parametrize("migration, words", [

@@ -7,8 +7,9 @@ import pytest
 from tests.support.kube import LONGHORN_NS, launcher_pod, load, migration_target, running_vm, share_manager_pod, vm_pod
 
 from webhook.config import Settings
-from webhook.rules.shared.classify import (Skip, is_share_manager_pod, opted_in_launcher, running_exemption,
-                                              target_exemption, vm_exemption)
+from webhook.rules.shared.alone import Alone
+from webhook.rules.shared.classify import (is_share_manager_pod, opted_in_launcher, running_exemption, target_exemption,
+                                           vm_exemption)
 
 SETTINGS = Settings()
 
@@ -32,15 +33,15 @@ def launcher(node="node-b", phase="Running", **kw):
 
 @pytest.mark.parametrize("pod, why", [
     (vm_pod(), None),
-    (migration_target(), Skip.MIGRATION_TARGET),
-    (changed(vm_pod(), nodeName="node-a"), Skip.ALREADY_BOUND),
-    (changed(vm_pod(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), Skip.EPHEMERAL),
-    (changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": "false"}), Skip.NOT_OPTED_IN),
-    (changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": "True"}), Skip.NOT_OPTED_IN),
-    (changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": None}), Skip.NOT_OPTED_IN),
-    (changed(vm_pod(), labels={"kubevirt.io": "hotplug-disk"}), Skip.NOT_LAUNCHER),
-    (share_manager_pod("pvc-vm1-rootdisk"), Skip.NOT_LAUNCHER),
-    (changed(migration_target(), annotations={"kubevirt-scheduler/co-schedule": None}), Skip.NOT_OPTED_IN),
+    (migration_target(), Alone.MIGRATION_TARGET),
+    (changed(vm_pod(), nodeName="node-a"), Alone.ALREADY_BOUND),
+    (changed(vm_pod(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), Alone.EPHEMERAL),
+    (changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": "false"}), Alone.NOT_OPTED_IN),
+    (changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": "True"}), Alone.NOT_OPTED_IN),
+    (changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": None}), Alone.NOT_OPTED_IN),
+    (changed(vm_pod(), labels={"kubevirt.io": "hotplug-disk"}), Alone.NOT_LAUNCHER),
+    (share_manager_pod("pvc-vm1-rootdisk"), Alone.NOT_LAUNCHER),
+    (changed(migration_target(), annotations={"kubevirt-scheduler/co-schedule": None}), Alone.NOT_OPTED_IN),
 ], ids=["vm", "migration-target", "already-bound", "ephemeral-provisioning", "opt-in-false",
         "opt-in-True-capitalised", "no-opt-in", "hotplug-disk-pod", "share-manager-pod", "target-not-opted-in"])
 def test_vm_exemption(pod, why):
@@ -49,15 +50,15 @@ def test_vm_exemption(pod, why):
 
 def test_the_opt_in_annotation_is_the_configured_one():
     pod = changed(vm_pod(), annotations={"kubevirt-scheduler/co-schedule": None, "example.com/colocate": "true"})
-    assert vm_exemption(pod, SETTINGS) == Skip.NOT_OPTED_IN
+    assert vm_exemption(pod, SETTINGS) == Alone.NOT_OPTED_IN
     assert vm_exemption(pod, Settings(opt_in_annotation="example.com/colocate")) is None
     assert opted_in_launcher(pod, Settings(opt_in_annotation="example.com/colocate")) is None
 
 
 @pytest.mark.parametrize("pod, why", [
     (migration_target(), None),  # a target is placed by --migration-targets prefer, not by the VM rule
-    (changed(migration_target(), nodeName="node-a"), Skip.ALREADY_BOUND),
-    (changed(migration_target(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), Skip.EPHEMERAL),
+    (changed(migration_target(), nodeName="node-a"), Alone.ALREADY_BOUND),
+    (changed(migration_target(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), Alone.EPHEMERAL),
 ], ids=["unbound-target", "bound-target", "ephemeral-target"])
 def test_target_exemption(pod, why):
     assert target_exemption(pod) == why
@@ -78,14 +79,14 @@ def test_is_share_manager_pod(pod, namespace, settings, expected):
 @pytest.mark.parametrize("pod, any_vm, why", [
     (launcher(), False, None),
     (load("migrated-launcher-pod.yaml"), False, None),  # a completed migration's target is the VM's pod
-    (launcher(None, "Pending"), False, Skip.NOT_SCHEDULED),
-    (launcher(terminating=True), False, Skip.TERMINATING),
-    (launcher(phase="Failed"), False, Skip.FINISHED),
-    (launcher(phase="Succeeded"), False, Skip.FINISHED),
-    (changed(launcher(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), False, Skip.EPHEMERAL),
-    (running_vm("vm2", "node-c", opted_in=False), False, Skip.NOT_OPTED_IN),
+    (launcher(None, "Pending"), False, Alone.NOT_SCHEDULED),
+    (launcher(terminating=True), False, Alone.TERMINATING),
+    (launcher(phase="Failed"), False, Alone.FINISHED),
+    (launcher(phase="Succeeded"), False, Alone.FINISHED),
+    (changed(launcher(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), False, Alone.EPHEMERAL),
+    (running_vm("vm2", "node-c", opted_in=False), False, Alone.NOT_OPTED_IN),
     (running_vm("vm2", "node-c", opted_in=False), True, None),  # explain answers for any VM
-    (share_manager_pod("pvc-vm1-rootdisk", "node-b"), True, Skip.NOT_LAUNCHER),
+    (share_manager_pod("pvc-vm1-rootdisk", "node-b"), True, Alone.NOT_LAUNCHER),
 ], ids=["running", "migrated", "not-scheduled", "terminating", "failed", "succeeded", "ephemeral", "not-opted-in",
         "not-opted-in-any-vm", "share-manager-any-vm"])
 def test_running_exemption(pod, any_vm, why):
@@ -95,7 +96,7 @@ def test_running_exemption(pod, any_vm, why):
 def test_a_migrated_pod_counts_but_admission_still_leaves_targets_alone():
     migrated = load("migrated-launcher-pod.yaml")
     assert running_exemption(migrated, SETTINGS) is None
-    assert vm_exemption(load("migration-target-pod.yaml"), SETTINGS) == Skip.MIGRATION_TARGET
+    assert vm_exemption(load("migration-target-pod.yaml"), SETTINGS) == Alone.MIGRATION_TARGET
 
 
 @pytest.mark.parametrize("value, said", [("true", True), ("True", False), ("yes", False), ("", False), (None, False)])

@@ -26,6 +26,7 @@ def test_an_annotation_a_rule_starts_reading_on_a_vmi_is_kept_by_the_keepers_cac
     whole["metadata"]["annotations"] = {key: value, opt_in: "true", "example.com/unread": "x"}
     the_settings = Settings(opt_in_annotation=opt_in)
     extended = copy.deepcopy(declared.VMI)
+    extended.shaped = False  # a declaration not yet shaped
     new = extended.annotation(key)
     original = declared.VMI
     declared.VMI = extended

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from tests.support.kube import load
 
-from webhook.rules.shared.reading import (Malformed, Skipped, read_bool, read_identity, read_object, read_str,
+from webhook.rules.shared.reading import (Malformed, read_bool, read_identity, read_object, read_str,
                                           read_time)
 
 VMI = load("vmi-migrated.yaml")
@@ -72,6 +72,6 @@ def test_an_object_without_a_readable_identity(obj, words):
     assert str(raised.value) == words
 
 
-def test_a_skipped_object_says_which_and_why():
-    assert str(Skipped("VMI default/vm1", "status.nodeName is a int, not a string")) == \
+def test_a_malformed_object_says_which_and_why():
+    assert str(Malformed("status.nodeName is a int, not a string").of("VMI default/vm1")) == \
         "VMI default/vm1: status.nodeName is a int, not a string"

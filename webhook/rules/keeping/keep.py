@@ -16,7 +16,6 @@ Longhorn: restarting a share-manager stalls the VM's disk I/O, so moving the VM 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -27,9 +26,13 @@ from .apart import APART, CO_LOCATED, UNRESOLVED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
 from ..shared import declared
+from ..shared.alone import Alone
 from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
+# The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
+# template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
+NO_EVICTION = declared.VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
 Item = TypeVar("Item")
 
 
@@ -53,37 +56,6 @@ class Limits:
                    after_descheduled=timedelta(seconds=settings.keep_after_descheduled),
                    max_inflight=settings.keep_max_inflight, max_per_day=settings.keep_max_per_day,
                    max_outbound_per_node=settings.keep_max_outbound_per_node)
-
-
-class Hold(enum.StrEnum):
-    """What holds a VM where it is: short fixed phrases (a metric label, a log field), in the
-    order the keeper checks them."""
-
-    NOT_OPTED_IN = "not opted in"
-    OPTED_OUT = "keep disabled"
-    NO_EVICTION = "prefer no eviction"
-    NOT_RUNNING = "not running"
-    NOT_APART = "not apart"
-    TARGET_UNFIT = "target unfit"
-    NOT_MIGRATABLE = "not live-migratable"
-    MIGRATING = "migration in flight"
-    # The descheduler moved it off a loaded node on purpose: not taken back for --keep-after-descheduled.
-    DESCHEDULED = "moved by the descheduler"
-    APART_BRIEFLY = "apart too briefly"
-    MIGRATED_RECENTLY = "migrated recently"
-    BACKING_OFF = "backing off"
-    DAILY_LIMIT = "daily limit"
-    UNTARGETED = "targeted migration unavailable"
-    OUR_LIMIT = "our migrations in flight"
-    CLUSTER_LIMIT = "migrations in flight cluster-wide"
-    SOURCE_BUSY = "migrations in flight from its node"
-    # A Longhorn disk of the VM whose share-manager is not running (starting, stopped): where it
-    # comes back may change the answer, and "apart since" would not know when it began.
-    SETTLING = "storage settling"
-    REFUSED = "migration refused"  # the API refused this VM's last migration: it waits its backoff
-    VIEW_INCOMPLETE = "view incomplete"  # a cache failing or not synced: nothing is acted on
-    REPORT_ONLY = "report only"
-    NO_LEASE = "lease not surely held"  # the lease might run out before the migration is created
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,7 +112,7 @@ class KeepDecision:
     act: bool
     reason: str
     state: VmState
-    hold: Hold | None = None
+    hold: Alone | None = None
     source: str | None = None  # where the VM runs
     target: str | None = None  # where its disks are served, when apart
     why: str = ""  # where it runs and where its disks are served, in words
@@ -214,7 +186,7 @@ class Check:
     the facts of the VM (`VmFacts` fields) `holds` reads; `own` when it reads nothing of the pass,
     so that it can hold the VM while the pass is still observing it (`next_read`)."""
 
-    hold: Hold
+    hold: Alone
     holds: Callable[[VmFacts, PassFacts], bool]
     words: Callable[[VmFacts, PassFacts], str]
     needs: tuple[str, ...] = ()
@@ -224,56 +196,59 @@ class Check:
 # The VM's own conditions come first (opt-in, shape, state, target, migratability, its
 # migrations, time), then cluster-wide ones (targeted migration, in-flight bounds), then what
 # makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
-# mode and the lease: a report shows the first thing that would stop a migration. The order of `Hold`.
+# mode and the lease: a report shows the first thing that would stop a migration.
 CHECKS: tuple[Check, ...] = (
-    Check(Hold.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in", ("vmi",), own=True),
-    Check(Hold.OPTED_OUT, lambda vm, p: not vm.vmi.may_move, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
+    Check(Alone.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in", ("vmi",), own=True),
+    Check(Alone.OPTED_OUT, lambda vm, p: not vm.vmi.may_move, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
           ("vmi",), own=True),
-    Check(Hold.NO_EVICTION, lambda vm, p: declared.VMI_NO_EVICTION.name() in vm.vmi.annotations,
-          lambda vm, p: f"annotated {declared.VMI_NO_EVICTION.name()}: nothing is to evict it", ("vmi",), own=True),
-    Check(Hold.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
+    Check(Alone.NO_EVICTION, lambda vm, p: NO_EVICTION.name() in vm.vmi.annotations,
+          lambda vm, p: f"annotated {NO_EVICTION.name()}: nothing is to evict it", ("vmi",), own=True),
+    Check(Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
           lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
-    Check(Hold.NOT_APART, lambda vm, p: vm.where.state is UNRESOLVED or (not _apart(vm) and not vm.stale),
+    Check(Alone.NOT_APART, lambda vm, p: vm.where.state is UNRESOLVED or (not _apart(vm) and not vm.stale),
           lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where", "stale"), own=True),
-    Check(Hold.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None and not vm.stale,
+    Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None and not vm.stale,
           lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit", "stale"), own=True),
-    Check(Hold.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
+    Check(Alone.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
           lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", ("vmi",), own=True),
-    Check(Hold.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
+    Check(Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
           ("migrating",), own=True),
     # A VM on a stale mount is stopped: it waits for none of the times below.
-    Check(Hold.DESCHEDULED, lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
+    Check(Alone.DESCHEDULED, lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
           _descheduled, ("descheduled", "stale")),
-    Check(Hold.APART_BRIEFLY, lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
+    Check(Alone.APART_BRIEFLY, lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
           lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s",
           ("apart_since", "stale")),
-    Check(Hold.MIGRATED_RECENTLY, lambda vm, p: not vm.stale and vm.last_end is not None
+    Check(Alone.MIGRATED_RECENTLY, lambda vm, p: not vm.stale and vm.last_end is not None
           and p.now - vm.last_end < p.limits.after,
           lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
                         f"(wait {whole_seconds(p.limits.after)}s)", ("last_end", "stale")),
-    Check(Hold.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
-    Check(Hold.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
+    Check(Alone.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
+    Check(Alone.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
           lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})", ("history",)),
-    Check(Hold.UNTARGETED, lambda vm, p: p.targeted is not True and not vm.stale, lambda vm, p: _untargeted(p),
+    Check(Alone.UNTARGETED, lambda vm, p: p.targeted is not True and not vm.stale, lambda vm, p: _untargeted(p),
           ("stale",)),
-    Check(Hold.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
+    Check(Alone.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
           lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
-    Check(Hold.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+    Check(Alone.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
           lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide (limit {p.limits.max_cluster_inflight})"),
-    Check(Hold.SOURCE_BUSY, lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
+    Check(Alone.SOURCE_BUSY, lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
                         f"{p.limits.max_outbound_per_node} per source node): its slots are left to them", ("where",)),
-    Check(Hold.SETTLING, lambda vm, p: bool(vm.settling),
+    Check(Alone.SETTLING, lambda vm, p: bool(vm.settling),
           lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}", ("settling",), own=True),
-    Check(Hold.REFUSED, lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
+    Check(Alone.REFUSED, lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
           lambda vm, p: _refused_words(vm.refused or (0, p.now)), ("refused",)),
-    Check(Hold.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
+    Check(Alone.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
           lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
-    Check(Hold.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
+    Check(Alone.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
           lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
-    Check(Hold.NO_LEASE, lambda vm, p: not p.lease,
+    Check(Alone.NO_LEASE, lambda vm, p: not p.lease,
           lambda vm, p: "not acting: the lease might run out before the migration is created"),
 )
+
+# The reasons the keeper holds a VM for, in the order it checks them.
+HOLDS: tuple[Alone, ...] = tuple(check.hold for check in CHECKS)
 
 # What a pass reads of a VM only when a check reached in the table's order needs it: how long it
 # has been apart (its stretch) and whether its storage node can take it are API reads and checks
@@ -310,7 +285,7 @@ def _anywhere(vm: VmFacts, p: PassFacts) -> bool:
     return bool(vm.stale) and not (_apart(vm) and vm.target_unfit is None and p.targeted is True)
 
 
-def _decision(vm: VmFacts, p: PassFacts, hold: Hold | None, reason: str = "") -> KeepDecision:
+def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
     where, anywhere = vm.where, _anywhere(vm, p)
     return KeepDecision(hold is None, reason, where.state, hold, where.node, None if anywhere else where.target,
                         where.why, _apart_for(vm, p.now) if where.state is APART else None, anywhere, vm.stale)
@@ -356,7 +331,7 @@ def decide_pass(vms: Sequence[VmFacts], p: PassFacts) -> list[KeepDecision]:
 
 OFF = "the keeper is off (--keep off)"
 # Holds that end by themselves (time passes), after which the keeper checks targeted migration.
-WAITS = (Hold.APART_BRIEFLY, Hold.MIGRATED_RECENTLY, Hold.BACKING_OFF, Hold.DAILY_LIMIT)
+WAITS = (Alone.APART_BRIEFLY, Alone.MIGRATED_RECENTLY, Alone.BACKING_OFF, Alone.DAILY_LIMIT)
 NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migration, when the cluster lacks it
 
 
@@ -367,7 +342,7 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     a cluster without it (`facts.targeted` False), "nothing: the keeper is off …" when it is
     (`off`)."""
     limits, now = facts.limits, facts.now
-    if decision.hold is Hold.NOT_APART and decision.state is CO_LOCATED:
+    if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"
     if off:
         return f"nothing: {OFF}"
@@ -376,13 +351,13 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
             return f"moves to {decision.target or 'a node KubeVirt picks'} at the keeper's next pass (stale mount)"
         return f"moves to {decision.target} at the keeper's next pass"
     if facts.targeted is False and decision.hold in WAITS:
-        return f"never: {Hold.UNTARGETED} ({NEEDS})"
-    if decision.hold is Hold.APART_BRIEFLY and since is not None:
+        return f"never: {Alone.UNTARGETED} ({NEEDS})"
+    if decision.hold is Alone.APART_BRIEFLY and since is not None:
         return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
                 f"--keep-after {ago(limits.after)})")
-    if decision.hold is Hold.BACKING_OFF:
+    if decision.hold is Alone.BACKING_OFF:
         return decision.reason
-    if decision.hold is Hold.REPORT_ONLY:
+    if decision.hold is Alone.REPORT_ONLY:
         return f"would migrate {decision.move} (the keeper only reports)"
     return f"held: {decision.reason}"
 

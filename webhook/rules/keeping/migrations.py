@@ -20,7 +20,7 @@ from typing import Any
 from ... import kinds
 from ...kinds import clip_reason
 from ..shared import declared
-from ..shared.reading import Malformed, Skipped, read_identity
+from ..shared.reading import Malformed, read_identity
 from .running import VmiView
 from ..shared.times import EPOCH
 
@@ -120,7 +120,7 @@ def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | 
     return max(any_at, default=created)
 
 
-def read_migration(obj: Any) -> Migration | Skipped:
+def read_migration(obj: Any) -> Migration | Malformed:
     """The keeper's view of a migration, or why it is skipped (an object of unexpected shape).
     Its fields are those `rules.shared.declared.VMIM` declares, which the caches keep."""
     what = "VMIM"
@@ -145,7 +145,7 @@ def read_migration(obj: Any) -> Migration | Skipped:
                          evacuated if isinstance(evacuated, str) else None,
                          declared.PRIORITY.text(spec))
     except Malformed as exc:
-        return Skipped(what, str(exc))
+        return exc.of(what)
 
 
 def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[int, int]:
@@ -284,8 +284,8 @@ def target_hostname(node: Any) -> str | None:
 
 
 def migration_manifest(vmi: VmiView, node: dict[str, Any] | None, reason: str = "",
-                       priority: str | None = None) -> dict[str, Any] | Skipped:
-    """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot; with
+                       priority: str | None = None) -> dict[str, Any] | str:
+    """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot (in words); with
     `node` None one that names no node (a stale mount's recovery: KubeVirt places it).
 
     addedNodeSelector is label-based: the node is selected by its own hostname label value;
@@ -302,7 +302,7 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any] | None, reason: str = 
         shown = name if isinstance(name, str) and name else "(unnamed)"
         hostname = target_hostname(node)
         if hostname is None:
-            return Skipped(f"node {shown}", f"node {shown} has no {kinds.HOSTNAME_LABEL} label: cannot target it")
+            return f"node {shown} has no {kinds.HOSTNAME_LABEL} label: cannot target it"
         annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY] = shown
         selector = {"addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}}
     if reason:

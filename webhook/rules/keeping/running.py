@@ -18,9 +18,10 @@ from ... import kinds
 from ...config import Settings
 from ...kinds import SPEC_MACHINE, STATUS_MACHINE
 from ..shared import declared
-from ..shared.classify import Skip, opted_in, running_exemption
+from ..shared.alone import Alone
+from ..shared.classify import opted_in, running_exemption
 from ..shared.facts import claims_of, hotplugged_claims
-from ..shared.reading import Malformed, Skipped, read_identity
+from ..shared.reading import Malformed, read_identity
 from ..shared.times import EPOCH, parse_time
 
 
@@ -32,7 +33,7 @@ class VmPods:
     """Launcher pods that say where their VMs run now (one per VMI), and why the others do not."""
 
     running: list[dict[str, Any]]
-    skipped: list[tuple[dict[str, Any], Skip]]
+    skipped: list[tuple[dict[str, Any], Alone]]
 
 
 def _newest_last(pod: dict[str, Any]) -> tuple[datetime, str]:
@@ -53,7 +54,7 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool 
     unless `any_vm`.
     """
     groups: dict[tuple[str, str] | int, list[dict[str, Any]]] = {}
-    skipped: list[tuple[dict[str, Any], Skip]] = []
+    skipped: list[tuple[dict[str, Any], Alone]] = []
     seen: set[tuple[str, str]] = set()
     for pod in pods:
         metadata = kinds.meta(pod)
@@ -73,7 +74,7 @@ def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool 
     for group in groups.values():
         group.sort(key=_newest_last)
         running.append(group[-1])
-        skipped += [(pod, Skip.SUPERSEDED) for pod in group[:-1]]
+        skipped += [(pod, Alone.SUPERSEDED) for pod in group[:-1]]
     return VmPods(running, skipped)
 
 
@@ -188,7 +189,7 @@ def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, 
     return "", ""
 
 
-def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
+def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
     """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape). Its
     fields are those `rules.shared.declared.VMI` declares, which the caches keep."""
     what = "VMI"
@@ -222,4 +223,4 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Skipped:
             hotplugged=tuple(hotplugged_claims(obj)),
         )
     except Malformed as exc:
-        return Skipped(what, str(exc))
+        return exc.of(what)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import kinds
-from ..shared.classify import Skip
+from ..shared.alone import Alone
 from .decide import PREFERRED, Decision, decide
 from ..shared.facts import Fact
 
@@ -38,18 +38,18 @@ def migration_of(pod: dict[str, Any]) -> tuple[str, str] | str:
     return name, uid
 
 
-def why_not_steered(migration: dict[str, Any] | None, name: str, uid: str) -> tuple[Skip, str] | None:
+def why_not_steered(migration: dict[str, Any] | None, name: str, uid: str) -> tuple[Alone, str] | None:
     """Why the target of migration `name` (uid `uid`, from the pod) is left untouched, or None
     when its migration names no node."""
     if migration is None:
-        return Skip.MIGRATION_UNKNOWN, f"migration {name} not found"
+        return Alone.MIGRATION_UNKNOWN, f"migration {name} not found"
     found = kinds.meta(migration).get("uid")
     if found != uid:
-        return Skip.MIGRATION_UNKNOWN, f"migration {name} is another one than the pod's (uid {found}, not {uid})"
+        return Alone.MIGRATION_UNKNOWN, f"migration {name} is another one than the pod's (uid {found}, not {uid})"
     added = kinds.spec(migration).get("addedNodeSelector")
     if added:
         shown = ", ".join(f"{k}={v}" for k, v in added.items()) if isinstance(added, dict) else str(added)
-        return Skip.MIGRATION_NAMES_NODE, f"migration {name} names its node (addedNodeSelector {shown})"
+        return Alone.MIGRATION_NAMES_NODE, f"migration {name} names its node (addedNodeSelector {shown})"
     return None
 
 

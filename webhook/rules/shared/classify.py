@@ -1,38 +1,12 @@
 """Which pods the rules act on, and why not: a fixed phrase for each pod left untouched."""
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
 from ...config import Settings
-
-
-class Skip(enum.StrEnum):
-    """Why a pod was left untouched: short fixed phrases (a metric label, a log field)."""
-
-    NOT_POD_CREATION = "not a pod creation"
-    NOT_A_POD = "object is not a Pod"
-    RULE_OFF = "share-manager rule is off"
-    NO_VOLUME_LABEL = "no volume label"
-    ALREADY_BOUND = "already bound to a node"
-    CONSUMERS_UNKNOWN = "consumers unknown"
-    NO_CONSUMER = "no running consumer"
-    INTERNAL_ERROR = "internal error"
-    NOT_LAUNCHER = "not a virt-launcher pod"
-    NOT_OPTED_IN = "not opted in"
-    MIGRATION_TARGET = "migration target"
-    MIGRATION_UNKNOWN = "migration unknown"  # --migration-targets prefer: the pod's migration could not be read
-    MIGRATION_NAMES_NODE = "migration names its node"
-    NO_STORAGE_NODE = "no storage node"
-    EPHEMERAL = "ephemeral provisioning pod"
-    TERMINATING = "terminating"
-    FINISHED = "finished"
-    NOT_SCHEDULED = "not scheduled yet"
-    SUPERSEDED = "an older pod of the same VMI"
-    TOO_LARGE = "larger than any VM's pod"
-    DEADLINE = "no decision before the deadline"
+from .alone import Alone
 
 
 def is_share_manager_pod(pod: dict[str, Any], namespace: str, settings: Settings) -> bool:
@@ -46,20 +20,20 @@ def opted_in(annotations: Mapping[str, Any], settings: Settings) -> bool:
     return annotations.get(settings.opt_in_annotation) == "true"
 
 
-def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Skip | None:
+def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
     return _not_opted_in(kinds.labels(pod), kinds.annotations(pod), settings)
 
 
-def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Skip | None:
+def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Alone | None:
     if labels.get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:  # kinds.is_launcher
-        return Skip.NOT_LAUNCHER
+        return Alone.NOT_LAUNCHER
     if not opted_in(annotations, settings):
-        return Skip.NOT_OPTED_IN
+        return Alone.NOT_OPTED_IN
     return None
 
 
-def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
+def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why this pod is left untouched by the VM rule at its creation, or None when we act on it.
 
     Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
@@ -69,21 +43,21 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Skip | None:
     if (why := _not_opted_in(labels, annotations, settings)) is not None:
         return why
     if kinds.MIGRATION_JOB_LABEL in labels:
-        return Skip.MIGRATION_TARGET
+        return Alone.MIGRATION_TARGET
     return target_exemption(pod)
 
 
-def target_exemption(pod: dict[str, Any]) -> Skip | None:
+def target_exemption(pod: dict[str, Any]) -> Alone | None:
     """Why an opted-in pod is left untouched whatever rule would place it: a VM pod, or under
     `--migration-targets prefer` a migration target before its migration is read; or None."""
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
-        return Skip.EPHEMERAL
+        return Alone.EPHEMERAL
     if kinds.spec(pod).get("nodeName"):
-        return Skip.ALREADY_BOUND
+        return Alone.ALREADY_BOUND
     return None
 
 
-def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Skip | None:
+def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Alone | None:
     """Why a launcher pod cannot be where its VM runs now, or None when it can.
 
     A pod created as a migration target counts: KubeVirt never removes
@@ -93,14 +67,14 @@ def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool =
     that are not opted in too (`explain` answers for any VM).
     """
     why = opted_in_launcher(pod, settings)
-    if why is Skip.NOT_LAUNCHER or (why is not None and not any_vm):
+    if why is Alone.NOT_LAUNCHER or (why is not None and not any_vm):
         return why
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
-        return Skip.EPHEMERAL
+        return Alone.EPHEMERAL
     if kinds.terminating(pod):
-        return Skip.TERMINATING
+        return Alone.TERMINATING
     if kinds.finished(pod):
-        return Skip.FINISHED
+        return Alone.FINISHED
     if not kinds.spec(pod).get("nodeName"):
-        return Skip.NOT_SCHEDULED
+        return Alone.NOT_SCHEDULED
     return None

@@ -29,9 +29,6 @@ VMI_NAMESPACE = VMI.field("metadata.namespace")
 VMI_UID = VMI.field("metadata.uid")
 VMI_OPT_IN = VMI.annotation(_opt_in)  # reached the VMI from the VM template
 VMI_KEEP = VMI.annotation(kinds.KEEP_ANNOTATION)
-# The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
-# template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
-VMI_NO_EVICTION = VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
 VMI_SPEC = VMI.field("spec")
 VMI_STATUS = VMI.field("status")
 VMI_PHASE = VMI.field("status.phase")

@@ -39,8 +39,9 @@ class Annotations(Mapping[str, str]):
 
     def _check(self, key: str) -> None:
         if not self._declared(key):
-            raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: add "
-                             f"`{self._kind}.annotation({key!r})` to {DECLARED_IN} (the caches keep only what is declared)")
+            raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: declare it with "
+                             f"`{self._kind}.annotation({key!r})`, beside the rule that reads it or in {DECLARED_IN} "
+                             "(the caches keep only what is declared)")
 
     def __getitem__(self, key: str) -> str:
         self._check(key)
@@ -115,30 +116,43 @@ class Keyed:
 
 
 class Fields:
-    """What the rules read of one kind (`name`: how messages name it, "VMI"), declared once."""
+    """What the rules read of one kind (`name`: how messages name it, "VMI"), each part declared once:
+    here in `declared`, or beside the rule that reads it (a hold's annotation in `rules.keeping.keep`),
+    in a module imported before any cache takes its shape (`cluster/shapes.py` imports the rules). A
+    declaration made after a shape was taken would be missing from it: it raises instead."""
 
     def __init__(self, name: str):
         self.name = name
+        self.shaped = False  # a cache's shape was taken (`keep`): later declarations would be missing from it
         self.paths: set[tuple[str, ...]] = set()  # every declared path and its parents (list items "key[]")
         self.keys: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
         self.prefixes: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
 
+    def _declaring(self, what: str) -> None:
+        if self.shaped:
+            raise RuntimeError(f"{self.name} {what} declared after the caches took their shape: declare it in a "
+                               "module imported before them (rules.shared.declared, or a rule cluster/shapes.py imports)")
+
     def field(self, path: str) -> Field:
+        self._declaring(f"field {path!r}")
         parts = tuple(path.split("."))
         self.paths.update(parts[:depth] for depth in range(1, len(parts) + 1))
         where = ".".join(parts[:-1]) if len(parts) > 1 else self.name
         return Field(parts[-1].removesuffix("[]"), where)
 
     def annotation(self, key: KeySource) -> Keyed:
+        self._declaring(f"annotation {key!r}")
         self.keys["annotations"].append(key)
         return Keyed("annotations", key)
 
     def label(self, key: KeySource) -> Keyed:
+        self._declaring(f"label {key!r}")
         self.keys["labels"].append(key)
         return Keyed("labels", key)
 
     def annotation_prefix(self, prefix: KeySource) -> None:
         """Every annotation whose key starts with `prefix` is read (ours: the decision's)."""
+        self._declaring(f"annotation prefix {prefix!r}")
         self.prefixes["annotations"].append(prefix)
 
     def named(self, where: str, settings: Settings) -> Callable[[str], bool]:
@@ -160,6 +174,7 @@ class Fields:
 
     def keep(self, settings: Settings) -> Any:
         """The caches' spec (`cluster.shapes.trim`) of what is declared: every field, annotation and label."""
+        self.shaped = True
         tree: dict[str, Any] = {}
         for path in sorted(self.paths):
             below = tree

@@ -1,7 +1,7 @@
-"""Reading KubeVirt objects for the keeper: typed fields, or why an object is of unexpected shape."""
+"""Reading KubeVirt objects for the keeper: typed fields, or why an object is of unexpected shape
+(`Malformed`: raised while reading, returned by the reader, said and left out)."""
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -9,20 +9,25 @@ from ... import kinds
 from .times import parse_time
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Skipped:
-    """An object of unexpected shape, left alone: which one, and why."""
+class Malformed(ValueError):
+    """An object of unexpected shape: raised while reading it (`reason`), returned by its reader
+    with which object it is (`of(what)`), for the caller to say and leave out."""
 
-    what: str
-    reason: str
+    def __init__(self, reason: str, what: str = ""):
+        super().__init__(reason)
+        self.reason, self.what = reason, what
+
+    def of(self, what: str) -> Malformed:
+        return Malformed(self.reason, what)
 
     def __str__(self) -> str:
-        return f"{self.what}: {self.reason}"
+        return f"{self.what}: {self.reason}" if self.what else self.reason
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Malformed) and (self.what, self.reason) == (other.what, other.reason)
 
-class Malformed(ValueError):
-    """Raised while reading an object; becomes a Skipped."""
-
+    def __hash__(self) -> int:
+        return hash((self.what, self.reason))
 
 
 def read_time(container: dict[str, Any], key: str, where: str) -> datetime | None:

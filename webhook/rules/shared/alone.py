@@ -1,0 +1,62 @@
+"""Why something is left alone, in one type: a pod admission leaves untouched (`Alone.NO_CONSUMER`), a
+VM the keeper holds where it is (`Alone.APART_BRIEFLY`). Each is a short fixed phrase: a metric
+label (`colocate_admissions_total{skipped}`, `colocate_vms_held{hold}`), a log field, the words
+`status` and `explain` show. An object of unexpected shape is not a reason but an error its reader
+returns (`rules.shared.reading.Malformed`)."""
+from __future__ import annotations
+
+import enum
+
+
+class Alone(enum.StrEnum):
+    """Why a pod or a VM is left alone."""
+
+    # A pod admission leaves untouched (`rules.shared.classify`, `admission.admit`).
+    NOT_POD_CREATION = "not a pod creation"
+    NOT_A_POD = "object is not a Pod"
+    RULE_OFF = "share-manager rule is off"
+    NO_VOLUME_LABEL = "no volume label"
+    ALREADY_BOUND = "already bound to a node"
+    CONSUMERS_UNKNOWN = "consumers unknown"
+    NO_CONSUMER = "no running consumer"
+    INTERNAL_ERROR = "internal error"
+    NOT_LAUNCHER = "not a virt-launcher pod"
+    NOT_OPTED_IN = "not opted in"
+    MIGRATION_TARGET = "migration target"
+    MIGRATION_UNKNOWN = "migration unknown"  # --migration-targets prefer: the pod's migration could not be read
+    MIGRATION_NAMES_NODE = "migration names its node"
+    NO_STORAGE_NODE = "no storage node"
+    EPHEMERAL = "ephemeral provisioning pod"
+    TERMINATING = "terminating"
+    FINISHED = "finished"
+    NOT_SCHEDULED = "not scheduled yet"
+    SUPERSEDED = "an older pod of the same VMI"
+    TOO_LARGE = "larger than any VM's pod"
+    DEADLINE = "no decision before the deadline"
+
+    # A VM the keeper holds where it is (`rules.keeping.keep.CHECKS`, in the order it checks them;
+    # "not opted in" above is the first).
+    OPTED_OUT = "keep disabled"
+    NO_EVICTION = "prefer no eviction"
+    NOT_RUNNING = "not running"
+    NOT_APART = "not apart"
+    TARGET_UNFIT = "target unfit"
+    NOT_MIGRATABLE = "not live-migratable"
+    MIGRATING = "migration in flight"
+    # The descheduler moved it off a loaded node on purpose: not taken back for --keep-after-descheduled.
+    DESCHEDULED = "moved by the descheduler"
+    APART_BRIEFLY = "apart too briefly"
+    MIGRATED_RECENTLY = "migrated recently"
+    BACKING_OFF = "backing off"
+    DAILY_LIMIT = "daily limit"
+    UNTARGETED = "targeted migration unavailable"
+    OUR_LIMIT = "our migrations in flight"
+    CLUSTER_LIMIT = "migrations in flight cluster-wide"
+    SOURCE_BUSY = "migrations in flight from its node"
+    # A Longhorn disk of the VM whose share-manager is not running (starting, stopped): where it
+    # comes back may change the answer, and "apart since" would not know when it began.
+    SETTLING = "storage settling"
+    REFUSED = "migration refused"  # the API refused this VM's last migration: it waits its backoff
+    VIEW_INCOMPLETE = "view incomplete"  # a cache failing or not synced: nothing is acted on
+    REPORT_ONLY = "report only"
+    NO_LEASE = "lease not surely held"  # the lease might run out before the migration is created
