@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from .. import kinds, metrics
+from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
 from ..cluster.kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
@@ -37,10 +37,9 @@ from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, decide_keep, PassFacts, pass_order
-from ..rules.keeping.migrations import Migration, read_migration, UNPLACEABLE_SECONDS
-from ..rules.shared.classify import opted_in
-from ..rules.shared.reading import Malformed
-from ..rules.keeping.running import read_vmi, VmiView
+from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
+from ..rules.keeping.running import VmiView
+from ..rules.keeping.seen import read_kubevirt
 from .act import Actor, ActionResult
 from .follow import Follower
 from .memory import Memory, VmRecord
@@ -235,8 +234,10 @@ class Keeper:
         """Read the VMIs and migrations, follow ours (cancelling those that cannot be placed,
         on a complete view), observe each running opted-in VM, and the pass-wide facts; the
         targeted migration's dry run when due. API failures go to `errors`."""
-        watched = self._migrations(watch.all_migrations())
-        vmis = self._vmis(watch.all_vmis())
+        seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
+        for malformed in seen.malformed:
+            self.memory.skip(malformed)
+        watched, vmis = seen.migrations, seen.views
         uids = {(v.namespace, v.name): v.uid for v in vmis}
         self.follower.observe(watched, now, uids)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
@@ -249,7 +250,7 @@ class Keeper:
                 errors += [result.error] if result.error else []
             if any(result.action for result in results):  # a cancellation changes the history
                 history = self.follower.history(watched)
-        running = [vmi for vmi in vmis if vmi.opted_in and vmi.running]  # the others never touched, not counted
+        running = seen.running  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
         observed = await self._observe_vms(running, history, now)
         order = pass_order(observed, lambda vm: vm.facts, lambda facts: self.memory.since(facts, now))
@@ -279,24 +280,3 @@ class Keeper:
             self.memory.refusal(result.key, now)
         elif result.created is not None:
             self.memory.created(result.key)
-
-    def _migrations(self, objects: Iterable[dict[str, Any]]) -> list[Migration]:
-        found = []
-        for obj in objects:
-            migration = read_migration(obj)
-            if isinstance(migration, Malformed):
-                self.memory.skip(migration)
-            else:
-                found.append(migration)
-        return found
-
-    def _vmis(self, objects: Iterable[dict[str, Any]]) -> list[VmiView]:
-        found = []
-        for obj in objects:
-            vmi = read_vmi(obj, self.settings)
-            if isinstance(vmi, Malformed):
-                if opted_in(kinds.annotations(obj), self.settings):
-                    self.memory.skip(vmi)
-            else:
-                found.append(vmi)
-        return found

@@ -40,6 +40,7 @@ from ..background import Background
 from ..cluster import client
 from ..config import Settings
 from ..kinds import LEASE
+from ..rules.keeping.seen import read_lease
 
 log = logging.getLogger("webhook.keeper")
 
@@ -168,9 +169,9 @@ class Elector:
             async with asyncio.timeout(timeout):
                 status, body = await client.request(self.api, "GET", path, timeout=timeout)
                 lease = orjson.loads(body) if status == 200 else {}
-                spec = lease.get("spec") if isinstance(lease, dict) else None
-                if not isinstance(spec, dict) or spec.get("holderIdentity") != self.identity:
+                if not isinstance(lease, dict) or read_lease(lease).holder != self.identity:
                     return
+                spec = lease["spec"]  # it names us: an object
                 now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
                 spec.update(holderIdentity="", leaseDurationSeconds=1, acquireTime=now, renewTime=now)
                 status, _ = await client.request(self.api, "PUT", path, body=lease, timeout=timeout)

@@ -22,7 +22,7 @@ import collections
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from .. import kinds
@@ -38,13 +38,12 @@ from ..cluster.replicas import read_longhorn, read_settings
 from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
-from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi,
-                                read_migration)
+from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview
 from ..rules.keeping.iopath import DiskPath, path_note
-from ..rules.shared.reading import Malformed
-from ..rules.keeping.running import read_vmi, VmiView
-from ..rules.shared.times import ago, parse_time, rfc3339
+from ..rules.keeping.running import VmiView
+from ..rules.keeping.seen import read_kubevirt, read_lease
+from ..rules.shared.times import ago, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
@@ -254,27 +253,13 @@ class LauncherPods:
         return self._pods.get((namespace, vmi_uid), [])
 
 
-@dataclasses.dataclass(frozen=True)
-class Listed:
-    """The VMIs and migrations as listed, the running opted-in VMs among them, and the objects
-    of unexpected shape left out."""
-
-    views: list[VmiView]
-    migrations: list[Migration]
-    skipped: list[str]
-
-    @property
-    def running(self) -> list[VmiView]:
-        return [view for view in self.views if view.running and view.opted_in]
-
-
 async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any,
                  settings_from: str = "") -> Report:
     """Every running opted-in VM with its state and the keeper's decision. Raises StoreError when
     the VMIs or the migrations cannot be listed; a disk that cannot be read leaves its VM
     unresolved, saying why. `api` (the client) makes the dry run that tells whether targeted
     migration works, as the keeper's does."""
-    listed = await _listed(store, settings, timeout)
+    listed = read_kubevirt(await store.list(VMI, timeout=timeout), await store.list(VMIM, timeout=timeout), settings)
     running = listed.running
     targeted = _CheckedOnce(api, timeout=timeout)
     off = settings.keep is KeepMode.OFF
@@ -308,25 +293,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,
                      facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets,
                      restarts)
-    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), listed.skipped, header)
-
-
-async def _listed(store: ClusterStore, settings: Settings, timeout: float) -> Listed:
-    vmis = await store.list(VMI, timeout=timeout)
-    listed = Listed([], [], [])
-    for obj in await store.list(VMIM, timeout=timeout):
-        migration = read_migration(obj)
-        if isinstance(migration, Malformed):
-            listed.skipped.append(str(migration))
-        else:
-            listed.migrations.append(migration)
-    for obj in vmis:
-        view = read_vmi(obj, settings)
-        if isinstance(view, Malformed):
-            listed.skipped.append(str(view))
-        else:
-            listed.views.append(view)
-    return listed
+    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), [str(m) for m in listed.malformed], header)
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView], timeout: float) -> Observer:
@@ -379,15 +346,7 @@ async def leader(store: Store, settings: Settings, now: datetime, timeout: float
         return f"unknown ({exc})"
     if lease is None:
         return f"none (no Lease {namespace}/{settings.lease_name})"
-    spec = kinds.spec(lease)
-    holder = spec.get("holderIdentity")
-    if not isinstance(holder, str) or not holder:
-        return "none (the Lease is released)"
-    renewed = parse_time(spec.get("renewTime"))
-    duration = spec.get("leaseDurationSeconds")
-    if renewed is not None and isinstance(duration, int) and now - renewed > timedelta(seconds=duration):
-        return f"none ({holder}'s Lease ran out {ago(now - renewed - timedelta(seconds=duration))} ago)"
-    return holder + (f" (renewed {ago(now - renewed)} ago)" if renewed is not None else "")
+    return read_lease(lease).words(now)
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
