@@ -147,7 +147,7 @@ def _place(spec: dict[str, Any], required: tuple[str, ...], wanted: list[dict[st
         return
     affinity = _member(spec, "affinity")
     node_affinity = affinity.get("nodeAffinity")
-    node_affinity = affinity["nodeAffinity"] = copy.deepcopy(node_affinity) if isinstance(node_affinity, dict) else {}
+    node_affinity = affinity["nodeAffinity"] = _editable(node_affinity) if isinstance(node_affinity, dict) else {}
     if required:
         _require(node_affinity, required)
     if wanted:
@@ -156,7 +156,21 @@ def _place(spec: dict[str, Any], required: tuple[str, ...], wanted: list[dict[st
             node_affinity[PREFERRED_TERMS] = wanted
         else:
             have = [t.get("preference") for t in existing if isinstance(t, dict)]
-            existing.extend(term for term in wanted if term["preference"] not in have)
+            node_affinity[PREFERRED_TERMS] = existing + [term for term in wanted if term["preference"] not in have]
+
+
+def _editable(node_affinity: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the pod's node affinity that `_require` may edit: new objects down to each
+    required term (it sets a term's `matchFields` and appends terms), the pod's own values below
+    them shared, never changed. (A deep copy of it all was a tenth of an admission.)"""
+    node_affinity = dict(node_affinity)
+    selector = node_affinity.get(REQUIRED)
+    if isinstance(selector, dict):
+        selector = node_affinity[REQUIRED] = dict(selector)
+        terms = selector.get("nodeSelectorTerms")
+        if isinstance(terms, list):
+            selector["nodeSelectorTerms"] = [dict(term) if isinstance(term, dict) else term for term in terms]
+    return node_affinity
 
 
 def _new_terms(nodes: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -192,7 +206,8 @@ def _require(node_affinity: dict[str, Any], nodes: tuple[str, ...]) -> None:
               for node in others for term, fields in zip(live, own)]
     for term, fields in zip(live, own):
         term["matchFields"] = [*fields, node_requirement(first)]
-    terms.extend(copy.deepcopy(copies))  # each term an object of its own, as in the pod
+    if copies:
+        terms.extend(copy.deepcopy(copies))  # each term an object of its own, as in the pod
 
 
 def _record(view: dict[str, Any], annotations: dict[str, str]) -> None:
