@@ -40,7 +40,7 @@ import aiohttp
 from kubefake import objects
 from webhook.tools import certs
 
-from .__main__ import cores, https, process, wait_for, webhook_server
+from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from .rounds import WANTED, batches, round_figures, unused
 
 DRAINED = "node-000"
@@ -156,16 +156,53 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     server_cpu, other_cpu = cores()
     with emulator(objects_file, other_cpu) as api, \
             webhook_server(api, work, server_cpu, "storm",
-                           ("--keep", "off", "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, _log):
+                           ("--keep", "off", "--share-manager-rule", args.share_manager_rule)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
         if args.share_manager_rule == "on":
             judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])
         asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"][:2]))  # warm up
-        rounds = []
+        rounds, served = [], []
         for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
-            rounds.append(round_figures(*(asyncio.run(send_all(url, work, sent)) for sent in batches(batch))))
+            answered = []
+            for sent in batches(batch):
+                start = log.stat().st_size
+                answered.append(asyncio.run(send_all(url, work, sent)))
+                served.append(admissions_logged(log, start))
+            rounds.append(round_figures(*answered))
+        memory = {"rss_mib": process_kib(serve.pid, "VmRSS") / 1024, "peak_mib": process_kib(serve.pid, "VmHWM") / 1024}
+    storm_lines = [line for i, lines in enumerate(served) if i % 3 == 2 for line in lines]
     return {"apiserver": "emulator", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
-            "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS}}
+            "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS},
+            "server": server_figures(storm_lines), "memory": memory}
+
+
+def admissions_logged(log: Path, start: int) -> list[dict[str, Any]]:
+    """serve's admission lines written since byte `start` of its log (once every answer is in,
+    its line is written: the line goes before the answer)."""
+    with log.open("rb") as stream:
+        stream.seek(start)
+        found = []
+        for line in stream:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("msg") == "admission":
+                    found.append(entry)
+        return found
+
+
+def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
+    """From serve's own log lines of the storms: each VM review's time in serve from its handler's
+    start to its answer (`duration_ms`: waiting for room to read it, reading it, deciding), and
+    the longest the event loop kept a request waiting before its handler (`loop_lag_ms`)."""
+    vm = sorted(float(line["duration_ms"]) for line in lines if str(line.get("uid", "")).startswith("vm-"))
+    share_managers = sorted(float(line["duration_ms"]) for line in lines if str(line.get("uid", "")).startswith("sm-"))
+    lag = [float(line["loop_lag_ms"]) for line in lines if line.get("loop_lag_ms") is not None]
+
+    def p99(values: list[float]) -> float:
+        return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))] if values else float("nan")
+
+    return {"vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"),
+            "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan"))}
 
 
 KINDS = ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager")
@@ -224,6 +261,12 @@ def main() -> None:
     quiet, storm = result["quiet_vm"]["p99_ms"], result["storm_vm"]["p99_ms"]
     print(f"  VM starts' p99, the storm less a quiet cluster: {storm - quiet:+.1f} ms "
           f"(the control less a quiet cluster: {result['control_vm']['p99_ms'] - quiet:+.1f} ms)")
+    if "server" in result:
+        server, memory = result["server"], result["memory"]
+        print(f"  in serve, the storms (its log): VM reviews p99 {server['vm_p99_ms']:.1f} ms, max "
+              f"{server['vm_max_ms']:.1f} ms (handler to answer); share-managers p99 {server['share_manager_p99_ms']:.1f} ms; "
+              f"event loop lag before a handler, max {server['loop_lag_max_ms']:.1f} ms")
+        print(f"  serve's memory at the end: RSS {memory['rss_mib']:.1f} MiB (peak {memory['peak_mib']:.1f} MiB)")
     if "refused" in result:
         print(f"  creates the apiserver refused: {result['refused']}")
 

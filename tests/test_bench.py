@@ -214,3 +214,7 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
         figures = result[name]
         assert figures["undecided"] == 0, (name, figures)
         assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"], (name, figures)
+    server = result["server"]  # serve's own figures, from its log: every storm's VM review is in it
+    assert 0 < server["vm_p99_ms"] <= server["vm_max_ms"] < 5000, server  # within the reviews' 5 s timeout
+    assert server["share_manager_p99_ms"] > 0 and server["loop_lag_max_ms"] >= 0, server
+    assert 20 < result["memory"]["rss_mib"] <= result["memory"]["peak_mib"], result["memory"]
