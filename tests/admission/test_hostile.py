@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from typing import Any
@@ -115,3 +116,45 @@ async def test_a_body_over_the_limit_is_refused_whole(https):
     assert len(body) > server.MAX_BODY
     async with session.post(f"{base}/mutate", data=body, headers={"Content-Type": "application/json"}) as r:
         assert r.status == 413
+
+
+async def test_a_client_that_goes_on_sending_a_refused_body_is_cut_off(tls_files):
+    """A body announced larger than any review is answered 413 unread; a client that keeps sending
+    it anyway has its bytes dropped for `LINGER` seconds, then its connection is closed (not the
+    10 s aiohttp would give it)."""
+    import ssl
+
+    from webhook.admission import tls
+    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.config import Settings
+
+    runner = await server.start(server.make_app(SnapshotStore([]), Settings()), "127.0.0.1", 0,
+                                tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    try:
+        context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_port(runner), ssl=context,
+                                                       server_hostname="localhost")
+        size = server.MAX_BODY + 1
+        writer.write(f"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {size}\r\n\r\n".encode())
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 413")
+        answered = time.monotonic()
+
+        async def trickle():  # a few bytes every 100 ms, never the whole body
+            with contextlib.suppress(ConnectionError):
+                while True:
+                    writer.write(b" " * 64)
+                    await writer.drain()
+                    await asyncio.sleep(0.1)
+
+        sending = asyncio.create_task(trickle())
+        try:
+            while await asyncio.wait_for(reader.read(65536), server.LINGER + 3):
+                pass  # the rest of the answer, then the end of the connection
+        finally:
+            sending.cancel()
+            writer.close()
+        assert time.monotonic() - answered < server.LINGER + 1.5
+    finally:
+        await runner.cleanup()

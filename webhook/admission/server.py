@@ -28,6 +28,9 @@ log = logging.getLogger("webhook.server")
 # about 3 MiB at worst. aiohttp's 1 MiB default is too small for large pods; a larger body is no review
 # of the apiserver's, and answered 413 before it is held in memory.
 MAX_BODY = 3 * 1024 * 1024
+# How long a connection whose body was answered unread (413, 503) may go on sending it, read and
+# dropped, before it is closed: aiohttp's 10 s would hold the connection for a client that never stops.
+LINGER = 2.0
 ADMISSIONS_KEY = web.AppKey("admissions", object)
 NOTHING_DECIDED = Outcome(Rule.NONE)  # the answer of an endpoint that does not decide: allowed, no patch
 STATE_KEY = web.AppKey("state", object)
@@ -211,7 +214,7 @@ async def start(
     app: web.Application, host: str, port: int, context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0
 ) -> web.AppRunner:
     """Start listening; returns the runner (cleanup() stops it). Port 0 picks a free port."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout, lingering_time=LINGER)
     await runner.setup()
     site = GuardedSite(runner, host, port, ssl_context=context)  # bounded connections (guard.py)
     await site.start()
