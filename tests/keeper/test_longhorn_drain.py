@@ -16,6 +16,7 @@ from tests.support.kubevirt_api import VMIS, ago, eventually
 from kubefake import longhorn
 from webhook import kinds
 from webhook.config import Settings
+from webhook.rules.keeping.keep import STALE_BESIDE
 
 VMS = ("vm1", "vm2", "vm3")
 
@@ -139,18 +140,25 @@ async def pause_on_io_error(kmock, cluster, name):
     await cluster.patch(f"{VMIS}/{name}", {"status": {"conditions": [*conditions, PAUSED_IO]}})
 
 
+async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after):
+    """The drained-node cluster with VMs spared, each VM's NFS server restarted on `storage` and
+    vm1 paused on its stale mount; a keeper of `--keep-after keep_after`."""
+    cluster.seed(drained_node_cluster(spared=True))
+    volumes(kmock)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=keep_after))
+    for name in VMS:
+        await restart_storage(kmock, cluster, name, storage)
+    await pause_on_io_error(kmock, cluster, "vm1")
+    return keeper
+
+
 async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_once_at_once(tmp_path, kmock, cluster,
                                                                                               make_keeper):
     """The NFS servers of a drained node restart on node-b before the VMs leave: vm1's pod, older than the
     remount request, keeps its stale mount and QEMU stops it. The keeper's move to its storage mounts it
     afresh, without --keep-after's wait (vm2 and vm3, apart as long, wait); once its new pod started after
     the request, no second migration, even while it still shows paused."""
-    cluster.seed(drained_node_cluster(spared=True))
-    volumes(kmock)
-    keeper = await make_keeper(Settings(keep="migrate", keep_after=3600))
-    for name in VMS:
-        await restart_storage(kmock, cluster, name, "node-b")
-    await pause_on_io_error(kmock, cluster, "vm1")
+    keeper = await stale_vm1(kmock, cluster, make_keeper, "node-b", keep_after=3600)
     code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
                                     "--keep", "migrate", "--keep-after", "3600")
     assert code == 0, err
@@ -172,20 +180,19 @@ async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_o
     assert {r.name: (r.state.value, r.hold) for r in report.vms}["vm1"] == ("co-located", "not apart")
 
 
-async def test_a_spared_vm_on_a_stale_mount_beside_its_storage_goes_where_kubevirt_places_it(kmock, cluster,
-                                                                                              make_keeper):
+async def test_a_spared_vm_on_a_stale_mount_beside_its_storage_is_left_to_the_admin_and_said(tmp_path, kmock, cluster,
+                                                                                             make_keeper):
     """vm1's NFS server restarted on its own node (a crash): a target pod cannot share the VM's node
-    (KubeVirt's anti-affinity), so the recovery names no node; the VMs not paused are left alone."""
-    cluster.seed(drained_node_cluster(spared=True))
-    volumes(kmock)
-    keeper = await make_keeper(Settings(keep="migrate", keep_after=0))
-    for name in VMS:
-        await restart_storage(kmock, cluster, name, "node-a")
-    await pause_on_io_error(kmock, cluster, "vm1")
-    await keeper.run_pass()
-    made = cluster.migrations()
-    assert [(m["spec"]["vmiName"], m["spec"].get("addedNodeSelector")) for m in made] == [("vm1", None)]
-    assert "kubevirt-scheduler/node" not in made[0]["metadata"]["annotations"]
+    (KubeVirt's anti-affinity), and the keeper's migrations each name the storage node (the install's
+    policy holds it to one node): nothing is created, and `status` says what recovers it."""
+    keeper = await stale_vm1(kmock, cluster, make_keeper, "node-a", keep_after=0)
+    report = await keeper.run_pass()
+    assert cluster.migrations(ours=False) == []
+    assert {r.name: r.hold for r in report.vms}["vm1"] == "not apart"
+    code, text, err = await run_verb(tmp_path, kmock, "status", "--lease-namespace", "default", "--keep", "migrate")
+    assert code == 0, err
+    [note] = [line for line in text.splitlines() if line.startswith("note default/vm1: ")]
+    assert "its NFS mount is stale" in note and note.endswith(STALE_BESIDE), note
 
 
 async def test_a_vm_paused_on_an_io_error_with_no_remount_after_its_pod_started_is_left_alone(kmock, cluster,

@@ -77,7 +77,7 @@ class Actor:
         self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid),
                                "RecoveringStaleMount" if decision.stale else "MigratingToStorage",
                                f"{decision.reason} (migration {migration.name})")
-        return ActionResult(key, f"created migration {migration.name} to {decision.target or 'a node KubeVirt picks'}",
+        return ActionResult(key, f"created migration {migration.name} to {decision.target}",
                             created=f"{migration.namespace}/{migration.name}")
 
     async def cancel_unplaceable(self, history: Sequence[Migration], uids: dict[VmKey, str], now: datetime,

@@ -186,10 +186,7 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
 
 
 def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | str:
-    """The migration that moves the VM to its storage node (a stale mount's recovery that cannot
-    go there: to none named), with spec.priority when `priority`."""
-    if decision.anywhere:
-        return migration_manifest(vm.vmi, None, decision.reason, MIGRATION_PRIORITY if priority else None)
+    """The migration that moves the VM to its storage node, with spec.priority when `priority`."""
     if vm.target_node is None:
         return f"node {decision.target} not found"
     return migration_manifest(vm.vmi, vm.target_node, decision.reason, MIGRATION_PRIORITY if priority else None)
@@ -207,8 +204,8 @@ async def ask_targeted(targeted: TargetedMigration, order: Sequence[Observed], f
     tried = 0
     for vm in order:
         decision = decide_keep(vm.facts, assumed)
-        if not (decision.act or decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE)) or decision.anywhere:
-            continue  # (a migration that names no node says nothing of targeted migration)
+        if not (decision.act or decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE)):
+            continue
         made = manifest(vm, decision, priority=True)
         if isinstance(made, str):
             continue

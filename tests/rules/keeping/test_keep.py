@@ -9,7 +9,8 @@ from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
-from webhook.rules.keeping.keep import CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep, next_read
+from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, STALE_BESIDE, Limits, PassFacts, VmFacts, decide_keep,
+                                        next_read, next_step)
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.shared import declared
 from webhook.rules.shared.declaring import Undeclared
@@ -232,7 +233,7 @@ def test_the_hold_table_says_what_the_observer_reads_next():
     assert first(vmi_with(may_move=False)) is None  # opted out
     assert first(where=locality("node-a", [fact("d", "node-a")])) == "stale"  # is its mount stale?
     assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}) is None  # co-located
-    assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}, stale=STALE) == "target_unfit"
+    assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}, stale=STALE) is None
     assert first() == "stale"
     assert first(read={"stale"}) == "target_unfit"
     assert first(read={"stale", "target_unfit"}, target_unfit="node node-b is cordoned") is None
@@ -254,33 +255,36 @@ CO_LOCATED_WHERE = locality("node-a", [fact("d", "node-a")])
 def test_a_vm_on_a_stale_mount_apart_from_its_storage_goes_there_at_once():
     """Its recovery is the keeper's usual move, without the waits: it is stopped until it moves."""
     decision = keep(stale=STALE, apart_since=NOW, last_end=ago(seconds=5), descheduled=DESCHEDULED)
-    assert decision.act and not decision.anywhere and decision.target == "node-b"
+    assert decision.act and decision.target == "node-b"
     assert decision.reason.startswith("recovering a stale mount: migrating from node-a to node-b: paused on a disk I/O")
 
 
-@pytest.mark.parametrize("where, changes", [
-    (CO_LOCATED_WHERE, {}),
-    (APART_WHERE, {"target_unfit": "node node-b is cordoned"}),
-    (APART_WHERE, {"targeted": False}),
+@pytest.mark.parametrize("where, changes, hold", [
+    (CO_LOCATED_WHERE, {}, Alone.NOT_APART),
+    (APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Alone.TARGET_UNFIT),
+    (APART_WHERE, {"targeted": False}, Alone.UNTARGETED),
 ], ids=["co-located", "storage-node-unfit", "untargeted"])
-def test_a_vm_on_a_stale_mount_that_cannot_go_to_its_storage_goes_where_kubevirt_places_it(where, changes):
+def test_a_vm_on_a_stale_mount_that_cannot_go_to_its_storage_is_left_to_the_admin(where, changes, hold):
+    """The keeper's migrations each name the storage node (the install's policy holds it to one node):
+    beside it, no migration of the VM can land there; `status` says what recovers it."""
     decision = keep(where=where, stale=STALE, **changes)
-    assert decision.act and decision.anywhere and decision.target is None
-    assert decision.reason == f"recovering a stale mount: migrating from node-a to a node KubeVirt picks: {STALE}"
+    assert not decision.act and decision.hold is hold and decision.stale == STALE
+    said = next_step(decision, None, facts(where=where, stale=STALE, **changes)[1])
+    assert said == STALE_BESIDE if hold is Alone.NOT_APART else said.startswith("held: ")
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [
-    (vmi_with(live_migratable=False), CO_LOCATED_WHERE, {}, Alone.NOT_MIGRATABLE),
-    (APART_VMI, CO_LOCATED_WHERE, {"vmi_migrating": True}, Alone.MIGRATING),
+    (vmi_with(live_migratable=False), APART_WHERE, {}, Alone.NOT_MIGRATABLE),
+    (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING),
     (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART),
-    (APART_VMI, CO_LOCATED_WHERE, {"history": [failed(ago(minutes=10))]}, Alone.BACKING_OFF),
-    (APART_VMI, CO_LOCATED_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Alone.DAILY_LIMIT),
-    (APART_VMI, CO_LOCATED_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT),
-    (APART_VMI, CO_LOCATED_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY),
-    (APART_VMI, CO_LOCATED_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE),
-    (APART_VMI, CO_LOCATED_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY),
-    (APART_VMI, CO_LOCATED_WHERE, {"lease": False}, Alone.NO_LEASE),
-    (vmi_with(may_move=False), CO_LOCATED_WHERE, {}, Alone.OPTED_OUT),
+    (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=10))]}, Alone.BACKING_OFF),
+    (APART_VMI, APART_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Alone.DAILY_LIMIT),
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT),
+    (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY),
+    (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE),
+    (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY),
+    (APART_VMI, APART_WHERE, {"lease": False}, Alone.NO_LEASE),
+    (vmi_with(may_move=False), APART_WHERE, {}, Alone.OPTED_OUT),
 ], ids=["not-migratable", "migrating", "unresolved", "backing-off", "daily-limit", "our-limit", "source-busy",
         "view-incomplete", "report", "no-lease", "opted-out"])
 def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, hold):

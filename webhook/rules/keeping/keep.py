@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from ... import kinds
 from ...config import KeepMode, Settings
-from .apart import APART, CO_LOCATED, UNRESOLVED, Locality, VmState
+from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .running import VmiView
 from ..shared import declared
@@ -117,17 +117,11 @@ class KeepDecision:
     target: str | None = None  # where its disks are served, when apart
     why: str = ""  # where it runs and where its disks are served, in words
     apart_for: timedelta | None = None  # how long it has been apart, once that counts
-    # A recovery of a stale mount (`VmFacts.stale`) that cannot go to the storage node: a migration
-    # that names no node, to wherever KubeVirt places it (never its own node: its target pod's
-    # anti-affinity). The keeper brings it back to its storage later, as any VM apart.
-    anywhere: bool = False
-    stale: str | None = None  # the stale mount it recovers
+    stale: str | None = None  # why its NFS mount is stale (`VmFacts.stale`): the migration recovers it
 
     @property
     def move(self) -> str:
         """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
-        if self.anywhere:
-            return f"from {self.source} to a node KubeVirt picks: {self.stale}"
         if self.stale:
             return f"from {self.source} to {self.target}: {self.stale}; {self.why}"
         apart = whole_seconds(self.apart_for or timedelta(0))
@@ -205,10 +199,11 @@ CHECKS: tuple[Check, ...] = (
           lambda vm, p: f"annotated {NO_EVICTION.name()}: nothing is to evict it", ("vmi",), own=True),
     Check(Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
           lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
-    Check(Alone.NOT_APART, lambda vm, p: vm.where.state is UNRESOLVED or (not _apart(vm) and not vm.stale),
+    # (Whether its mount is stale is read here, of every VM, for `status` to say it of one that stays.)
+    Check(Alone.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
           lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where", "stale"), own=True),
-    Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None and not vm.stale,
-          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit", "stale"), own=True),
+    Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
+          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit",), own=True),
     Check(Alone.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
           lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", ("vmi",), own=True),
     Check(Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
@@ -226,8 +221,7 @@ CHECKS: tuple[Check, ...] = (
     Check(Alone.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
     Check(Alone.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
           lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})", ("history",)),
-    Check(Alone.UNTARGETED, lambda vm, p: p.targeted is not True and not vm.stale, lambda vm, p: _untargeted(p),
-          ("stale",)),
+    Check(Alone.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
     Check(Alone.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
           lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
     Check(Alone.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
@@ -275,20 +269,10 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
     return None
 
 
-def _apart(vm: VmFacts) -> bool:
-    return vm.where.state is APART and vm.where.target is not None
-
-
-def _anywhere(vm: VmFacts, p: PassFacts) -> bool:
-    """Whether the VM's recovery (it has a stale mount) names no node: it is not apart, its
-    storage node cannot take it, or the cluster keeps no target node (targeted migration)."""
-    return bool(vm.stale) and not (_apart(vm) and vm.target_unfit is None and p.targeted is True)
-
-
 def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
-    where, anywhere = vm.where, _anywhere(vm, p)
-    return KeepDecision(hold is None, reason, where.state, hold, where.node, None if anywhere else where.target,
-                        where.why, _apart_for(vm, p.now) if where.state is APART else None, anywhere, vm.stale)
+    where = vm.where
+    return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
+                        _apart_for(vm, p.now) if where.state is APART else None, vm.stale)
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
@@ -333,6 +317,11 @@ OFF = "the keeper is off (--keep off)"
 # Holds that end by themselves (time passes), after which the keeper checks targeted migration.
 WAITS = (Alone.APART_BRIEFLY, Alone.MIGRATED_RECENTLY, Alone.BACKING_OFF, Alone.DAILY_LIMIT)
 NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migration, when the cluster lacks it
+# A VM on a stale mount beside its NFS server: the keeper migrates only to the storage node (its
+# migrations each name one, and the install's policy holds it to that), which a VM's target pod
+# never shares with it (KubeVirt's anti-affinity to the VMI's own pods).
+STALE_BESIDE = ("held: beside its NFS server, where no migration of it can land: `virtctl migrate` it "
+                "(it lands elsewhere, and the keeper brings it back after --keep-after)")
 
 
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
@@ -343,13 +332,11 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     (`off`)."""
     limits, now = facts.limits, facts.now
     if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
-        return "stays: co-located"
+        return "stays: co-located" if not decision.stale else STALE_BESIDE
     if off:
         return f"nothing: {OFF}"
     if decision.act:
-        if decision.stale:
-            return f"moves to {decision.target or 'a node KubeVirt picks'} at the keeper's next pass (stale mount)"
-        return f"moves to {decision.target} at the keeper's next pass"
+        return f"moves to {decision.target} at the keeper's next pass" + (" (stale mount)" if decision.stale else "")
     if facts.targeted is False and decision.hold in WAITS:
         return f"never: {Alone.UNTARGETED} ({NEEDS})"
     if decision.hold is Alone.APART_BRIEFLY and since is not None:

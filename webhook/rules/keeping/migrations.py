@@ -283,10 +283,9 @@ def target_hostname(node: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def migration_manifest(vmi: VmiView, node: dict[str, Any] | None, reason: str = "",
+def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
                        priority: str | None = None) -> dict[str, Any] | str:
-    """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot (in words); with
-    `node` None one that names no node (a stale mount's recovery: KubeVirt places it).
+    """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot (in words).
 
     addedNodeSelector is label-based: the node is selected by its own hostname label value;
     a node without one cannot be targeted. The node name and the reason are recorded as
@@ -295,16 +294,13 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any] | None, reason: str = 
     its 5-minute default): the migration fails rather than hold a slot a drain needs, even
     with no keeper to cancel it. `priority` (MIGRATION_PRIORITY) where the cluster keeps it.
     """
-    annotations = {kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION: str(UNPLACEABLE_SECONDS)}
-    selector: dict[str, Any] = {}
-    if node is not None:
-        name = kinds.meta(node).get("name")
-        shown = name if isinstance(name, str) and name else "(unnamed)"
-        hostname = target_hostname(node)
-        if hostname is None:
-            return f"node {shown} has no {kinds.HOSTNAME_LABEL} label: cannot target it"
-        annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY] = shown
-        selector = {"addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}}
+    name = kinds.meta(node).get("name")
+    shown = name if isinstance(name, str) and name else "(unnamed)"
+    hostname = target_hostname(node)
+    if hostname is None:
+        return f"node {shown} has no {kinds.HOSTNAME_LABEL} label: cannot target it"
+    annotations = {kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY: shown,
+                   kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION: str(UNPLACEABLE_SECONDS)}
     if reason:
         annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.REASON] = clip_reason(reason)
     return {
@@ -316,5 +312,6 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any] | None, reason: str = 
             "labels": {kinds.MANAGED_BY_LABEL: kinds.COMPONENT},
             "annotations": annotations,
         },
-        "spec": {"vmiName": vmi.name, **selector} | ({"priority": priority} if priority else {}),
+        "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}}
+        | ({"priority": priority} if priority else {}),
     }
