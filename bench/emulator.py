@@ -150,7 +150,7 @@ class Emulator:
             list_id, offset = str(next(self.tokens)), 0
             self.lists[list_id] = items
         end = offset + limit if limit else len(items)
-        metadata = {"resourceVersion": "1"}
+        metadata = {"resourceVersion": str(self.apiserver.versions.last)}  # the watch resumes from it
         if end < len(items):
             metadata["continue"] = f"{list_id}:{end}"
         else:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import itertools
 import json
 import re
 import secrets
@@ -70,6 +69,41 @@ def precondition_failed(options: Any, stored: dict[str, Any]) -> str | None:
     return None
 
 
+# How many events of a resource a watch may resume over; an older resourceVersion is 410 Gone.
+HISTORY = 10_000
+
+
+class Versions:
+    """resourceVersions from one counter, each above any the watches were told."""
+
+    def __init__(self, first: int) -> None:
+        self.last = first - 1
+
+    def __iter__(self) -> Versions:
+        return self
+
+    def __next__(self) -> int:
+        self.last += 1
+        return self.last
+
+    def seen(self, version: int) -> None:
+        self.last = max(self.last, version)
+
+
+def _version(obj: Any) -> int | None:
+    """An object's resourceVersion as a number, None when it has none that is one."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    text = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return int(text) if isinstance(text, str) and text.isdigit() else None
+
+
+def gone(since: int, oldest: int) -> dict[str, Any]:
+    """The watch event of a resourceVersion too old to resume from, as the apiserver sends it."""
+    return {"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                                        "message": f"too old resource version: {since} ({oldest})",
+                                        "reason": "Expired", "code": 410}}
+
+
 class Apiserver:
     """Names from generateName, uid, creationTimestamp and resourceVersion on create; what the
     apiserver refuses refused alike, on create, patch and update (`validation`); `dryRun=All`
@@ -79,21 +113,44 @@ class Apiserver:
     `preconditions` (uid, resourceVersion), 409 when they do not hold. Otherwise as kmock's
     emulator: PATCH merges (or applies a JSON patch), DELETE of an
     object with finalizers marks it, its last finalizer gone deletes it; lists and watches by
-    namespace and label selector; watches start with every object ADDED."""
+    namespace and label selector. resourceVersions come from one counter: a list says the latest,
+    and a watch from a resourceVersion sends only what changed after it, as the apiserver's watch
+    cache does (410 Gone once those changes are no longer kept); a watch from none, or from "0",
+    starts with every object ADDED."""
 
-    def __init__(self, objects: Any = None, resources: Any = None):
+    def __init__(self, objects: Any = None, resources: Any = None, *, history: int = HISTORY):
         self.objects = kmock.ObjectsArray() if objects is None else objects
         self.resources = kmock.ResourcesArray() if resources is None else resources
         self.buses: collections.defaultdict[Any, kmock.Bus[dict[str, Any]]] = collections.defaultdict(kmock.Bus)
         self.lock = asyncio.Lock()
-        self.versions = itertools.count(1000)
+        self.versions = Versions(1000)
+        # What each resource's watches were told, newest last: a watch resumes from it.
+        self.history: collections.defaultdict[Any, collections.deque[tuple[int, dict[str, Any]]]] = \
+            collections.defaultdict(lambda: collections.deque(maxlen=history))
+        self.forgotten: dict[Any, int] = {}  # per resource, the newest resourceVersion no longer kept
         self.refuse: Callable[[Any], kmock.KubernetesError | None] | None = None
         self.refuse_delete: Callable[[Any], kmock.KubernetesError | None] | None = None
 
     # ----------------------------------------------------------------- what the watches see
 
     async def tell(self, resource: Any, event: dict[str, Any]) -> None:
-        """Tell the watches of `resource`, under the lock: an apiserver's watch cache, up to date."""
+        """Tell the watches of `resource`, under the lock: an apiserver's watch cache, up to date.
+        Each event a resourceVersion newer than the resource's last (a write that set none gets
+        one, a deletion its own), kept for the watches that resume."""
+        kept = self.history[resource]
+        version = _version(event.get("object"))
+        if version is None or (kept and version <= kept[-1][0]) or event.get("type") == "DELETED":
+            version = next(self.versions)
+            obj = event.get("object")
+            if isinstance(obj, dict):
+                if event.get("type") == "DELETED":  # the stored object keeps its own
+                    obj = {**obj, "metadata": {**(obj.get("metadata") or {})}}
+                    event = {**event, "object": obj}
+                obj.setdefault("metadata", {})["resourceVersion"] = str(version)
+        self.versions.seen(version)
+        if len(kept) == kept.maxlen:
+            self.forgotten[resource] = kept[0][0]
+        kept.append((version, event))
         await self.buses[resource].put(event)
 
     def stored(self, key: Key) -> Any:
@@ -134,7 +191,7 @@ class Apiserver:
             raise kmock.KubernetesResourceNotFoundError()
         async with self.lock:
             items = [obj.raw for obj in self.matching(call)]
-        listed: dict[str, Any] = {"metadata": {"resourceVersion": "..."}, "items": items}
+        listed: dict[str, Any] = {"metadata": {"resourceVersion": str(self.versions.last)}, "items": items}
         kind = self.resources[call.resource].kind if call.resource in self.resources else None
         if kind:  # a typed client (client-go) decodes a list by its kind
             group, version = call.resource.group, call.resource.version
@@ -142,19 +199,34 @@ class Apiserver:
         return listed
 
     async def events(self, call: Any) -> AsyncIterator[dict[str, Any]]:
-        """Every object ADDED, then the changes as they come, with nothing lost in between."""
+        """From a resourceVersion, what changed after it; from none (or "0"), every object ADDED
+        first; then the changes as they come, with nothing lost in between."""
         selector = label_selector(call.params.get("labelSelector"))
         bus = self.buses[call.resource]
+        since = _version({"metadata": {"resourceVersion": call.params.get("resourceVersion")}})
         async with self.lock:
-            first = [{"type": "ADDED", "object": obj.raw} for obj in self.matching(call)]
+            if since is None or since == 0:
+                first = [{"type": "ADDED", "object": obj.raw} for obj in self.matching(call)]
+            elif since < self.forgotten.get(call.resource, 0):
+                first = [gone(since, self.forgotten[call.resource])]
+            else:
+                first = [event for version, event in self.history[call.resource]
+                         if version > since and self.selects(call, selector, event)]
             mark = await bus.mark()
         for event in first:
             yield event
+            if event["type"] == "ERROR":
+                return
         async for event in bus.stream(since=mark):  # the mark let go with the stream
-            meta = (event.get("object") or {}).get("metadata") or {}
-            if ((call.namespace is None or meta.get("namespace") == call.namespace)
-                    and (call.name is None or meta.get("name") == call.name) and selector(meta.get("labels") or {})):
+            if self.selects(call, selector, event):
                 yield event
+
+    @staticmethod
+    def selects(call: Any, selector: Callable[[dict[str, str]], bool], event: dict[str, Any]) -> bool:
+        """Whether a watch of the call's namespace, name and label selector sees the event."""
+        meta = (event.get("object") or {}).get("metadata") or {}
+        return ((call.namespace is None or meta.get("namespace") == call.namespace)
+                and (call.name is None or meta.get("name") == call.name) and selector(meta.get("labels") or {}))
 
     def found(self, call: Any) -> Any:
         """The live object the call names; 404 without one."""
