@@ -59,3 +59,24 @@ async def test_judging_stops_at_the_deadline_and_gives_the_loop_back_as_it_goes(
     assert await in_slices(steps(5, 0.003), Deadline.after(10, 1), slice_seconds=0.002) is True
     assert ran == ["other"]  # it ran between two slices, not after all of them
     assert await in_slices(steps(1000, 0.001), Deadline(time.monotonic() + 0.02), slice_seconds=0.002) is False
+
+
+async def test_a_share_manager_holds_its_turn_across_its_awaits_and_one_that_cannot_get_it_says_so():
+    """The whole of a share-manager's work is its turn, reads and pauses included: another waits
+    until it is done, and one whose deadline comes first is told so (it answers without a decision)."""
+    lane, trace = Lane(), []
+
+    async def share_manager(name, deadline):
+        async with lane.turn(deadline) as mine:
+            if not mine:
+                trace.append(f"{name}: no turn")
+                return
+            for step in range(3):
+                trace.append(f"{name}{step}")
+                await asyncio.sleep(0.002)  # a pause in its work: the loop runs others, not its peers
+
+    await asyncio.gather(share_manager("a", Deadline.after(10, 1)), share_manager("b", Deadline.after(10, 1)),
+                         share_manager("c", Deadline(time.monotonic() + 0.001)))
+    assert "c: no turn" in trace and trace.index("c: no turn") < trace.index("b0")
+    assert [t for t in trace if t[0] in "ab"] == ["a0", "a1", "a2", "b0", "b1", "b2"]  # never interleaved
+    assert lane.waiting == 0

@@ -477,3 +477,20 @@ async def test_an_api_that_fails_from_the_start_still_gets_answers_in_time(kmock
         assert not store.synced()
     finally:
         await store.close()
+
+
+def test_the_journal_of_changed_nodes_says_when_it_cannot_tell():
+    """A reader further behind than the journal keeps, or with no position, reads every node again."""
+    from webhook.cluster.cache import Journal
+
+    journal = Journal()
+    journal.LIMIT = 4
+    start, everything = journal.since(None)
+    assert everything is None
+    for name in ("a", "b", "a", "c"):
+        journal.note(name)
+    now, changed = journal.since(start)
+    assert changed == {"a", "b", "c"} and journal.since(now) == (now, frozenset())
+    journal.note("d")  # over the limit: the oldest half goes
+    assert journal.since(start)[1] is None
+    assert journal.since(now)[1] == {"d"}

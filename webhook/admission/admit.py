@@ -150,6 +150,17 @@ async def _share_manager_rule(
         # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
         # it, and a required affinity would only get it rejected by the kubelet, in a loop.
         return skip(Rule.SHARE_MANAGER, Alone.ALREADY_BOUND)
+    # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
+    # together, would otherwise each hold the loop for a stretch at every step of every VM start.
+    async with lane.turn(deadline) as mine:
+        if not mine:
+            return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
+        return await _share_manager_turn(namespace, pod, store, settings, deadline, lane, volume)
+
+
+async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+                              deadline: Deadline, lane: Lane, volume: str) -> Outcome:
+    """The share-manager rule, in its turn in the lane."""
     try:
         consumers = await asyncio.wait_for(resolve_consumers(store, settings, volume, deadline),
                                            timeout=deadline.remaining())
@@ -202,8 +213,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
     # Everything below is read from the caches without a pause: the loop is given back before each
-    # stretch of it outside the lane, or a drain's tens of share-managers, arriving together,
-    # would hold every step of every VM start behind theirs (docs/performance.md, a drain storm).
+    # stretch of it, so that what arrived meanwhile (a VM start) is not held behind all of them.
     await asyncio.sleep(0)
     target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
         kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
@@ -213,7 +223,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if isinstance(target, TargetPod) and view is not None:
         await asyncio.sleep(0)
         judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        if not await lane.run(judging, deadline):
+        if not await lane.slices(judging, deadline):
             why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                    f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
         else:

@@ -54,24 +54,56 @@ def _taken(pod: dict[str, Any] | None) -> tuple[str, fit.PodUsage] | None:
     return None if node is None else (node, fit.PodUsage.of(pod))
 
 
+class Journal:
+    """The names of the nodes whose room may have changed (the node itself, or what its pods
+    take), in order: a reader keeps its position and reads only what changed since, so what is
+    worked out from every node (their order by room) is kept up to date node by node."""
+
+    LIMIT = 65_536  # names kept at most; a reader further behind reads every node again
+
+    def __init__(self) -> None:
+        self.start = 0  # the position of names[0]
+        self.names: list[str] = []
+
+    def note(self, name: str) -> None:
+        self.names.append(name)
+        if len(self.names) > self.LIMIT:
+            half = len(self.names) // 2
+            del self.names[:half]
+            self.start += half
+
+    def since(self, position: int | None) -> tuple[int, frozenset[str] | None]:
+        """The position now, and the nodes noted since `position` (None: since when is not known)."""
+        now = self.start + len(self.names)
+        if position is None or position < self.start or position > now:
+            return now, None
+        return now, frozenset(self.names[position - self.start:])
+
+    def node_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """A watcher of the nodes' table."""
+        name = kinds.meta(new if new is not None else old).get("name")
+        if isinstance(name, str):
+            self.note(name)
+
+
 class NodeUsage:
     """What the pods bound to each node take (requests, slots, host ports), kept as pods come
     and go: a pod's share is worked out again from the object it was added as, so exactly
-    that is taken away."""
+    that is taken away. Each node whose share changed is noted in `journal`."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Journal | None = None) -> None:
         self.by_node: dict[str, fit.Usage] = {}
-        self.changes = 0  # times what a node takes changed: every node takes the same while it is
+        self.journal = journal or Journal()
 
     def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         before, after = _taken(old), _taken(new)
         if before == after:
             return  # the same node, the same share: a status update, or a pod bound to none
-        self.changes += 1
         for taken, sign in ((before, -1), (after, 1)):
             if taken is None:
                 continue
             node, share = taken
+            self.journal.note(node)
             usage = self.by_node.get(node)
             if usage is None:
                 usage = self.by_node[node] = fit.Usage()
@@ -106,13 +138,14 @@ class WatchedClusterStore(Informers):
         self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
-        self.usage = NodeUsage()
+        self.journal = Journal()  # the nodes whose room changed: their object, or what their pods take
+        self.usage = NodeUsage(self.journal)
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
                                        "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
-        self.nodes = informer(NODE)
+        self.nodes = informer(NODE, watchers=[self.journal.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
         # (The keeper's process watches VMIs with its migrations: `vmis=False` for its store.)
@@ -277,8 +310,8 @@ class CachedView:
     def usage(self, node_name):
         return self._store.usage.of(node_name)
 
-    def revision(self):
-        return self._store.nodes.table.changes, self._store.usage.changes
+    def nodes_changed(self, since):
+        return self._store.journal.since(since)
 
     def pods_on(self, node_name):
         table = self._store.pods.table

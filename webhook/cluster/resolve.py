@@ -244,8 +244,8 @@ class SeenFirst:
     def usage(self, node_name: str) -> fit.Usage:
         return self._view.usage(node_name)
 
-    def revision(self) -> Any:
-        return self._view.revision()  # claims and volumes are not in it
+    def nodes_changed(self, since: int | None) -> Any:
+        return self._view.nodes_changed(since)  # claims and volumes are not in it
 
     def pods_on(self, node_name: str) -> Any:
         return self._view.pods_on(node_name)

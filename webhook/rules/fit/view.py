@@ -1,7 +1,7 @@
 """What the checks read from the cluster (a View), and a View over plain lists of objects."""
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ... import kinds
@@ -27,10 +27,11 @@ class View(Protocol):
     def node(self, name: str) -> Mapping[str, Any] | None: ...
     def nodes(self) -> Iterable[Mapping[str, Any]]: ...
     def usage(self, node_name: str) -> Usage: ...
-    def revision(self) -> Hashable | None:
-        """What stands for this version of the nodes and of what their pods take (`usage`): the
-        same value only while neither has changed, so an answer worked out from all of them
-        holds while it does; None where the view cannot tell (nothing is kept by it)."""
+    def nodes_changed(self, since: int | None) -> tuple[int | None, Collection[str] | None]:
+        """The position now in the view's record of changes, and the nodes whose object or whose
+        pods' share (`usage`) changed since `since` (a position it gave before): what was worked
+        out from every node is brought up to date from those alone. None for the nodes where it
+        cannot tell (since None, a record too short); (None, None) where it keeps no record."""
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]: ...
     def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         """Bound pods with a required anti-affinity term that may select a pod with `labels`:
@@ -96,8 +97,8 @@ class StaticView:
     def usage(self, node_name: str) -> Usage:
         return self._usage.get(node_name) or Usage()
 
-    def revision(self) -> Hashable | None:
-        return None  # views over lists may share a memo: none stands for another's objects
+    def nodes_changed(self, since: int | None) -> tuple[int | None, Collection[str] | None]:
+        return None, None  # views over lists may share a memo: no position stands for another's objects
 
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]:
         return self._pods.get(node_name, ())

@@ -22,8 +22,8 @@ from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
-from ..fit.resources import least_allocated
 from ..kubevirt.target import TargetPod, lacking
+from .rooms import Rooms, rooms_for
 
 PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per
@@ -70,8 +70,8 @@ class Judging:
     and a drain's share-manager on hundreds of nodes is then judged on a few dozen of them (each
     node checks two pods against every filter). A node whose room cannot be read comes last;
     when too few nodes take both, every node is judged (and `nowhere` says why). The order is
-    worked out once for the share-managers of a drain (`by_room`): their VMs, of a few sizes,
-    ask the same of every node."""
+    kept in the view's memo per size of VM and brought up to date from the nodes that changed
+    (`rooms.Rooms`): a drain's share-managers, their VMs of a few sizes, ask the same of every node."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View) -> None:
@@ -79,6 +79,7 @@ class Judging:
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
         self.refused: dict[str, str] = {}
         self.landed: list[Landing] = []
+        self.rooms: Rooms | None = None
         self.nodes: tuple[tuple[float | None, Mapping[str, Any]], ...] = ()  # (room, node), most room first
         try:
             self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
@@ -86,10 +87,14 @@ class Judging:
         except Unreadable as error:
             self.refused = {"*": f"a pod cannot be read: {error}"}
             return
-        # A tuple of its own: the caches may change while the loop has the turn.
-        self.nodes = by_room(self.moved, view)
+        self.rooms = rooms_for(self.moved, view)
+        self.nodes = self.rooms.order  # as of its last update
 
     def __iter__(self) -> Iterator[str]:
+        if self.rooms is None:
+            return
+        yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
+        self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
         for room, node in self.nodes:
             if len(self.landed) >= AMONG_NODES:
                 return
@@ -117,19 +122,6 @@ class Judging:
     @property
     def found(self) -> Landings:
         return Landings(tuple(sorted(self.landed, key=lambda landing: (-landing.room, landing.node))), self.refused)
-
-
-def by_room(demand: Demand, view: fit.View) -> tuple[tuple[float | None, Mapping[str, Any]], ...]:
-    """Every node of the view with the room it leaves `demand` (NodeResourcesFit's score; None when
-    it cannot be read), most room first, unreadable last. Kept in the view's memo per size asked
-    while the view's `revision` holds: a drain's tens of share-managers order hundreds of nodes once."""
-    return view.memo.latest(_by_room, tuple(sorted(demand.requests.items())), view.revision(), (demand, view))
-
-
-def _by_room(demand_and_view: tuple[Demand, fit.View]) -> tuple[tuple[float | None, Mapping[str, Any]], ...]:
-    demand, view = demand_and_view
-    rooms = [(least_allocated(demand, node, view), node) for node in view.nodes()]
-    return tuple(sorted(rooms, key=lambda pair: 1.0 if pair[0] is None else -pair[0]))  # unreadable last
 
 
 def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:

@@ -1,0 +1,81 @@
+"""The nodes by room for a drain's share-managers: kept up to date from the nodes that changed,
+on the production caches, so a decision costs the nodes that changed, not the cluster's size."""
+import asyncio
+
+from tests.support.kube import ALLOCATABLE, launcher_pod_of, node, vmi, workload_pod
+
+from webhook.cluster.cache import WatchedClusterStore
+from webhook.cluster.reflector import Event, EventType
+from webhook.config import Settings
+from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.fields import name_of
+from webhook.rules.fit.view import StaticView
+from webhook.rules.placement.rooms import rooms_for
+
+NODES = [node(f"node-{i:02d}") for i in range(1, 21)]
+
+
+def cached(*objects):
+    """The production caches holding `objects`, synced; (store, informers by kind)."""
+    store = WatchedClusterStore(None, Settings())
+    for informer in store.informers:
+        for obj in objects:
+            if obj["kind"] == informer.resource.kind:
+                informer.apply(Event(EventType.LISTED, obj))
+        informer.apply(Event(EventType.SYNCED, seconds=0.0))
+    return store, {informer.resource.kind: informer for informer in store.informers}
+
+
+def vm_demand(view):
+    return Demand.of(launcher_pod_of(vmi("vm1", "node-01", "d1")), "default", view.memo)
+
+
+def names(order):
+    return [name_of(n) for _, n in order]
+
+
+def test_only_the_nodes_that_changed_are_scored_again():
+    store, informers = cached(*NODES)
+    view = asyncio.run(store.fit_view("default", ""))
+    demand = vm_demand(view)
+    rooms = rooms_for(demand, view)
+    assert len(list(rooms.update(demand, view))) == len(NODES)  # the first time: every node
+    assert names(rooms.order) == [name_of(n) for n in NODES]  # all alike
+    assert list(rooms.update(demand, view)) == []  # nothing changed: nothing scored
+    busy = workload_pod(1, "node-05")
+    informers["Pod"].apply(Event(EventType.ADDED, busy))
+    assert list(rooms_for(demand, view).update(demand, view)) == ["node-05"]  # the same Rooms, kept by the view
+    assert names(rooms.order)[-1] == "node-05"  # least room now
+    informers["Node"].apply(Event(EventType.MODIFIED, node("node-09", allocatable={**ALLOCATABLE, "memory": "512Gi"})))
+    informers["Node"].apply(Event(EventType.DELETED, node("node-12")))
+    assert sorted(rooms.update(demand, view)) == ["node-09", "node-12"]
+    assert names(rooms.order)[0] == "node-09" and "node-12" not in names(rooms.order)
+    informers["Pod"].apply(Event(EventType.DELETED, busy))
+    assert list(rooms.update(demand, view)) == ["node-05"]
+    assert names(rooms.order)[-1] == "node-20"  # node-05 back among its peers, in their order
+
+
+def test_an_order_left_unfinished_is_finished_by_the_next():
+    """A share-manager whose deadline came while the order was brought up to date leaves it as
+    it was; the next one brings it up to date from there."""
+    store, informers = cached(*NODES)
+    view = asyncio.run(store.fit_view("default", ""))
+    demand = vm_demand(view)
+    rooms = rooms_for(demand, view)
+    list(rooms.update(demand, view))
+    informers["Pod"].apply(Event(EventType.ADDED, workload_pod(1, "node-03")))
+    informers["Pod"].apply(Event(EventType.ADDED, workload_pod(2, "node-04")))
+    steps = rooms.update(demand, view)
+    next(steps)
+    steps.close()  # given up after one node
+    assert names(rooms.order)[-2:] != ["node-03", "node-04"] and names(rooms.order)[-1] != "node-04"
+    assert sorted(rooms.update(demand, view)) == ["node-03", "node-04"]
+    assert sorted(names(rooms.order)[-2:]) == ["node-03", "node-04"]
+
+
+def test_a_view_that_keeps_no_record_has_every_node_scored_each_time():
+    view = StaticView(NODES)
+    demand = vm_demand(view)
+    rooms = rooms_for(demand, view)
+    assert len(list(rooms.update(demand, view))) == len(NODES)
+    assert len(list(rooms.update(demand, view))) == len(NODES)
