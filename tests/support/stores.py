@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster.reflector import Timing
+from webhook.cluster.reflector import Event, EventType, Timing
 from webhook.config import Settings
 from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES
 
@@ -71,3 +71,15 @@ def frozen(value: Any) -> Any:
     if isinstance(value, list):
         return FrozenList(frozen(v) for v in value)
     return value
+
+
+def listed_store(objects: Iterable[dict[str, Any]], settings: Settings | None = None) -> WatchedClusterStore:
+    """The production caches holding `objects`, delivered by their informers as a list, synced."""
+    objects = list(objects)
+    store = WatchedClusterStore(None, settings or Settings())
+    for informer in store.informers:
+        for obj in objects:
+            if obj["kind"] == informer.resource.kind:
+                informer.apply(Event(EventType.LISTED, obj))
+        informer.apply(Event(EventType.SYNCED, seconds=0.0))
+    return store

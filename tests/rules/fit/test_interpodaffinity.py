@@ -6,9 +6,7 @@ from tests.support.fitting import NS, ROOTDISK, row_tests, term, three_nodes, vi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster.reflector import Event, EventType
-from webhook.config import Settings
+from tests.support.stores import listed_store
 from webhook.rules.fit import has_required_anti_affinity, why_not_fit
 
 test_why_not_fit, test_only_the_named_check_fails = row_tests("inter_pod_affinity")
@@ -69,13 +67,7 @@ class EveryPlaced:
 
 def cached_view(objects):
     """The admission caches' view of the same objects, through their informers."""
-    store = WatchedClusterStore(None, Settings())
-    for informer in store.informers:
-        for obj in objects:
-            if obj["kind"] == informer.resource.kind:
-                informer.apply(Event(EventType.LISTED, obj))
-        informer.apply(Event(EventType.SYNCED, seconds=0.0))
-    return asyncio.run(store.fit_view(NS, ""))
+    return asyncio.run(listed_store(objects).fit_view(NS, ""))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,9 +4,8 @@ import asyncio
 
 from tests.support.kube import ALLOCATABLE, launcher_pod_of, node, vmi, workload_pod
 
-from webhook.cluster.cache import WatchedClusterStore
+from tests.support.stores import listed_store
 from webhook.cluster.reflector import Event, EventType
-from webhook.config import Settings
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.fields import name_of
 from webhook.rules.fit.view import StaticView
@@ -17,12 +16,7 @@ NODES = [node(f"node-{i:02d}") for i in range(1, 21)]
 
 def cached(*objects):
     """The production caches holding `objects`, synced; (store, informers by kind)."""
-    store = WatchedClusterStore(None, Settings())
-    for informer in store.informers:
-        for obj in objects:
-            if obj["kind"] == informer.resource.kind:
-                informer.apply(Event(EventType.LISTED, obj))
-        informer.apply(Event(EventType.SYNCED, seconds=0.0))
+    store = listed_store(objects)
     return store, {informer.resource.kind: informer for informer in store.informers}
 
 
