@@ -90,11 +90,15 @@ class Versions:
         self.last = max(self.last, version)
 
 
+def _number(text: Any) -> int | None:
+    """A resourceVersion as a number, None when it is none."""
+    return int(text) if isinstance(text, str) and text.isdigit() else None
+
+
 def _version(obj: Any) -> int | None:
     """An object's resourceVersion as a number, None when it has none that is one."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
-    text = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    return int(text) if isinstance(text, str) and text.isdigit() else None
+    return _number(meta.get("resourceVersion")) if isinstance(meta, dict) else None
 
 
 def gone(since: int, oldest: int) -> dict[str, Any]:
@@ -203,7 +207,7 @@ class Apiserver:
         first; then the changes as they come, with nothing lost in between."""
         selector = label_selector(call.params.get("labelSelector"))
         bus = self.buses[call.resource]
-        since = _version({"metadata": {"resourceVersion": call.params.get("resourceVersion")}})
+        since = _number(call.params.get("resourceVersion"))
         async with self.lock:
             if since is None or since == 0:
                 first = [{"type": "ADDED", "object": obj.raw} for obj in self.matching(call)]

@@ -10,7 +10,7 @@ not for the size of the cluster. A view that keeps no record of changes has ever
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import fit
@@ -27,18 +27,18 @@ class Rooms:
 
     __slots__ = ("position", "scores", "order")
 
-    def __init__(self, size: Hashable = None) -> None:
+    def __init__(self) -> None:
         self.position: int | None = None
         self.scores: dict[str, Scored] = {}
         self.order: tuple[Scored, ...] = ()
 
     def update(self, demand: Demand, view: fit.View) -> Iterator[str]:
         """Bring `order` up to date, a node at a time (each step yields its name, so that a caller
-        can give the event loop back); `order` changes only once every step is taken."""
+        can give the event loop back); nothing changes until every step is taken."""
         position, changed = view.nodes_changed(self.position)
         if position is not None and position == self.position:
             return
-        if changed is None:
+        if changed is None:  # every node, scored again
             scores: dict[str, Scored] = {}
             for node in view.nodes():
                 name = name_of(node)
@@ -46,18 +46,25 @@ class Rooms:
                     scores[name] = (least_allocated(demand, node, view), node)
                     yield name
         else:
-            scores = dict(self.scores)
+            rescored: dict[str, Scored | None] = {}  # None: the node is gone
             for name in changed:
                 node = view.node(name)
-                if node is None:
+                rescored[name] = None if node is None else (least_allocated(demand, node, view), node)
+                yield name
+            scores = self.scores
+            for name, pair in rescored.items():
+                if pair is None:
                     scores.pop(name, None)
                 else:
-                    scores[name] = (least_allocated(demand, node, view), node)
-                yield name
+                    scores[name] = pair
         self.scores, self.position = scores, position
         self.order = tuple(sorted(scores.values(), key=lambda pair: 1.0 if pair[0] is None else -pair[0]))
 
 
+def _new(_: object) -> Rooms:
+    return Rooms()
+
+
 def rooms_for(demand: Demand, view: fit.View) -> Rooms:
     """The Rooms of `demand`'s size, kept in the view's memo (a new one where there is none)."""
-    return view.memo.latest(Rooms, ("rooms", tuple(sorted(demand.requests.items()))), True, None)
+    return view.memo.latest(_new, ("rooms", tuple(sorted(demand.requests.items()))), True, None)
