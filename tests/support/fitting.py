@@ -12,6 +12,7 @@ from tests.support.kube import node, rwx_disk, vm_pod
 
 from webhook.rules.fit.checks import CHECKS, why_not_fit
 from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.fields import Unreadable
 from webhook.rules.fit.framework import judge
 from webhook.rules.fit.view import StaticView
 
@@ -392,4 +393,20 @@ def row_tests(name: str) -> tuple[Any, Any]:
         demand = Demand.of(pod, NS)
         assert [c.__name__ for c in CHECKS if judge(c, demand, on(view, node_name), view, "the VM") is not None] == [check]
 
-    return test_why_not_fit, test_only_the_named_check_fails
+    @pytest.mark.parametrize(PARAMS, rows(name))
+    def test_one_demand_judged_on_every_node_decides_as_one_per_node(pod, node_name, objects, nodes, check, fragment):
+        """What a check reads of the cluster once per pod (kept in its Demand, as a share-manager's
+        judging tries a dozen nodes with one) decides every node as a fresh read would, in
+        either order of the nodes."""
+        view = view_of(*objects, nodes=nodes)
+        names = [n["metadata"]["name"] for n in view.nodes()]
+        fresh = {name: why_not_fit(pod, NS, on(view, name), view) for name in names}
+        for order in (names, names[::-1]):
+            try:
+                demand = Demand.of(pod, NS, view.memo)
+            except Unreadable:
+                assert all(reason is not None and "cannot be read" in reason for reason in fresh.values())
+                return
+            assert {name: why_not_fit(pod, NS, on(view, name), view, demand=demand) for name in order} == fresh
+
+    return test_why_not_fit, test_only_the_named_check_fails, test_one_demand_judged_on_every_node_decides_as_one_per_node

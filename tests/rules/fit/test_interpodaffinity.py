@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from tests.support.stores import listed_store
 from webhook.rules.fit import has_required_anti_affinity, why_not_fit
+from webhook.rules.fit.demand import Demand
 
-test_why_not_fit, test_only_the_named_check_fails = row_tests("inter_pod_affinity")
+test_why_not_fit, test_only_the_named_check_fails, test_one_demand_for_every_node = row_tests("inter_pod_affinity")
 
 
 # --------------------------------------------------------------------------- placed pods found by what they may select
@@ -82,10 +83,49 @@ def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_foun
     nodes = three_nodes()
     objects = [*nodes, *ROOTDISK, *placed]
     cached = cached_view(objects)
+    # One Demand for every node, as a share-manager's judging tries them: what it gathered on the
+    # first node decides the others as a fresh look would.
+    shared = {id(view): Demand.of(pod, NS, view.memo) for view in (static, cached)}
     for node in nodes:
         wanted = why_not_fit(pod, NS, node, EveryPlaced(static)) is None
         assert (why_not_fit(pod, NS, node, static) is None) == wanted
         assert (why_not_fit(pod, NS, cached.node(node["metadata"]["name"]), cached) is None) == wanted
+        assert (why_not_fit(pod, NS, node, static, demand=shared[id(static)]) is None) == wanted
+        assert (why_not_fit(pod, NS, cached.node(node["metadata"]["name"]), cached,
+                            demand=shared[id(cached)]) is None) == wanted
+
+
+class Counting:
+    """A view that counts what the filter asks of it whatever the node."""
+
+    def __init__(self, view):
+        self._view, self.memo, self.asked = view, view.memo, []
+
+    def __getattr__(self, name):
+        return getattr(self._view, name)
+
+    def pods_with_anti_affinity_toward(self, labels):
+        self.asked.append("placed")
+        return self._view.pods_with_anti_affinity_toward(labels)
+
+    def pods_labelled(self, key, value):
+        self.asked.append("labelled")
+        return self._view.pods_labelled(key, value)
+
+
+def test_one_demand_on_many_nodes_gathers_the_pods_once_and_still_avoids_its_vms_node():
+    """kube-scheduler's PreFilter gathers the pods a pod's anti-affinity concerns once per cycle:
+    a migration target judged on every node with one Demand asks the view once, and the node of
+    its own VM's pod is still refused, whichever node came first."""
+    target = vm(labels={CREATED_BY: UID}, anti=[term(matchLabels={CREATED_BY: UID})])
+    source = workload("virt-launcher-vm1-abcde", "node-b", labels={CREATED_BY: UID, "kubevirt.io": "virt-launcher"})
+    for order in (["node-a", "node-b", "node-c"], ["node-c", "node-b", "node-a"]):
+        view = Counting(cached_view([*three_nodes(), *ROOTDISK, source]))
+        demand = Demand.of(target, NS, view.memo)
+        answers = {name: why_not_fit(target, NS, view.node(name), view, demand=demand) for name in order}
+        assert view.asked == ["placed", "labelled"]
+        assert answers["node-a"] is None and answers["node-c"] is None
+        assert "fails the VM's pod anti-affinity: pod default/virt-launcher-vm1-abcde" in answers["node-b"]
 
 
 def test_a_migration_target_avoids_the_node_of_its_own_vms_pod_through_either_view():

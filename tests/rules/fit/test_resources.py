@@ -5,7 +5,7 @@ from webhook.rules.fit.checks import why_not_fit
 from webhook.rules.fit.view import StaticView
 from webhook.rules.fit.memo import Memo
 
-test_why_not_fit, test_only_the_named_check_fails = row_tests("node_resources_fit")
+test_why_not_fit, test_only_the_named_check_fails, test_one_demand_for_every_node = row_tests("node_resources_fit")
 
 
 def test_a_node_read_afresh_is_judged_as_it_is_now_and_not_piled_up():

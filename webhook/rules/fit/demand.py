@@ -51,6 +51,11 @@ class Demand:
     affinity: list[AffinityTerm]
     anti_affinity: list[AffinityTerm]
     spread: list[SpreadConstraint]
+    # What the filters read of the cluster for this pod whatever the node, read on the first node
+    # judged and kept for the others, as kube-scheduler's PreFilter reads it once per scheduling
+    # cycle: a drain's share-manager is judged on a dozen nodes or more, each asking.
+    gathered: Any = None  # the pods of its pod (anti-)affinity (interpodaffinity.Gathered)
+    mounts: list[Any] | None = None  # its claims and their PVs (volumes.py)
 
     @classmethod
     def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":

@@ -71,36 +71,14 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
     match the node's. A claim with `spec.volumeName` counts as bound (the PV controller's
     bind-completed annotation follows within moments). Unbound claims and generic ephemeral
     volumes are decided by provisioning, which we do not model: cannot tell."""
-    pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
-    if not pod_volumes:
-        return None
+    mounts = demand.mounts
+    if mounts is None:
+        mounts = demand.mounts = _mounts(demand, view)
     labels_only = None
-    for volume in pod_volumes:
-        if type(volume) is not dict:
-            volume = as_mapping(volume, "volume")
-        source = volume.get("persistentVolumeClaim")
-        if source is None:
-            if volume.get("ephemeral") is not None:
-                raise CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
-            continue
-        claim_name = (source if type(source) is dict else as_mapping(source, "persistentVolumeClaim")).get("claimName")
-        claim = view.pvc(demand.namespace, claim_name)
-        if claim is None:
-            raise CannotTell(f"claim {claim_name} is not known")
-        terminating, lost, pv_name = _claim_state(claim)
-        if terminating:
-            return f"claim {claim_name} is being deleted"
-        if lost:
-            return f"claim {claim_name} has lost its volume"
-        if not pv_name:
-            raise CannotTell(f"claim {claim_name} is not bound yet")
-        pv = view.pv(pv_name)
-        if pv is None:
-            raise CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
-        placement = _volume_placement(pv)
-        if isinstance(placement, str):
-            raise Unreadable(placement)
-        terms, zones = placement
+    for mount in mounts:
+        if isinstance(mount, Verdict):
+            return mount.give()
+        claim_name, pv_name, terms, zones = mount
         if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
@@ -111,3 +89,58 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         if zone:
             return f"node {name_of(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     return None
+
+
+Mount = tuple[str, str, list[Any] | None, tuple[ZoneLabel, ...]]  # (claim, its PV, the PV's terms, its zones)
+
+
+class Verdict:
+    """What a volume says whatever the node: a reason, or an error to raise (cannot tell, unreadable)."""
+
+    __slots__ = ("reason", "error")
+
+    def __init__(self, reason: str | None = None, error: Exception | None = None) -> None:
+        self.reason, self.error = reason, error
+
+    def give(self) -> str | None:
+        if self.error is not None:
+            raise type(self.error)(*self.error.args)  # anew for each node: a raised error keeps its traceback
+        return self.reason
+
+
+def _mounts(demand: Demand, view: View) -> list[Mount | Verdict]:
+    """The pod's claims read once, in order, with their PVs (volumebinding's PreFilter reads them
+    once per scheduling cycle): a mount per bound claim, ending early at the first claim that
+    decides alone (being deleted, lost, unbound, unknown, unreadable)."""
+    found: list[Mount | Verdict] = []
+    try:
+        pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
+        for volume in pod_volumes or ():
+            if type(volume) is not dict:
+                volume = as_mapping(volume, "volume")
+            source = volume.get("persistentVolumeClaim")
+            if source is None:
+                if volume.get("ephemeral") is not None:
+                    raise CannotTell(f"ephemeral volume {volume.get('name')} gets its claim only after the pod exists")
+                continue
+            claim_name = (source if type(source) is dict else as_mapping(source, "persistentVolumeClaim")).get("claimName")
+            claim = view.pvc(demand.namespace, claim_name)
+            if claim is None:
+                raise CannotTell(f"claim {claim_name} is not known")
+            terminating, lost, pv_name = _claim_state(claim)
+            if terminating:
+                return [*found, Verdict(f"claim {claim_name} is being deleted")]
+            if lost:
+                return [*found, Verdict(f"claim {claim_name} has lost its volume")]
+            if not pv_name:
+                raise CannotTell(f"claim {claim_name} is not bound yet")
+            pv = view.pv(pv_name)
+            if pv is None:
+                raise CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
+            placement = _volume_placement(pv)
+            if isinstance(placement, str):
+                raise Unreadable(placement)
+            found.append((claim_name, pv_name, *placement))
+    except (CannotTell, Unreadable) as error:
+        found.append(Verdict(error=error))
+    return found
