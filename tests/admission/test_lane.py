@@ -8,6 +8,12 @@ from webhook.admission.lane import Lane, in_slices
 from webhook.deadline import Deadline
 
 
+async def in_turn(lane, work, deadline):
+    """A share-manager's judging as the rule runs it: its turn, then its steps in slices."""
+    async with lane.turn(deadline) as mine:
+        return mine and await lane.slices(work, deadline)
+
+
 def steps(name, n, seconds, trace):
     for i in range(n):
         time.sleep(seconds)
@@ -24,8 +30,8 @@ async def test_two_judgings_take_turns_whole_and_everything_else_runs_between_th
         await asyncio.sleep(0.004)
         trace.append("vm")
 
-    results = await asyncio.gather(lane.run(steps("a", 6, 0.001, trace), Deadline.after(10, 1)),
-                                   lane.run(steps("b", 6, 0.001, trace), Deadline.after(10, 1)), vm_start())
+    results = await asyncio.gather(in_turn(lane, steps("a", 6, 0.001, trace), Deadline.after(10, 1)),
+                                   in_turn(lane, steps("b", 6, 0.001, trace), Deadline.after(10, 1)), vm_start())
     assert results[:2] == [True, True]
     judged = [t for t in trace if t != "vm"]
     assert judged == ["a"] * 6 + ["b"] * 6  # one at a time, never interleaved
@@ -35,9 +41,9 @@ async def test_two_judgings_take_turns_whole_and_everything_else_runs_between_th
 async def test_a_judging_whose_deadline_passes_while_it_waits_its_turn_gives_up():
     """The apiserver has stopped waiting: the rule answers without a requirement (saying so)."""
     lane, trace = Lane(slice_seconds=0.002), []
-    first = asyncio.ensure_future(lane.run(steps("a", 40, 0.001, trace), Deadline.after(10, 1)))
+    first = asyncio.ensure_future(in_turn(lane, steps("a", 40, 0.001, trace), Deadline.after(10, 1)))
     await asyncio.sleep(0)
-    assert await lane.run(steps("b", 1, 0, trace), Deadline(time.monotonic() + 0.01)) is False
+    assert await in_turn(lane, steps("b", 1, 0, trace), Deadline(time.monotonic() + 0.01)) is False
     assert "b" not in trace and lane.waiting == 0
     assert await first is True
 

@@ -66,9 +66,3 @@ class Lane:
     async def slices(self, steps: Iterable[Any], deadline: Deadline) -> bool:
         """`in_slices` at this lane's slice, by an admission that has its turn."""
         return await in_slices(steps, deadline, self.slice)
-
-    async def run(self, steps: Iterable[Any], deadline: Deadline) -> bool:
-        """`in_slices` once it is this admission's turn; False when the deadline comes first,
-        while waiting or while judging."""
-        async with self.turn(deadline) as mine:
-            return mine and await self.slices(steps, deadline)

@@ -55,7 +55,7 @@ class Demand:
     # judged and kept for the others, as kube-scheduler's PreFilter reads it once per scheduling
     # cycle: a drain's share-manager is judged on a dozen nodes or more, each asking.
     gathered: Any = None  # the pods of its pod (anti-)affinity (interpodaffinity.Gathered)
-    mounts: list[Any] | None = None  # its claims and their PVs (volumes.py)
+    mounts: Any = None  # its claims and their PVs, and what ends them (volumes._mounts)
 
     @classmethod
     def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":

@@ -71,14 +71,11 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
     match the node's. A claim with `spec.volumeName` counts as bound (the PV controller's
     bind-completed annotation follows within moments). Unbound claims and generic ephemeral
     volumes are decided by provisioning, which we do not model: cannot tell."""
-    mounts = demand.mounts
-    if mounts is None:
-        mounts = demand.mounts = _mounts(demand, view)
+    if demand.mounts is None:
+        demand.mounts = _mounts(demand, view)
+    mounts, ending = demand.mounts
     labels_only = None
-    for mount in mounts:
-        if isinstance(mount, Verdict):
-            return mount.give()
-        claim_name, pv_name, terms, zones = mount
+    for claim_name, pv_name, terms, zones in mounts:
         if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
@@ -88,31 +85,22 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
         zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
         if zone:
             return f"node {name_of(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
-    return None
+    if isinstance(ending, Exception):
+        raise ending.with_traceback(None)  # raised again for each node: its traceback starts anew
+    return ending
 
 
 Mount = tuple[str, str, list[Any] | None, tuple[ZoneLabel, ...]]  # (claim, its PV, the PV's terms, its zones)
+# What decides after the mounts whatever the node: a reason, an error to raise (cannot tell,
+# unreadable), or None (every claim mounted).
+Ending = str | CannotTell | Unreadable | None
 
 
-class Verdict:
-    """What a volume says whatever the node: a reason, or an error to raise (cannot tell, unreadable)."""
-
-    __slots__ = ("reason", "error")
-
-    def __init__(self, reason: str | None = None, error: Exception | None = None) -> None:
-        self.reason, self.error = reason, error
-
-    def give(self) -> str | None:
-        if self.error is not None:
-            raise type(self.error)(*self.error.args)  # anew for each node: a raised error keeps its traceback
-        return self.reason
-
-
-def _mounts(demand: Demand, view: View) -> list[Mount | Verdict]:
+def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
     """The pod's claims read once, in order, with their PVs (volumebinding's PreFilter reads them
-    once per scheduling cycle): a mount per bound claim, ending early at the first claim that
-    decides alone (being deleted, lost, unbound, unknown, unreadable)."""
-    found: list[Mount | Verdict] = []
+    once per scheduling cycle): a mount per bound claim, up to the first claim that decides alone
+    (being deleted, lost, unbound, unknown, unreadable), which ends them."""
+    found: list[Mount] = []
     try:
         pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
         for volume in pod_volumes or ():
@@ -129,9 +117,9 @@ def _mounts(demand: Demand, view: View) -> list[Mount | Verdict]:
                 raise CannotTell(f"claim {claim_name} is not known")
             terminating, lost, pv_name = _claim_state(claim)
             if terminating:
-                return [*found, Verdict(f"claim {claim_name} is being deleted")]
+                return found, f"claim {claim_name} is being deleted"
             if lost:
-                return [*found, Verdict(f"claim {claim_name} has lost its volume")]
+                return found, f"claim {claim_name} has lost its volume"
             if not pv_name:
                 raise CannotTell(f"claim {claim_name} is not bound yet")
             pv = view.pv(pv_name)
@@ -142,5 +130,5 @@ def _mounts(demand: Demand, view: View) -> list[Mount | Verdict]:
                 raise Unreadable(placement)
             found.append((claim_name, pv_name, *placement))
     except (CannotTell, Unreadable) as error:
-        found.append(Verdict(error=error))
-    return found
+        return found, error
+    return found, None
