@@ -1,15 +1,16 @@
-"""Full garbage collections that stop every admission for 100 ms: what a cache has listed is moved
-out of the collector's reach once, when it has synced.
+"""Full garbage collections that stop every admission for 100 ms: once a cache has synced, what is
+alive is collected one last time and moved out of the collector's reach.
 
-At 1,000 nodes and 25,000 VMs the caches hold millions of dicts and lists. CPython's full
-collection walks every one of them (80–100 ms, the event loop stopped meanwhile) each time a
-quarter as many again have outlived the younger generations: every half second while a cache
-lists, then again and again as watch events and admissions churn. The cached objects are decoded
-JSON, trimmed: no reference cycle holds them, so a collection can never free one, only walk it.
-Once a cache has synced, what is alive is collected one last time and frozen (`gc.freeze`): later
-collections walk only what came after. A frozen object that a watch event replaces is still freed
-by its reference count; only a reference cycle alive at a freeze and dropped later would never be
-collected, and a freeze happens once per cache (a relist does not freeze again).
+At 1,000 nodes and 25,000 VMs the caches' tables and indexes are dicts of tens of thousands of
+entries each (table.py), and CPython's full collection visits every entry of every container it
+tracks: 80–100 ms, the event loop stopped meanwhile, each time a quarter as many objects again as
+it holds have outlived the younger generations (every half second while a cache lists, then as
+watch events and admissions churn). Those containers live as long as the process and no reference
+cycle holds them, so a collection can never free them, only walk them. `gc.freeze` leaves them,
+and whatever else is alive then, out of every later collection (entries added to them later
+included); an object frozen and dropped later is still freed by its reference count. What a freeze
+can cost: a reference cycle alive at that moment and dropped later is never collected. A freeze
+happens once per cache (a relist does not freeze again): a handful per process.
 """
 from __future__ import annotations
 
