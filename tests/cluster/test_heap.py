@@ -34,11 +34,11 @@ async def test_what_a_cache_listed_is_frozen_once_it_has_synced(caplog):
     kept = pods.table.read("default/virt-launcher-vm-7-x7k2p")
     companion = FreezeListed([pods])
     caplog.set_level(logging.INFO, "webhook.cache")
-    companion.start()
+    await companion.step()
     assert kept is not None and walked(kept) and not companion.frozen  # listing, not synced: nothing frozen
 
     feed(pods, listed()[-1:])  # the list is complete
-    await companion._task  # every informer has synced: the companion is done
+    await companion.step()
 
     assert companion.frozen == [pods.name]
     assert not walked(kept) and gc.get_freeze_count() > 0
@@ -49,12 +49,13 @@ async def test_what_a_cache_listed_is_frozen_once_it_has_synced(caplog):
 async def test_each_cache_is_frozen_once_its_first_list_is_complete():
     nodes, pods = informer_for(NODE), informer_for(POD)
     companion = FreezeListed([nodes, pods])
-    companion.start()
     feed(nodes, listed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}}))
+    await companion.step()
     feed(nodes, listed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}))  # a relist
     feed(pods, listed(*launcher_pods(2)))
-    await companion._task
-    assert sorted(companion.frozen) == sorted([nodes.name, pods.name])
+    await companion.step()
+    await companion.step()
+    assert companion.frozen == [nodes.name, pods.name]
 
 
 async def test_a_cache_that_never_syncs_freezes_nothing_and_stopping_ends_the_wait():
@@ -62,5 +63,6 @@ async def test_a_cache_that_never_syncs_freezes_nothing_and_stopping_ends_the_wa
     feed(pods, listed(*launcher_pods(2))[:-1])
     companion = FreezeListed([pods])
     companion.start()
+    await companion.step()
     await companion.stop()
-    assert companion.frozen == [] and gc.get_freeze_count() == 0
+    assert companion.frozen == [] and gc.get_freeze_count() == 0 and not companion.task.running

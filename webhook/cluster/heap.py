@@ -14,54 +14,46 @@ happens once per cache (a relist does not freeze again): a handful per process.
 """
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
 from collections.abc import Iterable
 
+from ..background import Background
 from .informer import Informer
 
 log = logging.getLogger("webhook.cache")
+
+PERIOD = 1.0  # how often the caches are asked whether they have synced: a freeze comes within it
 
 
 class FreezeListed:
     """A companion of the Service: after each informer's first sync, collect and freeze."""
 
-    def __init__(self, informers: Iterable[Informer]) -> None:
+    def __init__(self, informers: Iterable[Informer], period: float = PERIOD) -> None:
         self.informers = tuple(informers)
         self.frozen: list[str] = []  # the informers whose first sync was followed by a freeze, in order
-        self._task: asyncio.Task[None] | None = None
+        self.task = Background("freeze listed", self.step, log=log, failure="freezing a synced cache failed",
+                               period=period)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="freeze listed")
+        self.task.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self.task.stop()
 
     def degraded(self) -> list[str]:
-        return []
+        return self.task.degraded()
 
-    async def _run(self) -> None:
-        waiting = {asyncio.ensure_future(i.synced_event.wait()): i for i in self.informers if i.name not in self.frozen}
-        try:
-            while waiting:
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                for synced in done:
-                    self.freeze(waiting.pop(synced).name)
-        finally:
-            for wait in waiting:
-                wait.cancel()
-
-    def freeze(self, name: str) -> None:
+    async def step(self) -> None:
+        """Freeze once for the caches that have synced since the last step (none: nothing)."""
+        synced = [i.name for i in self.informers if i.synced and i.name not in self.frozen]
+        if not synced:
+            return
         began = time.perf_counter()
-        gc.collect()  # the list's own garbage is freed, not kept for good
+        gc.collect()  # the lists' own garbage is freed, not kept for good
         gc.freeze()
-        self.frozen.append(name)
+        self.frozen += synced
         log.info("cache frozen", extra={"fields": {
-            "resource": name, "objects_frozen": gc.get_freeze_count(),
+            "resource": ", ".join(synced), "objects_frozen": gc.get_freeze_count(),
             "seconds": round(time.perf_counter() - began, 3)}})
