@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import ssl
 import time
 from pathlib import Path
@@ -32,6 +33,60 @@ async def guarded(tls_files):
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     yield server.bound_port(runner), context
     await runner.cleanup()
+
+
+@pytest.fixture
+async def paced(tls_files):
+    """The webhook's app behind a site that begins 2 handshakes per turn, each within 0.5 s of its accept."""
+    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
+    runner = aiohttp.web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=tls.build_context(str(tls_files["cert"]), str(tls_files["key"])),
+                             handshakes={"per_turn": 2, "seconds": 0.5})
+    await site.start()
+    yield server.bound_port(runner), site._server, ssl.create_default_context(cafile=str(tls_files["ca"]))
+    await runner.cleanup()
+
+
+async def test_a_burst_of_new_connections_begins_its_handshakes_a_few_per_turn_of_the_loop(paced):
+    """20 connections arrive at once: each turn of the loop begins at most 2 handshakes (about a
+    millisecond of CPU), so whatever else is ready (a review on a connection already open) runs
+    between them, not after all of them."""
+    port, listener, _ = paced
+    # Connected in the kernel's backlog before the loop turns again: accepted together. TCP, no ClientHello yet.
+    burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    begun: list[int] = []
+    done = asyncio.get_running_loop().create_future()
+
+    def each_turn() -> None:
+        begun.append(len(listener.handshaking))
+        if len(begun) < 200 and len(listener.handshaking) < 20:
+            asyncio.get_running_loop().call_soon(each_turn)
+        else:
+            done.set_result(None)
+
+    each_turn()
+    await done
+    assert begun[-1] == 20, begun
+    steps = [later - earlier for earlier, later in zip(begun, begun[1:])]
+    assert max(steps) == 2 and steps.count(2) >= 9, begun
+    for connection in burst:
+        connection.close()
+
+
+async def test_a_client_that_never_sends_its_clienthello_is_closed_after_the_handshake_time(paced):
+    port, listener, context = paced
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)  # and no TLS from it
+    started = time.monotonic()
+    assert await closed_within(reader, 5)
+    assert time.monotonic() - started < 3
+    writer.close()
+    # the others are served as before
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+    writer.write(request(json.dumps(review(vm_pod(), uid="after")).encode()))
+    status, body = await answer_of(reader)
+    assert status == 200 and json.loads(body)["response"]["uid"] == "after"
+    writer.close()
 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:

@@ -3,19 +3,31 @@
 Any pod in the cluster can reach the port (the NetworkPolicy admits every pod; mutual TLS is
 optional), and aiohttp does not bound the time a client takes to send a request's headers: held
 connections used file descriptors and, with unfinished bodies, memory. Here, a site of aiohttp's
-(`web.BaseSite`: its runner still serves, drains and stops it) listens with asyncio's own TLS
-handshake timeout, and every connection goes through `Guard`: one that has not sent a whole
-request's headers within HEADER_SECONDS of its handshake is closed. None is closed for being one
-too many: kube-apiserver gives each review in flight a connection of its own and does not retry a
-call that fails, so a closed connection is a pod created without our decision. Memory is bounded
-by the bodies held instead (budget.py: beyond the budget a body waits, unread); a body must
-arrive within the request's deadline (server.py: 408), and an idle keep-alive connection closes
-after aiohttp's keepalive timeout.
+(`web.BaseSite`: its runner still serves, drains and stops it) listens, and every connection goes
+through `Guard`: its TLS handshake must end within HANDSHAKE_SECONDS of its accept, and one that
+has not sent a whole request's headers within HEADER_SECONDS of its handshake is closed. None is
+closed for being one too many: kube-apiserver gives each review in flight a connection of its own
+and does not retry a call that fails, so a closed connection is a pod created without our
+decision. Memory is bounded by the bodies held instead (budget.py: beyond the budget a body
+waits, unread); a body must arrive within the request's deadline (server.py: 408), and an idle
+keep-alive connection closes after aiohttp's keepalive timeout.
+
+Handshakes begin a few per turn of the event loop (`Listener`). A server-side handshake is about
+half a millisecond of CPU, and the loop runs every connection that became readable in one turn: a
+drain's burst of a hundred new connections, each handshake begun at accept, held the loop for tens
+of milliseconds at a stretch, and a review on a connection already open (the apiserver keeps idle
+ones) waited behind all of them. Paced, a turn begins at most HANDSHAKES_PER_TURN of them; the
+others wait in the order they came, their ClientHello unread in the socket.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
+import errno
+import logging
+import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +35,15 @@ from aiohttp import web
 
 from .. import metrics
 
+log = logging.getLogger("webhook.server")
+
 HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own timeout is at most 30 s
-HANDSHAKE_SECONDS = 10.0
+HANDSHAKE_SECONDS = 10.0  # from accept to the end of the handshake, the wait for its turn included
+HANDSHAKES_PER_TURN = 4  # about 2 ms of the loop, as much as a slice of a share-manager's rule (lane.py)
 END_OF_HEADERS = b"\r\n\r\n"
+# Out of file descriptors or memory: accepting again at once would spin; asyncio's server waits a second.
+ACCEPT_PAUSE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_PAUSE = 1.0
 
 
 class Guard:
@@ -85,17 +103,134 @@ class Guarded(asyncio.Protocol):
         self.inner.resume_writing()
 
 
-class GuardedSite(web.BaseSite):
-    """aiohttp's TCP site, listening through a Guard."""
+class Listener:
+    """The listening sockets of a TLS site, as an `asyncio.Server` to aiohttp's site and runner:
+    connections are accepted as they come and handed to the loop (`connect_accepted_socket`, which
+    makes the handshake) at most `per_turn` per turn of the loop, first come first served."""
 
-    __slots__ = ("_host", "_port", "guard")
+    def __init__(self, sockets: list[socket.socket], factory: Callable[[], asyncio.Protocol],
+                 context: ssl.SSLContext, *, per_turn: int = HANDSHAKES_PER_TURN,
+                 seconds: float = HANDSHAKE_SECONDS) -> None:
+        self._sockets, self.factory, self.context = sockets, factory, context
+        self.per_turn, self.seconds = per_turn, seconds
+        self.waiting: collections.deque[tuple[socket.socket, float]] = collections.deque()  # (socket, accepted at)
+        self.turn: asyncio.Handle | None = None
+        self.handshaking: set[asyncio.Task[Any]] = set()  # referenced until done (asyncio keeps weak references)
+        self.loop = asyncio.get_running_loop()
+        self.closed = asyncio.Event()
+        for listening in sockets:
+            self.loop.add_reader(listening.fileno(), self._accept, listening)
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self._sockets)
+
+    def _accept(self, listening: socket.socket) -> None:
+        while True:
+            try:
+                accepted, _ = listening.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                break  # none left (or one that went before it was accepted)
+            except OSError as exc:
+                if exc.errno not in ACCEPT_PAUSE_ERRNOS:
+                    raise
+                log.error("cannot accept a connection, pausing %.0f s", ACCEPT_PAUSE,
+                          extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+                self.loop.remove_reader(listening.fileno())
+                self.loop.call_later(ACCEPT_PAUSE, self._resume, listening)
+                break
+            accepted.setblocking(False)
+            self.waiting.append((accepted, time.monotonic()))
+            metrics.HANDSHAKES_WAITING.inc()
+        if self.waiting and self.turn is None:
+            self.turn = self.loop.call_soon(self._begin)
+
+    def _resume(self, listening: socket.socket) -> None:
+        if not self.closed.is_set():
+            self.loop.add_reader(listening.fileno(), self._accept, listening)
+
+    def _begin(self) -> None:
+        """This turn's handshakes; the rest wait for the next turn."""
+        self.turn = None
+        for _ in range(min(self.per_turn, len(self.waiting))):
+            accepted, since = self.waiting.popleft()
+            metrics.HANDSHAKES_WAITING.dec()
+            left = self.seconds - (time.monotonic() - since)
+            if left <= 0:  # waited its whole handshake's time: as asyncio's own handshake timeout does
+                metrics.CONNECTIONS_REFUSED.labels("handshake too slow").inc()
+                accepted.close()
+                continue
+            task = self.loop.create_task(self._handshake(accepted, left))
+            self.handshaking.add(task)
+            task.add_done_callback(self.handshaking.discard)
+        if self.waiting:
+            self.turn = self.loop.call_soon(self._begin)
+
+    async def _handshake(self, accepted: socket.socket, seconds: float) -> None:
+        try:
+            await self.loop.connect_accepted_socket(self.factory, accepted, ssl=self.context,
+                                                    ssl_handshake_timeout=seconds)
+        except (OSError, ssl.SSLError, EOFError):
+            accepted.close()  # failed or too slow: said in asyncio's debug log only, as the loop's own server does
+
+    def close(self) -> None:
+        """Stop listening; the connections waiting for their handshake are closed (open ones carry on)."""
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        if self.turn is not None:
+            self.turn.cancel()
+            self.turn = None
+        for listening in self._sockets:
+            self.loop.remove_reader(listening.fileno())
+            listening.close()
+        while self.waiting:
+            metrics.HANDSHAKES_WAITING.dec()
+            self.waiting.popleft()[0].close()
+
+    def is_serving(self) -> bool:
+        return not self.closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self.closed.wait()
+
+
+def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """One listening socket per address of `host`, as `loop.create_server` binds them."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    made: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):  # the same address once
+            listening = socket.socket(family, kind, proto)
+            made.append(listening)
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listening.bind(address)
+            listening.listen(backlog)
+            listening.setblocking(False)
+            if port == 0:  # the port the first one picked, for the others too
+                port = listening.getsockname()[1]
+                infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        for listening in made:
+            listening.close()
+        raise
+    return made
+
+
+class GuardedSite(web.BaseSite):
+    """aiohttp's TCP site, listening through a Guard; with TLS, handshakes are paced (Listener)."""
+
+    __slots__ = ("_host", "_port", "guard", "handshakes")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
-                 guard: Guard | None = None) -> None:
+                 guard: Guard | None = None, handshakes: dict[str, Any] | None = None) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host, self._port = host, port
         assert runner.server is not None
         self.guard = guard or Guard(runner.server)
+        self.handshakes = handshakes or {}  # Listener's per_turn and seconds, when not its defaults
 
     @property
     def name(self) -> str:
@@ -103,7 +238,9 @@ class GuardedSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        kwargs: dict[str, Any] = {"ssl_handshake_timeout": HANDSHAKE_SECONDS} if self._ssl_context else {}
-        self._server = await asyncio.get_running_loop().create_server(
-            self.guard, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, reuse_address=True,
-            **kwargs)
+        if self._ssl_context is None:
+            self._server = await asyncio.get_running_loop().create_server(
+                self.guard, self._host, self._port, backlog=self._backlog, reuse_address=True)
+            return
+        self._server = Listener(listening_sockets(self._host, self._port, self._backlog), self.guard,  # type: ignore[assignment]
+                                self._ssl_context, **self.handshakes)
