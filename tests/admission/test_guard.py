@@ -49,12 +49,15 @@ async def paced(tls_files):
 
 
 async def test_a_burst_of_new_connections_begins_its_handshakes_a_few_per_turn_of_the_loop(paced):
-    """20 connections arrive at once: each turn of the loop begins at most 2 handshakes (about a
+    """20 ClientHellos arrive at once: each turn of the loop begins at most 2 handshakes (about a
     millisecond of CPU), so whatever else is ready (a review on a connection already open) runs
     between them, not after all of them."""
     port, listener, _ = paced
-    # Connected in the kernel's backlog before the loop turns again: accepted together. TCP, no ClientHello yet.
+    # Connected in the kernel's backlog, each with a first byte of its TLS record, before the loop
+    # turns again: accepted together, all ready together (no handshake can end: the rest never comes).
     burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    for connection in burst:
+        connection.sendall(b"\x16")
     begun: list[int] = []
     done = asyncio.get_running_loop().create_future()
 

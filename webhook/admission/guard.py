@@ -16,8 +16,9 @@ Handshakes begin a few per turn of the event loop (`Listener`). A server-side ha
 half a millisecond of CPU, and the loop runs every connection that became readable in one turn: a
 drain's burst of a hundred new connections, each handshake begun at accept, held the loop for tens
 of milliseconds at a stretch, and a review on a connection already open (the apiserver keeps idle
-ones) waited behind all of them. Paced, a turn begins at most HANDSHAKES_PER_TURN of them; the
-others wait in the order they came, their ClientHello unread in the socket.
+ones) waited behind all of them. Paced, a turn begins at most HANDSHAKES_PER_TURN of those whose
+ClientHello has arrived; the others wait in the order they came, their ClientHello unread in the
+socket.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ log = logging.getLogger("webhook.server")
 
 HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own timeout is at most 30 s
 HANDSHAKE_SECONDS = 10.0  # from accept to the end of the handshake, the wait for its turn included
-HANDSHAKES_PER_TURN = 4  # about 2 ms of the loop, as much as a slice of a share-manager's rule (lane.py)
+HANDSHAKES_PER_TURN = 1  # half a millisecond of the loop, a quarter of a slice of a share-manager's rule (lane.py)
 END_OF_HEADERS = b"\r\n\r\n"
 # Out of file descriptors or memory: accepting again at once would spin; asyncio's server waits a second.
 ACCEPT_PAUSE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -104,16 +105,21 @@ class Guarded(asyncio.Protocol):
 
 
 class Listener:
-    """The listening sockets of a TLS site, as an `asyncio.Server` to aiohttp's site and runner:
-    connections are accepted as they come and handed to the loop (`connect_accepted_socket`, which
-    makes the handshake) at most `per_turn` per turn of the loop, first come first served."""
+    """The listening sockets of a TLS site, as an `asyncio.Server` to aiohttp's site and runner.
+
+    A connection is accepted as it comes and waits, unread, until its ClientHello has arrived; of
+    those, at most `per_turn` per turn of the loop are handed to it (`connect_accepted_socket`,
+    which makes the handshake), first come first served. Pacing the ClientHellos, not the accepts:
+    a burst of clients sends them together some milliseconds after connecting, and handshakes
+    begun at accept would all meet their data in one turn."""
 
     def __init__(self, sockets: list[socket.socket], factory: Callable[[], asyncio.Protocol],
                  context: ssl.SSLContext, *, per_turn: int = HANDSHAKES_PER_TURN,
                  seconds: float = HANDSHAKE_SECONDS) -> None:
         self._sockets, self.factory, self.context = sockets, factory, context
         self.per_turn, self.seconds = per_turn, seconds
-        self.waiting: collections.deque[tuple[socket.socket, float]] = collections.deque()  # (socket, accepted at)
+        self.unready: dict[socket.socket, tuple[float, asyncio.TimerHandle]] = {}  # accepted, no ClientHello yet
+        self.ready: collections.deque[tuple[socket.socket, float]] = collections.deque()  # (socket, accepted at)
         self.turn: asyncio.Handle | None = None
         self.handshaking: set[asyncio.Task[Any]] = set()  # referenced until done (asyncio keeps weak references)
         self.loop = asyncio.get_running_loop()
@@ -125,12 +131,17 @@ class Listener:
     def sockets(self) -> tuple[socket.socket, ...]:
         return tuple(self._sockets)
 
+    @property
+    def waiting(self) -> int:
+        """Connections accepted whose handshake has not begun."""
+        return len(self.unready) + len(self.ready)
+
     def _accept(self, listening: socket.socket) -> None:
         while True:
             try:
                 accepted, _ = listening.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                break  # none left (or one that went before it was accepted)
+                return  # none left (or one that went before it was accepted)
             except OSError as exc:
                 if exc.errno not in ACCEPT_PAUSE_ERRNOS:
                     raise
@@ -138,32 +149,48 @@ class Listener:
                           extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
                 self.loop.remove_reader(listening.fileno())
                 self.loop.call_later(ACCEPT_PAUSE, self._resume, listening)
-                break
+                return
             accepted.setblocking(False)
-            self.waiting.append((accepted, time.monotonic()))
+            self.unready[accepted] = (time.monotonic(), self.loop.call_later(self.seconds, self._expire, accepted))
+            self.loop.add_reader(accepted.fileno(), self._readable, accepted)
             metrics.HANDSHAKES_WAITING.inc()
-        if self.waiting and self.turn is None:
-            self.turn = self.loop.call_soon(self._begin)
 
     def _resume(self, listening: socket.socket) -> None:
         if not self.closed.is_set():
             self.loop.add_reader(listening.fileno(), self._accept, listening)
 
+    def _readable(self, accepted: socket.socket) -> None:
+        """Its ClientHello (or its end) has arrived: in line for a turn."""
+        self.loop.remove_reader(accepted.fileno())
+        since, timer = self.unready.pop(accepted)
+        timer.cancel()
+        self.ready.append((accepted, since))
+        if self.turn is None:
+            self.turn = self.loop.call_soon(self._begin)
+
+    def _expire(self, accepted: socket.socket) -> None:
+        """No ClientHello within the handshake's time, as asyncio's own handshake timeout closes it."""
+        if self.unready.pop(accepted, None) is not None:
+            self.loop.remove_reader(accepted.fileno())
+            metrics.HANDSHAKES_WAITING.dec()
+            metrics.CONNECTIONS_REFUSED.labels("handshake too slow").inc()
+            accepted.close()
+
     def _begin(self) -> None:
         """This turn's handshakes; the rest wait for the next turn."""
         self.turn = None
-        for _ in range(min(self.per_turn, len(self.waiting))):
-            accepted, since = self.waiting.popleft()
+        for _ in range(min(self.per_turn, len(self.ready))):
+            accepted, since = self.ready.popleft()
             metrics.HANDSHAKES_WAITING.dec()
             left = self.seconds - (time.monotonic() - since)
-            if left <= 0:  # waited its whole handshake's time: as asyncio's own handshake timeout does
+            if left <= 0:
                 metrics.CONNECTIONS_REFUSED.labels("handshake too slow").inc()
                 accepted.close()
                 continue
             task = self.loop.create_task(self._handshake(accepted, left))
             self.handshaking.add(task)
             task.add_done_callback(self.handshaking.discard)
-        if self.waiting:
+        if self.ready:
             self.turn = self.loop.call_soon(self._begin)
 
     async def _handshake(self, accepted: socket.socket, seconds: float) -> None:
@@ -184,9 +211,14 @@ class Listener:
         for listening in self._sockets:
             self.loop.remove_reader(listening.fileno())
             listening.close()
-        while self.waiting:
-            metrics.HANDSHAKES_WAITING.dec()
-            self.waiting.popleft()[0].close()
+        for accepted, (_, timer) in self.unready.items():
+            timer.cancel()
+            self.loop.remove_reader(accepted.fileno())
+            accepted.close()
+        metrics.HANDSHAKES_WAITING.dec(self.waiting)
+        self.unready.clear()
+        while self.ready:
+            self.ready.popleft()[0].close()
 
     def is_serving(self) -> bool:
         return not self.closed.is_set()
