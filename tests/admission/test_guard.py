@@ -5,6 +5,7 @@ bodies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
@@ -21,31 +22,33 @@ from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
 
 
-@pytest.fixture
-async def guarded(tls_files):
-    """The webhook's app behind a guard of 0.5 s for the headers."""
+@contextlib.asynccontextmanager
+async def site_of(tls_files, options):
+    """The webhook's app behind a GuardedSite made with `options(runner)`, on a free port."""
     app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
     runner = aiohttp.web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=tls.build_context(str(tls_files["cert"]), str(tls_files["key"])),
-                             guard=guard.Guard(runner.server, header_seconds=0.5))
+    context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]))
+    site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=context, **options(runner))
     await site.start()
-    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
-    yield server.bound_port(runner), context
-    await runner.cleanup()
+    try:
+        yield server.bound_port(runner), site, ssl.create_default_context(cafile=str(tls_files["ca"]))
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def guarded(tls_files):
+    """The webhook's app behind a guard of 0.5 s for the headers."""
+    async with site_of(tls_files, lambda runner: {"guard": guard.Guard(runner.server, header_seconds=0.5)}) as (port, _, context):
+        yield port, context
 
 
 @pytest.fixture
 async def paced(tls_files):
     """The webhook's app behind a site that begins 2 handshakes per turn, each within 0.5 s of its accept."""
-    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
-    runner = aiohttp.web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=tls.build_context(str(tls_files["cert"]), str(tls_files["key"])),
-                             handshakes={"per_turn": 2, "seconds": 0.5})
-    await site.start()
-    yield server.bound_port(runner), site._server, ssl.create_default_context(cafile=str(tls_files["ca"]))
-    await runner.cleanup()
+    async with site_of(tls_files, lambda runner: {"handshakes": {"per_turn": 2, "seconds": 0.5}}) as (port, site, context):
+        yield port, site._server, context
 
 
 async def test_a_burst_of_new_connections_begins_its_handshakes_a_few_per_turn_of_the_loop(paced):

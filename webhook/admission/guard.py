@@ -228,7 +228,8 @@ class Listener:
 
 
 def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
-    """One listening socket per address of `host`, as `loop.create_server` binds them."""
+    """One listening socket per address of `host`, as `loop.create_server` binds them (IPv6 ones
+    IPv6 only; with port 0 each picks its own)."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     made: list[socket.socket] = []
     try:
@@ -241,9 +242,6 @@ def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]
             listening.bind(address)
             listening.listen(backlog)
             listening.setblocking(False)
-            if port == 0:  # the port the first one picked, for the others too
-                port = listening.getsockname()[1]
-                infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError:
         for listening in made:
             listening.close()
