@@ -200,9 +200,9 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
     the longest the event loop kept a request waiting before its handler (`loop_lag_ms`); a VM
     review's server time with its queueing is at most the two added (the lag is the longest of
     the second before its answer)."""
-    vm = sorted(float(line["duration_ms"]) for line in lines if str(line.get("uid", "")).startswith("vm-"))
-    queued = sorted(float(line["duration_ms"]) + float(line.get("loop_lag_ms") or 0.0) for line in lines
-                    if str(line.get("uid", "")).startswith("vm-"))
+    vm_lines = [line for line in lines if str(line.get("uid", "")).startswith("vm-")]
+    vm = sorted(float(line["duration_ms"]) for line in vm_lines)
+    queued = sorted(float(line["duration_ms"]) + float(line.get("loop_lag_ms") or 0.0) for line in vm_lines)
     share_managers = sorted(float(line["duration_ms"]) for line in lines if str(line.get("uid", "")).startswith("sm-"))
     lag = [float(line["loop_lag_ms"]) for line in lines if line.get("loop_lag_ms") is not None]
 

@@ -56,3 +56,19 @@ class Background:
                 self.error, pause = f"{type(exc).__name__}: {exc}", self.retry
             else:
                 self.error, pause = None, self.period
+
+
+class Companion:
+    """Something that runs beside admission as one Background `task` (a Service's companion):
+    started, stopped and said degraded as that task is."""
+
+    task: Background
+
+    def start(self) -> None:
+        self.task.start()
+
+    async def stop(self) -> None:
+        await self.task.stop()
+
+    def degraded(self) -> list[str]:
+        return self.task.degraded()

@@ -47,7 +47,7 @@ async def guarded(tls_files):
 @pytest.fixture
 async def paced(tls_files):
     """The webhook's app behind a site that begins 2 handshakes per turn, each within 0.5 s of its accept."""
-    async with site_of(tls_files, lambda runner: {"handshakes": {"per_turn": 2, "seconds": 0.5}}) as (port, site, context):
+    async with site_of(tls_files, lambda runner: {"per_turn": 2, "handshake_seconds": 0.5}) as (port, site, context):
         yield port, site._server, context
 
 

@@ -105,7 +105,8 @@ class Guarded(asyncio.Protocol):
 
 
 class Listener:
-    """The listening sockets of a TLS site, as an `asyncio.Server` to aiohttp's site and runner.
+    """The listening sockets of a TLS site, in the place of the `asyncio.Server` that aiohttp's site
+    closes and its runner reads the addresses of (`close`, `sockets`).
 
     A connection is accepted as it comes and waits, unread, until its ClientHello has arrived; of
     those, at most `per_turn` per turn of the loop are handed to it (`connect_accepted_socket`,
@@ -123,7 +124,7 @@ class Listener:
         self.turn: asyncio.Handle | None = None
         self.handshaking: set[asyncio.Task[Any]] = set()  # referenced until done (asyncio keeps weak references)
         self.loop = asyncio.get_running_loop()
-        self.closed = asyncio.Event()
+        self.closed = False
         for listening in sockets:
             self.loop.add_reader(listening.fileno(), self._accept, listening)
 
@@ -156,7 +157,7 @@ class Listener:
             metrics.HANDSHAKES_WAITING.inc()
 
     def _resume(self, listening: socket.socket) -> None:
-        if not self.closed.is_set():
+        if not self.closed:
             self.loop.add_reader(listening.fileno(), self._accept, listening)
 
     def _readable(self, accepted: socket.socket) -> None:
@@ -202,9 +203,9 @@ class Listener:
 
     def close(self) -> None:
         """Stop listening; the connections waiting for their handshake are closed (open ones carry on)."""
-        if self.closed.is_set():
+        if self.closed:
             return
-        self.closed.set()
+        self.closed = True
         if self.turn is not None:
             self.turn.cancel()
             self.turn = None
@@ -219,12 +220,6 @@ class Listener:
         self.unready.clear()
         while self.ready:
             self.ready.popleft()[0].close()
-
-    def is_serving(self) -> bool:
-        return not self.closed.is_set()
-
-    async def wait_closed(self) -> None:
-        await self.closed.wait()
 
 
 def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
@@ -252,15 +247,16 @@ def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]
 class GuardedSite(web.BaseSite):
     """aiohttp's TCP site, listening through a Guard; with TLS, handshakes are paced (Listener)."""
 
-    __slots__ = ("_host", "_port", "guard", "handshakes")
+    __slots__ = ("_host", "_port", "guard", "per_turn", "handshake_seconds")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
-                 guard: Guard | None = None, handshakes: dict[str, Any] | None = None) -> None:
+                 guard: Guard | None = None, per_turn: int = HANDSHAKES_PER_TURN,
+                 handshake_seconds: float = HANDSHAKE_SECONDS) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._host, self._port = host, port
         assert runner.server is not None
         self.guard = guard or Guard(runner.server)
-        self.handshakes = handshakes or {}  # Listener's per_turn and seconds, when not its defaults
+        self.per_turn, self.handshake_seconds = per_turn, handshake_seconds
 
     @property
     def name(self) -> str:
@@ -273,4 +269,4 @@ class GuardedSite(web.BaseSite):
                 self.guard, self._host, self._port, backlog=self._backlog, reuse_address=True)
             return
         self._server = Listener(listening_sockets(self._host, self._port, self._backlog), self.guard,  # type: ignore[assignment]
-                                self._ssl_context, **self.handshakes)
+                                self._ssl_context, per_turn=self.per_turn, seconds=self.handshake_seconds)

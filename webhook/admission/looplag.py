@@ -15,7 +15,7 @@ import logging
 import time
 
 from .. import metrics
-from ..background import Background
+from ..background import Background, Companion
 
 log = logging.getLogger("webhook")
 
@@ -23,7 +23,7 @@ PERIOD = 0.1
 WINDOW = 60.0
 
 
-class LoopLag:
+class LoopLag(Companion):
     """Measures the loop's lag beside admission (a companion of the Service)."""
 
     def __init__(self, period: float = PERIOD, window: float = WINDOW) -> None:
@@ -54,12 +54,3 @@ class LoopLag:
                 break
             worst = max(worst, lag)
         return worst
-
-    def start(self) -> None:
-        self.task.start()
-
-    async def stop(self) -> None:
-        await self.task.stop()
-
-    def degraded(self) -> list[str]:
-        return self.task.degraded()

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Iterable
 
-from ..background import Background
+from ..background import Background, Companion
 from .informer import Informer
 
 log = logging.getLogger("webhook.cache")
@@ -27,7 +27,7 @@ log = logging.getLogger("webhook.cache")
 PERIOD = 1.0  # how often the caches are asked whether they have synced: a freeze comes within it
 
 
-class FreezeListed:
+class FreezeListed(Companion):
     """A companion of the Service: after each informer's first sync, collect and freeze."""
 
     def __init__(self, informers: Iterable[Informer], period: float = PERIOD) -> None:
@@ -35,15 +35,6 @@ class FreezeListed:
         self.frozen: list[str] = []  # the informers whose first sync was followed by a freeze, in order
         self.task = Background("freeze listed", self.step, log=log, failure="freezing a synced cache failed",
                                period=period)
-
-    def start(self) -> None:
-        self.task.start()
-
-    async def stop(self) -> None:
-        await self.task.stop()
-
-    def degraded(self) -> list[str]:
-        return self.task.degraded()
 
     async def step(self) -> None:
         """Freeze once for the caches that have synced since the last step (none: nothing)."""

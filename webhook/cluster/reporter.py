@@ -12,7 +12,7 @@ import logging
 from typing import Any
 
 from .. import kinds, metrics
-from ..background import Background
+from ..background import Background, Companion
 from .events import NO_EVENTS, Events, vmi_reference
 from .store import WatchedStore
 from ..config import Settings
@@ -32,7 +32,7 @@ def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
     return vmi_reference(namespace, owner["name"], uid if isinstance(uid, str) else "")
 
 
-class StrandedReporter:
+class StrandedReporter(Companion):
     """A companion of `serve` (start, stop, degraded): every `interval` seconds, once the caches
     have synced, a look for stranded pods."""
 
@@ -41,7 +41,7 @@ class StrandedReporter:
         self.store, self.settings, self.events = store, settings, events
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it
         # The net must not tear: a failed look is logged and noted, and made again next time.
-        self._looking = Background("stranded", self._look, log=log, failure="looking for stranded pods failed",
+        self.task = Background("stranded", self._look, log=log, failure="looking for stranded pods failed",
                                    period=interval, wait_first=True)
 
     def scan(self, now: datetime.datetime) -> list[Stranded]:
@@ -74,11 +74,3 @@ class StrandedReporter:
         if self.store.synced():
             self.scan(datetime.datetime.now(datetime.timezone.utc))
 
-    def degraded(self) -> list[str]:
-        return self._looking.degraded()
-
-    def start(self) -> None:
-        self._looking.start()
-
-    async def stop(self) -> None:
-        await self._looking.stop()
