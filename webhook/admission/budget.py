@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-from collections.abc import AsyncIterator
 
 from .. import metrics
 
@@ -53,33 +51,49 @@ class Budget:
                 turn.set_result(None)
         metrics.REQUESTS_WAITING.set(len(self._waiting))
 
-    @contextlib.asynccontextmanager
-    async def hold(self, size: int, within: float) -> AsyncIterator[None]:
-        """Room for a body of `size` bytes while the block runs; raises NoRoom when none frees
-        within `within` seconds."""
-        if not self._waiting and self._fits(size):
-            self._take(size)
-        else:
-            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            entry = (size, turn)
-            self._waiting.append(entry)
-            metrics.REQUESTS_WAITING.set(len(self._waiting))
-            try:
-                async with asyncio.timeout(max(within, 0.0)):
-                    await asyncio.shield(turn)
-            except (TimeoutError, asyncio.CancelledError) as exc:
-                if turn.done():  # given room as the wait ended: hand it on
-                    self._release(size)
-                else:
-                    turn.cancel()
-                    self._waiting.remove(entry)
-                    metrics.REQUESTS_WAITING.set(len(self._waiting))
-                if isinstance(exc, TimeoutError):
-                    metrics.BODIES_TURNED_AWAY.inc()
-                    raise NoRoom(f"no room for a body of {size} bytes before the deadline "
-                                 f"({self.held} of {self.total} held)") from None
-                raise
+    def hold(self, size: int, within: float) -> Held:
+        """Room for a body of `size` bytes while the block runs (`async with`); raises NoRoom when
+        none frees within `within` seconds."""
+        return Held(self, size, within)
+
+    async def _wait(self, size: int, within: float) -> None:
+        """Wait, in line, until room for `size` bytes is given; NoRoom after `within` seconds."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, turn)
+        self._waiting.append(entry)
+        metrics.REQUESTS_WAITING.set(len(self._waiting))
         try:
-            yield
-        finally:
-            self._release(size)
+            async with asyncio.timeout(max(within, 0.0)):
+                await asyncio.shield(turn)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if turn.done():  # given room as the wait ended: hand it on
+                self._release(size)
+            else:
+                turn.cancel()
+                self._waiting.remove(entry)
+                metrics.REQUESTS_WAITING.set(len(self._waiting))
+            if isinstance(exc, TimeoutError):
+                metrics.BODIES_TURNED_AWAY.inc()
+                raise NoRoom(f"no room for a body of {size} bytes before the deadline "
+                             f"({self.held} of {self.total} held)") from None
+            raise
+
+
+class Held:
+    """A body's room in a Budget, from `async with` to its end. Taken at once when it fits and
+    nobody is waiting (every review but a burst's of large ones): no task, timer or future."""
+
+    __slots__ = ("budget", "size", "within")
+
+    def __init__(self, budget: Budget, size: int, within: float) -> None:
+        self.budget, self.size, self.within = budget, size, within
+
+    async def __aenter__(self) -> None:
+        budget = self.budget
+        if not budget._waiting and budget._fits(self.size):
+            budget._take(self.size)
+        else:
+            await budget._wait(self.size, self.within)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.budget._release(self.size)
