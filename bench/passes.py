@@ -5,7 +5,7 @@ never hold up an admission on the leading replica. This measures what a VM start
 kubefake's apiserver (a process of its own, `bench.emulator`) holds a large cluster (by default
 20k PVCs and PVs, 10k ShareManagers, 20k pods, 20k running opted-in VMIs of which 1k run apart
 from their storage, and the benchmark's two disks); a replica (a process of its own, the server
-core) answers admissions over TLS from its caches as `serve` does (`server.make_app` on
+core) answers admissions over TLS from its caches as `serve` does (`server.make_webhook` on
 `WatchedClusterStore`) and, with `--keep report` or `migrate`, runs the keeper as `serve` does
 (`KeeperProcess`: the replica takes the Lease and starts the keeper's process, on the same
 core, which makes its passes back to back, as the leader does when a pass takes longer than its
@@ -55,7 +55,7 @@ async def replica(args: argparse.Namespace) -> None:
     store = WatchedClusterStore.for_host(args.api, settings)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(args.tls_cert_file, args.tls_key_file)
-    runner = await server.start(server.make_app(store, settings), "127.0.0.1", args.port, context)
+    runner = await server.start(server.make_webhook(store, settings), "127.0.0.1", args.port, context)
     loop = asyncio.get_running_loop()
     closed = loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
     keeper = None if args.keep == "off" else keeper_process(args, settings)

@@ -126,8 +126,8 @@ def https_server(tls_files):
     holder = {}
 
     async def main():
-        app = server.make_app(STORE, Settings())
-        holder["runner"] = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+        webhook = server.make_webhook(STORE, Settings())
+        holder["runner"] = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
         holder["url"] = f"https://localhost:{server.bound_port(holder['runner'])}/mutate?timeout=5s"
         started.set()
 
@@ -162,8 +162,8 @@ def test_over_https_every_answer_is_200_or_400_with_no_traceback(https_server, t
 
 
 async def test_body_over_the_limit_is_refused_cleanly(tls_files):
-    app = server.make_app(STORE, Settings())
-    runner = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    webhook = server.make_webhook(STORE, Settings())
+    runner = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:

@@ -12,10 +12,10 @@ from webhook.config import Settings
 
 @pytest.fixture
 async def https(tls_files):
-    """(a client session, the base URL) of the webhook's app on 127.0.0.1, answering from the
+    """(a client session, the base URL) of the webhook's admission port on 127.0.0.1, answering from the
     fixture cluster, with certificates made by the project's own code."""
-    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
-    runner = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
+    runner = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
         yield session, f"https://localhost:{server.bound_port(runner)}"

@@ -24,9 +24,9 @@ from webhook.config import Settings
 
 @contextlib.asynccontextmanager
 async def site_of(tls_files, options):
-    """The webhook's app behind a GuardedSite made with `options(runner)`, on a free port."""
-    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
-    runner = aiohttp.web.AppRunner(app, access_log=None)
+    """The webhook's admission port behind a GuardedSite made with `options(runner)`, on a free port."""
+    webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
+    runner = aiohttp.web.ServerRunner(aiohttp.web.Server(webhook, access_log=None))
     await runner.setup()
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]))
     site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=context, **options(runner))
@@ -39,14 +39,14 @@ async def site_of(tls_files, options):
 
 @pytest.fixture
 async def guarded(tls_files):
-    """The webhook's app behind a guard of 0.5 s for the headers."""
+    """The webhook's admission port behind a guard of 0.5 s for the headers."""
     async with site_of(tls_files, lambda runner: {"guard": guard.Guard(runner.server, header_seconds=0.5)}) as (port, _, context):
         yield port, context
 
 
 @pytest.fixture
 async def paced(tls_files):
-    """The webhook's app behind a site that begins 2 handshakes per turn, each within 0.5 s of its accept."""
+    """The webhook's admission port behind a site that begins 2 handshakes per turn, each within 0.5 s of its accept."""
     async with site_of(tls_files, lambda runner: {"per_turn": 2, "handshake_seconds": 0.5}) as (port, site, context):
         yield port, site._server, context
 

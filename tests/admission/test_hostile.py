@@ -128,7 +128,7 @@ async def test_a_client_that_goes_on_sending_a_refused_body_is_cut_off(tls_files
     from webhook.cluster.snapshot import SnapshotStore
     from webhook.config import Settings
 
-    runner = await server.start(server.make_app(SnapshotStore([]), Settings()), "127.0.0.1", 0,
+    runner = await server.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0,
                                 tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     try:
         context = ssl.create_default_context(cafile=str(tls_files["ca"]))

@@ -23,6 +23,17 @@ async def test_fixture_review_over_https_pins_to_node_b(https):
     assert annotations(result)["kubevirt-scheduler/node"] == "node-b"
 
 
+async def test_only_post_to_the_admission_path_is_served(https):
+    """The apiserver POSTs to the path of its clientConfig; anything else is no review."""
+    session, base = https
+    async with session.get(f"{base}/mutate") as response:
+        assert (response.status, response.headers["Allow"]) == (405, "POST")
+    async with session.post(f"{base}/validate", json=review(vm_pod())) as response:
+        assert response.status == 404
+    async with session.post(f"{base}/mutate", json=review(vm_pod())) as response:  # the connection still serves
+        assert response.status == 200
+
+
 async def test_large_review_is_accepted(https):
     """A pod near etcd's 1.5 MiB limit: over aiohttp's 1 MiB default, within what we take."""
     session, base = https
@@ -87,8 +98,8 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     seed(kmock, fixture_cluster())
     kmock["get /api/v1/namespaces/default/persistentvolumeclaims/vm1-rootdisk"] << (lambda: asyncio.sleep(30))
     store = ClusterStore.for_host(str(kmock.url).rstrip("/"))
-    app = server.make_app(store, Settings())
-    runner = await server.start(app, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    webhook = server.make_webhook(store, Settings())
+    runner = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
@@ -108,7 +119,7 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
 async def test_client_certificate_is_required_with_a_client_ca(tls_files, tmp_path):
     client_ca, client_cert, client_key = client_certificate(tmp_path)
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]), str(client_ca))
-    runner = await server.start(server.make_app(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0, context)
+    runner = await server.start(server.make_webhook(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0, context)
     url = f"https://localhost:{server.bound_port(runner)}/mutate"
     try:
         anonymous = ssl.create_default_context(cafile=str(tls_files["ca"]))

@@ -67,11 +67,11 @@ async def eventually(check, timeout=5.0):
 
 @pytest.fixture
 async def served(tmp_path):
-    """The webhook app on 127.0.0.1 with a reloading context over tmp_path/tls.{crt,key}."""
+    """The webhook's admission port on 127.0.0.1 with a reloading context over tmp_path/tls.{crt,key}."""
     first = new_pair(tmp_path)
     reloader = tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", interval=INTERVAL)
-    app = server.make_app(SnapshotStore(fixture_cluster()), Settings())
-    runner = await server.start(app, "127.0.0.1", 0, reloader.context)
+    webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
+    runner = await server.start(webhook, "127.0.0.1", 0, reloader.context)
     reloader.start()
     yield tmp_path, first, server.bound_port(runner)
     await reloader.stop()
@@ -148,7 +148,7 @@ async def test_secret_volume_symlink_swap_with_unchanged_mtimes_is_seen(tmp_path
     for name in ("tls.crt", "tls.key"):
         os.symlink(f"..data/{name}", tmp_path / name)
     reloader = tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", interval=INTERVAL)
-    runner = await server.start(server.make_app(SnapshotStore([]), Settings()), "127.0.0.1", 0, reloader.context)
+    runner = await server.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0, reloader.context)
     port = server.bound_port(runner)
     try:
         pem, _, writer = await handshake(port, client_context(first))
@@ -244,7 +244,7 @@ async def test_a_rotated_client_ca_is_loaded_and_enforced(tmp_path):
     ca_file = tmp_path / "client-ca.crt"
     ca_file.write_bytes(old_ca.read_bytes())
     reloader = tls.ReloadingTLS(serving / "tls.crt", serving / "tls.key", interval=INTERVAL, client_ca_file=ca_file)
-    runner = await server.start(server.make_app(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0,
+    runner = await server.start(server.make_webhook(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0,
                                 reloader.context)
     reloader.start()
     port = server.bound_port(runner)

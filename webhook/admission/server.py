@@ -31,9 +31,7 @@ MAX_BODY = 3 * 1024 * 1024
 # How long a connection whose body was answered unread (413, 503) may go on sending it, read and
 # dropped, before it is closed: aiohttp's 10 s would hold the connection for a client that never stops.
 LINGER = 2.0
-ADMISSIONS_KEY = web.AppKey("admissions", object)
 NOTHING_DECIDED = Outcome(Rule.NONE)  # the answer of an endpoint that does not decide: allowed, no patch
-STATE_KEY = web.AppKey("state", object)
 
 
 class ServingState:
@@ -48,7 +46,7 @@ def bad_request(message: str) -> web.Response:
     return web.json_response({"error": "bad AdmissionReview", "message": message}, status=400)
 
 
-def request_timeout(request: web.Request, settings: Settings) -> float:
+def request_timeout(request: web.BaseRequest, settings: Settings) -> float:
     """The apiserver appends ?timeout=<Go duration> to the webhook URL; default 10 s."""
     raw = request.query.get("timeout")
     if raw:
@@ -61,8 +59,28 @@ def request_timeout(request: web.Request, settings: Settings) -> float:
     return settings.default_timeout
 
 
-async def handle_mutate(request: web.Request) -> web.Response:
-    endpoint: Admissions = request.app[ADMISSIONS_KEY]
+class Webhook:
+    """The admission port's one route, POST /mutate (anything else 404, another method 405), on
+    aiohttp's low-level server (`web.Server`): an Application's router, middlewares and signals
+    cost a review time in `serve` and none of them is used (docs/performance.md)."""
+
+    PATH = "/mutate"
+
+    def __init__(self, admissions: Admissions, state: ServingState) -> None:
+        self.admissions, self.state = admissions, state
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.path != self.PATH:
+            raise web.HTTPNotFound()
+        if request.method != "POST":
+            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        response = await handle_mutate(request, self.admissions)
+        if self.state.draining:
+            response.force_close()  # reconnect elsewhere: our endpoint is on its way out
+        return response
+
+
+async def handle_mutate(request: web.BaseRequest, endpoint: Admissions) -> web.Response:
     started = time.monotonic()
     deadline = endpoint.deadline(request_timeout(request, endpoint.settings))
     if request.content_type != "application/json":
@@ -87,13 +105,10 @@ async def handle_mutate(request: web.Request) -> web.Response:
         response = web.Response(status=503, text=f"{exc}\n")
         response.force_close()
         return response
-    response = web.Response(body=body, content_type="application/json")
-    if request.app[STATE_KEY].draining:
-        response.force_close()  # reconnect elsewhere: our endpoint is on its way out
-    return response
+    return web.Response(body=body, content_type="application/json")
 
 
-async def body_of(request: web.Request, deadline: Deadline) -> bytes | bytearray:
+async def body_of(request: web.BaseRequest, deadline: Deadline) -> bytes | bytearray:
     """The body, in one buffer that orjson reads as it is (`request.read()` would hold it twice,
     as it arrives and as its copy, which held connections multiply). A body that arrived whole
     with its headers (a review of a few KiB, nearly always) is taken as it is, with nothing to
@@ -200,13 +215,10 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     log.info("admission", extra={"fields": fields})
 
 
-def make_app(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
-             decide: bool = True, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
-    app[ADMISSIONS_KEY] = Admissions(store, settings, events, decide=decide, lag=lag, budget=Budget(body_budget))
-    app[STATE_KEY] = state or ServingState()
-    app.router.add_post("/mutate", handle_mutate)
-    return app
+def make_webhook(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
+                 decide: bool = True, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES) -> Webhook:
+    return Webhook(Admissions(store, settings, events, decide=decide, lag=lag, budget=Budget(body_budget)),
+                   state or ServingState())
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -219,17 +231,24 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 async def start(
-    app: web.Application, host: str, port: int, context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0
-) -> web.AppRunner:
-    """Start listening; returns the runner (cleanup() stops it). Port 0 picks a free port."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout, lingering_time=LINGER)
+    handler: web.Application | Webhook, host: str, port: int, context: ssl.SSLContext | None, *,
+    shutdown_timeout: float = 30.0
+) -> web.BaseRunner:
+    """Start listening: the admission port, or an Application (the ops port); returns the runner
+    (cleanup() stops it). Port 0 picks a free port."""
+    options = {"access_log": None, "lingering_time": LINGER}
+    runner: web.BaseRunner
+    if isinstance(handler, web.Application):
+        runner = web.AppRunner(handler, shutdown_timeout=shutdown_timeout, **options)
+    else:
+        runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = GuardedSite(runner, host, port, ssl_context=context)  # bounded connections (guard.py)
     await site.start()
     return runner
 
 
-def bound_port(runner: web.AppRunner) -> int:
+def bound_port(runner: web.BaseRunner) -> int:
     for address in runner.addresses:
         if isinstance(address, tuple):
             return int(address[1])

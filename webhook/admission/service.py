@@ -76,9 +76,9 @@ class Service:
         self.store.start()
         self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.degraded), self.listen.metrics_host,
                                              self.listen.metrics_port, None)
-        app = server.make_app(self.store, self.settings, state=self.state, events=self.events, decide=self.decide,
-                              lag=self.lag, body_budget=self.listen.body_budget)
-        self.runner = await server.start(app, self.listen.host, self.listen.port, self.tls.context,
+        webhook = server.make_webhook(self.store, self.settings, state=self.state, events=self.events,
+                                      decide=self.decide, lag=self.lag, body_budget=self.listen.body_budget)
+        self.runner = await server.start(webhook, self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()
         for companion in self.companions:
