@@ -161,3 +161,11 @@ def test_request_timeout(query, seconds):
     from aiohttp.test_utils import make_mocked_request
 
     assert server.request_timeout(make_mocked_request("POST", f"/mutate{query}"), Settings()) == seconds
+
+
+@pytest.mark.parametrize(("query", "seconds"), [
+    ("timeout=10s", 10.0), ("timeout=500ms", 0.5), ("timeout=1m", 30.0), ("", 7.0), ("other=1", 7.0),
+    ("timeout=soon", 7.0), ("timeout=0s", 7.0), ("timeout=5s&timeout=9s", 5.0), ("timeout=1%30s", 10.0),
+])
+def test_the_review_timeout_is_the_apiservers_at_most_30_s(query, seconds):
+    assert server.timeout_in(query, 7.0) == seconds

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import functools
 from typing import Any
 
 import orjson
@@ -110,7 +109,6 @@ def parse_review(body: Any) -> AdmissionRequest:
                             request.get("object"), bool(dry_run))
 
 
-@functools.lru_cache(maxsize=64)  # the apiserver sends each webhook's one timeout with every review
 def parse_go_duration(text: str) -> float:
     """Seconds in a Go duration such as the apiserver's `?timeout=10s` (also `1m30s`, `500ms`)."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 import time
+import urllib.parse
 
 import orjson
 from aiohttp import web
@@ -48,7 +50,14 @@ def bad_request(message: str) -> web.Response:
 
 def request_timeout(request: web.BaseRequest, settings: Settings) -> float:
     """The apiserver appends ?timeout=<Go duration> to the webhook URL; default 10 s."""
-    raw = request.query.get("timeout")
+    return timeout_in(request.rel_url.raw_query_string, settings.default_timeout)
+
+
+@functools.lru_cache(maxsize=64)  # the apiserver sends each webhook's one timeout with every review
+def timeout_in(query: str, default: float) -> float:
+    """The seconds of `timeout` in a URL's query (its first), at most the apiserver's 30 s; `default`
+    without one. An unparsable one is said once, not on every review."""
+    raw = next(iter(urllib.parse.parse_qs(query).get("timeout", ())), "")
     if raw:
         try:
             value = reviews.parse_go_duration(raw)
@@ -56,7 +65,7 @@ def request_timeout(request: web.BaseRequest, settings: Settings) -> float:
                 return min(value, 30.0)  # the apiserver caps webhook timeouts at 30 s
         except ValueError:
             log.warning("ignoring unparsable ?timeout=%r", raw)
-    return settings.default_timeout
+    return default
 
 
 class Webhook:

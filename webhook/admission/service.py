@@ -50,8 +50,8 @@ class Service:
         self.lag = LoopLag()
         self.companions = (self.lag, *companions)
         self.state = server.ServingState()
-        self.ops_runner: web.AppRunner | None = None
-        self.runner: web.AppRunner | None = None
+        self.ops_runner: web.BaseRunner | None = None
+        self.runner: web.BaseRunner | None = None
         metrics.STORE.source = store.stats
 
     def not_ready(self) -> list[str]:
