@@ -304,7 +304,7 @@ def test_the_patch_applies_to_the_pod_and_gives_the_edited_pod(pod, decision):
     the pod with the edited parts, whatever shape the pod has; a reinvocation on that pod adds nothing."""
     original = copy.deepcopy(pod)
     wanted = decision_annotations(decision, SETTINGS)
-    _, after = edited(pod, decision.required, decision.preferences, wanted)
+    after = edited(pod, decision.required, decision.preferences, wanted)
     ops = patch_for(pod, decision, SETTINGS)
     assert pod == original  # neither edited nor patched: the patch is computed on a copy
     assert {op["op"] for op in ops} <= {"add"}

@@ -72,47 +72,46 @@ def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
 
 
 def edited(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
-           annotations: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What the rules own of `pod` (`owned`), and a copy of it placed on the nodes and carrying
-    the annotations. `owned` builds the objects that lead to the node affinity and the
-    annotations anew, so only the node affinity, the one value below them that is changed, is
-    copied first: the pod is never changed."""
-    before, after = owned(pod, annotations), owned(pod, annotations)
+           annotations: dict[str, str]) -> dict[str, Any]:
+    """A copy of what the rules own of `pod` (`owned`), placed on the nodes and carrying the
+    annotations. `owned` builds the objects that lead to the node affinity and the annotations
+    anew, so only the node affinity, the one value below them that is changed, is copied first:
+    the pod is never changed."""
+    after = owned(pod, annotations)
     spec = after.get("spec")
     if isinstance(spec, dict):
         _place(spec, required, [preferred_term(node, weight) for node, weight in preferences])
     if annotations:
         _record(after, annotations)
-    return before, after
+    return after
 
 
 def _patch(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
            annotations: dict[str, str]) -> list[dict[str, Any]]:
-    """RFC 6902 `add` operations from what the rules own of `pod` to its edited copy."""
-    before, after = edited(pod, required, preferences, annotations)
-    return _changed(before, after, "")
+    """RFC 6902 `add` operations from `pod` to the pod with its owned parts edited: the diff walks
+    only the members of the edited copy, so the pod's other members are never looked at."""
+    return _changed(pod, edited(pod, required, preferences, annotations), "")
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any], path: str) -> list[dict[str, Any]]:
-    """`add`s that turn object `before` into `after`, where the edit only adds members and list
-    items and sets values: a member that differs is followed into where both are objects, or
-    lists that `after` extends (their new items appended); anything else is written whole. So
-    the patch carries what the rules add, not the pod's own values around it."""
+    """`add`s that turn the members of object `before` that `after` names into `after`'s, where
+    the edit only adds members and list items and sets values: a member that differs is followed
+    into where both are objects, or lists that `after` extends (their new items appended);
+    anything else is written whole. So the patch carries what the rules add, not the pod's own
+    values around it."""
     ops: list[dict[str, Any]] = []
     for key, value in after.items():
-        here = f"{path}/{escape(key)}"
-        if key not in before:
-            ops.append({"op": "add", "path": here, "value": value})
-            continue
-        old = before[key]
-        if old == value:
-            continue
-        if isinstance(old, dict) and isinstance(value, dict):
-            ops += _changed(old, value, here)
-        elif isinstance(old, list) and isinstance(value, list) and len(old) <= len(value):
-            ops += _extended(old, value, here)
-        else:
-            ops.append({"op": "add", "path": here, "value": value})
+        if key in before:
+            old = before[key]
+            if old is value or old == value:
+                continue
+            if isinstance(old, dict) and isinstance(value, dict):
+                ops += _changed(old, value, f"{path}/{escape(key)}")
+                continue
+            if isinstance(old, list) and isinstance(value, list) and len(old) <= len(value):
+                ops += _extended(old, value, f"{path}/{escape(key)}")
+                continue
+        ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
     return ops
 
 
