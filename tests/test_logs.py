@@ -66,3 +66,35 @@ def test_an_error_carries_its_traceback(lines):
         logging.getLogger("webhook.mutate").exception("rule failed for %s/%s", "vms", "p")
     [line] = lines()
     assert line["level"] == "error" and line["msg"] == "rule failed for vms/p" and "KeyError: 'spec'" in line["error"]
+
+
+def test_a_line_without_a_record_is_the_line_a_record_of_it_gives(lines):
+    log = logging.getLogger("webhook.server")
+    logs.info(log, "admission", FIELDS)
+    log.info("admission", extra={"fields": FIELDS})
+    without, with_record = lines()
+    assert without.pop("time")[:16] == with_record.pop("time")[:16]  # the same minute, at least
+    assert without == with_record == {"level": "info", "logger": "webhook.server", "msg": "admission", **FIELDS}
+
+
+def test_another_handler_gets_the_record_and_a_level_above_info_silences_the_line(lines, caplog):
+    log = logging.getLogger("webhook.server")
+    with caplog.at_level(logging.INFO, logger="webhook.server"):
+        logs.info(log, "admission", FIELDS)
+    [record] = [r for r in caplog.records if r.name == "webhook.server"]
+    assert (record.getMessage(), record.fields) == ("admission", FIELDS)
+    log.setLevel(logging.WARNING)
+    try:
+        logs.info(log, "admission", FIELDS)
+    finally:
+        log.setLevel(logging.NOTSET)
+    assert len(lines()) == 1
+
+
+def test_the_time_of_each_line_is_its_own_second_to_the_millisecond():
+    """Each second's text is worked out once: lines in one second share it, the next second's
+    line gets the next, and an earlier one (another thread's) its own."""
+    formatter = logs.JsonFormatter()
+    times = [(1767225600.0, "00:00:00.000"), (1767225600.9996, "00:00:00.999"), (1767225659.5, "00:00:59.500"),
+             (1767225660.0015, "00:01:00.001"), (1767225600.1236, "00:00:00.123")]
+    assert [formatter.utc(created) for created, _ in times] == [f"2026-01-01T{text}+00:00" for _, text in times]

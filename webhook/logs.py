@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import Any
 
 import orjson
 
@@ -14,26 +15,79 @@ class JsonFormatter(logging.Formatter):
     # The time in UTC to the millisecond, 2026-01-01T00:00:00.123+00:00, as logging writes it.
     converter = time.gmtime
     default_time_format = "%Y-%m-%dT%H:%M:%S"
-    default_msec_format = "%s.%03d+00:00"
 
     def __init__(self, fields: dict[str, str] | None = None):
         super().__init__()
         self.fields = dict(fields or {})  # on every line, after msg (the keeper's process says so)
+        self._second: tuple[int, str] = (-1, "")  # the last second written, and its text
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": self.formatTime(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            **self.fields,
-        }
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
+        return self.line(record.created, record.levelname.lower(), record.name, record.getMessage(),
+                         fields if isinstance(fields, dict) else None,
+                         self.formatException(record.exc_info) if record.exc_info else None)
+
+    def line(self, created: float, level: str, logger: str, msg: str, fields: dict[str, Any] | None = None,
+             error: str | None = None) -> str:
+        """One line's JSON, without its newline."""
+        entry = {"time": self.utc(created), "level": level, "logger": logger, "msg": msg, **self.fields}
+        if fields:
             entry.update(fields)
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        if error:
+            entry["error"] = error
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except orjson.JSONEncodeError:  # a key that is no string: orjson's slower way, only then
+            return orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+    def utc(self, created: float) -> str:
+        """`created` as formatTime writes a record made then. The date and time of day are worked
+        out once a second: strftime on every line was a twentieth of a review's CPU in `serve`."""
+        whole = int(created)
+        second, text = self._second  # one read: another thread may replace it meanwhile
+        if whole != second:
+            text = time.strftime(self.default_time_format, self.converter(whole))
+            self._second = (whole, text)
+        return f"{text}.{int((created - whole) * 1000):03d}+00:00"
+
+
+class JsonLines(logging.StreamHandler):
+    """The handler `setup` installs: a StreamHandler of JSON lines, which also writes a line made
+    without a record (`info`)."""
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            self.stream.write(text + self.terminator)
+        self.flush()
+
+
+def info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
+    """An info line of `fields` from `logger`: the line JsonFormatter writes for a record of them,
+    written by each JsonLines handler the record would reach, without making the record. It is
+    the admission's line, on every review, where the record and its way through `logging` were
+    a tenth of a review's CPU in `serve` (docs/performance.md). Any other handler (a test's
+    capture) gets the record, as does a logger with filters."""
+    if logger.disabled or not logger.isEnabledFor(logging.INFO):
+        return
+    if logger.filters:
+        logger.info(msg, extra={"fields": fields})
+        return
+    created = time.time()
+    record = None
+    current: logging.Logger | None = logger
+    while current is not None:  # as Logger.callHandlers walks
+        for handler in current.handlers:
+            if handler.level > logging.INFO:
+                continue
+            formatter = handler.formatter
+            if type(handler) is JsonLines and not handler.filters and isinstance(formatter, JsonFormatter):
+                handler.write(formatter.line(created, "info", logger.name, msg, fields))
+                continue
+            if record is None:
+                record = logger.makeRecord(logger.name, logging.INFO, "(unknown file)", 0, msg, (), None,
+                                           extra={"fields": fields})
+            handler.handle(record)
+        current = current.parent if current.propagate else None
 
 
 def setup(level: str = "info", **fields: str) -> None:
@@ -41,7 +95,7 @@ def setup(level: str = "info", **fields: str) -> None:
     # up (the Logging HOWTO's "Optimization", its own names; each admission writes a line).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging._srcfile = None
-    handler = logging.StreamHandler(sys.stderr)
+    handler = JsonLines(sys.stderr)
     handler.setFormatter(JsonFormatter(fields))
     root = logging.getLogger()
     root.handlers[:] = [handler]
