@@ -42,7 +42,7 @@ class JsonFormatter(logging.Formatter):
 
     def utc(self, created: float) -> str:
         """`created` as formatTime writes a record made then. The date and time of day are worked
-        out once a second: strftime on every line was a twentieth of a review's CPU in `serve`."""
+        out once a second: `strftime` on every line was a few per cent of a review's CPU in `serve`."""
         whole = int(created)
         second, text = self._second  # one read: another thread may replace it meanwhile
         if whole != second:
