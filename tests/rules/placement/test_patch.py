@@ -3,13 +3,14 @@ import copy
 import jsonpatch
 import pytest
 from tests.support.kube import annotations, apply_valid, pin_of, preferred_terms, required_terms, vm_pod
+from tests.rules.placement.edit_model import edited
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webhook.kinds import REQUIRED
 from webhook.kinds import PREFERRED_TERMS as PREFERRED_KEY
-from webhook.rules.placement.patch import as_created, decision_annotations, edited, patch_for
+from webhook.rules.placement.patch import as_created, decision_annotations, patch_for
 from webhook.config import Settings
 from webhook.rules.placement.decide import AMONG, NOT_PINNED, PINNED, PREFERRED, Decision
 
@@ -297,17 +298,40 @@ def with_parts(pod, parts):
     return {**pod, **{key: with_parts(pod.get(key), value) for key, value in parts.items()}}
 
 
+LISTS = ("/nodeSelectorTerms", "/matchFields", f"/{PREFERRED_KEY}")  # the lists the rules append to
+
+
+def pointed(document, path):
+    """The value at a JSON pointer, None where there is none."""
+    for token in path.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(document, dict):
+            document = document.get(token)
+        elif isinstance(document, list) and token.isdigit() and int(token) < len(document):
+            document = document[int(token)]
+        else:
+            return None
+    return document
+
+
 @settings(max_examples=1000, deadline=None)
 @given(pod=POD, decision=DECISION)
 def test_the_patch_applies_to_the_pod_and_gives_the_edited_pod(pod, decision):
-    """The edited owned parts, set by the patch, applied to the whole pod by jsonpatch, give exactly
-    the pod with the edited parts, whatever shape the pod has; a reinvocation on that pod adds nothing."""
+    """The patch, applied to the whole pod by jsonpatch, gives exactly the pod with the parts the
+    rules own edited (the model of the edit, `edit_model.edited`), whatever shape the pod has; it
+    never writes an object of the pod over whole (its members are added) nor a list that holds
+    items of the rules' kind (they are appended); a reinvocation on that pod adds nothing."""
     original = copy.deepcopy(pod)
     wanted = decision_annotations(decision, SETTINGS)
     after = edited(pod, decision.required, decision.preferences, wanted)
     ops = patch_for(pod, decision, SETTINGS)
     assert pod == original  # neither edited nor patched: the patch is computed on a copy
     assert {op["op"] for op in ops} <= {"add"}
+    for op in ops:
+        if not op["path"].endswith("/-"):
+            there = pointed(original, op["path"])
+            assert not isinstance(there, dict), op["path"]
+            assert not (isinstance(there, list) and op["path"].endswith(LISTS)), op["path"]
     applied = jsonpatch.apply_patch(pod, ops)  # raises when an operation does not apply
     assert applied == with_parts(original, after)
     assert all(annotations(applied).get(key) == value for key, value in wanted.items())
