@@ -258,9 +258,9 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
-    # Not applied to the pod before it is returned: the adds that turn what the rules own of the
-    # pod into an edited copy apply to the pod by construction (`patch.owned`;
-    # tests/rules/placement/test_patch.py applies them to generated pods of every shape).
+    # Not applied to the pod before it is returned: the patch only adds, each where the pod has the
+    # parent (`patch`; tests/rules/placement/test_patch.py applies it to generated pods of every
+    # shape and holds the result to a model of the edit).
     ops = patch.patch_for(pod, decision, settings)
     return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
 

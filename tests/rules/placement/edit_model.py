@@ -86,10 +86,7 @@ def _editable(node_affinity: dict[str, Any]) -> dict[str, Any]:
 
 
 def _require(node_affinity: dict[str, Any], nodes: tuple[str, ...]) -> None:
-    """AND "one of `nodes`" into the required terms: the first node into every non-empty term,
-    a copy of each such term with each other node appended; or one term per node when there are
-    none. A pod whose every non-empty term already names a node was answered before (a
-    reinvocation): nothing is added, so a second answer never ANDs a second node in."""
+    """The required terms edited as `patch._require` says (its docstring)."""
     selector = node_affinity.get(REQUIRED)
     terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
     if not isinstance(terms, list) or not terms:
