@@ -56,8 +56,12 @@ class Budget:
         none frees within `within` seconds."""
         return Held(self, size, within)
 
-    async def _wait(self, size: int, within: float) -> None:
-        """Wait, in line, until room for `size` bytes is given; NoRoom after `within` seconds."""
+    async def take(self, size: int, within: float) -> None:
+        """Room for `size` bytes: at once when it fits and nobody is waiting (every review but a
+        burst's of large ones: no timer or future), else in line; NoRoom after `within` seconds."""
+        if not self._waiting and self._fits(size):
+            self._take(size)
+            return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (size, turn)
         self._waiting.append(entry)
@@ -80,8 +84,8 @@ class Budget:
 
 
 class Held:
-    """A body's room in a Budget, from `async with` to its end. Taken at once when it fits and
-    nobody is waiting (every review but a burst's of large ones): no task, timer or future."""
+    """A body's room in a Budget, from `async with` to its end (a class, not a generator: every
+    review takes one)."""
 
     __slots__ = ("budget", "size", "within")
 
@@ -89,11 +93,7 @@ class Held:
         self.budget, self.size, self.within = budget, size, within
 
     async def __aenter__(self) -> None:
-        budget = self.budget
-        if not budget._waiting and budget._fits(self.size):
-            budget._take(self.size)
-        else:
-            await budget._wait(self.size, self.within)
+        await self.budget.take(self.size, self.within)
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.budget._release(self.size)
