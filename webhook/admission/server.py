@@ -11,7 +11,7 @@ import urllib.parse
 import orjson
 from aiohttp import web
 
-from .. import kinds, logs, metrics
+from .. import kinds, metrics
 from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
@@ -221,7 +221,7 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     }
     if loop_lag is not None:
         fields["loop_lag_ms"] = round(loop_lag * 1000, 3)
-    logs.info(log, "admission", fields)
+    log.info("admission", extra={"fields": fields})
 
 
 def make_webhook(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
