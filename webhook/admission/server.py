@@ -19,7 +19,7 @@ from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
-from .guard import GuardedSite
+from .guard import HANDSHAKES_PER_TURN, Port, listen
 from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule
@@ -241,10 +241,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 async def start(
     handler: web.Application | Webhook, host: str, port: int, context: ssl.SSLContext | None, *,
-    shutdown_timeout: float = 30.0
-) -> web.BaseRunner:
-    """Start listening: the admission port, or an Application (the ops port); returns the runner
-    (cleanup() stops it). Port 0 picks a free port."""
+    shutdown_timeout: float = 30.0, handshakes_per_turn: int = HANDSHAKES_PER_TURN
+) -> Port:
+    """Start listening: the admission port, or an Application (the ops port); returns the port
+    (cleanup() stops it). Port 0 picks a free port. TLS handshakes begin `handshakes_per_turn` a turn
+    of the loop (guard.py; 0: each at its accept)."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
     if isinstance(handler, web.Application):
@@ -252,13 +253,11 @@ async def start(
     else:
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    site = GuardedSite(runner, host, port, ssl_context=context)  # bounded connections (guard.py)
-    await site.start()
-    return runner
+    return await listen(runner, host, port, context, per_turn=handshakes_per_turn)  # bounded connections (guard.py)
 
 
-def bound_port(runner: web.BaseRunner) -> int:
-    for address in runner.addresses:
+def bound_port(listening: Port) -> int:
+    for address in listening.addresses:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not listening")
