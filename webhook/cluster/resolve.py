@@ -125,8 +125,9 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
         facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
     leaving = {kinds.labels(pod).get(kinds.CREATED_BY_LABEL): pod for pod, why in found.skipped
                if why is Alone.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)}
-    return Consumers(facts, found.running, [f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
-                     {uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
+    return Consumers(facts=facts, pods=found.running,
+                     others=[f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
+                     leaving={uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
 
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
