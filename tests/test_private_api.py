@@ -41,7 +41,8 @@ def own_names(tree: ast.Module) -> set[str]:
             found.add(node.asname)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _on_self(node):
             found.add(node.attr)
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__"
+                                                  for t in node.targets):
             found |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
@@ -60,7 +61,8 @@ def imported_names(tree: ast.Module) -> dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                head = alias.name.split(".")[0]
+                names[alias.asname or head] = alias.name if alias.asname else head
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and foreign_module(node.module):
             for alias in node.names:
                 names[alias.asname or alias.name] = f"{node.module}.{alias.name}"

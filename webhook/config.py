@@ -215,7 +215,8 @@ def _switch(raw: str) -> bool:
 _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (int, "a whole number"),
                                          float: (float, "a number")}
 _TYPES = typing.get_type_hints(Settings)
-SETTINGS = tuple(Setting(name=field.name, kind=_TYPES[field.name], default=field.default, flag=field.metadata.get("flag"))
+SETTINGS = tuple(Setting(name=field.name, kind=_TYPES[field.name], default=field.default,
+                         flag=field.metadata.get("flag"))
                  for field in dataclasses.fields(Settings))
 
 

@@ -45,7 +45,8 @@ async def guarded(tls_files):
 
 @pytest.fixture
 async def paced(tls_files):
-    """The webhook's admission port behind a listener that begins 2 handshakes per turn, each within 0.5 s of its accept."""
+    """The webhook's admission port behind a listener that begins 2 handshakes per turn, each within 0.5 s of its
+    accept."""
     async with port_of(tls_files, lambda runner: {"per_turn": 2, "handshake_seconds": 0.5}) as (port, listening, context):
         yield port, listening.listening, context
 
