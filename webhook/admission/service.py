@@ -13,7 +13,6 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store

@@ -71,8 +71,8 @@ async def resolve_disks(
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O: `disk_fact` asks the store's
     `peek`); the others concurrently through the API. Whatever is unfinished at the deadline is
-    reported as such (`resolve_io`). What was read from the API goes into `seen` when given: the checks' view
-    reads the same memory as `peek`, and nothing can change it before they run."""
+    reported as such (`resolve_io`). What was read from the API goes into `seen` when given: the
+    checks' view reads the same memory as `peek`, and nothing can change it before they run."""
     peek = store.peek
     facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
