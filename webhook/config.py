@@ -68,7 +68,7 @@ class Flag:
 def setting(default: Any, meaning: str = "", verbs: tuple[str, ...] = (), *, keeper: bool = False,
             metavar: str | None = None, default_text: str = "{}") -> Any:
     """A field of Settings: its default, and its flag when `verbs` take one."""
-    flag = Flag(meaning, verbs, keeper, metavar, default_text) if verbs else None
+    flag = Flag(help=meaning, verbs=verbs, keeper=keeper, metavar=metavar, default_text=default_text) if verbs else None
     return dataclasses.field(default=default, metadata={"flag": flag})
 
 
@@ -215,7 +215,8 @@ def _switch(raw: str) -> bool:
 _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (int, "a whole number"),
                                          float: (float, "a number")}
 _TYPES = typing.get_type_hints(Settings)
-SETTINGS = tuple(Setting(field.name, _TYPES[field.name], field.default, field.metadata.get("flag"))
+SETTINGS = tuple(Setting(name=field.name, kind=_TYPES[field.name], default=field.default,
+                         flag=field.metadata.get("flag"))
                  for field in dataclasses.fields(Settings))
 
 

@@ -54,25 +54,29 @@ def valid_name(name: object) -> bool:
 
 # --------------------------------------------------------------------------- resources
 
-PVC = Resource("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True)
-PV = Resource("PersistentVolume", "", "v1", "persistentvolumes", False)
-POD = Resource("Pod", "", "v1", "pods", True)
-NODE = Resource("Node", "", "v1", "nodes", False)
-EVENT = Resource("Event", "", "v1", "events", True)
-SECRET = Resource("Secret", "", "v1", "secrets", True)
-MUTATING_WEBHOOK = Resource("MutatingWebhookConfiguration", "admissionregistration.k8s.io", "v1",
-                            "mutatingwebhookconfigurations", False)
+PVC = Resource(kind="PersistentVolumeClaim", group="", version="v1", plural="persistentvolumeclaims", namespaced=True)
+PV = Resource(kind="PersistentVolume", group="", version="v1", plural="persistentvolumes", namespaced=False)
+POD = Resource(kind="Pod", group="", version="v1", plural="pods", namespaced=True)
+NODE = Resource(kind="Node", group="", version="v1", plural="nodes", namespaced=False)
+EVENT = Resource(kind="Event", group="", version="v1", plural="events", namespaced=True)
+SECRET = Resource(kind="Secret", group="", version="v1", plural="secrets", namespaced=True)
+MUTATING_WEBHOOK = Resource(kind="MutatingWebhookConfiguration", group="admissionregistration.k8s.io", version="v1",
+                            plural="mutatingwebhookconfigurations", namespaced=False)
 # Longhorn serves only v1beta2 since 1.9/1.10 (longhorn-manager k8s/crds.yaml).
-SHARE_MANAGER = Resource("ShareManager", "longhorn.io", "v1beta2", "sharemanagers", True)
+SHARE_MANAGER = Resource(kind="ShareManager", group="longhorn.io", version="v1beta2", plural="sharemanagers",
+                         namespaced=True)
 # Read by `explain` and `status` only (the I/O path), with the admin's credentials.
-LONGHORN_VOLUME = Resource("Volume", "longhorn.io", "v1beta2", "volumes", True)
-LONGHORN_REPLICA = Resource("Replica", "longhorn.io", "v1beta2", "replicas", True)
-LONGHORN_SETTING = Resource("Setting", "longhorn.io", "v1beta2", "settings", True)
-VM = Resource("VirtualMachine", "kubevirt.io", "v1", "virtualmachines", True)
-VMI = Resource("VirtualMachineInstance", "kubevirt.io", "v1", "virtualmachineinstances", True)
-VMIM = Resource("VirtualMachineInstanceMigration", "kubevirt.io", "v1", "virtualmachineinstancemigrations", True)
-LEASE = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
-DEPLOYMENT = Resource("Deployment", "apps", "v1", "deployments", True)  # read by `status` alone
+LONGHORN_VOLUME = Resource(kind="Volume", group="longhorn.io", version="v1beta2", plural="volumes", namespaced=True)
+LONGHORN_REPLICA = Resource(kind="Replica", group="longhorn.io", version="v1beta2", plural="replicas", namespaced=True)
+LONGHORN_SETTING = Resource(kind="Setting", group="longhorn.io", version="v1beta2", plural="settings", namespaced=True)
+VM = Resource(kind="VirtualMachine", group="kubevirt.io", version="v1", plural="virtualmachines", namespaced=True)
+VMI = Resource(kind="VirtualMachineInstance", group="kubevirt.io", version="v1", plural="virtualmachineinstances",
+               namespaced=True)
+VMIM = Resource(kind="VirtualMachineInstanceMigration", group="kubevirt.io", version="v1",
+                plural="virtualmachineinstancemigrations", namespaced=True)
+LEASE = Resource(kind="Lease", group="coordination.k8s.io", version="v1", plural="leases", namespaced=True)
+# Read by `status` alone.
+DEPLOYMENT = Resource(kind="Deployment", group="apps", version="v1", plural="deployments", namespaced=True)
 # What the rules read; a snapshot (`--state`) holds these.
 # What the admission rules read (VMIs one at a time: where a leaving VM's migration can land).
 RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER, VMI)

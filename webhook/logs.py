@@ -51,51 +51,11 @@ class JsonFormatter(logging.Formatter):
         return f"{text}.{int((created - whole) * 1000):03d}+00:00"
 
 
-class JsonLines(logging.StreamHandler):
-    """The handler `setup` installs: a StreamHandler of JSON lines, which also writes a line made
-    without a record (`info`)."""
-
-    def write(self, text: str) -> None:
-        with self.lock:
-            self.stream.write(text + self.terminator)
-        self.flush()
-
-
-def info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
-    """An info line of `fields` from `logger`: the line JsonFormatter writes for a record of them,
-    written by each JsonLines handler the record would reach, without making the record. It is
-    the admission's line, on every review, where the record and its way through `logging` were
-    a tenth of a review's CPU in `serve` (docs/performance.md). Any other handler (a test's
-    capture) gets the record, as does a logger with filters."""
-    if logger.disabled or not logger.isEnabledFor(logging.INFO):
-        return
-    if logger.filters:
-        logger.info(msg, extra={"fields": fields})
-        return
-    created = time.time()
-    record = None
-    current: logging.Logger | None = logger
-    while current is not None:  # as Logger.callHandlers walks
-        for handler in current.handlers:
-            if handler.level > logging.INFO:
-                continue
-            formatter = handler.formatter
-            if type(handler) is JsonLines and not handler.filters and isinstance(formatter, JsonFormatter):
-                handler.write(formatter.line(created, "info", logger.name, msg, fields))
-                continue
-            if record is None:
-                record = logger.makeRecord(logger.name, logging.INFO, "(unknown file)", 0, msg, (), None,
-                                           extra={"fields": fields})
-            handler.handle(record)
-        current = current.parent if current.propagate else None
-
-
 def setup(level: str = "info", **fields: str) -> None:
-    # No line says which thread, process or source line wrote it: the records need not look them
-    # up (the Logging HOWTO's "Optimization", its own names; each admission writes a line).
+    """JSON lines on stderr from every logger. No line says which thread or process wrote it: the
+    records need not look them up (the Logging HOWTO's "Optimization"; each admission writes a line)."""
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None
-    handler = JsonLines(sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(fields))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -23,32 +23,32 @@ from webhook.config import Settings
 
 
 @contextlib.asynccontextmanager
-async def site_of(tls_files, options):
-    """The webhook's admission port behind a GuardedSite made with `options(runner)`, on a free port."""
+async def port_of(tls_files, options):
+    """The webhook's admission port listening (guard.listen) with `options(runner)`, on a free port."""
     webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
     runner = aiohttp.web.ServerRunner(aiohttp.web.Server(webhook, access_log=None))
     await runner.setup()
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]))
-    site = guard.GuardedSite(runner, "127.0.0.1", 0, ssl_context=context, **options(runner))
-    await site.start()
+    port = await guard.listen(runner, "127.0.0.1", 0, context, **options(runner))
     try:
-        yield server.bound_port(runner), site, ssl.create_default_context(cafile=str(tls_files["ca"]))
+        yield server.bound_port(port), port, ssl.create_default_context(cafile=str(tls_files["ca"]))
     finally:
-        await runner.cleanup()
+        await port.cleanup()
 
 
 @pytest.fixture
 async def guarded(tls_files):
     """The webhook's admission port behind a guard of 0.5 s for the headers."""
-    async with site_of(tls_files, lambda runner: {"guard": guard.Guard(runner.server, header_seconds=0.5)}) as (port, _, context):
+    async with port_of(tls_files, lambda runner: {"guard": guard.Guard(runner.server, header_seconds=0.5)}) as (port, _, context):
         yield port, context
 
 
 @pytest.fixture
 async def paced(tls_files):
-    """The webhook's admission port behind a site that begins 2 handshakes per turn, each within 0.5 s of its accept."""
-    async with site_of(tls_files, lambda runner: {"per_turn": 2, "handshake_seconds": 0.5}) as (port, site, context):
-        yield port, site._server, context
+    """The webhook's admission port behind a listener that begins 2 handshakes per turn, each within 0.5 s of its
+    accept."""
+    async with port_of(tls_files, lambda runner: {"per_turn": 2, "handshake_seconds": 0.5}) as (port, listening, context):
+        yield port, listening.listening, context
 
 
 async def test_a_burst_of_new_connections_begins_its_handshakes_a_few_per_turn_of_the_loop(paced):
@@ -93,6 +93,21 @@ async def test_a_client_that_never_sends_its_clienthello_is_closed_after_the_han
     status, body = await answer_of(reader)
     assert status == 200 and json.loads(body)["response"]["uid"] == "after"
     writer.close()
+
+
+async def test_unpaced_each_handshake_begins_at_its_accept_and_a_slow_one_is_closed(tls_files):
+    """With 0 handshakes a turn the port is asyncio's own TLS server: a review is answered, and a
+    client that never sends its ClientHello is closed after the handshake time."""
+    async with port_of(tls_files, lambda runner: {"per_turn": 0, "handshake_seconds": 0.5}) as (port, listening, context):
+        assert isinstance(listening.listening, asyncio.AbstractServer)
+        silent_reader, silent = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        writer.write(request(json.dumps(review(vm_pod(), uid="unpaced")).encode()))
+        status, body = await answer_of(reader)
+        assert status == 200 and json.loads(body)["response"]["uid"] == "unpaced"
+        assert await closed_within(silent_reader, 5)
+        writer.close()
+        silent.close()
 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:

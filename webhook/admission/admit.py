@@ -11,7 +11,8 @@ import logging
 from typing import Any
 
 from .. import kinds
-from ..cluster.resolve import Consumers, Seen, migration_target, node_obstacle, resolve_consumers, resolve_disks
+from ..cluster.resolve import (Consumers, Seen, fit_view, migration_target, node_obstacle, resolve_consumers,
+                               resolve_disks)
 from ..cluster.store import Store, StoreError
 from ..config import MigrationTargets, PinMode, Settings
 from ..deadline import Deadline
@@ -91,8 +92,7 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
     if known:
         return vmi, None
     try:
-        async with asyncio.timeout(deadline.remaining()):
-            return await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining()), None
+        return await deadline.call(store.get, VMI, namespace, owner["name"]), None
     except (StoreError, TimeoutError) as exc:
         return None, (f"hotplugged disks unknown: VMI {namespace}/{owner['name']} could not be read "
                       f"({str(exc) or 'no answer before the deadline'})")
@@ -117,8 +117,7 @@ async def _migration_target_rule(
         return skip(Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, f"target untouched: {named}", named)
     name, uid = named
     try:
-        async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
-            migration = await store.whole(VMIM, namespace, name, timeout=deadline.remaining())  # addedNodeSelector
+        migration = await deadline.call(store.whole, VMIM, namespace, name)  # addedNodeSelector
     except (StoreError, TimeoutError) as exc:
         why = f"migration {name} unknown: {str(exc) or 'no answer before the deadline'}"
         return skip(Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, f"target untouched: {why}", why)
@@ -162,8 +161,7 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
                               deadline: Deadline, lane: Lane, volume: str) -> Outcome:
     """The share-manager rule, in its turn in the lane."""
     try:
-        consumers = await asyncio.wait_for(resolve_consumers(store, settings, volume, deadline),
-                                           timeout=deadline.remaining())
+        consumers = await resolve_consumers(store, settings, volume, deadline)
     except (StoreError, TimeoutError) as exc:
         why = f"consumers of {volume} unknown: {str(exc) or 'no answer before the deadline'}"
         return skip(Rule.SHARE_MANAGER, Alone.CONSUMERS_UNKNOWN, f"co-location skipped: {why}", why)
@@ -218,9 +216,9 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
         kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
-    view = None if isinstance(target, str) else await store.fit_view(vm_namespace, "", timeout=deadline.remaining())
+    view = target if isinstance(target, str) else await fit_view(store, vm_namespace, "", deadline)
     required = settings.pin is PinMode.REQUIRED
-    if isinstance(target, TargetPod) and view is not None:
+    if isinstance(target, TargetPod) and not isinstance(view, str):
         await asyncio.sleep(0)
         judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
         if not await lane.slices(judging, deadline):
@@ -236,7 +234,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     elif isinstance(target, str):
         why = f"cannot tell where the migration of {vm} can land: {target}"
     else:
-        why = "cannot tell where the migration of its VM can land: the pods of the cluster are not loaded yet"
+        why = f"cannot tell where the migration of its VM can land: {view}"
     decision = decide.decide(consumers.facts, blocked if required else None, decide.CONSUMERS, required=required)
     decision = dataclasses.replace(decision, reason=f"{decision.reason}; {why}",
                                    warnings=(*decision.warnings, why))

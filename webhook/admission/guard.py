@@ -2,12 +2,12 @@
 
 Any pod in the cluster can reach the port (the NetworkPolicy admits every pod; mutual TLS is
 optional), and aiohttp does not bound the time a client takes to send a request's headers: held
-connections used file descriptors and, with unfinished bodies, memory. Here, a site of aiohttp's
-(`web.BaseSite`: its runner still serves, drains and stops it) listens, and every connection goes
-through `Guard`: its TLS handshake must end within HANDSHAKE_SECONDS of its accept, and one that
-has not sent a whole request's headers within HEADER_SECONDS of its handshake is closed. None is
-closed for being one too many: kube-apiserver gives each review in flight a connection of its own
-and does not retry a call that fails, so a closed connection is a pod created without our
+connections used file descriptors and, with unfinished bodies, memory. Here, the port's
+listening sockets are ours (`Port`: aiohttp's runner serves, drains and stops the connections),
+and every connection goes through `Guard`: its TLS handshake must end within HANDSHAKE_SECONDS of
+its accept, and one that has not sent a whole request's headers within HEADER_SECONDS of its
+handshake is closed. None is closed for being one too many: kube-apiserver gives each review in
+flight a connection of its own and does not retry a call that fails, so a closed connection is a pod created without our
 decision. Memory is bounded by the bodies held instead (budget.py: beyond the budget a body
 waits, unread); a body must arrive within the request's deadline (server.py: 408), and an idle
 keep-alive connection closes after aiohttp's keepalive timeout.
@@ -18,7 +18,7 @@ drain's burst of a hundred new connections, each handshake begun at accept, held
 of milliseconds at a stretch, and a review on a connection already open (the apiserver keeps idle
 ones) waited behind all of them. Paced, a turn begins at most HANDSHAKES_PER_TURN of those whose
 ClientHello has arrived; the others wait in the order they came, their ClientHello unread in the
-socket.
+socket. With 0 per turn, each handshake begins at its accept (asyncio's own TLS server).
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ END_OF_HEADERS = b"\r\n\r\n"
 # Out of file descriptors or memory: accepting again at once would spin; asyncio's server waits a second.
 ACCEPT_PAUSE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 ACCEPT_PAUSE = 1.0
+BACKLOG = 128  # aiohttp's sites' default
 
 
 class Guard:
@@ -105,8 +106,7 @@ class Guarded(asyncio.Protocol):
 
 
 class Listener:
-    """The listening sockets of a TLS site, in the place of the `asyncio.Server` that aiohttp's site
-    closes and its runner reads the addresses of (`close`, `sockets`).
+    """The listening sockets of a TLS port, in the place of an `asyncio.Server` (`close`, `sockets`).
 
     A connection is accepted as it comes and waits, unread, until its ClientHello has arrived; of
     those, at most `per_turn` per turn of the loop are handed to it (`connect_accepted_socket`,
@@ -244,29 +244,39 @@ def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]
     return made
 
 
-class GuardedSite(web.BaseSite):
-    """aiohttp's TCP site, listening through a Guard; with TLS, handshakes are paced (Listener)."""
+class Port:
+    """A port being served: its listening sockets (an `asyncio.Server`, or a `Listener` with TLS
+    handshakes paced), accepting through a `Guard` into the protocol of aiohttp's runner (its public
+    `server`), which serves the connections and, on `cleanup`, finishes the requests in flight."""
 
-    __slots__ = ("_host", "_port", "guard", "per_turn", "handshake_seconds")
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
-                 guard: Guard | None = None, per_turn: int = HANDSHAKES_PER_TURN,
-                 handshake_seconds: float = HANDSHAKE_SECONDS) -> None:
-        super().__init__(runner, ssl_context=ssl_context)
-        self._host, self._port = host, port
-        assert runner.server is not None
-        self.guard = guard or Guard(runner.server)
-        self.per_turn, self.handshake_seconds = per_turn, handshake_seconds
+    def __init__(self, runner: web.BaseRunner, listening: asyncio.AbstractServer | Listener) -> None:
+        self.runner, self.listening = runner, listening
 
     @property
-    def name(self) -> str:
-        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
+    def addresses(self) -> list[Any]:
+        """The bound addresses, as `web.BaseRunner.addresses` gives them."""
+        return [listening.getsockname() for listening in self.listening.sockets]
 
-    async def start(self) -> None:
-        await super().start()
-        if self._ssl_context is None:
-            self._server = await asyncio.get_running_loop().create_server(
-                self.guard, self._host, self._port, backlog=self._backlog, reuse_address=True)
-            return
-        self._server = Listener(listening_sockets(self._host, self._port, self._backlog), self.guard,  # type: ignore[assignment]
-                                self._ssl_context, per_turn=self.per_turn, seconds=self.handshake_seconds)
+    async def cleanup(self) -> None:
+        """Stop accepting, then aiohttp's shutdown: requests in flight finish, idle connections close."""
+        self.listening.close()
+        await self.runner.cleanup()
+
+
+async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
+                 guard: Guard | None = None, per_turn: int = HANDSHAKES_PER_TURN,
+                 handshake_seconds: float = HANDSHAKE_SECONDS, backlog: int = BACKLOG) -> Port:
+    """Serve `runner` (set up) on host:port through a Guard. With TLS, `per_turn` handshakes begin
+    a turn (`Listener`); 0 begins each at its accept, as asyncio's own server does."""
+    if runner.server is None:
+        raise RuntimeError("the runner is not set up")
+    guard = guard or Guard(runner.server)
+    loop = asyncio.get_running_loop()
+    listening: asyncio.AbstractServer | Listener
+    if context is None or per_turn <= 0:
+        listening = await loop.create_server(guard, host, port, ssl=context, backlog=backlog, reuse_address=True,
+                                             ssl_handshake_timeout=handshake_seconds if context else None)
+    else:
+        listening = Listener(listening_sockets(host, port, backlog), guard, context, per_turn=per_turn,
+                             seconds=handshake_seconds)
+    return Port(runner, listening)

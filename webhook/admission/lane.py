@@ -51,7 +51,7 @@ class Lane:
         deadline came first (the block then runs without it, and should answer at once)."""
         self.waiting += 1
         try:
-            async with asyncio.timeout(max(0.0, deadline.remaining())):
+            async with deadline.timeout():
                 await self._turn.acquire()
         except TimeoutError:
             self.waiting -= 1

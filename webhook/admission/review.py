@@ -104,9 +104,9 @@ def parse_review(body: Any) -> AdmissionRequest:
     dry_run = request.get("dryRun", False)
     if dry_run is not None and not isinstance(dry_run, bool):
         raise BadReview("request.dryRun must be a boolean")
-    # uid, kind, group, operation, namespace, name, object, dry_run
-    return AdmissionRequest(uid, kind["kind"], kind.get("group") or "", operation, namespace or "", name or "",
-                            request.get("object"), bool(dry_run))
+    return AdmissionRequest(uid=uid, kind=kind["kind"], group=kind.get("group") or "", operation=operation,
+                            namespace=namespace or "", name=name or "", object=request.get("object"),
+                            dry_run=bool(dry_run))
 
 
 def parse_go_duration(text: str) -> float:

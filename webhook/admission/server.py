@@ -11,7 +11,7 @@ import urllib.parse
 import orjson
 from aiohttp import web
 
-from .. import kinds, logs, metrics
+from .. import kinds, metrics
 from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
@@ -19,7 +19,7 @@ from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
-from .guard import GuardedSite
+from .guard import HANDSHAKES_PER_TURN, Port, listen
 from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule
@@ -221,7 +221,7 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     }
     if loop_lag is not None:
         fields["loop_lag_ms"] = round(loop_lag * 1000, 3)
-    logs.info(log, "admission", fields)
+    log.info("admission", extra={"fields": fields})
 
 
 def make_webhook(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
@@ -241,10 +241,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 async def start(
     handler: web.Application | Webhook, host: str, port: int, context: ssl.SSLContext | None, *,
-    shutdown_timeout: float = 30.0
-) -> web.BaseRunner:
-    """Start listening: the admission port, or an Application (the ops port); returns the runner
-    (cleanup() stops it). Port 0 picks a free port."""
+    shutdown_timeout: float = 30.0, handshakes_per_turn: int = HANDSHAKES_PER_TURN
+) -> Port:
+    """Start listening: the admission port, or an Application (the ops port); returns the port
+    (cleanup() stops it). Port 0 picks a free port. TLS handshakes begin `handshakes_per_turn` a turn
+    of the loop (guard.py; 0: each at its accept)."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
     if isinstance(handler, web.Application):
@@ -252,13 +253,11 @@ async def start(
     else:
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    site = GuardedSite(runner, host, port, ssl_context=context)  # bounded connections (guard.py)
-    await site.start()
-    return runner
+    return await listen(runner, host, port, context, per_turn=handshakes_per_turn)  # bounded connections (guard.py)
 
 
-def bound_port(runner: web.BaseRunner) -> int:
-    for address in runner.addresses:
+def bound_port(listening: Port) -> int:
+    for address in listening.addresses:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not listening")

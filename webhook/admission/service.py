@@ -13,14 +13,13 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from aiohttp import web
-
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
 from ..config import Settings
 from . import probes, server
 from .budget import DEFAULT_BYTES
+from .guard import HANDSHAKES_PER_TURN, Port
 from .looplag import LoopLag
 from .tls import ReloadingTLS
 
@@ -36,6 +35,7 @@ class Listen:
     drain_delay: float = 5.0
     shutdown_timeout: float = 20.0
     body_budget: int = DEFAULT_BYTES  # bytes of request bodies held at once (budget.py)
+    handshakes_per_turn: int = HANDSHAKES_PER_TURN  # TLS handshakes begun a turn of the loop; 0: at accept (guard.py)
 
 
 class Service:
@@ -50,8 +50,8 @@ class Service:
         self.lag = LoopLag()
         self.companions = (self.lag, *companions)
         self.state = server.ServingState()
-        self.ops_runner: web.BaseRunner | None = None
-        self.runner: web.BaseRunner | None = None
+        self.ops_runner: Port | None = None
+        self.runner: Port | None = None  # the admission port
         metrics.STORE.source = store.stats
 
     def not_ready(self) -> list[str]:
@@ -79,7 +79,8 @@ class Service:
         webhook = server.make_webhook(self.store, self.settings, state=self.state, events=self.events,
                                       decide=self.decide, lag=self.lag, body_budget=self.listen.body_budget)
         self.runner = await server.start(webhook, self.listen.host, self.listen.port, self.tls.context,
-                                         shutdown_timeout=self.listen.shutdown_timeout)
+                                         shutdown_timeout=self.listen.shutdown_timeout,
+                                         handshakes_per_turn=self.listen.handshakes_per_turn)
         self.tls.start()
         for companion in self.companions:
             companion.start()

@@ -102,22 +102,14 @@ def new_api_client(configuration: Any) -> Any:
     Its aiohttp session trusts the environment (`trust_env=True`): each request then reads
     ~/.netrc and the proxy variables in a worker thread, which costs more CPU than the
     request itself. The proxy the environment names for the API server (HTTPS_PROXY,
-    NO_PROXY...) is looked up once here instead.
+    NO_PROXY...) is looked up once here instead (`env_proxy`).
     """
     import aiohttp
-    import yarl
-    from aiohttp.helpers import get_env_proxy_for_url
     from kubernetes_asyncio import client
 
-    if not configuration.proxy:
-        try:
-            proxy, proxy_auth = get_env_proxy_for_url(yarl.URL(configuration.host))
-        except LookupError:
-            pass
-        else:
-            configuration.proxy = str(proxy)
-            if proxy_auth is not None:
-                configuration.proxy_headers = {"Proxy-Authorization": proxy_auth.encode()}
+    if not configuration.proxy and (found := env_proxy(configuration.host)) is not None:
+        configuration.proxy, headers = found
+        configuration.proxy_headers = headers or configuration.proxy_headers
     api = client.ApiClient(configuration)
     trusting = api.rest_client.pool_manager
     # aiohttp's default read buffer, not kubernetes-asyncio's 2 MiB: our watch reader does not
@@ -125,6 +117,25 @@ def new_api_client(configuration: Any) -> Any:
     api.rest_client.pool_manager = aiohttp.ClientSession(connector=trusting.connector, trust_env=False)
     trusting.detach()  # hands the connector over; the old session is closed without closing it
     return api
+
+
+def env_proxy(host: str) -> tuple[str, dict[str, str] | None] | None:
+    """The proxy the environment names for `host` (the standard library's reading of *_PROXY and
+    NO_PROXY), without its credentials, and the header that carries them; None for no proxy."""
+    import base64
+    import urllib.request
+
+    import yarl
+
+    url = yarl.URL(host)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if not proxy or (url.host and urllib.request.proxy_bypass(url.host)):
+        return None
+    parsed = yarl.URL(proxy if "://" in proxy else f"http://{proxy}")
+    if parsed.user is None:
+        return str(parsed), None
+    credentials = base64.b64encode(f"{parsed.user}:{parsed.password or ''}".encode("latin1")).decode()
+    return str(parsed.with_user(None)), {"Proxy-Authorization": f"Basic {credentials}"}
 
 
 async def open_response(api: Any, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),

@@ -47,14 +47,13 @@ async def resolve_io(store: Store, settings: Settings, namespace: str, claim: st
         return False, None
 
     try:
-        async with asyncio.timeout(deadline.remaining()):  # also bounds a store that ignores `timeout`
-            while (fact := disk_fact(settings, namespace, claim, peek)) is None:
-                resource, ns, name = lookup = missing.pop()
-                obj = await store.get(resource, ns, name, timeout=deadline.remaining())
-                read_so_far[lookup] = obj
-                if seen is not None:
-                    seen[resource.kind, ns, name] = obj
-            return fact
+        while (fact := disk_fact(settings, namespace, claim, peek)) is None:
+            resource, ns, name = lookup = missing.pop()
+            obj = await deadline.call(store.get, resource, ns, name)
+            read_so_far[lookup] = obj
+            if seen is not None:
+                seen[resource.kind, ns, name] = obj
+        return fact
     except StoreError as exc:
         return unresolved(claim, str(exc))
     except TimeoutError:
@@ -72,8 +71,8 @@ async def resolve_disks(
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O: `disk_fact` asks the store's
     `peek`); the others concurrently through the API. Whatever is unfinished at the deadline is
-    reported as such. What was read from the API goes into `seen` when given: the checks' view
-    reads the same memory as `peek`, and nothing can change it before they run."""
+    reported as such (`resolve_io`). What was read from the API goes into `seen` when given: the
+    checks' view reads the same memory as `peek`, and nothing can change it before they run."""
     peek = store.peek
     facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
@@ -82,18 +81,11 @@ async def resolve_disks(
                                          "claims from the API")
     missing = missing[:FALLBACK_CLAIMS]
     if missing:
-        tasks = {i: asyncio.ensure_future(resolve_io(store, settings, namespace, claims[i], deadline, seen))
-                 for i in missing}
-        done, pending = await asyncio.wait(tasks.values(), timeout=deadline.remaining())
-        for task in pending:
-            task.cancel()
-        for i, task in tasks.items():
-            if task in done and task.exception() is None:
-                facts[i] = task.result()
-            elif task in done:
-                facts[i] = unresolved(claims[i], type(task.exception()).__name__)
-            else:
-                facts[i] = unresolved(claims[i], "no answer before the deadline")
+        # Each read is held to the deadline (`resolve_io`): all are done by then.
+        found = await asyncio.gather(*(resolve_io(store, settings, namespace, claims[i], deadline, seen)
+                                       for i in missing), return_exceptions=True)
+        for i, fact in zip(missing, found):
+            facts[i] = fact if isinstance(fact, Fact) else unresolved(claims[i], type(fact).__name__)
     return [fact for fact in facts if fact is not None]
 
 
@@ -117,7 +109,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
     says the VM is leaving. Raises StoreError when the API cannot tell.
     """
     candidates: list[dict[str, Any]] = []
-    for pv in await store.pvs_by_volume_handle(volume, timeout=deadline.remaining()):
+    for pv in await deadline.call(store.pvs_by_volume_handle, volume):
         spec = pv.get("spec") or {}
         if ((spec.get("csi") or {}).get("driver")) != settings.csi_driver:
             continue
@@ -125,7 +117,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
         namespace, claim = ref.get("namespace"), ref.get("name")
         if not namespace or not claim:
             continue
-        candidates += await store.pods_by_claim(namespace, claim, timeout=deadline.remaining())
+        candidates += await deadline.call(store.pods_by_claim, namespace, claim)
     found = vm_pods(candidates, settings)
     facts = []
     for pod in found.running:
@@ -133,8 +125,9 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
         facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
     leaving = {kinds.labels(pod).get(kinds.CREATED_BY_LABEL): pod for pod, why in found.skipped
                if why is Alone.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)}
-    return Consumers(facts, found.running, [f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
-                     {uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
+    return Consumers(facts=facts, pods=found.running,
+                     others=[f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
+                     leaving={uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
 
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
@@ -151,9 +144,8 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
         return TargetPod(pod_to_place(waiting), {})
     owner = kinds.vmi_owner(vm_pod)
     try:
-        async with asyncio.timeout(deadline.remaining()):
-            vmi = None if owner is None else await store.get(VMI, namespace, owner["name"], timeout=deadline.remaining())
-            source = await store.get(NODE, None, kinds.spec(vm_pod).get("nodeName") or "", timeout=deadline.remaining())
+        vmi = None if owner is None else await deadline.call(store.get, VMI, namespace, owner["name"])
+        source = await deadline.call(store.get, NODE, None, kinds.spec(vm_pod).get("nodeName") or "")
     except StoreError as exc:
         return f"an object could not be read ({exc})"
     except TimeoutError:
@@ -210,8 +202,7 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     known, node = store.peek(NODE, None, name)
     if not known:
         try:
-            async with asyncio.timeout(deadline.remaining()):
-                node = await store.get(NODE, None, name, timeout=deadline.remaining())
+            node = await deadline.call(store.get, NODE, None, name)
         except StoreError as exc:
             return f"node {name} could not be checked ({exc})"
         except TimeoutError:
@@ -220,12 +211,19 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     if why is not None or node is None:
         return why
     subject = "the VM" if needs_kubevirt else "the pod"
-    # No timer of our own here (this runs on every pin): the caches answer from memory, and a
-    # store that reads the API bounds its reads by `timeout` and answers None when time is up.
-    view = await store.fit_view(namespace, name, timeout=deadline.remaining())
-    if view is None:
-        return f"cannot tell whether node {name} fits {subject}: the pods of the cluster are not loaded yet"
+    view = await fit_view(store, namespace, name, deadline)
+    if isinstance(view, str):
+        return f"cannot tell whether node {name} fits {subject}: {view}"
     return fit.why_not_fit(pod, namespace, node, SeenFirst(view, seen) if seen else view, subject)
+
+
+async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) -> fit.View | str:
+    """The checks' view of the cluster (`Store.fit_view`), or why there is none."""
+    try:
+        view = await deadline.call(store.fit_view, namespace, node)
+    except TimeoutError:
+        return "no answer before the deadline"
+    return "the pods of the cluster are not loaded yet" if view is None else view
 
 
 class SeenFirst:

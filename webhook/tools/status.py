@@ -209,8 +209,9 @@ def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration]
         return not view.live_migratable or migrating(view, migrations, now)
 
     ranked = sorted(running, key=lambda view: (refused(view), view.namespace, view.name))
-    vmi = ranked[0] if ranked else VmiView(DRY_RUN_NAMESPACE, DRY_RUN_VMI, "", "", None, opted_in=False, may_move=False,
-                                           live_migratable=False, not_migratable="", migration=None)
+    vmi = ranked[0] if ranked else VmiView(namespace=DRY_RUN_NAMESPACE, name=DRY_RUN_VMI, uid="", phase="", node=None,
+                                           opted_in=False, may_move=False, live_migratable=False, not_migratable="",
+                                           migration=None)
     node = vmi.node or DRY_RUN_VMI
     manifest = migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
                                   DRY_RUN_REASON, MIGRATION_PRIORITY)
@@ -289,11 +290,13 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     vms = [dataclasses.replace(vm, rebooted_by_storage_restart=str(restarts.answer)) if vm.storage else vm for vm in vms]
     vms = [dataclasses.replace(vm, attachment_pods_deleted_by_storage_restart=str(attachments.answer))
            if vm.storage and vm.hotplugged else vm for vm in vms]
-    header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
-                     targeted.available, said, why, targeted.priority, priority_said, priority_why,
-                     facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets,
-                     restarts)
-    return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), [str(m) for m in listed.malformed], header)
+    header = Cluster(mode=str(facts.mode), leader=await leader(store, settings, now, timeout), limits=facts.limits,
+                     targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
+                     priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
+                     in_flight_all=facts.in_flight_all, settings_from=settings_from,
+                     migration_targets=settings.migration_targets, restarts=restarts)
+    return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
+                  skipped=[str(m) for m in listed.malformed], cluster=header)
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView], timeout: float) -> Observer:
@@ -308,7 +311,8 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
     stretches = Stretches(store, settings, timeout, launchers=LauncherPods(pods).of, direct=store)
-    return Observer(disks, settings, stretches, Nodes(store, timeout), timeout, keep_disks=True)
+    return Observer(store=disks, settings=settings, stretches=stretches, nodes=Nodes(store, timeout), timeout=timeout,
+                    keep_disks=True)
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
@@ -379,8 +383,9 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
-    return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
-                    view.may_move, decision, next_step(decision, since, facts, off=off),
+    return VmStatus(namespace=view.namespace, name=view.name, node=view.node, storage=where.storage,
+                    state=decision.state, since=since, why=why, last_action=text, last_migration=last,
+                    may_move=view.may_move, decision=decision, next=next_step(decision, since, facts, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "")
 

@@ -93,7 +93,8 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
         # An empty list and no selector mean the pod's own namespace (framework
         # `getNamespacesFromPodAffinityTerm`).
         namespaces = frozenset(listed) if listed or raw_ns_selector is not None else frozenset((namespace,))
-        terms.append(AffinityTerm(selector, namespaces, ns_selector, key))
+        terms.append(AffinityTerm(selector=selector, namespaces=namespaces, namespace_selector=ns_selector,
+                                  topology_key=key))
     return terms
 
 

@@ -81,10 +81,10 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
         if blocked is None:
             return Decision(
                 PINNED,
-                node,
-                ((node, PIN_WEIGHT),),
-                f"pinned to {node}, where {runs}{', '.join(served)} runs",
-                tuple([f"ignored: {p}" for p in problems]) if problems else (),
+                node=node,
+                preferences=((node, PIN_WEIGHT),),
+                reason=f"pinned to {node}, where {runs}{', '.join(served)} runs",
+                warnings=tuple([f"ignored: {p}" for p in problems]) if problems else (),
             )
         reason = f"preferred {node}, not pinned: {blocked}"
         return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=(reason, *problems))
