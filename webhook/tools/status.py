@@ -53,7 +53,7 @@ ATTACHMENTS_DELETED = ("a restart of its NFS server makes Longhorn delete the at
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
-DEPLOYMENT_NAME = CONTAINER_NAME = "kubevirt-colocate", "webhook"  # the shipped Deployment and its container
+DEPLOYMENT_NAME = CONTAINER_NAME = "kubevirt-colocate-keeper", "keeper"  # the shipped keeper's Deployment, container
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
 DRY_RUN_NAMESPACE, DRY_RUN_VMI = "default", "kubevirt-colocate-dry-run"
 DRY_RUN_REASON = "dry run of kubevirt-colocate status: are spec.addedNodeSelector and spec.priority kept?"
@@ -312,9 +312,9 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
-    """The settings the webhook and its keeper run with: the shipped Deployment's container, its
-    COLOCATE_* values then its flags, over the defaults (what `serve` itself does); with where they
-    came from in words. When the Deployment cannot be read, `settings` and why."""
+    """The settings the keeper runs with: the shipped keeper Deployment's container, its COLOCATE_*
+    values then its flags, over the defaults (what `keep` itself does); with where they came from
+    in words. When the Deployment cannot be read, `settings` and why."""
     name, container_name = DEPLOYMENT_NAME
     namespace = settings.lease_namespace or KEEPER_NAMESPACE
     where = f"Deployment {namespace}/{name}"
