@@ -88,6 +88,7 @@ class ElectedKeeper:
             self.keeper, metrics.STORE.source = None, None
             await events.close()
             await store.close()
+            metrics.CACHE_HEALTHY.clear()  # the term's caches are gone: a follower reports none
 
     async def _failed(self, what: str) -> None:
         """Say it, step down, hand the Lease over and hold off: 5 s, doubling to 5 minutes for
