@@ -220,9 +220,9 @@ SETTINGS = tuple(Setting(field.name, _TYPES[field.name], field.default, field.me
 
 
 def _flags_as_env(args: object) -> dict[str, str]:
-    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of `keep` that are
-    settings, in the form Settings.from_env reads."""
-    rows = {row.option: row for row in SETTINGS if row.flag is not None and KEEP in row.flag.verbs}
+    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of `keep` (or `serve`) that
+    are settings, in the form Settings.from_env reads."""
+    rows = {row.option: row for row in SETTINGS if row.flag is not None and {KEEP, SERVE} & set(row.flag.verbs)}
     found: dict[str, str] = {}
     args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
     for i, arg in enumerate(args):
