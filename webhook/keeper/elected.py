@@ -33,13 +33,12 @@ class ElectedKeeper:
     degraded(); `keeper` is the current term's (None on a follower)."""
 
     def __init__(self, api: Any, settings: Settings, *, namespace: str, identity: str, kubeconfig: str | None = None,
-                 events: bool = True, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming(),
-                 backoff: tuple[float, float] = BACKOFF):
+                 events: bool = True, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming()):
         if timing.request_timeout >= lease_timing.renew_deadline:
             # A migration is created only if its request ends within the renew deadline.
             raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")
         self.settings, self.kubeconfig, self.events, self.timing = settings, kubeconfig, events, timing
-        self.backoff = backoff
+        self.backoff = BACKOFF
         self.elector = Elector(api, namespace=namespace, name=settings.lease_name, identity=identity,
                                lead=self._term, timing=lease_timing)
         self.keeper: Keeper | None = None
