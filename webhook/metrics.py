@@ -2,7 +2,7 @@
 
 Two processes, two registries: `serve` shows REGISTRY (admission, its caches, the stranded-pod
 report), `keep` shows KEEPER_REGISTRY (the keeper's, its caches). What both do (API reads,
-watches, Events, readiness, the store's figures) is registered with both."""
+watches, Events, the store's figures) is registered with both; each has its own readiness gauge."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -77,8 +77,10 @@ CACHE_HEALTHY = Gauge("colocate_cache_healthy", "1 while a cache's list/watch wo
                       ["cache"], registry=None)
 EVENTS = Counter("colocate_events_total", "Kubernetes Events about decisions, by result (sent, failed, dropped).",
                  ["result"], registry=None)
-READY = Gauge("colocate_ready", "1 when the process reports ready (the webhook: stores synced, certificate loaded).",
-              registry=None)
+READY = Gauge("colocate_ready", "1 when the webhook reports ready (stores synced, certificate loaded).",
+              registry=REGISTRY)
+KEEPER_READY = Gauge("colocate_keeper_ready", "1 when the keeper's process reports ready (it campaigns for the Lease, "
+                     "or runs idle with the keeper off).", registry=KEEPER_REGISTRY)
 CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
                     "Expiry (Unix time) of the serving certificate in use.", registry=REGISTRY)
 # The keeper's (`keep`; the leader reports VMs). Exported only once shown (`show`): absent while
@@ -144,7 +146,7 @@ class StoreCollector(Collector):
 
 
 STORE = StoreCollector()
-SHARED = (API_ERRORS, WATCH_ERRORS, CACHE_HEALTHY, EVENTS, READY, STORE)  # both processes'
+SHARED = (API_ERRORS, WATCH_ERRORS, CACHE_HEALTHY, EVENTS, STORE)  # both processes'
 for registry in (REGISTRY, KEEPER_REGISTRY):
     for shared in SHARED:
         registry.register(shared)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from .. import metrics
 
@@ -14,6 +14,7 @@ Readiness = Callable[[], list[str]]
 READINESS_KEY = web.AppKey("readiness", object)
 DEGRADED_KEY = web.AppKey("degraded", object)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
+READY_KEY = web.AppKey("ready", Gauge)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -23,7 +24,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     reasons = request.app[READINESS_KEY]()
-    metrics.READY.set(0 if reasons else 1)
+    request.app[READY_KEY].set(0 if reasons else 1)
     if reasons:
         return web.Response(status=503, text="not ready: " + "; ".join(reasons) + "\n")
     # A failing watch keeps serving what it has (all replicas going unready in an API outage
@@ -35,13 +36,15 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics_page(request: web.Request) -> web.Response:
-    return web.Response(body=metrics.render(request.app[REGISTRY_KEY]), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    return web.Response(body=metrics.render(request.app[REGISTRY_KEY]),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
-def make_ops_app(readiness: Readiness, degraded: Readiness = list,
-                 registry: CollectorRegistry = metrics.REGISTRY) -> web.Application:
-    """/healthz, /readyz and /metrics of one process (`serve`'s or `keep`'s registry)."""
+def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: CollectorRegistry = metrics.REGISTRY,
+                 ready: Gauge = metrics.READY) -> web.Application:
+    """/healthz, /readyz and /metrics of one process (`serve`'s registry and gauge, or `keep`'s)."""
     app = web.Application()
+    app[READY_KEY] = ready
     app[READINESS_KEY] = readiness
     app[DEGRADED_KEY] = degraded
     app[REGISTRY_KEY] = registry

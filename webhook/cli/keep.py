@@ -39,7 +39,8 @@ class Keeping:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        app = probes.make_ops_app(self.not_ready, self.degraded, registry=metrics.KEEPER_REGISTRY)
+        app = probes.make_ops_app(self.not_ready, self.degraded, registry=metrics.KEEPER_REGISTRY,
+                                  ready=metrics.KEEPER_READY)
         self.ops = await server.start(app, self.metrics_host, self.metrics_port, None)
         try:
             if self.elected is not None:
