@@ -1,8 +1,8 @@
 """One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease.
 
 Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.Config, and
-its LeaseLock extended in `leaselock.py`, the one place that leans on the library's
-internals), with the gaps closed that matter for something that creates migrations:
+its LeaseLock extended in `leaselock.py` by overriding its public get, create and update),
+with the gaps closed that matter for something that creates migrations:
 
 - `LeaderElection.run()` returns once the lease is lost: the Elector campaigns again.
 - Its Lease calls have no timeout, and a timeout on the client's session would not help:
