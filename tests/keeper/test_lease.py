@@ -45,7 +45,7 @@ class KeeperService:
 
 @pytest.fixture
 async def replicas(kmock):
-    """A factory: an identity → a started KeeperService on the emulator (a replica of `serve`)."""
+    """A factory: an identity → a started KeeperService on the emulator (a replica of `keep`)."""
     made = []
 
     async def start(name, settings=None, lease_timing=QUICK, campaign=True):
