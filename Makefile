@@ -54,16 +54,14 @@ demo: $(CERTS)/tls.crt
 	@PY=$(PY) CERTS=$(CERTS) PORT=$(PORT) sh examples/demo.sh
 
 # The admission path against a bare aiohttp server, and the store's memory; a drain storm (share-managers
-# re-created at once beside VM starts) on 200 and 400 nodes, and through a real kube-apiserver; admission on the
-# keeper's leader during its passes; the keeper against a drained cluster, and its memory
-# (docs/performance.md).
+# re-created at once beside VM starts) on 200 and 400 nodes, and through a real kube-apiserver; the keeper
+# against a drained cluster, and its memory (docs/performance.md).
 bench: $(VENV)/.installed
 	$(PY) -m bench
 	$(PY) -m bench.storm
 	$(PY) -m bench.storm --nodes 400 --vms 10000
 	@if [ -n "$$KUBEBUILDER_ASSETS" ]; then $(PY) -m bench.storm --apiserver real; \
 	else echo "bench.storm --apiserver real skipped: KUBEBUILDER_ASSETS is not set (docs/development.md)"; fi
-	$(PY) -m bench.passes
 	$(PY) -m bench.keeper
 
 serve: $(CERTS)/tls.crt

@@ -41,10 +41,9 @@ target on a "targets:" line makes the exit status 1; the goals of the drain that
 rules do not meet yet are on a "goals:" line, reported but not in the exit status
 (`BINDING_GOALS` names those that are).
 
-Memory: `python -m webhook serve --keep report` against `bench.emulator` holding 50k PVCs and
-PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its caches have
-synced and the keeper has made two passes (30 s apart), the process idle, beside the same
-with `--keep off`.
+Memory: `python -m webhook keep --keep report` (the keeper's pod) against `bench.emulator` holding
+50k PVCs and PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its
+caches have synced and the keeper has made two passes (30 s apart), the process idle.
 """
 from __future__ import annotations
 
@@ -70,7 +69,8 @@ import aiohttp
 from webhook.config import MIGRATION_TARGET_MODES
 
 from . import kubevirt
-from .__main__ import cores, emulated_cluster, idle, process, process_kib, synced_objects, wait_for, webhook_server
+from .__main__ import (cores, emulated_cluster, free_port, idle, kubeconfig_for, process, process_kib, synced_objects,
+                       wait_for)
 
 TARGETS = {"rss_mib": 170.0}
 KEEP_AFTER = 10.0  # the keeper's --keep-after: its default 600 s at the scale of the drain's migrations
@@ -422,14 +422,11 @@ def samples(text: str, name: str) -> dict[str, float]:
 
 def memory_of_keeper(work: Path, pvcs: int, share_managers: int, pods: int, other_pods: int,
                      vmis: int, passes: int) -> dict[str, Any]:
-    """RSS of `serve` with the keeper in report mode, and with it off, against one emulator:
-    caches synced, the keeper's first pass made (each VMI counted in `colocate_vms`), idle."""
+    """RSS of `keep --keep report` (the keeper's pod) against the emulator: its term's caches
+    synced, the keeper's first pass made (each VMI counted in `colocate_vms`), idle."""
     server_cpu, emulator_cpu = cores()
-    found: dict[str, Any] = {}
     with emulated_cluster(emulator_cpu, pvcs, share_managers, pods, False, other_pods, vmis) as (api, _):
-        for keep in ("report", "off"):
-            found[keep] = serve_memory(api, work, server_cpu, keep, vmis, passes)
-    return found
+        return keeper_memory(api, work, server_cpu, vmis, passes)
 
 
 def scrape(ops: str) -> str:
@@ -437,56 +434,45 @@ def scrape(ops: str) -> str:
         return response.read().decode()
 
 
-def children(pid: int) -> list[int]:
-    """The processes `pid` started (the keeper's)."""
-    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
-            for child in (task / "children").read_text().split()]
+@contextlib.contextmanager
+def keeper_process(api: str, work: Path, cpu: int | None, keep: str) -> Iterator[tuple[subprocess.Popen, str, Path]]:
+    """`keep` on the emulator at `api`, logging to `keep-<mode>.log`: the process, its ops URL, its log."""
+    kubeconfig = kubeconfig_for(api, work / f"kubeconfig-keep-{keep}")
+    ops_port = free_port()
+    log = work / f"keep-{keep}.log"
+    command = [sys.executable, "-m", "webhook", "keep", "--kubeconfig", str(kubeconfig), "--metrics-host", "127.0.0.1",
+               "--metrics-port", str(ops_port), "--events", "off", "--keep", keep, "--lease-namespace", "colocate-bench"]
+    with log.open("w") as stderr, process(command, cpu, stderr=stderr) as proc:
+        yield proc, f"http://127.0.0.1:{ops_port}", log
 
 
-def tree_mib(pid: int, field: str) -> float:
-    """`field` of the process and of those it started, together (what the container holds)."""
-    return sum(process_kib(p, field) for p in (pid, *children(pid))) / 1024
-
-
-def idle_tree(pid: int) -> None:
-    """Until the process and those it started are idle."""
-    for p in (pid, *children(pid)):
-        idle(p)
-
-
-def serve_memory(api: str, work: Path, cpu: int | None, keep: str, vmis: int, passes: int) -> dict[str, Any]:
-    """RSS of `serve` and the keeper's process (when on) once synced and idle; with the keeper,
-    once idle after its first pass and, with `passes` 2, again after its second (a pass every
-    30 s): a pass leaves more behind than it keeps."""
-    flags = ("--keep", keep, "--lease-namespace", "colocate-bench")
-    with webhook_server(api, work, cpu, f"serve-keep-{keep}", flags=flags) as (proc, _, ops, log):
-        synced = wait_for(f"{ops}/readyz", work)
-        passed, states, first_rss = None, {}, None
-        if keep != "off":
-            began = time.monotonic()
-            while passed is None:
-                states = samples(scrape(ops), "colocate_vms")
-                if sum(states.values()) >= vmis:
-                    passed = time.monotonic() - began + synced
-                elif time.monotonic() - began > 900:
-                    raise SystemExit(f"the keeper made no pass over {vmis} VMIs within 900 s (see {log})")
-                time.sleep(0.5)
-            idle_tree(proc.pid)
-            first_rss = tree_mib(proc.pid, "VmRSS")
-            # The next pass, 30 s after the first began, moves how long the VM apart the longest has
-            # been apart (when one is).
-            longest = samples(scrape(ops), "colocate_vms_apart_longest_seconds")
-            began = time.monotonic()
-            while (passes > 1 and time.monotonic() - began < 35
-                   and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest):
-                time.sleep(0.5)
-        idle_tree(proc.pid)
+def keeper_memory(api: str, work: Path, cpu: int | None, vmis: int, passes: int) -> dict[str, Any]:
+    """RSS of the keeper's process once idle after its first pass and, with `passes` 2, again after
+    its second (a pass every 30 s): a pass leaves more behind than it keeps."""
+    with keeper_process(api, work, cpu, "report") as (proc, ops, log):
+        began = time.monotonic()
+        wait_for(f"{ops}/readyz", work)
+        passed, states = None, {}
+        while passed is None:
+            states = samples(scrape(ops), "colocate_vms")
+            if sum(states.values()) >= vmis:
+                passed = time.monotonic() - began
+            elif time.monotonic() - began > 900:
+                raise SystemExit(f"the keeper made no pass over {vmis} VMIs within 900 s (see {log})")
+            time.sleep(0.5)
+        idle(proc.pid)
+        first_rss = process_kib(proc.pid, "VmRSS") / 1024
+        # The next pass, 30 s after the first began, moves how long the VM apart the longest has
+        # been apart (when one is).
+        longest = samples(scrape(ops), "colocate_vms_apart_longest_seconds")
+        began_second = time.monotonic()
+        while (passes > 1 and time.monotonic() - began_second < 35
+               and samples(scrape(ops), "colocate_vms_apart_longest_seconds") == longest):
+            time.sleep(0.5)
+        idle(proc.pid)
         counts = synced_objects(log)
-        rss, serve_rss = tree_mib(proc.pid, "VmRSS"), process_kib(proc.pid, "VmRSS") / 1024
-        return {"rss_mib": rss, "peak_mib": tree_mib(proc.pid, "VmHWM"), "serve_rss_mib": serve_rss,
-                "keeper_rss_mib": rss - serve_rss,
-                "first_pass_rss_mib": first_rss, "sync_seconds": synced, "first_pass_seconds": passed,
-                "objects": counts,
+        return {"rss_mib": process_kib(proc.pid, "VmRSS") / 1024, "peak_mib": process_kib(proc.pid, "VmHWM") / 1024,
+                "first_pass_rss_mib": first_rss, "first_pass_seconds": passed, "objects": counts,
                 "states": {re.sub(r'.*state="([^"]*)".*', r"\1", k): int(v) for k, v in states.items()}}
 
 
@@ -538,18 +524,14 @@ def main() -> None:
         if not args.skip_memory:
             certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
             pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]
-            print(f"memory: `serve --keep report` holding {pvcs} PVCs, {pvcs} PVs, {share_managers} ShareManagers, "
+            print(f"memory: `keep --keep report` holding {pvcs} PVCs, {pvcs} PVs, {share_managers} ShareManagers, "
                   f"{pods} pods of VMs and share-managers, {other_pods} other pods, {args.memory_vmis} VMIs "
                   f"(kubefake's apiserver in its own process) ...", flush=True)
-            found = memory_of_keeper(work, pvcs, share_managers, pods, other_pods, args.memory_vmis,
-                                     args.memory_passes)
-            report, off = found["report"], found["off"]
+            report = memory_of_keeper(work, pvcs, share_managers, pods, other_pods, args.memory_vmis,
+                                      args.memory_passes)
             after = ("after the keeper's second pass ({:.1f} MiB after its first; ".format(report["first_pass_rss_mib"])
                      if args.memory_passes > 1 else "after the keeper's first pass (")
-            print(f"RSS {report['rss_mib']:.1f} MiB {after}peak {report['peak_mib']:.1f} MiB): `serve` "
-                  f"{report['serve_rss_mib']:.1f} MiB, the keeper's process {report['keeper_rss_mib']:.1f} MiB; "
-                  f"{off['rss_mib']:.1f} MiB with --keep off: the "
-                  f"keeper takes {report['rss_mib'] - off['rss_mib']:.1f} MiB; synced in {report['sync_seconds']:.1f} s, "
+            print(f"RSS of the keeper's process {report['rss_mib']:.1f} MiB {after}peak {report['peak_mib']:.1f} MiB); "
                   f"first pass done at {report['first_pass_seconds']:.1f} s")
             print("cached: " + ", ".join(f"{n} {r}" for r, n in report["objects"].items()))
             print("the keeper's pass: " + ", ".join(f"{n} {state}" for state, n in report["states"].items()))

@@ -192,18 +192,6 @@ def test_the_floor_option_is_not_offered_in_help():
     assert done.returncode == 0 and "--admission" not in done.stdout and "--log-level" in done.stdout
 
 
-def test_admission_beside_the_keepers_passes_is_reported_against_the_keeper_off():
-    done = processes.run([sys.executable, "-m", "bench.passes", "--tiny"], cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
-    rows = dict(re.findall(r"^(--keep [a-z]+.*?)\s+(\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+\s+.*)$", out, re.M))
-    off, on = rows["--keep off"].split(), rows["--keep report, passes back to back"].split()
-    assert int(off[0]) > 0 and off[4] == "0" and off[5:] == ["no", "passes"], out  # answered, no errors
-    assert int(on[0]) > 0 and on[4] == "0" and int(on[5]) > 0 and on[6:9] == ["passes", "during", "the"], out
-    assert re.search(r"^p99 during passes / p99 with the keeper off: [\d.]+$", out, re.M), out
-    assert "targets: p99 during passes ≤ 2× keeper off " in out, out
-
-
 def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     """`python -m bench.storm`: share-managers of a drained node re-created at once beside VM starts."""
     done = processes.run([sys.executable, "-m", "bench.storm", "--nodes", "12", "--vms", "60", "--share-managers", "3",

@@ -130,11 +130,11 @@ def test_the_memory_figure_at_a_tiny_scale():
     done = bench_keeper("--memory-only", "--memory", "200,40,40", "--memory-vmis", "40", "--memory-passes", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    figure = re.search(r"RSS ([\d.]+) MiB after the keeper's first pass \(peak [\d.]+ MiB\): `serve` ([\d.]+) MiB, "
-                       r"the keeper's process ([\d.]+) MiB; [\d.]+ MiB with --keep off: the keeper takes", out)
+    figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) MiB\)",
+                       out)
     assert figure, out
-    both, serve, keeper = (float(n) for n in figure.groups())
-    assert serve > 0 and keeper > 0 and abs(both - serve - keeper) < 0.2, out  # the container holds both
+    rss, peak = (float(n) for n in figure.groups())
+    assert 0 < rss <= peak, out
     cached = next(line for line in out.splitlines() if line.startswith("cached: "))
     assert "40 virtualmachineinstances" in cached and "0 virtualmachineinstancemigrations" in cached, cached
     assert "the keeper's pass: " in out and "targets: RSS ≤ 170 MiB" in out

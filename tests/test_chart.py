@@ -44,6 +44,7 @@ from webhook.tools import certs
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
 NS = "kubevirt-colocate"
+KEEPER = "kubevirt-colocate-keeper"  # the keeper's Deployment and ServiceAccount
 HELM_LABELS = {"app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"}
 CUSTOM_KINDS = {kind for kind, _ in (CERT_MANAGER | PROMETHEUS_OPERATOR).values()}
 JOB_NAME = re.compile(r"kubevirt-colocate-certs-[0-9a-f]{8}")
@@ -106,16 +107,19 @@ def one(found: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
 
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    [webhook] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
-    return webhook
+    [only] = deployment["spec"]["template"]["spec"]["containers"]
+    assert only["name"] == {NS: "webhook", KEEPER: "keeper"}[deployment["metadata"]["name"]]
+    return only
 
 
 def served_settings(deployment: dict[str, Any], env: dict[str, str] | None = None) -> Settings:
-    """What `serve` runs with, from the Deployment's flags (and COLOCATE_* of its env)."""
+    """What `serve` (or `keep`, for the keeper's Deployment) runs with, from the Deployment's flags
+    (and COLOCATE_* of its env)."""
+    verb = "keep" if deployment["metadata"]["name"] == KEEPER else "serve"
     with pytest.MonkeyPatch.context() as patch:
         for name, value in (env or {}).items():
             patch.setenv(name, value)
-        return settings_from(build_parser().parse_args(["serve", *container(deployment)["args"]]))
+        return settings_from(build_parser().parse_args([verb, *container(deployment)["args"]]))
 
 
 def hooks(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -333,20 +337,29 @@ async def test_the_schema_refuses_a_bad_value_before_anything_is_created(cluster
     assert stored(cluster, "Deployment") == []
 
 
-def test_the_settings_become_flags_that_serve_reads():
+def test_the_settings_become_flags_that_serve_and_keep_read():
     rendered = render({
-        "keeper": {"mode": "off", "after": 120, "afterDescheduled": 0, "maxInflight": 4, "maxPerDay": 1},
+        "keeper": {"mode": "off", "after": 120, "afterDescheduled": 0, "maxInflight": 4, "maxPerDay": 1, "replicas": 3,
+                   "resources": {"requests": {"memory": "300Mi"}, "limits": {"memory": "600Mi"}}},
         "pin": "preferred",
         "longhorn": {"namespace": "storage"}, "logLevel": "debug", "replicas": 3,
         "env": [{"name": "COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE", "value": "3"}]})
     validate_strictly(rendered)
-    deployment = one(rendered, "Deployment", NS)
-    env = {e["name"]: e.get("value") for e in container(deployment)["env"]}
-    assert env["LOG_LEVEL"] == "debug" and deployment["spec"]["replicas"] == 3
-    settings = served_settings(deployment, {"COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE": env["COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE"]})
+    keeper = one(rendered, "Deployment", KEEPER)
+    env = {e["name"]: e.get("value") for e in container(keeper)["env"]}
+    assert env["LOG_LEVEL"] == "debug" and keeper["spec"]["replicas"] == 3
+    resources = container(keeper)["resources"]
+    assert (resources["requests"]["memory"], resources["limits"]["memory"]) == ("300Mi", "600Mi")
+    settings = served_settings(keeper, {"COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE": env["COLOCATE_KEEP_MAX_OUTBOUND_PER_NODE"]})
     assert (settings.keep, settings.keep_after, settings.keep_after_descheduled, settings.keep_max_inflight,
-            settings.keep_max_per_day, settings.pin, settings.longhorn_namespace, settings.keep_max_outbound_per_node,
-            settings.share_manager_rule) == ("off", 120.0, 0.0, 4, 1, "preferred", "storage", 3, True)
+            settings.keep_max_per_day, settings.longhorn_namespace, settings.keep_max_outbound_per_node) == (
+        "off", 120.0, 0.0, 4, 1, "storage", 3)
+    webhook = one(rendered, "Deployment", NS)
+    env = {e["name"]: e.get("value") for e in container(webhook)["env"]}
+    assert env["LOG_LEVEL"] == "debug" and webhook["spec"]["replicas"] == 3
+    settings = served_settings(webhook)
+    assert (settings.pin, settings.longhorn_namespace, settings.share_manager_rule) == ("preferred", "storage", True)
+    assert not [a for a in container(webhook)["args"] if a.startswith("--keep")]  # serve runs no keeper
     # The share-manager entry follows Longhorn to its namespace, and only there.
     assert hooks(rendered)[SHARE_MANAGER_HOOK]["namespaceSelector"]["matchExpressions"] == [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["storage"]}]
@@ -391,13 +404,13 @@ def test_placement_values_reach_the_webhook_and_the_certificate_job():
         "image": {"repository": "registry.example.com/kubevirt-colocate", "digest": digest, "pullPolicy": "Always"}})
     validate_strictly(rendered)
     [job] = [o for o in rendered if o["kind"] == "Job"]
-    for workload in (one(rendered, "Deployment", NS), job):
+    for workload in (one(rendered, "Deployment", NS), one(rendered, "Deployment", KEEPER), job):
         pod = workload["spec"]["template"]
         assert {k: pod["spec"].get(k) for k in placement} == placement, workload["kind"]
         assert pod["metadata"]["annotations"] == annotations
         assert [(c["image"], c["imagePullPolicy"]) for c in pod["spec"]["containers"]] == [
             (f"registry.example.com/kubevirt-colocate@{digest}", "Always")]
-        assert pod["spec"].get("affinity") == (affinity if workload["kind"] == "Deployment" else None)
+        assert pod["spec"].get("affinity") == (affinity if workload["metadata"]["name"] == NS else None)
     assert container(one(rendered, "Deployment", NS))["resources"] == resources
 
 
@@ -427,9 +440,9 @@ def test_another_namespace_is_followed_everywhere(values):
     policy = one(rendered, "ValidatingAdmissionPolicy")
     foreign = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
                "metadata": {"generateName": "not-ours-", "namespace": "default"}, "spec": {"vmiName": "vm1"}}
-    ours = service_account("colocate-system", "kubevirt-colocate", pod="kubevirt-colocate-7d9c6b5f4-x2x9q")
+    ours = service_account("colocate-system", KEEPER, pod="kubevirt-colocate-keeper-7d9c6b5f4-x2x9q")
     assert admit(policy, create_request(foreign, ours)).rules == ("create-labelled", "create-targeted")
-    elsewhere = service_account(NS, "kubevirt-colocate", pod="kubevirt-colocate-7d9c6b5f4-x2x9q")
+    elsewhere = service_account(NS, KEEPER, pod="kubevirt-colocate-keeper-7d9c6b5f4-x2x9q")
     assert admit(policy, create_request(foreign, elsewhere)) == UNTOUCHED
     names = certs.service_names("kubevirt-colocate", "colocate-system")
     if values is BOTH:
@@ -479,9 +492,9 @@ def test_the_readme_kustomize_overlay_sets_the_image_and_report_mode(tmp_path):
         shutil.rmtree(overlay)
     assert done.returncode == 0, done.stderr
     rendered = objects(done.stdout)
-    deployment, job = one(rendered, "Deployment", NS), one(rendered, "Job")
-    assert served_settings(deployment).keep == "report"
-    for workload in (deployment, job):
+    keeper, job = one(rendered, "Deployment", KEEPER), one(rendered, "Job")
+    assert served_settings(keeper).keep == "report"
+    for workload in (one(rendered, "Deployment", NS), keeper, job):
         [image] = [c["image"] for c in workload["spec"]["template"]["spec"]["containers"]]
         assert image == "registry.example.com/kubevirt-colocate:0.1.0"
 

@@ -88,7 +88,7 @@ async def test_serve_with_migration_targets_prefer_steers_an_evacuation_target_o
     import aiohttp
     from tests.support.kube import Serving, review
 
-    serving = await Serving.start(tls_files, "--state", DRAIN, "--migration-targets", "prefer", "--keep", "off",
+    serving = await Serving.start(tls_files, "--state", DRAIN, "--migration-targets", "prefer",
                                   "--drain-delay", "0")
     try:
         context = ssl.create_default_context(cafile=str(tls_files["ca"]))
@@ -157,7 +157,7 @@ async def test_serve_from_the_cluster_listens_at_once_and_is_ready_when_synced(k
         "users": [{"name": "anonymous", "user": {}}],
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "anonymous"}}],
     }))
-    serving = await Serving.start(tls_files, "--kubeconfig", str(kubeconfig), "--drain-delay", "0.2", "--keep", "off")
+    serving = await Serving.start(tls_files, "--kubeconfig", str(kubeconfig), "--drain-delay", "0.2")
     base, ops = serving.base, serving.ops
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
@@ -325,7 +325,7 @@ def test_a_malformed_file_is_one_line_naming_it_and_exit_2(tmp_path, case):
 def test_serve_refuses_a_malformed_state_file_in_one_line(tmp_path):
     bad = tmp_path / "cluster.yaml"
     bad.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: [a]}\n")
-    done = cli("serve", "--state", str(bad), "--keep", "off")
+    done = cli("serve", "--state", str(bad))
     assert done.returncode == 2 and done.stderr == f"error: {bad}: object 1 metadata.name is a list, not a name\n"
 
 
@@ -361,6 +361,8 @@ FOREIGN_FLAGS = [
     pytest.param(["status", "--migration-targets", "prefer"], id="status-migration-targets"),
     pytest.param(["review", "--state", STATE, "--keep-after", "5"], id="review-keep-after"),
     pytest.param(["review", "--state", STATE, "--kubeconfig", "k"], id="review-kubeconfig"),
+    pytest.param(["keep", "--pin", "preferred"], id="keep-pin"),
+    pytest.param(["keep", "--port", "9443"], id="keep-port"),
     pytest.param(["certs", "--service", "s", "--namespace", "n", "--out", "o", "--pin", "required"], id="certs-pin"),
 ]
 
@@ -394,7 +396,7 @@ def options_of(verb):
             if a.option_strings and a.dest != "help" and not a.required and a.help != argparse.SUPPRESS]
 
 
-@pytest.mark.parametrize("verb", ["serve", "review", "explain", "status", "certs", "spare-vms"])
+@pytest.mark.parametrize("verb", ["serve", "keep", "review", "explain", "status", "certs", "spare-vms"])
 def test_help_shows_each_flags_default(verb):
     shown = help_of(verb)
     optional = options_of(verb)
@@ -404,29 +406,32 @@ def test_help_shows_each_flags_default(verb):
 
 def test_help_names_the_values_used_when_a_flag_is_left_out():
     serve = help_of("serve")
-    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "(default: report)",
-                 "before it is moved (default: 600)", "(default: 2, KubeVirt's default)",
-                 "only prefer the node (default: required)", "(default: kubevirt-scheduler/co-schedule)",
-                 "(default: longhorn-system)", "(default: kubevirt-colocate-keeper)", "(default: 5.0)",
+    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "only prefer the node (default: required)",
+                 "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5.0)",
                  "when the migration names no node (evacuations, the descheduler's) (default: untouched)"):
         assert said in serve, said
+    assert "--keep" not in serve and "--lease-name" not in serve  # the keeper's flags are keep's
+    keep = help_of("keep")
+    for said in ("/healthz, /readyz, /metrics (default: 8081)", "(default: report)", "before it is moved (default: 600)",
+                 "(default: 2, KubeVirt's default)", "(default: kubevirt-scheduler/co-schedule)",
+                 "(default: longhorn-system)", "(default: kubevirt-colocate-keeper)"):
+        assert said in keep, said
     assert "tools (default: text)" in help_of("status")
     assert "validity of the serving certificate (default: 365)" in help_of("certs")
 
 
-async def test_serve_from_a_snapshot_says_the_keeper_is_off(tls_files):
-    """The keeper needs the cluster: from a snapshot it does not run, whatever --keep asks, and
-    the start line says so rather than repeating the flag."""
+async def test_serve_from_a_snapshot_runs_no_keeper(tls_files):
+    """The keeper is `keep`'s: `serve` neither runs it nor lists its settings as its own; `--keep off`
+    (what scripts for older releases pass) asks for what it does anyway and is not warned about."""
     from tests.support.kube import Serving
 
-    serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0", "--keep", "migrate")
+    serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0", "--keep", "off")
     try:
         [start] = [line for line in serving.lines if line["msg"] == "starting"]
-        [off] = [line for line in serving.lines if line["msg"].startswith("keeper off")]
     finally:
         assert await serving.stop() == 0
-    assert start["keeper"] == "off" and start["settings"]["keep"] == "off"
-    assert off["keep"] == "off" and off["asked"] == "migrate"
+    assert "keeper" not in start and "keep" not in start["settings"] and "lease_name" not in start["settings"]
+    assert not [line for line in serving.lines if "keeper" in line["msg"]]  # nor "keeper flags ignored"
 
 
 @pytest.mark.parametrize("review, pod", [

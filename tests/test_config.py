@@ -1,5 +1,5 @@
 """Each setting is declared once, and every way of giving it reaches `Settings` the same:
-its COLOCATE_* variable, the flag of each verb that takes it, and a deployed `serve`'s arguments."""
+its COLOCATE_* variable, the flag of each verb that takes it, and a deployed `keep`'s arguments."""
 import pytest
 
 from webhook.__main__ import build_parser, settings_from
@@ -21,7 +21,7 @@ EXPECTED = {
     "keep_max_outbound_per_node": 1, "spare_vms": True, "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
 }
 # What each verb needs besides the flag under test.
-REQUIRED = {"serve": [], "review": ["--state", "state.yaml"], "explain": ["default/vm1"], "status": [], "spare-vms": []}
+REQUIRED = {"serve": [], "keep": [], "review": ["--state", "state.yaml"], "explain": ["default/vm1"], "status": [], "spare-vms": []}
 FLAGS = [(row, verb) for row in SETTINGS if row.flag is not None for verb in row.flag.verbs]
 
 
@@ -47,13 +47,13 @@ def test_each_flag_sets_its_setting_in_each_verb_that_takes_it(row, verb):
     assert same(getattr(settings_from(args), row.name), EXPECTED[row.name])
 
 
-@pytest.mark.parametrize("row", [row for row in SETTINGS if row.flag is not None and "serve" in row.flag.verbs],
+@pytest.mark.parametrize("row", [row for row in SETTINGS if row.flag is not None and "keep" in row.flag.verbs],
                          ids=lambda row: row.name)
 @pytest.mark.parametrize("written", ["--flag=value", "--flag value"])
-def test_a_deployed_serve_is_read_from_its_arguments_over_its_environment(row, written):
+def test_a_deployed_keeper_is_read_from_its_arguments_over_its_environment(row, written):
     value = GIVEN[row.name]
     args = [f"{row.option}={value}"] if written == "--flag=value" else [row.option, value]
-    settings = Settings.from_command(["--port=9443", *args, "--drain-delay", "5"], {row.env: str(row.default)})
+    settings = Settings.from_command(["--metrics-port=8081", *args, "--events", "on"], {row.env: str(row.default)})
     assert same(getattr(settings, row.name), EXPECTED[row.name])
 
 

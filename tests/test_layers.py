@@ -28,7 +28,8 @@ MAY_IMPORT = {
     "admission": BASE | RULES | {"cluster"},
     "keeper": BASE | RULES | {"cluster"},
     "tools": BASE | RULES | {"cluster", "admission", "keeper"},
-    "__main__": BASE | RULES | {"cluster", "admission", "keeper", "tools", "__init__"},  # __init__: the version
+    "cli": BASE | RULES | {"cluster", "admission", "keeper", "tools", "__init__"},  # __init__: the version
+    "__main__": {"cli"},
     "__init__": set(),
 }
 

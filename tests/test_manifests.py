@@ -21,13 +21,14 @@ from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
 from webhook.keeper.lease import lease_namespace
-from webhook.kinds import LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMI, VMIM
+from webhook.kinds import LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 from webhook import __version__
 
 ROOT = Path(__file__).parent.parent
 NS = "kubevirt-colocate"
+KEEPER = "kubevirt-colocate-keeper"  # the keeper's Deployment, ServiceAccount and ClusterRole
 SECRET = "kubevirt-colocate-tls"
 VERSION = __version__
 IMAGE = f"ghcr.io/kubevirt-colocate/kubevirt-colocate:{VERSION}"
@@ -113,13 +114,16 @@ def test_the_install_is_complete(rendered):
     kinds = {o["kind"] for o in objects}
     assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
                      "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration",
-                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Role", "RoleBinding"}
+    # Two components, each with its account, Deployment, PDB and NetworkPolicy.
+    for kind in ("ServiceAccount", "Deployment", "PodDisruptionBudget", "NetworkPolicy"):
+        assert {NS, KEEPER} <= {o["metadata"]["name"] for o in by_kind(objects, kind)}, kind
     if variant == "self-managed":
-        assert kinds >= {"Job", "Secret", "Role", "RoleBinding"}
+        assert kinds >= {"Job", "Secret"}
         assert not kinds & {"Issuer", "Certificate"}
     else:
         assert not kinds & {"Job", "Secret"}  # nothing of the self-managed path
-        assert {o["metadata"]["name"] for o in objects if o["kind"].startswith("Cluster")} == {NS}
+        assert {o["metadata"]["name"] for o in objects if o["kind"].startswith("Cluster")} == {NS, KEEPER}
         assert {o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")} == {NS}  # the Lease's
     cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -145,36 +149,68 @@ def test_no_wildcards_anywhere(rendered):
                 assert "*" not in (rule.get(field) or []), (role["metadata"]["name"], rule)
 
 
-def test_the_webhook_reads_what_the_stores_read_and_writes_only_events_and_migrations(rendered):
-    _, objects = rendered
+def granted_to(objects, account):
+    """(namespace or None, group, resource, name or None) -> verbs, for everything the bindings of the
+    install grant to the ServiceAccount `account` of the install's namespace."""
     granted = {}
-    rules = rules_of(objects, "ClusterRole", NS)
-    # Its own webhook configuration only, by name: read to check the opt-in key gets through.
-    named = [rule for rule in rules if rule.get("resourceNames")]
-    assert named == [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
-                      "resourceNames": [NS], "verbs": ["get", "list", "watch"]}]
+    for binding in by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding"):
+        if {"kind": "ServiceAccount", "name": account, "namespace": NS} not in binding["subjects"]:
+            continue
+        role = one(objects, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for name in rule.get("resourceNames") or [None]:
+                        granted.setdefault((where, group, resource, name), set()).update(rule["verbs"])
+    return granted
+
+
+def test_the_webhooks_account_reads_and_writes_only_events(rendered):
+    """The pod the apiserver calls for every opted-in pod holds no write power but Events: it may
+    get, list and watch what the rules read, get its own webhook configuration (the opt-in key's
+    check) and a migration (--migration-targets prefer), and create and patch Events."""
+    _, objects = rendered
     deployment = one(objects, "Deployment", NS)
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == NS
     args = build_parser().parse_args(["serve", *deployment["spec"]["template"]["spec"]["containers"][0].get("args", [])])
     assert args.webhook_configuration == NS == webhooks_configuration_name(objects)
-    for rule in rules:
-        if rule in named:
-            continue
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    granted = granted_to(objects, NS)
     read = {"get", "list", "watch"}
-    for resource in RESOURCES:  # what webhook/store.py reads
-        assert granted.pop((resource.group, resource.plural)) == read, resource
-    assert granted.pop(("", "events")) == {"create", "patch"}
-    assert granted.pop(("events.k8s.io", "events")) == {"create", "patch"}
-    # The keeper: VMIs watched (the rules read them too); migrations watched, created and deleted (ours, to cancel them).
-    assert VMI in RESOURCES
-    assert granted.pop((VMIM.group, VMIM.plural)) == read | {"create", "delete"}
-    # The keeper reads Longhorn's Settings each pass (does a share-manager restart reboot VMs?).
-    assert granted.pop((LONGHORN_SETTING.group, LONGHORN_SETTING.plural)) == {"get", "list"}
-    # And the Volumes of a VM paused on an I/O error, one by name (is its mount stale?).
-    assert granted.pop((LONGHORN_VOLUME.group, LONGHORN_VOLUME.plural)) == {"get"}
-    assert granted == {}  # nothing else: no secrets, no writes to what we read
+    for resource in RESOURCES:  # what the webhook's store reads
+        assert granted.pop((None, resource.group, resource.plural, None)) == read, resource
+    assert granted.pop((None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", NS)) == read
+    assert granted.pop((None, VMIM.group, VMIM.plural, None)) == {"get"}
+    assert granted.pop((None, "", "events", None)) == {"create", "patch"}
+    assert granted.pop((None, "events.k8s.io", "events", None)) == {"create", "patch"}
+    assert granted == {}  # nothing else: no Lease, no migration written, no Setting, no secrets
+    verbs = {verb for (_, group, resource, _), given in granted_to(objects, NS).items() for verb in given
+             if resource != "events"}
+    assert verbs <= read
+
+
+def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_lease_and_events(rendered):
+    _, objects = rendered
+    deployment = one(objects, "Deployment", KEEPER)
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == KEEPER
+    granted = granted_to(objects, KEEPER)
+    read = {"get", "list", "watch"}
+    for resource in RESOURCES:  # its own caches, and VMIs with its KubeVirt watch
+        assert granted.pop((None, resource.group, resource.plural, None)) == read, resource
+    # Migrations watched, created and deleted (ours, to cancel them: the policy holds it to ours).
+    assert granted.pop((None, VMIM.group, VMIM.plural, None)) == read | {"create", "delete"}
+    # Longhorn's Settings each pass (does a share-manager restart reboot VMs?), and the Volumes of
+    # a VM paused on an I/O error, one by name (is its mount stale?).
+    assert granted.pop((None, LONGHORN_SETTING.group, LONGHORN_SETTING.plural, None)) == {"get", "list"}
+    assert granted.pop((None, LONGHORN_VOLUME.group, LONGHORN_VOLUME.plural, None)) == {"get"}
+    # A VM it recovered, unpaused (KubeVirt's subresource, as `virtctl unpause` calls it).
+    assert granted.pop((None, "subresources.kubevirt.io", "virtualmachineinstances/unpause", None)) == {"update"}
+    assert granted.pop((None, "", "events", None)) == {"create", "patch"}
+    assert granted.pop((None, "events.k8s.io", "events", None)) == {"create", "patch"}
+    # Its Lease, in the install namespace only.
+    assert granted.pop((NS, LEASE.group, LEASE.plural, None)) == {"create"}
+    assert granted.pop((NS, LEASE.group, LEASE.plural, Settings().lease_name)) == {"get", "update"}
+    assert granted == {}  # nothing else: no secrets, no writes to what it reads
 
 
 def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
@@ -187,20 +223,42 @@ def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
         {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "resourceNames": [Settings().lease_name],
          "verbs": ["get", "update"]},
     ]
-    binding = one(objects, "RoleBinding", NS)
+    binding = one(objects, "RoleBinding", NS)  # named as before the keeper had a Deployment: rebound in place
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NS}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NS, "namespace": NS}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": KEEPER, "namespace": NS}]
 
 
-def test_the_deployment_runs_the_keeper_with_its_lease_in_its_own_namespace(rendered, tmp_path):
+def keeper_settings(objects):
+    container = one(objects, "Deployment", KEEPER)["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "webhook", "keep"]
+    return container, settings_from(build_parser().parse_args(["keep", *container["args"]]))
+
+
+def test_the_keeper_deployment_runs_keep_with_its_lease_in_its_own_namespace(rendered, tmp_path):
     _, objects = rendered
-    container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
-    settings = settings_from(build_parser().parse_args(["serve", *container["args"]]))
+    container, settings = keeper_settings(objects)
     assert settings.keep == "migrate" and settings.lease_name == Settings().lease_name
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
     assert env["POD_NAME"] == "metadata.name" and env["POD_NAMESPACE"] == "metadata.namespace"
     # The downward API gives the pod's namespace: the Lease goes where the Role allows it.
     assert lease_namespace(settings, {"POD_NAMESPACE": NS}, tmp_path / "no-mount") == NS
+    # Two replicas, one acting; a rollout and a drain keep one, which takes the Lease over.
+    keeper = one(objects, "Deployment", KEEPER)
+    assert keeper["spec"]["replicas"] == 2
+    assert keeper["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    budget = one(objects, "PodDisruptionBudget", KEEPER)
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert selects(budget["spec"]["selector"], keeper["spec"]["template"]["metadata"]["labels"])
+    resources = container["resources"]
+    assert resources["requests"]["memory"] == "256Mi" and resources["limits"]["memory"] == "512Mi"
+
+
+def test_the_webhook_runs_no_keeper(rendered):
+    _, objects = rendered
+    container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(["serve", *container.get("args", [])])
+    assert not [name for name in vars(args) if name.startswith("retired_") and getattr(args, name) is not None]
+    assert "POD_NAMESPACE" not in {e["name"] for e in container["env"]}  # it holds no Lease
 
 
 def test_the_certificate_job_may_touch_only_its_secret_and_webhook_configuration():
@@ -219,11 +277,12 @@ def test_bindings_tie_each_role_to_its_service_account(rendered):
     _, objects = rendered
     accounts = {o["metadata"]["name"] for o in by_kind(objects, "ServiceAccount")}
     for binding in by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding"):
-        role_kind = binding["roleRef"]["kind"]
-        one(objects, role_kind, binding["roleRef"]["name"])
-        assert [(s["kind"], s["name"], s["namespace"]) for s in binding["subjects"]] == [
-            ("ServiceAccount", binding["metadata"]["name"], NS)]
-        assert binding["metadata"]["name"] in accounts
+        one(objects, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        [subject] = binding["subjects"]
+        assert (subject["kind"], subject["namespace"]) == ("ServiceAccount", NS) and subject["name"] in accounts
+        # Each binding grants its role to the account of the same name, but the Lease's, kept by name.
+        assert subject["name"] == binding["metadata"]["name"] or (binding["metadata"]["name"], subject["name"]) == (
+            NS, KEEPER)
     for template in pod_templates(objects):
         assert template["spec"]["serviceAccountName"] in accounts
 
@@ -236,9 +295,9 @@ def test_the_policy_holds_the_account_the_keeper_runs_as_to_its_own_migrations(r
     vap = one(objects, "ValidatingAdmissionPolicy")
     assert {k: v for k, v in vap.items() if k != "metadata"} == {
         k: v for k, v in admission_policy.policy().items() if k != "metadata"}
-    deployment = one(objects, "Deployment", NS)
+    deployment = one(objects, "Deployment", KEEPER)
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    binding = one(objects, "ClusterRoleBinding", NS)
+    binding = one(objects, "ClusterRoleBinding", KEEPER)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
                                     "namespace": deployment["metadata"]["namespace"]}]
     username = f"system:serviceaccount:{deployment['metadata']['namespace']}:{account}"
@@ -246,7 +305,7 @@ def test_the_policy_holds_the_account_the_keeper_runs_as_to_its_own_migrations(r
     [condition] = vap["spec"]["matchConditions"]
     assert condition["expression"] == f"request.userInfo.username == '{username}'"
     # The rules cover what the ClusterRole grants beyond reading: create and delete of migrations.
-    granted = {verb for rule in rules_of(objects, "ClusterRole", NS) if VMIM.plural in rule["resources"]
+    granted = {verb for rule in rules_of(objects, "ClusterRole", KEEPER) if VMIM.plural in rule["resources"]
                for verb in rule["verbs"]} - {"get", "list", "watch"}
     [constraint] = vap["spec"]["matchConstraints"]["resourceRules"]
     assert (constraint["apiGroups"], constraint["resources"]) == ([VMIM.group], [VMIM.plural])

@@ -77,9 +77,9 @@ def render(path=MONITORING):
     return copy.deepcopy(objects)
 
 
-def one(objects, kind):
-    found = [o for o in objects if o["kind"] == kind]
-    assert len(found) == 1, f"{kind}: {len(found)} found"
+def one(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"{kind} {name}: {len(found)} found"
     return found[0]
 
 
@@ -123,27 +123,30 @@ def test_the_component_renders_a_service_monitor_a_rule_and_a_dashboard():
         kubernetes_validate.validate(one(objects, "ConfigMap"), version, strict=True)
 
 
-def test_the_service_monitor_scrapes_the_metrics_port_of_our_service():
+def test_the_service_monitor_scrapes_the_metrics_ports_of_the_webhook_and_the_keeper():
     monitor = one(render(), "ServiceMonitor")
     install = render("manifests")
-    service = one(install, "Service")
     services = [o for o in install if o["kind"] == "Service"]
     spec = monitor["spec"]
     selected = [s for s in services
                 if all(s["metadata"].get("labels", {}).get(k) == v for k, v in spec["selector"]["matchLabels"].items())]
-    assert selected == [service]
+    assert sorted(s["metadata"]["name"] for s in selected) == [NS, f"{NS}-keeper"]  # a job each, named after it
     assert set(spec) <= {"selector", "endpoints", "namespaceSelector", "jobLabel"}
     assert spec.get("namespaceSelector", {"matchNames": [NS]}) == {"matchNames": [NS]}  # its own namespace
     [endpoint] = spec["endpoints"]
     assert endpoint["path"] == "/metrics" and endpoint.get("scheme", "http") == "http"
-    # The Service port of that name leads to the container port the server serves metrics on.
-    port = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
-    container = next(o for o in install if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    container_port = next(p for p in container["ports"] if p["name"] == port["targetPort"])
-    assert container_port["containerPort"] == build_parser().parse_args(["serve", *container["args"]]).metrics_port
-    # The install's NetworkPolicy admits the scraper.
-    policy = one(install, "NetworkPolicy")
-    assert container_port["containerPort"] in [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
+    for service, verb in zip(sorted(selected, key=lambda s: s["metadata"]["name"]), ("serve", "keep")):
+        # The Service port of that name leads to the container port the process serves metrics on.
+        port = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
+        deployment = one(install, "Deployment", service["metadata"]["name"])
+        assert all(deployment["spec"]["template"]["metadata"]["labels"].get(k) == v
+                   for k, v in service["spec"]["selector"].items())
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        container_port = next(p for p in container["ports"] if p["name"] == port["targetPort"])
+        assert container_port["containerPort"] == build_parser().parse_args([verb, *container["args"]]).metrics_port
+        # Its NetworkPolicy admits the scraper.
+        policy = one(install, "NetworkPolicy", service["metadata"]["name"])
+        assert container_port["containerPort"] in [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
 
 
 @pytest.mark.parametrize("install", INSTALLS)
@@ -298,7 +301,7 @@ def exported():
     keeper = CollectorRegistry()
     for metric in metrics.SHOWN_LATER:
         keeper.register(metric)
-    text = metrics.render().decode() + generate_latest(keeper).decode()
+    text = metrics.render().decode() + metrics.render(metrics.KEEPER_REGISTRY).decode() + generate_latest(keeper).decode()
     for name, kind in re.findall(r"(?m)^# TYPE (\S+) (\S+)$", text):
         base = name.removesuffix("_total") if kind == "counter" else name
         names.update(name if s == "" else base + s for s in suffixes[kind])
@@ -319,8 +322,9 @@ def labels_of_metrics():
 
 def test_the_keeper_metrics_are_absent_until_the_keeper_runs():
     """Where the keeper is off there is no leader series: the no-leader alert tells that apart from 0."""
-    script = ("from webhook import metrics; before = metrics.render().decode(); metrics.show(metrics.KEEPER_LEADER).set(0); "
-              "after = metrics.render().decode(); print('colocate_keeper_leader' in before, 'colocate_keeper_leader 0.0' in after)")
+    script = ("from webhook import metrics; r = metrics.KEEPER_REGISTRY; before = metrics.render(r).decode(); "
+              "metrics.show(metrics.KEEPER_LEADER).set(0); after = metrics.render(r).decode(); "
+              "print('colocate_keeper_leader' in before, 'colocate_keeper_leader 0.0' in after)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "True"], done.stderr
     assert {metrics.KEEPER_LEADER, metrics.KEEPER_TARGETED, metrics.VMS, metrics.KEEPER_MIGRATIONS} <= set(metrics.SHOWN_LATER)
@@ -361,7 +365,7 @@ def test_the_dashboard_queries_parse(tmp_path):
 # --------------------------------------------------------------------------- without the operator
 
 
-def test_the_documented_scrape_config_keeps_the_metrics_port_of_our_service():
+def test_the_documented_scrape_config_keeps_the_metrics_ports_of_our_services():
     """The scrape configuration docs/monitoring.md gives for a Prometheus without the operator.
 
     (Debian's promtool is built without Kubernetes service discovery: `promtool check
@@ -374,8 +378,10 @@ def test_the_documented_scrape_config_keeps_the_metrics_port_of_our_service():
     assert job["kubernetes_sd_configs"] == [{"role": "endpoints", "namespaces": {"names": [NS]}}]
     [keep] = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
     assert keep["source_labels"] == ["__meta_kubernetes_service_name", "__meta_kubernetes_endpoint_port_name"]
-    service = one(render("manifests"), "Service")
     monitor_port = one(render(), "ServiceMonitor")["spec"]["endpoints"][0]["port"]
-    assert re.fullmatch(keep["regex"], f"{service['metadata']['name']};{monitor_port}")
-    assert not re.fullmatch(keep["regex"], f"{service['metadata']['name']};webhook")
+    for name in (NS, f"{NS}-keeper"):  # the webhook's Service and the keeper's
+        service = one(render("manifests"), "Service", name)
+        assert re.fullmatch(keep["regex"], f"{service['metadata']['name']};{monitor_port}")
+        assert not re.fullmatch(keep["regex"], f"{service['metadata']['name']};webhook")
+    assert not re.fullmatch(keep["regex"], f"{NS}-certs;{monitor_port}")
     assert {r["target_label"] for r in job["relabel_configs"] if "target_label" in r} >= {"namespace", "pod"}

@@ -2,7 +2,7 @@
 
 Each setting is declared once, as a field of `Settings` with its flag (`setting`): its type,
 default and meaning give the flags of each verb (`__main__`), the COLOCATE_* variables
-(`Settings.from_env`), and the reading of a deployed `serve`'s command line (`from_command`).
+(`Settings.from_env`), and the reading of a deployed `keep`'s command line (`from_command`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from . import kinds
 
 ENV_PREFIX = "COLOCATE_"
 # The verbs that take a setting as a flag; DISKS: every verb that resolves a VM's disks.
-SERVE, REVIEW, EXPLAIN, STATUS, SPARE_VMS = "serve", "review", "explain", "status", "spare-vms"
-DISKS = (SERVE, REVIEW, EXPLAIN, STATUS)
-KEEPER_VERBS = (SERVE, STATUS)
+SERVE, KEEP, REVIEW, EXPLAIN, STATUS, SPARE_VMS = "serve", "keep", "review", "explain", "status", "spare-vms"
+DISKS = (SERVE, KEEP, REVIEW, EXPLAIN, STATUS)
+KEEPER_VERBS = (KEEP, STATUS)
 # An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
 _QUALIFIED_NAME = re.compile(
     r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
@@ -106,7 +106,7 @@ class Settings:
     spare_vms: bool = setting(
         False, "on: the keeper's leader puts kubevirt.io/VirtualMachineInstance on Longhorn's "
         "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly, beside the kinds there, whenever it is "
-        "missing, so that a share-manager restart does not reboot VMs (docs/operations.md: its price)", (SERVE,),
+        "missing, so that a share-manager restart does not reboot VMs (docs/operations.md: its price)", (KEEP,),
         keeper=True)
     lease_namespace: str = setting("", "namespace of the keeper's Lease", KEEPER_VERBS, keeper=True, metavar="NS",
                                    default_text="the pod's own; required outside a cluster")
@@ -152,7 +152,7 @@ class Settings:
 
     @classmethod
     def from_command(cls, args: object, env: Mapping[str, str]) -> Settings:
-        """What `serve` runs with, given its arguments and environment (a Deployment's container):
+        """What `keep` runs with, given its arguments and environment (a Deployment's container):
         its COLOCATE_* values, then its flags (`--keep=migrate` or `--keep migrate`)."""
         return cls.from_env({**env, **_flags_as_env(args)})
 
@@ -221,9 +221,9 @@ SETTINGS = tuple(Setting(name=field.name, kind=_TYPES[field.name], default=field
 
 
 def _flags_as_env(args: object) -> dict[str, str]:
-    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of `serve` that are
-    settings, in the form Settings.from_env reads."""
-    rows = {row.option: row for row in SETTINGS if row.flag is not None and SERVE in row.flag.verbs}
+    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of `keep` (or `serve`) that
+    are settings, in the form Settings.from_env reads."""
+    rows = {row.option: row for row in SETTINGS if row.flag is not None and {KEEP, SERVE} & set(row.flag.verbs)}
     found: dict[str, str] = {}
     args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
     for i, arg in enumerate(args):

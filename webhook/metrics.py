@@ -1,4 +1,8 @@
-"""Prometheus metrics: what admins alert on (latency, outcomes, API errors, certificate expiry)."""
+"""Prometheus metrics: what admins alert on (latency, outcomes, API errors, certificate expiry).
+
+Two processes, two registries: `serve` shows REGISTRY (admission, its caches, the stranded-pod
+report), `keep` shows KEEPER_REGISTRY (the keeper's, its caches). What both do (API reads,
+watches, Events, the store's figures) is registered with both; each has its own readiness gauge."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -6,10 +10,10 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY = CollectorRegistry(auto_describe=True)  # serve's
+KEEPER_REGISTRY = CollectorRegistry(auto_describe=True)  # keep's
 
 # The apiserver's own webhook latency histogram starts at 5 ms; we want to see well below it.
 ADMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -64,19 +68,22 @@ BODIES_TURNED_AWAY = Counter("colocate_admission_bodies_turned_away_total",
                              "deadline.", registry=REGISTRY)
 BAD_REVIEWS = Counter("colocate_bad_reviews_total", "Requests answered 400 (not a valid AdmissionReview).",
                       registry=REGISTRY)
+# Both processes' (registered with both registries below).
 API_ERRORS = Counter("colocate_api_errors_total", "Kubernetes API reads that failed or timed out.", ["resource"],
-                     registry=REGISTRY)
+                     registry=None)
 WATCH_ERRORS = Counter("colocate_watch_errors_total", "Failed lists or watches of a cache, by cache.", ["cache"],
-                       registry=REGISTRY)
+                       registry=None)
 CACHE_HEALTHY = Gauge("colocate_cache_healthy", "1 while a cache's list/watch works, 0 while it is failing.",
-                      ["cache"], registry=REGISTRY)
+                      ["cache"], registry=None)
 EVENTS = Counter("colocate_events_total", "Kubernetes Events about decisions, by result (sent, failed, dropped).",
-                 ["result"], registry=REGISTRY)
-CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
-                    "Expiry (Unix time) of the serving certificate in use.", registry=REGISTRY)
+                 ["result"], registry=None)
 READY = Gauge("colocate_ready", "1 when the webhook reports ready (stores synced, certificate loaded).",
               registry=REGISTRY)
-# The keeper (reported by the elected replica). Exported only once shown (`show`): absent while
+KEEPER_READY = Gauge("colocate_keeper_ready", "1 when the keeper's process reports ready (it campaigns for the Lease, "
+                     "or runs idle with the keeper off).", registry=KEEPER_REGISTRY)
+CERT_EXPIRY = Gauge("colocate_certificate_expiry_timestamp_seconds",
+                    "Expiry (Unix time) of the serving certificate in use.", registry=REGISTRY)
+# The keeper's (`keep`; the leader reports VMs). Exported only once shown (`show`): absent while
 # the keeper is off; the targeted-migration gauge also until the first check.
 VMS = Gauge("colocate_vms", "Running opted-in VMs by co-location state, as the keeper last saw them.", ["state"],
             registry=None)
@@ -107,9 +114,9 @@ _shown: set[Gauge | Counter] = set()  # those of SHOWN_LATER registered with REG
 
 
 def show(metric: Gauge | Counter) -> Gauge | Counter:
-    """Export a metric that is absent until it means something (see SHOWN_LATER)."""
+    """Export a metric of the keeper's that is absent until it means something (see SHOWN_LATER)."""
     if metric not in _shown:
-        REGISTRY.register(metric)
+        KEEPER_REGISTRY.register(metric)
         _shown.add(metric)
     return metric
 
@@ -139,42 +146,11 @@ class StoreCollector(Collector):
 
 
 STORE = StoreCollector()
-REGISTRY.register(STORE)
+SHARED = (API_ERRORS, WATCH_ERRORS, CACHE_HEALTHY, EVENTS, STORE)  # both processes'
+for registry in (REGISTRY, KEEPER_REGISTRY):
+    for shared in SHARED:
+        registry.register(shared)
 
 
-# What the keeper's process (keeper/process.py) keeps besides the keeper's own: its caches, API
-# reads and Events. `serve` shows them beside its own, labelled process="keeper".
-KEEPER_PROCESS_SHARED = (API_ERRORS, WATCH_ERRORS, CACHE_HEALTHY, EVENTS)
-
-
-def keeper_families() -> list[Metric]:
-    """What the keeper's process reports to `serve`: the keeper's metrics it has shown and the
-    ones it shares with `serve` (`KEEPER_PROCESS_SHARED`)."""
-    relayed = [*KEEPER_PROCESS_SHARED, *(metric for metric in SHOWN_LATER if metric in _shown)]
-    return [family for metric in relayed for family in metric.collect()]
-
-
-class Relay:
-    """The families the keeper's process reported last, shown with this process's own at
-    scrape time: the keeper's as they are, the shared ones as extra samples labelled
-    process="keeper" (one family per name, as the text format wants)."""
-
-    def __init__(self) -> None:
-        self.families: list[Metric] = []
-
-    def collect(self) -> Iterable[Metric]:
-        theirs = {family.name: family for family in self.families}
-        for family in REGISTRY.collect():
-            relayed = theirs.pop(family.name, None)
-            if relayed is not None:
-                family.samples = family.samples + [sample._replace(labels={**sample.labels, "process": "keeper"})
-                                                   for sample in relayed.samples]
-            yield family
-        yield from theirs.values()
-
-
-RELAY = Relay()
-
-
-def render() -> bytes:
-    return generate_latest(RELAY)  # type: ignore[arg-type]  # anything with collect()
+def render(registry: CollectorRegistry = REGISTRY) -> bytes:
+    return generate_latest(registry)

@@ -24,9 +24,8 @@ PASSES = dataclasses.replace(TIMING, request_timeout=0.5)
 
 
 class KeeperService:
-    """A replica's campaign and keeper in one process, on caches the test started: the
-    Elector as `serve` runs it (keeper/process.py), with the keeper in the test's process
-    instead of a child of its own, so that its log records reach caplog."""
+    """A replica's campaign and keeper on caches the test started, in the test's process (as
+    `keep` runs them, keeper/elected.py), so that its log records reach caplog."""
 
     def __init__(self, api, store, settings, *, namespace, identity, timing, lease_timing):
         self.keeper = Keeper(api, store, settings, timing=timing, authority=lambda within: self.elector.may_act(within))
@@ -46,7 +45,7 @@ class KeeperService:
 
 @pytest.fixture
 async def replicas(kmock):
-    """A factory: an identity → a started KeeperService on the emulator (a replica of `serve`)."""
+    """A factory: an identity → a started KeeperService on the emulator (a replica of `keep`)."""
     made = []
 
     async def start(name, settings=None, lease_timing=QUICK, campaign=True):

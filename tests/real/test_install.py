@@ -1,7 +1,8 @@
 """The install on a real kube-apiserver: every object of `kubectl apply -k manifests` and of the
-Helm chart accepted as the apiserver validates and admits it, the ValidatingAdmissionPolicy
-enforced on the install's own ServiceAccount (and on nobody else), and the keeper's migrations
-accepted by KubeVirt 1.8's own CRD schema."""
+Helm chart accepted as the apiserver validates and admits it, each of its two ServiceAccounts
+allowed what its component does and nothing the other does (SubjectAccessReview), the
+ValidatingAdmissionPolicy enforced on the keeper's ServiceAccount (and on nobody else), and the
+keeper's migrations accepted by KubeVirt 1.8's own CRD schema."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,8 @@ from webhook.rules.keeping.migrations import migration_manifest
 ROOT = Path(__file__).parent.parent.parent
 NS = "kubevirt-colocate"
 VMS = "vms"
-SA = "kubevirt-colocate"
+WEBHOOK_SA = "kubevirt-colocate"
+SA = "kubevirt-colocate-keeper"  # the keeper's, the one that writes migrations
 
 
 def objects_of(text: str) -> list[dict[str, Any]]:
@@ -130,6 +132,41 @@ def test_the_policy_holds_the_installs_service_account_to_its_own_targeted_migra
     assert refused.returncode != 0 and "delete-ours" in refused.stderr
     assert control_plane.kubectl("delete", "vmim", "ours", "-n", VMS, check=False, kubeconfig=keeper).returncode == 0
     control_plane.kubectl("delete", "vmim", "theirs", "-n", VMS)
+
+
+def may(control_plane, account: str, verb: str, resource: str, *, group: str = "", namespace: str = VMS,
+        subresource: str = "", name: str = "") -> bool:
+    """The apiserver's answer (a SubjectAccessReview) to: may this ServiceAccount of the install do it?"""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": f"system:serviceaccount:{NS}:{account}",
+                       "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"],
+                       "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                              "namespace": namespace, "subresource": subresource, "name": name}}}
+    answer = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(review))
+    return json.loads(answer.stdout)["status"].get("allowed", False)
+
+
+def test_each_account_may_do_what_its_component_does_and_the_webhooks_no_more(control_plane, installed):
+    """The pod the apiserver calls for every opted-in pod cannot create a migration, hold the Lease
+    or patch a Setting; the keeper's can create (and cancel) migrations and hold its Lease."""
+    how, _, _ = installed
+    migrations = {"group": "kubevirt.io", "resource": "virtualmachineinstancemigrations"}
+    assert not may(control_plane, WEBHOOK_SA, "create", **migrations), how
+    assert not may(control_plane, WEBHOOK_SA, "delete", **migrations), how
+    assert may(control_plane, SA, "create", **migrations), how
+    assert may(control_plane, SA, "delete", **migrations), how
+    lease = {"group": "coordination.k8s.io", "resource": "leases", "namespace": NS, "name": "kubevirt-colocate-keeper"}
+    assert may(control_plane, SA, "update", **lease) and not may(control_plane, WEBHOOK_SA, "update", **lease), how
+    unpause = {"group": "subresources.kubevirt.io", "resource": "virtualmachineinstances", "subresource": "unpause"}
+    assert may(control_plane, SA, "update", **unpause) and not may(control_plane, WEBHOOK_SA, "update", **unpause)
+    # What the webhook does: read what the rules read, write Events.
+    for resource, group in (("pods", ""), ("persistentvolumeclaims", ""), ("sharemanagers", "longhorn.io"),
+                            ("virtualmachineinstances", "kubevirt.io")):
+        for verb in ("get", "list", "watch"):
+            assert may(control_plane, WEBHOOK_SA, verb, resource, group=group), (how, verb, resource)
+        assert not may(control_plane, WEBHOOK_SA, "update", resource, group=group), (how, resource)
+    assert may(control_plane, WEBHOOK_SA, "create", "events") and may(control_plane, WEBHOOK_SA, "patch", "events")
+    assert not may(control_plane, WEBHOOK_SA, "get", "secrets", namespace=NS), how
 
 
 @pytest.mark.parametrize("priority", [None, "system-maintenance"])

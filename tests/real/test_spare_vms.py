@@ -1,6 +1,6 @@
 """Sparing VMs on a real kube-apiserver, with Longhorn's own Setting CRD: the install option's Role
-lets the install's ServiceAccount get and patch that one Setting and nothing else, and `spare-vms`
-changes it there as it does on the emulator (tests/cluster/test_spare.py): its JSON patch, which
+lets the keeper's ServiceAccount get and patch that one Setting and nothing else (the webhook's
+not even that), and `spare-vms` changes it there as it does on the emulator (tests/cluster/test_spare.py): its JSON patch, which
 tests the resourceVersion read, applied by the apiserver; run twice, once; `--undo` takes it out."""
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import yaml
 ROOT = Path(__file__).parent.parent.parent
 LONGHORN = "longhorn-system"
 BLACKLIST = "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly"
-SA = "system:serviceaccount:kubevirt-colocate:kubevirt-colocate"
+SA = "system:serviceaccount:kubevirt-colocate:kubevirt-colocate-keeper"  # the keeper's, which patches it
+WEBHOOK_SA = "system:serviceaccount:kubevirt-colocate:kubevirt-colocate"
 
 
 def setting(control_plane) -> dict:
@@ -24,8 +25,8 @@ def setting(control_plane) -> dict:
                                             "json").stdout)
 
 
-def can(control_plane, verb: str, what: str) -> bool:
-    done = control_plane.kubectl("auth", "can-i", verb, what, "-n", LONGHORN, f"--as={SA}", check=False)
+def can(control_plane, verb: str, what: str, account: str = SA) -> bool:
+    done = control_plane.kubectl("auth", "can-i", verb, what, "-n", LONGHORN, f"--as={account}", check=False)
     return done.stdout.strip() == "yes"
 
 
@@ -35,7 +36,7 @@ def spare_vms(control_plane, *args: str) -> subprocess.CompletedProcess[str]:
                            str(control_plane.kubeconfig)], capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_the_install_option_lets_the_service_account_patch_that_one_setting(control_plane, tmp_path):
+def test_the_install_option_lets_the_keepers_account_patch_that_one_setting(control_plane, tmp_path):
     control_plane.kubectl("create", "namespace", LONGHORN, check=False)
     overlay = ROOT / f".real-spare-{tmp_path.name}"  # next to manifests/, as an admin's overlay
     overlay.mkdir()
@@ -53,6 +54,7 @@ def test_the_install_option_lets_the_service_account_patch_that_one_setting(cont
         assert can(control_plane, "get", f"settings.longhorn.io/{BLACKLIST}")
         assert not can(control_plane, "patch", "settings.longhorn.io/storage-network")
         assert not can(control_plane, "delete", f"settings.longhorn.io/{BLACKLIST}")
+        assert not can(control_plane, "patch", f"settings.longhorn.io/{BLACKLIST}", WEBHOOK_SA)
     finally:
         control_plane.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(mine))
 

@@ -49,10 +49,10 @@ def policy() -> dict[str, Any]:
 
 
 def service_account_user() -> dict[str, Any]:
-    """The userInfo of the install's own requests: the Deployment's ServiceAccount in the namespace
+    """The userInfo of the keeper's requests: its Deployment's ServiceAccount in the namespace
     base/ installs into, as the apiserver authenticates its pod's bound token."""
     namespace = yaml.safe_load((ROOT / "manifests" / "base" / "kustomization.yaml").read_text())["namespace"]
-    [deployment] = install_objects("deployment.yaml")
+    [deployment] = [o for o in install_objects("keeper.yaml") if o["kind"] == "Deployment"]
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     return service_account(namespace, account, pod=f"{deployment['metadata']['name']}-7d9c6b5f4-x2x9q")
 

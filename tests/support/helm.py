@@ -248,7 +248,8 @@ def objects(manifest: str) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all(manifest) if o]
 
 
-def render(values: dict[str, Any] | None = None, namespace: str = "kubevirt-colocate") -> list[dict[str, Any]]:
+def render(values: dict[str, Any] | None = None, namespace: str = "kubevirt-colocate",
+           chart: Path = CHART) -> list[dict[str, Any]]:
     """The objects `helm install kubevirt-colocate CHART -n NAMESPACE --create-namespace --dry-run=client`
     renders with these values; the values schema refuses first (helm_python.HelmReleaseError). The
     client is pointed at a port nothing listens on: a render that reached for a cluster would fail."""
@@ -256,6 +257,6 @@ def render(values: dict[str, Any] | None = None, namespace: str = "kubevirt-colo
 
     helm_python.disable_logging()  # its INFO lines: the chart's links into manifests/ followed
     config = helm_python.Config(kube_apiserver="https://127.0.0.1:1", namespace=namespace)
-    release = config.install(str(CHART), RELEASE, values or {}, namespace=namespace, dry_run="client",
+    release = config.install(str(chart), RELEASE, values or {}, namespace=namespace, dry_run="client",
                              create_namespace=True)
     return objects(release["manifest"])

@@ -51,7 +51,7 @@ VMIMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigration
 
 
 def sample(name: str, **labels: str) -> float:
-    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+    return metrics.KEEPER_REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 async def eventually(check, timeout: float = 3.0, step: float = 0.02):

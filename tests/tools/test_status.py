@@ -134,7 +134,7 @@ async def run_status(tmp_path, kmock, *args):
 
 
 HEADER = [
-    "keeper: report (settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate), leader none "
+    "keeper: report (settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate-keeper), leader none "
     "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
     "targeted migration: available: spec.addedNodeSelector is kept: targeted migration works",
     "migration priority: available: spec.priority is kept: our migrations queue as system-maintenance",
@@ -196,7 +196,7 @@ async def test_status_json(tmp_path, kmock):
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
-        "mode": "report", "settings_from": "settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate",
+        "mode": "report", "settings_from": "settings as given here: no Deployment kubevirt-colocate/kubevirt-colocate-keeper",
         "leader": "none (no Lease kubevirt-colocate/kubevirt-colocate-keeper)",
         "limits": {"keep_after_seconds": 600.0, "keep_after_descheduled_seconds": 21600.0, "max_inflight": 2,
                    "max_cluster_inflight": 5, "max_per_day": 2, "max_outbound_per_node": 2},
@@ -325,10 +325,11 @@ async def test_status_notes_a_vm_whose_storage_node_has_no_healthy_replica(tmp_p
 
 
 def shipped_deployment(*args, env=()):
-    """The Deployment as the manifests ship it, its webhook container's args and env changed."""
-    deployment = yaml.safe_load((ROOT / "manifests" / "base" / "deployment.yaml").read_text())
+    """The keeper's Deployment as the manifests ship it, its container's args and env changed."""
+    [deployment] = [o for o in yaml.safe_load_all((ROOT / "manifests" / "base" / "keeper.yaml").read_text())
+                    if o["kind"] == "Deployment"]
     deployment["metadata"]["namespace"] = "kubevirt-colocate"
-    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
+    [container] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "keeper"]
     if args:
         container["args"] = list(args)
     container["env"] = container.get("env", []) + [{"name": k, "value": v} for k, v in env]
@@ -337,7 +338,7 @@ def shipped_deployment(*args, env=()):
 
 def seed_deployment(kmock, deployment):
     kmock.resources[DEPLOYMENT] = {}
-    kmock.objects[DEPLOYMENT, "kubevirt-colocate", "kubevirt-colocate"] = deployment
+    kmock.objects[DEPLOYMENT, "kubevirt-colocate", "kubevirt-colocate-keeper"] = deployment
 
 
 async def test_the_header_goes_by_the_deployed_keeper(tmp_path, kmock):
@@ -346,13 +347,13 @@ async def test_the_header_goes_by_the_deployed_keeper(tmp_path, kmock):
     seed_deployment(kmock, shipped_deployment())
     code, out, err = await run_status(tmp_path, kmock)
     assert code == 0, err
-    assert out.splitlines()[0] == ("keeper: migrate (from Deployment kubevirt-colocate/kubevirt-colocate), leader none "
+    assert out.splitlines()[0] == ("keeper: migrate (from Deployment kubevirt-colocate/kubevirt-colocate-keeper), leader none "
                                    "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m"), out
 
 
 async def test_the_deployments_flags_win_over_its_environment_and_the_flags_given_here_over_both(tmp_path, kmock):
     seed_cluster(kmock, *cluster())
-    seed_deployment(kmock, shipped_deployment("--port=9443", "--keep", "migrate", "--keep-after=60",
+    seed_deployment(kmock, shipped_deployment("--metrics-port=8081", "--keep", "migrate", "--keep-after=60",
                                               "--keep-after-descheduled", "3600",
                                               env=[("COLOCATE_KEEP", "report"), ("COLOCATE_KEEP_MAX_INFLIGHT", "3")]))
     code, out, err = await run_status(tmp_path, kmock, "-o", "json")
@@ -361,7 +362,7 @@ async def test_the_deployments_flags_win_over_its_environment_and_the_flags_give
     assert cluster_facts["mode"] == "migrate" and cluster_facts["limits"]["keep_after_seconds"] == 60
     assert cluster_facts["limits"]["max_inflight"] == 3
     assert cluster_facts["limits"]["keep_after_descheduled_seconds"] == 3600
-    assert cluster_facts["settings_from"] == "from Deployment kubevirt-colocate/kubevirt-colocate"
+    assert cluster_facts["settings_from"] == "from Deployment kubevirt-colocate/kubevirt-colocate-keeper"
 
     code, out, err = await run_status(tmp_path, kmock, "--keep-after-descheduled", "60", "-o", "json")
     assert code == 0, err
@@ -369,14 +370,18 @@ async def test_the_deployments_flags_win_over_its_environment_and_the_flags_give
 
     code, out, err = await run_status(tmp_path, kmock, "--keep", "report")
     assert code == 0, err
-    assert out.splitlines()[0].startswith("keeper: report (from Deployment kubevirt-colocate/kubevirt-colocate and "
+    assert out.splitlines()[0].startswith("keeper: report (from Deployment kubevirt-colocate/kubevirt-colocate-keeper and "
                                           "the flags given here), leader none"), out
     assert "--keep-after 1m" in out.splitlines()[0]  # the Deployment's, where no flag here says otherwise
 
 
 async def test_the_header_says_what_migration_targets_get_as_deployed(tmp_path, kmock):
     seed_cluster(kmock, *cluster())
-    seed_deployment(kmock, shipped_deployment("--port=9443", "--migration-targets=prefer"))
+    seed_deployment(kmock, shipped_deployment())
+    webhook = yaml.safe_load((ROOT / "manifests" / "base" / "deployment.yaml").read_text())
+    webhook["metadata"]["namespace"] = "kubevirt-colocate"
+    webhook["spec"]["template"]["spec"]["containers"][0]["args"].append("--migration-targets=prefer")
+    kmock.objects[DEPLOYMENT, "kubevirt-colocate", "kubevirt-colocate"] = webhook  # the webhook's setting
     code, out, err = await run_status(tmp_path, kmock)
     assert code == 0, err
     assert out.splitlines()[3].endswith("; targets of migrations that name no node prefer the storage node "

@@ -1,9 +1,11 @@
-"""The plain-HTTP operations port: probes and metrics, kept off the TLS admission port."""
+"""The plain-HTTP operations port: probes and metrics, kept off the TLS admission port (`serve`),
+and the keeper's own (`keep`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
 
 from .. import metrics
 
@@ -11,6 +13,8 @@ from .. import metrics
 Readiness = Callable[[], list[str]]
 READINESS_KEY = web.AppKey("readiness", object)
 DEGRADED_KEY = web.AppKey("degraded", object)
+REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
+READY_KEY = web.AppKey("ready", Gauge)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -20,7 +24,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     reasons = request.app[READINESS_KEY]()
-    metrics.READY.set(0 if reasons else 1)
+    request.app[READY_KEY].set(0 if reasons else 1)
     if reasons:
         return web.Response(status=503, text="not ready: " + "; ".join(reasons) + "\n")
     # A failing watch keeps serving what it has (all replicas going unready in an API outage
@@ -32,13 +36,18 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics_page(request: web.Request) -> web.Response:
-    return web.Response(body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    return web.Response(body=metrics.render(request.app[REGISTRY_KEY]),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
-def make_ops_app(readiness: Readiness, degraded: Readiness = list) -> web.Application:
+def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: CollectorRegistry = metrics.REGISTRY,
+                 ready: Gauge = metrics.READY) -> web.Application:
+    """/healthz, /readyz and /metrics of one process (`serve`'s registry and gauge, or `keep`'s)."""
     app = web.Application()
+    app[READY_KEY] = ready
     app[READINESS_KEY] = readiness
     app[DEGRADED_KEY] = degraded
+    app[REGISTRY_KEY] = registry
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_page)

@@ -148,7 +148,7 @@ class WatchedClusterStore(Informers):
         self.nodes = informer(NODE, watchers=[self.journal.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
-        # (The keeper's process watches VMIs with its migrations: `vmis=False` for its store.)
+        # (`keep` watches VMIs with its migrations: `vmis=False` for its store.)
         self.vmis = informer(VMI, indexers={"claim": _vmi_claims})  # as the keeper's: all that is declared
         # Listed in this order, one at a time: what the scheduler checks need first.
         super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)

@@ -13,9 +13,9 @@ create for the migration (`rules.kubevirt.target`), not the launcher pod; the VM
 outbound migration slot; a migration of ours whose target pod stays unschedulable for a minute
 is cancelled, so it never holds a slot a drain needs. Each action is an Event on the VMI and a
 log line; each pass returns its report (the records with it), sets the metrics from it and logs
-it at debug level. In `serve` the passes run in the keeper's own process (`process.py`), never
-on admission's loop; a pass still gives its loop back every few milliseconds (`observe.Breather`),
-so that the deadlines `serve` sends are read and the reports go out during a long pass.
+it at debug level. The passes run in `keep`'s process (`elected.py`), never on admission's
+loop; a pass still gives its loop back every few milliseconds (`observe.Breather`), so that the
+Lease is renewed and the probes answer during a long pass.
 """
 from __future__ import annotations
 

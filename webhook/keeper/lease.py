@@ -1,8 +1,8 @@
 """One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease.
 
 Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.Config, and
-its LeaseLock extended in `leaselock.py`, the one place that leans on the library's
-internals), with the gaps closed that matter for something that creates migrations:
+its LeaseLock extended in `leaselock.py` by overriding its public get, create and update),
+with the gaps closed that matter for something that creates migrations:
 
 - `LeaderElection.run()` returns once the lease is lost: the Elector campaigns again.
 - Its Lease calls have no timeout, and a timeout on the client's session would not help:
@@ -60,7 +60,7 @@ def lease_namespace(settings: Settings, env: Mapping[str, str] | None = None,
     if own or env.get("POD_NAMESPACE"):
         return own or env["POD_NAMESPACE"]
     raise ValueError("the keeper needs --lease-namespace (or COLOCATE_LEASE_NAMESPACE) outside a cluster: "
-                     f"no {mounted} and no POD_NAMESPACE; or turn it off with --keep off")
+                     f"no {mounted} and no POD_NAMESPACE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +110,7 @@ class Elector:
 
     def acting_until(self) -> float | None:
         """The loop time at which the leader stops acting unless the Lease is renewed (None when
-        not leading): what `may_act` goes by, for a keeper in another process."""
+        not leading): what `may_act` goes by."""
         if not self.leading or self._renewed_at is None:
             return None
         return self._renewed_at + self.timing.renew_deadline

@@ -13,7 +13,7 @@ Read directly with the admin's credentials, observed and decided by the keeper's
 (`keeper.observe`, then `rules.keeping.keep.pass_order` and `decide_pass`: the VMs in the pass's
 order, each migration decided using up the limits of the VMs after it), so a VM shows here with
 the answer the keeper acts on. What only the leader remembers (a create the API refused) is not
-seen here; the keeper's settings are the ones given to `status` (flags or COLOCATE_*).
+seen here; the keeper's settings are its Deployment's, the flags given to `status` winning.
 """
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ ATTACHMENTS_DELETED = ("a restart of its NFS server makes Longhorn delete the at
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
-DEPLOYMENT_NAME = CONTAINER_NAME = "kubevirt-colocate", "webhook"  # the shipped Deployment and its container
+DEPLOYMENT_NAME = "kubevirt-colocate-keeper", "keeper"  # the shipped keeper's Deployment and its container
+WEBHOOK_DEPLOYMENT = "kubevirt-colocate", "webhook"  # the webhook's: what migration targets get
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
 DRY_RUN_NAMESPACE, DRY_RUN_VMI = "default", "kubevirt-colocate-dry-run"
 DRY_RUN_REASON = "dry run of kubevirt-colocate status: are spec.addedNodeSelector and spec.priority kept?"
@@ -316,29 +317,39 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
-    """The settings the webhook and its keeper run with: the shipped Deployment's container, its
-    COLOCATE_* values then its flags, over the defaults (what `serve` itself does); with where they
-    came from in words. When the Deployment cannot be read, `settings` and why."""
-    name, container_name = DEPLOYMENT_NAME
+    """The keeper's Deployment's settings (its COLOCATE_* values, then its flags, as `keep` reads them) and
+    the webhook's migration targets, with where they came from in words; else `settings` and why."""
     namespace = settings.lease_namespace or KEEPER_NAMESPACE
-    where = f"Deployment {namespace}/{name}"
+    where = f"Deployment {namespace}/{DEPLOYMENT_NAME[0]}"
+    found = await _container(store, namespace, DEPLOYMENT_NAME, where, timeout)
+    if isinstance(found, str):
+        return settings, f"settings as given here: {found}"
+    webhook = await _container(store, namespace, WEBHOOK_DEPLOYMENT, "", timeout)
+    targets = {} if isinstance(webhook, str) else {"migration_targets": Settings.from_command(*webhook).migration_targets}
+    try:
+        return dataclasses.replace(Settings.from_command(*found), **targets), f"from {where}"
+    except (TypeError, ValueError) as exc:
+        return settings, f"settings as given here: {where}: {exc}"
+
+
+async def _container(store: Store, namespace: str, names: tuple[str, str], where: str,
+                     timeout: float) -> tuple[object, dict[str, str]] | str:
+    """A Deployment's container's args and (plain) env, or why not in words (`where`: the Deployment)."""
+    name, container_name = names
     try:
         deployment = await store.get(DEPLOYMENT, namespace, name, timeout=timeout)
     except StoreError as exc:
-        return settings, f"settings as given here: {where} not read: {exc}"
+        return f"{where} not read: {exc}"
     if deployment is None:
-        return settings, f"settings as given here: no {where}"
+        return f"no {where}"
     containers = kinds.spec(kinds.spec(deployment).get("template")).get("containers")
     container = next((c for c in containers if isinstance(c, dict) and c.get("name") == container_name), None) \
         if isinstance(containers, list) else None
     if container is None:
-        return settings, f"settings as given here: {where} has no container {container_name}"
+        return f"{where} has no container {container_name}"
     env = {e["name"]: e["value"] for e in container.get("env") or []
            if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)}
-    try:
-        return Settings.from_command(container.get("args"), env), f"from {where}"
-    except (TypeError, ValueError) as exc:
-        return settings, f"settings as given here: {where}: {exc}"
+    return container.get("args"), env
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:

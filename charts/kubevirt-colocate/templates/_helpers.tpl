@@ -16,6 +16,12 @@ app.kubernetes.io/name: kubevirt-colocate
 app.kubernetes.io/component: webhook
 {{- end }}
 
+{{/* The keeper's pods, likewise. */}}
+{{- define "kubevirt-colocate.keeperSelector" -}}
+app.kubernetes.io/name: kubevirt-colocate
+app.kubernetes.io/component: keeper
+{{- end }}
+
 {{- define "kubevirt-colocate.image" -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
@@ -43,8 +49,41 @@ spareVMs: false
 bodyBudgetMiB: 192
 {{- end }}
 
-{{/* The flags that the values set, beyond those the Deployment always has. */}}
+{{/* The webhook's flags that the values set, beyond those its Deployment always has. */}}
 {{- define "kubevirt-colocate.settingFlags" -}}
+{{- $default := include "kubevirt-colocate.serverDefaults" . | fromYaml -}}
+{{- $flags := list -}}
+{{- if ne .Values.pin $default.pin -}}
+{{- $flags = append $flags (printf "--pin=%s" .Values.pin) -}}
+{{- end -}}
+{{- $flags = concat $flags (include "kubevirt-colocate.diskFlags" . | fromYamlArray) -}}
+{{- if not .Values.shareManagerRule -}}
+{{- $flags = append $flags "--share-manager-rule=off" -}}
+{{- end -}}
+{{- if ne .Values.migrationTargets $default.migrationTargets -}}
+{{- $flags = append $flags (printf "--migration-targets=%s" .Values.migrationTargets) -}}
+{{- end -}}
+{{- if ne (int64 .Values.bodyBudgetMiB) (int64 $default.bodyBudgetMiB) -}}
+{{- $flags = append $flags (printf "--body-budget=%d" (int64 .Values.bodyBudgetMiB)) -}}
+{{- end -}}
+{{- with $flags }}{{ toYaml . }}{{ end -}}
+{{- end }}
+
+{{/* The flags of both: which pods are opted in, and where Longhorn runs. */}}
+{{- define "kubevirt-colocate.diskFlags" -}}
+{{- $default := include "kubevirt-colocate.serverDefaults" . | fromYaml -}}
+{{- $flags := list -}}
+{{- if ne .Values.optInAnnotation $default.optInAnnotation -}}
+{{- $flags = append $flags (printf "--opt-in-annotation=%s" .Values.optInAnnotation) -}}
+{{- end -}}
+{{- if ne .Values.longhorn.namespace $default.longhornNamespace -}}
+{{- $flags = append $flags (printf "--longhorn-namespace=%s" .Values.longhorn.namespace) -}}
+{{- end -}}
+{{- toYaml $flags -}}
+{{- end }}
+
+{{/* The keeper's flags that the values set, beyond those its Deployment always has. */}}
+{{- define "kubevirt-colocate.keeperFlags" -}}
 {{- $default := include "kubevirt-colocate.serverDefaults" . | fromYaml -}}
 {{- $flags := list -}}
 {{- if ne (float64 .Values.keeper.after) (float64 $default.keepAfter) -}}
@@ -59,31 +98,14 @@ bodyBudgetMiB: 192
 {{- if ne (int64 .Values.keeper.maxPerDay) (int64 $default.keepMaxPerDay) -}}
 {{- $flags = append $flags (printf "--keep-max-per-day=%d" (int64 .Values.keeper.maxPerDay)) -}}
 {{- end -}}
-{{- if ne .Values.pin $default.pin -}}
-{{- $flags = append $flags (printf "--pin=%s" .Values.pin) -}}
-{{- end -}}
-{{- if ne .Values.optInAnnotation $default.optInAnnotation -}}
-{{- $flags = append $flags (printf "--opt-in-annotation=%s" .Values.optInAnnotation) -}}
-{{- end -}}
-{{- if ne .Values.longhorn.namespace $default.longhornNamespace -}}
-{{- $flags = append $flags (printf "--longhorn-namespace=%s" .Values.longhorn.namespace) -}}
-{{- end -}}
-{{- if not .Values.shareManagerRule -}}
-{{- $flags = append $flags "--share-manager-rule=off" -}}
-{{- end -}}
-{{- if ne .Values.migrationTargets $default.migrationTargets -}}
-{{- $flags = append $flags (printf "--migration-targets=%s" .Values.migrationTargets) -}}
-{{- end -}}
-{{- if ne (int64 .Values.bodyBudgetMiB) (int64 $default.bodyBudgetMiB) -}}
-{{- $flags = append $flags (printf "--body-budget=%d" (int64 .Values.bodyBudgetMiB)) -}}
-{{- end -}}
+{{- $flags = concat $flags (include "kubevirt-colocate.diskFlags" . | fromYamlArray) -}}
 {{- if .Values.longhorn.spareVMs -}}
 {{- $flags = append $flags "--spare-vms=on" -}}
 {{- end -}}
 {{- with $flags }}{{ toYaml . }}{{ end -}}
 {{- end }}
 
-{{/* Pod-level placement that the webhook's pods and the certificate Job's pod share. */}}
+{{/* Pod-level placement that the webhook's, the keeper's and the certificate Job's pods share. */}}
 {{- define "kubevirt-colocate.podPlacement" -}}
 {{- $placement := dict -}}
 {{- with .Values.imagePullSecrets }}{{ $_ := set $placement "imagePullSecrets" . }}{{ end -}}

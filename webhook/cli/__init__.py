@@ -1,0 +1,55 @@
+"""The command line: `serve` (the admission webhook), `keep` (the keeper), `review` (offline
+dry-run), `explain` (a VM in the cluster), `status` (every opted-in VM in the cluster), `certs`
+and `spare-vms`. One module per verb or two (parser.py: the flags)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+import yaml
+
+from ..cluster.client import NoCredentials
+from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SPARE_VMS, STATUS
+from .parser import DEFAULT_CERT_DIR, build_parser, flags_given, settings_from
+
+__all__ = ["DEFAULT_CERT_DIR", "build_parser", "flags_given", "main", "plugin", "settings_from"]
+
+
+def plugin() -> int:
+    """`kubectl colocate ...`: kubectl runs `kubectl-colocate` from PATH with the rest of its arguments."""
+    return main(prog="kubectl colocate")
+
+
+def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
+    args, unknown = build_parser(prog).parse_known_args(argv)
+    if unknown:
+        args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        return run(args)
+    except NoCredentials as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """The verb, on an event loop of its own (uvloop's, when installed, for the two that serve)."""
+    from .certs import run_certs, run_spare
+
+    if args.verb in (SERVE, KEEP):
+        from ..admission.server import new_event_loop  # asyncio.Runner's loop_factory; uvloop.install() is deprecated
+        from .keep import run_keep
+        from .serve import run_serve
+
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(run_serve(args) if args.verb == SERVE else run_keep(args))
+    if args.verb in (REVIEW, EXPLAIN, STATUS):
+        from .report import run_explain, run_status
+        from .review import run_review
+
+        verb = {REVIEW: run_review, EXPLAIN: run_explain, STATUS: run_status}[args.verb]
+        return asyncio.run(verb(args))
+    return run_certs(args) if args.verb == "certs" else run_spare(args) if args.verb == SPARE_VMS else 2

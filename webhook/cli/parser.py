@@ -1,0 +1,207 @@
+"""The command line's flags: each verb's own, then its settings' (config.SETTINGS), each with its
+default in its help."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, NoReturn, Protocol
+
+from .. import __version__
+from ..admission.budget import DEFAULT_BYTES
+from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, Settings
+
+DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
+MIB = 1024 * 1024
+DESCRIPTION = ("kubevirt-colocate: `serve` (the admission webhook), `keep` (the keeper), `review` (offline dry-run), "
+               "`explain` (a VM in the cluster), `status` (every opted-in VM in the cluster), `certs` and `spare-vms`.")
+
+
+class Flags(Protocol):
+    """A parser or one of its argument groups."""
+
+    def add_argument(self, *names: str, **options: Any) -> Any: ...
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line: `PROG: error: WHY (PROG --help lists the flags)`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
+def flag(where: Flags, *names: str, **options: Any) -> None:
+    """`where.add_argument`, with the flag's default in its help, unless the help says it itself
+    or there is none to say (flags that fall back on the environment default to None and name
+    their default in their help)."""
+    text, default = options.get("help"), options.get("default")
+    if (text and text != argparse.SUPPRESS and "(default" not in text and not options.get("required")
+            and default not in (None, [], False)):
+        options["help"] = f"{text} (default: %(default)s)"
+    where.add_argument(*names, **options)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, verb: str) -> None:
+    """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
+    for keeper, title in ((False, "rules"), (True, "the keeper")):
+        flags = [(row, row.flag) for row in SETTINGS
+                 if row.flag is not None and verb in row.flag.verbs and row.flag.keeper is keeper]
+        if not flags:
+            continue
+        group = parser.add_argument_group(f"{title} (each also COLOCATE_<NAME> in the environment)")
+        for row, setting in flags:
+            group.add_argument(row.option, type=row.kind if row.kind in (int, float) else None, choices=row.choices,
+                               metavar=setting.metavar, help=f"{setting.help} (default: {row.shown_default()})")
+
+
+def flags_given(args: argparse.Namespace) -> dict[str, object]:
+    """The settings this verb's flags set (`getattr`: each verb has only its own), on/off as a switch."""
+    given: dict[str, object] = {}
+    for row in SETTINGS:
+        value = getattr(args, row.name, None)
+        if value is not None:
+            given[row.name] = row.parse(value) if row.kind is bool else value
+    return given
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Defaults, then COLOCATE_*, then the flags this verb has."""
+    return Settings.from_env(**flags_given(args))
+
+
+def add_kubeconfig_flag(parser: Flags) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG, then ~/.kube/config)")
+
+
+def add_output_flag(parser: Flags) -> None:
+    flag(parser, "--output", "-o", choices=["text", "json"], default="text", help="text for people, json for tools")
+
+
+def add_ops_flags(parser: Flags, port: int) -> None:
+    """The plain-HTTP operations port and the log level, as `serve` and `keep` both have them."""
+    flag(parser, "--metrics-host", default="0.0.0.0", help="address of the operations port")
+    flag(parser, "--metrics-port", type=int, default=port, help="plain HTTP: /healthz, /readyz, /metrics")
+    flag(parser, "--events", choices=["on", "off"], default="on",
+         help="Kubernetes Events on the VMI about each decision (cluster mode)")
+    parser.add_argument("--log-level", default=None,
+                        help="debug, info, warning, error (default: LOG_LEVEL in the environment, else info)")
+
+
+def mebibytes(text: str) -> int:
+    """A whole number of MiB, at least 4 (the largest review, 3 MiB, must fit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    if value < 4:
+        raise argparse.ArgumentTypeError(f"at least 4 MiB (the largest review is 3 MiB), not {value}")
+    return value
+
+
+# Flags `serve` had while it ran the keeper: accepted, unlisted, and said to be ignored (cli/serve.py),
+# so that a Deployment or overlay written for an older release still starts the webhook.
+RETIRED = tuple(row for row in SETTINGS if row.flag is not None and row.flag.keeper)
+
+
+def add_serve(serve: argparse.ArgumentParser) -> None:
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster (default: the cluster)")
+    add_kubeconfig_flag(source)
+    flag(serve, "--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt",
+         help="serving certificate, reloaded when the file changes")
+    flag(serve, "--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", help="its private key")
+    flag(serve, "--host", default="0.0.0.0", help="address of the HTTPS admission port")
+    flag(serve, "--port", type=int, default=9443, help="HTTPS admission port (POST /mutate)")
+    serve.add_argument("--client-ca-file",
+                       help="require client certificates signed by this CA: mutual TLS (default: none)")
+    add_ops_flags(serve, 8080)
+    flag(serve, "--webhook-configuration", default="kubevirt-colocate", metavar="NAME",
+         help="our MutatingWebhookConfiguration: checked to let --opt-in-annotation through")
+    flag(serve, "--drain-delay", type=float, default=5.0,
+         help="seconds to keep serving after SIGTERM while the endpoint is removed")
+    flag(serve, "--shutdown-timeout", type=float, default=20.0,
+         help="seconds to let in-flight requests finish after the drain")
+    flag(serve, "--body-budget", type=mebibytes, default=DEFAULT_BYTES // MIB, metavar="MIB",
+         help="MiB of request bodies held at once; beyond it a request waits, unread, within its "
+              "deadline (no connection is closed for being one too many)")
+    # Not for clusters, hidden from --help: "allow" parses each review and allows it, nothing
+    # decided, so a benchmark can tell what serving costs from what the rules add.
+    serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
+    for row in RETIRED:
+        serve.add_argument(row.option, dest=f"retired_{row.name}", help=argparse.SUPPRESS)
+
+
+def add_keep(keep: argparse.ArgumentParser) -> None:
+    add_kubeconfig_flag(keep)
+    add_ops_flags(keep, 8081)
+
+
+def add_review(review: argparse.ArgumentParser) -> None:
+    review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml; required)")
+    flag(review, "request", nargs="?", default="-", help="AdmissionReview or Pod, JSON or YAML; - for stdin")
+    review.add_argument("--namespace", "-n", default=None,
+                        help="namespace of a bare Pod manifest (default: the Pod's metadata.namespace)")
+    review.add_argument("--patch", action="store_true",
+                        help="print the JSON patch itself, decoded, instead of the AdmissionReview response "
+                             "(default: the response)")
+
+
+def add_certs(make: argparse.ArgumentParser) -> None:
+    make.add_argument("--service", required=True, help="the webhook's Service (required)")
+    make.add_argument("--namespace", required=True, help="its namespace (required)")
+    make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (default: none; optional with --secret)")
+    flag(make, "--days", type=int, default=365, help="validity of the serving certificate")
+    make.add_argument("--extra-san", action="append", default=[],
+                      help="another DNS name or IP, repeatable (default: none)")
+    cluster = make.add_argument_group("in a cluster (in-cluster credentials, else --kubeconfig)")
+    cluster.add_argument("--secret",
+                         help="keep the pair in this Secret of --namespace: renew it only when due (default: none)")
+    cluster.add_argument("--patch-webhook", metavar="NAME",
+                         help="put the CA into this MutatingWebhookConfiguration's caBundle (default: none)")
+    add_kubeconfig_flag(cluster)
+
+
+def add_explain(why: argparse.ArgumentParser) -> None:
+    why.add_argument("vm", metavar="NAMESPACE/VM", help="the VirtualMachine (or VirtualMachineInstance)")
+    add_kubeconfig_flag(why)
+    add_output_flag(why)
+
+
+def add_status(state: argparse.ArgumentParser) -> None:
+    state.add_argument("--drain", metavar="NODE",
+                       help="also what draining NODE will do: each VM and NFS server on it, where it goes, the "
+                            "migrations, the VMs Longhorn would reboot and those that cannot move (read only) "
+                            "(default: none)")
+    add_kubeconfig_flag(state)
+    add_output_flag(state)
+
+
+def add_spare(spare: argparse.ArgumentParser) -> None:
+    spare.add_argument("--undo", action="store_true",
+                       help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again) "
+                            "(default: add it)")
+    add_kubeconfig_flag(spare)
+
+
+VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_setting_flags)
+    (SERVE, "run the admission webhook over HTTPS", add_serve),
+    (KEEP, "run the keeper: leader-elected through its Lease, it moves VMs back next to their storage", add_keep),
+    (REVIEW, "dry-run: what would the webhook do to this pod?", add_review),
+    (EXPLAIN, "where a VM's disks are served from, where it runs, what the webhook would do now", add_explain),
+    (STATUS, "every running opted-in VM: where it runs, where its disks are served from, co-located or not, what "
+             "the keeper will do next and why, and its last action", add_status),
+    ("certs", "generate a CA and a serving certificate for the Service", add_certs),
+    (SPARE_VMS, "put kubevirt.io/VirtualMachineInstance on Longhorn's "
+                "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly, beside the kinds there: a share-manager "
+                "restart no longer reboots the VMs of its volume (docs/operations.md: its price)", add_spare),
+)
+
+
+def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
+    parser = Parser(prog=prog, description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
+    for name, text, add_flags in VERBS:
+        verb = verbs.add_parser(name, help=text, description=text)
+        verb.set_defaults(verb_parser=verb)  # a flag of another verb is this verb's usage error
+        add_flags(verb)
+        add_setting_flags(verb, name)
+    return parser

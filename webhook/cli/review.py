@@ -1,0 +1,85 @@
+"""`review`: what the webhook would do to one pod, from a snapshot of the cluster (offline)."""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..admission import review as reviews
+from ..admission.admit import admit
+from ..cluster.snapshot import SnapshotStore
+from ..deadline import Deadline
+from .parser import settings_from
+
+
+def read_document(source: str) -> Any:
+    """The one document in `source` (a file, or - for stdin); ValueError naming it when it is not YAML."""
+    shown = "stdin" if source == "-" else source
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    try:
+        return yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{shown}: not YAML or JSON: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def snapshot(path: str) -> SnapshotStore:
+    """The `--state` snapshot; a warning when it holds nothing the rules can read."""
+    store = SnapshotStore.from_file(path)
+    if not store.usable():
+        print(f"warning: {path} holds no PVC, PV, Node, Pod or ShareManager: every disk will be unresolved",
+              file=sys.stderr)
+    return store
+
+
+def malformed_pod(pod: dict[str, Any]) -> str | None:
+    """What makes a bare Pod manifest unusable for `review`, or None."""
+    meta = pod.get("metadata", {})
+    if not isinstance(meta, dict):
+        return f"metadata is a {type(meta).__name__}, not an object"
+    for key in ("name", "generateName", "namespace"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return f"metadata.{key} is a {type(meta[key]).__name__}, not a string"
+    if not isinstance(pod.get("spec", {}), dict):
+        return f"spec is a {type(pod['spec']).__name__}, not an object"
+    return None
+
+
+def decoded_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch the apiserver would apply, out of its base64 in the response (none: [])."""
+    encoded = envelope["response"].get("patch")
+    return json.loads(base64.b64decode(encoded)) if encoded else []
+
+
+async def run_review(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    document = read_document(args.request)
+    shown = "stdin" if args.request == "-" else args.request
+    if isinstance(document, dict) and document.get("kind") == "Pod":
+        problem = malformed_pod(document)
+        if problem is not None:
+            print(f"error: {shown}: the Pod {problem}", file=sys.stderr)
+            return 2
+        namespace = args.namespace or document["metadata"].get("namespace")
+        if not namespace:
+            print("error: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
+            return 2
+        request = reviews.AdmissionRequest.for_pod(document, namespace)
+    else:
+        try:
+            request = reviews.parse_review(document)
+        except reviews.BadReview as exc:
+            print(f"error: {shown}: {exc}", file=sys.stderr)
+            return 2
+    store = snapshot(args.state)
+    outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
+    envelope = reviews.build_response(request.uid, outcome)
+    print(json.dumps(decoded_patch(envelope) if args.patch else envelope, indent=2))
+    summary = outcome.decision.reason if outcome.decision else \
+        f"untouched: {outcome.skipped}" + (f" ({outcome.detail})" if outcome.detail else "")
+    print(f"# {summary}", file=sys.stderr)
+    return 0

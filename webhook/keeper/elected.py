@@ -1,0 +1,101 @@
+"""`keep`: the keeper, leader-elected, in a process (and a pod) of its own.
+
+Every replica campaigns for the Lease (`lease.Elector`); the one that holds it runs a term: caches
+of its own (the disks' objects; VMIs and migrations come with the keeper's KubeVirt watch), its
+Events, and the keeper's passes (`keeper.Keeper`), which act only while the Lease lets them
+(`Elector.may_act`, asked before each create). A follower holds no caches: a term's caches, its
+connection and their memory end with the term. A term whose keeper fails hands the Lease over
+and this replica holds off before it campaigns again (5 s, doubling to 5 minutes while it keeps
+failing), so that another replica can lead.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .. import metrics
+from ..cluster import client
+from ..cluster.cache import WatchedClusterStore
+from ..cluster.events import NO_EVENTS, EventSink
+from ..config import Settings
+from .keeper import Keeper, KeeperTiming
+from .lease import Elector, LeaseTiming
+
+log = logging.getLogger("webhook.keeper")
+
+BACKOFF = (5.0, 300.0)  # no campaign after a term whose keeper failed: first, at most (doubling)
+STEADY = 600.0  # this long after the last failure, the backoff starts afresh
+
+
+class ElectedKeeper:
+    """The campaign, and the keeper for as long as this replica leads: start(), async stop(),
+    degraded(); `keeper` is the current term's (None on a follower)."""
+
+    def __init__(self, api: Any, settings: Settings, *, namespace: str, identity: str, kubeconfig: str | None = None,
+                 events: bool = True, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming()):
+        if timing.request_timeout >= lease_timing.renew_deadline:
+            # A migration is created only if its request ends within the renew deadline.
+            raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")
+        self.settings, self.kubeconfig, self.events, self.timing = settings, kubeconfig, events, timing
+        self.backoff = BACKOFF
+        self.elector = Elector(api, namespace=namespace, name=settings.lease_name, identity=identity,
+                               lead=self._term, timing=lease_timing)
+        self.keeper: Keeper | None = None
+        self.ended: str | None = None  # how the last term's keeper failed, until the next term
+        self.failures = 0  # terms that failed in a row
+        self._ended_at = 0.0
+
+    def start(self) -> None:
+        self.elector.start()
+
+    async def stop(self) -> None:
+        """Stop acting at once, end the term, stop campaigning and hand the Lease over (Elector.stop)."""
+        await self.elector.stop()
+
+    def degraded(self) -> list[str]:
+        """Readiness notes: the Lease cannot be read or written; the last term failed; what the
+        leading keeper cannot see or do (its caches, its watches, its last pass)."""
+        notes = [f"lease: {self.elector.error}"] if self.elector.error else []
+        if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < self.backoff[1]):
+            notes.append(self.ended)
+        if self.keeper is not None:
+            notes += self.keeper.store.degraded() + self.keeper.degraded()
+        return notes
+
+    async def _term(self) -> None:
+        """One term: the keeper's caches, Events and passes, until the term ends (the Elector
+        cancels it) or the keeper fails (then: hand over and hold off)."""
+        self.ended = None
+        try:
+            await self._keep()
+        except Exception as exc:  # a bug, or what the keeper cannot start with: another replica may lead
+            log.exception("keeper failed", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
+            await self._failed(f"the keeper failed: {type(exc).__name__}: {exc}")
+
+    async def _keep(self) -> None:
+        api = await client.connect(self.kubeconfig)  # the term's own connection, apart from the Lease's
+        store = WatchedClusterStore(api, self.settings, vmis=False)  # closing it closes `api`
+        events = EventSink(api) if self.events else NO_EVENTS
+        metrics.STORE.source = store.stats
+        store.start()
+        try:
+            self.keeper = Keeper(api, store, self.settings, events=events, timing=self.timing,
+                                 authority=self.elector.may_act)
+            await self.keeper.run()
+        finally:
+            self.keeper, metrics.STORE.source = None, None
+            await events.close()
+            await store.close()
+            metrics.CACHE_HEALTHY.clear()  # the term's caches are gone: a follower reports none
+
+    async def _failed(self, what: str) -> None:
+        """Say it, step down, hand the Lease over and hold off: 5 s, doubling to 5 minutes for
+        failures in a row (afresh 10 minutes after the last one)."""
+        now = time.monotonic()
+        self.failures = 1 if now - self._ended_at > STEADY else self.failures + 1
+        pause = min(self.backoff[1], self.backoff[0] * 2 ** (self.failures - 1))
+        self.ended, self._ended_at = f"{what}; campaigning again in {pause:g}s", now
+        self.elector.hold_off(pause)
+        self.elector.step_down(what)
+        await self.elector.release()
