@@ -1,8 +1,8 @@
 """The storm's sender: reviews sent to `serve` over HTTP/1.1 as kube-apiserver sends them.
 
 The apiserver's webhook client holds one connection per review in flight (HTTP/1.1, one request
-at a time on each) and keeps a few of them idle between calls (client-go's transport keeps 25 per
-host: counted in `/proc/net/tcp` beside a real kube-apiserver, docs/performance.md). So in a burst
+at a time on each) and keeps some of them idle between calls (25 to `serve`, counted in
+`/proc/net/tcp` beside a real kube-apiserver between bursts: docs/performance.md). So in a burst
 the first reviews go out at once on connections already open, and every review beyond those opens
 a new TLS connection: a drain's burst of 130 is 25 reviews on open connections and 105 TLS
 handshakes. `Connections` does the same: a review takes the idle connection used last (as Go's
@@ -16,7 +16,7 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
-IDLE = 25  # client-go's MaxIdleConnsPerHost for the apiserver's webhook client
+IDLE = 25  # the idle connections kube-apiserver was seen to keep to the webhook between bursts
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 

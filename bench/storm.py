@@ -14,9 +14,10 @@ The storm: longhorn-manager re-creates every evicted share-manager at once while
 VMs start (their disks served elsewhere); every review is sent at once with `?timeout=5s`, on
 connections as kube-apiserver holds them (bench/sender.py): each review in flight on a connection
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
-last burst (`--idle-connections`, 25 as client-go keeps; 0: every review a new TLS connection),
-and timed by the sender: the handshake and queueing in the server included. Before each storm, the same VM starts alone (a quiet cluster), and the control:
-the same starts beside as many share-managers of volumes no VM uses, which the rule answers at
+last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
+and timed by the sender: the handshake and queueing in the server included (a connection closed
+or an answer other than 200 ends the run). Before each storm, the same VM starts alone (a quiet
+cluster), and the control: the same starts beside as many share-managers of volumes no VM uses, which the rule answers at
 once (what the storm's reviews or creates cost without the rule's work); `--rounds` of the three,
 alternating. Printed: each kind's latency (p50, p99, max; the median over the rounds) and how many
 were not answered as meant in all ("undecided": a VM or a drain's share-manager without its
@@ -290,8 +291,8 @@ def main() -> None:
                         help="off: the storm's share-managers too answered at once, undecided")
     parser.add_argument("--idle-connections", type=int, default=IDLE, metavar="N",
                         help="the sender, as kube-apiserver: each review in flight on a connection of its own, a new "
-                             "TLS connection when none is idle; N kept open between bursts (default %(default)s, "
-                             "client-go's; 0: a new TLS connection for every review)")
+                             "TLS connection when none is idle; N kept open between bursts (default %(default)s, as "
+                             "kube-apiserver keeps; 0: a new TLS connection for every review)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-storm-") as tmp:
