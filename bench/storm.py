@@ -17,11 +17,12 @@ of its own over HTTP/1.1, a new TLS connection for each review beyond those kept
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
 and timed by the sender: the handshake and queueing in the server included (a connection closed
 or an answer other than 200 ends the run). Before each storm, the same VM starts alone (a quiet
-cluster), and the control: the same starts beside as many share-managers of volumes no VM uses, which the rule answers at
-once (what the storm's reviews or creates cost without the rule's work); `--rounds` of the three,
-alternating. Printed: each kind's latency (p50, p99, max; the median over the rounds) and how many
-were not answered as meant in all ("undecided": a VM or a drain's share-manager without its
-decision, a control's share-manager with one; `--json` for tools, each round too).
+cluster), and the control: the same starts beside as many share-managers of volumes no VM uses,
+which the rule answers at once (what the storm's reviews or creates cost without the rule's
+work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
+median over the rounds) and how many were not answered as meant in all ("undecided": a VM or a
+drain's share-manager without its decision, a control's share-manager with one; `--json` for
+tools, each round too).
 """
 from __future__ import annotations
 
@@ -276,6 +277,13 @@ def median_of(rounds: list[dict[str, Any]], name: str) -> dict[str, float]:
     return {**found, "undecided": sum(r[name]["undecided"] for r in rounds)}
 
 
+def connections_kept(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a number of connections, 0 or more: {text!r}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -289,7 +297,7 @@ def main() -> None:
                              "created through a real kube-apiserver that calls serve (real: KUBEBUILDER_ASSETS)")
     parser.add_argument("--share-manager-rule", choices=["on", "off"], default="on",
                         help="off: the storm's share-managers too answered at once, undecided")
-    parser.add_argument("--idle-connections", type=int, default=IDLE, metavar="N",
+    parser.add_argument("--idle-connections", type=connections_kept, default=IDLE, metavar="N",
                         help="the sender, as kube-apiserver: each review in flight on a connection of its own, a new "
                              "TLS connection when none is idle; N kept open between bursts (default %(default)s, as "
                              "kube-apiserver keeps; 0: a new TLS connection for every review)")
