@@ -11,14 +11,18 @@ still on it, whose share-managers `kubectl drain` evicted (their ShareManagers s
 drained node). `python -m webhook serve` (the production command) watches it.
 
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
-VMs start (their disks served elsewhere); every review is sent at once, each on a connection of
-its own with `?timeout=5s`, as the apiserver sends them, and timed by the sender: queueing in the
-server included. Before each storm, the same VM starts alone (a quiet cluster), and the control:
-the same starts beside as many share-managers of volumes no VM uses, which the rule answers at
-once (what the storm's reviews or creates cost without the rule's work); `--rounds` of the three,
-alternating. Printed: each kind's latency (p50, p99, max; the median over the rounds) and how many
-were not answered as meant in all ("undecided": a VM or a drain's share-manager without its
-decision, a control's share-manager with one; `--json` for tools, each round too).
+VMs start (their disks served elsewhere); every review is sent at once with `?timeout=5s`, on
+connections as kube-apiserver holds them (bench/sender.py): each review in flight on a connection
+of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
+last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
+and timed by the sender: the handshake and queueing in the server included (a connection closed
+or an answer other than 200 ends the run). Before each storm, the same VM starts alone (a quiet
+cluster), and the control: the same starts beside as many share-managers of volumes no VM uses,
+which the rule answers at once (what the storm's reviews or creates cost without the rule's
+work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
+median over the rounds) and how many were not answered as meant in all ("undecided": a VM or a
+drain's share-manager without its decision, a control's share-manager with one; `--json` for
+tools, each round too).
 """
 from __future__ import annotations
 
@@ -36,13 +40,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from kubefake import objects
 from webhook.tools import certs
 
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from .rounds import WANTED, batches, round_figures, unused
+from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
 DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
@@ -124,20 +127,44 @@ def decision(answer: dict[str, Any]) -> str | None:
     return None
 
 
-async def send_all(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
-    """Every review at once, each on its own connection; (kind, seconds, decided) of each answer."""
-    context = https(work)
+async def send_all(connections: Connections, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
+    """Every review at once, each on a connection of its own (`sender`); (kind, seconds, decided) of each answer."""
 
     async def one(kind: str, body: bytes) -> tuple[str, float, bool]:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, force_close=True)) as session:
-            started = time.monotonic()
-            async with session.post(f"{url}/mutate?timeout=5s", data=body,
-                                    headers={"Content-Type": "application/json"}) as response:
-                answer = await response.json()
-            seconds = time.monotonic() - started
-        return kind, seconds, decision(answer) == WANTED[kind]
+        seconds, answer = await timed(connections, "/mutate?timeout=5s", body)
+        return kind, seconds, decision(json.loads(answer)) == WANTED[kind]
 
     return await asyncio.gather(*(one(kind, body) for kind, body in batch))
+
+
+async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
+    """`send_all` on connections of its own, closed after."""
+    connections = Connections(url, https(work), idle=0)
+    try:
+        return await send_all(connections, batch)
+    finally:
+        await connections.close()
+
+
+async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
+                       log: Path) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int]]:
+    """`--rounds` of the three batches on one set of connections, as the apiserver keeps its own:
+    the rounds' figures, serve's admission lines of each batch, and the TLS connections each opened."""
+    connections = Connections(url, https(work), idle=args.idle_connections)
+    rounds, served, opened = [], [], []
+    try:
+        await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up
+        for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
+            answered = []
+            for sent in batches(batch):
+                start, before = log.stat().st_size, connections.opened
+                answered.append(await send_all(connections, sent))
+                served.append(admissions_logged(log, start))
+                opened.append(connections.opened - before)
+            rounds.append(round_figures(*answered))
+    finally:
+        await connections.close()
+    return rounds, served, opened
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -164,20 +191,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         caches_frozen(log)
         if other_cpu is not None:  # the sender, as the apiserver, on a core of its own: not serve's
             os.sched_setaffinity(0, {other_cpu})
-        asyncio.run(send_all(url, work, [r for r in batch if r[0] == "vm"][:2]))  # warm up
-        rounds, served = [], []
-        for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
-            answered = []
-            for sent in batches(batch):
-                start = log.stat().st_size
-                answered.append(asyncio.run(send_all(url, work, sent)))
-                served.append(admissions_logged(log, start))
-            rounds.append(round_figures(*answered))
+        rounds, served, opened = asyncio.run(storm_rounds(url, work, batch, args, log))
         memory = {"rss_mib": process_kib(serve.pid, "VmRSS") / 1024, "peak_mib": process_kib(serve.pid, "VmHWM") / 1024}
     storm_lines = [line for i, lines in enumerate(served) if i % 3 == 2 for line in lines]
     return {"apiserver": "emulator", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
             "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS},
-            "server": server_figures(storm_lines), "memory": memory}
+            "server": server_figures(storm_lines), "memory": memory,
+            "sender": {"idle_connections": args.idle_connections, "opened_per_storm": statistics.median(opened[2::3])}}
 
 
 def admissions_logged(log: Path, start: int) -> list[dict[str, Any]]:
@@ -221,7 +241,7 @@ def judged_from_the_caches(url: str, work: Path, review: list[tuple[str, bytes]]
     synced (a replica serves while the KubeVirt API is slow), and a drain's share-managers are
     judged from it; until then they are answered without a decision, which is not the storm."""
     deadline = time.monotonic() + timeout
-    while not all(decided for _, _, decided in asyncio.run(send_all(url, work, review))):
+    while not all(decided for _, _, decided in asyncio.run(send_once(url, work, review))):
         if time.monotonic() > deadline:
             raise SystemExit(f"no share-manager was decided within {timeout:.0f} s of readiness")
         time.sleep(0.5)
@@ -257,6 +277,13 @@ def median_of(rounds: list[dict[str, Any]], name: str) -> dict[str, float]:
     return {**found, "undecided": sum(r[name]["undecided"] for r in rounds)}
 
 
+def connections_kept(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a number of connections, 0 or more: {text!r}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -270,6 +297,10 @@ def main() -> None:
                              "created through a real kube-apiserver that calls serve (real: KUBEBUILDER_ASSETS)")
     parser.add_argument("--share-manager-rule", choices=["on", "off"], default="on",
                         help="off: the storm's share-managers too answered at once, undecided")
+    parser.add_argument("--idle-connections", type=connections_kept, default=IDLE, metavar="N",
+                        help="the sender, as kube-apiserver: each review in flight on a connection of its own, a new "
+                             "TLS connection when none is idle; N kept open between bursts (default %(default)s, as "
+                             "kube-apiserver keeps; 0: a new TLS connection for every review)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-storm-") as tmp:
@@ -298,6 +329,8 @@ def main() -> None:
               f"{server['vm_max_ms']:.1f} ms (handler to answer); share-managers p99 {server['share_manager_p99_ms']:.1f} ms; "
               f"event loop lag before a handler, max {server['loop_lag_max_ms']:.1f} ms; VM reviews with the lag "
               f"before them p99 {server['vm_queued_p99_ms']:.1f} ms")
+        print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
+              f"({args.idle_connections} kept idle between bursts)")
         print(f"  serve's memory at the end: RSS {memory['rss_mib']:.1f} MiB (peak {memory['peak_mib']:.1f} MiB)")
     if "refused" in result:
         print(f"  creates the apiserver refused: {result['refused']}")

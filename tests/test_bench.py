@@ -206,3 +206,46 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     assert 0 < server["vm_p99_ms"] <= server["vm_max_ms"] < 5000, server  # within the reviews' 5 s timeout
     assert server["share_manager_p99_ms"] > 0 and server["loop_lag_max_ms"] >= 0, server
     assert 20 < result["memory"]["rss_mib"] <= result["memory"]["peak_mib"], result["memory"]
+
+
+async def test_the_storms_sender_opens_a_connection_per_review_in_flight_and_keeps_the_idle_ones_it_may(tls_files):
+    """As kube-apiserver: a burst of 5 opens 5 TLS connections; with 2 kept idle, the next burst
+    opens 3 more; with none kept, 5 again. The server counts the connections it accepted."""
+    import asyncio
+    import ssl
+
+    from aiohttp import web
+
+    from bench.sender import Connections
+
+    peers: set[tuple[str, int]] = set()
+
+    async def answer(request: web.Request) -> web.Response:
+        peers.add(request.transport.get_extra_info("peername"))
+        await asyncio.sleep(0.05)  # every review of a burst in flight at once
+        return web.json_response({"seen": len(await request.read())})
+
+    app = web.Application()
+    app.router.add_post("/mutate", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(tls_files["cert"], tls_files["key"])
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=served)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        for idle, opened in ((2, [5, 3, 3]), (0, [5, 5, 5])):
+            connections = Connections(f"https://127.0.0.1:{port}", ssl.create_default_context(cafile=str(tls_files["ca"])),
+                                      idle=idle)
+            found = []
+            for _ in range(3):
+                before, accepted = connections.opened, len(peers)
+                answers = await asyncio.gather(*(connections.post("/mutate?timeout=5s", b"{}") for _ in range(5)))
+                assert answers == [b'{"seen": 2}'] * 5
+                assert len(peers) - accepted == connections.opened - before  # as many as the server accepted
+                found.append(connections.opened - before)
+            await connections.close()
+            assert found == opened, (idle, found)
+    finally:
+        await runner.cleanup()
