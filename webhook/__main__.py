@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,7 +22,7 @@ from .admission.budget import DEFAULT_BYTES
 from .cluster.client import NoCredentials
 from .cluster.snapshot import SnapshotStore
 from .cluster.store import StoreError
-from .config import EXPLAIN, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, KeepMode, MigrationTargets, Settings
+from .config import EXPLAIN, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, KeepMode, Settings, retired
 from .deadline import Deadline
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
@@ -70,7 +71,10 @@ def flags_given(args: argparse.Namespace) -> dict[str, object]:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    """Defaults, then COLOCATE_*, then the flags this verb has."""
+    """Defaults, then COLOCATE_*, then the flags this verb has; a removed setting still in the
+    environment is ignored with a warning."""
+    for warning in retired(os.environ):
+        log.warning(warning)
     return Settings.from_env(**flags_given(args))
 
 
@@ -311,8 +315,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         events = EventSink(api) if args.events == "on" else NO_EVENTS
         companions.append(FreezeListed(store.informers))  # full collections walk what came after (heap.py)
         companions.append(StrandedReporter(store, settings, events))
-        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
-                                     migration_targets=settings.migration_targets is MigrationTargets.PREFER))
+        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
         if settings.keep is not KeepMode.OFF:
             try:
                 companions.append(keeper_process(api, args, settings, level))

@@ -29,7 +29,7 @@ from .. import kinds
 from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
-from ..config import KeepMode, MigrationTargets, Settings
+from ..config import KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.targeted import TargetedMigration
@@ -132,15 +132,8 @@ class Cluster:
     in_flight_ours: int
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
-    migration_targets: MigrationTargets = MigrationTargets.UNTOUCHED  # --migration-targets: what a migration that names no node gets
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
-
-    @property
-    def targets(self) -> str:
-        if self.migration_targets is MigrationTargets.PREFER:
-            return "targets of migrations that name no node prefer the storage node (--migration-targets prefer)"
-        return "migration targets untouched"
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -150,7 +143,7 @@ class Cluster:
             f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
-            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight}); {self.targets}",
+            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
@@ -166,7 +159,7 @@ class Cluster:
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
-                "migration_targets": self.migration_targets, "longhorn_restarts_vms": self.restarts.warning(),
+                "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
 
@@ -291,8 +284,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
            if vm.storage and vm.hotplugged else vm for vm in vms]
     header = Cluster(str(facts.mode), await leader(store, settings, now, timeout), facts.limits,
                      targeted.available, said, why, targeted.priority, priority_said, priority_why,
-                     facts.in_flight_ours, facts.in_flight_all, settings_from, settings.migration_targets,
-                     restarts)
+                     facts.in_flight_ours, facts.in_flight_all, settings_from, restarts)
     return Report(now, sorted(vms, key=lambda vm: (vm.namespace, vm.name)), [str(m) for m in listed.malformed], header)
 
 
