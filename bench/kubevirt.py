@@ -876,10 +876,6 @@ class LiveStore(Unwatched):
                   timeout: float | None = None) -> dict[str, Any] | None:
         return self.peek(resource, namespace, name)[1]
 
-    async def whole(self, resource: Resource, namespace: str | None, name: str, *,
-                    timeout: float | None = None) -> dict[str, Any] | None:
-        return self.peek(resource, namespace, name)[1]
-
     async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         return [copy.deepcopy(pv) for pv in self.api.live(PV) if volume_handle(pv) == handle]
 

@@ -208,9 +208,6 @@ class WatchedClusterStore(Informers):
             raise StoreError(f"the {informer.name} cache has not synced ({informer.error or 'listing'})")
         return await self.direct.get(resource, namespace, name, timeout=timeout)
 
-    async def whole(self, resource, namespace, name, *, timeout=None):
-        return await self.direct.get(resource, namespace, name, timeout=timeout)
-
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         if not self.pvs.synced:
             return await self.direct.pvs_by_volume_handle(handle, timeout=timeout)

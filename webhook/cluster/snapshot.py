@@ -103,9 +103,6 @@ class SnapshotStore(Unwatched):
     async def get(self, resource, namespace, name, *, timeout=None):
         return self.peek(resource, namespace, name)[1]
 
-    async def whole(self, resource, namespace, name, *, timeout=None):
-        return self.peek(resource, namespace, name)[1]
-
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         return [pv for pv in self._all(PV) if volume_handle(pv) == handle]
 
