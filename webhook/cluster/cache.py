@@ -20,7 +20,7 @@ from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers
-from .shapes import shapes
+from .shapes import pod_read, shapes
 from .reflector import Timing
 from .store import Stats, StoreError, volume_handle
 from .table import Indexer, object_key
@@ -144,7 +144,7 @@ class WatchedClusterStore(Informers):
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
                                        "waiting": pinned_and_waiting(settings)},
-                             watchers=[self.usage])
+                             watchers=[self.usage], reader=pod_read(settings))
         self.nodes = informer(NODE, watchers=[self.journal.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
