@@ -193,7 +193,8 @@ def patched(obj: dict[str, Any], changes: Any) -> dict[str, Any]:
         try:
             return jsonpatch.apply_patch(obj, changes)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise kmock.KubernetesError(422, "Invalid", PATCH_REFUSED, {"causes": [{"message": str(exc)}]}) from None
+            # errors.NewGenericServerResponse(422, ...): its own words, no causes (the patch's error is dropped).
+            raise kmock.KubernetesError(422, "Invalid", PATCH_REFUSED, {}) from None
     return merged(obj, changes)
 
 
