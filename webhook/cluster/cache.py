@@ -144,7 +144,8 @@ class WatchedClusterStore(Informers):
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
                                        "waiting": pinned_and_waiting(settings)},
-                             watchers=[self.usage], reader=pod_read(settings))
+                             watchers=[self.usage])
+        self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.journal.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).

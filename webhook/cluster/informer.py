@@ -36,7 +36,6 @@ class Informer:
         watchers: Iterable[Watcher] = (),
         fields: str = "",
         wanted: Callable[[dict[str, Any]], bool] | None = None,
-        reader: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ):
         self.resource = resource
         # A field selector the API applies (`fields`), and the same test on our side (`wanted`).
@@ -48,7 +47,7 @@ class Informer:
         # Whether a name lookup in our scope that misses means "absent": when nothing is
         # filtered by labels.
         self.authoritative = not self.labels
-        self.table = Table(indexers or {}, watchers, reader)  # `reader`: what each object read becomes
+        self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
         self.lists = 0  # completed lists (the first one, then relists)

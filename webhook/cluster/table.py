@@ -33,11 +33,10 @@ class Table:
 
     __slots__ = ("objects", "indexes", "indexers", "watchers", "shared", "changes", "reader")
 
-    def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = (),
-                 reader: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
+    def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
         self.indexers = indexers
         # What each decoded object becomes before anyone reads it (pods: `shapes.pod_read`).
-        self.reader = reader
+        self.reader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         # Told every change as (old, new) objects, for figures kept beside the table (usage per node).
         self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
