@@ -39,14 +39,14 @@ class Annotations(Mapping[str, str]):
     not declared raises `Undeclared`, naming the declaration to add: the caches keep only what is
     declared, and a rule tested on whole objects would otherwise pass and do nothing in production."""
 
-    __slots__ = ("_found", "_declared", "_kind")
+    __slots__ = ("_found", "_declared", "_kind", "_declared_as")
 
-    def __init__(self, found: dict[str, str], declared: Callable[[str], bool], kind: str):
-        self._found, self._declared, self._kind = found, declared, kind
+    def __init__(self, found: dict[str, str], declared: Callable[[str], bool], kind: str, declared_as: str = ""):
+        self._found, self._declared, self._kind, self._declared_as = found, declared, kind, declared_as or kind
 
     def _check(self, key: str) -> None:
         if not self._declared(key):
-            raise undeclared(self._kind, self._kind, key)
+            raise undeclared(self._kind, self._declared_as, key)
 
     def __getitem__(self, key: str) -> str:
         self._check(key)
@@ -205,7 +205,7 @@ class Fields:
         found = meta.get("annotations") if isinstance(meta, dict) else None
         carried = {} if not isinstance(found, dict) else {
             key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
-        return Annotations(carried, self.named("annotations", settings), self.name)
+        return Annotations(carried, self.named("annotations", settings), self.name, self.declared_as)
 
     def guarded(self, obj: dict[str, Any], declared: Callable[[str], bool]) -> dict[str, Any]:
         """`obj` (a cache's copy) with its annotations a `CachedAnnotations`, an empty one where it
