@@ -7,17 +7,14 @@ generations, and plays KubeVirt (see there: migrations of 0.2–0.5 s, one in 20
 migrations, lagging watches, nodes lost during the run) and, halfway, a real drain of a busy
 node: its share-managers evicted and re-created 3–10 s later through the webhook's
 share-manager rule, its VMs evacuated by KubeVirt a few at a time, each migration target pod
-through the webhook, every pod placed by a simulated kube-scheduler. The keeper runs here,
+through the webhook (which leaves every one untouched), every pod placed by a simulated
+kube-scheduler. The keeper runs here,
 in-process, as the elected replica runs it (`Keeper` on the admission caches, Events on), in
 migrate mode, `--unplaceable` as its KeeperTiming.unplaceable and `--outbound-per-node` as its
 --keep-max-outbound-per-node; its passes are driven one after another until every movable VM is
 back, the drain is done and a few more passes create nothing, and halfway a new leader takes
 over. The simulated cluster checks each migration as it is created, each one deleted, each
 target pod the webhook changed, and the end state.
-
-`--migration-targets untouched|prefer` is the webhook's setting in the simulation and the
-keeper's alike; by default the simulation runs twice, untouched then prefer, and the drain's
-figures are set side by side at the end.
 
 `--keep-after` is 10 s (the keeper's default is 600 s). Moving at once (0) would mix the keeper
 into the drain; the figure worth having is what the drain and the webhook do before the keeper
@@ -27,7 +24,7 @@ them (its in-flight bounds hold it anyway while the evacuations queue), then cat
 those still apart, whose move can succeed. The 130 movable VMs apart since before the run
 (20 minutes) are moved at once, as before.
 
-Printed, for each mode: what was created and brought back, the migrations of ours that cannot
+Printed: what was created and brought back, the migrations of ours that cannot
 be placed or took a slot over a limit (0 each), how soon the unplaceable ones ended after their
 target pod became unschedulable, the peaks in flight, what held VMs, the violations, the CPU
 time of this process during each pass over all the VMIs (`time.process_time`; the caches'
@@ -35,8 +32,7 @@ handling of events during the pass included, as in `serve`), and the drain: its 
 each share-manager's return (while its VM was waiting, migrating or gone; the rule's answer;
 placed with its VM, where the VM can follow, or where its migration cannot go), the drain's VMs
 apart when it was done and at the end (each with the keeper's hold), those that no migration can
-bring next to their storage (goal 0 in both modes), the keeper's migrations of them (goal 0 with
-`prefer`), and their VM-seconds apart from the drain's start to the end of the run. A missed
+bring next to their storage (goal 0), the keeper's migrations of them, and their VM-seconds apart from the drain's start to the end of the run. A missed
 target on a "targets:" line makes the exit status 1; the goals of the drain that the webhook's
 rules do not meet yet are on a "goals:" line, reported but not in the exit status
 (`BINDING_GOALS` names those that are).
@@ -66,8 +62,6 @@ from typing import Any
 
 import aiohttp
 
-from webhook.config import MIGRATION_TARGET_MODES
-
 from . import kubevirt
 from .__main__ import (cores, emulated_cluster, free_port, idle, kubeconfig_for, process, process_kib, synced_objects,
                        wait_for)
@@ -81,8 +75,8 @@ SETTLE_PASSES = 3  # passes that create nothing once every movable VM is back, b
 # --------------------------------------------------------------------------- the simulation
 
 
-def simulation_flags(args: argparse.Namespace, mode: str) -> list[str]:
-    return ["--migration-targets", mode, "--vmis", str(args.vmis), "--apart", str(args.apart),
+def simulation_flags(args: argparse.Namespace) -> list[str]:
+    return ["--vmis", str(args.vmis), "--apart", str(args.apart),
             "--nodes", str(args.nodes),
             "--unready-nodes", str(args.unready_nodes), "--cordoned-nodes", str(args.cordoned_nodes),
             "--delay-min", str(args.delay_min), "--delay-max", str(args.delay_max),
@@ -97,9 +91,9 @@ def simulation_flags(args: argparse.Namespace, mode: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def simulated_cluster(args: argparse.Namespace, cpu: int | None, mode: str) -> Iterator[tuple[str, str]]:
+def simulated_cluster(args: argparse.Namespace, cpu: int | None) -> Iterator[tuple[str, str]]:
     """(API URL, control URL) of the simulated cluster's process."""
-    command = [sys.executable, "-m", "bench.kubevirt", *simulation_flags(args, mode)]
+    command = [sys.executable, "-m", "bench.kubevirt", *simulation_flags(args)]
     with process(command, cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         line = proc.stdout.readline()
         if not line:
@@ -108,7 +102,7 @@ def simulated_cluster(args: argparse.Namespace, cpu: int | None, mode: str) -> I
         yield api, control
 
 
-async def drive(args: argparse.Namespace, api_url: str, control: str, mode: str) -> dict[str, Any]:
+async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[str, Any]:
     """The keeper's passes until every movable VM is back (and a few more), or the timeout. With
     `--handover`, once half the movable VMs have a migration, the leader changes: a new Keeper,
     remembering nothing, takes over with the same caches (as `serve` does on another replica)."""
@@ -119,8 +113,7 @@ async def drive(args: argparse.Namespace, api_url: str, control: str, mode: str)
     from webhook.keeper.keeper import Keeper, KeeperTiming
 
     settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
-                        keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node,
-                        migration_targets=mode)
+                        keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node)
     timing = KeeperTiming(period=args.period, unplaceable=args.unplaceable)
     store = WatchedClusterStore.for_host(api_url, settings)
     api = client.for_host(api_url)
@@ -182,22 +175,22 @@ async def drive(args: argparse.Namespace, api_url: str, control: str, mode: str)
     return final
 
 
-def run_simulation(args: argparse.Namespace, work: Path, mode: str) -> dict[str, Any]:
+def run_simulation(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from webhook.admission.server import new_event_loop
     from webhook.logs import JsonFormatter
 
     keeper_cpu, cluster_cpu = cores()
-    log = args.log.with_name(f"{args.log.stem}-{mode}{args.log.suffix}") if args.log else work / f"keeper-{mode}.log"
+    log = args.log or work / "keeper.log"
     handler = logging.FileHandler(log)
     handler.setFormatter(JsonFormatter())
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)  # as `serve` logs: the cost of the keeper's lines counts
     try:
-        with simulated_cluster(args, cluster_cpu, mode) as (api_url, control):
+        with simulated_cluster(args, cluster_cpu) as (api_url, control):
             if keeper_cpu is not None:
                 os.sched_setaffinity(0, {keeper_cpu})
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                return runner.run(drive(args, api_url, control, mode))
+                return runner.run(drive(args, api_url, control))
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
@@ -215,16 +208,12 @@ def cancel_bound(args: argparse.Namespace) -> float:
 
 # The drain's goals (issue 25): reported, met or MISSED; those the webhook's rules meet are named in
 # BINDING_GOALS, and only those make the exit status 1 when missed. The share-manager rule places a
-# share-manager where its VM's migration can follow (rules/placement/together.py): a target. With
-# --migration-targets prefer most of the drain's VMs land with their storage at once, but a VM
-# whose target pod was admitted while its share-manager was away, the share-manager then pinned
-# among nodes the target pod does not go to, still needs the keeper (1-2 of 34 per run): a goal.
+# share-manager where its VM's migration can follow (rules/placement/together.py): a target.
 NEVER_GOAL = "0 of the drain's VMs where no migration can bring them to their storage"
-KEEPER_GOAL = "0 keeper migrations of the drain's VMs"
 BINDING_GOALS = {NEVER_GOAL}
 
 
-def simulation_checks(args: argparse.Namespace, got: dict[str, Any], mode: str) -> list[tuple[str, bool, bool]]:
+def simulation_checks(args: argparse.Namespace, got: dict[str, Any]) -> list[tuple[str, bool, bool]]:
     """The simulation's targets and goals: (name, met, whether a miss makes the exit status 1)."""
     unplaceable = got["unplaceable"]
     checks = [("invariants hold", not got["violations"], True),
@@ -242,8 +231,6 @@ def simulation_checks(args: argparse.Namespace, got: dict[str, Any], mode: str) 
                         True),
                        ("every share-manager evicted placed again", shared["back"] == shared["evicted"], True),
                        (NEVER_GOAL, drain["never"] == 0, NEVER_GOAL in BINDING_GOALS)]
-            if mode == "prefer":
-                checks.append((KEEPER_GOAL, drain["keeper_migrations"] == 0, KEEPER_GOAL in BINDING_GOALS))
     return checks
 
 
@@ -379,34 +366,6 @@ def print_simulation(args: argparse.Namespace, got: dict[str, Any]) -> None:
         print(f"  {violation}")
 
 
-COMPARED = (
-    ("share-managers back while their VM waited its turn", lambda d: d["share_managers"]["while"].get(
-        "waiting its turn on the drained node", 0)),
-    ("... placed where their VM's migration cannot go", lambda d: d["share_managers"]["landed"].get(
-        kubevirt.CANNOT_FOLLOW, 0)),
-    ("the drain's VMs apart when it was done", lambda d: sum(d.get("apart_when_done", {}).values())),
-    ("the drain's VMs apart at the end", lambda d: len(d["apart"])),
-    ("... no migration can bring them to their storage", lambda d: d["never"]),
-    ("keeper migrations of the drain's VMs", lambda d: d["keeper_migrations"]),
-    ("VM-seconds apart, in all", lambda d: round(d["vm_seconds"]["total"])),
-    ("... until the drain was done", lambda d: round(d["vm_seconds"]["during"])),
-    ("the drain done at (s)", lambda d: None if d["done"] is None else round(d["done"], 1)),
-)
-
-
-def print_comparison(runs: dict[str, dict[str, Any]]) -> None:
-    """The drain's figures side by side, one column per --migration-targets."""
-    drains = {mode: got["drain"] for mode, got in runs.items() if got.get("drain")}
-    if len(drains) < 2:
-        return
-    first = next(iter(drains.values()))
-    print(f"\nthe drain of {first['node']} ({first['vms']} opted-in VMs) by --migration-targets:")
-    width = max(len(name) for name, _ in COMPARED)
-    print(f"  {'':{width}}  " + "  ".join(f"{mode:>9}" for mode in drains))
-    for name, figure in COMPARED:
-        print(f"  {name:{width}}  " + "  ".join(f"{str(figure(d)):>9}" for d in drains.values()))
-
-
 # --------------------------------------------------------------------------- the memory figure
 
 
@@ -483,9 +442,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.keeper", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     kubevirt.add_layout_flags(parser)
-    parser.add_argument("--migration-targets", action="append", choices=MIGRATION_TARGET_MODES,
-                        help="the webhook's and the keeper's --migration-targets; given twice, both in turn "
-                             "(default: untouched, then prefer)")
     parser.add_argument("--keep-after", type=float, default=KEEP_AFTER,
                         help=f"the keeper's --keep-after (default {KEEP_AFTER:g}: see above)")
     parser.add_argument("--max-per-day", type=int, default=2, help="the keeper's --keep-max-per-day (default 2)")
@@ -508,19 +464,17 @@ def main() -> None:
     checks: list[tuple[str, bool]] = []
     with tempfile.TemporaryDirectory(prefix="colocate-bench-keeper-") as tmp:
         work = Path(tmp)
-        runs: dict[str, dict[str, Any]] = {}
-        for mode in ([] if args.memory_only else dict.fromkeys(args.migration_targets or MIGRATION_TARGET_MODES)):
-            print(f"--- --migration-targets {mode}, --keep-after {args.keep_after:g} ---", flush=True)
-            got = runs[mode] = run_simulation(args, work, mode)
+        if not args.memory_only:
+            print(f"--- --keep-after {args.keep_after:g} ---", flush=True)
+            got = run_simulation(args, work)
             print_simulation(args, got)
-            found = simulation_checks(args, got, mode)
+            found = simulation_checks(args, got)
             print("targets: " + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok, bound in found if bound))
             goals = [(name, ok) for name, ok, bound in found if not bound]
             if goals:
                 print("goals (reported, not in the exit status): "
                       + ", ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in goals))
             failed = failed or not all(ok for _, ok, bound in found if bound)
-        print_comparison(runs)
         if not args.skip_memory:
             certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
             pvcs, share_managers, pods, other_pods = ([int(n) for n in args.memory.split(",")] + [0])[:4]

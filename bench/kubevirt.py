@@ -35,9 +35,8 @@ deletes it once it has been pending `kubevirt.io/migrationUnschedulablePodTimeou
 migration's annotation, default 300; the migration fails), or until the migration is deleted
 (`virtctl migrate-cancel`, the keeper): virt-controller holds it with its finalizer, deletes the
 target pod, marks it Failed and lets it go. A migration of ours deleted is checked: its target
-pod unschedulable for `--unplaceable` seconds first. A target pod the webhook changed is checked
-too: with `--migration-targets untouched` none may be, with `prefer` only one of an opted-in VM's
-migration that names no node, and never with a requirement. Changes of VMIs and pods reach the
+pod unschedulable for `--unplaceable` seconds first. Every target pod goes through the webhook,
+which must leave it untouched. Changes of VMIs and pods reach the
 watches `--watch-lag` late, those of migrations at once (an apiserver keeps a watch cache per
 resource; under load one falls behind). Someone else keeps `--foreign` migrations of VMs that
 are not opted in under way. A third of the way through, the node the migration of ours just
@@ -79,8 +78,7 @@ moved (a migration created within a second of what it breaks changing raced the 
 watch, as it would race any controller's: counted apart).
 `GET /report` on the control URL answers the figures and every violation; `?final=1` adds the
 end state: every movable VM back on its storage node unless its migration failed, the others
-where they were (or where the drain moved them). `--migration-targets` is the webhook's setting
-in the simulation (the keeper's runs in `bench.keeper`).
+where they were (or where the drain moved them). The keeper runs in `bench.keeper`.
 """
 from __future__ import annotations
 
@@ -112,7 +110,7 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.review import AdmissionRequest
 from webhook import kinds
 from webhook.cluster.store import Unwatched, labels_match, volume_handle
-from webhook.config import MIGRATION_TARGET_MODES, KeepMode, Settings
+from webhook.config import KeepMode, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
@@ -370,9 +368,8 @@ class Tracker:
     """Every migration as it is created and as it ends; what the keeper promised, checked."""
 
     def __init__(self, layout: Layout, max_inflight: int, *, outbound: int = OUTBOUND, unplaceable: float = 60.0,
-                 drain: bool = False, migration_targets: str = "untouched"):
+                 drain: bool = False):
         self.layout, self.max_inflight, self.outbound, self.unplaceable = layout, max_inflight, outbound, unplaceable
-        self.migration_targets = migration_targets
         self.began = now()
         self.vms = {(vm.namespace, vm.name): vm for vm in layout.vms}
         # Nodes a VM must not be sent to: why, and since when (None: from the start).
@@ -630,31 +627,15 @@ class Tracker:
 
     def admitted_target(self, migration: Migration, before: dict[str, Any], after: dict[str, Any],
                         outcome: Outcome) -> None:
-        """A migration target pod as the webhook answered it: recorded, and checked. With
-        --migration-targets untouched it is left alone; with prefer, only the target of an opted-in
-        VM's migration that names no node may get a preference, never a required term."""
+        """A migration target pod as the webhook answered it: recorded, and checked: every one is
+        left untouched."""
         vm = migration.vm
         kind = "evacuation" if migration.evacuation else ("ours" if migration.ours else "others'")
-        patched = bool(outcome.patch)
-        terms = (((after.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "preferredDuringSchedulingIgnoredDuringExecution") or []
-        storage = {"key": "metadata.name", "operator": "In", "values": [vm.storage]}
-        toward = patched and not vm.settling and any(storage in ((t.get("preference") or {}).get("matchFields") or [])
-                                                     for t in terms)
-        self.targets.append({"kind": kind, "patched": patched, "toward_storage": toward})
-        name = f"{migration.namespace}/{migration.name}"
-        allowed = self.migration_targets == "prefer" and not migration.ours and vm.role != NOT_OPTED_IN
-        if patched and not allowed:
-            self.violations.append(f"{name}: the webhook changed the target pod of {kind} migration of {vm.name} "
-                                   f"(--migration-targets {self.migration_targets})")
-
-        def required(pod: dict[str, Any]) -> Any:
-            return (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution")
-
-        if required(before) != required(after) or (before.get("spec") or {}).get("nodeSelector") != (
-                after.get("spec") or {}).get("nodeSelector"):
-            self.violations.append(f"{name}: the webhook narrowed the target pod of {vm.name} (a requirement added)")
+        patched = bool(outcome.patch) or before != after
+        self.targets.append({"kind": kind, "patched": patched})
+        if patched:
+            self.violations.append(f"{migration.namespace}/{migration.name}: the webhook changed the target pod of "
+                                   f"{kind} migration of {vm.name}")
 
     def can_follow(self, vm: Vm, node: str) -> str | None:
         """Why the VM's migration target pod can never go to `node` (a label it selects that the
@@ -817,8 +798,6 @@ class Tracker:
         counted: collections.Counter[str] = collections.Counter()
         for target in self.targets:
             counted[f"{target['kind']} {'patched' if target['patched'] else 'untouched'}"] += 1
-            if target["toward_storage"]:
-                counted[f"{target['kind']} toward storage"] += 1
         return dict(counted)
 
 
@@ -895,10 +874,6 @@ class LiveStore(Unwatched):
 
     async def get(self, resource: Resource, namespace: str | None, name: str, *,
                   timeout: float | None = None) -> dict[str, Any] | None:
-        return self.peek(resource, namespace, name)[1]
-
-    async def whole(self, resource: Resource, namespace: str | None, name: str, *,
-                    timeout: float | None = None) -> dict[str, Any] | None:
         return self.peek(resource, namespace, name)[1]
 
     async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
@@ -1450,7 +1425,7 @@ async def serve(args: argparse.Namespace) -> None:
     layout = plan(args.vmis, args.apart, args.nodes, args.unready_nodes, args.cordoned_nodes,
                   max(4, 2 * args.foreign) if args.foreign else 0, args.seed, old_cpu=args.old_cpu_nodes)
     tracker = Tracker(layout, args.max_inflight, outbound=args.outbound_per_node, unplaceable=args.unplaceable,
-                      drain=args.drain, migration_targets=args.migration_targets)
+                      drain=args.drain)
     api = SimulatedCluster()
     emulator = Emulator(api, paginate=False)
     for resource in (VMI, VMIM, LEASE, EVENT):
@@ -1460,7 +1435,7 @@ async def serve(args: argparse.Namespace) -> None:
         emulator.put(obj)
     movable = tracker.movable_at_start
     lose_after = max(1, movable // 3) if args.lose_nodes else 0
-    admission = Admission(Settings(migration_targets=args.migration_targets), LiveStore(api))
+    admission = Admission(Settings(), LiveStore(api))
     kubevirt = KubeVirt(api, tracker, delay=(args.delay_min, args.delay_max), fail_every=args.fail_every,
                         foreign=args.foreign, seed=args.seed, lose_nodes_after=lose_after,
                         drain_after=max(lose_after + 1, movable // 2) if args.drain else 0,
@@ -1541,8 +1516,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.kubevirt", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_layout_flags(parser)
-    parser.add_argument("--migration-targets", choices=MIGRATION_TARGET_MODES, default="untouched",
-                        help="the webhook's --migration-targets (default untouched)")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     asyncio.run(serve(args))

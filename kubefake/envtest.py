@@ -278,24 +278,16 @@ class ControlPlane:
         return self._kubeconfig(f"sa-{namespace}-{service_account}", {"token": token})
 
 
-def webhook_registration(url: str, ca: Path, name: str, *, targets: str = "untouched") -> dict[str, Any]:
+def webhook_registration(url: str, ca: Path, name: str) -> dict[str, Any]:
     """The install's MutatingWebhookConfiguration under `name`, calling `url` (a server's
-    /mutate, its certificate signed by `ca`); with `targets` "prefer" changed as
-    manifests/migration-targets changes it (its own JSON patch), so that migration target pods
-    reach the webhook."""
+    /mutate, its certificate signed by `ca`)."""
     import base64
-
-    import jsonpatch
 
     config = yaml.safe_load((MANIFESTS / "base" / "mutatingwebhookconfiguration.yaml").read_text())
     config["metadata"]["name"] = name
     bundle = base64.b64encode(ca.read_bytes()).decode()
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": url, "caBundle": bundle}
-    if targets == "prefer":
-        component = yaml.safe_load((MANIFESTS / "migration-targets" / "kustomization.yaml").read_text())
-        [patch] = [p["patch"] for p in component["patches"] if p["target"]["kind"] == "MutatingWebhookConfiguration"]
-        config = jsonpatch.apply_patch(config, yaml.safe_load(patch))
     return config
 
 

@@ -1,8 +1,8 @@
 """What kube-apiserver refuses that the tests' objects and writes could run into, refused the same
 way by the emulator (`apiserver.Apiserver`): the same code (422), reason (`Invalid`) and, where the
-apiserver words it so, the same message (k8s.io/kubernetes `pkg/apis/core/validation`,
-k8s.io/apimachinery `pkg/api/validation` and `pkg/util/validation`, k8s.io/apiserver
-`pkg/endpoints/handlers/patch.go`).
+apiserver words it so, the same message as kube-apiserver 1.36 (k8s.io/kubernetes
+`pkg/apis/core/validation`, k8s.io/apimachinery `pkg/api/validate/content`, `pkg/api/validation` and
+`pkg/util/validation`, k8s.io/apiserver `pkg/endpoints/handlers/patch.go`).
 
 Each refusal here has a twin on the real apiserver (tests/real/test_refusals.py beside
 tests/test_refusals.py, listed in docs/testing.md): when a real test finds a new refusal, it is
@@ -11,6 +11,7 @@ added here in the same change.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
@@ -20,6 +21,12 @@ import kmock
 LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 LABEL_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LABEL_KEY_MESSAGE = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                     "alphanumeric character")
+LABEL_VALUE_MESSAGE = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or " \
+                      "'.', and must start and end with an alphanumeric character"
+DNS_SUBDOMAIN_MESSAGE = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+                         "'.', and must start and end with an alphanumeric character")
 NODE_FIELDS = ("metadata.name",)
 # What a pod update may change (ValidatePodUpdate); anything else of the spec is refused whole.
 POD_UPDATE = ("pod updates may not change fields other than `spec.containers[*].image`,"
@@ -39,29 +46,69 @@ def invalid(obj: dict[str, Any], errors: list[str]) -> kmock.KubernetesError:
                                   "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]})
 
 
+def _regex_error(message: str, regex: str, *examples: str) -> str:
+    """content.RegexError's words: the message, its examples, the regex."""
+    shown = "".join(f"{' or ' if i else ''}'{example}', " for i, example in enumerate(examples))
+    return f"{message} ({'e.g. ' + shown if examples else ''}regex used for validation is '{regex}')"
+
+
+def _too_long(value: str, most: int) -> bool:
+    """Go's len(): bytes, not characters."""
+    return len(value.encode()) > most
+
+
+def label_key_errors(key: str) -> list[str]:
+    """A label key's errors as kube-apiserver 1.36 words them (k8s.io/apimachinery
+    `pkg/api/validate/content/kube.go`, `IsLabelKey`): an optional DNS-subdomain prefix and '/', then
+    a name of at most 63 bytes."""
+    parts = key.split("/")
+    if len(parts) > 2:
+        return ["a valid label key " + _regex_error(LABEL_KEY_MESSAGE, LABEL_NAME, "MyName", "my.name", "123-abc")
+                + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+    errors, name = [], parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            errors.append("prefix part must be non-empty")
+        else:
+            if _too_long(prefix, 253):
+                errors.append("prefix part must be no more than 253 bytes")
+            if not re.fullmatch(DNS_SUBDOMAIN, prefix):
+                errors.append("prefix part " + _regex_error(DNS_SUBDOMAIN_MESSAGE, DNS_SUBDOMAIN, "example.com"))
+    if not name:
+        errors.append("name part must be non-empty")
+    elif _too_long(name, 63):
+        errors.append("name part must be no more than 63 bytes")
+    if not re.fullmatch(LABEL_NAME, name):
+        errors.append("name part " + _regex_error(LABEL_KEY_MESSAGE, LABEL_NAME, "MyName", "my.name", "123-abc"))
+    return errors
+
+
+def label_value_errors(value: str) -> list[str]:
+    """A label value's errors as kube-apiserver 1.36 words them (`content.IsLabelValue`): at most 63
+    bytes (`content.MaxLenError`: "must be no more than 63 bytes"), empty or a name."""
+    errors = []
+    if _too_long(value, 63):
+        errors.append("must be no more than 63 bytes")
+    if not re.fullmatch(LABEL_VALUE, value):
+        errors.append(_regex_error(LABEL_VALUE_MESSAGE, LABEL_VALUE, "MyValue", "my_value", "12345"))
+    return errors
+
+
 def label_errors(labels: Any, path: str = "metadata.labels") -> list[str]:
-    """A label map's keys (optional DNS-subdomain prefix, a name of at most 63) and values (at most 63)."""
+    """A label map's errors, each as field.Invalid words it (`metadata.labels: Invalid value: "v": ...`,
+    k8s.io/apimachinery `pkg/apis/meta/v1/validation`, `ValidateLabels`)."""
     errors = []
     for key, value in (labels or {}).items():
-        prefix, _, name = key.rpartition("/")
-        if prefix and (len(prefix) > 253 or not re.fullmatch(DNS_SUBDOMAIN, prefix)):
-            errors.append(f'{path}: Invalid value: "{key}": prefix part a lowercase RFC 1123 subdomain must '
-                          "consist of lower case alphanumeric characters, '-' or '.', and must start and end "
-                          "with an alphanumeric character")
-        if len(name) > 63:
-            errors.append(f'{path}: Invalid value: "{key}": name part must be no more than 63 characters')
-        elif not re.fullmatch(LABEL_NAME, name):
-            errors.append(f'{path}: Invalid value: "{key}": name part must consist of alphanumeric characters, '
-                          "'-', '_' or '.', and must start and end with an alphanumeric character")
         value = "" if value is None else str(value)
-        if len(value) > 63:
-            errors.append(f'{path}: Invalid value: "{value}": must be no more than 63 characters')
-        if not re.fullmatch(LABEL_VALUE, value):
-            errors.append(f'{path}: Invalid value: "{value}": a valid label must be an empty string or consist of '
-                          "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-                          f"character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
-                          f"'{LABEL_VALUE}')")
+        errors += [f"{path}: Invalid value: {_quoted(key)}: {e}" for e in label_key_errors(key)]
+        errors += [f"{path}: Invalid value: {_quoted(value)}: {e}" for e in label_value_errors(value)]
     return errors
+
+
+def _quoted(value: str) -> str:
+    """Go's %q of a plain string."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def field_requirement_errors(requirements: Any, path: str) -> list[str]:
@@ -146,7 +193,8 @@ def patched(obj: dict[str, Any], changes: Any) -> dict[str, Any]:
         try:
             return jsonpatch.apply_patch(obj, changes)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
-            raise kmock.KubernetesError(422, "Invalid", PATCH_REFUSED, {"causes": [{"message": str(exc)}]}) from None
+            # errors.NewGenericServerResponse(422, ...): its own words, no causes (the patch's error is dropped).
+            raise kmock.KubernetesError(422, "Invalid", PATCH_REFUSED, {}) from None
     return merged(obj, changes)
 
 

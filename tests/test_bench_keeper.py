@@ -39,13 +39,12 @@ TINY = ("--vmis", "60", "--apart", "12", "--nodes", "11", "--delay-min", "0.05",
 def test_a_tiny_simulation_reports_every_figure_and_no_violation():
     # Old CPUs, a node cordoned under a migration of ours (cancelled 2 s after its target pod could
     # not be placed), another not Ready, a busy node drained, its share-managers re-created through
-    # the webhook, once with each --migration-targets: all of it in a few seconds.
+    # the webhook: all of it in a few seconds.
     done = bench_keeper(*TINY)
     assert done.returncode == 0, done.stdout + done.stderr
-    runs = dict(re.findall(r"--- --migration-targets (\w+), --keep-after 1 ---\n(.*?)(?=\n---|\n\nthe drain of)",
-                           done.stdout, re.S))
-    assert list(runs) == ["untouched", "prefer"], done.stdout
-    for mode, out in runs.items():
+    runs = re.findall(r"--- --keep-after 1 ---\n(.*)", done.stdout, re.S)
+    assert len(runs) == 1, done.stdout
+    for out in runs:
         assert "keeper: 60 opted-in VMIs on 11 nodes (2 not Ready, 2 cordoned)" in out, out
         assert "KubeVirt runs 5 at once, 2 from one node" in out, out
         assert re.search(r"CPU generations: 2 Broadwell-IBRS, 9 Skylake-Client-IBRS nodes; the opted-in VMs run "
@@ -98,15 +97,11 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
         assert re.search(r"keeper migrations of the drain's \d+ VMs: \d+ \(\d+ VMs moved again", out), out
         assert re.search(r"VM-seconds apart of the drain's VMs, from its start to the end of the run \([\d.]+ s\): "
                          r"\d+ \(\d+ until the drain was done; \d+ by the \d+ apart for good\)", out), out
-        # Every migration target pod went through the webhook: with prefer, an evacuation's may get a
-        # preference toward its storage node (none while its share-manager is away); others' and ours never.
+        # Every migration target pod went through the webhook, and was left untouched.
         targets = re.search(r"migration target pods through the webhook: (.*?);", out).group(1)
         counts = {what: int(n) for n, what in re.findall(r"(\d+) ([a-z' ]+?)(?:,|$)", targets)}
-        patched = counts.get("evacuation patched", 0)
-        assert patched + counts.get("evacuation untouched", 0) == evacuations, targets
-        assert counts.get("evacuation toward storage", 0) == patched, targets
-        assert (patched >= 1) == (mode == "prefer"), targets
-        assert counts["ours untouched"] >= 1 and "ours patched" not in counts and "others' patched" not in counts
+        assert counts.get("evacuation untouched", 0) == evacuations, targets
+        assert counts["ours untouched"] >= 1 and not [what for what in counts if what.endswith("patched")], targets
         assert "invariant violations: 0" in out
         targets = re.search(r"\ntargets: (.*)", out).group(1)
         assert targets.startswith(
@@ -115,15 +110,8 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
             "at least 8 opted-in VMs met, every share-manager evicted placed again met"), targets
         # The drain's goals: those the webhook's rules meet among the targets, the others reported apart.
         goals = (re.search(r"\ngoals \(reported, not in the exit status\): (.*)", out) or re.match("()", "")).group(1)
-        keeper = "prefer" in mode and int(re.search(r"keeper migrations of the drain's \d+ VMs: (\d+)", out).group(1))
-        for goal, missed in ((keeper_bench.NEVER_GOAL, never), (keeper_bench.KEEPER_GOAL, keeper)):
-            if goal == keeper_bench.KEEPER_GOAL and mode != "prefer":
-                assert goal not in out
-                continue
-            shown = f"{goal} {'MISSED' if missed else 'met'}"
-            assert shown in (targets if goal in keeper_bench.BINDING_GOALS else goals), (shown, targets, goals)
-    assert re.search(r"the drain of node-\d+ \(\d+ opted-in VMs\) by --migration-targets:\n +untouched +prefer\n",
-                     done.stdout), done.stdout
+        shown = f"{keeper_bench.NEVER_GOAL} {'MISSED' if never else 'met'}"
+        assert shown in (targets if keeper_bench.NEVER_GOAL in keeper_bench.BINDING_GOALS else goals), (shown, goals)
 
 
 def test_the_memory_figure_at_a_tiny_scale():
@@ -388,9 +376,9 @@ def test_quantities_read_as_kubernetes_writes_them():
 # --------------------------------------------------------------------------- the drain's checks
 
 
-def drained_tracker(mode="untouched"):
+def drained_tracker():
     layout = kubevirt.plan(40, 16, 8, 1, 1, 0, seed=1, old_cpu=2)
-    return layout, kubevirt.Tracker(layout, max_inflight=2, drain=True, migration_targets=mode)
+    return layout, kubevirt.Tracker(layout, max_inflight=2, drain=True)
 
 
 def target_pod(vm, preferred=(), required=None):
@@ -404,33 +392,20 @@ def answered(patched):
     return Outcome(Rule.VM, patch=({"op": "add", "path": "/spec/affinity", "value": {}},) if patched else ())
 
 
-def test_the_checker_flags_a_migration_target_the_webhook_changed_where_it_must_not():
-    layout, tracker = drained_tracker("untouched")
+def test_the_checker_flags_every_migration_target_the_webhook_changed():
+    layout, tracker = drained_tracker()
     vm = by_role(layout)[kubevirt.CO_LOCATED][0]
     evacuation = kubevirt.Migration("kubevirt-evacuation-abcde", vm.namespace, vm, False, None, evacuation=True)
     before = target_pod(vm)
-    toward = target_pod(vm, preferred=[(100, by_name(vm.storage))])
     tracker.admitted_target(evacuation, before, before, answered(False))
     assert tracker.violations == [] and tracker.target_figures() == {"evacuation untouched": 1}
-    tracker.admitted_target(evacuation, before, toward, answered(True))
-    assert tracker.violations == [f"{vm.namespace}/kubevirt-evacuation-abcde: the webhook changed the target pod of "
-                                  f"evacuation migration of {vm.name} (--migration-targets untouched)"]
-
-    layout, tracker = drained_tracker("prefer")
-    vm = by_role(layout)[kubevirt.CO_LOCATED][0]
-    evacuation = kubevirt.Migration("kubevirt-evacuation-abcde", vm.namespace, vm, False, None, evacuation=True)
-    tracker.admitted_target(evacuation, before, toward, answered(True))
-    assert tracker.violations == [] and tracker.target_figures() == {"evacuation patched": 1,
-                                                                     "evacuation toward storage": 1}
+    tracker.admitted_target(evacuation, before, target_pod(vm, preferred=[(100, by_name(vm.storage))]), answered(True))
     ours = kubevirt.Migration("m-1", vm.namespace, vm, True, vm.storage)
-    tracker.admitted_target(ours, before, toward, answered(True))
-    narrowed = target_pod(vm, required=[by_name(vm.storage)])
-    tracker.admitted_target(evacuation, before, narrowed, answered(True))
+    tracker.admitted_target(ours, before, target_pod(vm, required=[by_name(vm.storage)]), answered(False))
     assert tracker.violations == [
-        f"{vm.namespace}/m-1: the webhook changed the target pod of ours migration of {vm.name} "
-        "(--migration-targets prefer)",
-        f"{vm.namespace}/kubevirt-evacuation-abcde: the webhook narrowed the target pod of {vm.name} "
-        "(a requirement added)"]
+        f"{vm.namespace}/kubevirt-evacuation-abcde: the webhook changed the target pod of evacuation migration of "
+        f"{vm.name}", f"{vm.namespace}/m-1: the webhook changed the target pod of ours migration of {vm.name}"]
+    assert tracker.target_figures() == {"evacuation untouched": 1, "evacuation patched": 1, "ours patched": 1}
 
 
 def test_the_drain_follows_its_vms_apart_and_those_no_migration_can_bring_back():

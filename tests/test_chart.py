@@ -56,8 +56,6 @@ VARIANTS = {  # values -> the manifests/ trees of the same install
     "monitoring": ({"monitoring": {"enabled": True}}, ["manifests", "manifests/monitoring"]),
     "cert-manager and monitoring": (BOTH, ["manifests/cert-manager", "manifests/monitoring"]),
     # An overlay (next to manifests/) with the install option's component.
-    "migration targets": ({"migrationTargets": "prefer"},
-                          [{"resources": ["../manifests"], "components": ["../manifests/migration-targets"]}]),
     "spare VMs": ({"longhorn": {"spareVMs": True}},
                   [{"resources": ["../manifests"], "components": ["../manifests/spare-vms"]}]),
 }
@@ -293,15 +291,14 @@ def test_the_defaults_are_the_servers():
         "keepMaxInflight": server.keep_max_inflight,
         "keepMaxPerDay": server.keep_max_per_day, "pin": server.pin, "optInAnnotation": server.opt_in_annotation,
         "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule,
-        "migrationTargets": server.migration_targets, "spareVMs": server.spare_vms,
+        "spareVMs": server.spare_vms,
         "bodyBudgetMiB": serve_default("--body-budget")}
     keeper = values["keeper"]
     assert (keeper["after"], keeper["afterDescheduled"], keeper["maxInflight"], keeper["maxPerDay"], values["pin"],
             values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"],
-            values["migrationTargets"], values["longhorn"]["spareVMs"]) == (
+            values["longhorn"]["spareVMs"]) == (
         server.keep_after, server.keep_after_descheduled, server.keep_max_inflight, server.keep_max_per_day, server.pin,
-        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule, server.migration_targets,
-        server.spare_vms)
+        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule, server.spare_vms)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__  # the default image tag: the image of this version
     assert chart["apiVersion"] == "v2"
@@ -316,6 +313,7 @@ def test_the_defaults_are_the_servers():
     ("longhorn.namespace=Longhorn_System", "/longhorn/namespace"),
     ("image.digest=latest", "/image/digest"),
     ("bodyBudgetMiB=2", "/bodyBudgetMiB"),
+    ("migrationTargets=prefer", "migrationTargets"),  # removed: targets are always left untouched
 ])
 def test_the_schema_refuses_a_bad_value(assignment, complaint):
     import helm_python

@@ -40,56 +40,29 @@ def test_review_of_a_migration_target_is_untouched():
     assert json.loads(done.stdout)["response"] == {"uid": "dry-run", "allowed": True}
 
 
-DRAIN, TARGET = str(EXAMPLES / "drain.yaml"), str(EXAMPLES / "migration-target-pod.yaml")
+TARGET = str(FIXTURES / "migration-target-pod.yaml")
+RETIRED = ("COLOCATE_MIGRATION_TARGETS is ignored: migration target pods are always left untouched "
+           "(--migration-targets prefer was removed: docs/operations.md, \"Migration targets\")")
 
 
-@pytest.mark.parametrize("how", ["flag", "environment"])
-def test_review_of_an_evacuation_target_with_migration_targets_prefer_prefers_the_storage_node(how, tmp_path):
-    env = {**os.environ, "COLOCATE_MIGRATION_TARGETS": "prefer"} if how == "environment" else None
-    flag = ["--migration-targets", "prefer"] if how == "flag" else []
-    done = subprocess.run([sys.executable, "-m", "webhook", "review", *flag, "--state", DRAIN, TARGET],
-                          capture_output=True, text=True, timeout=60, env=env)
-    assert done.returncode == 0, done.stderr
-    result = apply_valid(yaml.safe_load(Path(TARGET).read_text()), decode_patch(json.loads(done.stdout)))
-    assert result["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [
-        {"weight": 100, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b"]}]}}]
-    assert done.stderr == ("# preferred node-b for the target of migration kubevirt-evacuation-8xq2m (evacuating node-a), "
-                           "where the share-manager of vm1-rootdisk runs\n")
-
-
-def test_review_of_an_evacuation_target_by_default_leaves_it_untouched():
-    done = cli("review", "--state", DRAIN, TARGET)
+def test_a_migration_targets_mode_left_in_the_environment_is_ignored_with_a_warning():
+    """An upgrade that keeps COLOCATE_MIGRATION_TARGETS from an older install: the target is left
+    untouched, and one line says the variable does nothing."""
+    done = subprocess.run([sys.executable, "-m", "webhook", "review", "--state", STATE, "-n", "default", TARGET],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLOCATE_MIGRATION_TARGETS": "prefer"})
     assert done.returncode == 0 and json.loads(done.stdout)["response"] == {"uid": "dry-run", "allowed": True}
-    assert done.stderr == "# untouched: migration target\n"
+    assert done.stderr == f"{RETIRED}\n# untouched: migration target\n"
 
 
-def test_review_of_a_target_whose_migration_the_state_lacks_says_so():
-    done = cli("review", "--migration-targets", "prefer", "--state", str(EXAMPLES / "cold-start.yaml"), TARGET)
-    assert done.returncode == 0 and "patch" not in json.loads(done.stdout)["response"]
-    assert done.stderr == "# untouched: migration unknown (migration kubevirt-evacuation-8xq2m not found)\n"
-
-
-@pytest.mark.parametrize("args, env, said", [
-    (["--migration-targets", "always"], {}, "argument --migration-targets: invalid choice: 'always'"),
-    ([], {"COLOCATE_MIGRATION_TARGETS": "always"}, "error: migration_targets must be one of untouched, prefer, not 'always'"),
-], ids=["flag", "environment"])
-def test_a_bad_migration_targets_mode_is_one_line_and_exit_2(args, env, said):
-    done = subprocess.run([sys.executable, "-m", "webhook", "review", *args, "--state", DRAIN, TARGET],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, **env})
-    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
-    assert said in done.stderr and "Traceback" not in done.stderr
-
-
-async def test_serve_with_migration_targets_prefer_steers_an_evacuation_target_over_https(tls_files):
-    """`serve` as an admin runs it with the flag: the review comes over HTTPS, the answer prefers
-    the storage node, and the admission line names the rule."""
+async def test_serve_with_a_migration_targets_mode_left_in_the_environment_starts_and_says_it_is_ignored(tls_files):
     import ssl
 
     import aiohttp
     from tests.support.kube import Serving, review
 
-    serving = await Serving.start(tls_files, "--state", DRAIN, "--migration-targets", "prefer",
-                                  "--drain-delay", "0")
+    serving = await Serving.start(tls_files, "--state", STATE, "--keep", "off", "--drain-delay", "0",
+                                  env={"COLOCATE_MIGRATION_TARGETS": "prefer"})
     try:
         context = ssl.create_default_context(cafile=str(tls_files["ca"]))
         pod = yaml.safe_load(Path(TARGET).read_text())
@@ -99,13 +72,12 @@ async def test_serve_with_migration_targets_prefer_steers_an_evacuation_target_o
                 envelope = await response.json()
     finally:
         assert await serving.stop() == 0
-    result = apply_valid(pod, decode_patch(envelope))
-    assert result["metadata"]["annotations"]["kubevirt-scheduler/decision"] == "preferred"
-    assert result["metadata"]["annotations"]["kubevirt-scheduler/node"] == "node-b"
+    assert envelope["response"]["allowed"] is True and "patch" not in envelope["response"]
+    assert [line["level"] for line in serving.lines if line["msg"] == RETIRED] == ["warning"]
     [start] = [line for line in serving.lines if line["msg"] == "starting"]
-    assert start["settings"]["migration_targets"] == "prefer"
+    assert "migration_targets" not in start["settings"]
     [line] = [line for line in serving.lines if line["msg"] == "admission"]
-    assert (line["rule"], line["decision"], line["nodes"]) == ("migration-target", "preferred", ["node-b"])
+    assert (line["rule"], line["decision"], line["reason"]) == ("vm", "untouched", "migration target")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -356,9 +328,9 @@ FOREIGN_FLAGS = [
     pytest.param(["status", "--share-manager-rule", "off"], id="status-share-manager-rule"),
     pytest.param(["explain", "default/vm1", "--share-manager-rule", "off"], id="explain-share-manager-rule"),
     pytest.param(["explain", "default/vm1", "--keep", "migrate"], id="explain-keep"),
-    # explain judges the VM's next start, never a migration target; status reads the Deployment's.
-    pytest.param(["explain", "default/vm1", "--migration-targets", "prefer"], id="explain-migration-targets"),
-    pytest.param(["status", "--migration-targets", "prefer"], id="status-migration-targets"),
+    # Removed: migration targets are always left untouched.
+    pytest.param(["review", "--state", STATE, "--migration-targets", "prefer"], id="review-migration-targets"),
+    pytest.param(["serve", "--migration-targets=prefer"], id="serve-migration-targets"),
     pytest.param(["review", "--state", STATE, "--keep-after", "5"], id="review-keep-after"),
     pytest.param(["review", "--state", STATE, "--kubeconfig", "k"], id="review-kubeconfig"),
     pytest.param(["keep", "--pin", "preferred"], id="keep-pin"),
@@ -407,8 +379,7 @@ def test_help_shows_each_flags_default(verb):
 def test_help_names_the_values_used_when_a_flag_is_left_out():
     serve = help_of("serve")
     for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "only prefer the node (default: required)",
-                 "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5.0)",
-                 "when the migration names no node (evacuations, the descheduler's) (default: untouched)"):
+                 "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5.0)"):
         assert said in serve, said
     assert "--keep" not in serve and "--lease-name" not in serve  # the keeper's flags are keep's
     keep = help_of("keep")

@@ -3,20 +3,19 @@ its COLOCATE_* variable, the flag of each verb that takes it, and a deployed `ke
 import pytest
 
 from webhook.__main__ import build_parser, settings_from
-from webhook.config import SETTINGS, KeepMode, MigrationTargets, PinMode, Settings
+from webhook.config import SETTINGS, KeepMode, PinMode, Settings, retired
 
 # A value unlike the default for every setting, as a user writes it.
 GIVEN = {
     "opt_in_annotation": "example.com/colocate", "decision_prefix": "example.com/", "longhorn_namespace": "storage",
-    "csi_driver": "csi.example.com", "pin": "preferred", "migration_targets": "prefer", "share_manager_rule": "off",
+    "csi_driver": "csi.example.com", "pin": "preferred", "share_manager_rule": "off",
     "default_timeout": "5", "deadline_margin": "0.5", "keep": "migrate", "keep_after": "60",
     "keep_after_descheduled": "3600", "keep_max_inflight": "3", "keep_max_per_day": "4",
     "keep_max_outbound_per_node": "1", "spare_vms": "on", "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
 }
 EXPECTED = {
     "opt_in_annotation": "example.com/colocate", "decision_prefix": "example.com/", "longhorn_namespace": "storage",
-    "csi_driver": "csi.example.com", "pin": PinMode.PREFERRED, "migration_targets": MigrationTargets.PREFER,
-    "share_manager_rule": False, "default_timeout": 5.0, "deadline_margin": 0.5, "keep": KeepMode.MIGRATE,
+    "csi_driver": "csi.example.com", "pin": PinMode.PREFERRED, "share_manager_rule": False, "default_timeout": 5.0, "deadline_margin": 0.5, "keep": KeepMode.MIGRATE,
     "keep_after": 60.0, "keep_after_descheduled": 3600.0, "keep_max_inflight": 3, "keep_max_per_day": 4,
     "keep_max_outbound_per_node": 1, "spare_vms": True, "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
 }
@@ -32,7 +31,7 @@ def test_every_setting_has_a_value_to_try():
 
 def same(value, expected):
     """Equal, and a mode is its enum's member (compared with `is` in the code)."""
-    return value == expected and (value is expected or not isinstance(expected, (PinMode, MigrationTargets, KeepMode)))
+    return value == expected and (value is expected or not isinstance(expected, (PinMode, KeepMode)))
 
 
 @pytest.mark.parametrize("row", SETTINGS, ids=lambda row: row.name)
@@ -62,3 +61,13 @@ def test_a_mode_given_by_name_is_its_member_and_a_wrong_one_names_the_choices():
     assert Settings(keep="off").keep is KeepMode.OFF
     with pytest.raises(ValueError, match="^keep must be one of off, report, migrate, not 'sometimes'$"):
         Settings(keep="sometimes")
+
+
+@pytest.mark.parametrize("value", ["prefer", "untouched"])
+def test_a_removed_setting_left_in_the_environment_is_ignored_with_one_warning(value):
+    """COLOCATE_MIGRATION_TARGETS from an older install: no setting, no error, one line saying so."""
+    env = {"COLOCATE_MIGRATION_TARGETS": value}
+    assert Settings.from_env(env) == Settings()
+    assert retired(env) == ["COLOCATE_MIGRATION_TARGETS is ignored: migration target pods are always left untouched "
+                            "(--migration-targets prefer was removed: docs/operations.md, \"Migration targets\")"]
+    assert retired({}) == retired({"COLOCATE_MIGRATION_TARGETS": ""}) == []

@@ -168,8 +168,8 @@ def granted_to(objects, account):
 
 def test_the_webhooks_account_reads_and_writes_only_events(rendered):
     """The pod the apiserver calls for every opted-in pod holds no write power but Events: it may
-    get, list and watch what the rules read, get its own webhook configuration (the opt-in key's
-    check) and a migration (--migration-targets prefer), and create and patch Events."""
+    get, list and watch what the rules read and its own webhook configuration (the opt-in key's
+    check), and create and patch Events."""
     _, objects = rendered
     deployment = one(objects, "Deployment", NS)
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == NS
@@ -180,7 +180,6 @@ def test_the_webhooks_account_reads_and_writes_only_events(rendered):
     for resource in RESOURCES:  # what the webhook's store reads
         assert granted.pop((None, resource.group, resource.plural, None)) == read, resource
     assert granted.pop((None, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", NS)) == read
-    assert granted.pop((None, VMIM.group, VMIM.plural, None)) == {"get"}
     assert granted.pop((None, "", "events", None)) == {"create", "patch"}
     assert granted.pop((None, "events.k8s.io", "events", None)) == {"create", "patch"}
     assert granted == {}  # nothing else: no Lease, no migration written, no Setting, no secrets
@@ -544,46 +543,18 @@ def test_the_opt_in_component_sets_the_flag_and_the_match_condition_from_one_val
         kubernetes_validate.validate(deployment, version, strict=True)
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_the_migration_targets_component_sets_the_flag_and_lets_targets_reach_the_vm_webhook(tmp_path, variant):
-    """`--migration-targets prefer` as an install option (manifests/migration-targets): the server
-    runs with it and the vm webhook now sees migration target pods; nothing else changes."""
-    from webhook.admission.optin import targets_shut_out
-
-    tool = kubectl()
-    if tool is None:
-        pytest.skip("kubectl is not installed (or set KUBECTL)")
-    overlay = ROOT / ".migration-targets-test" / tmp_path.name  # inside the repository: bases by relative path
-    overlay.mkdir(parents=True)
-    try:
-        (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-            "resources": [f"../../{VARIANTS[variant]}"], "components": ["../../manifests/migration-targets"]}))
-        done = subprocess.run([tool, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
-    finally:
-        shutil.rmtree(ROOT / ".migration-targets-test")
-    assert done.returncode == 0, done.stderr
-    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
-    container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
-    assert settings_from(build_parser().parse_args(["serve", *container["args"]])).migration_targets == "prefer"
-    hook = webhooks(objects)["vm.colocate.kubevirt-scheduler.io"]
-    assert selects(hook["objectSelector"], migration_target()["metadata"]["labels"])
-    assert selects(hook["objectSelector"], load("virt-launcher-pod.yaml")["metadata"]["labels"])
-    share_manager_pod = next(o for o in rwx_disk("d", "node-a") if o["kind"] == "Pod")
-    assert not selects(hook["objectSelector"], share_manager_pod["metadata"]["labels"])
-    assert targets_shut_out(one(objects, "MutatingWebhookConfiguration", NS)) == []  # serve notes nothing
-    # Only the flag and the selector differ from the install without it.
-    base = render(variant)
-    del one(base, "MutatingWebhookConfiguration", NS)["webhooks"][0]["objectSelector"]["matchExpressions"]
-    one(base, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]["args"].append("--migration-targets=prefer")
-    assert objects == base
-    for version in VALIDATE_VERSIONS:
-        kubernetes_validate.validate(one(objects, "MutatingWebhookConfiguration", NS), version, strict=True)
-
-
-def test_the_shipped_install_leaves_migration_targets_untouched(rendered):
+def test_migration_targets_are_always_left_untouched_and_no_install_offers_otherwise(rendered):
+    """The server has no such setting and the vm webhook never sees a target pod (its
+    objectSelector, in both installs); no manifest, value or template offers another mode."""
     _, objects = rendered
     container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
-    assert settings_from(build_parser().parse_args(["serve", *container["args"]])).migration_targets == "untouched"
+    settings_from(build_parser().parse_args(["serve", *container["args"]]))  # every argument a flag serve has
+    assert not any("migration-targets" in arg for arg in container["args"])
+    assert not selects(webhooks(objects)["vm.colocate.kubevirt-scheduler.io"]["objectSelector"],
+                       migration_target()["metadata"]["labels"])
+    offered = [str(path.relative_to(ROOT)) for folder in ("manifests", "charts") for path in (ROOT / folder).rglob("*")
+               if path.is_file() and re.search(r"migration-?targets", path.read_text(), re.I)]
+    assert offered == []
 
 
 def webhooks_configuration_name(objects):

@@ -13,6 +13,7 @@ from tests.support import refusals
 from tests.support.refusals import ACCEPTED, REFUSED
 
 from kubefake.apiserver import Apiserver, serve
+from kubefake.validation import label_errors
 
 ROOT = Path(__file__).parent.parent
 
@@ -56,3 +57,26 @@ def test_every_refusal_has_both_halves_and_is_listed():
     text = (ROOT / "docs" / "testing.md").read_text()
     listed = re.findall(r"^\| `([^`]+)` \|", text, re.M)
     assert sorted(listed) == sorted(case.id for case in refusals.CASES)
+
+
+def test_each_refusal_is_listed_with_the_words_its_case_expects():
+    """docs/testing.md says what kube-apiserver says; both twins expect those words."""
+    rows = dict(re.findall(r"^\| `([^`]+)` \|[^|]*\| (.*) \|$", (ROOT / "docs" / "testing.md").read_text(), re.M))
+    for case in REFUSED:
+        assert rows[case.id].startswith("422 Invalid") and case.refused in rows[case.id], case.id
+
+
+@pytest.mark.parametrize("labels, said", [
+    ({"app": "é" * 32}, ['metadata.labels: Invalid value: "' + "é" * 32 + '": must be no more than 63 bytes']),
+    ({"x" * 64: "v"}, [f'metadata.labels: Invalid value: "{"x" * 64}": name part must be no more than 63 bytes']),
+    ({"Example.com/app": "v"}, ['metadata.labels: Invalid value: "Example.com/app": prefix part a lowercase RFC 1123 '
+                                "subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+                                "start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                                r"validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]),
+    ({"/app": "v"}, ['metadata.labels: Invalid value: "/app": prefix part must be non-empty']),
+    ({"app": "v" * 63, "example.com/app": ""}, []),
+], ids=["value-bytes", "name-part", "prefix", "empty-prefix", "valid"])
+def test_label_words_are_kube_apiserver_1_36s(labels, said):
+    """Lengths count bytes, as Go's len() does (k8s.io/apimachinery pkg/api/validate/content, 1.36); the
+    first error of each (a value of "é" also fails the pattern)."""
+    assert label_errors(labels)[:1] == said

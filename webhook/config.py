@@ -36,13 +36,6 @@ class PinMode(enum.StrEnum):
     PREFERRED = "preferred"  # only ever the weighted preference
 
 
-class MigrationTargets(enum.StrEnum):
-    """Migration target pods of opted-in VMs."""
-
-    UNTOUCHED = "untouched"
-    PREFER = "prefer"  # the storage node, for a migration that names no node
-
-
 class KeepMode(enum.StrEnum):
     """The keeper: off, or on in one of its modes (report and migrate run it; status decides as report for off)."""
 
@@ -51,7 +44,18 @@ class KeepMode(enum.StrEnum):
     MIGRATE = "migrate"
 
 
-MIGRATION_TARGET_MODES = tuple(MigrationTargets)  # the benchmark runs each
+# Settings that were removed: still set in an environment, each is ignored with this warning, so
+# that an upgrade keeping an old variable starts (docs/operations.md, "Migration targets").
+RETIRED = {
+    "migration_targets": "migration target pods are always left untouched (--migration-targets prefer was "
+                         "removed: docs/operations.md, \"Migration targets\")",
+}
+
+
+def retired(env: Mapping[str, str]) -> list[str]:
+    """A warning for each removed setting still given as COLOCATE_<NAME>."""
+    return [f"{ENV_PREFIX}{name.upper()} is ignored: {why}" for name, why in RETIRED.items()
+            if env.get(ENV_PREFIX + name.upper())]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +86,6 @@ class Settings:
     csi_driver: str = setting(kinds.DEFAULT_CSI_DRIVER, "CSI driver of Longhorn volumes", DISKS)
     pin: PinMode = setting(PinMode.REQUIRED, "required: pin where kube-scheduler would say yes; preferred: only "
                            "prefer the node", (SERVE, REVIEW, EXPLAIN))
-    migration_targets: MigrationTargets = setting(
-        MigrationTargets.UNTOUCHED, "migration target pods: untouched, or prefer the node serving the disks when the "
-        "migration names no node (evacuations, the descheduler's)", (SERVE, REVIEW))
     # Steer share-manager pods toward their running consumer (the cold-start rule).
     share_manager_rule: bool = setting(True, "steer share-manager pods to their VM", (SERVE, REVIEW))
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).

@@ -86,8 +86,6 @@ RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER, VMI)
 VIRT_LAUNCHER = ("kubevirt.io", "virt-launcher")  # label of every launcher pod
 # Set on a migration target pod and never removed: "created as a target", not "not the VM's pod".
 MIGRATION_JOB_LABEL = "kubevirt.io/migrationJobUID"
-# On a migration target pod, the name of its migration (the label above holds its uid).
-MIGRATION_JOB_NAME_ANNOTATION = "kubevirt.io/migrationJobName"
 CREATED_BY_LABEL = "kubevirt.io/created-by"  # the VMI's uid, on each of its pods
 # A launcher pod's `vm.kubevirt.io/name` is the VMI's hostname (spec.hostname, else its name up to
 # the first dot), not its name: the VMI of a pod is its controlling ownerReference (`vmi_owner`).

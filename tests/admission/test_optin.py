@@ -1,7 +1,6 @@
 """`serve` reads its own MutatingWebhookConfiguration: when its matchConditions shut
 --opt-in-annotation out, one log line and a /readyz note; readiness stays OK."""
 import asyncio
-import copy
 import logging
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from tests.support.stores import api_host, seed
 from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
-from webhook.admission.optin import OptInCheck, shut_out, targets_shut_out
+from webhook.admission.optin import OptInCheck, shut_out
 from webhook.admission.service import Listen, Service
 from webhook.cluster import client
 from webhook.cluster.direct import ClusterStore
@@ -38,10 +37,10 @@ async def serving(kmock, tls_files):
     kmock.objects[MUTATING_WEBHOOK, None, "kubevirt-colocate"] = SHIPPED
     made = []
 
-    async def start(key, migration_targets="untouched"):
+    async def start(key):
         api = client.for_host(api_host(kmock))
-        check = OptInCheck(ClusterStore(api), key, period=0.1, migration_targets=migration_targets == "prefer")
-        svc = Service(SnapshotStore(fixture_cluster()), Settings(opt_in_annotation=key, migration_targets=migration_targets),
+        check = OptInCheck(ClusterStore(api), key, period=0.1)
+        svc = Service(SnapshotStore(fixture_cluster()), Settings(opt_in_annotation=key),
                       Listen(host="127.0.0.1", port=0, metrics_host="127.0.0.1", metrics_port=0, drain_delay=0),
                       tls.ReloadingTLS(tls_files["cert"], tls_files["key"]), companions=[check])
         await svc.start()
@@ -84,71 +83,3 @@ async def test_a_key_the_configuration_lets_through_is_neither_logged_nor_noted(
                for r in kmock)
     assert await readyz(ops) == (200, "ok\n")
     assert not [r for r in caplog.records if r.name == "webhook.optin"]
-
-
-def letting_targets_in(configuration):
-    """The configuration as manifests/migration-targets makes it: the vm webhook's objectSelector
-    no longer keeps migration target pods out."""
-    configuration = copy.deepcopy(configuration)
-    del configuration["webhooks"][0]["objectSelector"]["matchExpressions"]
-    return configuration
-
-
-def test_the_shipped_configuration_keeps_migration_targets_out():
-    assert targets_shut_out(SHIPPED) == ["vm.colocate.kubevirt-scheduler.io"]
-    assert targets_shut_out(letting_targets_in(SHIPPED)) == []
-    assert targets_shut_out({}) == []  # nothing to tell: no note
-
-
-async def test_prefer_with_a_configuration_that_keeps_targets_out_is_said_once_and_noted_in_readyz(serving, caplog):
-    caplog.set_level(logging.WARNING, logger="webhook.optin")
-    ops = await serving(Settings().opt_in_annotation, "prefer")
-    for _ in range(100):
-        status, text = await readyz(ops)
-        if "degraded" in text:
-            break
-        await asyncio.sleep(0.05)
-    assert (status, text) == (200, "ok, degraded: MutatingWebhookConfiguration kubevirt-colocate: the objectSelector of "
-                                   "vm.colocate.kubevirt-scheduler.io keeps migration target pods out: "
-                                   "--migration-targets prefer acts on none (manifests/migration-targets)\n")
-    await asyncio.sleep(0.3)  # checked again, said no more
-    assert len([r for r in caplog.records if r.getMessage() == "migration targets shut out"]) == 1
-
-
-async def test_prefer_with_a_configuration_that_lets_targets_in_is_neither_logged_nor_noted(serving, kmock, caplog):
-    caplog.set_level(logging.WARNING, logger="webhook.optin")
-    kmock.objects[MUTATING_WEBHOOK, None, "kubevirt-colocate"] = letting_targets_in(SHIPPED)
-    ops = await serving(Settings().opt_in_annotation, "prefer")
-    await asyncio.sleep(0.3)  # a few checks
-    assert await readyz(ops) == (200, "ok\n")
-    assert not [r for r in caplog.records if r.name == "webhook.optin"]
-
-
-async def test_a_check_started_twice_then_stopped_reads_no_more_and_started_again_reads_again(kmock):
-    """A companion may be started again (a failed start is released, then retried): one loop
-    runs, and once stopped nothing reads the configuration any more."""
-    seed(kmock, [])
-    kmock.resources[MUTATING_WEBHOOK] = {}
-    kmock.objects[MUTATING_WEBHOOK, None, "kubevirt-colocate"] = SHIPPED
-    api = client.for_host(api_host(kmock))
-
-    def reads():
-        return sum(r.method == "GET" and r.url.path.endswith("/mutatingwebhookconfigurations/kubevirt-colocate")
-                   for r in kmock)
-
-    check = OptInCheck(ClusterStore(api), OTHER_KEY, period=0.05)
-    try:
-        check.start()
-        check.start()
-        await asyncio.sleep(0.3)
-        assert check.degraded()
-        await check.stop()
-        stopped = reads()
-        await asyncio.sleep(0.3)
-        assert reads() == stopped
-        check.start()
-        await asyncio.sleep(0.3)
-        assert reads() > stopped
-    finally:
-        await check.stop()
-        await api.close()

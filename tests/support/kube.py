@@ -161,11 +161,11 @@ class Serving:
         return code
 
 
-def registration(serving: Serving, ca: Path, name: str, *, targets: str = "untouched") -> dict[str, Any]:
+def registration(serving: Serving, ca: Path, name: str) -> dict[str, Any]:
     """The install's MutatingWebhookConfiguration under `name`, calling this server by URL."""
     from kubefake.envtest import webhook_registration
 
-    return webhook_registration(f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", ca, name, targets=targets)
+    return webhook_registration(f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", ca, name)
 
 
 def answer(outcome: Any, uid: str = "uid-1") -> dict[str, Any]:

@@ -50,7 +50,7 @@ CASES = [
     Case("matchFields-two-values", pod("two-values", affinity=fields_term("node-a", "node-b")),
          "must be only one value when `operator` is 'In' or 'NotIn' for node field selector"),
     Case("matchFields-one-value", pod("one-value", affinity=fields_term("node-a")), None),
-    Case("label-value-over-63", pod("long-label", labels={"app": "v" * 64}), "must be no more than 63 characters"),
+    Case("label-value-over-63", pod("long-label", labels={"app": "v" * 64}), "must be no more than 63 bytes"),
     Case("label-value-bad-character", pod("bad-label", labels={"app": "vm 1"}),
          "a valid label must be an empty string or consist of alphanumeric characters"),
     Case("label-value-63", pod("label-63", labels={"app": "v" * 63}), None),

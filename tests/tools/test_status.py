@@ -138,7 +138,7 @@ HEADER = [
     "(no Lease kubevirt-colocate/kubevirt-colocate-keeper), --keep-after 10m",
     "targeted migration: available: spec.addedNodeSelector is kept: targeted migration works",
     "migration priority: available: spec.priority is kept: our migrations queue as system-maintenance",
-    "migrations in flight: 0 ours (limit 2), 0 in all (limit 5); migration targets untouched",
+    "migrations in flight: 0 ours (limit 2), 0 in all (limit 5)",
     "",
 ]
 ROWS = [
@@ -204,7 +204,7 @@ async def test_status_json(tmp_path, kmock):
                                "why": "spec.addedNodeSelector is kept: targeted migration works", "priority": True,
                                "priority_answer": "available",
                                "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
-        "in_flight": {"ours": 0, "all": 0}, "migration_targets": "untouched", "longhorn_restarts_vms": None,
+        "in_flight": {"ours": 0, "all": 0}, "longhorn_restarts_vms": None,
         "longhorn_restarts_vms_answer": "no"}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
@@ -373,21 +373,6 @@ async def test_the_deployments_flags_win_over_its_environment_and_the_flags_give
     assert out.splitlines()[0].startswith("keeper: report (from Deployment kubevirt-colocate/kubevirt-colocate-keeper and "
                                           "the flags given here), leader none"), out
     assert "--keep-after 1m" in out.splitlines()[0]  # the Deployment's, where no flag here says otherwise
-
-
-async def test_the_header_says_what_migration_targets_get_as_deployed(tmp_path, kmock):
-    seed_cluster(kmock, *cluster())
-    seed_deployment(kmock, shipped_deployment())
-    webhook = yaml.safe_load((ROOT / "manifests" / "base" / "deployment.yaml").read_text())
-    webhook["metadata"]["namespace"] = "kubevirt-colocate"
-    webhook["spec"]["template"]["spec"]["containers"][0]["args"].append("--migration-targets=prefer")
-    kmock.objects[DEPLOYMENT, "kubevirt-colocate", "kubevirt-colocate"] = webhook  # the webhook's setting
-    code, out, err = await run_status(tmp_path, kmock)
-    assert code == 0, err
-    assert out.splitlines()[3].endswith("; targets of migrations that name no node prefer the storage node "
-                                        "(--migration-targets prefer)"), out
-    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
-    assert json.loads(out)["cluster"]["migration_targets"] == "prefer"
 
 
 async def test_without_the_deployment_status_says_it_goes_by_its_own_flags(tmp_path, kmock):

@@ -14,12 +14,12 @@ from .. import kinds
 from ..cluster.resolve import (Consumers, Seen, fit_view, migration_target, node_obstacle, resolve_consumers,
                                resolve_disks)
 from ..cluster.store import Store, StoreError
-from ..config import MigrationTargets, PinMode, Settings
+from ..config import PinMode, Settings
 from ..deadline import Deadline
-from ..kinds import VMI, VMIM
-from ..rules.placement import bounds, decide, patch, steer, together
+from ..kinds import VMI
+from ..rules.placement import bounds, decide, patch, together
 from ..rules.shared.alone import Alone
-from ..rules.shared.classify import is_share_manager_pod, target_exemption, vm_exemption
+from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
 from ..rules.kubevirt.target import TargetPod
@@ -65,8 +65,6 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
 
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
-    if exemption is Alone.MIGRATION_TARGET and settings.migration_targets is MigrationTargets.PREFER:
-        return await _migration_target_rule(namespace, pod, store, settings, deadline)
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
         return skip(Rule.NONE if exemption is Alone.NOT_LAUNCHER else Rule.VM, exemption)
@@ -100,40 +98,6 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
 
 def _noting(decision: Decision, unknown: str | None) -> Decision:
     return decision if unknown is None else dataclasses.replace(decision, warnings=(*decision.warnings, unknown))
-
-
-async def _migration_target_rule(
-    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
-) -> Outcome:
-    """`--migration-targets prefer`: the target pod of a migration that names no node gets a
-    preference toward the node serving its disks, never a requirement (rules/placement/steer.py). The
-    migration is read from the API within the deadline: the pod alone cannot tell whether its
-    nodeSelector holds the migration's addedNodeSelector."""
-    exemption = target_exemption(pod)
-    if exemption is not None:
-        return skip(Rule.MIGRATION_TARGET, exemption)
-    named = steer.migration_of(pod)
-    if isinstance(named, str):
-        return skip(Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, f"target untouched: {named}", named)
-    name, uid = named
-    try:
-        migration = await deadline.call(store.whole, VMIM, namespace, name)  # addedNodeSelector
-    except (StoreError, TimeoutError) as exc:
-        why = f"migration {name} unknown: {str(exc) or 'no answer before the deadline'}"
-        return skip(Rule.MIGRATION_TARGET, Alone.MIGRATION_UNKNOWN, f"target untouched: {why}", why)
-    untouched = steer.why_not_steered(migration, name, uid)
-    if untouched is not None:
-        why, detail = untouched
-        # A migration that names its node is someone's choice (the keeper's own among them): no warning.
-        warning = None if why is Alone.MIGRATION_NAMES_NODE else f"target untouched: {detail}"
-        return skip(Rule.MIGRATION_TARGET, why, warning, detail)
-    vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
-    facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline)
-    decision = steer.prefer(facts, steer.describe(migration, name))
-    if isinstance(decision, str):
-        return skip(Rule.MIGRATION_TARGET, Alone.NO_STORAGE_NODE, f"target untouched: {decision}", decision,
-                    facts=tuple(facts))
-    return _decided(pod, _noting(decision, unknown), settings, Rule.MIGRATION_TARGET, facts)
 
 
 async def _share_manager_rule(

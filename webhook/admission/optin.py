@@ -1,8 +1,6 @@
 """Does our own MutatingWebhookConfiguration let opted-in pods through? Its matchConditions
 name the opt-in annotation too (manifests/base), and when they name another key than
---opt-in-annotation no VM reaches the webhook at all, silently. Likewise its objectSelector
-keeps migration target pods out unless the install lets them in (manifests/migration-targets),
-and then `--migration-targets prefer` has nothing to act on. So `serve` reads the
+--opt-in-annotation no VM reaches the webhook at all, silently. So `serve` reads the
 configuration at start and every `period` seconds, and says so in one log line and a /readyz
 note (readiness itself stays OK: the webhook must never block anything).
 
@@ -39,33 +37,14 @@ def shut_out(configuration: dict[str, Any], key: str) -> list[str]:
     return found
 
 
-def targets_shut_out(configuration: dict[str, Any]) -> list[str]:
-    """The webhooks for virt-launcher pods, when every one of them keeps migration target pods
-    out (objectSelector `kubevirt.io/migrationJobUID DoesNotExist`, as manifests/base has it);
-    [] when a target gets through one, or when there is none to tell."""
-    hooks = []
-    for hook in configuration.get("webhooks") or []:
-        selector = hook.get("objectSelector") or {}
-        if (selector.get("matchLabels") or {}).get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:
-            continue
-        keeps_out = any(isinstance(e, dict) and e.get("key") == kinds.MIGRATION_JOB_LABEL
-                        and e.get("operator") == "DoesNotExist" for e in selector.get("matchExpressions") or [])
-        if not keeps_out:
-            return []
-        hooks.append(str(hook.get("name") or "?"))
-    return hooks
-
-
 class OptInCheck:
     """A companion of `serve` (start, stop, degraded): the note while the configuration shuts
     our opt-in key out."""
 
     def __init__(self, store: Store, key: str, name: str = DEFAULT_CONFIGURATION, *, period: float = 60.0,
-                 timeout: float = 5.0, migration_targets: bool = False):
+                 timeout: float = 5.0):
         self.store, self.key, self.name, self.timeout = store, key, name, timeout
-        self.migration_targets = migration_targets  # --migration-targets prefer: they must get through too
         self._note = ""
-        self._targets_note = ""
         self._checking = Background("opt-in check", self.check, log=log, failure="checking the webhook configuration "
                                     "failed", period=period)
 
@@ -76,7 +55,7 @@ class OptInCheck:
         await self._checking.stop()
 
     def degraded(self) -> list[str]:
-        return [note for note in (self._note, self._targets_note) if note] + self._checking.degraded()
+        return ([self._note] if self._note else []) + self._checking.degraded()
 
     async def check(self) -> str:
         """Read the configuration once; the note (empty when the key gets through or it cannot be told)."""
@@ -91,13 +70,4 @@ class OptInCheck:
             log.warning("opt-in annotation shut out", extra={"fields": {
                 "configuration": self.name, "webhooks": hooks, "opt_in_annotation": self.key}})
         self._note = note
-        self._targets_note = self._check_targets(configuration or {})
-        return note
-
-    def _check_targets(self, configuration: dict[str, Any]) -> str:
-        hooks = targets_shut_out(configuration) if self.migration_targets else []
-        note = (f"MutatingWebhookConfiguration {self.name}: the objectSelector of {', '.join(hooks)} keeps migration "
-                f"target pods out: --migration-targets prefer acts on none (manifests/migration-targets)") if hooks else ""
-        if note and note != self._targets_note:
-            log.warning("migration targets shut out", extra={"fields": {"configuration": self.name, "webhooks": hooks}})
         return note

@@ -13,7 +13,6 @@ from ..rules.shared.facts import Fact
 class Rule(enum.StrEnum):
     VM = "vm"
     SHARE_MANAGER = "share-manager"
-    MIGRATION_TARGET = "migration-target"  # --migration-targets prefer
     NONE = "none"
 
 

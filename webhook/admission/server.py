@@ -177,8 +177,7 @@ class Admissions:
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:
-                self.events.emit(review.object, review.namespace, outcome.decision,
-                                 migration_target=outcome.rule is Rule.MIGRATION_TARGET)
+                self.events.emit(review.object, review.namespace, outcome.decision)
             seconds = time.monotonic() - started
             count_admission(outcome, seconds)
             log_admission(review, outcome, seconds, self.lag.recent() if self.lag is not None else None)

@@ -3,11 +3,13 @@ default in its help."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from typing import Any, NoReturn, Protocol
 
 from .. import __version__
 from ..admission.budget import DEFAULT_BYTES
-from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, Settings
+from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, Settings, retired
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 MIB = 1024 * 1024
@@ -63,7 +65,10 @@ def flags_given(args: argparse.Namespace) -> dict[str, object]:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    """Defaults, then COLOCATE_*, then the flags this verb has."""
+    """Defaults, then COLOCATE_*, then the flags this verb has; a removed setting still in the
+    environment is ignored with a warning."""
+    for warning in retired(os.environ):
+        logging.getLogger("webhook").warning(warning)
     return Settings.from_env(**flags_given(args))
 
 

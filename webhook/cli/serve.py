@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from .. import logs
-from ..config import KeepMode, MigrationTargets
+from ..config import KeepMode
 from .parser import MIB, RETIRED, settings_from
 from .review import snapshot
 
@@ -52,8 +52,7 @@ async def run_serve(args: argparse.Namespace) -> int:
         events = EventSink(api) if args.events == "on" else NO_EVENTS
         companions.append(FreezeListed(store.informers))  # full collections walk what came after (heap.py)
         companions.append(StrandedReporter(store, settings, events))
-        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
-                                     migration_targets=settings.migration_targets is MigrationTargets.PREFER))
+        companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,

@@ -20,7 +20,7 @@ from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
 from .informer import Informer, Informers
-from .shapes import shapes
+from .shapes import pod_read, shapes
 from .reflector import Timing
 from .store import Stats, StoreError, volume_handle
 from .table import Indexer, object_key
@@ -145,6 +145,7 @@ class WatchedClusterStore(Informers):
                                        "labelled": _indexed_labels,
                                        "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
+        self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.journal.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
@@ -206,9 +207,6 @@ class WatchedClusterStore(Informers):
         informer = self._by_kind.get(resource.kind)
         if informer is not None and resource.kind in CACHED_ONLY:
             raise StoreError(f"the {informer.name} cache has not synced ({informer.error or 'listing'})")
-        return await self.direct.get(resource, namespace, name, timeout=timeout)
-
-    async def whole(self, resource, namespace, name, *, timeout=None):
         return await self.direct.get(resource, namespace, name, timeout=timeout)
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):

@@ -65,9 +65,6 @@ class ClusterStore(Unwatched):
     async def get(self, resource, namespace, name, *, timeout=None):
         return await self._read(resource, namespace, name, [], timeout)
 
-    async def whole(self, resource, namespace, name, *, timeout=None):
-        return await self._read(resource, namespace, name, [], timeout)
-
     async def list(self, resource: Resource, namespace: str | None = None, labels: dict[str, str] | None = None,
                    *, timeout: float | None = None) -> list[dict[str, Any]]:
         """Objects of a resource, optionally in one namespace and with these exact labels."""

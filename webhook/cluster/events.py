@@ -52,10 +52,7 @@ def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
     return reference | ({"uid": uid} if uid else {})
 
 
-def decision_event(involved: dict[str, Any], decision: Decision, instance: str, *,
-                   migration_target: bool = False) -> dict[str, Any]:
-    if migration_target:  # --migration-targets prefer: a preference is all a target ever gets, not a failure
-        return new_event(involved, "MigrationTargetPreferred", decision.reason, instance)
+def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
     if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow
         return new_event(involved, "PlacedForVM", decision.reason, instance)
     pinned = decision.outcome == PINNED
@@ -87,7 +84,7 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
 class Events(Protocol):
     """Where Events about decisions go: the API (EventSink), or nowhere (NoEvents)."""
 
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
         ...
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
@@ -101,7 +98,7 @@ class Events(Protocol):
 class NoEvents:
     """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
 
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
         pass
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
@@ -127,11 +124,11 @@ class EventSink:
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
 
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision, *, migration_target: bool = False) -> None:
+    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
         involved = involved_object(pod, namespace)
         if involved is None:
             return
-        self._queue_event(decision_event(involved, decision, self.instance, migration_target=migration_target))
+        self._queue_event(decision_event(involved, decision, self.instance))
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:

@@ -104,6 +104,13 @@ def pod_annotations(settings: Settings) -> Callable[[str], bool]:
     return declared.POD.named("annotations", settings)
 
 
+def pod_read(settings: Settings) -> Shape:
+    """A cached pod as its readers get it: its annotations guarded (`declaring.CachedAnnotations`),
+    so that a rule reading one nobody declared fails with `Undeclared` rather than read nothing."""
+    declared_keys = pod_annotations(settings)
+    return lambda pod: declared.POD.guarded(pod, declared_keys)
+
+
 def shape_pod(settings: Settings) -> Shape:
     """A pod reduced to what the rules and the scheduler checks read. Every pod of the cluster
     is kept, so this is written out rather than declared: ports only where a host port is

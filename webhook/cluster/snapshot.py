@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from .. import kinds
-from ..kinds import POD, PV, RULE_RESOURCES, VMI, VMIM, Resource
+from ..kinds import POD, PV, RULE_RESOURCES, VMI, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
 from .store import Unwatched, labels_match, using, volume_handle
@@ -83,7 +83,7 @@ class SnapshotStore(Unwatched):
         return cls(objects)
 
     def usable(self) -> int:
-        """How many objects the rules can read (PVCs, PVs, Nodes, Pods, ShareManagers, migrations)."""
+        """How many objects the rules can read (PVCs, PVs, Nodes, Pods, ShareManagers, VMIs)."""
         return len(self._objects)
 
     def _all(self, resource: Resource, namespace: str | None = None) -> Iterator[dict[str, Any]]:
@@ -103,9 +103,6 @@ class SnapshotStore(Unwatched):
     async def get(self, resource, namespace, name, *, timeout=None):
         return self.peek(resource, namespace, name)[1]
 
-    async def whole(self, resource, namespace, name, *, timeout=None):
-        return self.peek(resource, namespace, name)[1]
-
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         return [pv for pv in self._all(PV) if volume_handle(pv) == handle]
 
@@ -118,8 +115,7 @@ class SnapshotStore(Unwatched):
         return None
 
 
-# Migrations too: what `--migration-targets prefer` reads of a migration target's migration.
-_BY_KIND = {(r.api_version, r.kind): r for r in (*RULE_RESOURCES, VMIM)}
+_BY_KIND = {(r.api_version, r.kind): r for r in RULE_RESOURCES}
 
 
 def flatten(documents: Iterable[Any]) -> Iterator[Any]:

@@ -32,12 +32,6 @@ class Store(Protocol):
     ) -> dict[str, Any] | None:
         """The object, or None when it does not exist. Raises StoreError when unsure."""
 
-    async def whole(
-        self, resource: Resource, namespace: str | None, name: str, *, timeout: float | None = None
-    ) -> dict[str, Any] | None:
-        """The object with every field (the caches keep trimmed copies), for the rare reads that
-        need what a cache drops; None when it does not exist. Raises StoreError when unsure."""
-
     async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
 

@@ -31,10 +31,12 @@ class Table:
     one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
     """
 
-    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared", "changes")
+    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared", "changes", "reader")
 
     def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
         self.indexers = indexers
+        # What each decoded object becomes before anyone reads it (pods: `shapes.pod_read`).
+        self.reader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         # Told every change as (old, new) objects, for figures kept beside the table (usage per node).
         self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
@@ -61,14 +63,13 @@ class Table:
             obj = self.shared[key] = self.decode(key, blob)
         return obj
 
-    @staticmethod
-    def decode(key: str, blob: bytes) -> dict[str, Any]:
+    def decode(self, key: str, blob: bytes) -> dict[str, Any]:
         obj = orjson.loads(blob)
         namespace, _, name = key.rpartition("/")
         meta = {"name": name, "namespace": namespace} if namespace else {"name": name}
         rest = obj.get("metadata")
         obj["metadata"] = meta | rest if isinstance(rest, dict) else meta
-        return obj
+        return obj if self.reader is None else self.reader(obj)
 
     @staticmethod
     def encode(obj: dict[str, Any]) -> bytes:

@@ -29,7 +29,7 @@ from .. import kinds
 from ..cluster.direct import ClusterStore
 from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
-from ..config import KeepMode, MigrationTargets, Settings
+from ..config import KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.targeted import TargetedMigration
@@ -54,7 +54,6 @@ CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), eac
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
 DEPLOYMENT_NAME = "kubevirt-colocate-keeper", "keeper"  # the shipped keeper's Deployment and its container
-WEBHOOK_DEPLOYMENT = "kubevirt-colocate", "webhook"  # the webhook's: what migration targets get
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
 DRY_RUN_NAMESPACE, DRY_RUN_VMI = "default", "kubevirt-colocate-dry-run"
 DRY_RUN_REASON = "dry run of kubevirt-colocate status: are spec.addedNodeSelector and spec.priority kept?"
@@ -133,15 +132,8 @@ class Cluster:
     in_flight_ours: int
     in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
-    migration_targets: MigrationTargets = MigrationTargets.UNTOUCHED  # --migration-targets: what a migration that names no node gets
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
-
-    @property
-    def targets(self) -> str:
-        if self.migration_targets is MigrationTargets.PREFER:
-            return "targets of migrations that name no node prefer the storage node (--migration-targets prefer)"
-        return "migration targets untouched"
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -151,7 +143,7 @@ class Cluster:
             f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
-            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight}); {self.targets}",
+            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
@@ -167,7 +159,7 @@ class Cluster:
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
-                "migration_targets": self.migration_targets, "longhorn_restarts_vms": self.restarts.warning(),
+                "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
 
@@ -294,8 +286,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     header = Cluster(mode=str(facts.mode), leader=await leader(store, settings, now, timeout), limits=facts.limits,
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
-                     in_flight_all=facts.in_flight_all, settings_from=settings_from,
-                     migration_targets=settings.migration_targets, restarts=restarts)
+                     in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header)
 
@@ -317,17 +308,15 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
-    """The keeper's Deployment's settings (its COLOCATE_* values, then its flags, as `keep` reads them) and
-    the webhook's migration targets, with where they came from in words; else `settings` and why."""
+    """The keeper's Deployment's settings (its COLOCATE_* values, then its flags, as `keep` reads them),
+    with where they came from in words; else `settings` and why."""
     namespace = settings.lease_namespace or KEEPER_NAMESPACE
     where = f"Deployment {namespace}/{DEPLOYMENT_NAME[0]}"
     found = await _container(store, namespace, DEPLOYMENT_NAME, where, timeout)
     if isinstance(found, str):
         return settings, f"settings as given here: {found}"
-    webhook = await _container(store, namespace, WEBHOOK_DEPLOYMENT, "", timeout)
-    targets = {} if isinstance(webhook, str) else {"migration_targets": Settings.from_command(*webhook).migration_targets}
     try:
-        return dataclasses.replace(Settings.from_command(*found), **targets), f"from {where}"
+        return Settings.from_command(*found), f"from {where}"
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
 

@@ -44,7 +44,6 @@ pin: required
 optInAnnotation: kubevirt-scheduler/co-schedule
 longhornNamespace: longhorn-system
 shareManagerRule: true
-migrationTargets: untouched
 spareVMs: false
 bodyBudgetMiB: 192
 {{- end }}
@@ -59,9 +58,6 @@ bodyBudgetMiB: 192
 {{- $flags = concat $flags (include "kubevirt-colocate.diskFlags" . | fromYamlArray) -}}
 {{- if not .Values.shareManagerRule -}}
 {{- $flags = append $flags "--share-manager-rule=off" -}}
-{{- end -}}
-{{- if ne .Values.migrationTargets $default.migrationTargets -}}
-{{- $flags = append $flags (printf "--migration-targets=%s" .Values.migrationTargets) -}}
 {{- end -}}
 {{- if ne (int64 .Values.bodyBudgetMiB) (int64 $default.bodyBudgetMiB) -}}
 {{- $flags = append $flags (printf "--body-budget=%d" (int64 .Values.bodyBudgetMiB)) -}}

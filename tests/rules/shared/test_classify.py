@@ -56,7 +56,7 @@ def test_the_opt_in_annotation_is_the_configured_one():
 
 
 @pytest.mark.parametrize("pod, why", [
-    (migration_target(), None),  # a target is placed by --migration-targets prefer, not by the VM rule
+    (migration_target(), None),  # neither (vm_exemption leaves a target alone before these)
     (changed(migration_target(), nodeName="node-a"), Alone.ALREADY_BOUND),
     (changed(migration_target(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), Alone.EPHEMERAL),
 ], ids=["unbound-target", "bound-target", "ephemeral-target"])

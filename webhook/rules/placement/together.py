@@ -8,9 +8,8 @@ anywhere may land where the VM can never follow: a node of an older CPU generati
 refuses the VM's *migration* target pod (`rules/kubevirt/target.py`) though it would take a new pod.
 So the share-manager is required to be among the nodes where both it and the VM's migration
 target pod fit, with preferences toward those with most room for the VM; the keeper then
-always has a move that can succeed, and `--migration-targets prefer` lands the VM there at
-once. The checks are the pin's never-strand checks (`rules/fit/`), for both
-pods, on every node.
+always has a move that can succeed. The checks are the pin's never-strand checks (`rules/fit/`),
+for both pods, on every node.
 """
 from __future__ import annotations
 

@@ -23,9 +23,6 @@ class Alone(enum.StrEnum):
     NOT_LAUNCHER = "not a virt-launcher pod"
     NOT_OPTED_IN = "not opted in"
     MIGRATION_TARGET = "migration target"
-    MIGRATION_UNKNOWN = "migration unknown"  # --migration-targets prefer: the pod's migration could not be read
-    MIGRATION_NAMES_NODE = "migration names its node"
-    NO_STORAGE_NODE = "no storage node"
     EPHEMERAL = "ephemeral provisioning pod"
     TERMINATING = "terminating"
     FINISHED = "finished"

@@ -36,8 +36,10 @@ def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings:
 def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why this pod is left untouched by the VM rule at its creation, or None when we act on it.
 
-    Migration targets are built from the VMI and carry the opt-in too. Pinning one next to
-    the source's share-manager would fight its anti-affinity and make migration impossible.
+    Migration targets are built from the VMI and carry the opt-in too, and are always left
+    untouched: pinning one next to the source's share-manager would fight its anti-affinity and make
+    migration impossible, and a mere preference moved share-managers where evacuations did not
+    follow (docs/operations.md, "Migration targets").
     """
     labels, annotations = kinds.labels(pod), kinds.annotations(pod)
     if (why := _not_opted_in(labels, annotations, settings)) is not None:
@@ -48,8 +50,7 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
 
 
 def target_exemption(pod: dict[str, Any]) -> Alone | None:
-    """Why an opted-in pod is left untouched whatever rule would place it: a VM pod, or under
-    `--migration-targets prefer` a migration target before its migration is read; or None."""
+    """Why an opted-in VM pod is left untouched whatever rule would place it, or None."""
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Alone.EPHEMERAL
     if kinds.spec(pod).get("nodeName"):

@@ -89,8 +89,10 @@ VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
 # --------------------------------------------------------------------------- Pod
 # Every pod of the cluster is kept, and what is worth keeping of one depends on what it is
 # (`cluster.shapes.shape_pod` writes that out); its annotations and its launcher's claims are declared.
+# A pod read from the cache raises `Undeclared` for any other annotation (`cluster.shapes.pod_read`): a
+# rule that starts reading one of a launcher pod declares it here, `POD.annotation(key)`, or beside it.
 
-POD = Fields("Pod")
+POD = Fields("Pod", "POD")
 POD_OPT_IN = POD.annotation(_opt_in)
 POD_PROVISIONING = POD.annotation(kinds.EPHEMERAL_PROVISIONING)  # WaitForFirstConsumer's temporary pod
 POD.annotation_prefix(_decision_prefix)  # our decision, node and reason

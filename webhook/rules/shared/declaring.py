@@ -27,21 +27,26 @@ class Undeclared(LookupError):
     would never see it. Raised at the read, in the first test that reaches it."""
 
 
+def undeclared(kind: str, declared_as: str, key: str) -> Undeclared:
+    """The error of a read of `key` on an object of `kind`, naming the declaration to add."""
+    return Undeclared(f"the {kind} annotation {key!r} is read but not declared: declare it with "
+                      f"`{declared_as}.annotation({key!r})`, beside the rule that reads it or in {DECLARED_IN} "
+                      "(the caches keep only what is declared)")
+
+
 class Annotations(Mapping[str, str]):
     """The declared annotations an object carries (`Fields.annotations_of`). Reading a key that is
     not declared raises `Undeclared`, naming the declaration to add: the caches keep only what is
     declared, and a rule tested on whole objects would otherwise pass and do nothing in production."""
 
-    __slots__ = ("_found", "_declared", "_kind")
+    __slots__ = ("_found", "_declared", "_kind", "_declared_as")
 
-    def __init__(self, found: dict[str, str], declared: Callable[[str], bool], kind: str):
-        self._found, self._declared, self._kind = found, declared, kind
+    def __init__(self, found: dict[str, str], declared: Callable[[str], bool], kind: str, declared_as: str = ""):
+        self._found, self._declared, self._kind, self._declared_as = found, declared, kind, declared_as or kind
 
     def _check(self, key: str) -> None:
         if not self._declared(key):
-            raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: declare it with "
-                             f"`{self._kind}.annotation({key!r})`, beside the rule that reads it or in {DECLARED_IN} "
-                             "(the caches keep only what is declared)")
+            raise undeclared(self._kind, self._declared_as, key)
 
     def __getitem__(self, key: str) -> str:
         self._check(key)
@@ -63,6 +68,35 @@ class Annotations(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return repr(self._found)
+
+
+class CachedAnnotations(dict[str, Any]):
+    """The annotations of an object a cache hands out (a pod: `cluster.shapes.pod_read`): a plain
+    dict to every reader, `kinds.annotations` included, but a read of a key nobody declared raises
+    `Undeclared`, as `Annotations` does. The cache kept only the declared ones: the rule would read
+    nothing in production, and tested on whole objects it would pass."""
+
+    __slots__ = ("_declared", "_kind", "_declared_as")
+
+    def __init__(self, found: dict[str, Any], declared: Callable[[str], bool], kind: str, declared_as: str):
+        super().__init__(found)
+        self._declared, self._kind, self._declared_as = declared, kind, declared_as
+
+    def _check(self, key: object) -> None:
+        if not self._declared(str(key)):
+            raise undeclared(self._kind, self._declared_as, str(key))
+
+    def __getitem__(self, key: str) -> Any:
+        self._check(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self._check(key)
+        return super().__contains__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self._check(key)
+        return super().get(key, default)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,8 +155,9 @@ class Fields:
     in a module imported before any cache takes its shape (`cluster/shapes.py` imports the rules). A
     declaration made after a shape was taken would be missing from it: it raises instead."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, declared_as: str = ""):
         self.name = name
+        self.declared_as = declared_as or name  # its name in `declared` (the line an Undeclared names)
         self.shaped = False  # a cache's shape was taken (`keep`): later declarations would be missing from it
         self.paths: set[tuple[str, ...]] = set()  # every declared path and its parents (list items "key[]")
         self.keys: dict[str, list[KeySource]] = {"annotations": [], "labels": []}
@@ -170,7 +205,17 @@ class Fields:
         found = meta.get("annotations") if isinstance(meta, dict) else None
         carried = {} if not isinstance(found, dict) else {
             key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
-        return Annotations(carried, self.named("annotations", settings), self.name)
+        return Annotations(carried, self.named("annotations", settings), self.name, self.declared_as)
+
+    def guarded(self, obj: dict[str, Any], declared: Callable[[str], bool]) -> dict[str, Any]:
+        """`obj` (a cache's copy) with its annotations a `CachedAnnotations`, an empty one where it
+        kept none: `declared` is `named("annotations", settings)`, what the cache kept."""
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            found = meta.get("annotations")
+            meta["annotations"] = CachedAnnotations(found if isinstance(found, dict) else {}, declared, self.name,
+                                                    self.declared_as)
+        return obj
 
     def keep(self, settings: Settings) -> Any:
         """The caches' spec (`cluster.shapes.trim`) of what is declared: every field, annotation and label."""
