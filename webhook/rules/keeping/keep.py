@@ -24,6 +24,7 @@ from ... import kinds
 from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
+from .recovery import cost, needs_restart, STALE_MIGRATION, StaleMigration
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -75,8 +76,14 @@ class VmFacts:
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: tuple[int, datetime] | None = None  # (refusals in a row, retry after) of its last create
     # Why its NFS mount is stale (`rules.shared.longhorn.stale_mount`: paused on an I/O error, its pod
-    # older than a remount request of Longhorn's), None when nothing says so: one migration recovers it.
+    # older than a remount request of Longhorn's), None when nothing says so: one migration recovers it,
+    # two beside its NFS server (`rules.keeping.recovery`).
     stale: str | None = None
+    away: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
+    # Our migration that recovered it while it stayed paused (`recovery.recovered_by`), and why its pod
+    # is not known to have mounted its disks afresh (None: it has): what unpausing it goes by (`resume`).
+    recovered: Migration | None = None
+    not_afresh: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,6 +103,8 @@ class PassFacts:
     outbound: Mapping[str, int] = dataclasses.field(default_factory=dict)  # in flight by the node they leave
     incomplete: str = ""
     lease: bool = True
+    # Whether a migration of a VM on a stale mount can finish (`recovery.STALE_MIGRATION`, the one answer).
+    stale_migration: StaleMigration = STALE_MIGRATION
 
     def after_create(self, source: str | None) -> PassFacts:
         """The same pass after one more migration of ours, leaving `source`."""
@@ -118,10 +127,14 @@ class KeepDecision:
     why: str = ""  # where it runs and where its disks are served, in words
     apart_for: timedelta | None = None  # how long it has been apart, once that counts
     stale: str | None = None  # why its NFS mount is stale (`VmFacts.stale`): the migration recovers it
+    hop: bool = False  # stale beside its NFS server: it goes to `target` and comes back (`recovery.HOP`)
 
     @property
     def move(self) -> str:
         """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
+        if self.hop:
+            return (f"from {self.source} to {self.target} and back ({cost(True)} migrations, its target pod cannot "
+                    f"land beside its own pod): {self.stale}; {self.why}")
         if self.stale:
             return f"from {self.source} to {self.target}: {self.stale}; {self.why}"
         apart = whole_seconds(self.apart_for or timedelta(0))
@@ -158,6 +171,27 @@ def _backoff_words(vm: VmFacts, p: PassFacts) -> str:
 
 def _today(vm: VmFacts, p: PassFacts) -> int:
     return sum(1 for a in vm.history if p.now - a.created < DAY)
+
+
+def _beside(vm: VmFacts) -> bool:
+    """On a stale mount beside its NFS server: its recovery goes through another node."""
+    return bool(vm.stale) and vm.where.state is CO_LOCATED
+
+
+def _over_budget(vm: VmFacts, p: PassFacts) -> bool:
+    """Its migrations of the last 24h and what moving it now costs would pass --keep-max-per-day."""
+    return _today(vm, p) + cost(_beside(vm)) > p.limits.max_per_day
+
+
+def _budget_words(vm: VmFacts, p: PassFacts) -> str:
+    words = f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"
+    return words + (f": its recovery beside its NFS server takes {cost(True)}" if _beside(vm) else "")
+
+
+def _unfit_words(vm: VmFacts) -> str:
+    if _beside(vm):
+        return f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
+    return f"cannot move to {vm.where.target}: {vm.target_unfit}"
 
 
 def _untargeted(p: PassFacts) -> str:
@@ -200,10 +234,13 @@ CHECKS: tuple[Check, ...] = (
     Check(Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
           lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
     # (Whether its mount is stale is read here, of every VM, for `status` to say it of one that stays.)
-    Check(Alone.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
+    Check(Alone.NOT_APART, lambda vm, p: not _beside(vm) and (vm.where.state is not APART or vm.where.target is None),
           lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where", "stale"), own=True),
-    Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
-          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit",), own=True),
+    # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.STALE_MIGRATION`).
+    Check(Alone.NEEDS_RESTART, lambda vm, p: bool(vm.stale) and not p.stale_migration.finishes,
+          lambda vm, p: needs_restart(vm.stale or "", p.stale_migration), ("stale",)),
+    Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.away is None),
+          lambda vm, p: _unfit_words(vm), ("target_unfit", "stale", "where", "away"), own=True),
     Check(Alone.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
           lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", ("vmi",), own=True),
     Check(Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
@@ -219,8 +256,7 @@ CHECKS: tuple[Check, ...] = (
           lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
                         f"(wait {whole_seconds(p.limits.after)}s)", ("last_end", "stale")),
     Check(Alone.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
-    Check(Alone.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
-          lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})", ("history",)),
+    Check(Alone.DAILY_LIMIT, _over_budget, _budget_words, ("history", "stale", "where")),
     Check(Alone.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
     Check(Alone.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
           lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
@@ -271,8 +307,10 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
 
 def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
     where = vm.where
-    return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
-                        _apart_for(vm, p.now) if where.state is APART else None, vm.stale)
+    return KeepDecision(act=hold is None, reason=reason, state=where.state, hold=hold, source=where.node,
+                        target=where.target or (vm.away if _beside(vm) else None), why=where.why,
+                        apart_for=_apart_for(vm, p.now) if where.state is APART else None, stale=vm.stale,
+                        hop=_beside(vm))
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
@@ -317,11 +355,6 @@ OFF = "the keeper is off (--keep off)"
 # Holds that end by themselves (time passes), after which the keeper checks targeted migration.
 WAITS = (Alone.APART_BRIEFLY, Alone.MIGRATED_RECENTLY, Alone.BACKING_OFF, Alone.DAILY_LIMIT)
 NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migration, when the cluster lacks it
-# A VM on a stale mount beside its NFS server: the keeper migrates only to the storage node (its
-# migrations each name one, and the install's policy holds it to that), which a VM's target pod
-# never shares with it (KubeVirt's anti-affinity to the VMI's own pods).
-STALE_BESIDE = ("held: beside its NFS server, where no migration of it can land: `virtctl migrate` it "
-                "(it lands elsewhere, and the keeper brings it back after --keep-after)")
 
 
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
@@ -332,9 +365,12 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     (`off`)."""
     limits, now = facts.limits, facts.now
     if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
-        return "stays: co-located" if not decision.stale else STALE_BESIDE
+        return "stays: co-located"
     if off:
         return f"nothing: {OFF}"
+    if decision.act and decision.hop:
+        return (f"moves to {decision.target} at the keeper's next pass and back to {decision.source} after "
+                f"(stale mount beside its NFS server: {cost(True)} migrations, no reboot)")
     if decision.act:
         return f"moves to {decision.target} at the keeper's next pass" + (" (stale mount)" if decision.stale else "")
     if facts.targeted is False and decision.hold in WAITS:

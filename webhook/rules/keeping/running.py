@@ -123,6 +123,9 @@ class VmiView:
     # Its annotations the rules read (`rules.shared.declared.VMI`): a hold on a new one declares it there.
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     paused: str = ""  # the reason of its Paused condition when it is paused (PausedIOError, PausedByUser, ...)
+    # Since when it is paused (the condition's lastTransitionTime; None: not paused, or not said). A
+    # migration keeps the condition as it was: virt-handler sets it only where there is none.
+    paused_since: datetime | None = None
     hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged volumes (mounted by attachment pods)
 
     @property
@@ -139,13 +142,13 @@ def _conditions(status: dict[str, Any]) -> list[Any]:
     return conditions
 
 
-def _paused(status: dict[str, Any]) -> str:
-    """Why the VM is paused (its Paused condition's reason), "" when it is not."""
+def _paused(status: dict[str, Any]) -> tuple[str, datetime | None]:
+    """Why the VM is paused (its Paused condition's reason), "" when it is not; and since when."""
     for condition in _conditions(status):
         if (isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.PAUSED
                 and declared.CONDITION_STATUS.value(condition) == "True"):
-            return str(declared.CONDITION_REASON.value(condition) or "Paused")
-    return ""
+            return str(declared.CONDITION_REASON.value(condition) or "Paused"), declared.CONDITION_SINCE.time(condition)
+    return "", None
 
 
 def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
@@ -200,6 +203,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         migratable, why = _live_migratable(status)
         domain = declared.DOMAIN.obj(spec)
         machine_type, machine_from = _machine_type(status, domain)
+        paused, paused_since = _paused(status)
         annotations = declared.VMI.annotations_of(obj, settings)
         uid = declared.VMI_UID.value(metadata)
         return VmiView(
@@ -219,7 +223,8 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
             machine_type=machine_type,
             machine_from=machine_from,
             annotations=annotations,
-            paused=_paused(status),
+            paused=paused,
+            paused_since=paused_since,
             hotplugged=tuple(hotplugged_claims(obj)),
         )
     except Malformed as exc:

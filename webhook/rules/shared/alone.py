@@ -40,6 +40,8 @@ class Alone(enum.StrEnum):
     NO_EVICTION = "prefer no eviction"
     NOT_RUNNING = "not running"
     NOT_APART = "not apart"
+    # Its NFS mount is stale and no live migration of it can finish (`rules.keeping.recovery`).
+    NEEDS_RESTART = "needs a restart"
     TARGET_UNFIT = "target unfit"
     NOT_MIGRATABLE = "not live-migratable"
     MIGRATING = "migration in flight"
