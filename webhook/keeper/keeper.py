@@ -38,6 +38,7 @@ from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, decide_keep, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
+from ..rules.keeping.resume import decide_resume
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt
 from .act import Actor, ActionResult
@@ -215,6 +216,10 @@ class Keeper:
                 facts = dataclasses.replace(facts, lease=False)  # asked again just before acting
                 decision = decide_keep(vm.facts, facts)
             self.memory.record(vm.facts, decision, now)
+            if await self._resume(vm, facts, now, errors):  # unpaused (or tried) this pass: not moved too
+                if errors:  # the API itself is failing: act on nothing more this pass
+                    facts = dataclasses.replace(facts, incomplete=facts.incomplete or errors[-1])
+                continue
             if not decision.act:
                 continue
             result = await self.actor.create(vm, decision, priority=bool(self.targeted.priority))
@@ -269,8 +274,23 @@ class Keeper:
         for vmi in running:
             await breathe()
             key = (vmi.namespace, vmi.name)
-            observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key)))
+            observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key),
+                                              self.memory.done_unpausing(now)))
         return observed
+
+    async def _resume(self, vm: Observed, facts: PassFacts, now: datetime, errors: list[str]) -> bool:
+        """Unpause the VM if the keeper recovered it and nothing holds that (`decide_resume`), asking
+        for the lease just before; whether it was tried. Once per recovery migration: a refusal
+        (not paused any more) ends it too, another failure is tried again after a backoff, and an
+        error that any unpause would meet goes to `errors` (nothing more is acted on this pass)."""
+        resume = decide_resume(vm.facts, facts)
+        if resume is None or not resume.act or not self.authority(self.timing.request_timeout):
+            return False
+        result, done = await self.actor.unpause(vm, resume)
+        self._remember(result, now)
+        self.memory.unpaused(resume.uid, now, done=done)
+        errors += [result.error] if result.error else []
+        return True
 
     def _remember(self, result: ActionResult, now: datetime) -> None:
         """An action's result in the VM's record, and its refusals."""

@@ -45,6 +45,9 @@ class Memory:
         self.records: dict[VmKey, VmRecord] = {}
         self.refused: dict[VmKey, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
+        # Our recovery migrations (uid) whose VM was unpaused (None: done with) or is to be tried
+        # again after a moment: once per recovery, however long the VMI takes to show it.
+        self.unpauses: dict[str, datetime | None] = {}
         self._skipped: set[str] = set()
 
     def skip(self, skipped: Malformed) -> None:
@@ -94,6 +97,14 @@ class Memory:
         """The API refused this VM's migration: it waits a backoff that grows with each refusal in a row."""
         count = self.refused.get(key, (0, now))[0] + 1
         self.refused[key] = (count, now + backoff_delay(count))
+
+    def unpaused(self, uid: str, now: datetime, *, done: bool) -> None:
+        """An unpause after recovery migration `uid` made: done with, or tried again after a backoff."""
+        self.unpauses[uid] = None if done else now + backoff_delay(1)
+
+    def done_unpausing(self, now: datetime) -> set[str]:
+        """The recovery migrations whose VM is not to be unpaused now."""
+        return {uid for uid, retry in self.unpauses.items() if retry is None or now < retry}
 
     def created(self, key: VmKey) -> None:
         self.refused.pop(key, None)
