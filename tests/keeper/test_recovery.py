@@ -120,3 +120,25 @@ async def test_a_stale_vm_beside_its_storage_goes_away_and_back_without_a_reboot
     vm1 = kmock.objects[kinds.VMI, "default", "vm1"].raw
     assert vm1["metadata"]["uid"] == uid and vm1["status"]["phase"] == "Running"  # never rebooted
     assert launchers(kmock) == pods  # no launcher pod deleted by Longhorn's remount
+
+
+async def test_a_stale_vm_no_migration_can_recover_is_left_and_said_to_need_a_restart(tmp_path, kmock, cluster,
+                                                                                       make_keeper):
+    """vm1's disk has cache mode writeback: QEMU fails every flush after a failed one, so its migration's
+    last flush of the stale mount fails and it never finishes. The keeper does not try; `status` says why."""
+    keeper = await stale_vm1(kmock, cluster, make_keeper, "node-b", keep_after=3600)  # vm2, vm3 wait
+    vm1 = kmock.objects[kinds.VMI, "default", "vm1"].raw
+    disks = [{**disk, "cache": "writeback"} for disk in vm1["spec"]["domain"]["devices"]["disks"]]
+    await cluster.patch(f"{VMIS}/vm1", {"spec": {"domain": {"devices": {"disks": disks}}}})
+    await eventually(lambda: any(d.get("cache") for v in keeper.watch.all_vmis() if v["metadata"]["name"] == "vm1"
+                                 for d in v["spec"]["domain"]["devices"]["disks"]))
+    report = await keeper.run_pass()
+    assert cluster.migrations() == [] and unpauses(kmock) == []
+    assert {r.name: r.hold for r in report.vms}["vm1"] == "needs a restart"
+    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
+                                    "--keep", "migrate", "--keep-after", "3600")
+    assert code == 0, err
+    [said] = [vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1"]
+    assert said["next"].startswith("needs a restart: paused on a disk I/O error, and its pod started ")
+    assert "cache mode writeback" in said["next"] and said["next"].endswith("a restart mounts the volume afresh "
+                                                                           "(`virtctl restart`)")

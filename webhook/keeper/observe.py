@@ -37,7 +37,7 @@ from ..rules.keeping.migrations import (
     MIGRATION_PRIORITY,
     outbound_counts,
 )
-from ..rules.keeping.recovery import not_afresh, recovered_by
+from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, not_afresh, recovered_by
 from ..rules.keeping.running import VmiView
 from .targeted import TargetedMigration
 from .stretch import Stretch, Stretches, started
@@ -143,7 +143,9 @@ class Observer:
         while (need := next_read(facts, read)) is not None:
             read.add(need)
             if need == "stale":
-                facts = dataclasses.replace(facts, stale=await self._stale(vmi, disks))
+                stale, faulted = await self._stale(vmi, disks)
+                facts = dataclasses.replace(facts, stale=stale, cannot_finish=cannot_finish(
+                    vmi.caches, failed_recovery(vmi, history), faulted) if stale else None)
                 continue
             if need == "target_unfit" and facts.stale and where.state is CO_LOCATED:
                 node, unfit, away = await self._away(vmi)
@@ -159,25 +161,27 @@ class Observer:
             facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
         return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)
 
-    async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> str | None:
+    async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[str | None, list[str]]:
         """Why the VM's NFS mount is stale (`stale_mount`), read only of a VM paused on a disk I/O
-        error: its launcher pod's start, its Longhorn volumes' remount requests. What cannot be
-        read says nothing: the VM is left as it is (`status` notes it paused)."""
+        error: its launcher pod's start, its Longhorn volumes' remount requests; and its volumes
+        Longhorn reports faulted. What cannot be read says nothing: the VM is left as it is
+        (`status` notes it paused)."""
         if vmi.paused != PAUSED_IO_ERROR:
-            return None
+            return None, []
         mount = await self._mount(vmi, disks)
-        return None if isinstance(mount, str) else stale_mount(vmi.paused, *mount)
+        return (None, []) if isinstance(mount, str) else (stale_mount(vmi.paused, mount[0], mount[1]), mount[2])
 
     async def _afresh(self, vmi: VmiView, disks: Sequence[Fact]) -> str | None:
         """Why the VM's pod is not known to have mounted its disks afresh (`not_afresh`), None when it has."""
         mount = await self._mount(vmi, disks)
-        return mount if isinstance(mount, str) else not_afresh(*mount)
+        return mount if isinstance(mount, str) else not_afresh(mount[0], mount[1])
 
-    async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[datetime | None, dict[str, datetime | None]] | str:
-        """When the VM's launcher pod started and each of its Longhorn volumes' remount request,
-        or why they cannot be read."""
+    async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[datetime | None, dict[str, datetime | None],
+                                                                         list[str]] | str:
+        """When the VM's launcher pod started, each of its Longhorn volumes' remount request and
+        those faulted; or why they cannot be read."""
         pod, problem = await self.stretches.launcher_pod(vmi, vmi.node or "")
-        remounts = {}
+        remounts, faulted = {}, []
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
             try:
                 found = await self.stretches.direct.get(LONGHORN_VOLUME, self.settings.longhorn_namespace, volume,
@@ -185,7 +189,8 @@ class Observer:
             except StoreError as exc:
                 return f"Longhorn volume {volume} could not be read ({exc})"
             remounts[volume] = parse_time(kinds.status(found).get("remountRequestedAt")) if found else None
-        return (started(pod), remounts) if pod is not None or problem is None else problem
+            faulted += [volume] if found and kinds.status(found).get("robustness") == FAULTED else []
+        return (started(pod), remounts, faulted) if pod is not None or problem is None else problem
 
     async def _away(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
         """For a stale VM beside its NFS server: the first other node, by name, that can take the

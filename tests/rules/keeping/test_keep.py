@@ -9,7 +9,6 @@ from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
-from webhook.rules.keeping.recovery import StaleMigration
 from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep,
                                         next_read, next_step)
 from webhook.rules.keeping.migrations import read_migration
@@ -30,7 +29,7 @@ READY = dict(
 
 
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
-            "refused", "stale", "away"}
+            "refused", "stale", "away", "cannot_finish"}
 
 
 def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
@@ -68,7 +67,7 @@ def test_an_apart_vm_is_moved_to_its_storage():
                                " apart for 900s")
 
 
-CANNOT_FINISH = StaleMigration(finishes=False, why="QEMU fails it")
+CANNOT_FINISH = "its disk d uses cache mode writeback"
 HOLDS = [
     (vmi_with(opted_in=False), APART_WHERE, {}, Alone.NOT_OPTED_IN, "not opted in"),
     (vmi_with(may_move=False), APART_WHERE, {}, Alone.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
@@ -82,8 +81,9 @@ HOLDS = [
      "split: disks served from node-b (1), node-c (1), the VM runs on node-a"),
     (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART,
      "unresolved: share-manager of d is stopped"),
-    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "stale_migration": CANNOT_FINISH}, Alone.NEEDS_RESTART,
-     "its NFS mount is stale; no live migration of it can finish (QEMU fails it): restart it (`virtctl restart`)"),
+    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "cannot_finish": CANNOT_FINISH}, Alone.NEEDS_RESTART,
+     "its NFS mount is stale, and it cannot be moved to a fresh mount: its disk d uses cache mode writeback; a restart "
+     "mounts the volume afresh (`virtctl restart`)"),
     (APART_VMI, APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Alone.TARGET_UNFIT,
      "cannot move to node-b: node node-b is cordoned"),
     (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
@@ -296,12 +296,14 @@ def test_a_vm_on_a_stale_mount_beside_its_storage_goes_away_and_comes_back():
 
 
 def test_when_no_migration_of_a_vm_on_a_stale_mount_can_finish_it_needs_a_restart():
-    """One answer decides it (`recovery.STALE_MIGRATION`): no migration is tried, and why is said."""
+    """One answer decides it (`recovery.cannot_finish`): no migration is tried, and why is said."""
     for where, away in ((APART_WHERE, None), (CO_LOCATED_WHERE, "node-c")):
-        decision = keep(where=where, stale=STALE, away=away, stale_migration=CANNOT_FINISH)
+        decision = keep(where=where, stale=STALE, away=away, cannot_finish=CANNOT_FINISH)
         assert not decision.act and decision.hold is Alone.NEEDS_RESTART
-        assert decision.reason == f"{STALE}; no live migration of it can finish (QEMU fails it): restart it (`virtctl restart`)"
-    assert keep(stale_migration=CANNOT_FINISH).act  # a VM on a good mount is moved as ever
+        said = next_step(decision, None, facts(where=where, stale=STALE, cannot_finish=CANNOT_FINISH)[1], off=True)
+        assert said == (f"needs a restart: {STALE}, and it cannot be moved to a fresh mount: {CANNOT_FINISH}; a restart "
+                        "mounts the volume afresh (`virtctl restart`)")
+    assert keep(cannot_finish=CANNOT_FINISH).act  # a VM on a good mount is moved as ever
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [

@@ -10,7 +10,7 @@ from webhook.config import KeepMode
 from webhook.rules.keeping.apart import locality
 from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.recovery import not_afresh, recovered_by
+from webhook.rules.keeping.recovery import cannot_finish, failed_recovery, not_afresh, recovered_by
 from webhook.rules.keeping.resume import decide_resume
 
 PAUSED_AT = ago(minutes=30)
@@ -92,3 +92,42 @@ def test_what_holds_an_unpause(vmi, changes, reason):
 
 def test_a_vm_it_did_not_recover_is_none_of_its_business():
     assert resume(recovered=None) is None
+
+
+# --------------------------------------------------------------------------- whether a migration can finish
+
+
+@pytest.mark.parametrize("caches, failed, faulted, said", [
+    ((), None, (), None),  # KubeVirt's choice on NFS: cache none
+    ((("d", "none"), ("e", "directsync")), None, (), None),
+    ((("d", "none"), ("e", "writeback")), None, (), "its disk e uses cache mode writeback, with which QEMU fails every "
+                                                   "flush after the first failed one, so a live migration can never finish"),
+    ((("d", "writethrough"),), None, (), "its disk d uses cache mode writethrough, with which QEMU fails every flush "
+                                         "after the first failed one, so a live migration can never finish"),
+    ((), ("vm1-colocate-r1", "job 'migration out' failed: Error in migration completion: Input/output error"), (),
+     "QEMU must flush the disk on the old mount before handing it over, and that failed (vm1-colocate-r1: job "
+     "'migration out' failed: Error in migration completion: Input/output error)"),
+    ((), None, ("pvc-d",), "its Longhorn volume pvc-d is faulted: on another node it would pause again"),
+], ids=["default", "o-direct", "writeback", "writethrough", "failed-under-way", "faulted"])
+def test_whether_a_migration_off_a_stale_mount_can_finish(caches, failed, faulted, said):
+    assert cannot_finish(caches, failed, faulted) == said
+
+
+def test_a_disks_cache_mode_is_read_by_its_claim():
+    from tests.support.keeping import vmi_obj, view
+
+    obj = vmi_obj()
+    obj["spec"]["domain"]["devices"]["disks"][0]["cache"] = "writeback"
+    claim = obj["spec"]["volumes"][0].get("persistentVolumeClaim", obj["spec"]["volumes"][0].get("dataVolume"))
+    assert view(obj).caches == ((claim.get("claimName") or claim.get("name"), "writeback"),)
+    assert view().caches == ()
+
+
+def test_a_recovery_that_failed_under_way_during_this_pause_is_named():
+    state = dataclasses.replace(apart_vmi().migration, failed=True, completed=False, migration_uid="uid-vm1-colocate-r1",
+                                failure_reason="job 'migration out' failed: Error in migration completion")
+    vmi = paused(migration=state)
+    assert failed_recovery(vmi, [ours(phase="Failed")]) == ("vm1-colocate-r1", state.failure_reason)
+    assert failed_recovery(vmi, [ours(phase="Failed", recovers=None)]) is None  # a drift migration of ours
+    assert failed_recovery(paused(since=ago(minutes=5), migration=state), [ours(phase="Failed")]) is None  # before this pause
+    assert failed_recovery(paused(migration=dataclasses.replace(state, failure_reason="")), [ours(phase="Failed")]) is None

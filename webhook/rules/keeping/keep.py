@@ -24,7 +24,7 @@ from ... import kinds
 from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
-from .recovery import cost, needs_restart, STALE_MIGRATION, StaleMigration
+from .recovery import cost, needs_restart
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -84,6 +84,8 @@ class VmFacts:
     # is not known to have mounted its disks afresh (None: it has): what unpausing it goes by (`resume`).
     recovered: Migration | None = None
     not_afresh: str | None = None
+    # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
+    cannot_finish: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,8 +105,6 @@ class PassFacts:
     outbound: Mapping[str, int] = dataclasses.field(default_factory=dict)  # in flight by the node they leave
     incomplete: str = ""
     lease: bool = True
-    # Whether a migration of a VM on a stale mount can finish (`recovery.STALE_MIGRATION`, the one answer).
-    stale_migration: StaleMigration = STALE_MIGRATION
 
     def after_create(self, source: str | None) -> PassFacts:
         """The same pass after one more migration of ours, leaving `source`."""
@@ -236,9 +236,9 @@ CHECKS: tuple[Check, ...] = (
     # (Whether its mount is stale is read here, of every VM, for `status` to say it of one that stays.)
     Check(Alone.NOT_APART, lambda vm, p: not _beside(vm) and (vm.where.state is not APART or vm.where.target is None),
           lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where", "stale"), own=True),
-    # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.STALE_MIGRATION`).
-    Check(Alone.NEEDS_RESTART, lambda vm, p: bool(vm.stale) and not p.stale_migration.finishes,
-          lambda vm, p: needs_restart(vm.stale or "", p.stale_migration), ("stale",)),
+    # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.cannot_finish`).
+    Check(Alone.NEEDS_RESTART, lambda vm, p: bool(vm.stale) and vm.cannot_finish is not None,
+          lambda vm, p: needs_restart(vm.stale or "", vm.cannot_finish or ""), ("stale", "cannot_finish"), own=True),
     Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.away is None),
           lambda vm, p: _unfit_words(vm), ("target_unfit", "stale", "where", "away"), own=True),
     Check(Alone.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
@@ -366,6 +366,8 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     limits, now = facts.limits, facts.now
     if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"
+    if decision.hold is Alone.NEEDS_RESTART:  # the keeper's mode changes nothing of it
+        return f"needs a restart: {decision.reason}"
     if off:
         return f"nothing: {OFF}"
     if decision.act and decision.hop:

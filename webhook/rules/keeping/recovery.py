@@ -31,26 +31,51 @@ HOP = 2  # migrations the recovery of a VM beside its NFS server costs: away, an
 ONE = 1  # and of a VM apart from it: to its storage node
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class StaleMigration:
-    """Whether a live migration of a VM paused on I/O errors of a stale NFS mount can finish under
-    KubeVirt's disk settings (docs/operations.md says why, with its sources): the one answer the
-    keeper's recovery goes by. When it cannot, the keeper migrates no such VM and `status` says it
-    needs a restart, and why."""
-
-    finishes: bool
-    why: str
+# Cache modes with which QEMU fails every flush after one failed (`block/file-posix.c`,
+# `handle_aiocb_flush`: "make bdrv_flush() fail permanently", not with O_DIRECT): the final flush of
+# a migration off a stale mount then fails. Unset, KubeVirt picks `none` (O_DIRECT) on NFS.
+LASTING_FLUSH_FAILURE = frozenset({"writethrough", "writeback"})
+FAULTED = "faulted"  # a Longhorn Volume's status.robustness when no replica serves it
 
 
-STALE_MIGRATION = StaleMigration(
-    finishes=True,
-    why="its target pod mounts the volume afresh; the migration carries the VM's paused state over",
-)
+def cannot_finish(caches: Iterable[tuple[str, str]], failed: tuple[str, str] | None,
+                  faulted: Iterable[str]) -> str | None:
+    """Why no live migration of a VM on a stale NFS mount can finish, None when one can: the one
+    answer the keeper's recovery goes by (docs/operations.md says why, with its sources). Under
+    KubeVirt's settings (error policy stop, cache none on NFS, no abort-on-error) QEMU carries the
+    failed requests over and its one flush of the old mount at the switchover succeeds; it cannot
+    with a disk in a cache mode of LASTING_FLUSH_FAILURE (`caches`: claim, mode), after a recovery
+    migration of ours failed under way (`failed`: its name, libvirt's words), or onto a volume
+    Longhorn reports faulted (`faulted`): the VM would pause again on the target."""
+    for claim, cache in caches:
+        if cache in LASTING_FLUSH_FAILURE:
+            return (f"its disk {claim} uses cache mode {cache}, with which QEMU fails every flush after the first "
+                    f"failed one, so a live migration can never finish")
+    if failed is not None:
+        return (f"QEMU must flush the disk on the old mount before handing it over, and that failed "
+                f"({failed[0]}: {failed[1]})")
+    for volume in sorted(faulted):
+        return f"its Longhorn volume {volume} is faulted: on another node it would pause again"
+    return None
 
 
-def needs_restart(stale: str, answer: StaleMigration = STALE_MIGRATION) -> str:
-    """Why a VM on a stale mount needs a restart, when no migration of it can finish."""
-    return f"{stale}; no live migration of it can finish ({answer.why}): restart it (`virtctl restart`)"
+def needs_restart(stale: str, why: str) -> str:
+    """What `status` says of a VM on a stale mount that no migration can recover."""
+    return f"{stale}, and it cannot be moved to a fresh mount: {why}; a restart mounts the volume afresh (`virtctl restart`)"
+
+
+def failed_recovery(vmi: VmiView, migrations: Iterable[Migration]) -> tuple[str, str] | None:
+    """Our recovery migration of the VM that failed under way during this pause (the VMI names it,
+    with libvirt's words): (its name, why). A migration that never got a target says nothing of the disk."""
+    state = vmi.migration
+    if state is None or not state.failed or not state.failure_reason or not state.migration_uid:
+        return None
+    attempt = next((m for m in of_vmi(migrations, vmi) if m.uid == state.migration_uid), None)
+    if attempt is None or not attempt.ours or attempt.recovers != kinds.RECOVERS_STALE_MOUNT:
+        return None
+    if vmi.paused_since is not None and attempt.created < vmi.paused_since:
+        return None
+    return attempt.name, state.failure_reason
 
 
 def recovered_by(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None:

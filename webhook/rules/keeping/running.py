@@ -93,6 +93,7 @@ class VmiMigration:
     completed: bool
     failed: bool
     migration_uid: str | None = None  # the uid of the VirtualMachineInstanceMigration
+    failure_reason: str = ""  # why it failed under way (libvirt's words), when it did
 
     @property
     def in_flight(self) -> bool:
@@ -127,6 +128,7 @@ class VmiView:
     # migration keeps the condition as it was: virt-handler sets it only where there is none.
     paused_since: datetime | None = None
     hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged volumes (mounted by attachment pods)
+    caches: tuple[tuple[str, str], ...] = ()  # (claim, cache mode) of each disk on a claim whose cache is set
 
     @property
     def running(self) -> bool:
@@ -176,7 +178,23 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
         completed=declared.COMPLETED.flag(state),
         failed=declared.FAILED.flag(state),
         migration_uid=declared.MIGRATION_UID.text(state) or None,
+        failure_reason=declared.FAILURE_REASON.text(state),
     )
+
+
+def _caches(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(claim, cache mode) of each disk whose volume is a claim and whose `cache` is set (unset:
+    KubeVirt picks `none` where the file system takes O_DIRECT, as NFS does)."""
+    claims = {}
+    volumes, disks = declared.VMI_SPEC_VOLUMES.value(spec), declared.DISKS.value(declared.DEVICES.obj(declared.DOMAIN.obj(spec)))
+    for volume in volumes if isinstance(volumes, list) else ():
+        name = declared.VOLUME_NAME.value(volume) if isinstance(volume, dict) else None
+        source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
+        claim = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
+        if isinstance(name, str) and isinstance(claim, str):
+            claims[name] = claim
+    return tuple((claims[name], str(cache)) for disk in (disks if isinstance(disks, list) else ()) if isinstance(disk, dict)
+                 and (name := declared.DISK_NAME.value(disk)) in claims and (cache := declared.DISK_CACHE.value(disk)))
 
 
 def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
@@ -226,6 +244,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
             paused=paused,
             paused_since=paused_since,
             hotplugged=tuple(hotplugged_claims(obj)),
+            caches=_caches(spec),
         )
     except Malformed as exc:
         return exc.of(what)
