@@ -26,6 +26,9 @@ async def predicted(tmp_path, kmock):
     said = json.loads(out)
     rebooted = {vm["name"] for vm in said["vms"] if vm["rebooted_by_storage_restart"] == "yes"}
     assert {name.split("/")[1] for name in said["drain"]["rebooted"]} == rebooted
+    # The spared ones keep their mounts: if one goes stale, the keeper's recovery, named with its price.
+    spared = {f"default/{name}" for name in VMS} - set(said["drain"]["rebooted"])
+    assert said["drain"]["stale_recovery"] == {"vms": sorted(spared), "migrations": 2 * len(spared)}
     assert said["drain"]["migrations"] == len(VMS) and said["drain"]["cannot_move"] == {}
     code, text, err = await run_verb(tmp_path, kmock, "status", "--lease-namespace", "default", "--drain", "node-a")
     assert code == 0 and f"draining node-a: {len(VMS)} live migration(s)" in text, text + err

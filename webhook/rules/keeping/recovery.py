@@ -106,3 +106,18 @@ def not_afresh(pod_started: datetime | None, remounts: Mapping[str, datetime | N
 def cost(beside: bool) -> int:
     """The migrations a VM's recovery costs: two beside its NFS server, one apart from it."""
     return HOP if beside else ONE
+
+
+def hotplugged(claim: str, volume: str | None, attachment_deleted: str | None) -> str:
+    """What a share-manager restart does to a hotplugged RWX disk of a VM, in one line (KubeVirt 1.8:
+    virt-controller's `handleHotplugVolumes` makes a deleted attachment pod again on the same node,
+    virt-handler's `mountFileSystemHotplugVolume` skips a target already mounted; QEMU keeps its file
+    open): `attachment_deleted` says whether Longhorn deletes its attachment pod (yes, no, cannot tell)."""
+    disk = f"hotplugged disk {volume or '?'} (PVC {claim})"
+    pod = {"yes": "a share-manager restart deletes its attachment pod (Longhorn's blacklist cannot spare it: its owner "
+                  "is the launcher Pod) and KubeVirt makes it again on the same node, but never refreshes the VM's mount",
+           "no": "a share-manager restart leaves its attachment pod and never refreshes the VM's mount"}.get(
+        attachment_deleted or "", "a share-manager restart never refreshes the VM's mount")
+    return (f"{disk} stays on the NFS mount it was first attached with: {pod}; if that mount went stale the VM stays "
+            f"paused until it is live-migrated (the keeper's recovery, whose target pod gets its own attachment pod and a "
+            f"fresh mount) or restarted")
