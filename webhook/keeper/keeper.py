@@ -182,7 +182,7 @@ class Keeper:
                         log.exception("keeper pass failed")
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
-            show(PassReport(self.clock()))  # only the leader reports VMs
+            show(PassReport(at=self.clock()))  # only the leader reports VMs
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
@@ -196,7 +196,7 @@ class Keeper:
         now = self.clock()
         watch = self._watch
         if watch is None or not watch.synced() or not self.store.synced():
-            return PassReport(now, note="waiting for the caches to sync")
+            return PassReport(at=now, note="waiting for the caches to sync")
         began, cpu = time.time(), time.process_time()
         report = await self._pass(watch, now)
         self.passes += 1  # when it ran and its CPU (the process's): for the benchmark
@@ -268,8 +268,8 @@ class Keeper:
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        observer = Observer(self.store, self.settings, self.memory.stretches,
-                            Nodes(self.store, self.timing.request_timeout), self.timing.request_timeout)
+        observer = Observer(store=self.store, settings=self.settings, stretches=self.memory.stretches,
+                            nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout)
         breathe, observed = Breather(), []
         for vmi in running:
             await breathe()

@@ -76,9 +76,10 @@ class Memory:
         vmi, where = vm.vmi, vm.where
         key = (vmi.namespace, vmi.name)
         old = self.records.get(key)
-        record = VmRecord(vmi.namespace, vmi.name, where.state, self.since(vm, now), where.why, where.node,
-                          where.target, decision.hold, decision.reason, old.last_action if old else "",
-                          old.last_action_at if old else None)
+        record = VmRecord(namespace=vmi.namespace, name=vmi.name, state=where.state, since=self.since(vm, now),
+                          why=where.why, node=where.node, target=where.target, hold=decision.hold,
+                          decision=decision.reason, last_action=old.last_action if old else "",
+                          last_action_at=old.last_action_at if old else None)
         self.records[key] = record
         if old is None or (old.state, old.hold, old.node, old.target) != (record.state, record.hold, record.node,
                                                                         record.target):

@@ -102,7 +102,7 @@ async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout:
     facts = await resolve_disks(store, settings, vmi.namespace, list(vmi.claims), Deadline.after(timeout, 0))
     unknown = [f.reason for f in facts if not f.known]
     if unknown:
-        return Locality(UNRESOLVED, vmi.node, why="; ".join(unknown)), facts
+        return Locality(state=UNRESOLVED, node=vmi.node, why="; ".join(unknown)), facts
     return locality(vmi.node, facts), facts
 
 
@@ -159,7 +159,8 @@ class Observer:
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, stretch)
             facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
-        return Observed(facts, tuple(disks) if self.keep_disks else (), node, stretch is not None and stretch.derived)
+        return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
+                        derived=stretch is not None and stretch.derived)
 
     async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[str | None, list[str]]:
         """Why the VM's NFS mount is stale (`stale_mount`), read only of a VM paused on a disk I/O
@@ -237,8 +238,9 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
     flight (of any origin, `history`, against `vmis`), the last answer on targeted migration."""
     history = list(history)
     ours, everyone = in_flight_counts(history, now)
-    return PassFacts(now, Limits.of(settings), settings.keep, targeted.available, targeted.note, ours,
-                     everyone, outbound_counts(history, vmis, now), incomplete, lease)
+    return PassFacts(now=now, limits=Limits.of(settings), mode=settings.keep, targeted=targeted.available,
+                     targeted_note=targeted.note, in_flight_ours=ours, in_flight_all=everyone,
+                     outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease)
 
 
 def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | str:
