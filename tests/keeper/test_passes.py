@@ -29,8 +29,8 @@ from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper, KeeperTiming
 from webhook.logs import JsonFormatter
-from webhook.rules.shared.facts import claims_of
 from webhook.rules.shared.alone import Alone
+from webhook.rules.shared.facts import claims_of
 
 
 def record(report, name="vm1"):

@@ -3,6 +3,7 @@ by the keeper without a reboot, on the emulator playing KubeVirt's rules: a migr
 paused (it keeps its Paused condition), and `unpause` clears it (409 for a VMI not paused)."""
 from __future__ import annotations
 
+import datetime
 import json
 
 from tests.support.kube import run_verb
@@ -142,3 +143,13 @@ async def test_a_stale_vm_no_migration_can_recover_is_left_and_said_to_need_a_re
     assert said["next"].startswith("needs a restart: paused on a disk I/O error, and its pod started ")
     assert "cache mode writeback" in said["next"] and said["next"].endswith("a restart mounts the volume afresh "
                                                                            "(`virtctl restart`)")
+
+
+async def test_a_vm_paused_on_a_stale_mount_a_moment_ago_is_left_to_kubevirts_retry(kmock, cluster, make_keeper):
+    """In Longhorn's usual case the mount recovers (the same Service IP) and virt-handler's retry resumes
+    the VM within 3 minutes: the keeper moves none before its wait is over, and says so."""
+    keeper = await stale_vm1(kmock, cluster, make_keeper, "node-b", keep_after=3600, ago=datetime.timedelta(seconds=30))
+    report = await keeper.run_pass()
+    assert cluster.migrations() == []
+    [vm1] = [r for r in report.vms if r.name == "vm1"]
+    assert vm1.hold == "waiting for KubeVirt's retry" and "the keeper recovers it from " in vm1.decision

@@ -46,29 +46,34 @@ def volumes(kmock):
             "spec": {"accessMode": "rwx", "numberOfReplicas": 3}, "status": {"state": "attached"}}
 
 
-async def restart_storage(kmock, cluster, name, node):
-    """The share-manager of `name`'s disk restarted on `node`, the remount requested: Longhorn's deletion
+# How long ago a stale VM's NFS server restarted and it was paused: longer than the keeper leaves to
+# KubeVirt's own retry (`rules.keeping.recovery.RETRY_WAIT`).
+LONG_AGO = datetime.timedelta(minutes=6)
+
+
+async def restart_storage(kmock, cluster, name, node, ago=datetime.timedelta(seconds=1)):
+    """The share-manager of `name`'s disk restarted on `node`, the remount requested `ago`: Longhorn's deletion
     spares the VM (the VMI kind is on the blacklist), so its pod keeps the mount of the old NFS server."""
-    requested = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
+    requested = datetime.datetime.now(datetime.UTC) - ago
     await cluster.move_storage(f"pvc-{name}-disk", node)
     assert await longhorn.remount(kmock.apiserver, f"pvc-{name}-disk", requested) == []
 
 
-async def pause_on_io_error(kmock, cluster, name):
-    """QEMU stopped the VM on a disk I/O error; virt-handler says so in its Paused condition."""
+async def pause_on_io_error(kmock, cluster, name, ago=datetime.timedelta(0)):
+    """QEMU stopped the VM on a disk I/O error `ago`; virt-handler says so in its Paused condition."""
     conditions = kmock.objects[kinds.VMI, "default", name].raw["status"].get("conditions") or []
-    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = (datetime.datetime.now(datetime.UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
     await cluster.patch(f"{VMIS}/{name}", {"status": {"conditions": [*conditions,
                                                                      {**PAUSED_IO, "lastTransitionTime": since}]}})
 
 
-async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate"):
+async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate", ago=LONG_AGO):
     """The drained-node cluster with VMs spared, each VM's NFS server restarted on `storage` and
-    vm1 paused on its stale mount; a keeper of `--keep keep --keep-after keep_after`."""
+    vm1 paused on its stale mount, `ago`; a keeper of `--keep keep --keep-after keep_after`."""
     cluster.seed(drained_node_cluster(spared=True))
     volumes(kmock)
     keeper = await make_keeper(Settings(keep=keep, keep_after=keep_after))
     for name in VMS:
-        await restart_storage(kmock, cluster, name, storage)
-    await pause_on_io_error(kmock, cluster, "vm1")
+        await restart_storage(kmock, cluster, name, storage, ago)
+    await pause_on_io_error(kmock, cluster, "vm1", ago)
     return keeper

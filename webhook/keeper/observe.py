@@ -143,9 +143,10 @@ class Observer:
         while (need := next_read(facts, read)) is not None:
             read.add(need)
             if need == "stale":
-                stale, faulted = await self._stale(vmi, disks)
+                stale, faulted, requested = await self._stale(vmi, disks)
                 facts = dataclasses.replace(facts, stale=stale, cannot_finish=cannot_finish(
-                    vmi.caches, failed_recovery(vmi, history), faulted) if stale else None)
+                    vmi.caches, failed_recovery(vmi, history), faulted) if stale else None,
+                    stale_since=max((t for t in (vmi.paused_since, requested) if t is not None), default=None))
                 continue
             if need == "target_unfit" and facts.stale and where.state is CO_LOCATED:
                 node, unfit, away = await self._away(vmi)
@@ -162,15 +163,18 @@ class Observer:
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
                         derived=stretch is not None and stretch.derived)
 
-    async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[str | None, list[str]]:
+    async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[str | None, list[str], datetime | None]:
         """Why the VM's NFS mount is stale (`stale_mount`), read only of a VM paused on a disk I/O
-        error: its launcher pod's start, its Longhorn volumes' remount requests; and its volumes
-        Longhorn reports faulted. What cannot be read says nothing: the VM is left as it is
-        (`status` notes it paused)."""
+        error: its launcher pod's start, its Longhorn volumes' remount requests (and the latest);
+        and its volumes Longhorn reports faulted. What cannot be read says nothing: the VM is left
+        as it is (`status` notes it paused)."""
         if vmi.paused != PAUSED_IO_ERROR:
-            return None, []
+            return None, [], None
         mount = await self._mount(vmi, disks)
-        return (None, []) if isinstance(mount, str) else (stale_mount(vmi.paused, mount[0], mount[1]), mount[2])
+        if isinstance(mount, str):
+            return None, [], None
+        latest = max((t for t in mount[1].values() if t is not None), default=None)
+        return stale_mount(vmi.paused, mount[0], mount[1]), mount[2], latest
 
     async def _afresh(self, vmi: VmiView, disks: Sequence[Fact]) -> str | None:
         """Why the VM's pod is not known to have mounted its disks afresh (`not_afresh`), None when it has."""

@@ -29,7 +29,7 @@ READY = dict(
 
 
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
-            "refused", "stale", "away", "cannot_finish"}
+            "refused", "stale", "away", "cannot_finish", "stale_since"}
 
 
 def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
@@ -89,6 +89,9 @@ HOLDS = [
     (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
      Alone.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
+    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "stale_since": ago(minutes=4)}, Alone.IO_RETRY,
+     "paused on a stale mount since 2026-11-20T11:56:00Z: KubeVirt's own retry resumes it if the mount recovers; the "
+     "keeper recovers it from 2026-11-20T12:01:00Z"),
     (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Alone.DESCHEDULED,
      "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
      "not moved back before 2026-11-20T15:58:31Z"),
@@ -128,7 +131,7 @@ HOLDS = [
 
 @pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS, ids=[
         "not-opted-in", "opted-out", "no-eviction", "not-running", "no-node", "co-located", "split", "unresolved", "needs-restart", "target-unfit",
-        "not-migratable", "migrating", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
+        "not-migratable", "migrating", "io-retry", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
         "backing-off", "backing-off-twice", "daily-limit", "untargeted", "our-limit", "cluster-limit", "source-busy",
         "settling", "refused", "view-incomplete", "report", "no-lease", "targeted-unknown"])
 def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):

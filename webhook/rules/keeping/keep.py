@@ -24,7 +24,7 @@ from ... import kinds
 from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
-from .recovery import cost, needs_restart
+from .recovery import cost, needs_restart, RETRY_WAIT, retry_words
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -86,6 +86,7 @@ class VmFacts:
     not_afresh: str | None = None
     # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
     cannot_finish: str | None = None
+    stale_since: datetime | None = None  # the later of its pause and Longhorn's remount request (read with `stale`)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -264,6 +265,10 @@ CHECKS: tuple[Check, ...] = (
           holds=lambda vm, p: vm.migrating,
           words=lambda vm, p: "a migration of this VMI is in flight",
           needs=("migrating",), own=True),
+    Check(hold=Alone.IO_RETRY,
+          holds=lambda vm, p: bool(vm.stale) and vm.stale_since is not None and p.now < vm.stale_since + RETRY_WAIT,
+          words=lambda vm, p: retry_words(vm.stale_since or p.now),
+          needs=("stale", "stale_since")),
     # A VM on a stale mount is stopped: it waits for none of the times below.
     Check(hold=Alone.DESCHEDULED,
           holds=lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),

@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ... import kinds
 from ..shared.times import rfc3339
 from .migrations import Migration, of_vmi
 from .running import VmiView
 
+# virt-handler retries a VM paused on an I/O error every 10 s doubling to 3 min (`io-error-retry`,
+# pkg/virt-handler/vm.go) and resumes it if its mount recovered, as it does in Longhorn's usual case
+# (the same Service IP, NFSv4.1 state reclaimed). The keeper moves a VM still paused this long after
+# the later of its pause and the remount request: most likely on a mount that stays stale.
+RETRY_WAIT = timedelta(minutes=5)
 HOP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
 ONE = 1  # and of a VM apart from it: to its storage node
 
@@ -101,6 +106,12 @@ def not_afresh(pod_started: datetime | None, remounts: Mapping[str, datetime | N
             return (f"its pod started {rfc3339(pod_started)}, before Longhorn asked for volume {volume} to be "
                     f"remounted ({rfc3339(requested)})")
     return None
+
+
+def retry_words(since: datetime) -> str:
+    """Why a VM on a stale mount since `since` is not moved yet."""
+    return (f"paused on a stale mount since {rfc3339(since)}: KubeVirt's own retry resumes it if the mount recovers; "
+            f"the keeper recovers it from {rfc3339(since + RETRY_WAIT)}")
 
 
 def cost(beside: bool) -> int:
