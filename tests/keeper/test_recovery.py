@@ -64,12 +64,21 @@ async def test_a_vm_recovered_apart_from_its_storage_is_unpaused_once_and_one_it
     assert unpauses(kmock, "vm2") == [] and paused(kmock, "vm2") == "PausedByUser"
 
 
-async def test_a_keeper_started_again_unpauses_from_what_the_cluster_shows(kmock, cluster, make_keeper):
-    """The recovery migration is the keeper's evidence, in the cluster: a new leader unpauses the VM."""
+async def test_a_keeper_started_again_unpauses_from_what_the_cluster_shows(tmp_path, kmock, cluster, make_keeper):
+    """The recovery migration is the keeper's evidence, in the cluster: a new leader unpauses the VM,
+    and `status` says it will (with --keep report, that it would)."""
     keeper = await stale_vm1(kmock, cluster, make_keeper, "node-b", keep_after=3600)
     await keeper.run_pass()
     [made] = cluster.migrations()
     await cluster.finish(made["metadata"]["name"], "Succeeded", "vm1", "node-b")
+    why = (f"still paused (PausedIOError) after migration {made['metadata']['name']} recovered it from a stale NFS "
+           f"mount; its pod mounted its disks afresh")
+    for keep, said in (("migrate", f"unpaused at the keeper's next pass ({why})"),
+                       ("report", f"stays paused: report only: would unpause it ({why})")):
+        code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
+                                        "--keep", keep, "--keep-after", "3600")
+        assert code == 0, err
+        assert [vm["next"] for vm in json.loads(out)["vms"] if vm["name"] == "vm1"] == [said]
     reader = await make_keeper(Settings(keep="report", keep_after=3600))
     report = await reader.run_pass()  # report only: it says so and does nothing
     assert unpauses(kmock) == [] and paused(kmock) == "PausedIOError"

@@ -38,7 +38,7 @@ from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, decide_keep, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
-from ..rules.keeping.resume import decide_resume
+from ..rules.keeping.resume import decide_resume, Resume
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt
 from .act import Actor, ActionResult
@@ -215,8 +215,11 @@ class Keeper:
             if decision.act and not self.authority(self.timing.request_timeout):
                 facts = dataclasses.replace(facts, lease=False)  # asked again just before acting
                 decision = decide_keep(vm.facts, facts)
+            resume = decide_resume(vm.facts, facts)
+            if resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
+                decision = dataclasses.replace(decision, reason=resume.reason)
             self.memory.record(vm.facts, decision, now)
-            if await self._resume(vm, facts, now, errors):  # unpaused (or tried) this pass: not moved too
+            if resume is not None and await self._resume(vm, resume, now, errors):  # not moved too
                 if errors:  # the API itself is failing: act on nothing more this pass
                     facts = dataclasses.replace(facts, incomplete=facts.incomplete or errors[-1])
                 continue
@@ -278,13 +281,12 @@ class Keeper:
                                               self.memory.done_unpausing(now)))
         return observed
 
-    async def _resume(self, vm: Observed, facts: PassFacts, now: datetime, errors: list[str]) -> bool:
+    async def _resume(self, vm: Observed, resume: Resume, now: datetime, errors: list[str]) -> bool:
         """Unpause the VM if the keeper recovered it and nothing holds that (`decide_resume`), asking
         for the lease just before; whether it was tried. Once per recovery migration: a refusal
         (not paused any more) ends it too, another failure is tried again after a backoff, and an
         error that any unpause would meet goes to `errors` (nothing more is acted on this pass)."""
-        resume = decide_resume(vm.facts, facts)
-        if resume is None or not resume.act or not self.authority(self.timing.request_timeout):
+        if not resume.act or not self.authority(self.timing.request_timeout):
             return False
         result, done = await self.actor.unpause(vm, resume)
         self._remember(result, now)

@@ -41,6 +41,7 @@ from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pa
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged
+from ..rules.keeping.resume import decide_resume, resume_step
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt, read_lease
@@ -389,7 +390,8 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
     return VmStatus(view.namespace, view.name, view.node, where.storage, decision.state, since, why, text, last,
-                    view.may_move, decision, next_step(decision, since, facts, off=off),
+                    view.may_move, decision, resume_step(next_step(decision, since, facts, off=off),
+                                                         decide_resume(observed.facts, facts), off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "",
                     cannot_finish=cannot_finish(view.caches, None, ()))

@@ -52,6 +52,16 @@ def _why(vm: VmFacts) -> str:
             f"its pod mounted its disks afresh")
 
 
+def resume_step(step: str, resume: Resume | None, *, off: bool = False) -> str:
+    """`status`'s NEXT for a VM the keeper recovered: its unpause, or what holds it; `step` (the
+    keeper's decision in words) for any other VM, or when the keeper is off."""
+    if resume is None or off:
+        return step
+    if resume.act:
+        return f"unpaused at the keeper's next pass ({resume.reason.removeprefix('unpausing: ')})"
+    return f"stays paused: {resume.reason}"
+
+
 def decide_resume(vm: VmFacts, p: PassFacts) -> Resume | None:
     """Unpause a VM the keeper recovered, or why not; None for a VM it did not recover (or one not
     paused any more): nothing to say."""
