@@ -41,7 +41,7 @@ from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pa
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged
-from ..rules.keeping.resume import decide_resume, resume_step
+from ..rules.keeping.resume import decide_resume, paused_note, resume_step
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt, read_lease
@@ -441,8 +441,7 @@ def render(report: Report) -> str:
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {vm.stale}; a migration mounts it afresh: {vm.next}" if vm.stale
-              else f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms
+    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, PAUSED_ON_IO)}" for vm in report.vms
               if vm.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
     lines += [f"skipped {what}" for what in report.skipped]

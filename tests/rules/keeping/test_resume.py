@@ -11,7 +11,7 @@ from webhook.rules.keeping.apart import locality
 from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.keeping.recovery import cannot_finish, failed_recovery, not_afresh, recovered_by
-from webhook.rules.keeping.resume import decide_resume
+from webhook.rules.keeping.resume import decide_resume, paused_note
 
 PAUSED_AT = ago(minutes=30)
 
@@ -131,3 +131,15 @@ def test_a_recovery_that_failed_under_way_during_this_pause_is_named():
     assert failed_recovery(vmi, [ours(phase="Failed", recovers=None)]) is None  # a drift migration of ours
     assert failed_recovery(paused(since=ago(minutes=5), migration=state), [ours(phase="Failed")]) is None  # before this pause
     assert failed_recovery(paused(migration=dataclasses.replace(state, failure_reason="")), [ours(phase="Failed")]) is None
+
+
+@pytest.mark.parametrize("stale, step, said", [
+    ("its mount is stale", "moves to node-b at the keeper's next pass (stale mount)",
+     "its mount is stale; a migration mounts it afresh: moves to node-b at the keeper's next pass (stale mount)"),
+    ("its mount is stale", "needs a restart: its mount is stale, and …", "needs a restart: its mount is stale, and …"),
+    ("", "unpaused at the keeper's next pass (…)", "unpaused at the keeper's next pass (…)"),
+    ("", "stays paused: report only: would unpause it (…)", "stays paused: report only: would unpause it (…)"),
+    ("", "stays: co-located", "paused on a disk I/O error"),
+])
+def test_statuss_note_on_a_vm_paused_on_an_io_error(stale, step, said):
+    assert paused_note(stale, step, "paused on a disk I/O error") == said

@@ -52,6 +52,18 @@ def _why(vm: VmFacts) -> str:
             f"its pod mounted its disks afresh")
 
 
+# `status`'s NEXT that says all of a paused VM: no migration can recover it, or its unpause.
+WHOLE_STEPS = ("needs a restart: ", "unpaused at ", "stays paused: ")
+
+
+def paused_note(stale: str, step: str, unknown: str) -> str:
+    """`status`'s note on a VM paused on a disk I/O error: why its mount is stale and what recovers
+    it, or its unpause; `unknown` when nothing says its mount is stale."""
+    if step.startswith(WHOLE_STEPS):
+        return step
+    return f"{stale}; a migration mounts it afresh: {step}" if stale else unknown
+
+
 def resume_step(step: str, resume: Resume | None, *, off: bool = False) -> str:
     """`status`'s NEXT for a VM the keeper recovered: its unpause, or what holds it; `step` (the
     keeper's decision in words) for any other VM, or when the keeper is off."""
