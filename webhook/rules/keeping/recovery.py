@@ -15,10 +15,15 @@ reason PausedIOError). A live migration mounts its disks afresh in the target po
   (`createMigrationPodAntiAffinityRule`): a VM beside its NFS server cannot migrate onto its own
   node. Its recovery goes through another node, and the keeper's usual return brings it back:
   two migrations (`HOP`).
+Whether such a migration can finish at all is one answer, `cannot_finish` (docs/operations.md):
+the switchover flushes the disk once on the old mount (QEMU's `migration_completion_precopy` ->
+`vm_stop_force_state` -> `bdrv_flush_all`), which with KubeVirt's cache `none` on NFS has nothing
+to send; virtio-blk carries the failed requests over (`virtio_blk_save_device`) and re-issues them
+on the target's mount once the VM runs. A hotplugged disk is the same: the target pod gets its own
+attachment pod, with a fresh mount (`migration.go`, `createAttachmentPod`).
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
