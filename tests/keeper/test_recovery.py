@@ -162,3 +162,16 @@ async def test_a_vm_paused_on_a_stale_mount_a_moment_ago_is_left_to_kubevirts_re
     assert cluster.migrations() == []
     [vm1] = [r for r in report.vms if r.name == "vm1"]
     assert vm1.hold == "waiting for KubeVirt's retry" and "the keeper recovers it from " in vm1.decision
+
+
+def test_an_unpause_is_remembered_for_two_days_and_a_failed_one_for_its_backoff():
+    from webhook.keeper.memory import Memory
+
+    now = datetime.datetime(2026, 11, 20, 12, 0, tzinfo=datetime.UTC)
+    memory = Memory(stretches=None)
+    memory.unpaused("done", now, done=True)
+    memory.unpaused("failed", now, done=False)
+    assert memory.done_unpausing(now) == {"done", "failed"}
+    assert memory.done_unpausing(now + datetime.timedelta(minutes=31)) == {"done"}  # tried again after 30 min
+    memory.unpaused("later", now + datetime.timedelta(hours=49), done=True)
+    assert memory.done_unpausing(now + datetime.timedelta(hours=49)) == {"later"}

@@ -273,12 +273,12 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, stretches=self.memory.stretches,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout)
-        breathe, observed = Breather(), []
+        breathe, observed, unpaused = Breather(), [], self.memory.done_unpausing(now)
         for vmi in running:
             await breathe()
             key = (vmi.namespace, vmi.name)
             observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key),
-                                              self.memory.done_unpausing(now)))
+                                              unpaused))
         return observed
 
     async def _resume(self, vm: Observed, resume: Resume, now: datetime, errors: list[str]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..rules.keeping.apart import APART, VmState
 from ..rules.shared.alone import Alone
@@ -17,6 +17,7 @@ from ..rules.shared.reading import Malformed
 from .stretch import Stretches, VmKey
 
 log = logging.getLogger("webhook.keeper")
+UNPAUSES_KEPT = timedelta(hours=48)  # an unpause after a recovery is remembered this long
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,9 +46,9 @@ class Memory:
         self.records: dict[VmKey, VmRecord] = {}
         self.refused: dict[VmKey, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
-        # Our recovery migrations (uid) whose VM was unpaused (None: done with) or is to be tried
-        # again after a moment: once per recovery, however long the VMI takes to show it.
-        self.unpauses: dict[str, datetime | None] = {}
+        # Our recovery migrations (uid) whose VM was unpaused: when, and when to try again (None: done
+        # with); once per recovery, however long the VMI takes to show it. Kept two days.
+        self.unpauses: dict[str, tuple[datetime, datetime | None]] = {}
         self._skipped: set[str] = set()
 
     def skip(self, skipped: Malformed) -> None:
@@ -101,11 +102,13 @@ class Memory:
 
     def unpaused(self, uid: str, now: datetime, *, done: bool) -> None:
         """An unpause after recovery migration `uid` made: done with, or tried again after a backoff."""
-        self.unpauses[uid] = None if done else now + backoff_delay(1)
+        for old in [key for key, (at, _) in self.unpauses.items() if now - at > UNPAUSES_KEPT]:
+            del self.unpauses[old]
+        self.unpauses[uid] = (now, None if done else now + backoff_delay(1))
 
     def done_unpausing(self, now: datetime) -> set[str]:
         """The recovery migrations whose VM is not to be unpaused now."""
-        return {uid for uid, retry in self.unpauses.items() if retry is None or now < retry}
+        return {uid for uid, (_, retry) in self.unpauses.items() if retry is None or now < retry}
 
     def created(self, key: VmKey) -> None:
         self.refused.pop(key, None)
