@@ -28,7 +28,7 @@ from typing import Any
 import kmock
 from aiohttp import web
 
-from . import validation
+from . import kubevirt, validation
 from .objects import stamp
 
 __all__ = ["Apiserver", "Call", "KubernetesApi", "serve", "stamp"]
@@ -46,6 +46,7 @@ class Call:
     params: dict[str, str] = dataclasses.field(default_factory=dict)
     data: Any = None
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    subresource: str | None = None  # e.g. KubeVirt's `unpause` of a VMI (kubefake.kubevirt)
 
 
 def error(status: int, reason: str, message: str) -> kmock.KubernetesError:
@@ -339,6 +340,8 @@ class Apiserver:
     async def answer(self, call: Any) -> Any:
         """The answer to a call on a resource: a body, or for a watch its events."""
         method, named = str(getattr(call.method, "value", call.method)).upper(), call.name is not None
+        if kubevirt.is_kubevirt_subresource(call):  # virt-api's, not the apiserver's
+            return await kubevirt.answer(self, call)
         if method == "GET" and call.params.get("watch") == "true":
             return self.events(call)
         if method == "GET":

@@ -86,3 +86,30 @@ async def test_a_watch_from_a_resource_version_no_longer_kept_is_410_gone():
     event = await anext(events)
     assert event["type"] == "ERROR" and event["object"]["code"] == 410 and event["object"]["reason"] == "Expired"
     await events.aclose()
+
+
+async def test_kubevirt_unpause_clears_the_paused_condition_and_refuses_as_virt_api_does():
+    """virt-api's `unpause` (`pkg/virt-api/rest/lifecycle.go`): 409 for a VMI not running or without
+    a Paused condition, whatever its reason; otherwise the condition goes (virt-handler's part)."""
+    from kubefake.apiserver import Apiserver, Call
+    from kubefake.kubevirt import VMIS, pause_condition
+
+    apiserver = Apiserver()
+    apiserver.resources[VMIS] = {}
+    vmi = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+           "metadata": {"name": "vm1", "namespace": "default"},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
+                                                         pause_condition("PausedIOError")]}}
+    await apiserver.create(Call("POST", VMIS, "default", data=vmi))
+    unpause = Call("PUT", kmock.resource("subresources.kubevirt.io", "v1", "virtualmachineinstances"), "default", "vm1",
+                   data={}, subresource="unpause")
+    assert await apiserver.answer(unpause) == {}
+    stored = (await apiserver.fetch(Call("GET", VMIS, "default", "vm1")))["status"]
+    assert [c["type"] for c in stored["conditions"]] == ["Ready"]
+    with pytest.raises(kmock.KubernetesError) as refused:
+        await apiserver.answer(unpause)
+    assert refused.value.status == 409 and refused.value.message.endswith('"vm1": VMI is not paused')
+    await apiserver.patch(Call("PATCH", VMIS, "default", "vm1", data={"status": {"phase": "Succeeded"}}))
+    with pytest.raises(kmock.KubernetesError) as stopped:
+        await apiserver.answer(unpause)
+    assert stopped.value.status == 409 and stopped.value.message.endswith("VMI is not running")

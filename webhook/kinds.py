@@ -96,6 +96,7 @@ KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handl
 LIVE_MIGRATABLE = "LiveMigratable"  # VMI condition
 PAUSED = "Paused"  # VMI condition
 PAUSED_IO_ERROR = "PausedIOError"  # its reason (virt-handler's) when QEMU stopped the VM on a disk I/O error
+PAUSED_BY_USER = "PausedByUser"  # its reason after `virtctl pause` (virt-handler's `calculatePausedCondition`)
 VMI_OWNER_KIND = "VirtualMachineInstance"  # a launcher pod's controlling ownerReference: its VMI
 # On a migration: how long KubeVirt lets its target pod stay unschedulable (default 5 minutes).
 UNSCHEDULABLE_TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
@@ -141,6 +142,9 @@ DEFAULT_OPT_IN = "kubevirt-scheduler/co-schedule"  # on the VM template; propaga
 KEEP_ANNOTATION = "kubevirt-scheduler/keep"
 DEFAULT_DECISION_PREFIX = "kubevirt-scheduler/"  # decision, node, reason annotations on the pod
 DECISION, NODE_KEY, REASON = "decision", "node", "reason"  # after the prefix; also audit annotation keys
+# After the prefix, on a migration of ours that recovers a VM from a stale NFS mount: what it is
+# (RECOVERS_STALE_MOUNT); the evidence that the keeper may unpause the VM once the migration is done.
+RECOVERS, RECOVERS_STALE_MOUNT = "recovers", "stale-mount"
 # The apiserver caps all annotations of an object at 256 KiB; a reason naming many disks must not
 # be the thing that makes a pod or a migration invalid.
 MAX_REASON = 1024

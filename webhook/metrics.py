@@ -97,6 +97,9 @@ VMS_HELD = Gauge("colocate_vms_held", "Opted-in VMs apart from their storage, by
 KEEPER_MIGRATIONS = Counter("colocate_keeper_migrations_total",
                             "Migrations of the keeper by result (created, succeeded, failed, error).", ["result"],
                             registry=None)
+KEEPER_UNPAUSES = Counter("colocate_keeper_unpauses_total",
+                          "Unpauses of VMs the keeper recovered from a stale NFS mount, by result "
+                          "(unpaused, refused, error).", ["result"], registry=None)
 KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the keeper, 0 on the others.",
                       registry=None)
 KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
@@ -106,7 +109,7 @@ LONGHORN_RESTARTS_VMS = Gauge("colocate_longhorn_restarts_vms",
                               "1 on what Longhorn's Settings make of a share-manager restart: it reboots the VMs of its "
                               "volume (answer=yes), it does not (no), or they cannot tell (cannot_tell).", ["answer"],
                               registry=None)
-KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS)
+KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS, KEEPER_UNPAUSES)
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED, LONGHORN_RESTARTS_VMS)
 
 

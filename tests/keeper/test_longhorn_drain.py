@@ -10,33 +10,12 @@ import datetime
 import json
 
 import pytest
-from tests.support.kube import launcher_pod_of, longhorn_settings, node, run_verb, rwx_disk, vmi
-from tests.support.kubevirt_api import VMIS, ago, eventually
+from tests.support.kube import ago, run_verb
+from tests.support.kubevirt_api import eventually
+from tests.support.stale import VMS, drained_node_cluster, launchers, pause_on_io_error, stale_vm1, volumes
 
 from kubefake import longhorn
-from webhook import kinds
 from webhook.config import Settings
-from webhook.rules.keeping.keep import STALE_BESIDE
-
-VMS = ("vm1", "vm2", "vm3")
-
-
-def drained_node_cluster(spared: bool):
-    """vm1..vm3 on node-a with their disks served from node-a (co-located); node-b and node-c beside it."""
-    objects = [node("node-a"), node("node-b"), node("node-c")]
-    for name in VMS:
-        the_vmi = vmi(name, "node-a", f"{name}-disk")
-        pod = launcher_pod_of(the_vmi)
-        pod["metadata"]["name"] = f"virt-launcher-{name}-x7k2p"
-        pod["metadata"]["creationTimestamp"] = pod["status"]["startTime"] = ago(days=3)
-        objects += [*rwx_disk(f"{name}-disk", "node-a"), the_vmi, pod]
-    return objects + longhorn_settings(blacklist="kubevirt.io/VirtualMachineInstance" if spared else "")
-
-
-def launchers(kmock):
-    return {name for (resource, _, name), obj in kmock.objects.items()
-            if resource.plural == "pods" and name.startswith("virt-launcher-") and not obj.deleted}
-
 
 async def predicted(tmp_path, kmock):
     """What `status --drain node-a` says the drain will do: the VMs Longhorn reboots (VM by VM in
@@ -47,6 +26,9 @@ async def predicted(tmp_path, kmock):
     said = json.loads(out)
     rebooted = {vm["name"] for vm in said["vms"] if vm["rebooted_by_storage_restart"] == "yes"}
     assert {name.split("/")[1] for name in said["drain"]["rebooted"]} == rebooted
+    # The spared ones keep their mounts: if one goes stale, the keeper's recovery, named with its price.
+    spared = {f"default/{name}" for name in VMS} - set(said["drain"]["rebooted"])
+    assert said["drain"]["stale_recovery"] == {"vms": sorted(spared), "migrations": 2 * len(spared)}
     assert said["drain"]["migrations"] == len(VMS) and said["drain"]["cannot_move"] == {}
     code, text, err = await run_verb(tmp_path, kmock, "status", "--lease-namespace", "default", "--drain", "node-a")
     assert code == 0 and f"draining node-a: {len(VMS)} live migration(s)" in text, text + err
@@ -112,46 +94,6 @@ async def test_a_node_failure_reboots_the_vms_whose_nfs_server_it_held_unless_sp
 
 # --------------------------------------------------------------------------- a spared VM on a stale mount
 
-PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",
-             "message": "VMI was paused, low-level IO error detected"}
-
-
-def volumes(kmock):
-    """The Longhorn Volume of each VM's disk, where Longhorn records a remount request."""
-    kmock.resources[kinds.LONGHORN_VOLUME] = {}
-    for name in VMS:
-        kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", f"pvc-{name}-disk"] = {
-            "apiVersion": "longhorn.io/v1beta2", "kind": "Volume",
-            "metadata": {"name": f"pvc-{name}-disk", "namespace": "longhorn-system"},
-            "spec": {"accessMode": "rwx", "numberOfReplicas": 3}, "status": {"state": "attached"}}
-
-
-async def restart_storage(kmock, cluster, name, node):
-    """The share-manager of `name`'s disk restarted on `node`, the remount requested: Longhorn's deletion
-    spares the VM (the VMI kind is on the blacklist), so its pod keeps the mount of the old NFS server."""
-    requested = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
-    await cluster.move_storage(f"pvc-{name}-disk", node)
-    assert await longhorn.remount(kmock.apiserver, f"pvc-{name}-disk", requested) == []
-
-
-async def pause_on_io_error(kmock, cluster, name):
-    """QEMU stopped the VM on a disk I/O error; virt-handler says so in its Paused condition."""
-    conditions = kmock.objects[kinds.VMI, "default", name].raw["status"].get("conditions") or []
-    await cluster.patch(f"{VMIS}/{name}", {"status": {"conditions": [*conditions, PAUSED_IO]}})
-
-
-async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after):
-    """The drained-node cluster with VMs spared, each VM's NFS server restarted on `storage` and
-    vm1 paused on its stale mount; a keeper of `--keep-after keep_after`."""
-    cluster.seed(drained_node_cluster(spared=True))
-    volumes(kmock)
-    keeper = await make_keeper(Settings(keep="migrate", keep_after=keep_after))
-    for name in VMS:
-        await restart_storage(kmock, cluster, name, storage)
-    await pause_on_io_error(kmock, cluster, "vm1")
-    return keeper
-
-
 async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_once_at_once(tmp_path, kmock, cluster,
                                                                                               make_keeper):
     """The NFS servers of a drained node restart on node-b before the VMs leave: vm1's pod, older than the
@@ -178,21 +120,6 @@ async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_o
     report = await keeper.run_pass()
     assert len(cluster.migrations()) == 1  # its pod started after the request: nothing stale to recover
     assert {r.name: (r.state.value, r.hold) for r in report.vms}["vm1"] == ("co-located", "not apart")
-
-
-async def test_a_spared_vm_on_a_stale_mount_beside_its_storage_is_left_to_the_admin_and_said(tmp_path, kmock, cluster,
-                                                                                             make_keeper):
-    """vm1's NFS server restarted on its own node (a crash): a target pod cannot share the VM's node
-    (KubeVirt's anti-affinity), and the keeper's migrations each name the storage node (the install's
-    policy holds it to one node): nothing is created, and `status` says what recovers it."""
-    keeper = await stale_vm1(kmock, cluster, make_keeper, "node-a", keep_after=0)
-    report = await keeper.run_pass()
-    assert cluster.migrations(ours=False) == []
-    assert {r.name: r.hold for r in report.vms}["vm1"] == "not apart"
-    code, text, err = await run_verb(tmp_path, kmock, "status", "--lease-namespace", "default", "--keep", "migrate")
-    assert code == 0, err
-    [note] = [line for line in text.splitlines() if line.startswith("note default/vm1: ")]
-    assert "its NFS mount is stale" in note and note.endswith(STALE_BESIDE), note
 
 
 async def test_a_vm_paused_on_an_io_error_with_no_remount_after_its_pod_started_is_left_alone(kmock, cluster,

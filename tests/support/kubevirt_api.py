@@ -24,7 +24,8 @@ class KubeVirtApi(KubernetesApi):
     names, uid, creationTimestamp and resourceVersion on create; `dryRun=All`; creates turned away
     by `refuse` and deletes by `refuse_delete` (request -> KubernetesError | None), nothing stored
     or deleted; PUT with 409 on a stale resourceVersion; DELETE with 409 when its `preconditions`
-    (uid, resourceVersion) do not hold. A test's reactions answer first."""
+    (uid, resourceVersion) do not hold; virt-api's `pause` and `unpause` of a VMI (kubefake.kubevirt).
+    A test's reactions answer first."""
 
 
 def register(emulator: Any) -> None:
@@ -109,7 +110,8 @@ class Cluster:
 
     async def finish(self, migration_name: str, phase: str, vmi_name: str | None = None, node: str | None = None) -> None:
         """What KubeVirt does when a migration ends: on success the VMI on its new node, its
-        migrationState naming the migration; then the migration's phase."""
+        migrationState naming the migration, its conditions as they were (a paused VM stays paused:
+        the target keeps it so, and the VMI keeps its Paused condition); then the migration's phase."""
         if vmi_name and node:
             await self.move_vm(vmi_name, node, migration_name)
         await self.patch(f"{VMIMS}/{migration_name}", {"status": {"phase": phase, "phaseTransitionTimestamps": [

@@ -192,7 +192,7 @@ async def test_status_json(tmp_path, kmock):
                    "data_locality": None, "local_replica": None,
                    "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
         "note": None, "rebooted_by_storage_restart": "no", "paused": None, "hotplugged": [], "stale_mount": None,
-        "attachment_pods_deleted_by_storage_restart": None,
+        "attachment_pods_deleted_by_storage_restart": None, "hotplugged_disks": [],
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
@@ -468,5 +468,14 @@ async def test_a_hotplugged_disks_attachment_pod_is_deleted_even_with_vms_spared
     said = {vm["name"]: (vm["hotplugged"], vm["rebooted_by_storage_restart"],
                          vm["attachment_pods_deleted_by_storage_restart"]) for vm in json.loads(out)["vms"]}
     assert said == {"vm2": (["hp-data"], "no", "yes"), "vm3": ([], "no", None)}
+    assert {vm["name"]: vm["hotplugged_disks"] for vm in json.loads(out)["vms"]} == {"vm2": [HP_DATA], "vm3": []}
     code, out, err = await run_status(tmp_path, kmock)
-    assert [line.split(":")[0] for line in out.splitlines() if "attachment pods" in line] == ["note default/vm2"]
+    assert [line for line in out.splitlines() if "attachment pod" in line] == [f"note default/vm2: {HP_DATA}"]
+
+
+# What KubeVirt 1.8 does to a hotplugged disk when its share-manager restarts (docs/operations.md).
+HP_DATA = ("hotplugged disk pvc-hp-data (PVC hp-data) stays on the NFS mount it was first attached with: a share-manager "
+           "restart deletes its attachment pod (Longhorn's blacklist cannot spare it: its owner is the launcher Pod) and "
+           "KubeVirt makes it again on the same node, but never refreshes the VM's mount; if that mount went stale the VM "
+           "stays paused until it is live-migrated (the keeper's recovery, whose target pod gets its own attachment pod "
+           "and a fresh mount) or restarted")

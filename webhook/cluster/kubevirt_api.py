@@ -6,7 +6,8 @@ the keeper's rules read (shapes.py, from what the readers declare: rules/shared/
 created here, dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
 (KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
 `staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them,
-by uid: never another object that took the same name.
+by uid: never another object that took the same name. A VM the keeper recovered is unpaused
+through virt-api's subresource (`unpause_vmi`).
 """
 from __future__ import annotations
 
@@ -86,6 +87,25 @@ async def delete_migration(api: Any, namespace: str, name: str, *, uid: str, tim
     return await _call(api, "DELETE", VMIM.path(namespace, name), body=delete_options(uid), timeout=timeout)
 
 
+# virt-api's subresources of a VMI (kubevirt/kubevirt `pkg/virt-api/rest/lifecycle.go`)
+VMI_SUBRESOURCES = dataclasses.replace(VMI, group="subresources.kubevirt.io")
+
+
+async def unpause_vmi(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
+    """PUT `.../virtualmachineinstances/NAME/unpause` (`subresources.kubevirt.io/v1`), what
+    `virtctl unpause vmi` does (RBAC: `update` on `virtualmachineinstances/unpause`). virt-api answers
+    200 with no body, and 409 Conflict for a VMI that is not running or has no Paused condition.
+    `obj` is {} on success."""
+    path = f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause"
+    try:
+        status, raw = await request(api, "PUT", path, body={}, timeout=timeout)
+    except ApiUnreachable as exc:
+        return Created(0, None, f"no answer within {timeout:g}s" if exc.timed_out else str(exc))
+    if 200 <= status < 300:
+        return Created(status, {})
+    return _failed(status, raw)
+
+
 async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]] | tuple[()] = (), body: Any = None,
                 timeout: float) -> Created:
     try:
@@ -100,5 +120,13 @@ async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]
         if not isinstance(answer, dict):
             return Created(status, None, f"API answered {status} without an object")
         return Created(status, answer)
+    return _failed(status, raw)
+
+
+def _failed(status: int, raw: bytes) -> Created:
+    try:
+        answer = orjson.loads(raw) if raw else None
+    except ValueError:
+        answer = None
     message = answer.get("message") if isinstance(answer, dict) else None
     return Created(status, None, f"API answered {status}" + (f": {str(message)[:300]}" if message else ""))

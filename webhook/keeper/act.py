@@ -1,6 +1,6 @@
-"""What the keeper does to the cluster: create the migration a decision calls for, and cancel a
-migration of ours whose target pod the scheduler cannot place; each said in an Event on the
-VMI, a log line and a metric. What came of it is returned (`ActionResult`): the keeper's memory
+"""What the keeper does to the cluster: create the migration a decision calls for, cancel a
+migration of ours whose target pod the scheduler cannot place, and unpause a VM it recovered from
+a stale NFS mount (`rules.keeping.resume`); each said in an Event on the VMI, a log line and a metric. What came of it is returned (`ActionResult`): the keeper's memory
 records it, the pass counts it.
 """
 from __future__ import annotations
@@ -13,11 +13,12 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.events import Events, vmi_reference
-from ..cluster.kubevirt_api import create_migration, delete_migration
+from ..cluster.kubevirt_api import create_migration, delete_migration, unpause_vmi
 from ..cluster.store import WatchedStore
 from ..kinds import MIGRATION_JOB_LABEL
 from ..rules.keeping.keep import KeepDecision
 from ..rules.keeping.migrations import Migration, read_migration
+from ..rules.keeping.resume import Resume
 from ..rules.placement.stranded import unschedulable_since
 from ..rules.shared.times import whole_seconds
 from .follow import Follower
@@ -58,7 +59,7 @@ class Actor:
         vmi, key = vm.vmi, vm.key
         made = manifest(vm, decision, priority=priority)
         if not isinstance(made, dict):  # the node went away
-            return ActionResult(key, f"no migration created: {made}")
+            return ActionResult(key=key, action=f"no migration created: {made}")
         answer = await create_migration(self.api, made, timeout=self.timeout)
         migration = read_migration(answer.obj) if answer.ok else None
         if not isinstance(migration, Migration):
@@ -67,7 +68,7 @@ class Actor:
             log.warning("keeper migration not created", extra={"fields": {
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target, "error": error}})
             refused = answer.status in REFUSALS  # this VM backs off; the others are still tried
-            return ActionResult(key, f"creating a migration failed: {error}", refused=refused,
+            return ActionResult(key=key, action=f"creating a migration failed: {error}", refused=refused,
                                 error="" if refused else f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
         self.follower.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
@@ -77,8 +78,29 @@ class Actor:
         self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid),
                                "RecoveringStaleMount" if decision.stale else "MigratingToStorage",
                                f"{decision.reason} (migration {migration.name})")
-        return ActionResult(key, f"created migration {migration.name} to {decision.target}",
+        return ActionResult(key=key, action=f"created migration {migration.name} to {decision.target}",
                             created=f"{migration.namespace}/{migration.name}")
+
+    async def unpause(self, vm: Observed, resume: Resume) -> tuple[ActionResult, bool]:
+        """`PUT .../virtualmachineinstances/NAME/unpause` (subresources.kubevirt.io) of a VM the keeper
+        recovered; and whether that recovery is done with: unpaused, or virt-api's 409 (not paused
+        or not running any more: nothing left to do). Another answer that refuses this VM (a 403:
+        RBAC) is said and tried again later; one that any unpause would meet (`error`: no answer,
+        a 5xx) stops the pass."""
+        vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
+        answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.timeout)
+        if not answer.ok:
+            refused = 400 <= answer.status < 500
+            metrics.KEEPER_UNPAUSES.labels("refused" if refused else "error").inc()
+            log.warning("keeper unpause failed", extra={"fields": {
+                "vm": name, "migration": resume.migration, "error": answer.error}})
+            result = ActionResult(key=key, action=f"unpausing failed: {answer.error}",
+                                  error="" if refused else f"unpausing {name}: {answer.error}")
+            return result, answer.status == 409
+        metrics.KEEPER_UNPAUSES.labels("unpaused").inc()
+        log.info("keeper unpaused", extra={"fields": {"vm": name, "migration": resume.migration, "reason": resume.reason}})
+        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "UnpausedAfterRecovery", resume.reason)
+        return ActionResult(key=key, action=f"unpaused after migration {resume.migration}"), True
 
     async def cancel_unplaceable(self, history: Sequence[Migration], uids: dict[VmKey, str], now: datetime,
                                  unplaceable: float) -> list[ActionResult]:
@@ -111,8 +133,8 @@ class Actor:
         if not answer.ok and answer.status not in (404, 409):  # 409: the name holds another object now
             log.warning("keeper migration not cancelled", extra={"fields": {
                 "vm": vm, "migration": migration.name, "error": answer.error, "why": why}})
-            return ActionResult(key, error=f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
+            return ActionResult(key=key, error=f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
         log.warning("keeper migration cancelled", extra={"fields": {
             "vm": vm, "migration": migration.name, "target": migration.target, "why": why}})
         self.follower.cancelled(migration, now, f"cancelled: {why}", vmi_uid)
-        return ActionResult(key, f"cancelled migration {migration.name}: {why}")
+        return ActionResult(key=key, action=f"cancelled migration {migration.name}: {why}")

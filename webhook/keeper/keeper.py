@@ -38,6 +38,7 @@ from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, decide_keep, PassFacts, pass_order
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
+from ..rules.keeping.resume import decide_resume, Resume
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt
 from .act import Actor, ActionResult
@@ -181,7 +182,7 @@ class Keeper:
                         log.exception("keeper pass failed")
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
-            show(PassReport(self.clock()))  # only the leader reports VMs
+            show(PassReport(at=self.clock()))  # only the leader reports VMs
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
@@ -195,7 +196,7 @@ class Keeper:
         now = self.clock()
         watch = self._watch
         if watch is None or not watch.synced() or not self.store.synced():
-            return PassReport(now, note="waiting for the caches to sync")
+            return PassReport(at=now, note="waiting for the caches to sync")
         began, cpu = time.time(), time.process_time()
         report = await self._pass(watch, now)
         self.passes += 1  # when it ran and its CPU (the process's): for the benchmark
@@ -214,7 +215,14 @@ class Keeper:
             if decision.act and not self.authority(self.timing.request_timeout):
                 facts = dataclasses.replace(facts, lease=False)  # asked again just before acting
                 decision = decide_keep(vm.facts, facts)
+            resume = decide_resume(vm.facts, facts)
+            if resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
+                decision = dataclasses.replace(decision, reason=resume.reason)
             self.memory.record(vm.facts, decision, now)
+            if resume is not None and await self._resume(vm, resume, now, errors):  # not moved too
+                if errors:  # the API itself is failing: act on nothing more this pass
+                    facts = dataclasses.replace(facts, incomplete=facts.incomplete or errors[-1])
+                continue
             if not decision.act:
                 continue
             result = await self.actor.create(vm, decision, priority=bool(self.targeted.priority))
@@ -263,14 +271,28 @@ class Keeper:
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        observer = Observer(self.store, self.settings, self.memory.stretches,
-                            Nodes(self.store, self.timing.request_timeout), self.timing.request_timeout)
-        breathe, observed = Breather(), []
+        observer = Observer(store=self.store, settings=self.settings, stretches=self.memory.stretches,
+                            nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout)
+        breathe, observed, unpaused = Breather(), [], self.memory.done_unpausing(now)
         for vmi in running:
             await breathe()
             key = (vmi.namespace, vmi.name)
-            observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key)))
+            observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key),
+                                              unpaused))
         return observed
+
+    async def _resume(self, vm: Observed, resume: Resume, now: datetime, errors: list[str]) -> bool:
+        """Unpause the VM if the keeper recovered it and nothing holds that (`decide_resume`), asking
+        for the lease just before; whether it was tried. Once per recovery migration: a refusal
+        (not paused any more) ends it too, another failure is tried again after a backoff, and an
+        error that any unpause would meet goes to `errors` (nothing more is acted on this pass)."""
+        if not resume.act or not self.authority(self.timing.request_timeout):
+            return False
+        result, done = await self.actor.unpause(vm, resume)
+        self._remember(result, now)
+        self.memory.unpaused(resume.uid, now, done=done)
+        errors += [result.error] if result.error else []
+        return True
 
     def _remember(self, result: ActionResult, now: datetime) -> None:
         """An action's result in the VM's record, and its refusals."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..rules.keeping.apart import APART, VmState
 from ..rules.shared.alone import Alone
@@ -17,6 +17,7 @@ from ..rules.shared.reading import Malformed
 from .stretch import Stretches, VmKey
 
 log = logging.getLogger("webhook.keeper")
+UNPAUSES_KEPT = timedelta(hours=48)  # an unpause after a recovery is remembered this long
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ class Memory:
         self.records: dict[VmKey, VmRecord] = {}
         self.refused: dict[VmKey, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
+        # Our recovery migrations (uid) whose VM was unpaused: when, and when to try again (None: done
+        # with); once per recovery, however long the VMI takes to show it. Kept two days.
+        self.unpauses: dict[str, tuple[datetime, datetime | None]] = {}
         self._skipped: set[str] = set()
 
     def skip(self, skipped: Malformed) -> None:
@@ -73,9 +77,10 @@ class Memory:
         vmi, where = vm.vmi, vm.where
         key = (vmi.namespace, vmi.name)
         old = self.records.get(key)
-        record = VmRecord(vmi.namespace, vmi.name, where.state, self.since(vm, now), where.why, where.node,
-                          where.target, decision.hold, decision.reason, old.last_action if old else "",
-                          old.last_action_at if old else None)
+        record = VmRecord(namespace=vmi.namespace, name=vmi.name, state=where.state, since=self.since(vm, now),
+                          why=where.why, node=where.node, target=where.target, hold=decision.hold,
+                          decision=decision.reason, last_action=old.last_action if old else "",
+                          last_action_at=old.last_action_at if old else None)
         self.records[key] = record
         if old is None or (old.state, old.hold, old.node, old.target) != (record.state, record.hold, record.node,
                                                                         record.target):
@@ -94,6 +99,16 @@ class Memory:
         """The API refused this VM's migration: it waits a backoff that grows with each refusal in a row."""
         count = self.refused.get(key, (0, now))[0] + 1
         self.refused[key] = (count, now + backoff_delay(count))
+
+    def unpaused(self, uid: str, now: datetime, *, done: bool) -> None:
+        """An unpause after recovery migration `uid` made: done with, or tried again after a backoff."""
+        for old in [key for key, (at, _) in self.unpauses.items() if now - at > UNPAUSES_KEPT]:
+            del self.unpauses[old]
+        self.unpauses[uid] = (now, None if done else now + backoff_delay(1))
+
+    def done_unpausing(self, now: datetime) -> set[str]:
+        """The recovery migrations whose VM is not to be unpaused now."""
+        return {uid for uid, (_, retry) in self.unpauses.items() if retry is None or now < retry}
 
     def created(self, key: VmKey) -> None:
         self.refused.pop(key, None)

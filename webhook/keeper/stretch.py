@@ -94,7 +94,8 @@ class Stretches:
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
         launcher = migration_source(pod, self.settings) if pod is not None else None
-        stretch = Stretch(vmi.uid, node, target, since, launcher, problem, derived is not None)
+        stretch = Stretch(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
+                          derived=derived is not None)
         self._known[key] = stretch
         return stretch
 

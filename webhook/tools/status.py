@@ -39,7 +39,9 @@ from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
-from ..rules.keeping.drain import DrainPreview, preview
+from ..rules.keeping.drain import DrainPreview, preview, RunningVm
+from ..rules.keeping.recovery import cannot_finish, hotplugged
+from ..rules.keeping.resume import decide_resume, paused_note, resume_step
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt, read_lease
@@ -47,9 +49,6 @@ from ..rules.shared.times import ago, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
-ATTACHMENTS_DELETED = ("a restart of its NFS server makes Longhorn delete the attachment pods of its hotplugged "
-                       "disks, spared VMs or not: their owner, the launcher pod, is of a kind the blacklist cannot name "
-                       "(docs/operations.md)")
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
@@ -86,6 +85,14 @@ class VmStatus:
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
     stale: str = ""  # why its NFS mount is stale (paused on an I/O error, its pod older than a remount request)
+    cannot_finish: str | None = None  # why no migration off a stale mount of it could finish (its disks' cache modes)
+
+    @property
+    def hotplugged_disks(self) -> list[str]:
+        """What a share-manager restart does to each of its hotplugged Longhorn disks, a line each."""
+        volumes = {disk.claim: disk.volume for disk in self.disks}
+        return [hotplugged(claim, volumes.get(claim), self.attachment_pods_deleted_by_storage_restart)
+                for claim in self.hotplugged if volumes.get(claim) or not self.disks]
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
@@ -112,6 +119,7 @@ class VmStatus:
             "paused": self.paused or None,
             "hotplugged": list(self.hotplugged),
             "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
+            "hotplugged_disks": self.hotplugged_disks,
             "stale_mount": self.stale or None,
         }
 
@@ -222,8 +230,10 @@ class Report:
     def drain(self, node: str) -> DrainPreview:
         """What draining `node` will do to these VMs (`rules.keeping.drain`)."""
         restarts = self.cluster.restarts if self.cluster is not None else restarts_vms(None)
-        return preview(node, ((vm.namespace, vm.name, vm.node, vm.storage, vm.live_migratable, vm.not_migratable)
-                              for vm in self.vms), restarts)
+        keep = KeepMode(self.cluster.mode) if self.cluster is not None else KeepMode.MIGRATE
+        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.node, storage=vm.storage,
+                                        migratable=vm.live_migratable, why_not=vm.not_migratable,
+                                        cannot_finish=vm.cannot_finish) for vm in self.vms), restarts, keep)
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
@@ -385,9 +395,12 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
     text, last = last_action(view, migrations, facts.now)
     return VmStatus(namespace=view.namespace, name=view.name, node=view.node, storage=where.storage,
                     state=decision.state, since=since, why=why, last_action=text, last_migration=last,
-                    may_move=view.may_move, decision=decision, next=next_step(decision, since, facts, off=off),
+                    may_move=view.may_move, decision=decision,
+                    next=resume_step(next_step(decision, since, facts, off=off), decide_resume(observed.facts, facts),
+                                     off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
-                    hotplugged=view.hotplugged, stale=observed.facts.stale or "")
+                    hotplugged=view.hotplugged, stale=observed.facts.stale or "",
+                    cannot_finish=cannot_finish(view.caches, None, ()))
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -434,10 +447,8 @@ def render(report: Report) -> str:
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {vm.stale}; a migration mounts it afresh: {vm.next}" if vm.stale
-              else f"note {vm.namespace}/{vm.name}: {PAUSED_ON_IO}" for vm in report.vms
+    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, PAUSED_ON_IO)}" for vm in report.vms
               if vm.paused == kinds.PAUSED_IO_ERROR]
-    lines += [f"note {vm.namespace}/{vm.name}: {ATTACHMENTS_DELETED}" for vm in report.vms
-              if vm.attachment_pods_deleted_by_storage_restart == "yes" and vm.rebooted_by_storage_restart != "yes"]
+    lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)

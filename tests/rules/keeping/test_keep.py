@@ -9,7 +9,7 @@ from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
-from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, STALE_BESIDE, Limits, PassFacts, VmFacts, decide_keep,
+from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep,
                                         next_read, next_step)
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.shared import declared
@@ -29,7 +29,7 @@ READY = dict(
 
 
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
-            "refused", "stale"}
+            "refused", "stale", "away", "cannot_finish", "stale_since"}
 
 
 def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
@@ -67,6 +67,7 @@ def test_an_apart_vm_is_moved_to_its_storage():
                                " apart for 900s")
 
 
+CANNOT_FINISH = "its disk d uses cache mode writeback"
 HOLDS = [
     (vmi_with(opted_in=False), APART_WHERE, {}, Alone.NOT_OPTED_IN, "not opted in"),
     (vmi_with(may_move=False), APART_WHERE, {}, Alone.OPTED_OUT, 'annotated kubevirt-scheduler/keep: "false"'),
@@ -80,11 +81,17 @@ HOLDS = [
      "split: disks served from node-b (1), node-c (1), the VM runs on node-a"),
     (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART,
      "unresolved: share-manager of d is stopped"),
+    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "cannot_finish": CANNOT_FINISH}, Alone.NEEDS_RESTART,
+     "its NFS mount is stale, and it cannot be moved to a fresh mount: its disk d uses cache mode writeback; a restart "
+     "mounts the volume afresh (`virtctl restart`)"),
     (APART_VMI, APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Alone.TARGET_UNFIT,
      "cannot move to node-b: node node-b is cordoned"),
     (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
      Alone.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
+    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "stale_since": ago(minutes=4)}, Alone.IO_RETRY,
+     "paused on a stale mount since 2026-11-20T11:56:00Z: KubeVirt's own retry resumes it if the mount recovers; the "
+     "keeper recovers it from 2026-11-20T12:01:00Z"),
     (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Alone.DESCHEDULED,
      "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
      "not moved back before 2026-11-20T15:58:31Z"),
@@ -123,8 +130,8 @@ HOLDS = [
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS, ids=[
-        "not-opted-in", "opted-out", "no-eviction", "not-running", "no-node", "co-located", "split", "unresolved", "target-unfit",
-        "not-migratable", "migrating", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
+        "not-opted-in", "opted-out", "no-eviction", "not-running", "no-node", "co-located", "split", "unresolved", "needs-restart", "target-unfit",
+        "not-migratable", "migrating", "io-retry", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
         "backing-off", "backing-off-twice", "daily-limit", "untargeted", "our-limit", "cluster-limit", "source-busy",
         "settling", "refused", "view-incomplete", "report", "no-lease", "targeted-unknown"])
 def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):
@@ -233,7 +240,8 @@ def test_the_hold_table_says_what_the_observer_reads_next():
     assert first(vmi_with(may_move=False)) is None  # opted out
     assert first(where=locality("node-a", [fact("d", "node-a")])) == "stale"  # is its mount stale?
     assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}) is None  # co-located
-    assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}, stale=STALE) is None
+    # Stale beside its NFS server: which other node its recovery goes through.
+    assert first(where=locality("node-a", [fact("d", "node-a")]), read={"stale"}, stale=STALE) == "target_unfit"
     assert first() == "stale"
     assert first(read={"stale"}) == "target_unfit"
     assert first(read={"stale", "target_unfit"}, target_unfit="node node-b is cordoned") is None
@@ -260,17 +268,45 @@ def test_a_vm_on_a_stale_mount_apart_from_its_storage_goes_there_at_once():
 
 
 @pytest.mark.parametrize("where, changes, hold", [
-    (CO_LOCATED_WHERE, {}, Alone.NOT_APART),
+    (CO_LOCATED_WHERE, {"target_unfit": "node-b: node node-b is cordoned"}, Alone.TARGET_UNFIT),
+    (CO_LOCATED_WHERE, {}, Alone.TARGET_UNFIT),  # no other node read: never a migration to nowhere
     (APART_WHERE, {"target_unfit": "node node-b is cordoned"}, Alone.TARGET_UNFIT),
     (APART_WHERE, {"targeted": False}, Alone.UNTARGETED),
-], ids=["co-located", "storage-node-unfit", "untargeted"])
-def test_a_vm_on_a_stale_mount_that_cannot_go_to_its_storage_is_left_to_the_admin(where, changes, hold):
-    """The keeper's migrations each name the storage node (the install's policy holds it to one node):
-    beside it, no migration of the VM can land there; `status` says what recovers it."""
+], ids=["beside-no-other-node", "beside-none-read", "storage-node-unfit", "untargeted"])
+def test_a_vm_on_a_stale_mount_that_cannot_be_moved_is_held_and_said(where, changes, hold):
     decision = keep(where=where, stale=STALE, **changes)
     assert not decision.act and decision.hold is hold and decision.stale == STALE
     said = next_step(decision, None, facts(where=where, stale=STALE, **changes)[1])
-    assert said == STALE_BESIDE if hold is Alone.NOT_APART else said.startswith("held: ")
+    assert said.startswith("held: ")
+    if where is CO_LOCATED_WHERE:
+        assert said.startswith("held: no other node can take it for its recovery: ")
+
+
+def test_a_vm_on_a_stale_mount_beside_its_storage_goes_away_and_comes_back():
+    """KubeVirt's migration target pod cannot share the VM's node: its recovery goes through another
+    node that passes the checks, and the keeper's usual return brings it back, two migrations."""
+    decision = keep(where=CO_LOCATED_WHERE, stale=STALE, away="node-c", apart_since=NOW)
+    assert decision.act and decision.hop and (decision.source, decision.target) == ("node-a", "node-c")
+    assert decision.reason.startswith("recovering a stale mount: migrating from node-a to node-c and back (2 migrations")
+    said = next_step(decision, None, facts(where=CO_LOCATED_WHERE, stale=STALE, away="node-c")[1])
+    assert said == ("moves to node-c at the keeper's next pass and back to node-a after (stale mount beside its NFS "
+                    "server: 2 migrations, no reboot)")
+    # Both migrations fit in its daily budget, or neither is made.
+    held = keep(where=CO_LOCATED_WHERE, stale=STALE, away="node-c", history=[succeeded(ago(hours=20))])
+    assert held.hold is Alone.DAILY_LIMIT and held.reason.endswith("its recovery beside its NFS server takes 2")
+    report = keep(where=CO_LOCATED_WHERE, stale=STALE, away="node-c", mode=KeepMode.REPORT)
+    assert report.hold is Alone.REPORT_ONLY and "from node-a to node-c and back" in report.reason
+
+
+def test_when_no_migration_of_a_vm_on_a_stale_mount_can_finish_it_needs_a_restart():
+    """One answer decides it (`recovery.cannot_finish`): no migration is tried, and why is said."""
+    for where, away in ((APART_WHERE, None), (CO_LOCATED_WHERE, "node-c")):
+        decision = keep(where=where, stale=STALE, away=away, cannot_finish=CANNOT_FINISH)
+        assert not decision.act and decision.hold is Alone.NEEDS_RESTART
+        said = next_step(decision, None, facts(where=where, stale=STALE, cannot_finish=CANNOT_FINISH)[1], off=True)
+        assert said == (f"needs a restart: {STALE}, and it cannot be moved to a fresh mount: {CANNOT_FINISH}; a restart "
+                        "mounts the volume afresh (`virtctl restart`)")
+    assert keep(cannot_finish=CANNOT_FINISH).act  # a VM on a good mount is moved as ever
 
 
 @pytest.mark.parametrize("vmi, where, changes, hold", [

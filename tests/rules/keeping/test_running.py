@@ -1,7 +1,7 @@
 """Where a VM runs: its launcher pods and its VMI as the keeper reads them."""
 
 import pytest
-from tests.support.keeping import SETTINGS, UID, at, in_flight_state, vmi_obj
+from tests.support.keeping import SETTINGS, UID, at, cached, in_flight_state, vmi_obj
 from tests.support.kube import launcher_pod as launcher
 from tests.support.kube import load
 
@@ -194,7 +194,7 @@ def test_vmi_of_unexpected_shape_is_skipped(obj, reason):
     assert isinstance(skipped, Malformed) and reason in skipped.reason
 
 
-PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",
+PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError", "lastTransitionTime": "2026-11-20T11:40:00Z",
              "message": "VMI was paused, low-level IO error detected"}  # as virt-handler writes it
 
 
@@ -209,3 +209,5 @@ def test_a_paused_vm_and_why(extra, paused):
     obj["status"]["conditions"] = [*obj["status"].get("conditions", []), *extra]
     view = read_vmi(obj, SETTINGS)
     assert view.paused == paused and view.live_migratable  # paused or not, KubeVirt may migrate it
+    assert view.paused_since == (at("2026-11-20T11:40:00Z") if paused else None)  # through the cache too
+    assert read_vmi(cached(obj), SETTINGS).paused_since == view.paused_since

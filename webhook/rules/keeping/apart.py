@@ -39,21 +39,22 @@ def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
     """Co-located, apart, split or unresolved, as the pin sees it: disks that did not resolve
     (not Longhorn, share-manager stopped, a read failed) are ignored when others did."""
     if not node:
-        return Locality(UNRESOLVED, None, why="not running on a node")
+        return Locality(state=UNRESOLVED, node=None, why="not running on a node")
     if not facts:
-        return Locality(UNRESOLVED, node, why="no disks to follow")
+        return Locality(state=UNRESOLVED, node=node, why="no disks to follow")
     problems = [f.reason for f in facts if f.node is None]
     counts = collections.Counter(f.node for f in facts if f.node is not None)
     if not counts:
-        return Locality(UNRESOLVED, node, why="; ".join(problems))
+        return Locality(state=UNRESOLVED, node=node, why="; ".join(problems))
     storage = tuple(n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     ignored = "".join(f"; ignored: {p}" for p in problems)
     if storage == (node,):
-        return Locality(CO_LOCATED, node, storage, f"disks served from {node}, where the VM runs{ignored}")
+        return Locality(state=CO_LOCATED, node=node, storage=storage, why=f"disks served from {node}, where the VM runs{ignored}")
     if len(storage) == 1:
-        return Locality(APART, node, storage, f"disks served from {storage[0]}, the VM runs on {node}{ignored}")
+        return Locality(state=APART, node=node, storage=storage,
+                        why=f"disks served from {storage[0]}, the VM runs on {node}{ignored}")
     spread = ", ".join(f"{n} ({counts[n]})" for n in storage)
-    return Locality(SPLIT, node, storage, f"disks served from {spread}, the VM runs on {node}{ignored}")
+    return Locality(state=SPLIT, node=node, storage=storage, why=f"disks served from {spread}, the VM runs on {node}{ignored}")
 
 
 def apart_since(moments: Iterable[datetime | None], now: datetime) -> datetime | None:

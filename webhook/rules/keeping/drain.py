@@ -8,7 +8,9 @@ share-manager of the node again elsewhere within seconds, long before most evacu
 (two leave a node at a time by default), and the webhook sends it where its VM can follow. Once the
 new share-manager serves, Longhorn deletes each pod of the volume that started before: with
 Longhorn's Settings as they are, each VM served from the node, on it or elsewhere, reboots, unless
-its migration ended first.
+its migration ended first. A VM Longhorn spares keeps its mount; if that mount goes stale, QEMU
+stops it, and the keeper recovers it without a reboot (`rules.keeping.recovery`): one migration to
+its NFS server's node, or, beside it, away and back (two), then it unpauses it.
 """
 from __future__ import annotations
 
@@ -16,21 +18,31 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from ...config import KeepMode
 from ..shared.longhorn import Answer, Restarts
+from .recovery import HOP, ONE
 
 
 @dataclasses.dataclass(frozen=True)
-class DrainedVm:
-    """A VM the drain of `drained` touches: it runs there, or its NFS server does; the rest follows."""
+class RunningVm:
+    """A running opted-in VM as `status` read it: where it runs, where its disks are served."""
 
     namespace: str
     name: str
     node: str | None
     storage: tuple[str, ...]
-    migratable: bool  # live-migratable
-    why_not: str  # why not, when it is not
-    drained: str
-    restarts: Restarts  # what Longhorn's Settings make of a share-manager restart
+    migratable: bool = True  # live-migratable
+    why_not: str = ""  # why not, when it is not
+    cannot_finish: str | None = None  # why no migration off a stale mount of it can finish (`recovery.cannot_finish`)
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainedVm(RunningVm):
+    """A VM the drain of `drained` touches: it runs there, or its NFS server does; the rest follows."""
+
+    drained: str = ""
+    restarts: Restarts = Restarts(Answer.CANNOT_TELL, "not read")  # what Longhorn's Settings make of a share-manager restart
+    keep: KeepMode = KeepMode.MIGRATE  # the keeper's mode
 
     @property
     def leaves(self) -> bool:
@@ -58,6 +70,34 @@ class DrainedVm:
         return str(self.restarts.answer) if self.storage_restarts else str(Answer.NO)
 
     @property
+    def spared(self) -> bool:
+        """Its NFS server restarts and Longhorn spares it: it keeps its mount, which may go stale."""
+        return self.storage_restarts and self.rebooted == str(Answer.NO)
+
+    @property
+    def recovery(self) -> int:
+        """What the keeper's recovery costs, at most, if its mount goes stale: two migrations when it
+        stays beside its NFS server (which restarts near it) or may land beside it; none when no
+        migration can recover it or the keeper is off. In report mode the keeper only says so."""
+        if not self.spared or self.cannot_finish or self.keep is KeepMode.OFF or (self.leaves and not self.migratable):
+            return 0
+        return HOP
+
+    @property
+    def if_stale(self) -> str:
+        """What happens to it if its mount goes stale, in words ("": Longhorn does not spare it)."""
+        if not self.spared:
+            return ""
+        if self.cannot_finish:
+            return f"if its mount goes stale, it needs a restart: {self.cannot_finish}"
+        if self.keep is KeepMode.OFF:
+            return "if its mount goes stale, nothing recovers it (the keeper is off): `virtctl migrate` it, then `virtctl unpause` it"
+        way = (f"{ONE} migration to its NFS server's node, {HOP} if its evacuation lands beside it" if self.leaves else
+               f"away and back beside its NFS server, {HOP} migrations")
+        verb = "recovers" if self.keep is KeepMode.MIGRATE else "would recover (--keep report: it only says so)"
+        return f"if its mount goes stale (paused on I/O errors), the keeper {verb} it without a reboot: {way}, then unpauses it"
+
+    @property
     def goes(self) -> str:
         """Where it is expected to go, in words."""
         steps = []
@@ -74,12 +114,13 @@ class DrainedVm:
                              + (" (unless its migration ended before its NFS server is back)" if self.leaves else ""))
             elif self.rebooted == str(Answer.CANNOT_TELL):
                 steps.append("whether Longhorn then reboots it cannot be told")
-        return "; ".join(steps)
+        return "; ".join(steps + ([self.if_stale] if self.if_stale else []))
 
     def to_json(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "name": self.name, "node": self.node, "storage": list(self.storage),
                 "leaves": self.leaves, "migrates": self.migrates, "cannot_move": self.cannot_move,
-                "storage_restarts": self.storage_restarts, "rebooted": self.rebooted, "goes": self.goes}
+                "storage_restarts": self.storage_restarts, "rebooted": self.rebooted, "goes": self.goes,
+                "if_stale": self.if_stale or None, "recovery_migrations": self.recovery}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,16 +138,28 @@ class DrainPreview:
         """Share-managers of the VMs' disks that the drain restarts (one per VM's disk on the node)."""
         return sum(vm.storage_restarts for vm in self.vms)
 
+    @property
+    def recoveries(self) -> tuple[int, int]:
+        """(VMs, keeper migrations at most) of the keeper's recovery, if the spared VMs' mounts go stale."""
+        costs = [vm.recovery for vm in self.vms if vm.recovery]
+        return len(costs), sum(costs)
+
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "migrations": self.migrations, "nfs_servers_restarting": self.share_managers,
+                "stale_recovery": {"vms": [f"{vm.namespace}/{vm.name}" for vm in self.vms if vm.recovery],
+                                   "migrations": self.recoveries[1]},
                 "rebooted": [f"{vm.namespace}/{vm.name}" for vm in self.vms if vm.rebooted == str(Answer.YES)],
                 "cannot_move": {f"{vm.namespace}/{vm.name}": vm.cannot_move for vm in self.vms if vm.cannot_move},
                 "longhorn": {"answer": str(self.restarts.answer), "why": self.restarts.warning() or self.restarts.why},
                 "vms": [vm.to_json() for vm in self.vms]}
 
     def lines(self) -> list[str]:
+        vms, migrations = self.recoveries
         said = [f"draining {self.node}: {self.migrations} live migration(s) by KubeVirt's evacuation, "
-                f"{self.share_managers} VM(s) whose NFS server restarts"]
+                f"{self.share_managers} VM(s) whose NFS server restarts"
+                + (f"; if their mounts go stale, the keeper's recovery of {vms} spared VM(s) without a reboot: up to "
+                   f"{migrations} migration(s)" + (" (--keep report: it makes none)" if self.vms[0].keep is KeepMode.REPORT
+                                                   else "") if vms else "")]
         for vm in self.vms:
             said.append(f"  {vm.namespace}/{vm.name}: {vm.goes}")
         if self.restarts.answer is not Answer.NO:
@@ -114,8 +167,8 @@ class DrainPreview:
         return said
 
 
-def preview(node: str, vms: Iterable[tuple[str, str, str | None, tuple[str, ...], bool, str]],
-            restarts: Restarts) -> DrainPreview:
-    """`vms`: (namespace, name, node, storage nodes, live-migratable, why not) of each running opted-in VM."""
-    touched = (DrainedVm(*vm, drained=node, restarts=restarts) for vm in vms)
+def preview(node: str, vms: Iterable[RunningVm], restarts: Restarts, keep: KeepMode = KeepMode.MIGRATE) -> DrainPreview:
+    """What draining `node` does to `vms` (each running opted-in VM), Longhorn and the keeper as they are set."""
+    touched = (DrainedVm(**{f.name: getattr(vm, f.name) for f in dataclasses.fields(RunningVm)}, drained=node,
+                         restarts=restarts, keep=keep) for vm in vms)
     return DrainPreview(node, tuple(vm for vm in touched if vm.leaves or vm.storage_restarts), restarts)

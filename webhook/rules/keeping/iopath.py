@@ -52,12 +52,14 @@ def disk_path(fact: Fact, volume: dict[str, Any] | None, replicas: Iterable[dict
     (None: not read, `unknown` says why)."""
     node = fact.node
     if fact.volume is None or node is None:
-        return DiskPath(fact.subject, fact.volume, node, unknown=unknown or fact.reason)
+        return DiskPath(claim=fact.subject, volume=fact.volume, share_manager_node=node, unknown=unknown or fact.reason)
     if volume is None or replicas is None:
-        return DiskPath(fact.subject, fact.volume, node, unknown=unknown or f"Longhorn volume {fact.volume} not found")
+        return DiskPath(claim=fact.subject, volume=fact.volume, share_manager_node=node,
+                        unknown=unknown or f"Longhorn volume {fact.volume} not found")
     locality = kinds.spec(volume).get("dataLocality")
     local = any(healthy_on(r, fact.volume, node) for r in replicas)
-    return DiskPath(fact.subject, fact.volume, node, locality if isinstance(locality, str) else None, local)
+    return DiskPath(claim=fact.subject, volume=fact.volume, share_manager_node=node,
+                    data_locality=locality if isinstance(locality, str) else None, local_replica=local)
 
 
 def path_note(paths: Iterable[DiskPath]) -> str:

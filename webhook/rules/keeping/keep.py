@@ -24,6 +24,7 @@ from ... import kinds
 from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
+from .recovery import cost, needs_restart, RETRY_WAIT, retry_words
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -75,8 +76,17 @@ class VmFacts:
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: tuple[int, datetime] | None = None  # (refusals in a row, retry after) of its last create
     # Why its NFS mount is stale (`rules.shared.longhorn.stale_mount`: paused on an I/O error, its pod
-    # older than a remount request of Longhorn's), None when nothing says so: one migration recovers it.
+    # older than a remount request of Longhorn's), None when nothing says so: one migration recovers it,
+    # two beside its NFS server (`rules.keeping.recovery`).
     stale: str | None = None
+    away: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
+    # Our migration that recovered it while it stayed paused (`recovery.recovered_by`), and why its pod
+    # is not known to have mounted its disks afresh (None: it has): what unpausing it goes by (`resume`).
+    recovered: Migration | None = None
+    not_afresh: str | None = None
+    # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
+    cannot_finish: str | None = None
+    stale_since: datetime | None = None  # the later of its pause and Longhorn's remount request (read with `stale`)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,10 +128,14 @@ class KeepDecision:
     why: str = ""  # where it runs and where its disks are served, in words
     apart_for: timedelta | None = None  # how long it has been apart, once that counts
     stale: str | None = None  # why its NFS mount is stale (`VmFacts.stale`): the migration recovers it
+    hop: bool = False  # stale beside its NFS server: it goes to `target` and comes back (`recovery.HOP`)
 
     @property
     def move(self) -> str:
         """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
+        if self.hop:
+            return (f"from {self.source} to {self.target} and back ({cost(True)} migrations, its target pod cannot "
+                    f"land beside its own pod): {self.stale}; {self.why}")
         if self.stale:
             return f"from {self.source} to {self.target}: {self.stale}; {self.why}"
         apart = whole_seconds(self.apart_for or timedelta(0))
@@ -160,6 +174,27 @@ def _today(vm: VmFacts, p: PassFacts) -> int:
     return sum(1 for a in vm.history if p.now - a.created < DAY)
 
 
+def _beside(vm: VmFacts) -> bool:
+    """On a stale mount beside its NFS server: its recovery goes through another node."""
+    return bool(vm.stale) and vm.where.state is CO_LOCATED
+
+
+def _over_budget(vm: VmFacts, p: PassFacts) -> bool:
+    """Its migrations of the last 24h and what moving it now costs would pass --keep-max-per-day."""
+    return _today(vm, p) + cost(_beside(vm)) > p.limits.max_per_day
+
+
+def _budget_words(vm: VmFacts, p: PassFacts) -> str:
+    words = f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"
+    return words + (f": its recovery beside its NFS server takes {cost(True)}" if _beside(vm) else "")
+
+
+def _unfit_words(vm: VmFacts) -> str:
+    if _beside(vm):
+        return f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
+    return f"cannot move to {vm.where.target}: {vm.target_unfit}"
+
+
 def _untargeted(p: PassFacts) -> str:
     if p.targeted is False or not p.targeted_note:
         return "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"
@@ -192,53 +227,103 @@ class Check:
 # makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
 # mode and the lease: a report shows the first thing that would stop a migration.
 CHECKS: tuple[Check, ...] = (
-    Check(Alone.NOT_OPTED_IN, lambda vm, p: not vm.vmi.opted_in, lambda vm, p: "not opted in", ("vmi",), own=True),
-    Check(Alone.OPTED_OUT, lambda vm, p: not vm.vmi.may_move, lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
-          ("vmi",), own=True),
-    Check(Alone.NO_EVICTION, lambda vm, p: NO_EVICTION.name() in vm.vmi.annotations,
-          lambda vm, p: f"annotated {NO_EVICTION.name()}: nothing is to evict it", ("vmi",), own=True),
-    Check(Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
-          lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node", ("vmi",), own=True),
+    Check(hold=Alone.NOT_OPTED_IN,
+          holds=lambda vm, p: not vm.vmi.opted_in,
+          words=lambda vm, p: "not opted in",
+          needs=("vmi",), own=True),
+    Check(hold=Alone.OPTED_OUT,
+          holds=lambda vm, p: not vm.vmi.may_move,
+          words=lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
+          needs=("vmi",), own=True),
+    Check(hold=Alone.NO_EVICTION,
+          holds=lambda vm, p: NO_EVICTION.name() in vm.vmi.annotations,
+          words=lambda vm, p: f"annotated {NO_EVICTION.name()}: nothing is to evict it",
+          needs=("vmi",), own=True),
+    Check(hold=Alone.NOT_RUNNING,
+          holds=lambda vm, p: not vm.vmi.running,
+          words=lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node",
+          needs=("vmi",), own=True),
     # (Whether its mount is stale is read here, of every VM, for `status` to say it of one that stays.)
-    Check(Alone.NOT_APART, lambda vm, p: vm.where.state is not APART or vm.where.target is None,
-          lambda vm, p: f"{vm.where.state}: {vm.where.why}", ("where", "stale"), own=True),
-    Check(Alone.TARGET_UNFIT, lambda vm, p: vm.target_unfit is not None,
-          lambda vm, p: f"cannot move to {vm.where.target}: {vm.target_unfit}", ("target_unfit",), own=True),
-    Check(Alone.NOT_MIGRATABLE, lambda vm, p: not vm.vmi.live_migratable,
-          lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", ("vmi",), own=True),
-    Check(Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight",
-          ("migrating",), own=True),
+    Check(hold=Alone.NOT_APART,
+          holds=lambda vm, p: not _beside(vm) and (vm.where.state is not APART or vm.where.target is None),
+          words=lambda vm, p: f"{vm.where.state}: {vm.where.why}",
+          needs=("where", "stale"), own=True),
+    # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.cannot_finish`).
+    Check(hold=Alone.NEEDS_RESTART,
+          holds=lambda vm, p: bool(vm.stale) and vm.cannot_finish is not None,
+          words=lambda vm, p: needs_restart(vm.stale or "", vm.cannot_finish or ""),
+          needs=("stale", "cannot_finish"), own=True),
+    Check(hold=Alone.TARGET_UNFIT,
+          holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.away is None),
+          words=lambda vm, p: _unfit_words(vm),
+          needs=("target_unfit", "stale", "where", "away"), own=True),
+    Check(hold=Alone.NOT_MIGRATABLE,
+          holds=lambda vm, p: not vm.vmi.live_migratable,
+          words=lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}",
+          needs=("vmi",), own=True),
+    Check(hold=Alone.MIGRATING,
+          holds=lambda vm, p: vm.migrating,
+          words=lambda vm, p: "a migration of this VMI is in flight",
+          needs=("migrating",), own=True),
+    Check(hold=Alone.IO_RETRY,
+          holds=lambda vm, p: bool(vm.stale) and vm.stale_since is not None and p.now < vm.stale_since + RETRY_WAIT,
+          words=lambda vm, p: retry_words(vm.stale_since or p.now),
+          needs=("stale", "stale_since")),
     # A VM on a stale mount is stopped: it waits for none of the times below.
-    Check(Alone.DESCHEDULED, lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
-          _descheduled, ("descheduled", "stale")),
-    Check(Alone.APART_BRIEFLY, lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
-          lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s",
-          ("apart_since", "stale")),
-    Check(Alone.MIGRATED_RECENTLY, lambda vm, p: not vm.stale and vm.last_end is not None
-          and p.now - vm.last_end < p.limits.after,
-          lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
-                        f"(wait {whole_seconds(p.limits.after)}s)", ("last_end", "stale")),
-    Check(Alone.BACKING_OFF, _backing_off, _backoff_words, ("history",)),
-    Check(Alone.DAILY_LIMIT, lambda vm, p: _today(vm, p) >= p.limits.max_per_day,
-          lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})", ("history",)),
-    Check(Alone.UNTARGETED, lambda vm, p: p.targeted is not True, lambda vm, p: _untargeted(p)),
-    Check(Alone.OUR_LIMIT, lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
-          lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
-    Check(Alone.CLUSTER_LIMIT, lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
-          lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide (limit {p.limits.max_cluster_inflight})"),
-    Check(Alone.SOURCE_BUSY, lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
-          lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
-                        f"{p.limits.max_outbound_per_node} per source node): its slots are left to them", ("where",)),
-    Check(Alone.SETTLING, lambda vm, p: bool(vm.settling),
-          lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}", ("settling",), own=True),
-    Check(Alone.REFUSED, lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
-          lambda vm, p: _refused_words(vm.refused or (0, p.now)), ("refused",)),
-    Check(Alone.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
-          lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
-    Check(Alone.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
-          lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
-    Check(Alone.NO_LEASE, lambda vm, p: not p.lease,
-          lambda vm, p: "not acting: the lease might run out before the migration is created"),
+    Check(hold=Alone.DESCHEDULED,
+          holds=lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
+          words=_descheduled,
+          needs=("descheduled", "stale")),
+    Check(hold=Alone.APART_BRIEFLY,
+          holds=lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
+          words=lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s",
+          needs=("apart_since", "stale")),
+    Check(hold=Alone.MIGRATED_RECENTLY,
+          holds=lambda vm, p: not vm.stale and vm.last_end is not None
+                              and p.now - vm.last_end < p.limits.after,
+          words=lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
+                              f"(wait {whole_seconds(p.limits.after)}s)",
+          needs=("last_end", "stale")),
+    Check(hold=Alone.BACKING_OFF,
+          holds=_backing_off,
+          words=_backoff_words,
+          needs=("history",)),
+    Check(hold=Alone.DAILY_LIMIT,
+          holds=_over_budget,
+          words=_budget_words,
+          needs=("history", "stale", "where")),
+    Check(hold=Alone.UNTARGETED,
+          holds=lambda vm, p: p.targeted is not True,
+          words=lambda vm, p: _untargeted(p)),
+    Check(hold=Alone.OUR_LIMIT,
+          holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
+          words=lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
+    Check(hold=Alone.CLUSTER_LIMIT,
+          holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+          words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
+                              f"(limit {p.limits.max_cluster_inflight})"),
+    Check(hold=Alone.SOURCE_BUSY,
+          holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
+          words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
+                              f"{p.limits.max_outbound_per_node} per source node): its slots are left to them",
+          needs=("where",)),
+    Check(hold=Alone.SETTLING,
+          holds=lambda vm, p: bool(vm.settling),
+          words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
+          needs=("settling",), own=True),
+    Check(hold=Alone.REFUSED,
+          holds=lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
+          words=lambda vm, p: _refused_words(vm.refused or (0, p.now)),
+          needs=("refused",)),
+    Check(hold=Alone.VIEW_INCOMPLETE,
+          holds=lambda vm, p: bool(p.incomplete),
+          words=lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
+    Check(hold=Alone.REPORT_ONLY,
+          holds=lambda vm, p: p.mode is not KeepMode.MIGRATE,
+          words=lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
+    Check(hold=Alone.NO_LEASE,
+          holds=lambda vm, p: not p.lease,
+          words=lambda vm, p: "not acting: the lease might run out before the migration is created"),
 )
 
 # The reasons the keeper holds a VM for, in the order it checks them.
@@ -252,7 +337,7 @@ ON_DEMAND = frozenset({"stale", "apart_since", "target_unfit"})
 
 
 # What an own check is given for the pass it does not read (`test_keep` holds them to that).
-_UNREAD = PassFacts(EPOCH, Limits(), KeepMode.MIGRATE, None)
+_UNREAD = PassFacts(now=EPOCH, limits=Limits(), mode=KeepMode.MIGRATE, targeted=None)
 
 
 def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
@@ -271,8 +356,10 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
 
 def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
     where = vm.where
-    return KeepDecision(hold is None, reason, where.state, hold, where.node, where.target, where.why,
-                        _apart_for(vm, p.now) if where.state is APART else None, vm.stale)
+    return KeepDecision(act=hold is None, reason=reason, state=where.state, hold=hold, source=where.node,
+                        target=where.target or (vm.away if _beside(vm) else None), why=where.why,
+                        apart_for=_apart_for(vm, p.now) if where.state is APART else None, stale=vm.stale,
+                        hop=_beside(vm))
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
@@ -317,11 +404,6 @@ OFF = "the keeper is off (--keep off)"
 # Holds that end by themselves (time passes), after which the keeper checks targeted migration.
 WAITS = (Alone.APART_BRIEFLY, Alone.MIGRATED_RECENTLY, Alone.BACKING_OFF, Alone.DAILY_LIMIT)
 NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migration, when the cluster lacks it
-# A VM on a stale mount beside its NFS server: the keeper migrates only to the storage node (its
-# migrations each name one, and the install's policy holds it to that), which a VM's target pod
-# never shares with it (KubeVirt's anti-affinity to the VMI's own pods).
-STALE_BESIDE = ("held: beside its NFS server, where no migration of it can land: `virtctl migrate` it "
-                "(it lands elsewhere, and the keeper brings it back after --keep-after)")
 
 
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
@@ -332,9 +414,14 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     (`off`)."""
     limits, now = facts.limits, facts.now
     if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
-        return "stays: co-located" if not decision.stale else STALE_BESIDE
+        return "stays: co-located"
+    if decision.hold is Alone.NEEDS_RESTART:  # the keeper's mode changes nothing of it
+        return f"needs a restart: {decision.reason}"
     if off:
         return f"nothing: {OFF}"
+    if decision.act and decision.hop:
+        return (f"moves to {decision.target} at the keeper's next pass and back to {decision.source} after "
+                f"(stale mount beside its NFS server: {cost(True)} migrations, no reboot)")
     if decision.act:
         return f"moves to {decision.target} at the keeper's next pass" + (" (stale mount)" if decision.stale else "")
     if facts.targeted is False and decision.hold in WAITS:

@@ -67,6 +67,7 @@ class Migration:
     uid: str = ""  # what the VMI's status.migrationState.migrationUid names
     evacuated: str | None = None  # a drain's or an eviction's: the node it evacuates (KubeVirt's annotation)
     priority: str = ""  # spec.priority, set by virt-controller alone (KubeVirt >= 1.7)
+    recovers: str = ""  # ours, made to recover the VM from a stale NFS mount (our annotation: RECOVERS_STALE_MOUNT)
 
     @property
     def final(self) -> bool:
@@ -140,10 +141,13 @@ def read_migration(obj: Any) -> Migration | Malformed:
         target = declared.VMIM_TARGET.of(obj) if ours else None
         uid = declared.VMIM_UID.value(metadata)
         evacuated = declared.VMIM_EVACUATION.of(obj)
-        return Migration(namespace, name, vmi, phase, ours, created, _ended(status, phase, created),
-                         target if isinstance(target, str) and target else None, uid if isinstance(uid, str) else "",
-                         evacuated if isinstance(evacuated, str) else None,
-                         declared.PRIORITY.text(spec))
+        recovers = declared.VMIM_RECOVERS.of(obj) if ours else None
+        return Migration(namespace=namespace, name=name, vmi=vmi, phase=phase, ours=ours, created=created,
+                         ended=_ended(status, phase, created),
+                         target=target if isinstance(target, str) and target else None,
+                         uid=uid if isinstance(uid, str) else "",
+                         evacuated=evacuated if isinstance(evacuated, str) else None,
+                         priority=declared.PRIORITY.text(spec), recovers=recovers if isinstance(recovers, str) else "")
     except Malformed as exc:
         return exc.of(what)
 
@@ -284,7 +288,7 @@ def target_hostname(node: Any) -> str | None:
 
 
 def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
-                       priority: str | None = None) -> dict[str, Any] | str:
+                       priority: str | None = None, *, recovers: bool = False) -> dict[str, Any] | str:
     """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot (in words).
 
     addedNodeSelector is label-based: the node is selected by its own hostname label value;
@@ -293,6 +297,8 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
     a target pod that stays unschedulable for UNPLACEABLE_SECONDS (its annotation, instead of
     its 5-minute default): the migration fails rather than hold a slot a drain needs, even
     with no keeper to cancel it. `priority` (MIGRATION_PRIORITY) where the cluster keeps it.
+    One that `recovers` a VM from a stale NFS mount says so (`kinds.RECOVERS`): once it is done, the
+    keeper may unpause that VM, even after a restart (`rules.keeping.recovery`).
     """
     name = kinds.meta(node).get("name")
     shown = name if isinstance(name, str) and name else "(unnamed)"
@@ -303,6 +309,8 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
                    kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION: str(UNPLACEABLE_SECONDS)}
     if reason:
         annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.REASON] = clip_reason(reason)
+    if recovers:
+        annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.RECOVERS] = kinds.RECOVERS_STALE_MOUNT
     return {
         "apiVersion": kinds.VMIM.api_version,
         "kind": kinds.VMIM.kind,

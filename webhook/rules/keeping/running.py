@@ -93,6 +93,7 @@ class VmiMigration:
     completed: bool
     failed: bool
     migration_uid: str | None = None  # the uid of the VirtualMachineInstanceMigration
+    failure_reason: str = ""  # why it failed under way (libvirt's words), when it did
 
     @property
     def in_flight(self) -> bool:
@@ -123,7 +124,11 @@ class VmiView:
     # Its annotations the rules read (`rules.shared.declared.VMI`): a hold on a new one declares it there.
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     paused: str = ""  # the reason of its Paused condition when it is paused (PausedIOError, PausedByUser, ...)
+    # Since when it is paused (the condition's lastTransitionTime; None: not paused, or not said). A
+    # migration keeps the condition as it was: virt-handler sets it only where there is none.
+    paused_since: datetime | None = None
     hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged volumes (mounted by attachment pods)
+    caches: tuple[tuple[str, str], ...] = ()  # (claim, cache mode) of each disk on a claim whose cache is set
 
     @property
     def running(self) -> bool:
@@ -139,13 +144,13 @@ def _conditions(status: dict[str, Any]) -> list[Any]:
     return conditions
 
 
-def _paused(status: dict[str, Any]) -> str:
-    """Why the VM is paused (its Paused condition's reason), "" when it is not."""
+def _paused(status: dict[str, Any]) -> tuple[str, datetime | None]:
+    """Why the VM is paused (its Paused condition's reason), "" when it is not; and since when."""
     for condition in _conditions(status):
         if (isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.PAUSED
                 and declared.CONDITION_STATUS.value(condition) == "True"):
-            return str(declared.CONDITION_REASON.value(condition) or "Paused")
-    return ""
+            return str(declared.CONDITION_REASON.value(condition) or "Paused"), declared.CONDITION_SINCE.time(condition)
+    return "", None
 
 
 def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
@@ -173,7 +178,23 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
         completed=declared.COMPLETED.flag(state),
         failed=declared.FAILED.flag(state),
         migration_uid=declared.MIGRATION_UID.text(state) or None,
+        failure_reason=declared.FAILURE_REASON.text(state),
     )
+
+
+def _caches(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(claim, cache mode) of each disk whose volume is a claim and whose `cache` is set (unset:
+    KubeVirt picks `none` where the file system takes O_DIRECT, as NFS does)."""
+    claims = {}
+    volumes, disks = declared.VMI_SPEC_VOLUMES.value(spec), declared.DISKS.value(declared.DEVICES.obj(declared.DOMAIN.obj(spec)))
+    for volume in volumes if isinstance(volumes, list) else ():
+        name = declared.VOLUME_NAME.value(volume) if isinstance(volume, dict) else None
+        source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
+        claim = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
+        if isinstance(name, str) and isinstance(claim, str):
+            claims[name] = claim
+    return tuple((claims[name], str(cache)) for disk in (disks if isinstance(disks, list) else ()) if isinstance(disk, dict)
+                 and (name := declared.DISK_NAME.value(disk)) in claims and (cache := declared.DISK_CACHE.value(disk)))
 
 
 def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
@@ -200,6 +221,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         migratable, why = _live_migratable(status)
         domain = declared.DOMAIN.obj(spec)
         machine_type, machine_from = _machine_type(status, domain)
+        paused, paused_since = _paused(status)
         annotations = declared.VMI.annotations_of(obj, settings)
         uid = declared.VMI_UID.value(metadata)
         return VmiView(
@@ -219,8 +241,10 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
             machine_type=machine_type,
             machine_from=machine_from,
             annotations=annotations,
-            paused=_paused(status),
+            paused=paused,
+            paused_since=paused_since,
             hotplugged=tuple(hotplugged_claims(obj)),
+            caches=_caches(spec),
         )
     except Malformed as exc:
         return exc.of(what)

@@ -38,6 +38,7 @@ CONDITION_TYPE = VMI.field("status.conditions[].type")
 CONDITION_STATUS = VMI.field("status.conditions[].status")
 CONDITION_REASON = VMI.field("status.conditions[].reason")
 CONDITION_MESSAGE = VMI.field("status.conditions[].message")
+CONDITION_SINCE = VMI.field("status.conditions[].lastTransitionTime")
 VMI_MIGRATION = VMI.field("status.migrationState")
 SOURCE_NODE = VMI.field("status.migrationState.sourceNode")
 TARGET_NODE = VMI.field("status.migrationState.targetNode")
@@ -47,6 +48,7 @@ ENDED = VMI.field("status.migrationState.endTimestamp")
 COMPLETED = VMI.field("status.migrationState.completed")
 FAILED = VMI.field("status.migrationState.failed")
 MIGRATION_UID = VMI.field("status.migrationState.migrationUid")
+FAILURE_REASON = VMI.field("status.migrationState.failureReason")  # libvirt's words, when one failed under way
 STATUS_MACHINE = VMI.field("status.machine")
 STATUS_MACHINE_TYPE = VMI.field("status.machine.type")
 # The claims of its volumes (`rules.shared.facts.claims_of`): a DataVolume's PVC has its name.
@@ -59,6 +61,13 @@ VMI_CLAIMS = tuple(VMI.field(f"spec.volumes[].{source}.{key}")
 VMI_HOTPLUGGABLE = tuple(VMI.field(f"spec.volumes[].{source}.hotpluggable")
                          for source in ("persistentVolumeClaim", "dataVolume"))
 VMI_NODE_SELECTOR = VMI.field("spec.nodeSelector")
+# Each disk's cache mode, by its volume: whether a migration off a stale NFS mount can finish (`rules.keeping.recovery`).
+VMI_SPEC_VOLUMES = VMI.field("spec.volumes[]")
+VOLUME_NAME = VMI.field("spec.volumes[].name")
+DEVICES = VMI.field("spec.domain.devices")
+DISKS = VMI.field("spec.domain.devices.disks[]")
+DISK_NAME = VMI.field("spec.domain.devices.disks[].name")
+DISK_CACHE = VMI.field("spec.domain.devices.disks[].cache")
 DOMAIN = VMI.field("spec.domain")
 CPU = VMI.field("spec.domain.cpu")
 CPU_MODEL = VMI.field("spec.domain.cpu.model")
@@ -75,6 +84,7 @@ VMIM_CREATED = VMIM.field("metadata.creationTimestamp")
 VMIM_MANAGED_BY = VMIM.label(kinds.MANAGED_BY_LABEL)  # ours
 VMIM_TARGET = VMIM.annotation(kinds.DEFAULT_DECISION_PREFIX + kinds.NODE_KEY)  # the node we asked for
 VMIM_EVACUATION = VMIM.annotation(kinds.EVACUATION_ANNOTATION)  # a drain's or an eviction's
+VMIM_RECOVERS = VMIM.annotation(kinds.DEFAULT_DECISION_PREFIX + kinds.RECOVERS)  # ours, recovering a stale mount
 VMIM_SPEC = VMIM.field("spec")
 VMI_NAME_OF = VMIM.field("spec.vmiName")
 PRIORITY = VMIM.field("spec.priority")

@@ -1,0 +1,79 @@
+"""A cluster whose node holds VMs and their NFS servers, on Longhorn 1.12's model (kubefake/longhorn.py),
+and what happens to a VM Longhorn spares when its NFS server restarts: its stale mount, QEMU stopping
+it on an I/O error. For the tests of the drain and of the keeper's recovery."""
+from __future__ import annotations
+
+import datetime
+
+from tests.support.kube import launcher_pod_of, longhorn_settings, node, rwx_disk, vmi
+from tests.support.kubevirt_api import VMIS, ago
+
+from kubefake import longhorn
+from webhook import kinds
+from webhook.config import Settings
+
+VMS = ("vm1", "vm2", "vm3")
+
+
+def drained_node_cluster(spared: bool):
+    """vm1..vm3 on node-a with their disks served from node-a (co-located); node-b and node-c beside it."""
+    objects = [node("node-a"), node("node-b"), node("node-c")]
+    for name in VMS:
+        the_vmi = vmi(name, "node-a", f"{name}-disk")
+        pod = launcher_pod_of(the_vmi)
+        pod["metadata"]["name"] = f"virt-launcher-{name}-x7k2p"
+        pod["metadata"]["creationTimestamp"] = pod["status"]["startTime"] = ago(days=3)
+        objects += [*rwx_disk(f"{name}-disk", "node-a"), the_vmi, pod]
+    return objects + longhorn_settings(blacklist="kubevirt.io/VirtualMachineInstance" if spared else "")
+
+
+def launchers(kmock):
+    return {name for (resource, _, name), obj in kmock.objects.items()
+            if resource.plural == "pods" and name.startswith("virt-launcher-") and not obj.deleted}
+
+
+PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",
+             "message": "VMI was paused, low-level IO error detected"}  # since when: the moment it is paused
+
+
+def volumes(kmock):
+    """The Longhorn Volume of each VM's disk, where Longhorn records a remount request."""
+    kmock.resources[kinds.LONGHORN_VOLUME] = {}
+    for name in VMS:
+        kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", f"pvc-{name}-disk"] = {
+            "apiVersion": "longhorn.io/v1beta2", "kind": "Volume",
+            "metadata": {"name": f"pvc-{name}-disk", "namespace": "longhorn-system"},
+            "spec": {"accessMode": "rwx", "numberOfReplicas": 3}, "status": {"state": "attached"}}
+
+
+# How long ago a stale VM's NFS server restarted and it was paused: longer than the keeper leaves to
+# KubeVirt's own retry (`rules.keeping.recovery.RETRY_WAIT`).
+LONG_AGO = datetime.timedelta(minutes=6)
+
+
+async def restart_storage(kmock, cluster, name, node, ago=datetime.timedelta(seconds=1)):
+    """The share-manager of `name`'s disk restarted on `node`, the remount requested `ago`: Longhorn's deletion
+    spares the VM (the VMI kind is on the blacklist), so its pod keeps the mount of the old NFS server."""
+    requested = datetime.datetime.now(datetime.UTC) - ago
+    await cluster.move_storage(f"pvc-{name}-disk", node)
+    assert await longhorn.remount(kmock.apiserver, f"pvc-{name}-disk", requested) == []
+
+
+async def pause_on_io_error(kmock, cluster, name, ago=datetime.timedelta(0)):
+    """QEMU stopped the VM on a disk I/O error `ago`; virt-handler says so in its Paused condition."""
+    conditions = kmock.objects[kinds.VMI, "default", name].raw["status"].get("conditions") or []
+    since = (datetime.datetime.now(datetime.UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await cluster.patch(f"{VMIS}/{name}", {"status": {"conditions": [*conditions,
+                                                                     {**PAUSED_IO, "lastTransitionTime": since}]}})
+
+
+async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate", ago=LONG_AGO):
+    """The drained-node cluster with VMs spared, each VM's NFS server restarted on `storage` and
+    vm1 paused on its stale mount, `ago`; a keeper of `--keep keep --keep-after keep_after`."""
+    cluster.seed(drained_node_cluster(spared=True))
+    volumes(kmock)
+    keeper = await make_keeper(Settings(keep=keep, keep_after=keep_after))
+    for name in VMS:
+        await restart_storage(kmock, cluster, name, storage, ago)
+    await pause_on_io_error(kmock, cluster, "vm1", ago)
+    return keeper
