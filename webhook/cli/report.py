@@ -42,13 +42,14 @@ async def run_status(args: argparse.Namespace) -> int:
     from ..cluster import client
     from ..cluster.direct import ClusterStore
     from ..tools import status
+    from ..tools.deployed import deployed_settings
 
     given = settings_from(args)
     api = await client.connect(args.kubeconfig)
     store = ClusterStore(api)
     try:
         # The keeper as deployed, unless this command was told otherwise: its flags win.
-        deployed, source = await status.deployed_settings(store, given, timeout=given.default_timeout)
+        deployed, source = await deployed_settings(store, given, timeout=given.default_timeout)
         explicit = flags_given(args)
         settings = dataclasses.replace(deployed, **explicit)
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,

@@ -35,7 +35,7 @@ from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.targeted import TargetedMigration
 from ..keeper.stretch import Stretches
 from ..cluster.replicas import read_longhorn, read_settings
-from ..kinds import DEPLOYMENT, LEASE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
+from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
@@ -44,15 +44,14 @@ from ..rules.keeping.recovery import cannot_finish, hotplugged
 from ..rules.keeping.resume import decide_resume, paused_note, resume_step
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.keeping.running import VmiView
-from ..rules.keeping.seen import read_kubevirt, read_lease
+from ..rules.keeping.seen import read_kubevirt
+from .deployed import leader
 from ..rules.shared.times import ago, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
-KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
-DEPLOYMENT_NAME = "kubevirt-colocate-keeper", "keeper"  # the shipped keeper's Deployment and its container
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
 DRY_RUN_NAMESPACE, DRY_RUN_VMI = "default", "kubevirt-colocate-dry-run"
 DRY_RUN_REASON = "dry run of kubevirt-colocate status: are spec.addedNodeSelector and spec.priority kept?"
@@ -315,52 +314,6 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
     stretches = Stretches(store, settings, timeout, launchers=LauncherPods(pods).of, direct=store)
     return Observer(store=disks, settings=settings, stretches=stretches, nodes=Nodes(store, timeout), timeout=timeout,
                     keep_disks=True)
-
-
-async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
-    """The keeper's Deployment's settings (its COLOCATE_* values, then its flags, as `keep` reads them),
-    with where they came from in words; else `settings` and why."""
-    namespace = settings.lease_namespace or KEEPER_NAMESPACE
-    where = f"Deployment {namespace}/{DEPLOYMENT_NAME[0]}"
-    found = await _container(store, namespace, DEPLOYMENT_NAME, where, timeout)
-    if isinstance(found, str):
-        return settings, f"settings as given here: {found}"
-    try:
-        return Settings.from_command(*found), f"from {where}"
-    except (TypeError, ValueError) as exc:
-        return settings, f"settings as given here: {where}: {exc}"
-
-
-async def _container(store: Store, namespace: str, names: tuple[str, str], where: str,
-                     timeout: float) -> tuple[object, dict[str, str]] | str:
-    """A Deployment's container's args and (plain) env, or why not in words (`where`: the Deployment)."""
-    name, container_name = names
-    try:
-        deployment = await store.get(DEPLOYMENT, namespace, name, timeout=timeout)
-    except StoreError as exc:
-        return f"{where} not read: {exc}"
-    if deployment is None:
-        return f"no {where}"
-    containers = kinds.spec(kinds.spec(deployment).get("template")).get("containers")
-    container = next((c for c in containers if isinstance(c, dict) and c.get("name") == container_name), None) \
-        if isinstance(containers, list) else None
-    if container is None:
-        return f"{where} has no container {container_name}"
-    env = {e["name"]: e["value"] for e in container.get("env") or []
-           if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)}
-    return container.get("args"), env
-
-
-async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:
-    """Who holds the keeper's Lease, in words: "pod-x (renewed 5s ago)", "none", or why unknown."""
-    namespace = settings.lease_namespace or KEEPER_NAMESPACE
-    try:
-        lease = await store.get(LEASE, namespace, settings.lease_name, timeout=timeout)
-    except StoreError as exc:
-        return f"unknown ({exc})"
-    if lease is None:
-        return f"none (no Lease {namespace}/{settings.lease_name})"
-    return read_lease(lease).words(now)
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
