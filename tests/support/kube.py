@@ -104,44 +104,42 @@ def client_certificate(tmp_path):
     return tmp_path / "client-ca.crt", tmp_path / "client.crt", tmp_path / "client.key"
 
 
-class Serving:
-    """`python -m webhook serve` in a process of its own, as deployed: ports picked by the
-    server (0) and read from its `serving` log line; its log read all along (a full pipe
-    would stall the server)."""
+class LoggedProcess:
+    """A `python -m webhook VERB` in a process of its own, as deployed: started until its log says
+    `ready_msg` (that line gives its ports), its log read all along (a full pipe would stall it)."""
 
-    def __init__(self, process: Any, entry: dict[str, Any], lines: list[dict[str, Any]]):
-        self.process = process
-        self.base = f"https://localhost:{entry['port']}"
-        self.ops = f"http://127.0.0.1:{entry['metrics_port']}"
-        self.lines = lines
+    def __init__(self, process: Any, lines: list[dict[str, Any]]):
+        self.process, self.lines = process, lines
         self._reader: Any = None
 
     @classmethod
-    async def start(cls, tls_files: dict[str, Path], *args: str, env: dict[str, str] | None = None) -> "Serving":
+    async def launch(cls, argv: list[str], ready_msg: str, env: dict[str, str] | None) -> tuple[Any, list[dict[str, Any]]]:
         import asyncio
         import os
         import sys
 
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", "0",
-            "--metrics-host", "127.0.0.1", "--metrics-port", "0",
-            "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]), *args,
-            stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook", *argv,
+                                                       stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
         lines: list[dict[str, Any]] = []
         while True:
             raw = await asyncio.wait_for(process.stderr.readline(), 30)
-            assert raw, f"the server exited before serving: {lines}"
+            assert raw, f"{argv[0]} exited before it said {ready_msg!r}: {lines}"
             lines.append(json.loads(raw))
-            if lines[-1]["msg"] == "serving":
-                break
-        serving = cls(process, lines[-1], lines)
-        serving._reader = asyncio.create_task(serving._read())
-        return serving
+            if lines[-1]["msg"] == ready_msg:
+                return process, lines
+
+    def follow(self) -> None:
+        import asyncio
+
+        self._reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
         async for raw in self.process.stderr:
             if raw.strip():
                 self.lines.append(json.loads(raw))  # every line is JSON, or this fails the test
+
+    def said(self, msg: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line["msg"] == msg]
 
     async def stop(self, timeout: float = 20, *, signalled: bool = False) -> int:
         """SIGTERM (unless the test already sent it), then wait for the exit code."""
@@ -159,6 +157,25 @@ class Serving:
                 self.process.kill()
                 await self.process.wait()
         return code
+
+
+class Serving(LoggedProcess):
+    """`python -m webhook serve`: ports picked by the server (0) and read from its `serving` line."""
+
+    def __init__(self, process: Any, entry: dict[str, Any], lines: list[dict[str, Any]]):
+        super().__init__(process, lines)
+        self.base = f"https://localhost:{entry['port']}"
+        self.ops = f"http://127.0.0.1:{entry['metrics_port']}"
+
+    @classmethod
+    async def start(cls, tls_files: dict[str, Path], *args: str, env: dict[str, str] | None = None) -> "Serving":
+        process, lines = await cls.launch(
+            ["serve", "--host", "127.0.0.1", "--port", "0", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
+             "--tls-cert-file", str(tls_files["cert"]), "--tls-key-file", str(tls_files["key"]), *args],
+            "serving", env)
+        serving = cls(process, lines[-1], lines)
+        serving.follow()
+        return serving
 
 
 def registration(serving: Serving, ca: Path, name: str) -> dict[str, Any]:
