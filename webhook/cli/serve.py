@@ -58,8 +58,7 @@ async def run_serve(args: argparse.Namespace) -> int:
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
-                    body_budget=args.body_budget * MIB,
-                    **({} if args.handshakes_per_turn is None else {"handshakes_per_turn": args.handshakes_per_turn}))
+                    body_budget=args.body_budget * MIB)
     keepers = {row.name for row in RETIRED}
     shown = {name: value for name, value in vars(settings).items() if name not in keepers}
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": shown}})
