@@ -31,7 +31,6 @@ async def run_serve(args: argparse.Namespace) -> int:
     from ..cluster.cache import WatchedClusterStore
     from ..cluster.direct import ClusterStore
     from ..cluster.events import NO_EVENTS, EventSink, Events
-    from ..cluster.heap import FreezeListed
     from ..cluster.reporter import StrandedReporter
     from ..cluster.store import Store
 
@@ -50,7 +49,6 @@ async def run_serve(args: argparse.Namespace) -> int:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else NO_EVENTS
-        companions.append(FreezeListed(store.informers))  # full collections walk what came after (heap.py)
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration,
                                      migration_targets=settings.migration_targets is MigrationTargets.PREFER))
