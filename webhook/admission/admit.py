@@ -23,15 +23,17 @@ from ..rules.shared.classify import is_share_manager_pod, target_exemption, vm_e
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
 from ..rules.kubevirt.target import TargetPod
-from .slices import in_slices
+from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
 log = logging.getLogger("webhook.mutate")
 
 
-async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline) -> Outcome:
-    """What the rules make of the request's pod."""
+async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline, *,
+                lane: Lane | None = None) -> Outcome:
+    """What the rules make of the request's pod. `lane`: where a server's long rule work waits
+    its turn (a lane of its own when not given)."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return skip(Rule.NONE, Alone.NOT_POD_CREATION)
     pod = request.object
@@ -48,7 +50,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
         # Answers from memory need no timer; every read that goes to the API is bounded by
         # the deadline where it is made (resolve_io, node_obstacle, consumers).
         if share_manager:
-            outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline)
+            outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, lane or Lane())
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
@@ -135,7 +137,7 @@ async def _migration_target_rule(
 
 
 async def _share_manager_rule(
-    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline
+    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline, lane: Lane
 ) -> Outcome:
     """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
     so the share-manager follows the VM; every later VM start then follows the share-manager."""
@@ -147,12 +149,17 @@ async def _share_manager_rule(
         # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
         # it, and a required affinity would only get it rejected by the kubelet, in a loop.
         return skip(Rule.SHARE_MANAGER, Alone.ALREADY_BOUND)
-    return await _share_manager_consumers(namespace, pod, store, settings, deadline, volume)
+    # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
+    # together, would otherwise each hold the loop for a stretch at every step of every VM start.
+    async with lane.turn(deadline) as mine:
+        if not mine:
+            return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
+        return await _share_manager_turn(namespace, pod, store, settings, deadline, lane, volume)
 
 
-async def _share_manager_consumers(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
-                                   deadline: Deadline, volume: str) -> Outcome:
-    """The share-manager rule, from the VMs that use its volume."""
+async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+                              deadline: Deadline, lane: Lane, volume: str) -> Outcome:
+    """The share-manager rule, in its turn in the lane."""
     try:
         consumers = await resolve_consumers(store, settings, volume, deadline)
     except (StoreError, TimeoutError) as exc:
@@ -169,7 +176,8 @@ async def _share_manager_consumers(namespace: str, pod: dict[str, Any], store: S
     if len(facts) == 1:
         why = _leaving(consumers, blocked)
         if why is not None:
-            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, Leaving(consumers, why, blocked))
+            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, Leaving(consumers, why, blocked),
+                                              lane)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
 
@@ -195,7 +203,7 @@ class Leaving:
 
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
-                               deadline: Deadline, leaving: Leaving) -> Outcome:
+                               deadline: Deadline, leaving: Leaving, lane: Lane) -> Outcome:
     """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
     can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
     consumers, blocked = leaving.consumers, leaving.blocked
@@ -213,7 +221,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if isinstance(target, TargetPod) and not isinstance(view, str):
         await asyncio.sleep(0)
         judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        if not await in_slices(judging, deadline):
+        if not await lane.slices(judging, deadline):
             why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                    f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
         else:

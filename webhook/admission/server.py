@@ -20,6 +20,7 @@ from . import review as reviews
 from .admit import admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
 from .guard import Port, listen
+from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule
 
@@ -150,6 +151,7 @@ class Admissions:
                  lag: LoopLag | None = None, budget: Budget | None = None):
         self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
         self.budget = budget or Budget()  # the bodies held at once (budget.py)
+        self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
         # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
         # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
         self.store, self.settings, self.events, self.decide = store, settings, events, decide
@@ -171,7 +173,7 @@ class Admissions:
             raise BadRequest(str(exc)) from None
         if not self.decide:
             return reviews.response_json(review.uid, NOTHING_DECIDED)
-        outcome = await admit(review, self.store, self.settings, deadline)
+        outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:

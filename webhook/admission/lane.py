@@ -1,0 +1,68 @@
+"""A drain's share-managers on the event loop, one admission at a time, in slices.
+
+A drain's share-manager finds its VM, renders the VM's migration target pod and judges nodes for
+both pods (milliseconds on hundreds of nodes), and a drain re-creates tens of them at once. Run
+side by side, each gets a turn in every round of the loop, so anything else waiting for the loop
+(a VM start's TLS handshake, its headers, its answer) waits behind a stretch of each of them at
+every step. In one lane, a single stretch of one of them, at most a slice long, stands between
+two steps of everything else, whatever the storm: VM starts keep their pace, and the
+share-managers are answered one after another, the first ones sooner than side by side.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from ..deadline import Deadline
+
+# The longest the rules hold the event loop at a stretch before everything else waiting for it runs.
+SLICE = 0.002
+
+
+async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: float = SLICE) -> bool:
+    """Take `steps` one by one, giving the event loop back every `slice_seconds` so that other
+    admissions are answered meanwhile; False when the deadline came first."""
+    until = time.monotonic() + slice_seconds
+    for _ in steps:
+        if time.monotonic() >= until:
+            if deadline.remaining() <= 0:
+                return False
+            await asyncio.sleep(0)
+            until = time.monotonic() + slice_seconds
+    return True
+
+
+class Lane:
+    """Where long rule work waits its turn: one admission's work at a time (`turn`), its long
+    loops in slices (`slices`). One per server (its event loop); a tool answering one pod needs
+    none."""
+
+    def __init__(self, slice_seconds: float = SLICE) -> None:
+        self.slice = slice_seconds
+        self._turn = asyncio.Lock()
+        self.waiting = 0  # admissions waiting for their turn (the log's and tests' view of the queue)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, deadline: Deadline) -> AsyncIterator[bool]:
+        """This admission's turn, held until the block ends: True once it has it, False when the
+        deadline came first (the block then runs without it, and should answer at once)."""
+        self.waiting += 1
+        try:
+            async with deadline.timeout():
+                await self._turn.acquire()
+        except TimeoutError:
+            self.waiting -= 1
+            yield False
+            return
+        self.waiting -= 1
+        try:
+            yield True
+        finally:
+            self._turn.release()
+
+    async def slices(self, steps: Iterable[Any], deadline: Deadline) -> bool:
+        """`in_slices` at this lane's slice, by an admission that has its turn."""
+        return await in_slices(steps, deadline, self.slice)
