@@ -51,12 +51,9 @@ LOOP_LAG = Histogram("colocate_event_loop_lag_seconds",
 LOOP_LAG_MAX = Gauge("colocate_event_loop_lag_max_seconds", "The largest event loop lag of the last minute.",
                      registry=REGISTRY)
 CONNECTIONS_REFUSED = Counter("colocate_connections_closed_total",
-                              "Connections to the admission port closed by its bounds: a TLS handshake not ended, or "
-                              "headers not sent, in time.",
+                              "Connections to the admission port closed by its bounds: a request's headers not sent "
+                              "in time.",
                               ["why"], registry=REGISTRY)
-HANDSHAKES_WAITING = Gauge("colocate_tls_handshakes_waiting",
-                           "Connections to the admission port accepted and waiting, unread, for their TLS handshake "
-                           "to begin (a few begin per turn of the event loop).", registry=REGISTRY)
 BODY_BYTES_HELD = Gauge("colocate_admission_body_bytes_held",
                         "Bytes of admission request bodies read or being read and not yet answered (within "
                         "--body-budget).", registry=REGISTRY)

@@ -19,7 +19,7 @@ from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
-from .guard import HANDSHAKES_PER_TURN, Port, listen
+from .guard import Port, listen
 from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule
@@ -240,11 +240,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 async def start(
     handler: web.Application | Webhook, host: str, port: int, context: ssl.SSLContext | None, *,
-    shutdown_timeout: float = 30.0, handshakes_per_turn: int = HANDSHAKES_PER_TURN
+    shutdown_timeout: float = 30.0
 ) -> Port:
     """Start listening: the admission port, or an Application (the ops port); returns the port
-    (cleanup() stops it). Port 0 picks a free port. TLS handshakes begin `handshakes_per_turn` a turn
-    of the loop (guard.py; 0: each at its accept)."""
+    (cleanup() stops it). Port 0 picks a free port."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
     if isinstance(handler, web.Application):
@@ -252,7 +251,7 @@ async def start(
     else:
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    return await listen(runner, host, port, context, per_turn=handshakes_per_turn)  # bounded connections (guard.py)
+    return await listen(runner, host, port, context)  # bounded connections (guard.py)
 
 
 def bound_port(listening: Port) -> int:

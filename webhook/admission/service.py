@@ -19,7 +19,7 @@ from ..cluster.store import Store
 from ..config import Settings
 from . import probes, server
 from .budget import DEFAULT_BYTES
-from .guard import HANDSHAKES_PER_TURN, Port
+from .guard import Port
 from .looplag import LoopLag
 from .tls import ReloadingTLS
 
@@ -35,7 +35,6 @@ class Listen:
     drain_delay: float = 5.0
     shutdown_timeout: float = 20.0
     body_budget: int = DEFAULT_BYTES  # bytes of request bodies held at once (budget.py)
-    handshakes_per_turn: int = HANDSHAKES_PER_TURN  # TLS handshakes begun a turn of the loop; 0: at accept (guard.py)
 
 
 class Service:
@@ -79,8 +78,7 @@ class Service:
         webhook = server.make_webhook(self.store, self.settings, state=self.state, events=self.events,
                                       decide=self.decide, lag=self.lag, body_budget=self.listen.body_budget)
         self.runner = await server.start(webhook, self.listen.host, self.listen.port, self.tls.context,
-                                         shutdown_timeout=self.listen.shutdown_timeout,
-                                         handshakes_per_turn=self.listen.handshakes_per_turn)
+                                         shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()
         for companion in self.companions:
             companion.start()

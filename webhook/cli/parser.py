@@ -130,9 +130,6 @@ def add_serve(serve: argparse.ArgumentParser) -> None:
     # Not for clusters, hidden from --help: "allow" parses each review and allows it, nothing
     # decided, so a benchmark can tell what serving costs from what the rules add.
     serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
-    # Not for clusters either: TLS handshakes begun a turn of the loop (guard.py), 0 for asyncio's own TLS
-    # server, so a benchmark can tell what the pacing buys.
-    serve.add_argument("--handshakes-per-turn", type=int, default=None, help=argparse.SUPPRESS)
     for row in RETIRED:
         serve.add_argument(row.option, dest=f"retired_{row.name}", help=argparse.SUPPRESS)
 

@@ -31,7 +31,6 @@ async def run_serve(args: argparse.Namespace) -> int:
     from ..cluster.cache import WatchedClusterStore
     from ..cluster.direct import ClusterStore
     from ..cluster.events import NO_EVENTS, EventSink, Events
-    from ..cluster.heap import FreezeListed
     from ..cluster.reporter import StrandedReporter
     from ..cluster.store import Store
 
@@ -50,15 +49,13 @@ async def run_serve(args: argparse.Namespace) -> int:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else NO_EVENTS
-        companions.append(FreezeListed(store.informers))  # full collections walk what came after (heap.py)
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
     # Follows the files as cert-manager or the kubelet replace them (see tls.py).
     reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
-                    body_budget=args.body_budget * MIB,
-                    **({} if args.handshakes_per_turn is None else {"handshakes_per_turn": args.handshakes_per_turn}))
+                    body_budget=args.body_budget * MIB)
     keepers = {row.name for row in RETIRED}
     shown = {name: value for name, value in vars(settings).items() if name not in keepers}
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": shown}})
