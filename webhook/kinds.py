@@ -75,6 +75,8 @@ VMI = Resource(kind="VirtualMachineInstance", group="kubevirt.io", version="v1",
 VMIM = Resource(kind="VirtualMachineInstanceMigration", group="kubevirt.io", version="v1",
                 plural="virtualmachineinstancemigrations", namespaced=True)
 LEASE = Resource(kind="Lease", group="coordination.k8s.io", version="v1", plural="leases", namespaced=True)
+# The keeper's state (`rules.keeping.state`): one ConfigMap beside its Lease.
+CONFIGMAP = Resource(kind="ConfigMap", group="", version="v1", plural="configmaps", namespaced=True)
 # Read by `status` alone.
 DEPLOYMENT = Resource(kind="Deployment", group="apps", version="v1", plural="deployments", namespaced=True)
 # What the rules read; a snapshot (`--state`) holds these.

@@ -134,8 +134,11 @@ def _pod_metadata(pod: dict[str, Any], launcher: bool, settings: Settings,
     ours = {k: v for k, v in annotations.items() if keep_annotation(k)} if isinstance(annotations, dict) else {}
     if ours:
         kept["annotations"] = ours
-    if (launcher or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
-        # Which pod of a VM is the newest; how long a pod we pinned has waited.
+    share_manager = meta.get("namespace") == settings.longhorn_namespace and str(meta.get("name") or "").startswith(
+        kinds.SHARE_MANAGER_POD_PREFIX)
+    if (launcher or share_manager or settings.decision_annotation in ours) and meta.get("creationTimestamp"):
+        # Which pod of a VM is the newest; how long a pod we pinned has waited; whether a VM's NFS
+        # server started again after the VM's pod (its mount may be stale).
         kept["creationTimestamp"] = meta["creationTimestamp"]
     owner = kinds.vmi_owner(pod) if launcher else None
     if owner is not None:  # the VMI an Event about the pod is about (its labels name the hostname)

@@ -1,75 +1,108 @@
-"""What the keeper does to the cluster: create the migration a decision calls for, cancel a
-migration of ours whose target pod the scheduler cannot place, and unpause a VM it recovered from
-a stale NFS mount (`rules.keeping.resume`); each said in an Event on the VMI, a log line and a metric. What came of it is returned (`ActionResult`): the keeper's memory
-records it, the pass counts it.
+"""What the keeper does to the cluster, and nothing else: it carries out a plan
+(`rules.keeping.plan`) in its order — cancel a migration of ours whose target pod cannot be placed,
+unpause a VM carried paused onto a fresh mount, create the migration a decision calls for — each
+said in an Event on the VMI, a log line and a metric, each asking the Lease just before.
+
+One VM never stops another: an answer that refuses this one object (400, 403, 404, 409, 422: a
+tenant's admission policy, KubeVirt's admission, a conflict) is that VM's alone (`Result.refused`,
+with the API's words: it holds that VM with a backoff of its own, `rules.keeping.state`), and the
+plan goes on with the next VM. Only what any request would meet (no answer, 5xx, 429) stops it.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .. import kinds, metrics
+from .. import metrics
 from ..cluster.events import Events, vmi_reference
-from ..cluster.kubevirt_api import create_migration, delete_migration, unpause_vmi
-from ..cluster.store import WatchedStore
-from ..kinds import MIGRATION_JOB_LABEL
-from ..rules.keeping.keep import KeepDecision
+from ..cluster.kubevirt_api import Created, create_migration, delete_migration, unpause_vmi
 from ..rules.keeping.migrations import Migration, read_migration
-from ..rules.keeping.resume import Resume
-from ..rules.placement.stranded import unschedulable_since
-from ..rules.shared.times import whole_seconds
+from ..rules.keeping.plan import Cancel, Plan, VmPlan
+from ..rules.keeping.state import Action
 from .follow import Follower
-from .observe import manifest, Observed
-from .stretch import VmKey
+from .observed import manifest, Observed
 
 log = logging.getLogger("webhook.keeper")
 
-# Answers that refuse this one migration (KubeVirt's admission, a conflict), not every one: the VM
-# backs off, the pass goes on with the others.
-REFUSALS = (400, 409, 422)
+# Answers about the one object asked for, not about the API: that VM is held, the others go on.
+REFUSALS = frozenset({400, 403, 404, 409, 422})
+NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to unpause
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ActionResult:
-    """What came of one action on a VM: its last action in words, the migration created
-    (namespace/name), whether the API refused this VM's migration (it backs off), or what went
-    wrong that would go wrong for any migration (`error`: nothing more is created this pass)."""
+class Result:
+    """What came of one action on a VM: the action in words, the migration created
+    (namespace/name), whether the VM is held for it (`holds`: the API refused this one object, or
+    an unpause failed; `words` says why, `status` is the API's answer, 0: none), or what went wrong
+    that would go wrong for any request (`error`: the plan stops)."""
 
-    key: VmKey
-    action: str = ""
+    key: tuple[str, str]
+    action: Action
+    words: str = ""
     created: str | None = None
-    refused: bool = False
+    done: bool = False  # went through (or there is nothing left to do)
+    holds: bool = False
+    status: int = 0
     error: str = ""
+    uid: str = ""  # the VMI's, of one unpaused
+
+
+def _judged(key: tuple[str, str], action: Action, answer: Created, words: str) -> Result:
+    """A failed answer, as the VM's own refusal or as the API's failure."""
+    said = f"{words}: {answer.error}"
+    if answer.status in REFUSALS:
+        return Result(key=key, action=action, words=said, holds=True, status=answer.status)
+    return Result(key=key, action=action, words=said, status=answer.status, error=said)
 
 
 class Actor:
-    """Creates and cancels migrations through `api`, within `timeout` each; `authority` tells
-    whether the lease surely lasts that long."""
+    """Carries out plans through `api`, within `timeout` each request; `authority` tells whether the
+    lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
 
-    def __init__(self, api: Any, store: WatchedStore, follower: Follower, *, events: Events, timeout: float,
+    def __init__(self, api: Any, follower: Follower, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
-        self.api, self.store, self.follower, self.events = api, store, follower, events
+        self.api, self.follower, self.events = api, follower, events
         self.timeout, self.authority = timeout, authority
 
-    async def create(self, vm: Observed, decision: KeepDecision, *, priority: bool) -> ActionResult:
-        """Create the migration `decision` calls for, with spec.priority when `priority`."""
-        vmi, key = vm.vmi, vm.key
+    async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, *,
+                        priority: bool) -> list[Result]:
+        """The plan's cancels, then its unpauses and creates in the pass's order, until one meets
+        a failure any request would (the last result then has `error`) or the lease may not last."""
+        results: list[Result] = []
+        steps: list[Any] = [*plan.cancels, *(vm for vm in plan.vms if vm.move or vm.unpause)]
+        for step in steps:
+            if not self.authority(self.timeout):
+                break
+            if isinstance(step, Cancel):
+                result = await self.cancel(step, now)
+            elif step.unpause:
+                result = await self.unpause(observed[step.key], step)
+            else:
+                result = await self.create(observed[step.key], step, priority=priority)
+            results.append(result)
+            if result.error:
+                break
+        return results
+
+    async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:
+        """Create the migration the VM's decision calls for, with spec.priority when `priority`."""
+        vmi, key, decision = vm.vmi, vm.key, step.decision
         made = manifest(vm, decision, priority=priority)
         if not isinstance(made, dict):  # the node went away
-            return ActionResult(key=key, action=f"no migration created: {made}")
+            return Result(key=key, action=Action.MIGRATE, words=f"no migration created: {made}")
         answer = await create_migration(self.api, made, timeout=self.timeout)
         migration = read_migration(answer.obj) if answer.ok else None
         if not isinstance(migration, Migration):
-            error = answer.error or f"the API answered with {migration}"
+            if answer.ok:
+                answer = dataclasses.replace(answer, status=0, error=f"the API answered with {migration}")
             metrics.KEEPER_MIGRATIONS.labels("error").inc()
             log.warning("keeper migration not created", extra={"fields": {
-                "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target, "error": error}})
-            refused = answer.status in REFUSALS  # this VM backs off; the others are still tried
-            return ActionResult(key=key, action=f"creating a migration failed: {error}", refused=refused,
-                                error="" if refused else f"creating a migration of {vmi.namespace}/{vmi.name}: {error}")
+                "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target,
+                "error": answer.error, "refused": answer.status in REFUSALS}})
+            return _judged(key, Action.MIGRATE, answer, "creating a migration failed")
         self.follower.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
         log.info("keeper migration created", extra={"fields": {
@@ -78,63 +111,43 @@ class Actor:
         self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid),
                                "RecoveringStaleMount" if decision.stale else "MigratingToStorage",
                                f"{decision.reason} (migration {migration.name})")
-        return ActionResult(key=key, action=f"created migration {migration.name} to {decision.target}",
-                            created=f"{migration.namespace}/{migration.name}")
+        return Result(key=key, action=Action.MIGRATE, words=f"created migration {migration.name} to {decision.target}",
+                      created=f"{migration.namespace}/{migration.name}", done=True)
 
-    async def unpause(self, vm: Observed, resume: Resume) -> tuple[ActionResult, bool]:
-        """`PUT .../virtualmachineinstances/NAME/unpause` (subresources.kubevirt.io) of a VM the keeper
-        recovered; and whether that recovery is done with: unpaused, or virt-api's 409 (not paused
-        or not running any more: nothing left to do). Another answer that refuses this VM (a 403:
-        RBAC) is said and tried again later; one that any unpause would meet (`error`: no answer,
-        a 5xx) stops the pass."""
+    async def unpause(self, vm: Observed, step: VmPlan) -> Result:
+        """`PUT .../virtualmachineinstances/NAME/unpause` (subresources.kubevirt.io), what `virtctl
+        unpause` does. virt-api's 409 "VMI is not paused" means there is nothing left to do; its other
+        409s (not running, a snapshot under way) and other refusals hold the VM a short while; a
+        failure any request would meet (no answer, 5xx) stops the plan, and the VM is retried soon."""
         vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
+        reason = step.resume.reason if step.resume is not None else ""
         answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.timeout)
         if not answer.ok:
-            refused = 400 <= answer.status < 500
-            metrics.KEEPER_UNPAUSES.labels("refused" if refused else "error").inc()
-            log.warning("keeper unpause failed", extra={"fields": {
-                "vm": name, "migration": resume.migration, "error": answer.error}})
-            result = ActionResult(key=key, action=f"unpausing failed: {answer.error}",
-                                  error="" if refused else f"unpausing {name}: {answer.error}")
-            return result, answer.status == 409
+            if answer.status == 409 and NOT_PAUSED in answer.error:
+                return Result(key=key, action=Action.UNPAUSE, words="not unpaused: it is not paused any more", done=True)
+            metrics.KEEPER_UNPAUSES.labels("refused" if answer.status in REFUSALS else "error").inc()
+            log.warning("keeper unpause failed", extra={"fields": {"vm": name, "error": answer.error}})
+            # A frozen VM waits on it: held a short while whatever the failure, retried soon.
+            return dataclasses.replace(_judged(key, Action.UNPAUSE, answer, "unpausing failed"), holds=True)
         metrics.KEEPER_UNPAUSES.labels("unpaused").inc()
-        log.info("keeper unpaused", extra={"fields": {"vm": name, "migration": resume.migration, "reason": resume.reason}})
-        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "UnpausedAfterRecovery", resume.reason)
-        return ActionResult(key=key, action=f"unpaused after migration {resume.migration}"), True
+        log.info("keeper unpaused", extra={"fields": {"vm": name, "reason": reason}})
+        self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "UnpausedAfterRecovery", reason)
+        return Result(key=key, action=Action.UNPAUSE, words="unpaused", done=True, uid=vmi.uid)
 
-    async def cancel_unplaceable(self, history: Sequence[Migration], uids: dict[VmKey, str], now: datetime,
-                                 unplaceable: float) -> list[ActionResult]:
-        """Delete each migration of ours whose target pod the scheduler has been unable to place
-        for `unplaceable` seconds (what `virtctl migrate-cancel` does): it counts as failed, with
-        the scheduler's message, and the VM backs off. A 404 is done, and so is a 409 (the delete
-        names the migration's uid: the name now holds another object, ours is gone); another
-        failure is an error, and the migration still counts, to be tried again next pass."""
-        results = []
-        for migration in history:
-            if not migration.ours or migration.final or not migration.uid or self.follower.is_cancelled(migration):
-                continue
-            vmi_uid = uids.get((migration.namespace, migration.vmi))
-            pods = self.store.launcher_pods(migration.namespace, vmi_uid) if vmi_uid else None
-            target = next((p for p in pods or () if kinds.labels(p).get(MIGRATION_JOB_LABEL) == migration.uid), None)
-            stuck = unschedulable_since(target) if target is not None else None
-            if stuck is None or (now - stuck[0]).total_seconds() < unplaceable:
-                continue
-            if not self.authority(self.timeout):
-                break
-            why = (f"its target pod {kinds.pod_name(target)} could not be scheduled for "
-                   f"{whole_seconds(now - stuck[0])}s: {stuck[1]}")
-            results.append(await self._cancel(migration, vmi_uid or "", why, now))
-        return results
-
-    async def _cancel(self, migration: Migration, vmi_uid: str, why: str, now: datetime) -> ActionResult:
+    async def cancel(self, cancel: Cancel, now: datetime) -> Result:
+        """Delete a migration of ours whose target pod cannot be placed: it counts as failed, with the
+        scheduler's message, and the VM backs off. The delete names the migration's uid: a 404, or a
+        409 (the name now holds another object, ours is gone), is done."""
+        migration = cancel.migration
         key, vm = (migration.namespace, migration.vmi), f"{migration.namespace}/{migration.vmi}"
         answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,
                                         timeout=self.timeout)
-        if not answer.ok and answer.status not in (404, 409):  # 409: the name holds another object now
+        if not answer.ok and answer.status not in (404, 409):
             log.warning("keeper migration not cancelled", extra={"fields": {
-                "vm": vm, "migration": migration.name, "error": answer.error, "why": why}})
-            return ActionResult(key=key, error=f"cancelling migration {migration.namespace}/{migration.name}: {answer.error}")
+                "vm": vm, "migration": migration.name, "error": answer.error, "why": cancel.why}})
+            return _judged(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name}")
         log.warning("keeper migration cancelled", extra={"fields": {
-            "vm": vm, "migration": migration.name, "target": migration.target, "why": why}})
-        self.follower.cancelled(migration, now, f"cancelled: {why}", vmi_uid)
-        return ActionResult(key=key, action=f"cancelled migration {migration.name}: {why}")
+            "vm": vm, "migration": migration.name, "target": migration.target, "why": cancel.why}})
+        self.follower.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)
+        return Result(key=key, action=Action.CANCEL, words=f"cancelled migration {migration.name}: {cancel.why}",
+                      done=True)

@@ -20,6 +20,7 @@ from ..cluster.cache import WatchedClusterStore
 from ..cluster.events import NO_EVENTS, EventSink
 from ..config import Settings
 from .keeper import Keeper, KeeperTiming
+from .state_store import state_name, StateStore
 from .lease import Elector, LeaseTiming
 
 log = logging.getLogger("webhook.keeper")
@@ -39,6 +40,7 @@ class ElectedKeeper:
             raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")
         self.settings, self.kubeconfig, self.events, self.timing = settings, kubeconfig, events, timing
         self.backoff = BACKOFF
+        self.namespace = namespace  # of the Lease, and of the keeper's state beside it
         self.elector = Elector(api, namespace=namespace, name=settings.lease_name, identity=identity,
                                lead=self._term, timing=lease_timing)
         self.keeper: Keeper | None = None
@@ -80,8 +82,9 @@ class ElectedKeeper:
         metrics.STORE.source = store.stats
         store.start()
         try:
+            state = StateStore(api, self.namespace, state_name(self.settings), timeout=self.timing.request_timeout)
             self.keeper = Keeper(api, store, self.settings, events=events, timing=self.timing,
-                                 authority=self.elector.may_act)
+                                 authority=self.elector.may_act, state=state)
             await self.keeper.run()
         finally:
             self.keeper, metrics.STORE.source = None, None

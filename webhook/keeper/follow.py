@@ -40,6 +40,22 @@ class Follower:
         self._seen: set[MigrationKey] = set()  # shown by the watch at least once
         self._cancelled: set[MigrationKey] = set()  # deleted by us: failed, whatever the watch shows
 
+    def remember(self, migrations: Sequence[Migration]) -> None:
+        """Ours as the keeper's state kept them (a previous leader's, some perhaps garbage-collected
+        since): counted as the watch would have shown them; one unfinished is followed to its end."""
+        for migration in migrations:
+            key = _key(migration)
+            if key in self._ours:
+                continue
+            self._ours[key] = migration
+            self._seen.add(key)
+            if not migration.final:
+                self._open.add(key)
+
+    def ours(self) -> list[Migration]:
+        """Ours as now known: what the keeper's state keeps."""
+        return list(self._ours.values())
+
     def created(self, migration: Migration) -> None:
         """One we just created: remembered, and followed to its end."""
         key = _key(migration)

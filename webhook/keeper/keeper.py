@@ -1,21 +1,20 @@
 """The keeper's passes: where each opted-in VM runs against where its disks are served, and
 one targeted live migration for a VM that has been apart long enough.
 
-Each pass observes (`observe.py`: a record per VM, each node read once, the pass-wide facts,
-the dry run of targeted migration once when due), decides (`rules.keeping.keep.decide_keep`, pure),
-acts (`act.py`: creates and cancels migrations) and records (`memory.py`), in the shape of a
-controller's reconcile. Conservative by construction: a pass every `period` seconds; the
-decision holds a VM for any of its reasons; a pass creates no more than the in-flight bounds
-allow; nothing is created on an incomplete view of the cluster (a cache failing or not synced,
-a disk the API could not tell about), without the lease, or before a dry run has shown that the
-cluster keeps `spec.addedNodeSelector`. The storage node is judged with the pod KubeVirt will
-create for the migration (`rules.kubevirt.target`), not the launcher pod; the VM's node must have a free
-outbound migration slot; a migration of ours whose target pod stays unschedulable for a minute
-is cancelled, so it never holds a slot a drain needs. Each action is an Event on the VMI and a
-log line; each pass returns its report (the records with it), sets the metrics from it and logs
-it at debug level. The passes run in `keep`'s process (`elected.py`), never on admission's
-loop; a pass still gives its loop back every few milliseconds (`observe.Breather`), so that the
-Lease is renewed and the probes answer during a long pass.
+Each pass observes (`observe.py`, reads only: a record per VM, each node read once, the pass-wide
+facts), plans (`rules.keeping.plan`, pure: the same plan `status` shows), probes when due (`probe.py`:
+the dry run of targeted migration, then plans again), acts (`act.py`, writes only: cancels, unpauses,
+creates) and records what came of it (`memory.py`, and the keeper's state in the cluster,
+`state_store.py`), in the shape of a controller's reconcile. Conservative by construction: a pass
+every `period` seconds; the plan holds a VM for any of its reasons; a pass creates no more than the
+in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache failing or
+not synced, a disk the API could not tell about, the keeper's state unreadable), without the lease,
+or before a dry run has shown that the cluster keeps `spec.addedNodeSelector`. An action the API
+refuses for one object holds that VM alone, with a backoff of its own; only a failure any request
+would meet stops the pass. Each action is an Event on the VMI and a log line; each pass returns its
+report (the records with it), sets the metrics from it and logs it at debug level. The passes run in
+`keep`'s process (`elected.py`), never on admission's loop; a pass still gives its loop back every few
+milliseconds (`observe.Breather`), so that the Lease is renewed and the probes answer during a long pass.
 """
 from __future__ import annotations
 
@@ -36,16 +35,20 @@ from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import HOLDS, decide_keep, PassFacts, pass_order
+from ..rules.keeping.keep import HOLDS, PassFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
-from ..rules.keeping.resume import decide_resume, Resume
+from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt
-from .act import Actor, ActionResult
+from ..rules.keeping.state import Action, KeeperState
+from .act import Actor, Result
 from .follow import Follower
 from .memory import Memory, VmRecord
-from .observe import Breather, Nodes, Observed, Observer, pass_facts, ask_targeted
+from .observe import Breather, Nodes, Observer, pass_facts, stuck
+from .observed import Observed
+from .probe import ask_targeted
 from .remount import Remount
+from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
 from .stretch import Stretches
 
@@ -90,13 +93,13 @@ class PassTime(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Sighting:
-    """What one pass observed: the running opted-in VMs in the order they are decided (those
-    not apart, then those apart the longest first: a pass may only have room for a few), and
-    what the whole pass goes by."""
+class Observation:
+    """What one pass observed: the running opted-in VMs, what the whole pass goes by, and the
+    migrations of ours whose target pod the scheduler has not placed."""
 
     vms: tuple[Observed, ...]
     facts: PassFacts
+    stuck: tuple[Stuck, ...] = ()
 
 
 def show(report: PassReport) -> None:
@@ -128,7 +131,7 @@ class Keeper:
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
-                 clock: Callable[[], datetime] = _now):
+                 clock: Callable[[], datetime] = _now, state: StateStore | None = None):
         if settings.keep is KeepMode.OFF:
             raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
@@ -137,8 +140,9 @@ class Keeper:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
-        self.actor = Actor(api, store, self.follower, events=events, timeout=timing.request_timeout,
-                           authority=authority)
+        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
+        self.state_store = state  # where the keeper's state is kept (None: in this process alone)
+        self.state: KeeperState | None = None  # read once a term
         self.memory = Memory(Stretches(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                        direct=store.direct))
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
@@ -204,101 +208,101 @@ class Keeper:
         return report
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
-        errors: list[str] = []
+        """Observe (reads only), plan (pure), act (writes only); then record what came of it."""
         await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
-        seen = await self._observe(watch, now, errors)
-        facts, created = seen.facts, []
-        breathe = Breather()
-        for vm in seen.vms:
-            await breathe()
-            decision = decide_keep(vm.facts, facts)
-            if decision.act and not self.authority(self.timing.request_timeout):
-                facts = dataclasses.replace(facts, lease=False)  # asked again just before acting
-                decision = decide_keep(vm.facts, facts)
-            resume = decide_resume(vm.facts, facts)
-            if resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
-                decision = dataclasses.replace(decision, reason=resume.reason)
-            self.memory.record(vm.facts, decision, now)
-            if resume is not None and await self._resume(vm, resume, now, errors):  # not moved too
-                if errors:  # the API itself is failing: act on nothing more this pass
-                    facts = dataclasses.replace(facts, incomplete=facts.incomplete or errors[-1])
-                continue
-            if not decision.act:
-                continue
-            result = await self.actor.create(vm, decision, priority=bool(self.targeted.priority))
+        seen = await self._observe(watch, now)
+        observed = {vm.key: vm for vm in seen.vms}
+
+        def plan_of(facts: PassFacts) -> Plan:
+            return plan([vm.facts for vm in seen.vms], facts, seen.stuck, timedelta(seconds=self.timing.unplaceable))
+
+        facts = await ask_targeted(self.targeted, plan_of, seen.facts, observed)
+        made = plan_of(facts)
+        for vm in made.vms:
+            self.memory.record(vm.facts, vm.decision, now)
+        results = await self.actor.carry_out(made, observed, now, priority=bool(self.targeted.priority))
+        for result in results:
             self._remember(result, now)
-            if result.created is not None:
-                created.append(result.created)
-                facts = facts.after_create(decision.source)
-            elif result.error:  # the API itself is failing: create nothing more this pass
-                errors.append(result.error)
-                facts = dataclasses.replace(facts, incomplete=facts.incomplete or "a migration could not be created")
+        errors = [result.error for result in results if result.error]
+        await self._keep_state(now, errors)
         self.memory.errors = errors
-        report = PassReport.of(now, created, facts.incomplete, tuple(r for _, r in sorted(self.memory.records.items())))
+        created = [result.created for result in results if result.created]
+        report = PassReport.of(now, created, facts.incomplete or (errors[-1] if errors else ""),
+                               tuple(r for _, r in sorted(self.memory.records.items())))
         show(report)
         return report
 
-    async def _observe(self, watch: KubeVirtWatch, now: datetime, errors: list[str]) -> Sighting:
-        """Read the VMIs and migrations, follow ours (cancelling those that cannot be placed,
-        on a complete view), observe each running opted-in VM, and the pass-wide facts; the
-        targeted migration's dry run when due. API failures go to `errors`."""
+    async def _observe(self, watch: KubeVirtWatch, now: datetime) -> Observation:
+        """Read the VMIs and migrations, follow ours, observe each running opted-in VM, the migrations
+        of ours whose target pod cannot be placed, and the pass-wide facts. Reads only."""
         seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
         for malformed in seen.malformed:
             self.memory.skip(malformed)
         watched, vmis = seen.migrations, seen.views
         uids = {(v.namespace, v.name): v.uid for v in vmis}
         self.follower.observe(watched, now, uids)
-        incomplete = "; ".join(watch.degraded() + self.store.degraded())
+        state, unreadable = await self._state()
+        incomplete = "; ".join(watch.degraded() + self.store.degraded() + ([unreadable] if unreadable else []))
         history = self.follower.history(watched)
-        # On a partial view KubeVirt's own timeout (our annotation) does it.
-        if not incomplete:
-            results = await self.actor.cancel_unplaceable(history, uids, now, self.timing.unplaceable)
-            for result in results:
-                self._remember(result, now)
-                errors += [result.error] if result.error else []
-            if any(result.action for result in results):  # a cancellation changes the history
-                history = self.follower.history(watched)
         running = seen.running  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
-        observed = await self._observe_vms(running, history, now)
-        order = pass_order(observed, lambda vm: vm.facts, lambda facts: self.memory.since(facts, now))
+        observed = await self._observe_vms(running, history, state, now)
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
-        return Sighting(tuple(order), await ask_targeted(self.targeted, order, facts))
+        return Observation(vms=tuple(observed), facts=facts,
+                           stuck=tuple(stuck(history, uids, self.store.launcher_pods, state)))
 
-    async def _observe_vms(self, running: list[VmiView], history: list[Migration], now: datetime) -> list[Observed]:
+    async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
+                           now: datetime) -> list[Observed]:
         """Each VM observed once, with its own migrations; the loop given back every few milliseconds."""
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, stretches=self.memory.stretches,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout)
-        breathe, observed, unpaused = Breather(), [], self.memory.done_unpausing(now)
+        breathe, observed, unpaused = Breather(), [], self.memory.just_unpaused(now)
         for vmi in running:
             await breathe()
-            key = (vmi.namespace, vmi.name)
-            observed.append(await observer.vm(vmi, by_vmi.get(key, []), now, self.memory.refused.get(key),
-                                              unpaused))
+            observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
         return observed
 
-    async def _resume(self, vm: Observed, resume: Resume, now: datetime, errors: list[str]) -> bool:
-        """Unpause the VM if the keeper recovered it and nothing holds that (`decide_resume`), asking
-        for the lease just before; whether it was tried. Once per recovery migration: a refusal
-        (not paused any more) ends it too, another failure is tried again after a backoff, and an
-        error that any unpause would meet goes to `errors` (nothing more is acted on this pass)."""
-        if not resume.act or not self.authority(self.timing.request_timeout):
-            return False
-        result, done = await self.actor.unpause(vm, resume)
-        self._remember(result, now)
-        self.memory.unpaused(resume.uid, now, done=done)
-        errors += [result.error] if result.error else []
-        return True
+    async def _state(self) -> tuple[KeeperState, str]:
+        """The keeper's state: read from the cluster once a term (our migrations it keeps are
+        followed from then on), then this leader's own; and why it could not be read."""
+        if self.state is None and self.state_store is not None:
+            try:
+                self.state = await self.state_store.read()
+            except StateUnavailable as exc:
+                return KeeperState(), f"the keeper's state could not be read: {exc}"
+            self.follower.remember(self.state.migrations)
+        if self.state is None:
+            self.state = KeeperState()
+        return self.state, ""
 
-    def _remember(self, result: ActionResult, now: datetime) -> None:
-        """An action's result in the VM's record, and its refusals."""
-        if result.action:
-            self.memory.acted(result.key, result.action, now)
-        if result.refused:
-            self.memory.refusal(result.key, now)
-        elif result.created is not None:
-            self.memory.created(result.key)
+    async def _keep_state(self, now: datetime, errors: list[str]) -> None:
+        """Our migrations and the holds into the keeper's state; written to the cluster when it changed."""
+        if self.state is None:
+            return
+        self.state = self.state.with_migrations(self.follower.ours(), now).only(self.memory.records)
+        if self.state_store is None:
+            return
+        try:
+            await self.state_store.write(self.state)
+        except StateUnavailable as exc:
+            errors.append(f"the keeper's state could not be written: {exc}")
+            log.warning("keeper state not written", extra={"fields": {"error": str(exc)}})
+
+    def _remember(self, result: Result, now: datetime) -> None:
+        """An action's result in the VM's record, and in the keeper's state: a hold that grows with
+        each refusal in a row, or ends when the action went through."""
+        if result.words:
+            self.memory.acted(result.key, result.words, now)
+        if self.state is None:
+            return
+        namespace, name = result.key
+        if result.holds:
+            self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)
+        elif result.done:
+            self.state = self.state.cleared(namespace, name, result.action)
+        if result.done and result.action is Action.UNPAUSE:
+            self.memory.unpausing(result.uid, now)

@@ -1,7 +1,9 @@
 """What the leading keeper remembers from one pass to the next, in one place: its record of each
-running opted-in VM (state, since when, what holds it, its last action), the creates the API
-refused (that VM backs off), the stretches apart (`stretch.py`), the objects of unexpected shape
-already logged, and what went wrong in the last pass (its readiness notes).
+running opted-in VM (state, since when, what holds it, its last action), the stretches apart
+(`stretch.py`), the VMIs it unpaused a moment ago (the watch may not show it yet), the objects of
+unexpected shape already logged, and what went wrong in the last pass (its readiness notes). What
+must outlive the leader (refused actions, our migrations) is the keeper's state
+(`rules.keeping.state`), kept in the cluster.
 """
 from __future__ import annotations
 
@@ -12,12 +14,11 @@ from datetime import datetime, timedelta
 from ..rules.keeping.apart import APART, VmState
 from ..rules.shared.alone import Alone
 from ..rules.keeping.keep import KeepDecision, VmFacts
-from ..rules.keeping.migrations import backoff_delay
 from ..rules.shared.reading import Malformed
 from .stretch import Stretches, VmKey
 
 log = logging.getLogger("webhook.keeper")
-UNPAUSES_KEPT = timedelta(hours=48)  # an unpause after a recovery is remembered this long
+UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is remembered this long: longer than the watch's lag
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,11 +45,8 @@ class Memory:
     def __init__(self, stretches: Stretches):
         self.stretches = stretches
         self.records: dict[VmKey, VmRecord] = {}
-        self.refused: dict[VmKey, tuple[int, datetime]] = {}  # VM -> (refusals in a row, retry after)
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
-        # Our recovery migrations (uid) whose VM was unpaused: when, and when to try again (None: done
-        # with); once per recovery, however long the VMI takes to show it. Kept two days.
-        self.unpauses: dict[str, tuple[datetime, datetime | None]] = {}
+        self.unpaused: dict[str, datetime] = {}  # VMI uid -> when this leader unpaused it
         self._skipped: set[str] = set()
 
     def skip(self, skipped: Malformed) -> None:
@@ -59,9 +57,8 @@ class Memory:
 
     def keep_only(self, running: set[VmKey]) -> None:
         """Forget the VMs no longer running opted in."""
-        for known in (self.records, self.refused):
-            for key in [k for k in known if k not in running]:
-                del known[key]
+        for key in [k for k in self.records if k not in running]:
+            del self.records[key]
         self.stretches.keep_only(running)
 
     def since(self, vm: VmFacts, now: datetime) -> datetime:
@@ -95,20 +92,11 @@ class Memory:
         if record is not None:
             self.records[key] = dataclasses.replace(record, last_action=action, last_action_at=now)
 
-    def refusal(self, key: VmKey, now: datetime) -> None:
-        """The API refused this VM's migration: it waits a backoff that grows with each refusal in a row."""
-        count = self.refused.get(key, (0, now))[0] + 1
-        self.refused[key] = (count, now + backoff_delay(count))
+    def unpausing(self, uid: str, now: datetime) -> None:
+        """The VMI was unpaused now: not again until the watch can show it."""
+        self.unpaused = {k: at for k, at in self.unpaused.items() if now - at < UNPAUSED_FOR}
+        self.unpaused[uid] = now
 
-    def unpaused(self, uid: str, now: datetime, *, done: bool) -> None:
-        """An unpause after recovery migration `uid` made: done with, or tried again after a backoff."""
-        for old in [key for key, (at, _) in self.unpauses.items() if now - at > UNPAUSES_KEPT]:
-            del self.unpauses[old]
-        self.unpauses[uid] = (now, None if done else now + backoff_delay(1))
-
-    def done_unpausing(self, now: datetime) -> set[str]:
-        """The recovery migrations whose VM is not to be unpaused now."""
-        return {uid for uid, (_, retry) in self.unpauses.items() if retry is None or now < retry}
-
-    def created(self, key: VmKey) -> None:
-        self.refused.pop(key, None)
+    def just_unpaused(self, now: datetime) -> set[str]:
+        """The uids of the VMIs unpaused a moment ago."""
+        return {uid for uid, at in self.unpaused.items() if now - at < UNPAUSED_FOR}

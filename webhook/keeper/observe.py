@@ -1,10 +1,9 @@
-"""What one pass of the keeper observes, and `status` with it: for each running opted-in VM a
-record with everything its decision needs (`Observed`: where it runs against where its disks
-are served, the stretch it has been apart (`stretch.py`), whether its storage node can take it,
-its migrations), each node read once a pass (`Nodes`); and what the whole pass goes by
-(`pass_facts`: the bounds, the mode, the migrations in flight, whether targeted migration
-works, asked once before the decisions by `ask_targeted`). The keeper and `status` observe here and
-decide with `rules.keeping.keep.decide_keep`, so an admin sees the very answer the keeper acts on.
+"""What a pass (or `status`) observes of the cluster: reads only, nothing written. Each running
+opted-in VM as its decision needs it (`VmFacts`: where it runs against where its disks are served,
+its migrations, whether its NFS mount is stale, the holds of its refused actions from the keeper's
+state), the migrations of ours whose target pod cannot be placed (`Stuck`), and what the whole pass
+goes by (`PassFacts`). The keeper and `status` observe here and both hand the result to the one
+plan (`rules.keeping.plan`), so an admin sees the very answer the keeper acts on.
 """
 from __future__ import annotations
 
@@ -19,13 +18,12 @@ from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from .. import kinds
-from ..kinds import LONGHORN_VOLUME, NODE, PAUSED_IO_ERROR
+from ..kinds import LONGHORN_VOLUME, MIGRATION_JOB_LABEL, NODE, PAUSED_IO_ERROR, POD
 from ..rules.keeping.apart import APART, CO_LOCATED, Locality, locality, UNRESOLVED
 from ..rules.shared.facts import Fact
-from ..rules.shared.longhorn import stale_mount
 from ..rules.shared.times import parse_time
 from ..rules.shared.alone import Alone
-from ..rules.keeping.keep import decide_keep, KeepDecision, Limits, next_read, PassFacts, VmFacts
+from ..rules.keeping.keep import Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,
     in_flight_counts,
@@ -33,18 +31,19 @@ from ..rules.keeping.migrations import (
     last_move,
     migrating,
     Migration,
-    migration_manifest,
-    MIGRATION_PRIORITY,
     outbound_counts,
 )
-from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, not_afresh, recovered_by
+from ..rules.keeping.plan import Stuck
+from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, Mount, stale_since
 from ..rules.keeping.running import VmiView
+from ..rules.keeping.state import Action, KeeperState
+from ..rules.placement.stranded import unschedulable_since
+from .observed import Observed
 from .targeted import TargetedMigration
-from .stretch import Stretch, Stretches, started
+from .stretch import Launchers, Stretch, Stretches, started
 
 AWAY_CANDIDATES = 8  # other nodes checked, by name, for the recovery of a stale VM beside its NFS server
 BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)
-PROBES = 3  # dry runs a pass while their answers prove nothing
 
 
 class Breather:
@@ -77,26 +76,6 @@ class Nodes:
         return await asyncio.shield(self._read[name])
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Observed:
-    """One running opted-in VM as a pass saw it: what its decision goes by, its disks (when the
-    observer keeps them), and its storage node as read (a migration there names the node's
-    hostname label)."""
-
-    facts: VmFacts
-    disks: tuple[Fact, ...] = ()
-    target_node: dict[str, Any] | None = None
-    derived: bool = False  # `facts.apart_since` was read from the cluster, not first seen by this reader
-
-    @property
-    def vmi(self) -> VmiView:
-        return self.facts.vmi
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.facts.vmi.namespace, self.facts.vmi.name
-
-
 async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout: float) -> tuple[Locality, list[Fact]]:
     """Co-located, apart, split or unresolved; a disk the API could not tell about makes it unresolved."""
     facts = await resolve_disks(store, settings, vmi.namespace, list(vmi.claims), Deadline.after(timeout, 0))
@@ -118,35 +97,31 @@ class Observer:
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
-                 refused: tuple[int, datetime] | None = None, unpaused: Collection[str] = ()) -> Observed:
-        """What the VM's decision needs; `history` holds its own migrations only. What the checks
-        need of it beyond what comes with it (`keep.ON_DEMAND`: its stretch apart, its storage
-        node's answer) is read as the hold table reaches it (`keep.next_read`): a VM an earlier
-        check holds is read no further. A VM paused since a recovery migration of ours (not one of
-        `unpaused`, the uids of those the keeper unpaused after) is read for whether its pod mounted
-        its disks afresh."""
+                 state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
+        """What the VM's decision needs; `history` holds its own migrations only, `state` the holds
+        of its refused actions, `unpaused` the uids of VMIs this reader unpaused a moment ago. What
+        the checks need of it beyond what comes with it (`keep.ON_DEMAND`: its mount, its stretch
+        apart, its storage node's answer) is read as the hold table reaches it (`keep.next_read`): a
+        VM an earlier check holds is read no further, but for the mount of a VM paused on an I/O
+        error (whether to unpause it)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
         if where.state is not APART:
             self.stretches.forget((vmi.namespace, vmi.name))
         moved = last_move(vmi, history)
-        recovered = recovered_by(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
                         descheduled=moved if moved is not None and moved.descheduled else None,
-                        settling=tuple(f.reason for f in disks if f.volume and f.node is None), refused=refused,
-                        recovered=recovered if recovered is not None and recovered.uid not in unpaused else None)
-        if facts.recovered is not None:
-            facts = dataclasses.replace(facts, not_afresh=await self._afresh(vmi, disks))
+                        settling=tuple(f.reason for f in disks if f.volume and f.node is None),
+                        refused=state.hold(vmi.namespace, vmi.name, Action.MIGRATE),
+                        unpause_hold=state.hold(vmi.namespace, vmi.name, Action.UNPAUSE),
+                        unpaused=vmi.uid in unpaused)
         read: set[str] = set()
         stretch: Stretch | None = None
         node, unfit = None, None
         while (need := next_read(facts, read)) is not None:
             read.add(need)
             if need == "stale":
-                stale, faulted, requested = await self._stale(vmi, disks)
-                facts = dataclasses.replace(facts, stale=stale, cannot_finish=cannot_finish(
-                    vmi.caches, failed_recovery(vmi, history), faulted) if stale else None,
-                    stale_since=max((t for t in (vmi.paused_since, requested) if t is not None), default=None))
+                facts = await self._stale(facts, disks, history)
                 continue
             if need == "target_unfit" and facts.stale and where.state is CO_LOCATED:
                 node, unfit, away = await self._away(vmi)
@@ -160,42 +135,63 @@ class Observer:
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, stretch)
             facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
+        if "stale" not in read and vmi.paused == PAUSED_IO_ERROR:
+            facts = await self._stale(facts, disks, history)
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
                         derived=stretch is not None and stretch.derived)
 
-    async def _stale(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[str | None, list[str], datetime | None]:
-        """Why the VM's NFS mount is stale (`stale_mount`), read only of a VM paused on a disk I/O
-        error: its launcher pod's start, its Longhorn volumes' remount requests (and the latest);
-        and its volumes Longhorn reports faulted. What cannot be read says nothing: the VM is left
-        as it is (`status` notes it paused)."""
-        if vmi.paused != PAUSED_IO_ERROR:
-            return None, [], None
+    async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration]) -> VmFacts:
+        """The VM's mount (`recovery.Mount`), read of a VM whose storage started again after its pod
+        or that is paused on a disk I/O error, and from it whether its NFS mount is stale, since when
+        (Longhorn's remount request) and whether a migration off it can finish. What cannot be read
+        says nothing: the VM is left as it is (`status` notes it paused)."""
+        vmi = facts.vmi
+        if vmi.paused != PAUSED_IO_ERROR and not await self._storage_restarted(vmi, disks):
+            return facts
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
-            return None, [], None
-        latest = max((t for t in mount[1].values() if t is not None), default=None)
-        return stale_mount(vmi.paused, mount[0], mount[1]), mount[2], latest
+            return facts
+        stale = stale_since(mount)
+        if stale is None:
+            return dataclasses.replace(facts, mount=mount)
+        failed = failed_recovery(vmi, history, stale[1])
+        return dataclasses.replace(facts, mount=mount, stale=stale[0], stale_since=stale[1],
+                                   cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))
 
-    async def _afresh(self, vmi: VmiView, disks: Sequence[Fact]) -> str | None:
-        """Why the VM's pod is not known to have mounted its disks afresh (`not_afresh`), None when it has."""
-        mount = await self._mount(vmi, disks)
-        return mount if isinstance(mount, str) else not_afresh(mount[0], mount[1])
+    async def _storage_restarted(self, vmi: VmiView, disks: Sequence[Fact]) -> bool:
+        """A share-manager serving a Longhorn disk of the VM started after the VM's pod was created
+        (both as cached): only then may Longhorn have asked for a remount the pod never made."""
+        pods = self.stretches.launchers(vmi.namespace, vmi.uid) or []
+        mine = [p for p in pods if kinds.spec(p).get("nodeName") == vmi.node]
+        created = max((t for p in mine if (t := started(p)) is not None), default=None)
+        if created is None:
+            return False
+        for volume in sorted({fact.volume for fact in disks if fact.volume}):
+            try:
+                server = await self.store.get(POD, self.settings.longhorn_namespace,
+                                              kinds.SHARE_MANAGER_POD_PREFIX + volume, timeout=self.timeout)
+            except StoreError:
+                return True  # cannot tell from the caches: the volume itself is read
+            if (since := started(server)) is not None and since > created:
+                return True
+        return False
 
-    async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[datetime | None, dict[str, datetime | None],
-                                                                         list[str]] | str:
+    async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:
         """When the VM's launcher pod started, each of its Longhorn volumes' remount request and
         those faulted; or why they cannot be read."""
         pod, problem = await self.stretches.launcher_pod(vmi, vmi.node or "")
-        remounts, faulted = {}, []
+        if pod is None:
+            return problem or "its launcher pod is not known"
+        remounts, faulted = [], []
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
             try:
                 found = await self.stretches.direct.get(LONGHORN_VOLUME, self.settings.longhorn_namespace, volume,
                                                         timeout=self.timeout)
             except StoreError as exc:
                 return f"Longhorn volume {volume} could not be read ({exc})"
-            remounts[volume] = parse_time(kinds.status(found).get("remountRequestedAt")) if found else None
+            remounts.append((volume, parse_time(kinds.status(found).get("remountRequestedAt")) if found else None))
             faulted += [volume] if found and kinds.status(found).get("robustness") == FAULTED else []
-        return (started(pod), remounts, faulted) if pod is not None or problem is None else problem
+        return Mount(pod_started=started(pod), remounts=tuple(remounts), faulted=tuple(faulted))
 
     async def _away(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
         """For a stale VM beside its NFS server: the first other node, by name, that can take the
@@ -247,35 +243,21 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
                      outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease)
 
 
-def manifest(vm: Observed, decision: KeepDecision, *, priority: bool) -> dict[str, Any] | str:
-    """The migration that moves the VM to its storage node (or, to recover a stale VM beside it, to
-    another node), with spec.priority when `priority`; one that recovers a stale mount says so."""
-    if vm.target_node is None:
-        return f"node {decision.target} not found"
-    return migration_manifest(vm.vmi, vm.target_node, decision.reason, MIGRATION_PRIORITY if priority else None,
-                              recovers=bool(decision.stale))
-
-
-async def ask_targeted(targeted: TargetedMigration, order: Sequence[Observed], facts: PassFacts) -> PassFacts:
-    """The pass with the answer on targeted migration. When it is due to be (re)checked, the
-    dry run is made of the first VM in `order` that would move (or be held only by the mode or
-    the lease) if it worked; an answer that proves nothing (a timeout, KubeVirt refusing that
-    one VMI) tries the next such VM, up to PROBES a pass, so one VM cannot hold every other.
-    While no VM comes to that, decisions go as if it works: what else holds them shows."""
-    if not targeted.due():
-        return facts
-    assumed = dataclasses.replace(facts, targeted=True)
-    tried = 0
-    for vm in order:
-        decision = decide_keep(vm.facts, assumed)
-        if not (decision.act or decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE)):
+def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,
+          state: KeeperState) -> list[Stuck]:
+    """Our unfinished migrations whose target pod the scheduler has not placed (condition
+    PodScheduled False, reason Unschedulable), read from the cached launcher pods: since when and
+    the scheduler's words, with the hold of an earlier refused cancel."""
+    found = []
+    for migration in history:
+        if not migration.ours or migration.final or not migration.uid:
             continue
-        made = manifest(vm, decision, priority=True)
-        if isinstance(made, str):
+        vmi_uid = uids.get((migration.namespace, migration.vmi))
+        pods = launchers(migration.namespace, vmi_uid) if vmi_uid else None
+        target = next((p for p in pods or () if kinds.labels(p).get(MIGRATION_JOB_LABEL) == migration.uid), None)
+        unplaced = unschedulable_since(target) if target is not None else None
+        if target is None or unplaced is None:
             continue
-        await targeted.check(made)
-        tried += 1
-        if not targeted.error or tried >= PROBES:
-            break
-    return assumed if not tried else dataclasses.replace(facts, targeted=targeted.available,
-                                                         targeted_note=targeted.note)
+        found.append(Stuck(migration=migration, vmi_uid=vmi_uid or "", pod=kinds.pod_name(target), since=unplaced[0],
+                           message=unplaced[1], hold=state.hold(migration.namespace, migration.vmi, Action.CANCEL)))
+    return found

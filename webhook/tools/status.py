@@ -9,11 +9,12 @@ is not off: one dry-run create (`dryRun=All`, nothing stored) of the keeper's ki
 with it. A VM that waits (apart too briefly, backing off…) on a cluster without targeted
 migration shows the hold that will apply once the wait is over: never moved.
 
-Read directly with the admin's credentials, observed and decided by the keeper's own code
-(`keeper.observe`, then `rules.keeping.keep.pass_order` and `decide_pass`: the VMs in the pass's
-order, each migration decided using up the limits of the VMs after it), so a VM shows here with
-the answer the keeper acts on. What only the leader remembers (a create the API refused) is not
-seen here; the keeper's settings are its Deployment's, the flags given to `status` winning.
+Read directly with the admin's credentials, observed and planned by the keeper's own code
+(`keeper.observe`, then `rules.keeping.plan.plan`: the VMs in the pass's order, each migration
+decided using up the limits of the VMs after it, the unpauses and the cancels), so a VM shows here with
+the answer the keeper acts on. What the keeper must remember beyond one leader (the actions the API
+refused, ours that KubeVirt garbage-collected) is read from the keeper's state in the cluster; the
+keeper's settings are its Deployment's, the flags given to `status` winning.
 """
 from __future__ import annotations
 
@@ -31,21 +32,25 @@ from ..cluster.snapshot import SnapshotStore
 from ..cluster.store import Store, StoreError
 from ..config import KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
-from ..keeper.observe import Nodes, Observed, Observer, pass_facts
+from ..keeper.observe import Nodes, Observer, pass_facts, stuck
+from ..keeper.observed import Observed
+from ..keeper.state_store import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.stretch import Stretches
 from ..cluster.replicas import read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order
+from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
+from ..rules.keeping.plan import plan, VmPlan
+from ..rules.keeping.state import KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged
-from ..rules.keeping.resume import decide_resume, paused_note, resume_step
+from ..rules.keeping.resume import paused_note, resume_step
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.seen import read_kubevirt
-from .deployed import leader
+from .deployed import KEEPER_NAMESPACE, leader
 from ..rules.shared.times import ago, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
@@ -141,6 +146,7 @@ class Cluster:
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
+    state: str = ""  # where the keeper's state was read from, or why not
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -151,6 +157,7 @@ class Cluster:
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
+            *([f"keeper state: {self.state}"] if self.state else []),
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
@@ -166,6 +173,7 @@ class Cluster:
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
+                "state": self.state or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
@@ -225,6 +233,7 @@ class Report:
     vms: list[VmStatus]
     skipped: list[str]  # objects of unexpected shape, left out
     cluster: Cluster | None = None
+    cancels: list[str] = dataclasses.field(default_factory=list)  # migrations of ours the keeper cancels, and why
 
     def drain(self, node: str) -> DrainPreview:
         """What draining `node` will do to these VMs (`rules.keeping.drain`)."""
@@ -240,7 +249,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"as_of": rfc3339(self.now), "cluster": self.cluster.to_json() if self.cluster else None,
-                "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(), "skipped": self.skipped}
+                "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(), "skipped": self.skipped,
+                "cancels": self.cancels}
 
 
 class LauncherPods:
@@ -270,22 +280,26 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
         await targeted.check(dry_run_manifest(running, listed.migrations, now))
-    facts = pass_facts(settings, listed.migrations, listed.views, now, targeted)
-    observer = await _observer(store, settings, running, timeout)
+    state, state_note = await _kept(api, settings, timeout)
+    history = with_kept(listed.migrations, state.migrations, now)
+    facts = pass_facts(settings, history, listed.views, now, targeted)
+    observer, launchers = await _observer(store, settings, running, timeout)
     longhorn = await read_longhorn(store, settings, timeout) if running else None
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(view: VmiView) -> Observed:
         async with gate:
-            return await observer.vm(view, of_vmi(listed.migrations, view), now)
+            return await observer.vm(view, of_vmi(history, view), now, state)
 
-    seen = await asyncio.gather(*(one(view) for view in running))
-    # The keeper's pass: the same order, each migration decided using up what it takes.
-    ordered = pass_order(seen, lambda observed: observed.facts, lambda facts: facts.apart_since or now)
+    seen = {observed.key: observed for observed in await asyncio.gather(*(one(view) for view in running))}
+    uids = {(view.namespace, view.name): view.uid for view in listed.views}
+    # The keeper's plan, made from the same facts: the same order, each migration using up what it takes.
+    made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers.of, state))
     vms = []
-    for observed, decision in zip(ordered, decide_pass([o.facts for o in ordered], facts)):
-        vm = _vm_status(observed, decision, listed.migrations, facts, off=off)
-        vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(observed.disks))) if longhorn is not None else vm)
+    for step in made.vms:
+        vm = _vm_status(seen[step.key], step, history, facts, off=off)
+        vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(seen[step.key].disks))) if longhorn is not None
+                   else vm)
     (said, why), (priority_said, priority_why) = answers(targeted, off)
     values = await read_settings(store, settings, timeout)
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
@@ -295,12 +309,25 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     header = Cluster(mode=str(facts.mode), leader=await leader(store, settings, now, timeout), limits=facts.limits,
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
-                     in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts)
+                     in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts,
+                     state=state_note)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
-                  skipped=[str(m) for m in listed.malformed], cluster=header)
+                  skipped=[str(m) for m in listed.malformed], cluster=header,
+                  cancels=[f"{c.migration.namespace}/{c.migration.name}: {c.why}" for c in made.cancels])
 
 
-async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView], timeout: float) -> Observer:
+async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperState, str]:
+    """The keeper's state as its leader keeps it in the cluster, and where it was read from in words
+    (or why it could not be: then none, and the holds only the keeper knows are not shown)."""
+    namespace, name = settings.lease_namespace or KEEPER_NAMESPACE, state_name(settings)
+    try:
+        return await read_state(api, namespace, name, timeout=timeout), f"ConfigMap {namespace}/{name}"
+    except StateUnavailable as exc:
+        return KeeperState(), f"not read ({exc}): refused actions and garbage-collected migrations are not shown"
+
+
+async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
+                    timeout: float) -> tuple[Observer, LauncherPods]:
     """The keeper's observation over what `status` lists: the disks' objects and the launcher
     pods of the VMs' namespaces, listed once; the rest read directly."""
     namespaces = {view.namespace for view in running}
@@ -311,9 +338,10 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
             pods += await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
-    stretches = Stretches(store, settings, timeout, launchers=LauncherPods(pods).of, direct=store)
+    launchers = LauncherPods(pods)
+    stretches = Stretches(store, settings, timeout, launchers=launchers.of, direct=store)
     return Observer(store=disks, settings=settings, stretches=stretches, nodes=Nodes(store, timeout), timeout=timeout,
-                    keep_disks=True)
+                    keep_disks=True), launchers
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
@@ -338,9 +366,9 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
     return SnapshotStore(objects)
 
 
-def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[Migration], facts: PassFacts, *,
+def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration], facts: PassFacts, *,
                off: bool) -> VmStatus:
-    view, where = observed.vmi, observed.facts.where
+    view, where, decision = observed.vmi, observed.facts.where, step.decision
     since = observed.facts.apart_since if decision.state is APART and observed.derived else None
     why = where.why
     if view.migration is not None and view.migration.in_flight:
@@ -349,8 +377,7 @@ def _vm_status(observed: Observed, decision: KeepDecision, migrations: Sequence[
     return VmStatus(namespace=view.namespace, name=view.name, node=view.node, storage=where.storage,
                     state=decision.state, since=since, why=why, last_action=text, last_migration=last,
                     may_move=view.may_move, decision=decision,
-                    next=resume_step(next_step(decision, since, facts, off=off), decide_resume(observed.facts, facts),
-                                     off=off),
+                    next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "",
                     cannot_finish=cannot_finish(view.caches, None, ()))
@@ -403,5 +430,6 @@ def render(report: Report) -> str:
     lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, PAUSED_ON_IO)}" for vm in report.vms
               if vm.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
+    lines += [f"cancels {what}" for what in report.cancels]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)

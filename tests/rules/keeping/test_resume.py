@@ -1,5 +1,7 @@
-"""A VM the keeper recovered from a stale NFS mount: which migration recovered it (read from the
-cluster alone), whether its pod mounted its disks afresh, and whether the keeper unpauses it."""
+"""A VM on a stale NFS mount and a VM carried paused onto a fresh one: whether its mount is stale and
+since when (Longhorn's remount request, never KubeVirt's re-stamped condition), whether its pause
+came over with a migration, and whether the keeper unpauses it — by what is true now, with no record
+of its own migration."""
 import dataclasses
 from datetime import timedelta
 
@@ -10,10 +12,13 @@ from webhook.config import KeepMode
 from webhook.rules.keeping.apart import locality
 from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.recovery import cannot_finish, failed_recovery, not_afresh, recovered_by
+from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_afresh, stale_since
 from webhook.rules.keeping.resume import decide_resume, paused_note
+from webhook.rules.keeping.state import Action, Hold
+from webhook.rules.shared.alone import Alone
 
 PAUSED_AT = ago(minutes=30)
+REMOUNT = ago(minutes=40)
 
 
 def paused(reason="PausedIOError", since=PAUSED_AT, **changes):
@@ -29,69 +34,98 @@ def ours(name="vm1-colocate-r1", created=ago(minutes=20), phase="Succeeded", rec
     return read_migration(obj)
 
 
-@pytest.mark.parametrize("vmi, migrations, found", [
-    (paused(), [ours()], "vm1-colocate-r1"),
-    (paused(), [ours("vm1-colocate-r1", ago(minutes=20)), ours("vm1-colocate-r2", ago(minutes=10))], "vm1-colocate-r2"),
-    (paused(), [ours(recovers=None)], None),  # ours, for drift: not a recovery
-    (paused(), [ours(ours_=False)], None),  # someone else's migration
-    (paused(), [ours(phase="Failed")], None),
-    (paused(), [ours(phase="Running")], None),
-    (paused(since=ago(minutes=5)), [ours()], None),  # paused again after it: a new pause, not ours to lift
-    (paused(since=None), [ours()], None),  # since when it is paused is not said: cannot tell
-    (paused(reason=""), [ours()], None),  # not paused
-], ids=["recovered", "the-latest", "drift-migration", "not-ours", "failed", "unfinished", "paused-after", "since-unknown",
-        "not-paused"])
-def test_which_migration_recovered_a_paused_vm(vmi, migrations, found):
-    migration = recovered_by(vmi, migrations)
-    assert (migration.name if migration else None) == found
-
-
 @pytest.mark.parametrize("started, remounts, said", [
-    (ago(minutes=1), {"pvc-d": ago(minutes=40)}, None),
-    (ago(minutes=1), {"pvc-d": None}, None),
-    (ago(hours=1), {"pvc-d": ago(minutes=40), "pvc-e": None}, "its pod started 2026-11-20T11:00:00Z, before Longhorn "
-                                                              "asked for volume pvc-d to be remounted (2026-11-20T11:20:00Z)"),
-    (None, {"pvc-d": ago(minutes=40)}, "when its launcher pod started is not known"),
-])
-def test_whether_its_pod_mounted_its_disks_afresh(started, remounts, said):
-    assert not_afresh(started, remounts) == said
+    (ago(minutes=1), (("pvc-d", REMOUNT),), None),  # a pod started after the request mounted afresh
+    (ago(hours=1), (("pvc-d", None),), None),  # no request: nothing says it is stale
+    (ago(hours=1), (("pvc-d", REMOUNT), ("pvc-e", None)), (
+        "its pod started 2026-11-20T11:00:00Z, before Longhorn asked for volume pvc-d to be remounted "
+        "(2026-11-20T11:20:00Z): its NFS mount is stale", REMOUNT)),
+    (ago(hours=1), (("pvc-d", REMOUNT), ("pvc-e", ago(minutes=10))), (
+        "its pod started 2026-11-20T11:00:00Z, before Longhorn asked for volume pvc-e to be remounted "
+        "(2026-11-20T11:50:00Z): its NFS mount is stale", ago(minutes=10))),  # since the latest request
+    (None, (("pvc-d", REMOUNT),), None),  # its pod's start unknown: cannot tell
+], ids=["afresh", "no-request", "stale", "latest-request", "pod-unknown"])
+def test_a_mount_is_stale_by_longhorns_remount_request_whether_paused_or_not(started, remounts, said):
+    assert stale_since(Mount(pod_started=started, remounts=remounts)) == said
+
+
+def test_a_mount_is_afresh_only_when_its_pod_started_after_every_request():
+    assert not_afresh(Mount(pod_started=ago(minutes=1), remounts=(("pvc-d", REMOUNT),))) is None
+    assert not_afresh(Mount(pod_started=None)) == "when its launcher pod started is not known"
+    assert not_afresh(None) == "when its launcher pod started is not known"
+    assert "before Longhorn asked" in not_afresh(Mount(pod_started=ago(hours=1), remounts=(("pvc-d", REMOUNT),)))
+
+
+MOVED = dataclasses.replace(apart_vmi().migration, completed=True, failed=False, ended=ago(minutes=5))
+
+
+@pytest.mark.parametrize("vmi, pod_started, came", [
+    (paused(since=ago(minutes=30)), ago(minutes=6), True),  # paused, then carried into a newer pod
+    (paused(since=ago(minutes=5)), ago(minutes=6), False),  # paused in the pod it runs in: KubeVirt's retry
+    # re-stamped on the source after the target pod started, before the switchover the VMI records
+    (paused(since=ago(minutes=5), migration=MOVED), ago(minutes=6), True),
+    (paused(since=ago(minutes=4), migration=MOVED), ago(minutes=6), False),  # paused after the switchover
+    (paused(since=None), ago(minutes=6), False),
+    (paused(), None, False),
+], ids=["carried", "paused-here", "re-stamped-before-switchover", "paused-after-switchover", "since-unknown",
+        "pod-unknown"])
+def test_a_pause_came_over_with_a_migration(vmi, pod_started, came):
+    assert came_over(vmi, pod_started) is came
 
 
 WHERE = locality("node-a", [fact("d", "node-a")])
+FRESH = Mount(pod_started=ago(minutes=6), remounts=(("pvc-d", REMOUNT),))
 
 
-def resume(vmi=None, recovered="default", **changes):
-    vm = {k: changes.pop(k) for k in ("migrating", "not_afresh") if k in changes}
-    facts = VmFacts(vmi=vmi or paused(), where=WHERE, recovered=ours() if recovered == "default" else recovered, **vm)
+def resume(vmi=None, mount=FRESH, **changes):
+    vm = {k: changes.pop(k) for k in ("migrating", "unpause_hold", "unpaused") if k in changes}
+    facts = VmFacts(vmi=vmi or paused(), where=WHERE, mount=mount, **vm)
     return decide_resume(facts, PassFacts(**{"now": NOW, "limits": Limits(), "mode": KeepMode.MIGRATE,
                                              "targeted": True, **changes}))
 
 
-def test_a_vm_the_keeper_recovered_is_unpaused():
+def test_a_vm_carried_paused_onto_a_fresh_mount_is_unpaused():
     decision = resume()
-    assert decision.act and (decision.migration, decision.uid) == ("vm1-colocate-r1", "uid-vm1-colocate-r1")
-    assert decision.reason == ("unpausing: still paused (PausedIOError) after migration vm1-colocate-r1 recovered it "
-                               "from a stale NFS mount; its pod mounted its disks afresh")
+    assert decision.act and decision.reason == ("unpausing: paused on a disk I/O error before it moved onto a fresh "
+                                                "NFS mount, where KubeVirt keeps it paused")
 
 
-@pytest.mark.parametrize("vmi, changes, reason", [
-    (paused("PausedByUser"), {}, "paused by its user (PausedByUser): the keeper never unpauses it"),
-    (paused(phase="Succeeded"), {}, "VMI is Succeeded, not running"),
-    (None, {"migrating": True}, "a migration of this VMI is in flight"),
-    (None, {"not_afresh": "when its launcher pod started is not known"},
-     "its disks are not known to be mounted afresh: when its launcher pod started is not known"),
-    (None, {"incomplete": "pods: not synced"}, "not acting on an incomplete view: pods: not synced"),
-    (None, {"mode": KeepMode.REPORT}, "report only: would unpause it (still paused (PausedIOError) after migration "
-                                      "vm1-colocate-r1 recovered it from a stale NFS mount; its pod mounted its disks afresh)"),
-    (None, {"lease": False}, "not acting: the lease might run out before it is unpaused"),
-], ids=["by-user", "not-running", "migrating", "mount-unknown", "view-incomplete", "report", "no-lease"])
-def test_what_holds_an_unpause(vmi, changes, reason):
+HELD = Hold(namespace="default", name="vm1", action=Action.UNPAUSE, count=1, retry=NOW + timedelta(seconds=10),
+            words="unpausing failed: API answered 503", status=503)
+
+
+@pytest.mark.parametrize("vmi, changes, hold, reason", [
+    (paused(phase="Succeeded"), {}, Alone.NOT_RUNNING, "VMI is Succeeded, not running"),
+    (dataclasses.replace(paused(), may_move=False), {}, Alone.OPTED_OUT,
+     "keep disabled on this VM: the keeper never unpauses it"),
+    (None, {"migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
+    (None, {"unpause_hold": HELD}, Alone.REFUSED, "its unpause was refused once (unpausing failed: API answered 503); "
+                                                  "retrying after 2026-11-20T12:00:10Z"),
+    (None, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE, "not acting on an incomplete view: pods: not synced"),
+    (None, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY, "report only: would unpause it (paused on a disk I/O error "
+                                                         "before it moved onto a fresh NFS mount, where KubeVirt keeps it paused)"),
+    (None, {"lease": False}, Alone.NO_LEASE, "not acting: the lease might run out before it is unpaused"),
+], ids=["not-running", "opted-out", "migrating", "backing-off", "view-incomplete", "report", "no-lease"])
+def test_what_holds_an_unpause(vmi, changes, hold, reason):
     decision = resume(vmi, **changes)
-    assert not decision.act and decision.reason == reason
+    assert not decision.act and (decision.hold, decision.reason) == (hold, reason)
 
 
-def test_a_vm_it_did_not_recover_is_none_of_its_business():
-    assert resume(recovered=None) is None
+def test_a_hold_whose_retry_has_come_holds_no_more():
+    assert resume(unpause_hold=dataclasses.replace(HELD, retry=NOW)).act
+
+
+@pytest.mark.parametrize("vmi, mount, changes", [
+    (paused("PausedByUser"), FRESH, {}),
+    (paused("PausedByMigrationMonitor"), FRESH, {}),
+    (paused(reason=""), FRESH, {}),  # not paused
+    (paused(since=ago(minutes=5)), FRESH, {}),  # paused on its fresh mount: KubeVirt's own retry's
+    (None, Mount(pod_started=ago(hours=1), remounts=(("pvc-d", REMOUNT),)), {}),  # still on the stale mount
+    (None, None, {}),  # its mount could not be read
+    (None, FRESH, {"unpaused": True}),  # unpaused a moment ago: the watch has not shown it yet
+], ids=["by-user", "by-migration-monitor", "not-paused", "paused-here", "stale", "mount-unknown", "just-unpaused"])
+def test_a_vm_not_carried_paused_onto_a_fresh_mount_is_none_of_its_business(vmi, mount, changes):
+    assert resume(vmi, mount, **changes) is None
 
 
 # --------------------------------------------------------------------------- whether a migration can finish
@@ -123,14 +157,15 @@ def test_a_disks_cache_mode_is_read_by_its_claim():
     assert view().caches == ()
 
 
-def test_a_recovery_that_failed_under_way_during_this_pause_is_named():
+def test_a_recovery_that_failed_under_way_on_this_stale_mount_is_named():
     state = dataclasses.replace(apart_vmi().migration, failed=True, completed=False, migration_uid="uid-vm1-colocate-r1",
                                 failure_reason="job 'migration out' failed: Error in migration completion")
     vmi = paused(migration=state)
-    assert failed_recovery(vmi, [ours(phase="Failed")]) == ("vm1-colocate-r1", state.failure_reason)
-    assert failed_recovery(vmi, [ours(phase="Failed", recovers=None)]) is None  # a drift migration of ours
-    assert failed_recovery(paused(since=ago(minutes=5), migration=state), [ours(phase="Failed")]) is None  # before this pause
-    assert failed_recovery(paused(migration=dataclasses.replace(state, failure_reason="")), [ours(phase="Failed")]) is None
+    assert failed_recovery(vmi, [ours(phase="Failed")], REMOUNT) == ("vm1-colocate-r1", state.failure_reason)
+    assert failed_recovery(vmi, [ours(phase="Failed", recovers=None)], REMOUNT) is None  # a drift migration of ours
+    assert failed_recovery(vmi, [ours(phase="Failed")], ago(minutes=5)) is None  # made before this remount request
+    no_words = paused(migration=dataclasses.replace(state, failure_reason=""))
+    assert failed_recovery(no_words, [ours(phase="Failed")], REMOUNT) is None
 
 
 @pytest.mark.parametrize("stale, step, said", [

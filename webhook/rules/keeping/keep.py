@@ -24,7 +24,8 @@ from ... import kinds
 from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
-from .recovery import cost, needs_restart, RETRY_WAIT, retry_words
+from .recovery import cost, Mount, needs_restart, RETRY_WAIT, retry_words
+from .state import Hold
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -74,19 +75,19 @@ class VmFacts:
     # eviction (`rules.keeping.migrations.last_move`): moved off a loaded node on purpose.
     descheduled: Migration | None = None
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
-    refused: tuple[int, datetime] | None = None  # (refusals in a row, retry after) of its last create
-    # Why its NFS mount is stale (`rules.shared.longhorn.stale_mount`: paused on an I/O error, its pod
-    # older than a remount request of Longhorn's), None when nothing says so: one migration recovers it,
-    # two beside its NFS server (`rules.keeping.recovery`).
+    refused: Hold | None = None  # the API refused its last migration: its words, and when to retry (`state`)
+    # Why its NFS mount is stale (`recovery.stale_since`: its pod older than a remount request of Longhorn's),
+    # None when nothing says so: one migration recovers it, two beside its NFS server (`rules.keeping.recovery`).
     stale: str | None = None
     away: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
-    # Our migration that recovered it while it stayed paused (`recovery.recovered_by`), and why its pod
-    # is not known to have mounted its disks afresh (None: it has): what unpausing it goes by (`resume`).
-    recovered: Migration | None = None
-    not_afresh: str | None = None
+    # Its pod's start and its volumes' remount requests, read of a VM whose storage restarted since its pod
+    # started or that is paused on an I/O error: what recovering and unpausing it go by (`resume`).
+    mount: Mount | None = None
+    unpause_hold: Hold | None = None  # the API refused or failed its last unpause (`state`)
+    unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
     # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
     cannot_finish: str | None = None
-    stale_since: datetime | None = None  # the later of its pause and Longhorn's remount request (read with `stale`)
+    stale_since: datetime | None = None  # Longhorn's remount request that made its mount stale (read with `stale`)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -201,10 +202,6 @@ def _untargeted(p: PassFacts) -> str:
     return p.targeted_note
 
 
-def _refused_words(refused: tuple[int, datetime]) -> str:
-    return f"its migration was refused {refused[0]} time(s) in a row; retrying after {rfc3339(refused[1])}"
-
-
 def _outbound(vm: VmFacts, p: PassFacts) -> int:
     return p.outbound.get(vm.where.node or "", 0)
 
@@ -312,8 +309,8 @@ CHECKS: tuple[Check, ...] = (
           words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
           needs=("settling",), own=True),
     Check(hold=Alone.REFUSED,
-          holds=lambda vm, p: vm.refused is not None and p.now < vm.refused[1],
-          words=lambda vm, p: _refused_words(vm.refused or (0, p.now)),
+          holds=lambda vm, p: vm.refused is not None and p.now < vm.refused.retry,
+          words=lambda vm, p: vm.refused.in_words() if vm.refused is not None else "",
           needs=("refused",)),
     Check(hold=Alone.VIEW_INCOMPLETE,
           holds=lambda vm, p: bool(p.incomplete),

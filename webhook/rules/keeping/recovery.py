@@ -24,7 +24,8 @@ attachment pod, with a fresh mount (`migration.go`, `createAttachmentPod`).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from ... import kinds
@@ -34,8 +35,9 @@ from .running import VmiView
 
 # virt-handler retries a VM paused on an I/O error every 10 s doubling to 3 min (`io-error-retry`,
 # pkg/virt-handler/vm.go) and resumes it if its mount recovered, as it does in Longhorn's usual case
-# (the same Service IP, NFSv4.1 state reclaimed). The keeper moves a VM still paused this long after
-# the later of its pause and the remount request: most likely on a mount that stays stale.
+# (the same Service IP, NFSv4.1 state reclaimed). The keeper moves a VM still on the old mount this
+# long after Longhorn's remount request: counted from that request, never from the Paused
+# condition, which each retry removes and the next pause stamps anew.
 RETRY_WAIT = timedelta(minutes=5)
 HOP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
 ONE = 1  # and of a VM apart from it: to its storage node
@@ -74,49 +76,75 @@ def needs_restart(stale: str, why: str) -> str:
     return f"{stale}, and it cannot be moved to a fresh mount: {why}; a restart mounts the volume afresh (`virtctl restart`)"
 
 
-def failed_recovery(vmi: VmiView, migrations: Iterable[Migration]) -> tuple[str, str] | None:
-    """Our recovery migration of the VM that failed under way during this pause (the VMI names it,
-    with libvirt's words): (its name, why). A migration that never got a target says nothing of the disk."""
+def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: datetime) -> tuple[str, str] | None:
+    """Our recovery migration of the VM that failed under way on this stale mount (created after the
+    remount request `since`; the VMI names it, with libvirt's words): (its name, why). A migration that
+    never got a target says nothing of the disk."""
     state = vmi.migration
     if state is None or not state.failed or not state.failure_reason or not state.migration_uid:
         return None
     attempt = next((m for m in of_vmi(migrations, vmi) if m.uid == state.migration_uid), None)
     if attempt is None or not attempt.ours or attempt.recovers != kinds.RECOVERS_STALE_MOUNT:
         return None
-    if vmi.paused_since is not None and attempt.created < vmi.paused_since:
+    if attempt.created < since:
         return None
     return attempt.name, state.failure_reason
 
 
-def recovered_by(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None:
-    """Our migration that recovered the VM from a stale mount while it stayed paused: ours, made to
-    recover it (`kinds.RECOVERS`), succeeded, created after the VM was paused (the VMI keeps the
-    Paused condition it had through a migration; a pause after it is a new one, not ours to lift).
-    None when the VM is not paused or its condition says not since when. Read from the cluster
-    alone, so that a keeper started again decides the same."""
-    if not vmi.paused or vmi.paused_since is None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mount:
+    """What says whether a VM's NFS mounts are fresh: when the pod it runs in started (None: not
+    known), each of its Longhorn volumes' latest remount request (`status.remountRequestedAt`, None:
+    none), and its volumes Longhorn reports faulted."""
+
+    pod_started: datetime | None
+    remounts: tuple[tuple[str, datetime | None], ...] = ()
+    faulted: tuple[str, ...] = ()
+
+
+def stale_since(mount: Mount) -> tuple[str, datetime] | None:
+    """Why the VM's mount is stale and since when, None when nothing says so: its pod started before
+    Longhorn asked for a volume of its disks to be remounted (the share-manager serving it started
+    again, elsewhere or afresh), so the pod kept the mount of an NFS server that went away. Whether
+    KubeVirt shows the VM paused at this moment does not matter: its I/O-error retry resumes and
+    re-pauses it. Since the latest such request (Longhorn's own record, never re-stamped by KubeVirt)."""
+    if mount.pod_started is None:
         return None
-    done = [m for m in of_vmi(migrations, vmi)
-            if m.ours and m.recovers == kinds.RECOVERS_STALE_MOUNT and m.succeeded and m.created >= vmi.paused_since]
-    return max(done, key=lambda m: (m.ended or m.created, m.created), default=None)
+    late = [(requested, volume) for volume, requested in mount.remounts
+            if requested is not None and mount.pod_started < requested]
+    if not late:
+        return None
+    requested, volume = max(late)
+    return (f"its pod started {rfc3339(mount.pod_started)}, before Longhorn asked for volume {volume} to be "
+            f"remounted ({rfc3339(requested)}): its NFS mount is stale"), requested
 
 
-def not_afresh(pod_started: datetime | None, remounts: Mapping[str, datetime | None]) -> str | None:
+def not_afresh(mount: Mount | None) -> str | None:
     """Why the VM's pod is not known to have mounted its disks afresh, None when it has: it started
-    after each of its Longhorn volumes' remount requests (`status.remountRequestedAt`, None: none)."""
-    if pod_started is None:
+    after each of its Longhorn volumes' remount requests."""
+    if mount is None or mount.pod_started is None:
         return "when its launcher pod started is not known"
-    for volume, requested in sorted(remounts.items()):
-        if requested is not None and pod_started < requested:
-            return (f"its pod started {rfc3339(pod_started)}, before Longhorn asked for volume {volume} to be "
-                    f"remounted ({rfc3339(requested)})")
-    return None
+    stale = stale_since(mount)
+    return stale[0] if stale is not None else None
+
+
+def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:
+    """Its pause is older than the pod it runs in: the pause came over with a migration (KubeVirt's
+    target keeps a paused VM paused and the VMI keeps its condition), so no retry of virt-handler's
+    will lift it. A re-stamp on the source before the switchover still counts: the pause is then no
+    later than the migration's end the VMI records."""
+    since = vmi.paused_since
+    if since is None or pod_started is None:
+        return False
+    moved = vmi.migration
+    ended = moved.ended if moved is not None and moved.completed and not moved.failed else None
+    return since < pod_started or (ended is not None and since <= ended)
 
 
 def retry_words(since: datetime) -> str:
-    """Why a VM on a stale mount since `since` is not moved yet."""
-    return (f"paused on a stale mount since {rfc3339(since)}: KubeVirt's own retry resumes it if the mount recovers; "
-            f"the keeper recovers it from {rfc3339(since + RETRY_WAIT)}")
+    """Why a VM on a stale mount since `since` (Longhorn's remount request) is not moved yet."""
+    return (f"on a stale mount since {rfc3339(since)}: it may recover by itself (KubeVirt's own retry then resumes "
+            f"the VM); the keeper recovers it from {rfc3339(since + RETRY_WAIT)}")
 
 
 def cost(beside: bool) -> int:

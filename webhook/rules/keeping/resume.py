@@ -1,12 +1,17 @@
-"""After the keeper recovered a VM from a stale NFS mount: whether to unpause it. Pure.
+"""Whether to unpause a VM that a migration carried, paused, onto a fresh NFS mount. Pure.
 
-KubeVirt's migration target keeps a paused VM paused, and virt-handler's I/O-error retry no longer
-applies to it (`rules.keeping.recovery`): without an `unpause` the VM stays frozen on its fresh
-mount. The keeper unpauses a VM once, and only one it recovered itself: its own recovery migration
-(`VmFacts.recovered`, read from the cluster) succeeded while the VM stayed paused, and the pod it
-runs in started after each of its volumes' remount requests (`VmFacts.not_afresh` is None). Never a
-VM its user paused (reason PausedByUser), never while a migration of it is in flight, and only as
-the keeper acts on anything: on a complete view, in migrate mode, with the lease.
+KubeVirt's migration target keeps a paused VM paused (any Paused condition puts it in
+virt-launcher's paused set, `pkg/virt-launcher/virtwrap/live-migration-target.go`), and
+virt-handler's I/O-error retry no longer applies to it (`rules.keeping.recovery`): without an
+`unpause` the VM stays frozen on its fresh mount. The keeper goes by what is true now, never by a
+record of its own migration, so that a re-stamped condition, a new leader or KubeVirt's garbage
+collection of finished migrations changes nothing. It unpauses a VMI whose Paused condition has
+reason PausedIOError, whose pod started after every remount request on its volumes (a fresh mount),
+and whose pause is older than that pod (it came over with a migration: the keeper's recovery, a
+drain's evacuation, a user's migration alike). Never another reason (PausedByUser,
+PausedByMigrationMonitor, …), never a VM opted out of the keeper, never during a migration, and only
+as the keeper acts on anything: on a complete view, in migrate mode, with the lease; a refused or
+failed unpause waits its own short backoff (`state.Action.UNPAUSE`).
 """
 from __future__ import annotations
 
@@ -14,42 +19,58 @@ import dataclasses
 from collections.abc import Callable
 
 from ...config import KeepMode
-from ...kinds import PAUSED_BY_USER
+from ...kinds import PAUSED_IO_ERROR
+from ..shared.alone import Alone
 from .keep import PassFacts, VmFacts
+from .recovery import came_over, not_afresh
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Resume:
-    """Unpause the VM (act), or why not; `migration` names our recovery migration, `uid` its uid
-    (an unpause is made once per recovery)."""
+    """Unpause the VM (act), or why not (`hold` names the condition, `reason` says it)."""
 
     act: bool
     reason: str
-    migration: str
-    uid: str
+    hold: Alone | None = None
 
 
-Hold = tuple[Callable[[VmFacts, PassFacts], bool], Callable[[VmFacts, PassFacts], str]]
+Check = tuple[Alone, Callable[[VmFacts, PassFacts], bool], Callable[[VmFacts, PassFacts], str]]
 
 # In order: the VM's own state, then the moment, then the mode and the lease.
-HOLDS: tuple[Hold, ...] = (
-    (lambda vm, p: vm.vmi.paused == PAUSED_BY_USER,
-     lambda vm, p: "paused by its user (PausedByUser): the keeper never unpauses it"),
-    (lambda vm, p: not vm.vmi.running, lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running"),
-    (lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),
-    (lambda vm, p: vm.not_afresh is not None,
-     lambda vm, p: f"its disks are not known to be mounted afresh: {vm.not_afresh}"),
-    (lambda vm, p: bool(p.incomplete), lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
-    (lambda vm, p: p.mode is not KeepMode.MIGRATE, lambda vm, p: f"report only: would unpause it ({_why(vm)})"),
-    (lambda vm, p: not p.lease, lambda vm, p: "not acting: the lease might run out before it is unpaused"),
+HOLDS: tuple[Check, ...] = (
+    (Alone.OPTED_OUT, lambda vm, p: not vm.vmi.may_move,
+     lambda vm, p: "keep disabled on this VM: the keeper never unpauses it"),
+    (Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
+     lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running"),
+    (Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),
+    (Alone.REFUSED, lambda vm, p: vm.unpause_hold is not None and p.now < vm.unpause_hold.retry,
+     lambda vm, p: vm.unpause_hold.in_words() if vm.unpause_hold is not None else ""),
+    (Alone.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
+     lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
+    (Alone.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
+     lambda vm, p: f"report only: would unpause it ({WHY})"),
+    (Alone.NO_LEASE, lambda vm, p: not p.lease, lambda vm, p: "not acting: the lease might run out before it is unpaused"),
 )
 
+WHY = "paused on a disk I/O error before it moved onto a fresh NFS mount, where KubeVirt keeps it paused"
 
-def _why(vm: VmFacts) -> str:
-    recovered = vm.recovered
-    assert recovered is not None
-    return (f"still paused ({vm.vmi.paused}) after migration {recovered.name} recovered it from a stale NFS mount; "
-            f"its pod mounted its disks afresh")
+
+def carried_paused(vm: VmFacts) -> bool:
+    """The VM is paused on an I/O error that came over with a migration onto a fresh mount: what
+    an unpause is for. A pause in the pod it runs in now is KubeVirt's own to retry."""
+    mount = vm.mount
+    return (vm.vmi.paused == PAUSED_IO_ERROR and not vm.unpaused and mount is not None
+            and not_afresh(mount) is None and came_over(vm.vmi, mount.pod_started))
+
+
+def decide_resume(vm: VmFacts, p: PassFacts) -> Resume | None:
+    """Unpause the VM, or why not; None for a VM that is not paused so (nothing to say)."""
+    if not carried_paused(vm):
+        return None
+    for hold, holds, words in HOLDS:
+        if holds(vm, p):
+            return Resume(act=False, reason=words(vm, p), hold=hold)
+    return Resume(act=True, reason=f"unpausing: {WHY}")
 
 
 # `status`'s NEXT that says all of a paused VM: no migration can recover it, or its unpause.
@@ -65,22 +86,10 @@ def paused_note(stale: str, step: str, unknown: str) -> str:
 
 
 def resume_step(step: str, resume: Resume | None, *, off: bool = False) -> str:
-    """`status`'s NEXT for a VM the keeper recovered: its unpause, or what holds it; `step` (the
-    keeper's decision in words) for any other VM, or when the keeper is off."""
+    """`status`'s NEXT for a VM carried paused onto a fresh mount: its unpause, or what holds it;
+    `step` (the keeper's decision in words) for any other VM, or when the keeper is off."""
     if resume is None or off:
         return step
     if resume.act:
         return f"unpaused at the keeper's next pass ({resume.reason.removeprefix('unpausing: ')})"
     return f"stays paused: {resume.reason}"
-
-
-def decide_resume(vm: VmFacts, p: PassFacts) -> Resume | None:
-    """Unpause a VM the keeper recovered, or why not; None for a VM it did not recover (or one not
-    paused any more): nothing to say."""
-    recovered = vm.recovered
-    if recovered is None:
-        return None
-    for holds, words in HOLDS:
-        if holds(vm, p):
-            return Resume(act=False, reason=words(vm, p), migration=recovered.name, uid=recovered.uid)
-    return Resume(act=True, reason=f"unpausing: {_why(vm)}", migration=recovered.name, uid=recovered.uid)

@@ -1,0 +1,120 @@
+"""The keeper's one plan: from what a pass observed to everything it will do and leave. Pure.
+
+The keeper's pass is observe (reads only) → `plan` → act (writes only); `status` is observe → the
+same `plan` → render. So what an admin reads is the decision the keeper acts on, with its holds in
+the same words: which VMs move (in the pass's order, each migration using up the limits of the VMs
+after it), which are unpaused, which migrations of ours are cancelled, and why each other is left.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from ...config import KeepMode
+from ..shared.times import whole_seconds
+from .keep import decide_keep, KeepDecision, pass_order, PassFacts, VmFacts
+from .migrations import Migration, UNPLACEABLE_SECONDS
+from .resume import decide_resume, Resume
+from .state import Hold
+
+UNPLACEABLE = timedelta(seconds=UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stuck:
+    """A migration of ours whose target pod the scheduler has not placed: since when, its words,
+    and the hold of an earlier refused cancel of it (`state`)."""
+
+    migration: Migration
+    vmi_uid: str
+    pod: str
+    since: datetime
+    message: str
+    hold: Hold | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cancel:
+    """Delete a migration of ours (what `virtctl migrate-cancel` does): it counts as failed, `why`."""
+
+    migration: Migration
+    vmi_uid: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmPlan:
+    """One running opted-in VM in the plan: its decision (whose reason is its unpause's where that
+    says more) and its unpause, if it is paused so that one is for it."""
+
+    facts: VmFacts
+    decision: KeepDecision
+    resume: Resume | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.facts.vmi.namespace, self.facts.vmi.name
+
+    @property
+    def unpause(self) -> bool:
+        return self.resume is not None and self.resume.act
+
+    @property
+    def move(self) -> bool:
+        """A migration is created for it (never together with an unpause: that comes first)."""
+        return self.decision.act and not self.unpause
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything one pass does and leaves, in the order it is done: cancels, then each VM in the
+    pass's order (its unpause or its migration)."""
+
+    vms: tuple[VmPlan, ...]
+    cancels: tuple[Cancel, ...] = ()
+    facts: PassFacts | None = None  # what it was made from
+
+    @property
+    def moves(self) -> list[VmPlan]:
+        return [vm for vm in self.vms if vm.move]
+
+    @property
+    def unpauses(self) -> list[VmPlan]:
+        return [vm for vm in self.vms if vm.unpause]
+
+
+def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLACEABLE) -> tuple[Cancel, ...]:
+    """Our migrations to cancel: a target pod the scheduler has been unable to place for
+    `unplaceable` holds a cluster-wide and a per-source-node slot a drain needs. Only on a complete
+    view (else KubeVirt's own timeout, our annotation, does it), in migrate mode, and not while an
+    earlier refused cancel of it waits its backoff."""
+    if p.incomplete or p.mode is not KeepMode.MIGRATE:
+        return ()
+    return tuple(Cancel(migration=s.migration, vmi_uid=s.vmi_uid,
+                        why=f"its target pod {s.pod} could not be scheduled for {whole_seconds(p.now - s.since)}s: "
+                            f"{s.message}")
+                 for s in stuck if p.now - s.since >= unplaceable and (s.hold is None or p.now >= s.hold.retry))
+
+
+def one_vm(vm: VmFacts, p: PassFacts) -> VmPlan:
+    """One VM's decision and unpause, as the pass stands when it is reached."""
+    decision, resume = decide_keep(vm, p), decide_resume(vm, p)
+    if resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
+        decision = dataclasses.replace(decision, reason=resume.reason)
+    return VmPlan(facts=vm, decision=decision, resume=resume)
+
+
+def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
+         unplaceable: timedelta = UNPLACEABLE) -> Plan:
+    """The pass's plan: the VMs in the pass's order (those not apart, then those apart the longest
+    first), each migration decided counting at once against the limits of the VMs after it, as the
+    keeper's act creates them; and the cancels."""
+    ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
+    planned, facts = [], p
+    for vm in ordered:
+        one = one_vm(vm, facts)
+        if one.move:
+            facts = facts.after_create(one.decision.source)
+        planned.append(one)
+    return Plan(vms=tuple(planned), cancels=cancels(stuck, p, unplaceable), facts=p)
