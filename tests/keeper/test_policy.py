@@ -65,6 +65,7 @@ async def test_a_migration_whose_name_another_took_is_not_cancelled(cluster, mak
     assert cancel.data["preconditions"] == {"uid": made["metadata"]["uid"]}
     stays = kmock.objects[VMIM, "default", name]
     assert not stays.deleted and stays.raw["metadata"]["uid"] == "uid-of-the-newcomer"
+    report = await keeper.run_pass()
     assert record(report).hold == Alone.BACKING_OFF  # ours is gone: it failed, the VM backs off
     assert not keeper.degraded()
     async with cluster.api() as session:

@@ -157,7 +157,7 @@ class Cluster:
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
-            *([f"keeper state: {self.state}"] if self.state else []),
+            *([f"warning: keeper state {self.state}"] if self.state.startswith("not read") else []),
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 

@@ -8,6 +8,7 @@ from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succee
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
+from webhook.rules.keeping.state import Action, Hold
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
 from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep,
                                         next_read, next_step)
@@ -28,6 +29,10 @@ READY = dict(
 )
 
 
+REFUSED = Hold(namespace="default", name="vm1", action=Action.MIGRATE, count=2, retry=NOW + timedelta(minutes=5),
+               words="creating a migration failed: API answered 403: virtualmachineinstancemigrations.kubevirt.io "
+                     "\"vm1-colocate-x\" is forbidden: ValidatingAdmissionPolicy 'tenant-no-migrations' denied request",
+               status=403)
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
             "refused", "stale", "away", "cannot_finish", "stale_since"}
 
@@ -90,8 +95,8 @@ HOLDS = [
      Alone.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
     (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "stale_since": ago(minutes=4)}, Alone.IO_RETRY,
-     "paused on a stale mount since 2026-11-20T11:56:00Z: KubeVirt's own retry resumes it if the mount recovers; the "
-     "keeper recovers it from 2026-11-20T12:01:00Z"),
+     "on a stale mount since 2026-11-20T11:56:00Z: it may recover by itself (KubeVirt's own retry then resumes the "
+     "VM); the keeper recovers it from 2026-11-20T12:01:00Z"),
     (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Alone.DESCHEDULED,
      "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
      "not moved back before 2026-11-20T15:58:31Z"),
@@ -115,8 +120,10 @@ HOLDS = [
      "2 migrations in flight from node-a (KubeVirt runs 2 per source node): its slots are left to them"),
     (APART_VMI, APART_WHERE, {"settling": ["share-manager of pvc-d2 is starting"]}, Alone.SETTLING,
      "waiting for its storage to settle: share-manager of pvc-d2 is starting"),
-    (APART_VMI, APART_WHERE, {"refused": (2, NOW + timedelta(minutes=5))}, Alone.REFUSED,
-     "its migration was refused 2 time(s) in a row; retrying after 2026-11-20T12:05:00Z"),
+    (APART_VMI, APART_WHERE, {"refused": REFUSED}, Alone.REFUSED,
+     "its migration was refused 2 times in a row (creating a migration failed: API answered 403: "
+     "virtualmachineinstancemigrations.kubevirt.io \"vm1-colocate-x\" is forbidden: ValidatingAdmissionPolicy "
+     "'tenant-no-migrations' denied request); retrying after 2026-11-20T12:05:00Z"),
     (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE,
      "not acting on an incomplete view: pods: not synced"),
     (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY,
@@ -151,7 +158,7 @@ def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):
     {"in_flight_ours": 1, "in_flight_all": 4},
     {"outbound": 1, "in_flight_all": 1},
     {"outbound": 2, "in_flight_all": 2, "limits": Limits(max_outbound_per_node=3)},
-    {"refused": (1, NOW)},
+    {"refused": dataclasses.replace(REFUSED, count=1, retry=NOW)},
     {"descheduled": DESCHEDULED, "now": HOLD_ENDS},
     {"descheduled": DESCHEDULED, "limits": Limits(after_descheduled=timedelta(hours=2))},
     {"limits": Limits(after=timedelta(0), max_inflight=1, max_cluster_inflight=1, max_per_day=1),

@@ -111,10 +111,15 @@ def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
     first), each migration decided counting at once against the limits of the VMs after it, as the
     keeper's act creates them; and the cancels."""
     ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
+    cancelled = cancels(stuck, p, unplaceable)
+    why = {(c.migration.namespace, c.migration.vmi): f"cancelling its migration {c.migration.name}: {c.why}"
+           for c in cancelled}
     planned, facts = [], p
     for vm in ordered:
         one = one_vm(vm, facts)
         if one.move:
             facts = facts.after_create(one.decision.source)
+        elif (key := (vm.vmi.namespace, vm.vmi.name)) in why:  # it backs off from the next pass on
+            one = dataclasses.replace(one, decision=dataclasses.replace(one.decision, reason=why[key]))
         planned.append(one)
-    return Plan(vms=tuple(planned), cancels=cancels(stuck, p, unplaceable), facts=p)
+    return Plan(vms=tuple(planned), cancels=cancelled, facts=p)
