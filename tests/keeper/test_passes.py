@@ -459,23 +459,32 @@ async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(c
 # --------------------------------------------------------------------------- faults
 
 
-async def test_a_refused_create_is_counted_and_reported_never_raised(cluster, make_keeper, kmock):
-    def forbidden(request):
+@pytest.mark.parametrize("answer", [403, 503])
+async def test_a_failed_create_is_counted_and_reported_never_raised(cluster, make_keeper, kmock, answer):
+    """A 403 refuses each VM's own create: each is held with the API's words and tried once a pass at
+    most; a 503 is the API failing: the pass creates nothing more, and /readyz says why."""
+    def failing(request):
         if request.params.get("dryRun") == "All":
             return request.data
-        raise kmocklib.KubernetesError(status=403, reason="Forbidden", message="cannot create migrations")
+        raise kmocklib.KubernetesError(status=answer, reason="Forbidden", message="cannot create migrations")
 
-    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << forbidden
+    kmock["create", kmock.resource("kubevirt.io", "v1", "virtualmachineinstancemigrations")] << failing
     cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2"))
     keeper = await make_keeper()
     errors = sample("colocate_keeper_migrations_total", result="error")
 
     report = await keeper.run_pass()
 
-    assert report.created == () and "could not be created" in report.note
-    assert sample("colocate_keeper_migrations_total", result="error") == errors + 1  # then it stops trying this pass
-    assert any("403" in note for note in keeper.degraded())
-    assert "creating a migration failed: API answered 403" in record(report).last_action
+    assert report.created == ()
+    tried = 2 if answer == 403 else 1  # a refusal is one VM's; a failure of the API stops the pass
+    assert sample("colocate_keeper_migrations_total", result="error") == errors + tried
+    assert any(str(answer) in note for note in keeper.degraded()) is (answer != 403)
+    assert f"creating a migration failed: API answered {answer}" in record(report).last_action
+    if answer == 403:
+        report = await keeper.run_pass()
+        assert sample("colocate_keeper_migrations_total", result="error") == errors + 2  # each waits its backoff
+        assert {r.hold for r in report.vms} == {Alone.REFUSED}
+        assert "cannot create migrations" in record(report).decision
 
 
 async def test_one_vm_whose_migration_is_refused_backs_off_and_the_others_still_move(cluster, make_keeper, kmock):

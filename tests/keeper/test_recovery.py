@@ -71,8 +71,8 @@ async def test_a_keeper_started_again_unpauses_from_what_the_cluster_shows(tmp_p
     await keeper.run_pass()
     [made] = cluster.migrations()
     await cluster.finish(made["metadata"]["name"], "Succeeded", "vm1", "node-b")
-    why = (f"still paused (PausedIOError) after migration {made['metadata']['name']} recovered it from a stale NFS "
-           f"mount; its pod mounted its disks afresh")
+    why = (f"paused on a disk I/O error before migration {made['metadata']['name']} moved it onto a fresh NFS mount, "
+           f"where KubeVirt keeps it paused")
     for keep, said in (("migrate", f"unpaused at the keeper's next pass ({why})"),
                        ("report", f"stays paused: report only: would unpause it ({why})")):
         code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
@@ -149,7 +149,7 @@ async def test_a_stale_vm_no_migration_can_recover_is_left_and_said_to_need_a_re
                                     "--keep", "migrate", "--keep-after", "3600")
     assert code == 0, err
     [said] = [vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1"]
-    assert said["next"].startswith("needs a restart: paused on a disk I/O error, and its pod started ")
+    assert said["next"].startswith("needs a restart: its pod started ")
     assert "cache mode writeback" in said["next"] and said["next"].endswith("a restart mounts the volume afresh "
                                                                            "(`virtctl restart`)")
 
@@ -164,14 +164,3 @@ async def test_a_vm_paused_on_a_stale_mount_a_moment_ago_is_left_to_kubevirts_re
     assert vm1.hold == "waiting for KubeVirt's retry" and "the keeper recovers it from " in vm1.decision
 
 
-def test_an_unpause_is_remembered_for_two_days_and_a_failed_one_for_its_backoff():
-    from webhook.keeper.memory import Memory
-
-    now = datetime.datetime(2026, 11, 20, 12, 0, tzinfo=datetime.UTC)
-    memory = Memory(stretches=None)
-    memory.unpaused("done", now, done=True)
-    memory.unpaused("failed", now, done=False)
-    assert memory.done_unpausing(now) == {"done", "failed"}
-    assert memory.done_unpausing(now + datetime.timedelta(minutes=31)) == {"done"}  # tried again after 30 min
-    memory.unpaused("later", now + datetime.timedelta(hours=49), done=True)
-    assert memory.done_unpausing(now + datetime.timedelta(hours=49)) == {"later"}

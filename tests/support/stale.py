@@ -67,13 +67,14 @@ async def pause_on_io_error(kmock, cluster, name, ago=datetime.timedelta(0)):
                                                                      {**PAUSED_IO, "lastTransitionTime": since}]}})
 
 
-async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate", ago=LONG_AGO):
-    """The drained-node cluster with VMs spared, each VM's NFS server restarted on `storage` and
-    vm1 paused on its stale mount, `ago`; a keeper of `--keep keep --keep-after keep_after`."""
+async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate", ago=LONG_AGO, restarted=("vm1",),
+                    **options):
+    """The drained-node cluster with VMs spared, the NFS server of each VM of `restarted` restarted on
+    `storage` and vm1 paused on its stale mount, `ago`; a keeper of `--keep keep --keep-after keep_after`."""
     cluster.seed(drained_node_cluster(spared=True))
     volumes(kmock)
-    keeper = await make_keeper(Settings(keep=keep, keep_after=keep_after))
-    for name in VMS:
+    keeper = await make_keeper(Settings(keep=keep, keep_after=keep_after), **options)
+    for name in restarted:
         await restart_storage(kmock, cluster, name, storage, ago)
     await pause_on_io_error(kmock, cluster, "vm1", ago)
     return keeper

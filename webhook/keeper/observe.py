@@ -114,7 +114,7 @@ class Observer:
                         settling=tuple(f.reason for f in disks if f.volume and f.node is None),
                         refused=state.hold(vmi.namespace, vmi.name, Action.MIGRATE),
                         unpause_hold=state.hold(vmi.namespace, vmi.name, Action.UNPAUSE),
-                        unpaused=vmi.uid in unpaused)
+                        unpaused=vmi.uid in unpaused, moved_in=moved.name if moved is not None else "")
         read: set[str] = set()
         stretch: Stretch | None = None
         node, unfit = None, None

@@ -85,6 +85,7 @@ class VmFacts:
     mount: Mount | None = None
     unpause_hold: Hold | None = None  # the API refused or failed its last unpause (`state`)
     unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
+    moved_in: str = ""  # the name of the migration that brought it where it runs, when known
     # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
     cannot_finish: str | None = None
     stale_since: datetime | None = None  # Longhorn's remount request that made its mount stale (read with `stale`)

@@ -48,11 +48,16 @@ HOLDS: tuple[Check, ...] = (
     (Alone.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
      lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
     (Alone.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
-     lambda vm, p: f"report only: would unpause it ({WHY})"),
+     lambda vm, p: f"report only: would unpause it ({why(vm)})"),
     (Alone.NO_LEASE, lambda vm, p: not p.lease, lambda vm, p: "not acting: the lease might run out before it is unpaused"),
 )
 
-WHY = "paused on a disk I/O error before it moved onto a fresh NFS mount, where KubeVirt keeps it paused"
+
+
+def why(vm: VmFacts) -> str:
+    """Why the VM is to be unpaused, in words."""
+    moved = f"migration {vm.moved_in} moved it" if vm.moved_in else "it moved"
+    return f"paused on a disk I/O error before {moved} onto a fresh NFS mount, where KubeVirt keeps it paused"
 
 
 def carried_paused(vm: VmFacts) -> bool:
@@ -70,7 +75,7 @@ def decide_resume(vm: VmFacts, p: PassFacts) -> Resume | None:
     for hold, holds, words in HOLDS:
         if holds(vm, p):
             return Resume(act=False, reason=words(vm, p), hold=hold)
-    return Resume(act=True, reason=f"unpausing: {WHY}")
+    return Resume(act=True, reason=f"unpausing: {why(vm)}")
 
 
 # `status`'s NEXT that says all of a paused VM: no migration can recover it, or its unpause.
