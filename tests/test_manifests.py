@@ -316,6 +316,20 @@ def test_the_policy_holds_the_account_the_keeper_runs_as_to_its_own_migrations(r
     assert set(policy_binding["spec"]) == {"policyName", "validationActions"}  # no params, every request it matches
 
 
+def test_the_keeper_may_write_its_own_state_and_no_other_configmap(rendered):
+    """The keeper keeps what must outlive a leader in one ConfigMap named after its Lease: it may get
+    and update that one alone (and create ConfigMaps: Kubernetes cannot narrow `create` by name)."""
+    from webhook.config import Settings
+    from webhook.keeper.state_store import state_name
+
+    _, objects = rendered
+    grants = [rule for rule in rules_of(objects, "Role", "kubevirt-colocate") if "configmaps" in rule["resources"]]
+    assert sorted((rule["verbs"], rule.get("resourceNames")) for rule in grants) == [
+        (["create"], None), (["get", "update"], [state_name(Settings())])]
+    binding = one(objects, "RoleBinding", "kubevirt-colocate")
+    assert [s["name"] for s in binding["subjects"]] == [KEEPER]
+
+
 # --------------------------------------------------------------------------- workloads
 
 

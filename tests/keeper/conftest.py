@@ -12,6 +12,7 @@ from webhook.cluster import client
 from webhook.cluster.events import EventSink
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper, KeeperTiming
+from webhook.keeper.state_store import state_name, StateStore
 
 
 @pytest.fixture
@@ -26,7 +27,8 @@ def cluster(kmock: Any) -> Cluster:
 
 @pytest.fixture
 async def make_keeper(kmock: Any):
-    """A factory: settings → a Keeper on the emulator, its watches started and synced."""
+    """A factory: settings → a Keeper on the emulator, its watches started and synced, its state kept in
+    the ConfigMap `default/kubevirt-colocate-keeper-state` (where `status --lease-namespace default` reads it)."""
     made: list[tuple[Any, Any, Any, Any]] = []
 
     async def factory(settings: Settings | None = None, timing: KeeperTiming = TIMING, **options: Any) -> Keeper:
@@ -34,6 +36,8 @@ async def make_keeper(kmock: Any):
         store = await watched_store(kmock, settings)
         api = client.for_host(api_host(kmock))
         events = EventSink(api)
+        kmock.resources.setdefault("v1/configmaps", {})  # the keeper's state, beside its Lease (`default` here)
+        options.setdefault("state", StateStore(api, "default", state_name(settings), timeout=timing.request_timeout))
         keeper = Keeper(api, store, settings, events=events, timing=timing, **options)
         watching = keeper.watching()
         watch = await watching.__aenter__()

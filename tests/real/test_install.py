@@ -157,6 +157,9 @@ def test_each_account_may_do_what_its_component_does_and_the_webhooks_no_more(co
     assert may(control_plane, SA, "delete", **migrations), how
     lease = {"group": "coordination.k8s.io", "resource": "leases", "namespace": NS, "name": "kubevirt-colocate-keeper"}
     assert may(control_plane, SA, "update", **lease) and not may(control_plane, WEBHOOK_SA, "update", **lease), how
+    state = {"resource": "configmaps", "namespace": NS, "name": "kubevirt-colocate-keeper-state"}
+    assert may(control_plane, SA, "update", **state) and not may(control_plane, WEBHOOK_SA, "update", **state), how
+    assert not may(control_plane, SA, "update", "configmaps", namespace=NS, name="another"), how
     unpause = {"group": "subresources.kubevirt.io", "resource": "virtualmachineinstances", "subresource": "unpause"}
     assert may(control_plane, SA, "update", **unpause) and not may(control_plane, WEBHOOK_SA, "update", **unpause)
     # What the webhook does: read what the rules read, write Events.

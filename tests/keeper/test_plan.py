@@ -1,0 +1,78 @@
+"""One plan: the keeper's pass and `status` observe the same cluster and make the same plan, so every
+decision and every hold `status` shows is the one the keeper acts on — limits that bind, a VM on a
+stale mount, a VM carried paused onto a fresh mount, and a VM whose migration the API refused
+(read by `status` from the keeper's state in the cluster)."""
+from __future__ import annotations
+
+import datetime
+import json
+
+import kmock as kmocklib
+from tests.support.kube import run_verb
+from tests.support.kubevirt_api import VMIS, apart_vm, eventually, three_nodes
+from tests.support.stale import PAUSED_IO, drained_node_cluster, restart_storage, volumes
+
+from webhook import kinds
+from webhook.config import Settings
+from webhook.rules.keeping.state import Action
+from webhook.rules.shared.alone import Alone
+
+POLICY = ("virtualmachineinstancemigrations.kubevirt.io \"vm4-colocate-x\" is forbidden: ValidatingAdmissionPolicy "
+          "'tenant-no-migrations' with binding 'tenant' denied request: migrations of vm4 are not allowed")
+SETTINGS = Settings(keep="migrate", keep_after=0, keep_max_inflight=2)
+FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "0", "--keep-max-inflight", "2")
+
+
+def refuse_vm4(request):
+    """A tenant's admission policy: no migration of vm4, dry run or not (reason Forbidden)."""
+    if (request.data.get("spec") or {}).get("vmiName") == "vm4":
+        return kmocklib.KubernetesError(status=403, reason="Forbidden", message=POLICY)
+    return None
+
+
+def cluster_objects():
+    """vm1..vm3 co-located on node-a (spared by Longhorn); vm4 and vm5 apart from their storage for days."""
+    objects = drained_node_cluster(spared=True)
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "Node"}
+    for name in ("vm4", "vm5"):
+        objects += [o for o in apart_vm(name) if o["kind"] != "Node" or o["metadata"]["name"] not in names]
+    return objects + [n for n in three_nodes() if n["metadata"]["name"] not in names]
+
+
+async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluster, make_keeper):
+    kmock.refuse = refuse_vm4
+    cluster.seed(cluster_objects())
+    volumes(kmock)
+    keeper = await make_keeper(SETTINGS)
+    first = await keeper.run_pass()
+    assert [name.split("/")[1].split("-colocate-")[0] for name in first.created] == ["vm5"]
+    assert keeper.state.hold("default", "vm4", Action.MIGRATE) is not None
+    # Then: vm1's NFS server restarted 6 minutes ago (its pod, older, keeps the stale mount); vm2 was carried
+    # paused onto its node (its pause older than its pod); vm3's storage moved to node-c.
+    await restart_storage(kmock, cluster, "vm1", "node-b", datetime.timedelta(minutes=6))
+    await cluster.patch(f"{VMIS}/vm2", {"status": {"conditions": [{**PAUSED_IO, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    await cluster.move_storage("pvc-vm3-disk", "node-c")
+    await eventually(lambda: any(v["metadata"]["name"] == "vm2" and v["status"].get("conditions")
+                                 for v in keeper.watch.all_vmis()))
+    await eventually(lambda: (kmock.objects[kinds.POD, "longhorn-system", "share-manager-pvc-vm3-disk"].raw["spec"]
+                              ["nodeName"] == "node-c") and keeper.store.synced())
+
+    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", *FLAGS)
+    assert code == 0, err
+    said = {vm["name"]: vm for vm in json.loads(out)["vms"]}
+    report = await keeper.run_pass()
+
+    kept = {r.name: r for r in report.vms}
+    assert set(kept) == set(said) == {"vm1", "vm2", "vm3", "vm4", "vm5"}
+    for name, record in kept.items():
+        assert (said[name]["hold"], said[name]["decision"]) == (
+            str(record.hold) if record.hold is not None else None, record.decision), name
+    holds = {name: said[name]["hold"] for name in said}
+    assert holds == {"vm1": None, "vm2": Alone.NOT_APART, "vm3": Alone.OUR_LIMIT, "vm4": Alone.REFUSED,
+                     "vm5": Alone.MIGRATING}
+    assert said["vm1"]["moves"] and said["vm1"]["stale_mount"].startswith("its pod started ")
+    assert said["vm2"]["next"].startswith("unpaused at the keeper's next pass (paused on a disk I/O error")
+    assert POLICY in said["vm4"]["decision"] and "403" in said["vm4"]["next"]  # the API's own words
+    assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm1"]
+    assert not any(c.get("type") == "Paused" for c in kmock.objects[kinds.VMI, "default", "vm2"].raw["status"]
+                   .get("conditions") or [])  # unpaused, as planned
