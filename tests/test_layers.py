@@ -165,3 +165,42 @@ def test_placement_and_keeping_never_import_each_other(module, other):
     part = part_of(module)
     others = {part_of(m) for m in imported_modules(module, SOURCES[module] + f"\nimport {other}\n")} - {part}
     assert part_of(other) in others and not others <= MAY_IMPORT[part]
+
+
+# What writes to the cluster, by the name it is called by: observing calls none of these.
+WRITES = {"create_migration", "delete_migration", "unpause_vmi", "StateStore", "write", "check", "emit", "emit_about",
+          "change", "carry_out", "ask_targeted"}
+
+
+def called_names(source: str) -> set[str]:
+    """The names a module calls (`f(...)`, `obj.f(...)`) or imports."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            found.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+        elif isinstance(node, ast.ImportFrom):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_the_keeper_observes_with_reads_alone_and_acts_apart_from_observing():
+    """The pass is observe (reads only) → plan (pure) → act (writes only): `keeper/observe.py` calls
+    nothing that writes (the dry run of targeted migration is a probe of its own), and `act` takes
+    nothing from `observe`."""
+    assert called_names(SOURCES["webhook.keeper.observe"]) & WRITES == set()
+    assert "webhook.keeper.observe" not in imported_modules("webhook.keeper.act", SOURCES["webhook.keeper.act"])
+    planted = SOURCES["webhook.keeper.observe"] + "\nasync def probe(targeted, made):\n    await targeted.check(made)\n"
+    assert called_names(planted) & WRITES == {"check"}
+    planted = SOURCES["webhook.keeper.act"] + "\nfrom .observe import Observer\n"
+    assert "webhook.keeper.observe" in imported_modules("webhook.keeper.act", planted)
+
+
+def test_the_plan_is_pure():
+    """`rules/keeping/plan.py` imports nothing that reads or writes the cluster (the map holds `rules`
+    to that), and the keeper's pass and `status` both call it."""
+    assert {part_of(m) for m in imported_modules("webhook.rules.keeping.plan", SOURCES["webhook.rules.keeping.plan"])} \
+        <= MAY_IMPORT["rules/keeping"] | {"rules/keeping"}
+    for caller in ("webhook.keeper.keeper", "webhook.tools.status"):
+        assert "webhook.rules.keeping.plan" in imported_modules(caller, SOURCES[caller])
+        assert "plan" in called_names(SOURCES[caller]), caller

@@ -187,7 +187,7 @@ def load(text: str | None) -> KeeperState:
         raise Unreadable(f"not JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise Unreadable(f"not version {VERSION} of the keeper's state")
-    migrations, holds = data.get("migrations") or [], data.get("holds") or []
+    migrations, holds = data.get("migrations", []), data.get("holds", [])
     if not isinstance(migrations, list) or not isinstance(holds, list):
         raise Unreadable("migrations or holds is not a list")
     return KeeperState(migrations=tuple(_migration(m) for m in migrations), holds=tuple(_hold(h) for h in holds))
