@@ -1,10 +1,12 @@
-"""The keeper's dry run on a real apiserver: KubeVirt 1.8's schema keeps `spec.addedNodeSelector`
+"""The keeper on a real apiserver: its dry run (KubeVirt 1.8's schema keeps `spec.addedNodeSelector`
 and `spec.priority`; one from before KubeVirt 1.6, which knows neither, refuses them under strict
-field validation, and the keeper then moves nothing."""
+field validation, and the keeper then moves nothing), the migrations of its recovery from a stale
+mount, and its state ConfigMap."""
 from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 
 import yaml
 from kubefake.envtest import FIXTURES, api_client
@@ -57,3 +59,34 @@ async def test_the_keeper_learns_from_the_real_schema_whether_targeted_migration
                 if await restored.check(manifest()):
                     break
                 await asyncio.sleep(0.2)
+
+
+async def test_the_recovery_paths_migrations_and_the_keepers_state_are_created_on_the_real_apiserver(control_plane):
+    """What the recovery of a VM on a stale mount creates, as the real apiserver takes it with KubeVirt
+    1.8's schema: the migration to its storage node and the first leg of the hop beside it (each marked
+    `recovers`, one node named), and the keeper's state ConfigMap, written and written over."""
+    import dataclasses
+
+    from webhook.cluster.kubevirt_api import create_migration
+    from webhook.keeper.state_store import StateStore
+    from webhook.rules.keeping.state import Action, KeeperState
+
+    control_plane.kubectl("create", "namespace", VMS, check=False)
+    async with api_client(control_plane.kubeconfig) as api:
+        for target, reason in (("node-b", "recovering a stale mount: migrating from node-a to node-b"),
+                               ("node-c", "recovering a stale mount: migrating from node-a to node-c and back")):
+            made = migration_manifest(apart_vmi(), node(target), reason, "system-maintenance", recovers=True)
+            made["metadata"]["namespace"] = VMS
+            answer = await create_migration(api, made, timeout=10)
+            assert answer.ok, answer.error
+            stored = answer.obj
+            assert stored["metadata"]["annotations"]["kubevirt-scheduler/recovers"] == "stale-mount"
+            assert stored["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": target}
+        store = StateStore(api, VMS, "kubevirt-colocate-keeper-state", timeout=10)
+        assert await store.read() == KeeperState()
+        state = KeeperState().refused(VMS, "vm1", Action.MIGRATE, 403, "forbidden", datetime.datetime.now(datetime.UTC))
+        assert await store.write(state) is True
+        assert await store.write(state) is False  # unchanged: not written again
+        later = dataclasses.replace(state, holds=())
+        assert await store.write(later) is True
+        assert await StateStore(api, VMS, "kubevirt-colocate-keeper-state", timeout=10).read() == later
