@@ -98,7 +98,8 @@ class ElectedKeeper:
         now = time.monotonic()
         self.failures = 1 if now - self._ended_at > STEADY else self.failures + 1
         pause = min(self.backoff[1], self.backoff[0] * 2 ** (self.failures - 1))
-        self.ended, self._ended_at = f"{what}; campaigning again in {pause:g}s", now
+        self._ended_at = now
         self.elector.hold_off(pause)
         self.elector.step_down(what)
         await self.elector.release()
+        self.ended = f"{what}; campaigning again in {pause:g}s"  # said once the Lease is handed over

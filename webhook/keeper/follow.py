@@ -20,7 +20,7 @@ from .. import metrics
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
 from ..rules.shared.times import rfc3339
-from .stretch import VmKey
+from .apart_spans import VmKey
 
 log = logging.getLogger("webhook.keeper")
 

@@ -39,7 +39,7 @@ from ..rules.keeping.keep import HOLDS, PassFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
-from ..rules.keeping.seen import read_kubevirt
+from ..rules.keeping.listed import read_kubevirt
 from ..rules.keeping.state import Action, KeeperState
 from .act import Actor, Result
 from .follow import Follower
@@ -50,7 +50,7 @@ from .probe import ask_targeted
 from .remount import Remount
 from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
-from .stretch import Stretches
+from .apart_spans import ApartSpans
 
 log = logging.getLogger("webhook.keeper")
 
@@ -143,7 +143,7 @@ class Keeper:
         self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
         self.state_store = state  # where the keeper's state is kept (None: in this process alone)
         self.state: KeeperState | None = None  # read once a term
-        self.memory = Memory(Stretches(store, settings, timing.request_timeout, launchers=store.launcher_pods,
+        self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                        direct=store.direct))
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self._watch: KubeVirtWatch | None = None
@@ -258,7 +258,7 @@ class Keeper:
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        observer = Observer(store=self.store, settings=self.settings, stretches=self.memory.stretches,
+        observer = Observer(store=self.store, settings=self.settings, spans=self.memory.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout)
         breathe, observed, unpaused = Breather(), [], self.memory.just_unpaused(now)
         for vmi in running:

@@ -40,7 +40,7 @@ from ..background import Background
 from ..cluster import client
 from ..config import Settings
 from ..kinds import LEASE
-from ..rules.keeping.seen import read_lease
+from ..rules.keeping.listed import read_lease
 
 log = logging.getLogger("webhook.keeper")
 

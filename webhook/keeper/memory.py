@@ -1,6 +1,6 @@
 """What the leading keeper remembers from one pass to the next, in one place: its record of each
-running opted-in VM (state, since when, what holds it, its last action), the stretches apart
-(`stretch.py`), the VMIs it unpaused a moment ago (the watch may not show it yet), the objects of
+running opted-in VM (state, since when, what holds it, its last action), the spans apart
+(`apart_spans.py`), the VMIs it unpaused a moment ago (the watch may not show it yet), the objects of
 unexpected shape already logged, and what went wrong in the last pass (its readiness notes). What
 must outlive the leader (refused actions, our migrations) is the keeper's state
 (`rules.keeping.state`), kept in the cluster.
@@ -15,7 +15,7 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.shared.alone import Alone
 from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.shared.reading import Malformed
-from .stretch import Stretches, VmKey
+from .apart_spans import ApartSpans, VmKey
 
 log = logging.getLogger("webhook.keeper")
 UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is remembered this long: longer than the watch's lag
@@ -29,7 +29,7 @@ class VmRecord:
     namespace: str
     name: str
     state: VmState
-    since: datetime  # in this state since (apart: derived from the cluster, see `stretch.py`)
+    since: datetime  # in this state since (apart: derived from the cluster, see `apart_spans.py`)
     why: str  # where the VM runs and where its disks are served
     node: str | None = None
     target: str | None = None  # where its disks are served, when apart
@@ -42,8 +42,8 @@ class VmRecord:
 class Memory:
     """The keeper's memory; `records` by (namespace, name)."""
 
-    def __init__(self, stretches: Stretches):
-        self.stretches = stretches
+    def __init__(self, spans: ApartSpans):
+        self.spans = spans
         self.records: dict[VmKey, VmRecord] = {}
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
         self.unpaused: dict[str, datetime] = {}  # VMI uid -> when this leader unpaused it
@@ -59,11 +59,11 @@ class Memory:
         """Forget the VMs no longer running opted in."""
         for key in [k for k in self.records if k not in running]:
             del self.records[key]
-        self.stretches.keep_only(running)
+        self.spans.keep_only(running)
 
     def since(self, vm: VmFacts, now: datetime) -> datetime:
-        """Since when the VM is in its state: apart, when its stretch apart began (read from the
-        cluster, `stretch.py`); otherwise since the first pass that saw it so."""
+        """Since when the VM is in its state: apart, when its span apart began (read from the
+        cluster, `apart_spans.py`); otherwise since the first pass that saw it so."""
         if vm.where.state is APART and vm.apart_since is not None:
             return vm.apart_since
         record = self.records.get((vm.vmi.namespace, vm.vmi.name))

@@ -40,9 +40,9 @@ from ..rules.keeping.state import Action, KeeperState
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
-from .stretch import Launchers, Stretch, Stretches, started
+from .apart_spans import Launchers, ApartSpan, ApartSpans, started
 
-AWAY_CANDIDATES = 8  # other nodes checked, by name, for the recovery of a stale VM beside its NFS server
+VIA_CANDIDATES = 8  # other nodes checked, by name, for the recovery of a stale VM beside its NFS server
 BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)
 
 
@@ -87,11 +87,11 @@ async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout:
 
 @dataclasses.dataclass(frozen=True)
 class Observer:
-    """The reads of one pass: disks through `store`, nodes once each, the stretches apart."""
+    """The reads of one pass: disks through `store`, nodes once each, the spans apart."""
 
     store: Store
     settings: Settings
-    stretches: Stretches
+    spans: ApartSpans
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
@@ -100,13 +100,13 @@ class Observer:
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
         """What the VM's decision needs; `history` holds its own migrations only, `state` the holds
         of its refused actions, `unpaused` the uids of VMIs this reader unpaused a moment ago. What
-        the checks need of it beyond what comes with it (`keep.ON_DEMAND`: its mount, its stretch
+        the checks need of it beyond what comes with it (`keep.ON_DEMAND`: its mount, its span
         apart, its storage node's answer) is read as the hold table reaches it (`keep.next_read`): a
         VM an earlier check holds is read no further, but for the mount of a VM paused on an I/O
         error (whether to unpause it)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
         if where.state is not APART:
-            self.stretches.forget((vmi.namespace, vmi.name))
+            self.spans.forget((vmi.namespace, vmi.name))
         moved = last_move(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
@@ -116,7 +116,7 @@ class Observer:
                         unpause_hold=state.hold(vmi.namespace, vmi.name, Action.UNPAUSE),
                         unpaused=vmi.uid in unpaused, moved_in=moved.name if moved is not None else "")
         read: set[str] = set()
-        stretch: Stretch | None = None
+        span: ApartSpan | None = None
         node, unfit = None, None
         while (need := next_read(facts, read)) is not None:
             read.add(need)
@@ -124,21 +124,21 @@ class Observer:
                 facts = await self._stale(facts, disks, history)
                 continue
             if need == "target_unfit" and facts.stale and where.state is CO_LOCATED:
-                node, unfit, away = await self._away(vmi)
-                facts = dataclasses.replace(facts, target_unfit=unfit, away=away)
+                node, unfit, via = await self._via(vmi)
+                facts = dataclasses.replace(facts, target_unfit=unfit, via=via)
                 continue
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
-            if stretch is None:  # how long it has been apart comes with it
-                stretch = await self.stretches.of(vmi, where, disks, facts.last_end, now)
+            if span is None:  # how long it has been apart comes with it
+                span = await self.spans.of(vmi, where, disks, facts.last_end, now)
                 read.add("apart_since")
             if need == "target_unfit":
-                node, unfit = await self._target(vmi, where.target, stretch)
-            facts = dataclasses.replace(facts, apart_since=stretch.since, target_unfit=unfit)
+                node, unfit = await self._target(vmi, where.target, span)
+            facts = dataclasses.replace(facts, apart_since=span.since, target_unfit=unfit)
         if "stale" not in read and vmi.paused == PAUSED_IO_ERROR:
             facts = await self._stale(facts, disks, history)
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
-                        derived=stretch is not None and stretch.derived)
+                        derived=span is not None and span.derived)
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration]) -> VmFacts:
         """The VM's mount (`recovery.Mount`), read of a VM whose storage started again after its pod
@@ -161,7 +161,7 @@ class Observer:
     async def _storage_restarted(self, vmi: VmiView, disks: Sequence[Fact]) -> bool:
         """A share-manager serving a Longhorn disk of the VM started after the VM's pod was created
         (both as cached): only then may Longhorn have asked for a remount the pod never made."""
-        pods = self.stretches.launchers(vmi.namespace, vmi.uid) or []
+        pods = self.spans.launchers(vmi.namespace, vmi.uid) or []
         mine = [p for p in pods if kinds.spec(p).get("nodeName") == vmi.node]
         created = max((t for p in mine if (t := started(p)) is not None), default=None)
         if created is None:
@@ -179,13 +179,13 @@ class Observer:
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:
         """When the VM's launcher pod started, each of its Longhorn volumes' remount request and
         those faulted; or why they cannot be read."""
-        pod, problem = await self.stretches.launcher_pod(vmi, vmi.node or "")
+        pod, problem = await self.spans.launcher_pod(vmi, vmi.node or "")
         if pod is None:
             return problem or "its launcher pod is not known"
         remounts, faulted = [], []
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
             try:
-                found = await self.stretches.direct.get(LONGHORN_VOLUME, self.settings.longhorn_namespace, volume,
+                found = await self.spans.direct.get(LONGHORN_VOLUME, self.settings.longhorn_namespace, volume,
                                                         timeout=self.timeout)
             except StoreError as exc:
                 return f"Longhorn volume {volume} could not be read ({exc})"
@@ -193,13 +193,13 @@ class Observer:
             faulted += [volume] if found and kinds.status(found).get("robustness") == FAULTED else []
         return Mount(pod_started=started(pod), remounts=tuple(remounts), faulted=tuple(faulted))
 
-    async def _away(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    async def _via(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
         """For a stale VM beside its NFS server: the first other node, by name, that can take the
         pod KubeVirt will create to migrate it (the checks of a migration to its storage node), as
-        read and by name; else why none can. At most AWAY_CANDIDATES nodes are checked."""
+        read and by name; else why none can. At most VIA_CANDIDATES nodes are checked."""
         here = vmi.node or ""
-        pod, problem = await self.stretches.launcher_pod(vmi, here)
-        view = await self.stretches.store.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
+        pod, problem = await self.spans.launcher_pod(vmi, here)
+        view = await self.spans.store.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
         if pod is None or view is None:
             return None, problem or "the nodes of the cluster are not loaded yet", None
         try:
@@ -208,28 +208,28 @@ class Observer:
             return None, f"cannot tell what its migration target needs: node {here} could not be read ({exc})", None
         launcher, whys = migration_source(pod, self.settings), []
         others = sorted(name for obj in view.nodes() if isinstance(name := kinds.meta(obj).get("name"), str) and name != here)
-        for name in others[:AWAY_CANDIDATES]:
+        for name in others[:VIA_CANDIDATES]:
             try:
                 node = await self.nodes.get(name)
             except StoreError as exc:
                 whys.append(f"{name}: could not be read ({exc})")
                 continue
-            unfit = await self.stretches.target_unfit(vmi, launcher, source, name, node)
+            unfit = await self.spans.target_unfit(vmi, launcher, source, name, node)
             if unfit is None:
                 return node, None, name
             whys.append(f"{name}: {unfit}")
         return None, "; ".join(whys) or "the cluster has no other node", None
 
-    async def _target(self, vmi: VmiView, target: str, stretch: Stretch) -> tuple[dict[str, Any] | None, str | None]:
+    async def _target(self, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        if stretch.pod is None:
-            return None, stretch.problem or "its launcher pod is not known"
+        if span.pod is None:
+            return None, span.problem or "its launcher pod is not known"
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.stretches.target_unfit(vmi, stretch.pod, source, target, node)
+        return node, await self.spans.target_unfit(vmi, span.pod, source, target, node)
 
 
 def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,

@@ -8,7 +8,7 @@ from .. import kinds
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..kinds import DEPLOYMENT, LEASE
-from ..rules.keeping.seen import read_lease
+from ..rules.keeping.listed import read_lease
 
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
 DEPLOYMENT_NAME = "kubevirt-colocate-keeper", "keeper"  # the shipped keeper's Deployment and its container

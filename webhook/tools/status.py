@@ -36,7 +36,7 @@ from ..keeper.observe import Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
 from ..keeper.state_store import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
-from ..keeper.stretch import Stretches
+from ..keeper.apart_spans import ApartSpans
 from ..cluster.replicas import read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
@@ -49,7 +49,7 @@ from ..rules.keeping.recovery import cannot_finish, hotplugged
 from ..rules.keeping.resume import paused_note, resume_step
 from ..rules.keeping.iopath import DiskPath, path_note
 from ..rules.keeping.running import VmiView
-from ..rules.keeping.seen import read_kubevirt
+from ..rules.keeping.listed import read_kubevirt
 from .deployed import KEEPER_NAMESPACE, leader
 from ..rules.shared.times import ago, rfc3339
 
@@ -255,7 +255,7 @@ class Report:
 
 class LauncherPods:
     """The launcher pods of the VMs' namespaces, listed once, by (namespace, VMI uid): what the
-    keeper's cache answers `Stretches` with."""
+    keeper's cache answers `ApartSpans` with."""
 
     def __init__(self, pods: Iterable[dict[str, Any]]):
         self._pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
@@ -339,8 +339,8 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
     launchers = LauncherPods(pods)
-    stretches = Stretches(store, settings, timeout, launchers=launchers.of, direct=store)
-    return Observer(store=disks, settings=settings, stretches=stretches, nodes=Nodes(store, timeout), timeout=timeout,
+    spans = ApartSpans(store, settings, timeout, launchers=launchers.of, direct=store)
+    return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
                     keep_disks=True), launchers
 
 

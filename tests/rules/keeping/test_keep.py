@@ -34,7 +34,7 @@ REFUSED = Hold(namespace="default", name="vm1", action=Action.MIGRATE, count=2, 
                      "\"vm1-colocate-x\" is forbidden: ValidatingAdmissionPolicy 'tenant-no-migrations' denied request",
                status=403)
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
-            "refused", "stale", "away", "cannot_finish", "stale_since"}
+            "refused", "stale", "via", "cannot_finish", "stale_since"}
 
 
 def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
@@ -292,23 +292,23 @@ def test_a_vm_on_a_stale_mount_that_cannot_be_moved_is_held_and_said(where, chan
 def test_a_vm_on_a_stale_mount_beside_its_storage_goes_away_and_comes_back():
     """KubeVirt's migration target pod cannot share the VM's node: its recovery goes through another
     node that passes the checks, and the keeper's usual return brings it back, two migrations."""
-    decision = keep(where=CO_LOCATED_WHERE, stale=STALE, away="node-c", apart_since=NOW)
-    assert decision.act and decision.hop and (decision.source, decision.target) == ("node-a", "node-c")
+    decision = keep(where=CO_LOCATED_WHERE, stale=STALE, via="node-c", apart_since=NOW)
+    assert decision.act and decision.round_trip and (decision.source, decision.target) == ("node-a", "node-c")
     assert decision.reason.startswith("recovering a stale mount: migrating from node-a to node-c and back (2 migrations")
-    said = next_step(decision, None, facts(where=CO_LOCATED_WHERE, stale=STALE, away="node-c")[1])
+    said = next_step(decision, None, facts(where=CO_LOCATED_WHERE, stale=STALE, via="node-c")[1])
     assert said == ("moves to node-c at the keeper's next pass and back to node-a after (stale mount beside its NFS "
                     "server: 2 migrations, no reboot)")
     # Both migrations fit in its daily budget, or neither is made.
-    held = keep(where=CO_LOCATED_WHERE, stale=STALE, away="node-c", history=[succeeded(ago(hours=20))])
+    held = keep(where=CO_LOCATED_WHERE, stale=STALE, via="node-c", history=[succeeded(ago(hours=20))])
     assert held.hold is Alone.DAILY_LIMIT and held.reason.endswith("its recovery beside its NFS server takes 2")
-    report = keep(where=CO_LOCATED_WHERE, stale=STALE, away="node-c", mode=KeepMode.REPORT)
+    report = keep(where=CO_LOCATED_WHERE, stale=STALE, via="node-c", mode=KeepMode.REPORT)
     assert report.hold is Alone.REPORT_ONLY and "from node-a to node-c and back" in report.reason
 
 
 def test_when_no_migration_of_a_vm_on_a_stale_mount_can_finish_it_needs_a_restart():
     """One answer decides it (`recovery.cannot_finish`): no migration is tried, and why is said."""
-    for where, away in ((APART_WHERE, None), (CO_LOCATED_WHERE, "node-c")):
-        decision = keep(where=where, stale=STALE, away=away, cannot_finish=CANNOT_FINISH)
+    for where, via in ((APART_WHERE, None), (CO_LOCATED_WHERE, "node-c")):
+        decision = keep(where=where, stale=STALE, via=via, cannot_finish=CANNOT_FINISH)
         assert not decision.act and decision.hold is Alone.NEEDS_RESTART
         said = next_step(decision, None, facts(where=where, stale=STALE, cannot_finish=CANNOT_FINISH)[1], off=True)
         assert said == (f"needs a restart: {STALE}, and it cannot be moved to a fresh mount: {CANNOT_FINISH}; a restart "

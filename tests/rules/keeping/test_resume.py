@@ -12,7 +12,7 @@ from webhook.config import KeepMode
 from webhook.rules.keeping.apart import locality
 from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_afresh, stale_since
+from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_fresh, stale_since
 from webhook.rules.keeping.resume import decide_resume, paused_note
 from webhook.rules.keeping.state import Action, Hold
 from webhook.rules.shared.alone import Alone
@@ -50,10 +50,10 @@ def test_a_mount_is_stale_by_longhorns_remount_request_whether_paused_or_not(sta
 
 
 def test_a_mount_is_afresh_only_when_its_pod_started_after_every_request():
-    assert not_afresh(Mount(pod_started=ago(minutes=1), remounts=(("pvc-d", REMOUNT),))) is None
-    assert not_afresh(Mount(pod_started=None)) == "when its launcher pod started is not known"
-    assert not_afresh(None) == "when its launcher pod started is not known"
-    assert "before Longhorn asked" in not_afresh(Mount(pod_started=ago(hours=1), remounts=(("pvc-d", REMOUNT),)))
+    assert not_fresh(Mount(pod_started=ago(minutes=1), remounts=(("pvc-d", REMOUNT),))) is None
+    assert not_fresh(Mount(pod_started=None)) == "when its launcher pod started is not known"
+    assert not_fresh(None) == "when its launcher pod started is not known"
+    assert "before Longhorn asked" in not_fresh(Mount(pod_started=ago(hours=1), remounts=(("pvc-d", REMOUNT),)))
 
 
 MOVED = dataclasses.replace(apart_vmi().migration, completed=True, failed=False, ended=ago(minutes=5))

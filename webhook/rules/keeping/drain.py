@@ -20,7 +20,7 @@ from typing import Any
 
 from ...config import KeepMode
 from ..shared.longhorn import Answer, Restarts
-from .recovery import HOP, ONE
+from .recovery import ROUND_TRIP, ONE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +81,7 @@ class DrainedVm(RunningVm):
         migration can recover it or the keeper is off. In report mode the keeper only says so."""
         if not self.spared or self.cannot_finish or self.keep is KeepMode.OFF or (self.leaves and not self.migratable):
             return 0
-        return HOP
+        return ROUND_TRIP
 
     @property
     def if_stale(self) -> str:
@@ -92,8 +92,8 @@ class DrainedVm(RunningVm):
             return f"if its mount goes stale, it needs a restart: {self.cannot_finish}"
         if self.keep is KeepMode.OFF:
             return "if its mount goes stale, nothing recovers it (the keeper is off): `virtctl migrate` it, then `virtctl unpause` it"
-        way = (f"{ONE} migration to its NFS server's node, {HOP} if its evacuation lands beside it" if self.leaves else
-               f"away and back beside its NFS server, {HOP} migrations")
+        way = (f"{ONE} migration to its NFS server's node, {ROUND_TRIP} if its evacuation lands beside it" if self.leaves else
+               f"away and back beside its NFS server, {ROUND_TRIP} migrations")
         verb = "recovers" if self.keep is KeepMode.MIGRATE else "would recover (--keep report: it only says so)"
         return f"if its mount goes stale (paused on I/O errors), the keeper {verb} it without a reboot: {way}, then unpauses it"
 

@@ -79,7 +79,7 @@ class VmFacts:
     # Why its NFS mount is stale (`recovery.stale_since`: its pod older than a remount request of Longhorn's),
     # None when nothing says so: one migration recovers it, two beside its NFS server (`rules.keeping.recovery`).
     stale: str | None = None
-    away: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
+    via: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
     # Its pod's start and its volumes' remount requests, read of a VM whose storage restarted since its pod
     # started or that is paused on an I/O error: what recovering and unpausing it go by (`resume`).
     mount: Mount | None = None
@@ -130,12 +130,12 @@ class KeepDecision:
     why: str = ""  # where it runs and where its disks are served, in words
     apart_for: timedelta | None = None  # how long it has been apart, once that counts
     stale: str | None = None  # why its NFS mount is stale (`VmFacts.stale`): the migration recovers it
-    hop: bool = False  # stale beside its NFS server: it goes to `target` and comes back (`recovery.HOP`)
+    round_trip: bool = False  # stale beside its NFS server: it goes to `target` and comes back (`recovery.ROUND_TRIP`)
 
     @property
     def move(self) -> str:
         """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
-        if self.hop:
+        if self.round_trip:
             return (f"from {self.source} to {self.target} and back ({cost(True)} migrations, its target pod cannot "
                     f"land beside its own pod): {self.stale}; {self.why}")
         if self.stale:
@@ -252,9 +252,9 @@ CHECKS: tuple[Check, ...] = (
           words=lambda vm, p: needs_restart(vm.stale or "", vm.cannot_finish or ""),
           needs=("stale", "cannot_finish"), own=True),
     Check(hold=Alone.TARGET_UNFIT,
-          holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.away is None),
+          holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
           words=lambda vm, p: _unfit_words(vm),
-          needs=("target_unfit", "stale", "where", "away"), own=True),
+          needs=("target_unfit", "stale", "where", "via"), own=True),
     Check(hold=Alone.NOT_MIGRATABLE,
           holds=lambda vm, p: not vm.vmi.live_migratable,
           words=lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}",
@@ -328,7 +328,7 @@ CHECKS: tuple[Check, ...] = (
 HOLDS: tuple[Alone, ...] = tuple(check.hold for check in CHECKS)
 
 # What a pass reads of a VM only when a check reached in the table's order needs it: how long it
-# has been apart (its stretch) and whether its storage node can take it are API reads and checks
+# has been apart (its span) and whether its storage node can take it are API reads and checks
 # of their own; the other facts come with the VM and its migrations.
 # Whether its mount is stale is read only of a VM paused on an I/O error (its pod and volumes).
 ON_DEMAND = frozenset({"stale", "apart_since", "target_unfit"})
@@ -355,9 +355,9 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
 def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
     where = vm.where
     return KeepDecision(act=hold is None, reason=reason, state=where.state, hold=hold, source=where.node,
-                        target=where.target or (vm.away if _beside(vm) else None), why=where.why,
+                        target=where.target or (vm.via if _beside(vm) else None), why=where.why,
                         apart_for=_apart_for(vm, p.now) if where.state is APART else None, stale=vm.stale,
-                        hop=_beside(vm))
+                        round_trip=_beside(vm))
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
@@ -377,7 +377,7 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
 def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
                since: Callable[[VmFacts], datetime]) -> list[Item]:
     """The order a pass decides its VMs in: those not apart first, as listed; then those apart,
-    the longest apart first (`since`: when its stretch began), by name next. A pass may only have
+    the longest apart first (`since`: when its span apart began), by name next. A pass may only have
     room for a few, and the longest wait goes first."""
     apart = sorted((vm for vm in vms if facts(vm).where.state is APART),
                    key=lambda vm: (since(facts(vm)), facts(vm).vmi.name))
@@ -417,7 +417,7 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
         return f"needs a restart: {decision.reason}"
     if off:
         return f"nothing: {OFF}"
-    if decision.act and decision.hop:
+    if decision.act and decision.round_trip:
         return (f"moves to {decision.target} at the keeper's next pass and back to {decision.source} after "
                 f"(stale mount beside its NFS server: {cost(True)} migrations, no reboot)")
     if decision.act:

@@ -14,7 +14,7 @@ reason PausedIOError). A live migration mounts its disks afresh in the target po
 - a migration target pod has a required anti-affinity to the VMI's own pods
   (`createMigrationPodAntiAffinityRule`): a VM beside its NFS server cannot migrate onto its own
   node. Its recovery goes through another node, and the keeper's usual return brings it back:
-  two migrations (`HOP`).
+  two migrations (`ROUND_TRIP`).
 Whether such a migration can finish at all is one answer, `cannot_finish` (docs/operations.md):
 the switchover flushes the disk once on the old mount (QEMU's `migration_completion_precopy` ->
 `vm_stop_force_state` -> `bdrv_flush_all`), which with KubeVirt's cache `none` on NFS has nothing
@@ -39,7 +39,7 @@ from .running import VmiView
 # long after Longhorn's remount request: counted from that request, never from the Paused
 # condition, which each retry removes and the next pause stamps anew.
 RETRY_WAIT = timedelta(minutes=5)
-HOP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
+ROUND_TRIP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
 ONE = 1  # and of a VM apart from it: to its storage node
 
 
@@ -119,7 +119,7 @@ def stale_since(mount: Mount) -> tuple[str, datetime] | None:
             f"remounted ({rfc3339(requested)}): its NFS mount is stale"), requested
 
 
-def not_afresh(mount: Mount | None) -> str | None:
+def not_fresh(mount: Mount | None) -> str | None:
     """Why the VM's pod is not known to have mounted its disks afresh, None when it has: it started
     after each of its Longhorn volumes' remount requests."""
     if mount is None or mount.pod_started is None:
@@ -149,7 +149,7 @@ def retry_words(since: datetime) -> str:
 
 def cost(beside: bool) -> int:
     """The migrations a VM's recovery costs: two beside its NFS server, one apart from it."""
-    return HOP if beside else ONE
+    return ROUND_TRIP if beside else ONE
 
 
 def hotplugged(claim: str, volume: str | None, attachment_deleted: str | None) -> str:

@@ -22,7 +22,7 @@ from ...config import KeepMode
 from ...kinds import PAUSED_IO_ERROR
 from ..shared.alone import Alone
 from .keep import PassFacts, VmFacts
-from .recovery import came_over, not_afresh
+from .recovery import came_over, not_fresh
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ def carried_paused(vm: VmFacts) -> bool:
     an unpause is for. A pause in the pod it runs in now is KubeVirt's own to retry."""
     mount = vm.mount
     return (vm.vmi.paused == PAUSED_IO_ERROR and not vm.unpaused and mount is not None
-            and not_afresh(mount) is None and came_over(vm.vmi, mount.pod_started))
+            and not_fresh(mount) is None and came_over(vm.vmi, mount.pod_started))
 
 
 def decide_resume(vm: VmFacts, p: PassFacts) -> Resume | None:

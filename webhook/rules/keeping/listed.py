@@ -17,7 +17,7 @@ from .running import VmiView, read_vmi
 
 
 @dataclasses.dataclass(frozen=True)
-class Seen:
+class Listed:
     """The VMIs and migrations as read, and the objects of unexpected shape left out: every
     migration, and the VMIs that are opted in (the others are none of ours)."""
 
@@ -31,9 +31,9 @@ class Seen:
         return [view for view in self.views if view.running and view.opted_in]
 
 
-def read_kubevirt(vmis: Iterable[Any], migrations: Iterable[Any], settings: Settings) -> Seen:
+def read_kubevirt(vmis: Iterable[Any], migrations: Iterable[Any], settings: Settings) -> Listed:
     """Each object read once, in the order given (`vmis` may be a generator decoding one at a time)."""
-    seen = Seen([], [], [])
+    seen = Listed([], [], [])
     for obj in migrations:
         migration = read_migration(obj)
         (seen.malformed if isinstance(migration, Malformed) else seen.migrations).append(migration)

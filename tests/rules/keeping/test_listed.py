@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 from tests.support.keeping import NOW, SETTINGS, stamp, vmi_obj, vmim
 
-from webhook.rules.keeping.seen import read_kubevirt, read_lease
+from webhook.rules.keeping.listed import read_kubevirt, read_lease
 
 
 def broken(opted_in):

@@ -1,4 +1,4 @@
-"""What moving a VM apart from its storage needs, kept for as long as it is apart (a stretch):
+"""What moving a VM apart from its storage needs, kept for as long as it is apart (a span):
 since when it has been apart, read from the cluster so that a new leader agrees; its launcher
 pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
 migrate it there (`cluster.resolve.migration_target_pod`), with the webhook's never-strand checks. What it reads is
@@ -30,10 +30,10 @@ Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI
 
 
 @dataclasses.dataclass
-class Stretch:
-    """One stretch of a VM apart from its storage: when it began and what moving it needs."""
+class ApartSpan:
+    """One span of a VM apart from its storage: when it began and what moving it needs."""
 
-    uid: str  # of the VMI: a VM started again is a new stretch
+    uid: str  # of the VMI: a VM started again is a new span
     node: str
     target: str
     since: datetime
@@ -49,15 +49,15 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
     return parse_time(kinds.status(obj).get("startTime")) or parse_time(kinds.meta(obj).get("creationTimestamp"))
 
 
-class Stretches:
-    """The stretch of each VM apart, by (namespace, name); a VM no longer apart is forgotten."""
+class ApartSpans:
+    """The span apart of each VM, by (namespace, name); a VM no longer apart is forgotten."""
 
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
         self.launchers, self.direct = launchers, direct
-        self._known: dict[VmKey, Stretch] = {}
+        self._known: dict[VmKey, ApartSpan] = {}
 
-    def get(self, key: VmKey) -> Stretch | None:
+    def get(self, key: VmKey) -> ApartSpan | None:
         return self._known.get(key)
 
     def forget(self, key: VmKey) -> None:
@@ -68,7 +68,7 @@ class Stretches:
             del self._known[key]
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
-                 now: datetime) -> Stretch:
+                 now: datetime) -> ApartSpan:
         """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
         its last migration's end (`last_end`), its launcher pod's start and the start of the share-manager pods
         serving its disks; when none is known, when this leader first saw it apart. And its
@@ -94,10 +94,10 @@ class Stretches:
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
         launcher = migration_source(pod, self.settings) if pod is not None else None
-        stretch = Stretch(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
+        span = ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
                           derived=derived is not None)
-        self._known[key] = stretch
-        return stretch
+        self._known[key] = span
+        return span
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
