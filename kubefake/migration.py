@@ -115,7 +115,8 @@ async def complete_migration(apiserver: Any, namespace: str, migration_name: str
                  "startTimestamp": stamp(at), "endTimestamp": stamp(at), "completed": True, "mode": "PreCopy"}
         await apiserver.merge((VMIS, namespace, vmi_name), {
             "metadata": {"labels": {"kubevirt.io/nodeName": node}, **_version(apiserver)["metadata"]},
-            "status": {"nodeName": node, "migrationState": state, "activePods": {added["metadata"]["uid"]: node}}})
+            "status": {"nodeName": node, "migrationState": state, "activePods": {**{uid: None for uid in (vmi.get("status") or {}).get("activePods") or {}},
+                                                          added["metadata"]["uid"]: node}}})
         return await finish(apiserver, migration, "Succeeded", state, at)
 
 
