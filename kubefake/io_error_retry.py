@@ -20,8 +20,14 @@ migration target: `live-migration-target.go`). So:
 
 A mount that fails at once keeps the VM paused but for instants: resumed at 0, 10, 30, 70, 150,
 310 s, then every 180 s. One that fails minutes after each resume sees each pause resumed at
-once. Each pause is a new Paused condition (virt-handler adds one when there is none:
-`calculatePausedCondition`), with a new lastTransitionTime.
+once. Each pause virt-handler sees after seeing the VM running is a new Paused condition (it
+adds one when there is none: `calculatePausedCondition`), with a new lastTransitionTime. But a
+domain event carries the state libvirt reports when virt-launcher handles it
+(`pkg/virt-launcher/notify-client/client.go`, `eventCallback`: `GetState`), and the sync that
+resumes the domain writes the status it read before (`updateVMIStatus` with the cached domain):
+a VM that pauses again before virt-handler notices it running keeps its condition and its first
+lastTransitionTime while the backoff goes on. Which one a fast-failing mount shows is a race;
+`kubefake.virt_handler.play_io_errors` plays either.
 """
 from __future__ import annotations
 

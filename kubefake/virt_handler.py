@@ -132,3 +132,25 @@ async def io_retry_resume(apiserver: Any, namespace: str, name: str, at: datetim
         vmi = stored_vmi(apiserver, namespace, name)
         await sync_launcher_pods(apiserver, vmi, at)
         return vmi
+
+
+async def play_io_errors(apiserver: Any, namespace: str, name: str,
+                         pairs: list[tuple[datetime.datetime, datetime.datetime]], until: datetime.datetime, *,
+                         seen: bool = True) -> dict[str, Any]:
+    """Each (pause, resume) of `pairs` (`IoErrorRetry.fast_failing` or `slowly_failing`) up to
+    `until`, in order: the VMI as virt-handler leaves it then. A resume that the next pause follows
+    at the same instant is one virt-handler may never see (each domain event carries the state
+    libvirt reports when virt-launcher handles it: `notify-client/client.go`, `eventCallback`,
+    `GetState`): with `seen=False` it is left out, and the VMI keeps its Paused condition and its
+    first lastTransitionTime; with `seen=True` each pause is a new condition."""
+    for i, (pause, resume) in enumerate(pairs):
+        if pause > until:
+            break
+        if seen or not i or pairs[i - 1][1] != pause:
+            await io_error_pause(apiserver, namespace, name, pause)
+        if resume > until:
+            break
+        if seen or i + 1 == len(pairs) or pairs[i + 1][0] != resume:
+            await io_retry_resume(apiserver, namespace, name, resume)
+    async with apiserver.lock:
+        return stored_vmi(apiserver, namespace, name)

@@ -13,7 +13,7 @@ from tests.support.kubevirt_api import Cluster, KubeVirtApi
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.kubevirt import VMS, unavailable
 from kubefake.migration import collect_finished_migrations, complete_migration, fail_migration
-from kubefake.virt_handler import UNPAUSED, io_error_pause, io_retry_resume
+from kubefake.virt_handler import UNPAUSED, io_error_pause, io_retry_resume, play_io_errors
 
 T0 = datetime.datetime(2026, 11, 20, 12, 0, tzinfo=datetime.UTC)
 VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
@@ -118,6 +118,26 @@ async def test_a_vmi_retried_and_paused_again_gets_a_new_paused_condition(kmock,
             if c["type"] == UNPAUSED] == [("True", rfc3339(at(30)))]
     with pytest.raises(ValueError, match="it is not paused"):
         await io_retry_resume(kmock.apiserver, "default", "vm1", at(40))
+
+
+async def test_a_fast_failing_mount_shows_a_paused_condition_at_most_3_min_old_or_its_first_one(kmock, cluster):
+    """Five minutes into a mount that fails at once, virt-handler's retry resumed vm1 at 0, 10, 30, 70
+    and 150 s: when it saw each resume, the Paused condition it shows is the one of 150 s; when each
+    re-pause came before it noticed (`notify-client/client.go`, `eventCallback` reads the state when it
+    handles the event), the first one, of 0 s. A slowly failing mount shows vm1 running then."""
+    retry, five_minutes = IoErrorRetry(), at(300)
+    vm1 = await play_io_errors(kmock.apiserver, "default", "vm1", retry.fast_failing(T0, 10), five_minutes)
+    assert paused_condition(vm1)["lastTransitionTime"] == rfc3339(at(150))
+    vm2 = await play_io_errors(kmock.apiserver, "default", "vm2", retry.fast_failing(T0, 10), five_minutes, seen=False)
+    assert paused_condition(vm2)["lastTransitionTime"] == rfc3339(T0)
+    _, listed = await get(cluster, VMIS)
+    assert [paused_condition(v)["lastTransitionTime"] for v in listed["items"]] == [rfc3339(at(150)), rfc3339(T0)]
+
+    for name in ("vm1", "vm2"):
+        await put(cluster, f"{SUBRESOURCES}/{name}/unpause")
+    slow = retry.slowly_failing(at(400), [datetime.timedelta(minutes=m) for m in (1, 3, 2)])
+    vm1 = await play_io_errors(kmock.apiserver, "default", "vm1", slow, at(700))
+    assert paused_condition(vm1) is None and vm1["status"]["phase"] == "Running"
 
 
 async def test_the_retry_resumes_no_vm_its_user_paused(kmock, cluster):
