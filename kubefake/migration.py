@@ -47,6 +47,11 @@ def _version(apiserver: Any) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": str(next(apiserver.versions))}}
 
 
+def replaced(old: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch's value that replaces the map `old` with `new` (a key `new` lacks set null)."""
+    return {**{key: None for key in old or {}}, **new}
+
+
 def stored_migration(apiserver: Any, namespace: str, name: str) -> dict[str, Any]:
     obj = apiserver.stored((VMIMS, namespace, name))
     if obj is None:
@@ -98,11 +103,12 @@ async def complete_migration(apiserver: Any, namespace: str, migration_name: str
         migration = stored_migration(apiserver, namespace, migration_name)
         vmi_name = migration["spec"]["vmiName"]
         vmi = stored_vmi(apiserver, namespace, vmi_name)
+        status = vmi.get("status") or {}
         sources = launcher_pods(apiserver, vmi)
         if not sources:
             raise LookupError(f"no running launcher pod of {namespace}/{vmi_name}")
-        source_key, source = next(((k, p) for k, p in sources if (p.get("spec") or {}).get("nodeName")
-                                   == (vmi.get("status") or {}).get("nodeName")), sources[0])
+        source_key, source = next(((k, p) for k, p in sources
+                                   if (p.get("spec") or {}).get("nodeName") == status.get("nodeName")), sources[0])
         pod = target_pod_of(source, vmi_name, node, migration, at, target_pod)
         if pod["metadata"]["name"] == source_key[2]:
             await apiserver.drop(source_key)
@@ -110,13 +116,13 @@ async def complete_migration(apiserver: Any, namespace: str, migration_name: str
             await apiserver.merge(source_key, {"status": {"phase": "Succeeded"}, **_version(apiserver)})
         pod["metadata"]["resourceVersion"] = str(next(apiserver.versions))
         added = await apiserver.insert((source_key[0], namespace, pod["metadata"]["name"]), pod)
-        state = {"migrationUid": migration["metadata"].get("uid"), "sourceNode": (vmi.get("status") or {}).get("nodeName"),
+        state = {"migrationUid": migration["metadata"].get("uid"), "sourceNode": status.get("nodeName"),
                  "targetNode": node, "sourcePod": source_key[2], "targetPod": pod["metadata"]["name"],
                  "startTimestamp": stamp(at), "endTimestamp": stamp(at), "completed": True, "mode": "PreCopy"}
         await apiserver.merge((VMIS, namespace, vmi_name), {
             "metadata": {"labels": {"kubevirt.io/nodeName": node}, **_version(apiserver)["metadata"]},
-            "status": {"nodeName": node, "migrationState": state, "activePods": {**{uid: None for uid in (vmi.get("status") or {}).get("activePods") or {}},
-                                                          added["metadata"]["uid"]: node}}})
+            "status": {"nodeName": node, "migrationState": replaced(status.get("migrationState"), state),
+                       "activePods": replaced(status.get("activePods"), {added["metadata"]["uid"]: node})}})
         return await finish(apiserver, migration, "Succeeded", state, at)
 
 
@@ -133,7 +139,9 @@ async def fail_migration(apiserver: Any, namespace: str, migration_name: str, at
         state = {"migrationUid": migration["metadata"].get("uid"), "sourceNode": (vmi.get("status") or {}).get("nodeName"),
                  **({"targetNode": node} if node else {}), "startTimestamp": stamp(at), "endTimestamp": stamp(at),
                  "completed": True, "failed": True, "failureReason": reason, "mode": "PreCopy"}
-        await apiserver.merge((VMIS, namespace, vmi_name), {"status": {"migrationState": state}, **_version(apiserver)})
+        await apiserver.merge((VMIS, namespace, vmi_name), {
+            "status": {"migrationState": replaced((vmi.get("status") or {}).get("migrationState"), state)},
+            **_version(apiserver)})
         return await finish(apiserver, migration, "Failed", state, at)
 
 
@@ -144,7 +152,8 @@ async def finish(apiserver: Any, migration: dict[str, Any], phase: str, state: d
     meta = migration["metadata"]
     key = (VMIMS, meta["namespace"], meta["name"])
     await apiserver.merge(key, {"status": {"phase": phase, "phaseTransitionTimestamps": transitions(migration, phase, at),
-                                           "migrationState": state}, **_version(apiserver)})
+                                           "migrationState": replaced((migration.get("status") or {}).get("migrationState"), state)},
+                                **_version(apiserver)})
     finished = apiserver.stored(key).raw
     await collect(apiserver, meta["namespace"], migration["spec"]["vmiName"])
     return finished

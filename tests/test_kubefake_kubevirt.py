@@ -212,6 +212,10 @@ async def test_a_drains_evacuation_completes_alike_and_a_failed_migration_leaves
                                                                                                    "node-b")
     assert failed["status"]["phase"] == "Failed" and failed["status"]["phaseTransitionTimestamps"][-1] == {
         "phase": "Failed", "phaseTransitionTimestamp": rfc3339(at(40))}
+    await cluster.create(VMIMS, migration("vm2-again", "vm2"))  # a new migration: a migrationState of its own
+    await complete_migration(kmock.apiserver, "default", "vm2-again", "node-b", at(50))
+    state = (await get(cluster, f"{VMIS}/vm2"))[1]["status"]["migrationState"]
+    assert "failed" not in state and "failureReason" not in state and state["targetNode"] == "node-b"
 
 
 async def test_the_sixth_finished_migration_of_a_vmi_deletes_the_oldest_with_its_source_pod(kmock, cluster):
