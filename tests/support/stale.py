@@ -6,9 +6,10 @@ from __future__ import annotations
 import datetime
 
 from tests.support.kube import launcher_pod_of, longhorn_settings, node, rwx_disk, vmi
-from tests.support.kubevirt_api import VMIS, ago
+from tests.support.kubevirt_api import ago
 
 from kubefake import longhorn
+from kubefake.virt_handler import io_error_pause
 from webhook import kinds
 from webhook.config import Settings
 
@@ -30,10 +31,6 @@ def drained_node_cluster(spared: bool):
 def launchers(kmock):
     return {name for (resource, _, name), obj in kmock.objects.items()
             if resource.plural == "pods" and name.startswith("virt-launcher-") and not obj.deleted}
-
-
-PAUSED_IO = {"type": "Paused", "status": "True", "reason": "PausedIOError",
-             "message": "VMI was paused, low-level IO error detected"}  # since when: the moment it is paused
 
 
 def volumes(kmock):
@@ -60,11 +57,9 @@ async def restart_storage(kmock, cluster, name, node, ago=datetime.timedelta(sec
 
 
 async def pause_on_io_error(kmock, cluster, name, ago=datetime.timedelta(0)):
-    """QEMU stopped the VM on a disk I/O error `ago`; virt-handler says so in its Paused condition."""
-    conditions = kmock.objects[kinds.VMI, "default", name].raw["status"].get("conditions") or []
-    since = (datetime.datetime.now(datetime.UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await cluster.patch(f"{VMIS}/{name}", {"status": {"conditions": [*conditions,
-                                                                     {**PAUSED_IO, "lastTransitionTime": since}]}})
+    """QEMU stopped the VM on a disk I/O error `ago`; virt-handler says so in its Paused condition
+    (kubefake.virt_handler), the launcher pod after it."""
+    await io_error_pause(kmock.apiserver, "default", name, datetime.datetime.now(datetime.UTC) - ago)
 
 
 async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate", ago=LONG_AGO, restarted=("vm1",),
