@@ -167,11 +167,9 @@ class Observer:
         if created is None:
             return False
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
-            try:
-                server = await self.store.get(POD, self.settings.longhorn_namespace,
-                                              kinds.SHARE_MANAGER_POD_PREFIX + volume, timeout=self.timeout)
-            except StoreError:
-                return True  # cannot tell from the caches: the volume itself is read
+            known, server = self.store.peek(POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
+            if not known:
+                return True  # cannot tell from memory: the volume itself is read
             if (since := started(server)) is not None and since > created:
                 return True
         return False
