@@ -15,6 +15,7 @@ from tests.support.kubevirt_api import eventually
 from tests.support.stale import VMS, drained_node_cluster, launchers, pause_on_io_error, stale_vm1, volumes
 
 from kubefake import longhorn
+from webhook import kinds
 from webhook.config import Settings
 
 async def predicted(tmp_path, kmock):
@@ -108,6 +109,8 @@ async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_o
     assert code == 0, err
     said = {vm["name"]: vm for vm in json.loads(out)["vms"]}
     assert said["vm1"]["stale_mount"].startswith("its pod started ")
+    requested = kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", "pvc-vm1-disk"].raw["status"]["remountRequestedAt"]
+    assert said["vm1"]["stale_since"] == requested  # since when: Longhorn's request, what the wait counts from
     assert said["vm1"]["next"] == "moves to node-b at the keeper's next pass (stale mount)"
     assert said["vm2"]["stale_mount"] is None and said["vm2"]["hold"] == "apart too briefly"
     await keeper.run_pass()

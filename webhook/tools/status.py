@@ -88,7 +88,8 @@ class VmStatus:
     # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
-    stale: str = ""  # why its NFS mount is stale (paused on an I/O error, its pod older than a remount request)
+    stale: str = ""  # why its NFS mount is stale (its pod older than a remount request of Longhorn's)
+    stale_since: datetime | None = None  # that remount request: what the keeper's wait counts from
     cannot_finish: str | None = None  # why no migration off a stale mount of it could finish (its disks' cache modes)
 
     @property
@@ -125,6 +126,7 @@ class VmStatus:
             "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
             "hotplugged_disks": self.hotplugged_disks,
             "stale_mount": self.stale or None,
+            "stale_since": rfc3339(self.stale_since) if self.stale_since else None,
         }
 
 
@@ -379,7 +381,7 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
                     may_move=view.may_move, decision=decision,
                     next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
-                    hotplugged=view.hotplugged, stale=observed.facts.stale or "",
+                    hotplugged=view.hotplugged, stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
                     cannot_finish=cannot_finish(view.caches, None, ()))
 
 
