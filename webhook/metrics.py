@@ -95,7 +95,7 @@ KEEPER_MIGRATIONS = Counter("colocate_keeper_migrations_total",
                             "Migrations of the keeper by result (created, succeeded, failed, error).", ["result"],
                             registry=None)
 KEEPER_UNPAUSES = Counter("colocate_keeper_unpauses_total",
-                          "Unpauses of VMs the keeper recovered from a stale NFS mount, by result "
+                          "Unpauses of VMs carried paused onto a fresh NFS mount, by result "
                           "(unpaused, refused, error).", ["result"], registry=None)
 KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the keeper, 0 on the others.",
                       registry=None)
