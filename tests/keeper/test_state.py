@@ -3,12 +3,10 @@ per-day limit, the backoff after failures and a refusal's hold, kept in the keep
 cluster (the ConfigMap `kubevirt-colocate-keeper-state`) and read by the next leader."""
 from __future__ import annotations
 
-import json
 
 from tests.support.kubevirt_api import VMIMS, apart_vm, eventually, three_nodes
 
 from webhook import kinds
-from webhook.config import Settings
 from webhook.rules.keeping.state import KEY, load
 from webhook.rules.shared.alone import Alone
 

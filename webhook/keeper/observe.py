@@ -22,7 +22,6 @@ from ..kinds import LONGHORN_VOLUME, MIGRATION_JOB_LABEL, NODE, PAUSED_IO_ERROR,
 from ..rules.keeping.apart import APART, CO_LOCATED, Locality, locality, UNRESOLVED
 from ..rules.shared.facts import Fact
 from ..rules.shared.times import parse_time
-from ..rules.shared.alone import Alone
 from ..rules.keeping.keep import Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     attempts,

@@ -384,20 +384,6 @@ def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
     return [vm for vm in vms if facts(vm).where.state is not APART] + apart
 
 
-def decide_pass(vms: Sequence[VmFacts], p: PassFacts) -> list[KeepDecision]:
-    """Each VM's decision as one pass makes them, in `vms`'s order (`pass_order`): every
-    migration decided counts at once against the limits of the VMs after it (`after_create`),
-    as the keeper's pass counts those it creates. `status` shows these; the keeper makes the same
-    decisions, and a migration it fails to create uses up nothing."""
-    decisions = []
-    for vm in vms:
-        decision = decide_keep(vm, p)
-        if decision.act:
-            p = p.after_create(decision.source)
-        decisions.append(decision)
-    return decisions
-
-
 OFF = "the keeper is off (--keep off)"
 # Holds that end by themselves (time passes), after which the keeper checks targeted migration.
 WAITS = (Alone.APART_BRIEFLY, Alone.MIGRATED_RECENTLY, Alone.BACKING_OFF, Alone.DAILY_LIMIT)
