@@ -111,6 +111,7 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     from webhook.cluster.events import EventSink
     from webhook.config import Settings
     from webhook.keeper.keeper import Keeper, KeeperTiming
+    from webhook.keeper.state_store import state_name, StateStore
 
     settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
                         keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node)
@@ -133,7 +134,9 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
             store.start()
             synced: float | None = None
             while quiet < SETTLE_PASSES and (synced is None or loop.time() - synced < args.timeout):
-                keeper = Keeper(api, store, settings, events=events, timing=timing)
+                # Each leader reads the state the one before it kept, as in a cluster.
+                state = StateStore(api, "default", state_name(settings), timeout=timing.request_timeout)
+                keeper = Keeper(api, store, settings, events=events, timing=timing, state=state)
                 leaders += 1
                 async with keeper.watching() as watch:
                     async with asyncio.timeout(120):

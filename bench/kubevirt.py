@@ -112,7 +112,7 @@ from webhook import kinds
 from webhook.cluster.store import Unwatched, labels_match, volume_handle
 from webhook.config import KeepMode, Settings
 from webhook.deadline import Deadline
-from webhook.kinds import EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
+from webhook.kinds import CONFIGMAP, EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
 from webhook.rules import fit
 from webhook.rules.keeping.apart import VmState, locality
 from webhook.rules.shared.alone import Alone
@@ -1428,7 +1428,7 @@ async def serve(args: argparse.Namespace) -> None:
                       drain=args.drain)
     api = SimulatedCluster()
     emulator = Emulator(api, paginate=False)
-    for resource in (VMI, VMIM, LEASE, EVENT):
+    for resource in (VMI, VMIM, LEASE, EVENT, CONFIGMAP):  # CONFIGMAP: the keeper's state
         api.resources[resource] = {}
         emulator.by_kind[(resource.api_version, resource.kind)] = resource
     for obj in cluster_objects(layout, started):

@@ -10,8 +10,9 @@ import json
 import kmock as kmocklib
 from tests.support.kube import run_verb
 from tests.support.kubevirt_api import VMIS, apart_vm, eventually, three_nodes
-from tests.support.stale import PAUSED_IO, drained_node_cluster, restart_storage, volumes
+from tests.support.stale import drained_node_cluster, restart_storage, volumes
 
+from kubefake.virt_handler import pause_condition
 from webhook import kinds
 from webhook.config import Settings
 from webhook.rules.keeping.state import Action
@@ -50,7 +51,8 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
     # Then: vm1's NFS server restarted 6 minutes ago (its pod, older, keeps the stale mount); vm2 was carried
     # paused onto its node (its pause older than its pod); vm3's storage moved to node-c.
     await restart_storage(kmock, cluster, "vm1", "node-b", datetime.timedelta(minutes=6))
-    await cluster.patch(f"{VMIS}/vm2", {"status": {"conditions": [{**PAUSED_IO, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    long_ago = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    await cluster.patch(f"{VMIS}/vm2", {"status": {"conditions": [pause_condition("PausedIOError", long_ago)]}})
     await cluster.move_storage("pvc-vm3-disk", "node-c")
     await eventually(lambda: any(v["metadata"]["name"] == "vm2" and v["status"].get("conditions")
                                  for v in keeper.watch.all_vmis()))

@@ -259,7 +259,8 @@ class Keeper:
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.memory.spans,
-                            nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout)
+                            nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
+                            mounts=self.memory.mounts)
         breathe, observed, unpaused = Breather(), [], self.memory.just_unpaused(now)
         for vmi in running:
             await breathe()

@@ -16,6 +16,7 @@ from ..rules.shared.alone import Alone
 from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.shared.reading import Malformed
 from .apart_spans import ApartSpans, VmKey
+from .observe import Mounts
 
 log = logging.getLogger("webhook.keeper")
 UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is remembered this long: longer than the watch's lag
@@ -44,6 +45,7 @@ class Memory:
 
     def __init__(self, spans: ApartSpans):
         self.spans = spans
+        self.mounts = Mounts()  # each VM's mount as last read, while what it depends on stays
         self.records: dict[VmKey, VmRecord] = {}
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
         self.unpaused: dict[str, datetime] = {}  # VMI uid -> when this leader unpaused it

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..cluster.resolve import migration_source, resolve_disks
@@ -84,6 +84,30 @@ async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout:
     return locality(vmi.node, facts), facts
 
 
+MOUNT_KEPT = timedelta(minutes=2)  # a mount read is used again this long while what it depends on stays
+
+
+class Mounts:
+    """What each VM's mount was read as (its pod's start, its Volumes' remount requests), kept a while
+    across passes: while its pod and its NFS servers stay the same, the pod and the Volumes are not
+    read again every pass. Within MOUNT_KEPT, shorter than the keeper's wait after a remount request
+    (`recovery.RETRY_WAIT`), so a request Longhorn records a moment after its share-manager restarted
+    delays no recovery."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[tuple[Any, ...], datetime, Mount]] = {}
+
+    def recall(self, uid: str, evidence: tuple[Any, ...], now: datetime) -> Mount | None:
+        found = self._read.get(uid)
+        if found is None or found[0] != evidence or now - found[1] >= MOUNT_KEPT:
+            return None
+        return found[2]
+
+    def keep(self, uid: str, evidence: tuple[Any, ...], now: datetime, mount: Mount) -> None:
+        self._read = {k: v for k, v in self._read.items() if now - v[1] < MOUNT_KEPT}
+        self._read[uid] = (evidence, now, mount)
+
+
 @dataclasses.dataclass(frozen=True)
 class Observer:
     """The reads of one pass: disks through `store`, nodes once each, the spans apart."""
@@ -94,6 +118,7 @@ class Observer:
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
+    mounts: Mounts | None = None  # the keeper's: mounts read in earlier passes (`status` reads each once)
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
@@ -120,7 +145,7 @@ class Observer:
         while (need := next_read(facts, read)) is not None:
             read.add(need)
             if need == "stale":
-                facts = await self._stale(facts, disks, history)
+                facts = await self._stale(facts, disks, history, now)
                 continue
             if need == "target_unfit" and facts.stale and where.state is CO_LOCATED:
                 node, unfit, via = await self._via(vmi)
@@ -135,21 +160,28 @@ class Observer:
                 node, unfit = await self._target(vmi, where.target, span)
             facts = dataclasses.replace(facts, apart_since=span.since, target_unfit=unfit)
         if "stale" not in read and vmi.paused == PAUSED_IO_ERROR:
-            facts = await self._stale(facts, disks, history)
+            facts = await self._stale(facts, disks, history, now)
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
                         derived=span is not None and span.derived)
 
-    async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration]) -> VmFacts:
+    async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration],
+                     now: datetime) -> VmFacts:
         """The VM's mount (`recovery.Mount`), read of a VM whose storage started again after its pod
         or that is paused on a disk I/O error, and from it whether its NFS mount is stale, since when
         (Longhorn's remount request) and whether a migration off it can finish. What cannot be read
         says nothing: the VM is left as it is (`status` notes it paused)."""
         vmi = facts.vmi
-        if vmi.paused != PAUSED_IO_ERROR and not await self._storage_restarted(vmi, disks):
+        evidence, restarted = self._evidence(vmi, disks)
+        if vmi.paused != PAUSED_IO_ERROR and not restarted:
             return facts
-        mount = await self._mount(vmi, disks)
-        if isinstance(mount, str):
-            return facts
+        mount = self.mounts.recall(vmi.uid, evidence, now) if self.mounts is not None else None
+        if mount is None:
+            read = await self._mount(vmi, disks)
+            if isinstance(read, str):
+                return facts
+            mount = read
+            if self.mounts is not None:
+                self.mounts.keep(vmi.uid, evidence, now, mount)
         stale = stale_since(mount)
         if stale is None:
             return dataclasses.replace(facts, mount=mount)
@@ -157,21 +189,25 @@ class Observer:
         return dataclasses.replace(facts, mount=mount, stale=stale[0], stale_since=stale[1],
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))
 
-    async def _storage_restarted(self, vmi: VmiView, disks: Sequence[Fact]) -> bool:
-        """A share-manager serving a Longhorn disk of the VM started after the VM's pod was created
-        (both as cached): only then may Longhorn have asked for a remount the pod never made."""
+    def _evidence(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[tuple[Any, ...], bool]:
+        """What the VM's mount depends on, from memory: its pod's name and creation and those of the
+        share-managers serving its Longhorn disks; and whether one of them started after the pod (only
+        then may Longhorn have asked for a remount the pod never made). A share-manager not in memory
+        counts as started after it: the volume itself is read."""
         pods = self.spans.launchers(vmi.namespace, vmi.uid) or []
-        mine = [p for p in pods if kinds.spec(p).get("nodeName") == vmi.node]
-        created = max((t for p in mine if (t := started(p)) is not None), default=None)
-        if created is None:
-            return False
+        mine = sorted((started(p), kinds.pod_name(p)) for p in pods if kinds.spec(p).get("nodeName") == vmi.node
+                      and started(p) is not None)
+        if not mine:
+            return (), False
+        created, name = mine[-1]
+        evidence: list[Any] = [name, created]
+        restarted = False
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
             known, server = self.store.peek(POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
-            if not known:
-                return True  # cannot tell from memory: the volume itself is read
-            if (since := started(server)) is not None and since > created:
-                return True
-        return False
+            since = started(server) if known else None
+            evidence.append((volume, since))
+            restarted = restarted or not known or (since is not None and since > created)
+        return tuple(evidence), restarted
 
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:
         """When the VM's launcher pod started, each of its Longhorn volumes' remount request and
