@@ -285,8 +285,8 @@ class Keeper:
         if self.state is None:
             return
         self.state = self.state.with_migrations(self.follower.ours(), now).only(self.memory.records)
-        if self.state_store is None:
-            return
+        if self.state_store is None or not self.authority(self.timing.request_timeout):
+            return  # written by the leader alone, as any write
         try:
             await self.state_store.write(self.state)
         except StateUnavailable as exc:
