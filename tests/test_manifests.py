@@ -20,6 +20,7 @@ from tests.support.kube import LONGHORN_NS, VALIDATE_VERSIONS, kubectl, load, mi
 from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
+from webhook.keeper.state_store import state_name
 from webhook.keeper.lease import lease_namespace
 from webhook.kinds import LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
@@ -209,10 +210,13 @@ def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_l
     # Its Lease, in the install namespace only.
     assert granted.pop((NS, LEASE.group, LEASE.plural, None)) == {"create"}
     assert granted.pop((NS, LEASE.group, LEASE.plural, Settings().lease_name)) == {"get", "update"}
+    # Its state beside the Lease: one ConfigMap (create cannot be narrowed by name).
+    assert granted.pop((NS, "", "configmaps", None)) == {"create"}
+    assert granted.pop((NS, "", "configmaps", state_name(Settings()))) == {"get", "update"}
     assert granted == {}  # nothing else: no secrets, no writes to what it reads
 
 
-def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
+def test_the_keeper_may_hold_only_its_lease_and_its_state_in_the_install_namespace(rendered):
     _, objects = rendered
     role = one(objects, "Role", NS)
     assert role["metadata"]["namespace"] == NS
@@ -220,6 +224,9 @@ def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
         # create cannot be restricted by name (the name is not in the request's URL)
         {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "verbs": ["create"]},
         {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "resourceNames": [Settings().lease_name],
+         "verbs": ["get", "update"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [state_name(Settings())],
          "verbs": ["get", "update"]},
     ]
     binding = one(objects, "RoleBinding", NS)  # named as before the keeper had a Deployment: rebound in place
@@ -319,9 +326,6 @@ def test_the_policy_holds_the_account_the_keeper_runs_as_to_its_own_migrations(r
 def test_the_keeper_may_write_its_own_state_and_no_other_configmap(rendered):
     """The keeper keeps what must outlive a leader in one ConfigMap named after its Lease: it may get
     and update that one alone (and create ConfigMaps: Kubernetes cannot narrow `create` by name)."""
-    from webhook.config import Settings
-    from webhook.keeper.state_store import state_name
-
     _, objects = rendered
     grants = [rule for rule in rules_of(objects, "Role", "kubevirt-colocate") if "configmaps" in rule["resources"]]
     assert sorted((rule["verbs"], rule.get("resourceNames")) for rule in grants) == [
