@@ -387,7 +387,10 @@ def test_help_names_the_values_used_when_a_flag_is_left_out():
                  "(default: 2, KubeVirt's default)", "(default: kubevirt-scheduler/co-schedule)",
                  "(default: longhorn-system)", "(default: kubevirt-colocate-keeper)"):
         assert said in keep, said
-    assert "tools (default: text)" in help_of("status")
+    status = help_of("status")
+    assert "tools (default: text)" in status
+    # status reads the keeper's settings from its Deployment (install default: migrate), not keep's defaults
+    assert "(default: the keeper Deployment's, else report)" in status and "(default: report)" not in status
     assert "validity of the serving certificate (default: 365)" in help_of("certs")
 
 

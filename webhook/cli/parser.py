@@ -50,8 +50,11 @@ def add_setting_flags(parser: argparse.ArgumentParser, verb: str) -> None:
             continue
         group = parser.add_argument_group(f"{title} (each also COLOCATE_<NAME> in the environment)")
         for row, setting in flags:
+            # `status` reads the keeper's settings from its Deployment: a flag given here wins over them.
+            default = f"the keeper Deployment's, else {row.shown_default()}" if keeper and verb == STATUS \
+                else row.shown_default()
             group.add_argument(row.option, type=row.kind if row.kind in (int, float) else None, choices=row.choices,
-                               metavar=setting.metavar, help=f"{setting.help} (default: {row.shown_default()})")
+                               metavar=setting.metavar, help=f"{setting.help} (default: {default})")
 
 
 def flags_given(args: argparse.Namespace) -> dict[str, object]:
