@@ -313,9 +313,12 @@ def test_a_state_file_with_nothing_usable_is_a_warning(tmp_path):
 
 
 @pytest.mark.parametrize("args, env, message", [
-    (["--keep-after-descheduled", "-1"], {}, "error: keep-after and keep-after-descheduled must be >= 0"),
+    (["--keep-after-descheduled", "-1"], {},
+     "error: --keep-after-descheduled -1.0: keep-after and keep-after-descheduled must be >= 0"),
     ([], {"COLOCATE_KEEP_AFTER_DESCHEDULED": "6h"}, "error: COLOCATE_KEEP_AFTER_DESCHEDULED: expected a number, got '6h'"),
-], ids=["negative-flag", "not-a-number-in-env"])
+    ([], {"COLOCATE_KEEP_AFTER": "-1"}, "error: COLOCATE_KEEP_AFTER='-1': keep-after and keep-after-descheduled must be"),
+    ([], {"COLOCATE_KEEP": "maybe"}, "error: COLOCATE_KEEP='maybe': keep must be one of off, report, migrate"),
+], ids=["negative-flag", "not-a-number-in-env", "negative-in-env", "not-a-mode-in-env"])
 def test_a_bad_keeper_setting_is_one_line_before_anything_runs(args, env, message, tmp_path):
     done = subprocess.run([sys.executable, "-m", "webhook", "status", *args], capture_output=True, text=True,
                           timeout=60, env={**no_credentials_env(tmp_path), **env})

@@ -148,6 +148,10 @@ class Settings:
             raw = env.get(row.env)
             if raw is not None and raw != "":
                 values[row.name] = row.parse(raw)
+                try:  # a value out of its range, named by its variable
+                    cls(**{row.name: values[row.name]})
+                except ValueError as exc:
+                    raise ValueError(f"{row.env}={raw!r}: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

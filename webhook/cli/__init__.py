@@ -27,12 +27,14 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return run(args)
-    except NoCredentials as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (NoCredentials, OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line (a YAML reader's error spans several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def run(args: argparse.Namespace) -> int:

@@ -73,7 +73,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
     environment is ignored with a warning."""
     for warning in retired(os.environ):
         logging.getLogger("webhook").warning(warning)
-    return Settings.from_env(**flags_given(args))
+    given = flags_given(args)
+    for name, value in given.items():  # a value out of its range, named by its flag
+        try:
+            Settings(**{name: value})
+        except ValueError as exc:
+            raise ValueError(f"--{name.replace('_', '-')} {value}: {exc}") from None
+    return Settings.from_env(**given)
 
 
 def add_kubeconfig_flag(parser: Flags) -> None:
