@@ -130,6 +130,9 @@ def check(command: Command, workdir: Path) -> str | None:
     program, rest = command.words[0], command.words[1:]
     if program == "kubectl" and rest[:1] == ("colocate",):
         return check_cli(rest[1:], "kubectl colocate")
+    if program == "kubectl" and rest[:2] == ("krew", "install"):  # krew's own: the manifest it installs
+        manifest = next((word.removeprefix("--manifest=") for word in rest if word.startswith("--manifest=")), "")
+        return None if (ROOT / manifest).is_file() and manifest else f"no krew manifest {manifest!r}"
     if program == "kubectl":
         return check_kubectl(command, workdir)
     if program == "kubevirt-colocate":
