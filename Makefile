@@ -18,7 +18,7 @@ HELM_SDK := helm-sdkpy==0.1.32
 
 # The runtime dependencies alone: what `make demo`, `make certs` and `make serve` need, no test tooling.
 $(VENV)/.runtime: pyproject.toml Makefile
-	@echo "make: a virtualenv in $(VENV) with kubevirt-colocate and its runtime dependencies (once; about 20 s)"
+	@echo "make: a virtualenv in $(VENV) with kubevirt-colocate and its runtime dependencies (once; under a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet -e .
 	@touch $@

@@ -451,3 +451,18 @@ def test_the_demo_shows_the_decision_and_its_admission_log_line(tls_files):
     assert "decision: pinned node-b" in decision
     [admission] = [json.loads(line) for line in log.splitlines() if '"msg":"admission"' in line]
     assert admission["decision"] == "pinned" and admission["pod"]
+
+
+def test_the_demo_on_a_taken_port_says_so_at_once_and_how_to_choose_another(tls_files):
+    import socket
+
+    root = EXAMPLES.parent
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {**os.environ, "PY": sys.executable, "CERTS": str(tls_files["ca"].parent),
+               "PORT": str(taken.getsockname()[1])}
+        done = subprocess.run(["sh", "examples/demo.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "the webhook did not start: " in done.stderr and "address already in use" in done.stderr, done.stderr
+    assert "make demo PORT=" in done.stderr
