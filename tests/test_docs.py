@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -267,3 +268,56 @@ def test_every_yaml_snippet_renders_with_the_manifests_it_names(snippet, workdir
                 f"{snippet.where}: the patch's target {target} is not in the install"
     if any(o["kind"] == "Deployment" for o in rendered):
         assert_the_install_starts(rendered, snippet.where)
+
+
+# --------------------------------------------------------------------------- the README's tables and switches
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start:text.find("\n## ", start + 1)]
+
+
+def first_cells(table_text: str) -> set[str]:
+    """The code spans of each table row's first cell."""
+    return {span for row in table_text.splitlines() if row.startswith("| `")
+            for span in re.findall(r"`([^`]+)`", row.split("|")[1])}
+
+
+def test_the_readme_names_every_value_of_the_chart():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    nested = ("image", "keeper", "longhorn", "certManager", "monitoring")
+    expected = {f"{top}.{key}" if top in nested else top for top, inner in values.items()
+                for key in (inner if top in nested else [None])}
+    assert first_cells(readme_section("Install")) == expected
+
+
+def test_the_readme_names_every_verb():
+    from webhook.cli.parser import VERBS
+
+    named = {cell.split()[0] for cell in first_cells(readme_section("The command line"))}
+    assert named == {verb for verb, _, _ in VERBS}
+
+
+def deployed(objects_: list[dict], name: str, verb: str):
+    """The settings a Deployment's container runs `verb` with (its flags)."""
+    from webhook.cli import settings_from
+
+    [deployment] = [o for o in objects_ if o["kind"] == "Deployment" and o["metadata"]["name"] == name]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return settings_from(build_parser().parse_args([verb, *container["args"]]))
+
+
+def test_the_switch_that_stops_pinning_reaches_both_deployments(workdir):
+    """README, Stop pinning without uninstalling: with Helm and with kustomize, the webhook runs with
+    --pin off and the keeper with --keep off."""
+    section = readme_section("Stop pinning without uninstalling")
+    [helm] = [c for b in docs.blocks(ROOT / "README.md") for c in docs.commands_of(b)
+              if c.words[:2] == ("helm", "upgrade") and "pin=off" in c.line]
+    assert helm.line in section
+    [snippet] = [b for b in SNIPPETS if b.path.name == "README.md" and "--pin=off" in b.text]
+    overlay = write_overlay(workdir / "stop-pinning", {"resources": ["../manifests"], **yaml.safe_load(snippet.text)})
+    for rendered in (render(HelmCommand(helm.line).values), kustomize(overlay)):
+        assert deployed(rendered, "kubevirt-colocate", "serve").pin == "off"
+        assert deployed(rendered, "kubevirt-colocate-keeper", "keep").keep == "off"
