@@ -381,7 +381,7 @@ def test_help_shows_each_flags_default(verb):
 
 def test_help_names_the_values_used_when_a_flag_is_left_out():
     serve = help_of("serve")
-    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "only prefer the node (default: required)",
+    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "off: change no pod (default: required)",
                  "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5.0)"):
         assert said in serve, said
     assert "--keep" not in serve and "--lease-name" not in serve  # the keeper's flags are keep's
