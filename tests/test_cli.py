@@ -466,3 +466,20 @@ def test_the_demo_on_a_taken_port_says_so_at_once_and_how_to_choose_another(tls_
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "the webhook did not start: " in done.stderr and "address already in use" in done.stderr, done.stderr
     assert "make demo PORT=" in done.stderr
+
+
+@pytest.mark.parametrize("line, offered", [
+    ("kubevirt-colocate st", ["status"]),
+    ("kubevirt-colocate explain default/vm1 --out", ["--output"]),
+    ("kubectl-colocate status -o ", ["text", "json", "yaml"]),
+    ("kubectl-colocate status --con", ["--context"]),
+])
+def test_the_shell_completes_verbs_flags_and_choices(tmp_path, line, offered):
+    """What `eval "$(register-python-argcomplete kubevirt-colocate)"` asks the command (argcomplete's protocol)."""
+    pytest.importorskip("argcomplete")
+    answer = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+    done = subprocess.run([sys.executable, "-m", "webhook"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert answer.read_text().split() == offered

@@ -22,7 +22,10 @@ def plugin() -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
-    args, unknown = build_parser(prog).parse_known_args(argv)
+    parser = build_parser(prog)
+    if argv is None:
+        complete(parser)
+    args, unknown = parser.parse_known_args(argv)
     if unknown:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
@@ -30,6 +33,17 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
     except (NoCredentials, OSError, ValueError, yaml.YAMLError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion, when the shell asks for it and argcomplete is installed (the `completion`
+    extra; README: The command line): it answers and exits; otherwise nothing happens."""
+    # PYTHON_ARGCOMPLETE_OK: the marker argcomplete's global completion looks for.
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
 
 
 def one_line(exc: BaseException) -> str:
