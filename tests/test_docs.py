@@ -5,11 +5,14 @@ block, or as a code span of the text) is run here, as far as it runs without a c
 - `kubectl`: the command itself, against an API address where nothing listens, in a directory
   holding `manifests/` and the README's overlay `my-cluster/`. kubectl refuses bad flags,
   resource/name forms and kustomizations before it connects: such a refusal fails the test,
-  "connection refused" passes it (what only a cluster judges is its to say).
+  "connection refused" passes it. Where KUBEBUILDER_ASSETS names a control plane, each also runs
+  against the real apiserver (writes as server-side dry runs), which refuses kinds it does not serve.
 - `helm install|upgrade`: the chart rendered with the command's values (Helm's engine, the values
   schema included); the README's install, upgrade and uninstall also run on the real apiserver
   (tests/test_chart.py::test_the_readme_install_upgrade_and_uninstall).
-- `kubevirt-colocate` and `kubectl colocate`: read by the command line's own parser.
+- `kubevirt-colocate` and `kubectl colocate`: read by the command line's own parser; `status`,
+  `explain` and `spare-vms` also run against the emulator (kmock), their placeholders filled in.
+- `kubectl krew install --manifest=FILE`: the manifest is there.
 - `make`: `make -n`, the target and its recipe.
 A block that needs what the tests do not have says so in the source, before it:
 `<!-- live cluster: WHY -->`. A command that is neither run here nor so marked fails the test,
@@ -321,3 +324,47 @@ def test_the_switch_that_stops_pinning_reaches_both_deployments(workdir):
     for rendered in (render(HelmCommand(helm.line).values), kustomize(overlay)):
         assert deployed(rendered, "kubevirt-colocate", "serve").pin == "off"
         assert deployed(rendered, "kubevirt-colocate-keeper", "keep").keep == "off"
+
+
+# --------------------------------------------------------------------------- the command line, against the emulator
+
+PLACEHOLDERS = {"NS/VM": "default/vm1", "NODE": "node-a", "NS": "default", "VM": "vm1"}
+CLUSTER_VERBS = ("status", "explain", "spare-vms")
+CLI = [c for c in COMMANDS if (c.words[0] == "kubevirt-colocate" and c.words[1:2] != ("keep",)
+                               or c.words[:2] == ("kubectl", "colocate")) and set(CLUSTER_VERBS) & set(c.words[1:3])]
+
+
+@pytest.fixture
+def kmock_options(kmock_options):
+    """KubeVirt's writes as a real apiserver makes them: `dryRun=All` stores nothing."""
+    from tests.support.kubevirt_api import KubeVirtApi
+
+    return {**kmock_options, "cls": KubeVirtApi}
+
+
+@pytest.mark.parametrize("command", CLI, ids=[f"{c.where} {c.line[:60]}" for c in CLI])
+async def test_every_command_line_of_the_docs_runs_against_the_emulator(command, kmock, tmp_path):
+    """The docs' `status`, `explain` and `spare-vms`, as written (placeholders such as NS/VM filled in),
+    against the emulator holding opted-in VMs; the kubeconfig's contexts include the docs' `prod`."""
+    import asyncio
+    import sys
+
+    from tests.tools.test_status import cluster, seed_cluster
+
+    seed_cluster(kmock, *cluster())
+    config = tmp_path / "config"
+    server = str(kmock.url).rstrip("/")
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+        "users": [{"name": "anonymous", "user": {}}],
+        "contexts": [{"name": name, "context": {"cluster": "emulator", "user": "anonymous"}} for name in ("emulator", "prod")],
+    }))
+    words = [PLACEHOLDERS.get(word, word) for word in command.words]
+    args = words[2:] if words[0] == "kubectl" else words[1:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")} | {"KUBECONFIG": str(config)}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webhook", *args, env=env, cwd=tmp_path,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, f"{command.where}: {command.line}: {err.decode()}"
+    assert out.strip()
