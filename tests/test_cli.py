@@ -27,6 +27,14 @@ def test_review_of_the_fixture_pins_to_node_b():
     assert "pinned to node-b" in done.stderr
 
 
+def test_review_of_a_bare_pod_without_metadata_needs_a_namespace(tmp_path):
+    bare = tmp_path / "pod.yaml"
+    bare.write_text("kind: Pod\n")
+    done = cli("review", "--state", STATE, str(bare))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: {bare}: a bare Pod needs --namespace (or metadata.namespace)\n"
+
+
 def test_review_of_a_bare_pod_from_stdin_needs_a_namespace():
     pod_yaml = (FIXTURES / "virt-launcher-pod.yaml").read_text()
     assert cli("review", "--state", STATE, stdin=pod_yaml).returncode == 2
@@ -280,6 +288,9 @@ MALFORMED = {
                           "object 2 metadata.name is a list, not a name"),
     "state-not-yaml": ("state", "a: [\n", "not YAML or JSON at line 2"),
     "request-not-yaml": ("pod", "a: [\n", "not YAML or JSON"),
+    "request-two-documents": ("pod", "kind: Pod\n---\nkind: Pod\n", "2 YAML documents; one is read"),
+    "request-not-text": ("pod", "\udcff", "not text (UTF-8)"),
+    "request-control-character": ("pod", "\x00", "not YAML or JSON: unacceptable character #x0000"),
 }
 
 
@@ -287,7 +298,7 @@ MALFORMED = {
 def test_a_malformed_file_is_one_line_naming_it_and_exit_2(tmp_path, case):
     which, text, said = MALFORMED[case]
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text)
+    bad.write_bytes(text.encode("utf-8", "surrogateescape"))  # \udcff: the byte 0xff
     state, request = (str(bad), str(FIXTURES / "admission-review.json")) if which == "state" else (STATE, str(bad))
     done = cli("review", "--state", state, "-n", "default", request)
     assert done.returncode == 2, done.stderr
