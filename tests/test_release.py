@@ -59,9 +59,10 @@ def test_the_version_is_set_once_and_everything_else_follows_it():
 
 
 @pytest.mark.parametrize("prog", ["kubevirt-colocate", "kubectl colocate"])
-def test_the_command_line_says_its_version(capsys, prog):
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_the_command_line_says_its_version(capsys, prog, flag):
     with pytest.raises(SystemExit) as done:
-        main(["--version"], prog=prog)
+        main([flag], prog=prog)
     assert done.value.code == 0
     assert capsys.readouterr().out == f"{prog} {__version__}\n"
 

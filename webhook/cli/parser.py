@@ -244,7 +244,7 @@ VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_s
 
 def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", "-V", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for name, text, add_flags in VERBS:
         verb = verbs.add_parser(name, help=text, description=text)
