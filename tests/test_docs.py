@@ -165,10 +165,12 @@ NOT_IN_THE_TESTS = {"certificaterequests": "cert-manager's own kind; the tests i
 REFUSED_BY_THE_SERVER = ("doesn't have a resource type", "unknown flag", "unknown command", "no need to specify")
 
 
+KUBECTL = [c for c in COMMANDS if c.words[0] == "kubectl" and c.words[1:2] not in (("colocate",), ("krew",))
+           and c.live is None and not (c.inline and c.line in FRAGMENTS)]
+
+
 @pytest.mark.real
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c.words[0] == "kubectl" and c.words[1:2] not in (("colocate",), ("krew",))
-                                     and c.live is None and not (c.inline and c.line in FRAGMENTS)],
-                         ids=lambda c: f"{c.where} {c.line[:60]}")
+@pytest.mark.parametrize("command", KUBECTL, ids=lambda c: f"{c.where} {c.line[:60]}")
 def test_every_kubectl_command_of_the_docs_is_one_the_apiserver_reads(command, workdir, control_plane):
     """On the real apiserver (KUBEBUILDER_ASSETS), with no workload running: kubectl resolves every
     kind and flag; writes are dry runs on the server (`--dry-run=server`), nothing stays."""
