@@ -16,12 +16,20 @@ UV     := uv==0.13.9
 # (not expressible in pyproject.toml's test extra).
 HELM_SDK := helm-sdkpy==0.1.32
 
+# The runtime dependencies alone: what `make demo`, `make certs` and `make serve` need, no test tooling.
+$(VENV)/.runtime: pyproject.toml Makefile
+	@echo "make: a virtualenv in $(VENV) with kubevirt-colocate and its runtime dependencies (once; under a minute)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet -e .
+	@touch $@
+
 $(VENV)/.installed: pyproject.toml Makefile
+	@echo "make: a virtualenv in $(VENV) with kubevirt-colocate and its test tooling (once; a few minutes)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	$(PY) -m pip install --quiet --ignore-requires-python '$(HELM_SDK)'
-	touch $@
+	touch $(VENV)/.runtime $@
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
@@ -43,7 +51,7 @@ lock: $(VENV)/.installed
 lock-upgrade:
 	$(MAKE) lock LOCK_FLAGS=--upgrade
 
-$(CERTS)/tls.crt: $(VENV)/.installed
+$(CERTS)/tls.crt: $(VENV)/.runtime
 	$(PY) -m webhook certs --service kubevirt-colocate --namespace kubevirt-colocate \
 		--extra-san localhost --extra-san 127.0.0.1 --out $(CERTS) --days 30
 
@@ -68,8 +76,9 @@ serve: $(CERTS)/tls.crt
 	$(PY) -m webhook serve --state examples/cluster.yaml --host 127.0.0.1 --port $(PORT) \
 		--tls-cert-file $(CERTS)/tls.crt --tls-key-file $(CERTS)/tls.key
 
-# Set VERSION everywhere it is written (webhook/__init__.py is the one source), package the chart and
-# the kubectl plugin's archive into dist/, print the image's build command. Pushes nothing.
+# Set VERSION everywhere it is written (webhook/__init__.py is the one source), build the wheel and the
+# sdist, package the chart and the kubectl plugin's archive into dist/, print the image's build command.
+# Pushes nothing.
 release: $(VENV)/.installed
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=x.y.z" >&2; exit 2; }
 	$(PY) hack/release.py $(VERSION)

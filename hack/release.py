@@ -1,5 +1,6 @@
-"""`make release VERSION=x.y.z`: set the version everywhere it is written, package the chart and
-the kubectl plugin's archive, and print the image's build command. Pushes nothing.
+"""`make release VERSION=x.y.z`: set the version everywhere it is written, build the Python wheel and
+sdist, package the chart and the kubectl plugin's archive, and print the image's build command.
+Pushes nothing.
 
 The version is set once, in webhook/__init__.py; pyproject.toml reads it from there. What cannot
 read it is written here and held to it by tests/test_release.py: the chart's version and
@@ -14,6 +15,7 @@ import gzip
 import hashlib
 import io
 import re
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -21,7 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?")
 IMAGE = "registry.example.com/kubevirt-colocate"
-ARCHIVE_URL = "https://github.com/kubevirt-colocate/kubevirt-colocate/releases/download/v{v}/kubectl-colocate-v{v}.tar.gz"
+RELEASES = "https://github.com/kubevirt-colocate/kubevirt-colocate/releases/download/v{v}/"
+ARCHIVE_URL = RELEASES + "kubectl-colocate-v{v}.tar.gz"
+# The wheel the release uploads beside the plugin's archive: what the krew launcher installs, by address.
+WHEEL = "kubevirt_colocate-{v}-py3-none-any.whl"
+WHEEL_URL = RELEASES + WHEEL
 
 
 def current() -> str:
@@ -39,7 +45,8 @@ def changelog_has(version: str) -> bool:
 def plugin_archive(version: str) -> bytes:
     """The krew archive: the launcher (its version filled in) and the license, byte for byte the
     same for the same tree (no times, owners or modes of the machine that builds it)."""
-    launcher = (ROOT / "plugins" / "kubectl-colocate").read_text().replace("@VERSION@", version).encode()
+    launcher = (ROOT / "plugins" / "kubectl-colocate").read_text().replace("@VERSION@", version) \
+        .replace("@WHEEL_URL@", WHEEL_URL.format(v=version)).encode()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data, mode in (("kubectl-colocate", launcher, 0o755), ("LICENSE", (ROOT / "LICENSE").read_bytes(), 0o644)):
@@ -66,6 +73,8 @@ def write_version(version: str, sha256: str) -> None:
     readme = ROOT / "README.md"
     substitute(readme, r"(kubevirt-colocate:)\d+\.\d+\.\d+\S*?(?=[\s`)])", rf"\g<1>{version}")
     substitute(readme, r"(newTag: )\d+\.\d+\.\d+\S*?(?=\})", rf"\g<1>{version}")
+    substitute(readme, r"releases/download/v[^/\s]+/kubevirt_colocate-[^-\s]+-py3",
+               f"releases/download/v{version}/kubevirt_colocate-{version}-py3")
     manifest = ROOT / "plugins" / "colocate.yaml"
     substitute(manifest, r"^(  version: )v.+$", rf"\g<1>v{version}")
     substitute(manifest, r"^(    uri: ).+$", rf"\g<1>{ARCHIVE_URL.format(v=version)}")
@@ -77,6 +86,17 @@ async def package_chart(dist: Path) -> str:
 
     return await helm_sdkpy.Package(helm_sdkpy.Configuration()).run(str(ROOT / "charts" / "kubevirt-colocate"),
                                                                       dest_dir=str(dist))
+
+
+def package_python(dist: Path, version: str) -> list[Path]:
+    """The wheel and the sdist, built by `build` (PEP 517, setuptools in an isolated environment)."""
+    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist), str(ROOT)],
+                          capture_output=True, text=True)
+    built = [dist / WHEEL.format(v=version), dist / f"kubevirt_colocate-{version}.tar.gz"]
+    if done.returncode != 0 or not all(path.is_file() for path in built):
+        said = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"release: the Python packages were not built (python -m build: {said})")
+    return built
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     archive = plugin_archive(version)
     (dist / f"kubectl-colocate-v{version}.tar.gz").write_bytes(archive)
     write_version(version, hashlib.sha256(archive).hexdigest())
+    wheel, sdist = package_python(dist, version)
     chart = asyncio.run(package_chart(dist))
     print(f"version {version} (was {before}) written to webhook/__init__.py, Chart.yaml, "
           "manifests/base/kustomization.yaml, README.md and plugins/colocate.yaml")
+    print(f"python: {wheel} (upload to {WHEEL_URL.format(v=version)}), {sdist}")
     print(f"chart:  {chart}")
     print(f"plugin: {dist / f'kubectl-colocate-v{version}.tar.gz'} (upload to {ARCHIVE_URL.format(v=version)})")
     print(f"image:  docker build -t {IMAGE}:{version} .    # then push it to your registry")

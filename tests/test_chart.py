@@ -494,7 +494,7 @@ def test_the_readme_kustomize_overlay_sets_the_image_and_report_mode(tmp_path):
     assert served_settings(keeper).keep == "report"
     for workload in (one(rendered, "Deployment", NS), keeper, job):
         [image] = [c["image"] for c in workload["spec"]["template"]["spec"]["containers"]]
-        assert image == "registry.example.com/kubevirt-colocate:0.1.0"
+        assert image == f"registry.example.com/kubevirt-colocate:{__version__}"
 
 
 async def job_runs(cluster, job: dict[str, Any], tmp_path: Path) -> str:
@@ -532,8 +532,11 @@ async def test_the_readme_install_upgrade_and_uninstall(cluster, helm_sdkpy, tmp
     assert [c.verb for c in steps] == ["install"] + ["upgrade"] * len(upgrades) + ["uninstall"]
     config = configuration(helm_sdkpy, cluster)
     await run(helm_sdkpy, config, install_)
-    assert served_settings(one(stored(cluster), "Deployment")).keep == "report"
-    assert container(one(stored(cluster), "Deployment"))["image"] == "registry.example.com/kubevirt-colocate:0.1.0"
+    deployments = {d["metadata"]["name"]: d for d in stored(cluster, "Deployment")}
+    assert set(deployments) == {NS, KEEPER}  # the webhook and the keeper
+    assert served_settings(deployments[KEEPER]).keep == "report"
+    for deployment in deployments.values():
+        assert container(deployment)["image"] == f"registry.example.com/kubevirt-colocate:{__version__}"
     # The Secret is there, empty, until the Job fills it and puts the CA into the webhook configuration.
     assert certificate(cluster) == ({}, ["", ""])
     first_job = the_job(cluster)
@@ -554,11 +557,12 @@ async def test_the_readme_install_upgrade_and_uninstall(cluster, helm_sdkpy, tmp
     # What the commands asked for, in the cluster: the flags and the webhook configuration agree.
     release = await helm_sdkpy.GetValues(config).run(RELEASE, all=True)
     assert (release["keeper"]["mode"], release["optInAnnotation"]) == ("migrate", "example.com/colocate")
-    deployment, configuration_ = one(stored(cluster), "Deployment"), one(stored(cluster), "MutatingWebhookConfiguration")
-    settings = served_settings(deployment)
-    assert (settings.keep, settings.opt_in_annotation) == ("migrate", "example.com/colocate")
+    webhook, keeper = one(stored(cluster), "Deployment", NS), one(stored(cluster), "Deployment", KEEPER)
+    configuration_ = one(stored(cluster), "MutatingWebhookConfiguration")
+    assert served_settings(keeper).keep == "migrate"
+    assert served_settings(webhook).opt_in_annotation == served_settings(keeper).opt_in_annotation == "example.com/colocate"
     assert shut_out(configuration_, "example.com/colocate") == []
-    validate_strictly([deployment, configuration_])
+    validate_strictly([webhook, keeper, configuration_])
 
     # Uninstall: the webhook configuration goes first (no call to a webhook being removed), then the rest.
     deleted_from = len(cluster.calls)

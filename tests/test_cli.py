@@ -27,6 +27,14 @@ def test_review_of_the_fixture_pins_to_node_b():
     assert "pinned to node-b" in done.stderr
 
 
+def test_review_of_a_bare_pod_without_metadata_needs_a_namespace(tmp_path):
+    bare = tmp_path / "pod.yaml"
+    bare.write_text("kind: Pod\n")
+    done = cli("review", "--state", STATE, str(bare))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: {bare}: a bare Pod needs --namespace (or metadata.namespace)\n"
+
+
 def test_review_of_a_bare_pod_from_stdin_needs_a_namespace():
     pod_yaml = (FIXTURES / "virt-launcher-pod.yaml").read_text()
     assert cli("review", "--state", STATE, stdin=pod_yaml).returncode == 2
@@ -280,6 +288,9 @@ MALFORMED = {
                           "object 2 metadata.name is a list, not a name"),
     "state-not-yaml": ("state", "a: [\n", "not YAML or JSON at line 2"),
     "request-not-yaml": ("pod", "a: [\n", "not YAML or JSON"),
+    "request-two-documents": ("pod", "kind: Pod\n---\nkind: Pod\n", "2 YAML documents; one is read"),
+    "request-not-text": ("pod", "\udcff", "not text (UTF-8)"),
+    "request-control-character": ("pod", "\x00", "not YAML or JSON: unacceptable character #x0000"),
 }
 
 
@@ -287,7 +298,7 @@ MALFORMED = {
 def test_a_malformed_file_is_one_line_naming_it_and_exit_2(tmp_path, case):
     which, text, said = MALFORMED[case]
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text)
+    bad.write_bytes(text.encode("utf-8", "surrogateescape"))  # \udcff: the byte 0xff
     state, request = (str(bad), str(FIXTURES / "admission-review.json")) if which == "state" else (STATE, str(bad))
     done = cli("review", "--state", state, "-n", "default", request)
     assert done.returncode == 2, done.stderr
@@ -313,9 +324,12 @@ def test_a_state_file_with_nothing_usable_is_a_warning(tmp_path):
 
 
 @pytest.mark.parametrize("args, env, message", [
-    (["--keep-after-descheduled", "-1"], {}, "error: keep-after and keep-after-descheduled must be >= 0"),
+    (["--keep-after-descheduled", "-1"], {},
+     "error: --keep-after-descheduled -1.0: keep-after and keep-after-descheduled must be >= 0"),
     ([], {"COLOCATE_KEEP_AFTER_DESCHEDULED": "6h"}, "error: COLOCATE_KEEP_AFTER_DESCHEDULED: expected a number, got '6h'"),
-], ids=["negative-flag", "not-a-number-in-env"])
+    ([], {"COLOCATE_KEEP_AFTER": "-1"}, "error: COLOCATE_KEEP_AFTER='-1': keep-after and keep-after-descheduled must be"),
+    ([], {"COLOCATE_KEEP": "maybe"}, "error: COLOCATE_KEEP='maybe': keep must be one of off, report, migrate"),
+], ids=["negative-flag", "not-a-number-in-env", "negative-in-env", "not-a-mode-in-env"])
 def test_a_bad_keeper_setting_is_one_line_before_anything_runs(args, env, message, tmp_path):
     done = subprocess.run([sys.executable, "-m", "webhook", "status", *args], capture_output=True, text=True,
                           timeout=60, env={**no_credentials_env(tmp_path), **env})
@@ -378,7 +392,7 @@ def test_help_shows_each_flags_default(verb):
 
 def test_help_names_the_values_used_when_a_flag_is_left_out():
     serve = help_of("serve")
-    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "only prefer the node (default: required)",
+    for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "off: change no pod (default: required)",
                  "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5.0)"):
         assert said in serve, said
     assert "--keep" not in serve and "--lease-name" not in serve  # the keeper's flags are keep's
@@ -387,7 +401,10 @@ def test_help_names_the_values_used_when_a_flag_is_left_out():
                  "(default: 2, KubeVirt's default)", "(default: kubevirt-scheduler/co-schedule)",
                  "(default: longhorn-system)", "(default: kubevirt-colocate-keeper)"):
         assert said in keep, said
-    assert "tools (default: text)" in help_of("status")
+    status = help_of("status")
+    assert "tools (default: text)" in status
+    # status reads the keeper's settings from its Deployment (install default: migrate), not keep's defaults
+    assert "(default: the keeper Deployment's, else report)" in status and "(default: report)" not in status
     assert "validity of the serving certificate (default: 365)" in help_of("certs")
 
 
@@ -445,3 +462,35 @@ def test_the_demo_shows_the_decision_and_its_admission_log_line(tls_files):
     assert "decision: pinned node-b" in decision
     [admission] = [json.loads(line) for line in log.splitlines() if '"msg":"admission"' in line]
     assert admission["decision"] == "pinned" and admission["pod"]
+
+
+def test_the_demo_on_a_taken_port_says_so_at_once_and_how_to_choose_another(tls_files):
+    import socket
+
+    root = EXAMPLES.parent
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {**os.environ, "PY": sys.executable, "CERTS": str(tls_files["ca"].parent),
+               "PORT": str(taken.getsockname()[1])}
+        done = subprocess.run(["sh", "examples/demo.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "the webhook did not start: " in done.stderr and "address already in use" in done.stderr, done.stderr
+    assert "make demo PORT=" in done.stderr
+
+
+@pytest.mark.parametrize("line, offered", [
+    ("kubevirt-colocate st", ["status"]),
+    ("kubevirt-colocate explain default/vm1 --out", ["--output"]),
+    ("kubectl-colocate status -o ", ["text", "json", "yaml"]),
+    ("kubectl-colocate status --con", ["--context"]),
+])
+def test_the_shell_completes_verbs_flags_and_choices(tmp_path, line, offered):
+    """What `eval "$(register-python-argcomplete kubevirt-colocate)"` asks the command (argcomplete's protocol)."""
+    pytest.importorskip("argcomplete")
+    answer = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+    done = subprocess.run([sys.executable, "-m", "webhook"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert answer.read_text().split() == offered

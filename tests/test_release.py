@@ -4,12 +4,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tomllib
+import zipfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,6 +49,8 @@ def test_the_version_is_set_once_and_everything_else_follows_it():
     readme = (ROOT / "README.md").read_text()
     tags = re.findall(r"kubevirt-colocate:(\d+\.\d+\.\d+\S*?)[\s`)]", readme) + re.findall(r"newTag: ([^}\s]+)", readme)
     assert tags and set(tags) == {__version__}
+    wheels = re.findall(r"releases/download/v([^/\s]+)/kubevirt_colocate-([^-\s]+)-py3", readme)
+    assert wheels and set(wheels) == {(__version__, __version__)}
     plugin = yaml.safe_load(MANIFEST.read_text())
     assert plugin["spec"]["version"] == f"v{__version__}"
     [platform] = plugin["spec"]["platforms"]
@@ -55,9 +59,10 @@ def test_the_version_is_set_once_and_everything_else_follows_it():
 
 
 @pytest.mark.parametrize("prog", ["kubevirt-colocate", "kubectl colocate"])
-def test_the_command_line_says_its_version(capsys, prog):
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_the_command_line_says_its_version(capsys, prog, flag):
     with pytest.raises(SystemExit) as done:
-        main(["--version"], prog=prog)
+        main([flag], prog=prog)
     assert done.value.code == 0
     assert capsys.readouterr().out == f"{prog} {__version__}\n"
 
@@ -133,8 +138,8 @@ def test_the_krew_rules_refuse_what_krew_refuses(broken, problem):
 
 # --------------------------------------------------------------------------- make release
 
-RELEASED = ["webhook/__init__.py", "charts", "manifests/base/kustomization.yaml", "README.md", "plugins", "LICENSE",
-            "CHANGELOG.md", "hack"]
+RELEASED = ["webhook", "kubefake", "pyproject.toml", "charts", "manifests/base/kustomization.yaml", "README.md", "plugins",
+            "LICENSE", "CHANGELOG.md", "hack"]
 
 
 @pytest.fixture
@@ -143,7 +148,10 @@ def scratch(tmp_path) -> Path:
     for name in RELEASED:
         source, target = ROOT / name, tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if source.is_dir() else shutil.copy2)(source, target)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, target)
     return tmp_path
 
 
@@ -176,4 +184,48 @@ def test_a_release_sets_the_version_everywhere_and_packages_the_chart(scratch):
     archive = (scratch / "dist" / "kubectl-colocate-v0.1.1.tar.gz").read_bytes()
     assert plugin["spec"]["version"] == "v0.1.1" and plugin["spec"]["platforms"][0]["sha256"] == hashlib.sha256(archive).hexdigest()
     assert "kubevirt-colocate:0.1.1" in (scratch / "README.md").read_text()
+    assert "releases/download/v0.1.1/kubevirt_colocate-0.1.1-py3-none-any.whl" in (scratch / "README.md").read_text()
     assert "docker build -t registry.example.com/kubevirt-colocate:0.1.1 ." in done.stdout
+    # The Python packages, of the same version: the wheel the launcher installs, and the sdist.
+    with zipfile.ZipFile(scratch / "dist" / "kubevirt_colocate-0.1.1-py3-none-any.whl") as wheel:
+        assert "Version: 0.1.1" in wheel.read("kubevirt_colocate-0.1.1.dist-info/METADATA").decode().splitlines()
+        assert '__version__ = "0.1.1"' in wheel.read("webhook/__init__.py").decode()
+    with tarfile.open(scratch / "dist" / "kubevirt_colocate-0.1.1.tar.gz") as sdist:
+        assert "kubevirt_colocate-0.1.1/pyproject.toml" in sdist.getnames()
+    with tarfile.open(scratch / "dist" / "kubectl-colocate-v0.1.1.tar.gz") as tar:
+        launcher = tar.extractfile("kubectl-colocate").read().decode()
+    assert f'wheel="${{KUBECTL_COLOCATE_WHEEL:-{release.WHEEL_URL.format(v="0.1.1")}}}"' in launcher
+
+
+def test_the_launcher_installs_the_released_wheel_into_a_fresh_venv_that_runs_both_commands(tmp_path):
+    """What krew installs, run as kubectl runs it: on first use the launcher makes its virtualenv and
+    installs the release's wheel (here the one just built; a release names it by its address)."""
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    [wheel] = (tmp_path / "dist").glob(f"kubevirt_colocate-{__version__}-*.whl")
+    plugin = tmp_path / "krew"
+    with tarfile.open(fileobj=io.BytesIO(release.plugin_archive(__version__))) as tar:
+        tar.extractall(plugin, filter="data")
+    env = {**{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}, "KUBECTL_COLOCATE_WHEEL": str(wheel),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    first = subprocess.run([str(plugin / "kubectl-colocate"), "--help"], capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("usage: kubectl colocate") and "installing kubevirt-colocate" in first.stderr
+    venv = plugin / f"venv-{__version__}"
+    version = subprocess.run([str(venv / "bin" / "kubevirt-colocate"), "--version"], capture_output=True, text=True,
+                             timeout=60)
+    assert version.stdout == f"kubevirt-colocate {__version__}\n", version.stderr
+    again = subprocess.run([str(plugin / "kubectl-colocate"), "status", "--help"], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert again.returncode == 0 and "--context" in again.stdout and again.stderr == ""  # installed once
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import webhook; print(webhook.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert where.stdout.startswith(str(venv)), where.stdout  # the wheel's code, not this checkout's
+
+
+def test_the_charts_notes_say_where_the_command_line_comes_from():
+    notes = (ROOT / "charts" / "kubevirt-colocate" / "templates" / "NOTES.txt").read_text()
+    assert release.WHEEL_URL.format(v="{{ .Chart.AppVersion }}") in notes
+    assert "kubectl krew install --manifest" in notes

@@ -34,6 +34,7 @@ class PinMode(enum.StrEnum):
 
     REQUIRED = "required"  # pinned to the storage node
     PREFERRED = "preferred"  # only ever the weighted preference
+    OFF = "off"  # every pod admitted as it came: the webhook stays installed and changes nothing
 
 
 class KeepMode(enum.StrEnum):
@@ -85,7 +86,7 @@ class Settings:
                                       (*DISKS, SPARE_VMS))
     csi_driver: str = setting(kinds.DEFAULT_CSI_DRIVER, "CSI driver of Longhorn volumes", DISKS)
     pin: PinMode = setting(PinMode.REQUIRED, "required: pin where kube-scheduler would say yes; preferred: only "
-                           "prefer the node", (SERVE, REVIEW, EXPLAIN))
+                           "prefer the node; off: change no pod", (SERVE, REVIEW, EXPLAIN))
     # Steer share-manager pods toward their running consumer (the cold-start rule).
     share_manager_rule: bool = setting(True, "steer share-manager pods to their VM", (SERVE, REVIEW))
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
@@ -148,6 +149,10 @@ class Settings:
             raw = env.get(row.env)
             if raw is not None and raw != "":
                 values[row.name] = row.parse(raw)
+                try:  # a value out of its range, named by its variable
+                    cls(**{row.name: values[row.name]})
+                except ValueError as exc:
+                    raise ValueError(f"{row.env}={raw!r}: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

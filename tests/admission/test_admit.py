@@ -42,6 +42,18 @@ async def test_fixture_vm_is_pinned_to_its_share_manager_node(make_store):
     assert "warnings" not in envelope["response"]
 
 
+async def test_with_pinning_off_every_pod_is_admitted_as_it_came(make_store):
+    """`--pin off` (the chart's `pin: off`): the webhook stays installed and changes no pod."""
+    from tests.support.kube import LONGHORN_NS, running_vm, share_manager_pod
+
+    store = await make_store(fixture_cluster() + [running_vm("vm1", "node-a", "disk")])
+    for pod, namespace in ((vm_pod(), "default"), (share_manager_pod("pvc-disk"), LONGHORN_NS)):
+        outcome = await admit(parse_review(review(pod, namespace=namespace)), store, Settings(pin="off"),
+                              Deadline.after(10, 1))
+        assert outcome.skipped == "pinning is off" and outcome.decision is None
+        assert decode_patch(answer(outcome)) == []
+
+
 # (name, cluster objects, claims of the VM pod, expected outcome, expected node(s) / weights)
 PIN_CASES = [
     ("two-disks-one-node", rwx_disk("d1", "node-a") + rwx_disk("d2", "node-a"), ("d1", "d2"), "pinned", "node-a"),
@@ -392,7 +404,7 @@ async def test_pin_preferred_also_holds_for_the_share_manager(make_store):
 
 def test_pin_mode_comes_from_the_environment_and_is_checked():
     assert Settings.from_env({"COLOCATE_PIN": "preferred"}).pin == "preferred"
-    with pytest.raises(ValueError, match="pin must be one of required, preferred"):
+    with pytest.raises(ValueError, match="pin must be one of required, preferred, off"):
         Settings.from_env({"COLOCATE_PIN": "sometimes"})
 
 

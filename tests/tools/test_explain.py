@@ -78,7 +78,7 @@ async def test_explain_a_stopped_vm_reads_the_template(tmp_path, kmock):
     assert report["would"]["decision"] == "unknown"
 
 
-@pytest.mark.parametrize("target, message", [("default/nope", "no VirtualMachine"), ("vm1", "NAMESPACE/VM")])
+@pytest.mark.parametrize("target, message", [("default/nope", "no VirtualMachine"), ("a/vm1/x", "NAMESPACE/VM")])
 async def test_explain_errors_are_clear(tmp_path, kmock, target, message):
     seed_vm(kmock)
     code, out, err = await explain(tmp_path, kmock, target)

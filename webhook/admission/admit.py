@@ -39,6 +39,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
     pod = request.object
     if not isinstance(pod, dict) or not isinstance(pod.get("metadata", {}), dict):
         return skip(Rule.NONE, Alone.NOT_A_POD, "co-location skipped: the object is not a Pod manifest")
+    if settings.pin is PinMode.OFF:  # the switch that stops the webhook without uninstalling it
+        return skip(Rule.NONE, Alone.PINNING_OFF)
     share_manager = is_share_manager_pod(pod, request.namespace, settings)
     if share_manager and not settings.share_manager_rule:
         return skip(Rule.SHARE_MANAGER, Alone.RULE_OFF)

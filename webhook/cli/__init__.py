@@ -22,17 +22,33 @@ def plugin() -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
-    args, unknown = build_parser(prog).parse_known_args(argv)
+    parser = build_parser(prog)
+    if argv is None:
+        complete(parser)
+    args, unknown = parser.parse_known_args(argv)
     if unknown:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return run(args)
-    except NoCredentials as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (NoCredentials, OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion, when the shell asks for it and argcomplete is installed (the `completion`
+    extra; README: The command line): it answers and exits; otherwise nothing happens."""
+    # PYTHON_ARGCOMPLETE_OK: the marker argcomplete's global completion looks for.
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line (a YAML reader's error spans several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def run(args: argparse.Namespace) -> int:

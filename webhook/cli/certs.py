@@ -34,7 +34,7 @@ def run_spare(args: argparse.Namespace) -> int:
 
     try:
         said = asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,
-                                     kubeconfig=args.kubeconfig))
+                                     kubeconfig=args.kubeconfig, context=args.context))
     except spare.KubeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 from typing import Any, NoReturn, Protocol
 
 from .. import __version__
@@ -50,8 +51,11 @@ def add_setting_flags(parser: argparse.ArgumentParser, verb: str) -> None:
             continue
         group = parser.add_argument_group(f"{title} (each also COLOCATE_<NAME> in the environment)")
         for row, setting in flags:
+            # `status` reads the keeper's settings from its Deployment: a flag given here wins over them.
+            default = f"the keeper Deployment's, else {row.shown_default()}" if keeper and verb == STATUS \
+                else row.shown_default()
             group.add_argument(row.option, type=row.kind if row.kind in (int, float) else None, choices=row.choices,
-                               metavar=setting.metavar, help=f"{setting.help} (default: {row.shown_default()})")
+                               metavar=setting.metavar, help=f"{setting.help} (default: {default})")
 
 
 def flags_given(args: argparse.Namespace) -> dict[str, object]:
@@ -69,7 +73,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
     environment is ignored with a warning."""
     for warning in retired(os.environ):
         logging.getLogger("webhook").warning(warning)
-    return Settings.from_env(**flags_given(args))
+    given = flags_given(args)
+    for name, value in given.items():  # a value out of its range, named by its flag
+        try:
+            Settings(**{name: value})
+        except ValueError as exc:
+            raise ValueError(f"--{name.replace('_', '-')} {value}: {exc}") from None
+    return Settings.from_env(**given)
 
 
 def add_kubeconfig_flag(parser: Flags) -> None:
@@ -77,7 +87,38 @@ def add_kubeconfig_flag(parser: Flags) -> None:
 
 
 def add_output_flag(parser: Flags) -> None:
-    flag(parser, "--output", "-o", choices=["text", "json"], default="text", help="text for people, json for tools")
+    flag(parser, "--output", "-o", choices=["text", "json", "yaml"], default="text",
+         help="text for people, json or yaml for tools")
+
+
+def duration(text: str) -> float:
+    """A timeout as kubectl's --request-timeout takes it: seconds, or a number with ms, s, m or h."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
+    seconds = float(found[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[found[2]] if found else None
+    if not seconds:
+        raise argparse.ArgumentTypeError(f"not a timeout above 0 (such as 30s, 2m or 5): {text!r}")
+    return seconds
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser, *, namespaced: bool = True, timed: bool = True) -> None:
+    """kubectl's own flags, as a kubectl plugin takes them (`kubectl colocate status --context prod`)."""
+    group = parser.add_argument_group("the cluster, as kubectl's flags name it")
+    add_kubeconfig_flag(group)
+    group.add_argument("--context", help="the kubeconfig context to use (default: its current-context); "
+                                         "in-cluster credentials are not tried")
+    if timed:
+        group.add_argument("--request-timeout", type=duration, metavar="DURATION",
+                           help="the time to wait for the cluster's answers, as kubectl's: 30s, 2m, or seconds "
+                                "(default: 10s)")
+    if namespaced:
+        group.add_argument("-n", "--namespace", help=NAMESPACE_HELP[parser.prog.rsplit(" ", 1)[-1]])
+
+
+NAMESPACE_HELP = {
+    EXPLAIN: "the VM's namespace, when the VM is not given as NAMESPACE/VM (default: the context's namespace, "
+             "else default)",
+    STATUS: "only the VMs of this namespace (default: every namespace); the keeper still decides over all of them",
+}
 
 
 def add_ops_flags(parser: Flags, port: int) -> None:
@@ -165,8 +206,9 @@ def add_certs(make: argparse.ArgumentParser) -> None:
 
 
 def add_explain(why: argparse.ArgumentParser) -> None:
-    why.add_argument("vm", metavar="NAMESPACE/VM", help="the VirtualMachine (or VirtualMachineInstance)")
-    add_kubeconfig_flag(why)
+    why.add_argument("vm", metavar="[NAMESPACE/]VM",
+                     help="the VirtualMachine (or VirtualMachineInstance), as NAMESPACE/VM or VM with -n NAMESPACE")
+    add_cluster_flags(why)
     add_output_flag(why)
 
 
@@ -175,7 +217,7 @@ def add_status(state: argparse.ArgumentParser) -> None:
                        help="also what draining NODE will do: each VM and NFS server on it, where it goes, the "
                             "migrations, the VMs Longhorn would reboot and those that cannot move (read only) "
                             "(default: none)")
-    add_kubeconfig_flag(state)
+    add_cluster_flags(state)
     add_output_flag(state)
 
 
@@ -183,7 +225,7 @@ def add_spare(spare: argparse.ArgumentParser) -> None:
     spare.add_argument("--undo", action="store_true",
                        help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again) "
                             "(default: add it)")
-    add_kubeconfig_flag(spare)
+    add_cluster_flags(spare, namespaced=False, timed=False)
 
 
 VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_setting_flags)
@@ -202,7 +244,7 @@ VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_s
 
 def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", "-V", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for name, text, add_flags in VERBS:
         verb = verbs.add_parser(name, help=text, description=text)

@@ -5,10 +5,40 @@ import argparse
 import dataclasses
 import json
 import sys
+from typing import Any
+
+import yaml
 
 from ..cluster.store import StoreError
+from ..config import Settings
 from ..deadline import Deadline
 from .parser import flags_given, settings_from
+
+
+def with_timeout(settings: Settings, args: argparse.Namespace) -> Settings:
+    """The settings, waiting for the cluster as long as --request-timeout says."""
+    return dataclasses.replace(settings, default_timeout=args.request_timeout) if args.request_timeout else settings
+
+
+def vm_named(args: argparse.Namespace) -> tuple[str, str]:
+    """The VM's namespace and name: NAMESPACE/VM, or VM in -n NAMESPACE (else the context's namespace, as
+    kubectl takes it); ValueError naming what does not fit."""
+    from ..cluster.client import context_namespace
+
+    namespace, slash, name = args.vm.rpartition("/")
+    if (slash and not namespace) or not name or "/" in namespace:
+        raise ValueError(f"the VM {args.vm!r}: name it as NAMESPACE/VM, or VM with -n NAMESPACE")
+    if slash and args.namespace and args.namespace != namespace:
+        raise ValueError(f"the VM {args.vm!r} is in {namespace}, but -n says {args.namespace}")
+    return namespace or args.namespace or context_namespace(args.kubeconfig, args.context), name
+
+
+def printed(report: dict[str, Any], output: str, text: str) -> str:
+    """The report as -o asks: text for people, json or yaml for tools."""
+    if output == "json":
+        return json.dumps(report, indent=2)
+    # through JSON: the modes are str enums, which YAML's safe dumper does not know
+    return yaml.safe_dump(json.loads(json.dumps(report)), sort_keys=False).rstrip() if output == "yaml" else text
 
 
 async def run_explain(args: argparse.Namespace) -> int:
@@ -16,12 +46,9 @@ async def run_explain(args: argparse.Namespace) -> int:
     from ..cluster.direct import ClusterStore
     from ..tools import explain
 
-    namespace, _, name = args.vm.partition("/")
-    if not namespace or not name:
-        print("error: name the VM as NAMESPACE/VM", file=sys.stderr)
-        return 2
-    settings = settings_from(args)
-    store = ClusterStore(await client.connect(args.kubeconfig))
+    namespace, name = vm_named(args)
+    settings = with_timeout(settings_from(args), args)
+    store = ClusterStore(await client.connect(args.kubeconfig, args.context))
     try:
         report = await explain.explain(store, settings, namespace, name, Deadline.after(settings.default_timeout, 0))
     except LookupError as exc:
@@ -32,7 +59,7 @@ async def run_explain(args: argparse.Namespace) -> int:
         return 1
     finally:
         await store.close()
-    print(json.dumps(report, indent=2) if args.output == "json" else explain.render(report))
+    print(printed(report, args.output, explain.render(report) if args.output == "text" else ""))
     return 0
 
 
@@ -44,14 +71,14 @@ async def run_status(args: argparse.Namespace) -> int:
     from ..tools import status
     from ..tools.deployed import deployed_settings
 
-    given = settings_from(args)
-    api = await client.connect(args.kubeconfig)
+    given = with_timeout(settings_from(args), args)
+    api = await client.connect(args.kubeconfig, args.context)
     store = ClusterStore(api)
     try:
         # The keeper as deployed, unless this command was told otherwise: its flags win.
         deployed, source = await deployed_settings(store, given, timeout=given.default_timeout)
         explicit = flags_given(args)
-        settings = dataclasses.replace(deployed, **explicit)
+        settings = dataclasses.replace(deployed, **explicit, default_timeout=given.default_timeout)
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
                                      settings_from=source + (" and the flags given here" if explicit else ""))
     except StoreError as exc:
@@ -59,9 +86,11 @@ async def run_status(args: argparse.Namespace) -> int:
         return 1
     finally:
         await store.close()
-    if args.output == "json":
-        print(json.dumps(report.to_json() | ({"drain": report.drain(args.drain).to_json()} if args.drain else {}),
-                         indent=2))
+    if args.namespace:  # decided over every VM (the limits are the cluster's), shown for one namespace
+        report = dataclasses.replace(report, vms=[vm for vm in report.vms if vm.namespace == args.namespace])
+    if args.output != "text":
+        print(printed(report.to_json() | ({"drain": report.drain(args.drain).to_json()} if args.drain else {}),
+                      args.output, ""))
     else:
         print(status.render(report) + ("\n" + "\n".join(report.drain(args.drain).lines()) if args.drain else ""))
     return 0

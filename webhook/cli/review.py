@@ -20,11 +20,17 @@ from .parser import settings_from
 def read_document(source: str) -> Any:
     """The one document in `source` (a file, or - for stdin); ValueError naming it when it is not YAML."""
     shown = "stdin" if source == "-" else source
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     try:
-        return yaml.safe_load(text)  # JSON is YAML
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]  # JSON is YAML
+    except UnicodeDecodeError:
+        raise ValueError(f"{shown}: not text (UTF-8)") from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{shown}: not YAML or JSON: {getattr(exc, 'problem', None) or exc}") from None
+        raise ValueError(f"{shown}: not YAML or JSON: {getattr(exc, 'problem', None) or ' '.join(str(exc).split())}") \
+            from None
+    if len(documents) != 1:
+        raise ValueError(f"{shown}: {len(documents)} YAML documents; one is read (an AdmissionReview or a Pod)")
+    return documents[0]
 
 
 def snapshot(path: str) -> SnapshotStore:
@@ -64,9 +70,9 @@ async def run_review(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"error: {shown}: the Pod {problem}", file=sys.stderr)
             return 2
-        namespace = args.namespace or document["metadata"].get("namespace")
+        namespace = args.namespace or (document.get("metadata") or {}).get("namespace")
         if not namespace:
-            print("error: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
+            print(f"error: {shown}: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
             return 2
         request = reviews.AdmissionRequest.for_pod(document, namespace)
     else:

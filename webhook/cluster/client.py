@@ -38,9 +38,11 @@ def ensure_home() -> None:
         os.environ["HOME"] = "/"
 
 
-async def connect(kubeconfig: str | None = None) -> Any:
-    """A kubernetes-asyncio ApiClient for the cluster, or NoCredentials."""
+async def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A kubernetes-asyncio ApiClient for the cluster, or NoCredentials. A `context` is one of a
+    kubeconfig's (in-cluster credentials have none): with it, the in-cluster ones are not tried."""
     ensure_home()
+    import yaml
     from kubernetes_asyncio import client, config
 
     tried: list[str] = []
@@ -51,9 +53,9 @@ async def connect(kubeconfig: str | None = None) -> Any:
             tried.append(f"{label} (no such file)")
             return False
         try:
-            await config.load_kube_config(config_file=path, client_configuration=configuration)
-        except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            tried.append(f"{label} ({_short(exc)})")
+            await config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+        except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as exc:
+            tried.append(f"{label} (not a usable kubeconfig: {_short(exc)})")
             return False
         return True
 
@@ -61,7 +63,9 @@ async def connect(kubeconfig: str | None = None) -> Any:
         if await from_file(kubeconfig, f"--kubeconfig {kubeconfig}"):
             return new_api_client(configuration)
         raise NoCredentials("no credentials for the cluster: tried " + "; ".join(tried))
-    if os.environ.get(config.incluster_config.SERVICE_HOST_ENV_NAME):
+    if context is not None:
+        tried.append(f"in-cluster (not with --context {context})")
+    elif os.environ.get(config.incluster_config.SERVICE_HOST_ENV_NAME):
         try:
             config.load_incluster_config(client_configuration=configuration)
             return new_api_client(configuration)
@@ -81,6 +85,32 @@ async def connect(kubeconfig: str | None = None) -> Any:
     if await from_file(str(home), str(home)):
         return new_api_client(configuration)
     raise NoCredentials("no credentials for the cluster: tried " + "; ".join(tried))
+
+
+def kubeconfig_path(kubeconfig: str | None = None) -> Path:
+    """The kubeconfig a client reads, as `connect` looks for it outside a cluster."""
+    if kubeconfig is not None:
+        return Path(kubeconfig).expanduser()
+    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return next((Path(p).expanduser() for p in env if Path(p).expanduser().exists()), Path("~/.kube/config").expanduser())
+
+
+def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace of the kubeconfig's context (`--context`, else its current-context), as kubectl
+    takes it when no -n is given; `default` when it names none or there is no kubeconfig."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(kubeconfig_path(kubeconfig).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return "default"
+    if not isinstance(loaded, dict):
+        return "default"
+    wanted = context or loaded.get("current-context")
+    contexts = loaded.get("contexts") if isinstance(loaded.get("contexts"), list) else []
+    found = next((c.get("context") for c in contexts if isinstance(c, dict) and c.get("name") == wanted), None)
+    namespace = found.get("namespace") if isinstance(found, dict) else None
+    return namespace if isinstance(namespace, str) and namespace else "default"
 
 
 def _short(exc: BaseException) -> str:

@@ -72,7 +72,8 @@ class SnapshotStore(Unwatched):
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
             at = f" at line {where.line + 1}" if where is not None else ""
-            raise BadSnapshot(f"{path}: not YAML or JSON{at}: {getattr(exc, 'problem', None) or exc}") from None
+            said = getattr(exc, "problem", None) or " ".join(str(exc).split())
+            raise BadSnapshot(f"{path}: not YAML or JSON{at}: {said}") from None
         except UnicodeDecodeError:
             raise BadSnapshot(f"{path}: not text (UTF-8)") from None
         objects = list(flatten(d for d in documents if d is not None))

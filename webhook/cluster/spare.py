@@ -73,8 +73,8 @@ async def change(api: Api, namespace: str, spare: bool, *, by: str = "kubevirt-c
     raise KubeError(f"Setting {namespace}/{BLACKLIST} kept changing under us ({ATTEMPTS} times); run again")
 
 
-async def run(*, namespace: str, spare: bool, kubeconfig: str | None) -> str:
-    api = Api(await client.connect(kubeconfig))
+async def run(*, namespace: str, spare: bool, kubeconfig: str | None, context: str | None = None) -> str:
+    api = Api(await client.connect(kubeconfig, context))
     try:
         return await change(api, namespace, spare)
     finally:

@@ -15,6 +15,7 @@ class Alone(enum.StrEnum):
     NOT_POD_CREATION = "not a pod creation"
     NOT_A_POD = "object is not a Pod"
     RULE_OFF = "share-manager rule is off"
+    PINNING_OFF = "pinning is off"
     NO_VOLUME_LABEL = "no volume label"
     ALREADY_BOUND = "already bound to a node"
     CONSUMERS_UNKNOWN = "consumers unknown"
