@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from .. import kinds
-from ..cluster.resolve import (Consumers, Seen, fit_view, migration_target, node_obstacle, resolve_consumers,
+from ..lookup.resolve import (Consumers, Seen, fit_view, migration_target, node_obstacle, resolve_consumers,
                                resolve_disks)
 from ..cluster.store import Store, StoreError
 from ..config import PinMode, Settings

@@ -14,8 +14,9 @@ import asyncio
 import collections
 
 from .. import metrics
+from ..config import BODY_BUDGET_MIB
 
-DEFAULT_BYTES = 192 * 1024 * 1024  # 64 of the largest reviews (3 MiB); a pod's review is a few KiB
+DEFAULT_BYTES = BODY_BUDGET_MIB * 1024 * 1024
 
 
 class NoRoom(Exception):

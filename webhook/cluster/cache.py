@@ -15,7 +15,6 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, Resource
 from ..rules import fit
-from ..rules.placement.decide import REQUIRING
 from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
@@ -265,7 +264,7 @@ def _vmi_claims(obj: dict[str, Any]) -> list[str]:
 
 def pinned_and_waiting(settings: Settings) -> Indexer:
     def waiting(pod: dict[str, Any]) -> list[bool]:
-        pinned = kinds.annotations(pod).get(settings.decision_annotation) in REQUIRING
+        pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
         return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
 
     return waiting

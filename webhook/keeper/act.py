@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..cluster.events import Events, vmi_reference
-from ..cluster.kubevirt_api import create_migration, delete_migration, unpause_vmi
+from .kubevirt_api import create_migration, delete_migration, unpause_vmi
 from ..cluster.store import WatchedStore
 from ..kinds import MIGRATION_JOB_LABEL
 from ..rules.keeping.keep import KeepDecision

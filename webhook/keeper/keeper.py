@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
-from ..cluster.kubevirt_api import KubeVirtWatch
+from .kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..cluster.resolve import migration_source, resolve_disks
+from ..lookup.resolve import migration_source, resolve_disks
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline

@@ -34,7 +34,7 @@ from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observed, Observer, pass_facts
 from ..keeper.targeted import TargetedMigration
 from ..keeper.stretch import Stretches
-from ..cluster.replicas import read_longhorn, read_settings
+from ..lookup.replicas import read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, decide_pass, next_step, pass_order

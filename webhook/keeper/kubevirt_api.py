@@ -20,10 +20,10 @@ import orjson
 from .. import kinds
 from ..config import Settings
 from ..kinds import VMI, VMIM
-from .client import ApiUnreachable, request
-from .informer import Informer, Informers
-from .shapes import shapes
-from .reflector import Timing
+from ..cluster.client import ApiUnreachable, request
+from ..cluster.informer import Informer, Informers
+from ..cluster.shapes import shapes
+from ..cluster.reflector import Timing
 
 
 class KubeVirtWatch(Informers):

@@ -1,4 +1,4 @@
-"""The safety net under the pin, inside `serve`: report pods we pinned that stay unschedulable.
+"""The safety net under the pin, in `serve`: report pods we pinned that stay unschedulable.
 
 Every replica looks at its own cache of pods (no API reads) every `interval` seconds. A
 stranded pod is reported once per replica in the log, counted in `colocate_stranded_pods`,
@@ -13,8 +13,8 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..background import Background, Companion
-from .events import NO_EVENTS, Events, vmi_reference
-from .store import WatchedStore
+from ..cluster.events import NO_EVENTS, Events, vmi_reference
+from ..cluster.store import WatchedStore
 from ..config import Settings
 from ..rules.placement.stranded import Stranded, stranded
 
