@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from .. import kinds
-from ..lookup.resolve import (Consumers, Seen, fit_view, migration_target, node_obstacle, resolve_consumers,
+from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, resolve_consumers,
                                resolve_disks)
 from ..cluster.store import Store, StoreError
 from ..config import PinMode, Settings
@@ -68,7 +68,7 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
         return skip(Rule.NONE if exemption is Alone.NOT_LAUNCHER else Rule.VM, exemption)
-    seen: Seen = {}
+    seen: JustRead = {}
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
     facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen)
     name = _pin_candidate(facts, settings)
@@ -184,12 +184,12 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     required = settings.pin is PinMode.REQUIRED
     if isinstance(target, TargetPod) and not isinstance(view, str):
         await asyncio.sleep(0)
-        judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        if not await lane.slices(judging, deadline):
+        search = together.DestinationSearch(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
+        if not await lane.slices(search, deadline):
             why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
-                   f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
+                   f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
         else:
-            found = judging.found
+            found = search.found
             decision = together.decide_together(found, vm, leaving.why, required=required,
                                                 most=together.among_at_most(pod))
             if decision is not None:

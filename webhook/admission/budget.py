@@ -52,10 +52,10 @@ class Budget:
                 turn.set_result(None)
         metrics.REQUESTS_WAITING.set(len(self._waiting))
 
-    def hold(self, size: int, within: float) -> Held:
+    def hold(self, size: int, within: float) -> Room:
         """Room for a body of `size` bytes while the block runs (`async with`); raises NoRoom when
         none frees within `within` seconds."""
-        return Held(self, size, within)
+        return Room(self, size, within)
 
     async def take(self, size: int, within: float) -> None:
         """Room for `size` bytes: at once when it fits and nobody is waiting (every review but a
@@ -84,7 +84,7 @@ class Budget:
             raise
 
 
-class Held:
+class Room:
     """A body's room in a Budget, from `async with` to its end (a class, not a generator: every
     review takes one)."""
 
