@@ -252,3 +252,14 @@ async def test_the_storms_sender_opens_a_connection_per_review_in_flight_and_kee
             assert found == opened, (idle, found)
     finally:
         await runner.cleanup()
+
+
+def test_a_tiny_beside_run_reports_every_figure():
+    """`python -m bench.beside`: a normal review beside a hostile one, on `serve` as deployed."""
+    done = processes.run([sys.executable, "-m", "bench.beside", "--claims", "2000", "--rounds", "2", "--json"],
+                         cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["claims"] == 2000 and result["rounds"] == 2
+    for name in ("alone", "beside", "hostile"):
+        assert 0 < result[name]["median_ms"] <= result[name]["max_ms"]
