@@ -2,11 +2,12 @@
 values, then its flags, as `keep` reads them) and who holds its Lease."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from ..cluster.deployments import container
 from ..cluster.store import Store, StoreError
-from ..config import Settings
+from ..config import KeeperSettings, Settings, rows
 from ..kinds import LEASE
 from ..rules.keeping.seen import read_lease
 
@@ -26,8 +27,10 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
     if isinstance(found, str):
         return settings, f"settings as given here: {found}"
     env = {name: value for name, value in found.env.items() if value is not None}
-    try:
-        return Settings.from_command(found.args, env), f"from {where}"
+    try:  # the keeper's part (and what both share) as `keep` reads it; the rest as given here
+        keeper = KeeperSettings.from_command(found.args, env)
+        return dataclasses.replace(settings, **{row.name: getattr(keeper, row.name) for row in rows(KeeperSettings)}), \
+            f"from {where}"
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
 
