@@ -26,10 +26,6 @@ class Pacer:
         self.slice = slice_seconds
         self.until = time.monotonic() + slice_seconds
 
-    def due(self) -> bool:
-        """Whether the work has had its slice."""
-        return time.monotonic() >= self.until
-
     async def give_back(self) -> None:
         """Let everything waiting for the loop run, then start a new slice."""
         await asyncio.sleep(0)
