@@ -21,7 +21,7 @@ from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
 from webhook.keeper.lease import lease_namespace
-from webhook.kinds import LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMIM
+from webhook.kinds import DEPLOYMENT, LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
 
 from webhook import __version__
@@ -209,10 +209,12 @@ def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_l
     # Its Lease, in the install namespace only.
     assert granted.pop((NS, LEASE.group, LEASE.plural, None)) == {"create"}
     assert granted.pop((NS, LEASE.group, LEASE.plural, Settings().lease_name)) == {"get", "update"}
+    # The webhook's Deployment, by name: keeper settings an older install left there hold it to report.
+    assert granted.pop((NS, DEPLOYMENT.group, DEPLOYMENT.plural, NS)) == {"get"}
     assert granted == {}  # nothing else: no secrets, no writes to what it reads
 
 
-def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
+def test_the_keeper_may_hold_only_its_lease_and_read_the_webhooks_deployment_in_the_install_namespace(rendered):
     _, objects = rendered
     role = one(objects, "Role", NS)
     assert role["metadata"]["namespace"] == NS
@@ -221,6 +223,7 @@ def test_the_keeper_may_hold_only_its_lease_in_the_install_namespace(rendered):
         {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "verbs": ["create"]},
         {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "resourceNames": [Settings().lease_name],
          "verbs": ["get", "update"]},
+        {"apiGroups": [DEPLOYMENT.group], "resources": [DEPLOYMENT.plural], "resourceNames": [NS], "verbs": ["get"]},
     ]
     binding = one(objects, "RoleBinding", NS)  # named as before the keeper had a Deployment: rebound in place
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NS}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .. import logs
@@ -15,7 +16,7 @@ from .review import snapshot
 log = logging.getLogger("webhook")
 
 
-def keeper_variables(env: dict[str, str] | os._Environ[str]) -> list[str]:
+def keeper_variables(env: Mapping[str, str]) -> list[str]:
     """The keeper's COLOCATE_* variables in `serve`'s environment: not read (the chart's `env`
     goes to both containers), and said once, since only the keeper's own Deployment sets them."""
     return sorted(row.env for row in KEEPER_SETTINGS if env.get(row.env))
