@@ -4,10 +4,11 @@ A tenant can shape its VM's pod to make the rules' work grow; the largest such r
 takes is a pod of 20,000 claims (its AdmissionReview about 1.5 MiB). One long review must not hold
 the event loop for the others: a normal VM pod's review sent at the same moment should be
 answered about as soon as when alone. `python -m webhook serve --state` (the fixture cluster) on
-one core, a client on another sends, each round: the normal review alone (three times, the last
-timed), then the hostile review and the normal one at once on two connections. Reported: the
-normal review alone and beside the hostile one, and the hostile one itself (median and worst of
-the rounds, in ms). The target: the normal review beside the hostile one within 100 ms.
+one core, two clients on another (each a process of its own, as the apiserver's calls are apart)
+send, after two rounds of warm-up, each round: the normal review alone (three times, the last
+timed), then the hostile review and, at once, the normal one. Reported: the
+normal review alone and beside the hostile one, and the hostile one itself (median, p90 and worst
+of the rounds, in ms). The target: the normal review beside the hostile one within 100 ms at p90.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import yaml
 
 from kubefake.objects import fixture_cluster, review, vm_pod
 
-from .__main__ import cores, free_port, process, wait_for
+from .__main__ import ROOT, cores, free_port, process, wait_for
 
 TARGET_MS = 100.0
 
@@ -49,19 +50,41 @@ async def answered(session: aiohttp.ClientSession, url: str, body: bytes) -> flo
     return (time.monotonic() - started) * 1000
 
 
+async def hostile_sender(url: str, ca: Path, claims: int) -> None:
+    """The hostile review's own client, in a process of its own (as the apiserver's calls are
+    apart): a line on stdin sends it, its time in ms goes to stdout."""
+    body = json.dumps(review(with_claims(claims))).encode()
+    context = ssl.create_default_context(cafile=str(ca))
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=1)) as session:
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            print(round(await answered(session, url, body), 3), flush=True)
+
+
 async def rounds(url: str, ca: Path, claims: int, count: int, cpu: int | None) -> dict[str, list[float]]:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    normal, hostile = (json.dumps(review(pod)).encode() for pod in (vm_pod(), with_claims(claims)))
+    sender = subprocess.Popen([sys.executable, "-m", "bench.beside", "--sender", url, str(ca), str(claims)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    normal = json.dumps(review(vm_pod())).encode()
     context = ssl.create_default_context(cafile=str(ca))
     found: dict[str, list[float]] = {"alone": [], "beside": [], "hostile": []}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=4)) as session:
-        for _ in range(count):
-            alone = [await answered(session, url, normal) for _ in range(3)][-1]
-            hostile_ms, beside_ms = await asyncio.gather(answered(session, url, hostile), answered(session, url, normal))
-            found["alone"].append(alone)
-            found["beside"].append(beside_ms)
-            found["hostile"].append(hostile_ms)
+    loop = asyncio.get_running_loop()
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=1)) as session:
+            for counted in [False] * 2 + [True] * count:  # two rounds of warm-up: a cold server
+                alone = [await answered(session, url, normal) for _ in range(3)][-1]
+                sender.stdin.write("go\n")
+                sender.stdin.flush()
+                beside = await answered(session, url, normal)
+                hostile = float(await loop.run_in_executor(None, sender.stdout.readline))
+                if counted:
+                    found["alone"].append(alone)
+                    found["beside"].append(beside)
+                    found["hostile"].append(hostile)
+    finally:
+        sender.stdin.close()
+        sender.wait(timeout=30)
     return found
 
 
@@ -70,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=20_000, help="claims of the hostile pod (default 20000)")
     parser.add_argument("--rounds", type=int, default=20, help="rounds (default 20)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--sender", nargs=3, metavar=("URL", "CA", "CLAIMS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.sender:
+        asyncio.run(hostile_sender(args.sender[0], Path(args.sender[1]), int(args.sender[2])))
+        return 0
     from webhook.tools import certs
 
     server_cpu, client_cpu = cores()
@@ -87,17 +114,19 @@ def main(argv: list[str] | None = None) -> int:
             wait_for(f"http://127.0.0.1:{ops}/readyz", work, timeout=60)
             found = asyncio.run(rounds(f"https://localhost:{port}/mutate?timeout=10s", work / "ca.crt", args.claims,
                                        args.rounds, client_cpu))
-    figures = {name: {"median_ms": round(statistics.median(values), 1), "max_ms": round(max(values), 1)}
-               for name, values in found.items()}
-    met = figures["beside"]["median_ms"] <= TARGET_MS
+    figures = {name: {"median_ms": round(statistics.median(values), 1),
+                      "p90_ms": round(statistics.quantiles(values, n=10)[-1], 1) if len(values) > 1 else values[0],
+                      "max_ms": round(max(values), 1)} for name, values in found.items()}
+    met = figures["beside"]["p90_ms"] <= TARGET_MS
     if args.json:
         print(json.dumps({"claims": args.claims, "rounds": args.rounds, **figures, "target_met": met}))
     else:
-        print(f"a normal review beside a pod of {args.claims} claims, {args.rounds} rounds (median, worst):")
+        print(f"a normal review beside a pod of {args.claims} claims, {args.rounds} rounds (median, p90, worst):")
         for name, words in (("alone", "normal review alone"), ("beside", "normal review beside the hostile one"),
                             ("hostile", "the hostile review")):
-            print(f"  {words}: {figures[name]['median_ms']} ms, {figures[name]['max_ms']} ms")
-        print(f"  target (beside within {TARGET_MS:g} ms, median): {'met' if met else 'MISSED'}")
+            shown = figures[name]
+            print(f"  {words}: {shown['median_ms']} ms, {shown['p90_ms']} ms, {shown['max_ms']} ms")
+        print(f"  target (beside within {TARGET_MS:g} ms at p90): {'met' if met else 'MISSED'}")
     return 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import time
 import urllib.parse
@@ -176,13 +177,21 @@ class Admissions:
 
 
 def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
-    """The AdmissionReview in a request's body; BadRequest saying why it is none."""
+    """The AdmissionReview in a request's body; BadRequest saying why it is none. Read with the
+    collector paused: a review of 20,000 claims is 100,000 objects, none in a cycle, and each
+    collection their making would set off is a pass over what the process holds, the event loop
+    waiting meanwhile."""
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from None
     except RecursionError:
         raise BadRequest("the body is nested too deeply") from None
+    finally:
+        if collecting:
+            gc.enable()
     try:
         return reviews.parse_review(body)
     except reviews.BadReview as exc:
