@@ -249,3 +249,13 @@ def test_a_module_of_one_role_outside_its_package_is_seen():
              for name, imports in GRAPH.items() if name != "webhook.admission.stranded"}
     graph["webhook.cluster.reporter"] = GRAPH["webhook.admission.stranded"]
     assert used_by_one_role(graph) == ["webhook.cluster.reporter: admission"]
+
+
+def test_cluster_does_io_only():
+    """cluster/ reads and writes the API: it imports no rule that decides (placement, keeping,
+    KubeVirt's), no role and nothing that asks the rules' questions; what it takes of rules/ is the
+    declarations of what the rules read and the checks' view of the cluster its caches build."""
+    found = {part_of(m) for name in NAMES if part_of(name) == "cluster" for m in GRAPH[name]} - {"cluster"}
+    assert found & {"rules/placement", "rules/keeping", "rules/kubevirt", "keeper", "admission", "lookup",
+                    "tools", "process"} == set()
+    assert found <= BASE | {"rules/shared", "rules/fit"}
