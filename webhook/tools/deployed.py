@@ -8,6 +8,7 @@ from datetime import datetime
 from ..cluster.deployments import container
 from ..cluster.store import Store, StoreError
 from ..config import KeeperSettings, Settings, rows
+from ..keeper.upgrade import WEBHOOK, Hold, hold
 from ..kinds import LEASE
 from ..rules.keeping.seen import read_lease
 
@@ -29,10 +30,21 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
     env = {name: value for name, value in found.env.items() if value is not None}
     try:  # the keeper's part (and what both share) as `keep` reads it; the rest as given here
         keeper = KeeperSettings.from_command(found.args, env)
-        return dataclasses.replace(settings, **{row.name: getattr(keeper, row.name) for row in rows(KeeperSettings)}), \
-            f"from {where}"
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
+    held = await webhook_hold(store, keeper, namespace, timeout)
+    deployed = {row.name: getattr(keeper, row.name) for row in rows(KeeperSettings)} | {"keep": held.mode}
+    return dataclasses.replace(settings, **deployed), f"from {where}" + (f"; {held.why}" if held.why else "")
+
+
+async def webhook_hold(store: Store, keeper: KeeperSettings, namespace: str, timeout: float) -> Hold:
+    """The mode the webhook's Deployment holds the keeper to (keeper/upgrade.py), as the keeper
+    reads it; its own, when this command may not read that Deployment (the keeper's account may)."""
+    try:
+        webhook = await container(store, namespace, *WEBHOOK, timeout=timeout)
+    except StoreError:
+        return Hold(keeper.keep)
+    return hold(keeper, webhook, f"Deployment {namespace}/{WEBHOOK[0]}")
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:
