@@ -14,7 +14,7 @@ from .. import kinds
 from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, resolve_consumers,
                                resolve_disks)
 from ..cluster.store import Store, StoreError
-from ..config import PinMode, Settings
+from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..kinds import VMI
 from ..rules.placement import bounds, decide, patch, together
@@ -30,7 +30,7 @@ from .review import AdmissionRequest
 log = logging.getLogger("webhook.mutate")
 
 
-async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline, *,
+async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
                 lane: Lane | None = None) -> Outcome:
     """What the rules make of the request's pod. `lane`: where a server's long rule work waits
     its turn (a lane of its own when not given)."""
@@ -63,7 +63,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
         return skip(Rule.NONE, Alone.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
 
 
-async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
+async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
+                   deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
@@ -101,7 +102,7 @@ def _noting(decision: Decision, unknown: str | None) -> Decision:
 
 
 async def _share_manager_rule(
-    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline, lane: Lane
+    namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline, lane: Lane
 ) -> Outcome:
     """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
     so the share-manager follows the VM; every later VM start then follows the share-manager."""
@@ -121,7 +122,7 @@ async def _share_manager_rule(
         return await _share_manager_turn(namespace, pod, store, settings, deadline, lane, volume)
 
 
-async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                               deadline: Deadline, lane: Lane, volume: str) -> Outcome:
     """The share-manager rule, in its turn in the lane."""
     try:
@@ -166,7 +167,7 @@ class Leaving:
     blocked: str | None
 
 
-async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                                deadline: Deadline, leaving: Leaving, lane: Lane) -> Outcome:
     """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
     can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
@@ -205,7 +206,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
 
 
-def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
+def _pin_candidate(facts: list[Fact], settings: AdmissionSettings) -> str | None:
     """The one node we might pin to, which the never-strand checks must clear (`node_obstacle`);
     None for several nodes, or when pins are preferences anyway: nothing to strand on."""
     if settings.pin is not PinMode.REQUIRED:
@@ -219,7 +220,8 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
     return found
 
 
-def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
+def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,
+             facts: list[Fact]) -> Outcome:
     # Not applied to the pod before it is returned: the patch only adds, each where the pod has the
     # parent (`patch`; tests/rules/placement/test_patch.py applies it to generated pods of every
     # shape and holds the result to a model of the edit).
