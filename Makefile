@@ -68,6 +68,7 @@ bench: $(VENV)/.installed
 	$(PY) -m bench
 	$(PY) -m bench.storm
 	$(PY) -m bench.storm --nodes 400 --vms 10000
+	$(PY) -m bench.beside
 	@if [ -n "$$KUBEBUILDER_ASSETS" ]; then $(PY) -m bench.storm --apiserver real; \
 	else echo "bench.storm --apiserver real skipped: KUBEBUILDER_ASSETS is not set (docs/development.md)"; fi
 	$(PY) -m bench.keeper

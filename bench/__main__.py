@@ -2,8 +2,8 @@
 
 Admission: `python -m webhook serve` (the production command) watches kubefake's apiserver and
 answers a two-disk VM pod from its caches over TLS; a bare aiohttp TLS server answers the
-same request with a fixed patch using stdlib json; and `serve --admission allow` (a hidden
-option: each review parsed and allowed, nothing decided, recorded or logged), which tells what
+same request with a fixed patch using stdlib json; and `python -m bench.floor` (serve with each
+review parsed and allowed, nothing decided, recorded or logged), which tells what
 serving costs apart from what an admission adds. The load generator (wrk, or an asyncio client without it) and
 the servers run on different cores; the servers are measured in alternating rounds and the
 medians are reported. Then the API-fallback path: two claims the
@@ -98,13 +98,14 @@ def kubeconfig_for(api: str, path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def webhook_server(api: str | Path, work: Path, cpu: int | None, name: str,
-                   flags: Sequence[str] = ("--keep", "off")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
-    """`serve` on the emulator at `api` (or with the kubeconfig `api`), logging to `<name>.log`; `flags` last."""
+def webhook_server(api: str | Path, work: Path, cpu: int | None, name: str, flags: Sequence[str] = (),
+                   module: Sequence[str] = ("webhook", "serve")) -> Iterator[tuple[subprocess.Popen, str, str, Path]]:
+    """`serve` (or `module`, given serve's flags) on the emulator at `api` (or with the kubeconfig
+    `api`), logging to `<name>.log`; `flags` last."""
     kubeconfig = api if isinstance(api, Path) else kubeconfig_for(api, work / f"kubeconfig-{name}")
     port, ops_port = free_port(), free_port()
     log = work / f"{name}.log"
-    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
+    command = [sys.executable, "-m", *module, "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
                "--port", str(port), "--metrics-host", "127.0.0.1", "--metrics-port", str(ops_port),
                "--drain-delay", "0", "--events", "off",
                "--tls-cert-file", str(work / "tls.crt"), "--tls-key-file", str(work / "tls.key"), *flags]
@@ -190,7 +191,7 @@ def admission_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     report: dict[str, Any] = {}
     with emulated_cluster(load_cpu, args.pvcs, args.share_managers, args.pods, True) as (api, control), \
             webhook_server(api, work, server_cpu, "full") as (full_proc, full, full_ops, _), \
-            webhook_server(api, work, server_cpu, "floor", flags=("--keep", "off", "--admission", "allow")) \
+            webhook_server(api, work, server_cpu, "floor", module=("bench.floor",)) \
             as (floor_proc, floor, floor_ops, _):
         wait_for(f"{full_ops}/readyz", work, timeout=120)
         wait_for(f"{floor_ops}/readyz", work, timeout=120)

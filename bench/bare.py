@@ -12,7 +12,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from webhook.admission.server import MAX_BODY, new_event_loop
+from webhook.admission.server import MAX_BODY
+from webhook.process.loop import new_event_loop
 from webhook.admission.tls import build_context as tls_context
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from webhook import logs
 from webhook.admission import server
+from webhook.process.loop import new_event_loop
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
@@ -123,7 +124,7 @@ def migrated_checks(count: int, rounds: int, vms: int) -> float:
     """kube-scheduler's checks (µs, median of `rounds`) on a cluster of `vms` VMs that have all
     migrated once (`as_migrated`) and as many share-manager pods."""
     store = filled_store(Settings(), 100, 50, 2 * vms, migrated=True)
-    with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return statistics.median(runner.run(cpu_per_check(store, review_bytes(), count)) for _ in range(rounds))
 
 
@@ -140,7 +141,7 @@ def measure(count: int = 1000, rounds: int = 21, pvcs: int = 100, share_managers
     raw = review_bytes()
     whole, checks = [], []
     with tempfile.TemporaryDirectory(prefix="colocate-inprocess-") as tmp, logging_to(Path(tmp) / "serve.log") as log:
-        with asyncio.Runner(loop_factory=server.new_event_loop) as runner:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
             runner.run(pinned(endpoint, raw))
             runner.run(cpu_per_admission(endpoint, raw, count, log))  # warm up the caches and the interpreter
             for i in range(rounds):

@@ -179,7 +179,7 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
 
 
 def run_simulation(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from webhook.admission.server import new_event_loop
+    from webhook.process.loop import new_event_loop
     from webhook.logs import JsonFormatter
 
     keeper_cpu, cluster_cpu = cores()

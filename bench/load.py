@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--duration", type=float, default=5.0)
     args = parser.parse_args()
-    from webhook.admission.server import new_event_loop
+    from webhook.process.loop import new_event_loop
 
     body = Path(args.body).read_bytes()
     with asyncio.Runner(loop_factory=new_event_loop) as runner:

@@ -121,7 +121,7 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
         asyncio.run(_loaded(plane, cluster))
         print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
         with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
-                            ("--keep", "off", "--webhook-configuration", CONFIGURATION,
+                            ("--webhook-configuration", CONFIGURATION,
                              "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, _log):
             wait_for(f"{ops}/readyz", work)
             return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds))

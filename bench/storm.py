@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     server_cpu, other_cpu = cores()
     with emulator(objects_file, other_cpu) as api, \
             webhook_server(api, work, server_cpu, "storm",
-                           ("--keep", "off", "--share-manager-rule", args.share_manager_rule)) as (serve, url, ops, log):
+                           ("--share-manager-rule", args.share_manager_rule)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
         if args.share_manager_rule == "on":
             judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])

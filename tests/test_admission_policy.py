@@ -27,7 +27,7 @@ from tests.support.admission_policy import (
 )
 from tests.support.kube import load, node, vmi
 
-from webhook.cluster.kubevirt_api import delete_options
+from webhook.keeper.kubevirt_api import delete_options
 from webhook.config import Settings
 from webhook.kinds import MANAGED_BY_LABEL
 from webhook.rules.keeping.migrations import MIGRATION_PRIORITY, migration_manifest

@@ -175,21 +175,24 @@ class Mixed(Writes, kmock.KubernetesEmulator):
 
 
 async def test_the_floor_parses_and_allows_without_deciding():
-    """`serve --admission allow` (the bench's floor) answers every review allowed, no patch, where
+    """`python -m bench.floor` (the bench's floor) answers every review allowed, no patch, where
     the same endpoint deciding pins; a body that is no review is still refused."""
+    from bench.floor import Allowing
+
     store = SnapshotStore(nodes("node-a", "node-b") + rwx_disk("d0", "node-b"))
     raw = orjson.dumps(review(vm_pod("d0")))
-    deciding, floor = server.Admissions(store, Settings()), server.Admissions(store, Settings(), decide=False)
+    deciding, floor = server.Admissions(store, Settings()), Allowing(store, Settings())
     assert "patch" in orjson.loads(await deciding.answer(raw, deciding.deadline(10.0), 0.0))["response"]
     assert orjson.loads(await floor.answer(raw, floor.deadline(10.0), 0.0))["response"] == {"uid": "uid-1", "allowed": True}
     with pytest.raises(server.BadRequest):
         await floor.answer(b"{}", floor.deadline(10.0), 0.0)
 
 
-def test_the_floor_option_is_not_offered_in_help():
-    done = subprocess.run([sys.executable, "-m", "webhook", "serve", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0 and "--admission" not in done.stdout and "--log-level" in done.stdout
+def test_the_floor_is_no_option_of_serve():
+    """The benchmark's floor is the benchmark's own server: `serve` has no switch that turns its rules off."""
+    done = subprocess.run([sys.executable, "-m", "webhook", "serve", "--admission", "allow"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unrecognized arguments: --admission allow" in done.stderr
 
 
 def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
@@ -249,3 +252,14 @@ async def test_the_storms_sender_opens_a_connection_per_review_in_flight_and_kee
             assert found == opened, (idle, found)
     finally:
         await runner.cleanup()
+
+
+def test_a_tiny_beside_run_reports_every_figure():
+    """`python -m bench.beside`: a normal review beside a hostile one, on `serve` as deployed."""
+    done = processes.run([sys.executable, "-m", "bench.beside", "--claims", "2000", "--rounds", "2", "--json"],
+                         cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["claims"] == 2000 and result["rounds"] == 2
+    for name in ("alone", "beside", "hostile"):
+        assert 0 < result[name]["median_ms"] <= result[name]["max_ms"]

@@ -207,8 +207,9 @@ def test_the_opt_in_key_is_named_once_for_the_flag_and_the_match_conditions():
                       "--set keeper.mode=report --set optInAnnotation=example.com/colocate")
     rendered = render(command.values, command.namespace)
     deployment, configuration_ = one(rendered, "Deployment", NS), one(rendered, "MutatingWebhookConfiguration")
-    settings = served_settings(deployment)
-    assert (settings.keep, settings.opt_in_annotation) == ("report", "example.com/colocate")
+    keeper = served_settings(one(rendered, "Deployment", KEEPER))
+    assert (served_settings(deployment).opt_in_annotation, keeper.opt_in_annotation) == ("example.com/colocate",) * 2
+    assert keeper.keep == "report"
     # The server's own check of its webhook configuration lets that key through, and not the default.
     assert shut_out(configuration_, "example.com/colocate") == []
     assert shut_out(configuration_, Settings().opt_in_annotation) == [VM_HOOK]

@@ -69,7 +69,7 @@ async def test_serve_with_a_migration_targets_mode_left_in_the_environment_start
     import aiohttp
     from tests.support.kube import Serving, review
 
-    serving = await Serving.start(tls_files, "--state", STATE, "--keep", "off", "--drain-delay", "0",
+    serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0",
                                   env={"COLOCATE_MIGRATION_TARGETS": "prefer"})
     try:
         context = ssl.create_default_context(cafile=str(tls_files["ca"]))
@@ -409,17 +409,29 @@ def test_help_names_the_values_used_when_a_flag_is_left_out():
 
 
 async def test_serve_from_a_snapshot_runs_no_keeper(tls_files):
-    """The keeper is `keep`'s: `serve` neither runs it nor lists its settings as its own; `--keep off`
-    (what scripts for older releases pass) asks for what it does anyway and is not warned about."""
+    """The keeper is `keep`'s: `serve` neither runs it nor lists its settings as its own."""
     from tests.support.kube import Serving
 
-    serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0", "--keep", "off")
+    serving = await Serving.start(tls_files, "--state", STATE, "--drain-delay", "0")
     try:
         [start] = [line for line in serving.lines if line["msg"] == "starting"]
     finally:
         assert await serving.stop() == 0
     assert "keeper" not in start and "keep" not in start["settings"] and "lease_name" not in start["settings"]
-    assert not [line for line in serving.lines if "keeper" in line["msg"]]  # nor "keeper flags ignored"
+    assert not [line for line in serving.lines if "keeper" in line["msg"]]
+
+
+@pytest.mark.parametrize("flags", [["--keep=report"], ["--keep", "off"], ["--keep-after", "0"], ["--lease-name=x"]])
+def test_serve_refuses_a_keeper_flag_in_one_line(flags):
+    """A keeper's flag left on the webhook's Deployment by an older install: `serve` exits 2 saying
+    whose it is and where it goes, so that the rollout stops with the old replicas serving."""
+    done = subprocess.run([sys.executable, "-m", "webhook", "serve", "--state", STATE, *flags], cwd=Path(__file__).parents[1],
+                          capture_output=True, text=True, timeout=60)
+    option = flags[0].partition("=")[0]
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"kubevirt-colocate serve: error: {option}=") and f"({option[2:]})" in line
+    assert "kubevirt-colocate-keeper" in line
 
 
 @pytest.mark.parametrize("review, pod", [

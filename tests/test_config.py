@@ -71,3 +71,17 @@ def test_a_removed_setting_left_in_the_environment_is_ignored_with_one_warning(v
     assert retired(env) == ["COLOCATE_MIGRATION_TARGETS is ignored: migration target pods are always left untouched "
                             "(--migration-targets prefer was removed: docs/operations.md, \"Migration targets\")"]
     assert retired({}) == retired({"COLOCATE_MIGRATION_TARGETS": ""}) == []
+
+
+@pytest.mark.parametrize("verb, other", [("serve", "COLOCATE_KEEP_AFTER"), ("keep", "COLOCATE_PIN")])
+def test_each_verb_reads_only_its_own_parts_variables(verb, other, monkeypatch):
+    """`serve` runs with admission's settings and what both share, `keep` with the keeper's: a
+    variable of the other part, even one it could not parse, is not read."""
+    from webhook.config import AdmissionSettings, KeeperSettings
+
+    monkeypatch.setenv(other, "not-a-value")
+    monkeypatch.setenv("COLOCATE_LONGHORN_NAMESPACE", "storage")  # shared: read by both
+    settings = settings_from(build_parser().parse_args([verb]))
+    assert type(settings) is {"serve": AdmissionSettings, "keep": KeeperSettings}[verb]
+    assert settings.longhorn_namespace == "storage"
+    assert not hasattr(settings, "keep" if verb == "serve" else "pin")

@@ -24,11 +24,18 @@ MAY_IMPORT = {
     # Placement and keeping both stand on what is beneath them, never on each other.
     "rules/placement": {"kinds", "config", "rules/shared", "rules/fit", "rules/kubevirt"},
     "rules/keeping": {"kinds", "config", "rules/shared"},
-    "cluster": BASE | RULES,
-    "admission": BASE | RULES | {"cluster"},
-    "keeper": BASE | RULES | {"cluster"},
-    "tools": BASE | RULES | {"cluster", "admission", "keeper"},
-    "cli": BASE | RULES | {"cluster", "admission", "keeper", "tools", "__init__"},  # __init__: the version
+    # What both processes run on (the loop, signals, the ports, pacing): it names neither role.
+    "process": {"metrics", "deadline"},
+    # I/O only: the rules' declarations of what they read and the checks' view of the cluster, which
+    # the caches keep and build; never what a rule decides, nor either role.
+    "cluster": BASE | {"rules/shared", "rules/fit"},
+    # The rules' questions asked of a Store, for both roles and the tools.
+    "lookup": BASE | RULES | {"cluster"},
+    # Each role stands on what both share, never on the other.
+    "admission": BASE | RULES | {"cluster", "lookup", "process"},
+    "keeper": BASE | RULES | {"cluster", "lookup", "process"},
+    "tools": BASE | RULES | {"cluster", "lookup", "admission", "keeper"},
+    "cli": BASE | RULES | {"cluster", "lookup", "process", "admission", "keeper", "tools", "__init__"},  # __init__: the version
     "__main__": {"cli"},
     "__init__": set(),
 }
@@ -204,3 +211,88 @@ def test_the_plan_is_pure():
     for caller in ("webhook.keeper.keeper", "webhook.tools.status"):
         assert "webhook.rules.keeping.plan" in imported_modules(caller, SOURCES[caller])
         assert "plan" in called_names(SOURCES[caller]), caller
+# --------------------------------------------------------------------------- each role in its room
+
+# The modules each role runs in its process: its package and its verb (cli/serve.py, cli/keep.py);
+# the tools (`review`, `explain`, `status`, `certs`) judge as both roles do, and so do the flags.
+ROLES = {"admission": ("webhook.admission", "webhook.cli.serve"), "keeper": ("webhook.keeper", "webhook.cli.keep"),
+         "tools": ("webhook.tools", "webhook.cli.review", "webhook.cli.report", "webhook.cli.certs"),
+         "cli": ("webhook.cli.parser",)}
+
+
+def role_of(name: str) -> str | None:
+    return next((role for role, starts in ROLES.items()
+                 if any(name == start or name.startswith(start + ".") for start in starts)), None)
+
+
+def reached(graph: dict[str, set[str]], starts: set[str]) -> set[str]:
+    """Every module `starts` import, directly or through others (inside functions too)."""
+    seen, todo = set(), list(starts)
+    while todo:
+        for other in graph.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen
+
+
+GRAPH = import_graph(SOURCES)
+
+
+def of_role(role: str, names=NAMES) -> set[str]:
+    return {name for name in names if role_of(name) == role}
+
+
+def test_the_keepers_process_never_imports_admission():
+    """`keep` runs on what both share (process/), never on admission's parts."""
+    found = sorted(m for m in reached(GRAPH, of_role("keeper") | of_role("cli")) if role_of(m) == "admission")
+    assert found == [], f"the keeper's process imports {found}"
+
+
+def test_admission_never_imports_the_keeper():
+    found = sorted(m for m in reached(GRAPH, of_role("admission") | of_role("cli")) if role_of(m) == "keeper")
+    assert found == [], f"admission imports {found}"
+
+
+def test_the_role_checks_see_a_crossing():
+    """One import of admission's from the keeper's verb is seen (the checks above are not vacuous)."""
+    graph = import_graph({**SOURCES, "webhook.cli.keep": SOURCES["webhook.cli.keep"] +
+                          "\nfrom ..admission.budget import DEFAULT_BYTES\n"})
+    assert "webhook.admission.budget" in reached(graph, of_role("keeper"))
+
+
+def used_by_one_role(graph: dict[str, set[str]]) -> list[str]:
+    """The shared modules (cluster/, lookup/, process/, rules/, the base modules) only one role's
+    modules reach, directly or through others: `module: role`."""
+    users: dict[str, set[str]] = {name: set() for name in graph}
+    for name in graph:
+        if (role := role_of(name)) is not None:
+            for module in reached(graph, {name}):
+                users.setdefault(module, set()).add(role)
+    return sorted(f"{name}: {role}" for name, roles in users.items() if role_of(name) is None
+                  and part_of(name) not in ("cli", "__main__", "__init__") and len(roles) == 1
+                  for role in roles if role in ("admission", "keeper"))
+
+
+def test_no_module_used_by_one_role_only_lives_outside_its_package():
+    """Such a module belongs in that role's package."""
+    alone = used_by_one_role(GRAPH)
+    assert alone == [], "used by one role only: " + ", ".join(alone)
+
+
+def test_a_module_of_one_role_outside_its_package_is_seen():
+    """The stranded-pod report back in cluster/, imported by `serve` alone, is named."""
+    graph = {name: {"webhook.cluster.reporter" if m == "webhook.admission.stranded" else m for m in imports}
+             for name, imports in GRAPH.items() if name != "webhook.admission.stranded"}
+    graph["webhook.cluster.reporter"] = GRAPH["webhook.admission.stranded"]
+    assert used_by_one_role(graph) == ["webhook.cluster.reporter: admission"]
+
+
+def test_cluster_does_io_only():
+    """cluster/ reads and writes the API: it imports no rule that decides (placement, keeping,
+    KubeVirt's), no role and nothing that asks the rules' questions; what it takes of rules/ is the
+    declarations of what the rules read and the checks' view of the cluster its caches build."""
+    found = {part_of(m) for name in NAMES if part_of(name) == "cluster" for m in GRAPH[name]} - {"cluster"}
+    assert found & {"rules/placement", "rules/keeping", "rules/kubevirt", "keeper", "admission", "lookup",
+                    "tools", "process"} == set()
+    assert found <= BASE | {"rules/shared", "rules/fit"}

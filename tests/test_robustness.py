@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.support.kube import FIXTURES, LONGHORN_NS, decode_patch, fixture_cluster, paths, review, share_manager_pod, vm_pod
 
 from webhook.admission import server, tls
+from webhook.process import listening
 from webhook.admission.review import BadReview, build_response, parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -127,8 +128,8 @@ def https_server(tls_files):
 
     async def main():
         webhook = server.make_webhook(STORE, Settings())
-        holder["runner"] = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
-        holder["url"] = f"https://localhost:{server.bound_port(holder['runner'])}/mutate?timeout=5s"
+        holder["runner"] = await listening.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+        holder["url"] = f"https://localhost:{listening.bound_port(holder['runner'])}/mutate?timeout=5s"
         started.set()
 
     thread = threading.Thread(target=lambda: (loop.run_until_complete(main()), loop.run_forever()), daemon=True)
@@ -163,12 +164,12 @@ def test_over_https_every_answer_is_200_or_400_with_no_traceback(https_server, t
 
 async def test_body_over_the_limit_is_refused_cleanly(tls_files):
     webhook = server.make_webhook(STORE, Settings())
-    runner = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    runner = await listening.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
             body = b'{"pad": "' + b"x" * (9 * 1024 * 1024) + b'"}'
-            async with session.post(f"https://localhost:{server.bound_port(runner)}/mutate", data=body,
+            async with session.post(f"https://localhost:{listening.bound_port(runner)}/mutate", data=body,
                                     headers={"Content-Type": "application/json"}) as r:
                 assert r.status == 413
     finally:

@@ -1,6 +1,7 @@
-"""Work that runs beside admission in a task of its own, again and again, until stopped: the
-stranded-pod report, the check of our webhook configuration, certificate reloads, Events,
-leader election, the informers. Admission never waits on it, and it never dies of a failure."""
+"""Work that runs in a task of its own, again and again, until stopped, in either process: the
+stranded-pod report, the check of our webhook configuration, certificate reloads, Events, the
+keeper's Lease and passes, the informers. Nothing that answers waits on it (an admission, a
+probe), and it never dies of a failure."""
 from __future__ import annotations
 
 import asyncio
@@ -59,7 +60,7 @@ class Background:
 
 
 class Companion:
-    """Something that runs beside admission as one Background `task` (a Service's companion):
+    """Something that runs beside admission as one Background `task` (admission/service.py):
     started, stopped and said degraded as that task is."""
 
     task: Background

@@ -1,8 +1,11 @@
-"""One frozen settings object, built from flags with environment fallbacks.
+"""The settings, in two parts and what both share, each frozen, built from flags with
+environment fallbacks: `AdmissionSettings` (`serve`), `KeeperSettings` (`keep`), both on
+`SharedSettings`; `Settings` holds both parts, for the tools that judge as both roles do.
 
-Each setting is declared once, as a field of `Settings` with its flag (`setting`): its type,
-default and meaning give the flags of each verb (`__main__`), the COLOCATE_* variables
-(`Settings.from_env`), and the reading of a deployed `keep`'s command line (`from_command`).
+Each setting is declared once, as a field of its part with its flag (`setting`): its type,
+default and meaning give the flags of each verb (cli/parser.py), the COLOCATE_* variables
+(`from_env`, each part reading only its own), and the reading of a deployed `keep`'s command
+line (`from_command`).
 """
 from __future__ import annotations
 
@@ -27,6 +30,11 @@ _QUALIFIED_NAME = re.compile(
     r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
     r"(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
 )
+
+
+# `serve --body-budget`: MiB of admission request bodies held at once (admission/budget.py), 64 of
+# the largest reviews (3 MiB); a pod's review is a few KiB.
+BODY_BUDGET_MIB = 192
 
 
 class PinMode(enum.StrEnum):
@@ -65,64 +73,36 @@ class Flag:
 
     help: str
     verbs: tuple[str, ...]
-    keeper: bool = False  # listed among the keeper's flags
     metavar: str | None = None
     default_text: str = "{}"  # the default as --help says it, {} standing for the value
 
 
-def setting(default: Any, meaning: str = "", verbs: tuple[str, ...] = (), *, keeper: bool = False,
-            metavar: str | None = None, default_text: str = "{}") -> Any:
-    """A field of Settings: its default, and its flag when `verbs` take one."""
-    flag = Flag(help=meaning, verbs=verbs, keeper=keeper, metavar=metavar, default_text=default_text) if verbs else None
+def setting(default: Any, meaning: str = "", verbs: tuple[str, ...] = (), *, metavar: str | None = None,
+            default_text: str = "{}") -> Any:
+    """A field of a settings part: its default, and its flag when `verbs` take one."""
+    flag = Flag(help=meaning, verbs=verbs, metavar=metavar, default_text=default_text) if verbs else None
     return dataclasses.field(default=default, metadata={"flag": flag})
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class SharedSettings:
+    """What both roles read a VM's disks with: the opt-in, the decision's annotations, Longhorn's."""
+
     opt_in_annotation: str = setting(kinds.DEFAULT_OPT_IN, "pod annotation that opts a VM in", DISKS)
     # Prefix of the annotations that record our decision on the pod.
     decision_prefix: str = kinds.DEFAULT_DECISION_PREFIX
     longhorn_namespace: str = setting(kinds.DEFAULT_LONGHORN_NAMESPACE, "namespace of Longhorn's share-managers",
                                       (*DISKS, SPARE_VMS))
     csi_driver: str = setting(kinds.DEFAULT_CSI_DRIVER, "CSI driver of Longhorn volumes", DISKS)
-    pin: PinMode = setting(PinMode.REQUIRED, "required: pin where kube-scheduler would say yes; preferred: only "
-                           "prefer the node; off: change no pod", (SERVE, REVIEW, EXPLAIN))
-    # Steer share-manager pods toward their running consumer (the cold-start rule).
-    share_manager_rule: bool = setting(True, "steer share-manager pods to their VM", (SERVE, REVIEW))
-    # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
-    default_timeout: float = 10.0
-    # Answer this long before the apiserver gives up on us.
-    deadline_margin: float = 1.0
-    keep: KeepMode = setting(KeepMode.REPORT, "after placement: off, report (decide and report only) or migrate",
-                             KEEPER_VERBS, keeper=True)
-    keep_after: float = setting(600.0, "seconds a VM is apart, and since its last migration, before it is moved",
-                                KEEPER_VERBS, keeper=True, metavar="SECONDS")
-    keep_after_descheduled: float = setting(
-        21600.0, "seconds after the descheduler moved a VM (its eviction's migration ended) before it is moved back "
-        "to its storage; 0: no longer than --keep-after", KEEPER_VERBS, keeper=True, metavar="SECONDS")
-    keep_max_inflight: int = setting(2, "our migrations in flight at once", KEEPER_VERBS, keeper=True, metavar="N")
-    keep_max_per_day: int = setting(2, "our migrations of one VM in 24 hours", KEEPER_VERBS, keeper=True, metavar="N")
-    keep_max_outbound_per_node: int = setting(
-        2, "KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's node, it is not "
-        "moved", KEEPER_VERBS, keeper=True, metavar="N", default_text="{}, KubeVirt's default")
-    spare_vms: bool = setting(
-        False, "on: the keeper's leader puts kubevirt.io/VirtualMachineInstance on Longhorn's "
-        "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly, beside the kinds there, whenever it is "
-        "missing, so that a share-manager restart does not reboot VMs (docs/operations.md: its price)", (KEEP,),
-        keeper=True)
-    lease_namespace: str = setting("", "namespace of the keeper's Lease", KEEPER_VERBS, keeper=True, metavar="NS",
-                                   default_text="the pod's own; required outside a cluster")
-    lease_name: str = setting("kubevirt-colocate-keeper", "name of the keeper's Lease", KEEPER_VERBS, keeper=True,
-                              metavar="NAME")
 
     def __post_init__(self) -> None:
-        for row in SETTINGS:  # the modes, from their names (flags, COLOCATE_*, tests) to their enum
+        for row in rows(type(self)):  # the modes, from their names (flags, COLOCATE_*, tests) to their enum
             if issubclass(row.kind, enum.Enum):
                 object.__setattr__(self, row.name, row.member(getattr(self, row.name)))
-        if (self.keep_after < 0 or self.keep_after_descheduled < 0 or self.keep_max_inflight < 1
-                or self.keep_max_per_day < 1 or self.keep_max_outbound_per_node < 1):
-            raise ValueError("keep-after and keep-after-descheduled must be >= 0, keep-max-inflight, "
-                             "keep-max-per-day and keep-max-outbound-per-node >= 1")
+        self.check()
+
+    def check(self) -> None:
+        """Refuse values no run could use (each part adds its own, then calls this)."""
         # A bad key would make every opted-in pod fail validation: refuse to start instead.
         for key in (self.opt_in_annotation, self.decision_annotation):
             if not _QUALIFIED_NAME.fullmatch(key):
@@ -141,11 +121,12 @@ class Settings:
         return f"{self.decision_prefix}{kinds.REASON}"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Defaults, then COLOCATE_* environment variables, then explicit overrides (flags)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Any:
+        """Defaults, then COLOCATE_* environment variables, then explicit overrides (flags): this
+        part's settings only (another part's variables are not read)."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
-        for row in SETTINGS:
+        for row in rows(cls):
             raw = env.get(row.env)
             if raw is not None and raw != "":
                 values[row.name] = row.parse(raw)
@@ -157,10 +138,61 @@ class Settings:
         return cls(**values)
 
     @classmethod
-    def from_command(cls, args: object, env: Mapping[str, str]) -> Settings:
+    def from_command(cls, args: object, env: Mapping[str, str]) -> Any:
         """What `keep` runs with, given its arguments and environment (a Deployment's container):
         its COLOCATE_* values, then its flags (`--keep=migrate` or `--keep migrate`)."""
-        return cls.from_env({**env, **_flags_as_env(args)})
+        return cls.from_env({**env, **flags_as_env(args, rows(cls))})
+
+
+@dataclasses.dataclass(frozen=True)
+class AdmissionSettings(SharedSettings):
+    """`serve`'s: how a pod is placed, and the deadline it is answered within."""
+
+    pin: PinMode = setting(PinMode.REQUIRED, "required: pin where kube-scheduler would say yes; preferred: only "
+                           "prefer the node; off: change no pod", (SERVE, REVIEW, EXPLAIN))
+    # Steer share-manager pods toward their running consumer (the cold-start rule).
+    share_manager_rule: bool = setting(True, "steer share-manager pods to their VM", (SERVE, REVIEW))
+    # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
+    default_timeout: float = 10.0
+    # Answer this long before the apiserver gives up on us.
+    deadline_margin: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class KeeperSettings(SharedSettings):
+    """`keep`'s: its mode, its pace and bounds, its Lease."""
+
+    keep: KeepMode = setting(KeepMode.REPORT, "after placement: off, report (decide and report only) or migrate",
+                             KEEPER_VERBS)
+    keep_after: float = setting(600.0, "seconds a VM is apart, and since its last migration, before it is moved",
+                                KEEPER_VERBS, metavar="SECONDS")
+    keep_after_descheduled: float = setting(
+        21600.0, "seconds after the descheduler moved a VM (its eviction's migration ended) before it is moved back "
+        "to its storage; 0: no longer than --keep-after", KEEPER_VERBS, metavar="SECONDS")
+    keep_max_inflight: int = setting(2, "our migrations in flight at once", KEEPER_VERBS, metavar="N")
+    keep_max_per_day: int = setting(2, "our migrations of one VM in 24 hours", KEEPER_VERBS, metavar="N")
+    keep_max_outbound_per_node: int = setting(
+        2, "KubeVirt's parallelOutboundMigrationsPerNode: while this many migrations leave a VM's node, it is not "
+        "moved", KEEPER_VERBS, metavar="N", default_text="{}, KubeVirt's default")
+    spare_vms: bool = setting(
+        False, "on: the keeper's leader puts kubevirt.io/VirtualMachineInstance on Longhorn's "
+        "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly, beside the kinds there, whenever it is "
+        "missing, so that a share-manager restart does not reboot VMs (docs/operations.md: its price)", (KEEP,))
+    lease_namespace: str = setting("", "namespace of the keeper's Lease", KEEPER_VERBS, metavar="NS",
+                                   default_text="the pod's own; required outside a cluster")
+    lease_name: str = setting("kubevirt-colocate-keeper", "name of the keeper's Lease", KEEPER_VERBS, metavar="NAME")
+
+    def check(self) -> None:
+        if (self.keep_after < 0 or self.keep_after_descheduled < 0 or self.keep_max_inflight < 1
+                or self.keep_max_per_day < 1 or self.keep_max_outbound_per_node < 1):
+            raise ValueError("keep-after and keep-after-descheduled must be >= 0, keep-max-inflight, "
+                             "keep-max-per-day and keep-max-outbound-per-node >= 1")
+        super().check()
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(AdmissionSettings, KeeperSettings):
+    """Both parts: what the tools that judge as both roles do (`review`, `explain`, `status`) run with."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +203,7 @@ class Setting:
     kind: type
     default: object
     flag: Flag | None
+    part: str  # SHARED, ADMISSION or KEEPER: the part that declares it
 
     @property
     def env(self) -> str:
@@ -220,22 +253,37 @@ def _switch(raw: str) -> bool:
 
 _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (int, "a whole number"),
                                          float: (float, "a number")}
-_TYPES = typing.get_type_hints(Settings)
-SETTINGS = tuple(Setting(name=field.name, kind=_TYPES[field.name], default=field.default,
-                         flag=field.metadata.get("flag"))
-                 for field in dataclasses.fields(Settings))
+SHARED, ADMISSION, KEEPER = "shared", "admission", "keeper"
+PARTS = {SharedSettings: SHARED, AdmissionSettings: ADMISSION, KeeperSettings: KEEPER}
 
 
-def _flags_as_env(args: object) -> dict[str, str]:
-    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of `keep` (or `serve`) that
-    are settings, in the form Settings.from_env reads."""
-    rows = {row.option: row for row in SETTINGS if row.flag is not None and {KEEP, SERVE} & set(row.flag.verbs)}
+def _part(name: str) -> str:
+    return next(part for klass, part in PARTS.items() if name in vars(klass).get("__annotations__", {}))
+
+
+@functools.cache
+def rows(cls: type) -> tuple[Setting, ...]:
+    """The settings of a part (or of Settings: all), each with how it is given."""
+    types = typing.get_type_hints(cls)
+    return tuple(Setting(name=field.name, kind=types[field.name], default=field.default,
+                         flag=field.metadata.get("flag"), part=_part(field.name))
+                 for field in dataclasses.fields(cls))
+
+
+SETTINGS = rows(Settings)
+KEEPER_SETTINGS = tuple(row for row in SETTINGS if row.part == KEEPER)
+
+
+def flags_as_env(args: object, among: tuple[Setting, ...] = SETTINGS) -> dict[str, str]:
+    """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of a command line that are
+    settings (`among`), in the form `from_env` reads."""
+    options = {row.option: row for row in among if row.flag is not None}
     found: dict[str, str] = {}
     args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
     for i, arg in enumerate(args):
         option, has_value, value = arg.partition("=")
         if not has_value:
             value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-        if option in rows and value:
-            found[rows[option].env] = value
+        if option in options and value:
+            found[options[option].env] = value
     return found

@@ -144,6 +144,9 @@ DEFAULT_OPT_IN = "kubevirt-scheduler/co-schedule"  # on the VM template; propaga
 KEEP_ANNOTATION = "kubevirt-scheduler/keep"
 DEFAULT_DECISION_PREFIX = "kubevirt-scheduler/"  # decision, node, reason annotations on the pod
 DECISION, NODE_KEY, REASON = "decision", "node", "reason"  # after the prefix; also audit annotation keys
+# The decisions (values of DECISION) that add a required term: such a pod waits for a node we named
+# (rules/placement/decide.py REQUIRING; the caches index such pods for the stranded-pod report).
+REQUIRING_DECISIONS = ("pinned", "pinned-among")
 # After the prefix, on a migration of ours that recovers a VM from a stale NFS mount: what it is
 # (RECOVERS_STALE_MOUNT); the evidence that the keeper may unpause the VM once the migration is done.
 RECOVERS, RECOVERS_STALE_MOUNT = "recovers", "stale-mount"

@@ -110,7 +110,7 @@ KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED, LONGHORN_RESTARTS_VMS)
 
 
-_shown: set[Gauge | Counter] = set()  # those of SHOWN_LATER registered with REGISTRY so far
+_shown: set[Gauge | Counter] = set()  # those of SHOWN_LATER registered with KEEPER_REGISTRY so far
 
 
 def show(metric: Gauge | Counter) -> Gauge | Counter:

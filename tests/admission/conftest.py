@@ -6,6 +6,7 @@ import pytest
 from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
+from webhook.process import listening
 from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
 
@@ -15,8 +16,8 @@ async def https(tls_files):
     """(a client session, the base URL) of the webhook's admission port on 127.0.0.1, answering from the
     fixture cluster, with certificates made by the project's own code."""
     webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
-    runner = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    runner = await listening.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
-        yield session, f"https://localhost:{server.bound_port(runner)}"
+        yield session, f"https://localhost:{listening.bound_port(runner)}"
     await runner.cleanup()

@@ -17,6 +17,7 @@ import pytest
 from tests.support.kube import review, vm_pod
 
 from webhook.admission import server
+from webhook.process import listening
 
 # Each answer is timed by the sender, parsing of the body included. Measured here: 1-100 ms (the
 # largest: 45,000 claims, mostly JSON); the assertion leaves room for a loaded machine (before: up to 16.5 s).
@@ -128,11 +129,11 @@ async def test_a_client_that_goes_on_sending_a_refused_body_is_cut_off(tls_files
     from webhook.cluster.snapshot import SnapshotStore
     from webhook.config import Settings
 
-    runner = await server.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0,
+    runner = await listening.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0,
                                 tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     try:
         context = ssl.create_default_context(cafile=str(tls_files["ca"]))
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.bound_port(runner), ssl=context,
+        reader, writer = await asyncio.open_connection("127.0.0.1", listening.bound_port(runner), ssl=context,
                                                        server_hostname="localhost")
         size = server.MAX_BODY + 1
         writer.write(f"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -150,11 +151,11 @@ async def test_a_client_that_goes_on_sending_a_refused_body_is_cut_off(tls_files
 
         sending = asyncio.create_task(trickle())
         try:
-            while await asyncio.wait_for(reader.read(65536), server.LINGER + 3):
+            while await asyncio.wait_for(reader.read(65536), listening.LINGER + 3):
                 pass  # the rest of the answer, then the end of the connection
         finally:
             sending.cancel()
             writer.close()
-        assert time.monotonic() - answered < server.LINGER + 1.5
+        assert time.monotonic() - answered < listening.LINGER + 1.5
     finally:
         await runner.cleanup()

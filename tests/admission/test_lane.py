@@ -4,7 +4,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from webhook.admission.lane import Lane, in_slices
+from webhook.admission.lane import Lane
+from webhook.process.pace import in_slices
 from webhook.deadline import Deadline
 
 

@@ -10,7 +10,8 @@ import yaml
 from tests.support.stores import api_host, seed
 from tests.support.kube import fixture_cluster
 
-from webhook.admission import server, tls
+from webhook.admission import tls
+from webhook.process import listening
 from webhook.admission.optin import OptInCheck, shut_out
 from webhook.admission.service import Listen, Service
 from webhook.cluster import client
@@ -45,7 +46,7 @@ async def serving(kmock, tls_files):
                       tls.ReloadingTLS(tls_files["cert"], tls_files["key"]), companions=[check])
         await svc.start()
         made.append((svc, api))
-        return f"http://127.0.0.1:{server.bound_port(svc.ops_runner)}"
+        return f"http://127.0.0.1:{listening.bound_port(svc.ops_runner)}"
 
     yield start
     for svc, api in made:

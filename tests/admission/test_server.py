@@ -7,6 +7,7 @@ import pytest
 from tests.support.kube import FIXTURES, client_certificate, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
 
 from webhook.admission import server, tls
+from webhook.process import listening
 from webhook.config import Settings
 from webhook.cluster.snapshot import SnapshotStore
 
@@ -99,12 +100,12 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     kmock["get /api/v1/namespaces/default/persistentvolumeclaims/vm1-rootdisk"] << (lambda: asyncio.sleep(30))
     store = ClusterStore.for_host(str(kmock.url).rstrip("/"))
     webhook = server.make_webhook(store, Settings())
-    runner = await server.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    runner = await listening.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
             started = time.monotonic()
-            url = f"https://localhost:{server.bound_port(runner)}/mutate?timeout=2s"
+            url = f"https://localhost:{listening.bound_port(runner)}/mutate?timeout=2s"
             async with session.post(url, json=review(vm_pod())) as response:
                 envelope = await response.json()
             elapsed = time.monotonic() - started
@@ -119,8 +120,8 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
 async def test_client_certificate_is_required_with_a_client_ca(tls_files, tmp_path):
     client_ca, client_cert, client_key = client_certificate(tmp_path)
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]), str(client_ca))
-    runner = await server.start(server.make_webhook(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0, context)
-    url = f"https://localhost:{server.bound_port(runner)}/mutate"
+    runner = await listening.start(server.make_webhook(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0, context)
+    url = f"https://localhost:{listening.bound_port(runner)}/mutate"
     try:
         anonymous = ssl.create_default_context(cafile=str(tls_files["ca"]))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=anonymous)) as session:

@@ -9,7 +9,8 @@ import pytest
 from tests.support.stores import seed
 from tests.support.kube import FIXTURES, Serving, fixture_cluster, kubeconfig_for, metric_sample, review, vm_pod
 
-from webhook.admission import server, tls
+from webhook.admission import tls
+from webhook.process import listening
 from webhook.config import Settings
 from webhook.cluster import client
 from webhook.cluster.events import NO_EVENTS, EventSink
@@ -36,7 +37,7 @@ async def service(tls_files):
                       context, events)
         await svc.start()
         made.append(svc)
-        return svc, f"https://localhost:{server.bound_port(svc.runner)}", f"http://127.0.0.1:{server.bound_port(svc.ops_runner)}"
+        return svc, f"https://localhost:{listening.bound_port(svc.runner)}", f"http://127.0.0.1:{listening.bound_port(svc.ops_runner)}"
 
     yield start
     for svc in made:
@@ -160,7 +161,7 @@ async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     slow = "/api/v1/namespaces/default/persistentvolumeclaims/slow-disk"
     kmock[f"get {slow}"] << (lambda: asyncio.sleep(3.0))  # outlasts the drain delay
     serving = await Serving.start(tls_files, "--kubeconfig", kubeconfig_for(tmp_path, str(kmock.url).rstrip("/")),
-                                  "--drain-delay", "2.0", "--events", "off", "--keep", "off", env={"LOG_LEVEL": "info"})
+                                  "--drain-delay", "2.0", "--events", "off", env={"LOG_LEVEL": "info"})
     base, ops = serving.base, serving.ops
 
     results = {"ok": 0, "failed": []}

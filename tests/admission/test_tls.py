@@ -8,6 +8,7 @@ import pytest
 from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
+from webhook.process import listening
 from webhook.tools import certs
 from webhook.config import Settings
 from webhook.cluster.snapshot import SnapshotStore
@@ -71,9 +72,9 @@ async def served(tmp_path):
     first = new_pair(tmp_path)
     reloader = tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", interval=INTERVAL)
     webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
-    runner = await server.start(webhook, "127.0.0.1", 0, reloader.context)
+    runner = await listening.start(webhook, "127.0.0.1", 0, reloader.context)
     reloader.start()
-    yield tmp_path, first, server.bound_port(runner)
+    yield tmp_path, first, listening.bound_port(runner)
     await reloader.stop()
     await runner.cleanup()
 
@@ -148,8 +149,8 @@ async def test_secret_volume_symlink_swap_with_unchanged_mtimes_is_seen(tmp_path
     for name in ("tls.crt", "tls.key"):
         os.symlink(f"..data/{name}", tmp_path / name)
     reloader = tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key", interval=INTERVAL)
-    runner = await server.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0, reloader.context)
-    port = server.bound_port(runner)
+    runner = await listening.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0, reloader.context)
+    port = listening.bound_port(runner)
     try:
         pem, _, writer = await handshake(port, client_context(first))
         await close(writer)
@@ -244,10 +245,10 @@ async def test_a_rotated_client_ca_is_loaded_and_enforced(tmp_path):
     ca_file = tmp_path / "client-ca.crt"
     ca_file.write_bytes(old_ca.read_bytes())
     reloader = tls.ReloadingTLS(serving / "tls.crt", serving / "tls.key", interval=INTERVAL, client_ca_file=ca_file)
-    runner = await server.start(server.make_webhook(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0,
+    runner = await listening.start(server.make_webhook(SnapshotStore(fixture_cluster()), Settings()), "127.0.0.1", 0,
                                 reloader.context)
     reloader.start()
-    port = server.bound_port(runner)
+    port = listening.bound_port(runner)
 
     async def admitted(cert, key):
         context = client_context(pair)

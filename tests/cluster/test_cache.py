@@ -480,17 +480,17 @@ async def test_an_api_that_fails_from_the_start_still_gets_answers_in_time(kmock
 
 
 def test_the_journal_of_changed_nodes_says_when_it_cannot_tell():
-    """A reader further behind than the journal keeps, or with no position, reads every node again."""
-    from webhook.cluster.cache import Journal
+    """A reader further behind than the changed_nodes keeps, or with no position, reads every node again."""
+    from webhook.cluster.cache import ChangedNodes
 
-    journal = Journal()
-    journal.LIMIT = 4
-    start, everything = journal.since(None)
+    changed_nodes = ChangedNodes()
+    changed_nodes.LIMIT = 4
+    start, everything = changed_nodes.since(None)
     assert everything is None
     for name in ("a", "b", "a", "c"):
-        journal.note(name)
-    now, changed = journal.since(start)
-    assert changed == {"a", "b", "c"} and journal.since(now) == (now, frozenset())
-    journal.note("d")  # over the limit: the oldest half goes
-    assert journal.since(start)[1] is None
-    assert journal.since(now)[1] == {"d"}
+        changed_nodes.note(name)
+    now, changed = changed_nodes.since(start)
+    assert changed == {"a", "b", "c"} and changed_nodes.since(now) == (now, frozenset())
+    changed_nodes.note("d")  # over the limit: the oldest half goes
+    assert changed_nodes.since(start)[1] is None
+    assert changed_nodes.since(now)[1] == {"d"}

@@ -28,7 +28,7 @@ from webhook.admission.review import parse_review
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster import shapes as shaped
 from webhook.cluster.shapes import pod_to_place, shapes
-from webhook.cluster.kubevirt_api import KubeVirtWatch
+from webhook.keeper.kubevirt_api import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
 from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings

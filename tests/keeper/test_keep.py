@@ -177,20 +177,21 @@ async def test_a_failing_cache_of_the_keepers_is_said(cluster, kmock, tmp_path):
         assert await keeping.stop() == 0
 
 
-async def test_serve_runs_no_keeper_and_says_so_of_the_keeper_flags_it_is_given(cluster, kmock, tls_files, tmp_path):
-    """A Deployment written for an older release (`serve --keep=migrate`) still starts the webhook:
-    the keeper's flags are ignored and said to be; no Lease is read, no migration watched or made."""
+async def test_serve_with_the_keepers_variables_runs_no_keeper_and_says_so_once(cluster, kmock, tls_files, tmp_path):
+    """The chart's `env` goes to both containers: `serve` with COLOCATE_KEEP=migrate in its
+    environment starts, reads no keeper setting, says so once; no Lease is read, no migration
+    watched or made."""
     cluster.seed(three_nodes() + apart_vm())
     serving = await Serving.start(tls_files, "--kubeconfig", kubeconfig_for(tmp_path, api_host(kmock)),
-                                  "--drain-delay", "0", "--keep", "migrate", "--keep-after", "0")
+                                  "--drain-delay", "0", env={"COLOCATE_KEEP": "migrate", "COLOCATE_KEEP_AFTER": "0"})
     try:
         assert await eventually(lambda: serving.lines and scrape(f"{serving.ops}/readyz"), timeout=10)
         await eventually(lambda: any(r.url.path.endswith("/virtualmachineinstances") for r in kmock), timeout=10)
         text = (await scrape(f"{serving.ops}/metrics"))[1]
     finally:
         assert await serving.stop() == 0
-    [ignored] = [line for line in serving.lines if line["msg"].startswith("keeper flags ignored")]
-    assert ignored["level"] == "warning" and ignored["flags"] == {"--keep": "migrate", "--keep-after": "0"}
+    [said] = [line for line in serving.lines if line["msg"].startswith("the keeper's variables")]
+    assert said["variables"] == ["COLOCATE_KEEP", "COLOCATE_KEEP_AFTER"]
     touched = {r.url.path for r in kmock}
     assert not [p for p in touched if "coordination.k8s.io" in p or "virtualmachineinstancemigrations" in p]
     assert cluster.migrations(ours=False) == []

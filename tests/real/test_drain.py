@@ -272,7 +272,7 @@ async def test_a_drain_with_kubevirts_evacuation_brings_every_nfs_server_back_wh
     drain = Drain(api, outbound)
     try:
         await drain.build()
-        serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig), "--keep", "off",
+        serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig),
                                       "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
         config = registration(serving, tls_files["ca"], CONFIGURATION)
         try:

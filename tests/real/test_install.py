@@ -170,6 +170,11 @@ def test_each_account_may_do_what_its_component_does_and_the_webhooks_no_more(co
         assert not may(control_plane, WEBHOOK_SA, "update", resource, group=group), (how, resource)
     assert may(control_plane, WEBHOOK_SA, "create", "events") and may(control_plane, WEBHOOK_SA, "patch", "events")
     assert not may(control_plane, WEBHOOK_SA, "get", "secrets", namespace=NS), how
+    # The keeper reads the webhook's Deployment by name (settings an older install left there), no other.
+    deployments = {"group": "apps", "resource": "deployments", "namespace": NS}
+    assert may(control_plane, SA, "get", **deployments, name="kubevirt-colocate"), how
+    assert not may(control_plane, SA, "get", **deployments, name="other"), how
+    assert not may(control_plane, SA, "update", **deployments, name="kubevirt-colocate"), how
 
 
 @pytest.mark.parametrize("priority", [None, "system-maintenance"])

@@ -67,7 +67,7 @@ async def test_the_recovery_paths_migrations_and_the_keepers_state_are_created_o
     `recovers`, one node named), and the keeper's state ConfigMap, written and written over."""
     import dataclasses
 
-    from webhook.cluster.kubevirt_api import create_migration
+    from webhook.keeper.kubevirt_api import create_migration
     from webhook.keeper.state_store import StateStore
     from webhook.rules.keeping.state import Action, KeeperState
 

@@ -42,7 +42,7 @@ async def cluster(scheduler):
 @pytest.fixture
 async def registered(scheduler, cluster, tls_files):
     """`serve` on the real apiserver (the admin's kubeconfig), registered by URL, and ready."""
-    serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig), "--keep", "off",
+    serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig),
                                   "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
     config = registration(serving, tls_files["ca"], CONFIGURATION)
     try:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from tests.support.kube import load, set_or_remove
 
-from webhook.cluster.kubevirt_api import KubeVirtWatch
+from webhook.keeper.kubevirt_api import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.rules.shared.facts import Fact

@@ -11,10 +11,10 @@ import logging
 from typing import Any
 
 from .. import kinds
-from ..cluster.resolve import (Consumers, Seen, fit_view, migration_target, node_obstacle, resolve_consumers,
+from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, resolve_consumers,
                                resolve_disks)
 from ..cluster.store import Store, StoreError
-from ..config import PinMode, Settings
+from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..kinds import VMI
 from ..rules.placement import bounds, decide, patch, together
@@ -30,7 +30,7 @@ from .review import AdmissionRequest
 log = logging.getLogger("webhook.mutate")
 
 
-async def admit(request: AdmissionRequest, store: Store, settings: Settings, deadline: Deadline, *,
+async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
                 lane: Lane | None = None) -> Outcome:
     """What the rules make of the request's pod. `lane`: where a server's long rule work waits
     its turn (a lane of its own when not given)."""
@@ -65,12 +65,13 @@ async def admit(request: AdmissionRequest, store: Store, settings: Settings, dea
         return skip(Rule.NONE, Alone.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
 
 
-async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline) -> Outcome:
+async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
+                   deadline: Deadline) -> Outcome:
     exemption = vm_exemption(pod, settings)
     if exemption is not None:
         # Only a pod that is no launcher is exempt as NOT_LAUNCHER: every other exemption is a launcher's.
         return skip(Rule.NONE if exemption is Alone.NOT_LAUNCHER else Rule.VM, exemption)
-    seen: Seen = {}
+    seen: JustRead = {}
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
     facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen)
     name = _pin_candidate(facts, settings)
@@ -103,7 +104,7 @@ def _noting(decision: Decision, unknown: str | None) -> Decision:
 
 
 async def _share_manager_rule(
-    namespace: str, pod: dict[str, Any], store: Store, settings: Settings, deadline: Deadline, lane: Lane
+    namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline, lane: Lane
 ) -> Outcome:
     """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
     so the share-manager follows the VM; every later VM start then follows the share-manager."""
@@ -123,7 +124,7 @@ async def _share_manager_rule(
         return await _share_manager_turn(namespace, pod, store, settings, deadline, lane, volume)
 
 
-async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                               deadline: Deadline, lane: Lane, volume: str) -> Outcome:
     """The share-manager rule, in its turn in the lane."""
     try:
@@ -168,7 +169,7 @@ class Leaving:
     blocked: str | None
 
 
-async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: Settings,
+async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                                deadline: Deadline, leaving: Leaving, lane: Lane) -> Outcome:
     """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
     can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
@@ -186,12 +187,12 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     required = settings.pin is PinMode.REQUIRED
     if isinstance(target, TargetPod) and not isinstance(view, str):
         await asyncio.sleep(0)
-        judging = together.Judging(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        if not await lane.slices(judging, deadline):
+        search = together.DestinationSearch(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
+        if not await lane.slices(search, deadline):
             why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
-                   f"({len(judging.landed) + len(judging.refused)} of {len(judging.nodes)} nodes judged)")
+                   f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
         else:
-            found = judging.found
+            found = search.found
             decision = together.decide_together(found, vm, leaving.why, required=required,
                                                 most=together.among_at_most(pod))
             if decision is not None:
@@ -207,7 +208,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
 
 
-def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
+def _pin_candidate(facts: list[Fact], settings: AdmissionSettings) -> str | None:
     """The one node we might pin to, which the never-strand checks must clear (`node_obstacle`);
     None for several nodes, or when pins are preferences anyway: nothing to strand on."""
     if settings.pin is not PinMode.REQUIRED:
@@ -221,7 +222,8 @@ def _pin_candidate(facts: list[Fact], settings: Settings) -> str | None:
     return found
 
 
-def _decided(pod: dict[str, Any], decision: Decision, settings: Settings, rule: Rule, facts: list[Fact]) -> Outcome:
+def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,
+             facts: list[Fact]) -> Outcome:
     # Not applied to the pod before it is returned: the patch only adds, each where the pod has the
     # parent (`patch`; tests/rules/placement/test_patch.py applies it to generated pods of every
     # shape and holds the result to a model of the edit).

@@ -14,8 +14,9 @@ import asyncio
 import collections
 
 from .. import metrics
+from ..config import BODY_BUDGET_MIB
 
-DEFAULT_BYTES = 192 * 1024 * 1024  # 64 of the largest reviews (3 MiB); a pod's review is a few KiB
+DEFAULT_BYTES = BODY_BUDGET_MIB * 1024 * 1024
 
 
 class NoRoom(Exception):
@@ -51,10 +52,10 @@ class Budget:
                 turn.set_result(None)
         metrics.REQUESTS_WAITING.set(len(self._waiting))
 
-    def hold(self, size: int, within: float) -> Held:
+    def hold(self, size: int, within: float) -> Room:
         """Room for a body of `size` bytes while the block runs (`async with`); raises NoRoom when
         none frees within `within` seconds."""
-        return Held(self, size, within)
+        return Room(self, size, within)
 
     async def take(self, size: int, within: float) -> None:
         """Room for `size` bytes: at once when it fits and nobody is waiting (every review but a
@@ -83,7 +84,7 @@ class Budget:
             raise
 
 
-class Held:
+class Room:
     """A body's room in a Budget, from `async with` to its end (a class, not a generator: every
     review takes one)."""
 

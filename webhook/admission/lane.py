@@ -12,27 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..deadline import Deadline
-
-# The longest the rules hold the event loop at a stretch before everything else waiting for it runs.
-SLICE = 0.002
-
-
-async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: float = SLICE) -> bool:
-    """Take `steps` one by one, giving the event loop back every `slice_seconds` so that other
-    admissions are answered meanwhile; False when the deadline came first."""
-    until = time.monotonic() + slice_seconds
-    for _ in steps:
-        if time.monotonic() >= until:
-            if deadline.remaining() <= 0:
-                return False
-            await asyncio.sleep(0)
-            until = time.monotonic() + slice_seconds
-    return True
+from ..process.pace import SLICE, in_slices
 
 
 class Lane:

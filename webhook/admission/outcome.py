@@ -6,7 +6,7 @@ import enum
 from typing import Any
 
 from ..rules.shared.alone import Alone
-from ..rules.placement.decide import Decision
+from ..rules.placement.decide import AMONG, PINNED, Decision
 from ..rules.shared.facts import Fact
 
 
@@ -36,3 +36,12 @@ class Outcome:
 
 def skip(rule: Rule, why: Alone, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
     return Outcome(rule, skipped=why, detail=detail, warnings=(warning,) if warning else (), **kwargs)
+
+
+def decision_event(decision: Decision) -> tuple[str, str, bool]:
+    """The Event a decision leaves on the object an admin looks at: its reason, message and
+    whether it is a warning (a VM left apart from its storage)."""
+    if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow
+        return "PlacedForVM", decision.reason, False
+    pinned = decision.outcome == PINNED
+    return "CoLocated" if pinned else "NotCoLocated", decision.reason, not pinned

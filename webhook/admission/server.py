@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
-import ssl
 import time
 import urllib.parse
 
@@ -12,17 +12,17 @@ import orjson
 from aiohttp import web
 
 from .. import kinds, metrics
-from ..cluster.events import NO_EVENTS, Events
+from ..cluster.events import NO_EVENTS, Events, involved_object
 from ..cluster.store import Store
-from ..config import Settings
+from ..config import AdmissionSettings
 from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
-from .guard import Port, listen
 from .lane import Lane
 from .looplag import LoopLag
-from .outcome import Outcome, Rule
+from .outcome import Outcome, decision_event
+from ..rules.placement.decide import Decision
 
 log = logging.getLogger("webhook.server")
 
@@ -30,10 +30,6 @@ log = logging.getLogger("webhook.server")
 # about 3 MiB at worst. aiohttp's 1 MiB default is too small for large pods; a larger body is no review
 # of the apiserver's, and answered 413 before it is held in memory.
 MAX_BODY = 3 * 1024 * 1024
-# How long a connection whose body was answered unread (413, 503) may go on sending it, read and
-# dropped, before it is closed: aiohttp's 10 s would hold the connection for a client that never stops.
-LINGER = 2.0
-NOTHING_DECIDED = Outcome(Rule.NONE)  # the answer of an endpoint that does not decide: allowed, no patch
 
 
 class ServingState:
@@ -48,7 +44,7 @@ def bad_request(message: str) -> web.Response:
     return web.json_response({"error": "bad AdmissionReview", "message": message}, status=400)
 
 
-def request_timeout(request: web.BaseRequest, settings: Settings) -> float:
+def request_timeout(request: web.BaseRequest, settings: AdmissionSettings) -> float:
     """The apiserver appends ?timeout=<Go duration> to the webhook URL; default 10 s."""
     return timeout_in(request.rel_url.raw_query_string, settings.default_timeout)
 
@@ -147,43 +143,59 @@ class Admissions:
     the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
     does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
 
-    def __init__(self, store: Store, settings: Settings, events: Events = NO_EVENTS, *, decide: bool = True,
+    def __init__(self, store: Store, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  lag: LoopLag | None = None, budget: Budget | None = None):
         self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
         self.budget = budget or Budget()  # the bodies held at once (budget.py)
         self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
-        # decide=False (`serve --admission allow`, hidden): every review parsed and allowed, nothing
-        # decided, recorded or logged: what serving costs without the rules (the benchmark's floor).
-        self.store, self.settings, self.events, self.decide = store, settings, events, decide
+        self.store, self.settings, self.events = store, settings, events
 
     def deadline(self, timeout: float) -> Deadline:
         return Deadline.after(timeout, self.settings.deadline_margin)
 
     async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float) -> bytes:
         """The AdmissionReview answer as JSON; raises BadRequest when `raw` is not a review."""
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"the body is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise BadRequest("the body is nested too deeply") from None
-        try:
-            review = reviews.parse_review(body)
-        except reviews.BadReview as exc:
-            raise BadRequest(str(exc)) from None
-        if not self.decide:
-            return reviews.response_json(review.uid, NOTHING_DECIDED)
+        review = parsed(raw)
         outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:
-                self.events.emit(review.object, review.namespace, outcome.decision)
+                self.tell(review, outcome.decision)
             seconds = time.monotonic() - started
             count_admission(outcome, seconds)
             log_admission(review, outcome, seconds, self.lag.recent() if self.lag is not None else None)
         except Exception:
             log.exception("bookkeeping after admission %s failed", review.uid)
         return answer
+
+    def tell(self, review: reviews.AdmissionRequest, decision: Decision) -> None:
+        """The decision's Event, on the pod's VMI (or ShareManager)."""
+        involved = involved_object(review.object, review.namespace)
+        if involved is not None:
+            reason, message, warning = decision_event(decision)
+            self.events.emit_about(involved, reason, message, warning=warning)
+
+
+def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
+    """The AdmissionReview in a request's body; BadRequest saying why it is none. Read with the
+    collector paused: a review of 20,000 claims is 100,000 objects, none in a cycle, and each
+    collection their making would set off is a pass over what the process holds, the event loop
+    waiting meanwhile."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply") from None
+    finally:
+        if collecting:
+            gc.enable()
+    try:
+        return reviews.parse_review(body)
+    except reviews.BadReview as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def count_admission(outcome: Outcome, seconds: float) -> None:
@@ -223,39 +235,6 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     log.info("admission", extra={"fields": fields})
 
 
-def make_webhook(store: Store, settings: Settings, *, state: ServingState | None = None, events: Events = NO_EVENTS,
-                 decide: bool = True, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES) -> Webhook:
-    return Webhook(Admissions(store, settings, events, decide=decide, lag=lag, budget=Budget(body_budget)),
-                   state or ServingState())
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when it is installed (a dependency on Linux), else asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-async def start(
-    handler: web.Application | Webhook, host: str, port: int, context: ssl.SSLContext | None, *,
-    shutdown_timeout: float = 30.0
-) -> Port:
-    """Start listening: the admission port, or an Application (the ops port); returns the port
-    (cleanup() stops it). Port 0 picks a free port."""
-    options = {"access_log": None, "lingering_time": LINGER}
-    runner: web.BaseRunner
-    if isinstance(handler, web.Application):
-        runner = web.AppRunner(handler, shutdown_timeout=shutdown_timeout, **options)
-    else:
-        runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
-    await runner.setup()
-    return await listen(runner, host, port, context)  # bounded connections (guard.py)
-
-
-def bound_port(listening: Port) -> int:
-    for address in listening.addresses:
-        if isinstance(address, tuple):
-            return int(address[1])
-    raise RuntimeError("the server is not listening")
+def make_webhook(store: Store, settings: AdmissionSettings, *, state: ServingState | None = None,
+                 events: Events = NO_EVENTS, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES) -> Webhook:
+    return Webhook(Admissions(store, settings, events, lag=lag, budget=Budget(body_budget)), state or ServingState())

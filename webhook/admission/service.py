@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import signal
 from collections.abc import Sequence
 from typing import Any
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
 from ..cluster.store import Store
-from ..config import Settings
-from . import probes, server
+from ..config import AdmissionSettings
+from ..process import listening, ops
+from ..process.listening import Port
+from ..process.loop import stop_signals
+from . import server
 from .budget import DEFAULT_BYTES
-from .guard import Port
 from .looplag import LoopLag
 from .tls import ReloadingTLS
 
@@ -38,14 +39,13 @@ class Listen:
 
 
 class Service:
-    """`companions` run beside admission (the keeper, the stranded-pod report): anything with
-    start(), async stop() and degraded(); their notes join the store's in /readyz, and
-    admission never waits on them."""
+    """`companions` run beside admission (the stranded-pod report, the opt-in check, the loop's
+    lag): anything with start(), async stop() and degraded(); their notes join the store's in
+    /readyz, and admission never waits on them."""
 
-    def __init__(self, store: Store, settings: Settings, listen: Listen, tls: ReloadingTLS, events: Events = NO_EVENTS,
-                 companions: Sequence[Any] = (), *, decide: bool = True):
+    def __init__(self, store: Store, settings: AdmissionSettings, listen: Listen, tls: ReloadingTLS,
+                 events: Events = NO_EVENTS, companions: Sequence[Any] = ()):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
-        self.decide = decide  # False: parse and allow only (server.Admissions)
         self.lag = LoopLag()
         self.companions = (self.lag, *companions)
         self.state = server.ServingState()
@@ -73,23 +73,26 @@ class Service:
         reads until they have synced (readiness says when).
         """
         self.store.start()
-        self.ops_runner = await server.start(probes.make_ops_app(self.not_ready, self.degraded), self.listen.metrics_host,
-                                             self.listen.metrics_port, None)
-        webhook = server.make_webhook(self.store, self.settings, state=self.state, events=self.events,
-                                      decide=self.decide, lag=self.lag, body_budget=self.listen.body_budget)
-        self.runner = await server.start(webhook, self.listen.host, self.listen.port, self.tls.context,
+        self.ops_runner = await listening.start(ops.make_ops_app(self.not_ready, self.degraded),
+                                                self.listen.metrics_host, self.listen.metrics_port, None)
+        self.runner = await listening.start(self.webhook(), self.listen.host, self.listen.port, self.tls.context,
                                          shutdown_timeout=self.listen.shutdown_timeout)
         self.tls.start()
         for companion in self.companions:
             companion.start()
         log.info("serving", extra={"fields": {
-            "host": self.listen.host, "port": server.bound_port(self.runner),
-            "metrics_port": server.bound_port(self.ops_runner),
+            "host": self.listen.host, "port": listening.bound_port(self.runner),
+            "metrics_port": listening.bound_port(self.ops_runner),
             "loop": type(asyncio.get_running_loop()).__module__}})
+
+    def webhook(self) -> server.Webhook:
+        """The admission port's handler."""
+        return server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
+                                   body_budget=self.listen.body_budget)
 
     async def stop(self) -> None:
         self.state.draining = True
-        await self._stop_companions()  # first: another replica takes over the keeper while this one drains
+        await self._stop_companions()  # first: nothing beside admission runs on while this replica drains
         log.info("draining", extra={"fields": {"seconds": self.listen.drain_delay}})
         await asyncio.sleep(self.listen.drain_delay)
         if self.runner is not None:
@@ -115,17 +118,12 @@ class Service:
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await self.start()
-        except BaseException:  # e.g. the port is taken: release what did start, then fail
-            await self._release()
-            raise
-        await stop.wait()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        with stop_signals() as stop:
+            try:
+                await self.start()
+            except BaseException:  # e.g. the port is taken: release what did start, then fail
+                await self._release()
+                raise
+            await stop.wait()
         await self.stop()
         log.info("exiting")

@@ -51,17 +51,26 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+async def serving(args: argparse.Namespace) -> int:
+    """`serve` or `keep`: each role's process imports its own package alone."""
+    if args.verb == SERVE:
+        from .serve import run_serve
+
+        return await run_serve(args)
+    from .keep import run_keep
+
+    return await run_keep(args)
+
+
 def run(args: argparse.Namespace) -> int:
     """The verb, on an event loop of its own (uvloop's, when installed, for the two that serve)."""
     from .certs import run_certs, run_spare
 
     if args.verb in (SERVE, KEEP):
-        from ..admission.server import new_event_loop  # asyncio.Runner's loop_factory; uvloop.install() is deprecated
-        from .keep import run_keep
-        from .serve import run_serve
+        from ..process.loop import new_event_loop
 
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            return runner.run(run_serve(args) if args.verb == SERVE else run_keep(args))
+            return runner.run(serving(args))
     if args.verb in (REVIEW, EXPLAIN, STATUS):
         from .report import run_explain, run_status
         from .review import run_review

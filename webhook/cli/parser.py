@@ -9,8 +9,8 @@ import re
 from typing import Any, NoReturn, Protocol
 
 from .. import __version__
-from ..admission.budget import DEFAULT_BYTES
-from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS, Settings, retired
+from ..config import (BODY_BUDGET_MIB, EXPLAIN, KEEP, KEEPER, KEEPER_SETTINGS, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS,
+                      AdmissionSettings, KeeperSettings, Settings, SharedSettings, retired)
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 MIB = 1024 * 1024
@@ -46,7 +46,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, verb: str) -> None:
     """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
     for keeper, title in ((False, "rules"), (True, "the keeper")):
         flags = [(row, row.flag) for row in SETTINGS
-                 if row.flag is not None and verb in row.flag.verbs and row.flag.keeper is keeper]
+                 if row.flag is not None and verb in row.flag.verbs and (row.part == KEEPER) is keeper]
         if not flags:
             continue
         group = parser.add_argument_group(f"{title} (each also COLOCATE_<NAME> in the environment)")
@@ -68,18 +68,24 @@ def flags_given(args: argparse.Namespace) -> dict[str, object]:
     return given
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+# The settings each verb runs with: `serve` admission's, `keep` the keeper's, the tools both
+# (they judge as both roles do); each reads only its own part's COLOCATE_* variables.
+PART: dict[str, type[SharedSettings]] = {SERVE: AdmissionSettings, KEEP: KeeperSettings}
+
+
+def settings_from(args: argparse.Namespace) -> Any:
     """Defaults, then COLOCATE_*, then the flags this verb has; a removed setting still in the
     environment is ignored with a warning."""
     for warning in retired(os.environ):
         logging.getLogger("webhook").warning(warning)
+    part = PART.get(args.verb, Settings)
     given = flags_given(args)
     for name, value in given.items():  # a value out of its range, named by its flag
         try:
-            Settings(**{name: value})
+            part(**{name: value})
         except ValueError as exc:
             raise ValueError(f"--{name.replace('_', '-')} {value}: {exc}") from None
-    return Settings.from_env(**given)
+    return part.from_env(**given)
 
 
 def add_kubeconfig_flag(parser: Flags) -> None:
@@ -142,9 +148,16 @@ def mebibytes(text: str) -> int:
     return value
 
 
-# Flags `serve` had while it ran the keeper: accepted, unlisted, and said to be ignored (cli/serve.py),
-# so that a Deployment or overlay written for an older release still starts the webhook.
-RETIRED = tuple(row for row in SETTINGS if row.flag is not None and row.flag.keeper)
+class KeeperFlag(argparse.Action):
+    """A flag of the keeper's given to `serve`, as an older release took them (the README's patch
+    once set `--keep=report` there): refused in one line, so that the webhook's rollout stops with
+    the old replicas serving, and never ignored (docs/operations.md, Upgrading)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        option = option_string or ""
+        parser.error(f"{option}={values} is the keeper's setting ({option.lstrip('-')}), not serve's: set it on the "
+                     f"Deployment kubevirt-colocate-keeper (docs/operations.md, Upgrading)")
 
 
 def add_serve(serve: argparse.ArgumentParser) -> None:
@@ -165,14 +178,11 @@ def add_serve(serve: argparse.ArgumentParser) -> None:
          help="seconds to keep serving after SIGTERM while the endpoint is removed")
     flag(serve, "--shutdown-timeout", type=float, default=20.0,
          help="seconds to let in-flight requests finish after the drain")
-    flag(serve, "--body-budget", type=mebibytes, default=DEFAULT_BYTES // MIB, metavar="MIB",
+    flag(serve, "--body-budget", type=mebibytes, default=BODY_BUDGET_MIB, metavar="MIB",
          help="MiB of request bodies held at once; beyond it a request waits, unread, within its "
               "deadline (no connection is closed for being one too many)")
-    # Not for clusters, hidden from --help: "allow" parses each review and allows it, nothing
-    # decided, so a benchmark can tell what serving costs from what the rules add.
-    serve.add_argument("--admission", choices=["rules", "allow"], default="rules", help=argparse.SUPPRESS)
-    for row in RETIRED:
-        serve.add_argument(row.option, dest=f"retired_{row.name}", help=argparse.SUPPRESS)
+    for row in KEEPER_SETTINGS:
+        serve.add_argument(row.option, action=KeeperFlag, dest=f"keeper_{row.name}", help=argparse.SUPPRESS)
 
 
 def add_keep(keep: argparse.ArgumentParser) -> None:

@@ -1,45 +1,44 @@
 """`serve`: the admission webhook, from the cluster (or a snapshot). It runs no keeper: that is
-`keep`, in a Deployment of its own."""
+`keep`, in a Deployment of its own; a keeper's flag given to `serve` is refused (parser.py)."""
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .. import logs
-from ..config import KeepMode
-from .parser import MIB, RETIRED, settings_from
+from ..config import KEEPER_SETTINGS
+from .parser import MIB, settings_from
 from .review import snapshot
 
 log = logging.getLogger("webhook")
 
 
-def retired_flags(args: argparse.Namespace) -> dict[str, str]:
-    """The keeper's flags given to `serve` as an older release took them: ignored now, and said
-    (`--keep off` asks for what `serve` does anyway)."""
-    given = {row.option: getattr(args, f"retired_{row.name}") for row in RETIRED
-             if getattr(args, f"retired_{row.name}", None) is not None}
-    return {} if given == {"--keep": str(KeepMode.OFF)} else given
+def keeper_variables(env: Mapping[str, str]) -> list[str]:
+    """The keeper's COLOCATE_* variables in `serve`'s environment: not read (the chart's `env`
+    goes to both containers), and said once, since only the keeper's own Deployment sets them."""
+    return sorted(row.env for row in KEEPER_SETTINGS if env.get(row.env))
 
 
-async def run_serve(args: argparse.Namespace) -> int:
+async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
+    """`service`: the Service class to run (admission/service.py's; the benchmark's floor is another)."""
     from ..admission.optin import OptInCheck
     from ..admission.service import Listen, Service
+    from ..admission.stranded import StrandedReporter
     from ..admission.tls import ReloadingTLS
     from ..cluster import client
     from ..cluster.cache import WatchedClusterStore
     from ..cluster.direct import ClusterStore
     from ..cluster.events import NO_EVENTS, EventSink, Events
-    from ..cluster.reporter import StrandedReporter
     from ..cluster.store import Store
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)
-    retired = retired_flags(args)
-    if retired:
-        log.warning("keeper flags ignored: serve runs no keeper; `kubevirt-colocate keep` does (the Deployment "
-                    "kubevirt-colocate-keeper)", extra={"fields": {"flags": retired}})
+    if variables := keeper_variables(os.environ):
+        log.info("the keeper's variables are the keeper's: serve does not read them", extra={"fields": {
+            "variables": variables}})
     store: Store
     events: Events = NO_EVENTS
     companions: list[Any] = []
@@ -56,8 +55,6 @@ async def run_serve(args: argparse.Namespace) -> int:
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
                     body_budget=args.body_budget * MIB)
-    keepers = {row.name for row in RETIRED}
-    shown = {name: value for name, value in vars(settings).items() if name not in keepers}
-    log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": shown}})
-    await Service(store, settings, listen, reloader, events, companions, decide=args.admission == "rules").run()
+    log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
+    await (service or Service)(store, settings, listen, reloader, events, companions).run()
     return 0

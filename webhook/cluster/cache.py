@@ -15,7 +15,6 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, Resource
 from ..rules import fit
-from ..rules.placement.decide import REQUIRING
 from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
 from .direct import ClusterStore
@@ -54,7 +53,7 @@ def _taken(pod: dict[str, Any] | None) -> tuple[str, fit.PodUsage] | None:
     return None if node is None else (node, fit.PodUsage.of(pod))
 
 
-class Journal:
+class ChangedNodes:
     """The names of the nodes whose room may have changed (the node itself, or what its pods
     take), in order: a reader keeps its position and reads only what changed since, so what is
     worked out from every node (their order by room) is kept up to date node by node."""
@@ -89,11 +88,11 @@ class Journal:
 class NodeUsage:
     """What the pods bound to each node take (requests, slots, host ports), kept as pods come
     and go: a pod's share is worked out again from the object it was added as, so exactly
-    that is taken away. Each node whose share changed is noted in `journal`."""
+    that is taken away. Each node whose share changed is noted in `changed_nodes`."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
+    def __init__(self, changed_nodes: ChangedNodes | None = None) -> None:
         self.by_node: dict[str, fit.Usage] = {}
-        self.journal = journal or Journal()
+        self.changed_nodes = changed_nodes or ChangedNodes()
 
     def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         before, after = _taken(old), _taken(new)
@@ -103,7 +102,7 @@ class NodeUsage:
             if taken is None:
                 continue
             node, share = taken
-            self.journal.note(node)
+            self.changed_nodes.note(node)
             usage = self.by_node.get(node)
             if usage is None:
                 usage = self.by_node[node] = fit.Usage()
@@ -138,15 +137,15 @@ class WatchedClusterStore(Informers):
         self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
-        self.journal = Journal()  # the nodes whose room changed: their object, or what their pods take
-        self.usage = NodeUsage(self.journal)
+        self.changed_nodes = ChangedNodes()  # the nodes whose room changed: their object, or what their pods take
+        self.usage = NodeUsage(self.changed_nodes)
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
                                        "waiting": pinned_and_waiting(settings)},
                              watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
-        self.nodes = informer(NODE, watchers=[self.journal.node_changed])
+        self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
         # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
         # (`keep` watches VMIs with its migrations: `vmis=False` for its store.)
@@ -265,7 +264,7 @@ def _vmi_claims(obj: dict[str, Any]) -> list[str]:
 
 def pinned_and_waiting(settings: Settings) -> Indexer:
     def waiting(pod: dict[str, Any]) -> list[bool]:
-        pinned = kinds.annotations(pod).get(settings.decision_annotation) in REQUIRING
+        pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
         return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
 
     return waiting
@@ -309,7 +308,7 @@ class CachedView:
         return self._store.usage.of(node_name)
 
     def nodes_changed(self, since):
-        return self._store.journal.since(since)
+        return self._store.changed_nodes.since(since)
 
     def pods_on(self, node_name):
         table = self._store.pods.table

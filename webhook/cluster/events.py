@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import EVENT
-from ..rules.placement.decide import AMONG, PINNED, Decision
 from ..rules.shared.times import rfc3339
 from . import client
 
@@ -52,13 +51,6 @@ def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
     return reference | ({"uid": uid} if uid else {})
 
 
-def decision_event(involved: dict[str, Any], decision: Decision, instance: str) -> dict[str, Any]:
-    if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow
-        return new_event(involved, "PlacedForVM", decision.reason, instance)
-    pinned = decision.outcome == PINNED
-    return new_event(involved, "CoLocated" if pinned else "NotCoLocated", decision.reason, instance, warning=not pinned)
-
-
 def new_event(involved: dict[str, Any], reason: str, message: str, instance: str, *, warning: bool = False,
               name: str | None = None) -> dict[str, Any]:
     """A core/v1 Event about `involved` (an object reference), as `kubectl describe` shows it.
@@ -84,9 +76,6 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
 class Events(Protocol):
     """Where Events about decisions go: the API (EventSink), or nowhere (NoEvents)."""
 
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
-        ...
-
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
         ...
@@ -97,9 +86,6 @@ class Events(Protocol):
 
 class NoEvents:
     """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
-
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
-        pass
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
@@ -124,15 +110,9 @@ class EventSink:
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
 
-    def emit(self, pod: dict[str, Any], namespace: str, decision: Decision) -> None:
-        involved = involved_object(pod, namespace)
-        if involved is None:
-            return
-        self._queue_event(decision_event(involved, decision, self.instance))
-
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
-        """An Event about any object (the keeper's, about a VMI); queued like the others."""
+        """An Event about an object (a decision's, on the VMI or ShareManager; the keeper's, on a VMI)."""
         self._queue_event(new_event(involved, reason, message, self.instance, warning=warning, name=name))
 
     def _queue_event(self, event: dict[str, Any]) -> None:

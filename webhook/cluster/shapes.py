@@ -20,7 +20,6 @@ from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
-from ..rules.keeping import keep as _rules  # noqa: F401 (their own declarations, a hold's annotation, made before any shape)
 from ..rules.shared import declared
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
@@ -149,7 +148,7 @@ def _pod_metadata(pod: dict[str, Any], launcher: bool, settings: Settings,
 
 def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
     if launcher:
-        # What the VM's migration target is rendered from (`cluster.resolve.migration_target_pod`):
+        # What the VM's migration target is rendered from (`lookup.resolve.migration_target_pod`):
         # a drain's share-manager rule judges nodes by it with no read of the pod from the API.
         return _spec_to_place(spec)
     host_network = spec.get("hostNetwork") is True

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import metrics
 from ..cluster.events import Events, vmi_reference
-from ..cluster.kubevirt_api import Created, create_migration, delete_migration, unpause_vmi
+from .kubevirt_api import Created, create_migration, delete_migration, unpause_vmi
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
 from ..rules.keeping.state import Action

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import kinds
-from ..cluster.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle
+from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline

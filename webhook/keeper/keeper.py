@@ -14,7 +14,7 @@ refuses for one object holds that VM alone, with a backoff of its own; only a fa
 would meet stops the pass. Each action is an Event on the VMI and a log line; each pass returns its
 report (the records with it), sets the metrics from it and logs it at debug level. The passes run in
 `keep`'s process (`elected.py`), never on admission's loop; a pass still gives its loop back every few
-milliseconds (`observe.Breather`), so that the Lease is renewed and the probes answer during a long pass.
+milliseconds (`process.pace.Pacer`), so that the Lease is renewed and the probes answer during a long pass.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
-from ..cluster.kubevirt_api import KubeVirtWatch
+from .kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..cluster.store import WatchedStore
 from ..config import KeepMode, Settings
@@ -44,7 +44,8 @@ from ..rules.keeping.state import Action, KeeperState
 from .act import Actor, Result
 from .follow import Follower
 from .memory import Memory, VmRecord
-from .observe import Breather, Nodes, Observer, pass_facts, stuck
+from ..process.pace import Pacer
+from .observe import Nodes, Observer, pass_facts, stuck
 from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
@@ -261,9 +262,9 @@ class Keeper:
         observer = Observer(store=self.store, settings=self.settings, spans=self.memory.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
                             mounts=self.memory.mounts)
-        breathe, observed, unpaused = Breather(), [], self.memory.just_unpaused(now)
+        pace, observed, unpaused = Pacer(), [], self.memory.just_unpaused(now)
         for vmi in running:
-            await breathe()
+            await pace()
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
         return observed
 

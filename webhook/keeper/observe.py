@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..cluster.resolve import migration_source, resolve_disks
+from ..lookup.resolve import migration_source, resolve_disks
 from ..cluster.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
@@ -42,23 +42,6 @@ from .targeted import TargetedMigration
 from .apart_spans import Launchers, ApartSpan, ApartSpans, started
 
 VIA_CANDIDATES = 8  # other nodes checked, by name, for the recovery of a stale VM beside its NFS server
-BREATHE = 0.002  # seconds of the event loop a pass takes before it gives the loop back (serve's deadlines share it)
-
-
-class Breather:
-    """Gives the event loop back once `every` seconds of it have gone to a pass: the caches
-    answer from memory without yielding, and the deadlines `serve` sends and the reports to it
-    must not wait a whole pass."""
-
-    def __init__(self, every: float = BREATHE):
-        self.every = every
-        self._loop = asyncio.get_running_loop()
-        self._since = self._loop.time()
-
-    async def __call__(self) -> None:
-        if self._loop.time() - self._since >= self.every:
-            await asyncio.sleep(0)
-            self._since = self._loop.time()
 
 
 class Nodes:

@@ -16,7 +16,7 @@ from typing import Any
 from .. import metrics
 from ..cluster import spare
 from ..cluster.direct import ClusterStore
-from ..cluster.replicas import read_settings
+from ..lookup.replicas import read_settings
 from ..cluster.rest import Api, KubeError
 from ..config import Settings
 from ..rules.shared.longhorn import BLACKLIST, SETTINGS, VMI_KIND, Answer, Restarts, blacklisted, restarts_vms

@@ -15,6 +15,7 @@ from ..cluster.client import ApiUnreachable, request
 from ..config import Settings
 from ..kinds import CONFIGMAP
 from ..rules.keeping.state import dump, KEY, KeeperState, load, Unreadable
+from .kubevirt_api import answered
 
 log = logging.getLogger("webhook.keeper")
 
@@ -27,15 +28,6 @@ def state_name(settings: Settings) -> str:
     return f"{settings.lease_name}-state"
 
 
-def _message(status: int, raw: bytes) -> str:
-    try:
-        answer = orjson.loads(raw) if raw else None
-    except ValueError:
-        answer = None
-    message = answer.get("message") if isinstance(answer, dict) else None
-    return f"API answered {status}" + (f": {str(message)[:300]}" if message else "")
-
-
 async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[KeeperState, str | None]:
     """The state and the ConfigMap's resourceVersion (None: there is none yet)."""
     path = CONFIGMAP.path(namespace, name)
@@ -46,7 +38,7 @@ async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[Kee
     if status == 404:
         return KeeperState(), None
     if status != 200:
-        raise StateUnavailable(f"ConfigMap {namespace}/{name}: {_message(status, raw)}")
+        raise StateUnavailable(f"ConfigMap {namespace}/{name}: {answered(status, raw)}")
     try:
         obj = orjson.loads(raw)
         data = obj.get("data") or {}
@@ -87,7 +79,7 @@ class StateStore:
                 self.written, self._version = text, orjson.loads(raw)["metadata"]["resourceVersion"]
                 return True
             if status not in (404, 409) or attempt:
-                raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: {_message(status, raw)}")
+                raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: {answered(status, raw)}")
             _, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
         raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: not written")  # not reached
 

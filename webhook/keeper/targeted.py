@@ -23,7 +23,7 @@ import logging
 from typing import Any
 
 from .. import kinds, metrics
-from ..cluster.kubevirt_api import create_migration
+from .kubevirt_api import create_migration
 from ..rules.keeping.keep import NEEDS
 
 log = logging.getLogger("webhook.keeper")

@@ -2,12 +2,14 @@
 values, then its flags, as `keep` reads them) and who holds its Lease."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
-from .. import kinds
+from ..cluster.deployments import container
 from ..cluster.store import Store, StoreError
-from ..config import Settings
-from ..kinds import DEPLOYMENT, LEASE
+from ..config import KeeperSettings, Settings, rows
+from ..keeper.upgrade import WEBHOOK, Hold, hold
+from ..kinds import LEASE
 from ..rules.keeping.listed import read_lease
 
 KEEPER_NAMESPACE = "kubevirt-colocate"  # the shipped manifests' namespace: the Lease's without --lease-namespace
@@ -19,33 +21,30 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
     with where they came from in words; else `settings` and why."""
     namespace = settings.lease_namespace or KEEPER_NAMESPACE
     where = f"Deployment {namespace}/{DEPLOYMENT_NAME[0]}"
-    found = await _container(store, namespace, DEPLOYMENT_NAME, where, timeout)
+    try:
+        found = await container(store, namespace, *DEPLOYMENT_NAME, timeout=timeout)
+    except StoreError as exc:
+        return settings, f"settings as given here: {where} not read: {exc}"
     if isinstance(found, str):
         return settings, f"settings as given here: {found}"
-    try:
-        return Settings.from_command(*found), f"from {where}"
+    env = {name: value for name, value in found.env.items() if value is not None}
+    try:  # the keeper's part (and what both share) as `keep` reads it; the rest as given here
+        keeper = KeeperSettings.from_command(found.args, env)
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
+    held = await webhook_hold(store, keeper, namespace, timeout)
+    deployed = {row.name: getattr(keeper, row.name) for row in rows(KeeperSettings)} | {"keep": held.mode}
+    return dataclasses.replace(settings, **deployed), f"from {where}" + (f"; {held.why}" if held.why else "")
 
 
-async def _container(store: Store, namespace: str, names: tuple[str, str], where: str,
-                     timeout: float) -> tuple[object, dict[str, str]] | str:
-    """A Deployment's container's args and (plain) env, or why not in words (`where`: the Deployment)."""
-    name, container_name = names
+async def webhook_hold(store: Store, keeper: KeeperSettings, namespace: str, timeout: float) -> Hold:
+    """The mode the webhook's Deployment holds the keeper to (keeper/upgrade.py), as the keeper
+    reads it; its own, when this command may not read that Deployment (the keeper's account may)."""
     try:
-        deployment = await store.get(DEPLOYMENT, namespace, name, timeout=timeout)
-    except StoreError as exc:
-        return f"{where} not read: {exc}"
-    if deployment is None:
-        return f"no {where}"
-    containers = kinds.spec(kinds.spec(deployment).get("template")).get("containers")
-    container = next((c for c in containers if isinstance(c, dict) and c.get("name") == container_name), None) \
-        if isinstance(containers, list) else None
-    if container is None:
-        return f"{where} has no container {container_name}"
-    env = {e["name"]: e["value"] for e in container.get("env") or []
-           if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)}
-    return container.get("args"), env
+        webhook = await container(store, namespace, *WEBHOOK, timeout=timeout)
+    except StoreError:
+        return Hold(keeper.keep)
+    return hold(keeper, webhook, f"Deployment {namespace}/{WEBHOOK[0]}")
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:

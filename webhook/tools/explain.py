@@ -8,7 +8,7 @@ from .. import kinds
 from ..admission.admit import admit
 from ..admission.review import AdmissionRequest
 from ..cluster.direct import ClusterStore
-from ..cluster.resolve import resolve_disks
+from ..lookup.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
@@ -20,7 +20,7 @@ from ..rules.keeping.running import read_vmi, vm_pods, VmiMigration, VmiView
 from ..rules.shared.times import rfc3339
 from ..rules.placement.patch import as_created
 from ..rules.placement.stranded import stranded
-from ..cluster.replicas import read_longhorn
+from ..lookup.replicas import read_longhorn
 
 
 async def explain(store: ClusterStore, settings: Settings, namespace: str, name: str, deadline: Deadline) -> dict[str, Any]:

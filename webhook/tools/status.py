@@ -37,7 +37,7 @@ from ..keeper.observed import Observed
 from ..keeper.state_store import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.apart_spans import ApartSpans
-from ..cluster.replicas import read_longhorn, read_settings
+from ..lookup.replicas import read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step

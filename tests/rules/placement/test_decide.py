@@ -34,3 +34,12 @@ def test_failed_node_check_keeps_only_the_preference():
     assert decision.preferences == (("n1", 100),)
     assert "cordoned" in decision.reason and decision.warnings
 
+
+
+def test_the_requiring_decisions_are_those_the_caches_index_as_waiting_for_our_node():
+    """The caches (cluster/, which imports no rule) index pods by the annotation values of kinds;
+    they are the decisions that add a required term."""
+    from webhook import kinds
+    from webhook.rules.placement.decide import REQUIRING
+
+    assert tuple(str(d) for d in REQUIRING) == kinds.REQUIRING_DECISIONS

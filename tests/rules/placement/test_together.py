@@ -10,7 +10,7 @@ from webhook.rules.fit.view import StaticView
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import target_pod
 from webhook.rules.placement.decide import AMONG, PREFERRED
-from webhook.rules.placement.together import (AMONG_NODES, Landing, Landings, among_at_most, decide_together, landings,
+from webhook.rules.placement.together import (AMONG_NODES, Destination, Destinations, among_at_most, decide_together, destinations,
                                               named, nowhere)
 
 VOLUME = "pvc-d1"
@@ -27,12 +27,12 @@ def drained(*others):
     view = StaticView([source, *others], [launcher, workload_pod(1, "node-b")], [disk["PersistentVolumeClaim"]],
                       [disk["PersistentVolume"]])
     target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
-    return landings(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
+    return destinations(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
 
 
 def test_both_land_on_the_nodes_of_the_vms_cpu_generation_most_room_first():
     found = drained(node("node-b"), node("node-c"), node("old-1", cpu=OLD_CPU))
-    assert [landing.node for landing in found.nodes] == ["node-c", "node-b"]  # node-b runs a workload
+    assert [destination.node for destination in found.nodes] == ["node-c", "node-b"]  # node-b runs a workload
     assert found.nodes[0].room > found.nodes[1].room > 0
     assert found.refused["node-a"] == "node node-a is where the VM runs now"
     assert found.refused["old-1"].startswith("node old-1 lacks cpu-model-migration.node.kubevirt.io/"), found.refused
@@ -49,17 +49,17 @@ def test_a_node_that_takes_only_one_of_the_two_is_refused(other, why):
     assert why in found.refused["node-b"], found.refused
 
 
-def landed(*rooms):
-    return Landings(tuple(Landing(f"node-{i}", room) for i, room in enumerate(rooms)), {})
+def taking(*rooms):
+    return Destinations(tuple(Destination(f"node-{i}", room) for i, room in enumerate(rooms)), {})
 
 
 @pytest.mark.parametrize("found, required, outcome, preferences, among", [
-    (landed(0.8, 0.4), True, AMONG, (("node-0", 100), ("node-1", 50)), ("node-0", "node-1")),
-    (landed(0.8, 0.4), False, PREFERRED, (("node-0", 100), ("node-1", 50)), ()),
-    (landed(0.9, 0.6, 0.3, 0.1), True, AMONG, (("node-0", 100), ("node-1", 67), ("node-2", 33)),
+    (taking(0.8, 0.4), True, AMONG, (("node-0", 100), ("node-1", 50)), ("node-0", "node-1")),
+    (taking(0.8, 0.4), False, PREFERRED, (("node-0", 100), ("node-1", 50)), ()),
+    (taking(0.9, 0.6, 0.3, 0.1), True, AMONG, (("node-0", 100), ("node-1", 67), ("node-2", 33)),
      ("node-0", "node-1", "node-2", "node-3")),
-    (landed(0.0, 0.0), True, AMONG, (("node-0", 1), ("node-1", 1)), ("node-0", "node-1")),  # full: equal, at the floor
-    (landed(0.5, 0.001), True, AMONG, (("node-0", 100), ("node-1", 1)), ("node-0", "node-1")),
+    (taking(0.0, 0.0), True, AMONG, (("node-0", 1), ("node-1", 1)), ("node-0", "node-1")),  # full: equal, at the floor
+    (taking(0.5, 0.001), True, AMONG, (("node-0", 100), ("node-1", 1)), ("node-0", "node-1")),
 ], ids=["required", "pin-preferred", "three-preferred-of-four", "no-room-left", "weight-floor"])
 def test_decide_together(found, required, outcome, preferences, among):
     decision = decide_together(found, "default/vm1", "node node-a is cordoned", required=required)
@@ -69,19 +69,19 @@ def test_decide_together(found, required, outcome, preferences, among):
 
 
 def test_required_among_the_ones_with_most_room_at_most():
-    found = landed(*(1 - i / 40 for i in range(20)))
+    found = taking(*(1 - i / 40 for i in range(20)))
     decision = decide_together(found, "default/vm1", "leaving", required=True, most=4)
     assert decision.among == ("node-0", "node-1", "node-2", "node-3")
     assert decision.reason.startswith("pinned among node-0, node-1, node-2, node-3 (the 4 with most room for the VM)")
 
 
 def test_no_node_takes_both():
-    assert decide_together(Landings((), {"node-b": "x"}), "default/vm1", "leaving", required=True) is None
+    assert decide_together(Destinations((), {"node-b": "x"}), "default/vm1", "leaving", required=True) is None
     refused = {"node-c": "node node-c is cordoned", "node-a": "node node-a is where the VM runs now"}
-    assert nowhere(Landings((), refused), "default/vm1") == (
+    assert nowhere(Destinations((), refused), "default/vm1") == (
         "no node takes both this share-manager and the migration of default/vm1: "
         "node node-a is where the VM runs now; node node-c is cordoned")
-    assert nowhere(Landings((), {}), "default/vm1").endswith(": no nodes")
+    assert nowhere(Destinations((), {}), "default/vm1").endswith(": no nodes")
 
 
 def test_named_shows_the_first_few_then_how_many_more():
@@ -130,7 +130,7 @@ def test_the_nodes_with_most_room_are_the_ones_now_after_a_pod_is_bound():
     target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
 
     def among():
-        found = landings(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
+        found = destinations(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
         return decide_together(found, "default/vm1", "leaving", required=True).among
 
     every = tuple(name_of(n) for n in others)

@@ -54,7 +54,7 @@ def test_every_replica_keeps_of_a_vmi_what_the_keeper_and_status_read():
     is rendered from) and what the keeper reads (conditions, migrations, the declared annotations)
     alike, so a rule reads the same VMI wherever it runs."""
     from webhook.cluster.cache import WatchedClusterStore
-    from webhook.cluster.kubevirt_api import KubeVirtWatch
+    from webhook.keeper.kubevirt_api import KubeVirtWatch
 
     the_settings = Settings()
     whole = vmi("vm1", "node-a", "d1", "d2", migrated_from="node-b", opted_in=True)

@@ -34,7 +34,7 @@ from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
 DAY = timedelta(hours=24)
 # The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
 # template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
-NO_EVICTION = declared.VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
+NO_EVICTION = declared.VMI_NO_EVICTION
 Item = TypeVar("Item")
 
 

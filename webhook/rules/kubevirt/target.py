@@ -20,7 +20,7 @@ VMI and adds what the source node and the running VM require (kubevirt/kubevirt
 Nodes carry those labels from virt-handler's node labeller, so on a cluster of mixed CPU
 generations or QEMU versions a node can take the VM's new pod and not its migration.
 Pure: callers pass the launcher pod, the VMI as read and the source node; the launcher pod as
-KubeVirt created it is `cluster.resolve.migration_target_pod`'s to make.
+KubeVirt created it is `lookup.resolve.migration_target_pod`'s to make.
 """
 from __future__ import annotations
 

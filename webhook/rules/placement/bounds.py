@@ -35,11 +35,13 @@ def too_large(pod: dict[str, Any]) -> str | None:
     spec = kinds.spec(pod)
     volumes = spec.get("volumes")
     volumes = volumes if type(volumes) is list else []
+    if len(volumes) > VOLUMES:  # said before the claims are counted: a pod of 20,000 is not walked
+        return _over("volumes", len(volumes), VOLUMES)
     claims = 0
     for volume in volumes:
         if type(volume) is dict and ("persistentVolumeClaim" in volume or "dataVolume" in volume):
             claims += 1
-    found = (_over("volumes", len(volumes), VOLUMES) or _over("claims", claims, CLAIMS)
+    found = (_over("claims", claims, CLAIMS)
              or _over("containers", _length(spec.get("containers")) + _length(spec.get("initContainers")), CONTAINERS)
              or _over("tolerations", _length(spec.get("tolerations")), TOLERATIONS)
              or _over("topology spread constraints", _length(spec.get("topologySpreadConstraints")), SPREAD))

@@ -34,7 +34,7 @@ SHOWN = 5  # nodes named in a reason before "and N more"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Landing:
+class Destination:
     """A node that takes both pods now, and the room it leaves the VM (NodeResourcesFit's score, 0–1)."""
 
     node: str
@@ -42,25 +42,25 @@ class Landing:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Landings:
+class Destinations:
     """Where both land, most room first; and why each other node does not (for the reason)."""
 
-    nodes: tuple[Landing, ...]
+    nodes: tuple[Destination, ...]
     refused: Mapping[str, str]
 
 
-def landings(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
-             source: str, view: fit.View) -> Landings:
+def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
+             source: str, view: fit.View) -> Destinations:
     """Every node of the view but the VM's own (`source`, which a migration target never takes),
     judged for the share-manager pod and for the VM's migration target pod."""
-    judging = Judging(share_manager, share_manager_namespace, target, vm_namespace, source, view)
-    for _ in judging:
+    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view)
+    for _ in search:
         pass
-    return judging.found
+    return search.found
 
 
-class Judging:
-    """`landings` a node at a time: iterating judges the next node (and yields its name), so that
+class DestinationSearch:
+    """`destinations` a node at a time: iterating judges the next node (and yields its name), so that
     a caller can give the event loop back between nodes and stop at a deadline; `found` is what
     the nodes judged so far say. Pure: the view is read, nothing else.
 
@@ -77,7 +77,7 @@ class Judging:
         self.share_manager, self.share_manager_namespace = share_manager, share_manager_namespace
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
         self.refused: dict[str, str] = {}
-        self.landed: list[Landing] = []
+        self.taking: list[Destination] = []
         self.rooms: Rooms | None = None
         self.nodes: tuple[tuple[float | None, Mapping[str, Any]], ...] = ()  # (room, node), most room first
         try:
@@ -95,7 +95,7 @@ class Judging:
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
         for room, node in self.nodes:
-            if len(self.landed) >= AMONG_NODES:
+            if len(self.taking) >= AMONG_NODES:
                 return
             name = name_of(node)
             if isinstance(name, str) and name:
@@ -116,11 +116,11 @@ class Judging:
         if why is not None:
             self.refused[name] = why
             return
-        self.landed.append(Landing(name, room if room is not None else 0.0))
+        self.taking.append(Destination(name, room if room is not None else 0.0))
 
     @property
-    def found(self) -> Landings:
-        return Landings(tuple(sorted(self.landed, key=lambda landing: (-landing.room, landing.node))), self.refused)
+    def found(self) -> Destinations:
+        return Destinations(tuple(sorted(self.taking, key=lambda found: (-found.room, found.node))), self.refused)
 
 
 def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
@@ -141,16 +141,16 @@ def among_at_most(share_manager: Mapping[str, Any]) -> int:
     return max(1, min(AMONG_NODES, AMONG_TERMS // max(own, 1)))
 
 
-def decide_together(found: Landings, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES) -> Decision | None:
+def decide_together(found: Destinations, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES) -> Decision | None:
     """Pinned among the nodes where both land (or only preferred, with `required` False), the
     ones with most room for the VM preferred; None when no node takes both."""
     if not found.nodes:
         return None
     best = found.nodes[:PREFERRED_NODES]
     top = best[0].room or 1.0
-    preferences = tuple((landing.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * landing.room / top))))
-                        for landing in best)
-    among = tuple(sorted(landing.node for landing in found.nodes[:most]))
+    preferences = tuple((destination.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * destination.room / top))))
+                        for destination in best)
+    among = tuple(sorted(destination.node for destination in found.nodes[:most]))
     nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == most else "")
     where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
     preferred = f"preferred {named([n for n, _ in preferences])} (most room for the VM)"
@@ -161,7 +161,7 @@ def decide_together(found: Landings, vm: str, leaving: str, *, required: bool, m
                     among=among)
 
 
-def nowhere(found: Landings, vm: str) -> str:
+def nowhere(found: Destinations, vm: str) -> str:
     """Why no node takes both pods, for the reason of the decision made without them."""
     reasons = [why for _, why in sorted(found.refused.items())]
     return f"no node takes both this share-manager and the migration of {vm}: {named(reasons, '; ') or 'no nodes'}"

@@ -29,6 +29,8 @@ VMI_NAMESPACE = VMI.field("metadata.namespace")
 VMI_UID = VMI.field("metadata.uid")
 VMI_OPT_IN = VMI.annotation(_opt_in)  # reached the VMI from the VM template
 VMI_KEEP = VMI.annotation(kinds.KEEP_ANNOTATION)
+# The descheduler's: a VM that nothing is to evict is held where it runs (rules/keeping/keep.py).
+VMI_NO_EVICTION = VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
 VMI_SPEC = VMI.field("spec")
 VMI_STATUS = VMI.field("status")
 VMI_PHASE = VMI.field("status.phase")

@@ -150,10 +150,9 @@ class Keyed:
 
 
 class Fields:
-    """What the rules read of one kind (`name`: how messages name it, "VMI"), each part declared once:
-    here in `declared`, or beside the rule that reads it (a hold's annotation in `rules.keeping.keep`),
-    in a module imported before any cache takes its shape (`cluster/shapes.py` imports the rules). A
-    declaration made after a shape was taken would be missing from it: it raises instead."""
+    """What the rules read of one kind (`name`: how messages name it, "VMI"), each part declared once,
+    in `declared`, which `cluster/shapes.py` imports before any cache takes its shape. A declaration
+    made after a shape was taken would be missing from it: it raises instead."""
 
     def __init__(self, name: str, declared_as: str = ""):
         self.name = name
@@ -165,8 +164,8 @@ class Fields:
 
     def _declaring(self, what: str) -> None:
         if self.shaped:
-            raise RuntimeError(f"{self.name} {what} declared after the caches took their shape: declare it in a "
-                               "module imported before them (rules.shared.declared, or a rule cluster/shapes.py imports)")
+            raise RuntimeError(f"{self.name} {what} declared after the caches took their shape: declare it in "
+                               "rules.shared.declared")
 
     def field(self, path: str) -> Field:
         self._declaring(f"field {path!r}")

@@ -6,7 +6,7 @@ share-manager pod `share-manager-<volume>` is placed by kube-scheduler and Share
 is stale. Migratable RWX block volumes have no ShareManager at all (404 is normal).
 
 Pure: the functions take objects and say why; `disk_fact` asks for the objects it needs, and
-`cluster/resolve.py` decides where they come from. A disk that fails any step contributes
+`lookup/resolve.py` decides where they come from. A disk that fails any step contributes
 no node.
 """
 from __future__ import annotations
@@ -134,7 +134,7 @@ Peek = Callable[[Resource, "str | None", str], "tuple[bool, dict[str, Any] | Non
 
 def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fact | None:
     """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager
-    pod, and the ShareManager when the pod does not say; None as soon as `peek` cannot tell (cluster/resolve.py then reads
+    pod, and the ShareManager when the pod does not say; None as soon as `peek` cannot tell (lookup/resolve.py then reads
     that object elsewhere and asks again). A plain call: answered from memory, it costs no
     more than the look-ups themselves."""
     if not kinds.valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked

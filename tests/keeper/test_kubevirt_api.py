@@ -11,7 +11,7 @@ from tests.support.kubevirt_api import VMIMS, KubeVirtApi, register
 
 from webhook.cluster import client
 from webhook.cluster.shapes import shapes
-from webhook.cluster.kubevirt_api import create_migration, delete_migration
+from webhook.keeper.kubevirt_api import create_migration, delete_migration
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM
 from webhook.rules.keeping.running import read_vmi

@@ -20,10 +20,10 @@ import orjson
 from .. import kinds
 from ..config import Settings
 from ..kinds import VMI, VMIM
-from .client import ApiUnreachable, request
-from .informer import Informer, Informers
-from .shapes import shapes
-from .reflector import Timing
+from ..cluster.client import ApiUnreachable, request
+from ..cluster.informer import Informer, Informers
+from ..cluster.shapes import shapes
+from ..cluster.reflector import Timing
 
 
 class KubeVirtWatch(Informers):
@@ -123,10 +123,15 @@ async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]
     return _failed(status, raw)
 
 
-def _failed(status: int, raw: bytes) -> Created:
+def answered(status: int, raw: bytes) -> str:
+    """A failed answer in words: its status and the API's own message (a Status object's)."""
     try:
         answer = orjson.loads(raw) if raw else None
     except ValueError:
         answer = None
     message = answer.get("message") if isinstance(answer, dict) else None
-    return Created(status, None, f"API answered {status}" + (f": {str(message)[:300]}" if message else ""))
+    return f"API answered {status}" + (f": {str(message)[:300]}" if message else "")
+
+
+def _failed(status: int, raw: bytes) -> Created:
+    return Created(status, None, answered(status, raw))

@@ -1,4 +1,4 @@
-"""The safety net under the pin, inside `serve`: report pods we pinned that stay unschedulable.
+"""The safety net under the pin, in `serve`: report pods we pinned that stay unschedulable.
 
 Every replica looks at its own cache of pods (no API reads) every `interval` seconds. A
 stranded pod is reported once per replica in the log, counted in `colocate_stranded_pods`,
@@ -13,9 +13,9 @@ from typing import Any
 
 from .. import kinds, metrics
 from ..background import Background, Companion
-from .events import NO_EVENTS, Events, vmi_reference
-from .store import WatchedStore
-from ..config import Settings
+from ..cluster.events import NO_EVENTS, Events, vmi_reference
+from ..cluster.store import WatchedStore
+from ..config import AdmissionSettings
 from ..rules.placement.stranded import Stranded, stranded
 
 log = logging.getLogger("webhook.stranded")
@@ -36,7 +36,7 @@ class StrandedReporter(Companion):
     """A companion of `serve` (start, stop, degraded): every `interval` seconds, once the caches
     have synced, a look for stranded pods."""
 
-    def __init__(self, store: WatchedStore, settings: Settings, events: Events = NO_EVENTS, *,
+    def __init__(self, store: WatchedStore, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  interval: float = 30.0):
         self.store, self.settings, self.events = store, settings, events
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it

@@ -17,13 +17,13 @@ from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_vmi, vm_pods
 from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
-from .shapes import pod_to_place
-from .store import Store, StoreError
+from ..cluster.shapes import pod_to_place
+from ..cluster.store import Store, StoreError
 
 
 # Objects one admission has read from the API, by (kind, namespace, name): the scheduler checks see
 # the claims and volumes the facts just read, even those the caches have not caught up with.
-Seen = dict[tuple[str, str | None, str], Any]
+JustRead = dict[tuple[str, str | None, str], Any]
 
 
 def unresolved(claim: str, why: str) -> Fact:
@@ -32,7 +32,7 @@ def unresolved(claim: str, why: str) -> Fact:
 
 
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
-                     seen: Seen | None = None) -> Fact:
+                     seen: JustRead | None = None) -> Fact:
     """The disk's fact, reading what memory cannot tell through the store, each read within what
     is left of the deadline. Each object is read once: the steps run again with what was read
     so far until none is missing (at most once per look-up)."""
@@ -67,7 +67,7 @@ FALLBACK_CLAIMS = 4
 
 async def resolve_disks(
     store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline,
-    seen: Seen | None = None,
+    seen: JustRead | None = None,
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O: `disk_fact` asks the store's
     `peek`); the others concurrently through the API. Whatever is unfinished at the deadline is
@@ -191,7 +191,7 @@ def _pod_name(pod: dict[str, Any]) -> str:
 
 
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,
-                        needs_kubevirt: bool, seen: Seen | None = None) -> str | None:
+                        needs_kubevirt: bool, seen: JustRead | None = None) -> str | None:
     """Why `pod` cannot run on node `name` now (the never-strand checks), or None when it can.
 
     The node itself (ready, not cordoned, KubeVirt's label, taints, the pod's own node
@@ -214,7 +214,7 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     view = await fit_view(store, namespace, name, deadline)
     if isinstance(view, str):
         return f"cannot tell whether node {name} fits {subject}: {view}"
-    return fit.why_not_fit(pod, namespace, node, SeenFirst(view, seen) if seen else view, subject)
+    return fit.why_not_fit(pod, namespace, node, JustReadFirst(view, seen) if seen else view, subject)
 
 
 async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) -> fit.View | str:
@@ -226,10 +226,10 @@ async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) 
     return "the pods of the cluster are not loaded yet" if view is None else view
 
 
-class SeenFirst:
+class JustReadFirst:
     """A checks' view that answers claims and volumes from what this admission just read."""
 
-    def __init__(self, view: fit.View, seen: Seen):
+    def __init__(self, view: fit.View, seen: JustRead):
         self._view, self._seen = view, seen
         self.memo = view.memo
 

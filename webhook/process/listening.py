@@ -1,6 +1,7 @@
-"""The admission port's connections, bounded in how long a client may take, never in number.
+"""A port of either process (the admission port, an operations port): its connections bounded in
+how long a client may take, never in number.
 
-Any pod in the cluster can reach the port (the NetworkPolicy admits every pod; mutual TLS is
+Any pod in the cluster can reach the admission port (the NetworkPolicy admits every pod; mutual TLS is
 optional), and aiohttp does not bound the time a client takes to send a request's headers: held
 connections used file descriptors and, with unfinished bodies, memory. Here, the port is
 asyncio's own server (`Port`: aiohttp's runner serves, drains and stops the connections), which
@@ -9,8 +10,8 @@ every connection goes through `Guard`: one that has not sent a whole request's h
 HEADER_SECONDS of its handshake is closed. None is closed for being one too many: kube-apiserver
 gives each review in flight a connection of its own and does not retry a call that fails, so a
 closed connection is a pod created without our decision. Memory is bounded by the bodies held
-instead (budget.py: beyond the budget a body waits, unread); a body must arrive within the
-request's deadline (server.py: 408), and an idle keep-alive connection closes after aiohttp's
+instead (admission/budget.py: beyond the budget a body waits, unread); a body must arrive within the
+request's deadline (admission/server.py: 408), and an idle keep-alive connection closes after aiohttp's
 keepalive timeout.
 """
 from __future__ import annotations
@@ -117,3 +118,29 @@ async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLC
         guard or Guard(runner.server), host, port, ssl=context, backlog=backlog, reuse_address=True,
         ssl_handshake_timeout=handshake_seconds if context else None)
     return Port(runner, listening)
+
+
+# How long a connection whose body was answered unread (413, 503) may go on sending it, read and
+# dropped, before it is closed: aiohttp's 10 s would hold the connection for a client that never stops.
+LINGER = 2.0
+
+
+async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
+                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0) -> Port:
+    """Start listening: an Application (an operations port), or a low-level handler on aiohttp's
+    `web.Server` (the admission port); returns the port (cleanup() stops it). Port 0 picks a free port."""
+    options = {"access_log": None, "lingering_time": LINGER}
+    runner: web.BaseRunner
+    if isinstance(handler, web.Application):
+        runner = web.AppRunner(handler, shutdown_timeout=shutdown_timeout, **options)
+    else:
+        runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    return await listen(runner, host, port, context)  # bounded connections (Guard)
+
+
+def bound_port(listening: Port) -> int:
+    for address in listening.addresses:
+        if isinstance(address, tuple):
+            return int(address[1])
+    raise RuntimeError("the server is not listening")

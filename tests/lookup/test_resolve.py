@@ -6,7 +6,7 @@ import copy
 from tests.support.kube import load, node
 
 from webhook.cluster.shapes import shapes
-from webhook.cluster.resolve import migration_source, migration_target_pod
+from webhook.lookup.resolve import migration_source, migration_target_pod
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import TargetPod

@@ -1,4 +1,4 @@
-"""The admission port's transport, bounded (guard.py, budget.py): slow headers are closed, slow
+"""The admission port's transport, bounded (listening.py, budget.py): slow headers are closed, slow
 bodies answered 408; no connection is closed for being one too many, and bodies beyond the
 budget wait unread; `serve`'s memory and /healthz while clients hold connections with unfinished
 bodies."""
@@ -16,21 +16,22 @@ import aiohttp
 import pytest
 from tests.support.kube import Serving, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
 
-from webhook.admission import guard, server, tls
+from webhook.admission import server, tls
+from webhook.process import listening
 from webhook.cluster.snapshot import SnapshotStore
 from webhook.config import Settings
 
 
 @contextlib.asynccontextmanager
 async def port_of(tls_files, options):
-    """The webhook's admission port listening (guard.listen) with `options(runner)`, on a free port."""
+    """The webhook's admission port listening (listening.listen) with `options(runner)`, on a free port."""
     webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
     runner = aiohttp.web.ServerRunner(aiohttp.web.Server(webhook, access_log=None))
     await runner.setup()
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]))
-    port = await guard.listen(runner, "127.0.0.1", 0, context, **options(runner))
+    port = await listening.listen(runner, "127.0.0.1", 0, context, **options(runner))
     try:
-        yield server.bound_port(port), port, ssl.create_default_context(cafile=str(tls_files["ca"]))
+        yield listening.bound_port(port), port, ssl.create_default_context(cafile=str(tls_files["ca"]))
     finally:
         await port.cleanup()
 
@@ -38,7 +39,7 @@ async def port_of(tls_files, options):
 @pytest.fixture
 async def guarded(tls_files):
     """The webhook's admission port behind a guard of 0.5 s for the headers."""
-    async with port_of(tls_files, lambda runner: {"guard": guard.Guard(runner.server, header_seconds=0.5)}) as (port, _, context):
+    async with port_of(tls_files, lambda runner: {"guard": listening.Guard(runner.server, header_seconds=0.5)}) as (port, _, context):
         yield port, context
 
 
@@ -104,7 +105,7 @@ async def test_300_connections_at_once_are_each_answered_with_a_decision_and_non
     each sends one valid review; all 300 answered 200 with the decision (a pin), none closed."""
     from tests.support.kube import FIXTURES
 
-    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off",
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"),
                                   "--events", "off")
     port = int(serving.base.rsplit(":", 1)[1])
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
@@ -134,7 +135,7 @@ async def test_a_body_beyond_the_budget_waits_unread_and_is_answered_once_room_f
     answered as soon as the first body is done and answered."""
     from tests.support.kube import FIXTURES, scrape
 
-    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off",
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"),
                                   "--events", "off", "--body-budget", "4")
     port = int(serving.base.rsplit(":", 1)[1])
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
@@ -176,7 +177,7 @@ async def test_a_body_that_finds_no_room_before_its_deadline_is_answered_503_unr
     503 (failurePolicy Ignore lets the pod in), counted, and its connection closed."""
     from tests.support.kube import FIXTURES, scrape
 
-    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off",
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"),
                                   "--events", "off", "--body-budget", "4")
     port = int(serving.base.rsplit(":", 1)[1])
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
@@ -216,7 +217,7 @@ async def test_serve_keeps_within_its_memory_limit_and_answers_healthz_while_cli
 
     from tests.support.kube import FIXTURES
 
-    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"), "--keep", "off")
+    serving = await Serving.start(tls_files, "--state", str(FIXTURES / "longhorn-rwx.yaml"))
     port = int(serving.base.rsplit(":", 1)[1])
     context = ssl.create_default_context(cafile=str(tls_files["ca"]))
     chunk = b"x" * (1024 * 1024)

@@ -11,7 +11,7 @@ from webhook import metrics
 from webhook.cluster import client
 from webhook.cluster.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
-from webhook.cluster.reporter import StrandedReporter
+from webhook.admission.stranded import StrandedReporter
 from webhook.config import Settings
 from webhook.rules.placement.patch import affinity_ops
 

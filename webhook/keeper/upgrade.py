@@ -1,0 +1,87 @@
+"""The keeper's settings an older install left on the webhook's Deployment, and the mode they hold
+the keeper to.
+
+Before the keeper had a Deployment of its own, `serve` ran it, and an admin chose its mode on
+the webhook's Deployment: a flag (`--keep=report`, the README's kustomize patch) or a variable
+(`COLOCATE_KEEP=report`). An upgrade carries such a choice over to the webhook's Deployment,
+where `serve` refuses it, while the keeper's own Deployment runs the install's `--keep=migrate`.
+So, before it acts and every minute after, the keeper reads the webhook's Deployment: while it
+sets any of the keeper's settings to a value other than the keeper's own, the keeper only reports
+(or stays off, when it says off), and says why, until the admin moves them (docs/operations.md,
+"Upgrading"). A Deployment it cannot read holds it to report as well: when in doubt, it does nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..cluster.deployments import Container, container
+from ..cluster.store import Store, StoreError
+from ..config import KEEPER_SETTINGS, KeeperSettings, KeepMode, Setting, flags_as_env
+
+WEBHOOK = "kubevirt-colocate", "webhook"  # the webhook's Deployment and its container, as installed
+RECHECK = 60.0  # seconds between two reads of the webhook's Deployment
+LEAST = (KeepMode.OFF, KeepMode.REPORT, KeepMode.MIGRATE)  # from the mode that does least
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """The mode the keeper acts in, and why it is not its own (None: it is)."""
+
+    mode: KeepMode
+    why: str | None = None
+
+
+def least(*modes: KeepMode) -> KeepMode:
+    return min(modes, key=LEAST.index)
+
+
+def on_the_webhook(webhook: Container) -> dict[Setting, tuple[str, str | None]]:
+    """The keeper's settings the webhook's container sets: each as it is written there (`--keep`,
+    `COLOCATE_KEEP`) and its value (None: from elsewhere, `valueFrom`); a flag over its variable,
+    as `serve` once read them."""
+    flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
+    given: dict[Setting, tuple[str, str | None]] = {}
+    for row in KEEPER_SETTINGS:
+        if row.env in flags:
+            given[row] = row.option, flags[row.env]
+        elif row.env in webhook.env:
+            given[row] = row.env, webhook.env[row.env]
+    return given
+
+
+def differs(own: KeeperSettings, row: Setting, raw: str | None) -> bool:
+    """Whether `raw` is not what the keeper runs with (unknown or unreadable: it is not)."""
+    if raw is None:
+        return True
+    try:
+        value = row.member(raw) if row.kind is KeepMode else row.parse(raw)
+    except ValueError:
+        return True
+    return value != getattr(own, row.name)
+
+
+def hold(own: KeeperSettings, webhook: Container | str, where: str) -> Hold:
+    """What the keeper acts in, given the webhook's container (`where`: its Deployment in words;
+    a str: there is none, and nothing holds the keeper)."""
+    if isinstance(webhook, str):
+        return Hold(own.keep)
+    given = {row: written for row, written in on_the_webhook(webhook).items() if differs(own, row, written[1])}
+    if not given:
+        return Hold(own.keep)
+    said_off = any(row.name == "keep" and raw == KeepMode.OFF for row, (_, raw) in given.items())
+    mode = least(own.keep, KeepMode.OFF if said_off else KeepMode.REPORT)
+    shown = ", ".join(f"{name}={'(valueFrom)' if raw is None else raw}" for name, raw in given.values())
+    return Hold(mode, f"{where} sets the keeper's {shown}, unlike the keeper's own Deployment: the keeper "
+                      f"runs {mode} until they are moved there (docs/operations.md, Upgrading)")
+
+
+async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
+    """`hold`, from the webhook's Deployment in `namespace` as the cluster has it now."""
+    where = f"Deployment {namespace}/{WEBHOOK[0]}"
+    try:
+        webhook = await container(store, namespace, *WEBHOOK, timeout=timeout)
+    except StoreError as exc:
+        mode = least(own.keep, KeepMode.REPORT)
+        return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is (docs/operations.md, "
+                          f"Upgrading)")
+    return hold(own, webhook, where)
