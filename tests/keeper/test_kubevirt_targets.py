@@ -237,8 +237,8 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
     assert report.created == ()
     assert len(cluster.migrations()) == 1 and record(report).hold == Alone.MIGRATING
     if answer == 403:
-        hold = keeper.state.hold("default", "vm1", Action.CANCEL)
-        assert hold is not None and "403" in hold.words and "cannot delete migrations" in hold.words
+        refused = keeper.state.refusal("default", "vm1", Action.CANCEL)
+        assert refused is not None and "403" in refused.words and "cannot delete migrations" in refused.words
         assert not keeper.degraded()  # one object refused: the keeper itself is fine
         assert (await keeper.run_pass()).created == () and len(cluster.migrations()) == 1  # waits its backoff
         clock.advance(31)
@@ -250,7 +250,7 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
     await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
     report = await keeper.run_pass()
     assert record(report).hold == Alone.BACKING_OFF
-    assert keeper.state.hold("default", "vm1", Action.CANCEL) is None
+    assert keeper.state.refusal("default", "vm1", Action.CANCEL) is None
 
 
 async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper):

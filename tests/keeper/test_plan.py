@@ -47,7 +47,7 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
     keeper = await make_keeper(SETTINGS)
     first = await keeper.run_pass()
     assert [name.split("/")[1].split("-colocate-")[0] for name in first.created] == ["vm5"]
-    assert keeper.state.hold("default", "vm4", Action.MIGRATE) is not None
+    assert keeper.state.refusal("default", "vm4", Action.MIGRATE) is not None
     # Then: vm1's NFS server restarted 6 minutes ago (its pod, older, keeps the stale mount); vm2 was carried
     # paused onto its node (its pause older than its pod); vm3's storage moved to node-c.
     await restart_storage(kmock, cluster, "vm1", "node-b", datetime.timedelta(minutes=6))

@@ -119,8 +119,8 @@ class Observer:
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
                         descheduled=moved if moved is not None and moved.descheduled else None,
                         settling=tuple(f.reason for f in disks if f.volume and f.node is None),
-                        refused=state.hold(vmi.namespace, vmi.name, Action.MIGRATE),
-                        unpause_hold=state.hold(vmi.namespace, vmi.name, Action.UNPAUSE),
+                        refused=state.refusal(vmi.namespace, vmi.name, Action.MIGRATE),
+                        unpause_refused=state.refusal(vmi.namespace, vmi.name, Action.UNPAUSE),
                         unpaused=vmi.uid in unpaused, moved_in=moved.name if moved is not None else "")
         read: set[str] = set()
         span: ApartSpan | None = None
@@ -263,7 +263,7 @@ def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launch
           state: KeeperState) -> list[Stuck]:
     """Our unfinished migrations whose target pod the scheduler has not placed (condition
     PodScheduled False, reason Unschedulable), read from the cached launcher pods: since when and
-    the scheduler's words, with the hold of an earlier refused cancel."""
+    the scheduler's words, with the refusal of an earlier cancel."""
     found = []
     for migration in history:
         if not migration.ours or migration.final or not migration.uid:
@@ -275,5 +275,5 @@ def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launch
         if target is None or unplaced is None:
             continue
         found.append(Stuck(migration=migration, vmi_uid=vmi_uid or "", pod=kinds.pod_name(target), since=unplaced[0],
-                           message=unplaced[1], hold=state.hold(migration.namespace, migration.vmi, Action.CANCEL)))
+                           message=unplaced[1], refused=state.refusal(migration.namespace, migration.vmi, Action.CANCEL)))
     return found

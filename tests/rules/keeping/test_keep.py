@@ -8,7 +8,7 @@ from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succee
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
-from webhook.rules.keeping.state import Action, Hold
+from webhook.rules.keeping.state import Action, Refusal
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
 from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep,
                                         next_read, next_step)
@@ -29,7 +29,7 @@ READY = dict(
 )
 
 
-REFUSED = Hold(namespace="default", name="vm1", action=Action.MIGRATE, count=2, retry=NOW + timedelta(minutes=5),
+REFUSED = Refusal(namespace="default", name="vm1", action=Action.MIGRATE, count=2, retry=NOW + timedelta(minutes=5),
                words="creating a migration failed: API answered 403: virtualmachineinstancemigrations.kubevirt.io "
                      "\"vm1-colocate-x\" is forbidden: ValidatingAdmissionPolicy 'tenant-no-migrations' denied request",
                status=403)

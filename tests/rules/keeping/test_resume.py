@@ -14,7 +14,7 @@ from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_fresh, stale_since
 from webhook.rules.keeping.resume import decide_resume, paused_note
-from webhook.rules.keeping.state import Action, Hold
+from webhook.rules.keeping.state import Action, Refusal
 from webhook.rules.shared.alone import Alone
 
 PAUSED_AT = ago(minutes=30)
@@ -78,7 +78,7 @@ FRESH = Mount(pod_started=ago(minutes=6), remounts=(("pvc-d", REMOUNT),))
 
 
 def resume(vmi=None, mount=FRESH, **changes):
-    vm = {k: changes.pop(k) for k in ("migrating", "unpause_hold", "unpaused") if k in changes}
+    vm = {k: changes.pop(k) for k in ("migrating", "unpause_refused", "unpaused") if k in changes}
     facts = VmFacts(vmi=vmi or paused(), where=WHERE, mount=mount, **vm)
     return decide_resume(facts, PassFacts(**{"now": NOW, "limits": Limits(), "mode": KeepMode.MIGRATE,
                                              "targeted": True, **changes}))
@@ -90,7 +90,7 @@ def test_a_vm_carried_paused_onto_a_fresh_mount_is_unpaused():
                                                 "NFS mount, where KubeVirt keeps it paused")
 
 
-HELD = Hold(namespace="default", name="vm1", action=Action.UNPAUSE, count=1, retry=NOW + timedelta(seconds=10),
+HELD = Refusal(namespace="default", name="vm1", action=Action.UNPAUSE, count=1, retry=NOW + timedelta(seconds=10),
             words="unpausing failed: API answered 503", status=503)
 
 
@@ -99,7 +99,7 @@ HELD = Hold(namespace="default", name="vm1", action=Action.UNPAUSE, count=1, ret
     (dataclasses.replace(paused(), may_move=False), {}, Alone.OPTED_OUT,
      "keep disabled on this VM: the keeper never unpauses it"),
     (None, {"migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
-    (None, {"unpause_hold": HELD}, Alone.REFUSED, "its unpause was refused once (unpausing failed: API answered 503); "
+    (None, {"unpause_refused": HELD}, Alone.REFUSED, "its unpause was refused once (unpausing failed: API answered 503); "
                                                   "retrying after 2026-11-20T12:00:10Z"),
     (None, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE, "not acting on an incomplete view: pods: not synced"),
     (None, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY, "report only: would unpause it (paused on a disk I/O error "
@@ -112,7 +112,7 @@ def test_what_holds_an_unpause(vmi, changes, hold, reason):
 
 
 def test_a_hold_whose_retry_has_come_holds_no_more():
-    assert resume(unpause_hold=dataclasses.replace(HELD, retry=NOW)).act
+    assert resume(unpause_refused=dataclasses.replace(HELD, retry=NOW)).act
 
 
 @pytest.mark.parametrize("vmi, mount, changes", [

@@ -25,7 +25,7 @@ def test_the_state_reads_back_as_it_was_written():
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"version": 2}', '{"version": 1, "migrations": {}}',
-                                  '{"version": 1, "holds": [{"action": "reboot", "count": 1}]}',
+                                  '{"version": 1, "refusals": [{"action": "reboot", "count": 1}]}',
                                   '{"version": 1, "migrations": [{"name": "x"}]}'])
 def test_what_is_not_the_keepers_state_is_refused(text):
     with pytest.raises(Unreadable):
@@ -36,19 +36,19 @@ def test_a_refusals_hold_grows_with_each_in_a_row_and_ends_when_it_goes_through(
     state = KeeperState()
     for count, wait in ((1, timedelta(minutes=1)), (2, timedelta(minutes=2)), (3, timedelta(minutes=4))):
         state = state.refused("default", "vm1", Action.MIGRATE, 403, "no", NOW)
-        hold = state.hold("default", "vm1", Action.MIGRATE)
-        assert (hold.count, hold.retry) == (count, NOW + wait)
+        refused = state.refusal("default", "vm1", Action.MIGRATE)
+        assert (refused.count, refused.retry) == (count, NOW + wait)
     assert retry_delay(Action.MIGRATE, 30) == timedelta(hours=1)
     assert [retry_delay(Action.UNPAUSE, n) for n in (1, 2, 6, 9)] == [timedelta(seconds=s) for s in (10, 20, 300, 300)]
-    assert state.cleared("default", "vm1", Action.MIGRATE).hold("default", "vm1", Action.MIGRATE) is None
-    assert state.only([("default", "vm2")]).holds == ()
+    assert state.cleared("default", "vm1", Action.MIGRATE).refusal("default", "vm1", Action.MIGRATE) is None
+    assert state.only([("default", "vm2")]).refusals == ()
 
 
 def test_the_state_forgets_what_no_bound_needs_any_more():
     old, recent, unfinished = ours("a", ago(hours=49)), ours("b", ago(hours=47)), ours("c", ago(hours=60), "Running")
     state = KeeperState().refused("default", "vm1", Action.MIGRATE, 403, "no", ago(days=2))
     pruned = state.with_migrations([old, recent, unfinished], NOW)
-    assert [m.name for m in pruned.migrations] == ["c", "b"] and pruned.holds == ()
+    assert [m.name for m in pruned.migrations] == ["c", "b"] and pruned.refusals == ()
     many = [ours(f"m{i}", NOW - timedelta(seconds=i)) for i in range(MOST_MIGRATIONS + 10)]
     assert len(KeeperState().with_migrations(many, NOW).migrations) == MOST_MIGRATIONS
 

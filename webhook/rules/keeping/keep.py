@@ -25,7 +25,7 @@ from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .recovery import cost, Mount, needs_restart, RETRY_WAIT, retry_words
-from .state import Hold
+from .state import Refusal
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -75,7 +75,7 @@ class VmFacts:
     # eviction (`rules.keeping.migrations.last_move`): moved off a loaded node on purpose.
     descheduled: Migration | None = None
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
-    refused: Hold | None = None  # the API refused its last migration: its words, and when to retry (`state`)
+    refused: Refusal | None = None  # the API refused its last migration: its words, and when to retry (`state`)
     # Why its NFS mount is stale (`recovery.stale_since`: its pod older than a remount request of Longhorn's),
     # None when nothing says so: one migration recovers it, two beside its NFS server (`rules.keeping.recovery`).
     stale: str | None = None
@@ -83,7 +83,7 @@ class VmFacts:
     # Its pod's start and its volumes' remount requests, read of a VM whose storage restarted since its pod
     # started or that is paused on an I/O error: what recovering and unpausing it go by (`resume`).
     mount: Mount | None = None
-    unpause_hold: Hold | None = None  # the API refused or failed its last unpause (`state`)
+    unpause_refused: Refusal | None = None  # the API refused or failed its last unpause (`state`)
     unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
     moved_in: str = ""  # the name of the migration that brought it where it runs, when known
     # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.

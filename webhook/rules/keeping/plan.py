@@ -16,7 +16,7 @@ from ..shared.times import whole_seconds
 from .keep import decide_keep, KeepDecision, pass_order, PassFacts, VmFacts
 from .migrations import Migration, UNPLACEABLE_SECONDS
 from .resume import decide_resume, Resume
-from .state import Hold
+from .state import Refusal
 
 UNPLACEABLE = timedelta(seconds=UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
 
@@ -24,14 +24,14 @@ UNPLACEABLE = timedelta(seconds=UNPLACEABLE_SECONDS)  # a target pod of ours uns
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stuck:
     """A migration of ours whose target pod the scheduler has not placed: since when, its words,
-    and the hold of an earlier refused cancel of it (`state`)."""
+    and the refusal of an earlier cancel of it (`state`)."""
 
     migration: Migration
     vmi_uid: str
     pod: str
     since: datetime
     message: str
-    hold: Hold | None = None
+    refused: Refusal | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLA
     return tuple(Cancel(migration=s.migration, vmi_uid=s.vmi_uid,
                         why=f"its target pod {s.pod} could not be scheduled for {whole_seconds(p.now - s.since)}s: "
                             f"{s.message}")
-                 for s in stuck if p.now - s.since >= unplaceable and (s.hold is None or p.now >= s.hold.retry))
+                 for s in stuck if p.now - s.since >= unplaceable and (s.refused is None or p.now >= s.refused.retry))
 
 
 def one_vm(vm: VmFacts, p: PassFacts) -> VmPlan:

@@ -6,7 +6,7 @@ Two things live here and nowhere else:
 - our migrations, as last seen: virt-controller keeps only the 5 newest finished migrations of a
   VMI (`garbageCollectFinalizedMigrations` in `pkg/virt-controller/watch/migration/migration.go`),
   and the per-day limit and the backoff after failures count ours over a day and more;
-- the holds of one VM's own refused actions (a create, a cancel or an unpause the API refused for
+- the refusals of one VM's own actions (a create, a cancel or an unpause the API refused for
   that object): the API's words, how many in a row, and when to try again, so that a new leader
   neither hammers a policy that refuses a VM nor forgets to retry an unpause soon.
 """
@@ -26,7 +26,7 @@ KEY = "state.json"  # the ConfigMap's data key
 VERSION = 1
 REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
 MOST_MIGRATIONS = 4000  # the newest kept: the ConfigMap stays far below the API's 1 MiB
-FORGET_HOLD = timedelta(days=1)  # a hold whose retry is this far past is forgotten (no longer "in a row")
+FORGET_REFUSAL = timedelta(days=1)  # a refusal whose retry is this far past is forgotten (no longer "in a row")
 VmKey = tuple[str, str]
 
 
@@ -52,7 +52,7 @@ def retry_delay(action: Action, count: int) -> timedelta:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Hold:
+class Refusal:
     """The API refused `action` for one VM `count` times in a row, the last with `words`; the
     keeper tries again from `retry`."""
 
@@ -77,41 +77,41 @@ class Hold:
 
 @dataclasses.dataclass(frozen=True)
 class KeeperState:
-    """Our migrations as last seen (oldest first) and the holds of refused actions."""
+    """Our migrations as last seen (oldest first) and the refusals of actions."""
 
     migrations: tuple[Migration, ...] = ()
-    holds: tuple[Hold, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
 
-    def hold(self, namespace: str, name: str, action: Action) -> Hold | None:
-        return next((h for h in self.holds if h.key == (namespace, name, action)), None)
+    def refusal(self, namespace: str, name: str, action: Action) -> Refusal | None:
+        return next((h for h in self.refusals if h.key == (namespace, name, action)), None)
 
     def refused(self, namespace: str, name: str, action: Action, status: int, words: str,
                 now: datetime) -> KeeperState:
-        """One more refusal of `action` for the VM: its hold grows."""
-        old = self.hold(namespace, name, action)
+        """One more refusal of `action` for the VM: its refusal counts one more."""
+        old = self.refusal(namespace, name, action)
         count = (old.count if old is not None else 0) + 1
-        new = Hold(namespace=namespace, name=name, action=action, count=count,
+        new = Refusal(namespace=namespace, name=name, action=action, count=count,
                    retry=now + retry_delay(action, count), words=words, status=status)
-        return dataclasses.replace(self, holds=(*(h for h in self.holds if h.key != new.key), new))
+        return dataclasses.replace(self, refusals=(*(h for h in self.refusals if h.key != new.key), new))
 
     def cleared(self, namespace: str, name: str, action: Action) -> KeeperState:
-        """The VM's `action` went through: its hold ends."""
-        if self.hold(namespace, name, action) is None:
+        """The VM's `action` went through: its refusal is forgotten."""
+        if self.refusal(namespace, name, action) is None:
             return self
-        return dataclasses.replace(self, holds=tuple(h for h in self.holds if h.key != (namespace, name, action)))
+        return dataclasses.replace(self, refusals=tuple(h for h in self.refusals if h.key != (namespace, name, action)))
 
     def with_migrations(self, ours: Iterable[Migration], now: datetime) -> KeeperState:
-        """Our migrations as now known, the old and many pruned; the holds whose retry is long past
+        """Our migrations as now known, the old and many pruned; the refusals whose retry is long past
         forgotten."""
         kept = sorted((m for m in ours if m.ours and (not m.final or now - m.created <= REMEMBER)),
                       key=lambda m: (m.created, m.namespace, m.name))[-MOST_MIGRATIONS:]
-        holds = tuple(h for h in self.holds if now - h.retry <= FORGET_HOLD)
-        return KeeperState(migrations=tuple(kept), holds=holds)
+        refusals = tuple(h for h in self.refusals if now - h.retry <= FORGET_REFUSAL)
+        return KeeperState(migrations=tuple(kept), refusals=refusals)
 
     def only(self, running: Iterable[VmKey]) -> KeeperState:
-        """The holds of the VMs still running opted in; the others are forgotten."""
+        """The refusals of the VMs still running opted in; the others are forgotten."""
         keys = set(running)
-        return dataclasses.replace(self, holds=tuple(h for h in self.holds if (h.namespace, h.name) in keys))
+        return dataclasses.replace(self, refusals=tuple(h for h in self.refusals if (h.namespace, h.name) in keys))
 
 
 def _migration_json(m: Migration) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def _migration_json(m: Migration) -> dict[str, Any]:
             "target": m.target, "recovers": m.recovers or None}
 
 
-def _hold_json(h: Hold) -> dict[str, Any]:
+def _refusal_json(h: Refusal) -> dict[str, Any]:
     return {"namespace": h.namespace, "name": h.name, "action": str(h.action), "count": h.count,
             "retry": rfc3339(h.retry), "words": h.words, "status": h.status}
 
@@ -128,7 +128,7 @@ def _hold_json(h: Hold) -> dict[str, Any]:
 def dump(state: KeeperState) -> str:
     """The state as the ConfigMap keeps it: compact JSON, in a stable order."""
     return json.dumps({"version": VERSION, "migrations": [_migration_json(m) for m in state.migrations],
-                       "holds": [_hold_json(h) for h in sorted(state.holds, key=lambda h: h.key)]},
+                       "refusals": [_refusal_json(h) for h in sorted(state.refusals, key=lambda h: h.key)]},
                       separators=(",", ":"), sort_keys=True)
 
 
@@ -161,19 +161,19 @@ def _migration(entry: Any) -> Migration:
                      uid=_text(entry, "uid"), recovers=_text(entry, "recovers"))
 
 
-def _hold(entry: Any) -> Hold:
+def _refusal(entry: Any) -> Refusal:
     if not isinstance(entry, dict):
-        raise Unreadable("a hold is not an object")
+        raise Unreadable("a refusal is not an object")
     count, status = entry.get("count"), entry.get("status", 0)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1 or not isinstance(status, int):
-        raise Unreadable("a hold's count or status is not a number")
+        raise Unreadable("a refusal's count or status is not a number")
     try:
         action = Action(_text(entry, "action"))
     except ValueError:
         raise Unreadable(f"unknown action {entry.get('action')!r}") from None
     retry = _time(entry, "retry")
     assert retry is not None
-    return Hold(namespace=_text(entry, "namespace"), name=_text(entry, "name"), action=action, count=count,
+    return Refusal(namespace=_text(entry, "namespace"), name=_text(entry, "name"), action=action, count=count,
                 retry=retry, words=_text(entry, "words"), status=status)
 
 
@@ -187,10 +187,10 @@ def load(text: str | None) -> KeeperState:
         raise Unreadable(f"not JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise Unreadable(f"not version {VERSION} of the keeper's state")
-    migrations, holds = data.get("migrations", []), data.get("holds", [])
-    if not isinstance(migrations, list) or not isinstance(holds, list):
-        raise Unreadable("migrations or holds is not a list")
-    return KeeperState(migrations=tuple(_migration(m) for m in migrations), holds=tuple(_hold(h) for h in holds))
+    migrations, refusals = data.get("migrations", []), data.get("refusals", [])
+    if not isinstance(migrations, list) or not isinstance(refusals, list):
+        raise Unreadable("migrations or refusals is not a list")
+    return KeeperState(migrations=tuple(_migration(m) for m in migrations), refusals=tuple(_refusal(h) for h in refusals))
 
 
 def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
