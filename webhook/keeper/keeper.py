@@ -282,7 +282,7 @@ class Keeper:
         return self.state, ""
 
     async def _keep_state(self, now: datetime, errors: list[str]) -> None:
-        """Our migrations and the holds into the keeper's state; written to the cluster when it changed."""
+        """Our migrations and the refusals into the keeper's state; written to the cluster when it changed."""
         if self.state is None:
             return
         self.state = self.state.with_migrations(self.follower.ours(), now).only(self.memory.records)
@@ -295,8 +295,8 @@ class Keeper:
             log.warning("keeper state not written", extra={"fields": {"error": str(exc)}})
 
     def _remember(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's record, and in the keeper's state: a hold that grows with
-        each refusal in a row, or ends when the action went through."""
+        """An action's result in the VM's record, and in the keeper's state: one more refusal in a row
+        (the VM is held a while longer), or none once the action went through."""
         if result.words:
             self.memory.acted(result.key, result.words, now)
         if self.state is None:
