@@ -1,6 +1,6 @@
 """What a pass (or `status`) observes of the cluster: reads only, nothing written. Each running
 opted-in VM as its decision needs it (`VmFacts`: where it runs against where its disks are served,
-its migrations, whether its NFS mount is stale, the holds of its refused actions from the keeper's
+its migrations, whether its NFS mount is stale, the refusals of its actions from the keeper's
 state), the migrations of ours whose target pod cannot be placed (`Stuck`), and what the whole pass
 goes by (`PassFacts`). The keeper and `status` observe here and both hand the result to the one
 plan (`rules.keeping.plan`), so an admin sees the very answer the keeper acts on.
@@ -105,7 +105,7 @@ class Observer:
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
-        """What the VM's decision needs; `history` holds its own migrations only, `state` the holds
+        """What the VM's decision needs; `history` holds its own migrations only, `state` the refusals
         of its refused actions, `unpaused` the uids of VMIs this reader unpaused a moment ago. What
         the checks need of it beyond what comes with it (`keep.ON_DEMAND`: its mount, its span
         apart, its storage node's answer) is read as the hold table reaches it (`keep.next_read`): a

@@ -320,7 +320,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
 
 async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperState, str]:
     """The keeper's state as its leader keeps it in the cluster, and where it was read from in words
-    (or why it could not be: then none, and the holds only the keeper knows are not shown)."""
+    (or why it could not be: then none, and the refusals only the keeper knows are not shown)."""
     namespace, name = settings.lease_namespace or KEEPER_NAMESPACE, state_name(settings)
     try:
         return await read_state(api, namespace, name, timeout=timeout), f"ConfigMap {namespace}/{name}"
