@@ -106,7 +106,7 @@ class Observer:
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
         """What the VM's decision needs; `history` holds its own migrations only, `state` the refusals
-        of its refused actions, `unpaused` the uids of VMIs this reader unpaused a moment ago. What
+        of its actions, `unpaused` the uids of VMIs this reader unpaused a moment ago. What
         the checks need of it beyond what comes with it (`keep.ON_DEMAND`: its mount, its span
         apart, its storage node's answer) is read as the hold table reaches it (`keep.next_read`): a
         VM an earlier check holds is read no further, but for the mount of a VM paused on an I/O
