@@ -47,6 +47,15 @@ async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[Kee
         raise StateUnavailable(f"ConfigMap {namespace}/{name} does not hold the keeper's state: {exc}") from None
 
 
+def _version_of(raw: bytes) -> str | None:
+    """The resourceVersion of a ConfigMap as the API answered it (None: not said, the next write reads it)."""
+    try:
+        version = orjson.loads(raw)["metadata"]["resourceVersion"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return version if isinstance(version, str) else None
+
+
 async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> KeeperState:
     """The keeper's state as the cluster holds it (none yet: empty); raises StateUnavailable."""
     return (await _get(api, namespace, name, timeout))[0]
@@ -76,7 +85,7 @@ class StateStore:
         for attempt in range(2):
             status, raw = await self._send(text)
             if status in (200, 201):
-                self.written, self._version = text, orjson.loads(raw)["metadata"]["resourceVersion"]
+                self.written, self._version = text, _version_of(raw)
                 return True
             if status not in (404, 409) or attempt:
                 raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: {answered(status, raw)}")

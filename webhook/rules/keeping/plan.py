@@ -73,15 +73,6 @@ class Plan:
 
     vms: tuple[VmPlan, ...]
     cancels: tuple[Cancel, ...] = ()
-    facts: PassFacts | None = None  # what it was made from
-
-    @property
-    def moves(self) -> list[VmPlan]:
-        return [vm for vm in self.vms if vm.move]
-
-    @property
-    def unpauses(self) -> list[VmPlan]:
-        return [vm for vm in self.vms if vm.unpause]
 
 
 def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLACEABLE) -> tuple[Cancel, ...]:
@@ -122,4 +113,4 @@ def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
         elif (key := (vm.vmi.namespace, vm.vmi.name)) in why:  # it backs off from the next pass on
             one = dataclasses.replace(one, decision=dataclasses.replace(one.decision, reason=why[key]))
         planned.append(one)
-    return Plan(vms=tuple(planned), cancels=cancelled, facts=p)
+    return Plan(vms=tuple(planned), cancels=cancelled)
