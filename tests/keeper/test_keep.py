@@ -120,7 +120,11 @@ async def test_losing_the_lease_stops_the_keeper_at_once(cluster, kmock, tmp_pat
         assert text[0]["why"] == "the lease is held by replica-b"
         metrics = await eventually(lambda: keeping.metrics_with("colocate_keeper_leader"), timeout=5)
         assert sample(metrics, "colocate_keeper_leader") == 0
-        assert sample(metrics, "colocate_cache_healthy", cache="pods") is None  # the term's caches are gone
+
+        async def caches_gone():  # they close once the cancelled term has unwound
+            text = await keeping.metrics()
+            return text if sample(text, "colocate_cache_healthy", cache="pods") is None else None
+        await eventually(caches_gone, timeout=5)
         assert cluster.migrations(ours=False) == []
     finally:
         assert await keeping.stop() == 0
