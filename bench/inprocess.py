@@ -29,7 +29,7 @@ from typing import Any
 from webhook import logs
 from webhook.admission import server
 from webhook.process.loop import new_event_loop
-from webhook.cluster.cache import WatchedClusterStore
+from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.kinds import NODE

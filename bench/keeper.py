@@ -107,7 +107,7 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     `--handover`, once half the movable VMs have a migration, the leader changes: a new Keeper,
     remembering nothing, takes over with the same caches (as `serve` does on another replica)."""
     from webhook.cluster import client
-    from webhook.cluster.cache import WatchedClusterStore
+    from webhook.stores.cache import WatchedClusterStore
     from webhook.cluster.events import EventSink
     from webhook.config import Settings
     from webhook.keeper.keeper import Keeper, KeeperTiming

@@ -109,7 +109,8 @@ from webhook.admission.admit import admit
 from webhook.admission.outcome import Outcome
 from webhook.admission.review import AdmissionRequest
 from webhook import kinds
-from webhook.cluster.store import Unwatched, labels_match, volume_handle
+from webhook.kinds import labels_match
+from webhook.stores.store import Unwatched, volume_handle
 from webhook.config import KeepMode, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import CONFIGMAP, EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from tests.support.stores import FrozenDict, api_host, frozen, seed, watched_store
-from webhook.cluster.direct import ClusterStore
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.direct import ClusterStore
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.tools import certs
 

@@ -14,7 +14,7 @@ from tests.support import processes
 
 from bench.load import parse_wrk
 from webhook.admission import server
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -207,7 +207,7 @@ def many_nodes(n):
 
 async def test_the_share_managers_own_terms_times_the_nodes_stay_within_64_terms():
     """A share-manager with eight required terms of its own: among at most 8 nodes (64 terms)."""
-    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.stores.snapshot import SnapshotStore
 
     pod = share_manager_pod(VOLUME)
     pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -223,7 +223,7 @@ async def test_a_requirement_worked_out_past_the_deadline_is_never_sent():
     """The apiserver has stopped waiting: allowed, no pin, saying so."""
     from tests.support.kube import vm_pod
 
-    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.stores.snapshot import SnapshotStore
 
     store = SnapshotStore([*others(), *rwx_disk("vm1-rootdisk", "node-b")])
     outcome = await admit(parse_review(review(vm_pod())), store, Settings(), Deadline.after(0, 0))

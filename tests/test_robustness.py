@@ -18,7 +18,7 @@ from webhook.admission.review import BadReview, build_response, parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.admission.admit import admit
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 
 BASE = json.loads((FIXTURES / "admission-review.json").read_text())
 STORE = SnapshotStore(fixture_cluster())

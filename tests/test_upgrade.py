@@ -22,7 +22,7 @@ from tests.support.helm import merged, objects, render
 from tests.support.kube import kubectl
 
 from webhook.__main__ import build_parser, settings_from
-from webhook.cluster.deployments import Container
+from webhook.lookup.deployments import Container
 from webhook.config import KeeperSettings, KeepMode, Settings
 from webhook.keeper.lease import lease_namespace
 from webhook.keeper.upgrade import WEBHOOK, hold, least
@@ -183,7 +183,7 @@ def plain_env(container: dict) -> dict[str, str]:
 
 
 def as_read(container: dict) -> Container:
-    """A container as the keeper reads the webhook's (cluster/deployments.py)."""
+    """A container as the keeper reads the webhook's (lookup/deployments.py)."""
     return Container(args=container.get("args"), env={e["name"]: e.get("value") for e in container.get("env") or []})
 
 

@@ -3,7 +3,7 @@
 Sources: KubeVirt `pkg/virt-controller/services/template.go` and
 `pkg/virt-controller/watch/migration/migration.go` (launcher and migration target pods),
 longhorn-manager `controller/share_manager_controller.go` and `k8s/crds.yaml` (ShareManager,
-share-manager pods). The caches keep the fields these names point at (`cluster/shapes.py`).
+share-manager pods). The caches keep the fields these names point at (`stores/shapes.py`).
 """
 from __future__ import annotations
 
@@ -176,6 +176,12 @@ def str_map(obj: Any, key: str) -> dict[str, Any]:
 
 def labels(obj: Any) -> dict[str, Any]:
     return str_map(obj, "labels")
+
+
+def labels_match(obj: Any, wanted: dict[str, str] | None) -> bool:
+    """Whether `obj` carries every label of `wanted` (a label selector of exact values)."""
+    have = labels(obj)
+    return all(have.get(k) == v for k, v in (wanted or {}).items())
 
 
 def annotations(obj: Any) -> dict[str, Any]:

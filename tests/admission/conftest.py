@@ -7,7 +7,7 @@ from tests.support.kube import fixture_cluster
 
 from webhook.admission import server, tls
 from webhook.process import listening
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 
 

@@ -341,7 +341,7 @@ async def test_decision_goes_to_the_audit_log(make_store):
 
 
 async def test_a_store_that_ignores_its_timeout_still_cannot_hold_the_answer():
-    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.stores.snapshot import SnapshotStore
     from webhook.kinds import NODE
 
     class SlowNodes(SnapshotStore):

@@ -126,7 +126,7 @@ async def test_a_client_that_goes_on_sending_a_refused_body_is_cut_off(tls_files
     import ssl
 
     from webhook.admission import tls
-    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.stores.snapshot import SnapshotStore
     from webhook.config import Settings
 
     runner = await listening.start(server.make_webhook(SnapshotStore([]), Settings()), "127.0.0.1", 0,

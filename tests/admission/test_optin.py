@@ -15,8 +15,8 @@ from webhook.process import listening
 from webhook.admission.optin import OptInCheck, shut_out
 from webhook.admission.service import Listen, Service
 from webhook.cluster import client
-from webhook.cluster.direct import ClusterStore
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.direct import ClusterStore
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.kinds import MUTATING_WEBHOOK
 

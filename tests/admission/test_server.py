@@ -9,7 +9,7 @@ from tests.support.kube import FIXTURES, client_certificate, annotations, apply_
 from webhook.admission import server, tls
 from webhook.process import listening
 from webhook.config import Settings
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 
 
 async def test_fixture_review_over_https_pins_to_node_b(https):
@@ -94,7 +94,7 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
     import time
 
     from tests.support.stores import seed
-    from webhook.cluster.direct import ClusterStore
+    from webhook.stores.direct import ClusterStore
 
     seed(kmock, fixture_cluster())
     kmock["get /api/v1/namespaces/default/persistentvolumeclaims/vm1-rootdisk"] << (lambda: asyncio.sleep(30))

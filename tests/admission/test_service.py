@@ -15,8 +15,8 @@ from webhook.config import Settings
 from webhook.cluster import client
 from webhook.cluster.events import NO_EVENTS, EventSink
 from webhook.admission.service import Listen, Service
-from webhook.cluster.direct import ClusterStore
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.direct import ClusterStore
+from webhook.stores.snapshot import SnapshotStore
 
 STATE = str(FIXTURES / "longhorn-rwx.yaml")
 

@@ -9,7 +9,7 @@ from tests.support.kube import nodes, vm_pod
 
 from webhook import metrics
 from webhook.cluster import client
-from webhook.cluster.cache import WatchedClusterStore
+from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.admission.stranded import StrandedReporter
 from webhook.config import Settings

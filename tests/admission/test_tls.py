@@ -11,7 +11,7 @@ from webhook.admission import server, tls
 from webhook.process import listening
 from webhook.tools import certs
 from webhook.config import Settings
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 
 NAMES = ["localhost", "127.0.0.1"]
 INTERVAL = 0.05  # poll fast in tests; the server default is tls.DEFAULT_INTERVAL

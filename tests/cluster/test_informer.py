@@ -9,9 +9,9 @@ from webhook import metrics
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.cluster import client
-from webhook.cluster.cache import WatchedClusterStore
+from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster.informer import Informer
-from webhook.cluster.shapes import shapes
+from webhook.stores.shapes import shapes
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -212,7 +212,7 @@ async def test_what_each_node_takes_follows_its_pods(store):
 
 def test_a_pod_resized_in_place_counts_what_the_scheduler_counts():
     """A resize down still pending: the scheduler counts what is allocated, not the new spec."""
-    from webhook.cluster.cache import NodeUsage
+    from webhook.stores.cache import NodeUsage
 
     pod = {"metadata": {"name": "db-0", "namespace": "shop"},
            "spec": {"nodeName": "node-a", "containers": [{"name": "db", "resources": {"requests": {"cpu": "1"}}}]},

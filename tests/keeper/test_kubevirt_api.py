@@ -10,7 +10,7 @@ from tests.support.kube import load
 from tests.support.kubevirt_api import VMIMS, KubeVirtApi, register
 
 from webhook.cluster import client
-from webhook.cluster.shapes import shapes
+from webhook.stores.shapes import shapes
 from webhook.keeper.kubevirt_api import create_migration, delete_migration
 from webhook.config import Settings
 from webhook.kinds import VMI, VMIM

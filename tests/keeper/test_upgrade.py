@@ -9,8 +9,8 @@ from tests.support.kube import kubeconfig_for, scrape
 from tests.support.kubevirt_api import apart_vm, eventually, three_nodes
 from tests.support.stores import api_host
 
-from webhook.cluster.deployments import Container
-from webhook.cluster.store import StoreError
+from webhook.lookup.deployments import Container
+from webhook.stores.store import StoreError
 from webhook.config import KeeperSettings, KeepMode
 from webhook.keeper.service import KeeperService
 from webhook.keeper.upgrade import Hold, hold, read_hold

@@ -5,7 +5,7 @@ import copy
 
 from tests.support.kube import load, node
 
-from webhook.cluster.shapes import shapes
+from webhook.stores.shapes import shapes
 from webhook.lookup.resolve import migration_source, migration_target_pod
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi

@@ -18,7 +18,7 @@ from tests.support.kube import Serving, annotations, apply_valid, decode_patch, 
 
 from webhook.admission import server, tls
 from webhook.process import listening
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 
 

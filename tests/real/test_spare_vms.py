@@ -1,6 +1,6 @@
 """Sparing VMs on a real kube-apiserver, with Longhorn's own Setting CRD: the install option's Role
 lets the keeper's ServiceAccount get and patch that one Setting and nothing else (the webhook's
-not even that), and `spare-vms` changes it there as it does on the emulator (tests/cluster/test_spare.py): its JSON patch, which
+not even that), and `spare-vms` changes it there as it does on the emulator (tests/keeper/test_spare.py): its JSON patch, which
 tests the resourceVersion read, applied by the apiserver; run twice, once; `--undo` takes it out."""
 from __future__ import annotations
 

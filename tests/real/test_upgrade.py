@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubefake.envtest import api_client
 
-from webhook.cluster.direct import ClusterStore
+from webhook.stores.direct import ClusterStore
 from webhook.config import KeeperSettings, KeepMode
 from webhook.keeper.upgrade import read_hold
 

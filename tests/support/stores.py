@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.cluster.cache import WatchedClusterStore
+from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType, Timing
 from webhook.config import Settings
 from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES

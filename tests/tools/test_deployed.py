@@ -1,6 +1,6 @@
 """`status` goes by the keeper as deployed: its Deployment's settings, held as the keeper holds them
 by keeper settings an older install left on the webhook's Deployment."""
-from webhook.cluster.store import StoreError
+from webhook.stores.store import StoreError
 from webhook.config import KeepMode, Settings
 from webhook.kinds import DEPLOYMENT
 from webhook.tools.deployed import deployed_settings

@@ -12,7 +12,7 @@ from tests.support.kube import longhorn_settings, run_verb
 from tests.support.kubevirt_api import Cluster, KubeVirtApi, ago, apart_vm, three_nodes
 
 from webhook.cluster import client
-from webhook.cluster.direct import ClusterStore
+from webhook.stores.direct import ClusterStore
 from webhook.config import Settings
 from webhook.kinds import VMI
 from webhook.tools import status as tool

@@ -17,7 +17,7 @@ from tests.support.kube import node, rwx_disk
 from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, evacuated_vm, migration, three_nodes, vmi
 
 from webhook.cluster import client
-from webhook.cluster.direct import ClusterStore
+from webhook.stores.direct import ClusterStore
 from webhook.config import Settings
 from webhook.kinds import HOSTNAME_LABEL, LEASE
 from webhook.keeper.keeper import Keeper

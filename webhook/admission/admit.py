@@ -13,7 +13,7 @@ from typing import Any
 from .. import kinds
 from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, resolve_consumers,
                                resolve_disks)
-from ..cluster.store import Store, StoreError
+from ..stores.store import Store, StoreError
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..kinds import VMI

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import kinds
 from ..background import Background
-from ..cluster.store import Store, StoreError
+from ..stores.store import Store, StoreError
 from ..kinds import MUTATING_WEBHOOK
 
 log = logging.getLogger("webhook.optin")

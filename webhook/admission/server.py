@@ -13,7 +13,7 @@ from aiohttp import web
 
 from .. import kinds, metrics
 from ..cluster.events import NO_EVENTS, Events, involved_object
-from ..cluster.store import Store
+from ..stores.store import Store
 from ..config import AdmissionSettings
 from ..deadline import Deadline
 from . import review as reviews

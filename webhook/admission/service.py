@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
-from ..cluster.store import Store
+from ..stores.store import Store
 from ..config import AdmissionSettings
 from ..process import listening, ops
 from ..process.listening import Port

@@ -14,7 +14,7 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background, Companion
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
-from ..cluster.store import WatchedStore
+from ..stores.store import WatchedStore
 from ..config import AdmissionSettings
 from ..rules.placement.stranded import Stranded, stranded
 

@@ -30,7 +30,7 @@ def run_certs(args: argparse.Namespace) -> int:
 
 
 def run_spare(args: argparse.Namespace) -> int:
-    from ..cluster import spare
+    from ..keeper import spare
 
     try:
         said = asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,

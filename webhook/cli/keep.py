@@ -14,7 +14,7 @@ log = logging.getLogger("webhook.keeper")
 
 async def run_keep(args: argparse.Namespace) -> int:
     from ..cluster import client
-    from ..cluster.direct import ClusterStore
+    from ..stores.direct import ClusterStore
     from ..cluster.events import identity
     from ..keeper.elected import ElectedKeeper
     from ..keeper.lease import lease_namespace

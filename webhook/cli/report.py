@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ..cluster.store import StoreError
+from ..stores.store import StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from .parser import flags_given, settings_from
@@ -43,7 +43,7 @@ def printed(report: dict[str, Any], output: str, text: str) -> str:
 
 async def run_explain(args: argparse.Namespace) -> int:
     from ..cluster import client
-    from ..cluster.direct import ClusterStore
+    from ..stores.direct import ClusterStore
     from ..tools import explain
 
     namespace, name = vm_named(args)
@@ -67,7 +67,7 @@ async def run_status(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from ..cluster import client
-    from ..cluster.direct import ClusterStore
+    from ..stores.direct import ClusterStore
     from ..tools import status
     from ..tools.deployed import deployed_settings
 

@@ -12,7 +12,7 @@ import yaml
 
 from ..admission import review as reviews
 from ..admission.admit import admit
-from ..cluster.snapshot import SnapshotStore
+from ..stores.snapshot import SnapshotStore
 from ..deadline import Deadline
 from .parser import settings_from
 

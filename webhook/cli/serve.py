@@ -29,10 +29,10 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     from ..admission.stranded import StrandedReporter
     from ..admission.tls import ReloadingTLS
     from ..cluster import client
-    from ..cluster.cache import WatchedClusterStore
-    from ..cluster.direct import ClusterStore
+    from ..stores.cache import WatchedClusterStore
+    from ..stores.direct import ClusterStore
     from ..cluster.events import NO_EVENTS, EventSink, Events
-    from ..cluster.store import Store
+    from ..stores.store import Store
 
     logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
     settings = settings_from(args)

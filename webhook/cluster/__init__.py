@@ -1,1 +1,1 @@
-"""I/O with the Kubernetes API: the client, the Store protocol, a snapshot, direct reads, watch caches."""
+"""I/O with the Kubernetes API, knowing no rule: the client, list/watch into tables, Events, raw calls."""

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import EVENT
-from ..rules.shared.times import rfc3339
 from . import client
 
 log = logging.getLogger("webhook.events")
@@ -55,7 +54,7 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
               name: str | None = None) -> dict[str, Any]:
     """A core/v1 Event about `involved` (an object reference), as `kubectl describe` shows it.
     A fixed `name` makes the Event said once however many replicas say it (the API keeps the first)."""
-    now = rfc3339(datetime.now(UTC))
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
         "kind": "Event",

@@ -13,10 +13,8 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import Resource
-from .shapes import Shape
 from .reflector import Event, EventType, Reflector, Timing
-from .store import labels_match
-from .table import Indexer, Table, Watcher, object_key
+from .table import Indexer, Shape, Table, Watcher, object_key
 
 log = logging.getLogger("webhook.cache")  # the logger names in the log lines are part of the interface
 
@@ -137,7 +135,7 @@ class Informer:
             return None
         # Emulators may ignore the label selector: filter on our side too.
         if (self.namespace is not None and kinds.meta(obj).get("namespace") != self.namespace) \
-                or not labels_match(obj, self.labels) or (self.wanted is not None and not self.wanted(obj)):
+                or not kinds.labels_match(obj, self.labels) or (self.wanted is not None and not self.wanted(obj)):
             self.table.remove(key)
             return None
         self.table.put(key, self.shape(obj))

@@ -17,6 +17,8 @@ def object_key(namespace: str | None, name: str) -> str:
 
 Indexer = Callable[[dict[str, Any]], Iterable[Hashable]]
 Watcher = Callable[[dict[str, Any] | None, dict[str, Any] | None], None]
+# What a table keeps of an object that arrives (stores/shapes.py: what the rules read of its kind).
+Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 # Decoded objects a table keeps for `Table.read`: more than any admission reads, few enough

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import kinds
 from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle
-from ..cluster.store import Store, StoreError
+from ..stores.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import HOSTNAME_LABEL, POD

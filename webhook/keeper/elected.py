@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import metrics
 from ..cluster import client
-from ..cluster.cache import WatchedClusterStore
+from ..stores.cache import WatchedClusterStore
 from ..cluster.events import NO_EVENTS, EventSink
 from ..config import Settings
 from .keeper import Keeper, KeeperTiming

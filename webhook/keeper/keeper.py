@@ -32,7 +32,7 @@ from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
 from .kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
-from ..cluster.store import WatchedStore
+from ..stores.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, PassFacts

@@ -22,7 +22,7 @@ from ..config import Settings
 from ..kinds import VMI, VMIM
 from ..cluster.client import ApiUnreachable, request
 from ..cluster.informer import Informer, Informers
-from ..cluster.shapes import shapes
+from ..stores.shapes import shapes
 from ..cluster.reflector import Timing
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..lookup.resolve import migration_source, resolve_disks
-from ..cluster.store import Store, StoreError
+from ..stores.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from .. import kinds

@@ -5,7 +5,7 @@ and whenever one of the Settings it reads changes.
 
 It changes nothing unless the admin asked for it (`--spare-vms on`, the install's option): then,
 while it leads, a pass whose read shows the VMI kind missing from the blacklist adds it
-(`cluster.spare`: the other kinds kept, a concurrent change read again), one write at most a pass,
+(`keeper.spare`: the other kinds kept, a concurrent change read again), one write at most a pass,
 an Event on the Setting; a value it cannot read is left alone and said."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import metrics
-from ..cluster import spare
-from ..cluster.direct import ClusterStore
+from . import spare
+from ..stores.direct import ClusterStore
 from ..lookup.replicas import read_settings
 from ..cluster.rest import Api, KubeError
 from ..config import Settings

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cluster.deployments import Container, container
-from ..cluster.store import Store, StoreError
+from ..lookup.deployments import Container, container
+from ..stores.store import Store, StoreError
 from ..config import KEEPER_SETTINGS, KeeperSettings, KeepMode, Setting, flags_as_env
 
 WEBHOOK = "kubevirt-colocate", "webhook"  # the webhook's Deployment and its container, as installed

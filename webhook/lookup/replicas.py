@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import kinds
-from ..cluster.direct import ClusterStore
-from ..cluster.store import StoreError
+from ..stores.direct import ClusterStore
+from ..stores.store import StoreError
 from ..config import Settings
 from ..kinds import LONGHORN_REPLICA, LONGHORN_SETTING, LONGHORN_VOLUME
 from ..rules.shared.facts import Fact

@@ -17,8 +17,8 @@ from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_vmi, vm_pods
 from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
-from ..cluster.shapes import pod_to_place
-from ..cluster.store import Store, StoreError
+from ..stores.shapes import pod_to_place
+from ..stores.store import Store, StoreError
 
 
 # Objects one admission has read from the API, by (kind, namespace, name): the scheduler checks see

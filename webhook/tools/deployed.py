@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from ..cluster.deployments import container
-from ..cluster.store import Store, StoreError
+from ..lookup.deployments import container
+from ..stores.store import Store, StoreError
 from ..config import KeeperSettings, Settings, rows
 from ..keeper.upgrade import WEBHOOK, Hold, hold
 from ..kinds import LEASE

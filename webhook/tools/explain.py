@@ -7,7 +7,7 @@ from typing import Any
 from .. import kinds
 from ..admission.admit import admit
 from ..admission.review import AdmissionRequest
-from ..cluster.direct import ClusterStore
+from ..stores.direct import ClusterStore
 from ..lookup.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline

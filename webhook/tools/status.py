@@ -27,9 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from .. import kinds
-from ..cluster.direct import ClusterStore
-from ..cluster.snapshot import SnapshotStore
-from ..cluster.store import Store, StoreError
+from ..stores.direct import ClusterStore
+from ..stores.snapshot import SnapshotStore
+from ..stores.store import Store, StoreError
 from ..config import KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observer, pass_facts, stuck

@@ -62,7 +62,7 @@ async def test_a_pod_whose_required_node_affinity_selects_nothing_is_never_pinne
 
     from webhook.admission.admit import admit
     from webhook.admission.review import parse_review
-    from webhook.cluster.snapshot import SnapshotStore
+    from webhook.stores.snapshot import SnapshotStore
     from webhook.config import Settings
     from webhook.deadline import Deadline
 

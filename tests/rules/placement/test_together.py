@@ -112,7 +112,7 @@ def test_the_nodes_with_most_room_are_the_ones_now_after_a_pod_is_bound():
     bound meanwhile is in it: the nodes required are the ones with most room now."""
     import asyncio
 
-    from webhook.cluster.cache import WatchedClusterStore
+    from webhook.stores.cache import WatchedClusterStore
     from webhook.cluster.reflector import Event, EventType
 
     the_vmi = vmi("vm1", "node-a", "d1")

@@ -10,7 +10,7 @@ from tests.support.kube import launcher_pod_of, vmi
 from tests.support.stores import listed_store
 
 from webhook import kinds
-from webhook.cluster.shapes import pod_annotations, shapes, vmi_kept
+from webhook.stores.shapes import pod_annotations, shapes, vmi_kept
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.classify import opted_in_launcher, running_exemption
@@ -53,7 +53,7 @@ def test_every_replica_keeps_of_a_vmi_what_the_keeper_and_status_read():
     """One shape for every cache of VMIs: what admission reads (its disks, what its migration target
     is rendered from) and what the keeper reads (conditions, migrations, the declared annotations)
     alike, so a rule reads the same VMI wherever it runs."""
-    from webhook.cluster.cache import WatchedClusterStore
+    from webhook.stores.cache import WatchedClusterStore
     from webhook.keeper.kubevirt_api import KubeVirtWatch
 
     the_settings = Settings()

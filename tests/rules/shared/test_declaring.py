@@ -5,7 +5,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.cluster.shapes import trim
+from webhook.stores.shapes import trim
 from webhook.config import Settings
 from webhook.rules.shared.declaring import Fields
 from webhook.rules.shared.reading import Malformed

@@ -1,6 +1,6 @@
 """What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations:
 each field and key declared once (`declaring.Fields`). The readers (`rules.keeping.running.read_vmi`,
-`rules.keeping.migrations.read_migration`) read through these, and `cluster/shapes.py` keeps what
+`rules.keeping.migrations.read_migration`) read through these, and `stores/shapes.py` keeps what
 they declare: a rule that starts reading a field or an annotation declares it here, and the
 caches keep it.
 """
@@ -100,8 +100,8 @@ VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
 
 # --------------------------------------------------------------------------- Pod
 # Every pod of the cluster is kept, and what is worth keeping of one depends on what it is
-# (`cluster.shapes.shape_pod` writes that out); its annotations and its launcher's claims are declared.
-# A pod read from the cache raises `Undeclared` for any other annotation (`cluster.shapes.pod_read`): a
+# (`stores.shapes.shape_pod` writes that out); its annotations and its launcher's claims are declared.
+# A pod read from the cache raises `Undeclared` for any other annotation (`stores.shapes.pod_read`): a
 # rule that starts reading one of a launcher pod declares it here, `POD.annotation(key)`, or beside it.
 
 POD = Fields("Pod", "POD")

@@ -1,5 +1,5 @@
 """The fields of a kind the rules read, each declared once: the readers read through the
-declaration (`Field`, `Annotation`), and the caches keep what it declares (`cluster/shapes.py`
+declaration (`Field`, `Annotation`), and the caches keep what it declares (`stores/shapes.py`
 builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
 
 A path is dotted, `[]` after a key for every item of a list: "status.migrationState.endTimestamp",
@@ -71,7 +71,7 @@ class Annotations(Mapping[str, str]):
 
 
 class CachedAnnotations(dict[str, Any]):
-    """The annotations of an object a cache hands out (a pod: `cluster.shapes.pod_read`): a plain
+    """The annotations of an object a cache hands out (a pod: `stores.shapes.pod_read`): a plain
     dict to every reader, `kinds.annotations` included, but a read of a key nobody declared raises
     `Undeclared`, as `Annotations` does. The cache kept only the declared ones: the rule would read
     nothing in production, and tested on whole objects it would pass."""
@@ -151,7 +151,7 @@ class Keyed:
 
 class Fields:
     """What the rules read of one kind (`name`: how messages name it, "VMI"), each part declared once,
-    in `declared`, which `cluster/shapes.py` imports before any cache takes its shape. A declaration
+    in `declared`, which `stores/shapes.py` imports before any cache takes its shape. A declaration
     made after a shape was taken would be missing from it: it raises instead."""
 
     def __init__(self, name: str, declared_as: str = ""):
@@ -217,7 +217,7 @@ class Fields:
         return obj
 
     def keep(self, settings: Settings) -> Any:
-        """The caches' spec (`cluster.shapes.trim`) of what is declared: every field, annotation and label."""
+        """The caches' spec (`stores.shapes.trim`) of what is declared: every field, annotation and label."""
         self.shaped = True
         tree: dict[str, Any] = {}
         for path in sorted(self.paths):

@@ -10,9 +10,9 @@ from webhook.admission.review import parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.admission.admit import admit
-from webhook.cluster.direct import ClusterStore
-from webhook.cluster.snapshot import SnapshotStore
-from webhook.cluster.store import StoreError
+from webhook.stores.direct import ClusterStore
+from webhook.stores.snapshot import SnapshotStore
+from webhook.stores.store import StoreError
 from webhook.kinds import NODE, PV, PVC, SHARE_MANAGER, BadName
 
 PVC_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/vm1-rootdisk"

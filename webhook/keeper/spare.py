@@ -15,9 +15,9 @@ from typing import Any
 
 from ..kinds import LONGHORN_SETTING
 from ..rules.shared.longhorn import BLACKLIST, VMI_KIND, sparing
-from . import client
-from .events import identity, new_event
-from .rest import JSON_PATCH, Api, KubeError, failure
+from ..cluster import client
+from ..cluster.events import identity, new_event
+from ..cluster.rest import JSON_PATCH, Api, KubeError, failure
 
 ATTEMPTS = 5  # refused because the Setting changed under us: read again and retry
 

@@ -11,7 +11,7 @@ from .. import kinds
 from ..kinds import POD, PV, RULE_RESOURCES, VMI, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
-from .store import Unwatched, labels_match, using, volume_handle
+from .store import Unwatched, using, volume_handle
 
 
 class BadSnapshot(ValueError):
@@ -109,7 +109,7 @@ class SnapshotStore(Unwatched):
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         launcher = dict([kinds.VIRT_LAUNCHER])
-        return using([pod for pod in self._all(POD, namespace) if labels_match(pod, launcher)], self._all(VMI, namespace),
+        return using([pod for pod in self._all(POD, namespace) if kinds.labels_match(pod, launcher)], self._all(VMI, namespace),
                      claim)
 
     async def close(self) -> None:

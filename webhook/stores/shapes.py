@@ -1,6 +1,6 @@
 """What the caches keep of each kind: one spec per kind, everything else dropped on arrival.
 
-Every cache (the admission caches in cache.py, the keeper's in kubevirt.py) takes its kind's
+Every cache (the watch caches in cache.py, the keeper's KubeVirt caches in keeper/kubevirt_api.py) takes its kind's
 shape from `shapes`. VMIs and migrations are kept as the rules' readers declare what they read
 (`rules.shared.declared`: a field or an annotation a rule starts reading is declared there and
 kept), pods' annotations and launchers' claims too; the other kinds are listed here (`Keep`,
@@ -8,7 +8,7 @@ applied by `trim`). Pods are written out (`shape_pod`): every pod of the cluster
 what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
 keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
 
-tests/cluster/test_shapes.py asks the rules the same questions of whole objects and of their kept
+tests/stores/test_shapes.py asks the rules the same questions of whole objects and of their kept
 shapes, over generated clusters, and watches the readers read only what the declaration keeps.
 """
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 
 from .. import kinds
 from ..config import Settings
+from ..cluster.table import Shape
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
 from ..rules.shared import declared
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
-Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def trim(value: Any, keep: Keep) -> Any:

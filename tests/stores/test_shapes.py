@@ -1,4 +1,4 @@
-"""What the caches keep of each kind (cluster/shapes.py) is enough: over generated clusters, the
+"""What the caches keep of each kind (stores/shapes.py) is enough: over generated clusters, the
 rules give the same answers from the kept shapes as from the whole objects.
 
 Each property builds the same store twice, one keeping every object whole and one keeping its
@@ -25,12 +25,12 @@ from tests.support.kube import (LONGHORN_NS, OLD_CPU, launcher_pod_of, migration
 from webhook import kinds
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
-from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster import shapes as shaped
-from webhook.cluster.shapes import pod_to_place, shapes
+from webhook.stores.cache import WatchedClusterStore
+from webhook.stores import shapes as shaped
+from webhook.stores.shapes import pod_to_place, shapes
 from webhook.keeper.kubevirt_api import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
-from webhook.cluster.snapshot import SnapshotStore
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.keeper.observe import where_it_runs
@@ -739,7 +739,7 @@ def test_the_keepers_vmi_cache_keeps_the_hotplugged_disks_it_judges_the_vm_by():
     launcher pod mounts, is among them as the cache keeps the VMI."""
     from tests.support.kube import load
 
-    from webhook.cluster.shapes import shapes
+    from webhook.stores.shapes import shapes
     from webhook.config import Settings
     from webhook.rules.keeping.running import read_vmi
 
@@ -754,7 +754,7 @@ def test_the_vmi_every_replica_keeps_renders_the_same_migration_target_as_the_wh
 
     from tests.support.kube import launcher_pod_of, load, node, vmi
 
-    from webhook.cluster.shapes import shapes
+    from webhook.stores.shapes import shapes
     from webhook.config import Settings
     from webhook.rules.keeping.running import read_vmi
     from webhook.rules.kubevirt.target import target_pod

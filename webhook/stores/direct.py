@@ -13,9 +13,9 @@ import orjson
 from .. import kinds, metrics
 from ..kinds import POD, PV, VMI, Resource
 from ..kinds import NODE, PVC
+from ..cluster import client
 from ..rules import fit
-from . import client
-from .store import Unwatched, StoreError, labels_match, using, volume_handle
+from .store import Unwatched, StoreError, using, volume_handle
 
 
 class ClusterStore(Unwatched):
@@ -76,7 +76,7 @@ class ClusterStore(Unwatched):
             raise StoreError(f"API has no {resource.plural} resource")
         items = body.get("items") or []
         # Lists omit apiVersion/kind on items; the rules don't need them. Filter client-side too.
-        return [item for item in items if labels_match(item, labels)]
+        return [item for item in items if kinds.labels_match(item, labels)]
 
     async def fit_view(self, namespace, node, *, timeout=None):
         """Read once what the checks need (an admin's one-off question, e.g. `explain`): every

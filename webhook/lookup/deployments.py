@@ -5,7 +5,7 @@ import dataclasses
 
 from .. import kinds
 from ..kinds import DEPLOYMENT
-from .store import Store
+from ..stores.store import Store
 
 
 @dataclasses.dataclass(frozen=True)

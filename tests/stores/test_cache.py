@@ -10,8 +10,8 @@ from tests.support.stores import TEST_TIMING, api_host, requests_since, seed, wa
 from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod, workload_pod
 
 from webhook.admission.review import parse_review
-from webhook.cluster.cache import WatchedClusterStore
-from webhook.cluster.shapes import shapes
+from webhook.stores.cache import WatchedClusterStore
+from webhook.stores.shapes import shapes
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -481,7 +481,7 @@ async def test_an_api_that_fails_from_the_start_still_gets_answers_in_time(kmock
 
 def test_the_journal_of_changed_nodes_says_when_it_cannot_tell():
     """A reader further behind than the changed_nodes keeps, or with no position, reads every node again."""
-    from webhook.cluster.cache import ChangedNodes
+    from webhook.stores.cache import ChangedNodes
 
     changed_nodes = ChangedNodes()
     changed_nodes.LIMIT = 4

@@ -14,15 +14,15 @@ from typing import Any
 from .. import kinds
 from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, Resource
+from ..cluster.informer import Informer, Informers
+from ..cluster.reflector import Timing
+from ..cluster.table import Indexer, object_key
 from ..rules import fit
-from ..rules.shared.facts import claims_of
 from ..rules.fit.memo import Memo
+from ..rules.shared.facts import claims_of
 from .direct import ClusterStore
-from .informer import Informer, Informers
 from .shapes import pod_read, shapes
-from .reflector import Timing
 from .store import Stats, StoreError, volume_handle
-from .table import Indexer, object_key
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before
 # the VM that mounts it, a node that just joined. A share-manager or its pod that is not in
@@ -160,7 +160,7 @@ class WatchedClusterStore(Informers):
     @classmethod
     def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
         """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
-        from . import client
+        from ..cluster import client
 
         return cls(client.for_host(host), settings, timing)
 

@@ -102,6 +102,3 @@ def volume_handle(pv: dict[str, Any]) -> str | None:
     return handle if isinstance(handle, str) and handle else None
 
 
-def labels_match(obj: dict[str, Any], labels: dict[str, str] | None) -> bool:
-    have = (obj.get("metadata") or {}).get("labels") or {}
-    return all(have.get(k) == v for k, v in (labels or {}).items())
