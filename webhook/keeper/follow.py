@@ -71,9 +71,6 @@ class Follower:
         self._open.discard(key)
         self._announce(failed, uid, why)
 
-    def is_cancelled(self, migration: Migration) -> bool:
-        return _key(migration) in self._cancelled
-
     def history(self, watched: Sequence[Migration]) -> list[Migration]:
         """Every migration to count: what the watch shows (ours that we cancelled as we know them),
         plus ours that it no longer (or not yet) shows."""

@@ -144,8 +144,8 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
         return TargetPod(pod_to_place(waiting), {})
     owner = kinds.vmi_owner(vm_pod)
     try:
-        vmi = None if owner is None else await deadline.call(store.get, VMI, namespace, owner["name"])
-        source = await deadline.call(store.get, NODE, None, kinds.spec(vm_pod).get("nodeName") or "")
+        vmi = None if owner is None else await _read(store, VMI, namespace, owner["name"], deadline)
+        source = await _read(store, NODE, None, kinds.spec(vm_pod).get("nodeName") or "", deadline)
     except StoreError as exc:
         return f"an object could not be read ({exc})"
     except TimeoutError:
@@ -157,6 +157,13 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
         return str(view)
     built = migration_target_pod(vm_pod, view, source, {}, settings)
     return str(built) if isinstance(built, TargetUnknown) else built
+
+
+async def _read(store: Store, resource: Resource, namespace: str | None, name: str,
+                deadline: Deadline) -> dict[str, Any] | None:
+    """From memory when the store can tell (shared: read only), else from the API within the deadline."""
+    known, obj = store.peek(resource, namespace, name)
+    return obj if known else await deadline.call(store.get, resource, namespace, name)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -216,14 +216,14 @@ class WatchedClusterStore(Informers):
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         if not self.pods.synced:
             return await self.direct.pods_by_claim(namespace, claim, timeout=timeout)
-        key = object_key(namespace, claim)
-        found = list(self.pods.table.lookup("claim", key))
+        key, pods = object_key(namespace, claim), self.pods.table
+        found = [pods.read(k) for k in pods.keys_of("claim", key)]
         # A hotplugged disk: the pods of the VMIs that list it (an attachment pod mounts it).
         for vmi in self.vmis.table.lookup("claim", key) if self.vmis.synced else ():
             uid = kinds.meta(vmi).get("uid")
             if isinstance(uid, str) and uid:
-                found += self.pods.table.lookup("vmi", object_key(namespace, uid))
-        return found
+                found += [pods.read(k) for k in pods.keys_of("vmi", object_key(namespace, uid))]
+        return [pod for pod in found if pod is not None]
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet (what the safety net looks at)."""

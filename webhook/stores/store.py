@@ -37,7 +37,9 @@ class Store(Protocol):
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a
-        volume (a hotplugged disk: KubeVirt mounts it in an attachment pod of the VM's node)."""
+        volume (a hotplugged disk: KubeVirt mounts it in an attachment pod of the VM's node).
+        From the caches they are shared with every other reader, as `peek`'s: read them, never
+        change them (a drain's share-managers each read their VM's pods)."""
 
     async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
         """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,

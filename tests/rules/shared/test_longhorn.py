@@ -2,12 +2,9 @@
 on any network, earlier ones where RWX volumes are served on a network of their own, unless VMIs are
 on the blacklist; "cannot tell" where a value is one we do not know. Values as Longhorn's Setting
 objects hold them."""
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
-from webhook.rules.shared.longhorn import restarts_vms, rwx_network, sparing, stale_mount
-from webhook.rules.shared.times import rfc3339
+from webhook.rules.shared.longhorn import restarts_vms, rwx_network, sparing
 
 ENDPOINT = {"endpoint-network-for-rwx-volume": "longhorn-system/rwx-net"}
 STORAGE = {"storage-network": "kube-system/storage", "storage-network-for-rwx-volume-enabled": "true"}
@@ -105,29 +102,3 @@ def test_sparing_vms_adds_the_vmi_kind_once_and_undoing_removes_only_it(before, 
 def test_a_value_that_is_not_owner_kinds_is_never_changed():
     with pytest.raises(ValueError, match="not owner kinds"):
         sparing("apps/StatefulSet, apps/DaemonSet")
-
-
-# --------------------------------------------------------------------------- a spared VM's stale mount
-
-T0 = datetime(2026, 11, 20, 11, 0, tzinfo=UTC)
-
-
-@pytest.mark.parametrize("paused, started, remounts, stale", [
-    ("PausedIOError", T0, {"pvc-a": T0 + timedelta(minutes=30)}, "pvc-a"),
-    ("PausedIOError", T0, {"pvc-a": T0 - timedelta(minutes=1), "pvc-b": T0 + timedelta(seconds=1)}, "pvc-b"),
-    ("PausedIOError", T0, {"pvc-a": T0}, None),  # started at the request: mounted afresh
-    ("PausedIOError", T0, {"pvc-a": T0 - timedelta(minutes=1)}, None),  # a new pod since (a migration): fresh
-    ("PausedIOError", T0, {"pvc-a": None}, None),  # no remount ever requested
-    ("PausedIOError", None, {"pvc-a": T0}, None),  # its pod's start unknown: nothing said
-    ("PausedByUser", T0, {"pvc-a": T0 + timedelta(minutes=30)}, None),  # paused on purpose
-    ("", T0, {"pvc-a": T0 + timedelta(minutes=30)}, None),  # running: its mount works, whatever came before
-], ids=["older-than-request", "one-of-two", "same-moment", "newer-pod", "never-requested", "start-unknown",
-        "paused-by-user", "not-paused"])
-def test_a_mount_is_stale_when_a_vm_stopped_on_io_errors_is_older_than_a_remount_request(paused, started, remounts,
-                                                                                         stale):
-    said = stale_mount(paused, started, remounts)
-    if stale is None:
-        assert said is None
-    else:
-        assert said == (f"paused on a disk I/O error, and its pod started 2026-11-20T11:00:00Z, before Longhorn asked "
-                        f"for volume {stale} to be remounted ({rfc3339(remounts[stale])}): its NFS mount is stale")

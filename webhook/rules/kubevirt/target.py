@@ -80,6 +80,14 @@ class TargetPod:
 
     pod: dict[str, Any]
     required: dict[str, str]  # nodeSelector key -> where the requirement comes from
+    # (key, value, where it comes from) of each required label, in the order `lacking` names them: a
+    # drain's share-manager asks it of every node.
+    wanted: tuple[tuple[str, Any, str], ...] = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        selector = kinds.spec(self.pod).get("nodeSelector") or {}
+        order = sorted(self.required, key=lambda k: (_FIRST.index(self.required[k]), k))
+        object.__setattr__(self, "wanted", tuple((key, selector.get(key), self.required[key]) for key in order))
 
 
 def target_pod(launcher: Mapping[str, Any], vmi: Vmi, source: Mapping[str, Any] | None,
@@ -165,11 +173,8 @@ def lacking(target: TargetPod, node_name: str, node: Mapping[str, Any] | None) -
     if node is None:
         return None  # the node checks say so
     labels = kinds.labels(node)
-    selector = kinds.spec(target.pod).get("nodeSelector") or {}
-    for key in sorted(target.required, key=lambda k: (_FIRST.index(target.required[k]), k)):
-        have = labels.get(key)
-        if have == selector.get(key):
-            continue
-        shown = key if selector.get(key) == "true" else f"{key}={selector.get(key)}"
-        return f"node {node_name} lacks {shown} ({target.required[key]})"
+    for key, value, where in target.wanted:
+        if labels.get(key) != value:
+            shown = key if value == "true" else f"{key}={value}"
+            return f"node {node_name} lacks {shown} ({where})"
     return None

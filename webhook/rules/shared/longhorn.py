@@ -1,5 +1,6 @@
-"""Pure: whether Longhorn reboots co-located VMs when their NFS server restarts, from its Settings;
-and whether a VM it spared is stuck on the mount of the NFS server that went away (`stale_mount`).
+"""Pure: whether Longhorn reboots co-located VMs when their NFS server restarts, from its Settings,
+and its blacklist with VMIs on it (`sparing`). A VM it spared keeps the mount of the NFS server that
+went away: `rules/keeping/recovery.py` tells when that mount is stale.
 
 When an RWX volume's share-manager fails or restarts (every drain or failure of its node), Longhorn
 sets the volume's `status.remountRequestedAt`, and longhorn-manager deletes each pod of the volume
@@ -18,10 +19,6 @@ import dataclasses
 import enum
 import re
 from collections.abc import Mapping
-from datetime import datetime
-
-from ...kinds import PAUSED_IO_ERROR
-from .times import rfc3339
 
 ENDPOINT_NETWORK = "endpoint-network-for-rwx-volume"
 STORAGE_NETWORK = "storage-network"
@@ -123,19 +120,3 @@ def sparing(text: str | None, spare: bool = True) -> str:
     if spare == (VMI_KIND in kinds):
         return text or ""
     return ";".join([*kinds, VMI_KIND] if spare else [kind for kind in kinds if kind != VMI_KIND])
-
-
-def stale_mount(paused: str, pod_started: datetime | None,
-                remounts: Mapping[str, datetime | None]) -> str | None:
-    """Why a VM's disk mount is stale, or None when nothing says it is: QEMU stopped the VM on a
-    disk I/O error (`paused` is PausedIOError) and its launcher pod started before Longhorn asked a
-    volume of its disks to be remounted (`remounts`: each volume's `status.remountRequestedAt`),
-    so the pod still holds the mount of the NFS server that went away, which Longhorn's deletion
-    would have refreshed. A pod started after every request mounted afresh: nothing to recover."""
-    if paused != PAUSED_IO_ERROR or pod_started is None:
-        return None
-    for volume, requested in sorted(remounts.items()):
-        if requested is not None and pod_started < requested:
-            return (f"paused on a disk I/O error, and its pod started {rfc3339(pod_started)}, before Longhorn asked "
-                    f"for volume {volume} to be remounted ({rfc3339(requested)}): its NFS mount is stale")
-    return None
