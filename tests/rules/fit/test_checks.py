@@ -18,6 +18,7 @@ from tests.support.kube import node, paths, vm_pod
 from webhook.rules.fit import checks
 from webhook.rules.fit.checks import why_not_fit, why_not_run
 from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.memo import Memo
 from webhook.rules.fit.view import StaticView
 
 
@@ -167,3 +168,36 @@ def test_a_node_read_afresh_is_answered_afresh():
     assert why_not_run("node-fresh", cordoned, pod, needs_kubevirt=True) == "node node-fresh is cordoned"
     for _ in range(50):
         assert why_not_run("node-fresh", node("node-fresh"), pod, needs_kubevirt=True) is None
+
+
+def test_with_the_stores_memo_a_node_or_pod_that_changed_is_answered_as_it_is_now():
+    """A drain judges pods of a few kinds on the same nodes one after another, and the store's memo
+    keeps the node-level answer; a node that changed since (cordoned, tainted, relabelled), or a
+    pod that reads differently (tolerations, nodeSelector, node affinity), is answered afresh,
+    each as without the memo, and a node takes one place in the memo whatever happened to it."""
+    memo = Memo()
+    tolerant = vm_pod()
+    tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    picky = vm_pod()
+    picky["spec"]["nodeSelector"] = {**picky["spec"].get("nodeSelector", {}), "disk": "ssd"}
+    far = vm_pod()
+    far["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-c"]}]}]}}}
+    steps = [
+        (node("node-b"), vm_pod(), None),
+        (node("node-b", unschedulable=True), vm_pod(), "cordoned"),
+        (node("node-b"), vm_pod(), None),
+        (node("node-b", taints=[NO_SCHEDULE]), vm_pod(), "untolerated taint"),
+        (node("node-b", taints=[NO_SCHEDULE]), tolerant, None),
+        (node("node-b", taints=[NO_SCHEDULE]), vm_pod(), "untolerated taint"),
+        (node("node-b"), picky, "nodeSelector/affinity"),
+        (node("node-b", disk="ssd"), picky, None),
+        (node("node-b", disk="ssd"), far, "nodeSelector/affinity"),
+        (node("node-b", ready=False), vm_pod(), "not Ready"),
+        (node("node-b"), vm_pod(), None),
+    ]
+    for the_node, pod, fragment in steps:
+        with_memo = why_not_run("node-b", the_node, pod, needs_kubevirt=True, memo=memo)
+        assert with_memo == why_not_run("node-b", the_node, pod, needs_kubevirt=True)
+        assert (with_memo is None) if fragment is None else (fragment in with_memo)
+    assert len(memo) == 1

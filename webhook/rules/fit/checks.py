@@ -10,6 +10,7 @@ from .demand import Demand
 from .fields import Unreadable
 from .framework import Filter, cannot_tell, judge
 from .interpodaffinity import inter_pod_affinity
+from .memo import Memo
 from .nodeaffinity import node_affinity
 from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
@@ -44,11 +45,28 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
 
 
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
-                needs_kubevirt: bool) -> str | None:
+                needs_kubevirt: bool, memo: Memo | None = None) -> str | None:
     """Why `pod` cannot run on the node now (the first failed node-level check: cordon,
-    readiness, KubeVirt's schedulable label, taints, the pod's own node affinity), or None."""
+    readiness, KubeVirt's schedulable label, taints, the pod's own node affinity), or None.
+    With the store's `memo`, the answer is kept per node while the node and what the checks
+    read of the pod stay the same: a drain's share-managers and their VMs' migration targets,
+    pods of a few kinds, are judged on the same nodes one after the other."""
     if node is None:
         return f"node {node_name} not found"
+    if memo is None:
+        return _why_not_run((node_name, node, pod, needs_kubevirt))
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    affinity = spec.get("affinity")
+    # What the checks read, compared by value (the node itself, mostly, by identity: the caches
+    # hand out one object per version of it), so an answer is only reused for what gave it.
+    reads = (node, spec.get("tolerations"), spec.get("nodeSelector"),
+             affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity)
+    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), reads, (node_name, node, pod, needs_kubevirt))
+
+
+def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) -> str | None:
+    node_name, node, pod, needs_kubevirt = asked
     if (reason := node_unschedulable(node_name, node)) is not None:
         return reason
     if not kinds.is_ready(node):

@@ -54,7 +54,7 @@ class Demand:
     # What the filters read of the cluster for this pod whatever the node, read on the first node
     # judged and kept for the others, as kube-scheduler's PreFilter reads it once per scheduling
     # cycle: a drain's share-manager is judged on a dozen nodes or more, each asking.
-    gathered: Any = None  # the pods of its pod (anti-)affinity (interpodaffinity.Gathered)
+    gathered: Any = None  # what its pod (anti-)affinity concerns, node by node (interpodaffinity.Gathered)
     mounts: Any = None  # its claims and their PVs, and what ends them (volumes._mounts)
 
     @classmethod

@@ -38,92 +38,60 @@ def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
     return found
 
 
-def _in_domain(view: View, node: Mapping[str, Any], term: Any, value: Any,
-               selected: list[Mapping[str, Any]] | None) -> Iterable[Mapping[str, Any]]:
-    """The pods the term may select in the node's topology domain (perhaps more), from those
-    `_selected` found, else every pod of the domain's nodes."""
-    if selected is not None:
-        if term.topology_key == kinds.HOSTNAME_LABEL:
-            name = name_of(node)
-            return [pod for pod in selected if bound_node(pod) == name]
-        return [pod for pod in selected
-                if kinds.labels(view.node(bound_node(pod) or "") or {}).get(term.topology_key) == value]
-    return [pod for other in _domain_nodes(view, node, term.topology_key, value) for pod in view.pods_on(name_of(other))]
-
-
-@dataclasses.dataclass(slots=True)
-class Gathered:
-    """What the filter reads of the cluster for one pod whatever the node, read on the first node
-    judged and kept in its `Demand` for the others, as kube-scheduler's PreFilter gathers it once
-    per scheduling cycle: the pods each of its anti-affinity terms may select, and the placed
-    pods whose anti-affinity may select it, with their terms (or why those cannot be read) and
-    their nodes' labels."""
-
-    selected: list[list[Mapping[str, Any]] | None]
-    placed: list[tuple[Mapping[str, Any], list[Any] | str, Mapping[str, Any]]]
-
-
-def _gather(demand: Demand, view: View) -> Gathered:
-    placed = []
-    for pod in view.pods_with_anti_affinity_toward(demand.labels):
-        terms = view.memo.of(existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
-        bound = kinds.spec(pod).get("nodeName")
-        placed.append((pod, terms, kinds.labels((view.node(bound) if isinstance(bound, str) else None) or {})))
-    return Gathered([_selected(view, term) for term in demand.anti_affinity], placed)
-
-
-def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
-    required anti-affinity, then the required anti-affinity of pods already placed."""
-    gathered = demand.gathered
-    if gathered is None:
-        gathered = demand.gathered = _gather(demand, view)
-    if not (demand.affinity or demand.anti_affinity or gathered.placed):
-        return None  # most pods, most clusters: nothing for this filter to look at
-    name = name_of(node)
-    labels = kinds.labels(node)
-    for term in demand.affinity + demand.anti_affinity:
-        if term.namespace_selector not in (None, EVERY_NAMESPACE):
-            raise CannotTell(f"{subject}'s pod affinity selects namespaces by label")
-    if demand.affinity:
-        reason = _affinity_reason(demand, node, view, subject)
-        if reason:
-            return reason
-    for term, selected in zip(demand.anti_affinity, gathered.selected):
-        if term.topology_key not in labels:
-            continue  # no domain here, so nothing in it to avoid
-        value = labels[term.topology_key]
-        for pod in _in_domain(view, node, term, value, selected):
+def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mapping[str, Any] | None:
+    """The first pod of the node's topology domain the term selects, every pod of the domain's
+    nodes looked at: for a term `_selected` could not narrow."""
+    for other in _domain_nodes(view, node, term.topology_key, value):
+        for pod in view.pods_on(name_of(other)):
             if term.matches(namespace_of(pod), kinds.labels(pod)):
-                return (f"node {name} fails {subject}'s pod anti-affinity: pod {pod_key(pod)} "
-                        f"runs in {term.topology_key}={value}")
-    for pod, terms, other in gathered.placed:
-        if isinstance(terms, str):
-            raise CannotTell(f"the pod anti-affinity of pod {pod_key(pod)} cannot be read: {terms}")
-        for term in terms:
-            if term.topology_key not in labels:
-                continue
-            value = other.get(term.topology_key)
-            if value is None or value != labels[term.topology_key]:
-                continue
-            match = term.matches(demand.namespace, demand.labels)
-            if match is None:
-                raise CannotTell(f"the pod anti-affinity of pod {pod_key(pod)} selects namespaces by label")
-            if match:
-                return (f"node {name} fails the pod anti-affinity of pod {pod_key(pod)} "
-                        f"in {term.topology_key}={value}")
+                return pod
     return None
 
 
-def _affinity_reason(demand: Demand, node: Mapping[str, Any], view: View, subject: str) -> str | None:
-    """A pod counts for the pod's affinity when it matches every term; each term needs such a
-    pod in the node's domain. The first pod of a group whose terms select itself may go
-    anywhere while no pod matches (filtering.go `satisfyPodAffinity`)."""
-    name = name_of(node)
-    labels = kinds.labels(node)
-    for term in demand.affinity:
-        if term.topology_key not in labels:
-            return f"node {name} has no {term.topology_key} label, which {subject}'s pod affinity needs"
+def _domains(view: View, term: Any, selected: list[Mapping[str, Any]] | None) -> dict[Any, Mapping[str, Any]] | None:
+    """Where the pods `_selected` found that the term selects run: the first of them by domain (a
+    node's name for the hostname key, else the value of the key on its node); None, not narrowed."""
+    if selected is None:
+        return None
+    found: dict[Any, Mapping[str, Any]] = {}
+    for pod in selected:
+        bound = bound_node(pod)
+        if bound is None:
+            continue
+        value = bound if term.topology_key == kinds.HOSTNAME_LABEL else kinds.labels(view.node(bound) or {}).get(term.topology_key)
+        if value is not None and value not in found and term.matches(namespace_of(pod), kinds.labels(pod)):
+            found[value] = pod
+    return found
+
+
+Avoiding = tuple["str | None", Any, Mapping[str, Any], "str | None"]  # (topology key, value, pod, cannot tell why)
+
+
+def _avoiding(demand: Demand, view: View) -> list[Avoiding]:
+    """The placed pods whose required anti-affinity selects the pod, in the view's order: each
+    term's topology key and the value on the pod's node (the domain it keeps the pod out of),
+    or why that cannot be told (a key of None: on any node)."""
+    found: list[Avoiding] = []
+    for pod in view.pods_with_anti_affinity_toward(demand.labels):
+        terms = view.memo.of(existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
+        if isinstance(terms, str):
+            found.append((None, None, pod, f"the pod anti-affinity of pod {pod_key(pod)} cannot be read: {terms}"))
+            continue
+        bound = kinds.spec(pod).get("nodeName")
+        other = kinds.labels((view.node(bound) if isinstance(bound, str) else None) or {})
+        for term in terms:
+            value = other.get(term.topology_key)
+            match = term.matches(demand.namespace, demand.labels) if value is not None else False
+            if match is None:
+                found.append((term.topology_key, value, pod,
+                              f"the pod anti-affinity of pod {pod_key(pod)} selects namespaces by label"))
+            elif match:
+                found.append((term.topology_key, value, pod, None))
+    return found
+
+
+def _counts(demand: Demand, view: View) -> Counter[tuple[str, Any]]:
+    """For the pod's own affinity: how many pods that every term selects run in each domain."""
     counts: Counter[tuple[str, Any]] = Counter()
     for other in view.nodes():
         other_labels = kinds.labels(other)
@@ -135,6 +103,77 @@ def _affinity_reason(demand: Demand, node: Mapping[str, Any], view: View, subjec
             if all(t.matches(namespace, pod_labels) for t in demand.affinity):
                 for key in keys:
                     counts[(key, other_labels[key])] += 1
+    return counts
+
+
+@dataclasses.dataclass(slots=True)
+class Gathered:
+    """What the filter reads of the cluster for one pod whatever the node, worked out on the first
+    node judged and kept in its `Demand` for the others, as kube-scheduler's PreFilter does once
+    per scheduling cycle (a drain's share-manager judges a VM's migration target on a dozen nodes
+    or more): why the pod's own terms cannot be told (said of the subject), the domains of the pods each of its
+    anti-affinity terms selects, the placed pods' anti-affinity toward it, and how many pods
+    its affinity selects in each domain. Each node is then a few lookups."""
+
+    unsure: str | None
+    domains: list[dict[Any, Mapping[str, Any]] | None]
+    avoiding: list[Avoiding]
+    counts: Counter[tuple[str, Any]]
+
+
+def _gather(demand: Demand, view: View) -> Gathered:
+    unsure = next(("pod affinity selects namespaces by label" for term in demand.affinity + demand.anti_affinity
+                   if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
+    avoiding = _avoiding(demand, view)
+    domains = [_domains(view, term, _selected(view, term)) for term in demand.anti_affinity] if unsure is None else []
+    return Gathered(unsure=unsure, domains=domains, avoiding=avoiding,
+                    counts=_counts(demand, view) if demand.affinity and unsure is None else Counter())
+
+
+def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
+    required anti-affinity, then the required anti-affinity of pods already placed."""
+    gathered = demand.gathered
+    if gathered is None:
+        gathered = demand.gathered = _gather(demand, view)
+    if not (demand.affinity or demand.anti_affinity or gathered.avoiding):
+        return None  # most pods, most clusters: nothing for this filter to look at
+    if gathered.unsure is not None:
+        raise CannotTell(f"{subject}'s {gathered.unsure}")
+    name = name_of(node)
+    labels = kinds.labels(node)
+    if demand.affinity:
+        reason = _affinity_reason(demand, gathered.counts, name, labels, subject)
+        if reason:
+            return reason
+    for term, domains in zip(demand.anti_affinity, gathered.domains):
+        if term.topology_key not in labels:
+            continue  # no domain here, so nothing in it to avoid
+        value = labels[term.topology_key]
+        if domains is None:
+            pod = _walked(view, node, term, value)
+        else:
+            pod = domains.get(name if term.topology_key == kinds.HOSTNAME_LABEL else value)
+        if pod is not None:
+            return (f"node {name} fails {subject}'s pod anti-affinity: pod {pod_key(pod)} "
+                    f"runs in {term.topology_key}={value}")
+    for key, value, pod, unsure in gathered.avoiding:
+        if key is not None and labels.get(key) != value:
+            continue
+        if unsure is not None:
+            raise CannotTell(unsure)
+        return f"node {name} fails the pod anti-affinity of pod {pod_key(pod)} in {key}={value}"
+    return None
+
+
+def _affinity_reason(demand: Demand, counts: Counter[tuple[str, Any]], name: str, labels: Mapping[str, Any],
+                     subject: str) -> str | None:
+    """A pod counts for the pod's affinity when it matches every term (`counts`); each term needs
+    such a pod in the node's domain. The first pod of a group whose terms select itself may go
+    anywhere while no pod matches (filtering.go `satisfyPodAffinity`)."""
+    for term in demand.affinity:
+        if term.topology_key not in labels:
+            return f"node {name} has no {term.topology_key} label, which {subject}'s pod affinity needs"
     missing = next((t for t in demand.affinity if counts[(t.topology_key, labels[t.topology_key])] <= 0), None)
     if missing is None:
         return None

@@ -15,9 +15,14 @@ from .view import View
 PODS = "pods"
 
 
+def allocatable_of(name: str, node: Mapping[str, Any], view: View) -> dict[str, int] | str:
+    """The node's `status.allocatable` in the scheduler's units, or why it cannot be read: kept in
+    the store's memo while it stays the same (compared by value; the caches hand out one object
+    per version of a node), as every admission asks about the same few nodes."""
+    return view.memo.latest(_allocatable, (_allocatable, name), kinds.status(node).get("allocatable"), node)
+
+
 def _allocatable(node: Any) -> dict[str, int] | str:
-    """The node's `status.allocatable` in the scheduler's units, or why it cannot be read (kept in the
-    store's memo: every admission asks about the same few nodes)."""
     allocatable = kinds.status(node).get("allocatable")
     if not isinstance(allocatable, dict) or not allocatable:
         return "it has no status.allocatable"
@@ -38,7 +43,7 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     usage = view.usage(name)
     if usage.unreadable:
         raise CannotTell(f"{usage.unreadable} pod(s) on it have requests that do not parse")
-    allocatable = view.memo.of(_allocatable, node, kinds.status(node).get("allocatable"))
+    allocatable = allocatable_of(name, node, view)
     if isinstance(allocatable, str):
         raise CannotTell(allocatable)
     slots = allocatable.get(PODS, 0)
@@ -70,8 +75,9 @@ def least_allocated(demand: Demand, node: Mapping[str, Any], view: View) -> floa
     """NodeResourcesFit's default score (noderesources/least_allocated.go), from 0 to 1: the
     share of the node's cpu and memory left free once the pod is placed, averaged. None when
     the node's room cannot be read."""
-    usage = view.usage(name_of(node))
-    allocatable = view.memo.of(_allocatable, node, kinds.status(node).get("allocatable"))
+    name = name_of(node)
+    usage = view.usage(name)
+    allocatable = allocatable_of(name, node, view)
     if usage.unreadable or isinstance(allocatable, str):
         return None
     shares = []
