@@ -3,15 +3,19 @@ in place of an exception, saying which node, for whom and why."""
 import pytest
 from tests.support.fitting import NS, sized, view_of, vm
 
+from webhook.rules.fit import checks
 from webhook.rules.fit.demand import Demand
-from webhook.rules.fit.framework import CannotTell, judge
+from webhook.rules.fit.framework import CannotTell
 from webhook.rules.fit.resources import node_resources_fit
 from webhook.rules.fit.volumes import volumes
 
 
 def judged(check, pod, subject="the VM"):
+    """`check` alone, as `why_not_fit` runs every check."""
     view = view_of(nodes=[sized("node-b", cpu="2")])
-    return judge(check, Demand.of(pod, NS, view.memo), view.node("node-b"), view, subject)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(checks, "CHECKS", (check,))
+        return checks.why_not_fit(pod, NS, view.node("node-b"), view, subject, demand=Demand.of(pod, NS, view.memo))
 
 
 def test_a_checks_answer_is_passed_on():

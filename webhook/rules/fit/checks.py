@@ -8,7 +8,7 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import Unreadable
-from .framework import Filter, cannot_tell, judge
+from .framework import Filter, cannot_tell, failed
 from .interpodaffinity import inter_pod_affinity
 from .memo import Memo
 from .nodeaffinity import node_affinity
@@ -38,7 +38,10 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
     for check in CHECKS:
-        reason = judge(check, demand, node, view, subject)
+        try:
+            reason = check(demand, node, view, subject)
+        except Exception as error:  # objects of unexpected shape: "cannot tell", which counts as not fitting
+            return failed(check, node, subject, error)
         if reason is not None:
             return reason
     return None

@@ -20,14 +20,6 @@ def cannot_tell(node: Any, subject: str, detail: str) -> str:
     return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
 
 
-def judge(check: Filter, demand: Demand, node: Mapping[str, Any], view: View, subject: str) -> str | None:
-    """The check's answer; objects of unexpected shape mean "cannot tell", which counts as not fitting."""
-    try:
-        return check(demand, node, view, subject)
-    except Exception as error:
-        return failed(check, node, subject, error)
-
-
 def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
     """The answer of a check that raised: "cannot tell", saying why."""
     if isinstance(error, (CannotTell, Unreadable)):
