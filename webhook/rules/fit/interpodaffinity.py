@@ -118,16 +118,19 @@ class Gathered:
     unsure: str | None
     domains: list[dict[Any, Mapping[str, Any]] | None]
     avoiding: list[Avoiding]
-    counts: Counter[tuple[str, Any]]
+    counts: Counter[tuple[str, Any]] | None  # None: no affinity of its own
 
 
 def _gather(demand: Demand, view: View) -> Gathered:
+    avoiding = _avoiding(demand, view)
+    if not (demand.affinity or demand.anti_affinity):
+        return Gathered(unsure=None, domains=[], avoiding=avoiding, counts=None)  # most pods: no terms of their own
     unsure = next(("pod affinity selects namespaces by label" for term in demand.affinity + demand.anti_affinity
                    if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
-    avoiding = _avoiding(demand, view)
-    domains = [_domains(view, term, _selected(view, term)) for term in demand.anti_affinity] if unsure is None else []
-    return Gathered(unsure=unsure, domains=domains, avoiding=avoiding,
-                    counts=_counts(demand, view) if demand.affinity and unsure is None else Counter())
+    if unsure is not None:
+        return Gathered(unsure=unsure, domains=[], avoiding=avoiding, counts=None)
+    return Gathered(unsure=None, domains=[_domains(view, term, _selected(view, term)) for term in demand.anti_affinity],
+                    avoiding=avoiding, counts=_counts(demand, view) if demand.affinity else None)
 
 
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
@@ -143,7 +146,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
     name = name_of(node)
     labels = kinds.labels(node)
     if demand.affinity:
-        reason = _affinity_reason(demand, gathered.counts, name, labels, subject)
+        reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)
         if reason:
             return reason
     for term, domains in zip(demand.anti_affinity, gathered.domains):
