@@ -23,10 +23,9 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
@@ -87,12 +86,6 @@ class PassReport:
         return cls(at, tuple(created), {str(state): states[state] for state in VmState}, dict(held), note, vms)
 
 
-class PassTime(NamedTuple):
-    began: float  # Unix time
-    ended: float
-    cpu: float  # seconds of the process's CPU
-
-
 @dataclasses.dataclass(frozen=True)
 class Observation:
     """What one pass observed: the running opted-in VMs, what the whole pass goes by, and the
@@ -149,7 +142,6 @@ class Keeper:
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self._watch: KubeVirtWatch | None = None
         self.passes = 0  # passes made over synced caches
-        self.last_pass: PassTime | None = None
 
     @property
     def watch(self) -> KubeVirtWatch | None:
@@ -202,10 +194,8 @@ class Keeper:
         watch = self._watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(at=now, note="waiting for the caches to sync")
-        began, cpu = time.time(), time.process_time()
         report = await self._pass(watch, now)
-        self.passes += 1  # when it ran and its CPU (the process's): for the benchmark
-        self.last_pass = PassTime(began, time.time(), time.process_time() - cpu)
+        self.passes += 1
         return report
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
