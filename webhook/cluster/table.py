@@ -33,7 +33,7 @@ class Table:
     one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
     """
 
-    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared", "changes", "reader")
+    __slots__ = ("objects", "indexes", "indexers", "watchers", "shared", "reader")
 
     def __init__(self, indexers: Mapping[str, Indexer], watchers: Iterable[Watcher] = ()):
         self.indexers = indexers
@@ -46,7 +46,6 @@ class Table:
         # The objects `read` handed out, by key, until they change (put, remove) or are the oldest of
         # more than SHARED.
         self.shared: dict[str, dict[str, Any]] = {}
-        self.changes = 0  # objects put or removed so far: what the table holds is the same while it is
 
     def get(self, key: str) -> dict[str, Any] | None:
         """A fresh copy: the caller may change it."""
@@ -91,15 +90,12 @@ class Table:
             self._reindex(key, self.decode(key, old) if old is not None else None, obj)
         self.objects[key] = blob
         self.shared.pop(key, None)
-        self.changes += 1
 
     def remove(self, key: str) -> None:
         old = self.objects.pop(key, None)
         self.shared.pop(key, None)
-        if old is not None:
-            self.changes += 1
-            if self.indexers or self.watchers:
-                self._reindex(key, self.decode(key, old), None)
+        if old is not None and (self.indexers or self.watchers):
+            self._reindex(key, self.decode(key, old), None)
 
     def keys_of(self, index: str, value: Hashable) -> tuple[str, ...]:
         keys = self.indexes[index].get(value, ())
