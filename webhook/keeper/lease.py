@@ -94,7 +94,6 @@ class Elector:
         self._term: asyncio.Task[None] | None = None  # the keeper, while leading
         self._deadline: asyncio.Task[None] | None = None
         self._deposed = asyncio.Event()
-        self._why = ""
         self._resume_at = 0.0  # loop time before which no campaign starts (hold_off)
         # A campaign ends with the term; the next one starts a retry period later.
         self._campaigns = Background("lease", self.campaign, log=log, failure="campaigning for the lease failed",
@@ -197,7 +196,7 @@ class Elector:
         """End the term now: the keeper is cancelled before anything else can run."""
         if not self.leading:
             return
-        self.leading, self._why = False, why
+        self.leading = False
         current = asyncio.current_task()
         for task in self._term_tasks():
             if task is not current:
