@@ -6,12 +6,16 @@ from datetime import UTC, datetime
 import pytest
 from tests.support.kube import load
 
-from webhook.rules.shared.reading import (Malformed, read_bool, read_identity, read_object, read_str,
-                                          read_time)
+from webhook.rules.shared.reading import Malformed, read_identity, read_object, read_str, read_time, read_typed
 
 VMI = load("vmi-migrated.yaml")
 MIGRATION = load("vmim-evacuation.yaml")
 STATE = VMI["status"]["migrationState"]
+
+
+def read_bool(container, key, where):
+    """A boolean field, as the rules read one (`declaring.Field.flag`)."""
+    return read_typed(container, key, where, bool)
 
 
 def test_the_fields_of_kubevirts_own_objects():

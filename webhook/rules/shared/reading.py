@@ -63,10 +63,6 @@ def read_str(container: dict[str, Any], key: str, where: str) -> str:
     return read_typed(container, key, where, str)
 
 
-def read_bool(container: dict[str, Any], key: str, where: str) -> bool:
-    return read_typed(container, key, where, bool)
-
-
 def read_identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
     if not isinstance(obj, dict):
         raise Malformed(f"a {kind} is a {type(obj).__name__}, not an object")
