@@ -98,7 +98,6 @@ KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handl
 LIVE_MIGRATABLE = "LiveMigratable"  # VMI condition
 PAUSED = "Paused"  # VMI condition
 PAUSED_IO_ERROR = "PausedIOError"  # its reason (virt-handler's) when QEMU stopped the VM on a disk I/O error
-PAUSED_BY_USER = "PausedByUser"  # its reason after `virtctl pause` (virt-handler's `calculatePausedCondition`)
 VMI_OWNER_KIND = "VirtualMachineInstance"  # a launcher pod's controlling ownerReference: its VMI
 # On a migration: how long KubeVirt lets its target pod stay unschedulable (default 5 minutes).
 UNSCHEDULABLE_TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
