@@ -144,6 +144,10 @@ class Reflector:
                 selector: str = "", fields: str = "", **kwargs: Any) -> Reflector:
         return cls(ApiTransport(api, resource.path(namespace)), name, selector=selector, fields=fields, **kwargs)
 
+    def _selectors(self) -> list[tuple[str, str]]:
+        """The label and field selectors that every list and watch asks with."""
+        return [(key, value) for key, value in (("labelSelector", self.selector), ("fieldSelector", self.fields)) if value]
+
     async def list(self) -> AsyncIterator[Event]:
         """A full paginated list: LISTED per object, then SYNCED with the list's resourceVersion kept."""
         token: str | None = None
@@ -152,11 +156,7 @@ class Reflector:
         started = loop.time()
         async with self.list_slots:
             while True:
-                query = [("limit", str(self.timing.page_size))]
-                if self.selector:
-                    query.append(("labelSelector", self.selector))
-                if self.fields:
-                    query.append(("fieldSelector", self.fields))
+                query = [("limit", str(self.timing.page_size)), *self._selectors()]
                 if token:
                     query.append(("continue", token))
                 status, body = await self.transport.get(query, self.timing.request_timeout)
@@ -185,10 +185,7 @@ class Reflector:
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(max(1, int(seconds))))]
         if self.resource_version:
             query.append(("resourceVersion", self.resource_version))
-        if self.selector:
-            query.append(("labelSelector", self.selector))
-        if self.fields:
-            query.append(("fieldSelector", self.fields))
+        query += self._selectors()
         # The server ends the watch after timeoutSeconds; the grace bounds a server that does not.
         deadline = loop.time() + seconds + min(30.0, seconds)
         try:
