@@ -26,7 +26,7 @@ from webhook import kinds
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.stores.cache import WatchedClusterStore
-from webhook.stores import shapes as shaped
+from webhook.rules.shared import declared
 from webhook.stores.shapes import pod_to_place, shapes
 from webhook.keeper.kubevirt_api import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
@@ -691,8 +691,8 @@ def test_the_keepers_readers_read_nothing_its_caches_drop(objects, opt_in):
     object, by whatever route, its kind's shape keeps: a rule reading a field it did not declare
     (`rules.shared.declared`) fails here, whatever the generated objects hold."""
     settings = Settings(opt_in_annotation=opt_in)
-    shape_keep = {"VirtualMachineInstance": shaped.vmi_kept(settings),
-                  "VirtualMachineInstanceMigration": shaped.migration_kept(settings)}
+    shape_keep = {"VirtualMachineInstance": declared.VMI.keep(settings),
+                  "VirtualMachineInstanceMigration": declared.VMIM.keep(settings)}
     for obj in objects:
         reads = {}
         traced = Traced(obj, (), reads)
@@ -709,7 +709,7 @@ def test_the_tracing_sees_a_read_the_declaration_does_not_keep():
     traced = Traced(vmi("vm1", "node-a", "d1"), (), reads)
     kinds.annotations(traced).get("example.com/frozen")
     traced["status"]["guestOSInfo"]
-    assert sorted(dropped(reads, shaped.vmi_kept(Settings()))) == [
+    assert sorted(dropped(reads, declared.VMI.keep(Settings()))) == [
         "metadata.annotations.example.com/frozen", "status.guestOSInfo"]
 
 

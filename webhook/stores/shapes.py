@@ -69,16 +69,6 @@ NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
                    "spec": {"unschedulable": True, "taints": True},
                    "status": {"conditions": [{"type": True, "status": True}], "allocatable": True}}
 
-# Migrations and VMIs: what the rules read of them, declared once (`rules.shared.declared`),
-# which the keeper's `read_migration`, `read_vmi` and `claims_of` read through.
-def migration_kept(settings: Settings) -> Keep:
-    return declared.VMIM.keep(settings)
-
-
-def vmi_kept(settings: Settings) -> Keep:
-    """A VMI's fields the keeper reads; which opt-in annotation it honours is a setting."""
-    return declared.VMI.keep(settings)
-
 
 def shapes(settings: Settings) -> dict[str, Shape]:
     """Each kind a cache holds, and how an object of it is reduced when it arrives."""
@@ -92,8 +82,11 @@ def shapes(settings: Settings) -> dict[str, Shape]:
         SHARE_MANAGER.kind: trimmed(SHARE_MANAGER_KEPT),
         NODE.kind: trimmed(NODE_KEPT),
         POD.kind: shape_pod(settings),
-        VMI.kind: trimmed(vmi_kept(settings)),
-        VMIM.kind: trimmed(migration_kept(settings)),
+        # Migrations and VMIs: what the rules read of them, declared once (`rules.shared.declared`),
+        # which the keeper's `read_migration`, `read_vmi` and `claims_of` read through (the
+        # opt-in annotation a VMI keeps is a setting).
+        VMI.kind: trimmed(declared.VMI.keep(settings)),
+        VMIM.kind: trimmed(declared.VMIM.keep(settings)),
     }
 
 

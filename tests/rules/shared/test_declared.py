@@ -10,7 +10,7 @@ from tests.support.kube import launcher_pod_of, vmi
 from tests.support.stores import listed_store
 
 from webhook import kinds
-from webhook.stores.shapes import pod_annotations, shapes, vmi_kept
+from webhook.stores.shapes import pod_annotations, shapes
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.classify import opted_in_launcher, running_exemption
@@ -63,7 +63,7 @@ def test_every_replica_keeps_of_a_vmi_what_the_keeper_and_status_read():
     assert read_vmi(kept, the_settings) == read_vmi(whole, the_settings)
     admission, keeper = WatchedClusterStore(None, the_settings), KubeVirtWatch(None, the_settings)
     assert admission.vmis.shape(copy.deepcopy(whole)) == keeper.vmis.shape(copy.deepcopy(whole)) == kept
-    assert set(vmi_kept(the_settings)["status"]) >= {"nodeName", "machine", "conditions", "migrationState", "phase"}
+    assert set(declared.VMI.keep(the_settings)["status"]) >= {"nodeName", "machine", "conditions", "migrationState", "phase"}
 
 
 def test_the_pods_annotations_kept_are_those_the_rules_read():
