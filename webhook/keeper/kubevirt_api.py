@@ -96,14 +96,8 @@ async def unpause_vmi(api: Any, namespace: str, name: str, *, timeout: float) ->
     `virtctl unpause vmi` does (RBAC: `update` on `virtualmachineinstances/unpause`). virt-api answers
     200 with no body, and 409 Conflict for a VMI that is not running or has no Paused condition.
     `obj` is {} on success."""
-    path = f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause"
-    try:
-        status, raw = await request(api, "PUT", path, body={}, timeout=timeout)
-    except ApiUnreachable as exc:
-        return Created(0, None, f"no answer within {timeout:g}s" if exc.timed_out else str(exc))
-    if 200 <= status < 300:
-        return Created(status, {})
-    return _failed(status, raw)
+    done = await _call(api, "PUT", f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause", body={}, timeout=timeout)
+    return Created(done.status, {}) if 200 <= done.status < 300 else done
 
 
 async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]] | tuple[()] = (), body: Any = None,
@@ -120,7 +114,7 @@ async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]
         if not isinstance(answer, dict):
             return Created(status, None, f"API answered {status} without an object")
         return Created(status, answer)
-    return _failed(status, raw)
+    return Created(status, None, answered(status, raw))
 
 
 def answered(status: int, raw: bytes) -> str:
@@ -131,7 +125,3 @@ def answered(status: int, raw: bytes) -> str:
         answer = None
     message = answer.get("message") if isinstance(answer, dict) else None
     return f"API answered {status}" + (f": {str(message)[:300]}" if message else "")
-
-
-def _failed(status: int, raw: bytes) -> Created:
-    return Created(status, None, answered(status, raw))
