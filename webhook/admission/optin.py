@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from .. import kinds
-from ..background import Background
+from ..background import Background, Companion
 from ..stores.store import Store, StoreError
 from ..kinds import MUTATING_WEBHOOK
 
@@ -37,7 +37,7 @@ def shut_out(configuration: dict[str, Any], key: str) -> list[str]:
     return found
 
 
-class OptInCheck:
+class OptInCheck(Companion):
     """A companion of `serve` (start, stop, degraded): the note while the configuration shuts
     our opt-in key out."""
 
@@ -45,17 +45,11 @@ class OptInCheck:
                  timeout: float = 5.0):
         self.store, self.key, self.name, self.timeout = store, key, name, timeout
         self._note = ""
-        self._checking = Background("opt-in check", self.check, log=log, failure="checking the webhook configuration "
-                                    "failed", period=period)
-
-    def start(self) -> None:
-        self._checking.start()
-
-    async def stop(self) -> None:
-        await self._checking.stop()
+        self.task = Background("opt-in check", self.check, log=log, failure="checking the webhook configuration "
+                               "failed", period=period)
 
     def degraded(self) -> list[str]:
-        return ([self._note] if self._note else []) + self._checking.degraded()
+        return ([self._note] if self._note else []) + super().degraded()
 
     async def check(self) -> str:
         """Read the configuration once; the note (empty when the key gets through or it cannot be told)."""
