@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from webhook.stores.cache import WatchedClusterStore
+from webhook.cluster import client
 from webhook.cluster.reflector import Event, EventType, Timing
 from webhook.config import Settings
 from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES
@@ -39,7 +40,7 @@ def api_host(emulator: Any) -> str:
 
 async def watched_store(emulator: Any, settings: Settings | None = None, timing: Timing = TEST_TIMING) -> WatchedClusterStore:
     """The watch-backed store on the emulator, started and synced."""
-    store = WatchedClusterStore.for_host(api_host(emulator), settings or Settings(), timing)
+    store = WatchedClusterStore(client.for_host(api_host(emulator)), settings or Settings(), timing)
     store.start()
     try:
         await store.wait_synced(timeout=10)

@@ -157,13 +157,6 @@ class WatchedClusterStore(Informers):
         self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
         assert len(self._by_kind) == len(self.informers)
 
-    @classmethod
-    def for_host(cls, host: str, settings: Settings = Settings(), timing: Timing = Timing()) -> WatchedClusterStore:
-        """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
-        from ..cluster import client
-
-        return cls(client.for_host(host), settings, timing)
-
     # ----------------------------------------------------------------- lifecycle
 
     def stats(self) -> Stats:

@@ -24,11 +24,6 @@ class ClusterStore(Unwatched):
     def __init__(self, api_client: Any):
         self._api = api_client
 
-    @classmethod
-    def for_host(cls, host: str) -> ClusterStore:
-        """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
-        return cls(client.for_host(host))
-
     async def _read(self, resource: Resource, namespace: str | None, name: str | None, query: list[tuple[str, str]],
                     timeout: float | None) -> dict[str, Any] | None:
         try:
