@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 from .. import kinds
-from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, resolve_consumers,
-                               resolve_disks)
+from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, read_through,
+                               resolve_consumers, resolve_disks)
 from ..stores.store import Store, StoreError
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
@@ -89,11 +89,8 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
     owner = kinds.vmi_owner(pod)
     if owner is None:
         return None, None
-    known, vmi = store.peek(VMI, namespace, owner["name"])
-    if known:
-        return vmi, None
     try:
-        return await deadline.call(store.get, VMI, namespace, owner["name"]), None
+        return await read_through(store, VMI, namespace, owner["name"], deadline), None
     except (StoreError, TimeoutError) as exc:
         return None, (f"hotplugged disks unknown: VMI {namespace}/{owner['name']} could not be read "
                       f"({str(exc) or 'no answer before the deadline'})")

@@ -144,8 +144,8 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
         return TargetPod(pod_to_place(waiting), {})
     owner = kinds.vmi_owner(vm_pod)
     try:
-        vmi = None if owner is None else await _read(store, VMI, namespace, owner["name"], deadline)
-        source = await _read(store, NODE, None, kinds.spec(vm_pod).get("nodeName") or "", deadline)
+        vmi = None if owner is None else await read_through(store, VMI, namespace, owner["name"], deadline)
+        source = await read_through(store, NODE, None, kinds.spec(vm_pod).get("nodeName") or "", deadline)
     except StoreError as exc:
         return f"an object could not be read ({exc})"
     except TimeoutError:
@@ -159,7 +159,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     return str(built) if isinstance(built, TargetUnknown) else built
 
 
-async def _read(store: Store, resource: Resource, namespace: str | None, name: str,
+async def read_through(store: Store, resource: Resource, namespace: str | None, name: str,
                 deadline: Deadline) -> dict[str, Any] | None:
     """From memory when the store can tell (shared: read only), else from the API within the deadline."""
     known, obj = store.peek(resource, namespace, name)
@@ -206,14 +206,12 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
     that cannot be read counts as one that cannot take the pod. The same checks serve the pin
     at admission and the keeper's choice of a migration target.
     """
-    known, node = store.peek(NODE, None, name)
-    if not known:
-        try:
-            node = await deadline.call(store.get, NODE, None, name)
-        except StoreError as exc:
-            return f"node {name} could not be checked ({exc})"
-        except TimeoutError:
-            return f"node {name} could not be checked before the deadline"
+    try:
+        node = await read_through(store, NODE, None, name, deadline)
+    except StoreError as exc:
+        return f"node {name} could not be checked ({exc})"
+    except TimeoutError:
+        return f"node {name} could not be checked before the deadline"
     why = fit.why_not_run(name, node, pod, needs_kubevirt=needs_kubevirt)
     if why is not None or node is None:
         return why
