@@ -95,14 +95,9 @@ class Migration:
 def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | None:
     """When a final migration ended: its final phase transition, else migrationState's end,
     else the latest transition we know of, else its creation."""
-    transitions = declared.TRANSITIONS.value(status)
-    if transitions is None:
-        transitions = []
-    if not isinstance(transitions, list):
-        raise Malformed(f"status.phaseTransitionTimestamps is a {type(transitions).__name__}, not a list")
     final_at: list[datetime] = []
     any_at: list[datetime] = []
-    for entry in transitions:
+    for entry in declared.TRANSITIONS.items(status):
         if not isinstance(entry, dict):
             raise Malformed("status.phaseTransitionTimestamps holds a non-object")
         at = declared.TRANSITION_AT.time(entry)

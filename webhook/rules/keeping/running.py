@@ -135,18 +135,9 @@ class VmiView:
         return self.phase == "Running" and bool(self.node)
 
 
-def _conditions(status: dict[str, Any]) -> list[Any]:
-    conditions = declared.VMI_CONDITIONS.value(status)
-    if conditions is None:
-        return []
-    if not isinstance(conditions, list):
-        raise Malformed(f"status.conditions is a {type(conditions).__name__}, not a list")
-    return conditions
-
-
 def _paused(status: dict[str, Any]) -> tuple[str, datetime | None]:
     """Why the VM is paused (its Paused condition's reason), "" when it is not; and since when."""
-    for condition in _conditions(status):
+    for condition in declared.VMI_CONDITIONS.items(status):
         if (isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.PAUSED
                 and declared.CONDITION_STATUS.value(condition) == "True"):
             return str(declared.CONDITION_REASON.value(condition) or "Paused"), declared.CONDITION_SINCE.time(condition)
@@ -154,7 +145,7 @@ def _paused(status: dict[str, Any]) -> tuple[str, datetime | None]:
 
 
 def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
-    for condition in _conditions(status):
+    for condition in declared.VMI_CONDITIONS.items(status):
         if isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.LIVE_MIGRATABLE:
             state = declared.CONDITION_STATUS.value(condition)
             if state == "True":
