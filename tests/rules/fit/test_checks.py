@@ -201,3 +201,17 @@ def test_with_the_stores_memo_a_node_or_pod_that_changed_is_answered_as_it_is_no
         assert with_memo == why_not_run("node-b", the_node, pod, needs_kubevirt=True)
         assert (with_memo is None) if fragment is None else (fragment in with_memo)
     assert len(memo) == 1
+
+
+def test_a_pod_whose_node_level_reads_are_too_large_to_hold_is_answered_without_the_memo():
+    """The memo holds what the checks read of a pod as JSON, at most KEY_BYTES of it: a pod of
+    thousands of tolerations is answered as without the memo, and leaves nothing in it."""
+    memo = Memo()
+    crowded = vm_pod()
+    crowded["spec"]["tolerations"] = [{"key": f"t{i}", "operator": "Exists"} for i in range(2000)]
+    tainted = node("node-b", taints=[NO_SCHEDULE])
+    assert "untolerated taint" in why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo)
+    assert len(memo) == 0
+    crowded["spec"]["tolerations"].append({"key": "dedicated", "operator": "Exists"})
+    assert why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo) is None
+    assert len(memo) == 0

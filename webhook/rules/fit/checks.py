@@ -4,13 +4,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import Unreadable
 from .framework import Filter, cannot_tell, failed
 from .interpodaffinity import inter_pod_affinity
-from .memo import Memo
+from .memo import KEY_BYTES, Memo
 from .nodeaffinity import node_affinity
 from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
@@ -56,16 +58,23 @@ def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str
     pods of a few kinds, are judged on the same nodes one after the other."""
     if node is None:
         return f"node {node_name} not found"
+    asked = (node_name, node, pod, needs_kubevirt)
     if memo is None:
-        return _why_not_run((node_name, node, pod, needs_kubevirt))
+        return _why_not_run(asked)
     spec = pod.get("spec") if isinstance(pod, dict) else None
     spec = spec if isinstance(spec, dict) else {}
     affinity = spec.get("affinity")
-    # What the checks read, compared by value (the node itself, mostly, by identity: the caches
-    # hand out one object per version of it), so an answer is only reused for what gave it.
-    reads = (node, spec.get("tolerations"), spec.get("nodeSelector"),
-             affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity)
-    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), reads, (node_name, node, pod, needs_kubevirt))
+    # What the checks read of the pod, as JSON (held with the answer, so bounded as the memo's
+    # keys are), and of the node the node itself: compared by value, mostly by identity (the
+    # caches hand out one object per version of a node). An answer is only reused for what gave it.
+    try:
+        read = orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"),
+                             affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity))
+    except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, answered afresh
+        return _why_not_run(asked)
+    if len(read) > KEY_BYTES:
+        return _why_not_run(asked)
+    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), (node, read), asked)
 
 
 def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) -> str | None:
