@@ -1,4 +1,13 @@
-"""longhorn-manager 1.12's remount deletion, played on kubefake's apiserver.
+"""longhorn-manager 1.12's share-manager restart and remount deletion, played on kubefake's apiserver.
+
+While a volume's share-manager is in Error or Unknown (its pod deleted by a drain, its node down, its
+fast-failover lease stale), longhorn-manager v1.12.1's volume controller (`controller/volume_controller.go`,
+`ReconcileShareManagerState`) stamps the volume's `status.remountRequestedAt` with its "now" on every
+reconcile, wherever the new share-manager comes back, the same node included; it stamps it again after an
+auto-salvage and when a faulted volume comes back detached; it never clears it, and never sets it on a
+first attach. `restart_share_manager` plays that. An NFS client usually recovers on its own behind the
+same Service IP ("NFS clients can generally recover", `kubernetes_pod_controller.go`): whether a VM
+pauses, and whether KubeVirt's retry resumes it, is virt_handler's to play, not Longhorn's.
 
 When an RWX volume's share-manager restarts, Longhorn sets the volume's `status.remountRequestedAt`;
 once the new share-manager has started after that moment and serves, longhorn-manager's pod
@@ -62,6 +71,46 @@ def doomed(pods: list[dict[str, Any]], claims: set[tuple[str, str]], requested: 
     return found
 
 
+def _rfc3339(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def request_remount(apiserver: Any, volume: str, requested: datetime.datetime) -> None:
+    """One reconcile's stamp: the Volume's `status.remountRequestedAt`, where the Volume is stored."""
+    async with apiserver.lock:
+        for key, obj in list(apiserver.objects.items()):
+            if getattr(key[0], "plural", None) == "volumes" and getattr(key[0], "group", None) == "longhorn.io" \
+                    and key[2] == volume and not obj.deleted:
+                await apiserver.merge(key, {"status": {"remountRequestedAt": _rfc3339(requested)}})
+
+
+async def restart_share_manager(apiserver: Any, volume: str, node: str, *, down: datetime.datetime,
+                                starts: datetime.datetime, serves: datetime.datetime,
+                                reconcile: datetime.timedelta = datetime.timedelta(seconds=5)) -> datetime.datetime:
+    """The share-manager of `volume` went away at `down` and its new pod, on `node` (the same node or
+    another), started at `starts` and serves (Ready) from `serves`: the Volume stamped on each reconcile
+    from `down` while the ShareManager was in Error or Unknown (until the new pod started), the last stamp
+    kept; the new pod in place of the old one. The last request, as the Volume keeps it."""
+    stamps = [down]
+    while stamps[-1] + reconcile < starts:
+        stamps.append(stamps[-1] + reconcile)
+    for at in stamps:
+        await request_remount(apiserver, volume, at)
+    async with apiserver.lock:
+        for key, obj in list(apiserver.objects.items()):
+            if getattr(key[0], "plural", None) != "pods" or key[1:] != (LONGHORN_NS, f"share-manager-{volume}") \
+                    or obj.deleted:
+                continue
+            pod = {**obj.raw, "metadata": {k: v for k, v in (obj.raw.get("metadata") or {}).items()
+                                            if k in ("name", "namespace", "labels")}}
+            pod["spec"] = {**(pod.get("spec") or {}), "nodeName": node}
+            pod["status"] = {"phase": "Running", "startTime": _rfc3339(starts), "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": _rfc3339(serves)}]}
+            await apiserver.drop(key)
+            await apiserver.insert(key, pod)
+    return stamps[-1]
+
+
 async def remount(apiserver: Any, volume: str, requested: datetime.datetime) -> list[str]:
     """Longhorn's deletions once the share-manager of `volume` serves again after `requested`
     (recorded as the Volume's `status.remountRequestedAt` where the Volume is stored): the names of
@@ -75,12 +124,8 @@ async def remount(apiserver: Any, volume: str, requested: datetime.datetime) -> 
     doomed_names = {(pod["metadata"].get("namespace"), pod["metadata"].get("name"))
                     for pod in doomed([pod for _, pod in found], claims, requested, _settings(apiserver))}
     deleted = []
+    await request_remount(apiserver, volume, requested)
     async with apiserver.lock:
-        for key, obj in list(apiserver.objects.items()):  # the request, on the Volume where it is stored
-            if getattr(key[0], "plural", None) == "volumes" and getattr(key[0], "group", None) == "longhorn.io" \
-                    and key[2] == volume and not obj.deleted:
-                stamp = requested.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-                await apiserver.merge(key, {"status": {"remountRequestedAt": stamp}})
         for key, pod in found:
             if (pod["metadata"].get("namespace"), pod["metadata"].get("name")) in doomed_names:
                 await apiserver.drop(key)

@@ -10,7 +10,7 @@ import json
 import kmock as kmocklib
 from tests.support.kube import run_verb
 from tests.support.kubevirt_api import VMIS, apart_vm, eventually, three_nodes
-from tests.support.stale import drained_node_cluster, restart_storage, volumes
+from tests.support.stale import drained_node_cluster, pause_on_io_error, restart_storage, volumes
 
 from kubefake.virt_handler import pause_condition
 from webhook import kinds
@@ -48,9 +48,14 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
     first = await keeper.run_pass()
     assert [name.split("/")[1].split("-colocate-")[0] for name in first.created] == ["vm5"]
     assert keeper.state.refusal("default", "vm4", Action.MIGRATE) is not None
-    # Then: vm1's NFS server restarted 6 minutes ago (its pod, older, keeps the stale mount); vm2 was carried
+    code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", *FLAGS)
+    assert code == 0, err
+    [vm4] = [vm for vm in json.loads(out)["vms"] if vm["name"] == "vm4"]  # read from the keeper's state
+    assert vm4["hold"] == Alone.REFUSED and POLICY in vm4["decision"] and "403" in vm4["next"]  # the API's own words
+    # Then: vm1's NFS server restarted 6 minutes ago (its pod, older, keeps the stale mount: paused since); vm2 was carried
     # paused onto its node (its pause older than its pod); vm3's storage moved to node-c.
     await restart_storage(kmock, cluster, "vm1", "node-b", datetime.timedelta(minutes=6))
+    await pause_on_io_error(kmock, cluster, "vm1", datetime.timedelta(minutes=6))  # and KubeVirt's retries failed
     long_ago = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     await cluster.patch(f"{VMIS}/vm2", {"status": {"conditions": [pause_condition("PausedIOError", long_ago)]}})
     await cluster.move_storage("pvc-vm3-disk", "node-c")
@@ -70,11 +75,12 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
         assert (said[name]["hold"], said[name]["decision"]) == (
             str(record.hold) if record.hold is not None else None, record.decision), name
     holds = {name: said[name]["hold"] for name in said}
-    assert holds == {"vm1": None, "vm2": Alone.NOT_APART, "vm3": Alone.OUR_LIMIT, "vm4": Alone.REFUSED,
+    # vm1, frozen on its stale mount, comes first and takes the last slot of ours; vm4 and vm3 wait for one.
+    assert holds == {"vm1": None, "vm2": Alone.NOT_APART, "vm3": Alone.OUR_LIMIT, "vm4": Alone.OUR_LIMIT,
                      "vm5": Alone.MIGRATING}
-    assert said["vm1"]["moves"] and said["vm1"]["stale_mount"].startswith("its pod started ")
+    assert said["vm1"]["moves"] and said["vm1"]["stale_mount"].startswith("paused on an I/O error since ")
     assert said["vm2"]["next"].startswith("unpaused at the keeper's next pass (paused on a disk I/O error")
-    assert POLICY in said["vm4"]["decision"] and "403" in said["vm4"]["next"]  # the API's own words
     assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm1"]
     assert not any(c.get("type") == "Paused" for c in kmock.objects[kinds.VMI, "default", "vm2"].raw["status"]
                    .get("conditions") or [])  # unpaused, as planned
+

@@ -87,12 +87,12 @@ def view(obj=None, settings=SETTINGS):
     return read_vmi(cached(obj or vmi_obj(), settings), settings)
 
 
-def failed(end):
-    return Attempt(end - timedelta(minutes=1), end, False)
+def failed(end, recovers=False):
+    return Attempt(created=end - timedelta(minutes=1), ended=end, succeeded=False, recovers=recovers)
 
 
-def succeeded(end):
-    return Attempt(end - timedelta(minutes=1), end, True)
+def succeeded(end, recovers=False):
+    return Attempt(created=end - timedelta(minutes=1), ended=end, succeeded=True, recovers=recovers)
 
 
 def in_flight_state(**changes):

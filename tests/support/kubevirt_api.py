@@ -146,8 +146,8 @@ class Cluster:
             pod.setdefault("status", {})["startTime"] = stamp()
             await session.post("/api/v1/namespaces/default/pods", json=pod)
 
-    async def move_storage(self, volume: str, node: str) -> None:
-        """Longhorn restarts the share-manager on `node`: a new pod, started now."""
+    async def move_storage(self, volume: str, node: str, started: datetime.datetime | None = None) -> None:
+        """Longhorn restarts the share-manager on `node`: a new pod, started (and serving) `started` (now)."""
         path = f"/api/v1/namespaces/longhorn-system/pods/share-manager-{volume}"
         async with self.api() as session:
             async with session.get(path) as response:
@@ -155,7 +155,7 @@ class Cluster:
             await session.delete(path)
             pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k in ("name", "namespace", "labels")}
             pod["spec"]["nodeName"] = node
-            pod.setdefault("status", {})["startTime"] = stamp()
+            pod.setdefault("status", {})["startTime"] = stamp(started)
             await session.post("/api/v1/namespaces/longhorn-system/pods", json=pod)
 
 

@@ -52,7 +52,7 @@ async def restart_storage(kmock, cluster, name, node, ago=datetime.timedelta(sec
     """The share-manager of `name`'s disk restarted on `node`, the remount requested `ago`: Longhorn's deletion
     spares the VM (the VMI kind is on the blacklist), so its pod keeps the mount of the old NFS server."""
     requested = datetime.datetime.now(datetime.UTC) - ago
-    await cluster.move_storage(f"pvc-{name}-disk", node)
+    await cluster.move_storage(f"pvc-{name}-disk", node, requested + datetime.timedelta(seconds=5))
     assert await longhorn.remount(kmock.apiserver, f"pvc-{name}-disk", requested) == []
 
 

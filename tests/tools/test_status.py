@@ -191,7 +191,7 @@ async def test_status_json(tmp_path, kmock):
         "disks": [{"claim": "vm1-rootdisk", "volume": FIXTURE_VOLUME, "share_manager_node": "node-b",
                    "data_locality": None, "local_replica": None,
                    "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
-        "note": None, "rebooted_by_storage_restart": "no", "paused": None, "hotplugged": [], "stale_mount": None, "stale_since": None,
+        "note": None, "rebooted_by_storage_restart": "no", "paused": None, "hotplugged": [], "stale_mount": None, "stale_since": None, "waiting_for_retry": None,
         "attachment_pods_deleted_by_storage_restart": None, "hotplugged_disks": [],
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"

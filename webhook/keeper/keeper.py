@@ -138,7 +138,7 @@ class Keeper:
         self.state_store = state  # where the keeper's state is kept (None: in this process alone)
         self.state: KeeperState | None = None  # read once a term
         self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
-                                       direct=store.direct))
+                                        direct=store.direct), events)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self._watch: KubeVirtWatch | None = None
         self.passes = 0  # passes made over synced caches
@@ -153,13 +153,13 @@ class Keeper:
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
         """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch)
-        self._watch = watch
+        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, self.clock)
+        self._watch, self.memory.pause_log = watch, watch.pauses
         watch.start()
         try:
             yield watch
         finally:
-            self._watch = None
+            self._watch, self.memory.pause_log = None, None
             await watch.close()
 
     async def run(self) -> None:
@@ -236,7 +236,7 @@ class Keeper:
         incomplete = "; ".join(watch.degraded() + self.store.degraded() + ([unreadable] if unreadable else []))
         history = self.follower.history(watched)
         running = seen.running  # the others never touched, not counted
-        self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running})
+        self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running}, {vmi.uid for vmi in vmis})
         observed = await self._observe_vms(running, history, state, now)
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
@@ -251,7 +251,7 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.memory.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            mounts=self.memory.mounts)
+                            recall=self.memory, turn=self.passes)
         pace, observed, unpaused = Pacer(), [], self.memory.just_unpaused(now)
         for vmi in running:
             await pace()

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from ..lookup.resolve import migration_source, resolve_disks
 from ..stores.store import Store, StoreError
@@ -33,7 +33,7 @@ from ..rules.keeping.migrations import (
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
-from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, Mount, stale_since
+from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, judge, Mount, Pauses, Server, Stale
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.state import Action, KeeperState
 from ..rules.placement.stranded import unschedulable_since
@@ -41,7 +41,16 @@ from .observed import Observed
 from .targeted import TargetedMigration
 from .apart_spans import Launchers, ApartSpan, ApartSpans, started
 
-VIA_CANDIDATES = 8  # other nodes checked, by name, for the recovery of a stale VM beside its NFS server
+VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
+RECENT = timedelta(hours=1)  # pauses seen this recently make the observer read a VM's mount
+
+
+class Recall(Protocol):
+    """What the keeper remembers of a VM beyond one pass: the I/O-error pauses its watch saw, and its
+    unpauses of the VM in one pod (`status` remembers nothing: it reads each once)."""
+
+    def pauses(self, uid: str) -> Pauses: ...
+    def unpauses(self, uid: str, pod_started: datetime | None) -> int: ...
 
 
 class Nodes:
@@ -67,30 +76,6 @@ async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout:
     return locality(vmi.node, facts), facts
 
 
-MOUNT_KEPT = timedelta(minutes=2)  # a mount read is used again this long while what it depends on stays
-
-
-class Mounts:
-    """What each VM's mount was read as (its pod's start, its Volumes' remount requests), kept a while
-    across passes: while its pod and its NFS servers stay the same, the pod and the Volumes are not
-    read again every pass. Within MOUNT_KEPT, shorter than the keeper's wait after a remount request
-    (`recovery.RETRY_WAIT`), so a request Longhorn records a moment after its share-manager restarted
-    delays no recovery."""
-
-    def __init__(self) -> None:
-        self._read: dict[str, tuple[tuple[Any, ...], datetime, Mount]] = {}
-
-    def recall(self, uid: str, evidence: tuple[Any, ...], now: datetime) -> Mount | None:
-        found = self._read.get(uid)
-        if found is None or found[0] != evidence or now - found[1] >= MOUNT_KEPT:
-            return None
-        return found[2]
-
-    def keep(self, uid: str, evidence: tuple[Any, ...], now: datetime, mount: Mount) -> None:
-        self._read = {k: v for k, v in self._read.items() if now - v[1] < MOUNT_KEPT}
-        self._read[uid] = (evidence, now, mount)
-
-
 @dataclasses.dataclass(frozen=True)
 class Observer:
     """The reads of one pass: disks through `store`, nodes once each, the spans apart."""
@@ -101,7 +86,8 @@ class Observer:
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
-    mounts: Mounts | None = None  # the keeper's: mounts read in earlier passes (`status` reads each once)
+    recall: Recall | None = None  # the keeper's memory of each VM (`status` has none)
+    turn: int = 0  # the keeper's pass: where the search for a node to go through starts
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
@@ -142,77 +128,60 @@ class Observer:
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, span)
             facts = dataclasses.replace(facts, apart_since=span.since, target_unfit=unfit)
-        if "stale" not in read and vmi.paused == PAUSED_IO_ERROR:
+        if "stale" not in read:
             facts = await self._stale(facts, disks, history, now)
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
                         derived=span is not None and span.derived)
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration],
                      now: datetime) -> VmFacts:
-        """The VM's mount (`recovery.Mount`), read of a VM whose storage started again after its pod
-        or that is paused on a disk I/O error, and from it whether its NFS mount is stale, since when
-        (Longhorn's remount request) and whether a migration off it can finish. What cannot be read
-        says nothing: the VM is left as it is (`status` notes it paused)."""
+        """The VM's mount (`recovery.Mount`), read of a VM paused on a disk I/O error now or within RECENT,
+        and from it whether its NFS mount is stale (`recovery.judge`: KubeVirt's retry failed once the new
+        NFS server served), what it waits for if not yet, and whether a migration off it can finish. A VM
+        that never paused on an I/O error is read no further. What cannot be read says nothing: the VM is
+        left as it is (`status` notes it paused)."""
         vmi = facts.vmi
-        evidence, restarted = self._evidence(vmi, disks)
-        if vmi.paused != PAUSED_IO_ERROR and not restarted:
+        pauses = self.recall.pauses(vmi.uid) if self.recall is not None else Pauses()
+        paused = vmi.paused_since if vmi.paused == PAUSED_IO_ERROR else None
+        if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at):
             return facts
-        mount = self.mounts.recall(vmi.uid, evidence, now) if self.mounts is not None else None
-        if mount is None:
-            read = await self._mount(vmi, disks)
-            if isinstance(read, str):
-                return facts
-            mount = read
-            if self.mounts is not None:
-                self.mounts.keep(vmi.uid, evidence, now, mount)
-        stale = stale_since(mount)
-        if stale is None:
-            return dataclasses.replace(facts, mount=mount)
-        failed = failed_recovery(vmi, history, stale[1])
-        return dataclasses.replace(facts, mount=mount, stale=stale[0], stale_since=stale[1],
+        mount = await self._mount(vmi, disks)
+        if isinstance(mount, str):
+            return facts
+        unpauses = self.recall.unpauses(vmi.uid, mount.pod_started) if self.recall is not None else 0
+        facts = dataclasses.replace(facts, mount=mount, unpauses=unpauses)
+        judged = judge(mount, pauses, paused, now)
+        if not isinstance(judged, Stale):
+            return dataclasses.replace(facts, retry=judged)
+        failed = failed_recovery(vmi, history, judged.requested)
+        return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested,
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))
 
-    def _evidence(self, vmi: VmiView, disks: Sequence[Fact]) -> tuple[tuple[Any, ...], bool]:
-        """What the VM's mount depends on, from memory: its pod's name and creation and those of the
-        share-managers serving its Longhorn disks; and whether one of them started after the pod (only
-        then may Longhorn have asked for a remount the pod never made). A share-manager not in memory
-        counts as started after it: the volume itself is read."""
-        pods = self.spans.launchers(vmi.namespace, vmi.uid) or []
-        mine = sorted((started(p), kinds.pod_name(p)) for p in pods if kinds.spec(p).get("nodeName") == vmi.node
-                      and started(p) is not None)
-        if not mine:
-            return (), False
-        created, name = mine[-1]
-        evidence: list[Any] = [name, created]
-        restarted = False
-        for volume in sorted({fact.volume for fact in disks if fact.volume}):
-            known, server = self.store.peek(POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + volume)
-            since = started(server) if known else None
-            evidence.append((volume, since))
-            restarted = restarted or not known or (since is not None and since > created)
-        return tuple(evidence), restarted
-
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:
-        """When the VM's launcher pod started, each of its Longhorn volumes' remount request and
-        those faulted; or why they cannot be read."""
+        """When the VM's launcher pod started, each of its Longhorn volumes' remount request and share-manager
+        pod, those faulted; or why they cannot be read."""
         pod, problem = await self.spans.launcher_pod(vmi, vmi.node or "")
         if pod is None:
             return problem or "its launcher pod is not known"
-        remounts, faulted = [], []
+        servers, faulted = [], []
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
+            name, namespace = kinds.SHARE_MANAGER_POD_PREFIX + volume, self.settings.longhorn_namespace
             try:
-                found = await self.spans.direct.get(LONGHORN_VOLUME, self.settings.longhorn_namespace, volume,
-                                                        timeout=self.timeout)
+                found = await self.spans.direct.get(LONGHORN_VOLUME, namespace, volume, timeout=self.timeout)
+                server = await self.spans.direct.get(POD, namespace, name, timeout=self.timeout)
             except StoreError as exc:
-                return f"Longhorn volume {volume} could not be read ({exc})"
-            remounts.append((volume, parse_time(kinds.status(found).get("remountRequestedAt")) if found else None))
+                return f"Longhorn volume {volume} or its share-manager could not be read ({exc})"
+            servers.append(Server(volume=volume, requested=parse_time(kinds.status(found).get("remountRequestedAt"))
+                                  if found else None, served=serving_since(server), pod=name,
+                                  node=str(kinds.spec(server).get("nodeName") or "") if server else ""))
             faulted += [volume] if found and kinds.status(found).get("robustness") == FAULTED else []
-        return Mount(pod_started=started(pod), remounts=tuple(remounts), faulted=tuple(faulted))
+        return Mount(pod_started=started(pod), servers=tuple(servers), faulted=tuple(faulted))
 
     async def _via(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
-        """For a stale VM beside its NFS server: the first other node, by name, that can take the
-        pod KubeVirt will create to migrate it (the checks of a migration to its storage node), as
-        read and by name; else why none can. At most VIA_CANDIDATES nodes are checked."""
+        """For a stale VM beside its NFS server: an other node that can take the pod KubeVirt will create
+        to migrate it (the checks of a migration to its storage node), as read and by name; else why none
+        can. Nodes that take pods (not cordoned, no NoSchedule or NoExecute taint) come first, by name; at
+        most VIA_CHECKS a pass, each pass going on where the last one stopped."""
         here = vmi.node or ""
         pod, problem = await self.spans.launcher_pod(vmi, here)
         view = await self.spans.store.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
@@ -223,8 +192,11 @@ class Observer:
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: node {here} could not be read ({exc})", None
         launcher, whys = migration_source(pod, self.settings), []
-        others = sorted(name for obj in view.nodes() if isinstance(name := kinds.meta(obj).get("name"), str) and name != here)
-        for name in others[:VIA_CANDIDATES]:
+        named = ((obj, kinds.meta(obj).get("name")) for obj in view.nodes())
+        others = [name for _, name in sorted((not takes_pods(obj), name) for obj, name in named
+                                             if isinstance(name, str) and name != here)]
+        start = self.turn * VIA_CHECKS % len(others) if len(others) > VIA_CHECKS else 0
+        for name in (others[start:] + others[:start])[:VIA_CHECKS]:
             try:
                 node = await self.nodes.get(name)
             except StoreError as exc:
@@ -246,6 +218,25 @@ class Observer:
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
         return node, await self.spans.target_unfit(vmi, span.pod, source, target, node)
+
+
+def serving_since(pod: dict[str, Any] | None) -> datetime | None:
+    """Since when a share-manager pod serves: its Ready condition's last transition (a pod that says
+    nothing of readiness: its start), None while it is not running and ready."""
+    if not pod or kinds.meta(pod).get("deletionTimestamp") or kinds.status(pod).get("phase") != "Running":
+        return None
+    conditions = [c for c in kinds.status(pod).get("conditions") or () if isinstance(c, dict)]
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None:
+        return None if conditions else started(pod)
+    return parse_time(ready.get("lastTransitionTime")) or started(pod) if ready.get("status") == "True" else None
+
+
+def takes_pods(node: Any) -> bool:
+    """Not cordoned and no taint that keeps pods off: checked first for a recovery through another node."""
+    spec = kinds.spec(node)
+    return not spec.get("unschedulable") and not any(
+        isinstance(t, dict) and t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or ())
 
 
 def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,

@@ -88,8 +88,9 @@ class VmStatus:
     # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
-    stale: str = ""  # why its NFS mount is stale (its pod older than a remount request of Longhorn's)
-    stale_since: datetime | None = None  # that remount request: what the keeper's wait counts from
+    stale: str = ""  # why its NFS mount is stale (KubeVirt's retry failed once its new NFS server served)
+    stale_since: datetime | None = None  # the remount request of Longhorn's that stale mount dates from
+    retry: str = ""  # paused on an I/O error, KubeVirt's retry still to come: what it waits for
     cannot_finish: str | None = None  # why no migration off a stale mount of it could finish (its disks' cache modes)
 
     @property
@@ -127,6 +128,7 @@ class VmStatus:
             "hotplugged_disks": self.hotplugged_disks,
             "stale_mount": self.stale or None,
             "stale_since": rfc3339(self.stale_since) if self.stale_since else None,
+            "waiting_for_retry": self.retry or None,
         }
 
 
@@ -382,7 +384,7 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
                     next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
-                    cannot_finish=cannot_finish(view.caches, None, ()))
+                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()))
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -429,7 +431,7 @@ def render(report: Report) -> str:
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
     lines.append(summary_line(report.summary()))
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, PAUSED_ON_IO)}" for vm in report.vms
+    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, vm.retry or PAUSED_ON_IO)}" for vm in report.vms
               if vm.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
     lines += [f"cancels {what}" for what in report.cancels]

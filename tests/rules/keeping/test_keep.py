@@ -94,9 +94,11 @@ HOLDS = [
     (vmi_with(live_migratable=False, not_migratable="HostDeviceNotLiveMigratable"), APART_WHERE, {},
      Alone.NOT_MIGRATABLE, "not live-migratable: HostDeviceNotLiveMigratable"),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
-    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "stale_since": ago(minutes=4)}, Alone.IO_RETRY,
-     "on a stale mount since 2026-11-20T11:56:00Z: it may recover by itself (KubeVirt's own retry then resumes the "
-     "VM); the keeper recovers it from 2026-11-20T12:01:00Z"),
+    (APART_VMI, APART_WHERE, {"stale": "its NFS mount is stale", "stale_since": ago(hours=1),
+                              "history": [failed(ago(minutes=m), recovers=True) for m in (30, 20, 10)]}, Alone.NEEDS_RESTART,
+     "its NFS mount is stale, and it cannot be moved to a fresh mount: 3 recovery migrations of the keeper's since "
+     "Longhorn's remount request at 2026-11-20T11:00:00Z did not take it off that mount; a restart mounts the volume "
+     "afresh (`virtctl restart`)"),
     (APART_VMI, APART_WHERE, {"descheduled": DESCHEDULED}, Alone.DESCHEDULED,
      "moved off node-b by the descheduler (migration kubevirt-evacuation-x7k2p ended 2026-11-20T09:58:31Z): "
      "not moved back before 2026-11-20T15:58:31Z"),
@@ -138,7 +140,7 @@ HOLDS = [
 
 @pytest.mark.parametrize("vmi, where, changes, hold, reason", HOLDS, ids=[
         "not-opted-in", "opted-out", "no-eviction", "not-running", "no-node", "co-located", "split", "unresolved", "needs-restart", "target-unfit",
-        "not-migratable", "migrating", "io-retry", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
+        "not-migratable", "migrating", "recoveries-spent", "descheduled", "apart-briefly", "apart-since-unknown", "apart-since-ahead", "migrated-recently",
         "backing-off", "backing-off-twice", "daily-limit", "untargeted", "our-limit", "cluster-limit", "source-busy",
         "settling", "refused", "view-incomplete", "report", "no-lease", "targeted-unknown"])
 def test_each_condition_holds_the_vm(vmi, where, changes, hold, reason):
@@ -298,9 +300,9 @@ def test_a_vm_on_a_stale_mount_beside_its_storage_goes_away_and_comes_back():
     said = next_step(decision, None, facts(where=CO_LOCATED_WHERE, stale=STALE, via="node-c")[1])
     assert said == ("moves to node-c at the keeper's next pass and back to node-a after (stale mount beside its NFS "
                     "server: 2 migrations, no reboot)")
-    # Both migrations fit in its daily budget, or neither is made.
-    held = keep(where=CO_LOCATED_WHERE, stale=STALE, via="node-c", history=[succeeded(ago(hours=20))])
-    assert held.hold is Alone.DAILY_LIMIT and held.reason.endswith("its recovery beside its NFS server takes 2")
+    # A day's budget that drift (or an earlier round trip) used up does not keep it frozen.
+    spent = [succeeded(ago(hours=20)), succeeded(ago(hours=10), recovers=True), succeeded(ago(hours=9))]
+    assert keep(where=CO_LOCATED_WHERE, stale=STALE, via="node-c", history=spent).act
     report = keep(where=CO_LOCATED_WHERE, stale=STALE, via="node-c", mode=KeepMode.REPORT)
     assert report.hold is Alone.REPORT_ONLY and "from node-a to node-c and back" in report.reason
 
@@ -320,20 +322,31 @@ def test_when_no_migration_of_a_vm_on_a_stale_mount_can_finish_it_needs_a_restar
     (vmi_with(live_migratable=False), APART_WHERE, {}, Alone.NOT_MIGRATABLE),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING),
     (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART),
-    (APART_VMI, APART_WHERE, {"history": [failed(ago(minutes=10))]}, Alone.BACKING_OFF),
-    (APART_VMI, APART_WHERE, {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]}, Alone.DAILY_LIMIT),
     (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT),
     (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY),
     (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE),
     (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY),
     (APART_VMI, APART_WHERE, {"lease": False}, Alone.NO_LEASE),
     (vmi_with(may_move=False), APART_WHERE, {}, Alone.OPTED_OUT),
-], ids=["not-migratable", "migrating", "unresolved", "backing-off", "daily-limit", "our-limit", "source-busy",
-        "view-incomplete", "report", "no-lease", "opted-out"])
+], ids=["not-migratable", "migrating", "unresolved", "our-limit", "source-busy", "view-incomplete", "report",
+        "no-lease", "opted-out"])
 def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, hold):
-    """Only the waits give way: the VM's own state, the bounds, a drain's slots, the mode and the lease hold."""
+    """Only drift's limits give way: the VM's own state, the bounds, a drain's slots, the mode and the lease hold."""
     decision = keep(vmi, where, stale=STALE, **changes)
     assert not decision.act and decision.hold is hold
+
+
+@pytest.mark.parametrize("changes", [
+    {"history": [failed(ago(minutes=10))]},
+    {"history": [failed(ago(minutes=10), recovers=True), failed(ago(minutes=5), recovers=True)],
+     "stale_since": ago(minutes=30)},
+    {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]},
+    {"apart_since": ago(seconds=5), "last_end": ago(seconds=5), "descheduled": DESCHEDULED},
+], ids=["drift-backoff", "two-recoveries-failed", "daily-limit", "waits"])
+def test_no_drift_limit_holds_a_frozen_vm(changes):
+    """A VM on a stale mount is frozen: drift's backoff, budget and waits give way (its recoveries have a bound)."""
+    assert keep(stale=STALE, **changes).act
+    assert not keep(**changes).act  # they hold a VM on a good mount
 
 
 # --------------------------------------------------------------------------- what a hold reads is declared

@@ -12,7 +12,7 @@ from webhook.config import KeepMode
 from webhook.rules.keeping.apart import locality
 from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_fresh, stale_since
+from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_fresh, Server
 from webhook.rules.keeping.resume import decide_resume, paused_note
 from webhook.rules.keeping.state import Action, Refusal
 from webhook.rules.shared.alone import Alone
@@ -34,26 +34,14 @@ def ours(name="vm1-colocate-r1", created=ago(minutes=20), phase="Succeeded", rec
     return read_migration(obj)
 
 
-@pytest.mark.parametrize("started, remounts, said", [
-    (ago(minutes=1), (("pvc-d", REMOUNT),), None),  # a pod started after the request mounted afresh
-    (ago(hours=1), (("pvc-d", None),), None),  # no request: nothing says it is stale
-    (ago(hours=1), (("pvc-d", REMOUNT), ("pvc-e", None)), (
-        "its pod started 2026-11-20T11:00:00Z, before Longhorn asked for volume pvc-d to be remounted "
-        "(2026-11-20T11:20:00Z): its NFS mount is stale", REMOUNT)),
-    (ago(hours=1), (("pvc-d", REMOUNT), ("pvc-e", ago(minutes=10))), (
-        "its pod started 2026-11-20T11:00:00Z, before Longhorn asked for volume pvc-e to be remounted "
-        "(2026-11-20T11:50:00Z): its NFS mount is stale", ago(minutes=10))),  # since the latest request
-    (None, (("pvc-d", REMOUNT),), None),  # its pod's start unknown: cannot tell
-], ids=["afresh", "no-request", "stale", "latest-request", "pod-unknown"])
-def test_a_mount_is_stale_by_longhorns_remount_request_whether_paused_or_not(started, remounts, said):
-    assert stale_since(Mount(pod_started=started, remounts=remounts)) == said
-
-
 def test_a_mount_is_afresh_only_when_its_pod_started_after_every_request():
-    assert not_fresh(Mount(pod_started=ago(minutes=1), remounts=(("pvc-d", REMOUNT),))) is None
+    assert not_fresh(Mount(pod_started=ago(minutes=1), servers=(Server(volume="pvc-d", requested=REMOUNT),))) is None
     assert not_fresh(Mount(pod_started=None)) == "when its launcher pod started is not known"
     assert not_fresh(None) == "when its launcher pod started is not known"
-    assert "before Longhorn asked" in not_fresh(Mount(pod_started=ago(hours=1), remounts=(("pvc-d", REMOUNT),)))
+    assert not_fresh(Mount(pod_started=ago(hours=1), servers=(Server(volume="pvc-d", requested=REMOUNT),
+                                                              Server(volume="pvc-e", requested=ago(minutes=10))))) == (
+        "its pod started 2026-11-20T11:00:00Z, before Longhorn asked for volume pvc-e to be remounted "
+        "(2026-11-20T11:50:00Z)")  # the latest request
 
 
 MOVED = dataclasses.replace(apart_vmi().migration, completed=True, failed=False, ended=ago(minutes=5))
@@ -74,11 +62,11 @@ def test_a_pause_came_over_with_a_migration(vmi, pod_started, came):
 
 
 WHERE = locality("node-a", [fact("d", "node-a")])
-FRESH = Mount(pod_started=ago(minutes=6), remounts=(("pvc-d", REMOUNT),))
+FRESH = Mount(pod_started=ago(minutes=6), servers=(Server(volume="pvc-d", requested=REMOUNT),))
 
 
 def resume(vmi=None, mount=FRESH, **changes):
-    vm = {k: changes.pop(k) for k in ("migrating", "unpause_refused", "unpaused") if k in changes}
+    vm = {k: changes.pop(k) for k in ("migrating", "unpause_refused", "unpaused", "unpauses") if k in changes}
     facts = VmFacts(vmi=vmi or paused(), where=WHERE, mount=mount, **vm)
     return decide_resume(facts, PassFacts(**{"now": NOW, "limits": Limits(), "mode": KeepMode.MIGRATE,
                                              "targeted": True, **changes}))
@@ -111,6 +99,14 @@ def test_what_holds_an_unpause(vmi, changes, hold, reason):
     assert not decision.act and (decision.hold, decision.reason) == (hold, reason)
 
 
+def test_an_unpause_that_does_not_hold_is_made_twice_in_one_pod_then_it_needs_a_restart():
+    """Paused again at once on its fresh mount, its disk fails on that node too: no unpause loop."""
+    assert resume(unpauses=1).act
+    held = resume(unpauses=2)
+    assert not held.act and held.hold is Alone.NEEDS_RESTART
+    assert held.reason.startswith("paused again on its fresh mount after 2 unpauses by the keeper")
+
+
 def test_a_hold_whose_retry_has_come_holds_no_more():
     assert resume(unpause_refused=dataclasses.replace(HELD, retry=NOW)).act
 
@@ -120,7 +116,7 @@ def test_a_hold_whose_retry_has_come_holds_no_more():
     (paused("PausedByMigrationMonitor"), FRESH, {}),
     (paused(reason=""), FRESH, {}),  # not paused
     (paused(since=ago(minutes=5)), FRESH, {}),  # paused on its fresh mount: KubeVirt's own retry's
-    (None, Mount(pod_started=ago(hours=1), remounts=(("pvc-d", REMOUNT),)), {}),  # still on the stale mount
+    (None, Mount(pod_started=ago(hours=1), servers=(Server(volume="pvc-d", requested=REMOUNT),)), {}),  # still on the stale mount
     (None, None, {}),  # its mount could not be read
     (None, FRESH, {"unpaused": True}),  # unpaused a moment ago: the watch has not shown it yet
 ], ids=["by-user", "by-migration-monitor", "not-paused", "paused-here", "stale", "mount-unknown", "just-unpaused"])

@@ -24,7 +24,7 @@ from ... import kinds
 from ...config import KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
-from .recovery import cost, Mount, needs_restart, RETRY_WAIT, retry_words
+from .recovery import cost, Mount, needs_restart
 from .state import Refusal
 from .running import VmiView
 from ..shared import declared
@@ -32,6 +32,7 @@ from ..shared.alone import Alone
 from ..shared.times import ago, EPOCH, rfc3339, whole_seconds
 
 DAY = timedelta(hours=24)
+MOST_RECOVERIES = 3  # migrations of ours to take a VM off one stale mount: then it needs a restart
 # The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
 # template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
 NO_EVICTION = declared.VMI_NO_EVICTION
@@ -76,19 +77,22 @@ class VmFacts:
     descheduled: Migration | None = None
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: Refusal | None = None  # the API refused its last migration: its words, and when to retry (`state`)
-    # Why its NFS mount is stale (`recovery.stale_since`: its pod older than a remount request of Longhorn's),
-    # None when nothing says so: one migration recovers it, two beside its NFS server (`rules.keeping.recovery`).
+    # Why its NFS mount is stale (`recovery.judge`: its pod older than a remount request of Longhorn's, and
+    # KubeVirt's retry failed once the new NFS server served), None when nothing says so: one migration recovers
+    # it, two beside its NFS server (`rules.keeping.recovery`).
     stale: str | None = None
     via: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
-    # Its pod's start and its volumes' remount requests, read of a VM whose storage restarted since its pod
-    # started or that is paused on an I/O error: what recovering and unpausing it go by (`resume`).
+    # Its pod's start and its volumes' remount requests and share-managers, read of a VM paused on an I/O error
+    # now or a while ago: what recovering and unpausing it go by (`resume`).
     mount: Mount | None = None
     unpause_refused: Refusal | None = None  # the API refused or failed its last unpause (`state`)
     unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
     moved_in: str = ""  # the name of the migration that brought it where it runs, when known
     # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
     cannot_finish: str | None = None
-    stale_since: datetime | None = None  # Longhorn's remount request that made its mount stale (read with `stale`)
+    stale_since: datetime | None = None  # Longhorn's remount request its stale mount dates from (read with `stale`)
+    retry: str | None = None  # paused on an I/O error, KubeVirt's retry still to come: what it waits for
+    unpauses: int = 0  # the keeper's unpauses of it in the pod it runs in (`resume.MOST_UNPAUSES`)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -173,7 +177,21 @@ def _backoff_words(vm: VmFacts, p: PassFacts) -> str:
 
 
 def _today(vm: VmFacts, p: PassFacts) -> int:
-    return sum(1 for a in vm.history if p.now - a.created < DAY)
+    """Its drift migrations of the last 24h: recoveries have their own bound (`_unrecoverable`)."""
+    return sum(1 for a in vm.history if not a.recovers and p.now - a.created < DAY)
+
+
+def _unrecoverable(vm: VmFacts) -> str | None:
+    """Why no migration of a VM on a stale mount is tried again: none can finish, or MOST_RECOVERIES of
+    ours since Longhorn's remount request did not take it off that mount."""
+    if vm.cannot_finish is not None:
+        return vm.cannot_finish
+    since = vm.stale_since or EPOCH
+    tried = sum(1 for a in vm.history if a.recovers and a.created >= since)
+    if tried >= MOST_RECOVERIES:
+        return (f"{tried} recovery migrations of the keeper's since Longhorn's remount request at {rfc3339(since)} did "
+                f"not take it off that mount")
+    return None
 
 
 def _beside(vm: VmFacts) -> bool:
@@ -248,9 +266,9 @@ CHECKS: tuple[Check, ...] = (
           needs=("where", "stale"), own=True),
     # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.cannot_finish`).
     Check(hold=Alone.NEEDS_RESTART,
-          holds=lambda vm, p: bool(vm.stale) and vm.cannot_finish is not None,
-          words=lambda vm, p: needs_restart(vm.stale or "", vm.cannot_finish or ""),
-          needs=("stale", "cannot_finish"), own=True),
+          holds=lambda vm, p: bool(vm.stale) and _unrecoverable(vm) is not None,
+          words=lambda vm, p: needs_restart(vm.stale or "", _unrecoverable(vm) or ""),
+          needs=("stale", "cannot_finish", "stale_since", "history"), own=True),
     Check(hold=Alone.TARGET_UNFIT,
           holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
           words=lambda vm, p: _unfit_words(vm),
@@ -263,11 +281,7 @@ CHECKS: tuple[Check, ...] = (
           holds=lambda vm, p: vm.migrating,
           words=lambda vm, p: "a migration of this VMI is in flight",
           needs=("migrating",), own=True),
-    Check(hold=Alone.IO_RETRY,
-          holds=lambda vm, p: bool(vm.stale) and vm.stale_since is not None and p.now < vm.stale_since + RETRY_WAIT,
-          words=lambda vm, p: retry_words(vm.stale_since or p.now),
-          needs=("stale", "stale_since")),
-    # A VM on a stale mount is stopped: it waits for none of the times below.
+    # A VM on a stale mount is frozen: no drift limit below holds it (its recoveries have their own bound).
     Check(hold=Alone.DESCHEDULED,
           holds=lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
           words=_descheduled,
@@ -283,11 +297,11 @@ CHECKS: tuple[Check, ...] = (
                               f"(wait {whole_seconds(p.limits.after)}s)",
           needs=("last_end", "stale")),
     Check(hold=Alone.BACKING_OFF,
-          holds=_backing_off,
+          holds=lambda vm, p: not vm.stale and _backing_off(vm, p),
           words=_backoff_words,
-          needs=("history",)),
+          needs=("history", "stale")),
     Check(hold=Alone.DAILY_LIMIT,
-          holds=_over_budget,
+          holds=lambda vm, p: not vm.stale and _over_budget(vm, p),
           words=_budget_words,
           needs=("history", "stale", "where")),
     Check(hold=Alone.UNTARGETED,

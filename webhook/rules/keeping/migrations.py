@@ -237,11 +237,13 @@ class Attempt:
     created: datetime
     ended: datetime | None = None
     succeeded: bool | None = None
+    recovers: bool = False  # made to take the VM off a stale NFS mount
 
 
 def attempts(vmi: VmiView | tuple[str, str], migrations: Iterable[Migration]) -> list[Attempt]:
     """Our migrations of this VM, oldest first."""
-    found = [Attempt(m.created, m.ended, m.succeeded if m.final else None)
+    found = [Attempt(created=m.created, ended=m.ended, succeeded=m.succeeded if m.final else None,
+                     recovers=bool(m.recovers))
              for m in of_vmi(migrations, vmi) if m.ours]
     return sorted(found, key=lambda a: a.created)
 

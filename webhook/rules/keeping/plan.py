@@ -15,7 +15,8 @@ from ...config import KeepMode
 from ..shared.times import whole_seconds
 from .keep import decide_keep, KeepDecision, pass_order, PassFacts, VmFacts
 from .migrations import Migration, UNPLACEABLE_SECONDS
-from .resume import decide_resume, Resume
+from .resume import carried_paused, decide_resume, Resume
+from ..shared.alone import Alone
 from .state import Refusal
 
 UNPLACEABLE = timedelta(seconds=UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
@@ -91,17 +92,25 @@ def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLA
 def one_vm(vm: VmFacts, p: PassFacts) -> VmPlan:
     """One VM's decision and unpause, as the pass stands when it is reached."""
     decision, resume = decide_keep(vm, p), decide_resume(vm, p)
-    if resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
+    if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
+        decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
+    elif resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
         decision = dataclasses.replace(decision, reason=resume.reason)
     return VmPlan(facts=vm, decision=decision, resume=resume)
 
 
+def frozen(vm: VmFacts) -> bool:
+    """A VM stopped on a stale mount, or carried paused onto a fresh one: first in a pass, first to a slot."""
+    return bool(vm.stale) or carried_paused(vm)
+
+
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
-    """The pass's plan: the VMs in the pass's order (those not apart, then those apart the longest
-    first), each migration decided counting at once against the limits of the VMs after it, as the
+    """The pass's plan: the VMs in the pass's order (the frozen ones, then those not apart, then those apart
+    the longest first), each migration decided counting at once against the limits of the VMs after it, as the
     keeper's act creates them; and the cancels."""
     ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
+    ordered = [vm for vm in ordered if frozen(vm)] + [vm for vm in ordered if not frozen(vm)]
     cancelled = cancels(stuck, p, unplaceable)
     why = {(c.migration.namespace, c.migration.vmi): f"cancelling its migration {c.migration.name}: {c.why}"
            for c in cancelled}

@@ -25,20 +25,29 @@ attachment pod, with a fresh mount (`migration.go`, `createAttachmentPod`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
 from ... import kinds
-from ..shared.times import rfc3339
+from ..shared.times import EPOCH, rfc3339, whole_seconds
 from .migrations import Migration, of_vmi
 from .running import VmiView
 
-# virt-handler retries a VM paused on an I/O error every 10 s doubling to 3 min (`io-error-retry`,
-# pkg/virt-handler/vm.go) and resumes it if its mount recovered, as it does in Longhorn's usual case
-# (the same Service IP, NFSv4.1 state reclaimed). The keeper moves a VM still on the old mount this
-# long after Longhorn's remount request: counted from that request, never from the Paused
-# condition, which each retry removes and the next pause stamps anew.
-RETRY_WAIT = timedelta(minutes=5)
+# virt-handler's `io-error-retry` (KubeVirt v1.9.0 `pkg/virt-handler/vm.go`: `NewFailRetryManager("io-error-retry",
+# 10*time.Second, 3*time.Minute, 30*time.Second)`, `retry_manager.go`): a VM paused on an I/O error is resumed at
+# once, then, while each resume fails, after 10 s, doubling to at most 3 min; a pause more than 30 s after the last
+# resume is a new failure, resumed at once. A VM whose NFS client recovered is resumed by the first retry after it
+# did and runs on: only a retry that fails once the new NFS server serves shows a stale mount.
+FIRST_RETRY = timedelta(seconds=10)
+LONGEST_RETRY = timedelta(minutes=3)
+SAME_FAILURE = timedelta(seconds=30)
+# How long a healthy NFS client may take to reach the new server once it serves: NFS-Ganesha runs graceless behind
+# the same Service IP (longhorn-share-manager `pkg/server/nfs/nfs_server.go`), and the Linux client reconnects on
+# its next request after a TCP reconnect delay that starts at 3 s and doubles while the server was away
+# (`xs_tcp_set_connect_timeout`, from 3 s): a share-manager down for 20-60 s leaves it at 12-24 s. A pause within
+# this of the server serving is not yet evidence.
+RECONNECT = timedelta(seconds=30)
+SEEN_WITHIN = timedelta(seconds=10)  # a retry that brought the VM back shows on its VMI within this
 ROUND_TRIP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
 ONE = 1  # and of a VM apart from it: to its storage node
 
@@ -92,31 +101,53 @@ def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: dateti
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Server:
+    """One Longhorn volume of a VM's disks: its latest remount request (`status.remountRequestedAt`, None:
+    none) and its share-manager pod, by name and node, serving since `served` (None: not serving)."""
+
+    volume: str
+    requested: datetime | None = None
+    served: datetime | None = None
+    pod: str = ""
+    node: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Mount:
     """What says whether a VM's NFS mounts are fresh: when the pod it runs in started (None: not
-    known), each of its Longhorn volumes' latest remount request (`status.remountRequestedAt`, None:
-    none), and its volumes Longhorn reports faulted."""
+    known), each of its Longhorn volumes (`Server`), and its volumes Longhorn reports faulted."""
 
     pod_started: datetime | None
-    remounts: tuple[tuple[str, datetime | None], ...] = ()
+    servers: tuple[Server, ...] = ()
     faulted: tuple[str, ...] = ()
 
 
-def stale_since(mount: Mount) -> tuple[str, datetime] | None:
-    """Why the VM's mount is stale and since when, None when nothing says so: its pod started before
-    Longhorn asked for a volume of its disks to be remounted (the share-manager serving it started
-    again, elsewhere or afresh), so the pod kept the mount of an NFS server that went away. Whether
-    KubeVirt shows the VM paused at this moment does not matter: its I/O-error retry resumes and
-    re-pauses it. Since the latest such request (Longhorn's own record, never re-stamped by KubeVirt)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pauses:
+    """The I/O-error pauses of one VMI the keeper saw (each Paused condition's lastTransitionTime, the
+    re-stamps of KubeVirt's retries included, oldest first), and since when it has watched the VMI."""
+
+    at: tuple[datetime, ...] = ()
+    watched_since: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stale:
+    """A VM on a stale mount: why, in words, and the remount request of Longhorn's it dates from."""
+
+    words: str
+    requested: datetime
+
+
+def before_request(mount: Mount) -> Server | None:
+    """The volume whose latest remount request came after the VM's pod started (the latest such), None
+    when none did: the pod may have kept a mount of an NFS server that went away. Longhorn stamps the
+    request on every reconcile while a share-manager is in Error or Unknown, on the same node or
+    elsewhere, so this alone proves nothing about the mount."""
     if mount.pod_started is None:
         return None
-    late = [(requested, volume) for volume, requested in mount.remounts
-            if requested is not None and mount.pod_started < requested]
-    if not late:
-        return None
-    requested, volume = max(late)
-    return (f"its pod started {rfc3339(mount.pod_started)}, before Longhorn asked for volume {volume} to be "
-            f"remounted ({rfc3339(requested)}): its NFS mount is stale"), requested
+    late = [s for s in mount.servers if s.requested is not None and mount.pod_started < s.requested]
+    return max(late, key=lambda s: s.requested or EPOCH, default=None)
 
 
 def not_fresh(mount: Mount | None) -> str | None:
@@ -124,8 +155,65 @@ def not_fresh(mount: Mount | None) -> str | None:
     after each of its Longhorn volumes' remount requests."""
     if mount is None or mount.pod_started is None:
         return "when its launcher pod started is not known"
-    stale = stale_since(mount)
-    return stale[0] if stale is not None else None
+    late = before_request(mount)
+    return None if late is None else (f"its pod started {rfc3339(mount.pod_started)}, before Longhorn asked for "
+                                      f"volume {late.volume} to be remounted ({rfc3339(late.requested or EPOCH)})")
+
+
+def retries(first: datetime) -> Iterator[datetime]:
+    """When virt-handler resumes a VM that paused at `first` and pauses again at once after each resume."""
+    at, wait = first, FIRST_RETRY
+    yield at
+    while True:
+        at += wait
+        yield at
+        wait = min(wait * 2, LONGEST_RETRY)
+
+
+def retry_after(pauses: Pauses, since: datetime, settled: datetime) -> datetime:
+    """By when virt-handler has surely retried, after `settled`, a VM paused since `since` ever since. From
+    the first pause of its failure as seen (the pauses before `since` less than a longest wait apart),
+    the latest answer any of them gives; where the keeper may have missed an earlier one (it watched
+    the VMI for less than that), a longest wait after `settled`."""
+    chain = [since]
+    for at in sorted((t for t in pauses.at if t < since), reverse=True):
+        if chain[0] - at > LONGEST_RETRY + SAME_FAILURE:
+            break
+        chain.insert(0, at)
+    if pauses.watched_since is None or pauses.watched_since > chain[0] - LONGEST_RETRY - SAME_FAILURE:
+        return max(settled, since) + LONGEST_RETRY
+    return max(next(at for at in retries(first) if at >= settled) for first in chain)
+
+
+def judge(mount: Mount, pauses: Pauses, paused_since: datetime | None, now: datetime) -> Stale | str | None:
+    """Whether the VM is on a stale mount: its pod started before a remount request of one of its volumes,
+    and KubeVirt's own retry failed once that volume's new share-manager served: the VM paused on an I/O
+    error well after it served (RECONNECT), or, paused on one since before (`paused_since`), it is still
+    paused after virt-handler's retry that came after. `Stale`; else, for a VM paused on an I/O error whose
+    retry is still to come, what it waits for; else None: nothing says its mount is stale."""
+    waits: list[str] = []
+    for server in sorted((s for s in mount.servers if mount.pod_started is not None and s.requested is not None
+                          and mount.pod_started < s.requested), key=lambda s: s.volume):
+        requested = server.requested or EPOCH
+        if server.served is None:
+            waits.append(f"share-manager {server.pod or server.volume} does not serve yet")
+            continue
+        served = max(server.served, requested)
+        settled, where = served + RECONNECT, f"share-manager {server.pod} served again on {server.node}"
+        late = sorted(t for t in (*pauses.at, paused_since) if t is not None and t >= settled)
+        if late:
+            return Stale(f"paused on an I/O error at {rfc3339(late[0])}, {whole_seconds(late[0] - served)}s after "
+                         f"{where} at {rfc3339(served)}: KubeVirt's retry did not bring it back", requested)
+        if paused_since is None:
+            continue
+        due = retry_after(pauses, paused_since, settled)
+        if now >= due + SEEN_WITHIN:
+            return Stale(f"paused on an I/O error since {rfc3339(paused_since)}, still paused after KubeVirt's retry "
+                         f"due by {rfc3339(due)}, {whole_seconds(due - served)}s after {where}: its retry did not bring "
+                         f"it back", requested)
+        waits.append(f"paused on an I/O error since {rfc3339(paused_since)}: {where} at {rfc3339(served)}; KubeVirt "
+                     f"retries by {rfc3339(due)}, and the keeper recovers it if that retry fails")
+    return "; ".join(waits) if paused_since is not None and waits else None
 
 
 def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:
@@ -139,12 +227,6 @@ def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:
     moved = vmi.migration
     ended = moved.ended if moved is not None and moved.completed and not moved.failed else None
     return since < pod_started or (ended is not None and since <= ended)
-
-
-def retry_words(since: datetime) -> str:
-    """Why a VM on a stale mount since `since` (Longhorn's remount request) is not moved yet."""
-    return (f"on a stale mount since {rfc3339(since)}: it may recover by itself (KubeVirt's own retry then resumes "
-            f"the VM); the keeper recovers it from {rfc3339(since + RETRY_WAIT)}")
 
 
 def cost(beside: bool) -> int:

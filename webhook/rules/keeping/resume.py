@@ -9,9 +9,10 @@ collection of finished migrations changes nothing. It unpauses a VMI whose Pause
 reason PausedIOError, whose pod started after every remount request on its volumes (a fresh mount),
 and whose pause is older than that pod (it came over with a migration: the keeper's recovery, a
 drain's evacuation, a user's migration alike). Never another reason (PausedByUser,
-PausedByMigrationMonitor, …), never a VM opted out of the keeper, never during a migration, and only
-as the keeper acts on anything: on a complete view, in migrate mode, with the lease; a refused or
-failed unpause waits its own short backoff (`state.Action.UNPAUSE`).
+PausedByMigrationMonitor, …), never a VM opted out of the keeper, never during a migration, never more
+than MOST_UNPAUSES times in one pod (paused again at once, its disk fails on that node too: it needs a
+restart), and only as the keeper acts on anything: on a complete view, in migrate mode, with the lease;
+a refused or failed unpause waits its own short backoff (`state.Action.UNPAUSE`).
 """
 from __future__ import annotations
 
@@ -35,11 +36,16 @@ class Resume:
 
 
 Check = tuple[Alone, Callable[[VmFacts, PassFacts], bool], Callable[[VmFacts, PassFacts], str]]
+# Unpauses of a VM in one pod: one that pauses again at once on its fresh mount fails on this node too.
+MOST_UNPAUSES = 2
 
 # In order: the VM's own state, then the moment, then the mode and the lease.
 HOLDS: tuple[Check, ...] = (
     (Alone.OPTED_OUT, lambda vm, p: not vm.vmi.may_move,
      lambda vm, p: "keep disabled on this VM: the keeper never unpauses it"),
+    (Alone.NEEDS_RESTART, lambda vm, p: vm.unpauses >= MOST_UNPAUSES,
+     lambda vm, p: f"paused again on its fresh mount after {vm.unpauses} unpauses by the keeper: its disk fails here too; "
+                   f"a restart mounts the volume afresh (`virtctl restart`)"),
     (Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
      lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running"),
     (Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),
@@ -97,4 +103,4 @@ def resume_step(step: str, resume: Resume | None, *, off: bool = False) -> str:
         return step
     if resume.act:
         return f"unpaused at the keeper's next pass ({resume.reason.removeprefix('unpausing: ')})"
-    return f"stays paused: {resume.reason}"
+    return f"{'needs a restart' if resume.hold is Alone.NEEDS_RESTART else 'stays paused'}: {resume.reason}"

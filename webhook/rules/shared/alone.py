@@ -38,13 +38,11 @@ class Alone(enum.StrEnum):
     NO_EVICTION = "prefer no eviction"
     NOT_RUNNING = "not running"
     NOT_APART = "not apart"
-    # Its NFS mount is stale and no live migration of it can finish (`rules.keeping.recovery`).
+    # Its NFS mount is stale and no live migration of it can recover it, or an unpause did not hold (`rules.keeping`).
     NEEDS_RESTART = "needs a restart"
     TARGET_UNFIT = "target unfit"
     NOT_MIGRATABLE = "not live-migratable"
     MIGRATING = "migration in flight"
-    # Paused on a stale mount only a moment ago: KubeVirt's own retry resumes it if the mount recovers.
-    IO_RETRY = "waiting for KubeVirt's retry"
     # The descheduler moved it off a loaded node on purpose: not taken back for --keep-after-descheduled.
     DESCHEDULED = "moved by the descheduler"
     APART_BRIEFLY = "apart too briefly"
