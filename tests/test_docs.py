@@ -289,10 +289,17 @@ def test_every_yaml_snippet_renders_with_the_manifests_it_names(snippet, workdir
 # --------------------------------------------------------------------------- the README's tables and switches
 
 
+def section(title: str, path: Path = ROOT / "README.md") -> str:
+    """The text of one section (`## title`, `### title`), up to the next heading of its level or above."""
+    text = path.read_text()
+    heading = re.search(rf"^(#+) {re.escape(title)}\n", text, re.M)
+    assert heading, f"{docs.shown(path)} has no section {title!r}"
+    end = re.compile(rf"^#{{1,{len(heading[1])}}} ", re.M).search(text, heading.end())
+    return text[heading.start():end.start() if end else len(text)]
+
+
 def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    return text[start:text.find("\n## ", start + 1)]
+    return section(title)
 
 
 def first_cells(table_text: str) -> set[str]:
@@ -301,19 +308,24 @@ def first_cells(table_text: str) -> set[str]:
             for span in re.findall(r"`([^`]+)`", row.split("|")[1])}
 
 
-def test_the_readme_names_every_value_of_the_chart():
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
+def test_the_docs_name_every_value_of_the_chart():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     nested = ("image", "keeper", "longhorn", "certManager", "monitoring")
     expected = {f"{top}.{key}" if top in nested else top for top, inner in values.items()
                 for key in (inner if top in nested else [None])}
-    assert first_cells(readme_section("Install")) == expected
+    assert first_cells(section("The chart's values", OPERATIONS)) == expected
+    assert "docs/operations.md#the-charts-values" in readme_section("Install")
 
 
-def test_the_readme_names_every_verb():
+def test_the_docs_name_every_verb():
     from webhook.cli.parser import VERBS
 
-    named = {cell.split()[0] for cell in first_cells(readme_section("The command line"))}
+    named = {cell.split()[0] for cell in first_cells(section("The verbs", OPERATIONS))}
     assert named == {verb for verb, _, _ in VERBS}
+    assert "docs/operations.md#the-verbs" in readme_section("The command line")
 
 
 def deployed(objects_: list[dict], name: str, verb: str):
@@ -478,3 +490,39 @@ def test_every_flag_the_docs_name_exists():
 def test_a_flag_that_does_not_exist_is_found():
     text = "the keeper never takes one of these slots (`--max-outbound-per-node`); `--keep-after 10m`"
     assert unknown_flags(text, command_line_flags() | bench_flags()) == {"--max-outbound-per-node"}
+
+
+# --------------------------------------------------------------------------- the README, a landing page
+
+README_LINES = 350
+
+
+def test_the_readme_is_a_landing_page():
+    """At most 350 lines: the detail lives in docs/, where it is run and tested as the README's is."""
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_LINES, f"README.md has {lines} lines: move detail to docs/"
+
+
+def broken_links(path: Path) -> list[str]:
+    found = []
+    for line, target in docs.links(path):
+        file, _, anchor = target.partition("#")
+        where = (path.parent / file).resolve() if file else path
+        if not where.exists():
+            found.append(f"{docs.shown(path)}:{line}: {target}: no such file")
+        elif anchor and where.suffix == ".md" and anchor not in docs.anchors(where):
+            found.append(f"{docs.shown(path)}:{line}: {target}: no such section")
+    return found
+
+
+def test_every_link_of_the_docs_leads_somewhere():
+    """Every link of README.md, docs/ and CHANGELOG.md to a file of the project exists, and its
+    anchor is a heading there: what moves between documents keeps its links."""
+    assert [link for path in [*docs.documents(), ROOT / "CHANGELOG.md"] for link in broken_links(path)] == []
+
+
+def test_a_broken_link_is_found(tmp_path):
+    planted = tmp_path / "docs" / "planted.md"
+    planted.parent.mkdir()
+    planted.write_text("# Here\n\n[ok](#here), [gone](#there), [file](nothing.md), `[code](nowhere.md)`\n")
+    assert broken_links(planted) == [f"{planted}:3: #there: no such section", f"{planted}:3: nothing.md: no such file"]
