@@ -89,8 +89,9 @@ async def package_chart(dist: Path) -> str:
 
 
 def package_python(dist: Path, version: str) -> list[Path]:
-    """The wheel and the sdist, built by `build` (PEP 517, setuptools in an isolated environment)."""
-    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(dist), str(ROOT)],
+    """The sdist, and the wheel built from it, by `build` (PEP 517, setuptools in an isolated
+    environment): from the sdist, so that nothing a checkout's build/ kept from before reaches the wheel."""
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
                           capture_output=True, text=True)
     built = [dist / WHEEL.format(v=version), dist / f"kubevirt_colocate-{version}.tar.gz"]
     if done.returncode != 0 or not all(path.is_file() for path in built):

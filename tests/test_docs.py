@@ -17,6 +17,11 @@ block, or as a code span of the text) is run here, as far as it runs without a c
 A block that needs what the tests do not have says so in the source, before it:
 `<!-- live cluster: WHY -->`. A command that is neither run here nor so marked fails the test,
 as does a code span naming a command that is not one unless it is listed in FRAGMENTS.
+
+The Python a reader is told to write (docs/adding-a-rule.md) is written: each block goes where its
+marker says (`<!-- code: PATH, before: LINE -->`) in a copy of the tree, and the tests the doc names
+run there (tests/support/walkthrough.py). Every `--flag` the docs name is one of the command line's,
+the benchmark's, or another tool's listed with the tool.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import docs
+from tests.support import docs, walkthrough
 from tests.support.docs import ROOT, Command
 from tests.support.helm import CHART, RELEASE, Command as HelmCommand, objects, render
 from tests.support.kube import kubectl
@@ -284,10 +289,17 @@ def test_every_yaml_snippet_renders_with_the_manifests_it_names(snippet, workdir
 # --------------------------------------------------------------------------- the README's tables and switches
 
 
+def section(title: str, path: Path = ROOT / "README.md") -> str:
+    """The text of one section (`## title`, `### title`), up to the next heading of its level or above."""
+    text = path.read_text()
+    heading = re.search(rf"^(#+) {re.escape(title)}\n", text, re.M)
+    assert heading, f"{docs.shown(path)} has no section {title!r}"
+    end = re.compile(rf"^#{{1,{len(heading[1])}}} ", re.M).search(text, heading.end())
+    return text[heading.start():end.start() if end else len(text)]
+
+
 def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    return text[start:text.find("\n## ", start + 1)]
+    return section(title)
 
 
 def first_cells(table_text: str) -> set[str]:
@@ -296,19 +308,24 @@ def first_cells(table_text: str) -> set[str]:
             for span in re.findall(r"`([^`]+)`", row.split("|")[1])}
 
 
-def test_the_readme_names_every_value_of_the_chart():
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
+def test_the_docs_name_every_value_of_the_chart():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     nested = ("image", "keeper", "longhorn", "certManager", "monitoring")
     expected = {f"{top}.{key}" if top in nested else top for top, inner in values.items()
                 for key in (inner if top in nested else [None])}
-    assert first_cells(readme_section("Install")) == expected
+    assert first_cells(section("The chart's values", OPERATIONS)) == expected
+    assert "docs/operations.md#the-charts-values" in readme_section("Install")
 
 
-def test_the_readme_names_every_verb():
+def test_the_docs_name_every_verb():
     from webhook.cli.parser import VERBS
 
-    named = {cell.split()[0] for cell in first_cells(readme_section("The command line"))}
+    named = {cell.split()[0] for cell in first_cells(section("The verbs", OPERATIONS))}
     assert named == {verb for verb, _, _ in VERBS}
+    assert "docs/operations.md#the-verbs" in readme_section("The command line")
 
 
 def deployed(objects_: list[dict], name: str, verb: str):
@@ -376,3 +393,136 @@ async def test_every_command_line_of_the_docs_runs_against_the_emulator(command,
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, f"{command.where}: {command.line}: {err.decode()}"
     assert out.strip()
+
+
+# --------------------------------------------------------------------------- the Python a reader is told to write
+
+ADDING_A_RULE = ROOT / "docs" / "adding-a-rule.md"
+# Its example is a hold the tree has: added again as a hold of its own, under names of its own.
+AS_A_HOLD_OF_ITS_OWN = {"NO_EVICTION": "COPIED_NO_EVICTION", "prefer no eviction": "prefer no eviction, copied",
+                        "descheduler.alpha.kubernetes.io/prefer-no-eviction": "example.com/prefer-no-eviction"}
+
+
+def test_every_python_block_of_the_docs_says_which_file_it_goes_into():
+    found = {path.name: walkthrough.edits(path) for path in docs.documents()}
+    assert all((ROOT / edit.path).is_file() for edits in found.values() for edit in edits)
+    assert {edit.path for edit in found["adding-a-rule.md"]} == {
+        "webhook/rules/shared/alone.py", "webhook/rules/shared/declared.py", "webhook/rules/keeping/keep.py",
+        "tests/rules/keeping/test_keep.py"}
+
+
+def test_the_code_adding_a_rule_gives_passes_the_tests_it_names(tmp_path):
+    """docs/adding-a-rule.md's blocks, each put where it says in a copy of the tree, make a hold
+    that the tests the doc names pass with: a row of its own in HOLDS, checked by keyword."""
+    runs = walkthrough.follow(ADDING_A_RULE, tmp_path, AS_A_HOLD_OF_ITS_OWN)
+    assert [done.returncode for done in runs] == [0], "\n".join(done.stdout[-3000:] for done in runs)
+    keep = (tmp_path / "tree" / "webhook" / "rules" / "keeping" / "keep.py").read_text()
+    assert "Check(hold=Alone.COPIED_NO_EVICTION," in keep and "Check(hold=Alone.NO_EVICTION," in keep
+
+
+def positional(doc: str) -> str:
+    """The doc with its check built by position, as the doc once had it."""
+    return doc.replace("Check(hold=Alone.NO_EVICTION,", "Check(Alone.NO_EVICTION,").replace(
+        "          holds=lambda vm, p: NO_EVICTION", "          lambda vm, p: NO_EVICTION").replace(
+        '          words=lambda vm, p: f"annotated', '          lambda vm, p: f"annotated').replace(
+        '          needs=("vmi",), own=True),\n```', '          ("vmi",), own=True),\n```')
+
+
+def test_a_drift_planted_in_adding_a_rule_fails_it(tmp_path):
+    """The check written with its arguments by position: the copy's tests fail, naming it."""
+    planted = tmp_path / "adding-a-rule.md"
+    planted.write_text(positional(ADDING_A_RULE.read_text()))
+    assert planted.read_text() != ADDING_A_RULE.read_text()
+    runs = walkthrough.follow(planted, tmp_path, AS_A_HOLD_OF_ITS_OWN)
+    assert [done.returncode for done in runs] == [1]
+    assert "Check: 4 arguments by position" in runs[0].stdout
+
+
+# --------------------------------------------------------------------------- every flag the docs name
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# Flags of the other tools the docs use, and the tool: a flag of ours misspelt is none of these.
+OTHER_TOOLS = {
+    "--admission-control-config-file": "kube-apiserver", "--as": "kubectl", "--field-selector": "kubectl",
+    "--for": "kubectl wait", "--ignore-not-found": "kubectl", "--prune": "kubectl apply", "--raw": "kubectl get",
+    "--timeout": "kubectl wait", "--type": "kubectl patch", "--dry-run": "helm, kubectl",
+    "--create-namespace": "helm", "--reset-then-reuse-values": "helm upgrade", "--reuse-values": "helm upgrade",
+    "--set": "helm", "--manifest": "kubectl krew", "--bin-dir": "setup-envtest", "--build-arg": "docker build",
+    "--platform": "docker build", "--generate-hashes": "uv pip compile", "--python-version": "uv pip compile",
+    "--ignore-requires-python": "pip", "--no-deps": "pip", "--require-hashes": "pip",
+}
+# Flags the docs name as gone: `serve` refuses them (docs/operations.md says how to upgrade from them).
+REMOVED = {"--migration-targets"}
+
+
+def command_line_flags() -> set[str]:
+    """Every flag of `kubevirt-colocate` and its verbs, as their usage lines show them."""
+    from webhook.cli.parser import VERBS
+
+    found = {"--help"}  # the usage shows it as -h
+    for words in (["--help"], *([verb, "--help"] for verb, _, _ in VERBS)):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            build_parser().parse_args(words)
+        found |= set(FLAG.findall(out.getvalue().split("\n\n")[0]))  # the usage, before the descriptions
+    return found
+
+
+def bench_flags() -> set[str]:
+    """The benchmark's flags (docs/performance.md), as its modules add them."""
+    return {flag for path in (ROOT / "bench").glob("*.py")
+            for flag in re.findall(r'add_argument\(\s*"(--[a-z][a-z0-9-]*)"', path.read_text())}
+
+
+def unknown_flags(text: str, known: set[str]) -> set[str]:
+    return set(FLAG.findall(text)) - known - set(OTHER_TOOLS) - REMOVED
+
+
+def test_every_flag_the_docs_name_exists():
+    """A flag named in README.md or docs/, in a command or in the text, is one of the command
+    line's (every verb's), the benchmark's, or another tool's listed above with the tool."""
+    known = command_line_flags() | bench_flags()
+    assert {"--keep-max-outbound-per-node", "--request-timeout", "--context", "--version"} <= known
+    found = {path.name: unknown_flags(path.read_text(), known) for path in docs.documents()}
+    assert {name: flags for name, flags in found.items() if flags} == {}
+
+
+def test_a_flag_that_does_not_exist_is_found():
+    text = "the keeper never takes one of these slots (`--max-outbound-per-node`); `--keep-after 10m`"
+    assert unknown_flags(text, command_line_flags() | bench_flags()) == {"--max-outbound-per-node"}
+
+
+# --------------------------------------------------------------------------- the README, a landing page
+
+README_LINES = 350
+
+
+def test_the_readme_is_a_landing_page():
+    """At most 350 lines: the detail lives in docs/, where it is run and tested as the README's is."""
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_LINES, f"README.md has {lines} lines: move detail to docs/"
+
+
+def broken_links(path: Path) -> list[str]:
+    found = []
+    for line, target in docs.links(path):
+        file, _, anchor = target.partition("#")
+        where = (path.parent / file).resolve() if file else path
+        if not where.exists():
+            found.append(f"{docs.shown(path)}:{line}: {target}: no such file")
+        elif anchor and where.suffix == ".md" and anchor not in docs.anchors(where):
+            found.append(f"{docs.shown(path)}:{line}: {target}: no such section")
+    return found
+
+
+def test_every_link_of_the_docs_leads_somewhere():
+    """Every link of README.md, docs/ and CHANGELOG.md to a file of the project exists, and its
+    anchor is a heading there: what moves between documents keeps its links."""
+    assert [link for path in [*docs.documents(), ROOT / "CHANGELOG.md"] for link in broken_links(path)] == []
+
+
+def test_a_broken_link_is_found(tmp_path):
+    planted = tmp_path / "docs" / "planted.md"
+    planted.parent.mkdir()
+    planted.write_text("# Here\n\n[ok](#here), [gone](#there), [file](nothing.md), `[code](nowhere.md)`\n")
+    assert broken_links(planted) == [f"{planted}:3: #there: no such section", f"{planted}:3: nothing.md: no such file"]

@@ -244,3 +244,11 @@ def test_the_build_context_keeps_what_the_dockerfile_copies_and_leaves_out_keys(
         parts = Path(path).parts
         assert not any(pattern in (parts[0], path) or Path(path).match(pattern) for pattern in ignored), path
 
+
+
+def test_the_image_builds_its_wheel_from_webhook_alone():
+    """The project's source in the image is the package and what its metadata reads: never the
+    tests' emulator (kubefake/), the benchmark or the tests."""
+    sources = {path for stage in stages() for name, args in stage if name == "COPY" and "--from=" not in args
+               for path in args.split()[:-1]}
+    assert sources == {"requirements/image.txt", "pyproject.toml", "README.md", "webhook"}

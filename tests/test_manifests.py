@@ -6,6 +6,7 @@ resources without a schema there, so their fields are checked by hand below.
 """
 import copy
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -125,7 +126,7 @@ def test_the_install_is_complete(rendered):
     else:
         assert not kinds & {"Job", "Secret"}  # nothing of the self-managed path
         assert {o["metadata"]["name"] for o in objects if o["kind"].startswith("Cluster")} == {NS, KEEPER}
-        assert {o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")} == {NS}  # the Lease's
+        assert {o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")} == {KEEPER}  # the Lease's
     cluster_scoped = ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
                       "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     namespaced = [o for o in objects if o["kind"] not in cluster_scoped]
@@ -221,7 +222,7 @@ def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_l
 def test_the_keeper_may_hold_only_its_lease_and_state_and_read_the_webhooks_deployment_in_the_install_namespace(
         rendered):
     _, objects = rendered
-    role = one(objects, "Role", NS)
+    role = one(objects, "Role", KEEPER)
     assert role["metadata"]["namespace"] == NS
     assert role["rules"] == [
         # create cannot be restricted by name (the name is not in the request's URL)
@@ -233,8 +234,8 @@ def test_the_keeper_may_hold_only_its_lease_and_state_and_read_the_webhooks_depl
          "verbs": ["get", "update"]},
         {"apiGroups": [DEPLOYMENT.group], "resources": [DEPLOYMENT.plural], "resourceNames": [NS], "verbs": ["get"]},
     ]
-    binding = one(objects, "RoleBinding", NS)  # named as before the keeper had a Deployment: rebound in place
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NS}
+    binding = one(objects, "RoleBinding", KEEPER)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": KEEPER}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": KEEPER, "namespace": NS}]
 
 
@@ -283,18 +284,64 @@ def test_the_certificate_job_may_touch_only_its_secret_and_webhook_configuration
     assert "data" not in secret and "stringData" not in secret
 
 
-def test_bindings_tie_each_role_to_its_service_account(rendered):
+def misnamed_grants(objects):
+    """The RBAC objects not named for the one account they serve: a binding whose name, role's name
+    and ServiceAccount's name differ, a role no binding of its name binds."""
+    found = []
+    bindings = by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding")
+    for binding in bindings:
+        names = {binding["metadata"]["name"], binding["roleRef"]["name"]} | {s["name"] for s in binding["subjects"]}
+        if len(binding["subjects"]) != 1 or len(names) != 1:
+            found.append(f"{binding['kind']} {binding['metadata']['name']}: {sorted(names)}")
+    bound = {(b["roleRef"]["kind"], b["metadata"].get("namespace"), b["metadata"]["name"]) for b in bindings}
+    for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+        if (role["kind"], role["metadata"].get("namespace"), role["metadata"]["name"]) not in bound:
+            found.append(f"{role['kind']} {role['metadata']['name']}: no binding of its name")
+    return found
+
+
+@functools.cache
+def _with_spare_vms(where):
+    """The install with the spare-vms component (an overlay beside nothing: paths to manifests/)."""
+    tool = kubectl()
+    if tool is None:
+        return None
+    overlay = Path(where) / "spare-vms-overlay"
+    overlay.mkdir(parents=True, exist_ok=True)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(ROOT / "manifests", overlay)],
+        "components": [os.path.relpath(ROOT / "manifests" / "spare-vms", overlay)]}))
+    done = subprocess.run([tool, "kustomize", str(overlay)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [o for o in yaml.safe_load_all(done.stdout) if o]
+
+
+def test_every_grant_is_named_for_the_account_it_serves(rendered, tmp_path_factory):
+    """An auditor reads whose a grant is from its name: every Role, ClusterRole and binding bears
+    the name of the one ServiceAccount it serves (`kubevirt-colocate-keeper`: the keeper's, in the
+    install namespace and in Longhorn's alike), and each pod runs as an account of the install."""
     _, objects = rendered
-    accounts = {o["metadata"]["name"] for o in by_kind(objects, "ServiceAccount")}
-    for binding in by_kind(objects, "ClusterRoleBinding") + by_kind(objects, "RoleBinding"):
-        one(objects, binding["roleRef"]["kind"], binding["roleRef"]["name"])
-        [subject] = binding["subjects"]
-        assert (subject["kind"], subject["namespace"]) == ("ServiceAccount", NS) and subject["name"] in accounts
-        # Each binding grants its role to the account of the same name, but the Lease's, kept by name.
-        assert subject["name"] == binding["metadata"]["name"] or (binding["metadata"]["name"], subject["name"]) == (
-            NS, KEEPER)
-    for template in pod_templates(objects):
-        assert template["spec"]["serviceAccountName"] in accounts
+    spare = _with_spare_vms(str(tmp_path_factory.getbasetemp()))
+    for found in (objects, spare or []):
+        assert misnamed_grants(found) == []
+        accounts = {o["metadata"]["name"] for o in by_kind(found, "ServiceAccount")}
+        for binding in by_kind(found, "ClusterRoleBinding") + by_kind(found, "RoleBinding"):
+            [subject] = binding["subjects"]
+            assert (subject["kind"], subject["namespace"]) == ("ServiceAccount", NS) and subject["name"] in accounts
+        for template in pod_templates(found):
+            assert template["spec"]["serviceAccountName"] in accounts
+    assert spare is None or {(o["kind"], o["metadata"]["namespace"]) for o in spare
+                             if o["metadata"].get("namespace") == LONGHORN_NS} == {
+        ("Role", LONGHORN_NS), ("RoleBinding", LONGHORN_NS)}
+
+
+def test_the_naming_rule_finds_a_grant_named_for_another_account():
+    """0.2.0's Role and RoleBinding `kubevirt-colocate`, the webhook's name, bound to the keeper."""
+    role = {"kind": "Role", "metadata": {"name": NS, "namespace": NS}, "rules": []}
+    binding = {"kind": "RoleBinding", "metadata": {"name": NS, "namespace": NS},
+               "roleRef": {"kind": "Role", "name": NS}, "subjects": [{"kind": "ServiceAccount", "name": KEEPER}]}
+    assert misnamed_grants([role, binding]) == [f"RoleBinding {NS}: ['{NS}', '{KEEPER}']"]
+    assert misnamed_grants([role]) == [f"Role {NS}: no binding of its name"]
 
 
 def test_the_policy_holds_the_account_the_keeper_runs_as_to_its_own_migrations(rendered):
@@ -331,10 +378,10 @@ def test_the_keeper_may_write_its_own_state_and_no_other_configmap(rendered):
     """The keeper keeps what must outlive a leader in one ConfigMap named after its Lease: it may get
     and update that one alone (and create ConfigMaps: Kubernetes cannot narrow `create` by name)."""
     _, objects = rendered
-    grants = [rule for rule in rules_of(objects, "Role", "kubevirt-colocate") if "configmaps" in rule["resources"]]
+    grants = [rule for rule in rules_of(objects, "Role", KEEPER) if "configmaps" in rule["resources"]]
     assert sorted((rule["verbs"], rule.get("resourceNames")) for rule in grants) == [
         (["create"], None), (["get", "update"], [state_name(Settings())])]
-    binding = one(objects, "RoleBinding", "kubevirt-colocate")
+    binding = one(objects, "RoleBinding", KEEPER)
     assert [s["name"] for s in binding["subjects"]] == [KEEPER]
 
 

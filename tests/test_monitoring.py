@@ -18,6 +18,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from tests.support.docs import slug
 from tests.support.kube import VALIDATE_VERSIONS, kubectl
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -241,11 +242,6 @@ def test_every_alert_links_to_its_own_runbook_section_in_the_docs():
         url, _, anchor = rule["annotations"]["runbook_url"].partition("#")
         assert url == "https://github.com/kubevirt-colocate/kubevirt-colocate/blob/main/docs/monitoring.md", rule["alert"]
         assert anchor in sections, (rule["alert"], anchor)
-
-
-def slug(heading):
-    """GitHub's anchor for a Markdown heading."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def test_the_docs_list_the_dashboard_panels():

@@ -138,7 +138,7 @@ def test_the_krew_rules_refuse_what_krew_refuses(broken, problem):
 
 # --------------------------------------------------------------------------- make release
 
-RELEASED = ["webhook", "kubefake", "pyproject.toml", "charts", "manifests/base/kustomization.yaml", "README.md", "plugins",
+RELEASED = ["webhook", "pyproject.toml", "charts", "manifests/base/kustomization.yaml", "README.md", "plugins",
             "LICENSE", "CHANGELOG.md", "hack"]
 
 
@@ -170,6 +170,9 @@ def test_a_release_needs_its_changelog_section(scratch):
 
 
 def test_a_release_sets_the_version_everywhere_and_packages_the_chart(scratch):
+    # What an older checkout's build left (the emulator was packaged once): it must not reach the wheel.
+    (scratch / "build" / "lib" / "kubefake").mkdir(parents=True)
+    (scratch / "build" / "lib" / "kubefake" / "__init__.py").write_text("")
     changelog = scratch / "CHANGELOG.md"
     changelog.write_text(changelog.read_text().replace("## [Unreleased]", "## [Unreleased]\n\n## [0.1.1] - 2026-12-01", 1))
     done = run_release(scratch, "0.1.1")
@@ -190,6 +193,7 @@ def test_a_release_sets_the_version_everywhere_and_packages_the_chart(scratch):
     with zipfile.ZipFile(scratch / "dist" / "kubevirt_colocate-0.1.1-py3-none-any.whl") as wheel:
         assert "Version: 0.1.1" in wheel.read("kubevirt_colocate-0.1.1.dist-info/METADATA").decode().splitlines()
         assert '__version__ = "0.1.1"' in wheel.read("webhook/__init__.py").decode()
+    assert top_level(scratch / "dist" / "kubevirt_colocate-0.1.1-py3-none-any.whl") == {"webhook"}
     with tarfile.open(scratch / "dist" / "kubevirt_colocate-0.1.1.tar.gz") as sdist:
         assert "kubevirt_colocate-0.1.1/pyproject.toml" in sdist.getnames()
     with tarfile.open(scratch / "dist" / "kubectl-colocate-v0.1.1.tar.gz") as tar:
@@ -197,13 +201,34 @@ def test_a_release_sets_the_version_everywhere_and_packages_the_chart(scratch):
     assert f'wheel="${{KUBECTL_COLOCATE_WHEEL:-{release.WHEEL_URL.format(v="0.1.1")}}}"' in launcher
 
 
-def test_the_launcher_installs_the_released_wheel_into_a_fresh_venv_that_runs_both_commands(tmp_path):
-    """What krew installs, run as kubectl runs it: on first use the launcher makes its virtualenv and
-    installs the release's wheel (here the one just built; a release names it by its address)."""
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+def top_level(wheel: Path) -> set[str]:
+    """The top-level names a wheel installs into site-packages (its RECORD), its metadata left out."""
+    with zipfile.ZipFile(wheel) as archive:
+        [record] = [name for name in archive.namelist() if name.endswith(".dist-info/RECORD")]
+        paths = [line.split(",")[0] for line in archive.read(record).decode().splitlines() if line]
+    return {path.split("/")[0].removesuffix(".py") for path in paths if ".dist-info/" not in path}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel a release builds of this tree (PEP 517, setuptools; from its sdist, as hack/release.py does)."""
+    dist = tmp_path_factory.mktemp("dist")
+    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
-    [wheel] = (tmp_path / "dist").glob(f"kubevirt_colocate-{__version__}-*.whl")
+    [found] = dist.glob(f"kubevirt_colocate-{__version__}-*.whl")
+    return found
+
+
+def test_the_wheel_ships_the_product_alone(wheel):
+    """`webhook` and nothing else: the tests' emulator (kubefake), the benchmark and the tests stay in
+    the source tree (they import from its root), so an install never holds a package that cannot import."""
+    assert top_level(wheel) == {"webhook"}
+
+
+def test_the_launcher_installs_the_released_wheel_into_a_fresh_venv_that_runs_both_commands(tmp_path, wheel):
+    """What krew installs, run as kubectl runs it: on first use the launcher makes its virtualenv and
+    installs the release's wheel (here the one just built; a release names it by its address)."""
     plugin = tmp_path / "krew"
     with tarfile.open(fileobj=io.BytesIO(release.plugin_archive(__version__))) as tar:
         tar.extractall(plugin, filter="data")
@@ -223,6 +248,9 @@ def test_the_launcher_installs_the_released_wheel_into_a_fresh_venv_that_runs_bo
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import webhook; print(webhook.__file__)"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert where.stdout.startswith(str(venv)), where.stdout  # the wheel's code, not this checkout's
+    emulator = subprocess.run([str(venv / "bin" / "python"), "-c", "import kubefake"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    assert "No module named 'kubefake'" in emulator.stderr  # the tests' emulator is not installed
 
 
 def test_the_charts_notes_say_where_the_command_line_comes_from():

@@ -1,25 +1,24 @@
 """Upgrading from the install whose webhook replicas also ran the keeper (one Deployment, the
-release before the keeper had a Deployment of its own) with `helm upgrade` and with
-`kubectl apply -k`, judged on both versions as rendered: never a moment without a webhook
-replica answering, never two keepers acting at once, nothing of the old grants left behind,
-and a keeper in report mode (or off) before the upgrade in report mode (or off) after it, with
-the admin's overlay, values and variables as an earlier README had them written.
+release before the keeper had a Deployment of its own), and from 0.2.0 (the keeper's namespaced
+grants named otherwise), with `helm upgrade` and with `kubectl apply -k`, judged on both versions
+as rendered: never a moment without a webhook replica answering, never two keepers acting at
+once, nothing of the old grants left behind, and a keeper in report mode (or off) before the
+upgrade in report mode (or off) after it, with the admin's overlay, values and variables as an
+earlier README had them written.
 
-The previous version's chart and manifests are read from git (PREVIOUS); without that commit (a
-shallow clone) these tests skip.
+The previous versions' charts and manifests are read from git (tests/support/releases.py);
+without those commits (a shallow clone) these tests skip.
 """
-import io
 import os
 import shutil
 import subprocess
-import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.support.helm import merged, objects, render
-from tests.support.kube import kubectl
+from tests.support.kube import LONGHORN_NS, kubectl
+from tests.support.releases import ONE_DEPLOYMENT, RELEASE_0_2_0, deleted_by, tree_at, upgrade_step
 
 from webhook.__main__ import build_parser, settings_from
 from webhook.lookup.deployments import Container
@@ -28,29 +27,34 @@ from webhook.keeper.lease import lease_namespace
 from webhook.keeper.upgrade import WEBHOOK, hold, least
 
 ROOT = Path(__file__).resolve().parents[1]
-PREVIOUS = "e1ca05a"  # the last commit with one Deployment for the webhook and the keeper
 NS = "kubevirt-colocate"
 KEEPER = "kubevirt-colocate-keeper"
+RBAC = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 
 
 @pytest.fixture(scope="module")
 def previous(tmp_path_factory):
-    """charts/ and manifests/ of PREVIOUS, extracted into a directory of their own."""
-    done = subprocess.run(["git", "archive", "--format=tar", PREVIOUS, "charts", "manifests"], cwd=ROOT,
-                          capture_output=True, timeout=60)
-    if done.returncode != 0:
-        pytest.skip(f"git has no {PREVIOUS}: {done.stderr.decode().strip()}")
-    where = tmp_path_factory.mktemp("previous")
-    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
-        archive.extractall(where, filter="tar")
-    return where
+    """charts/ and manifests/ of the install with one Deployment, extracted into a directory of their own."""
+    return tree_at(ONE_DEPLOYMENT, tmp_path_factory.mktemp("previous"))
 
 
-def kustomized(root: Path) -> list[dict]:
+@pytest.fixture(scope="module")
+def release_0_2_0(tmp_path_factory):
+    return tree_at(RELEASE_0_2_0, tmp_path_factory.mktemp("release-0.2.0"))
+
+
+def kustomized(root: Path, *components: str) -> list[dict]:
+    """`kubectl kustomize` of root's manifests/, or of an overlay beside them with these components."""
     tool = kubectl()
     if tool is None:
         pytest.skip("kubectl is not installed (or set KUBECTL)")
-    done = subprocess.run([tool, "kustomize", str(root / "manifests")], capture_output=True, text=True, timeout=60)
+    target = root / "manifests"
+    if components:
+        target = root / "overlay"
+        target.mkdir(exist_ok=True)
+        (target / "kustomization.yaml").write_text(yaml.safe_dump(
+            {"resources": ["../manifests"], "components": [f"../manifests/{c}" for c in components]}))
+    done = subprocess.run([tool, "kustomize", str(target)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return objects(done.stdout)
 
@@ -121,20 +125,90 @@ def test_the_old_replicas_lose_the_keepers_rights_at_once(versions):
         ("events", "create"), ("events", "patch")}
 
 
-def test_apply_leaves_nothing_of_the_previous_install_behind(versions):
-    """`kubectl apply -k` deletes nothing: every object of the previous install is one of this
-    install's, updated in place (a binding's roleRef, which cannot change, unchanged), so no old
-    grant stays behind. Helm deletes what it no longer renders; the same holds for it."""
-    tool, before, after = versions
+def documented_deletes() -> set[tuple]:
+    """What docs/operations.md's `kubectl delete` lines, run after `kubectl apply -k`, delete."""
+    return {what for command in upgrade_step() for what in deleted_by(command)}
+
+
+def left_behind(tool: str, before: list[dict], after: list[dict], deleted: set[tuple]) -> list[tuple]:
+    """What of the previous install stays once the upgrade is done: `kubectl apply -k` deletes
+    nothing, the `deleted` step after it deletes what it names; Helm deletes what it no longer
+    renders. Each kept object is updated in place: a binding's roleRef, which cannot change, and
+    a Deployment's selector, unchanged."""
     now = {key(o): o for o in after}
+    left = []
     for obj in before:
-        if obj["kind"] == "Job":
-            continue  # the certificate Job: removed 10 minutes after it ran, named after its spec by Helm
-        assert key(obj) in now, f"{tool}: {key(obj)} would be left behind"
-        if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-            assert now[key(obj)]["roleRef"] == obj["roleRef"], key(obj)
-        if obj["kind"] == "Deployment":
-            assert now[key(obj)]["spec"]["selector"] == obj["spec"]["selector"], key(obj)
+        if key(obj) in now:
+            if obj["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+                assert now[key(obj)]["roleRef"] == obj["roleRef"], key(obj)
+            if obj["kind"] == "Deployment":
+                assert now[key(obj)]["spec"]["selector"] == obj["spec"]["selector"], key(obj)
+        elif obj["kind"] != "Job" and tool == "kubectl apply -k" and key(obj) not in deleted:
+            left.append(key(obj))  # (the certificate Job removes itself 10 minutes after it ran)
+    return left
+
+
+def test_apply_leaves_nothing_of_the_previous_install_behind(versions):
+    """As docs/operations.md says the upgrade is done, nothing of the install with one Deployment
+    stays (its Role and RoleBinding `kubevirt-colocate` gave the webhook's account the Lease)."""
+    tool, before, after = versions
+    assert left_behind(tool, before, after, documented_deletes()) == []
+
+
+@pytest.fixture(params=["kubectl apply -k", "helm upgrade"])
+def from_0_2_0(request, release_0_2_0, tmp_path):
+    """(tool, before, after): 0.2.0's install and this one, with the spare-vms option, as each tool renders them."""
+    if request.param == "helm upgrade":
+        values = {"longhorn": {"spareVMs": True}}
+        return request.param, render(values, chart=release_0_2_0 / "charts" / "kubevirt-colocate"), render(values)
+    shutil.copytree(ROOT / "manifests", tmp_path / "now" / "manifests")
+    return request.param, kustomized(release_0_2_0, "spare-vms"), kustomized(tmp_path / "now", "spare-vms")
+
+
+def grants(found: list[dict]) -> set[tuple]:
+    """(account, namespace or None, group, resource, name or None, verb): every right the install's bindings give."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in found if o["kind"] in RBAC}
+    given = set()
+    for binding in [o for o in found if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
+        where = binding["metadata"].get("namespace")
+        role = roles[binding["roleRef"]["kind"], where if binding["roleRef"]["kind"] == "Role" else None,
+                     binding["roleRef"]["name"]]
+        given |= {(subject["name"], where, group, resource, name, verb) for subject in binding["subjects"]
+                  for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
+                  for name in rule.get("resourceNames") or [None] for verb in rule["verbs"]}
+    return given
+
+
+def test_an_upgrade_from_0_2_0_renames_the_keepers_grants_and_moves_no_right(from_0_2_0):
+    """0.2.0's keeper grants named `kubevirt-colocate` (the webhook's name) and
+    `kubevirt-colocate-spare-vms` are not in the new install: Helm deletes them, the documented
+    lines delete them after `kubectl apply -k`. Every account has exactly the rights it had."""
+    tool, before, after = from_0_2_0
+    renamed = {(kind, NS, NS) for kind in ("Role", "RoleBinding")} | {
+        (kind, LONGHORN_NS, "kubevirt-colocate-spare-vms") for kind in ("Role", "RoleBinding")}
+    gone = {key(o) for o in before if o["kind"] in RBAC} - {key(o) for o in after}
+    assert gone == renamed
+    assert left_behind(tool, before, after, documented_deletes()) == []
+    assert grants(after) == grants(before)
+    assert {name for kind, _, name in map(key, after) if kind in ("Role", "RoleBinding")} == {KEEPER, f"{NS}-certs"}
+
+
+def test_the_documented_step_deletes_nothing_the_new_install_has(from_0_2_0):
+    """The `kubectl delete` lines are safe to run on any install of this release: they name no
+    object it renders (so a second run, or a run on a fresh install, removes nothing it needs)."""
+    _, _, after = from_0_2_0
+    deleted = documented_deletes()
+    assert deleted and not deleted & {key(o) for o in after}
+    assert all("--ignore-not-found" in command.words for command in upgrade_step())
+
+
+def test_without_the_documented_step_the_old_grants_stay(release_0_2_0, tmp_path):
+    """Not vacuous: with no `kubectl delete` line, `kubectl apply -k` leaves 0.2.0's four objects behind."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "now" / "manifests")
+    before, after = kustomized(release_0_2_0, "spare-vms"), kustomized(tmp_path / "now", "spare-vms")
+    assert sorted(left_behind("kubectl apply -k", before, after, set())) == sorted(
+        [("Role", NS, NS), ("RoleBinding", NS, NS), ("Role", LONGHORN_NS, "kubevirt-colocate-spare-vms"),
+         ("RoleBinding", LONGHORN_NS, "kubevirt-colocate-spare-vms")])
 
 
 # --------------------------------------------------------------------------- the admin's choice kept

@@ -193,3 +193,21 @@ def test_the_keepers_migration_is_accepted_by_kubevirts_own_schema(control_plane
     assert stored["spec"]["addedNodeSelector"] == manifest["spec"]["addedNodeSelector"]
     assert stored["spec"].get("priority") == priority
     assert "Warning" not in result.stderr
+
+
+def test_every_grant_the_apiserver_stores_is_named_for_its_account(control_plane, installed):
+    """As stored: each Role and RoleBinding of the install namespace, each ClusterRole(Binding) of
+    the install, bears the name of the one ServiceAccount it serves (the keeper's Role
+    `kubevirt-colocate-keeper`, never the webhook's name)."""
+    how, rendered, _ = installed
+    ours = {(o["kind"], o["metadata"]["name"]) for o in rendered}
+    stored = []
+    for kinds_, where in (("roles,rolebindings", ["-n", NS]), ("clusterroles,clusterrolebindings", [])):
+        listed = json.loads(control_plane.kubectl("get", kinds_, *where, "-o", "json").stdout)["items"]
+        stored += [o for o in listed if (o["kind"], o["metadata"]["name"]) in ours]
+    assert {o["kind"] for o in stored} == {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}, how
+    for binding in [o for o in stored if o["kind"].endswith("Binding")]:
+        [subject] = binding["subjects"]
+        assert binding["metadata"]["name"] == binding["roleRef"]["name"] == subject["name"], (how, binding["metadata"])
+    names = {o["metadata"]["name"] for o in stored if o["kind"] in ("Role", "RoleBinding")}
+    assert names == {SA, "kubevirt-colocate-certs"}, how

@@ -141,3 +141,34 @@ def segments(line: str) -> list[tuple[str, ...]]:
         else:
             current.append(token)
     return found
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a markdown file's headings (a repeated heading's with `-1`, `-2`, as GitHub numbers them)."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+    found: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        name, n = slug(heading), 1
+        while name in found:
+            name, n = f"{slug(heading)}-{n}", n + 1
+        found.add(name)
+    return found
+
+
+def links(path: Path) -> list[tuple[int, str]]:
+    """(line, target) of each link of a markdown file to a file or an anchor of the project, outside code."""
+    found = []
+    text = re.sub(r"^```.*?^```", lambda m: "\n" * m[0].count("\n"), path.read_text(), flags=re.S | re.M)
+    for number, line in enumerate(text.splitlines(), 1):
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+            if not re.match(r"[a-z]+:", target):
+                found.append((number, target))
+    return found

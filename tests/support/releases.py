@@ -1,0 +1,62 @@
+"""Earlier releases' installs, read from git, and the step docs/operations.md adds to a kustomize
+upgrade: the `kubectl delete` lines that remove what `kubectl apply -k` leaves behind.
+
+A release's charts/ and manifests/ come from its commit (`git archive`); without that commit (a
+shallow clone) the tests that need it skip.
+"""
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.support import docs
+
+ROOT = Path(__file__).resolve().parents[2]
+# The last commit with one Deployment for the webhook and the keeper (before 0.2.0).
+ONE_DEPLOYMENT = "e1ca05a"
+# 0.2.0's install: the keeper's namespaced grants named `kubevirt-colocate` and `kubevirt-colocate-spare-vms`.
+RELEASE_0_2_0 = "efc65bd"
+UPGRADING = "Upgrading from 0.2.0: the keeper's grants renamed"
+# kubectl's resource words for the kinds the step deletes.
+KINDS = {"role": "Role", "rolebinding": "RoleBinding", "clusterrole": "ClusterRole",
+         "clusterrolebinding": "ClusterRoleBinding"}
+
+
+def tree_at(commit: str, where: Path) -> Path:
+    """charts/ and manifests/ of `commit`, extracted into `where`."""
+    done = subprocess.run(["git", "archive", "--format=tar", commit, "charts", "manifests"], cwd=ROOT,
+                          capture_output=True, timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"git has no {commit}: {done.stderr.decode().strip()}")
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        archive.extractall(where, filter="tar")
+    return where
+
+
+def upgrade_step() -> list[docs.Command]:
+    """The `kubectl delete` commands of docs/operations.md's section on upgrading from 0.2.0."""
+    path = ROOT / "docs" / "operations.md"
+    lines = path.read_text().splitlines()
+    start = lines.index(f"### {UPGRADING}") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("#"))
+    return [command for block in docs.blocks(path) if start < block.line <= end
+            for command in docs.commands_of(block) if command.words[:1] == ("kubectl",) and "delete" in command.words]
+
+
+def deleted_by(command: docs.Command) -> set[tuple[str, str | None, str]]:
+    """(kind, namespace, name) of each object a `kubectl [-n NS] delete TYPE/NAME ...` names."""
+    words = list(command.words[1:])
+    namespace = None
+    for flag in ("-n", "--namespace"):
+        if flag in words:
+            namespace = words[words.index(flag) + 1]
+    found = set()
+    for word in words:
+        kind, slash, name = word.partition("/")
+        if slash and not word.startswith("-"):
+            found.add((KINDS[kind], None if KINDS[kind].startswith("Cluster") else namespace, name))
+    return found
