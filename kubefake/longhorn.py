@@ -86,11 +86,14 @@ async def request_remount(apiserver: Any, volume: str, requested: datetime.datet
 
 async def restart_share_manager(apiserver: Any, volume: str, node: str, *, down: datetime.datetime,
                                 starts: datetime.datetime, serves: datetime.datetime,
-                                reconcile: datetime.timedelta = datetime.timedelta(seconds=5)) -> datetime.datetime:
+                                reconcile: datetime.timedelta = datetime.timedelta(seconds=5)
+                                ) -> tuple[datetime.datetime, list[str]]:
     """The share-manager of `volume` went away at `down` and its new pod, on `node` (the same node or
     another), started at `starts` and serves (Ready) from `serves`: the Volume stamped on each reconcile
     from `down` while the ShareManager was in Error or Unknown (until the new pod started), the last stamp
-    kept; the new pod in place of the old one. The last request, as the Volume keeps it."""
+    kept; the new pod in place of the old one; then, the new pod serving, 1.12's deletion of the volume's
+    pods that started before the request (`remount`). The last request, as the Volume keeps it, and the
+    pods deleted."""
     stamps = [down]
     while stamps[-1] + reconcile < starts:
         stamps.append(stamps[-1] + reconcile)
@@ -108,7 +111,7 @@ async def restart_share_manager(apiserver: Any, volume: str, node: str, *, down:
                 {"type": "Ready", "status": "True", "lastTransitionTime": _rfc3339(serves)}]}
             await apiserver.drop(key)
             await apiserver.insert(key, pod)
-    return stamps[-1]
+    return stamps[-1], await remount(apiserver, volume, stamps[-1])
 
 
 async def remount(apiserver: Any, volume: str, requested: datetime.datetime) -> list[str]:

@@ -154,3 +154,31 @@ def test_the_attachment_pod_of_a_hotplugged_disk_is_deleted_whatever_the_blackli
                 longhorn.BLACKLIST: "kubevirt.io/VirtualMachineInstance;/Pod;Pod" if spared else ""}
     requested = datetime.datetime.now(datetime.UTC)
     assert bool(longhorn.doomed([pod], {("vms", "disk-hp")}, requested, settings)) is deleted
+
+
+# --------------------------------------------------------------------------- Longhorn's remount request itself
+
+@pytest.mark.parametrize("spared", [True, False], ids=["spared", "defaults"])
+async def test_a_share_manager_restart_stamps_the_request_on_every_reconcile_wherever_it_comes_back(cluster, kmock,
+                                                                                                   spared):
+    """longhorn-manager v1.12.1 (`ReconcileShareManagerState`): the request is "now" at each reconcile while
+    the share-manager is in Error or Unknown, on the same node too, and never cleared; once the new pod
+    serves, the pods that started before it are deleted unless their owner kind is on the blacklist."""
+    cluster.seed(drained_node_cluster(spared=spared))
+    volumes(kmock)
+    down = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    volume = kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", "pvc-vm1-disk"]
+    requested, deleted = await longhorn.restart_share_manager(
+        kmock.apiserver, "pvc-vm1-disk", "node-a", down=down, starts=down + datetime.timedelta(seconds=22),
+        serves=down + datetime.timedelta(seconds=30))
+    assert requested == down + datetime.timedelta(seconds=20)  # the last of the stamps every 5 s before the start
+    assert volume.raw["status"]["remountRequestedAt"] == requested.strftime("%Y-%m-%dT%H:%M:%SZ")
+    server = kmock.objects[kinds.POD, "longhorn-system", "share-manager-pvc-vm1-disk"].raw
+    assert server["spec"]["nodeName"] == "node-a"  # back on its own node: requested all the same
+    assert server["status"]["conditions"] == [{"type": "Ready", "status": "True",
+                                               "lastTransitionTime": (down + datetime.timedelta(seconds=30))
+                                               .strftime("%Y-%m-%dT%H:%M:%SZ")}]
+    assert deleted == ([] if spared else ["default/virt-launcher-vm1-x7k2p"])
+    later = down + datetime.timedelta(minutes=5)
+    await longhorn.request_remount(kmock.apiserver, "pvc-vm1-disk", later)  # an auto-salvage: stamped again
+    assert volume.raw["status"]["remountRequestedAt"] == later.strftime("%Y-%m-%dT%H:%M:%SZ")

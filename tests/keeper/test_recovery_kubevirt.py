@@ -45,9 +45,10 @@ async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(),
     keeper = await make_keeper(Settings(**{"keep": "migrate", "keep_after": 600, **settings}), clock=clock)
     await keeper.run_pass()
     clock.now = t0
-    requested = await longhorn.restart_share_manager(kmock.apiserver, "pvc-vm1-disk", storage, down=t0,
-                                                     starts=t0 + seconds(15), serves=t0 + SERVES)
+    requested, deleted = await longhorn.restart_share_manager(kmock.apiserver, "pvc-vm1-disk", storage, down=t0,
+                                                              starts=t0 + seconds(15), serves=t0 + SERVES)
     assert requested == t0 + seconds(10)  # stamped on each reconcile while the share-manager was down
+    assert deleted == []  # spared: the VMI kind is on the blacklist
     return keeper, clock, t0
 
 
