@@ -39,7 +39,6 @@ from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
-from ..rules.keeping.record import Loss
 from ..rules.keeping.state import Action, KeeperState
 from .act import Actor, Result
 from .follow import Follower
@@ -272,14 +271,14 @@ class Keeper:
             read = await self.state_store.read() if self.state_store is not None else None
         except StateUnavailable as exc:
             self._unread = f"the keeper's record could not be read: {exc}"
-            self._said(Loss(kind="not read", why=str(exc)), "acting on what this leader knows")
+            self._said("not read", str(exc), "acting on what this leader knows")
             return self.state
         if read is not None:
             state, loss = read
             self.follower.remember(state.migrations)
             self.state = state if loss is None else dataclasses.replace(state, lost=(now, f"{loss.kind}: {loss.why}"))
             if loss is not None:
-                self._said(loss, "rebuilt from the cluster")
+                self._said(loss.kind, loss.why, "rebuilt from the cluster")
         return self.state
 
     async def _keep_state(self, now: datetime, errors: list[str]) -> None:
@@ -292,12 +291,12 @@ class Keeper:
             await self.state_store.write(self.state)
         except StateUnavailable as exc:
             errors.append(f"the keeper's record could not be written: {exc}")
-            self._said(Loss(kind="not written", why=str(exc)), "tried again next pass")
+            self._said("not written", str(exc), "tried again next pass")
 
     @staticmethod
-    def _said(loss: Loss, then: str) -> None:
-        metrics.KEEPER_RECORD.labels(loss.kind).inc()
-        log.warning("keeper record problem", extra={"fields": {"problem": loss.kind, "why": loss.why, "then": then}})
+    def _said(problem: str, why: str, then: str) -> None:
+        metrics.KEEPER_RECORD.labels(problem).inc()
+        log.warning("keeper record problem", extra={"fields": {"problem": problem, "why": why, "then": then}})
 
     def _remember(self, result: Result, now: datetime) -> None:
         """An action's result in the VM's record, and in the keeper's state: one more refusal in a row

@@ -12,7 +12,7 @@ import orjson
 
 from ..cluster.client import ApiUnreachable, request
 from ..config import Settings
-from ..kinds import CONFIGMAP
+from ..kinds import CONFIGMAP, meta
 from ..rules.keeping.record import dump, KEY, load, Loss
 from ..rules.keeping.state import KeeperState
 from .kubevirt_api import answered
@@ -37,24 +37,19 @@ async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[str
         return None, None
     if status != 200:
         raise StateUnavailable(f"ConfigMap {namespace}/{name}: {answered(status, raw)}")
-    data = (obj := _object(raw)).get("data")
-    text = data.get(KEY) if isinstance(data, dict) else None
-    return text if isinstance(text, str) else "", _version_of(obj)
+    return _answer(raw)
 
 
-def _object(raw: bytes) -> dict[str, Any]:
+def _answer(raw: bytes) -> tuple[str, str | None]:
+    """The record in a ConfigMap as the API answered it ("": none) and the ConfigMap's resourceVersion
+    (None: not said, the next write reads it)."""
     try:
         obj = orjson.loads(raw)
     except ValueError:
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
-def _version_of(obj: dict[str, Any]) -> str | None:
-    """The resourceVersion of a ConfigMap as the API answered it (None: not said, the next write reads it)."""
-    metadata = obj.get("metadata")
-    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-    return version if isinstance(version, str) else None
+        obj = None
+    data, version = obj.get("data") if isinstance(obj, dict) else None, meta(obj).get("resourceVersion")
+    text = data.get(KEY) if isinstance(data, dict) else None
+    return text if isinstance(text, str) else "", version if isinstance(version, str) else None
 
 
 async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> tuple[KeeperState, Loss | None]:
@@ -93,7 +88,7 @@ class StateStore:
         for attempt in range(2):
             status, raw = await self._send(text)
             if status in (200, 201):
-                self.written, self._version = text, _version_of(_object(raw))
+                self.written, self._version = text, _answer(raw)[1]
                 return True
             if status not in (404, 409) or attempt:
                 raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: {answered(status, raw)}")

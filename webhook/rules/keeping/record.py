@@ -7,8 +7,9 @@ cluster what it can and writes a valid record again. Version 2 groups each VM's 
 under its namespace and name, keeps of a migration of ours its generated suffix, its phase and its times
 as Unix seconds (the node, uid and annotation only while it is unfinished: KubeVirt never
 garbage-collects a VMI's latest migration, the one those are read from), and clips a refusal's words.
-The VMs with the newest news come first, as many as fit in BUDGET bytes, well under the API's 1 MiB
-for any number of VMs or length of names. Version 1 (flat lists, names and times spelled out) is read too.
+Our migrations come first, then the refusals, each the newest first, as many as fit in BUDGET bytes:
+well under the API's 1 MiB for any number of VMs or length of names. Version 1 (flat lists, names and
+times spelled out) is read too.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from ...kinds import clip_reason
 from ..shared.times import parse_time
 from .migrations import Migration, NAME_INFIX
-from ...kinds import clip_reason
 from .state import Action, KeeperState, Refusal, WORDS
 
 KEY = "state.json"  # the ConfigMap's data key
@@ -54,51 +55,40 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def _place(vms: dict[str, Any], namespace: str, vm: str, where: str, value: Any, room: int) -> int:
-    """`value` put in the VM's entry at `where` ("m": a migration, an action: its refusal, "+" and an
-    action: that refusal's words) when the bytes it adds fit in `room`: how many it added (0: nothing to
-    add, -1: no room)."""
-    entry = vms.get(namespace, {}).get(vm, {})
-    refusals = entry.get("r", {})
-    if where.startswith("+") and where[1:] not in refusals:
-        return 0
-    cost = len(_json(value)) + 1 + (0 if namespace in vms else len(_json(namespace)) + 4)
-    cost += 0 if entry else len(_json(vm)) + 4
-    if where == "m":
-        cost += 0 if "m" in entry else 7
-    elif not where.startswith("+"):
-        cost += len(_json(where)) + 1 + (0 if refusals else 7)
-    if cost > room:
-        return -1
-    entry = vms.setdefault(namespace, {}).setdefault(vm, {})
-    if where == "m":
-        entry.setdefault("m", []).append(value)
-    elif where.startswith("+"):
-        entry["r"][where[1:]].append(value)
-    else:
-        entry.setdefault("r", {})[where] = value
-    return cost
-
-
 def dump(state: KeeperState, budget: int = BUDGET) -> str:
     """The state as the ConfigMap keeps it: compact JSON in a stable order, within `budget` bytes: our
-    migrations first, then the refusals, then their words, each the newest first while they fit."""
+    migrations first, then the refusals, each the newest first while they fit."""
     items: list[tuple[int, float, str, str, str, Any]] = []
     for m in state.migrations:
         items.append((0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m)))
     for h in state.refusals:
         items.append((1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
-                      [min(h.count, MOST_COUNT), int(h.retry.timestamp()), h.status]))
-        items.append((2, -h.retry.timestamp(), h.namespace, h.name, f"+{h.action}", clip_reason(h.words, WORDS)))
-    record: dict[str, Any] = {"version": VERSION, "vms": {}}
-    if state.lost is not None:
-        record["lost"] = [int(state.lost[0].timestamp()), clip_reason(state.lost[1], WORDS)]
-    room, full = budget - len(_json(record)), set()
-    for tier, _, namespace, vm, where, value in sorted(items, key=lambda item: item[:5]):
-        added = -1 if tier in full else _place(record["vms"], namespace, vm, where, value, room)
-        full |= {tier} if added < 0 else set()
-        room -= max(added, 0)
-    return _json(record)
+                      [min(h.count, MOST_COUNT), int(h.retry.timestamp()), h.status, clip_reason(h.words, WORDS)]))
+    items.sort(key=lambda item: item[:5])
+    head = {"version": VERSION} | ({"lost": [int(state.lost[0].timestamp()), clip_reason(state.lost[1], WORDS)]}
+                                   if state.lost is not None else {})
+
+    def first(count: int) -> str:  # the record of the first `count` items
+        vms: dict[str, dict[str, dict[str, Any]]] = {}
+        for _, _, namespace, vm, where, value in items[:count]:
+            entry = vms.setdefault(namespace, {}).setdefault(vm, {})
+            if where == "m":
+                entry.setdefault("m", []).append(value)
+            else:
+                entry.setdefault("r", {})[where] = value
+        return _json(head | {"vms": vms})
+
+    size, seen = len(first(0)), set()
+    for count, (_, _, namespace, vm, where, value) in enumerate(items):
+        # the bytes an item adds (at most): its value and key, and the keys of its namespace, VM and list or map
+        size += len(_json(value)) + 1 + (0 if where == "m" else len(where) + 3)
+        for key, cost in (((namespace,), len(_json(namespace)) + 4), ((namespace, vm), len(_json(vm)) + 4),
+                          ((namespace, vm, where == "m"), 7)):
+            size += 0 if key in seen else cost
+            seen.add(key)
+        if size > budget:
+            return first(count)
+    return first(len(items))
 
 
 def _text(value: Any, what: str) -> str:
@@ -123,6 +113,11 @@ def _time(value: Any, what: str) -> datetime:
     return moment
 
 
+def _lost(entry: Any) -> tuple[datetime, str]:
+    at, why = entry
+    return _time(at, "when the record was rebuilt"), _text(why, "why it was rebuilt")
+
+
 def _migration(namespace: str, vm: str, entry: Any) -> Migration:
     name, phase, created, ended, *more = entry
     target, uid, recovers = (*more, None, None, None)[:3]
@@ -135,14 +130,14 @@ def _migration(namespace: str, vm: str, entry: Any) -> Migration:
 
 
 def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
-    count, retry, status, *words = entry
+    count, retry, status, words = entry
     if _number(count, "a refusal's count") == 0:
         raise ValueError("a refusal's count is 0")
     return Refusal(namespace=namespace, name=vm, action=Action(action), count=count, retry=_time(retry, "retry"),
-                   words=_text((*words, "")[0], "a refusal's words"), status=_number(status, "a refusal's status"))
+                   words=_text(words, "a refusal's words"), status=_number(status, "a refusal's status"))
 
 
-Entry = Callable[[], Migration | Refusal]
+Entry = Callable[[], Migration | Refusal | tuple[datetime, str]]
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:
@@ -151,6 +146,8 @@ def _items(value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
+    if "lost" in data:
+        yield functools.partial(_lost, data["lost"])
     for namespace, vms in _items(data.get("vms", {})):
         for vm, entry in _items(vms):
             entry = entry if isinstance(entry, dict) else {"m": [None]}
@@ -177,14 +174,6 @@ def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
             yield functools.partial(read, entry)
 
 
-def _lost(at: Any, why: Any) -> tuple[datetime, str] | None:
-    """When the record was last rebuilt, and why (None: not said in a way this keeper reads)."""
-    try:
-        return _time(at, "lost"), _text(why, "why")
-    except (ValueError, ArithmeticError, OSError):
-        return None
-
-
 def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     """The state the ConfigMap's data key holds (none: an empty state), and what of it was lost."""
     if not text:
@@ -202,10 +191,9 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
             read.append(entry())
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
             dropped.append(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__} {exc}")
-    lost = data.get("lost")
     state = KeeperState(migrations=tuple(sorted((m for m in read if isinstance(m, Migration)),
                                                 key=lambda m: (m.created, m.namespace, m.name))),
                         refusals=tuple(h for h in read if isinstance(h, Refusal)),
-                        lost=_lost(*lost) if isinstance(lost, list) and len(lost) == 2 else None)
+                        lost=next((lost for lost in read if isinstance(lost, tuple)), None))
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
     return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})") if dropped else None
