@@ -58,7 +58,7 @@ def refuse_vm1(request):
 @pytest.mark.parametrize("text, problem", [("{not json", "unreadable"), ('{"version": 99, "vms": {}}', "other version"),
                                            (WRONG_TYPE, "malformed")], ids=["not-json", "version-99", "wrong-type"])
 async def test_a_record_it_cannot_read_is_said_rebuilt_and_written_again_and_the_keeper_acts(
-        tmp_path, kmock, cluster, make_keeper, text, problem):
+        tmp_path, kmock, cluster, make_keeper, caplog, text, problem):
     cluster.seed(three_nodes() + apart_vm())
     keeper = await make_keeper()
     await cluster.create(CONFIGMAPS, configmap(text))
@@ -67,6 +67,8 @@ async def test_a_record_it_cannot_read_is_said_rebuilt_and_written_again_and_the
     report = await keeper.run_pass()
     assert len(report.created) == 1 and cluster.migrations()  # it acts: vm1 is apart long enough
     assert sample(PROBLEMS, problem=problem) == before + 1
+    [said] = [r for r in caplog.records if r.getMessage() == "keeper record problem"]
+    assert said.fields["problem"] == problem and said.fields["then"] == "rebuilt from the cluster"
     [note] = [n for n in keeper.degraded() if n.startswith("the keeper's record was rebuilt at ")]
     assert f": {problem}: " in note
     state, loss = stored(kmock)  # a valid record again, saying it was rebuilt
