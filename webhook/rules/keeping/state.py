@@ -3,8 +3,8 @@ is kept in the cluster (a ConfigMap the leader writes, `keeper.state_store`, as 
 `status` reads it too). Pure.
 
 Two things live here and nowhere else:
-- our migrations, as last seen: virt-controller keeps only the 5 newest finished migrations of a
-  VMI (`garbageCollectFinalizedMigrations` in `pkg/virt-controller/watch/migration/migration.go`),
+- our migrations the watch no longer shows, as last seen: virt-controller keeps only the 5 newest
+  finished migrations of a VMI (`garbageCollectFinalizedMigrations` in `pkg/virt-controller/watch/migration/migration.go`),
   and the per-day limit and the backoff after failures count ours over a day and more;
 - the refusals of one VM's own actions (a create, a cancel or an unpause the API refused for
   that object): the API's words, how many in a row, and when to try again, so that a new leader
