@@ -157,21 +157,19 @@ def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
                 yield functools.partial(_refusal, namespace, vm, action, refusal)
 
 
-def _v1_migration(m: Any) -> Migration:
-    return _migration(m["namespace"], m["vmi"], ["/" + m["name"], m["phase"], m["created"], m.get("ended"),
-                                                 m.get("target"), m.get("uid"), m.get("recovers")])
-
-
-def _v1_refusal(h: Any) -> Refusal:
-    return _refusal(h["namespace"], h["name"], h["action"], [h["count"], h["retry"], h.get("status", 0),
-                                                             h.get("words")])
-
-
 def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
-    for kind, read in (("migrations", _v1_migration), ("refusals", _v1_refusal)):
+    """Flat lists of objects, their names and times spelled out."""
+    def migration(m: Any) -> Migration:
+        return _migration(m["namespace"], m["vmi"], ["/" + m["name"], m["phase"], m["created"], m.get("ended"),
+                                                     m.get("target"), m.get("uid"), m.get("recovers")])
+
+    def refusal(h: Any) -> Refusal:
+        return _refusal(h["namespace"], h["name"], h["action"], [h["count"], h["retry"], h.get("status", 0),
+                                                                 h.get("words")])
+
+    for kind, read in (("migrations", migration), ("refusals", refusal)):
         entries = data.get(kind, [])
-        for entry in entries if isinstance(entries, list) else [None]:
-            yield functools.partial(read, entry)
+        yield from (functools.partial(read, entry) for entry in (entries if isinstance(entries, list) else [None]))
 
 
 def load(text: str | None) -> tuple[KeeperState, Loss | None]:
