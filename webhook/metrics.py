@@ -97,6 +97,9 @@ KEEPER_MIGRATIONS = Counter("colocate_keeper_migrations_total",
 KEEPER_UNPAUSES = Counter("colocate_keeper_unpauses_total",
                           "Unpauses of VMs carried paused onto a fresh NFS mount, by result "
                           "(unpaused, refused, error).", ["result"], registry=None)
+KEEPER_RECORD = Counter("colocate_keeper_record_problems_total",
+                        "Passes that found the keeper's record lost or could not keep it, by problem (unreadable, "
+                        "other version, malformed, deleted, not read, not written).", ["problem"], registry=None)
 KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the keeper, 0 on the others.",
                       registry=None)
 KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
@@ -106,7 +109,8 @@ LONGHORN_RESTARTS_VMS = Gauge("colocate_longhorn_restarts_vms",
                               "1 on what Longhorn's Settings make of a share-manager restart: it reboots the VMs of its "
                               "volume (answer=yes), it does not (no), or they cannot tell (cannot_tell).", ["answer"],
                               registry=None)
-KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS, KEEPER_UNPAUSES)
+KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS, KEEPER_UNPAUSES,
+                  KEEPER_RECORD)
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED, LONGHORN_RESTARTS_VMS)
 
 

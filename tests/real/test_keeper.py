@@ -83,10 +83,10 @@ async def test_the_recovery_paths_migrations_and_the_keepers_state_are_created_o
             assert stored["metadata"]["annotations"]["kubevirt-scheduler/recovers"] == "stale-mount"
             assert stored["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": target}
         store = StateStore(api, VMS, "kubevirt-colocate-keeper-state", timeout=10)
-        assert await store.read() == KeeperState()
+        assert await store.read() == (KeeperState(), None)
         state = KeeperState().refused(VMS, "vm1", Action.MIGRATE, 403, "forbidden", datetime.datetime.now(datetime.UTC))
         assert await store.write(state) is True
         assert await store.write(state) is False  # unchanged: not written again
         later = dataclasses.replace(state, refusals=())
         assert await store.write(later) is True
-        assert await StateStore(api, VMS, "kubevirt-colocate-keeper-state", timeout=10).read() == later
+        assert await StateStore(api, VMS, "kubevirt-colocate-keeper-state", timeout=10).read() == (later, None)

@@ -205,7 +205,8 @@ async def test_status_json(tmp_path, kmock):
                                "priority_answer": "available",
                                "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
         "in_flight": {"ours": 0, "all": 0}, "longhorn_restarts_vms": None,
-        "longhorn_restarts_vms_answer": "no", "state": "ConfigMap kubevirt-colocate/kubevirt-colocate-keeper-state"}
+        "longhorn_restarts_vms_answer": "no", "state": "ConfigMap kubevirt-colocate/kubevirt-colocate-keeper-state",
+        "state_warning": None}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
     assert report["skipped"] == ["VMI default/vm8: status.nodeName is a int, not a string"]

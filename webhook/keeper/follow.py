@@ -39,10 +39,14 @@ class Follower:
         self._open: set[MigrationKey] = set()  # followed until they end
         self._seen: set[MigrationKey] = set()  # shown by the watch at least once
         self._cancelled: set[MigrationKey] = set()  # deleted by us: failed, whatever the watch shows
+        self._shown: set[MigrationKey] = set()  # ours in the watch as last observed
 
     def remember(self, migrations: Sequence[Migration]) -> None:
-        """Ours as the keeper's state kept them (a previous leader's, some perhaps garbage-collected
-        since): counted as the watch would have shown them; one unfinished is followed to its end."""
+        """Ours as the keeper's record keeps them (a previous leader's, some perhaps garbage-collected
+        since): counted as the watch would have shown them; one unfinished is followed to its end. Ours
+        that ended and the watch no longer shows are the record's to keep: forgotten unless it does."""
+        for key in [k for k, m in self._ours.items() if m.final and k not in self._shown and k not in self._open]:
+            del self._ours[key]
         for migration in migrations:
             key = _key(migration)
             if key in self._ours:
@@ -53,8 +57,9 @@ class Follower:
                 self._open.add(key)
 
     def ours(self) -> list[Migration]:
-        """Ours as now known: what the keeper's state keeps."""
-        return list(self._ours.values())
+        """Ours as now known that the watch does not show (garbage-collected, deleted, not yet shown):
+        what the keeper's record keeps."""
+        return [m for key, m in self._ours.items() if key not in self._shown]
 
     def created(self, migration: Migration) -> None:
         """One we just created: remembered, and followed to its end."""
@@ -82,6 +87,7 @@ class Follower:
                 uids: dict[VmKey, str] | None = None) -> None:
         """Take in what the watch shows; announce those of ours that ended since."""
         shown = {_key(m): m for m in watched if m.ours}
+        self._shown = set(shown)
         for key, migration in shown.items():
             if key in self._cancelled:
                 continue  # failed as far as we count, until the watch lets go of it

@@ -8,7 +8,7 @@ creates) and records what came of it (`memory.py`, and the keeper's state in the
 `state_store.py`), in the shape of a controller's reconcile. Conservative by construction: a pass
 every `period` seconds; the plan holds a VM for any of its reasons; a pass creates no more than the
 in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache failing or
-not synced, a disk the API could not tell about, the keeper's state unreadable), without the lease,
+not synced, a disk the API could not tell about), without the lease,
 or before a dry run has shown that the cluster keeps `spec.addedNodeSelector`. An action the API
 refuses for one object holds that VM alone, with a backoff of its own; only a failure any request
 would meet stops the pass. Each action is an Event on the VMI and a log line; each pass returns its
@@ -44,6 +44,7 @@ from .act import Actor, Result
 from .follow import Follower
 from .memory import Memory, VmRecord
 from ..process.pace import Pacer
+from ..rules.shared.times import rfc3339
 from .observe import Nodes, Observer, pass_facts, stuck
 from .observed import Observed
 from .probe import ask_targeted
@@ -135,8 +136,9 @@ class Keeper:
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
         self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
-        self.state_store = state  # where the keeper's state is kept (None: in this process alone)
-        self.state: KeeperState | None = None  # read once a term
+        self.state_store = state  # where the keeper's record is kept (None: in this process alone)
+        self.state = KeeperState()  # this leader's; the record taken in whenever it changed
+        self._unread = ""  # why the record could not be read this pass
         self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                         direct=store.direct), events)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
@@ -183,7 +185,9 @@ class Keeper:
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
-        return (self._watch.degraded() if self._watch is not None else []) + list(self.memory.errors)
+        lost = [f"the keeper's record was rebuilt at {rfc3339(self.state.lost[0])}: {self.state.lost[1]}"
+                ] if self.state.lost else []
+        return (self._watch.degraded() if self._watch is not None else []) + list(self.memory.errors) + lost
 
     # ----------------------------------------------------------------- one pass
 
@@ -232,8 +236,8 @@ class Keeper:
         watched, vmis = seen.migrations, seen.views
         uids = {(v.namespace, v.name): v.uid for v in vmis}
         self.follower.observe(watched, now, uids)
-        state, unreadable = await self._state()
-        incomplete = "; ".join(watch.degraded() + self.store.degraded() + ([unreadable] if unreadable else []))
+        state = await self._state(now)
+        incomplete = "; ".join(watch.degraded() + self.store.degraded())
         history = self.follower.history(watched)
         running = seen.running  # the others never touched, not counted
         self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running}, {vmi.uid for vmi in vmis})
@@ -258,31 +262,41 @@ class Keeper:
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
         return observed
 
-    async def _state(self) -> tuple[KeeperState, str]:
-        """The keeper's state: read from the cluster once a term (our migrations it keeps are
-        followed from then on), then this leader's own; and why it could not be read."""
-        if self.state is None and self.state_store is not None:
-            try:
-                self.state = await self.state_store.read()
-            except StateUnavailable as exc:
-                return KeeperState(), f"the keeper's state could not be read: {exc}"
-            self.follower.remember(self.state.migrations)
-        if self.state is None:
-            self.state = KeeperState()
-        return self.state, ""
+    async def _state(self, now: datetime) -> KeeperState:
+        """The keeper's record, read each pass and taken in when it is not what this leader last read or
+        wrote (a new term, an admin's edit or delete); what was lost of it is said, the rest rebuilt from
+        the cluster (ours as the watch shows them). One that cannot be read leaves this leader's view."""
+        self._unread = ""
+        try:
+            read = await self.state_store.read() if self.state_store is not None else None
+        except StateUnavailable as exc:
+            self._unread = f"the keeper's record could not be read: {exc}"
+            self._said("not read", str(exc), "acting on what this leader knows")
+            return self.state
+        if read is not None:
+            state, loss = read
+            self.follower.remember(state.migrations)
+            self.state = state if loss is None else dataclasses.replace(state, lost=(now, f"{loss.kind}: {loss.why}"))
+            if loss is not None:
+                self._said(loss.kind, loss.why, "rebuilt from the cluster")
+        return self.state
 
     async def _keep_state(self, now: datetime, errors: list[str]) -> None:
-        """Our migrations and the refusals into the keeper's state; written to the cluster when it changed."""
-        if self.state is None:
-            return
+        """Our migrations and the refusals into the keeper's record; written to the cluster when it changed."""
         self.state = self.state.with_migrations(self.follower.ours(), now).only(self.memory.records)
+        errors.extend([self._unread] if self._unread else [])
         if self.state_store is None or not self.authority(self.timing.request_timeout):
             return  # written by the leader alone, as any write
         try:
             await self.state_store.write(self.state)
         except StateUnavailable as exc:
-            errors.append(f"the keeper's state could not be written: {exc}")
-            log.warning("keeper state not written", extra={"fields": {"error": str(exc)}})
+            errors.append(f"the keeper's record could not be written: {exc}")
+            self._said("not written", str(exc), "tried again next pass")
+
+    @staticmethod
+    def _said(problem: str, why: str, then: str) -> None:
+        metrics.KEEPER_RECORD.labels(problem).inc()
+        log.warning("keeper record problem", extra={"fields": {"problem": problem, "why": why, "then": then}})
 
     def _remember(self, result: Result, now: datetime) -> None:
         """An action's result in the VM's record, and in the keeper's state: one more refusal in a row

@@ -1,23 +1,21 @@
-"""The keeper's state (`rules.keeping.state`) in the cluster: one ConfigMap beside the keeper's
-Lease, `<lease name>-state`, read by a leader when its term begins and by `status`, written by the
-leader after a pass that changed it. One read and at most one write a pass; the keeper's account
-may `get` and `update` that ConfigMap alone (and `create` ConfigMaps in its namespace: Kubernetes
-cannot narrow `create` by name).
+"""The keeper's record (`rules.keeping.state`, spelled as `rules.keeping.record`) in the cluster: one
+ConfigMap beside the keeper's Lease, `<lease name>-state`, read by the leader each pass (taken in when
+someone else changed it) and by `status`, written by the leader after a pass that changed it. One read
+and at most one write a pass; the keeper's account may `get` and `update` that ConfigMap alone (and
+`create` ConfigMaps in its namespace: Kubernetes cannot narrow `create` by name).
 """
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import orjson
 
 from ..cluster.client import ApiUnreachable, request
 from ..config import Settings
-from ..kinds import CONFIGMAP
-from ..rules.keeping.state import dump, KEY, KeeperState, load, Unreadable
+from ..kinds import CONFIGMAP, meta
+from ..rules.keeping.record import dump, KEY, load, Loss
+from ..rules.keeping.state import KeeperState
 from .kubevirt_api import answered
-
-log = logging.getLogger("webhook.keeper")
 
 
 class StateUnavailable(Exception):
@@ -28,52 +26,57 @@ def state_name(settings: Settings) -> str:
     return f"{settings.lease_name}-state"
 
 
-async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[KeeperState, str | None]:
-    """The state and the ConfigMap's resourceVersion (None: there is none yet)."""
+async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[str | None, str | None]:
+    """The record's text (None: there is no ConfigMap) and the ConfigMap's resourceVersion."""
     path = CONFIGMAP.path(namespace, name)
     try:
         status, raw = await request(api, "GET", path, timeout=timeout)
     except ApiUnreachable as exc:
         raise StateUnavailable(f"ConfigMap {namespace}/{name}: {exc}") from None
     if status == 404:
-        return KeeperState(), None
+        return None, None
     if status != 200:
         raise StateUnavailable(f"ConfigMap {namespace}/{name}: {answered(status, raw)}")
+    return _answer(raw)
+
+
+def _answer(raw: bytes) -> tuple[str, str | None]:
+    """The record in a ConfigMap as the API answered it ("": none) and the ConfigMap's resourceVersion
+    (None: not said, the next write reads it)."""
     try:
         obj = orjson.loads(raw)
-        data = obj.get("data") or {}
-        return load(data.get(KEY)), obj["metadata"]["resourceVersion"]
-    except (ValueError, KeyError, TypeError, AttributeError, Unreadable) as exc:
-        raise StateUnavailable(f"ConfigMap {namespace}/{name} does not hold the keeper's state: {exc}") from None
+    except ValueError:
+        obj = None
+    data, version = obj.get("data") if isinstance(obj, dict) else None, meta(obj).get("resourceVersion")
+    text = data.get(KEY) if isinstance(data, dict) else None
+    return text if isinstance(text, str) else "", version if isinstance(version, str) else None
 
 
-def _version_of(raw: bytes) -> str | None:
-    """The resourceVersion of a ConfigMap as the API answered it (None: not said, the next write reads it)."""
-    try:
-        version = orjson.loads(raw)["metadata"]["resourceVersion"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return version if isinstance(version, str) else None
-
-
-async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> KeeperState:
-    """The keeper's state as the cluster holds it (none yet: empty); raises StateUnavailable."""
-    return (await _get(api, namespace, name, timeout))[0]
+async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> tuple[KeeperState, Loss | None]:
+    """The keeper's record as the cluster holds it (none yet: empty), and what of it was lost; raises
+    StateUnavailable."""
+    return load((await _get(api, namespace, name, timeout))[0])
 
 
 class StateStore:
-    """The leader's copy of the state and its one ConfigMap."""
+    """The leader's copy of the record and its one ConfigMap."""
 
     def __init__(self, api: Any, namespace: str, name: str, *, timeout: float):
         self.api, self.namespace, self.name, self.timeout = api, namespace, name, timeout
-        self.written: str | None = None  # the state as last read or written
+        self.written: str | None = None  # the record as last read or written (None: none)
+        self._read = False
         self._version: str | None = None
 
-    async def read(self) -> KeeperState:
-        """The state as the cluster holds it; raises StateUnavailable."""
-        state, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
-        self.written = dump(state)
-        return state
+    async def read(self) -> tuple[KeeperState, Loss | None] | None:
+        """The record and what of it was lost, when it is not the one last read or written here (a
+        leader's first read, an admin's edit or delete); None when it is. Raises StateUnavailable."""
+        text, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
+        if self._read and text == self.written:
+            return None
+        had, self.written, self._read = self._read and bool(self.written), text, True
+        if had and not text:
+            return KeeperState(), Loss(kind="deleted", why="deleted or emptied since the keeper last wrote it")
+        return load(text)
 
     async def write(self, state: KeeperState) -> bool:
         """The state written when it changed: whether it was; raises StateUnavailable. A conflict
@@ -85,7 +88,7 @@ class StateStore:
         for attempt in range(2):
             status, raw = await self._send(text)
             if status in (200, 201):
-                self.written, self._version = text, _version_of(raw)
+                self.written, self._version = text, _answer(raw)[1]
                 return True
             if status not in (404, 409) or attempt:
                 raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: {answered(status, raw)}")

@@ -150,7 +150,8 @@ class Cluster:
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
-    state: str = ""  # where the keeper's state was read from, or why not
+    state: str = ""  # where the keeper's record was read from, or why not
+    state_warning: str = ""  # what of the record was lost, lately or as read here
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -161,7 +162,8 @@ class Cluster:
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
-            *([f"warning: keeper state {self.state}"] if self.state.startswith("not read") else []),
+            *([f"warning: keeper record {self.state}"] if self.state.startswith("not read") else []),
+            *([f"warning: keeper record {self.state_warning}"] if self.state_warning else []),
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
@@ -177,7 +179,7 @@ class Cluster:
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
-                "state": self.state or None,
+                "state": self.state or None, "state_warning": self.state_warning or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
@@ -284,7 +286,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
         await targeted.check(dry_run_manifest(running, listed.migrations, now))
-    state, state_note = await _kept(api, settings, timeout)
+    state, state_note, state_warning = await _kept(api, settings, timeout)
     history = with_kept(listed.migrations, state.migrations, now)
     facts = pass_facts(settings, history, listed.views, now, targeted)
     observer, launchers = await _observer(store, settings, running, timeout)
@@ -314,20 +316,25 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
                      in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts,
-                     state=state_note)
+                     state=state_note, state_warning=state_warning)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header,
                   cancels=[f"{c.migration.namespace}/{c.migration.name}: {c.why}" for c in made.cancels])
 
 
-async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperState, str]:
-    """The keeper's state as its leader keeps it in the cluster, and where it was read from in words
-    (or why it could not be: then none, and the refusals only the keeper knows are not shown)."""
+async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperState, str, str]:
+    """The keeper's record as its leader keeps it in the cluster, where it was read from in words (or
+    why it could not be: then none, and the refusals only the keeper knows are not shown), and what of
+    it was lost (as read here, or when the keeper last rebuilt it)."""
     namespace, name = settings.lease_namespace or KEEPER_NAMESPACE, state_name(settings)
     try:
-        return await read_state(api, namespace, name, timeout=timeout), f"ConfigMap {namespace}/{name}"
+        state, loss = await read_state(api, namespace, name, timeout=timeout)
     except StateUnavailable as exc:
-        return KeeperState(), f"not read ({exc}): refused actions and garbage-collected migrations are not shown"
+        return KeeperState(), f"not read ({exc}): refused actions and garbage-collected migrations are not shown", ""
+    lost = (f"rebuilt by the keeper at {rfc3339(state.lost[0])} ({state.lost[1]}): refused actions it kept are "
+            "forgotten, migrations read from the cluster") if state.lost else ""
+    said = f"{loss.kind}: {loss.why}: the keeper rebuilds it from the cluster at its next pass" if loss else lost
+    return state, f"ConfigMap {namespace}/{name}", said
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
