@@ -39,7 +39,7 @@ from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
-from ..rules.keeping.state import Action, KeeperState
+from ..rules.keeping.state import Action, Evidence, KeeperState
 from .act import Actor, Result
 from .follow import Follower
 from .memory import Memory, VmRecord
@@ -213,6 +213,10 @@ class Keeper:
 
         facts = await ask_targeted(self.targeted, plan_of, seen.facts, observed)
         made = plan_of(facts)
+        self.state = self.state.with_stale(
+            Evidence(namespace=vm.facts.vmi.namespace, name=vm.facts.vmi.name, uid=vm.facts.vmi.uid,
+                     requested=vm.facts.stale_since, words=vm.facts.stale)
+            for vm in made.vms if vm.facts.stale and vm.facts.stale_since is not None)
         for vm in made.vms:
             self.memory.record(vm.facts, vm.decision, now)
         results = await self.actor.carry_out(made, observed, now, priority=bool(self.targeted.priority))

@@ -114,7 +114,7 @@ class Observer:
         while (need := next_read(facts, read)) is not None:
             read.add(need)
             if need == "stale":
-                facts = await self._stale(facts, disks, history, now)
+                facts = await self._stale(facts, disks, history, now, state)
                 continue
             if need == "target_unfit" and facts.stale and where.state is CO_LOCATED:
                 node, unfit, via = await self._via(vmi)
@@ -129,21 +129,23 @@ class Observer:
                 node, unfit = await self._target(vmi, where.target, span)
             facts = dataclasses.replace(facts, apart_since=span.since, target_unfit=unfit)
         if "stale" not in read:
-            facts = await self._stale(facts, disks, history, now)
+            facts = await self._stale(facts, disks, history, now, state)
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
                         derived=span is not None and span.derived)
 
-    async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration],
-                     now: datetime) -> VmFacts:
+    async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration], now: datetime,
+                     state: KeeperState) -> VmFacts:
         """The VM's mount (`recovery.Mount`), read of a VM paused on a disk I/O error now or within RECENT,
         and from it whether its NFS mount is stale (`recovery.judge`: KubeVirt's retry failed once the new
         NFS server served), what it waits for if not yet, and whether a migration off it can finish. A VM
-        that never paused on an I/O error is read no further. What cannot be read says nothing: the VM is
-        left as it is (`status` notes it paused)."""
+        that never paused on an I/O error is read no further. The keeper's evidence in its record (`state`)
+        stands for that mount: what its watch saw, `status` and the next leader cannot. What cannot be read
+        says nothing: the VM is left as it is (`status` notes it paused)."""
         vmi = facts.vmi
         pauses = self.recall.pauses(vmi.uid) if self.recall is not None else Pauses()
         paused = vmi.paused_since if vmi.paused == PAUSED_IO_ERROR else None
-        if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at):
+        kept = state.evidence(vmi.namespace, vmi.name, vmi.uid)
+        if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at) and kept is None:
             return facts
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
@@ -151,6 +153,9 @@ class Observer:
         unpauses = self.recall.unpauses(vmi.uid, mount.pod_started) if self.recall is not None else 0
         facts = dataclasses.replace(facts, mount=mount, unpauses=unpauses)
         judged = judge(mount, pauses, paused, now)
+        if kept is not None and not isinstance(judged, Stale) and any(
+                s.requested == kept.requested and (mount.pod_started or now) < kept.requested for s in mount.servers):
+            judged = Stale(kept.words, kept.requested)  # the same stale mount
         if not isinstance(judged, Stale):
             return dataclasses.replace(facts, retry=judged)
         failed = failed_recovery(vmi, history, judged.requested)

@@ -10,7 +10,7 @@ from tests.support.keeping import NOW, ago
 
 from webhook.rules.keeping.migrations import Migration
 from webhook.rules.keeping.record import BUDGET, dump, load, Loss
-from webhook.rules.keeping.state import Action, KeeperState, Refusal
+from webhook.rules.keeping.state import Action, Evidence, KeeperState, Refusal
 
 REFUSED = "creating a migration failed: API answered 403: no"
 
@@ -25,7 +25,9 @@ def test_the_record_reads_back_as_it_was_written():
     state = KeeperState(migrations=(ours("vm1-colocate-abcde", ago(hours=2)),
                                     ours("vm1-colocate-fghij", ago(minutes=5), phase="Running", target="node-b",
                                          uid="uid-r", recovers="stale-mount")),
-                        lost=(ago(minutes=3), "unreadable: not JSON"))
+                        lost=(ago(minutes=3), "unreadable: not JSON"),
+                        stale=(Evidence(namespace="default", name="vm2", uid="uid-vm2", requested=ago(minutes=4),
+                                        words="paused on an I/O error at …: KubeVirt's retry did not bring it back"),))
     state = state.refused("default", "vm1", Action.MIGRATE, 403, REFUSED, NOW)
     assert load(dump(state)) == (state, None)
     assert load(None) == load("") == (KeeperState(), None)

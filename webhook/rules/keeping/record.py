@@ -7,7 +7,8 @@ cluster what it can and writes a valid record again. Version 2 groups each VM's 
 under its namespace and name, keeps of a migration of ours its generated suffix, its phase and its times
 as Unix seconds (the node, uid and annotation only while it is unfinished: KubeVirt never
 garbage-collects a VMI's latest migration, the one those are read from), and clips a refusal's words.
-Our migrations come first, then the refusals, each the newest first, as many as fit in BUDGET bytes:
+The evidence of stale mounts comes first (a few VMs at most), then our migrations, then the refusals,
+each the newest first, as many as fit in BUDGET bytes:
 well under the API's 1 MiB for any number of VMs or length of names. Version 1 (flat lists, names and
 times spelled out) is read too.
 """
@@ -23,7 +24,7 @@ from typing import Any
 from ...kinds import clip_reason
 from ..shared.times import parse_time
 from .migrations import Migration, NAME_INFIX
-from .state import Action, KeeperState, Refusal, WORDS
+from .state import Action, Evidence, KeeperState, Refusal, WORDS
 
 KEY = "state.json"  # the ConfigMap's data key
 VERSION = 2
@@ -58,7 +59,9 @@ def _json(value: Any) -> str:
 def dump(state: KeeperState, budget: int = BUDGET) -> str:
     """The state as the ConfigMap keeps it: compact JSON in a stable order, within `budget` bytes: our
     migrations first, then the refusals, each the newest first while they fit."""
-    items: list[tuple[int, float, str, str, str, Any]] = []
+    items: list[tuple[int, float, str, str, str, Any]] = [
+        (-1, 0.0, e.namespace, e.name, "s", [e.uid, int(e.requested.timestamp()), clip_reason(e.words, WORDS)])
+        for e in state.stale]
     for m in state.migrations:
         items.append((0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m)))
     for h in state.refusals:
@@ -74,6 +77,8 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
             entry = vms.setdefault(namespace, {}).setdefault(vm, {})
             if where == "m":
                 entry.setdefault("m", []).append(value)
+            elif where == "s":
+                entry["s"] = value
             else:
                 entry.setdefault("r", {})[where] = value
         return _json(head | {"vms": vms})
@@ -137,7 +142,13 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
                    words=_text(words, "a refusal's words"), status=_number(status, "a refusal's status"))
 
 
-Entry = Callable[[], Migration | Refusal | tuple[datetime, str]]
+def _evidence(namespace: str, vm: str, entry: Any) -> Evidence:
+    uid, requested, words = entry
+    return Evidence(namespace=namespace, name=vm, uid=_text(uid, "a VMI's uid"), requested=_time(requested, "requested"),
+                    words=_text(words, "the evidence of a stale mount"))
+
+
+Entry = Callable[[], Migration | Refusal | Evidence | tuple[datetime, str]]
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:
@@ -155,6 +166,8 @@ def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
                 yield functools.partial(_migration, namespace, vm, migration)
             for action, refusal in _items(entry.get("r", {})):
                 yield functools.partial(_refusal, namespace, vm, action, refusal)
+            if "s" in entry:
+                yield functools.partial(_evidence, namespace, vm, entry["s"])
 
 
 def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
@@ -192,6 +205,7 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     state = KeeperState(migrations=tuple(sorted((m for m in read if isinstance(m, Migration)),
                                                 key=lambda m: (m.created, m.namespace, m.name))),
                         refusals=tuple(h for h in read if isinstance(h, Refusal)),
+                        stale=tuple(e for e in read if isinstance(e, Evidence)),
                         lost=next((lost for lost in read if isinstance(lost, tuple)), None))
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
     return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})") if dropped else None

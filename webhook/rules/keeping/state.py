@@ -2,13 +2,15 @@
 is kept in the cluster (a ConfigMap the leader writes, `keeper.state_store`, as `record.py` spells it;
 `status` reads it too). Pure.
 
-Two things live here and nowhere else:
+Three things live here and nowhere else:
 - our migrations the watch no longer shows, as last seen: virt-controller keeps only the 5 newest
   finished migrations of a VMI (`garbageCollectFinalizedMigrations` in `pkg/virt-controller/watch/migration/migration.go`),
   and the per-day limit and the backoff after failures count ours over a day and more;
 - the refusals of one VM's own actions (a create, a cancel or an unpause the API refused for
   that object): the API's words, how many in a row, and when to try again, so that a new leader
-  neither hammers a policy that refuses a VM nor forgets to retry an unpause soon.
+  neither hammers a policy that refuses a VM nor forgets to retry an unpause soon;
+- the evidence that a VM is on a stale mount (`recovery.judge`), which rests on pauses the leader's
+  watch saw: `status` and the next leader go by it too, for as long as that mount lasts.
 """
 from __future__ import annotations
 
@@ -73,6 +75,18 @@ class Refusal:
         return f"{what} was refused {times} ({self.words}); retrying after {rfc3339(self.retry)}"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Evidence:
+    """What made the keeper take a VMI for one on a stale mount (`words`), dating from Longhorn's remount
+    request `requested`: it holds while the VMI's pod is older than that request."""
+
+    namespace: str
+    name: str
+    uid: str
+    requested: datetime
+    words: str
+
+
 @dataclasses.dataclass(frozen=True)
 class KeeperState:
     """Our migrations as last seen (oldest first), the refusals of actions, and when the record was
@@ -81,6 +95,10 @@ class KeeperState:
     migrations: tuple[Migration, ...] = ()
     refusals: tuple[Refusal, ...] = ()
     lost: tuple[datetime, str] | None = None
+    stale: tuple[Evidence, ...] = ()
+
+    def evidence(self, namespace: str, name: str, uid: str) -> Evidence | None:
+        return next((e for e in self.stale if (e.namespace, e.name, e.uid) == (namespace, name, uid)), None)
 
     def refusal(self, namespace: str, name: str, action: Action) -> Refusal | None:
         return next((h for h in self.refusals if h.key == (namespace, name, action)), None)
@@ -107,12 +125,16 @@ class KeeperState:
                       key=lambda m: (m.created, m.namespace, m.name))
         refusals = tuple(h for h in self.refusals if now - h.retry <= FORGET_REFUSAL)
         lost = self.lost if self.lost is not None and now - self.lost[0] < SAY_LOST else None
-        return KeeperState(migrations=tuple(kept), refusals=refusals, lost=lost)
+        return KeeperState(migrations=tuple(kept), refusals=refusals, lost=lost, stale=self.stale)
 
     def only(self, running: Iterable[VmKey]) -> KeeperState:
         """The refusals of the VMs still running opted in; the others are forgotten."""
         keys = set(running)
         return dataclasses.replace(self, refusals=tuple(h for h in self.refusals if (h.namespace, h.name) in keys))
+
+    def with_stale(self, stale: Iterable[Evidence]) -> KeeperState:
+        """The evidence of the VMs a pass found on a stale mount, in place of the last pass's."""
+        return dataclasses.replace(self, stale=tuple(sorted(stale, key=lambda e: (e.namespace, e.name))))
 
 
 def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
