@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from webhook import __version__
-from webhook.cli.complete import DIRECTORIES, FILES, NO_FILES, candidates, kubectl_complete
+from webhook.cli.completion import DIRECTORIES, FILES, NO_FILES, candidates, kubectl_complete
 from webhook.cli.parser import build_parser
 from tests.test_release import release
 

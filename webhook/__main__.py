@@ -2,7 +2,7 @@
 import sys
 
 from .cli import DEFAULT_CERT_DIR, build_parser, flags_given, main, plugin, settings_from
-from .cli.complete import kubectl_complete
+from .cli.completion import kubectl_complete
 
 __all__ = ["DEFAULT_CERT_DIR", "build_parser", "flags_given", "kubectl_complete", "main", "plugin", "settings_from"]
 

@@ -27,7 +27,7 @@ class Flags(Protocol):
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line: `PROG: error: WHY (PROG --help lists the flags)`;
     and the flags it takes and its verbs listed (`flags`, `verbs`: argparse keeps its own lists
-    private), for completion (complete.py) and the tests that try every flag of every verb."""
+    private), for completion (completion.py) and the tests that try every flag of every verb."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         self.flags: list[argparse.Action] = []
