@@ -165,6 +165,7 @@ def dest(verb: str, flag: str) -> str:
 
 PORTS = flags_where(lambda action: action.type is flag_values.port)
 DURATIONS = flags_where(lambda action: action.type in (flag_values.delay, flag_values.timeout))
+HOSTS = flags_where(lambda action: action.type is flag_values.host)
 KUBECONFIGS = [verb for verb, _ in flags_where(lambda action: "--kubeconfig" in action.option_strings)]
 CONTEXTS = [verb for verb, _ in flags_where(lambda action: "--context" in action.option_strings)]
 
@@ -174,7 +175,7 @@ def test_every_verb_is_tried_and_every_port_and_duration_flag_is_read_as_one():
     assert set(PORTS) == set(flags_where(lambda action: any(n.endswith("port") for n in action.option_strings)))
     assert set(DURATIONS) == set(flags_where(lambda action: action.metavar == "DURATION" or any(
         word in action.dest for word in ("timeout", "delay", "after"))))
-    assert len(PORTS) == 3 and len(DURATIONS) == 10 and set(KUBECONFIGS) == set(PARSER.verbs) - {"review"}
+    assert len(PORTS) == 3 and len(DURATIONS) == 10 and len(HOSTS) == 3 and set(KUBECONFIGS) == set(PARSER.verbs) - {"review"}
 
 
 @pytest.mark.parametrize("value", ["-1", "65536", "99999", "70000", "http"])
@@ -182,6 +183,31 @@ def test_every_verb_is_tried_and_every_port_and_duration_flag_is_read_as_one():
 def test_a_port_out_of_range_is_refused_by_name(tmp_path, verb, flag, value):
     code, err = run([*BASE[verb], flag, value], {}, tmp_path)
     assert_refused(code, err, f"argument {flag}: ", value, "1-65535")
+
+
+@pytest.mark.parametrize("value", ["not a host", "", "host_name", "*.example.com"])
+@pytest.mark.parametrize("verb, flag", HOSTS)
+def test_an_address_that_is_no_address_is_refused_by_name(tmp_path, verb, flag, value):
+    code, err = run([*BASE[verb], flag, value], {}, tmp_path)
+    assert_refused(code, err, f"argument {flag}: ", repr(value), "neither an IP address")
+
+
+def test_a_port_in_use_is_said_with_its_address(tmp_path, pem_files):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "webhook", *BASE["serve"], "--tls-cert-file", str(pem_files / "tls.crt"),
+                               "--tls-key-file", str(pem_files / "tls.key"), "--host", "127.0.0.1", "--port", str(port),
+                               "--metrics-host", "127.0.0.1", "--metrics-port", "0"],
+                              capture_output=True, text=True, timeout=60, env={**CLEAN, "HOME": str(tmp_path)})
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("{")]  # the JSON log lines aside
+    assert done.returncode == 2 and errors == [f"error: cannot listen on 127.0.0.1:{port}: address already in use"], \
+        done.stderr
 
 
 @pytest.mark.parametrize("value, seconds", [("600", 600), ("600s", 600), ("10m", 600), ("1h", 3600), ("1h30m", 5400),
@@ -345,7 +371,9 @@ AFTER_SETTINGS = {**BASE, "serve": [*BASE["serve"], "--tls-cert-file", "/nonexis
 def bad_setting(row) -> str | None:
     if row.choices is not None or row.kind in BAD_SETTING:
         return BAD_SETTING.get(row.kind, "maybe")
-    return "not a key!" if row.name == "opt_in_annotation" else None
+    names = {"opt_in_annotation": "not a key!", "longhorn_namespace": "Not_A_Namespace",
+             "lease_namespace": "Not_A_Namespace", "lease_name": "not a name"}
+    return names.get(row.name)
 
 
 @pytest.mark.parametrize("verb, row", [(verb, row) for verb in BASE for row in SETTINGS

@@ -62,6 +62,17 @@ def duration_text(value: float) -> str:
     return (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + tail
 
 
+# Kubernetes names: a namespace is a DNS-1123 label, most objects' names DNS-1123 subdomains.
+DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+
+
+def named(value: str, setting: str, form: re.Pattern[str], what: str) -> None:
+    """Refuse a name the API would refuse, naming the setting and what it must be."""
+    if not form.fullmatch(value):
+        raise ValueError(f"{setting} must be {what}, not {value!r}")
+
+
 # `serve --body-budget`: MiB of admission request bodies held at once (admission/budget.py), 64 of
 # the largest reviews (3 MiB); a pod's review is a few KiB.
 BODY_BUDGET_MIB = 192
@@ -137,6 +148,7 @@ class SharedSettings:
         for key in (self.opt_in_annotation, self.decision_annotation):
             if not _QUALIFIED_NAME.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid annotation key (prefix/name)")
+        named(self.longhorn_namespace, "longhorn-namespace", DNS_LABEL, "a namespace (a DNS-1123 label)")
 
     @functools.cached_property
     def decision_annotation(self) -> str:
@@ -220,6 +232,9 @@ class KeeperSettings(SharedSettings):
                 or self.keep_max_per_day < 1 or self.keep_max_outbound_per_node < 1):
             raise ValueError("keep-after and keep-after-descheduled must be >= 0, keep-max-inflight, "
                              "keep-max-per-day and keep-max-outbound-per-node >= 1")
+        if self.lease_namespace:
+            named(self.lease_namespace, "lease-namespace", DNS_LABEL, "a namespace (a DNS-1123 label)")
+        named(self.lease_name, "lease-name", DNS_SUBDOMAIN, "a Lease's name (a DNS-1123 subdomain)")
         super().check()
 
 

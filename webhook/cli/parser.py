@@ -10,7 +10,7 @@ from typing import Any, NoReturn, Protocol
 from .. import __version__
 from ..config import (BODY_BUDGET_MIB, EXPLAIN, KEEP, KEEPER, KEEPER_SETTINGS, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS,
                       AdmissionSettings, KeeperSettings, Seconds, Settings, SharedSettings, duration_text, retired)
-from .values import LOG_LEVELS, days, delay, label, level, mebibytes, port, san, timeout
+from .values import LOG_LEVELS, days, delay, host, label, level, mebibytes, port, san, timeout
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 MIB = 1024 * 1024
@@ -157,7 +157,7 @@ NAMESPACE_HELP = {
 
 def add_ops_flags(parser: Flags, metrics_port: int) -> None:
     """The plain-HTTP operations port and the log level, as `serve` and `keep` both have them."""
-    flag(parser, "--metrics-host", default="0.0.0.0", help="address of the operations port")
+    flag(parser, "--metrics-host", type=host, default="0.0.0.0", help="address of the operations port")
     flag(parser, "--metrics-port", type=port, default=metrics_port, help="plain HTTP: /healthz, /readyz, /metrics")
     flag(parser, "--events", choices=["on", "off"], default="on",
          help="Kubernetes Events on the VMI about each decision (cluster mode)")
@@ -184,7 +184,7 @@ def add_serve(serve: Parser) -> None:
     flag(serve, "--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt",
          help="serving certificate, reloaded when the file changes")
     flag(serve, "--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", help="its private key")
-    flag(serve, "--host", default="0.0.0.0", help="address of the HTTPS admission port")
+    flag(serve, "--host", type=host, default="0.0.0.0", help="address of the HTTPS admission port")
     flag(serve, "--port", type=port, default=9443, help="HTTPS admission port (POST /mutate)")
     serve.add_argument("--client-ca-file",
                        help="require client certificates signed by this CA: mutual TLS (default: none)")

@@ -9,12 +9,10 @@ import ipaddress
 import re
 from collections.abc import Mapping
 
-from ..config import DURATION_FORMS, seconds
+from ..config import DNS_LABEL, DURATION_FORMS, seconds
 
 # A DNS name as a certificate holds it (RFC 1123 labels, a leading `*.` for a wildcard).
 _DNS_NAME = re.compile(r"(?=.{1,253}$)(?:\*\.)?[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*")
-# A Service or namespace name: one DNS-1123 label.
-_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_DAYS = 36500  # a hundred years: the certificate's end stays a date X.509 can write
 
@@ -74,9 +72,20 @@ def san(text: str) -> str:
     return text
 
 
+def host(text: str) -> str:
+    """An address to listen on: an IP address or a host name."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if not _DNS_NAME.fullmatch(text.lower()) or text.startswith("*"):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither an IP address (such as 0.0.0.0 or ::) nor a host name")
+    return text
+
+
 def label(text: str) -> str:
     """A Service's or a namespace's name: a DNS-1123 label (it goes into the certificate's names)."""
-    if not _LABEL.fullmatch(text):
+    if not DNS_LABEL.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a DNS-1123 label (lower case letters, digits and '-', "
                                          f"at most 63, such as kubevirt-colocate)")
     return text
