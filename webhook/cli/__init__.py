@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
 
 def complete(parser: argparse.ArgumentParser) -> None:
     """Shell completion, when the shell asks for it and argcomplete is installed (the `completion`
-    extra; README: The command line): it answers and exits; otherwise nothing happens."""
+    extra; docs/operations.md, Shell completion): it answers and exits; otherwise nothing happens."""
     # PYTHON_ARGCOMPLETE_OK: the marker argcomplete's global completion looks for.
     try:
         import argcomplete
