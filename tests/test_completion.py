@@ -90,13 +90,19 @@ def test_kubectl_completes_the_plugin_through_its_completion_command(words, expe
     assert [line.split("\t")[0] for line in lines[:-1]] == expected and lines[-1] == ":4", done.stderr
 
 
+# The setup command docs/operations.md gives, run as written.
+[SETUP] = [line.strip() for line in (Path(__file__).parent.parent / "docs" / "operations.md").read_text().splitlines()
+           if line.strip().startswith("ln -s kubectl-colocate")]
+
+
 def linked_launcher(tmp_path: Path, installed: bool) -> Path:
-    """The krew archive unpacked, its launcher linked as the setup command links it, and (installed)
-    a virtualenv whose completion command is this checkout's."""
+    """The krew archive unpacked, its launcher linked by the documented setup command, and
+    (installed) a virtualenv whose completion command is this checkout's."""
     plugin = tmp_path / "krew"
     with tarfile.open(fileobj=io.BytesIO(release.plugin_archive(__version__))) as tar:
         tar.extractall(plugin, filter="data")
-    (plugin / "kubectl_complete-colocate").symlink_to("kubectl-colocate")
+    linked = subprocess.run(["sh", "-c", SETUP], env=on_path(plugin), capture_output=True, text=True, timeout=60)
+    assert linked.returncode == 0 and (plugin / "kubectl_complete-colocate").is_symlink(), linked.stderr
     if installed:
         venv_bin = plugin / f"venv-{__version__}" / "bin"
         venv_bin.mkdir(parents=True)
