@@ -89,7 +89,7 @@ async def test_serve_with_a_migration_targets_mode_left_in_the_environment_start
 
 
 @pytest.mark.parametrize("args, message", [
-    (["review", "--state", "/nonexistent.yaml", str(FIXTURES / "admission-review.json")], "No such file"),
+    (["review", "--state", "/nonexistent.yaml", str(FIXTURES / "admission-review.json")], "/nonexistent.yaml: no such file"),
     (["review", "--state", STATE, str(FIXTURES / "longhorn-rwx.yaml")], "error:"),
 ])
 def test_review_errors_are_clear(args, message):
@@ -325,9 +325,12 @@ def test_a_state_file_with_nothing_usable_is_a_warning(tmp_path):
 
 @pytest.mark.parametrize("args, env, message", [
     (["--keep-after-descheduled", "-1"], {},
-     "error: --keep-after-descheduled -1.0: keep-after and keep-after-descheduled must be >= 0"),
-    ([], {"COLOCATE_KEEP_AFTER_DESCHEDULED": "6h"}, "error: COLOCATE_KEEP_AFTER_DESCHEDULED: expected a number, got '6h'"),
-    ([], {"COLOCATE_KEEP_AFTER": "-1"}, "error: COLOCATE_KEEP_AFTER='-1': keep-after and keep-after-descheduled must be"),
+     "kubevirt-colocate status: error: argument --keep-after-descheduled: '-1' is not a duration (seconds, or a "
+     "number with ms, s, m or h: 600, 600s, 10m, 1h30m)"),
+    ([], {"COLOCATE_KEEP_AFTER_DESCHEDULED": "6 hours"},
+     "error: COLOCATE_KEEP_AFTER_DESCHEDULED: expected a duration (seconds, or a number with ms, s, m or h: 600, "
+     "600s, 10m, 1h30m), got '6 hours'"),
+    ([], {"COLOCATE_KEEP_AFTER": "-1"}, "error: COLOCATE_KEEP_AFTER: expected a duration"),
     ([], {"COLOCATE_KEEP": "maybe"}, "error: COLOCATE_KEEP='maybe': keep must be one of off, report, migrate"),
 ], ids=["negative-flag", "not-a-number-in-env", "negative-in-env", "not-a-mode-in-env"])
 def test_a_bad_keeper_setting_is_one_line_before_anything_runs(args, env, message, tmp_path):
@@ -393,11 +396,11 @@ def test_help_shows_each_flags_default(verb):
 def test_help_names_the_values_used_when_a_flag_is_left_out():
     serve = help_of("serve")
     for said in ("HTTPS admission port (POST /mutate) (default: 9443)", "off: change no pod (default: required)",
-                 "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5.0)"):
+                 "(default: kubevirt-scheduler/co-schedule)", "(default: longhorn-system)", "(default: 5s)"):
         assert said in serve, said
     assert "--keep" not in serve and "--lease-name" not in serve  # the keeper's flags are keep's
     keep = help_of("keep")
-    for said in ("/healthz, /readyz, /metrics (default: 8081)", "(default: report)", "before it is moved (default: 600)",
+    for said in ("/healthz, /readyz, /metrics (default: 8081)", "(default: report)", "before it is moved (default: 10m)",
                  "(default: 2, KubeVirt's default)", "(default: kubevirt-scheduler/co-schedule)",
                  "(default: longhorn-system)", "(default: kubevirt-colocate-keeper)"):
         assert said in keep, said
@@ -405,7 +408,7 @@ def test_help_names_the_values_used_when_a_flag_is_left_out():
     assert "tools (default: text)" in status
     # status reads the keeper's settings from its Deployment (install default: migrate), not keep's defaults
     assert "(default: the keeper Deployment's, else report)" in status and "(default: report)" not in status
-    assert "validity of the serving certificate (default: 365)" in help_of("certs")
+    assert "validity of the serving certificate, in days (at least 1) (default: 365)" in help_of("certs")
 
 
 async def test_serve_from_a_snapshot_runs_no_keeper(tls_files):

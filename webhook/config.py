@@ -32,6 +32,47 @@ _QUALIFIED_NAME = re.compile(
 )
 
 
+# A duration as every flag and COLOCATE_* variable takes it, and as `status` prints it: seconds, or
+# numbers each with its unit, as kubectl's --request-timeout and Go write them (600, 600s, 10m, 1h30m).
+DURATION_FORMS = "seconds, or a number with ms, s, m or h: 600, 600s, 10m, 1h30m"
+_DURATION = re.compile(r"\d+(?:\.\d+)?|(?:\d+(?:\.\d+)?(?:ms|s|m|h))+")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class Seconds(float):
+    """A setting that is a duration: flags and COLOCATE_* write it as `seconds` reads it."""
+
+
+def seconds(text: str) -> float:
+    """The seconds a duration says (600, 600s, 10m, 1h30m, 500ms); ValueError for anything else."""
+    text = text.strip()
+    if not _DURATION.fullmatch(text):
+        raise ValueError(f"{text!r} is not a duration ({DURATION_FORMS})")
+    if text[-1].isdigit():
+        return float(text)
+    return sum(float(number) * _UNIT[unit] for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text))
+
+
+def duration_text(value: float) -> str:
+    """Seconds written as `seconds` reads them back exactly: 10m, 1h30m, 45s, 1.5s, 0s."""
+    whole, rest = divmod(round(value * 1000), 1000)
+    hours, whole = divmod(whole, 3600)
+    minutes, whole = divmod(whole, 60)
+    tail = f"{whole + rest / 1000:g}s" if whole or rest or not (hours or minutes) else ""
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + tail
+
+
+# Kubernetes names: a namespace is a DNS-1123 label, most objects' names DNS-1123 subdomains.
+DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+
+
+def named(value: str, setting: str, form: re.Pattern[str], what: str) -> None:
+    """Refuse a name the API would refuse, naming the setting and what it must be."""
+    if not form.fullmatch(value):
+        raise ValueError(f"{setting} must be {what}, not {value!r}")
+
+
 # `serve --body-budget`: MiB of admission request bodies held at once (admission/budget.py), 64 of
 # the largest reviews (3 MiB); a pod's review is a few KiB.
 BODY_BUDGET_MIB = 192
@@ -107,6 +148,7 @@ class SharedSettings:
         for key in (self.opt_in_annotation, self.decision_annotation):
             if not _QUALIFIED_NAME.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid annotation key (prefix/name)")
+        named(self.longhorn_namespace, "longhorn-namespace", DNS_LABEL, "a namespace (a DNS-1123 label)")
 
     @functools.cached_property
     def decision_annotation(self) -> str:
@@ -121,12 +163,15 @@ class SharedSettings:
         return f"{self.decision_prefix}{kinds.REASON}"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Any:
+    def from_env(cls, env: Mapping[str, str] | None = None, verb: str | None = None, **overrides: object) -> Any:
         """Defaults, then COLOCATE_* environment variables, then explicit overrides (flags): this
-        part's settings only (another part's variables are not read)."""
+        part's settings only (another part's variables are not read), and of those, with `verb`,
+        only the ones that verb takes (`review` reads no COLOCATE_KEEP)."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
         for row in rows(cls):
+            if verb is not None and row.flag is not None and verb not in row.flag.verbs:
+                continue
             raw = env.get(row.env)
             if raw is not None and raw != "":
                 values[row.name] = row.parse(raw)
@@ -164,11 +209,11 @@ class KeeperSettings(SharedSettings):
 
     keep: KeepMode = setting(KeepMode.REPORT, "after placement: off, report (decide and report only) or migrate",
                              KEEPER_VERBS)
-    keep_after: float = setting(600.0, "seconds a VM is apart, and since its last migration, before it is moved",
-                                KEEPER_VERBS, metavar="SECONDS")
-    keep_after_descheduled: float = setting(
-        21600.0, "seconds after the descheduler moved a VM (its eviction's migration ended) before it is moved back "
-        "to its storage; 0: no longer than --keep-after", KEEPER_VERBS, metavar="SECONDS")
+    keep_after: Seconds = setting(600.0, "how long a VM is apart, and since its last migration, before it is moved",
+                                  KEEPER_VERBS, metavar="DURATION")
+    keep_after_descheduled: Seconds = setting(
+        21600.0, "how long after the descheduler moved a VM (its eviction's migration ended) before it is moved back "
+        "to its storage; 0: no longer than --keep-after", KEEPER_VERBS, metavar="DURATION")
     keep_max_inflight: int = setting(2, "our migrations in flight at once", KEEPER_VERBS, metavar="N")
     keep_max_per_day: int = setting(2, "our migrations of one VM in 24 hours", KEEPER_VERBS, metavar="N")
     keep_max_outbound_per_node: int = setting(
@@ -187,6 +232,9 @@ class KeeperSettings(SharedSettings):
                 or self.keep_max_per_day < 1 or self.keep_max_outbound_per_node < 1):
             raise ValueError("keep-after and keep-after-descheduled must be >= 0, keep-max-inflight, "
                              "keep-max-per-day and keep-max-outbound-per-node >= 1")
+        if self.lease_namespace:
+            named(self.lease_namespace, "lease-namespace", DNS_LABEL, "a namespace (a DNS-1123 label)")
+        named(self.lease_name, "lease-name", DNS_SUBDOMAIN, "a Lease's name (a DNS-1123 subdomain)")
         super().check()
 
 
@@ -222,8 +270,8 @@ class Setting:
 
     def shown_default(self) -> str:
         value = self.default
-        shown = ("on" if value else "off") if isinstance(value, bool) else \
-            f"{value:g}" if isinstance(value, float) else str(value)
+        shown = ("on" if value else "off") if isinstance(value, bool) else duration_text(float(value)) \
+            if self.kind is Seconds else f"{value:g}" if isinstance(value, float) else str(value)
         return self.flag.default_text.format(shown) if self.flag is not None else shown
 
     def member(self, value: object) -> object:
@@ -252,7 +300,7 @@ def _switch(raw: str) -> bool:
 
 
 _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (int, "a whole number"),
-                                         float: (float, "a number")}
+                                         float: (float, "a number"), Seconds: (seconds, f"a duration ({DURATION_FORMS})")}
 SHARED, ADMISSION, KEEPER = "shared", "admission", "keeper"
 PARTS = {SharedSettings: SHARED, AdmissionSettings: ADMISSION, KeeperSettings: KEEPER}
 

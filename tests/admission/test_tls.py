@@ -7,7 +7,7 @@ import ssl
 import pytest
 from tests.support.kube import fixture_cluster
 
-from webhook.admission import server, tls
+from webhook.admission import pem, server, tls
 from webhook.process import listening
 from webhook.tools import certs
 from webhook.config import Settings
@@ -167,11 +167,11 @@ async def test_secret_volume_symlink_swap_with_unchanged_mtimes_is_seen(tmp_path
 
 
 def test_the_first_load_must_succeed(tmp_path):
-    with pytest.raises(OSError):
+    with pytest.raises(pem.BadFile, match="tls.crt: no such file"):
         tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
     pair = new_pair(tmp_path)
     (tmp_path / "tls.key").write_bytes(certs.generate(NAMES).key)
-    with pytest.raises(ssl.SSLError):
+    with pytest.raises(pem.BadFile, match="tls.key: not the private key of the certificate in"):
         tls.ReloadingTLS(tmp_path / "tls.crt", tmp_path / "tls.key")
     assert pair
 

@@ -81,9 +81,9 @@ async def test_explain_without_a_namespace_takes_the_contexts(tmp_path, kmock):
     (["explain", "default/vm1", "-n", "other"], "is in default, but -n says other"),
     (["explain", "a/b/c"], "NAMESPACE/VM"),
     (["explain", "/vm1"], "NAMESPACE/VM"),
-    (["status", "--request-timeout", "soon"], "--request-timeout: not a timeout above 0"),
-    (["status", "--request-timeout", "0"], "--request-timeout: not a timeout above 0"),
-    (["status", "--context", "elsewhere"], "kubeconfig"),
+    (["status", "--request-timeout", "soon"], "--request-timeout: 'soon' is not a duration (seconds, or a number"),
+    (["status", "--request-timeout", "0"], "--request-timeout: '0' is not a duration above 0"),
+    (["status", "--context", "elsewhere"], 'error: context "elsewhere" does not exist in KUBECONFIG='),
 ])
 async def test_a_bad_flag_is_one_line_and_exit_2(tmp_path, kmock, args, said):
     code, out, err = await kubectl_colocate(contexts(tmp_path, kmock), *args)

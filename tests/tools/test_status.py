@@ -480,3 +480,17 @@ HP_DATA = ("hotplugged disk pvc-hp-data (PVC hp-data) stays on the NFS mount it 
            "KubeVirt makes it again on the same node, but never refreshes the VM's mount; if that mount went stale the VM "
            "stays paused until it is live-migrated (the keeper's recovery, whose target pod gets its own attachment pod "
            "and a fresh mount) or restarted")
+
+
+async def test_the_keep_after_status_prints_is_what_the_flag_and_the_deployment_take(tmp_path, kmock):
+    """One duration syntax: the Deployment's `--keep-after=1h30m` is read, printed as it was written,
+    and that text given back to `status --keep-after` is the same wait (90 s is 1m30s, not 1m)."""
+    seed_cluster(kmock, *cluster())
+    seed_deployment(kmock, shipped_deployment("--keep-after=1h30m", env=[("COLOCATE_KEEP_AFTER_DESCHEDULED", "2h")]))
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0 and "--keep-after 1h30m" in out.splitlines()[0], (out, err)
+    code, out, err = await run_status(tmp_path, kmock, "--keep-after", "1h30m", "-o", "json")
+    assert code == 0 and json.loads(out)["cluster"]["limits"]["keep_after_seconds"] == 5400, err
+    assert json.loads(out)["cluster"]["limits"]["keep_after_descheduled_seconds"] == 7200
+    code, out, err = await run_status(tmp_path, kmock, "--keep-after", "90")
+    assert code == 0 and "--keep-after 1m30s" in out.splitlines()[0], (out, err)

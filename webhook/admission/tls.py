@@ -22,6 +22,7 @@ import ssl
 from pathlib import Path
 
 from .. import metrics
+from . import pem
 from ..background import Background
 
 log = logging.getLogger("webhook.tls")
@@ -36,16 +37,22 @@ EXPIRY_WARNING = datetime.timedelta(days=14)
 def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: str | Path | None = None) -> ssl.SSLContext:
     """A server context holding this pair; raises (OSError, ssl.SSLError) when it does not load.
 
-    With a client CA, only clients presenting a certificate it signed get in (mutual TLS).
+    With a client CA, only clients presenting a certificate it signed get in (mutual TLS). What ssl
+    refuses is said as pem.BadFile (a ValueError), naming the file and what is wrong with it.
     """
-    for path in (cert_file, key_file, client_ca_file):
+    for role, path in ((pem.CERTIFICATE, cert_file), (pem.KEY, key_file), (pem.CLIENT_CA, client_ca_file)):
         if path is not None and not Path(path).is_file():
-            raise FileNotFoundError(2, "No such file", str(path))  # ssl's own error names no file
+            pem.read(role, path)  # missing, a directory: ssl's own error names no file
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(cert_file), str(key_file))  # also checks that the key matches
+    try:
+        context.load_cert_chain(str(cert_file), str(key_file))  # also checks that the key matches
+        if client_ca_file:
+            context.load_verify_locations(cafile=str(client_ca_file))
+    except ssl.SSLError as exc:
+        pem.diagnose(cert_file, key_file, client_ca_file)
+        raise pem.BadFile(pem.CERTIFICATE, cert_file, f"refused with {key_file}: {exc}") from None
     if client_ca_file:
-        context.load_verify_locations(cafile=str(client_ca_file))
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 

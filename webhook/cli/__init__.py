@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
     parser = build_parser(prog)
     if argv is None:
         complete(parser)
+    words = sys.argv[1:] if argv is None else argv
+    ours = {name for action in parser.flags for name in action.option_strings}
+    if words and words[0].startswith("-") and words[0].partition("=")[0] not in ours:
+        parser.error(f"unrecognized arguments: {words[0]}")  # not "the verb is required"
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
 
 def complete(parser: argparse.ArgumentParser) -> None:
     """Shell completion, when the shell asks for it and argcomplete is installed (the `completion`
-    extra; README: The command line): it answers and exits; otherwise nothing happens."""
+    extra; docs/operations.md, Shell completion): it answers and exits; otherwise nothing happens."""
     # PYTHON_ARGCOMPLETE_OK: the marker argcomplete's global completion looks for.
     try:
         import argcomplete

@@ -18,7 +18,8 @@ def run_certs(args: argparse.Namespace) -> int:
     if args.secret or args.patch_webhook:
         try:
             done = asyncio.run(kube_certs.run(names, namespace=args.namespace, days=args.days, secret=args.secret,
-                                              webhook=args.patch_webhook, out=args.out, kubeconfig=args.kubeconfig))
+                                              webhook=args.patch_webhook, out=args.out, kubeconfig=args.kubeconfig,
+                                              timeout=args.request_timeout))
         except kube_certs.KubeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -34,7 +35,8 @@ def run_spare(args: argparse.Namespace) -> int:
 
     try:
         said = asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,
-                                     kubeconfig=args.kubeconfig, context=args.context))
+                                     kubeconfig=args.kubeconfig, context=args.context,
+                                     timeout=args.request_timeout))
     except spare.KubeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

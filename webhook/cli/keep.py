@@ -8,6 +8,7 @@ import os
 from .. import logs
 from ..config import KeeperSettings, KeepMode
 from .parser import settings_from
+from .values import log_level
 
 log = logging.getLogger("webhook.keeper")
 
@@ -21,7 +22,7 @@ async def run_keep(args: argparse.Namespace) -> int:
     from ..keeper.service import KeeperService
     from ..keeper.upgrade import read_hold
 
-    logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"), process="keeper")
+    logs.setup(log_level(args.log_level, os.environ), process="keeper")
     settings = settings_from(args)
     ports = {"metrics_host": args.metrics_host, "metrics_port": args.metrics_port}
     if settings.keep is KeepMode.OFF:  # nothing to elect: the probes answer, nothing is read or done

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 from typing import Any, NoReturn, Protocol
 
 from .. import __version__
 from ..config import (BODY_BUDGET_MIB, EXPLAIN, KEEP, KEEPER, KEEPER_SETTINGS, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS,
-                      AdmissionSettings, KeeperSettings, Settings, SharedSettings, retired)
+                      AdmissionSettings, KeeperSettings, Seconds, Settings, SharedSettings, duration_text, retired)
+from .values import LOG_LEVELS, days, delay, host, label, level, mebibytes, port, san, timeout
 
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-runtime convention
 MIB = 1024 * 1024
@@ -25,10 +25,39 @@ class Flags(Protocol):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line: `PROG: error: WHY (PROG --help lists the flags)`."""
+    """argparse, with a usage error on one line: `PROG: error: WHY (PROG --help lists the flags)`;
+    and the flags it takes and its verbs listed (`flags`, `verbs`: argparse keeps its own lists
+    private), for completion (completion.py) and the tests that try every flag of every verb."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.flags: list[argparse.Action] = []
+        self.verbs: dict[str, Parser] = {}
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action:
+        action = super().add_argument(*names, **options)
+        self.flags.append(action)
+        return action
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
+class Group:
+    """An argument group (or a mutually exclusive one) whose flags its parser lists too."""
+
+    def __init__(self, group: Any, flags: list[argparse.Action]):
+        self.group, self.flags = group, flags
+
+    def add_argument(self, *names: str, **options: Any) -> argparse.Action:
+        action = self.group.add_argument(*names, **options)
+        self.flags.append(action)
+        return action
+
+
+def group(parser: Parser, title: str | None = None, *, exclusive: bool = False) -> Group:
+    made = parser.add_mutually_exclusive_group() if exclusive else parser.add_argument_group(title)
+    return Group(made, parser.flags)
 
 
 def flag(where: Flags, *names: str, **options: Any) -> None:
@@ -42,19 +71,23 @@ def flag(where: Flags, *names: str, **options: Any) -> None:
     where.add_argument(*names, **options)
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, verb: str) -> None:
+# What a setting's flag is read as, by its type (the others: a closed choice or a string).
+SETTING_TYPES: dict[type, Any] = {int: int, float: float, Seconds: delay}
+
+
+def add_setting_flags(parser: Parser, verb: str) -> None:
     """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
     for keeper, title in ((False, "rules"), (True, "the keeper")):
         flags = [(row, row.flag) for row in SETTINGS
                  if row.flag is not None and verb in row.flag.verbs and (row.part == KEEPER) is keeper]
         if not flags:
             continue
-        group = parser.add_argument_group(f"{title} (each also COLOCATE_<NAME> in the environment)")
+        where = group(parser, f"{title} (each also COLOCATE_<NAME> in the environment)")
         for row, setting in flags:
             # `status` reads the keeper's settings from its Deployment: a flag given here wins over them.
             default = f"the keeper Deployment's, else {row.shown_default()}" if keeper and verb == STATUS \
                 else row.shown_default()
-            group.add_argument(row.option, type=row.kind if row.kind in (int, float) else None, choices=row.choices,
+            where.add_argument(row.option, type=SETTING_TYPES.get(row.kind), choices=row.choices,
                                metavar=setting.metavar, help=f"{setting.help} (default: {default})")
 
 
@@ -85,7 +118,7 @@ def settings_from(args: argparse.Namespace) -> Any:
             part(**{name: value})
         except ValueError as exc:
             raise ValueError(f"--{name.replace('_', '-')} {value}: {exc}") from None
-    return part.from_env(**given)
+    return part.from_env(verb=args.verb, **given)
 
 
 def add_kubeconfig_flag(parser: Flags) -> None:
@@ -97,27 +130,22 @@ def add_output_flag(parser: Flags) -> None:
          help="text for people, json or yaml for tools")
 
 
-def duration(text: str) -> float:
-    """A timeout as kubectl's --request-timeout takes it: seconds, or a number with ms, s, m or h."""
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
-    seconds = float(found[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[found[2]] if found else None
-    if not seconds:
-        raise argparse.ArgumentTypeError(f"not a timeout above 0 (such as 30s, 2m or 5): {text!r}")
-    return seconds
-
-
-def add_cluster_flags(parser: argparse.ArgumentParser, *, namespaced: bool = True, timed: bool = True) -> None:
+def add_cluster_flags(parser: Parser, *, namespaced: bool = True, waits: str = "10s") -> None:
     """kubectl's own flags, as a kubectl plugin takes them (`kubectl colocate status --context prod`)."""
-    group = parser.add_argument_group("the cluster, as kubectl's flags name it")
-    add_kubeconfig_flag(group)
-    group.add_argument("--context", help="the kubeconfig context to use (default: its current-context); "
-                                         "in-cluster credentials are not tried")
-    if timed:
-        group.add_argument("--request-timeout", type=duration, metavar="DURATION",
-                           help="the time to wait for the cluster's answers, as kubectl's: 30s, 2m, or seconds "
-                                "(default: 10s)")
+    cluster = group(parser, "the cluster, as kubectl's flags name it")
+    add_kubeconfig_flag(cluster)
+    cluster.add_argument("--context", help="the kubeconfig context to use (default: its current-context); "
+                                           "in-cluster credentials are not tried")
+    add_timeout_flag(cluster, waits)
     if namespaced:
-        group.add_argument("-n", "--namespace", help=NAMESPACE_HELP[parser.prog.rsplit(" ", 1)[-1]])
+        cluster.add_argument("-n", "--namespace", type=label,
+                             help=NAMESPACE_HELP[parser.prog.rsplit(" ", 1)[-1]])
+
+
+def add_timeout_flag(parser: Flags, default: str) -> None:
+    parser.add_argument("--request-timeout", type=timeout, metavar="DURATION",
+                        help=f"the time to wait for each of the cluster's answers, as kubectl's: 30s, 2m, or seconds "
+                             f"(default: {default})")
 
 
 NAMESPACE_HELP = {
@@ -127,25 +155,14 @@ NAMESPACE_HELP = {
 }
 
 
-def add_ops_flags(parser: Flags, port: int) -> None:
+def add_ops_flags(parser: Flags, metrics_port: int) -> None:
     """The plain-HTTP operations port and the log level, as `serve` and `keep` both have them."""
-    flag(parser, "--metrics-host", default="0.0.0.0", help="address of the operations port")
-    flag(parser, "--metrics-port", type=int, default=port, help="plain HTTP: /healthz, /readyz, /metrics")
+    flag(parser, "--metrics-host", type=host, default="0.0.0.0", help="address of the operations port")
+    flag(parser, "--metrics-port", type=port, default=metrics_port, help="plain HTTP: /healthz, /readyz, /metrics")
     flag(parser, "--events", choices=["on", "off"], default="on",
          help="Kubernetes Events on the VMI about each decision (cluster mode)")
-    parser.add_argument("--log-level", default=None,
-                        help="debug, info, warning, error (default: LOG_LEVEL in the environment, else info)")
-
-
-def mebibytes(text: str) -> int:
-    """A whole number of MiB, at least 4 (the largest review, 3 MiB, must fit)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
-    if value < 4:
-        raise argparse.ArgumentTypeError(f"at least 4 MiB (the largest review is 3 MiB), not {value}")
-    return value
+    parser.add_argument("--log-level", type=level, choices=LOG_LEVELS, default=None,
+                        help="{%(choices)s}, in either case (default: LOG_LEVEL in the environment, else info)")
 
 
 class KeeperFlag(argparse.Action):
@@ -160,24 +177,24 @@ class KeeperFlag(argparse.Action):
                      f"Deployment kubevirt-colocate-keeper (docs/operations.md, Upgrading)")
 
 
-def add_serve(serve: argparse.ArgumentParser) -> None:
-    source = serve.add_mutually_exclusive_group()
+def add_serve(serve: Parser) -> None:
+    source = group(serve, exclusive=True)
     source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster (default: the cluster)")
     add_kubeconfig_flag(source)
     flag(serve, "--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt",
          help="serving certificate, reloaded when the file changes")
     flag(serve, "--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", help="its private key")
-    flag(serve, "--host", default="0.0.0.0", help="address of the HTTPS admission port")
-    flag(serve, "--port", type=int, default=9443, help="HTTPS admission port (POST /mutate)")
+    flag(serve, "--host", type=host, default="0.0.0.0", help="address of the HTTPS admission port")
+    flag(serve, "--port", type=port, default=9443, help="HTTPS admission port (POST /mutate)")
     serve.add_argument("--client-ca-file",
                        help="require client certificates signed by this CA: mutual TLS (default: none)")
     add_ops_flags(serve, 8080)
     flag(serve, "--webhook-configuration", default="kubevirt-colocate", metavar="NAME",
          help="our MutatingWebhookConfiguration: checked to let --opt-in-annotation through")
-    flag(serve, "--drain-delay", type=float, default=5.0,
-         help="seconds to keep serving after SIGTERM while the endpoint is removed")
-    flag(serve, "--shutdown-timeout", type=float, default=20.0,
-         help="seconds to let in-flight requests finish after the drain")
+    flag(serve, "--drain-delay", type=delay, default=5.0, metavar="DURATION",
+         help=f"how long to keep serving after SIGTERM while the endpoint is removed (default: {duration_text(5)})")
+    flag(serve, "--shutdown-timeout", type=delay, default=20.0, metavar="DURATION",
+         help=f"how long to let in-flight requests finish after the drain (default: {duration_text(20)})")
     flag(serve, "--body-budget", type=mebibytes, default=BODY_BUDGET_MIB, metavar="MIB",
          help="MiB of request bodies held at once; beyond it a request waits, unread, within its "
               "deadline (no connection is closed for being one too many)")
@@ -185,12 +202,12 @@ def add_serve(serve: argparse.ArgumentParser) -> None:
         serve.add_argument(row.option, action=KeeperFlag, dest=f"keeper_{row.name}", help=argparse.SUPPRESS)
 
 
-def add_keep(keep: argparse.ArgumentParser) -> None:
+def add_keep(keep: Parser) -> None:
     add_kubeconfig_flag(keep)
     add_ops_flags(keep, 8081)
 
 
-def add_review(review: argparse.ArgumentParser) -> None:
+def add_review(review: Parser) -> None:
     review.add_argument("--state", required=True, help="YAML snapshot of the cluster (kubectl get -o yaml; required)")
     flag(review, "request", nargs="?", default="-", help="AdmissionReview or Pod, JSON or YAML; - for stdin")
     review.add_argument("--namespace", "-n", default=None,
@@ -200,29 +217,30 @@ def add_review(review: argparse.ArgumentParser) -> None:
                              "(default: the response)")
 
 
-def add_certs(make: argparse.ArgumentParser) -> None:
-    make.add_argument("--service", required=True, help="the webhook's Service (required)")
-    make.add_argument("--namespace", required=True, help="its namespace (required)")
+def add_certs(make: Parser) -> None:
+    make.add_argument("--service", required=True, type=label, help="the webhook's Service (required)")
+    make.add_argument("--namespace", required=True, type=label, help="its namespace (required)")
     make.add_argument("--out", help="directory for ca.crt, tls.crt, tls.key (default: none; optional with --secret)")
-    flag(make, "--days", type=int, default=365, help="validity of the serving certificate")
-    make.add_argument("--extra-san", action="append", default=[],
-                      help="another DNS name or IP, repeatable (default: none)")
-    cluster = make.add_argument_group("in a cluster (in-cluster credentials, else --kubeconfig)")
+    flag(make, "--days", type=days, default=365, help="validity of the serving certificate, in days (at least 1)")
+    make.add_argument("--extra-san", action="append", default=[], type=san, metavar="NAME",
+                      help="another DNS name or IP address, repeatable (default: none)")
+    cluster = group(make, "in a cluster (in-cluster credentials, else --kubeconfig)")
     cluster.add_argument("--secret",
                          help="keep the pair in this Secret of --namespace: renew it only when due (default: none)")
     cluster.add_argument("--patch-webhook", metavar="NAME",
                          help="put the CA into this MutatingWebhookConfiguration's caBundle (default: none)")
     add_kubeconfig_flag(cluster)
+    add_timeout_flag(cluster, "30s")
 
 
-def add_explain(why: argparse.ArgumentParser) -> None:
+def add_explain(why: Parser) -> None:
     why.add_argument("vm", metavar="[NAMESPACE/]VM",
                      help="the VirtualMachine (or VirtualMachineInstance), as NAMESPACE/VM or VM with -n NAMESPACE")
     add_cluster_flags(why)
     add_output_flag(why)
 
 
-def add_status(state: argparse.ArgumentParser) -> None:
+def add_status(state: Parser) -> None:
     state.add_argument("--drain", metavar="NODE",
                        help="also what draining NODE will do: each VM and NFS server on it, where it goes, the "
                             "migrations, the VMs Longhorn would reboot and those that cannot move (read only) "
@@ -231,11 +249,11 @@ def add_status(state: argparse.ArgumentParser) -> None:
     add_output_flag(state)
 
 
-def add_spare(spare: argparse.ArgumentParser) -> None:
+def add_spare(spare: Parser) -> None:
     spare.add_argument("--undo", action="store_true",
                        help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again) "
                             "(default: add it)")
-    add_cluster_flags(spare, namespaced=False, timed=False)
+    add_cluster_flags(spare, namespaced=False, waits="30s")
 
 
 VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_setting_flags)
@@ -252,12 +270,13 @@ VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_s
 )
 
 
-def build_parser(prog: str = "kubevirt-colocate") -> argparse.ArgumentParser:
+def build_parser(prog: str = "kubevirt-colocate") -> Parser:
     parser = Parser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--version", "-V", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for name, text, add_flags in VERBS:
         verb = verbs.add_parser(name, help=text, description=text)
+        parser.verbs[name] = verb
         verb.set_defaults(verb_parser=verb)  # a flag of another verb is this verb's usage error
         add_flags(verb)
         add_setting_flags(verb, name)

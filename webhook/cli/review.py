@@ -12,25 +12,36 @@ import yaml
 
 from ..admission import review as reviews
 from ..admission.admit import admit
+from ..stores.documents import documents, file_problem
 from ..stores.snapshot import SnapshotStore
 from ..deadline import Deadline
 from .parser import settings_from
 
 
-def read_document(source: str) -> Any:
-    """The one document in `source` (a file, or - for stdin); ValueError naming it when it is not YAML."""
+def read_document(source: str) -> dict[str, Any]:
+    """The one object in `source` (a file, or - for stdin); ValueError naming it when it holds none."""
     shown = "stdin" if source == "-" else source
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]  # JSON is YAML
+        found = documents(text)
     except UnicodeDecodeError:
         raise ValueError(f"{shown}: not text (UTF-8)") from None
+    except OSError as exc:  # a directory, no such file, no permission: in words, not errno's
+        raise ValueError(f"{shown}: {file_problem(exc)}") from None
+    except ValueError as exc:
+        raise ValueError(f"{shown}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{shown}: not YAML or JSON: {getattr(exc, 'problem', None) or ' '.join(str(exc).split())}") \
             from None
-    if len(documents) != 1:
-        raise ValueError(f"{shown}: {len(documents)} YAML documents; one is read (an AdmissionReview or a Pod)")
-    return documents[0]
+    if len(found) != 1:
+        raise ValueError(f"{shown}: {len(found)} YAML documents; one is read (an AdmissionReview or a Pod)")
+    if not isinstance(found[0], dict):
+        kind = "a list" if isinstance(found[0], list) else f"a {type(found[0]).__name__}"
+        raise ValueError(f"{shown}: {kind}, not an object; one is read (an AdmissionReview or a Pod)")
+    if found[0].get("kind") == "List" or isinstance(found[0].get("items"), list):
+        raise ValueError(f"{shown}: a List of {len(found[0].get('items') or [])} objects; one is read "
+                         f"(an AdmissionReview or a Pod: kubectl get pod NAME -o yaml)")
+    return found[0]
 
 
 def snapshot(path: str) -> SnapshotStore:

@@ -11,6 +11,7 @@ from typing import Any
 from .. import logs
 from ..config import KEEPER_SETTINGS
 from .parser import MIB, settings_from
+from .values import log_level
 from .review import snapshot
 
 log = logging.getLogger("webhook")
@@ -22,19 +23,35 @@ def keeper_variables(env: Mapping[str, str]) -> list[str]:
     return sorted(row.env for row in KEEPER_SETTINGS if env.get(row.env))
 
 
+FILE_FLAGS = {"certificate": "--tls-cert-file", "key": "--tls-key-file", "client CA": "--client-ca-file"}
+
+
+def serving_tls(args: argparse.Namespace, check: bool = False) -> Any:
+    """The serving certificate's ReloadingTLS (`check`: only its files loaded, said nowhere); ValueError
+    naming the flag, the file and what is wrong with it."""
+    from ..admission.pem import BadFile
+    from ..admission.tls import ReloadingTLS, build_context
+
+    try:
+        if check:
+            return build_context(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+        return ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
+    except BadFile as exc:
+        raise ValueError(f"{FILE_FLAGS[exc.role]} {exc}") from None
+
+
 async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     """`service`: the Service class to run (admission/service.py's; the benchmark's floor is another)."""
     from ..admission.optin import OptInCheck
     from ..admission.service import Listen, Service
     from ..admission.stranded import StrandedReporter
-    from ..admission.tls import ReloadingTLS
     from ..cluster import client
     from ..stores.cache import WatchedClusterStore
     from ..stores.direct import ClusterStore
     from ..cluster.events import NO_EVENTS, EventSink, Events
     from ..stores.store import Store
 
-    logs.setup(args.log_level or os.environ.get("LOG_LEVEL", "info"))
+    logs.setup(log_level(args.log_level, os.environ))
     settings = settings_from(args)
     if variables := keeper_variables(os.environ):
         log.info("the keeper's variables are the keeper's: serve does not read them", extra={"fields": {
@@ -44,14 +61,14 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     companions: list[Any] = []
     if args.state:
         store = snapshot(args.state)
-    else:
+    serving_tls(args, check=True)  # before the cluster is read: the files are flags' values
+    if not args.state:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else NO_EVENTS
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
-    # Follows the files as cert-manager or the kubelet replace them (see tls.py).
-    reloader = ReloadingTLS(args.tls_cert_file, args.tls_key_file, client_ca_file=args.client_ca_file)
+    reloader = serving_tls(args)  # follows the files as cert-manager or the kubelet replace them (tls.py)
     listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                     drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
                     body_budget=args.body_budget * MIB)

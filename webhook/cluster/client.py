@@ -49,8 +49,11 @@ async def connect(kubeconfig: str | None = None, context: str | None = None) -> 
     configuration = client.Configuration()
 
     async def from_file(path: str, label: str) -> bool:
-        if not Path(path).expanduser().is_file():
-            tried.append(f"{label} (no such file)")
+        problem = kubeconfig_problem(Path(path).expanduser(), context)
+        if problem is not None and problem.startswith("context "):
+            raise NoCredentials(f"{problem} in {label}")  # as kubectl says it; no other file is tried
+        if problem is not None:
+            tried.append(f"{label} ({problem})")
             return False
         try:
             await config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
@@ -85,6 +88,30 @@ async def connect(kubeconfig: str | None = None, context: str | None = None) -> 
     if await from_file(str(home), str(home)):
         return new_api_client(configuration)
     raise NoCredentials("no credentials for the cluster: tried " + "; ".join(tried))
+
+
+def kubeconfig_problem(path: Path, context: str | None) -> str | None:
+    """What makes `path` no kubeconfig to read `context` (else its current-context) from, in words;
+    None when it may be one (the client library then judges the rest)."""
+    import yaml
+
+    if path.is_dir():
+        return "a directory, not a file"
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "no such file"
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        return f"not a usable kubeconfig: {_short(exc)}"
+    if loaded is None:
+        return "empty: not a kubeconfig"
+    if not isinstance(loaded, dict):
+        return f"not a kubeconfig: a YAML {type(loaded).__name__}, not a mapping of clusters, contexts and users"
+    contexts = loaded.get("contexts") if isinstance(loaded.get("contexts"), list) else []
+    names = [c.get("name") for c in contexts if isinstance(c, dict)]
+    if context is not None and context not in names:
+        return f'context "{context}" does not exist'
+    return None
 
 
 def kubeconfig_path(kubeconfig: str | None = None) -> Path:

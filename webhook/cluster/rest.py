@@ -17,12 +17,16 @@ class KubeError(Exception):
 
 
 class Api:
-    def __init__(self, api_client: Any):
+    """`timeout`: seconds to wait for each answer (`--request-timeout`)."""
+
+    def __init__(self, api_client: Any, timeout: float = 30.0):
         self._api = api_client
+        self.timeout = timeout
 
     async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
         try:
-            status, raw = await client.request(self._api, method, path, body=body, content_type=content_type, timeout=30)
+            status, raw = await client.request(self._api, method, path, body=body, content_type=content_type,
+                                               timeout=self.timeout)
         except client.ApiUnreachable as exc:
             raise KubeError(str(exc)) from None
         return status, _json(raw)

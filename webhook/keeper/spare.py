@@ -73,8 +73,9 @@ async def change(api: Api, namespace: str, spare: bool, *, by: str = "kubevirt-c
     raise KubeError(f"Setting {namespace}/{BLACKLIST} kept changing under us ({ATTEMPTS} times); run again")
 
 
-async def run(*, namespace: str, spare: bool, kubeconfig: str | None, context: str | None = None) -> str:
-    api = Api(await client.connect(kubeconfig, context))
+async def run(*, namespace: str, spare: bool, kubeconfig: str | None, context: str | None = None,
+              timeout: float | None = None) -> str:
+    api = Api(await client.connect(kubeconfig, context), timeout=timeout or 30.0)
     try:
         return await change(api, namespace, spare)
     finally:

@@ -114,9 +114,12 @@ async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLC
     `handshake_seconds` of its accept."""
     if runner.server is None:
         raise RuntimeError("the runner is not set up")
-    listening = await asyncio.get_running_loop().create_server(
-        guard or Guard(runner.server), host, port, ssl=context, backlog=backlog, reuse_address=True,
-        ssl_handshake_timeout=handshake_seconds if context else None)
+    try:
+        listening = await asyncio.get_running_loop().create_server(
+            guard or Guard(runner.server), host, port, ssl=context, backlog=backlog, reuse_address=True,
+            ssl_handshake_timeout=handshake_seconds if context else None)
+    except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
+        raise OSError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).rsplit(': ', 1)[-1]}") from None
     return Port(runner, listening)
 
 

@@ -11,6 +11,7 @@ from .. import kinds
 from ..kinds import POD, PV, RULE_RESOURCES, VMI, Resource
 from ..kinds import NODE, PVC
 from ..rules import fit
+from .documents import documents, file_problem
 from .store import Unwatched, using, volume_handle
 
 
@@ -68,7 +69,7 @@ class SnapshotStore(Unwatched):
         """The snapshot in `path`; BadSnapshot (one line: the file, the object, what is wrong) when
         it is not YAML or an object in it is not a Kubernetes object."""
         try:
-            documents = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+            found = documents(Path(path).read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
             at = f" at line {where.line + 1}" if where is not None else ""
@@ -76,7 +77,11 @@ class SnapshotStore(Unwatched):
             raise BadSnapshot(f"{path}: not YAML or JSON{at}: {said}") from None
         except UnicodeDecodeError:
             raise BadSnapshot(f"{path}: not text (UTF-8)") from None
-        objects = list(flatten(d for d in documents if d is not None))
+        except ValueError as exc:  # nested too deeply
+            raise BadSnapshot(f"{path}: {exc}") from None
+        except OSError as exc:
+            raise BadSnapshot(f"{path}: {file_problem(exc)}") from None
+        objects = list(flatten(found))
         for index, obj in enumerate(objects, 1):
             problem = malformed(obj)
             if problem is not None:

@@ -187,10 +187,10 @@ async def patch_webhook(api: Api, name: str, ca: bytes, previous_ca: bytes | Non
 
 
 async def run(names: list[str], *, namespace: str, days: int, secret: str | None, webhook: str | None,
-              out: str | None, kubeconfig: str | None) -> list[str]:
+              out: str | None, kubeconfig: str | None, timeout: float | None = None) -> list[str]:
     """`certs --secret/--patch-webhook`: what happened, one line per step."""
     done: list[str] = []
-    api = Api(await client.connect(kubeconfig))
+    api = Api(await client.connect(kubeconfig), timeout=timeout or 30.0)
     try:
         previous_ca = None
         if secret:

@@ -30,7 +30,7 @@ from .. import kinds
 from ..stores.direct import ClusterStore
 from ..stores.snapshot import SnapshotStore
 from ..stores.store import Store, StoreError
-from ..config import KeepMode, Settings
+from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
@@ -157,7 +157,7 @@ class Cluster:
         limits = self.limits
         source = f" ({self.settings_from})" if self.settings_from else ""
         return [
-            f"keeper: {self.mode}{source}, leader {self.leader}, --keep-after {ago(limits.after)}",
+            f"keeper: {self.mode}{source}, leader {self.leader}, --keep-after {duration_text(limits.after.total_seconds())}",
             f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
             f"migration priority: {self.priority_answer}: {self.priority_note}",
             f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from ... import kinds
-from ...config import KeepMode, Settings
+from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .recovery import cost, Mount, needs_restart
@@ -426,7 +426,7 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
         return f"never: {Alone.UNTARGETED} ({NEEDS})"
     if decision.hold is Alone.APART_BRIEFLY and since is not None:
         return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
-                f"--keep-after {ago(limits.after)})")
+                f"--keep-after {duration_text(limits.after.total_seconds())})")
     if decision.hold is Alone.BACKING_OFF:
         return decision.reason
     if decision.hold is Alone.REPORT_ONLY:

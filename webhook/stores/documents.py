@@ -1,0 +1,43 @@
+"""The YAML or JSON documents of a file (`review`'s request, a `--state` snapshot), nested no
+deeper than the webhook reads a request's body: JSON through orjson, as the admission server
+reads it (at most 1024 levels, orjson's bound), else YAML through libyaml (at most 999, its
+bound); never a RecursionError. Errors are ValueError or yaml.YAMLError, for the caller to
+name its file in."""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import yaml
+
+MAX_DEPTH = 1024  # orjson's: the admission server answers a deeper body 400 (admission/server.py)
+TOO_DEEP = f"nested too deeply: the webhook reads at most {MAX_DEPTH} levels of JSON (999 of YAML), as it does a " \
+           f"request's body"
+# libyaml: fast, and its composer is not recursive in Python; PyYAML's own where it was built without.
+LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def file_problem(exc: OSError) -> str:
+    """What is wrong with a file, as a person says it: "a directory, not a file", "no such file"."""
+    if isinstance(exc, IsADirectoryError):
+        return "a directory, not a file"
+    return "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
+
+
+def documents(text: str) -> list[Any]:
+    """The documents in `text`, empty ones left out: one JSON document, else a YAML stream."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return [orjson.loads(text)]
+        except orjson.JSONDecodeError as exc:
+            if "depth" in str(exc) or "recursion" in str(exc).lower():
+                raise ValueError(TOO_DEEP) from None
+            # not JSON: YAML's flow style, comments, several documents
+    try:
+        return [d for d in yaml.load_all(text, Loader=LOADER) if d is not None]
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
+    except yaml.YAMLError as exc:
+        if "nesting depth" in str(getattr(exc, "problem", "")):
+            raise ValueError(TOO_DEEP) from None
+        raise
