@@ -32,12 +32,13 @@ NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to
 
 class Actor:
     """Carries out plans through `api`, within `timeout` each request; `authority` tells whether the
-    lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
+    lease surely lasts that long; `priority` whether our migrations carry spec.priority; `writes`
+    bounds the writes, across passes."""
 
     def __init__(self, api: Any, follower: Follower, *, events: Events, timeout: float,
-                 authority: Callable[[float], bool], writes: Writes):
+                 authority: Callable[[float], bool]):
         self.api, self.follower, self.events = api, follower, events
-        self.timeout, self.authority, self.writes = timeout, authority, writes
+        self.timeout, self.authority, self.writes = timeout, authority, Writes()
 
     async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, *,
                         priority: bool) -> list[Result]:

@@ -52,7 +52,7 @@ from .remount import Remount
 from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
 from .apart_spans import ApartSpans
-from .writes import Result, Writes
+from .writes import Result
 
 log = logging.getLogger("webhook.keeper")
 
@@ -136,8 +136,7 @@ class Keeper:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
-        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority,
-                           writes=Writes())
+        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
         self.state_store = state  # where the keeper's state is kept (None: in this process alone)
         self.state: KeeperState | None = None  # read once a term
         self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,

@@ -1,17 +1,12 @@
-"""What came of each of the keeper's writes, how many it makes, and when a pass stops making them.
-
-Each write is about one VM (a migration's create or dry run, a cancel, an unpause). Any answer that
-fails it — a refusal (4xx), a failure (5xx, 429) or none within the request's timeout — holds that VM
-alone, with a backoff of its own (`rules.keeping.state`: client-go's per-item exponential), and the
-pass goes on with the next VM. Two things bound the writes as a whole:
-- the API lost: LOST different VMs in a row whose requests failed without an answer about their
-  object (none, 5xx, 429), none going through nor answered in between, stop the pass; the next pass
-  starts afresh, with those VMs held. One VM's failure is its own (a tenant's webhook that is down,
-  failurePolicy Fail, matching its migrations); a second can be of the same namespace's webhook; a
-  third in a row is the API, etcd or virt-api failing everyone's requests;
-- a token bucket over them all, as client-go's default controller rate limiter puts one (10 a second,
-  bursts of 100) over its per-item backoff: ours is sized for a keeper that makes a handful of writes a
-  pass, which the burst covers at once (no frozen VM's unpause waits); past it each waits its turn.
+"""What came of each of the keeper's writes (a migration's create or dry run, a cancel, an unpause),
+and when a pass stops writing. Whatever fails one (refused, 5xx, 429, no answer within the timeout)
+holds that VM alone with a backoff of its own (`rules.keeping.state`: client-go's per-item
+exponential); only the API lost stops a pass: LOST different VMs in a row failing without an answer
+about their object (none, 5xx, 429), nothing answered in between — one is that VM's (a tenant's
+webhook that is down, failurePolicy Fail), two can share a namespace's webhook, a third is the API,
+etcd or virt-api failing everyone's. A token bucket bounds the writes as a whole, as client-go's
+default controller rate limiter does over its per-item backoff (10 a second, bursts of 100): ours
+lets a pass's handful through at once (no frozen VM's unpause waits), then one a second.
 """
 from __future__ import annotations
 
@@ -30,9 +25,8 @@ LOST = 3  # different VMs failing in a row, nothing answered in between: the API
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
-    """What came of one action on a VM: the action in words, the migration created (namespace/name),
-    whether it went through (`done`: or there is nothing left to do), or whether the VM is held for
-    it (`holds`: the write failed; `words` says why, `status` is the API's answer, 0: none)."""
+    """What came of one action on a VM, in words: the migration created (namespace/name), done (or
+    nothing left to do), or the VM held (`holds`: it failed; `status`: the API's answer, 0: none)."""
 
     key: tuple[str, str]
     action: Action
@@ -68,20 +62,16 @@ class Writes:
         """A new pass: the API is given a fresh chance."""
         self.failing, self.lost = set(), ""
 
-    def _refill(self) -> None:
-        now = self.clock()
-        self.tokens, self.at = min(float(self.burst), self.tokens + (now - self.at) * self.rate), now
-
     async def take(self) -> bool:
         """One write's token, waiting for it past the burst; False once the pass has stopped writing."""
-        if self.lost:
-            return False
-        self._refill()
-        if self.tokens < 1:
+        while not self.lost:
+            now = self.clock()
+            self.tokens, self.at = min(float(self.burst), self.tokens + (now - self.at) * self.rate), now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return True
             await self.sleep((1 - self.tokens) / self.rate)
-            self._refill()
-        self.tokens -= 1
-        return True
+        return False
 
     def came(self, result: Result) -> Result:
         """Count a write's result towards the API lost: LOST different VMs in a row failing."""
