@@ -114,7 +114,7 @@ class Actor:
         if not answer.ok and answer.status not in (404, 409):
             log.warning("keeper migration not cancelled", extra={"fields": {
                 "vm": vm, "migration": migration.name, "error": answer.error, "why": cancel.why}})
-            return failed(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name}")
+            return failed(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name} failed")
         log.warning("keeper migration cancelled", extra={"fields": {
             "vm": vm, "migration": migration.name, "target": migration.target, "why": cancel.why}})
         self.follower.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)
