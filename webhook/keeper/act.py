@@ -36,9 +36,9 @@ class Actor:
     bounds the writes, across passes."""
 
     def __init__(self, api: Any, follower: Follower, *, events: Events, timeout: float,
-                 authority: Callable[[float], bool]):
+                 authority: Callable[[float], bool], writes: Writes):
         self.api, self.follower, self.events = api, follower, events
-        self.timeout, self.authority, self.writes = timeout, authority, Writes()
+        self.timeout, self.authority, self.writes = timeout, authority, writes
 
     async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, *,
                         priority: bool) -> list[Result]:

@@ -52,7 +52,7 @@ from .remount import Remount
 from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
 from .apart_spans import ApartSpans
-from .writes import Result
+from .writes import RATE, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 
@@ -67,6 +67,7 @@ class KeeperTiming:
     request_timeout: float = 5.0  # each API call of a pass
     unplaceable: float = float(UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
     watch: Timing = Timing()  # the VMI and migration watches
+    write_rate: float = RATE  # writes a second past the bucket's burst (`writes.py`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +137,8 @@ class Keeper:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
-        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
+        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority,
+                           writes=Writes(rate=timing.write_rate))
         self.state_store = state  # where the keeper's state is kept (None: in this process alone)
         self.state: KeeperState | None = None  # read once a term
         self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
