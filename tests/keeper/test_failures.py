@@ -262,6 +262,6 @@ async def test_the_bucket_spreads_writes_past_its_burst_and_drops_none(cluster, 
         slept.append(seconds)
         now[0] += seconds
 
-    keeper.actor.writes = Writes(rate=1.0, burst=2, clock=lambda: now[0], sleep=sleep)
+    keeper.writes = Writes(rate=1.0, burst=2, clock=lambda: now[0], sleep=sleep)
     report = await keeper.run_pass()
     assert len(report.created) == 3 and slept == [1.0, 1.0]

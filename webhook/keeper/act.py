@@ -32,22 +32,21 @@ NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to
 
 class Actor:
     """Carries out plans through `api`, within `timeout` each request; `authority` tells whether the
-    lease surely lasts that long; `priority` whether our migrations carry spec.priority; `writes`
-    bounds the writes, across passes."""
+    lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
 
     def __init__(self, api: Any, follower: Follower, *, events: Events, timeout: float,
-                 authority: Callable[[float], bool], writes: Writes):
+                 authority: Callable[[float], bool]):
         self.api, self.follower, self.events = api, follower, events
-        self.timeout, self.authority, self.writes = timeout, authority, writes
+        self.timeout, self.authority = timeout, authority
 
-    async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, *,
+    async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, writes: Writes, *,
                         priority: bool) -> list[Result]:
-        """The plan's cancels, then its unpauses and creates in the pass's order, each as the bucket
-        lets it, until the API is lost (`writes.lost`) or the lease may not last."""
+        """The plan's cancels, then its unpauses and creates in the pass's order, each as `writes`'
+        bucket lets it, until the API is lost (`writes.lost`) or the lease may not last."""
         results: list[Result] = []
         steps: list[Any] = [*plan.cancels, *(vm for vm in plan.vms if vm.move or vm.unpause)]
         for step in steps:
-            if not await self.writes.take() or not self.authority(self.timeout):
+            if not await writes.take() or not self.authority(self.timeout):
                 break
             if isinstance(step, Cancel):
                 result = await self.cancel(step, now)
@@ -55,7 +54,7 @@ class Actor:
                 result = await self.unpause(observed[step.key], step)
             else:
                 result = await self.create(observed[step.key], step, priority=priority)
-            results.append(self.writes.came(result))
+            results.append(writes.came(result))
         return results
 
     async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:

@@ -9,10 +9,10 @@ creates) and records what came of it (`memory.py`, and the keeper's state in the
 every `period` seconds; the plan holds a VM for any of its reasons; a pass creates no more than the
 in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache failing or
 not synced, a disk the API could not tell about, the keeper's state unreadable), without the lease,
-or before a dry run has shown that the cluster keeps `spec.addedNodeSelector`. A write that fails for
-one object (refused, 5xx, 429, no answer) holds that VM alone, with a backoff of its own; only the API
-lost (several VMs failing in a row) or the lease stops the pass, and a bucket bounds the writes as a
-whole (`writes.py`). Each action is an Event on the VMI and a log line; each pass returns its
+or before a dry run has shown that the cluster keeps `spec.addedNodeSelector`. An action the API
+fails for one object (refused, 5xx, 429, no answer) holds that VM alone, with a backoff of its own;
+only the API lost (several VMs failing in a row) or the lease stops the pass, and a bucket bounds the
+writes as a whole (`writes.py`). Each action is an Event on the VMI and a log line; each pass returns its
 report (the records with it), sets the metrics from it and logs it at debug level. The passes run in
 `keep`'s process (`elected.py`), never on admission's loop; a pass still gives its loop back every few
 milliseconds (`process.pace.Pacer`), so that the Lease is renewed and the probes answer during a long pass.
@@ -137,8 +137,8 @@ class Keeper:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
-        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority,
-                           writes=Writes(rate=timing.write_rate))
+        self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
+        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
         self.state_store = state  # where the keeper's state is kept (None: in this process alone)
         self.state: KeeperState | None = None  # read once a term
         self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
@@ -218,13 +218,13 @@ class Keeper:
             refused = self.state.refusal(*result.key, result.action) if self.state is not None else None
             held[result.key] = dataclasses.replace(observed[result.key].facts, refused=refused)
 
-        writes = self.actor.writes
+        writes = self.writes
         writes.begin()
         facts = await ask_targeted(self.targeted, plan_of, seen.facts, observed, writes, hold)
         made = plan_of(facts)
         for vm in made.vms:
             self.memory.record(vm.facts, vm.decision, now)
-        results = await self.actor.carry_out(made, observed, now, priority=bool(self.targeted.priority))
+        results = await self.actor.carry_out(made, observed, now, writes, priority=bool(self.targeted.priority))
         for result in results:
             self._remember(result, now)
         errors = [writes.lost] if writes.lost else []
