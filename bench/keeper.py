@@ -115,7 +115,9 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
 
     settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
                         keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node)
-    timing = KeeperTiming(period=args.period, unplaceable=args.unplaceable)
+    real = KeeperTiming()  # the bucket over the keeper's writes sped up as its passes are
+    timing = KeeperTiming(period=args.period, unplaceable=args.unplaceable,
+                          write_rate=real.write_rate * real.period / args.period)
     store = WatchedClusterStore(client.for_host(api_url), settings)
     api = client.for_host(api_url)
     events = EventSink(api)

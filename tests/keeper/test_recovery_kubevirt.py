@@ -255,7 +255,7 @@ async def test_an_unpause_answered_503_once_is_retried_within_a_minute(kmock, cl
     first = clock.now
     await keeper.run_pass()
     assert len(list(failing)) == 1 and paused(kmock) == "PausedIOError"
-    assert any("503" in note for note in keeper.degraded())
+    assert not keeper.degraded()  # that VM's failure, not the keeper's
     while paused(kmock) is not None:
         clock.advance(PASS.total_seconds())
         assert clock.now - first <= datetime.timedelta(minutes=1), "not retried within a minute"

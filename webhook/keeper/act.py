@@ -3,10 +3,10 @@
 unpause a VM carried paused onto a fresh mount, create the migration a decision calls for — each
 said in an Event on the VMI, a log line and a metric, each asking the Lease just before.
 
-One VM never stops another: an answer that refuses this one object (400, 403, 404, 409, 422: a
-tenant's admission policy, KubeVirt's admission, a conflict) is that VM's alone (`Result.refused`,
-with the API's words: it holds that VM with a backoff of its own, `rules.keeping.state`), and the
-plan goes on with the next VM. Only what any request would meet (no answer, 5xx, 429) stops it.
+One VM never stops another: whatever fails a write (a refusal, a 5xx, a 429, no answer within the
+timeout) is that VM's alone (`writes.Result.holds`, with the API's words: it holds that VM with a
+backoff of its own, `rules.keeping.state`), and the plan goes on with the next VM. Only the lease
+that may not last, or the API lost (`writes.Writes`: several VMs failing in a row), stops it.
 """
 from __future__ import annotations
 
@@ -18,44 +18,16 @@ from typing import Any
 
 from .. import metrics
 from ..cluster.events import Events, vmi_reference
-from .kubevirt_api import Created, create_migration, delete_migration, unpause_vmi
+from .kubevirt_api import create_migration, delete_migration, unpause_vmi
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
 from ..rules.keeping.state import Action
 from .follow import Follower
 from .observed import manifest, Observed
+from .writes import about_the_object, failed, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
-
-# Answers about the one object asked for, not about the API: that VM is held, the others go on.
-REFUSALS = frozenset({400, 403, 404, 409, 422})
 NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to unpause
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Result:
-    """What came of one action on a VM: the action in words, the migration created
-    (namespace/name), whether the VM is held for it (`holds`: the API refused this one object, or
-    an unpause failed; `words` says why, `status` is the API's answer, 0: none), or what went wrong
-    that would go wrong for any request (`error`: the plan stops)."""
-
-    key: tuple[str, str]
-    action: Action
-    words: str = ""
-    created: str | None = None
-    done: bool = False  # went through (or there is nothing left to do)
-    holds: bool = False
-    status: int = 0
-    error: str = ""
-    uid: str = ""  # the VMI's, of one unpaused
-
-
-def _judged(key: tuple[str, str], action: Action, answer: Created, words: str) -> Result:
-    """A failed answer, as the VM's own refusal or as the API's failure."""
-    said = f"{words}: {answer.error}"
-    if answer.status in REFUSALS:
-        return Result(key=key, action=action, words=said, holds=True, status=answer.status)
-    return Result(key=key, action=action, words=said, status=answer.status, error=said)
 
 
 class Actor:
@@ -67,14 +39,14 @@ class Actor:
         self.api, self.follower, self.events = api, follower, events
         self.timeout, self.authority = timeout, authority
 
-    async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, *,
+    async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, writes: Writes, *,
                         priority: bool) -> list[Result]:
-        """The plan's cancels, then its unpauses and creates in the pass's order, until one meets
-        a failure any request would (the last result then has `error`) or the lease may not last."""
+        """The plan's cancels, then its unpauses and creates in the pass's order, each as `writes`'
+        bucket lets it, until the API is lost (`writes.lost`) or the lease may not last."""
         results: list[Result] = []
         steps: list[Any] = [*plan.cancels, *(vm for vm in plan.vms if vm.move or vm.unpause)]
         for step in steps:
-            if not self.authority(self.timeout):
+            if not await writes.take() or not self.authority(self.timeout):
                 break
             if isinstance(step, Cancel):
                 result = await self.cancel(step, now)
@@ -82,9 +54,7 @@ class Actor:
                 result = await self.unpause(observed[step.key], step)
             else:
                 result = await self.create(observed[step.key], step, priority=priority)
-            results.append(result)
-            if result.error:
-                break
+            results.append(writes.came(result))
         return results
 
     async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:
@@ -101,8 +71,8 @@ class Actor:
             metrics.KEEPER_MIGRATIONS.labels("error").inc()
             log.warning("keeper migration not created", extra={"fields": {
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target,
-                "error": answer.error, "refused": answer.status in REFUSALS}})
-            return _judged(key, Action.MIGRATE, answer, "creating a migration failed")
+                "error": answer.error, "status": answer.status}})
+            return failed(key, Action.MIGRATE, answer, "creating a migration failed")
         self.follower.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
         log.info("keeper migration created", extra={"fields": {
@@ -117,18 +87,16 @@ class Actor:
     async def unpause(self, vm: Observed, step: VmPlan) -> Result:
         """`PUT .../virtualmachineinstances/NAME/unpause` (subresources.kubevirt.io), what `virtctl
         unpause` does. virt-api's 409 "VMI is not paused" means there is nothing left to do; its other
-        409s (not running, a snapshot under way) and other refusals hold the VM a short while; a
-        failure any request would meet (no answer, 5xx) stops the plan, and the VM is retried soon."""
+        409s (not running, a snapshot under way) and any other failure hold the VM a short while."""
         vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
         reason = step.resume.reason if step.resume is not None else ""
         answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.timeout)
         if not answer.ok:
             if answer.status == 409 and NOT_PAUSED in answer.error:
                 return Result(key=key, action=Action.UNPAUSE, words="not unpaused: it is not paused any more", done=True)
-            metrics.KEEPER_UNPAUSES.labels("refused" if answer.status in REFUSALS else "error").inc()
+            metrics.KEEPER_UNPAUSES.labels("refused" if about_the_object(answer.status) else "error").inc()
             log.warning("keeper unpause failed", extra={"fields": {"vm": name, "error": answer.error}})
-            # A frozen VM waits on it: held a short while whatever the failure, retried soon.
-            return dataclasses.replace(_judged(key, Action.UNPAUSE, answer, "unpausing failed"), holds=True)
+            return failed(key, Action.UNPAUSE, answer, "unpausing failed")
         metrics.KEEPER_UNPAUSES.labels("unpaused").inc()
         log.info("keeper unpaused", extra={"fields": {"vm": name, "reason": reason}})
         self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), "UnpausedAfterRecovery", reason)
@@ -145,7 +113,7 @@ class Actor:
         if not answer.ok and answer.status not in (404, 409):
             log.warning("keeper migration not cancelled", extra={"fields": {
                 "vm": vm, "migration": migration.name, "error": answer.error, "why": cancel.why}})
-            return _judged(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name}")
+            return failed(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name} failed")
         log.warning("keeper migration cancelled", extra={"fields": {
             "vm": vm, "migration": migration.name, "target": migration.target, "why": cancel.why}})
         self.follower.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)

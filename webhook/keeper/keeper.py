@@ -10,8 +10,9 @@ every `period` seconds; the plan holds a VM for any of its reasons; a pass creat
 in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache failing or
 not synced, a disk the API could not tell about), without the lease,
 or before a dry run has shown that the cluster keeps `spec.addedNodeSelector`. An action the API
-refuses for one object holds that VM alone, with a backoff of its own; only a failure any request
-would meet stops the pass. Each action is an Event on the VMI and a log line; each pass returns its
+fails for one object (refused, 5xx, 429, no answer) holds that VM alone, with a backoff of its own;
+only the API lost (several VMs failing in a row) or the lease stops the pass, and a bucket bounds the
+writes as a whole (`writes.py`). Each action is an Event on the VMI and a log line; each pass returns its
 report (the records with it), sets the metrics from it and logs it at debug level. The passes run in
 `keep`'s process (`elected.py`), never on admission's loop; a pass still gives its loop back every few
 milliseconds (`process.pace.Pacer`), so that the Lease is renewed and the probes answer during a long pass.
@@ -34,13 +35,13 @@ from ..cluster.reflector import Timing
 from ..stores.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import HOLDS, PassFacts
+from ..rules.keeping.keep import HOLDS, PassFacts, VmFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
 from ..rules.keeping.state import Action, Evidence, KeeperState
-from .act import Actor, Result
+from .act import Actor
 from .follow import Follower
 from .memory import Memory, VmRecord
 from ..process.pace import Pacer
@@ -52,6 +53,7 @@ from .remount import Remount
 from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
 from .apart_spans import ApartSpans
+from .writes import RATE, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 
@@ -66,6 +68,7 @@ class KeeperTiming:
     request_timeout: float = 5.0  # each API call of a pass
     unplaceable: float = float(UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
     watch: Timing = Timing()  # the VMI and migration watches
+    write_rate: float = RATE  # writes a second past the bucket's burst (`writes.py`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +138,7 @@ class Keeper:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
         self.follower = Follower(events)
+        self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
         self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
         self.state_store = state  # where the keeper's record is kept (None: in this process alone)
         self.state = KeeperState()  # this leader's; the record taken in whenever it changed
@@ -207,11 +211,20 @@ class Keeper:
         await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
         seen = await self._observe(watch, now)
         observed = {vm.key: vm for vm in seen.vms}
+        held: dict[tuple[str, str], VmFacts] = {}  # held by a failed dry run of this pass
 
         def plan_of(facts: PassFacts) -> Plan:
-            return plan([vm.facts for vm in seen.vms], facts, seen.stuck, timedelta(seconds=self.timing.unplaceable))
+            return plan([held.get(vm.key, vm.facts) for vm in seen.vms], facts, seen.stuck,
+                        timedelta(seconds=self.timing.unplaceable))
 
-        facts = await ask_targeted(self.targeted, plan_of, seen.facts, observed)
+        def hold(result: Result) -> None:
+            self._remember(result, now)
+            refused = self.state.refusal(*result.key, result.action) if self.state is not None else None
+            held[result.key] = dataclasses.replace(observed[result.key].facts, refused=refused)
+
+        writes = self.writes
+        writes.begin()
+        facts = await ask_targeted(self.targeted, plan_of, seen.facts, observed, writes, hold)
         made = plan_of(facts)
         self.state = self.state.with_stale(
             Evidence(namespace=vm.facts.vmi.namespace, name=vm.facts.vmi.name, uid=vm.facts.vmi.uid,
@@ -219,10 +232,12 @@ class Keeper:
             for vm in made.vms if vm.facts.stale and vm.facts.stale_since is not None)
         for vm in made.vms:
             self.memory.record(vm.facts, vm.decision, now)
-        results = await self.actor.carry_out(made, observed, now, priority=bool(self.targeted.priority))
+        results = await self.actor.carry_out(made, observed, now, writes, priority=bool(self.targeted.priority))
         for result in results:
             self._remember(result, now)
-        errors = [result.error for result in results if result.error]
+        errors = [writes.lost] if writes.lost else []
+        if writes.lost:
+            log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
         await self._keep_state(now, errors)
         self.memory.errors = errors
         created = [result.created for result in results if result.created]
@@ -303,7 +318,7 @@ class Keeper:
         log.warning("keeper record problem", extra={"fields": {"problem": problem, "why": why, "then": then}})
 
     def _remember(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's record, and in the keeper's state: one more refusal in a row
+        """An action's result in the VM's record, and in the keeper's state: one more failure in a row
         (the VM is held a while longer), or none once the action went through."""
         if result.words:
             self.memory.acted(result.key, result.words, now)

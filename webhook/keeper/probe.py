@@ -1,41 +1,53 @@
 """The keeper's one probe: a server-side dry run of the migration it is about to create, to learn
 whether the cluster keeps `spec.addedNodeSelector` and `spec.priority` (`targeted.py`). It writes
 nothing (`dryRun=All`), but it is a request of its own, made between two plans, never while
-observing."""
+observing, and a write as the bucket and the API lost count them (`writes.py`)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 
 from ..rules.keeping.keep import PassFacts
-from ..rules.keeping.plan import Plan
+from ..rules.keeping.plan import Plan, VmPlan
+from ..rules.keeping.state import Action
 from ..rules.shared.alone import Alone
+from .kubevirt_api import Created
 from .observed import manifest, Observed
 from .targeted import TargetedMigration
+from .writes import failed, Result, Writes
 
+log = logging.getLogger("webhook.keeper")
 PROBES = 3  # dry runs a pass while their answers prove nothing
 
 
+def _would_move(vm: VmPlan) -> bool:
+    return vm.move or (not vm.unpause and vm.decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE))
+
+
 async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts], Plan], facts: PassFacts,
-                       observed: Mapping[tuple[str, str], Observed]) -> PassFacts:
-    """The pass's facts with the answer on targeted migration. When it is due to be (re)checked,
-    the dry run is made of the first VM of the plan that would move (or be held only by the mode or
-    the lease) if it worked; an answer that proves nothing (a timeout, KubeVirt refusing that one
-    VMI) tries the next such VM, up to PROBES a pass, so one VM cannot hold every other. While no VM
-    comes to that, decisions go as if it works: what else holds them shows."""
+                       observed: Mapping[tuple[str, str], Observed], writes: Writes,
+                       hold: Callable[[Result], None]) -> PassFacts:
+    """The pass's facts with the answer on targeted migration. When it is due to be (re)checked, the
+    dry run is made of the first VM of the plan that would move (or be held only by the mode or the
+    lease) if it worked. One that proves nothing (refused for that VMI, 5xx, no answer) holds that VM
+    as a failed create would (`hold`: so later passes dry-run others), and the plan made again names
+    the next VM, up to PROBES a pass. While no VM comes to that, decisions go as if it works."""
     if not targeted.due():
         return facts
-    assumed = dataclasses.replace(facts, targeted=True)
-    tried = 0
-    for vm in plan_of(assumed).vms:
-        if not (vm.move or (not vm.unpause and vm.decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE))):
-            continue
-        made = manifest(observed[vm.key], vm.decision, priority=True)
-        if isinstance(made, str):
-            continue
-        await targeted.check(made)
-        tried += 1
-        if not targeted.error or tried >= PROBES:
+    assumed, tried = dataclasses.replace(facts, targeted=True), set[tuple[str, str]]()
+    while len(tried) < PROBES:
+        found = next(((vm.key, made) for vm in plan_of(assumed).vms if vm.key not in tried and _would_move(vm)
+                      and isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict)), None)
+        if found is None or not await writes.take():
             break
+        tried.add(found[0])
+        await targeted.check(found[1])
+        if not targeted.error:
+            writes.came(Result(key=found[0], action=Action.MIGRATE, done=True))
+            break
+        log.warning("keeper dry run failed", extra={"fields": {"vm": "/".join(found[0]), "error": targeted.error}})
+        hold(writes.came(failed(found[0], Action.MIGRATE, Created(targeted.status, None, targeted.error),
+                                "the dry run of its migration failed")))
     return assumed if not tried else dataclasses.replace(facts, targeted=targeted.available,
                                                          targeted_note=targeted.note)

@@ -46,6 +46,7 @@ class TargetedMigration:
         self.priority: bool | None = None  # spec.priority kept; None: not known yet
         self.priority_note = "not checked yet"
         self.error = ""  # why the last dry run proved nothing ("": it did, or none was made)
+        self.status = 0  # its answer's status (0: none came)
         self._checked_at: float | None = None
 
     @property
@@ -92,7 +93,7 @@ class TargetedMigration:
             note = f"targeted migration could not be checked: {answer.error}"
             if note != self.note:
                 self.logger.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
-            self.note, self.error = note, answer.error
+            self.note, self.error, self.status = note, answer.error, answer.status
         return self.available
 
     def _settle_priority(self, honoured: bool, note: str) -> None:

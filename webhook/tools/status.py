@@ -42,7 +42,7 @@ from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
 from ..rules.keeping.plan import plan, VmPlan
-from ..rules.keeping.state import KeeperState, with_kept
+from ..rules.keeping.state import Action, KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged
@@ -212,15 +212,18 @@ class _CheckedOnce(TargetedMigration):
     logger = _QUIET
 
 
-def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime) -> dict[str, Any]:
+def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
+                     state: KeeperState) -> dict[str, Any]:
     """The migration dry-run to learn whether targeted migration and priority work: the keeper's
     own kind (spec.addedNodeSelector and spec.priority), of the first running opted-in VM that
     KubeVirt would admit one of (live-migratable, none in flight; virt-api refuses the others
-    before the answer says anything of the selector), else of the first running opted-in VM,
+    before the answer says anything of the selector) and the keeper does not hold for a failed
+    migration (its probe moved on from it), else of the first running opted-in VM,
     else of a VMI that does not exist (DRY_RUN_VMI). Its selector names the node the VM runs on:
     only what becomes of the fields matters, nothing is stored or scheduled."""
     def refused(view: VmiView) -> bool:
-        return not view.live_migratable or migrating(view, migrations, now)
+        held = state.refusal(view.namespace, view.name, Action.MIGRATE)
+        return not view.live_migratable or migrating(view, migrations, now) or (held is not None and now < held.retry)
 
     ranked = sorted(running, key=lambda view: (refused(view), view.namespace, view.name))
     vmi = ranked[0] if ranked else VmiView(namespace=DRY_RUN_NAMESPACE, name=DRY_RUN_VMI, uid="", phase="", node=None,
@@ -282,11 +285,11 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     running = listed.running
     targeted = _CheckedOnce(api, timeout=timeout)
     off = settings.keep is KeepMode.OFF
+    state, state_note, state_warning = await _kept(api, settings, timeout)
     if off:
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
-        await targeted.check(dry_run_manifest(running, listed.migrations, now))
-    state, state_note, state_warning = await _kept(api, settings, timeout)
+        await targeted.check(dry_run_manifest(running, listed.migrations, now, state))
     history = with_kept(listed.migrations, state.migrations, now)
     facts = pass_facts(settings, history, listed.views, now, targeted)
     observer, launchers = await _observer(store, settings, running, timeout)

@@ -87,7 +87,7 @@ HELD = Refusal(namespace="default", name="vm1", action=Action.UNPAUSE, count=1, 
     (dataclasses.replace(paused(), may_move=False), {}, Alone.OPTED_OUT,
      "keep disabled on this VM: the keeper never unpauses it"),
     (None, {"migrating": True}, Alone.MIGRATING, "a migration of this VMI is in flight"),
-    (None, {"unpause_refused": HELD}, Alone.REFUSED, "its unpause was refused once (unpausing failed: API answered 503); "
+    (None, {"unpause_refused": HELD}, Alone.REFUSED, "its unpause failed once (unpausing failed: API answered 503); "
                                                   "retrying after 2026-11-20T12:00:10Z"),
     (None, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE, "not acting on an incomplete view: pods: not synced"),
     (None, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY, "report only: would unpause it (paused on a disk I/O error "

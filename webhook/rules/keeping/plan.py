@@ -114,6 +114,8 @@ def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
     cancelled = cancels(stuck, p, unplaceable)
     why = {(c.migration.namespace, c.migration.vmi): f"cancelling its migration {c.migration.name}: {c.why}"
            for c in cancelled}
+    why.update({(s.migration.namespace, s.migration.vmi): s.refused.in_words() for s in stuck  # its cancel waits
+                if s.refused is not None and p.now < s.refused.retry})
     planned, facts = [], p
     for vm in ordered:
         one = one_vm(vm, facts)

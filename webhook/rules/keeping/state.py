@@ -6,9 +6,9 @@ Three things live here and nowhere else:
 - our migrations the watch no longer shows, as last seen: virt-controller keeps only the 5 newest
   finished migrations of a VMI (`garbageCollectFinalizedMigrations` in `pkg/virt-controller/watch/migration/migration.go`),
   and the per-day limit and the backoff after failures count ours over a day and more;
-- the refusals of one VM's own actions (a create, a cancel or an unpause the API refused for
-  that object): the API's words, how many in a row, and when to try again, so that a new leader
-  neither hammers a policy that refuses a VM nor forgets to retry an unpause soon;
+- the refusals of one VM's own actions (a create, a cancel or an unpause that failed for that object:
+  refused, 5xx, 429, no answer): the API's words, how many in a row, and when to try again, so that a
+  new leader neither hammers a policy that refuses a VM nor forgets to retry an unpause soon;
 - the evidence that a VM is on a stale mount (`recovery.judge`), which rests on pauses the leader's
   watch saw: `status` and the next leader go by it too, for as long as that mount lasts.
 """
@@ -53,8 +53,8 @@ def retry_delay(action: Action, count: int) -> timedelta:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
-    """The API refused `action` for one VM `count` times in a row, the last with `words`; the
-    keeper tries again from `retry`."""
+    """`action` for one VM failed `count` times in a row (refused, or no answer about it), the last
+    with `words`; the keeper tries again from `retry`."""
 
     namespace: str
     name: str
@@ -70,9 +70,10 @@ class Refusal:
 
     def in_words(self) -> str:
         times = "once" if self.count == 1 else f"{self.count} times in a row"
+        verb = "was refused" if 400 <= self.status < 500 else "failed"
         what = {Action.MIGRATE: "its migration", Action.CANCEL: "cancelling its migration",
                 Action.UNPAUSE: "its unpause"}[self.action]
-        return f"{what} was refused {times} ({self.words}); retrying after {rfc3339(self.retry)}"
+        return f"{what} {verb} {times} ({self.words}); retrying after {rfc3339(self.retry)}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
