@@ -171,3 +171,50 @@ def test_request_timeout(query, seconds):
 ])
 def test_the_review_timeout_is_the_apiservers_at_most_30_s(query, seconds):
     assert server.timeout_in(query, 7.0) == seconds
+
+
+async def test_each_webhook_has_its_path_and_the_old_one_answers_either(https):
+    """The install's webhooks call /mutate/vm and /mutate/share-manager; /mutate, which both called
+    before, still answers either kind (a configuration of an earlier install during an upgrade)."""
+    from kubefake import objects
+
+    session, base = https
+    share_manager = review(objects.share_manager_pod("pvc-unused"), namespace=objects.LONGHORN_NS, uid="sm")
+    for path in ("/mutate/vm", "/mutate"):
+        async with session.post(f"{base}{path}?timeout=5s", json=review(vm_pod())) as response:
+            assert response.status == 200
+            assert annotations(apply_valid(vm_pod(), decode_patch(await response.json())))["kubevirt-scheduler/node"] == "node-b"
+    for path in ("/mutate/share-manager", "/mutate"):
+        async with session.post(f"{base}{path}?timeout=5s", json=share_manager) as response:
+            assert response.status == 200
+            assert (await response.json())["response"] == {"uid": "sm", "allowed": True}
+    async with session.post(f"{base}/mutate/other", json=review(vm_pod())) as response:
+        assert response.status == 404
+
+
+async def test_a_vm_review_is_answered_while_share_managers_wait_for_their_turn(tls_files):
+    """While the lane is taken (a drain's share-manager being judged), a review on the
+    share-manager path waits for its turn; one on the VM path is answered meanwhile."""
+    import asyncio
+
+    from kubefake import objects
+    from webhook.deadline import Deadline
+
+    webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
+    port = await listening.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
+    base = f"https://localhost:{listening.bound_port(port)}"
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    share_manager = review(objects.share_manager_pod("pvc-unused"), namespace=objects.LONGHORN_NS, uid="sm")
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            async def post(path, body):
+                async with session.post(f"{base}{path}?timeout=10s", json=body) as response:
+                    return response.status
+            async with webhook.admissions.lane.turn(Deadline.after(10, 1)):
+                waiting = asyncio.ensure_future(post("/mutate/share-manager", share_manager))
+                assert await asyncio.wait_for(post("/mutate/vm", review(vm_pod())), 5) == 200
+                await asyncio.sleep(0.2)
+                assert not waiting.done() and webhook.admissions.lane.waiting == 1
+            assert await asyncio.wait_for(waiting, 5) == 200
+    finally:
+        await port.cleanup()
