@@ -112,15 +112,3 @@ async def test_a_share_managers_slices_wait_while_a_vm_review_is_answered():
     assert trace.index("a") < first_vm and trace.count("a") == 10
     assert trace[-1] == "second: True" and lane.vms == 0
 
-
-async def test_the_turn_is_held_on_by_the_task_that_has_it():
-    """A review on the share-manager path takes its turn before its body is read; the rule, in
-    the same task, asks for it again and has it at once (no deadlock), and it is let go once."""
-    lane = Lane()
-    async with lane.turn(Deadline.after(10, 1)) as outer:
-        async with lane.turn(Deadline(time.monotonic() + 0.01)) as inner:
-            assert (outer, inner) == (True, True)
-        other = asyncio.ensure_future(in_turn(lane, iter(()), Deadline.after(10, 1)))
-        await asyncio.sleep(0.01)
-        assert not other.done()  # still held by the outer block
-    assert await other is True

@@ -218,3 +218,28 @@ async def test_a_vm_review_is_answered_while_share_managers_wait_for_their_turn(
             assert await asyncio.wait_for(waiting, 5) == 200
     finally:
         await port.cleanup()
+
+
+async def test_a_share_manager_body_trickling_in_does_not_hold_the_others(https, tls_files):
+    """A client on the share-manager path that sends its headers and never its whole body holds
+    no turn: a share-manager review on another connection is answered meanwhile."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    from kubefake import objects
+
+    session, base = https
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    reader, writer = await asyncio.open_connection("localhost", urlsplit(base).port, ssl=context)
+    writer.write(b"POST /mutate/share-manager?timeout=10s HTTP/1.1\r\nHost: localhost\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"apiVersion\":")
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    share_manager = review(objects.share_manager_pod("pvc-unused"), namespace=objects.LONGHORN_NS, uid="sm")
+
+    async def answered():
+        async with session.post(f"{base}/mutate/share-manager?timeout=10s", json=share_manager) as response:
+            return response.status
+
+    assert await asyncio.wait_for(answered(), 2) == 200  # not at the trickling one's deadline
+    writer.close()

@@ -8,10 +8,8 @@ every step. In one lane, a single stretch of one of them, at most a slice long, 
 two steps of everything else, whatever the storm: VM starts keep their pace, and the
 share-managers are answered one after another, the first ones sooner than side by side.
 
-VM reviews go first: while one is being answered (`vm`), a share-manager does not start its turn
-nor its next slice. A review that came on the share-manager webhook's own path takes its turn
-before its body is read (server.py), and keeps it through the rule (`turn` is held on by the task
-that has it).
+VM reviews go first: while one is being read and answered (`vm`: a review on the VM webhook's own
+path, known from its request line), a share-manager does not start its turn nor its next slice.
 """
 from __future__ import annotations
 
@@ -33,7 +31,6 @@ class Lane:
     def __init__(self, slice_seconds: float = SLICE) -> None:
         self.slice = slice_seconds
         self._turn = asyncio.Lock()
-        self._holder: asyncio.Task[Any] | None = None
         self.waiting = 0  # admissions waiting for their turn (the log's and tests' view of the queue)
         self.vms = 0  # VM reviews being answered
         self._no_vm = asyncio.Event()
@@ -58,23 +55,19 @@ class Lane:
 
     @contextlib.asynccontextmanager
     async def turn(self, deadline: Deadline) -> AsyncIterator[bool]:
-        """This admission's turn, held until the block ends: True once it has it, False when the
-        deadline came first (the block then runs without it, and should answer at once). A task
-        that holds the turn already holds it on."""
-        task = asyncio.current_task()
-        if task is not None and task is self._holder:
-            yield True
-            return
+        """This admission's turn, held until the block ends: True once it has it (and no VM
+        review is being answered), False when the deadline came first (the block then runs
+        without it, and should answer at once)."""
         self.waiting += 1
+        held = False
         try:
             async with deadline.timeout():
                 await self._turn.acquire()
-                self._holder = task
+                held = True
                 await self.after_vms()
         except TimeoutError:
             self.waiting -= 1
-            if self._holder is task and self._turn.locked():
-                self._holder = None
+            if held:
                 self._turn.release()
             yield False
             return
@@ -82,7 +75,6 @@ class Lane:
         try:
             yield True
         finally:
-            self._holder = None
             self._turn.release()
 
     async def slices(self, steps: Iterable[Any], deadline: Deadline) -> bool:

@@ -72,10 +72,10 @@ class Webhook:
     cost every review about 20 µs of CPU in `serve`, and none of them is used (docs/performance.md).
 
     Each webhook of the install calls a path of its own, so that a review's kind is known from
-    its request line, before its body is read: a VM's is answered at once and goes first, a
-    share-manager's waits, unread, for its turn in the lane (lane.py). /mutate, which both
-    webhooks called before, still answers either (a configuration of an earlier install, during
-    an upgrade), telling them apart by the pod."""
+    its request line, before its body is read: a VM's goes first, share-managers' rule work
+    waiting while one is read and answered (lane.py). /mutate, which both webhooks called before,
+    still answers either (a configuration of an earlier install, during an upgrade), telling them
+    apart by the pod."""
 
     PATHS: dict[str, Rule | None] = {"/mutate": None, "/mutate/vm": Rule.VM,
                                      "/mutate/share-manager": Rule.SHARE_MANAGER}
@@ -103,15 +103,12 @@ class Webhook:
 
 async def in_order(request: web.BaseRequest, endpoint: Admissions, arrived: float | None,
                    kind: Rule | None) -> web.Response:
-    """`handle_mutate` for a review of `kind` (known from its path): a VM's as the lane's first
-    (share-managers wait meanwhile), a share-manager's in its turn in the lane, read once it has
-    it; any other at once."""
+    """`handle_mutate` for a review of `kind` (known from its path): a VM's first, from its
+    request line to its answer, share-managers' turns and slices waiting meanwhile (lane.py).
+    A share-manager's takes its turn once its body is read (its rule does): taken before, a
+    client trickling a body in on that path would hold every share-manager behind it."""
     if kind is Rule.VM:
         with endpoint.lane.vm():
-            return await handle_mutate(request, endpoint, arrived)
-    if kind is Rule.SHARE_MANAGER:
-        deadline = endpoint.deadline(request_timeout(request, endpoint.settings))
-        async with endpoint.lane.turn(deadline):  # without it by the deadline: answered at once, undecided
             return await handle_mutate(request, endpoint, arrived)
     return await handle_mutate(request, endpoint, arrived)
 
