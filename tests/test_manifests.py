@@ -17,7 +17,6 @@ import pytest
 import yaml
 from tests.support.kube import LONGHORN_NS, VALIDATE_VERSIONS, kubectl, load, migration_target, rwx_disk
 
-from webhook.admission import server
 from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
@@ -459,11 +458,7 @@ def test_both_webhooks_are_safe_to_run_in_front_of_every_pod(rendered):
         assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                   "resources": ["pods"], "scope": "Namespaced"}]
         target = hook["clientConfig"]["service"]
-        # Each webhook its own path: the server knows a review's kind from its request line.
-        path = {"vm.colocate.kubevirt-scheduler.io": "/mutate/vm",
-                "share-manager.colocate.kubevirt-scheduler.io": "/mutate/share-manager"}[hook["name"]]
-        assert (target["name"], target["namespace"], target["path"]) == (NS, NS, path)
-        assert path in server.Webhook.PATHS
+        assert (target["name"], target["namespace"], target["path"]) == (NS, NS, "/mutate")
         assert target["port"] in [p["port"] for p in service["spec"]["ports"]]
         for namespace in ("kube-system", NS):
             assert not selects(hook["namespaceSelector"], namespace_labels(namespace)), (hook["name"], namespace)

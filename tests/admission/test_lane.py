@@ -87,28 +87,3 @@ async def test_a_share_manager_holds_its_turn_across_its_awaits_and_one_that_can
     assert "c: no turn" in trace and trace.index("c: no turn") < trace.index("b0")
     assert [t for t in trace if t[0] in "ab"] == ["a0", "a1", "a2", "b0", "b1", "b2"]  # never interleaved
     assert lane.waiting == 0
-
-
-async def test_a_share_managers_slices_wait_while_a_vm_review_is_answered():
-    """VM reviews go first: while one is being answered, a share-manager's judging does not take
-    its next slice, nor does another share-manager start its turn."""
-    lane, trace = Lane(slice_seconds=0.002), []
-
-    async def vm_review():
-        await asyncio.sleep(0.003)  # arrives while the judging runs
-        with lane.vm():
-            for step in range(3):
-                trace.append(f"vm{step}")
-                await asyncio.sleep(0.005)  # a pause of its own (a read): the judging still waits
-
-    async def second():
-        await asyncio.sleep(0.004)
-        async with lane.turn(Deadline.after(10, 1)) as mine:
-            trace.append(f"second: {mine}")
-
-    await asyncio.gather(in_turn(lane, steps("a", 10, 0.001, trace), Deadline.after(10, 1)), vm_review(), second())
-    first_vm, last_vm = trace.index("vm0"), trace.index("vm2")
-    assert "a" not in trace[first_vm:last_vm + 1]  # no slice of the judging while the VM was answered
-    assert trace.index("a") < first_vm and trace.count("a") == 10
-    assert trace[-1] == "second: True" and lane.vms == 0
-

@@ -67,18 +67,11 @@ def timeout_in(query: str, default: float) -> float:
 
 
 class Webhook:
-    """The admission port's routes, POST only (anything else 404, another method 405), on
+    """The admission port's one route, POST /mutate (anything else 404, another method 405), on
     aiohttp's low-level server (`web.Server`): an Application's router, middlewares and signals
-    cost every review about 20 µs of CPU in `serve`, and none of them is used (docs/performance.md).
+    cost every review about 20 µs of CPU in `serve`, and none of them is used (docs/performance.md)."""
 
-    Each webhook of the install calls a path of its own, so that a review's kind is known from
-    its request line, before its body is read: a VM's goes first, share-managers' rule work
-    waiting while one is read and answered (lane.py). /mutate, which both webhooks called before,
-    still answers either (a configuration of an earlier install, during an upgrade), telling them
-    apart by the pod."""
-
-    PATHS: dict[str, Rule | None] = {"/mutate": None, "/mutate/vm": Rule.VM,
-                                     "/mutate/share-manager": Rule.SHARE_MANAGER}
+    PATH = "/mutate"
 
     def __init__(self, admissions: Admissions, state: ServingState, arrivals: Arrivals | None = None) -> None:
         self.admissions, self.state = admissions, state
@@ -86,31 +79,18 @@ class Webhook:
         self.arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.path not in self.PATHS:
+        if request.path != self.PATH:
             raise web.HTTPNotFound()
         if request.method != "POST":
             raise web.HTTPMethodNotAllowed(request.method, ["POST"])
         transport = request.transport
         try:
-            response = await in_order(request, self.admissions, self.arrivals.arrived(transport),
-                                      self.PATHS[request.path])
+            response = await handle_mutate(request, self.admissions, self.arrivals.arrived(transport))
         finally:
             self.arrivals.answered(transport)  # the next request on this connection: from its first byte
         if self.state.draining:
             response.force_close()  # reconnect elsewhere: our endpoint is on its way out
         return response
-
-
-async def in_order(request: web.BaseRequest, endpoint: Admissions, arrived: float | None,
-                   kind: Rule | None) -> web.Response:
-    """`handle_mutate` for a review of `kind` (known from its path): a VM's first, from its
-    request line to its answer, share-managers' turns and slices waiting meanwhile (lane.py).
-    A share-manager's takes its turn once its body is read (its rule does): taken before, a
-    client trickling a body in on that path would hold every share-manager behind it."""
-    if kind is Rule.VM:
-        with endpoint.lane.vm():
-            return await handle_mutate(request, endpoint, arrived)
-    return await handle_mutate(request, endpoint, arrived)
 
 
 async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived: float | None = None) -> web.Response:
