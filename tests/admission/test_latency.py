@@ -127,3 +127,20 @@ async def test_each_kind_of_pod_is_counted_under_its_own(tls_files, pod, namespa
         assert await status_of(reader) == 200
         writer.close()
     assert observed(kind)[0] == count + 1
+
+
+async def test_a_request_refused_before_a_review_does_not_start_the_next_reviews_clock(tls_files):
+    """A request to another path (404) on a kept connection, then a pause, then a review: the
+    review is counted from its own first byte."""
+    async with serving(tls_files) as (port, context):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        writer.write(b"GET /nothing HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert await status_of(reader) == 404
+        await asyncio.sleep(WAIT)
+        count, total = observed("vm")
+        body = json.dumps(review(vm_pod(), uid="after-404")).encode()
+        writer.write(head(body) + body)
+        assert await status_of(reader) == 200
+        writer.close()
+    count_after, total_after = observed("vm")
+    assert count_after == count + 1 and total_after - total < WAIT / 2

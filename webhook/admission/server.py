@@ -79,12 +79,12 @@ class Webhook:
         self.arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.path != self.PATH:
-            raise web.HTTPNotFound()
-        if request.method != "POST":
-            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
         transport = request.transport
         try:
+            if request.path != self.PATH:
+                raise web.HTTPNotFound()
+            if request.method != "POST":
+                raise web.HTTPMethodNotAllowed(request.method, ["POST"])
             response = await handle_mutate(request, self.admissions, self.arrivals.arrived(transport))
         finally:
             self.arrivals.answered(transport)  # the next request on this connection: from its first byte
