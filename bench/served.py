@@ -42,8 +42,9 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
     its connection's accept to its answer (`latency_ms`: the handshake, the request's arrival and
     any wait for the loop too), and the longest the event loop kept a request waiting before its
     handler (`loop_lag_ms`, the longest of the second before each answer)."""
-    vm_lines = [line for line in lines if str(line.get("uid", "")).startswith("vm-")]
-    sm_lines = [line for line in lines if str(line.get("uid", "")).startswith(("sm-", "control-"))]
+    # By the rule that took each (the apiserver's reviews carry uids of its own, not the bench's).
+    vm_lines = [line for line in lines if line.get("rule") == "vm"]
+    sm_lines = [line for line in lines if line.get("rule") == "share-manager"]
     vm = sorted(float(line["duration_ms"]) for line in vm_lines)
     queued = sorted(float(line["duration_ms"]) + float(line.get("loop_lag_ms") or 0.0) for line in vm_lines)
     share_managers = sorted(float(line["duration_ms"]) for line in sm_lines)
