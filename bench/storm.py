@@ -11,8 +11,10 @@ still on it, whose share-managers `kubectl drain` evicted (their ShareManagers s
 drained node). `python -m webhook serve` (the production command) watches it.
 
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
-VMs start (their disks served elsewhere); every review is sent at once with `?timeout=5s`, on
-connections as kube-apiserver holds them (bench/sender.py): each review in flight on a connection
+VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
+(bench/bodies.py: defaulted, `managedFields`, the creating ServiceAccount), to the path and with
+the `?timeout=` of its webhook in the install's configuration (`rounds.calls`), on connections as
+kube-apiserver holds them (bench/sender.py): each review in flight on a connection
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
 and timed by the sender: the handshake and queueing in the server included (a connection closed
@@ -22,7 +24,8 @@ which the rule answers at once (what the storm's reviews or creates cost without
 work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
 median over the rounds) and how many were not answered as meant in all ("undecided": a VM or a
 drain's share-manager without its decision, a control's share-manager with one; `--json` for
-tools, each round too).
+tools, each round too), and `serve`'s own view from its log: each review's `latency_ms` from its
+connection's accept to its answer, beside the sender's time for it, and its CPU per batch.
 """
 from __future__ import annotations
 
