@@ -22,7 +22,8 @@ NOTHING_DECIDED = Outcome(Rule.NONE)  # allowed, no patch
 class Allowing(server.Admissions):
     """The admission endpoint that parses each review and allows it (a body that is no review is still refused)."""
 
-    async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float) -> bytes:
+    async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float,
+                     arrived: float | None = None) -> bytes:
         return reviews.response_json(server.parsed(raw).uid, NOTHING_DECIDED)
 
 
@@ -32,7 +33,7 @@ class FloorService(Service):
     def webhook(self) -> server.Webhook:
         admissions = Allowing(self.store, self.settings, self.events, lag=self.lag,
                               budget=Budget(self.listen.body_budget))
-        return server.Webhook(admissions, self.state)
+        return server.Webhook(admissions, self.state, self.arrivals)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,25 +10,57 @@ sends it: the apiserver's admission chain, its call to the webhook, the webhook'
 work, validation and the write to etcd. Counted: creates the apiserver refused, and pods created
 without the webhook's decision (`pinned` for a VM, `pinned-among` for a share-manager). The pods
 are deleted between rounds; no kube-scheduler runs, so they stay unbound.
+
+The share-managers are created by a client of their own (longhorn-manager's), the VM pods by
+another (virt-controller's), each with as many connections as it has creates in flight, as
+client-go multiplexes a controller's requests on HTTP/2: through one aiohttp client, whose pool
+holds 100 connections, the 30 VM creates sent after 100 share-managers would wait for those to be
+answered, a wait of the client, not of the apiserver or the webhook. The apiserver calls each
+webhook at its own path in the install's configuration. serve's own figures come from its log
+(each review's `latency_ms`, from its connection's accept to its answer).
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
 from .__main__ import cores, wait_for, webhook_server
-from .rounds import WANTED, batches, round_figures, unused
+from .rounds import HOOKS, WANTED, batches, calls, round_figures, unused
+from .served import admissions_logged, server_figures
 
 CONFIGURATION = "kubevirt-colocate-storm"
 PARALLEL = 48  # creates in flight while the cluster is loaded
 POD = {"apiVersion": "v1", "kind": "Pod"}
+
+
+class Controller(Api):
+    """One controller's client (longhorn-manager's, virt-controller's): `Api`, with no bound on
+    its connections, so that each create in flight has one, as on client-go's HTTP/2."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        context = ssl.create_default_context(cafile=str(plane.ca_file))
+        context.load_cert_chain(str(plane.admin_cert), str(plane.admin_key))
+        self.url = plane.url
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=0))
+
+
+def registration(url: str, ca: Path) -> dict[str, Any]:
+    """The install's MutatingWebhookConfiguration, each webhook calling serve at its own path."""
+    config = webhook_registration(f"{url}/mutate", ca, CONFIGURATION)
+    paths = {HOOKS[kind]: called.partition("?")[0] for kind, called in calls().items()}
+    for hook in config["webhooks"]:
+        hook["clientConfig"]["url"] = f"{url}{paths[hook['name']]}"
+    return config
 
 
 async def _loaded(plane: ControlPlane, cluster: list[dict[str, Any]]) -> None:
@@ -55,17 +87,20 @@ def pods(evicted: list[str], starts: list[str]) -> list[tuple[str, dict[str, Any
     return made + [("vm", objects.vm_pod(claim)) for claim in starts]
 
 
-async def create_all(api: Api, batch: list[tuple[str, dict[str, Any]]]) -> tuple[list[tuple[str, float, bool]], int]:
-    """Every pod created at once; (kind, seconds, decided) of each, and how many the apiserver refused.
-    The pods are deleted again afterwards."""
+async def create_all(clients: dict[str, Api], batch: list[tuple[str, dict[str, Any]]]
+                     ) -> tuple[list[tuple[str, float, bool]], int]:
+    """Every pod created at once, each by its controller's client (`clients`, by kind: "vm",
+    "share-manager"); (kind, seconds, decided) of each, and how many the apiserver refused. The
+    pods are deleted again afterwards."""
     made: list[dict[str, Any]] = []
     refused = 0
+    api = clients["vm"]
 
     async def one(kind: str, pod: dict[str, Any]) -> tuple[str, float, bool] | None:
         nonlocal refused
         started = time.monotonic()
         try:
-            got = await api.create(pod)
+            got = await clients["vm" if kind == "vm" else "share-manager"].create(pod)
         except Refused:
             refused += 1
             return None
@@ -80,9 +115,11 @@ async def create_all(api: Api, batch: list[tuple[str, dict[str, Any]]]) -> tuple
 
 
 async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[str], starts: list[str],
-                         rounds: int) -> list[dict[str, Any]]:
-    async with Api(plane) as api:
-        await api.create(webhook_registration(f"{url}/mutate", ca, CONFIGURATION))
+                         rounds: int, log: Path) -> list[dict[str, Any]]:
+    """`rounds` of the three batches; each round's figures, serve's own (its log's) among them."""
+    async with Controller(plane) as api, Controller(plane) as longhorn:
+        clients = {"vm": api, "share-manager": longhorn}
+        await api.create(registration(url, ca))
         batch = pods(evicted, starts)
         vms = [(kind, pod) for kind, pod in batch if kind == "vm"]
         deadline = time.monotonic() + 60
@@ -93,11 +130,16 @@ async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[
             if time.monotonic() > deadline:
                 raise SystemExit("the apiserver never called the webhook")
             await asyncio.sleep(0.2)
-        await create_all(api, vms[:2])  # warm up
+        await create_all(clients, vms[:2])  # warm up
         found = []
         for _ in range(rounds):
-            made = [await create_all(api, sent) for sent in batches(batch)]
-            found.append({**round_figures(*(results for results, _ in made)), "refused": sum(n for _, n in made)})
+            made, served = [], []
+            for sent in batches(batch):
+                start = log.stat().st_size
+                made.append(await create_all(clients, sent))
+                served.append(server_figures(admissions_logged(log, start)))
+            found.append({**round_figures(*(results for results, _ in made)), "refused": sum(n for _, n in made),
+                          "server_control": served[1], "server": served[2]})
         return found
 
 
@@ -122,8 +164,8 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
         print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
         with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
                             ("--webhook-configuration", CONFIGURATION,
-                             "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, _log):
+                             "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, log):
             wait_for(f"{ops}/readyz", work)
-            return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds))
+            return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds, log))
     finally:
         plane.stop()

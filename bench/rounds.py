@@ -4,7 +4,27 @@ and its figures."""
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+CONFIGURATION = Path(__file__).resolve().parent.parent / "manifests" / "base" / "mutatingwebhookconfiguration.yaml"
+# The install's webhooks, by the kind of review each sends (the control's share-managers go where a drain's do).
+HOOKS = {"vm": "vm.colocate.kubevirt-scheduler.io", "share-manager": "share-manager.colocate.kubevirt-scheduler.io",
+         "control": "share-manager.colocate.kubevirt-scheduler.io"}
+
+
+def calls(configuration: Path = CONFIGURATION) -> dict[str, str]:
+    """The path and query the apiserver calls for each kind of review with the install's
+    MutatingWebhookConfiguration: its webhook's `clientConfig.service.path` and `?timeout=` its
+    `timeoutSeconds` (10 s, the apiserver's default, without one)."""
+    hooks = {hook["name"]: hook for hook in yaml.safe_load(configuration.read_text())["webhooks"]}
+    found = {}
+    for kind, name in HOOKS.items():
+        hook = hooks[name]
+        found[kind] = f"{hook['clientConfig']['service'].get('path') or '/'}?timeout={hook.get('timeoutSeconds', 10)}s"
+    return found
 
 
 def unused(i: int) -> str:

@@ -8,6 +8,12 @@ a new TLS connection: a drain's burst of 130 is 25 reviews on open connections a
 handshakes. `Connections` does the same: a review takes the idle connection used last (as Go's
 transport does) or opens one, and gives it back when answered, kept while fewer than
 `idle` are idle, closed otherwise. `idle=0` sends every review on a new connection of its own.
+
+`in_flight` puts a client's pool in front: at most that many reviews sent at once, the others
+queued in the order sent (and timed from then), as a client with a pool of so many connections
+queues its requests (aiohttp's default pool holds 100). The apiserver has no such bound; a
+benchmark whose pods are all created through one such client has, and its last creates then wait
+for its first ones.
 """
 from __future__ import annotations
 
@@ -23,9 +29,10 @@ Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 class Connections:
     """The HTTPS connections to one server, opened per review in flight, `idle` kept between reviews."""
 
-    def __init__(self, url: str, context: ssl.SSLContext, idle: int = IDLE) -> None:
+    def __init__(self, url: str, context: ssl.SSLContext, idle: int = IDLE, in_flight: int = 0) -> None:
         parts = urlsplit(url)
         self.host, self.port, self.context, self.idle = parts.hostname or "", parts.port or 443, context, idle
+        self.pool = asyncio.Semaphore(in_flight) if in_flight else None  # a client's pool in front (0: none)
         self.free: list[Stream] = []
         self.opened = 0  # TLS connections opened, for the report
 
@@ -42,7 +49,14 @@ class Connections:
             stream[1].close()
 
     async def post(self, path: str, body: bytes) -> bytes:
-        """POST `body` on a connection of its own; the answer's body (200 only)."""
+        """POST `body` on a connection of its own, once the pool in front (if any) lets it; the
+        answer's body (200 only)."""
+        if self.pool is None:
+            return await self._post(path, body)
+        async with self.pool:
+            return await self._post(path, body)
+
+    async def _post(self, path: str, body: bytes) -> bytes:
         reader, writer = stream = await self.take()
         try:
             writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"

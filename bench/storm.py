@@ -11,8 +11,10 @@ still on it, whose share-managers `kubectl drain` evicted (their ShareManagers s
 drained node). `python -m webhook serve` (the production command) watches it.
 
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
-VMs start (their disks served elsewhere); every review is sent at once with `?timeout=5s`, on
-connections as kube-apiserver holds them (bench/sender.py): each review in flight on a connection
+VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
+(bench/bodies.py: defaulted, `managedFields`, the creating ServiceAccount), to the path and with
+the `?timeout=` of its webhook in the install's configuration (`rounds.calls`), on connections as
+kube-apiserver holds them (bench/sender.py): each review in flight on a connection
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
 and timed by the sender: the handshake and queueing in the server included (a connection closed
@@ -22,7 +24,8 @@ which the rule answers at once (what the storm's reviews or creates cost without
 work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
 median over the rounds) and how many were not answered as meant in all ("undecided": a VM or a
 drain's share-manager without its decision, a control's share-manager with one; `--json` for
-tools, each round too).
+tools, each round too), and `serve`'s own view from its log: each review's `latency_ms` from its
+connection's accept to its answer, beside the sender's time for it, and its CPU per batch.
 """
 from __future__ import annotations
 
@@ -44,7 +47,9 @@ from kubefake import objects
 from webhook.tools import certs
 
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
-from .rounds import WANTED, batches, round_figures, unused
+from . import bodies
+from .rounds import WANTED, batches, calls, round_figures, unused
+from .served import admissions_logged, cpu_seconds, served_median
 from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
@@ -97,18 +102,19 @@ def emulator(objects_file: Path, cpu: int | None) -> Iterator[str]:
         yield line.split()[0]
 
 
-def reviews(evicted: list[str], starts: list[str]) -> list[tuple[str, bytes]]:
-    """("share-manager" | "control" | "vm", the AdmissionReview's bytes), as the apiserver would
-    send them; "control": as many share-managers of volumes no VM uses (`unused`)."""
+def reviews(evicted: list[str], starts: list[str], pad_kib: int = 0) -> list[tuple[str, bytes]]:
+    """("share-manager" | "control" | "vm", the AdmissionReview's bytes), as the apiserver sends
+    them (`bodies`: defaulted, managedFields, the creating ServiceAccount); "control": as many
+    share-managers of volumes no VM uses (`unused`). Share-managers padded to `pad_kib` KiB."""
     found = []
-    for i, volume in enumerate(evicted):
-        pod = objects.share_manager_pod(volume)
-        found.append(("share-manager", json.dumps(objects.review(pod, objects.LONGHORN_NS, uid=f"sm-{i}")).encode()))
-    for i in range(len(evicted)):
-        pod = objects.share_manager_pod(unused(i))
-        found.append(("control", json.dumps(objects.review(pod, objects.LONGHORN_NS, uid=f"control-{i}")).encode()))
+    for kind, volumes in (("share-manager", evicted), ("control", [unused(i) for i in range(len(evicted))])):
+        for i, volume in enumerate(volumes):
+            found.append((kind, bodies.review(objects.share_manager_pod(volume), objects.LONGHORN_NS,
+                                              f"{'sm' if kind == 'share-manager' else kind}-{i}", pad_kib=pad_kib,
+                                              manager="longhorn-manager", account="longhorn-service-account")))
     for i, claim in enumerate(starts):
-        found.append(("vm", json.dumps(objects.review(objects.vm_pod(claim), VMS_NS, uid=f"vm-{i}")).encode()))
+        found.append(("vm", bodies.review(objects.vm_pod(claim), VMS_NS, f"vm-{i}", manager="virt-controller",
+                                          account="kubevirt-controller")))
     return found
 
 
@@ -128,10 +134,12 @@ def decision(answer: dict[str, Any]) -> str | None:
 
 
 async def send_all(connections: Connections, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
-    """Every review at once, each on a connection of its own (`sender`); (kind, seconds, decided) of each answer."""
+    """Every review at once, each on a connection of its own (`sender`), to the path and with the
+    timeout of its webhook in the install's configuration; (kind, seconds, decided) of each answer."""
+    called = calls()
 
     async def one(kind: str, body: bytes) -> tuple[str, float, bool]:
-        seconds, answer = await timed(connections, "/mutate?timeout=5s", body)
+        seconds, answer = await timed(connections, called[kind], body)
         return kind, seconds, decision(json.loads(answer)) == WANTED[kind]
 
     return await asyncio.gather(*(one(kind, body) for kind, body in batch))
@@ -147,19 +155,20 @@ async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> lis
 
 
 async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
-                       log: Path) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int]]:
+                       log: Path, serve_pid: int) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int]]:
     """`--rounds` of the three batches on one set of connections, as the apiserver keeps its own:
-    the rounds' figures, serve's admission lines of each batch, and the TLS connections each opened."""
-    connections = Connections(url, https(work), idle=args.idle_connections)
+    the rounds' figures, serve's admission lines of each batch (and the CPU serve spent on it),
+    and the TLS connections each opened."""
+    connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
     rounds, served, opened = [], [], []
     try:
         await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up
         for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
             answered = []
             for sent in batches(batch):
-                start, before = log.stat().st_size, connections.opened
+                start, before, cpu = log.stat().st_size, connections.opened, cpu_seconds(serve_pid)
                 answered.append(await send_all(connections, sent))
-                served.append(admissions_logged(log, start))
+                served.append(admissions_logged(log, start) + [{"cpu_ms": (cpu_seconds(serve_pid) - cpu) * 1000}])
                 opened.append(connections.opened - before)
             rounds.append(round_figures(*answered))
     finally:
@@ -177,10 +186,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         from .realstorm import run_real
 
         rounds = run_real(args, work, cluster, evicted, starts)
+        served = {name: [r.pop(name) for r in rounds] for name in ("server", "server_control")}
         return {"apiserver": "real", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
                 "vm_starts": args.vm_starts, "rounds": rounds, "refused": sum(r.pop("refused") for r in rounds),
-                **{name: median_of(rounds, name) for name in KINDS}}
-    batch = reviews(evicted, starts)
+                **{name: median_of(rounds, name) for name in KINDS},
+                **{name: {key: statistics.median(f[key] for f in each) for key in each[0]}
+                   for name, each in served.items()}}
+    batch = reviews(evicted, starts, args.share_manager_kib)
     server_cpu, other_cpu = cores()
     with emulator(objects_file, other_cpu) as api, \
             webhook_server(api, work, server_cpu, "storm",
@@ -191,46 +203,14 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         caches_synced(log)
         if other_cpu is not None:  # the sender, as the apiserver, on a core of its own: not serve's
             os.sched_setaffinity(0, {other_cpu})
-        rounds, served, opened = asyncio.run(storm_rounds(url, work, batch, args, log))
+        rounds, served, opened = asyncio.run(storm_rounds(url, work, batch, args, log, serve.pid))
         memory = {"rss_mib": process_kib(serve.pid, "VmRSS") / 1024, "peak_mib": process_kib(serve.pid, "VmHWM") / 1024}
-    storm_lines = [line for i, lines in enumerate(served) if i % 3 == 2 for line in lines]
     return {"apiserver": "emulator", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
             "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS},
-            "server": server_figures(storm_lines), "memory": memory,
+            "server": served_median(served[2::3]), "server_control": served_median(served[1::3]), "memory": memory,
+            "body_kib": {kind: round(statistics.median(len(b) for k, b in batch if k == kind) / 1024, 1)
+                         for kind in ("vm", "share-manager")},
             "sender": {"idle_connections": args.idle_connections, "opened_per_storm": statistics.median(opened[2::3])}}
-
-
-def admissions_logged(log: Path, start: int) -> list[dict[str, Any]]:
-    """serve's admission lines written since byte `start` of its log (once every answer is in,
-    its line is written: the line goes before the answer)."""
-    with log.open("rb") as stream:
-        stream.seek(start)
-        found = []
-        for line in stream:
-            with contextlib.suppress(ValueError):
-                entry = json.loads(line)
-                if entry.get("msg") == "admission":
-                    found.append(entry)
-        return found
-
-
-def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
-    """From serve's own log lines of the storms: each VM review's time in serve from its handler's
-    start to its answer (`duration_ms`: waiting for room to read it, reading it, deciding), and
-    the longest the event loop kept a request waiting before its handler (`loop_lag_ms`); a VM
-    review's server time with its queueing is at most the two added (the lag is the longest of
-    the second before its answer)."""
-    vm_lines = [line for line in lines if str(line.get("uid", "")).startswith("vm-")]
-    vm = sorted(float(line["duration_ms"]) for line in vm_lines)
-    queued = sorted(float(line["duration_ms"]) + float(line.get("loop_lag_ms") or 0.0) for line in vm_lines)
-    share_managers = sorted(float(line["duration_ms"]) for line in lines if str(line.get("uid", "")).startswith("sm-"))
-    lag = [float(line["loop_lag_ms"]) for line in lines if line.get("loop_lag_ms") is not None]
-
-    def p99(values: list[float]) -> float:
-        return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))] if values else float("nan")
-
-    return {"vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
-            "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan"))}
 
 
 KINDS = ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager")
@@ -271,10 +251,13 @@ def median_of(rounds: list[dict[str, Any]], name: str) -> dict[str, float]:
     return {**found, "undecided": sum(r[name]["undecided"] for r in rounds)}
 
 
-def connections_kept(text: str) -> int:
-    value = int(text)
+def zero_or_more(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"a number of connections, 0 or more: {text!r}")
+        raise argparse.ArgumentTypeError(f"a whole number, 0 or more: {text!r}")
     return value
 
 
@@ -291,10 +274,17 @@ def main() -> None:
                              "created through a real kube-apiserver that calls serve (real: KUBEBUILDER_ASSETS)")
     parser.add_argument("--share-manager-rule", choices=["on", "off"], default="on",
                         help="off: the storm's share-managers too answered at once, undecided")
-    parser.add_argument("--idle-connections", type=connections_kept, default=IDLE, metavar="N",
+    parser.add_argument("--idle-connections", type=zero_or_more, default=IDLE, metavar="N",
                         help="the sender, as kube-apiserver: each review in flight on a connection of its own, a new "
                              "TLS connection when none is idle; N kept open between bursts (default %(default)s, as "
                              "kube-apiserver keeps; 0: a new TLS connection for every review)")
+    parser.add_argument("--in-flight", type=zero_or_more, default=0, metavar="N",
+                        help="at most N reviews sent at once, the rest queued in the order sent and timed from then, as "
+                             "one client with a pool of N connections would create the pods (aiohttp's default: 100); "
+                             "default 0: none, as the apiserver calls the webhook")
+    parser.add_argument("--share-manager-kib", type=zero_or_more, default=0, metavar="KIB",
+                        help="each share-manager's review padded to at least KIB KiB (default: as the apiserver sends "
+                             "longhorn-manager's pod, about 5 KiB)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-storm-") as tmp:
@@ -317,16 +307,27 @@ def main() -> None:
     quiet, storm = result["quiet_vm"]["p99_ms"], result["storm_vm"]["p99_ms"]
     print(f"  VM starts' p99, the storm less a quiet cluster: {storm - quiet:+.1f} ms "
           f"(the control less a quiet cluster: {result['control_vm']['p99_ms'] - quiet:+.1f} ms)")
-    if "server" in result:
+    if "memory" in result:
         server, memory = result["server"], result["memory"]
         print(f"  in serve, the storms (its log): VM reviews p99 {server['vm_p99_ms']:.1f} ms, max "
               f"{server['vm_max_ms']:.1f} ms (handler to answer); share-managers p99 {server['share_manager_p99_ms']:.1f} ms; "
               f"event loop lag before a handler, max {server['loop_lag_max_ms']:.1f} ms; VM reviews with the lag "
               f"before them p99 {server['vm_queued_p99_ms']:.1f} ms")
+        control = result["server_control"]
+        print(f"  in serve, from each connection's accept to its answer (its log's latency_ms), p99: VM reviews "
+              f"{server['vm_latency_p99_ms']:.1f} ms in the storm, {control['vm_latency_p99_ms']:.1f} ms beside the "
+              f"control; share-managers {server['share_manager_latency_p99_ms']:.1f} ms, the control's "
+              f"{control['share_manager_latency_p99_ms']:.1f} ms; serve's CPU {server['cpu_ms']:.0f} ms per storm, "
+              f"{control['cpu_ms']:.0f} ms per control")
         print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
               f"({args.idle_connections} kept idle between bursts)")
         print(f"  serve's memory at the end: RSS {memory['rss_mib']:.1f} MiB (peak {memory['peak_mib']:.1f} MiB)")
     if "refused" in result:
+        server, control = result["server"], result["server_control"]
+        print(f"  in serve, from each connection's accept to its answer (its log's latency_ms), p99: VM reviews "
+              f"{server['vm_latency_p99_ms']:.1f} ms in the storm, {control['vm_latency_p99_ms']:.1f} ms beside the "
+              f"control; share-managers {server['share_manager_latency_p99_ms']:.1f} ms, the control's "
+              f"{control['share_manager_latency_p99_ms']:.1f} ms")
         print(f"  creates the apiserver refused: {result['refused']}")
 
 

@@ -41,10 +41,16 @@ class Children(Generic[Labelled]):
 ADMISSION_DURATION = Histogram("colocate_admission_duration_seconds",
                                "Time to answer one admission review, from request to response.", ["rule"],
                                buckets=ADMISSION_BUCKETS, registry=REGISTRY)
+ADMISSION_LATENCY = Histogram("colocate_admission_latency_seconds",
+                              "Time to answer one admission review as its caller waits for it: from the accept of its "
+                              "connection (a kept connection: its request's first byte) to the answer, the TLS "
+                              "handshake, reading the request and any wait for the event loop included; by kind of "
+                              "pod (vm, share-manager, other).", ["kind"], buckets=ADMISSION_BUCKETS, registry=REGISTRY)
 ADMISSIONS = Counter("colocate_admissions_total",
                      "Admission reviews answered, by rule and outcome (pinned, pinned-among, preferred, not-pinned, skipped, error).",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
 ADMISSION_DURATIONS, ADMISSION_OUTCOMES = Children(ADMISSION_DURATION), Children(ADMISSIONS)
+ADMISSION_LATENCIES = Children(ADMISSION_LATENCY)
 LOOP_LAG = Histogram("colocate_event_loop_lag_seconds",
                      "How late the event loop ran a timer (sampled every 0.1 s): how long a request arriving then "
                      "could wait before its handler ran.", buckets=ADMISSION_BUCKETS, registry=REGISTRY)

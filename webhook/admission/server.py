@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import logging
@@ -21,7 +22,8 @@ from .admit import admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
 from .lane import Lane
 from .looplag import LoopLag
-from .outcome import Outcome, decision_event
+from .outcome import Outcome, Rule, decision_event
+from ..process.listening import Arrivals
 from ..rules.placement.decide import Decision
 
 log = logging.getLogger("webhook.server")
@@ -71,21 +73,27 @@ class Webhook:
 
     PATH = "/mutate"
 
-    def __init__(self, admissions: Admissions, state: ServingState) -> None:
+    def __init__(self, admissions: Admissions, state: ServingState, arrivals: Arrivals | None = None) -> None:
         self.admissions, self.state = admissions, state
+        # When each connection's request arrived (the port's Guard notes it): the start of its latency.
+        self.arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.path != self.PATH:
-            raise web.HTTPNotFound()
-        if request.method != "POST":
-            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
-        response = await handle_mutate(request, self.admissions)
+        transport = request.transport
+        try:
+            if request.path != self.PATH:
+                raise web.HTTPNotFound()
+            if request.method != "POST":
+                raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+            response = await handle_mutate(request, self.admissions, self.arrivals.arrived(transport))
+        finally:
+            self.arrivals.answered(transport)  # the next request on this connection: from its first byte
         if self.state.draining:
             response.force_close()  # reconnect elsewhere: our endpoint is on its way out
         return response
 
 
-async def handle_mutate(request: web.BaseRequest, endpoint: Admissions) -> web.Response:
+async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived: float | None = None) -> web.Response:
     started = time.monotonic()
     deadline = endpoint.deadline(request_timeout(request, endpoint.settings))
     if request.content_type != "application/json":
@@ -102,7 +110,7 @@ async def handle_mutate(request: web.BaseRequest, endpoint: Admissions) -> web.R
                 metrics.BAD_REVIEWS.inc()
                 return web.Response(status=408, text="the request body did not arrive before the deadline\n")
             try:
-                body = await endpoint.answer(raw, deadline, started)
+                body = await endpoint.answer(raw, deadline, started, arrived)
             except BadRequest as exc:
                 return bad_request(str(exc))
     except NoRoom as exc:
@@ -153,17 +161,24 @@ class Admissions:
     def deadline(self, timeout: float) -> Deadline:
         return Deadline.after(timeout, self.settings.deadline_margin)
 
-    async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float) -> bytes:
-        """The AdmissionReview answer as JSON; raises BadRequest when `raw` is not a review."""
+    async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float,
+                     arrived: float | None = None) -> bytes:
+        """The AdmissionReview answer as JSON; raises BadRequest when `raw` is not a review.
+        `started`: when its handler began; `arrived`: when its caller's wait began (its
+        connection's accept, or its request's first byte), if known."""
         review = parsed(raw)
         outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:
                 self.tell(review, outcome.decision)
-            seconds = time.monotonic() - started
-            count_admission(outcome, seconds)
-            log_admission(review, outcome, seconds, self.lag.recent() if self.lag is not None else None)
+            now = time.monotonic()
+            count_admission(outcome, now - started)
+            waited = None if arrived is None else now - arrived
+            if waited is not None:
+                metrics.ADMISSION_LATENCIES.labels(KIND_OF_RULE[outcome.rule]).observe(waited)
+            log_admission(review, outcome, Timing(seconds=now - started, waited=waited,
+                                                  loop_lag=self.lag.recent() if self.lag is not None else None))
         except Exception:
             log.exception("bookkeeping after admission %s failed", review.uid)
         return answer
@@ -209,11 +224,26 @@ def count_admission(outcome: Outcome, seconds: float) -> None:
         metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
-def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float,
-                  loop_lag: float | None = None) -> None:
+# The kind of pod a review's latency is counted under, by the rule that took it.
+KIND_OF_RULE = {Rule.VM: "vm", Rule.SHARE_MANAGER: "share-manager", Rule.NONE: "other"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Timing:
+    """How long one admission took: from its handler's start (`seconds`), from its caller's
+    (`waited`: the accept of its connection or its request's first byte, when known), and the
+    event loop's longest lag of the second before its answer."""
+
+    seconds: float
+    waited: float | None = None
+    loop_lag: float | None = None
+
+
+def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, timing: Timing) -> None:
     """One JSON line per admission: what an admin needs to answer "why is my VM there?", and how
-    long it took: `duration_ms` from its handler's start, `loop_lag_ms` the longest the event loop
-    kept a request waiting before its handler in the last second (looplag.py)."""
+    long it took: `duration_ms` from its handler's start, `latency_ms` from its connection's accept
+    (or its request's first byte), `loop_lag_ms` the longest the event loop kept a request waiting
+    before its handler in the last second (looplag.py)."""
     decision = outcome.decision
     fields: dict[str, object] = {
         "uid": review.uid,
@@ -228,13 +258,17 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
         "reason": decision.reason if decision else outcome.skipped,
         "detail": outcome.detail,
         "dry_run": review.dry_run,
-        "duration_ms": round(seconds * 1000, 3),
+        "duration_ms": round(timing.seconds * 1000, 3),
     }
-    if loop_lag is not None:
-        fields["loop_lag_ms"] = round(loop_lag * 1000, 3)
+    if timing.waited is not None:
+        fields["latency_ms"] = round(timing.waited * 1000, 3)
+    if timing.loop_lag is not None:
+        fields["loop_lag_ms"] = round(timing.loop_lag * 1000, 3)
     log.info("admission", extra={"fields": fields})
 
 
 def make_webhook(store: Store, settings: AdmissionSettings, *, state: ServingState | None = None,
-                 events: Events = NO_EVENTS, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES) -> Webhook:
-    return Webhook(Admissions(store, settings, events, lag=lag, budget=Budget(body_budget)), state or ServingState())
+                 events: Events = NO_EVENTS, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES,
+                 arrivals: Arrivals | None = None) -> Webhook:
+    return Webhook(Admissions(store, settings, events, lag=lag, budget=Budget(body_budget)), state or ServingState(),
+                   arrivals)

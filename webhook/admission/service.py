@@ -49,6 +49,7 @@ class Service:
         self.lag = LoopLag()
         self.companions = (self.lag, *companions)
         self.state = server.ServingState()
+        self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
         self.ops_runner: Port | None = None
         self.runner: Port | None = None  # the admission port
         metrics.STORE.source = store.stats
@@ -76,7 +77,7 @@ class Service:
         self.ops_runner = await listening.start(ops.make_ops_app(self.not_ready, self.degraded),
                                                 self.listen.metrics_host, self.listen.metrics_port, None)
         self.runner = await listening.start(self.webhook(), self.listen.host, self.listen.port, self.tls.context,
-                                         shutdown_timeout=self.listen.shutdown_timeout)
+                                            shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()
         for companion in self.companions:
             companion.start()
@@ -88,7 +89,7 @@ class Service:
     def webhook(self) -> server.Webhook:
         """The admission port's handler."""
         return server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
-                                   body_budget=self.listen.body_budget)
+                                   body_budget=self.listen.body_budget, arrivals=self.arrivals)
 
     async def stop(self) -> None:
         self.state.draining = True

@@ -13,11 +13,16 @@ closed connection is a pod created without our decision. Memory is bounded by th
 instead (admission/budget.py: beyond the budget a body waits, unread); a body must arrive within the
 request's deadline (admission/server.py: 408), and an idle keep-alive connection closes after aiohttp's
 keepalive timeout.
+
+The Guard also tells when the request a connection carries arrived (`Arrivals`): what the
+apiserver waits for starts there, before any handler runs (the accept, the TLS handshake, the
+headers and body arriving, the event loop's other work meanwhile).
 """
 from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,11 +36,44 @@ END_OF_HEADERS = b"\r\n\r\n"
 BACKLOG = 128  # aiohttp's sites' default
 
 
-class Guard:
-    """A protocol factory around aiohttp's, counting the connections open."""
+class Arrivals:
+    """When the request each open connection carries arrived: for a connection's first request,
+    the moment the connection was accepted (asyncio calls the protocol factory at the accept,
+    before the TLS handshake); for a later one on a kept connection, its first byte. Read by the
+    handler with `request.transport`; `answered` restarts the clock for the next request."""
 
-    def __init__(self, factory: Callable[[], asyncio.Protocol], header_seconds: float = HEADER_SECONDS) -> None:
+    __slots__ = ("_since",)
+
+    def __init__(self) -> None:
+        self._since: dict[asyncio.BaseTransport, float] = {}
+
+    def connected(self, transport: asyncio.BaseTransport, accepted: float) -> None:
+        self._since[transport] = accepted
+
+    def received(self, transport: asyncio.BaseTransport) -> None:
+        if transport not in self._since:
+            self._since[transport] = time.monotonic()
+
+    def arrived(self, transport: asyncio.BaseTransport | None) -> float | None:
+        """The monotonic time the connection's current request arrived; None for no connection of this port."""
+        return self._since.get(transport) if transport is not None else None
+
+    def answered(self, transport: asyncio.BaseTransport | None) -> None:
+        if transport is not None:
+            self._since.pop(transport, None)
+
+    def __len__(self) -> int:
+        return len(self._since)
+
+
+class Guard:
+    """A protocol factory around aiohttp's, counting the connections open and noting when each
+    connection's request arrived (`arrivals`)."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], header_seconds: float = HEADER_SECONDS,
+                 arrivals: Arrivals | None = None) -> None:
         self.factory, self.header_seconds = factory, header_seconds
+        self.arrivals = arrivals if arrivals is not None else Arrivals()
         self.open = 0
 
     def __call__(self) -> asyncio.Protocol:
@@ -46,6 +84,7 @@ class Guarded(asyncio.Protocol):
     """aiohttp's protocol for one connection, closed when the guard says so."""
 
     def __init__(self, guard: Guard, inner: Any) -> None:
+        self.accepted = time.monotonic()  # made by the factory, which the loop calls at the accept
         self.guard, self.inner = guard, inner
         self.transport: asyncio.BaseTransport | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -54,6 +93,7 @@ class Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.guard.open += 1
+        self.guard.arrivals.connected(transport, self.accepted)
         self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
 
@@ -63,6 +103,7 @@ class Guarded(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        self.guard.arrivals.received(self.transport)  # type: ignore[arg-type]
         if self.timer is not None:
             seen = self.tail + data
             if END_OF_HEADERS in seen:
@@ -79,6 +120,7 @@ class Guarded(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         self.guard.open -= 1
+        self.guard.arrivals.answered(self.transport)
         self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -129,9 +171,11 @@ LINGER = 2.0
 
 
 async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
-                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0) -> Port:
+                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0,
+                arrivals: Arrivals | None = None) -> Port:
     """Start listening: an Application (an operations port), or a low-level handler on aiohttp's
-    `web.Server` (the admission port); returns the port (cleanup() stops it). Port 0 picks a free port."""
+    `web.Server` (the admission port); returns the port (cleanup() stops it). Port 0 picks a free port.
+    `arrivals`: where the port notes when each connection's request arrived."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
     if isinstance(handler, web.Application):
@@ -139,7 +183,8 @@ async def start(handler: web.Application | Callable[[web.BaseRequest], Any], hos
     else:
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    return await listen(runner, host, port, context)  # bounded connections (Guard)
+    guard = Guard(runner.server, arrivals=arrivals)  # type: ignore[arg-type]
+    return await listen(runner, host, port, context, guard=guard)  # bounded connections
 
 
 def bound_port(listening: Port) -> int:

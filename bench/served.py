@@ -1,0 +1,63 @@
+"""serve's own figures of a drain storm's batch, from its admission log lines (`latency_ms`,
+`duration_ms`, `loop_lag_ms`) and its CPU, beside what the sender or the apiserver's client measures."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU (user and system) process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def admissions_logged(log: Path, start: int) -> list[dict[str, Any]]:
+    """serve's admission lines written since byte `start` of its log (once every answer is in,
+    its line is written: the line goes before the answer)."""
+    with log.open("rb") as stream:
+        stream.seek(start)
+        found = []
+        for line in stream:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("msg") == "admission":
+                    found.append(entry)
+        return found
+
+
+def served_median(batches_served: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """`server_figures` of each batch's lines, each figure's median over the batches (as the sender's)."""
+    each = [server_figures(lines) for lines in batches_served]
+    return {key: statistics.median(figures[key] for figures in each) for key in each[0]}
+
+
+def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
+    """From serve's own log lines of a batch: each review's time in serve from its handler's
+    start to its answer (`duration_ms`: waiting for room to read it, reading it, deciding), from
+    its connection's accept to its answer (`latency_ms`: the handshake, the request's arrival and
+    any wait for the loop too), and the longest the event loop kept a request waiting before its
+    handler (`loop_lag_ms`, the longest of the second before each answer)."""
+    # By the rule that took each (the apiserver's reviews carry uids of its own, not the bench's).
+    vm_lines = [line for line in lines if line.get("rule") == "vm"]
+    sm_lines = [line for line in lines if line.get("rule") == "share-manager"]
+    vm = sorted(float(line["duration_ms"]) for line in vm_lines)
+    queued = sorted(float(line["duration_ms"]) + float(line.get("loop_lag_ms") or 0.0) for line in vm_lines)
+    share_managers = sorted(float(line["duration_ms"]) for line in sm_lines)
+    lag = [float(line["loop_lag_ms"]) for line in lines if line.get("loop_lag_ms") is not None]
+
+    def latency(found: list[dict[str, Any]]) -> list[float]:
+        return sorted(float(line["latency_ms"]) for line in found if "latency_ms" in line)
+
+    def p99(values: list[float]) -> float:
+        return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))] if values else float("nan")
+
+    cpu = [float(line["cpu_ms"]) for line in lines if "cpu_ms" in line]
+    return {"cpu_ms": sum(cpu) if cpu else float("nan"),
+            "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
+            "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),
+            "vm_latency_p99_ms": p99(latency(vm_lines)), "share_manager_latency_p99_ms": p99(latency(sm_lines))}
