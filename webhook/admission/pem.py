@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 CERTIFICATE, KEY, CLIENT_CA = "certificate", "key", "client CA"
-# A PEM key's label ends "PRIVATE KEY" (PKCS #8, RSA, EC, ENCRYPTED): RFC 7468, section 11.
+# A PEM key's label ends "PRIVATE KEY" (PKCS #8 and its ENCRYPTED form, RFC 7468; RSA and EC, OpenSSL's).
 _CERT_PEM, _KEY_PEM = b"-----BEGIN CERTIFICATE-----", b"PRIVATE KEY" + b"-" * 5
 
 
