@@ -60,12 +60,18 @@ def days(text: str) -> int:
     return value
 
 
-def san(text: str) -> str:
-    """A name for the serving certificate: a DNS name (lower case, RFC 1123) or an IP address."""
+def _ip(text: str) -> str | None:
+    """The IP address `text` spells, as Python writes it; None when it spells none."""
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
-        pass
+        return None
+
+
+def san(text: str) -> str:
+    """A name for the serving certificate: a DNS name (lower case, RFC 1123) or an IP address."""
+    if (ip := _ip(text)) is not None:
+        return ip
     if not _DNS_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is neither a DNS name (such as webhook.example.com, lower case) "
                                          f"nor an IP address")
@@ -74,10 +80,8 @@ def san(text: str) -> str:
 
 def host(text: str) -> str:
     """An address to listen on: an IP address or a host name."""
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        pass
+    if (ip := _ip(text)) is not None:
+        return ip
     if not _DNS_NAME.fullmatch(text.lower()) or text.startswith("*"):
         raise argparse.ArgumentTypeError(f"{text!r} is neither an IP address (such as 0.0.0.0 or ::) nor a host name")
     return text

@@ -219,8 +219,8 @@ class Keeper:
 
         def hold(result: Result) -> None:
             self._remember(result, now)
-            refused = self.state.refusal(*result.key, result.action) if self.state is not None else None
-            held[result.key] = dataclasses.replace(observed[result.key].facts, refused=refused)
+            held[result.key] = dataclasses.replace(observed[result.key].facts,
+                                                   refused=self.state.refusal(*result.key, result.action))
 
         writes = self.writes
         writes.begin()
@@ -322,8 +322,6 @@ class Keeper:
         (the VM is held a while longer), or none once the action went through."""
         if result.words:
             self.memory.acted(result.key, result.words, now)
-        if self.state is None:
-            return
         namespace, name = result.key
         if result.holds:
             self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)

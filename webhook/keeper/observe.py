@@ -36,6 +36,8 @@ from ..rules.keeping.plan import Stuck
 from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, judge, Mount, Pauses, Server, Stale
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.state import Action, KeeperState
+from ..rules.fit.nodeunschedulable import node_unschedulable
+from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
@@ -152,10 +154,7 @@ class Observer:
             return facts
         unpauses = self.recall.unpauses(vmi.uid, mount.pod_started) if self.recall is not None else 0
         facts = dataclasses.replace(facts, mount=mount, unpauses=unpauses)
-        judged = judge(mount, pauses, paused, now)
-        if kept is not None and not isinstance(judged, Stale) and any(
-                s.requested == kept.requested and (mount.pod_started or now) < kept.requested for s in mount.servers):
-            judged = Stale(kept.words, kept.requested)  # the same stale mount
+        judged = judge(mount, pauses, paused, now, Stale(kept.words, kept.requested) if kept is not None else None)
         if not isinstance(judged, Stale):
             return dataclasses.replace(facts, retry=judged)
         failed = failed_recovery(vmi, history, judged.requested)
@@ -238,10 +237,9 @@ def serving_since(pod: dict[str, Any] | None) -> datetime | None:
 
 
 def takes_pods(node: Any) -> bool:
-    """Not cordoned and no taint that keeps pods off: checked first for a recovery through another node."""
-    spec = kinds.spec(node)
-    return not spec.get("unschedulable") and not any(
-        isinstance(t, dict) and t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or ())
+    """Not cordoned and no taint that keeps pods off (kube-scheduler's filters, with no toleration):
+    checked first for a recovery through another node."""
+    return node_unschedulable("", node) is None and blocking_taint(node, ()) is None
 
 
 def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,

@@ -97,3 +97,12 @@ def test_a_request_stamped_after_the_server_started_counts_from_the_request():
     mount = Mount(pod_started=ago(days=3), servers=(late,))
     assert judge(mount, Pauses(at=(seconds(45),), watched_since=LONG), None, NOW) is None  # within 30 s of +20
     assert isinstance(judge(mount, Pauses(at=(seconds(55),), watched_since=LONG), None, NOW), Stale)
+
+
+def test_what_the_keeper_found_stands_while_its_request_is_the_latest():
+    """The keeper's record keeps a pause its watch saw: the same stale mount while no newer request came."""
+    kept = Stale("paused on an I/O error at …", SERVER.requested)
+    assert judge(MOUNT, Pauses(), None, NOW, kept) == kept
+    newer = Mount(pod_started=ago(days=3), servers=(Server(volume="pvc-d", requested=ago(minutes=1), served=NOW,
+                                                           pod="share-manager-pvc-d", node="node-a"),))
+    assert judge(newer, Pauses(), None, NOW, kept) is None  # another restart since: judged afresh

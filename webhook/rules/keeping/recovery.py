@@ -139,15 +139,12 @@ class Stale:
     requested: datetime
 
 
-def before_request(mount: Mount) -> Server | None:
-    """The volume whose latest remount request came after the VM's pod started (the latest such), None
-    when none did: the pod may have kept a mount of an NFS server that went away. Longhorn stamps the
-    request on every reconcile while a share-manager is in Error or Unknown, on the same node or
-    elsewhere, so this alone proves nothing about the mount."""
-    if mount.pod_started is None:
-        return None
-    late = [s for s in mount.servers if s.requested is not None and mount.pod_started < s.requested]
-    return max(late, key=lambda s: s.requested or EPOCH, default=None)
+def _late(mount: Mount) -> list[Server]:
+    """The volumes whose latest remount request came after the VM's pod started: the pod may have kept a
+    mount of an NFS server that went away. Longhorn stamps the request on every reconcile while a
+    share-manager is in Error or Unknown, on the same node or elsewhere, so this alone proves nothing."""
+    started = mount.pod_started
+    return [s for s in mount.servers if started is not None and s.requested is not None and started < s.requested]
 
 
 def not_fresh(mount: Mount | None) -> str | None:
@@ -155,7 +152,7 @@ def not_fresh(mount: Mount | None) -> str | None:
     after each of its Longhorn volumes' remount requests."""
     if mount is None or mount.pod_started is None:
         return "when its launcher pod started is not known"
-    late = before_request(mount)
+    late = max(_late(mount), key=lambda s: s.requested or EPOCH, default=None)
     return None if late is None else (f"its pod started {rfc3339(mount.pod_started)}, before Longhorn asked for "
                                       f"volume {late.volume} to be remounted ({rfc3339(late.requested or EPOCH)})")
 
@@ -185,15 +182,18 @@ def retry_after(pauses: Pauses, since: datetime, settled: datetime) -> datetime:
     return max(next(at for at in retries(first) if at >= settled) for first in chain)
 
 
-def judge(mount: Mount, pauses: Pauses, paused_since: datetime | None, now: datetime) -> Stale | str | None:
+def judge(mount: Mount, pauses: Pauses, paused_since: datetime | None, now: datetime,
+          kept: Stale | None = None) -> Stale | str | None:
     """Whether the VM is on a stale mount: its pod started before a remount request of one of its volumes,
     and KubeVirt's own retry failed once that volume's new share-manager served: the VM paused on an I/O
     error well after it served (RECONNECT), or, paused on one since before (`paused_since`), it is still
-    paused after virt-handler's retry that came after. `Stale`; else, for a VM paused on an I/O error whose
+    paused after virt-handler's retry that came after; or the keeper found so before (`kept`, a pause its
+    watch saw that no object shows now) and that request is still the latest. `Stale`; else, for a VM paused on an I/O error whose
     retry is still to come, what it waits for; else None: nothing says its mount is stale."""
     waits: list[str] = []
-    for server in sorted((s for s in mount.servers if mount.pod_started is not None and s.requested is not None
-                          and mount.pod_started < s.requested), key=lambda s: s.volume):
+    for server in sorted(_late(mount), key=lambda s: s.volume):
+        if kept is not None and server.requested == kept.requested:
+            return kept
         requested = server.requested or EPOCH
         if server.served is None:
             waits.append(f"share-manager {server.pod or server.volume} does not serve yet")
