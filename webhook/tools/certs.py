@@ -36,53 +36,38 @@ def _san(names: Iterable[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
+def _certificate(subject: str, issuer: x509.Name, key: ec.EllipticCurvePublicKey, now: datetime.datetime,
+                 days: int) -> x509.CertificateBuilder:
+    """A certificate valid from 5 minutes before `now` (a little clock skew tolerated) for `days`."""
+    return (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(issuer).public_key(key).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days)))
+
+
 def generate(names: list[str], days: int = 365, ca_name: str = "kubevirt-colocate-ca") -> Bundle:
     """A fresh ECDSA P-256 CA and a serverAuth certificate for `names` (DNS names or IPs)."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    start = now - datetime.timedelta(minutes=5)  # tolerate small clock skew
-    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
     ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_subject)
-        .issuer_name(ca_subject)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(now + datetime.timedelta(days=days))
+        _certificate(ca_name, ca_subject, ca_key.public_key(), now, days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(now + datetime.timedelta(days=days))
+        _certificate(names[0], ca_subject, key.public_key(), now, days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(_san(names), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    return Bundle(
-        ca_cert=ca_cert.public_bytes(pem),
-        cert=cert.public_bytes(pem),
-        key=key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-    )
+    return Bundle(ca_cert=ca_cert.public_bytes(pem), cert=cert.public_bytes(pem),
+                  key=key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 
 def write(bundle: Bundle, out: str | Path) -> Path:

@@ -1,17 +1,13 @@
 """The self-managed certificate path in a cluster: a Secret for the pair, the CA in caBundle.
 
-What kube-webhook-certgen does (kubernetes/ingress-nginx, images/kube-webhook-certgen:
-`create` leaves a Secret that already holds a certificate alone, `patch` writes the CA
-into the caBundle of every webhook of the configuration), with two differences:
-- a pair in the Secret is kept only while it is still good for these names and has more
-  than a third of its life left (cert-manager's default renewBefore), else it is renewed;
-- on renewal the caBundle holds the new CA *and* the previous one until the next run, so
-  the apiserver trusts the old serving certificate until the kubelet has refreshed the
-  Secret volume and the server has reloaded it: rotation without failed calls.
+What kube-webhook-certgen does (kubernetes/ingress-nginx, images/kube-webhook-certgen: `create` keeps
+a Secret that holds a certificate, `patch` writes the CA into every webhook's caBundle), except that
+a pair is kept only while good for these names with over a third of its life left (cert-manager's
+default renewBefore), and a renewal leaves the previous CA in caBundle until the next run: the
+apiserver trusts the old certificate until the kubelet refreshed the Secret and the server reloaded.
 
-Writes are JSON merge patches carrying the resourceVersion read just before, so a
-concurrent writer makes the apiserver answer 409 instead of losing an update; the
-webhooks list is sent whole (a merge patch replaces lists), as read and changed.
+Writes are merge patches carrying the resourceVersion just read (a concurrent writer gets 409, not a
+lost update), with the webhooks list whole (a merge patch replaces lists).
 """
 from __future__ import annotations
 
@@ -23,7 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from ..cluster import client
-from ..kinds import MUTATING_WEBHOOK, SECRET
+from ..kinds import MUTATING_WEBHOOK, SECRET, meta
 from . import certs
 from ..cluster.rest import MERGE_PATCH, Api, KubeError, failure as _failure
 
@@ -61,11 +57,10 @@ def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | 
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except Exception:  # unparsable, not signed by this CA, no SANs: anything off means renew
         return None
-    if key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo) != \
-            cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo):
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
         return None
-    present = {str(v) for v in sans.get_values_for_type(x509.DNSName)}
-    present |= {str(v) for v in sans.get_values_for_type(x509.IPAddress)}
+    present = {str(v) for kind in (x509.DNSName, x509.IPAddress) for v in sans.get_values_for_type(kind)}
     if not set(names) <= present:
         return None
     start, end = cert.not_valid_before_utc, min(cert.not_valid_after_utc, ca.not_valid_after_utc)
@@ -81,63 +76,60 @@ def _still_valid_ca(pem: bytes | None, now: datetime.datetime) -> bytes | None:
     return None
 
 
-def _secret_path(namespace: str, name: str = "") -> str:
-    return SECRET.path(namespace, name or None)
-
-
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes:
+    """The bytes of a base64 value; none for an absent or a malformed one."""
+    try:
+        return base64.b64decode(text or "")
+    except ValueError:
+        return b""
+
+
+def _secret_data(bundle: certs.Bundle) -> dict[str, str]:
+    return {key: _b64(value) for key, value in zip(SECRET_KEYS, (bundle.ca_cert, bundle.cert, bundle.key))}
+
+
+def _written(status: int, answer: object, what: str) -> bool:
+    """Whether a write went through: False on 409 Conflict (read again and retry), KubeError on a failure."""
+    if status == 409:
+        return False
+    if not 200 <= status < 300:
+        raise _failure(status, answer, what)
+    return True
 
 
 async def sync_secret(api: Api, namespace: str, name: str, names: list[str], days: int) -> SecretResult:
     """Make Secret `namespace/name` hold a good pair for `names`: keep, renew or create it."""
     now = datetime.datetime.now(datetime.timezone.utc)
+    path, what = SECRET.path(namespace, name), f"Secret {namespace}/{name}"
     for _ in range(ATTEMPTS):
-        status, secret = await api.request("GET", _secret_path(namespace, name))
+        status, secret = await api.request("GET", path)
         if status == 404:
             # Our manifests create the Secret empty, so the Job needs no `create` on secrets.
             bundle = certs.generate(names, days=days)
-            body = {
-                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": {"name": name, "namespace": namespace},
-                "data": {key: _b64(value) for key, value in zip(SECRET_KEYS, (bundle.ca_cert, bundle.cert, bundle.key))},
-            }
-            status, answer = await api.request("POST", _secret_path(namespace), body)
-            if status == 409:
-                continue  # created meanwhile by someone else: read it
-            if not 200 <= status < 300:
-                raise _failure(status, answer, f"creating Secret {namespace}/{name}")
-            return SecretResult(bundle, "created")
+            body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                    "metadata": {"name": name, "namespace": namespace}, "data": _secret_data(bundle)}
+            if _written(*await api.request("POST", SECRET.path(namespace), body), f"creating {what}"):
+                return SecretResult(bundle, "created")
+            continue  # created meanwhile by someone else: read it
         if status != 200 or not isinstance(secret, dict):
-            raise _failure(status, secret, f"reading Secret {namespace}/{name}")
-        data = {}
-        for key in SECRET_KEYS:
-            try:
-                data[key] = base64.b64decode((secret.get("data") or {}).get(key) or "")
-            except ValueError:
-                data[key] = b""
+            raise _failure(status, secret, f"reading {what}")
+        data = {key: _unb64((secret.get("data") or {}).get(key)) for key in SECRET_KEYS}
         kept = reusable(data, names, now)
         if kept is not None:
             return SecretResult(kept, "kept")
         bundle = certs.generate(names, days=days)
-        patch = {
-            "metadata": {"resourceVersion": (secret.get("metadata") or {}).get("resourceVersion")},
-            "data": {key: _b64(value) for key, value in zip(SECRET_KEYS, (bundle.ca_cert, bundle.cert, bundle.key))},
-        }
-        status, answer = await api.request("PATCH", _secret_path(namespace, name), patch, MERGE_PATCH)
-        if status == 409:
-            continue
-        if not 200 <= status < 300:
-            raise _failure(status, answer, f"writing Secret {namespace}/{name}")
-        return SecretResult(bundle, "renewed" if data.get("tls.crt") else "created", _still_valid_ca(data.get("ca.crt"), now))
-    raise KubeError(f"Secret {namespace}/{name} kept changing under us ({ATTEMPTS} conflicts); run again")
+        patch = {"metadata": {"resourceVersion": meta(secret).get("resourceVersion")}, "data": _secret_data(bundle)}
+        if _written(*await api.request("PATCH", path, patch, MERGE_PATCH), f"writing {what}"):
+            return SecretResult(bundle, "renewed" if data["tls.crt"] else "created",
+                                _still_valid_ca(data["ca.crt"], now))
+    raise KubeError(f"{what} kept changing under us ({ATTEMPTS} conflicts); run again")
 
 
 # --------------------------------------------------------------------------- caBundle
-
-
-def _webhook_path(name: str) -> str:
-    return MUTATING_WEBHOOK.path(None, name)
 
 
 def _ders(pem: bytes) -> list[bytes]:
@@ -145,42 +137,34 @@ def _ders(pem: bytes) -> list[bytes]:
 
 
 async def patch_webhook(api: Api, name: str, ca: bytes, previous_ca: bytes | None = None) -> int:
-    """Put `ca` (and `previous_ca`, during a rotation) into the caBundle of every webhook of `name`.
-
-    Returns how many webhooks changed. A caBundle that already trusts `ca` is left alone
-    when there is no rotation, so running again keeps the overlap of an earlier rotation.
-    """
+    """Put `ca` (and `previous_ca`, during a rotation) into the caBundle of every webhook of `name`;
+    how many changed. Without a rotation a caBundle that trusts `ca` is left alone, so a run again
+    keeps the overlap of an earlier rotation."""
     if not _ders(ca):
         raise ValueError("the CA to put into caBundle is not a PEM certificate")
     wanted = ca + (previous_ca or b"")
+    path, what = MUTATING_WEBHOOK.path(None, name), f"MutatingWebhookConfiguration {name}"
     for _ in range(ATTEMPTS):
-        status, config = await api.request("GET", _webhook_path(name))
+        status, config = await api.request("GET", path)
         if status != 200 or not isinstance(config, dict):
-            raise _failure(status, config, f"reading MutatingWebhookConfiguration {name}")
+            raise _failure(status, config, f"reading {what}")
         webhooks = config.get("webhooks") or []
         if not webhooks:
-            raise KubeError(f"MutatingWebhookConfiguration {name} has no webhooks")
+            raise KubeError(f"{what} has no webhooks")
         changed = 0
         for webhook in webhooks:
             client_config = webhook.setdefault("clientConfig", {})
-            try:
-                current = base64.b64decode(client_config.get("caBundle") or "")
-            except ValueError:
-                current = b""
+            current = _unb64(client_config.get("caBundle"))
             up_to_date = _ders(current) == _ders(wanted) if previous_ca else set(_ders(ca)) <= set(_ders(current))
             if not up_to_date:
                 client_config["caBundle"] = _b64(wanted)
                 changed += 1
         if not changed:
             return 0
-        patch = {"metadata": {"resourceVersion": (config.get("metadata") or {}).get("resourceVersion")}, "webhooks": webhooks}
-        status, answer = await api.request("PATCH", _webhook_path(name), patch, MERGE_PATCH)
-        if status == 409:
-            continue
-        if not 200 <= status < 300:
-            raise _failure(status, answer, f"patching MutatingWebhookConfiguration {name}")
-        return changed
-    raise KubeError(f"MutatingWebhookConfiguration {name} kept changing under us ({ATTEMPTS} conflicts); run again")
+        patch = {"metadata": {"resourceVersion": meta(config).get("resourceVersion")}, "webhooks": webhooks}
+        if _written(*await api.request("PATCH", path, patch, MERGE_PATCH), f"patching {what}"):
+            return changed
+    raise KubeError(f"{what} kept changing under us ({ATTEMPTS} conflicts); run again")
 
 
 # --------------------------------------------------------------------------- the CLI action
