@@ -44,12 +44,16 @@ def _segment(value: str) -> str:
     return urllib.parse.quote(value, safe="")
 
 
-# A DNS-1123 subdomain: what Kubernetes accepts as the name of PVCs, PVs, pods and nodes.
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Kubernetes names: a namespace is a DNS-1123 label; PVCs, PVs, pods, nodes and most objects are named
+# by DNS-1123 subdomains; an annotation key is an optional subdomain and '/', then a name of at most 63.
+DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+_SUBDOMAIN = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
+DNS_SUBDOMAIN = re.compile(rf"(?=.{{1,253}}$){_SUBDOMAIN}")
+QUALIFIED_NAME = re.compile(rf"(?:(?=.{{1,253}}/){_SUBDOMAIN}/)?(?=.{{1,63}}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def valid_name(name: object) -> bool:
-    return isinstance(name, str) and len(name) <= 253 and _NAME.fullmatch(name) is not None
+    return isinstance(name, str) and DNS_SUBDOMAIN.fullmatch(name) is not None
 
 
 # --------------------------------------------------------------------------- resources
@@ -162,19 +166,18 @@ def clip_reason(text: str, limit: int = MAX_REASON) -> str:
 # --------------------------------------------------------------------------- reading objects
 
 
+def _object(obj: Any, key: str) -> dict[str, Any]:
+    """`obj[key]` when both are objects, else {}: a malformed object reads as an empty one."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def meta(obj: Any) -> dict[str, Any]:
-    value = obj.get("metadata") if isinstance(obj, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
-def str_map(obj: Any, key: str) -> dict[str, Any]:
-    """`metadata.labels` or `metadata.annotations`, {} when absent or malformed."""
-    value = meta(obj).get(key)
-    return value if isinstance(value, dict) else {}
+    return _object(obj, "metadata")
 
 
 def labels(obj: Any) -> dict[str, Any]:
-    return str_map(obj, "labels")
+    return _object(meta(obj), "labels")
 
 
 def labels_match(obj: Any, wanted: dict[str, str] | None) -> bool:
@@ -184,17 +187,15 @@ def labels_match(obj: Any, wanted: dict[str, str] | None) -> bool:
 
 
 def annotations(obj: Any) -> dict[str, Any]:
-    return str_map(obj, "annotations")
+    return _object(meta(obj), "annotations")
 
 
 def spec(obj: Any) -> dict[str, Any]:
-    value = obj.get("spec") if isinstance(obj, dict) else None
-    return value if isinstance(value, dict) else {}
+    return _object(obj, "spec")
 
 
 def status(obj: Any) -> dict[str, Any]:
-    value = obj.get("status") if isinstance(obj, dict) else None
-    return value if isinstance(value, dict) else {}
+    return _object(obj, "status")
 
 
 def pod_name(pod: Any) -> str:
