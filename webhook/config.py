@@ -1,11 +1,7 @@
-"""The settings, in two parts and what both share, each frozen, built from flags with
-environment fallbacks: `AdmissionSettings` (`serve`), `KeeperSettings` (`keep`), both on
-`SharedSettings`; `Settings` holds both parts, for the tools that judge as both roles do.
-
-Each setting is declared once, as a field of its part with its flag (`setting`): its type,
-default and meaning give the flags of each verb (cli/parser.py), the COLOCATE_* variables
-(`from_env`, each part reading only its own), and the reading of a deployed `keep`'s command
-line (`from_command`).
+"""The settings: `AdmissionSettings` (`serve`) and `KeeperSettings` (`keep`) on what both share
+(`SharedSettings`); `Settings` holds both, for the tools that judge as both roles do. Each setting is
+declared once, as a field with its flag (`setting`): that gives each verb's flags (cli/parser.py), the
+COLOCATE_* variables (`from_env`) and the reading of a deployed `keep`'s command line (`from_command`).
 """
 from __future__ import annotations
 
@@ -19,17 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import kinds
+from .kinds import DNS_LABEL, DNS_SUBDOMAIN, QUALIFIED_NAME
 
 ENV_PREFIX = "COLOCATE_"
 # The verbs that take a setting as a flag; DISKS: every verb that resolves a VM's disks.
 SERVE, KEEP, REVIEW, EXPLAIN, STATUS, SPARE_VMS = "serve", "keep", "review", "explain", "status", "spare-vms"
 DISKS = (SERVE, KEEP, REVIEW, EXPLAIN, STATUS)
 KEEPER_VERBS = (KEEP, STATUS)
-# An annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters.
-_QUALIFIED_NAME = re.compile(
-    r"(?:(?=.{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
-    r"(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
-)
 
 
 # A duration as every flag and COLOCATE_* variable takes it, and as `status` prints it: seconds, or
@@ -60,11 +52,6 @@ def duration_text(value: float) -> str:
     minutes, whole = divmod(whole, 60)
     tail = f"{whole + rest / 1000:g}s" if whole or rest or not (hours or minutes) else ""
     return (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + tail
-
-
-# Kubernetes names: a namespace is a DNS-1123 label, most objects' names DNS-1123 subdomains.
-DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
 
 
 def named(value: str, setting: str, form: re.Pattern[str], what: str) -> None:
@@ -146,7 +133,7 @@ class SharedSettings:
         """Refuse values no run could use (each part adds its own, then calls this)."""
         # A bad key would make every opted-in pod fail validation: refuse to start instead.
         for key in (self.opt_in_annotation, self.decision_annotation):
-            if not _QUALIFIED_NAME.fullmatch(key):
+            if not QUALIFIED_NAME.fullmatch(key):
                 raise ValueError(f"{key!r} is not a valid annotation key (prefix/name)")
         named(self.longhorn_namespace, "longhorn-namespace", DNS_LABEL, "a namespace (a DNS-1123 label)")
 
@@ -163,10 +150,18 @@ class SharedSettings:
         return f"{self.decision_prefix}{kinds.REASON}"
 
     @classmethod
+    def checked(cls, name: str, value: object, given_as: str) -> object:
+        """`value` of setting `name` when in its range; else a ValueError naming where it was given."""
+        try:
+            cls(**{name: value})
+        except ValueError as exc:
+            raise ValueError(f"{given_as}: {exc}") from None
+        return value
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, verb: str | None = None, **overrides: object) -> Any:
-        """Defaults, then COLOCATE_* environment variables, then explicit overrides (flags): this
-        part's settings only (another part's variables are not read), and of those, with `verb`,
-        only the ones that verb takes (`review` reads no COLOCATE_KEEP)."""
+        """Defaults, then this part's COLOCATE_* variables (with `verb`, those it takes: `review` reads
+        no COLOCATE_KEEP), then explicit overrides (flags)."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
         for row in rows(cls):
@@ -174,11 +169,7 @@ class SharedSettings:
                 continue
             raw = env.get(row.env)
             if raw is not None and raw != "":
-                values[row.name] = row.parse(raw)
-                try:  # a value out of its range, named by its variable
-                    cls(**{row.name: values[row.name]})
-                except ValueError as exc:
-                    raise ValueError(f"{row.env}={raw!r}: {exc}") from None
+                values[row.name] = cls.checked(row.name, row.parse(raw), f"{row.env}={raw!r}")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
