@@ -13,7 +13,6 @@ class Background:
     """`step` again and again in a task named `name`: `period` seconds after each step (and
     before the first with `wait_first`), `retry` seconds after one that raised (default: the
     period). A failure is logged as `failure` and said by `degraded()` until a step succeeds.
-    start() while running does nothing; stop() cancels the task, waits for it and forgets it.
     `sleep` waits out the pauses (asyncio's; a test drives its own clock)."""
 
     def __init__(self, name: str, step: Callable[[], Awaitable[object]], *, log: logging.Logger, failure: str,

@@ -1,9 +1,6 @@
-"""The time an admission may take: the apiserver's ?timeout= less a safety margin.
-
-One `Deadline` goes with a review from its start down to each read it makes; the time each read
-is given is worked out here (`call`), as what is left, and the read is held to it even when it
-does not keep its own timeout: an answer after the apiserver gave up is a pod created without
-our decision.
+"""The time an admission may take: the apiserver's ?timeout= less a safety margin. One `Deadline`
+goes with a review down to each read it makes, each given what is left and held to it even when it does
+not keep its own timeout (`call`): an answer after the apiserver gave up is a pod created without ours.
 """
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ class Deadline:
         return max(self.at - time.monotonic(), 0.0)
 
     def timeout(self) -> asyncio.Timeout:
-        """An asyncio timeout that ends with the deadline, for a wait that takes no time of its own
-        (raises TimeoutError)."""
+        """An asyncio timeout ending with the deadline, for a wait that takes no timeout of its own."""
         return asyncio.timeout(self.remaining())
 
     async def call(self, read: Callable[..., Awaitable[T]], *args: Any) -> T:

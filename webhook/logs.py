@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
 
 import orjson
 
@@ -22,19 +21,13 @@ class JsonFormatter(logging.Formatter):
         self._second: tuple[int, str] = (-1, "")  # the last second written, and its text
 
     def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.utc(record.created), "level": record.levelname.lower(), "logger": record.name,
+                 "msg": record.getMessage(), **self.fields}
         fields = getattr(record, "fields", None)
-        return self.line(record.created, record.levelname.lower(), record.name, record.getMessage(),
-                         fields if isinstance(fields, dict) else None,
-                         self.formatException(record.exc_info) if record.exc_info else None)
-
-    def line(self, created: float, level: str, logger: str, msg: str, fields: dict[str, Any] | None = None,
-             error: str | None = None) -> str:
-        """One line's JSON, without its newline."""
-        entry = {"time": self.utc(created), "level": level, "logger": logger, "msg": msg, **self.fields}
-        if fields:
+        if isinstance(fields, dict):
             entry.update(fields)
-        if error:
-            entry["error"] = error
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
         try:
             return orjson.dumps(entry, default=str).decode()
         except orjson.JSONEncodeError:  # a key that is no string: orjson's slower way, only then

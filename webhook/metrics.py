@@ -23,9 +23,8 @@ Labelled = TypeVar("Labelled", Histogram, Counter)
 
 
 class Children(Generic[Labelled]):
-    """The children of a labelled metric, each looked up with `labels()` once and kept, as
-    Prometheus' client guidelines intend the child to be used (every admission counts itself
-    under one of a few label sets). Nothing removes these metrics' children."""
+    """A labelled metric's children, each looked up once and kept, as Prometheus' client guidelines
+    intend (every admission counts itself under one of a few label sets; none is ever removed)."""
 
     def __init__(self, metric: Labelled):
         self._metric = metric
@@ -58,8 +57,7 @@ LOOP_LAG_MAX = Gauge("colocate_event_loop_lag_max_seconds", "The largest event l
                      registry=REGISTRY)
 CONNECTIONS_REFUSED = Counter("colocate_connections_closed_total",
                               "Connections to the admission port closed by its bounds: a request's headers not sent "
-                              "in time.",
-                              ["why"], registry=REGISTRY)
+                              "in time.", ["why"], registry=REGISTRY)
 BODY_BYTES_HELD = Gauge("colocate_admission_body_bytes_held",
                         "Bytes of admission request bodies read or being read and not yet answered (within "
                         "--body-budget).", registry=REGISTRY)
