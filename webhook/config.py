@@ -242,7 +242,6 @@ class Setting:
     kind: type
     default: object
     flag: Flag | None
-    part: str  # SHARED, ADMISSION or KEEPER: the part that declares it
 
     @property
     def env(self) -> str:
@@ -283,21 +282,13 @@ class Setting:
 
 def _switch(raw: str) -> bool:
     lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(raw)
+    if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(raw)
+    return lowered in ("1", "true", "yes", "on")
 
 
 _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (int, "a whole number"),
                                          float: (float, "a number"), Seconds: (seconds, f"a duration ({DURATION_FORMS})")}
-SHARED, ADMISSION, KEEPER = "shared", "admission", "keeper"
-PARTS = {SharedSettings: SHARED, AdmissionSettings: ADMISSION, KeeperSettings: KEEPER}
-
-
-def _part(name: str) -> str:
-    return next(part for klass, part in PARTS.items() if name in vars(klass).get("__annotations__", {}))
 
 
 @functools.cache
@@ -305,12 +296,12 @@ def rows(cls: type) -> tuple[Setting, ...]:
     """The settings of a part (or of Settings: all), each with how it is given."""
     types = typing.get_type_hints(cls)
     return tuple(Setting(name=field.name, kind=types[field.name], default=field.default,
-                         flag=field.metadata.get("flag"), part=_part(field.name))
-                 for field in dataclasses.fields(cls))
+                         flag=field.metadata.get("flag")) for field in dataclasses.fields(cls))
 
 
 SETTINGS = rows(Settings)
-KEEPER_SETTINGS = tuple(row for row in SETTINGS if row.part == KEEPER)
+# The keeper's own (declared by its part, not shared with admission).
+KEEPER_SETTINGS = tuple(row for row in SETTINGS if row.name in vars(KeeperSettings)["__annotations__"])
 
 
 def flags_as_env(args: object, among: tuple[Setting, ...] = SETTINGS) -> dict[str, str]:

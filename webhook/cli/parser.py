@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from .. import __version__
-from ..config import (BODY_BUDGET_MIB, EXPLAIN, KEEP, KEEPER, KEEPER_SETTINGS, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS,
+from ..config import (BODY_BUDGET_MIB, EXPLAIN, KEEP, KEEPER_SETTINGS, REVIEW, SERVE, SETTINGS, SPARE_VMS, STATUS,
                       AdmissionSettings, KeeperSettings, Seconds, Settings, SharedSettings, duration_text, retired)
 from .values import LOG_LEVELS, days, delay, host, label, level, mebibytes, port, san, timeout
 
@@ -16,12 +16,6 @@ DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # the controller-run
 MIB = 1024 * 1024
 DESCRIPTION = ("kubevirt-colocate: `serve` (the admission webhook), `keep` (the keeper), `review` (offline dry-run), "
                "`explain` (a VM in the cluster), `status` (every opted-in VM in the cluster), `certs` and `spare-vms`.")
-
-
-class Flags(Protocol):
-    """A parser or one of its argument groups."""
-
-    def add_argument(self, *names: str, **options: Any) -> Any: ...
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,15 +49,17 @@ class Group:
         return action
 
 
+Flags = Parser | Group  # a parser or one of its argument groups
+
+
 def group(parser: Parser, title: str | None = None, *, exclusive: bool = False) -> Group:
     made = parser.add_mutually_exclusive_group() if exclusive else parser.add_argument_group(title)
     return Group(made, parser.flags)
 
 
 def flag(where: Flags, *names: str, **options: Any) -> None:
-    """`where.add_argument`, with the flag's default in its help, unless the help says it itself
-    or there is none to say (flags that fall back on the environment default to None and name
-    their default in their help)."""
+    """`where.add_argument`, with the flag's default in its help unless the help says it or there
+    is none (a flag that falls back on the environment defaults to None and names it in its help)."""
     text, default = options.get("help"), options.get("default")
     if (text and text != argparse.SUPPRESS and "(default" not in text and not options.get("required")
             and default not in (None, [], False)):
@@ -79,7 +75,7 @@ def add_setting_flags(parser: Parser, verb: str) -> None:
     """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
     for keeper, title in ((False, "rules"), (True, "the keeper")):
         flags = [(row, row.flag) for row in SETTINGS
-                 if row.flag is not None and verb in row.flag.verbs and (row.part == KEEPER) is keeper]
+                 if row.flag is not None and verb in row.flag.verbs and (row in KEEPER_SETTINGS) is keeper]
         if not flags:
             continue
         where = group(parser, f"{title} (each also COLOCATE_<NAME> in the environment)")
@@ -112,12 +108,8 @@ def settings_from(args: argparse.Namespace) -> Any:
     for warning in retired(os.environ):
         logging.getLogger("webhook").warning(warning)
     part = PART.get(args.verb, Settings)
-    given = flags_given(args)
-    for name, value in given.items():  # a value out of its range, named by its flag
-        try:
-            part(**{name: value})
-        except ValueError as exc:
-            raise ValueError(f"--{name.replace('_', '-')} {value}: {exc}") from None
+    given = {name: part.checked(name, value, f"--{name.replace('_', '-')} {value}")
+             for name, value in flags_given(args).items()}
     return part.from_env(verb=args.verb, **given)
 
 
