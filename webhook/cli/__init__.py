@@ -10,6 +10,7 @@ import sys
 import yaml
 
 from ..cluster.client import NoCredentials
+from ..cluster.rest import KubeError
 from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SPARE_VMS, STATUS
 from .parser import DEFAULT_CERT_DIR, build_parser, flags_given, settings_from
 
@@ -34,9 +35,9 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
         args.verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return run(args)
-    except (NoCredentials, OSError, ValueError, yaml.YAMLError) as exc:
+    except (NoCredentials, OSError, ValueError, yaml.YAMLError, KubeError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, KubeError) else 2  # the cluster refused: not the input's fault
 
 
 def complete(parser: argparse.ArgumentParser) -> None:
@@ -55,26 +56,20 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-async def serving(args: argparse.Namespace) -> int:
-    """`serve` or `keep`: each role's process imports its own package alone."""
-    if args.verb == SERVE:
-        from .serve import run_serve
-
-        return await run_serve(args)
-    from .keep import run_keep
-
-    return await run_keep(args)
-
-
 def run(args: argparse.Namespace) -> int:
-    """The verb, on an event loop of its own (uvloop's, when installed, for the two that serve)."""
+    """The verb, on an event loop of its own (uvloop's, when installed, for the two that serve);
+    each role's process imports its own package alone."""
     from .certs import run_certs, run_spare
 
     if args.verb in (SERVE, KEEP):
         from ..process.loop import new_event_loop
 
+        if args.verb == SERVE:
+            from .serve import run_serve as role
+        else:
+            from .keep import run_keep as role
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            return runner.run(serving(args))
+            return runner.run(role(args))
     if args.verb in (REVIEW, EXPLAIN, STATUS):
         from .report import run_explain, run_status
         from .review import run_review

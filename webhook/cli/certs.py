@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 
 from .parser import settings_from
 
@@ -13,16 +12,11 @@ def run_certs(args: argparse.Namespace) -> int:
 
     names = certs.service_names(args.service, args.namespace) + list(args.extra_san)
     if not args.out and not args.secret:
-        print("error: give --out or --secret: the private key has to go somewhere", file=sys.stderr)
-        return 2
+        raise ValueError("give --out or --secret: the private key has to go somewhere")
     if args.secret or args.patch_webhook:
-        try:
-            done = asyncio.run(kube_certs.run(names, namespace=args.namespace, days=args.days, secret=args.secret,
-                                              webhook=args.patch_webhook, out=args.out, kubeconfig=args.kubeconfig,
-                                              timeout=args.request_timeout))
-        except kube_certs.KubeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+        done = asyncio.run(kube_certs.run(names, namespace=args.namespace, days=args.days, secret=args.secret,
+                                          webhook=args.patch_webhook, out=args.out, kubeconfig=args.kubeconfig,
+                                          timeout=args.request_timeout))
         print("\n".join(done))
         return 0
     out = certs.write(certs.generate(names, days=args.days), args.out)
@@ -33,12 +27,6 @@ def run_certs(args: argparse.Namespace) -> int:
 def run_spare(args: argparse.Namespace) -> int:
     from ..keeper import spare
 
-    try:
-        said = asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,
-                                     kubeconfig=args.kubeconfig, context=args.context,
-                                     timeout=args.request_timeout))
-    except spare.KubeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(said)
+    print(asyncio.run(spare.run(namespace=settings_from(args).longhorn_namespace, spare=not args.undo,
+                                kubeconfig=args.kubeconfig, context=args.context, timeout=args.request_timeout)))
     return 0

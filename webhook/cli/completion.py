@@ -1,8 +1,6 @@
-"""`kubectl colocate <TAB>`: kubectl completes a plugin by running `kubectl_complete-colocate`
-from PATH with the words typed after `kubectl colocate`, the last one the word being completed,
-and reads cobra's answer: one candidate a line (a tab, then its description), then `:DIRECTIVE`.
-The candidates come from the command line's own parser (parser.py): its verbs, each verb's
-flags, a flag's choices; a flag that names a file leaves the completion to the shell's files."""
+"""`kubectl colocate <TAB>`: kubectl runs `kubectl_complete-colocate` from PATH with the words typed
+after `kubectl colocate` (the last one being completed) and reads cobra's answer: a candidate a line (a
+tab, then its description), then `:DIRECTIVE`. The candidates come from the parser (parser.py)."""
 from __future__ import annotations
 
 import argparse

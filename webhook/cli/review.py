@@ -53,17 +53,20 @@ def snapshot(path: str) -> SnapshotStore:
     return store
 
 
-def malformed_pod(pod: dict[str, Any]) -> str | None:
-    """What makes a bare Pod manifest unusable for `review`, or None."""
+def pod_namespace(pod: dict[str, Any], shown: str, given: str | None) -> str:
+    """The namespace of a bare Pod manifest (`given`, else its own); ValueError naming the file `shown`
+    when `review` cannot read the Pod."""
     meta = pod.get("metadata", {})
     if not isinstance(meta, dict):
-        return f"metadata is a {type(meta).__name__}, not an object"
+        raise ValueError(f"{shown}: the Pod metadata is a {type(meta).__name__}, not an object")
     for key in ("name", "generateName", "namespace"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
-            return f"metadata.{key} is a {type(meta[key]).__name__}, not a string"
+            raise ValueError(f"{shown}: the Pod metadata.{key} is a {type(meta[key]).__name__}, not a string")
     if not isinstance(pod.get("spec", {}), dict):
-        return f"spec is a {type(pod['spec']).__name__}, not an object"
-    return None
+        raise ValueError(f"{shown}: the Pod spec is a {type(pod['spec']).__name__}, not an object")
+    if not (given or meta.get("namespace")):
+        raise ValueError(f"{shown}: a bare Pod needs --namespace (or metadata.namespace)")
+    return given or meta["namespace"]
 
 
 def decoded_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
@@ -76,22 +79,13 @@ async def run_review(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     document = read_document(args.request)
     shown = "stdin" if args.request == "-" else args.request
-    if isinstance(document, dict) and document.get("kind") == "Pod":
-        problem = malformed_pod(document)
-        if problem is not None:
-            print(f"error: {shown}: the Pod {problem}", file=sys.stderr)
-            return 2
-        namespace = args.namespace or (document.get("metadata") or {}).get("namespace")
-        if not namespace:
-            print(f"error: {shown}: a bare Pod needs --namespace (or metadata.namespace)", file=sys.stderr)
-            return 2
-        request = reviews.AdmissionRequest.for_pod(document, namespace)
+    if document.get("kind") == "Pod":
+        request = reviews.AdmissionRequest.for_pod(document, pod_namespace(document, shown, args.namespace))
     else:
         try:
             request = reviews.parse_review(document)
         except reviews.BadReview as exc:
-            print(f"error: {shown}: {exc}", file=sys.stderr)
-            return 2
+            raise ValueError(f"{shown}: {exc}") from None
     store = snapshot(args.state)
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
     envelope = reviews.build_response(request.uid, outcome)

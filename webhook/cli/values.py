@@ -1,7 +1,6 @@
-"""The values the command line takes, each checked where it is read: ports, durations, days, a
-certificate's names, log levels, MiB. A refusal says what was wrong and what is accepted, and
-argparse prefixes the flag (`argument --port: 99999 is not a port: 1-65535`); a value is never
-changed into another (a port wrapped, a negative count taken)."""
+"""The values the command line takes, each checked where it is read. A refusal says what was wrong and
+what is accepted, argparse prefixing the flag (`argument --port: 99999 is not a port: 1-65535`); a value
+is never changed into another (a port wrapped, a negative count taken)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +11,7 @@ from collections.abc import Mapping
 from ..config import DNS_LABEL, DURATION_FORMS, seconds
 
 # A DNS name as a certificate holds it (RFC 1123 labels, a leading `*.` for a wildcard).
-_DNS_NAME = re.compile(r"(?=.{1,253}$)(?:\*\.)?[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*")
+_DNS_NAME = re.compile(rf"(?=.{{1,253}}$)(?:\*\.)?{DNS_LABEL.pattern}(?:\.{DNS_LABEL.pattern})*")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_DAYS = 36500  # a hundred years: the certificate's end stays a date X.509 can write
 
@@ -28,8 +27,7 @@ PORTS = "1-65535, or 0 for any free one"
 
 
 def port(text: str) -> int:
-    """A TCP port to listen on: 1-65535, never wrapped into range; 0 lets the system choose one,
-    which the `serving` log line names (the tests start processes so)."""
+    """A TCP port to listen on; 0 lets the system choose one, which the `serving` log line names."""
     value = whole(text, f"a port: {PORTS}")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port: {PORTS}")
