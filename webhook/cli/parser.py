@@ -40,8 +40,9 @@ class Parser(argparse.ArgumentParser):
 class Group:
     """An argument group (or a mutually exclusive one) whose flags its parser lists too."""
 
-    def __init__(self, group: Any, flags: list[argparse.Action]):
-        self.group, self.flags = group, flags
+    def __init__(self, parser: Parser, title: str | None = None, *, exclusive: bool = False):
+        self.group = parser.add_mutually_exclusive_group() if exclusive else parser.add_argument_group(title)
+        self.flags = parser.flags
 
     def add_argument(self, *names: str, **options: Any) -> argparse.Action:
         action = self.group.add_argument(*names, **options)
@@ -50,11 +51,6 @@ class Group:
 
 
 Flags = Parser | Group  # a parser or one of its argument groups
-
-
-def group(parser: Parser, title: str | None = None, *, exclusive: bool = False) -> Group:
-    made = parser.add_mutually_exclusive_group() if exclusive else parser.add_argument_group(title)
-    return Group(made, parser.flags)
 
 
 def flag(where: Flags, *names: str, **options: Any) -> None:
@@ -78,7 +74,7 @@ def add_setting_flags(parser: Parser, verb: str) -> None:
                  if row.flag is not None and verb in row.flag.verbs and (row in KEEPER_SETTINGS) is keeper]
         if not flags:
             continue
-        where = group(parser, f"{title} (each also COLOCATE_<NAME> in the environment)")
+        where = Group(parser, f"{title} (each also COLOCATE_<NAME> in the environment)")
         for row, setting in flags:
             # `status` reads the keeper's settings from its Deployment: a flag given here wins over them.
             default = f"the keeper Deployment's, else {row.shown_default()}" if keeper and verb == STATUS \
@@ -124,7 +120,7 @@ def add_output_flag(parser: Flags) -> None:
 
 def add_cluster_flags(parser: Parser, *, namespaced: bool = True, waits: str = "10s") -> None:
     """kubectl's own flags, as a kubectl plugin takes them (`kubectl colocate status --context prod`)."""
-    cluster = group(parser, "the cluster, as kubectl's flags name it")
+    cluster = Group(parser, "the cluster, as kubectl's flags name it")
     add_kubeconfig_flag(cluster)
     cluster.add_argument("--context", help="the kubeconfig context to use (default: its current-context); "
                                            "in-cluster credentials are not tried")
@@ -170,7 +166,7 @@ class KeeperFlag(argparse.Action):
 
 
 def add_serve(serve: Parser) -> None:
-    source = group(serve, exclusive=True)
+    source = Group(serve, exclusive=True)
     source.add_argument("--state", help="answer from this YAML snapshot instead of the cluster (default: the cluster)")
     add_kubeconfig_flag(source)
     flag(serve, "--tls-cert-file", default=f"{DEFAULT_CERT_DIR}/tls.crt",
@@ -216,7 +212,7 @@ def add_certs(make: Parser) -> None:
     flag(make, "--days", type=days, default=365, help="validity of the serving certificate, in days (at least 1)")
     make.add_argument("--extra-san", action="append", default=[], type=san, metavar="NAME",
                       help="another DNS name or IP address, repeatable (default: none)")
-    cluster = group(make, "in a cluster (in-cluster credentials, else --kubeconfig)")
+    cluster = Group(make, "in a cluster (in-cluster credentials, else --kubeconfig)")
     cluster.add_argument("--secret",
                          help="keep the pair in this Secret of --namespace: renew it only when due (default: none)")
     cluster.add_argument("--patch-webhook", metavar="NAME",
