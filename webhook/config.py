@@ -105,11 +105,9 @@ class Flag:
     default_text: str = "{}"  # the default as --help says it, {} standing for the value
 
 
-def setting(default: Any, meaning: str = "", verbs: tuple[str, ...] = (), *, metavar: str | None = None,
-            default_text: str = "{}") -> Any:
-    """A field of a settings part: its default, and its flag when `verbs` take one."""
-    flag = Flag(help=meaning, verbs=verbs, metavar=metavar, default_text=default_text) if verbs else None
-    return dataclasses.field(default=default, metadata={"flag": flag})
+def setting(default: Any, meaning: str, verbs: tuple[str, ...], **flag: Any) -> Any:
+    """A field of a settings part with its flag: its default, what it means, the verbs that take it."""
+    return dataclasses.field(default=default, metadata={"flag": Flag(help=meaning, verbs=verbs, **flag)})
 
 
 @dataclasses.dataclass(frozen=True)
