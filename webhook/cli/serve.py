@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from .. import logs
@@ -15,12 +14,6 @@ from .values import log_level
 from .review import snapshot
 
 log = logging.getLogger("webhook")
-
-
-def keeper_variables(env: Mapping[str, str]) -> list[str]:
-    """The keeper's COLOCATE_* variables in `serve`'s environment: not read (the chart's `env`
-    goes to both containers), and said once, since only the keeper's own Deployment sets them."""
-    return sorted(row.env for row in KEEPER_SETTINGS if env.get(row.env))
 
 
 FILE_FLAGS = {"certificate": "--tls-cert-file", "key": "--tls-key-file", "client CA": "--client-ca-file"}
@@ -53,7 +46,8 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
 
     logs.setup(log_level(args.log_level, os.environ))
     settings = settings_from(args)
-    if variables := keeper_variables(os.environ):
+    # The chart's `env` goes to both containers: the keeper's COLOCATE_* here are not read, and said so once.
+    if variables := sorted(row.env for row in KEEPER_SETTINGS if os.environ.get(row.env)):
         log.info("the keeper's variables are the keeper's: serve does not read them", extra={"fields": {
             "variables": variables}})
     store: Store
