@@ -49,7 +49,8 @@ def _segment(value: str) -> str:
 DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _SUBDOMAIN = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
 DNS_SUBDOMAIN = re.compile(rf"(?=.{{1,253}}$){_SUBDOMAIN}")
-QUALIFIED_NAME = re.compile(rf"(?:(?=.{{1,253}}/){_SUBDOMAIN}/)?(?=.{{1,63}}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+QUALIFIED_NAME = re.compile(rf"(?:(?=.{{1,253}}/){_SUBDOMAIN}/)?"
+                            r"(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 def valid_name(name: object) -> bool:

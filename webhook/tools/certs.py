@@ -76,8 +76,7 @@ def write(bundle: Bundle, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name, data, mode in (("ca.crt", bundle.ca_cert, 0o644), ("tls.key", bundle.key, 0o600), ("tls.crt", bundle.cert, 0o644)):
         tmp = out / f".{name}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as handle:
             handle.write(data)
         os.chmod(tmp, mode)
         os.replace(tmp, out / name)

@@ -71,9 +71,7 @@ def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | 
 
 def _still_valid_ca(pem: bytes | None, now: datetime.datetime) -> bytes | None:
     found = _load_certs(pem or b"")
-    if len(found) == 1 and found[0].not_valid_after_utc > now:
-        return pem
-    return None
+    return pem if len(found) == 1 and found[0].not_valid_after_utc > now else None
 
 
 def _b64(data: bytes) -> str:
