@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ..cluster.rest import KubeError
 from ..stores.store import StoreError
 from ..config import Settings
 from ..deadline import Deadline
@@ -55,8 +56,7 @@ async def run_explain(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:
-        print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
-        return 1
+        raise KubeError(f"cannot read the cluster: {exc}") from None
     finally:
         await store.close()
     print(printed(report, args.output, explain.render(report) if args.output == "text" else ""))
@@ -82,15 +82,14 @@ async def run_status(args: argparse.Namespace) -> int:
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
                                      settings_from=source + (" and the flags given here" if explicit else ""))
     except StoreError as exc:
-        print(f"error: cannot read the cluster: {exc}", file=sys.stderr)
-        return 1
+        raise KubeError(f"cannot read the cluster: {exc}") from None
     finally:
         await store.close()
     if args.namespace:  # decided over every VM (the limits are the cluster's), shown for one namespace
         report = dataclasses.replace(report, vms=[vm for vm in report.vms if vm.namespace == args.namespace])
-    if args.output != "text":
-        print(printed(report.to_json() | ({"drain": report.drain(args.drain).to_json()} if args.drain else {}),
-                      args.output, ""))
+    drain = report.drain(args.drain) if args.drain else None
+    if args.output == "text":
+        print(status.render(report) + ("\n" + "\n".join(drain.lines()) if drain else ""))
     else:
-        print(status.render(report) + ("\n" + "\n".join(report.drain(args.drain).lines()) if args.drain else ""))
+        print(printed(report.to_json() | ({"drain": drain.to_json()} if drain else {}), args.output, ""))
     return 0
