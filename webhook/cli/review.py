@@ -18,9 +18,8 @@ from ..deadline import Deadline
 from .parser import settings_from
 
 
-def read_document(source: str) -> dict[str, Any]:
-    """The one object in `source` (a file, or - for stdin); ValueError naming it when it holds none."""
-    shown = "stdin" if source == "-" else source
+def read_document(source: str, shown: str) -> dict[str, Any]:
+    """The one object in `source` (a file, or - for stdin); ValueError naming it (`shown`) when it holds none."""
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         found = documents(text)
@@ -77,8 +76,8 @@ def decoded_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def run_review(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    document = read_document(args.request)
     shown = "stdin" if args.request == "-" else args.request
+    document = read_document(args.request, shown)
     if document.get("kind") == "Pod":
         request = reviews.AdmissionRequest.for_pod(document, pod_namespace(document, shown, args.namespace))
     else:

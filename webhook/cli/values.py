@@ -58,31 +58,26 @@ def days(text: str) -> int:
     return value
 
 
-def _ip(text: str) -> str | None:
-    """The IP address `text` spells, as Python writes it; None when it spells none."""
+def _address(text: str, named: bool, neither: str) -> str:
+    """The IP address `text` spells, as Python writes it; else `text` when it is a name (`named`)."""
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
-        return None
+        if not named:
+            raise argparse.ArgumentTypeError(f"{text!r} is neither {neither}") from None
+        return text
 
 
 def san(text: str) -> str:
     """A name for the serving certificate: a DNS name (lower case, RFC 1123) or an IP address."""
-    if (ip := _ip(text)) is not None:
-        return ip
-    if not _DNS_NAME.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a DNS name (such as webhook.example.com, lower case) "
-                                         f"nor an IP address")
-    return text
+    return _address(text, bool(_DNS_NAME.fullmatch(text)),
+                    "a DNS name (such as webhook.example.com, lower case) nor an IP address")
 
 
 def host(text: str) -> str:
     """An address to listen on: an IP address or a host name."""
-    if (ip := _ip(text)) is not None:
-        return ip
-    if not _DNS_NAME.fullmatch(text.lower()) or text.startswith("*"):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither an IP address (such as 0.0.0.0 or ::) nor a host name")
-    return text
+    return _address(text, bool(_DNS_NAME.fullmatch(text.lower())) and not text.startswith("*"),
+                    "an IP address (such as 0.0.0.0 or ::) nor a host name")
 
 
 def label(text: str) -> str:
