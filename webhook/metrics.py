@@ -1,8 +1,6 @@
 """Prometheus metrics: what admins alert on (latency, outcomes, API errors, certificate expiry).
-
-Two processes, two registries: `serve` shows REGISTRY (admission, its caches, the stranded-pod
-report), `keep` shows KEEPER_REGISTRY (the keeper's, its caches). What both do (API reads,
-watches, Events, the store's figures) is registered with both; each has its own readiness gauge."""
+`serve` shows REGISTRY, `keep` KEEPER_REGISTRY; what both do (API reads, watches, Events, the
+store's figures) is registered with both; each has its own readiness gauge."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable

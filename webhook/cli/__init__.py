@@ -1,6 +1,4 @@
-"""The command line: `serve` (the admission webhook), `keep` (the keeper), `review` (offline
-dry-run), `explain` (a VM in the cluster), `status` (every opted-in VM in the cluster), `certs`
-and `spare-vms`. One module per verb or two (parser.py: the flags)."""
+"""The command line (its verbs: parser.py's DESCRIPTION); one module per verb or two, parser.py the flags."""
 from __future__ import annotations
 
 import argparse
