@@ -173,8 +173,7 @@ class SharedSettings:
 
     @classmethod
     def from_command(cls, args: object, env: Mapping[str, str]) -> Any:
-        """What `keep` runs with, given its arguments and environment (a Deployment's container):
-        its COLOCATE_* values, then its flags (`--keep=migrate` or `--keep migrate`)."""
+        """What `keep` runs with, given a container's arguments and environment: its COLOCATE_*, then its flags."""
         return cls.from_env({**env, **flags_as_env(args, rows(cls))})
 
 

@@ -31,8 +31,7 @@ class Deadline:
         return asyncio.timeout(self.remaining())
 
     async def call(self, read: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """`read(*args, timeout=…)`, given what is left of the deadline and held to it (raises
-        TimeoutError when it is not done by then)."""
+        """`read(*args, timeout=…)` given what is left of the deadline, and held to it (TimeoutError)."""
         left = self.remaining()
         async with asyncio.timeout(left):
             return await read(*args, timeout=left)

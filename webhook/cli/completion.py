@@ -71,8 +71,7 @@ def candidates(parser: Parser, words: list[str]) -> tuple[list[str], int]:
 
 
 def kubectl_complete(argv: list[str] | None = None) -> int:
-    """The `kubectl_complete-colocate` command: kubectl passes the words alone, cobra's own
-    programs take `__complete` first; both are answered."""
+    """`kubectl_complete-colocate`: kubectl passes the words alone, cobra's programs `__complete` first."""
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["__complete"]:
         words = words[1:]

@@ -99,8 +99,7 @@ PART: dict[str, type[SharedSettings]] = {SERVE: AdmissionSettings, KEEP: KeeperS
 
 
 def settings_from(args: argparse.Namespace) -> Any:
-    """Defaults, then COLOCATE_*, then the flags this verb has; a removed setting still in the
-    environment is ignored with a warning."""
+    """Defaults, then COLOCATE_*, then this verb's flags; a removed setting in the environment is warned of."""
     for warning in retired(os.environ):
         logging.getLogger("webhook").warning(warning)
     part = PART.get(args.verb, Settings)
@@ -126,8 +125,7 @@ def add_cluster_flags(parser: Parser, *, namespaced: bool = True, waits: str = "
                                            "in-cluster credentials are not tried")
     add_timeout_flag(cluster, waits)
     if namespaced:
-        cluster.add_argument("-n", "--namespace", type=label,
-                             help=NAMESPACE_HELP[parser.prog.rsplit(" ", 1)[-1]])
+        cluster.add_argument("-n", "--namespace", type=label, help=NAMESPACE_HELP[parser.prog.rsplit(" ", 1)[-1]])
 
 
 def add_timeout_flag(parser: Flags, default: str) -> None:

@@ -17,8 +17,7 @@ DEPLOYMENT_NAME = "kubevirt-colocate-keeper", "keeper"  # the shipped keeper's D
 
 
 async def deployed_settings(store: Store, settings: Settings, *, timeout: float) -> tuple[Settings, str]:
-    """The keeper's Deployment's settings (its COLOCATE_* values, then its flags, as `keep` reads them),
-    with where they came from in words; else `settings` and why."""
+    """The settings the keeper's Deployment gives `keep`, and whence in words; else `settings` and why."""
     namespace = settings.lease_namespace or KEEPER_NAMESPACE
     where = f"Deployment {namespace}/{DEPLOYMENT_NAME[0]}"
     try:
