@@ -16,11 +16,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_DAYS = 36500  # a hundred years: the certificate's end stays a date X.509 can write
 
 
-def whole(text: str, what: str) -> int:
+def whole(text: str, what: str, low: int, high: int | None, refusal: str) -> int:
+    """A whole number from `low` to `high` (None: no end), else refused: `refusal` with {} for the number."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number ({what})") from None
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(refusal.format(value))
+    return value
 
 
 PORTS = "1-65535, or 0 for any free one"
@@ -28,10 +32,7 @@ PORTS = "1-65535, or 0 for any free one"
 
 def port(text: str) -> int:
     """A TCP port to listen on; 0 lets the system choose one, which the `serving` log line names."""
-    value = whole(text, f"a port: {PORTS}")
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port: {PORTS}")
-    return value
+    return whole(text, f"a port: {PORTS}", 0, 65535, f"{{}} is not a port: {PORTS}")
 
 
 def timeout(text: str) -> float:
@@ -52,10 +53,7 @@ def delay(text: str) -> float:
 
 def days(text: str) -> int:
     """A certificate's validity: 1 day or more (0 would write one already expired)."""
-    value = whole(text, f"days: 1-{MAX_DAYS}")
-    if not 1 <= value <= MAX_DAYS:
-        raise argparse.ArgumentTypeError(f"{value} is not a validity in days: 1-{MAX_DAYS}")
-    return value
+    return whole(text, f"days: 1-{MAX_DAYS}", 1, MAX_DAYS, f"{{}} is not a validity in days: 1-{MAX_DAYS}")
 
 
 def _address(text: str, named: bool, neither: str) -> str:
@@ -108,8 +106,5 @@ def log_level(given: str | None, env: Mapping[str, str]) -> str:
 
 def mebibytes(text: str) -> int:
     """A whole number of MiB, at least 4 (the largest review, 3 MiB, must fit)."""
-    value = whole(text, "MiB, at least 4")
-    if value < 4:
-        raise argparse.ArgumentTypeError(f"at least 4 MiB (the largest review is 3 MiB), not {value}")
-    return value
+    return whole(text, "MiB, at least 4", 4, None, "at least 4 MiB (the largest review is 3 MiB), not {}")
 
