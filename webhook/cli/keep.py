@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 
 from .. import logs
 from ..config import KeeperSettings, KeepMode
 from .parser import settings_from
 from .values import log_level
-
-log = logging.getLogger("webhook.keeper")
 
 
 async def run_keep(args: argparse.Namespace) -> int:
