@@ -84,8 +84,7 @@ LEASE = Resource(kind="Lease", group="coordination.k8s.io", version="v1", plural
 CONFIGMAP = Resource(kind="ConfigMap", group="", version="v1", plural="configmaps", namespaced=True)
 # Read by `status` alone.
 DEPLOYMENT = Resource(kind="Deployment", group="apps", version="v1", plural="deployments", namespaced=True)
-# What the rules read; a snapshot (`--state`) holds these.
-# What the admission rules read (VMIs one at a time: where a leaving VM's migration can land).
+# What the admission rules read and a snapshot (`--state`) holds (VMIs one at a time: where a migration lands).
 RULE_RESOURCES = (PVC, PV, POD, NODE, SHARE_MANAGER, VMI)
 
 # --------------------------------------------------------------------------- KubeVirt
