@@ -122,11 +122,8 @@ async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived:
 
 
 async def body_of(request: web.BaseRequest, deadline: Deadline) -> bytes | bytearray:
-    """The body, in one buffer that orjson reads as it is (`request.read()` would hold it twice,
-    as it arrives and as its copy, which held connections multiply). A body that arrived whole
-    with its headers (a review of a few KiB, nearly always) is taken as it is, with nothing to
-    wait for; one still arriving holds memory and a connection, and must arrive within the
-    deadline (TimeoutError)."""
+    """The body in one buffer orjson reads as it is (`request.read()` would hold it twice); one still
+    arriving must arrive within the deadline (TimeoutError)."""
     content = request.content
     if content.is_eof():  # no wait, so no timer: arming one is three system calls on Python 3.11
         whole = content.read_nowait()
@@ -192,10 +189,9 @@ class Admissions:
 
 
 def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
-    """The AdmissionReview in a request's body; BadRequest saying why it is none. Read with the
-    collector paused: a review of 20,000 claims is 100,000 objects, none in a cycle, and each
-    collection their making would set off is a pass over what the process holds, the event loop
-    waiting meanwhile."""
+    """The AdmissionReview in a request's body; BadRequest saying why it is none. Read with the collector
+    paused: a review of 20,000 claims is 100,000 objects, none in a cycle, and each collection their
+    making would set off is a pass over all the process holds."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -240,10 +236,8 @@ class Timing:
 
 
 def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, timing: Timing) -> None:
-    """One JSON line per admission: what an admin needs to answer "why is my VM there?", and how
-    long it took: `duration_ms` from its handler's start, `latency_ms` from its connection's accept
-    (or its request's first byte), `loop_lag_ms` the longest the event loop kept a request waiting
-    before its handler in the last second (looplag.py)."""
+    """One JSON line per admission: why the VM is there, and how long it took (`duration_ms` from the
+    handler's start, `latency_ms` from the accept, `loop_lag_ms` as looplag.py measures it)."""
     decision = outcome.decision
     fields: dict[str, object] = {
         "uid": review.uid,

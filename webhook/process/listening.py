@@ -1,22 +1,12 @@
-"""A port of either process (the admission port, an operations port): its connections bounded in
-how long a client may take, never in number.
+"""A port of either process: its connections bounded in how long a client may take, never in number.
 
-Any pod in the cluster can reach the admission port (the NetworkPolicy admits every pod; mutual TLS is
-optional), and aiohttp does not bound the time a client takes to send a request's headers: held
-connections used file descriptors and, with unfinished bodies, memory. Here, the port is
-asyncio's own server (`Port`: aiohttp's runner serves, drains and stops the connections), which
-closes a connection whose TLS handshake has not ended within HANDSHAKE_SECONDS of its accept, and
-every connection goes through `Guard`: one that has not sent a whole request's headers within
-HEADER_SECONDS of its handshake is closed. None is closed for being one too many: kube-apiserver
-gives each review in flight a connection of its own and does not retry a call that fails, so a
-closed connection is a pod created without our decision. Memory is bounded by the bodies held
-instead (admission/budget.py: beyond the budget a body waits, unread); a body must arrive within the
-request's deadline (admission/server.py: 408), and an idle keep-alive connection closes after aiohttp's
-keepalive timeout.
-
-The Guard also tells when the request a connection carries arrived (`Arrivals`): what the
-apiserver waits for starts there, before any handler runs (the accept, the TLS handshake, the
-headers and body arriving, the event loop's other work meanwhile).
+Any pod can reach the admission port, and aiohttp does not bound the time a client takes to send its
+headers. So the port is asyncio's own server (`Port`; aiohttp's runner serves, drains and stops the
+connections): a TLS handshake must end within HANDSHAKE_SECONDS of the accept, and the headers within
+HEADER_SECONDS of the handshake (`Guard`). None is closed for being one too many: kube-apiserver gives
+each review in flight a connection of its own and does not retry, so a closed connection is a pod
+created without our decision; memory is bounded by the bodies held instead (admission/budget.py).
+The Guard also notes when each request arrived (`Arrivals`): what the apiserver waits for starts there.
 """
 from __future__ import annotations
 
@@ -37,10 +27,8 @@ BACKLOG = 128  # aiohttp's sites' default
 
 
 class Arrivals:
-    """When the request each open connection carries arrived: for a connection's first request,
-    the moment the connection was accepted (asyncio calls the protocol factory at the accept,
-    before the TLS handshake); for a later one on a kept connection, its first byte. Read by the
-    handler with `request.transport`; `answered` restarts the clock for the next request."""
+    """When the request each open connection carries arrived: its accept (asyncio calls the protocol
+    factory there, before the handshake), or on a kept connection the next request's first byte."""
 
     __slots__ = ("_since",)
 
@@ -131,9 +119,7 @@ class Guarded(asyncio.Protocol):
 
 
 class Port:
-    """A port being served: asyncio's server, accepting through a `Guard` into the protocol of
-    aiohttp's runner (its public `server`), which serves the connections and, on `cleanup`,
-    finishes the requests in flight."""
+    """asyncio's server accepting through a `Guard` into aiohttp's runner (its public `server`)."""
 
     def __init__(self, runner: web.BaseRunner, listening: asyncio.AbstractServer) -> None:
         self.runner, self.listening = runner, listening
@@ -152,8 +138,7 @@ class Port:
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
                  guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS,
                  backlog: int = BACKLOG) -> Port:
-    """Serve `runner` (set up) on host:port through a Guard; with TLS, each handshake within
-    `handshake_seconds` of its accept."""
+    """Serve `runner` (set up) on host:port through a Guard."""
     if runner.server is None:
         raise RuntimeError("the runner is not set up")
     try:
@@ -173,9 +158,8 @@ LINGER = 2.0
 async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
                 context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0,
                 arrivals: Arrivals | None = None) -> Port:
-    """Start listening: an Application (an operations port), or a low-level handler on aiohttp's
-    `web.Server` (the admission port); returns the port (cleanup() stops it). Port 0 picks a free port.
-    `arrivals`: where the port notes when each connection's request arrived."""
+    """Listen with an Application (an operations port) or a low-level handler on aiohttp's `web.Server`
+    (the admission port); port 0 picks a free port."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
     if isinstance(handler, web.Application):
