@@ -1,7 +1,7 @@
 """Every filter in the scheduler's order, and what a caller asks: why would the node turn the pod away?"""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -9,8 +9,7 @@ import orjson
 from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
-from .fields import Unreadable
-from .framework import Filter, cannot_tell, failed
+from .fields import CannotTell, Unreadable, name_of
 from .interpodaffinity import inter_pod_affinity
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import node_affinity
@@ -21,6 +20,8 @@ from .resources import node_resources_fit
 from .tainttoleration import taint_toleration
 from .view import View
 from .volumes import volumes
+
+Filter = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]  # one of kube-scheduler's filter plugins
 
 CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod_affinity, pod_topology_spread)
 
@@ -47,6 +48,19 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
         if reason is not None:
             return reason
     return None
+
+
+def cannot_tell(node: Any, subject: str, detail: str) -> str:
+    return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
+
+
+def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
+    """The answer of a check that raised: "cannot tell" (which counts as not fitting), saying why."""
+    if isinstance(error, (CannotTell, Unreadable)):
+        return cannot_tell(node, subject, str(error))
+    # A shape nobody foresaw: still an answer, never a crash.
+    return cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
+                                       f"the objects ({type(error).__name__})")
 
 
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,

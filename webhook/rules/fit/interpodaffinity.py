@@ -9,8 +9,7 @@ from typing import Any
 
 from ... import kinds
 from .demand import Demand
-from .fields import name_of, namespace_of, pod_key
-from .framework import CannotTell
+from .fields import CannotTell, name_of, namespace_of, pod_key
 from .terms import EVERY_NAMESPACE, existing_anti_terms
 from .view import View, bound_node
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
-from ..shared.quantity import CPU, ceil_div, nanos_of, unit
+from ..shared.quantity import CPU, nanos_of, units
 from .fields import Unreadable, as_list, as_mapping, in_part, pod_spec
 
 MEMORY = "memory"
@@ -105,8 +105,7 @@ def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
                 requests = _resized_requests(requests, found, infeasible)
         except Unreadable as error:
             raise in_part(f"container {i}", error) from None
-        for name, amount in requests.items():
-            total[name] = total.get(name, 0) + amount
+        _add(total, requests)
     init_containers = spec.get("initContainers")
     if init_containers:
         _add_init_containers(total, as_list(init_containers, "initContainers"), statuses, infeasible)
@@ -175,5 +174,5 @@ def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
     found = {}
     for name, amount in _nano_requests(pod, running=running).items():
         if type(name) is str and counted(name):
-            found[name] = ceil_div(amount, unit(name))
+            found[name] = units(name, amount)
     return found

@@ -7,9 +7,8 @@ from typing import Any
 
 from ... import kinds
 from ..shared.quantity import scheduler_value, show
-from .fields import name_of
+from .fields import CannotTell, name_of
 from .demand import Demand
-from .framework import CannotTell
 from .view import View
 
 PODS = "pods"

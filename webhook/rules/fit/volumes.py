@@ -7,8 +7,7 @@ from typing import Any
 
 from ... import kinds
 from .demand import Demand
-from .fields import Unreadable, as_list, as_mapping, name_of, pod_spec
-from .framework import CannotTell
+from .fields import CannotTell, Unreadable, as_list, as_mapping, name_of, pod_spec
 from .nodeaffinity import term_matches
 from .view import View
 

@@ -92,22 +92,12 @@ def _parsed(value: str | float) -> int:
     return -amount if sign == "-" else amount
 
 
-def ceil_div(numerator: int, denominator: int) -> int:
-    return -(-numerator // denominator)
-
-
-def unit(resource: str) -> int:
-    """The scheduler's unit for a resource, in nano-units: a millicore for cpu, a whole unit otherwise."""
-    return MILLI if resource == CPU else NANO
-
-
 def units(resource: str, amount_in_nanos: int) -> int:
-    """An amount in the scheduler's unit for the resource (see `unit`), rounded up."""
-    return ceil_div(amount_in_nanos, unit(resource))
+    """An amount in the scheduler's unit for the resource, rounded up: a millicore for cpu, a whole unit otherwise."""
+    return -(-amount_in_nanos // (MILLI if resource == CPU else NANO))
 
 
 def scheduler_value(resource: str, value: object) -> int:
-    """One quantity in the scheduler's unit for the resource (see `units`)."""
     return units(resource, nanos(value))
 
 
