@@ -232,32 +232,15 @@ async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) 
 
 
 class JustReadFirst:
-    """A checks' view that answers claims and volumes from what this admission just read."""
+    """A checks' view that answers claims and volumes from what this admission just read, and
+    everything else (nodes, pods, their record of changes) from `view`."""
 
     def __init__(self, view: fit.View, seen: JustRead):
         self._view, self._seen = view, seen
         self.memo = view.memo
 
-    def node(self, name: str) -> Any:
-        return self._view.node(name)
-
-    def nodes(self) -> Any:
-        return self._view.nodes()
-
-    def usage(self, node_name: str) -> fit.Usage:
-        return self._view.usage(node_name)
-
-    def nodes_changed(self, since: int | None) -> Any:
-        return self._view.nodes_changed(since)  # claims and volumes are not in it
-
-    def pods_on(self, node_name: str) -> Any:
-        return self._view.pods_on(node_name)
-
-    def pods_with_anti_affinity_toward(self, labels: Any) -> Any:
-        return self._view.pods_with_anti_affinity_toward(labels)
-
-    def pods_labelled(self, key: str, value: str) -> Any:
-        return self._view.pods_labelled(key, value)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
 
     def pvc(self, namespace: str, name: str) -> Any:
         found = self._seen.get((PVC.kind, namespace, name))
