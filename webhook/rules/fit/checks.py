@@ -28,9 +28,8 @@ CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
-    """Why kube-scheduler's filters would turn the pod away from the node (the first failed
-    check, or "cannot tell ..."), or None when they would pass it. Pass `demand` (from
-    `Demand.of`) to read the pod once for several nodes."""
+    """Why kube-scheduler's filters would turn the pod away from the node (the first failed check,
+    or "cannot tell ..."), or None. `demand` (`Demand.of`) reads the pod once for several nodes."""
     if demand is None:
         try:
             demand = Demand.of(pod, namespace, view.memo)
@@ -65,11 +64,9 @@ def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
 
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
                 needs_kubevirt: bool, memo: Memo | None = None) -> str | None:
-    """Why `pod` cannot run on the node now (the first failed node-level check: cordon,
-    readiness, KubeVirt's schedulable label, taints, the pod's own node affinity), or None.
-    With the store's `memo`, the answer is kept per node while the node and what the checks
-    read of the pod stay the same: a drain's share-managers and their VMs' migration targets,
-    pods of a few kinds, are judged on the same nodes one after the other."""
+    """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness,
+    KubeVirt's schedulable label, taints, the pod's own node affinity), or None. With `memo`, kept
+    per node while the node and what the checks read of the pod stay the same (a drain's pods)."""
     if node is None:
         return f"node {node_name} not found"
     asked = (node_name, node, pod, needs_kubevirt)
@@ -78,9 +75,8 @@ def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str
     spec = pod.get("spec") if isinstance(pod, dict) else None
     spec = spec if isinstance(spec, dict) else {}
     affinity = spec.get("affinity")
-    # What the checks read of the pod, as JSON (held with the answer, so bounded as the memo's
-    # keys are), and of the node the node itself: compared by value, mostly by identity (the
-    # caches hand out one object per version of a node). An answer is only reused for what gave it.
+    # What the checks read of the pod, as JSON (bounded as the memo's keys are), and the node itself:
+    # compared by value, mostly by identity (the caches hand out one object per version of a node).
     try:
         read = orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"),
                              affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity))

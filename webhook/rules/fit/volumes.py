@@ -30,9 +30,8 @@ ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key
 
 
 def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
-    """Where a PV can be mounted: its `spec.nodeAffinity.required` terms
-    (None without), and the zone and region labels VolumeZone compares (a label the scheduler
-    cannot parse is left out, as it ignores it); or why it cannot be read."""
+    """Where a PV can be mounted: its `spec.nodeAffinity.required` terms (None without) and the zone
+    labels VolumeZone compares (one it cannot parse left out, as it ignores it); or why not read."""
     try:
         required = as_mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
         terms = None
@@ -96,9 +95,8 @@ Ending = str | CannotTell | Unreadable | None
 
 
 def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
-    """The pod's claims read once, in order, with their PVs (volumebinding's PreFilter reads them
-    once per scheduling cycle): a mount per bound claim, up to the first claim that decides alone
-    (being deleted, lost, unbound, unknown, unreadable), which ends them."""
+    """The pod's claims read once (as volumebinding's PreFilter does), with their PVs: a mount per
+    bound claim, up to the first that decides alone (deleted, lost, unbound, unknown, unreadable)."""
     found: list[Mount] = []
     try:
         pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
