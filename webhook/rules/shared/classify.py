@@ -35,12 +35,9 @@ def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings:
 
 def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why this pod is left untouched by the VM rule at its creation, or None when we act on it.
-
-    Migration targets are built from the VMI and carry the opt-in too, and are always left
-    untouched: pinning one next to the source's share-manager would fight its anti-affinity and make
-    migration impossible, and a mere preference moved share-managers where evacuations did not
-    follow (docs/operations.md, "Migration targets").
-    """
+    Migration targets always are: pinned beside the source's share-manager one would fight its
+    anti-affinity, and a preference moved share-managers where evacuations did not follow
+    (docs/operations.md, "Migration targets")."""
     labels, annotations = kinds.labels(pod), kinds.annotations(pod)
     if (why := _not_opted_in(labels, annotations, settings)) is not None:
         return why
@@ -59,14 +56,9 @@ def target_exemption(pod: dict[str, Any]) -> Alone | None:
 
 
 def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Alone | None:
-    """Why a launcher pod cannot be where its VM runs now, or None when it can.
-
-    A pod created as a migration target counts: KubeVirt never removes
-    kubevirt.io/migrationJobUID, and once the migration completes that pod is the VM's.
-    Which of a VMI's pods counts is chosen among these (`rules.keeping.running.vm_pods`): the cold-start
-    rule, `explain`, `status` and the keeper all ask it where a VM runs. `any_vm` counts VMs
-    that are not opted in too (`explain` answers for any VM).
-    """
+    """Why a launcher pod cannot be where its VM runs now, or None when it can (a completed
+    migration's target counts: KubeVirt never removes kubevirt.io/migrationJobUID). `any_vm`
+    counts VMs that are not opted in too (`explain` answers for any VM)."""
     why = opted_in_launcher(pod, settings)
     if why is Alone.NOT_LAUNCHER or (why is not None and not any_vm):
         return why

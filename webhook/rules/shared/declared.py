@@ -1,8 +1,6 @@
-"""What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations:
-each field and key declared once (`declaring.Fields`). The readers (`rules.keeping.running.read_vmi`,
-`rules.keeping.migrations.read_migration`) read through these, and `stores/shapes.py` keeps what
-they declare: a rule that starts reading a field or an annotation declares it here, and the
-caches keep it.
+"""What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations, each
+declared once (`declaring.Fields`): the readers read through these, and `stores/shapes.py` keeps
+what they declare. A rule that starts reading a field or an annotation declares it here.
 """
 from __future__ import annotations
 

@@ -2,11 +2,9 @@
 declaration (`Field`, `Keyed`), and the caches keep what it declares (`stores/shapes.py`
 builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
 
-A path is dotted, `[]` after a key for every item of a list: "status.migrationState.endTimestamp",
-"spec.volumes[].dataVolume.name". A field declared with nothing declared beneath it is kept whole
-(a map copied as it is, a list read item by item elsewhere); one with fields beneath keeps those.
-Every cache of a kind keeps what is declared of it, all of it: admission, the keeper and `status`
-read the same fields, so a declaration is all a new rule needs, wherever it runs.
+A path is dotted, `[]` after a key for every item of a list: "spec.volumes[].dataVolume.name". A
+field with nothing declared beneath it is kept whole; one with fields beneath keeps those. Every
+cache of a kind keeps all that is declared of it, so a declaration is all a new rule needs.
 """
 from __future__ import annotations
 
@@ -60,8 +58,8 @@ class CachedAnnotations(dict[str, Any]):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Field:
-    """One declared field: its key in the object that holds it, and where that is (the messages'
-    words: "status.migrationState", or the kind's name at the top). Each read takes that holder."""
+    """One declared field: its key in the object that holds it (each read takes that holder), and
+    where that is, in the messages' words ("status.migrationState", the kind's name at the top)."""
 
     key: str
     where: str
@@ -109,9 +107,8 @@ class Keyed:
 
 
 class Fields:
-    """What the rules read of one kind (`name`: how messages name it, "VMI"), each part declared once,
-    in `declared`, which `stores/shapes.py` imports before any cache takes its shape. A declaration
-    made after a shape was taken would be missing from it: it raises instead."""
+    """What the rules read of one kind (`name`: how messages name it, "VMI"), declared in `declared`
+    before any cache takes its shape: a declaration made after would be missing, so it raises."""
 
     def __init__(self, name: str, declared_as: str = ""):
         self.name = name
