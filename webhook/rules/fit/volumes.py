@@ -21,11 +21,6 @@ _VOLUME_ZONE_KEYS = {
 }
 
 
-def _claim_state(claim: Any) -> tuple[bool, bool, Any]:
-    """(being deleted, lost its volume, spec.volumeName) of a claim."""
-    return kinds.terminating(claim), kinds.status(claim).get("phase") == "Lost", kinds.spec(claim).get("volumeName")
-
-
 ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
 
 
@@ -112,11 +107,11 @@ def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
             claim = view.pvc(demand.namespace, claim_name)
             if claim is None:
                 raise CannotTell(f"claim {claim_name} is not known")
-            terminating, lost, pv_name = _claim_state(claim)
-            if terminating:
+            if kinds.terminating(claim):
                 return found, f"claim {claim_name} is being deleted"
-            if lost:
+            if kinds.status(claim).get("phase") == "Lost":
                 return found, f"claim {claim_name} has lost its volume"
+            pv_name = kinds.spec(claim).get("volumeName")
             if not pv_name:
                 raise CannotTell(f"claim {claim_name} is not bound yet")
             pv = view.pv(pv_name)

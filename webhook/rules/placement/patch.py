@@ -40,6 +40,16 @@ def node_requirement(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
 
+def live_terms(pod: Any) -> list[dict[str, Any]]:
+    """The pod's required node-selector terms that are not empty (an empty term matches nothing)."""
+    affinity = kinds.spec(pod).get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    selector = node_affinity.get(REQUIRED) if isinstance(node_affinity, dict) else None
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    return [t for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))] \
+        if isinstance(terms, list) else []
+
+
 def preferred_term(node: str, weight: int) -> dict[str, Any]:
     return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
 

@@ -14,6 +14,7 @@ from typing import Any
 from ... import kinds
 from ...config import Settings
 from .decide import REQUIRING
+from .patch import live_terms
 from ..shared.times import parse_time
 
 GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
@@ -64,12 +65,7 @@ def pinned_by_us(pod: Any, settings: Settings) -> bool:
     if annotations.get(settings.decision_annotation) not in REQUIRING:
         return False
     nodes = set(str(annotations.get(settings.node_annotation) or "").split(",")) - {""}
-    affinity = kinds.spec(pod).get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_affinity, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    live = [t for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))] \
-        if isinstance(terms, list) else []
+    live = live_terms(pod)
     return bool(live) and all(
         isinstance(term.get("matchFields"), list) and any(
             isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
+from .patch import live_terms
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
 from ..kubevirt.target import TargetPod, lacking
@@ -123,13 +124,7 @@ def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
 def among_at_most(share_manager: Mapping[str, Any]) -> int:
     """How many nodes the share-manager may be required among: AMONG_TERMS over its own required
     terms (Longhorn writes one at most)."""
-    affinity = share_manager.get("spec", {}).get("affinity") if isinstance(share_manager.get("spec"), dict) else None
-    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    own = sum(1 for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))) \
-        if isinstance(terms, list) else 0
-    return max(1, min(AMONG_NODES, AMONG_TERMS // max(own, 1)))
+    return max(1, min(AMONG_NODES, AMONG_TERMS // max(len(live_terms(share_manager)), 1)))
 
 
 def decide_together(found: Destinations, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES) -> Decision | None:

@@ -98,12 +98,9 @@ def share_manager_node(
     volume: str, pod: dict[str, Any] | None, share_manager: dict[str, Any] | None
 ) -> tuple[str | None, str]:
     """Node of the volume's share-manager: the pod's node, else a *running* ShareManager's ownerID."""
-    if pod is not None:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if node and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
-            return node, f"share-manager of {volume} runs on {node}"
+    node = kinds.spec(pod).get("nodeName")
+    if node and not kinds.terminating(pod) and not kinds.finished(pod):
+        return node, f"share-manager of {volume} runs on {node}"
     if share_manager is None:
         return None, f"volume {volume} has no share-manager"
     status = share_manager.get("status") or {}
