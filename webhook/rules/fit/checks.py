@@ -72,8 +72,7 @@ def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str
     asked = (node_name, node, pod, needs_kubevirt)
     if memo is None:
         return _why_not_run(asked)
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    spec = spec if isinstance(spec, dict) else {}
+    spec = kinds.spec(pod)
     affinity = spec.get("affinity")
     # What the checks read of the pod, as JSON (bounded as the memo's keys are), and the node itself:
     # compared by value, mostly by identity (the caches hand out one object per version of a node).

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
-from ..shared.quantity import CPU, nanos_of, units
+from ..shared.quantity import CPU, nanos, units
 from .fields import Unreadable, as_list, as_mapping, in_part, pod_spec
 
 MEMORY = "memory"
@@ -44,10 +44,13 @@ def _resource_list(value: Any, what: str) -> dict[str, int]:
             return {}
     if not isinstance(value, dict):
         raise Unreadable(f"{what} is not an object")
-    try:
-        return nanos_of(value)
-    except ValueError as error:
-        raise Unreadable(f"{what} {error} is not a quantity") from None
+    found = {}
+    for name, amount in value.items():
+        try:
+            found[name] = nanos(amount)
+        except ValueError:
+            raise Unreadable(f"{what} {name} {amount!r} is not a quantity") from None
+    return found
 
 
 def _container_requests(container: Any) -> dict[str, int]:

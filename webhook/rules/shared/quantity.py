@@ -39,17 +39,6 @@ def nanos(value: object) -> int:
     return _parsed(value)
 
 
-def nanos_of(amounts: dict[object, object]) -> dict[object, int]:
-    """`nanos` of every value of a ResourceList, in one call; ValueError says which did not parse."""
-    found = {}
-    for name, value in amounts.items():
-        try:
-            found[name] = nanos(value)
-        except ValueError:
-            raise ValueError(f"{name} {value!r}") from None
-    return found
-
-
 def _parsed(value: str | float) -> int:
     text = (repr(value) if isinstance(value, float) else value).strip(_SPACE)
     if len(text) > MAX_LENGTH:
