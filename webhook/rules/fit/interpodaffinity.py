@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
@@ -12,13 +12,6 @@ from .demand import Demand
 from .fields import CannotTell, name_of, namespace_of, pod_key
 from .terms import EVERY_NAMESPACE, existing_anti_terms
 from .view import View, bound_node
-
-
-def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> Iterable[Mapping[str, Any]]:
-    """The nodes in the same topology domain; for the hostname key, the node itself."""
-    if key == kinds.HOSTNAME_LABEL:
-        return (node,)
-    return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
 
 
 def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
@@ -38,7 +31,9 @@ def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
 
 def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mapping[str, Any] | None:
     """The first pod of the node's topology domain the term selects, every pod of it looked at."""
-    for other in _domain_nodes(view, node, term.topology_key, value):
+    key = term.topology_key
+    domain = (node,) if key == kinds.HOSTNAME_LABEL else [n for n in view.nodes() if kinds.labels(n).get(key) == value]
+    for other in domain:
         for pod in view.pods_on(name_of(other)):
             if term.matches(namespace_of(pod), kinds.labels(pod)):
                 return pod

@@ -168,10 +168,8 @@ def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> Non
 
 
 def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
-    """What the scheduler counts for the pod (component-helpers/resource `PodRequests`): cpu in
-    millicores, other resources in whole units, for every resource NodeResourcesFit compares.
-    `running` reads in-place resizes from the status, as the scheduler does for bound pods.
-    Raises Unreadable (a ValueError) on objects of unexpected shape."""
+    """What the scheduler counts for the pod, in its units (component-helpers/resource `PodRequests`);
+    `running` reads in-place resizes, as it does for bound pods. Raises Unreadable (a ValueError)."""
     if not isinstance(pod, dict):
         raise Unreadable("the pod is not an object")
     found = {}

@@ -59,11 +59,9 @@ def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str,
 
 
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """VolumeBinding and VolumeZone for bound claims: each PV's `spec.nodeAffinity.required`
-    must select the node (volumebinding/binder.go `checkBoundClaims`) and its zone labels must
-    match the node's. A claim with `spec.volumeName` counts as bound (the PV controller's
-    bind-completed annotation follows within moments). Unbound claims and generic ephemeral
-    volumes are decided by provisioning, which we do not model: cannot tell."""
+    """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and
+    match its zone labels; a claim with `spec.volumeName` counts as bound. Unbound claims and
+    ephemeral volumes are decided by provisioning, which we do not model: cannot tell."""
     if demand.mounts is None:
         demand.mounts = _mounts(demand, view)
     mounts, ending = demand.mounts
