@@ -22,13 +22,9 @@ def opted_in(annotations: Mapping[str, Any], settings: Settings) -> bool:
 
 def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
-    return _not_opted_in(kinds.labels(pod), kinds.annotations(pod), settings)
-
-
-def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Alone | None:
-    if labels.get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:  # kinds.is_launcher
+    if not kinds.is_launcher(pod):
         return Alone.NOT_LAUNCHER
-    if not opted_in(annotations, settings):
+    if not opted_in(kinds.annotations(pod), settings):
         return Alone.NOT_OPTED_IN
     return None
 
@@ -38,10 +34,9 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
     Migration targets always are: pinned beside the source's share-manager one would fight its
     anti-affinity, and a preference moved share-managers where evacuations did not follow
     (docs/operations.md, "Migration targets")."""
-    labels, annotations = kinds.labels(pod), kinds.annotations(pod)
-    if (why := _not_opted_in(labels, annotations, settings)) is not None:
+    if (why := opted_in_launcher(pod, settings)) is not None:
         return why
-    if kinds.MIGRATION_JOB_LABEL in labels:
+    if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
         return Alone.MIGRATION_TARGET
     return target_exemption(pod)
 
