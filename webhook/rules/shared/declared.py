@@ -4,18 +4,12 @@ what they declare. A rule that starts reading a field or an annotation declares 
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ... import kinds
-from ...config import Settings
 from .declaring import Fields
 
-
-def _opt_in(settings: Settings) -> str:
-    return settings.opt_in_annotation
-
-
-def _decision_prefix(settings: Settings) -> str:
-    return settings.decision_prefix
-
+_opt_in = attrgetter("opt_in_annotation")  # a key the settings name
 
 # --------------------------------------------------------------------------- VirtualMachineInstance
 # Admission reads the VM's disks (hotplugged ones included) and what its migration target pod is
@@ -25,7 +19,7 @@ VMI = Fields("VMI")
 VMI_NAME = VMI.field("metadata.name")
 VMI_NAMESPACE = VMI.field("metadata.namespace")
 VMI_UID = VMI.field("metadata.uid")
-VMI_OPT_IN = VMI.annotation(_opt_in)  # reached the VMI from the VM template
+VMI_opt_in = VMI.annotation(_opt_in)  # reached the VMI from the VM template
 VMI_KEEP = VMI.annotation(kinds.KEEP_ANNOTATION)
 # The descheduler's: a VM that nothing is to evict is held where it runs (rules/keeping/keep.py).
 VMI_NO_EVICTION = VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
@@ -103,7 +97,7 @@ VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
 # rule that starts reading one of a launcher pod declares it here, `POD.annotation(key)`, or beside it.
 
 POD = Fields("Pod", "POD")
-POD_OPT_IN = POD.annotation(_opt_in)
+POD_opt_in = POD.annotation(_opt_in)
 POD_PROVISIONING = POD.annotation(kinds.EPHEMERAL_PROVISIONING)  # WaitForFirstConsumer's temporary pod
-POD.annotation_prefix(_decision_prefix)  # our decision, node and reason
+POD.annotation_prefix(attrgetter("decision_prefix"))  # our decision, node and reason
 POD_CLAIM = POD.field("spec.volumes[].persistentVolumeClaim.claimName")
