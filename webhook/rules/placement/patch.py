@@ -151,8 +151,8 @@ def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[st
             ops.append(_add(f"/metadata/annotations/{escape(key)}", value))
 
 
-def _new_terms(nodes: tuple[str, ...]) -> list[dict[str, Any]]:
-    """One term per node, for a pod with no required terms of its own."""
+def _new_terms(nodes: Sequence[str]) -> list[dict[str, Any]]:
+    """One term per node (for a pod with no required terms of its own; our preferences')."""
     return [{"matchFields": [node_requirement(node)]} for node in nodes]
 
 
@@ -240,7 +240,7 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
             del node_affinity[REQUIRED]
     preferred = node_affinity.get(PREFERRED_TERMS)
     if isinstance(preferred, list):
-        ours_preferred = [{"matchFields": [node_requirement(node)]} for node in ours]
+        ours_preferred = _new_terms(ours)
         keep_or_drop(node_affinity, PREFERRED_TERMS,
                      [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)])
     drop_empty(spec, "affinity", "nodeAffinity")
