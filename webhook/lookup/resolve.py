@@ -69,8 +69,7 @@ async def resolve_disks(
     seen: JustRead | None = None,
 ) -> list[Fact]:
     """Disks known in memory are resolved at once (no task, no I/O), the others concurrently through
-    the API within the deadline. What was read from the API goes into `seen` when given (the
-    checks' view reads the same memory as `peek`)."""
+    the API within the deadline, what it answered going into `seen` when given."""
     peek = store.peek
     facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
@@ -189,8 +188,7 @@ def _pod_name(pod: dict[str, Any]) -> str:
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,
                         needs_kubevirt: bool, seen: JustRead | None = None) -> str | None:
     """Why `pod` cannot run on node `name` now (the never-strand checks: the node itself, then
-    kube-scheduler's filters), or None when it can. A node or a view that cannot be read counts
-    as one that cannot take the pod."""
+    kube-scheduler's filters), or None; a node or a view that cannot be read cannot take it."""
     try:
         node = await read_through(store, NODE, None, name, deadline)
     except StoreError as exc:

@@ -109,9 +109,8 @@ def rwx_network(values: Mapping[str, str]) -> str | None:
 
 
 def sparing(text: str | None, spare: bool = True) -> str:
-    """The blacklist with the VMI kind added (`spare`) or taken out, the other kinds kept in their
-    order, in Longhorn's form (`group/Kind` joined by `;`); the value as it was when there is nothing
-    to change. ValueError when the value is not owner kinds: a change to it would be a guess."""
+    """The blacklist with the VMI kind added (`spare`) or taken out, the others kept in order (the
+    value as it was when nothing changes); ValueError when it is not owner kinds: a change would be a guess."""
     kinds = blacklisted(text)
     if kinds is None:
         raise ValueError(f"{BLACKLIST} is {text!r}, not owner kinds (group/Kind;...)")
