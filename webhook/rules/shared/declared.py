@@ -19,7 +19,7 @@ VMI = Fields("VMI")
 VMI_NAME = VMI.field("metadata.name")
 VMI_NAMESPACE = VMI.field("metadata.namespace")
 VMI_UID = VMI.field("metadata.uid")
-VMI_opt_in = VMI.annotation(_opt_in)  # reached the VMI from the VM template
+VMI_OPT_IN = VMI.annotation(_opt_in)  # reached the VMI from the VM template
 VMI_KEEP = VMI.annotation(kinds.KEEP_ANNOTATION)
 # The descheduler's: a VM that nothing is to evict is held where it runs (rules/keeping/keep.py).
 VMI_NO_EVICTION = VMI.annotation("descheduler.alpha.kubernetes.io/prefer-no-eviction")
@@ -97,7 +97,7 @@ VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
 # rule that starts reading one of a launcher pod declares it here, `POD.annotation(key)`, or beside it.
 
 POD = Fields("Pod", "POD")
-POD_opt_in = POD.annotation(_opt_in)
+POD_OPT_IN = POD.annotation(_opt_in)
 POD_PROVISIONING = POD.annotation(kinds.EPHEMERAL_PROVISIONING)  # WaitForFirstConsumer's temporary pod
 POD.annotation_prefix(attrgetter("decision_prefix"))  # our decision, node and reason
 POD_CLAIM = POD.field("spec.volumes[].persistentVolumeClaim.claimName")
