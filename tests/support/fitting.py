@@ -13,7 +13,7 @@ from tests.support.kube import node, rwx_disk, vm_pod
 from webhook.rules.fit.checks import CHECKS, why_not_fit
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.fields import Unreadable
-from webhook.rules.fit.framework import failed
+from webhook.rules.fit.checks import failed
 from webhook.rules.fit.view import StaticView
 
 ZONE = "topology.kubernetes.io/zone"

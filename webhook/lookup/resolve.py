@@ -33,9 +33,8 @@ def unresolved(claim: str, why: str) -> Fact:
 
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
                      seen: JustRead | None = None) -> Fact:
-    """The disk's fact, reading what memory cannot tell through the store, each read within what
-    is left of the deadline. Each object is read once: the steps run again with what was read
-    so far until none is missing (at most once per look-up)."""
+    """The disk's fact, reading what memory cannot tell through the store within the deadline: the
+    steps run again with what was read so far until none is missing (each object read once)."""
     read_so_far: dict[Lookup, Any] = {}
     missing: list[Lookup] = []
 
@@ -69,10 +68,8 @@ async def resolve_disks(
     store: Store, settings: Settings, namespace: str, claims: Sequence[str], deadline: Deadline,
     seen: JustRead | None = None,
 ) -> list[Fact]:
-    """Disks known in memory are resolved at once (no task, no I/O: `disk_fact` asks the store's
-    `peek`); the others concurrently through the API. Whatever is unfinished at the deadline is
-    reported as such (`resolve_io`). What was read from the API goes into `seen` when given: the
-    checks' view reads the same memory as `peek`, and nothing can change it before they run."""
+    """Disks known in memory are resolved at once (no task, no I/O), the others concurrently through
+    the API within the deadline, what it answered going into `seen` when given."""
     peek = store.peek
     facts: list[Fact | None] = [disk_fact(settings, namespace, c, peek) for c in claims]
     missing = [i for i, fact in enumerate(facts) if fact is None]
@@ -91,8 +88,8 @@ async def resolve_disks(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Consumers:
-    """The opted-in VMs that use a volume: one fact per VM and its pod, why the other pods did
-    not count, and the migration target pods not scheduled yet, by VMI uid (the VM is leaving)."""
+    """The opted-in VMs that use a volume: a fact per VM and its pod, why the other pods did not
+    count, and the migration target pods not scheduled yet, by VMI uid (the VM is leaving)."""
 
     facts: list[Fact]
     pods: list[dict[str, Any]]
@@ -101,13 +98,9 @@ class Consumers:
 
 
 async def resolve_consumers(store: Store, settings: Settings, volume: str, deadline: Deadline) -> Consumers:
-    """The nodes where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef
-    → launcher pods → one pod per VM (`rules.keeping.running.vm_pods`).
-
-    A pod created as a migration target counts once it is the VM's pod: after the migration,
-    and while it is in flight once the target is scheduled (the VM is going there); before, it
-    says the VM is leaving. Raises StoreError when the API cannot tell.
-    """
+    """Where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef → launcher
+    pods → one pod per VM (`rules.keeping.running.vm_pods`; a migration target not scheduled yet
+    says the VM is leaving). Raises StoreError when the API cannot tell."""
     candidates: list[dict[str, Any]] = []
     for pv in await deadline.call(store.pvs_by_volume_handle, volume):
         spec = pv.get("spec") or {}
@@ -132,12 +125,10 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate
-    the VM of `vm_pod` off its node, or why it cannot be told. Both pods are taken as the store
-    gave them (`pods_by_claim`): whole, or as the caches keep a launcher pod, with all the recipe
-    and the checks read of it (`shapes.shape_pod`); so a drain's share-managers read no pod from
-    the API. The VMI and the source node are read through the store (the caches, where there
-    are caches)."""
+    """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate the
+    VM of `vm_pod` off its node, or why it cannot be told. Both pods as the store gave them (the
+    caches keep what the recipe reads: `shapes.shape_pod`), so a drain's share-managers read no pod
+    from the API."""
     metadata = kinds.meta(vm_pod)
     namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
     if waiting is not None and not kinds.spec(waiting).get("nodeName"):
@@ -168,26 +159,23 @@ async def read_through(store: Store, resource: Resource, namespace: str | None, 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MigrationSource:
-    """A launcher pod as its VM's migration target is rendered from (`migration_source`). The
-    keeper keeps one per VM apart and renders from it at every pass, without taking it again
-    (a copy of the pod each time)."""
+    """A launcher pod as its VM's migration target is rendered from (`migration_source`), which
+    the keeper keeps per VM apart instead of copying the pod at every pass."""
 
     pod: dict[str, Any]
 
 
 def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationSource:
     """What a VM's migration target is rendered from: its launcher pod as KubeVirt created it,
-    without our pin (KubeVirt renders the target from the VMI, and we leave targets alone),
-    reduced to what the never-strand checks read of it (`pod_to_place`)."""
+    without our pin, reduced to what the never-strand checks read of it (`pod_to_place`)."""
     return MigrationSource(pod_to_place(as_created(launcher, settings)))
 
 
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
                          added: dict[str, str], settings: Settings) -> TargetPod | TargetUnknown:
-    """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` (its node, as
-    read) with `spec.addedNodeSelector` `added`: from its launcher pod, whole, as the caches keep
-    it, or as `migration_source` left it, as virt-controller renders a target
-    (`rules.kubevirt.target`). A drain's share-manager rule and the keeper both judge nodes by it."""
+    """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with
+    `spec.addedNodeSelector` `added` (`rules.kubevirt.target`), from its launcher pod or as
+    `migration_source` left it: a drain's share-manager rule and the keeper both judge nodes by it."""
     made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
     return target_pod(made.pod, vmi, source, added)
 
@@ -199,13 +187,8 @@ def _pod_name(pod: dict[str, Any]) -> str:
 
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,
                         needs_kubevirt: bool, seen: JustRead | None = None) -> str | None:
-    """Why `pod` cannot run on node `name` now (the never-strand checks), or None when it can.
-
-    The node itself (ready, not cordoned, KubeVirt's label, taints, the pod's own node
-    selection), then what kube-scheduler's filters would say (rules/fit/). A node or a view
-    that cannot be read counts as one that cannot take the pod. The same checks serve the pin
-    at admission and the keeper's choice of a migration target.
-    """
+    """Why `pod` cannot run on node `name` now (the never-strand checks: the node itself, then
+    kube-scheduler's filters), or None; a node or a view that cannot be read cannot take it."""
     try:
         node = await read_through(store, NODE, None, name, deadline)
     except StoreError as exc:
@@ -232,32 +215,15 @@ async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) 
 
 
 class JustReadFirst:
-    """A checks' view that answers claims and volumes from what this admission just read."""
+    """A checks' view that answers claims and volumes from what this admission just read, and
+    everything else (nodes, pods, their record of changes) from `view`."""
 
     def __init__(self, view: fit.View, seen: JustRead):
         self._view, self._seen = view, seen
         self.memo = view.memo
 
-    def node(self, name: str) -> Any:
-        return self._view.node(name)
-
-    def nodes(self) -> Any:
-        return self._view.nodes()
-
-    def usage(self, node_name: str) -> fit.Usage:
-        return self._view.usage(node_name)
-
-    def nodes_changed(self, since: int | None) -> Any:
-        return self._view.nodes_changed(since)  # claims and volumes are not in it
-
-    def pods_on(self, node_name: str) -> Any:
-        return self._view.pods_on(node_name)
-
-    def pods_with_anti_affinity_toward(self, labels: Any) -> Any:
-        return self._view.pods_with_anti_affinity_toward(labels)
-
-    def pods_labelled(self, key: str, value: str) -> Any:
-        return self._view.pods_labelled(key, value)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
 
     def pvc(self, namespace: str, name: str) -> Any:
         found = self._seen.get((PVC.kind, namespace, name))

@@ -18,8 +18,11 @@ from tests.support.kube import node, paths, vm_pod
 from webhook.rules.fit import checks
 from webhook.rules.fit.checks import why_not_fit, why_not_run
 from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.fields import CannotTell
 from webhook.rules.fit.memo import Memo
+from webhook.rules.fit.resources import node_resources_fit
 from webhook.rules.fit.view import StaticView
+from webhook.rules.fit.volumes import volumes
 
 
 @pytest.mark.parametrize(PARAMS, rows(None, "*"))
@@ -215,3 +218,40 @@ def test_a_pod_whose_node_level_reads_are_too_large_to_hold_is_answered_without_
     crowded["spec"]["tolerations"].append({"key": "dedicated", "operator": "Exists"})
     assert why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo) is None
     assert len(memo) == 0
+
+
+# What every check shares: its answer passed on, and "cannot tell" (which counts as not fitting)
+# in place of an exception, saying which node, for whom and why.
+def judged_alone(check, pod, subject="the VM"):
+    """`check` alone, as `why_not_fit` runs every check."""
+    view = view_of(nodes=[sized("node-b", cpu="2")])
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(checks, "CHECKS", (check,))
+        return checks.why_not_fit(pod, NS, view.node("node-b"), view, subject, demand=Demand.of(pod, NS, view.memo))
+
+
+def test_a_checks_answer_is_passed_on():
+    assert judged_alone(node_resources_fit, vm()) is None
+    assert judged_alone(node_resources_fit, vm(requests={"cpu": "3"})) == \
+        "node node-b is too small: the VM asks cpu 3, the node has 2 in all"
+
+
+def test_a_check_the_objects_do_not_let_decide_cannot_tell():
+    """The VM's disk is a claim the view does not hold."""
+    assert judged_alone(volumes, vm(claims=("vm1-rootdisk", "missing")), "the share-manager") == \
+        "cannot tell whether node node-b fits the share-manager: claim missing is not known"
+
+
+def raising(error):
+    def node_ports(demand, node, view, subject):
+        raise error
+    return node_ports
+
+
+@pytest.mark.parametrize("error, detail", [
+    (CannotTell("a namespaceSelector needs the Namespace objects"), "a namespaceSelector needs the Namespace objects"),
+    (KeyError("hostPort"), "the node ports check could not read the objects (KeyError)"),
+    (TypeError("'int' object is not iterable"), "the node ports check could not read the objects (TypeError)"),
+], ids=["cannot-tell", "unforeseen-key", "unforeseen-type"])
+def test_a_check_that_raises_still_answers_cannot_tell(error, detail):
+    assert judged_alone(raising(error), vm()) == f"cannot tell whether node node-b fits the VM: {detail}"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from tests.support.kube import load
 
-from webhook.rules.shared.reading import Malformed, read_identity, read_object, read_str, read_time, read_typed
+from webhook.rules.shared.reading import Malformed, read_identity, read_time, read_typed
 
 VMI = load("vmi-migrated.yaml")
 MIGRATION = load("vmim-evacuation.yaml")
@@ -16,6 +16,16 @@ STATE = VMI["status"]["migrationState"]
 def read_bool(container, key, where):
     """A boolean field, as the rules read one (`declaring.Field.flag`)."""
     return read_typed(container, key, where, bool)
+
+
+def read_str(container, key, where):
+    """A string field, as the rules read one (`declaring.Field.text`)."""
+    return read_typed(container, key, where, str)
+
+
+def read_object(container, key, where):
+    """An object field, as the rules read one (`declaring.Field.obj`)."""
+    return read_typed(container, key, where, dict)
 
 
 def test_the_fields_of_kubevirts_own_objects():

@@ -1,18 +1,13 @@
 """Pure: would kube-scheduler's filters pass this pod on this node? (A pin must never strand a VM.)
 
-One module per filter plugin (kubernetes `pkg/scheduler/framework/plugins/`): `resources`
-(NodeResourcesFit), `ports` (NodePorts), `volumes` (VolumeBinding for bound claims, VolumeZone),
-`interpodaffinity` (InterPodAffinity) and `podtopologyspread` (PodTopologySpread with
-DoNotSchedule), and the node-level ones: `nodeunschedulable` (NodeUnschedulable),
-`tainttoleration` (TaintToleration), `nodeaffinity` (NodeAffinity); `checks` runs them in the
-scheduler's order. Beside them: what a pod asks for (`requests`), what a node's pods take
-(`usage`), the pod read once (`demand`), the cluster as the checks read it (`view`), label
-selectors (`selectors`), what the checks worked out, kept per store (`memo`).
+One module per filter plugin (kubernetes `pkg/scheduler/framework/plugins/`), named after it;
+`checks` runs them in the scheduler's order. Beside them: what a pod asks for (`requests`), what a
+node's pods take (`usage`), the pod read once (`demand`), the cluster as the checks read it
+(`view`), label selectors (`selectors`), what the checks worked out, kept per store (`memo`).
 
-Each check answers None (passes) or a short reason. Where the objects do not let us decide
-(a quantity that does not parse, a claim not in the cache, a namespaceSelector that would need
-Namespace objects) the answer is "cannot tell", which counts as does-not-fit: a pin is only
-safe when we know. No check raises.
+Each check answers None (passes) or a short reason. Where the objects do not let us decide (a
+quantity that does not parse, a claim not in the cache, a namespaceSelector) the answer is "cannot
+tell", which counts as does-not-fit: a pin is only safe when we know.
 """
 from .checks import why_not_fit, why_not_run
 from .requests import pod_requests

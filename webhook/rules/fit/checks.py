@@ -1,7 +1,7 @@
 """Every filter in the scheduler's order, and what a caller asks: why would the node turn the pod away?"""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -9,8 +9,7 @@ import orjson
 from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
-from .fields import Unreadable
-from .framework import Filter, cannot_tell, failed
+from .fields import CannotTell, Unreadable, name_of
 from .interpodaffinity import inter_pod_affinity
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import node_affinity
@@ -22,14 +21,15 @@ from .tainttoleration import taint_toleration
 from .view import View
 from .volumes import volumes
 
+Filter = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]  # one of kube-scheduler's filter plugins
+
 CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod_affinity, pod_topology_spread)
 
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
-    """Why kube-scheduler's filters would turn the pod away from the node (the first failed
-    check, or "cannot tell ..."), or None when they would pass it. Pass `demand` (from
-    `Demand.of`) to read the pod once for several nodes."""
+    """Why kube-scheduler's filters would turn the pod away from the node (the first failed check,
+    or "cannot tell ..."), or None. `demand` (`Demand.of`) reads the pod once for several nodes."""
     if demand is None:
         try:
             demand = Demand.of(pod, namespace, view.memo)
@@ -49,24 +49,33 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
     return None
 
 
+def cannot_tell(node: Any, subject: str, detail: str) -> str:
+    return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
+
+
+def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
+    """The answer of a check that raised: "cannot tell" (which counts as not fitting), saying why."""
+    if isinstance(error, (CannotTell, Unreadable)):
+        return cannot_tell(node, subject, str(error))
+    # A shape nobody foresaw: still an answer, never a crash.
+    return cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
+                                       f"the objects ({type(error).__name__})")
+
+
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
                 needs_kubevirt: bool, memo: Memo | None = None) -> str | None:
-    """Why `pod` cannot run on the node now (the first failed node-level check: cordon,
-    readiness, KubeVirt's schedulable label, taints, the pod's own node affinity), or None.
-    With the store's `memo`, the answer is kept per node while the node and what the checks
-    read of the pod stay the same: a drain's share-managers and their VMs' migration targets,
-    pods of a few kinds, are judged on the same nodes one after the other."""
+    """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness,
+    KubeVirt's schedulable label, taints, the pod's own node affinity), or None. With `memo`, kept
+    per node while the node and what the checks read of the pod stay the same (a drain's pods)."""
     if node is None:
         return f"node {node_name} not found"
     asked = (node_name, node, pod, needs_kubevirt)
     if memo is None:
         return _why_not_run(asked)
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    spec = spec if isinstance(spec, dict) else {}
+    spec = kinds.spec(pod)
     affinity = spec.get("affinity")
-    # What the checks read of the pod, as JSON (held with the answer, so bounded as the memo's
-    # keys are), and of the node the node itself: compared by value, mostly by identity (the
-    # caches hand out one object per version of a node). An answer is only reused for what gave it.
+    # What the checks read of the pod, as JSON (bounded as the memo's keys are), and the node itself:
+    # compared by value, mostly by identity (the caches hand out one object per version of a node).
     try:
         read = orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"),
                              affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity))

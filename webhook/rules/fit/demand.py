@@ -15,11 +15,8 @@ from .terms import AffinityTerm, HostPort, SpreadConstraint, affinity_terms, hos
 
 
 def _requests_and_ports(pod: Any, memo: Memo | None) -> tuple[Mapping[str, int], tuple[HostPort, ...]]:
-    """(`pod_requests(pod)`, `host_ports(pod)`) for a pod being admitted. They depend on the
-    containers' resources and ports alone, and pods of VMs of one size have the same: the memo
-    keeps them by what they read (each container's resources and ports, an init container's
-    restartPolicy, the pod's resources, overhead and hostNetwork) as JSON, which no two
-    different values write alike (pods are read from JSON)."""
+    """(`pod_requests(pod)`, `host_ports(pod)`), which pods of VMs of one size share: kept in the
+    memo by the JSON of what they read, which no two different values write alike."""
     spec = pod.get("spec") if memo is not None and type(pod) is dict else None
     if type(spec) is dict:
         containers, init = spec.get("containers"), spec.get("initContainers")
@@ -52,15 +49,13 @@ class Demand:
     anti_affinity: list[AffinityTerm]
     spread: list[SpreadConstraint]
     # What the filters read of the cluster for this pod whatever the node, read on the first node
-    # judged and kept for the others, as kube-scheduler's PreFilter reads it once per scheduling
-    # cycle: a drain's share-manager is judged on a dozen nodes or more, each asking.
+    # judged and kept for the others, as kube-scheduler's PreFilter does once per scheduling cycle.
     gathered: Any = None  # what its pod (anti-)affinity concerns, node by node (interpodaffinity.Gathered)
     mounts: Any = None  # its claims and their PVs, and what ends them (volumes._mounts)
 
     @classmethod
     def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":
-        """Raises Unreadable (a ValueError) when the pod cannot be read. With the store's `memo`,
-        what pods of one size ask for is worked out once."""
+        """Raises Unreadable (a ValueError) when the pod cannot be read."""
         if not isinstance(pod, dict):
             raise Unreadable("the pod is not an object")
         try:

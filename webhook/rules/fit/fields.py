@@ -1,4 +1,5 @@
-"""Reading the objects the checks judge: a mapping, a list, a name, or Unreadable saying what is wrong."""
+"""Reading the objects the checks judge: a mapping, a list, a name, or Unreadable saying what is wrong
+(CannotTell: readable, but not enough to decide)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,6 +10,10 @@ from ... import kinds
 
 class Unreadable(ValueError):
     """An object whose shape the scheduler would not have accepted, or that we cannot read."""
+
+
+class CannotTell(Exception):
+    """The objects do not let us decide (a claim not in the cache, a selector over Namespace labels)."""
 
 
 def as_mapping(value: Any, what: str) -> Mapping[str, Any]:

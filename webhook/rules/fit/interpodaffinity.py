@@ -4,28 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
 from .demand import Demand
-from .fields import name_of, namespace_of, pod_key
-from .framework import CannotTell
+from .fields import CannotTell, name_of, namespace_of, pod_key
 from .terms import EVERY_NAMESPACE, existing_anti_terms
 from .view import View, bound_node
 
 
-def _domain_nodes(view: View, node: Mapping[str, Any], key: str, value: Any) -> Iterable[Mapping[str, Any]]:
-    """The nodes in the same topology domain; for the hostname key, the node itself."""
-    if key == kinds.HOSTNAME_LABEL:
-        return (node,)
-    return [n for n in view.nodes() if kinds.labels(n).get(key) == value]
-
-
 def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
-    """The pods the term may select, anywhere (perhaps more): found by the label its selector
-    requires first where the view indexes that label (kube-scheduler's PreFilter gathers them so,
-    once per pod); None when the view cannot say, and every pod of a domain's nodes is looked at."""
+    """The pods the term may select, anywhere (perhaps more), by the label its selector requires
+    first where the view indexes it; None when the view cannot say (`_walked` then)."""
     first = next((req for req in term.selector or () if req[1] == "In"), None)
     if first is None:
         return None
@@ -39,9 +30,10 @@ def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
 
 
 def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mapping[str, Any] | None:
-    """The first pod of the node's topology domain the term selects, every pod of the domain's
-    nodes looked at: for a term `_selected` could not narrow."""
-    for other in _domain_nodes(view, node, term.topology_key, value):
+    """The first pod of the node's topology domain the term selects, every pod of it looked at."""
+    key = term.topology_key
+    domain = (node,) if key == kinds.HOSTNAME_LABEL else [n for n in view.nodes() if kinds.labels(n).get(key) == value]
+    for other in domain:
         for pod in view.pods_on(name_of(other)):
             if term.matches(namespace_of(pod), kinds.labels(pod)):
                 return pod
@@ -49,8 +41,8 @@ def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mappi
 
 
 def _domains(view: View, term: Any, selected: list[Mapping[str, Any]] | None) -> dict[Any, Mapping[str, Any]] | None:
-    """Where the pods `_selected` found that the term selects run: the first of them by domain (a
-    node's name for the hostname key, else the value of the key on its node); None, not narrowed."""
+    """The first pod `_selected` found that the term selects, by domain (a node's name for the
+    hostname key, else the key's value on its node); None, not narrowed."""
     if selected is None:
         return None
     found: dict[Any, Mapping[str, Any]] = {}
@@ -68,9 +60,8 @@ Avoiding = tuple["str | None", Any, Mapping[str, Any], "str | None"]  # (topolog
 
 
 def _avoiding(demand: Demand, view: View) -> list[Avoiding]:
-    """The placed pods whose required anti-affinity selects the pod, in the view's order: each
-    term's topology key and the value on the pod's node (the domain it keeps the pod out of),
-    or why that cannot be told (a key of None: on any node)."""
+    """The placed pods whose required anti-affinity selects the pod: each term's topology key and
+    its value on their node (the domain kept from the pod), or why that cannot be told (key None)."""
     found: list[Avoiding] = []
     for pod in view.pods_with_anti_affinity_toward(demand.labels):
         terms = view.memo.of(existing_anti_terms, pod, (kinds.labels(pod), kinds.spec(pod).get("affinity")))
@@ -108,17 +99,13 @@ def _counts(demand: Demand, view: View) -> Counter[tuple[str, Any]]:
 
 @dataclasses.dataclass(slots=True)
 class Gathered:
-    """What the filter reads of the cluster for one pod whatever the node, worked out on the first
-    node judged and kept in its `Demand` for the others, as kube-scheduler's PreFilter does once
-    per scheduling cycle (a drain's share-manager judges a VM's migration target on a dozen nodes
-    or more): why the pod's own terms cannot be told (said of the subject), the domains of the pods each of its
-    anti-affinity terms selects, the placed pods' anti-affinity toward it, and how many pods
-    its affinity selects in each domain. Each node is then a few lookups."""
+    """What the filter reads of the cluster for one pod whatever the node, kept in its `Demand` (as
+    kube-scheduler's PreFilter does): each node is then a few lookups."""
 
-    unsure: str | None
-    domains: list[dict[Any, Mapping[str, Any]] | None]
+    unsure: str | None  # why its own terms cannot be told
+    domains: list[dict[Any, Mapping[str, Any]] | None]  # by anti-affinity term: `_domains`
     avoiding: list[Avoiding]
-    counts: Counter[tuple[str, Any]] | None  # None: no affinity of its own
+    counts: Counter[tuple[str, Any]] | None  # pods its affinity selects, by domain; None: no affinity of its own
 
 
 def _gather(demand: Demand, view: View) -> Gathered:
@@ -171,9 +158,8 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
 
 def _affinity_reason(demand: Demand, counts: Counter[tuple[str, Any]], name: str, labels: Mapping[str, Any],
                      subject: str) -> str | None:
-    """A pod counts for the pod's affinity when it matches every term (`counts`); each term needs
-    such a pod in the node's domain. The first pod of a group whose terms select itself may go
-    anywhere while no pod matches (filtering.go `satisfyPodAffinity`)."""
+    """Each term needs a pod matching every term (`counts`) in the node's domain; the first pod of a
+    group whose terms select itself may go anywhere (filtering.go `satisfyPodAffinity`)."""
     for term in demand.affinity:
         if term.topology_key not in labels:
             return f"node {name} has no {term.topology_key} label, which {subject}'s pod affinity needs"

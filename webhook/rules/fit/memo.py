@@ -1,9 +1,9 @@
 """Pure: what the rules worked out from cluster objects, kept by the store that holds them.
 
-Every admission reads the same few nodes, volumes and pods with anti-affinity, and pods of VMs
-of one size ask for the same resources: working those out once per version of an object saves
-most of the checks' time. A Memo belongs to one store (the store creates it and hands it to
-the rules through its view), so two stores never share answers; nothing here is process-wide.
+Every admission reads the same few nodes, volumes and pods with anti-affinity, and pods of VMs of
+one size ask for the same resources: working those out once per version of an object saves most
+of the checks' time. A Memo belongs to one store (handed to the rules through its view), so two
+stores never share answers.
 """
 from __future__ import annotations
 
@@ -36,9 +36,8 @@ class Memo:
         return len(self._held)
 
     def of(self, read: Callable[[Any], Answer], obj: Any, reads: Any) -> Answer:
-        """`read(obj)`, kept per object name: a new version of the object replaces the answer
-        kept for the old one, so an object takes one place however often it changes. `reads`
-        is what `read` looks at in `obj` (its JSON stands for the version when there is none)."""
+        """`read(obj)`, kept per object name, a new version replacing the old one's answer. `reads` is
+        what `read` looks at in `obj` (its JSON stands for the version when there is none)."""
         meta = obj.get("metadata") if type(obj) is dict else None
         name = meta.get("name") if type(meta) is dict else None
         if type(name) is not str:
@@ -61,9 +60,7 @@ class Memo:
         return self._kept(read, content, True, obj)
 
     def latest(self, read: Callable[[Any], Answer], slot: Hashable, version: Hashable | None, obj: Any) -> Answer:
-        """`read(obj)`, kept in `slot` for as long as `version` is the one it was worked out at (a
-        view's `revision`, for an answer read off every node): a new version replaces it, so a
-        slot takes one place however often it changes. None: not kept."""
+        """`read(obj)`, kept in `slot` while `version` is the one it was worked out at (None: not kept)."""
         if version is None:
             return read(obj)
         return self._kept(read, slot, version, obj)

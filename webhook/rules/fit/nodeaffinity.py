@@ -1,9 +1,6 @@
 """NodeAffinity (kubernetes `nodeaffinity/node_affinity.go`, k8s.io/component-helpers
-`scheduling/corev1/nodeaffinity`): the pod's nodeSelector and required node affinity.
-
-nodeSelectorTerms are ORed, requirements inside a term ANDed, an empty term matches nothing;
-`matchFields` supports `metadata.name` only; `Gt`/`Lt` compare integers.
-"""
+`scheduling/corev1/nodeaffinity`): the pod's nodeSelector and required node affinity. Terms are
+ORed, a term's requirements ANDed; `matchFields` supports `metadata.name` only."""
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -23,11 +23,9 @@ def _counted_for_spread(pod: Any, namespace: str, selector: Selector) -> bool:
 
 
 def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """PodTopologySpread with DoNotSchedule (podtopologyspread/filtering.go): placing the pod
-    must keep matching pods in its domain within maxSkew of the emptiest eligible domain.
-    Eligible nodes carry every constraint's key and pass the inclusion policies (by default
-    the pod's nodeSelector/required node affinity, not its taints); fewer domains than
-    minDomains make the minimum 0."""
+    """Placing the pod must keep matching pods in its domain within maxSkew of the emptiest eligible
+    domain: nodes with every constraint's key that pass the inclusion policies (by default the
+    pod's node affinity, not its taints); fewer domains than minDomains make the minimum 0."""
     if not demand.spread:
         return None
     name = name_of(node)

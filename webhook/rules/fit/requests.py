@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
-from ..shared.quantity import CPU, ceil_div, nanos_of, unit
+from ..shared.quantity import CPU, nanos, units
 from .fields import Unreadable, as_list, as_mapping, in_part, pod_spec
 
 MEMORY = "memory"
@@ -44,10 +44,13 @@ def _resource_list(value: Any, what: str) -> dict[str, int]:
             return {}
     if not isinstance(value, dict):
         raise Unreadable(f"{what} is not an object")
-    try:
-        return nanos_of(value)
-    except ValueError as error:
-        raise Unreadable(f"{what} {error} is not a quantity") from None
+    found = {}
+    for name, amount in value.items():
+        try:
+            found[name] = nanos(amount)
+        except ValueError:
+            raise Unreadable(f"{what} {name} {amount!r} is not a quantity") from None
+    return found
 
 
 def _container_requests(container: Any) -> dict[str, int]:
@@ -105,8 +108,7 @@ def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
                 requests = _resized_requests(requests, found, infeasible)
         except Unreadable as error:
             raise in_part(f"container {i}", error) from None
-        for name, amount in requests.items():
-            total[name] = total.get(name, 0) + amount
+        _add(total, requests)
     init_containers = spec.get("initContainers")
     if init_containers:
         _add_init_containers(total, as_list(init_containers, "initContainers"), statuses, infeasible)
@@ -166,14 +168,12 @@ def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> Non
 
 
 def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
-    """What the scheduler counts for the pod (component-helpers/resource `PodRequests`): cpu in
-    millicores, other resources in whole units, for every resource NodeResourcesFit compares.
-    `running` reads in-place resizes from the status, as the scheduler does for bound pods.
-    Raises Unreadable (a ValueError) on objects of unexpected shape."""
+    """What the scheduler counts for the pod, in its units (component-helpers/resource `PodRequests`);
+    `running` reads in-place resizes, as it does for bound pods. Raises Unreadable (a ValueError)."""
     if not isinstance(pod, dict):
         raise Unreadable("the pod is not an object")
     found = {}
     for name, amount in _nano_requests(pod, running=running).items():
         if type(name) is str and counted(name):
-            found[name] = ceil_div(amount, unit(name))
+            found[name] = units(name, amount)
     return found

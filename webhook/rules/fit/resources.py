@@ -7,9 +7,8 @@ from typing import Any
 
 from ... import kinds
 from ..shared.quantity import scheduler_value, show
-from .fields import name_of
+from .fields import CannotTell, name_of
 from .demand import Demand
-from .framework import CannotTell
 from .view import View
 
 PODS = "pods"
@@ -17,8 +16,7 @@ PODS = "pods"
 
 def allocatable_of(name: str, node: Mapping[str, Any], view: View) -> dict[str, int] | str:
     """The node's `status.allocatable` in the scheduler's units, or why it cannot be read: kept in
-    the store's memo while it stays the same (compared by value; the caches hand out one object
-    per version of a node), as every admission asks about the same few nodes."""
+    the store's memo while it stays the same, as every admission asks about the same few nodes."""
     return view.memo.latest(_allocatable, (_allocatable, name), kinds.status(node).get("allocatable"), node)
 
 
@@ -72,9 +70,8 @@ SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weig
 
 
 def least_allocated(demand: Demand, node: Mapping[str, Any], view: View) -> float | None:
-    """NodeResourcesFit's default score (noderesources/least_allocated.go), from 0 to 1: the
-    share of the node's cpu and memory left free once the pod is placed, averaged. None when
-    the node's room cannot be read."""
+    """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the
+    node's cpu and memory left free once the pod is placed; None when its room cannot be read."""
     name = name_of(node)
     usage = view.usage(name)
     allocatable = allocatable_of(name, node, view)

@@ -39,8 +39,6 @@ def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mappi
     return None
 
 
-
-
 def taint_toleration(node_name: str, node: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
     """Why the node's taints turn the pod away, or None."""
     tolerations = (pod.get("spec") or {}).get("tolerations") or []

@@ -1,7 +1,6 @@
 """What the filters match of a pod, parsed from its spec once: its host ports (NodePorts), its
 required pod (anti-)affinity terms (InterPodAffinity), its DoNotSchedule spread constraints
-(PodTopologySpread). The pod read once (`demand`), the pods already placed (`usage`) and the
-filters themselves all build on these."""
+(PodTopologySpread)."""
 from __future__ import annotations
 
 import dataclasses
@@ -111,15 +110,10 @@ ANY_POD = "any pod"  # the index key of an anti-affinity term that may select a 
 
 
 def anti_affinity_keys(pod: Any) -> list[Hashable]:
-    """Where a placed pod's required anti-affinity is looked up by the pods it may select
-    (`View.pods_with_anti_affinity_toward`): for each term, the (key, value) label pairs of
-    its selector's first `In` requirement (matchLabels are `In` too), one of which every pod
-    the term selects has; ANY_POD for a term without one, and for terms that cannot be read
-    (the check then says it cannot tell). A term without a selector selects nothing.
-
-    KubeVirt gives every migration target pod, and so every VM that has migrated, a term
-    selecting its own VMI's pods (`kubevirt.io/created-by: <uid>`): a pod is then checked
-    against the few terms that may select it, not against every VM that ever migrated."""
+    """Where a placed pod's required anti-affinity is indexed (`View.pods_with_anti_affinity_toward`):
+    by term, the label pairs of its selector's first `In` requirement, one of which every pod it
+    selects has; ANY_POD for a term without one or that cannot be read. KubeVirt gives every
+    migrated VM a term selecting its own VMI's pods: a pod is checked against the few that may select it."""
     terms = existing_anti_terms(pod)
     if isinstance(terms, str):
         return [ANY_POD]

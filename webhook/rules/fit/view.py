@@ -18,9 +18,8 @@ INDEXED_LABELS = frozenset({kinds.CREATED_BY_LABEL})
 
 
 class View(Protocol):
-    """What the checks read from the cluster: nodes, the pods bound to them (not finished),
-    and claims and volumes. The admission cache and a snapshot both provide it, with the memo
-    of the store they read (what the checks worked out from its objects)."""
+    """What the checks read from the cluster: nodes, the pods bound to them (not finished), claims
+    and volumes, and the memo of the store they come from. The admission cache and a snapshot give it."""
 
     memo: Memo
 
@@ -28,18 +27,16 @@ class View(Protocol):
     def nodes(self) -> Iterable[Mapping[str, Any]]: ...
     def usage(self, node_name: str) -> Usage: ...
     def nodes_changed(self, since: int | None) -> tuple[int | None, Collection[str] | None]:
-        """The position now in the view's record of changes, and the nodes whose object or whose
-        pods' share (`usage`) changed since `since` (a position it gave before): what was worked
-        out from every node is brought up to date from those alone. None for the nodes where it
-        cannot tell (since None, a record too short); (None, None) where it keeps no record."""
+        """The position now in the view's record of changes, and the nodes whose object or `usage`
+        changed since `since` (a position it gave before): None for the nodes where it cannot tell
+        (since None, a record too short); (None, None) where it keeps no record."""
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]: ...
     def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         """Bound pods with a required anti-affinity term that may select a pod with `labels`:
         every one whose terms do (found by `terms.anti_affinity_keys`), perhaps others."""
     def pods_labelled(self, key: str, value: str) -> Iterable[Mapping[str, Any]] | None:
-        """Bound pods whose label `key` is `value`, where the view keeps an index of that key
-        (KubeVirt's `kubevirt.io/created-by`, what a migration target's anti-affinity selects);
-        None where it keeps none (the check then walks the nodes' pods)."""
+        """Bound pods whose label `key` is `value`, where the view indexes that key (INDEXED_LABELS);
+        None where it does not (the check then walks the nodes' pods)."""
     def pvc(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
     def pv(self, name: str) -> Mapping[str, Any] | None: ...
 
@@ -62,8 +59,8 @@ def text_or_none(value: Any) -> str | None:
 
 
 class StaticView:
-    """A View over plain lists of objects (a snapshot, a test), meaning what the cache means:
-    pods count on their `spec.nodeName` until they finish. Without a `memo` it keeps its own."""
+    """A View over plain lists of objects (a snapshot, a test): pods count on their `spec.nodeName`
+    until they finish, as in the cache."""
 
     def __init__(self, nodes: Iterable[Any] = (), pods: Iterable[Any] = (), claims: Iterable[Any] = (),
                  volumes: Iterable[Any] = (), memo: Memo | None = None) -> None:

@@ -7,8 +7,7 @@ from typing import Any
 
 from ... import kinds
 from .demand import Demand
-from .fields import Unreadable, as_list, as_mapping, name_of, pod_spec
-from .framework import CannotTell
+from .fields import CannotTell, Unreadable, as_list, as_mapping, name_of, pod_spec
 from .nodeaffinity import term_matches
 from .view import View
 
@@ -22,18 +21,12 @@ _VOLUME_ZONE_KEYS = {
 }
 
 
-def _claim_state(claim: Any) -> tuple[bool, bool, Any]:
-    """(being deleted, lost its volume, spec.volumeName) of a claim."""
-    return kinds.terminating(claim), kinds.status(claim).get("phase") == "Lost", kinds.spec(claim).get("volumeName")
-
-
 ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
 
 
 def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
-    """Where a PV can be mounted: its `spec.nodeAffinity.required` terms
-    (None without), and the zone and region labels VolumeZone compares (a label the scheduler
-    cannot parse is left out, as it ignores it); or why it cannot be read."""
+    """Where a PV can be mounted: its `spec.nodeAffinity.required` terms (None without) and the zone
+    labels VolumeZone compares (one it cannot parse left out, as it ignores it); or why not read."""
     try:
         required = as_mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
         terms = None
@@ -66,11 +59,9 @@ def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str,
 
 
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """VolumeBinding and VolumeZone for bound claims: each PV's `spec.nodeAffinity.required`
-    must select the node (volumebinding/binder.go `checkBoundClaims`) and its zone labels must
-    match the node's. A claim with `spec.volumeName` counts as bound (the PV controller's
-    bind-completed annotation follows within moments). Unbound claims and generic ephemeral
-    volumes are decided by provisioning, which we do not model: cannot tell."""
+    """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and
+    match its zone labels; a claim with `spec.volumeName` counts as bound. Unbound claims and
+    ephemeral volumes are decided by provisioning, which we do not model: cannot tell."""
     if demand.mounts is None:
         demand.mounts = _mounts(demand, view)
     mounts, ending = demand.mounts
@@ -97,9 +88,8 @@ Ending = str | CannotTell | Unreadable | None
 
 
 def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
-    """The pod's claims read once, in order, with their PVs (volumebinding's PreFilter reads them
-    once per scheduling cycle): a mount per bound claim, up to the first claim that decides alone
-    (being deleted, lost, unbound, unknown, unreadable), which ends them."""
+    """The pod's claims read once (as volumebinding's PreFilter does), with their PVs: a mount per
+    bound claim, up to the first that decides alone (deleted, lost, unbound, unknown, unreadable)."""
     found: list[Mount] = []
     try:
         pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
@@ -115,11 +105,11 @@ def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
             claim = view.pvc(demand.namespace, claim_name)
             if claim is None:
                 raise CannotTell(f"claim {claim_name} is not known")
-            terminating, lost, pv_name = _claim_state(claim)
-            if terminating:
+            if kinds.terminating(claim):
                 return found, f"claim {claim_name} is being deleted"
-            if lost:
+            if kinds.status(claim).get("phase") == "Lost":
                 return found, f"claim {claim_name} has lost its volume"
+            pv_name = kinds.spec(claim).get("volumeName")
             if not pv_name:
                 raise CannotTell(f"claim {claim_name} is not bound yet")
             pv = view.pv(pv_name)

@@ -19,17 +19,14 @@ def own_pods(vmi_uid: str) -> dict[str, Any]:
 
 def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
     """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
-    created as a migration target: without kubevirt.io/migrationJobUID, the required
-    anti-affinity to the VMI's own pods that only targets get, and the node a targeted
-    migration asked for (`spec.addedNodeSelector`, merged into the target's nodeSelector:
-    kubernetes.io/hostname, unless the VMI's own `spec.nodeSelector` names it) (kubevirt/kubevirt
-    pkg/virt-controller/watch/migration/migration.go). `explain` and the keeper judge the VM,
-    not one migration target: after a targeted migration every other node would fail the
-    target's own selector."""
+    created as a migration target: without kubevirt.io/migrationJobUID, the anti-affinity to the
+    VMI's own pods, and the hostname a targeted migration merged into its nodeSelector (unless
+    the VMI's own names it). `explain` and the keeper judge the VM, not one migration target (whose
+    selector every other node fails)."""
     if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
         return pod
-    # Copies along the paths changed below; the rest is the pod's own, shared: the keeper renders
-    # a target for every VM apart at every pass, and a whole copy of each pod was most of its work.
+    # Copies along the paths changed below, the rest shared: the keeper renders a target for every
+    # VM apart at every pass, and a whole copy of each pod was most of its work.
     labels = {k: v for k, v in kinds.labels(pod).items() if k != kinds.MIGRATION_JOB_LABEL}
     spec = dict(kinds.spec(pod))
     pod = {**pod, "metadata": {**kinds.meta(pod), "labels": labels}, "spec": spec}

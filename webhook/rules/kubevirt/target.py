@@ -1,9 +1,8 @@
 """The pod KubeVirt will create for a migration, so the keeper judges the target node by it.
 
-The migration target pod is not the launcher pod again. virt-controller renders it from the
-VMI and adds what the source node and the running VM require (kubevirt/kubevirt
-`pkg/virt-controller/watch/migration/migration.go`: `createTargetPod`,
-`prepareNodeSelectorForHostCpuModel`, `getCPUVendorLabelKey`;
+virt-controller renders it from the VMI, not as the launcher pod again, adding what the source node
+and the running VM require (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`:
+`createTargetPod`, `prepareNodeSelectorForHostCpuModel`, `getCPUVendorLabelKey`;
 `pkg/virt-controller/services/nodeselectorrenderer.go`):
 - the VM's own nodeSelector, affinity and tolerations, as on the launcher pod;
 - the machine type as `machine-type.node.kubevirt.io/<vmi.status.machine.type>` (canonical,
@@ -17,9 +16,8 @@ VMI and adds what the source node and the running VM require (kubevirt/kubevirt
 - the source node's `cpu-vendor.node.kubevirt.io/<vendor>` unless the pod names a vendor;
 - `spec.addedNodeSelector` under all of it (the VM's own selectors win on a clash);
 - a required anti-affinity to the VMI's own pods (`kubevirt.io/created-by`) per hostname.
-Nodes carry those labels from virt-handler's node labeller, so on a cluster of mixed CPU
-generations or QEMU versions a node can take the VM's new pod and not its migration.
-Pure: callers pass the launcher pod, the VMI as read and the source node; the launcher pod as
+Nodes carry those labels from virt-handler's node labeller: on a cluster of mixed CPU generations
+or QEMU versions a node can take the VM's new pod and not its migration. Pure: the launcher pod as
 KubeVirt created it is `lookup.resolve.migration_target_pod`'s to make.
 """
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Pure: a pod larger than any VM's or Longhorn's pod is not read further.
 
-The rules' work grows with what a pod carries (claims, terms, expressions, constraints,
-containers), and a tenant shapes much of a launcher pod through its VM (affinity, volumes,
-resources), while any pod in the cluster can send a review straight to the webhook's port. A pod
-beyond these bounds is judged "cannot tell" before anything is read: allowed, no pin, the reason
-said. The bounds are what KubeVirt and Longhorn generate, with a wide margin (docs/operations.md,
-Limits): a launcher pod has a volume per disk and about ten of its own, one container per
-container disk or hook sidecar beside `compute`, one required node-affinity term of KubeVirt's
-and the VM's own; a share-manager pod has two volumes and one container.
+The rules' work grows with what a pod carries, and a tenant shapes much of a launcher pod through
+its VM. A pod beyond these bounds is "cannot tell" before anything is read: allowed, no pin, the
+reason said. The bounds are what KubeVirt and Longhorn generate, with a wide margin
+(docs/operations.md, Limits): a launcher pod has a volume per disk and about ten of its own, one
+container per container disk or hook sidecar beside `compute`, KubeVirt's node-affinity term and
+the VM's own; a share-manager pod has two volumes and one container.
 """
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ TOLERATIONS = 128
 
 
 def too_large(pod: dict[str, Any]) -> str | None:
-    """Why the pod is beyond what the rules read, or None. Plain checks, no generator: every
-    admission asks."""
+    """Why the pod is beyond what the rules read, or None (plain checks: every admission asks)."""
     spec = kinds.spec(pod)
     volumes = spec.get("volumes")
     volumes = volumes if type(volumes) is list else []

@@ -1,24 +1,16 @@
-"""Pure: a pod and a Decision → a JSON patch (AND-merged, idempotent), and the inverse: the pod
-as created, without what we added (`as_created`: what `explain` and the migration target are rendered from).
+"""Pure: a pod and a Decision → a JSON patch (AND-merged, idempotent), and its inverse `as_created`
+(the pod as created: what `explain` and the migration target are rendered from).
 
-Kubernetes semantics (k8s.io/api core/v1 NodeSelector): nodeSelectorTerms are ORed, the
-requirements inside one term are ANDed, and an empty term matches nothing. So a pin is
-added to *every* non-empty term; a new term is created only when there is none. "One of
-several nodes" cannot be one requirement: the apiserver allows a single value for a node field
-selector (`metadata.name In [a, b]` is refused), so it is ORed terms, one node each, each
-carrying what the pod's own terms require: every existing term gets the first node, and a copy
-of it is appended for each other node (terms × nodes, nothing removed).
+k8s.io/api core/v1 NodeSelector: terms are ORed, a term's requirements ANDed, an empty term matches
+nothing. So a pin is added to *every* non-empty term, a new term only when there is none. "One of
+several nodes" is ORed terms, one node each (the apiserver refuses `metadata.name In [a, b]`): every
+own term gets the first node, and a copy of it is appended for each other node (terms × nodes).
 
-The rules change two parts of the pod they own, its node affinity and the decision's
-annotations, and only by adding members and list items and setting values; so the patch is a
-`jsonpatch.JsonPatch` of the `add` operations of that edit, each where the pod has the parent (a
-missing parent, or one that is no object, written whole), its pointers escaped by `jsonpointer`.
-It carries what the rules add, never the pod's own values around it, and applied to the pod it
-was made for it gives the pod with those parts edited: the tests hold it to a model of the edit
-over generated pods of every shape (a patch that decodes but does not apply would fail pod
-creation even with failurePolicy Ignore). The operations are built, not found by diffing an
-edited copy against the pod: jsonpatch's general diff (`make_patch`) cost about 170 µs an
-admission (docs/performance.md).
+The patch is the `add` operations of the rules' edit (node affinity, the decision's annotations),
+each where the pod has the parent (a missing one, or one that is no object, written whole): built,
+not diffed, as jsonpatch's `make_patch` cost about 170 µs an admission (docs/performance.md). The
+tests hold it to a model of the edit over generated pods of every shape: a patch that does not
+apply would fail pod creation even with failurePolicy Ignore.
 """
 from __future__ import annotations
 
@@ -48,6 +40,16 @@ def node_requirement(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
 
+def live_terms(pod: Any) -> list[dict[str, Any]]:
+    """The pod's required node-selector terms that are not empty (an empty term matches nothing)."""
+    affinity = kinds.spec(pod).get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    selector = node_affinity.get(REQUIRED) if isinstance(node_affinity, dict) else None
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
+    return [t for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))] \
+        if isinstance(terms, list) else []
+
+
 def preferred_term(node: str, weight: int) -> dict[str, Any]:
     return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
 
@@ -65,8 +67,7 @@ def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
 
 def _patch(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
            annotations: dict[str, str]) -> jsonpatch.JsonPatch:
-    """The RFC 6902 `add` operations that place `pod` on the nodes and record the annotations
-    (jsonpatch checks each operation's form as it takes them)."""
+    """The RFC 6902 `add` operations that place `pod` on the nodes and record the annotations."""
     ops: list[dict[str, Any]] = []
     spec = pod.get("spec")
     if isinstance(spec, dict) and (required or preferences):
@@ -83,8 +84,7 @@ def _add(path: str, value: Any) -> dict[str, Any]:
 def _place(ops: list[dict[str, Any]], spec: dict[str, Any], required: tuple[str, ...],
            wanted: list[dict[str, Any]]) -> None:
     """AND "one of the `required` nodes" into the node affinity of `spec`, and add the preferred
-    terms it does not have yet; an affinity or node affinity that is missing or no object is
-    written whole."""
+    terms it does not have yet."""
     affinity = spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     if not isinstance(node_affinity, dict):
@@ -105,10 +105,8 @@ def _place(ops: list[dict[str, Any]], spec: dict[str, Any], required: tuple[str,
 
 
 def _require(ops: list[dict[str, Any]], node_affinity: dict[str, Any], nodes: tuple[str, ...]) -> None:
-    """AND "one of `nodes`" into the required terms: the first node into every non-empty term,
-    a copy of each such term with each other node appended; or one term per node when there are
-    none. A pod whose every non-empty term already names a node was answered before (a
-    reinvocation): nothing is added, so a second answer never ANDs a second node in."""
+    """AND "one of `nodes`" into the required terms. A pod whose every non-empty term already names
+    a node was answered before (a reinvocation): nothing is added, never a second node ANDed in."""
     selector = node_affinity.get(REQUIRED)
     terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
     if not isinstance(terms, list) or not terms:
@@ -141,8 +139,7 @@ def _require(ops: list[dict[str, Any]], node_affinity: dict[str, Any], nodes: tu
 
 
 def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[str, str]) -> None:
-    """Set the annotations that the pod does not have with these values; a `metadata` or
-    `annotations` that is missing or no object is written whole."""
+    """Set the annotations that the pod does not have with these values."""
     metadata = pod.get("metadata")
     present = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(present, dict):
@@ -154,8 +151,8 @@ def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[st
             ops.append(_add(f"/metadata/annotations/{escape(key)}", value))
 
 
-def _new_terms(nodes: tuple[str, ...]) -> list[dict[str, Any]]:
-    """One term per node, for a pod with no required terms of its own."""
+def _new_terms(nodes: Sequence[str]) -> list[dict[str, Any]]:
+    """One term per node (for a pod with no required terms of its own; our preferences')."""
     return [{"matchFields": [node_requirement(node)]} for node in nodes]
 
 
@@ -198,9 +195,8 @@ def _without_copies(terms: list[Any], added: list[dict[str, Any]]) -> list[Any]:
 
 
 def _copy(pod: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a pod read from JSON, through JSON: a quarter of `copy.deepcopy`'s time on a
-    launcher pod (a drain's share-manager renders its VM's migration target from one). A value
-    JSON cannot hold is copied the long way."""
+    """A deep copy through JSON: a quarter of `copy.deepcopy`'s time on a launcher pod (a drain's
+    share-manager renders its VM's migration target from one)."""
     try:
         return orjson.loads(orjson.dumps(pod))
     except orjson.JSONEncodeError:
@@ -208,12 +204,8 @@ def _copy(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """The launcher pod as KubeVirt would create it again: unbound, without what we added to it.
-
-    The inverse of `patch_for`: only what our annotations say we added is removed (the
-    user's own terms stay), and a container left empty by that removal goes too, since
-    `patch_for` added it whole (Kubernetes never serialises an empty affinity or list).
-    """
+    """The launcher pod as KubeVirt would create it again: unbound, without what our annotations
+    say `patch_for` added (the user's own terms stay; what that leaves empty goes too)."""
     pod = _copy(pod)
     spec = pod.setdefault("spec", {})
     spec.pop("nodeName", None)
@@ -248,7 +240,7 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
             del node_affinity[REQUIRED]
     preferred = node_affinity.get(PREFERRED_TERMS)
     if isinstance(preferred, list):
-        ours_preferred = [{"matchFields": [node_requirement(node)]} for node in ours]
+        ours_preferred = _new_terms(ours)
         keep_or_drop(node_affinity, PREFERRED_TERMS,
                      [t for t in preferred if not (isinstance(t, dict) and t.get("preference") in ours_preferred)])
     drop_empty(spec, "affinity", "nodeAffinity")

@@ -1,12 +1,9 @@
 """Pure: the nodes in the order of the room they leave one size of pod, kept up to date node by node.
 
-A drain's share-manager looks for nodes where its VM can follow, those with most room first
-(NodeResourcesFit's score, `fit.least_allocated`). Scoring every node costs tens of milliseconds
-at 1,000 nodes, and every pod bound between two share-managers changes what the order was worked
-out from: worked out again each time, the decision's cost would grow with the cluster. Kept per
-size of pod in the view's memo, the order is brought up to date from the nodes the view says
-changed since (`View.nodes_changed`): a drain's share-managers pay for the nodes that changed,
-not for the size of the cluster. A view that keeps no record of changes has every node scored.
+A drain's share-manager looks for nodes where its VM can follow, most room first (NodeResourcesFit's
+score, `fit.least_allocated`). Scoring every node costs tens of milliseconds at 1,000 nodes; kept per
+size of pod in the view's memo, the order is brought up to date from the nodes the view says changed
+(`View.nodes_changed`), so a drain's share-managers pay for those, not for the size of the cluster.
 """
 from __future__ import annotations
 
@@ -33,8 +30,8 @@ class Rooms:
         self.order: tuple[Scored, ...] = ()
 
     def update(self, demand: Demand, view: fit.View) -> Iterator[str]:
-        """Bring `order` up to date, a node at a time (each step yields its name, so that a caller
-        can give the event loop back); nothing changes until every step is taken."""
+        """Bring `order` up to date, yielding each node's name as it is scored; nothing changes
+        until every step is taken."""
         position, changed = view.nodes_changed(self.position)
         if position is not None and position == self.position:
             return

@@ -1,10 +1,9 @@
 """The safety net under the pin: a pod we pinned that kube-scheduler still cannot place.
 
-Our never-strand checks are a best effort against the scheduler's own view (a pod bound a
-moment ago may be missing from ours). A pinned pod that is still unschedulable some time
-after its creation is reported, so an admin can see and undo it: the pod's
-`PodScheduled` condition is False with reason `Unschedulable`, and its message is the
-scheduler's own explanation (pkg/scheduler/schedule_one.go).
+Our never-strand checks are a best effort against the scheduler's own view. A pinned pod still
+unschedulable some time after its creation is reported, for an admin to see and undo: its
+`PodScheduled` condition is False with reason `Unschedulable`, the message the scheduler's own
+(pkg/scheduler/schedule_one.go).
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any
 from ... import kinds
 from ...config import Settings
 from .decide import REQUIRING
+from .patch import live_terms
 from ..shared.times import parse_time
 
 GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
@@ -45,9 +45,8 @@ def unschedulable(pod: Any) -> str | None:
 
 
 def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
-    """Since when the scheduler has been unable to place a pod waiting for a node, and its
-    message: the PodScheduled condition's lastTransitionTime (else the pod's creation), read from
-    the cluster so that a new leader agrees. None for a pod placed, going away or finished."""
+    """Since when (PodScheduled's lastTransitionTime, else the pod's creation: a new leader agrees)
+    the scheduler has been unable to place a pod, and its message; None for a pod placed or going."""
     if kinds.spec(pod).get("nodeName") or kinds.terminating(pod) or kinds.finished(pod):
         return None
     message = unschedulable(pod)
@@ -60,19 +59,13 @@ def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
 
 
 def pinned_by_us(pod: Any, settings: Settings) -> bool:
-    """The pod carries the pin its decision annotation says we added: every non-empty required
-    term names one of the annotated nodes by `metadata.name` (patch.py writes one node a term). A
-    tenant can write the annotation on its own pod; without our pin term it is not counted."""
+    """The pod carries the pin its decision annotation says we added (a tenant can write the
+    annotation): every non-empty required term names one of the annotated nodes by name."""
     annotations = kinds.annotations(pod)
     if annotations.get(settings.decision_annotation) not in REQUIRING:
         return False
     nodes = set(str(annotations.get(settings.node_annotation) or "").split(",")) - {""}
-    affinity = kinds.spec(pod).get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_affinity, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    live = [t for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))] \
-        if isinstance(terms, list) else []
+    live = live_terms(pod)
     return bool(live) and all(
         isinstance(term.get("matchFields"), list) and any(
             isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"

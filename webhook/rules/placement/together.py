@@ -1,15 +1,12 @@
 """Pure: where a share-manager and its VM can land together, when the VM is leaving its node.
 
-A drain cordons a node (and KubeVirt taints it `kubevirt.io/drain`), evicts the share-manager
-pods at once, and migrates the node's VMs a few at a time (KubeVirt runs 2 per source node):
-longhorn-manager re-creates each share-manager seconds later, while most of their VMs still
-wait on the drained node. Following the VM there is impossible, and a share-manager left to go
-anywhere may land where the VM can never follow: a node of an older CPU generation or QEMU
-refuses the VM's *migration* target pod (`rules/kubevirt/target.py`) though it would take a new pod.
-So the share-manager is required to be among the nodes where both it and the VM's migration
-target pod fit, with preferences toward those with most room for the VM; the keeper then
-always has a move that can succeed. The checks are the pin's never-strand checks (`rules/fit/`),
-for both pods, on every node.
+A drain cordons a node (KubeVirt taints it `kubevirt.io/drain`), evicts the share-manager pods at
+once, and migrates the node's VMs a few at a time (2 per source node): longhorn-manager re-creates
+each share-manager while most of their VMs still wait on the drained node. Left to go anywhere, it
+may land where the VM can never follow: a node of an older CPU generation or QEMU refuses the VM's
+*migration* target pod (`rules/kubevirt/target.py`). So it is required among the nodes where both
+pods pass the never-strand checks (`rules/fit/`), those with most room for the VM preferred: the
+keeper then always has a move that can succeed.
 """
 from __future__ import annotations
 
@@ -19,6 +16,7 @@ from typing import Any
 
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
+from .patch import live_terms
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
 from ..kubevirt.target import TargetPod, lacking
@@ -51,8 +49,7 @@ class Destinations:
 
 def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
              source: str, view: fit.View) -> Destinations:
-    """Every node of the view but the VM's own (`source`, which a migration target never takes),
-    judged for the share-manager pod and for the VM's migration target pod."""
+    """Every node of the view but the VM's own (`source`), judged for both pods."""
     search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view)
     for _ in search:
         pass
@@ -60,17 +57,12 @@ def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str,
 
 
 class DestinationSearch:
-    """`destinations` a node at a time: iterating judges the next node (and yields its name), so that
-    a caller can give the event loop back between nodes and stop at a deadline; `found` is what
-    the nodes judged so far say. Pure: the view is read, nothing else.
+    """`destinations` a node at a time: iterating judges the next node and yields its name, so that a
+    caller can give the event loop back and stop at a deadline; `found` is what they say so far.
 
-    The nodes are judged in the order of the room they leave the VM (NodeResourcesFit's score),
-    and the judging stops once AMONG_NODES take both pods: those are the ones the answer requires,
-    and a drain's share-manager on hundreds of nodes is then judged on a few dozen of them (each
-    node checks two pods against every filter). A node whose room cannot be read comes last;
-    when too few nodes take both, every node is judged (and `nowhere` says why). The order is
-    kept in the view's memo per size of VM and brought up to date from the nodes that changed
-    (`rooms.Rooms`): a drain's share-managers, their VMs of a few sizes, ask the same of every node."""
+    Nodes are judged most room for the VM first (`rooms.Rooms`; an unreadable room last), and the
+    judging stops once AMONG_NODES take both pods, the ones the answer requires: a drain's
+    share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both)."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View) -> None:
@@ -130,15 +122,9 @@ def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
 
 
 def among_at_most(share_manager: Mapping[str, Any]) -> int:
-    """How many nodes the share-manager may be required among: a term per node for each of its
-    own required terms (Longhorn writes one at most), at most AMONG_TERMS in all."""
-    affinity = share_manager.get("spec", {}).get("affinity") if isinstance(share_manager.get("spec"), dict) else None
-    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, dict) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-    own = sum(1 for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))) \
-        if isinstance(terms, list) else 0
-    return max(1, min(AMONG_NODES, AMONG_TERMS // max(own, 1)))
+    """How many nodes the share-manager may be required among: AMONG_TERMS over its own required
+    terms (Longhorn writes one at most)."""
+    return max(1, min(AMONG_NODES, AMONG_TERMS // max(len(live_terms(share_manager)), 1)))
 
 
 def decide_together(found: Destinations, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES) -> Decision | None:

@@ -1,8 +1,6 @@
-"""Why something is left alone, in one type: a pod admission leaves untouched (`Alone.NO_CONSUMER`), a
-VM the keeper holds where it is (`Alone.APART_BRIEFLY`). Each is a short fixed phrase: a metric
-label (`colocate_admissions_total{skipped}`, `colocate_vms_held{hold}`), a log field, the words
-`status` and `explain` show. An object of unexpected shape is not a reason but an error its reader
-returns (`rules.shared.reading.Malformed`)."""
+"""Why a pod admission leaves a pod untouched, or the keeper holds a VM where it is, in one type. Each
+is a short fixed phrase: a metric label (`colocate_admissions_total{skipped}`, `colocate_vms_held{hold}`),
+a log field, the words `status` and `explain` show."""
 from __future__ import annotations
 
 import enum

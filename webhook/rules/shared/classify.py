@@ -22,29 +22,21 @@ def opted_in(annotations: Mapping[str, Any], settings: Settings) -> bool:
 
 def opted_in_launcher(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why the pod is not an opted-in VM's launcher pod, or None when it is."""
-    return _not_opted_in(kinds.labels(pod), kinds.annotations(pod), settings)
-
-
-def _not_opted_in(labels: dict[str, Any], annotations: dict[str, Any], settings: Settings) -> Alone | None:
-    if labels.get(kinds.VIRT_LAUNCHER[0]) != kinds.VIRT_LAUNCHER[1]:  # kinds.is_launcher
+    if not kinds.is_launcher(pod):
         return Alone.NOT_LAUNCHER
-    if not opted_in(annotations, settings):
+    if not opted_in(kinds.annotations(pod), settings):
         return Alone.NOT_OPTED_IN
     return None
 
 
 def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
     """Why this pod is left untouched by the VM rule at its creation, or None when we act on it.
-
-    Migration targets are built from the VMI and carry the opt-in too, and are always left
-    untouched: pinning one next to the source's share-manager would fight its anti-affinity and make
-    migration impossible, and a mere preference moved share-managers where evacuations did not
-    follow (docs/operations.md, "Migration targets").
-    """
-    labels, annotations = kinds.labels(pod), kinds.annotations(pod)
-    if (why := _not_opted_in(labels, annotations, settings)) is not None:
+    Migration targets always are: pinned beside the source's share-manager one would fight its
+    anti-affinity, and a preference moved share-managers where evacuations did not follow
+    (docs/operations.md, "Migration targets")."""
+    if (why := opted_in_launcher(pod, settings)) is not None:
         return why
-    if kinds.MIGRATION_JOB_LABEL in labels:
+    if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
         return Alone.MIGRATION_TARGET
     return target_exemption(pod)
 
@@ -59,14 +51,9 @@ def target_exemption(pod: dict[str, Any]) -> Alone | None:
 
 
 def running_exemption(pod: dict[str, Any], settings: Settings, *, any_vm: bool = False) -> Alone | None:
-    """Why a launcher pod cannot be where its VM runs now, or None when it can.
-
-    A pod created as a migration target counts: KubeVirt never removes
-    kubevirt.io/migrationJobUID, and once the migration completes that pod is the VM's.
-    Which of a VMI's pods counts is chosen among these (`rules.keeping.running.vm_pods`): the cold-start
-    rule, `explain`, `status` and the keeper all ask it where a VM runs. `any_vm` counts VMs
-    that are not opted in too (`explain` answers for any VM).
-    """
+    """Why a launcher pod cannot be where its VM runs now, or None when it can (a completed
+    migration's target counts: KubeVirt never removes kubevirt.io/migrationJobUID). `any_vm`
+    counts VMs that are not opted in too (`explain` answers for any VM)."""
     why = opted_in_launcher(pod, settings)
     if why is Alone.NOT_LAUNCHER or (why is not None and not any_vm):
         return why

@@ -1,23 +1,15 @@
-"""What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations:
-each field and key declared once (`declaring.Fields`). The readers (`rules.keeping.running.read_vmi`,
-`rules.keeping.migrations.read_migration`) read through these, and `stores/shapes.py` keeps what
-they declare: a rule that starts reading a field or an annotation declares it here, and the
-caches keep it.
+"""What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations, each
+declared once (`declaring.Fields`): the readers read through these, and `stores/shapes.py` keeps
+what they declare. A rule that starts reading a field or an annotation declares it here.
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from ... import kinds
-from ...config import Settings
 from .declaring import Fields
 
-
-def _opt_in(settings: Settings) -> str:
-    return settings.opt_in_annotation
-
-
-def _decision_prefix(settings: Settings) -> str:
-    return settings.decision_prefix
-
+_opt_in = attrgetter("opt_in_annotation")  # a key the settings name
 
 # --------------------------------------------------------------------------- VirtualMachineInstance
 # Admission reads the VM's disks (hotplugged ones included) and what its migration target pod is
@@ -107,5 +99,5 @@ VMIM_ENDED = VMIM.field("status.migrationState.endTimestamp")
 POD = Fields("Pod", "POD")
 POD_OPT_IN = POD.annotation(_opt_in)
 POD_PROVISIONING = POD.annotation(kinds.EPHEMERAL_PROVISIONING)  # WaitForFirstConsumer's temporary pod
-POD.annotation_prefix(_decision_prefix)  # our decision, node and reason
+POD.annotation_prefix(attrgetter("decision_prefix"))  # our decision, node and reason
 POD_CLAIM = POD.field("spec.volumes[].persistentVolumeClaim.claimName")

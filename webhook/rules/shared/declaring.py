@@ -1,17 +1,15 @@
 """The fields of a kind the rules read, each declared once: the readers read through the
-declaration (`Field`, `Annotation`), and the caches keep what it declares (`stores/shapes.py`
+declaration (`Field`, `Keyed`), and the caches keep what it declares (`stores/shapes.py`
 builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
 
-A path is dotted, `[]` after a key for every item of a list: "status.migrationState.endTimestamp",
-"spec.volumes[].dataVolume.name". A field declared with nothing declared beneath it is kept whole
-(a map copied as it is, a list read item by item elsewhere); one with fields beneath keeps those.
-Every cache of a kind keeps what is declared of it, all of it: admission, the keeper and `status`
-read the same fields, so a declaration is all a new rule needs, wherever it runs.
+A path is dotted, `[]` after a key for every item of a list: "spec.volumes[].dataVolume.name". A
+field with nothing declared beneath it is kept whole; one with fields beneath keeps those. Every
+cache of a kind keeps all that is declared of it, so a declaration is all a new rule needs.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -27,54 +25,11 @@ class Undeclared(LookupError):
     would never see it. Raised at the read, in the first test that reaches it."""
 
 
-def undeclared(kind: str, declared_as: str, key: str) -> Undeclared:
-    """The error of a read of `key` on an object of `kind`, naming the declaration to add."""
-    return Undeclared(f"the {kind} annotation {key!r} is read but not declared: declare it with "
-                      f"`{declared_as}.annotation({key!r})`, beside the rule that reads it or in {DECLARED_IN} "
-                      "(the caches keep only what is declared)")
-
-
-class Annotations(Mapping[str, str]):
-    """The declared annotations an object carries (`Fields.annotations_of`). Reading a key that is
-    not declared raises `Undeclared`, naming the declaration to add: the caches keep only what is
-    declared, and a rule tested on whole objects would otherwise pass and do nothing in production."""
-
-    __slots__ = ("_found", "_declared", "_kind", "_declared_as")
-
-    def __init__(self, found: dict[str, str], declared: Callable[[str], bool], kind: str, declared_as: str = ""):
-        self._found, self._declared, self._kind, self._declared_as = found, declared, kind, declared_as or kind
-
-    def _check(self, key: str) -> None:
-        if not self._declared(key):
-            raise undeclared(self._kind, self._declared_as, key)
-
-    def __getitem__(self, key: str) -> str:
-        self._check(key)
-        return self._found[key]
-
-    def __contains__(self, key: object) -> bool:
-        self._check(str(key))
-        return key in self._found
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        self._check(key)
-        return self._found.get(key, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._found)
-
-    def __len__(self) -> int:
-        return len(self._found)
-
-    def __repr__(self) -> str:
-        return repr(self._found)
-
-
 class CachedAnnotations(dict[str, Any]):
-    """The annotations of an object a cache hands out (a pod: `stores.shapes.pod_read`): a plain
-    dict to every reader, `kinds.annotations` included, but a read of a key nobody declared raises
-    `Undeclared`, as `Annotations` does. The cache kept only the declared ones: the rule would read
-    nothing in production, and tested on whole objects it would pass."""
+    """The declared annotations of an object (a cached pod: `stores.shapes.pod_read`; a VMI read:
+    `Fields.annotations_of`): a plain dict to every reader, `kinds.annotations` included, but a read
+    of a key nobody declared raises `Undeclared`. The caches keep only the declared ones: the rule
+    would read nothing in production, and tested on whole objects it would pass."""
 
     __slots__ = ("_declared", "_kind", "_declared_as")
 
@@ -83,8 +38,10 @@ class CachedAnnotations(dict[str, Any]):
         self._declared, self._kind, self._declared_as = declared, kind, declared_as
 
     def _check(self, key: object) -> None:
-        if not self._declared(str(key)):
-            raise undeclared(self._kind, self._declared_as, str(key))
+        if not self._declared(key := str(key)):  # naming the declaration to add
+            raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: declare it with "
+                             f"`{self._declared_as}.annotation({key!r})`, beside the rule that reads it or in "
+                             f"{DECLARED_IN} (the caches keep only what is declared)")
 
     def __getitem__(self, key: str) -> Any:
         self._check(key)
@@ -101,8 +58,8 @@ class CachedAnnotations(dict[str, Any]):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Field:
-    """One declared field: its key in the object that holds it, and where that is (the messages'
-    words: "status.migrationState", or the kind's name at the top). Each read takes that holder."""
+    """One declared field: its key in the object that holds it (each read takes that holder), and
+    where that is, in the messages' words ("status.migrationState", the kind's name at the top)."""
 
     key: str
     where: str
@@ -150,9 +107,8 @@ class Keyed:
 
 
 class Fields:
-    """What the rules read of one kind (`name`: how messages name it, "VMI"), each part declared once,
-    in `declared`, which `stores/shapes.py` imports before any cache takes its shape. A declaration
-    made after a shape was taken would be missing from it: it raises instead."""
+    """What the rules read of one kind (`name`: how messages name it, "VMI"), declared in `declared`
+    before any cache takes its shape: a declaration made after would be missing, so it raises."""
 
     def __init__(self, name: str, declared_as: str = ""):
         self.name = name
@@ -197,14 +153,14 @@ class Fields:
             return keys.__contains__
         return lambda key: key in keys or key.startswith(prefixes)
 
-    def annotations_of(self, obj: Any, settings: Settings) -> Annotations:
+    def annotations_of(self, obj: Any, settings: Settings) -> CachedAnnotations:
         """The declared annotations `obj` carries (those with a string value); a read of any other
         raises `Undeclared`."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         found = meta.get("annotations") if isinstance(meta, dict) else None
         carried = {} if not isinstance(found, dict) else {
             key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
-        return Annotations(carried, self.named("annotations", settings), self.name, self.declared_as)
+        return CachedAnnotations(carried, self.named("annotations", settings), self.name, self.declared_as)
 
     def guarded(self, obj: dict[str, Any], declared: Callable[[str], bool]) -> dict[str, Any]:
         """`obj` (a cache's copy) with its annotations a `CachedAnnotations`, an empty one where it

@@ -1,13 +1,9 @@
-"""What a pod follows: PVC → PV → Longhorn volume → the node of its share-manager.
+"""Pure: what a pod follows: PVC → PV → Longhorn volume → the node of its share-manager.
 
-Facts (longhorn/longhorn-manager, controller/share_manager_controller.go): since 1.4 the
-share-manager pod `share-manager-<volume>` is placed by kube-scheduler and ShareManager
-`status.ownerID` follows its node only while `status.state == running`; otherwise ownerID
-is stale. Migratable RWX block volumes have no ShareManager at all (404 is normal).
-
-Pure: the functions take objects and say why; `disk_fact` asks for the objects it needs, and
-`lookup/resolve.py` decides where they come from. A disk that fails any step contributes
-no node.
+longhorn-manager (controller/share_manager_controller.go): since 1.4 the share-manager pod
+`share-manager-<volume>` is placed by kube-scheduler, and ShareManager `status.ownerID` follows its
+node only while `status.state == running` (else it is stale). Migratable RWX block volumes have no
+ShareManager at all (404 is normal). A disk that fails any step contributes no node.
 """
 from __future__ import annotations
 
@@ -33,11 +29,8 @@ class Fact:
 
 
 def claims_of(obj: dict[str, Any]) -> list[str]:
-    """PVC names of a pod's (or VMI's) volumes, in order, once each.
-
-    In the pod, DataVolumes appear as PVCs; in a VM or VMI spec, a `dataVolume` volume's PVC
-    has the DataVolume's name.
-    """
+    """PVC names of a pod's (or VMI's) volumes, in order, once each: a `dataVolume` volume's PVC
+    has the DataVolume's name."""
     claims: dict[str, None] = {}  # ordered, and a set: a pod of 20,000 volumes is read in one pass
     volumes = kinds.spec(obj).get("volumes")
     if not isinstance(volumes, list):
@@ -67,11 +60,9 @@ def hotplugged_claims(vmi: dict[str, Any]) -> list[str]:
 
 
 def disks_of(pod: dict[str, Any], vmi: dict[str, Any] | None) -> list[str]:
-    """The claims a VM's pod follows: its own volumes', then those of its VMI that the pod does
-    not mount. KubeVirt leaves hotplugged volumes (`virtctl addvolume`, and those marked
-    `hotpluggable` in the VM, which a restart keeps) out of the launcher pod and mounts them in
-    an attachment pod on the VM's node once it runs (pkg/virt-controller/services/template.go,
-    `RenderHotplugAttachmentPodTemplate`); the VMI's spec.volumes lists them from the start."""
+    """The claims a VM's pod follows: its own volumes', then those of its VMI that the pod does not
+    mount: hotplugged ones, which KubeVirt mounts in an attachment pod on the VM's node once it runs
+    (pkg/virt-controller/services/template.go, `RenderHotplugAttachmentPodTemplate`)."""
     claims = claims_of(pod)
     if vmi is not None:
         mounted = set(claims)
@@ -107,12 +98,9 @@ def share_manager_node(
     volume: str, pod: dict[str, Any] | None, share_manager: dict[str, Any] | None
 ) -> tuple[str | None, str]:
     """Node of the volume's share-manager: the pod's node, else a *running* ShareManager's ownerID."""
-    if pod is not None:
-        meta = pod.get("metadata") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if node and not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
-            return node, f"share-manager of {volume} runs on {node}"
+    node = kinds.spec(pod).get("nodeName")
+    if node and not kinds.terminating(pod) and not kinds.finished(pod):
+        return node, f"share-manager of {volume} runs on {node}"
     if share_manager is None:
         return None, f"volume {volume} has no share-manager"
     status = share_manager.get("status") or {}
@@ -133,10 +121,9 @@ Peek = Callable[[Resource, "str | None", str], "tuple[bool, dict[str, Any] | Non
 
 
 def disk_fact(settings: Settings, namespace: str, claim: str, peek: Peek) -> Fact | None:
-    """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager
-    pod, and the ShareManager when the pod does not say; None as soon as `peek` cannot tell (lookup/resolve.py then reads
-    that object elsewhere and asks again). A plain call: answered from memory, it costs no
-    more than the look-ups themselves."""
+    """The node one disk follows, from the objects `peek` answers: PVC, PV, the share-manager pod,
+    and the ShareManager when the pod does not say; None as soon as `peek` cannot tell
+    (lookup/resolve.py then reads that object elsewhere and asks again)."""
     if not kinds.valid_name(claim):  # the apiserver does not check claimName; we never put one in a path unchecked
         return Fact(claim, None, f"disk {claim[:60]!r} is not a valid PVC name")
     known, pvc = peek(PVC, namespace, claim)

@@ -2,16 +2,14 @@
 and its blacklist with VMIs on it (`sparing`). A VM it spared keeps the mount of the NFS server that
 went away: `rules/keeping/recovery.py` tells when that mount is stale.
 
-When an RWX volume's share-manager fails or restarts (every drain or failure of its node), Longhorn
-sets the volume's `status.remountRequestedAt`, and longhorn-manager deletes each pod of the volume
-that started before it and has a controller owner (`handlePodDeletionIfVolumeRequestRemount`):
-since Longhorn 1.12 (longhorn/longhorn#12986) on the cluster network too, once the new share-manager
-serves; before 1.12 only where RWX volumes have a network of their own (`endpoint-network-for-rwx-volume`,
-Longhorn 1.11; before it `storage-network` with `storage-network-for-rwx-volume-enabled`), whose
-address the moved share-manager changes. Gated by `auto-delete-pod-when-volume-detached-unexpectedly`
-(default true) and the owner kinds in `blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly`
-(`group/Kind`, `;`-separated, empty by default). A launcher pod's controller is its VMI: deleted,
-the VM reboots. It is a plain delete, not an eviction: no PodDisruptionBudget stops it.
+When an RWX volume's share-manager fails or restarts, Longhorn sets the volume's
+`status.remountRequestedAt`, and longhorn-manager deletes each pod of the volume that started before
+it and has a controller owner (`handlePodDeletionIfVolumeRequestRemount`): since 1.12
+(longhorn/longhorn#12986) on the cluster network too; before, only where RWX volumes have a network
+of their own (`endpoint-network-for-rwx-volume`, 1.11; before it `storage-network` with
+`storage-network-for-rwx-volume-enabled`). Gated by AUTO_DELETE (default true) and the owner kinds
+in BLACKLIST (`group/Kind;...`, empty by default). A launcher pod's controller is its VMI: deleted,
+the VM reboots; a plain delete, which no PodDisruptionBudget stops.
 """
 from __future__ import annotations
 
@@ -111,9 +109,8 @@ def rwx_network(values: Mapping[str, str]) -> str | None:
 
 
 def sparing(text: str | None, spare: bool = True) -> str:
-    """The blacklist with the VMI kind added (`spare`) or taken out, the other kinds kept in their
-    order, in Longhorn's form (`group/Kind` joined by `;`); the value as it was when there is nothing
-    to change. ValueError when the value is not owner kinds: a change to it would be a guess."""
+    """The blacklist with the VMI kind added (`spare`) or taken out, the others kept in order (the
+    value as it was when nothing changes); ValueError when it is not owner kinds: a change would be a guess."""
     kinds = blacklisted(text)
     if kinds is None:
         raise ValueError(f"{BLACKLIST} is {text!r}, not owner kinds (group/Kind;...)")

@@ -1,15 +1,11 @@
 """Pure: Kubernetes resource quantities, read exactly as the apiserver and the scheduler read them.
 
-Grammar and rounding follow k8s.io/apimachinery `pkg/api/resource/quantity.go`
-(`ParseQuantity`, `parseQuantityString`) and `suffix.go`: an optional sign, digits with an
-optional fraction (`.5` and `1.` are accepted), then a suffix: none, a decimal SI one
-(`n u m k M G T P E`), a binary one (`Ki Mi Gi Ti Pi Ei`) or an exponent (`e3`, `E-2`).
-A value finer than 1n is rounded up (away from zero) to 1n; binary values are capped at
-2^63-1. A quantity is kept here as an exact integer count of nano-units, so sums stay exact
-and rounding to the scheduler's units happens once, at the end, as `resource.Quantity` does.
-
-The scheduler compares cpu in millicores (`MilliValue`) and everything else in whole units
-(`Value`), both rounded up (pkg/scheduler/framework/types.go `Resource.Add`).
+Grammar and rounding follow k8s.io/apimachinery `pkg/api/resource/quantity.go` (`ParseQuantity`)
+and `suffix.go`: a sign, digits with an optional fraction (`.5`, `1.`), then no suffix, a decimal SI
+one, a binary one or an exponent (`e3`, `E-2`); finer than 1n rounds up to 1n, binary values cap at
+2^63-1. A quantity is an exact count of nano-units, so sums stay exact and rounding to the
+scheduler's units (cpu in millicores, the rest whole, both up: framework/types.go `Resource.Add`)
+happens once, at the end.
 """
 from __future__ import annotations
 
@@ -34,27 +30,13 @@ _SPACE = " \t\n\r\v\f"
 
 
 def nanos(value: object) -> int:
-    """The quantity in nano-units (1 == 1n), exactly; ValueError when it does not parse.
-
-    Accepts the string form and plain JSON numbers (as `Quantity.UnmarshalJSON` does: the
-    number's text is parsed like a string).
-    """
+    """The quantity in nano-units (1 == 1n), exactly; ValueError when it does not parse. A JSON
+    number's text is parsed like a string, as `Quantity.UnmarshalJSON` does."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int):
         return value * NANO
     return _parsed(value)
-
-
-def nanos_of(amounts: dict[object, object]) -> dict[object, int]:
-    """`nanos` of every value of a ResourceList, in one call; ValueError says which did not parse."""
-    found = {}
-    for name, value in amounts.items():
-        try:
-            found[name] = nanos(value)
-        except ValueError:
-            raise ValueError(f"{name} {value!r}") from None
-    return found
 
 
 def _parsed(value: str | float) -> int:
@@ -92,22 +74,12 @@ def _parsed(value: str | float) -> int:
     return -amount if sign == "-" else amount
 
 
-def ceil_div(numerator: int, denominator: int) -> int:
-    return -(-numerator // denominator)
-
-
-def unit(resource: str) -> int:
-    """The scheduler's unit for a resource, in nano-units: a millicore for cpu, a whole unit otherwise."""
-    return MILLI if resource == CPU else NANO
-
-
 def units(resource: str, amount_in_nanos: int) -> int:
-    """An amount in the scheduler's unit for the resource (see `unit`), rounded up."""
-    return ceil_div(amount_in_nanos, unit(resource))
+    """An amount in the scheduler's unit for the resource, rounded up: a millicore for cpu, a whole unit otherwise."""
+    return -(-amount_in_nanos // (MILLI if resource == CPU else NANO))
 
 
 def scheduler_value(resource: str, value: object) -> int:
-    """One quantity in the scheduler's unit for the resource (see `units`)."""
     return units(resource, nanos(value))
 
 

@@ -55,19 +55,11 @@ def read_typed(container: dict[str, Any], key: str, where: str, kind: type) -> A
     return value
 
 
-def read_object(container: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    return read_typed(container, key, where, dict)
-
-
-def read_str(container: dict[str, Any], key: str, where: str) -> str:
-    return read_typed(container, key, where, str)
-
-
 def read_identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
     if not isinstance(obj, dict):
         raise Malformed(f"a {kind} is a {type(obj).__name__}, not an object")
-    metadata = read_object(obj, "metadata", kind)
-    namespace, name = read_str(metadata, "namespace", "metadata"), read_str(metadata, "name", "metadata")
+    metadata = read_typed(obj, "metadata", kind, dict)
+    namespace, name = read_typed(metadata, "namespace", "metadata", str), read_typed(metadata, "name", "metadata", str)
     if not kinds.valid_name(name) or not kinds.valid_name(namespace):
         raise Malformed(f"metadata.namespace/name {namespace[:60]!r}/{name[:60]!r} is not a valid object name")
     return namespace, name, metadata

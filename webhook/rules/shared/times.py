@@ -7,10 +7,8 @@ EPOCH = datetime.min.replace(tzinfo=UTC)  # before anything: sorts what has no t
 
 
 def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 timestamp as Kubernetes writes it; None when absent or unreadable.
-
-    A time without a zone (or a bare date) is not RFC 3339 and reads as None.
-    """
+    """An RFC 3339 timestamp as Kubernetes writes it; None when absent or unreadable (a time
+    without a zone, a bare date)."""
     if not isinstance(value, str) or "T" not in value.upper():
         return None
     try:
