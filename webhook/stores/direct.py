@@ -11,8 +11,7 @@ from typing import Any
 import orjson
 
 from .. import kinds, metrics
-from ..kinds import POD, PV, VMI, Resource
-from ..kinds import NODE, PVC
+from ..kinds import NODE, POD, PV, PVC, VMI, Resource
 from ..cluster import client
 from ..rules import fit
 from .store import Unwatched, StoreError, using, volume_handle

@@ -8,8 +8,7 @@ from typing import Any
 import yaml
 
 from .. import kinds
-from ..kinds import POD, PV, RULE_RESOURCES, VMI, Resource
-from ..kinds import NODE, PVC
+from ..kinds import NODE, POD, PV, PVC, RULE_RESOURCES, VMI, Resource
 from ..rules import fit
 from .documents import documents, file_problem
 from .store import Unwatched, using, volume_handle

@@ -36,10 +36,8 @@ class Store(Protocol):
         """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a
-        volume (a hotplugged disk: KubeVirt mounts it in an attachment pod of the VM's node).
-        From the caches they are shared with every other reader, as `peek`'s: read them, never
-        change them (a drain's share-managers each read their VM's pods)."""
+        """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a volume (a
+        hotplugged disk, in an attachment pod); from the caches, shared as `peek`'s: never change them."""
 
     async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
         """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,
@@ -61,8 +59,7 @@ class Store(Protocol):
 
 
 class WatchedStore(Store, Protocol):
-    """A Store that watches the cluster: what the keeper and the stranded-pod reporter read from
-    memory besides the look-ups, and the API behind it for whole objects."""
+    """A Store that watches the cluster: what the keeper and the stranded-pod report read from memory."""
 
     direct: Store  # the same questions answered by the API, for objects the caches keep trimmed
 
