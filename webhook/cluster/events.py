@@ -20,7 +20,6 @@ from ..kinds import EVENT
 from . import client
 
 log = logging.getLogger("webhook.events")
-COMPONENT = kinds.COMPONENT
 # Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
 OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
 
@@ -63,8 +62,8 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
         "reason": reason,
         "message": message[:1024],
         "type": "Warning" if warning else "Normal",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
+        "source": {"component": kinds.COMPONENT},
+        "reportingComponent": kinds.COMPONENT,
         "reportingInstance": instance,
         "firstTimestamp": now,
         "lastTimestamp": now,
@@ -112,14 +111,11 @@ class EventSink:
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
         """An Event about an object (a decision's, on the VMI or ShareManager; the keeper's, on a VMI)."""
-        self._queue_event(new_event(involved, reason, message, self.instance, warning=warning, name=name))
-
-    def _queue_event(self, event: dict[str, Any]) -> None:
         if self._closed:
             metrics.EVENTS.labels("dropped").inc()
             return
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait(new_event(involved, reason, message, self.instance, warning=warning, name=name))
         except asyncio.QueueFull:
             metrics.EVENTS.labels("dropped").inc()
             return

@@ -13,15 +13,14 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import Resource
-from .reflector import Event, EventType, Reflector, Timing
+from .reflector import ApiTransport, Event, EventType, Reflector, Timing
 from .table import Indexer, Shape, Table, Watcher, object_key
 
 log = logging.getLogger("webhook.cache")  # the logger names in the log lines are part of the interface
 
 
 class Informer:
-    """One resource (optionally one namespace and a label selector) kept in a Table from the
-    events of its reflector."""
+    """One resource (optionally of one namespace) kept in a Table from the events of its reflector."""
 
     def __init__(
         self,
@@ -29,7 +28,6 @@ class Informer:
         shape: Shape,
         *,
         namespace: str | None = None,
-        labels: dict[str, str] | None = None,
         indexers: Mapping[str, Indexer] | None = None,
         watchers: Iterable[Watcher] = (),
         fields: str = "",
@@ -40,11 +38,6 @@ class Informer:
         self.fields, self.wanted = fields, wanted
         self.shape = shape  # what is kept of each object (shapes.py)
         self.namespace = namespace if resource.namespaced else None
-        self.labels = dict(labels or {})
-        self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
-        # Whether a name lookup in our scope that misses means "absent": when nothing is
-        # filtered by labels.
-        self.authoritative = not self.labels
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
@@ -56,8 +49,7 @@ class Informer:
 
     @property
     def name(self) -> str:
-        scope = f" in {self.namespace}" if self.namespace else ""
-        return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
+        return f"{self.resource.plural} in {self.namespace}" if self.namespace else self.resource.plural
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A fresh copy (see `Table.get`)."""
@@ -68,8 +60,8 @@ class Informer:
         return self.table.read(f"{namespace}/{name}" if namespace and self.resource.namespaced else name)
 
     def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
-        return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
-                                 fields=self.fields, timing=timing, list_slots=list_slots)
+        return Reflector(ApiTransport(api, self.resource.path(self.namespace)), self.name, fields=self.fields,
+                         timing=timing, list_slots=list_slots)
 
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
@@ -133,9 +125,9 @@ class Informer:
         key = self._key(obj)
         if key is None:
             return None
-        # Emulators may ignore the label selector: filter on our side too.
+        # Emulators may ignore the field selector: filter on our side too.
         if (self.namespace is not None and kinds.meta(obj).get("namespace") != self.namespace) \
-                or not kinds.labels_match(obj, self.labels) or (self.wanted is not None and not self.wanted(obj)):
+                or (self.wanted is not None and not self.wanted(obj)):
             self.table.remove(key)
             return None
         self.table.put(key, self.shape(obj))

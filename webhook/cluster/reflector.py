@@ -1,14 +1,9 @@
 """List and watch one resource, as client-go's reflector does, and yield what happened.
 
-k8s.io/client-go/tools/cache/reflector.go: list (paginated), then watch from the list's
-resourceVersion; on 410 Gone list again; on any other failure reconnect after an
-exponential backoff with jitter; ask for bookmarks (`allowWatchBookmarks=true`) so the
-resourceVersion to resume from stays fresh.
-
-Layered so each part is testable alone: `split_lines` (bytes → JSON lines), `Reflector.list`
-(pages → LISTED…SYNCED), `Reflector.watch` (one watch → events), `Reflector.events` (forever,
-with relists and backoff). The HTTP side is a `Transport`, so recorded streams can stand in
-for the API in tests. Applying events is the cache's business, not this module's.
+k8s.io/client-go/tools/cache/reflector.go: list (paginated), then watch from the list's resourceVersion
+with bookmarks, so that it stays fresh; on 410 Gone list again; on any other failure reconnect after
+an exponential backoff with jitter. The HTTP side is a `Transport`: recorded streams stand in for
+the API in tests.
 """
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ from typing import Any, Protocol
 import orjson
 
 from .. import kinds
-from ..kinds import Resource
 from . import client
 
 
@@ -138,11 +132,6 @@ class Reflector:
         self.resource_version: str | None = None
         self.resumable = False  # every event since the list carried a resourceVersion
         self._backoff = Backoff(timing.backoff_initial, timing.backoff_cap)
-
-    @classmethod
-    def for_api(cls, api: Any, resource: Resource, name: str, *, namespace: str | None = None,
-                selector: str = "", fields: str = "", **kwargs: Any) -> Reflector:
-        return cls(ApiTransport(api, resource.path(namespace)), name, selector=selector, fields=fields, **kwargs)
 
     def _selectors(self) -> list[tuple[str, str]]:
         """The label and field selectors that every list and watch asks with."""

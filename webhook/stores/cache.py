@@ -179,9 +179,7 @@ class WatchedClusterStore(Informers):
         obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
         if obj is not None:
             return True, obj
-        if informer.authoritative and resource.kind not in MISS_FALLBACK:
-            return True, None
-        return False, None
+        return resource.kind not in MISS_FALLBACK, None
 
     async def get(self, resource, namespace, name, *, timeout=None):
         """A copy of the caller's own, from the caches when they can tell, else from the API (but
