@@ -1,6 +1,5 @@
-"""What is wrong with the serving certificate's files, in words that name the file: ssl's own
-error ("[SSL] PEM lib") names neither the file nor the problem. The files are looked into only
-once ssl has refused them (or one is missing), so a good pair costs nothing more."""
+"""What is wrong with the serving certificate's files, in words that name the file: ssl's own error
+("[SSL] PEM lib") names neither. Looked into only once ssl has refused them (or one is missing)."""
 from __future__ import annotations
 
 from pathlib import Path
