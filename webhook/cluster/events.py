@@ -97,8 +97,7 @@ NO_EVENTS = NoEvents()
 
 
 class EventSink:
-    """A bounded queue and one worker that POSTs Events with kubernetes-asyncio; the worker
-    starts with the first Event."""
+    """A bounded queue and one worker, started by the first Event, that POSTs them."""
 
     def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0):
         self._api = api_client
@@ -124,21 +123,16 @@ class EventSink:
     async def _send_next(self) -> None:
         event = await self._queue.get()
         try:
-            await self._post(event)
+            status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
+                                             timeout=self._timeout)
+            if status != 409 and not 200 <= status < 300:  # 409: a fixed name another replica has recorded
+                raise RuntimeError(f"API answered {status}")
             metrics.EVENTS.labels("sent").inc()
         except Exception as exc:  # an Event is best effort; the decision is on the pod anyway
             metrics.EVENTS.labels("failed").inc()
             log.warning("event not sent", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
         finally:
             self._queue.task_done()
-
-    async def _post(self, event: dict[str, Any]) -> None:
-        status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
-                                         timeout=self._timeout)
-        if status == 409:
-            return  # an Event of a fixed name that another replica has already recorded
-        if not 200 <= status < 300:
-            raise RuntimeError(f"API answered {status}")
 
     async def sent(self) -> None:
         """Until every Event queued so far has been sent (or failed to be)."""

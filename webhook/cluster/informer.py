@@ -55,10 +55,6 @@ class Informer:
         """A fresh copy (see `Table.get`)."""
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
 
-    def read(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The shared, read-only object (see `Table.read`)."""
-        return self.table.read(f"{namespace}/{name}" if namespace and self.resource.namespaced else name)
-
     def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
         return Reflector(ApiTransport(api, self.resource.path(self.namespace)), self.name, fields=self.fields,
                          timing=timing, list_slots=list_slots)
@@ -102,16 +98,14 @@ class Informer:
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
             self.synced = True
             self.synced_event.set()
-        elif kind is EventType.DELETED:
-            key = self._key(event.object)
-            if key is not None:
-                self.table.remove(key)
+        else:  # a watch event
             self.events += 1
-        elif kind is not EventType.BOOKMARK:
-            self._put(event.object)
-            self.events += 1
-        else:
-            self.events += 1
+            if kind is EventType.DELETED:
+                key = self._key(event.object)
+                if key is not None:
+                    self.table.remove(key)
+            elif kind is not EventType.BOOKMARK:
+                self._put(event.object)
         self._healthy()
 
     def _key(self, obj: Any) -> str | None:

@@ -123,19 +123,16 @@ def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
 class Reflector:
     """One resource (optionally one namespace and a label selector), listed and watched."""
 
-    def __init__(self, transport: Transport, name: str, *, selector: str = "", fields: str = "",
-                 timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None):
-        self.transport, self.name, self.selector, self.timing = transport, name, selector, timing
-        self.fields = fields  # a field selector, e.g. the scheduler's "not finished" for pods
+    def __init__(self, transport: Transport, name: str, *, fields: str = "", timing: Timing = Timing(),
+                 list_slots: asyncio.Semaphore | None = None):
+        self.transport, self.name, self.timing = transport, name, timing
+        # A field selector every list and watch asks with, e.g. the scheduler's "not finished" for pods.
+        self.selectors = [("fieldSelector", fields)] if fields else []
         # Reflectors sharing these slots list one at a time: one page in memory at once.
         self.list_slots = list_slots or asyncio.Semaphore(1)
         self.resource_version: str | None = None
         self.resumable = False  # every event since the list carried a resourceVersion
         self._backoff = Backoff(timing.backoff_initial, timing.backoff_cap)
-
-    def _selectors(self) -> list[tuple[str, str]]:
-        """The label and field selectors that every list and watch asks with."""
-        return [(key, value) for key, value in (("labelSelector", self.selector), ("fieldSelector", self.fields)) if value]
 
     async def list(self) -> AsyncIterator[Event]:
         """A full paginated list: LISTED per object, then SYNCED with the list's resourceVersion kept."""
@@ -145,7 +142,7 @@ class Reflector:
         started = loop.time()
         async with self.list_slots:
             while True:
-                query = [("limit", str(self.timing.page_size)), *self._selectors()]
+                query = [("limit", str(self.timing.page_size)), *self.selectors]
                 if token:
                     query.append(("continue", token))
                 status, body = await self.transport.get(query, self.timing.request_timeout)
@@ -174,7 +171,7 @@ class Reflector:
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(max(1, int(seconds))))]
         if self.resource_version:
             query.append(("resourceVersion", self.resource_version))
-        query += self._selectors()
+        query += self.selectors
         # The server ends the watch after timeoutSeconds; the grace bounds a server that does not.
         deadline = loop.time() + seconds + min(30.0, seconds)
         try:

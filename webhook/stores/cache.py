@@ -150,8 +150,6 @@ class WatchedClusterStore(Informers):
         self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
         assert len(self._by_kind) == len(self.informers)
 
-    # ----------------------------------------------------------------- lifecycle
-
     def stats(self) -> Stats:
         """Objects held and last sync time per cache (read by the metrics at scrape time)."""
         return {i.name: (len(i.table.objects), i.last_sync) for i in self.informers}
@@ -162,8 +160,6 @@ class WatchedClusterStore(Informers):
 
     def synced(self) -> bool:
         return all(i.synced for i in self.informers if i.resource.kind not in CACHED_ONLY)
-
-    # ----------------------------------------------------------------- reads
 
     def peek(self, resource: Resource, namespace: str | None, name: str, *,
              copy: bool = False) -> tuple[bool, dict[str, Any] | None]:
@@ -279,7 +275,7 @@ class CachedView:
         self.memo = Memo()  # what the checks worked out from this store's objects
 
     def node(self, name):
-        return self._store.nodes.read(None, name)
+        return self._store.nodes.table.read(name)
 
     def nodes(self):
         table = self._store.nodes.table

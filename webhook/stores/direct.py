@@ -14,10 +14,10 @@ from .. import kinds, metrics
 from ..kinds import NODE, POD, PV, PVC, VMI, Resource
 from ..cluster import client
 from ..rules import fit
-from .store import Unwatched, StoreError, using, volume_handle
+from .store import Store, StoreError, using, volume_handle
 
 
-class ClusterStore(Unwatched):
+class ClusterStore(Store):
     """Direct reads with kubernetes-asyncio; an answer is never older than the request."""
 
     def __init__(self, api_client: Any):

@@ -23,6 +23,8 @@ Stats = dict[str, tuple[int, float | None]]
 
 
 class Store(Protocol):
+    """What every source answers; the lifecycle defaults are those of a store with nothing in the background."""
+
     def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
         """From memory, without I/O: (True, object or None) when it can tell, (False, None)
         when only the API can."""
@@ -48,14 +50,18 @@ class Store(Protocol):
 
     def synced(self) -> bool:
         """Whether reads are answered from a complete view (readiness): caches have synced."""
+        return True
 
     def degraded(self) -> list[str]:
         """What is failing now while the store keeps serving what it has (readiness notes)."""
+        return []
 
     def stats(self) -> Stats:
         """Figures for the metrics, read at scrape time."""
+        return {}
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the store holds (nothing, by default)."""
 
 
 class WatchedStore(Store, Protocol):
@@ -71,22 +77,6 @@ class WatchedStore(Store, Protocol):
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet."""
-
-
-class Unwatched:
-    """The lifecycle part of the protocol for stores with nothing running in the background."""
-
-    def start(self) -> None:
-        return None
-
-    def synced(self) -> bool:
-        return True
-
-    def degraded(self) -> list[str]:
-        return []
-
-    def stats(self) -> Stats:
-        return {}
 
 
 def using(launchers: list[dict[str, Any]], vmis: list[dict[str, Any]], claim: str) -> list[dict[str, Any]]:
