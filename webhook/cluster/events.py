@@ -1,7 +1,7 @@
 """Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
 
-Admission never waits for an Event: `emit` only queues; a full queue drops the Event
-(and counts it). Skipped entirely for dry-run requests (hence sideEffects NoneOnDryRun).
+Admission never waits for an Event: emitting only queues, a full queue drops (and counts) it. None
+for dry-run requests (hence sideEffects NoneOnDryRun).
 """
 from __future__ import annotations
 
@@ -72,25 +72,18 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
 
 
 class Events(Protocol):
-    """Where Events about decisions go: the API (EventSink), or nowhere (NoEvents)."""
+    """Where Events about decisions go: the API (EventSink), or nowhere (these defaults: NoEvents)."""
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
-        ...
+        """An Event about an object (a decision's, on the VMI or ShareManager; the keeper's, on a VMI)."""
 
     async def close(self, grace: float = 2.0) -> None:
-        ...
+        """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
 
 
-class NoEvents:
+class NoEvents(Events):
     """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
-
-    def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
-                   name: str | None = None) -> None:
-        pass
-
-    async def close(self, grace: float = 2.0) -> None:
-        pass
 
 
 NO_EVENTS = NoEvents()
@@ -109,7 +102,6 @@ class EventSink:
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
-        """An Event about an object (a decision's, on the VMI or ShareManager; the keeper's, on a VMI)."""
         if self._closed:
             metrics.EVENTS.labels("dropped").inc()
             return
@@ -139,7 +131,6 @@ class EventSink:
         await self._queue.join()
 
     async def close(self, grace: float = 2.0) -> None:
-        """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
         self._closed = True
         if not self._worker.running:
             return
