@@ -205,13 +205,8 @@ def _pin_candidate(facts: list[Fact], settings: AdmissionSettings) -> str | None
     None for several nodes, or when pins are preferences anyway: nothing to strand on."""
     if settings.pin is not PinMode.REQUIRED:
         return None
-    found = None
-    for fact in facts:
-        if fact.node:
-            if found is not None and fact.node != found:
-                return None
-            found = fact.node
-    return found
+    nodes = {fact.node for fact in facts if fact.node}
+    return next(iter(nodes)) if len(nodes) == 1 else None
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,

@@ -55,14 +55,9 @@ class Service:
         metrics.STORE.source = store.stats
 
     def not_ready(self) -> list[str]:
-        reasons = []
-        if self.state.draining:
-            reasons.append("shutting down")
-        if self.runner is None:
-            reasons.append("not listening yet")
-        if not self.store.synced():
-            reasons.append("store not synced")
-        return reasons
+        checks = (("shutting down", self.state.draining), ("not listening yet", self.runner is None),
+                  ("store not synced", not self.store.synced()))
+        return [reason for reason, failing in checks if failing]
 
     def degraded(self) -> list[str]:
         return self.store.degraded() + [note for companion in self.companions for note in companion.degraded()]

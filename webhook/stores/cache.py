@@ -215,9 +215,7 @@ class WatchedClusterStore(Informers):
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
         """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
-        if not self.pods.synced:
-            return None
-        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid))
+        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
 
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:

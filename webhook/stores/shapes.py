@@ -174,10 +174,9 @@ def _container(value: Any, host_network: bool) -> Any:
 
 def _pod_status(pod: dict[str, Any], spec: dict[str, Any], status: dict[str, Any],
                 kept_spec: dict[str, Any]) -> dict[str, Any]:
-    kept: dict[str, Any] = {}
-    if status.get("phase"):
-        kept["phase"] = status["phase"]
-    if spec.get("nodeName") and _resized(pod):
+    kept: dict[str, Any] = {"phase": status["phase"]} if status.get("phase") else {}
+    resized = bool(spec.get("nodeName")) and _resized(pod)
+    if resized:
         # An in-place resize under way: the scheduler counts the larger of spec, allocated and
         # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
         for key in ("containerStatuses", "initContainerStatuses"):
@@ -185,17 +184,16 @@ def _pod_status(pod: dict[str, Any], spec: dict[str, Any], status: dict[str, Any
                        for e in status.get(key) or () if isinstance(e, dict)]
             if entries:
                 kept[key] = entries
-        pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
-        if pending:
-            kept["conditions"] = pending
         for key in ("containers", "initContainers"):
             for container, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
                 if isinstance(container, dict) and isinstance(whole, dict) and whole.get("name") is not None:
                     container["name"] = whole["name"]
-    if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
-        waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
-        if waiting:
-            kept["conditions"] = waiting
+    # Whether a resize is pending; why the scheduler has not placed a pod that waits for a node.
+    condition = "PodResizePending" if resized else None if spec.get("nodeName") else "PodScheduled"
+    if condition is not None and isinstance(status.get("conditions"), list):
+        found = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == condition]
+        if found:
+            kept["conditions"] = found
     return kept
 
 
