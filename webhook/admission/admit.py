@@ -133,22 +133,16 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     if len(facts) == 1:
-        why = _leaving(consumers, blocked)
+        # Whether the one VM cannot be followed to its node now: the node cannot take the share-manager
+        # (cordoned, a drain's taint, not Ready, full), or the VM is migrating, its target pod not scheduled yet.
+        waiting = consumers.leaving.get(kinds.labels(consumers.pods[0]).get(kinds.CREATED_BY_LABEL) or "")
+        why = blocked if waiting is None else \
+            f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
         if why is not None:
-            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, Leaving(consumers, why, blocked),
-                                              lane)
+            return await _where_vm_can_follow(namespace, pod, store, settings, deadline,
+                                              Leaving(consumers=consumers, why=why, blocked=blocked), lane)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
-
-
-def _leaving(consumers: Consumers, blocked: str | None) -> str | None:
-    """Why the one VM cannot be followed to its node now: the node cannot take the share-manager
-    (cordoned, a drain's taint, not Ready, full), or the VM is migrating and its target pod is
-    not scheduled yet; None when it can."""
-    waiting = consumers.leaving.get(kinds.labels(consumers.pods[0]).get(kinds.CREATED_BY_LABEL) or "")
-    if waiting is not None:
-        return f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
-    return blocked
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

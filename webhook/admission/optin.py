@@ -34,8 +34,7 @@ def shut_out(configuration: dict[str, Any], key: str) -> list[str]:
 
 
 class OptInCheck(Companion):
-    """A companion of `serve` (start, stop, degraded): the note while the configuration shuts
-    our opt-in key out."""
+    """A companion of `serve` (start, stop, degraded): the note while the configuration shuts our key out."""
 
     def __init__(self, store: Store, key: str, name: str = DEFAULT_CONFIGURATION, *, period: float = 60.0,
                  timeout: float = 5.0):

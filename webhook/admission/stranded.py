@@ -32,8 +32,7 @@ def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
 
 
 class StrandedReporter(Companion):
-    """A companion of `serve` (start, stop, degraded): every `interval` seconds, once the caches
-    have synced, a look for stranded pods."""
+    """A companion of `serve` (start, stop, degraded): a look every `interval` seconds, once synced."""
 
     def __init__(self, store: WatchedStore, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  interval: float = 30.0):

@@ -1,7 +1,5 @@
-"""Informers: each applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
-`Table`, keeping each object in its kind's shape (shapes.py), and reports its health (metrics,
-log lines, readiness notes).
-"""
+"""Informers: each applies the events of one `Reflector` (reflector.py) to a `Table`, each object in its
+kind's shape (shapes.py), and reports its health (metrics, log lines, readiness notes)."""
 from __future__ import annotations
 
 import asyncio

@@ -121,14 +121,13 @@ class WatchedClusterStore(Informers):
                  vmis: bool = True):
         self.direct = ClusterStore(api_client)  # reads from the API itself: full objects, no watch lag
         shape = shapes(settings)
-        longhorn = settings.longhorn_namespace
 
         def informer(resource: Resource, **kwargs: Any) -> Informer:
             return Informer(resource, shape[resource.kind], **kwargs)
 
         self.pvcs = informer(PVC)
         self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
-        self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
+        self.share_managers = informer(SHARE_MANAGER, namespace=settings.longhorn_namespace)
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.changed_nodes = ChangedNodes()
@@ -163,9 +162,8 @@ class WatchedClusterStore(Informers):
 
     def peek(self, resource: Resource, namespace: str | None, name: str, *,
              copy: bool = False) -> tuple[bool, dict[str, Any] | None]:
-        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
-        The object is shared with every other reader: read it, never change it; with `copy`, it
-        is a fresh copy of the caller's own (what `get` returns)."""
+        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise. The
+        object is shared with every other reader, never to be changed; with `copy`, the caller's own."""
         informer = self._by_kind.get(resource.kind)  # written out: every look-up comes here
         if informer is None or (informer.resource is not resource and informer.resource != resource) \
                 or not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
