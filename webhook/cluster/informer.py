@@ -63,8 +63,6 @@ class Informer:
         async for event in events:
             self.apply(event)
 
-    # ----------------------------------------------------------------- events
-
     def apply(self, event: Event) -> None:
         """One event from the reflector into the table, the health figures and the logs."""
         kind = event.type
@@ -104,7 +102,10 @@ class Informer:
                     self.table.remove(key)
             elif kind is not EventType.BOOKMARK:
                 self._put(event.object)
-        self._healthy()
+        self.last_sync = time.time()
+        if self.error is not None or self.lists + self.events <= 1:  # healthy again, or for the first time
+            metrics.CACHE_HEALTHY.labels(self.name).set(1)
+        self.error = None
 
     def _key(self, obj: Any) -> str | None:
         name = kinds.meta(obj).get("name")
@@ -124,12 +125,6 @@ class Informer:
             return None
         self.table.put(key, self.shape(obj))
         return key
-
-    def _healthy(self) -> None:
-        self.last_sync = time.time()
-        if self.error is not None or self.lists + self.events <= 1:
-            metrics.CACHE_HEALTHY.labels(self.name).set(1)
-        self.error = None
 
 
 class Informers:
