@@ -39,9 +39,8 @@ class Listen:
 
 
 class Service:
-    """`companions` run beside admission (the stranded-pod report, the opt-in check, the loop's
-    lag): anything with start(), async stop() and degraded(); their notes join the store's in
-    /readyz, and admission never waits on them."""
+    """Admission and its `companions` (the stranded-pod report, the opt-in check, the loop's lag: start(),
+    async stop(), degraded()), whose notes join the store's in /readyz; admission never waits on them."""
 
     def __init__(self, store: Store, settings: AdmissionSettings, listen: Listen, tls: ReloadingTLS,
                  events: Events = NO_EVENTS, companions: Sequence[Any] = ()):

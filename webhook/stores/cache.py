@@ -26,9 +26,8 @@ from .store import Stats, StoreError, volume_handle
 # that mounts it, a node that just joined. A share-manager or its pod not cached yet has no node yet;
 # virt-controller creates a launcher pod once its own watch has the VMI: their miss is the answer.
 MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
-# Kinds admission reads from its caches only, and does not wait for: a replica is ready, and
-# answers, while the KubeVirt API is slow or down (a VM's hotplugged disks are then unknown: each
-# such admission warns, and a failing list or watch is a readiness note).
+# Kinds admission reads from its caches only, never waiting for them: a replica is ready and answers while
+# the KubeVirt API is slow or down (hotplugged disks are then unknown: each such admission warns).
 CACHED_ONLY = frozenset({VMI.kind})
 
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take

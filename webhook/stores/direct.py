@@ -62,9 +62,7 @@ class ClusterStore(Store):
     async def list(self, resource: Resource, namespace: str | None = None, labels: dict[str, str] | None = None,
                    *, timeout: float | None = None) -> list[dict[str, Any]]:
         """Objects of a resource, optionally in one namespace and with these exact labels."""
-        query = []
-        if labels:
-            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
         body = await self._read(resource, namespace, None, query, timeout)
         if body is None:
             raise StoreError(f"API has no {resource.plural} resource")

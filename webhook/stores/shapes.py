@@ -74,9 +74,7 @@ def shapes(settings: Settings) -> dict[str, Shape]:
         SHARE_MANAGER.kind: trimmed(SHARE_MANAGER_KEPT),
         NODE.kind: trimmed(NODE_KEPT),
         POD.kind: shape_pod(settings),
-        # Migrations and VMIs: what the rules read of them, declared once (`rules.shared.declared`),
-        # which the keeper's `read_migration`, `read_vmi` and `claims_of` read through (the
-        # opt-in annotation a VMI keeps is a setting).
+        # As the rules declare what they read of them (the opt-in annotation a VMI keeps is a setting).
         VMI.kind: trimmed(declared.VMI.keep(settings)),
         VMIM.kind: trimmed(declared.VMIM.keep(settings)),
     }

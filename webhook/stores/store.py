@@ -1,9 +1,5 @@
-"""Where cluster facts come from: the Store protocol every source answers.
-
-A Store answers "this object" (or None when it does not exist) and the two look-ups the
-rules need. It raises `StoreError` when it cannot tell (API error, timeout); the caller
-turns that into "no node for this disk, say why", never into a failed admission.
-"""
+"""Where cluster facts come from: the Store protocol every source answers. `StoreError` when a Store
+cannot tell (API error, timeout): the caller says why it found no node, never fails an admission."""
 from __future__ import annotations
 
 from typing import Any, Protocol
