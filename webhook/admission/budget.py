@@ -83,8 +83,7 @@ class Budget:
 
 
 class Room:
-    """A body's room in a Budget, from `async with` to its end (a class, not a generator: every
-    review takes one)."""
+    """A body's room in a Budget, from `async with` to its end (a class, not a generator: every review takes one)."""
 
     __slots__ = ("budget", "size", "within")
 

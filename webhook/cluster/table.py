@@ -39,8 +39,7 @@ class Table:
         self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
         self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
-        # The objects `read` handed out, by key, until they change (put, remove) or are the oldest of
-        # more than SHARED.
+        # What `read` handed out, by key, until it changes or is the oldest of more than SHARED.
         self.shared: dict[str, dict[str, Any]] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:
