@@ -109,8 +109,7 @@ def kubeconfig_problem(path: Path, context: str | None) -> str | None:
 
 
 def _first_existing(paths: str, otherwise: str) -> str:
-    """The first file of a KUBECONFIG path list that exists: kubectl merges them, a single-file client
-    reads that one."""
+    """The first file of a KUBECONFIG path list that exists: the one a single-file client reads."""
     return next((p for p in paths.split(os.pathsep) if p and Path(p).expanduser().exists()), otherwise)
 
 

@@ -53,9 +53,6 @@ class ClusterStore(Store):
         except ValueError:
             raise StoreError(f"API sent a body that is not JSON for {path}") from None
 
-    def peek(self, resource, namespace, name):
-        return False, None  # nothing in memory: every answer comes from the API
-
     async def get(self, resource, namespace, name, *, timeout=None):
         return await self._read(resource, namespace, name, [], timeout)
 

@@ -81,8 +81,7 @@ def shapes(settings: Settings) -> dict[str, Shape]:
 
 
 def pod_annotations(settings: Settings) -> Callable[[str], bool]:
-    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the volume
-    provisioning mark."""
+    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the provisioning mark."""
     return declared.POD.named("annotations", settings)
 
 

@@ -19,11 +19,12 @@ Stats = dict[str, tuple[int, float | None]]
 
 
 class Store(Protocol):
-    """What every source answers; the lifecycle defaults are those of a store with nothing in the background."""
+    """What every source answers; the defaults are those of a store with nothing in memory or the background."""
 
     def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
         """From memory, without I/O: (True, object or None) when it can tell, (False, None)
         when only the API can."""
+        return False, None
 
     async def get(
         self, resource: Resource, namespace: str | None, name: str, *, timeout: float | None = None
