@@ -110,7 +110,7 @@ from webhook.admission.outcome import Outcome
 from webhook.admission.review import AdmissionRequest
 from webhook import kinds
 from webhook.kinds import labels_match
-from webhook.stores.store import Unwatched, volume_handle
+from webhook.stores.store import Store, volume_handle
 from webhook.config import KeepMode, Settings
 from webhook.deadline import Deadline
 from webhook.kinds import CONFIGMAP, EVENT, LEASE, NODE, POD, PV, PVC, SHARE_MANAGER, VIRT_LAUNCHER, VMI, VMIM, Resource
@@ -858,7 +858,7 @@ class Slots:
                 entry[3].set_result(True)
 
 
-class LiveStore(Unwatched):
+class LiveStore(Store):
     """The Store the webhook's rules read in the simulation: the simulated cluster's own objects as
     they are at that moment, every answer from memory, every kind (VMIs and migrations too, for a
     rule that builds a migration's target pod): what the caches of `serve` hold, without their

@@ -9,7 +9,7 @@ from webhook import metrics
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.cluster import client
-from webhook.stores.cache import WatchedClusterStore
+from webhook.stores.cache import NOT_FINISHED, WatchedClusterStore, not_finished
 from webhook.cluster.informer import Informer
 from webhook.stores.shapes import shapes
 from webhook.cluster.reflector import Event, EventType
@@ -96,18 +96,18 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
 
 
 def test_objects_outside_the_scope_are_not_kept_even_if_the_api_sends_them():
-    pods = informer_for(POD, namespace=LONGHORN_NS, labels={"longhorn.io/component": "share-manager"})
+    pods = informer_for(POD, namespace=LONGHORN_NS, fields=NOT_FINISHED, wanted=not_finished)
     share_manager_pod = [o for o in rwx_disk("a", "node-a") if o["kind"] == "Pod"][0]
     elsewhere = copy.deepcopy(share_manager_pod)
     elsewhere["metadata"]["namespace"] = "default"
-    unlabelled = copy.deepcopy(share_manager_pod)
-    unlabelled["metadata"]["name"] = "other"
-    unlabelled["metadata"]["labels"] = {}
-    feed(pods, listed(share_manager_pod, elsewhere, unlabelled))
+    finished = copy.deepcopy(share_manager_pod)
+    finished["metadata"]["name"] = "other"
+    finished["status"] = {"phase": "Succeeded"}
+    feed(pods, listed(share_manager_pod, elsewhere, finished))
     assert set(pods.table.objects) == {f"{LONGHORN_NS}/share-manager-pvc-a"}
-    relabelled = copy.deepcopy(share_manager_pod)
-    relabelled["metadata"]["labels"] = {}
-    pods.apply(Event(EventType.MODIFIED, relabelled))  # no longer ours: forgotten
+    failed = copy.deepcopy(share_manager_pod)
+    failed["status"] = {"phase": "Failed"}
+    pods.apply(Event(EventType.MODIFIED, failed))  # no longer ours: forgotten
     assert not pods.table.objects
 
 

@@ -92,14 +92,14 @@ def test_lines_are_cut_where_they_end_not_where_chunks_end(chunks, lines, left):
 
 async def test_a_paginated_list_yields_every_object_then_synced_and_keeps_its_version():
     transport = Recorded(lists=[page([pvc("a", 1), pvc("b", 2)], 10, token="next"), page([pvc("c", 3)], 11)])
-    reflector = Reflector(transport, "pvcs", selector="app=x", timing=FAST)
+    reflector = Reflector(transport, "pvcs", fields="status.phase!=Failed", timing=FAST)
     events = [e async for e in reflector.list()]
     assert kinds_of(events) == ["LISTED", "LISTED", "LISTED", "SYNCED"]
     assert [e.object["metadata"]["name"] for e in events[:3]] == ["a", "b", "c"]
     assert reflector.resource_version == "11" and reflector.resumable
     first, second = (query for _, query in transport.asked)
-    assert first == {"limit": "2", "labelSelector": "app=x"}
-    assert second == {"limit": "2", "labelSelector": "app=x", "continue": "next"}
+    assert first == {"limit": "2", "fieldSelector": "status.phase!=Failed"}
+    assert second == {"limit": "2", "fieldSelector": "status.phase!=Failed", "continue": "next"}
 
 
 async def test_a_list_without_a_version_cannot_be_resumed():

@@ -48,9 +48,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
     if large is not None:  # before anything grows with it: read, looked up or written
         return skip(Rule.SHARE_MANAGER if share_manager else Rule.NONE, Alone.TOO_LARGE,
                     f"co-location skipped: {large}", large)
-    try:
-        # Answers from memory need no timer; every read that goes to the API is bounded by
-        # the deadline where it is made (resolve_io, node_obstacle, consumers).
+    try:  # every read that goes to the API is bounded by the deadline where it is made
         if share_manager:
             outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, lane or Lane())
         else:
@@ -78,14 +76,15 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
     decision = decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED)
-    return _decided(pod, _noting(decision, unknown), settings, Rule.VM, facts)
+    if unknown is not None:
+        decision = dataclasses.replace(decision, warnings=(*decision.warnings, unknown))
+    return _decided(pod, decision, settings, Rule.VM, facts)
 
 
 async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
                   deadline: Deadline) -> tuple[dict[str, Any] | None, str | None]:
-    """The VMI the pod runs (its hotplugged disks), from the caches; from the API within the
-    deadline when there are none. When it cannot be read, the pod's own disks are followed and a
-    warning says that the hotplugged ones are unknown."""
+    """The VMI the pod runs (its hotplugged disks), read through within the deadline; when it cannot
+    be read, the pod's own disks are followed and a warning says the hotplugged ones are unknown."""
     owner = kinds.vmi_owner(pod)
     if owner is None:
         return None, None
@@ -94,10 +93,6 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
     except (StoreError, TimeoutError) as exc:
         return None, (f"hotplugged disks unknown: VMI {namespace}/{owner['name']} could not be read "
                       f"({str(exc) or 'no answer before the deadline'})")
-
-
-def _noting(decision: Decision, unknown: str | None) -> Decision:
-    return decision if unknown is None else dataclasses.replace(decision, warnings=(*decision.warnings, unknown))
 
 
 async def _share_manager_rule(
@@ -138,22 +133,16 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     if len(facts) == 1:
-        why = _leaving(consumers, blocked)
+        # Whether the one VM cannot be followed to its node now: the node cannot take the share-manager
+        # (cordoned, a drain's taint, not Ready, full), or the VM is migrating, its target pod not scheduled yet.
+        waiting = consumers.leaving.get(kinds.labels(consumers.pods[0]).get(kinds.CREATED_BY_LABEL) or "")
+        why = blocked if waiting is None else \
+            f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
         if why is not None:
-            return await _where_vm_can_follow(namespace, pod, store, settings, deadline, Leaving(consumers, why, blocked),
-                                              lane)
+            return await _where_vm_can_follow(namespace, pod, store, settings, deadline,
+                                              Leaving(consumers=consumers, why=why, blocked=blocked), lane)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
-
-
-def _leaving(consumers: Consumers, blocked: str | None) -> str | None:
-    """Why the one VM cannot be followed to its node now: the node cannot take the share-manager
-    (cordoned, a drain's taint, not Ready, full), or the VM is migrating and its target pod is
-    not scheduled yet; None when it can."""
-    waiting = consumers.leaving.get(kinds.labels(consumers.pods[0]).get(kinds.CREATED_BY_LABEL) or "")
-    if waiting is not None:
-        return f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
-    return blocked
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -168,8 +157,8 @@ class Leaving:
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                                deadline: Deadline, leaving: Leaving, lane: Lane) -> Outcome:
-    """The share-manager of a VM leaving its node goes among the nodes where the VM's migration
-    can land too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
+    """The share-manager of a VM leaving its node goes among the nodes where the VM's migration can land
+    too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
     consumers, blocked = leaving.consumers, leaving.blocked
     vm_pod = consumers.pods[0]
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
@@ -210,20 +199,14 @@ def _pin_candidate(facts: list[Fact], settings: AdmissionSettings) -> str | None
     None for several nodes, or when pins are preferences anyway: nothing to strand on."""
     if settings.pin is not PinMode.REQUIRED:
         return None
-    found = None
-    for fact in facts:
-        if fact.node:
-            if found is not None and fact.node != found:
-                return None
-            found = fact.node
-    return found
+    nodes = {fact.node for fact in facts if fact.node}
+    return next(iter(nodes)) if len(nodes) == 1 else None
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,
              facts: list[Fact]) -> Outcome:
-    # Not applied to the pod before it is returned: the patch only adds, each where the pod has the
-    # parent (`patch`; tests/rules/placement/test_patch.py applies it to generated pods of every
-    # shape and holds the result to a model of the edit).
+    # Not applied to the pod first: the patch only adds, each where the pod has the parent
+    # (tests/rules/placement/test_patch.py applies it to generated pods of every shape).
     ops = patch.patch_for(pod, decision, settings)
     return Outcome(rule, decision=decision, facts=tuple(facts), patch=tuple(ops), warnings=decision.warnings)
 

@@ -1,12 +1,10 @@
 """The bytes of request bodies the admission port holds at once: read and not yet answered.
 
-kube-apiserver calls a webhook over HTTP/1.1 only (k8s.io/apiserver `pkg/util/webhook`), one
-connection per review in flight, and does not retry a call that fails: a connection closed for
-being one too many is a pod created without our decision. So connections are never counted;
-bodies are. A request whose body does not fit waits, unread, in the order it came, until
-answers free the room or its own deadline passes; aiohttp reads no more of a waiting body than
-its flow control's window (`read_bufsize`, twice over), the rest stays with the client. One body
-larger than the whole budget is let in alone, when nothing else is held.
+kube-apiserver calls a webhook over HTTP/1.1 only (k8s.io/apiserver `pkg/util/webhook`), one connection
+per review in flight, and does not retry a failed call: a connection closed for being one too many is a
+pod created without our decision. So bodies are counted, not connections: one that does not fit waits,
+unread (aiohttp reads `read_bufsize` of it, twice over), in order, until answers free room or its deadline
+passes. One body larger than the whole budget is let in alone, when nothing else is held.
 """
 from __future__ import annotations
 
@@ -85,8 +83,7 @@ class Budget:
 
 
 class Room:
-    """A body's room in a Budget, from `async with` to its end (a class, not a generator: every
-    review takes one)."""
+    """A body's room in a Budget, from `async with` to its end (a class, not a generator: every review takes one)."""
 
     __slots__ = ("budget", "size", "within")
 

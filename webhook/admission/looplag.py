@@ -1,11 +1,8 @@
 """How long the event loop keeps a request waiting: a timer every 0.1 s, and how late it runs.
 
-Every admission is answered on one event loop; whatever holds it (a drain's share-manager rule
-judging hundreds of nodes, a burst of reviews) makes a request that arrives meanwhile wait before
-its handler even starts, a wait the handler's own clock cannot see. The lateness of a timer is
-that wait: kept as a histogram, as the largest of the last minute (the alert's), and as the
-largest of the last second (each admission's log line: what a request arriving then may have
-waited, besides its `duration_ms`).
+Whatever holds the one loop (a drain's share-manager rule, a burst of reviews) makes a request arriving
+meanwhile wait before its handler starts, unseen by the handler's clock. That lateness is kept as a
+histogram, as the largest of the last minute (the alert's), and of the last second (each admission's log).
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Does our own MutatingWebhookConfiguration let opted-in pods through? Its matchConditions
-name the opt-in annotation too (manifests/base), and when they name another key than
---opt-in-annotation no VM reaches the webhook at all, silently. So `serve` reads the
-configuration at start and every `period` seconds, and says so in one log line and a /readyz
-note (readiness itself stays OK: the webhook must never block anything).
-
-The conditions are CEL; this reads them the way the shipped one is written: a webhook that
-selects virt-launcher pods and has matchConditions must name the key, quoted, in one of them.
+"""Does our own MutatingWebhookConfiguration let opted-in pods through? When its matchConditions
+(manifests/base) name another key than --opt-in-annotation, no VM reaches the webhook, silently: `serve`
+reads it every `period` seconds and says so in a log line and a /readyz note (readiness stays OK).
+The CEL conditions are read as the shipped one is written: one of them names the key, quoted.
 """
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ def shut_out(configuration: dict[str, Any], key: str) -> list[str]:
 
 
 class OptInCheck(Companion):
-    """A companion of `serve` (start, stop, degraded): the note while the configuration shuts
-    our opt-in key out."""
+    """A companion of `serve` (start, stop, degraded): the note while the configuration shuts our key out."""
 
     def __init__(self, store: Store, key: str, name: str = DEFAULT_CONFIGURATION, *, period: float = 60.0,
                  timeout: float = 5.0):

@@ -1,10 +1,11 @@
-"""What is wrong with the serving certificate's files, in words that name the file: ssl's own
-error ("[SSL] PEM lib") names neither the file nor the problem. The files are looked into only
-once ssl has refused them (or one is missing), so a good pair costs nothing more."""
+"""What is wrong with the serving certificate's files, in words that name the file: ssl's own error
+("[SSL] PEM lib") names neither. Looked into only once ssl has refused them (or one is missing)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from ..stores.documents import file_problem
 
 CERTIFICATE, KEY, CLIENT_CA = "certificate", "key", "client CA"
 # A PEM key's label ends "PRIVATE KEY" (PKCS #8 and its ENCRYPTED form, RFC 7468; RSA and EC, OpenSSL's).
@@ -21,13 +22,10 @@ class BadFile(ValueError):
 
 def read(role: str, path: str | Path) -> bytes:
     """The file's bytes; BadFile when it is missing, a directory or unreadable."""
-    file = Path(path)
-    if file.is_dir():
-        raise BadFile(role, path, "a directory, not a file")
     try:
-        return file.read_bytes()
-    except FileNotFoundError:
-        raise BadFile(role, path, "no such file") from None
+        return Path(path).read_bytes()
+    except (IsADirectoryError, FileNotFoundError) as exc:
+        raise BadFile(role, path, file_problem(exc)) from None
     except OSError as exc:
         raise BadFile(role, path, f"cannot be read: {exc.strerror or exc}") from None
 

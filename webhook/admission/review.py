@@ -1,15 +1,13 @@
-"""AdmissionReview v1: a checked request in, one response envelope out.
+"""AdmissionReview v1: a checked request in, one response envelope out, for the server and `review`.
 
-Transport-free: the server and the `review` CLI both go through here. A review that is
-not an AdmissionReview v1 raises `BadReview` (the server answers 400); everything else
-about the *object* is the rules' business and never fails the review. `build_response` is
-the one place an Outcome of the rules becomes an answer (uid, patch, warnings, audit);
-`response_json` is that answer as the server sends it.
+A review that is not an AdmissionReview v1 raises `BadReview` (the server answers 400); anything
+about the *object* is the rules' business and never fails the review.
 """
 from __future__ import annotations
 
 import base64
 import dataclasses
+import re
 from typing import Any
 
 import orjson
@@ -21,6 +19,10 @@ API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 # The apiserver shows at most this much of a warning; keep every one shorter.
 MAX_WARNING = 119
+MAX_WARNINGS = 10
+# A Go duration (`1m30s`, `500ms`): numbers, each with its unit (a bare number alone: seconds).
+GO_DURATION, GO_DURATION_PART = re.compile(r"(?:[\d.]+[^\d.]*)+"), re.compile(r"([\d.]+)([^\d.]*)")
+GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 class BadReview(ValueError):
@@ -44,9 +46,6 @@ class AdmissionRequest:
         name = ((pod.get("metadata") or {}) if isinstance(pod, dict) else {}).get("name") or ""
         return cls(uid=uid, kind="Pod", group="", operation="CREATE", namespace=namespace,
                    name=name if isinstance(name, str) else "", object=pod, dry_run=True)
-
-
-MAX_WARNINGS = 10
 
 
 def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
@@ -110,25 +109,13 @@ def parse_review(body: Any) -> AdmissionRequest:
 
 
 def parse_go_duration(text: str) -> float:
-    """Seconds in a Go duration such as the apiserver's `?timeout=10s` (also `1m30s`, `500ms`)."""
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    """Seconds in a Go duration such as the apiserver's `?timeout=10s`."""
     text = text.strip()
-    if not text:
-        raise ValueError("empty duration")
-    total, i = 0.0, 0
-    while i < len(text):
-        j = i
-        while j < len(text) and (text[j].isdigit() or text[j] == "."):
-            j += 1
-        if j == i:
-            raise ValueError(f"bad duration {text!r}")
-        number = float(text[i:j])
-        k = j
-        while k < len(text) and not (text[k].isdigit() or text[k] == "."):
-            k += 1
-        unit = text[j:k] or ("s" if k == len(text) and i == 0 else "")
-        if unit not in units:
-            raise ValueError(f"bad duration unit in {text!r}")
-        total += number * units[unit]
-        i = k
-    return total
+    if not GO_DURATION.fullmatch(text):
+        raise ValueError(f"bad duration {text!r}")
+    parts = GO_DURATION_PART.findall(text)
+    if len(parts) == 1 and not parts[0][1]:
+        return float(parts[0][0])
+    if any(unit not in GO_UNITS for _, unit in parts):
+        raise ValueError(f"bad duration unit in {text!r}")
+    return sum(float(number) * GO_UNITS[unit] for number, unit in parts)

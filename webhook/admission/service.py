@@ -39,9 +39,8 @@ class Listen:
 
 
 class Service:
-    """`companions` run beside admission (the stranded-pod report, the opt-in check, the loop's
-    lag): anything with start(), async stop() and degraded(); their notes join the store's in
-    /readyz, and admission never waits on them."""
+    """Admission and its `companions` (the stranded-pod report, the opt-in check, the loop's lag: start(),
+    async stop(), degraded()), whose notes join the store's in /readyz; admission never waits on them."""
 
     def __init__(self, store: Store, settings: AdmissionSettings, listen: Listen, tls: ReloadingTLS,
                  events: Events = NO_EVENTS, companions: Sequence[Any] = ()):
@@ -55,28 +54,22 @@ class Service:
         metrics.STORE.source = store.stats
 
     def not_ready(self) -> list[str]:
-        reasons = []
-        if self.state.draining:
-            reasons.append("shutting down")
-        if self.runner is None:
-            reasons.append("not listening yet")
-        if not self.store.synced():
-            reasons.append("store not synced")
-        return reasons
+        checks = (("shutting down", self.state.draining), ("not listening yet", self.runner is None),
+                  ("store not synced", not self.store.synced()))
+        return [reason for reason, failing in checks if failing]
 
     def degraded(self) -> list[str]:
         return self.store.degraded() + [note for companion in self.companions for note in companion.degraded()]
 
     async def start(self) -> None:
-        """Probes first (so the kubelet sees a live process), then the admission port.
-
-        Caches fill in the background: the webhook listens at once and answers from direct
-        reads until they have synced (readiness says when).
-        """
+        """Probes first (so the kubelet sees a live process), then the admission port: it answers from
+        direct reads until the caches, filling in the background, have synced (readiness says when)."""
         self.store.start()
         self.ops_runner = await listening.start(ops.make_ops_app(self.not_ready, self.degraded),
                                                 self.listen.metrics_host, self.listen.metrics_port, None)
-        self.runner = await listening.start(self.webhook(), self.listen.host, self.listen.port, self.tls.context,
+        webhook = server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
+                                      body_budget=self.listen.body_budget, arrivals=self.arrivals)
+        self.runner = await listening.start(webhook, self.listen.host, self.listen.port, self.tls.context,
                                             shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()
         for companion in self.companions:
@@ -85,11 +78,6 @@ class Service:
             "host": self.listen.host, "port": listening.bound_port(self.runner),
             "metrics_port": listening.bound_port(self.ops_runner),
             "loop": type(asyncio.get_running_loop()).__module__}})
-
-    def webhook(self) -> server.Webhook:
-        """The admission port's handler."""
-        return server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
-                                   body_budget=self.listen.body_budget, arrivals=self.arrivals)
 
     async def stop(self) -> None:
         self.state.draining = True

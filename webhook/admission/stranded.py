@@ -1,9 +1,8 @@
 """The safety net under the pin, in `serve`: report pods we pinned that stay unschedulable.
 
-Every replica looks at its own cache of pods (no API reads) every `interval` seconds. A
-stranded pod is reported once per replica in the log, counted in `colocate_stranded_pods`,
-and recorded as one Event on its VMI: the Event's name is fixed per pod, so when several
-replicas report the same pod the API keeps the first and refuses the others (409).
+Each replica looks at its own cache of pods every `interval` seconds. A stranded pod is logged once,
+counted in `colocate_stranded_pods`, and recorded as one Event on its VMI, of a name fixed per pod:
+the API keeps the first replica's and refuses the others (409).
 """
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
 
 
 class StrandedReporter(Companion):
-    """A companion of `serve` (start, stop, degraded): every `interval` seconds, once the caches
-    have synced, a look for stranded pods."""
+    """A companion of `serve` (start, stop, degraded): a look every `interval` seconds, once synced."""
 
     def __init__(self, store: WatchedStore, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  interval: float = 30.0):

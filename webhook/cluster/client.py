@@ -26,12 +26,8 @@ class ApiUnreachable(Exception):
 
 
 def ensure_home() -> None:
-    """Give the process a home directory if it has none, before kubernetes_asyncio is imported.
-
-    kubernetes_asyncio.config calls `Path.home()` when it is imported, which raises RuntimeError
-    when HOME is unset and the uid has no passwd entry: a numeric USER in an image without
-    /etc/passwd, under a runtime that does not set HOME. HOME is then `/`, as the image sets it.
-    """
+    """HOME `/` (as the image sets it) when the process has none: kubernetes_asyncio.config calls
+    `Path.home()` on import, which raises for a uid without a passwd entry and no HOME set."""
     try:
         Path.home()
     except RuntimeError:
@@ -78,9 +74,7 @@ async def connect(kubeconfig: str | None = None, context: str | None = None) -> 
         tried.append(f"in-cluster ({config.incluster_config.SERVICE_HOST_ENV_NAME} not set)")
     env = os.environ.get("KUBECONFIG")
     if env:
-        # kubectl merges a path list; the first existing file is what a single-file client uses.
-        path = next((p for p in env.split(os.pathsep) if p and Path(p).expanduser().exists()), env.split(os.pathsep)[0])
-        if await from_file(path, f"KUBECONFIG={env}"):
+        if await from_file(_first_existing(env, env.split(os.pathsep)[0]), f"KUBECONFIG={env}"):
             return new_api_client(configuration)
     else:
         tried.append("KUBECONFIG (not set)")
@@ -114,12 +108,9 @@ def kubeconfig_problem(path: Path, context: str | None) -> str | None:
     return None
 
 
-def kubeconfig_path(kubeconfig: str | None = None) -> Path:
-    """The kubeconfig a client reads, as `connect` looks for it outside a cluster."""
-    if kubeconfig is not None:
-        return Path(kubeconfig).expanduser()
-    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    return next((Path(p).expanduser() for p in env if Path(p).expanduser().exists()), Path("~/.kube/config").expanduser())
+def _first_existing(paths: str, otherwise: str) -> str:
+    """The first file of a KUBECONFIG path list that exists: the one a single-file client reads."""
+    return next((p for p in paths.split(os.pathsep) if p and Path(p).expanduser().exists()), otherwise)
 
 
 def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
@@ -127,8 +118,9 @@ def context_namespace(kubeconfig: str | None = None, context: str | None = None)
     takes it when no -n is given; `default` when it names none or there is no kubeconfig."""
     import yaml
 
+    path = _first_existing(os.environ.get("KUBECONFIG", ""), "~/.kube/config") if kubeconfig is None else kubeconfig
     try:
-        loaded = yaml.safe_load(kubeconfig_path(kubeconfig).read_text(encoding="utf-8"))
+        loaded = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
     except (OSError, ValueError, yaml.YAMLError):
         return "default"
     if not isinstance(loaded, dict):
@@ -154,13 +146,8 @@ def for_host(host: str) -> Any:
 
 
 def new_api_client(configuration: Any) -> Any:
-    """kubernetes-asyncio's ApiClient without environment look-ups on every request.
-
-    Its aiohttp session trusts the environment (`trust_env=True`): each request then reads
-    ~/.netrc and the proxy variables in a worker thread, which costs more CPU than the
-    request itself. The proxy the environment names for the API server (HTTPS_PROXY,
-    NO_PROXY...) is looked up once here instead (`env_proxy`).
-    """
+    """kubernetes-asyncio's ApiClient with the proxy the environment names looked up once (`env_proxy`):
+    its session's `trust_env=True` reads ~/.netrc and the proxy variables in a thread on every request."""
     import aiohttp
     from kubernetes_asyncio import client
 

@@ -1,7 +1,7 @@
 """Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
 
-Admission never waits for an Event: `emit` only queues; a full queue drops the Event
-(and counts it). Skipped entirely for dry-run requests (hence sideEffects NoneOnDryRun).
+Admission never waits for an Event: emitting only queues, a full queue drops (and counts) it. None
+for dry-run requests (hence sideEffects NoneOnDryRun).
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from ..kinds import EVENT
 from . import client
 
 log = logging.getLogger("webhook.events")
-COMPONENT = kinds.COMPONENT
 # Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
 OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
 
@@ -63,8 +62,8 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
         "reason": reason,
         "message": message[:1024],
         "type": "Warning" if warning else "Normal",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
+        "source": {"component": kinds.COMPONENT},
+        "reportingComponent": kinds.COMPONENT,
         "reportingInstance": instance,
         "firstTimestamp": now,
         "lastTimestamp": now,
@@ -73,33 +72,25 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
 
 
 class Events(Protocol):
-    """Where Events about decisions go: the API (EventSink), or nowhere (NoEvents)."""
+    """Where Events about decisions go: the API (EventSink), or nowhere (these defaults: NoEvents)."""
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
-        ...
+        """An Event about an object (a decision's, on the VMI or ShareManager; the keeper's, on a VMI)."""
 
     async def close(self, grace: float = 2.0) -> None:
-        ...
+        """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
 
 
-class NoEvents:
+class NoEvents(Events):
     """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
-
-    def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
-                   name: str | None = None) -> None:
-        pass
-
-    async def close(self, grace: float = 2.0) -> None:
-        pass
 
 
 NO_EVENTS = NoEvents()
 
 
 class EventSink:
-    """A bounded queue and one worker that POSTs Events with kubernetes-asyncio; the worker
-    starts with the first Event."""
+    """A bounded queue and one worker, started by the first Event, that POSTs them."""
 
     def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0):
         self._api = api_client
@@ -111,15 +102,11 @@ class EventSink:
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
-        """An Event about an object (a decision's, on the VMI or ShareManager; the keeper's, on a VMI)."""
-        self._queue_event(new_event(involved, reason, message, self.instance, warning=warning, name=name))
-
-    def _queue_event(self, event: dict[str, Any]) -> None:
         if self._closed:
             metrics.EVENTS.labels("dropped").inc()
             return
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait(new_event(involved, reason, message, self.instance, warning=warning, name=name))
         except asyncio.QueueFull:
             metrics.EVENTS.labels("dropped").inc()
             return
@@ -128,7 +115,10 @@ class EventSink:
     async def _send_next(self) -> None:
         event = await self._queue.get()
         try:
-            await self._post(event)
+            status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
+                                             timeout=self._timeout)
+            if status != 409 and not 200 <= status < 300:  # 409: a fixed name another replica has recorded
+                raise RuntimeError(f"API answered {status}")
             metrics.EVENTS.labels("sent").inc()
         except Exception as exc:  # an Event is best effort; the decision is on the pod anyway
             metrics.EVENTS.labels("failed").inc()
@@ -136,20 +126,11 @@ class EventSink:
         finally:
             self._queue.task_done()
 
-    async def _post(self, event: dict[str, Any]) -> None:
-        status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
-                                         timeout=self._timeout)
-        if status == 409:
-            return  # an Event of a fixed name that another replica has already recorded
-        if not 200 <= status < 300:
-            raise RuntimeError(f"API answered {status}")
-
     async def sent(self) -> None:
         """Until every Event queued so far has been sent (or failed to be)."""
         await self._queue.join()
 
     async def close(self, grace: float = 2.0) -> None:
-        """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
         self._closed = True
         if not self._worker.running:
             return

@@ -1,7 +1,5 @@
-"""Informers: each applies the events of one `Reflector` (list, watch, relist: reflector.py) to a
-`Table`, keeping each object in its kind's shape (shapes.py), and reports its health (metrics,
-log lines, readiness notes).
-"""
+"""Informers: each applies the events of one `Reflector` (reflector.py) to a `Table`, each object in its
+kind's shape (shapes.py), and reports its health (metrics, log lines, readiness notes)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,15 +11,14 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import Resource
-from .reflector import Event, EventType, Reflector, Timing
+from .reflector import ApiTransport, Event, EventType, Reflector, Timing
 from .table import Indexer, Shape, Table, Watcher, object_key
 
 log = logging.getLogger("webhook.cache")  # the logger names in the log lines are part of the interface
 
 
 class Informer:
-    """One resource (optionally one namespace and a label selector) kept in a Table from the
-    events of its reflector."""
+    """One resource (optionally of one namespace) kept in a Table from the events of its reflector."""
 
     def __init__(
         self,
@@ -29,7 +26,6 @@ class Informer:
         shape: Shape,
         *,
         namespace: str | None = None,
-        labels: dict[str, str] | None = None,
         indexers: Mapping[str, Indexer] | None = None,
         watchers: Iterable[Watcher] = (),
         fields: str = "",
@@ -40,11 +36,6 @@ class Informer:
         self.fields, self.wanted = fields, wanted
         self.shape = shape  # what is kept of each object (shapes.py)
         self.namespace = namespace if resource.namespaced else None
-        self.labels = dict(labels or {})
-        self.selector = ",".join(f"{k}={v}" for k, v in self.labels.items())
-        # Whether a name lookup in our scope that misses means "absent": when nothing is
-        # filtered by labels.
-        self.authoritative = not self.labels
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
@@ -56,28 +47,21 @@ class Informer:
 
     @property
     def name(self) -> str:
-        scope = f" in {self.namespace}" if self.namespace else ""
-        return f"{self.resource.plural}{scope}" + (f" ({self.selector})" if self.selector else "")
+        return f"{self.resource.plural} in {self.namespace}" if self.namespace else self.resource.plural
 
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A fresh copy (see `Table.get`)."""
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
 
-    def read(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """The shared, read-only object (see `Table.read`)."""
-        return self.table.read(f"{namespace}/{name}" if namespace and self.resource.namespaced else name)
-
     def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
-        return Reflector.for_api(api, self.resource, self.name, namespace=self.namespace, selector=self.selector,
-                                 fields=self.fields, timing=timing, list_slots=list_slots)
+        return Reflector(ApiTransport(api, self.resource.path(self.namespace)), self.name, fields=self.fields,
+                         timing=timing, list_slots=list_slots)
 
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
         self._listed = set()  # from a list cut short before
         async for event in events:
             self.apply(event)
-
-    # ----------------------------------------------------------------- events
 
     def apply(self, event: Event) -> None:
         """One event from the reflector into the table, the health figures and the logs."""
@@ -110,17 +94,18 @@ class Informer:
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
             self.synced = True
             self.synced_event.set()
-        elif kind is EventType.DELETED:
-            key = self._key(event.object)
-            if key is not None:
-                self.table.remove(key)
+        else:  # a watch event
             self.events += 1
-        elif kind is not EventType.BOOKMARK:
-            self._put(event.object)
-            self.events += 1
-        else:
-            self.events += 1
-        self._healthy()
+            if kind is EventType.DELETED:
+                key = self._key(event.object)
+                if key is not None:
+                    self.table.remove(key)
+            elif kind is not EventType.BOOKMARK:
+                self._put(event.object)
+        self.last_sync = time.time()
+        if self.error is not None or self.lists + self.events <= 1:  # healthy again, or for the first time
+            metrics.CACHE_HEALTHY.labels(self.name).set(1)
+        self.error = None
 
     def _key(self, obj: Any) -> str | None:
         name = kinds.meta(obj).get("name")
@@ -133,19 +118,13 @@ class Informer:
         key = self._key(obj)
         if key is None:
             return None
-        # Emulators may ignore the label selector: filter on our side too.
+        # Emulators may ignore the field selector: filter on our side too.
         if (self.namespace is not None and kinds.meta(obj).get("namespace") != self.namespace) \
-                or not kinds.labels_match(obj, self.labels) or (self.wanted is not None and not self.wanted(obj)):
+                or (self.wanted is not None and not self.wanted(obj)):
             self.table.remove(key)
             return None
         self.table.put(key, self.shape(obj))
         return key
-
-    def _healthy(self) -> None:
-        self.last_sync = time.time()
-        if self.error is not None or self.lists + self.events <= 1:
-            metrics.CACHE_HEALTHY.labels(self.name).set(1)
-        self.error = None
 
 
 class Informers:

@@ -1,14 +1,9 @@
 """List and watch one resource, as client-go's reflector does, and yield what happened.
 
-k8s.io/client-go/tools/cache/reflector.go: list (paginated), then watch from the list's
-resourceVersion; on 410 Gone list again; on any other failure reconnect after an
-exponential backoff with jitter; ask for bookmarks (`allowWatchBookmarks=true`) so the
-resourceVersion to resume from stays fresh.
-
-Layered so each part is testable alone: `split_lines` (bytes → JSON lines), `Reflector.list`
-(pages → LISTED…SYNCED), `Reflector.watch` (one watch → events), `Reflector.events` (forever,
-with relists and backoff). The HTTP side is a `Transport`, so recorded streams can stand in
-for the API in tests. Applying events is the cache's business, not this module's.
+k8s.io/client-go/tools/cache/reflector.go: list (paginated), then watch from the list's resourceVersion
+with bookmarks, so that it stays fresh; on 410 Gone list again; on any other failure reconnect after
+an exponential backoff with jitter. The HTTP side is a `Transport`: recorded streams stand in for
+the API in tests.
 """
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ from typing import Any, Protocol
 import orjson
 
 from .. import kinds
-from ..kinds import Resource
 from . import client
 
 
@@ -129,24 +123,16 @@ def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
 class Reflector:
     """One resource (optionally one namespace and a label selector), listed and watched."""
 
-    def __init__(self, transport: Transport, name: str, *, selector: str = "", fields: str = "",
-                 timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None):
-        self.transport, self.name, self.selector, self.timing = transport, name, selector, timing
-        self.fields = fields  # a field selector, e.g. the scheduler's "not finished" for pods
+    def __init__(self, transport: Transport, name: str, *, fields: str = "", timing: Timing = Timing(),
+                 list_slots: asyncio.Semaphore | None = None):
+        self.transport, self.name, self.timing = transport, name, timing
+        # A field selector every list and watch asks with, e.g. the scheduler's "not finished" for pods.
+        self.selectors = [("fieldSelector", fields)] if fields else []
         # Reflectors sharing these slots list one at a time: one page in memory at once.
         self.list_slots = list_slots or asyncio.Semaphore(1)
         self.resource_version: str | None = None
         self.resumable = False  # every event since the list carried a resourceVersion
         self._backoff = Backoff(timing.backoff_initial, timing.backoff_cap)
-
-    @classmethod
-    def for_api(cls, api: Any, resource: Resource, name: str, *, namespace: str | None = None,
-                selector: str = "", fields: str = "", **kwargs: Any) -> Reflector:
-        return cls(ApiTransport(api, resource.path(namespace)), name, selector=selector, fields=fields, **kwargs)
-
-    def _selectors(self) -> list[tuple[str, str]]:
-        """The label and field selectors that every list and watch asks with."""
-        return [(key, value) for key, value in (("labelSelector", self.selector), ("fieldSelector", self.fields)) if value]
 
     async def list(self) -> AsyncIterator[Event]:
         """A full paginated list: LISTED per object, then SYNCED with the list's resourceVersion kept."""
@@ -156,7 +142,7 @@ class Reflector:
         started = loop.time()
         async with self.list_slots:
             while True:
-                query = [("limit", str(self.timing.page_size)), *self._selectors()]
+                query = [("limit", str(self.timing.page_size)), *self.selectors]
                 if token:
                     query.append(("continue", token))
                 status, body = await self.transport.get(query, self.timing.request_timeout)
@@ -185,7 +171,7 @@ class Reflector:
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(max(1, int(seconds))))]
         if self.resource_version:
             query.append(("resourceVersion", self.resource_version))
-        query += self._selectors()
+        query += self.selectors
         # The server ends the watch after timeoutSeconds; the grace bounds a server that does not.
         deadline = loop.time() + seconds + min(30.0, seconds)
         try:

@@ -1,6 +1,5 @@
 """A few raw API calls for what writes settings to the cluster (`certs`, `spare-vms`, the keeper's
-`--spare-vms`): through
-kubernetes-asyncio (its auth and TLS), JSON in and out, every answer's status judged by the caller."""
+`--spare-vms`): through kubernetes-asyncio (its auth and TLS), JSON in and out, statuses judged by the caller."""
 from __future__ import annotations
 
 import json
@@ -29,17 +28,13 @@ class Api:
                                                timeout=self.timeout)
         except client.ApiUnreachable as exc:
             raise KubeError(str(exc)) from None
-        return status, _json(raw)
+        try:
+            return status, json.loads(raw) if raw else None
+        except (ValueError, TypeError):
+            return status, None
 
     async def close(self) -> None:
         await self._api.close()
-
-
-def _json(raw: Any) -> Any:
-    try:
-        return json.loads(raw) if raw else None
-    except (ValueError, TypeError):
-        return None
 
 
 def failure(status: int, body: Any, what: str) -> KubeError:

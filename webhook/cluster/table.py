@@ -1,8 +1,7 @@
 """Trimmed cluster objects held in memory as compact JSON, indexed by what the rules look up.
 
-`get` decodes a fresh dict (its caller may change it); `read` hands out one decoded object per
-stored version, shared and read-only, so that the objects every admission reads are decoded
-once, not once per admission.
+`get` decodes a fresh dict; `read` hands out one shared, read-only object per stored version, so that
+what every admission reads is decoded once, not once per admission.
 """
 from __future__ import annotations
 
@@ -27,11 +26,8 @@ SHARED = 1024
 
 
 class Table:
-    """Trimmed objects as compact JSON by key ("namespace/name", or the name), plus indexes.
-
-    Name and namespace live in the key only, not again in the JSON; an index maps a value to
-    one key or a tuple of keys. With 100k+ objects these bytes add up to tens of MiB.
-    """
+    """Objects by key ("namespace/name", or the name), plus indexes of a value to one key or a tuple
+    of keys. Name and namespace live in the key only: with 100k+ objects that is tens of MiB."""
 
     __slots__ = ("objects", "indexes", "indexers", "watchers", "shared", "reader")
 
@@ -43,8 +39,7 @@ class Table:
         self.watchers = tuple(watchers)
         self.objects: dict[str, bytes] = {}
         self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
-        # The objects `read` handed out, by key, until they change (put, remove) or are the oldest of
-        # more than SHARED.
+        # What `read` handed out, by key, until it changes or is the oldest of more than SHARED.
         self.shared: dict[str, dict[str, Any]] = {}
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -48,7 +48,5 @@ def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: Col
     app[READINESS_KEY] = readiness
     app[DEGRADED_KEY] = degraded
     app[REGISTRY_KEY] = registry
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_page)
+    app.router.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_page)])
     return app

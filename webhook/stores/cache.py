@@ -1,10 +1,8 @@
 """Watch-backed caches of the cluster objects the rules read: admissions answered from memory.
 
-`WatchedClusterStore` answers the Store protocol from one `Informer` per kind (informer.py),
-each object kept in its kind's shape (shapes.py) in a `Table` (table.py) indexed by what the
-rules look up, and falls back to a direct GET (within the caller's timeout) before the
-caches have synced and on misses that may just be watch lag. The admission path reads
-through `peek` and the checks' view (`CachedView`): shared, read-only objects.
+One `Informer` per kind (informer.py) keeps its objects in their kind's shape (shapes.py), indexed
+by what the rules look up; a direct GET (within the caller's timeout) answers before the caches
+have synced and on misses that may be watch lag.
 """
 from __future__ import annotations
 
@@ -24,15 +22,12 @@ from .direct import ClusterStore
 from .shapes import pod_read, shapes
 from .store import Stats, StoreError, volume_handle
 
-# Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before
-# the VM that mounts it, a node that just joined. A share-manager or its pod that is not in
-# the cache yet cannot have a node yet either, so for them a miss is the answer; so for a VMI
-# (virt-controller creates the launcher pod once its own watch has the VMI; a pod whose VMI this
-# cache has not seen yet is followed by its own disks, and the keeper judges it later).
+# Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before the VM
+# that mounts it, a node that just joined. A share-manager or its pod not cached yet has no node yet;
+# virt-controller creates a launcher pod once its own watch has the VMI: their miss is the answer.
 MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
-# Kinds admission reads from its caches only, and does not wait for: a replica is ready, and
-# answers, while the KubeVirt API is slow or down (a VM's hotplugged disks are then unknown: each
-# such admission warns, and a failing list or watch is a readiness note).
+# Kinds admission reads from its caches only, never waiting for them: a replica is ready and answers while
+# the KubeVirt API is slow or down (hotplugged disks are then unknown: each such admission warns).
 CACHED_ONLY = frozenset({VMI.kind})
 
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
@@ -54,9 +49,8 @@ def _taken(pod: dict[str, Any] | None) -> tuple[str, fit.PodUsage] | None:
 
 
 class ChangedNodes:
-    """The names of the nodes whose room may have changed (the node itself, or what its pods
-    take), in order: a reader keeps its position and reads only what changed since, so what is
-    worked out from every node (their order by room) is kept up to date node by node."""
+    """The nodes whose room may have changed, in order: a reader keeps its position and reads only
+    what changed since, so what is worked out from every node is kept up to date node by node."""
 
     LIMIT = 65_536  # names kept at most; a reader further behind reads every node again
 
@@ -86,9 +80,8 @@ class ChangedNodes:
 
 
 class NodeUsage:
-    """What the pods bound to each node take (requests, slots, host ports), kept as pods come
-    and go: a pod's share is worked out again from the object it was added as, so exactly
-    that is taken away. Each node whose share changed is noted in `changed_nodes`."""
+    """What the pods bound to each node take (requests, slots, host ports), kept as pods come and go:
+    a pod's share is worked out again from the object it was added as, so exactly that is taken away."""
 
     def __init__(self, changed_nodes: ChangedNodes | None = None) -> None:
         self.by_node: dict[str, fit.Usage] = {}
@@ -127,17 +120,16 @@ class WatchedClusterStore(Informers):
                  vmis: bool = True):
         self.direct = ClusterStore(api_client)  # reads from the API itself: full objects, no watch lag
         shape = shapes(settings)
-        longhorn = settings.longhorn_namespace
 
         def informer(resource: Resource, **kwargs: Any) -> Informer:
             return Informer(resource, shape[resource.kind], **kwargs)
 
         self.pvcs = informer(PVC)
         self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
-        self.share_managers = informer(SHARE_MANAGER, namespace=longhorn)
+        self.share_managers = informer(SHARE_MANAGER, namespace=settings.longhorn_namespace)
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
-        self.changed_nodes = ChangedNodes()  # the nodes whose room changed: their object, or what their pods take
+        self.changed_nodes = ChangedNodes()
         self.usage = NodeUsage(self.changed_nodes)
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
@@ -146,18 +138,15 @@ class WatchedClusterStore(Informers):
                              watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
-        # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its
-        # VMI's (KubeVirt mounts them in an attachment pod, never in the launcher pod).
-        # (`keep` watches VMIs with its migrations: `vmis=False` for its store.)
-        self.vmis = informer(VMI, indexers={"claim": _vmi_claims})  # as the keeper's: all that is declared
+        # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
+        # (KubeVirt mounts them in an attachment pod). `keep` watches VMIs itself: `vmis=False`.
+        self.vmis = informer(VMI, indexers={"claim": _vmi_claims})
         # Listed in this order, one at a time: what the scheduler checks need first.
         super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
                          + ((self.vmis,) if vmis else ()))
         self._view = CachedView(self)
         self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
         assert len(self._by_kind) == len(self.informers)
-
-    # ----------------------------------------------------------------- lifecycle
 
     def stats(self) -> Stats:
         """Objects held and last sync time per cache (read by the metrics at scrape time)."""
@@ -170,13 +159,10 @@ class WatchedClusterStore(Informers):
     def synced(self) -> bool:
         return all(i.synced for i in self.informers if i.resource.kind not in CACHED_ONLY)
 
-    # ----------------------------------------------------------------- reads
-
     def peek(self, resource: Resource, namespace: str | None, name: str, *,
              copy: bool = False) -> tuple[bool, dict[str, Any] | None]:
-        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise.
-        The object is shared with every other reader: read it, never change it; with `copy`, it
-        is a fresh copy of the caller's own (what `get` returns)."""
+        """From memory: (True, object or None) when the caches can tell, (False, None) otherwise. The
+        object is shared with every other reader, never to be changed; with `copy`, the caller's own."""
         informer = self._by_kind.get(resource.kind)  # written out: every look-up comes here
         if informer is None or (informer.resource is not resource and informer.resource != resource) \
                 or not informer.synced or (informer.namespace is not None and namespace != informer.namespace):
@@ -186,9 +172,7 @@ class WatchedClusterStore(Informers):
         obj = table.get(key) if copy else (table.shared.get(key) or table.read(key))  # read()'s own first step, inline
         if obj is not None:
             return True, obj
-        if informer.authoritative and resource.kind not in MISS_FALLBACK:
-            return True, None
-        return False, None
+        return resource.kind not in MISS_FALLBACK, None
 
     async def get(self, resource, namespace, name, *, timeout=None):
         """A copy of the caller's own, from the caches when they can tell, else from the API (but
@@ -228,9 +212,7 @@ class WatchedClusterStore(Informers):
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
         """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
-        if not self.pods.synced:
-            return None
-        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid))
+        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
 
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:
@@ -280,18 +262,15 @@ def _anti_affinity(pod: dict[str, Any]) -> list[Hashable]:
 
 
 class CachedView:
-    """The scheduler checks' view of the cluster, from the caches (rules/fit/view.py `View`).
-
-    Objects are the caches' shared ones (`Table.read`): the checks only read them. Pods with
-    required anti-affinity are found by the labels their terms may select (the "anti" index,
-    `fit.anti_affinity_keys`): a check reads the few that may concern its pod."""
+    """The scheduler checks' view of the cluster (rules/fit/view.py `View`): the caches' shared
+    objects, and the pods with required anti-affinity by the labels their terms may select."""
 
     def __init__(self, store: WatchedClusterStore):
         self._store = store
         self.memo = Memo()  # what the checks worked out from this store's objects
 
     def node(self, name):
-        return self._store.nodes.read(None, name)
+        return self._store.nodes.table.read(name)
 
     def nodes(self):
         table = self._store.nodes.table

@@ -11,14 +11,13 @@ from typing import Any
 import orjson
 
 from .. import kinds, metrics
-from ..kinds import POD, PV, VMI, Resource
-from ..kinds import NODE, PVC
+from ..kinds import NODE, POD, PV, PVC, VMI, Resource
 from ..cluster import client
 from ..rules import fit
-from .store import Unwatched, StoreError, using, volume_handle
+from .store import Store, StoreError, using, volume_handle
 
 
-class ClusterStore(Unwatched):
+class ClusterStore(Store):
     """Direct reads with kubernetes-asyncio; an answer is never older than the request."""
 
     def __init__(self, api_client: Any):
@@ -54,18 +53,13 @@ class ClusterStore(Unwatched):
         except ValueError:
             raise StoreError(f"API sent a body that is not JSON for {path}") from None
 
-    def peek(self, resource, namespace, name):
-        return False, None  # nothing in memory: every answer comes from the API
-
     async def get(self, resource, namespace, name, *, timeout=None):
         return await self._read(resource, namespace, name, [], timeout)
 
     async def list(self, resource: Resource, namespace: str | None = None, labels: dict[str, str] | None = None,
                    *, timeout: float | None = None) -> list[dict[str, Any]]:
         """Objects of a resource, optionally in one namespace and with these exact labels."""
-        query = []
-        if labels:
-            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
         body = await self._read(resource, namespace, None, query, timeout)
         if body is None:
             raise StoreError(f"API has no {resource.plural} resource")

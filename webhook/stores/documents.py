@@ -1,8 +1,6 @@
-"""The YAML or JSON documents of a file (`review`'s request, a `--state` snapshot), nested no
-deeper than the webhook reads a request's body: JSON through orjson, as the admission server
-reads it (at most 1024 levels, orjson's bound), else YAML through libyaml (at most 999, its
-bound); never a RecursionError. Errors are ValueError or yaml.YAMLError, for the caller to
-name its file in."""
+"""The YAML or JSON documents of a file (`review`'s request, a `--state` snapshot), nested no deeper
+than the admission server reads a body (orjson's 1024 levels; libyaml's 999): never a RecursionError.
+Errors are ValueError or yaml.YAMLError, for the caller to name its file in."""
 from __future__ import annotations
 
 from typing import Any

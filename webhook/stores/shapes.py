@@ -1,15 +1,10 @@
-"""What the caches keep of each kind: one spec per kind, everything else dropped on arrival.
+"""What the caches keep of each kind (`shapes`): one spec per kind, everything else dropped on arrival.
 
-Every cache (the watch caches in cache.py, the keeper's KubeVirt caches in keeper/kubevirt_api.py) takes its kind's
-shape from `shapes`. VMIs and migrations are kept as the rules' readers declare what they read
-(`rules.shared.declared`: a field or an annotation a rule starts reading is declared there and
-kept), pods' annotations and launchers' claims too; the other kinds are listed here (`Keep`,
-applied by `trim`). Pods are written out (`shape_pod`): every pod of the cluster is kept, and
-what is worth keeping of one depends on what it is (a launcher, bound, being resized). The
-keeper's pods to place, one per VM apart, are kept as `pod_to_place`.
-
-tests/stores/test_shapes.py asks the rules the same questions of whole objects and of their kept
-shapes, over generated clusters, and watches the readers read only what the declaration keeps.
+VMIs and migrations are kept as the rules declare what they read (`rules.shared.declared`), pods'
+annotations and launchers' claims too; the other kinds are listed here (`Keep`, applied by `trim`).
+Pods are written out (`shape_pod`): what is worth keeping of one depends on what it is (a launcher,
+bound, being resized). tests/stores/test_shapes.py asks the rules the same questions of whole objects
+and of their kept shapes.
 """
 from __future__ import annotations
 
@@ -24,15 +19,12 @@ from ..rules import fit
 from ..rules.shared import declared
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def trim(value: Any, keep: Keep) -> Any:
-    """`value` reduced to what `keep` lists; a value of an unexpected type is kept as it is.
-
-    A dict keeps the listed keys (True keeps the whole value, a dict recurses), a one-element
-    list applies its spec to every item (items left empty are dropped), and a callable keeps
-    the keys of a mapping it accepts.
-    """
+    """`value` reduced to what `keep` lists (a one-element list: the spec of every item, empty items
+    dropped; a callable: the keys it accepts); a value of an unexpected type is kept as it is."""
     if keep is True:
         return value
     if isinstance(keep, dict):
@@ -82,31 +74,27 @@ def shapes(settings: Settings) -> dict[str, Shape]:
         SHARE_MANAGER.kind: trimmed(SHARE_MANAGER_KEPT),
         NODE.kind: trimmed(NODE_KEPT),
         POD.kind: shape_pod(settings),
-        # Migrations and VMIs: what the rules read of them, declared once (`rules.shared.declared`),
-        # which the keeper's `read_migration`, `read_vmi` and `claims_of` read through (the
-        # opt-in annotation a VMI keeps is a setting).
+        # As the rules declare what they read of them (the opt-in annotation a VMI keeps is a setting).
         VMI.kind: trimmed(declared.VMI.keep(settings)),
         VMIM.kind: trimmed(declared.VMIM.keep(settings)),
     }
 
 
 def pod_annotations(settings: Settings) -> Callable[[str], bool]:
-    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the volume
-    provisioning mark."""
+    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the provisioning mark."""
     return declared.POD.named("annotations", settings)
 
 
 def pod_read(settings: Settings) -> Shape:
-    """A cached pod as its readers get it: its annotations guarded (`declaring.CachedAnnotations`),
-    so that a rule reading one nobody declared fails with `Undeclared` rather than read nothing."""
+    """A cached pod with its annotations guarded (`declaring.CachedAnnotations`): a rule reading one
+    nobody declared fails with `Undeclared` rather than read nothing."""
     declared_keys = pod_annotations(settings)
     return lambda pod: declared.POD.guarded(pod, declared_keys)
 
 
 def shape_pod(settings: Settings) -> Shape:
-    """A pod reduced to what the rules and the scheduler checks read. Every pod of the cluster
-    is kept, so this is written out rather than declared: ports only where a host port is
-    taken, conditions only while the scheduler cannot place the pod, claims only of launchers."""
+    """A pod reduced to what the rules and the scheduler checks read: host ports only, conditions
+    only while it waits for a node, claims only of launchers (every pod of the cluster is kept)."""
     keep_annotation = pod_annotations(settings)
 
     def shape(pod: dict[str, Any]) -> dict[str, Any]:
@@ -150,17 +138,13 @@ def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
     for key in ("containers", "initContainers"):
         if isinstance(spec.get(key), list):
             kept[key] = [_container(c, host_network) for c in spec[key]]
-    anti = (spec.get("affinity") or {}).get("podAntiAffinity") if isinstance(spec.get("affinity"), dict) else None
-    if isinstance(anti, dict) and anti.get("requiredDuringSchedulingIgnoredDuringExecution"):
-        kept["affinity"] = {"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": anti["requiredDuringSchedulingIgnoredDuringExecution"]}}
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
-    if not spec.get("nodeName") and isinstance(node_affinity, dict) \
-            and node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"):
-        # A pod still waiting for a node: whether the pin its decision annotation speaks of is ours
-        # (the stranded-pod report, rules/placement/stranded.py). Placed pods need none of it.
-        kept.setdefault("affinity", {})["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]}
+    affinity = spec.get("affinity") if isinstance(spec.get("affinity"), dict) else {}
+    # Required node affinity only of a pod still waiting for a node: whether the pin its decision
+    # annotation speaks of is ours (the stranded-pod report, rules/placement/stranded.py).
+    for kind in ("podAntiAffinity",) if spec.get("nodeName") else ("podAntiAffinity", "nodeAffinity"):
+        terms = affinity.get(kind)
+        if isinstance(terms, dict) and terms.get(REQUIRED):
+            kept.setdefault("affinity", {})[kind] = {REQUIRED: terms[REQUIRED]}
     return kept
 
 
@@ -187,10 +171,9 @@ def _container(value: Any, host_network: bool) -> Any:
 
 def _pod_status(pod: dict[str, Any], spec: dict[str, Any], status: dict[str, Any],
                 kept_spec: dict[str, Any]) -> dict[str, Any]:
-    kept: dict[str, Any] = {}
-    if status.get("phase"):
-        kept["phase"] = status["phase"]
-    if spec.get("nodeName") and _resized(pod):
+    kept: dict[str, Any] = {"phase": status["phase"]} if status.get("phase") else {}
+    resized = bool(spec.get("nodeName")) and _resized(pod)
+    if resized:
         # An in-place resize under way: the scheduler counts the larger of spec, allocated and
         # actuated (fit.pod_requests), so what it reads stays (with the containers' names).
         for key in ("containerStatuses", "initContainerStatuses"):
@@ -198,17 +181,16 @@ def _pod_status(pod: dict[str, Any], spec: dict[str, Any], status: dict[str, Any
                        for e in status.get(key) or () if isinstance(e, dict)]
             if entries:
                 kept[key] = entries
-        pending = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "PodResizePending"]
-        if pending:
-            kept["conditions"] = pending
         for key in ("containers", "initContainers"):
             for container, whole in zip(kept_spec.get(key) or (), spec.get(key) or ()):
                 if isinstance(container, dict) and isinstance(whole, dict) and whole.get("name") is not None:
                     container["name"] = whole["name"]
-    if not spec.get("nodeName") and isinstance(status.get("conditions"), list):
-        waiting = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == "PodScheduled"]
-        if waiting:
-            kept["conditions"] = waiting
+    # Whether a resize is pending; why the scheduler has not placed a pod that waits for a node.
+    condition = "PodResizePending" if resized else None if spec.get("nodeName") else "PodScheduled"
+    if condition is not None and isinstance(status.get("conditions"), list):
+        found = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == condition]
+        if found:
+            kept["conditions"] = found
     return kept
 
 
@@ -221,11 +203,9 @@ def _resized(pod: dict[str, Any]) -> bool:
 
 
 def pod_to_place(pod: Any) -> Any:
-    """A pod about to be placed, reduced to what the node checks and
-    kube-scheduler's filters (rules/fit/) read of it: the keeper keeps one per VM apart, and a launcher
-    pod's environment, mounts and probes are most of its bytes and none of this. Unlike the
-    pods the caches keep (what a pod placed takes from its node, `shape_pod`), this keeps what a
-    pod selects; anything of an unexpected shape is kept as it is, for the checks to judge."""
+    """A pod about to be placed, reduced to what kube-scheduler's filters (rules/fit/) read of it: the
+    keeper keeps one per VM apart, and a launcher's environment, mounts and probes are most of its bytes.
+    Unlike `shape_pod`, this keeps what a pod selects; an unexpected shape is kept for the checks to judge."""
     if not isinstance(pod, dict):
         return pod
     meta = kinds.meta(pod)

@@ -8,11 +8,10 @@ from typing import Any
 import yaml
 
 from .. import kinds
-from ..kinds import POD, PV, RULE_RESOURCES, VMI, Resource
-from ..kinds import NODE, PVC
+from ..kinds import NODE, POD, PV, PVC, RULE_RESOURCES, VMI, Resource
 from ..rules import fit
 from .documents import documents, file_problem
-from .store import Unwatched, using, volume_handle
+from .store import Store, using, volume_handle
 
 
 class BadSnapshot(ValueError):
@@ -50,7 +49,7 @@ def _which(obj: Any, index: int) -> str:
     return f"object {index}"
 
 
-class SnapshotStore(Unwatched):
+class SnapshotStore(Store):
     """Objects from a YAML stream (documents or Lists); every answer from memory."""
 
     def __init__(self, objects: Iterable[dict[str, Any]]):
@@ -116,9 +115,6 @@ class SnapshotStore(Unwatched):
         launcher = dict([kinds.VIRT_LAUNCHER])
         return using([pod for pod in self._all(POD, namespace) if kinds.labels_match(pod, launcher)], self._all(VMI, namespace),
                      claim)
-
-    async def close(self) -> None:
-        return None
 
 
 _BY_KIND = {(r.api_version, r.kind): r for r in RULE_RESOURCES}

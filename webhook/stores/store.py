@@ -1,9 +1,5 @@
-"""Where cluster facts come from: the Store protocol every source answers.
-
-A Store answers "this object" (or None when it does not exist) and the two look-ups the
-rules need. It raises `StoreError` when it cannot tell (API error, timeout); the caller
-turns that into "no node for this disk, say why", never into a failed admission.
-"""
+"""Where cluster facts come from: the Store protocol every source answers. `StoreError` when a Store
+cannot tell (API error, timeout): the caller says why it found no node, never fails an admission."""
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -23,9 +19,12 @@ Stats = dict[str, tuple[int, float | None]]
 
 
 class Store(Protocol):
+    """What every source answers; the defaults are those of a store with nothing in memory or the background."""
+
     def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
         """From memory, without I/O: (True, object or None) when it can tell, (False, None)
         when only the API can."""
+        return False, None
 
     async def get(
         self, resource: Resource, namespace: str | None, name: str, *, timeout: float | None = None
@@ -36,10 +35,8 @@ class Store(Protocol):
         """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a
-        volume (a hotplugged disk: KubeVirt mounts it in an attachment pod of the VM's node).
-        From the caches they are shared with every other reader, as `peek`'s: read them, never
-        change them (a drain's share-managers each read their VM's pods)."""
+        """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a volume (a
+        hotplugged disk, in an attachment pod); from the caches, shared as `peek`'s: never change them."""
 
     async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
         """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,
@@ -50,19 +47,22 @@ class Store(Protocol):
 
     def synced(self) -> bool:
         """Whether reads are answered from a complete view (readiness): caches have synced."""
+        return True
 
     def degraded(self) -> list[str]:
         """What is failing now while the store keeps serving what it has (readiness notes)."""
+        return []
 
     def stats(self) -> Stats:
         """Figures for the metrics, read at scrape time."""
+        return {}
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the store holds (nothing, by default)."""
 
 
 class WatchedStore(Store, Protocol):
-    """A Store that watches the cluster: what the keeper and the stranded-pod reporter read from
-    memory besides the look-ups, and the API behind it for whole objects."""
+    """A Store that watches the cluster: what the keeper and the stranded-pod report read from memory."""
 
     direct: Store  # the same questions answered by the API, for objects the caches keep trimmed
 
@@ -74,22 +74,6 @@ class WatchedStore(Store, Protocol):
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet."""
-
-
-class Unwatched:
-    """The lifecycle part of the protocol for stores with nothing running in the background."""
-
-    def start(self) -> None:
-        return None
-
-    def synced(self) -> bool:
-        return True
-
-    def degraded(self) -> list[str]:
-        return []
-
-    def stats(self) -> Stats:
-        return {}
 
 
 def using(launchers: list[dict[str, Any]], vmis: list[dict[str, Any]], claim: str) -> list[dict[str, Any]]:
