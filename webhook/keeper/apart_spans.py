@@ -50,32 +50,19 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
 
 
 class ApartSpans:
-    """The span apart of each VM, by (namespace, name); a VM no longer apart is forgotten."""
+    """The reads of a VM's span apart; what is known of each span is the keeper's memory (`memory.Kept`)."""
 
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
         self.launchers, self.direct = launchers, direct
-        self._known: dict[VmKey, ApartSpan] = {}
-
-    def get(self, key: VmKey) -> ApartSpan | None:
-        return self._known.get(key)
-
-    def forget(self, key: VmKey) -> None:
-        self._known.pop(key, None)
-
-    def keep_only(self, keys: set[VmKey]) -> None:
-        for key in [k for k in self._known if k not in keys]:
-            del self._known[key]
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
-                 now: datetime) -> ApartSpan:
+                 now: datetime, known: ApartSpan | None = None) -> ApartSpan:
         """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
         its last migration's end (`last_end`), its launcher pod's start and the start of the share-manager pods
-        serving its disks; when none is known, when this leader first saw it apart. And its
-        launcher pod without our pin, whole: the migration target is built from it."""
-        key = (vmi.namespace, vmi.name)
+        serving its disks; when none is known, when this reader first saw it apart (`known`: the span as
+        last read). And its launcher pod without our pin, whole: the migration target is built from it."""
         node, target = where.node or "", where.target or ""
-        known = self._known.get(key)
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
         if same and known.pod is not None:
             return known
@@ -94,10 +81,8 @@ class ApartSpans:
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
         launcher = migration_source(pod, self.settings) if pod is not None else None
-        span = ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
-                          derived=derived is not None)
-        self._known[key] = span
-        return span
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
+                         derived=derived is not None)
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""

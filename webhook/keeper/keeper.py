@@ -143,8 +143,9 @@ class Keeper:
         self.state_store = state  # where the keeper's record is kept (None: in this process alone)
         self.state = KeeperState()  # this leader's; the record taken in whenever it changed
         self._unread = ""  # why the record could not be read this pass
-        self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
-                                        direct=store.direct), events)
+        self.memory = Memory(clock, events)
+        self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
+                                direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self._watch: KubeVirtWatch | None = None
         self.passes = 0  # passes made over synced caches
@@ -159,13 +160,14 @@ class Keeper:
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
         """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, self.clock)
-        self._watch, self.memory.pause_log = watch, watch.pauses
+        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, (self.memory.saw,))
+        self._watch = watch
         watch.start()
         try:
             yield watch
         finally:
-            self._watch, self.memory.pause_log = None, None
+            self._watch = None
+            self.memory.unwatched()
             await watch.close()
 
     async def run(self) -> None:
@@ -272,7 +274,7 @@ class Keeper:
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        observer = Observer(store=self.store, settings=self.settings, spans=self.memory.spans,
+        observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
                             recall=self.memory, turn=self.passes)
         pace, observed, unpaused = Pacer(), [], self.memory.just_unpaused(now)

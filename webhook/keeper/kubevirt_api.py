@@ -12,8 +12,7 @@ through virt-api's subresource (`unpause_vmi`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -23,52 +22,20 @@ from ..config import Settings
 from ..kinds import VMI, VMIM
 from ..cluster.client import ApiUnreachable, request
 from ..cluster.informer import Informer, Informers
+from ..cluster.table import Watcher
 from ..stores.shapes import shapes
 from ..cluster.reflector import Timing
-from ..rules.keeping.recovery import Pauses
-from ..rules.keeping.running import io_paused_since
-
-
-class PauseLog:
-    """Each VMI's I/O-error pauses as the watch streams them (every Paused condition's lastTransitionTime,
-    KubeVirt's re-stamps included: a pause its retry lifts a moment later is seen too), the newest MOST,
-    and since when the watch has shown the VMI (`clock`'s time): what a pass cannot see in one look."""
-
-    MOST = 16
-
-    def __init__(self, clock: Callable[[], datetime]):
-        self.clock = clock
-        self._seen: dict[str, Pauses] = {}
-
-    def saw(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """A table watcher: (old, new) of each change to a VMI."""
-        uid = kinds.meta(new if new is not None else old).get("uid")
-        if not isinstance(uid, str):
-            return
-        if new is None:
-            self._seen.pop(uid, None)
-            return
-        known = self._seen.get(uid) or Pauses(watched_since=self.clock())
-        at = io_paused_since(new)
-        if at is not None and at not in known.at:
-            known = dataclasses.replace(known, at=tuple(sorted((*known.at, at)))[-self.MOST:])
-        self._seen[uid] = known
-
-    def of(self, uid: str) -> Pauses:
-        return self._seen.get(uid) or Pauses()
 
 
 class KubeVirtWatch(Informers):
-    """VMIs and migrations of the whole cluster, listed and watched while the keeper leads; the VMIs'
-    I/O-error pauses logged as they come (`pauses`)."""
+    """VMIs and migrations of the whole cluster, listed and watched while the keeper leads; each change
+    to a VMI told to `watchers` as it comes."""
 
     task_prefix = "keeper"
 
-    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing(),
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing(), watchers: tuple[Watcher, ...] = ()):
         shape = shapes(settings)
-        self.pauses = PauseLog(clock)
-        self.vmis = Informer(VMI, shape[VMI.kind], watchers=(self.pauses.saw,))
+        self.vmis = Informer(VMI, shape[VMI.kind], watchers=watchers)
         self.migrations = Informer(VMIM, shape[VMIM.kind])
         super().__init__(api, timing, (self.vmis, self.migrations))
 

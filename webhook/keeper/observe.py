@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from ..lookup.resolve import migration_source, resolve_disks
 from ..stores.store import Store, StoreError
@@ -41,18 +41,24 @@ from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
-from .apart_spans import Launchers, ApartSpan, ApartSpans, started
+from .apart_spans import Launchers, ApartSpan, ApartSpans, started, VmKey
 
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
 RECENT = timedelta(hours=1)  # pauses seen this recently make the observer read a VM's mount
 
 
-class Recall(Protocol):
-    """What the keeper remembers of a VM beyond one pass: the I/O-error pauses its watch saw, and its
-    unpauses of the VM in one pod (`status` remembers nothing: it reads each once)."""
+class Recall:
+    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): the pauses its watch saw and
+    its unpauses, by VMI uid; its span apart. This one remembers nothing, as `status`: it reads each once."""
 
-    def pauses(self, uid: str) -> Pauses: ...
-    def unpauses(self, uid: str, pod_started: datetime | None) -> int: ...
+    def pauses(self, uid: str) -> Pauses:
+        return Pauses()
+
+    def span(self, key: VmKey) -> ApartSpan | None:
+        return None
+
+    def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
+        """The VM's span apart as now known (None: it is not apart)."""
 
 
 class Nodes:
@@ -88,7 +94,7 @@ class Observer:
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
-    recall: Recall | None = None  # the keeper's memory of each VM (`status` has none)
+    recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
@@ -100,8 +106,9 @@ class Observer:
         VM an earlier check holds is read no further, but for the mount of a VM paused on an I/O
         error (whether to unpause it)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
+        key = (vmi.namespace, vmi.name)
         if where.state is not APART:
-            self.spans.forget((vmi.namespace, vmi.name))
+            self.recall.spanned(key, None)
         moved = last_move(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
@@ -125,7 +132,8 @@ class Observer:
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if span is None:  # how long it has been apart comes with it
-                span = await self.spans.of(vmi, where, disks, facts.last_end, now)
+                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.recall.span(key))
+                self.recall.spanned(key, span)
                 read.add("apart_since")
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, span)
@@ -144,7 +152,7 @@ class Observer:
         stands for that mount: what its watch saw, `status` and the next leader cannot. What cannot be read
         says nothing: the VM is left as it is (`status` notes it paused)."""
         vmi = facts.vmi
-        pauses = self.recall.pauses(vmi.uid) if self.recall is not None else Pauses()
+        pauses = self.recall.pauses(vmi.uid)
         paused = vmi.paused_since if vmi.paused == PAUSED_IO_ERROR else None
         kept = state.evidence(vmi.namespace, vmi.name, vmi.uid)
         if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at) and kept is None:
@@ -152,8 +160,7 @@ class Observer:
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
-        unpauses = self.recall.unpauses(vmi.uid, mount.pod_started) if self.recall is not None else 0
-        facts = dataclasses.replace(facts, mount=mount, unpauses=unpauses)
+        facts = dataclasses.replace(facts, mount=mount, unpauses=pauses.unpauses(mount.pod_started))
         judged = judge(mount, pauses, paused, now, Stale(kept.words, kept.requested) if kept is not None else None)
         if not isinstance(judged, Stale):
             return dataclasses.replace(facts, retry=judged)

@@ -125,10 +125,16 @@ class Mount:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pauses:
     """The I/O-error pauses of one VMI the keeper saw (each Paused condition's lastTransitionTime, the
-    re-stamps of KubeVirt's retries included, oldest first), and since when it has watched the VMI."""
+    re-stamps of KubeVirt's retries included, oldest first), since when it has watched the VMI, and when
+    this leader unpaused it."""
 
     at: tuple[datetime, ...] = ()
     watched_since: datetime | None = None
+    unpaused: tuple[datetime, ...] = ()
+
+    def unpauses(self, pod_started: datetime | None) -> int:
+        """This leader's unpauses of the VMI since its pod started."""
+        return sum(1 for at in self.unpaused if pod_started is None or at >= pod_started)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
