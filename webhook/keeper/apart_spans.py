@@ -1,9 +1,6 @@
-"""What moving a VM apart from its storage needs, kept for as long as it is apart (a span):
-since when it has been apart, read from the cluster so that a new leader agrees; its launcher
-pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
-migrate it there (`cluster.resolve.migration_target_pod`), with the webhook's never-strand checks. What it reads is
-named when it is made: the checks' store, the launcher pods the VM's node runs, and the API
-itself for what is read whole.
+"""A VM's span apart from its storage: since when, read from the cluster so that a new leader agrees;
+its launcher pod, read whole; and whether its storage node can take the pod KubeVirt will create to
+migrate it there (`lookup.resolve.migration_target_pod`, with the webhook's never-strand checks).
 """
 from __future__ import annotations
 
@@ -58,10 +55,9 @@ class ApartSpans:
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
                  now: datetime, known: ApartSpan | None = None) -> ApartSpan:
-        """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
-        its last migration's end (`last_end`), its launcher pod's start and the start of the share-manager pods
-        serving its disks; when none is known, when this reader first saw it apart (`known`: the span as
-        last read). And its launcher pod without our pin, whole: the migration target is built from it."""
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
+        pod's start and its share-managers' (none known: when first seen apart, per `known`, the span as last
+        read); and its launcher pod, whole: the migration target is built from it."""
         node, target = where.node or "", where.target or ""
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
         if same and known.pod is not None:
@@ -101,10 +97,8 @@ class ApartSpans:
 
     async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
                            target: str, node: dict[str, Any] | None) -> str | None:
-        """Why the storage node (`target`, read as `node`) cannot take the pod KubeVirt will create
-        to migrate the VM there from `source` (its node, as read), or None when it can: the labels
-        KubeVirt adds for the migration first, in words, then the never-strand checks on that pod.
-        What cannot be built is a reason too."""
+        """Why `target` (read as `node`) cannot take the VM's migration target pod from `source`, or None: the
+        hostname label KubeVirt selects on, then the never-strand checks on that pod."""
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
