@@ -118,7 +118,7 @@ class Memory(Recall):
         cluster, `apart_spans.py`); otherwise since the first pass that saw it so."""
         if vm.where.state is APART and vm.apart_since is not None:
             return vm.apart_since
-        record = self.records.get((vm.vmi.namespace, vm.vmi.name))
+        record = self.vms.get((vm.vmi.namespace, vm.vmi.name), Kept()).record
         return record.since if record is not None and record.state is vm.where.state else now
 
     def record(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> None:

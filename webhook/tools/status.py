@@ -27,7 +27,7 @@ from ..keeper.observed import Observed
 from ..keeper.state_store import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.apart_spans import ApartSpans
-from ..lookup.replicas import read_longhorn, read_settings
+from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
@@ -287,17 +287,11 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
     # The keeper's plan, made from the same facts: the same order, each migration using up what it takes.
     made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers.of, state))
-    vms = []
-    for step in made.vms:
-        vm = _vm_status(seen[step.key], step, history, facts, off=off)
-        vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(seen[step.key].disks))) if longhorn is not None
-                   else vm)
-    (said, why), (priority_said, priority_why) = answers(targeted, off)
     values = await read_settings(store, settings, timeout)
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
-    vms = [dataclasses.replace(vm, rebooted_by_storage_restart=str(restarts.answer)) if vm.storage else vm for vm in vms]
-    vms = [dataclasses.replace(vm, attachment_pods_deleted_by_storage_restart=str(attachments.answer))
-           if vm.storage and vm.hotplugged else vm for vm in vms]
+    vms = [_vm_status(seen[step.key], step, history, facts, off=off, longhorn=longhorn,
+                      restarts=(str(restarts.answer), str(attachments.answer))) for step in made.vms]
+    (said, why), (priority_said, priority_why) = answers(targeted, off)
     header = Cluster(mode=str(facts.mode), leader=await leader(store, settings, now, timeout), limits=facts.limits,
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
@@ -360,7 +354,8 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
 
 
 def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration], facts: PassFacts, *,
-               off: bool) -> VmStatus:
+               off: bool, longhorn: Longhorn | None, restarts: tuple[str, str]) -> VmStatus:
+    """`restarts`: what a share-manager restart does to the VM and to its attachment pods (`restarts_vms`)."""
     view, where, decision = observed.vmi, observed.facts.where, step.decision
     since = observed.facts.apart_since if decision.state is APART and observed.derived else None
     why = where.why
@@ -373,7 +368,11 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
                     next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
-                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()))
+                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()),
+                    disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
+                    rebooted_by_storage_restart=restarts[0] if where.storage else None,
+                    attachment_pods_deleted_by_storage_restart=(restarts[1] if where.storage and view.hotplugged
+                                                                else None))
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:

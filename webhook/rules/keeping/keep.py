@@ -67,13 +67,11 @@ class VmFacts:
     descheduled: Migration | None = None
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: Refusal | None = None  # the API refused its last migration: its words, and when to retry (`state`)
-    # Why its NFS mount is stale (`recovery.judge`: its pod older than a remount request of Longhorn's, and
-    # KubeVirt's retry failed once the new NFS server served), None when nothing says so: one migration recovers
-    # it, two beside its NFS server (`rules.keeping.recovery`).
+    # Why its NFS mount is stale (`recovery.judge`), None when nothing says so: one migration recovers it, two
+    # beside its NFS server.
     stale: str | None = None
     via: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
-    # Its pod's start and its volumes' remount requests and share-managers, read of a VM paused on an I/O error
-    # now or a while ago: what recovering and unpausing it go by (`resume`).
+    # Its pod's start, its volumes' remount requests and share-managers, read of a VM paused on an I/O error.
     mount: Mount | None = None
     unpause_refused: Refusal | None = None  # the API refused or failed its last unpause (`state`)
     unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
@@ -225,10 +223,8 @@ class Check:
     own: bool = False
 
 
-# The VM's own conditions come first (opt-in, shape, state, target, migratability, its
-# migrations, time), then cluster-wide ones (targeted migration, in-flight bounds), then what
-# makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
-# mode and the lease: a report shows the first thing that would stop a migration.
+# The VM's own conditions first, then cluster-wide ones, then what makes the moment wrong, then the mode and
+# the lease: a report shows the first thing that would stop a migration.
 CHECKS: tuple[Check, ...] = (
     Check(hold=Alone.NOT_OPTED_IN,
           holds=lambda vm, p: not vm.vmi.opted_in,
@@ -328,10 +324,8 @@ CHECKS: tuple[Check, ...] = (
 # The reasons the keeper holds a VM for, in the order it checks them.
 HOLDS: tuple[Alone, ...] = tuple(check.hold for check in CHECKS)
 
-# What a pass reads of a VM only when a check reached in the table's order needs it: how long it
-# has been apart (its span) and whether its storage node can take it are API reads and checks
-# of their own; the other facts come with the VM and its migrations.
-# Whether its mount is stale is read only of a VM paused on an I/O error (its pod and volumes).
+# What a pass reads of a VM only when a check reached in the table's order needs it: API reads of their own
+# (the mount only of a VM paused on an I/O error); the other facts come with the VM and its migrations.
 ON_DEMAND = frozenset({"stale", "apart_since", "target_unfit"})
 
 
