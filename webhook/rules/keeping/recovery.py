@@ -1,26 +1,21 @@
 """Recovering a VM stopped on a stale NFS mount without a reboot. Pure.
 
-A VM that Longhorn spared (its launcher pod's owner kind is on the blacklist) keeps the NFS mount
-of the share-manager that went away; on it QEMU stops the VM on an I/O error (condition Paused,
-reason PausedIOError). A live migration mounts its disks afresh in the target pod. KubeVirt facts
-(kubevirt/kubevirt):
+A VM that Longhorn spared (its launcher pod's owner kind on the blacklist) keeps the NFS mount of the
+share-manager that went away; on it QEMU stops the VM on an I/O error (Paused, reason PausedIOError). A
+live migration mounts its disks afresh in the target pod. KubeVirt (kubevirt/kubevirt):
 - the migration target keeps a paused VM paused (`pkg/virt-launcher/virtwrap/live-migration-target.go`:
   any Paused condition puts it in the paused set, `SyncVMI` resumes only outside it), and virt-handler
-  sets the Paused condition only where there is none (`pkg/virt-handler/vm.go`), so the VMI keeps
-  the condition it had, with its reason and lastTransitionTime; virt-handler's I/O-error retry acts
-  on the domain's own pause reason, which on the target is no longer an I/O error: the VM stays
-  paused until `PUT .../virtualmachineinstances/NAME/unpause` (`pkg/virt-api/rest/lifecycle.go`,
-  409 without a Paused condition);
+  sets the condition only where there is none (`pkg/virt-handler/vm.go`): the VMI keeps its reason and
+  lastTransitionTime; virt-handler's I/O-error retry acts on the domain's own pause reason, no longer an
+  I/O error there: the VM stays paused until `PUT .../NAME/unpause` (`pkg/virt-api/rest/lifecycle.go`);
 - a migration target pod has a required anti-affinity to the VMI's own pods
-  (`createMigrationPodAntiAffinityRule`): a VM beside its NFS server cannot migrate onto its own
-  node. Its recovery goes through another node, and the keeper's usual return brings it back:
-  two migrations (`ROUND_TRIP`).
-Whether such a migration can finish at all is one answer, `cannot_finish` (docs/operations.md):
-the switchover flushes the disk once on the old mount (QEMU's `migration_completion_precopy` ->
-`vm_stop_force_state` -> `bdrv_flush_all`), which with KubeVirt's cache `none` on NFS has nothing
-to send; virtio-blk carries the failed requests over (`virtio_blk_save_device`) and re-issues them
-on the target's mount once the VM runs. A hotplugged disk is the same: the target pod gets its own
-attachment pod, with a fresh mount (`migration.go`, `createAttachmentPod`).
+  (`createMigrationPodAntiAffinityRule`): a VM beside its NFS server goes through another node, and the
+  keeper's usual return brings it back: two migrations (`ROUND_TRIP`).
+Whether such a migration can finish is one answer, `cannot_finish` (docs/operations.md): the switchover
+flushes once on the old mount (QEMU's `migration_completion_precopy` -> `vm_stop_force_state` ->
+`bdrv_flush_all`), which with KubeVirt's cache `none` on NFS has nothing to send; virtio-blk carries the
+failed requests over (`virtio_blk_save_device`) and re-issues them on the target's mount. A hotplugged
+disk too: the target pod gets its own attachment pod, a fresh mount (`migration.go`, `createAttachmentPod`).
 """
 from __future__ import annotations
 
