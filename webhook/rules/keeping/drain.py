@@ -71,9 +71,8 @@ class DrainedVm(RunningVm):
 
     @property
     def recovery(self) -> int:
-        """What the keeper's recovery costs, at most, if its mount goes stale: two migrations when it
-        stays beside its NFS server (which restarts near it) or may land beside it; none when no
-        migration can recover it or the keeper is off. In report mode the keeper only says so."""
+        """The keeper's migrations, at most, if its mount goes stale: it may be beside its NFS server (two);
+        none when no migration can recover it or the keeper is off."""
         if not self.spared or self.cannot_finish or self.keep is KeepMode.OFF or (self.leaves and not self.migratable):
             return 0
         return ROUND_TRIP

@@ -31,8 +31,7 @@ Item = TypeVar("Item")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """The keeper's bounds: --keep-after, --keep-after-descheduled, --keep-max-inflight,
-    --keep-max-per-day, and KubeVirt's parallelMigrationsPerCluster and
+    """The keeper's bounds (its --keep-* flags) and KubeVirt's parallelMigrationsPerCluster and
     parallelOutboundMigrationsPerNode (its defaults, or --keep-max-outbound-per-node)."""
 
     after: timedelta = timedelta(seconds=600)

@@ -81,9 +81,8 @@ def needs_restart(stale: str, why: str) -> str:
 
 
 def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: datetime) -> tuple[str, str] | None:
-    """Our recovery migration of the VM that failed under way on this stale mount (created after the
-    remount request `since`; the VMI names it, with libvirt's words): (its name, why). A migration that
-    never got a target says nothing of the disk."""
+    """(name, libvirt's words) of our recovery migration of the VM that failed under way after the remount
+    request `since`, as the VMI names it; one that never got a target says nothing of the disk."""
     state = vmi.migration
     if state is None or not state.failed or not state.failure_reason or not state.migration_uid:
         return None
