@@ -1,12 +1,7 @@
-"""What the keeper does to the cluster, and nothing else: it carries out a plan
-(`rules.keeping.plan`) in its order — cancel a migration of ours whose target pod cannot be placed,
-unpause a VM carried paused onto a fresh mount, create the migration a decision calls for — each
-said in an Event on the VMI, a log line and a metric, each asking the Lease just before.
-
-One VM never stops another: whatever fails a write (a refusal, a 5xx, a 429, no answer within the
-timeout) is that VM's alone (`writes.Result.holds`, with the API's words: it holds that VM with a
-backoff of its own, `rules.keeping.state`), and the plan goes on with the next VM. Only the lease
-that may not last, or the API lost (`writes.Writes`: several VMs failing in a row), stops it.
+"""What the keeper does to the cluster, and nothing else: a plan (`rules.keeping.plan`) in its order
+(cancels, unpauses, creates), each an Event on the VMI, a log line and a metric, each asking the Lease
+just before. Whatever fails a write holds that VM alone (`writes.Result.holds`) and the plan goes on;
+only the lease or the API lost (`writes.Writes`) stops it.
 """
 from __future__ import annotations
 
@@ -41,8 +36,7 @@ class Actor:
 
     async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, writes: Writes, *,
                         priority: bool) -> list[Result]:
-        """The plan's cancels, then its unpauses and creates in the pass's order, each as `writes`'
-        bucket lets it, until the API is lost (`writes.lost`) or the lease may not last."""
+        """The plan's cancels, unpauses and creates as `writes`' bucket lets them, until the API or lease is lost."""
         results: list[Result] = []
         steps: list[Any] = [*plan.cancels, *(vm for vm in plan.vms if vm.move or vm.unpause)]
         for step in steps:
@@ -85,9 +79,8 @@ class Actor:
                       created=f"{migration.namespace}/{migration.name}", done=True)
 
     async def unpause(self, vm: Observed, step: VmPlan) -> Result:
-        """`PUT .../virtualmachineinstances/NAME/unpause` (subresources.kubevirt.io), what `virtctl
-        unpause` does. virt-api's 409 "VMI is not paused" means there is nothing left to do; its other
-        409s (not running, a snapshot under way) and any other failure hold the VM a short while."""
+        """`virtctl unpause`: virt-api's 409 "VMI is not paused" leaves nothing to do; its other 409s (not
+        running, a snapshot under way) and any other failure hold the VM a short while."""
         vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
         reason = step.resume.reason if step.resume is not None else ""
         answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.timeout)
@@ -103,9 +96,8 @@ class Actor:
         return Result(key=key, action=Action.UNPAUSE, words="unpaused", done=True, uid=vmi.uid)
 
     async def cancel(self, cancel: Cancel, now: datetime) -> Result:
-        """Delete a migration of ours whose target pod cannot be placed: it counts as failed, with the
-        scheduler's message, and the VM backs off. The delete names the migration's uid: a 404, or a
-        409 (the name now holds another object, ours is gone), is done."""
+        """Delete our migration whose target pod cannot be placed: failed, with the scheduler's message. By
+        uid: a 404 or a 409 (the name holds another object) is done."""
         migration = cancel.migration
         key, vm = (migration.namespace, migration.vmi), f"{migration.namespace}/{migration.vmi}"
         answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,

@@ -1,9 +1,6 @@
-"""What moving a VM apart from its storage needs, kept for as long as it is apart (a span):
-since when it has been apart, read from the cluster so that a new leader agrees; its launcher
-pod, read whole once; and whether its storage node can take the pod KubeVirt will create to
-migrate it there (`cluster.resolve.migration_target_pod`), with the webhook's never-strand checks. What it reads is
-named when it is made: the checks' store, the launcher pods the VM's node runs, and the API
-itself for what is read whole.
+"""A VM's span apart from its storage: since when, read from the cluster so that a new leader agrees;
+its launcher pod, read whole; and whether its storage node can take the pod KubeVirt will create to
+migrate it there (`lookup.resolve.migration_target_pod`, with the webhook's never-strand checks).
 """
 from __future__ import annotations
 
@@ -50,32 +47,18 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
 
 
 class ApartSpans:
-    """The span apart of each VM, by (namespace, name); a VM no longer apart is forgotten."""
+    """The reads of a VM's span apart; what is known of each span is the keeper's memory (`memory.Kept`)."""
 
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
         self.launchers, self.direct = launchers, direct
-        self._known: dict[VmKey, ApartSpan] = {}
-
-    def get(self, key: VmKey) -> ApartSpan | None:
-        return self._known.get(key)
-
-    def forget(self, key: VmKey) -> None:
-        self._known.pop(key, None)
-
-    def keep_only(self, keys: set[VmKey]) -> None:
-        for key in [k for k in self._known if k not in keys]:
-            del self._known[key]
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
-                 now: datetime) -> ApartSpan:
-        """When the VM became apart, derived from the cluster so a new leader agrees: the latest of
-        its last migration's end (`last_end`), its launcher pod's start and the start of the share-manager pods
-        serving its disks; when none is known, when this leader first saw it apart. And its
-        launcher pod without our pin, whole: the migration target is built from it."""
-        key = (vmi.namespace, vmi.name)
+                 now: datetime, known: ApartSpan | None = None) -> ApartSpan:
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
+        pod's start and its share-managers' (none known: when first seen apart, per `known`, the span as last
+        read); and its launcher pod, whole: the migration target is built from it."""
         node, target = where.node or "", where.target or ""
-        known = self._known.get(key)
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
         if same and known.pod is not None:
             return known
@@ -94,10 +77,8 @@ class ApartSpans:
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
         launcher = migration_source(pod, self.settings) if pod is not None else None
-        span = ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
-                          derived=derived is not None)
-        self._known[key] = span
-        return span
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
+                         derived=derived is not None)
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
@@ -116,10 +97,8 @@ class ApartSpans:
 
     async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
                            target: str, node: dict[str, Any] | None) -> str | None:
-        """Why the storage node (`target`, read as `node`) cannot take the pod KubeVirt will create
-        to migrate the VM there from `source` (its node, as read), or None when it can: the labels
-        KubeVirt adds for the migration first, in words, then the never-strand checks on that pod.
-        What cannot be built is a reason too."""
+        """Why `target` (read as `node`) cannot take the VM's migration target pod from `source`, or None: the
+        hostname label KubeVirt selects on, then the never-strand checks on that pod."""
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"

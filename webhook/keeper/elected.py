@@ -1,12 +1,6 @@
-"""`keep`: the keeper, leader-elected, in a process (and a pod) of its own.
-
-Every replica campaigns for the Lease (`lease.Elector`); the one that holds it runs a term: caches
-of its own (the disks' objects; VMIs and migrations come with the keeper's KubeVirt watch), its
-Events, and the keeper's passes (`keeper.Keeper`), which act only while the Lease lets them
-(`Elector.may_act`, asked before each create). A follower holds no caches: a term's caches, its
-connection and their memory end with the term. A term whose keeper fails hands the Lease over
-and this replica holds off before it campaigns again (5 s, doubling to 5 minutes while it keeps
-failing), so that another replica can lead.
+"""`keep`: the keeper, leader-elected (`lease.Elector`), in a process of its own. The leader's term has
+its own caches, Events and passes, acting only while the Lease lets them (`Elector.may_act`); a follower
+holds none. A term whose keeper fails hands the Lease over and holds off (BACKOFF) so another can lead.
 """
 from __future__ import annotations
 
@@ -56,8 +50,7 @@ class ElectedKeeper:
         await self.elector.stop()
 
     def degraded(self) -> list[str]:
-        """Readiness notes: the Lease cannot be read or written; the last term failed; what the
-        leading keeper cannot see or do (its caches, its watches, its last pass)."""
+        """Readiness notes: the Lease, the last term's failure, what the leading keeper cannot see or do."""
         notes = [f"lease: {self.elector.error}"] if self.elector.error else []
         if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < self.backoff[1]):
             notes.append(self.ended)
@@ -66,8 +59,7 @@ class ElectedKeeper:
         return notes
 
     async def _term(self) -> None:
-        """One term: the keeper's caches, Events and passes, until the term ends (the Elector
-        cancels it) or the keeper fails (then: hand over and hold off)."""
+        """One term, until the Elector cancels it or the keeper fails (then: hand over and hold off)."""
         self.ended = None
         try:
             await self._keep()
@@ -93,8 +85,7 @@ class ElectedKeeper:
             metrics.CACHE_HEALTHY.clear()  # the term's caches are gone: a follower reports none
 
     async def _failed(self, what: str) -> None:
-        """Say it, step down, hand the Lease over and hold off: 5 s, doubling to 5 minutes for
-        failures in a row (afresh 10 minutes after the last one)."""
+        """Say it, step down, hand the Lease over and hold off, doubling for failures in a row."""
         now = time.monotonic()
         self.failures = 1 if now - self._ended_at > STEADY else self.failures + 1
         pause = min(self.backoff[1], self.backoff[0] * 2 ** (self.failures - 1))

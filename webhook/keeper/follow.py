@@ -1,30 +1,25 @@
-"""Our migrations from creation to their end, and what the leader remembers of them.
-
-KubeVirt garbage-collects finished migrations, and a migration just created may not have
-reached the watch yet: per-day counts and backoff use the migrations the watch shows plus
-the ones remembered here. Each migration of ours that this leader saw unfinished (its own,
-or a previous leader's) is followed until it ends: an Event on the VMI and a metric then.
-One unfinished for an hour stops counting as in flight (`rules.keeping.migrations.STALE_AFTER`); it is
-left alone, never deleted. One deleted under way was aborted: it counts as failed. One the
-keeper cancelled (its target pod could not be placed) counts as failed from that moment, with
-the scheduler's message, whatever the watch still shows of it while KubeVirt tears it down.
+"""Our migrations from creation to their end. KubeVirt garbage-collects finished migrations and a new
+one may not have reached the watch yet: counts and backoff go by the watch plus what is remembered here.
+Each of ours seen unfinished is followed to its end (an Event and a metric then); one unfinished for an
+hour stops counting as in flight (`migrations.STALE_AFTER`), left alone; one deleted under way, or
+cancelled by the keeper (the scheduler's message), counts as failed.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
+from ..rules.keeping.state import REMEMBER
 from ..rules.shared.times import rfc3339
 from .apart_spans import VmKey
 
 log = logging.getLogger("webhook.keeper")
 
-REMEMBER = timedelta(hours=48)  # longer than the per-day window and the backoff cap
 MigrationKey = tuple[str, str]  # a migration's namespace and name
 
 
@@ -42,9 +37,8 @@ class Follower:
         self._shown: set[MigrationKey] = set()  # ours in the watch as last observed
 
     def remember(self, migrations: Sequence[Migration]) -> None:
-        """Ours as the keeper's record keeps them (a previous leader's, some perhaps garbage-collected
-        since): counted as the watch would have shown them; one unfinished is followed to its end. Ours
-        that ended and the watch no longer shows are the record's to keep: forgotten unless it does."""
+        """Ours as the keeper's record keeps them, counted as the watch would show them, one unfinished followed;
+        those ended that the watch no longer shows are the record's to keep."""
         for key in [k for k, m in self._ours.items() if m.final and k not in self._shown and k not in self._open]:
             del self._ours[key]
         for migration in migrations:
@@ -57,8 +51,7 @@ class Follower:
                 self._open.add(key)
 
     def ours(self) -> list[Migration]:
-        """Ours as now known that the watch does not show (garbage-collected, deleted, not yet shown):
-        what the keeper's record keeps."""
+        """Ours the watch does not show (garbage-collected, deleted, not yet shown): the record's."""
         return [m for key, m in self._ours.items() if key not in self._shown]
 
     def created(self, migration: Migration) -> None:
@@ -77,8 +70,7 @@ class Follower:
         self._announce(failed, uid, why)
 
     def history(self, watched: Sequence[Migration]) -> list[Migration]:
-        """Every migration to count: what the watch shows (ours that we cancelled as we know them),
-        plus ours that it no longer (or not yet) shows."""
+        """Every migration to count: the watch's (ours cancelled as we know them), plus ours it does not show."""
         shown = {_key(m) for m in watched}
         return ([self._ours[key] if (key := _key(m)) in self._cancelled else m for m in watched]
                 + [m for key, m in self._ours.items() if key not in shown])

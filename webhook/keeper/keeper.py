@@ -1,21 +1,13 @@
-"""The keeper's passes: where each opted-in VM runs against where its disks are served, and
-one targeted live migration for a VM that has been apart long enough.
+"""The keeper's passes, in the shape of a controller's reconcile: observe (`observe.py`, reads only),
+plan (`rules.keeping.plan`, pure: the plan `status` shows), probe when due (`probe.py`: the dry run of
+targeted migration, then plan again), act (`act.py`, writes only), and remember what came of it
+(`memory.py`; the keeper's state in the cluster, `state_store.py`).
 
-Each pass observes (`observe.py`, reads only: a record per VM, each node read once, the pass-wide
-facts), plans (`rules.keeping.plan`, pure: the same plan `status` shows), probes when due (`probe.py`:
-the dry run of targeted migration, then plans again), acts (`act.py`, writes only: cancels, unpauses,
-creates) and records what came of it (`memory.py`, and the keeper's state in the cluster,
-`state_store.py`), in the shape of a controller's reconcile. Conservative by construction: a pass
-every `period` seconds; the plan holds a VM for any of its reasons; a pass creates no more than the
-in-flight bounds allow; nothing is created on an incomplete view of the cluster (a cache failing or
-not synced, a disk the API could not tell about), without the lease,
-or before a dry run has shown that the cluster keeps `spec.addedNodeSelector`. An action the API
-fails for one object (refused, 5xx, 429, no answer) holds that VM alone, with a backoff of its own;
-only the API lost (several VMs failing in a row) or the lease stops the pass, and a bucket bounds the
-writes as a whole (`writes.py`). Each action is an Event on the VMI and a log line; each pass returns its
-report (the records with it), sets the metrics from it and logs it at debug level. The passes run in
-`keep`'s process (`elected.py`), never on admission's loop; a pass still gives its loop back every few
-milliseconds (`process.pace.Pacer`), so that the Lease is renewed and the probes answer during a long pass.
+Conservative by construction: the plan holds a VM for any of its reasons; nothing is created beyond the
+in-flight bounds, on an incomplete view, without the lease, or before a dry run showed that the cluster
+keeps `spec.addedNodeSelector`. A write that fails holds its VM alone (`writes.py`); only the API lost or
+the lease stops a pass. The passes run in `keep`'s process (`elected.py`), giving the loop back every few
+milliseconds (`process.pace.Pacer`) so that the Lease is renewed and the probes answer.
 """
 from __future__ import annotations
 
@@ -92,8 +84,7 @@ class PassReport:
 
 @dataclasses.dataclass(frozen=True)
 class Observation:
-    """What one pass observed: the running opted-in VMs, what the whole pass goes by, and the
-    migrations of ours whose target pod the scheduler has not placed."""
+    """What one pass observed: its VMs, the pass-wide facts, our migrations whose target pod is not placed."""
 
     vms: tuple[Observed, ...]
     facts: PassFacts
@@ -101,8 +92,7 @@ class Observation:
 
 
 def show(report: PassReport) -> None:
-    """The metrics of a pass, from its report: every state set, how long the VMs apart have been
-    apart, and what holds them (every hold set, 0 for none)."""
+    """The metrics of a pass, from its report: every state and hold set (0 for none), and the spans apart."""
     for state in VmState:
         metrics.VMS.labels(state).set(report.states.get(str(state), 0))
     for hold in HOLDS:
@@ -123,9 +113,8 @@ def _log_pass(report: PassReport) -> None:
 
 
 class Keeper:
-    """The passes. `run()` is what the elected replica runs. One pass on its own (a benchmark,
-    a test): `async with keeper.watching(): report = await keeper.run_pass()`; `report.vms` says
-    what it made of each VM."""
+    """The passes: `run()` for the elected replica; one pass on its own (a benchmark, a test):
+    `async with keeper.watching(): report = await keeper.run_pass()`."""
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
@@ -143,8 +132,9 @@ class Keeper:
         self.state_store = state  # where the keeper's record is kept (None: in this process alone)
         self.state = KeeperState()  # this leader's; the record taken in whenever it changed
         self._unread = ""  # why the record could not be read this pass
-        self.memory = Memory(ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
-                                        direct=store.direct), events)
+        self.memory = Memory(clock, events)
+        self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
+                                direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self._watch: KubeVirtWatch | None = None
         self.passes = 0  # passes made over synced caches
@@ -159,13 +149,14 @@ class Keeper:
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
         """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, self.clock)
-        self._watch, self.memory.pause_log = watch, watch.pauses
+        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, (self.memory.saw,))
+        self._watch = watch
         watch.start()
         try:
             yield watch
         finally:
-            self._watch, self.memory.pause_log = None, None
+            self._watch = None
+            self.memory.unwatched()
             await watch.close()
 
     async def run(self) -> None:
@@ -196,8 +187,7 @@ class Keeper:
     # ----------------------------------------------------------------- one pass
 
     async def run_pass(self) -> PassReport:
-        """Observe every running opted-in VM once, decide each, create what the decisions and
-        bounds allow; record it all, and set the metrics from the pass's report."""
+        """One pass over synced caches; its report sets the metrics."""
         now = self.clock()
         watch = self._watch
         if watch is None or not watch.synced() or not self.store.synced():
@@ -247,8 +237,8 @@ class Keeper:
         return report
 
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> Observation:
-        """Read the VMIs and migrations, follow ours, observe each running opted-in VM, the migrations
-        of ours whose target pod cannot be placed, and the pass-wide facts. Reads only."""
+        """The VMIs and migrations (ours followed), each running opted-in VM, our migrations whose target pod
+        cannot be placed, and the pass-wide facts. Reads only."""
         seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
         for malformed in seen.malformed:
             self.memory.skip(malformed)
@@ -272,7 +262,7 @@ class Keeper:
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        observer = Observer(store=self.store, settings=self.settings, spans=self.memory.spans,
+        observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
                             recall=self.memory, turn=self.passes)
         pace, observed, unpaused = Pacer(), [], self.memory.just_unpaused(now)
@@ -282,9 +272,8 @@ class Keeper:
         return observed
 
     async def _state(self, now: datetime) -> KeeperState:
-        """The keeper's record, read each pass and taken in when it is not what this leader last read or
-        wrote (a new term, an admin's edit or delete); what was lost of it is said, the rest rebuilt from
-        the cluster (ours as the watch shows them). One that cannot be read leaves this leader's view."""
+        """The keeper's record, taken in when it is not what this leader last read or wrote (a new term, an
+        admin's edit): what was lost is said and rebuilt from the cluster. Unreadable: this leader's view stays."""
         self._unread = ""
         try:
             read = await self.state_store.read() if self.state_store is not None else None
@@ -318,8 +307,7 @@ class Keeper:
         log.warning("keeper record problem", extra={"fields": {"problem": problem, "why": why, "then": then}})
 
     def _remember(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's record, and in the keeper's state: one more failure in a row
-        (the VM is held a while longer), or none once the action went through."""
+        """An action's result in the VM's record and in the keeper's state: one more refusal in a row, or none."""
         if result.words:
             self.memory.acted(result.key, result.words, now)
         namespace, name = result.key

@@ -1,19 +1,13 @@
-"""KubeVirt objects the keeper reads and writes: VMIs and migrations, watched and created.
-
-VirtualMachineInstances and VirtualMachineInstanceMigrations are listed and watched cluster
-wide with the same Informer/Reflector machinery as the admission caches, trimmed to what
-the keeper's rules read (shapes.py, from what the readers declare: rules/shared/declared.py). Migrations are
-created here, dry-run created to learn whether the cluster keeps `spec.addedNodeSelector`
-(KubeVirt >= 1.6; older CRD schemas prune it, kubevirt/kubevirt
-`staging/src/kubevirt.io/api/core/v1/types.go`) and `spec.priority`, and deleted to cancel them,
-by uid: never another object that took the same name. A VM the keeper recovered is unpaused
-through virt-api's subresource (`unpause_vmi`).
+"""KubeVirt objects the keeper reads and writes. VMIs and migrations are watched cluster wide, trimmed
+to what the keeper's rules read (`stores/shapes.py`). Migrations are created (dry-run first: is
+`spec.addedNodeSelector`, KubeVirt >= 1.6, kept, and `spec.priority`? older CRD schemas prune them,
+kubevirt/kubevirt `staging/src/kubevirt.io/api/core/v1/types.go`) and deleted by uid, never another
+object under the same name. A recovered VM is unpaused through virt-api's subresource.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -23,52 +17,20 @@ from ..config import Settings
 from ..kinds import VMI, VMIM
 from ..cluster.client import ApiUnreachable, request
 from ..cluster.informer import Informer, Informers
+from ..cluster.table import Watcher
 from ..stores.shapes import shapes
 from ..cluster.reflector import Timing
-from ..rules.keeping.recovery import Pauses
-from ..rules.keeping.running import io_paused_since
-
-
-class PauseLog:
-    """Each VMI's I/O-error pauses as the watch streams them (every Paused condition's lastTransitionTime,
-    KubeVirt's re-stamps included: a pause its retry lifts a moment later is seen too), the newest MOST,
-    and since when the watch has shown the VMI (`clock`'s time): what a pass cannot see in one look."""
-
-    MOST = 16
-
-    def __init__(self, clock: Callable[[], datetime]):
-        self.clock = clock
-        self._seen: dict[str, Pauses] = {}
-
-    def saw(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """A table watcher: (old, new) of each change to a VMI."""
-        uid = kinds.meta(new if new is not None else old).get("uid")
-        if not isinstance(uid, str):
-            return
-        if new is None:
-            self._seen.pop(uid, None)
-            return
-        known = self._seen.get(uid) or Pauses(watched_since=self.clock())
-        at = io_paused_since(new)
-        if at is not None and at not in known.at:
-            known = dataclasses.replace(known, at=tuple(sorted((*known.at, at)))[-self.MOST:])
-        self._seen[uid] = known
-
-    def of(self, uid: str) -> Pauses:
-        return self._seen.get(uid) or Pauses()
 
 
 class KubeVirtWatch(Informers):
-    """VMIs and migrations of the whole cluster, listed and watched while the keeper leads; the VMIs'
-    I/O-error pauses logged as they come (`pauses`)."""
+    """VMIs and migrations of the whole cluster, listed and watched while the keeper leads; each change
+    to a VMI told to `watchers` as it comes."""
 
     task_prefix = "keeper"
 
-    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing(),
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing(), watchers: tuple[Watcher, ...] = ()):
         shape = shapes(settings)
-        self.pauses = PauseLog(clock)
-        self.vmis = Informer(VMI, shape[VMI.kind], watchers=(self.pauses.saw,))
+        self.vmis = Informer(VMI, shape[VMI.kind], watchers=watchers)
         self.migrations = Informer(VMIM, shape[VMIM.kind])
         super().__init__(api, timing, (self.vmis, self.migrations))
 
@@ -90,8 +52,7 @@ def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
 
 @dataclasses.dataclass(frozen=True)
 class Created:
-    """The API's answer to a create or a delete: the object as stored (or as it would be, for a
-    dry run), or why there is none."""
+    """The API's answer to a write: the object as stored (or would be, for a dry run), or why there is none."""
 
     status: int  # 0 when no HTTP answer came
     obj: dict[str, Any] | None
@@ -103,22 +64,19 @@ class Created:
 
 
 async def create_migration(api: Any, manifest: dict[str, Any], *, timeout: float, dry_run: bool = False) -> Created:
-    """POST one VirtualMachineInstanceMigration. A dry run asks for strict field validation, so
-    a schema that does not know a field answers 400 rather than dropping it silently."""
+    """POST one migration; a dry run asks for strict field validation: an unknown field is a 400, not dropped."""
     namespace = kinds.meta(manifest).get("namespace")
     query = [("dryRun", "All"), ("fieldValidation", "Strict")] if dry_run else []
     return await _call(api, "POST", VMIM.path(namespace), query=query, body=manifest, timeout=timeout)
 
 
 def delete_options(uid: str) -> dict[str, Any]:
-    """The body of a DELETE that removes only the object with this uid: the apiserver answers 409
-    Conflict when the name now holds another one (ours deleted, someone's re-created under it)."""
+    """A DELETE of this uid only: the apiserver answers 409 when the name now holds another object."""
     return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
 
 
 async def delete_migration(api: Any, namespace: str, name: str, *, uid: str, timeout: float) -> Created:
-    """DELETE one migration, the one with `uid` only: what `virtctl migrate-cancel` does; KubeVirt
-    aborts it."""
+    """DELETE one migration, by uid: what `virtctl migrate-cancel` does; KubeVirt aborts it."""
     return await _call(api, "DELETE", VMIM.path(namespace, name), body=delete_options(uid), timeout=timeout)
 
 
@@ -127,10 +85,8 @@ VMI_SUBRESOURCES = dataclasses.replace(VMI, group="subresources.kubevirt.io")
 
 
 async def unpause_vmi(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
-    """PUT `.../virtualmachineinstances/NAME/unpause` (`subresources.kubevirt.io/v1`), what
-    `virtctl unpause vmi` does (RBAC: `update` on `virtualmachineinstances/unpause`). virt-api answers
-    200 with no body, and 409 Conflict for a VMI that is not running or has no Paused condition.
-    `obj` is {} on success."""
+    """`virtctl unpause vmi` (RBAC: `update` on `virtualmachineinstances/unpause`). virt-api answers 200 with
+    no body (`obj` is {}), 409 for a VMI that is not running or has no Paused condition."""
     done = await _call(api, "PUT", f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause", body={}, timeout=timeout)
     return Created(done.status, {}) if 200 <= done.status < 300 else done
 
@@ -141,22 +97,23 @@ async def _call(api: Any, method: str, path: str, *, query: list[tuple[str, str]
         status, raw = await request(api, method, path, query=query, body=body, timeout=timeout)
     except ApiUnreachable as exc:
         return Created(0, None, f"no answer within {timeout:g}s" if exc.timed_out else str(exc))
+    if not 200 <= status < 300:
+        return Created(status, None, answered(status, raw))
+    answer = _json(raw)
+    if not isinstance(answer, dict):
+        return Created(status, None, f"API answered {status} without an object")
+    return Created(status, answer)
+
+
+def _json(raw: bytes) -> Any:
     try:
-        answer = orjson.loads(raw) if raw else None
+        return orjson.loads(raw) if raw else None
     except ValueError:
-        answer = None
-    if 200 <= status < 300:
-        if not isinstance(answer, dict):
-            return Created(status, None, f"API answered {status} without an object")
-        return Created(status, answer)
-    return Created(status, None, answered(status, raw))
+        return None
 
 
 def answered(status: int, raw: bytes) -> str:
     """A failed answer in words: its status and the API's own message (a Status object's)."""
-    try:
-        answer = orjson.loads(raw) if raw else None
-    except ValueError:
-        answer = None
+    answer = _json(raw)
     message = answer.get("message") if isinstance(answer, dict) else None
     return f"API answered {status}" + (f": {str(message)[:300]}" if message else "")

@@ -1,26 +1,15 @@
-"""One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease.
-
-Built on kubernetes-asyncio's `leaderelection` (LeaderElection, electionconfig.Config, and
-its LeaseLock extended in `leaselock.py` by overriding its public get, create and update),
-with the gaps closed that matter for something that creates migrations:
+"""One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease, with
+kubernetes-asyncio's `leaderelection` (its LeaseLock extended in `leaselock.py`) and its gaps closed:
 
 - `LeaderElection.run()` returns once the lease is lost: the Elector campaigns again.
-- Its Lease calls have no timeout, and a timeout on the client's session would not help:
-  kubernetes-asyncio's REST client passes `aiohttp.ClientTimeout()` (no limit) with every
-  call, which overrides the session's. Each Lease call here carries `_request_timeout`.
-- Errors other than ApiException escape `run()` (a timeout, a refused connection, a body
-  that is not JSON): the Lease calls turn them into a failed attempt, as the library does
-  with API errors; whatever still escapes ends the term, and a new campaign starts.
-- The library deposes its leader only after failing to renew for the whole renew deadline,
-  and only between calls, so a hanging call keeps a stale leader acting. Here the term ends
-  AT ONCE: when a read of the Lease names another holder, or when the renew deadline has
-  passed since the last successful renewal, whatever the library is waiting for.
-- Cancelling `run()` would leave what the library started for its leader running: the
-  keeper runs under the Elector, which cancels it itself.
-- The library never releases the lease: `stop()` clears its holder, as client-go's
-  ReleaseOnCancel does, so another replica takes over at its next try, not after expiry.
-- Its writes log a traceback for every conflict, which two replicas starting together
-  produce: the two writes are redone here (the same calls), reporting a one-line reason.
+- Its Lease calls have no timeout (its REST client passes `aiohttp.ClientTimeout()`, no limit, with
+  every call, overriding the session's): each carries `_request_timeout`; other errors than
+  ApiException count as a failed attempt, and whatever still escapes ends the term.
+- It deposes its leader only between calls, after the whole renew deadline, so a hanging call keeps a
+  stale leader acting: here the term ends AT ONCE when a read names another holder or the deadline passes.
+- Cancelling `run()` would leave its leader's work running: the Elector cancels the keeper itself.
+- It never releases the lease: `stop()` clears its holder, as client-go's ReleaseOnCancel does.
+- It logs a traceback for every write conflict (two replicas starting together): one line here.
 """
 from __future__ import annotations
 
@@ -65,8 +54,8 @@ def lease_namespace(settings: Settings, env: Mapping[str, str] | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class LeaseTiming:
-    """client-go's defaults (as controller-runtime uses them). The library wants whole seconds
-    of at least 1 and renew_deadline > 1.2 × retry_period < lease_duration."""
+    """client-go's defaults. The library wants whole seconds of at least 1 and renew_deadline > 1.2 × retry_period
+    < lease_duration."""
 
     lease_duration: int = 15  # a follower takes over this long after the last renewal it saw
     renew_deadline: float = 10.0  # a leader that has not renewed for this long stops acting
@@ -102,14 +91,13 @@ class Elector:
     # ----------------------------------------------------------------- queries
 
     def may_act(self, within: float = 0.0) -> bool:
-        """Leading, and still within the renew deadline `within` seconds from now (an action
-        that takes that long ends before a follower could take over)."""
+        """Leading, and still within the renew deadline `within` seconds from now: an action that long ends
+        before a follower could take over."""
         until = self.acting_until()
         return until is not None and asyncio.get_running_loop().time() + within < until
 
     def acting_until(self) -> float | None:
-        """The loop time at which the leader stops acting unless the Lease is renewed (None when
-        not leading): what `may_act` goes by."""
+        """The loop time at which the leader stops acting unless the Lease is renewed (None: not leading)."""
         if not self.leading or self._renewed_at is None:
             return None
         return self._renewed_at + self.timing.renew_deadline
@@ -134,8 +122,7 @@ class Elector:
         self._resume_at = asyncio.get_running_loop().time() + seconds
 
     async def campaign(self) -> None:
-        """One campaign: acquire the Lease, lead while it is renewed; returns when the term ends
-        (at once while held off)."""
+        """Acquire the Lease and lead while it is renewed; returns when the term ends (at once while held off)."""
         if asyncio.get_running_loop().time() < self._resume_at:
             return
         from kubernetes_asyncio.leaderelection.electionconfig import Config

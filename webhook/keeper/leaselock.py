@@ -1,8 +1,6 @@
-"""The one extension of kubernetes-asyncio's leader election the keeper needs: its LeaseLock with
-each Lease call bounded in time, and each outcome reported to the Elector (`lease.py`). Kept
-apart, and held to the library by tests/keeper/test_leaselock.py: it overrides `get`, `create`
-and `update` (what `LeaderElection` calls), reuses `update_lease` and `lease_reference`, and
-passes `_request_timeout` to CoordinationV1Api's Lease calls.
+"""kubernetes-asyncio's LeaseLock with each Lease call bounded in time and each outcome reported to the
+Elector (`lease.py`). Held to the library by tests/keeper/test_leaselock.py: it overrides `get`, `create`
+and `update`, reuses `update_lease` and `lease_reference`, and passes `_request_timeout`.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""What a pass (or `status`) observes of the cluster: reads only, nothing written. Each running
-opted-in VM as its decision needs it (`VmFacts`: where it runs against where its disks are served,
-its migrations, whether its NFS mount is stale, the refusals of its actions from the keeper's
-state), the migrations of ours whose target pod cannot be placed (`Stuck`), and what the whole pass
-goes by (`PassFacts`). The keeper and `status` observe here and both hand the result to the one
-plan (`rules.keeping.plan`), so an admin sees the very answer the keeper acts on.
+"""What a pass (or `status`) observes of the cluster, reads only: each running opted-in VM as its
+decision needs it (`VmFacts`), our migrations whose target pod cannot be placed (`Stuck`), and what the
+whole pass goes by (`PassFacts`). Both hand it to the one plan (`rules.keeping.plan`), so an admin sees
+the very answer the keeper acts on.
 """
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ import asyncio
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from ..lookup.resolve import migration_source, resolve_disks
 from ..stores.store import Store, StoreError
@@ -41,18 +39,24 @@ from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
-from .apart_spans import Launchers, ApartSpan, ApartSpans, started
+from .apart_spans import Launchers, ApartSpan, ApartSpans, started, VmKey
 
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
 RECENT = timedelta(hours=1)  # pauses seen this recently make the observer read a VM's mount
 
 
-class Recall(Protocol):
-    """What the keeper remembers of a VM beyond one pass: the I/O-error pauses its watch saw, and its
-    unpauses of the VM in one pod (`status` remembers nothing: it reads each once)."""
+class Recall:
+    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): the pauses its watch saw and
+    its unpauses, by VMI uid; its span apart. This one remembers nothing, as `status`: it reads each once."""
 
-    def pauses(self, uid: str) -> Pauses: ...
-    def unpauses(self, uid: str, pod_started: datetime | None) -> int: ...
+    def pauses(self, uid: str) -> Pauses:
+        return Pauses()
+
+    def span(self, key: VmKey) -> ApartSpan | None:
+        return None
+
+    def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
+        """The VM's span apart as now known (None: it is not apart)."""
 
 
 class Nodes:
@@ -88,20 +92,18 @@ class Observer:
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
-    recall: Recall | None = None  # the keeper's memory of each VM (`status` has none)
+    recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
-        """What the VM's decision needs; `history` holds its own migrations only, `state` the refusals
-        of its actions, `unpaused` the uids of VMIs this reader unpaused a moment ago. What
-        the checks need of it beyond what comes with it (`keep.ON_DEMAND`: its mount, its span
-        apart, its storage node's answer) is read as the hold table reaches it (`keep.next_read`): a
-        VM an earlier check holds is read no further, but for the mount of a VM paused on an I/O
-        error (whether to unpause it)."""
+        """What the VM's decision needs (`history`: its own migrations; `unpaused`: the uids unpaused a moment
+        ago). `keep.ON_DEMAND` is read as the hold table reaches it (`keep.next_read`): a VM an earlier check
+        holds is read no further, but for the mount of a VM paused on an I/O error (whether to unpause it)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
+        key = (vmi.namespace, vmi.name)
         if where.state is not APART:
-            self.spans.forget((vmi.namespace, vmi.name))
+            self.recall.spanned(key, None)
         moved = last_move(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
@@ -125,7 +127,8 @@ class Observer:
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if span is None:  # how long it has been apart comes with it
-                span = await self.spans.of(vmi, where, disks, facts.last_end, now)
+                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.recall.span(key))
+                self.recall.spanned(key, span)
                 read.add("apart_since")
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, span)
@@ -137,14 +140,11 @@ class Observer:
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration], now: datetime,
                      state: KeeperState) -> VmFacts:
-        """The VM's mount (`recovery.Mount`), read of a VM paused on a disk I/O error now or within RECENT,
-        and from it whether its NFS mount is stale (`recovery.judge`: KubeVirt's retry failed once the new
-        NFS server served), what it waits for if not yet, and whether a migration off it can finish. A VM
-        that never paused on an I/O error is read no further. The keeper's evidence in its record (`state`)
-        stands for that mount: what its watch saw, `status` and the next leader cannot. What cannot be read
-        says nothing: the VM is left as it is (`status` notes it paused)."""
+        """Of a VM paused on an I/O error now or within RECENT: its mount, whether it is stale (`recovery.judge`),
+        and whether a migration off it can finish. The evidence in the keeper's record (`state`) stands for what
+        its watch saw, that `status` and the next leader cannot. What cannot be read leaves the VM as it is."""
         vmi = facts.vmi
-        pauses = self.recall.pauses(vmi.uid) if self.recall is not None else Pauses()
+        pauses = self.recall.pauses(vmi.uid)
         paused = vmi.paused_since if vmi.paused == PAUSED_IO_ERROR else None
         kept = state.evidence(vmi.namespace, vmi.name, vmi.uid)
         if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at) and kept is None:
@@ -152,8 +152,7 @@ class Observer:
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
-        unpauses = self.recall.unpauses(vmi.uid, mount.pod_started) if self.recall is not None else 0
-        facts = dataclasses.replace(facts, mount=mount, unpauses=unpauses)
+        facts = dataclasses.replace(facts, mount=mount, unpauses=pauses.unpauses(mount.pod_started))
         judged = judge(mount, pauses, paused, now, Stale(kept.words, kept.requested) if kept is not None else None)
         if not isinstance(judged, Stale):
             return dataclasses.replace(facts, retry=judged)
@@ -182,10 +181,9 @@ class Observer:
         return Mount(pod_started=started(pod), servers=tuple(servers), faulted=tuple(faulted))
 
     async def _via(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
-        """For a stale VM beside its NFS server: an other node that can take the pod KubeVirt will create
-        to migrate it (the checks of a migration to its storage node), as read and by name; else why none
-        can. Nodes that take pods (not cordoned, no NoSchedule or NoExecute taint) come first, by name; at
-        most VIA_CHECKS a pass, each pass going on where the last one stopped."""
+        """For a stale VM beside its NFS server: another node that can take its migration target pod (as read,
+        by name), else why none can. Nodes that take pods first, by name; at most VIA_CHECKS a pass, each pass
+        going on where the last one stopped."""
         here = vmi.node or ""
         pod, problem = await self.spans.launcher_pod(vmi, here)
         view = await self.spans.store.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
@@ -225,8 +223,8 @@ class Observer:
 
 
 def serving_since(pod: dict[str, Any] | None) -> datetime | None:
-    """Since when a share-manager pod serves: its Ready condition's last transition (a pod that says
-    nothing of readiness: its start), None while it is not running and ready."""
+    """Since when a share-manager pod serves: its Ready condition's last transition (no conditions: its
+    start); None while it is not running and ready."""
     if not pod or kinds.meta(pod).get("deletionTimestamp") or kinds.status(pod).get("phase") != "Running":
         return None
     conditions = [c for c in kinds.status(pod).get("conditions") or () if isinstance(c, dict)]
@@ -244,8 +242,7 @@ def takes_pods(node: Any) -> bool:
 
 def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,
                targeted: TargetedMigration, *, incomplete: str = "", lease: bool = True) -> PassFacts:
-    """What every decision of the pass goes by: the settings' bounds and mode, the migrations in
-    flight (of any origin, `history`, against `vmis`), the last answer on targeted migration."""
+    """What every decision of the pass goes by: the bounds, the migrations in flight, targeted migration."""
     history = list(history)
     ours, everyone = in_flight_counts(history, now)
     return PassFacts(now=now, limits=Limits.of(settings), mode=settings.keep, targeted=targeted.available,
@@ -255,9 +252,8 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
 
 def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,
           state: KeeperState) -> list[Stuck]:
-    """Our unfinished migrations whose target pod the scheduler has not placed (condition
-    PodScheduled False, reason Unschedulable), read from the cached launcher pods: since when and
-    the scheduler's words, with the refusal of an earlier cancel."""
+    """Our unfinished migrations whose target pod is Unschedulable (PodScheduled False), from the cached
+    launcher pods: since when, the scheduler's words, the refusal of an earlier cancel."""
     found = []
     for migration in history:
         if not migration.ours or migration.final or not migration.uid:

@@ -1,5 +1,5 @@
-"""One running opted-in VM as a pass (or `status`) observed it, and the migration a plan's move
-makes of it: shared by observing, probing and acting, which never import each other."""
+"""One running opted-in VM as a pass (or `status`) observed it, and the migration a plan's move makes
+of it: shared by observing, probing and acting, which never import each other."""
 from __future__ import annotations
 
 import dataclasses

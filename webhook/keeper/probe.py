@@ -1,7 +1,5 @@
-"""The keeper's one probe: a server-side dry run of the migration it is about to create, to learn
-whether the cluster keeps `spec.addedNodeSelector` and `spec.priority` (`targeted.py`). It writes
-nothing (`dryRun=All`), but it is a request of its own, made between two plans, never while
-observing, and a write as the bucket and the API lost count them (`writes.py`)."""
+"""The keeper's one probe (`targeted.py`): a dry run writes nothing, but it is a request of its own, made
+between two plans, and counts as a write for the bucket and the API lost (`writes.py`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,11 +26,10 @@ def _would_move(vm: VmPlan) -> bool:
 async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts], Plan], facts: PassFacts,
                        observed: Mapping[tuple[str, str], Observed], writes: Writes,
                        hold: Callable[[Result], None]) -> PassFacts:
-    """The pass's facts with the answer on targeted migration. When it is due to be (re)checked, the
-    dry run is made of the first VM of the plan that would move (or be held only by the mode or the
-    lease) if it worked. One that proves nothing (refused for that VMI, 5xx, no answer) holds that VM
-    as a failed create would (`hold`: so later passes dry-run others), and the plan made again names
-    the next VM, up to PROBES a pass. While no VM comes to that, decisions go as if it works."""
+    """The pass's facts with the answer on targeted migration, when due: the dry run of the plan's first VM
+    that would move if it worked. One that proves nothing holds that VM as a failed create would (`hold`:
+    later passes dry-run others), and the next plan names the next VM, up to PROBES a pass. While no VM
+    comes to that, decisions go as if it works."""
     if not targeted.due():
         return facts
     assumed, tried = dataclasses.replace(facts, targeted=True), set[tuple[str, str]]()

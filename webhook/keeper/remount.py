@@ -1,12 +1,7 @@
-"""Whether Longhorn reboots co-located VMs when their share-manager restarts, as the Longhorn that
-runs is set now (`rules.shared.longhorn.restarts_vms`): read once a pass (one list of Longhorn's
-Settings), exported as `colocate_longhorn_restarts_vms`, and said in one log line at the first pass
-and whenever one of the Settings it reads changes.
-
-It changes nothing unless the admin asked for it (`--spare-vms on`, the install's option): then,
-while it leads, a pass whose read shows the VMI kind missing from the blacklist adds it
-(`keeper.spare`: the other kinds kept, a concurrent change read again), one write at most a pass,
-an Event on the Setting; a value it cannot read is left alone and said."""
+"""Whether Longhorn reboots co-located VMs when their share-manager restarts
+(`rules.shared.longhorn.restarts_vms`), read once a pass, exported as `colocate_longhorn_restarts_vms`
+and logged when it changes. With `--spare-vms on`, the leader adds the VMI kind to the blacklist where
+it is missing (`keeper.spare`), one write at most a pass."""
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,5 @@
-"""The keeper's process (`keep`): its operations port (/healthz, /readyz, /metrics of the keeper's
-registry) and, unless it is off, the elected keeper in the mode the webhook's Deployment lets it
-act in (upgrade.py). On SIGTERM or SIGINT it stops acting at once, ends its term, hands the Lease
-over, and exits 0."""
+"""The keeper's process (`keep`): its operations port and, unless off, the elected keeper in the mode the
+webhook's Deployment lets it act in (upgrade.py). SIGTERM: it stops acting, hands the Lease over, exits 0."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,13 +1,8 @@
-"""`spare-vms` (and the keeper with `--spare-vms on`): Longhorn's Setting `blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly`
-with `kubevirt.io/VirtualMachineInstance` in it, so that a share-manager restart no longer deletes
-launcher pods (rebooting their VMs); `--undo` takes it out again. The other kinds stay as they
-are, in their order (`rules.shared.longhorn.sparing`); run twice, it changes nothing the second time.
-
-The price, said in docs/operations.md: a VM whose NFS server moved keeps the mount it had, which
-Longhorn's deletion exists to refresh (longhorn/longhorn#12986).
-
-The write is a JSON patch that tests the resourceVersion read just before: a concurrent change is
-refused (422) and read again, never overwritten. What changed is an Event on the Setting.
+"""`spare-vms` (and `--spare-vms on`): `kubevirt.io/VirtualMachineInstance` in Longhorn's Setting
+`blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly`, so that a share-manager restart no
+longer deletes launcher pods (rebooting their VMs); `--undo` takes it out. The price (docs/operations.md):
+a VM whose NFS server moved keeps its mount, which that deletion refreshes (longhorn/longhorn#12986).
+The JSON patch tests the resourceVersion just read: a concurrent change is read again, never overwritten.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The keeper's record (`rules.keeping.state`, spelled as `rules.keeping.record`) in the cluster: one
-ConfigMap beside the keeper's Lease, `<lease name>-state`, read by the leader each pass (taken in when
-someone else changed it) and by `status`, written by the leader after a pass that changed it. One read
-and at most one write a pass; the keeper's account may `get` and `update` that ConfigMap alone (and
-`create` ConfigMaps in its namespace: Kubernetes cannot narrow `create` by name).
+"""The keeper's record (`rules.keeping.record`) in one ConfigMap beside its Lease, `<lease name>-state`:
+read by the leader each pass and by `status`, written by the leader when it changed. Its account may
+`get` and `update` that ConfigMap alone (and `create` ConfigMaps: Kubernetes cannot narrow it by name).
 """
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[str
 
 
 def _answer(raw: bytes) -> tuple[str, str | None]:
-    """The record in a ConfigMap as the API answered it ("": none) and the ConfigMap's resourceVersion
-    (None: not said, the next write reads it)."""
+    """The record in a ConfigMap as answered ("": none) and its resourceVersion (None: not said)."""
     try:
         obj = orjson.loads(raw)
     except ValueError:
@@ -53,8 +50,7 @@ def _answer(raw: bytes) -> tuple[str, str | None]:
 
 
 async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> tuple[KeeperState, Loss | None]:
-    """The keeper's record as the cluster holds it (none yet: empty), and what of it was lost; raises
-    StateUnavailable."""
+    """The keeper's record as the cluster holds it, and what of it was lost; raises StateUnavailable."""
     return load((await _get(api, namespace, name, timeout))[0])
 
 
@@ -68,8 +64,7 @@ class StateStore:
         self._version: str | None = None
 
     async def read(self) -> tuple[KeeperState, Loss | None] | None:
-        """The record and what of it was lost, when it is not the one last read or written here (a
-        leader's first read, an admin's edit or delete); None when it is. Raises StateUnavailable."""
+        """The record and what of it was lost, unless it is the one last read or written here (None)."""
         text, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
         if self._read and text == self.written:
             return None
@@ -79,9 +74,8 @@ class StateStore:
         return load(text)
 
     async def write(self, state: KeeperState) -> bool:
-        """The state written when it changed: whether it was; raises StateUnavailable. A conflict
-        (another writer, an old leader) is read once and written over: the leader's view is the
-        one the Lease stands behind."""
+        """The state written if it changed: whether it was. A conflict (an old leader) is read once and written
+        over: the Lease stands behind this leader's view."""
         text = dump(state)
         if text == self.written:
             return False

@@ -1,20 +1,11 @@
-"""Does the cluster keep `spec.addedNodeSelector`? Without it a migration may go to any node.
-And does it keep `spec.priority`, so our migrations queue as `system-maintenance`?
-
-KubeVirt added the field in 1.6. An older CRD schema does not know it: with
-`fieldValidation=Strict` the apiserver answers 400 ("unknown field"), and an apiserver that
-ignores fieldValidation answers 201 with the field pruned. So the keeper dry-runs the very
-migration it is about to create (`dryRun=All`: admitted and validated, never stored) and
-looks at what would be stored. A dry run that proves nothing (a 403, a timeout, KubeVirt's own
-webhook refusing this VMI) leaves the answer as it was: when in doubt, no migration.
-
-`spec.priority` (KubeVirt 1.7+, `staging/src/kubevirt.io/api/core/v1/types.go`) is learnt from
-the same dry run: kept, pruned by an older schema, refused as unknown under strict validation
-(the apiserver names every unknown field in one 400), or refused by KubeVirt's own admission
-(since 1.7 virt-api lets only virt-controller set it, `migration-create-admitter.go`, before it
-looks at the VMI). Whatever the answer, a migration without the field still queues last:
-KubeVirt ranks one without a priority below `system-maintenance` (`pkg/util/migrations`: 0
-against 20). Without it the dry run is made again, for the selector.
+"""Does the cluster keep `spec.addedNodeSelector` (KubeVirt 1.6+)? Without it a migration may go to any
+node. And `spec.priority` (1.7+, `staging/src/kubevirt.io/api/core/v1/types.go`), so ours queue as
+`system-maintenance`? The keeper dry-runs the very migration it is about to create (`dryRun=All`) and
+looks at what would be stored: an older schema answers 400 "unknown field" under strict validation, or
+201 with the field pruned. virt-api lets only virt-controller set the priority since 1.7
+(`migration-create-admitter.go`): refused, the dry run is made again without it, for the selector; a
+migration without one still queues last (`pkg/util/migrations`: 0 against 20). A dry run that proves
+nothing (a 403, a timeout, KubeVirt's webhook refusing this VMI) changes nothing: in doubt, no migration.
 """
 from __future__ import annotations
 
@@ -55,8 +46,7 @@ class TargetedMigration:
         return self._checked_at is not None
 
     def due(self) -> bool:
-        """Never checked, last check inconclusive, or the last answer is `recheck` seconds old
-        (so an upgrade of KubeVirt is noticed)."""
+        """Never checked, inconclusive, or `recheck` seconds old (so an upgrade of KubeVirt is noticed)."""
         if self._checked_at is None or self.available is None:
             return True
         return asyncio.get_running_loop().time() - self._checked_at >= self.recheck

@@ -1,14 +1,7 @@
-"""The keeper's settings an older install left on the webhook's Deployment, and the mode they hold
-the keeper to.
-
-Before the keeper had a Deployment of its own, `serve` ran it, and an admin chose its mode on
-the webhook's Deployment: a flag (`--keep=report`, the README's kustomize patch) or a variable
-(`COLOCATE_KEEP=report`). An upgrade carries such a choice over to the webhook's Deployment,
-where `serve` refuses it, while the keeper's own Deployment runs the install's `--keep=migrate`.
-So, before it acts and every minute after, the keeper reads the webhook's Deployment: while it
-sets any of the keeper's settings to a value other than the keeper's own, the keeper only reports
-(or stays off, when it says off), and says why, until the admin moves them (docs/operations.md,
-"Upgrading"). A Deployment it cannot read holds it to report as well: when in doubt, it does nothing.
+"""The keeper's settings an older install left on the webhook's Deployment, which `serve` once ran the
+keeper from (`--keep=report`, `COLOCATE_KEEP`): while they differ from the keeper's own, it only reports
+(or stays off), says why, and rereads them every minute until the admin moves them (docs/operations.md,
+"Upgrading"). A Deployment it cannot read holds it to report too: in doubt, it does nothing.
 """
 from __future__ import annotations
 
@@ -36,9 +29,8 @@ def least(*modes: KeepMode) -> KeepMode:
 
 
 def on_the_webhook(webhook: Container) -> dict[Setting, tuple[str, str | None]]:
-    """The keeper's settings the webhook's container sets: each as it is written there (`--keep`,
-    `COLOCATE_KEEP`) and its value (None: from elsewhere, `valueFrom`); a flag over its variable,
-    as `serve` once read them."""
+    """The keeper's settings the webhook's container sets, as written there and their value (None:
+    `valueFrom`); a flag over its variable, as `serve` once read them."""
     flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
     given: dict[Setting, tuple[str, str | None]] = {}
     for row in KEEPER_SETTINGS:
@@ -61,8 +53,7 @@ def differs(own: KeeperSettings, row: Setting, raw: str | None) -> bool:
 
 
 def hold(own: KeeperSettings, webhook: Container | str, where: str) -> Hold:
-    """What the keeper acts in, given the webhook's container (`where`: its Deployment in words;
-    a str: there is none, and nothing holds the keeper)."""
+    """What the keeper acts in, given the webhook's container (a str: there is none, nothing holds it)."""
     if isinstance(webhook, str):
         return Hold(own.keep)
     given = {row: written for row, written in on_the_webhook(webhook).items() if differs(own, row, written[1])}

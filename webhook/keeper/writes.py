@@ -1,12 +1,8 @@
-"""What came of each of the keeper's writes (a migration's create or dry run, a cancel, an unpause),
-and when a pass stops writing. Whatever fails one (refused, 5xx, 429, no answer within the timeout)
-holds that VM alone with a backoff of its own (`rules.keeping.state`: client-go's per-item
-exponential); only the API lost stops a pass: LOST different VMs in a row failing without an answer
-about their object (none, 5xx, 429), nothing answered in between — one is that VM's (a tenant's
-webhook that is down, failurePolicy Fail), two can share a namespace's webhook, a third is the API,
-etcd or virt-api failing everyone's. A token bucket bounds the writes as a whole, as client-go's
-default controller rate limiter does over its per-item backoff (10 a second, bursts of 100): ours
-lets a pass's handful through at once (no frozen VM's unpause waits), then one a second.
+"""What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM
+alone, with a backoff of its own (`rules.keeping.state`: client-go's per-item exponential); only the API
+lost stops a pass: LOST different VMs in a row failing without an answer about their object (one is a
+tenant's webhook, two can share a namespace's, a third is the API, etcd or virt-api). A token bucket
+bounds all writes, as client-go's controller rate limiter does: a pass's handful at once, then RATE.
 """
 from __future__ import annotations
 

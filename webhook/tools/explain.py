@@ -78,9 +78,8 @@ def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) ->
 
 
 def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
-    """The launcher pod where the VM runs now, as the rules see it (`rules.keeping.running.vm_pods`): a
-    migrated pod counts, a scheduled migration target in flight counts, a failed one never.
-    Without a VMI the VM is not running; pods of an earlier run (another VMI uid) do not count."""
+    """The launcher pod where the VM runs now, as the rules see it (`running.vm_pods`); none without a VMI,
+    and never one of an earlier run (another VMI uid)."""
     if vmi is None:
         return None
     uid = kinds.meta(vmi).get("uid")

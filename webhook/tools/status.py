@@ -1,20 +1,10 @@
-"""`status`: every running opted-in VM, where it runs, where its disks are served from, what
-the keeper will do about it (move it, when, or what holds it) and its last action; above them
-the cluster facts the keeper goes by: its mode and leader, whether targeted migration and
-migration priority work, the migrations in flight against the limits.
-
-Whether targeted migration and priority work is asked up front, once a run, whenever the keeper
-is not off: one dry-run create (`dryRun=All`, nothing stored) of the keeper's kind of migration
-(`keeper.targeted`), so the answer is there before any VM is due to move, and every VM is decided
-with it. A VM that waits (apart too briefly, backing off…) on a cluster without targeted
-migration shows the hold that will apply once the wait is over: never moved.
-
-Read directly with the admin's credentials, observed and planned by the keeper's own code
-(`keeper.observe`, then `rules.keeping.plan.plan`: the VMs in the pass's order, each migration
-decided using up the limits of the VMs after it, the unpauses and the cancels), so a VM shows here with
-the answer the keeper acts on. What the keeper must remember beyond one leader (the actions the API
-refused, ours that KubeVirt garbage-collected) is read from the keeper's state in the cluster; the
-keeper's settings are its Deployment's, the flags given to `status` winning.
+"""`status`: every running opted-in VM, where it runs and its disks are served, what the keeper will do
+about it and its last action; above them the facts the keeper goes by (mode, leader, targeted migration
+and priority, the migrations in flight against the limits). Read with the admin's credentials and
+observed and planned by the keeper's own code (`keeper.observe`, `rules.keeping.plan`), so a VM shows
+the answer the keeper acts on; the refusals and garbage-collected migrations come from the keeper's
+record, its settings from its Deployment (the flags given win). Targeted migration is asked up front,
+once a run, with one dry-run create of the keeper's kind, unless the keeper is off.
 """
 from __future__ import annotations
 
@@ -37,7 +27,7 @@ from ..keeper.observed import Observed
 from ..keeper.state_store import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.apart_spans import ApartSpans
-from ..lookup.replicas import read_longhorn, read_settings
+from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
@@ -206,21 +196,17 @@ _QUIET.propagate = False
 
 
 class _CheckedOnce(TargetedMigration):
-    """The keeper's check of targeted migration as `status` makes it: once, up front
-    (`dry_run_manifest`), before any VM is decided. Its answer is printed in the header, not logged."""
+    """The keeper's check of targeted migration, made once up front; its answer is in the header, not logged."""
 
     logger = _QUIET
 
 
 def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
                      state: KeeperState) -> dict[str, Any]:
-    """The migration dry-run to learn whether targeted migration and priority work: the keeper's
-    own kind (spec.addedNodeSelector and spec.priority), of the first running opted-in VM that
-    KubeVirt would admit one of (live-migratable, none in flight; virt-api refuses the others
-    before the answer says anything of the selector) and the keeper does not hold for a failed
-    migration (its probe moved on from it), else of the first running opted-in VM,
-    else of a VMI that does not exist (DRY_RUN_VMI). Its selector names the node the VM runs on:
-    only what becomes of the fields matters, nothing is stored or scheduled."""
+    """The dry run of the keeper's kind of migration, of the first running opted-in VM virt-api would admit
+    one of (live-migratable, none in flight: it refuses others before looking at the selector) and the
+    keeper does not hold for a refusal, else of any, else of DRY_RUN_VMI. Nothing is stored: only what
+    becomes of the fields matters."""
     def refused(view: VmiView) -> bool:
         held = state.refusal(view.namespace, view.name, Action.MIGRATE)
         return not view.live_migratable or migrating(view, migrations, now) or (held is not None and now < held.retry)
@@ -263,8 +249,7 @@ class Report:
 
 
 class LauncherPods:
-    """The launcher pods of the VMs' namespaces, listed once, by (namespace, VMI uid): what the
-    keeper's cache answers `ApartSpans` with."""
+    """The launcher pods of the VMs' namespaces, listed once, by (namespace, VMI uid), as the keeper's cache."""
 
     def __init__(self, pods: Iterable[dict[str, Any]]):
         self._pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
@@ -277,10 +262,8 @@ class LauncherPods:
 
 async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any,
                  settings_from: str = "") -> Report:
-    """Every running opted-in VM with its state and the keeper's decision. Raises StoreError when
-    the VMIs or the migrations cannot be listed; a disk that cannot be read leaves its VM
-    unresolved, saying why. `api` (the client) makes the dry run that tells whether targeted
-    migration works, as the keeper's does."""
+    """Every running opted-in VM with its state and the keeper's decision; `api` makes the dry run. Raises
+    StoreError when the VMIs or migrations cannot be listed."""
     listed = read_kubevirt(await store.list(VMI, timeout=timeout), await store.list(VMIM, timeout=timeout), settings)
     running = listed.running
     targeted = _CheckedOnce(api, timeout=timeout)
@@ -304,17 +287,11 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
     # The keeper's plan, made from the same facts: the same order, each migration using up what it takes.
     made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers.of, state))
-    vms = []
-    for step in made.vms:
-        vm = _vm_status(seen[step.key], step, history, facts, off=off)
-        vms.append(dataclasses.replace(vm, disks=tuple(longhorn.paths(seen[step.key].disks))) if longhorn is not None
-                   else vm)
-    (said, why), (priority_said, priority_why) = answers(targeted, off)
     values = await read_settings(store, settings, timeout)
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
-    vms = [dataclasses.replace(vm, rebooted_by_storage_restart=str(restarts.answer)) if vm.storage else vm for vm in vms]
-    vms = [dataclasses.replace(vm, attachment_pods_deleted_by_storage_restart=str(attachments.answer))
-           if vm.storage and vm.hotplugged else vm for vm in vms]
+    vms = [_vm_status(seen[step.key], step, history, facts, off=off, longhorn=longhorn,
+                      restarts=(str(restarts.answer), str(attachments.answer))) for step in made.vms]
+    (said, why), (priority_said, priority_why) = answers(targeted, off)
     header = Cluster(mode=str(facts.mode), leader=await leader(store, settings, now, timeout), limits=facts.limits,
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
@@ -326,9 +303,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
 
 
 async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperState, str, str]:
-    """The keeper's record as its leader keeps it in the cluster, where it was read from in words (or
-    why it could not be: then none, and the refusals only the keeper knows are not shown), and what of
-    it was lost (as read here, or when the keeper last rebuilt it)."""
+    """The keeper's record, where it was read from (or why not), and what of it was lost."""
     namespace, name = settings.lease_namespace or KEEPER_NAMESPACE, state_name(settings)
     try:
         state, loss = await read_state(api, namespace, name, timeout=timeout)
@@ -342,8 +317,7 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
                     timeout: float) -> tuple[Observer, LauncherPods]:
-    """The keeper's observation over what `status` lists: the disks' objects and the launcher
-    pods of the VMs' namespaces, listed once; the rest read directly."""
+    """The keeper's observation over the disks' objects and the launcher pods, listed once; the rest read directly."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
     pods: list[dict[str, Any]] = []
@@ -360,9 +334,8 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
                         timeout: float) -> Store:
-    """What the VMs' disks are resolved against, listed once: the claims of their namespaces,
-    every volume, the pods and ShareManagers of the Longhorn namespace. When a list fails, the
-    store itself: a few GETs per disk, each failure then said on its own VM."""
+    """What the VMs' disks are resolved against, listed once; when a list fails, the store itself (a few GETs
+    per disk, each failure said on its own VM)."""
     longhorn = settings.longhorn_namespace
     scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)), (POD, longhorn),
               (SHARE_MANAGER, longhorn)]
@@ -381,7 +354,8 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
 
 
 def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration], facts: PassFacts, *,
-               off: bool) -> VmStatus:
+               off: bool, longhorn: Longhorn | None, restarts: tuple[str, str]) -> VmStatus:
+    """`restarts`: what a share-manager restart does to the VM and to its attachment pods (`restarts_vms`)."""
     view, where, decision = observed.vmi, observed.facts.where, step.decision
     since = observed.facts.apart_since if decision.state is APART and observed.derived else None
     why = where.why
@@ -394,7 +368,11 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
                     next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
-                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()))
+                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()),
+                    disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
+                    rebooted_by_storage_restart=restarts[0] if where.storage else None,
+                    attachment_pods_deleted_by_storage_restart=(restarts[1] if where.storage and view.hotplugged
+                                                                else None))
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:
@@ -428,8 +406,7 @@ def summary_line(counts: dict[str, int]) -> str:
 
 
 def render(report: Report) -> str:
-    """The cluster facts, an aligned table with one row per VM, then the counts per state and what
-    was left out."""
+    """The cluster facts, a row per VM, the counts per state and the notes."""
     rows = [COLUMNS]
     for vm in report.vms:
         since = "-" if vm.state is not APART else f"{ago(report.now - vm.since)} ago" if vm.since else "?"

@@ -1,16 +1,11 @@
-"""Pure: what draining a node will do to the opted-in VMs, as KubeVirt and Longhorn carry a drain
-out, from what `status` observed and decided of each VM (the keeper's own reading) and what
-Longhorn's Settings make of a share-manager restart (`rules.shared.longhorn.restarts_vms`).
-
-A drain evicts every pod on the node. KubeVirt's evacuation live-migrates each live-migratable VMI
-off it (one migration each; the others wait on their eviction strategy); Longhorn creates each
-share-manager of the node again elsewhere within seconds, long before most evacuations have ended
-(two leave a node at a time by default), and the webhook sends it where its VM can follow. Once the
-new share-manager serves, Longhorn deletes each pod of the volume that started before: with
-Longhorn's Settings as they are, each VM served from the node, on it or elsewhere, reboots, unless
-its migration ended first. A VM Longhorn spares keeps its mount; if that mount goes stale, QEMU
-stops it, and the keeper recovers it without a reboot (`rules.keeping.recovery`): one migration to
-its NFS server's node, or, beside it, away and back (two), then it unpauses it.
+"""Pure: what draining a node will do to the opted-in VMs, from what `status` observed and decided and
+what Longhorn's Settings make of a share-manager restart (`rules.shared.longhorn.restarts_vms`). A drain
+evicts every pod: KubeVirt live-migrates each live-migratable VMI off (two a node at a time by default);
+Longhorn creates each share-manager again elsewhere within seconds, where the webhook sends it beside its
+VM's way, and once it serves deletes each pod of the volume that started before: each VM served from the
+node reboots unless Longhorn spares it or its migration ended first. A spared VM keeps its mount; if it
+goes stale, the keeper recovers it without a reboot (`recovery.py`): one migration, or two beside its
+NFS server, then it unpauses it.
 """
 from __future__ import annotations
 
@@ -76,9 +71,8 @@ class DrainedVm(RunningVm):
 
     @property
     def recovery(self) -> int:
-        """What the keeper's recovery costs, at most, if its mount goes stale: two migrations when it
-        stays beside its NFS server (which restarts near it) or may land beside it; none when no
-        migration can recover it or the keeper is off. In report mode the keeper only says so."""
+        """The keeper's migrations, at most, if its mount goes stale: it may be beside its NFS server (two);
+        none when no migration can recover it or the keeper is off."""
         if not self.spared or self.cannot_finish or self.keep is KeepMode.OFF or (self.leaves and not self.migratable):
             return 0
         return ROUND_TRIP

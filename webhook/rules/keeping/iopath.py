@@ -1,10 +1,8 @@
-"""Where a disk's I/O goes once the VM runs by its share-manager: the NFS hop is gone, and the
-block I/O under it stays on the node only when a healthy replica of the volume sits there.
-
-Longhorn (longhorn/longhorn-manager `k8s/crds.yaml`, `types/types.go`): a Volume's
-`spec.dataLocality` is disabled, best-effort or strict-local; a Replica names its volume in
-`spec.volumeName` and its node in `spec.nodeID`, serves while `status.currentState` is
-running, and has failed when `spec.failedAt` is set.
+"""Where a disk's I/O goes once the VM runs by its share-manager: the NFS hop is gone, and the block I/O
+under it stays on the node only when a healthy replica sits there. Longhorn (longhorn-manager
+`k8s/crds.yaml`, `types/types.go`): a Volume's `spec.dataLocality` (disabled, best-effort, strict-local);
+a Replica's `spec.volumeName`, `spec.nodeID`, serving while `status.currentState` is running, failed once
+`spec.failedAt` is set.
 """
 from __future__ import annotations
 

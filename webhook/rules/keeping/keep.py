@@ -1,17 +1,7 @@
-"""After placement: whether to move a VM that is apart from its storage back to it with one
-targeted live migration, or what holds it. Pure: callers pass what one VM's decision goes by
-(`VmFacts`) and what the whole pass goes by (`PassFacts`), both observed once a pass.
-
-KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
-`staging/src/kubevirt.io/api/core/v1/types.go`):
-- a migration target pod keeps `kubevirt.io/migrationJobUID` for life and is the VM's pod
-  once the migration completes; all pods of one VMI carry `kubevirt.io/created-by: <VMI uid>`;
-- VMI `status.nodeName` switches to the target when a migration completes;
-  `status.migrationState` tells whether one is in flight and to where;
-- VirtualMachineInstanceMigration `spec.addedNodeSelector` (KubeVirt >= 1.6) narrows the
-  target pod's nodeSelector; older schemas prune it, and the migration would go anywhere;
-- at most `parallelMigrationsPerCluster` (default 5) migrations run at once, the rest queue.
-Longhorn: restarting a share-manager stalls the VM's disk I/O, so moving the VM is the fix.
+"""After placement: whether to move a VM apart from its storage back to it with one targeted live
+migration, or what holds it. Pure: from what one VM's decision goes by (`VmFacts`) and what the whole
+pass goes by (`PassFacts`). KubeVirt's facts: `migrations.py` and `running.py`. Longhorn: restarting a
+share-manager stalls the VM's disk I/O, so moving the VM is the fix.
 """
 from __future__ import annotations
 
@@ -41,8 +31,7 @@ Item = TypeVar("Item")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """The keeper's bounds: --keep-after, --keep-after-descheduled, --keep-max-inflight,
-    --keep-max-per-day, and KubeVirt's parallelMigrationsPerCluster and
+    """The keeper's bounds (its --keep-* flags) and KubeVirt's parallelMigrationsPerCluster and
     parallelOutboundMigrationsPerNode (its defaults, or --keep-max-outbound-per-node)."""
 
     after: timedelta = timedelta(seconds=600)
@@ -77,13 +66,11 @@ class VmFacts:
     descheduled: Migration | None = None
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: Refusal | None = None  # the API refused its last migration: its words, and when to retry (`state`)
-    # Why its NFS mount is stale (`recovery.judge`: its pod older than a remount request of Longhorn's, and
-    # KubeVirt's retry failed once the new NFS server served), None when nothing says so: one migration recovers
-    # it, two beside its NFS server (`rules.keeping.recovery`).
+    # Why its NFS mount is stale (`recovery.judge`), None when nothing says so: one migration recovers it, two
+    # beside its NFS server.
     stale: str | None = None
     via: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
-    # Its pod's start and its volumes' remount requests and share-managers, read of a VM paused on an I/O error
-    # now or a while ago: what recovering and unpausing it go by (`resume`).
+    # Its pod's start, its volumes' remount requests and share-managers, read of a VM paused on an I/O error.
     mount: Mount | None = None
     unpause_refused: Refusal | None = None  # the API refused or failed its last unpause (`state`)
     unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
@@ -97,10 +84,8 @@ class VmFacts:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PassFacts:
-    """What every decision of one pass goes by: the moment, the bounds, whether targeted
-    migration works (None: not known yet, `targeted_note` says why), the migrations in flight
-    (what the pass creates counts at once: `after_create`), why the view is incomplete, whether the
-    lease surely lasts."""
+    """What every decision of one pass goes by: the moment, the bounds, whether targeted migration works
+    (None: not known yet), the migrations in flight (`after_create` counts the pass's own at once)."""
 
     now: datetime
     limits: Limits
@@ -227,9 +212,8 @@ def _outbound(vm: VmFacts, p: PassFacts) -> int:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Check:
-    """One condition that holds a VM where it is: `holds` tells, `words` says why. `needs` names
-    the facts of the VM (`VmFacts` fields) `holds` reads; `own` when it reads nothing of the pass,
-    so that it can hold the VM while the pass is still observing it (`next_read`)."""
+    """One condition that holds a VM where it is. `needs`: the `VmFacts` fields `holds` reads; `own`: it reads
+    nothing of the pass, so it can hold the VM while the pass is still observing it (`next_read`)."""
 
     hold: Alone
     holds: Callable[[VmFacts, PassFacts], bool]
@@ -238,10 +222,8 @@ class Check:
     own: bool = False
 
 
-# The VM's own conditions come first (opt-in, shape, state, target, migratability, its
-# migrations, time), then cluster-wide ones (targeted migration, in-flight bounds), then what
-# makes the moment wrong (storage settling, a refusal's backoff, an incomplete view), then the
-# mode and the lease: a report shows the first thing that would stop a migration.
+# The VM's own conditions first, then cluster-wide ones, then what makes the moment wrong, then the mode and
+# the lease: a report shows the first thing that would stop a migration.
 CHECKS: tuple[Check, ...] = (
     Check(hold=Alone.NOT_OPTED_IN,
           holds=lambda vm, p: not vm.vmi.opted_in,
@@ -341,10 +323,8 @@ CHECKS: tuple[Check, ...] = (
 # The reasons the keeper holds a VM for, in the order it checks them.
 HOLDS: tuple[Alone, ...] = tuple(check.hold for check in CHECKS)
 
-# What a pass reads of a VM only when a check reached in the table's order needs it: how long it
-# has been apart (its span) and whether its storage node can take it are API reads and checks
-# of their own; the other facts come with the VM and its migrations.
-# Whether its mount is stale is read only of a VM paused on an I/O error (its pod and volumes).
+# What a pass reads of a VM only when a check reached in the table's order needs it: API reads of their own
+# (the mount only of a VM paused on an I/O error); the other facts come with the VM and its migrations.
 ON_DEMAND = frozenset({"stale", "apart_since", "target_unfit"})
 
 
@@ -353,10 +333,8 @@ _UNREAD = PassFacts(now=EPOCH, limits=Limits(), mode=KeepMode.MIGRATE, targeted=
 
 
 def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
-    """The next fact of ON_DEMAND (not yet in `read`) the VM's decision may need, in the order of
-    `CHECKS`; None when no other is: every one read, or a check decided by the VM's own facts
-    (`own`) holds it before another is needed. The observer reads until this says None, so a VM
-    held early is read no further."""
+    """The next fact of ON_DEMAND not yet `read` that the VM's decision may need, in the order of `CHECKS`;
+    None once an `own` check holds it first: a VM held early is read no further."""
     for check in CHECKS:
         for need in check.needs:
             if need in ON_DEMAND and need not in read:
@@ -375,11 +353,8 @@ def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
-    """Migrate an apart VM to its storage node, or the first condition of `CHECKS` that holds
-    it: the keeper's one decision, which it records and acts on as it is (and `status` shows).
-    A VM the descheduler moved off a loaded node is not taken back for
-    `limits.after_descheduled`; the migrations in flight from the VM's node count against
-    KubeVirt's parallelOutboundMigrationsPerNode, whose slots a drain needs."""
+    """Migrate an apart VM to its storage node, or the first condition of `CHECKS` that holds it: the
+    keeper's one decision, which it acts on and `status` shows."""
     for check in CHECKS:
         if check.holds(vm, p):
             return _decision(vm, p, check.hold, check.words(vm, p))
@@ -390,9 +365,8 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
 
 def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
                since: Callable[[VmFacts], datetime]) -> list[Item]:
-    """The order a pass decides its VMs in: those not apart first, as listed; then those apart,
-    the longest apart first (`since`: when its span apart began), by name next. A pass may only have
-    room for a few, and the longest wait goes first."""
+    """The order a pass decides its VMs in: those not apart as listed, then those apart the longest first
+    (`since`), by name: a pass may only have room for a few, and the longest wait goes first."""
     apart = sorted((vm for vm in vms if facts(vm).where.state is APART),
                    key=lambda vm: (since(facts(vm)), facts(vm).vmi.name))
     return [vm for vm in vms if facts(vm).where.state is not APART] + apart
@@ -405,11 +379,8 @@ NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migrati
 
 
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
-    """The keeper's decision in words, beside the checks that make it (`status`'s NEXT): "moves
-    in 4m (apart since 12:03, --keep-after 10m)", "moves at the keeper's next pass", "stays:
-    co-located", "held: <why>"; "never: targeted migration unavailable …" for a VM that waits on
-    a cluster without it (`facts.targeted` False), "nothing: the keeper is off …" when it is
-    (`off`)."""
+    """The keeper's decision in words (`status`'s NEXT): "moves in 4m (apart since 12:03, --keep-after 10m)",
+    "stays: co-located", "held: <why>"; "never: …" for a VM that waits on a cluster without targeted migration."""
     limits, now = facts.limits, facts.now
     if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"

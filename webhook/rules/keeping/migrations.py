@@ -1,12 +1,8 @@
-"""Migrations: ours and everyone's, in flight or ended, the backoff after a failure of ours,
-and the one we create.
-
-KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
-`staging/src/kubevirt.io/api/core/v1/types.go`): VirtualMachineInstanceMigration
-`spec.addedNodeSelector` (KubeVirt >= 1.6) narrows the target pod's nodeSelector (older
-schemas prune it, and the migration would go anywhere); at most `parallelMigrationsPerCluster`
-(default 5) migrations run at once, `parallelOutboundMigrationsPerNode` (default 2) from one
-node, the rest queue.
+"""Migrations: ours and everyone's, in flight or ended, the backoff after a failure of ours, and the one
+we create. KubeVirt (`pkg/virt-controller/watch/migration/migration.go`, `core/v1/types.go`):
+`spec.addedNodeSelector` (>= 1.6) narrows the target pod's nodeSelector (older schemas prune it: the
+migration would go anywhere); `parallelMigrationsPerCluster` (5) run at once, `parallelOutboundMigrationsPerNode`
+(2) from one node, the rest queue.
 """
 from __future__ import annotations
 
@@ -93,8 +89,8 @@ class Migration:
 
 
 def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | None:
-    """When a final migration ended: its final phase transition, else migrationState's end,
-    else the latest transition we know of, else its creation."""
+    """When a final migration ended: its final phase transition, migrationState's end, its latest transition,
+    or its creation."""
     final_at: list[datetime] = []
     any_at: list[datetime] = []
     for entry in declared.TRANSITIONS.items(status):
@@ -117,8 +113,7 @@ def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | 
 
 
 def read_migration(obj: Any) -> Migration | Malformed:
-    """The keeper's view of a migration, or why it is skipped (an object of unexpected shape).
-    Its fields are those `rules.shared.declared.VMIM` declares, which the caches keep."""
+    """The keeper's view of a migration (the fields `declared.VMIM` declares), or why it is skipped."""
     what = "VMIM"
     try:
         namespace, name, metadata = read_identity(obj, "VMIM")
@@ -154,9 +149,8 @@ def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[in
 
 
 def outbound_counts(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> collections.Counter[str]:
-    """Migrations in flight by the node they leave, as KubeVirt counts them against
-    parallelOutboundMigrationsPerNode (`outboundMigrationsOnNode`): the VMI's migration source
-    while one is under way, else its node. A migration of a VMI not seen counts nowhere."""
+    """Migrations in flight by the node they leave, as KubeVirt counts parallelOutboundMigrationsPerNode
+    (`outboundMigrationsOnNode`): the VMI's migration source while under way, else its node."""
     nodes: dict[tuple[str, str], str] = {}
     for vmi in vmis:
         state = vmi.migration
@@ -173,11 +167,9 @@ def of_vmi(migrations: Iterable[Migration], vmi: VmiView | tuple[str, str]) -> l
 
 
 def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
-    """A migration of this VMI is in flight: the VMI says so, or a migration object of it is
-    (a queued one is not in the VMI's status yet), or one has succeeded that the VMI does not
-    show yet (`unseen_success`). However old an unfinished one of ours is, it still holds its
-    VM: it only stops counting against the in-flight limits after an hour, so that a second
-    migration of the same VM is never created."""
+    """A migration of this VMI is in flight: the VMI says so, a migration object of it is (queued ones are not
+    in its status yet), or one succeeded that it does not show yet. An unfinished one of ours, however old,
+    holds its VM, so that a second migration of it is never created."""
     if vmi.migration is not None and vmi.migration.in_flight:
         return True
     mine = of_vmi(migrations, vmi)
@@ -185,13 +177,9 @@ def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> b
 
 
 def unseen_success(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> Migration | None:
-    """The VMI's latest migration succeeded, but the VMI as seen does not name it yet.
-
-    KubeVirt marks a migration Succeeded once the VMI's migrationState shows it completed (its
-    `migrationUid`), so such a VMI is older than the migration as seen: two watches, each with
-    its own lag. It still shows the VM on its old node; until it catches up, the migration counts
-    as in flight. For at most UNSEEN_FOR after the end: a VMI started again never names it.
-    """
+    """The VMI's latest migration succeeded, but the VMI as seen (another watch, its own lag) does not name
+    its `migrationUid` yet and shows the VM on its old node: in flight, for at most UNSEEN_FOR after its end
+    (a VMI started again never names it)."""
     done = [m for m in of_vmi(migrations, vmi) if m.succeeded and m.uid and m.ended is not None]
     if not done:
         return None
@@ -204,8 +192,7 @@ def unseen_success(vmi: VmiView, migrations: Iterable[Migration], now: datetime)
 
 
 def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetime | None:
-    """When the VMI's latest migration of any origin ended (the VMI's own record included:
-    migration objects may be gone)."""
+    """When the VMI's latest migration of any origin ended (its own record too: the objects may be gone)."""
     ends = [m.ended for m in of_vmi(migrations, vmi) if m.ended is not None]
     if vmi.migration is not None and vmi.migration.ended is not None:
         ends.append(vmi.migration.ended)
@@ -213,14 +200,9 @@ def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetim
 
 
 def last_move(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None:
-    """The migration that brought the VM where it runs: the VMI's latest one that succeeded.
-
-    The VMI names its latest migration (`status.migrationState.migrationUid`); when that one
-    succeeded, it is the one, and if its object is gone (someone deleted it: KubeVirt itself keeps
-    a VMI's 5 newest finished ones) nobody can tell where it came from: None. When it failed, the
-    VM still runs where the latest migration that succeeded brought it. A VMI that shows no
-    migration has not moved since it started (migrations of an earlier run of the VM are not it).
-    """
+    """The migration that brought the VM where it runs: the one the VMI names (`migrationState.migrationUid`)
+    when it succeeded (its object deleted: None, nobody can tell), else the latest that succeeded. A VMI that
+    names none has not moved since it started."""
     state = vmi.migration
     if state is None:
         return None
@@ -286,17 +268,10 @@ def target_hostname(node: Any) -> str | None:
 
 def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
                        priority: str | None = None, *, recovers: bool = False) -> dict[str, Any] | str:
-    """The VirtualMachineInstanceMigration that moves the VM to `node`, or why it cannot (in words).
-
-    addedNodeSelector is label-based: the node is selected by its own hostname label value;
-    a node without one cannot be targeted. The node name and the reason are recorded as
-    annotations, and the managed-by label tells our migrations from others. KubeVirt deletes
-    a target pod that stays unschedulable for UNPLACEABLE_SECONDS (its annotation, instead of
-    its 5-minute default): the migration fails rather than hold a slot a drain needs, even
-    with no keeper to cancel it. `priority` (MIGRATION_PRIORITY) where the cluster keeps it.
-    One that `recovers` a VM from a stale NFS mount says so (`kinds.RECOVERS`): once it is done, the
-    keeper may unpause that VM, even after a restart (`rules.keeping.recovery`).
-    """
+    """The migration that moves the VM to `node` (selected by its hostname label: without one it cannot be
+    targeted), or why not. KubeVirt deletes a target pod unschedulable for UNPLACEABLE_SECONDS (our
+    annotation, not its 5 minutes): the migration fails rather than hold a slot a drain needs, even with no
+    keeper. One that `recovers` a stale mount says so: once done, the keeper may unpause the VM."""
     name = kinds.meta(node).get("name")
     shown = name if isinstance(name, str) and name else "(unnamed)"
     hostname = target_hostname(node)

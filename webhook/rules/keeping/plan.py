@@ -1,9 +1,6 @@
-"""The keeper's one plan: from what a pass observed to everything it will do and leave. Pure.
-
-The keeper's pass is observe (reads only) → `plan` → act (writes only); `status` is observe → the
-same `plan` → render. So what an admin reads is the decision the keeper acts on, with its holds in
-the same words: which VMs move (in the pass's order, each migration using up the limits of the VMs
-after it), which are unpaused, which migrations of ours are cancelled, and why each other is left.
+"""The keeper's one plan, pure: a pass is observe → `plan` → act, `status` is observe → the same `plan` →
+render, so an admin reads the decision the keeper acts on: which VMs move (each using up the limits of
+those after it), which are unpaused, which of our migrations are cancelled, and why each other is left.
 """
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ UNPLACEABLE = timedelta(seconds=UNPLACEABLE_SECONDS)  # a target pod of ours uns
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stuck:
-    """A migration of ours whose target pod the scheduler has not placed: since when, its words,
-    and the refusal of an earlier cancel of it (`state`)."""
+    """Our migration whose target pod is not placed: since when, the scheduler's words, an earlier cancel's refusal."""
 
     migration: Migration
     vmi_uid: str
@@ -46,8 +42,7 @@ class Cancel:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class VmPlan:
-    """One running opted-in VM in the plan: its decision (whose reason is its unpause's where that
-    says more) and its unpause, if it is paused so that one is for it."""
+    """One running opted-in VM in the plan: its decision and, paused so that one is for it, its unpause."""
 
     facts: VmFacts
     decision: KeepDecision
@@ -69,18 +64,16 @@ class VmPlan:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """Everything one pass does and leaves, in the order it is done: cancels, then each VM in the
-    pass's order (its unpause or its migration)."""
+    """Everything one pass does and leaves, in its order: cancels, then each VM (its unpause or migration)."""
 
     vms: tuple[VmPlan, ...]
     cancels: tuple[Cancel, ...] = ()
 
 
 def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLACEABLE) -> tuple[Cancel, ...]:
-    """Our migrations to cancel: a target pod the scheduler has been unable to place for
-    `unplaceable` holds a cluster-wide and a per-source-node slot a drain needs. Only on a complete
-    view (else KubeVirt's own timeout, our annotation, does it), in migrate mode, and not while an
-    earlier refused cancel of it waits its backoff."""
+    """Our migrations whose target pod could not be placed for `unplaceable`: they hold slots a drain needs.
+    Only on a complete view (else KubeVirt's timeout, our annotation, does it), in migrate mode, past any
+    refused cancel's backoff."""
     if p.incomplete or p.mode is not KeepMode.MIGRATE:
         return ()
     return tuple(Cancel(migration=s.migration, vmi_uid=s.vmi_uid,
@@ -106,9 +99,8 @@ def frozen(vm: VmFacts) -> bool:
 
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
-    """The pass's plan: the VMs in the pass's order (the frozen ones, then those not apart, then those apart
-    the longest first), each migration decided counting at once against the limits of the VMs after it, as the
-    keeper's act creates them; and the cancels."""
+    """The pass's plan: the VMs in its order (frozen ones first, then `pass_order`), each migration counting at
+    once against the limits of those after it; and the cancels."""
     ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
     ordered = [vm for vm in ordered if frozen(vm)] + [vm for vm in ordered if not frozen(vm)]
     cancelled = cancels(stuck, p, unplaceable)

@@ -1,16 +1,11 @@
 """The keeper's state (`state.py`) as its ConfigMap keeps it: one JSON data key, bounded in size, read
-leniently. Pure.
-
-A hint, never a gate: a record that is not JSON or of another version reads as empty, an entry of an
-unexpected shape is dropped alone, and each says what was lost (`Loss`); the keeper rebuilds from the
-cluster what it can and writes a valid record again. Version 2 groups each VM's migrations and refusals
-under its namespace and name, keeps of a migration of ours its generated suffix, its phase and its times
-as Unix seconds (the node, uid and annotation only while it is unfinished: KubeVirt never
-garbage-collects a VMI's latest migration, the one those are read from), and clips a refusal's words.
-The evidence of stale mounts comes first (a few VMs at most), then our migrations, then the refusals,
-each the newest first, as many as fit in BUDGET bytes:
-well under the API's 1 MiB for any number of VMs or length of names. Version 1 (flat lists, names and
-times spelled out) is read too.
+leniently. Pure. A hint, never a gate: a record that is not JSON or of another version reads as empty, an
+entry of an unexpected shape is dropped alone, each saying what was lost (`Loss`); the keeper rebuilds
+the rest from the cluster. Version 2 groups each VM's entries under its namespace and name: a migration
+of ours as its generated suffix, phase and Unix times (its node, uid and annotation only while
+unfinished: KubeVirt never collects a VMI's latest migration), the refusals with clipped words. The
+evidence of stale mounts first, then our migrations, then the refusals, the newest first, as many as fit
+in BUDGET: well under the API's 1 MiB. Version 1 (flat lists, spelled out) is read too.
 """
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ def _json(value: Any) -> str:
 
 
 def dump(state: KeeperState, budget: int = BUDGET) -> str:
-    """The state as the ConfigMap keeps it: compact JSON in a stable order, within `budget` bytes: our
-    migrations first, then the refusals, each the newest first while they fit."""
+    """The state as the ConfigMap keeps it: compact JSON in a stable order, the newest first within `budget` bytes."""
     items: list[tuple[int, float, str, str, str, Any]] = [
         (-1, 0.0, e.namespace, e.name, "s", [e.uid, int(e.requested.timestamp()), clip_reason(e.words, WORDS)])
         for e in state.stale]

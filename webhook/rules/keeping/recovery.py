@@ -1,26 +1,21 @@
 """Recovering a VM stopped on a stale NFS mount without a reboot. Pure.
 
-A VM that Longhorn spared (its launcher pod's owner kind is on the blacklist) keeps the NFS mount
-of the share-manager that went away; on it QEMU stops the VM on an I/O error (condition Paused,
-reason PausedIOError). A live migration mounts its disks afresh in the target pod. KubeVirt facts
-(kubevirt/kubevirt):
+A VM that Longhorn spared (its launcher pod's owner kind on the blacklist) keeps the NFS mount of the
+share-manager that went away; on it QEMU stops the VM on an I/O error (Paused, reason PausedIOError). A
+live migration mounts its disks afresh in the target pod. KubeVirt (kubevirt/kubevirt):
 - the migration target keeps a paused VM paused (`pkg/virt-launcher/virtwrap/live-migration-target.go`:
   any Paused condition puts it in the paused set, `SyncVMI` resumes only outside it), and virt-handler
-  sets the Paused condition only where there is none (`pkg/virt-handler/vm.go`), so the VMI keeps
-  the condition it had, with its reason and lastTransitionTime; virt-handler's I/O-error retry acts
-  on the domain's own pause reason, which on the target is no longer an I/O error: the VM stays
-  paused until `PUT .../virtualmachineinstances/NAME/unpause` (`pkg/virt-api/rest/lifecycle.go`,
-  409 without a Paused condition);
+  sets the condition only where there is none (`pkg/virt-handler/vm.go`): the VMI keeps its reason and
+  lastTransitionTime; virt-handler's I/O-error retry acts on the domain's own pause reason, no longer an
+  I/O error there: the VM stays paused until `PUT .../NAME/unpause` (`pkg/virt-api/rest/lifecycle.go`);
 - a migration target pod has a required anti-affinity to the VMI's own pods
-  (`createMigrationPodAntiAffinityRule`): a VM beside its NFS server cannot migrate onto its own
-  node. Its recovery goes through another node, and the keeper's usual return brings it back:
-  two migrations (`ROUND_TRIP`).
-Whether such a migration can finish at all is one answer, `cannot_finish` (docs/operations.md):
-the switchover flushes the disk once on the old mount (QEMU's `migration_completion_precopy` ->
-`vm_stop_force_state` -> `bdrv_flush_all`), which with KubeVirt's cache `none` on NFS has nothing
-to send; virtio-blk carries the failed requests over (`virtio_blk_save_device`) and re-issues them
-on the target's mount once the VM runs. A hotplugged disk is the same: the target pod gets its own
-attachment pod, with a fresh mount (`migration.go`, `createAttachmentPod`).
+  (`createMigrationPodAntiAffinityRule`): a VM beside its NFS server goes through another node, and the
+  keeper's usual return brings it back: two migrations (`ROUND_TRIP`).
+Whether such a migration can finish is one answer, `cannot_finish` (docs/operations.md): the switchover
+flushes once on the old mount (QEMU's `migration_completion_precopy` -> `vm_stop_force_state` ->
+`bdrv_flush_all`), which with KubeVirt's cache `none` on NFS has nothing to send; virtio-blk carries the
+failed requests over (`virtio_blk_save_device`) and re-issues them on the target's mount. A hotplugged
+disk too: the target pod gets its own attachment pod, a fresh mount (`migration.go`, `createAttachmentPod`).
 """
 from __future__ import annotations
 
@@ -86,9 +81,8 @@ def needs_restart(stale: str, why: str) -> str:
 
 
 def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: datetime) -> tuple[str, str] | None:
-    """Our recovery migration of the VM that failed under way on this stale mount (created after the
-    remount request `since`; the VMI names it, with libvirt's words): (its name, why). A migration that
-    never got a target says nothing of the disk."""
+    """(name, libvirt's words) of our recovery migration of the VM that failed under way after the remount
+    request `since`, as the VMI names it; one that never got a target says nothing of the disk."""
     state = vmi.migration
     if state is None or not state.failed or not state.failure_reason or not state.migration_uid:
         return None
@@ -125,10 +119,16 @@ class Mount:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pauses:
     """The I/O-error pauses of one VMI the keeper saw (each Paused condition's lastTransitionTime, the
-    re-stamps of KubeVirt's retries included, oldest first), and since when it has watched the VMI."""
+    re-stamps of KubeVirt's retries included, oldest first), since when it has watched the VMI, and when
+    this leader unpaused it."""
 
     at: tuple[datetime, ...] = ()
     watched_since: datetime | None = None
+    unpaused: tuple[datetime, ...] = ()
+
+    def unpauses(self, pod_started: datetime | None) -> int:
+        """This leader's unpauses of the VMI since its pod started."""
+        return sum(1 for at in self.unpaused if pod_started is None or at >= pod_started)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,18 +1,11 @@
-"""Whether to unpause a VM that a migration carried, paused, onto a fresh NFS mount. Pure.
-
-KubeVirt's migration target keeps a paused VM paused (any Paused condition puts it in
-virt-launcher's paused set, `pkg/virt-launcher/virtwrap/live-migration-target.go`), and
-virt-handler's I/O-error retry no longer applies to it (`rules.keeping.recovery`): without an
-`unpause` the VM stays frozen on its fresh mount. The keeper goes by what is true now, never by a
-record of its own migration, so that a re-stamped condition, a new leader or KubeVirt's garbage
-collection of finished migrations changes nothing. It unpauses a VMI whose Paused condition has
-reason PausedIOError, whose pod started after every remount request on its volumes (a fresh mount),
-and whose pause is older than that pod (it came over with a migration: the keeper's recovery, a
-drain's evacuation, a user's migration alike). Never another reason (PausedByUser,
-PausedByMigrationMonitor, …), never a VM opted out of the keeper, never during a migration, never more
-than MOST_UNPAUSES times in one pod (paused again at once, its disk fails on that node too: it needs a
-restart), and only as the keeper acts on anything: on a complete view, in migrate mode, with the lease;
-a refused or failed unpause waits its own short backoff (`state.Action.UNPAUSE`).
+"""Whether to unpause a VM that a migration carried, paused, onto a fresh NFS mount. Pure. KubeVirt's
+target keeps a paused VM paused (`pkg/virt-launcher/virtwrap/live-migration-target.go`) and
+virt-handler's I/O-error retry no longer applies (`recovery.py`): without an `unpause` it stays frozen.
+Going by what is true now, never by a record of the keeper's own migration (a re-stamped condition, a new
+leader or a garbage collection changes nothing), it unpauses a VMI paused with reason PausedIOError
+whose pod started after every remount request on its volumes and whose pause is older than that pod.
+Never another reason (PausedByUser, …), a VM opted out, during a migration, more than MOST_UNPAUSES
+times in one pod, or but as the keeper acts on anything; a refused unpause waits its own backoff.
 """
 from __future__ import annotations
 
@@ -67,8 +60,8 @@ def why(vm: VmFacts) -> str:
 
 
 def carried_paused(vm: VmFacts) -> bool:
-    """The VM is paused on an I/O error that came over with a migration onto a fresh mount: what
-    an unpause is for. A pause in the pod it runs in now is KubeVirt's own to retry."""
+    """Paused on an I/O error that came over with a migration onto a fresh mount: what an unpause is for (a
+    pause in the pod it runs in now is KubeVirt's own to retry)."""
     mount = vm.mount
     return (vm.vmi.paused == PAUSED_IO_ERROR and not vm.unpaused and mount is not None
             and not_fresh(mount) is None and came_over(vm.vmi, mount.pod_started))
@@ -89,16 +82,14 @@ WHOLE_STEPS = ("needs a restart: ", "unpaused at ", "stays paused: ")
 
 
 def paused_note(stale: str, step: str, unknown: str) -> str:
-    """`status`'s note on a VM paused on a disk I/O error: why its mount is stale and what recovers
-    it, or its unpause; `unknown` when nothing says its mount is stale."""
+    """`status`'s note on a VM paused on a disk I/O error: why its mount is stale and what recovers it."""
     if step.startswith(WHOLE_STEPS):
         return step
     return f"{stale}; a migration mounts it afresh: {step}" if stale else unknown
 
 
 def resume_step(step: str, resume: Resume | None, *, off: bool = False) -> str:
-    """`status`'s NEXT for a VM carried paused onto a fresh mount: its unpause, or what holds it;
-    `step` (the keeper's decision in words) for any other VM, or when the keeper is off."""
+    """`status`'s NEXT for a VM carried paused onto a fresh mount: its unpause or what holds it; else `step`."""
     if resume is None or off:
         return step
     if resume.act:

@@ -1,11 +1,8 @@
-"""Where a VM runs: its launcher pods, and its VMI as the keeper reads it.
-
-KubeVirt facts (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`,
-`staging/src/kubevirt.io/api/core/v1/types.go`): a migration target pod keeps
-`kubevirt.io/migrationJobUID` for life and is the VM's pod once the migration completes; all
-pods of one VMI carry `kubevirt.io/created-by: <VMI uid>`; VMI `status.nodeName` switches to
-the target when a migration completes; `status.migrationState` tells whether one is in flight
-and to where.
+"""Where a VM runs: its launcher pods, and its VMI as the keeper reads it. KubeVirt
+(`pkg/virt-controller/watch/migration/migration.go`, `staging/src/kubevirt.io/api/core/v1/types.go`): a
+migration target pod keeps `kubevirt.io/migrationJobUID` for life and is the VM's pod once it completes;
+all pods of a VMI carry `kubevirt.io/created-by: <VMI uid>`; `status.nodeName` switches to the target on
+completion; `status.migrationState` tells whether one is in flight and to where.
 """
 from __future__ import annotations
 
@@ -43,16 +40,9 @@ def _newest_last(pod: dict[str, Any]) -> tuple[datetime, str]:
 
 
 def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool = False) -> VmPods:
-    """Which candidate launcher pods are where their VMs run now.
-
-    Pods of one VMI (label kubevirt.io/created-by) are one VM: of those that run, scheduled
-    and not terminating, the newest counts. During a migration the target is newer than its
-    source, so the VM counts where it is going once the target is scheduled; a failed
-    target (terminating or finished) drops out and the source counts again; after success
-    the source finishes and the target (still labelled as one) is the VM's pod. A pod
-    without the label stands alone. A pod passed twice counts once. Only opted-in VMs count,
-    unless `any_vm`.
-    """
+    """Which candidate launcher pods are where their VMs run now: of a VMI's pods (kubevirt.io/created-by)
+    that run, scheduled and not terminating, the newest. A scheduled migration target is newer than its
+    source; a failed one drops out. Only opted-in VMs count, unless `any_vm`."""
     groups: dict[tuple[str, str] | int, list[dict[str, Any]]] = {}
     skipped: list[tuple[dict[str, Any], Alone]] = []
     seen: set[tuple[str, str]] = set()

@@ -1,16 +1,11 @@
-"""What the keeper must remember beyond one leader and beyond KubeVirt's garbage collection, as it
-is kept in the cluster (a ConfigMap the leader writes, `keeper.state_store`, as `record.py` spells it;
-`status` reads it too). Pure.
-
-Three things live here and nowhere else:
-- our migrations the watch no longer shows, as last seen: virt-controller keeps only the 5 newest
-  finished migrations of a VMI (`garbageCollectFinalizedMigrations` in `pkg/virt-controller/watch/migration/migration.go`),
-  and the per-day limit and the backoff after failures count ours over a day and more;
-- the refusals of one VM's own actions (a create, a cancel or an unpause that failed for that object:
-  refused, 5xx, 429, no answer): the API's words, how many in a row, and when to try again, so that a
-  new leader neither hammers a policy that refuses a VM nor forgets to retry an unpause soon;
-- the evidence that a VM is on a stale mount (`recovery.judge`), which rests on pauses the leader's
-  watch saw: `status` and the next leader go by it too, for as long as that mount lasts.
+"""What the keeper must remember beyond one leader and KubeVirt's garbage collection, as kept in the
+cluster (`keeper.state_store`, spelled by `record.py`; `status` reads it too). Pure. Only here:
+- our migrations the watch no longer shows: virt-controller keeps a VMI's 5 newest finished ones
+  (`garbageCollectFinalizedMigrations`, `pkg/virt-controller/watch/migration/migration.go`), and the
+  per-day limit and the backoff count ours over a day and more;
+- the refusals of one VM's actions (a create, a cancel, an unpause): the API's words, how many in a row,
+  when to retry, so that a new leader neither hammers a policy that refuses a VM nor forgets an unpause;
+- the evidence that a VM is on a stale mount (`recovery.judge`), resting on pauses the leader's watch saw.
 """
 from __future__ import annotations
 
@@ -53,8 +48,7 @@ def retry_delay(action: Action, count: int) -> timedelta:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
-    """`action` for one VM failed `count` times in a row (refused, or no answer about it), the last
-    with `words`; the keeper tries again from `retry`."""
+    """`action` for one VM failed `count` times in a row, the last with `words`; tried again from `retry`."""
 
     namespace: str
     name: str
@@ -78,8 +72,7 @@ class Refusal:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Evidence:
-    """What made the keeper take a VMI for one on a stale mount (`words`), dating from Longhorn's remount
-    request `requested`: it holds while the VMI's pod is older than that request."""
+    """Why the keeper took a VMI for one on a stale mount, dating from Longhorn's remount request `requested`."""
 
     namespace: str
     name: str
@@ -90,8 +83,8 @@ class Evidence:
 
 @dataclasses.dataclass(frozen=True)
 class KeeperState:
-    """Our migrations as last seen (oldest first), the refusals of actions, and when the record was
-    last rebuilt and why (said for SAY_LOST)."""
+    """Our migrations as last seen (oldest first), the refusals, when the record was rebuilt and why
+    (said for SAY_LOST), the evidence of stale mounts."""
 
     migrations: tuple[Migration, ...] = ()
     refusals: tuple[Refusal, ...] = ()
@@ -120,8 +113,7 @@ class KeeperState:
         return dataclasses.replace(self, refusals=tuple(h for h in self.refusals if h.key != (namespace, name, action)))
 
     def with_migrations(self, ours: Iterable[Migration], now: datetime) -> KeeperState:
-        """Our migrations as now known, the old and many pruned; the refusals whose retry is long past
-        forgotten."""
+        """Our migrations as now known, the old pruned; the refusals whose retry is long past forgotten."""
         kept = sorted((m for m in ours if m.ours and (not m.final or now - m.created <= REMEMBER)),
                       key=lambda m: (m.created, m.namespace, m.name))
         refusals = tuple(h for h in self.refusals if now - h.retry <= FORGET_REFUSAL)
@@ -139,8 +131,8 @@ class KeeperState:
 
 
 def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
-    """Every migration to count: what the cluster shows, plus ours the state keeps that it no longer
-    shows (garbage-collected, or deleted: one deleted unfinished was aborted, and counts as failed)."""
+    """Every migration to count: the cluster's, plus ours kept that it no longer shows (one unfinished was
+    deleted, so aborted: failed)."""
     watched = list(watched)
     shown = {(m.namespace, m.name) for m in watched}
     gone = [m if m.final else dataclasses.replace(m, phase="Failed", ended=now)
