@@ -5,14 +5,11 @@ import argparse
 import base64
 import json
 import sys
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ..admission import review as reviews
 from ..admission.admit import admit
-from ..stores.documents import documents, file_problem
+from ..stores import documents
 from ..stores.snapshot import SnapshotStore
 from ..deadline import Deadline
 from .parser import settings_from
@@ -20,18 +17,7 @@ from .parser import settings_from
 
 def read_document(source: str, shown: str) -> dict[str, Any]:
     """The one object in `source` (a file, or - for stdin); ValueError naming it (`shown`) when it holds none."""
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        found = documents(text)
-    except UnicodeDecodeError:
-        raise ValueError(f"{shown}: not text (UTF-8)") from None
-    except OSError as exc:  # a directory, no such file, no permission: in words, not errno's
-        raise ValueError(f"{shown}: {file_problem(exc)}") from None
-    except ValueError as exc:
-        raise ValueError(f"{shown}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{shown}: not YAML or JSON: {getattr(exc, 'problem', None) or ' '.join(str(exc).split())}") \
-            from None
+    found = documents.read(None if source == "-" else source, shown)
     if len(found) != 1:
         raise ValueError(f"{shown}: {len(found)} YAML documents; one is read (an AdmissionReview or a Pod)")
     if not isinstance(found[0], dict):

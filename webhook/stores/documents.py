@@ -1,8 +1,10 @@
 """The YAML or JSON documents of a file (`review`'s request, a `--state` snapshot), nested no deeper
 than the admission server reads a body (orjson's 1024 levels; libyaml's 999): never a RecursionError.
-Errors are ValueError or yaml.YAMLError, for the caller to name its file in."""
+`read` names its file in a one-line ValueError."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -39,3 +41,20 @@ def documents(text: str) -> list[Any]:
         if "nesting depth" in str(getattr(exc, "problem", "")):
             raise ValueError(TOO_DEEP) from None
         raise
+
+
+def read(path: str | None, shown: str) -> list[Any]:
+    """The documents of file `path` (None: stdin); a ValueError naming it (`shown`) and what is wrong."""
+    try:
+        return documents(sys.stdin.read() if path is None else Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        said = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise ValueError(f"{shown}: not YAML or JSON{at}: {said}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{shown}: not text (UTF-8)") from None
+    except ValueError as exc:  # nested too deeply
+        raise ValueError(f"{shown}: {exc}") from None
+    except OSError as exc:  # a directory, no such file, no permission: in words, not errno's
+        raise ValueError(f"{shown}: {file_problem(exc)}") from None

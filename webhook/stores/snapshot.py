@@ -5,17 +5,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .. import kinds
 from ..kinds import NODE, POD, PV, PVC, RULE_RESOURCES, VMI, Resource
 from ..rules import fit
-from .documents import documents, file_problem
+from . import documents
 from .store import Store, using, volume_handle
-
-
-class BadSnapshot(ValueError):
-    """A snapshot file that cannot be read as Kubernetes objects: the file, the object, what is wrong."""
 
 
 def malformed(obj: Any) -> str | None:
@@ -65,26 +59,14 @@ class SnapshotStore(Store):
 
     @classmethod
     def from_file(cls, path: str | Path) -> SnapshotStore:
-        """The snapshot in `path`; BadSnapshot (one line: the file, the object, what is wrong) when
+        """The snapshot in `path`; ValueError (one line: the file, the object, what is wrong) when
         it is not YAML or an object in it is not a Kubernetes object."""
-        try:
-            found = documents(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            at = f" at line {where.line + 1}" if where is not None else ""
-            said = getattr(exc, "problem", None) or " ".join(str(exc).split())
-            raise BadSnapshot(f"{path}: not YAML or JSON{at}: {said}") from None
-        except UnicodeDecodeError:
-            raise BadSnapshot(f"{path}: not text (UTF-8)") from None
-        except ValueError as exc:  # nested too deeply
-            raise BadSnapshot(f"{path}: {exc}") from None
-        except OSError as exc:
-            raise BadSnapshot(f"{path}: {file_problem(exc)}") from None
+        found = documents.read(str(path), str(path))
         objects = list(flatten(found))
         for index, obj in enumerate(objects, 1):
             problem = malformed(obj)
             if problem is not None:
-                raise BadSnapshot(f"{path}: {_which(obj, index)} {problem}")
+                raise ValueError(f"{path}: {_which(obj, index)} {problem}")
         return cls(objects)
 
     def usable(self) -> int:
