@@ -55,14 +55,12 @@ class Arrivals:
 
 
 class Guard:
-    """A protocol factory around aiohttp's, counting the connections open and noting when each
-    connection's request arrived (`arrivals`)."""
+    """A protocol factory around aiohttp's, noting when each connection's request arrived (`arrivals`)."""
 
     def __init__(self, factory: Callable[[], asyncio.Protocol], header_seconds: float = HEADER_SECONDS,
                  arrivals: Arrivals | None = None) -> None:
         self.factory, self.header_seconds = factory, header_seconds
         self.arrivals = arrivals if arrivals is not None else Arrivals()
-        self.open = 0
 
     def __call__(self) -> asyncio.Protocol:
         return Guarded(self, self.factory())
@@ -80,7 +78,6 @@ class Guarded(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        self.guard.open += 1
         self.guard.arrivals.connected(transport, self.accepted)
         self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
@@ -107,7 +104,6 @@ class Guarded(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.guard.open -= 1
         self.guard.arrivals.answered(self.transport)
         self.inner.connection_lost(exc)
 
@@ -136,14 +132,13 @@ class Port:
 
 
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
-                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS,
-                 backlog: int = BACKLOG) -> Port:
+                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS) -> Port:
     """Serve `runner` (set up) on host:port through a Guard."""
     if runner.server is None:
         raise RuntimeError("the runner is not set up")
     try:
         listening = await asyncio.get_running_loop().create_server(
-            guard or Guard(runner.server), host, port, ssl=context, backlog=backlog, reuse_address=True,
+            guard or Guard(runner.server), host, port, ssl=context, backlog=BACKLOG, reuse_address=True,
             ssl_handshake_timeout=handshake_seconds if context else None)
     except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
         raise OSError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).rsplit(': ', 1)[-1]}") from None
