@@ -73,11 +73,10 @@ async def connect(kubeconfig: str | None = None, context: str | None = None) -> 
     else:
         tried.append(f"in-cluster ({config.incluster_config.SERVICE_HOST_ENV_NAME} not set)")
     env = os.environ.get("KUBECONFIG")
-    if env:
-        if await from_file(_first_existing(env, env.split(os.pathsep)[0]), f"KUBECONFIG={env}"):
-            return new_api_client(configuration)
-    else:
+    if not env:
         tried.append("KUBECONFIG (not set)")
+    elif await from_file(_first_existing(env, env.split(os.pathsep)[0]), f"KUBECONFIG={env}"):
+        return new_api_client(configuration)
     home = Path("~/.kube/config").expanduser()
     if await from_file(str(home), str(home)):
         return new_api_client(configuration)

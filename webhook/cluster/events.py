@@ -102,14 +102,10 @@ class EventSink:
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
-        if self._closed:
+        if self._closed or self._queue.full():
             metrics.EVENTS.labels("dropped").inc()
             return
-        try:
-            self._queue.put_nowait(new_event(involved, reason, message, self.instance, warning=warning, name=name))
-        except asyncio.QueueFull:
-            metrics.EVENTS.labels("dropped").inc()
-            return
+        self._queue.put_nowait(new_event(involved, reason, message, self.instance, warning=warning, name=name))
         self._worker.start()
 
     async def _send_next(self) -> None:

@@ -20,17 +20,9 @@ log = logging.getLogger("webhook.cache")  # the logger names in the log lines ar
 class Informer:
     """One resource (optionally of one namespace) kept in a Table from the events of its reflector."""
 
-    def __init__(
-        self,
-        resource: Resource,
-        shape: Shape,
-        *,
-        namespace: str | None = None,
-        indexers: Mapping[str, Indexer] | None = None,
-        watchers: Iterable[Watcher] = (),
-        fields: str = "",
-        wanted: Callable[[dict[str, Any]], bool] | None = None,
-    ):
+    def __init__(self, resource: Resource, shape: Shape, *, namespace: str | None = None,
+                 indexers: Mapping[str, Indexer] | None = None, watchers: Iterable[Watcher] = (), fields: str = "",
+                 wanted: Callable[[dict[str, Any]], bool] | None = None):
         self.resource = resource
         # A field selector the API applies (`fields`), and the same test on our side (`wanted`).
         self.fields, self.wanted = fields, wanted

@@ -45,9 +45,6 @@ class Backoff:
         self.failures += 1
         return random.uniform(delay / 2, delay)
 
-    def reset(self) -> None:
-        self.failures = 0
-
 
 class Gone(Exception):
     """410 Gone: the resourceVersion to resume from is too old; list again."""
@@ -235,7 +232,7 @@ class Reflector:
                 need_list = not self.resumable
                 if counter[0] == 0 and loop.time() - started < self.timing.short_watch:
                     raise WatchError(f"watch of {self.name} ended at once with no events")
-                self._backoff.reset()
+                self._backoff.failures = 0
             except Gone as exc:
                 # client-go relists at once on 410; a relist that is itself too old backs off.
                 need_list = True

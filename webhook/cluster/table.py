@@ -108,16 +108,13 @@ class Table:
             after = set(indexer(new)) if new is not None else set()
             index = self.indexes[name]
             for value in before - after:
-                held = index.get(value, ())
-                keys = tuple(k for k in ((held,) if isinstance(held, str) else held) if k != key)
+                keys = tuple(k for k in self.keys_of(name, value) if k != key)
                 if keys:
                     index[value] = keys[0] if len(keys) == 1 else keys
                 else:
                     index.pop(value, None)
             for value in after - before:
-                held = index.get(value)
-                if held is None:
-                    index[key if value == key else value] = key  # a PV's handle is often its name
-                else:
-                    index[value] = ((held,) if isinstance(held, str) else held) + (key,)
+                held = self.keys_of(name, value)
+                # The key itself as the value's key where they are equal (a PV's handle is often its name).
+                index[key if value == key else value] = held + (key,) if held else key
 
