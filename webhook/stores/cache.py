@@ -6,6 +6,7 @@ have synced and on misses that may be watch lag.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Hashable
 from typing import Any
 
@@ -84,27 +85,24 @@ class NodeUsage:
     a pod's share is worked out again from the object it was added as, so exactly that is taken away."""
 
     def __init__(self, changed_nodes: ChangedNodes | None = None) -> None:
-        self.by_node: dict[str, fit.Usage] = {}
+        self.by_node: defaultdict[str, fit.Usage] = defaultdict(fit.Usage)
         self.changed_nodes = changed_nodes or ChangedNodes()
 
     def __call__(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         before, after = _taken(old), _taken(new)
         if before == after:
             return  # the same node, the same share: a status update, or a pod bound to none
-        for taken, sign in ((before, -1), (after, 1)):
-            if taken is None:
-                continue
-            node, share = taken
+        if before is not None:
+            node, share = before
             self.changed_nodes.note(node)
-            usage = self.by_node.get(node)
-            if usage is None:
-                usage = self.by_node[node] = fit.Usage()
-            if sign > 0:
-                usage.add(share)
-            else:
-                usage.remove(share)
-                if usage.pods <= 0:
-                    del self.by_node[node]
+            usage = self.by_node[node]
+            usage.remove(share)
+            if usage.pods <= 0:
+                del self.by_node[node]
+        if after is not None:
+            node, share = after
+            self.changed_nodes.note(node)
+            self.by_node[node].add(share)
 
     def of(self, node: str) -> fit.Usage:
         """Read-only: the checks only read it (a node without pods gets the one empty Usage)."""

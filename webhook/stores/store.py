@@ -26,9 +26,8 @@ class Store(Protocol):
         when only the API can."""
         return False, None
 
-    async def get(
-        self, resource: Resource, namespace: str | None, name: str, *, timeout: float | None = None
-    ) -> dict[str, Any] | None:
+    async def get(self, resource: Resource, namespace: str | None, name: str, *,
+                  timeout: float | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist. Raises StoreError when unsure."""
 
     async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
