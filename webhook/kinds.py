@@ -209,14 +209,19 @@ def is_launcher(pod: Any) -> bool:
     return labels(pod).get(VIRT_LAUNCHER[0]) == VIRT_LAUNCHER[1]
 
 
-def vmi_owner(pod: Any) -> dict[str, Any] | None:
-    """The pod's controlling ownerReference of kind VirtualMachineInstance: the VMI it runs."""
-    refs = meta(pod).get("ownerReferences")
+def controller(obj: Any, of_kinds: tuple[str, ...]) -> dict[str, Any] | None:
+    """The object's controlling ownerReference, when it names an object of one of `of_kinds`."""
+    refs = meta(obj).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else ():
-        if (isinstance(ref, dict) and ref.get("kind") == VMI_OWNER_KIND and ref.get("controller") is True
+        if (isinstance(ref, dict) and ref.get("kind") in of_kinds and ref.get("controller") is True
                 and isinstance(ref.get("name"), str) and ref["name"]):
             return ref
     return None
+
+
+def vmi_owner(pod: Any) -> dict[str, Any] | None:
+    """The pod's controlling ownerReference of kind VirtualMachineInstance: the VMI it runs."""
+    return controller(pod, (VMI_OWNER_KIND,))
 
 
 def vm_name(pod: Any) -> str | None:

@@ -3,6 +3,7 @@
 store's figures) is registered with both; each has its own readiness gauge."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
@@ -116,14 +117,10 @@ KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED, LONGHORN_RESTARTS_VMS)
 
 
-_shown: set[Gauge | Counter] = set()  # those of SHOWN_LATER registered with KEEPER_REGISTRY so far
-
-
+@functools.cache  # registered once
 def show(metric: Gauge | Counter) -> Gauge | Counter:
     """Export a metric of the keeper's that is absent until it means something (see SHOWN_LATER)."""
-    if metric not in _shown:
-        KEEPER_REGISTRY.register(metric)
-        _shown.add(metric)
+    KEEPER_REGISTRY.register(metric)
     return metric
 
 

@@ -34,13 +34,9 @@ def identity(env: Mapping[str, str] | None = None) -> str:
 def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
     """What a decision about `pod` is about: its controlling owner, the VMI for a VM pod, the
     ShareManager for a share-manager pod (never a label's name)."""
-    refs = kinds.meta(pod).get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        if (isinstance(ref, dict) and ref.get("kind") in OWNER_KINDS and ref.get("controller") is True
-                and isinstance(ref.get("name"), str) and ref["name"]):
-            return {"apiVersion": ref.get("apiVersion", ""), "kind": ref["kind"], "name": ref["name"],
-                    "namespace": namespace, "uid": ref.get("uid", "")}
-    return None
+    ref = kinds.controller(pod, OWNER_KINDS)
+    return None if ref is None else {"apiVersion": ref.get("apiVersion", ""), "kind": ref["kind"], "name": ref["name"],
+                                     "namespace": namespace, "uid": ref.get("uid", "")}
 
 
 def vmi_reference(namespace: str, name: str, uid: str = "") -> dict[str, Any]:

@@ -14,12 +14,11 @@ from typing import Any
 from .. import kinds
 from ..config import Settings
 from ..cluster.table import Shape
-from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
+from ..kinds import NODE, POD, PV, PVC, REQUIRED, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
 from ..rules.shared import declared
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def trim(value: Any, keep: Keep) -> Any:
