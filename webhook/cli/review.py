@@ -54,12 +54,6 @@ def pod_namespace(pod: dict[str, Any], shown: str, given: str | None) -> str:
     return given or meta["namespace"]
 
 
-def decoded_patch(envelope: dict[str, Any]) -> list[dict[str, Any]]:
-    """The JSON patch the apiserver would apply, out of its base64 in the response (none: [])."""
-    encoded = envelope["response"].get("patch")
-    return json.loads(base64.b64decode(encoded)) if encoded else []
-
-
 async def run_review(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     shown = "stdin" if args.request == "-" else args.request
@@ -74,7 +68,9 @@ async def run_review(args: argparse.Namespace) -> int:
     store = snapshot(args.state)
     outcome = await admit(request, store, settings, Deadline.after(settings.default_timeout, 0))
     envelope = reviews.build_response(request.uid, outcome)
-    print(json.dumps(decoded_patch(envelope) if args.patch else envelope, indent=2))
+    encoded = envelope["response"].get("patch")  # the JSON patch the apiserver would apply, in base64
+    patch = json.loads(base64.b64decode(encoded)) if encoded else []
+    print(json.dumps(patch if args.patch else envelope, indent=2))
     summary = outcome.decision.reason if outcome.decision else \
         f"untouched: {outcome.skipped}" + (f" ({outcome.detail})" if outcome.detail else "")
     print(f"# {summary}", file=sys.stderr)

@@ -54,6 +54,14 @@ class WatchError(Exception):
     pass
 
 
+def answered(status: int, what: str, gone: str) -> None:
+    """Gone (`gone` says why) on 410, WatchError on any other status but 200."""
+    if status == 410:
+        raise Gone(f"{what}: {gone}")
+    if status != 200:
+        raise WatchError(f"{what}: API answered {status}")
+
+
 class EventType(enum.StrEnum):
     LISTED = "LISTED"  # one object of a list
     SYNCED = "SYNCED"  # the list is complete: what it did not return is gone
@@ -143,10 +151,7 @@ class Reflector:
                 if token:
                     query.append(("continue", token))
                 status, body = await self.transport.get(query, self.timing.request_timeout)
-                if status == 410:
-                    raise Gone(f"list of {self.name}: the continue token expired")
-                if status != 200:
-                    raise WatchError(f"list of {self.name}: API answered {status}")
+                answered(status, f"list of {self.name}", "the continue token expired")
                 page = orjson.loads(body)
                 del body
                 for item in page.get("items") or ():
@@ -178,10 +183,7 @@ class Reflector:
         except TimeoutError:
             return
         try:
-            if status == 410:
-                raise Gone(f"watch of {self.name}: 410 Gone")
-            if status != 200:
-                raise WatchError(f"watch of {self.name}: API answered {status}")
+            answered(status, f"watch of {self.name}", "410 Gone")
             pending = bytearray()
             while True:
                 try:
