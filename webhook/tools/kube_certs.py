@@ -69,15 +69,6 @@ def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | 
     return certs.Bundle(ca_cert=data["ca.crt"], cert=data["tls.crt"], key=data["tls.key"])
 
 
-def _still_valid_ca(pem: bytes | None, now: datetime.datetime) -> bytes | None:
-    found = _load_certs(pem or b"")
-    return pem if len(found) == 1 and found[0].not_valid_after_utc > now else None
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
 def _unb64(text: str | None) -> bytes:
     """The bytes of a base64 value; none for an absent or a malformed one."""
     try:
@@ -87,7 +78,8 @@ def _unb64(text: str | None) -> bytes:
 
 
 def _secret_data(bundle: certs.Bundle) -> dict[str, str]:
-    return {key: _b64(value) for key, value in zip(SECRET_KEYS, (bundle.ca_cert, bundle.cert, bundle.key))}
+    values = (bundle.ca_cert, bundle.cert, bundle.key)
+    return {key: base64.b64encode(value).decode() for key, value in zip(SECRET_KEYS, values)}
 
 
 def _written(status: int, answer: object, what: str) -> bool:
@@ -122,8 +114,10 @@ async def sync_secret(api: Api, namespace: str, name: str, names: list[str], day
         bundle = certs.generate(names, days=days)
         patch = {"metadata": {"resourceVersion": meta(secret).get("resourceVersion")}, "data": _secret_data(bundle)}
         if _written(*await api.request("PATCH", path, patch, MERGE_PATCH), f"writing {what}"):
+            replaced = _load_certs(data["ca.crt"])
+            still_valid = len(replaced) == 1 and replaced[0].not_valid_after_utc > now
             return SecretResult(bundle, "renewed" if data["tls.crt"] else "created",
-                                _still_valid_ca(data["ca.crt"], now))
+                                data["ca.crt"] if still_valid else None)
     raise KubeError(f"{what} kept changing under us ({ATTEMPTS} conflicts); run again")
 
 
@@ -155,7 +149,7 @@ async def patch_webhook(api: Api, name: str, ca: bytes, previous_ca: bytes | Non
             current = _unb64(client_config.get("caBundle"))
             up_to_date = _ders(current) == _ders(wanted) if previous_ca else set(_ders(ca)) <= set(_ders(current))
             if not up_to_date:
-                client_config["caBundle"] = _b64(wanted)
+                client_config["caBundle"] = base64.b64encode(wanted).decode()
                 changed += 1
         if not changed:
             return 0
