@@ -32,11 +32,9 @@ async def run_keep(args: argparse.Namespace) -> int:
         return ElectedKeeper(api, acting, namespace=namespace, identity=identity(), kubeconfig=args.kubeconfig,
                              events=args.events == "on")
 
-    async def check():
-        return await read_hold(ClusterStore(api), settings, namespace)
-
     try:
-        await KeeperService(settings, elect, check=check, **ports).run()
+        await KeeperService(settings, elect, check=lambda: read_hold(ClusterStore(api), settings, namespace),
+                            **ports).run()
     finally:
         await api.close()
     return 0

@@ -6,6 +6,7 @@ for dry-run requests (hence sideEffects NoneOnDryRun).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -126,8 +127,6 @@ class EventSink:
         self._closed = True
         if not self._worker.running:
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._queue.join(), grace)
-        except TimeoutError:
-            pass
         await self._worker.stop()

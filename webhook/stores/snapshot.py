@@ -94,9 +94,8 @@ class SnapshotStore(Store):
         return [pv for pv in self._all(PV) if volume_handle(pv) == handle]
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
-        launcher = dict([kinds.VIRT_LAUNCHER])
-        return using([pod for pod in self._all(POD, namespace) if kinds.labels_match(pod, launcher)], self._all(VMI, namespace),
-                     claim)
+        launchers = [pod for pod in self._all(POD, namespace) if kinds.is_launcher(pod)]
+        return using(launchers, list(self._all(VMI, namespace)), claim)
 
 
 _BY_KIND = {(r.api_version, r.kind): r for r in RULE_RESOURCES}
