@@ -26,14 +26,7 @@ class Children(Generic[Labelled]):
     intend (every admission counts itself under one of a few label sets; none is ever removed)."""
 
     def __init__(self, metric: Labelled):
-        self._metric = metric
-        self._children: dict[tuple[str, ...], Labelled] = {}
-
-    def labels(self, *values: str) -> Labelled:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._metric.labels(*values)
-        return child
+        self.labels: Callable[..., Labelled] = functools.cache(metric.labels)
 
 
 ADMISSION_DURATION = Histogram("colocate_admission_duration_seconds",
