@@ -165,8 +165,7 @@ class SharedSettings:
         for row in rows(cls):
             if verb is not None and row.flag is not None and verb not in row.flag.verbs:
                 continue
-            raw = env.get(row.env)
-            if raw is not None and raw != "":
+            if raw := env.get(row.env):
                 values[row.name] = cls.checked(row.name, row.parse(raw), f"{row.env}={raw!r}")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -85,12 +85,8 @@ def add_setting_flags(parser: Parser, verb: str) -> None:
 
 def flags_given(args: argparse.Namespace) -> dict[str, object]:
     """The settings this verb's flags set (`getattr`: each verb has only its own), on/off as a switch."""
-    given: dict[str, object] = {}
-    for row in SETTINGS:
-        value = getattr(args, row.name, None)
-        if value is not None:
-            given[row.name] = row.parse(value) if row.kind is bool else value
-    return given
+    return {row.name: row.parse(value) if row.kind is bool else value for row in SETTINGS
+            if (value := getattr(args, row.name, None)) is not None}
 
 
 # The settings each verb runs with: `serve` admission's, `keep` the keeper's, the tools both
