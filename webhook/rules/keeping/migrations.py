@@ -34,13 +34,10 @@ UNPLACEABLE_SECONDS = 60
 # Our migrations queue after drains and users (KubeVirt 1.7+, where the cluster keeps the field).
 MIGRATION_PRIORITY = "system-maintenance"
 
+
 class MigrationPhase(enum.StrEnum):
-    PENDING = "Pending"
-    SCHEDULING = "Scheduling"
-    SCHEDULED = "Scheduled"
-    PREPARING_TARGET = "PreparingTarget"
-    TARGET_READY = "TargetReady"
-    RUNNING = "Running"
+    """The final phases; the others (Pending ... Running, and unknown ones) are unfinished."""
+
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -105,11 +102,7 @@ def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | 
     state_end = declared.VMIM_ENDED.time(declared.VMIM_STATE.obj(status))
     if phase not in FINAL_PHASES:
         return None
-    if final_at:
-        return max(final_at)
-    if state_end is not None:
-        return state_end
-    return max(any_at, default=created)
+    return max(final_at, default=None) or state_end or max(any_at, default=created)
 
 
 def read_migration(obj: Any) -> Migration | Malformed:
