@@ -121,10 +121,8 @@ def read_migration(obj: Any) -> Migration | Malformed:
         status = declared.VMIM_STATUS.obj(obj)
         phase = declared.VMIM_PHASE.text(status)
         ours = declared.VMIM_MANAGED_BY.of(obj) == kinds.COMPONENT
-        target = declared.VMIM_TARGET.of(obj) if ours else None
-        uid = declared.VMIM_UID.value(metadata)
-        evacuated = declared.VMIM_EVACUATION.of(obj)
-        recovers = declared.VMIM_RECOVERS.of(obj) if ours else None
+        target, recovers = (declared.VMIM_TARGET.of(obj), declared.VMIM_RECOVERS.of(obj)) if ours else (None, None)
+        uid, evacuated = declared.VMIM_UID.value(metadata), declared.VMIM_EVACUATION.of(obj)
         return Migration(namespace=namespace, name=name, vmi=vmi, phase=phase, ours=ours, created=created,
                          ended=_ended(status, phase, created),
                          target=target if isinstance(target, str) and target else None,
