@@ -93,17 +93,13 @@ def show(report: PassReport) -> None:
     metrics.VMS_APART_OVER_HOUR.set(sum(1 for span in apart if span > HOUR))
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Keeper:
     """The passes: `run()` for the elected replica; one pass on its own (a benchmark, a test):
     `async with keeper.watching(): report = await keeper.run_pass()`."""
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
-                 clock: Callable[[], datetime] = _now, state: StateStore | None = None):
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None):
         if settings.keep is KeepMode.OFF:
             raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
