@@ -33,7 +33,6 @@ class ElectedKeeper:
             # A migration is created only if its request ends within the renew deadline.
             raise ValueError("the keeper's request timeout must be shorter than the lease's renew deadline")
         self.settings, self.kubeconfig, self.events, self.timing = settings, kubeconfig, events, timing
-        self.backoff = BACKOFF
         self.namespace = namespace  # of the Lease, and of the keeper's state beside it
         self.elector = Elector(api, namespace=namespace, name=settings.lease_name, identity=identity,
                                lead=self._term, timing=lease_timing)
@@ -52,7 +51,7 @@ class ElectedKeeper:
     def degraded(self) -> list[str]:
         """Readiness notes: the Lease, the last term's failure, what the leading keeper cannot see or do."""
         notes = [f"lease: {self.elector.error}"] if self.elector.error else []
-        if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < self.backoff[1]):
+        if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < BACKOFF[1]):
             notes.append(self.ended)
         if self.keeper is not None:
             notes += self.keeper.store.degraded() + self.keeper.degraded()
@@ -88,7 +87,7 @@ class ElectedKeeper:
         """Say it, step down, hand the Lease over and hold off, doubling for failures in a row."""
         now = time.monotonic()
         self.failures = 1 if now - self._ended_at > STEADY else self.failures + 1
-        pause = min(self.backoff[1], self.backoff[0] * 2 ** (self.failures - 1))
+        pause = min(BACKOFF[1], BACKOFF[0] * 2 ** (self.failures - 1))
         self._ended_at = now
         self.elector.hold_off(pause)
         self.elector.step_down(what)

@@ -82,15 +82,6 @@ class PassReport:
         return cls(at, tuple(created), {str(state): states[state] for state in VmState}, dict(held), note, vms)
 
 
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """What one pass observed: its VMs, the pass-wide facts, our migrations whose target pod is not placed."""
-
-    vms: tuple[Observed, ...]
-    facts: PassFacts
-    stuck: tuple[Stuck, ...] = ()
-
-
 def show(report: PassReport) -> None:
     """The metrics of a pass, from its report: every state and hold set (0 for none), and the spans apart."""
     for state in VmState:
@@ -102,23 +93,13 @@ def show(report: PassReport) -> None:
     metrics.VMS_APART_OVER_HOUR.set(sum(1 for span in apart if span > HOUR))
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _log_pass(report: PassReport) -> None:
-    """What a pass did, to explain the keeper after the fact; each VM has its own lines."""
-    log.debug("keeper pass", extra={"fields": {"created": report.created, "states": report.states,
-                                               "held": report.held, "note": report.note}})
-
-
 class Keeper:
     """The passes: `run()` for the elected replica; one pass on its own (a benchmark, a test):
     `async with keeper.watching(): report = await keeper.run_pass()`."""
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
-                 clock: Callable[[], datetime] = _now, state: StateStore | None = None):
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None):
         if settings.keep is KeepMode.OFF:
             raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
@@ -136,13 +117,8 @@ class Keeper:
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
-        self._watch: KubeVirtWatch | None = None
+        self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
         self.passes = 0  # passes made over synced caches
-
-    @property
-    def watch(self) -> KubeVirtWatch | None:
-        """The VMI and migration watches while `watching()` runs."""
-        return self._watch
 
     # ----------------------------------------------------------------- running
 
@@ -150,12 +126,12 @@ class Keeper:
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
         """VMIs and migrations listed and watched for as long as the block runs."""
         watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, (self.memory.saw,))
-        self._watch = watch
+        self.watch = watch
         watch.start()
         try:
             yield watch
         finally:
-            self._watch = None
+            self.watch = None
             self.memory.unwatched()
             await watch.close()
 
@@ -169,8 +145,10 @@ class Keeper:
                         await asyncio.gather(watch.wait_synced(), self.store.wait_synced())
                 while True:
                     started = loop.time()
-                    try:
-                        _log_pass(await self.run_pass())  # not kept: its records would outlive the next pass's
+                    try:  # the report is not kept: its records would outlive the next pass's
+                        report = await self.run_pass()
+                        log.debug("keeper pass", extra={"fields": {"created": report.created, "states": report.states,
+                                                                   "held": report.held, "note": report.note}})
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
                         self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
@@ -182,14 +160,14 @@ class Keeper:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
         lost = [f"the keeper's record was rebuilt at {rfc3339(self.state.lost[0])}: {self.state.lost[1]}"
                 ] if self.state.lost else []
-        return (self._watch.degraded() if self._watch is not None else []) + list(self.memory.errors) + lost
+        return (self.watch.degraded() if self.watch is not None else []) + list(self.memory.errors) + lost
 
     # ----------------------------------------------------------------- one pass
 
     async def run_pass(self) -> PassReport:
         """One pass over synced caches; its report sets the metrics."""
         now = self.clock()
-        watch = self._watch
+        watch = self.watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(at=now, note="waiting for the caches to sync")
         report = await self._pass(watch, now)
@@ -199,12 +177,12 @@ class Keeper:
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
         """Observe (reads only), plan (pure), act (writes only); then record what came of it."""
         await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
-        seen = await self._observe(watch, now)
-        observed = {vm.key: vm for vm in seen.vms}
+        vms, observed_facts, unplaced = await self._observe(watch, now)
+        observed = {vm.key: vm for vm in vms}
         held: dict[tuple[str, str], VmFacts] = {}  # held by a failed dry run of this pass
 
         def plan_of(facts: PassFacts) -> Plan:
-            return plan([held.get(vm.key, vm.facts) for vm in seen.vms], facts, seen.stuck,
+            return plan([held.get(vm.key, vm.facts) for vm in vms], facts, unplaced,
                         timedelta(seconds=self.timing.unplaceable))
 
         def hold(result: Result) -> None:
@@ -214,7 +192,7 @@ class Keeper:
 
         writes = self.writes
         writes.begin()
-        facts = await ask_targeted(self.targeted, plan_of, seen.facts, observed, writes, hold)
+        facts = await ask_targeted(self.targeted, plan_of, observed_facts, observed, writes, hold)
         made = plan_of(facts)
         self.state = self.state.with_stale(
             Evidence(namespace=vm.facts.vmi.namespace, name=vm.facts.vmi.name, uid=vm.facts.vmi.uid,
@@ -236,9 +214,9 @@ class Keeper:
         show(report)
         return report
 
-    async def _observe(self, watch: KubeVirtWatch, now: datetime) -> Observation:
-        """The VMIs and migrations (ours followed), each running opted-in VM, our migrations whose target pod
-        cannot be placed, and the pass-wide facts. Reads only."""
+    async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
+        """The VMIs and migrations (ours followed): each running opted-in VM, the pass-wide facts, and our
+        migrations whose target pod cannot be placed. Reads only."""
         seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
         for malformed in seen.malformed:
             self.memory.skip(malformed)
@@ -253,8 +231,7 @@ class Keeper:
         observed = await self._observe_vms(running, history, state, now)
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
-        return Observation(vms=tuple(observed), facts=facts,
-                           stuck=tuple(stuck(history, uids, self.store.launcher_pods, state)))
+        return observed, facts, stuck(history, uids, self.store.launcher_pods, state)
 
     async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
                            now: datetime) -> list[Observed]:

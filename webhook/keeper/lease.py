@@ -79,7 +79,7 @@ class Elector:
         self.terms = 0  # times this replica became the leader
         self.reads = 0  # reads of the Lease tried (one each try to acquire or renew), answered or not
         self.error: str | None = None  # why the last read or write of the Lease failed, until one works
-        self._renewed_at: float | None = None  # loop time of the last successful write of the Lease
+        self.renewed_at: float | None = None  # loop time of the last successful write of the Lease
         self._term: asyncio.Task[None] | None = None  # the keeper, while leading
         self._deadline: asyncio.Task[None] | None = None
         self._deposed = asyncio.Event()
@@ -93,14 +93,8 @@ class Elector:
     def may_act(self, within: float = 0.0) -> bool:
         """Leading, and still within the renew deadline `within` seconds from now: an action that long ends
         before a follower could take over."""
-        until = self.acting_until()
-        return until is not None and asyncio.get_running_loop().time() + within < until
-
-    def acting_until(self) -> float | None:
-        """The loop time at which the leader stops acting unless the Lease is renewed (None: not leading)."""
-        if not self.leading or self._renewed_at is None:
-            return None
-        return self._renewed_at + self.timing.renew_deadline
+        return (self.leading and self.renewed_at is not None
+                and asyncio.get_running_loop().time() + within < self.renewed_at + self.timing.renew_deadline)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -176,9 +170,6 @@ class Elector:
         if self.leading and holder != self.identity:
             self.step_down(f"the lease is held by {holder or 'nobody'}")
 
-    def renewed(self, at: float) -> None:
-        self._renewed_at = at
-
     def step_down(self, why: str) -> None:
         """End the term now: the keeper is cancelled before anything else can run."""
         if not self.leading:
@@ -220,7 +211,7 @@ class Elector:
         """Depose at the renew deadline unless a renewal moved it."""
         loop = asyncio.get_running_loop()
         while self.leading:
-            left = (self._renewed_at or 0.0) + self.timing.renew_deadline - loop.time()
+            left = (self.renewed_at or 0.0) + self.timing.renew_deadline - loop.time()
             if left <= 0:
                 self.step_down(f"the lease was not renewed for {self.timing.renew_deadline:g}s")
                 return

@@ -41,6 +41,7 @@ class TimedLeases(k8s.CoordinationV1Api):
     def replace_namespaced_lease(self, name, namespace, body, **kwargs):
         return super().replace_namespaced_lease(name, namespace, body, _request_timeout=self.timeout, **kwargs)
 
+
 class ReportingLeaseLock(LeaseLock):
     """The library's LeaseLock with timed calls, its outcomes reported to the Elector, and its
     writes without a traceback for a conflict."""
@@ -92,7 +93,7 @@ class ReportingLeaseLock(LeaseLock):
             error = f"{type(exc).__name__}: {exc}"
         else:
             self.elector.error = None
-            self.elector.renewed(sent)
+            self.elector.renewed_at = sent
             return True
         self.elector.error = f"writing the Lease: {error}"
         log.info("lease not written", extra={"fields": {"error": error}})

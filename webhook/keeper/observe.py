@@ -261,8 +261,7 @@ def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launch
         vmi_uid = uids.get((migration.namespace, migration.vmi))
         pods = launchers(migration.namespace, vmi_uid) if vmi_uid else None
         target = next((p for p in pods or () if kinds.labels(p).get(MIGRATION_JOB_LABEL) == migration.uid), None)
-        unplaced = unschedulable_since(target) if target is not None else None
-        if target is None or unplaced is None:
+        if target is None or (unplaced := unschedulable_since(target)) is None:
             continue
         found.append(Stuck(migration=migration, vmi_uid=vmi_uid or "", pod=kinds.pod_name(target), since=unplaced[0],
                            message=unplaced[1], refused=state.refusal(migration.namespace, migration.vmi, Action.CANCEL)))

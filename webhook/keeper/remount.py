@@ -47,9 +47,8 @@ class Remount:
     async def _spare(self, values: dict[str, str]) -> bool:
         """With --spare-vms on, the VMI kind added where it is missing: whether the Setting changed."""
         kinds = blacklisted(values.get(BLACKLIST))
-        if not self.settings.spare_vms or self.api is None or kinds is None or VMI_KIND in kinds:
-            return False
-        if not self.authority(self.timeout):  # asked just before acting, as for a migration
+        if (not self.settings.spare_vms or self.api is None or kinds is None or VMI_KIND in kinds
+                or not self.authority(self.timeout)):  # the lease asked just before acting, as for a migration
             return False
         try:
             said = await spare.change(Api(self.api), self.settings.longhorn_namespace, True,

@@ -39,9 +39,8 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     pods = await store.list(POD, namespace, {kinds.VIRT_LAUNCHER[0]: kinds.VIRT_LAUNCHER[1], **selector},
                             timeout=deadline.remaining())
     launcher = _vm_pod(pods, vmi, settings)
-    said = opted_in(((template.get("metadata") or {}).get("annotations") or {}), settings)
-    if launcher is not None:
-        said = opted_in(kinds.annotations(launcher), settings)
+    said = opted_in(kinds.annotations(launcher) if launcher is not None else
+                    (template.get("metadata") or {}).get("annotations") or {}, settings)
     served = {f.node for f in facts if f.node}
     paths = (await read_longhorn(store, settings, deadline.remaining())).paths(facts)
     view = read_vmi(vmi, settings) if vmi else None

@@ -195,12 +195,6 @@ _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 
 
-class _CheckedOnce(TargetedMigration):
-    """The keeper's check of targeted migration, made once up front; its answer is in the header, not logged."""
-
-    logger = _QUIET
-
-
 def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
                      state: KeeperState) -> dict[str, Any]:
     """The dry run of the keeper's kind of migration, of the first running opted-in VM virt-api would admit
@@ -266,7 +260,8 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     StoreError when the VMIs or migrations cannot be listed."""
     listed = read_kubevirt(await store.list(VMI, timeout=timeout), await store.list(VMIM, timeout=timeout), settings)
     running = listed.running
-    targeted = _CheckedOnce(api, timeout=timeout)
+    targeted = TargetedMigration(api, timeout=timeout)  # checked once up front: said in the header, not logged
+    targeted.logger = _QUIET
     off = settings.keep is KeepMode.OFF
     state, state_note, state_warning = await _kept(api, settings, timeout)
     if off:
@@ -399,12 +394,6 @@ def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -
     return text, last
 
 
-def summary_line(counts: dict[str, int]) -> str:
-    total = counts["total"]
-    states = ", ".join(f"{counts[str(state)]} {state}" for state in VmState)
-    return f"{total} VM{'' if total == 1 else 's'}: {states}"
-
-
 def render(report: Report) -> str:
     """The cluster facts, a row per VM, the counts per state and the notes."""
     rows = [COLUMNS]
@@ -416,7 +405,9 @@ def render(report: Report) -> str:
     if report.vms:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
-    lines.append(summary_line(report.summary()))
+    counts = report.summary()
+    states = ", ".join(f"{counts[str(state)]} {state}" for state in VmState)
+    lines.append(f"{counts['total']} VM{'' if counts['total'] == 1 else 's'}: {states}")
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
     lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, vm.retry or PAUSED_ON_IO)}" for vm in report.vms
               if vm.paused == kinds.PAUSED_IO_ERROR]

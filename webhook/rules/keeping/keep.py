@@ -150,11 +150,6 @@ def _descheduled(vm: VmFacts, p: PassFacts) -> str:
             f"not moved back before {rfc3339(until)}")
 
 
-def _backing_off(vm: VmFacts, p: PassFacts) -> bool:
-    until = backoff(vm.history).until
-    return until is not None and p.now < until
-
-
 def _backoff_words(vm: VmFacts, p: PassFacts) -> str:
     state = backoff(vm.history)
     failed = "1 failed migration" if state.failures == 1 else f"{state.failures} failed migrations in a row"
@@ -279,7 +274,7 @@ CHECKS: tuple[Check, ...] = (
                               f"(wait {whole_seconds(p.limits.after)}s)",
           needs=("last_end", "stale")),
     Check(hold=Alone.BACKING_OFF,
-          holds=lambda vm, p: not vm.stale and _backing_off(vm, p),
+          holds=lambda vm, p: not vm.stale and p.now < (backoff(vm.history).until or p.now),
           words=_backoff_words,
           needs=("history", "stale")),
     Check(hold=Alone.DAILY_LIMIT,

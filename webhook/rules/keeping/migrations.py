@@ -34,13 +34,10 @@ UNPLACEABLE_SECONDS = 60
 # Our migrations queue after drains and users (KubeVirt 1.7+, where the cluster keeps the field).
 MIGRATION_PRIORITY = "system-maintenance"
 
+
 class MigrationPhase(enum.StrEnum):
-    PENDING = "Pending"
-    SCHEDULING = "Scheduling"
-    SCHEDULED = "Scheduled"
-    PREPARING_TARGET = "PreparingTarget"
-    TARGET_READY = "TargetReady"
-    RUNNING = "Running"
+    """The final phases; the others (Pending ... Running, and unknown ones) are unfinished."""
+
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -105,11 +102,7 @@ def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | 
     state_end = declared.VMIM_ENDED.time(declared.VMIM_STATE.obj(status))
     if phase not in FINAL_PHASES:
         return None
-    if final_at:
-        return max(final_at)
-    if state_end is not None:
-        return state_end
-    return max(any_at, default=created)
+    return max(final_at, default=None) or state_end or max(any_at, default=created)
 
 
 def read_migration(obj: Any) -> Migration | Malformed:
@@ -128,10 +121,8 @@ def read_migration(obj: Any) -> Migration | Malformed:
         status = declared.VMIM_STATUS.obj(obj)
         phase = declared.VMIM_PHASE.text(status)
         ours = declared.VMIM_MANAGED_BY.of(obj) == kinds.COMPONENT
-        target = declared.VMIM_TARGET.of(obj) if ours else None
-        uid = declared.VMIM_UID.value(metadata)
-        evacuated = declared.VMIM_EVACUATION.of(obj)
-        recovers = declared.VMIM_RECOVERS.of(obj) if ours else None
+        target, recovers = (declared.VMIM_TARGET.of(obj), declared.VMIM_RECOVERS.of(obj)) if ours else (None, None)
+        uid, evacuated = declared.VMIM_UID.value(metadata), declared.VMIM_EVACUATION.of(obj)
         return Migration(namespace=namespace, name=name, vmi=vmi, phase=phase, ours=ours, created=created,
                          ended=_ended(status, phase, created),
                          target=target if isinstance(target, str) and target else None,

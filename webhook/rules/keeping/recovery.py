@@ -87,9 +87,7 @@ def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: dateti
     if state is None or not state.failed or not state.failure_reason or not state.migration_uid:
         return None
     attempt = next((m for m in of_vmi(migrations, vmi) if m.uid == state.migration_uid), None)
-    if attempt is None or not attempt.ours or attempt.recovers != kinds.RECOVERS_STALE_MOUNT:
-        return None
-    if attempt.created < since:
+    if attempt is None or not attempt.ours or attempt.recovers != kinds.RECOVERS_STALE_MOUNT or attempt.created < since:
         return None
     return attempt.name, state.failure_reason
 

@@ -159,17 +159,12 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
     state = declared.VMI_MIGRATION.obj(status)
     if not state:
         return None
-    return VmiMigration(
-        source_node=declared.SOURCE_NODE.text(state) or None,
-        target_node=declared.TARGET_NODE.text(state) or None,
-        target_pod=declared.TARGET_POD.text(state) or None,
-        started=declared.STARTED.time(state),
-        ended=declared.ENDED.time(state),
-        completed=declared.COMPLETED.flag(state),
-        failed=declared.FAILED.flag(state),
-        migration_uid=declared.MIGRATION_UID.text(state) or None,
-        failure_reason=declared.FAILURE_REASON.text(state),
-    )
+    return VmiMigration(source_node=declared.SOURCE_NODE.text(state) or None,
+                        target_node=declared.TARGET_NODE.text(state) or None,
+                        target_pod=declared.TARGET_POD.text(state) or None, started=declared.STARTED.time(state),
+                        ended=declared.ENDED.time(state), completed=declared.COMPLETED.flag(state),
+                        failed=declared.FAILED.flag(state), migration_uid=declared.MIGRATION_UID.text(state) or None,
+                        failure_reason=declared.FAILURE_REASON.text(state))
 
 
 def _caches(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -214,27 +209,14 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         paused, paused_since = _paused(status)
         annotations = declared.VMI.annotations_of(obj, settings)
         uid = declared.VMI_UID.value(metadata)
-        return VmiView(
-            namespace=namespace,
-            name=name,
-            uid=uid if isinstance(uid, str) else "",
-            phase=declared.VMI_PHASE.text(status),
-            node=declared.VMI_NODE.text(status) or None,
-            opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
-            may_move=annotations.get(declared.VMI_KEEP.name()) != "false",
-            live_migratable=migratable,
-            not_migratable=why,
-            migration=_vmi_migration(status),
-            claims=tuple(claims_of(obj)),
-            node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
-            cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)),
-            machine_type=machine_type,
-            machine_from=machine_from,
-            annotations=annotations,
-            paused=paused,
-            paused_since=paused_since,
-            hotplugged=tuple(hotplugged_claims(obj)),
-            caches=_caches(spec),
-        )
+        return VmiView(namespace=namespace, name=name, uid=uid if isinstance(uid, str) else "",
+                       phase=declared.VMI_PHASE.text(status), node=declared.VMI_NODE.text(status) or None,
+                       opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
+                       may_move=annotations.get(declared.VMI_KEEP.name()) != "false", live_migratable=migratable,
+                       not_migratable=why, migration=_vmi_migration(status), claims=tuple(claims_of(obj)),
+                       node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
+                       cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)), machine_type=machine_type,
+                       machine_from=machine_from, annotations=annotations, paused=paused, paused_since=paused_since,
+                       hotplugged=tuple(hotplugged_claims(obj)), caches=_caches(spec))
     except Malformed as exc:
         return exc.of(what)
