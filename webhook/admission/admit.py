@@ -71,7 +71,10 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     seen: JustRead = {}
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
     facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen)
-    name = _pin_candidate(facts, settings)
+    # The one node we might pin to, which the never-strand checks must clear; none for several
+    # nodes, or when pins are preferences anyway: nothing to strand on.
+    nodes = {fact.node for fact in facts if fact.node}
+    name = next(iter(nodes)) if len(nodes) == 1 and settings.pin is PinMode.REQUIRED else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
     decision = decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED)
@@ -173,15 +176,6 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     decision = together.decide_together(found, vm, leaving, required=settings.pin is PinMode.REQUIRED,
                                         most=together.among_at_most(pod))
     return together.nowhere(found, vm) if decision is None else decision
-
-
-def _pin_candidate(facts: list[Fact], settings: AdmissionSettings) -> str | None:
-    """The one node we might pin to, which the never-strand checks must clear (`node_obstacle`);
-    None for several nodes, or when pins are preferences anyway: nothing to strand on."""
-    if settings.pin is not PinMode.REQUIRED:
-        return None
-    nodes = {fact.node for fact in facts if fact.node}
-    return next(iter(nodes)) if len(nodes) == 1 else None
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,
