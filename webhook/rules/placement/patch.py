@@ -143,9 +143,8 @@ def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[st
         ops.append(_add("/metadata/annotations", dict(annotations)) if isinstance(metadata, dict)
                    else _add("/metadata", {"annotations": dict(annotations)}))
         return
-    for key, value in annotations.items():
-        if key not in present or present[key] != value:
-            ops.append(_add(f"/metadata/annotations/{escape(key)}", value))
+    ops += [_add(f"/metadata/annotations/{escape(key)}", value)
+            for key, value in annotations.items() if key not in present or present[key] != value]
 
 
 def _new_terms(nodes: Sequence[str]) -> list[dict[str, Any]]:
