@@ -184,7 +184,7 @@ async def test_the_floor_parses_and_allows_without_deciding():
     deciding, floor = server.Admissions(store, Settings()), Allowing(store, Settings())
     assert "patch" in orjson.loads(await deciding.answer(raw, deciding.deadline(10.0), 0.0))["response"]
     assert orjson.loads(await floor.answer(raw, floor.deadline(10.0), 0.0))["response"] == {"uid": "uid-1", "allowed": True}
-    with pytest.raises(server.BadRequest):
+    with pytest.raises(server.reviews.BadReview):
         await floor.answer(b"{}", floor.deadline(10.0), 0.0)
 
 

@@ -162,7 +162,8 @@ async def test_deeply_nested_body_is_a_400(https):
 def test_request_timeout(query, seconds):
     from aiohttp.test_utils import make_mocked_request
 
-    assert server.request_timeout(make_mocked_request("POST", f"/mutate{query}"), Settings()) == seconds
+    request = make_mocked_request("POST", f"/mutate{query}")
+    assert server.timeout_in(request.rel_url.raw_query_string, Settings().default_timeout) == seconds
 
 
 @pytest.mark.parametrize(("query", "seconds"), [

@@ -22,7 +22,6 @@ from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
-from ..rules.kubevirt.target import TargetPod
 from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
@@ -72,7 +71,10 @@ async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: 
     seen: JustRead = {}
     vmi, unknown = await _vmi_of(store, namespace, pod, deadline)
     facts = await resolve_disks(store, settings, namespace, disks_of(pod, vmi), deadline, seen)
-    name = _pin_candidate(facts, settings)
+    # The one node we might pin to, which the never-strand checks must clear; none for several
+    # nodes, or when pins are preferences anyway: nothing to strand on.
+    nodes = {fact.node for fact in facts if fact.node}
+    name = next(iter(nodes)) if len(nodes) == 1 and settings.pin is PinMode.REQUIRED else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline,
                                                             needs_kubevirt=True, seen=seen)
     decision = decide.decide(facts, blocked, required=settings.pin is PinMode.REQUIRED)
@@ -132,6 +134,7 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
     required = settings.pin is PinMode.REQUIRED
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
+    decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
     if len(facts) == 1:
         # Whether the one VM cannot be followed to its node now: the node cannot take the share-manager
         # (cordoned, a drain's taint, not Ready, full), or the VM is migrating, its target pod not scheduled yet.
@@ -139,27 +142,17 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
         why = blocked if waiting is None else \
             f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
         if why is not None:
-            return await _where_vm_can_follow(namespace, pod, store, settings, deadline,
-                                              Leaving(consumers=consumers, why=why, blocked=blocked), lane)
-    decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
+            among = await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, why, lane)
+            # When no node takes both, or that cannot be told: placed as before, saying why.
+            decision = among if isinstance(among, Decision) else dataclasses.replace(
+                decision, reason=f"{decision.reason}; {among}", warnings=(*decision.warnings, among))
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Leaving:
-    """The one VM of a share-manager, which cannot be followed to its node now: why, and why that
-    node cannot take the share-manager (None when it can, and the VM is migrating)."""
-
-    consumers: Consumers
-    why: str
-    blocked: str | None
-
-
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
-                               deadline: Deadline, leaving: Leaving, lane: Lane) -> Outcome:
-    """The share-manager of a VM leaving its node goes among the nodes where the VM's migration can land
-    too (`rules.placement.together`); when none can, or that cannot be told, as before, saying why."""
-    consumers, blocked = leaving.consumers, leaving.blocked
+                               deadline: Deadline, consumers: Consumers, leaving: str, lane: Lane) -> Decision | str:
+    """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's
+    migration can land too (`rules.placement.together`); else why none can, or why that cannot be told."""
     vm_pod = consumers.pods[0]
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
@@ -168,39 +161,21 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     await asyncio.sleep(0)
     target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
         kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
+    if isinstance(target, str):
+        return f"cannot tell where the migration of {vm} can land: {target}"
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
-    view = target if isinstance(target, str) else await fit_view(store, vm_namespace, "", deadline)
-    required = settings.pin is PinMode.REQUIRED
-    if isinstance(target, TargetPod) and not isinstance(view, str):
-        await asyncio.sleep(0)
-        search = together.DestinationSearch(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-        if not await lane.slices(search, deadline):
-            why = (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
-                   f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
-        else:
-            found = search.found
-            decision = together.decide_together(found, vm, leaving.why, required=required,
-                                                most=together.among_at_most(pod))
-            if decision is not None:
-                return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
-            why = together.nowhere(found, vm)
-    elif isinstance(target, str):
-        why = f"cannot tell where the migration of {vm} can land: {target}"
-    else:
-        why = f"cannot tell where the migration of its VM can land: {view}"
-    decision = decide.decide(consumers.facts, blocked if required else None, decide.CONSUMERS, required=required)
-    decision = dataclasses.replace(decision, reason=f"{decision.reason}; {why}",
-                                   warnings=(*decision.warnings, why))
-    return _decided(pod, decision, settings, Rule.SHARE_MANAGER, consumers.facts)
-
-
-def _pin_candidate(facts: list[Fact], settings: AdmissionSettings) -> str | None:
-    """The one node we might pin to, which the never-strand checks must clear (`node_obstacle`);
-    None for several nodes, or when pins are preferences anyway: nothing to strand on."""
-    if settings.pin is not PinMode.REQUIRED:
-        return None
-    nodes = {fact.node for fact in facts if fact.node}
-    return next(iter(nodes)) if len(nodes) == 1 else None
+    view = await fit_view(store, vm_namespace, "", deadline)
+    if isinstance(view, str):
+        return f"cannot tell where the migration of its VM can land: {view}"
+    await asyncio.sleep(0)
+    search = together.DestinationSearch(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
+    if not await lane.slices(search, deadline):
+        return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
+                f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
+    found = search.found
+    decision = together.decide_together(found, vm, leaving, required=settings.pin is PinMode.REQUIRED,
+                                        most=together.among_at_most(pod))
+    return together.nowhere(found, vm) if decision is None else decision
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,

@@ -46,15 +46,10 @@ def bad_request(message: str) -> web.Response:
     return web.json_response({"error": "bad AdmissionReview", "message": message}, status=400)
 
 
-def request_timeout(request: web.BaseRequest, settings: AdmissionSettings) -> float:
-    """The apiserver appends ?timeout=<Go duration> to the webhook URL; default 10 s."""
-    return timeout_in(request.rel_url.raw_query_string, settings.default_timeout)
-
-
 @functools.lru_cache(maxsize=64)  # the apiserver sends each webhook's one timeout with every review
 def timeout_in(query: str, default: float) -> float:
-    """The seconds of `timeout` in a URL's query (its first), at most the apiserver's 30 s; `default`
-    without one. An unparsable one is said once, not on every review."""
+    """The seconds of `timeout` in a URL's query (the apiserver appends `?timeout=<Go duration>`; its
+    first), at most the apiserver's 30 s; `default` without one. An unparsable one is said once."""
     raw = next(iter(urllib.parse.parse_qs(query).get("timeout", ())), "")
     if raw:
         try:
@@ -95,7 +90,7 @@ class Webhook:
 
 async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived: float | None = None) -> web.Response:
     started = time.monotonic()
-    deadline = endpoint.deadline(request_timeout(request, endpoint.settings))
+    deadline = endpoint.deadline(timeout_in(request.rel_url.raw_query_string, endpoint.settings.default_timeout))
     if request.content_type != "application/json":
         return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
     if (request.content_length or 0) > MAX_BODY:
@@ -111,7 +106,7 @@ async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived:
                 return web.Response(status=408, text="the request body did not arrive before the deadline\n")
             try:
                 body = await endpoint.answer(raw, deadline, started, arrived)
-            except BadRequest as exc:
+            except reviews.BadReview as exc:
                 return bad_request(str(exc))
     except NoRoom as exc:
         # Unread: the apiserver treats the error as failurePolicy Ignore, and the connection goes with it.
@@ -139,10 +134,6 @@ async def body_of(request: web.BaseRequest, deadline: Deadline) -> bytes | bytea
     return body
 
 
-class BadRequest(ValueError):
-    """The body is no AdmissionReview v1 (answered 400 with this message)."""
-
-
 class Admissions:
     """The admission endpoint without HTTP: a review's bytes in, the answer's bytes out, with
     the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
@@ -160,7 +151,7 @@ class Admissions:
 
     async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float,
                      arrived: float | None = None) -> bytes:
-        """The AdmissionReview answer as JSON; raises BadRequest when `raw` is not a review.
+        """The AdmissionReview answer as JSON; raises BadReview (answered 400) when `raw` is not a review.
         `started`: when its handler began; `arrived`: when its caller's wait began (its
         connection's accept, or its request's first byte), if known."""
         review = parsed(raw)
@@ -189,7 +180,7 @@ class Admissions:
 
 
 def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
-    """The AdmissionReview in a request's body; BadRequest saying why it is none. Read with the collector
+    """The AdmissionReview in a request's body; BadReview saying why it is none. Read with the collector
     paused: a review of 20,000 claims is 100,000 objects, none in a cycle, and each collection their
     making would set off is a pass over all the process holds."""
     collecting = gc.isenabled()
@@ -197,16 +188,13 @@ def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+        raise reviews.BadReview(f"the body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise BadRequest("the body is nested too deeply") from None
+        raise reviews.BadReview("the body is nested too deeply") from None
     finally:
         if collecting:
             gc.enable()
-    try:
-        return reviews.parse_review(body)
-    except reviews.BadReview as exc:
-        raise BadRequest(str(exc)) from None
+    return reviews.parse_review(body)
 
 
 def count_admission(outcome: Outcome, seconds: float) -> None:
@@ -248,7 +236,7 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, timing: Ti
         "disks": {f.subject: f.node for f in outcome.facts},
         "decision": decision.outcome if decision else "untouched",
         "node": decision.node if decision else None,
-        "nodes": [node for node, _ in decision.preferences] if decision else [],  # decision.nodes
+        "nodes": decision.nodes if decision else [],
         "reason": decision.reason if decision else outcome.skipped,
         "detail": outcome.detail,
         "dry_run": review.dry_run,

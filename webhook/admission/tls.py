@@ -57,14 +57,6 @@ def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: s
     return context
 
 
-def _digest(*files: Path | None) -> str:
-    """What is being served: the pair, and the client CA when there is one (it rotates too)."""
-    try:
-        return hashlib.sha256(b"\0".join(f.read_bytes() for f in files if f is not None)).hexdigest()
-    except OSError as exc:
-        return f"unreadable: {exc}"
-
-
 def _describe(cert_file: Path) -> dict[str, object]:
     """Serial, expiry and names of the certificate being served, for the log and the metrics.
 
@@ -94,7 +86,7 @@ class ReloadingTLS:
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
         self.client_ca_file = Path(client_ca_file) if client_ca_file else None
-        self._good = _digest(self.cert_file, self.key_file, self.client_ca_file)  # the pair being served
+        self._good = self._digest()  # the pair being served
         self._suspect = ""  # a pair that failed to load once
         self._reported = ""  # a pair that failed twice and was logged
         # The first load must work: a webhook without a certificate cannot serve at all.
@@ -106,14 +98,21 @@ class ReloadingTLS:
                                     "failed", period=interval, wait_first=True)
         self._loaded("serving certificate loaded")
 
+    def _digest(self) -> str:
+        """What is being served: the pair, and the client CA when there is one (it rotates too)."""
+        files = (self.cert_file, self.key_file, self.client_ca_file)
+        try:
+            return hashlib.sha256(b"\0".join(f.read_bytes() for f in files if f is not None)).hexdigest()
+        except OSError as exc:
+            return f"unreadable: {exc}"
+
     def _pick(self, ssl_object: ssl.SSLObject, server_name: str | None, outer: ssl.SSLContext) -> None:
         if self._current is not outer:
             ssl_object.context = self._current
-        return None
 
     def reload(self) -> bool:
         """Load the files if their contents changed; True when a new pair is now served."""
-        digest = _digest(self.cert_file, self.key_file, self.client_ca_file)
+        digest = self._digest()
         if digest in (self._good, self._reported):
             return False
         try:
@@ -129,7 +128,7 @@ class ReloadingTLS:
                 extra={"fields": {"cert": str(self.cert_file), "key": str(self.key_file), "reason": str(exc)}},
             )
             return False
-        if _digest(self.cert_file, self.key_file, self.client_ca_file) != digest:
+        if self._digest() != digest:
             return False  # changed while loading: the context may hold a mix; retry next tick
         self._good = digest
         self._current = fresh
@@ -140,9 +139,9 @@ class ReloadingTLS:
         info = _describe(self.cert_file)
         log.info(message, extra={"fields": info})
         if info:
-            metrics.CERT_EXPIRY.set(datetime.datetime.fromisoformat(str(info["not_after"])).timestamp())
-            left = datetime.datetime.fromisoformat(str(info["not_after"])) - datetime.datetime.now(datetime.timezone.utc)
-            if left < EXPIRY_WARNING:
+            not_after = datetime.datetime.fromisoformat(str(info["not_after"]))
+            metrics.CERT_EXPIRY.set(not_after.timestamp())
+            if not_after - datetime.datetime.now(datetime.timezone.utc) < EXPIRY_WARNING:
                 log.warning("serving certificate expires soon", extra={"fields": {"not_after": info["not_after"]}})
 
     async def _tick(self) -> None:

@@ -116,11 +116,11 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
     for pod in found.running:
         name, node = _pod_name(pod), pod["spec"]["nodeName"]
         facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
-    leaving = {kinds.labels(pod).get(kinds.CREATED_BY_LABEL): pod for pod, why in found.skipped
-               if why is Alone.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)}
-    return Consumers(facts=facts, pods=found.running,
-                     others=[f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
-                     leaving={uid: pod for uid, pod in leaving.items() if isinstance(uid, str) and uid})
+    leaving = {uid: pod for pod, why in found.skipped
+               if why is Alone.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)
+               and isinstance(uid := kinds.labels(pod).get(kinds.CREATED_BY_LABEL), str) and uid}
+    return Consumers(facts=facts, pods=found.running, others=[f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
+                     leaving=leaving)
 
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
@@ -129,8 +129,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     VM of `vm_pod` off its node, or why it cannot be told. Both pods as the store gave them (the
     caches keep what the recipe reads: `shapes.shape_pod`), so a drain's share-managers read no pod
     from the API."""
-    metadata = kinds.meta(vm_pod)
-    namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+    namespace = kinds.meta(vm_pod).get("namespace") or ""
     if waiting is not None and not kinds.spec(waiting).get("nodeName"):
         return TargetPod(pod_to_place(waiting), {})
     owner = kinds.vmi_owner(vm_pod)
@@ -142,7 +141,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     except TimeoutError:
         return "no answer before the deadline"
     if vmi is None:
-        return f"VMI of {namespace}/{name}: not found"
+        return f"VMI of {_pod_name(vm_pod)}: not found"
     view = read_vmi(vmi, settings)
     if isinstance(view, Malformed):
         return str(view)

@@ -110,8 +110,6 @@ class Gathered:
 
 def _gather(demand: Demand, view: View) -> Gathered:
     avoiding = _avoiding(demand, view)
-    if not (demand.affinity or demand.anti_affinity):
-        return Gathered(unsure=None, domains=[], avoiding=avoiding, counts=None)  # most pods: no terms of their own
     unsure = next(("pod affinity selects namespaces by label" for term in demand.affinity + demand.anti_affinity
                    if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
     if unsure is not None:

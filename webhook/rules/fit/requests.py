@@ -39,9 +39,8 @@ def _raise_to(total: dict[str, int], other: Mapping[str, int]) -> None:
 
 def _resource_list(value: Any, what: str) -> dict[str, int]:
     """A ResourceList in nano-units."""
-    if not value:
-        if value is None or isinstance(value, dict):
-            return {}
+    if value is None:
+        return {}
     if not isinstance(value, dict):
         raise Unreadable(f"{what} is not an object")
     found = {}
@@ -69,6 +68,17 @@ def _container_requests(container: Any) -> dict[str, int]:
         for name, amount in _resource_list(limits, "limit").items():
             requests.setdefault(name, amount)
     return requests
+
+
+def _effective_requests(container: Any, statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool,
+                        what: str) -> dict[str, int]:
+    """A container's requests (`what`: which, for a complaint), resized in place when `statuses` report it."""
+    try:
+        requests = _container_requests(container)
+        found = statuses.get(container.get("name")) if statuses else None
+        return _resized_requests(requests, found, infeasible) if found else requests
+    except Unreadable as error:
+        raise in_part(what, error) from None
 
 
 def _resized_requests(spec_requests: dict[str, int], status: Mapping[str, Any], infeasible: bool) -> dict[str, int]:
@@ -101,14 +111,7 @@ def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
     statuses, infeasible = _resize_statuses(pod) if running else ({}, False)
     total: dict[str, int] = {}
     for i, container in enumerate(as_list(spec.get("containers"), "containers")):
-        try:
-            requests = _container_requests(container)
-            found = statuses.get(container.get("name")) if statuses else None
-            if found:
-                requests = _resized_requests(requests, found, infeasible)
-        except Unreadable as error:
-            raise in_part(f"container {i}", error) from None
-        _add(total, requests)
+        _add(total, _effective_requests(container, statuses, infeasible, f"container {i}"))
     init_containers = spec.get("initContainers")
     if init_containers:
         _add_init_containers(total, as_list(init_containers, "initContainers"), statuses, infeasible)
@@ -128,13 +131,7 @@ def _add_init_containers(total: dict[str, int], init_containers: list[Any],
     init_peak: dict[str, int] = {}
     for i, container in enumerate(init_containers):
         sidecar = isinstance(container, dict) and container.get("restartPolicy") == "Always"
-        try:
-            requests = _container_requests(container)
-            found = statuses.get(container.get("name")) if sidecar and statuses else None
-            if found:
-                requests = _resized_requests(requests, found, infeasible)
-        except Unreadable as error:
-            raise in_part(f"init container {i}", error) from None
+        requests = _effective_requests(container, statuses if sidecar else {}, infeasible, f"init container {i}")
         if sidecar:
             _add(total, requests)
             _add(sidecars, requests)
@@ -155,8 +152,6 @@ def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> Non
     hugepages. A pod-level limit without a request defaults the request to the containers' sum
     where they request the resource, else to the limit (pkg/apis/core/v1/defaults.go
     `defaultPodRequests`; hugepages cannot be overcommitted, so they take the limit)."""
-    if not resources:
-        return
     requests = _resource_list(resources.get("requests"), "pod request")
     limits = _resource_list(resources.get("limits"), "pod limit")
     for name, amount in requests.items():

@@ -34,10 +34,8 @@ def too_large(pod: dict[str, Any]) -> str | None:
     volumes = volumes if type(volumes) is list else []
     if len(volumes) > VOLUMES:  # said before the claims are counted: a pod of 20,000 is not walked
         return _over("volumes", len(volumes), VOLUMES)
-    claims = 0
-    for volume in volumes:
-        if type(volume) is dict and ("persistentVolumeClaim" in volume or "dataVolume" in volume):
-            claims += 1
+    claims = sum(1 for volume in volumes
+                 if type(volume) is dict and ("persistentVolumeClaim" in volume or "dataVolume" in volume))
     found = (_over("claims", claims, CLAIMS)
              or _over("containers", _length(spec.get("containers")) + _length(spec.get("initContainers")), CONTAINERS)
              or _over("tolerations", _length(spec.get("tolerations")), TOLERATIONS)

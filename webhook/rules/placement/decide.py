@@ -69,26 +69,21 @@ def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str
             counts[fact.node] = counts.get(fact.node, 0) + 1
     if not counts:
         reason = "; ".join(problems)
-        return Decision(NOT_PINNED, reason=reason, warnings=tuple([f"not pinned: {p}" for p in problems]))
+        return Decision(NOT_PINNED, reason=reason, warnings=tuple(f"not pinned: {p}" for p in problems))
     if len(counts) == 1:
         (node,) = counts
         if not required:
             reason = f"preferred {node} (pins are preferences only: --pin preferred)"
             return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=tuple(problems))
         if blocked is None:
-            return Decision(
-                PINNED,
-                node=node,
-                preferences=((node, PIN_WEIGHT),),
-                reason=f"pinned to {node}, where {runs}{', '.join(served)} runs",
-                warnings=tuple([f"ignored: {p}" for p in problems]) if problems else (),
-            )
+            return Decision(PINNED, node=node, preferences=((node, PIN_WEIGHT),),
+                            reason=f"pinned to {node}, where {runs}{', '.join(served)} runs",
+                            warnings=tuple(f"ignored: {p}" for p in problems))
         reason = f"preferred {node}, not pinned: {blocked}"
         return Decision(PREFERRED, preferences=((node, PIN_WEIGHT),), reason=reason, warnings=(reason, *problems))
     total = sum(counts.values())
-    preferences = tuple(
-        (node, max(1, min(100, round(100 * n / total)))) for node, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))  # most first
+    preferences = tuple((node, max(1, min(100, round(100 * n / total)))) for node, n in ordered)
     spread = ", ".join(f"{node} ({counts[node]})" for node, _ in preferences)
     reason = f"{what}s on different nodes, preferred {spread}"
     return Decision(PREFERRED, preferences=preferences, reason=reason, warnings=(f"not pinned: {reason}", *problems))

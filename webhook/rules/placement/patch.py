@@ -40,14 +40,18 @@ def node_requirement(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
 
+def _live(term: Any) -> bool:
+    """A term that is not empty: an empty one matches nothing, and filling it would widen placement."""
+    return isinstance(term, dict) and bool(term.get("matchExpressions") or term.get("matchFields"))
+
+
 def live_terms(pod: Any) -> list[dict[str, Any]]:
-    """The pod's required node-selector terms that are not empty (an empty term matches nothing)."""
+    """The pod's required node-selector terms that are not empty."""
     affinity = kinds.spec(pod).get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     selector = node_affinity.get(REQUIRED) if isinstance(node_affinity, dict) else None
     terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
-    return [t for t in terms if isinstance(t, dict) and (t.get("matchExpressions") or t.get("matchFields"))] \
-        if isinstance(terms, list) else []
+    return [t for t in terms if _live(t)] if isinstance(terms, list) else []
 
 
 def preferred_term(node: str, weight: int) -> dict[str, Any]:
@@ -118,24 +122,17 @@ def _require(ops: list[dict[str, Any]], node_affinity: dict[str, Any], nodes: tu
         else:
             ops.append(_add(TERMS_PATH, new))
         return
-    # An empty term matches nothing; filling it would widen placement.
-    live = [i for i, term in enumerate(terms)
-            if isinstance(term, dict) and (term.get("matchExpressions") or term.get("matchFields"))]
+    live = [i for i, term in enumerate(terms) if _live(term)]
     if all(_pinned_by_name(terms[i]) for i in live):
         return
     first, *others = nodes
-    own = {}
-    for i in live:
-        fields = terms[i].get("matchFields")
-        if isinstance(fields, list):
-            own[i] = fields
-            ops.append(_add(f"{TERMS_PATH}/{i}/matchFields/-", node_requirement(first)))
-        else:
-            own[i] = []
-            ops.append(_add(f"{TERMS_PATH}/{i}/matchFields", [node_requirement(first)]))
+    own = {i: fields if isinstance(fields := terms[i].get("matchFields"), list) else None for i in live}
+    ops += [_add(f"{TERMS_PATH}/{i}/matchFields/-", node_requirement(first)) if fields is not None
+            else _add(f"{TERMS_PATH}/{i}/matchFields", [node_requirement(first)]) for i, fields in own.items()]
     # Each copy an object of its own, not sharing the pod's values.
-    ops += [_add(f"{TERMS_PATH}/-", copy.deepcopy({**terms[i], "matchFields": [*own[i], node_requirement(node)]}))
-            for node in others for i in live]
+    ops += [_add(f"{TERMS_PATH}/-",
+                 copy.deepcopy({**terms[i], "matchFields": [*(fields or ()), node_requirement(node)]}))
+            for node in others for i, fields in own.items()]
 
 
 def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[str, str]) -> None:
@@ -146,9 +143,8 @@ def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[st
         ops.append(_add("/metadata/annotations", dict(annotations)) if isinstance(metadata, dict)
                    else _add("/metadata", {"annotations": dict(annotations)}))
         return
-    for key, value in annotations.items():
-        if key not in present or present[key] != value:
-            ops.append(_add(f"/metadata/annotations/{escape(key)}", value))
+    ops += [_add(f"/metadata/annotations/{escape(key)}", value)
+            for key, value in annotations.items() if key not in present or present[key] != value]
 
 
 def _new_terms(nodes: Sequence[str]) -> list[dict[str, Any]]:
@@ -228,16 +224,12 @@ def as_created(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
         kept: list[Any] = []
         for term in terms:
             if isinstance(term, dict) and isinstance(term.get("matchFields"), list):
-                term["matchFields"] = [f for f in term["matchFields"] if f not in added]
-                if not term["matchFields"]:
-                    del term["matchFields"]
-                    if not term.get("matchExpressions"):
-                        continue  # a term we created: dropping it restores "no required affinity"
+                keep_or_drop(term, "matchFields", [f for f in term["matchFields"] if f not in added])
+                if "matchFields" not in term and not term.get("matchExpressions"):
+                    continue  # a term we created: dropping it restores "no required affinity"
             kept.append(term)
-        if kept:
-            selector["nodeSelectorTerms"] = kept
-        else:
-            del node_affinity[REQUIRED]
+        keep_or_drop(selector, "nodeSelectorTerms", kept)
+        drop_empty(node_affinity, REQUIRED)
     preferred = node_affinity.get(PREFERRED_TERMS)
     if isinstance(preferred, list):
         ours_preferred = _new_terms(ours)

@@ -34,28 +34,30 @@ class Stranded:
         return f"pinned to {self.node}, unschedulable for {minutes} min: {self.message}"
 
 
-def unschedulable(pod: Any) -> str | None:
-    """The scheduler's message when it has given up on the pod for now, else None."""
+def unschedulable(pod: Any) -> dict[str, Any] | None:
+    """The PodScheduled condition of a pod the scheduler has given up on for now; None for a pod
+    it has not, or that is placed or going."""
+    if kinds.spec(pod).get("nodeName") or kinds.terminating(pod) or kinds.finished(pod):
+        return None
     for condition in kinds.status(pod).get("conditions") or ():
         if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
-            if condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
-                return str(condition.get("message") or "no message from the scheduler")
-            return None
+            given_up = condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+            return condition if given_up else None
     return None
+
+
+def _message(condition: dict[str, Any]) -> str:
+    return str(condition.get("message") or "no message from the scheduler")
 
 
 def unschedulable_since(pod: Any) -> tuple[datetime.datetime, str] | None:
     """Since when (PodScheduled's lastTransitionTime, else the pod's creation: a new leader agrees)
     the scheduler has been unable to place a pod, and its message; None for a pod placed or going."""
-    if kinds.spec(pod).get("nodeName") or kinds.terminating(pod) or kinds.finished(pod):
+    condition = unschedulable(pod)
+    if condition is None:
         return None
-    message = unschedulable(pod)
-    if message is None:
-        return None
-    condition = next(c for c in kinds.status(pod).get("conditions") or () if isinstance(c, dict)
-                     and c.get("type") == "PodScheduled")
     since = parse_time(condition.get("lastTransitionTime")) or parse_time(kinds.meta(pod).get("creationTimestamp"))
-    return (since, message) if since is not None else None
+    return (since, _message(condition)) if since is not None else None
 
 
 def pinned_by_us(pod: Any, settings: Settings) -> bool:
@@ -75,14 +77,10 @@ def pinned_by_us(pod: Any, settings: Settings) -> bool:
 
 def stranded(pod: Any, namespace: str, settings: Settings, now: datetime.datetime) -> Stranded | None:
     """The pod when we pinned it and it has been unschedulable for longer than GRACE."""
-    annotations = kinds.annotations(pod)
-    if not pinned_by_us(pod, settings) or kinds.spec(pod).get("nodeName"):
-        return None
-    if kinds.terminating(pod) or kinds.finished(pod):
-        return None
-    message = unschedulable(pod)
+    condition = unschedulable(pod) if pinned_by_us(pod, settings) else None
     created = parse_time(kinds.meta(pod).get("creationTimestamp"))
-    if message is None or created is None or now - created < GRACE:
+    if condition is None or created is None or now - created < GRACE:
         return None
     return Stranded(namespace=namespace, pod=str(kinds.meta(pod).get("name") or "?"), vm=kinds.vm_name(pod),
-                    node=str(annotations.get(settings.node_annotation) or "?"), since=created, message=message)
+                    node=str(kinds.annotations(pod).get(settings.node_annotation) or "?"), since=created,
+                    message=_message(condition))
