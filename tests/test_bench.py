@@ -188,6 +188,35 @@ async def test_the_floor_parses_and_allows_without_deciding():
         await floor.answer(b"{}", floor.deadline(10.0), 0.0)
 
 
+async def test_the_floor_serves_its_answers_on_serves_port(tls_files):
+    """The floor's Service, started as `serve` starts its own, answers over HTTPS without a patch where
+    `serve` pins: else `python -m bench` would time the rules twice and call one of them the floor."""
+    import ssl
+
+    import aiohttp
+    from bench.floor import FloorService
+    from webhook.admission.service import Listen, Service
+    from webhook.admission.tls import ReloadingTLS
+    from webhook.process import listening
+
+    store = SnapshotStore(nodes("node-a", "node-b") + rwx_disk("d0", "node-b"))
+    client = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    answers = []
+    for kind in (Service, FloorService):
+        service = kind(store, Settings(), Listen(host="127.0.0.1", port=0, metrics_host="127.0.0.1", metrics_port=0,
+                                                drain_delay=0), ReloadingTLS(tls_files["cert"], tls_files["key"]))
+        await service.start()
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client)) as session:
+                url = f"https://localhost:{listening.bound_port(service.runner)}/mutate"
+                async with session.post(url, json=review(vm_pod("d0"))) as answer:
+                    answers.append((await answer.json())["response"])
+        finally:
+            await service.stop()
+    assert "patch" in answers[0]
+    assert answers[1] == {"uid": "uid-1", "allowed": True}
+
+
 def test_the_floor_is_no_option_of_serve():
     """The benchmark's floor is the benchmark's own server: `serve` has no switch that turns its rules off."""
     done = subprocess.run([sys.executable, "-m", "webhook", "serve", "--admission", "allow"], cwd=ROOT,

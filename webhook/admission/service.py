@@ -58,6 +58,11 @@ class Service:
                   ("store not synced", not self.store.synced()))
         return [reason for reason, failing in checks if failing]
 
+    def webhook(self) -> server.Webhook:
+        """The admission port's handler (the benchmark's floor answers with one of its own)."""
+        return server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
+                                   body_budget=self.listen.body_budget, arrivals=self.arrivals)
+
     def degraded(self) -> list[str]:
         return self.store.degraded() + [note for companion in self.companions for note in companion.degraded()]
 
@@ -67,9 +72,7 @@ class Service:
         self.store.start()
         self.ops_runner = await listening.start(ops.make_ops_app(self.not_ready, self.degraded),
                                                 self.listen.metrics_host, self.listen.metrics_port, None)
-        webhook = server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
-                                      body_budget=self.listen.body_budget, arrivals=self.arrivals)
-        self.runner = await listening.start(webhook, self.listen.host, self.listen.port, self.tls.context,
+        self.runner = await listening.start(self.webhook(), self.listen.host, self.listen.port, self.tls.context,
                                             shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()
         for companion in self.companions:
