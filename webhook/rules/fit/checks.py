@@ -10,7 +10,7 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import CannotTell, Unreadable, name_of
-from .interpodaffinity import inter_pod_affinity
+from .interpodaffinity import inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import node_affinity
 from .nodeunschedulable import node_unschedulable
@@ -19,7 +19,7 @@ from .ports import node_ports
 from .resources import node_resources_fit
 from .tainttoleration import taint_toleration
 from .view import View
-from .volumes import volumes
+from .volumes import volumes, said_of_nodes
 
 Filter = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]  # one of kube-scheduler's filter plugins
 
@@ -39,7 +39,10 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
-    for check in CHECKS:
+    checks = demand.filters
+    if checks is None:
+        checks = demand.filters = prefilter(demand, view)
+    for check in checks:
         try:
             reason = check(demand, node, view, subject)
         except Exception as error:  # objects of unexpected shape: "cannot tell", which counts as not fitting
@@ -47,6 +50,18 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
         if reason is not None:
             return reason
     return None
+
+
+def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
+    """The filters with something to look at for the pod, as kube-scheduler's PreFilter skips the
+    others (no host ports, no spread, no terms either way, claims whose volumes select no node):
+    a drain's share-manager is judged on every node it is tried on by NodeResourcesFit alone."""
+    try:
+        skipped = {node_ports: not demand.host_ports, pod_topology_spread: not demand.spread,
+                   volumes: not said_of_nodes(demand, view), inter_pod_affinity: not said_by_others(demand, view)}
+    except Exception:  # an unexpected shape: every filter runs, and the one that cannot read it says so
+        return CHECKS
+    return tuple(check for check in CHECKS if not skipped.get(check))
 
 
 def cannot_tell(node: Any, subject: str, detail: str) -> str:
@@ -63,27 +78,38 @@ def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
 
 
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
-                needs_kubevirt: bool, memo: Memo | None = None) -> str | None:
+                needs_kubevirt: bool, memo: Memo | None = None, demand: Demand | None = None) -> str | None:
     """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness,
     KubeVirt's schedulable label, taints, the pod's own node affinity), or None. With `memo`, kept
-    per node while the node and what the checks read of the pod stay the same (a drain's pods)."""
+    per node while the node and what the checks read of the pod stay the same (a drain's pods);
+    `demand`, the pod's, keeps what they read of it for the next node."""
     if node is None:
         return f"node {node_name} not found"
     asked = (node_name, node, pod, needs_kubevirt)
     if memo is None:
         return _why_not_run(asked)
+    read = None if demand is None else demand.run_key
+    if read is None:
+        read = run_key(pod)
+        if demand is not None:
+            demand.run_key = read
+    if not read:
+        return _why_not_run(asked)
+    # The node itself is compared by identity first (the caches hand out one object per version of a node).
+    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), (node, read), asked)
+
+
+def run_key(pod: Mapping[str, Any]) -> bytes:
+    """What the node-level checks read of the pod, as JSON bounded as the memo's keys are; b"" when
+    it cannot be one (too large, a value JSON cannot hold), and the pod is answered afresh."""
     spec = kinds.spec(pod)
     affinity = spec.get("affinity")
-    # What the checks read of the pod, as JSON (bounded as the memo's keys are), and the node itself:
-    # compared by value, mostly by identity (the caches hand out one object per version of a node).
     try:
         read = orjson.dumps((spec.get("tolerations"), spec.get("nodeSelector"),
                              affinity.get("nodeAffinity") if isinstance(affinity, dict) else affinity))
-    except orjson.JSONEncodeError:  # a value JSON cannot hold: no key, answered afresh
-        return _why_not_run(asked)
-    if len(read) > KEY_BYTES:
-        return _why_not_run(asked)
-    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), (node, read), asked)
+    except orjson.JSONEncodeError:
+        return b""
+    return read if len(read) <= KEY_BYTES else b""
 
 
 def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) -> str | None:

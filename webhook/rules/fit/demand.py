@@ -52,6 +52,8 @@ class Demand:
     # judged and kept for the others, as kube-scheduler's PreFilter does once per scheduling cycle.
     gathered: Any = None  # what its pod (anti-)affinity concerns, node by node (interpodaffinity.Gathered)
     mounts: Any = None  # its claims and their PVs, and what ends them (volumes._mounts)
+    filters: Any = None  # the filters that may turn it away from a node (checks.prefilter)
+    run_key: Any = None  # what `checks.why_not_run` reads of it, as the memo's key (b"": none)
 
     @classmethod
     def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":

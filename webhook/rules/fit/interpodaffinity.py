@@ -118,6 +118,14 @@ def _gather(demand: Demand, view: View) -> Gathered:
                     avoiding=avoiding, counts=_counts(demand, view) if demand.affinity else None)
 
 
+def said_by_others(demand: Demand, view: View) -> bool:
+    """Whether the filter has anything to look at for the pod: terms of its own, or placed pods'
+    anti-affinity toward it (gathered once, kept in the demand)."""
+    if demand.gathered is None:
+        demand.gathered = _gather(demand, view)
+    return bool(demand.affinity or demand.anti_affinity or demand.gathered.avoiding)
+
+
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
     required anti-affinity, then the required anti-affinity of pods already placed."""

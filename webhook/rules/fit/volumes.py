@@ -58,6 +58,15 @@ def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str,
     return None
 
 
+def said_of_nodes(demand: Demand, view: View) -> bool:
+    """Whether the filter can turn the pod away from any node: a claim's volume selects nodes or
+    zones, or the claims decide alone (read once, kept in the demand)."""
+    if demand.mounts is None:
+        demand.mounts = _mounts(demand, view)
+    mounts, ending = demand.mounts
+    return ending is not None or any(terms is not None or zones for _, _, terms, zones in mounts)
+
+
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and
     match its zone labels; a claim with `spec.volumeName` counts as bound. Unbound claims and

@@ -99,11 +99,11 @@ class DestinationSearch:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
         pod, view = self.target.pod, self.view
-        why = (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False, memo=view.memo)
+        why = (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False, memo=view.memo, demand=self.shared)
                or fit.why_not_fit(self.share_manager, self.share_manager_namespace, node, view, "the share-manager",
                                   demand=self.shared)
                or lacking(self.target, name, node)
-               or fit.why_not_run(name, node, pod, needs_kubevirt=True, memo=view.memo)
+               or fit.why_not_run(name, node, pod, needs_kubevirt=True, memo=view.memo, demand=self.moved)
                or fit.why_not_fit(pod, self.vm_namespace, node, view, "the VM", demand=self.moved))
         if why is not None:
             self.refused[name] = why
