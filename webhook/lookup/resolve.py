@@ -15,7 +15,7 @@ from ..rules.shared.alone import Alone
 from ..rules.shared.facts import Fact, Lookup, disk_fact
 from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Malformed
-from ..rules.keeping.running import read_vmi, vm_pods
+from ..rules.keeping.running import read_target_vmi, vm_pods
 from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
 from ..stores.shapes import pod_to_place
 from ..stores.store import Store, StoreError
@@ -142,7 +142,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
         return "no answer before the deadline"
     if vmi is None:
         return f"VMI of {_pod_name(vm_pod)}: not found"
-    view = read_vmi(vmi, settings)
+    view = read_target_vmi(vmi)
     if isinstance(view, Malformed):
         return str(view)
     built = migration_target_pod(vm_pod, view, source, {}, settings)

@@ -17,7 +17,7 @@ VOLUME = "pvc-d1"
 SMALL = {"cpu": "1", "memory": "1Gi", "pods": "110", "devices.kubevirt.io/kvm": "1k"}
 
 
-def drained(*others):
+def drained(*others, share_manager=None):
     """vm1 on node-a (its disk d1), node-a drained; the share-manager pod the drain evicted re-created, not
     scheduled yet."""
     the_vmi = vmi("vm1", "node-a", "d1")
@@ -27,7 +27,7 @@ def drained(*others):
     view = StaticView([source, *others], [launcher, workload_pod(1, "node-b")], [disk["PersistentVolumeClaim"]],
                       [disk["PersistentVolume"]])
     target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
-    return destinations(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
+    return destinations(share_manager or share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
 
 
 def test_both_land_on_the_nodes_of_the_vms_cpu_generation_most_room_first():
@@ -47,6 +47,23 @@ def test_a_node_that_takes_only_one_of_the_two_is_refused(other, why):
     found = drained(other)
     assert found.nodes == ()
     assert why in found.refused["node-b"], found.refused
+
+
+def asking(resources):
+    pod = share_manager_pod(VOLUME)
+    pod["spec"]["containers"][0]["resources"] = {"requests": resources}
+    return pod
+
+
+@pytest.mark.parametrize("resources, why", [
+    ({"example.com/nfs": "1"}, "offers no example.com/nfs"), ({"memory": "64Gi"}, "the share-manager asks memory"),
+], ids=["what-the-vm-does-not", "more"])
+def test_a_share_manager_asking_what_the_vm_does_not_is_judged_for_it(resources, why):
+    """The share-manager's own room is judged unless the VM asks as much of everything it asks."""
+    found = drained(node("node-b"), share_manager=asking(resources))
+    assert found.nodes == ()
+    assert why in found.refused["node-b"], found.refused
+    assert [d.node for d in drained(node("node-b"), share_manager=asking({"memory": "64Mi"})).nodes] == ["node-b"]
 
 
 def taking(*rooms):

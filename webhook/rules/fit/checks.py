@@ -39,10 +39,7 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
-    checks = demand.filters
-    if checks is None:
-        checks = demand.filters = prefilter(demand, view)
-    for check in checks:
+    for check in prefilter(demand, view):
         try:
             reason = check(demand, node, view, subject)
         except Exception as error:  # objects of unexpected shape: "cannot tell", which counts as not fitting
@@ -55,7 +52,15 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
 def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
     """The filters with something to look at for the pod, as kube-scheduler's PreFilter skips the
     others (no host ports, no spread, no terms either way, claims whose volumes select no node):
-    a drain's share-manager is judged on every node it is tried on by NodeResourcesFit alone."""
+    a drain's share-manager is judged on every node it is tried on by NodeResourcesFit alone. Kept
+    in the demand, as what they read of the cluster for it."""
+    if demand.filters is not None:
+        return demand.filters  # type: ignore[no-any-return]
+    demand.filters = _prefilter(demand, view)
+    return demand.filters  # type: ignore[no-any-return]
+
+
+def _prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
     try:
         skipped = {node_ports: not demand.host_ports, pod_topology_spread: not demand.spread,
                    volumes: not said_of_nodes(demand, view), inter_pod_affinity: not said_by_others(demand, view)}

@@ -195,6 +195,35 @@ def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, 
     return "", ""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TargetVmi:
+    """What a VMI's migration target pod is rendered from (`rules.kubevirt.target.Vmi`), and no more:
+    a drain's share-manager rule reads it of its VM, the keeper all of `VmiView`."""
+
+    uid: str
+    node: str | None
+    node_selector: dict[str, Any]
+    cpu_model: str
+    machine_type: str
+    machine_from: str
+
+
+def read_target_vmi(obj: Any) -> TargetVmi | Malformed:
+    """`TargetVmi` of a VMI, or why it cannot be read."""
+    what = "VMI"
+    try:
+        namespace, name, metadata = read_identity(obj, "VMI")
+        what = f"VMI {namespace}/{name}"
+        status, spec = declared.VMI_STATUS.obj(obj), declared.VMI_SPEC.obj(obj)
+        domain = declared.DOMAIN.obj(spec)
+        uid = declared.VMI_UID.value(metadata)
+        return TargetVmi(uid if isinstance(uid, str) else "", declared.VMI_NODE.text(status) or None,
+                         dict(declared.VMI_NODE_SELECTOR.obj(spec)), declared.CPU_MODEL.text(declared.CPU.obj(domain)),
+                         *_machine_type(status, domain))
+    except Malformed as exc:
+        return exc.of(what)
+
+
 def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
     """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape). Its
     fields are those `rules.shared.declared.VMI` declares, which the caches keep."""

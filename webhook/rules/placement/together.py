@@ -72,6 +72,7 @@ class DestinationSearch:
         self.taking: list[Destination] = []
         self.rooms: Rooms | None = None
         self.nodes: tuple[tuple[float | None, Mapping[str, Any]], ...] = ()  # (room, node), most room first
+        self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
         try:
             self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
             self.moved = Demand.of(target.pod, vm_namespace, view.memo)
@@ -80,6 +81,7 @@ class DestinationSearch:
             return
         self.rooms = rooms_for(self.moved, view)
         self.nodes = self.rooms.order  # as of its last update
+        self.rides = rides_along(self.shared, self.moved, view)
 
     def __iter__(self) -> Iterator[str]:
         if self.rooms is None:
@@ -100,8 +102,8 @@ class DestinationSearch:
             return
         pod, view = self.target.pod, self.view
         why = (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False, memo=view.memo, demand=self.shared)
-               or fit.why_not_fit(self.share_manager, self.share_manager_namespace, node, view, "the share-manager",
-                                  demand=self.shared)
+               or (None if self.rides else fit.why_not_fit(self.share_manager, self.share_manager_namespace, node, view,
+                                                           "the share-manager", demand=self.shared))
                or lacking(self.target, name, node)
                or fit.why_not_run(name, node, pod, needs_kubevirt=True, memo=view.memo, demand=self.moved)
                or fit.why_not_fit(pod, self.vm_namespace, node, view, "the VM", demand=self.moved))
@@ -113,6 +115,14 @@ class DestinationSearch:
     @property
     def found(self) -> Destinations:
         return Destinations(tuple(sorted(self.taking, key=lambda found: (-found.room, found.node))), self.refused)
+
+
+def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
+    """Whether the share-manager fits wherever the VM's target pod does: NodeResourcesFit is the only
+    filter with anything to look at for it, and it asks for nothing the VM does not ask as much of
+    (a pod slot each). Its own check is then skipped: a drain's share-manager is judged once a node."""
+    return fit.prefilter(shared, view) == (fit.node_resources_fit,) and all(
+        asked <= 0 or moved.requests.get(resource, 0) >= asked for resource, asked in shared.requests.items())
 
 
 def named(items: list[str] | tuple[str, ...], separator: str = ", ") -> str:
