@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
@@ -31,8 +31,7 @@ AMONG_TERMS = 64  # the terms an among-pin may write in all (the pod's own terms
 SHOWN = 5  # nodes named in a reason before "and N more"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Destination:
+class Destination(NamedTuple):
     """A node that takes both pods now, and the room it leaves the VM (NodeResourcesFit's score, 0–1)."""
 
     node: str
