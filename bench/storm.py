@@ -227,18 +227,21 @@ def judged_from_the_caches(url: str, work: Path, review: list[tuple[str, bytes]]
         time.sleep(0.5)
 
 
-def caches_synced(log: Path, timeout: float = 600.0) -> None:
+def caches_synced(log: Path, timeout: float = 600.0, frozen_within: float = 5.0) -> None:
     """Until the VMI cache of `serve` has synced too (its log says so; readiness waits for the
-    others), and a second more: a drain comes to a replica that has long been running, not to one
-    still listing VMIs, and each admission's `loop_lag_ms` is the longest lag of the second before it."""
-    deadline = time.monotonic() + timeout
+    others) and been frozen (stores/heap.py: within `frozen_within` seconds of it), and a second
+    more: a drain comes to a replica that has long been running, not to one still listing VMIs, and
+    each admission's `loop_lag_ms` is the longest lag of the second before it."""
+    deadline, frozen_by = time.monotonic() + timeout, None
     while True:
         with log.open("rb") as stream:
-            synced = any(b'"cache synced"' in line and json.loads(line).get("resource") == "virtualmachineinstances"
-                         for line in stream)
-        if synced:
-            time.sleep(1.0)
-            return
+            said = [json.loads(line) for line in stream if b'"cache synced"' in line or b'"cache frozen"' in line]
+        vmis = [line["msg"] for line in said if "virtualmachineinstances" in str(line.get("resource"))]
+        if "cache synced" in vmis:
+            frozen_by = frozen_by or time.monotonic() + frozen_within
+            if "cache frozen" in vmis or time.monotonic() > frozen_by:
+                time.sleep(1.0)
+                return
         if time.monotonic() > deadline:
             raise SystemExit(f"serve's VMI cache did not sync within {timeout:.0f} s")
         time.sleep(0.5)

@@ -41,6 +41,7 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     from ..cluster import client
     from ..stores.cache import WatchedClusterStore
     from ..stores.direct import ClusterStore
+    from ..stores.heap import FreezeListed
     from ..cluster.events import NO_EVENTS, EventSink, Events
     from ..stores.store import Store
 
@@ -60,6 +61,7 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else NO_EVENTS
+        companions.append(FreezeListed(store.informers))  # full collections walk what came after (heap.py)
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
     reloader = serving_tls(args)  # follows the files as cert-manager or the kubelet replace them (tls.py)

@@ -1,0 +1,68 @@
+"""What a cache has listed leaves the garbage collector's walk once it has synced, so that a full
+collection stops admission for what came after, not for the whole cluster."""
+import gc
+import logging
+
+import pytest
+from tests.cluster.test_informer import feed, informer_for, listed
+from tests.support.kube import running_vm
+
+from webhook.stores.heap import FreezeListed
+from webhook.kinds import NODE, POD
+
+
+@pytest.fixture(autouse=True)
+def thawed():
+    """Each test starts and ends with nothing frozen (the suite's own objects stay collectable)."""
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def walked(obj) -> bool:
+    """Whether a full collection walks `obj`."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def launcher_pods(count):
+    return [running_vm(f"vm-{i}", f"node-{i % 3}", f"disk-{i}") for i in range(count)]
+
+
+async def test_what_a_cache_listed_is_frozen_once_it_has_synced(caplog):
+    pods = informer_for(POD)
+    feed(pods, listed(*launcher_pods(50))[:-1])
+    kept = pods.table.read("default/virt-launcher-vm-7-x7k2p")
+    companion = FreezeListed([pods])
+    caplog.set_level(logging.INFO, "webhook.cache")
+    await companion.step()
+    assert kept is not None and walked(kept) and not companion.frozen  # listing, not synced: nothing frozen
+
+    feed(pods, listed()[-1:])  # the list is complete
+    await companion.step()
+
+    assert companion.frozen == [pods.name]
+    assert not walked(kept) and gc.get_freeze_count() > 0
+    (line,) = [r for r in caplog.records if r.getMessage() == "cache frozen"]
+    assert line.fields["resource"] == pods.name and line.fields["objects_frozen"] >= gc.get_freeze_count()  # a freed one leaves the count
+
+
+async def test_each_cache_is_frozen_once_its_first_list_is_complete():
+    nodes, pods = informer_for(NODE), informer_for(POD)
+    companion = FreezeListed([nodes, pods])
+    feed(nodes, listed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}}))
+    await companion.step()
+    feed(nodes, listed({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}))  # a relist
+    feed(pods, listed(*launcher_pods(2)))
+    await companion.step()
+    await companion.step()
+    assert companion.frozen == [nodes.name, pods.name]
+
+
+async def test_a_cache_that_never_syncs_freezes_nothing_and_stopping_ends_the_wait():
+    pods = informer_for(POD)
+    feed(pods, listed(*launcher_pods(2))[:-1])
+    companion = FreezeListed([pods])
+    companion.start()
+    await companion.step()
+    await companion.stop()
+    assert companion.frozen == [] and gc.get_freeze_count() == 0 and not companion.task.running
