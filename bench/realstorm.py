@@ -166,6 +166,9 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
                             ("--webhook-configuration", CONFIGURATION,
                              "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, log):
             wait_for(f"{ops}/readyz", work)
+            from .storm import caches_synced  # here: storm.py imports this module when asked for a real apiserver
+
+            caches_synced(log)  # a drain comes to a replica whose caches have long been listed
             return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds, log))
     finally:
         plane.stop()

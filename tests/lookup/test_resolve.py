@@ -5,9 +5,10 @@ import copy
 
 from tests.support.kube import load, node
 
-from webhook.stores.shapes import shapes
+from webhook.stores.shapes import pod_to_place, shapes
 from webhook.lookup.resolve import migration_source, migration_target_pod
 from webhook.config import Settings
+from webhook.rules.placement.patch import as_created
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import TargetPod
 
@@ -63,3 +64,14 @@ def test_the_cached_launcher_pod_renders_the_same_target_as_the_whole_one():
     cached = shapes(SETTINGS)["Pod"](admitted())
     assert render(cached) == render(admitted())
     assert migration_source(cached, SETTINGS) == migration_source(admitted(), SETTINGS)
+
+
+def test_the_source_is_the_pod_as_kubevirt_made_it_reduced_to_what_the_checks_read():
+    """Reduced before our pin is taken off (only that is copied), it is what taking the pin off the
+    whole pod and reducing it would give, our annotations gone, the pod read unchanged."""
+    for pod in (admitted(), shapes(SETTINGS)["Pod"](admitted())):
+        before = copy.deepcopy(pod)
+        made = migration_source(pod, SETTINGS).pod
+        assert made == pod_to_place(as_created(copy.deepcopy(pod), SETTINGS))
+        assert "annotations" not in made["metadata"] and "nodeName" not in made["spec"]
+        assert pod == before

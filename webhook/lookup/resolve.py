@@ -167,7 +167,14 @@ class MigrationSource:
 def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationSource:
     """What a VM's migration target is rendered from: its launcher pod as KubeVirt created it,
     without our pin, reduced to what the never-strand checks read of it (`pod_to_place`)."""
-    return MigrationSource(pod_to_place(as_created(launcher, settings)))
+    if not isinstance(launcher, dict):
+        return MigrationSource(pod_to_place(as_created(launcher, settings)))
+    # Reduced first, so that only what the checks read is copied: `as_created` reads our annotations.
+    placed = pod_to_place(launcher)
+    placed["metadata"]["annotations"] = kinds.annotations(launcher)
+    made = as_created(placed, settings)
+    kinds.meta(made).pop("annotations", None)
+    return MigrationSource(made)
 
 
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,

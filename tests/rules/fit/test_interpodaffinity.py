@@ -138,3 +138,23 @@ def test_a_migration_target_avoids_the_node_of_its_own_vms_pod_through_either_vi
         assert "fails the VM's pod anti-affinity: pod default/virt-launcher-vm1-abcde" in why_not_fit(
             target, NS, view.node("node-b"), view)
         assert why_not_fit(target, NS, view.node("node-c"), view) is None
+
+
+def test_a_node_whose_hostname_label_is_not_its_name_is_judged_by_each_as_the_scheduler_does():
+    """Per-node terms narrow the nodes the filter can turn a pod away from, by the name (the pod's own
+    terms) and by the hostname label (placed pods' terms) as each is read: a node named otherwise
+    than its hostname label is refused exactly where every placed pod looked at refuses it."""
+    nodes = three_nodes()
+    for node in nodes:
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = "host-" + node["metadata"]["name"]
+    target = vm(labels={CREATED_BY: UID, "app": "a"}, anti=[term(matchLabels={CREATED_BY: UID})])
+    source = workload("virt-launcher-vm1-abcde", "node-b", labels={CREATED_BY: UID, "kubevirt.io": "virt-launcher"})
+    guard = workload("guard", "node-c", anti=[term(matchLabels={"app": "a"})])
+    for view in (view_of(source, guard, nodes=nodes), cached_view([*nodes, *ROOTDISK, source, guard])):
+        demand = Demand.of(target, NS, view.memo)
+        answers = {n["metadata"]["name"]: why_not_fit(target, NS, view.node(n["metadata"]["name"]), view, demand=demand)
+                   for n in nodes}
+        everyone = EveryPlaced(view)
+        assert answers == {n["metadata"]["name"]: why_not_fit(target, NS, n, everyone) for n in nodes}
+        assert answers["node-a"] is None and "pod default/virt-launcher-vm1-abcde" in answers["node-b"]
+        assert "pod anti-affinity of pod default/guard in kubernetes.io/hostname=host-node-c" in answers["node-c"]

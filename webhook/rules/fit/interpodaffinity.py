@@ -106,6 +106,20 @@ class Gathered:
     domains: list[dict[Any, Mapping[str, Any]] | None]  # by anti-affinity term: `_domains`
     avoiding: list[Avoiding]
     counts: Counter[tuple[str, Any]] | None  # pods its affinity selects, by domain; None: no affinity of its own
+    # When every term either way is per node (the hostname key) and known: the only nodes the filter
+    # can turn the pod away from, by name (its own terms) and by hostname label (placed pods' terms). A
+    # migration target pod avoids its own VMI's pods, all on the node it leaves: every other node passes.
+    only: tuple[frozenset[Any], frozenset[Any]] | None = None
+
+
+def _only(demand: Demand, domains: list[dict[Any, Mapping[str, Any]] | None], avoiding: list[Avoiding]) \
+        -> tuple[frozenset[Any], frozenset[Any]] | None:
+    hostname = kinds.HOSTNAME_LABEL
+    if demand.affinity or any(term.topology_key != hostname for term in demand.anti_affinity) \
+            or any(found is None for found in domains) \
+            or any(key != hostname or unsure is not None for key, _, _, unsure in avoiding):
+        return None
+    return frozenset(name for found in domains for name in found or ()), frozenset(value for _, value, _, _ in avoiding)
 
 
 def _gather(demand: Demand, view: View) -> Gathered:
@@ -114,8 +128,9 @@ def _gather(demand: Demand, view: View) -> Gathered:
                    if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
     if unsure is not None:
         return Gathered(unsure=unsure, domains=[], avoiding=avoiding, counts=None)
-    return Gathered(unsure=None, domains=[_domains(view, term, _selected(view, term)) for term in demand.anti_affinity],
-                    avoiding=avoiding, counts=_counts(demand, view) if demand.affinity else None)
+    domains = [_domains(view, term, _selected(view, term)) for term in demand.anti_affinity]
+    return Gathered(unsure=None, domains=domains, avoiding=avoiding,
+                    counts=_counts(demand, view) if demand.affinity else None, only=_only(demand, domains, avoiding))
 
 
 def said_by_others(demand: Demand, view: View) -> bool:
@@ -138,6 +153,10 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
         raise CannotTell(f"{subject}'s {gathered.unsure}")
     name = name_of(node)
     labels = kinds.labels(node)
+    if gathered.only is not None and name not in gathered.only[0]:
+        host = labels.get(kinds.HOSTNAME_LABEL)
+        if host is None or isinstance(host, str) and host not in gathered.only[1]:
+            return None
     if demand.affinity:
         reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)
         if reason:
