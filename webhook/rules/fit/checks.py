@@ -29,8 +29,12 @@ CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
     """Why kube-scheduler's filters would turn the pod away from the node (the first failed check,
-    or "cannot tell ..."), or None. `demand` (`Demand.of`) reads the pod once for several nodes."""
-    if demand is None:
+    or "cannot tell ..."), or None. `demand` (`Demand.of`) reads the pod once for several nodes,
+    and what it needs no filter for is skipped on each (`prefilter`)."""
+    checks = CHECKS
+    if demand is not None:
+        checks = prefilter(demand, view)
+    else:
         try:
             demand = Demand.of(pod, namespace, view.memo)
         except Unreadable as error:
@@ -39,7 +43,7 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
-    for check in prefilter(demand, view):
+    for check in checks:
         try:
             reason = check(demand, node, view, subject)
         except Exception as error:  # objects of unexpected shape: "cannot tell", which counts as not fitting
@@ -61,12 +65,12 @@ def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
 
 
 def _prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
-    try:
-        skipped = {node_ports: not demand.host_ports, pod_topology_spread: not demand.spread,
-                   volumes: not said_of_nodes(demand, view), inter_pod_affinity: not said_by_others(demand, view)}
+    try:  # in the order of CHECKS
+        needed = (True, bool(demand.host_ports), said_of_nodes(demand, view), said_by_others(demand, view),
+                  bool(demand.spread))
     except Exception:  # an unexpected shape: every filter runs, and the one that cannot read it says so
         return CHECKS
-    return tuple(check for check in CHECKS if not skipped.get(check))
+    return tuple(check for check, wanted in zip(CHECKS, needed) if wanted)
 
 
 def cannot_tell(node: Any, subject: str, detail: str) -> str:

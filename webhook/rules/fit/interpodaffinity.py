@@ -115,7 +115,7 @@ class Gathered:
 def _only(demand: Demand, domains: list[dict[Any, Mapping[str, Any]] | None], avoiding: list[Avoiding]) \
         -> tuple[frozenset[Any], frozenset[Any]] | None:
     hostname = kinds.HOSTNAME_LABEL
-    if demand.affinity or any(term.topology_key != hostname for term in demand.anti_affinity) \
+    if demand.affinity or not (demand.anti_affinity or avoiding) or any(term.topology_key != hostname for term in demand.anti_affinity) \
             or any(found is None for found in domains) \
             or any(key != hostname or unsure is not None for key, _, _, unsure in avoiding):
         return None
