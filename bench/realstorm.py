@@ -36,7 +36,7 @@ from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registr
 
 from .__main__ import cores, wait_for, webhook_server
 from .rounds import HOOKS, WANTED, batches, calls, round_figures, unused
-from .served import admissions_logged, server_figures
+from .served import admissions_logged, caches_synced, server_figures
 
 CONFIGURATION = "kubevirt-colocate-storm"
 PARALLEL = 48  # creates in flight while the cluster is loaded
@@ -166,8 +166,6 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
                             ("--webhook-configuration", CONFIGURATION,
                              "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, log):
             wait_for(f"{ops}/readyz", work)
-            from .storm import caches_synced  # here: storm.py imports this module when asked for a real apiserver
-
             caches_synced(log)  # a drain comes to a replica whose caches have long been listed
             return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds, log))
     finally:

@@ -1,11 +1,13 @@
 """serve's own figures of a drain storm's batch, from its admission log lines (`latency_ms`,
-`duration_ms`, `loop_lag_ms`) and its CPU, beside what the sender or the apiserver's client measures."""
+`duration_ms`, `loop_lag_ms`) and its CPU, beside what the sender or the apiserver's client measures; and
+when its caches are ready for a storm (`caches_synced`)."""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +63,23 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
             "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
             "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),
             "vm_latency_p99_ms": p99(latency(vm_lines)), "share_manager_latency_p99_ms": p99(latency(sm_lines))}
+
+
+def caches_synced(log: Path, timeout: float = 600.0, frozen_within: float = 5.0) -> None:
+    """Until the VMI cache of `serve` has synced too (its log says so; readiness waits for the
+    others) and been frozen (admission/heap.py: within `frozen_within` seconds of it), and a second
+    more: a drain comes to a replica that has long been running, not to one still listing VMIs, and
+    each admission's `loop_lag_ms` is the longest lag of the second before it."""
+    deadline, frozen_by = time.monotonic() + timeout, None
+    while True:
+        with log.open("rb") as stream:
+            said = [json.loads(line) for line in stream if b'"cache synced"' in line or b'"cache frozen"' in line]
+        vmis = [line["msg"] for line in said if "virtualmachineinstances" in str(line.get("resource"))]
+        if "cache synced" in vmis:
+            frozen_by = frozen_by or time.monotonic() + frozen_within
+            if "cache frozen" in vmis or time.monotonic() > frozen_by:
+                time.sleep(1.0)
+                return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"serve's VMI cache did not sync within {timeout:.0f} s")
+        time.sleep(0.5)

@@ -49,7 +49,7 @@ from webhook.tools import certs
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, unused
-from .served import admissions_logged, cpu_seconds, served_median
+from .served import admissions_logged, caches_synced, cpu_seconds, served_median
 from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
@@ -224,26 +224,6 @@ def judged_from_the_caches(url: str, work: Path, review: list[tuple[str, bytes]]
     while not all(decided for _, _, decided in asyncio.run(send_once(url, work, review))):
         if time.monotonic() > deadline:
             raise SystemExit(f"no share-manager was decided within {timeout:.0f} s of readiness")
-        time.sleep(0.5)
-
-
-def caches_synced(log: Path, timeout: float = 600.0, frozen_within: float = 5.0) -> None:
-    """Until the VMI cache of `serve` has synced too (its log says so; readiness waits for the
-    others) and been frozen (stores/heap.py: within `frozen_within` seconds of it), and a second
-    more: a drain comes to a replica that has long been running, not to one still listing VMIs, and
-    each admission's `loop_lag_ms` is the longest lag of the second before it."""
-    deadline, frozen_by = time.monotonic() + timeout, None
-    while True:
-        with log.open("rb") as stream:
-            said = [json.loads(line) for line in stream if b'"cache synced"' in line or b'"cache frozen"' in line]
-        vmis = [line["msg"] for line in said if "virtualmachineinstances" in str(line.get("resource"))]
-        if "cache synced" in vmis:
-            frozen_by = frozen_by or time.monotonic() + frozen_within
-            if "cache frozen" in vmis or time.monotonic() > frozen_by:
-                time.sleep(1.0)
-                return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"serve's VMI cache did not sync within {timeout:.0f} s")
         time.sleep(0.5)
 
 

@@ -41,7 +41,7 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     from ..cluster import client
     from ..stores.cache import WatchedClusterStore
     from ..stores.direct import ClusterStore
-    from ..stores.heap import FreezeListed
+    from ..admission.heap import FreezeListed
     from ..cluster.events import NO_EVENTS, EventSink, Events
     from ..stores.store import Store
 

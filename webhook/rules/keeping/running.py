@@ -217,9 +217,11 @@ def read_target_vmi(obj: Any) -> TargetVmi | Malformed:
         status, spec = declared.VMI_STATUS.obj(obj), declared.VMI_SPEC.obj(obj)
         domain = declared.DOMAIN.obj(spec)
         uid = declared.VMI_UID.value(metadata)
-        return TargetVmi(uid if isinstance(uid, str) else "", declared.VMI_NODE.text(status) or None,
-                         dict(declared.VMI_NODE_SELECTOR.obj(spec)), declared.CPU_MODEL.text(declared.CPU.obj(domain)),
-                         *_machine_type(status, domain))
+        machine_type, machine_from = _machine_type(status, domain)
+        return TargetVmi(uid=uid if isinstance(uid, str) else "", node=declared.VMI_NODE.text(status) or None,
+                         node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
+                         cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)), machine_type=machine_type,
+                         machine_from=machine_from)
     except Malformed as exc:
         return exc.of(what)
 

@@ -7,7 +7,7 @@ import pytest
 from tests.cluster.test_informer import feed, informer_for, listed
 from tests.support.kube import running_vm
 
-from webhook.stores.heap import FreezeListed
+from webhook.admission.heap import FreezeListed
 from webhook.kinds import NODE, POD
 
 
