@@ -58,9 +58,8 @@ def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
     others (no host ports, no spread, no terms either way, claims whose volumes select no node):
     a drain's share-manager is judged on every node it is tried on by NodeResourcesFit alone. Kept
     in the demand, as what they read of the cluster for it."""
-    if demand.filters is not None:
-        return demand.filters  # type: ignore[no-any-return]
-    demand.filters = _prefilter(demand, view)
+    if demand.filters is None:
+        demand.filters = _prefilter(demand, view)
     return demand.filters  # type: ignore[no-any-return]
 
 

@@ -144,11 +144,9 @@ def said_by_others(demand: Demand, view: View) -> bool:
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
     required anti-affinity, then the required anti-affinity of pods already placed."""
-    gathered = demand.gathered
-    if gathered is None:
-        gathered = demand.gathered = _gather(demand, view)
-    if not (demand.affinity or demand.anti_affinity or gathered.avoiding):
+    if not said_by_others(demand, view):
         return None  # most pods, most clusters: nothing for this filter to look at
+    gathered: Gathered = demand.gathered
     if gathered.unsure is not None:
         raise CannotTell(f"{subject}'s {gathered.unsure}")
     name = name_of(node)

@@ -61,19 +61,22 @@ def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str,
 def said_of_nodes(demand: Demand, view: View) -> bool:
     """Whether the filter can turn the pod away from any node: a claim's volume selects nodes or
     zones, or the claims decide alone (read once, kept in the demand)."""
+    mounts, ending = _mounted(demand, view)
+    return ending is not None or any(terms is not None or zones for _, _, terms, zones in mounts)
+
+
+def _mounted(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
+    """`_mounts`, read on the first node judged and kept in the demand for the others."""
     if demand.mounts is None:
         demand.mounts = _mounts(demand, view)
-    mounts, ending = demand.mounts
-    return ending is not None or any(terms is not None or zones for _, _, terms, zones in mounts)
+    return demand.mounts  # type: ignore[no-any-return]
 
 
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and
     match its zone labels; a claim with `spec.volumeName` counts as bound. Unbound claims and
     ephemeral volumes are decided by provisioning, which we do not model: cannot tell."""
-    if demand.mounts is None:
-        demand.mounts = _mounts(demand, view)
-    mounts, ending = demand.mounts
+    mounts, ending = _mounted(demand, view)
     labels_only = None
     for claim_name, pv_name, terms, zones in mounts:
         if terms is not None:

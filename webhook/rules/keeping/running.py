@@ -214,16 +214,19 @@ def read_target_vmi(obj: Any) -> TargetVmi | Malformed:
     try:
         namespace, name, metadata = read_identity(obj, "VMI")
         what = f"VMI {namespace}/{name}"
-        status, spec = declared.VMI_STATUS.obj(obj), declared.VMI_SPEC.obj(obj)
-        domain = declared.DOMAIN.obj(spec)
-        uid = declared.VMI_UID.value(metadata)
-        machine_type, machine_from = _machine_type(status, domain)
-        return TargetVmi(uid=uid if isinstance(uid, str) else "", node=declared.VMI_NODE.text(status) or None,
-                         node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
-                         cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)), machine_type=machine_type,
-                         machine_from=machine_from)
+        return _target_vmi(metadata, declared.VMI_STATUS.obj(obj), declared.VMI_SPEC.obj(obj))
     except Malformed as exc:
         return exc.of(what)
+
+
+def _target_vmi(metadata: dict[str, Any], status: dict[str, Any], spec: dict[str, Any]) -> TargetVmi:
+    domain = declared.DOMAIN.obj(spec)
+    uid = declared.VMI_UID.value(metadata)
+    machine_type, machine_from = _machine_type(status, domain)
+    return TargetVmi(uid=uid if isinstance(uid, str) else "", node=declared.VMI_NODE.text(status) or None,
+                     node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
+                     cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)), machine_type=machine_type,
+                     machine_from=machine_from)
 
 
 def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
@@ -235,19 +238,16 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         what = f"VMI {namespace}/{name}"
         status, spec = declared.VMI_STATUS.obj(obj), declared.VMI_SPEC.obj(obj)
         migratable, why = _live_migratable(status)
-        domain = declared.DOMAIN.obj(spec)
-        machine_type, machine_from = _machine_type(status, domain)
+        target = _target_vmi(metadata, status, spec)
         paused, paused_since = _paused(status)
         annotations = declared.VMI.annotations_of(obj, settings)
-        uid = declared.VMI_UID.value(metadata)
-        return VmiView(namespace=namespace, name=name, uid=uid if isinstance(uid, str) else "",
-                       phase=declared.VMI_PHASE.text(status), node=declared.VMI_NODE.text(status) or None,
-                       opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
+        return VmiView(namespace=namespace, name=name, uid=target.uid, phase=declared.VMI_PHASE.text(status),
+                       node=target.node, opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
                        may_move=annotations.get(declared.VMI_KEEP.name()) != "false", live_migratable=migratable,
                        not_migratable=why, migration=_vmi_migration(status), claims=tuple(claims_of(obj)),
-                       node_selector=dict(declared.VMI_NODE_SELECTOR.obj(spec)),
-                       cpu_model=declared.CPU_MODEL.text(declared.CPU.obj(domain)), machine_type=machine_type,
-                       machine_from=machine_from, annotations=annotations, paused=paused, paused_since=paused_since,
-                       hotplugged=tuple(hotplugged_claims(obj)), caches=_caches(spec))
+                       node_selector=target.node_selector, cpu_model=target.cpu_model,
+                       machine_type=target.machine_type, machine_from=target.machine_from, annotations=annotations,
+                       paused=paused, paused_since=paused_since, hotplugged=tuple(hotplugged_claims(obj)),
+                       caches=_caches(spec))
     except Malformed as exc:
         return exc.of(what)
