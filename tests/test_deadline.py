@@ -98,18 +98,22 @@ async def test_a_read_that_waits_gets_what_it_waited_for_and_raises_what_it_rais
         await Deadline.after(5, 0).call(failing)
 
 
-async def test_a_read_cancelled_while_it_waits_is_cancelled_and_cleans_up():
-    """A review whose handler is cancelled (the apiserver hung up) cancels the read it waits on,
-    which runs its own clean-up; the deadline's timer goes with it."""
-    cleaned = []
-
+def waiting_read(cleaned):
+    """A read that waits a minute for its answer, and notes its clean-up."""
     async def read(*, timeout):
         try:
             await asyncio.sleep(60)
         finally:
             cleaned.append(True)
 
-    task = asyncio.ensure_future(Deadline.after(30, 0).call(read))
+    return read
+
+
+async def test_a_read_cancelled_while_it_waits_is_cancelled_and_cleans_up():
+    """A review whose handler is cancelled (the apiserver hung up) cancels the read it waits on,
+    which runs its own clean-up; the deadline's timer goes with it."""
+    cleaned = []
+    task = asyncio.ensure_future(Deadline.after(30, 0).call(waiting_read(cleaned)))
     await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -119,14 +123,7 @@ async def test_a_read_cancelled_while_it_waits_is_cancelled_and_cleans_up():
 
 async def test_a_read_past_the_deadline_is_cancelled_and_cleans_up():
     cleaned = []
-
-    async def read(*, timeout):
-        try:
-            await asyncio.sleep(60)
-        finally:
-            cleaned.append(True)
-
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        await Deadline.after(0.1, 0).call(read)
+        await Deadline.after(0.1, 0).call(waiting_read(cleaned))
     assert cleaned == [True] and time.monotonic() - started < 1

@@ -34,7 +34,7 @@ class Deadline:
     async def call(self, read: Callable[..., Awaitable[T]], *args: Any) -> T:
         """`read(*args, timeout=…)` given what is left of the deadline, and held to it (TimeoutError).
         A read answered from memory is done at its first step, before anything could be late: only
-        one that waits (for the API) arms a timer, and a drain's share-manager makes four such reads."""
+        one that waits (for the API) arms a timer; a drain's share-manager makes four the caches answer."""
         left = self.remaining()
         steps = read(*args, timeout=left).__await__()
         try:
@@ -51,17 +51,14 @@ def _rest(steps: Generator[Any, Any, T], waiting: Any) -> Generator[Any, Any, T]
     what it waits for goes to the task, and what the task sends or throws (a cancellation) to it."""
     while True:
         try:
-            sent = yield waiting
-        except GeneratorExit:
-            steps.close()
-            raise
-        except BaseException as error:  # the deadline's cancellation, among others: the read's to handle
             try:
+                sent = yield waiting
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as error:  # the deadline's cancellation, among others: the read's to handle
                 waiting = steps.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-        else:
-            try:
+            else:
                 waiting = steps.send(sent)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
