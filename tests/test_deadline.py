@@ -42,24 +42,17 @@ async def test_a_deadline_already_passed_gives_no_time():
             await asyncio.sleep(0.05)
 
 
-class Timers:
-    """asyncio.timeout as the deadline uses it, counting the timers armed."""
-
-    def __init__(self, monkeypatch):
-        self.armed = 0
-        real = asyncio.timeout
-
-        def counted(delay):
-            self.armed += 1
-            return real(delay)
-
-        monkeypatch.setattr("webhook.deadline.asyncio.timeout", counted)
+@pytest.fixture
+def timers_armed(monkeypatch):
+    """The timers the deadline arms (asyncio.timeout, counted)."""
+    armed, real = [], asyncio.timeout
+    monkeypatch.setattr(asyncio, "timeout", lambda delay: armed.append(delay) or real(delay))
+    return armed
 
 
-async def test_a_read_answered_from_memory_arms_no_timer_and_one_that_waits_does(monkeypatch):
+async def test_a_read_answered_from_memory_arms_no_timer_and_one_that_waits_does(timers_armed):
     """The caches answer a drain's share-manager four reads without waiting: no timer to arm and
     cancel for each. A read that waits for the API is held to the deadline as before."""
-    timers = Timers(monkeypatch)
 
     async def from_memory(name, *, timeout):
         return name
@@ -69,8 +62,8 @@ async def test_a_read_answered_from_memory_arms_no_timer_and_one_that_waits_does
         return name
 
     deadline = Deadline(time.monotonic() + 5)
-    assert await deadline.call(from_memory, "pv") == "pv" and timers.armed == 0
-    assert await deadline.call(from_the_api, "pv") == "pv" and timers.armed == 1
+    assert await deadline.call(from_memory, "pv") == "pv" and len(timers_armed) == 0
+    assert await deadline.call(from_the_api, "pv") == "pv" and len(timers_armed) == 1
 
 
 async def test_a_read_that_waits_gets_what_it_waited_for_and_raises_what_it_raises():
