@@ -36,7 +36,7 @@ from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registr
 
 from .__main__ import cores, wait_for, webhook_server
 from .rounds import HOOKS, WANTED, batches, calls, round_figures, unused
-from .served import admissions_logged, caches_synced, server_figures
+from .served import admissions_logged, caches_synced, server_figures, settled
 
 CONFIGURATION = "kubevirt-colocate-storm"
 PARALLEL = 48  # creates in flight while the cluster is loaded
@@ -115,7 +115,7 @@ async def create_all(clients: dict[str, Api], batch: list[tuple[str, dict[str, A
 
 
 async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[str], starts: list[str],
-                         rounds: int, log: Path) -> list[dict[str, Any]]:
+                         rounds: int, log: Path, serve_pid: int) -> list[dict[str, Any]]:
     """`rounds` of the three batches; each round's figures, serve's own (its log's) among them."""
     async with Controller(plane) as api, Controller(plane) as longhorn:
         clients = {"vm": api, "share-manager": longhorn}
@@ -137,6 +137,7 @@ async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[
             for sent in batches(batch):
                 start = log.stat().st_size
                 made.append(await create_all(clients, sent))
+                await settled(serve_pid)  # its Events posted: the next batch meets a serve at rest
                 served.append(server_figures(admissions_logged(log, start)))
             found.append({**round_figures(*(results for results, _ in made)), "refused": sum(n for _, n in made),
                           "server_control": served[1], "server": served[2]})
@@ -164,9 +165,9 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
         print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
         with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
                             ("--webhook-configuration", CONFIGURATION,
-                             "--share-manager-rule", args.share_manager_rule)) as (_, url, ops, log):
+                             "--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
             wait_for(f"{ops}/readyz", work)
             caches_synced(log)  # a drain comes to a replica whose caches have long been listed
-            return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds, log))
+            return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
     finally:
         plane.stop()

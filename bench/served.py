@@ -3,6 +3,7 @@
 when its caches are ready for a storm (`caches_synced`)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,6 +17,19 @@ def cpu_seconds(pid: int) -> float:
     """The CPU (user and system) process `pid` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def settled(pid: int, quiet: float = 0.1, most: float = 5.0) -> None:
+    """Until process `pid` has used at most one clock tick of CPU in `quiet` seconds (serve's Events
+    of a batch, which wait for its reviews, posted), at most `most` seconds: each batch then meets
+    a serve at rest, as a drain's storm does, and no batch's Events are counted in the next one's."""
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    until = time.monotonic() + most
+    while time.monotonic() < until:
+        before = cpu_seconds(pid)
+        await asyncio.sleep(quiet)
+        if cpu_seconds(pid) - before <= tick:
+            return
 
 
 def admissions_logged(log: Path, start: int) -> list[dict[str, Any]]:

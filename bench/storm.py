@@ -49,7 +49,7 @@ from webhook.tools import certs
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, unused
-from .served import admissions_logged, caches_synced, cpu_seconds, served_median
+from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
 from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
@@ -168,6 +168,7 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
             for sent in batches(batch):
                 start, before, cpu = log.stat().st_size, connections.opened, cpu_seconds(serve_pid)
                 answered.append(await send_all(connections, sent))
+                await settled(serve_pid)  # its Events posted, counted in its CPU
                 served.append(admissions_logged(log, start) + [{"cpu_ms": (cpu_seconds(serve_pid) - cpu) * 1000}])
                 opened.append(connections.opened - before)
             rounds.append(round_figures(*answered))
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     server_cpu, other_cpu = cores()
     with emulator(objects_file, other_cpu) as api, \
             webhook_server(api, work, server_cpu, "storm",
-                           ("--share-manager-rule", args.share_manager_rule)) as (serve, url, ops, log):
+                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
         if args.share_manager_rule == "on":
             judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])
@@ -257,6 +258,9 @@ def main() -> None:
                              "created through a real kube-apiserver that calls serve (real: KUBEBUILDER_ASSETS)")
     parser.add_argument("--share-manager-rule", choices=["on", "off"], default="on",
                         help="off: the storm's share-managers too answered at once, undecided")
+    parser.add_argument("--events", choices=["on", "off"], default="on",
+                        help="serve's Events about its decisions (default on, as installed: the emulator takes each "
+                             "POST); each batch waits for serve to be at rest, its Events posted")
     parser.add_argument("--idle-connections", type=zero_or_more, default=IDLE, metavar="N",
                         help="the sender, as kube-apiserver: each review in flight on a connection of its own, a new "
                              "TLS connection when none is idle; N kept open between bursts (default %(default)s, as "
