@@ -155,6 +155,35 @@ async def test_decision_event_is_created_on_the_vmi(service, session, kmock):
 
 
 
+async def test_a_decisions_event_waits_while_another_review_is_in_flight(service, session, kmock, tls_files):
+    """Each Event's POST is CPU that the reviews in flight would wait for: while a connection is
+    still sending its review, the decision's Event is held; once it is gone, the Event is posted."""
+    seed(kmock, fixture_cluster())
+    kmock.resources["v1/events"] = {}
+    api = client.for_host(str(kmock.url).rstrip("/"))
+    svc, base, ops = await service(ClusterStore(api), EventSink(api))
+
+    def created_events():
+        return [obj.raw for (resource, _, _), obj in kmock.objects.items() if resource.plural == "events"]
+
+    context = ssl.create_default_context(cafile=str(tls_files["ca"]))
+    _, sending = await asyncio.open_connection("localhost", listening.bound_port(svc.runner), ssl=context)
+    sending.write(b"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{")  # its body still on the way
+    await sending.drain()
+    async with session.post(f"{base}/mutate?timeout=10s", json=review(hostname_pod())) as r:
+        assert r.status == 200 and (await r.json())["response"]["patch"]
+    await asyncio.sleep(0.5)
+    assert created_events() == []  # held: a review is in flight
+    sending.close()
+    for _ in range(100):
+        if created_events():
+            break
+        await asyncio.sleep(0.02)
+    assert [event["reason"] for event in created_events()] == ["CoLocated"]
+    await svc.stop()
+
+
 async def test_sigterm_drops_no_request(tls_files, tmp_path, kmock):
     """Concurrent clients through a SIGTERM: every request they sent gets its answer; exit 0."""
     seed(kmock, fixture_cluster())

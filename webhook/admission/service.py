@@ -49,6 +49,7 @@ class Service:
         self.companions = (self.lag, *companions)
         self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
+        events.yield_to(lambda: len(self.arrivals) > 0)  # an Event's POST waits for the reviews in flight
         self.ops_runner: Port | None = None
         self.runner: Port | None = None  # the admission port
         metrics.STORE.source = store.stats

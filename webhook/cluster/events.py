@@ -1,7 +1,10 @@
 """Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
 
 Admission never waits for an Event: emitting only queues, a full queue drops (and counts) it. None
-for dry-run requests (hence sideEffects NoneOnDryRun).
+for dry-run requests (hence sideEffects NoneOnDryRun). Nor does an Event take the CPU from a review
+in flight: each POST is about a millisecond of the one core that answers reviews, so a drain's
+storm of share-managers, each with its Event, would answer its last ones a hundred milliseconds
+later. The Events wait until the reviews in flight are answered (at most HOLD seconds a burst).
 """
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -21,6 +25,9 @@ from ..kinds import EVENT
 from . import client
 
 log = logging.getLogger("webhook.events")
+HOLD = 2.0  # the longest Events wait for the reviews in flight to be answered, then go as they come
+LOOK_AGAIN = 0.01  # how often a waiting Event looks whether the reviews have been answered
+
 # Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
 OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
 
@@ -78,9 +85,15 @@ class Events(Protocol):
     async def close(self, grace: float = 2.0) -> None:
         """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
 
+    def yield_to(self, busy: Callable[[], bool]) -> None:
+        """Hold the Events while `busy()` (reviews in flight), at most HOLD seconds at a time."""
+
 
 class NoEvents(Events):
     """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
+
+    def yield_to(self, busy: Callable[[], bool]) -> None:
+        pass
 
 
 NO_EVENTS = NoEvents()
@@ -89,13 +102,16 @@ NO_EVENTS = NoEvents()
 class EventSink:
     """A bounded queue and one worker, started by the first Event, that POSTs them."""
 
-    def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0):
+    def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0, hold: float = HOLD):
         self._api = api_client
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
         self._timeout = timeout
         self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
+        self.hold = hold
+        self._busy: Callable[[], bool] = lambda: False  # serve's reviews in flight (`yield_to`)
+        self._held_since: float | None = None  # when the Events began to wait for the reviews in flight
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
@@ -105,9 +121,13 @@ class EventSink:
         self._queue.put_nowait(new_event(involved, reason, message, self.instance, warning=warning, name=name))
         self._worker.start()
 
+    def yield_to(self, busy: Callable[[], bool]) -> None:
+        self._busy = busy
+
     async def _send_next(self) -> None:
         event = await self._queue.get()
         try:
+            await self._after_reviews()
             status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
                                              timeout=self._timeout)
             if status != 409 and not 200 <= status < 300:  # 409: a fixed name another replica has recorded
@@ -118,6 +138,18 @@ class EventSink:
             log.warning("event not sent", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
         finally:
             self._queue.task_done()
+
+    async def _after_reviews(self) -> None:
+        """Until no review is in flight; past HOLD seconds of one wait, at once (until the next quiet
+        moment): a sustained load, or a client holding a connection open, delays Events, never stops them."""
+        while self._busy():
+            now = time.monotonic()
+            if self._held_since is None:
+                self._held_since = now
+            elif now - self._held_since >= self.hold:
+                return
+            await asyncio.sleep(LOOK_AGAIN)
+        self._held_since = None
 
     async def sent(self) -> None:
         """Until every Event queued so far has been sent (or failed to be)."""
