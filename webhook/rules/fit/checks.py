@@ -41,6 +41,13 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
             return cannot_tell(node, subject, f"{subject} cannot be read: {error}")
         except Exception as error:
             return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
+    return why_not_pass(checks, demand, node, view, subject)
+
+
+def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, Any], view: View,
+                 subject: str = "the VM") -> str | None:
+    """The first of `checks` that turns the pod away from the node, as `why_not_fit` says it: a
+    caller that keeps one filter's answers apart runs the others alone."""
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
     for check in checks:
@@ -96,15 +103,18 @@ def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str
     asked = (node_name, node, pod, needs_kubevirt)
     if memo is None:
         return _why_not_run(asked)
-    read = None if demand is None else demand.run_key
-    if read is None:
-        read = run_key(pod)
-        if demand is not None:
-            demand.run_key = read
+    read = run_key(pod) if demand is None else run_key_of(demand)
     if not read:
         return _why_not_run(asked)
     # The node itself is compared by identity first (the caches hand out one object per version of a node).
     return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), (node, read), asked)
+
+
+def run_key_of(demand: Demand) -> bytes:
+    """`run_key` of the demand's pod, kept in the demand."""
+    if demand.run_key is None:
+        demand.run_key = run_key(demand.pod)
+    return demand.run_key  # type: ignore[no-any-return]
 
 
 def run_key(pod: Mapping[str, Any]) -> bytes:

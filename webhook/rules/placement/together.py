@@ -11,7 +11,7 @@ keeper then always has a move that can succeed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .. import fit
@@ -20,6 +20,7 @@ from .patch import live_terms
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
 from ..kubevirt.target import TargetPod, lacking
+from .judged import Judged, judged_for
 from .rooms import Rooms, rooms_for
 
 PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
@@ -61,7 +62,8 @@ class DestinationSearch:
 
     Nodes are judged most room for the VM first (`rooms.Rooms`; an unreadable room last), and the
     judging stops once AMONG_NODES take both pods, the ones the answer requires: a drain's
-    share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both)."""
+    share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both).
+    What pods of one shape are told alike is kept for the next share-manager (`judged`)."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View) -> None:
@@ -72,6 +74,8 @@ class DestinationSearch:
         self.rooms: Rooms | None = None
         self.nodes: tuple[tuple[float | None, Mapping[str, Any]], ...] = ()  # (room, node), most room first
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
+        self.judged: Judged | None = None
+        self.own: tuple[Any, ...] | None = None  # the VM's filters besides NodeResourcesFit (`fit.prefilter`)
         try:
             self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
             self.moved = Demand.of(target.pod, vm_namespace, view.memo)
@@ -87,6 +91,7 @@ class DestinationSearch:
             return
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
+        self.judged = judged_for(self._shape(), self.view)
         for room, node in self.nodes:
             if len(self.taking) >= AMONG_NODES:
                 return
@@ -99,17 +104,50 @@ class DestinationSearch:
         if name == self.source:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
+        why = self._said_alike(name, node)
+        if why is None:
+            if self.own is None:
+                self.own = tuple(check for check in fit.prefilter(self.moved, self.view)
+                                 if check is not fit.node_resources_fit)
+            why = fit.why_not_pass(self.own, self.moved, node, self.view, "the VM")
+        if why is not None:
+            self.refused[name] = why
+            return
+        self.taking.append(Destination(name, room if room is not None else 0.0))
+
+    def _said_alike(self, name: str, node: Mapping[str, Any]) -> str | None:
+        """What the node says to every pair of this shape, in the order kube-scheduler would: both
+        pods' node-level checks, KubeVirt's labels, NodeResourcesFit for the VM (kept in `judged`)."""
+        judged = self.judged
+        if judged is not None:
+            known, why = judged.get(name, node)
+            if known:
+                return why
         pod, view = self.target.pod, self.view
         why = (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False, memo=view.memo, demand=self.shared)
                or (None if self.rides else fit.why_not_fit(self.share_manager, self.share_manager_namespace, node, view,
                                                            "the share-manager", demand=self.shared))
                or lacking(self.target, name, node)
                or fit.why_not_run(name, node, pod, needs_kubevirt=True, memo=view.memo, demand=self.moved)
-               or fit.why_not_fit(pod, self.vm_namespace, node, view, "the VM", demand=self.moved))
-        if why is not None:
-            self.refused[name] = why
-            return
-        self.taking.append(Destination(name, room if room is not None else 0.0))
+               or fit.why_not_pass((fit.node_resources_fit,), self.moved, node, view, "the VM"))
+        if judged is not None:
+            judged.keep(name, node, why)
+        return why
+
+    def _shape(self) -> Hashable | None:
+        """All that `_said_alike` reads of the two pods; None where it cannot be a key, or where the
+        share-manager is judged on its own too (its own filters read its labels)."""
+        if not self.rides:
+            return None
+        shape = (fit.run_key_of(self.shared), fit.run_key_of(self.moved), self.target.wanted,
+                 tuple(sorted(self.moved.requests.items())))
+        if not shape[0] or not shape[1]:
+            return None
+        try:
+            hash(shape)
+        except TypeError:  # a label value KubeVirt would require that is no string
+            return None
+        return shape
 
     @property
     def found(self) -> Destinations:
