@@ -51,6 +51,8 @@ class Judged:
         return True, held[1]
 
     def keep(self, name: str, node: Mapping[str, Any], why: str | None) -> None:
+        """Keep an answer worked out just now (in the same step, no await between): whatever changes
+        after it is noted past `position` and dropped by the next `update`."""
         if name in self.said or len(self.said) < LIMIT:
             self.said[name] = (node, why)
 
