@@ -32,16 +32,13 @@ class Judged:
         """Drop what the nodes changed since said; False where the view keeps no record of changes
         (nothing is kept then)."""
         position, changed = view.nodes_changed(self.position)
-        if position is None:
-            self.said.clear()
-            return False
-        if changed is None:
+        if changed is None:  # every node may have changed (or no record is kept)
             self.said.clear()
         else:
             for name in changed:
                 self.said.pop(name, None)
         self.position = position
-        return True
+        return position is not None
 
     def get(self, name: str, node: Mapping[str, Any]) -> tuple[bool, str | None]:
         """(known, why not): known only for the same node object (the caches hand out one per version)."""
