@@ -269,3 +269,14 @@ async def test_a_rotated_client_ca_is_loaded_and_enforced(tmp_path):
     finally:
         await reloader.stop()
         await runner.cleanup()
+
+
+async def test_no_session_ticket_is_sent(served):
+    """kube-apiserver never resumes a session, so a ticket would be work for nothing on every handshake."""
+    _, first, port = served
+    _, reader, writer = await handshake(port, client_context(first))
+    assert await answered(reader, writer) == b"405"  # the tickets, if any, came before the answer
+    session = writer.get_extra_info("ssl_object").session
+    assert writer.get_extra_info("ssl_object").version() == "TLSv1.3"
+    assert session is None or not session.has_ticket
+    await close(writer)

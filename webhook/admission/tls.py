@@ -45,6 +45,11 @@ def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: s
             pem.read(role, path)  # missing, a directory: ssl's own error names no file
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # No TLS 1.3 session tickets: kube-apiserver's webhook client keeps no session cache (client-go's
+    # TLSConfigFor sets no ClientSessionCache), so it never resumes, and making the two tickets
+    # OpenSSL sends by default is a sixth of the handshake's CPU (docs/performance.md), paid by
+    # every connection a drain's burst opens.
+    context.num_tickets = 0
     try:
         context.load_cert_chain(str(cert_file), str(key_file))  # also checks that the key matches
         if client_ca_file:
