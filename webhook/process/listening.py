@@ -1,8 +1,8 @@
 """A port of either process: its connections bounded in how long a client may take, never in number.
 
 Any pod can reach the admission port, and aiohttp does not bound the time a client takes to send its
-headers. So the port is asyncio's own server (`Port`; aiohttp's runner serves, drains and stops the
-connections): a TLS handshake must end within HANDSHAKE_SECONDS of the accept, and the headers within
+headers. So the port accepts its connections itself and hands each to the event loop (`Port`;
+aiohttp's runner serves, drains and stops them): a TLS handshake must end within HANDSHAKE_SECONDS of the accept, and the headers within
 HEADER_SECONDS of the handshake (`Guard`). None is closed for being one too many: kube-apiserver gives
 each review in flight a connection of its own and does not retry, so a closed connection is a pod
 created without our decision; memory is bounded by the bodies held instead (admission/budget.py).
@@ -11,6 +11,8 @@ The Guard also notes when each request arrived (`Arrivals`): what the apiserver 
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -20,10 +22,13 @@ from aiohttp import web
 
 from .. import metrics
 
+log = logging.getLogger("webhook.listening")
+
 HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own timeout is at most 30 s
 HANDSHAKE_SECONDS = 10.0  # from accept to the end of the handshake (asyncio's ssl_handshake_timeout)
 END_OF_HEADERS = b"\r\n\r\n"
 BACKLOG = 128  # aiohttp's sites' default
+ACCEPT_PAUSE = 1.0  # asyncio's own pause when accepting fails for want of descriptors or memory
 
 
 class Arrivals:
@@ -115,20 +120,107 @@ class Guarded(asyncio.Protocol):
 
 
 class Port:
-    """asyncio's server accepting through a `Guard` into aiohttp's runner (its public `server`)."""
+    """Listening sockets accepting through a `Guard` into aiohttp's runner (its public `server`).
 
-    def __init__(self, runner: web.BaseRunner, listening: asyncio.AbstractServer) -> None:
-        self.runner, self.listening = runner, listening
+    Each time a socket is readable, every connection waiting in its backlog is accepted at once
+    (`Accepting`), as asyncio's own selector loop does: uvloop's server accepts one connection a turn
+    of the loop, so while a drain's share-managers take the loop in slices, a burst of 105 new
+    connections waited up to a quarter of a second to be accepted (docs/performance.md)."""
+
+    def __init__(self, runner: web.BaseRunner, accepting: list[Accepting]) -> None:
+        self.runner, self.accepting = runner, accepting
 
     @property
     def addresses(self) -> list[Any]:
         """The bound addresses, as `web.BaseRunner.addresses` gives them."""
-        return [listening.getsockname() for listening in self.listening.sockets]
+        return [accepting.socket.getsockname() for accepting in self.accepting]
 
     async def cleanup(self) -> None:
-        """Stop accepting, then aiohttp's shutdown: requests in flight finish, idle connections close."""
-        self.listening.close()
+        """Stop accepting (handshakes under way dropped), then aiohttp's shutdown: requests in flight
+        finish, idle connections close."""
+        for accepting in self.accepting:
+            accepting.close()
+        for accepting in self.accepting:
+            await accepting.closed()
         await self.runner.cleanup()
+
+
+class Accepting:
+    """One listening socket: its whole backlog accepted when it is readable, each connection handed
+    to the loop (`connect_accepted_socket`, its TLS handshake bounded by `handshake_seconds`)."""
+
+    def __init__(self, listening: socket.socket, guard: Guard, context: ssl.SSLContext | None,
+                 handshake_seconds: float) -> None:
+        self.socket, self.guard, self.context = listening, guard, context
+        self.handshake_seconds = handshake_seconds if context else None
+        self.loop = asyncio.get_running_loop()
+        self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
+        self.loop.add_reader(listening.fileno(), self.accept)
+
+    def accept(self) -> None:
+        for _ in range(BACKLOG):  # bounded, as asyncio's own: other work gets the loop between two backlogs
+            try:
+                connection, _ = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors or memory: accepting pauses, as asyncio's does
+                log.error("accepting a connection failed (%s): paused for %.0f s", exc, ACCEPT_PAUSE)
+                self.loop.remove_reader(self.socket.fileno())
+                self.loop.call_later(ACCEPT_PAUSE, self._resume)
+                return
+            connection.setblocking(False)
+            protocol = self.guard()  # made now: its accept is when the review's wait began
+            handshake = self.loop.create_task(self.loop.connect_accepted_socket(
+                lambda made=protocol: made, connection, ssl=self.context, ssl_handshake_timeout=self.handshake_seconds))
+            self.handshakes.add(handshake)
+            handshake.add_done_callback(self._handed)
+
+    def _resume(self) -> None:
+        if self.socket.fileno() >= 0:
+            self.loop.add_reader(self.socket.fileno(), self.accept)
+
+    def _handed(self, handshake: asyncio.Task[Any]) -> None:
+        """A connection whose handshake failed, timed out or was dropped is closed by the loop; as with
+        asyncio's own server, that is the client's business and not logged."""
+        self.handshakes.discard(handshake)
+        if not handshake.cancelled() and handshake.exception() is not None:
+            log.debug("a connection ended before its handshake did: %r", handshake.exception())
+
+    def close(self) -> None:
+        if self.socket.fileno() >= 0:
+            self.loop.remove_reader(self.socket.fileno())
+            self.socket.close()
+        for handshake in self.handshakes:
+            handshake.cancel()
+
+    async def closed(self) -> None:
+        if self.handshakes:
+            await asyncio.gather(*self.handshakes, return_exceptions=True)
+
+
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address `host` names, as asyncio's `create_server` makes them:
+    the address reusable, IPv6 sockets IPv6 only, non-blocking."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            listening = socket.socket(family, kind, proto)
+            sockets.append(listening)
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            listening.bind(address)
+            listening.listen(BACKLOG)
+            listening.setblocking(False)
+    except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
+        for listening in sockets:
+            listening.close()
+        raise OSError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).rsplit(': ', 1)[-1]}") from None
+    return sockets
 
 
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
@@ -136,13 +228,8 @@ async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLC
     """Serve `runner` (set up) on host:port through a Guard."""
     if runner.server is None:
         raise RuntimeError("the runner is not set up")
-    try:
-        listening = await asyncio.get_running_loop().create_server(
-            guard or Guard(runner.server), host, port, ssl=context, backlog=BACKLOG, reuse_address=True,
-            ssl_handshake_timeout=handshake_seconds if context else None)
-    except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
-        raise OSError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).rsplit(': ', 1)[-1]}") from None
-    return Port(runner, listening)
+    guard = guard or Guard(runner.server)
+    return Port(runner, [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)])
 
 
 # How long a connection whose body was answered unread (413, 503) may go on sending it, read and
