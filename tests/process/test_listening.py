@@ -116,6 +116,40 @@ def test_a_burst_of_connections_is_accepted_at_once_while_the_loop_is_held_in_sl
         assert runner.run(main()) == 100
 
 
+class Exhausted(socket.socket):
+    """A listening socket whose first accept fails as it does when the process is out of descriptors."""
+
+    failures = 1
+
+    def accept(self):
+        if self.failures:
+            self.failures -= 1
+            raise OSError(24, "Too many open files")
+        return super().accept()
+
+
+async def test_accepting_pauses_when_out_of_descriptors_and_then_goes_on(tls_files, monkeypatch, caplog):
+    """As asyncio's own server: said once, accepting paused (not a loop spinning on a readable
+    socket), and the waiting connection accepted and answered once the pause is over."""
+    monkeypatch.setattr(listening, "ACCEPT_PAUSE", 0.2)
+    listening_socket = Exhausted(socket.AF_INET, socket.SOCK_STREAM)
+    listening_socket.bind(("127.0.0.1", 0))
+    listening_socket.listen(8)
+    listening_socket.setblocking(False)
+    monkeypatch.setattr(listening, "bind", lambda host, port: [listening_socket])
+    async with port_of(tls_files, lambda runner: {}) as (port, _, context):
+        started = time.monotonic()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        waited = time.monotonic() - started
+        writer.write(request(json.dumps(review(vm_pod(), uid="after-the-pause")).encode()))
+        status, body = await answer_of(reader)
+        writer.close()
+    assert status == 200 and json.loads(body)["response"]["uid"] == "after-the-pause"
+    assert waited >= 0.15
+    assert [r.message for r in caplog.records if "accepting a connection failed" in r.message] == [
+        "accepting a connection failed ([Errno 24] Too many open files): paused for 0.2 s"]
+
+
 async def test_a_client_that_never_finishes_its_headers_is_closed(guarded):
     port, context = guarded
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")

@@ -163,8 +163,10 @@ class Accepting:
                 connection, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
+            except ConnectionAbortedError:  # reset by its client before the accept: the next one
+                continue
             except OSError as exc:  # out of descriptors or memory: accepting pauses, as asyncio's does
-                log.error("accepting a connection failed (%s): paused for %.0f s", exc, ACCEPT_PAUSE)
+                log.error("accepting a connection failed (%s): paused for %g s", exc, ACCEPT_PAUSE)
                 self.loop.remove_reader(self.socket.fileno())
                 self.loop.call_later(ACCEPT_PAUSE, self._resume)
                 return
@@ -181,7 +183,7 @@ class Accepting:
 
     def _handed(self, handshake: asyncio.Task[Any]) -> None:
         """A connection whose handshake failed, timed out or was dropped is closed by the loop; as with
-        asyncio's own server, that is the client's business and not logged."""
+        asyncio's own server, that is the client's business, logged at debug only."""
         self.handshakes.discard(handshake)
         if not handshake.cancelled() and handshake.exception() is not None:
             log.debug("a connection ended before its handshake did: %r", handshake.exception())
@@ -204,7 +206,7 @@ def bind(host: str, port: int) -> list[socket.socket]:
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise OSError(f"cannot listen on {host}:{port}: {_lowered(exc.strerror or str(exc))}") from None
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(found):
@@ -219,8 +221,13 @@ def bind(host: str, port: int) -> list[socket.socket]:
     except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
         for listening in sockets:
             listening.close()
-        raise OSError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).rsplit(': ', 1)[-1]}") from None
+        raise OSError(f"cannot listen on {host}:{port}: {_lowered((exc.strerror or str(exc)).rsplit(': ', 1)[-1])}") from None
     return sockets
+
+
+def _lowered(reason: str) -> str:
+    """The system's reason as the rest of an error line: "address already in use"."""
+    return reason[:1].lower() + reason[1:]
 
 
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
