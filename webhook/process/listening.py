@@ -2,10 +2,11 @@
 
 Any pod can reach the admission port, and aiohttp does not bound the time a client takes to send its
 headers. So the port accepts its connections itself and hands each to the event loop (`Port`;
-aiohttp's runner serves, drains and stops them): a TLS handshake must end within HANDSHAKE_SECONDS of the accept, and the headers within
-HEADER_SECONDS of the handshake (`Guard`). None is closed for being one too many: kube-apiserver gives
-each review in flight a connection of its own and does not retry, so a closed connection is a pod
-created without our decision; memory is bounded by the bodies held instead (admission/budget.py).
+aiohttp's runner serves, drains and stops them): a TLS handshake must end within HANDSHAKE_SECONDS
+of the accept, and the headers within HEADER_SECONDS of the handshake (`Guard`). None is closed for
+being one too many: kube-apiserver gives each review in flight a connection of its own and does not
+retry, so a closed connection is a pod created without our decision; memory is bounded by the bodies
+held instead (admission/budget.py).
 The Guard also notes when each request arrived (`Arrivals`): what the apiserver waits for starts there.
 """
 from __future__ import annotations
