@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import metrics
-from ..cluster.events import NO_EVENTS, Events
+from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from .kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..stores.store import WatchedStore
@@ -32,11 +32,12 @@ from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
-from ..rules.keeping.state import Action, Evidence, KeeperState
+from ..rules.keeping.state import Action, Evidence, KeeperState, UNPAUSES_KEPT
 from .act import Actor
 from .follow import Follower
-from .memory import Memory, VmRecord
+from .memory import Memory, VmReport
 from ..process.pace import Pacer
+from ..rules.shared.alone import Alone
 from ..rules.shared.times import rfc3339
 from .observe import Nodes, Observer, pass_facts, stuck
 from .observed import Observed
@@ -50,7 +51,8 @@ from .writes import RATE, Result, Writes
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-__all__ = ["Keeper", "KeeperTiming", "PassReport", "VmRecord"]
+__all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
+UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is not made again this soon: longer than the watch's lag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +74,10 @@ class PassReport:
     states: dict[str, int] = dataclasses.field(default_factory=dict)  # running opted-in VMs by state
     held: dict[str, int] = dataclasses.field(default_factory=dict)  # apart VMs by what holds them
     note: str = ""  # why the pass could not act on everything it saw, if so
-    vms: tuple[VmRecord, ...] = ()  # each running opted-in VM as the pass left it
+    vms: tuple[VmReport, ...] = ()  # each running opted-in VM as the pass left it
 
     @classmethod
-    def of(cls, at: datetime, created: Iterable[str], note: str, vms: tuple[VmRecord, ...]) -> PassReport:
+    def of(cls, at: datetime, created: Iterable[str], note: str, vms: tuple[VmReport, ...]) -> PassReport:
         """The report of a pass that left `vms`: the counts by state and by hold come from them."""
         states = collections.Counter(r.state for r in vms)
         held = collections.Counter(str(r.hold) for r in vms if r.state is APART and r.hold is not None)
@@ -113,7 +115,8 @@ class Keeper:
         self.state_store = state  # where the keeper's record is kept (None: in this process alone)
         self.state = KeeperState()  # this leader's; the record taken in whenever it changed
         self._unread = ""  # why the record could not be read this pass
-        self.memory = Memory(clock, events)
+        self.memory = Memory()
+        self.running: dict[tuple[str, str], str] = {}  # the running opted-in VMs of the last pass, their VMI uids
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
@@ -125,14 +128,13 @@ class Keeper:
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
         """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, (self.memory.saw,))
+        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch)
         self.watch = watch
         watch.start()
         try:
             yield watch
         finally:
             self.watch = None
-            self.memory.unwatched()
             await watch.close()
 
     async def run(self) -> None:
@@ -194,12 +196,9 @@ class Keeper:
         writes.begin()
         facts = await ask_targeted(self.targeted, plan_of, observed_facts, observed, writes, hold)
         made = plan_of(facts)
-        self.state = self.state.with_stale(
-            Evidence(namespace=vm.facts.vmi.namespace, name=vm.facts.vmi.name, uid=vm.facts.vmi.uid,
-                     requested=vm.facts.stale_since, words=vm.facts.stale)
-            for vm in made.vms if vm.facts.stale and vm.facts.stale_since is not None)
         for vm in made.vms:
             self.memory.record(vm.facts, vm.decision, now)
+            self._noted(vm.facts, vm.decision.hold, vm.decision.reason, now)
         results = await self.actor.carry_out(made, observed, now, writes, priority=bool(self.targeted.priority))
         for result in results:
             self._remember(result, now)
@@ -227,7 +226,8 @@ class Keeper:
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
         history = self.follower.history(watched)
         running = seen.running  # the others never touched, not counted
-        self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running}, {vmi.uid for vmi in vmis})
+        self.running = {(vmi.namespace, vmi.name): vmi.uid for vmi in running}
+        self.memory.keep_only(set(self.running))
         observed = await self._observe_vms(running, history, state, now)
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
@@ -241,8 +241,9 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            recall=self.memory, turn=self.passes)
-        pace, observed, unpaused = Pacer(), [], self.memory.just_unpaused(now)
+                            recall=self.memory, turn=self.passes, io_errors=self._io_errors)
+        pace, observed = Pacer(), []
+        unpaused = {r.uid for r in state.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
         for vmi in running:
             await pace()
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
@@ -261,14 +262,15 @@ class Keeper:
         if read is not None:
             state, loss = read
             self.follower.remember(state.migrations)
-            self.state = state if loss is None else dataclasses.replace(state, lost=(now, f"{loss.kind}: {loss.why}"))
-            if loss is not None:
-                self._said(loss.kind, loss.why, "rebuilt from the cluster")
+            if loss is not None:  # what could not be read never erases what this leader knows
+                state = dataclasses.replace(state, lost=(now, f"{loss.kind}: {loss.why}")).over(self.state)
+                self._said(loss.kind, loss.why, "what this leader knows kept, the rest rebuilt from the cluster")
+            self.state = state
         return self.state
 
     async def _keep_state(self, now: datetime, errors: list[str]) -> None:
         """Our migrations and the refusals into the keeper's record; written to the cluster when it changed."""
-        self.state = self.state.with_migrations(self.follower.ours(), now).only(self.memory.records)
+        self.state = self.state.with_migrations(self.follower.ours(), now).only(self.running)
         errors.extend([self._unread] if self._unread else [])
         if self.state_store is None or not self.authority(self.timing.request_timeout):
             return  # written by the leader alone, as any write
@@ -277,6 +279,29 @@ class Keeper:
         except StateUnavailable as exc:
             errors.append(f"the keeper's record could not be written: {exc}")
             self._said("not written", str(exc), "tried again next pass")
+
+    def _io_errors(self, uid: str) -> tuple[Any, ...]:
+        return self.watch.io_errors(uid) if self.watch is not None else ()
+
+    def _noted(self, vm: VmFacts, hold: Any, reason: str, now: datetime) -> None:
+        """What the pass found of the VM's VMI into its record (the I/O errors seen, the evidence of a stale
+        mount, once its mount was read); `NeedsRestart` and `WaitingForStorage` said once per VMI, by any leader."""
+        vmi = vm.vmi
+        record = self.state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
+        if vm.mount is not None:
+            seen = dict(record.seen) | dict(vm.seen)
+            stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
+                if vm.stale and vm.stale_since is not None else None
+            record = dataclasses.replace(record, seen=tuple(sorted(seen.items())), stale=stale)
+        said = dict(record.said)
+        for reason_, message, due in (("NeedsRestart", f"needs a restart: {reason}", hold is Alone.NEEDS_RESTART),
+                                      ("WaitingForStorage", vm.waits_for_storage or "", bool(vm.waits_for_storage))):
+            if due and reason_ not in said:
+                self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), reason_, message, warning=True)
+                said[reason_] = now
+            elif not due and reason_ == "WaitingForStorage":  # served again: a new wait is said again
+                said.pop(reason_, None)
+        self.state = self.state.with_vm(dataclasses.replace(record, said=tuple(sorted(said.items()))))
 
     @staticmethod
     def _said(problem: str, why: str, then: str) -> None:
@@ -292,5 +317,6 @@ class Keeper:
             self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)
         elif result.done:
             self.state = self.state.cleared(namespace, name, result.action)
-        if result.done and result.action is Action.UNPAUSE:
-            self.memory.unpausing(result.uid, now)
+        if result.done and result.action is Action.UNPAUSE and result.uid:
+            record = self.state.vm(namespace, name).of_vmi(result.uid)
+            self.state = self.state.with_vm(dataclasses.replace(record, unpaused=(*record.unpaused, now)[-UNPAUSES_KEPT:]))

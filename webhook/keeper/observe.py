@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from ..lookup.resolve import migration_source, resolve_disks
@@ -31,7 +31,8 @@ from ..rules.keeping.migrations import (
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
-from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, judge, Mount, Pauses, Server, Stale
+from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, Server,
+                                      sightings, Stale, storage_wait)
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.state import Action, KeeperState
 from ..rules.fit.nodeunschedulable import node_unschedulable
@@ -42,21 +43,28 @@ from .targeted import TargetedMigration
 from .apart_spans import Launchers, ApartSpan, ApartSpans, started, VmKey
 
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
-RECENT = timedelta(hours=1)  # pauses seen this recently make the observer read a VM's mount
+NO_SPACE = "no-space"  # `io_errors.Cause.NO_SPACE`: KubeVirt's "not enough space on volume"
 
 
 class Recall:
-    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): the pauses its watch saw and
-    its unpauses, by VMI uid; its span apart. This one remembers nothing, as `status`: it reads each once."""
-
-    def pauses(self, uid: str) -> Pauses:
-        return Pauses()
+    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): its span apart. This one remembers
+    nothing, as `status`: it reads each once."""
 
     def span(self, key: VmKey) -> ApartSpan | None:
         return None
 
     def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
         """The VM's span apart as now known (None: it is not apart)."""
+
+
+IoErrors = Callable[[str], Sequence[Any]]  # a VMI's uid -> KubeVirt's IOerror Events of it (`io_errors.IoError`)
+
+
+def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[Any]) -> list[DiskError]:
+    """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
+    claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
+    return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause == NO_SPACE,
+                      count=e.count, first=e.first, last=e.last) for e in errors]
 
 
 class Nodes:
@@ -93,6 +101,7 @@ class Observer:
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
     recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
+    io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
@@ -140,24 +149,28 @@ class Observer:
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration], now: datetime,
                      state: KeeperState) -> VmFacts:
-        """Of a VM paused on an I/O error now or within RECENT: its mount, whether it is stale (`recovery.judge`),
-        and whether a migration off it can finish. The evidence in the keeper's record (`state`) stands for what
-        its watch saw, that `status` and the next leader cannot. What cannot be read leaves the VM as it is."""
+        """Of a VM paused on an I/O error, or with KubeVirt's IOerror Events, or found stale before: its mount,
+        whether it is stale (`recovery.judge`, on KubeVirt's words per disk and what the keeper's record kept) and
+        whether a migration off it can finish. What cannot be read leaves the VM as it is."""
         vmi = facts.vmi
-        pauses = self.recall.pauses(vmi.uid)
-        paused = vmi.paused_since if vmi.paused == PAUSED_IO_ERROR else None
-        kept = state.evidence(vmi.namespace, vmi.name, vmi.uid)
-        if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at) and kept is None:
+        record = state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
+        io, events = vmi.paused == PAUSED_IO_ERROR, self.io_errors(vmi.uid)
+        if not io and not events and record.stale is None:
             return facts
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
-        facts = dataclasses.replace(facts, mount=mount, unpauses=pauses.unpauses(mount.pod_started))
-        judged = judge(mount, pauses, paused, now, Stale(kept.words, kept.requested) if kept is not None else None)
+        errors = disk_errors(vmi, disks, events)
+        facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
+                                    full=full(errors, io), seen=tuple(sorted(sightings(mount, errors).items())),
+                                    waits_for_storage=storage_wait(mount, now) if io or errors else None)
+        kept = record.stale
+        judged = judge(mount, errors, vmi.paused, now, dict(record.seen),
+                       Stale(kept.words, kept.requested, kept.last) if kept is not None else None)
         if not isinstance(judged, Stale):
-            return dataclasses.replace(facts, retry=judged)
+            return dataclasses.replace(facts, retry=facts.full or judged)
         failed = failed_recovery(vmi, history, judged.requested)
-        return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested,
+        return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested, stale_last=judged.last,
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))
 
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:

@@ -5,7 +5,9 @@ the rest from the cluster. Version 2 groups each VM's entries under its namespac
 of ours as its generated suffix, phase and Unix times (its node, uid and annotation only while
 unfinished: KubeVirt never collects a VMI's latest migration), the refusals with clipped words. The
 evidence of stale mounts first, then our migrations, then the refusals, the newest first, as many as fit
-in BUDGET: well under the API's 1 MiB. Version 1 (flat lists, spelled out) is read too.
+in BUDGET: well under the API's 1 MiB. Version 3 adds, per VM, what it keeps of the VMI (`state.VmRecord`):
+its uid, the keeper's unpauses, the Events said once and the I/O errors seen. Versions 1 (flat lists, spelled
+out) and 2 are read too.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from typing import Any
 from ...kinds import clip_reason
 from ..shared.times import parse_time
 from .migrations import Migration, NAME_INFIX
-from .state import Action, Evidence, KeeperState, Refusal, WORDS
+from .state import Action, Evidence, KeeperState, Refusal, VmRecord, WORDS
 
 KEY = "state.json"  # the ConfigMap's data key
-VERSION = 2
+VERSION = 3
+READ = (1, 2, VERSION)
 BUDGET = 480 * 1024  # bytes of the record at most: the newest that fit
 MOST_COUNT = 99  # refusals in a row counted: the backoff reaches its cap long before
 GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 random ones (apiserver)
@@ -51,28 +54,40 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
+    """What a VM's record keeps of its VMI, as (key, value): kept first, whatever the budget."""
+    found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
+    found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
+    found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
+    found += [("v", {volume: int(at.timestamp()) for volume, at in r.seen})] if r.seen else []
+    if r.stale is not None:
+        e = r.stale
+        found.append(("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())]))
+    return found
+
+
 def dump(state: KeeperState, budget: int = BUDGET) -> str:
     """The state as the ConfigMap keeps it: compact JSON in a stable order, the newest first within `budget` bytes."""
-    items: list[tuple[int, float, str, str, str, Any]] = [
-        (-1, 0.0, e.namespace, e.name, "s", [e.uid, int(e.requested.timestamp()), clip_reason(e.words, WORDS)])
-        for e in state.stale]
-    for m in state.migrations:
-        items.append((0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m)))
-    for h in state.refusals:
-        items.append((1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
-                      [min(h.count, MOST_COUNT), int(h.retry.timestamp()), h.status, clip_reason(h.words, WORDS)]))
+    items: list[tuple[int, float, str, str, str, Any]] = []
+    for r in state.vms.values():
+        items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]
+        items += [(0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m))
+                  for m in r.migrations]
+        items += [(1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
+                   [min(h.count, MOST_COUNT), int(h.retry.timestamp()), h.status, clip_reason(h.words, WORDS)])
+                  for h in r.refusals]
     items.sort(key=lambda item: item[:5])
     head = {"version": VERSION} | ({"lost": [int(state.lost[0].timestamp()), clip_reason(state.lost[1], WORDS)]}
                                    if state.lost is not None else {})
 
     def first(count: int) -> str:  # the record of the first `count` items
         vms: dict[str, dict[str, dict[str, Any]]] = {}
-        for _, _, namespace, vm, where, value in items[:count]:
+        for order, _, namespace, vm, where, value in items[:count]:
             entry = vms.setdefault(namespace, {}).setdefault(vm, {})
             if where == "m":
                 entry.setdefault("m", []).append(value)
-            elif where == "s":
-                entry["s"] = value
+            elif order < 0:
+                entry[where] = value
             else:
                 entry.setdefault("r", {})[where] = value
         return _json(head | {"vms": vms})
@@ -136,13 +151,25 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
                    words=_text(words, "a refusal's words"), status=_number(status, "a refusal's status"))
 
 
-def _evidence(namespace: str, vm: str, entry: Any) -> Evidence:
-    uid, requested, words = entry
-    return Evidence(namespace=namespace, name=vm, uid=_text(uid, "a VMI's uid"), requested=_time(requested, "requested"),
-                    words=_text(words, "the evidence of a stale mount"))
+def _vmi_part(where: str, value: Any) -> Any:
+    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back; version 2's evidence too."""
+    if where == "u":
+        return _text(value, "a VMI's uid")
+    if where == "p":
+        return tuple(sorted(_time(at, "an unpause") for at in value))
+    if where in ("e", "v"):
+        return tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))
+    if len(value) == 3 and isinstance(value[0], str):  # version 2: [uid, requested, words]
+        return _text(value[0], "a VMI's uid"), Evidence(requested=_time(value[1], "requested"),
+                                                        words=_text(value[2], "evidence"), last=_time(value[1], "requested"))
+    requested, words, last = value
+    return Evidence(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
+                    last=_time(last, "the last I/O error"))
 
 
-Entry = Callable[[], Migration | Refusal | Evidence | tuple[datetime, str]]
+Part = tuple[tuple[str, str], str, Any]  # (namespace, VM), what of its record, the value
+Entry = Callable[[], Part | tuple[datetime, str]]
+VMI_PARTS = ("u", "p", "e", "v", "s")
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:
@@ -150,33 +177,55 @@ def _items(value: Any) -> Iterator[tuple[str, Any]]:
     yield from value.items() if isinstance(value, dict) else [("", None)]
 
 
+def _part(namespace: str, vm: str, where: str, read: Callable[..., Any], *args: Any) -> Part:
+    return (namespace, vm), where, read(*args)
+
+
 def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
+    """Versions 2 and 3: each VM's entries under its namespace and name."""
     if "lost" in data:
         yield functools.partial(_lost, data["lost"])
     for namespace, vms in _items(data.get("vms", {})):
         for vm, entry in _items(vms):
             entry = entry if isinstance(entry, dict) else {"m": [None]}
             for migration in entry.get("m", []) if isinstance(entry.get("m", []), list) else [None]:
-                yield functools.partial(_migration, namespace, vm, migration)
+                yield functools.partial(_part, namespace, vm, "m", _migration, namespace, vm, migration)
             for action, refusal in _items(entry.get("r", {})):
-                yield functools.partial(_refusal, namespace, vm, action, refusal)
-            if "s" in entry:
-                yield functools.partial(_evidence, namespace, vm, entry["s"])
+                yield functools.partial(_part, namespace, vm, "r", _refusal, namespace, vm, action, refusal)
+            for where in (w for w in VMI_PARTS if w in entry):
+                yield functools.partial(_part, namespace, vm, where, _vmi_part, where, entry[where])
 
 
 def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
     """Flat lists of objects, their names and times spelled out."""
-    def migration(m: Any) -> Migration:
-        return _migration(m["namespace"], m["vmi"], ["/" + m["name"], m["phase"], m["created"], m.get("ended"),
-                                                     m.get("target"), m.get("uid"), m.get("recovers")])
+    def migration(m: Any) -> Part:
+        return (m["namespace"], m["vmi"]), "m", _migration(m["namespace"], m["vmi"], [
+            "/" + m["name"], m["phase"], m["created"], m.get("ended"), m.get("target"), m.get("uid"), m.get("recovers")])
 
-    def refusal(h: Any) -> Refusal:
-        return _refusal(h["namespace"], h["name"], h["action"], [h["count"], h["retry"], h.get("status", 0),
-                                                                 h.get("words")])
+    def refusal(h: Any) -> Part:
+        return (h["namespace"], h["name"]), "r", _refusal(h["namespace"], h["name"], h["action"], [
+            h["count"], h["retry"], h.get("status", 0), h.get("words")])
 
     for kind, read in (("migrations", migration), ("refusals", refusal)):
         entries = data.get(kind, [])
         yield from (functools.partial(read, entry) for entry in (entries if isinstance(entries, list) else [None]))
+
+
+def _records(parts: list[Part]) -> list[VmRecord]:
+    """The records the parts read make up, one per VM."""
+    fields: dict[tuple[str, str], dict[str, Any]] = {}
+    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale"}
+    for key, where, value in parts:
+        mine = fields.setdefault(key, {"migrations": [], "refusals": []})
+        if where in ("m", "r"):
+            mine["migrations" if where == "m" else "refusals"].append(value)
+        elif isinstance(value, tuple) and isinstance(value[-1], Evidence):  # version 2's evidence: [uid, …]
+            mine["uid"], mine["stale"] = value
+        else:
+            mine[names[where]] = value
+    return [VmRecord(namespace=namespace, name=vm, **{**f, "migrations": tuple(sorted(
+        f["migrations"], key=lambda m: (m.created, m.name))), "refusals": tuple(f["refusals"])})
+            for (namespace, vm), f in fields.items()]
 
 
 def load(text: str | None) -> tuple[KeeperState, Loss | None]:
@@ -188,18 +237,16 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     except ValueError as exc:
         return KeeperState(), Loss(kind="unreadable", why=f"not JSON ({exc})")
     version = data.get("version") if isinstance(data, dict) else None
-    if version not in (1, VERSION):
-        return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads 1 and {VERSION}")
+    if version not in READ:
+        return KeeperState(), Loss(kind="other version",
+                                   why=f"version {version!r}, where this keeper reads {', '.join(map(str, READ))}")
     read, dropped = [], []
     for entry in (_version_1 if version == 1 else _version_2)(data):
         try:
             read.append(entry())
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
             dropped.append(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__} {exc}")
-    state = KeeperState(migrations=tuple(sorted((m for m in read if isinstance(m, Migration)),
-                                                key=lambda m: (m.created, m.namespace, m.name))),
-                        refusals=tuple(h for h in read if isinstance(h, Refusal)),
-                        stale=tuple(e for e in read if isinstance(e, Evidence)),
-                        lost=next((lost for lost in read if isinstance(lost, tuple)), None))
+    lost = next((x for x in read if len(x) == 2), None)
+    state = KeeperState.of(_records([x for x in read if len(x) == 3]), lost)
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
     return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})") if dropped else None
