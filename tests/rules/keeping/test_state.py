@@ -54,7 +54,8 @@ def test_what_a_lost_record_cannot_say_the_leader_keeps():
     joined = read.over(mine)
     assert {h.action for h in joined.refusals} == {Action.MIGRATE, Action.UNPAUSE}
     assert joined.vm("default", "vm2").unpauses(None) == 1
-    restarted = KeeperState().with_vm(VmRecord(namespace="default", name="vm2", uid="u3"))
+    restarted = KeeperState().with_vm(VmRecord(namespace="default", name="vm2", uid="u3",
+                                               said=(("WaitingForStorage", NOW),)))
     assert restarted.over(mine).vm("default", "vm2").unpaused == ()  # another VMI: its unpauses are not this one's
 
 
