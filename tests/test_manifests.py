@@ -206,7 +206,8 @@ def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_l
     assert granted.pop((None, LONGHORN_VOLUME.group, LONGHORN_VOLUME.plural, None)) == {"get"}
     # A VM it recovered, unpaused (KubeVirt's subresource, as `virtctl unpause` calls it).
     assert granted.pop((None, "subresources.kubevirt.io", "virtualmachineinstances/unpause", None)) == {"update"}
-    assert granted.pop((None, "", "events", None)) == {"create", "patch"}
+    # Its Events written; KubeVirt's IOerror Events on VMIs watched (which disk failed, and why).
+    assert granted.pop((None, "", "events", None)) == {"create", "patch", "list", "watch"}
     assert granted.pop((None, "events.k8s.io", "events", None)) == {"create", "patch"}
     # Its Lease, in the install namespace only.
     assert granted.pop((NS, LEASE.group, LEASE.plural, None)) == {"create"}
