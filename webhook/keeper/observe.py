@@ -34,6 +34,7 @@ from ..rules.keeping.plan import Stuck
 from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, Server,
                                       sightings, Stale, storage_wait)
 from ..rules.keeping.running import VmiView
+from ..rules.keeping.io_errors import Cause, IoError
 from ..rules.keeping.state import Action, KeeperState
 from ..rules.fit.nodeunschedulable import node_unschedulable
 from ..rules.fit.tainttoleration import blocking_taint
@@ -43,7 +44,6 @@ from .targeted import TargetedMigration
 from .apart_spans import Launchers, ApartSpan, ApartSpans, started, VmKey
 
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
-NO_SPACE = "no-space"  # `io_errors.Cause.NO_SPACE`: KubeVirt's "not enough space on volume"
 
 
 class Recall:
@@ -57,13 +57,13 @@ class Recall:
         """The VM's span apart as now known (None: it is not apart)."""
 
 
-IoErrors = Callable[[str], Sequence[Any]]  # a VMI's uid -> KubeVirt's IOerror Events of it (`io_errors.IoError`)
+IoErrors = Callable[[str], Sequence[IoError]]  # a VMI's uid -> KubeVirt's IOerror Events on it
 
 
-def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[Any]) -> list[DiskError]:
+def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) -> list[DiskError]:
     """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
     claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
-    return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause == NO_SPACE,
+    return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause is Cause.NO_SPACE,
                       count=e.count, first=e.first, last=e.last) for e in errors]
 
 
