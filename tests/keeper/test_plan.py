@@ -15,7 +15,7 @@ from tests.support.stale import drained_node_cluster, pause_on_io_error, restart
 from kubefake.virt_handler import pause_condition
 from webhook import kinds
 from webhook.config import Settings
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 from webhook.rules.shared.alone import Alone
 
 POLICY = ("virtualmachineinstancemigrations.kubevirt.io \"vm4-colocate-x\" is forbidden: ValidatingAdmissionPolicy "

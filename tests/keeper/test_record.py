@@ -14,7 +14,7 @@ from tests.support.kubevirt_api import apart_vm, eventually, sample, three_nodes
 
 from webhook import kinds
 from webhook.rules.keeping.record import KEY, load
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 
 from .test_passes import record
 

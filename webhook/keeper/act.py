@@ -16,7 +16,7 @@ from ..cluster.events import Events, vmi_reference
 from .kubevirt_api import create_migration, delete_migration, unpause_vmi
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
-from ..rules.keeping.state import Action
+from ..rules.keeping.record import Action
 from .follow import Follower
 from .observed import manifest, Observed
 from .writes import about_the_object, failed, Result, Writes

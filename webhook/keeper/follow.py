@@ -14,7 +14,7 @@ from datetime import datetime
 from .. import metrics
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
-from ..rules.keeping.state import REMEMBER
+from ..rules.keeping.record import REMEMBER
 from ..rules.shared.times import rfc3339
 from .apart_spans import VmKey
 

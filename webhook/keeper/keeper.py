@@ -32,7 +32,7 @@ from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
-from ..rules.keeping.state import Action, Evidence, KeeperState, UNPAUSES_KEPT
+from ..rules.keeping.record import Action, Evidence, KeeperState, UNPAUSES_KEPT
 from .act import Actor
 from .follow import Follower
 from .memory import Memory, VmReport

@@ -1,7 +1,7 @@
 """What the leading keeper remembers between passes that it need not keep in the cluster: per running
 opted-in VM what the last pass made of it (`VmReport`: `status`'s and the metrics' view) and its span apart,
 the objects of unexpected shape already logged, and the last pass's errors (readiness notes). What must outlive
-the leader is the VM's record (`rules.keeping.state.VmRecord`), kept in the cluster.
+the leader is the VM's record (`rules.keeping.record.VmRecord`), kept in the cluster.
 """
 from __future__ import annotations
 

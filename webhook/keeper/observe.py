@@ -35,7 +35,7 @@ from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery,
                                       sightings, Stale, storage_wait)
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.io_errors import Cause, IoError
-from ..rules.keeping.state import Action, KeeperState
+from ..rules.keeping.record import Action, KeeperState
 from ..rules.fit.nodeunschedulable import node_unschedulable
 from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since

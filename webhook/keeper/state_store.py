@@ -12,7 +12,7 @@ from ..cluster.client import ApiUnreachable, request
 from ..config import Settings
 from ..kinds import CONFIGMAP, meta
 from ..rules.keeping.record import dump, KEY, load, Loss
-from ..rules.keeping.state import KeeperState
+from ..rules.keeping.record import KeeperState
 from .kubevirt_api import answered
 
 

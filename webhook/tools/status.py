@@ -33,7 +33,7 @@ from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
 from ..rules.keeping.plan import plan, VmPlan
-from ..rules.keeping.state import Action, KeeperState, with_kept
+from ..rules.keeping.record import Action, KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged

@@ -9,7 +9,7 @@ from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succee
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
-from webhook.rules.keeping.state import Action, Refusal
+from webhook.rules.keeping.record import Action, Refusal
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
 from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep,
                                         next_read, next_step)

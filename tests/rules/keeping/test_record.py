@@ -10,7 +10,7 @@ from tests.support.keeping import NOW, ago
 
 from webhook.rules.keeping.migrations import Migration
 from webhook.rules.keeping.record import BUDGET, dump, load, Loss
-from webhook.rules.keeping.state import Action, Evidence, KeeperState, Refusal, VmRecord
+from webhook.rules.keeping.record import Action, Evidence, KeeperState, Refusal, VmRecord
 
 REFUSED = "creating a migration failed: API answered 403: no"
 

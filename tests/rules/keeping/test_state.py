@@ -5,7 +5,7 @@ from datetime import timedelta
 from tests.support.keeping import NOW, ago, vmim
 
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.state import Action, KeeperState, retry_delay, with_kept
+from webhook.rules.keeping.record import Action, KeeperState, retry_delay, with_kept
 
 
 def ours(name, created, phase="Succeeded"):
@@ -45,7 +45,7 @@ def test_ours_the_cluster_no_longer_shows_still_count():
 def test_what_a_lost_record_cannot_say_the_leader_keeps():
     """Read as lost (deleted, not JSON), the record takes nothing from what this leader knows: its backoffs,
     its unpauses of a VMI, the Events it said; what the record read holds wins where both say something."""
-    from webhook.rules.keeping.state import VmRecord
+    from webhook.rules.keeping.record import VmRecord
     mine = KeeperState().refused("default", "vm1", Action.MIGRATE, 500, "down", NOW)
     mine = mine.with_vm(VmRecord(namespace="default", name="vm2", uid="u2", unpaused=(ago(minutes=3),),
                                  said=(("NeedsRestart", ago(minutes=1)),)))
@@ -60,7 +60,7 @@ def test_what_a_lost_record_cannot_say_the_leader_keeps():
 
 
 def test_a_vm_that_stops_keeps_only_our_migrations_and_a_new_vmi_starts_afresh():
-    from webhook.rules.keeping.state import Evidence, VmRecord
+    from webhook.rules.keeping.record import Evidence, VmRecord
     record = VmRecord(namespace="default", name="vm1", migrations=(ours("a", ago(hours=1)),), uid="u1",
                       unpaused=(ago(minutes=3),), stale=Evidence(requested=ago(hours=1), words="w", last=ago(hours=1)))
     state = KeeperState().with_vm(record).refused("default", "vm1", Action.MIGRATE, 403, "no", NOW)

@@ -15,7 +15,7 @@ from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .recovery import cost, Mount, needs_restart
-from .state import Refusal
+from .record import Refusal
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
