@@ -21,7 +21,7 @@ from tests.support.kube import LONGHORN_NS, VALIDATE_VERSIONS, kubectl, load, mi
 from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
-from webhook.keeper.state_store import state_name
+from webhook.keeper.records import state_name
 from webhook.keeper.lease import lease_namespace
 from webhook.kinds import DEPLOYMENT, LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES

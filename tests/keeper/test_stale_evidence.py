@@ -130,7 +130,7 @@ async def test_an_unpause_that_does_not_hold_is_not_repeated_and_the_vm_is_said_
                                     "--keep", "migrate", "--keep-after", "600")
     assert code == 0, err
     # `status` keeps no count of the keeper's unpauses; the keeper's own record says it.
-    [record] = [r for r in keeper.memory.records.values() if r.name == "vm1"]
+    [record] = [r for r in keeper.records.reports.values() if r.name == "vm1"]
     assert record.hold == "needs a restart" and record.decision.startswith("paused again on its fresh mount")
 
 

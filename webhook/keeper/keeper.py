@@ -1,7 +1,7 @@
 """The keeper's passes, in the shape of a controller's reconcile: observe (`observe.py`, reads only),
 plan (`rules.keeping.plan`, pure: the plan `status` shows), probe when due (`probe.py`: the dry run of
-targeted migration, then plan again), act (`act.py`, writes only), and remember what came of it
-(`memory.py`; the keeper's state in the cluster, `state_store.py`).
+targeted migration, then plan again), act (`act.py`, writes only), and remember what came of it in each
+VM's record (`records.py`: in this leader's memory and in the cluster).
 
 Conservative by construction: the plan holds a VM for any of its reasons; nothing is created beyond the
 in-flight bounds, on an incomplete view, without the lease, or before a dry run showed that the cluster
@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import metrics
-from ..cluster.events import NO_EVENTS, Events, vmi_reference
+from ..cluster.events import NO_EVENTS, Events
 from .kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
 from ..stores.store import WatchedStore
@@ -32,27 +32,22 @@ from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
-from ..rules.keeping.record import Action, Evidence, KeeperState, UNPAUSES_KEPT
+from ..rules.keeping.record import KeeperState
 from .act import Actor
-from .follow import Follower
-from .memory import Memory, VmReport
+from .records import Records, StateStore, VmReport
 from ..process.pace import Pacer
-from ..rules.shared.alone import Alone
 from ..rules.shared.times import rfc3339
-from .observe import Nodes, Observer, pass_facts, stuck
+from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck
 from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
-from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
-from .apart_spans import ApartSpans
 from .writes import RATE, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
 __all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
-UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is not made again this soon: longer than the watch's lag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +104,9 @@ class Keeper:
         for metric in metrics.KEEPER_METRICS:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
-        self.follower = Follower(events)
+        self.records = Records(state, events)  # the keeper's memory; `state`: its ConfigMap (None: this process's)
         self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
-        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
-        self.state_store = state  # where the keeper's record is kept (None: in this process alone)
-        self.state = KeeperState()  # this leader's; the record taken in whenever it changed
-        self._unread = ""  # why the record could not be read this pass
-        self.memory = Memory()
+        self.actor = Actor(api, self.records, events=events, timeout=timing.request_timeout, authority=authority)
         self.running: dict[tuple[str, str], str] = {}  # the running opted-in VMs of the last pass, their VMI uids
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
@@ -152,7 +143,7 @@ class Keeper:
                         log.debug("keeper pass", extra={"fields": {"created": report.created, "states": report.states,
                                                                    "held": report.held, "note": report.note}})
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
-                        self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
+                        self.records.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
@@ -162,7 +153,7 @@ class Keeper:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
         lost = [f"the keeper's record was rebuilt at {rfc3339(self.state.lost[0])}: {self.state.lost[1]}"
                 ] if self.state.lost else []
-        return (self.watch.degraded() if self.watch is not None else []) + list(self.memory.errors) + lost
+        return (self.watch.degraded() if self.watch is not None else []) + list(self.records.errors) + lost
 
     # ----------------------------------------------------------------- one pass
 
@@ -188,7 +179,7 @@ class Keeper:
                         timedelta(seconds=self.timing.unplaceable))
 
         def hold(result: Result) -> None:
-            self._remember(result, now)
+            self.records.acted(result, now)
             held[result.key] = dataclasses.replace(observed[result.key].facts,
                                                    refused=self.state.refusal(*result.key, result.action))
 
@@ -197,19 +188,18 @@ class Keeper:
         facts = await ask_targeted(self.targeted, plan_of, observed_facts, observed, writes, hold)
         made = plan_of(facts)
         for vm in made.vms:
-            self.memory.record(vm.facts, vm.decision, now)
-            self._noted(vm.facts, vm.decision.hold, vm.decision.reason, now)
+            self.records.reported(vm.facts, vm.decision, now)
         results = await self.actor.carry_out(made, observed, now, writes, priority=bool(self.targeted.priority))
         for result in results:
-            self._remember(result, now)
+            self.records.acted(result, now)
         errors = [writes.lost] if writes.lost else []
         if writes.lost:
             log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
-        await self._keep_state(now, errors)
-        self.memory.errors = errors
+        await self.records.write(now, self.running, errors, leads=self.authority(self.timing.request_timeout))
+        self.records.errors = errors
         created = [result.created for result in results if result.created]
         report = PassReport.of(now, created, facts.incomplete or (errors[-1] if errors else ""),
-                               tuple(r for _, r in sorted(self.memory.records.items())))
+                               tuple(r for _, r in sorted(self.records.reports.items())))
         show(report)
         return report
 
@@ -218,16 +208,15 @@ class Keeper:
         migrations whose target pod cannot be placed. Reads only."""
         seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
         for malformed in seen.malformed:
-            self.memory.skip(malformed)
+            self.records.skip(malformed)
         watched, vmis = seen.migrations, seen.views
         uids = {(v.namespace, v.name): v.uid for v in vmis}
-        self.follower.observe(watched, now, uids)
-        state = await self._state(now)
+        self.records.observe(watched, now, uids)
+        state = await self.records.read(now)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
-        history = self.follower.history(watched)
+        history = self.records.history(watched)
         running = seen.running  # the others never touched, not counted
         self.running = {(vmi.namespace, vmi.name): vmi.uid for vmi in running}
-        self.memory.keep_only(set(self.running))
         observed = await self._observe_vms(running, history, state, now)
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
@@ -241,82 +230,17 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            recall=self.memory, turn=self.passes, io_errors=self._io_errors)
-        pace, observed = Pacer(), []
-        unpaused = {r.uid for r in state.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
+                            recall=self.records, turn=self.passes, io_errors=self._io_errors)
+        pace, observed, unpaused = Pacer(), [], self.records.just_unpaused(now)
         for vmi in running:
             await pace()
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
         return observed
 
-    async def _state(self, now: datetime) -> KeeperState:
-        """The keeper's record, taken in when it is not what this leader last read or wrote (a new term, an
-        admin's edit): what was lost is said and rebuilt from the cluster. Unreadable: this leader's view stays."""
-        self._unread = ""
-        try:
-            read = await self.state_store.read() if self.state_store is not None else None
-        except StateUnavailable as exc:
-            self._unread = f"the keeper's record could not be read: {exc}"
-            self._said("not read", str(exc), "acting on what this leader knows")
-            return self.state
-        if read is not None:
-            state, loss = read
-            self.follower.remember(state.migrations)
-            if loss is not None:  # what could not be read never erases what this leader knows
-                state = dataclasses.replace(state, lost=(now, f"{loss.kind}: {loss.why}")).over(self.state)
-                self._said(loss.kind, loss.why, "what this leader knows kept, the rest rebuilt from the cluster")
-            self.state = state
-        return self.state
-
-    async def _keep_state(self, now: datetime, errors: list[str]) -> None:
-        """Our migrations and the refusals into the keeper's record; written to the cluster when it changed."""
-        self.state = self.state.with_migrations(self.follower.ours(), now).only(self.running)
-        errors.extend([self._unread] if self._unread else [])
-        if self.state_store is None or not self.authority(self.timing.request_timeout):
-            return  # written by the leader alone, as any write
-        try:
-            await self.state_store.write(self.state)
-        except StateUnavailable as exc:
-            errors.append(f"the keeper's record could not be written: {exc}")
-            self._said("not written", str(exc), "tried again next pass")
+    @property
+    def state(self) -> KeeperState:
+        """Each VM's record as this leader holds it."""
+        return self.records.state
 
     def _io_errors(self, uid: str) -> tuple[Any, ...]:
         return self.watch.io_errors(uid) if self.watch is not None else ()
-
-    def _noted(self, vm: VmFacts, hold: Any, reason: str, now: datetime) -> None:
-        """What the pass found of the VM's VMI into its record (the I/O errors seen, the evidence of a stale
-        mount, once its mount was read); `NeedsRestart` and `WaitingForStorage` said once per VMI, by any leader."""
-        vmi = vm.vmi
-        record = self.state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
-        if vm.mount is not None:
-            seen = dict(record.seen) | dict(vm.seen)
-            stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
-                if vm.stale and vm.stale_since is not None else None
-            record = dataclasses.replace(record, seen=tuple(sorted(seen.items())), stale=stale)
-        said = dict(record.said)
-        for reason_, message, due in (("NeedsRestart", f"needs a restart: {reason}", hold is Alone.NEEDS_RESTART),
-                                      ("WaitingForStorage", vm.waits_for_storage or "", bool(vm.waits_for_storage))):
-            if due and reason_ not in said:
-                self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), reason_, message, warning=True)
-                said[reason_] = now
-            elif not due and reason_ == "WaitingForStorage":  # served again: a new wait is said again
-                said.pop(reason_, None)
-        self.state = self.state.with_vm(dataclasses.replace(record, said=tuple(sorted(said.items()))))
-
-    @staticmethod
-    def _said(problem: str, why: str, then: str) -> None:
-        metrics.KEEPER_RECORD.labels(problem).inc()
-        log.warning("keeper record problem", extra={"fields": {"problem": problem, "why": why, "then": then}})
-
-    def _remember(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's record and in the keeper's state: one more refusal in a row, or none."""
-        if result.words:
-            self.memory.acted(result.key, result.words, now)
-        namespace, name = result.key
-        if result.holds:
-            self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)
-        elif result.done:
-            self.state = self.state.cleared(namespace, name, result.action)
-        if result.done and result.action is Action.UNPAUSE and result.uid:
-            record = self.state.vm(namespace, name).of_vmi(result.uid)
-            self.state = self.state.with_vm(dataclasses.replace(record, unpaused=(*record.unpaused, now)[-UNPAUSES_KEPT:]))

@@ -24,10 +24,10 @@ from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
-from ..keeper.state_store import read_state, state_name, StateUnavailable
+from ..keeper.records import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.kubevirt_api import read_io_errors
-from ..keeper.apart_spans import ApartSpans
+from ..keeper.observe import ApartSpans
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState

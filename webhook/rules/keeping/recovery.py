@@ -35,7 +35,6 @@ from .running import VmiView
 # its cause (`pkg/virt-launcher/notify-client/client.go`), repeats folded by client-go's recorder into `count` and
 # `lastTimestamp`. A VM whose NFS client recovered is resumed by the first retry after it did and runs on: only a
 # retry that fails once the new NFS server serves shows a stale mount.
-FIRST_RETRY = timedelta(seconds=10)
 # How long a healthy NFS client may take to reach the new server once it serves: NFS-Ganesha runs graceless behind
 # the same Service IP (longhorn-share-manager `pkg/server/nfs/nfs_server.go`), and the Linux client reconnects on
 # its next request after a TCP reconnect delay that starts at 3 s and doubles while the server was away

@@ -135,15 +135,6 @@ def _paused(status: dict[str, Any]) -> tuple[str, datetime | None]:
     return "", None
 
 
-def io_paused_since(vmi: Any) -> datetime | None:
-    """Since when a VMI is paused on a disk I/O error (its condition's lastTransitionTime), None when it is not."""
-    try:
-        reason, since = _paused(declared.VMI_STATUS.obj(vmi))
-    except Malformed:  # said where the VMI is read (`read_vmi`)
-        return None
-    return since if reason == kinds.PAUSED_IO_ERROR else None
-
-
 def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
     for condition in declared.VMI_CONDITIONS.items(status):
         if isinstance(condition, dict) and declared.CONDITION_TYPE.value(condition) == kinds.LIVE_MIGRATABLE:
