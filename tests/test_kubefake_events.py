@@ -8,35 +8,21 @@ it holds the emulator to: KubeVirt v1.9.0 `pkg/virt-launcher/notify-client/clien
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 from tests.support.kube import launcher_pod_of, nodes, vmi
-from tests.support.kubevirt_api import Cluster, KubeVirtApi
+from tests.support.kubevirt_api import Cluster
+from tests.test_kubefake_kubevirt import T0, at, kmock_options, rfc3339  # noqa: F401  (kmock_options: KubeVirtApi)
 
 from kubefake import recorder
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.virt_handler import NO_SPACE, io_error_pause, io_retry_resume, play_io_errors
 
-T0 = datetime.datetime(2026, 11, 20, 12, 0, tzinfo=datetime.UTC)
 EVENTS = "/api/v1/events"
 IOERRORS = "reason=IOerror,involvedObject.kind=VirtualMachineInstance"
-
-
-def at(seconds: float) -> datetime.datetime:
-    return T0 + datetime.timedelta(seconds=seconds)
-
-
-def rfc3339(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@pytest.fixture
-def kmock_options(kmock_options: dict[str, Any]) -> dict[str, Any]:
-    return {**kmock_options, "cls": KubeVirtApi}
 
 
 @pytest.fixture
