@@ -32,9 +32,16 @@ BACKLOG = 128  # aiohttp's sites' default
 ACCEPT_PAUSE = 1.0  # asyncio's own pause when accepting fails for want of descriptors or memory
 
 
+# A connection whose first request follows its handshake by more than this was opened ahead and left
+# idle (Go's transport pools a connection it dialed for a request that took another one freed
+# meanwhile, and uses it seconds later): that request's wait begins at its first byte, not the accept.
+PROMPT_SECONDS = 0.1
+
+
 class Arrivals:
     """When the request each open connection carries arrived: its accept (asyncio calls the protocol
-    factory there, before the handshake), or on a kept connection the next request's first byte."""
+    factory there, before the handshake) when it follows the handshake at once, else (a connection
+    kept or opened ahead) the request's first byte."""
 
     __slots__ = ("_since",)
 
@@ -79,11 +86,13 @@ class Guarded(asyncio.Protocol):
         self.accepted = time.monotonic()  # made by the factory, which the loop calls at the accept
         self.guard, self.inner = guard, inner
         self.transport: asyncio.BaseTransport | None = None
+        self.made: float | None = None  # the handshake's end, until the first bytes arrive
         self.timer: asyncio.TimerHandle | None = None
         self.tail = b""  # the last bytes seen, for headers split across reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.made = time.monotonic()
         self.guard.arrivals.connected(transport, self.accepted)
         self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
@@ -94,6 +103,10 @@ class Guarded(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.made is not None:  # the connection's first bytes: idle since its handshake?
+            if time.monotonic() - self.made > PROMPT_SECONDS:
+                self.guard.arrivals.answered(self.transport)  # its wait begins now, not at the accept
+            self.made = None
         self.guard.arrivals.received(self.transport)  # type: ignore[arg-type]
         if self.timer is not None:
             seen = self.tail + data
