@@ -50,7 +50,7 @@ class Service:
         self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
         events.yield_to(lambda: len(self.arrivals) > 0)  # an Event's POST waits for the reviews in flight
-        self.ops_runner: Port | None = None
+        self.ops_runner: Port | ops.Apart | None = None
         self.runner: Port | None = None  # the admission port
         metrics.STORE.source = store.stats
 
@@ -71,8 +71,8 @@ class Service:
         """Probes first (so the kubelet sees a live process), then the admission port: it answers from
         direct reads until the caches, filling in the background, have synced (readiness says when)."""
         self.store.start()
-        self.ops_runner = await listening.start(ops.make_ops_app(self.not_ready, self.degraded),
-                                                self.listen.metrics_host, self.listen.metrics_port, None)
+        self.ops_runner = await ops.start(ops.make_ops_app(self.not_ready, self.degraded),
+                                          self.listen.metrics_host, self.listen.metrics_port)
         self.runner = await listening.start(self.webhook(), self.listen.host, self.listen.port, self.tls.context,
                                             shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()
