@@ -96,6 +96,10 @@ KEEPER_UNPAUSES = Counter("colocate_keeper_unpauses_total",
 KEEPER_RECORD = Counter("colocate_keeper_record_problems_total",
                         "Passes that found the keeper's record lost or could not keep it, by problem (unreadable, "
                         "other version, malformed, deleted, not read, not written).", ["problem"], registry=None)
+KEEPER_PASS = Gauge("colocate_keeper_pass_seconds",
+                    "How long the keeper's last pass over the VMs took: on the clock (clock=wall) and of the "
+                    "process's CPU (clock=cpu), the caches' handling of events meanwhile included.", ["clock"],
+                    registry=None)
 KEEPER_LEADER = Gauge("colocate_keeper_leader", "1 on the replica that leads the keeper, 0 on the others.",
                       registry=None)
 KEEPER_TARGETED = Gauge("colocate_keeper_targeted_migration",
@@ -106,7 +110,7 @@ LONGHORN_RESTARTS_VMS = Gauge("colocate_longhorn_restarts_vms",
                               "volume (answer=yes), it does not (no), or they cannot tell (cannot_tell).", ["answer"],
                               registry=None)
 KEEPER_METRICS = (VMS, VMS_APART_LONGEST, VMS_APART_OVER_HOUR, VMS_HELD, KEEPER_MIGRATIONS, KEEPER_UNPAUSES,
-                  KEEPER_RECORD)
+                  KEEPER_RECORD, KEEPER_PASS)
 SHOWN_LATER = (*KEEPER_METRICS, KEEPER_LEADER, KEEPER_TARGETED, LONGHORN_RESTARTS_VMS)
 
 

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -163,8 +164,11 @@ class Keeper:
         watch = self.watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(at=now, note="waiting for the caches to sync")
+        began, cpu = time.monotonic(), time.process_time()
         report = await self._pass(watch, now)
         self.passes += 1
+        metrics.KEEPER_PASS.labels("wall").set(time.monotonic() - began)
+        metrics.KEEPER_PASS.labels("cpu").set(time.process_time() - cpu)
         return report
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
