@@ -72,7 +72,7 @@ def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: Col
 # loop does not answer within ASK_SECONDS; /healthz fails only once the loop has not turned for
 # STALLED_SECONDS (wedged, not busy). /metrics is rendered on the probes' thread (prometheus_client's
 # collectors are thread-safe).
-ASK_SECONDS = 0.5
+ASK_SECONDS = 0.25
 STALLED_SECONDS = 20.0
 BEAT_SECONDS = 1.0
 
