@@ -39,7 +39,7 @@ async def explain(tmp_path, kmock, *args):
     return await run_verb(tmp_path, kmock, "explain", *args, timeout=30)
 
 
-def seed_vm(kmock, launcher_node="node-a", vmi=True):
+def seed_vm(kmock, launcher_node="node-a", vmi=True, cache=None):
     launcher = running_vm("vm1", launcher_node, "vm1-rootdisk")
     seed(kmock, fixture_cluster() + [launcher])
     kmock.resources[VM] = {}
@@ -47,6 +47,8 @@ def seed_vm(kmock, launcher_node="node-a", vmi=True):
     kmock.objects[VM, "default", "vm1"] = VM_OBJ
     if vmi:
         status = dict(VMI_OBJ, status={"nodeName": launcher_node, "phase": "Running"})
+        if cache:
+            status["spec"] = dict(VMI_OBJ["spec"], domain={"devices": {"disks": [{"name": "rootdisk", "cache": cache}]}})
         kmock.objects[VMI, "default", "vm1"] = status
 
 
@@ -68,6 +70,21 @@ async def test_explain_json_for_a_co_located_vm(tmp_path, kmock):
     assert report["co_located"] is True and report["opted_in"] is True
     assert report["disks"][0]["share_manager_node"] == "node-b"
     assert report["would"]["decision"] == "pinned" and report["would"]["node"] == "node-b"
+
+
+@pytest.mark.parametrize(("node", "cache", "noted"), [("node-b", "writeback", True), ("node-b", "none", False),
+                                                     ("node-a", "writeback", False)])
+async def test_explain_names_a_disk_with_cache_writeback_served_beside_the_vm(tmp_path, kmock, node, cache, noted):
+    """Loopback NFS: a disk in cache mode writeback whose share-manager runs on the VM's node is named,
+    with what to do; in KubeVirt's default mode, or served from another node, it is not."""
+    seed_vm(kmock, node, cache=cache)
+    code, out, err = await explain(tmp_path, kmock, "default/vm1")
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if "writeback" in line]
+    assert notes == ([
+        "note: vm1-rootdisk uses cache: writeback and is served by an NFS server on the VM's own node: under memory "
+        "pressure its dirty pages written back through it can deadlock the node (loopback NFS); set the disk's cache "
+        "to none (KubeVirt's default) or writethrough, or opt the VM out (docs/operations.md)"] if noted else [])
 
 
 async def test_explain_a_stopped_vm_reads_the_template(tmp_path, kmock):

@@ -192,7 +192,7 @@ async def test_status_json(tmp_path, kmock):
                    "data_locality": None, "local_replica": None,
                    "unknown": "Longhorn volumes and replicas not read: API has no volumes resource"}],
         "note": None, "rebooted_by_storage_restart": "no", "paused": None, "hotplugged": [], "stale_mount": None, "stale_since": None, "waiting_for_retry": None,
-        "attachment_pods_deleted_by_storage_restart": None, "hotplugged_disks": [],
+        "attachment_pods_deleted_by_storage_restart": None, "hotplugged_disks": [], "loopback_writeback": None,
     }
     assert vms["default/vm2"]["next"] == "stays: co-located" and vms["default/vm2"]["hold"] == "not apart"
     assert report["cluster"] == {
@@ -494,3 +494,32 @@ async def test_the_keep_after_status_prints_is_what_the_flag_and_the_deployment_
     assert json.loads(out)["cluster"]["limits"]["keep_after_descheduled_seconds"] == 7200
     code, out, err = await run_status(tmp_path, kmock, "--keep-after", "90")
     assert code == 0 and "--keep-after 1m30s" in out.splitlines()[0], (out, err)
+
+
+def with_cache(obj, mode):
+    """`obj` with each of its volumes a disk in cache mode `mode` (as `cache: writeback` in the VM spec)."""
+    obj["spec"]["domain"]["devices"]["disks"] = [{"name": v["name"], "disk": {"bus": "virtio"}, "cache": mode}
+                                                 for v in obj["spec"]["volumes"]]
+    return obj
+
+
+async def test_a_co_located_disk_with_cache_writeback_is_named_with_what_to_do(tmp_path, kmock):
+    """vm2 runs beside the share-manager of its disk, in cache mode writeback: the NFS client and server
+    share its node (loopback NFS), which can deadlock under memory pressure with dirty pages. vm3's
+    writeback disks are served from other nodes, vm1's disk is in KubeVirt's default mode: no note."""
+    storage, vmis, vmims = cluster()
+    for obj in vmis:
+        name = obj["metadata"]["name"]
+        if name in ("vm2", "vm3"):
+            with_cache(obj, "writeback")
+    seed_cluster(kmock, storage, vmis, vmims)
+    code, out, err = await run_status(tmp_path, kmock)
+    assert code == 0, err
+    assert [line for line in out.splitlines() if "writeback" in line] == [
+        "note default/vm2: vm2-disk uses cache: writeback and is served by an NFS server on the VM's own node: under "
+        "memory pressure its dirty pages written back through it can deadlock the node (loopback NFS); set the disk's "
+        "cache to none (KubeVirt's default) or writethrough, or opt the VM out (docs/operations.md)"]
+    code, out, err = await run_status(tmp_path, kmock, "-o", "json")
+    loopback = {vm["name"]: vm["loopback_writeback"] for vm in json.loads(out)["vms"]}
+    assert loopback["vm2"].startswith("vm2-disk uses cache: writeback")
+    assert {v for k, v in loopback.items() if k != "vm2"} == {None}

@@ -14,7 +14,7 @@ from ..deadline import Deadline
 from ..kinds import POD, VM, VMI
 from ..rules.shared.classify import opted_in
 from ..rules.shared.facts import claims_of
-from ..rules.keeping.iopath import path_note
+from ..rules.keeping.iopath import loopback_note, path_note
 from ..rules.kubevirt.pods import as_started
 from ..rules.keeping.running import read_vmi, vm_pods, VmiMigration, VmiView
 from ..rules.shared.times import rfc3339
@@ -55,6 +55,8 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "io_path": [path.to_json() for path in paths],
         "io_note": path_note(paths) or None,
         "co_located": bool(running_on) and bool(served) and served == {running_on},
+        "loopback_writeback": loopback_note(view.caches if view and said else (), (f.subject for f in facts if running_on
+                                                                                     and f.node == running_on)) or None,
         "stranded": _stranded(pods, namespace, settings),
     }
     if launcher is not None:
@@ -120,6 +122,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"note: {report['io_note']}")
     if report["running_on"]:
         lines.append(f"co-located: {'yes' if report['co_located'] else 'no'}")
+    if report["loopback_writeback"]:
+        lines.append(f"note: {report['loopback_writeback']}")
     for stuck in report["stranded"]:
         lines.append(f"STRANDED: pod {stuck['pod']} {stuck['what']}")
         lines.append("  make room on the node, or restart the VM with the webhook on --pin preferred")

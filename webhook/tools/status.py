@@ -38,7 +38,7 @@ from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged
 from ..rules.keeping.resume import paused_note, resume_step
-from ..rules.keeping.iopath import DiskPath, path_note
+from ..rules.keeping.iopath import DiskPath, loopback_note, path_note
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
 from .deployed import KEEPER_NAMESPACE, leader
@@ -83,6 +83,7 @@ class VmStatus:
     stale_since: datetime | None = None  # the remount request of Longhorn's that stale mount dates from
     retry: str = ""  # paused on an I/O error, KubeVirt's retry still to come: what it waits for
     cannot_finish: str | None = None  # why no migration off a stale mount of it could finish (its disks' cache modes)
+    loopback: str = ""  # a disk with cache writeback served beside it (loopback NFS), and what to do
 
     @property
     def hotplugged_disks(self) -> list[str]:
@@ -120,6 +121,7 @@ class VmStatus:
             "stale_mount": self.stale or None,
             "stale_since": rfc3339(self.stale_since) if self.stale_since else None,
             "waiting_for_retry": self.retry or None,
+            "loopback_writeback": self.loopback or None,
         }
 
 
@@ -367,6 +369,7 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
                     live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
                     hotplugged=view.hotplugged, stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
                     retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()),
+                    loopback=loopback_note(view.caches, (d.subject for d in observed.disks if d.node and d.node == view.node)),
                     disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
                     rebooted_by_storage_restart=restarts[0] if where.storage else None,
                     attachment_pods_deleted_by_storage_restart=(restarts[1] if where.storage and view.hotplugged
@@ -415,6 +418,7 @@ def render(report: Report) -> str:
     lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, vm.retry or PAUSED_ON_IO)}" for vm in report.vms
               if vm.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
+    lines += [f"note {vm.namespace}/{vm.name}: {vm.loopback}" for vm in report.vms if vm.loopback]
     lines += [f"cancels {what}" for what in report.cancels]
     lines += [f"skipped {what}" for what in report.skipped]
     return "\n".join(lines)

@@ -68,3 +68,24 @@ def path_note(paths: Iterable[DiskPath]) -> str:
     disks = ", ".join(f"{p.claim} (no healthy replica on {p.share_manager_node}, data locality "
                       f"{p.data_locality or '?'})" for p in remote)
     return f"co-location removes only the NFS hop for {disks}: its block I/O still crosses the network"
+
+
+# Loopback NFS: beside its share-manager, a VM's disk is an NFS mount whose server (NFS-Ganesha in the
+# share-manager pod) runs on the client's own node. Under memory pressure the kernel writes dirty NFS
+# pages back through that server, which needs memory itself: Linux's NFS developers document the
+# deadlock (LWN 595652, "Loopback NFS: theory and practice"; SUSE KB 000018709). KubeVirt's default
+# cache mode `none` (O_DIRECT, which NFS takes) and `writethrough` leave no dirty page of the disk;
+# `writeback` does.
+DIRTY_CACHES = frozenset({"writeback"})
+
+
+def loopback_note(caches: Iterable[tuple[str, str]], beside: Iterable[str]) -> str:
+    """One line when a disk in a cache mode that leaves dirty pages (`caches`: claim, mode) is served by
+    a share-manager on the VM's own node (`beside`: those claims), else ""."""
+    here = set(beside)
+    risky = [claim for claim, cache in caches if cache in DIRTY_CACHES and claim in here]
+    if not risky:
+        return ""
+    return (f"{', '.join(risky)} uses cache: writeback and is served by an NFS server on the VM's own node: under "
+            "memory pressure its dirty pages written back through it can deadlock the node (loopback NFS); set the "
+            "disk's cache to none (KubeVirt's default) or writethrough, or opt the VM out (docs/operations.md)")
