@@ -42,7 +42,8 @@ class FreezeListed(Companion):
         if not synced:
             return
         began = time.perf_counter()
-        gc.collect()  # the lists' own garbage is freed, not kept for good
+        gc.collect(1)  # the lists' own garbage is freed, not kept for good: the young generations (a full
+        # collection, over every cache, would hold the process, its probes' thread too, for up to a second)
         gc.freeze()
         self.frozen += synced
         log.info("cache frozen", extra={"fields": {
