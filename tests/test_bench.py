@@ -74,6 +74,18 @@ def test_a_tiny_run_reports_every_figure():
     assert "errors" in out and " 0   (4.0 GETs" in out  # the fallback path really reads the API
 
 
+def test_the_memory_figure_at_a_tiny_size():
+    """`--size NODES,VMS`: serve's RSS against the chart's limit and its probes' slowest answers while it syncs."""
+    done = bench("--memory-only", "--size", "5,40")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(r"RSS [\d.]+ MiB \(peak [\d.]+ MiB; the chart's limit 512 MiB\), synced in", out), out
+    assert re.search(r"slowest probes while syncing: /healthz \d+ ms \(at \d+ s\), /readyz \d+ ms", out), out
+    cached = next(line for line in out.splitlines() if line.startswith("cached: "))
+    assert "5 nodes" in cached and "80 pods" in cached and "40 sharemanagers in longhorn-system" in cached, cached
+    assert "targets: RSS ≤ 70% of the limit met, probes ≤ 1 s met" in out, out
+
+
 def test_a_tiny_drain_storm_through_a_real_apiserver_creates_every_pod_decided(control_plane):
     """`python -m bench.storm --apiserver real`: the pods created through kube-apiserver, which calls serve."""
     done = processes.run([sys.executable, "-m", "bench.storm", "--apiserver", "real", "--nodes", "6", "--vms", "30",

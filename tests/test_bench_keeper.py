@@ -114,18 +114,24 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
         assert shown in (targets if keeper_bench.NEVER_GOAL in keeper_bench.BINDING_GOALS else goals), (shown, goals)
 
 
-def test_the_memory_figure_at_a_tiny_scale():
-    done = bench_keeper("--memory-only", "--memory", "200,40,40", "--memory-vmis", "40", "--memory-passes", "1")
+def test_the_memory_figure_at_a_tiny_size():
+    """`--size NODES,VMS`: the keeper's RSS and peak against the chart's limit, each pass's time and CPU,
+    and its probes' slowest answers, with the targets of each."""
+    done = bench_keeper("--memory-only", "--size", "5,40", "--memory-passes", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) MiB\)",
-                       out)
+    figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) MiB; "
+                       r"the chart's limit 512 MiB\)", out)
     assert figure, out
     rss, peak = (float(n) for n in figure.groups())
     assert 0 < rss <= peak, out
+    assert re.search(r"passes: the first [\d.]+ s \([\d.]+ s of CPU\), the second", out), out
+    assert re.search(r"slowest probes: /healthz \d+ ms \(at \d+ s\), /readyz \d+ ms \(at \d+ s\); [1-9]\d* answers", out), out
     cached = next(line for line in out.splitlines() if line.startswith("cached: "))
-    assert "40 virtualmachineinstances" in cached and "0 virtualmachineinstancemigrations" in cached, cached
-    assert "the keeper's pass: " in out and "targets: RSS ≤ 170 MiB" in out
+    assert "5 nodes" in cached and "40 virtualmachineinstances" in cached and "80 pods" in cached, cached
+    assert "the keeper's pass: " in out
+    assert ("targets: peak RSS ≤ 70% of the limit met, first pass ≤ 60 s CPU met, next pass ≤ 30 s CPU met, "
+            "probes ≤ 1 s met") in out, out
 
 
 # --------------------------------------------------------------------------- the checker
