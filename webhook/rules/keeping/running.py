@@ -7,6 +7,7 @@ completion; `status.migrationState` tells whether one is in flight and to where.
 from __future__ import annotations
 
 import dataclasses
+from sys import intern
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -228,9 +229,15 @@ def _target_vmi(metadata: dict[str, Any], status: dict[str, Any], spec: dict[str
                      machine_from=machine_from)
 
 
+def _interned(text: str | None) -> str | None:
+    return None if text is None else intern(text)
+
+
 def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
     """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape). Its
-    fields are those `rules.shared.declared.VMI` declares, which the caches keep."""
+    fields are those `rules.shared.declared.VMI` declares, which the caches keep. What thousands of
+    VMs share (a namespace, a node, a phase, a CPU model) is one string for all of them
+    (`sys.intern`): a pass holds the view of every VM at once."""
     what = "VMI"
     try:
         namespace, name, metadata = read_identity(obj, "VMI")
@@ -240,12 +247,13 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         target = _target_vmi(metadata, status, spec)
         paused, paused_since = _paused(status)
         annotations, disks = declared.VMI.annotations_of(obj, settings), _disks(spec)
-        return VmiView(namespace=namespace, name=name, uid=target.uid, phase=declared.VMI_PHASE.text(status),
-                       node=target.node, opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
+        return VmiView(namespace=intern(namespace), name=name, uid=target.uid, phase=intern(declared.VMI_PHASE.text(status)),
+                       node=_interned(target.node), opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
                        may_move=annotations.get(declared.VMI_KEEP.name()) != "false", live_migratable=migratable,
                        not_migratable=why, migration=_vmi_migration(status), claims=tuple(claims_of(obj)),
-                       node_selector=target.node_selector, cpu_model=target.cpu_model,
-                       machine_type=target.machine_type, machine_from=target.machine_from, annotations=annotations,
+                       node_selector=target.node_selector, cpu_model=intern(target.cpu_model),
+                       machine_type=intern(target.machine_type), machine_from=target.machine_from,
+                       annotations=annotations,
                        paused=paused, paused_since=paused_since, hotplugged=tuple(hotplugged_claims(obj)),
                        caches=_caches(spec, dict(disks)), disks=disks)
     except Malformed as exc:
