@@ -132,9 +132,10 @@ class Keeper:
 
     async def run(self) -> None:
         """Passes every `period` seconds, the first once the caches have synced (or after a period). What is
-        alive then and after each pass (the caches, each VM's record and report) is frozen out of the
-        collector's full collections, which at 75,000 VMs walked it for a second at a time, holding the
-        process (the probes' thread too: admission/heap.py says more); dropped later, it is freed all the same."""
+        alive then (the caches, the modules) is frozen out of the collector's full collections, which at
+        75,000 VMs walked it for a second at a time, holding the process (the probes' thread too:
+        admission/heap.py says more); dropped later, it is freed all the same. Not what a pass leaves: its
+        reference cycles, frozen, would never be freed (measured: 270 MiB more after each pass at 75,000 VMs)."""
         loop = asyncio.get_running_loop()
         try:
             async with self.watching() as watch:
@@ -151,7 +152,6 @@ class Keeper:
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
                         self.records.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
-                    gc.freeze()
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
             show(PassReport(at=self.clock()))  # only the leader reports VMs
@@ -165,13 +165,21 @@ class Keeper:
     # ----------------------------------------------------------------- one pass
 
     async def run_pass(self) -> PassReport:
-        """One pass over synced caches; its report sets the metrics."""
+        """One pass over synced caches; its report sets the metrics. The collector is off meanwhile: at
+        75,000 VMs the objects a pass holds took each full collection up to a second, the process (its
+        probes' thread too) held throughout; a pass leaves no reference cycle to collect (measured at
+        15,000 VMs), and what one would leave is collected after it."""
         now = self.clock()
         watch = self.watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(at=now, note="waiting for the caches to sync")
-        began, cpu = time.monotonic(), time.process_time()
-        report = await self._pass(watch, now)
+        began, cpu, collecting = time.monotonic(), time.process_time(), gc.isenabled()
+        gc.disable()  # a pass makes no reference cycles (measured): no full collection walks what it holds meanwhile
+        try:
+            report = await self._pass(watch, now)
+        finally:
+            if collecting:
+                gc.enable()
         self.passes += 1
         metrics.KEEPER_PASS.labels("wall").set(time.monotonic() - began)
         metrics.KEEPER_PASS.labels("cpu").set(time.process_time() - cpu)
