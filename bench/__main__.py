@@ -280,11 +280,11 @@ def synced_objects(log: Path) -> dict[str, int]:
 
 
 def memory_of_serve(work: Path, pvcs: int, share_managers: int, pods: int, other_pods: int = 0,
-                    nodes: int = 0) -> dict[str, Any]:
+                    nodes: int = 0, vmis: int = 0) -> dict[str, Any]:
     """RSS of `serve` once its caches have synced and every watch event is handled (CPU idle), and its
     probes' slowest answers meanwhile."""
     server_cpu, emulator_cpu = cores()
-    with emulated_cluster(emulator_cpu, pvcs, share_managers, pods, False, other_pods, nodes=nodes) as (api, _), \
+    with emulated_cluster(emulator_cpu, pvcs, share_managers, pods, False, other_pods, vmis, nodes) as (api, _), \
             webhook_server(api, work, server_cpu, f"memory-{pvcs}") as (proc, url, ops_url, log), \
             sized.SlowestProbes(ops_url) as probes:
         synced = wait_for(f"{ops_url}/readyz", work)
@@ -296,7 +296,7 @@ def memory_of_serve(work: Path, pvcs: int, share_managers: int, pods: int, other
 def memory_at_size(work: Path, size: sized.Size) -> list[tuple[str, bool]]:
     """`serve`'s RSS on a cluster of `size`, its probes while it syncs: printed, and the targets."""
     print(f"memory: `serve` holding {size} (kubefake's apiserver in its own process) ...", flush=True)
-    got = memory_of_serve(work, size.vms, size.vms, size.pods, nodes=size.nodes)
+    got = memory_of_serve(work, size.vms, size.vms, size.pods, nodes=size.nodes, vmis=size.vms)
     limit = sized.memory_limit_mib("serve")
     print(f"RSS {got['rss_mib']:.1f} MiB (peak {got['peak_mib']:.1f} MiB; the chart's limit {limit:.0f} MiB), "
           f"synced in {got['sync_seconds']:.1f} s")

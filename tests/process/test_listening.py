@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import re
+import select
 import socket
 import ssl
 import time
@@ -114,6 +115,25 @@ def test_a_burst_of_connections_is_accepted_at_once_while_the_loop_is_held_in_sl
 
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         assert runner.run(main()) == 100
+
+
+async def test_a_burst_of_300_new_connections_is_connected_at_once_while_the_loop_is_held():
+    """A drain's reviews come each on a new connection, a few hundred at once, while the loop is busy:
+    the kernel completes every one of them at once, none dropped to be tried again a second later."""
+    port = await listening.start(aiohttp.web.Application(), "127.0.0.1", 0, None)
+    clients = [socket.socket() for _ in range(300)]
+    try:
+        for client in clients:
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", listening.bound_port(port)))
+        waiting, held = set(clients), time.monotonic() + 0.8
+        while waiting and time.monotonic() < held:  # the loop held meanwhile: nothing is accepted
+            waiting -= set(select.select([], list(waiting), [], 0.05)[1])
+        assert not waiting, f"{len(waiting)} of 300 not connected within 0.8 s"
+    finally:
+        for client in clients:
+            client.close()
+        await port.cleanup()
 
 
 class Exhausted(socket.socket):
