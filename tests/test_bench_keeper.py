@@ -121,7 +121,7 @@ def test_the_memory_figure_at_a_tiny_size():
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) MiB; "
-                       r"the chart's limit 512 MiB\)", out)
+                       r"the chart's limit 1024 MiB\)", out)
     assert figure, out
     rss, peak = (float(n) for n in figure.groups())
     assert 0 < rss <= peak, out
