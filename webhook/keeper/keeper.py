@@ -231,7 +231,7 @@ class Keeper:
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
                             recall=self.records, turn=self.passes, io_errors=self._io_errors)
-        pace, observed, unpaused = Pacer(), [], self.records.just_unpaused(now)
+        pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
         for vmi in running:
             await pace()
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))

@@ -135,7 +135,7 @@ class ApartSpans:
 
 
 class Recall:
-    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): its span apart. This one remembers
+    """What the keeper remembers of a VM beyond one pass (`records.Records`): its span apart. This one remembers
     nothing, as `status`: it reads each once."""
 
     def span(self, key: VmKey) -> ApartSpan | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -25,7 +25,7 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
 from ..rules.keeping.record import (Action, dump, Evidence, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
-                                    VmKey)
+                                    VmKey, VmRecord)
 from ..rules.shared.alone import Alone
 from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
@@ -34,7 +34,6 @@ from .observe import ApartSpan, Recall
 from .writes import Result
 
 log = logging.getLogger("webhook.keeper")
-UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is not made again this soon: longer than the watch's lag
 SAID_ONCE = ("NeedsRestart", "WaitingForStorage")  # Events said once per VMI, by any leader
 
 
@@ -180,10 +179,6 @@ class Records(Recall):
             self._skipped.add(str(skipped))
             log.warning("keeper skipped an object", extra={"fields": {"object": skipped.what, "why": skipped.reason}})
 
-    def just_unpaused(self, now: datetime) -> set[str]:
-        """The uids of the VMIs the keeper (any leader) unpaused a moment ago: the watch may not show it yet."""
-        return {r.uid for r in self.state.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
-
     # ------------------------------------------------------------ the record in the cluster
     async def read(self, now: datetime) -> KeeperState:
         """The record, taken in when it is not what this leader last read or wrote (a new term, an admin's edit):
@@ -240,7 +235,7 @@ class Records(Recall):
                 "reason": decision.reason}})
         self.state = self.state.with_vm(self._noted(vm, decision, now))
 
-    def _noted(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> Any:
+    def _noted(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> VmRecord:
         vmi = vm.vmi
         record = self.state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
         if vm.mount is not None:

@@ -273,11 +273,11 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     facts = pass_facts(settings, history, listed.views, now, targeted)
     observer, launchers = await _observer(store, settings, running, timeout, api)
     longhorn = await read_longhorn(store, settings, timeout) if running else None
-    gate = asyncio.Semaphore(CONCURRENCY)
+    gate, unpaused = asyncio.Semaphore(CONCURRENCY), state.just_unpaused(now)
 
     async def one(view: VmiView) -> Observed:
         async with gate:
-            return await observer.vm(view, of_vmi(history, view), now, state)
+            return await observer.vm(view, of_vmi(history, view), now, state, unpaused)
 
     seen = {observed.key: observed for observed in await asyncio.gather(*(one(view) for view in running))}
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
