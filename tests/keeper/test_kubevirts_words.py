@@ -145,3 +145,22 @@ async def test_a_new_leader_after_two_unpauses_unpauses_no_more_nor_says_it_agai
     assert len(unpauses(kmock)) == 2 and cluster.migrations() == []
     said = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "NeedsRestart"])
     assert len(said) == 1 and said[0].get("count", 1) == 1
+
+
+async def test_a_vm_whose_share_manager_does_not_serve_again_is_said_to_wait_for_its_storage(
+        tmp_path, kmock, cluster, make_keeper):
+    """The new share-manager pod runs but never gets Ready (NFS-Ganesha does not come up): no migration can
+    mount what is not served. Ten minutes after the VM's disk first failed, one Event says the VM waits for its
+    storage, not for the keeper (`status`, on the cluster's clock, says what it waits for meanwhile)."""
+    keeper, clock, t0 = await stale_cluster(kmock, cluster, make_keeper, storage="node-a")
+    await cluster.patch("/api/v1/namespaces/longhorn-system/pods/share-manager-pvc-vm1-disk", {"status": {
+        "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}})
+    play = FailingMount(keeper, kmock, IoErrorRetry().fast_failing(t0 + seconds(5), 40), seen=False)
+    await quarter_hour(keeper, clock, kmock, play)
+    assert cluster.migrations() == [] and unpauses(kmock) == []
+    said = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "WaitingForStorage"])
+    assert len(said) == 1 and said[0]["message"].startswith(
+        "waiting for its storage, not for the keeper: share-manager share-manager-pvc-vm1-disk has not served since ")
+    # `status` looks at the cluster's own clock, a moment after the restart: the share-manager does not serve yet.
+    assert (await status_of(tmp_path, kmock))["waiting_for_retry"] == (
+        "share-manager share-manager-pvc-vm1-disk does not serve yet")

@@ -251,7 +251,7 @@ class Observer:
         errors = disk_errors(vmi, disks, events)
         facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
                                     full=full(errors, io), seen=tuple(sorted(sightings(mount, errors).items())),
-                                    waits_for_storage=storage_wait(mount, now) if io or errors else None)
+                                    waits_for_storage=storage_wait(mount, errors, now) if io or errors else None)
         kept = record.stale
         judged = judge(mount, errors, vmi.paused, now, dict(record.seen),
                        Stale(kept.words, kept.requested, kept.last) if kept is not None else None)
