@@ -11,17 +11,14 @@ import json
 
 import pytest
 from tests.support.kube import launcher_pod_of, rwx_disk, run_verb, vmi
-from tests.support.kubevirt_api import VMIS, eventually
+from tests.support.kubevirt_api import eventually
 from tests.support.stale import drained_node_cluster
 
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.virt_handler import io_error_pause, io_retry_resume, NO_SPACE
-from webhook import kinds
-from webhook.config import Settings
 
 from .test_recovery import pause_by_user, paused, unpauses
-from .test_recovery_kubevirt import (evacuated, FAST, FailingMount, passes, passes_until_created, recovered, seconds, seen,
-                                     stale_cluster)
+from .test_recovery_kubevirt import FAST, FailingMount, passes, passes_until_created, recovered, seconds, seen, stale_cluster
 from .test_stale_evidence import quarter_hour
 
 FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "600")
@@ -121,30 +118,6 @@ async def test_a_slowly_failing_mount_beside_its_storage_goes_away_and_back(kmoc
     away, created = await passes_until_created(keeper, clock, kmock, cluster, play, t0, within=datetime.timedelta(minutes=5))
     assert away["metadata"]["annotations"]["kubevirt-scheduler/recovers"] == "stale-mount"
     assert away["spec"]["addedNodeSelector"]["kubernetes.io/hostname"] in ("node-b", "node-c")
-
-
-async def test_a_new_leader_after_two_unpauses_unpauses_no_more_nor_says_it_again(kmock, cluster, make_keeper):
-    """Carried paused onto node-b by a drain's evacuation, vm1 is unpaused twice and pauses again at once each
-    time: it needs a restart. The keeper's record counts the unpauses and the Event said: a new leader unpauses
-    no more and says nothing again."""
-    keeper, clock, t0 = await stale_cluster(kmock, cluster, make_keeper)
-    await io_error_pause(kmock.apiserver, "default", "vm1", t0 + seconds(5))
-    await evacuated(kmock, cluster, "vm1", t0 + seconds(40))
-    kept = kmock.objects[kinds.VMI, "default", "vm1"].raw["status"]["conditions"]
-
-    async def fails_again(until):
-        if paused(kmock) is None:  # unpaused: QEMU stops it again before virt-handler looks
-            await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": kept}})
-    clock.advance(60)
-    end = clock.now + datetime.timedelta(minutes=10)
-    await passes(keeper, clock, kmock, fails_again, lambda report: report if clock.now >= end else None)
-    assert len(unpauses(kmock)) == 2
-    leader = await make_keeper(Settings(keep="migrate", keep_after=600), clock=clock)
-    end = clock.now + datetime.timedelta(minutes=10)
-    await passes(leader, clock, kmock, fails_again, lambda report: report if clock.now >= end else None)
-    assert len(unpauses(kmock)) == 2 and cluster.migrations() == []
-    said = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "NeedsRestart"])
-    assert len(said) == 1 and said[0].get("count", 1) == 1
 
 
 async def test_a_vm_whose_share_manager_does_not_serve_again_is_said_to_wait_for_its_storage(
