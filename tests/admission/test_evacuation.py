@@ -164,3 +164,45 @@ async def test_the_share_manager_follows_the_aimed_evacuation_of_its_vm(make_sto
     off = await admit(parse_review(review(share_manager_pod("pvc-d1"), namespace=LONGHORN_NS)), store, Settings(),
                       Deadline.after(10, 1))
     assert off.decision.outcome == "pinned-among"  # as before, with the aim off
+
+
+class Recorder:
+    """Stands in for the EventSink: what would be posted."""
+
+    def __init__(self):
+        self.events = []
+
+    def emit_about(self, involved, reason, message, *, warning=False, name=None):
+        self.events.append((involved, reason, message, warning))
+
+
+async def test_an_aimed_evacuation_is_said_on_the_vmi_and_counted():
+    """The Event on the VM's VMI (kubectl describe vmi), and colocate_admissions_total{rule="evacuation"}
+    by outcome: aimed, and each reason to leave one untouched (aimed-but-failed among them)."""
+    import json
+    import time
+
+    from tests.support.kube import metric_sample
+
+    from webhook import metrics
+    from webhook.admission import server
+    from webhook.stores.snapshot import SnapshotStore
+
+    events = Recorder()
+    endpoint = server.Admissions(SnapshotStore(cluster("node-b")), AIM, events)
+    counted = {"aimed": dict(outcome="aimed", reason=""),
+               "failed": dict(outcome="skipped", reason="its aimed evacuation failed")}
+    before = {k: metric_sample(metrics.render().decode(), "colocate_admissions_total", 0.0, rule="evacuation", **labels)
+              for k, labels in counted.items()}
+    body = json.dumps(migration_review(evacuation("vm1", "node-a"))).encode()
+    await endpoint.answer(body, endpoint.deadline(10), time.monotonic())
+    [(involved, reason, message, warning)] = events.events
+    assert (involved["kind"], involved["name"], involved["namespace"], reason, warning) == (
+        "VirtualMachineInstance", "vm1", "default", "EvacuationAimed", False)
+    assert "aimed at node-b" in message
+    endpoint.store = SnapshotStore(cluster("node-b", extra=[failed_before({HOSTNAME: "node-b"})]))
+    await endpoint.answer(body, endpoint.deadline(10), time.monotonic())
+    after = {k: metric_sample(metrics.render().decode(), "colocate_admissions_total", 0.0, rule="evacuation", **labels)
+             for k, labels in counted.items()}
+    assert after == {"aimed": before["aimed"] + 1, "failed": before["failed"] + 1}
+    assert len(events.events) == 1  # none for one left untouched
