@@ -62,6 +62,8 @@ class Played:
     unschedulable: list[str]
     ended: float | None
     objects: list[dict[str, Any]]
+    log: list[tuple[float, str, str]]  # (second, what happened, to which object)
+    peaks: dict[str, int]  # the most migrations with a target pod at once: in the cluster, off one node
 
     def vm_nodes(self) -> dict[str, str]:
         return {o["metadata"]["name"]: o["status"]["nodeName"] for o in self.objects
@@ -100,6 +102,8 @@ class Drain:
         self.count = 0
         # The migration controller's own bookkeeping, by migration: its target pod, source node, times.
         self.runs: dict[str, dict[str, Any]] = {}
+        self.log: list[tuple[float, str, str]] = []
+        self.peaks = {"cluster": 0, "outbound": 0}
 
     @staticmethod
     def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
@@ -123,7 +127,8 @@ class Drain:
                 ended = self.now
                 break
             self.now += 1.0
-        return Played(self.of("VirtualMachineInstanceMigration"), self.unschedulable, ended, list(self.objects.values()))
+        return Played(self.of("VirtualMachineInstanceMigration"), self.unschedulable, ended, list(self.objects.values()),
+                      self.log, self.peaks)
 
     def _done(self) -> bool:
         return not any(v["status"]["nodeName"] == self.drained for v in self.of("VirtualMachineInstance")) \
@@ -145,11 +150,13 @@ class Drain:
         for volume, when in sorted(self.gone.items()):
             if self.now >= when:
                 del self.gone[volume], self.objects["Pod", LONGHORN_NS, f"share-manager-{volume}"]
+                self.log.append((self.now, "share-manager pod gone", volume))
                 self.returning[volume] = self.now + self.rng.uniform(*self.pace.again)
         for volume, when in sorted(self.returning.items()):
             key = ("Pod", LONGHORN_NS, f"share-manager-{volume}")
             if key not in self.objects and self.now >= when:
                 self.objects[key] = await self.admit_pod(share_manager_pod(volume), list(self.objects.values()))
+                self.log.append((self.now, "share-manager pod created", volume))
             pod = self.objects.get(key)
             if pod is not None and self._place(pod):
                 self.objects["ShareManager", LONGHORN_NS, volume]["status"] = {
@@ -189,6 +196,7 @@ class Drain:
                                       creationTimestamp=self.stamp())
             stored["status"] = {"phase": "Pending"}
             self.objects[self._key(stored)] = stored
+            self.log.append((self.now, "evacuation created", stored["metadata"]["name"]))
 
     def _migrations(self) -> None:
         """The migration controller's pass: the running ones advance, then the waiting ones in queue order."""
@@ -201,6 +209,9 @@ class Drain:
         for migration in queue:
             if self._may_start(migration):
                 self._target(migration)
+        running = [self.runs[m["metadata"]["name"]]["source"] for m in self._running()]
+        self.peaks["cluster"] = max(self.peaks["cluster"], len(running))
+        self.peaks["outbound"] = max([self.peaks["outbound"], *(running.count(n) for n in set(running))])
 
     def _running(self) -> list[dict[str, Any]]:
         return [m for m in self.of("VirtualMachineInstanceMigration")
@@ -245,6 +256,7 @@ class Drain:
         self.runs[migration["metadata"]["name"]] = {"pod": pod["metadata"]["name"], "source": vmi["status"]["nodeName"],
                                                     "started": self.now}
         migration["status"]["phase"] = "Scheduling"
+        self.log.append((self.now, "target pod created", migration["metadata"]["name"]))
 
     def _advance(self, migration: dict[str, Any]) -> None:
         run = self.runs[migration["metadata"]["name"]]
@@ -275,6 +287,7 @@ class Drain:
                                            "startTimestamp": self.stamp(), "endTimestamp": self.stamp()}
         self.runs[migration["metadata"]["name"]]["failed"] = self.now
         migration["status"]["phase"] = "Failed"
+        self.log.append((self.now, "failed", migration["metadata"]["name"]))
 
     def _succeed(self, migration: dict[str, Any], pod: dict[str, Any]) -> None:
         vmi = self.objects["VirtualMachineInstance", migration["metadata"]["namespace"], migration["spec"]["vmiName"]]
@@ -290,3 +303,4 @@ class Drain:
             "targetNode": target, "targetPod": pod["metadata"]["name"], "startTimestamp": self.stamp(),
             "endTimestamp": self.stamp()})
         migration["status"].update(phase="Succeeded")
+        self.log.append((self.now, "succeeded", migration["metadata"]["name"]))
