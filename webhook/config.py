@@ -188,7 +188,7 @@ class AdmissionSettings(SharedSettings):
     aim_evacuations: bool = setting(
         False, "on: aim KubeVirt's evacuation migrations of a drained (cordoned) node at the node of each VM's "
         "storage, the share-managers following them; needs the install's aim-evacuations webhook "
-        "(docs/operations.md)", (SERVE, REVIEW, STATUS))
+        "(docs/operations.md)", (SERVE, STATUS))
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
     default_timeout: float = 10.0
     # Answer this long before the apiserver gives up on us.

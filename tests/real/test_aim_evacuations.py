@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubefake.envtest import Api
 from tests.real.test_install import NS, WEBHOOK_SA, apply, delete, may, objects_of
-from tests.support.kube import Serving, evacuation, launcher_pod_of, node, registration, rwx_disk, vmi
+from tests.support.kube import Serving, evacuation, launcher_pod_of, node, registered_while, registration, rwx_disk, vmi
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIGURATION = "kubevirt-colocate-aim"
@@ -74,12 +74,8 @@ async def registered(scheduler, cluster, tls_files):
     hook = component_hook()
     hook["clientConfig"] = dict(config["webhooks"][0]["clientConfig"])
     config["webhooks"].append(hook)
-    try:
-        await cluster.create(config)
-        yield serving
-    finally:
-        await cluster.delete(config)
-        await serving.stop()
+    async for ready in registered_while(cluster, serving, config):
+        yield ready
 
 
 def create_as(plane, kubeconfig, obj, *flags):

@@ -28,8 +28,9 @@ from .store import Stats, StoreError, volume_handle
 # virt-controller creates a launcher pod once its own watch has the VMI: their miss is the answer.
 MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
 # Kinds admission reads from its caches only, never waiting for them: a replica is ready and answers while
-# the KubeVirt API is slow or down (hotplugged disks are then unknown: each such admission warns).
-CACHED_ONLY = frozenset({VMI.kind})
+# the KubeVirt API is slow or down (hotplugged disks are then unknown: each such admission warns). The
+# migrations (`--aim-evacuations on`) are read from the API until their cache has synced.
+CACHED_ONLY = frozenset({VMI.kind, VMIM.kind})
 
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
 # nothing from a node, and the rules do not trust them either.
