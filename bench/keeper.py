@@ -111,7 +111,7 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     from webhook.cluster.events import EventSink
     from webhook.config import Settings
     from webhook.keeper.keeper import Keeper, KeeperTiming
-    from webhook.keeper.state_store import state_name, StateStore
+    from webhook.keeper.records import state_name, StateStore
 
     settings = Settings(keep="migrate", keep_after=args.keep_after, keep_max_inflight=args.max_inflight,
                         keep_max_per_day=args.max_per_day, keep_max_outbound_per_node=args.outbound_per_node)

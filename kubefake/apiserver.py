@@ -29,6 +29,7 @@ import kmock
 from aiohttp import web
 
 from . import kubevirt, validation
+from .fields import field_selector
 from .objects import stamp
 
 __all__ = ["Apiserver", "Call", "KubernetesApi", "serve", "stamp"]
@@ -118,7 +119,8 @@ class Apiserver:
     `preconditions` (uid, resourceVersion), 409 when they do not hold. Otherwise as kmock's
     emulator: PATCH merges (or applies a JSON patch), DELETE of an
     object with finalizers marks it, its last finalizer gone deletes it; lists and watches by
-    namespace and label selector. resourceVersions come from one counter: a list says the latest,
+    namespace and label selector, and core/v1 Events by field selector too (`kubefake.fields`: 400
+    for a field the apiserver cannot select on). resourceVersions come from one counter: a list says the latest,
     and a watch from a resourceVersion sends only what changed after it, as the apiserver's watch
     cache does (410 Gone once those changes are no longer kept); a watch from none, or from "0",
     starts with every object ADDED."""
@@ -135,6 +137,7 @@ class Apiserver:
         self.forgotten: dict[Any, int] = {}  # per resource, the newest resourceVersion no longer kept
         self.refuse: Callable[[Any], kmock.KubernetesError | None] | None = None
         self.refuse_delete: Callable[[Any], kmock.KubernetesError | None] | None = None
+        self.recorders: dict[str, Any] = {}  # client-go's event recorders, by source (kubefake.recorder)
 
     # ----------------------------------------------------------------- what the watches see
 
@@ -181,13 +184,13 @@ class Apiserver:
 
     def matching(self, call: Any) -> list[Any]:
         """Every live object of the call's resource in its namespace (all of them without one) that
-        its `labelSelector` selects."""
-        selector = label_selector(call.params.get("labelSelector"))
+        its `labelSelector` and `fieldSelector` select."""
+        selector, fields = label_selector(call.params.get("labelSelector")), field_selector(call)
         return [obj for (resource, namespace, name), obj in self.objects.items()
                 if resource == call.resource and not obj.deleted
                 and (call.namespace is None or namespace == call.namespace)
                 and (call.name is None or name == call.name)
-                and selector(((obj.raw.get("metadata") or {}).get("labels")) or {})]
+                and selector(((obj.raw.get("metadata") or {}).get("labels")) or {}) and fields(obj.raw)]
 
     # ----------------------------------------------------------------- reads
 
@@ -228,10 +231,11 @@ class Apiserver:
 
     @staticmethod
     def selects(call: Any, selector: Callable[[dict[str, str]], bool], event: dict[str, Any]) -> bool:
-        """Whether a watch of the call's namespace, name and label selector sees the event."""
+        """Whether a watch of the call's namespace, name, label and field selectors sees the event."""
         meta = (event.get("object") or {}).get("metadata") or {}
         return ((call.namespace is None or meta.get("namespace") == call.namespace)
-                and (call.name is None or meta.get("name") == call.name) and selector(meta.get("labels") or {}))
+                and (call.name is None or meta.get("name") == call.name) and selector(meta.get("labels") or {})
+                and field_selector(call)(event.get("object") or {}))
 
     def found(self, call: Any) -> Any:
         """The live object the call names; 404 without one."""
@@ -342,6 +346,8 @@ class Apiserver:
         method, named = str(getattr(call.method, "value", call.method)).upper(), call.name is not None
         if kubevirt.is_kubevirt_subresource(call):  # virt-api's, not the apiserver's
             return await kubevirt.answer(self, call)
+        if method == "GET":
+            field_selector(call)  # a field the kind cannot be selected on: 400, before any watch event
         if method == "GET" and call.params.get("watch") == "true":
             return self.events(call)
         if method == "GET":

@@ -10,14 +10,24 @@ Running throughout. virt-controller mirrors the condition on the launcher pod
 (`pkg/virt-controller/watch/vmi/lifecycle.go`, `syncPausedConditionToPod`): the pod condition
 `kubevirt.io/virtual-machine-unpaused` False (Paused) while the VMI is paused, True (NotPaused)
 otherwise, its lastTransitionTime when it changes.
+
+Each pause on an I/O error is also an Event, as virt-launcher sends it
+(`pkg/virt-launcher/notify-client/client.go`, after `GetDiskErrors`): one Warning `IOerror` per disk
+with an error, "VM Paused due to IO error at the volume: <VMI volume>" (`DOMAIN_DISK_ERROR_UNSPEC`)
+or "VM Paused due to not enough space on volume: <VMI volume>" (`DOMAIN_DISK_ERROR_NO_SPACE`),
+recorded on the VMI by virt-handler (`pkg/virt-handler/notify-server/server.go`, `HandleK8SEvent`)
+through client-go's recorder with source `virt-handler` and host its node
+(`cmd/virt-handler/virt-handler.go`): repeats folded, spam dropped (kubefake.recorder).
 """
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 import kmock
 
+from . import recorder
 from .objects import stamp
 
 VMIS = kmock.resource("kubevirt.io", "v1", "virtualmachineinstances")
@@ -25,6 +35,9 @@ PAUSED = "Paused"
 UNPAUSED = "kubevirt.io/virtual-machine-unpaused"
 MESSAGES = {"PausedByUser": "VMI was paused by user", "PausedIOError": "VMI was paused, low-level IO error detected",
             "PausedByMigrationMonitor": "VMI was paused by the migration monitor"}
+# virt-launcher's words for each disk error libvirt reports, followed by the VMI volume's name.
+IO_ERROR, NO_SPACE = "io-error", "no-space"
+WORDS = {IO_ERROR: "VM Paused due to IO error at the volume: ", NO_SPACE: "VM Paused due to not enough space on volume: "}
 
 
 def paused(vmi: dict[str, Any]) -> bool:
@@ -102,10 +115,42 @@ def resumable(vmi: dict[str, Any]) -> str | None:
     return None
 
 
-async def io_error_pause(apiserver: Any, namespace: str, name: str, at: datetime.datetime) -> dict[str, Any]:
+def claimed_volumes(vmi: dict[str, Any], claim: str | None = None) -> list[str]:
+    """The VMI's volumes backed by a PVC (`persistentVolumeClaim`, `dataVolume`), by `claim` only if given."""
+    found = []
+    for volume in (vmi.get("spec") or {}).get("volumes") or []:
+        source = volume.get("persistentVolumeClaim") or volume.get("dataVolume") or {}
+        backing = source.get("claimName") or source.get("name")
+        if backing and (claim is None or backing == claim):
+            found.append(volume.get("name"))
+    return found
+
+
+async def record_io_errors(apiserver: Any, vmi: dict[str, Any], at: datetime.datetime, *,
+                           volumes: Sequence[str] | None = None, cause: str = IO_ERROR) -> list[dict[str, Any]]:
+    """virt-launcher's IOerror Event for each of `volumes` (by default every volume backed by a PVC)
+    with `cause` (IO_ERROR or NO_SPACE), recorded at `at` by virt-handler on the VMI's node (under the
+    lock): the Events as stored, those the spam filter dropped left out."""
+    meta, node = vmi.get("metadata") or {}, (vmi.get("status") or {}).get("nodeName") or ""
+    involved = {"kind": "VirtualMachineInstance", "namespace": meta.get("namespace"), "name": meta.get("name"),
+                "uid": meta.get("uid"), "apiVersion": vmi.get("apiVersion") or "kubevirt.io/v1",
+                "resourceVersion": meta.get("resourceVersion")}
+    source = {"component": "virt-handler", "host": node}
+    told = apiserver.recorders.setdefault(f"virt-handler/{node}", recorder.Recorder())
+    written = []
+    for i, volume in enumerate(claimed_volumes(vmi) if volumes is None else volumes):
+        event = recorder.make_event(involved, source, "Warning", "IOerror", WORDS[cause] + volume, at, later=i)
+        if (stored := await recorder.record(apiserver, told, event, at)) is not None:
+            written.append(stored)
+    return written
+
+
+async def io_error_pause(apiserver: Any, namespace: str, name: str, at: datetime.datetime, *,
+                         volumes: Sequence[str] | None = None, cause: str = IO_ERROR) -> dict[str, Any]:
     """QEMU paused the VM on a disk I/O error at `at`: a new Paused condition (PausedIOError) since
-    `at`, the launcher pod's condition after it. The VMI as stored. ValueError if it is paused
-    already (virt-handler adds no second condition), LookupError without it."""
+    `at`, the launcher pod's condition after it, virt-launcher's IOerror Event for each of `volumes`
+    with `cause` (`record_io_errors`). The VMI as stored. ValueError if it is paused already
+    (virt-handler adds no second condition), LookupError without it."""
     async with apiserver.lock:
         vmi = stored_vmi(apiserver, namespace, name)
         if paused(vmi):
@@ -115,6 +160,7 @@ async def io_error_pause(apiserver: Any, namespace: str, name: str, at: datetime
                                                         "metadata": {"resourceVersion": str(next(apiserver.versions))}})
         vmi = stored_vmi(apiserver, namespace, name)
         await sync_launcher_pods(apiserver, vmi, at)
+        await record_io_errors(apiserver, vmi, at, volumes=volumes, cause=cause)
         return vmi
 
 
@@ -136,18 +182,23 @@ async def io_retry_resume(apiserver: Any, namespace: str, name: str, at: datetim
 
 async def play_io_errors(apiserver: Any, namespace: str, name: str,
                          pairs: list[tuple[datetime.datetime, datetime.datetime]], until: datetime.datetime, *,
-                         seen: bool = True) -> dict[str, Any]:
+                         seen: bool = True, volumes: Sequence[str] | None = None, cause: str = IO_ERROR) -> dict[str, Any]:
     """Each (pause, resume) of `pairs` (`IoErrorRetry.fast_failing` or `slowly_failing`) up to
     `until`, in order: the VMI as virt-handler leaves it then. A resume that the next pause follows
     at the same instant is one virt-handler may never see (each domain event carries the state
     libvirt reports when virt-launcher handles it: `notify-client/client.go`, `eventCallback`,
     `GetState`): with `seen=False` it is left out, and the VMI keeps its Paused condition and its
-    first lastTransitionTime; with `seen=True` each pause is a new condition."""
+    first lastTransitionTime; with `seen=True` each pause is a new condition. Each pause sends its
+    IOerror Events either way (`volumes`, `cause`: `record_io_errors`)."""
     for i, (pause, resume) in enumerate(pairs):
         if pause > until:
             break
         if seen or not i or pairs[i - 1][1] != pause:
-            await io_error_pause(apiserver, namespace, name, pause)
+            await io_error_pause(apiserver, namespace, name, pause, volumes=volumes, cause=cause)
+        else:
+            async with apiserver.lock:
+                await record_io_errors(apiserver, stored_vmi(apiserver, namespace, name), pause,
+                                       volumes=volumes, cause=cause)
         if resume > until:
             break
         if seen or i + 1 == len(pairs) or pairs[i + 1][0] != resume:

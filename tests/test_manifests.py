@@ -21,7 +21,7 @@ from tests.support.kube import LONGHORN_NS, VALIDATE_VERSIONS, kubectl, load, mi
 from webhook.tools import certs
 from webhook.__main__ import DEFAULT_CERT_DIR, build_parser, settings_from
 from webhook.config import Settings
-from webhook.keeper.state_store import state_name
+from webhook.keeper.records import state_name
 from webhook.keeper.lease import lease_namespace
 from webhook.kinds import DEPLOYMENT, LEASE, LONGHORN_SETTING, LONGHORN_VOLUME, VMIM
 from webhook.kinds import RULE_RESOURCES as RESOURCES
@@ -206,7 +206,8 @@ def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_l
     assert granted.pop((None, LONGHORN_VOLUME.group, LONGHORN_VOLUME.plural, None)) == {"get"}
     # A VM it recovered, unpaused (KubeVirt's subresource, as `virtctl unpause` calls it).
     assert granted.pop((None, "subresources.kubevirt.io", "virtualmachineinstances/unpause", None)) == {"update"}
-    assert granted.pop((None, "", "events", None)) == {"create", "patch"}
+    # Its Events written; KubeVirt's IOerror Events on VMIs watched (which disk failed, and why).
+    assert granted.pop((None, "", "events", None)) == {"create", "patch", "list", "watch"}
     assert granted.pop((None, "events.k8s.io", "events", None)) == {"create", "patch"}
     # Its Lease, in the install namespace only.
     assert granted.pop((NS, LEASE.group, LEASE.plural, None)) == {"create"}

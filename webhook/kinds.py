@@ -80,7 +80,7 @@ VMI = Resource(kind="VirtualMachineInstance", group="kubevirt.io", version="v1",
 VMIM = Resource(kind="VirtualMachineInstanceMigration", group="kubevirt.io", version="v1",
                 plural="virtualmachineinstancemigrations", namespaced=True)
 LEASE = Resource(kind="Lease", group="coordination.k8s.io", version="v1", plural="leases", namespaced=True)
-# The keeper's state (`rules.keeping.state`): one ConfigMap beside its Lease.
+# The keeper's state (`rules.keeping.record`): one ConfigMap beside its Lease.
 CONFIGMAP = Resource(kind="ConfigMap", group="", version="v1", plural="configmaps", namespaced=True)
 # Read by `status` alone.
 DEPLOYMENT = Resource(kind="Deployment", group="apps", version="v1", plural="deployments", namespaced=True)

@@ -12,7 +12,7 @@ from webhook.cluster import client
 from webhook.cluster.events import EventSink
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper, KeeperTiming
-from webhook.keeper.state_store import state_name, StateStore
+from webhook.keeper.records import state_name, StateStore
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from webhook import kinds
 from webhook.cluster import client
 from webhook.config import Settings
 from webhook.keeper.writes import LOST, Writes
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 from webhook.rules.shared.alone import Alone
 from webhook.stores.direct import ClusterStore
 from webhook.tools import status
@@ -154,7 +154,7 @@ def migration_creates(kmock, vm=None):
 async def test_a_vm_whose_migration_keeps_failing_backs_off_exponentially_and_is_tried_again(cluster, make_keeper,
                                                                                             kmock):
     """Passes every 30 s: vm1's create answered 500 each time is tried after 1, 2, then 4 minutes
-    (client-go's per-item exponential, from `rules.keeping.state.FIRST`), each time with the count in
+    (client-go's per-item exponential, from `rules.keeping.record.FIRST`), each time with the count in
     a row; once the API takes it, the migration is made."""
     down = {"on": True}
     kmock["create", MIGRATIONS] << failing(500, lambda r: down["on"] and creates_of("vm1")(r))

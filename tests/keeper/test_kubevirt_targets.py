@@ -19,7 +19,7 @@ from tests.support.kubevirt_api import (
 )
 
 from webhook.config import Settings
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 from webhook.rules.shared.alone import Alone
 
 from .test_passes import events_settle, record

@@ -108,8 +108,8 @@ async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_o
                                     "--keep", "migrate", "--keep-after", "3600")
     assert code == 0, err
     said = {vm["name"]: vm for vm in json.loads(out)["vms"]}
-    assert said["vm1"]["stale_mount"].startswith("paused on an I/O error since ")
-    assert "still paused after KubeVirt's retry due by" in said["vm1"]["stale_mount"]
+    assert said["vm1"]["stale_mount"].startswith("paused on an I/O error of disk disk0 at ")
+    assert "and still paused" in said["vm1"]["stale_mount"]
     requested = kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", "pvc-vm1-disk"].raw["status"]["remountRequestedAt"]
     assert said["vm1"]["stale_since"] == requested  # the remount request its stale mount dates from
     assert said["vm1"]["next"] == "moves to node-b at the keeper's next pass (stale mount)"
@@ -119,7 +119,7 @@ async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_o
     assert [(m["spec"]["vmiName"], m["spec"].get("addedNodeSelector")) for m in made] == [
         ("vm1", {"kubernetes.io/hostname": "node-b"})]
     assert made[0]["metadata"]["annotations"]["kubevirt-scheduler/reason"].startswith(
-        "recovering a stale mount: migrating from node-a to node-b: paused on an I/O error since ")
+        "recovering a stale mount: migrating from node-a to node-b: paused on an I/O error of disk disk0 at ")
     [event] = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "RecoveringStaleMount"])
     assert event["involvedObject"]["name"] == "vm1" and made[0]["metadata"]["name"] in event["message"]
     await cluster.finish(made[0]["metadata"]["name"], "Succeeded", "vm1", "node-b")

@@ -15,7 +15,7 @@ from tests.support.stale import drained_node_cluster, pause_on_io_error, restart
 from kubefake.virt_handler import pause_condition
 from webhook import kinds
 from webhook.config import Settings
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 from webhook.rules.shared.alone import Alone
 
 POLICY = ("virtualmachineinstancemigrations.kubevirt.io \"vm4-colocate-x\" is forbidden: ValidatingAdmissionPolicy "
@@ -78,7 +78,7 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
     # vm1, frozen on its stale mount, comes first and takes the last slot of ours; vm4 and vm3 wait for one.
     assert holds == {"vm1": None, "vm2": Alone.NOT_APART, "vm3": Alone.OUR_LIMIT, "vm4": Alone.OUR_LIMIT,
                      "vm5": Alone.MIGRATING}
-    assert said["vm1"]["moves"] and said["vm1"]["stale_mount"].startswith("paused on an I/O error since ")
+    assert said["vm1"]["moves"] and said["vm1"]["stale_mount"].startswith("paused on an I/O error of disk disk0 at ")
     assert said["vm2"]["next"].startswith("unpaused at the keeper's next pass (paused on a disk I/O error")
     assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm1"]
     assert not any(c.get("type") == "Paused" for c in kmock.objects[kinds.VMI, "default", "vm2"].raw["status"]

@@ -14,7 +14,7 @@ from tests.support.kubevirt_api import apart_vm, eventually, sample, three_nodes
 
 from webhook import kinds
 from webhook.rules.keeping.record import KEY, load
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 
 from .test_passes import record
 
@@ -68,7 +68,8 @@ async def test_a_record_it_cannot_read_is_said_rebuilt_and_written_again_and_the
     assert len(report.created) == 1 and cluster.migrations()  # it acts: vm1 is apart long enough
     assert sample(PROBLEMS, problem=problem) == before + 1
     [said] = [r for r in caplog.records if r.getMessage() == "keeper record problem"]
-    assert said.fields["problem"] == problem and said.fields["then"] == "rebuilt from the cluster"
+    assert said.fields["problem"] == problem
+    assert said.fields["then"] == "what this leader knows kept, the rest rebuilt from the cluster"
     [note] = [n for n in keeper.degraded() if n.startswith("the keeper's record was rebuilt at ")]
     assert f": {problem}: " in note
     state, loss = stored(kmock)  # a valid record again, saying it was rebuilt
@@ -117,7 +118,7 @@ async def held_by_a_refusal(kmock, cluster, make_keeper):
     return keeper
 
 
-async def test_a_record_deleted_forgets_the_refusals_and_is_written_again_at_the_next_pass(
+async def test_a_record_deleted_erases_no_backoff_the_leader_had_and_is_written_again_at_the_next_pass(
         tmp_path, kmock, cluster, make_keeper):
     keeper = await held_by_a_refusal(kmock, cluster, make_keeper)
     before = sample(PROBLEMS, problem="deleted")
@@ -127,11 +128,12 @@ async def test_a_record_deleted_forgets_the_refusals_and_is_written_again_at_the
                      or kmock.objects[kinds.CONFIGMAP, "default", NAME].deleted)
 
     report = await keeper.run_pass()
-    assert len(report.created) == 1  # the refusal's backoff forgotten
+    assert report.created == () and "its migration was refused once" in record(report).decision  # still backing off
     assert sample(PROBLEMS, problem="deleted") == before + 1
     assert any(": deleted: " in n for n in keeper.degraded())
     state, loss = stored(kmock)
-    assert loss is None and state.lost[1].startswith("deleted: ") and state.refusals == ()
+    assert loss is None and state.lost[1].startswith("deleted: ")
+    assert state.refusal("default", "vm1", Action.MIGRATE) is not None  # written again with what the leader knew
     said = await status_of(tmp_path, kmock)
     assert "deleted" in said["state_warning"]
 

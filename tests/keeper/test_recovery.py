@@ -149,7 +149,7 @@ async def test_a_stale_vm_no_migration_can_recover_is_left_and_said_to_need_a_re
                                     "--keep", "migrate", "--keep-after", "3600")
     assert code == 0, err
     [said] = [vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1"]
-    assert said["next"].startswith("needs a restart: paused on an I/O error since ")
+    assert said["next"].startswith("needs a restart: paused on an I/O error of disk disk0 at ")
     assert "cache mode writeback" in said["next"] and said["next"].endswith("a restart mounts the volume afresh "
                                                                            "(`virtctl restart`)")
 
@@ -168,6 +168,6 @@ async def test_a_vm_paused_on_a_stale_mount_a_moment_ago_is_left_to_kubevirts_re
                                     "--keep", "migrate", "--keep-after", "3600")
     assert code == 0, err
     [said] = [vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1"]
-    assert said["stale_mount"] is None and "KubeVirt retries by " in said["waiting_for_retry"]
+    assert said["stale_mount"] is None and "KubeVirt retries it, and the keeper recovers it" in said["waiting_for_retry"]
 
 

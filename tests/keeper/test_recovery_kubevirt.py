@@ -20,7 +20,7 @@ from kubefake import longhorn
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.kubevirt import unavailable
 from kubefake.migration import complete_migration
-from kubefake.virt_handler import io_error_pause, io_retry_resume, pause_condition
+from kubefake.virt_handler import io_error_pause, io_retry_resume, pause_condition, record_io_errors, stored_vmi
 from webhook import kinds
 from webhook.config import Settings
 
@@ -35,13 +35,14 @@ def seconds(n):
     return datetime.timedelta(seconds=n)
 
 
-async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(), **settings):
-    """vm1..vm3 on node-a beside their storage, spared; a keeper watching them since ten minutes before T0
+async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(), started=datetime.timedelta(minutes=10),
+                        objects=None, **settings):
+    """vm1..vm3 on node-a beside their storage (`objects`: else), spared; a keeper started `started` before T0
     on a clock of its own; vm1's share-manager restarted at T0 on `storage`. (keeper, clock, T0)."""
-    cluster.seed([*drained_node_cluster(spared=True), *extra])
+    cluster.seed([*(drained_node_cluster(spared=True) if objects is None else objects), *extra])
     volumes(kmock)
     t0 = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    clock = Clock(t0 - datetime.timedelta(minutes=10))
+    clock = Clock(t0 - started)
     keeper = await make_keeper(Settings(**{"keep": "migrate", "keep_after": 600, **settings}), clock=clock)
     await keeper.run_pass()
     clock.now = t0
@@ -75,18 +76,20 @@ class FailingMount:
     sees: the VMI keeps its first Paused condition (`kubefake.virt_handler.play_io_errors`). Each played
     event reaches the keeper's watch before the next."""
 
-    def __init__(self, keeper, kmock, pairs, *, seen=True):
-        self.keeper, self.kmock, self.events = keeper, kmock, []
+    def __init__(self, keeper, kmock, pairs, *, seen=True, **words):
+        self.keeper, self.kmock, self.events, self.words = keeper, kmock, [], words  # words: volumes, cause
         for i, (pause, resume) in enumerate(pairs):
             if seen or not i or pairs[i - 1][1] != pause:
                 self.events.append((pause, io_error_pause))
+            else:  # the condition kept, virt-launcher's IOerror Event sent all the same
+                self.events.append((pause, repaused))
             if seen or i + 1 == len(pairs) or pairs[i + 1][0] != resume:
                 self.events.append((resume, io_retry_resume))
 
     async def __call__(self, until):
         while self.events and self.events[0][0] <= until:
             at, play = self.events.pop(0)
-            await play(self.kmock.apiserver, "default", "vm1", at)
+            await play(self.kmock.apiserver, "default", "vm1", at, **({} if play is io_retry_resume else self.words))
             await seen(self.keeper, self.kmock)
 
     async def paused_at(self, after):
@@ -97,6 +100,12 @@ class FailingMount:
         at, play = self.events.pop(0)
         await play(self.kmock.apiserver, "default", "vm1", at)
         return at
+
+
+async def repaused(apiserver, namespace, name, at, **words):
+    """QEMU paused the VM again before virt-handler saw it running: no new condition, one more IOerror Event."""
+    async with apiserver.lock:
+        await record_io_errors(apiserver, stored_vmi(apiserver, namespace, name), at, **words)
 
 
 async def passes(keeper, clock, kmock, play, until):
@@ -193,7 +202,7 @@ async def test_a_condition_re_stamped_between_the_migrations_creation_and_its_st
     """virt-handler's retry resumes the VM after the keeper created its migration and QEMU pauses it again
     before the switchover: a new condition, newer than the migration. The VM still ends unpaused."""
     keeper, clock, t0 = await stale_cluster(kmock, cluster, make_keeper)
-    play = FailingMount(keeper, kmock, [(t0 + seconds(5), t0 + datetime.timedelta(minutes=9))])
+    play = FailingMount(keeper, kmock, IoErrorRetry().fast_failing(t0 + seconds(5), 5), seen=False)
     made, created = await passes_until_created(keeper, clock, kmock, cluster, play, t0)
     await io_retry_resume(kmock.apiserver, "default", "vm1", created + seconds(3))
     await io_error_pause(kmock.apiserver, "default", "vm1", created + seconds(8))

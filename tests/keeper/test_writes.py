@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.keeper.writes import BURST, LOST, RATE, Result, Writes
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 
 
 class Time:

@@ -68,8 +68,8 @@ async def test_the_recovery_paths_migrations_and_the_keepers_state_are_created_o
     import dataclasses
 
     from webhook.keeper.kubevirt_api import create_migration
-    from webhook.keeper.state_store import StateStore
-    from webhook.rules.keeping.state import Action, KeeperState
+    from webhook.keeper.records import StateStore
+    from webhook.rules.keeping.record import Action, KeeperState
 
     control_plane.kubectl("create", "namespace", VMS, check=False)
     async with api_client(control_plane.kubeconfig) as api:

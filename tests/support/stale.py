@@ -9,7 +9,8 @@ from tests.support.kube import launcher_pod_of, longhorn_settings, node, rwx_dis
 from tests.support.kubevirt_api import ago
 
 from kubefake import longhorn
-from kubefake.virt_handler import io_error_pause
+from kubefake.io_error_retry import IoErrorRetry
+from kubefake.virt_handler import play_io_errors
 from webhook import kinds
 from webhook.config import Settings
 
@@ -57,9 +58,15 @@ async def restart_storage(kmock, cluster, name, node, ago=datetime.timedelta(sec
 
 
 async def pause_on_io_error(kmock, cluster, name, ago=datetime.timedelta(0)):
-    """QEMU stopped the VM on a disk I/O error `ago`; virt-handler says so in its Paused condition
-    (kubefake.virt_handler), the launcher pod after it."""
-    await io_error_pause(kmock.apiserver, "default", name, datetime.datetime.now(datetime.UTC) - ago)
+    """QEMU stopped the VM on a disk I/O error `ago`, and each retry of virt-handler's since failed at once: the
+    Paused condition since then (kubefake.virt_handler: the first kept, as virt-handler may never see the VM
+    running between them), virt-launcher's IOerror Event for each pause, up to 11 s ago (the last retry made
+    and failed well before now)."""
+    now = datetime.datetime.now(datetime.UTC)
+    start = now - ago
+    pairs = IoErrorRetry().fast_failing(start, 3 + int(ago.total_seconds()) // 60)
+    await play_io_errors(kmock.apiserver, "default", name, pairs, max(start, now - datetime.timedelta(seconds=11)),
+                         seen=False)
 
 
 async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migrate", ago=LONG_AGO, restarted=("vm1",),

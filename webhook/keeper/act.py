@@ -16,8 +16,8 @@ from ..cluster.events import Events, vmi_reference
 from .kubevirt_api import create_migration, delete_migration, unpause_vmi
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
-from ..rules.keeping.state import Action
-from .follow import Follower
+from ..rules.keeping.record import Action
+from .records import Records
 from .observed import manifest, Observed
 from .writes import about_the_object, failed, Result, Writes
 
@@ -29,7 +29,7 @@ class Actor:
     """Carries out plans through `api`, within `timeout` each request; `authority` tells whether the
     lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
 
-    def __init__(self, api: Any, follower: Follower, *, events: Events, timeout: float,
+    def __init__(self, api: Any, follower: Records, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
         self.api, self.follower, self.events = api, follower, events
         self.timeout, self.authority = timeout, authority

@@ -14,7 +14,7 @@ from ..stores.cache import WatchedClusterStore
 from ..cluster.events import NO_EVENTS, EventSink
 from ..config import Settings
 from .keeper import Keeper, KeeperTiming
-from .state_store import state_name, StateStore
+from .records import state_name, StateStore
 from .lease import Elector, LeaseTiming
 
 log = logging.getLogger("webhook.keeper")

@@ -1,7 +1,7 @@
 """The keeper's passes, in the shape of a controller's reconcile: observe (`observe.py`, reads only),
 plan (`rules.keeping.plan`, pure: the plan `status` shows), probe when due (`probe.py`: the dry run of
-targeted migration, then plan again), act (`act.py`, writes only), and remember what came of it
-(`memory.py`; the keeper's state in the cluster, `state_store.py`).
+targeted migration, then plan again), act (`act.py`, writes only), and remember what came of it in each
+VM's record (`records.py`: in this leader's memory and in the cluster).
 
 Conservative by construction: the plan holds a VM for any of its reasons; nothing is created beyond the
 in-flight bounds, on an incomplete view, without the lease, or before a dry run showed that the cluster
@@ -32,25 +32,22 @@ from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
-from ..rules.keeping.state import Action, Evidence, KeeperState
+from ..rules.keeping.record import KeeperState
 from .act import Actor
-from .follow import Follower
-from .memory import Memory, VmRecord
+from .records import Records, StateStore, VmReport
 from ..process.pace import Pacer
 from ..rules.shared.times import rfc3339
-from .observe import Nodes, Observer, pass_facts, stuck
+from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck
 from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
-from .state_store import StateStore, StateUnavailable
 from .targeted import TargetedMigration
-from .apart_spans import ApartSpans
 from .writes import RATE, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-__all__ = ["Keeper", "KeeperTiming", "PassReport", "VmRecord"]
+__all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +69,10 @@ class PassReport:
     states: dict[str, int] = dataclasses.field(default_factory=dict)  # running opted-in VMs by state
     held: dict[str, int] = dataclasses.field(default_factory=dict)  # apart VMs by what holds them
     note: str = ""  # why the pass could not act on everything it saw, if so
-    vms: tuple[VmRecord, ...] = ()  # each running opted-in VM as the pass left it
+    vms: tuple[VmReport, ...] = ()  # each running opted-in VM as the pass left it
 
     @classmethod
-    def of(cls, at: datetime, created: Iterable[str], note: str, vms: tuple[VmRecord, ...]) -> PassReport:
+    def of(cls, at: datetime, created: Iterable[str], note: str, vms: tuple[VmReport, ...]) -> PassReport:
         """The report of a pass that left `vms`: the counts by state and by hold come from them."""
         states = collections.Counter(r.state for r in vms)
         held = collections.Counter(str(r.hold) for r in vms if r.state is APART and r.hold is not None)
@@ -107,13 +104,10 @@ class Keeper:
         for metric in metrics.KEEPER_METRICS:
             metrics.show(metric)
         self.targeted = TargetedMigration(api, recheck=timing.recheck_targeted, timeout=timing.request_timeout)
-        self.follower = Follower(events)
+        self.records = Records(state, events)  # the keeper's memory; `state`: its ConfigMap (None: this process's)
         self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
-        self.actor = Actor(api, self.follower, events=events, timeout=timing.request_timeout, authority=authority)
-        self.state_store = state  # where the keeper's record is kept (None: in this process alone)
-        self.state = KeeperState()  # this leader's; the record taken in whenever it changed
-        self._unread = ""  # why the record could not be read this pass
-        self.memory = Memory(clock, events)
+        self.actor = Actor(api, self.records, events=events, timeout=timing.request_timeout, authority=authority)
+        self.running: dict[tuple[str, str], str] = {}  # the running opted-in VMs of the last pass, their VMI uids
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
@@ -125,14 +119,13 @@ class Keeper:
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
         """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch, (self.memory.saw,))
+        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch)
         self.watch = watch
         watch.start()
         try:
             yield watch
         finally:
             self.watch = None
-            self.memory.unwatched()
             await watch.close()
 
     async def run(self) -> None:
@@ -150,7 +143,7 @@ class Keeper:
                         log.debug("keeper pass", extra={"fields": {"created": report.created, "states": report.states,
                                                                    "held": report.held, "note": report.note}})
                     except Exception as exc:  # a pass that fails reports and leaves the next one to try
-                        self.memory.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
+                        self.records.errors = [f"pass failed: {type(exc).__name__}: {exc}"]
                         log.exception("keeper pass failed")
                     await asyncio.sleep(max(0.0, self.timing.period - (loop.time() - started)))
         finally:
@@ -160,7 +153,7 @@ class Keeper:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
         lost = [f"the keeper's record was rebuilt at {rfc3339(self.state.lost[0])}: {self.state.lost[1]}"
                 ] if self.state.lost else []
-        return (self.watch.degraded() if self.watch is not None else []) + list(self.memory.errors) + lost
+        return (self.watch.degraded() if self.watch is not None else []) + list(self.records.errors) + lost
 
     # ----------------------------------------------------------------- one pass
 
@@ -186,7 +179,7 @@ class Keeper:
                         timedelta(seconds=self.timing.unplaceable))
 
         def hold(result: Result) -> None:
-            self._remember(result, now)
+            self.records.acted(result, now)
             held[result.key] = dataclasses.replace(observed[result.key].facts,
                                                    refused=self.state.refusal(*result.key, result.action))
 
@@ -194,23 +187,19 @@ class Keeper:
         writes.begin()
         facts = await ask_targeted(self.targeted, plan_of, observed_facts, observed, writes, hold)
         made = plan_of(facts)
-        self.state = self.state.with_stale(
-            Evidence(namespace=vm.facts.vmi.namespace, name=vm.facts.vmi.name, uid=vm.facts.vmi.uid,
-                     requested=vm.facts.stale_since, words=vm.facts.stale)
-            for vm in made.vms if vm.facts.stale and vm.facts.stale_since is not None)
         for vm in made.vms:
-            self.memory.record(vm.facts, vm.decision, now)
+            self.records.reported(vm.facts, vm.decision, now)
         results = await self.actor.carry_out(made, observed, now, writes, priority=bool(self.targeted.priority))
         for result in results:
-            self._remember(result, now)
+            self.records.acted(result, now)
         errors = [writes.lost] if writes.lost else []
         if writes.lost:
             log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
-        await self._keep_state(now, errors)
-        self.memory.errors = errors
+        await self.records.write(now, self.running, errors, leads=self.authority(self.timing.request_timeout))
+        self.records.errors = errors
         created = [result.created for result in results if result.created]
         report = PassReport.of(now, created, facts.incomplete or (errors[-1] if errors else ""),
-                               tuple(r for _, r in sorted(self.memory.records.items())))
+                               tuple(r for _, r in sorted(self.records.reports.items())))
         show(report)
         return report
 
@@ -219,15 +208,15 @@ class Keeper:
         migrations whose target pod cannot be placed. Reads only."""
         seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
         for malformed in seen.malformed:
-            self.memory.skip(malformed)
+            self.records.skip(malformed)
         watched, vmis = seen.migrations, seen.views
         uids = {(v.namespace, v.name): v.uid for v in vmis}
-        self.follower.observe(watched, now, uids)
-        state = await self._state(now)
+        self.records.observe(watched, now, uids)
+        state = await self.records.read(now)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
-        history = self.follower.history(watched)
+        history = self.records.history(watched)
         running = seen.running  # the others never touched, not counted
-        self.memory.keep_only({(vmi.namespace, vmi.name) for vmi in running}, {vmi.uid for vmi in vmis})
+        self.running = {(vmi.namespace, vmi.name): vmi.uid for vmi in running}
         observed = await self._observe_vms(running, history, state, now)
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
@@ -241,56 +230,17 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            recall=self.memory, turn=self.passes)
-        pace, observed, unpaused = Pacer(), [], self.memory.just_unpaused(now)
+                            recall=self.records, turn=self.passes, io_errors=self._io_errors)
+        pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
         for vmi in running:
             await pace()
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
         return observed
 
-    async def _state(self, now: datetime) -> KeeperState:
-        """The keeper's record, taken in when it is not what this leader last read or wrote (a new term, an
-        admin's edit): what was lost is said and rebuilt from the cluster. Unreadable: this leader's view stays."""
-        self._unread = ""
-        try:
-            read = await self.state_store.read() if self.state_store is not None else None
-        except StateUnavailable as exc:
-            self._unread = f"the keeper's record could not be read: {exc}"
-            self._said("not read", str(exc), "acting on what this leader knows")
-            return self.state
-        if read is not None:
-            state, loss = read
-            self.follower.remember(state.migrations)
-            self.state = state if loss is None else dataclasses.replace(state, lost=(now, f"{loss.kind}: {loss.why}"))
-            if loss is not None:
-                self._said(loss.kind, loss.why, "rebuilt from the cluster")
-        return self.state
+    @property
+    def state(self) -> KeeperState:
+        """Each VM's record as this leader holds it."""
+        return self.records.state
 
-    async def _keep_state(self, now: datetime, errors: list[str]) -> None:
-        """Our migrations and the refusals into the keeper's record; written to the cluster when it changed."""
-        self.state = self.state.with_migrations(self.follower.ours(), now).only(self.memory.records)
-        errors.extend([self._unread] if self._unread else [])
-        if self.state_store is None or not self.authority(self.timing.request_timeout):
-            return  # written by the leader alone, as any write
-        try:
-            await self.state_store.write(self.state)
-        except StateUnavailable as exc:
-            errors.append(f"the keeper's record could not be written: {exc}")
-            self._said("not written", str(exc), "tried again next pass")
-
-    @staticmethod
-    def _said(problem: str, why: str, then: str) -> None:
-        metrics.KEEPER_RECORD.labels(problem).inc()
-        log.warning("keeper record problem", extra={"fields": {"problem": problem, "why": why, "then": then}})
-
-    def _remember(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's record and in the keeper's state: one more refusal in a row, or none."""
-        if result.words:
-            self.memory.acted(result.key, result.words, now)
-        namespace, name = result.key
-        if result.holds:
-            self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)
-        elif result.done:
-            self.state = self.state.cleared(namespace, name, result.action)
-        if result.done and result.action is Action.UNPAUSE:
-            self.memory.unpausing(result.uid, now)
+    def _io_errors(self, uid: str) -> tuple[Any, ...]:
+        return self.watch.io_errors(uid) if self.watch is not None else ()

@@ -1,5 +1,6 @@
-"""KubeVirt objects the keeper reads and writes. VMIs and migrations are watched cluster wide, trimmed
-to what the keeper's rules read (`stores/shapes.py`). Migrations are created (dry-run first: is
+"""KubeVirt objects the keeper reads and writes. VMIs, migrations and KubeVirt's IOerror Events on VMIs
+(`rules/keeping/io_errors.py`) are watched cluster wide, trimmed to what the keeper's rules read
+(`stores/shapes.py`). Migrations are created (dry-run first: is
 `spec.addedNodeSelector`, KubeVirt >= 1.6, kept, and `spec.priority`? older CRD schemas prune them,
 kubevirt/kubevirt `staging/src/kubevirt.io/api/core/v1/types.go`) and deleted by uid, never another
 object under the same name. A recovered VM is unpaused through virt-api's subresource.
@@ -14,17 +15,20 @@ import orjson
 
 from .. import kinds
 from ..config import Settings
-from ..kinds import VMI, VMIM
+from ..kinds import EVENT, VMI, VMIM
 from ..cluster.client import ApiUnreachable, request
 from ..cluster.informer import Informer, Informers
 from ..cluster.table import Watcher
-from ..stores.shapes import shapes
+from ..stores.shapes import shapes, trim
 from ..cluster.reflector import Timing
+from ..rules.keeping import io_errors
+from ..rules.keeping.io_errors import IoError
 
 
 class KubeVirtWatch(Informers):
-    """VMIs and migrations of the whole cluster, listed and watched while the keeper leads; each change
-    to a VMI told to `watchers` as it comes."""
+    """VMIs, migrations and IOerror Events on VMIs of the whole cluster, listed and watched while the
+    keeper leads; each change to a VMI told to `watchers` as it comes. An Events watch that fails is
+    said by `degraded()` like the others: no Event seen is then no proof that no disk failed."""
 
     task_prefix = "keeper"
 
@@ -32,7 +36,9 @@ class KubeVirtWatch(Informers):
         shape = shapes(settings)
         self.vmis = Informer(VMI, shape[VMI.kind], watchers=watchers)
         self.migrations = Informer(VMIM, shape[VMIM.kind])
-        super().__init__(api, timing, (self.vmis, self.migrations))
+        self.io_error_events = Informer(EVENT, lambda event: trim(event, io_errors.KEPT), fields=io_errors.FIELDS,
+                                        wanted=_io_error_event, indexers={"vmi": _involved_uid})
+        super().__init__(api, timing, (self.vmis, self.migrations, self.io_error_events))
 
     def all_vmis(self) -> Iterator[dict[str, Any]]:
         """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
@@ -40,6 +46,42 @@ class KubeVirtWatch(Informers):
 
     def all_migrations(self) -> Iterator[dict[str, Any]]:
         return _decoded(self.migrations)
+
+    def io_errors(self, uid: str) -> tuple[IoError, ...]:
+        """KubeVirt's I/O-error pauses of the VMI with this uid, per disk and cause, newest first."""
+        return io_errors.by_vmi(self.io_error_events.table.lookup("vmi", uid)).get(uid, ())
+
+
+def _io_error_event(event: dict[str, Any]) -> bool:
+    """What the watch's field selector selects, checked on our side too."""
+    involved = event.get("involvedObject")
+    return event.get("reason") == io_errors.REASON and isinstance(involved, dict) and \
+        involved.get("kind") == io_errors.KIND
+
+
+def _involved_uid(event: dict[str, Any]) -> tuple[str, ...]:
+    uid = (event.get("involvedObject") or {}).get("uid")
+    return (uid,) if isinstance(uid, str) and uid else ()
+
+
+async def read_io_errors(api: Any, timeout: float) -> dict[str, tuple[IoError, ...]] | str:
+    """The IOerror Events on VMIs of the whole cluster, read once (for `status`, which does not
+    watch), by VMI uid newest first; or why they could not be read."""
+    events: list[Any] = []
+    more = ""
+    while True:
+        query = [("fieldSelector", io_errors.FIELDS), ("limit", "500")] + ([("continue", more)] if more else [])
+        try:
+            status, raw = await request(api, "GET", EVENT.path(), query=query, timeout=timeout)
+        except ApiUnreachable as exc:
+            return f"Events: no answer within {timeout:g}s" if exc.timed_out else f"Events: {exc}"
+        listed = _json(raw)
+        if not 200 <= status < 300 or not isinstance(listed, dict) or not isinstance(listed.get("items"), list):
+            return f"Events: {answered(status, raw)}" if not 200 <= status < 300 else "Events: the API sent no list"
+        events += listed["items"]
+        more = str((listed.get("metadata") or {}).get("continue") or "")
+        if not more:
+            return io_errors.by_vmi(events)
 
 
 def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:

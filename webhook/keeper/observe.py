@@ -7,21 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
-from ..lookup.resolve import migration_source, resolve_disks
+from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle, resolve_disks
 from ..stores.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from .. import kinds
-from ..kinds import LONGHORN_VOLUME, MIGRATION_JOB_LABEL, NODE, PAUSED_IO_ERROR, POD
-from ..rules.keeping.apart import APART, CO_LOCATED, Locality, locality, UNRESOLVED
+from ..kinds import HOSTNAME_LABEL, LONGHORN_VOLUME, MIGRATION_JOB_LABEL, NODE, PAUSED_IO_ERROR, POD
+from ..rules.keeping.apart import APART, apart_since, CO_LOCATED, Locality, locality, UNRESOLVED
 from ..rules.shared.facts import Fact
 from ..rules.shared.times import parse_time
 from ..rules.keeping.keep import Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
+    target_hostname,
     attempts,
     in_flight_counts,
     last_migration_end,
@@ -31,32 +32,127 @@ from ..rules.keeping.migrations import (
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
-from ..rules.keeping.recovery import cannot_finish, failed_recovery, FAULTED, judge, Mount, Pauses, Server, Stale
-from ..rules.keeping.running import VmiView
-from ..rules.keeping.state import Action, KeeperState
+from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, Server,
+                                      sightings, Stale, storage_wait)
+from ..rules.keeping.running import VmiView, vm_pods
+from ..rules.kubevirt.target import TargetUnknown, lacking
+from ..rules.keeping.io_errors import Cause, IoError
+from ..rules.keeping.record import Action, KeeperState, VmKey
 from ..rules.fit.nodeunschedulable import node_unschedulable
 from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
-from .apart_spans import Launchers, ApartSpan, ApartSpans, started, VmKey
 
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
-RECENT = timedelta(hours=1)  # pauses seen this recently make the observer read a VM's mount
+
+
+Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
+
+
+@dataclasses.dataclass
+class ApartSpan:
+    """One span of a VM apart from its storage: when it began and what moving it needs."""
+
+    uid: str  # of the VMI: a VM started again is a new span
+    node: str
+    target: str
+    since: datetime
+    pod: MigrationSource | None = None  # the launcher pod as its migration target is rendered from
+    problem: str | None = None  # why the launcher pod is not known
+    derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
+
+
+def started(obj: dict[str, Any] | None) -> datetime | None:
+    """When a pod started (else when it was created)."""
+    if not obj:
+        return None
+    return parse_time(kinds.status(obj).get("startTime")) or parse_time(kinds.meta(obj).get("creationTimestamp"))
+
+
+class ApartSpans:
+    """The reads of a VM's span apart; what is known of each span is the keeper's memory (`memory.Kept`)."""
+
+    def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
+        self.store, self.settings, self.timeout = store, settings, timeout
+        self.launchers, self.direct = launchers, direct
+
+    async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
+                 now: datetime, known: ApartSpan | None = None) -> ApartSpan:
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
+        pod's start and its share-managers' (none known: when first seen apart, per `known`, the span as last
+        read); and its launcher pod, whole: the migration target is built from it."""
+        node, target = where.node or "", where.target or ""
+        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
+        if same and known.pod is not None:
+            return known
+        first_seen = known.since if same else now
+        timeout = self.timeout
+        pod, problem = await self.launcher_pod(vmi, node)
+        moments = [last_end, started(pod)]
+        for fact in facts:
+            if fact.node == target and fact.volume:
+                try:
+                    moments.append(started(await self.direct.get(
+                        POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
+                        timeout=timeout)))
+                except StoreError:
+                    pass  # one moment fewer to go by
+        derived = apart_since(moments, now)
+        since = derived if derived is not None else first_seen
+        launcher = migration_source(pod, self.settings) if pod is not None else None
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
+                         derived=derived is not None)
+
+    async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
+        candidates = self.launchers(vmi.namespace, vmi.uid) or []
+        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
+        if not running:
+            return None, f"its launcher pod on {node} is not known"
+        name = kinds.meta(running[0]).get("name")
+        try:
+            pod = await self.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
+        except StoreError as exc:
+            return None, f"its launcher pod {name} could not be read ({exc})"
+        if pod is None:
+            return None, f"its launcher pod {name} is gone"
+        return pod, None
+
+    async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
+                           target: str, node: dict[str, Any] | None) -> str | None:
+        """Why `target` (read as `node`) cannot take the VM's migration target pod from `source`, or None: the
+        hostname label KubeVirt selects on, then the never-strand checks on that pod."""
+        hostname = target_hostname(node) if node is not None else None
+        if node is not None and hostname is None:
+            return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
+        built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
+                                     self.settings)
+        if isinstance(built, TargetUnknown):
+            return f"cannot tell what its migration target needs: {built}"
+        return lacking(built, target, node) or await node_obstacle(
+            self.store, target, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)
 
 
 class Recall:
-    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): the pauses its watch saw and
-    its unpauses, by VMI uid; its span apart. This one remembers nothing, as `status`: it reads each once."""
-
-    def pauses(self, uid: str) -> Pauses:
-        return Pauses()
+    """What the keeper remembers of a VM beyond one pass (`records.Records`): its span apart. This one remembers
+    nothing, as `status`: it reads each once."""
 
     def span(self, key: VmKey) -> ApartSpan | None:
         return None
 
     def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
         """The VM's span apart as now known (None: it is not apart)."""
+
+
+IoErrors = Callable[[str], Sequence[IoError]]  # a VMI's uid -> KubeVirt's IOerror Events on it
+
+
+def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) -> list[DiskError]:
+    """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
+    claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
+    return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause is Cause.NO_SPACE,
+                      count=e.count, first=e.first, last=e.last) for e in errors]
 
 
 class Nodes:
@@ -93,6 +189,7 @@ class Observer:
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
     recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
+    io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
@@ -140,24 +237,28 @@ class Observer:
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration], now: datetime,
                      state: KeeperState) -> VmFacts:
-        """Of a VM paused on an I/O error now or within RECENT: its mount, whether it is stale (`recovery.judge`),
-        and whether a migration off it can finish. The evidence in the keeper's record (`state`) stands for what
-        its watch saw, that `status` and the next leader cannot. What cannot be read leaves the VM as it is."""
+        """Of a VM paused on an I/O error, or with KubeVirt's IOerror Events, or found stale before: its mount,
+        whether it is stale (`recovery.judge`, on KubeVirt's words per disk and what the keeper's record kept) and
+        whether a migration off it can finish. What cannot be read leaves the VM as it is."""
         vmi = facts.vmi
-        pauses = self.recall.pauses(vmi.uid)
-        paused = vmi.paused_since if vmi.paused == PAUSED_IO_ERROR else None
-        kept = state.evidence(vmi.namespace, vmi.name, vmi.uid)
-        if vmi.paused != PAUSED_IO_ERROR and not any(now - at < RECENT for at in pauses.at) and kept is None:
+        record = state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
+        io, events = vmi.paused == PAUSED_IO_ERROR, self.io_errors(vmi.uid)
+        if not io and not events and record.stale is None:
             return facts
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
-        facts = dataclasses.replace(facts, mount=mount, unpauses=pauses.unpauses(mount.pod_started))
-        judged = judge(mount, pauses, paused, now, Stale(kept.words, kept.requested) if kept is not None else None)
+        errors = disk_errors(vmi, disks, events)
+        facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
+                                    full=full(errors, io), seen=tuple(sorted(sightings(mount, errors).items())),
+                                    waits_for_storage=storage_wait(mount, errors, now) if io or errors else None)
+        kept = record.stale
+        judged = judge(mount, errors, vmi.paused, now, dict(record.seen),
+                       Stale(kept.words, kept.requested, kept.last) if kept is not None else None)
         if not isinstance(judged, Stale):
-            return dataclasses.replace(facts, retry=judged)
+            return dataclasses.replace(facts, retry=facts.full or judged)
         failed = failed_recovery(vmi, history, judged.requested)
-        return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested,
+        return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested, stale_last=judged.last,
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))
 
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:

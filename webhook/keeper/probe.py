@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 
 from ..rules.keeping.keep import PassFacts
 from ..rules.keeping.plan import Plan, VmPlan
-from ..rules.keeping.state import Action
+from ..rules.keeping.record import Action
 from ..rules.shared.alone import Alone
 from .kubevirt_api import Created
 from .observed import manifest, Observed

@@ -1,5 +1,5 @@
 """What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM
-alone, with a backoff of its own (`rules.keeping.state`: client-go's per-item exponential); only the API
+alone, with a backoff of its own (`rules.keeping.record`: client-go's per-item exponential); only the API
 lost stops a pass: LOST different VMs in a row failing without an answer about their object (one is a
 tenant's webhook, two can share a namespace's, a third is the API, etcd or virt-api). A token bucket
 bounds all writes, as client-go's controller rate limiter does: a pass's handful at once, then RATE.
@@ -11,7 +11,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 
-from ..rules.keeping.state import Action
+from ..rules.keeping.record import Action
 from .kubevirt_api import Created
 
 BURST = 10  # writes at once: more than a pass makes while nothing is wrong

@@ -24,15 +24,16 @@ from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
-from ..keeper.state_store import read_state, state_name, StateUnavailable
+from ..keeper.records import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
-from ..keeper.apart_spans import ApartSpans
+from ..keeper.kubevirt_api import read_io_errors
+from ..keeper.observe import ApartSpans
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
 from ..rules.keeping.plan import plan, VmPlan
-from ..rules.keeping.state import Action, KeeperState, with_kept
+from ..rules.keeping.record import Action, KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
 from ..rules.keeping.drain import DrainPreview, preview, RunningVm
 from ..rules.keeping.recovery import cannot_finish, hotplugged
@@ -273,13 +274,13 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         await targeted.check(dry_run_manifest(running, listed.migrations, now, state))
     history = with_kept(listed.migrations, state.migrations, now)
     facts = pass_facts(settings, history, listed.views, now, targeted)
-    observer, launchers = await _observer(store, settings, running, timeout)
+    observer, launchers = await _observer(store, settings, running, timeout, api)
     longhorn = await read_longhorn(store, settings, timeout) if running else None
-    gate = asyncio.Semaphore(CONCURRENCY)
+    gate, unpaused = asyncio.Semaphore(CONCURRENCY), state.just_unpaused(now)
 
     async def one(view: VmiView) -> Observed:
         async with gate:
-            return await observer.vm(view, of_vmi(history, view), now, state)
+            return await observer.vm(view, of_vmi(history, view), now, state, unpaused)
 
     seen = {observed.key: observed for observed in await asyncio.gather(*(one(view) for view in running))}
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
@@ -307,14 +308,14 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
         state, loss = await read_state(api, namespace, name, timeout=timeout)
     except StateUnavailable as exc:
         return KeeperState(), f"not read ({exc}): refused actions and garbage-collected migrations are not shown", ""
-    lost = (f"rebuilt by the keeper at {rfc3339(state.lost[0])} ({state.lost[1]}): refused actions it kept are "
-            "forgotten, migrations read from the cluster") if state.lost else ""
+    lost = (f"rebuilt by the keeper at {rfc3339(state.lost[0])} ({state.lost[1]}): what that leader knew kept, "
+            "the rest read from the cluster") if state.lost else ""
     said = f"{loss.kind}: {loss.why}: the keeper rebuilds it from the cluster at its next pass" if loss else lost
     return state, f"ConfigMap {namespace}/{name}", said
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
-                    timeout: float) -> tuple[Observer, LauncherPods]:
+                    timeout: float, api: Any) -> tuple[Observer, LauncherPods]:
     """The keeper's observation over the disks' objects and the launcher pods, listed once; the rest read directly."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
@@ -326,8 +327,10 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
             pass  # each VM apart then says its launcher pod is not known
     launchers = LauncherPods(pods)
     spans = ApartSpans(store, settings, timeout, launchers=launchers.of, direct=store)
+    errors = await read_io_errors(api, timeout) if running else {}
+    found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
     return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
-                    keep_disks=True), launchers
+                    keep_disks=True, io_errors=lambda uid: found.get(uid, ())), launchers
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],

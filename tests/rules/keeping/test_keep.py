@@ -9,7 +9,7 @@ from tests.support.keeping import NOW, ago, at, evacuation, fact, failed, succee
 from webhook.rules.keeping.apart import APART, locality
 from webhook.config import KeepMode
 from webhook.rules.shared.alone import Alone
-from webhook.rules.keeping.state import Action, Refusal
+from webhook.rules.keeping.record import Action, Refusal
 from webhook.rules.keeping.keep import HOLDS as KEEPER_HOLDS
 from webhook.rules.keeping.keep import (CHECKS, ON_DEMAND, Limits, PassFacts, VmFacts, decide_keep,
                                         next_read, next_step)
@@ -35,7 +35,7 @@ REFUSED = Refusal(namespace="default", name="vm1", action=Action.MIGRATE, count=
                      "\"vm1-colocate-x\" is forbidden: ValidatingAdmissionPolicy 'tenant-no-migrations' denied request",
                status=403)
 VM_FACTS = {"apart_since", "target_unfit", "history", "vmi_migrating", "last_end", "descheduled", "settling",
-            "refused", "stale", "via", "cannot_finish", "stale_since"}
+            "refused", "stale", "via", "cannot_finish", "stale_since", "full"}
 
 
 def facts(vmi=APART_VMI, where=APART_WHERE, **changes):
@@ -81,6 +81,8 @@ HOLDS = [
      "annotated descheduler.alpha.kubernetes.io/prefer-no-eviction: nothing is to evict it"),
     (vmi_with(phase="Succeeded"), APART_WHERE, {}, Alone.NOT_RUNNING, "VMI is Succeeded, not running on a node"),
     (vmi_with(node=None), APART_WHERE, {}, Alone.NOT_RUNNING, "VMI is Running, not running on a node"),
+    (APART_VMI, APART_WHERE, {"full": "paused because its disk d is full (KubeVirt: not enough space on volume d)"},
+     Alone.DISK_FULL, "paused because its disk d is full (KubeVirt: not enough space on volume d)"),
     (APART_VMI, locality("node-a", [fact("d", "node-a")]), {}, Alone.NOT_APART,
      "co-located: disks served from node-a, where the VM runs"),
     (APART_VMI, locality("node-a", [fact("d", "node-b"), fact("e", "node-c")]), {}, Alone.NOT_APART,

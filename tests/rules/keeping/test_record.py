@@ -10,9 +10,21 @@ from tests.support.keeping import NOW, ago
 
 from webhook.rules.keeping.migrations import Migration
 from webhook.rules.keeping.record import BUDGET, dump, load, Loss
-from webhook.rules.keeping.state import Action, Evidence, KeeperState, Refusal
+from webhook.rules.keeping.record import Action, Evidence, KeeperState, Refusal, VmRecord
 
 REFUSED = "creating a migration failed: API answered 403: no"
+
+
+def state_of(migrations=(), refusals=(), lost=None, vmis=()):
+    """A state of flat lists: each VM's record made of its entries (`vmis`: whole records of what it keeps of its VMI)."""
+    records = {r.key: r for r in vmis}
+    for m in migrations:
+        r = records.get((m.namespace, m.vmi)) or VmRecord(namespace=m.namespace, name=m.vmi)
+        records[r.key] = dataclasses.replace(r, migrations=(*r.migrations, m))
+    for h in refusals:
+        r = records.get((h.namespace, h.name)) or VmRecord(namespace=h.namespace, name=h.name)
+        records[r.key] = dataclasses.replace(r, refusals=(*r.refusals, h))
+    return KeeperState.of(records.values(), lost)
 
 
 def ours(name, created, phase="Succeeded", vmi="vm1", namespace="default", **fields):
@@ -22,12 +34,14 @@ def ours(name, created, phase="Succeeded", vmi="vm1", namespace="default", **fie
 
 
 def test_the_record_reads_back_as_it_was_written():
-    state = KeeperState(migrations=(ours("vm1-colocate-abcde", ago(hours=2)),
-                                    ours("vm1-colocate-fghij", ago(minutes=5), phase="Running", target="node-b",
-                                         uid="uid-r", recovers="stale-mount")),
-                        lost=(ago(minutes=3), "unreadable: not JSON"),
-                        stale=(Evidence(namespace="default", name="vm2", uid="uid-vm2", requested=ago(minutes=4),
-                                        words="paused on an I/O error at …: KubeVirt's retry did not bring it back"),))
+    vm2 = VmRecord(namespace="default", name="vm2", uid="uid-vm2", unpaused=(ago(minutes=2), ago(minutes=1)),
+                   said=(("NeedsRestart", ago(minutes=1)),), seen=(("pvc-d", ago(minutes=5)),),
+                   stale=Evidence(requested=ago(minutes=4), last=ago(minutes=3),
+                                  words="paused 2 times on I/O errors of disk rootdisk …: KubeVirt's retry did not bring it back"))
+    state = state_of(migrations=(ours("vm1-colocate-abcde", ago(hours=2)),
+                                 ours("vm1-colocate-fghij", ago(minutes=5), phase="Running", target="node-b",
+                                      uid="uid-r", recovers="stale-mount")),
+                     lost=(ago(minutes=3), "unreadable: not JSON"), vmis=(vm2,))
     state = state.refused("default", "vm1", Action.MIGRATE, 403, REFUSED, NOW)
     assert load(dump(state)) == (state, None)
     assert load(None) == load("") == (KeeperState(), None)
@@ -39,9 +53,9 @@ def test_a_finished_migration_keeps_its_suffix_and_times_only():
     vm = "v" * 63
     name = f"{vm}-colocate-"[:58] + "x7k2p"
     finished = ours(name, ago(hours=3), vmi=vm, target="node-b", uid="uid-1")
-    assert json.loads(dump(KeeperState(migrations=(finished,))))["vms"]["default"][vm]["m"] == [
+    assert json.loads(dump(state_of(migrations=(finished,))))["vms"]["default"][vm]["m"] == [
         ["x7k2p", "Succeeded", int(ago(hours=3).timestamp()), int(ago(hours=3, minutes=-1).timestamp())]]
-    assert load(dump(KeeperState(migrations=(finished,))))[0].migrations == (
+    assert load(dump(state_of(migrations=(finished,))))[0].migrations == (
         dataclasses.replace(finished, target=None, uid=""),)
 
 
@@ -53,7 +67,7 @@ def test_what_is_not_the_keepers_record_reads_as_empty_and_says_so(text, kind):
 
 
 def test_an_entry_of_a_wrong_type_is_dropped_alone():
-    record = json.loads(dump(KeeperState(migrations=(ours("vm1-colocate-abcde", ago(hours=2)),)).refused(
+    record = json.loads(dump(state_of(migrations=(ours("vm1-colocate-abcde", ago(hours=2)),)).refused(
         "default", "vm1", Action.MIGRATE, 403, REFUSED, NOW).refused("default", "vm2", Action.UNPAUSE, 409, "no", NOW)))
     record["vms"]["default"]["vm2"]["r"]["unpause"][0] = "2"
     state, loss = load(json.dumps(record))
@@ -94,7 +108,7 @@ def many(vms, per_namespace):
                        for i, (ns, vm) in enumerate(names[:4000]))
     refusals = tuple(Refusal(namespace=ns, name=vm, action=Action.MIGRATE, count=3, retry=ago(seconds=-i),
                              words=words, status=403) for i, (ns, vm) in enumerate(names))
-    return KeeperState(migrations=migrations, refusals=refusals)
+    return state_of(migrations=migrations, refusals=refusals)
 
 
 @pytest.mark.parametrize("per_namespace", [100, 1])
@@ -109,7 +123,16 @@ def test_the_record_stays_under_512_kib_at_any_cluster_size(per_namespace):
     assert loss is None
     if per_namespace == 100:
         assert len(kept.migrations) == 4000 and kept.refusals
-        assert {h.name for h in kept.refusals} == {h.name for h in state.refusals[-len(kept.refusals):]}
+        newest = sorted(state.refusals, key=lambda h: h.retry)[-len(kept.refusals):]
+        assert {h.name for h in kept.refusals} == {h.name for h in newest}
     else:
         assert len(kept.migrations) > 2000
         assert {m.vmi for m in kept.migrations} == {m.vmi for m in state.migrations[-len(kept.migrations):]}
+
+
+def test_version_2_evidence_is_read_as_the_vms_record():
+    text = json.dumps({"version": 2, "vms": {"default": {"vm2": {"s": ["uid-vm2", int(ago(minutes=4).timestamp()), "w"]}}}})
+    state, loss = load(text)
+    assert loss is None and state.vm("default", "vm2") == VmRecord(
+        namespace="default", name="vm2", uid="uid-vm2", stale=Evidence(requested=ago(minutes=4), words="w",
+                                                                       last=ago(minutes=4)))

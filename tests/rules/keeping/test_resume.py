@@ -14,7 +14,7 @@ from webhook.rules.keeping.keep import Limits, PassFacts, VmFacts
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.keeping.recovery import cannot_finish, came_over, failed_recovery, Mount, not_fresh, Server
 from webhook.rules.keeping.resume import decide_resume, paused_note
-from webhook.rules.keeping.state import Action, Refusal
+from webhook.rules.keeping.record import Action, Refusal
 from webhook.rules.shared.alone import Alone
 
 PAUSED_AT = ago(minutes=30)

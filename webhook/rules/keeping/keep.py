@@ -15,7 +15,7 @@ from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
 from .recovery import cost, Mount, needs_restart
-from .state import Refusal
+from .record import Refusal
 from .running import VmiView
 from ..shared import declared
 from ..shared.alone import Alone
@@ -78,8 +78,12 @@ class VmFacts:
     # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
     cannot_finish: str | None = None
     stale_since: datetime | None = None  # Longhorn's remount request its stale mount dates from (read with `stale`)
-    retry: str | None = None  # paused on an I/O error, KubeVirt's retry still to come: what it waits for
+    retry: str | None = None  # an I/O error of a disk whose share-manager restarted: what it waits for (`recovery.judge`)
     unpauses: int = 0  # the keeper's unpauses of it in the pod it runs in (`resume.MOST_UNPAUSES`)
+    stale_last: datetime | None = None  # the I/O error that showed its mount stale (read with `stale`)
+    full: str | None = None  # paused because a disk is full, in KubeVirt's words (`recovery.full`): never unpaused
+    seen: tuple[tuple[str, datetime], ...] = ()  # I/O errors after a new share-manager served (`recovery.sightings`)
+    waits_for_storage: str | None = None  # a share-manager that does not serve again within a bound (`recovery`)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -237,6 +241,10 @@ CHECKS: tuple[Check, ...] = (
           words=lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node",
           needs=("vmi",), own=True),
     # (Whether its mount is stale is read here, of every VM, for `status` to say it of one that stays.)
+    Check(hold=Alone.DISK_FULL,
+          holds=lambda vm, p: vm.full is not None,
+          words=lambda vm, p: vm.full or "",
+          needs=("stale", "full"), own=True),
     Check(hold=Alone.NOT_APART,
           holds=lambda vm, p: not _beside(vm) and (vm.where.state is not APART or vm.where.target is None),
           words=lambda vm, p: f"{vm.where.state}: {vm.where.why}",

@@ -14,7 +14,7 @@ from .keep import decide_keep, KeepDecision, pass_order, PassFacts, VmFacts
 from .migrations import Migration, UNPLACEABLE_SECONDS
 from .resume import carried_paused, decide_resume, Resume
 from ..shared.alone import Alone
-from .state import Refusal
+from .record import Refusal
 
 UNPLACEABLE = timedelta(seconds=UNPLACEABLE_SECONDS)  # a target pod of ours unschedulable this long: cancel
 

@@ -1,28 +1,234 @@
-"""The keeper's state (`state.py`) as its ConfigMap keeps it: one JSON data key, bounded in size, read
-leniently. Pure. A hint, never a gate: a record that is not JSON or of another version reads as empty, an
-entry of an unexpected shape is dropped alone, each saying what was lost (`Loss`); the keeper rebuilds
-the rest from the cluster. Version 2 groups each VM's entries under its namespace and name: a migration
-of ours as its generated suffix, phase and Unix times (its node, uid and annotation only while
-unfinished: KubeVirt never collects a VMI's latest migration), the refusals with clipped words. The
-evidence of stale mounts first, then our migrations, then the refusals, the newest first, as many as fit
-in BUDGET: well under the API's 1 MiB. Version 1 (flat lists, spelled out) is read too.
+"""The keeper's memory beyond one pass, one leader and KubeVirt's garbage collection: one record per VM
+(`VmRecord`), the same in the leader's memory and in the cluster, and its spelling in one ConfigMap data
+key (`dump`, `load`). Pure; `keeper.records` reads and writes it, `status` reads it too. Per VM: our
+migrations the watch no longer shows (virt-controller keeps a VMI's 5 newest finished ones,
+`garbageCollectFinalizedMigrations`, while the per-day limit and the backoff count ours over a day and
+more); the refusals of its actions (the API's words, how many in a row, when to retry); and of its VMI
+(`uid`) the keeper's unpauses, the Events said once, the I/O errors it saw after a new share-manager served
+(`recovery.sightings`) and the evidence of a stale mount (`recovery.judge`): a new leader neither hammers a
+policy, nor unpauses more, nor says again, nor waits to believe.
+The spelling is a hint, never a gate, bounded and read leniently: a record that is not JSON or of another
+version reads as empty, an entry of an unexpected shape is dropped alone, each saying what was lost (`Loss`).
+Version 3 groups each VM's entries under its namespace and name: what it keeps of the VMI first, then our
+migrations (a generated suffix, phase and Unix times; node, uid and annotation only while unfinished), then
+the refusals (clipped words), the newest first, as many as fit in BUDGET, well under the API's 1 MiB.
+Versions 1 (flat lists, spelled out) and 2 (of the VMI, the evidence alone) are read too.
 """
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import json
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ...kinds import clip_reason
-from ..shared.times import parse_time
+from ..shared.times import parse_time, rfc3339
 from .migrations import Migration, NAME_INFIX
-from .state import Action, Evidence, KeeperState, Refusal, WORDS
+
+REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
+SAY_LOST = timedelta(hours=1)  # a rebuilt record is said (readiness, `status`) this long
+WORDS = 300  # characters of the API's words kept for a refusal
+FORGET_REFUSAL = timedelta(days=1)  # a refusal whose retry is this far past is forgotten (no longer "in a row")
+UNPAUSES_KEPT = 8  # a VMI's latest unpauses kept (`resume.MOST_UNPAUSES` counts those in its pod)
+UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is not made again this soon: longer than the watch's lag
+VmKey = tuple[str, str]
+
+
+class Action(enum.StrEnum):
+    """What the keeper asked of the API for a VM."""
+
+    MIGRATE = "migrate"
+    CANCEL = "cancel"
+    UNPAUSE = "unpause"
+
+
+# A refusal's backoff, per VM and action, as client-go's per-item rate limiter grows it: the first
+# retry soon, doubling with each refusal in a row, up to a cap. An unpause is retried within a pass
+# or two (a frozen VM waits on it); a refused migration waits longer (a policy rarely changes at once).
+FIRST = {Action.MIGRATE: timedelta(minutes=1), Action.CANCEL: timedelta(seconds=30),
+         Action.UNPAUSE: timedelta(seconds=10)}
+CAP = {Action.MIGRATE: timedelta(hours=1), Action.CANCEL: timedelta(minutes=10), Action.UNPAUSE: timedelta(minutes=5)}
+
+
+def retry_delay(action: Action, count: int) -> timedelta:
+    """How long a VM waits after `count` refusals in a row of `action`."""
+    return min(FIRST[action] * 2 ** min(max(count - 1, 0), 16), CAP[action])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """`action` for one VM failed `count` times in a row, the last with `words`; tried again from `retry`."""
+
+    namespace: str
+    name: str
+    action: Action
+    count: int
+    retry: datetime
+    words: str
+    status: int = 0  # the API's answer (0: none came)
+
+    def in_words(self) -> str:
+        times = "once" if self.count == 1 else f"{self.count} times in a row"
+        verb = "was refused" if 400 <= self.status < 500 else "failed"
+        what = {Action.MIGRATE: "its migration", Action.CANCEL: "cancelling its migration",
+                Action.UNPAUSE: "its unpause"}[self.action]
+        return f"{what} {verb} {times} ({self.words}); retrying after {rfc3339(self.retry)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Evidence:
+    """Why the keeper took the VMI for one on a stale mount, dating from Longhorn's remount request `requested`;
+    `last`: the I/O error that showed it (the evidence ends once the disk has run `recovery.PROVEN` past it)."""
+
+    requested: datetime
+    words: str
+    last: datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmRecord:
+    """All the keeper keeps of one VM: our migrations (oldest first) and its refusals; of its VMI `uid`, the
+    keeper's unpauses, the Events said once (reason, when), the I/O errors seen after a new share-manager served
+    (Longhorn volume, the last), the evidence of a stale mount."""
+
+    namespace: str
+    name: str
+    migrations: tuple[Migration, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+    uid: str = ""
+    unpaused: tuple[datetime, ...] = ()
+    said: tuple[tuple[str, datetime], ...] = ()
+    seen: tuple[tuple[str, datetime], ...] = ()
+    stale: Evidence | None = None
+
+    @property
+    def key(self) -> VmKey:
+        return self.namespace, self.name
+
+    @property
+    def empty(self) -> bool:
+        return not (self.migrations or self.refusals or self.unpaused or self.said or self.seen or self.stale)
+
+    def of_vmi(self, uid: str) -> VmRecord:
+        """The record as it holds for VMI `uid`: what was kept of another VMI of the VM (a restart) is dropped."""
+        if uid == self.uid:
+            return self
+        return dataclasses.replace(self, uid=uid, unpaused=(), said=(), seen=(), stale=None)
+
+    def unpauses(self, since: datetime | None) -> int:
+        """The keeper's unpauses of this VMI since `since` (its pod's start)."""
+        return sum(1 for at in self.unpaused if since is None or at >= since)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeeperState:
+    """The records by VM, and when the record was rebuilt and why (said for SAY_LOST)."""
+
+    vms: Mapping[VmKey, VmRecord] = dataclasses.field(default_factory=dict)
+    lost: tuple[datetime, str] | None = None
+
+    @classmethod
+    def of(cls, records: Iterable[VmRecord], lost: tuple[datetime, str] | None = None) -> KeeperState:
+        return cls(vms={r.key: r for r in records if not r.empty}, lost=lost)
+
+    def vm(self, namespace: str, name: str) -> VmRecord:
+        return self.vms.get((namespace, name)) or VmRecord(namespace=namespace, name=name)
+
+    def with_vm(self, record: VmRecord) -> KeeperState:
+        vms = {k: v for k, v in self.vms.items() if k != record.key}
+        return dataclasses.replace(self, vms=vms if record.empty else {**vms, record.key: record})
+
+    @property
+    def migrations(self) -> tuple[Migration, ...]:
+        return tuple(sorted((m for r in self.vms.values() for m in r.migrations),
+                            key=lambda m: (m.created, m.namespace, m.name)))
+
+    @property
+    def refusals(self) -> tuple[Refusal, ...]:
+        return tuple(h for r in self.vms.values() for h in r.refusals)
+
+    def just_unpaused(self, now: datetime) -> set[str]:
+        """The uids of the VMIs the keeper unpaused a moment ago (UNPAUSED_FOR): the watch may not show it yet."""
+        return {r.uid for r in self.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
+
+    def refusal(self, namespace: str, name: str, action: Action) -> Refusal | None:
+        return next((h for h in self.vm(namespace, name).refusals if h.action is action), None)
+
+    def refused(self, namespace: str, name: str, action: Action, status: int, words: str,
+                now: datetime) -> KeeperState:
+        """One more refusal of `action` for the VM: its refusal counts one more."""
+        old, record = self.refusal(namespace, name, action), self.vm(namespace, name)
+        count = (old.count if old is not None else 0) + 1
+        new = Refusal(namespace=namespace, name=name, action=action, count=count,
+                      retry=now + retry_delay(action, count), words=clip_reason(words, WORDS), status=status)
+        return self.with_vm(dataclasses.replace(record, refusals=(*(h for h in record.refusals if h.action is not action),
+                                                                  new)))
+
+    def cleared(self, namespace: str, name: str, action: Action) -> KeeperState:
+        """The VM's `action` went through: its refusal is forgotten."""
+        if self.refusal(namespace, name, action) is None:
+            return self
+        record = self.vm(namespace, name)
+        return self.with_vm(dataclasses.replace(record, refusals=tuple(h for h in record.refusals if h.action is not action)))
+
+    def with_migrations(self, ours: Iterable[Migration], now: datetime) -> KeeperState:
+        """Our migrations as now known, the old pruned; the refusals whose retry is long past forgotten."""
+        kept: dict[VmKey, list[Migration]] = {}
+        for m in sorted(ours, key=lambda m: (m.created, m.namespace, m.name)):
+            if m.ours and (not m.final or now - m.created <= REMEMBER):
+                kept.setdefault((m.namespace, m.vmi), []).append(m)
+        records = [dataclasses.replace(self.vm(*key), migrations=tuple(kept.get(key, ())),
+                                       refusals=tuple(h for h in self.vm(*key).refusals if now - h.retry <= FORGET_REFUSAL))
+                   for key in {*self.vms, *kept}]
+        lost = self.lost if self.lost is not None and now - self.lost[0] < SAY_LOST else None
+        return KeeperState.of(records, lost)
+
+    def only(self, running: Mapping[VmKey, str]) -> KeeperState:
+        """Of the VMs still running opted in (their VMI's uid), all; of the others, our migrations alone."""
+        return KeeperState.of([r.of_vmi(running[k]) if k in running else VmRecord(namespace=r.namespace, name=r.name,
+                                                                                  migrations=r.migrations)
+                               for k, r in self.vms.items()], self.lost)
+
+    def over(self, lost: KeeperState) -> KeeperState:
+        """This state, and of `lost` (what this leader knew before its record was lost) all it does not hold: a
+        record that cannot be read never erases what the leader knows."""
+        records = dict(lost.vms)
+        for key, record in self.vms.items():
+            mine = records.get(key)
+            records[key] = record if mine is None else _joined(record, mine)
+        return KeeperState.of(records.values(), self.lost)
+
+
+def _joined(read: VmRecord, mine: VmRecord) -> VmRecord:
+    """One VM's record as read, with what the leader's own adds: its migrations, refusals and VMI facts."""
+    if read.uid and mine.uid != read.uid:
+        mine = mine.of_vmi(read.uid)
+    names, actions = {m.name for m in read.migrations}, {h.action for h in read.refusals}
+    return dataclasses.replace(
+        read, uid=read.uid or mine.uid,
+        migrations=tuple(sorted((*read.migrations, *(m for m in mine.migrations if m.name not in names)),
+                                key=lambda m: (m.created, m.name))),
+        refusals=(*read.refusals, *(h for h in mine.refusals if h.action not in actions)),
+        unpaused=tuple(sorted({*read.unpaused, *mine.unpaused}))[-UNPAUSES_KEPT:],
+        said=tuple(sorted({*read.said, *mine.said})), seen=read.seen or mine.seen, stale=read.stale or mine.stale)
+
+
+def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
+    """Every migration to count: the cluster's, plus ours kept that it no longer shows (one unfinished was
+    deleted, so aborted: failed)."""
+    watched = list(watched)
+    shown = {(m.namespace, m.name) for m in watched}
+    gone = [m if m.final else dataclasses.replace(m, phase="Failed", ended=now)
+            for m in kept if (m.namespace, m.name) not in shown]
+    return watched + gone
+
 
 KEY = "state.json"  # the ConfigMap's data key
-VERSION = 2
+VERSION = 3
+READ = (1, 2, VERSION)
 BUDGET = 480 * 1024  # bytes of the record at most: the newest that fit
 MOST_COUNT = 99  # refusals in a row counted: the backoff reaches its cap long before
 GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 random ones (apiserver)
@@ -51,30 +257,39 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
+    """What a VM's record keeps of its VMI, as (key, value): kept first, whatever the budget."""
+    found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
+    found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
+    found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
+    found += [("v", {volume: int(at.timestamp()) for volume, at in r.seen})] if r.seen else []
+    e = r.stale
+    return found + ([("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())])]
+                    if e is not None else [])
+
+
 def dump(state: KeeperState, budget: int = BUDGET) -> str:
     """The state as the ConfigMap keeps it: compact JSON in a stable order, the newest first within `budget` bytes."""
-    items: list[tuple[int, float, str, str, str, Any]] = [
-        (-1, 0.0, e.namespace, e.name, "s", [e.uid, int(e.requested.timestamp()), clip_reason(e.words, WORDS)])
-        for e in state.stale]
-    for m in state.migrations:
-        items.append((0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m)))
-    for h in state.refusals:
-        items.append((1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
-                      [min(h.count, MOST_COUNT), int(h.retry.timestamp()), h.status, clip_reason(h.words, WORDS)]))
+    items: list[tuple[int, float, str, str, str, Any]] = []
+    for r in state.vms.values():
+        items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]
+        items += [(0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m))
+                  for m in r.migrations]
+        items += [(1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
+                   [min(h.count, MOST_COUNT), int(h.retry.timestamp()), h.status, clip_reason(h.words, WORDS)])
+                  for h in r.refusals]
     items.sort(key=lambda item: item[:5])
     head = {"version": VERSION} | ({"lost": [int(state.lost[0].timestamp()), clip_reason(state.lost[1], WORDS)]}
                                    if state.lost is not None else {})
 
     def first(count: int) -> str:  # the record of the first `count` items
         vms: dict[str, dict[str, dict[str, Any]]] = {}
-        for _, _, namespace, vm, where, value in items[:count]:
+        for order, _, namespace, vm, where, value in items[:count]:
             entry = vms.setdefault(namespace, {}).setdefault(vm, {})
             if where == "m":
                 entry.setdefault("m", []).append(value)
-            elif where == "s":
-                entry["s"] = value
-            else:
-                entry.setdefault("r", {})[where] = value
+            else:  # what it keeps of the VMI, by its key; a refusal, by its action
+                (entry if order < 0 else entry.setdefault("r", {}))[where] = value
         return _json(head | {"vms": vms})
 
     size, seen = len(first(0)), set()
@@ -91,11 +306,9 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
 
 
 def _text(value: Any, what: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
+    if value is not None and not isinstance(value, str):
         raise ValueError(f"{what} {value!r} is not a string")
-    return value
+    return value or ""
 
 
 def _number(value: Any, what: str) -> int:
@@ -136,47 +349,80 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
                    words=_text(words, "a refusal's words"), status=_number(status, "a refusal's status"))
 
 
-def _evidence(namespace: str, vm: str, entry: Any) -> Evidence:
-    uid, requested, words = entry
-    return Evidence(namespace=namespace, name=vm, uid=_text(uid, "a VMI's uid"), requested=_time(requested, "requested"),
-                    words=_text(words, "the evidence of a stale mount"))
+def _vmi_part(where: str, value: Any) -> Any:
+    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back; version 2's evidence too."""
+    if where == "u":
+        return _text(value, "a VMI's uid")
+    if where == "p":
+        return tuple(sorted(_time(at, "an unpause") for at in value))
+    if where in ("e", "v"):
+        return tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))
+    if len(value) == 3 and isinstance(value[0], str):  # version 2: [uid, requested, words]
+        return _text(value[0], "a VMI's uid"), Evidence(requested=_time(value[1], "requested"),
+                                                        words=_text(value[2], "evidence"), last=_time(value[1], "requested"))
+    requested, words, last = value
+    return Evidence(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
+                    last=_time(last, "the last I/O error"))
 
 
-Entry = Callable[[], Migration | Refusal | Evidence | tuple[datetime, str]]
+Part = tuple[tuple[str, str], str, Any]  # (namespace, VM), what of its record, the value
+Entry = Callable[[], Part | tuple[datetime, str]]
+VMI_PARTS = ("u", "p", "e", "v", "s")
 
 
-def _items(value: Any) -> Iterator[tuple[str, Any]]:
-    """A mapping's items; anything else one entry that cannot be read."""
+def _items(value: Any) -> Iterator[tuple[str, Any]]:  # a mapping's items; anything else one that cannot be read
     yield from value.items() if isinstance(value, dict) else [("", None)]
 
 
+def _part(namespace: str, vm: str, where: str, read: Callable[..., Any], *args: Any) -> Part:
+    return (namespace, vm), where, read(*args)
+
+
 def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
+    """Versions 2 and 3: each VM's entries under its namespace and name."""
     if "lost" in data:
         yield functools.partial(_lost, data["lost"])
     for namespace, vms in _items(data.get("vms", {})):
         for vm, entry in _items(vms):
             entry = entry if isinstance(entry, dict) else {"m": [None]}
             for migration in entry.get("m", []) if isinstance(entry.get("m", []), list) else [None]:
-                yield functools.partial(_migration, namespace, vm, migration)
+                yield functools.partial(_part, namespace, vm, "m", _migration, namespace, vm, migration)
             for action, refusal in _items(entry.get("r", {})):
-                yield functools.partial(_refusal, namespace, vm, action, refusal)
-            if "s" in entry:
-                yield functools.partial(_evidence, namespace, vm, entry["s"])
+                yield functools.partial(_part, namespace, vm, "r", _refusal, namespace, vm, action, refusal)
+            for where in (w for w in VMI_PARTS if w in entry):
+                yield functools.partial(_part, namespace, vm, where, _vmi_part, where, entry[where])
 
 
 def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
     """Flat lists of objects, their names and times spelled out."""
-    def migration(m: Any) -> Migration:
-        return _migration(m["namespace"], m["vmi"], ["/" + m["name"], m["phase"], m["created"], m.get("ended"),
-                                                     m.get("target"), m.get("uid"), m.get("recovers")])
+    def migration(m: Any) -> Part:
+        return (m["namespace"], m["vmi"]), "m", _migration(m["namespace"], m["vmi"], [
+            "/" + m["name"], m["phase"], m["created"], m.get("ended"), m.get("target"), m.get("uid"), m.get("recovers")])
 
-    def refusal(h: Any) -> Refusal:
-        return _refusal(h["namespace"], h["name"], h["action"], [h["count"], h["retry"], h.get("status", 0),
-                                                                 h.get("words")])
+    def refusal(h: Any) -> Part:
+        return (h["namespace"], h["name"]), "r", _refusal(h["namespace"], h["name"], h["action"], [
+            h["count"], h["retry"], h.get("status", 0), h.get("words")])
 
     for kind, read in (("migrations", migration), ("refusals", refusal)):
         entries = data.get(kind, [])
         yield from (functools.partial(read, entry) for entry in (entries if isinstance(entries, list) else [None]))
+
+
+def _records(parts: list[Part]) -> list[VmRecord]:
+    """The records the parts read make up, one per VM."""
+    fields: dict[tuple[str, str], dict[str, Any]] = {}
+    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale"}
+    for key, where, value in parts:
+        mine = fields.setdefault(key, {"migrations": [], "refusals": []})
+        if where in ("m", "r"):
+            mine["migrations" if where == "m" else "refusals"].append(value)
+        elif isinstance(value, tuple) and isinstance(value[-1], Evidence):  # version 2's evidence: [uid, …]
+            mine["uid"], mine["stale"] = value
+        else:
+            mine[names[where]] = value
+    return [VmRecord(namespace=namespace, name=vm, **{**f, "migrations": tuple(sorted(
+        f["migrations"], key=lambda m: (m.created, m.name))), "refusals": tuple(f["refusals"])})
+            for (namespace, vm), f in fields.items()]
 
 
 def load(text: str | None) -> tuple[KeeperState, Loss | None]:
@@ -188,18 +434,16 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     except ValueError as exc:
         return KeeperState(), Loss(kind="unreadable", why=f"not JSON ({exc})")
     version = data.get("version") if isinstance(data, dict) else None
-    if version not in (1, VERSION):
-        return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads 1 and {VERSION}")
+    if version not in READ:
+        return KeeperState(), Loss(kind="other version",
+                                   why=f"version {version!r}, where this keeper reads {', '.join(map(str, READ))}")
     read, dropped = [], []
     for entry in (_version_1 if version == 1 else _version_2)(data):
         try:
             read.append(entry())
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
             dropped.append(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__} {exc}")
-    state = KeeperState(migrations=tuple(sorted((m for m in read if isinstance(m, Migration)),
-                                                key=lambda m: (m.created, m.namespace, m.name))),
-                        refusals=tuple(h for h in read if isinstance(h, Refusal)),
-                        stale=tuple(e for e in read if isinstance(e, Evidence)),
-                        lost=next((lost for lost in read if isinstance(lost, tuple)), None))
+    lost = next((x for x in read if len(x) == 2), None)
+    state = KeeperState.of(_records([x for x in read if len(x) == 3]), lost)
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
     return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})") if dropped else None

@@ -20,7 +20,7 @@ disk too: the target pod gets its own attachment pod, a fresh mount (`migration.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from ... import kinds
@@ -31,11 +31,10 @@ from .running import VmiView
 # virt-handler's `io-error-retry` (KubeVirt v1.9.0 `pkg/virt-handler/vm.go`: `NewFailRetryManager("io-error-retry",
 # 10*time.Second, 3*time.Minute, 30*time.Second)`, `retry_manager.go`): a VM paused on an I/O error is resumed at
 # once, then, while each resume fails, after 10 s, doubling to at most 3 min; a pause more than 30 s after the last
-# resume is a new failure, resumed at once. A VM whose NFS client recovered is resumed by the first retry after it
-# did and runs on: only a retry that fails once the new NFS server serves shows a stale mount.
-FIRST_RETRY = timedelta(seconds=10)
-LONGEST_RETRY = timedelta(minutes=3)
-SAME_FAILURE = timedelta(seconds=30)
+# resume is a new failure, resumed at once. Each pause is an `IOerror` Event of virt-launcher's naming the disk and
+# its cause (`pkg/virt-launcher/notify-client/client.go`), repeats folded by client-go's recorder into `count` and
+# `lastTimestamp`. A VM whose NFS client recovered is resumed by the first retry after it did and runs on: only a
+# retry that fails once the new NFS server serves shows a stale mount.
 # How long a healthy NFS client may take to reach the new server once it serves: NFS-Ganesha runs graceless behind
 # the same Service IP (longhorn-share-manager `pkg/server/nfs/nfs_server.go`), and the Linux client reconnects on
 # its next request after a TCP reconnect delay that starts at 3 s and doubles while the server was away
@@ -43,6 +42,13 @@ SAME_FAILURE = timedelta(seconds=30)
 # this of the server serving is not yet evidence.
 RECONNECT = timedelta(seconds=30)
 SEEN_WITHIN = timedelta(seconds=10)  # a retry that brought the VM back shows on its VMI within this
+# A disk that ran this long after a pause without another I/O error works: longer than a soft NFS request takes
+# to fail (Longhorn's default RWX mount options, `timeo=600,retrans=5`: 60 s a try) and than KubeVirt's longest
+# wait. Pauses further apart are separate failures, and evidence older than this with the VM running ends.
+PROVEN = timedelta(minutes=10)
+# Longhorn asked for a remount this long ago and the share-manager still does not serve: the VM waits for its
+# storage, said as such (no migration can mount what is not served).
+STORAGE_WAIT = timedelta(minutes=10)
 ROUND_TRIP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
 ONE = 1  # and of a VM apart from it: to its storage node
 
@@ -115,26 +121,27 @@ class Mount:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Pauses:
-    """The I/O-error pauses of one VMI the keeper saw (each Paused condition's lastTransitionTime, the
-    re-stamps of KubeVirt's retries included, oldest first), since when it has watched the VMI, and when
-    this leader unpaused it."""
+class DiskError:
+    """KubeVirt's own words on one disk of a VM: virt-launcher's `IOerror` Event for the VMI volume `disk`
+    (served by Longhorn volume `volume`), its cause (an I/O error, or not enough space), and its pauses as
+    client-go's recorder folds them: how many, the first and the last."""
 
-    at: tuple[datetime, ...] = ()
-    watched_since: datetime | None = None
-    unpaused: tuple[datetime, ...] = ()
-
-    def unpauses(self, pod_started: datetime | None) -> int:
-        """This leader's unpauses of the VMI since its pod started."""
-        return sum(1 for at in self.unpaused if pod_started is None or at >= pod_started)
+    disk: str
+    volume: str
+    no_space: bool
+    count: int
+    first: datetime
+    last: datetime
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stale:
-    """A VM on a stale mount: why, in words, and the remount request of Longhorn's it dates from."""
+    """A VM on a stale mount: why, in words, the remount request of Longhorn's it dates from, and the last
+    I/O error that showed it (the evidence ends once the VM has run PROVEN past it)."""
 
     words: str
     requested: datetime
+    last: datetime
 
 
 def _late(mount: Mount) -> list[Server]:
@@ -155,63 +162,101 @@ def not_fresh(mount: Mount | None) -> str | None:
                                       f"volume {late.volume} to be remounted ({rfc3339(late.requested or EPOCH)})")
 
 
-def retries(first: datetime) -> Iterator[datetime]:
-    """When virt-handler resumes a VM that paused at `first` and pauses again at once after each resume."""
-    at, wait = first, FIRST_RETRY
-    yield at
-    while True:
-        at += wait
-        yield at
-        wait = min(wait * 2, LONGEST_RETRY)
+def proven(paused: bool, last: datetime, now: datetime) -> bool:
+    """The disk works: KubeVirt's retry lifted the pause at `last` and the VM has run PROVEN since."""
+    return not paused and now - last >= PROVEN
 
 
-def retry_after(pauses: Pauses, since: datetime, settled: datetime) -> datetime:
-    """By when virt-handler has surely retried, after `settled`, a VM paused since `since` ever since. From
-    the first pause of its failure as seen (the pauses before `since` less than a longest wait apart),
-    the latest answer any of them gives; where the keeper may have missed an earlier one (it watched
-    the VMI for less than that), a longest wait after `settled`."""
-    chain = [since]
-    for at in sorted((t for t in pauses.at if t < since), reverse=True):
-        if chain[0] - at > LONGEST_RETRY + SAME_FAILURE:
-            break
-        chain.insert(0, at)
-    if pauses.watched_since is None or pauses.watched_since > chain[0] - LONGEST_RETRY - SAME_FAILURE:
-        return max(settled, since) + LONGEST_RETRY
-    return max(next(at for at in retries(first) if at >= settled) for first in chain)
+def _retry_failed(error: DiskError, settled: datetime, paused: bool, now: datetime,
+                  seen: datetime | None) -> str | None:
+    """How KubeVirt's words show a retry of its own that failed after `settled`, None when they do not: two
+    pauses after it, close enough to be one failure; or still paused past the retry after a repeated pause
+    (KubeVirt resumes a new failure at once); or a pause after the one the keeper saw after it."""
+    first, last, count = error.first, error.last, error.count
+    if first >= settled and count >= 2 and last - first <= (count - 1) * PROVEN:
+        return f"paused {count} times on I/O errors of disk {error.disk} from {rfc3339(first)} to {rfc3339(last)}"
+    if paused and count >= 2 and now >= last + SEEN_WITHIN:
+        return f"paused on an I/O error of disk {error.disk} at {rfc3339(last)} and still paused"
+    if seen is not None and settled <= seen < last <= seen + PROVEN:
+        return (f"paused on an I/O error of disk {error.disk} at {rfc3339(last)}, after KubeVirt resumed it from the "
+                f"one at {rfc3339(seen)}")
+    return None
 
 
-def judge(mount: Mount, pauses: Pauses, paused_since: datetime | None, now: datetime,
-          kept: Stale | None = None) -> Stale | str | None:
-    """Whether the VM is on a stale mount: its pod started before a remount request of one of its volumes,
-    and KubeVirt's own retry failed once that volume's new share-manager served: the VM paused on an I/O
-    error well after it served (RECONNECT), or, paused on one since before (`paused_since`), it is still
-    paused after virt-handler's retry that came after; or the keeper found so before (`kept`, a pause its
-    watch saw that no object shows now) and that request is still the latest. `Stale`; else, for a VM paused on an I/O error whose
-    retry is still to come, what it waits for; else None: nothing says its mount is stale."""
-    waits: list[str] = []
+def sightings(mount: Mount, errors: Iterable[DiskError]) -> dict[str, datetime]:
+    """By Longhorn volume, the last I/O error after its new share-manager served and the client had its time:
+    what the keeper's record keeps, so that a later pause shows a retry that failed."""
+    settled = {s.volume: max(s.served, s.requested or EPOCH) + RECONNECT for s in _late(mount) if s.served}
+    found: dict[str, datetime] = {}
+    for e in errors:
+        if not e.no_space and e.volume in settled and e.last >= settled[e.volume]:
+            found[e.volume] = max(e.last, found.get(e.volume, e.last))
+    return found
+
+
+def full(errors: Iterable[DiskError], paused: bool) -> str | None:
+    """Paused because a disk is full, in KubeVirt's words (its latest I/O error was "not enough space"): a
+    migration cannot free space, nor an unpause; None otherwise."""
+    latest = max(errors, key=lambda e: e.last, default=None)
+    if not paused or latest is None or not latest.no_space:
+        return None
+    return (f"paused because its disk {latest.disk} is full (KubeVirt: not enough space on volume {latest.disk}, at "
+            f"{rfc3339(latest.last)}): a migration cannot free space; free space in the guest or grow the volume")
+
+
+def _waiting(server: Server, errors: Iterable[DiskError], now: datetime) -> str | None:
+    """What a VM waits for while its share-manager does not serve: since its first I/O error on that volume (or
+    Longhorn's request), for STORAGE_WAIT, the share-manager; then its storage, not the keeper."""
+    since = min([server.requested or now, *(e.first for e in errors if e.volume == server.volume and not e.no_space)])
+    if server.served is not None:
+        return None
+    if now - since < STORAGE_WAIT:
+        return f"share-manager {server.pod or server.volume} does not serve yet"
+    return (f"waiting for its storage, not for the keeper: share-manager {server.pod or server.volume} has not served "
+            f"since {rfc3339(since)} ({whole_seconds(now - since) // 60} min)")
+
+
+def storage_wait(mount: Mount, errors: Iterable[DiskError], now: datetime) -> str | None:
+    """A share-manager of the VM's that has not served again for STORAGE_WAIT since its disk failed: the VM waits
+    for its storage, not for the keeper (said once, an Event); None otherwise."""
+    errors = list(errors)
+    waits = [w for s in _late(mount) if (w := _waiting(s, errors, now)) and w.startswith("waiting")]
+    return "; ".join(waits) or None
+
+
+def judge(mount: Mount, errors: Iterable[DiskError], paused: str, now: datetime,
+          seen: Mapping[str, datetime] | None = None, kept: Stale | None = None) -> Stale | str | None:
+    """Whether the VM is on a stale mount, on KubeVirt's own words: an I/O error (never "not enough space") on a
+    disk whose Longhorn volume was asked to remount after the VM's pod started, and a retry of KubeVirt's that
+    failed once the new share-manager served and the NFS client had its time (RECONNECT) — `_retry_failed`;
+    `seen`: what the keeper saw before (`sightings`). Or the keeper found so before (`kept`), that request still
+    the latest and the disk not proven since. A pause of any other reason (the user's) always wins. `Stale`;
+    else what a VM with an I/O error waits for; else None: nothing says its mount is stale."""
+    if paused and paused != kinds.PAUSED_IO_ERROR:
+        return None
+    errors, io, notes = list(errors), paused == kinds.PAUSED_IO_ERROR, []
     for server in sorted(_late(mount), key=lambda s: s.volume):
-        if kept is not None and server.requested == kept.requested:
+        requested, failing = server.requested or EPOCH, [e for e in errors if e.volume == server.volume and not e.no_space]
+        last = max((e.last for e in failing), default=None)
+        if kept is not None and kept.requested == requested and not proven(io, max(kept.last, last or kept.last), now):
             return kept
-        requested = server.requested or EPOCH
         if server.served is None:
-            waits.append(f"share-manager {server.pod or server.volume} does not serve yet")
+            notes += [_waiting(server, errors, now) or ""] if failing or io else []
             continue
         served = max(server.served, requested)
-        settled, where = served + RECONNECT, f"share-manager {server.pod} served again on {server.node}"
-        late = sorted(t for t in (*pauses.at, paused_since) if t is not None and t >= settled)
-        if late:
-            return Stale(f"paused on an I/O error at {rfc3339(late[0])}, {whole_seconds(late[0] - served)}s after "
-                         f"{where} at {rfc3339(served)}: KubeVirt's retry did not bring it back", requested)
-        if paused_since is None:
-            continue
-        due = retry_after(pauses, paused_since, settled)
-        if now >= due + SEEN_WITHIN:
-            return Stale(f"paused on an I/O error since {rfc3339(paused_since)}, still paused after KubeVirt's retry "
-                         f"due by {rfc3339(due)}, {whole_seconds(due - served)}s after {where}: its retry did not bring "
-                         f"it back", requested)
-        waits.append(f"paused on an I/O error since {rfc3339(paused_since)}: {where} at {rfc3339(served)}; KubeVirt "
-                     f"retries by {rfc3339(due)}, and the keeper recovers it if that retry fails")
-    return "; ".join(waits) if paused_since is not None and waits else None
+        settled, where = served + RECONNECT, f"share-manager {server.pod} served again on {server.node} at {rfc3339(served)}"
+        for error in (e for e in failing if e.last >= settled and not proven(io, e.last, now)):
+            shown = _retry_failed(error, settled, io, now, (seen or {}).get(server.volume))
+            if shown is not None:
+                return Stale(f"{shown}, {whole_seconds(error.last - served)}s after {where}: KubeVirt's retry did not "
+                             f"bring it back", requested, error.last)
+            notes.append(f"an I/O error of disk {error.disk} at {rfc3339(error.last)}, {whole_seconds(error.last - served)}s "
+                         f"after {where}: KubeVirt retries it, and the keeper recovers it if that retry fails")
+        if io and failing and last is not None and last < settled:
+            notes.append(f"paused on an I/O error of disk {failing[0].disk} at {rfc3339(last)}, before {where} and its "
+                         f"clients had {whole_seconds(RECONNECT)}s: KubeVirt retries it, and the keeper recovers it if "
+                         f"that retry fails")
+    return "; ".join(notes) or None
 
 
 def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:

@@ -39,6 +39,7 @@ HOLDS: tuple[Check, ...] = (
     (Alone.NEEDS_RESTART, lambda vm, p: vm.unpauses >= MOST_UNPAUSES,
      lambda vm, p: f"paused again on its fresh mount after {vm.unpauses} unpauses by the keeper: its disk fails here too; "
                    f"a restart mounts the volume afresh (`virtctl restart`)"),
+    (Alone.DISK_FULL, lambda vm, p: vm.full is not None, lambda vm, p: vm.full or ""),
     (Alone.NOT_RUNNING, lambda vm, p: not vm.vmi.running,
      lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running"),
     (Alone.MIGRATING, lambda vm, p: vm.migrating, lambda vm, p: "a migration of this VMI is in flight"),

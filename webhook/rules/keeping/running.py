@@ -119,6 +119,7 @@ class VmiView:
     paused_since: datetime | None = None
     hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged volumes (mounted by attachment pods)
     caches: tuple[tuple[str, str], ...] = ()  # (claim, cache mode) of each disk on a claim whose cache is set
+    disks: tuple[tuple[str, str], ...] = ()  # (VMI volume name, claim) of each volume on a claim
 
     @property
     def running(self) -> bool:
@@ -132,15 +133,6 @@ def _paused(status: dict[str, Any]) -> tuple[str, datetime | None]:
                 and declared.CONDITION_STATUS.value(condition) == "True"):
             return str(declared.CONDITION_REASON.value(condition) or "Paused"), declared.CONDITION_SINCE.time(condition)
     return "", None
-
-
-def io_paused_since(vmi: Any) -> datetime | None:
-    """Since when a VMI is paused on a disk I/O error (its condition's lastTransitionTime), None when it is not."""
-    try:
-        reason, since = _paused(declared.VMI_STATUS.obj(vmi))
-    except Malformed:  # said where the VMI is read (`read_vmi`)
-        return None
-    return since if reason == kinds.PAUSED_IO_ERROR else None
 
 
 def _live_migratable(status: dict[str, Any]) -> tuple[bool, str]:
@@ -167,17 +159,24 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
                         failure_reason=declared.FAILURE_REASON.text(state))
 
 
-def _caches(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """(claim, cache mode) of each disk whose volume is a claim and whose `cache` is set (unset:
-    KubeVirt picks `none` where the file system takes O_DIRECT, as NFS does)."""
-    claims = {}
-    volumes, disks = declared.VMI_SPEC_VOLUMES.value(spec), declared.DISKS.value(declared.DEVICES.obj(declared.DOMAIN.obj(spec)))
+def _disks(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(VMI volume name, claim) of each volume on a claim (a DataVolume's PVC has its name): KubeVirt's
+    `IOerror` Events name the volume."""
+    found = []
+    volumes = declared.VMI_SPEC_VOLUMES.value(spec)
     for volume in volumes if isinstance(volumes, list) else ():
         name = declared.VOLUME_NAME.value(volume) if isinstance(volume, dict) else None
         source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
         claim = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
         if isinstance(name, str) and isinstance(claim, str):
-            claims[name] = claim
+            found.append((name, claim))
+    return tuple(found)
+
+
+def _caches(spec: dict[str, Any], claims: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(claim, cache mode) of each disk whose volume is a claim (`claims`, by volume name) and whose `cache`
+    is set (unset: KubeVirt picks `none` where the file system takes O_DIRECT, as NFS does)."""
+    disks = declared.DISKS.value(declared.DEVICES.obj(declared.DOMAIN.obj(spec)))
     return tuple((claims[name], str(cache)) for disk in (disks if isinstance(disks, list) else ()) if isinstance(disk, dict)
                  and (name := declared.DISK_NAME.value(disk)) in claims and (cache := declared.DISK_CACHE.value(disk)))
 
@@ -240,7 +239,7 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         migratable, why = _live_migratable(status)
         target = _target_vmi(metadata, status, spec)
         paused, paused_since = _paused(status)
-        annotations = declared.VMI.annotations_of(obj, settings)
+        annotations, disks = declared.VMI.annotations_of(obj, settings), _disks(spec)
         return VmiView(namespace=namespace, name=name, uid=target.uid, phase=declared.VMI_PHASE.text(status),
                        node=target.node, opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
                        may_move=annotations.get(declared.VMI_KEEP.name()) != "false", live_migratable=migratable,
@@ -248,6 +247,6 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
                        node_selector=target.node_selector, cpu_model=target.cpu_model,
                        machine_type=target.machine_type, machine_from=target.machine_from, annotations=annotations,
                        paused=paused, paused_since=paused_since, hotplugged=tuple(hotplugged_claims(obj)),
-                       caches=_caches(spec))
+                       caches=_caches(spec, dict(disks)), disks=disks)
     except Malformed as exc:
         return exc.of(what)

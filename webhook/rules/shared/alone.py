@@ -54,6 +54,7 @@ class Alone(enum.StrEnum):
     NOT_APART = "not apart"
     # Its NFS mount is stale and no live migration of it can recover it, or an unpause did not hold (`rules.keeping`).
     NEEDS_RESTART = "needs a restart"
+    DISK_FULL = "disk full"  # paused on a full disk (KubeVirt's words): no move or unpause frees space
     TARGET_UNFIT = "target unfit"
     NOT_MIGRATABLE = "not live-migratable"
     MIGRATING = "migration in flight"

@@ -5,7 +5,7 @@ from datetime import timedelta
 from tests.support.keeping import NOW, ago, vmim
 
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.state import Action, KeeperState, retry_delay, with_kept
+from webhook.rules.keeping.record import Action, KeeperState, retry_delay, with_kept
 
 
 def ours(name, created, phase="Succeeded"):
@@ -23,7 +23,7 @@ def test_a_refusals_hold_grows_with_each_in_a_row_and_ends_when_it_goes_through(
     assert retry_delay(Action.MIGRATE, 30) == timedelta(hours=1)
     assert [retry_delay(Action.UNPAUSE, n) for n in (1, 2, 6, 9)] == [timedelta(seconds=s) for s in (10, 20, 300, 300)]
     assert state.cleared("default", "vm1", Action.MIGRATE).refusal("default", "vm1", Action.MIGRATE) is None
-    assert state.only([("default", "vm2")]).refusals == ()
+    assert state.only({("default", "vm2"): "uid-2"}).refusals == ()
 
 
 def test_the_state_forgets_what_no_bound_needs_any_more():
@@ -40,3 +40,32 @@ def test_ours_the_cluster_no_longer_shows_still_count():
     shown, collected, deleted = ours("a", ago(hours=1)), ours("b", ago(hours=3)), ours("c", ago(minutes=5), "Running")
     counted = with_kept([shown], [shown, collected, deleted], NOW)
     assert [(m.name, m.phase) for m in counted] == [("a", "Succeeded"), ("b", "Succeeded"), ("c", "Failed")]
+
+
+def test_what_a_lost_record_cannot_say_the_leader_keeps():
+    """Read as lost (deleted, not JSON), the record takes nothing from what this leader knows: its backoffs,
+    its unpauses of a VMI, the Events it said; what the record read holds wins where both say something."""
+    from webhook.rules.keeping.record import VmRecord
+    mine = KeeperState().refused("default", "vm1", Action.MIGRATE, 500, "down", NOW)
+    mine = mine.with_vm(VmRecord(namespace="default", name="vm2", uid="u2", unpaused=(ago(minutes=3),),
+                                 said=(("NeedsRestart", ago(minutes=1)),)))
+    assert KeeperState().over(mine).vms == mine.vms
+    read = KeeperState().refused("default", "vm1", Action.UNPAUSE, 409, "no", NOW)
+    joined = read.over(mine)
+    assert {h.action for h in joined.refusals} == {Action.MIGRATE, Action.UNPAUSE}
+    assert joined.vm("default", "vm2").unpauses(None) == 1
+    restarted = KeeperState().with_vm(VmRecord(namespace="default", name="vm2", uid="u3",
+                                               said=(("WaitingForStorage", NOW),)))
+    assert restarted.over(mine).vm("default", "vm2").unpaused == ()  # another VMI: its unpauses are not this one's
+
+
+def test_a_vm_that_stops_keeps_only_our_migrations_and_a_new_vmi_starts_afresh():
+    from webhook.rules.keeping.record import Evidence, VmRecord
+    record = VmRecord(namespace="default", name="vm1", migrations=(ours("a", ago(hours=1)),), uid="u1",
+                      unpaused=(ago(minutes=3),), stale=Evidence(requested=ago(hours=1), words="w", last=ago(hours=1)))
+    state = KeeperState().with_vm(record).refused("default", "vm1", Action.MIGRATE, 403, "no", NOW)
+    assert state.only({("default", "vm1"): "u1"}).vm("default", "vm1").unpaused == record.unpaused
+    restarted = state.only({("default", "vm1"): "u2"}).vm("default", "vm1")
+    assert (restarted.uid, restarted.unpaused, restarted.stale, len(restarted.refusals)) == ("u2", (), None, 1)
+    stopped = state.only({}).vm("default", "vm1")
+    assert stopped.migrations == record.migrations and stopped.refusals == () and stopped.unpaused == ()

@@ -1,0 +1,123 @@
+"""Which disk of a VM failed, and why, in KubeVirt's own words: the `IOerror` Events on its VMI.
+
+KubeVirt v1.9.0: on each pause with reason IOError virt-launcher asks libvirt for the disks with
+errors (`GetDiskErrors`) and sends one Warning Event `IOerror` per such disk, naming its VMI volume
+(`spec.volumes[].name`; empty when no domain disk matched): "VM Paused due to IO error at the volume:
+<name>" (`DOMAIN_DISK_ERROR_UNSPEC`) or "VM Paused due to not enough space on volume: <name>"
+(`DOMAIN_DISK_ERROR_NO_SPACE`) — `pkg/virt-launcher/notify-client/client.go`. virt-handler records it
+on the VMI (`pkg/virt-handler/notify-server/server.go`, `HandleK8SEvent`) with source component
+`virt-handler` and host its node (`cmd/virt-handler/virt-handler.go`). client-go's recorder (v0.34,
+vendored) folds an identical repeat into the same Event: `count` + 1, `lastTimestamp` the repeat's,
+`firstTimestamp` kept (`tools/record/events_cache.go`, `eventObserve`). An Event written through
+events.k8s.io reads in core/v1 with `eventTime` and `series` in their place, which is read too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from ..shared.times import parse_time
+
+REASON = "IOerror"
+KIND = "VirtualMachineInstance"
+# The watch's field selector: the apiserver filters Events on these (`ToSelectableFields`).
+FIELDS = f"reason={REASON},involvedObject.kind={KIND}"
+
+
+class Cause(enum.StrEnum):
+    """Why libvirt says the disk failed."""
+    IO_ERROR = "io-error"  # DOMAIN_DISK_ERROR_UNSPEC: the disk's I/O failed (a stale NFS mount, among others)
+    NO_SPACE = "no-space"  # DOMAIN_DISK_ERROR_NO_SPACE: the storage is full; no move frees space
+
+
+# KubeVirt's words for each cause, followed by the volume's name.
+WORDS = {Cause.IO_ERROR: "VM Paused due to IO error at the volume: ",
+         Cause.NO_SPACE: "VM Paused due to not enough space on volume: "}
+# client-go's aggregator prefixes a message it folds with others of the same reason
+# (`EventAggregatorByReasonMessageFunc`): the last one's words follow.
+COMBINED = "(combined from similar events): "
+
+# What the reader reads of an Event (a cache keeps this, `stores.shapes.trim`).
+KEPT: Any = {"metadata": {"name": True, "namespace": True},
+             "involvedObject": {"kind": True, "namespace": True, "name": True, "uid": True},
+             "reason": True, "message": True, "source": {"host": True}, "reportingInstance": True,
+             "count": True, "firstTimestamp": True, "lastTimestamp": True, "eventTime": True,
+             "series": {"count": True, "lastObservedTime": True}}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IoError:
+    """One disk's I/O-error pauses of a VMI, as one Event counts them: `count` pauses, the first at
+    `first`, the last at `last`, seen by virt-handler on `node`."""
+    uid: str
+    namespace: str
+    name: str
+    volume: str  # the VMI volume, "" when KubeVirt found no disk of that target
+    cause: Cause
+    count: int
+    first: datetime
+    last: datetime
+    node: str
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def words_of(message: Any) -> tuple[Cause, str] | None:
+    """The cause and the volume an IOerror Event's message names, None for other words."""
+    text = _text(message).removeprefix(COMBINED)
+    for cause, words in WORDS.items():
+        if text.startswith(words):
+            return cause, text[len(words):]
+    return None
+
+
+def _times(event: dict[str, Any]) -> tuple[datetime, datetime, int] | None:
+    """First, last and count: core/v1's fields, else events.k8s.io's (`eventTime`, `series`)."""
+    series = event.get("series") if isinstance(event.get("series"), dict) else {}
+    first = parse_time(event.get("firstTimestamp")) or parse_time(event.get("eventTime"))
+    last = parse_time(event.get("lastTimestamp")) or parse_time(series.get("lastObservedTime")) or first
+    if first is None or last is None:
+        return None
+    return min(first, last), last, _count(event.get("count")) or _count(series.get("count")) or 1
+
+
+def read_io_error(event: Any) -> IoError | None:
+    """One core/v1 Event as an IoError; None for an Event of another reason, object kind or shape."""
+    if not isinstance(event, dict) or event.get("reason") != REASON:
+        return None
+    involved = event.get("involvedObject")
+    if not isinstance(involved, dict) or involved.get("kind") != KIND:
+        return None
+    uid, name = _text(involved.get("uid")), _text(involved.get("name"))
+    namespace = _text(involved.get("namespace"))
+    said, times = words_of(event.get("message")), _times(event)
+    if not uid or not name or said is None or times is None:
+        return None
+    source = event.get("source") if isinstance(event.get("source"), dict) else {}
+    first, last, count = times
+    return IoError(uid=uid, namespace=namespace, name=name, volume=said[1], cause=said[0], count=count,
+                   first=first, last=last, node=_text(source.get("host")) or _text(event.get("reportingInstance")))
+
+
+def newest_first(errors: Iterable[IoError]) -> tuple[IoError, ...]:
+    return tuple(sorted(errors, key=lambda e: (e.last, e.first, e.volume), reverse=True))
+
+
+def by_vmi(events: Iterable[Any]) -> dict[str, tuple[IoError, ...]]:
+    """The IOerror Events among `events`, by VMI uid, each VMI's newest first (the others skipped)."""
+    found: dict[str, list[IoError]] = {}
+    for event in events:
+        error = read_io_error(event)
+        if error is not None:
+            found.setdefault(error.uid, []).append(error)
+    return {uid: newest_first(errors) for uid, errors in found.items()}
+
