@@ -34,10 +34,9 @@ def component_hook() -> dict[str, Any]:
 
 
 def creator(account: str, namespace: str) -> list[dict[str, Any]]:
-    """A ServiceAccount allowed to create migrations (as virt-controller's is), and its grant."""
+    """The grant that lets a ServiceAccount create migrations (as virt-controller's may)."""
     name = f"aim-test-{namespace}-{account}"
-    return [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
              "rules": [MIGRATIONS]},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
@@ -47,17 +46,19 @@ def creator(account: str, namespace: str) -> list[dict[str, Any]]:
 @pytest.fixture
 async def cluster(scheduler):
     """node-a cordoned and tainted for a drain, vm1 on it, its disk served from node-b; node-c beside."""
-    the_vmi = vmi("vm1", "node-a", "vm1-disk", namespace=VMS)
     objects = [node("node-a", unschedulable=True, taints=[DRAIN_TAINT]), node("node-b"), node("node-c"),
-               *rwx_disk("vm1-disk", "node-b", namespace=VMS), the_vmi, launcher_pod_of(the_vmi),
+               *rwx_disk("vm1-disk", "node-b", namespace=VMS), vmi("vm1", "node-a", "vm1-disk", namespace=VMS),
                *creator("kubevirt-controller", KUBEVIRT), *creator("kubevirt-colocate-keeper", NS)]
     made = []
     async with Api(scheduler) as api:
-        for namespace in (VMS, KUBEVIRT, NS):
-            await api.namespace(namespace)
+        await api.namespace(VMS)
+        await api.namespace(KUBEVIRT, "kubevirt-controller")
+        await api.namespace(NS, "kubevirt-colocate-keeper")
         await api.longhorn()
         for obj in objects:
             made.append(await api.create(obj))
+        # The launcher pod names its VMI by the uid the apiserver gave it.
+        made.append(await api.create(launcher_pod_of(next(o for o in made if o["kind"] == "VirtualMachineInstance"))))
         yield api
         for migration in await api.list({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration"}, VMS):
             await api.delete(migration)
