@@ -225,13 +225,16 @@ class Report:
     cluster: Cluster | None = None
     cancels: list[str] = dataclasses.field(default_factory=list)  # migrations of ours the keeper cancels, and why
 
-    def drain(self, node: str) -> DrainPreview:
-        """What draining `node` will do to these VMs (`rules.keeping.drain`)."""
+    def drain(self, node: str, aims: dict[tuple[str, str], str] | None = None) -> DrainPreview:
+        """What draining `node` will do to these VMs (`rules.keeping.drain`); `aims`: where each VM's
+        evacuation would be aimed, or why not (`tools.drain_aims`), when the aim is on."""
+        aims = aims or {}
         restarts = self.cluster.restarts if self.cluster is not None else restarts_vms(None)
         keep = KeepMode(self.cluster.mode) if self.cluster is not None else KeepMode.MIGRATE
         return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.node, storage=vm.storage,
                                         migratable=vm.live_migratable, why_not=vm.not_migratable,
-                                        cannot_finish=vm.cannot_finish) for vm in self.vms), restarts, keep)
+                                        cannot_finish=vm.cannot_finish, evacuation=aims.get((vm.namespace, vm.name), ""))
+                                for vm in self.vms), restarts, keep)
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
