@@ -241,6 +241,16 @@ async def test_the_dry_run_rotates_over_the_vms_not_held_and_a_failing_namespace
     assert {r.name: r.hold for r in report.vms if r.name != "vm4"} == dict.fromkeys(("vm1", "vm2", "vm3"), Alone.REFUSED)
 
 
+async def status_now(kmock):
+    """What `status --keep migrate --keep-after 0` shows now, the keeper's record read from `default`."""
+    api = client.for_host(api_host(kmock))
+    try:
+        return await status.status(ClusterStore(api), Settings(keep="migrate", keep_after=0, lease_namespace="default"),
+                                   datetime.datetime.now(datetime.UTC), timeout=2.0, api=api)
+    finally:
+        await api.close()
+
+
 async def test_status_names_the_held_vm_with_the_apis_words_and_probes_another(cluster, make_keeper, kmock):
     """vm1's migrations, dry runs included, answered 500: `status` after the keeper's pass says
     vm1 is held with the API's words, and its own dry run, made of a VM not held (vm3, beside its
@@ -250,12 +260,7 @@ async def test_status_names_the_held_vm_with_the_apis_words_and_probes_another(c
     keeper = await make_keeper()
     assert [vm_of(name) for name in (await keeper.run_pass()).created] == ["vm2"]
 
-    api = client.for_host(api_host(kmock))
-    try:
-        report = await status.status(ClusterStore(api), Settings(keep="migrate", keep_after=0, lease_namespace="default"),
-                                     datetime.datetime.now(datetime.UTC), timeout=2.0, api=api)
-    finally:
-        await api.close()
+    report = await status_now(kmock)
     assert report.cluster.targeted_answer == "available"
     [vm1] = [vm for vm in report.vms if vm.name == "vm1"]
     assert vm1.decision.hold == Alone.REFUSED

@@ -7,21 +7,15 @@ count as the API lost, and `status` names no limit that does not bind. And a fro
 our own drift migrations: a recovery has a slot of its own."""
 from __future__ import annotations
 
-import datetime
-
 import pytest
 from tests.support.kube import ago
 from tests.support.kubevirt_api import apart_vm, three_nodes
 from tests.support.stale import LONG_AGO, drained_node_cluster, pause_on_io_error, restart_storage, volumes
-from tests.support.stores import api_host
 
-from webhook.cluster import client
 from webhook.config import Settings
 from webhook.rules.shared.alone import Alone
-from webhook.stores.direct import ClusterStore
-from webhook.tools import status
 
-from .test_failures import FAST, MIGRATIONS, failing, vm_of
+from .test_failures import FAST, MIGRATIONS, failing, status_now, vm_of
 from .test_recovery_kubevirt import seen
 
 TENANT = "tenant"
@@ -72,12 +66,7 @@ async def test_a_tenants_webhook_down_leaves_another_namespaces_vm_moved_in_the_
     tried = {r.data["spec"]["vmiName"] for r in kmock if of_tenant(r) and r.method == "POST"}
     assert len(tried) <= 2  # the tenant's namespace waits for the next pass after two of its VMs failed
 
-    api = client.for_host(api_host(kmock))
-    try:
-        said = await status.status(ClusterStore(api), Settings(keep="migrate", keep_after=0, lease_namespace="default"),
-                                   datetime.datetime.now(datetime.UTC), timeout=2.0, api=api)
-    finally:
-        await api.close()
+    said = await status_now(kmock)
     [made] = cluster.migrations()
     for vm in said.vms:
         if vm.decision.hold is Alone.OUR_LIMIT:  # its slots held by our migration in flight and one this plan makes

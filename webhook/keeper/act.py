@@ -33,40 +33,32 @@ Step = Cancel | VmPlan
 
 @dataclasses.dataclass
 class Turn:
-    """One pass's plan as its steps are carried out: each plan made again counts what the steps before took
-    (a migration created is in flight) and gives back what a failed one had (its VM held by its refusal)."""
+    """One pass's plan as its steps are carried out: each plan made again, in the same order, gives back what
+    a failed step had counted (its VM held by its refusal, its namespace's others waiting for the next pass)."""
 
     observed: Mapping[VmKey, Observed]
     plan_with: Callable[[list[VmFacts], PassFacts], Plan]  # the pure plan, over the pass's stuck migrations
     writes: Writes
     remember: Callable[[Result], KeeperState]  # a result into the keeper's record, which it returns
-    held: dict[VmKey, VmFacts] = dataclasses.field(default_factory=dict)  # as the steps left them
-    created: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)  # (source, namespace/name)
-    acted: dict[VmKey, VmPlan] = dataclasses.field(default_factory=dict)  # each done step, as it was planned
+    held: dict[VmKey, VmFacts] = dataclasses.field(default_factory=dict)  # as their failures left them
+    done: set[VmKey] = dataclasses.field(default_factory=set)  # acted on: never held by their namespace's failures
     results: list[Result] = dataclasses.field(default_factory=list)
 
     def plan(self, facts: PassFacts) -> Plan:
-        for source, vm in self.created:
-            facts = facts.after_create(source, vm)
-        facts = dataclasses.replace(facts, deferred=dict(self.writes.deferred))
-        return self.plan_with([self.held.get(key, vm.facts) for key, vm in self.observed.items()], facts)
+        deferred = self.writes.deferred
+        waiting = {key: deferred[key[0]] for key in self.observed if key[0] in deferred and key not in self.done}
+        return self.plan_with([self.held.get(key, vm.facts) for key, vm in self.observed.items()],
+                              dataclasses.replace(facts, deferred=waiting))
 
-    def came(self, result: Result, step: Step | None = None) -> None:
+    def came(self, result: Result) -> None:
         """What a write or a dry run came to (counted by `writes` first), for the plans made after it."""
         state, key = self.remember(result), result.key
         self.results.append(result)
-        if (vm := self.observed.get(key)) is None:
-            return
-        facts = self.held.get(key, vm.facts)
-        if result.holds:
-            self.held[key] = dataclasses.replace(facts, refused=state.refusal(*key, Action.MIGRATE),
+        if result.done:
+            self.done.add(key)
+        elif result.holds and (vm := self.observed.get(key)) is not None:
+            self.held[key] = dataclasses.replace(vm.facts, refused=state.refusal(*key, Action.MIGRATE),
                                                  unpause_refused=state.refusal(*key, Action.UNPAUSE))
-        elif result.done and isinstance(step, VmPlan):
-            self.acted[key] = step
-            self.held[key] = dataclasses.replace(facts, unpaused=True) if step.unpause else dataclasses.replace(
-                facts, migrating=True)
-            if not step.unpause:
-                self.created.append((step.decision.source, "/".join(key)))
 
 
 def _steps(plan: Plan) -> list[tuple[Any, Step]]:
@@ -99,7 +91,7 @@ class Actor:
                 result = await self.unpause(turn.observed[step.key], step)
             else:
                 result = await self.create(turn.observed[step.key], step, priority=priority)
-            turn.came(turn.writes.came(result), step)
+            turn.came(turn.writes.came(result))
             if not result.done:
                 made = turn.plan(facts)
 

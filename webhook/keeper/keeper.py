@@ -179,7 +179,7 @@ class Keeper:
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
         await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
         made = turn.plan(facts)
-        for vm in {**{vm.key: vm for vm in made.vms}, **turn.acted}.values():  # a VM acted on: as it was planned
+        for vm in made.vms:
             self.records.reported(vm.facts, vm.decision, now)
         for result in turn.results:
             self.records.said(result, now)

@@ -123,7 +123,7 @@ HOLDS = [
     (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 3,
                               "ours": ("default/vm2-colocate-x", "default/vm3 (moved in this pass)")}, Alone.OUR_LIMIT,
      "2 of our migrations in flight (limit 2): default/vm2-colocate-x, default/vm3 (moved in this pass)"),
-    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "deferred": {"default": "not tried in this pass: the keeper's "
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "deferred": {("default", "vm1"): "not tried in this pass: the keeper's "
                                                                             "requests for vm2, vm3 of namespace "
                                                                             "default failed (…)"}},
      Alone.REFUSED, "not tried in this pass: the keeper's requests for vm2, vm3 of namespace default failed (…)"),

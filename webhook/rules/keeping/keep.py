@@ -102,8 +102,8 @@ class PassFacts:
     incomplete: str = ""
     lease: bool = True
     ours: tuple[str, ...] = ()  # our migrations in flight (namespace/name), then the VMs this pass moves
-    # Namespaces whose requests failed in this pass for a cause their VMs share: why they wait for the next.
-    deferred: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # VMs whose namespace's requests failed in this pass for a cause they may share: why they wait for the next.
+    deferred: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
     def after_create(self, source: str | None, vm: str = "") -> PassFacts:
         """The same pass after one more migration of ours, of `vm` (namespace/name), leaving `source`."""
@@ -228,7 +228,7 @@ def _refused(vm: VmFacts, p: PassFacts) -> str | None:
     """Why a refusal holds the VM: its own, or its namespace's failures in this pass."""
     if vm.refused is not None and p.now < vm.refused.retry:
         return vm.refused.in_words()
-    return p.deferred.get(vm.vmi.namespace)
+    return p.deferred.get((vm.vmi.namespace, vm.vmi.name))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
