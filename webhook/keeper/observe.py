@@ -29,6 +29,7 @@ from ..rules.keeping.migrations import (
     last_move,
     migrating,
     Migration,
+    flying,
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
@@ -349,7 +350,7 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
     return PassFacts(now=now, limits=Limits.of(settings), mode=settings.keep, targeted=targeted.available,
                      targeted_note=targeted.note, in_flight_ours=ours, in_flight_all=everyone,
                      outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease,
-                     ours=tuple(f"{m.namespace}/{m.name}" for m in history if m.ours and m.in_flight(now)))
+                     flying=flying(history, vmis, now))
 
 
 def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,

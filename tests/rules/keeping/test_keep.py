@@ -120,9 +120,17 @@ HOLDS = [
      "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
     (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT,
      "2 of our migrations in flight (limit 2)"),
-    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 3,
-                              "ours": ("default/vm2-colocate-x", "default/vm3 (moved in this pass)")}, Alone.OUR_LIMIT,
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 3, "flying": (
+        ("node-c", "default/vm2-colocate-x", True), ("node-c", "default/evacuation-x", False),
+        ("node-a", "default/vm3 (moved in this pass)", True))}, Alone.OUR_LIMIT,
      "2 of our migrations in flight (limit 2): default/vm2-colocate-x, default/vm3 (moved in this pass)"),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "flying": tuple(("node-c", f"ns/m{i}", False) for i in range(5))},
+     Alone.CLUSTER_LIMIT, "5 migrations in flight cluster-wide (limit 5): ns/m0, ns/m1, ns/m2, ns/m3, ns/m4"),
+    (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 3, "flying": (
+        ("node-a", "default/evacuation-x", False), ("node-c", "default/vm2-colocate-x", True),
+        ("node-a", "default/vm3 (moved in this pass)", True))}, Alone.SOURCE_BUSY,
+     "2 migrations in flight from node-a (KubeVirt runs 2 per source node): default/evacuation-x, default/vm3 (moved "
+     "in this pass): its slots are left to them"),
     (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "deferred": {("default", "vm1"): "not tried in this pass: the keeper's "
                                                                             "requests for vm2, vm3 of namespace "
                                                                             "default failed (…)"}},

@@ -101,7 +101,8 @@ class PassFacts:
     outbound: Mapping[str, int] = dataclasses.field(default_factory=dict)  # in flight by the node they leave
     incomplete: str = ""
     lease: bool = True
-    ours: tuple[str, ...] = ()  # our migrations in flight (namespace/name), then the VMs this pass moves
+    # Each migration in flight (the node it leaves, namespace/name, ours), then each VM this pass moves.
+    flying: tuple[tuple[str, str, bool], ...] = ()
     # VMs whose namespace's requests failed in this pass for a cause they may share: why they wait for the next.
     deferred: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
@@ -110,7 +111,8 @@ class PassFacts:
         outbound = dict(self.outbound)
         outbound[source or ""] = outbound.get(source or "", 0) + 1
         return dataclasses.replace(self, in_flight_ours=self.in_flight_ours + 1, in_flight_all=self.in_flight_all + 1,
-                                   outbound=outbound, ours=(*self.ours, f"{vm} (moved in this pass)"))
+                                   outbound=outbound,
+                                   flying=(*self.flying, (source or "", f"{vm} (moved in this pass)", True)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -218,9 +220,15 @@ def _our_limit(vm: VmFacts) -> int:
     return 1 if vm.stale else 0
 
 
+def _named(p: PassFacts, count: int, *, ours: bool = False, node: str | None = None) -> str:
+    """": ns/name, …", the migrations in flight that hold a limit (ours; those leaving `node`), when all are known."""
+    names = [name for source, name, mine in p.flying if (mine or not ours) and node in (None, source)]
+    return f": {', '.join(names)}" if names and len(names) == count else ""
+
+
 def _ours_words(vm: VmFacts, p: PassFacts) -> str:
     kept = " and the one kept for recoveries" if _our_limit(vm) else ""
-    named = f": {', '.join(p.ours)}" if len(p.ours) == p.in_flight_ours else ""
+    named = _named(p, p.in_flight_ours, ours=True)
     return f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}{kept}){named}"
 
 
@@ -330,11 +338,12 @@ CHECKS: tuple[Check, ...] = (
     Check(hold=Alone.CLUSTER_LIMIT,
           holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
           words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
-                              f"(limit {p.limits.max_cluster_inflight})"),
+                              f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
     Check(hold=Alone.SOURCE_BUSY,
           holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
-                              f"{p.limits.max_outbound_per_node} per source node): its slots are left to them",
+                              f"{p.limits.max_outbound_per_node} per source node)"
+                              f"{_named(p, _outbound(vm, p), node=vm.where.node)}: its slots are left to them",
           needs=("where",)),
     Check(hold=Alone.VIEW_INCOMPLETE,
           holds=lambda vm, p: bool(p.incomplete),
