@@ -15,7 +15,7 @@ from tests.support.stores import TEST_TIMING
 
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper
-from webhook.rules.keeping.state import Action
+from webhook.rules.keeping.record import Action
 from webhook.rules.shared.alone import Alone
 from webhook.stores.cache import WatchedClusterStore
 
