@@ -19,7 +19,7 @@ from .kubevirt_api import Created
 
 BURST = 10  # writes at once: more than a pass makes while nothing is wrong
 RATE = 1.0  # writes a second past the burst
-LOST = 3  # different causes failing in a row, nothing answered in between: the API is lost
+LOST = 3  # namespaces failing in a row, nothing answered in between: the API is lost
 SHARED = 2  # failures of one namespace in a row: its other VMs wait for the next pass
 WEBHOOK = re.compile(r'failed calling webhook "([^"]+)"')
 KUBEVIRT = ".kubevirt.io"  # virt-api's webhooks: down, no namespace can migrate
