@@ -29,6 +29,7 @@ from ..rules.keeping.migrations import (
     last_move,
     migrating,
     Migration,
+    flying,
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
@@ -348,7 +349,8 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
     ours, everyone = in_flight_counts(history, now)
     return PassFacts(now=now, limits=Limits.of(settings), mode=settings.keep, targeted=targeted.available,
                      targeted_note=targeted.note, in_flight_ours=ours, in_flight_all=everyone,
-                     outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease)
+                     outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease,
+                     flying=flying(history, vmis, now))
 
 
 def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,

@@ -253,11 +253,9 @@ class Records(Recall):
                 said.pop(reason, None)
         return dataclasses.replace(record, said=tuple(sorted(said.items())))
 
-    def acted(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's report and record: one more refusal in a row, or none; an unpause counted."""
-        namespace, name = key = result.key
-        if result.words and key in self.reports:
-            self.reports[key] = dataclasses.replace(self.reports[key], last_action=result.words, last_action_at=now)
+    def acted(self, result: Result, now: datetime) -> KeeperState:
+        """An action's result in the VM's record, at once: one more refusal in a row, or none; an unpause counted."""
+        namespace, name = result.key
         if result.holds:
             self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)
         elif result.done:
@@ -265,6 +263,13 @@ class Records(Recall):
         if result.done and result.action is Action.UNPAUSE and result.uid:
             record = self.state.vm(namespace, name).of_vmi(result.uid)
             self.state = self.state.with_vm(dataclasses.replace(record, unpaused=(*record.unpaused, now)[-UNPAUSES_KEPT:]))
+        return self.state
+
+    def said(self, result: Result, now: datetime) -> None:
+        """An action's result as the VM's last action, once the pass has reported the VM."""
+        if result.words and result.key in self.reports:
+            self.reports[result.key] = dataclasses.replace(self.reports[result.key], last_action=result.words,
+                                                           last_action_at=now)
 
     # ------------------------------------------------------------ our migrations, followed to their end
     def _remember(self, migrations: Sequence[Migration]) -> None:

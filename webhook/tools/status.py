@@ -46,6 +46,7 @@ from ..rules.shared.times import ago, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
+PROBES = 3  # dry runs, of VMs of as many namespaces, while their answers prove nothing
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
@@ -196,25 +197,29 @@ _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 
 
-def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
-                     state: KeeperState) -> dict[str, Any]:
-    """The dry run of the keeper's kind of migration, of the first running opted-in VM virt-api would admit
-    one of (live-migratable, none in flight: it refuses others before looking at the selector) and the
-    keeper does not hold for a refusal, else of any, else of DRY_RUN_VMI. Nothing is stored: only what
-    becomes of the fields matters."""
+def dry_run_manifests(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
+                      state: KeeperState) -> list[dict[str, Any]]:
+    """The dry runs of the keeper's kind of migration, one per namespace (one whose admission is down proves
+    nothing of another's), of the first running opted-in VM virt-api would admit one of (live-migratable, none
+    in flight: it refuses others before looking at the selector) and the keeper does not hold for a refusal,
+    else of any, else of DRY_RUN_VMI. Nothing is stored: only what becomes of the fields matters."""
     def refused(view: VmiView) -> bool:
         held = state.refusal(view.namespace, view.name, Action.MIGRATE)
         return not view.live_migratable or migrating(view, migrations, now) or (held is not None and now < held.retry)
 
     ranked = sorted(running, key=lambda view: (refused(view), view.namespace, view.name))
-    vmi = ranked[0] if ranked else VmiView(namespace=DRY_RUN_NAMESPACE, name=DRY_RUN_VMI, uid="", phase="", node=None,
-                                           opted_in=False, may_move=False, live_migratable=False, not_migratable="",
-                                           migration=None)
-    node = vmi.node or DRY_RUN_VMI
-    manifest = migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
-                                  DRY_RUN_REASON, MIGRATION_PRIORITY)
-    assert isinstance(manifest, dict)  # the node has its hostname label
-    return manifest
+    firsts: dict[str, VmiView] = {}
+    for view in ranked:
+        firsts.setdefault(view.namespace, view)
+    made = []
+    for vmi in list(firsts.values()) or [VmiView(
+            namespace=DRY_RUN_NAMESPACE, name=DRY_RUN_VMI, uid="", phase="", node=None, opted_in=False, may_move=False,
+            live_migratable=False, not_migratable="", migration=None)]:
+        node = vmi.node or DRY_RUN_VMI
+        made.append(migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
+                                       DRY_RUN_REASON, MIGRATION_PRIORITY))
+    assert all(isinstance(manifest, dict) for manifest in made)  # the node has its hostname label
+    return made
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +276,10 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     if off:
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
-        await targeted.check(dry_run_manifest(running, listed.migrations, now, state))
+        for manifest in dry_run_manifests(running, listed.migrations, now, state)[:PROBES]:
+            await targeted.check(manifest)
+            if not targeted.error:
+                break
     history = with_kept(listed.migrations, state.migrations, now)
     facts = pass_facts(settings, history, listed.views, now, targeted)
     observer, launchers = await _observer(store, settings, running, timeout, api)
