@@ -186,6 +186,9 @@ class Keeper:
         errors = [writes.lost] if writes.lost else []
         if writes.lost:
             log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
+        for namespace, why in sorted(writes.deferred.items()):  # said: in a one-namespace cluster, the API lost
+            log.warning("keeper namespace deferred", extra={"fields": {"namespace": namespace, "why": why}})
+            errors.append(f"namespace {namespace}: {why}")
         await self.records.write(now, self.running, errors, leads=self.authority(self.timing.request_timeout))
         self.records.errors = errors
         created = [result.created for result in turn.results if result.created]
