@@ -144,6 +144,7 @@ class Cluster:
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
     state: str = ""  # where the keeper's record was read from, or why not
     state_warning: str = ""  # what of the record was lost, lately or as read here
+    io_errors: str = ""  # why KubeVirt's IOerror Events could not be read ("": they were)
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -156,6 +157,7 @@ class Cluster:
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: keeper record {self.state}"] if self.state.startswith("not read") else []),
             *([f"warning: keeper record {self.state_warning}"] if self.state_warning else []),
+            *([f"warning: {self.io_errors}"] if self.io_errors else []),
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
@@ -172,6 +174,7 @@ class Cluster:
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
                 "state": self.state or None, "state_warning": self.state_warning or None,
+                "io_errors_unread": self.io_errors or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
@@ -282,7 +285,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
                 break
     history = with_kept(listed.migrations, state.migrations, now)
     facts = pass_facts(settings, history, listed.views, now, targeted)
-    observer, launchers = await _observer(store, settings, running, timeout, api)
+    observer, launchers, unread = await _observer(store, settings, running, timeout, api)
     longhorn = await read_longhorn(store, settings, timeout) if running else None
     gate, unpaused = asyncio.Semaphore(CONCURRENCY), state.just_unpaused(now)
 
@@ -303,7 +306,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
                      in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts,
-                     state=state_note, state_warning=state_warning)
+                     state=state_note, state_warning=state_warning, io_errors=unread)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header,
                   cancels=[f"{c.migration.namespace}/{c.migration.name}: {c.why}" for c in made.cancels])
@@ -323,8 +326,9 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
-                    timeout: float, api: Any) -> tuple[Observer, LauncherPods]:
-    """The keeper's observation over the disks' objects and the launcher pods, listed once; the rest read directly."""
+                    timeout: float, api: Any) -> tuple[Observer, LauncherPods, str]:
+    """The keeper's observation over the disks' objects, the launcher pods and KubeVirt's IOerror Events, listed
+    once (or why the Events were not); the rest read directly."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
     pods: list[dict[str, Any]] = []
@@ -338,7 +342,8 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
     errors = await read_io_errors(api, timeout) if running else {}
     found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
     return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
-                    keep_disks=True, io_errors=lambda uid: found.get(uid, ())), launchers
+                    keep_disks=True, io_errors=lambda uid: found.get(uid, ())), launchers, "" if found is errors else (
+        f"KubeVirt's IOerror Events could not be read ({errors}): no VM is shown on a stale mount or a full disk")
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
