@@ -231,7 +231,9 @@ async def test_the_dry_run_rotates_over_the_vms_not_held_and_a_failing_namespace
 
     report = await keeper.run_pass()
     dry_runs = [r.data["spec"]["vmiName"] for r in kmock if r.method == "POST" and r.params.get("dryRun") == "All"]
-    assert dry_runs == ["vm1", "vm2"] and report.created == () and not keeper.degraded()
+    assert dry_runs == ["vm1", "vm2"] and report.created == ()
+    [note] = keeper.degraded()  # the namespace left for the next pass is said; the API is not lost
+    assert note.startswith("namespace default: not tried in this pass: the keeper's requests for vm1, vm2 of ")
     assert all(keeper.state.refusal("default", vm, Action.MIGRATE) for vm in dry_runs)
     assert record(report, "vm3").decision.startswith("not tried in this pass: the keeper's requests for vm1, vm2 of "
                                                      "namespace default failed (the dry run of its migration failed: ")
