@@ -35,6 +35,8 @@ from webhook.config import Settings
 from webhook.kinds import NODE
 from webhook.rules import fit
 
+from kubefake import objects
+
 from . import cluster, emulator
 
 
@@ -120,6 +122,38 @@ async def cpu_per_check(store: WatchedClusterStore, raw: bytes, count: int) -> f
     return (time.process_time() - began) * 1e6 / count
 
 
+DRAINED = "node-drained"
+
+
+def drained_store(settings: Settings, pvcs: int, share_managers: int, pods: int) -> WatchedClusterStore:
+    """`filled_store` with `--aim-evacuations on`, and a VM on a cordoned node whose two disks (the
+    benchmark's) are served from the benchmark's node: its evacuation is aimed there."""
+    store = filled_store(settings, pvcs, share_managers, pods)
+    the_vmi = objects.vmi("bench-vm", DRAINED, *emulator.BENCH_CLAIMS, namespace=emulator.BENCH_NS)
+    extra = [objects.node(DRAINED, unschedulable=True), the_vmi, objects.launcher_pod_of(the_vmi)]
+    by_kind = {informer.resource.kind: informer for informer in store.informers}
+    for obj in extra:
+        by_kind[obj["kind"]].apply(Event(EventType.ADDED, obj))
+    return store
+
+
+def migration_review_bytes() -> bytes:
+    """KubeVirt's evacuation of that VM, as virt-controller creates it."""
+    return json.dumps(objects.migration_review(objects.evacuation("bench-vm", DRAINED, namespace=emulator.BENCH_NS),
+                                               namespace=emulator.BENCH_NS)).encode()
+
+
+def migration_admissions(count: int, rounds: int) -> float:
+    """µs of CPU per admission of a drain's evacuation, aimed (median of `rounds`)."""
+    settings = Settings(aim_evacuations=True)
+    endpoint = server.Admissions(drained_store(settings, 100, 50, 50), settings)
+    raw = migration_review_bytes()
+    with tempfile.TemporaryDirectory(prefix="colocate-inprocess-") as tmp, logging_to(Path(tmp) / "serve.log") as log:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            runner.run(pinned(endpoint, raw))
+            return statistics.median(runner.run(cpu_per_admission(endpoint, raw, count, log)) for _ in range(rounds))
+
+
 def migrated_checks(count: int, rounds: int, vms: int) -> float:
     """kube-scheduler's checks (µs, median of `rounds`) on a cluster of `vms` VMs that have all
     migrated once (`as_migrated`) and as many share-manager pods."""
@@ -167,6 +201,7 @@ def main() -> None:
     figures = measure(args.count, args.rounds)
     figures["migrated_vms"] = args.migrated_vms
     figures["checks_migrated_us"] = migrated_checks(args.count, args.rounds, args.migrated_vms)
+    figures["evacuation_us"] = migration_admissions(args.count, args.rounds)
     if args.json:
         print(json.dumps(figures))
         return
@@ -174,6 +209,7 @@ def main() -> None:
           f"{figures['without_checks_us']:.1f} µs (the checks add {figures['checks_us']:.1f} µs)")
     print(f"kube-scheduler's checks where all {args.migrated_vms} VMs have migrated (KubeVirt's anti-affinity on "
           f"each VM's pod): {figures['checks_migrated_us']:.1f} µs")
+    print(f"in-process admission of a drain's evacuation, aimed (--aim-evacuations on): {figures['evacuation_us']:.1f} µs CPU")
 
 
 if __name__ == "__main__":

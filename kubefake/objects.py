@@ -26,7 +26,7 @@ __all__ = [
     "ago", "fixture_cluster", "labeller", "launcher_node_selector", "launcher_pod", "launcher_pod_of", "load",
     "load_all", "longhorn_settings", "machine_type", "migration", "migration_node_selector", "migration_target", "node", "nodes", "placement",
     "pv", "pvc", "review", "running_vm", "rwx_disk", "share_manager", "share_manager_pod", "stable_uid", "stamp",
-    "vm_pod", "vmi", "vmi_uid", "workload_pod",
+    "vm_pod", "vmi", "vmi_uid", "workload_pod", "VIRT_CONTROLLER", "evacuation", "migration_review",
 ]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
@@ -672,3 +672,32 @@ def migration(name: str, vmi_name: str, *, phase: str = "Running", ours: bool = 
         "spec": {"vmiName": vmi_name},
         "status": {"phase": phase},
     }
+
+
+VIRT_CONTROLLER = "system:serviceaccount:kubevirt:kubevirt-controller"  # the account virt-controller runs as
+
+
+def evacuation(vmi_name: str, node: str, *, namespace: str = VM_NS, priority: str = "system-critical",
+               added: dict[str, str] | None = None) -> dict[str, Any]:
+    """A drain's migration as KubeVirt 1.9's evacuation controller creates it
+    (pkg/virt-controller/watch/drain/evacuation/evacuation.go, `GenerateNewMigration`): no name yet,
+    generateName kubevirt-evacuation-, the annotation naming the node it leaves, spec.priority
+    system-critical (system-maintenance for the descheduler's), no addedNodeSelector (`added`: one anyway)."""
+    spec: dict[str, Any] = {"vmiName": vmi_name, "priority": priority}
+    if added is not None:
+        spec["addedNodeSelector"] = dict(added)
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"generateName": "kubevirt-evacuation-", "namespace": namespace,
+                         "annotations": {"kubevirt.io/evacuationMigration": node}},
+            "spec": spec}
+
+
+def migration_review(obj: Any, user: str = VIRT_CONTROLLER, namespace: str = VM_NS, operation: str = "CREATE",
+                     uid: str = "uid-1") -> dict[str, Any]:
+    """The AdmissionReview the apiserver sends about a migration created by `user`."""
+    found = review(obj, namespace, operation, "VirtualMachineInstanceMigration", uid)
+    request = found["request"]
+    request["kind"] = {"group": "kubevirt.io", "version": "v1", "kind": "VirtualMachineInstanceMigration"}
+    request["resource"] = {"group": "kubevirt.io", "version": "v1", "resource": "virtualmachineinstancemigrations"}
+    request["userInfo"] = {"username": user, "groups": ["system:serviceaccounts", "system:authenticated"]}
+    return found

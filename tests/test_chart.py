@@ -58,6 +58,8 @@ VARIANTS = {  # values -> the manifests/ trees of the same install
     # An overlay (next to manifests/) with the install option's component.
     "spare VMs": ({"longhorn": {"spareVMs": True}},
                   [{"resources": ["../manifests"], "components": ["../manifests/spare-vms"]}]),
+    "aim evacuations": ({"aimEvacuations": True},
+                        [{"resources": ["../manifests"], "components": ["../manifests/aim-evacuations"]}]),
 }
 
 
@@ -292,14 +294,15 @@ def test_the_defaults_are_the_servers():
         "keepMaxInflight": server.keep_max_inflight,
         "keepMaxPerDay": server.keep_max_per_day, "pin": server.pin, "optInAnnotation": server.opt_in_annotation,
         "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule,
-        "spareVMs": server.spare_vms,
+        "spareVMs": server.spare_vms, "aimEvacuations": server.aim_evacuations,
         "bodyBudgetMiB": serve_default("--body-budget")}
     keeper = values["keeper"]
     assert (keeper["after"], keeper["afterDescheduled"], keeper["maxInflight"], keeper["maxPerDay"], values["pin"],
             values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"],
-            values["longhorn"]["spareVMs"]) == (
+            values["longhorn"]["spareVMs"], values["aimEvacuations"]) == (
         server.keep_after, server.keep_after_descheduled, server.keep_max_inflight, server.keep_max_per_day, server.pin,
-        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule, server.spare_vms)
+        server.opt_in_annotation, server.longhorn_namespace, server.share_manager_rule, server.spare_vms,
+        server.aim_evacuations)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__  # the default image tag: the image of this version
     assert chart["apiVersion"] == "v2"

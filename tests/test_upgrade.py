@@ -182,14 +182,17 @@ def grants(found: list[dict]) -> set[tuple]:
 def test_an_upgrade_from_0_2_0_renames_the_keepers_grants_and_moves_no_right(from_0_2_0):
     """0.2.0's keeper grants named `kubevirt-colocate` (the webhook's name) and
     `kubevirt-colocate-spare-vms` are not in the new install: Helm deletes them, the documented
-    lines delete them after `kubectl apply -k`. Every account has exactly the rights it had."""
+    lines delete them after `kubectl apply -k`. Every account keeps the rights it had, and gains only what
+    this release needs."""
     tool, before, after = from_0_2_0
     renamed = {(kind, NS, NS) for kind in ("Role", "RoleBinding")} | {
         (kind, LONGHORN_NS, "kubevirt-colocate-spare-vms") for kind in ("Role", "RoleBinding")}
     gone = {key(o) for o in before if o["kind"] in RBAC} - {key(o) for o in after}
     assert gone == renamed
     assert left_behind(tool, before, after, documented_deletes()) == []
-    assert grants(after) == grants(before)
+    # One right gained since 0.2.0: the keeper reads KubeVirt's IOerror Events (which disk failed, and why).
+    assert grants(after) - grants(before) == {(KEEPER, None, "", "events", None, verb) for verb in ("list", "watch")}
+    assert grants(before) <= grants(after)
     assert {name for kind, _, name in map(key, after) if kind in ("Role", "RoleBinding")} == {KEEPER, f"{NS}-certs"}
 
 

@@ -184,6 +184,11 @@ class AdmissionSettings(SharedSettings):
                            "prefer the node; off: change no pod", (SERVE, REVIEW, EXPLAIN))
     # Steer share-manager pods toward their running consumer (the cold-start rule).
     share_manager_rule: bool = setting(True, "steer share-manager pods to their VM", (SERVE, REVIEW))
+    # Opt-in: KubeVirt's drain migrations get spec.addedNodeSelector toward the VM's storage (rules/placement/aim.py).
+    aim_evacuations: bool = setting(
+        False, "on: aim KubeVirt's evacuation migrations of a drained (cordoned) node at the node of each VM's "
+        "storage, the share-managers following them; needs the install's aim-evacuations webhook "
+        "(docs/operations.md)", (SERVE, STATUS))
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
     default_timeout: float = 10.0
     # Answer this long before the apiserver gives up on us.

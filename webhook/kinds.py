@@ -123,6 +123,14 @@ STATUS_MACHINE, SPEC_MACHINE = "status.machine.type", "spec.domain.machine.type"
 # annotation from the VMI once the migration completes, so only the migration tells afterwards).
 EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"
 DESCHEDULER_PRIORITY = "system-maintenance"
+DRAIN_PRIORITY = "system-critical"
+EVACUATION_PREFIX = "kubevirt-evacuation-"
+# The account virt-controller runs as (`system:serviceaccount:<KubeVirt's namespace>:kubevirt-controller`):
+# virt-api lets only it set spec.priority (migration-create-admitter.go, hasRequestOriginatedFromVirtController).
+VIRT_CONTROLLER_ACCOUNT = "kubevirt-controller"
+# spec.addedNodeSelector of a migration (KubeVirt >= 1.6): merged into its target pod's nodeSelector, the
+# VM's own keys winning (pkg/virt-controller/watch/migration/migration.go, createTargetPod).
+ADDED_NODE_SELECTOR = "addedNodeSelector"
 
 # --------------------------------------------------------------------------- Longhorn
 

@@ -36,9 +36,10 @@ ADMISSION_LATENCY = Histogram("colocate_admission_latency_seconds",
                               "Time to answer one admission review as its caller waits for it: from the accept of its "
                               "connection (a kept connection: its request's first byte) to the answer, the TLS "
                               "handshake, reading the request and any wait for the event loop included; by kind of "
-                              "pod (vm, share-manager, other).", ["kind"], buckets=ADMISSION_BUCKETS, registry=REGISTRY)
+                              "pod (vm, share-manager, other; migration: a drain's evacuation).", ["kind"], buckets=ADMISSION_BUCKETS, registry=REGISTRY)
 ADMISSIONS = Counter("colocate_admissions_total",
-                     "Admission reviews answered, by rule and outcome (pinned, pinned-among, preferred, not-pinned, skipped, error).",
+                     "Admission reviews answered, by rule (vm, share-manager, evacuation, none) and outcome (pinned, pinned-among, "
+                     "preferred, not-pinned, aimed, skipped, error), a skipped one by why.",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
 ADMISSION_DURATIONS, ADMISSION_OUTCOMES = Children(ADMISSION_DURATION), Children(ADMISSIONS)
 ADMISSION_LATENCIES = Children(ADMISSION_LATENCY)

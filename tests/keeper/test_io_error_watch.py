@@ -120,3 +120,14 @@ async def test_status_reads_every_page(cluster, kmock):
     finally:
         await api.close()
     assert [r.params.get("continue") for r in kmock if r.url.path == "/api/v1/events"] == [None, "next"]
+
+
+async def test_status_says_when_it_could_not_read_kubevirts_io_errors(cluster, kmock):
+    """No VM is shown on a stale mount on what was not read: `status` says why, in its header."""
+    from .test_failures import status_now
+    cluster.seed(three_nodes() + apart_vm("vm1"))
+    kmock["/api/v1/events"] << refused(403, "Forbidden")
+    said = await status_now(kmock)
+    assert said.cluster.io_errors.startswith("KubeVirt's IOerror Events could not be read (Events: API answered 403")
+    assert any(line.startswith("warning: KubeVirt's IOerror Events could not be read") for line in said.cluster.lines())
+    assert said.cluster.to_json()["io_errors_unread"] == said.cluster.io_errors

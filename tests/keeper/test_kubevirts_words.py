@@ -11,17 +11,14 @@ import json
 
 import pytest
 from tests.support.kube import launcher_pod_of, rwx_disk, run_verb, vmi
-from tests.support.kubevirt_api import VMIS, eventually
+from tests.support.kubevirt_api import eventually
 from tests.support.stale import drained_node_cluster
 
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.virt_handler import io_error_pause, io_retry_resume, NO_SPACE
-from webhook import kinds
-from webhook.config import Settings
 
 from .test_recovery import pause_by_user, paused, unpauses
-from .test_recovery_kubevirt import (evacuated, FAST, FailingMount, passes, passes_until_created, recovered, seconds, seen,
-                                     stale_cluster)
+from .test_recovery_kubevirt import FAST, FailingMount, passes, passes_until_created, recovered, seconds, seen, stale_cluster
 from .test_stale_evidence import quarter_hour
 
 FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "600")
@@ -123,25 +120,20 @@ async def test_a_slowly_failing_mount_beside_its_storage_goes_away_and_back(kmoc
     assert away["spec"]["addedNodeSelector"]["kubernetes.io/hostname"] in ("node-b", "node-c")
 
 
-async def test_a_new_leader_after_two_unpauses_unpauses_no_more_nor_says_it_again(kmock, cluster, make_keeper):
-    """Carried paused onto node-b by a drain's evacuation, vm1 is unpaused twice and pauses again at once each
-    time: it needs a restart. The keeper's record counts the unpauses and the Event said: a new leader unpauses
-    no more and says nothing again."""
-    keeper, clock, t0 = await stale_cluster(kmock, cluster, make_keeper)
-    await io_error_pause(kmock.apiserver, "default", "vm1", t0 + seconds(5))
-    await evacuated(kmock, cluster, "vm1", t0 + seconds(40))
-    kept = kmock.objects[kinds.VMI, "default", "vm1"].raw["status"]["conditions"]
-
-    async def fails_again(until):
-        if paused(kmock) is None:  # unpaused: QEMU stops it again before virt-handler looks
-            await cluster.patch(f"{VMIS}/vm1", {"status": {"conditions": kept}})
-    clock.advance(60)
-    end = clock.now + datetime.timedelta(minutes=10)
-    await passes(keeper, clock, kmock, fails_again, lambda report: report if clock.now >= end else None)
-    assert len(unpauses(kmock)) == 2
-    leader = await make_keeper(Settings(keep="migrate", keep_after=600), clock=clock)
-    end = clock.now + datetime.timedelta(minutes=10)
-    await passes(leader, clock, kmock, fails_again, lambda report: report if clock.now >= end else None)
-    assert len(unpauses(kmock)) == 2 and cluster.migrations() == []
-    said = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "NeedsRestart"])
-    assert len(said) == 1 and said[0].get("count", 1) == 1
+async def test_a_vm_whose_share_manager_does_not_serve_again_is_said_to_wait_for_its_storage(
+        tmp_path, kmock, cluster, make_keeper):
+    """The new share-manager pod runs but never gets Ready (NFS-Ganesha does not come up): no migration can
+    mount what is not served. Ten minutes after the VM's disk first failed, one Event says the VM waits for its
+    storage, not for the keeper (`status`, on the cluster's clock, says what it waits for meanwhile)."""
+    keeper, clock, t0 = await stale_cluster(kmock, cluster, make_keeper, storage="node-a")
+    await cluster.patch("/api/v1/namespaces/longhorn-system/pods/share-manager-pvc-vm1-disk", {"status": {
+        "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}})
+    play = FailingMount(keeper, kmock, IoErrorRetry().fast_failing(t0 + seconds(5), 40), seen=False)
+    await quarter_hour(keeper, clock, kmock, play)
+    assert cluster.migrations() == [] and unpauses(kmock) == []
+    said = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "WaitingForStorage"])
+    assert len(said) == 1 and said[0]["message"].startswith(
+        "waiting for its storage, not for the keeper: share-manager share-manager-pvc-vm1-disk has not served since ")
+    # `status` looks at the cluster's own clock, a moment after the restart: the share-manager does not serve yet.
+    assert (await status_of(tmp_path, kmock))["waiting_for_retry"] == (
+        "share-manager share-manager-pvc-vm1-disk does not serve yet")

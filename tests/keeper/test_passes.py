@@ -462,7 +462,8 @@ async def test_without_added_node_selector_nothing_is_created_until_an_upgrade(c
 @pytest.mark.parametrize("answer", [403, 429, 503])
 async def test_a_failed_create_is_counted_and_reported_never_raised(cluster, make_keeper, kmock, answer):
     """A 403 refuses each VM's own create, a 429 or a 503 fails it: each VM is held with the API's
-    words and tried once a pass at most; two VMs failing are theirs, not the keeper's (/readyz clean)."""
+    words and tried once a pass at most; two VMs failing are theirs, not the keeper's (/readyz says the
+    namespace waits for the next pass, not that the API is lost)."""
     def failing(request):
         if request.params.get("dryRun") == "All":
             return request.data
@@ -477,7 +478,8 @@ async def test_a_failed_create_is_counted_and_reported_never_raised(cluster, mak
 
     assert report.created == ()
     assert sample("colocate_keeper_migrations_total", result="error") == errors + 2
-    assert not keeper.degraded()
+    # A refusal is about the VM; a 429 or 5xx of two VMs leaves their namespace for the next pass, said. Never the API lost.
+    assert all(note.startswith("namespace default: not tried in this pass: ") for note in keeper.degraded())
     assert f"creating a migration failed: API answered {answer}" in record(report).last_action
     report = await keeper.run_pass()
     assert sample("colocate_keeper_migrations_total", result="error") == errors + 2  # each waits its backoff

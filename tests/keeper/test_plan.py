@@ -75,9 +75,12 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
         assert (said[name]["hold"], said[name]["decision"]) == (
             str(record.hold) if record.hold is not None else None, record.decision), name
     holds = {name: said[name]["hold"] for name in said}
-    # vm1, frozen on its stale mount, comes first and takes the last slot of ours; vm4 and vm3 wait for one.
-    assert holds == {"vm1": None, "vm2": Alone.NOT_APART, "vm3": Alone.OUR_LIMIT, "vm4": Alone.OUR_LIMIT,
+    # vm1, frozen on its stale mount, comes first and takes the last slot of ours; vm3 waits for one, named by
+    # what holds them; vm4 waits its refusal (no limit is said of it: none binds it).
+    assert holds == {"vm1": None, "vm2": Alone.NOT_APART, "vm3": Alone.OUR_LIMIT, "vm4": Alone.REFUSED,
                      "vm5": Alone.MIGRATING}
+    assert said["vm3"]["decision"] == (f"2 of our migrations in flight (limit 2): default/{first.created[0].split('/')[1]}, "
+                                       "default/vm1 (moved in this pass)")
     assert said["vm1"]["moves"] and said["vm1"]["stale_mount"].startswith("paused on an I/O error of disk disk0 at ")
     assert said["vm2"]["next"].startswith("unpaused at the keeper's next pass (paused on a disk I/O error")
     assert [name.split("/")[1].split("-colocate-")[0] for name in report.created] == ["vm1"]

@@ -1,10 +1,10 @@
 """The keeper's writes as a whole (webhook/keeper/writes.py): the bucket over them, and when a run of
-failures means the API is lost rather than one VM's object."""
+failures means the API is lost rather than one VM's object, one namespace's or one tenant's webhook."""
 from __future__ import annotations
 
 import pytest
 
-from webhook.keeper.writes import BURST, LOST, RATE, Result, Writes
+from webhook.keeper.writes import BURST, LOST, RATE, Result, SHARED, Writes
 from webhook.rules.keeping.record import Action
 
 
@@ -27,8 +27,13 @@ def writes():
     return Writes(clock=time, sleep=time.sleep), time
 
 
-def failed(vm, status=500):
-    return Result(key=("default", vm), action=Action.MIGRATE, words=f"API answered {status}", holds=True, status=status)
+def failed(vm, status=500, namespace="default", words=""):
+    return Result(key=(namespace, vm), action=Action.MIGRATE, words=words or f"API answered {status}", holds=True,
+                  status=status)
+
+
+def webhook_down(name):
+    return f"API answered 500: Internal error occurred: failed calling webhook \"{name}\": failed to call webhook"
 
 
 async def test_a_burst_goes_at_once_then_one_write_a_second():
@@ -48,16 +53,45 @@ async def test_a_burst_goes_at_once_then_one_write_a_second():
 
 
 @pytest.mark.parametrize("status", [0, 500, 503, 429])
-async def test_different_vms_failing_in_a_row_without_an_answer_about_them_mean_the_api_is_lost(status):
+async def test_namespaces_failing_in_a_row_without_an_answer_about_them_mean_the_api_is_lost(status):
     made, _ = writes()
     for i in range(1, LOST):
-        made.came(failed(f"vm{i}", status))
+        made.came(failed(f"vm{i}", status, namespace=f"ns-{i}"))
         assert not made.lost and await made.take()
-    made.came(failed(f"vm{LOST}", status))
-    assert f"the API failed for {LOST} different VMs in a row" in made.lost
+    made.came(failed(f"vm{LOST}", status, namespace=f"ns-{LOST}"))
+    assert made.lost.startswith(f"the API failed in {LOST} namespaces in a row (ns-1, ns-2, ns-3), the pass stopped: "
+                                f"API answered {status}")
     assert not await made.take()  # the pass writes nothing more
     made.begin()  # the next pass gives the API a fresh chance
     assert not made.lost and await made.take()
+
+
+@pytest.mark.parametrize("words", ["", webhook_down("migrations.tenant.example.com")])
+async def test_one_namespace_failing_is_never_the_api_lost_and_its_other_vms_wait_for_the_next_pass(words):
+    made, _ = writes()
+    made.came(failed("vm1", namespace="tenant", words=words))
+    assert made.deferred == {}  # one VM's failure holds that VM alone
+    for i in range(2, LOST + 3):
+        made.came(failed(f"vm{i}", namespace="tenant", words=words))
+    assert not made.lost and list(made.deferred) == ["tenant"] and SHARED == 2
+    assert made.deferred["tenant"].startswith("not tried in this pass: the keeper's requests for vm1, vm2, vm3, vm4, "
+                                              "vm5 of namespace tenant failed (API answered 500")
+    made.came(failed("vm9", namespace="other"))
+    assert list(made.deferred) == ["tenant"]
+    made.begin()
+    assert made.deferred == {}
+
+
+async def test_one_tenants_webhook_failing_in_many_namespaces_is_never_the_api_lost_but_kubevirts_own_is():
+    made, _ = writes()
+    for i in range(1, LOST + 3):
+        made.came(failed(f"vm{i}", namespace=f"ns-{i}", words=webhook_down("migrations.tenant.example.com")))
+    assert not made.lost
+    for i in range(1, LOST):
+        made.came(failed(f"vm{i}", namespace=f"ns-{i}", words=webhook_down("migration-create-validator.kubevirt.io")))
+    assert not made.lost
+    made.came(failed("vm9", namespace="ns-9", words=webhook_down("migration-create-validator.kubevirt.io")))
+    assert made.lost  # virt-api: no namespace can migrate
 
 
 @pytest.mark.parametrize("between", [
@@ -68,10 +102,10 @@ async def test_different_vms_failing_in_a_row_without_an_answer_about_them_mean_
 async def test_an_answer_about_an_object_in_between_starts_the_count_again(between):
     made, _ = writes()
     for i in range(1, LOST):
-        made.came(failed(f"vm{i}"))
+        made.came(failed(f"vm{i}", namespace=f"ns-{i}"))
     made.came(between)
     for i in range(1, LOST):
-        made.came(failed(f"vm{i + LOST}"))
+        made.came(failed(f"vm{i + LOST}", namespace=f"ns-{i + LOST}"))
     assert not made.lost
 
 

@@ -175,6 +175,9 @@ def test_each_account_may_do_what_its_component_does_and_the_webhooks_no_more(co
     assert may(control_plane, SA, "get", **deployments, name="kubevirt-colocate"), how
     assert not may(control_plane, SA, "get", **deployments, name="other"), how
     assert not may(control_plane, SA, "update", **deployments, name="kubevirt-colocate"), how
+    # The keeper watches KubeVirt's IOerror Events cluster-wide: which disk failed and why.
+    for verb in ("list", "watch"):
+        assert may(control_plane, SA, verb, "events"), (how, verb)
 
 
 @pytest.mark.parametrize("priority", [None, "system-maintenance"])

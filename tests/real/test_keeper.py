@@ -13,6 +13,7 @@ from kubefake.envtest import FIXTURES, api_client
 from tests.support.keeping import apart_vmi
 from tests.support.kube import node
 
+from webhook.cluster.client import request
 from webhook.keeper.targeted import TargetedMigration
 from webhook.rules.keeping.migrations import migration_manifest
 
@@ -65,8 +66,6 @@ async def test_the_recovery_paths_migrations_and_the_keepers_state_are_created_o
     """What the recovery of a VM on a stale mount creates, as the real apiserver takes it with KubeVirt
     1.8's schema: the migration to its storage node and the first leg of the hop beside it (each marked
     `recovers`, one node named), and the keeper's state ConfigMap, written and written over."""
-    import dataclasses
-
     from webhook.keeper.kubevirt_api import create_migration
     from webhook.keeper.records import StateStore
     from webhook.rules.keeping.record import Action, KeeperState
@@ -87,6 +86,30 @@ async def test_the_recovery_paths_migrations_and_the_keepers_state_are_created_o
         state = KeeperState().refused(VMS, "vm1", Action.MIGRATE, 403, "forbidden", datetime.datetime.now(datetime.UTC))
         assert await store.write(state) is True
         assert await store.write(state) is False  # unchanged: not written again
-        later = dataclasses.replace(state, refusals=())
+        later = state.cleared(VMS, "vm1", Action.MIGRATE)
         assert await store.write(later) is True
         assert await StateStore(api, VMS, "kubevirt-colocate-keeper-state", timeout=10).read() == (later, None)
+
+
+async def test_kubevirts_io_error_events_are_read_by_the_keepers_field_selector(control_plane):
+    """The apiserver selects Events on `reason` and `involvedObject.kind` (`ToSelectableFields`): virt-launcher's
+    IOerror Event on a VMI, as virt-handler records it, is what the keeper reads; another Event is not."""
+    from webhook.keeper.kubevirt_api import read_io_errors
+
+    control_plane.kubectl("create", "namespace", VMS, check=False)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    involved = {"kind": "VirtualMachineInstance", "namespace": VMS, "name": "vm1", "uid": "uid-vm1",
+                "apiVersion": "kubevirt.io/v1"}
+    async with api_client(control_plane.kubeconfig) as api:
+        for name, reason, message in (("vm1.io", "IOerror", "VM Paused due to IO error at the volume: disk0"),
+                                      ("vm1.other", "Started", "VirtualMachineInstance started.")):
+            status, raw = await request(api, "POST", f"/api/v1/namespaces/{VMS}/events", body={
+                "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": VMS},
+                "involvedObject": involved, "reason": reason, "message": message, "type": "Warning",
+                "source": {"component": "virt-handler", "host": "node-a"}, "count": 3, "firstTimestamp": now,
+                "lastTimestamp": now}, timeout=10)
+            assert status == 201, raw
+        found = await read_io_errors(api, timeout=10)
+    assert isinstance(found, dict), found
+    [error] = found["uid-vm1"]
+    assert (error.volume, error.count, str(error.cause)) == ("disk0", 3, "io-error")

@@ -1,6 +1,7 @@
-"""A pass of the keeper on a real kube-apiserver in which a tenant's webhook that is down (failurePolicy
-Fail, `matchConditions` on one VM's name) fails that VM's migrations with 500 "failed calling webhook":
-the keeper holds that VM alone, with the apiserver's words, and moves the other in the same pass."""
+"""Passes of the keeper on a real kube-apiserver in which a tenant's webhook that is down (failurePolicy
+Fail) fails migrations with 500 "failed calling webhook": of one VM (`matchConditions` on its name), the
+keeper holds that VM alone and moves the other in the same pass; of a whole namespace (its
+`namespaceSelector`), the keeper moves a VM of another namespace in its first pass."""
 from __future__ import annotations
 
 import asyncio
@@ -8,59 +9,77 @@ import dataclasses
 
 import yaml
 from kubefake.envtest import Api, Refused, api_client, free_port
-from tests.support.kube import launcher_pod_of, node, rwx_disk, vmi
+from tests.support.kube import ago, launcher_pod_of, node, rwx_disk, vmi
 from tests.support.kubevirt_api import TIMING, eventually
 from tests.support.stores import TEST_TIMING
 
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper
+from webhook.rules.keeping.record import Action
+from webhook.rules.shared.alone import Alone
 from webhook.stores.cache import WatchedClusterStore
 
 
-FAILING = "tenant-down"  # the namespace of the VMs a tenant's webhook that is down fails one of
+FAILING = "tenant-down"  # the namespace of the VMs a tenant's webhook that is down fails
+OTHER = "tenant-up"  # another tenant's namespace
 TENANT_WEBHOOK = "tenant-migrations"
 VMIM = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration"}
 
 
-def tenant_webhook(port: int) -> dict:
-    """A tenant's ValidatingWebhookConfiguration for the migrations of vm1 of FAILING alone (its
-    matchConditions), failurePolicy Fail, sideEffects None (so dry runs call it too), calling a
-    loopback port nothing listens on: kube-apiserver answers 500 "failed calling webhook"."""
+def tenant_webhook(port: int, *, vm1_only: bool = True) -> dict:
+    """A tenant's ValidatingWebhookConfiguration for the migrations of FAILING (of its vm1 alone with
+    `vm1_only`: its matchConditions), failurePolicy Fail, sideEffects None (so dry runs call it too),
+    calling a loopback port nothing listens on: kube-apiserver answers 500 "failed calling webhook"."""
+    hook = {"name": "migrations.tenant.example.com", "failurePolicy": "Fail", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "timeoutSeconds": 2,
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/validate"},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": FAILING}},
+            "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["virtualmachineinstancemigrations"]}]}
+    if vm1_only:
+        hook["matchConditions"] = [{"name": "vm1-only", "expression": 'object.spec.vmiName == "vm1"'}]
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": TENANT_WEBHOOK},
-            "webhooks": [{"name": "migrations.tenant.example.com", "failurePolicy": "Fail", "sideEffects": "None",
-                          "admissionReviewVersions": ["v1"], "timeoutSeconds": 2,
-                          "clientConfig": {"url": f"https://127.0.0.1:{port}/validate"},
-                          "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": FAILING}},
-                          "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                     "resources": ["virtualmachineinstancemigrations"]}],
-                          "matchConditions": [{"name": "vm1-only", "expression": 'object.spec.vmiName == "vm1"'}]}]}
+            "metadata": {"name": TENANT_WEBHOOK}, "webhooks": [hook]}
 
 
-async def apart_vms(admin: Api) -> list[dict]:
-    """vm1 and vm2 of FAILING on fail-a and fail-c, their disks served from fail-b: what was created."""
-    await admin.namespace(FAILING)
+async def apart_vm(admin: Api, name: str, namespace: str, where: str, hours: int) -> list[dict]:
+    """`name` of `namespace` on `where`, its disk served from fail-b, its pods started `hours` ago: what was
+    created."""
+    made = []
+    for obj in [*rwx_disk(f"{name}-disk", "fail-b", namespace=namespace), vmi(name, where, f"{name}-disk",
+                                                                            namespace=namespace)]:
+        if obj["kind"] == "Pod":  # the share-manager's
+            obj.setdefault("status", {})["startTime"] = ago(hours=hours)
+        made.append(await admin.create(obj))
+    launcher = launcher_pod_of(made[-1])  # of the VMI as stored: its uid
+    launcher["status"]["startTime"] = ago(hours=hours)
+    return [*made, await admin.create(launcher)]
+
+
+async def apart_vms(admin: Api, *others: tuple[str, str, str, int]) -> list[dict]:
+    """vm1 and vm2 of FAILING on fail-a and fail-c, apart from their disks (served from fail-b) for a day,
+    and `others` (name, namespace, node, hours apart): what was created."""
     await admin.longhorn()
     made = [await admin.create(node(name)) for name in ("fail-a", "fail-b", "fail-c")]
-    for vm, where in (("vm1", "fail-a"), ("vm2", "fail-c")):
-        made += [await admin.create(obj) for obj in rwx_disk(f"{vm}-disk", "fail-b", namespace=FAILING)]
-        made.append(await admin.create(vmi(vm, where, f"{vm}-disk", namespace=FAILING)))
-        made.append(await admin.create(launcher_pod_of(made[-1])))
+    for name, namespace, where, hours in (("vm1", FAILING, "fail-a", 24), ("vm2", FAILING, "fail-c", 24), *others):
+        await admin.namespace(namespace)
+        made += await apart_vm(admin, name, namespace, where, hours)
     return made
 
 
-async def refused_for_vm1(admin: Api) -> bool:
-    """The apiserver calls the tenant's webhook: a dry run of a migration of vm1 is answered 500."""
+async def refused_for(admin: Api, name: str) -> bool:
+    """The apiserver calls the tenant's webhook: a dry run of a migration of `name` of FAILING is answered 500."""
     try:
-        await admin.create({**VMIM, "metadata": {"generateName": "vm1-", "namespace": FAILING},
-                            "spec": {"vmiName": "vm1"}}, dry_run=True)
+        await admin.create({**VMIM, "metadata": {"generateName": f"{name}-", "namespace": FAILING},
+                            "spec": {"vmiName": name}}, dry_run=True)
     except Refused as refused:
         return refused.code == 500 and "failed calling webhook" in refused.message
     return False
 
 
 async def one_pass(control_plane) -> tuple:
-    """One pass of a keeper in migrate mode on the control plane: its report and its readiness notes."""
+    """The first pass of a new keeper in migrate mode on the control plane: its report, its readiness notes,
+    and the keeper's record of refusals."""
     settings = Settings(keep="migrate", keep_after=0)
     async with api_client(control_plane.kubeconfig) as api:
         store = WatchedClusterStore(api, settings, TEST_TIMING)
@@ -70,26 +89,52 @@ async def one_pass(control_plane) -> tuple:
             keeper = Keeper(api, store, settings, timing=dataclasses.replace(TIMING, request_timeout=10))
             async with keeper.watching() as watch:
                 await asyncio.wait_for(watch.wait_synced(), 30)
-                return await keeper.run_pass(), keeper.degraded()
+                return await keeper.run_pass(), keeper.degraded(), keeper.state
         finally:
             await store.close()
+
+
+async def with_webhook_down(control_plane, made: list[dict], *, vm1_only: bool) -> tuple:
+    """One pass while the tenant's webhook is down; then the webhook, our migrations and `made` deleted."""
+    async with Api(control_plane) as admin:
+        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant_webhook(free_port(), vm1_only=vm1_only)))
+        try:
+            await eventually(lambda: refused_for(admin, "vm1"), 20, 0.2)
+            return await one_pass(control_plane)
+        finally:
+            control_plane.kubectl("delete", "validatingwebhookconfiguration", TENANT_WEBHOOK, "--ignore-not-found")
+            for namespace in (FAILING, OTHER):
+                for migration in await admin.list(VMIM, namespace):
+                    await admin.delete(migration)
+            for obj in reversed(made):
+                await admin.delete(obj)
+
+
+def moved(report) -> list[str]:
+    """namespace/VM of each migration the pass created."""
+    return [f"{name.split('/')[0]}/{name.split('/')[1].split('-colocate-')[0]}" for name in report.created]
 
 
 async def test_a_tenants_webhook_that_is_down_holds_its_vm_alone_and_the_keeper_moves_another(control_plane):
     async with Api(control_plane) as admin:
         made = await apart_vms(admin)
-        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(tenant_webhook(free_port())))
-        try:
-            await eventually(lambda: refused_for_vm1(admin), 20, 0.2)
-            report, notes = await one_pass(control_plane)
-        finally:
-            control_plane.kubectl("delete", "validatingwebhookconfiguration", TENANT_WEBHOOK, "--ignore-not-found")
-            for migration in await admin.list(VMIM, FAILING):
-                await admin.delete(migration)
-            for obj in reversed(made):
-                await admin.delete(obj)
-    moved = [name.split("/")[1].split("-colocate-")[0] for name in report.created if name.startswith(f"{FAILING}/")]
-    assert moved == ["vm2"]  # in the same pass
+    report, notes, state = await with_webhook_down(control_plane, made, vm1_only=True)
+    assert moved(report) == [f"{FAILING}/vm2"]  # in the same pass
     [vm1] = [r for r in report.vms if (r.namespace, r.name) == (FAILING, "vm1")]
-    assert "failed: API answered 500: " in vm1.last_action and "failed calling webhook" in vm1.last_action
-    assert not [note for note in notes if "500" in note]  # one VM's failure: the keeper is fine
+    assert vm1.hold is Alone.REFUSED  # held alone, with a backoff of its own
+    refusal = state.refusal(FAILING, "vm1", Action.MIGRATE)
+    assert refusal is not None and refusal.status == 500 and refusal.count == 1
+    assert not notes  # one VM's failure: the keeper is fine
+
+
+async def test_a_tenants_webhook_down_for_its_namespace_leaves_another_namespaces_vm_moved_in_the_first_pass(
+        control_plane):
+    """vm1 and vm2 of FAILING, apart for a day, come first; vm3 of OTHER, apart for an hour, after them."""
+    async with Api(control_plane) as admin:
+        made = await apart_vms(admin, ("vm3", OTHER, "fail-a", 1))
+    report, notes, state = await with_webhook_down(control_plane, made, vm1_only=False)
+    assert moved(report) == [f"{OTHER}/vm3"]  # on a new leader, in its first pass
+    held = {r.name: r.hold for r in report.vms if r.namespace == FAILING}
+    assert held == {"vm1": Alone.REFUSED, "vm2": Alone.REFUSED}
+    assert [state.refusal(FAILING, name, Action.MIGRATE).status for name in ("vm1", "vm2")] == [500, 500]
+    assert not notes  # one tenant's webhook: never the API lost

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubefake.envtest import Api, Refused
 from tests.support.kubevirt_api import eventually
-from tests.support.kube import Serving, annotations, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
+from tests.support.kube import Serving, annotations, registered_while, registration, nodes, pin_of, required_terms, running_vm, rwx_disk, share_manager_pod, vm_pod
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIGURATION = "kubevirt-colocate-real"
@@ -44,13 +44,8 @@ async def registered(scheduler, cluster, tls_files):
     """`serve` on the real apiserver (the admin's kubeconfig), registered by URL, and ready."""
     serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig),
                                   "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
-    config = registration(serving, tls_files["ca"], CONFIGURATION)
-    try:
-        await cluster.create(config)
-        yield serving
-    finally:
-        await cluster.delete(config)
-        await serving.stop()
+    async for ready in registered_while(cluster, serving, registration(serving, tls_files["ca"], CONFIGURATION)):
+        yield ready
 
 
 async def admitted(api: Api, pod: dict[str, Any], namespace: str, decided: bool = True) -> dict[str, Any]:

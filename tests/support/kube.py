@@ -185,6 +185,16 @@ def registration(serving: Serving, ca: Path, name: str) -> dict[str, Any]:
     return webhook_registration(f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", ca, name)
 
 
+async def registered_while(api: Any, serving: Serving, config: dict[str, Any]) -> Any:
+    """Yield `serving` while `config` (its registration) is in the apiserver; both gone afterwards."""
+    try:
+        await api.create(config)
+        yield serving
+    finally:
+        await api.delete(config)
+        await serving.stop()
+
+
 def answer(outcome: Any, uid: str = "uid-1") -> dict[str, Any]:
     """The AdmissionReview the server would send for this outcome of the rules."""
     from webhook.admission.review import build_response

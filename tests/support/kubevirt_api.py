@@ -161,10 +161,11 @@ class Cluster:
 
 
 
-def apart_vm(name: str = "vm1", *, node: str = "node-a", storage: str = "node-b", **vmi_options: Any) -> list[dict[str, Any]]:
+def apart_vm(name: str = "vm1", *, node: str = "node-a", storage: str = "node-b", namespace: str = "default",
+             **vmi_options: Any) -> list[dict[str, Any]]:
     """A running opted-in VM on `node` whose one disk is served from `storage`, with its launcher pod."""
-    obj = vmi(name, node, f"{name}-disk", **vmi_options)
-    disk = rwx_disk(f"{name}-disk", storage)
+    obj = vmi(name, node, f"{name}-disk", namespace=namespace, **vmi_options)
+    disk = rwx_disk(f"{name}-disk", storage, namespace=namespace)
     for share_manager_pod in disk[3:]:
         share_manager_pod["metadata"]["creationTimestamp"] = ago(days=4)
     return disk + [obj, launcher(obj)]

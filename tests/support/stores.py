@@ -9,9 +9,9 @@ from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster import client
 from webhook.cluster.reflector import Event, EventType, Timing
 from webhook.config import Settings
-from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES
+from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES, VMIM
 
-RESOURCES = (*RULE_RESOURCES, LONGHORN_SETTING)
+RESOURCES = (*RULE_RESOURCES, LONGHORN_SETTING, VMIM)
 
 # Quick recovery in tests; the watch itself lasts as long as in production.
 TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)

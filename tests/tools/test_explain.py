@@ -246,3 +246,26 @@ async def test_explain_without_longhorn_volumes_readable_says_so(tmp_path, kmock
     assert code == 0, err
     [path] = json.loads(out)["io_path"]
     assert path["local_replica"] is None and path["unknown"].startswith("Longhorn volumes and replicas not read")
+
+
+async def test_explain_says_where_the_vms_evacuations_were_aimed(tmp_path, kmock):
+    """The evacuation the webhook aimed (`--aim-evacuations on`), and one left as KubeVirt made it."""
+    from webhook.kinds import VMIM
+
+    seed_vm(kmock, "node-b")
+    aimed = copy.deepcopy(load("vmim-evacuation.yaml"))
+    aimed["metadata"].update(name="kubevirt-evacuation-aimed", creationTimestamp="2026-11-20T09:58:00Z")
+    aimed["spec"]["addedNodeSelector"] = {"kubernetes.io/hostname": "node-b"}
+    untouched = copy.deepcopy(load("vmim-evacuation.yaml"))
+    untouched["metadata"].update(name="kubevirt-evacuation-first", creationTimestamp="2026-11-20T09:50:00Z")
+    untouched["status"]["phase"] = "Failed"
+    kmock.resources[VMIM] = {}
+    for migration in (aimed, untouched):
+        kmock.objects[VMIM, "default", migration["metadata"]["name"]] = migration
+    code, out, err = await explain(tmp_path, kmock, "default/vm1")
+    assert code == 0, err
+    assert "  evacuation kubevirt-evacuation-first off node-b: not aimed (KubeVirt's own choice), Failed" in out
+    assert "  evacuation kubevirt-evacuation-aimed off node-b: aimed at node-b, Succeeded" in out
+    code, out, err = await explain(tmp_path, kmock, "default/vm1", "-o", "json")
+    assert json.loads(out)["evacuations"][1] == {"name": "kubevirt-evacuation-aimed", "from": "node-b",
+                                                 "aimed_at": "node-b", "phase": "Succeeded"}

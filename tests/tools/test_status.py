@@ -15,7 +15,7 @@ from tests.support.kube import (fixture_cluster, kubeconfig_for, load, longhorn_
 from tests.support.kubevirt_api import KubeVirtApi
 
 from webhook.config import Settings
-from webhook.kinds import DEPLOYMENT, VMI, VMIM
+from webhook.kinds import DEPLOYMENT, EVENT, VMI, VMIM
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.keeping.running import read_vmi
 from webhook.tools.status import ago, last_action
@@ -123,6 +123,7 @@ def seed_cluster(kmock, storage, vmis, vmims, longhorn=SPARED):
     seed(kmock, storage + longhorn)
     kmock.resources[VMI] = {}
     kmock.resources[VMIM] = {}
+    kmock.resources[EVENT] = {}  # KubeVirt's IOerror Events: none
     for obj in vmis:
         kmock.objects[VMI, obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     for obj in vmims:
@@ -206,7 +207,7 @@ async def test_status_json(tmp_path, kmock):
                                "priority_why": "spec.priority is kept: our migrations queue as system-maintenance"},
         "in_flight": {"ours": 0, "all": 0}, "longhorn_restarts_vms": None,
         "longhorn_restarts_vms_answer": "no", "state": "ConfigMap kubevirt-colocate/kubevirt-colocate-keeper-state",
-        "state_warning": None}
+        "state_warning": None, "io_errors_unread": None}
     assert vms["default/vm3"]["storage"] == ["node-a", "node-b"] and vms["default/vm3"]["since"] is None
     assert vms["other/vm4"]["last_migration"] is None
     assert report["skipped"] == ["VMI default/vm8: status.nodeName is a int, not a string"]

@@ -16,12 +16,13 @@ from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, n
 from ..stores.store import Store, StoreError
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
-from ..kinds import VMI
+from ..kinds import VMI, VMIM
 from ..rules.placement import bounds, decide, patch, together
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
+from .evacuation import evacuation_rule, followed
 from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
@@ -31,8 +32,10 @@ log = logging.getLogger("webhook.mutate")
 
 async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
                 lane: Lane | None = None) -> Outcome:
-    """What the rules make of the request's pod. `lane`: where a server's long rule work waits
-    its turn (a lane of its own when not given)."""
+    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration). `lane`: where a
+    server's long rule work waits its turn (a lane of its own when not given)."""
+    if request.kind == VMIM.kind and request.group == VMIM.group:
+        return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return skip(Rule.NONE, Alone.NOT_POD_CREATION)
     pod = request.object
@@ -60,6 +63,22 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
     except Exception as exc:  # a bug must never fail pod creation
         log.exception("rule failed for %s/%s", request.namespace, kinds.pod_name(pod))
         return skip(Rule.NONE, Alone.INTERNAL_ERROR, f"co-location skipped: internal error ({type(exc).__name__})")
+
+
+async def _migration_rule(request: AdmissionRequest, store: Store, settings: AdmissionSettings,
+                          deadline: Deadline) -> Outcome:
+    """A migration's CREATE: a drain's evacuation aimed at its VM's storage, when that is on."""
+    if request.operation != "CREATE":
+        return skip(Rule.EVACUATION, Alone.NOT_MIGRATION_CREATION)
+    if not settings.aim_evacuations:
+        return skip(Rule.EVACUATION, Alone.AIM_OFF)
+    if settings.pin is PinMode.OFF:
+        return skip(Rule.EVACUATION, Alone.PINNING_OFF)
+    try:
+        return await evacuation_rule(request.object, request.namespace, request.user, store, settings, deadline)
+    except Exception as exc:  # a bug must never fail a drain's migration
+        log.exception("evacuation rule failed in %s", request.namespace)
+        return skip(Rule.EVACUATION, Alone.INTERNAL_ERROR, f"aim skipped: internal error ({type(exc).__name__})")
 
 
 async def _vm_rule(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
@@ -132,6 +151,10 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
         why = f"no running opted-in VM uses {volume}" + (f" ({'; '.join(others)})" if others else "")
         return skip(Rule.SHARE_MANAGER, Alone.NO_CONSUMER, detail=why)
     required = settings.pin is PinMode.REQUIRED
+    if required and settings.aim_evacuations:
+        follow = await followed(consumers, pod, namespace, store, deadline)
+        if follow is not None and follow[1] is None:  # its VMs' evacuation is aimed where it can run
+            return _decided(pod, follow[0], settings, Rule.SHARE_MANAGER, facts)
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)

@@ -6,13 +6,14 @@ import enum
 from typing import Any
 
 from ..rules.shared.alone import Alone
-from ..rules.placement.decide import AMONG, PINNED, Decision
+from ..rules.placement.decide import AIMED, AMONG, PINNED, Decision
 from ..rules.shared.facts import Fact
 
 
 class Rule(enum.StrEnum):
     VM = "vm"
     SHARE_MANAGER = "share-manager"
+    EVACUATION = "evacuation"  # a drain's evacuation migration (`--aim-evacuations on`)
     NONE = "none"
 
 
@@ -41,6 +42,8 @@ def skip(rule: Rule, why: Alone, warning: str | None = None, detail: str | None 
 def decision_event(decision: Decision) -> tuple[str, str, bool]:
     """The Event a decision leaves on the object an admin looks at: its reason, message and
     whether it is a warning (a VM left apart from its storage)."""
+    if decision.outcome == AIMED:  # said on the VMI of the evacuation
+        return "EvacuationAimed", decision.reason, False
     if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow
         return "PlacedForVM", decision.reason, False
     pinned = decision.outcome == PINNED

@@ -39,6 +39,7 @@ class AdmissionRequest:
     name: str
     object: Any
     dry_run: bool
+    user: str = ""  # request.userInfo.username: who creates the object (a migration's creator)
 
     @classmethod
     def for_pod(cls, pod: Any, namespace: str, uid: str = "dry-run") -> AdmissionRequest:
@@ -103,9 +104,10 @@ def parse_review(body: Any) -> AdmissionRequest:
     dry_run = request.get("dryRun", False)
     if dry_run is not None and not isinstance(dry_run, bool):
         raise BadReview("request.dryRun must be a boolean")
+    user = (request.get("userInfo") or {}).get("username") if isinstance(request.get("userInfo"), dict) else None
     return AdmissionRequest(uid=uid, kind=kind["kind"], group=kind.get("group") or "", operation=operation,
                             namespace=namespace or "", name=name or "", object=request.get("object"),
-                            dry_run=bool(dry_run))
+                            dry_run=bool(dry_run), user=user if isinstance(user, str) else "")
 
 
 def parse_go_duration(text: str) -> float:

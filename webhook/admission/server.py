@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from .. import kinds, metrics
-from ..cluster.events import NO_EVENTS, Events, involved_object
+from ..cluster.events import NO_EVENTS, Events, involved_object, vmi_reference
 from ..stores.store import Store
 from ..config import AdmissionSettings
 from ..deadline import Deadline
@@ -159,7 +159,7 @@ class Admissions:
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:
-                self.tell(review, outcome.decision)
+                self.tell(review, outcome.decision, outcome.rule)
             now = time.monotonic()
             count_admission(outcome, now - started)
             waited = None if arrived is None else now - arrived
@@ -171,9 +171,10 @@ class Admissions:
             log.exception("bookkeeping after admission %s failed", review.uid)
         return answer
 
-    def tell(self, review: reviews.AdmissionRequest, decision: Decision) -> None:
-        """The decision's Event, on the pod's VMI (or ShareManager)."""
-        involved = involved_object(review.object, review.namespace)
+    def tell(self, review: reviews.AdmissionRequest, decision: Decision, rule: Rule = Rule.VM) -> None:
+        """The decision's Event, on the pod's VMI (or ShareManager; an evacuation's VMI)."""
+        involved = vmi_reference(review.namespace, str(kinds.spec(review.object).get("vmiName") or "")) \
+            if rule is Rule.EVACUATION else involved_object(review.object, review.namespace)
         if involved is not None:
             reason, message, warning = decision_event(decision)
             self.events.emit_about(involved, reason, message, warning=warning)
@@ -209,7 +210,7 @@ def count_admission(outcome: Outcome, seconds: float) -> None:
 
 
 # The kind of pod a review's latency is counted under, by the rule that took it.
-KIND_OF_RULE = {Rule.VM: "vm", Rule.SHARE_MANAGER: "share-manager", Rule.NONE: "other"}
+KIND_OF_RULE = {Rule.VM: "vm", Rule.SHARE_MANAGER: "share-manager", Rule.EVACUATION: "migration", Rule.NONE: "other"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ async def run_status(args: argparse.Namespace) -> int:
     from ..stores.direct import ClusterStore
     from ..tools import status
     from ..tools.deployed import deployed_settings
+    from ..tools.drain_aims import drain_aims
 
     given = with_timeout(settings_from(args), args)
     api = await client.connect(args.kubeconfig, args.context)
@@ -81,13 +82,16 @@ async def run_status(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(deployed, **explicit, default_timeout=given.default_timeout)
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
                                      settings_from=source + (" and the flags given here" if explicit else ""))
+        aims = await drain_aims(store, settings, args.drain, [(vm.namespace, vm.name) for vm in report.vms
+                                                               if vm.node == args.drain], settings.default_timeout) \
+            if args.drain and settings.aim_evacuations else {}
     except StoreError as exc:
         raise KubeError(f"cannot read the cluster: {exc}") from None
     finally:
         await store.close()
     if args.namespace:  # decided over every VM (the limits are the cluster's), shown for one namespace
         report = dataclasses.replace(report, vms=[vm for vm in report.vms if vm.namespace == args.namespace])
-    drain = report.drain(args.drain) if args.drain else None
+    drain = report.drain(args.drain, aims) if args.drain else None
     if args.output == "text":
         print(status.render(report) + ("\n" + "\n".join(drain.lines()) if drain else ""))
     else:

@@ -1,13 +1,14 @@
 """What the keeper does to the cluster, and nothing else: a plan (`rules.keeping.plan`) in its order
 (cancels, unpauses, creates), each an Event on the VMI, a log line and a metric, each asking the Lease
-just before. Whatever fails a write holds that VM alone (`writes.Result.holds`) and the plan goes on;
-only the lease or the API lost (`writes.Writes`) stops it.
+just before. Plan and act alternate (`Turn`): a write that fails holds that VM alone (`writes.Result.holds`),
+or its namespace for the pass (`writes.Writes.deferred`), and the plan is made again: what it counted for
+the VM is given back and the next VM takes it. Only the lease or the API lost (`writes.Writes`) stops it.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -15,14 +16,55 @@ from .. import metrics
 from ..cluster.events import Events, vmi_reference
 from .kubevirt_api import create_migration, delete_migration, unpause_vmi
 from ..rules.keeping.migrations import Migration, read_migration
+from ..rules.keeping.keep import PassFacts, VmFacts
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
-from ..rules.keeping.record import Action
+from ..rules.keeping.record import Action, KeeperState
 from .records import Records
 from .observed import manifest, Observed
 from .writes import about_the_object, failed, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to unpause
+
+
+VmKey = tuple[str, str]
+Step = Cancel | VmPlan
+
+
+@dataclasses.dataclass
+class Turn:
+    """One pass's plan as its steps are carried out: each plan made again, in the same order, gives back what
+    a failed step had counted (its VM held by its refusal, its namespace's others waiting for the next pass)."""
+
+    observed: Mapping[VmKey, Observed]
+    plan_with: Callable[[list[VmFacts], PassFacts], Plan]  # the pure plan, over the pass's stuck migrations
+    writes: Writes
+    remember: Callable[[Result], KeeperState]  # a result into the keeper's record, which it returns
+    held: dict[VmKey, VmFacts] = dataclasses.field(default_factory=dict)  # as their failures left them
+    done: set[VmKey] = dataclasses.field(default_factory=set)  # acted on: never held by their namespace's failures
+    results: list[Result] = dataclasses.field(default_factory=list)
+
+    def plan(self, facts: PassFacts) -> Plan:
+        deferred = self.writes.deferred
+        waiting = {key: deferred[key[0]] for key in self.observed if key[0] in deferred and key not in self.done}
+        return self.plan_with([self.held.get(key, vm.facts) for key, vm in self.observed.items()],
+                              dataclasses.replace(facts, deferred=waiting))
+
+    def came(self, result: Result) -> None:
+        """What a write or a dry run came to (counted by `writes` first), for the plans made after it."""
+        state, key = self.remember(result), result.key
+        self.results.append(result)
+        if result.done:
+            self.done.add(key)
+        elif result.holds and (vm := self.observed.get(key)) is not None:
+            self.held[key] = dataclasses.replace(vm.facts, refused=state.refusal(*key, Action.MIGRATE),
+                                                 unpause_refused=state.refusal(*key, Action.UNPAUSE))
+
+
+def _steps(plan: Plan) -> list[tuple[Any, Step]]:
+    """The plan's writes in its order, each with what tells it from the others."""
+    return [*((("cancel", c.migration.uid), c) for c in plan.cancels),
+            *((vm.key, vm) for vm in plan.vms if vm.move or vm.unpause)]
 
 
 class Actor:
@@ -34,22 +76,24 @@ class Actor:
         self.api, self.follower, self.events = api, follower, events
         self.timeout, self.authority = timeout, authority
 
-    async def carry_out(self, plan: Plan, observed: dict[tuple[str, str], Observed], now: datetime, writes: Writes, *,
-                        priority: bool) -> list[Result]:
-        """The plan's cancels, unpauses and creates as `writes`' bucket lets them, until the API or lease is lost."""
-        results: list[Result] = []
-        steps: list[Any] = [*plan.cancels, *(vm for vm in plan.vms if vm.move or vm.unpause)]
-        for step in steps:
-            if not await writes.take() or not self.authority(self.timeout):
+    async def carry_out(self, turn: Turn, facts: PassFacts, now: datetime, *, priority: bool) -> None:
+        """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost;
+        after a step that did not go through, the plan is made again."""
+        made, done = turn.plan(facts), set[Any]()
+        while (found := next(((key, step) for key, step in _steps(made) if key not in done), None)) is not None:
+            if not await turn.writes.take() or not self.authority(self.timeout):
                 break
+            key, step = found
+            done.add(key)
             if isinstance(step, Cancel):
                 result = await self.cancel(step, now)
             elif step.unpause:
-                result = await self.unpause(observed[step.key], step)
+                result = await self.unpause(turn.observed[step.key], step)
             else:
-                result = await self.create(observed[step.key], step, priority=priority)
-            results.append(writes.came(result))
-        return results
+                result = await self.create(turn.observed[step.key], step, priority=priority)
+            turn.came(turn.writes.came(result))
+            if not result.done:
+                made = turn.plan(facts)
 
     async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:
         """Create the migration the VM's decision calls for, with spec.priority when `priority`."""

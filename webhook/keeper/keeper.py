@@ -29,13 +29,13 @@ from ..cluster.reflector import Timing
 from ..stores.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import HOLDS, PassFacts, VmFacts
+from ..rules.keeping.keep import HOLDS, PassFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
-from ..rules.keeping.plan import plan, Plan, Stuck
+from ..rules.keeping.plan import plan, Stuck
 from ..rules.keeping.running import VmiView
 from ..rules.keeping.listed import read_kubevirt
 from ..rules.keeping.record import KeeperState
-from .act import Actor
+from .act import Actor, Turn
 from .records import Records, StateStore, VmReport
 from ..process.pace import Pacer
 from ..rules.shared.times import rfc3339
@@ -44,7 +44,7 @@ from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
 from .targeted import TargetedMigration
-from .writes import RATE, Result, Writes
+from .writes import RATE, Writes
 
 log = logging.getLogger("webhook.keeper")
 
@@ -186,36 +186,30 @@ class Keeper:
         return report
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
-        """Observe (reads only), plan (pure), act (writes only); then record what came of it."""
+        """Observe (reads only); plan (pure) and act (writes only) in turn, a plan made again after each step
+        that failed (`act.Turn`); then record what came of it."""
         await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
         vms, observed_facts, unplaced = await self._observe(watch, now)
-        observed = {vm.key: vm for vm in vms}
-        held: dict[tuple[str, str], VmFacts] = {}  # held by a failed dry run of this pass
-
-        def plan_of(facts: PassFacts) -> Plan:
-            return plan([held.get(vm.key, vm.facts) for vm in vms], facts, unplaced,
-                        timedelta(seconds=self.timing.unplaceable))
-
-        def hold(result: Result) -> None:
-            self.records.acted(result, now)
-            held[result.key] = dataclasses.replace(observed[result.key].facts,
-                                                   refused=self.state.refusal(*result.key, result.action))
-
         writes = self.writes
+        turn = Turn(observed={vm.key: vm for vm in vms}, writes=writes, remember=lambda r: self.records.acted(r, now),
+                    plan_with=lambda facts, p: plan(facts, p, unplaced, timedelta(seconds=self.timing.unplaceable)))
         writes.begin()
-        facts = await ask_targeted(self.targeted, plan_of, observed_facts, observed, writes, hold)
-        made = plan_of(facts)
+        facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
+        await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
+        made = turn.plan(facts)
         for vm in made.vms:
             self.records.reported(vm.facts, vm.decision, now)
-        results = await self.actor.carry_out(made, observed, now, writes, priority=bool(self.targeted.priority))
-        for result in results:
-            self.records.acted(result, now)
+        for result in turn.results:
+            self.records.said(result, now)
         errors = [writes.lost] if writes.lost else []
         if writes.lost:
             log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
+        for namespace, why in sorted(writes.deferred.items()):  # said: in a one-namespace cluster, the API lost
+            log.warning("keeper namespace deferred", extra={"fields": {"namespace": namespace, "why": why}})
+            errors.append(f"namespace {namespace}: {why}")
         await self.records.write(now, self.running, errors, leads=self.authority(self.timing.request_timeout))
         self.records.errors = errors
-        created = [result.created for result in results if result.created]
+        created = [result.created for result in turn.results if result.created]
         report = PassReport.of(now, created, facts.incomplete or (errors[-1] if errors else ""),
                                tuple(r for _, r in sorted(self.records.reports.items())))
         show(report)
@@ -249,7 +243,7 @@ class Keeper:
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
                             recall=self.records, turn=self.passes, io_errors=self._io_errors)
-        pace, observed, unpaused = Pacer(), [], self.records.just_unpaused(now)
+        pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
         for vmi in running:
             await pace()
             observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))

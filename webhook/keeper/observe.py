@@ -29,6 +29,7 @@ from ..rules.keeping.migrations import (
     last_move,
     migrating,
     Migration,
+    flying,
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
@@ -135,7 +136,7 @@ class ApartSpans:
 
 
 class Recall:
-    """What the keeper remembers of a VM beyond one pass (`memory.Memory`): its span apart. This one remembers
+    """What the keeper remembers of a VM beyond one pass (`records.Records`): its span apart. This one remembers
     nothing, as `status`: it reads each once."""
 
     def span(self, key: VmKey) -> ApartSpan | None:
@@ -251,7 +252,7 @@ class Observer:
         errors = disk_errors(vmi, disks, events)
         facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
                                     full=full(errors, io), seen=tuple(sorted(sightings(mount, errors).items())),
-                                    waits_for_storage=storage_wait(mount, now) if io or errors else None)
+                                    waits_for_storage=storage_wait(mount, errors, now) if io or errors else None)
         kept = record.stale
         judged = judge(mount, errors, vmi.paused, now, dict(record.seen),
                        Stale(kept.words, kept.requested, kept.last) if kept is not None else None)
@@ -348,7 +349,8 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
     ours, everyone = in_flight_counts(history, now)
     return PassFacts(now=now, limits=Limits.of(settings), mode=settings.keep, targeted=targeted.available,
                      targeted_note=targeted.note, in_flight_ours=ours, in_flight_all=everyone,
-                     outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease)
+                     outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease,
+                     flying=flying(history, vmis, now))
 
 
 def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,

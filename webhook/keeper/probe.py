@@ -16,7 +16,6 @@ from .targeted import TargetedMigration
 from .writes import failed, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
-PROBES = 3  # dry runs a pass while their answers prove nothing
 
 
 def _would_move(vm: VmPlan) -> bool:
@@ -27,17 +26,15 @@ async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts
                        observed: Mapping[tuple[str, str], Observed], writes: Writes,
                        hold: Callable[[Result], None]) -> PassFacts:
     """The pass's facts with the answer on targeted migration, when due: the dry run of the plan's first VM
-    that would move if it worked. One that proves nothing holds that VM as a failed create would (`hold`:
-    later passes dry-run others), and the next plan names the next VM, up to PROBES a pass. While no VM
-    comes to that, decisions go as if it works."""
+    that would move if it worked. One that proves nothing holds that VM alone, as a failed create would
+    (`hold`: its namespace too, after a few, `writes.Writes.deferred`), and the next plan names the next VM,
+    until one answers or the API is lost. While no VM comes to that, decisions go as if it works."""
     if not targeted.due():
         return facts
     assumed, tried = dataclasses.replace(facts, targeted=True), set[tuple[str, str]]()
-    while len(tried) < PROBES:
-        found = next(((vm.key, made) for vm in plan_of(assumed).vms if vm.key not in tried and _would_move(vm)
-                      and isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict)), None)
-        if found is None or not await writes.take():
-            break
+    while (found := next(((vm.key, made) for vm in plan_of(assumed).vms if vm.key not in tried and _would_move(vm)
+                          and isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict)),
+                         None)) is not None and await writes.take():
         tried.add(found[0])
         await targeted.check(found[1])
         if not targeted.error:

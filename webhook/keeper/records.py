@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -25,7 +25,7 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
 from ..rules.keeping.record import (Action, dump, Evidence, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
-                                    VmKey)
+                                    VmKey, VmRecord)
 from ..rules.shared.alone import Alone
 from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
@@ -34,7 +34,6 @@ from .observe import ApartSpan, Recall
 from .writes import Result
 
 log = logging.getLogger("webhook.keeper")
-UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is not made again this soon: longer than the watch's lag
 SAID_ONCE = ("NeedsRestart", "WaitingForStorage")  # Events said once per VMI, by any leader
 
 
@@ -180,10 +179,6 @@ class Records(Recall):
             self._skipped.add(str(skipped))
             log.warning("keeper skipped an object", extra={"fields": {"object": skipped.what, "why": skipped.reason}})
 
-    def just_unpaused(self, now: datetime) -> set[str]:
-        """The uids of the VMIs the keeper (any leader) unpaused a moment ago: the watch may not show it yet."""
-        return {r.uid for r in self.state.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
-
     # ------------------------------------------------------------ the record in the cluster
     async def read(self, now: datetime) -> KeeperState:
         """The record, taken in when it is not what this leader last read or wrote (a new term, an admin's edit):
@@ -240,7 +235,7 @@ class Records(Recall):
                 "reason": decision.reason}})
         self.state = self.state.with_vm(self._noted(vm, decision, now))
 
-    def _noted(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> Any:
+    def _noted(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> VmRecord:
         vmi = vm.vmi
         record = self.state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
         if vm.mount is not None:
@@ -258,11 +253,9 @@ class Records(Recall):
                 said.pop(reason, None)
         return dataclasses.replace(record, said=tuple(sorted(said.items())))
 
-    def acted(self, result: Result, now: datetime) -> None:
-        """An action's result in the VM's report and record: one more refusal in a row, or none; an unpause counted."""
-        namespace, name = key = result.key
-        if result.words and key in self.reports:
-            self.reports[key] = dataclasses.replace(self.reports[key], last_action=result.words, last_action_at=now)
+    def acted(self, result: Result, now: datetime) -> KeeperState:
+        """An action's result in the VM's record, at once: one more refusal in a row, or none; an unpause counted."""
+        namespace, name = result.key
         if result.holds:
             self.state = self.state.refused(namespace, name, result.action, result.status, result.words, now)
         elif result.done:
@@ -270,6 +263,13 @@ class Records(Recall):
         if result.done and result.action is Action.UNPAUSE and result.uid:
             record = self.state.vm(namespace, name).of_vmi(result.uid)
             self.state = self.state.with_vm(dataclasses.replace(record, unpaused=(*record.unpaused, now)[-UNPAUSES_KEPT:]))
+        return self.state
+
+    def said(self, result: Result, now: datetime) -> None:
+        """An action's result as the VM's last action, once the pass has reported the VM."""
+        if result.words and result.key in self.reports:
+            self.reports[result.key] = dataclasses.replace(self.reports[result.key], last_action=result.words,
+                                                           last_action_at=now)
 
     # ------------------------------------------------------------ our migrations, followed to their end
     def _remember(self, migrations: Sequence[Migration]) -> None:

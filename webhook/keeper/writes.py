@@ -1,13 +1,16 @@
 """What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM
-alone, with a backoff of its own (`rules.keeping.record`: client-go's per-item exponential); only the API
-lost stops a pass: LOST different VMs in a row failing without an answer about their object (one is a
-tenant's webhook, two can share a namespace's, a third is the API, etcd or virt-api). A token bucket
-bounds all writes, as client-go's controller rate limiter does: a pass's handful at once, then RATE.
+alone, with a backoff of its own (`rules.keeping.record`: client-go's per-item exponential). Failures
+without an answer about their object may share a cause outside the API: SHARED of one namespace in a row
+and its other VMs wait for the next pass (`deferred`); one naming an admission webhook (`failed calling
+webhook "NAME"`: a tenant's, a policy engine's) never counts as the API lost. Only LOST namespaces in a row
+failing otherwise stop the pass: the apiserver, etcd or virt-api (KubeVirt's own webhooks) is lost.
+A token bucket bounds all writes, as client-go's controller rate limiter does: a handful at once, then RATE.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -16,7 +19,10 @@ from .kubevirt_api import Created
 
 BURST = 10  # writes at once: more than a pass makes while nothing is wrong
 RATE = 1.0  # writes a second past the burst
-LOST = 3  # different VMs failing in a row, nothing answered in between: the API is lost
+LOST = 3  # namespaces failing in a row, nothing answered in between: the API is lost
+SHARED = 2  # failures of one namespace in a row: its other VMs wait for the next pass
+WEBHOOK = re.compile(r'failed calling webhook "([^"]+)"')
+KUBEVIRT = ".kubevirt.io"  # virt-api's webhooks: down, no namespace can migrate
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,6 +50,13 @@ def about_the_object(status: int) -> bool:
     return 400 <= status < 500 and status != 429
 
 
+def outside(result: Result) -> str | None:
+    """The webhook outside the API the apiserver names as failing (a tenant's, a policy engine's), if any;
+    KubeVirt's own (virt-api) are the API's."""
+    named = WEBHOOK.search(result.words)
+    return named[1] if named is not None and not named[1].endswith(KUBEVIRT) else None
+
+
 class Writes:
     """The keeper's writes: the bucket (across passes) and this pass's failures in a row (`begin`)."""
 
@@ -51,12 +64,14 @@ class Writes:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         self.rate, self.burst, self.clock, self.sleep = rate, burst, clock, sleep
         self.tokens, self.at = float(burst), clock()
-        self.failing: set[tuple[str, str]] = set()
+        self.failing: list[str] = []  # the namespaces failing in a row
         self.lost = ""  # why this pass stopped writing ("": it did not)
+        self.namespaces: dict[str, list[Result]] = {}  # each namespace's failures in a row
+        self.deferred: dict[str, str] = {}  # namespace: why its VMs wait for the next pass
 
     def begin(self) -> None:
-        """A new pass: the API is given a fresh chance."""
-        self.failing, self.lost = set(), ""
+        """A new pass: the API and every namespace are given a fresh chance."""
+        self.failing, self.lost, self.namespaces, self.deferred = [], "", {}, {}
 
     async def take(self) -> bool:
         """One write's token, waiting for it past the burst; False once the pass has stopped writing."""
@@ -70,11 +85,21 @@ class Writes:
         return False
 
     def came(self, result: Result) -> Result:
-        """Count a write's result towards the API lost: LOST different VMs in a row failing."""
+        """Count a write's result towards its namespace's failures and the API lost."""
+        namespace = result.key[0]
         if result.done or about_the_object(result.status):
             self.failing.clear()
+            self.namespaces.pop(namespace, None)
         elif result.holds:
-            self.failing.add(result.key)
+            failed = self.namespaces.setdefault(namespace, [])
+            failed.append(result)
+            if len(failed) >= SHARED:
+                names = ", ".join(sorted({one.key[1] for one in failed}))
+                self.deferred[namespace] = (f"not tried in this pass: the keeper's requests for {names} of namespace "
+                                            f"{namespace} failed ({result.words})")
+            if outside(result) is None and namespace not in self.failing:
+                self.failing.append(namespace)
             if len(self.failing) >= LOST:
-                self.lost = f"the API failed for {LOST} different VMs in a row, the pass stopped: {result.words}"
+                self.lost = (f"the API failed in {LOST} namespaces in a row ({', '.join(self.failing)}), the pass "
+                             f"stopped: {result.words}")
         return result

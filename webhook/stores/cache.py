@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import kinds
 from ..config import Settings
-from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, Resource
+from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM, Resource
 from ..cluster.informer import Informer, Informers
 from ..cluster.reflector import Timing
 from ..cluster.table import Indexer, object_key
@@ -28,8 +28,9 @@ from .store import Stats, StoreError, volume_handle
 # virt-controller creates a launcher pod once its own watch has the VMI: their miss is the answer.
 MISS_FALLBACK = frozenset({PVC.kind, PV.kind, NODE.kind})
 # Kinds admission reads from its caches only, never waiting for them: a replica is ready and answers while
-# the KubeVirt API is slow or down (hotplugged disks are then unknown: each such admission warns).
-CACHED_ONLY = frozenset({VMI.kind})
+# the KubeVirt API is slow or down (hotplugged disks are then unknown: each such admission warns). The
+# migrations (`--aim-evacuations on`) are read from the API until their cache has synced.
+CACHED_ONLY = frozenset({VMI.kind, VMIM.kind})
 
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
 # nothing from a node, and the rules do not trust them either.
@@ -141,9 +142,13 @@ class WatchedClusterStore(Informers):
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
         # (KubeVirt mounts them in an attachment pod). `keep` watches VMIs itself: `vmis=False`.
         self.vmis = informer(VMI, indexers={"claim": _vmi_claims})
+        # Every migration, only where evacuations are aimed (`--aim-evacuations on`): the aimed ones are the
+        # record the share-manager rule follows, and what is aimed at a node and not landed takes room there.
+        self.migrations_seen = informer(VMIM) if getattr(settings, "aim_evacuations", False) else None
         # Listed in this order, one at a time: what the scheduler checks need first.
         super().__init__(api_client, timing, (self.nodes, self.pods, self.pvcs, self.pvs, self.share_managers)
-                         + ((self.vmis,) if vmis else ()))
+                         + ((self.vmis,) if vmis else ())
+                         + ((self.migrations_seen,) if self.migrations_seen is not None else ()))
         self._view = CachedView(self)
         self._by_kind = {i.resource.kind: i for i in self.informers}  # one informer per kind
         assert len(self._by_kind) == len(self.informers)
@@ -201,6 +206,13 @@ class WatchedClusterStore(Informers):
             if isinstance(uid, str) and uid:
                 found += [pods.read(k) for k in pods.keys_of("vmi", object_key(namespace, uid))]
         return [pod for pod in found if pod is not None]
+
+    async def migrations(self, *, timeout=None):
+        seen = self.migrations_seen
+        if seen is None or not seen.synced:
+            return await self.direct.migrations(timeout=timeout)
+        table = seen.table
+        return [obj for obj in (table.read(key) for key in list(table.objects)) if obj is not None]
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet (what the safety net looks at)."""

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from .. import kinds, metrics
-from ..kinds import NODE, POD, PV, PVC, VMI, Resource
+from ..kinds import NODE, POD, PV, PVC, VMI, VMIM, Resource
 from ..cluster import client
 from ..rules import fit
 from .store import Store, StoreError, using, volume_handle
@@ -84,6 +84,10 @@ class ClusterStore(Store):
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         return [pv for pv in await self.list(PV, timeout=timeout) if volume_handle(pv) == handle]
+
+    async def migrations(self, *, timeout=None):
+        body = await self._read(VMIM, None, None, [], timeout)
+        return [] if body is None else list(body.get("items") or [])  # no such resource: no migrations
 
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         pods = await self.list(POD, namespace, dict([kinds.VIRT_LAUNCHER]), timeout=timeout)

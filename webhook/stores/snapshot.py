@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import kinds
-from ..kinds import NODE, POD, PV, PVC, RULE_RESOURCES, VMI, Resource
+from ..kinds import NODE, POD, PV, PVC, RULE_RESOURCES, VMI, VMIM, Resource
 from ..rules import fit
 from . import documents
 from .store import Store, using, volume_handle
@@ -93,12 +93,15 @@ class SnapshotStore(Store):
     async def pvs_by_volume_handle(self, handle, *, timeout=None):
         return [pv for pv in self._all(PV) if volume_handle(pv) == handle]
 
+    async def migrations(self, *, timeout=None):
+        return list(self._all(VMIM))
+
     async def pods_by_claim(self, namespace, claim, *, timeout=None):
         launchers = [pod for pod in self._all(POD, namespace) if kinds.is_launcher(pod)]
         return using(launchers, list(self._all(VMI, namespace)), claim)
 
 
-_BY_KIND = {(r.api_version, r.kind): r for r in RULE_RESOURCES}
+_BY_KIND = {(r.api_version, r.kind): r for r in (*RULE_RESOURCES, VMIM)}
 
 
 def flatten(documents: Iterable[Any]) -> Iterator[Any]:

@@ -37,6 +37,11 @@ class Store(Protocol):
         """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a volume (a
         hotplugged disk, in an attachment pod); from the caches, shared as `peek`'s: never change them."""
 
+    async def migrations(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every VirtualMachineInstanceMigration (what `--aim-evacuations` follows), shared as `peek`'s:
+        never change them. Raises StoreError when unsure."""
+        return []
+
     async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
         """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,
         the pods with anti-affinity, nodes, claims, volumes); None when it cannot be had now."""

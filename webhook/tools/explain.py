@@ -11,7 +11,7 @@ from ..stores.direct import ClusterStore
 from ..lookup.resolve import resolve_disks
 from ..config import Settings
 from ..deadline import Deadline
-from ..kinds import POD, VM, VMI
+from ..kinds import POD, VM, VMI, VMIM
 from ..rules.shared.classify import opted_in
 from ..rules.shared.facts import claims_of
 from ..rules.keeping.iopath import loopback_note, path_note
@@ -19,7 +19,9 @@ from ..rules.kubevirt.pods import as_started
 from ..rules.keeping.running import read_vmi, vm_pods, VmiMigration, VmiView
 from ..rules.shared.times import rfc3339
 from ..rules.placement.patch import as_created
+from ..rules.placement import aim
 from ..rules.placement.stranded import stranded
+from ..stores.store import StoreError
 from ..lookup.replicas import read_longhorn
 
 
@@ -58,6 +60,7 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
         "loopback_writeback": loopback_note(view.caches if view and said else (), (f.subject for f in facts if running_on
                                                                                      and f.node == running_on)) or None,
         "stranded": _stranded(pods, namespace, settings),
+        "evacuations": await _evacuations(store, namespace, name, deadline),
     }
     if launcher is not None:
         pod = as_started(as_created(launcher, settings), kinds.spec(vmi).get("nodeSelector"))
@@ -68,6 +71,19 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     else:
         report["would"] = {"decision": "unknown", "reason": "the VM is not running: no launcher pod to evaluate"}
     return report
+
+
+async def _evacuations(store: ClusterStore, namespace: str, name: str, deadline: Deadline) -> list[dict[str, Any]]:
+    """The VM's drain evacuations KubeVirt keeps, oldest first: off which node, where each was aimed
+    (`--aim-evacuations on`; None: left as KubeVirt made it), how it went."""
+    try:
+        migrations = await store.list(VMIM, namespace, timeout=deadline.remaining())
+    except StoreError:
+        return []
+    found = [aim.read_evacuation(m, namespace) for m in migrations if kinds.spec(m).get("vmiName") == name
+             and kinds.annotations(m).get(kinds.EVACUATION_ANNOTATION)]
+    return [{"name": e.name, "from": e.source, "aimed_at": e.aimed, "phase": e.phase or None}
+            for e in sorted(found, key=lambda e: (e.created, e.name))]
 
 
 def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) -> list[dict[str, Any]]:
@@ -124,6 +140,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"co-located: {'yes' if report['co_located'] else 'no'}")
     if report["loopback_writeback"]:
         lines.append(f"note: {report['loopback_writeback']}")
+    for evacuation in report.get("evacuations") or []:
+        aimed = f"aimed at {evacuation['aimed_at']}" if evacuation["aimed_at"] else "not aimed (KubeVirt's own choice)"
+        lines.append(f"  evacuation {evacuation['name']} off {evacuation['from']}: {aimed}, "
+                     f"{evacuation['phase'] or 'no phase yet'}")
     for stuck in report["stranded"]:
         lines.append(f"STRANDED: pod {stuck['pod']} {stuck['what']}")
         lines.append("  make room on the node, or restart the VM with the webhook on --pin preferred")

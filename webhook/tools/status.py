@@ -46,6 +46,7 @@ from ..rules.shared.times import ago, rfc3339
 
 PAUSED_ON_IO = ("paused on a disk I/O error (PausedIOError); if its NFS server restarted and Longhorn spared it, its "
                 "mount may be stale: a live migration's target pod mounts the volume afresh (docs/operations.md)")
+PROBES = 3  # dry runs, of VMs of as many namespaces, while their answers prove nothing
 CONCURRENCY = 8  # VMs resolved at once (a few GETs each without the lists), each within its own deadline
 COLUMNS = ("NAMESPACE/NAME", "NODE", "STORAGE", "STATE", "SINCE", "NEXT", "LAST ACTION")
 # The VMI a made-up migration names when no opted-in VM runs: `default` exists in every cluster.
@@ -145,6 +146,7 @@ class Cluster:
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
     state: str = ""  # where the keeper's record was read from, or why not
     state_warning: str = ""  # what of the record was lost, lately or as read here
+    io_errors: str = ""  # why KubeVirt's IOerror Events could not be read ("": they were)
 
     def lines(self) -> list[str]:
         limits = self.limits
@@ -157,6 +159,7 @@ class Cluster:
             f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: keeper record {self.state}"] if self.state.startswith("not read") else []),
             *([f"warning: keeper record {self.state_warning}"] if self.state_warning else []),
+            *([f"warning: {self.io_errors}"] if self.io_errors else []),
             *([f"warning: {warning}"] if (warning := self.restarts.warning()) else []),
         ]
 
@@ -173,6 +176,7 @@ class Cluster:
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
                 "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
                 "state": self.state or None, "state_warning": self.state_warning or None,
+                "io_errors_unread": self.io_errors or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
@@ -198,25 +202,29 @@ _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 
 
-def dry_run_manifest(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
-                     state: KeeperState) -> dict[str, Any]:
-    """The dry run of the keeper's kind of migration, of the first running opted-in VM virt-api would admit
-    one of (live-migratable, none in flight: it refuses others before looking at the selector) and the
-    keeper does not hold for a refusal, else of any, else of DRY_RUN_VMI. Nothing is stored: only what
-    becomes of the fields matters."""
+def dry_run_manifests(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
+                      state: KeeperState) -> list[dict[str, Any]]:
+    """The dry runs of the keeper's kind of migration, one per namespace (one whose admission is down proves
+    nothing of another's), of the first running opted-in VM virt-api would admit one of (live-migratable, none
+    in flight: it refuses others before looking at the selector) and the keeper does not hold for a refusal,
+    else of any, else of DRY_RUN_VMI. Nothing is stored: only what becomes of the fields matters."""
     def refused(view: VmiView) -> bool:
         held = state.refusal(view.namespace, view.name, Action.MIGRATE)
         return not view.live_migratable or migrating(view, migrations, now) or (held is not None and now < held.retry)
 
     ranked = sorted(running, key=lambda view: (refused(view), view.namespace, view.name))
-    vmi = ranked[0] if ranked else VmiView(namespace=DRY_RUN_NAMESPACE, name=DRY_RUN_VMI, uid="", phase="", node=None,
-                                           opted_in=False, may_move=False, live_migratable=False, not_migratable="",
-                                           migration=None)
-    node = vmi.node or DRY_RUN_VMI
-    manifest = migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
-                                  DRY_RUN_REASON, MIGRATION_PRIORITY)
-    assert isinstance(manifest, dict)  # the node has its hostname label
-    return manifest
+    firsts: dict[str, VmiView] = {}
+    for view in ranked:
+        firsts.setdefault(view.namespace, view)
+    made = []
+    for vmi in list(firsts.values()) or [VmiView(
+            namespace=DRY_RUN_NAMESPACE, name=DRY_RUN_VMI, uid="", phase="", node=None, opted_in=False, may_move=False,
+            live_migratable=False, not_migratable="", migration=None)]:
+        node = vmi.node or DRY_RUN_VMI
+        made.append(migration_manifest(vmi, {"metadata": {"name": node, "labels": {kinds.HOSTNAME_LABEL: node}}},
+                                       DRY_RUN_REASON, MIGRATION_PRIORITY))
+    assert all(isinstance(manifest, dict) for manifest in made)  # the node has its hostname label
+    return made
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,13 +235,16 @@ class Report:
     cluster: Cluster | None = None
     cancels: list[str] = dataclasses.field(default_factory=list)  # migrations of ours the keeper cancels, and why
 
-    def drain(self, node: str) -> DrainPreview:
-        """What draining `node` will do to these VMs (`rules.keeping.drain`)."""
+    def drain(self, node: str, aims: dict[tuple[str, str], str] | None = None) -> DrainPreview:
+        """What draining `node` will do to these VMs (`rules.keeping.drain`); `aims`: where each VM's
+        evacuation would be aimed, or why not (`tools.drain_aims`), when the aim is on."""
+        aims = aims or {}
         restarts = self.cluster.restarts if self.cluster is not None else restarts_vms(None)
         keep = KeepMode(self.cluster.mode) if self.cluster is not None else KeepMode.MIGRATE
         return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.node, storage=vm.storage,
                                         migratable=vm.live_migratable, why_not=vm.not_migratable,
-                                        cannot_finish=vm.cannot_finish) for vm in self.vms), restarts, keep)
+                                        cannot_finish=vm.cannot_finish, evacuation=aims.get((vm.namespace, vm.name), ""))
+                                for vm in self.vms), restarts, keep)
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
@@ -270,16 +281,19 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     if off:
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
-        await targeted.check(dry_run_manifest(running, listed.migrations, now, state))
+        for manifest in dry_run_manifests(running, listed.migrations, now, state)[:PROBES]:
+            await targeted.check(manifest)
+            if not targeted.error:
+                break
     history = with_kept(listed.migrations, state.migrations, now)
     facts = pass_facts(settings, history, listed.views, now, targeted)
-    observer, launchers = await _observer(store, settings, running, timeout, api)
+    observer, launchers, unread = await _observer(store, settings, running, timeout, api)
     longhorn = await read_longhorn(store, settings, timeout) if running else None
-    gate = asyncio.Semaphore(CONCURRENCY)
+    gate, unpaused = asyncio.Semaphore(CONCURRENCY), state.just_unpaused(now)
 
     async def one(view: VmiView) -> Observed:
         async with gate:
-            return await observer.vm(view, of_vmi(history, view), now, state)
+            return await observer.vm(view, of_vmi(history, view), now, state, unpaused)
 
     seen = {observed.key: observed for observed in await asyncio.gather(*(one(view) for view in running))}
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
@@ -294,7 +308,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
                      targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
                      priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
                      in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts,
-                     state=state_note, state_warning=state_warning)
+                     state=state_note, state_warning=state_warning, io_errors=unread)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header,
                   cancels=[f"{c.migration.namespace}/{c.migration.name}: {c.why}" for c in made.cancels])
@@ -314,8 +328,9 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
-                    timeout: float, api: Any) -> tuple[Observer, LauncherPods]:
-    """The keeper's observation over the disks' objects and the launcher pods, listed once; the rest read directly."""
+                    timeout: float, api: Any) -> tuple[Observer, LauncherPods, str]:
+    """The keeper's observation over the disks' objects, the launcher pods and KubeVirt's IOerror Events, listed
+    once (or why the Events were not); the rest read directly."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
     pods: list[dict[str, Any]] = []
@@ -329,7 +344,8 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
     errors = await read_io_errors(api, timeout) if running else {}
     found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
     return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
-                    keep_disks=True, io_errors=lambda uid: found.get(uid, ())), launchers
+                    keep_disks=True, io_errors=lambda uid: found.get(uid, ())), launchers, "" if found is errors else (
+        f"KubeVirt's IOerror Events could not be read ({errors}): no VM is shown on a stale mount or a full disk")
 
 
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],

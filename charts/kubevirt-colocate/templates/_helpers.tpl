@@ -45,6 +45,7 @@ optInAnnotation: kubevirt-scheduler/co-schedule
 longhornNamespace: longhorn-system
 shareManagerRule: true
 spareVMs: false
+aimEvacuations: false
 bodyBudgetMiB: 192
 {{- end }}
 
@@ -61,6 +62,9 @@ bodyBudgetMiB: 192
 {{- end -}}
 {{- if ne (int64 .Values.bodyBudgetMiB) (int64 $default.bodyBudgetMiB) -}}
 {{- $flags = append $flags (printf "--body-budget=%d" (int64 .Values.bodyBudgetMiB)) -}}
+{{- end -}}
+{{- if .Values.aimEvacuations -}}
+{{- $flags = append $flags "--aim-evacuations=on" -}}
 {{- end -}}
 {{- with $flags }}{{ toYaml . }}{{ end -}}
 {{- end }}

@@ -120,6 +120,21 @@ HOLDS = [
      "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
     (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT,
      "2 of our migrations in flight (limit 2)"),
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 3, "flying": (
+        ("node-c", "default/vm2-colocate-x", True), ("node-c", "default/evacuation-x", False),
+        ("node-a", "default/vm3 (moved in this pass)", True))}, Alone.OUR_LIMIT,
+     "2 of our migrations in flight (limit 2): default/vm2-colocate-x, default/vm3 (moved in this pass)"),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5, "flying": tuple(("node-c", f"ns/m{i}", False) for i in range(5))},
+     Alone.CLUSTER_LIMIT, "5 migrations in flight cluster-wide (limit 5): ns/m0, ns/m1, ns/m2, ns/m3, ns/m4"),
+    (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 3, "flying": (
+        ("node-a", "default/evacuation-x", False), ("node-c", "default/vm2-colocate-x", True),
+        ("node-a", "default/vm3 (moved in this pass)", True))}, Alone.SOURCE_BUSY,
+     "2 migrations in flight from node-a (KubeVirt runs 2 per source node): default/evacuation-x, default/vm3 (moved "
+     "in this pass): its slots are left to them"),
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "deferred": {("default", "vm1"): "not tried in this pass: the keeper's "
+                                                                            "requests for vm2, vm3 of namespace "
+                                                                            "default failed (…)"}},
+     Alone.REFUSED, "not tried in this pass: the keeper's requests for vm2, vm3 of namespace default failed (…)"),
     (APART_VMI, APART_WHERE, {"in_flight_all": 5}, Alone.CLUSTER_LIMIT, "5 migrations in flight cluster-wide (limit 5)"),
     (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY,
      "2 migrations in flight from node-a (KubeVirt runs 2 per source node): its slots are left to them"),
@@ -331,18 +346,22 @@ def test_when_no_migration_of_a_vm_on_a_stale_mount_can_finish_it_needs_a_restar
     (vmi_with(live_migratable=False), APART_WHERE, {}, Alone.NOT_MIGRATABLE),
     (APART_VMI, APART_WHERE, {"vmi_migrating": True}, Alone.MIGRATING),
     (APART_VMI, locality("node-a", [fact("d", None)]), {}, Alone.NOT_APART),
-    (APART_VMI, APART_WHERE, {"in_flight_ours": 2, "in_flight_all": 2}, Alone.OUR_LIMIT),
+    (APART_VMI, APART_WHERE, {"in_flight_ours": 3, "in_flight_all": 3}, Alone.OUR_LIMIT),
     (APART_VMI, APART_WHERE, {"outbound": 2, "in_flight_all": 2}, Alone.SOURCE_BUSY),
+    (APART_VMI, APART_WHERE, {"in_flight_all": 5}, Alone.CLUSTER_LIMIT),
     (APART_VMI, APART_WHERE, {"incomplete": "pods: not synced"}, Alone.VIEW_INCOMPLETE),
     (APART_VMI, APART_WHERE, {"mode": KeepMode.REPORT}, Alone.REPORT_ONLY),
     (APART_VMI, APART_WHERE, {"lease": False}, Alone.NO_LEASE),
     (vmi_with(may_move=False), APART_WHERE, {}, Alone.OPTED_OUT),
-], ids=["not-migratable", "migrating", "unresolved", "our-limit", "source-busy", "view-incomplete", "report",
+], ids=["not-migratable", "migrating", "unresolved", "our-limit", "source-busy", "cluster-limit", "view-incomplete", "report",
         "no-lease", "opted-out"])
 def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, hold):
-    """Only drift's limits give way: the VM's own state, the bounds, a drain's slots, the mode and the lease hold."""
+    """Only drift's limits give way: the VM's own state, the bounds (ours with the slot kept for recoveries), a
+    drain's slots, the mode and the lease hold."""
     decision = keep(vmi, where, stale=STALE, **changes)
     assert not decision.act and decision.hold is hold
+    if hold is Alone.OUR_LIMIT:
+        assert decision.reason == "3 of our migrations in flight (limit 2 and the one kept for recoveries)"
 
 
 @pytest.mark.parametrize("changes", [
@@ -351,7 +370,8 @@ def test_a_stale_mounts_recovery_keeps_the_keepers_bounds(vmi, where, changes, h
      "stale_since": ago(minutes=30)},
     {"history": [succeeded(ago(hours=20)), succeeded(ago(hours=10))]},
     {"apart_since": ago(seconds=5), "last_end": ago(seconds=5), "descheduled": DESCHEDULED},
-], ids=["drift-backoff", "two-recoveries-failed", "daily-limit", "waits"])
+    {"in_flight_ours": 2, "in_flight_all": 2},
+], ids=["drift-backoff", "two-recoveries-failed", "daily-limit", "waits", "our-drift-fills-the-limit"])
 def test_no_drift_limit_holds_a_frozen_vm(changes):
     """A VM on a stale mount is frozen: drift's backoff, budget and waits give way (its recoveries have a bound)."""
     assert keep(stale=STALE, **changes).act

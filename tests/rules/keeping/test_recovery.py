@@ -108,16 +108,17 @@ def test_a_full_disk_is_said_in_kubevirts_words_and_never_a_stale_mount():
 
 
 def test_a_share_manager_that_does_not_serve_is_waited_for_then_said():
-    down = Mount(pod_started=ago(days=3), servers=(Server(volume="pvc-d", requested=ago(minutes=1),
-                                                          pod="share-manager-pvc-d"),))
+    """Longhorn stamps its request on every reconcile while the share-manager is down: the wait counts from the
+    VM's first I/O error on that disk."""
+    down = Mount(pod_started=ago(days=3), servers=(Server(volume="pvc-d", requested=NOW, pod="share-manager-pvc-d"),))
     errors = [DiskError(disk="rootdisk", volume="pvc-d", no_space=False, count=3, first=ago(minutes=2), last=NOW)]
     assert judge(down, errors, IO, NOW) == "share-manager share-manager-pvc-d does not serve yet"
-    assert storage_wait(down, NOW) is None
-    later = NOW + timedelta(minutes=10)
-    assert judge(down, errors, IO, later).startswith("waiting for its storage, not for the keeper: share-manager "
-                                                     "share-manager-pvc-d has not served since")
-    assert storage_wait(down, later) == judge(down, errors, IO, later)
-    assert judge(down, [], "", later) is None
+    assert storage_wait(down, errors, NOW) is None
+    later = NOW + timedelta(minutes=8)
+    assert judge(down, errors, IO, later) == ("waiting for its storage, not for the keeper: share-manager "
+                                              "share-manager-pvc-d has not served since 2026-11-20T11:58:00Z (10 min)")
+    assert storage_wait(down, errors, later) == judge(down, errors, IO, later)
+    assert judge(down, [], "", later) is None and storage_wait(MOUNT, errors, later) is None
 
 
 def test_a_request_stamped_after_the_server_started_counts_from_the_request():

@@ -29,6 +29,7 @@ class RunningVm:
     migratable: bool = True  # live-migratable
     why_not: str = ""  # why not, when it is not
     cannot_finish: str | None = None  # why no migration off a stale mount of it can finish (`recovery.cannot_finish`)
+    evacuation: str = ""  # where `--aim-evacuations on` would aim its evacuation, or why not ("": the aim is off)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +97,8 @@ class DrainedVm(RunningVm):
         """Where it is expected to go, in words."""
         steps = []
         if self.migrates:
-            steps.append("live-migrated off by KubeVirt's evacuation, where kube-scheduler puts its target pod")
+            steps.append(f"live-migrated off by KubeVirt's evacuation: {self.evacuation}" if self.evacuation else
+                         "live-migrated off by KubeVirt's evacuation, where kube-scheduler puts its target pod")
         elif self.leaves:
             steps.append(f"cannot be live-migrated ({self.cannot_move}): its eviction strategy decides "
                          f"(the drain waits for it, or it is shut down)")
@@ -113,6 +115,7 @@ class DrainedVm(RunningVm):
     def to_json(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "name": self.name, "node": self.node, "storage": list(self.storage),
                 "leaves": self.leaves, "migrates": self.migrates, "cannot_move": self.cannot_move,
+                "evacuation": self.evacuation or None,
                 "storage_restarts": self.storage_restarts, "rebooted": self.rebooted, "goes": self.goes,
                 "if_stale": self.if_stale or None, "recovery_migrations": self.recovery}
 

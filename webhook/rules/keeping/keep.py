@@ -101,13 +101,18 @@ class PassFacts:
     outbound: Mapping[str, int] = dataclasses.field(default_factory=dict)  # in flight by the node they leave
     incomplete: str = ""
     lease: bool = True
+    # Each migration in flight (the node it leaves, namespace/name, ours), then each VM this pass moves.
+    flying: tuple[tuple[str, str, bool], ...] = ()
+    # VMs whose namespace's requests failed in this pass for a cause they may share: why they wait for the next.
+    deferred: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
-    def after_create(self, source: str | None) -> PassFacts:
-        """The same pass after one more migration of ours, leaving `source`."""
+    def after_create(self, source: str | None, vm: str = "") -> PassFacts:
+        """The same pass after one more migration of ours, of `vm` (namespace/name), leaving `source`."""
         outbound = dict(self.outbound)
         outbound[source or ""] = outbound.get(source or "", 0) + 1
-        return dataclasses.replace(self, in_flight_ours=self.in_flight_ours + 1,
-                                   in_flight_all=self.in_flight_all + 1, outbound=outbound)
+        return dataclasses.replace(self, in_flight_ours=self.in_flight_ours + 1, in_flight_all=self.in_flight_all + 1,
+                                   outbound=outbound,
+                                   flying=(*self.flying, (source or "", f"{vm} (moved in this pass)", True)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -209,6 +214,31 @@ def _outbound(vm: VmFacts, p: PassFacts) -> int:
     return p.outbound.get(vm.where.node or "", 0)
 
 
+def _our_limit(vm: VmFacts) -> int:
+    """A recovery has a slot of ours beyond --keep-max-inflight, kept for it: a frozen VM never waits behind
+    our drift migrations (KubeVirt's cluster-wide and per-node bounds still hold it)."""
+    return 1 if vm.stale else 0
+
+
+def _named(p: PassFacts, count: int, *, ours: bool = False, node: str | None = None) -> str:
+    """": ns/name, …", the migrations in flight that hold a limit (ours; those leaving `node`), when all are known."""
+    names = [name for source, name, mine in p.flying if (mine or not ours) and node in (None, source)]
+    return f": {', '.join(names)}" if names and len(names) == count else ""
+
+
+def _ours_words(vm: VmFacts, p: PassFacts) -> str:
+    kept = " and the one kept for recoveries" if _our_limit(vm) else ""
+    named = _named(p, p.in_flight_ours, ours=True)
+    return f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}{kept}){named}"
+
+
+def _refused(vm: VmFacts, p: PassFacts) -> str | None:
+    """Why a refusal holds the VM: its own, or its namespace's failures in this pass."""
+    if vm.refused is not None and p.now < vm.refused.retry:
+        return vm.refused.in_words()
+    return p.deferred.get((vm.vmi.namespace, vm.vmi.name))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Check:
     """One condition that holds a VM where it is. `needs`: the `VmFacts` fields `holds` reads; `own`: it reads
@@ -289,29 +319,32 @@ CHECKS: tuple[Check, ...] = (
           holds=lambda vm, p: not vm.stale and _over_budget(vm, p),
           words=_budget_words,
           needs=("history", "stale", "where")),
-    Check(hold=Alone.UNTARGETED,
-          holds=lambda vm, p: p.targeted is not True,
-          words=lambda vm, p: _untargeted(p)),
-    Check(hold=Alone.OUR_LIMIT,
-          holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight,
-          words=lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight})"),
-    Check(hold=Alone.CLUSTER_LIMIT,
-          holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
-          words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
-                              f"(limit {p.limits.max_cluster_inflight})"),
-    Check(hold=Alone.SOURCE_BUSY,
-          holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
-          words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
-                              f"{p.limits.max_outbound_per_node} per source node): its slots are left to them",
-          needs=("where",)),
     Check(hold=Alone.SETTLING,
           holds=lambda vm, p: bool(vm.settling),
           words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
           needs=("settling",), own=True),
+    # Before the limits: a limit is said only of a VM it holds alone.
     Check(hold=Alone.REFUSED,
-          holds=lambda vm, p: vm.refused is not None and p.now < vm.refused.retry,
-          words=lambda vm, p: vm.refused.in_words() if vm.refused is not None else "",
-          needs=("refused",)),
+          holds=lambda vm, p: _refused(vm, p) is not None,
+          words=lambda vm, p: _refused(vm, p) or "",
+          needs=("refused", "vmi")),
+    Check(hold=Alone.UNTARGETED,
+          holds=lambda vm, p: p.targeted is not True,
+          words=lambda vm, p: _untargeted(p)),
+    Check(hold=Alone.OUR_LIMIT,
+          holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
+          words=_ours_words,
+          needs=("stale",)),
+    Check(hold=Alone.CLUSTER_LIMIT,
+          holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+          words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
+                              f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
+    Check(hold=Alone.SOURCE_BUSY,
+          holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
+          words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
+                              f"{p.limits.max_outbound_per_node} per source node)"
+                              f"{_named(p, _outbound(vm, p), node=vm.where.node)}: its slots are left to them",
+          needs=("where",)),
     Check(hold=Alone.VIEW_INCOMPLETE,
           holds=lambda vm, p: bool(p.incomplete),
           words=lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),

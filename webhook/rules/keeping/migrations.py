@@ -142,14 +142,19 @@ def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[in
 def outbound_counts(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> collections.Counter[str]:
     """Migrations in flight by the node they leave, as KubeVirt counts parallelOutboundMigrationsPerNode
     (`outboundMigrationsOnNode`): the VMI's migration source while under way, else its node."""
+    return collections.Counter(node for node, _, _ in flying(migrations, vmis, now) if node)
+
+
+def flying(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> tuple[tuple[str, str, bool], ...]:
+    """Each migration in flight: the node it leaves ("" when not known), its namespace/name, whether it is ours."""
     nodes: dict[tuple[str, str], str] = {}
     for vmi in vmis:
         state = vmi.migration
         node = state.source_node if state is not None and state.in_flight and state.source_node else vmi.node
         if node:
             nodes[vmi.namespace, vmi.name] = node
-    return collections.Counter(nodes[key] for m in migrations
-                               if m.in_flight(now) and (key := (m.namespace, m.vmi)) in nodes)
+    return tuple((nodes.get((m.namespace, m.vmi), ""), f"{m.namespace}/{m.name}", m.ours) for m in migrations
+                 if m.in_flight(now))
 
 
 def of_vmi(migrations: Iterable[Migration], vmi: VmiView | tuple[str, str]) -> list[Migration]:

@@ -112,7 +112,7 @@ def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
     for vm in ordered:
         one = one_vm(vm, facts)
         if one.move:
-            facts = facts.after_create(one.decision.source)
+            facts = facts.after_create(one.decision.source, '/'.join(one.key))
         elif (key := (vm.vmi.namespace, vm.vmi.name)) in why:  # it backs off from the next pass on
             one = dataclasses.replace(one, decision=dataclasses.replace(one.decision, reason=why[key]))
         planned.append(one)

@@ -1,20 +1,18 @@
 """The keeper's memory beyond one pass, one leader and KubeVirt's garbage collection: one record per VM
 (`VmRecord`), the same in the leader's memory and in the cluster, and its spelling in one ConfigMap data
-key (`dump`, `load`). Pure; `keeper.records` reads and writes it, `status` reads it too. Per VM:
-- our migrations the watch no longer shows: virt-controller keeps a VMI's 5 newest finished ones
-  (`garbageCollectFinalizedMigrations`, `pkg/virt-controller/watch/migration/migration.go`), and the
-  per-day limit and the backoff count ours over a day and more;
-- the refusals of its actions (a create, a cancel, an unpause): the API's words, how many in a row, when to
-  retry, so that a new leader neither hammers a policy that refuses a VM nor forgets an unpause;
-- of its VMI (`uid`): the keeper's unpauses, the Events said once (`NeedsRestart`, `WaitingForStorage`), the
-  I/O errors it saw after a new share-manager served (`recovery.sightings`) and the evidence of a stale mount
-  it found (`recovery.judge`): a new leader neither unpauses more, nor says again, nor waits to believe.
+key (`dump`, `load`). Pure; `keeper.records` reads and writes it, `status` reads it too. Per VM: our
+migrations the watch no longer shows (virt-controller keeps a VMI's 5 newest finished ones,
+`garbageCollectFinalizedMigrations`, while the per-day limit and the backoff count ours over a day and
+more); the refusals of its actions (the API's words, how many in a row, when to retry); and of its VMI
+(`uid`) the keeper's unpauses, the Events said once, the I/O errors it saw after a new share-manager served
+(`recovery.sightings`) and the evidence of a stale mount (`recovery.judge`): a new leader neither hammers a
+policy, nor unpauses more, nor says again, nor waits to believe.
 The spelling is a hint, never a gate, bounded and read leniently: a record that is not JSON or of another
 version reads as empty, an entry of an unexpected shape is dropped alone, each saying what was lost (`Loss`).
 Version 3 groups each VM's entries under its namespace and name: what it keeps of the VMI first, then our
 migrations (a generated suffix, phase and Unix times; node, uid and annotation only while unfinished), then
 the refusals (clipped words), the newest first, as many as fit in BUDGET, well under the API's 1 MiB.
-Versions 1 (flat lists, spelled out) and 2 (no VMI but the evidence) are read too.
+Versions 1 (flat lists, spelled out) and 2 (of the VMI, the evidence alone) are read too.
 """
 from __future__ import annotations
 
@@ -35,6 +33,7 @@ SAY_LOST = timedelta(hours=1)  # a rebuilt record is said (readiness, `status`) 
 WORDS = 300  # characters of the API's words kept for a refusal
 FORGET_REFUSAL = timedelta(days=1)  # a refusal whose retry is this far past is forgotten (no longer "in a row")
 UNPAUSES_KEPT = 8  # a VMI's latest unpauses kept (`resume.MOST_UNPAUSES` counts those in its pod)
+UNPAUSED_FOR = timedelta(minutes=2)  # an unpause is not made again this soon: longer than the watch's lag
 VmKey = tuple[str, str]
 
 
@@ -151,6 +150,10 @@ class KeeperState:
     def refusals(self) -> tuple[Refusal, ...]:
         return tuple(h for r in self.vms.values() for h in r.refusals)
 
+    def just_unpaused(self, now: datetime) -> set[str]:
+        """The uids of the VMIs the keeper unpaused a moment ago (UNPAUSED_FOR): the watch may not show it yet."""
+        return {r.uid for r in self.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
+
     def refusal(self, namespace: str, name: str, action: Action) -> Refusal | None:
         return next((h for h in self.vm(namespace, name).refusals if h.action is action), None)
 
@@ -260,10 +263,9 @@ def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
     found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
     found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
     found += [("v", {volume: int(at.timestamp()) for volume, at in r.seen})] if r.seen else []
-    if r.stale is not None:
-        e = r.stale
-        found.append(("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())]))
-    return found
+    e = r.stale
+    return found + ([("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())])]
+                    if e is not None else [])
 
 
 def dump(state: KeeperState, budget: int = BUDGET) -> str:
@@ -286,10 +288,8 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
             entry = vms.setdefault(namespace, {}).setdefault(vm, {})
             if where == "m":
                 entry.setdefault("m", []).append(value)
-            elif order < 0:
-                entry[where] = value
-            else:
-                entry.setdefault("r", {})[where] = value
+            else:  # what it keeps of the VMI, by its key; a refusal, by its action
+                (entry if order < 0 else entry.setdefault("r", {}))[where] = value
         return _json(head | {"vms": vms})
 
     size, seen = len(first(0)), set()

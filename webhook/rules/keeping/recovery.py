@@ -204,18 +204,23 @@ def full(errors: Iterable[DiskError], paused: bool) -> str | None:
             f"{rfc3339(latest.last)}): a migration cannot free space; free space in the guest or grow the volume")
 
 
-def _waiting(server: Server, now: datetime) -> str:
-    since = server.requested or now
+def _waiting(server: Server, errors: Iterable[DiskError], now: datetime) -> str | None:
+    """What a VM waits for while its share-manager does not serve: since its first I/O error on that volume (or
+    Longhorn's request), for STORAGE_WAIT, the share-manager; then its storage, not the keeper."""
+    since = min([server.requested or now, *(e.first for e in errors if e.volume == server.volume and not e.no_space)])
+    if server.served is not None:
+        return None
     if now - since < STORAGE_WAIT:
         return f"share-manager {server.pod or server.volume} does not serve yet"
     return (f"waiting for its storage, not for the keeper: share-manager {server.pod or server.volume} has not served "
-            f"since Longhorn asked for a remount at {rfc3339(since)} ({whole_seconds(now - since) // 60} min)")
+            f"since {rfc3339(since)} ({whole_seconds(now - since) // 60} min)")
 
 
-def storage_wait(mount: Mount, now: datetime) -> str | None:
-    """A share-manager of the VM's that has not served again for STORAGE_WAIT after Longhorn asked for a remount:
-    the VM waits for its storage, not for the keeper (said once, an Event); None otherwise."""
-    waits = [_waiting(s, now) for s in _late(mount) if s.served is None and now - (s.requested or now) >= STORAGE_WAIT]
+def storage_wait(mount: Mount, errors: Iterable[DiskError], now: datetime) -> str | None:
+    """A share-manager of the VM's that has not served again for STORAGE_WAIT since its disk failed: the VM waits
+    for its storage, not for the keeper (said once, an Event); None otherwise."""
+    errors = list(errors)
+    waits = [w for s in _late(mount) if (w := _waiting(s, errors, now)) and w.startswith("waiting")]
     return "; ".join(waits) or None
 
 
@@ -236,7 +241,7 @@ def judge(mount: Mount, errors: Iterable[DiskError], paused: str, now: datetime,
         if kept is not None and kept.requested == requested and not proven(io, max(kept.last, last or kept.last), now):
             return kept
         if server.served is None:
-            notes += [_waiting(server, now)] if failing or io else []
+            notes += [_waiting(server, errors, now) or ""] if failing or io else []
             continue
         served = max(server.served, requested)
         settled, where = served + RECONNECT, f"share-manager {server.pod} served again on {server.node} at {rfc3339(served)}"

@@ -17,9 +17,12 @@ class Placement(enum.StrEnum):
     AMONG = "pinned-among"
     PREFERRED = "preferred"
     NOT_PINNED = "not-pinned"
+    # A drain's evacuation migration sent to one node by its spec.addedNodeSelector (`rules/placement/aim.py`).
+    AIMED = "aimed"
 
 
 PINNED, AMONG, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.AMONG, Placement.PREFERRED, Placement.NOT_PINNED
+AIMED = Placement.AIMED
 # The outcomes that add a required term: a pod with one of them waits for a node we named.
 REQUIRING = (PINNED, AMONG)
 
@@ -36,7 +39,7 @@ class Decision:
     @property
     def required(self) -> tuple[str, ...]:
         """The nodes the pod is required to be on (one of), or () when nothing is required."""
-        if self.outcome == PINNED and self.node:
+        if self.outcome in (PINNED, AIMED) and self.node:
             return (self.node,)
         return self.among if self.outcome == AMONG else ()
 

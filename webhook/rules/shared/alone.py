@@ -30,6 +30,22 @@ class Alone(enum.StrEnum):
     TOO_LARGE = "larger than any VM's pod"
     DEADLINE = "no decision before the deadline"
 
+    # An evacuation migration left untouched (`rules.placement.aim`, `admission.evacuation`).
+    NOT_MIGRATION_CREATION = "not a migration creation"
+    AIM_OFF = "aiming evacuations is off"
+    NOT_EVACUATION = "not a drain's evacuation"
+    NOT_VIRT_CONTROLLER = "not created by virt-controller"
+    DESCHEDULER_EVACUATION = "a descheduler's evacuation"
+    ALREADY_AIMED = "already aimed"
+    NOT_DRAINED = "its node is not cordoned"
+    AIMED_FAILED = "its aimed evacuation failed"  # the one before it: what the metric counts as aimed-but-failed
+    AIMED_FAILED_EARLIER = "an earlier aimed evacuation failed"
+    OWN_HOST = "its VM names its host"
+    NO_STORAGE = "no storage to follow"
+    SPLIT_STORAGE = "storage on several nodes"
+    NO_TARGET = "no node fits"
+    VM_UNKNOWN = "its VM cannot be read"
+
     # A VM the keeper holds where it is (`rules.keeping.keep.CHECKS`, in the order it checks them;
     # "not opted in" above is the first).
     OPTED_OUT = "keep disabled"

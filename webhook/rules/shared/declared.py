@@ -82,6 +82,8 @@ VMIM_RECOVERS = VMIM.annotation(kinds.DEFAULT_DECISION_PREFIX + kinds.RECOVERS) 
 VMIM_SPEC = VMIM.field("spec")
 VMI_NAME_OF = VMIM.field("spec.vmiName")
 PRIORITY = VMIM.field("spec.priority")
+# Where an evacuation was aimed (`rules.placement.aim`): the record the share-manager rule follows.
+ADDED_NODE_SELECTOR = VMIM.field("spec.addedNodeSelector")
 VMIM_STATUS = VMIM.field("status")
 VMIM_PHASE = VMIM.field("status.phase")
 TRANSITIONS = VMIM.field("status.phaseTransitionTimestamps[]")

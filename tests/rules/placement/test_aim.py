@@ -1,0 +1,128 @@
+"""Pure: which migrations are a drain's evacuations that may be aimed, whether an aimed one failed
+since the drain began, where the VM's storage is or will be, and the patch (table tests over
+KubeVirt's own evacuation, tests/fixtures/vmim-evacuation.yaml, as virt-controller creates it)."""
+import copy
+
+import jsonpatch
+import pytest
+from tests.support.kube import evacuation, load, node
+
+from webhook.rules.placement import aim
+from webhook.rules.shared.facts import Fact
+
+CONTROLLER = "system:serviceaccount:kubevirt:kubevirt-controller"
+
+
+def created():
+    """The fixture's evacuation as virt-controller sends it at CREATE: no name, uid or status yet."""
+    migration = copy.deepcopy(load("vmim-evacuation.yaml"))
+    for key in ("name", "uid", "creationTimestamp", "resourceVersion", "generation", "labels"):
+        migration["metadata"].pop(key)
+    migration.pop("status")
+    return migration
+
+
+def changed(**edits):
+    migration = created()
+    for path, value in edits.items():
+        *parents, last = path.split("__")
+        at = migration
+        for key in parents:
+            at = at.setdefault(key, {})
+        if value is None:
+            at.pop(last, None)
+        else:
+            at[last] = value
+    return migration
+
+
+EXEMPTIONS = [
+    ("a drain's evacuation", created(), CONTROLLER, None),
+    ("virt-controller in another namespace", created(), "system:serviceaccount:harvester-system:kubevirt-controller", None),
+    ("a user's", created(), "kubernetes-admin", "not created by virt-controller"),
+    ("an account that only ends alike", created(), "system:serviceaccount:kubevirt:my-kubevirt-controller",
+     "not created by virt-controller"),
+    ("the descheduler's", changed(spec__priority="system-maintenance"), CONTROLLER, "a descheduler's evacuation"),
+    ("no priority", changed(spec__priority=None), CONTROLLER, "not a drain's evacuation"),
+    ("no evacuation annotation", changed(metadata__annotations={}), CONTROLLER, "not a drain's evacuation"),
+    ("another name", changed(metadata__generateName="kubevirt-workload-update-"), CONTROLLER, "not a drain's evacuation"),
+    ("the keeper's", changed(metadata__labels={"app.kubernetes.io/managed-by": "kubevirt-colocate"}), CONTROLLER,
+     "not a drain's evacuation"),
+    ("aimed already", changed(spec__addedNodeSelector={"kubernetes.io/hostname": "node-c"}), CONTROLLER, "already aimed"),
+    ("not an object", "nonsense", CONTROLLER, "not a drain's evacuation"),
+]
+
+
+@pytest.mark.parametrize("name, migration, user, why", EXEMPTIONS, ids=[c[0] for c in EXEMPTIONS])
+def test_only_virt_controllers_drain_evacuations_are_aimed(name, migration, user, why):
+    assert aim.exemption(migration, user) == why
+
+
+def earlier(name, created_at, phase, aimed_at=None, source="node-b", vmi="vm1"):
+    migration = evacuation(vmi, source, added={"kubernetes.io/hostname": aimed_at} if aimed_at else None)
+    migration["metadata"].update(name=name, creationTimestamp=created_at, uid=f"uid-{name}")
+    migration["status"] = {"phase": phase}
+    return aim.read_evacuation(migration)
+
+
+NOW = aim.read_evacuation(created(), "default")
+FAILURES = [
+    ("none before", [], None, None),
+    ("an aimed one failed", [earlier("e1", "2026-11-27T08:00:00Z", "Failed", "node-c")], None, "its aimed evacuation failed"),
+    ("then an untouched one failed", [earlier("e1", "2026-11-27T08:00:00Z", "Failed", "node-c"),
+                                      earlier("e2", "2026-11-27T08:06:00Z", "Failed")], None,
+     "an earlier aimed evacuation failed"),
+    ("an untouched one failed", [earlier("e1", "2026-11-27T08:00:00Z", "Failed")], None, None),
+    ("before the VM's last move", [earlier("e1", "2026-11-20T08:00:00Z", "Failed", "node-c")], "2026-11-21T00:00:00Z", None),
+    ("off another node", [earlier("e1", "2026-11-27T08:00:00Z", "Failed", "node-c", source="node-x")], None, None),
+    ("of another VM", [earlier("e1", "2026-11-27T08:00:00Z", "Failed", "node-c", vmi="vm2")], None, None),
+    ("an aimed one under way", [earlier("e1", "2026-11-27T08:00:00Z", "Running", "node-c")], None, None),
+]
+
+
+@pytest.mark.parametrize("name, before, since, why", FAILURES, ids=[c[0] for c in FAILURES])
+def test_an_aimed_evacuation_that_failed_since_the_drain_began_leaves_the_next_untouched(name, before, since, why):
+    assert aim.failed_aim(NOW, before, since) == why
+
+
+STORAGE = [
+    ("served elsewhere", [Fact("d1", "node-c", "", volume="pvc-d1")], aim.Storage(node="node-c")),
+    ("served from the drained node", [Fact("d1", "node-b", "", volume="pvc-d1")], "moving"),
+    ("restarting", [Fact("d1", None, "share-manager of pvc-d1 is error", volume="pvc-d1")], "moving"),
+    ("two disks, two nodes", [Fact("d1", "node-c", "", volume="pvc-d1"), Fact("d2", "node-d", "", volume="pvc-d2")],
+     "storage on several nodes"),
+    ("no Longhorn disk", [Fact("d1", None, "not a Longhorn volume")], "no storage to follow"),
+]
+
+
+@pytest.mark.parametrize("name, facts, expected", STORAGE, ids=[c[0] for c in STORAGE])
+def test_where_the_storage_is_or_will_be(name, facts, expected):
+    found = aim.storage_of(facts, "node-b")
+    if expected == "moving":
+        assert found.node is None and [f.subject for f in found.moving] == [f.subject for f in facts]
+    elif isinstance(expected, aim.Storage):
+        assert found.node == expected.node and "disk d1" in found.why
+    else:
+        assert found == expected
+
+
+def test_the_patch_adds_the_selector_and_only_that():
+    migration = created()
+    patched = jsonpatch.apply_patch(migration, aim.aim_patch(migration, "node-c"))
+    assert patched["spec"] == {**migration["spec"], "addedNodeSelector": {"kubernetes.io/hostname": "node-c"}}
+    assert {k: v for k, v in patched.items() if k != "spec"} == {k: v for k, v in migration.items() if k != "spec"}
+    bare = {"metadata": {}}
+    assert jsonpatch.apply_patch(bare, aim.aim_patch(bare, "n"))["spec"] == {"addedNodeSelector": {"kubernetes.io/hostname": "n"}}
+
+
+def test_a_share_manager_follows_the_oldest_aim_under_way_of_its_vms():
+    aims = [earlier("e2", "2026-11-27T08:01:00Z", "Pending", "node-d", vmi="vm2"),
+            earlier("e1", "2026-11-27T08:00:00Z", "Pending", "node-c", vmi="vm1"),
+            earlier("e0", "2026-11-27T07:00:00Z", "Succeeded", "node-x", vmi="vm1")]
+    assert aim.follows(aims, {("default", "vm1"), ("default", "vm2")}).name == "e1"
+    assert aim.follows(aims, {("default", "vm3")}) is None
+
+
+def test_nodes_are_named_by_their_hostname_label():
+    renamed = node("node-z", **{"kubernetes.io/hostname": "z.example.com"})
+    assert aim.by_hostname([node("node-c"), renamed]) == {"node-c": "node-c", "z.example.com": "node-z"}

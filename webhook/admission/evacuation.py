@@ -1,0 +1,197 @@
+"""A drain's evacuation migration, aimed at its VM's storage (`--aim-evacuations on`), and the
+share-manager that follows the aimed migrations of its VMs: the reads for `rules.placement.aim`.
+
+Whatever happens in here, the migration is admitted: a read that fails or runs out of time leaves it
+untouched, saying why. Everything is read from the caches (the migrations too), so replicas that see
+the same cluster aim alike.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import kinds
+from ..config import AdmissionSettings
+from ..deadline import Deadline
+from ..kinds import NODE, POD, VMI
+from ..lookup.resolve import Consumers, fit_view, migration_target_pod, node_obstacle, read_through, resolve_disks
+from ..rules import fit
+from ..rules.fit.fields import name_of
+from ..rules.keeping.running import read_target_vmi, read_vmi, vm_pods, VmiView
+from ..rules.kubevirt.target import TargetPod
+from ..rules.placement import aim
+from ..rules.placement.decide import PIN_WEIGHT, PINNED, Decision
+from ..rules.shared.alone import Alone
+from ..rules.shared.classify import opted_in
+from ..rules.shared.facts import Fact, claims_of, disks_of
+from ..rules.shared.reading import Malformed
+from ..rules.shared.times import rfc3339
+from ..stores.store import Store, StoreError
+from .outcome import Outcome, Rule, skip
+
+
+class Untouched(Exception):
+    """The evacuation is left as KubeVirt made it: why (a metric label), and the specifics."""
+
+    def __init__(self, why: Alone, detail: str | None = None):
+        super().__init__(detail or why)
+        self.why, self.detail = why, detail
+
+
+async def evacuation_rule(migration: Any, namespace: str, user: str, store: Store, settings: AdmissionSettings,
+                          deadline: Deadline) -> Outcome:
+    """Aim the evacuation, or say why it is left untouched."""
+    exempt = aim.exemption(migration, user)
+    if exempt is not None:
+        return skip(Rule.EVACUATION, exempt)
+    evacuation = aim.read_evacuation(migration, namespace)
+    try:
+        decision, hostname, facts = await _aim(evacuation, store, settings, deadline)
+    except Untouched as untouched:
+        return skip(Rule.EVACUATION, untouched.why, detail=untouched.detail)
+    except StoreError as exc:
+        return skip(Rule.EVACUATION, Alone.VM_UNKNOWN, detail=f"an object could not be read ({exc})")
+    except TimeoutError:
+        return skip(Rule.EVACUATION, Alone.DEADLINE)
+    if deadline.remaining() <= 0:
+        return skip(Rule.EVACUATION, Alone.DEADLINE)
+    return Outcome(Rule.EVACUATION, decision=decision, facts=tuple(facts),
+                   patch=tuple(aim.aim_patch(migration, hostname)))
+
+
+async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings,
+               deadline: Deadline) -> tuple[Decision, str, list[Fact]]:
+    vmi = await read_through(store, VMI, evacuation.namespace, evacuation.vmi, deadline)
+    if vmi is None:
+        raise Untouched(Alone.VM_UNKNOWN, f"VMI {evacuation.namespace}/{evacuation.vmi} not found")
+    if not opted_in(kinds.annotations(vmi), settings):
+        raise Untouched(Alone.NOT_OPTED_IN)
+    source = await read_through(store, NODE, None, evacuation.source, deadline)
+    if not kinds.spec(source).get("unschedulable"):
+        raise Untouched(Alone.NOT_DRAINED, f"node {evacuation.source} is not cordoned: no drain")
+    every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
+    failed = aim.failed_aim(evacuation, every, _last_move(vmi, settings))
+    if failed is not None:
+        raise Untouched(failed)
+    vm_pod = await _launcher(store, settings, evacuation, vmi, deadline)
+    facts = await resolve_disks(store, settings, evacuation.namespace, disks_of(vm_pod, vmi), deadline)
+    storage = aim.storage_of(facts, evacuation.source)
+    if isinstance(storage, Alone):
+        raise Untouched(storage)
+    target = _target(vm_pod, vmi, source, settings)
+    view = await fit_view(store, evacuation.namespace, "", deadline)
+    if isinstance(view, str):
+        raise Untouched(Alone.VM_UNKNOWN, view)
+    candidates = await _candidates(storage, evacuation, every, store, settings, view, deadline)
+    reserved = aim.Reserved(view, await _reservations(every, evacuation, store, settings, view, deadline))
+    chosen = aim.choose(target, evacuation.namespace, candidates, reserved)
+    if isinstance(chosen, str):
+        raise Untouched(Alone.NO_TARGET, chosen)
+    node, hostname = chosen
+    return aim.aimed(node, hostname, evacuation, candidates.why), hostname, facts
+
+
+def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
+    """When the VM's last completed migration ended: the drain began after it."""
+    view = read_vmi(vmi, settings)
+    state = view.migration if isinstance(view, VmiView) else None
+    return rfc3339(state.ended) if state is not None and state.completed and not state.failed and state.ended else None
+
+
+async def _launcher(store: Store, settings: AdmissionSettings, evacuation: aim.Evacuation, vmi: dict[str, Any],
+                    deadline: Deadline) -> dict[str, Any]:
+    """The launcher pod the VM runs in now (KubeVirt renders its target pod from the VMI and it)."""
+    claims = claims_of(vmi)
+    pods = await deadline.call(store.pods_by_claim, evacuation.namespace, claims[0]) if claims else []
+    uid = kinds.meta(vmi).get("uid")
+    for pod in vm_pods(pods, settings, any_vm=True).running:
+        if kinds.labels(pod).get(kinds.CREATED_BY_LABEL) == uid:
+            return pod
+    raise Untouched(Alone.VM_UNKNOWN, f"no running launcher pod of VMI {evacuation.namespace}/{evacuation.vmi}")
+
+
+def _target(vm_pod: dict[str, Any], vmi: dict[str, Any], source: dict[str, Any] | None,
+            settings: AdmissionSettings) -> TargetPod:
+    read = read_target_vmi(vmi)
+    if isinstance(read, Malformed):
+        raise Untouched(Alone.VM_UNKNOWN, str(read))
+    built = migration_target_pod(vm_pod, read, source, {}, settings)
+    if not isinstance(built, TargetPod):
+        raise Untouched(Alone.VM_UNKNOWN, str(built))
+    if kinds.HOSTNAME_LABEL in (kinds.spec(built.pod).get("nodeSelector") or {}):
+        raise Untouched(Alone.OWN_HOST)  # its own key wins over an addedNodeSelector's
+    return built
+
+
+async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: list[aim.Evacuation], store: Store,
+                      settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> aim.Candidates:
+    """Where the VM may be aimed: its storage's node; else where a VM of the same disk was aimed; else
+    where its share-manager came back; else every node, most room first."""
+    if storage.node is not None:
+        return aim.Candidates((storage.node,), storage.why)
+    hosts = aim.by_hostname(view.nodes())
+    claims = {fact.subject for fact in storage.moving}
+    for other in aim.unfinished_aims(every, but=evacuation.name):
+        if other.namespace != evacuation.namespace or other.vmi == evacuation.vmi or other.aimed not in hosts:
+            continue
+        vmi = await read_through(store, VMI, other.namespace, other.vmi, deadline)
+        shared = sorted(claims & set(claims_of(vmi))) if vmi else []
+        if shared:
+            return aim.Candidates((hosts[other.aimed],), f"where the evacuation of VM {other.namespace}/{other.vmi}, "
+                                                          f"which shares disk {shared[0]}, is aimed")
+    for fact in storage.moving:
+        pod = await read_through(store, POD, settings.longhorn_namespace,
+                                 kinds.SHARE_MANAGER_POD_PREFIX + (fact.volume or ""), deadline)
+        bound = kinds.spec(pod).get("nodeName") if pod else None
+        if bound and bound != evacuation.source:
+            return aim.Candidates((bound,), f"where the share-manager of disk {fact.subject} came back")
+        named = kinds.annotations(pod).get(settings.node_annotation) if pod else None
+        if not bound and named and kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS:
+            return aim.Candidates(tuple(str(named).split(",")), f"among the nodes the share-manager of disk "
+                                                                f"{fact.subject} is pinned to", ranked=True)
+    nodes = sorted(n for n in (name_of(node) for node in view.nodes()) if isinstance(n, str) and n)
+    disks = ", ".join(f.subject for f in storage.moving)
+    return aim.Candidates(tuple(nodes), f"the node with most room for it, where the NFS server of disk {disks} "
+                                        f"(leaving {evacuation.source} too) will follow it", ranked=True)
+
+
+async def _reservations(every: list[aim.Evacuation], evacuation: aim.Evacuation, store: Store,
+                        settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> dict[str, list[fit.PodUsage]]:
+    """By node: what the VMs of aimed evacuations still under way take where their target pods are not yet."""
+    hosts = aim.by_hostname(view.nodes())
+    reserved: dict[str, list[fit.PodUsage]] = {}
+    for other in aim.unfinished_aims(every, but=evacuation.name):
+        node = hosts.get(other.aimed or "")
+        if node is None or any(kinds.labels(pod).get(kinds.MIGRATION_JOB_LABEL) == other.uid
+                               for pod in view.pods_on(node)):
+            continue  # landed: its target pod takes its room
+        vmi = await read_through(store, VMI, other.namespace, other.vmi, deadline)
+        if vmi is None:
+            continue
+        try:
+            pod = await _launcher(store, settings, other, vmi, deadline)
+        except Untouched:
+            continue
+        reserved.setdefault(node, []).append(fit.PodUsage.of(pod))
+    return reserved
+
+
+async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, store: Store,
+                   deadline: Deadline) -> tuple[Decision, str | None] | None:
+    """A share-manager whose VMs' evacuation is aimed goes where it is aimed: the decision, and why
+    that node cannot take it now (then it is placed as before); None when none of its VMs' is."""
+    vmis = {(kinds.meta(p).get("namespace") or "", (kinds.vmi_owner(p) or {}).get("name") or "") for p in consumers.pods}
+    try:
+        every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
+    except (StoreError, TimeoutError):
+        return None
+    leading = aim.follows(every, vmis)
+    if leading is None:
+        return None
+    view = await fit_view(store, namespace, "", deadline)
+    node = aim.by_hostname(view.nodes()).get(leading.aimed or "") if not isinstance(view, str) else None
+    if node is None:
+        return None
+    blocked = await node_obstacle(store, node, pod, namespace, deadline, needs_kubevirt=False)
+    reason = (f"pinned to {node}, where the evacuation {leading.name} of its VM {leading.namespace}/{leading.vmi} "
+              f"is aimed")
+    return Decision(PINNED, node=node, preferences=((node, PIN_WEIGHT),), reason=reason), blocked
