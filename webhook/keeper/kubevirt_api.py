@@ -18,7 +18,6 @@ from ..config import Settings
 from ..kinds import EVENT, VMI, VMIM
 from ..cluster.client import ApiUnreachable, request
 from ..cluster.informer import Informer, Informers
-from ..cluster.table import Watcher
 from ..stores.shapes import shapes, trim
 from ..cluster.reflector import Timing
 from ..rules.keeping import io_errors
@@ -27,14 +26,14 @@ from ..rules.keeping.io_errors import IoError
 
 class KubeVirtWatch(Informers):
     """VMIs, migrations and IOerror Events on VMIs of the whole cluster, listed and watched while the
-    keeper leads; each change to a VMI told to `watchers` as it comes. An Events watch that fails is
-    said by `degraded()` like the others: no Event seen is then no proof that no disk failed."""
+    keeper leads. An Events watch that fails is said by `degraded()` like the others: no Event seen is
+    then no proof that no disk failed."""
 
     task_prefix = "keeper"
 
-    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing(), watchers: tuple[Watcher, ...] = ()):
+    def __init__(self, api: Any, settings: Settings, timing: Timing = Timing()):
         shape = shapes(settings)
-        self.vmis = Informer(VMI, shape[VMI.kind], watchers=watchers)
+        self.vmis = Informer(VMI, shape[VMI.kind])
         self.migrations = Informer(VMIM, shape[VMIM.kind])
         self.io_error_events = Informer(EVENT, lambda event: trim(event, io_errors.KEPT), fields=io_errors.FIELDS,
                                         wanted=_io_error_event, indexers={"vmi": _involved_uid})
