@@ -50,6 +50,7 @@ from .__main__ import cores, https, process, process_kib, wait_for, webhook_serv
 from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
+from .apiserver_load import Busy, Stored
 from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
@@ -133,16 +134,24 @@ def decision(answer: dict[str, Any]) -> str | None:
     return None
 
 
-async def send_all(connections: Connections, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
+async def send_all(connections: Connections, batch: list[tuple[str, bytes]],
+                   stored: Stored | None = None) -> list[tuple[str, float, bool]]:
     """Every review at once, each on a connection of its own (`sender`), to the path and with the
-    timeout of its webhook in the install's configuration; (kind, seconds, decided) of each answer."""
+    timeout of its webhook in the install's configuration; (kind, seconds, decided) of each answer.
+    With `stored`, each answered review's pod is created in the emulator meanwhile, as the apiserver
+    stores it (`apiserver_load`)."""
     called = calls()
+    creates: list[asyncio.Task[None]] = []
 
     async def one(kind: str, body: bytes) -> tuple[str, float, bool]:
         seconds, answer = await timed(connections, called[kind], body)
+        if stored is not None:
+            creates.append(asyncio.create_task(stored.create(body, answer)))
         return kind, seconds, decision(json.loads(answer)) == WANTED[kind]
 
-    return await asyncio.gather(*(one(kind, body) for kind, body in batch))
+    answered = await asyncio.gather(*(one(kind, body) for kind, body in batch))
+    await asyncio.gather(*creates)
+    return answered
 
 
 async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
@@ -155,11 +164,14 @@ async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> lis
 
 
 async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
-                       log: Path, serve_pid: int) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int]]:
+                       log: Path, serve_pid: int, api: str = "", busy: Busy | None = None,
+                       ) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int], int]:
     """`--rounds` of the three batches on one set of connections, as the apiserver keeps its own:
     the rounds' figures, serve's admission lines of each batch (and the CPU serve spent on it),
-    and the TLS connections each opened."""
+    the TLS connections each opened, and the pods stored. With `--apiserver-load`, each batch beside `busy` and
+    its pods stored in the emulator at `api` (`apiserver_load`)."""
     connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
+    stored = Stored(api) if args.apiserver_load is not None else None
     rounds, served, opened = [], [], []
     try:
         await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up
@@ -167,14 +179,25 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
             answered = []
             for sent in batches(batch):
                 start, before, cpu = log.stat().st_size, connections.opened, cpu_seconds(serve_pid)
-                answered.append(await send_all(connections, sent))
+                if busy is not None:
+                    busy.start()
+                try:
+                    answered.append(await send_all(connections, sent, stored))
+                finally:
+                    if busy is not None:
+                        busy.stop()
                 await settled(serve_pid)  # its Events posted, counted in its CPU
                 served.append(admissions_logged(log, start) + [{"cpu_ms": (cpu_seconds(serve_pid) - cpu) * 1000}])
                 opened.append(connections.opened - before)
+                if stored is not None:  # the next batch meets the cluster as this one did
+                    await stored.delete_all()
+                    await settled(serve_pid)
             rounds.append(round_figures(*answered))
     finally:
         await connections.close()
-    return rounds, served, opened
+        if stored is not None:
+            await stored.close()
+    return rounds, served, opened, 0 if stored is None else stored.count
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -195,23 +218,31 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    for name, each in served.items()}}
     batch = reviews(evicted, starts, args.share_manager_kib)
     server_cpu, other_cpu = cores()
-    with emulator(objects_file, other_cpu) as api, \
+    loaded = args.apiserver_load is not None  # the apiserver's work on any core, serve's too
+    with emulator(objects_file, None if loaded else other_cpu) as api, \
             webhook_server(api, work, server_cpu, "storm",
                            ("--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
         if args.share_manager_rule == "on":
             judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])
         caches_synced(log)
-        if other_cpu is not None:  # the sender, as the apiserver, on a core of its own: not serve's
+        busy = Busy(args.apiserver_load) if args.apiserver_load else None
+        if other_cpu is not None and not loaded:  # the sender, as the apiserver, on a core of its own: not serve's
             os.sched_setaffinity(0, {other_cpu})
-        rounds, served, opened = asyncio.run(storm_rounds(url, work, batch, args, log, serve.pid))
+        try:
+            rounds, served, opened, pods_stored = asyncio.run(
+                storm_rounds(url, work, batch, args, log, serve.pid, api, busy))
+        finally:
+            if busy is not None:
+                busy.close()
         memory = {"rss_mib": process_kib(serve.pid, "VmRSS") / 1024, "peak_mib": process_kib(serve.pid, "VmHWM") / 1024}
     return {"apiserver": "emulator", "nodes": args.nodes, "vms": args.vms, "share_managers": args.share_managers,
             "vm_starts": args.vm_starts, "rounds": rounds, **{name: median_of(rounds, name) for name in KINDS},
             "server": served_median(served[2::3]), "server_control": served_median(served[1::3]), "memory": memory,
             "body_kib": {kind: round(statistics.median(len(b) for k, b in batch if k == kind) / 1024, 1)
                          for kind in ("vm", "share-manager")},
-            "sender": {"idle_connections": args.idle_connections, "opened_per_storm": statistics.median(opened[2::3])}}
+            "sender": {"idle_connections": args.idle_connections, "opened_per_storm": statistics.median(opened[2::3]),
+                       "apiserver_load": args.apiserver_load, "pods_stored": pods_stored}}
 
 
 KINDS = ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager")
@@ -245,6 +276,16 @@ def zero_or_more(text: str) -> int:
     return value
 
 
+def cores_of_load(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"cores' worth of load, 0 to 64: {text!r}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -269,6 +310,12 @@ def main() -> None:
                         help="at most N reviews sent at once, the rest queued in the order sent and timed from then, as "
                              "one client with a pool of N connections would create the pods (aiohttp's default: 100); "
                              "default 0: none, as the apiserver calls the webhook")
+    parser.add_argument("--apiserver-load", type=cores_of_load, metavar="CORES",
+                        help="the machine shared with an apiserver's load (bench/apiserver_load.py): each answered "
+                             "review's pod stored in the emulator, its event taken by serve's informers during the "
+                             "burst, the emulator and the sender on any core (serve's too), and CORES cores' worth of "
+                             "work more there while each burst is in flight (etcd's, kube-scheduler's; 0: none). "
+                             "Default: none of it, the emulator and the sender on a core of their own")
     parser.add_argument("--share-manager-kib", type=zero_or_more, default=0, metavar="KIB",
                         help="each share-manager's review padded to at least KIB KiB (default: as the apiserver sends "
                              "longhorn-manager's pod, about 5 KiB)")
@@ -308,6 +355,10 @@ def main() -> None:
               f"{control['cpu_ms']:.0f} ms per control")
         print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
               f"({args.idle_connections} kept idle between bursts)")
+        if args.apiserver_load is not None:
+            print(f"  the apiserver's load: {result['sender']['pods_stored']} answered pods stored, the emulator and "
+                  f"the sender on any core, {args.apiserver_load:g} cores' worth of work more while each burst was "
+                  f"in flight")
         print(f"  serve's memory at the end: RSS {memory['rss_mib']:.1f} MiB (peak {memory['peak_mib']:.1f} MiB)")
     if "refused" in result:
         server, control = result["server"], result["server_control"]

@@ -304,3 +304,57 @@ def test_a_tiny_beside_run_reports_every_figure():
     assert result["claims"] == 2000 and result["rounds"] == 2
     for name in ("alone", "beside", "hostile"):
         assert 0 < result[name]["median_ms"] <= result[name]["max_ms"]
+
+
+def test_a_tiny_drain_storm_beside_an_apiservers_load_stores_every_answered_pod():
+    """`python -m bench.storm --apiserver-load`: each answered review's pod is stored in the emulator
+    (serve's informers take it during the burst), and the storm is still decided."""
+    done = processes.run([sys.executable, "-m", "bench.storm", "--nodes", "12", "--vms", "60", "--share-managers", "3",
+                          "--vm-starts", "3", "--rounds", "2", "--apiserver-load", "0.5", "--json"], cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for name in ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager"):
+        assert result[name]["undecided"] == 0, (name, result[name])
+    # 2 rounds of 3 quiet starts, 3 control share-managers and 3 starts, 3 share-managers and 3 starts.
+    assert result["sender"]["pods_stored"] == 2 * (3 + 6 + 6), result["sender"]
+    assert result["sender"]["apiserver_load"] == 0.5
+
+
+def test_the_stored_pod_is_the_reviews_object_with_the_answers_patch_and_a_name_of_its_own():
+    """What the apiserver stores for an answered review: its pod, mutated, named from generateName."""
+    import base64
+
+    from bench.apiserver_load import stored_pod
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "virt-launcher-vm-"}, "spec": {}}
+    body = json.dumps({"request": {"namespace": "vms", "object": pod}}).encode()
+    patch = [{"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": "node-1"}}]
+    answer = json.dumps({"response": {"allowed": True, "patch": base64.b64encode(json.dumps(patch).encode()).decode()}})
+    stored = stored_pod(body, answer.encode(), "-000001")
+    assert stored["metadata"] == {"generateName": "virt-launcher-vm-", "name": "virt-launcher-vm--000001",
+                                  "namespace": "vms"}
+    assert stored["spec"] == {"nodeSelector": {"kubernetes.io/hostname": "node-1"}}
+    unpatched = stored_pod(body, json.dumps({"response": {"allowed": True}}).encode(), "-000002")
+    assert unpatched["spec"] == {} and unpatched["metadata"]["name"] == "virt-launcher-vm--000002"
+
+
+def test_the_apiservers_load_works_only_while_started():
+    """`Busy`: its processes take CPU between `start` and `stop`, none while stopped."""
+    import time
+
+    from bench.apiserver_load import Busy
+    from bench.served import cpu_seconds
+
+    busy = Busy(0.5)
+    try:
+        (proc,) = busy.processes
+        time.sleep(0.3)
+        stopped = cpu_seconds(proc.pid)
+        time.sleep(0.5)
+        assert cpu_seconds(proc.pid) - stopped <= 0.02
+        busy.start()
+        time.sleep(1.0)
+        busy.stop()
+        assert 0.2 <= cpu_seconds(proc.pid) - stopped <= 0.8
+    finally:
+        busy.close()
