@@ -11,12 +11,13 @@ etcd and kube-scheduler work on every create of the burst at the same moments, o
   control's and the storm's alike. A fraction of a core is a process busy that share of each
   10 ms;
 - `Stored`: each review's pod created in the emulator once answered, with the answer's patch
-  applied (what the apiserver stores), so that `serve`'s informers take its event during the
-  burst; the pods of a batch deleted once it has settled, and their deletions settled, before the
-  next batch.
+  applied (what the apiserver stores), by a process of its own (on any core), so that `serve`'s
+  informers take its event during the burst; the pods of a batch deleted once it has settled, and
+  their deletions settled, before the next batch.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -85,29 +86,84 @@ def stored_pod(body: bytes, answer: bytes, suffix: str) -> dict[str, Any]:
 
 
 class Stored:
-    """The pods a batch's answers stored in the emulator, deleted after it."""
+    """The pods a batch's answers stored in the emulator, by a process of the apiserver's own: what the
+    apiserver does after an answer (the patch applied, the pod written) takes no time from the sender's
+    loop, whose clock times the answers (a write to a pipe, never waited for). Deleted after the batch
+    (`delete_all`)."""
 
-    def __init__(self, api: str) -> None:
-        self.api = api
-        self.session = aiohttp.ClientSession()
-        self.created: list[tuple[str, str]] = []
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
         self.count = 0
 
-    async def create(self, body: bytes, answer: bytes) -> None:
+    @classmethod
+    async def start(cls, api: str) -> Stored:
+        return cls(await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.apiserver_load", api, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+    def create(self, body: bytes, answer: bytes) -> None:
         self.count += 1
-        pod = stored_pod(body, answer, f"-{self.count:06d}")
-        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        async with self.session.post(f"{self.api}/api/v1/namespaces/{namespace}/pods", json=pod) as response:
-            if response.status >= 300:
-                raise RuntimeError(f"the emulator refused pod {namespace}/{name}: {response.status}")
-        self.created.append((namespace, name))
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"create %d %d %d\n" % (self.count, len(body), len(answer)) + body + answer)
+
+    async def _ask(self, command: bytes) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + b"\n")
+        await self.proc.stdin.drain()
+        said = (await self.proc.stdout.readline()).decode().strip()
+        if said != "ok":
+            raise RuntimeError(f"storing the pods: {said or 'the process ended'}")
+
+    async def created(self) -> None:
+        """Until every pod sent so far is stored."""
+        await self._ask(b"sync")
 
     async def delete_all(self) -> None:
-        for namespace, name in self.created:
-            async with self.session.delete(f"{self.api}/api/v1/namespaces/{namespace}/pods/{name}") as response:
-                if response.status >= 300 and response.status != 404:
-                    raise RuntimeError(f"the emulator did not delete pod {namespace}/{name}: {response.status}")
-        self.created.clear()
+        await self._ask(b"delete")
 
     async def close(self) -> None:
-        await self.session.close()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        await asyncio.wait_for(self.proc.wait(), 30)
+
+
+async def store(api: str) -> None:
+    """The storing process: creates as they come, `sync` and `delete` answered "ok" once done."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**24)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    created: list[tuple[str, str]] = []
+    pending: set[asyncio.Task[None]] = set()
+    failed: list[str] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def create(pod: dict[str, Any]) -> None:
+            namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            async with session.post(f"{api}/api/v1/namespaces/{namespace}/pods", json=pod) as response:
+                if response.status >= 300:
+                    failed.append(f"the emulator refused pod {namespace}/{name}: {response.status}")
+                    return
+            created.append((namespace, name))
+
+        while line := await reader.readline():
+            command, *sizes = line.split()
+            if command == b"create":
+                count, body_size, answer_size = (int(size) for size in sizes)
+                body, answer = await reader.readexactly(body_size), await reader.readexactly(answer_size)
+                task = asyncio.create_task(create(stored_pod(body, answer, f"-{count:06d}")))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                continue
+            await asyncio.gather(*pending)
+            if command == b"delete":
+                for namespace, name in created:
+                    async with session.delete(f"{api}/api/v1/namespaces/{namespace}/pods/{name}") as response:
+                        if response.status >= 300 and response.status != 404:
+                            failed.append(f"the emulator did not delete pod {namespace}/{name}: {response.status}")
+                created.clear()
+            sys.stdout.write(("ok" if not failed else failed[0]) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    asyncio.run(store(sys.argv[1]))

@@ -141,16 +141,16 @@ async def send_all(connections: Connections, batch: list[tuple[str, bytes]],
     With `stored`, each answered review's pod is created in the emulator meanwhile, as the apiserver
     stores it (`apiserver_load`)."""
     called = calls()
-    creates: list[asyncio.Task[None]] = []
 
     async def one(kind: str, body: bytes) -> tuple[str, float, bool]:
         seconds, answer = await timed(connections, called[kind], body)
         if stored is not None:
-            creates.append(asyncio.create_task(stored.create(body, answer)))
+            stored.create(body, answer)
         return kind, seconds, decision(json.loads(answer)) == WANTED[kind]
 
     answered = await asyncio.gather(*(one(kind, body) for kind, body in batch))
-    await asyncio.gather(*creates)
+    if stored is not None:
+        await stored.created()
     return answered
 
 
@@ -171,7 +171,7 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
     the TLS connections each opened, and the pods stored. With `--apiserver-load`, each batch beside `busy` and
     its pods stored in the emulator at `api` (`apiserver_load`)."""
     connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
-    stored = Stored(api) if args.apiserver_load is not None else None
+    stored = await Stored.start(api) if args.apiserver_load is not None else None
     rounds, served, opened = [], [], []
     try:
         await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up

@@ -97,9 +97,11 @@ class DestinationSearch:
         shape = self._shape()
         self.judged = judged_for(shape, self.view)
         kept = self._kept(shape)
-        if kept is not None and kept.done:
+        if kept is not None and kept.holds(self.view, self.source):
             self.taking, self.refused = list(kept.taking), dict(kept.refused)
             return
+        if kept is not None:
+            kept.position, kept.done = (self.judged.position if self.judged is not None else None), False
         for room, node in self.nodes:
             if len(self.taking) >= AMONG_NODES:
                 break
@@ -111,13 +113,13 @@ class DestinationSearch:
             kept.taking, kept.refused, kept.done = tuple(self.taking), dict(self.refused), True
 
     def _kept(self, shape: Hashable | None) -> Kept | None:
-        """The answer kept for pods of this shape leaving this node, as of the view's position now;
-        None where the VM's own filters may refuse it another node than the one it leaves (its
-        answer is then its own), or where the view keeps no record of changes."""
+        """Where the answer for pods of this shape leaving this node is kept; None where the VM's own
+        filters may refuse it another node than the one it leaves (its answer is then its own), or
+        where the view keeps no record of changes."""
         refused = None if shape is None or self.judged is None else self._refused_by_its_own()
         if refused is None:
             return None
-        return self.view.memo.latest(_new_kept, ("kept", shape, self.source, refused), self.judged.position, None)
+        return self.view.memo.latest(_new_kept, ("kept", shape, self.source, refused), True, None)
 
     def _own_filters(self) -> tuple[Any, ...]:
         if self.own is None:
@@ -191,14 +193,23 @@ class DestinationSearch:
 
 
 class Kept:
-    """A search's answer for pods of one shape leaving one node, as of one position of the view."""
+    """A search's answer for pods of one shape leaving one node, as of a position of the view. It
+    holds while no node but that one has changed: a drain evicting the node's other pods changes
+    what it refuses anyway ("where the VM runs now")."""
 
-    __slots__ = ("done", "taking", "refused")
+    __slots__ = ("position", "done", "taking", "refused")
 
     def __init__(self) -> None:
+        self.position: int | None = None  # the view's, when the search that filled it began
         self.done = False  # filled by a search that judged to its end
         self.taking: tuple[Destination, ...] = ()
         self.refused: dict[str, str] = {}
+
+    def holds(self, view: fit.View, source: str) -> bool:
+        if not self.done or self.position is None:
+            return False
+        _, changed = view.nodes_changed(self.position)
+        return changed is not None and all(name == source for name in changed)
 
 
 def _new_kept(_: object) -> Kept:
