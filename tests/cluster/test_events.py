@@ -74,3 +74,27 @@ async def test_with_nothing_in_flight_an_event_goes_at_once(posted):
     await asyncio.wait_for(sink.sent(), 1.0)
     assert len(posted) == 1 and posted[0][0] - began < 0.1
     await sink.close()
+
+
+async def test_an_event_waits_for_a_pause_between_a_bursts_arrivals(posted):
+    """A burst's reviews arrive over tens of milliseconds: an Event emitted for the first one answered
+    waits through a gap of 50 ms before the next arrives, and goes once none has come for QUIET seconds."""
+    from webhook.cluster.events import QUIET
+    from webhook.process.listening import Arrivals
+
+    arrivals, sink = Arrivals(), EventSink(api_client=None, hold=5.0)
+    sink.yield_to(lambda: arrivals.busy_within(QUIET))
+    first, second = object(), object()
+    arrivals.connected(first, time.monotonic())
+    arrivals.answered(first)
+    sink.emit_about(SHARE_MANAGER, "CoLocated", "pinned among node-a, node-b")
+    await asyncio.sleep(0.05)
+    assert posted == []  # nothing in flight, but the burst has not paused yet
+    arrivals.connected(second, time.monotonic())
+    await asyncio.sleep(0.2)
+    assert posted == []
+    arrivals.answered(second)
+    answered = time.monotonic()
+    await asyncio.wait_for(sink.sent(), 1.0)
+    assert QUIET <= posted[0][0] - answered < QUIET + 0.2
+    await sink.close()

@@ -342,3 +342,18 @@ async def test_serve_keeps_within_its_memory_limit_and_answers_healthz_while_cli
         for _, writer in held:
             writer.close()
         await serving.stop()
+
+
+def test_arrivals_are_busy_while_a_request_is_in_flight_and_a_while_after_its_answer():
+    import time as clock
+
+    arrivals, connection = listening.Arrivals(), object()
+    assert not arrivals.busy_within(0.1)  # nothing answered yet
+    arrivals.connected(connection, clock.monotonic())
+    assert arrivals.busy_within(0.0)
+    arrivals.answered(connection)
+    assert len(arrivals) == 0 and arrivals.busy_within(0.1) and not arrivals.busy_within(0.0)
+    clock.sleep(0.12)
+    assert not arrivals.busy_within(0.1)
+    arrivals.answered(connection)  # a connection answered twice counts once
+    assert not arrivals.busy_within(0.1)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import metrics
-from ..cluster.events import NO_EVENTS, Events
+from ..cluster.events import NO_EVENTS, QUIET, Events
 from ..stores.store import Store
 from ..config import AdmissionSettings
 from ..process import listening, ops
@@ -49,7 +49,8 @@ class Service:
         self.companions = (self.lag, *companions)
         self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
-        events.yield_to(lambda: len(self.arrivals) > 0)  # an Event's POST waits for the reviews in flight
+        # An Event's POST waits for the reviews in flight, and for a pause between a burst's arrivals.
+        events.yield_to(lambda: self.arrivals.busy_within(QUIET))
         self.ops_runner: Port | ops.Apart | None = None
         self.runner: Port | None = None  # the admission port
         metrics.STORE.source = store.stats

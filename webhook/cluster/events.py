@@ -4,7 +4,9 @@ Admission never waits for an Event: emitting only queues, a full queue drops (an
 for dry-run requests (hence sideEffects NoneOnDryRun). Nor does an Event take the CPU from a review
 in flight: each POST is about a millisecond of the one core that answers reviews, so a drain's
 storm of share-managers, each with its Event, would answer its last ones a hundred milliseconds
-later. The Events wait until the reviews in flight are answered (at most HOLD seconds a burst).
+later. The Events wait until the reviews in flight are answered and no more have come for QUIET
+seconds (a burst's reviews arrive over tens of milliseconds as its sender opens their connections,
+and a POST in a gap between them would hold the ones behind it), at most HOLD seconds a burst.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from . import client
 
 log = logging.getLogger("webhook.events")
 HOLD = 2.0  # the longest Events wait for the reviews in flight to be answered, then go as they come
+QUIET = 0.1  # how long after the last review answered an Event still waits for more to come
 LOOK_AGAIN = 0.01  # how often a waiting Event looks whether the reviews have been answered
 
 # Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.

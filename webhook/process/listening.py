@@ -48,10 +48,11 @@ class Arrivals:
     factory there, before the handshake) when it follows the handshake at once, else (a connection
     kept or opened ahead) the request's first byte."""
 
-    __slots__ = ("_since",)
+    __slots__ = ("_since", "_last")
 
     def __init__(self) -> None:
         self._since: dict[asyncio.BaseTransport, float] = {}
+        self._last = float("-inf")  # when a request was last answered
 
     def connected(self, transport: asyncio.BaseTransport, accepted: float) -> None:
         self._since[transport] = accepted
@@ -65,8 +66,12 @@ class Arrivals:
         return self._since.get(transport) if transport is not None else None
 
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
-        if transport is not None:
-            self._since.pop(transport, None)
+        if transport is not None and self._since.pop(transport, None) is not None:
+            self._last = time.monotonic()
+
+    def busy_within(self, seconds: float) -> bool:
+        """Whether a request is in flight, or one was answered less than `seconds` ago."""
+        return bool(self._since) or time.monotonic() - self._last < seconds
 
     def __len__(self) -> int:
         return len(self._since)
