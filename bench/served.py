@@ -19,10 +19,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def settled(pid: int, quiet: float = 0.1, most: float = 5.0) -> None:
+async def settled(pid: int, quiet: float = 0.3, most: float = 5.0) -> None:
     """Until process `pid` has used at most one clock tick of CPU in `quiet` seconds (serve's Events
-    of a batch, which wait for its reviews, posted), at most `most` seconds: each batch then meets
-    a serve at rest, as a drain's storm does, and no batch's Events are counted in the next one's."""
+    of a batch, which wait for its reviews and a pause after them, posted), at most `most` seconds:
+    each batch then meets a serve at rest, as a drain's storm does, and no batch's Events are
+    counted in the next one's."""
     tick = 1 / os.sysconf("SC_CLK_TCK")
     until = time.monotonic() + most
     while time.monotonic() < until:
