@@ -11,9 +11,11 @@ etcd and kube-scheduler work on every create of the burst at the same moments, o
   control's and the storm's alike. A fraction of a core is a process busy that share of each
   10 ms;
 - `Stored`: each review's pod created in the emulator once answered, with the answer's patch
-  applied (what the apiserver stores), by a process of its own (on any core), so that `serve`'s
-  informers take its event during the burst; the pods of a batch deleted once it has settled, and
-  their deletions settled, before the next batch.
+  applied (what the apiserver stores), then bound as kube-scheduler would bind it (`bound_to`: the
+  first node its pin names, else one of the nodes in turn), by a process of its own (on any core),
+  so that `serve`'s informers take both events during the burst, a bound pod changing what its
+  node holds; the pods of a batch deleted once it has settled, and their deletions settled, before
+  the next batch.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import Any
 import aiohttp
 import jsonpatch
 
+HOSTNAME = "kubernetes.io/hostname"
 PERIOD = 0.01  # a partly busy process is busy its share of each PERIOD
 BUSY = """
 import time
@@ -85,6 +88,19 @@ def stored_pod(body: bytes, answer: bytes, suffix: str) -> dict[str, Any]:
     return pod
 
 
+def bound_to(pod: dict[str, Any]) -> str | None:
+    """The node a pinned pod goes to: the first its required node affinity names (by name or by
+    hostname label), else its nodeSelector's hostname; None for a pod without a pin."""
+    spec = pod.get("spec") or {}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for requirement in (term.get("matchFields") or []) + (term.get("matchExpressions") or []):
+            if requirement.get("key") in ("metadata.name", HOSTNAME) and requirement.get("operator") == "In":
+                return (requirement.get("values") or [None])[0]
+    return (spec.get("nodeSelector") or {}).get(HOSTNAME)
+
+
 class Stored:
     """The pods a batch's answers stored in the emulator, by a process of the apiserver's own: what the
     apiserver does after an answer (the patch applied, the pod written) takes no time from the sender's
@@ -96,9 +112,10 @@ class Stored:
         self.count = 0
 
     @classmethod
-    async def start(cls, api: str) -> Stored:
+    async def start(cls, api: str, nodes: list[str]) -> Stored:
+        """The storing process, binding a pod without a pin to each of `nodes` in turn."""
         return cls(await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.apiserver_load", api, stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "bench.apiserver_load", api, ",".join(nodes), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
     def create(self, body: bytes, answer: bytes) -> None:
@@ -127,8 +144,8 @@ class Stored:
         await asyncio.wait_for(self.proc.wait(), 30)
 
 
-async def store(api: str) -> None:
-    """The storing process: creates as they come, `sync` and `delete` answered "ok" once done."""
+async def store(api: str, nodes: list[str]) -> None:
+    """The storing process: creates (and binds) as they come, `sync` and `delete` answered "ok" once done."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2**24)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
@@ -144,6 +161,11 @@ async def store(api: str) -> None:
                     failed.append(f"the emulator refused pod {namespace}/{name}: {response.status}")
                     return
             created.append((namespace, name))
+            node = bound_to(pod) or nodes[len(created) % len(nodes)]
+            async with session.patch(f"{api}/api/v1/namespaces/{namespace}/pods/{name}", json={"spec": {"nodeName": node}},
+                                     headers={"Content-Type": "application/merge-patch+json"}) as response:
+                if response.status >= 300:
+                    failed.append(f"the emulator did not bind pod {namespace}/{name}: {response.status}")
 
         while line := await reader.readline():
             command, *sizes = line.split()
@@ -166,4 +188,4 @@ async def store(api: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(store(sys.argv[1]))
+    asyncio.run(store(sys.argv[1], sys.argv[2].split(",")))

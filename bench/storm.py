@@ -171,7 +171,8 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
     the TLS connections each opened, and the pods stored. With `--apiserver-load`, each batch beside `busy` and
     its pods stored in the emulator at `api` (`apiserver_load`)."""
     connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
-    stored = await Stored.start(api) if args.apiserver_load is not None else None
+    nodes = [node_name(i) for i in range(1, args.nodes)]
+    stored = await Stored.start(api, nodes) if args.apiserver_load is not None else None
     rounds, served, opened = [], [], []
     try:
         await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up

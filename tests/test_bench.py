@@ -358,3 +358,17 @@ def test_the_apiservers_load_works_only_while_started():
         assert 0.2 <= cpu_seconds(proc.pid) - stopped <= 0.8
     finally:
         busy.close()
+
+
+@pytest.mark.parametrize("spec, node", [
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-7", "node-3"]}]}]}}}}, "node-7"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}]}]}}}}, "node-2"),
+    ({"nodeSelector": {"kubernetes.io/hostname": "node-5"}}, "node-5"),
+    ({}, None),
+], ids=["among", "hostname-term", "node-selector", "no-pin"])
+def test_a_stored_pod_is_bound_where_its_pin_says(spec, node):
+    from bench.apiserver_load import bound_to
+
+    assert bound_to({"spec": spec}) == node
