@@ -20,7 +20,7 @@ OTHERS = [node(f"node-{name}") for name in "bcd"]
 
 
 def cached():
-    disks = [obj for name in ("vm1", "vm2", "vm3", "vm4") for obj in rwx_disk(f"disk-{name}", None, state="stopped", owner="node-a")]
+    disks = [obj for name in ("vm1", "vm2") for obj in rwx_disk(f"disk-{name}", None, state="stopped", owner="node-a")]
     store = listed_store([SOURCE, *OTHERS, *disks])
     return store, {informer.resource.kind: informer for informer in store.informers}
 
@@ -110,40 +110,3 @@ def test_an_answer_is_kept_for_its_node_object_alone_and_so_many_at_most():
     for i in range(judged.LIMIT * 2):
         kept.keep(f"n{i}", one, "no")
     assert len(kept.said) == judged.LIMIT
-
-
-def test_the_next_vm_leaving_the_node_is_given_the_whole_answer_kept(counted, monkeypatch):
-    """While no node has changed, a VM of the same shape leaving the same node, whose own filters can
-    refuse it that node alone, is given the answer worked out for the one before: no node judged again."""
-    store, informers = cached()
-    view = asyncio.run(store.fit_view("default", ""))
-    first = search(view, "vm1")
-    judging = []
-    monkeypatch.setattr(together.fit, "why_not_pass", lambda *args, **kwargs: judging.append(args[2]) or None)
-    second = search(view, "vm2")
-    assert judging == [] and second.nodes == first.nodes and second.refused == first.refused
-    evicted = workload_pod(2, "node-a")  # the drain evicting the node's other pods: it refuses the VMs anyway
-    informers["Pod"].apply(Event(EventType.ADDED, evicted))
-    informers["Pod"].apply(Event(EventType.DELETED, evicted))
-    assert search(view, "vm3").nodes == first.nodes and judging == []
-    informers["Pod"].apply(Event(EventType.ADDED, workload_pod(3, "node-d")))  # another node: judged again
-    fourth = search(view, "vm4")
-    assert judging != [] and fourth.nodes[-1].node == "node-d" and fourth.nodes[-1].room < first.nodes[-1].room
-
-
-def test_a_vm_whose_own_pods_run_elsewhere_is_not_given_the_answer_kept():
-    """A pod of vm2's VMI on node-b (its label changed, what the pod takes did not: no node changed),
-    which vm2's migration target avoids: node-b is refused to vm2, though it took vm1."""
-    store, informers = cached()
-    theirs = workload_pod(1, "node-b")
-    theirs["metadata"]["namespace"] = "default"
-    informers["Pod"].apply(Event(EventType.ADDED, theirs))
-    view = asyncio.run(store.fit_view("default", ""))
-    assert [d.node for d in search(view, "vm1").nodes] == ["node-c", "node-d", "node-b"]
-    target = drained_vm("vm2")
-    own = target.pod["metadata"]["labels"]["kubevirt.io/created-by"]
-    relabelled = {**theirs, "metadata": {**theirs["metadata"], "labels": {"kubevirt.io/created-by": own}}}
-    informers["Pod"].apply(Event(EventType.MODIFIED, relabelled))
-    second = destinations(share_manager_pod("pvc-disk-vm2"), LONGHORN_NS, target, "default", "node-a", view)
-    assert [d.node for d in second.nodes] == ["node-c", "node-d"]
-    assert "anti-affinity" in second.refused["node-b"], second.refused

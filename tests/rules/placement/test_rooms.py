@@ -73,3 +73,37 @@ def test_a_view_that_keeps_no_record_has_every_node_scored_each_time():
     rooms = rooms_for(demand, view)
     assert len(list(rooms.update(demand, view))) == len(NODES)
     assert len(list(rooms.update(demand, view))) == len(NODES)
+
+
+def test_the_order_kept_node_by_node_is_the_order_sorted_afresh():
+    """Nodes moved to their place one by one, through pods bound and gone, nodes grown, lost and
+    added: the same nodes, with the same room, most room first, as scoring every node again."""
+    import random
+
+    from webhook.rules.placement.rooms import Rooms
+
+    store, informers = cached(*NODES)
+    view = asyncio.run(store.fit_view("default", ""))
+    demand = vm_demand(view)
+    rooms = rooms_for(demand, view)
+    list(rooms.update(demand, view))
+    chance, placed = random.Random(7), []
+    for step in range(200):
+        where = f"node-{chance.randint(1, 24):02d}"
+        kind = chance.choice(["bind", "bind", "gone", "grow", "node"])
+        if kind == "bind":
+            placed.append(workload_pod(step, where))
+            informers["Pod"].apply(Event(EventType.ADDED, placed[-1]))
+        elif kind == "gone" and placed:
+            informers["Pod"].apply(Event(EventType.DELETED, placed.pop(chance.randrange(len(placed)))))
+        elif kind == "grow":
+            informers["Node"].apply(Event(EventType.MODIFIED, node(where, allocatable={
+                **ALLOCATABLE, "memory": f"{chance.randint(64, 512)}Gi"})))
+        else:
+            informers["Node"].apply(Event(EventType.DELETED if chance.random() < 0.5 else EventType.ADDED, node(where)))
+        list(rooms.update(demand, view))
+        afresh = Rooms()
+        list(afresh.update(demand, view))
+        rank = [(-room if room is not None else 1.0) for room, _ in rooms.order]
+        assert rank == sorted(rank), step
+        assert sorted((name_of(n), room) for room, n in rooms.order) == sorted((name_of(n), room) for room, n in afresh.order)

@@ -10,7 +10,6 @@ quantity that does not parse, a claim not in the cache, a namespaceSelector) the
 tell", which counts as does-not-fit: a pin is only safe when we know.
 """
 from .checks import prefilter, run_key_of, why_not_fit, why_not_pass, why_not_run
-from .interpodaffinity import inter_pod_affinity, refused_at_most
 from .resources import node_resources_fit
 from .requests import pod_requests
 from .usage import PodUsage, Usage
@@ -18,5 +17,5 @@ from .terms import anti_affinity_keys, keys_toward
 from .view import INDEXED_LABELS, StaticView, View, bound_node, has_required_anti_affinity
 
 __all__ = ["INDEXED_LABELS", "PodUsage", "StaticView", "Usage", "View", "anti_affinity_keys", "bound_node", "has_required_anti_affinity",
-           "inter_pod_affinity", "keys_toward", "node_resources_fit", "pod_requests", "prefilter", "refused_at_most", "run_key_of", "why_not_fit",
+           "keys_toward", "node_resources_fit", "pod_requests", "prefilter", "run_key_of", "why_not_fit",
            "why_not_pass", "why_not_run"]

@@ -141,13 +141,6 @@ def said_by_others(demand: Demand, view: View) -> bool:
     return bool(demand.affinity or demand.anti_affinity or demand.gathered.avoiding)
 
 
-def refused_at_most(demand: Demand, view: View) -> tuple[frozenset[Any], frozenset[Any]] | None:
-    """The only nodes the filter can turn the pod away from: by name, and by hostname label (`Gathered.only`);
-    None where that cannot be said."""
-    said_by_others(demand, view)
-    return demand.gathered.only  # type: ignore[no-any-return]
-
-
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
     """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
     required anti-affinity, then the required anti-affinity of pods already placed."""

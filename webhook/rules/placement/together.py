@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from ... import kinds
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from .patch import live_terms
@@ -64,9 +63,7 @@ class DestinationSearch:
     Nodes are judged most room for the VM first (`rooms.Rooms`; an unreadable room last), and the
     judging stops once AMONG_NODES take both pods, the ones the answer requires: a drain's
     share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both).
-    What pods of one shape are told alike is kept for the next share-manager (`judged`), and so is
-    the whole answer while no node has changed, for the next VM leaving the same node whose own
-    filters can refuse it that node alone (`Kept`): a drain's VMs, each avoiding its own pods."""
+    What pods of one shape are told alike is kept for the next share-manager (`judged`)."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View) -> None:
@@ -94,52 +91,14 @@ class DestinationSearch:
             return
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
-        shape = self._shape()
-        self.judged = judged_for(shape, self.view)
-        kept = self._kept(shape)
-        if kept is not None and kept.holds(self.view, self.source):
-            self.taking, self.refused = list(kept.taking), dict(kept.refused)
-            return
-        if kept is not None:
-            kept.position, kept.done = (self.judged.position if self.judged is not None else None), False
+        self.judged = judged_for(self._shape(), self.view)
         for room, node in self.nodes:
             if len(self.taking) >= AMONG_NODES:
-                break
+                return
             name = name_of(node)
             if isinstance(name, str) and name:
                 self._judge(name, node, room)
                 yield name
-        if kept is not None:
-            kept.taking, kept.refused, kept.done = tuple(self.taking), dict(self.refused), True
-
-    def _kept(self, shape: Hashable | None) -> Kept | None:
-        """Where the answer for pods of this shape leaving this node is kept; None where the VM's own
-        filters may refuse it another node than the one it leaves (its answer is then its own), or
-        where the view keeps no record of changes."""
-        refused = None if shape is None or self.judged is None else self._refused_by_its_own()
-        if refused is None:
-            return None
-        return self.view.memo.latest(_new_kept, ("kept", shape, self.source, refused), True, None)
-
-    def _own_filters(self) -> tuple[Any, ...]:
-        if self.own is None:
-            self.own = tuple(check for check in fit.prefilter(self.moved, self.view)
-                             if check is not fit.node_resources_fit)
-        return self.own
-
-    def _refused_by_its_own(self) -> Hashable | None:
-        """The nodes the VM's own filters can turn it away from, when that is the node it leaves at
-        most (pod anti-affinity toward pods all there: a migration target pod avoids its own VMI's),
-        by name and by hostname label; None otherwise."""
-        own = self._own_filters()
-        if not own:
-            return frozenset(), frozenset()
-        only = fit.refused_at_most(self.moved, self.view) if own == (fit.inter_pod_affinity,) else None
-        if only is None:
-            return None
-        names, hosts = only
-        host = kinds.labels(self.view.node(self.source)).get(kinds.HOSTNAME_LABEL)
-        return only if names <= {self.source} and hosts <= {host} else None
 
     def _judge(self, name: str, node: Mapping[str, Any], room: float | None) -> None:
         if name == self.source:
@@ -147,7 +106,10 @@ class DestinationSearch:
             return
         why = self._said_alike(name, node)
         if why is None:
-            why = fit.why_not_pass(self._own_filters(), self.moved, node, self.view, "the VM")
+            if self.own is None:
+                self.own = tuple(check for check in fit.prefilter(self.moved, self.view)
+                                 if check is not fit.node_resources_fit)
+            why = fit.why_not_pass(self.own, self.moved, node, self.view, "the VM")
         if why is not None:
             self.refused[name] = why
             return
@@ -190,30 +152,6 @@ class DestinationSearch:
     @property
     def found(self) -> Destinations:
         return Destinations(tuple(sorted(self.taking, key=lambda found: (-found.room, found.node))), self.refused)
-
-
-class Kept:
-    """A search's answer for pods of one shape leaving one node, as of a position of the view. It
-    holds while no node but that one has changed: a drain evicting the node's other pods changes
-    what it refuses anyway ("where the VM runs now")."""
-
-    __slots__ = ("position", "done", "taking", "refused")
-
-    def __init__(self) -> None:
-        self.position: int | None = None  # the view's, when the search that filled it began
-        self.done = False  # filled by a search that judged to its end
-        self.taking: tuple[Destination, ...] = ()
-        self.refused: dict[str, str] = {}
-
-    def holds(self, view: fit.View, source: str) -> bool:
-        if not self.done or self.position is None:
-            return False
-        _, changed = view.nodes_changed(self.position)
-        return changed is not None and all(name == source for name in changed)
-
-
-def _new_kept(_: object) -> Kept:
-    return Kept()
 
 
 def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
