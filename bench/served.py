@@ -74,7 +74,9 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
         return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))] if values else float("nan")
 
     cpu = [float(line["cpu_ms"]) for line in lines if "cpu_ms" in line]
+    apiserver = [float(line["apiserver_cpu_ms"]) for line in lines if "apiserver_cpu_ms" in line]
     return {"cpu_ms": sum(cpu) if cpu else float("nan"),
+            "apiserver_cpu_ms": sum(apiserver) if apiserver else float("nan"),
             "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
             "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),
             "vm_latency_p99_ms": p99(latency(vm_lines)), "share_manager_latency_p99_ms": p99(latency(sm_lines))}

@@ -93,14 +93,14 @@ def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> 
 
 
 @contextlib.contextmanager
-def emulator(objects_file: Path, cpu: int | None) -> Iterator[str]:
+def emulator(objects_file: Path, cpu: int | None) -> Iterator[tuple[str, int]]:
     command = [sys.executable, "-m", "bench.emulator", "--pvcs", "0", "--share-managers", "0", "--pods", "0",
                "--nodes", "0", "--paginate", "--objects", str(objects_file)]
     with process(command, cpu, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         line = proc.stdout.readline()
         if not line:
             raise SystemExit("the emulator did not start")
-        yield line.split()[0]
+        yield line.split()[0], proc.pid
 
 
 def reviews(evicted: list[str], starts: list[str], pad_kib: int = 0) -> list[tuple[str, bytes]]:
@@ -164,15 +164,16 @@ async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> lis
 
 
 async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
-                       log: Path, serve_pid: int, api: str = "", busy: Busy | None = None,
+                       log: Path, serve_pid: int, api: tuple[str, int] = ("", 0), busy: Busy | None = None,
                        ) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int], int]:
     """`--rounds` of the three batches on one set of connections, as the apiserver keeps its own:
     the rounds' figures, serve's admission lines of each batch (and the CPU serve spent on it),
     the TLS connections each opened, and the pods stored. With `--apiserver-load`, each batch beside `busy` and
-    its pods stored in the emulator at `api` (`apiserver_load`)."""
+    its pods stored in the emulator at `api` (its URL and process), whose CPU and the storing
+    process's for each batch are the apiserver's share (`apiserver_load`)."""
     connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
     nodes = [node_name(i) for i in range(1, args.nodes)]
-    stored = await Stored.start(api, nodes) if args.apiserver_load is not None else None
+    stored = await Stored.start(api[0], nodes) if args.apiserver_load is not None else None
     rounds, served, opened = [], [], []
     try:
         await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up
@@ -180,6 +181,7 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
             answered = []
             for sent in batches(batch):
                 start, before, cpu = log.stat().st_size, connections.opened, cpu_seconds(serve_pid)
+                apiserver = apiserver_cpu(api[1], stored)
                 if busy is not None:
                     busy.start()
                 try:
@@ -188,7 +190,9 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
                     if busy is not None:
                         busy.stop()
                 await settled(serve_pid)  # its Events posted, counted in its CPU
-                served.append(admissions_logged(log, start) + [{"cpu_ms": (cpu_seconds(serve_pid) - cpu) * 1000}])
+                served.append(admissions_logged(log, start) + [{"cpu_ms": (cpu_seconds(serve_pid) - cpu) * 1000}]
+                              + ([{"apiserver_cpu_ms": (apiserver_cpu(api[1], stored) - apiserver) * 1000}]
+                                 if stored is not None else []))
                 opened.append(connections.opened - before)
                 if stored is not None:  # the next batch meets the cluster as this one did
                     await stored.delete_all()
@@ -199,6 +203,11 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
         if stored is not None:
             await stored.close()
     return rounds, served, opened, 0 if stored is None else stored.count
+
+
+def apiserver_cpu(emulator_pid: int, stored: Stored | None) -> float:
+    """The CPU the emulator and the storing process have used so far: the apiserver's share."""
+    return 0.0 if stored is None else cpu_seconds(emulator_pid) + cpu_seconds(stored.proc.pid)
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -220,7 +229,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     batch = reviews(evicted, starts, args.share_manager_kib)
     server_cpu, other_cpu = cores()
     loaded = args.apiserver_load is not None  # the apiserver's work on any core, serve's too
-    with emulator(objects_file, None if loaded else other_cpu) as api, \
+    with emulator(objects_file, None if loaded else other_cpu) as (api, api_pid), \
             webhook_server(api, work, server_cpu, "storm",
                            ("--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
@@ -232,7 +241,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             os.sched_setaffinity(0, {other_cpu})
         try:
             rounds, served, opened, pods_stored = asyncio.run(
-                storm_rounds(url, work, batch, args, log, serve.pid, api, busy))
+                storm_rounds(url, work, batch, args, log, serve.pid, (api, api_pid), busy))
         finally:
             if busy is not None:
                 busy.close()
@@ -357,9 +366,10 @@ def main() -> None:
         print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
               f"({args.idle_connections} kept idle between bursts)")
         if args.apiserver_load is not None:
-            print(f"  the apiserver's load: {result['sender']['pods_stored']} answered pods stored, the emulator and "
-                  f"the sender on any core, {args.apiserver_load:g} cores' worth of work more while each burst was "
-                  f"in flight")
+            print(f"  the apiserver's load: {result['sender']['pods_stored']} answered pods stored and bound, the "
+                  f"emulator and the sender on any core, {args.apiserver_load:g} cores' worth of work more while each "
+                  f"burst was in flight; the emulator's and the storing process's CPU "
+                  f"{server['apiserver_cpu_ms']:.0f} ms per storm, {control['apiserver_cpu_ms']:.0f} ms per control")
         print(f"  serve's memory at the end: RSS {memory['rss_mib']:.1f} MiB (peak {memory['peak_mib']:.1f} MiB)")
     if "refused" in result:
         server, control = result["server"], result["server_control"]

@@ -318,6 +318,7 @@ def test_a_tiny_drain_storm_beside_an_apiservers_load_stores_every_answered_pod(
     # 2 rounds of 3 quiet starts, 3 control share-managers and 3 starts, 3 share-managers and 3 starts.
     assert result["sender"]["pods_stored"] == 2 * (3 + 6 + 6), result["sender"]
     assert result["sender"]["apiserver_load"] == 0.5
+    assert result["server"]["apiserver_cpu_ms"] > 0 and result["server_control"]["apiserver_cpu_ms"] > 0
 
 
 def test_the_stored_pod_is_the_reviews_object_with_the_answers_patch_and_a_name_of_its_own():
