@@ -110,7 +110,8 @@ class ApartSpans:
                     pass  # one moment fewer to go by
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
-        launcher = orjson.dumps(migration_source(pod, self.settings).pod) if pod is not None else None
+        # A copy of orjson's bytes: they keep its whole write buffer (4 KiB and up), the copy only the JSON.
+        launcher = bytes(memoryview(orjson.dumps(migration_source(pod, self.settings).pod))) if pod is not None else None
         return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, launcher=launcher, problem=problem,
                          derived=derived is not None)
 
