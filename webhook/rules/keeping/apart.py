@@ -47,9 +47,9 @@ def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
     counts = collections.Counter(f.node for f in facts if f.node is not None)
     if not counts:
         return Locality(state=UNRESOLVED, node=node, why="; ".join(problems))
-    storage = tuple(n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    # The names and words of every VM on a node alike are one string each (`sys.intern`): a pass holds every VM's.
+    storage = tuple(intern(n) for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     ignored = "".join(f"; ignored: {p}" for p in problems)
-    # The words of every VM on a node alike are one string (`sys.intern`): a pass holds every VM's.
     if storage == (node,):
         return Locality(state=CO_LOCATED, node=node, storage=storage,
                         why=intern(f"disks served from {node}, where the VM runs{ignored}"))
