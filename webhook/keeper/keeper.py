@@ -216,12 +216,11 @@ class Keeper:
         writes.begin()
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
         await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
-        running = {}
         for vm in turn.plan(facts).vms:
             self.records.reported(vm.facts, vm.decision, now)
-            running[vm.key] = vm.facts.vmi.uid
         for result in turn.results:
             self.records.said(result, now)
+        running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
         return running, turn.results, facts.incomplete
 
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
