@@ -202,6 +202,8 @@ class Observer:
     recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
     io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
+    # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
+    places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
@@ -209,6 +211,7 @@ class Observer:
         ago). `keep.ON_DEMAND` is read as the hold table reaches it (`keep.next_read`): a VM an earlier check
         holds is read no further, but for the mount of a VM paused on an I/O error (whether to unpause it)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
+        where = self.places.setdefault(where, where)
         key = (vmi.namespace, vmi.name)
         if where.state is not APART:
             self.recall.spanned(key, None)
