@@ -56,7 +56,7 @@ Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI
 @dataclasses.dataclass(frozen=True, slots=True)
 class ApartSpan:
     """One span of a VM apart from its storage: when it began and what moving it needs. The launcher pod
-    its migration target is rendered from is kept as JSON (`launcher`), a third of the pod decoded: the
+    its migration target is rendered from is kept as JSON (`launcher`), less than the pod decoded: the
     keeper keeps one per VM apart, and a pass decodes it only where it checks the VM's storage node."""
 
     uid: str  # of the VMI: a VM started again is a new span
