@@ -115,8 +115,8 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
 
 
 def test_the_memory_figure_at_a_tiny_size():
-    """`--size NODES,VMS`: the keeper's RSS and peak against the chart's limit, each pass's time and CPU,
-    and its probes' slowest answers, with the targets of each."""
+    """`--size NODES,VMS`: the keeper's RSS and peak against the chart's limit, its RSS once synced, each
+    pass's time and CPU, and its probes' slowest answers, with the targets of each."""
     done = bench_keeper("--memory-only", "--size", "5,40", "--memory-passes", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -125,6 +125,8 @@ def test_the_memory_figure_at_a_tiny_size():
     assert figure, out
     rss, peak = (float(n) for n in figure.groups())
     assert 0 < rss <= peak, out
+    synced = re.search(r"RSS once its caches had synced, before its first pass: ([\d.]+) MiB \(the peak \d+% over it\)", out)
+    assert synced and 0 < float(synced.group(1)) <= peak, out
     assert re.search(r"passes: the first [\d.]+ s \([\d.]+ s of CPU\), the second", out), out
     assert re.search(r"slowest probes: /healthz \d+ ms \(at \d+ s\), /readyz \d+ ms \(at \d+ s\); [1-9]\d* answers", out), out
     cached = next(line for line in out.splitlines() if line.startswith("cached: "))

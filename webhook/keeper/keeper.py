@@ -44,7 +44,7 @@ from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
 from .targeted import TargetedMigration
-from .writes import RATE, Writes
+from .writes import RATE, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 
@@ -109,7 +109,6 @@ class Keeper:
         self.records = Records(state, events)  # the keeper's memory; `state`: its ConfigMap (None: this process's)
         self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
         self.actor = Actor(api, self.records, events=events, timeout=timing.request_timeout, authority=authority)
-        self.running: dict[tuple[str, str], str] = {}  # the running opted-in VMs of the last pass, their VMI uids
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
@@ -186,9 +185,30 @@ class Keeper:
         return report
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
-        """Observe (reads only); plan (pure) and act (writes only) in turn, a plan made again after each step
-        that failed (`act.Turn`); then record what came of it."""
+        """Observe, plan and act (`_act`), then record what came of it: what the pass held of each VM is
+        let go of first, not kept beside what the keeper remembers of it."""
         await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
+        running, results, incomplete = await self._act(watch, now)
+        writes = self.writes
+        errors = [writes.lost] if writes.lost else []
+        if writes.lost:
+            log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
+        for namespace, why in sorted(writes.deferred.items()):  # said: in a one-namespace cluster, the API lost
+            log.warning("keeper namespace deferred", extra={"fields": {"namespace": namespace, "why": why}})
+            errors.append(f"namespace {namespace}: {why}")
+        await self.records.write(now, running, errors, leads=self.authority(self.timing.request_timeout))
+        self.records.errors = errors
+        created = [result.created for result in results if result.created]
+        reports = self.records.reports
+        report = PassReport.of(now, created, incomplete or (errors[-1] if errors else ""),
+                               tuple(reports[key] for key in sorted(reports)))
+        show(report)
+        return report
+
+    async def _act(self, watch: KubeVirtWatch, now: datetime) -> tuple[dict[tuple[str, str], str], list[Result], str]:
+        """Observe (reads only); plan (pure) and act (writes only) in turn, a plan made again after each step
+        that failed (`act.Turn`); each VM's decision reported. The running opted-in VMs (their VMI uids), what
+        the writes came to, and why the view was incomplete, if so."""
         vms, observed_facts, unplaced = await self._observe(watch, now)
         writes = self.writes
         turn = Turn(observed={vm.key: vm for vm in vms}, writes=writes, remember=lambda r: self.records.acted(r, now),
@@ -196,24 +216,12 @@ class Keeper:
         writes.begin()
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
         await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
-        made = turn.plan(facts)
-        for vm in made.vms:
+        for vm in turn.plan(facts).vms:
             self.records.reported(vm.facts, vm.decision, now)
         for result in turn.results:
             self.records.said(result, now)
-        errors = [writes.lost] if writes.lost else []
-        if writes.lost:
-            log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
-        for namespace, why in sorted(writes.deferred.items()):  # said: in a one-namespace cluster, the API lost
-            log.warning("keeper namespace deferred", extra={"fields": {"namespace": namespace, "why": why}})
-            errors.append(f"namespace {namespace}: {why}")
-        await self.records.write(now, self.running, errors, leads=self.authority(self.timing.request_timeout))
-        self.records.errors = errors
-        created = [result.created for result in turn.results if result.created]
-        report = PassReport.of(now, created, facts.incomplete or (errors[-1] if errors else ""),
-                               tuple(r for _, r in sorted(self.records.reports.items())))
-        show(report)
-        return report
+        running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
+        return running, turn.results, facts.incomplete
 
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
         """The VMIs and migrations (ours followed): each running opted-in VM, the pass-wide facts, and our
@@ -222,14 +230,13 @@ class Keeper:
         for malformed in seen.malformed:
             self.records.skip(malformed)
         watched, vmis = seen.migrations, seen.views
-        uids = {(v.namespace, v.name): v.uid for v in vmis}
+        named = {(m.namespace, m.vmi) for m in self.records.history(watched)}  # the VMIs of every migration counted
+        uids = {key: v.uid for v in vmis if (key := (v.namespace, v.name)) in named}
         self.records.observe(watched, now, uids)
         state = await self.records.read(now)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
         history = self.records.history(watched)
-        running = seen.running  # the others never touched, not counted
-        self.running = {(vmi.namespace, vmi.name): vmi.uid for vmi in running}
-        observed = await self._observe_vms(running, history, state, now)
+        observed = await self._observe_vms(seen.running, history, state, now)  # the others never touched, not counted
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return observed, facts, stuck(history, uids, self.store.launcher_pods, state)

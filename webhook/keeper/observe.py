@@ -11,6 +11,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle, resolve_disks
 from ..stores.store import Store, StoreError
 from ..config import Settings
@@ -51,17 +53,24 @@ VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM bes
 Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, slots=True)
 class ApartSpan:
-    """One span of a VM apart from its storage: when it began and what moving it needs."""
+    """One span of a VM apart from its storage: when it began and what moving it needs. The launcher pod
+    its migration target is rendered from is kept as JSON (`launcher`), less than the pod decoded: the
+    keeper keeps one per VM apart, and a pass decodes it only where it checks the VM's storage node."""
 
     uid: str  # of the VMI: a VM started again is a new span
     node: str
     target: str
     since: datetime
-    pod: MigrationSource | None = None  # the launcher pod as its migration target is rendered from
+    launcher: bytes | None = None  # `migration_source` of the launcher pod, as JSON
     problem: str | None = None  # why the launcher pod is not known
     derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
+
+    @property
+    def pod(self) -> MigrationSource | None:
+        """The launcher pod as its migration target is rendered from (a fresh copy)."""
+        return None if self.launcher is None else MigrationSource(orjson.loads(self.launcher))
 
 
 def started(obj: dict[str, Any] | None) -> datetime | None:
@@ -85,7 +94,7 @@ class ApartSpans:
         read); and its launcher pod, whole: the migration target is built from it."""
         node, target = where.node or "", where.target or ""
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
-        if same and known.pod is not None:
+        if same and known.launcher is not None:
             return known
         first_seen = known.since if same else now
         timeout = self.timeout
@@ -101,8 +110,9 @@ class ApartSpans:
                     pass  # one moment fewer to go by
         derived = apart_since(moments, now)
         since = derived if derived is not None else first_seen
-        launcher = migration_source(pod, self.settings) if pod is not None else None
-        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, pod=launcher, problem=problem,
+        # A copy of orjson's bytes: they keep its whole write buffer (4 KiB and up), the copy only the JSON.
+        launcher = bytes(memoryview(orjson.dumps(migration_source(pod, self.settings).pod))) if pod is not None else None
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, launcher=launcher, problem=problem,
                          derived=derived is not None)
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -192,6 +202,8 @@ class Observer:
     recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
     io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
+    # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
+    places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
@@ -199,6 +211,7 @@ class Observer:
         ago). `keep.ON_DEMAND` is read as the hold table reaches it (`keep.next_read`): a VM an earlier check
         holds is read no further, but for the mount of a VM paused on an I/O error (whether to unpause it)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
+        where = self.places.setdefault(where, where)
         key = (vmi.namespace, vmi.name)
         if where.state is not APART:
             self.recall.spanned(key, None)
@@ -314,14 +327,15 @@ class Observer:
 
     async def _target(self, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        if span.pod is None:
+        launcher = span.pod
+        if launcher is None:
             return None, span.problem or "its launcher pod is not known"
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.spans.target_unfit(vmi, span.pod, source, target, node)
+        return node, await self.spans.target_unfit(vmi, launcher, source, target, node)
 
 
 def serving_since(pod: dict[str, Any] | None) -> datetime | None:

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from sys import intern
 
 from ..shared.facts import Fact
 
@@ -46,13 +47,15 @@ def locality(node: str | None, facts: Sequence[Fact]) -> Locality:
     counts = collections.Counter(f.node for f in facts if f.node is not None)
     if not counts:
         return Locality(state=UNRESOLVED, node=node, why="; ".join(problems))
-    storage = tuple(n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    # The names and words of every VM on a node alike are one string each (`sys.intern`): a pass holds every VM's.
+    storage = tuple(intern(n) for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     ignored = "".join(f"; ignored: {p}" for p in problems)
     if storage == (node,):
-        return Locality(state=CO_LOCATED, node=node, storage=storage, why=f"disks served from {node}, where the VM runs{ignored}")
+        return Locality(state=CO_LOCATED, node=node, storage=storage,
+                        why=intern(f"disks served from {node}, where the VM runs{ignored}"))
     if len(storage) == 1:
         return Locality(state=APART, node=node, storage=storage,
-                        why=f"disks served from {storage[0]}, the VM runs on {node}{ignored}")
+                        why=intern(f"disks served from {storage[0]}, the VM runs on {node}{ignored}"))
     spread = ", ".join(f"{n} ({counts[n]})" for n in storage)
     return Locality(state=SPLIT, node=node, storage=storage, why=f"disks served from {spread}, the VM runs on {node}{ignored}")
 

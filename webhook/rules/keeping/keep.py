@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
+from sys import intern
 from typing import TypeVar
 
 from ... import kinds
@@ -392,8 +393,8 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
     """Migrate an apart VM to its storage node, or the first condition of `CHECKS` that holds it: the
     keeper's one decision, which it acts on and `status` shows."""
     for check in CHECKS:
-        if check.holds(vm, p):
-            return _decision(vm, p, check.hold, check.words(vm, p))
+        if check.holds(vm, p):  # the words of VMs held alike are one string (`sys.intern`): a report keeps each
+            return _decision(vm, p, check.hold, intern(check.words(vm, p)))
     decision = _decision(vm, p, None)
     verb = "recovering a stale mount: migrating" if vm.stale else "migrating"
     return dataclasses.replace(decision, reason=f"{verb} {decision.move}")

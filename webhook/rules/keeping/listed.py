@@ -13,7 +13,7 @@ from ..shared.classify import opted_in
 from ..shared.reading import Malformed
 from ..shared.times import ago, parse_time
 from .migrations import Migration, read_migration
-from .running import VmiView, read_vmi
+from .running import Alike, VmiView, read_vmi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,13 +32,14 @@ class Listed:
 
 
 def read_kubevirt(vmis: Iterable[Any], migrations: Iterable[Any], settings: Settings) -> Listed:
-    """Each object read once, in the order given (`vmis` may be a generator decoding one at a time)."""
-    seen = Listed([], [], [])
+    """Each object read once, in the order given (`vmis` may be a generator decoding one at a time),
+    what the VMIs carry alike one object for all."""
+    seen, alike = Listed([], [], []), Alike()
     for obj in migrations:
         migration = read_migration(obj)
         (seen.malformed if isinstance(migration, Malformed) else seen.migrations).append(migration)
     for obj in vmis:
-        view = read_vmi(obj, settings)
+        view = read_vmi(obj, settings, alike)
         if not isinstance(view, Malformed):
             seen.views.append(view)
         elif opted_in(kinds.annotations(obj), settings):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from sys import intern
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,8 @@ from ..shared.classify import opted_in, running_exemption
 from ..shared.facts import claims_of, hotplugged_claims
 from ..shared.reading import Malformed, read_identity
 from ..shared.times import EPOCH, parse_time
+
+DECLARED = "declared"  # `Alike`'s key of whether a VMI's annotation is declared: one test for all of them
 
 
 # --------------------------------------------------------------------------- where a VM runs: pods
@@ -152,8 +154,8 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
     state = declared.VMI_MIGRATION.obj(status)
     if not state:
         return None
-    return VmiMigration(source_node=declared.SOURCE_NODE.text(state) or None,
-                        target_node=declared.TARGET_NODE.text(state) or None,
+    return VmiMigration(source_node=_interned(declared.SOURCE_NODE.text(state) or None),
+                        target_node=_interned(declared.TARGET_NODE.text(state) or None),
                         target_pod=declared.TARGET_POD.text(state) or None, started=declared.STARTED.time(state),
                         ended=declared.ENDED.time(state), completed=declared.COMPLETED.flag(state),
                         failed=declared.FAILED.flag(state), migration_uid=declared.MIGRATION_UID.text(state) or None,
@@ -170,7 +172,7 @@ def _disks(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         source = (volume.get("persistentVolumeClaim") or volume.get("dataVolume")) if isinstance(volume, dict) else None
         claim = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
         if isinstance(name, str) and isinstance(claim, str):
-            found.append((name, claim))
+            found.append((intern(name), claim))
     return tuple(found)
 
 
@@ -178,7 +180,7 @@ def _caches(spec: dict[str, Any], claims: Mapping[str, str]) -> tuple[tuple[str,
     """(claim, cache mode) of each disk whose volume is a claim (`claims`, by volume name) and whose `cache`
     is set (unset: KubeVirt picks `none` where the file system takes O_DIRECT, as NFS does)."""
     disks = declared.DISKS.value(declared.DEVICES.obj(declared.DOMAIN.obj(spec)))
-    return tuple((claims[name], str(cache)) for disk in (disks if isinstance(disks, list) else ()) if isinstance(disk, dict)
+    return tuple((claims[name], intern(str(cache))) for disk in (disks if isinstance(disks, list) else ()) if isinstance(disk, dict)
                  and (name := declared.DISK_NAME.value(disk)) in claims and (cache := declared.DISK_CACHE.value(disk)))
 
 
@@ -233,12 +235,29 @@ def _interned(text: str | None) -> str | None:
     return None if text is None else intern(text)
 
 
-def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
+class Alike(dict[Any, Any]):
+    """What many VMIs carry alike (their declared annotations, a node selector), one object for all of
+    them over one read of the VMIs (`listed.read_kubevirt`): a pass holds the view of every VM at once."""
+
+    def one(self, key: Hashable, value: Any) -> Any:
+        """`value`, or the equal one read before under `key`."""
+        return self.setdefault(key, value)
+
+
+def _selector(selector: dict[str, Any], alike: Alike) -> dict[str, Any]:
+    if not all(isinstance(value, str) for value in selector.values()):
+        return selector
+    return alike.one(("nodeSelector", *selector.items()), selector)
+
+
+def read_vmi(obj: Any, settings: Settings, alike: Alike | None = None) -> VmiView | Malformed:
     """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape). Its
     fields are those `rules.shared.declared.VMI` declares, which the caches keep. What thousands of
     VMs share (a namespace, a node, a phase, a CPU model) is one string for all of them
-    (`sys.intern`): a pass holds the view of every VM at once."""
+    (`sys.intern`), and what they carry alike one object (`alike`): a pass holds the view of every
+    VM at once."""
     what = "VMI"
+    alike = Alike() if alike is None else alike
     try:
         namespace, name, metadata = read_identity(obj, "VMI")
         what = f"VMI {namespace}/{name}"
@@ -246,15 +265,17 @@ def read_vmi(obj: Any, settings: Settings) -> VmiView | Malformed:
         migratable, why = _live_migratable(status)
         target = _target_vmi(metadata, status, spec)
         paused, paused_since = _paused(status)
-        annotations, disks = declared.VMI.annotations_of(obj, settings), _disks(spec)
+        named = alike.get(DECLARED) or alike.one(DECLARED, declared.VMI.named("annotations", settings))
+        annotations, disks = declared.VMI.annotations_of(obj, settings, named), _disks(spec)
+        annotations = alike.one(("annotations", *annotations.items()), annotations)
         return VmiView(namespace=intern(namespace), name=name, uid=target.uid, phase=intern(declared.VMI_PHASE.text(status)),
                        node=_interned(target.node), opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
                        may_move=annotations.get(declared.VMI_KEEP.name()) != "false", live_migratable=migratable,
-                       not_migratable=why, migration=_vmi_migration(status), claims=tuple(claims_of(obj)),
-                       node_selector=target.node_selector, cpu_model=intern(target.cpu_model),
+                       not_migratable=intern(why), migration=_vmi_migration(status), claims=tuple(claims_of(obj)),
+                       node_selector=_selector(target.node_selector, alike), cpu_model=intern(target.cpu_model),
                        machine_type=intern(target.machine_type), machine_from=target.machine_from,
                        annotations=annotations,
-                       paused=paused, paused_since=paused_since, hotplugged=tuple(hotplugged_claims(obj)),
+                       paused=intern(paused), paused_since=paused_since, hotplugged=tuple(hotplugged_claims(obj)),
                        caches=_caches(spec, dict(disks)), disks=disks)
     except Malformed as exc:
         return exc.of(what)
