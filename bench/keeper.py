@@ -57,7 +57,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -427,27 +426,19 @@ def next_pass(ops: str, log: Path, after: dict[str, float], began: float) -> dic
         time.sleep(0.5)
 
 
-class RssSamples:
+class RssSamples(sized.Sampling):
     """The RSS of process `pid` every RSS_PERIOD from a thread while the block runs: `before(moment)`
     is the last sample taken before then (a wall-clock time)."""
 
+    period = RSS_PERIOD
+
     def __init__(self, pid: int) -> None:
+        super().__init__()
         self.pid, self.taken = pid, []  # (time.time(), MiB)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> RssSamples:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop.set()
-        self.thread.join()
-
-    def _sample(self) -> None:
-        while not self.stop.wait(RSS_PERIOD):
-            with contextlib.suppress(OSError, RuntimeError):
-                self.taken.append((time.time(), process_kib(self.pid, "VmRSS") / 1024))
+    def step(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            self.taken.append((time.time(), process_kib(self.pid, "VmRSS") / 1024))
 
     def before(self, moment: float) -> float | None:
         return next((mib for at, mib in reversed(self.taken) if at < moment), None)

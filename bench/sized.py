@@ -56,18 +56,16 @@ def memory_limit_mib(role: str) -> float:
     return mebibytes(str(resources["limits"]["memory"]))
 
 
-class SlowestProbes:
-    """Asks each probe of `ops` every PROBE_PERIOD from a thread while the block runs; `slowest`: the
-    longest answer of each (seconds) and when it came (seconds after the start)."""
+class Sampling:
+    """`step()` every `period` seconds from a thread of its own while the block runs."""
 
-    def __init__(self, ops: str) -> None:
-        self.ops, self.began = ops, time.monotonic()
-        self.slowest: dict[str, tuple[float, float]] = {path: (0.0, 0.0) for path in PROBES}
-        self.asked = 0
+    period = PROBE_PERIOD
+
+    def __init__(self) -> None:
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._ask, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> SlowestProbes:
+    def __enter__(self) -> Any:
         self.thread.start()
         return self
 
@@ -75,21 +73,38 @@ class SlowestProbes:
         self.stop.set()
         self.thread.join()
 
-    def _ask(self) -> None:
-        while not self.stop.wait(PROBE_PERIOD):
-            for path in PROBES:
-                started = time.monotonic()
-                try:
-                    with urllib.request.urlopen(f"{self.ops}{path}", timeout=PROBE_TIMEOUT) as answer:
-                        answer.read()
-                except urllib.error.HTTPError:  # 503 while syncing: an answer all the same
-                    pass
-                except OSError:  # not listening yet
-                    continue
-                took = time.monotonic() - started
-                self.asked += 1
-                if took > self.slowest[path][0]:
-                    self.slowest[path] = (took, started - self.began)
+    def _run(self) -> None:
+        while not self.stop.wait(self.period):
+            self.step()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+
+class SlowestProbes(Sampling):
+    """Asks each probe of `ops` every PROBE_PERIOD from a thread while the block runs; `slowest`: the
+    longest answer of each (seconds) and when it came (seconds after the start)."""
+
+    def __init__(self, ops: str) -> None:
+        super().__init__()
+        self.ops, self.began = ops, time.monotonic()
+        self.slowest: dict[str, tuple[float, float]] = {path: (0.0, 0.0) for path in PROBES}
+        self.asked = 0
+
+    def step(self) -> None:
+        for path in PROBES:
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(f"{self.ops}{path}", timeout=PROBE_TIMEOUT) as answer:
+                    answer.read()
+            except urllib.error.HTTPError:  # 503 while syncing: an answer all the same
+                pass
+            except OSError:  # not listening yet
+                continue
+            took = time.monotonic() - started
+            self.asked += 1
+            if took > self.slowest[path][0]:
+                self.slowest[path] = (took, started - self.began)
 
     def worst(self) -> float:
         return max(took for took, _ in self.slowest.values())
