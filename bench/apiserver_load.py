@@ -60,7 +60,7 @@ class Busy:
     def _signal(self, number: int) -> None:
         for proc in self.processes:
             if proc.poll() is None:
-                os.kill(proc.pid, number)
+                proc.send_signal(number)
 
     def start(self) -> None:
         self._signal(signal.SIGCONT)
