@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tests.support.stores import listed_store
 from webhook.rules.fit import has_required_anti_affinity, why_not_fit
 from webhook.rules.fit.demand import Demand
+from webhook.rules.fit.interpodaffinity import inter_pod_affinity, may_refuse, refused_only
 
 test_why_not_fit, test_only_the_named_check_fails, test_one_demand_for_every_node = row_tests("inter_pod_affinity")
 
@@ -86,8 +87,14 @@ def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_foun
     # One Demand for every node, as a share-manager's judging tries them: what it gathered on the
     # first node decides the others as a fresh look would.
     shared = {id(view): Demand.of(pod, NS, view.memo) for view in (static, cached)}
+    only = {id(view): refused_only(shared[id(view)], view) for view in (static, cached)}
     for node in nodes:
         wanted = why_not_fit(pod, NS, node, EveryPlaced(static)) is None
+        refused = inter_pod_affinity(Demand.of(pod, NS), node, EveryPlaced(static)) is not None
+        # The nodes it says are the only ones the filter may refuse include each one it refuses.
+        for view in (static, cached):
+            assert not refused or only[id(view)] is None or may_refuse(only[id(view)], node["metadata"]["name"],
+                                                                         node["metadata"]["labels"])
         assert (why_not_fit(pod, NS, node, static) is None) == wanted
         assert (why_not_fit(pod, NS, cached.node(node["metadata"]["name"]), cached) is None) == wanted
         assert (why_not_fit(pod, NS, node, static, demand=shared[id(static)]) is None) == wanted

@@ -161,3 +161,23 @@ def test_the_nodes_with_most_room_are_the_ones_now_after_a_pod_is_bound():
     larger = node(every[-1], allocatable={**ALLOCATABLE, "memory": "512Gi"})
     nodes.apply(Event(EventType.MODIFIED, larger))  # a node that grew: first now
     assert among() == (*every[:AMONG_NODES - 1], every[-1])
+
+
+@pytest.mark.parametrize("hostname", [None, "host-node-c"], ids=["hostname-is-the-name", "hostname-differs"])
+def test_a_node_with_another_pod_of_the_vms_own_is_refused_though_the_others_are_not_judged_for_it(hostname):
+    """The VM's own anti-affinity (toward its VMI's pods) can only turn it away from the nodes where
+    those pods run, so the other nodes are not judged for it; a pod of its VMI left on another node
+    (a migration target that failed) still refuses that node, whatever the node's hostname label."""
+    the_vmi = vmi("vm1", "node-a", "d1")
+    launcher = launcher_pod_of(the_vmi)
+    left = launcher_pod_of(the_vmi, "node-c", name="virt-launcher-vm1-old", migration_uid="uid-migration-1")
+    source = node("node-a", unschedulable=True)
+    others = [node("node-b"), node("node-c"), node("node-d")]
+    if hostname is not None:
+        others[1]["metadata"]["labels"]["kubernetes.io/hostname"] = hostname
+    disk = {obj["kind"]: obj for obj in rwx_disk("d1", None, state="stopped", owner="node-a")}
+    view = StaticView([source, *others], [launcher, left], [disk["PersistentVolumeClaim"]], [disk["PersistentVolume"]])
+    target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
+    found = destinations(share_manager_pod(VOLUME), LONGHORN_NS, target, "default", "node-a", view)
+    assert sorted(d.node for d in found.nodes) == ["node-b", "node-d"]
+    assert "fails the VM's pod anti-affinity: pod default/virt-launcher-vm1-old" in found.refused["node-c"], found.refused

@@ -97,6 +97,10 @@ def _counts(demand: Demand, view: View) -> Counter[tuple[str, Any]]:
     return counts
 
 
+Only = tuple[frozenset[Any], frozenset[Any]]  # nodes by name, and by hostname label (`Gathered.only`)
+NONE_REFUSED: Only = (frozenset(), frozenset())
+
+
 @dataclasses.dataclass(slots=True)
 class Gathered:
     """What the filter reads of the cluster for one pod whatever the node, kept in its `Demand` (as
@@ -109,11 +113,11 @@ class Gathered:
     # When every term either way is per node (the hostname key) and known: the only nodes the filter
     # can turn the pod away from, by name (its own terms) and by hostname label (placed pods' terms). A
     # migration target pod avoids its own VMI's pods, all on the node it leaves: every other node passes.
-    only: tuple[frozenset[Any], frozenset[Any]] | None = None
+    only: Only | None = None
 
 
 def _only(demand: Demand, domains: list[dict[Any, Mapping[str, Any]] | None], avoiding: list[Avoiding]) \
-        -> tuple[frozenset[Any], frozenset[Any]] | None:
+        -> Only | None:
     hostname = kinds.HOSTNAME_LABEL
     if demand.affinity or not (demand.anti_affinity or avoiding) or any(term.topology_key != hostname for term in demand.anti_affinity) \
             or any(found is None for found in domains) \
@@ -131,6 +135,24 @@ def _gather(demand: Demand, view: View) -> Gathered:
     domains = [_domains(view, term, _selected(view, term)) for term in demand.anti_affinity]
     return Gathered(unsure=None, domains=domains, avoiding=avoiding,
                     counts=_counts(demand, view) if demand.affinity else None, only=_only(demand, domains, avoiding))
+
+
+def refused_only(demand: Demand, view: View) -> Only | None:
+    """The only nodes the filter can turn the pod away from (`Gathered.only`; none when it has
+    nothing to look at), or None when any node may be."""
+    if not said_by_others(demand, view):
+        return NONE_REFUSED
+    gathered: Gathered = demand.gathered
+    return gathered.only if gathered.unsure is None else None
+
+
+def may_refuse(only: Only, name: str, labels: Mapping[str, Any]) -> bool:
+    """Whether a node (its name, its labels) is one of `only`: named, or its hostname label one of
+    them (a label that is no string is looked at the long way)."""
+    if name in only[0]:
+        return True
+    host = labels.get(kinds.HOSTNAME_LABEL)
+    return host is not None and (not isinstance(host, str) or host in only[1])
 
 
 def said_by_others(demand: Demand, view: View) -> bool:
@@ -151,10 +173,8 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
         raise CannotTell(f"{subject}'s {gathered.unsure}")
     name = name_of(node)
     labels = kinds.labels(node)
-    if gathered.only is not None and name not in gathered.only[0]:
-        host = labels.get(kinds.HOSTNAME_LABEL)
-        if host is None or isinstance(host, str) and host not in gathered.only[1]:
-            return None
+    if gathered.only is not None and not may_refuse(gathered.only, name, labels):
+        return None
     if demand.affinity:
         reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)
         if reason:

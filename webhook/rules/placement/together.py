@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, NamedTuple
 
+from ... import kinds
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from .patch import live_terms
@@ -76,6 +77,7 @@ class DestinationSearch:
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
         self.judged: Judged | None = None
         self.own: tuple[Any, ...] | None = None  # the VM's filters besides NodeResourcesFit (`fit.prefilter`)
+        self.only: Any = None  # the only nodes they can turn it away from, if they can say (`fit.refused_only`)
         try:
             self.shared = Demand.of(share_manager, share_manager_namespace, view.memo)
             self.moved = Demand.of(target.pod, vm_namespace, view.memo)
@@ -109,7 +111,9 @@ class DestinationSearch:
             if self.own is None:
                 self.own = tuple(check for check in fit.prefilter(self.moved, self.view)
                                  if check is not fit.node_resources_fit)
-            why = fit.why_not_pass(self.own, self.moved, node, self.view, "the VM")
+                self.only = fit.refused_only(self.own, self.moved, self.view)
+            if self.only is None or fit.may_refuse(self.only, name, kinds.labels(node)):
+                why = fit.why_not_pass(self.own, self.moved, node, self.view, "the VM")
         if why is not None:
             self.refused[name] = why
             return
