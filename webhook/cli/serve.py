@@ -41,11 +41,12 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     from ..cluster import client
     from ..stores.cache import WatchedClusterStore
     from ..stores.direct import ClusterStore
-    from ..admission.heap import FreezeListed
+    from ..admission.heap import FreezeListed, collect_young_less
     from ..cluster.events import NO_EVENTS, EventSink, Events
     from ..stores.store import Store
 
     logs.setup(log_level(args.log_level, os.environ))
+    collect_young_less()  # a burst of reviews sets off no full collection (heap.py)
     settings = settings_from(args)
     # The chart's `env` goes to both containers: the keeper's COLOCATE_* here are not read, and said so once.
     if variables := sorted(row.env for row in KEEPER_SETTINGS if os.environ.get(row.env)):
