@@ -80,8 +80,9 @@ def stored_pod(body: bytes, answer: bytes, suffix: str) -> dict[str, Any]:
     the same review is stored anew in each round)."""
     review, response = json.loads(body), json.loads(answer)["response"]
     pod = review["request"]["object"]
-    if response.get("patch"):
-        pod = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    if response.get("patch"):  # in place, as kube-apiserver patches the object it decoded: a deep copy of the
+        # pod first was 0.14 of the 0.33 ms it took here per pod pinned, on the cores `serve` shares, none per pod left alone
+        pod = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])), in_place=True)
     meta = pod.setdefault("metadata", {})
     meta["name"] = f"{meta.get('name') or meta.get('generateName') or 'pod-'}{suffix}"
     meta["namespace"] = review["request"]["namespace"]
