@@ -327,7 +327,7 @@ def main() -> None:
     parser.add_argument("--size", type=sized.Size.parse, metavar="NODES,VMS",
                         help="the memory figure's cluster instead: VMS VMs with one RWX disk each on NODES nodes "
                              f"(Kubernetes' limit: {sized.KUBERNETES_LIMIT}); target: RSS within "
-                             f"{sized.SHARE_OF_LIMIT:.0%} of the chart's memory limit, probes within 1 s")
+                             f"{sized.SHARE_OF_LIMIT:.0%}% of the chart's memory limit, probes within 1 s")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-only", action="store_true")
     args = parser.parse_args()

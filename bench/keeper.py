@@ -532,7 +532,7 @@ def main() -> None:
     parser.add_argument("--size", type=sized.Size.parse, metavar="NODES,VMS",
                         help="the memory figure's cluster instead: VMS VMIs with one RWX disk each on NODES nodes "
                              f"(Kubernetes' limit: {sized.KUBERNETES_LIMIT}); targets: peak RSS within "
-                             f"{sized.SHARE_OF_LIMIT:.0%} of the chart's memory limit, the first pass within "
+                             f"{sized.SHARE_OF_LIMIT:.0%}% of the chart's memory limit, the first pass within "
                              f"{TARGETS['first_pass_cpu']:g} s of CPU, the next within {TARGETS['pass_cpu']:g} s, "
                              "probes within 1 s")
     parser.add_argument("--skip-memory", action="store_true")
