@@ -75,7 +75,13 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
 
     cpu = [float(line["cpu_ms"]) for line in lines if "cpu_ms" in line]
     apiserver = [float(line["apiserver_cpu_ms"]) for line in lines if "apiserver_cpu_ms" in line]
+    # Its CPU from the burst's first review sent to its last answer, and that over the burst's time:
+    # the share of its core `serve` had while the others' work (the sender's, the apiserver's) shared it.
+    burst_cpu = sum(float(line["burst_cpu_ms"]) for line in lines if "burst_cpu_ms" in line)
+    burst = sum(float(line["burst_ms"]) for line in lines if "burst_ms" in line)
     return {"cpu_ms": sum(cpu) if cpu else float("nan"),
+            "burst_cpu_ms": burst_cpu if burst else float("nan"),
+            "burst_core_share": burst_cpu / burst if burst else float("nan"),
             "apiserver_cpu_ms": sum(apiserver) if apiserver else float("nan"),
             "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
             "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),
