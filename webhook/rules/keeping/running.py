@@ -235,19 +235,15 @@ def _interned(text: str | None) -> str | None:
     return None if text is None else intern(text)
 
 
-class Alike(dict[Any, Any]):
-    """What many VMIs carry alike (their declared annotations, a node selector), one object for all of
-    them over one read of the VMIs (`listed.read_kubevirt`): a pass holds the view of every VM at once."""
-
-    def one(self, key: Hashable, value: Any) -> Any:
-        """`value`, or the equal one read before under `key`."""
-        return self.setdefault(key, value)
+# What many VMIs carry alike (their declared annotations, a node selector), one object for all of them
+# over one read of the VMIs (`listed.read_kubevirt`), by what it holds: a pass holds the view of every VM.
+Alike = dict[Hashable, Any]
 
 
 def _selector(selector: dict[str, Any], alike: Alike) -> dict[str, Any]:
     if not all(isinstance(value, str) for value in selector.values()):
         return selector
-    return alike.one(("nodeSelector", *selector.items()), selector)
+    return alike.setdefault(("nodeSelector", *selector.items()), selector)
 
 
 def read_vmi(obj: Any, settings: Settings, alike: Alike | None = None) -> VmiView | Malformed:
@@ -257,7 +253,7 @@ def read_vmi(obj: Any, settings: Settings, alike: Alike | None = None) -> VmiVie
     (`sys.intern`), and what they carry alike one object (`alike`): a pass holds the view of every
     VM at once."""
     what = "VMI"
-    alike = Alike() if alike is None else alike
+    alike = {} if alike is None else alike
     try:
         namespace, name, metadata = read_identity(obj, "VMI")
         what = f"VMI {namespace}/{name}"
@@ -265,9 +261,9 @@ def read_vmi(obj: Any, settings: Settings, alike: Alike | None = None) -> VmiVie
         migratable, why = _live_migratable(status)
         target = _target_vmi(metadata, status, spec)
         paused, paused_since = _paused(status)
-        named = alike.get(DECLARED) or alike.one(DECLARED, declared.VMI.named("annotations", settings))
+        named = alike.get(DECLARED) or alike.setdefault(DECLARED, declared.VMI.named("annotations", settings))
         annotations, disks = declared.VMI.annotations_of(obj, settings, named), _disks(spec)
-        annotations = alike.one(("annotations", *annotations.items()), annotations)
+        annotations = alike.setdefault(("annotations", *annotations.items()), annotations)
         return VmiView(namespace=intern(namespace), name=name, uid=target.uid, phase=intern(declared.VMI_PHASE.text(status)),
                        node=_interned(target.node), opted_in=opted_in(annotations, settings),  # declared.VMI_OPT_IN names the same key
                        may_move=annotations.get(declared.VMI_KEEP.name()) != "false", live_migratable=migratable,
