@@ -93,8 +93,7 @@ def test_the_checks_decide_alike_whether_they_see_every_placed_pod_or_those_foun
         refused = inter_pod_affinity(Demand.of(pod, NS), node, EveryPlaced(static)) is not None
         # The nodes it says are the only ones the filter may refuse include each one it refuses.
         for view in (static, cached):
-            assert not refused or only[id(view)] is None or may_refuse(only[id(view)], node["metadata"]["name"],
-                                                                         node["metadata"]["labels"])
+            assert not refused or only[id(view)] is None or may_refuse(only[id(view)], node["metadata"]["name"], node)
         assert (why_not_fit(pod, NS, node, static) is None) == wanted
         assert (why_not_fit(pod, NS, cached.node(node["metadata"]["name"]), cached) is None) == wanted
         assert (why_not_fit(pod, NS, node, static, demand=shared[id(static)]) is None) == wanted

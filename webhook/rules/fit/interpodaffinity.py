@@ -146,12 +146,14 @@ def refused_only(demand: Demand, view: View) -> Only | None:
     return gathered.only if gathered.unsure is None else None
 
 
-def may_refuse(only: Only, name: str, labels: Mapping[str, Any]) -> bool:
-    """Whether a node (its name, its labels) is one of `only`: named, or its hostname label one of
+def may_refuse(only: Only, name: str, node: Mapping[str, Any]) -> bool:
+    """Whether a node (its name, the node) is one of `only`: named, or its hostname label one of
     them (a label that is no string is looked at the long way)."""
     if name in only[0]:
         return True
-    host = labels.get(kinds.HOSTNAME_LABEL)
+    if not only[1]:
+        return False
+    host = kinds.labels(node).get(kinds.HOSTNAME_LABEL)
     return host is not None and (not isinstance(host, str) or host in only[1])
 
 
@@ -173,7 +175,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
         raise CannotTell(f"{subject}'s {gathered.unsure}")
     name = name_of(node)
     labels = kinds.labels(node)
-    if gathered.only is not None and not may_refuse(gathered.only, name, labels):
+    if gathered.only is not None and not may_refuse(gathered.only, name, node):
         return None
     if demand.affinity:
         reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)

@@ -16,7 +16,7 @@ from ..fit.demand import Demand
 from ..fit.fields import name_of
 from ..fit.resources import least_allocated
 
-Scored = tuple[float | None, Mapping[str, Any]]  # (room, node); room None when it cannot be read
+Scored = tuple[float | None, Mapping[str, Any], str]  # (room, node, its name); room None when it cannot be read
 
 
 class Rooms:
@@ -48,7 +48,7 @@ class Rooms:
             for node in view.nodes():
                 name = name_of(node)
                 if isinstance(name, str) and name:
-                    scores[name] = (least_allocated(demand, node, view), node)
+                    scores[name] = (least_allocated(demand, node, view), node, name)
                     yield name
             self._ranks = {name: rank for rank, name in enumerate(scores)}
             self._next = len(scores)
@@ -59,7 +59,7 @@ class Rooms:
             rescored: dict[str, Scored | None] = {}  # None: the node is gone
             for name in changed:
                 node = view.node(name)
-                rescored[name] = None if node is None else (least_allocated(demand, node, view), node)
+                rescored[name] = None if node is None else (least_allocated(demand, node, view), node, name)
                 yield name
             scores = self.scores
             for name, pair in rescored.items():

@@ -14,15 +14,14 @@ import dataclasses
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from ... import kinds
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from .patch import live_terms
 from ..fit.demand import Demand
-from ..fit.fields import Unreadable, name_of
+from ..fit.fields import Unreadable
 from ..kubevirt.target import TargetPod, lacking
 from .judged import Judged, judged_for
-from .rooms import Rooms, rooms_for
+from .rooms import Rooms, Scored, rooms_for
 
 PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per
@@ -73,7 +72,7 @@ class DestinationSearch:
         self.refused: dict[str, str] = {}
         self.taking: list[Destination] = []
         self.rooms: Rooms | None = None
-        self.nodes: tuple[tuple[float | None, Mapping[str, Any]], ...] = ()  # (room, node), most room first
+        self.nodes: tuple[Scored, ...] = ()  # (room, node, name), most room first
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
         self.judged: Judged | None = None
         self.own: tuple[Any, ...] | None = None  # the VM's filters besides NodeResourcesFit (`fit.prefilter`)
@@ -94,13 +93,12 @@ class DestinationSearch:
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
         self.judged = judged_for(self._shape(), self.view)
-        for room, node in self.nodes:
-            if len(self.taking) >= AMONG_NODES:
+        taking = self.taking
+        for room, node, name in self.nodes:
+            if len(taking) >= AMONG_NODES:
                 return
-            name = name_of(node)
-            if isinstance(name, str) and name:
-                self._judge(name, node, room)
-                yield name
+            self._judge(name, node, room)
+            yield name
 
     def _judge(self, name: str, node: Mapping[str, Any], room: float | None) -> None:
         if name == self.source:
@@ -112,7 +110,7 @@ class DestinationSearch:
                 self.own = tuple(check for check in fit.prefilter(self.moved, self.view)
                                  if check is not fit.node_resources_fit)
                 self.only = fit.refused_only(self.own, self.moved, self.view)
-            if self.only is None or fit.may_refuse(self.only, name, kinds.labels(node)):
+            if self.only is None or fit.may_refuse(self.only, name, node):
                 why = fit.why_not_pass(self.own, self.moved, node, self.view, "the VM")
         if why is not None:
             self.refused[name] = why
