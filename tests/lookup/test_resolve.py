@@ -6,7 +6,10 @@ import copy
 from tests.support.kube import load, node
 
 from webhook.stores.shapes import pod_to_place, shapes
-from webhook.lookup.resolve import migration_source, migration_target_pod
+from webhook.deadline import Deadline
+from webhook.lookup.resolve import migration_source, migration_target, migration_target_pod
+from webhook.rules.fit.memo import Memo
+from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
 from webhook.rules.placement.patch import as_created
 from webhook.rules.keeping.running import read_vmi
@@ -75,3 +78,23 @@ def test_the_source_is_the_pod_as_kubevirt_made_it_reduced_to_what_the_checks_re
         assert made == pod_to_place(as_created(copy.deepcopy(pod), SETTINGS))
         assert "annotations" not in made["metadata"] and "nodeName" not in made["spec"]
         assert pod == before
+
+
+async def test_a_relabelled_source_node_gives_the_next_target_its_new_cpu():
+    """A drain's share-managers keep what the source node's CPU labels give a migration target, per
+    version of the node: once virt-handler labels it anew (a new host model after a firmware update),
+    the next target is rendered from the new labels, never the kept ones."""
+    vmi = copy.deepcopy(load("kubevirt-1.8/vmi-running.yaml"))
+    vmi["metadata"].update(name="colo", uid="8e8332a5-c38a-4e3b-ad87-f1446813037e")
+    vmi["status"].update(nodeName="kv-b")
+    memo = Memo()
+
+    async def target(**labels):
+        store = SnapshotStore([admitted(), vmi, node("kv-b", cpu=None, **labels)])
+        built = await migration_target(store, SETTINGS, admitted(), None, Deadline.after(5.0, 0.0), memo)
+        assert isinstance(built, TargetPod), built
+        return {k for k in built.pod["spec"]["nodeSelector"] if k.startswith("cpu-model-migration.")}
+
+    assert await target(**SKYLAKE_SOURCE) == {"cpu-model-migration.node.kubevirt.io/Skylake-Client-IBRS"}
+    icelake = {"host-model-cpu.node.kubevirt.io/Icelake-Server": "true", "cpu-vendor.node.kubevirt.io/Intel": "true"}
+    assert await target(**icelake) == {"cpu-model-migration.node.kubevirt.io/Icelake-Server"}

@@ -182,14 +182,14 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     # Everything below is read from the caches without a pause: the loop is given back before each
     # stretch of it, so that what arrived meanwhile (a VM start) is not held behind all of them.
     await asyncio.sleep(0)
-    target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
-        kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline)
-    if isinstance(target, str):
-        return f"cannot tell where the migration of {vm} can land: {target}"
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
     view = await fit_view(store, vm_namespace, "", deadline)
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
+    target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
+        kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline, view.memo)
+    if isinstance(target, str):
+        return f"cannot tell where the migration of {vm} can land: {target}"
     await asyncio.sleep(0)
     search = together.DestinationSearch(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
     if not await lane.slices(search, deadline):

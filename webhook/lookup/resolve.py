@@ -11,12 +11,13 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, PV, PVC, VMI, Resource
 from ..rules import fit
+from ..rules.fit.memo import Memo
 from ..rules.shared.alone import Alone
 from ..rules.shared.facts import Fact, Lookup, disk_fact
 from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_target_vmi, vm_pods
-from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, target_pod
+from ..rules.kubevirt.target import SourceCpu, TargetPod, TargetUnknown, Vmi, source_cpu, target_pod
 from ..stores.shapes import pod_to_place
 from ..stores.store import Store, StoreError
 
@@ -124,11 +125,12 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 
 
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
-                           waiting: dict[str, Any] | None, deadline: Deadline) -> TargetPod | str:
+                           waiting: dict[str, Any] | None, deadline: Deadline, memo: Memo | None = None) \
+        -> TargetPod | str:
     """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate the
     VM of `vm_pod` off its node, or why it cannot be told. Both pods as the store gave them (the
     caches keep what the recipe reads: `shapes.shape_pod`), so a drain's share-managers read no pod
-    from the API."""
+    from the API; what the source node's labels give a target kept in `memo` per version of it."""
     namespace = kinds.meta(vm_pod).get("namespace") or ""
     if waiting is not None and not kinds.spec(waiting).get("nodeName"):
         return TargetPod(pod_to_place(waiting), {})
@@ -145,7 +147,9 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     view = read_target_vmi(vmi)
     if isinstance(view, Malformed):
         return str(view)
-    built = migration_target_pod(vm_pod, view, source, {}, settings)
+    cpu = None if memo is None or source is None else \
+        memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)
+    built = migration_target_pod(vm_pod, view, source, {}, settings, cpu)
     return str(built) if isinstance(built, TargetUnknown) else built
 
 
@@ -178,12 +182,12 @@ def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationS
 
 
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
-                         added: dict[str, str], settings: Settings) -> TargetPod | TargetUnknown:
+                         added: dict[str, str], settings: Settings, cpu: SourceCpu | None = None) -> TargetPod | TargetUnknown:
     """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with
     `spec.addedNodeSelector` `added` (`rules.kubevirt.target`), from its launcher pod or as
     `migration_source` left it: a drain's share-manager rule and the keeper both judge nodes by it."""
     made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
-    return target_pod(made.pod, vmi, source, added)
+    return target_pod(made.pod, vmi, source, added, cpu)
 
 
 def _pod_name(pod: dict[str, Any]) -> str:

@@ -88,19 +88,42 @@ class TargetPod:
         object.__setattr__(self, "wanted", tuple((key, selector.get(key), self.required[key]) for key in order))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SourceCpu:
+    """What a target needs of the source node's CPU labels (virt-handler's node labeller), each kind
+    the first by name: read once per version of the node (`source_cpu`), as the share-managers of a
+    drain all render migrations off one node, whose labels run to a hundred or more."""
+
+    host_model: tuple[str, str] | None  # (the model, as its host-model-cpu label names it; the label's value)
+    features: tuple[tuple[str, str], ...]  # (feature, value) of each host-model-required-features label
+    vendor: str | None  # its cpu-vendor label
+
+
+def source_cpu(node: Mapping[str, Any]) -> SourceCpu:
+    labels = kinds.labels(node)
+    ordered = sorted(labels)
+    model = next((k for k in ordered if k.startswith(HOST_MODEL_CPU)), None)
+    return SourceCpu(
+        host_model=None if model is None else (model[len(HOST_MODEL_CPU):], str(labels[model])),
+        features=tuple((k[len(HOST_MODEL_FEATURE):], str(labels[k])) for k in ordered if k.startswith(HOST_MODEL_FEATURE)),
+        vendor=next((k for k in ordered if k.startswith(CPU_VENDOR)), None))
+
+
 def target_pod(launcher: Mapping[str, Any], vmi: Vmi, source: Mapping[str, Any] | None,
-               added: Mapping[str, str]) -> TargetPod | TargetUnknown:
+               added: Mapping[str, str], cpu: SourceCpu | None = None) -> TargetPod | TargetUnknown:
     """The pod virt-controller will create to migrate `vmi` from its node (`source`) with
-    `spec.addedNodeSelector` `added`, built from the VM's current launcher pod (without our pin)."""
+    `spec.addedNodeSelector` `added`, built from the VM's current launcher pod (without our pin);
+    `cpu`: `source_cpu(source)`, when the caller keeps it."""
     source_name = vmi.node or "(none)"
     if source is None:
         return TargetUnknown(f"source node {source_name} is not known")
+    if cpu is None:
+        cpu = source_cpu(source)
     pod = dict(as_started(dict(launcher), vmi.node_selector))  # the launcher itself is never changed:
     spec = pod["spec"] = dict(kinds.spec(pod))  # only the spec's own members are replaced below
     selector = spec.get("nodeSelector")
     selector = dict(selector) if isinstance(selector, dict) else {}
     required: dict[str, str] = {}
-    node_labels = kinds.labels(source)
 
     # The machine type as the running VM reports it, not the alias the launcher pod was made with;
     # else the spec's; a VMI with neither gets no machine-type selector.
@@ -112,15 +135,13 @@ def target_pod(launcher: Mapping[str, Any], vmi: Vmi, source: Mapping[str, Any] 
         required[key] = FROM_MACHINE if vmi.machine_from == STATUS_MACHINE else FROM_SPEC_MACHINE
 
     if vmi.cpu_model == HOST_MODEL:
-        unknown = _host_model_cpu(selector, required, node_labels, source_name)
+        unknown = _host_model_cpu(selector, required, cpu, source_name)
         if unknown is not None:
             return unknown
 
-    if not any(k.startswith(CPU_VENDOR) for k in selector):
-        vendor = next((k for k in sorted(node_labels) if k.startswith(CPU_VENDOR)), None)
-        if vendor is not None:
-            selector[vendor] = "true"
-            required[vendor] = FROM_VENDOR
+    if cpu.vendor is not None and not any(k.startswith(CPU_VENDOR) for k in selector):
+        selector[cpu.vendor] = "true"
+        required[cpu.vendor] = FROM_VENDOR
 
     for key, value in added.items():
         if key not in selector:
@@ -131,7 +152,7 @@ def target_pod(launcher: Mapping[str, Any], vmi: Vmi, source: Mapping[str, Any] 
     return TargetPod(pod, required)
 
 
-def _host_model_cpu(selector: dict[str, Any], required: dict[str, str], node_labels: Mapping[str, Any],
+def _host_model_cpu(selector: dict[str, Any], required: dict[str, str], cpu: SourceCpu,
                     source_name: str) -> TargetUnknown | None:
     """A host-model CPU: the selector of an earlier migration, else the source node's host-model
     CPU and features as virt-handler labels them (added to `selector` and `required`)."""
@@ -139,17 +160,15 @@ def _host_model_cpu(selector: dict[str, Any], required: dict[str, str], node_lab
     if earlier:
         required.update((k, FROM_EARLIER) for k in earlier)
         return None
-    models = sorted(k for k in node_labels if k.startswith(HOST_MODEL_CPU))
-    if not models:
+    if cpu.host_model is None:
         return TargetUnknown(f"source node {source_name} has no {HOST_MODEL_CPU}* label (virt-handler's node "
                           f"labeller): cannot tell the host-model CPU its target needs")
-    key = MIGRATION_CPU + models[0][len(HOST_MODEL_CPU):]
-    selector[key] = str(node_labels[models[0]])
-    required[key] = FROM_HOST_MODEL
-    for label in sorted(k for k in node_labels if k.startswith(HOST_MODEL_FEATURE)):
-        key = CPU_FEATURE + label[len(HOST_MODEL_FEATURE):]
-        selector[key] = str(node_labels[label])
-        required[key] = FROM_HOST_FEATURE
+    model, value = cpu.host_model
+    selector[MIGRATION_CPU + model] = value
+    required[MIGRATION_CPU + model] = FROM_HOST_MODEL
+    for feature, value in cpu.features:
+        selector[CPU_FEATURE + feature] = value
+        required[CPU_FEATURE + feature] = FROM_HOST_FEATURE
     return None
 
 
