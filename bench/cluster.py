@@ -35,7 +35,7 @@ def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20, other_po
     half are virt-launcher pods mounting two claims each; and `other_pods` pods of other
     workloads spread over the nodes."""
     for i in range(nodes):
-        yield objects.node(node_name(i, nodes), allocatable=objects.LARGE_ALLOCATABLE)
+        yield objects.node(node_name(i, nodes), allocatable=objects.LARGE_ALLOCATABLE, full=True)
     for i in range(pvcs):
         namespace, claim, volume = f"vms-{i % 100:02d}", f"disk-{i:06d}", volume_name(i)
         yield objects.pvc(claim, volume, namespace=namespace)

@@ -72,8 +72,8 @@ def migrated(pod: dict[str, Any]) -> dict[str, Any]:
 
 def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """The cluster's objects, the volumes of the evicted share-managers, and the claims of the VMs to start."""
-    found: list[dict[str, Any]] = [objects.node(DRAINED, unschedulable=True, taints=[DRAIN_TAINT])]
-    found += [objects.node(node_name(i)) for i in range(1, nodes)]
+    found: list[dict[str, Any]] = [objects.node(DRAINED, unschedulable=True, taints=[DRAIN_TAINT], full=True)]
+    found += [objects.node(node_name(i), full=True) for i in range(1, nodes)]
     evicted = []
     for k in range(vms):
         on = DRAINED if k < share_managers else node_name(1 + k % (nodes - 1))

@@ -123,6 +123,44 @@ def labeller(cpu: str | None) -> dict[str, str]:
     return found
 
 
+# The rest of what a node of a production cluster carries, about 160 labels in all: virt-handler's
+# node labeller labels every CPU model the host can run and every feature it offers beyond the oldest
+# usable model's (`cpu-model.`, `cpu-feature.`), its Hyper-V enlightenments and TSC frequency; the
+# kubelet and the cloud provider add their well-known labels. `node(..., in_full=True)`: what the
+# caches, the rooms of a drain and the keeper hold per node at Kubernetes' limit.
+HOST_FEATURES = tuple("""3dnowprefetch abm adx aes amd-psfd amd-ssbd amd-stibp apic arat arch-capabilities avx avx2
+    avx512bw avx512cd avx512dq avx512f avx512ifma avx512vbmi avx512vbmi2 avx512vl avx512vnni avx512-vpopcntdq
+    bmi1 bmi2 clflush clflushopt clwb cmov cx16 cx8 de erms f16c fma fpu fsgsbase fsrm fxsr gfni hle hypervisor
+    ibpb ibrs invpcid invtsc lahf_lm lm mca mce md-clear mmx movbe mpx msr mtrr nx pae pat pcid pclmuldq
+    pdpe1gb pge pku pni popcnt pschange-mc-no pse pse36 rdctl-no rdpid rdrand rdseed rdtscp rtm sep sha-ni
+    skip-l1dfl-vmentry smap smep spec-ctrl ss ssbd sse sse2 sse4.1 sse4.2 ssse3 stibp syscall tsc tsc-deadline
+    tsc_adjust tsx-ctrl umip vaes vme vpclmulqdq x2apic xgetbv1 xsave xsavec xsaveopt xsaves""".split())
+HOST_MODELS = ("Broadwell", "Broadwell-IBRS", "Broadwell-noTSX", "Broadwell-noTSX-IBRS", "Cascadelake-Server",
+               "Cascadelake-Server-noTSX", "Haswell", "Haswell-IBRS", "Haswell-noTSX", "Haswell-noTSX-IBRS",
+               "Icelake-Server", "Icelake-Server-noTSX", "IvyBridge", "IvyBridge-IBRS", "Nehalem", "Nehalem-IBRS",
+               "Penryn", "SandyBridge", "SandyBridge-IBRS", "Skylake-Client", "Skylake-Client-IBRS",
+               "Skylake-Server", "Skylake-Server-IBRS", "Westmere", "Westmere-IBRS")
+HYPERV = ("base", "frequencies", "ipi", "reenlightenment", "reset", "runtime", "synic", "synic2", "synictimer",
+          "time", "tlbflush", "vpindex", "evmcs")
+
+
+def in_full(name: str) -> dict[str, str]:
+    """The labels of a production node besides the labeller's labels of its CPU generation (`labeller`)."""
+    found = {f"{CPU_FEATURE}{f}": "true" for f in HOST_FEATURES}
+    found |= {f"{CPU_MODEL}{m}": "true" for m in HOST_MODELS}
+    found |= {f"hyperv.node.kubevirt.io/{h}": "true" for h in HYPERV}
+    found |= {"cpu-timer.node.kubevirt.io/tsc-frequency": "2593906000", "cpu-timer.node.kubevirt.io/tsc-scalable": "true",
+              "scheduling.node.kubevirt.io/tsc-frequency-2593906000": "true", "kubevirt.io/ksm-enabled": "false",
+              "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+              "beta.kubernetes.io/instance-type": "m6i.4xlarge", "node.kubernetes.io/instance-type": "m6i.4xlarge",
+              "failure-domain.beta.kubernetes.io/region": "eu-west-1", "topology.kubernetes.io/region": "eu-west-1",
+              "failure-domain.beta.kubernetes.io/zone": "eu-west-1a", "topology.kubernetes.io/zone": "eu-west-1a",
+              "node-role.kubernetes.io/worker": "", "node.longhorn.io/create-default-disk": "true",
+              "topology.longhorn.io/region": "eu-west-1", "topology.longhorn.io/zone": "eu-west-1a",
+              "kubevirt.io/nodeName": name}
+    return found
+
+
 def machine_type(cpu: str) -> str:
     """The canonical machine type a VM started on a node of generation `cpu` runs with: what the
     alias resolves to in that node's QEMU (its newest)."""
@@ -131,9 +169,11 @@ def machine_type(cpu: str) -> str:
 
 def node(name: str, *, ready: bool = True, unschedulable: bool = False, taints: list | None = None,
          schedulable_label: bool = True, allocatable: dict[str, str] | None = None,
-         cpu: str | None = NEW_CPU, **labels: str) -> dict[str, Any]:
-    """A KubeVirt node, labelled by virt-handler's node labeller for CPU generation `cpu`."""
-    all_labels = {"kubernetes.io/hostname": name, ARCH: "amd64", "kubernetes.io/os": "linux", **labeller(cpu), **labels}
+         cpu: str | None = NEW_CPU, full: bool = False, **labels: str) -> dict[str, Any]:
+    """A KubeVirt node, labelled by virt-handler's node labeller for CPU generation `cpu`; with `full`,
+    every label a production node carries (`in_full`)."""
+    all_labels = {"kubernetes.io/hostname": name, ARCH: "amd64", "kubernetes.io/os": "linux",
+                  **(in_full(name) if full else {}), **labeller(cpu), **labels}
     if schedulable_label:
         all_labels[SCHEDULABLE] = "true"
     spec: dict[str, Any] = {}

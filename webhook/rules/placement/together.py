@@ -72,7 +72,7 @@ class DestinationSearch:
         self.refused: dict[str, str] = {}
         self.taking: list[Destination] = []
         self.rooms: Rooms | None = None
-        self.nodes: tuple[Scored, ...] = ()  # (room, node, name), most room first
+        self.nodes: tuple[Scored, ...] = ()  # (room, node name), most room first
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
         self.judged: Judged | None = None
         self.own: tuple[Any, ...] | None = None  # the VM's filters besides NodeResourcesFit (`fit.prefilter`)
@@ -93,11 +93,13 @@ class DestinationSearch:
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
         self.judged = judged_for(self._shape(), self.view)
-        taking = self.taking
-        for room, node, name in self.nodes:
+        taking, view = self.taking, self.view
+        for room, name in self.nodes:
             if len(taking) >= AMONG_NODES:
                 return
-            self._judge(name, node, room)
+            node = view.node(name)
+            if node is not None:  # else gone since
+                self._judge(name, node, room)
             yield name
 
     def _judge(self, name: str, node: Mapping[str, Any], room: float | None) -> None:
