@@ -33,7 +33,7 @@ def cluster(pvcs: int, share_managers: int, pods: int, nodes: int = 20, other_po
     """`pvcs` bound Longhorn claims (each with its PV); the first `share_managers` volumes are
     shared, each with a ShareManager and, for half of `pods`, a share-manager pod; the other
     half are virt-launcher pods mounting two claims each; and `other_pods` pods of other
-    workloads spread over the nodes."""
+    workloads spread over the `nodes` (each with the labels of a production node)."""
     for i in range(nodes):
         yield objects.node(node_name(i, nodes), allocatable=objects.LARGE_ALLOCATABLE, full=True)
     for i in range(pvcs):
