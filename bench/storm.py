@@ -3,9 +3,10 @@
 `python -m bench.storm --nodes 200 --vms 4000 --share-managers 25 --vm-starts 30`
 
 The cluster (kubefake's apiserver in a process of its own, served as bench.emulator serves it):
-`--nodes` KubeVirt nodes (each with the labels of a production node: `objects.in_full`); `--vms` running opted-in VMs, each with its RWX disk served from the node
-it runs on, every one of them migrated once (its pod a migration target pod, with KubeVirt's
-required anti-affinity toward its own VMI's pods, as after a KubeVirt upgrade's workload updates);
+`--nodes` KubeVirt nodes (each with the labels of a production node: `objects.in_full`); `--vms`
+running opted-in VMs, each with its RWX disk served from the node it runs on, every one of them
+migrated once (its pod a migration target pod, with KubeVirt's required anti-affinity toward its
+own VMI's pods, as after a KubeVirt upgrade's workload updates);
 the first node drained (cordoned, tainted `kubevirt.io/drain`) with `--share-managers` of those VMs
 still on it, whose share-managers `kubectl drain` evicted (their ShareManagers stopped, owned by the
 drained node). `python -m webhook serve` (the production command) watches it.

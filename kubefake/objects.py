@@ -123,10 +123,10 @@ def labeller(cpu: str | None) -> dict[str, str]:
     return found
 
 
-# The rest of what a node of a production cluster carries, about 160 labels in all: virt-handler's
+# The rest of what a node of a production cluster carries, about 170 labels in all: virt-handler's
 # node labeller labels every CPU model the host can run and every feature it offers beyond the oldest
 # usable model's (`cpu-model.`, `cpu-feature.`), its Hyper-V enlightenments and TSC frequency; the
-# kubelet and the cloud provider add their well-known labels. `node(..., in_full=True)`: what the
+# kubelet and the cloud provider add their well-known labels. `node(..., full=True)`: what the
 # caches, the rooms of a drain and the keeper hold per node at Kubernetes' limit.
 HOST_FEATURES = tuple("""3dnowprefetch abm adx aes amd-psfd amd-ssbd amd-stibp apic arat arch-capabilities avx avx2
     avx512bw avx512cd avx512dq avx512f avx512ifma avx512vbmi avx512vbmi2 avx512vl avx512vnni avx512-vpopcntdq

@@ -182,7 +182,8 @@ def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationS
 
 
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
-                         added: dict[str, str], settings: Settings, cpu: SourceCpu | None = None) -> TargetPod | TargetUnknown:
+                         added: dict[str, str], settings: Settings,
+                         cpu: SourceCpu | None = None) -> TargetPod | TargetUnknown:
     """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with
     `spec.addedNodeSelector` `added` (`rules.kubevirt.target`), from its launcher pod or as
     `migration_source` left it: a drain's share-manager rule and the keeper both judge nodes by it."""

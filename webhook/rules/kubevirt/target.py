@@ -100,12 +100,14 @@ class SourceCpu:
 
 
 def source_cpu(node: Mapping[str, Any]) -> SourceCpu:
+    """`SourceCpu` of a node, from its labels."""
     labels = kinds.labels(node)
     ordered = sorted(labels)
     model = next((k for k in ordered if k.startswith(HOST_MODEL_CPU)), None)
     return SourceCpu(
         host_model=None if model is None else (model[len(HOST_MODEL_CPU):], str(labels[model])),
-        features=tuple((k[len(HOST_MODEL_FEATURE):], str(labels[k])) for k in ordered if k.startswith(HOST_MODEL_FEATURE)),
+        features=tuple((k[len(HOST_MODEL_FEATURE):], str(labels[k]))
+                       for k in ordered if k.startswith(HOST_MODEL_FEATURE)),
         vendor=next((k for k in ordered if k.startswith(CPU_VENDOR)), None))
 
 
