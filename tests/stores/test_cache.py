@@ -7,13 +7,13 @@ import json
 import aiohttp
 import pytest
 from tests.support.stores import TEST_TIMING, api_host, requests_since, seed, watched_store
-from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, node, nodes, review, rwx_disk, vm_pod, workload_pod
+from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod, workload_pod
 
 from webhook.admission.review import parse_review
 from webhook.cluster import client
 from webhook.stores.cache import WatchedClusterStore
 from webhook.stores.shapes import shapes
-from webhook.cluster.reflector import Event, EventType, Timing
+from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.admission.admit import admit
@@ -83,20 +83,6 @@ def test_what_no_rule_reads_is_dropped_on_arrival():
     text = json.dumps(shapes(Settings())[NODE.kind](node))
     for dropped in ("images", "lastHeartbeatTime", "KubeletReady", "managedFields"):
         assert dropped not in text, dropped
-
-
-def test_the_nodes_read_from_the_cache_share_their_label_values():
-    """A production node carries about 170 labels, nearly all "true": read from the cache, two nodes
-    hold one string for each value they share, not one each (what a drain's share-managers read
-    of 5,000 nodes is then half as large), and the same labels."""
-    store = WatchedClusterStore(None, Settings())
-    [informer] = [i for i in store.informers if i.resource.kind == NODE.kind]
-    for name in ("node-a", "node-b"):
-        informer.apply(Event(EventType.LISTED, node(name, full=True)))
-    a, b = (informer.table.read(name)["metadata"]["labels"] for name in ("node-a", "node-b"))
-    assert a == node("node-a", full=True)["metadata"]["labels"] and len(a) > 150
-    shared = [key for key in a if key in b and a[key] == b[key]]
-    assert len(shared) > 150 and all(a[key] is b[key] for key in shared)
 
 
 def test_a_custom_opt_in_annotation_is_kept():

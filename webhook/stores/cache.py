@@ -20,7 +20,7 @@ from ..rules import fit
 from ..rules.fit.memo import SIZE, Memo
 from ..rules.shared.facts import claims_of
 from .direct import ClusterStore
-from .shapes import node_read, pod_read, shapes
+from .shapes import pod_read, shapes
 from .store import Stats, StoreError, volume_handle
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before the VM
@@ -139,7 +139,6 @@ class WatchedClusterStore(Informers):
                              watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
-        self.nodes.table.reader = node_read
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
         # (KubeVirt mounts them in an attachment pod). `keep` watches VMIs itself: `vmis=False`.
         self.vmis = informer(VMI, indexers={"claim": _vmi_claims})

@@ -9,7 +9,6 @@ and of their kept shapes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from sys import intern
 from typing import Any
 
 from .. import kinds
@@ -90,17 +89,6 @@ def pod_read(settings: Settings) -> Shape:
     nobody declared fails with `Undeclared` rather than read nothing."""
     declared_keys = pod_annotations(settings)
     return lambda pod: declared.POD.guarded(pod, declared_keys)
-
-
-def node_read(node: dict[str, Any]) -> dict[str, Any]:
-    """A cached node with its label values interned: virt-handler labels a production node with about
-    170 labels, nearly all "true", and each node read from the cache held a string of its own for each
-    (22 KiB a node, 10 with the values shared)."""
-    labels = kinds.labels(node)
-    if labels:
-        node["metadata"]["labels"] = {key: intern(value) if type(value) is str else value
-                                      for key, value in labels.items()}
-    return node
 
 
 def shape_pod(settings: Settings) -> Shape:
