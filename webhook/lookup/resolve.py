@@ -17,7 +17,7 @@ from ..rules.shared.facts import Fact, Lookup, disk_fact
 from ..rules.placement.patch import as_created
 from ..rules.shared.reading import Malformed
 from ..rules.keeping.running import read_target_vmi, vm_pods
-from ..rules.kubevirt.target import SourceCpu, TargetPod, TargetUnknown, Vmi, source_cpu, target_pod
+from ..rules.kubevirt.target import TargetPod, TargetUnknown, Vmi, source_cpu, target_pod
 from ..stores.shapes import pod_to_place
 from ..stores.store import Store, StoreError
 
@@ -147,9 +147,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     view = read_target_vmi(vmi)
     if isinstance(view, Malformed):
         return str(view)
-    cpu = None if memo is None or source is None else \
-        memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)
-    built = migration_target_pod(vm_pod, view, source, {}, settings, cpu)
+    built = migration_target_pod(vm_pod, view, source, {}, settings, memo)
     return str(built) if isinstance(built, TargetUnknown) else built
 
 
@@ -183,11 +181,14 @@ def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationS
 
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
                          added: dict[str, str], settings: Settings,
-                         cpu: SourceCpu | None = None) -> TargetPod | TargetUnknown:
+                         memo: Memo | None = None) -> TargetPod | TargetUnknown:
     """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with
     `spec.addedNodeSelector` `added` (`rules.kubevirt.target`), from its launcher pod or as
-    `migration_source` left it: a drain's share-manager rule and the keeper both judge nodes by it."""
+    `migration_source` left it: a drain's share-manager rule and the keeper both judge nodes by it.
+    With `memo`, what the source node's CPU labels give a target is kept there per version of the node."""
     made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
+    cpu = None if memo is None or source is None else \
+        memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)
     return target_pod(made.pod, vmi, source, added, cpu)
 
 

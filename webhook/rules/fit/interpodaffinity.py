@@ -174,9 +174,9 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
     if gathered.unsure is not None:
         raise CannotTell(f"{subject}'s {gathered.unsure}")
     name = name_of(node)
-    labels = kinds.labels(node)
     if gathered.only is not None and not may_refuse(gathered.only, name, node):
         return None
+    labels = kinds.labels(node)
     if demand.affinity:
         reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)
         if reason:
