@@ -79,9 +79,12 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
     # the share of its core `serve` had while the others' work (the sender's, the apiserver's) shared it.
     burst_cpu = sum(float(line["burst_cpu_ms"]) for line in lines if "burst_cpu_ms" in line)
     burst = sum(float(line["burst_ms"]) for line in lines if "burst_ms" in line)
+    # The sender's own CPU over that time: one Python process's TLS handshakes, a core of the machine.
+    sender = sum(float(line["sender_cpu_ms"]) for line in lines if "sender_cpu_ms" in line)
     return {"cpu_ms": sum(cpu) if cpu else float("nan"),
             "burst_cpu_ms": burst_cpu if burst else float("nan"),
             "burst_core_share": burst_cpu / burst if burst else float("nan"),
+            "sender_cpu_ms": sender if burst else float("nan"),
             "apiserver_cpu_ms": sum(apiserver) if apiserver else float("nan"),
             "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
             "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),

@@ -249,7 +249,7 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     server = result["server"]  # serve's own figures, from its log: every storm's VM review is in it
     assert 0 < server["vm_p99_ms"] <= server["vm_max_ms"] < 5000, server  # within the reviews' 5 s timeout
     assert server["share_manager_p99_ms"] > 0 and server["loop_lag_max_ms"] >= 0, server
-    assert server["burst_cpu_ms"] >= 0 and server["burst_core_share"] >= 0, server
+    assert server["burst_cpu_ms"] >= 0 and server["burst_core_share"] >= 0 and server["sender_cpu_ms"] > 0, server
     assert 20 < result["memory"]["rss_mib"] <= result["memory"]["peak_mib"], result["memory"]
 
 
@@ -257,9 +257,10 @@ def test_serves_share_of_its_core_is_its_cpu_until_the_last_answer_over_the_burs
     from bench.served import server_figures
 
     lines = [{"rule": "vm", "duration_ms": 1.0, "latency_ms": 90.0}, {"cpu_ms": 300.0},
-             {"burst_cpu_ms": 120.0, "burst_ms": 400.0}]
+             {"burst_cpu_ms": 120.0, "sender_cpu_ms": 250.0, "burst_ms": 400.0}]
     figures = server_figures(lines)
     assert figures["burst_cpu_ms"] == 120.0 and figures["burst_core_share"] == 0.3 and figures["cpu_ms"] == 300.0
+    assert figures["sender_cpu_ms"] == 250.0
     assert server_figures(lines[:2])["burst_core_share"] != server_figures(lines[:2])["burst_core_share"]  # NaN: none
 
 
