@@ -96,9 +96,26 @@ async def test_a_leaving_vms_share_manager_goes_where_the_vm_can_follow(make_sto
     assert annotations(pod)["kubevirt-scheduler/decision"] == "pinned-among"
     assert among(pod) == ["node-b", "node-c"]
     assert annotations(pod)["kubevirt-scheduler/node"] == "node-b,node-c"
-    assert preferred(pod)[0][0] == "node-c"  # the most room for the VM: node-b runs a workload
-    assert {n for n, _ in preferred(pod)} == {"node-b", "node-c"} and all(1 <= w <= 100 for _, w in preferred(pod))
+    # The node its volume picks first, by far; the other as a fallback.
+    assert {n for n, _ in preferred(pod)} == {"node-b", "node-c"} and [w for _, w in preferred(pod)] == [100, 50]
     assert why in outcome.decision.reason and "VM default/vm1" in outcome.decision.reason
+
+
+async def test_a_drains_share_managers_spread_over_the_nodes_their_vms_can_follow_to(make_store):
+    """A drained node's VMs each leave a share-manager to place: each is required among the same
+    nodes, but not all prefer the same one first, so that their VMs can follow them there."""
+    drained_node = source(unschedulable=True)
+    vms = [vmi(f"vm{i}", "node-a", f"d{i}") for i in range(1, 13)]
+    disks = [obj for i in range(1, 13) for obj in rwx_disk(f"d{i}", None, state="stopped", owner="node-a")]
+    targets = [node(f"node-{letter}") for letter in "bcde"]
+    store = await make_store([drained_node, *targets, *vms, *map(launcher_pod_of, vms), *disks])
+    first = []
+    for i in range(1, 13):
+        _, pod = await decided(store, share_manager_pod(f"pvc-d{i}"))
+        assert among(pod) == ["node-b", "node-c", "node-d", "node-e"]
+        first.append(preferred(pod)[0][0])
+    assert len(set(first)) >= 3, first
+    assert max(first.count(n) for n in set(first)) <= 6, first
 
 
 async def test_on_the_caches_a_drains_share_manager_reads_nothing_from_the_api(kmock):

@@ -197,7 +197,8 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
                 f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
     found = search.found
     decision = together.decide_together(found, vm, leaving, required=settings.pin is PinMode.REQUIRED,
-                                        most=together.among_at_most(pod))
+                                        most=together.among_at_most(pod),
+                                        spread=str(kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)))
     return together.nowhere(found, vm) if decision is None else decision
 
 

@@ -11,7 +11,7 @@ from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import target_pod
 from webhook.rules.placement.decide import AMONG, PREFERRED
 from webhook.rules.placement.together import (AMONG_NODES, Destination, Destinations, among_at_most, decide_together, destinations,
-                                              named, nowhere)
+                                              named, nowhere, spread_over)
 
 VOLUME = "pvc-d1"
 SMALL = {"cpu": "1", "memory": "1Gi", "pods": "110", "devices.kubevirt.io/kvm": "1k"}
@@ -70,19 +70,49 @@ def taking(*rooms):
     return Destinations(tuple(Destination(f"node-{i}", room) for i, room in enumerate(rooms)), {})
 
 
-@pytest.mark.parametrize("found, required, outcome, preferences, among", [
-    (taking(0.8, 0.4), True, AMONG, (("node-0", 100), ("node-1", 50)), ("node-0", "node-1")),
-    (taking(0.8, 0.4), False, PREFERRED, (("node-0", 100), ("node-1", 50)), ()),
-    (taking(0.9, 0.6, 0.3, 0.1), True, AMONG, (("node-0", 100), ("node-1", 67), ("node-2", 33)),
+def picking(key, *rooms):
+    """`key`'s pick among nodes of these rooms (most room first)."""
+    return spread_over(taking(*rooms).nodes, key)
+
+
+def key_picking(index, *rooms):
+    """A volume name whose pick is the node at `index`."""
+    return next(f"pvc-{i}" for i in range(10_000) if picking(f"pvc-{i}", *rooms) == index)
+
+
+@pytest.mark.parametrize("rooms, picked, required, outcome, preferences, among", [
+    ((0.8, 0.4), 0, True, AMONG, (("node-0", 100), ("node-1", 50)), ("node-0", "node-1")),
+    ((0.8, 0.4), 1, True, AMONG, (("node-1", 100), ("node-0", 50)), ("node-0", "node-1")),
+    ((0.8, 0.4), 0, False, PREFERRED, (("node-0", 100), ("node-1", 50)), ()),
+    ((0.9, 0.6, 0.3, 0.1), 0, True, AMONG, (("node-0", 100), ("node-1", 50), ("node-2", 25)),
      ("node-0", "node-1", "node-2", "node-3")),
-    (taking(0.0, 0.0), True, AMONG, (("node-0", 1), ("node-1", 1)), ("node-0", "node-1")),  # full: equal, at the floor
-    (taking(0.5, 0.001), True, AMONG, (("node-0", 100), ("node-1", 1)), ("node-0", "node-1")),
-], ids=["required", "pin-preferred", "three-preferred-of-four", "no-room-left", "weight-floor"])
-def test_decide_together(found, required, outcome, preferences, among):
-    decision = decide_together(found, "default/vm1", "node node-a is cordoned", required=required)
+    ((0.9, 0.6, 0.3, 0.1), 2, True, AMONG, (("node-2", 100), ("node-3", 50), ("node-0", 25)),
+     ("node-0", "node-1", "node-2", "node-3")),
+    ((0.0, 0.0), 1, True, AMONG, (("node-1", 100), ("node-0", 50)), ("node-0", "node-1")),  # full: alike
+], ids=["required", "required-second-picked", "pin-preferred", "three-preferred-of-four", "wrapping", "no-room-left"])
+def test_decide_together(rooms, picked, required, outcome, preferences, among):
+    """The picked node first, by far; then the next ones with most room, as fallbacks."""
+    decision = decide_together(taking(*rooms), "default/vm1", "node node-a is cordoned", required=required,
+                               spread=key_picking(picked, *rooms))
     assert (decision.outcome, decision.preferences, decision.among) == (outcome, preferences, among)
     assert "where this share-manager and the migration of default/vm1 can both land (node node-a is cordoned)" \
         in decision.reason
+
+
+@pytest.mark.parametrize("rooms", [(0.5,) * 16, (0.9, 0.6, 0.3, 0.1), (0.7, 0.7, 0.2, 0.0)],
+                         ids=["sixteen-alike", "falling", "one-full"])
+def test_a_drains_share_managers_spread_over_the_nodes_as_their_room(rooms):
+    """Of a drain's share-managers, each node is picked first about in proportion to the room it
+    leaves the VM (a node left with none, never): not all onto the one with most room, where their VMs
+    could not all follow."""
+    keys = [f"pvc-{i:05d}" for i in range(4_000)]
+    counts = [0] * len(rooms)
+    for key in keys:
+        counts[picking(key, *rooms)] += 1
+    for room, count in zip(rooms, counts):
+        expected = len(keys) * room / sum(rooms)
+        assert abs(count - expected) <= 4 * expected ** 0.5 + 1, (rooms, counts)
+    assert all(picking(key, *rooms) == picking(key, *rooms) for key in keys[:50])  # a volume keeps its pick
 
 
 def test_required_among_the_ones_with_most_room_at_most():

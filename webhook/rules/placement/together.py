@@ -5,12 +5,13 @@ once, and migrates the node's VMs a few at a time (2 per source node): longhorn-
 each share-manager while most of their VMs still wait on the drained node. Left to go anywhere, it
 may land where the VM can never follow: a node of an older CPU generation or QEMU refuses the VM's
 *migration* target pod (`rules/kubevirt/target.py`). So it is required among the nodes where both
-pods pass the never-strand checks (`rules/fit/`), those with most room for the VM preferred: the
-keeper then always has a move that can succeed.
+pods pass the never-strand checks (`rules/fit/`), those with most room for the VM, one of them
+preferred as their room says (`spread_over`): the keeper then always has a move that can succeed.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -23,7 +24,8 @@ from ..kubevirt.target import TargetPod, lacking
 from .judged import Judged, judged_for
 from .rooms import Rooms, Scored, rooms_for
 
-PREFERRED_NODES = 3  # preferred terms toward the nodes with most room for the VM
+PREFERRED_NODES = 3  # preferred terms: the node picked for the share-manager, then the next ones
+PREFERENCE_WEIGHTS = (PIN_WEIGHT, PIN_WEIGHT // 2, PIN_WEIGHT // 4)  # the picked node first, by far
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per
 # node for each of the pod's own terms (a node field selector takes one value), and 16 nodes that
 # take both pods leave kube-scheduler room enough while the pod stays small.
@@ -178,24 +180,46 @@ def among_at_most(share_manager: Mapping[str, Any]) -> int:
     return max(1, min(AMONG_NODES, AMONG_TERMS // max(len(live_terms(share_manager)), 1)))
 
 
-def decide_together(found: Destinations, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES) -> Decision | None:
-    """Pinned among the nodes where both land (or only preferred, with `required` False), the
-    ones with most room for the VM preferred; None when no node takes both."""
+def decide_together(found: Destinations, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES,
+                    spread: str = "") -> Decision | None:
+    """Pinned among the nodes where both land with most room for the VM (or only preferred, with
+    `required` False), one of them preferred, picked by `spread` (`spread_over`); None when no node
+    takes both."""
     if not found.nodes:
         return None
-    best = found.nodes[:PREFERRED_NODES]
-    top = best[0].room or 1.0
-    preferences = tuple((destination.node, max(1, min(PIN_WEIGHT, round(PIN_WEIGHT * destination.room / top))))
-                        for destination in best)
-    among = tuple(sorted(destination.node for destination in found.nodes[:most]))
+    candidates = found.nodes[:most]
+    first = spread_over(candidates, spread)
+    best = (candidates[first:] + candidates[:first])[:PREFERRED_NODES]
+    preferences = tuple((destination.node, weight) for destination, weight in zip(best, PREFERENCE_WEIGHTS))
+    among = tuple(sorted(destination.node for destination in candidates))
     nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == most else "")
     where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
-    preferred = f"preferred {named([n for n, _ in preferences])} (most room for the VM)"
+    first_node, *fallbacks = [node for node, _ in preferences]
+    preferred = (f"preferred {first_node}" + (f", then {named(fallbacks)}" if fallbacks else "")
+                 + " (the first picked by its volume, each node in proportion to the room it leaves the VM)")
     if not required:
         reason = f"{preferred}, among {nodes}, {where} (pins are preferences only: --pin preferred)"
         return Decision(PREFERRED, preferences=preferences, reason=reason)
     return Decision(AMONG, preferences=preferences, reason=f"pinned among {nodes}, {where}; {preferred}",
                     among=among)
+
+
+def spread_over(candidates: tuple[Destination, ...], key: str) -> int:
+    """Which of the nodes (most room first) `key` prefers: the same for the same key, and over many
+    keys each node in proportion to the room it leaves the VM. A drain's share-managers are judged
+    on the same nodes, the room of the VMs still to come counted nowhere: given the same first
+    preference, they would all land on one node, and their VMs could not all follow. Picked by
+    their volumes, they spread over the nodes as the VMs can."""
+    total = sum(max(destination.room, 0.0) for destination in candidates)
+    fraction = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2 ** 64
+    if total <= 0:  # no room left anywhere: alike
+        return int(fraction * len(candidates))
+    point, reached = fraction * total, 0.0
+    for index, destination in enumerate(candidates):
+        reached += max(destination.room, 0.0)
+        if point < reached:
+            return index
+    return len(candidates) - 1
 
 
 def nowhere(found: Destinations, vm: str) -> str:
