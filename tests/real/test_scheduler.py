@@ -208,3 +208,37 @@ async def test_the_scheduler_agrees_on_generated_clusters(api, seed):
     judged = judgement(pod, node_name, view)
     got = await replay(api, pod, node_name, cluster_of(objects, nodes))
     assert_agrees(pod, node_name, judged, got)
+
+
+async def test_a_drains_share_managers_land_on_the_node_each_prefers_first(api):
+    """A drain's share-managers, required among the same nodes (equal room for their VMs), land each
+    on the node it prefers first (weight 100 against its fallbacks' 50 and 25): kube-scheduler's own
+    scores of a small pod do not outweigh it, so they spread as their volumes pick, not onto one node."""
+    import jsonpatch
+    from tests.support.kube import share_manager_pod
+
+    from webhook.config import Settings
+    from webhook.rules.placement.patch import patch_for
+    from webhook.rules.placement.together import Destination, Destinations, decide_together
+
+    nodes = three_nodes()
+    names = tuple(n["metadata"]["name"] for n in nodes)
+    made: list[dict[str, Any]] = []
+    try:
+        await placed(api, nodes, made)
+        await api.longhorn()  # its namespace, ServiceAccount and PriorityClass, as test_drain.py has them
+        found = Destinations(tuple(Destination(name, 0.5) for name in names), {})
+        firsts, landed = [], []
+        for i in range(9):
+            volume = f"pvc-spread-{i}"
+            pod = share_manager_pod(volume)
+            decision = decide_together(found, f"VM {NS}/vm{i}", "node node-x is cordoned", required=True, spread=volume)
+            created = await api.create(jsonpatch.apply_patch(pod, patch_for(pod, decision, Settings())))
+            made.append(created)
+            firsts.append(decision.preferences[0][0])
+            landed.append(await outcome(api, created))
+        assert landed == firsts
+        assert len(set(firsts)) > 1, firsts
+    finally:
+        for obj in reversed(made):
+            await api.delete(obj)
