@@ -1155,6 +1155,9 @@ class KubeVirt:
                 await asyncio.sleep(0.05)
                 continue
             name, uid = f"{vm.name}-upd-{self.rng.randrange(16 ** 5):05x}", str(uuid.uuid4())
+            # Claimed before the create's await: the other `--foreign` controllers pick from the same VMs, and
+            # virt-api refuses a second migration of a VMI while one is in flight.
+            vm.migrating = name
             migration = Migration(name, vm.namespace, vm, False, None, uid=uid)
             await self.api.add(VMIM, {
                 "apiVersion": VMIM.api_version, "kind": VMIM.kind,
@@ -1208,7 +1211,10 @@ class KubeVirt:
             if not candidates and not evacuating:
                 break
             for vm in candidates:
+                if vm.migrating is not None:  # someone else's, created while this loop awaited
+                    continue
                 name = EVACUATION + "".join(self.rng.choice(letters) for _ in range(5))
+                vm.migrating = name  # claimed before the create's await, as in `someone_else`
                 migration = Migration(name, vm.namespace, vm, False, None, uid=str(uuid.uuid4()),
                                       priority="system-critical", evacuation=True)
                 await self.api.add(VMIM, {
