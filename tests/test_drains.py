@@ -1,10 +1,11 @@
 """Drains: a share-manager re-created while its VM is leaving its node goes where the VM's
 migration can land too, never where the VM can never follow (an older CPU generation, a node
 too small, a node the share-manager itself may not use)."""
+import collections
 import copy
 
 import pytest
-from tests.support.kube import (LONGHORN_NS, NEW_CPU, OLD_CPU, annotations, answer, apply_valid, decode_patch, launcher_pod_of,
+from tests.support.kube import (ALLOCATABLE, LONGHORN_NS, NEW_CPU, OLD_CPU, annotations, answer, apply_valid, decode_patch, launcher_pod_of,
                   migration_node_selector, node, preferred_terms, required_terms, review, rwx_disk, share_manager_pod,
                   vmi, workload_pod)
 
@@ -54,10 +55,11 @@ def unscheduled_target(added=None):
     return pod
 
 
-async def decided(store, pod=None, settings=None):
+async def decided(store, pod=None, settings=None, *, promises=None, dry_run=False):
     pod = pod or share_manager_pod(VOLUME)
-    outcome = await admit(parse_review(review(pod, namespace=LONGHORN_NS)), store, settings or Settings(),
-                          Deadline.after(10, 1))
+    sent = review(pod, namespace=LONGHORN_NS)
+    sent["request"]["dryRun"] = dry_run
+    outcome = await admit(parse_review(sent), store, settings or Settings(), Deadline.after(10, 1), promises=promises)
     envelope = answer(outcome)
     assert envelope["response"]["allowed"] is True
     return outcome, apply_valid(pod, decode_patch(envelope))
@@ -116,6 +118,56 @@ async def test_a_drains_share_managers_spread_over_the_nodes_their_vms_can_follo
         first.append(preferred(pod)[0][0])
     assert len(set(first)) >= 3, first
     assert max(first.count(n) for n in set(first)) <= 6, first
+
+
+async def test_a_drains_share_managers_send_no_node_more_vms_than_it_has_room_for(make_store):
+    """Each share-manager's VM is counted where it was sent: a node with room for two VMs is preferred
+    first by two share-managers at most, the others go where there is room; once every node is
+    promised full, a share-manager still goes where both land now, and the reason says so."""
+    from webhook.rules.placement.promised import Promises
+
+    two_slots = {**ALLOCATABLE, "pods": "2"}  # room for two pods: two VMs, nothing of the drain's bound yet
+    vms = [vmi(f"vm{i}", "node-a", f"d{i}") for i in range(1, 10)]
+    disks = [obj for i in range(1, 10) for obj in rwx_disk(f"d{i}", None, state="stopped", owner="node-a")]
+    targets = [node(f"node-{letter}", allocatable=two_slots) for letter in "bcde"]
+    store = await make_store([source(unschedulable=True), *targets, *vms, *map(launcher_pod_of, vms), *disks])
+    promises, first = Promises(), []
+    for i in range(1, 9):
+        _, pod = await decided(store, share_manager_pod(f"pvc-d{i}"), promises=promises)
+        first.append(preferred(pod)[0][0])
+    assert collections.Counter(first) == {"node-b": 2, "node-c": 2, "node-d": 2, "node-e": 2}
+    outcome, pod = await decided(store, share_manager_pod("pvc-d9"), promises=promises)
+    assert among(pod) == ["node-b", "node-c", "node-d", "node-e"]
+    assert "none with room beside the VMs already sent to follow their share-managers there" in outcome.decision.reason
+
+
+async def test_a_dry_run_sends_no_vm(make_store):
+    """A dry run's share-manager is never created: its VM is not counted where it would have gone."""
+    from webhook.rules.placement.promised import Promises
+
+    store = await make_store(cluster(source(unschedulable=True)))
+    promises = Promises()
+    await decided(store, promises=promises, dry_run=True)
+    assert len(promises) == 0
+    await decided(store, promises=promises)
+    assert len(promises) == 1
+
+
+async def test_the_server_counts_every_vm_it_sent(make_store):
+    """One record a server: each drain's share-manager it answers sends its VM, counted for the next."""
+    import json
+    import time
+
+    from webhook.admission.server import Admissions
+
+    vms = [vmi(f"vm{i}", "node-a", f"d{i}") for i in (1, 2)]
+    disks = [obj for i in (1, 2) for obj in rwx_disk(f"d{i}", None, state="stopped", owner="node-a")]
+    store = await make_store([source(unschedulable=True), *others(), *vms, *map(launcher_pod_of, vms), *disks])
+    endpoint = Admissions(store, Settings())
+    for i in (1, 2):
+        body = json.dumps(review(share_manager_pod(f"pvc-d{i}"), namespace=LONGHORN_NS)).encode()
+        await endpoint.answer(body, endpoint.deadline(10), time.monotonic())
+    assert len(endpoint.promises) == 2
 
 
 async def test_on_the_caches_a_drains_share_manager_reads_nothing_from_the_api(kmock):

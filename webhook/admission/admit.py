@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
+from collections.abc import Container
 from typing import Any
 
 from .. import kinds
@@ -16,8 +18,11 @@ from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, n
 from ..stores.store import Store, StoreError
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
-from ..kinds import VMI, VMIM
+from ..kinds import POD, VMI, VMIM
+from ..rules import fit
+from ..rules.fit.usage import PodUsage
 from ..rules.placement import bounds, decide, patch, together
+from ..rules.placement.promised import Promises, Taken
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
@@ -31,9 +36,10 @@ log = logging.getLogger("webhook.mutate")
 
 
 async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
-                lane: Lane | None = None) -> Outcome:
+                lane: Lane | None = None, promises: Promises | None = None) -> Outcome:
     """What the rules make of the request's pod (or, `--aim-evacuations on`, migration). `lane`: where a
-    server's long rule work waits its turn (a lane of its own when not given)."""
+    server's long rule work waits its turn (a lane of its own when not given); `promises`: a server's
+    record of the VMs of a drain sent to follow their share-managers (none kept when not given)."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
@@ -52,7 +58,9 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
                     f"co-location skipped: {large}", large)
     try:  # every read that goes to the API is bounded by the deadline where it is made
         if share_manager:
-            outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, lane or Lane())
+            shared = Shared(lane=lane or Lane(), promises=Promises() if promises is None else promises,
+                            keep=not request.dry_run)
+            outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
@@ -116,8 +124,19 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
                       f"({str(exc) or 'no answer before the deadline'})")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shared:
+    """What a server's share-manager admissions share: the lane where their long work waits its turn,
+    and the VMs of a drain sent so far (`rules.placement.promised`); `keep`: whether this admission
+    adds its own (a dry run's pod is never created)."""
+
+    lane: Lane
+    promises: Promises
+    keep: bool
+
+
 async def _share_manager_rule(
-    namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline, lane: Lane
+    namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline, shared: Shared
 ) -> Outcome:
     """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
     so the share-manager follows the VM; every later VM start then follows the share-manager."""
@@ -131,14 +150,14 @@ async def _share_manager_rule(
         return skip(Rule.SHARE_MANAGER, Alone.ALREADY_BOUND)
     # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
     # together, would otherwise each hold the loop for a stretch at every step of every VM start.
-    async with lane.turn(deadline) as mine:
+    async with shared.lane.turn(deadline) as mine:
         if not mine:
             return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
-        return await _share_manager_turn(namespace, pod, store, settings, deadline, lane, volume)
+        return await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
 
 
 async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
-                              deadline: Deadline, lane: Lane, volume: str) -> Outcome:
+                              deadline: Deadline, shared: Shared, volume: str) -> Outcome:
     """The share-manager rule, in its turn in the lane."""
     try:
         consumers = await resolve_consumers(store, settings, volume, deadline)
@@ -165,7 +184,7 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
         why = blocked if waiting is None else \
             f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
         if why is not None:
-            among = await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, why, lane)
+            among = await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, why, shared)
             # When no node takes both, or that cannot be told: placed as before, saying why.
             decision = among if isinstance(among, Decision) else dataclasses.replace(
                 decision, reason=f"{decision.reason}; {among}", warnings=(*decision.warnings, among))
@@ -173,9 +192,10 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
 
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
-                               deadline: Deadline, consumers: Consumers, leaving: str, lane: Lane) -> Decision | str:
+                               deadline: Deadline, consumers: Consumers, leaving: str, shared: Shared) -> Decision | str:
     """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's
-    migration can land too (`rules.placement.together`); else why none can, or why that cannot be told."""
+    migration can land too, beside the VMs already sent to each (`rules.placement.together`); else why
+    none can, or why that cannot be told. The VM is then sent to the node preferred first."""
     vm_pod = consumers.pods[0]
     vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
@@ -191,15 +211,55 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
     await asyncio.sleep(0)
-    search = together.DestinationSearch(pod, namespace, target, vm_namespace, consumers.facts[0].node or "", view)
-    if not await lane.slices(search, deadline):
+    source, now = consumers.facts[0].node or "", time.monotonic()
+    uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
+    shared.promises.review(now, CachesSeen(store, view))
+    search = together.DestinationSearch(pod, namespace, target, vm_namespace, source, view, SentTo(shared.promises, uid))
+    if not await shared.lane.slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                 f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
     found = search.found
     decision = together.decide_together(found, vm, leaving, required=settings.pin is PinMode.REQUIRED,
                                         most=together.among_at_most(pod),
                                         spread=str(kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)))
-    return together.nowhere(found, vm) if decision is None else decision
+    if decision is None:
+        return together.nowhere(found, vm)
+    if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
+        shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
+                           PodUsage.of(target.pod), now)
+    return decision
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SentTo:
+    """The promises as one share-manager's search reads them (`together.Promised`): its own VM's aside."""
+
+    promises: Promises
+    but: str
+
+    def nodes(self) -> Container[str]:
+        return self.promises.nodes()
+
+    def __call__(self, node: str) -> Taken:
+        return self.promises.to(node, but=self.but)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CachesSeen:
+    """What the caches say of a promise's VM and share-manager (`promised.Seen`)."""
+
+    store: Store
+    view: fit.View
+
+    def vm_on(self, vm: str) -> set[str] | None:
+        pods = self.view.pods_labelled(kinds.CREATED_BY_LABEL, vm)
+        return None if pods is None else {node for node in (fit.bound_node(p) for p in pods if p is not None) if node}
+
+    def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
+        known, pod = self.store.peek(POD, namespace, name)
+        if not known:
+            return True, None
+        return pod is not None and not kinds.terminating(pod), fit.bound_node(pod) if pod is not None else None
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,

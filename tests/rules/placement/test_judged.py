@@ -110,3 +110,6 @@ def test_an_answer_is_kept_for_its_node_object_alone_and_so_many_at_most():
     for i in range(judged.LIMIT * 2):
         kept.keep(f"n{i}", one, "no")
     assert len(kept.said) == judged.LIMIT
+    # The newest kept, the oldest let go: a drain's later searches judge nodes further down.
+    assert kept.get(f"n{judged.LIMIT * 2 - 1}", one) == (True, "no")
+    assert kept.get("node-b", one) == (False, None)

@@ -69,9 +69,25 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
 SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weight 1 each
 
 
-def least_allocated(demand: Demand, node: Mapping[str, Any], view: View) -> float | None:
+def fits_beside(demand: Demand, node: Mapping[str, Any], view: View, requests: Mapping[str, int], pods: int) -> bool:
+    """NodeResourcesFit's answer were `pods` more pods, asking `requests` in all, on the node already: a
+    slot and every request (a node whose room cannot be read: True, as `node_resources_fit` says then)."""
+    name = name_of(node)
+    usage = view.usage(name)
+    allocatable = allocatable_of(name, node, view)
+    if usage.unreadable or isinstance(allocatable, str):
+        return True
+    if usage.pods + pods + 1 > allocatable.get(PODS, 0):
+        return False
+    return all(asked <= 0 or asked <= allocatable.get(resource, 0) - usage.requested.get(resource, 0)
+               - requests.get(resource, 0) for resource, asked in demand.requests.items())
+
+
+def least_allocated(demand: Demand, node: Mapping[str, Any], view: View,
+                    beside: Mapping[str, int] | None = None) -> float | None:
     """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the
-    node's cpu and memory left free once the pod is placed; None when its room cannot be read."""
+    node's cpu and memory left free once the pod is placed (beside pods asking `beside` in all, when
+    given); None when its room cannot be read."""
     name = name_of(node)
     usage = view.usage(name)
     allocatable = allocatable_of(name, node, view)
@@ -82,6 +98,6 @@ def least_allocated(demand: Demand, node: Mapping[str, Any], view: View) -> floa
         has = allocatable.get(resource, 0)
         if has <= 0:
             return None
-        taken = usage.requested.get(resource, 0) + demand.requests.get(resource, 0)
+        taken = usage.requested.get(resource, 0) + demand.requests.get(resource, 0) + (beside or {}).get(resource, 0)
         shares.append(max(0.0, (has - taken) / has))
     return sum(shares) / len(shares)

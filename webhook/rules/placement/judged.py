@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import fit
 
-LIMIT = 64  # answers kept per shape at most; a node beyond them is judged afresh each time
+LIMIT = 64  # answers kept per shape at most, the oldest let go first (a drain's searches move down the nodes)
 
 
 class Judged:
@@ -50,8 +50,9 @@ class Judged:
     def keep(self, name: str, node: Mapping[str, Any], why: str | None) -> None:
         """Keep an answer worked out just now (in the same step, no await between): whatever changes
         after it is noted past `position` and dropped by the next `update`."""
-        if name in self.said or len(self.said) < LIMIT:
-            self.said[name] = (node, why)
+        if name not in self.said and len(self.said) >= LIMIT:
+            del self.said[next(iter(self.said))]
+        self.said[name] = (node, why)
 
 
 def _new(_: object) -> Judged:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Hashable, Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Container, Hashable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from .patch import live_terms
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable
+from ..fit.resources import fits_beside, least_allocated
 from ..kubevirt.target import TargetPod, lacking
 from .judged import Judged, judged_for
+from .promised import NOTHING, Taken
 from .rooms import Rooms, Scored, rooms_for
 
 PREFERRED_NODES = 3  # preferred terms: the node picked for the share-manager, then the next ones
@@ -31,6 +33,9 @@ PREFERENCE_WEIGHTS = (PIN_WEIGHT, PIN_WEIGHT // 2, PIN_WEIGHT // 4)  # the picke
 # take both pods leave kube-scheduler room enough while the pod stays small.
 AMONG_NODES = 16
 AMONG_TERMS = 64  # the terms an among-pin may write in all (the pod's own terms × the nodes)
+# Nodes that take both but not beside the VMs already sent there (`promised`) judged at most this many
+# times AMONG_NODES before the search stops: a large drain's later share-managers look further, not forever.
+CROWDED_SEARCH = 4
 SHOWN = 5  # nodes named in a reason before "and N more"
 
 
@@ -43,16 +48,39 @@ class Destination(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Destinations:
-    """Where both land, most room first; and why each other node does not (for the reason)."""
+    """Where both land, most room first; and why each other node does not (for the reason).
+    `crowded`: every node found takes both now, but none beside the VMs already sent to it."""
 
     nodes: tuple[Destination, ...]
     refused: Mapping[str, str]
+    crowded: bool = False
+
+
+class Promised(Protocol):
+    """The VMs of a drain already sent to follow their share-managers (`promised.Promises`)."""
+
+    def nodes(self) -> Container[str]:
+        """The nodes any was sent to."""
+
+    def __call__(self, node: str) -> Taken:
+        """What those sent to the node will take there."""
+
+
+class NothingPromised:
+    def nodes(self) -> Container[str]:
+        return ()
+
+    def __call__(self, node: str) -> Taken:
+        return NOTHING
+
+
+nothing_promised = NothingPromised()
 
 
 def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
-             source: str, view: fit.View) -> Destinations:
+             source: str, view: fit.View, promised: Promised = nothing_promised) -> Destinations:
     """Every node of the view but the VM's own (`source`), judged for both pods."""
-    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view)
+    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view, promised)
     for _ in search:
         pass
     return search.found
@@ -65,14 +93,22 @@ class DestinationSearch:
     Nodes are judged most room for the VM first (`rooms.Rooms`; an unreadable room last), and the
     judging stops once AMONG_NODES take both pods, the ones the answer requires: a drain's
     share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both).
-    What pods of one shape are told alike is kept for the next share-manager (`judged`)."""
+    What pods of one shape are told alike is kept for the next share-manager (`judged`).
+
+    A node with VMs of the drain already sent to it (`promised`) is judged after those without, so
+    that the drain's share-managers spread over the cluster, most room first; it takes this one only
+    with room left beside them, and its room is what they leave; one without is `crowded`, up to
+    CROWDED_SEARCH times AMONG_NODES such nodes. Where no node takes it beside them, the crowded
+    nodes are judged again without them: better one of those than a node the VM cannot follow to."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
-                 vm_namespace: str, source: str, view: fit.View) -> None:
+                 vm_namespace: str, source: str, view: fit.View, promised: Promised = nothing_promised) -> None:
         self.share_manager, self.share_manager_namespace = share_manager, share_manager_namespace
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
+        self.promised = promised
         self.refused: dict[str, str] = {}
         self.taking: list[Destination] = []
+        self.crowded: list[str] = []  # nodes without room for the VM beside the VMs already sent there
         self.rooms: Rooms | None = None
         self.nodes: tuple[Scored, ...] = ()  # (room, node name), most room first
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
@@ -95,19 +131,45 @@ class DestinationSearch:
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
         self.judged = judged_for(self._shape(), self.view)
-        taking, view = self.taking, self.view
+        taking, crowded, view, promised = self.taking, self.crowded, self.view, self.promised.nodes()
+        later: list[Scored] = []  # nodes with VMs already sent to them: after those without
         for room, name in self.nodes:
             if len(taking) >= AMONG_NODES:
-                return
+                break
+            if name in promised:
+                later.append((room, name))
+                continue
             node = view.node(name)
             if node is not None:  # else gone since
+                self._judge(name, node, room, sent=NOTHING)
+            yield name
+        for room, name in later:
+            if len(taking) >= AMONG_NODES or len(crowded) >= AMONG_NODES * CROWDED_SEARCH:
+                break
+            node = view.node(name)
+            if node is not None:
                 self._judge(name, node, room)
             yield name
+        if not taking and crowded:  # none beside the VMs already sent: where both land now
+            for name in list(crowded):
+                node = view.node(name)
+                if node is not None:
+                    self._judge(name, node, None, sent=NOTHING)
+                yield name
 
-    def _judge(self, name: str, node: Mapping[str, Any], room: float | None) -> None:
+    def _judge(self, name: str, node: Mapping[str, Any], room: float | None, *, sent: Taken | None = None) -> None:
+        """Whether both land on the node (beside the VMs already sent there, unless `sent` says what
+        to count instead): into `taking` with the room the VM has there, `crowded`, or `refused`."""
         if name == self.source:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
+        if sent is None:
+            sent = self.promised(name)
+            if sent.vms and not fits_beside(self.moved, node, self.view, sent.requests, sent.vms):
+                self.refused[name] = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already "
+                                      f"sent to follow their share-managers there")
+                self.crowded.append(name)
+                return
         why = self._said_alike(name, node)
         if why is None:
             if self.own is None:
@@ -119,6 +181,8 @@ class DestinationSearch:
         if why is not None:
             self.refused[name] = why
             return
+        if sent.vms or room is None:
+            room = least_allocated(self.moved, node, self.view, sent.requests)
         self.taking.append(Destination(name, room if room is not None else 0.0))
 
     def _said_alike(self, name: str, node: Mapping[str, Any]) -> str | None:
@@ -157,7 +221,10 @@ class DestinationSearch:
 
     @property
     def found(self) -> Destinations:
-        return Destinations(tuple(sorted(self.taking, key=lambda found: (-found.room, found.node))), self.refused)
+        """Where both land beside the VMs already sent; where none does, where both land now."""
+        crowded = bool(self.crowded) and all(found.node in self.crowded for found in self.taking)
+        return Destinations(tuple(sorted(self.taking, key=lambda found: (-found.room, found.node))), self.refused,
+                            crowded and bool(self.taking))
 
 
 def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
@@ -194,6 +261,8 @@ def decide_together(found: Destinations, vm: str, leaving: str, *, required: boo
     among = tuple(sorted(destination.node for destination in candidates))
     nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == most else "")
     where = f"where this share-manager and the migration of {vm} can both land ({leaving})"
+    if found.crowded:
+        where += ", though none with room beside the VMs already sent to follow their share-managers there"
     first_node, *fallbacks = [node for node, _ in preferences]
     preferred = (f"preferred {first_node}" + (f", then {named(fallbacks)}" if fallbacks else "")
                  + " (the first picked by its volume, each node in proportion to the room it leaves the VM)")

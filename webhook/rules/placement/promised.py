@@ -1,0 +1,155 @@
+"""Pure: the VMs of a drain already sent to follow their share-managers to a node, not there yet.
+
+A drain's share-managers are judged one after another on the same nodes, and a node's room counts
+the pods bound to it: none of the VMs still to come to the share-managers placed there before. So
+each share-manager placed by `together` leaves a promise: its VM, what the VM's migration target will
+take, and the node the share-manager prefers first. The next ones count those as taken (`to`), and a
+node left with no room for one more VM beside them is passed over while another takes both. A
+promise follows its share-manager pod: to the node kube-scheduler bound it to, and it ends with the
+pod (deleted, or created again and placed anew). It ends too once the VM is no longer on the node it
+is leaving only (its target pod bound, then counted in the node's own room; or the VM gone), and
+after PROMISE_SECONDS whatever happens.
+
+What a process promised is its own: each `serve` replica counts the share-managers it answered, and
+a restart forgets them. It only ever steers where a share-manager goes among nodes that take both
+pods now; nothing waits on it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Container, Mapping
+from typing import Protocol
+
+from ..fit.usage import PodUsage
+
+PROMISE_SECONDS = 900.0  # a drain's VMs all migrate within this (KubeVirt runs 2 a node, 5 a cluster)
+RECHECK_SECONDS = 2.0  # a node's promises are looked at again at most this often: not within a drain's burst
+MOST = 10_000  # promises kept at most, the oldest dropped first
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Taken:
+    """What the VMs promised to a node will take there, in all."""
+
+    vms: int
+    requests: Mapping[str, int]
+
+
+NOTHING = Taken(0, {})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Promise:
+    vm: str  # the VMI's uid, as its pods carry it (kubevirt.io/created-by)
+    source: str  # the node the VM is leaving
+    node: str  # where its share-manager was sent first, or where it was bound since
+    share_manager: tuple[str, str]  # its pod's namespace and name
+    usage: PodUsage  # what the VM's migration target pod will take there
+    until: float
+    made: float
+
+
+class Seen(Protocol):
+    """What the caches say now of a promise's VM and share-manager."""
+
+    def vm_on(self, vm: str) -> Collection[str] | None:
+        """The nodes the VM's pods are bound to; None where the caches cannot tell."""
+
+    def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
+        """(whether the pod exists, the node it is bound to), or (True, None) where the caches cannot tell."""
+
+
+class Promises:
+    """The promises of one process, by VM and by node; times are the caller's monotonic clock."""
+
+    __slots__ = ("seconds", "most", "_by_vm", "_by_node", "_sums", "_checked", "_next")
+
+    def __init__(self, seconds: float = PROMISE_SECONDS, most: int = MOST) -> None:
+        self.seconds, self.most = seconds, most
+        self._by_vm: dict[str, Promise] = {}  # oldest first
+        self._by_node: dict[str, dict[str, Promise]] = {}
+        self._sums: dict[str, dict[str, int]] = {}  # by node: its promises' requests, added up
+        self._checked: dict[str, float] = {}  # by node: when its promises were last looked at
+        self._next = float("inf")  # when a node's promises are next due to be looked at
+
+    def make(self, vm: str, source: str, node: str, share_manager: tuple[str, str], usage: PodUsage,
+             now: float) -> None:
+        """The VM is to come to `node`, following its share-manager: its newer promise replaces an older one."""
+        if not vm or not usage.readable:
+            return
+        self._drop(vm)
+        while len(self._by_vm) >= self.most:
+            self._drop(next(iter(self._by_vm)))
+        self._keep(Promise(vm=vm, source=source, node=node, share_manager=share_manager, usage=usage,
+                           until=now + self.seconds, made=now))
+
+    def _keep(self, promise: Promise) -> None:
+        self._by_vm[promise.vm] = promise
+        if promise.node not in self._by_node:
+            self._checked.setdefault(promise.node, promise.made)
+            self._next = min(self._next, self._checked[promise.node] + RECHECK_SECONDS)
+        self._by_node.setdefault(promise.node, {})[promise.vm] = promise
+        _add(self._sums.setdefault(promise.node, {}), promise.usage.requests, 1)
+
+    def to(self, node: str, *, but: str = "") -> Taken:
+        """What the VMs promised to `node` will take there, VM `but` aside (the one being placed again)."""
+        kept = self._by_node.get(node)
+        vms = len(kept) if kept else 0
+        mine = kept.get(but) if kept else None
+        if mine is None:
+            return Taken(vms, dict(self._sums[node])) if vms else NOTHING
+        if vms == 1:
+            return NOTHING
+        requests = dict(self._sums[node])
+        _add(requests, mine.usage.requests, -1)
+        return Taken(vms - 1, requests)
+
+    def review(self, now: float, seen: Seen) -> None:
+        """Look again at each node's promises not looked at for RECHECK_SECONDS (`review_node`)."""
+        if now < self._next:
+            return
+        self._next = now + RECHECK_SECONDS
+        for node, checked in list(self._checked.items()):
+            if now - checked < RECHECK_SECONDS:
+                self._next = min(self._next, checked + RECHECK_SECONDS)
+            elif node in self._by_node:
+                self._checked[node] = now
+                self.review_node(node, now, seen)
+
+    def review_node(self, node: str, now: float, seen: Seen) -> None:
+        """End the node's promises that no longer hold, and move those whose share-manager was bound
+        elsewhere to that node."""
+        for promise in list(self._by_node.get(node, {}).values()):
+            exists, bound = seen.share_manager_on(*promise.share_manager)
+            on = seen.vm_on(promise.vm)
+            if now >= promise.until or not exists or (on is not None and set(on) != {promise.source}):
+                self._drop(promise.vm)
+            elif bound is not None and bound != promise.node:
+                self._drop(promise.vm)
+                self._keep(dataclasses.replace(promise, node=bound))
+
+    def _drop(self, vm: str) -> None:
+        promise = self._by_vm.pop(vm, None)
+        if promise is not None:
+            kept = self._by_node.get(promise.node)
+            if kept is not None:
+                kept.pop(vm, None)
+                _add(self._sums[promise.node], promise.usage.requests, -1)
+                if not kept:
+                    del self._by_node[promise.node], self._sums[promise.node], self._checked[promise.node]
+
+    def nodes(self) -> Container[str]:
+        """The nodes any VM was promised to (a live view)."""
+        return self._by_node.keys()
+
+    def __len__(self) -> int:
+        return len(self._by_vm)
+
+
+def _add(sums: dict[str, int], requests: Mapping[str, int], sign: int) -> None:
+    for resource, amount in requests.items():
+        left = sums.get(resource, 0) + sign * amount
+        if left:
+            sums[resource] = left
+        else:
+            sums.pop(resource, None)
