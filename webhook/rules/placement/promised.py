@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Collection, Container, Mapping
 from typing import Protocol
 
-from ..fit.usage import PodUsage
+from ..fit.usage import PodUsage, Usage
 
 PROMISE_SECONDS = 900.0  # a drain's VMs all migrate within this (KubeVirt runs 2 a node, 5 a cluster)
 RECHECK_SECONDS = 2.0  # a node's promises are looked at again at most this often: not within a drain's burst
@@ -62,13 +62,13 @@ class Seen(Protocol):
 class Promises:
     """The promises of one process, by VM and by node; times are the caller's monotonic clock."""
 
-    __slots__ = ("seconds", "most", "_by_vm", "_by_node", "_sums", "_checked", "_next")
+    __slots__ = ("seconds", "most", "_by_vm", "_by_node", "_taken", "_checked", "_next")
 
     def __init__(self, seconds: float = PROMISE_SECONDS, most: int = MOST) -> None:
         self.seconds, self.most = seconds, most
         self._by_vm: dict[str, Promise] = {}  # oldest first
         self._by_node: dict[str, dict[str, Promise]] = {}
-        self._sums: dict[str, dict[str, int]] = {}  # by node: its promises' requests, added up
+        self._taken: dict[str, Usage] = {}  # by node: what its promises take, added up
         self._checked: dict[str, float] = {}  # by node: when its promises were last looked at
         self._next = float("inf")  # when a node's promises are next due to be looked at
 
@@ -89,20 +89,20 @@ class Promises:
             self._checked.setdefault(promise.node, promise.made)
             self._next = min(self._next, self._checked[promise.node] + RECHECK_SECONDS)
         self._by_node.setdefault(promise.node, {})[promise.vm] = promise
-        _add(self._sums.setdefault(promise.node, {}), promise.usage.requests, 1)
+        self._taken.setdefault(promise.node, Usage()).add(promise.usage)
 
     def to(self, node: str, *, but: str = "") -> Taken:
         """What the VMs promised to `node` will take there, VM `but` aside (the one being placed again)."""
         kept = self._by_node.get(node)
-        vms = len(kept) if kept else 0
-        mine = kept.get(but) if kept else None
-        if mine is None:
-            return Taken(vms, dict(self._sums[node])) if vms else NOTHING
-        if vms == 1:
+        if not kept:
             return NOTHING
-        requests = dict(self._sums[node])
-        _add(requests, mine.usage.requests, -1)
-        return Taken(vms - 1, requests)
+        taken = self._taken[node]
+        if but in kept:  # rare: the VM's share-manager placed again
+            taken = Usage()
+            for promise in kept.values():
+                if promise.vm != but:
+                    taken.add(promise.usage)
+        return Taken(taken.pods, dict(taken.requested)) if taken.pods else NOTHING
 
     def review(self, now: float, seen: Seen) -> None:
         """Look again at each node's promises not looked at for RECHECK_SECONDS (`review_node`)."""
@@ -134,9 +134,9 @@ class Promises:
             kept = self._by_node.get(promise.node)
             if kept is not None:
                 kept.pop(vm, None)
-                _add(self._sums[promise.node], promise.usage.requests, -1)
+                self._taken[promise.node].remove(promise.usage)
                 if not kept:
-                    del self._by_node[promise.node], self._sums[promise.node], self._checked[promise.node]
+                    del self._by_node[promise.node], self._taken[promise.node], self._checked[promise.node]
 
     def nodes(self) -> Container[str]:
         """The nodes any VM was promised to (a live view)."""
@@ -145,11 +145,3 @@ class Promises:
     def __len__(self) -> int:
         return len(self._by_vm)
 
-
-def _add(sums: dict[str, int], requests: Mapping[str, int], sign: int) -> None:
-    for resource, amount in requests.items():
-        left = sums.get(resource, 0) + sign * amount
-        if left:
-            sums[resource] = left
-        else:
-            sums.pop(resource, None)
