@@ -33,10 +33,12 @@ def _allocatable(node: Any) -> dict[str, int] | str:
     return amounts
 
 
-def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
+def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
+                       beside: Mapping[str, int] | None = None, beside_pods: int = 0) -> str | None:
     """NodeResourcesFit: one pod slot and every request against allocatable minus what the
-    node's pods request (noderesources/fit.go `fitsRequest`). A resource the node does not list
-    has 0 allocatable; a request of 0 is not checked."""
+    node's pods request (noderesources/fit.go `fitsRequest`), and `beside_pods` more pods asking
+    `beside` in all when given. A resource the node does not list has 0 allocatable; a request of 0
+    is not checked."""
     name = name_of(node)
     usage = view.usage(name)
     if usage.unreadable:
@@ -47,8 +49,9 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     slots = allocatable.get(PODS, 0)
     if slots <= 0:
         return f"node {name} offers no pod slots"
-    if usage.pods + 1 > slots:
-        return f"node {name} has no room: {usage.pods} of {slots} pods"
+    pods = usage.pods + beside_pods
+    if pods + 1 > slots:
+        return f"node {name} has no room: {pods} of {slots} pods"
     room_reason = None
     for resource, asked in demand.requests.items():
         if asked <= 0:
@@ -59,7 +62,7 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
         if asked > has:
             return (f"node {name} is too small: {subject} asks {resource} {show(resource, asked)}, "
                     f"the node has {show(resource, has)} in all")
-        used = usage.requested.get(resource, 0)
+        used = usage.requested.get(resource, 0) + (beside or {}).get(resource, 0)
         if room_reason is None and asked > has - used:
             room_reason = (f"node {name} has no room: {resource} {show(resource, used)} of {show(resource, has)} "
                            f"requested, {subject} asks {show(resource, asked)}")
@@ -67,20 +70,6 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
 
 
 SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weight 1 each
-
-
-def fits_beside(demand: Demand, node: Mapping[str, Any], view: View, requests: Mapping[str, int], pods: int) -> bool:
-    """NodeResourcesFit's answer were `pods` more pods, asking `requests` in all, on the node already: a
-    slot and every request (a node whose room cannot be read: True, as `node_resources_fit` says then)."""
-    name = name_of(node)
-    usage = view.usage(name)
-    allocatable = allocatable_of(name, node, view)
-    if usage.unreadable or isinstance(allocatable, str):
-        return True
-    if usage.pods + pods + 1 > allocatable.get(PODS, 0):
-        return False
-    return all(asked <= 0 or asked <= allocatable.get(resource, 0) - usage.requested.get(resource, 0)
-               - requests.get(resource, 0) for resource, asked in demand.requests.items())
 
 
 def least_allocated(demand: Demand, node: Mapping[str, Any], view: View,

@@ -19,8 +19,8 @@ from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
 from .patch import live_terms
 from ..fit.demand import Demand
-from ..fit.fields import Unreadable
-from ..fit.resources import fits_beside, least_allocated
+from ..fit.fields import CannotTell, Unreadable
+from ..fit.resources import least_allocated, node_resources_fit
 from ..kubevirt.target import TargetPod, lacking
 from .judged import Judged, judged_for
 from .promised import NOTHING, Taken
@@ -165,7 +165,7 @@ class DestinationSearch:
             return
         if sent is None:
             sent = self.promised(name)
-            if sent.vms and not fits_beside(self.moved, node, self.view, sent.requests, sent.vms):
+            if sent.vms and not self._fits_beside(node, sent):
                 self.refused[name] = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already "
                                       f"sent to follow their share-managers there")
                 self.crowded.append(name)
@@ -184,6 +184,14 @@ class DestinationSearch:
         if sent.vms or room is None:
             room = least_allocated(self.moved, node, self.view, sent.requests)
         self.taking.append(Destination(name, room if room is not None else 0.0))
+
+    def _fits_beside(self, node: Mapping[str, Any], sent: Taken) -> bool:
+        """NodeResourcesFit for the VM with the VMs already sent there on the node too (a node whose
+        room cannot be read: as it was judged without them)."""
+        try:
+            return node_resources_fit(self.moved, node, self.view, beside=sent.requests, beside_pods=sent.vms) is None
+        except CannotTell:
+            return True
 
     def _said_alike(self, name: str, node: Mapping[str, Any]) -> str | None:
         """What the node says to every pair of this shape, in the order kube-scheduler would: both
