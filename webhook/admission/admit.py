@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Container
 from typing import Any
 
 from .. import kinds
@@ -22,7 +21,7 @@ from ..kinds import POD, VMI, VMIM
 from ..rules import fit
 from ..rules.fit.usage import PodUsage
 from ..rules.placement import bounds, decide, patch, together
-from ..rules.placement.promised import Promises, Taken
+from ..rules.placement.promised import Promises
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
@@ -214,7 +213,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     source, now = consumers.facts[0].node or "", time.monotonic()
     uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
     shared.promises.review(now, CachesSeen(store, view))
-    search = together.DestinationSearch(pod, namespace, target, vm_namespace, source, view, SentTo(shared.promises, uid))
+    search = together.DestinationSearch(pod, namespace, target, vm_namespace, source, view, shared.promises, uid)
     if not await shared.lane.slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                 f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
@@ -228,20 +227,6 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
     return decision
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SentTo:
-    """The promises as one share-manager's search reads them (`together.Promised`): its own VM's aside."""
-
-    promises: Promises
-    but: str
-
-    def nodes(self) -> Container[str]:
-        return self.promises.nodes()
-
-    def __call__(self, node: str) -> Taken:
-        return self.promises.to(node, but=self.but)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Container, Hashable, Iterator, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 from .. import fit
 from .decide import AMONG, PIN_WEIGHT, PREFERRED, Decision
@@ -23,7 +23,7 @@ from ..fit.fields import CannotTell, Unreadable
 from ..fit.resources import least_allocated, node_resources_fit
 from ..kubevirt.target import TargetPod, lacking
 from .judged import Judged, judged_for
-from .promised import NOTHING, Taken
+from .promised import NOTHING, Promises, Taken
 from .rooms import Rooms, Scored, rooms_for
 
 PREFERRED_NODES = 3  # preferred terms: the node picked for the share-manager, then the next ones
@@ -56,31 +56,10 @@ class Destinations:
     crowded: bool = False
 
 
-class Promised(Protocol):
-    """The VMs of a drain already sent to follow their share-managers (`promised.Promises`)."""
-
-    def nodes(self) -> Container[str]:
-        """The nodes any was sent to."""
-
-    def __call__(self, node: str) -> Taken:
-        """What those sent to the node will take there."""
-
-
-class NothingPromised:
-    def nodes(self) -> Container[str]:
-        return ()
-
-    def __call__(self, node: str) -> Taken:
-        return NOTHING
-
-
-nothing_promised = NothingPromised()
-
-
 def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
-             source: str, view: fit.View, promised: Promised = nothing_promised) -> Destinations:
+             source: str, view: fit.View, promises: Promises | None = None, vm: str = "") -> Destinations:
     """Every node of the view but the VM's own (`source`), judged for both pods."""
-    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view, promised)
+    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view, promises, vm)
     for _ in search:
         pass
     return search.found
@@ -95,20 +74,22 @@ class DestinationSearch:
     share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both).
     What pods of one shape are told alike is kept for the next share-manager (`judged`).
 
-    A node with VMs of the drain already sent to it (`promised`) is judged after those without, so
-    that the drain's share-managers spread over the cluster, most room first; it takes this one only
+    A node with VMs of the drain already sent to it (`promises`, this VM's own aside: `vm`) is judged
+    after those without, so that the drain's share-managers spread over the cluster, most room first;
+    it takes this one only
     with room left beside them, and its room is what they leave; one without is `crowded`, up to
     CROWDED_SEARCH times AMONG_NODES such nodes. Where no node takes it beside them, the crowded
     nodes are judged again without them: better one of those than a node the VM cannot follow to."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
-                 vm_namespace: str, source: str, view: fit.View, promised: Promised = nothing_promised) -> None:
+                 vm_namespace: str, source: str, view: fit.View, promises: Promises | None = None, vm: str = "") -> None:
         self.share_manager, self.share_manager_namespace = share_manager, share_manager_namespace
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
-        self.promised = promised
+        self.promises, self.vm = Promises() if promises is None else promises, vm
         self.refused: dict[str, str] = {}
         self.taking: list[Destination] = []
         self.crowded: list[str] = []  # nodes without room for the VM beside the VMs already sent there
+        self.beside_none = False  # every node found is crowded: judged again without the VMs sent there
         self.rooms: Rooms | None = None
         self.nodes: tuple[Scored, ...] = ()  # (room, node name), most room first
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
@@ -131,7 +112,7 @@ class DestinationSearch:
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
         self.judged = judged_for(self._shape(), self.view)
-        taking, crowded, view, promised = self.taking, self.crowded, self.view, self.promised.nodes()
+        taking, crowded, view, promised = self.taking, self.crowded, self.view, self.promises.nodes()
         later: list[Scored] = []  # nodes with VMs already sent to them: after those without
         for room, name in self.nodes:
             if len(taking) >= AMONG_NODES:
@@ -141,35 +122,34 @@ class DestinationSearch:
                 continue
             node = view.node(name)
             if node is not None:  # else gone since
-                self._judge(name, node, room, sent=NOTHING)
+                self._judge(name, node, room, NOTHING)
             yield name
         for room, name in later:
             if len(taking) >= AMONG_NODES or len(crowded) >= AMONG_NODES * CROWDED_SEARCH:
                 break
             node = view.node(name)
             if node is not None:
-                self._judge(name, node, room)
+                self._judge(name, node, room, self.promises.to(name, but=self.vm))
             yield name
         if not taking and crowded:  # none beside the VMs already sent: where both land now
+            self.beside_none = True
             for name in list(crowded):
                 node = view.node(name)
                 if node is not None:
-                    self._judge(name, node, None, sent=NOTHING)
+                    self._judge(name, node, None, NOTHING)
                 yield name
 
-    def _judge(self, name: str, node: Mapping[str, Any], room: float | None, *, sent: Taken | None = None) -> None:
-        """Whether both land on the node (beside the VMs already sent there, unless `sent` says what
-        to count instead): into `taking` with the room the VM has there, `crowded`, or `refused`."""
+    def _judge(self, name: str, node: Mapping[str, Any], room: float | None, sent: Taken) -> None:
+        """Whether both land on the node beside what the VMs counted as sent there take (`sent`):
+        into `taking` with the room the VM has there, `crowded`, or `refused`."""
         if name == self.source:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
-        if sent is None:
-            sent = self.promised(name)
-            if sent.vms and not self._fits_beside(node, sent):
-                self.refused[name] = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already "
-                                      f"sent to follow their share-managers there")
-                self.crowded.append(name)
-                return
+        if sent.vms and not self._fits_beside(node, sent):
+            self.refused[name] = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already "
+                                  f"sent to follow their share-managers there")
+            self.crowded.append(name)
+            return
         why = self._said_alike(name, node)
         if why is None:
             if self.own is None:
@@ -230,9 +210,8 @@ class DestinationSearch:
     @property
     def found(self) -> Destinations:
         """Where both land beside the VMs already sent; where none does, where both land now."""
-        crowded = bool(self.crowded) and all(found.node in self.crowded for found in self.taking)
         return Destinations(tuple(sorted(self.taking, key=lambda found: (-found.room, found.node))), self.refused,
-                            crowded and bool(self.taking))
+                            self.beside_none and bool(self.taking))
 
 
 def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
