@@ -30,13 +30,17 @@ def webhook_log() -> str:
 
 
 def answer(url: str) -> dict:
-    """The webhook's answer, once it listens (10 s at most); its own error if it exits first."""
+    """The webhook's answer, once it says it is serving (10 s at most); its own error if it exits
+    first. Nothing is sent before: on a port another program holds, the review would wait on it."""
     body = open(args.review, "rb").read()
     context = ssl.create_default_context(cafile=f"{args.certs}/ca.crt")
     for _ in range(100):
         if server.poll() is not None:
             said = webhook_log().strip().splitlines() or [f"exit status {server.returncode}"]
             sys.exit(f"the webhook did not start: {said[-1]}\n(another port: make demo PORT=9444)")
+        if '"msg":"serving"' not in webhook_log():
+            time.sleep(0.1)
+            continue
         try:
             request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, context=context, timeout=10) as response:

@@ -488,7 +488,8 @@ def test_the_demo_on_a_taken_port_says_so_at_once_and_how_to_choose_another(tls_
         taken.listen()
         env = {**os.environ, "PY": sys.executable, "CERTS": str(tls_files["ca"].parent),
                "PORT": str(taken.getsockname()[1])}
-        done = subprocess.run(["sh", "examples/demo.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=60)
+        # Within 8 s: a review sent to the port's other owner would wait there for 10 s.
+        done = subprocess.run(["sh", "examples/demo.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=8)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "the webhook did not start: " in done.stderr and "address already in use" in done.stderr, done.stderr
     assert "make demo PORT=" in done.stderr
