@@ -57,9 +57,9 @@ class Destinations:
 
 
 def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
-             source: str, view: fit.View, promises: Promises | None = None, vm: str = "") -> Destinations:
+             source: str, view: fit.View) -> Destinations:
     """Every node of the view but the VM's own (`source`), judged for both pods."""
-    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view, promises, vm)
+    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view)
     for _ in search:
         pass
     return search.found
