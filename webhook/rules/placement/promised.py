@@ -6,9 +6,9 @@ each share-manager placed by `together` leaves a promise: its VM, what the VM's 
 take, and the node the share-manager prefers first. The next ones count those as taken (`to`), and a
 node left with no room for one more VM beside them is passed over while another takes both. A
 promise follows its share-manager pod: to the node kube-scheduler bound it to, and it ends with the
-pod (deleted; created again, the new answer's promise replaces it). It ends too once the VM is no longer on the node it
-is leaving only (its target pod bound, then counted in the node's own room; or the VM gone), and
-after PROMISE_SECONDS whatever happens.
+pod (deleted; created again, the new answer's promise replaces it). It ends too once the VM is no
+longer on the node it is leaving only (its target pod bound, then counted in the node's own room;
+or the VM gone), and after PROMISE_SECONDS whatever happens.
 
 What a process promised is its own: each `serve` replica counts the share-managers it answered, and
 a restart forgets them. It only ever steers where a share-manager goes among nodes that take both

@@ -76,13 +76,13 @@ class DestinationSearch:
 
     A node with VMs of the drain already sent to it (`promises`, this VM's own aside: `vm`) is judged
     after those without, so that the drain's share-managers spread over the cluster, most room first;
-    it takes this one only
-    with room left beside them, and its room is what they leave; one without is `crowded`, up to
-    CROWDED_SEARCH times AMONG_NODES such nodes. Where no node takes it beside them, the crowded
+    it takes this one only with room left beside them, and its room is what they leave; one without
+    is `crowded`, up to CROWDED_SEARCH times AMONG_NODES such nodes. Where no node takes it beside them, the crowded
     nodes are judged again without them: better one of those than a node the VM cannot follow to."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
-                 vm_namespace: str, source: str, view: fit.View, promises: Promises | None = None, vm: str = "") -> None:
+                 vm_namespace: str, source: str, view: fit.View, promises: Promises | None = None,
+                 vm: str = "") -> None:
         self.share_manager, self.share_manager_namespace = share_manager, share_manager_namespace
         self.target, self.vm_namespace, self.source, self.view = target, vm_namespace, source, view
         self.promises, self.vm = Promises() if promises is None else promises, vm
