@@ -9,7 +9,8 @@ migrated once (its pod a migration target pod, with KubeVirt's required anti-aff
 own VMI's pods, as after a KubeVirt upgrade's workload updates);
 the first node drained (cordoned, tainted `kubevirt.io/drain`) with `--share-managers` of those VMs
 still on it, whose share-managers `kubectl drain` evicted (their ShareManagers stopped, owned by the
-drained node). `python -m webhook serve` (the production command) watches it.
+drained node; their pods still terminating there, as in the seconds before longhorn-manager creates
+them again: `serve` prepares their answers then, webhook/admission/prepare.py). `python -m webhook serve` (the production command) watches it.
 
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
@@ -82,6 +83,7 @@ def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> 
         found += [vmi, migrated(objects.launcher_pod_of(vmi))]
         if on == DRAINED:
             found += objects.rwx_disk(f"disk-{k:05d}", None, state="stopped", owner=DRAINED)
+            found.append(leaving(f"pvc-disk-{k:05d}", len(evicted)))
             evicted.append(f"pvc-disk-{k:05d}")
         else:
             found += objects.rwx_disk(f"disk-{k:05d}", on)
@@ -91,6 +93,17 @@ def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> 
         found += objects.rwx_disk(claim, node_name(1 + j % (nodes - 1)))
         starts.append(claim)
     return found, evicted, starts
+
+
+def leaving(volume: str, i: int) -> dict[str, Any]:
+    """An evicted share-manager's pod, terminating on the drained node, as in the seconds before
+    longhorn-manager creates it again. Here it stays through the storms; in a cluster it is gone a
+    moment before its new pod comes, which changes no answer (tests/admission/test_prepare.py)."""
+    pod = bodies.defaulted(objects.share_manager_pod(volume), f"evicted{i}")
+    pod["spec"]["nodeName"] = DRAINED
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pod["status"] = {"phase": "Running"}
+    return pod
 
 
 @contextlib.contextmanager

@@ -20,7 +20,8 @@ from ..deadline import Deadline
 from ..kinds import POD, VMI, VMIM
 from ..rules import fit
 from ..rules.fit.usage import PodUsage
-from ..rules.placement import bounds, decide, patch, together
+from ..rules.placement import bounds, decide, patch, prepared, together
+from ..rules.placement.prepared import PreparedAnswers
 from ..rules.placement.promised import Promises
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
@@ -35,10 +36,12 @@ log = logging.getLogger("webhook.mutate")
 
 
 async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
-                lane: Lane | None = None, promises: Promises | None = None) -> Outcome:
+                lane: Lane | None = None, promises: Promises | None = None,
+                answers: PreparedAnswers | None = None) -> Outcome:
     """What the rules make of the request's pod (or, `--aim-evacuations on`, migration). `lane`: where a
     server's long rule work waits its turn (a lane of its own when not given); `promises`: a server's
-    record of the VMs of a drain sent to follow their share-managers (none kept when not given)."""
+    record of the VMs of a drain sent to follow their share-managers (none kept when not given);
+    `answers`: those prepared for a drain's share-managers before they are created (`admission.prepare`)."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
@@ -58,7 +61,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
     try:  # every read that goes to the API is bounded by the deadline where it is made
         if share_manager:
             shared = Shared(lane=lane or Lane(), promises=Promises() if promises is None else promises,
-                            keep=not request.dry_run)
+                            keep=not request.dry_run, answers=answers)
             outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
@@ -126,12 +129,34 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shared:
     """What a server's share-manager admissions share: the lane where their long work waits its turn,
-    and the VMs of a drain sent so far (`rules.placement.promised`); `keep`: whether this admission
-    adds its own (a dry run's pod is never created)."""
+    the VMs of a drain sent so far (`rules.placement.promised`), and the answers prepared for a drain's
+    share-managers (`rules.placement.prepared`); `keep`: whether this admission adds its own promise
+    and uses up a prepared answer (a dry run's pod is never created); `preparing`: where an answer
+    worked out for a pod not created yet goes (none is then taken)."""
 
     lane: Lane
     promises: Promises
     keep: bool
+    answers: PreparedAnswers | None = None
+    preparing: list[prepared.Prepared] | None = None
+
+
+async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline,
+                  shared: Shared) -> prepared.Prepared | str:
+    """The answer of the share-manager rule for `pod` (a share-manager pod as longhorn-manager will
+    create it again), worked out in its turn in the lane, when the search for where its VM can
+    follow made it; else why there is none."""
+    assert shared.preparing is not None
+    volume = kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)
+    if not volume:
+        return "no volume label"
+    async with shared.lane.turn(deadline) as mine:
+        if not mine:
+            return "no turn in the lane before the deadline"
+        outcome = await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
+    if shared.preparing:
+        return shared.preparing[-1]
+    return outcome.detail or outcome.skipped or (outcome.decision.reason if outcome.decision else "no decision")
 
 
 async def _share_manager_rule(
@@ -205,14 +230,20 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     view = await fit_view(store, vm_namespace, "", deadline)
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
-    target = await migration_target(store, settings, vm_pod, consumers.leaving.get(
-        kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or ""), deadline, view.memo)
+    source, uid = consumers.facts[0].node or "", str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
+    # What the answer rests on, before anything it reads: what changes after is seen as changed.
+    basis = prepared.Basis(shape=prepared.shape_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
+                           waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
+                           position=view.nodes_changed(None)[0])
+    answer = _prepared_answer(namespace, pod, view, shared, basis, time.monotonic())
+    if answer is not None:
+        return answer
+    target = await migration_target(store, settings, vm_pod, basis.waiting, deadline, view.memo)
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
     await asyncio.sleep(0)
-    source, now = consumers.facts[0].node or "", time.monotonic()
-    uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
-    shared.promises.review(now, CachesSeen(store, view))
+    now = time.monotonic()
+    shared.promises.review(now, CachesSeen(store, view, shared.answers))
     search = together.DestinationSearch(pod, namespace, target, vm_namespace, source, view, shared.promises, uid)
     if not await shared.lane.slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
@@ -226,15 +257,46 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
+        if shared.preparing is not None and basis.shape is not None:
+            shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now))
     return decision
+
+
+def _prepared_answer(namespace: str, pod: dict[str, Any], view: fit.View, shared: Shared, basis: prepared.Basis,
+                     now: float) -> Decision | None:
+    """The answer prepared for this pod before it was created, where it still holds (used up,
+    but by a dry run); None where there is none, or it no longer holds (let go)."""
+    answers, name = shared.answers, kinds.meta(pod).get("name")
+    if answers is None or shared.preparing is not None or not isinstance(name, str) or not name:
+        return None
+    held = answers.take((namespace, name)) if shared.keep else answers.held((namespace, name))
+    if held is None:
+        return None
+    stale = prepared.why_stale(held, basis, view, now)
+    if stale is not None:
+        log.info("prepared answer not used", extra={"fields": {"namespace": namespace, "pod": name, "why": stale}})
+        if shared.keep:  # the pod is judged now: its promise is the one that answer makes, if any
+            shared.promises.end(held.basis.vm, made=held.made)
+        return None
+    return prepared.as_answer(held, now)
+
+
+def _vmi_held(store: Store, vm_pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The VMI of a VM's pod as the caches hold it now, if they do."""
+    owner = kinds.vmi_owner(vm_pod)
+    if owner is None:
+        return None
+    return store.peek(VMI, kinds.meta(vm_pod).get("namespace") or "", owner["name"])[1]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachesSeen:
-    """What the caches say of a promise's VM and share-manager (`promised.Seen`)."""
+    """What the caches say of a promise's VM and share-manager (`promised.Seen`): a share-manager
+    not created yet whose answer is prepared (`answers`) is as good as there."""
 
     store: Store
     view: fit.View
+    answers: PreparedAnswers | None = None
 
     def vm_on(self, vm: str) -> set[str] | None:
         pods = self.view.pods_labelled(kinds.CREATED_BY_LABEL, vm)
@@ -243,6 +305,8 @@ class CachesSeen:
     def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
         known, pod = self.store.peek(POD, namespace, name)
         if not known:
+            return True, None
+        if (pod is None or kinds.terminating(pod)) and self.answers is not None and (namespace, name) in self.answers:
             return True, None
         return pod is not None and not kinds.terminating(pod), fit.bound_node(pod) if pod is not None else None
 

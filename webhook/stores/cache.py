@@ -20,7 +20,7 @@ from ..rules import fit
 from ..rules.fit.memo import SIZE, Memo
 from ..rules.shared.facts import claims_of
 from .direct import ClusterStore
-from .shapes import pod_read, shapes
+from .shapes import pod_read, shapes, share_manager_leaving
 from .store import Stats, StoreError, volume_handle
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before the VM
@@ -135,7 +135,8 @@ class WatchedClusterStore(Informers):
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
-                                       "waiting": pinned_and_waiting(settings)},
+                                       "waiting": pinned_and_waiting(settings),
+                                       "leaving": share_managers_leaving(settings)},
                              watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
@@ -218,6 +219,10 @@ class WatchedClusterStore(Informers):
         """Pods we pinned that no node has taken yet (what the safety net looks at)."""
         return self.pods.table.lookup("waiting", True) if self.pods.synced else []
 
+    def share_managers_leaving(self) -> list[dict[str, Any]]:
+        """Share-manager pods on their way out, as the caches hold them (`shapes.share_manager_leaving`)."""
+        return self.pods.table.lookup("leaving", True) if self.pods.synced else []
+
     async def fit_view(self, namespace, node, *, timeout=None):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         if not (self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced):
@@ -261,6 +266,13 @@ def pinned_and_waiting(settings: Settings) -> Indexer:
         return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
 
     return waiting
+
+
+def share_managers_leaving(settings: Settings) -> Indexer:
+    def leaving(pod: dict[str, Any]) -> list[bool]:
+        return [True] if share_manager_leaving(pod, settings) else []
+
+    return leaving
 
 
 def _node_of(pod: dict[str, Any]) -> list[str]:

@@ -104,6 +104,12 @@ class Promises:
                     taken.add(promise.usage)
         return Taken(taken.pods, dict(taken.requested)) if taken.pods else NOTHING
 
+    def end(self, vm: str, *, made: float | None = None) -> None:
+        """End the VM's promise; with `made`, only the one made then (a newer one stays)."""
+        promise = self._by_vm.get(vm)
+        if promise is not None and (made is None or promise.made == made):
+            self._drop(vm)
+
     def review(self, now: float, seen: Seen) -> None:
         """Look again at each node's promises not looked at for RECHECK_SECONDS (`review_node`)."""
         if now < self._next:

@@ -1,0 +1,140 @@
+"""Pure: a drain's share-manager answered before it is created again, and when that answer still holds.
+
+`kubectl drain` evicts a node's share-manager pods at once; longhorn-manager creates each again a
+few seconds later, once the old pod is gone (the new one has its name). Tens of them then arrive
+together, each judged with its VM's migration target on the cluster's nodes (`together`), and VM
+starts wait behind that work. The old pod, terminating meanwhile, already says what the new one
+asks of a node: `serve` judges it in that window (`admission.prepare`) and keeps the answer here,
+for the pod created in its place.
+
+A prepared answer is what the rule answered then, and the new pod gets it only where nothing it
+rests on has changed since (`why_stale`): the pod asks the nodes the same (`shape_of`), the VM's
+pod, the migration target waiting for it and its VMI are the objects the caches held then, none
+of the nodes the answer names nor the VM's own node has changed (`View.nodes_changed`), and it is
+at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as without it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
+
+from .. import fit
+from ..fit.demand import Demand
+from ..fit.fields import Unreadable
+from .decide import Decision
+
+PREPARED_SECONDS = 60.0  # a drain's share-managers are created again within seconds of their eviction
+AGAIN_SECONDS = 15.0  # an answer still waiting for its pod is worked out again this often
+MOST = 2_000  # answers held at most: a drain of a node re-creates 110 share-managers at most
+
+Key = tuple[str, str]  # the share-manager pod's namespace and name (the new pod has the old one's)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Basis:
+    """What an answer rested on when it was worked out: objects as the caches handed them out
+    (one per version: the same object is the same version), and the view's position."""
+
+    shape: Hashable  # of the share-manager pod (`shape_of`)
+    vm: str  # the VMI's uid
+    vm_pod: Mapping[str, Any]
+    waiting: Mapping[str, Any] | None  # the VM's migration target pod not scheduled yet
+    vmi: Mapping[str, Any] | None
+    source: str  # the node the VM is leaving
+    position: int | None  # the view's position before the search (`View.nodes_changed`)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prepared:
+    """An answer worked out for a share-manager pod before it is created."""
+
+    decision: Decision
+    basis: Basis
+    made: float  # the caller's monotonic clock
+
+
+def shape_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
+    """What the node-level checks and NodeResourcesFit read of a share-manager pod (its run key
+    and requests), with its namespace and name; None where that cannot be said (the pod is then
+    answered as it arrives)."""
+    try:
+        demand = Demand.of(pod, namespace, memo)
+    except Unreadable:
+        return None
+    key = fit.run_key_of(demand)
+    name = (pod.get("metadata") or {}).get("name") if isinstance(pod, Mapping) else None
+    if not key or not isinstance(name, str) or not name:
+        return None
+    return namespace, name, key, tuple(sorted(demand.requests.items()))
+
+
+def why_stale(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
+              seconds: float = PREPARED_SECONDS) -> str | None:
+    """Why the prepared answer no longer holds for the pod arriving now (`now_basis`: the same
+    look-ups made for it); None when it holds."""
+    then = prepared.basis
+    if now - prepared.made > seconds:
+        return f"prepared {now - prepared.made:.0f} s before, more than {seconds:.0f}"
+    if now_basis.shape is None or now_basis.shape != then.shape:
+        return "the pod asks the nodes otherwise than the one it was prepared from"
+    if now_basis.vm != then.vm or now_basis.source != then.source:
+        return "another VM uses its volume now"
+    for what, seen, was in (("VM's pod", now_basis.vm_pod, then.vm_pod), ("VMI", now_basis.vmi, then.vmi),
+                            ("migration target pod", now_basis.waiting, then.waiting)):
+        if seen is not was:
+            return f"its {what} changed since"
+    _, changed = view.nodes_changed(then.position)
+    if changed is None:
+        return "the caches cannot say which nodes changed since"
+    named = {then.source, *prepared.decision.required, *prepared.decision.nodes}
+    moved = sorted(named.intersection(changed))
+    if moved:
+        return f"node {moved[0]} changed since" + (f" (and {len(moved) - 1} more)" if len(moved) > 1 else "")
+    return None
+
+
+def as_answer(prepared: Prepared, now: float) -> Decision:
+    """The decision for the pod arriving now, its reason saying when it was worked out."""
+    decision = prepared.decision
+    ago = max(now - prepared.made, 0.0)
+    return dataclasses.replace(decision, reason=f"{decision.reason} (worked out {ago:.1f} s before the pod was "
+                                                f"created, from the one it replaces)")
+
+
+class PreparedAnswers:
+    """The answers prepared for share-manager pods not created yet, by the pod's namespace and name."""
+
+    __slots__ = ("most", "_held")
+
+    def __init__(self, most: int = MOST) -> None:
+        self.most = most
+        self._held: dict[Key, Prepared] = {}
+
+    def keep(self, key: Key, prepared: Prepared) -> bool:
+        """Hold the answer for the pod `key` (replacing an older one); False when too many are held."""
+        if key not in self._held and len(self._held) >= self.most:
+            return False
+        self._held[key] = prepared
+        return True
+
+    def take(self, key: Key) -> Prepared | None:
+        """The answer for the pod arriving now, no longer held: each is used once."""
+        return self._held.pop(key, None)
+
+    def held(self, key: Key) -> Prepared | None:
+        return self._held.get(key)
+
+    def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[Prepared]:
+        """Let go of the answers older than `seconds`; those let go."""
+        old = [key for key, prepared in self._held.items() if now - prepared.made > seconds]
+        return [self._held.pop(key) for key in old]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(list(self._held))
+
+    def __len__(self) -> int:
+        return len(self._held)
