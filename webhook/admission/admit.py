@@ -23,6 +23,7 @@ from ..rules.fit.usage import PodUsage
 from ..rules.placement import bounds, decide, patch, prepared, together
 from ..rules.placement.prepared import PreparedAnswers
 from ..rules.placement.promised import Promises
+from ..rules.kubevirt.target import TargetPod
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
@@ -234,11 +235,10 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     # What the answer rests on, before anything it reads: what changes after is seen as changed.
     basis = prepared.Basis(shape=prepared.shape_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
                            waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
-                           position=view.nodes_changed(None)[0])
-    answer = _prepared_answer(namespace, pod, view, shared, basis, time.monotonic())
-    if answer is not None:
-        return answer
-    target = await migration_target(store, settings, vm_pod, basis.waiting, deadline, view.memo)
+                           leaving=leaving, position=view.nodes_changed(None)[0])
+    target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
+    if isinstance(target, Decision):
+        return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
     await asyncio.sleep(0)
@@ -262,23 +262,49 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     return decision
 
 
-def _prepared_answer(namespace: str, pod: dict[str, Any], view: fit.View, shared: Shared, basis: prepared.Basis,
-                     now: float) -> Decision | None:
-    """The answer prepared for this pod before it was created, where it still holds (used up,
-    but by a dry run); None where there is none, or it no longer holds (let go)."""
+async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
+                              deadline: Deadline, view: fit.View, shared: Shared,
+                              basis: prepared.Basis) -> Decision | TargetPod | str:
+    """The answer prepared for the pod where it holds (each node it names that changed since judged
+    again); else the VM's migration target pod to judge the nodes for, or why it cannot be told."""
+    held, checked = _prepared_for(namespace, pod, view, shared, basis)
+    if held is not None and not checked.again:
+        return prepared.as_answer(held, time.monotonic())
+    target = await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
+    if held is None:
+        return target
+    why = target if isinstance(target, str) else together.DestinationSearch(
+        pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "", basis.source, view, shared.promises,
+        basis.vm).judge_again(checked.again)
+    if why is None:
+        return prepared.as_answer(held, time.monotonic())
+    _not_used(namespace, pod, held, why, shared)
+    return target
+
+
+def _prepared_for(namespace: str, pod: dict[str, Any], view: fit.View, shared: Shared,
+                  basis: prepared.Basis) -> tuple[prepared.Prepared | None, prepared.Check]:
+    """The answer prepared for this pod before it was created (used up, but by a dry run), and
+    whether it holds (`prepared.check`); (None, ...) where there is none or it does not."""
     answers, name = shared.answers, kinds.meta(pod).get("name")
     if answers is None or shared.preparing is not None or not isinstance(name, str) or not name:
-        return None
+        return None, prepared.Check()
     held = answers.take((namespace, name)) if shared.keep else answers.held((namespace, name))
     if held is None:
-        return None
-    stale = prepared.why_stale(held, basis, view, now)
-    if stale is not None:
-        log.info("prepared answer not used", extra={"fields": {"namespace": namespace, "pod": name, "why": stale}})
-        if shared.keep:  # the pod is judged now: its promise is the one that answer makes, if any
-            shared.promises.end(held.basis.vm, made=held.made)
-        return None
-    return prepared.as_answer(held, now)
+        return None, prepared.Check()
+    checked = prepared.check(held, basis, view, time.monotonic())
+    if checked.why is not None:
+        _not_used(namespace, pod, held, checked.why, shared)
+        return None, checked
+    return held, checked
+
+
+def _not_used(namespace: str, pod: dict[str, Any], held: prepared.Prepared, why: str, shared: Shared) -> None:
+    """The pod is judged as it arrives: its promise is the one that answer makes, if any."""
+    log.info("prepared answer not used", extra={"fields": {
+        "namespace": namespace, "pod": kinds.meta(pod).get("name"), "why": why}})
+    if shared.keep:
+        shared.promises.end(held.basis.vm, made=held.made)
 
 
 def _vmi_held(store: Store, vm_pod: dict[str, Any]) -> dict[str, Any] | None:

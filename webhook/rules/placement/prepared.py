@@ -7,17 +7,22 @@ starts wait behind that work. The old pod, terminating meanwhile, already says w
 asks of a node: `serve` judges it in that window (`admission.prepare`) and keeps the answer here,
 for the pod created in its place.
 
-A prepared answer is what the rule answered then, and the new pod gets it only where nothing it
-rests on has changed since (`why_stale`): the pod asks the nodes the same (`shape_of`), the VM's
-pod, the migration target waiting for it and its VMI are the objects the caches held then, none
-of the nodes the answer names nor the VM's own node has changed (`View.nodes_changed`), and it is
-at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as without it.
+A prepared answer is what the rule answered then, and the new pod gets it only where it still
+holds (`check`): the pod asks the nodes the same (`shape_of`), the VM's pod, the migration target
+waiting for it and its VMI are the objects the caches held then, the VM leaves its node for the
+same reason, each node the answer names that changed since (`View.nodes_changed`: a pod bound
+there, the node updated) still takes both pods beside the VMs sent there (judged again, that node
+alone), and it is at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as
+without it. Where a named node changed, the order of the nodes by room may have too: the
+preferred node is then still one that takes both, not always the one with most room.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
+
+import orjson
 
 from .. import fit
 from ..fit.demand import Demand
@@ -38,10 +43,11 @@ class Basis:
 
     shape: Hashable  # of the share-manager pod (`shape_of`)
     vm: str  # the VMI's uid
-    vm_pod: Mapping[str, Any]
-    waiting: Mapping[str, Any] | None  # the VM's migration target pod not scheduled yet
-    vmi: Mapping[str, Any] | None
+    vm_pod: dict[str, Any]
+    waiting: dict[str, Any] | None  # the VM's migration target pod not scheduled yet
+    vmi: dict[str, Any] | None
     source: str  # the node the VM is leaving
+    leaving: str  # why it is leaving (the node cannot take the share-manager, or the VM is migrating)
     position: int | None  # the view's position before the search (`View.nodes_changed`)
 
 
@@ -60,38 +66,49 @@ def shape_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashab
     answered as it arrives)."""
     try:
         demand = Demand.of(pod, namespace, memo)
-    except Unreadable:
+        spec = pod["spec"]
+        affinity = spec.get("affinity") or {}
+        # `fit.run_key`'s fields, an empty one as none: the caches keep no empty field.
+        key = orjson.dumps((spec.get("tolerations") or None, spec.get("nodeSelector") or None,
+                            affinity.get("nodeAffinity") or None), option=orjson.OPT_SORT_KEYS)
+    except (Unreadable, KeyError, TypeError, AttributeError, orjson.JSONEncodeError):
         return None
-    key = fit.run_key_of(demand)
-    name = (pod.get("metadata") or {}).get("name") if isinstance(pod, Mapping) else None
-    if not key or not isinstance(name, str) or not name:
+    name = (pod.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
         return None
     return namespace, name, key, tuple(sorted(demand.requests.items()))
 
 
-def why_stale(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
-              seconds: float = PREPARED_SECONDS) -> str | None:
-    """Why the prepared answer no longer holds for the pod arriving now (`now_basis`: the same
-    look-ups made for it); None when it holds."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """Whether a prepared answer holds for the pod arriving now: `why` not, or the nodes it names
+    that changed since (`again`), to be judged again before it does (a bound pod, a node updated)."""
+
+    why: str | None = None
+    again: frozenset[str] = frozenset()
+
+
+def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
+          seconds: float = PREPARED_SECONDS) -> Check:
+    """Whether the prepared answer holds for the pod arriving now (`now_basis`: the same look-ups
+    made for it)."""
     then = prepared.basis
     if now - prepared.made > seconds:
-        return f"prepared {now - prepared.made:.0f} s before, more than {seconds:.0f}"
+        return Check(f"prepared {now - prepared.made:.0f} s before, more than {seconds:.0f}")
     if now_basis.shape is None or now_basis.shape != then.shape:
-        return "the pod asks the nodes otherwise than the one it was prepared from"
+        return Check("the pod asks the nodes otherwise than the one it was prepared from")
     if now_basis.vm != then.vm or now_basis.source != then.source:
-        return "another VM uses its volume now"
+        return Check("another VM uses its volume now")
+    if now_basis.leaving != then.leaving:
+        return Check(f"its VM leaves its node for another reason now ({now_basis.leaving})")
     for what, seen, was in (("VM's pod", now_basis.vm_pod, then.vm_pod), ("VMI", now_basis.vmi, then.vmi),
                             ("migration target pod", now_basis.waiting, then.waiting)):
         if seen is not was:
-            return f"its {what} changed since"
+            return Check(f"its {what} changed since")
     _, changed = view.nodes_changed(then.position)
     if changed is None:
-        return "the caches cannot say which nodes changed since"
-    named = {then.source, *prepared.decision.required, *prepared.decision.nodes}
-    moved = sorted(named.intersection(changed))
-    if moved:
-        return f"node {moved[0]} changed since" + (f" (and {len(moved) - 1} more)" if len(moved) > 1 else "")
-    return None
+        return Check("the caches cannot say which nodes changed since")
+    return Check(again=frozenset({*prepared.decision.required, *prepared.decision.nodes}.intersection(changed)))
 
 
 def as_answer(prepared: Prepared, now: float) -> Decision:

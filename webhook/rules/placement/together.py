@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .. import fit
@@ -138,6 +138,21 @@ class DestinationSearch:
                 if node is not None:
                     self._judge(name, node, None, NOTHING)
                 yield name
+
+    def judge_again(self, names: Iterable[str]) -> str | None:
+        """Why one of `names` does not take both pods beside the VMs sent there (the nodes of an
+        answer worked out before that changed since: `prepared`); None when each does."""
+        if self.rooms is None:
+            return next(iter(self.refused.values()))
+        self.judged = judged_for(self._shape(), self.view)
+        for name in sorted(names):
+            node = self.view.node(name)
+            if node is None:
+                return f"node {name} is gone"
+            self._judge(name, node, None, self.promises.to(name, but=self.vm))
+            if name in self.refused:
+                return self.refused[name]
+        return None
 
     def _judge(self, name: str, node: Mapping[str, Any], room: float | None, sent: Taken) -> None:
         """Whether both land on the node beside what the VMs counted as sent there take (`sent`):
