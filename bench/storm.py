@@ -9,8 +9,8 @@ migrated once (its pod a migration target pod, with KubeVirt's required anti-aff
 own VMI's pods, as after a KubeVirt upgrade's workload updates);
 the first node drained (cordoned, tainted `kubevirt.io/drain`) with `--share-managers` of those VMs
 still on it, whose share-managers `kubectl drain` evicted (their ShareManagers stopped, owned by the
-drained node; their pods still terminating there, as in the seconds before longhorn-manager creates
-them again: `serve` prepares their answers then, webhook/admission/prepare.py). `python -m webhook serve` (the production command) watches it.
+drained node; before each storm their pods are evicted again, terminating there for a few seconds
+and then gone, as before longhorn-manager creates them again: bench/evicted.py). `python -m webhook serve` (the production command) watches it.
 
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
@@ -53,6 +53,7 @@ from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
 from .apiserver_load import Busy, Stored
+from .evicted import Eviction
 from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
@@ -83,7 +84,6 @@ def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> 
         found += [vmi, migrated(objects.launcher_pod_of(vmi))]
         if on == DRAINED:
             found += objects.rwx_disk(f"disk-{k:05d}", None, state="stopped", owner=DRAINED)
-            found.append(leaving(f"pvc-disk-{k:05d}", len(evicted)))
             evicted.append(f"pvc-disk-{k:05d}")
         else:
             found += objects.rwx_disk(f"disk-{k:05d}", on)
@@ -93,17 +93,6 @@ def storm_cluster(nodes: int, vms: int, share_managers: int, vm_starts: int) -> 
         found += objects.rwx_disk(claim, node_name(1 + j % (nodes - 1)))
         starts.append(claim)
     return found, evicted, starts
-
-
-def leaving(volume: str, i: int) -> dict[str, Any]:
-    """An evicted share-manager's pod, terminating on the drained node, as in the seconds before
-    longhorn-manager creates it again. Here it stays through the storms; in a cluster it is gone a
-    moment before its new pod comes, which changes no answer (tests/admission/test_prepare.py)."""
-    pod = bodies.defaulted(objects.share_manager_pod(volume), f"evicted{i}")
-    pod["spec"]["nodeName"] = DRAINED
-    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    pod["status"] = {"phase": "Running"}
-    return pod
 
 
 @contextlib.contextmanager
@@ -181,12 +170,14 @@ async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> lis
 
 async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
                        log: Path, serve_pid: int, api: tuple[str, int] = ("", 0), busy: Busy | None = None,
+                       eviction: Eviction | None = None,
                        ) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int], int]:
     """`--rounds` of the three batches on one set of connections, as the apiserver keeps its own:
     the rounds' figures, serve's admission lines of each batch (and the CPU serve spent on it),
     the TLS connections each opened, and the pods stored. With `--apiserver-load`, each batch beside `busy` and
     its pods stored in the emulator at `api` (its URL and process), whose CPU and the storing
-    process's for each batch are the apiserver's share (`apiserver_load`)."""
+    process's for each batch are the apiserver's share (`apiserver_load`). With `eviction`, the
+    drained node's share-managers evicted before each storm (`evicted`)."""
     connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
     nodes = [node_name(i) for i in range(1, args.nodes)]
     stored = await Stored.start(api[0], nodes) if args.apiserver_load is not None else None
@@ -196,6 +187,8 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
         for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
             answered = []
             for sent in batches(batch):
+                if eviction is not None and any(kind == "share-manager" for kind, _ in sent):
+                    await eviction(serve_pid)  # the storm is their re-creation
                 start, before, cpu = log.stat().st_size, connections.opened, cpu_seconds(serve_pid)
                 apiserver, sending = apiserver_cpu(api[1], stored), time.process_time()
                 at_answers: list[tuple[float, float]] = []  # serve's CPU and the sender's, at the last answer
@@ -263,7 +256,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             os.sched_setaffinity(0, {other_cpu})
         try:
             rounds, served, opened, pods_stored = asyncio.run(
-                storm_rounds(url, work, batch, args, log, serve.pid, (api, api_pid), busy))
+                storm_rounds(url, work, batch, args, log, serve.pid, (api, api_pid), busy,
+                             Eviction(api, evicted, DRAINED)))
         finally:
             if busy is not None:
                 busy.close()
@@ -390,6 +384,8 @@ def main() -> None:
               f"{control['burst_core_share']:.0%} in the control (the kernel counts it in 10 ms ticks); the "
               f"sender's (this process, each review's TLS handshake and answer) {server['sender_cpu_ms']:.0f} ms "
               f"and {control['sender_cpu_ms']:.0f} ms")
+        print(f"  share-managers answered with what serve prepared while their evicted pods terminated: "
+              f"{server['share_managers_prepared']:.0f} of {args.share_managers} per storm (median)")
         print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
               f"({args.idle_connections} kept idle between bursts)")
         if args.apiserver_load is not None:

@@ -233,7 +233,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         return f"cannot tell where the migration of its VM can land: {view}"
     source, uid = consumers.facts[0].node or "", str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
     # What the answer rests on, before anything it reads: what changes after is seen as changed.
-    basis = prepared.Basis(shape=prepared.shape_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
+    basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
                            waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
                            leaving=leaving, position=view.nodes_changed(None)[0])
     target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
@@ -257,7 +257,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
-        if shared.preparing is not None and basis.shape is not None:
+        if shared.preparing is not None and basis.ask is not None:
             shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now))
     return decision
 

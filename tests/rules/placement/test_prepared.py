@@ -11,7 +11,7 @@ from webhook.config import Settings
 from webhook.rules.placement.decide import AMONG, Decision
 from webhook.rules.placement.patch import as_created, patch_for
 from webhook.rules.placement.prepared import (PREPARED_SECONDS, Basis, Prepared, PreparedAnswers, as_answer,
-                                              shape_of, check)
+                                              ask_of, check)
 
 VM_POD, VMI, TARGET = {"metadata": {"name": "virt-launcher-vm1"}}, {"metadata": {"name": "vm1"}}, None
 DECISION = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 50)), among=("node-b", "node-c", "node-d"),
@@ -29,7 +29,7 @@ class Changes:
 
 
 def basis(**changed):
-    made = Basis(shape=shape_of(share_manager_pod("pvc-1"), LONGHORN_NS), vm="uid-vm1", vm_pod=VM_POD, waiting=TARGET,
+    made = Basis(ask=ask_of(share_manager_pod("pvc-1"), LONGHORN_NS), vm="uid-vm1", vm_pod=VM_POD, waiting=TARGET,
                  vmi=VMI, source="node-a", leaving="node node-a is cordoned", position=7)
     return dataclasses.replace(made, **changed)
 
@@ -50,9 +50,9 @@ CHECKS = [
     ("another VM", basis(vm="uid-vm2"), Changes(), 101.0, "another VM uses its volume", ()),
     ("leaving for another reason", basis(leaving="node node-a is not Ready"), Changes(), 101.0,
      "leaves its node for another reason now (node node-a is not Ready)", ()),
-    ("another ask", basis(shape=shape_of(share_manager_pod("pvc-1", tolerations=[
+    ("another ask", basis(ask=ask_of(share_manager_pod("pvc-1", tolerations=[
         {"key": "dedicated", "operator": "Exists"}]), LONGHORN_NS)), Changes(), 101.0, "asks the nodes otherwise", ()),
-    ("a pod that cannot be said", basis(shape=None), Changes(), 101.0, "asks the nodes otherwise", ()),
+    ("a pod that cannot be said", basis(ask=None), Changes(), 101.0, "asks the nodes otherwise", ()),
 ]
 
 
@@ -70,15 +70,15 @@ def test_the_pod_created_again_asks_as_the_evicted_one_did_once_our_answer_is_ta
     ops = patch_for(fresh, DECISION, settings)
     evicted = jsonpatch.apply_patch(fresh, list(ops))
     evicted["spec"]["nodeName"] = "node-a"
-    assert shape_of(evicted, LONGHORN_NS) != shape_of(fresh, LONGHORN_NS)
-    assert shape_of(as_created(evicted, settings), LONGHORN_NS) == shape_of(fresh, LONGHORN_NS)
-    assert shape_of(share_manager_pod("pvc-2"), LONGHORN_NS) != shape_of(fresh, LONGHORN_NS)  # its name
+    assert ask_of(evicted, LONGHORN_NS) != ask_of(fresh, LONGHORN_NS)
+    assert ask_of(as_created(evicted, settings), LONGHORN_NS) == ask_of(fresh, LONGHORN_NS)
+    assert ask_of(share_manager_pod("pvc-2"), LONGHORN_NS) != ask_of(fresh, LONGHORN_NS)  # its name
 
 
-def test_a_pod_without_a_name_has_no_shape():
+def test_what_a_pod_without_a_name_asks_cannot_be_said():
     pod = share_manager_pod("pvc-1")
     del pod["metadata"]["name"]
-    assert shape_of(pod, LONGHORN_NS) is None
+    assert ask_of(pod, LONGHORN_NS) is None
 
 
 def test_the_answer_says_it_was_worked_out_before_the_pod():

@@ -8,7 +8,7 @@ asks of a node: `serve` judges it in that window (`admission.prepare`) and keeps
 for the pod created in its place.
 
 A prepared answer is what the rule answered then, and the new pod gets it only where it still
-holds (`check`): the pod asks the nodes the same (`shape_of`), the VM's pod, the migration target
+holds (`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target
 waiting for it and its VMI are the objects the caches held then, the VM leaves its node for the
 same reason, each node the answer names that changed since (`View.nodes_changed`: a pod bound
 there, the node updated) still takes both pods beside the VMs sent there (judged again, that node
@@ -41,7 +41,7 @@ class Basis:
     """What an answer rested on when it was worked out: objects as the caches handed them out
     (one per version: the same object is the same version), and the view's position."""
 
-    shape: Hashable  # of the share-manager pod (`shape_of`)
+    ask: Hashable  # what the share-manager pod asks of a node (`ask_of`)
     vm: str  # the VMI's uid
     vm_pod: dict[str, Any]
     waiting: dict[str, Any] | None  # the VM's migration target pod not scheduled yet
@@ -60,7 +60,7 @@ class Prepared:
     made: float  # the caller's monotonic clock
 
 
-def shape_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
+def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
     """What the node-level checks and NodeResourcesFit read of a share-manager pod (its run key
     and requests), with its namespace and name; None where that cannot be said (the pod is then
     answered as it arrives)."""
@@ -95,7 +95,7 @@ def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
     then = prepared.basis
     if now - prepared.made > seconds:
         return Check(f"prepared {now - prepared.made:.0f} s before, more than {seconds:.0f}")
-    if now_basis.shape is None or now_basis.shape != then.shape:
+    if now_basis.ask is None or now_basis.ask != then.ask:
         return Check("the pod asks the nodes otherwise than the one it was prepared from")
     if now_basis.vm != then.vm or now_basis.source != then.source:
         return Check("another VM uses its volume now")
