@@ -36,17 +36,17 @@ def running(volume: str, node: str, i: int) -> dict[str, Any]:
 class Eviction:
     """The evicted share-managers of `volumes` on `node`, played in the emulator at `api` (`__call__`)."""
 
-    def __init__(self, api: str, volumes: list[str], node: str) -> None:
-        self.api, self.node = api.rstrip("/"), node
+    def __init__(self, api: str, volumes: list[str], node: str, seconds: float = SECONDS) -> None:
+        self.api, self.node, self.seconds = api.rstrip("/"), node, seconds
         self.pods = [running(volume, node, i) for i, volume in enumerate(volumes)]
 
     async def __call__(self, serve_pid: int) -> None:
-        """Each pod created, evicted, and SECONDS later gone, `serve` at rest after each step."""
+        """Each pod created, evicted, and `seconds` later gone, `serve` at rest after each step."""
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=AT_ONCE)) as session:
             url = f"{self.api}/api/v1/namespaces/{objects.LONGHORN_NS}/pods"
             await self._each(session, "POST", lambda pod: url, lambda pod: pod)
             await self._each(session, "DELETE", lambda pod: f"{url}/{pod['metadata']['name']}", lambda pod: None)
-            await asyncio.sleep(SECONDS)
+            await asyncio.sleep(self.seconds)
             await settled(serve_pid)
             await self._each(session, "PATCH", lambda pod: f"{url}/{pod['metadata']['name']}",
                              lambda pod: {"metadata": {"finalizers": None}})

@@ -10,7 +10,8 @@ own VMI's pods, as after a KubeVirt upgrade's workload updates);
 the first node drained (cordoned, tainted `kubevirt.io/drain`) with `--share-managers` of those VMs
 still on it, whose share-managers `kubectl drain` evicted (their ShareManagers stopped, owned by the
 drained node; before each storm their pods are evicted again, terminating there for a few seconds
-and then gone, as before longhorn-manager creates them again: bench/evicted.py). `python -m webhook serve` (the production command) watches it.
+and then gone, as before longhorn-manager creates them again: bench/evicted.py). `python -m webhook
+serve` (the production command) watches it.
 
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
@@ -53,7 +54,7 @@ from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
 from .apiserver_load import Busy, Stored
-from .evicted import Eviction
+from .evicted import SECONDS as EVICTED_SECONDS, Eviction
 from .sender import IDLE, Connections, timed
 
 DRAINED = "node-000"
@@ -257,7 +258,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         try:
             rounds, served, opened, pods_stored = asyncio.run(
                 storm_rounds(url, work, batch, args, log, serve.pid, (api, api_pid), busy,
-                             Eviction(api, evicted, DRAINED)))
+                             Eviction(api, evicted, DRAINED, args.evicted_seconds) if args.evicted_seconds > 0 else None))
         finally:
             if busy is not None:
                 busy.close()
@@ -345,6 +346,10 @@ def main() -> None:
     parser.add_argument("--share-manager-kib", type=zero_or_more, default=0, metavar="KIB",
                         help="each share-manager's review padded to at least KIB KiB (default: as the apiserver sends "
                              "longhorn-manager's pod, about 5 KiB)")
+    parser.add_argument("--evicted-seconds", type=float, default=EVICTED_SECONDS, metavar="SECONDS",
+                        help="before each storm, the drained node's share-manager pods evicted and terminating this "
+                             f"long, then gone (bench/evicted.py; default {EVICTED_SECONDS:g}; 0: gone before serve "
+                             "starts, never seen terminating)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="colocate-storm-") as tmp:

@@ -239,7 +239,8 @@ def test_the_floor_is_no_option_of_serve():
 def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     """`python -m bench.storm`: share-managers of a drained node re-created at once beside VM starts."""
     done = processes.run([sys.executable, "-m", "bench.storm", "--nodes", "12", "--vms", "60", "--share-managers", "3",
-                           "--vm-starts", "3", "--json"], cwd=ROOT, timeout=300)
+                           "--vm-starts", "3", "--rounds", "3", "--evicted-seconds", "1.5", "--json"], cwd=ROOT,
+                         timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     for name in ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager"):
@@ -251,6 +252,8 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     assert server["share_manager_p99_ms"] > 0 and server["loop_lag_max_ms"] >= 0, server
     assert server["burst_cpu_ms"] >= 0 and server["burst_core_share"] >= 0 and server["sender_cpu_ms"] > 0, server
     assert 20 < result["memory"]["rss_mib"] <= result["memory"]["peak_mib"], result["memory"]
+    # Evicted before each storm, terminating 1.5 s: serve prepared their answers, and each was used.
+    assert server["share_managers_prepared"] == 3, server
 
 
 def test_serves_share_of_its_core_is_its_cpu_until_the_last_answer_over_the_bursts_time():

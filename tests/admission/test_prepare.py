@@ -181,3 +181,16 @@ async def test_the_caches_keep_what_the_checks_read_of_a_share_manager_only_whil
     assert "tolerations" not in store.peek(store.pods.resource, LONGHORN_NS, "share-manager-pvc-z")[1]["spec"]
     gone(store)
     assert store.share_managers_leaving() == []
+
+
+async def test_a_share_manager_leaving_with_no_vm_to_follow_gets_no_answer_said_once(caplog):
+    """A share-manager of a volume no running VM uses (its VM stopped) terminates: nothing to prepare,
+    and the log says why once, not at every look while it terminates."""
+    store = listed_store([node("node-b"), sm("pvc-unused", "node-b", terminating=True)])
+    admissions = server.Admissions(store, Settings())
+    preparer = Preparer(store, Settings(), admissions)
+    with caplog.at_level("INFO", "webhook.prepare"):
+        assert await preparer.look() == 0 and await preparer.look() == 0
+    said = [r.fields for r in caplog.records if r.getMessage() == "share-managers' answers prepared"]
+    assert len(said) == 1 and "no running opted-in VM uses pvc-unused" in said[0]["not_prepared"]["share-manager-pvc-unused"]
+    assert len(admissions.answers) == 0 and len(admissions.promises) == 0

@@ -47,6 +47,7 @@ class Preparer(Companion):
     def __init__(self, store: WatchedStore, settings: AdmissionSettings, admissions: Admissions, *,
                  period: float = PERIOD, clock: Any = time.monotonic):
         self.store, self.settings, self.admissions, self.clock = store, settings, admissions, clock
+        self.said: dict[str, str] = {}  # why each pod on its way out has no answer, as last logged
         self.task = Background("prepare", self.look, log=log, failure="preparing share-managers' answers failed",
                                period=period, wait_first=True)
 
@@ -77,8 +78,10 @@ class Preparer(Companion):
                     why_not[name] = "too many answers held"
             else:
                 why_not[name] = found
-        if made or why_not:
+        new = {name: why for name, why in why_not.items() if self.said.get(name) != why}
+        self.said = why_not  # a pod gone, or answered since, is forgotten
+        if made or new or let_go:  # each reason once, not at every look while the pod terminates
             log.info("share-managers' answers prepared", extra={"fields": {
                 "prepared": made, "held": len(answers), "let_go": len(let_go),
-                "not_prepared": dict(list(why_not.items())[:10]), "not_prepared_count": len(why_not)}})
+                "not_prepared": dict(list(new.items())[:10]), "not_prepared_count": len(new)}})
         return made
