@@ -1,6 +1,7 @@
 """A drain's share-managers answered while their evicted pods terminate: the pods longhorn-manager
 creates again get the same answers as without it, at once, and get them judged anew whenever
 something those answers rest on changed; the VMs they send stay counted meanwhile."""
+import asyncio
 import json
 import time
 
@@ -194,3 +195,13 @@ async def test_a_share_manager_leaving_with_no_vm_to_follow_gets_no_answer_said_
     said = [r.fields for r in caplog.records if r.getMessage() == "share-managers' answers prepared"]
     assert len(said) == 1 and "no running opted-in VM uses pvc-unused" in said[0]["not_prepared"]["share-manager-pvc-unused"]
     assert len(admissions.answers) == 0 and len(admissions.promises) == 0
+
+
+async def test_a_prepared_answer_is_given_out_of_turn_while_a_share_manager_without_one_holds_the_lane():
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    async with admissions.lane.turn(admissions.deadline(10.0)):  # another share-manager judging the nodes
+        pod = await asyncio.wait_for(admitted(admissions, "pvc-d0"), 2.0)
+    assert "worked out" in annotations(pod)["kubevirt-scheduler/reason"]
+    assert placement(pod)[1] == "pinned-among"

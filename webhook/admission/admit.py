@@ -140,6 +140,7 @@ class Shared:
     keep: bool
     answers: PreparedAnswers | None = None
     preparing: list[prepared.Prepared] | None = None
+    at_once: bool = False  # only a prepared answer that holds, outside the lane; None for anything longer
 
 
 async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline,
@@ -173,6 +174,13 @@ async def _share_manager_rule(
         # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
         # it, and a required affinity would only get it rejected by the kubelet, in a loop.
         return skip(Rule.SHARE_MANAGER, Alone.ALREADY_BOUND)
+    # An answer prepared while its evicted pod terminated, where it holds: at once, out of turn.
+    if shared.answers is not None and shared.preparing is None and not settings.aim_evacuations and \
+            (namespace, str(kinds.meta(pod).get("name") or "")) in shared.answers:
+        outcome = await _share_manager_turn(namespace, pod, store, settings, deadline,
+                                            dataclasses.replace(shared, at_once=True), volume)
+        if outcome is not None:
+            return outcome
     # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
     # together, would otherwise each hold the loop for a stretch at every step of every VM start.
     async with shared.lane.turn(deadline) as mine:
@@ -182,8 +190,9 @@ async def _share_manager_rule(
 
 
 async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
-                              deadline: Deadline, shared: Shared, volume: str) -> Outcome:
-    """The share-manager rule, in its turn in the lane."""
+                              deadline: Deadline, shared: Shared, volume: str) -> Outcome | None:
+    """The share-manager rule, in its turn in the lane (`shared.at_once`: out of turn, None where
+    that would take a search)."""
     try:
         consumers = await resolve_consumers(store, settings, volume, deadline)
     except (StoreError, TimeoutError) as exc:
@@ -210,6 +219,8 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
             f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
         if why is not None:
             among = await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, why, shared)
+            if among is None:  # at once, no answer prepared that holds
+                return None
             # When no node takes both, or that cannot be told: placed as before, saying why.
             decision = among if isinstance(among, Decision) else dataclasses.replace(
                 decision, reason=f"{decision.reason}; {among}", warnings=(*decision.warnings, among))
@@ -217,7 +228,8 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
 
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
-                               deadline: Deadline, consumers: Consumers, leaving: str, shared: Shared) -> Decision | str:
+                               deadline: Deadline, consumers: Consumers, leaving: str,
+                               shared: Shared) -> Decision | str | None:
     """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's
     migration can land too, beside the VMs already sent to each (`rules.placement.together`); else why
     none can, or why that cannot be told. The VM is then sent to the node preferred first."""
@@ -226,7 +238,8 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
     # Everything below is read from the caches without a pause: the loop is given back before each
     # stretch of it, so that what arrived meanwhile (a VM start) is not held behind all of them.
-    await asyncio.sleep(0)
+    if not shared.at_once:  # a prepared answer is no long stretch
+        await asyncio.sleep(0)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
     view = await fit_view(store, vm_namespace, "", deadline)
     if isinstance(view, str):
@@ -237,7 +250,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
                            waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
                            leaving=leaving, position=view.nodes_changed(None)[0])
     target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
-    if isinstance(target, Decision):
+    if target is None or isinstance(target, Decision):
         return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
@@ -264,12 +277,15 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
 
 async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                               deadline: Deadline, view: fit.View, shared: Shared,
-                              basis: prepared.Basis) -> Decision | TargetPod | str:
+                              basis: prepared.Basis) -> Decision | TargetPod | str | None:
     """The answer prepared for the pod where it holds (each node it names that changed since judged
-    again); else the VM's migration target pod to judge the nodes for, or why it cannot be told."""
+    again); else the VM's migration target pod to judge the nodes for, or why it cannot be told;
+    None `at_once` (the pod is then judged in its turn)."""
     held, checked = _prepared_for(namespace, pod, view, shared, basis)
     if held is not None and not checked.again:
-        return prepared.as_answer(held, time.monotonic())
+        return _used(namespace, pod, held, shared)
+    if held is None and shared.at_once:
+        return None
     target = await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
     if held is None:
         return target
@@ -277,33 +293,45 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
         pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "", basis.source, view, shared.promises,
         basis.vm).judge_again(checked.again)
     if why is None:
-        return prepared.as_answer(held, time.monotonic())
+        return _used(namespace, pod, held, shared)
+    if shared.at_once:
+        return None
     _not_used(namespace, pod, held, why, shared)
     return target
 
 
 def _prepared_for(namespace: str, pod: dict[str, Any], view: fit.View, shared: Shared,
                   basis: prepared.Basis) -> tuple[prepared.Prepared | None, prepared.Check]:
-    """The answer prepared for this pod before it was created (used up, but by a dry run), and
-    whether it holds (`prepared.check`); (None, ...) where there is none or it does not."""
+    """The answer prepared for this pod before it was created, and whether it holds
+    (`prepared.check`); (None, ...) where there is none or it does not (let go, but `at_once`)."""
     answers, name = shared.answers, kinds.meta(pod).get("name")
     if answers is None or shared.preparing is not None or not isinstance(name, str) or not name:
         return None, prepared.Check()
-    held = answers.take((namespace, name)) if shared.keep else answers.held((namespace, name))
+    held = answers.held((namespace, name))
     if held is None:
         return None, prepared.Check()
     checked = prepared.check(held, basis, view, time.monotonic())
     if checked.why is not None:
-        _not_used(namespace, pod, held, checked.why, shared)
+        if not shared.at_once:
+            _not_used(namespace, pod, held, checked.why, shared)
         return None, checked
     return held, checked
 
 
+def _used(namespace: str, pod: dict[str, Any], held: prepared.Prepared, shared: Shared) -> Decision:
+    """The prepared answer, used up (but by a dry run: its pod is never created)."""
+    if shared.keep and shared.answers is not None:
+        shared.answers.take((namespace, str(kinds.meta(pod).get("name"))))
+    return prepared.as_answer(held, time.monotonic())
+
+
 def _not_used(namespace: str, pod: dict[str, Any], held: prepared.Prepared, why: str, shared: Shared) -> None:
-    """The pod is judged as it arrives: its promise is the one that answer makes, if any."""
+    """The pod is judged as it arrives: the answer let go, and its promise with it (the one this
+    judging makes, if any, replaces it)."""
     log.info("prepared answer not used", extra={"fields": {
         "namespace": namespace, "pod": kinds.meta(pod).get("name"), "why": why}})
-    if shared.keep:
+    if shared.keep and shared.answers is not None:
+        shared.answers.take((namespace, str(kinds.meta(pod).get("name"))))
         shared.promises.end(held.basis.vm, made=held.made)
 
 
