@@ -158,6 +158,8 @@ async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: A
         outcome = await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
     if shared.preparing:
         return shared.preparing[-1]
+    if outcome is None:  # only out of turn, which preparing never is
+        return "no decision"
     return outcome.detail or outcome.skipped or (outcome.decision.reason if outcome.decision else "no decision")
 
 

@@ -9,7 +9,7 @@ for the pod created in its place.
 
 A prepared answer is what the rule answered then, and the new pod gets it only where it still
 holds (`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target
-waiting for it and its VMI are the objects the caches held then, the VM leaves its node for the
+waiting for it and its VMI are as the caches held them then, the VM leaves its node for the
 same reason, each node the answer names that changed since (`View.nodes_changed`: a pod bound
 there, the node updated) still takes both pods beside the VMs sent there (judged again, that node
 alone), and it is at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as
@@ -39,7 +39,7 @@ Key = tuple[str, str]  # the share-manager pod's namespace and name (the new pod
 @dataclasses.dataclass(frozen=True, slots=True)
 class Basis:
     """What an answer rested on when it was worked out: objects as the caches handed them out
-    (one per version: the same object is the same version), and the view's position."""
+    (the same object, or an equal one, is what the rules read unchanged), and the view's position."""
 
     ask: Hashable  # what the share-manager pod asks of a node (`ask_of`)
     vm: str  # the VMI's uid
@@ -103,7 +103,7 @@ def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
         return Check(f"its VM leaves its node for another reason now ({now_basis.leaving})")
     for what, seen, was in (("VM's pod", now_basis.vm_pod, then.vm_pod), ("VMI", now_basis.vmi, then.vmi),
                             ("migration target pod", now_basis.waiting, then.waiting)):
-        if seen is not was:
+        if seen is not was and seen != was:  # the same version, or decoded again unchanged
             return Check(f"its {what} changed since")
     _, changed = view.nodes_changed(then.position)
     if changed is None:
