@@ -205,3 +205,16 @@ async def test_a_prepared_answer_is_given_out_of_turn_while_a_share_manager_with
         pod = await asyncio.wait_for(admitted(admissions, "pvc-d0"), 2.0)
     assert "worked out" in annotations(pod)["kubevirt-scheduler/reason"]
     assert placement(pod)[1] == "pinned-among"
+
+
+async def test_an_answer_let_go_keeps_its_promise_where_another_replica_answered_the_pod():
+    """The apiserver sent the new pod to the other replica: this one's answer is never used, but
+    the VM is still coming to follow it, and stays counted here."""
+    clock = Clock()
+    store, admissions, preparer = await prepared_server(clock=clock)
+    await preparer.look()
+    gone(store)
+    apply(store, "Pod", EventType.ADDED, sm("pvc-d0", "node-c"))  # created, and bound, through the other
+    clock.now += PREPARED_SECONDS + 1
+    await preparer.look()
+    assert len(admissions.answers) == 0 and len(admissions.promises) == 1

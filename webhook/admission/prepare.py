@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from .. import kinds
+from ..kinds import POD
 from ..background import Background, Companion
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
@@ -55,8 +56,10 @@ class Preparer(Companion):
         """Answers prepared for the share-manager pods on their way out now; how many."""
         settings, answers, promises = self.settings, self.admissions.answers, self.admissions.promises
         let_go = answers.expire(self.clock(), PREPARED_SECONDS)
-        for old in let_go:  # its pod was not created again in time: its VM is no longer counted as coming
-            promises.end(old.basis.vm, made=old.made)
+        for (namespace, name), old in let_go:
+            known, pod = self.store.peek(POD, namespace, name)
+            if not known or pod is None or kinds.terminating(pod):  # not created again in time (by this
+                promises.end(old.basis.vm, made=old.made)  # replica or another): its VM is not coming
         if settings.pin is PinMode.OFF or not settings.share_manager_rule or not self.store.synced():
             return 0
         made, why_not = 0, {}

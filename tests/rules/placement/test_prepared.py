@@ -98,4 +98,5 @@ def test_answers_are_used_once_bounded_and_let_go_when_old():
     assert answers.held((LONGHORN_NS, "b")) is PREPARED and len(answers) == 2
     assert answers.take((LONGHORN_NS, "b")) is PREPARED and answers.take((LONGHORN_NS, "b")) is None
     assert answers.expire(150.0 + PREPARED_SECONDS) == [] and len(answers) == 1
-    assert [p.made for p in answers.expire(151.0 + PREPARED_SECONDS)] == [150.0] and len(answers) == 0
+    assert [(key, p.made) for key, p in answers.expire(151.0 + PREPARED_SECONDS)] == [((LONGHORN_NS, "a"), 150.0)]
+    assert len(answers) == 0

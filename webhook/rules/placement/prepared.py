@@ -142,10 +142,10 @@ class PreparedAnswers:
     def held(self, key: Key) -> Prepared | None:
         return self._held.get(key)
 
-    def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[Prepared]:
-        """Let go of the answers older than `seconds`; those let go."""
+    def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[tuple[Key, Prepared]]:
+        """Let go of the answers older than `seconds`; those let go, by pod."""
         old = [key for key, prepared in self._held.items() if now - prepared.made > seconds]
-        return [self._held.pop(key) for key in old]
+        return [(key, self._held.pop(key)) for key in old]
 
     def __contains__(self, key: object) -> bool:
         return key in self._held
