@@ -79,7 +79,7 @@ def test_the_memory_figure_at_a_tiny_size():
     done = bench("--memory-only", "--size", "5,40")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert re.search(r"RSS [\d.]+ MiB \(peak [\d.]+ MiB; the chart's limit 832 MiB\), synced in", out), out
+    assert re.search(r"RSS [\d.]+ MiB \(peak [\d.]+ MiB; the chart's limit 864 MiB\), synced in", out), out
     assert re.search(r"slowest probes while syncing: /healthz \d+ ms \(at \d+ s\), /readyz \d+ ms", out), out
     cached = next(line for line in out.splitlines() if line.startswith("cached: "))
     assert "5 nodes" in cached and "80 pods" in cached and "40 virtualmachineinstances" in cached, cached
