@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from tests.support.kube import (LONGHORN_NS, annotations, apply_valid, decode_patch, launcher_pod_of, node, review,
+from tests.support.kube import (LONGHORN_NS, OLD_CPU, annotations, apply_valid, decode_patch, launcher_pod_of, node, review,
                                 rwx_disk, share_manager_pod, vmi, workload_pod)
 from tests.support.stores import listed_store
 
@@ -218,3 +218,14 @@ async def test_an_answer_let_go_keeps_its_promise_where_another_replica_answered
     clock.now += PREPARED_SECONDS + 1
     await preparer.look()
     assert len(admissions.answers) == 0 and len(admissions.promises) == 1
+
+
+async def test_an_answer_is_not_used_once_the_vms_node_is_labelled_otherwise():
+    """Its VM's migration target was rendered from the node's CPU labels, and is kept with it."""
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    relabelled = node("node-a", unschedulable=True, taints=[DRAIN_TAINT], cpu=OLD_CPU)
+    apply(store, "Node", EventType.MODIFIED, relabelled)
+    pod = await admitted(admissions, "pvc-d0")
+    assert "worked out" not in annotations(pod)["kubevirt-scheduler/reason"]

@@ -250,6 +250,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     # What the answer rests on, before anything it reads: what changes after is seen as changed.
     basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
                            waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
+                           source_labels=kinds.labels(view.node(source)) if view.node(source) else None,
                            leaving=leaving, position=view.nodes_changed(None)[0])
     target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
     if target is None or isinstance(target, Decision):
@@ -273,7 +274,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
         if shared.preparing is not None and basis.ask is not None:
-            shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now))
+            shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now, target=target))
     return decision
 
 
@@ -288,7 +289,9 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
         return _used(namespace, pod, held, shared)
     if held is None and shared.at_once:
         return None
-    target = await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
+    # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
+    target = held.target if held is not None and held.target is not None else \
+        await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
     if held is None:
         return target
     why = target if isinstance(target, str) else together.DestinationSearch(

@@ -30,7 +30,8 @@ class Changes:
 
 def basis(**changed):
     made = Basis(ask=ask_of(share_manager_pod("pvc-1"), LONGHORN_NS), vm="uid-vm1", vm_pod=VM_POD, waiting=TARGET,
-                 vmi=VMI, source="node-a", leaving="node node-a is cordoned", position=7)
+                 vmi=VMI, source="node-a", source_labels={"cpu-model.node.kubevirt.io/Skylake": "true"},
+                 leaving="node node-a is cordoned", position=7)
     return dataclasses.replace(made, **changed)
 
 
@@ -51,6 +52,7 @@ CHECKS = [
     ("a migration target appeared", basis(waiting={"metadata": {"name": "tgt"}}), Changes(), 101.0,
      "its migration target pod changed", ()),
     ("another VM", basis(vm="uid-vm2"), Changes(), 101.0, "another VM uses its volume", ()),
+    ("the VM's node relabelled", basis(source_labels={}), Changes(), 101.0, "the labels of node node-a changed", ()),
     ("leaving for another reason", basis(leaving="node node-a is not Ready"), Changes(), 101.0,
      "leaves its node for another reason now (node node-a is not Ready)", ()),
     ("another ask", basis(ask=ask_of(share_manager_pod("pvc-1", tolerations=[

@@ -10,7 +10,7 @@ for the pod created in its place.
 A prepared answer is what the rule answered then, and the new pod gets it only where it still
 holds (`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target
 waiting for it and its VMI are as the caches held them then, the VM leaves its node for the
-same reason, each node the answer names that changed since (`View.nodes_changed`: a pod bound
+same reason and that node's labels are the same (the migration target is kept with the answer), each node the answer names that changed since (`View.nodes_changed`: a pod bound
 there, the node updated) still takes both pods beside the VMs sent there (judged again, that node
 alone), and it is at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as
 without it. Where a named node changed, the order of the nodes by room may have too: the
@@ -47,6 +47,7 @@ class Basis:
     waiting: dict[str, Any] | None  # the VM's migration target pod not scheduled yet
     vmi: dict[str, Any] | None
     source: str  # the node the VM is leaving
+    source_labels: Mapping[str, Any] | None  # its labels (what a migration target is rendered from)
     leaving: str  # why it is leaving (the node cannot take the share-manager, or the VM is migrating)
     position: int | None  # the view's position before the search (`View.nodes_changed`)
 
@@ -58,6 +59,7 @@ class Prepared:
     decision: Decision
     basis: Basis
     made: float  # the caller's monotonic clock
+    target: Any = None  # the VM's migration target pod it was judged with (`kubevirt.target.TargetPod`)
 
 
 def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
@@ -99,6 +101,8 @@ def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
         return Check("the pod asks the nodes otherwise than the one it was prepared from")
     if now_basis.vm != then.vm or now_basis.source != then.source:
         return Check("another VM uses its volume now")
+    if now_basis.source_labels != then.source_labels:
+        return Check(f"the labels of node {then.source} changed since")
     if now_basis.leaving != then.leaving:
         return Check(f"its VM leaves its node for another reason now ({now_basis.leaving})")
     for what, seen, was in (("VM's pod", now_basis.vm_pod, then.vm_pod), ("VMI", now_basis.vmi, then.vmi),
