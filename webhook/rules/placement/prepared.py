@@ -7,14 +7,15 @@ starts wait behind that work. The old pod, terminating meanwhile, already says w
 asks of a node: `serve` judges it in that window (`admission.prepare`) and keeps the answer here,
 for the pod created in its place.
 
-A prepared answer is what the rule answered then, and the new pod gets it only where it still
-holds (`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target
-waiting for it and its VMI are as the caches held them then, the VM leaves its node for the
-same reason and that node's labels are the same (the migration target is kept with the answer), each node the answer names that changed since (`View.nodes_changed`: a pod bound
-there, the node updated) still takes both pods beside the VMs sent there (judged again, that node
-alone), and it is at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as
-without it. Where a named node changed, the order of the nodes by room may have too: the
-preferred node is then still one that takes both, not always the one with most room.
+A prepared answer is what the rule answered then, and the new pod gets it only where it still holds
+(`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target waiting
+for it and its VMI are as the caches held them then, the VM leaves its node for the same reason and
+that node's labels are the same (the migration target is kept with the answer), each node the answer
+names that changed since (`View.nodes_changed`: a pod bound there, the node updated) still takes
+both pods beside the VMs sent there (judged again, that node alone), and it is at most
+PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as without it. Where a named node
+changed, the order of the nodes by room may have too: the preferred node is then still one that
+takes both, not always the one with most room.
 """
 from __future__ import annotations
 
