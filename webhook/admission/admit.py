@@ -247,10 +247,11 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
     source, uid = consumers.facts[0].node or "", str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
+    source_node = view.node(source)
     # What the answer rests on, before anything it reads: what changes after is seen as changed.
     basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
                            waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
-                           source_labels=kinds.labels(view.node(source)) if view.node(source) else None,
+                           source_labels=kinds.labels(source_node) if source_node is not None else None,
                            leaving=leaving, position=view.nodes_changed(None)[0])
     target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
     if target is None or isinstance(target, Decision):
@@ -284,9 +285,10 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
     """The answer prepared for the pod where it holds (each node it names that changed since judged
     again); else the VM's migration target pod to judge the nodes for, or why it cannot be told;
     None `at_once` (the pod is then judged in its turn)."""
-    held, checked = _prepared_for(namespace, pod, view, shared, basis)
+    key = (namespace, str(kinds.meta(pod).get("name") or ""))
+    held, checked = _prepared_for(key, view, shared, basis)
     if held is not None and not checked.again:
-        return _used(namespace, pod, held, shared)
+        return _used(key, held, shared)
     if held is None and shared.at_once:
         return None
     # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
@@ -298,45 +300,44 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
         pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "", basis.source, view, shared.promises,
         basis.vm).judge_again(checked.again)
     if why is None:
-        return _used(namespace, pod, held, shared)
+        return _used(key, held, shared)
     if shared.at_once:
         return None
-    _not_used(namespace, pod, held, why, shared)
+    _not_used(key, held, why, shared)
     return target
 
 
-def _prepared_for(namespace: str, pod: dict[str, Any], view: fit.View, shared: Shared,
+def _prepared_for(key: prepared.Key, view: fit.View, shared: Shared,
                   basis: prepared.Basis) -> tuple[prepared.Prepared | None, prepared.Check]:
-    """The answer prepared for this pod before it was created, and whether it holds
+    """The answer prepared for the pod `key` before it was created, and whether it holds
     (`prepared.check`); (None, ...) where there is none or it does not (let go, but `at_once`)."""
-    answers, name = shared.answers, kinds.meta(pod).get("name")
-    if answers is None or shared.preparing is not None or not isinstance(name, str) or not name:
+    answers = shared.answers
+    if answers is None or shared.preparing is not None or not key[1]:
         return None, prepared.Check()
-    held = answers.held((namespace, name))
+    held = answers.held(key)
     if held is None:
         return None, prepared.Check()
     checked = prepared.check(held, basis, view, time.monotonic())
     if checked.why is not None:
         if not shared.at_once:
-            _not_used(namespace, pod, held, checked.why, shared)
+            _not_used(key, held, checked.why, shared)
         return None, checked
     return held, checked
 
 
-def _used(namespace: str, pod: dict[str, Any], held: prepared.Prepared, shared: Shared) -> Decision:
+def _used(key: prepared.Key, held: prepared.Prepared, shared: Shared) -> Decision:
     """The prepared answer, used up (but by a dry run: its pod is never created)."""
     if shared.keep and shared.answers is not None:
-        shared.answers.take((namespace, str(kinds.meta(pod).get("name"))))
+        shared.answers.take(key)
     return prepared.as_answer(held, time.monotonic())
 
 
-def _not_used(namespace: str, pod: dict[str, Any], held: prepared.Prepared, why: str, shared: Shared) -> None:
+def _not_used(key: prepared.Key, held: prepared.Prepared, why: str, shared: Shared) -> None:
     """The pod is judged as it arrives: the answer let go, and its promise with it (the one this
     judging makes, if any, replaces it)."""
-    log.info("prepared answer not used", extra={"fields": {
-        "namespace": namespace, "pod": kinds.meta(pod).get("name"), "why": why}})
+    log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": why}})
     if shared.keep and shared.answers is not None:
-        shared.answers.take((namespace, str(kinds.meta(pod).get("name"))))
+        shared.answers.take(key)
         shared.promises.end(held.basis.vm, made=held.made)
 
 

@@ -17,6 +17,7 @@ from ..cluster.table import Shape
 from ..kinds import NODE, POD, PV, PVC, REQUIRED, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
 from ..rules.shared import declared
+from ..rules.shared.classify import is_share_manager_pod
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
 
@@ -129,9 +130,7 @@ def _pod_metadata(pod: dict[str, Any], launcher: bool, settings: Settings,
 def share_manager_leaving(pod: dict[str, Any], settings: Settings) -> bool:
     """A share-manager pod on its way out (a drain evicted it): longhorn-manager creates it again, and
     its answer is prepared from it meanwhile (`admission.prepare`)."""
-    key, value = kinds.SHARE_MANAGER_COMPONENT
-    return (kinds.terminating(pod) and kinds.meta(pod).get("namespace") == settings.longhorn_namespace
-            and kinds.labels(pod).get(key) == value)
+    return kinds.terminating(pod) and is_share_manager_pod(pod, kinds.meta(pod).get("namespace") or "", settings)
 
 
 def _pod_spec(spec: dict[str, Any], launcher: bool, *, leaving: bool = False) -> dict[str, Any]:
