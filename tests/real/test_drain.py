@@ -17,6 +17,9 @@ it:
   kube-scheduler, and the VMI moved once it is bound and the migration has run;
 - a kubelet marks each bound pod Running.
 
+Played too with the evicted pods terminating until longhorn-manager's delay is up (a kubelet's
+graceful end): `serve` prepares their answers meanwhile (webhook/admission/prepare.py).
+
 What a user of a drain notices is asserted: no share-manager create is refused, every NFS
 server serves again within 20 s, every VM is migrated once (none stranded by a target pod that
 cannot be placed, none on the older CPU's nodes); migration target pods are left untouched.
@@ -44,6 +47,7 @@ OTHERS = ("drain-b", "drain-c", "drain-d")
 OLDER = ("drain-old-1", "drain-old-2")
 VM_COUNT = 8
 SHARE_MANAGER_DELAY = (1.0, 3.0)  # seconds before longhorn-manager creates an evicted share-manager again
+TERMINATING = (2.5, 4.0)  # the same, for a share-manager pod left terminating meanwhile
 MIGRATION = 0.6  # seconds a migration runs once its target pod is bound
 PARALLEL = 5  # parallelMigrationsPerCluster
 RETRY = 1.0  # longhorn-manager's next try after a refused create
@@ -56,8 +60,11 @@ VMIM = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration
 class Drain:
     """The cluster, the drain, and the controllers that carry it out; what they saw."""
 
-    def __init__(self, api: Api, outbound: int, seed: int = 7) -> None:
+    def __init__(self, api: Api, outbound: int, seed: int = 7, *, terminating: bool = False) -> None:
         self.api, self.outbound, self.rng = api, outbound, random.Random(seed)
+        # Evicted as a kubelet takes them: terminating until their delay is up, then gone (else gone at once).
+        self.terminating = terminating
+        self.prepared: list[str] = []  # VMs whose share-manager was answered as prepared while it terminated
         self.made: list[dict[str, Any]] = []
         self.vm_node: dict[str, str] = {}  # VM -> the node it runs on
         self.server: dict[str, str | None] = {}  # VM -> the node its disk's NFS server runs on (None: none)
@@ -111,7 +118,14 @@ class Drain:
         assert code == 200, got
         evicted = time.monotonic()
         for vm in self.vmis:
-            await self.api.delete(share_manager_pod(f"pvc-disk{vm[2:]}", DRAINED))
+            evicted_pod = share_manager_pod(f"pvc-disk{vm[2:]}", DRAINED)
+            if self.terminating:  # bound, with no kubelet to confirm its end: it stays, terminating
+                code, got = await self.api.request(
+                    "DELETE", f"{self.api.path(evicted_pod)}/{evicted_pod['metadata']['name']}",
+                    {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 30})
+                assert code == 200, got
+            else:
+                await self.api.delete(evicted_pod)
             self.server[vm] = None
             await self._share_manager_state(vm, "error", None)
         players = [asyncio.create_task(self._longhorn(vm, evicted)) for vm in self.vmis]
@@ -165,10 +179,14 @@ class Drain:
 
     async def _longhorn(self, vm: str, evicted: float) -> None:
         """longhorn-manager: the evicted share-manager pod created again, until the apiserver takes it."""
-        await asyncio.sleep(self.rng.uniform(*SHARE_MANAGER_DELAY))
+        await asyncio.sleep(self.rng.uniform(*(TERMINATING if self.terminating else SHARE_MANAGER_DELAY)))
+        if self.terminating:  # the kubelet has confirmed its end: gone, and its name free again
+            await self.api.delete(share_manager_pod(f"pvc-disk{vm[2:]}", DRAINED))
         while True:
             try:
                 pod = await self.api.create(share_manager_pod(f"pvc-disk{vm[2:]}"))
+                if "(worked out " in annotations(pod).get("kubevirt-scheduler/reason", ""):
+                    self.prepared.append(vm)
                 break
             except Refused as refused:
                 self.refused.append(f"{vm}: {refused.message}")
@@ -266,31 +284,54 @@ async def api(scheduler):
         yield api
 
 
+async def drained(scheduler, api, tls_files, drain: Drain) -> float:
+    """`serve` registered as the install registers it, and the drain run through it."""
+    serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig),
+                                  "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
+    config = registration(serving, tls_files["ca"], CONFIGURATION)
+    try:
+        await api.create(config)
+        await eventually(lambda: answered(api), 20, 0.2)  # the apiserver calls the webhook
+        return await drain.run()
+    finally:
+        await api.delete(config)
+        await serving.stop()
+
+
+def assert_drained_well(drain: Drain) -> None:
+    assert not drain.stuck, drain.stuck
+    assert drain.refused == [], f"the apiserver refused {len(drain.refused)} share-manager creates: {drain.refused[:2]}"
+    assert max(drain.back_after.values()) <= SERVING_AGAIN, drain.back_after
+    assert {vm: len(names) for vm, names in drain.migrations.items()} == {vm: 1 for vm in drain.vmis}
+    assert not set(drain.landed.values()) & {DRAINED, *OLDER}, drain.landed
+    assert not set(drain.server.values()) & {DRAINED, *OLDER}, drain.server
+
+
 @pytest.mark.parametrize("outbound", [2, 1])
 async def test_a_drain_with_kubevirts_evacuation_brings_every_nfs_server_back_where_its_vm_goes(
         scheduler, api, tls_files, outbound):
     drain = Drain(api, outbound)
     try:
         await drain.build()
-        serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig),
-                                      "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
-        config = registration(serving, tls_files["ca"], CONFIGURATION)
-        try:
-            await api.create(config)
-            await eventually(lambda: answered(api), 20, 0.2)  # the apiserver calls the webhook
-            took = await drain.run()
-        finally:
-            await api.delete(config)
-            await serving.stop()
-        assert not drain.stuck, drain.stuck
-        assert drain.refused == [], f"the apiserver refused {len(drain.refused)} share-manager creates: {drain.refused[:2]}"
-        assert max(drain.back_after.values()) <= SERVING_AGAIN, drain.back_after
-        assert {vm: len(names) for vm, names in drain.migrations.items()} == {vm: 1 for vm in drain.vmis}
-        assert not set(drain.landed.values()) & {DRAINED, *OLDER}, drain.landed
-        assert not set(drain.server.values()) & {DRAINED, *OLDER}, drain.server
+        took = await drained(scheduler, api, tls_files, drain)
+        assert_drained_well(drain)
         print(f"\n{outbound} outbound: drained in {took:.1f} s; NFS servers back after "
               f"{min(drain.back_after.values()):.1f}–{max(drain.back_after.values()):.1f} s; seconds apart "
               f"{sorted(round(s, 1) for s in drain.apart.values())}")
+    finally:
+        await drain.clean()
+
+
+async def test_share_managers_answered_while_their_evicted_pods_terminate_are_created_and_serve_again(
+        scheduler, api, tls_files):
+    """Evicted pods terminating for a few seconds, as with a kubelet: `serve` prepares their answers
+    meanwhile, the apiserver takes the pods created again with them, and the drain ends as well."""
+    drain = Drain(api, 2, terminating=True)
+    try:
+        await drain.build()
+        await drained(scheduler, api, tls_files, drain)
+        assert_drained_well(drain)
+        assert len(drain.prepared) >= VM_COUNT // 2, drain.prepared
     finally:
         await drain.clean()
 
