@@ -81,11 +81,13 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
     burst = sum(float(line["burst_ms"]) for line in lines if "burst_ms" in line)
     # The sender's own CPU over that time: one Python process's TLS handshakes, a core of the machine.
     sender = sum(float(line["sender_cpu_ms"]) for line in lines if "sender_cpu_ms" in line)
+    apiserver_burst = sum(float(line["apiserver_burst_cpu_ms"]) for line in lines if "apiserver_burst_cpu_ms" in line)
     return {"cpu_ms": sum(cpu) if cpu else float("nan"),
             "burst_cpu_ms": burst_cpu if burst else float("nan"),
             "burst_core_share": burst_cpu / burst if burst else float("nan"),
             "sender_cpu_ms": sender if burst else float("nan"),
             "apiserver_cpu_ms": sum(apiserver) if apiserver else float("nan"),
+            "apiserver_burst_cpu_ms": apiserver_burst if apiserver else float("nan"),
             "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
             "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),
             "vm_latency_p99_ms": p99(latency(vm_lines)), "share_manager_latency_p99_ms": p99(latency(sm_lines)),

@@ -8,6 +8,7 @@ import time
 import pytest
 from tests.support.kube import (LONGHORN_NS, OLD_CPU, annotations, apply_valid, decode_patch, launcher_pod_of, node, review,
                                 rwx_disk, share_manager_pod, vmi, workload_pod)
+from tests.support.fitting import term, workload
 from tests.support.stores import listed_store
 
 from webhook.admission import server
@@ -108,6 +109,43 @@ async def test_a_node_the_answer_names_that_changed_since_is_judged_again():
     first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Pod", EventType.ADDED, workload_pod(7, first))
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
+
+
+async def test_share_managers_bound_since_to_a_node_the_answer_names_leave_it_as_judged_but_for_its_room(caplog):
+    """The drain's other share-managers bound where it prefers: the answer holds while the node has
+    room for the VM; filled to its last pod slot by them, the pod is judged as it arrives, away from it."""
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    apply(store, "Pod", EventType.ADDED, sm("pvc-z0", first))
+    assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
+    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d1")).decision.preferences[0][0]
+    for i in range(1, 110 - len(list((await store.fit_view("default", "")).pods_on(first)))):
+        apply(store, "Pod", EventType.ADDED, sm(f"pvc-z{i}", first))
+    with caplog.at_level("INFO", "webhook.mutate"):
+        pod = await admitted(admissions, "pvc-d1")
+    assert "worked out" not in annotations(pod)["kubevirt-scheduler/reason"]
+    assert first not in annotations(pod)["kubevirt-scheduler/node"]
+    (said,) = [r.fields for r in caplog.records if r.getMessage() == "prepared answer not used"]
+    assert f"node {first} has no room" in said["why"], said
+
+
+async def test_a_pod_turning_the_vm_away_bound_since_to_a_node_the_answer_names_voids_it(caplog):
+    """A pod whose anti-affinity keeps VMs off its node, bound where the answer prefers since: the
+    node is judged again in full, and the pod judged as it arrives, away from it."""
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    guard = workload("guard", first, anti=[term(matchLabels={"kubevirt.io": "virt-launcher"})])
+    apply(store, "Pod", EventType.ADDED, guard)
+    with caplog.at_level("INFO", "webhook.mutate"):
+        pod = await admitted(admissions, "pvc-d0")
+    assert "worked out" not in annotations(pod)["kubevirt-scheduler/reason"]
+    assert first not in annotations(pod)["kubevirt-scheduler/node"]
+    (said,) = [r.fields for r in caplog.records if r.getMessage() == "prepared answer not used"]
+    assert first in said["why"] and "anti-affinity" in said["why"], said
 
 
 async def test_an_answer_naming_a_node_that_no_longer_takes_both_is_not_used(caplog):

@@ -275,7 +275,11 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
         if shared.preparing is not None and basis.ask is not None:
-            shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now, target=target))
+            # Its requests kept, not what it read of the cluster then.
+            moved = dataclasses.replace(search.moved, gathered=None, mounts=None, filters=None) \
+                if search.rides and fit.judged_by_room(search.moved) else None
+            shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now, target=target,
+                                                      moved=moved))
     return decision
 
 
@@ -287,18 +291,22 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
     None `at_once` (the pod is then judged in its turn)."""
     key = (namespace, str(kinds.meta(pod).get("name") or ""))
     held, checked = _prepared_for(key, view, shared, basis)
-    if held is not None and not checked.again:
-        return _used(key, held, shared)
     if held is None and shared.at_once:
         return None
+    # Where only pods that take only room came or went: its room alone, beside the VMs sent there.
+    why = None if held is None or held.moved is None or not checked.room else \
+        together.room_again(held.moved, checked.room, view, shared.promises, basis.vm)
+    if held is not None and why is None and not checked.again:
+        return _used(key, held, shared)
     # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
     target = held.target if held is not None and held.target is not None else \
         await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
     if held is None:
         return target
-    why = target if isinstance(target, str) else together.DestinationSearch(
-        pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "", basis.source, view, shared.promises,
-        basis.vm).judge_again(checked.again)
+    if why is None:
+        why = target if isinstance(target, str) else together.DestinationSearch(
+            pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "", basis.source, view,
+            shared.promises, basis.vm).judge_again(checked.again)
     if why is None:
         return _used(key, held, shared)
     if shared.at_once:

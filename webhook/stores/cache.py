@@ -7,7 +7,7 @@ have synced and on misses that may be watch lag.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from .. import kinds
@@ -61,8 +61,15 @@ class ChangedNodes:
     def __init__(self) -> None:
         self.start = 0  # the position of names[0]
         self.names: list[str] = []
+        # By node, the position of its last change, and of its last but by a pod that takes only room.
+        self.last: dict[str, int] = {}
+        self.last_beyond_room: dict[str, int] = {}
 
-    def note(self, name: str) -> None:
+    def note(self, name: str, room_only: bool = False) -> None:
+        position = self.start + len(self.names)
+        self.last[name] = position
+        if not room_only:
+            self.last_beyond_room[name] = position
         self.names.append(name)
         if len(self.names) > self.LIMIT:
             half = len(self.names) // 2
@@ -75,6 +82,15 @@ class ChangedNodes:
         if position is None or position < self.start or position > now:
             return now, None
         return now, frozenset(self.names[position - self.start:])
+
+    def among(self, names: Iterable[str], position: int | None) -> tuple[frozenset[str], frozenset[str]] | None:
+        """Of `names`, those noted since `position`, and of those the ones noted for more than a pod
+        that takes only room there (`fit.takes_room_only`): the node itself updated, another pod
+        come or gone; None where since when is not known."""
+        if position is None or position < self.start or position > self.start + len(self.names):
+            return None
+        changed = frozenset(name for name in names if self.last.get(name, -1) >= position)
+        return changed, frozenset(name for name in changed if self.last_beyond_room.get(name, -1) >= position)
 
     def node_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         """A watcher of the nodes' table."""
@@ -97,14 +113,14 @@ class NodeUsage:
             return  # the same node, the same share: a status update, or a pod bound to none
         if before is not None:
             node, share = before
-            self.changed_nodes.note(node)
+            self.changed_nodes.note(node, fit.takes_room_only(old, share))
             usage = self.by_node[node]
             usage.remove(share)
             if usage.pods <= 0:
                 del self.by_node[node]
         if after is not None:
             node, share = after
-            self.changed_nodes.note(node)
+            self.changed_nodes.note(node, fit.takes_room_only(new, share))
             self.by_node[node].add(share)
 
     def of(self, node: str) -> fit.Usage:
@@ -312,6 +328,9 @@ class CachedView:
 
     def nodes_changed(self, since):
         return self._store.changed_nodes.since(since)
+
+    def changes_among(self, names, since):
+        return self._store.changed_nodes.among(names, since)
 
     def pods_on(self, node_name):
         table = self._store.pods.table

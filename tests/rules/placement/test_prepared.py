@@ -8,6 +8,7 @@ import pytest
 from tests.support.kube import LONGHORN_NS, share_manager_pod
 
 from webhook.config import Settings
+from webhook.rules.fit.demand import Demand
 from webhook.rules.placement.decide import AMONG, Decision
 from webhook.rules.placement.patch import as_created, patch_for
 from webhook.rules.placement.prepared import (PREPARED_SECONDS, Basis, Prepared, PreparedAnswers, as_answer,
@@ -21,11 +22,14 @@ DECISION = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 50)), among=
 class Changes:
     """A view's record of changed nodes: `changed` since position 7, nothing known before."""
 
-    def __init__(self, changed=(), known=True):
+    def __init__(self, changed=(), known=True, beyond_room=None):
         self.changed, self.known = frozenset(changed), known
+        self.beyond = self.changed if beyond_room is None else frozenset(beyond_room)
 
-    def nodes_changed(self, since):
-        return 8, (self.changed if self.known and since == 7 else None)
+    def changes_among(self, names, since):
+        if not self.known or since != 7:
+            return None
+        return self.changed.intersection(names), self.beyond.intersection(names)
 
 
 def basis(**changed):
@@ -102,3 +106,16 @@ def test_answers_are_used_once_bounded_and_let_go_when_old():
     assert answers.expire(150.0 + PREPARED_SECONDS) == [] and len(answers) == 1
     assert [(key, p.made) for key, p in answers.expire(151.0 + PREPARED_SECONDS)] == [((LONGHORN_NS, "a"), 150.0)]
     assert len(answers) == 0
+
+
+ROOM_ONLY = Changes({"node-c", "node-d", "node-x"}, beyond_room={"node-d"})
+
+
+@pytest.mark.parametrize("moved, again, room", [
+    (Demand.of(share_manager_pod("pvc-1"), LONGHORN_NS), {"node-d"}, {"node-c"}),
+    (None, {"node-c", "node-d"}, set()),
+], ids=["the VM judged by room alone there", "the VM's filters read more of the pods there"])
+def test_a_named_node_where_only_pods_that_take_room_came_is_checked_for_room_alone(moved, again, room):
+    """node-c saw only such pods come (a drain's other share-managers); node-d something more."""
+    found = check(dataclasses.replace(PREPARED, moved=moved), basis(), ROOM_ONLY, 101.0)
+    assert found.why is None and found.again == again and found.room == room

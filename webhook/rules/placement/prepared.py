@@ -11,9 +11,10 @@ A prepared answer is what the rule answered then, and the new pod gets it only w
 (`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target waiting
 for it and its VMI are as the caches held them then, the VM leaves its node for the same reason and
 that node's labels are the same (the migration target is kept with the answer), each node the answer
-names that changed since (`View.nodes_changed`: a pod bound there, the node updated) still takes
-both pods beside the VMs sent there (judged again, that node alone), and it is at most
-PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as without it. Where a named node
+names that changed since (`View.changes_among`: a pod bound there, the node updated) still takes
+both pods beside the VMs sent there (judged again, that node alone; for room alone where only pods
+that take only room came or went there, such as the drain's other share-managers, and the VM's
+filters read nothing else of them: `fit.judged_by_room`), and it is at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as without it. Where a named node
 changed, the order of the nodes by room may have too: the preferred node is then still one that
 takes both, not always the one with most room.
 """
@@ -61,6 +62,10 @@ class Prepared:
     basis: Basis
     made: float  # the caller's monotonic clock
     target: Any = None  # the VM's migration target pod it was judged with (`kubevirt.target.TargetPod`)
+    # Its demand, where only its room can change on a node as pods that take only room come and go
+    # (`fit.judged_by_room`, the share-manager judged by NodeResourcesFit alone): such a node is
+    # checked again for room only. None: each node that changed is judged again in full.
+    moved: Demand | None = None
 
 
 def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
@@ -85,10 +90,12 @@ def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable
 @dataclasses.dataclass(frozen=True, slots=True)
 class Check:
     """Whether a prepared answer holds for the pod arriving now: `why` not, or the nodes it names
-    that changed since (`again`), to be judged again before it does (a bound pod, a node updated)."""
+    that changed since, to be judged again before it does: in full (`again`: a node updated, a pod
+    bound there), or for room alone (`room`: only pods that take only room came or went there)."""
 
     why: str | None = None
     again: frozenset[str] = frozenset()
+    room: frozenset[str] = frozenset()
 
 
 def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
@@ -110,10 +117,13 @@ def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
                             ("migration target pod", now_basis.waiting, then.waiting)):
         if seen is not was and seen != was:  # the same version, or decoded again unchanged
             return Check(f"its {what} changed since")
-    _, changed = view.nodes_changed(then.position)
-    if changed is None:
+    changes = view.changes_among({*prepared.decision.required, *prepared.decision.nodes}, then.position)
+    if changes is None:
         return Check("the caches cannot say which nodes changed since")
-    return Check(again=frozenset({*prepared.decision.required, *prepared.decision.nodes}.intersection(changed)))
+    changed, beyond_room = changes
+    if prepared.moved is None:
+        return Check(again=frozenset(changed))
+    return Check(again=frozenset(beyond_room), room=frozenset(changed).difference(beyond_room))
 
 
 def as_answer(prepared: Prepared, now: float) -> Decision:

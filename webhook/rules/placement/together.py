@@ -229,6 +229,25 @@ class DestinationSearch:
                             self.beside_none and bool(self.taking))
 
 
+def room_again(moved: Demand, names: Iterable[str], view: fit.View, promises: Promises, vm: str) -> str | None:
+    """Why one of `names` has no room now for the VM (`moved`, its demand) beside the VMs sent there
+    but `vm`; None when each has. For nodes where only pods that take only room came or went since
+    the VM was judged there in full (`prepared.Check.room`)."""
+    for name in sorted(names):
+        node = view.node(name)
+        if node is None:
+            return f"node {name} is gone"
+        sent = promises.to(name, but=vm)
+        try:
+            why = node_resources_fit(moved, node, view, beside=sent.requests, beside_pods=sent.vms)
+        except CannotTell as error:
+            return f"cannot tell whether node {name} has room for the VM: {error}"
+        if why is not None:
+            return why if not sent.vms else (f"node {name} has no room for the VM beside the {sent.vms} VM(s) "
+                                             f"already sent to follow their share-managers there")
+    return None
+
+
 def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
     """Whether the share-manager fits wherever the VM's target pod does: NodeResourcesFit is the only
     filter with anything to look at for it, and it asks for nothing the VM does not ask as much of
