@@ -275,11 +275,8 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
         if shared.preparing is not None and basis.ask is not None:
-            # Its requests kept, not what it read of the cluster then.
-            moved = dataclasses.replace(search.moved, gathered=None, mounts=None, filters=None) \
-                if search.rides and fit.judged_by_room(search.moved) else None
             shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now, target=target,
-                                                      moved=moved))
+                                                      moved=search.judged_by_room()))
     return decision
 
 

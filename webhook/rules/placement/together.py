@@ -154,6 +154,14 @@ class DestinationSearch:
                 return self.refused[name]
         return None
 
+    def judged_by_room(self) -> Demand | None:
+        """The VM's demand, its requests alone (not what it read of the cluster), where a node judged
+        here stays so but for its room while pods that take only room come and go there: the
+        share-manager judged by NodeResourcesFit alone, the VM `fit.judged_by_room`; else None."""
+        if self.rooms is None or not self.rides or not fit.judged_by_room(self.moved):
+            return None
+        return dataclasses.replace(self.moved, gathered=None, mounts=None, filters=None)
+
     def _judge(self, name: str, node: Mapping[str, Any], room: float | None, sent: Taken) -> None:
         """Whether both land on the node beside what the VMs counted as sent there take (`sent`):
         into `taking` with the room the VM has there, `crowded`, or `refused`."""
