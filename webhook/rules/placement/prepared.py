@@ -14,9 +14,10 @@ that node's labels are the same (the migration target is kept with the answer), 
 names that changed since (`View.changes_among`: a pod bound there, the node updated) still takes
 both pods beside the VMs sent there (judged again, that node alone; for room alone where only pods
 that take only room came or went there, such as the drain's other share-managers, and the VM's
-filters read nothing else of them: `fit.judged_by_room`), and it is at most PREPARED_SECONDS old. Otherwise the pod is judged as it arrives, as without it. Where a named node
-changed, the order of the nodes by room may have too: the preferred node is then still one that
-takes both, not always the one with most room.
+filters read nothing else of them: `fit.judged_by_room`), and it is at most PREPARED_SECONDS old.
+Otherwise the pod is judged as it arrives, as without it. Where a named node changed, the order of
+the nodes by room may have too: the preferred node is then still one that takes both, not always
+the one with most room.
 """
 from __future__ import annotations
 
