@@ -276,7 +276,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
                            PodUsage.of(target.pod), now)
         if shared.preparing is not None and basis.ask is not None:
             shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now, target=target,
-                                                      moved=search.judged_by_room()))
+                                                      moved=search.demand_for_room()))
     return decision
 
 

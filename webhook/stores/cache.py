@@ -75,6 +75,9 @@ class ChangedNodes:
             half = len(self.names) // 2
             del self.names[:half]
             self.start += half
+            # A change before the record's start is never asked about: a node long gone is not kept.
+            self.last = {node: at for node, at in self.last.items() if at >= self.start}
+            self.last_beyond_room = {node: at for node, at in self.last_beyond_room.items() if at >= self.start}
 
     def since(self, position: int | None) -> tuple[int, frozenset[str] | None]:
         """The position now, and the nodes noted since `position` (None: since when is not known)."""

@@ -154,7 +154,7 @@ class DestinationSearch:
                 return self.refused[name]
         return None
 
-    def judged_by_room(self) -> Demand | None:
+    def demand_for_room(self) -> Demand | None:
         """The VM's demand, its requests alone (not what it read of the cluster), where a node judged
         here stays so but for its room while pods that take only room come and go there: the
         share-manager judged by NodeResourcesFit alone, the VM `fit.judged_by_room`; else None."""
