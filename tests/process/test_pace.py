@@ -2,7 +2,7 @@
 import asyncio
 import time
 
-from webhook.process.pace import Pacer
+from webhook.process.pace import AfterReviews, Pacer
 
 
 async def busy_steps(pacer: Pacer, seconds: float) -> None:
@@ -37,3 +37,34 @@ async def test_long_work_gives_the_loop_back_every_slice():
 
 async def test_work_within_its_slice_keeps_the_loop():
     assert await turns_beside(Pacer(10.0), 0.02) == 0
+
+
+
+async def test_work_after_reviews_waits_until_they_are_answered():
+    after, in_flight = AfterReviews(hold=5.0, look_again=0.005), [1]
+    after.yield_to(lambda: bool(in_flight))
+    waiting = asyncio.create_task(after.wait())
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    in_flight.clear()
+    await asyncio.wait_for(waiting, 0.05)  # answered: at once
+    began = time.monotonic()
+    await after.wait()
+    assert time.monotonic() - began < 0.01  # nothing in flight: no wait
+
+
+async def test_work_after_reviews_waits_no_longer_than_the_hold_under_a_sustained_load():
+    """Held for the hold, then free for as long again before a new hold: the load delays the work,
+    it never stops it."""
+    after = AfterReviews(hold=0.2, look_again=0.005)
+    after.yield_to(lambda: True)
+    began = time.monotonic()
+    await after.wait()
+    assert 0.2 <= time.monotonic() - began < 0.3  # the whole hold
+    began = time.monotonic()
+    await after.wait()
+    assert time.monotonic() - began < 0.01  # then free
+    await asyncio.sleep(0.25)
+    began = time.monotonic()
+    await after.wait()
+    assert 0.2 <= time.monotonic() - began < 0.3  # a new hold

@@ -6,7 +6,8 @@ in flight: each POST is about a millisecond of the one core that answers reviews
 storm of share-managers, each with its Event, would answer its last ones a hundred milliseconds
 later. The Events wait until the reviews in flight are answered and no more have come for QUIET
 seconds (a burst's reviews arrive over tens of milliseconds as its sender opens their connections,
-and a POST in a gap between them would hold the ones behind it), at most HOLD seconds a burst.
+and a POST in a gap between them would hold the ones behind it), at most HOLD seconds; then they go
+as they come for as long again before they wait once more (`AfterReviews`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import contextlib
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from .. import kinds, metrics
 from ..background import Background
+from ..process.pace import AfterReviews
 from ..kinds import EVENT
 from . import client
 
@@ -89,7 +90,7 @@ class Events(Protocol):
         """Send what is queued (for at most `grace` seconds), then stop; later Events are dropped."""
 
     def yield_to(self, busy: Callable[[], bool]) -> None:
-        """Hold the Events while `busy()` (reviews in flight), at most HOLD seconds at a time."""
+        """Hold the Events while `busy()` (reviews in flight), at most HOLD seconds at a time (`AfterReviews`)."""
 
 
 class NoEvents(Events):
@@ -112,9 +113,7 @@ class EventSink:
         self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
-        self.hold = hold
-        self._busy: Callable[[], bool] = lambda: False  # serve's reviews in flight (`yield_to`)
-        self._held_since: float | None = None  # when the Events began to wait for the reviews in flight
+        self.after_reviews = AfterReviews(hold, LOOK_AGAIN)  # serve's reviews in flight (`yield_to`)
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
@@ -125,12 +124,12 @@ class EventSink:
         self._worker.start()
 
     def yield_to(self, busy: Callable[[], bool]) -> None:
-        self._busy = busy
+        self.after_reviews.yield_to(busy)
 
     async def _send_next(self) -> None:
         event = await self._queue.get()
         try:
-            await self._after_reviews()
+            await self.after_reviews.wait()
             status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
                                              timeout=self._timeout)
             if status != 409 and not 200 <= status < 300:  # 409: a fixed name another replica has recorded
@@ -141,18 +140,6 @@ class EventSink:
             log.warning("event not sent", extra={"fields": {"error": f"{type(exc).__name__}: {exc}"}})
         finally:
             self._queue.task_done()
-
-    async def _after_reviews(self) -> None:
-        """Until no review is in flight; past HOLD seconds of one wait, at once (until the next quiet
-        moment): a sustained load, or a client holding a connection open, delays Events, never stops them."""
-        while self._busy():
-            now = time.monotonic()
-            if self._held_since is None:
-                self._held_since = now
-            elif now - self._held_since >= self.hold:
-                return
-            await asyncio.sleep(LOOK_AGAIN)
-        self._held_since = None
 
     async def sent(self) -> None:
         """Until every Event queued so far has been sent (or failed to be)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..deadline import Deadline
@@ -46,3 +46,28 @@ async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: flo
                 return False
             await pacer.give_back()
     return True
+
+
+class AfterReviews:
+    """Background work that gives way to the reviews in flight: `wait` returns once `busy()` says
+    none is (`yield_to`), or once the waits since the last quiet moment have lasted `hold` seconds;
+    then at once for as long again, after which a new hold may begin. A sustained load delays the
+    work by `hold` at most, and leaves it half the time at least: it never stops it."""
+
+    def __init__(self, hold: float, look_again: float = 0.01) -> None:
+        self.hold, self.look_again = hold, look_again
+        self.busy: Callable[[], bool] = lambda: False
+        self._held_since: float | None = None  # when the work began to wait for the reviews in flight
+
+    def yield_to(self, busy: Callable[[], bool]) -> None:
+        self.busy = busy
+
+    async def wait(self) -> None:
+        while self.busy():
+            now = time.monotonic()
+            if self._held_since is None or now - self._held_since >= 2 * self.hold:
+                self._held_since = now  # a new hold (none yet, or the last one is over)
+            elif now - self._held_since >= self.hold:
+                return  # held for the whole hold: at once, until as long again has passed
+            await asyncio.sleep(self.look_again)
+        self._held_since = None
