@@ -1,5 +1,4 @@
 """The caches applying reflector events, without an API: what a watch event does to an admission."""
-import asyncio
 import copy
 import logging
 
@@ -94,27 +93,6 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
     assert pvcs.get("default", "a")["spec"]["accessModes"] == ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.DELETED, changed))
     assert pvcs.get("default", "a") is None and pvcs.events == 3
-
-
-async def test_a_long_list_gives_the_event_loop_back_while_it_is_applied():
-    """A relist's pages come at once (hundreds of objects each, tens of milliseconds to keep): a
-    review arriving meanwhile is answered between slices, not after the whole list."""
-    pvcs = informer_for(PVC)
-    claims = [rwx_disk(f"disk-{i}", "node-a")[0] for i in range(5000)]
-    turns = []
-
-    async def loop_turns():
-        while not pvcs.synced:
-            turns.append(len(pvcs.table.objects))
-            await asyncio.sleep(0)
-
-    async def page():
-        for event in listed(*claims):
-            yield event
-
-    await asyncio.gather(pvcs.run(page()), loop_turns())
-    assert len(pvcs.table.objects) == 5000
-    assert any(0 < held < 5000 for held in turns)  # the loop turned while the list was being kept
 
 
 def test_objects_outside_the_scope_are_not_kept_even_if_the_api_sends_them():

@@ -1,6 +1,7 @@
 """The reflector against recorded API answers: lists, watches, relists and backoff, no emulator."""
 import asyncio
 import contextlib
+import time
 
 import orjson
 import pytest
@@ -205,6 +206,45 @@ async def test_a_list_that_fails_is_retried_after_a_backoff():
     events = await take(Reflector(transport, "pvcs", timing=FAST), 3)
     assert kinds_of(events) == ["FAILED", "LISTED", "SYNCED"]
     assert "403" in events[0].error
+
+
+async def kept_while_the_loop_turns(events, count):
+    """Each event kept as a consumer keeps it (20 µs of work), and the loop's turns counted meanwhile:
+    (events kept at each turn)."""
+    kept, turns = [0], []
+
+    async def loop_turns():
+        while kept[0] < count:
+            turns.append(kept[0])
+            await asyncio.sleep(0)
+
+    async def keep():
+        async for _ in events:
+            until = time.perf_counter() + 0.00002
+            while time.perf_counter() < until:
+                pass
+            kept[0] += 1
+            if kept[0] == count:
+                return
+
+    await asyncio.gather(keep(), loop_turns())
+    return turns
+
+
+async def test_a_long_page_gives_the_event_loop_back_while_it_is_kept():
+    """A relist's page (hundreds of objects, tens of milliseconds to keep) is kept in slices: a review
+    arriving meanwhile is answered between them, not after the whole page."""
+    items = [pvc(f"c{i}", i) for i in range(5000)]
+    reflector = Reflector(Recorded(lists=[page(items, 5000)]), "pvcs", timing=Timing(page_size=5000))
+    turns = await kept_while_the_loop_turns(reflector.list(), 5000)
+    assert sum(0 < kept < 5000 for kept in turns) >= 10  # 100 ms of keeping, the loop given back every 2 ms
+
+
+async def test_a_backlog_of_watch_events_gives_the_event_loop_back_while_it_is_kept():
+    events = [{"type": "ADDED", "object": pvc(f"c{i}", i)} for i in range(5000)]
+    reflector = Reflector(Recorded(watches=[(200, [watch_lines(*events)])]), "pvcs", timing=FAST)
+    turns = await kept_while_the_loop_turns(reflector.watch([0]), 5000)
+    assert sum(0 < kept < 5000 for kept in turns) >= 10
 
 
 def test_events_are_plain_values():

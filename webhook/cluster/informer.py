@@ -11,7 +11,6 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background
 from ..kinds import Resource
-from ..process.pace import Pacer
 from .reflector import ApiTransport, Event, EventType, Reflector, Timing
 from .table import Indexer, Shape, Table, Watcher, object_key
 
@@ -53,10 +52,8 @@ class Informer:
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
         self._listed = set()  # from a list cut short before
-        pacer = Pacer()  # a list's page, or events come at once, applied in slices: the loop is given back
         async for event in events:
             self.apply(event)
-            await pacer()
 
     def apply(self, event: Event) -> None:
         """One event from the reflector into the table, the health figures and the logs."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from .. import kinds
+from ..process.pace import Pacer
 from . import client
 
 
@@ -154,8 +155,10 @@ class Reflector:
                 answered(status, f"list of {self.name}", "the continue token expired")
                 page = orjson.loads(body)
                 del body
+                pacer = Pacer()  # the page kept in slices (the consumer's work counts): the loop given back
                 for item in page.get("items") or ():
                     yield Event(EventType.LISTED, item)
+                    await pacer()
                 metadata = page.get("metadata") or {}
                 resource_version = metadata.get("resourceVersion") or None
                 token = metadata.get("continue") or None
@@ -191,10 +194,12 @@ class Reflector:
                         chunk = await anext(chunks)
                 except (StopAsyncIteration, TimeoutError):
                     return
+                pacer = Pacer()  # what came at once (a backlog), in slices as a list's page
                 for line in split_lines((chunk,), pending):
                     event = self.event(orjson.loads(line))
                     counter[0] += 1
                     yield event
+                    await pacer()
         finally:
             await opened.__aexit__(None, None, None)
 
