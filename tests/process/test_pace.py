@@ -39,7 +39,6 @@ async def test_work_within_its_slice_keeps_the_loop():
     assert await turns_beside(Pacer(10.0), 0.02) == 0
 
 
-
 async def test_work_after_reviews_waits_until_they_are_answered():
     after, in_flight = AfterReviews(hold=5.0, look_again=0.005), [1]
     after.yield_to(lambda: bool(in_flight))
