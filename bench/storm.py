@@ -21,7 +21,8 @@ kube-apiserver holds them (bench/sender.py): each review in flight on a connecti
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
 and timed by the sender: the handshake and queueing in the server included (a connection closed
-or an answer other than 200 ends the run). Before each storm, the same VM starts alone (a quiet
+or an answer other than 200 ends the run; the sender on uvloop, as `serve`, and each answer's
+decision read once the burst is answered, as the apiserver reads none). Before each storm, the same VM starts alone (a quiet
 cluster), and the control: the same starts beside as many share-managers of volumes no VM uses,
 which the rule answers at once (what the storm's reviews or creates cost without the rule's
 work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
@@ -48,6 +49,7 @@ from typing import Any
 
 from kubefake import objects
 from webhook.tools import certs
+from webhook.process.loop import new_event_loop
 
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from . import bodies
@@ -146,18 +148,20 @@ async def send_all(connections: Connections, batch: list[tuple[str, bytes]], sto
     stores it (`apiserver_load`). `answered_all` is called once the last answer is in."""
     called = calls()
 
-    async def one(kind: str, body: bytes) -> tuple[str, float, bool]:
+    async def one(kind: str, body: bytes) -> tuple[str, float, bytes]:
         seconds, answer = await timed(connections, called[kind], body)
         if stored is not None:
             stored.create(body, answer)
-        return kind, seconds, decision(json.loads(answer)) == WANTED[kind]
+        return kind, seconds, answer
 
     answered = await asyncio.gather(*(one(kind, body) for kind, body in batch))
     if answered_all is not None:
         answered_all()
     if stored is not None:
         await stored.created()
-    return answered
+    # Judged once all are in: the apiserver reads no decision (the storing process applies the patch, as it
+    # does), and reading a pinned answer's patch here took the burst's CPU from the storm's reviews alone.
+    return [(kind, seconds, decision(json.loads(answer)) == WANTED[kind]) for kind, seconds, answer in answered]
 
 
 async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
@@ -258,9 +262,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if other_cpu is not None and not loaded:  # the sender, as the apiserver, on a core of its own: not serve's
             os.sched_setaffinity(0, {other_cpu})
         try:
-            rounds, served, opened, pods_stored = asyncio.run(
-                storm_rounds(url, work, batch, args, log, serve.pid, (api, api_pid), busy,
-                             Eviction(api, evicted, DRAINED, args.evicted_seconds) if args.evicted_seconds > 0 else None))
+            # On uvloop, as `serve`: the apiserver's webhook client is Go's, and asyncio's own TLS in Python
+            # cost the sender a fifth more CPU a burst, on the cores `serve` shares (docs/performance.md).
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                rounds, served, opened, pods_stored = runner.run(storm_rounds(
+                    url, work, batch, args, log, serve.pid, (api, api_pid), busy,
+                    Eviction(api, evicted, DRAINED, args.evicted_seconds) if args.evicted_seconds > 0 else None))
         finally:
             if busy is not None:
                 busy.close()
