@@ -22,10 +22,10 @@ of its own over HTTP/1.1, a new TLS connection for each review beyond those kept
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
 and timed by the sender: the handshake and queueing in the server included (a connection closed
 or an answer other than 200 ends the run; the sender on uvloop, as `serve`, and each answer's
-decision read once the burst is answered, as the apiserver reads none). Before each storm, the same VM starts alone (a quiet
-cluster), and the control: the same starts beside as many share-managers of volumes no VM uses,
-which the rule answers at once (what the storm's reviews or creates cost without the rule's
-work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
+decision read once the burst is answered, as the apiserver reads none). Before each storm, the
+same VM starts alone (a quiet cluster), and the control: the same starts beside as many
+share-managers of volumes no VM uses, which the rule answers at once (what the storm's reviews
+or creates cost without the rule's work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
 median over the rounds) and how many were not answered as meant in all ("undecided": a VM or a
 drain's share-manager without its decision, a control's share-manager with one; `--json` for
 tools, each round too), and `serve`'s own view from its log: each review's `latency_ms` from its
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from kubefake import objects
-from webhook.tools import certs
 from webhook.process.loop import new_event_loop
+from webhook.tools import certs
 
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from . import bodies
