@@ -25,11 +25,12 @@ or an answer other than 200 ends the run; the sender on uvloop, as `serve`, and 
 decision read once the burst is answered, as the apiserver reads none). Before each storm, the
 same VM starts alone (a quiet cluster), and the control: the same starts beside as many
 share-managers of volumes no VM uses, which the rule answers at once (what the storm's reviews
-or creates cost without the rule's work); `--rounds` of the three, alternating. Printed: each kind's latency (p50, p99, max; the
-median over the rounds) and how many were not answered as meant in all ("undecided": a VM or a
-drain's share-manager without its decision, a control's share-manager with one; `--json` for
-tools, each round too), and `serve`'s own view from its log: each review's `latency_ms` from its
-connection's accept to its answer, beside the sender's time for it, and its CPU per batch.
+or creates cost without the rule's work); `--rounds` of the three, alternating. Printed: each
+kind's latency (p50, p99, max; the median over the rounds) and how many were not answered as
+meant in all ("undecided": a VM or a drain's share-manager without its decision, a control's
+share-manager with one; `--json` for tools, each round too), and `serve`'s own view from its
+log: each review's `latency_ms` from its connection's accept to its answer, beside the sender's
+time for it, and its CPU per batch.
 """
 from __future__ import annotations
 
