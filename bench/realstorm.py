@@ -34,7 +34,7 @@ import aiohttp
 from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
-from .__main__ import cores, wait_for, webhook_server
+from .__main__ import cores, free_port, wait_for, webhook_server
 from .rounds import HOOKS, WANTED, batches, calls, round_figures, unused
 from .served import admissions_logged, caches_synced, server_figures, settled
 
@@ -54,12 +54,14 @@ class Controller(Api):
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=0))
 
 
-def registration(url: str, ca: Path) -> dict[str, Any]:
-    """The install's MutatingWebhookConfiguration, each webhook calling serve at its own path."""
-    config = webhook_registration(f"{url}/mutate", ca, CONFIGURATION)
-    paths = {HOOKS[kind]: called.partition("?")[0] for kind, called in calls().items()}
+def registration(urls: dict[str, str], ca: Path) -> dict[str, Any]:
+    """The install's MutatingWebhookConfiguration, each webhook calling serve at its own port and path
+    (`urls`: serve's, by the Service's target port each webhook leads to: `rounds.calls`)."""
+    config = webhook_registration(f"{urls['webhook']}/mutate", ca, CONFIGURATION)
+    where = {HOOKS[kind]: (target, called.partition("?")[0]) for kind, (target, called) in calls().items()}
     for hook in config["webhooks"]:
-        hook["clientConfig"]["url"] = f"{url}{paths[hook['name']]}"
+        target, path = where[hook["name"]]
+        hook["clientConfig"]["url"] = f"{urls[target]}{path}"
     return config
 
 
@@ -114,12 +116,12 @@ async def create_all(clients: dict[str, Api], batch: list[tuple[str, dict[str, A
     return [r for r in results if r is not None], refused
 
 
-async def rounds_through(plane: ControlPlane, url: str, ca: Path, evicted: list[str], starts: list[str],
+async def rounds_through(plane: ControlPlane, urls: dict[str, str], ca: Path, evicted: list[str], starts: list[str],
                          rounds: int, log: Path, serve_pid: int) -> list[dict[str, Any]]:
     """`rounds` of the three batches; each round's figures, serve's own (its log's) among them."""
     async with Controller(plane) as api, Controller(plane) as longhorn:
         clients = {"vm": api, "share-manager": longhorn}
-        await api.create(registration(url, ca))
+        await api.create(registration(urls, ca))
         batch = pods(evicted, starts)
         vms = [(kind, pod) for kind, pod in batch if kind == "vm"]
         deadline = time.monotonic() + 60
@@ -163,11 +165,13 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
         started = time.monotonic()
         asyncio.run(_loaded(plane, cluster))
         print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        share_manager_port = free_port()
         with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
-                            ("--webhook-configuration", CONFIGURATION,
+                            ("--webhook-configuration", CONFIGURATION, "--share-manager-port", str(share_manager_port),
                              "--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
             wait_for(f"{ops}/readyz", work)
             caches_synced(log)  # a drain comes to a replica whose caches have long been listed
-            return asyncio.run(rounds_through(plane, url, work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
+            urls = {"webhook": url, "share-managers": f"https://127.0.0.1:{share_manager_port}"}
+            return asyncio.run(rounds_through(plane, urls, work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
     finally:
         plane.stop()

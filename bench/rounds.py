@@ -10,20 +10,24 @@ from typing import Any
 import yaml
 
 CONFIGURATION = Path(__file__).resolve().parent.parent / "manifests" / "base" / "mutatingwebhookconfiguration.yaml"
+SERVICE = CONFIGURATION.parent / "service.yaml"
 # The install's webhooks, by the kind of review each sends (the control's share-managers go where a drain's do).
 HOOKS = {"vm": "vm.colocate.kubevirt-scheduler.io", "share-manager": "share-manager.colocate.kubevirt-scheduler.io",
          "control": "share-manager.colocate.kubevirt-scheduler.io"}
 
 
-def calls(configuration: Path = CONFIGURATION) -> dict[str, str]:
-    """The path and query the apiserver calls for each kind of review with the install's
-    MutatingWebhookConfiguration: its webhook's `clientConfig.service.path` and `?timeout=` its
-    `timeoutSeconds` (10 s, the apiserver's default, without one)."""
+def calls(configuration: Path = CONFIGURATION, service: Path = SERVICE) -> dict[str, tuple[str, str]]:
+    """Where the apiserver calls for each kind of review with the install's MutatingWebhookConfiguration:
+    the port of serve its webhook's Service port leads to (the Service's `targetPort`: "webhook",
+    serve's --port, or "share-managers", its --share-manager-port), and its `clientConfig.service.path`
+    with `?timeout=` its `timeoutSeconds` (10 s, the apiserver's default, without one)."""
     hooks = {hook["name"]: hook for hook in yaml.safe_load(configuration.read_text())["webhooks"]}
+    targets = {port["port"]: port["targetPort"] for port in yaml.safe_load(service.read_text())["spec"]["ports"]}
     found = {}
     for kind, name in HOOKS.items():
-        hook = hooks[name]
-        found[kind] = f"{hook['clientConfig']['service'].get('path') or '/'}?timeout={hook.get('timeoutSeconds', 10)}s"
+        hook, called = hooks[name], hooks[name]["clientConfig"]["service"]
+        found[kind] = (targets[called.get("port", 443)],
+                       f"{called.get('path') or '/'}?timeout={hook.get('timeoutSeconds', 10)}s")
     return found
 
 

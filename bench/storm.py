@@ -16,7 +16,8 @@ serve` (the production command) watches it.
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
 (bench/bodies.py: defaulted, `managedFields`, the creating ServiceAccount), to the path and with
-the `?timeout=` of its webhook in the install's configuration (`rounds.calls`), on connections as
+the `?timeout=` of its webhook in the install's configuration (`rounds.calls`; the share-managers on
+serve's `--share-manager-port`, as the install's Service leads their webhook), on connections as
 kube-apiserver holds them (bench/sender.py): each review in flight on a connection
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
@@ -39,6 +40,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import statistics
 import subprocess
 import sys
@@ -52,7 +54,7 @@ from kubefake import objects
 from webhook.process.loop import new_event_loop
 from webhook.tools import certs
 
-from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
+from .__main__ import cores, free_port, https, process, process_kib, wait_for, webhook_server
 from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
@@ -141,16 +143,25 @@ def decision(answer: dict[str, Any]) -> str | None:
     return None
 
 
-async def send_all(connections: Connections, batch: list[tuple[str, bytes]], stored: Stored | None = None,
+Ports = dict[str, Connections]  # by serve's port each webhook's Service port leads to (`rounds.calls`)
+
+
+def ports(urls: dict[str, str], context: ssl.SSLContext, idle: int = 0, in_flight: int = 0) -> Ports:
+    """Connections to each of serve's ports (`urls`: "webhook", "share-managers")."""
+    return {target: Connections(url, context, idle=idle, in_flight=in_flight) for target, url in urls.items()}
+
+
+async def send_all(connections: Ports, batch: list[tuple[str, bytes]], stored: Stored | None = None,
                    answered_all: Callable[[], None] | None = None) -> list[tuple[str, float, bool]]:
-    """Every review at once, each on a connection of its own (`sender`), to the path and with the
-    timeout of its webhook in the install's configuration; (kind, seconds, decided) of each answer.
+    """Every review at once, each on a connection of its own (`sender`), to the port, path and with
+    the timeout of its webhook in the install's configuration; (kind, seconds, decided) of each answer.
     With `stored`, each answered review's pod is created in the emulator meanwhile, as the apiserver
     stores it (`apiserver_load`). `answered_all` is called once the last answer is in."""
     called = calls()
 
     async def one(kind: str, body: bytes) -> tuple[str, float, bytes]:
-        seconds, answer = await timed(connections, called[kind], body)
+        target, path = called[kind]
+        seconds, answer = await timed(connections[target], path, body)
         if stored is not None:
             stored.create(body, answer)
         return kind, seconds, answer
@@ -165,16 +176,25 @@ async def send_all(connections: Connections, batch: list[tuple[str, bytes]], sto
     return [(kind, seconds, decision(json.loads(answer)) == WANTED[kind]) for kind, seconds, answer in answered]
 
 
-async def send_once(url: str, work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
+async def send_once(urls: dict[str, str], work: Path, batch: list[tuple[str, bytes]]) -> list[tuple[str, float, bool]]:
     """`send_all` on connections of its own, closed after."""
-    connections = Connections(url, https(work), idle=0)
+    connections = ports(urls, https(work))
     try:
         return await send_all(connections, batch)
     finally:
-        await connections.close()
+        await close(connections)
 
 
-async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
+async def close(connections: Ports) -> None:
+    for each in connections.values():
+        await each.close()
+
+
+def opened(connections: Ports) -> int:
+    return sum(each.opened for each in connections.values())
+
+
+async def storm_rounds(urls: dict[str, str], work: Path, batch: list[tuple[str, bytes]], args: argparse.Namespace,
                        log: Path, serve_pid: int, api: tuple[str, int] = ("", 0), busy: Busy | None = None,
                        eviction: Eviction | None = None,
                        ) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[int], int]:
@@ -184,10 +204,10 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
     its pods stored in the emulator at `api` (its URL and process), whose CPU and the storing
     process's for each batch are the apiserver's share (`apiserver_load`). With `eviction`, the
     drained node's share-managers evicted before each storm (`evicted`)."""
-    connections = Connections(url, https(work), idle=args.idle_connections, in_flight=args.in_flight)
+    connections = ports(urls, https(work), idle=args.idle_connections, in_flight=args.in_flight)
     nodes = [node_name(i) for i in range(1, args.nodes)]
     stored = await Stored.start(api[0], nodes) if args.apiserver_load is not None else None
-    rounds, served, opened = [], [], []
+    rounds, served, new = [], [], []
     try:
         await send_all(connections, [r for r in batch if r[0] == "vm"][:2])  # warm up
         for _ in range(args.rounds):  # alternating, so that a slow moment of the machine hits each alike
@@ -195,7 +215,7 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
             for sent in batches(batch):
                 if eviction is not None and any(kind == "share-manager" for kind, _ in sent):
                     await eviction(serve_pid)  # the storm is their re-creation
-                start, before, cpu = log.stat().st_size, connections.opened, cpu_seconds(serve_pid)
+                start, before, cpu = log.stat().st_size, opened(connections), cpu_seconds(serve_pid)
                 apiserver, sending = apiserver_cpu(api[1], stored), time.process_time()
                 at_answers: list[tuple[float, float, float]] = []  # serve's, the sender's, the apiserver's CPU at the last answer
                 if busy is not None:
@@ -216,16 +236,16 @@ async def storm_rounds(url: str, work: Path, batch: list[tuple[str, bytes]], arg
                 served.append(admissions_logged(log, start) + [{"cpu_ms": (cpu_seconds(serve_pid) - cpu) * 1000}, burst]
                               + ([{"apiserver_cpu_ms": (apiserver_cpu(api[1], stored) - apiserver) * 1000}]
                                  if stored is not None else []))
-                opened.append(connections.opened - before)
+                new.append(opened(connections) - before)
                 if stored is not None:  # the next batch meets the cluster as this one did
                     await stored.delete_all()
                     await settled(serve_pid)
             rounds.append(round_figures(*answered))
     finally:
-        await connections.close()
+        await close(connections)
         if stored is not None:
             await stored.close()
-    return rounds, served, opened, 0 if stored is None else stored.count
+    return rounds, served, new, 0 if stored is None else stored.count
 
 
 def apiserver_cpu(emulator_pid: int, stored: Stored | None) -> float:
@@ -251,13 +271,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    for name, each in served.items()}}
     batch = reviews(evicted, starts, args.share_manager_kib)
     server_cpu, other_cpu = cores()
+    share_manager_port = free_port()
     loaded = args.apiserver_load is not None  # the apiserver's work on any core, serve's too
     with emulator(objects_file, None if loaded else other_cpu) as (api, api_pid), \
             webhook_server(api, work, server_cpu, "storm",
-                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
+                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events,
+                            "--share-manager-port", str(share_manager_port))) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
+        urls = {"webhook": url, "share-managers": f"https://127.0.0.1:{share_manager_port}"}
         if args.share_manager_rule == "on":
-            judged_from_the_caches(url, work, [r for r in batch if r[0] == "share-manager"][:1])
+            judged_from_the_caches(urls, work, [r for r in batch if r[0] == "share-manager"][:1])
         caches_synced(log)
         busy = Busy(args.apiserver_load) if args.apiserver_load else None
         if other_cpu is not None and not loaded:  # the sender, as the apiserver, on a core of its own: not serve's
@@ -266,8 +289,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             # On uvloop, as `serve`: the apiserver's webhook client is Go's, and asyncio's own TLS in Python
             # cost the sender a fifth more CPU a burst, on the cores `serve` shares (docs/performance.md).
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                rounds, served, opened, pods_stored = runner.run(storm_rounds(
-                    url, work, batch, args, log, serve.pid, (api, api_pid), busy,
+                rounds, served, new, pods_stored = runner.run(storm_rounds(
+                    urls, work, batch, args, log, serve.pid, (api, api_pid), busy,
                     Eviction(api, evicted, DRAINED, args.evicted_seconds) if args.evicted_seconds > 0 else None))
         finally:
             if busy is not None:
@@ -278,19 +301,19 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "server": served_median(served[2::3]), "server_control": served_median(served[1::3]), "memory": memory,
             "body_kib": {kind: round(statistics.median(len(b) for k, b in batch if k == kind) / 1024, 1)
                          for kind in ("vm", "share-manager")},
-            "sender": {"idle_connections": args.idle_connections, "opened_per_storm": statistics.median(opened[2::3]),
+            "sender": {"idle_connections": args.idle_connections, "opened_per_storm": statistics.median(new[2::3]),
                        "apiserver_load": args.apiserver_load, "pods_stored": pods_stored}}
 
 
 KINDS = ("quiet_vm", "control_vm", "control_share_manager", "storm_vm", "storm_share_manager")
 
 
-def judged_from_the_caches(url: str, work: Path, review: list[tuple[str, bytes]], timeout: float = 600.0) -> None:
+def judged_from_the_caches(urls: dict[str, str], work: Path, review: list[tuple[str, bytes]], timeout: float = 600.0) -> None:
     """Until a share-manager of the drain is decided: `serve` is ready before its VMI cache has
     synced (a replica serves while the KubeVirt API is slow), and a drain's share-managers are
     judged from it; until then they are answered without a decision, which is not the storm."""
     deadline = time.monotonic() + timeout
-    while not all(decided for _, _, decided in asyncio.run(send_once(url, work, review))):
+    while not all(decided for _, _, decided in asyncio.run(send_once(urls, work, review))):
         if time.monotonic() > deadline:
             raise SystemExit(f"no share-manager was decided within {timeout:.0f} s of readiness")
         time.sleep(0.5)

@@ -32,6 +32,8 @@ log = logging.getLogger("webhook")
 class Listen:
     host: str = "0.0.0.0"
     port: int = 9443
+    # The share-manager webhook's port, if any: its handshakes begin after the VM starts' on `port` (listening.py).
+    share_manager_port: int | None = None
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
     drain_delay: float = 5.0
@@ -80,12 +82,15 @@ class Service:
         if self.preparing:  # with admission's own lane, promises and answers
             self.companions = (*self.companions, Preparer(self.store, self.settings, webhook.admissions))  # type: ignore[arg-type]
         self.runner = await listening.start(webhook, self.listen.host, self.listen.port, self.tls.context,
-                                            shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
+                                            shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals,
+                                            behind=self.listen.share_manager_port)
         self.tls.start()
         for companion in self.companions:
             companion.start()
         log.info("serving", extra={"fields": {
             "host": self.listen.host, "port": listening.bound_port(self.runner),
+            "share_manager_port": None if self.listen.share_manager_port is None else
+            listening.bound_port(self.runner, behind=True),
             "metrics_port": listening.bound_port(self.ops_runner),
             "loop": type(asyncio.get_running_loop()).__module__}})
 

@@ -66,9 +66,9 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
     reloader = serving_tls(args)  # follows the files as cert-manager or the kubelet replace them (tls.py)
-    listen = Listen(host=args.host, port=args.port, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                    drain_delay=args.drain_delay, shutdown_timeout=args.shutdown_timeout,
-                    body_budget=args.body_budget * MIB)
+    listen = Listen(host=args.host, port=args.port, share_manager_port=args.share_manager_port,
+                    metrics_host=args.metrics_host, metrics_port=args.metrics_port, drain_delay=args.drain_delay,
+                    shutdown_timeout=args.shutdown_timeout, body_budget=args.body_budget * MIB)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
     await (service or Service)(store, settings, listen, reloader, events, companions, preparing=not args.state).run()
     return 0

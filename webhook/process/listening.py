@@ -3,20 +3,22 @@
 Any pod can reach the admission port, and aiohttp does not bound the time a client takes to send its
 headers. So the port accepts its connections itself and hands each to the event loop (`Port`;
 aiohttp's runner serves, drains and stops them): a TLS handshake must end within HANDSHAKE_SECONDS
-of the accept, and the headers within HEADER_SECONDS of the handshake (`Guard`). None is closed for
+of its beginning, and the headers within HEADER_SECONDS of the handshake (`Guard`). None is closed for
 being one too many: kube-apiserver gives each review in flight a connection of its own and does not
 retry, so a closed connection is a pod created without our decision; memory is bounded by the bodies
 held instead (admission/budget.py).
 The Guard also notes when each request arrived (`Arrivals`): what the apiserver waits for starts there.
+A second port, behind the first, begins its handshakes after the first's (BEHIND_AT_ONCE).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +39,14 @@ QUEUE = 4096
 ACCEPT_PAUSE = 1.0  # asyncio's own pause when accepting fails for want of descriptors or memory
 
 
+# A port behind another (the share-manager webhook's, behind the VM starts': admission/service.py): its
+# connections accepted as they come (their wait begins there), their handshakes begun BEHIND_AT_ONCE under way
+# at most, and none while a connection of the port ahead is in its handshake or its review unanswered, unless
+# it has waited BEHIND_SECONDS. A handshake is most of a review's CPU: begun beside a drain's 200
+# share-managers', a VM start's waited for theirs; begun all at once after it, they held its request.
+BEHIND_AT_ONCE = 64
+BEHIND_SECONDS = 0.5
+
 # A connection whose first request follows its handshake by more than this was opened ahead and left
 # idle (Go's transport pools a connection it dialed for a request that took another one freed
 # meanwhile, and uses it seconds later): that request's wait begins at its first byte, not the accept.
@@ -48,11 +58,12 @@ class Arrivals:
     factory there, before the handshake) when it follows the handshake at once, else (a connection
     kept or opened ahead) the request's first byte."""
 
-    __slots__ = ("_since", "_last")
+    __slots__ = ("_since", "_last", "after_answer")
 
     def __init__(self) -> None:
         self._since: dict[asyncio.BaseTransport, float] = {}
         self._last = float("-inf")  # when a request was last answered
+        self.after_answer: list[Callable[[], None]] = []  # called once a request is answered (a port behind)
 
     def connected(self, transport: asyncio.BaseTransport, accepted: float) -> None:
         self._since[transport] = accepted
@@ -68,6 +79,8 @@ class Arrivals:
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and self._since.pop(transport, None) is not None:
             self._last = time.monotonic()
+            for call in self.after_answer:
+                call()
 
     def busy_within(self, seconds: float) -> bool:
         """Whether a request is in flight, or one was answered less than `seconds` ago."""
@@ -159,6 +172,11 @@ class Port:
         """The bound addresses, as `web.BaseRunner.addresses` gives them."""
         return [accepting.socket.getsockname() for accepting in self.accepting]
 
+    @property
+    def addresses_behind(self) -> list[Any]:
+        """The bound addresses of the port behind the first, if any (`listen`)."""
+        return [accepting.socket.getsockname() for accepting in self.accepting if accepting.ahead]
+
     async def cleanup(self) -> None:
         """Stop accepting (handshakes under way dropped), then aiohttp's shutdown: requests in flight
         finish, idle connections close."""
@@ -171,14 +189,23 @@ class Port:
 
 class Accepting:
     """One listening socket: its whole backlog accepted when it is readable, each connection handed
-    to the loop (`connect_accepted_socket`, its TLS handshake bounded by `handshake_seconds`)."""
+    to the loop (`connect_accepted_socket`, its TLS handshake bounded by `handshake_seconds`); with
+    ports `ahead`, handed as those let it (BEHIND_AT_ONCE, BEHIND_SECONDS)."""
 
     def __init__(self, listening: socket.socket, guard: Guard, context: ssl.SSLContext | None,
-                 handshake_seconds: float) -> None:
+                 handshake_seconds: float, ahead: Sequence[Accepting] = ()) -> None:
         self.socket, self.guard, self.context = listening, guard, context
         self.handshake_seconds = handshake_seconds if context else None
         self.loop = asyncio.get_running_loop()
         self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
+        self.ahead, self.behind = ahead, list[Accepting]()
+        self.made: set[asyncio.BaseTransport] = set()  # its connections past their handshake, with a port behind
+        for first in ahead:
+            first.behind.append(self)
+        if ahead:
+            guard.arrivals.after_answer.append(self._begin_waiting)
+        self.waiting: collections.deque[tuple[socket.socket, Guarded]] = collections.deque()  # accepted, not begun
+        self.timer: asyncio.TimerHandle | None = None
         self.loop.add_reader(listening.fileno(), self.accept)
 
     def accept(self) -> None:
@@ -186,20 +213,50 @@ class Accepting:
             try:
                 connection, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except ConnectionAbortedError:  # reset by its client before the accept: the next one
                 continue
             except OSError as exc:  # out of descriptors or memory: accepting pauses, as asyncio's does
                 log.error("accepting a connection failed (%s): paused for %g s", exc, ACCEPT_PAUSE)
                 self.loop.remove_reader(self.socket.fileno())
                 self.loop.call_later(ACCEPT_PAUSE, self._resume)
-                return
+                break
             connection.setblocking(False)
             protocol = self.guard()  # made now: its accept is when the review's wait began
-            handshake = self.loop.create_task(self.loop.connect_accepted_socket(
-                lambda made=protocol: made, connection, ssl=self.context, ssl_handshake_timeout=self.handshake_seconds))
-            self.handshakes.add(handshake)
-            handshake.add_done_callback(self._handed)
+            if self.ahead:
+                self.waiting.append((connection, protocol))
+            else:
+                self._begin(connection, protocol)
+        if self.waiting:  # after the ports ahead have accepted what came with these
+            self.loop.call_soon(self._begin_waiting)
+
+    def _begin(self, connection: socket.socket, protocol: Guarded) -> None:
+        handshake = self.loop.create_task(self.loop.connect_accepted_socket(
+            lambda: protocol, connection, ssl=self.context, ssl_handshake_timeout=self.handshake_seconds))
+        self.handshakes.add(handshake)
+        handshake.add_done_callback(self._handed)
+
+    def _begin_waiting(self) -> None:
+        """The waiting connections' handshakes begun, in the order accepted: while fewer than
+        BEHIND_AT_ONCE of this port's are under way and no port ahead is `busy`, or once one has
+        waited BEHIND_SECONDS (a client that opens connections and sends nothing holds no one longer)."""
+        while self.waiting:
+            connection, protocol = self.waiting[0]
+            held = protocol.accepted + BEHIND_SECONDS - time.monotonic()
+            if held > 0 and (len(self.handshakes) >= BEHIND_AT_ONCE or any(first.busy() for first in self.ahead)):
+                if self.timer is None:
+                    self.timer = self.loop.call_later(held, self._held_long_enough)
+                return
+            self.waiting.popleft()
+            self._begin(connection, protocol)
+
+    def busy(self) -> bool:
+        """Whether a connection of this port is in its handshake, or its request is not answered yet."""
+        return bool(self.handshakes) or any(self.guard.arrivals.arrived(made) is not None for made in self.made)
+
+    def _held_long_enough(self) -> None:
+        self.timer = None
+        self._begin_waiting()
 
     def _resume(self) -> None:
         if self.socket.fileno() >= 0:
@@ -211,11 +268,20 @@ class Accepting:
         self.handshakes.discard(handshake)
         if not handshake.cancelled() and handshake.exception() is not None:
             log.debug("a connection ended before its handshake did: %r", handshake.exception())
+        elif self.behind and not handshake.cancelled():  # those closed since let go
+            self.made = {made for made in self.made if not made.is_closing()}
+            self.made.add(handshake.result()[0])
+        for waiting in (self, *self.behind):
+            waiting._begin_waiting()
 
     def close(self) -> None:
         if self.socket.fileno() >= 0:
             self.loop.remove_reader(self.socket.fileno())
             self.socket.close()
+        if self.timer is not None:
+            self.timer.cancel()
+        while self.waiting:
+            self.waiting.popleft()[0].close()
         for handshake in self.handshakes:
             handshake.cancel()
 
@@ -255,12 +321,16 @@ def _lowered(reason: str) -> str:
 
 
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
-                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS) -> Port:
-    """Serve `runner` (set up) on host:port through a Guard."""
+                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS,
+                 behind: int | None = None) -> Port:
+    """Serve `runner` (set up) on host:port through a Guard; and on port `behind`, if given, behind it."""
     if runner.server is None:
         raise RuntimeError("the runner is not set up")
     guard = guard or Guard(runner.server)
-    return Port(runner, [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)])
+    first = [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)]
+    second = [] if behind is None else [Accepting(listening, guard, context, handshake_seconds, ahead=first)
+                                        for listening in bind(host, behind)]
+    return Port(runner, first + second)
 
 
 # How long a connection whose body was answered unread (413, 503) may go on sending it, read and
@@ -270,7 +340,7 @@ LINGER = 2.0
 
 async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
                 context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0,
-                arrivals: Arrivals | None = None) -> Port:
+                arrivals: Arrivals | None = None, behind: int | None = None) -> Port:
     """Listen with an Application (an operations port) or a low-level handler on aiohttp's `web.Server`
     (the admission port); port 0 picks a free port."""
     options = {"access_log": None, "lingering_time": LINGER}
@@ -281,11 +351,12 @@ async def start(handler: web.Application | Callable[[web.BaseRequest], Any], hos
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
     guard = Guard(runner.server, arrivals=arrivals)  # type: ignore[arg-type]
-    return await listen(runner, host, port, context, guard=guard)  # bounded connections
+    return await listen(runner, host, port, context, guard=guard, behind=behind)  # bounded connections
 
 
-def bound_port(listening: Port) -> int:
-    for address in listening.addresses:
+def bound_port(listening: Port | Any, behind: bool = False) -> int:
+    """The port listened on (the first one), or (`behind`) the port behind it."""
+    for address in listening.addresses_behind if behind else listening.addresses:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not listening")
