@@ -56,25 +56,30 @@ PROMPT_SECONDS = 0.1
 class Arrivals:
     """When the request each open connection carries arrived: its accept (asyncio calls the protocol
     factory there, before the handshake) when it follows the handshake at once, else (a connection
-    kept or opened ahead) the request's first byte."""
+    kept or opened ahead) the request's first byte; and through which port's Guard it came."""
 
     __slots__ = ("_since", "_last", "after_answer")
 
     def __init__(self) -> None:
-        self._since: dict[asyncio.BaseTransport, float] = {}
+        self._since: dict[asyncio.BaseTransport, tuple[float, object]] = {}
         self._last = float("-inf")  # when a request was last answered
         self.after_answer: list[Callable[[], None]] = []  # called once a request is answered (a port behind)
 
-    def connected(self, transport: asyncio.BaseTransport, accepted: float) -> None:
-        self._since[transport] = accepted
+    def connected(self, transport: asyncio.BaseTransport, accepted: float, through: object = None) -> None:
+        self._since[transport] = (accepted, through)
 
-    def received(self, transport: asyncio.BaseTransport) -> None:
+    def received(self, transport: asyncio.BaseTransport, through: object = None) -> None:
         if transport not in self._since:
-            self._since[transport] = time.monotonic()
+            self._since[transport] = (time.monotonic(), through)
 
     def arrived(self, transport: asyncio.BaseTransport | None) -> float | None:
         """The monotonic time the connection's current request arrived; None for no connection of this port."""
-        return self._since.get(transport) if transport is not None else None
+        found = self._since.get(transport) if transport is not None else None
+        return None if found is None else found[0]
+
+    def waiting_through(self, through: object) -> bool:
+        """Whether a request that came through `through` (a port's Guard) is not answered yet."""
+        return any(came is through for _, came in self._since.values())
 
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and self._since.pop(transport, None) is not None:
@@ -116,7 +121,7 @@ class Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.made = time.monotonic()
-        self.guard.arrivals.connected(transport, self.accepted)
+        self.guard.arrivals.connected(transport, self.accepted, self.guard)
         self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
 
@@ -130,7 +135,7 @@ class Guarded(asyncio.Protocol):
             if time.monotonic() - self.made > PROMPT_SECONDS:
                 self.guard.arrivals.answered(self.transport)  # its wait begins now, not at the accept
             self.made = None
-        self.guard.arrivals.received(self.transport)  # type: ignore[arg-type]
+        self.guard.arrivals.received(self.transport, self.guard)  # type: ignore[arg-type]
         if self.timer is not None:
             seen = self.tail + data
             if END_OF_HEADERS in seen:
@@ -199,7 +204,6 @@ class Accepting:
         self.loop = asyncio.get_running_loop()
         self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
         self.ahead, self.behind = ahead, list[Accepting]()
-        self.made: set[asyncio.BaseTransport] = set()  # its connections past their handshake, with a port behind
         for first in ahead:
             first.behind.append(self)
         if ahead:
@@ -251,8 +255,8 @@ class Accepting:
             self._begin(connection, protocol)
 
     def busy(self) -> bool:
-        """Whether a connection of this port is in its handshake, or its request is not answered yet."""
-        return bool(self.handshakes) or any(self.guard.arrivals.arrived(made) is not None for made in self.made)
+        """Whether a connection of this port (its Guard's) is in its handshake, or its request is not answered yet."""
+        return bool(self.handshakes) or self.guard.arrivals.waiting_through(self.guard)
 
     def _held_long_enough(self) -> None:
         self.timer = None
@@ -268,9 +272,6 @@ class Accepting:
         self.handshakes.discard(handshake)
         if not handshake.cancelled() and handshake.exception() is not None:
             log.debug("a connection ended before its handshake did: %r", handshake.exception())
-        elif self.behind and not handshake.cancelled():  # those closed since let go
-            self.made = {made for made in self.made if not made.is_closing()}
-            self.made.add(handshake.result()[0])
         for waiting in (self, *self.behind):
             waiting._begin_waiting()
 
@@ -328,8 +329,12 @@ async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLC
         raise RuntimeError("the runner is not set up")
     guard = guard or Guard(runner.server)
     first = [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)]
-    second = [] if behind is None else [Accepting(listening, guard, context, handshake_seconds, ahead=first)
-                                        for listening in bind(host, behind)]
+    if behind is None:
+        return Port(runner, first)
+    # A Guard of its own, the arrivals shared: which port a request came through is its Guard (`Accepting.busy`).
+    guard_behind = Guard(guard.factory, guard.header_seconds, guard.arrivals)
+    second = [Accepting(listening, guard_behind, context, handshake_seconds, ahead=first)
+              for listening in bind(host, behind)]
     return Port(runner, first + second)
 
 
