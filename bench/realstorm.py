@@ -35,7 +35,7 @@ from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
 from .__main__ import cores, free_port, wait_for, webhook_server
-from .rounds import HOOKS, WANTED, batches, calls, round_figures, unused
+from .rounds import HOOKS, WANTED, batches, calls, round_figures, serve_urls, unused
 from .served import admissions_logged, caches_synced, server_figures, settled
 
 CONFIGURATION = "kubevirt-colocate-storm"
@@ -171,7 +171,6 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
                              "--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
             wait_for(f"{ops}/readyz", work)
             caches_synced(log)  # a drain comes to a replica whose caches have long been listed
-            urls = {"webhook": url, "share-managers": f"https://127.0.0.1:{share_manager_port}"}
-            return asyncio.run(rounds_through(plane, urls, work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
+            return asyncio.run(rounds_through(plane, serve_urls(url, share_manager_port), work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
     finally:
         plane.stop()

@@ -31,6 +31,12 @@ def calls(configuration: Path = CONFIGURATION, service: Path = SERVICE) -> dict[
     return found
 
 
+def serve_urls(url: str, share_manager_port: int) -> dict[str, str]:
+    """`serve`'s URLs by the Service's target port each webhook leads to (`calls`): `url`, its --port's,
+    and its --share-manager-port's, on 127.0.0.1."""
+    return {"webhook": url, "share-managers": f"https://127.0.0.1:{share_manager_port}"}
+
+
 def unused(i: int) -> str:
     """The volume of the control's i-th share-manager: no VM uses it, so the rule answers at once."""
     return f"pvc-unused-{i:03d}"

@@ -56,7 +56,7 @@ from webhook.tools import certs
 
 from .__main__ import cores, free_port, https, process, process_kib, wait_for, webhook_server
 from . import bodies
-from .rounds import WANTED, batches, calls, round_figures, unused
+from .rounds import WANTED, batches, calls, round_figures, serve_urls, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
 from .apiserver_load import Busy, Stored
 from .evicted import SECONDS as EVICTED_SECONDS, Eviction
@@ -278,7 +278,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                            ("--share-manager-rule", args.share_manager_rule, "--events", args.events,
                             "--share-manager-port", str(share_manager_port))) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
-        urls = {"webhook": url, "share-managers": f"https://127.0.0.1:{share_manager_port}"}
+        urls = serve_urls(url, share_manager_port)
         if args.share_manager_rule == "on":
             judged_from_the_caches(urls, work, [r for r in batch if r[0] == "share-manager"][:1])
         caches_synced(log)
