@@ -9,7 +9,7 @@ import json
 import ssl
 import time
 
-from tests.support.kube import fixture_cluster, review, vm_pod
+from tests.support.kube import answer_of, fixture_cluster, request, review, vm_pod
 
 from webhook import metrics
 from webhook.admission import server, tls
@@ -44,14 +44,11 @@ async def decided(opened: asyncio.Task, uid: str) -> bool:
 
 
 async def pinned_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, uid: str) -> bool:
-    body = json.dumps(review(vm_pod(), uid=uid)).encode()
-    writer.write(f"POST /mutate?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode()
-    length = int(next(line.split(":")[1] for line in head.split("\r\n") if line.lower().startswith("content-length")))
-    answer = json.loads(await asyncio.wait_for(reader.readexactly(length), 10))
+    writer.write(request(json.dumps(review(vm_pod(), uid=uid)).encode()))
+    status, body = await answer_of(reader, 10)
     writer.close()
-    assert head.startswith("HTTP/1.1 200") and answer["response"]["uid"] == uid and answer["response"]["allowed"]
+    answer = json.loads(body)
+    assert status == 200 and answer["response"]["uid"] == uid and answer["response"]["allowed"]
     return "patch" in answer["response"]
 
 

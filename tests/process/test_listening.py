@@ -16,7 +16,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.support.kube import Serving, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
+from tests.support.kube import (Serving, annotations, answer_of, apply_valid, decode_patch, fixture_cluster, request,
+                                review, vm_pod)
 
 from webhook.admission import server, tls
 from webhook.process import listening
@@ -179,22 +180,6 @@ async def test_a_client_that_never_finishes_its_headers_is_closed(guarded):
     assert await closed_within(reader, 5)
     assert time.monotonic() - started < 3
     writer.close()
-
-
-def request(body: bytes, timeout: str = "10s") -> bytes:
-    return (f"POST /mutate?timeout={timeout} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-
-
-async def answer_of(reader: asyncio.StreamReader, seconds: float = 20) -> tuple[int, bytes]:
-    """The status and body of one HTTP/1.1 response."""
-    status = int((await asyncio.wait_for(reader.readline(), seconds)).split()[1])
-    length = 0
-    while (line := await asyncio.wait_for(reader.readline(), seconds)) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        if name.lower() == "content-length":
-            length = int(value)
-    return status, await asyncio.wait_for(reader.readexactly(length), seconds)
 
 
 async def test_300_connections_at_once_are_each_answered_with_a_decision_and_none_closed(tls_files):

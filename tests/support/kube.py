@@ -3,6 +3,7 @@ in a process of its own, its metrics and verbs, the kubectl that renders the man
 re-exported here."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -270,3 +271,20 @@ def paths(value, prefix=()):
     elif isinstance(value, list):
         for index, child in enumerate(value):
             yield from paths(child, prefix + (index,))
+
+
+def request(body: bytes, timeout: str = "10s") -> bytes:
+    """One review POSTed to /mutate as HTTP/1.1, with the apiserver's ?timeout=."""
+    return (f"POST /mutate?timeout={timeout} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def answer_of(reader: asyncio.StreamReader, seconds: float = 20) -> tuple[int, bytes]:
+    """The status and body of one HTTP/1.1 response."""
+    status = int((await asyncio.wait_for(reader.readline(), seconds)).split()[1])
+    length = 0
+    while (line := await asyncio.wait_for(reader.readline(), seconds)) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, await asyncio.wait_for(reader.readexactly(length), seconds)
