@@ -164,6 +164,30 @@ async def test_an_answer_naming_a_node_that_no_longer_takes_both_is_not_used(cap
     assert (LONGHORN_NS, "share-manager-pvc-d0") not in admissions.answers
 
 
+async def test_a_named_node_other_than_the_preferred_that_no_longer_takes_both_is_left_out(caplog):
+    """Another node the answer names cordoned since: the answer holds without it, its preferred node
+    the same (where its VM was sent), and says so; the pod is never required where it cannot land."""
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    held = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision
+    first, other = held.preferences[0][0], next(name for name in held.among if name != held.preferences[0][0])
+    apply(store, "Node", EventType.MODIFIED, node(other, unschedulable=True))
+    with caplog.at_level("INFO", "webhook.mutate"):
+        pod = await admitted(admissions, "pvc-d0")
+    reason = annotations(pod)["kubevirt-scheduler/reason"]
+    assert "worked out" in reason and f"left out since: {other} (node {other} is cordoned" in reason, reason
+    affinity, outcome = placement(pod)
+    required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert outcome == "pinned-among"
+    assert {value for term in required for field in term["matchFields"] for value in field["values"]} == \
+        set(held.among) - {other}
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]["matchFields"][0]["values"] \
+        == [first]
+    assert not [r for r in caplog.records if r.getMessage() == "prepared answer not used"]
+    assert len(admissions.promises) == VMS and admissions.promises.to(first).vms >= 1  # its VM still sent there
+
+
 async def test_a_pod_that_asks_the_nodes_otherwise_is_judged_anew():
     store, admissions, preparer = await prepared_server()
     await preparer.look()

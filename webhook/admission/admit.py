@@ -236,8 +236,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     migration can land too, beside the VMs already sent to each (`rules.placement.together`); else why
     none can, or why that cannot be told. The VM is then sent to the node preferred first."""
     vm_pod = consumers.pods[0]
-    vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
-    vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
+    vm_namespace, vm = kinds.meta(vm_pod).get("namespace") or "", _vm_named(vm_pod)
     # Everything below is read from the caches without a pause: the loop is given back before each
     # stretch of it, so that what arrived meanwhile (a VM start) is not held behind all of them.
     if not shared.at_once:  # a prepared answer is no long stretch
@@ -275,8 +274,9 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
         if shared.preparing is not None and basis.ask is not None:
-            shared.preparing.append(prepared.Prepared(decision=decision, basis=basis, made=now, target=target,
-                                                      moved=search.demand_for_room()))
+            shared.preparing.append(prepared.Prepared(
+                decision=decision, basis=basis, made=now, target=target, moved=search.demand_for_room(),
+                found=dataclasses.replace(found, nodes=found.nodes[:together.among_at_most(pod)], refused={})))
     return decision
 
 
@@ -284,32 +284,65 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
                               deadline: Deadline, view: fit.View, shared: Shared,
                               basis: prepared.Basis) -> Decision | TargetPod | str | None:
     """The answer prepared for the pod where it holds (each node it names that changed since judged
-    again); else the VM's migration target pod to judge the nodes for, or why it cannot be told;
-    None `at_once` (the pod is then judged in its turn)."""
+    again, those that no longer take both left out); else the VM's migration target pod to judge
+    the nodes for, or why it cannot be told; None `at_once` (the pod is then judged in its turn)."""
     key = (namespace, str(kinds.meta(pod).get("name") or ""))
     held, checked = _prepared_for(key, view, shared, basis)
     if held is None and shared.at_once:
         return None
-    # Where only pods that take only room came or went: its room alone, beside the VMs sent there.
-    why = None if held is None or held.moved is None or not checked.room else \
-        together.room_again(held.moved, checked.room, view, shared.promises, basis.vm)
-    if held is not None and why is None and not checked.again:
-        return _used(key, held, shared)
     # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
-    target = held.target if held is not None and held.target is not None else \
+    target = held.target if held is not None and (held.target is not None or not checked.again) else \
         await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
     if held is None:
         return target
-    if why is None:
-        why = target if isinstance(target, str) else together.DestinationSearch(
-            pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "", basis.source, view,
-            shared.promises, basis.vm).judge_again(checked.again)
-    if why is None:
-        return _used(key, held, shared)
+    refused = _refused_since(pod, namespace, held, checked, target, view, shared.promises, basis)
+    answer = _left_of(held, refused, pod, settings, basis)
+    if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
+        return _used(key, held, shared, answer)
     if shared.at_once:
         return None
-    _not_used(key, held, why, shared)
-    return target
+    _not_used(key, held, answer, shared)
+    return target if target is not None else \
+        await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
+
+
+def _vm_named(vm_pod: dict[str, Any]) -> str:
+    """The VM of a launcher pod, for a reason."""
+    return f"VM {kinds.meta(vm_pod).get('namespace') or ''}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
+
+
+def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared, checked: prepared.Check,
+                   target: TargetPod | str | None, view: fit.View, promises: Promises,
+                   basis: prepared.Basis) -> dict[str, str] | str:
+    """The nodes the prepared answer names that no longer take both, and why: those that changed
+    since judged again (for room alone where only pods that take only room came or went there, beside
+    the VMs sent there); why none can be told, where the VM's migration target cannot be."""
+    refused = {} if held.moved is None or not checked.room else \
+        together.room_again(held.moved, checked.room, view, promises, basis.vm)
+    if not checked.again:
+        return refused
+    if target is None or isinstance(target, str):
+        return target or "the VM's migration target cannot be told"
+    again = together.DestinationSearch(pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "",
+                                       basis.source, view, promises, basis.vm).judge_again(checked.again)
+    return again if isinstance(again, str) else {**refused, **again}
+
+
+def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[str, Any],
+             settings: AdmissionSettings, basis: prepared.Basis) -> Decision | str:
+    """The prepared decision, the nodes `refused` since left out of it, its preferred node kept
+    (`together.left_of`); else why it no longer holds."""
+    if isinstance(refused, str) or not refused:
+        return refused or held.decision
+    why = refused[min(refused)]
+    left = None if held.found is None else together.left_of(held.found, held.decision, refused)
+    decision = None if left is None else together.decide_together(
+        left, _vm_named(basis.vm_pod), basis.leaving, required=settings.pin is PinMode.REQUIRED, most=together.among_at_most(pod),
+        prefer=held.decision.preferences[0][0])
+    if decision is None:
+        return why
+    out = sorted(refused)
+    return dataclasses.replace(decision, reason=f"{decision.reason}; left out since: {together.named(out)} ({why})")
 
 
 def _prepared_for(key: prepared.Key, view: fit.View, shared: Shared,
@@ -330,11 +363,11 @@ def _prepared_for(key: prepared.Key, view: fit.View, shared: Shared,
     return held, checked
 
 
-def _used(key: prepared.Key, held: prepared.Prepared, shared: Shared) -> Decision:
-    """The prepared answer, used up (but by a dry run: its pod is never created)."""
+def _used(key: prepared.Key, held: prepared.Prepared, shared: Shared, decision: Decision) -> Decision:
+    """The prepared answer (`decision`: as it holds now), used up (but by a dry run: its pod is never created)."""
     if shared.keep and shared.answers is not None:
         shared.answers.take(key)
-    return prepared.as_answer(held, time.monotonic())
+    return prepared.as_answer(dataclasses.replace(held, decision=decision), time.monotonic())
 
 
 def _not_used(key: prepared.Key, held: prepared.Prepared, why: str, shared: Shared) -> None:

@@ -31,6 +31,7 @@ from .. import fit
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable
 from .decide import Decision
+from .together import Destinations
 
 PREPARED_SECONDS = 60.0  # a drain's share-managers are created again within seconds of their eviction
 AGAIN_SECONDS = 15.0  # an answer still waiting for its pod is worked out again this often
@@ -67,6 +68,9 @@ class Prepared:
     # (`fit.judged_by_room`, the share-manager judged by NodeResourcesFit alone): such a node is
     # checked again for room only. None: each node that changed is judged again in full.
     moved: Demand | None = None
+    # The nodes the answer was picked from, most room first (`together.decide_together`): a named node
+    # that no longer takes both is left out of it (`together.left_of`). None: judged as it arrives.
+    found: Destinations | None = None
 
 
 def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
