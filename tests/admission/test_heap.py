@@ -1,13 +1,16 @@
 """What a cache has listed leaves the garbage collector's walk once it has synced, so that a full
 collection stops admission for what came after, not for the whole cluster."""
+import asyncio
 import gc
 import logging
+import time
 
 import pytest
 from tests.cluster.test_informer import feed, informer_for, listed
 from tests.support.kube import running_vm
 
-from webhook.admission.heap import FreezeListed, collect_young_less
+from webhook.admission.heap import FreezeListed, HeldInBursts, collect_young_less
+from webhook.process import listening
 from webhook.kinds import NODE, POD
 
 
@@ -92,3 +95,63 @@ def test_a_bursts_objects_held_at_once_set_off_no_collection_of_the_older_genera
     finally:
         gc.callbacks.remove(seen)
     assert len(held) == 15_000 and [generation for generation in collected if generation > 0] == []
+
+
+class Transport:
+    """A connection's transport, as the arrivals know it."""
+
+
+@pytest.fixture
+def collecting():
+    """Each test starts and ends with the automatic collections on."""
+    gc.enable()
+    yield
+    gc.enable()
+
+
+async def test_no_automatic_collection_while_a_review_is_in_flight_and_again_once_answered(collecting):
+    arrivals = listening.Arrivals()
+    held = HeldInBursts(arrivals, quiet=0.02, longest=10.0)
+    held.start()
+    arrivals.arriving()  # an accept
+    connection = Transport()
+    arrivals.connected(connection, time.monotonic())
+    assert not gc.isenabled()
+    await asyncio.sleep(0.1)
+    assert not gc.isenabled()  # still in flight
+    arrivals.answered(connection)
+    await asyncio.sleep(0.01)
+    assert not gc.isenabled()  # the burst may go on: its next review comes within the quiet time
+    await asyncio.sleep(0.1)
+    assert gc.isenabled()
+    await held.stop()
+    arrivals.arriving()
+    assert gc.isenabled()  # stopped: nothing held
+
+
+async def test_under_unbroken_arrivals_the_collections_run_once_each_longest_hold(collecting):
+    arrivals = listening.Arrivals()
+    held = HeldInBursts(arrivals, quiet=0.01, longest=0.05)
+    held.start()
+    arrivals.arriving()
+    arrivals.connected(Transport(), time.monotonic())  # never answered
+    began = time.monotonic()
+    while not gc.isenabled() and time.monotonic() - began < 1.0:
+        await asyncio.sleep(0.005)
+    assert gc.isenabled() and 0.04 <= time.monotonic() - began < 0.5
+    arrivals.arriving()  # the next arrival holds them again
+    assert not gc.isenabled()
+    await held.stop()
+    assert gc.isenabled()
+
+
+async def test_a_collection_paused_by_someone_else_is_left_as_it_is(collecting):
+    arrivals = listening.Arrivals()
+    held = HeldInBursts(arrivals, quiet=0.01)
+    held.start()
+    gc.disable()  # as while a review is parsed
+    arrivals.arriving()
+    await asyncio.sleep(0.05)
+    assert not gc.isenabled() and held.since is None
+    await held.stop()
+    assert not gc.isenabled()

@@ -1,5 +1,6 @@
 """The running service: probes, metrics, Events, graceful shutdown — as the kubelet and Prometheus see it."""
 import asyncio
+import gc
 import signal
 import ssl
 import time
@@ -271,3 +272,34 @@ async def test_a_taken_port_is_a_clear_error_and_nothing_is_left_open(tls_files)
     assert proc.returncode == 2
     text = err.decode()
     assert "error:" in text and "Traceback" not in text and "Unclosed" not in text
+
+
+async def test_no_automatic_collection_stops_the_loop_while_a_burst_of_reviews_is_answered(service, session):
+    """A drain's burst: however many objects it leaves alive, the collector does not run until its
+    reviews are answered (heap.py); it runs once they are."""
+    svc, base, _ = await service()
+    threshold, collections = gc.get_threshold(), []
+
+    def noted(phase, info):
+        if phase == "start":
+            collections.append(time.monotonic())
+
+    arrived = []
+    svc.arrivals.on_arrival.append(lambda: arrived.append(time.monotonic()))
+    gc.set_threshold(10, *threshold[1:])  # a young collection every few objects, were it let run
+    gc.callbacks.append(noted)
+    try:
+
+        async def one():
+            async with session.post(f"{base}/mutate?timeout=10s", json=review(vm_pod())) as r:
+                assert (await r.json())["response"]["allowed"] is True
+
+        await asyncio.gather(*(one() for _ in range(20)))
+        answered = time.monotonic()
+        await asyncio.sleep(0.3)
+    finally:
+        gc.callbacks.remove(noted)
+        gc.set_threshold(*threshold)
+    assert len(arrived) >= 20  # each review on a connection of its own (the client's, in this process, collects before)
+    assert not [at for at in collections if arrived[0] <= at <= answered]
+    assert [at for at in collections if at > answered]

@@ -21,6 +21,7 @@ from ..process.listening import Port
 from ..process.loop import stop_signals
 from . import server
 from .budget import DEFAULT_BYTES
+from .heap import HeldInBursts
 from .looplag import LoopLag
 from .prepare import Preparer
 from .tls import ReloadingTLS
@@ -50,9 +51,10 @@ class Service:
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
         self.preparing = preparing  # a drain's share-managers answered before they are created (prepare.py)
         self.lag = LoopLag()
-        self.companions = (self.lag, *companions)
         self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
+        # No automatic collection stops the loop while a burst's reviews arrive (heap.py).
+        self.companions = (self.lag, HeldInBursts(self.arrivals), *companions)
         # An Event's POST waits for the reviews in flight, and for a pause between a burst's arrivals.
         events.yield_to(lambda: self.arrivals.busy_within(QUIET))
         self.ops_runner: Port | ops.Apart | None = None

@@ -58,12 +58,18 @@ class Arrivals:
     factory there, before the handshake) when it follows the handshake at once, else (a connection
     kept or opened ahead) the request's first byte; and through which port's Guard it came."""
 
-    __slots__ = ("_since", "_last", "after_answer")
+    __slots__ = ("_since", "_last", "after_answer", "on_arrival")
 
     def __init__(self) -> None:
         self._since: dict[asyncio.BaseTransport, tuple[float, object]] = {}
         self._last = float("-inf")  # when a request was last answered
         self.after_answer: list[Callable[[], None]] = []  # called once a request is answered (a port behind)
+        # Called as a connection is accepted, and as a kept one's next request begins (admission/heap.py).
+        self.on_arrival: list[Callable[[], None]] = []
+
+    def arriving(self) -> None:
+        for call in self.on_arrival:
+            call()
 
     def connected(self, transport: asyncio.BaseTransport, accepted: float, through: object = None) -> None:
         self._since[transport] = (accepted, through)
@@ -71,6 +77,7 @@ class Arrivals:
     def received(self, transport: asyncio.BaseTransport, through: object = None) -> None:
         if transport not in self._since:
             self._since[transport] = (time.monotonic(), through)
+            self.arriving()
 
     def arrived(self, transport: asyncio.BaseTransport | None) -> float | None:
         """The monotonic time the connection's current request arrived; None for no connection of this port."""
@@ -104,6 +111,7 @@ class Guard:
         self.arrivals = arrivals if arrivals is not None else Arrivals()
 
     def __call__(self) -> asyncio.Protocol:
+        self.arrivals.arriving()
         return Guarded(self, self.factory())
 
 
