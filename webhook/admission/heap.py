@@ -11,6 +11,10 @@ walk them. `gc.freeze` leaves them, and whatever else is alive then, out of ever
 an object frozen and dropped later is still freed by its reference count. What a freeze can cost: a
 reference cycle alive at that moment and dropped later is never collected. One freeze per cache's
 first sync (a relist refills the same tables): a handful per process.
+
+What a freeze cannot leave out is what a drain's burst itself leaves alive for a while: at 5,000
+nodes a young collection over it took 15–31 ms. Those are held while reviews arrive, and run in
+the pause after the burst (`HeldInBursts`).
 """
 from __future__ import annotations
 
