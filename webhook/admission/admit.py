@@ -337,8 +337,8 @@ def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[s
     why = refused[min(refused)]
     left = None if held.found is None else together.left_of(held.found, held.decision, refused)
     decision = None if left is None else together.decide_together(
-        left, _vm_named(basis.vm_pod), basis.leaving, required=settings.pin is PinMode.REQUIRED, most=together.among_at_most(pod),
-        prefer=held.decision.preferences[0][0])
+        left, _vm_named(basis.vm_pod), basis.leaving, required=settings.pin is PinMode.REQUIRED,
+        most=together.among_at_most(pod), prefer=held.decision.preferences[0][0])
     if decision is None:
         return why
     out = sorted(refused)
