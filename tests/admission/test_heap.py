@@ -109,22 +109,26 @@ def collecting():
     gc.enable()
 
 
-async def test_no_automatic_collection_while_a_review_is_in_flight_and_again_once_answered(collecting):
+async def test_no_automatic_collection_while_reviews_arrive_together_and_again_once_answered(collecting):
     arrivals = listening.Arrivals()
     held = HeldInBursts(arrivals, quiet=0.02, longest=10.0)
     held.start()
-    arrivals.arriving()  # an accept
+    first = Transport()
+    arrivals.received(first)  # a review alone: one after another are not held
+    assert gc.isenabled()
     connection = Transport()
-    arrivals.connected(connection, time.monotonic())
+    arrivals.received(connection)  # another while the first is in flight
     assert not gc.isenabled()
     await asyncio.sleep(0.1)
     assert not gc.isenabled()  # still in flight
+    arrivals.answered(first)
     arrivals.answered(connection)
     await asyncio.sleep(0.01)
     assert not gc.isenabled()  # the burst may go on: its next review comes within the quiet time
     await asyncio.sleep(0.1)
     assert gc.isenabled()
     await held.stop()
+    arrivals.received(Transport())
     arrivals.arriving()
     assert gc.isenabled()  # stopped: nothing held
 
@@ -133,8 +137,8 @@ async def test_under_unbroken_arrivals_the_collections_run_once_each_longest_hol
     arrivals = listening.Arrivals()
     held = HeldInBursts(arrivals, quiet=0.01, longest=0.05)
     held.start()
-    arrivals.arriving()
     arrivals.connected(Transport(), time.monotonic())  # never answered
+    arrivals.arriving()
     began = time.monotonic()
     while not gc.isenabled() and time.monotonic() - began < 1.0:
         await asyncio.sleep(0.005)
@@ -150,6 +154,7 @@ async def test_a_collection_paused_by_someone_else_is_left_as_it_is(collecting):
     held = HeldInBursts(arrivals, quiet=0.01)
     held.start()
     gc.disable()  # as while a review is parsed
+    arrivals.connected(Transport(), time.monotonic())
     arrivals.arriving()
     await asyncio.sleep(0.05)
     assert not gc.isenabled() and held.since is None

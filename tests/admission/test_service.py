@@ -285,8 +285,8 @@ async def test_no_automatic_collection_stops_the_loop_while_a_burst_of_reviews_i
         if phase == "start":
             collections.append(time.monotonic())
 
-    arrived = []
-    svc.arrivals.on_arrival.append(lambda: arrived.append(time.monotonic()))
+    held = []  # when an arrival found the collector held (the first reviews of a burst are alone)
+    svc.arrivals.on_arrival.append(lambda: gc.isenabled() or held.append(time.monotonic()))
     gc.set_threshold(10, *threshold[1:])  # a young collection every few objects, were it let run
     gc.callbacks.append(noted)
     try:
@@ -303,6 +303,6 @@ async def test_no_automatic_collection_stops_the_loop_while_a_burst_of_reviews_i
     finally:
         gc.callbacks.remove(noted)
         gc.set_threshold(*threshold)
-    assert len(arrived) >= 20  # each review on a connection of its own (the client's, in this process, collects before)
-    assert not [at for at in collections if arrived[0] <= at <= answered]
+    assert len(held) >= 10  # each review on a connection of its own, most while others are in flight
+    assert not [at for at in collections if held[0] <= at <= answered]
     assert made and [at for at in collections if at > answered]

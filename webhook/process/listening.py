@@ -64,7 +64,9 @@ class Arrivals:
         self._since: dict[asyncio.BaseTransport, tuple[float, object]] = {}
         self._last = float("-inf")  # when a request was last answered
         self.after_answer: list[Callable[[], None]] = []  # called once a request is answered (a port behind)
-        # Called as a connection is accepted, and as a kept one's next request begins (admission/heap.py).
+        # Called as a review arrives while another is under way: a connection accepted beside others
+        # (accepted at the same turn, or in their handshakes, or in flight), a kept connection's next
+        # request while another is in flight (admission/heap.py).
         self.on_arrival: list[Callable[[], None]] = []
 
     def arriving(self) -> None:
@@ -76,8 +78,9 @@ class Arrivals:
 
     def received(self, transport: asyncio.BaseTransport, through: object = None) -> None:
         if transport not in self._since:
+            if self._since:
+                self.arriving()
             self._since[transport] = (time.monotonic(), through)
-            self.arriving()
 
     def arrived(self, transport: asyncio.BaseTransport | None) -> float | None:
         """The monotonic time the connection's current request arrived; None for no connection of this port."""
@@ -111,7 +114,6 @@ class Guard:
         self.arrivals = arrivals if arrivals is not None else Arrivals()
 
     def __call__(self) -> asyncio.Protocol:
-        self.arrivals.arriving()
         return Guarded(self, self.factory())
 
 
@@ -221,7 +223,7 @@ class Accepting:
         self.loop.add_reader(listening.fileno(), self.accept)
 
     def accept(self) -> None:
-        for _ in range(BACKLOG):  # bounded, as asyncio's own: other work gets the loop between two backlogs
+        for accepted in range(BACKLOG):  # bounded, as asyncio's own: other work gets the loop between two backlogs
             try:
                 connection, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
@@ -235,6 +237,8 @@ class Accepting:
                 break
             connection.setblocking(False)
             protocol = self.guard()  # made now: its accept is when the review's wait began
+            if accepted or self.handshakes or self.waiting or len(self.guard.arrivals):
+                self.guard.arrivals.arriving()  # not alone: a burst
             if self.ahead:
                 self.waiting.append((connection, protocol))
             else:
