@@ -291,7 +291,7 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
     if held is None and shared.at_once:
         return None
     # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
-    target = held.target if held is not None and (held.target is not None or not checked.again) else \
+    target = held.target if held is not None and held.target is not None else \
         await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
     if held is None:
         return target
@@ -302,8 +302,7 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store,
     if shared.at_once:
         return None
     _not_used(key, held, answer, shared)
-    return target if target is not None else \
-        await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
+    return target
 
 
 def _vm_named(vm_pod: dict[str, Any]) -> str:
@@ -312,7 +311,7 @@ def _vm_named(vm_pod: dict[str, Any]) -> str:
 
 
 def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared, checked: prepared.Check,
-                   target: TargetPod | str | None, view: fit.View, promises: Promises,
+                   target: TargetPod | str, view: fit.View, promises: Promises,
                    basis: prepared.Basis) -> dict[str, str] | str:
     """The nodes the prepared answer names that no longer take both, and why: those that changed
     since judged again (for room alone where only pods that take only room came or went there, beside
@@ -321,8 +320,8 @@ def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared,
         together.room_again(held.moved, checked.room, view, promises, basis.vm)
     if not checked.again:
         return refused
-    if target is None or isinstance(target, str):
-        return target or "the VM's migration target cannot be told"
+    if isinstance(target, str):
+        return target
     again = together.DestinationSearch(pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "",
                                        basis.source, view, promises, basis.vm).judge_again(checked.again)
     return again if isinstance(again, str) else {**refused, **again}
