@@ -1,3 +1,3 @@
 """kubevirt-colocate: put KubeVirt VMs on the node of their Longhorn share-manager."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

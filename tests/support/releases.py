@@ -18,8 +18,9 @@ from tests.support import docs
 ROOT = Path(__file__).resolve().parents[2]
 # The last commit with one Deployment for the webhook and the keeper (before 0.2.0).
 ONE_DEPLOYMENT = "e1ca05a"
-# 0.2.0's install: the keeper's namespaced grants named `kubevirt-colocate` and `kubevirt-colocate-spare-vms`.
-RELEASE_0_2_0 = "efc65bd"
+# 0.2.0 as released (`make release VERSION=0.2.0`): the keeper's namespaced grants named `kubevirt-colocate`
+# and `kubevirt-colocate-spare-vms`, no state ConfigMap, no right on the webhook's Deployment.
+RELEASE_0_2_0 = "2f4b6bb"
 UPGRADING = "Upgrading from 0.2.0: the keeper's grants renamed"
 # kubectl's resource words for the kinds the step deletes.
 KINDS = {"role": "Role", "rolebinding": "RoleBinding", "clusterrole": "ClusterRole",
