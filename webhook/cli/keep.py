@@ -17,7 +17,7 @@ async def run_keep(args: argparse.Namespace) -> int:
     from ..keeper.elected import ElectedKeeper
     from ..keeper.lease import lease_namespace
     from ..keeper.service import KeeperService
-    from ..keeper.upgrade import read_hold
+    from ..keeper.upgrade import read_mode
 
     logs.setup(log_level(args.log_level, os.environ), process="keeper")
     settings = settings_from(args)
@@ -33,7 +33,7 @@ async def run_keep(args: argparse.Namespace) -> int:
                              events=args.events == "on")
 
     try:
-        await KeeperService(settings, elect, check=lambda: read_hold(ClusterStore(api), settings, namespace),
+        await KeeperService(settings, elect, check=lambda: read_mode(ClusterStore(api), settings, namespace),
                             **ports).run()
     finally:
         await api.close()

@@ -1,18 +1,23 @@
-"""The keeper's settings an older install left on the webhook's Deployment, which `serve` once ran the
-keeper from (`--keep=report`, `COLOCATE_KEEP`): while they differ from the keeper's own, it only reports
-(or stays off), says why, and rereads them every minute until the admin moves them (docs/operations.md,
-"Upgrading"). A Deployment it cannot read holds it to report too: in doubt, it does nothing.
+"""What the keeper may act in, read before it acts and every 10 s (a third of a pass): the keeper's settings
+an older install left on the webhook's Deployment, which `serve` once ran the keeper from (`--keep=report`,
+`COLOCATE_KEEP`): while they differ from the keeper's own, it only reports (or stays off), says why, until the
+admin moves them (docs/operations.md, "Upgrading"); and the annotation `kubevirt-colocate/keep` on its own
+Deployment, the pause an incident needs without a rollout (docs/operations.md, "Pausing the keeper"). A
+Deployment it cannot read holds it to report too: in doubt, it does nothing.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from ..kinds import DEPLOYMENT, meta
 from ..lookup.deployments import Container, container
 from ..stores.store import Store, StoreError
 from ..config import KEEPER_SETTINGS, KeeperSettings, KeepMode, Setting, flags_as_env
 
 WEBHOOK = "kubevirt-colocate", "webhook"  # the webhook's Deployment and its container, as installed
-RECHECK = 60.0  # seconds between two reads of the webhook's Deployment
+KEEPER = "kubevirt-colocate-keeper"  # the keeper's own Deployment, as installed
+PAUSE = "kubevirt-colocate/keep"  # on the keeper's Deployment: `off`, else (any value) report
+RECHECK = 10.0  # seconds between two reads of the Deployments: a pause holds the keeper within a pass (30 s)
 LEAST = (KeepMode.OFF, KeepMode.REPORT, KeepMode.MIGRATE)  # from the mode that does least
 
 
@@ -76,3 +81,26 @@ async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeou
         return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is (docs/operations.md, "
                           f"Upgrading)")
     return hold(own, webhook, where)
+
+
+def paused(own: KeeperSettings, annotations: object, where: str) -> Hold:
+    """What the keeper acts in, given its own Deployment's annotations: `off` stops it, any other value of
+    PAUSE holds it to report; never more than its own mode."""
+    raw = annotations.get(PAUSE) if isinstance(annotations, dict) else None
+    if raw is None:
+        return Hold(own.keep)
+    mode = least(own.keep, KeepMode.OFF if raw == KeepMode.OFF else KeepMode.REPORT)
+    return Hold(mode, f"{where} is annotated {PAUSE}={raw}: the keeper runs {mode} until the annotation is "
+                      "removed (docs/operations.md, Pausing the keeper)")
+
+
+async def read_mode(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
+    """The mode the keeper may act in now: the least of `read_hold`'s and its own Deployment's pause."""
+    held, where = await read_hold(store, own, namespace, timeout=timeout), f"Deployment {namespace}/{KEEPER}"
+    try:
+        pause = paused(own, meta(await store.get(DEPLOYMENT, namespace, KEEPER, timeout=timeout)).get("annotations"),
+                       where)
+    except StoreError as exc:
+        mode = least(own.keep, KeepMode.REPORT)
+        pause = Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is")
+    return Hold(least(held.mode, pause.mode), "; ".join(h.why for h in (held, pause) if h.why) or None)
