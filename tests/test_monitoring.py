@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from tests.support.docs import slug
+from tests.support.helm import render as helm_render
 from tests.support.kube import VALIDATE_VERSIONS, kubectl
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -34,9 +35,18 @@ RULES_FILE = "kubevirt-colocate.rules.yaml"  # the name alerts.test.yaml loads
 DOC = ROOT / "docs" / "monitoring.md"  # the alerts, the dashboard and the runbooks
 MONITORING_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 SEVERITIES = {"warning", "critical"}
-# Series from outside the webhook that the rules or the dashboard read (kube-state-metrics,
-# `up`): none. "No replica ready" is `absent(colocate_ready == 1)`, see the rule.
-EXTERNAL_SERIES: frozenset[str] = frozenset()
+# Series from outside the webhook that the rules or the dashboard read, with their labels: kube-apiserver's
+# own of its admission webhooks (k8s.io/apiserver pkg/admission/metrics/metrics.go), what it never sent us.
+# No kube-state-metrics nor `up`: "no replica ready" is `absent(colocate_ready == 1)`, see the rule.
+APISERVER_SERIES = {
+    "apiserver_admission_webhook_fail_open_count": {"name", "type"},
+    "apiserver_admission_webhook_rejection_count": {"name", "type", "operation", "error_type", "rejection_code"},
+    "apiserver_admission_webhook_admission_duration_seconds_bucket": {"name", "type", "operation", "rejected", "le"},
+    "apiserver_admission_match_condition_evaluation_errors_total": {"name", "kind", "type", "operation"},
+}
+EXTERNAL_SERIES = frozenset(APISERVER_SERIES)
+# The names of our webhooks, as the configuration of each install gives them (the apiserver's `name` label).
+WEBHOOK_NAME = re.compile(r".+[.]colocate[.]kubevirt-scheduler[.]io")
 # What the dashboard must show (docs/monitoring.md).
 DASHBOARD_PANELS = {"Admissions by outcome", "Admission latency", "Co-location state", "Keeper migrations",
                     "Cache health", "Certificate expiry", "Certificate expires in", "What holds VMs apart"}
@@ -344,7 +354,7 @@ def test_every_metric_the_alerts_and_the_dashboard_read_is_exported():
 
 
 def test_every_label_matched_on_exists_on_its_metric():
-    labels = labels_of_metrics()
+    labels = labels_of_metrics() | APISERVER_SERIES
     for expr in used_queries():
         for name, label in label_matchers(expr):
             assert label in labels[name], (name, label, expr)
@@ -381,3 +391,23 @@ def test_the_documented_scrape_config_keeps_the_metrics_ports_of_our_services():
         assert not re.fullmatch(keep["regex"], f"{service['metadata']['name']};webhook")
     assert not re.fullmatch(keep["regex"], f"{NS}-certs;{monitor_port}")
     assert {r["target_label"] for r in job["relabel_configs"] if "target_label" in r} >= {"namespace", "pod"}
+
+
+def webhook_names(objects):
+    return {hook["name"] for o in objects if o["kind"] == "MutatingWebhookConfiguration" for hook in o["webhooks"]}
+
+
+def test_the_apiserver_alerts_read_every_webhook_of_the_install_and_no_other():
+    """The apiserver counts by webhook name: each alert on its series selects every entry the
+    install (with any component) names, and nobody else's."""
+    installed = webhook_names(render("manifests")) | webhook_names(helm_render({"aimEvacuations": True}))
+    assert {"vm.colocate.kubevirt-scheduler.io", "share-manager.colocate.kubevirt-scheduler.io",
+            "evacuation.colocate.kubevirt-scheduler.io"} <= installed
+    read = [rule for rule in alert_rules() if metric_names(rule["expr"]) & EXTERNAL_SERIES]
+    assert {rule["alert"] for rule in read} == {"KubevirtColocateAdmissionFailOpen", "KubevirtColocateAdmissionRejected",
+                                               "KubevirtColocateAdmissionSlow"}
+    for rule in read:
+        selectors = re.findall(r'name=~"([^"]+)"', rule["expr"])
+        assert selectors and set(selectors) == {WEBHOOK_NAME.pattern}, rule["alert"]
+        assert all(WEBHOOK_NAME.fullmatch(name) for name in installed)
+        assert not WEBHOOK_NAME.fullmatch("inject.example.com") and not WEBHOOK_NAME.fullmatch("colocate.kubevirt-scheduler.io")
