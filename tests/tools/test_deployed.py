@@ -47,3 +47,12 @@ async def test_a_webhooks_deployment_this_command_may_not_read_holds_nothing():
     store = Store(**{"kubevirt-colocate-keeper": KEEPER, "kubevirt-colocate": StoreError("403 forbidden")})
     settings, source = await deployed_settings(store, Settings(), timeout=1)
     assert settings.keep is KeepMode.MIGRATE and source == f"from Deployment {NS}/kubevirt-colocate-keeper"
+
+
+async def test_a_paused_keeper_is_shown_paused():
+    """The incident's pause (docs/operations.md, Pausing the keeper): `status` says the keeper reports, and why."""
+    paused = {**KEEPER, "metadata": {"annotations": {"kubevirt-colocate/keep": "report"}}}
+    settings, source = await deployed_settings(Store(**{"kubevirt-colocate-keeper": paused}), Settings(), timeout=1)
+    assert settings.keep is KeepMode.REPORT
+    assert source.startswith(f"from Deployment {NS}/kubevirt-colocate-keeper; Deployment {NS}/kubevirt-colocate-keeper "
+                             "is annotated kubevirt-colocate/keep=report: the keeper runs report")

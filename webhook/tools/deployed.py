@@ -1,5 +1,5 @@
 """The keeper as deployed, for `status`: its settings read from its Deployment (its COLOCATE_*
-values, then its flags, as `keep` reads them) and who holds its Lease."""
+values, then its flags, as `keep` reads them, and its pause) and who holds its Lease."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,7 @@ from datetime import datetime
 from ..lookup.deployments import container
 from ..stores.store import Store, StoreError
 from ..config import KeeperSettings, Settings, rows
-from ..keeper.upgrade import WEBHOOK, Hold, hold
+from ..keeper.upgrade import WEBHOOK, Hold, both, hold, read_pause
 from ..kinds import LEASE
 from ..rules.keeping.listed import read_lease
 
@@ -31,7 +31,8 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
         keeper = KeeperSettings.from_command(found.args, env)
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
-    held = await webhook_hold(store, keeper, namespace, timeout)
+    held = both(await webhook_hold(store, keeper, namespace, timeout),
+                await read_pause(store, keeper, namespace, timeout=timeout))  # as `keep` reads them
     deployed = {row.name: getattr(keeper, row.name) for row in rows(KeeperSettings)} | {"keep": held.mode}
     return dataclasses.replace(settings, **deployed), f"from {where}" + (f"; {held.why}" if held.why else "")
 
