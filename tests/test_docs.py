@@ -450,6 +450,7 @@ OTHER_TOOLS = {
     "--set": "helm", "--manifest": "kubectl krew", "--bin-dir": "setup-envtest", "--build-arg": "docker build",
     "--platform": "docker build", "--generate-hashes": "uv pip compile", "--python-version": "uv pip compile",
     "--ignore-requires-python": "pip", "--no-deps": "pip", "--require-hashes": "pip",
+    "--overwrite": "kubectl annotate", "--replicas": "kubectl scale",
 }
 # Flags the docs name as gone: `serve` refuses them (docs/operations.md says how to upgrade from them).
 REMOVED = {"--migration-targets"}

@@ -169,7 +169,7 @@ def set_value(values: dict[str, Any], assignment: str) -> None:
 
 
 class Command:
-    """A `helm install|upgrade|uninstall` command line: the flags the README uses, no others."""
+    """A `helm install|upgrade|uninstall|rollback|history` command line: the flags the docs use, no others."""
 
     def __init__(self, line: str):
         words = shlex.split(line)
@@ -183,7 +183,9 @@ class Command:
         rest = words[3:]
         if self.verb in ("install", "upgrade"):
             self.chart, rest = rest[0], rest[1:]
-        elif self.verb != "uninstall":
+        elif self.verb == "rollback" and rest[:1] and rest[0].isdigit():  # to this revision (else the one before)
+            rest = rest[1:]
+        elif self.verb not in ("uninstall", "rollback", "history"):
             raise ValueError(f"helm {self.verb}: not read here")
         while rest:
             flag, rest = rest[0], rest[1:]
@@ -195,7 +197,7 @@ class Command:
                 self.reuse_values = True
             elif flag == "--reset-then-reuse-values" and self.verb == "upgrade":
                 self.reset_then_reuse_values = True
-            elif flag == "--set" and self.verb != "uninstall":
+            elif flag == "--set" and self.verb in ("install", "upgrade"):
                 set_value(self.values, rest[0])
                 rest = rest[1:]
             else:
