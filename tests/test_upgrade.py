@@ -9,16 +9,19 @@ earlier README had them written.
 The previous versions' charts and manifests are read from git (tests/support/releases.py);
 without those commits (a shallow clone) these tests skip.
 """
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.support.helm import merged, objects, render
 from tests.support.kube import LONGHORN_NS, kubectl
-from tests.support.releases import ONE_DEPLOYMENT, RELEASE_0_2_0, deleted_by, tree_at, upgrade_step
+from tests.support.releases import (deleted_by, deletes, ONE_DEPLOYMENT, RELEASE_0_2_0, RIGHTS_AND_REQUESTS, ROLLING_BACK,
+                                    table, tree_at, TURNING_OFF, upgrade_step)
 
 from webhook.__main__ import build_parser, settings_from
 from webhook.lookup.deployments import Container
@@ -190,10 +193,50 @@ def test_an_upgrade_from_0_2_0_renames_the_keepers_grants_and_moves_no_right(fro
     gone = {key(o) for o in before if o["kind"] in RBAC} - {key(o) for o in after}
     assert gone == renamed
     assert left_behind(tool, before, after, documented_deletes()) == []
-    # One right gained since 0.2.0: the keeper reads KubeVirt's IOerror Events (which disk failed, and why).
-    assert grants(after) - grants(before) == {(KEEPER, None, "", "events", None, verb) for verb in ("list", "watch")}
+    # What the keeper gains is what docs/operations.md lists (the next test); nobody loses a right.
+    assert {grant[0] for grant in grants(after) - grants(before)} == {KEEPER}
     assert grants(before) <= grants(after)
     assert {name for kind, _, name in map(key, after) if kind in ("Role", "RoleBinding")} == {KEEPER, f"{NS}-certs"}
+
+
+def documented_rights() -> set[tuple]:
+    """The rights docs/operations.md says the install gained since 0.2.0, as `grants` gives them."""
+    found = set()
+    for account, namespace, verbs, resources in table(RIGHTS_AND_REQUESTS, "account"):
+        for resource in resources.replace("`", "").split(", "):
+            what, _, name = resource.partition("/")
+            plural, _, group = what.partition(".")
+            found |= {(account.strip("`"), None if namespace == "(cluster)" else namespace.strip("`"), group, plural,
+                       name or None, verb) for verb in verbs.replace("`", "").split(", ")}
+    return found
+
+
+def test_the_upgrade_notes_list_every_right_gained_since_0_2_0(from_0_2_0):
+    """An auditor reads in docs/operations.md every right the upgrade adds: the list is the
+    difference of 0.2.0's and this release's renders, with Helm and with kustomize."""
+    _, before, after = from_0_2_0
+    assert documented_rights() == grants(after) - grants(before)
+
+
+def requests(found: list[dict]) -> dict[tuple[str, str], str]:
+    """(container, "memory request"...) -> quantity, of every Deployment's containers."""
+    sizes = {}
+    for deployment in [o for o in found if o["kind"] == "Deployment"]:
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            for kind, word in (("requests", "request"), ("limits", "limit")):
+                for resource, quantity in container.get("resources", {}).get(kind, {}).items():
+                    sizes[container["name"], f"{resource} {word}"] = str(quantity)
+    return sizes
+
+
+def test_the_upgrade_notes_list_every_request_and_limit_that_changed_since_0_2_0(from_0_2_0):
+    """A larger request can leave a new pod Pending (the rollout waits on it): the notes list each
+    request and limit that differs between 0.2.0's render and this one, with both values."""
+    _, before, after = from_0_2_0
+    old, new = requests(before), requests(after)
+    changed = {what: (old.get(what), new.get(what)) for what in old.keys() | new.keys() if old.get(what) != new.get(what)}
+    assert changed
+    assert {(c.strip("`"), what): (was, now) for c, what, was, now in table(RIGHTS_AND_REQUESTS, "container")} == changed
 
 
 def test_the_documented_step_deletes_nothing_the_new_install_has(from_0_2_0):
@@ -359,3 +402,127 @@ def test_a_helm_upgrade_keeps_the_mode_the_values_chose(given, expected, held, h
             render(chart=reuse_values(ROOT / "charts" / "kubevirt-colocate", old_chart, given, tmp_path))
         return
     assert mode_after(render(given)) == held
+
+
+# --------------------------------------------------------------------------- rolling back to 0.2.0
+
+def unserved(found: list[dict]) -> list[str]:
+    """The webhook entries whose call no pod of the install would answer: the Service port they name
+    must exist, and its target be a port the selected Deployment's container serves."""
+    missing = []
+    for hook in [h for o in found if o["kind"] == "MutatingWebhookConfiguration" for h in o["webhooks"]]:
+        ref = hook["clientConfig"]["service"]
+        service = one(found, "Service", ref["name"])
+        [port] = [p for p in service["spec"]["ports"] if p["port"] == ref.get("port", 443)] or [None]
+        pods = [d["spec"]["template"] for d in found if d["kind"] == "Deployment"
+                and service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        served = {p.get(k) for pod in pods for c in pod["spec"]["containers"] for p in c.get("ports", [])
+                  for k in ("name", "containerPort")}
+        if port is None or port.get("targetPort", port["port"]) not in served:
+            missing.append(f"{hook['name']} -> {ref['name']}:{ref.get('port', 443)}")
+    return missing
+
+
+@pytest.fixture(params=["kubectl apply -k", "helm rollback"])
+def rollback(request, release_0_2_0, tmp_path):
+    """(tool, from, to): this release's install and 0.2.0's, with the spare-vms option, as each tool renders them."""
+    if request.param == "helm rollback":
+        values = {"longhorn": {"spareVMs": True}}
+        return request.param, render(values), render(values, chart=release_0_2_0 / "charts" / "kubevirt-colocate")
+    shutil.copytree(ROOT / "manifests", tmp_path / "now" / "manifests")
+    return request.param, kustomized(tmp_path / "now", "spare-vms"), kustomized(release_0_2_0, "spare-vms")
+
+
+def test_a_rollback_leaves_every_webhook_entry_on_a_port_the_pods_serve(rollback):
+    """The configuration, its Service and the webhook's Deployment go back together (Helm's
+    rollback; kustomize's apply of 0.2.0's manifests, which replaces each of them): share-managers
+    and VMs are decided before, during (old pods answer 0.2.0's entries) and after."""
+    _, now, then = rollback
+    assert unserved(now) == [] and unserved(then) == []
+    assert {h["name"] for o in then if o["kind"] == "MutatingWebhookConfiguration" for h in o["webhooks"]} >= {
+        "vm.colocate.kubevirt-scheduler.io", "share-manager.colocate.kubevirt-scheduler.io"}
+
+
+def test_a_rollback_as_documented_leaves_nothing_of_this_release_behind(rollback):
+    """Helm deletes what 0.2.0 did not render; after kustomize's apply, the documented delete lines
+    remove exactly what 0.2.0 names otherwise, and nothing 0.2.0 has."""
+    tool, now, then = rollback
+    documented = {what for command in deletes(ROLLING_BACK) for what in deleted_by(command)}
+    assert documented and not documented & {key(o) for o in then}
+    assert left_behind(tool, now, then, documented) == []
+    assert not any("undo" in command.words for command in deletes(ROLLING_BACK))
+
+
+def old_keeper(tree: Path, args: list[str]) -> dict:
+    """What 0.2.0's own code makes of its keeper's arguments: its mode and Lease (run from its tree)."""
+    script = ("import json, sys; from webhook.__main__ import build_parser, settings_from; "
+              "s = settings_from(build_parser().parse_args(['keep', *sys.argv[1:]])); "
+              "print(json.dumps({'keep': str(s.keep.value), 'lease': s.lease_name}))")
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=tree, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_after_a_rollback_the_old_keeper_acts(rollback, tmp_path):
+    """0.2.0's keeper starts with the arguments 0.2.0's install gives it (its own parser reads
+    them), campaigns for the Lease this release's keeper held, holds every right it had, and reads
+    no record this release wrote: its account may not read ConfigMaps, so no record of any version
+    holds it. (This release's pause is not 0.2.0's: docs/operations.md says so.)"""
+    tool, now, then = rollback
+    code = tree_at(RELEASE_0_2_0, tmp_path / "code", "webhook")
+    args = one(then, "Deployment", KEEPER)["spec"]["template"]["spec"]["containers"][0]["args"]
+    started = old_keeper(code, args)
+    ours = settings_from(build_parser().parse_args(["keep", *container_of(now, KEEPER)["args"]]))
+    assert started == {"keep": "migrate", "lease": ours.lease_name}
+    mine = {g for g in grants(then) if g[0] == KEEPER}
+    assert ("kubevirt-colocate-keeper", NS, "coordination.k8s.io", "leases", ours.lease_name, "update") in mine
+    assert not {g for g in mine if g[3] == "configmaps"}
+    assert not (code / "webhook" / "keeper" / "records.py").exists()
+
+
+# --------------------------------------------------------------------------- turning an option off
+
+def documented_off() -> set[tuple]:
+    return {what for command in deletes(TURNING_OFF) for what in deleted_by(command)}
+
+
+@pytest.mark.parametrize("component", ["spare-vms", "aim-evacuations"])
+def test_an_option_turned_off_with_kustomize_leaves_no_object_it_added(component, tmp_path):
+    """The overlay applied with the component, then without it: the apply takes out what the
+    component patched into shared objects (an entry, a flag, a rule); the objects of its own are
+    what the documented delete lines remove (none for aim-evacuations)."""
+    shutil.copytree(ROOT / "manifests", tmp_path / "now" / "manifests")
+    added = {key(o) for o in kustomized(tmp_path / "now", component)} - {key(o) for o in kustomized(tmp_path / "now")}
+    assert (added <= documented_off()) and (bool(added) is (component == "spare-vms"))
+
+
+def test_cert_manager_turned_off_leaves_no_object_it_added(tmp_path):
+    """From manifests/cert-manager to manifests: its Issuers and Certificates are deleted by the
+    documented lines, and so are the Secrets cert-manager wrote from them (which no apply and no
+    Helm release owns)."""
+    with_, without = _render_root("manifests/cert-manager"), _render_root("manifests")
+    added = {key(o) for o in with_} - {key(o) for o in without}
+    written = {("Secret", NS, name) for o in with_ if o["kind"] == "Certificate"
+               for name in (o["spec"]["secretName"],)}
+    assert added and added | written <= documented_off()
+    helm_written = {("Secret", NS, o["spec"]["secretName"]) for o in render({"certManager": {"enabled": True}})
+                    if o["kind"] == "Certificate"}
+    assert helm_written == written
+
+
+def test_the_documented_off_lines_delete_nothing_an_install_without_the_option_has():
+    """Safe to run again, or on an install that never had the option: no line names an object the
+    install renders without any option (the serving Secret aside, which the certificate Job fills again)."""
+    rendered = {key(o) for o in render()} | {key(o) for o in _render_root("manifests")}
+    assert documented_off() & rendered <= {("Secret", NS, "kubevirt-colocate-tls")}
+    assert all("--ignore-not-found" in command.words for command in deletes(TURNING_OFF))
+
+
+def _render_root(path: str) -> list[dict]:
+    tool = kubectl()
+    if tool is None:
+        pytest.skip("kubectl is not installed (or set KUBECTL)")
+    done = subprocess.run([tool, "kustomize", str(ROOT / path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return objects(done.stdout)
