@@ -3,7 +3,9 @@ on the real kube-apiserver with `kubectl apply -k`: the README's patch of that r
 whole (nothing changes), and an overlay that still sets the keeper's mode there leaves the new
 keeper, reading the stored Deployment with its own account, in report mode. The upgrade from
 0.2.0, with `kubectl apply -k` and the documented `kubectl delete` lines and with `helm upgrade`,
-leaves only grants named for their account, the keeper's rights intact."""
+leaves only grants named for their account, the keeper's rights intact; the rollback to 0.2.0 with
+`kubectl apply -k` and docs/operations.md's lines leaves only 0.2.0's; the keeper's account reads
+its own Deployment, where the incident's pause is."""
 from __future__ import annotations
 
 import asyncio
@@ -13,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 from kubefake.envtest import api_client
-from tests.support.releases import RELEASE_0_2_0, tree_at, upgrade_step
+from tests.support.releases import deletes, RELEASE_0_2_0, ROLLING_BACK, tree_at, upgrade_step
 
 from webhook.stores.direct import ClusterStore
 from webhook.config import KeeperSettings, KeepMode
-from webhook.keeper.upgrade import read_hold
+from webhook.keeper.upgrade import PAUSE, read_hold, read_mode
 
 ROOT = Path(__file__).parent.parent.parent
 NS = "kubevirt-colocate"
@@ -159,3 +161,55 @@ def test_an_upgrade_from_0_2_0_leaves_only_grants_named_for_their_account(contro
             rest = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] != "Namespace"]
             control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-",
                                   input=yaml.safe_dump_all(rest), check=False)
+
+
+def test_a_rollback_to_0_2_0_with_kustomize_leaves_only_its_grants(control_plane, tmp_path):
+    """This release applied (with spare-vms), then 0.2.0's manifests and the delete lines of
+    docs/operations.md, Rolling back: 0.2.0's grants alone, the keeper's Lease and Setting rights
+    as 0.2.0 gave them, and no right on the record this release's keeper wrote."""
+    control_plane.kubectl("create", "namespace", LONGHORN, check=False)
+    old = tree_at(RELEASE_0_2_0, tmp_path / "0.2.0")
+    applied = []
+    try:
+        for manifests in (ROOT / "manifests", old / "manifests"):
+            rendered = control_plane.kubectl("kustomize", str(spare_vms_overlay(
+                tmp_path / f"overlay-{len(applied)}", manifests))).stdout
+            applied.append(rendered)
+            control_plane.kubectl("delete", "job", f"{NS}-certs", "-n", NS, "--ignore-not-found")
+            control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
+        for command in deletes(ROLLING_BACK):
+            control_plane.kubectl(*command.words[1:])
+        assert namespaced_grants(control_plane) == {
+            ("Role", NS, NS), ("RoleBinding", NS, NS), ("Role", LONGHORN, f"{NS}-spare-vms"),
+            ("RoleBinding", LONGHORN, f"{NS}-spare-vms"), ("Role", NS, f"{NS}-certs"), ("RoleBinding", NS, f"{NS}-certs")}
+        assert keeper_may(control_plane, "update", "leases/kubevirt-colocate-keeper", NS)
+        assert not keeper_may(control_plane, "get", "configmaps/kubevirt-colocate-keeper-state", NS)
+    finally:
+        for rendered in applied:
+            rest = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] != "Namespace"]
+            control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-",
+                                  input=yaml.safe_dump_all(rest), check=False)
+
+
+def test_the_keeper_reads_its_pause_with_its_own_account(control_plane, tmp_path):
+    """docs/operations.md, Pausing the keeper: the annotation on its Deployment, read with the
+    keeper's token, holds it to report; removed, it migrates again."""
+    rendered = control_plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
+    try:
+        own = KeeperSettings(keep="migrate")
+        kubeconfig = control_plane.token_kubeconfig(NS, KEEPER_SA)
+
+        async def read():
+            async with api_client(kubeconfig) as api:
+                return await read_mode(ClusterStore(api), own, NS)
+
+        control_plane.kubectl("-n", NS, "annotate", f"deployment/{KEEPER_SA}", f"{PAUSE}=report", "--overwrite")
+        held = asyncio.run(read())
+        assert held.mode is KeepMode.REPORT and "is annotated" in held.why, held
+        control_plane.kubectl("-n", NS, "annotate", f"deployment/{KEEPER_SA}", f"{PAUSE}-")
+        assert asyncio.run(read()).mode is KeepMode.MIGRATE
+    finally:
+        rest = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] != "Namespace"]
+        control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=yaml.safe_dump_all(rest),
+                              check=False)
