@@ -215,12 +215,14 @@ def test_the_keepers_account_reads_what_a_pass_reads_and_writes_its_migrations_l
     # Its state beside the Lease: one ConfigMap (create cannot be narrowed by name).
     assert granted.pop((NS, "", "configmaps", None)) == {"create"}
     assert granted.pop((NS, "", "configmaps", state_name(Settings()))) == {"get", "update"}
-    # The webhook's Deployment, by name: keeper settings an older install left there hold it to report.
+    # The webhook's Deployment, by name: keeper settings an older install left there hold it to report;
+    # its own: the incident's pause (docs/operations.md, Pausing the keeper).
     assert granted.pop((NS, DEPLOYMENT.group, DEPLOYMENT.plural, NS)) == {"get"}
+    assert granted.pop((NS, DEPLOYMENT.group, DEPLOYMENT.plural, KEEPER)) == {"get"}
     assert granted == {}  # nothing else: no secrets, no writes to what it reads
 
 
-def test_the_keeper_may_hold_only_its_lease_and_state_and_read_the_webhooks_deployment_in_the_install_namespace(
+def test_the_keeper_may_hold_only_its_lease_and_state_and_read_the_two_deployments_in_the_install_namespace(
         rendered):
     _, objects = rendered
     role = one(objects, "Role", KEEPER)
@@ -233,7 +235,8 @@ def test_the_keeper_may_hold_only_its_lease_and_state_and_read_the_webhooks_depl
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [state_name(Settings())],
          "verbs": ["get", "update"]},
-        {"apiGroups": [DEPLOYMENT.group], "resources": [DEPLOYMENT.plural], "resourceNames": [NS], "verbs": ["get"]},
+        {"apiGroups": [DEPLOYMENT.group], "resources": [DEPLOYMENT.plural], "resourceNames": [NS, KEEPER],
+         "verbs": ["get"]},
     ]
     binding = one(objects, "RoleBinding", KEEPER)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": KEEPER}
