@@ -494,7 +494,8 @@ def test_an_option_turned_off_with_kustomize_leaves_no_object_it_added(component
     what the documented delete lines remove (none for aim-evacuations)."""
     shutil.copytree(ROOT / "manifests", tmp_path / "now" / "manifests")
     added = {key(o) for o in kustomized(tmp_path / "now", component)} - {key(o) for o in kustomized(tmp_path / "now")}
-    assert (added <= documented_off()) and (bool(added) is (component == "spare-vms"))
+    assert added <= documented_off()
+    assert added or component != "spare-vms"  # not vacuous: its Role and RoleBinding in Longhorn's namespace
 
 
 def test_cert_manager_turned_off_leaves_no_object_it_added(tmp_path):
