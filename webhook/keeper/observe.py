@@ -35,8 +35,8 @@ from ..rules.keeping.migrations import (
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
-from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, Server,
-                                      sightings, Stale, storage_wait)
+from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, probe,
+                                      Server, sighted, Stale, storage_wait)
 from ..rules.keeping.running import VmiView, vm_pods
 from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.keeping.io_errors import Cause, IoError
@@ -163,7 +163,7 @@ def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) 
     """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
     claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
     return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause is Cause.NO_SPACE,
-                      count=e.count, first=e.first, last=e.last) for e in errors]
+                      first=e.first, last=e.last, combined=e.combined) for e in errors]
 
 
 class Nodes:
@@ -257,20 +257,23 @@ class Observer:
         vmi = facts.vmi
         record = state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
         io, events = vmi.paused == PAUSED_IO_ERROR, self.io_errors(vmi.uid)
-        if not io and not events and record.stale is None:
+        if not io and not events and record.stale is None and not record.seen:
             return facts
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
         errors = disk_errors(vmi, disks, events)
+        seen, resumed = dict(record.seen), record.unpaused
         facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
-                                    full=full(errors, io), seen=tuple(sorted(sightings(mount, errors).items())),
+                                    full=full(errors, io) or (record.full if io else None) or None,
+                                    seen=tuple(sorted(sighted(mount, errors, not vmi.paused, now, seen).items())),
                                     waits_for_storage=storage_wait(mount, errors, now) if io or errors else None)
         kept = record.stale
-        judged = judge(mount, errors, vmi.paused, now, dict(record.seen),
-                       Stale(kept.words, kept.requested, kept.last) if kept is not None else None)
+        judged = judge(mount, errors, vmi.paused, now, seen,
+                       Stale(kept.words, kept.requested, kept.last) if kept is not None else None, resumed)
         if not isinstance(judged, Stale):
-            return dataclasses.replace(facts, retry=facts.full or judged)
+            return dataclasses.replace(facts, retry=facts.full or judged,
+                                       probe=probe(mount, errors, now, resumed) if io and not facts.full else None)
         failed = failed_recovery(vmi, history, judged.requested)
         return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested, stale_last=judged.last,
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))

@@ -241,8 +241,7 @@ class Records(Recall):
         if vm.mount is not None:
             stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
                 if vm.stale and vm.stale_since is not None else None
-            record = dataclasses.replace(record, seen=tuple(sorted((dict(record.seen) | dict(vm.seen)).items())),
-                                         stale=stale)
+            record = dataclasses.replace(record, seen=vm.seen, stale=stale, full=vm.full or "")
         said = dict(record.said)
         for reason, words in zip(SAID_ONCE, (f"needs a restart: {decision.reason}" if decision.hold is
                                              Alone.NEEDS_RESTART else "", vm.waits_for_storage or ""), strict=True):

@@ -4,15 +4,15 @@ key (`dump`, `load`). Pure; `keeper.records` reads and writes it, `status` reads
 migrations the watch no longer shows (virt-controller keeps a VMI's 5 newest finished ones,
 `garbageCollectFinalizedMigrations`, while the per-day limit and the backoff count ours over a day and
 more); the refusals of its actions (the API's words, how many in a row, when to retry); and of its VMI
-(`uid`) the keeper's unpauses, the Events said once, the I/O errors it saw after a new share-manager served
-(`recovery.sightings`) and the evidence of a stale mount (`recovery.judge`): a new leader neither hammers a
-policy, nor unpauses more, nor says again, nor waits to believe.
+(`uid`) the keeper's unpauses, the Events said once, the pauses it saw after a new share-manager served
+(`recovery.sighted`), the evidence of a stale mount (`recovery.judge`) and a full disk (`recovery.full`): a new
+leader neither hammers a policy, nor unpauses more, nor says again, nor waits to believe.
 The spelling is a hint, never a gate, bounded and read leniently: a record that is not JSON or of another
-version reads as empty, an entry of an unexpected shape is dropped alone, each saying what was lost (`Loss`).
+version (none was released before version 3; a later release's) is rebuilt, an entry of an unexpected shape is
+dropped alone, each saying what was lost (`Loss`).
 Version 3 groups each VM's entries under its namespace and name: what it keeps of the VMI first, then our
 migrations (a generated suffix, phase and Unix times; node, uid and annotation only while unfinished), then
 the refusals (clipped words), the newest first, as many as fit in BUDGET, well under the API's 1 MiB.
-Versions 1 (flat lists, spelled out) and 2 (of the VMI, the evidence alone) are read too.
 """
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ...kinds import clip_reason
-from ..shared.times import parse_time, rfc3339
+from ..shared.times import rfc3339
 from .migrations import Migration, NAME_INFIX
+from .recovery import Sighting
 
 REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
 SAY_LOST = timedelta(hours=1)  # a rebuilt record is said (readiness, `status`) this long
@@ -91,8 +92,9 @@ class Evidence:
 @dataclasses.dataclass(frozen=True, slots=True)
 class VmRecord:
     """All the keeper keeps of one VM: our migrations (oldest first) and its refusals; of its VMI `uid`, the
-    keeper's unpauses, the Events said once (reason, when), the I/O errors seen after a new share-manager served
-    (Longhorn volume, the last), the evidence of a stale mount."""
+    keeper's unpauses, the Events said once (reason, when), the pauses seen after a new share-manager served
+    (by Longhorn volume), the evidence of a stale mount, a full disk in KubeVirt's words (never unpaused, also
+    once its Event is gone)."""
 
     namespace: str
     name: str
@@ -101,8 +103,9 @@ class VmRecord:
     uid: str = ""
     unpaused: tuple[datetime, ...] = ()
     said: tuple[tuple[str, datetime], ...] = ()
-    seen: tuple[tuple[str, datetime], ...] = ()
+    seen: tuple[tuple[str, Sighting], ...] = ()
     stale: Evidence | None = None
+    full: str = ""
 
     @property
     def key(self) -> VmKey:
@@ -110,13 +113,13 @@ class VmRecord:
 
     @property
     def empty(self) -> bool:
-        return not (self.migrations or self.refusals or self.unpaused or self.said or self.seen or self.stale)
+        return not (self.migrations or self.refusals or self.unpaused or self.said or self.seen or self.stale or self.full)
 
     def of_vmi(self, uid: str) -> VmRecord:
         """The record as it holds for VMI `uid`: what was kept of another VMI of the VM (a restart) is dropped."""
         if uid == self.uid:
             return self
-        return dataclasses.replace(self, uid=uid, unpaused=(), said=(), seen=(), stale=None)
+        return dataclasses.replace(self, uid=uid, unpaused=(), said=(), seen=(), stale=None, full="")
 
     def unpauses(self, since: datetime | None) -> int:
         """The keeper's unpauses of this VMI since `since` (its pod's start)."""
@@ -213,7 +216,8 @@ def _joined(read: VmRecord, mine: VmRecord) -> VmRecord:
                                 key=lambda m: (m.created, m.name))),
         refusals=(*read.refusals, *(h for h in mine.refusals if h.action not in actions)),
         unpaused=tuple(sorted({*read.unpaused, *mine.unpaused}))[-UNPAUSES_KEPT:],
-        said=tuple(sorted({*read.said, *mine.said})), seen=read.seen or mine.seen, stale=read.stale or mine.stale)
+        said=tuple(sorted({*read.said, *mine.said})), seen=read.seen or mine.seen, stale=read.stale or mine.stale,
+        full=read.full or mine.full)
 
 
 def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
@@ -228,7 +232,6 @@ def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: date
 
 KEY = "state.json"  # the ConfigMap's data key
 VERSION = 3
-READ = (1, 2, VERSION)
 BUDGET = 480 * 1024  # bytes of the record at most: the newest that fit
 MOST_COUNT = 99  # refusals in a row counted: the backoff reaches its cap long before
 GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 random ones (apiserver)
@@ -262,7 +265,9 @@ def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
     found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
     found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
-    found += [("v", {volume: int(at.timestamp()) for volume, at in r.seen})] if r.seen else []
+    found += [("v", {volume: [int(s.paused.timestamp()), int(s.ran.timestamp()) if s.ran else None]
+                      for volume, s in r.seen})] if r.seen else []
+    found += [("f", clip_reason(r.full, WORDS))] if r.full else []
     e = r.stale
     return found + ([("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())])]
                     if e is not None else [])
@@ -318,11 +323,8 @@ def _number(value: Any, what: str) -> int:
 
 
 def _time(value: Any, what: str) -> datetime:
-    """Unix seconds (version 2) or RFC 3339 (version 1)."""
-    moment = datetime.fromtimestamp(_number(value, what), UTC) if not isinstance(value, str) else parse_time(value)
-    if moment is None:
-        raise ValueError(f"{what} {value!r} is not a time")
-    return moment
+    """Unix seconds."""
+    return datetime.fromtimestamp(_number(value, what), UTC)
 
 
 def _lost(entry: Any) -> tuple[datetime, str]:
@@ -350,16 +352,17 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
 
 
 def _vmi_part(where: str, value: Any) -> Any:
-    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back; version 2's evidence too."""
-    if where == "u":
-        return _text(value, "a VMI's uid")
+    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back."""
+    if where in ("u", "f"):
+        return _text(value, "a VMI's uid" if where == "u" else "a full disk")
     if where == "p":
         return tuple(sorted(_time(at, "an unpause") for at in value))
-    if where in ("e", "v"):
+    if where == "e":
         return tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))
-    if len(value) == 3 and isinstance(value[0], str):  # version 2: [uid, requested, words]
-        return _text(value[0], "a VMI's uid"), Evidence(requested=_time(value[1], "requested"),
-                                                        words=_text(value[2], "evidence"), last=_time(value[1], "requested"))
+    if where == "v":
+        return tuple(sorted((_text(k, "a volume"), Sighting(_time(paused, "a pause"), None if ran is None else
+                                                             _time(ran, "running again")))
+                            for k, (paused, ran) in value.items()))
     requested, words, last = value
     return Evidence(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
                     last=_time(last, "the last I/O error"))
@@ -367,7 +370,7 @@ def _vmi_part(where: str, value: Any) -> Any:
 
 Part = tuple[tuple[str, str], str, Any]  # (namespace, VM), what of its record, the value
 Entry = Callable[[], Part | tuple[datetime, str]]
-VMI_PARTS = ("u", "p", "e", "v", "s")
+VMI_PARTS = ("u", "p", "e", "v", "s", "f")
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:  # a mapping's items; anything else one that cannot be read
@@ -378,8 +381,8 @@ def _part(namespace: str, vm: str, where: str, read: Callable[..., Any], *args: 
     return (namespace, vm), where, read(*args)
 
 
-def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
-    """Versions 2 and 3: each VM's entries under its namespace and name."""
+def _entries(data: dict[str, Any]) -> Iterator[Entry]:
+    """Each VM's entries under its namespace and name."""
     if "lost" in data:
         yield functools.partial(_lost, data["lost"])
     for namespace, vms in _items(data.get("vms", {})):
@@ -393,31 +396,14 @@ def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
                 yield functools.partial(_part, namespace, vm, where, _vmi_part, where, entry[where])
 
 
-def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
-    """Flat lists of objects, their names and times spelled out."""
-    def migration(m: Any) -> Part:
-        return (m["namespace"], m["vmi"]), "m", _migration(m["namespace"], m["vmi"], [
-            "/" + m["name"], m["phase"], m["created"], m.get("ended"), m.get("target"), m.get("uid"), m.get("recovers")])
-
-    def refusal(h: Any) -> Part:
-        return (h["namespace"], h["name"]), "r", _refusal(h["namespace"], h["name"], h["action"], [
-            h["count"], h["retry"], h.get("status", 0), h.get("words")])
-
-    for kind, read in (("migrations", migration), ("refusals", refusal)):
-        entries = data.get(kind, [])
-        yield from (functools.partial(read, entry) for entry in (entries if isinstance(entries, list) else [None]))
-
-
 def _records(parts: list[Part]) -> list[VmRecord]:
     """The records the parts read make up, one per VM."""
     fields: dict[tuple[str, str], dict[str, Any]] = {}
-    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale"}
+    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale", "f": "full"}
     for key, where, value in parts:
         mine = fields.setdefault(key, {"migrations": [], "refusals": []})
         if where in ("m", "r"):
             mine["migrations" if where == "m" else "refusals"].append(value)
-        elif isinstance(value, tuple) and isinstance(value[-1], Evidence):  # version 2's evidence: [uid, …]
-            mine["uid"], mine["stale"] = value
         else:
             mine[names[where]] = value
     return [VmRecord(namespace=namespace, name=vm, **{**f, "migrations": tuple(sorted(
@@ -434,11 +420,10 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     except ValueError as exc:
         return KeeperState(), Loss(kind="unreadable", why=f"not JSON ({exc})")
     version = data.get("version") if isinstance(data, dict) else None
-    if version not in READ:
-        return KeeperState(), Loss(kind="other version",
-                                   why=f"version {version!r}, where this keeper reads {', '.join(map(str, READ))}")
+    if version != VERSION:
+        return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads {VERSION}")
     read, dropped = [], []
-    for entry in (_version_1 if version == 1 else _version_2)(data):
+    for entry in _entries(data):
         try:
             read.append(entry())
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
