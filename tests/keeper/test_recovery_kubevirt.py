@@ -37,9 +37,10 @@ def seconds(n):
 
 
 async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(), started=datetime.timedelta(minutes=10),
-                        objects=None, **settings):
+                        objects=None, serves=SERVES, **settings):
     """vm1..vm3 on node-a beside their storage (`objects`: else), spared; a keeper started `started` before T0
-    on a clock of its own; vm1's share-manager restarted at T0 on `storage`. (keeper, clock, T0)."""
+    on a clock of its own; vm1's share-manager restarted at T0 on `storage`, its new pod serving `serves` after
+    and started 10 s before. (keeper, clock, T0)."""
     cluster.seed([*(drained_node_cluster(spared=True) if objects is None else objects), *extra])
     volumes(kmock)
     t0 = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
@@ -48,9 +49,8 @@ async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(),
     await keeper.run_pass()
     clock.now = t0
     requested, deleted = await longhorn.restart_share_manager(kmock.apiserver, "pvc-vm1-disk", storage, down=t0,
-                                                              starts=t0 + seconds(15), serves=t0 + SERVES)
-    T0S.append(t0)
-    assert requested == t0 + seconds(10)  # stamped on each reconcile while the share-manager was down
+                                                              starts=t0 + serves - seconds(10), serves=t0 + serves)
+    assert requested == t0 + serves - seconds(15)  # stamped on each reconcile while the share-manager was down
     assert deleted == []  # spared: the VMI kind is on the blacklist
     return keeper, clock, t0
 
@@ -97,21 +97,12 @@ class FailingMount:
         return await self.domain.paused_at(after)
 
 
-T0S = []
-def t0_of(clock):
-    return T0S[-1] if T0S else clock.now
-
-
 async def passes(keeper, clock, kmock, play, until):
     """Passes every 30 s of the keeper's clock, KubeVirt played up to each, until `until` says what to return."""
     while True:
         await play(clock.now)
         await seen(keeper, kmock)
         report = await keeper.run_pass()
-        import os
-        if os.environ.get("DBG"):
-            vm = next(v for v in report.vms if v.name == "vm1")
-            print(clock.now - t0_of(clock), paused(kmock), len(unpauses(kmock)), vm.decision, [ (e["message"][-6:], e.get("count"), e.get("lastTimestamp")) for k, e in [(k, o.raw) for k, o in kmock.apiserver.objects.items() if getattr(k[0], "plural", "") == "events"]])
         if (found := until(report)) is not None:
             return found
         clock.advance(PASS.total_seconds())
