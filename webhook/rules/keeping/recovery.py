@@ -290,8 +290,8 @@ def judge(mount: Mount, errors: Iterable[DiskError], paused: str, now: datetime,
             notes += [_waiting(server, errors, now) or ""] if error or io else []
             continue
         settled, where = settled_by[server.volume][1], f"share-manager {server.pod} served again on {server.node}"
-        if error is None or proven(io, error.last, now):
-            continue
+        if error is None or proven(io, error.last, now) or (error.last < settled and not io):
+            continue  # no I/O error, or one its NFS client has long recovered from
         shown = _failed(error, settled, (seen or {}).get(server.volume), resumed) if error.last >= settled else None
         if shown is not None:
             return Stale(f"{shown}, once {where} at {rfc3339(settled - RECONNECT)}: a resume did not bring it back",
