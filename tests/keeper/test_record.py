@@ -22,14 +22,11 @@ NAME = "kubevirt-colocate-keeper-state"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "0")
 PROBLEMS = "colocate_keeper_record_problems_total"
-# Version 1, as the keeper wrote it before: a migration of vm1 KubeVirt no longer shows (3 hours ago), and
-# a refusal whose count an admin made a string: that entry is dropped alone.
-HOURS_AGO = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-WRONG_TYPE = json.dumps({"version": 1, "migrations": [
-    {"namespace": "default", "name": "vm1-colocate-old01", "vmi": "vm1", "phase": "Succeeded", "uid": "uid-old",
-     "created": HOURS_AGO, "ended": HOURS_AGO, "target": "node-b", "recovers": None}],
-    "refusals": [{"namespace": "default", "name": "vm1", "action": "migrate", "count": "2",
-                  "retry": "2999-01-01T00:00:00Z", "words": "no", "status": 403}]})
+# A migration of vm1 KubeVirt no longer shows (3 hours ago), and a refusal whose count an admin made a string: that
+# entry is dropped alone.
+HOURS_AGO = int((datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=3)).timestamp())
+WRONG_TYPE = json.dumps({"version": 3, "vms": {"default": {"vm1": {
+    "m": [["old01", "Succeeded", HOURS_AGO, HOURS_AGO]], "r": {"migrate": ["2", 32503680000, 403, "no"]}}}}})
 
 
 def configmap(text):

@@ -4,13 +4,14 @@ it on an I/O error. For the tests of the drain and of the keeper's recovery."""
 from __future__ import annotations
 
 import datetime
+import json
 
 from tests.support.kube import launcher_pod_of, longhorn_settings, node, rwx_disk, vmi
 from tests.support.kubevirt_api import ago
 
 from kubefake import longhorn
 from kubefake.io_error_retry import IoErrorRetry
-from kubefake.virt_handler import play_io_errors
+from kubefake.virt_handler import play_io_errors, record_io_errors, stored_vmi
 from webhook import kinds
 from webhook.config import Settings
 
@@ -79,4 +80,19 @@ async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migr
     for name in restarted:
         await restart_storage(kmock, cluster, name, storage, ago)
     await pause_on_io_error(kmock, cluster, "vm1", ago)
+    await resumed_by_the_keeper(kmock, cluster, "vm1", datetime.timedelta(seconds=30))
     return keeper
+
+
+async def resumed_by_the_keeper(kmock, cluster, name, ago):
+    """The keeper's record (an earlier pass's) says it resumed the VM once `ago` to see whether its mount works
+    again, and virt-launcher told of its disk's I/O error 2 s ago: it paused again after that resume."""
+    now = datetime.datetime.now(datetime.UTC)
+    uid = kmock.objects[kinds.VMI, "default", name].raw["metadata"]["uid"]
+    text = json.dumps({"version": 3, "vms": {"default": {name: {"u": uid, "p": [int((now - ago).timestamp())]}}}})
+    await cluster.create("/api/v1/namespaces/default/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "data": {"state.json": text},
+        "metadata": {"name": "kubevirt-colocate-keeper-state", "namespace": "default"}})
+    async with kmock.apiserver.lock:
+        await record_io_errors(kmock.apiserver, stored_vmi(kmock.apiserver, "default", name),
+                               now - datetime.timedelta(seconds=2))

@@ -67,9 +67,10 @@ def why(vm: VmFacts, now: datetime) -> str | None:
 
 def carried_paused(vm: VmFacts) -> bool:
     """Paused on an I/O error that came over with a migration onto a fresh mount: what an unpause is for (a
-    pause in the pod it runs in now is KubeVirt's own to retry)."""
+    pause in the pod it runs in now is KubeVirt's own to retry); not again while an unpause in this pod may not
+    show yet."""
     mount = vm.mount
-    return (vm.vmi.paused == PAUSED_IO_ERROR and not vm.unpaused and mount is not None
+    return (vm.vmi.paused == PAUSED_IO_ERROR and not (vm.unpaused and vm.unpauses) and mount is not None
             and not_fresh(mount) is None and came_over(vm.vmi, mount.pod_started))
 
 
