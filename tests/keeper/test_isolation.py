@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from tests.support.kube import ago
 from tests.support.kubevirt_api import apart_vm, three_nodes
-from tests.support.stale import LONG_AGO, drained_node_cluster, pause_on_io_error, restart_storage, volumes
+from tests.support.stale import (LONG_AGO, drained_node_cluster, pause_on_io_error, paused_again_after_the_keepers_resume,
+                                 restart_storage, volumes)
 
 from webhook.config import Settings
 from webhook.rules.shared.alone import Alone
@@ -92,7 +93,7 @@ async def test_a_frozen_vm_gets_its_migration_while_our_drift_migrations_fill_th
 
     await restart_storage(kmock, cluster, "vm1", "node-b", LONG_AGO)
     await pause_on_io_error(kmock, cluster, "vm1", LONG_AGO)
-    await seen(keeper, kmock)
+    await paused_again_after_the_keepers_resume(kmock, keeper)
     report = await keeper.run_pass()
 
     [recovery] = [m for m in cluster.migrations() if m["spec"]["vmiName"] == "vm1"]

@@ -4,7 +4,9 @@ writes a valid record again (unless writing is refused too); an admin's edit or 
 effect at the next pass."""
 from __future__ import annotations
 
+import base64
 import datetime
+import gzip
 import json
 
 import kmock as kmocklib
@@ -30,13 +32,19 @@ WRONG_TYPE = json.dumps({"version": 3, "vms": {"default": {"vm1": {
 
 
 def configmap(text):
+    """The ConfigMap holding `text` as the keeper keeps it: gzipped, base64 in binaryData."""
+    packed = base64.b64encode(gzip.compress(text.encode())).decode()
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, "namespace": "default"},
-            "data": {KEY: text}}
+            "binaryData": {KEY: packed}}
+
+
+def stored_bytes(kmock):
+    return base64.b64decode(kmock.objects[kinds.CONFIGMAP, "default", NAME].raw["binaryData"][KEY])
 
 
 def stored(kmock):
     """The record as the cluster holds it, and what of it could not be read."""
-    return load(kmock.objects[kinds.CONFIGMAP, "default", NAME].raw["data"][KEY])
+    return load(stored_bytes(kmock))
 
 
 async def status_of(tmp_path, kmock):
@@ -138,7 +146,7 @@ async def test_a_record_deleted_erases_no_backoff_the_leader_had_and_is_written_
 async def test_an_admins_edit_of_the_record_takes_effect_at_the_next_pass(kmock, cluster, make_keeper):
     """The admin removes vm1's refusal from the record: the next pass moves it, and nothing was lost."""
     keeper = await held_by_a_refusal(kmock, cluster, make_keeper)
-    edited = json.loads(kmock.objects[kinds.CONFIGMAP, "default", NAME].raw["data"][KEY])
+    edited = json.loads(gzip.decompress(stored_bytes(kmock)))
     del edited["vms"]["default"]["vm1"]["r"]
     current = kmock.objects[kinds.CONFIGMAP, "default", NAME].raw
     async with cluster.api() as session:

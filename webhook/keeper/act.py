@@ -71,9 +71,9 @@ class Actor:
     """Carries out plans through `api`, within `timeout` each request; `authority` tells whether the
     lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
 
-    def __init__(self, api: Any, follower: Records, *, events: Events, timeout: float,
+    def __init__(self, api: Any, records: Records, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
-        self.api, self.follower, self.events = api, follower, events
+        self.api, self.records, self.events = api, records, events
         self.timeout, self.authority = timeout, authority
 
     async def carry_out(self, turn: Turn, facts: PassFacts, now: datetime, *, priority: bool) -> None:
@@ -111,7 +111,7 @@ class Actor:
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target,
                 "error": answer.error, "status": answer.status}})
             return failed(key, Action.MIGRATE, answer, "creating a migration failed")
-        self.follower.created(migration)
+        self.records.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
@@ -152,6 +152,6 @@ class Actor:
             return failed(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name} failed")
         log.warning("keeper migration cancelled", extra={"fields": {
             "vm": vm, "migration": migration.name, "target": migration.target, "why": cancel.why}})
-        self.follower.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)
+        self.records.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)
         return Result(key=key, action=Action.CANCEL, words=f"cancelled migration {migration.name}: {cancel.why}",
                       done=True)

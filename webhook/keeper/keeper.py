@@ -159,7 +159,8 @@ class Keeper:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
         lost = [f"the keeper's record was rebuilt at {rfc3339(self.state.lost[0])}: {self.state.lost[1]}"
                 ] if self.state.lost else []
-        return (self.watch.degraded() if self.watch is not None else []) + list(self.records.errors) + lost
+        watch = [*self.watch.degraded(), *self.watch.events_note()] if self.watch is not None else []
+        return watch + list(self.records.errors) + lost
 
     # ----------------------------------------------------------------- one pass
 
@@ -249,7 +250,7 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            recall=self.records, turn=self.passes, io_errors=self._io_errors)
+                            records=self.records, turn=self.passes, io_errors=self._io_errors)
         pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
         for vmi in running:
             await pace()

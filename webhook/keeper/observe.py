@@ -81,7 +81,7 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
 
 
 class ApartSpans:
-    """The reads of a VM's span apart; what is known of each span is the keeper's memory (`memory.Kept`)."""
+    """The reads of a VM's span apart; what is known of each span is the keeper's (`records.Records`)."""
 
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
@@ -199,7 +199,7 @@ class Observer:
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
-    recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
+    records: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
     io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
     # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
@@ -214,7 +214,7 @@ class Observer:
         where = self.places.setdefault(where, where)
         key = (vmi.namespace, vmi.name)
         if where.state is not APART:
-            self.recall.spanned(key, None)
+            self.records.spanned(key, None)
         moved = last_move(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
@@ -238,8 +238,8 @@ class Observer:
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if span is None:  # how long it has been apart comes with it
-                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.recall.span(key))
-                self.recall.spanned(key, span)
+                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.records.span(key))
+                self.records.spanned(key, span)
                 read.add("apart_since")
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, span)

@@ -12,14 +12,17 @@ version (none was released before version 3; a later release's) is rebuilt, an e
 dropped alone, each saying what was lost (`Loss`).
 Version 3 groups each VM's entries under its namespace and name: what it keeps of the VMI first, then our
 migrations (a generated suffix, phase and Unix times; node, uid and annotation only while unfinished), then
-the refusals (clipped words), the newest first, as many as fit in BUDGET, well under the API's 1 MiB.
+the refusals (clipped words), the newest first, gzipped: as many as fit in BUDGET, under the API's 1 MiB (what
+did not fit is said when it is read).
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import functools
+import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -220,19 +223,21 @@ def _joined(read: VmRecord, mine: VmRecord) -> VmRecord:
         full=read.full or mine.full)
 
 
-def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
-    """Every migration to count: the cluster's, plus ours kept that it no longer shows (one unfinished was
-    deleted, so aborted: failed)."""
+def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime | None = None) -> list[Migration]:
+    """Every migration to count, for the keeper and `status` alike: the cluster's, plus ours kept that it does not
+    show. One unfinished was deleted, so aborted: failed at `now`; None: as kept (the keeper, which follows its
+    own, already counts one deleted under way as failed, and one it just created as in flight)."""
     watched = list(watched)
     shown = {(m.namespace, m.name) for m in watched}
-    gone = [m if m.final else dataclasses.replace(m, phase="Failed", ended=now)
+    gone = [m if m.final or now is None else dataclasses.replace(m, phase="Failed", ended=now)
             for m in kept if (m.namespace, m.name) not in shown]
     return watched + gone
 
 
-KEY = "state.json"  # the ConfigMap's data key
+KEY = "state.json.gz"  # the ConfigMap's binaryData key
 VERSION = 3
-BUDGET = 480 * 1024  # bytes of the record at most: the newest that fit
+# Bytes of the record at most (gzipped: a VM recovered in an incident takes about 60): the API takes 1 MiB.
+BUDGET = 768 * 1024
 MOST_COUNT = 99  # refusals in a row counted: the backoff reaches its cap long before
 GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 random ones (apiserver)
 
@@ -241,7 +246,7 @@ GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 r
 class Loss:
     """What of the keeper's record was lost (`kind`, the metric's label) and why, in words."""
 
-    kind: str  # unreadable, other version, malformed, deleted, not read, not written
+    kind: str  # unreadable, other version, malformed, left out, deleted, not read, not written
     why: str
 
 
@@ -273,8 +278,10 @@ def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
                     if e is not None else [])
 
 
-def dump(state: KeeperState, budget: int = BUDGET) -> str:
-    """The state as the ConfigMap keeps it: compact JSON in a stable order, the newest first within `budget` bytes."""
+def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
+    """The state as the ConfigMap keeps it: compact JSON in a stable order, gzipped. Past `budget` bytes, the newest
+    entries that fit (what it keeps of each VMI first, then our migrations, then the refusals), and how many were
+    left out, said when it is read (`load`)."""
     items: list[tuple[int, float, str, str, str, Any]] = []
     for r in state.vms.values():
         items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]
@@ -287,7 +294,7 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
     head = {"version": VERSION} | ({"lost": [int(state.lost[0].timestamp()), clip_reason(state.lost[1], WORDS)]}
                                    if state.lost is not None else {})
 
-    def first(count: int) -> str:  # the record of the first `count` items
+    def first(count: int) -> bytes:  # the record of the first `count` items
         vms: dict[str, dict[str, dict[str, Any]]] = {}
         for order, _, namespace, vm, where, value in items[:count]:
             entry = vms.setdefault(namespace, {}).setdefault(vm, {})
@@ -295,19 +302,18 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
                 entry.setdefault("m", []).append(value)
             else:  # what it keeps of the VMI, by its key; a refusal, by its action
                 (entry if order < 0 else entry.setdefault("r", {}))[where] = value
-        return _json(head | {"vms": vms})
+        left = {"left out": len(items) - count} if count < len(items) else {}
+        return gzip.compress(json.dumps(head | left | {"vms": vms}, separators=(",", ":"), sort_keys=True).encode(),
+                             mtime=0)
 
-    size, seen = len(first(0)), set()
-    for count, (_, _, namespace, vm, where, value) in enumerate(items):
-        # the bytes an item adds (at most): its value and key, and the keys of its namespace, VM and list or map
-        size += len(_json(value)) + 1 + (0 if where == "m" else len(where) + 3)
-        for key, cost in (((namespace,), len(_json(namespace)) + 4), ((namespace, vm), len(_json(vm)) + 4),
-                          ((namespace, vm, where == "m"), 7)):
-            size += 0 if key in seen else cost
-            seen.add(key)
-        if size > budget:
-            return first(count)
-    return first(len(items))
+    whole = first(len(items))
+    if len(whole) <= budget:
+        return whole
+    fits, over = 0, len(items)  # first(fits) fits within the budget, first(over) does not
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        fits, over = (middle, over) if len(first(middle)) <= budget else (fits, middle)
+    return first(fits)
 
 
 def _text(value: Any, what: str) -> str:
@@ -411,14 +417,14 @@ def _records(parts: list[Part]) -> list[VmRecord]:
             for (namespace, vm), f in fields.items()]
 
 
-def load(text: str | None) -> tuple[KeeperState, Loss | None]:
-    """The state the ConfigMap's data key holds (none: an empty state), and what of it was lost."""
-    if not text:
+def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
+    """The state the ConfigMap's binaryData key holds (none: an empty state), and what of it was lost."""
+    if not packed:
         return KeeperState(), None
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return KeeperState(), Loss(kind="unreadable", why=f"not JSON ({exc})")
+        data = json.loads(gzip.decompress(packed))
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
+        return KeeperState(), Loss(kind="unreadable", why=f"not gzipped JSON ({exc})")
     version = data.get("version") if isinstance(data, dict) else None
     if version != VERSION:
         return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads {VERSION}")
@@ -431,4 +437,8 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     lost = next((x for x in read if len(x) == 2), None)
     state = KeeperState.of(_records([x for x in read if len(x) == 3]), lost)
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
-    return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})") if dropped else None
+    if dropped:
+        return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})")
+    left = data.get("left out")
+    return state, Loss(kind="left out", why=f"{left} entries, the oldest, did not fit in {BUDGET // 1024} KiB") \
+        if left else None
