@@ -1,7 +1,7 @@
 """Any failure about one VM holds that VM alone: its create, its cancel, its unpause or the dry run of
 its migration answered 500 (what kube-apiserver answers when a tenant's webhook with failurePolicy
-Fail is down), also after longer than its request timeout (it waits as long as a webhook may take), holds that VM with a backoff of its own,
-and the same pass moves another VM. The VM is tried again, backing off as client-go's per-item rate
+Fail is down), also after longer than its request timeout (it waits as long as a webhook may take),
+holds that VM with a backoff of its own, and the same pass moves another VM. The VM is tried again, backing off as client-go's per-item rate
 limiter does; two of one namespace failing hold its other VMs for the pass; only several causes failing
 in a row (the API lost) stop a pass; a bucket bounds the keeper's writes as a whole (webhook/keeper/writes.py)."""
 from __future__ import annotations
