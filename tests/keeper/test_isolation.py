@@ -61,10 +61,10 @@ async def test_a_tenants_webhook_down_leaves_another_namespaces_vm_moved_in_the_
     report = await keeper.run_pass()
 
     assert [vm_of(name) for name in report.created] == ["vm1"]
-    # one tenant's webhook: the API is not lost, and the namespace left for the next pass is said
-    [note] = keeper.degraded()
-    assert note.startswith(f"namespace {TENANT}: not tried in this pass: the keeper's requests for ") and (
-        f"of namespace {TENANT} failed" in note)
+    # one tenant's webhook: the API is not lost, nor the keeper's trouble (its log line and the VMs' holds say it)
+    assert keeper.degraded() == []
+    assert any(r.decision.startswith("not tried in this pass: the keeper's requests for ") and
+               f"of namespace {TENANT} failed" in r.decision for r in report.vms if r.namespace == TENANT)
     assert {r.hold for r in report.vms if r.namespace == TENANT} == {Alone.REFUSED}
     assert not [r for r in report.vms if r.hold in LIMITS or r.hold is Alone.UNTARGETED]
     tried = {r.data["spec"]["vmiName"] for r in kmock if of_tenant(r) and r.method == "POST"}
