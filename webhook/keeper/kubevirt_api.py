@@ -56,13 +56,12 @@ class KubeVirtWatch(Informers):
     def events_note(self) -> list[str]:
         """Why KubeVirt's IOerror Events are not all seen, and what that turns off (a readiness note)."""
         events = self.io_error_events
-        if events.synced and events.error is None:
+        if events.error is None:  # listed, or being listed
             return []
-        why = events.error or "not listed yet"
         if not events.synced:
-            return [f"stale-mount recovery is off: KubeVirt's IOerror Events cannot be listed ({why}); moves back to "
-                    f"storage and unpauses of VMs moved onto a fresh mount go on"]
-        return [f"KubeVirt's IOerror Events: {why}: stale-mount recovery goes by those last seen"]
+            return [f"stale-mount recovery is off: KubeVirt's IOerror Events cannot be listed ({events.error}); moves "
+                    f"back to storage and unpauses of VMs moved onto a fresh mount go on"]
+        return [f"KubeVirt's IOerror Events: {events.error}: stale-mount recovery goes by those last seen"]
 
     def all_vmis(self) -> Iterator[dict[str, Any]]:
         """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
