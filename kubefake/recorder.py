@@ -9,17 +9,21 @@ k8s.io/client-go v0.34.2, as KubeVirt v1.9.0 vendors it (`vendor/k8s.io/client-g
 - `events_cache.go`, `EventCorrelate`: `eventObserve` first — an Event identical to one the cache
   holds (`getEventKey`: source, object, type, reason, message) becomes that Event again: its name,
   its `firstTimestamp`, its count + 1, the cache updated even when the spam filter then drops it —;
-  then the spam filter (`EventSourceObjectSpamFilter`, `getSpamKey`: source and object) lets a
+  then the spam filter (`EventSourceObjectSpamFilter`, `getSpamKey`: source, object and type) lets a
   source send a burst of 25 Events about one object, a token back every 5 minutes
   (`defaultSpamBurst`, `defaultSpamQPS`; x/time/rate's bucket, full at first).
+- `events_cache.go`, `EventAggregate` before all: Events alike but for their message
+  (`EventAggregatorByReasonFunc`: source, object, type, reason, reporting controller and instance)
+  count their distinct messages while each comes within 10 minutes of the one before
+  (`defaultAggregateIntervalInSeconds`); from the 10th (`defaultAggregateMaxEvents`) on, the Event
+  becomes a new one, "(combined from similar events): " and the message, `count` 1, named and timed
+  now, observed under the aggregate key: the later ones fold into it, its message the last one's.
 - `event.go`, `recordEvent`: a repeat (count > 1) is a patch of `count`, `lastTimestamp` and
   `message`; an Event the apiserver no longer has (deleted, or gone at its TTL) is created again as
   it stands: the cache's name, first time and count. What the apiserver answers updates the cache
   (`UpdateState`).
 
-Not played: the aggregation of 10 or more different messages of one reason about one object within
-10 minutes into one "(combined from similar events): ..." Event (`EventAggregate`), the cache's
-LRU bound of 4096 keys, and a recorder's restart, which empties its caches.
+Not played: the caches' LRU bound of 4096 keys, and a recorder's restart, which empties its caches.
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ from .objects import stamp
 EVENTS = kmock.resource("", "v1", "events")
 BURST = 25
 REFILL = datetime.timedelta(minutes=5)  # one token each
+AGGREGATE_MAX = 10  # distinct messages alike before they are combined
+AGGREGATE_WITHIN = datetime.timedelta(minutes=10)
+COMBINED = "(combined from similar events): "
 TTL = datetime.timedelta(hours=1)  # kube-apiserver's --event-ttl by default
 
 
@@ -58,6 +65,7 @@ class Recorder:
     """One `EventCorrelator`'s caches (a test plays one recorder per source)."""
     logged: dict[tuple[str, ...], Logged] = dataclasses.field(default_factory=dict)
     buckets: dict[tuple[str, ...], Bucket] = dataclasses.field(default_factory=dict)
+    aggregates: dict[tuple[str, ...], tuple[set[str], datetime.datetime]] = dataclasses.field(default_factory=dict)
     burst: int = BURST
     refill: datetime.timedelta = REFILL
 
@@ -70,34 +78,49 @@ class Recorder:
         self.buckets[key] = Bucket(bucket.tokens - 1.0, bucket.at) if accepted else bucket
         return accepted
 
-    def observe(self, event: dict[str, Any], at: datetime.datetime) -> dict[str, Any] | None:
+    def aggregate(self, event: dict[str, Any], at: datetime.datetime) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """`EventAggregate`: the Event as it goes on, and the key the cache observes it under."""
+        key = (*spam_key(event), event.get("reason", ""), event.get("reportingComponent", ""),
+               event.get("reportingInstance", ""))
+        messages, last = self.aggregates.get(key, (set(), at))
+        messages = set() if at - last > AGGREGATE_WITHIN else messages
+        messages.add(event.get("message", ""))
+        self.aggregates[key] = (messages, at)
+        if len(messages) < AGGREGATE_MAX:
+            return event, event_key(event)
+        messages.discard(next(iter(messages)))  # `PopAny`
+        combined = make_event(event["involvedObject"], event["source"], event.get("type", ""), event.get("reason", ""),
+                              COMBINED + event.get("message", ""), at, later=len(self.logged) + 1)  # its own clock read
+        return combined, key
+
+    def observe(self, event: dict[str, Any], at: datetime.datetime) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
         """`EventCorrelate`: the Event to write (a repeat carries the cache's name, first time and
-        count + 1), or None when the spam filter drops it (its count kept all the same)."""
-        key = event_key(event)
+        count + 1), or None when the spam filter drops it (its count kept all the same); the cache's key."""
+        event, key = self.aggregate(event, at)
         seen = self.logged.get(key)
         if seen is not None:
             event = {**event, "metadata": {**event["metadata"], "name": seen.name},
                      "firstTimestamp": seen.first, "count": seen.count + 1}
         self.logged[key] = Logged(event["metadata"]["name"], event["count"], event["firstTimestamp"])
-        return event if self.accepts(spam_key(event), at) else None
+        return (event if self.accepts(spam_key(event), at) else None), key
 
-    def update(self, written: dict[str, Any]) -> None:
-        """`UpdateState`: the apiserver's answer is what the cache holds now."""
-        self.logged[event_key(written)] = Logged(written["metadata"]["name"], int(written.get("count") or 1),
-                                                 written.get("firstTimestamp") or "")
+    def update(self, written: dict[str, Any], key: tuple[str, ...]) -> None:
+        """`UpdateState`: the apiserver's answer is what the cache holds now, under the key it was observed by."""
+        self.logged[key] = Logged(written["metadata"]["name"], int(written.get("count") or 1),
+                                  written.get("firstTimestamp") or "")
 
 
 def spam_key(event: dict[str, Any]) -> tuple[str, ...]:
-    """`getSpamKey`: the source and the object."""
+    """`getSpamKey`: the source, the object and the type."""
     source, involved = event.get("source") or {}, event.get("involvedObject") or {}
     return (source.get("component", ""), source.get("host", ""),
-            *(str(involved.get(k, "")) for k in ("kind", "namespace", "name", "uid", "apiVersion")))
+            *(str(involved.get(k, "")) for k in ("kind", "namespace", "name", "uid", "apiVersion")), event.get("type", ""))
 
 
 def event_key(event: dict[str, Any]) -> tuple[str, ...]:
     """`getEventKey`: the source, the object (its field path too), the type, reason and message."""
     involved = event.get("involvedObject") or {}
-    return (*spam_key(event), str(involved.get("fieldPath", "")), event.get("type", ""), event.get("reason", ""),
+    return (*spam_key(event)[:-1], str(involved.get("fieldPath", "")), event.get("type", ""), event.get("reason", ""),
             event.get("message", ""))
 
 
@@ -117,7 +140,7 @@ def make_event(involved: dict[str, Any], source: dict[str, str], kind: str, reas
 async def record(apiserver: Any, recorder: Recorder, event: dict[str, Any], at: datetime.datetime) -> dict[str, Any] | None:
     """The recorder sends `event` at `at` (under the apiserver's lock): the Event as stored, None
     when the spam filter dropped it."""
-    observed = recorder.observe(event, at)
+    observed, observed_key = recorder.observe(event, at)
     if observed is None:
         return None
     meta = observed["metadata"]
@@ -131,7 +154,7 @@ async def record(apiserver: Any, recorder: Recorder, event: dict[str, Any], at: 
         created = {**observed, "metadata": {**meta, "uid": str(uuid.uuid4()), "creationTimestamp": stamp(at),
                                             "resourceVersion": version}}
         written = await apiserver.insert(key, created)
-    recorder.update(written)
+    recorder.update(written, observed_key)
     return written
 
 

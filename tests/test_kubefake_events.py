@@ -8,6 +8,7 @@ it holds the emulator to: KubeVirt v1.9.0 `pkg/virt-launcher/notify-client/clien
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +20,8 @@ from tests.test_kubefake_kubevirt import T0, at, kmock_options, rfc3339  # noqa:
 
 from kubefake import recorder
 from kubefake.io_error_retry import IoErrorRetry
-from kubefake.virt_handler import NO_SPACE, io_error_pause, io_retry_resume, play_io_errors
+from kubefake.virt_handler import NO_SPACE, io_error_pause, io_retry_resume, play_io_errors, record_io_errors, stored_vmi
+from kubefake.virt_launcher import Domain
 
 EVENTS = "/api/v1/events"
 IOERRORS = "reason=IOerror,involvedObject.kind=VirtualMachineInstance"
@@ -155,6 +157,37 @@ async def test_the_spam_filter_lets_25_events_through_then_one_each_5_minutes(km
     await pause_and_resume(kmock, "vm1", at(331), volumes=["disk1"])
     await pause_and_resume(kmock, "vm2", at(331))
     assert sorted(e["involvedObject"]["name"] for e in await io_events(cluster)) == ["vm1", "vm2"]
+
+
+async def test_ten_distinct_messages_within_10_minutes_are_combined_into_one_event(kmock, cluster):
+    """events_cache.go, `EventAggregate` (`defaultAggregateMaxEvents` 10, `defaultAggregateIntervalInSeconds`
+    600, `EventAggregatorByReasonMessageFunc`): a VMI with twelve disks failing at once. The first nine are Events
+    of their own; the tenth is a new "(combined from similar events)" Event, and the last two fold into it, its
+    message the last one's: its count is no one disk's."""
+    async with kmock.apiserver.lock:
+        await record_io_errors(kmock.apiserver, stored_vmi(kmock.apiserver, "default", "vm1"), at(0),
+                               volumes=[f"disk{i:02d}" for i in range(12)])
+    found = await io_events(cluster)
+    combined = [e for e in found if e["message"].startswith("(combined from similar events): ")]
+    assert len(found) == 10 and len(combined) == 1
+    assert combined[0]["message"] == "(combined from similar events): VM Paused due to IO error at the volume: disk11"
+    assert combined[0]["count"] == 3
+    async with kmock.apiserver.lock:  # 11 minutes later: counted afresh, its own Event again
+        await record_io_errors(kmock.apiserver, stored_vmi(kmock.apiserver, "default", "vm1"), at(11 * 60),
+                               volumes=["disk00"])
+    assert len(await io_events(cluster)) == 10
+
+
+async def test_a_paused_domain_tells_its_event_on_every_callback_with_no_pause(kmock, cluster):
+    """client.go, `eventCallback`: an IOerror Event per disk with an error on each callback while paused; a VMI with
+    access credentials calls back every 15 s. One pause, a retry due minutes later: the Event's count and
+    lastTimestamp move every 15 s."""
+    domain = Domain(kmock.apiserver, "default", "vm2").start(at(0))
+    domain.retry = IoErrorRetry(initial_wait=datetime.timedelta(minutes=3))
+    domain.backoff = domain.retry.fresh(at(-5))  # resumed 5 s before: this pause waits for the retry, minutes away
+    await domain(at(61))
+    [event] = await io_events(cluster)
+    assert domain.pauses == [at(0)] and (event["count"], event["lastTimestamp"]) == (5, rfc3339(at(60)))
 
 
 def test_the_bucket_refills_one_token_each_5_minutes_up_to_25():

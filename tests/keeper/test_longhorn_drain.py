@@ -109,7 +109,7 @@ async def test_a_spared_vm_on_a_stale_mount_apart_from_its_storage_moves_there_o
     assert code == 0, err
     said = {vm["name"]: vm for vm in json.loads(out)["vms"]}
     assert said["vm1"]["stale_mount"].startswith("paused on an I/O error of disk disk0 at ")
-    assert "and still paused" in said["vm1"]["stale_mount"]
+    assert "after the keeper resumed it at" in said["vm1"]["stale_mount"]
     requested = kmock.objects[kinds.LONGHORN_VOLUME, "longhorn-system", "pvc-vm1-disk"].raw["status"]["remountRequestedAt"]
     assert said["vm1"]["stale_since"] == requested  # the remount request its stale mount dates from
     assert said["vm1"]["next"] == "moves to node-b at the keeper's next pass (stale mount)"

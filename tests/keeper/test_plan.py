@@ -10,7 +10,8 @@ import json
 import kmock as kmocklib
 from tests.support.kube import run_verb
 from tests.support.kubevirt_api import VMIS, apart_vm, eventually, three_nodes
-from tests.support.stale import drained_node_cluster, pause_on_io_error, restart_storage, volumes
+from tests.support.stale import (drained_node_cluster, pause_on_io_error, paused_again_after_the_keepers_resume,
+                                 restart_storage, volumes)
 
 from kubefake.virt_handler import pause_condition
 from webhook import kinds
@@ -56,6 +57,7 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
     # paused onto its node (its pause older than its pod); vm3's storage moved to node-c.
     await restart_storage(kmock, cluster, "vm1", "node-b", datetime.timedelta(minutes=6))
     await pause_on_io_error(kmock, cluster, "vm1", datetime.timedelta(minutes=6))  # and KubeVirt's retries failed
+    await paused_again_after_the_keepers_resume(kmock, keeper)  # and the keeper's one resume
     long_ago = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     await cluster.patch(f"{VMIS}/vm2", {"status": {"conditions": [pause_condition("PausedIOError", long_ago)]}})
     await cluster.move_storage("pvc-vm3-disk", "node-c")

@@ -4,7 +4,9 @@ writes a valid record again (unless writing is refused too); an admin's edit or 
 effect at the next pass."""
 from __future__ import annotations
 
+import base64
 import datetime
+import gzip
 import json
 
 import kmock as kmocklib
@@ -22,24 +24,27 @@ NAME = "kubevirt-colocate-keeper-state"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "0")
 PROBLEMS = "colocate_keeper_record_problems_total"
-# Version 1, as the keeper wrote it before: a migration of vm1 KubeVirt no longer shows (3 hours ago), and
-# a refusal whose count an admin made a string: that entry is dropped alone.
-HOURS_AGO = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-WRONG_TYPE = json.dumps({"version": 1, "migrations": [
-    {"namespace": "default", "name": "vm1-colocate-old01", "vmi": "vm1", "phase": "Succeeded", "uid": "uid-old",
-     "created": HOURS_AGO, "ended": HOURS_AGO, "target": "node-b", "recovers": None}],
-    "refusals": [{"namespace": "default", "name": "vm1", "action": "migrate", "count": "2",
-                  "retry": "2999-01-01T00:00:00Z", "words": "no", "status": 403}]})
+# A migration of vm1 KubeVirt no longer shows (3 hours ago), and a refusal whose count an admin made a string: that
+# entry is dropped alone.
+HOURS_AGO = int((datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=3)).timestamp())
+WRONG_TYPE = json.dumps({"version": 3, "vms": {"default": {"vm1": {
+    "m": [["old01", "Succeeded", HOURS_AGO, HOURS_AGO]], "r": {"migrate": ["2", 32503680000, 403, "no"]}}}}})
 
 
 def configmap(text):
+    """The ConfigMap holding `text` as the keeper keeps it: gzipped, base64 in binaryData."""
+    packed = base64.b64encode(gzip.compress(text.encode())).decode()
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, "namespace": "default"},
-            "data": {KEY: text}}
+            "binaryData": {KEY: packed}}
+
+
+def stored_bytes(kmock):
+    return base64.b64decode(kmock.objects[kinds.CONFIGMAP, "default", NAME].raw["binaryData"][KEY])
 
 
 def stored(kmock):
     """The record as the cluster holds it, and what of it could not be read."""
-    return load(kmock.objects[kinds.CONFIGMAP, "default", NAME].raw["data"][KEY])
+    return load(stored_bytes(kmock))
 
 
 async def status_of(tmp_path, kmock):
@@ -141,7 +146,7 @@ async def test_a_record_deleted_erases_no_backoff_the_leader_had_and_is_written_
 async def test_an_admins_edit_of_the_record_takes_effect_at_the_next_pass(kmock, cluster, make_keeper):
     """The admin removes vm1's refusal from the record: the next pass moves it, and nothing was lost."""
     keeper = await held_by_a_refusal(kmock, cluster, make_keeper)
-    edited = json.loads(kmock.objects[kinds.CONFIGMAP, "default", NAME].raw["data"][KEY])
+    edited = json.loads(gzip.decompress(stored_bytes(kmock)))
     del edited["vms"]["default"]["vm1"]["r"]
     current = kmock.objects[kinds.CONFIGMAP, "default", NAME].raw
     async with cluster.api() as session:

@@ -20,7 +20,8 @@ from kubefake import longhorn
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.kubevirt import unavailable
 from kubefake.migration import complete_migration
-from kubefake.virt_handler import io_error_pause, io_retry_resume, pause_condition, record_io_errors, stored_vmi
+from kubefake.virt_handler import io_error_pause, io_retry_resume, pause_condition
+from kubefake.virt_launcher import CREDENTIALS, Domain
 from webhook import kinds
 from webhook.config import Settings
 
@@ -36,9 +37,10 @@ def seconds(n):
 
 
 async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(), started=datetime.timedelta(minutes=10),
-                        objects=None, **settings):
+                        objects=None, serves=SERVES, **settings):
     """vm1..vm3 on node-a beside their storage (`objects`: else), spared; a keeper started `started` before T0
-    on a clock of its own; vm1's share-manager restarted at T0 on `storage`. (keeper, clock, T0)."""
+    on a clock of its own; vm1's share-manager restarted at T0 on `storage`, its new pod serving `serves` after
+    and started 10 s before. (keeper, clock, T0)."""
     cluster.seed([*(drained_node_cluster(spared=True) if objects is None else objects), *extra])
     volumes(kmock)
     t0 = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
@@ -47,8 +49,8 @@ async def stale_cluster(kmock, cluster, make_keeper, storage="node-b", extra=(),
     await keeper.run_pass()
     clock.now = t0
     requested, deleted = await longhorn.restart_share_manager(kmock.apiserver, "pvc-vm1-disk", storage, down=t0,
-                                                              starts=t0 + seconds(15), serves=t0 + SERVES)
-    assert requested == t0 + seconds(10)  # stamped on each reconcile while the share-manager was down
+                                                              starts=t0 + serves - seconds(10), serves=t0 + serves)
+    assert requested == t0 + serves - seconds(15)  # stamped on each reconcile while the share-manager was down
     assert deleted == []  # spared: the VMI kind is on the blacklist
     return keeper, clock, t0
 
@@ -71,41 +73,28 @@ async def seen(keeper, kmock, name="vm1"):
 
 
 class FailingMount:
-    """A failing mount's pauses and resumes (`IoErrorRetry`'s pairs), played as time goes on: each at
-    most once. With `seen=False` a resume the next pause follows at once is one virt-handler never
-    sees: the VMI keeps its first Paused condition (`kubefake.virt_handler.play_io_errors`). Each played
-    event reaches the keeper's watch before the next."""
+    """A failing mount as `IoErrorRetry`'s pairs script it, played by kubefake.virt_launcher.Domain as time goes
+    on: paused first at the first pair's pause, each failing resume running as long as the script says, the
+    mount working after its last resume; KubeVirt's retry and the keeper's unpause resume it alike, and
+    virt-launcher tells its Event again every `every` while it is paused (access credentials: 15 s). With
+    `seen=False` a resume the next pause follows at once is one virt-handler never sees: the VMI keeps its first
+    Paused condition. The watch shows where it left off before each pass."""
 
-    def __init__(self, keeper, kmock, pairs, *, seen=True, **words):
-        self.keeper, self.kmock, self.events, self.words = keeper, kmock, [], words  # words: volumes, cause
-        for i, (pause, resume) in enumerate(pairs):
-            if seen or not i or pairs[i - 1][1] != pause:
-                self.events.append((pause, io_error_pause))
-            else:  # the condition kept, virt-launcher's IOerror Event sent all the same
-                self.events.append((pause, repaused))
-            if seen or i + 1 == len(pairs) or pairs[i + 1][0] != resume:
-                self.events.append((resume, io_retry_resume))
+    def __init__(self, keeper, kmock, pairs, *, seen=True, every=CREDENTIALS, works_at=None, name="vm1", **words):
+        self.keeper, self.kmock, self.name = keeper, kmock, name
+        runs = [pause - resume for (_, resume), (pause, _) in zip(pairs, pairs[1:])]
+        self.domain = Domain(kmock.apiserver, "default", name, runs_for=runs, seen=seen, every=every,
+                             works_at=works_at, **words).start(pairs[0][0]) if pairs else None
 
     async def __call__(self, until):
-        while self.events and self.events[0][0] <= until:
-            at, play = self.events.pop(0)
-            await play(self.kmock.apiserver, "default", "vm1", at, **({} if play is io_retry_resume else self.words))
-            await seen(self.keeper, self.kmock)
+        if self.domain is not None:
+            await self.domain(until)
+        await seen(self.keeper, self.kmock, self.name)
 
     async def paused_at(self, after):
         """Up to the next pause after `after`, and that pause alone: QEMU stopped the VM on the I/O error
         before the switchover, and virt-handler did not resume it before the target took it over."""
-        pause = next(at for at, play in self.events if play is io_error_pause and at > after)
-        await self(pause - datetime.timedelta(microseconds=1))
-        at, play = self.events.pop(0)
-        await play(self.kmock.apiserver, "default", "vm1", at)
-        return at
-
-
-async def repaused(apiserver, namespace, name, at, **words):
-    """QEMU paused the VM again before virt-handler saw it running: no new condition, one more IOerror Event."""
-    async with apiserver.lock:
-        await record_io_errors(apiserver, stored_vmi(apiserver, namespace, name), at, **words)
+        return await self.domain.paused_at(after)
 
 
 async def passes(keeper, clock, kmock, play, until):
@@ -130,7 +119,8 @@ async def passes_until_created(keeper, clock, kmock, cluster, play, t0, within=F
 async def recovered(keeper, clock, kmock, cluster, t0, made, moved_at, node="node-b", within=FAST):
     """The migration ends at `moved_at` with the VM paused; the keeper's passes then unpause it once. How
     long after the share-manager served it runs again."""
-    uid = kmock.objects[kinds.VMI, "default", "vm1"].raw["metadata"]["uid"]
+    uid, probed = kmock.objects[kinds.VMI, "default", "vm1"].raw["metadata"]["uid"], len(unpauses(kmock))
+    assert probed <= 1  # the keeper's one resume to see whether the mount works again, at most
     assert paused(kmock) == "PausedIOError"  # paused when its migration hands over
     await complete_migration(kmock.apiserver, "default", made["metadata"]["name"], node, moved_at)
     assert paused(kmock) == "PausedIOError"  # as KubeVirt leaves it: the target keeps it paused
@@ -147,7 +137,7 @@ async def recovered(keeper, clock, kmock, cluster, t0, made, moved_at, node="nod
         await seen(keeper, kmock)
         await keeper.run_pass()
     vm1 = kmock.objects[kinds.VMI, "default", "vm1"].raw
-    assert len(unpauses(kmock)) == 1 and paused(kmock) is None
+    assert len(unpauses(kmock)) == probed + 1 and paused(kmock) is None
     assert vm1["metadata"]["uid"] == uid and vm1["status"]["nodeName"] == node
     return unpaused_at - t0 - SERVES
 
@@ -169,7 +159,7 @@ async def test_a_fast_failing_mount_apart_from_its_storage_runs_again_within_two
 async def test_a_fast_failing_mount_beside_its_storage_goes_away_and_back(kmock, cluster, make_keeper):
     """Its share-manager came back on its own node: the recovery goes through another node (KubeVirt's
     target pod cannot land beside its own pod), runs again within 2 minutes there, and comes back by the
-    keeper's ordinary rule: two migrations, one unpause."""
+    keeper's ordinary rule: two migrations, the keeper's resume that showed the mount stale and one unpause."""
     keeper, clock, t0 = await stale_cluster(kmock, cluster, make_keeper, storage="node-a")
     play = FailingMount(keeper, kmock, IoErrorRetry().fast_failing(t0 + seconds(5), 40), seen=False)
     away, created = await passes_until_created(keeper, clock, kmock, cluster, play, t0)
@@ -180,7 +170,7 @@ async def test_a_fast_failing_mount_beside_its_storage_goes_away_and_back(kmock,
     back = await passes(keeper, clock, kmock, play, lambda report: cluster.migrations()[-1] if report.created else None)
     assert back["spec"]["addedNodeSelector"] == {"kubernetes.io/hostname": "node-a"}
     assert "kubevirt-scheduler/recovers" not in back["metadata"].get("annotations", {})
-    assert len(cluster.migrations()) == 2 and len(unpauses(kmock)) == 1
+    assert len(cluster.migrations()) == 2 and len(unpauses(kmock)) == 2  # the resume that showed it, and the unpause
 
 
 async def test_a_slowly_failing_mount_running_most_of_the_time_is_recovered_within_five_minutes(kmock, cluster,

@@ -152,12 +152,12 @@ async def test_what_the_keeper_saw_is_said_by_status_and_taken_by_the_next_leade
         return vm1 if vm1.hold == "report only" else None
     vm1 = await passes(keeper, clock, kmock, play, reported)
     assert clock.now - t0 >= seconds(225)  # not at the first pause after the margin (+75 s): at the one after
-    assert "after KubeVirt resumed it from the one at " in vm1.decision and paused(kmock) is None  # running again
+    assert "after the pause KubeVirt's retry lifted" in vm1.decision and paused(kmock) is None  # running again
     code, out, err = await run_verb(tmp_path, kmock, "status", "-o", "json", "--lease-namespace", "default",
                                     "--keep", "report", "--keep-after", "600")
     assert code == 0, err
     [said] = [vm for vm in json.loads(out)["vms"] if vm["name"] == "vm1"]
-    assert "after KubeVirt resumed it from the one at " in said["stale_mount"] and said["hold"] == "report only"
+    assert "after the pause KubeVirt's retry lifted" in said["stale_mount"] and said["hold"] == "report only"
     leader = await make_keeper(keeper.settings.__class__(keep="migrate", keep_after=600), clock=clock)
     report = await leader.run_pass()
     [made] = cluster.migrations()

@@ -3,6 +3,7 @@ per-day limit, the backoff after failures and a refusal's hold, kept in the keep
 cluster (the ConfigMap `kubevirt-colocate-keeper-state`) and read by the next leader."""
 from __future__ import annotations
 
+import base64
 
 from tests.support.kubevirt_api import VMIMS, apart_vm, eventually, three_nodes
 
@@ -21,7 +22,8 @@ async def gone(cluster, keeper, name):
 
 
 def kept(kmock):
-    return load(kmock.objects[kinds.CONFIGMAP, "default", "kubevirt-colocate-keeper-state"].raw["data"][KEY])[0]
+    raw = kmock.objects[kinds.CONFIGMAP, "default", "kubevirt-colocate-keeper-state"].raw
+    return load(base64.b64decode(raw["binaryData"][KEY]))[0]
 
 
 async def test_a_backoff_survives_a_new_leader_and_the_migrations_garbage_collection(cluster, make_keeper, kmock):

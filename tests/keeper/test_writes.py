@@ -116,3 +116,37 @@ async def test_one_vm_failing_again_and_refusals_never_mean_the_api_is_lost():
     for i in range(LOST + 2):
         made.came(failed(f"vm{i + 2}", 403))
     assert not made.lost
+
+
+async def test_a_namespace_whose_webhook_hangs_costs_one_wait_a_backoff_and_never_the_api():
+    """A tenant's policy engine accepts and never answers (`timeoutSeconds: 10`): the apiserver answers after 10 s,
+    naming it. Its namespace's other VMs are not tried in this pass nor, doubling from a minute, in the next;
+    five such namespaces are never the API lost, and are no readiness note of the keeper's."""
+    made, time = writes()
+    for i in range(5):
+        assert await made.take()
+        time.now += 10  # the apiserver waited for the webhook
+        made.came(failed(f"vm{i}", namespace=f"tenant-{i}", words=webhook_down("validate.kyverno.svc-fail")))
+    assert not made.lost and set(made.deferred) == made.tenants and len(made.tenants) == 5
+    assert made.deferred["tenant-0"].startswith("not tried in this pass: the keeper's requests for vm0 of namespace")
+    made.begin()  # the next pass: none of them tried, none waited for
+    assert sorted(made.deferred) == sorted(made.tenants) == [f"tenant-{i}" for i in range(5)]
+    assert made.deferred["tenant-0"].startswith("not tried until 60s after its last request, which waited 10s")
+    time.now += 61
+    made.begin()  # past the backoff: tried once more; hanging again, a backoff twice as long
+    assert made.deferred == {}
+    assert await made.take()
+    time.now += 10
+    made.came(failed("vm0", namespace="tenant-0", words=webhook_down("validate.kyverno.svc-fail")))
+    assert made.hanging["tenant-0"][0] == 120
+    assert await made.take()
+    made.came(Result(key=("tenant-0", "vm7"), action=Action.MIGRATE, done=True))  # it answers again
+    assert "tenant-0" not in made.hanging
+
+
+async def test_a_wait_that_names_no_webhook_defers_its_namespace_and_is_said():
+    made, time = writes()
+    assert await made.take()
+    time.now += 32
+    made.came(failed("vm1", 0, namespace="tenant", words="no answer within 32s"))
+    assert list(made.deferred) == ["tenant"] and made.tenants == set()  # maybe the API: a readiness note

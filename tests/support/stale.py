@@ -3,14 +3,17 @@ and what happens to a VM Longhorn spares when its NFS server restarts: its stale
 it on an I/O error. For the tests of the drain and of the keeper's recovery."""
 from __future__ import annotations
 
+import base64
 import datetime
+import gzip
+import json
 
 from tests.support.kube import launcher_pod_of, longhorn_settings, node, rwx_disk, vmi
-from tests.support.kubevirt_api import ago
+from tests.support.kubevirt_api import ago, eventually
 
 from kubefake import longhorn
 from kubefake.io_error_retry import IoErrorRetry
-from kubefake.virt_handler import play_io_errors
+from kubefake.virt_handler import io_error_pause, play_io_errors, record_io_errors, stored_vmi
 from webhook import kinds
 from webhook.config import Settings
 
@@ -79,4 +82,37 @@ async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migr
     for name in restarted:
         await restart_storage(kmock, cluster, name, storage, ago)
     await pause_on_io_error(kmock, cluster, "vm1", ago)
+    await resumed_by_the_keeper(kmock, cluster, "vm1", datetime.timedelta(seconds=30))
     return keeper
+
+
+def _paused_in_watch(keeper, name, paused):
+    return any(v["metadata"]["name"] == name and any(c.get("type") == "Paused" for c in v["status"].get("conditions") or [])
+               is paused for v in keeper.watch.all_vmis())
+
+
+async def paused_again_after_the_keepers_resume(kmock, keeper, name="vm1"):
+    """A pass of the keeper resumes the VM once (its new share-manager serves and its clients had their time); QEMU
+    pauses it again on the stale mount, virt-launcher telling of it 6 s later (past `recovery.RACE`)."""
+    await eventually(lambda: _paused_in_watch(keeper, name, True))
+    report = await keeper.run_pass()
+    conditions = kmock.objects[kinds.VMI, "default", name].raw["status"].get("conditions") or []
+    assert not any(c.get("type") == "Paused" for c in conditions), [(r.hold, r.decision) for r in report.vms
+                                                                      if r.name == name]
+    await eventually(lambda: _paused_in_watch(keeper, name, False))
+    await io_error_pause(kmock.apiserver, "default", name, datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=6))
+    await eventually(lambda: _paused_in_watch(keeper, name, True))
+
+
+async def resumed_by_the_keeper(kmock, cluster, name, ago):
+    """The keeper's record (an earlier pass's) says it resumed the VM once `ago` to see whether its mount works
+    again, and virt-launcher told of its disk's I/O error 2 s ago: it paused again after that resume."""
+    now = datetime.datetime.now(datetime.UTC)
+    uid = kmock.objects[kinds.VMI, "default", name].raw["metadata"]["uid"]
+    text = json.dumps({"version": 3, "vms": {"default": {name: {"u": uid, "p": [int((now - ago).timestamp())]}}}})
+    await cluster.create("/api/v1/namespaces/default/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "binaryData": {"state.json.gz": base64.b64encode(gzip.compress(text.encode())).decode()},
+        "metadata": {"name": "kubevirt-colocate-keeper-state", "namespace": "default"}})
+    async with kmock.apiserver.lock:
+        await record_io_errors(kmock.apiserver, stored_vmi(kmock.apiserver, "default", name),
+                               now - datetime.timedelta(seconds=2))

@@ -21,7 +21,7 @@ from ..rules.keeping.plan import Cancel, Plan, VmPlan
 from ..rules.keeping.record import Action, KeeperState
 from .records import Records
 from .observed import manifest, Observed
-from .writes import about_the_object, failed, Result, Writes
+from .writes import about_the_object, failed, Result, WEBHOOK_BOUND, Writes
 
 log = logging.getLogger("webhook.keeper")
 NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to unpause
@@ -68,13 +68,14 @@ def _steps(plan: Plan) -> list[tuple[Any, Step]]:
 
 
 class Actor:
-    """Carries out plans through `api`, within `timeout` each request; `authority` tells whether the
+    """Carries out plans through `api`, each write waiting up to WEBHOOK_BOUND (an admission webhook's longest)
+    for its answer, at least `timeout`; `authority` tells whether the
     lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
 
-    def __init__(self, api: Any, follower: Records, *, events: Events, timeout: float,
+    def __init__(self, api: Any, records: Records, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
-        self.api, self.follower, self.events = api, follower, events
-        self.timeout, self.authority = timeout, authority
+        self.api, self.records, self.events = api, records, events
+        self.timeout, self.authority, self.wait = timeout, authority, max(timeout, WEBHOOK_BOUND)
 
     async def carry_out(self, turn: Turn, facts: PassFacts, now: datetime, *, priority: bool) -> None:
         """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost;
@@ -101,7 +102,7 @@ class Actor:
         made = manifest(vm, decision, priority=priority)
         if not isinstance(made, dict):  # the node went away
             return Result(key=key, action=Action.MIGRATE, words=f"no migration created: {made}")
-        answer = await create_migration(self.api, made, timeout=self.timeout)
+        answer = await create_migration(self.api, made, timeout=self.wait)
         migration = read_migration(answer.obj) if answer.ok else None
         if not isinstance(migration, Migration):
             if answer.ok:
@@ -111,7 +112,7 @@ class Actor:
                 "vm": f"{vmi.namespace}/{vmi.name}", "from": decision.source, "to": decision.target,
                 "error": answer.error, "status": answer.status}})
             return failed(key, Action.MIGRATE, answer, "creating a migration failed")
-        self.follower.created(migration)
+        self.records.created(migration)
         metrics.KEEPER_MIGRATIONS.labels("created").inc()
         log.info("keeper migration created", extra={"fields": {
             "vm": f"{vmi.namespace}/{vmi.name}", "migration": migration.name, "from": decision.source,
@@ -127,7 +128,7 @@ class Actor:
         running, a snapshot under way) and any other failure hold the VM a short while."""
         vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
         reason = step.resume.reason if step.resume is not None else ""
-        answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.timeout)
+        answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.wait)
         if not answer.ok:
             if answer.status == 409 and NOT_PAUSED in answer.error:
                 return Result(key=key, action=Action.UNPAUSE, words="not unpaused: it is not paused any more", done=True)
@@ -145,13 +146,13 @@ class Actor:
         migration = cancel.migration
         key, vm = (migration.namespace, migration.vmi), f"{migration.namespace}/{migration.vmi}"
         answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,
-                                        timeout=self.timeout)
+                                        timeout=self.wait)
         if not answer.ok and answer.status not in (404, 409):
             log.warning("keeper migration not cancelled", extra={"fields": {
                 "vm": vm, "migration": migration.name, "error": answer.error, "why": cancel.why}})
             return failed(key, Action.CANCEL, answer, f"cancelling migration {migration.namespace}/{migration.name} failed")
         log.warning("keeper migration cancelled", extra={"fields": {
             "vm": vm, "migration": migration.name, "target": migration.target, "why": cancel.why}})
-        self.follower.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)
+        self.records.cancelled(migration, now, f"cancelled: {cancel.why}", cancel.vmi_uid)
         return Result(key=key, action=Action.CANCEL, words=f"cancelled migration {migration.name}: {cancel.why}",
                       done=True)

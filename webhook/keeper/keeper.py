@@ -159,7 +159,8 @@ class Keeper:
         """What keeps the keeper from seeing or acting on the whole cluster now (readiness notes)."""
         lost = [f"the keeper's record was rebuilt at {rfc3339(self.state.lost[0])}: {self.state.lost[1]}"
                 ] if self.state.lost else []
-        return (self.watch.degraded() if self.watch is not None else []) + list(self.records.errors) + lost
+        watch = [*self.watch.degraded(), *self.watch.events_note()] if self.watch is not None else []
+        return watch + list(self.records.errors) + lost
 
     # ----------------------------------------------------------------- one pass
 
@@ -195,7 +196,7 @@ class Keeper:
             log.warning("keeper pass stopped", extra={"fields": {"why": writes.lost}})
         for namespace, why in sorted(writes.deferred.items()):  # said: in a one-namespace cluster, the API lost
             log.warning("keeper namespace deferred", extra={"fields": {"namespace": namespace, "why": why}})
-            errors.append(f"namespace {namespace}: {why}")
+            errors += [f"namespace {namespace}: {why}"] if namespace not in writes.tenants else []  # a tenant's: not ours
         await self.records.write(now, running, errors, leads=self.authority(self.timing.request_timeout))
         self.records.errors = errors
         created = [result.created for result in results if result.created]
@@ -249,7 +250,7 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            recall=self.records, turn=self.passes, io_errors=self._io_errors)
+                            records=self.records, turn=self.passes, io_errors=self._io_errors)
         pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
         for vmi in running:
             await pace()

@@ -7,6 +7,7 @@ object under the same name. A recovered VM is unpaused through virt-api's subres
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -26,8 +27,9 @@ from ..rules.keeping.io_errors import IoError
 
 class KubeVirtWatch(Informers):
     """VMIs, migrations and IOerror Events on VMIs of the whole cluster, listed and watched while the
-    keeper leads. An Events watch that fails is said by `degraded()` like the others: no Event seen is
-    then no proof that no disk failed."""
+    keeper leads. The Events are a source, not a gate: VMIs and migrations listed, the keeper acts on
+    them; Events it cannot list or watch (`events_note`) turn off what needs them, stale-mount recovery,
+    and no Event seen is then no proof that no disk failed."""
 
     task_prefix = "keeper"
 
@@ -38,6 +40,28 @@ class KubeVirtWatch(Informers):
         self.io_error_events = Informer(EVENT, lambda event: trim(event, io_errors.KEPT), fields=io_errors.FIELDS,
                                         wanted=_io_error_event, indexers={"vmi": _involved_uid})
         super().__init__(api, timing, (self.vmis, self.migrations, self.io_error_events))
+
+    def synced(self) -> bool:
+        return self.vmis.synced and self.migrations.synced
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        async with asyncio.timeout(timeout):
+            for informer in (self.vmis, self.migrations):
+                await informer.synced_event.wait()
+
+    def degraded(self) -> list[str]:
+        """What keeps the keeper from seeing every VM and migration now (the Events' are `events_note`)."""
+        return [note for note in super().degraded() if not note.startswith(f"{self.io_error_events.name}: ")]
+
+    def events_note(self) -> list[str]:
+        """Why KubeVirt's IOerror Events are not all seen, and what that turns off (a readiness note)."""
+        events = self.io_error_events
+        if events.error is None:  # listed, or being listed
+            return []
+        if not events.synced:
+            return [f"stale-mount recovery is off: KubeVirt's IOerror Events cannot be listed ({events.error}); moves "
+                    f"back to storage and unpauses of VMs moved onto a fresh mount go on"]
+        return [f"KubeVirt's IOerror Events: {events.error}: stale-mount recovery goes by those last seen"]
 
     def all_vmis(self) -> Iterator[dict[str, Any]]:
         """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""

@@ -35,8 +35,8 @@ from ..rules.keeping.migrations import (
     outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
-from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, Server,
-                                      sightings, Stale, storage_wait)
+from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, probe,
+                                      Server, sighted, Stale, storage_wait)
 from ..rules.keeping.running import VmiView, vm_pods
 from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.keeping.io_errors import Cause, IoError
@@ -81,7 +81,7 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
 
 
 class ApartSpans:
-    """The reads of a VM's span apart; what is known of each span is the keeper's memory (`memory.Kept`)."""
+    """The reads of a VM's span apart; what is known of each span is the keeper's (`records.Records`)."""
 
     def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
         self.store, self.settings, self.timeout = store, settings, timeout
@@ -163,7 +163,7 @@ def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) 
     """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
     claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
     return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause is Cause.NO_SPACE,
-                      count=e.count, first=e.first, last=e.last) for e in errors]
+                      first=e.first, last=e.last, combined=e.combined) for e in errors]
 
 
 class Nodes:
@@ -199,7 +199,7 @@ class Observer:
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
-    recall: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
+    records: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
     io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
     # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
@@ -214,7 +214,7 @@ class Observer:
         where = self.places.setdefault(where, where)
         key = (vmi.namespace, vmi.name)
         if where.state is not APART:
-            self.recall.spanned(key, None)
+            self.records.spanned(key, None)
         moved = last_move(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
@@ -238,8 +238,8 @@ class Observer:
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if span is None:  # how long it has been apart comes with it
-                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.recall.span(key))
-                self.recall.spanned(key, span)
+                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.records.span(key))
+                self.records.spanned(key, span)
                 read.add("apart_since")
             if need == "target_unfit":
                 node, unfit = await self._target(vmi, where.target, span)
@@ -257,20 +257,23 @@ class Observer:
         vmi = facts.vmi
         record = state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
         io, events = vmi.paused == PAUSED_IO_ERROR, self.io_errors(vmi.uid)
-        if not io and not events and record.stale is None:
+        if not io and not events and record.stale is None and not record.seen:
             return facts
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
         errors = disk_errors(vmi, disks, events)
+        seen, resumed = dict(record.seen), record.unpaused
         facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
-                                    full=full(errors, io), seen=tuple(sorted(sightings(mount, errors).items())),
+                                    full=full(errors, io) or (record.full if io else None) or None,
+                                    seen=tuple(sorted(sighted(mount, errors, not vmi.paused, now, seen).items())),
                                     waits_for_storage=storage_wait(mount, errors, now) if io or errors else None)
         kept = record.stale
-        judged = judge(mount, errors, vmi.paused, now, dict(record.seen),
-                       Stale(kept.words, kept.requested, kept.last) if kept is not None else None)
+        judged = judge(mount, errors, vmi.paused, now, seen,
+                       Stale(kept.words, kept.requested, kept.last) if kept is not None else None, resumed)
         if not isinstance(judged, Stale):
-            return dataclasses.replace(facts, retry=facts.full or judged)
+            return dataclasses.replace(facts, retry=facts.full or judged,
+                                       probe=probe(mount, errors, now, resumed) if io and not facts.full else None)
         failed = failed_recovery(vmi, history, judged.requested)
         return dataclasses.replace(facts, stale=judged.words, stale_since=judged.requested, stale_last=judged.last,
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))

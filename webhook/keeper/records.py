@@ -8,6 +8,8 @@ erases what the leader knows; nothing kept here ever stops a pass.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +27,7 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
 from ..rules.keeping.record import (Action, dump, Evidence, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
-                                    VmKey, VmRecord)
+                                    VmKey, VmRecord, with_kept)
 from ..rules.shared.alone import Alone
 from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
@@ -45,8 +47,8 @@ def state_name(settings: Settings) -> str:
     return f"{settings.lease_name}-state"
 
 
-async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[str | None, str | None]:
-    """The record's text (None: there is no ConfigMap) and the ConfigMap's resourceVersion."""
+async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[bytes | None, str | None]:
+    """The record (None: there is no ConfigMap) and the ConfigMap's resourceVersion."""
     try:
         status, raw = await request(api, "GET", CONFIGMAP.path(namespace, name), timeout=timeout)
     except ApiUnreachable as exc:
@@ -58,15 +60,19 @@ async def _get(api: Any, namespace: str, name: str, timeout: float) -> tuple[str
     return _answer(raw)
 
 
-def _answer(raw: bytes) -> tuple[str, str | None]:
-    """The record in a ConfigMap as answered ("": none) and its resourceVersion (None: not said)."""
+def _answer(raw: bytes) -> tuple[bytes, str | None]:
+    """The record in a ConfigMap as answered (b"": none) and its resourceVersion (None: not said)."""
     try:
         obj = orjson.loads(raw)
     except ValueError:
         obj = None
-    data, version = obj.get("data") if isinstance(obj, dict) else None, meta(obj).get("resourceVersion")
+    data, version = obj.get("binaryData") if isinstance(obj, dict) else None, meta(obj).get("resourceVersion")
     text = data.get(KEY) if isinstance(data, dict) else None
-    return text if isinstance(text, str) else "", version if isinstance(version, str) else None
+    try:
+        packed = base64.b64decode(text, validate=True) if isinstance(text, str) else b""
+    except binascii.Error:
+        packed = b"\0"  # not base64: read as a record that cannot be read
+    return packed, version if isinstance(version, str) else None
 
 
 async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> tuple[KeeperState, Loss | None]:
@@ -79,42 +85,42 @@ class StateStore:
 
     def __init__(self, api: Any, namespace: str, name: str, *, timeout: float):
         self.api, self.namespace, self.name, self.timeout = api, namespace, name, timeout
-        self.written: str | None = None  # the record as last read or written (None: none)
+        self.written: bytes | None = None  # the record as last read or written (None: none)
         self._read = False
         self._version: str | None = None
 
     async def read(self) -> tuple[KeeperState, Loss | None] | None:
         """The record and what of it was lost, unless it is the one last read or written here (None)."""
-        text, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
-        if self._read and text == self.written:
+        packed, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
+        if self._read and packed == self.written:
             return None
-        had, self.written, self._read = self._read and bool(self.written), text, True
-        if had and not text:
+        had, self.written, self._read = self._read and bool(self.written), packed, True
+        if had and not packed:
             return KeeperState(), Loss(kind="deleted", why="deleted or emptied since the keeper last wrote it")
-        return load(text)
+        return load(packed)
 
     async def write(self, state: KeeperState) -> bool:
         """The state written if it changed: whether it was. A conflict (an old leader) is read once and written
         over: the Lease stands behind this leader's view."""
-        text = dump(state)
-        if text == self.written:
+        packed = dump(state)
+        if packed == self.written:
             return False
         for attempt in range(2):
-            status, raw = await self._send(text)
+            status, raw = await self._send(packed)
             if status in (200, 201):
-                self.written, self._version = text, _answer(raw)[1]
+                self.written, self._version = packed, _answer(raw)[1]
                 return True
             if status not in (404, 409) or attempt:
                 break
             _, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
         raise StateUnavailable(f"ConfigMap {self.namespace}/{self.name}: {answered(status, raw)}")
 
-    async def _send(self, text: str) -> tuple[int, bytes]:
+    async def _send(self, packed: bytes) -> tuple[int, bytes]:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                                 "metadata": {"name": self.name, "namespace": self.namespace,
                                              "labels": {"app.kubernetes.io/name": "kubevirt-colocate",
                                                         "app.kubernetes.io/component": "keeper"}},
-                                "data": {KEY: text}}
+                                "binaryData": {KEY: base64.b64encode(packed).decode()}}
         if self._version is not None:
             body["metadata"]["resourceVersion"] = self._version
         path = CONFIGMAP.path(self.namespace, None if self._version is None else self.name)
@@ -132,7 +138,7 @@ class VmReport:
     namespace: str
     name: str
     state: VmState
-    since: datetime  # in this state since (apart: read from the cluster, `observe.Spans`)
+    since: datetime  # in this state since (apart: read from the cluster, `observe.ApartSpans`)
     why: str  # where the VM runs and where its disks are served
     node: str | None = None
     target: str | None = None  # where its disks are served, when apart
@@ -241,8 +247,7 @@ class Records(Recall):
         if vm.mount is not None:
             stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
                 if vm.stale and vm.stale_since is not None else None
-            record = dataclasses.replace(record, seen=tuple(sorted((dict(record.seen) | dict(vm.seen)).items())),
-                                         stale=stale)
+            record = dataclasses.replace(record, seen=vm.seen, stale=stale, full=vm.full or "")
         said = dict(record.said)
         for reason, words in zip(SAID_ONCE, (f"needs a restart: {decision.reason}" if decision.hold is
                                              Alone.NEEDS_RESTART else "", vm.waits_for_storage or ""), strict=True):
@@ -303,10 +308,9 @@ class Records(Recall):
         self._announce(failed, uid, why)
 
     def history(self, watched: Sequence[Migration]) -> list[Migration]:
-        """Every migration to count: the watch's (ours cancelled as we know them), plus ours it does not show."""
-        shown = {(m.namespace, m.name) for m in watched}
-        return ([self._ours.get((m.namespace, m.name), m) if (m.namespace, m.name) in self._cancelled else m
-                 for m in watched] + [m for key, m in self._ours.items() if key not in shown])
+        """Every migration to count (`record.with_kept`): the watch's, ours we cancelled as we know them."""
+        return with_kept([self._ours.get((m.namespace, m.name), m) if (m.namespace, m.name) in self._cancelled else m
+                          for m in watched], self._ours.values())
 
     def observe(self, watched: Iterable[Migration], now: datetime, uids: Mapping[VmKey, str]) -> None:
         """Take in what the watch shows; announce those of ours that ended since. One deleted under way (which

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import kinds, metrics
 from .kubevirt_api import create_migration
+from .writes import WEBHOOK_BOUND
 from ..rules.keeping.keep import NEEDS
 
 log = logging.getLogger("webhook.keeper")
@@ -31,7 +32,7 @@ class TargetedMigration:
     logger = log  # where a changed answer is said
 
     def __init__(self, api: Any, *, recheck: float = 600.0, timeout: float = 5.0):
-        self._api, self.recheck, self.timeout = api, recheck, timeout
+        self._api, self.recheck, self.timeout = api, recheck, max(timeout, WEBHOOK_BOUND)  # as any write
         self.available: bool | None = None  # None: not known yet
         self.note = "not checked yet"
         self.priority: bool | None = None  # spec.priority kept; None: not known yet

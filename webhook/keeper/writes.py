@@ -4,6 +4,10 @@ without an answer about their object may share a cause outside the API: SHARED o
 and its other VMs wait for the next pass (`deferred`); one naming an admission webhook (`failed calling
 webhook "NAME"`: a tenant's, a policy engine's) never counts as the API lost. Only LOST namespaces in a row
 failing otherwise stop the pass: the apiserver, etcd or virt-api (KubeVirt's own webhooks) is lost.
+A write waits WEBHOOK_BOUND for its answer: the apiserver calls each admission webhook for up to its
+`timeoutSeconds` (at most 30 s, `admissionregistration.k8s.io/v1`) and then answers, naming it. A failure
+that took that long (WAITED) defers its namespace at once and, doubling from NAMESPACE_BACKOFF, for the
+next passes too: a pass waits at most once for each hanging namespace, once per backoff.
 A token bucket bounds all writes, as client-go's controller rate limiter does: a handful at once, then RATE.
 """
 from __future__ import annotations
@@ -23,6 +27,9 @@ LOST = 3  # namespaces failing in a row, nothing answered in between: the API is
 SHARED = 2  # failures of one namespace in a row: its other VMs wait for the next pass
 WEBHOOK = re.compile(r'failed calling webhook "([^"]+)"')
 KUBEVIRT = ".kubevirt.io"  # virt-api's webhooks: down, no namespace can migrate
+WEBHOOK_BOUND = 32.0  # seconds a write waits for its answer: the longest webhook call, and a margin
+WAITED = 4.0  # seconds a failed write took for its namespace to count as hanging: far more than an answer takes
+NAMESPACE_BACKOFF, NAMESPACE_CAP = 60.0, 600.0  # a hanging namespace's VMs not tried for this, doubling
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,10 +75,16 @@ class Writes:
         self.lost = ""  # why this pass stopped writing ("": it did not)
         self.namespaces: dict[str, list[Result]] = {}  # each namespace's failures in a row
         self.deferred: dict[str, str] = {}  # namespace: why its VMs wait for the next pass
+        self.tenants: set[str] = set()  # of those, the namespaces whose failures name a webhook outside the API
+        self.hanging: dict[str, tuple[float, float, str]] = {}  # namespace: its backoff, until when, why
+        self._taken = self.at
 
     def begin(self) -> None:
-        """A new pass: the API and every namespace are given a fresh chance."""
-        self.failing, self.lost, self.namespaces, self.deferred = [], "", {}, {}
+        """A new pass: the API and every namespace are given a fresh chance, but those hanging in their backoff."""
+        now = self.clock()
+        self.failing, self.lost, self.namespaces = [], "", {}
+        self.deferred = {ns: why for ns, (_, until, why) in self.hanging.items() if now < until}
+        self.tenants = set(self.deferred)
 
     async def take(self) -> bool:
         """One write's token, waiting for it past the burst; False once the pass has stopped writing."""
@@ -79,24 +92,31 @@ class Writes:
             now = self.clock()
             self.tokens, self.at = min(float(self.burst), self.tokens + (now - self.at) * self.rate), now
             if self.tokens >= 1:
-                self.tokens -= 1
+                self.tokens, self._taken = self.tokens - 1, now
                 return True
             await self.sleep((1 - self.tokens) / self.rate)
         return False
 
     def came(self, result: Result) -> Result:
         """Count a write's result towards its namespace's failures and the API lost."""
-        namespace = result.key[0]
+        namespace, took = result.key[0], self.clock() - self._taken
         if result.done or about_the_object(result.status):
             self.failing.clear()
             self.namespaces.pop(namespace, None)
+            self.hanging.pop(namespace, None)
         elif result.holds:
             failed = self.namespaces.setdefault(namespace, [])
             failed.append(result)
-            if len(failed) >= SHARED:
+            if len(failed) >= SHARED or took >= WAITED:
                 names = ", ".join(sorted({one.key[1] for one in failed}))
                 self.deferred[namespace] = (f"not tried in this pass: the keeper's requests for {names} of namespace "
                                             f"{namespace} failed ({result.words})")
+                self.tenants.update([namespace] if outside(result) is not None else [])
+            if took >= WAITED:
+                backoff = min(self.hanging.get(namespace, (NAMESPACE_BACKOFF / 2, 0.0, ""))[0] * 2, NAMESPACE_CAP)
+                self.hanging[namespace] = (backoff, self.clock() + backoff, (
+                    f"not tried until {backoff:g}s after its last request, which waited {took:.0f}s and failed "
+                    f"({result.words})"))
             if outside(result) is None and namespace not in self.failing:
                 self.failing.append(namespace)
             if len(self.failing) >= LOST:

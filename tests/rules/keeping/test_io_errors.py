@@ -6,7 +6,8 @@ The Events are as virt-handler records them for virt-launcher (KubeVirt v1.9.0
 `cmd/virt-handler/virt-handler.go`) and client-go's recorder writes them (`tools/record/event.go`
 `makeEvent`, `generateEvent`: name `<object>.<hex unix nanoseconds>`, `reportingComponent` and
 `reportingInstance` from the source; `events_cache.go` `eventObserve`: a repeat is the same Event,
-`count` + 1, `lastTimestamp` the repeat's)."""
+`count` + 1, `lastTimestamp` the repeat's: virt-launcher tells it on every callback while the VM is paused, so
+`count` is not read); ten distinct messages fold into "(combined from similar events): ..." (`EventAggregate`)."""
 import copy
 from datetime import UTC, datetime
 
@@ -39,7 +40,7 @@ def at(hh_mm_ss):
 
 def test_an_io_error_names_the_vmi_its_volume_the_cause_and_the_node():
     assert read_io_error(io_event()) == IoError(
-        uid=UID, namespace="default", name="vm1", volume="rootdisk", cause=Cause.IO_ERROR, count=1,
+        uid=UID, namespace="default", name="vm1", volume="rootdisk", cause=Cause.IO_ERROR,
         first=at("10:00:00"), last=at("10:00:00"), node="node-a")
 
 
@@ -59,9 +60,15 @@ def test_kubevirts_two_wordings(message, said):
     assert (read_io_error(io_event(message)) is None) is (said is None)
 
 
-def test_a_folded_repeat_counts_from_its_first_time_to_its_last():
+def test_a_folded_repeat_is_read_from_its_first_time_to_its_last_its_count_not_read():
     error = read_io_error(io_event(count=7, first="2026-11-20T10:00:00Z", last="2026-11-20T10:05:10Z"))
-    assert (error.count, error.first, error.last) == (7, at("10:00:00"), at("10:05:10"))
+    assert (error.first, error.last, error.combined) == (at("10:00:00"), at("10:05:10"), False)
+    assert not hasattr(error, "count")
+
+
+def test_a_combined_event_names_its_last_disk_and_says_it_is_combined():
+    error = read_io_error(io_event("(combined from similar events): VM Paused due to IO error at the volume: disk9"))
+    assert (error.volume, error.combined) == ("disk9", True)
 
 
 def series_event():
@@ -76,12 +83,12 @@ def series_event():
 
 def test_an_event_with_eventtime_and_series_is_read_from_them():
     error = read_io_error(series_event())
-    assert (error.count, error.node) == (4, "node-b")
+    assert error.node == "node-b"
     assert error.first == datetime(2026, 11, 20, 10, 0, 0, 250000, tzinfo=UTC)
     assert error.last == datetime(2026, 11, 20, 10, 3, 0, 500000, tzinfo=UTC)
     single = series_event()
     single.pop("series")
-    assert (read_io_error(single).count, read_io_error(single).last) == (1, read_io_error(single).first)
+    assert read_io_error(single).last == read_io_error(single).first
 
 
 def changed(path, value):
@@ -117,8 +124,8 @@ def test_odd_counts_and_sources_are_read_leniently():
     event = io_event(count=0)
     event["source"] = "virt-handler"
     error = read_io_error(event)
-    assert (error.count, error.node) == (1, "node-a")  # reportingInstance
-    assert read_io_error(changed(("count",), True)).count == 1
+    assert error.node == "node-a"  # reportingInstance
+    assert read_io_error(changed(("count",), True)) is not None
     assert read_io_error(changed(("lastTimestamp",), KeyError)).last == at("10:00:00")
 
 

@@ -107,6 +107,28 @@ def test_an_unpause_that_does_not_hold_is_made_twice_in_one_pod_then_it_needs_a_
     assert held.reason.startswith("paused again on its fresh mount after 2 unpauses by the keeper")
 
 
+STALE = Mount(pod_started=ago(hours=1), servers=(Server(volume="pvc-d", requested=REMOUNT),))  # older than the request
+
+
+@pytest.mark.parametrize("vmi, changes, act", [
+    (paused(since=ago(seconds=30)), {}, True),  # paused 30 s in its own pod: KubeVirt's next retry may be minutes away
+    (paused(since=ago(seconds=5)), {}, None),  # a pause KubeVirt resumes at once
+    (paused(since=ago(seconds=30)), {"stale": "paused again after it"}, None),  # proven: a migration recovers it
+    (paused(since=ago(seconds=30)), {"full": "its disk is full"}, False),  # never unpaused
+    (paused(since=ago(seconds=30)), {"probe": None}, None),  # resumed once already, or no disk of a restarted server
+    (paused("PausedByUser", since=ago(seconds=30)), {}, None),
+], ids=["paused", "resumed-at-once", "stale", "disk-full", "done", "by-user"])
+def test_a_vm_paused_on_a_disk_whose_server_serves_again_is_resumed_once(vmi, changes, act):
+    """What KubeVirt's retry does, minutes sooner (`recovery.probe`): its mount works again, or it pauses again on
+    that disk, which proves the mount stale."""
+    facts = VmFacts(vmi=vmi, where=WHERE, mount=STALE, **{"probe": "paused on an I/O error of disk rootdisk …",
+                                                          **changes})
+    decided = decide_resume(facts, PassFacts(now=NOW, limits=Limits(), mode=KeepMode.MIGRATE, targeted=True))
+    assert (decided and decided.act) if act else (decided is None if act is None else not decided.act)
+    if act:
+        assert decided.reason == "unpausing: paused on an I/O error of disk rootdisk …"
+
+
 def test_a_hold_whose_retry_has_come_holds_no_more():
     assert resume(unpause_refused=dataclasses.replace(HELD, retry=NOW)).act
 
@@ -118,7 +140,7 @@ def test_a_hold_whose_retry_has_come_holds_no_more():
     (paused(since=ago(minutes=5)), FRESH, {}),  # paused on its fresh mount: KubeVirt's own retry's
     (None, Mount(pod_started=ago(hours=1), servers=(Server(volume="pvc-d", requested=REMOUNT),)), {}),  # still on the stale mount
     (None, None, {}),  # its mount could not be read
-    (None, FRESH, {"unpaused": True}),  # unpaused a moment ago: the watch has not shown it yet
+    (None, FRESH, {"unpaused": True, "unpauses": 1}),  # unpaused a moment ago in this pod: the watch may not show it
 ], ids=["by-user", "by-migration-monitor", "not-paused", "paused-here", "stale", "mount-unknown", "just-unpaused"])
 def test_a_vm_not_carried_paused_onto_a_fresh_mount_is_none_of_its_business(vmi, mount, changes):
     assert resume(vmi, mount, **changes) is None

@@ -6,10 +6,13 @@ errors (`GetDiskErrors`) and sends one Warning Event `IOerror` per such disk, na
 <name>" (`DOMAIN_DISK_ERROR_UNSPEC`) or "VM Paused due to not enough space on volume: <name>"
 (`DOMAIN_DISK_ERROR_NO_SPACE`) — `pkg/virt-launcher/notify-client/client.go`. virt-handler records it
 on the VMI (`pkg/virt-handler/notify-server/server.go`, `HandleK8SEvent`) with source component
-`virt-handler` and host its node (`cmd/virt-handler/virt-handler.go`). client-go's recorder (v0.34,
-vendored) folds an identical repeat into the same Event: `count` + 1, `lastTimestamp` the repeat's,
-`firstTimestamp` kept (`tools/record/events_cache.go`, `eventObserve`). An Event written through
-events.k8s.io reads in core/v1 with `eventTime` and `series` in their place, which is read too.
+`virt-handler` and host its node (`cmd/virt-handler/virt-handler.go`). virt-launcher sends it on every
+domain callback while the domain is paused, so client-go's recorder (v0.34, vendored) folds the repeats
+into one Event (`tools/record/events_cache.go`, `eventObserve`): its `count` and `lastTimestamp` say how
+often it was told, which is not how often the VM paused; `count` is not read. Ten distinct messages of one
+reason about one object within 10 minutes fold into one "(combined from similar events)" Event
+(`EventAggregate`), whose times are no one disk's (`combined`). An Event written through events.k8s.io
+reads in core/v1 with `eventTime` and `series` in their place, which is read too.
 """
 from __future__ import annotations
 
@@ -44,31 +47,27 @@ COMBINED = "(combined from similar events): "
 KEPT: Any = {"metadata": {"name": True, "namespace": True},
              "involvedObject": {"kind": True, "namespace": True, "name": True, "uid": True},
              "reason": True, "message": True, "source": {"host": True}, "reportingInstance": True,
-             "count": True, "firstTimestamp": True, "lastTimestamp": True, "eventTime": True,
-             "series": {"count": True, "lastObservedTime": True}}
+             "firstTimestamp": True, "lastTimestamp": True, "eventTime": True,
+             "series": {"lastObservedTime": True}}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class IoError:
-    """One disk's I/O-error pauses of a VMI, as one Event counts them: `count` pauses, the first at
-    `first`, the last at `last`, seen by virt-handler on `node`."""
+    """One disk's I/O error on a VMI as one Event tells it: first told at `first`, last at `last`, by
+    virt-handler on `node`; `combined`: folded with other messages by client-go's aggregator."""
     uid: str
     namespace: str
     name: str
     volume: str  # the VMI volume, "" when KubeVirt found no disk of that target
     cause: Cause
-    count: int
     first: datetime
     last: datetime
     node: str
+    combined: bool = False
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def words_of(message: Any) -> tuple[Cause, str] | None:
@@ -80,14 +79,14 @@ def words_of(message: Any) -> tuple[Cause, str] | None:
     return None
 
 
-def _times(event: dict[str, Any]) -> tuple[datetime, datetime, int] | None:
-    """First, last and count: core/v1's fields, else events.k8s.io's (`eventTime`, `series`)."""
+def _times(event: dict[str, Any]) -> tuple[datetime, datetime] | None:
+    """First and last: core/v1's fields, else events.k8s.io's (`eventTime`, `series`)."""
     series = event.get("series") if isinstance(event.get("series"), dict) else {}
     first = parse_time(event.get("firstTimestamp")) or parse_time(event.get("eventTime"))
     last = parse_time(event.get("lastTimestamp")) or parse_time(series.get("lastObservedTime")) or first
     if first is None or last is None:
         return None
-    return min(first, last), last, _count(event.get("count")) or _count(series.get("count")) or 1
+    return min(first, last), last
 
 
 def read_io_error(event: Any) -> IoError | None:
@@ -103,9 +102,10 @@ def read_io_error(event: Any) -> IoError | None:
     if not uid or not name or said is None or times is None:
         return None
     source = event.get("source") if isinstance(event.get("source"), dict) else {}
-    first, last, count = times
-    return IoError(uid=uid, namespace=namespace, name=name, volume=said[1], cause=said[0], count=count,
-                   first=first, last=last, node=_text(source.get("host")) or _text(event.get("reportingInstance")))
+    first, last = times
+    return IoError(uid=uid, namespace=namespace, name=name, volume=said[1], cause=said[0], first=first, last=last,
+                   node=_text(source.get("host")) or _text(event.get("reportingInstance")),
+                   combined=_text(event.get("message")).startswith(COMBINED))
 
 
 def newest_first(errors: Iterable[IoError]) -> tuple[IoError, ...]:

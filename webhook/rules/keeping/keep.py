@@ -15,7 +15,7 @@ from ... import kinds
 from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import Attempt, backoff, Migration
-from .recovery import cost, Mount, needs_restart
+from .recovery import cost, Mount, needs_restart, Sighting
 from .record import Refusal
 from .running import VmiView
 from ..shared import declared
@@ -83,7 +83,8 @@ class VmFacts:
     unpauses: int = 0  # the keeper's unpauses of it in the pod it runs in (`resume.MOST_UNPAUSES`)
     stale_last: datetime | None = None  # the I/O error that showed its mount stale (read with `stale`)
     full: str | None = None  # paused because a disk is full, in KubeVirt's words (`recovery.full`): never unpaused
-    seen: tuple[tuple[str, datetime], ...] = ()  # I/O errors after a new share-manager served (`recovery.sightings`)
+    seen: tuple[tuple[str, Sighting], ...] = ()  # pauses after a new share-manager served (`recovery.sighted`)
+    probe: str | None = None  # why it is resumed once to see whether its mount works again (`recovery.probe`)
     waits_for_storage: str | None = None  # a share-manager that does not serve again within a bound (`recovery`)
 
 

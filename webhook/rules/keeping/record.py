@@ -4,29 +4,33 @@ key (`dump`, `load`). Pure; `keeper.records` reads and writes it, `status` reads
 migrations the watch no longer shows (virt-controller keeps a VMI's 5 newest finished ones,
 `garbageCollectFinalizedMigrations`, while the per-day limit and the backoff count ours over a day and
 more); the refusals of its actions (the API's words, how many in a row, when to retry); and of its VMI
-(`uid`) the keeper's unpauses, the Events said once, the I/O errors it saw after a new share-manager served
-(`recovery.sightings`) and the evidence of a stale mount (`recovery.judge`): a new leader neither hammers a
-policy, nor unpauses more, nor says again, nor waits to believe.
+(`uid`) the keeper's unpauses, the Events said once, the pauses it saw after a new share-manager served
+(`recovery.sighted`), the evidence of a stale mount (`recovery.judge`) and a full disk (`recovery.full`): a new
+leader neither hammers a policy, nor unpauses more, nor says again, nor waits to believe.
 The spelling is a hint, never a gate, bounded and read leniently: a record that is not JSON or of another
-version reads as empty, an entry of an unexpected shape is dropped alone, each saying what was lost (`Loss`).
+version (none was released before version 3; a later release's) is rebuilt, an entry of an unexpected shape is
+dropped alone, each saying what was lost (`Loss`).
 Version 3 groups each VM's entries under its namespace and name: what it keeps of the VMI first, then our
 migrations (a generated suffix, phase and Unix times; node, uid and annotation only while unfinished), then
-the refusals (clipped words), the newest first, as many as fit in BUDGET, well under the API's 1 MiB.
-Versions 1 (flat lists, spelled out) and 2 (of the VMI, the evidence alone) are read too.
+the refusals (clipped words), the newest first, gzipped: as many as fit in BUDGET, under the API's 1 MiB (what
+did not fit is said when it is read).
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import functools
+import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ...kinds import clip_reason
-from ..shared.times import parse_time, rfc3339
+from ..shared.times import rfc3339
 from .migrations import Migration, NAME_INFIX
+from .recovery import Sighting
 
 REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
 SAY_LOST = timedelta(hours=1)  # a rebuilt record is said (readiness, `status`) this long
@@ -91,8 +95,9 @@ class Evidence:
 @dataclasses.dataclass(frozen=True, slots=True)
 class VmRecord:
     """All the keeper keeps of one VM: our migrations (oldest first) and its refusals; of its VMI `uid`, the
-    keeper's unpauses, the Events said once (reason, when), the I/O errors seen after a new share-manager served
-    (Longhorn volume, the last), the evidence of a stale mount."""
+    keeper's unpauses, the Events said once (reason, when), the pauses seen after a new share-manager served
+    (by Longhorn volume), the evidence of a stale mount, a full disk in KubeVirt's words (never unpaused, also
+    once its Event is gone)."""
 
     namespace: str
     name: str
@@ -101,8 +106,9 @@ class VmRecord:
     uid: str = ""
     unpaused: tuple[datetime, ...] = ()
     said: tuple[tuple[str, datetime], ...] = ()
-    seen: tuple[tuple[str, datetime], ...] = ()
+    seen: tuple[tuple[str, Sighting], ...] = ()
     stale: Evidence | None = None
+    full: str = ""
 
     @property
     def key(self) -> VmKey:
@@ -110,13 +116,13 @@ class VmRecord:
 
     @property
     def empty(self) -> bool:
-        return not (self.migrations or self.refusals or self.unpaused or self.said or self.seen or self.stale)
+        return not (self.migrations or self.refusals or self.unpaused or self.said or self.seen or self.stale or self.full)
 
     def of_vmi(self, uid: str) -> VmRecord:
         """The record as it holds for VMI `uid`: what was kept of another VMI of the VM (a restart) is dropped."""
         if uid == self.uid:
             return self
-        return dataclasses.replace(self, uid=uid, unpaused=(), said=(), seen=(), stale=None)
+        return dataclasses.replace(self, uid=uid, unpaused=(), said=(), seen=(), stale=None, full="")
 
     def unpauses(self, since: datetime | None) -> int:
         """The keeper's unpauses of this VMI since `since` (its pod's start)."""
@@ -213,23 +219,25 @@ def _joined(read: VmRecord, mine: VmRecord) -> VmRecord:
                                 key=lambda m: (m.created, m.name))),
         refusals=(*read.refusals, *(h for h in mine.refusals if h.action not in actions)),
         unpaused=tuple(sorted({*read.unpaused, *mine.unpaused}))[-UNPAUSES_KEPT:],
-        said=tuple(sorted({*read.said, *mine.said})), seen=read.seen or mine.seen, stale=read.stale or mine.stale)
+        said=tuple(sorted({*read.said, *mine.said})), seen=read.seen or mine.seen, stale=read.stale or mine.stale,
+        full=read.full or mine.full)
 
 
-def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime) -> list[Migration]:
-    """Every migration to count: the cluster's, plus ours kept that it no longer shows (one unfinished was
-    deleted, so aborted: failed)."""
+def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime | None = None) -> list[Migration]:
+    """Every migration to count, for the keeper and `status` alike: the cluster's, plus ours kept that it does not
+    show. One unfinished was deleted, so aborted: failed at `now`; None: as kept (the keeper, which follows its
+    own, already counts one deleted under way as failed, and one it just created as in flight)."""
     watched = list(watched)
     shown = {(m.namespace, m.name) for m in watched}
-    gone = [m if m.final else dataclasses.replace(m, phase="Failed", ended=now)
+    gone = [m if m.final or now is None else dataclasses.replace(m, phase="Failed", ended=now)
             for m in kept if (m.namespace, m.name) not in shown]
     return watched + gone
 
 
-KEY = "state.json"  # the ConfigMap's data key
+KEY = "state.json.gz"  # the ConfigMap's binaryData key
 VERSION = 3
-READ = (1, 2, VERSION)
-BUDGET = 480 * 1024  # bytes of the record at most: the newest that fit
+# Bytes of the record at most (gzipped: a VM recovered in an incident takes about 60): the API takes 1 MiB.
+BUDGET = 768 * 1024
 MOST_COUNT = 99  # refusals in a row counted: the backoff reaches its cap long before
 GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 random ones (apiserver)
 
@@ -238,7 +246,7 @@ GENERATED = 58  # a generateName's prefix is cut to 58 characters before its 5 r
 class Loss:
     """What of the keeper's record was lost (`kind`, the metric's label) and why, in words."""
 
-    kind: str  # unreadable, other version, malformed, deleted, not read, not written
+    kind: str  # unreadable, other version, malformed, left out, deleted, not read, not written
     why: str
 
 
@@ -262,14 +270,18 @@ def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
     found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
     found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
-    found += [("v", {volume: int(at.timestamp()) for volume, at in r.seen})] if r.seen else []
+    found += [("v", {volume: [int(s.paused.timestamp()), int(s.ran.timestamp()) if s.ran else None]
+                      for volume, s in r.seen})] if r.seen else []
+    found += [("f", clip_reason(r.full, WORDS))] if r.full else []
     e = r.stale
     return found + ([("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())])]
                     if e is not None else [])
 
 
-def dump(state: KeeperState, budget: int = BUDGET) -> str:
-    """The state as the ConfigMap keeps it: compact JSON in a stable order, the newest first within `budget` bytes."""
+def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
+    """The state as the ConfigMap keeps it: compact JSON in a stable order, gzipped. Past `budget` bytes, the newest
+    entries that fit (what it keeps of each VMI first, then our migrations, then the refusals), and how many were
+    left out, said when it is read (`load`)."""
     items: list[tuple[int, float, str, str, str, Any]] = []
     for r in state.vms.values():
         items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]
@@ -282,7 +294,7 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
     head = {"version": VERSION} | ({"lost": [int(state.lost[0].timestamp()), clip_reason(state.lost[1], WORDS)]}
                                    if state.lost is not None else {})
 
-    def first(count: int) -> str:  # the record of the first `count` items
+    def first(count: int) -> bytes:  # the record of the first `count` items
         vms: dict[str, dict[str, dict[str, Any]]] = {}
         for order, _, namespace, vm, where, value in items[:count]:
             entry = vms.setdefault(namespace, {}).setdefault(vm, {})
@@ -290,19 +302,18 @@ def dump(state: KeeperState, budget: int = BUDGET) -> str:
                 entry.setdefault("m", []).append(value)
             else:  # what it keeps of the VMI, by its key; a refusal, by its action
                 (entry if order < 0 else entry.setdefault("r", {}))[where] = value
-        return _json(head | {"vms": vms})
+        left = {"left out": len(items) - count} if count < len(items) else {}
+        return gzip.compress(json.dumps(head | left | {"vms": vms}, separators=(",", ":"), sort_keys=True).encode(),
+                             mtime=0)
 
-    size, seen = len(first(0)), set()
-    for count, (_, _, namespace, vm, where, value) in enumerate(items):
-        # the bytes an item adds (at most): its value and key, and the keys of its namespace, VM and list or map
-        size += len(_json(value)) + 1 + (0 if where == "m" else len(where) + 3)
-        for key, cost in (((namespace,), len(_json(namespace)) + 4), ((namespace, vm), len(_json(vm)) + 4),
-                          ((namespace, vm, where == "m"), 7)):
-            size += 0 if key in seen else cost
-            seen.add(key)
-        if size > budget:
-            return first(count)
-    return first(len(items))
+    whole = first(len(items))
+    if len(whole) <= budget:
+        return whole
+    fits, over = 0, len(items)  # first(fits) fits within the budget, first(over) does not
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        fits, over = (middle, over) if len(first(middle)) <= budget else (fits, middle)
+    return first(fits)
 
 
 def _text(value: Any, what: str) -> str:
@@ -318,11 +329,8 @@ def _number(value: Any, what: str) -> int:
 
 
 def _time(value: Any, what: str) -> datetime:
-    """Unix seconds (version 2) or RFC 3339 (version 1)."""
-    moment = datetime.fromtimestamp(_number(value, what), UTC) if not isinstance(value, str) else parse_time(value)
-    if moment is None:
-        raise ValueError(f"{what} {value!r} is not a time")
-    return moment
+    """Unix seconds."""
+    return datetime.fromtimestamp(_number(value, what), UTC)
 
 
 def _lost(entry: Any) -> tuple[datetime, str]:
@@ -350,16 +358,17 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
 
 
 def _vmi_part(where: str, value: Any) -> Any:
-    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back; version 2's evidence too."""
-    if where == "u":
-        return _text(value, "a VMI's uid")
+    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back."""
+    if where in ("u", "f"):
+        return _text(value, "a VMI's uid" if where == "u" else "a full disk")
     if where == "p":
         return tuple(sorted(_time(at, "an unpause") for at in value))
-    if where in ("e", "v"):
+    if where == "e":
         return tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))
-    if len(value) == 3 and isinstance(value[0], str):  # version 2: [uid, requested, words]
-        return _text(value[0], "a VMI's uid"), Evidence(requested=_time(value[1], "requested"),
-                                                        words=_text(value[2], "evidence"), last=_time(value[1], "requested"))
+    if where == "v":
+        return tuple(sorted((_text(k, "a volume"), Sighting(_time(paused, "a pause"), None if ran is None else
+                                                             _time(ran, "running again")))
+                            for k, (paused, ran) in value.items()))
     requested, words, last = value
     return Evidence(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
                     last=_time(last, "the last I/O error"))
@@ -367,7 +376,7 @@ def _vmi_part(where: str, value: Any) -> Any:
 
 Part = tuple[tuple[str, str], str, Any]  # (namespace, VM), what of its record, the value
 Entry = Callable[[], Part | tuple[datetime, str]]
-VMI_PARTS = ("u", "p", "e", "v", "s")
+VMI_PARTS = ("u", "p", "e", "v", "s", "f")
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:  # a mapping's items; anything else one that cannot be read
@@ -378,8 +387,8 @@ def _part(namespace: str, vm: str, where: str, read: Callable[..., Any], *args: 
     return (namespace, vm), where, read(*args)
 
 
-def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
-    """Versions 2 and 3: each VM's entries under its namespace and name."""
+def _entries(data: dict[str, Any]) -> Iterator[Entry]:
+    """Each VM's entries under its namespace and name."""
     if "lost" in data:
         yield functools.partial(_lost, data["lost"])
     for namespace, vms in _items(data.get("vms", {})):
@@ -393,31 +402,14 @@ def _version_2(data: dict[str, Any]) -> Iterator[Entry]:
                 yield functools.partial(_part, namespace, vm, where, _vmi_part, where, entry[where])
 
 
-def _version_1(data: dict[str, Any]) -> Iterator[Entry]:
-    """Flat lists of objects, their names and times spelled out."""
-    def migration(m: Any) -> Part:
-        return (m["namespace"], m["vmi"]), "m", _migration(m["namespace"], m["vmi"], [
-            "/" + m["name"], m["phase"], m["created"], m.get("ended"), m.get("target"), m.get("uid"), m.get("recovers")])
-
-    def refusal(h: Any) -> Part:
-        return (h["namespace"], h["name"]), "r", _refusal(h["namespace"], h["name"], h["action"], [
-            h["count"], h["retry"], h.get("status", 0), h.get("words")])
-
-    for kind, read in (("migrations", migration), ("refusals", refusal)):
-        entries = data.get(kind, [])
-        yield from (functools.partial(read, entry) for entry in (entries if isinstance(entries, list) else [None]))
-
-
 def _records(parts: list[Part]) -> list[VmRecord]:
     """The records the parts read make up, one per VM."""
     fields: dict[tuple[str, str], dict[str, Any]] = {}
-    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale"}
+    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale", "f": "full"}
     for key, where, value in parts:
         mine = fields.setdefault(key, {"migrations": [], "refusals": []})
         if where in ("m", "r"):
             mine["migrations" if where == "m" else "refusals"].append(value)
-        elif isinstance(value, tuple) and isinstance(value[-1], Evidence):  # version 2's evidence: [uid, …]
-            mine["uid"], mine["stale"] = value
         else:
             mine[names[where]] = value
     return [VmRecord(namespace=namespace, name=vm, **{**f, "migrations": tuple(sorted(
@@ -425,20 +417,19 @@ def _records(parts: list[Part]) -> list[VmRecord]:
             for (namespace, vm), f in fields.items()]
 
 
-def load(text: str | None) -> tuple[KeeperState, Loss | None]:
-    """The state the ConfigMap's data key holds (none: an empty state), and what of it was lost."""
-    if not text:
+def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
+    """The state the ConfigMap's binaryData key holds (none: an empty state), and what of it was lost."""
+    if not packed:
         return KeeperState(), None
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return KeeperState(), Loss(kind="unreadable", why=f"not JSON ({exc})")
+        data = json.loads(gzip.decompress(packed))
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
+        return KeeperState(), Loss(kind="unreadable", why=f"not gzipped JSON ({exc})")
     version = data.get("version") if isinstance(data, dict) else None
-    if version not in READ:
-        return KeeperState(), Loss(kind="other version",
-                                   why=f"version {version!r}, where this keeper reads {', '.join(map(str, READ))}")
+    if version != VERSION:
+        return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads {VERSION}")
     read, dropped = [], []
-    for entry in (_version_1 if version == 1 else _version_2)(data):
+    for entry in _entries(data):
         try:
             read.append(entry())
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
@@ -446,4 +437,8 @@ def load(text: str | None) -> tuple[KeeperState, Loss | None]:
     lost = next((x for x in read if len(x) == 2), None)
     state = KeeperState.of(_records([x for x in read if len(x) == 3]), lost)
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
-    return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})") if dropped else None
+    if dropped:
+        return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})")
+    left = data.get("left out")
+    return state, Loss(kind="left out", why=f"{left} entries, the oldest, did not fit in {BUDGET // 1024} KiB") \
+        if left else None

@@ -28,23 +28,30 @@ from ..shared.times import EPOCH, rfc3339, whole_seconds
 from .migrations import Migration, of_vmi
 from .running import VmiView
 
-# virt-handler's `io-error-retry` (KubeVirt v1.9.0 `pkg/virt-handler/vm.go`: `NewFailRetryManager("io-error-retry",
-# 10*time.Second, 3*time.Minute, 30*time.Second)`, `retry_manager.go`): a VM paused on an I/O error is resumed at
-# once, then, while each resume fails, after 10 s, doubling to at most 3 min; a pause more than 30 s after the last
-# resume is a new failure, resumed at once. Each pause is an `IOerror` Event of virt-launcher's naming the disk and
-# its cause (`pkg/virt-launcher/notify-client/client.go`), repeats folded by client-go's recorder into `count` and
-# `lastTimestamp`. A VM whose NFS client recovered is resumed by the first retry after it did and runs on: only a
-# retry that fails once the new NFS server serves shows a stale mount.
+# What the keeper takes as proof that a disk's mount is stale (docs/keeper.md, "What the keeper takes as proof").
+# virt-handler's `io-error-retry` (KubeVirt v1.9.0 `pkg/virt-handler/vm.go`, `retry_manager.go`) resumes a VM paused
+# on an I/O error at once, then, while each resume fails within 30 s, after 10 s doubling to 3 min. virt-launcher
+# sends its `IOerror` Event for each disk with an error on *every* domain callback while the domain is paused
+# (`pkg/virt-launcher/notify-client/client.go`, `eventCallback`; callbacks come from lifecycle events, guest-agent
+# updates, reconnects and metadata changes, every 15 s with access credentials), so an Event's `count` and
+# `lastTimestamp` say how often it was told, not how often the VM paused; QEMU forgets a disk's error when the VM is
+# resumed (`qmp_cont` resets each block device's io-status), so an Event sent after a resume names the disk that
+# failed after it. The keeper therefore reads a pause after a resume, never a count: a resume (the keeper's own
+# unpause, or the VM seen running after a pause of that disk) and then an Event of that disk, sent RACE after it and
+# within FAILS_WITHIN of it.
 # How long a healthy NFS client may take to reach the new server once it serves: NFS-Ganesha runs graceless behind
 # the same Service IP (longhorn-share-manager `pkg/server/nfs/nfs_server.go`), and the Linux client reconnects on
 # its next request after a TCP reconnect delay that starts at 3 s and doubles while the server was away
 # (`xs_tcp_set_connect_timeout`, from 3 s): a share-manager down for 20-60 s leaves it at 12-24 s. A pause within
 # this of the server serving is not yet evidence.
 RECONNECT = timedelta(seconds=30)
-SEEN_WITHIN = timedelta(seconds=10)  # a retry that brought the VM back shows on its VMI within this
-# A disk that ran this long after a pause without another I/O error works: longer than a soft NFS request takes
-# to fail (Longhorn's default RWX mount options, `timeo=600,retrans=5`: 60 s a try) and than KubeVirt's longest
-# wait. Pauses further apart are separate failures, and evidence older than this with the VM running ends.
+SEEN_WITHIN = timedelta(seconds=10)  # paused this long, KubeVirt is not resuming it at once: the keeper tries once
+RACE = timedelta(seconds=5)  # an Event of a callback before a resume is recorded within this of it
+# A resume the disk fails again within this has failed: longer than a soft NFS request takes to fail after it
+# (Longhorn's default RWX mount options `timeo=600,retrans=5`: 60 s a try), shorter than the minutes between two
+# pauses each lifted for good.
+FAILS_WITHIN = timedelta(minutes=3)
+# A disk that ran this long after its last I/O error works: the evidence of a stale mount ends.
 PROVEN = timedelta(minutes=10)
 # Longhorn asked for a remount this long ago and the share-manager still does not serve: the VM waits for its
 # storage, said as such (no migration can mount what is not served).
@@ -123,15 +130,25 @@ class Mount:
 @dataclasses.dataclass(frozen=True, slots=True)
 class DiskError:
     """KubeVirt's own words on one disk of a VM: virt-launcher's `IOerror` Event for the VMI volume `disk`
-    (served by Longhorn volume `volume`), its cause (an I/O error, or not enough space), and its pauses as
-    client-go's recorder folds them: how many, the first and the last."""
+    (served by Longhorn volume `volume`), its cause (an I/O error, or not enough space), when it was first and
+    last told (not how often the VM paused: it is told on every callback while paused); `combined`: client-go
+    folded it with other messages, so its times are not this disk's alone."""
 
     disk: str
     volume: str
     no_space: bool
-    count: int
     first: datetime
     last: datetime
+    combined: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sighting:
+    """A pause of a volume's disk after its new share-manager served, as the keeper saw it: the last time
+    KubeVirt's Event told of it (`paused`) and when the keeper then saw the VM running (`ran`, None: not yet)."""
+
+    paused: datetime
+    ran: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -167,31 +184,59 @@ def proven(paused: bool, last: datetime, now: datetime) -> bool:
     return not paused and now - last >= PROVEN
 
 
-def _retry_failed(error: DiskError, settled: datetime, paused: bool, now: datetime,
-                  seen: datetime | None) -> str | None:
-    """How KubeVirt's words show a retry of its own that failed after `settled`, None when they do not: two
-    pauses after it, close enough to be one failure; or still paused past the retry after a repeated pause
-    (KubeVirt resumes a new failure at once); or a pause after the one the keeper saw after it."""
-    first, last, count = error.first, error.last, error.count
-    if first >= settled and count >= 2 and last - first <= (count - 1) * PROVEN:
-        return f"paused {count} times on I/O errors of disk {error.disk} from {rfc3339(first)} to {rfc3339(last)}"
-    if paused and count >= 2 and now >= last + SEEN_WITHIN:
-        return f"paused on an I/O error of disk {error.disk} at {rfc3339(last)} and still paused"
-    if seen is not None and settled <= seen < last <= seen + PROVEN:
-        return (f"paused on an I/O error of disk {error.disk} at {rfc3339(last)}, after KubeVirt resumed it from the "
-                f"one at {rfc3339(seen)}")
+def _settled(mount: Mount) -> dict[str, tuple[Server, datetime]]:
+    """By Longhorn volume asked to remount after the pod started and served again: its server, and when its NFS
+    clients have had their time (RECONNECT) to reach it."""
+    return {s.volume: (s, max(s.served, s.requested or EPOCH) + RECONNECT) for s in _late(mount) if s.served}
+
+
+def _told(errors: Iterable[DiskError], volume: str) -> DiskError | None:
+    """The latest I/O error (not "not enough space", not folded with others) KubeVirt told of a disk on `volume`."""
+    return max((e for e in errors if e.volume == volume and not e.no_space and not e.combined),
+               key=lambda e: e.last, default=None)
+
+
+def _failed(error: DiskError, settled: datetime, seen: Sighting | None, resumed: Iterable[datetime]) -> str | None:
+    """How a resume after `settled` shows failed, None when none does: an Event of the disk sent RACE after the
+    keeper's own resume and within FAILS_WITHIN of it; or after the VM was seen running again, within FAILS_WITHIN of
+    the pause before."""
+    last = error.last
+    for at in sorted(resumed, reverse=True):
+        if settled <= at and at + RACE < last <= at + FAILS_WITHIN:
+            return f"paused on an I/O error of disk {error.disk} at {rfc3339(last)}, after the keeper resumed it at {rfc3339(at)}"
+    if seen is not None and seen.ran is not None and seen.ran + RACE < last <= seen.paused + FAILS_WITHIN:
+        return (f"paused on an I/O error of disk {error.disk} at {rfc3339(last)}, {whole_seconds(last - seen.paused)}s "
+                f"after the pause KubeVirt's retry lifted (the VM was running at {rfc3339(seen.ran)})")
     return None
 
 
-def sightings(mount: Mount, errors: Iterable[DiskError]) -> dict[str, datetime]:
-    """By Longhorn volume, the last I/O error after its new share-manager served and the client had its time:
-    what the keeper's record keeps, so that a later pause shows a retry that failed."""
-    settled = {s.volume: max(s.served, s.requested or EPOCH) + RECONNECT for s in _late(mount) if s.served}
-    found: dict[str, datetime] = {}
-    for e in errors:
-        if not e.no_space and e.volume in settled and e.last >= settled[e.volume]:
-            found[e.volume] = max(e.last, found.get(e.volume, e.last))
+def sighted(mount: Mount, errors: Iterable[DiskError], running: bool, now: datetime,
+            seen: Mapping[str, Sighting]) -> dict[str, Sighting]:
+    """By Longhorn volume, the pause of its disk after its new share-manager served as the keeper now sees it:
+    what the record keeps, so that a pause after the VM ran again shows a retry that failed."""
+    errors, found = list(errors), {}
+    for volume, (_, settled) in _settled(mount).items():
+        error, old = _told(errors, volume), seen.get(volume)
+        if error is None or error.last < settled:
+            continue
+        again = old is None or (old.ran is not None and error.last > old.ran + RACE)
+        found[volume] = Sighting(error.last, now if running else None) if again or old.ran is None else old
     return found
+
+
+def probe(mount: Mount, errors: Iterable[DiskError], now: datetime, resumed: Iterable[datetime]) -> str | None:
+    """Why the keeper resumes a VM paused on an I/O error once itself (what KubeVirt's retry does, which may be
+    minutes away): a disk of a volume whose new share-manager serves and whose clients had their time; its mount
+    works again or fails again at once. None once the keeper did so since, or for no such disk."""
+    errors, resumed = list(errors), list(resumed)
+    for volume, (server, settled) in sorted(_settled(mount).items()):
+        error = _told(errors, volume)
+        if error is None or now < settled or any(at >= settled for at in resumed):
+            continue
+        return (f"paused on an I/O error of disk {error.disk} after share-manager {server.pod} served again on "
+                f"{server.node} at {rfc3339(settled - RECONNECT)}: resumed once, as KubeVirt's retry would, to see "
+                f"whether its mount works again")
+    return None
 
 
 def full(errors: Iterable[DiskError], paused: bool) -> str | None:
@@ -225,38 +270,36 @@ def storage_wait(mount: Mount, errors: Iterable[DiskError], now: datetime) -> st
 
 
 def judge(mount: Mount, errors: Iterable[DiskError], paused: str, now: datetime,
-          seen: Mapping[str, datetime] | None = None, kept: Stale | None = None) -> Stale | str | None:
-    """Whether the VM is on a stale mount, on KubeVirt's own words: an I/O error (never "not enough space") on a
-    disk whose Longhorn volume was asked to remount after the VM's pod started, and a retry of KubeVirt's that
-    failed once the new share-manager served and the NFS client had its time (RECONNECT) — `_retry_failed`;
-    `seen`: what the keeper saw before (`sightings`). Or the keeper found so before (`kept`), that request still
-    the latest and the disk not proven since. A pause of any other reason (the user's) always wins. `Stale`;
-    else what a VM with an I/O error waits for; else None: nothing says its mount is stale."""
+          seen: Mapping[str, Sighting] | None = None, kept: Stale | None = None,
+          resumed: Iterable[datetime] = ()) -> Stale | str | None:
+    """Whether the VM is on a stale mount, on KubeVirt's own words: an I/O error (never "not enough space") of a
+    disk whose Longhorn volume was asked to remount after the VM's pod started, after a resume that came once the
+    new share-manager served and the NFS client had its time (RECONNECT) — `_failed`; `seen`: what the keeper saw
+    before (`sighted`), `resumed`: its own unpauses of the VMI. Or the keeper found so before (`kept`), that
+    request still the latest and the disk not proven since. A pause of any other reason (the user's) always wins.
+    `Stale`; else what a VM with an I/O error waits for; else None: nothing says its mount is stale."""
     if paused and paused != kinds.PAUSED_IO_ERROR:
         return None
-    errors, io, notes = list(errors), paused == kinds.PAUSED_IO_ERROR, []
+    errors, io, notes, resumed = list(errors), paused == kinds.PAUSED_IO_ERROR, [], list(resumed)
+    settled_by = _settled(mount)
     for server in sorted(_late(mount), key=lambda s: s.volume):
-        requested, failing = server.requested or EPOCH, [e for e in errors if e.volume == server.volume and not e.no_space]
-        last = max((e.last for e in failing), default=None)
-        if kept is not None and kept.requested == requested and not proven(io, max(kept.last, last or kept.last), now):
+        requested, error = server.requested or EPOCH, _told(errors, server.volume)
+        if kept is not None and kept.requested == requested and not proven(io, max(kept.last, error.last if error else kept.last), now):
             return kept
-        if server.served is None:
-            notes += [_waiting(server, errors, now) or ""] if failing or io else []
+        if server.volume not in settled_by:
+            notes += [_waiting(server, errors, now) or ""] if error or io else []
             continue
-        served = max(server.served, requested)
-        settled, where = served + RECONNECT, f"share-manager {server.pod} served again on {server.node} at {rfc3339(served)}"
-        for error in (e for e in failing if e.last >= settled and not proven(io, e.last, now)):
-            shown = _retry_failed(error, settled, io, now, (seen or {}).get(server.volume))
-            if shown is not None:
-                return Stale(f"{shown}, {whole_seconds(error.last - served)}s after {where}: KubeVirt's retry did not "
-                             f"bring it back", requested, error.last)
-            notes.append(f"an I/O error of disk {error.disk} at {rfc3339(error.last)}, {whole_seconds(error.last - served)}s "
-                         f"after {where}: KubeVirt retries it, and the keeper recovers it if that retry fails")
-        if io and failing and last is not None and last < settled:
-            notes.append(f"paused on an I/O error of disk {failing[0].disk} at {rfc3339(last)}, before {where} and its "
-                         f"clients had {whole_seconds(RECONNECT)}s: KubeVirt retries it, and the keeper recovers it if "
-                         f"that retry fails")
-    return "; ".join(notes) or None
+        settled, where = settled_by[server.volume][1], f"share-manager {server.pod} served again on {server.node}"
+        if error is None or proven(io, error.last, now) or (error.last < settled and not io):
+            continue  # no I/O error, or one its NFS client has long recovered from
+        shown = _failed(error, settled, (seen or {}).get(server.volume), resumed) if error.last >= settled else None
+        if shown is not None:
+            return Stale(f"{shown}, once {where} at {rfc3339(settled - RECONNECT)}: a resume did not bring it back",
+                         requested, error.last)
+        notes.append(f"an I/O error of disk {error.disk} at {rfc3339(error.last)}, {where} at "
+                     f"{rfc3339(settled - RECONNECT)}: KubeVirt retries it (or the keeper resumes it once), and the "
+                     f"keeper recovers it if it pauses again")
+    return "; ".join(n for n in notes if n) or None
 
 
 def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:

@@ -1,6 +1,8 @@
-"""Whether to unpause a VM that a migration carried, paused, onto a fresh NFS mount. Pure. KubeVirt's
-target keeps a paused VM paused (`pkg/virt-launcher/virtwrap/live-migration-target.go`) and
-virt-handler's I/O-error retry no longer applies (`recovery.py`): without an `unpause` it stays frozen.
+"""Whether to unpause a VM that a migration carried, paused, onto a fresh NFS mount, or to resume once a VM
+paused on a disk whose new share-manager serves (`recovery.probe`: what KubeVirt's retry does, minutes sooner;
+if it pauses again on that disk its mount is stale). Pure. KubeVirt's target keeps a paused VM paused
+(`pkg/virt-launcher/virtwrap/live-migration-target.go`) and virt-handler's I/O-error retry no longer applies
+(`recovery.py`): without an `unpause` it stays frozen.
 Going by what is true now, never by a record of the keeper's own migration (a re-stamped condition, a new
 leader or a garbage collection changes nothing), it unpauses a VMI paused with reason PausedIOError
 whose pod started after every remount request on its volumes and whose pause is older than that pod.
@@ -11,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from datetime import datetime
 
 from ...config import KeepMode
 from ...kinds import PAUSED_IO_ERROR
 from ..shared.alone import Alone
 from .keep import PassFacts, VmFacts
-from .recovery import came_over, not_fresh
+from .recovery import came_over, not_fresh, SEEN_WITHIN
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,34 +51,47 @@ HOLDS: tuple[Check, ...] = (
     (Alone.VIEW_INCOMPLETE, lambda vm, p: bool(p.incomplete),
      lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
     (Alone.REPORT_ONLY, lambda vm, p: p.mode is not KeepMode.MIGRATE,
-     lambda vm, p: f"report only: would unpause it ({why(vm)})"),
+     lambda vm, p: f"report only: would unpause it ({why(vm, p.now)})"),
     (Alone.NO_LEASE, lambda vm, p: not p.lease, lambda vm, p: "not acting: the lease might run out before it is unpaused"),
 )
 
 
 
-def why(vm: VmFacts) -> str:
-    """Why the VM is to be unpaused, in words."""
+def why(vm: VmFacts, now: datetime) -> str | None:
+    """Why the VM is to be unpaused, in words; None: it is not."""
+    if not carried_paused(vm):
+        return probed(vm, now)
     moved = f"migration {vm.moved_in} moved it" if vm.moved_in else "it moved"
     return f"paused on a disk I/O error before {moved} onto a fresh NFS mount, where KubeVirt keeps it paused"
 
 
 def carried_paused(vm: VmFacts) -> bool:
     """Paused on an I/O error that came over with a migration onto a fresh mount: what an unpause is for (a
-    pause in the pod it runs in now is KubeVirt's own to retry)."""
+    pause in the pod it runs in now is KubeVirt's own to retry); not again while an unpause in this pod may not
+    show yet."""
     mount = vm.mount
-    return (vm.vmi.paused == PAUSED_IO_ERROR and not vm.unpaused and mount is not None
+    return (vm.vmi.paused == PAUSED_IO_ERROR and not (vm.unpaused and vm.unpauses) and mount is not None
             and not_fresh(mount) is None and came_over(vm.vmi, mount.pod_started))
+
+
+def probed(vm: VmFacts, now: datetime) -> str | None:
+    """Why the VM is resumed once to see whether its mount works again (`recovery.probe`), None if it is not: paused
+    on an I/O error in the pod it runs in for SEEN_WITHIN (KubeVirt is not resuming it at once), nothing proven."""
+    since = vm.vmi.paused_since
+    if vm.probe is None or vm.stale or vm.unpaused or vm.vmi.paused != PAUSED_IO_ERROR or vm.mount is None:
+        return None
+    return vm.probe if since is not None and now - since >= SEEN_WITHIN and not came_over(vm.vmi, vm.mount.pod_started) else None
 
 
 def decide_resume(vm: VmFacts, p: PassFacts) -> Resume | None:
     """Unpause the VM, or why not; None for a VM that is not paused so (nothing to say)."""
-    if not carried_paused(vm):
+    reason = why(vm, p.now)
+    if reason is None:
         return None
     for hold, holds, words in HOLDS:
         if holds(vm, p):
             return Resume(act=False, reason=words(vm, p), hold=hold)
-    return Resume(act=True, reason=f"unpausing: {why(vm)}")
+    return Resume(act=True, reason=f"unpausing: {reason}")
 
 
 # `status`'s NEXT that says all of a paused VM: no migration can recover it, or its unpause.
