@@ -16,8 +16,7 @@ serve` (the production command) watches it.
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
 (bench/bodies.py: defaulted, `managedFields`, the creating ServiceAccount), to the path and with
-the `?timeout=` of its webhook in the install's configuration (`rounds.calls`; the share-managers on
-serve's `--share-manager-port`, as the install's Service leads their webhook), on connections as
+the `?timeout=` of its webhook in the install's configuration (`rounds.calls`), on connections as
 kube-apiserver holds them (bench/sender.py): each review in flight on a connection
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
@@ -54,7 +53,7 @@ from kubefake import objects
 from webhook.process.loop import new_event_loop
 from webhook.tools import certs
 
-from .__main__ import cores, free_port, https, process, process_kib, wait_for, webhook_server
+from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
 from . import bodies
 from .rounds import WANTED, batches, calls, round_figures, serve_urls, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
@@ -147,7 +146,7 @@ Ports = dict[str, Connections]  # by serve's port each webhook's Service port le
 
 
 def ports(urls: dict[str, str], context: ssl.SSLContext, idle: int = 0, in_flight: int = 0) -> Ports:
-    """Connections to each of serve's ports (`urls`: "webhook", "share-managers")."""
+    """Connections to each of serve's ports (`urls`: "webhook")."""
     return {target: Connections(url, context, idle=idle, in_flight=in_flight) for target, url in urls.items()}
 
 
@@ -271,14 +270,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    for name, each in served.items()}}
     batch = reviews(evicted, starts, args.share_manager_kib)
     server_cpu, other_cpu = cores()
-    share_manager_port = free_port()
     loaded = args.apiserver_load is not None  # the apiserver's work on any core, serve's too
     with emulator(objects_file, None if loaded else other_cpu) as (api, api_pid), \
             webhook_server(api, work, server_cpu, "storm",
-                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events,
-                            "--share-manager-port", str(share_manager_port))) as (serve, url, ops, log):
+                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
-        urls = serve_urls(url, share_manager_port)
+        urls = serve_urls(url)
         if args.share_manager_rule == "on":
             judged_from_the_caches(urls, work, [r for r in batch if r[0] == "share-manager"][:1])
         caches_synced(log)
