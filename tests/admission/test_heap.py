@@ -1,9 +1,7 @@
 """What a cache has listed leaves the garbage collector's walk once it has synced, so that a full
 collection stops admission for what came after, not for the whole cluster."""
-import asyncio
 import gc
 import logging
-import time
 
 import pytest
 from tests.cluster.test_informer import feed, informer_for, listed
