@@ -30,7 +30,7 @@ kind's latency (p50, p99, max; the median over the rounds) and how many were not
 meant in all ("undecided": a VM or a drain's share-manager without its decision, a control's
 share-manager with one; `--json` for tools, each round too), and `serve`'s own view from its
 log: each review's `latency_ms` from its connection's accept to its answer, beside the sender's
-time for it, and its CPU per batch.
+time for it, and its CPU per batch; and whether the storm met its targets (`verdicts`).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ from webhook.process.loop import new_event_loop
 from webhook.tools import certs
 
 from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
-from . import bodies
+from . import bodies, sized
 from .rounds import WANTED, batches, calls, round_figures, serve_urls, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
 from .apiserver_load import Busy, Stored
@@ -323,6 +323,27 @@ def median_of(rounds: list[dict[str, Any]], name: str) -> dict[str, float]:
     return {**found, "undecided": sum(r[name]["undecided"] for r in rounds)}
 
 
+ANSWERED_MS = 1000.0  # every review answered within this at p99 at the sender (kube-apiserver's SLO for a create)
+SERVE_VM_MS = 50.0  # serve's own time from a VM review's accept to its answer, p99
+
+
+def verdicts(result: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The storm's targets, each met or not: none of its admissions failed open (answered undecided),
+    every review within ANSWERED_MS at p99 at the sender, serve's own time for a VM review within
+    SERVE_VM_MS at p99, and serve within its memory limit (the chart's)."""
+    kinds = [name for name in KINDS if name in result]
+    found = [("0 admissions failed open", sum(result[name]["undecided"] for name in kinds) == 0),
+             (f"every review ≤ {ANSWERED_MS:.0f} ms at p99 at the sender",
+              all(result[name]["p99_ms"] <= ANSWERED_MS for name in kinds))]
+    if "server" in result:
+        found.append((f"serve's VM reviews ≤ {SERVE_VM_MS:.0f} ms at p99 from their accept",
+                      result["server"]["vm_latency_p99_ms"] <= SERVE_VM_MS))
+    if "memory" in result:
+        limit = sized.memory_limit_mib("serve")
+        found.append((f"serve within its memory limit ({limit:.0f} MiB)", result["memory"]["peak_mib"] <= limit))
+    return found
+
+
 def zero_or_more(text: str) -> int:
     try:
         value = int(text)
@@ -386,6 +407,7 @@ def main() -> None:
         work = Path(tmp)
         certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
         result = run(args, work)
+    result["targets"] = {name: met for name, met in verdicts(result)}
     if args.json:
         print(json.dumps(result))
         return
@@ -419,8 +441,6 @@ def main() -> None:
               f"{control['burst_core_share']:.0%} in the control (the kernel counts it in 10 ms ticks); the "
               f"sender's (this process, each review's TLS handshake and answer) {server['sender_cpu_ms']:.0f} ms "
               f"and {control['sender_cpu_ms']:.0f} ms")
-        print(f"  share-managers answered with what serve prepared while their evicted pods terminated: "
-              f"{server['share_managers_prepared']:.0f} of {args.share_managers} per storm (median)")
         print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
               f"({args.idle_connections} kept idle between bursts)")
         if args.apiserver_load is not None:
@@ -438,6 +458,7 @@ def main() -> None:
               f"control; share-managers {server['share_manager_latency_p99_ms']:.1f} ms, the control's "
               f"{control['share_manager_latency_p99_ms']:.1f} ms")
         print(f"  creates the apiserver refused: {result['refused']}")
+    print("targets: " + ", ".join(f"{name} {'met' if met else 'MISSED'}" for name, met in result["targets"].items()))
 
 
 if __name__ == "__main__":
