@@ -29,10 +29,8 @@ HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own
 HANDSHAKE_SECONDS = 10.0  # from accept to the end of the handshake (asyncio's ssl_handshake_timeout)
 END_OF_HEADERS = b"\r\n\r\n"
 BACKLOG = 128  # connections accepted at a turn of the loop at most (asyncio's own bound)
-# Connections the kernel holds, connected, until they are accepted (capped by net.core.somaxconn). A drain
-# is a burst of a few hundred reviews, each on a new connection: beyond aiohttp's 128, the kernel drops
-# the SYNs and the apiserver's TCP stack sends them again a second later (measured: VM starts p99 1,034 ms
-# against 336 ms, 260 new connections at once; `TcpExtListenOverflows` counts them).
+# Connections the kernel holds until accepted (capped by net.core.somaxconn): a drain's burst of a few
+# hundred new connections beyond 128 had SYNs dropped and sent again a second later (`TcpExtListenOverflows`).
 QUEUE = 4096
 ACCEPT_PAUSE = 1.0  # asyncio's own pause when accepting fails for want of descriptors or memory
 
@@ -142,12 +140,9 @@ class Guarded(asyncio.Protocol):
 
 
 class Port:
-    """Listening sockets accepting through a `Guard` into aiohttp's runner (its public `server`).
-
-    Each time a socket is readable, every connection waiting in its backlog is accepted at once
-    (`Accepting`), as asyncio's own selector loop does: uvloop's server accepts one connection a turn
-    of the loop, so while a drain's share-managers take the loop in slices, a burst of 105 new
-    connections waited up to a quarter of a second to be accepted (docs/performance.md)."""
+    """Listening sockets accepting through a `Guard` into aiohttp's runner (its public `server`): each
+    time a socket is readable, its whole backlog is accepted (`Accepting`), as asyncio's selector loop
+    does; uvloop's server accepts one a turn of the loop, a drain's burst late while the loop is sliced."""
 
     def __init__(self, runner: web.BaseRunner, accepting: list[Accepting]) -> None:
         self.runner, self.accepting = runner, accepting

@@ -66,12 +66,9 @@ def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: Col
     return app
 
 
-# The probes are answered on a thread and event loop of their own (`Apart`), so that no long work on
-# the process's loop (a keeper's pass, a cache's first list, a drain's share-managers) delays them past
-# the kubelet's 1 s: each is asked of the process's loop, and answered from what it last said when the
-# loop does not answer within ASK_SECONDS; /healthz fails only once the loop has not turned for
-# STALLED_SECONDS (wedged, not busy). /metrics is rendered on the probes' thread (prometheus_client's
-# collectors are thread-safe).
+# The probes are answered on a thread of their own (`Apart`), so that no long work on the process's loop
+# delays them past the kubelet's 1 s: each is asked of the loop, and answered from what it last said when
+# it does not answer within ASK_SECONDS; /healthz fails once the loop has not turned for STALLED_SECONDS.
 ASK_SECONDS = 0.25
 UNSAID = {"/healthz": (200, "ok\n"), "/readyz": (503, "not ready: the process has not answered yet\n")}
 STALLED_SECONDS = 20.0
