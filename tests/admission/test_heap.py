@@ -8,7 +8,7 @@ from tests.cluster.test_informer import feed, informer_for, listed
 from tests.support.kube import running_vm
 
 from webhook.admission.heap import FreezeListed
-from webhook.process.heap import collect_young_less
+from webhook.process.heap import collect_young_less, paused
 from webhook.kinds import NODE, POD
 
 
@@ -93,3 +93,27 @@ def test_a_bursts_objects_held_at_once_set_off_no_collection_of_the_older_genera
     finally:
         gc.callbacks.remove(seen)
     assert len(held) == 15_000 and [generation for generation in collected if generation > 0] == []
+
+
+def test_work_whose_objects_live_until_it_ends_sets_off_no_collection_and_the_collector_is_as_before():
+    """A review being read (or a keeper's pass) holds what it makes until it ends: no collection walks
+    it meanwhile, and the collector is on again after, or left off where it was off."""
+    collected = []
+
+    def seen(phase, info):
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        with paused():
+            held = [{"pod": {"metadata": {"name": f"pod-{i}"}}} for i in range(15_000)]
+            within = list(collected)
+        assert within == [] and gc.isenabled() and len(held) == 15_000
+        gc.disable()
+        with paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.remove(seen)

@@ -22,6 +22,7 @@ from .budget import DEFAULT_BYTES, Budget, NoRoom
 from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule, decision_event
+from ..process import heap
 from ..process.listening import Arrivals
 from ..rules.placement.decide import Decision
 from ..rules.placement.promised import Promises
@@ -182,9 +183,11 @@ class Admissions:
 
 
 def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
-    """The AdmissionReview in a request's body; BadReview saying why it is none."""
+    """The AdmissionReview in a request's body, read with the collector paused (process/heap.py);
+    BadReview saying why it is none."""
     try:
-        body = orjson.loads(raw)
+        with heap.paused():
+            body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise reviews.BadReview(f"the body is not valid JSON: {exc}") from None
     except RecursionError:
