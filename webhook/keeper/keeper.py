@@ -161,14 +161,13 @@ class Keeper:
     # ----------------------------------------------------------------- one pass
 
     async def run_pass(self) -> PassReport:
-        """One pass over synced caches, the collector paused (process/heap.py); its report sets the metrics."""
+        """One pass over synced caches; its report sets the metrics."""
         now = self.clock()
         watch = self.watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(at=now, note="waiting for the caches to sync")
         began, cpu = time.monotonic(), time.process_time()
-        with heap.paused():
-            report = await self._pass(watch, now)
+        report = await self._pass(watch, now)
         self.passes += 1
         metrics.KEEPER_PASS.labels("wall").set(time.monotonic() - began)
         metrics.KEEPER_PASS.labels("cpu").set(time.process_time() - cpu)

@@ -7,10 +7,8 @@ meanwhile, and should not walk what it cannot free.
   frozen out of every later collection (`freeze`); dropped later, it is still freed by its reference
   count. A reference cycle alive then is never freed: so a freeze comes after a first sync only,
   never after a keeper's pass (270 MiB more a pass at 75,000 VMs).
-- A keeper's pass holds what it reads of every VM until it ends, as reading a review (100,000 objects
-  for a pod of 20,000 claims) holds what it parses: no automatic collection during either (`paused`),
-  what they leave collected after (at 1,000 nodes and 15,000 VMs, passes of 13–15 s of CPU and a
-  peak 61% over the caches without, 1.8–3.7 s and 14% with).
+- Reading a review holds all it parses until it is read (100,000 objects for a pod of 20,000 claims):
+  no automatic collection meanwhile (`paused`). (A keeper's pass, paused too, measured the same.)
 - A drain's burst holds tens of thousands of objects at once: `serve`'s young collections wait for
   YOUNG new objects, not CPython's 700, which set off a full collection every few hundred ms.
 """
