@@ -90,7 +90,9 @@ def server_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
             "apiserver_burst_cpu_ms": apiserver_burst if apiserver else float("nan"),
             "vm_p99_ms": p99(vm), "vm_max_ms": vm[-1] if vm else float("nan"), "vm_queued_p99_ms": p99(queued),
             "share_manager_p99_ms": p99(share_managers), "loop_lag_max_ms": max(lag, default=float("nan")),
-            "vm_latency_p99_ms": p99(latency(vm_lines)), "share_manager_latency_p99_ms": p99(latency(sm_lines))}
+            "vm_latency_p99_ms": p99(latency(vm_lines)), "share_manager_latency_p99_ms": p99(latency(sm_lines)),
+            # The share-managers answered with what was prepared while their evicted pods terminated.
+            "share_managers_prepared": sum("(worked out " in str(line.get("reason")) for line in sm_lines)}
 
 
 def caches_synced(log: Path, timeout: float = 600.0, frozen_within: float = 5.0) -> None:

@@ -441,6 +441,8 @@ def main() -> None:
               f"{control['burst_core_share']:.0%} in the control (the kernel counts it in 10 ms ticks); the "
               f"sender's (this process, each review's TLS handshake and answer) {server['sender_cpu_ms']:.0f} ms "
               f"and {control['sender_cpu_ms']:.0f} ms")
+        print(f"  share-managers answered with what serve prepared while their evicted pods terminated: "
+              f"{server['share_managers_prepared']:.0f} of {args.share_managers} per storm (median)")
         print(f"  the sender: {result['sender']['opened_per_storm']:.0f} new TLS connections per storm "
               f"({args.idle_connections} kept idle between bursts)")
         if args.apiserver_load is not None:

@@ -252,6 +252,8 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     assert server["share_manager_p99_ms"] > 0 and server["loop_lag_max_ms"] >= 0, server
     assert server["burst_cpu_ms"] >= 0 and server["burst_core_share"] >= 0 and server["sender_cpu_ms"] > 0, server
     assert 20 < result["memory"]["rss_mib"] <= result["memory"]["peak_mib"], result["memory"]
+    # Evicted before each storm, terminating 1.5 s: serve prepared their answers, and each was used.
+    assert server["share_managers_prepared"] == 3, server
     targets = result["targets"]  # each met or not, none failed open
     assert len(targets) == 4 and targets["0 admissions failed open"], targets
 

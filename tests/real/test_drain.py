@@ -64,6 +64,7 @@ class Drain:
         self.api, self.outbound, self.rng = api, outbound, random.Random(seed)
         # Evicted as a kubelet takes them: terminating until their delay is up, then gone (else gone at once).
         self.terminating = terminating
+        self.prepared: list[str] = []  # VMs whose share-manager was answered as prepared while it terminated
         self.made: list[dict[str, Any]] = []
         self.vm_node: dict[str, str] = {}  # VM -> the node it runs on
         self.server: dict[str, str | None] = {}  # VM -> the node its disk's NFS server runs on (None: none)
@@ -184,6 +185,8 @@ class Drain:
         while True:
             try:
                 pod = await self.api.create(share_manager_pod(f"pvc-disk{vm[2:]}"))
+                if "(worked out " in annotations(pod).get("kubevirt-scheduler/reason", ""):
+                    self.prepared.append(vm)
                 break
             except Refused as refused:
                 self.refused.append(f"{vm}: {refused.message}")
@@ -319,15 +322,16 @@ async def test_a_drain_with_kubevirts_evacuation_brings_every_nfs_server_back_wh
         await drain.clean()
 
 
-async def test_share_managers_whose_evicted_pods_terminate_first_are_created_again_and_serve_again(
+async def test_share_managers_answered_while_their_evicted_pods_terminate_are_created_and_serve_again(
         scheduler, api, tls_files):
-    """Evicted pods terminating for a few seconds, as with a kubelet: the pods created again once they
-    are gone are placed where their VMs follow, and the drain ends as well."""
+    """Evicted pods terminating for a few seconds, as with a kubelet: `serve` prepares their answers
+    meanwhile, the apiserver takes the pods created again with them, and the drain ends as well."""
     drain = Drain(api, 2, terminating=True)
     try:
         await drain.build()
         await drained(scheduler, api, tls_files, drain)
         assert_drained_well(drain)
+        assert len(drain.prepared) >= VM_COUNT // 2, drain.prepared
     finally:
         await drain.clean()
 

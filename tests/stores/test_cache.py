@@ -493,5 +493,29 @@ def test_the_journal_of_changed_nodes_says_when_it_cannot_tell():
     now, changed = changed_nodes.since(start)
     assert changed == {"a", "b", "c"} and changed_nodes.since(now) == (now, frozenset())
     changed_nodes.note("d")  # over the limit: the oldest half goes
-    assert changed_nodes.since(start)[1] is None
-    assert changed_nodes.since(now)[1] == {"d"}
+    assert changed_nodes.since(start)[1] is None and changed_nodes.among({"a", "d"}, start) is None
+    assert changed_nodes.since(now)[1] == {"d"} and changed_nodes.among({"a", "d"}, now) == ({"d"}, {"d"})
+
+
+async def test_the_caches_say_which_nodes_changed_by_more_than_pods_that_take_only_room():
+    """A share-manager bound to node-b changes only its room; a VM's pod on node-c, or node-d itself
+    updated, change more (what a drain's prepared answers are checked again for)."""
+    from tests.support.kube import launcher_pod_of, node, share_manager_pod, vmi
+    from tests.support.stores import listed_store
+    from webhook.cluster.reflector import Event, EventType
+
+    store = listed_store([node(f"node-{x}") for x in "bcde"])
+    view = await store.fit_view("default", "")
+    (pods,) = [i for i in store.informers if i.resource.kind == "Pod"]
+    (nodes_informer,) = [i for i in store.informers if i.resource.kind == "Node"]
+    named = {"node-b", "node-c", "node-d", "node-e"}
+    position, _ = view.nodes_changed(None)
+    pods.apply(Event(EventType.ADDED, share_manager_pod("pvc-d1", "node-b")))
+    assert view.changes_among(named, position) == ({"node-b"}, set())
+    pods.apply(Event(EventType.ADDED, launcher_pod_of(vmi("vm2", "node-c", "d2"))))
+    nodes_informer.apply(Event(EventType.MODIFIED, node("node-d", unschedulable=True)))
+    pods.apply(Event(EventType.DELETED, share_manager_pod("pvc-d1", "node-b")))
+    assert view.changes_among(named, position) == ({"node-b", "node-c", "node-d"}, {"node-c", "node-d"})
+    assert view.nodes_changed(position)[1] == {"node-b", "node-c", "node-d"}
+    later, _ = view.nodes_changed(None)
+    assert view.changes_among(named, later) == (set(), set()) and view.changes_among(named, None) is None

@@ -20,8 +20,10 @@ from ..deadline import Deadline
 from ..kinds import POD, VMI, VMIM
 from ..rules import fit
 from ..rules.fit.usage import PodUsage
-from ..rules.placement import bounds, decide, patch, together
+from ..rules.placement import bounds, decide, patch, prepared, together
+from ..rules.placement.prepared import PreparedAnswers
 from ..rules.placement.promised import Promises
+from ..rules.kubevirt.target import TargetPod
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
@@ -35,10 +37,12 @@ log = logging.getLogger("webhook.mutate")
 
 
 async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
-                lane: Lane | None = None, promises: Promises | None = None) -> Outcome:
+                lane: Lane | None = None, promises: Promises | None = None,
+                answers: PreparedAnswers | None = None) -> Outcome:
     """What the rules make of the request's pod (or, `--aim-evacuations on`, migration). `lane`: where a
     server's long rule work waits its turn (a lane of its own when not given); `promises`: a server's
-    record of the VMs of a drain sent to follow their share-managers (none kept when not given)."""
+    record of the VMs of a drain sent to follow their share-managers (none kept when not given);
+    `answers`: those prepared for a drain's share-managers before they are created (`admission.prepare`)."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
@@ -58,7 +62,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
     try:  # every read that goes to the API is bounded by the deadline where it is made
         if share_manager:
             shared = Shared(lane=lane or Lane(), promises=Promises() if promises is None else promises,
-                            keep=not request.dry_run)
+                            keep=not request.dry_run, answers=answers)
             outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
@@ -126,12 +130,37 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shared:
     """What a server's share-manager admissions share: the lane where their long work waits its turn,
-    and the VMs of a drain sent so far (`rules.placement.promised`); `keep`: whether this admission
-    adds its own promise (a dry run's pod is never created)."""
+    the VMs of a drain sent so far (`rules.placement.promised`), and the answers prepared for a drain's
+    share-managers (`rules.placement.prepared`); `keep`: whether this admission adds its own promise
+    and uses up a prepared answer (a dry run's pod is never created); `preparing`: where an answer
+    worked out for a pod not created yet goes (none is then taken)."""
 
     lane: Lane
     promises: Promises
     keep: bool
+    answers: PreparedAnswers | None = None
+    preparing: list[prepared.Prepared] | None = None
+    at_once: bool = False  # only a prepared answer that holds, outside the lane; None for anything longer
+
+
+async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline,
+                  shared: Shared) -> prepared.Prepared | str:
+    """The answer of the share-manager rule for `pod` (a share-manager pod as longhorn-manager will
+    create it again), worked out in its turn in the lane, when the search for where its VM can
+    follow made it; else why there is none."""
+    assert shared.preparing is not None
+    volume = kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)
+    if not volume:
+        return "no volume label"
+    async with shared.lane.turn(deadline) as mine:
+        if not mine:
+            return "no turn in the lane before the deadline"
+        outcome = await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
+    if shared.preparing:
+        return shared.preparing[-1]
+    if outcome is None:  # only out of turn, which preparing never is
+        return "no decision"
+    return outcome.detail or outcome.skipped or (outcome.decision.reason if outcome.decision else "no decision")
 
 
 async def _share_manager_rule(
@@ -147,6 +176,13 @@ async def _share_manager_rule(
         # (controller/share_manager_controller.go createPodManifest): the scheduler never sees
         # it, and a required affinity would only get it rejected by the kubelet, in a loop.
         return skip(Rule.SHARE_MANAGER, Alone.ALREADY_BOUND)
+    # An answer prepared while its evicted pod terminated, where it holds: at once, out of turn.
+    if shared.answers is not None and shared.preparing is None and not settings.aim_evacuations and \
+            (namespace, str(kinds.meta(pod).get("name") or "")) in shared.answers:
+        outcome = await _share_manager_turn(namespace, pod, store, settings, deadline,
+                                            dataclasses.replace(shared, at_once=True), volume)
+        if outcome is not None:
+            return outcome
     # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
     # together, would otherwise each hold the loop for a stretch at every step of every VM start.
     async with shared.lane.turn(deadline) as mine:
@@ -156,8 +192,9 @@ async def _share_manager_rule(
 
 
 async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
-                              deadline: Deadline, shared: Shared, volume: str) -> Outcome:
-    """The share-manager rule, in its turn in the lane."""
+                              deadline: Deadline, shared: Shared, volume: str) -> Outcome | None:
+    """The share-manager rule, in its turn in the lane (`shared.at_once`: out of turn, None where
+    that would take a search)."""
     try:
         consumers = await resolve_consumers(store, settings, volume, deadline)
     except (StoreError, TimeoutError) as exc:
@@ -184,6 +221,8 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
             f"its VM is migrating: target pod {kinds.meta(waiting).get('name')} is not scheduled yet"
         if why is not None:
             among = await _where_vm_can_follow(namespace, pod, store, settings, deadline, consumers, why, shared)
+            if among is None:  # at once, no answer prepared that holds
+                return None
             # When no node takes both, or that cannot be told: placed as before, saying why.
             decision = among if isinstance(among, Decision) else dataclasses.replace(
                 decision, reason=f"{decision.reason}; {among}", warnings=(*decision.warnings, among))
@@ -192,7 +231,7 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                                deadline: Deadline, consumers: Consumers, leaving: str,
-                               shared: Shared) -> Decision | str:
+                               shared: Shared) -> Decision | str | None:
     """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's
     migration can land too, beside the VMs already sent to each (`rules.placement.together`); else why
     none can, or why that cannot be told. The VM is then sent to the node preferred first."""
@@ -200,18 +239,27 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     vm_namespace, vm = kinds.meta(vm_pod).get("namespace") or "", _vm_named(vm_pod)
     # Everything below is read from the caches without a pause: the loop is given back before each
     # stretch of it, so that what arrived meanwhile (a VM start) is not held behind all of them.
-    await asyncio.sleep(0)
+    if not shared.at_once:  # a prepared answer is no long stretch
+        await asyncio.sleep(0)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
     view = await fit_view(store, vm_namespace, "", deadline)
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
     source, uid = consumers.facts[0].node or "", str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
-    target = await migration_target(store, settings, vm_pod, consumers.leaving.get(uid), deadline, view.memo)
+    source_node = view.node(source)
+    # What the answer rests on, before anything it reads: what changes after is seen as changed.
+    basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
+                           waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
+                           source_labels=kinds.labels(source_node) if source_node is not None else None,
+                           leaving=leaving, position=view.nodes_changed(None)[0])
+    target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
+    if target is None or isinstance(target, Decision):
+        return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
     await asyncio.sleep(0)
     now = time.monotonic()
-    shared.promises.review(now, CachesSeen(store, view))
+    shared.promises.review(now, CachesSeen(store, view, shared.answers))
     search = together.DestinationSearch(pod, namespace, target, vm_namespace, source, view, shared.promises, uid)
     if not await shared.lane.slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
@@ -225,7 +273,36 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
         shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                            PodUsage.of(target.pod), now)
+        if shared.preparing is not None and basis.ask is not None:
+            shared.preparing.append(prepared.Prepared(
+                decision=decision, basis=basis, made=now, target=target, moved=search.demand_for_room(),
+                found=dataclasses.replace(found, nodes=found.nodes[:together.among_at_most(pod)], refused={})))
     return decision
+
+
+async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
+                              deadline: Deadline, view: fit.View, shared: Shared,
+                              basis: prepared.Basis) -> Decision | TargetPod | str | None:
+    """The answer prepared for the pod where it holds (each node it names that changed since judged
+    again, those that no longer take both left out); else the VM's migration target pod to judge
+    the nodes for, or why it cannot be told; None `at_once` (the pod is then judged in its turn)."""
+    key = (namespace, str(kinds.meta(pod).get("name") or ""))
+    held, checked = _prepared_for(key, view, shared, basis)
+    if held is None and shared.at_once:
+        return None
+    # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
+    target = held.target if held is not None and held.target is not None else \
+        await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
+    if held is None:
+        return target
+    refused = _refused_since(pod, namespace, held, checked, target, view, shared.promises, basis)
+    answer = _left_of(held, refused, pod, settings, basis)
+    if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
+        return _used(key, held, shared, answer)
+    if shared.at_once:
+        return None
+    _not_used(key, held, answer, shared)
+    return target
 
 
 def _vm_named(vm_pod: dict[str, Any]) -> str:
@@ -233,12 +310,90 @@ def _vm_named(vm_pod: dict[str, Any]) -> str:
     return f"VM {kinds.meta(vm_pod).get('namespace') or ''}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
 
 
+def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared, checked: prepared.Check,
+                   target: TargetPod | str, view: fit.View, promises: Promises,
+                   basis: prepared.Basis) -> dict[str, str] | str:
+    """The nodes the prepared answer names that no longer take both, and why: those that changed
+    since judged again (for room alone where only pods that take only room came or went there, beside
+    the VMs sent there); why none can be told, where the VM's migration target cannot be."""
+    refused = {} if held.moved is None or not checked.room else \
+        together.room_again(held.moved, checked.room, view, promises, basis.vm)
+    if not checked.again:
+        return refused
+    if isinstance(target, str):
+        return target
+    again = together.DestinationSearch(pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "",
+                                       basis.source, view, promises, basis.vm).judge_again(checked.again)
+    return again if isinstance(again, str) else {**refused, **again}
+
+
+def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[str, Any],
+             settings: AdmissionSettings, basis: prepared.Basis) -> Decision | str:
+    """The prepared decision, the nodes `refused` since left out of it, its preferred node kept
+    (`together.left_of`); else why it no longer holds."""
+    if isinstance(refused, str) or not refused:
+        return refused or held.decision
+    why = refused[min(refused)]
+    left = None if held.found is None else together.left_of(held.found, held.decision, refused)
+    decision = None if left is None else together.decide_together(
+        left, _vm_named(basis.vm_pod), basis.leaving, required=settings.pin is PinMode.REQUIRED,
+        most=together.among_at_most(pod), prefer=held.decision.preferences[0][0])
+    if decision is None:
+        return why
+    out = sorted(refused)
+    return dataclasses.replace(decision, reason=f"{decision.reason}; left out since: {together.named(out)} ({why})")
+
+
+def _prepared_for(key: prepared.Key, view: fit.View, shared: Shared,
+                  basis: prepared.Basis) -> tuple[prepared.Prepared | None, prepared.Check]:
+    """The answer prepared for the pod `key` before it was created, and whether it holds
+    (`prepared.check`); (None, ...) where there is none or it does not (let go, but `at_once`)."""
+    answers = shared.answers
+    if answers is None or shared.preparing is not None or not key[1]:
+        return None, prepared.Check()
+    held = answers.held(key)
+    if held is None:
+        return None, prepared.Check()
+    checked = prepared.check(held, basis, view, time.monotonic())
+    if checked.why is not None:
+        if not shared.at_once:
+            _not_used(key, held, checked.why, shared)
+        return None, checked
+    return held, checked
+
+
+def _used(key: prepared.Key, held: prepared.Prepared, shared: Shared, decision: Decision) -> Decision:
+    """The prepared answer (`decision`: as it holds now), used up (but by a dry run: its pod is never created)."""
+    if shared.keep and shared.answers is not None:
+        shared.answers.take(key)
+    return prepared.as_answer(dataclasses.replace(held, decision=decision), time.monotonic())
+
+
+def _not_used(key: prepared.Key, held: prepared.Prepared, why: str, shared: Shared) -> None:
+    """The pod is judged as it arrives: the answer let go, and its promise with it (the one this
+    judging makes, if any, replaces it)."""
+    log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": why}})
+    if shared.keep and shared.answers is not None:
+        shared.answers.take(key)
+        shared.promises.end(held.basis.vm, made=held.made)
+
+
+def _vmi_held(store: Store, vm_pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The VMI of a VM's pod as the caches hold it now, if they do."""
+    owner = kinds.vmi_owner(vm_pod)
+    if owner is None:
+        return None
+    return store.peek(VMI, kinds.meta(vm_pod).get("namespace") or "", owner["name"])[1]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachesSeen:
-    """What the caches say of a promise's VM and share-manager (`promised.Seen`)."""
+    """What the caches say of a promise's VM and share-manager (`promised.Seen`): a share-manager
+    not created yet whose answer is prepared (`answers`) is as good as there."""
 
     store: Store
     view: fit.View
+    answers: PreparedAnswers | None = None
 
     def vm_on(self, vm: str) -> set[str] | None:
         pods = self.view.pods_labelled(kinds.CREATED_BY_LABEL, vm)
@@ -247,6 +402,8 @@ class CachesSeen:
     def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
         known, pod = self.store.peek(POD, namespace, name)
         if not known:
+            return True, None
+        if (pod is None or kinds.terminating(pod)) and self.answers is not None and (namespace, name) in self.answers:
             return True, None
         return pod is not None and not kinds.terminating(pod), fit.bound_node(pod) if pod is not None else None
 

@@ -25,6 +25,7 @@ from .outcome import Outcome, Rule, decision_event
 from ..process import heap
 from ..process.listening import Arrivals
 from ..rules.placement.decide import Decision
+from ..rules.placement.prepared import PreparedAnswers
 from ..rules.placement.promised import Promises
 
 log = logging.getLogger("webhook.server")
@@ -146,6 +147,7 @@ class Admissions:
         self.budget = budget or Budget()  # the bodies held at once (budget.py)
         self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
         self.promises = Promises()  # the VMs of a drain sent to follow their share-managers (rules/placement/promised.py)
+        self.answers = PreparedAnswers()  # a drain's share-managers answered before they are created (prepare.py)
         self.store, self.settings, self.events = store, settings, events
 
     def deadline(self, timeout: float) -> Deadline:
@@ -157,7 +159,8 @@ class Admissions:
         `started`: when its handler began; `arrived`: when its caller's wait began (its
         connection's accept, or its request's first byte), if known."""
         review = parsed(raw)
-        outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane, promises=self.promises)
+        outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane, promises=self.promises,
+                              answers=self.answers)
         answer = reviews.response_json(review.uid, outcome)
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:

@@ -22,6 +22,7 @@ from ..process.loop import stop_signals
 from . import server
 from .budget import DEFAULT_BYTES
 from .looplag import LoopLag
+from .prepare import Preparer
 from .tls import ReloadingTLS
 
 log = logging.getLogger("webhook")
@@ -43,8 +44,9 @@ class Service:
     async stop(), degraded()), whose notes join the store's in /readyz; admission never waits on them."""
 
     def __init__(self, store: Store, settings: AdmissionSettings, listen: Listen, tls: ReloadingTLS,
-                 events: Events = NO_EVENTS, companions: Sequence[Any] = ()):
+                 events: Events = NO_EVENTS, companions: Sequence[Any] = (), *, preparing: bool = False):
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
+        self.preparing = preparing  # a drain's share-managers answered before they are created (prepare.py)
         self.lag = LoopLag()
         self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
@@ -75,6 +77,8 @@ class Service:
         self.ops_runner = await ops.start(ops.make_ops_app(self.not_ready, self.degraded),
                                           self.listen.metrics_host, self.listen.metrics_port)
         webhook = self.webhook()
+        if self.preparing:  # with admission's own lane, promises and answers
+            self.companions = (*self.companions, Preparer(self.store, self.settings, webhook.admissions))  # type: ignore[arg-type]
         self.runner = await listening.start(webhook, self.listen.host, self.listen.port, self.tls.context,
                                             shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()

@@ -71,5 +71,5 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
                     metrics_host=args.metrics_host, metrics_port=args.metrics_port, drain_delay=args.drain_delay,
                     shutdown_timeout=args.shutdown_timeout, body_budget=args.body_budget * MIB)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})
-    await (service or Service)(store, settings, listen, reloader, events, companions).run()
+    await (service or Service)(store, settings, listen, reloader, events, companions, preparing=not args.state).run()
     return 0

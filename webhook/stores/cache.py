@@ -7,7 +7,7 @@ have synced and on misses that may be watch lag.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from .. import kinds
@@ -20,7 +20,7 @@ from ..rules import fit
 from ..rules.fit.memo import SIZE, Memo
 from ..rules.shared.facts import claims_of
 from .direct import ClusterStore
-from .shapes import pod_read, shapes
+from .shapes import pod_read, shapes, share_manager_leaving
 from .store import Stats, StoreError, volume_handle
 
 # Kinds whose miss may be watch lag worth a GET: a PVC (and its PV) created a moment before the VM
@@ -61,13 +61,23 @@ class ChangedNodes:
     def __init__(self) -> None:
         self.start = 0  # the position of names[0]
         self.names: list[str] = []
+        # By node, the position of its last change, and of its last but by a pod that takes only room.
+        self.last: dict[str, int] = {}
+        self.last_beyond_room: dict[str, int] = {}
 
-    def note(self, name: str) -> None:
+    def note(self, name: str, room_only: bool = False) -> None:
+        position = self.start + len(self.names)
+        self.last[name] = position
+        if not room_only:
+            self.last_beyond_room[name] = position
         self.names.append(name)
         if len(self.names) > self.LIMIT:
             half = len(self.names) // 2
             del self.names[:half]
             self.start += half
+            # A change before the record's start is never asked about: a node long gone is not kept.
+            self.last = {node: at for node, at in self.last.items() if at >= self.start}
+            self.last_beyond_room = {node: at for node, at in self.last_beyond_room.items() if at >= self.start}
 
     def since(self, position: int | None) -> tuple[int, frozenset[str] | None]:
         """The position now, and the nodes noted since `position` (None: since when is not known)."""
@@ -75,6 +85,15 @@ class ChangedNodes:
         if position is None or position < self.start or position > now:
             return now, None
         return now, frozenset(self.names[position - self.start:])
+
+    def among(self, names: Iterable[str], position: int | None) -> tuple[frozenset[str], frozenset[str]] | None:
+        """Of `names`, those noted since `position`, and of those the ones noted for more than a pod
+        that takes only room there (`fit.takes_room_only`): the node itself updated, another pod
+        come or gone; None where since when is not known."""
+        if position is None or position < self.start or position > self.start + len(self.names):
+            return None
+        changed = frozenset(name for name in names if self.last.get(name, -1) >= position)
+        return changed, frozenset(name for name in changed if self.last_beyond_room.get(name, -1) >= position)
 
     def node_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         """A watcher of the nodes' table."""
@@ -97,14 +116,14 @@ class NodeUsage:
             return  # the same node, the same share: a status update, or a pod bound to none
         if before is not None:
             node, share = before
-            self.changed_nodes.note(node)
+            self.changed_nodes.note(node, fit.takes_room_only(old, share))
             usage = self.by_node[node]
             usage.remove(share)
             if usage.pods <= 0:
                 del self.by_node[node]
         if after is not None:
             node, share = after
-            self.changed_nodes.note(node)
+            self.changed_nodes.note(node, fit.takes_room_only(new, share))
             self.by_node[node].add(share)
 
     def of(self, node: str) -> fit.Usage:
@@ -135,7 +154,8 @@ class WatchedClusterStore(Informers):
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
-                                       "waiting": pinned_and_waiting(settings)},
+                                       "waiting": pinned_and_waiting(settings),
+                                       "leaving": share_managers_leaving(settings)},
                              watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
@@ -218,6 +238,10 @@ class WatchedClusterStore(Informers):
         """Pods we pinned that no node has taken yet (what the safety net looks at)."""
         return self.pods.table.lookup("waiting", True) if self.pods.synced else []
 
+    def share_managers_leaving(self) -> list[dict[str, Any]]:
+        """Share-manager pods on their way out, as the caches hold them (`shapes.share_manager_leaving`)."""
+        return self.pods.table.lookup("leaving", True) if self.pods.synced else []
+
     async def fit_view(self, namespace, node, *, timeout=None):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         if not (self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced):
@@ -263,6 +287,13 @@ def pinned_and_waiting(settings: Settings) -> Indexer:
     return waiting
 
 
+def share_managers_leaving(settings: Settings) -> Indexer:
+    def leaving(pod: dict[str, Any]) -> list[bool]:
+        return [True] if share_manager_leaving(pod, settings) else []
+
+    return leaving
+
+
 def _node_of(pod: dict[str, Any]) -> list[str]:
     node = fit.bound_node(pod)
     return [node] if node else []
@@ -300,6 +331,9 @@ class CachedView:
 
     def nodes_changed(self, since):
         return self._store.changed_nodes.since(since)
+
+    def changes_among(self, names, since):
+        return self._store.changed_nodes.among(names, since)
 
     def pods_on(self, node_name):
         table = self._store.pods.table

@@ -17,6 +17,7 @@ from ..cluster.table import Shape
 from ..kinds import NODE, POD, PV, PVC, REQUIRED, SHARE_MANAGER, VMI, VMIM
 from ..rules import fit
 from ..rules.shared import declared
+from ..rules.shared.classify import is_share_manager_pod
 
 Keep = Any  # True | dict[str, Keep] | list[Keep] (one spec for every item) | Callable[[str], bool]
 
@@ -98,7 +99,7 @@ def shape_pod(settings: Settings) -> Shape:
 
     def shape(pod: dict[str, Any]) -> dict[str, Any]:
         spec, status, launcher = kinds.spec(pod), kinds.status(pod), kinds.is_launcher(pod)
-        kept_spec = _pod_spec(spec, launcher)
+        kept_spec = _pod_spec(spec, launcher, leaving=share_manager_leaving(pod, settings))
         return {"metadata": _pod_metadata(pod, launcher, settings, keep_annotation), "spec": kept_spec,
                 "status": _pod_status(pod, spec, status, kept_spec)}
 
@@ -126,7 +127,13 @@ def _pod_metadata(pod: dict[str, Any], launcher: bool, settings: Settings,
     return kept
 
 
-def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
+def share_manager_leaving(pod: dict[str, Any], settings: Settings) -> bool:
+    """A share-manager pod on its way out (a drain evicted it): longhorn-manager creates it again, and
+    its answer is prepared from it meanwhile (`admission.prepare`)."""
+    return kinds.terminating(pod) and is_share_manager_pod(pod, kinds.meta(pod).get("namespace") or "", settings)
+
+
+def _pod_spec(spec: dict[str, Any], launcher: bool, *, leaving: bool = False) -> dict[str, Any]:
     if launcher:
         # What the VM's migration target is rendered from (`lookup.resolve.migration_target_pod`):
         # a drain's share-manager rule judges nodes by it with no read of the pod from the API.
@@ -144,6 +151,10 @@ def _pod_spec(spec: dict[str, Any], launcher: bool) -> dict[str, Any]:
         terms = affinity.get(kind)
         if isinstance(terms, dict) and terms.get(REQUIRED):
             kept.setdefault("affinity", {})[kind] = {REQUIRED: terms[REQUIRED]}
+    if leaving:  # what the node-level checks read of the pod created again in its place (`fit.run_key`)
+        kept.update({key: spec[key] for key in ("tolerations", "nodeSelector") if spec.get(key)})
+        if isinstance(affinity.get("nodeAffinity"), dict):
+            kept.setdefault("affinity", {})["nodeAffinity"] = affinity["nodeAffinity"]
     return kept
 
 

@@ -79,6 +79,8 @@ class WatchedStore(Store, Protocol):
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet."""
 
+    def share_managers_leaving(self) -> list[dict[str, Any]]:
+        """Share-manager pods on their way out (terminating), with what the checks read of their spec."""
 
 
 def using(launchers: list[dict[str, Any]], vmis: list[dict[str, Any]], claim: str) -> list[dict[str, Any]]:

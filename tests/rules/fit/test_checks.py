@@ -13,7 +13,7 @@ from tests.support.fitting import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.support.kube import node, paths, vm_pod
+from tests.support.kube import migration_target, node, paths, vm_pod
 
 from webhook.rules.fit import checks
 from webhook.rules.fit.checks import why_not_fit, why_not_run
@@ -256,3 +256,19 @@ def raising(error):
 def test_a_check_that_raises_still_answers_cannot_tell(error, detail):
     assert judged_alone(raising(error), vm()) == f"cannot tell whether node node-b fits the VM: {detail}"
 
+
+SPREAD = {"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+          "labelSelector": {"matchLabels": {"app": "web"}}}
+
+
+@pytest.mark.parametrize("pod, by_room", [
+    (migration_target(), True),  # KubeVirt's anti-affinity selects its own VMI's pods by KubeVirt's label
+    (vm(), True),
+    (vm(anti=[term(matchLabels={"app": "db"})]), False),  # may select a pod that takes only room
+    (vm(affinity=[term(matchLabels={"app": "db"})]), False),
+    (vm(spread=[SPREAD]), False),
+], ids=["migration target", "no terms", "anti-affinity by another label", "affinity", "spread"])
+def test_a_pod_judged_by_room_alone_where_only_pods_that_take_room_come_and_go(pod, by_room):
+    """Whether a node judged for the pod stays so, but for its room, while pods that take only room
+    (no host ports, no anti-affinity, no KubeVirt label) come and go there."""
+    assert checks.judged_by_room(Demand.of(pod, "default")) is by_room

@@ -5,7 +5,8 @@ import pytest
 from tests.support.fitting import NS, term, workload
 from tests.support.kube import launcher_pod, migration_target, node, rwx_disk, share_manager_pod
 
-from webhook.rules.fit.view import StaticView, bound_node, has_required_anti_affinity
+from webhook.rules.fit.usage import PodUsage
+from webhook.rules.fit.view import StaticView, bound_node, has_required_anti_affinity, takes_room_only
 
 UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"  # vm1's VMI
 CREATED_BY = "kubevirt.io/created-by"
@@ -99,3 +100,15 @@ def test_claims_and_volumes_by_name():
     assert view.pvc("other", "vm1-rootdisk") is None
     assert view.pv("pvc-vm1-rootdisk")["spec"]["csi"]["volumeHandle"] == "pvc-vm1-rootdisk"
     assert view.pv("pvc-other") is None
+
+
+@pytest.mark.parametrize("pod, room_only", [
+    (share_manager_pod("pvc-d1", "node-b"), True),  # a drain's share-manager: no ports, no terms, no KubeVirt label
+    (workload("web", "node-b"), True),
+    (workload("web", "node-b", ports=[{"containerPort": 80, "hostPort": 8080}]), False),
+    (workload("web", "node-b", anti=[term(matchLabels={"app": "web"})]), False),
+    (launcher(), False),  # KubeVirt's label, which a migration target's anti-affinity selects
+    (target(), False),
+], ids=["share-manager", "plain pod", "host port", "anti-affinity", "launcher", "migration target"])
+def test_what_other_pods_filters_read_of_a_pod_is_its_room_alone_or_more(pod, room_only):
+    assert takes_room_only(pod, PodUsage.of(pod)) is room_only

@@ -1,6 +1,7 @@
 """Where a share-manager and its VM can land together while the VM leaves its node (a drain):
 every node judged for both pods, the answer required among those that take both (or only
 preferred), the ones with most room for the VM first, and why no node does."""
+import dataclasses
 
 import pytest
 from tests.support.kube import ALLOCATABLE, LONGHORN_NS, OLD_CPU, launcher_pod_of, node, rwx_disk, share_manager_pod, vmi, workload_pod
@@ -12,7 +13,7 @@ from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import target_pod
 from webhook.rules.placement.decide import AMONG, PREFERRED
 from webhook.rules.placement.together import (AMONG_NODES, Destination, Destinations, among_at_most, decide_together, destinations,
-                                              named, nowhere, spread_over)
+                                              left_of, named, nowhere, spread_over)
 
 VOLUME = "pvc-d1"
 SMALL = {"cpu": "1", "memory": "1Gi", "pods": "110", "devices.kubevirt.io/kvm": "1k"}
@@ -124,6 +125,35 @@ def test_required_among_the_ones_with_most_room_at_most():
 
 
 FOUR = (0.9, 0.6, 0.3, 0.1)
+
+
+@pytest.mark.parametrize("picked, required, refused, left", [
+    (2, True, {"node-1"}, ("node-0", "node-2", "node-3")),
+    (2, True, {"node-0", "node-1", "node-3"}, ("node-2",)),
+    (2, True, {"node-2"}, None),  # the preferred node: where the VM was sent
+    (0, False, {"node-3"}, ("node-0", "node-1", "node-2")),  # not named by a preference-only answer: not judged again
+    (0, False, {"node-1"}, ("node-0", "node-2")),
+    (0, True, set(), ("node-0", "node-1", "node-2", "node-3")),
+], ids=["one-left-out", "only-the-preferred-left", "the-preferred-refused", "preferred-only-unnamed",
+        "preferred-only-named", "none-refused"])
+def test_an_answer_left_of_the_nodes_refused_since_keeps_its_preferred_node(picked, required, refused, left):
+    """Left out of an answer: the nodes refused since. Its preferred node stays first, the rest most
+    room first; a node it never named is never one it is given."""
+    found, key = taking(*FOUR), key_picking(picked, *FOUR)
+    decision = decide_together(found, "default/vm1", "leaving", required=required, spread=key)
+    reduced = left_of(found, decision, refused)
+    assert (reduced and tuple(destination.node for destination in reduced.nodes)) == left
+    if reduced:
+        again = decide_together(reduced, "default/vm1", "leaving", required=required, spread=key,
+                                prefer=decision.preferences[0][0])
+        assert again.preferences[0] == decision.preferences[0]
+        assert set(again.nodes) | set(again.among) <= set(left)
+
+
+def test_a_crowded_answer_is_never_left_of():
+    found = dataclasses.replace(taking(*FOUR), crowded=True)
+    decision = decide_together(found, "default/vm1", "leaving", required=True, spread=key_picking(0, *FOUR))
+    assert left_of(found, decision, {"node-3"}) is None
 
 
 def test_no_node_takes_both():

@@ -9,14 +9,14 @@ Each check answers None (passes) or a short reason. Where the objects do not let
 quantity that does not parse, a claim not in the cache, a namespaceSelector) the answer is "cannot
 tell", which counts as does-not-fit: a pin is only safe when we know.
 """
-from .checks import prefilter, refused_only, why_not_fit, why_not_pass, why_not_run
+from .checks import judged_by_room, prefilter, refused_only, why_not_fit, why_not_pass, why_not_run
 from .resources import node_resources_fit
 from .requests import pod_requests
 from .usage import PodUsage, Usage
 from .interpodaffinity import may_refuse
 from .terms import anti_affinity_keys, keys_toward
-from .view import INDEXED_LABELS, StaticView, View, bound_node, has_required_anti_affinity
+from .view import INDEXED_LABELS, StaticView, View, bound_node, has_required_anti_affinity, takes_room_only
 
 __all__ = ["INDEXED_LABELS", "PodUsage", "StaticView", "Usage", "View", "anti_affinity_keys", "bound_node", "has_required_anti_affinity",
-           "keys_toward", "may_refuse", "node_resources_fit", "pod_requests", "prefilter", "refused_only",
-           "why_not_fit", "why_not_pass", "why_not_run"]
+           "judged_by_room", "keys_toward", "may_refuse", "node_resources_fit", "pod_requests", "prefilter", "refused_only",
+           "takes_room_only", "why_not_fit", "why_not_pass", "why_not_run"]

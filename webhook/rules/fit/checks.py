@@ -18,7 +18,7 @@ from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
 from .resources import node_resources_fit
 from .tainttoleration import taint_toleration
-from .view import View
+from .view import INDEXED_LABELS, View
 from .volumes import volumes, said_of_nodes
 
 Filter = Callable[[Demand, Mapping[str, Any], View, str], "str | None"]  # one of kube-scheduler's filter plugins
@@ -72,6 +72,17 @@ def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only
         return pod_affinity_refuses_only(demand, view)
     except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
+
+
+def judged_by_room(demand: Demand) -> bool:
+    """Whether what the filters say of a node for the pod changes, as pods that take only room
+    there come and go (`view.takes_room_only`), by NodeResourcesFit alone: no pod affinity or
+    spread of its own, and each anti-affinity term selects only pods with a label a View indexes
+    (a migration target's, toward its own VMI's pods)."""
+    return not demand.affinity and not demand.spread and all(
+        term.selector is None or any(key in INDEXED_LABELS and operator in ("In", "Exists")
+                                     for key, operator, _ in term.selector)
+        for term in demand.anti_affinity)
 
 
 def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:

@@ -8,7 +8,7 @@ from ... import kinds
 from .memo import Memo
 from .fields import name_of
 from .terms import anti_affinity_keys, keys_toward
-from .usage import Usage
+from .usage import PodUsage, Usage
 
 
 # The labels a View indexes its pods by: KubeVirt's own, which the required anti-affinity of every
@@ -30,6 +30,9 @@ class View(Protocol):
         """The position now in the view's record of changes, and the nodes whose object or `usage`
         changed since `since` (a position it gave before): None for the nodes where it cannot tell
         (since None, a record too short); (None, None) where it keeps no record."""
+    def changes_among(self, names: Iterable[str], since: int | None) -> tuple[Collection[str], Collection[str]] | None:
+        """Of `names`, those in `nodes_changed(since)`, and of those the ones changed by more than
+        pods that take only room there (`takes_room_only`); None where it cannot tell."""
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]: ...
     def pods_with_anti_affinity_toward(self, labels: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         """Bound pods with a required anti-affinity term that may select a pod with `labels`:
@@ -52,6 +55,18 @@ def has_required_anti_affinity(pod: Any) -> bool:
     affinity = kinds.spec(pod).get("affinity")
     anti = affinity.get("podAntiAffinity") if isinstance(affinity, dict) else None
     return isinstance(anti, dict) and bool(anti.get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
+def takes_room_only(pod: Any, share: PodUsage) -> bool:
+    """Whether the filters judging another pod read of a bound pod (`share`: what it takes) only
+    the room it takes there, its requests and a pod slot: no host ports, no required pod
+    anti-affinity, no label a View indexes (KubeVirt's, which a migration target's anti-affinity
+    selects). A share-manager pod is one: such a pod come or gone leaves a node as it was judged
+    for a pod `checks.judged_by_room`, but for its room."""
+    if share.host_ports or not share.readable:
+        return False
+    labels = kinds.labels(pod)
+    return not has_required_anti_affinity(pod) and not any(key in labels for key in INDEXED_LABELS)
 
 
 def text_or_none(value: Any) -> str | None:
@@ -96,6 +111,9 @@ class StaticView:
 
     def nodes_changed(self, since: int | None) -> tuple[int | None, Collection[str] | None]:
         return None, None  # views over lists may share a memo: no position stands for another's objects
+
+    def changes_among(self, names: Iterable[str], since: int | None) -> tuple[Collection[str], Collection[str]] | None:
+        return None
 
     def pods_on(self, node_name: str) -> Iterable[Mapping[str, Any]]:
         return self._pods.get(node_name, ())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .. import fit
@@ -30,7 +30,8 @@ PREFERENCE_WEIGHTS = (PIN_WEIGHT, PIN_WEIGHT // 2, PIN_WEIGHT // 4)  # the picke
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per
 # node for each of the pod's own terms (a node field selector takes one value), and 8 nodes that
 # take both pods leave kube-scheduler room enough while the pod stays small. Each more is a term more
-# in every pinned share-manager.
+# in every pinned share-manager and a node more a drain's prepared answers may have to judge again
+# in its burst (16 before: answers a third larger, twice as many nodes judged again).
 AMONG_NODES = 8
 AMONG_TERMS = 64  # the terms an among-pin may write in all (the pod's own terms × the nodes)
 # Nodes that take both but not beside the VMs already sent there (`promised`) judged at most this many
@@ -136,6 +137,31 @@ class DestinationSearch:
                     self._judge(name, node, None, NOTHING)
                 yield name
 
+    def judge_again(self, names: Iterable[str]) -> dict[str, str] | str:
+        """Why each of `names` that does not take both pods beside the VMs sent there does not (the
+        nodes of an answer worked out before that changed since: `prepared`); a string where the
+        pods cannot be read, so that no node can be told."""
+        if self.rooms is None:
+            return next(iter(self.refused.values()))
+        refused: dict[str, str] = {}
+        for name in sorted(names):
+            node = self.view.node(name)
+            if node is None:
+                refused[name] = f"node {name} is gone"
+                continue
+            self._judge(name, node, None, self.promises.to(name, but=self.vm))
+            if name in self.refused:
+                refused[name] = self.refused[name]
+        return refused
+
+    def demand_for_room(self) -> Demand | None:
+        """The VM's demand, its requests alone (not what it read of the cluster), where a node judged
+        here stays so but for its room while pods that take only room come and go there: the
+        share-manager judged by NodeResourcesFit alone, the VM `fit.judged_by_room`; else None."""
+        if self.rooms is None or not self.rides or not fit.judged_by_room(self.moved):
+            return None
+        return dataclasses.replace(self.moved, gathered=None, mounts=None, filters=None)
+
     def _judge(self, name: str, node: Mapping[str, Any], room: float | None, sent: Taken) -> None:
         """Whether both land on the node beside what the VMs counted as sent there take (`sent`):
         into `taking` with the room the VM has there, `crowded`, or `refused`."""
@@ -188,6 +214,42 @@ class DestinationSearch:
                             self.beside_none and bool(self.taking))
 
 
+def room_again(moved: Demand, names: Iterable[str], view: fit.View, promises: Promises, vm: str) -> dict[str, str]:
+    """Why each of `names` that has no room now for the VM (`moved`, its demand) beside the VMs sent
+    there but `vm` has none. For nodes where only pods that take only room came or went since the VM
+    was judged there in full (`prepared.Check.room`)."""
+    refused: dict[str, str] = {}
+    for name in sorted(names):
+        node = view.node(name)
+        if node is None:
+            refused[name] = f"node {name} is gone"
+            continue
+        sent = promises.to(name, but=vm)
+        try:
+            why = node_resources_fit(moved, node, view, beside=sent.requests, beside_pods=sent.vms)
+        except CannotTell as error:
+            why = f"cannot tell whether node {name} has room for the VM: {error}"
+        else:
+            if why is not None and sent.vms:
+                why = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already sent to follow "
+                       f"their share-managers there")
+        if why is not None:
+            refused[name] = why
+    return refused
+
+
+def left_of(found: Destinations, decision: Decision, refused: Collection[str]) -> Destinations | None:
+    """The nodes of an answer worked out from `found` once those `refused` since are left out: the
+    nodes it named (no other was judged again), most room first. None where none is left, where its
+    preferred node is among them (the VM was sent there), or where `found` was crowded."""
+    named_nodes = {*decision.required, *decision.nodes}
+    if found.crowded or not decision.preferences or decision.preferences[0][0] in refused:
+        return None
+    left = tuple(destination for destination in found.nodes
+                 if destination.node in named_nodes and destination.node not in refused)
+    return Destinations(left, {}) if left else None
+
+
 def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
     """Whether the share-manager fits wherever the VM's target pod does: NodeResourcesFit is the only
     filter with anything to look at for it, and it asks for nothing the VM does not ask as much of
@@ -209,14 +271,15 @@ def among_at_most(share_manager: Mapping[str, Any]) -> int:
 
 
 def decide_together(found: Destinations, vm: str, leaving: str, *, required: bool, most: int = AMONG_NODES,
-                    spread: str = "") -> Decision | None:
+                    spread: str = "", prefer: str = "") -> Decision | None:
     """Pinned among the nodes where both land with most room for the VM (or only preferred, with
-    `required` False), one of them preferred, picked by `spread` (`spread_over`); None when no
-    node takes both."""
+    `required` False), one of them preferred, picked by `spread` (`spread_over`), or the node
+    `prefer` where it is among them; None when no node takes both."""
     if not found.nodes:
         return None
     candidates = found.nodes[:most]
-    first = spread_over(candidates, spread)
+    kept = [index for index, destination in enumerate(candidates) if destination.node == prefer]
+    first = kept[0] if kept else spread_over(candidates, spread)
     best = (candidates[first:] + candidates[:first])[:PREFERRED_NODES]
     preferences = tuple((destination.node, weight) for destination, weight in zip(best, PREFERENCE_WEIGHTS))
     among = tuple(sorted(destination.node for destination in candidates))

@@ -1,0 +1,121 @@
+"""An answer prepared for a drain's share-manager holds for the pod created in its place only where
+nothing it rests on has changed: the pod's ask, the VM's objects, the nodes it names."""
+import copy
+import dataclasses
+
+import jsonpatch
+import pytest
+from tests.support.kube import LONGHORN_NS, share_manager_pod
+
+from webhook.config import Settings
+from webhook.rules.fit.demand import Demand
+from webhook.rules.placement.decide import AMONG, Decision
+from webhook.rules.placement.patch import as_created, patch_for
+from webhook.rules.placement.prepared import (PREPARED_SECONDS, Basis, Prepared, PreparedAnswers, as_answer,
+                                              ask_of, check)
+
+VM_POD, VMI, TARGET = {"metadata": {"name": "virt-launcher-vm1"}}, {"metadata": {"name": "vm1"}}, None
+DECISION = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 50)), among=("node-b", "node-c", "node-d"),
+                    reason="pinned among node-b, node-c, node-d")
+
+
+class Changes:
+    """A view's record of changed nodes: `changed` since position 7, nothing known before."""
+
+    def __init__(self, changed=(), known=True, beyond_room=None):
+        self.changed, self.known = frozenset(changed), known
+        self.beyond = self.changed if beyond_room is None else frozenset(beyond_room)
+
+    def changes_among(self, names, since):
+        if not self.known or since != 7:
+            return None
+        return self.changed.intersection(names), self.beyond.intersection(names)
+
+
+def basis(**changed):
+    made = Basis(ask=ask_of(share_manager_pod("pvc-1"), LONGHORN_NS), vm="uid-vm1", vm_pod=VM_POD, waiting=TARGET,
+                 vmi=VMI, source="node-a", source_labels={"cpu-model.node.kubevirt.io/Skylake": "true"},
+                 leaving="node node-a is cordoned", position=7)
+    return dataclasses.replace(made, **changed)
+
+
+PREPARED = Prepared(decision=DECISION, basis=basis(), made=100.0)
+
+CHECKS = [
+    ("nothing changed", basis(), Changes(), 101.0, None, ()),
+    ("a node it does not name changed", basis(), Changes({"node-x", "node-e", "node-a"}), 101.0, None, ()),
+    ("named nodes changed: judged again", basis(), Changes({"node-c", "node-d", "node-x"}), 101.0, None,
+     ("node-c", "node-d")),
+    ("too old", basis(), Changes(), 100.0 + PREPARED_SECONDS + 1, "prepared 61 s before", ()),
+    ("no record of changes", basis(), Changes(known=False), 101.0, "cannot say which nodes changed", ()),
+    ("the VM's pod read again, unchanged", basis(vm_pod=copy.deepcopy(VM_POD)), Changes(), 101.0, None, ()),
+    ("the VM's pod changed", basis(vm_pod={"metadata": {"name": "virt-launcher-vm1", "labels": {"a": "b"}}}), Changes(),
+     101.0, "its VM's pod changed", ()),
+    ("the VMI changed", basis(vmi={"metadata": {"name": "vm1"}, "status": {"phase": "Failed"}}), Changes(), 101.0,
+     "its VMI changed", ()),
+    ("a migration target appeared", basis(waiting={"metadata": {"name": "tgt"}}), Changes(), 101.0,
+     "its migration target pod changed", ()),
+    ("another VM", basis(vm="uid-vm2"), Changes(), 101.0, "another VM uses its volume", ()),
+    ("the VM's node relabelled", basis(source_labels={}), Changes(), 101.0, "the labels of node node-a changed", ()),
+    ("leaving for another reason", basis(leaving="node node-a is not Ready"), Changes(), 101.0,
+     "leaves its node for another reason now (node node-a is not Ready)", ()),
+    ("another ask", basis(ask=ask_of(share_manager_pod("pvc-1", tolerations=[
+        {"key": "dedicated", "operator": "Exists"}]), LONGHORN_NS)), Changes(), 101.0, "asks the nodes otherwise", ()),
+    ("a pod that cannot be said", basis(ask=None), Changes(), 101.0, "asks the nodes otherwise", ()),
+]
+
+
+@pytest.mark.parametrize("name, now_basis, view, now, why, again", CHECKS, ids=[c[0] for c in CHECKS])
+def test_a_prepared_answer_holds_only_while_what_it_rests_on_is_unchanged(name, now_basis, view, now, why, again):
+    found = check(PREPARED, now_basis, view, now)
+    assert (found.why is None) if why is None else (found.why is not None and why in found.why), found
+    assert found.again == frozenset(again)
+
+
+def test_the_pod_created_again_asks_as_the_evicted_one_did_once_our_answer_is_taken_off():
+    """The evicted pod carries the pin we gave it; longhorn-manager's new one does not."""
+    settings = Settings()
+    fresh = share_manager_pod("pvc-1")
+    ops = patch_for(fresh, DECISION, settings)
+    evicted = jsonpatch.apply_patch(fresh, list(ops))
+    evicted["spec"]["nodeName"] = "node-a"
+    assert ask_of(evicted, LONGHORN_NS) != ask_of(fresh, LONGHORN_NS)
+    assert ask_of(as_created(evicted, settings), LONGHORN_NS) == ask_of(fresh, LONGHORN_NS)
+    assert ask_of(share_manager_pod("pvc-2"), LONGHORN_NS) != ask_of(fresh, LONGHORN_NS)  # its name
+
+
+def test_what_a_pod_without_a_name_asks_cannot_be_said():
+    pod = share_manager_pod("pvc-1")
+    del pod["metadata"]["name"]
+    assert ask_of(pod, LONGHORN_NS) is None
+
+
+def test_the_answer_says_it_was_worked_out_before_the_pod():
+    decision = as_answer(PREPARED, 102.5)
+    assert decision.among == DECISION.among and decision.preferences == DECISION.preferences
+    assert decision.reason == f"{DECISION.reason} (worked out 2.5 s before the pod was created, from the one it replaces)"
+
+
+def test_answers_are_used_once_bounded_and_let_go_when_old():
+    answers = PreparedAnswers(most=2)
+    assert answers.keep((LONGHORN_NS, "a"), PREPARED) and answers.keep((LONGHORN_NS, "b"), PREPARED)
+    assert not answers.keep((LONGHORN_NS, "c"), PREPARED)  # full
+    assert answers.keep((LONGHORN_NS, "a"), dataclasses.replace(PREPARED, made=150.0))  # replaced, not added
+    assert answers.held((LONGHORN_NS, "b")) is PREPARED and len(answers) == 2
+    assert answers.take((LONGHORN_NS, "b")) is PREPARED and answers.take((LONGHORN_NS, "b")) is None
+    assert answers.expire(150.0 + PREPARED_SECONDS) == [] and len(answers) == 1
+    assert [(key, p.made) for key, p in answers.expire(151.0 + PREPARED_SECONDS)] == [((LONGHORN_NS, "a"), 150.0)]
+    assert len(answers) == 0
+
+
+ROOM_ONLY = Changes({"node-c", "node-d", "node-x"}, beyond_room={"node-d"})
+
+
+@pytest.mark.parametrize("moved, again, room", [
+    (Demand.of(share_manager_pod("pvc-1"), LONGHORN_NS), {"node-d"}, {"node-c"}),
+    (None, {"node-c", "node-d"}, set()),
+], ids=["the VM judged by room alone there", "the VM's filters read more of the pods there"])
+def test_a_named_node_where_only_pods_that_take_room_came_is_checked_for_room_alone(moved, again, room):
+    """node-c saw only such pods come (a drain's other share-managers); node-d something more."""
+    found = check(dataclasses.replace(PREPARED, moved=moved), basis(), ROOM_ONLY, 101.0)
+    assert found.why is None and found.again == again and found.room == room

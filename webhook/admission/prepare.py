@@ -1,0 +1,90 @@
+"""A drain's share-managers answered while they are on their way out, in `serve`.
+
+`kubectl drain` evicts a node's share-manager pods at once, and longhorn-manager creates each again
+a few seconds later, once the old one is gone: tens of admissions arrive together, and the VM starts
+beside them wait for their work. Between the eviction and the re-creation, each replica judges the
+terminating pod as longhorn-manager will create it again (without our pin, unbound) by the rule
+itself, in its turn in the lane like any admission, and keeps the answer (`rules.placement.prepared`):
+the new pod gets it when nothing it rests on has changed since, and is judged as it arrives otherwise.
+An answer prepared makes its promise as the admission would (`rules.placement.promised`), so those
+prepared after it count its VM. Nothing waits on this: an answer missing is the rule as before.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .. import kinds
+from ..kinds import POD
+from ..background import Background, Companion
+from ..config import AdmissionSettings, PinMode
+from ..deadline import Deadline
+from ..rules.placement.patch import as_created
+from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS, Prepared
+from ..stores.store import WatchedStore
+from .admit import Shared, prepare
+from .server import Admissions
+
+log = logging.getLogger("webhook.prepare")
+
+PERIOD = 1.0  # seconds between two looks: longhorn-manager creates a share-manager again seconds after its eviction
+TIMEOUT = 5.0  # for one pod's answer, its wait in the lane included
+MOST_PER_LOOK = 200  # answers worked out in one look at most: a drain of two full nodes
+
+
+def stand_in(pod: dict[str, Any], settings: AdmissionSettings) -> dict[str, Any]:
+    """The share-manager pod as longhorn-manager creates it again in place of `pod`: the same, but
+    unbound, not terminating, and without what our answer added to it (`patch.as_created`)."""
+    made = as_created(pod, settings)
+    kinds.meta(made).pop("deletionTimestamp", None)
+    return made
+
+
+class Preparer(Companion):
+    """A companion of `serve` (start, stop, degraded): a look every `period` seconds, once synced,
+    at the share-manager pods on their way out; answers for those without a recent one."""
+
+    def __init__(self, store: WatchedStore, settings: AdmissionSettings, admissions: Admissions, *,
+                 period: float = PERIOD, clock: Any = time.monotonic):
+        self.store, self.settings, self.admissions, self.clock = store, settings, admissions, clock
+        self.said: dict[str, str] = {}  # why each pod on its way out has no answer, as last logged
+        self.task = Background("prepare", self.look, log=log, failure="preparing share-managers' answers failed",
+                               period=period, wait_first=True)
+
+    async def look(self) -> int:
+        """Answers prepared for the share-manager pods on their way out now; how many."""
+        settings, answers, promises = self.settings, self.admissions.answers, self.admissions.promises
+        let_go = answers.expire(self.clock(), PREPARED_SECONDS)
+        for (namespace, name), old in let_go:
+            known, pod = self.store.peek(POD, namespace, name)
+            if not known or pod is None or kinds.terminating(pod):  # not created again in time (by this
+                promises.end(old.basis.vm, made=old.made)  # replica or another): its VM is not coming
+        if settings.pin is PinMode.OFF or not settings.share_manager_rule or not self.store.synced():
+            return 0
+        made, why_not = 0, {}
+        for pod in self.store.share_managers_leaving():
+            if made >= MOST_PER_LOOK:
+                break
+            namespace, name = kinds.meta(pod).get("namespace") or "", str(kinds.meta(pod).get("name") or "")
+            held = answers.held((namespace, name))
+            if held is not None and self.clock() - held.made < AGAIN_SECONDS:
+                continue
+            shared = Shared(lane=self.admissions.lane, promises=promises, keep=True, answers=answers, preparing=[])
+            found = await prepare(namespace, stand_in(pod, settings), self.store, settings,
+                                  Deadline.after(TIMEOUT, 0.0), shared)
+            if isinstance(found, Prepared):
+                if answers.keep((namespace, name), found):
+                    made += 1
+                else:
+                    promises.end(found.basis.vm, made=found.made)
+                    why_not[name] = "too many answers held"
+            else:
+                why_not[name] = found
+        new = {name: why for name, why in why_not.items() if self.said.get(name) != why}
+        self.said = why_not  # a pod gone, or answered since, is forgotten
+        if made or new or let_go:  # each reason once, not at every look while the pod terminates
+            log.info("share-managers' answers prepared", extra={"fields": {
+                "prepared": made, "held": len(answers), "let_go": len(let_go),
+                "not_prepared": dict(list(new.items())[:10]), "not_prepared_count": len(new)}})
+        return made
