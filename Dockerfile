@@ -36,7 +36,7 @@ COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/
 # Numeric non-root user, so runAsNonRoot can be verified by the kubelet.
 USER 65532:65532
-EXPOSE 9443 9444 8080
+EXPOSE 9443 8080
 # Certificates are read from /tmp/k8s-webhook-server/serving-certs/tls.{crt,key} by default
 # (the controller-runtime convention) and reloaded when they change.
 ENTRYPOINT ["python", "-m", "webhook", "serve"]

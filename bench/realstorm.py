@@ -34,7 +34,7 @@ import aiohttp
 from kubefake import objects
 from kubefake.envtest import Api, ControlPlane, Refused, assets, webhook_registration
 
-from .__main__ import cores, free_port, wait_for, webhook_server
+from .__main__ import cores, wait_for, webhook_server
 from .rounds import HOOKS, WANTED, batches, calls, round_figures, serve_urls, unused
 from .served import admissions_logged, caches_synced, server_figures, settled
 
@@ -165,12 +165,11 @@ def run_real(args: Any, work: Path, cluster: list[dict[str, Any]], evicted: list
         started = time.monotonic()
         asyncio.run(_loaded(plane, cluster))
         print(f"  {len(cluster)} objects created in the apiserver in {time.monotonic() - started:.0f} s", file=sys.stderr)
-        share_manager_port = free_port()
         with webhook_server(plane.kubeconfig, work, server_cpu, "storm",
-                            ("--webhook-configuration", CONFIGURATION, "--share-manager-port", str(share_manager_port),
+                            ("--webhook-configuration", CONFIGURATION,
                              "--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
             wait_for(f"{ops}/readyz", work)
             caches_synced(log)  # a drain comes to a replica whose caches have long been listed
-            return asyncio.run(rounds_through(plane, serve_urls(url, share_manager_port), work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
+            return asyncio.run(rounds_through(plane, serve_urls(url), work / "ca.crt", evicted, starts, args.rounds, log, serve.pid))
     finally:
         plane.stop()

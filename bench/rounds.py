@@ -19,7 +19,7 @@ HOOKS = {"vm": "vm.colocate.kubevirt-scheduler.io", "share-manager": "share-mana
 def calls(configuration: Path = CONFIGURATION, service: Path = SERVICE) -> dict[str, tuple[str, str]]:
     """Where the apiserver calls for each kind of review with the install's MutatingWebhookConfiguration:
     the port of serve its webhook's Service port leads to (the Service's `targetPort`: "webhook",
-    serve's --port, or "share-managers", its --share-manager-port), and its `clientConfig.service.path`
+    serve's --port), and its `clientConfig.service.path`
     with `?timeout=` its `timeoutSeconds` (10 s, the apiserver's default, without one)."""
     hooks = {hook["name"]: hook for hook in yaml.safe_load(configuration.read_text())["webhooks"]}
     targets = {port["port"]: port["targetPort"] for port in yaml.safe_load(service.read_text())["spec"]["ports"]}
@@ -31,10 +31,9 @@ def calls(configuration: Path = CONFIGURATION, service: Path = SERVICE) -> dict[
     return found
 
 
-def serve_urls(url: str, share_manager_port: int) -> dict[str, str]:
-    """`serve`'s URLs by the Service's target port each webhook leads to (`calls`): `url`, its --port's,
-    and its --share-manager-port's, on 127.0.0.1."""
-    return {"webhook": url, "share-managers": f"https://127.0.0.1:{share_manager_port}"}
+def serve_urls(url: str) -> dict[str, str]:
+    """serve's ports by the Service's target port each webhook leads to (`calls`): its --port."""
+    return {"webhook": url}
 
 
 def unused(i: int) -> str:

@@ -16,8 +16,7 @@ serve` (the production command) watches it.
 The storm: longhorn-manager re-creates every evicted share-manager at once while `--vm-starts`
 VMs start (their disks served elsewhere); every review is sent at once, as kube-apiserver sends it
 (bench/bodies.py: defaulted, `managedFields`, the creating ServiceAccount), to the path and with
-the `?timeout=` of its webhook in the install's configuration (`rounds.calls`; the share-managers on
-serve's `--share-manager-port`, as the install's Service leads their webhook), on connections as
+the `?timeout=` of its webhook in the install's configuration (`rounds.calls`), on connections as
 kube-apiserver holds them (bench/sender.py): each review in flight on a connection
 of its own over HTTP/1.1, a new TLS connection for each review beyond those kept idle since the
 last burst (`--idle-connections`, 25 as kube-apiserver keeps; 0: every review a new TLS connection),
@@ -31,7 +30,7 @@ kind's latency (p50, p99, max; the median over the rounds) and how many were not
 meant in all ("undecided": a VM or a drain's share-manager without its decision, a control's
 share-manager with one; `--json` for tools, each round too), and `serve`'s own view from its
 log: each review's `latency_ms` from its connection's accept to its answer, beside the sender's
-time for it, and its CPU per batch.
+time for it, and its CPU per batch; and whether the storm met its targets (`verdicts`).
 """
 from __future__ import annotations
 
@@ -54,8 +53,8 @@ from kubefake import objects
 from webhook.process.loop import new_event_loop
 from webhook.tools import certs
 
-from .__main__ import cores, free_port, https, process, process_kib, wait_for, webhook_server
-from . import bodies
+from .__main__ import cores, https, process, process_kib, wait_for, webhook_server
+from . import bodies, sized
 from .rounds import WANTED, batches, calls, round_figures, serve_urls, unused
 from .served import admissions_logged, caches_synced, cpu_seconds, served_median, settled
 from .apiserver_load import Busy, Stored
@@ -147,7 +146,7 @@ Ports = dict[str, Connections]  # by serve's port each webhook's Service port le
 
 
 def ports(urls: dict[str, str], context: ssl.SSLContext, idle: int = 0, in_flight: int = 0) -> Ports:
-    """Connections to each of serve's ports (`urls`: "webhook", "share-managers")."""
+    """Connections to each of serve's ports (`urls`: "webhook")."""
     return {target: Connections(url, context, idle=idle, in_flight=in_flight) for target, url in urls.items()}
 
 
@@ -271,14 +270,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    for name, each in served.items()}}
     batch = reviews(evicted, starts, args.share_manager_kib)
     server_cpu, other_cpu = cores()
-    share_manager_port = free_port()
     loaded = args.apiserver_load is not None  # the apiserver's work on any core, serve's too
     with emulator(objects_file, None if loaded else other_cpu) as (api, api_pid), \
             webhook_server(api, work, server_cpu, "storm",
-                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events,
-                            "--share-manager-port", str(share_manager_port))) as (serve, url, ops, log):
+                           ("--share-manager-rule", args.share_manager_rule, "--events", args.events)) as (serve, url, ops, log):
         wait_for(f"{ops}/readyz", work)
-        urls = serve_urls(url, share_manager_port)
+        urls = serve_urls(url)
         if args.share_manager_rule == "on":
             judged_from_the_caches(urls, work, [r for r in batch if r[0] == "share-manager"][:1])
         caches_synced(log)
@@ -324,6 +321,27 @@ def median_of(rounds: list[dict[str, Any]], name: str) -> dict[str, float]:
     single rounds, not in their median."""
     found = {key: statistics.median(r[name][key] for r in rounds) for key in ("p50_ms", "p99_ms", "max_ms")}
     return {**found, "undecided": sum(r[name]["undecided"] for r in rounds)}
+
+
+ANSWERED_MS = 1000.0  # every review answered within this at p99 at the sender (kube-apiserver's SLO for a create)
+SERVE_VM_MS = 50.0  # serve's own time from a VM review's accept to its answer, p99
+
+
+def verdicts(result: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The storm's targets, each met or not: none of its admissions failed open (answered undecided),
+    every review within ANSWERED_MS at p99 at the sender, serve's own time for a VM review within
+    SERVE_VM_MS at p99, and serve within its memory limit (the chart's)."""
+    kinds = [name for name in KINDS if name in result]
+    found = [("0 admissions failed open", sum(result[name]["undecided"] for name in kinds) == 0),
+             (f"every review ≤ {ANSWERED_MS:.0f} ms at p99 at the sender",
+              all(result[name]["p99_ms"] <= ANSWERED_MS for name in kinds))]
+    if "server" in result:
+        found.append((f"serve's VM reviews ≤ {SERVE_VM_MS:.0f} ms at p99 from their accept",
+                      result["server"]["vm_latency_p99_ms"] <= SERVE_VM_MS))
+    if "memory" in result:
+        limit = sized.memory_limit_mib("serve")
+        found.append((f"serve within its memory limit ({limit:.0f} MiB)", result["memory"]["peak_mib"] <= limit))
+    return found
 
 
 def zero_or_more(text: str) -> int:
@@ -389,6 +407,7 @@ def main() -> None:
         work = Path(tmp)
         certs.write(certs.generate(["localhost", "127.0.0.1"], days=1), work)
         result = run(args, work)
+    result["targets"] = {name: met for name, met in verdicts(result)}
     if args.json:
         print(json.dumps(result))
         return
@@ -441,6 +460,7 @@ def main() -> None:
               f"control; share-managers {server['share_manager_latency_p99_ms']:.1f} ms, the control's "
               f"{control['share_manager_latency_p99_ms']:.1f} ms")
         print(f"  creates the apiserver refused: {result['refused']}")
+    print("targets: " + ", ".join(f"{name} {'met' if met else 'MISSED'}" for name, met in result["targets"].items()))
 
 
 if __name__ == "__main__":

@@ -254,6 +254,8 @@ def test_a_tiny_drain_storm_reports_every_figure_and_decides_every_review():
     assert 20 < result["memory"]["rss_mib"] <= result["memory"]["peak_mib"], result["memory"]
     # Evicted before each storm, terminating 1.5 s: serve prepared their answers, and each was used.
     assert server["share_managers_prepared"] == 3, server
+    targets = result["targets"]  # each met or not, none failed open
+    assert len(targets) == 4 and targets["0 admissions failed open"], targets
 
 
 def test_serves_share_of_its_core_is_its_cpu_until_the_last_answer_over_the_bursts_time():

@@ -436,7 +436,7 @@ def test_probes_and_ports(rendered):
     _, objects = rendered
     container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
     ports = ports_of(container)
-    assert ports == {"webhook": 9443, "share-managers": 9444, "metrics": 8080}
+    assert ports == {"webhook": 9443, "metrics": 8080}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     for probe in (container["readinessProbe"], container["livenessProbe"]):
@@ -450,7 +450,6 @@ def test_the_server_reads_the_certificate_where_the_secret_is_mounted(rendered):
     assert "command" not in container  # the image's entrypoint: python -m webhook serve
     args = build_parser().parse_args(["serve", *container.get("args", [])])
     assert args.port == ports_of(container)["webhook"]
-    assert args.share_manager_port == ports_of(container)["share-managers"]
     assert (args.tls_cert_file, args.tls_key_file) == (f"{DEFAULT_CERT_DIR}/tls.crt", f"{DEFAULT_CERT_DIR}/tls.key")
     mount = one([{"kind": "m", **m} for m in container["volumeMounts"]], "m")
     assert mount["mountPath"] == DEFAULT_CERT_DIR and mount["readOnly"] is True and "subPath" not in mount
@@ -486,22 +485,7 @@ def test_the_service_and_network_policy_reach_exactly_the_webhook_and_metrics_po
     assert selects(policy["spec"]["podSelector"], pod["metadata"]["labels"])
     assert "Ingress" in policy["spec"]["policyTypes"]
     allowed = {(p["port"], p.get("protocol", "TCP")) for rule in policy["spec"]["ingress"] for p in rule["ports"]}
-    assert allowed == {(9443, "TCP"), (9444, "TCP"), (8080, "TCP")}
-
-
-def test_each_webhook_reaches_its_own_port_of_serve(rendered):
-    """The VM starts' reviews on --port, the share-managers' on --share-manager-port (whose handshakes
-    wait for the VM starts'): each webhook's Service port, its target, and the flag serve listens by."""
-    _, objects = rendered
-    container = one(objects, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]
-    args = build_parser().parse_args(["serve", *container.get("args", [])])
-    by_service_port = {p["port"]: p["targetPort"] for p in one(objects, "Service", NS)["spec"]["ports"]}
-    hooks = webhooks(objects)
-    served = {name: ports_of(container)[by_service_port[hook["clientConfig"]["service"]["port"]]]
-              for name, hook in hooks.items()}
-    assert served == {"vm.colocate.kubevirt-scheduler.io": args.port,
-                      "share-manager.colocate.kubevirt-scheduler.io": args.share_manager_port}
-    assert args.port != args.share_manager_port
+    assert allowed == {(9443, "TCP"), (8080, "TCP")}
 
 
 # --------------------------------------------------------------------------- webhook configuration

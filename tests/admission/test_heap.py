@@ -1,16 +1,14 @@
 """What a cache has listed leaves the garbage collector's walk once it has synced, so that a full
 collection stops admission for what came after, not for the whole cluster."""
-import asyncio
 import gc
 import logging
-import time
 
 import pytest
 from tests.cluster.test_informer import feed, informer_for, listed
 from tests.support.kube import running_vm
 
-from webhook.admission.heap import FreezeListed, HeldInBursts, collect_young_less
-from webhook.process import listening
+from webhook.admission.heap import FreezeListed
+from webhook.process.heap import collect_young_less, paused
 from webhook.kinds import NODE, POD
 
 
@@ -97,66 +95,25 @@ def test_a_bursts_objects_held_at_once_set_off_no_collection_of_the_older_genera
     assert len(held) == 15_000 and [generation for generation in collected if generation > 0] == []
 
 
-class Transport:
-    """A connection's transport, as the arrivals know it."""
+def test_work_whose_objects_live_until_it_ends_sets_off_no_collection_and_the_collector_is_as_before():
+    """A review being read (or a keeper's pass) holds what it makes until it ends: no collection walks
+    it meanwhile, and the collector is on again after, or left off where it was off."""
+    collected = []
 
+    def seen(phase, info):
+        if phase == "start":
+            collected.append(info["generation"])
 
-@pytest.fixture
-def collecting():
-    """Each test starts and ends with the automatic collections on."""
-    gc.enable()
-    yield
-    gc.enable()
-
-
-async def test_no_automatic_collection_while_reviews_arrive_together_and_again_once_answered(collecting):
-    arrivals = listening.Arrivals()
-    held = HeldInBursts(arrivals, quiet=0.02, longest=10.0)
-    held.start()
-    first = Transport()
-    arrivals.received(first)  # a review alone: one after another are not held
-    assert gc.isenabled()
-    connection = Transport()
-    arrivals.received(connection)  # another while the first is in flight
-    assert not gc.isenabled()
-    await asyncio.sleep(0.1)
-    assert not gc.isenabled()  # still in flight
-    arrivals.answered(first)
-    arrivals.answered(connection)
-    await asyncio.sleep(0.01)
-    assert not gc.isenabled()  # the burst may go on: its next review comes within the quiet time
-    await asyncio.sleep(0.1)
-    assert gc.isenabled()
-    await held.stop()
-    arrivals.received(Transport())
-    arrivals.arriving()
-    assert gc.isenabled()  # stopped: nothing held
-
-
-async def test_under_unbroken_arrivals_the_collections_run_once_each_longest_hold(collecting):
-    arrivals = listening.Arrivals()
-    held = HeldInBursts(arrivals, quiet=0.01, longest=0.05)
-    held.start()
-    arrivals.connected(Transport(), time.monotonic())  # never answered
-    arrivals.arriving()
-    began = time.monotonic()
-    while not gc.isenabled() and time.monotonic() - began < 1.0:
-        await asyncio.sleep(0.005)
-    assert gc.isenabled() and 0.04 <= time.monotonic() - began < 0.5
-    arrivals.arriving()  # the next arrival holds them again
-    assert not gc.isenabled()
-    await held.stop()
-    assert gc.isenabled()
-
-
-async def test_a_collection_paused_by_someone_else_is_left_as_it_is(collecting):
-    arrivals = listening.Arrivals()
-    held = HeldInBursts(arrivals, quiet=0.01)
-    held.start()
-    gc.disable()  # as while a review is parsed
-    arrivals.connected(Transport(), time.monotonic())
-    arrivals.arriving()
-    await asyncio.sleep(0.05)
-    assert not gc.isenabled() and held.since is None
-    await held.stop()
-    assert not gc.isenabled()
+    gc.callbacks.append(seen)
+    try:
+        with paused():
+            held = [{"pod": {"metadata": {"name": f"pod-{i}"}}} for i in range(15_000)]
+            within = list(collected)
+        assert within == [] and gc.isenabled() and len(held) == 15_000
+        gc.disable()
+        with paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.remove(seen)

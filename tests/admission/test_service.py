@@ -1,6 +1,5 @@
 """The running service: probes, metrics, Events, graceful shutdown — as the kubelet and Prometheus see it."""
 import asyncio
-import gc
 import signal
 import ssl
 import time
@@ -272,37 +271,3 @@ async def test_a_taken_port_is_a_clear_error_and_nothing_is_left_open(tls_files)
     assert proc.returncode == 2
     text = err.decode()
     assert "error:" in text and "Traceback" not in text and "Unclosed" not in text
-
-
-async def test_no_automatic_collection_stops_the_loop_while_a_burst_of_reviews_is_answered(service, session):
-    """A drain's burst: however many objects it leaves alive, the collector does not run until its
-    reviews are answered (heap.py); it runs once they are."""
-    svc, base, _ = await service()
-    threshold, collections = gc.get_threshold(), []
-    gc.enable()  # as a process starts: held by nothing
-
-    def noted(phase, info):
-        if phase == "start":
-            collections.append(time.monotonic())
-
-    held = []  # when an arrival found the collector held (the first reviews of a burst are alone)
-    svc.arrivals.on_arrival.append(lambda: gc.isenabled() or held.append(time.monotonic()))
-    gc.set_threshold(10, *threshold[1:])  # a young collection every few objects, were it let run
-    gc.callbacks.append(noted)
-    try:
-
-        async def one():
-            async with session.post(f"{base}/mutate?timeout=10s", json=review(vm_pod())) as r:
-                assert (await r.json())["response"]["allowed"] is True
-
-        await asyncio.gather(*(one() for _ in range(20)))
-        answered = time.monotonic()
-        while not gc.isenabled() and time.monotonic() - answered < 5.0:  # let go once the burst is quiet
-            await asyncio.sleep(0.02)
-        made = [[] for _ in range(100)]  # objects made after it: a young collection is due at once
-    finally:
-        gc.callbacks.remove(noted)
-        gc.set_threshold(*threshold)
-    assert len(held) >= 10  # each review on a connection of its own, most while others are in flight
-    assert not [at for at in collections if held[0] <= at <= answered]
-    assert made and [at for at in collections if at > answered]

@@ -8,6 +8,10 @@ import time
 import urllib.error
 import urllib.request
 
+from tests.cluster.test_informer import feed, informer_for, listed
+from tests.support.kube import running_vm
+
+from webhook.kinds import POD
 from webhook.process import listening, ops
 
 HELD = 1.5
@@ -60,5 +64,27 @@ async def test_healthz_fails_once_the_loop_has_not_turned_for_long(monkeypatch):
         (status, text, took), = await held_while([f"{base}/healthz"], HELD)
         assert status == 500 and text.startswith("the event loop has not turned for") and took < 1.0
         assert (await asyncio.to_thread(get, f"{base}/healthz"))[:2] == (200, "ok\n")
+    finally:
+        await port.cleanup()
+
+
+async def test_readyz_is_not_ready_while_the_loop_is_held_before_it_ever_answered():
+    """A replica starting: its first cache sync holds the event loop (the list applied at once, 80 s at
+    150,000 pods) before the loop has answered any probe. /readyz says not ready, however ready the
+    cache is by then, and ready only once the loop itself says so; /healthz is alive throughout."""
+    pods = informer_for(POD)
+    port = await ops.start(ops.make_ops_app(lambda: [] if pods.synced else ["store not synced"]), "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{listening.bound_port(port)}"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            asked = [pool.submit(get, f"{base}/readyz"), pool.submit(get, f"{base}/healthz")]
+            until = time.monotonic() + HELD
+            while time.monotonic() < until:  # the first list, applied on the loop
+                feed(pods, listed(*(running_vm(f"vm-{i}", "node-a", f"disk-{i}") for i in range(50)))[:-1])
+            feed(pods, listed()[-1:])  # synced, but the loop has not said so yet
+            (readiness, said, took), (health, _, _) = [await asyncio.wrap_future(answer) for answer in asked]
+        assert (readiness, said, health) == (503, "not ready: the process has not answered yet\n", 200)
+        assert took < 1.0
+        assert (await asyncio.to_thread(get, f"{base}/readyz"))[:2] == (200, "ok\n")
     finally:
         await port.cleanup()

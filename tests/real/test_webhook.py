@@ -41,9 +41,8 @@ async def cluster(scheduler):
 
 @pytest.fixture
 async def registered(scheduler, cluster, tls_files):
-    """`serve` on the real apiserver (the admin's kubeconfig), registered by URL, and ready; the
-    share-manager webhook on its port of its own, as installed."""
-    serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig), "--share-manager-port", "0",
+    """`serve` on the real apiserver (the admin's kubeconfig), registered by URL, and ready."""
+    serving = await Serving.start(tls_files, "--kubeconfig", str(scheduler.kubeconfig),
                                   "--drain-delay", "0", "--webhook-configuration", CONFIGURATION)
     async for ready in registered_while(cluster, serving, registration(serving, tls_files["ca"], CONFIGURATION)):
         yield ready

@@ -167,8 +167,6 @@ class Serving(LoggedProcess):
         super().__init__(process, lines)
         self.base = f"https://localhost:{entry['port']}"
         self.ops = f"http://127.0.0.1:{entry['metrics_port']}"
-        behind = entry.get("share_manager_port")  # with --share-manager-port: the share-manager webhook's
-        self.share_managers = None if behind is None else f"https://localhost:{behind}"
 
     @classmethod
     async def start(cls, tls_files: dict[str, Path], *args: str, env: dict[str, str] | None = None) -> "Serving":
@@ -182,16 +180,10 @@ class Serving(LoggedProcess):
 
 
 def registration(serving: Serving, ca: Path, name: str) -> dict[str, Any]:
-    """The install's MutatingWebhookConfiguration under `name`, calling this server by URL: the
-    share-manager webhook on the server's port of its own, where it has one (as the install's Service)."""
+    """The install's MutatingWebhookConfiguration under `name`, calling this server by URL."""
     from kubefake.envtest import webhook_registration
 
-    config = webhook_registration(f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", ca, name)
-    if serving.share_managers is not None:
-        for hook in config["webhooks"]:
-            if hook["name"] == "share-manager.colocate.kubevirt-scheduler.io":
-                hook["clientConfig"]["url"] = f"{serving.share_managers.replace('localhost', '127.0.0.1')}/mutate"
-    return config
+    return webhook_registration(f"{serving.base.replace('localhost', '127.0.0.1')}/mutate", ca, name)
 
 
 async def registered_while(api: Any, serving: Serving, config: dict[str, Any]) -> Any:

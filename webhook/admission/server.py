@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import gc
 import logging
 import time
 import urllib.parse
@@ -23,6 +22,7 @@ from .budget import DEFAULT_BYTES, Budget, NoRoom
 from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule, decision_event
+from ..process import heap
 from ..process.listening import Arrivals
 from ..rules.placement.decide import Decision
 from ..rules.placement.prepared import PreparedAnswers
@@ -186,20 +186,15 @@ class Admissions:
 
 
 def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
-    """The AdmissionReview in a request's body; BadReview saying why it is none. Read with the collector
-    paused: a review of 20,000 claims is 100,000 objects, none in a cycle, and each collection their
-    making would set off is a pass over all the process holds."""
-    collecting = gc.isenabled()
-    gc.disable()
+    """The AdmissionReview in a request's body, read with the collector paused (process/heap.py);
+    BadReview saying why it is none."""
     try:
-        body = orjson.loads(raw)
+        with heap.paused():
+            body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise reviews.BadReview(f"the body is not valid JSON: {exc}") from None
     except RecursionError:
         raise reviews.BadReview("the body is nested too deeply") from None
-    finally:
-        if collecting:
-            gc.enable()
     return reviews.parse_review(body)
 
 

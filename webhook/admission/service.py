@@ -21,7 +21,6 @@ from ..process.listening import Port
 from ..process.loop import stop_signals
 from . import server
 from .budget import DEFAULT_BYTES
-from .heap import HeldInBursts
 from .looplag import LoopLag
 from .prepare import Preparer
 from .tls import ReloadingTLS
@@ -33,8 +32,6 @@ log = logging.getLogger("webhook")
 class Listen:
     host: str = "0.0.0.0"
     port: int = 9443
-    # The share-manager webhook's port, if any: its handshakes begin after the VM starts' on `port` (listening.py).
-    share_manager_port: int | None = None
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
     drain_delay: float = 5.0
@@ -53,8 +50,7 @@ class Service:
         self.lag = LoopLag()
         self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
-        # No automatic collection stops the loop while a burst's reviews arrive (heap.py).
-        self.companions = (self.lag, HeldInBursts(self.arrivals), *companions)
+        self.companions = (self.lag, *companions)
         # An Event's POST waits for the reviews in flight, and for a pause between a burst's arrivals.
         events.yield_to(lambda: self.arrivals.busy_within(QUIET))
         self.ops_runner: Port | ops.Apart | None = None
@@ -84,15 +80,12 @@ class Service:
         if self.preparing:  # with admission's own lane, promises and answers
             self.companions = (*self.companions, Preparer(self.store, self.settings, webhook.admissions))  # type: ignore[arg-type]
         self.runner = await listening.start(webhook, self.listen.host, self.listen.port, self.tls.context,
-                                            shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals,
-                                            behind=self.listen.share_manager_port)
+                                            shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()
         for companion in self.companions:
             companion.start()
         log.info("serving", extra={"fields": {
             "host": self.listen.host, "port": listening.bound_port(self.runner),
-            "share_manager_port": None if self.listen.share_manager_port is None else
-            listening.bound_port(self.runner, behind=True),
             "metrics_port": listening.bound_port(self.ops_runner),
             "loop": type(asyncio.get_running_loop()).__module__}})
 

@@ -168,9 +168,6 @@ def add_serve(serve: Parser) -> None:
     flag(serve, "--tls-key-file", default=f"{DEFAULT_CERT_DIR}/tls.key", help="its private key")
     flag(serve, "--host", type=host, default="0.0.0.0", help="address of the HTTPS admission port")
     flag(serve, "--port", type=port, default=9443, help="HTTPS admission port (POST /mutate)")
-    flag(serve, "--share-manager-port", type=port, metavar="PORT",
-         help="HTTPS admission port of the share-manager webhook, whose TLS handshakes wait for the VM starts' "
-              "on --port (default: none, share-managers too on --port)")
     serve.add_argument("--client-ca-file",
                        help="require client certificates signed by this CA: mutual TLS (default: none)")
     add_ops_flags(serve, 8080)

@@ -41,12 +41,13 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
     from ..cluster import client
     from ..stores.cache import WatchedClusterStore
     from ..stores.direct import ClusterStore
-    from ..admission.heap import FreezeListed, collect_young_less
+    from ..admission.heap import FreezeListed
+    from ..process.heap import collect_young_less
     from ..cluster.events import NO_EVENTS, EventSink, Events
     from ..stores.store import Store
 
     logs.setup(log_level(args.log_level, os.environ))
-    collect_young_less()  # a burst of reviews sets off no full collection (heap.py)
+    collect_young_less()  # process/heap.py
     settings = settings_from(args)
     # The chart's `env` goes to both containers: the keeper's COLOCATE_* here are not read, and said so once.
     if variables := sorted(row.env for row in KEEPER_SETTINGS if os.environ.get(row.env)):
@@ -62,11 +63,11 @@ async def run_serve(args: argparse.Namespace, service: Any = None) -> int:
         api = await client.connect(args.kubeconfig)
         store = WatchedClusterStore(api, settings)
         events = EventSink(api) if args.events == "on" else NO_EVENTS
-        companions.append(FreezeListed(store.informers))  # full collections walk what came after (heap.py)
+        companions.append(FreezeListed(store.informers))
         companions.append(StrandedReporter(store, settings, events))
         companions.append(OptInCheck(ClusterStore(api), settings.opt_in_annotation, args.webhook_configuration))
     reloader = serving_tls(args)  # follows the files as cert-manager or the kubelet replace them (tls.py)
-    listen = Listen(host=args.host, port=args.port, share_manager_port=args.share_manager_port,
+    listen = Listen(host=args.host, port=args.port,
                     metrics_host=args.metrics_host, metrics_port=args.metrics_port, drain_delay=args.drain_delay,
                     shutdown_timeout=args.shutdown_timeout, body_budget=args.body_budget * MIB)
     log.info("starting", extra={"fields": {"source": args.state or "cluster", "settings": vars(settings)}})

@@ -15,7 +15,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -37,6 +36,7 @@ from ..rules.keeping.listed import read_kubevirt
 from ..rules.keeping.record import KeeperState
 from .act import Actor, Turn
 from .records import Records, StateStore, VmReport
+from ..process import heap
 from ..process.pace import Pacer
 from ..rules.shared.times import rfc3339
 from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck
@@ -130,18 +130,15 @@ class Keeper:
             await watch.close()
 
     async def run(self) -> None:
-        """Passes every `period` seconds, the first once the caches have synced (or after a period). What is
-        alive then (the caches, the modules) is frozen out of the collector's full collections, which at
-        75,000 VMs walked it for a second at a time, holding the process (the probes' thread too:
-        admission/heap.py says more); dropped later, it is freed all the same. Not what a pass leaves: its
-        reference cycles, frozen, would never be freed (measured: 270 MiB more after each pass at 75,000 VMs)."""
+        """Passes every `period` seconds, the first once the caches have synced (or after a period), when
+        what is alive is frozen out of the collector (process/heap.py)."""
         loop = asyncio.get_running_loop()
         try:
             async with self.watching() as watch:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.timing.period):
                         await asyncio.gather(watch.wait_synced(), self.store.wait_synced())
-                gc.freeze()
+                heap.freeze(log, "the keeper's caches")
                 while True:
                     started = loop.time()
                     try:  # the report is not kept: its records would outlive the next pass's
@@ -165,21 +162,13 @@ class Keeper:
     # ----------------------------------------------------------------- one pass
 
     async def run_pass(self) -> PassReport:
-        """One pass over synced caches; its report sets the metrics. The collector is off meanwhile: at
-        75,000 VMs the objects a pass holds took each full collection up to a second, the process (its
-        probes' thread too) held throughout; a pass leaves no reference cycle to collect (measured at
-        15,000 VMs), and what one would leave is collected after it."""
+        """One pass over synced caches; its report sets the metrics."""
         now = self.clock()
         watch = self.watch
         if watch is None or not watch.synced() or not self.store.synced():
             return PassReport(at=now, note="waiting for the caches to sync")
-        began, cpu, collecting = time.monotonic(), time.process_time(), gc.isenabled()
-        gc.disable()  # a pass makes no reference cycles (measured): no full collection walks what it holds meanwhile
-        try:
-            report = await self._pass(watch, now)
-        finally:
-            if collecting:
-                gc.enable()
+        began, cpu = time.monotonic(), time.process_time()
+        report = await self._pass(watch, now)
         self.passes += 1
         metrics.KEEPER_PASS.labels("wall").set(time.monotonic() - began)
         metrics.KEEPER_PASS.labels("cpu").set(time.process_time() - cpu)

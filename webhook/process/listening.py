@@ -8,17 +8,15 @@ being one too many: kube-apiserver gives each review in flight a connection of i
 retry, so a closed connection is a pod created without our decision; memory is bounded by the bodies
 held instead (admission/budget.py).
 The Guard also notes when each request arrived (`Arrivals`): what the apiserver waits for starts there.
-A second port, behind the first, begins its handshakes after the first's (BEHIND_AT_ONCE).
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -31,21 +29,10 @@ HEADER_SECONDS = 10.0  # the apiserver sends a review's headers at once; its own
 HANDSHAKE_SECONDS = 10.0  # from accept to the end of the handshake (asyncio's ssl_handshake_timeout)
 END_OF_HEADERS = b"\r\n\r\n"
 BACKLOG = 128  # connections accepted at a turn of the loop at most (asyncio's own bound)
-# Connections the kernel holds, connected, until they are accepted (capped by net.core.somaxconn). A drain
-# is a burst of a few hundred reviews, each on a new connection: beyond aiohttp's 128, the kernel drops
-# the SYNs and the apiserver's TCP stack sends them again a second later (measured: VM starts p99 1,034 ms
-# against 336 ms, 260 new connections at once; `TcpExtListenOverflows` counts them).
+# Connections the kernel holds until accepted (capped by net.core.somaxconn): a drain's burst of a few
+# hundred new connections beyond 128 had SYNs dropped and sent again a second later (`TcpExtListenOverflows`).
 QUEUE = 4096
 ACCEPT_PAUSE = 1.0  # asyncio's own pause when accepting fails for want of descriptors or memory
-
-
-# A port behind another (the share-manager webhook's, behind the VM starts': admission/service.py): its
-# connections accepted as they come (their wait begins there), their handshakes begun BEHIND_AT_ONCE under way
-# at most, and none while a connection of the port ahead is in its handshake or its review unanswered, unless
-# it has waited BEHIND_SECONDS. A handshake is most of a review's CPU: begun beside a drain's 200
-# share-managers', a VM start's waited for theirs; begun all at once after it, they held its request.
-BEHIND_AT_ONCE = 64
-BEHIND_SECONDS = 0.5
 
 # A connection whose first request follows its handshake by more than this was opened ahead and left
 # idle (Go's transport pools a connection it dialed for a request that took another one freed
@@ -56,49 +43,30 @@ PROMPT_SECONDS = 0.1
 class Arrivals:
     """When the request each open connection carries arrived: its accept (asyncio calls the protocol
     factory there, before the handshake) when it follows the handshake at once, else (a connection
-    kept or opened ahead) the request's first byte; and through which port's Guard it came."""
+    kept or opened ahead) the request's first byte."""
 
-    __slots__ = ("_since", "_last", "after_answer", "on_arrival")
+    __slots__ = ("_since", "_last")
 
     def __init__(self) -> None:
-        self._since: dict[asyncio.BaseTransport, tuple[float, object]] = {}
+        self._since: dict[asyncio.BaseTransport, float] = {}
         self._last = float("-inf")  # when a request was last answered
-        self.after_answer: list[Callable[[], None]] = []  # called once a request is answered (a port behind)
-        # Called as a review arrives while another is under way: a connection accepted beside others
-        # (accepted at the same turn, or in their handshakes, or in flight), a kept connection's next
-        # request while another is in flight (admission/heap.py).
-        self.on_arrival: list[Callable[[], None]] = []
 
-    def arriving(self) -> None:
-        for call in self.on_arrival:
-            call()
+    def connected(self, transport: asyncio.BaseTransport, accepted: float) -> None:
+        self._since[transport] = accepted
 
-    def connected(self, transport: asyncio.BaseTransport, accepted: float, through: object = None) -> None:
-        self._since[transport] = (accepted, through)
-
-    def received(self, transport: asyncio.BaseTransport, through: object = None) -> None:
-        if transport not in self._since:
-            if self._since:
-                self.arriving()
-            self._since[transport] = (time.monotonic(), through)
+    def received(self, transport: asyncio.BaseTransport) -> None:
+        self._since.setdefault(transport, time.monotonic())
 
     def arrived(self, transport: asyncio.BaseTransport | None) -> float | None:
         """The monotonic time the connection's current request arrived; None for no connection of this port."""
-        found = self._since.get(transport) if transport is not None else None
-        return None if found is None else found[0]
-
-    def waiting_through(self, through: object) -> bool:
-        """Whether a request that came through `through` (a port's Guard) is not answered yet."""
-        return any(came is through for _, came in self._since.values())
+        return self._since.get(transport) if transport is not None else None
 
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
         if transport is not None and self._since.pop(transport, None) is not None:
             self._last = time.monotonic()
-            for call in self.after_answer:
-                call()
 
     def busy_within(self, seconds: float) -> bool:
-        """Whether a request is in flight, or one was answered less than `seconds` ago."""
+        """Whether a request is in flight, or one was answered less than `seconds` ago (the Events wait)."""
         return bool(self._since) or time.monotonic() - self._last < seconds
 
     def __len__(self) -> int:
@@ -131,7 +99,7 @@ class Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.made = time.monotonic()
-        self.guard.arrivals.connected(transport, self.accepted, self.guard)
+        self.guard.arrivals.connected(transport, self.accepted)
         self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
 
@@ -145,7 +113,7 @@ class Guarded(asyncio.Protocol):
             if time.monotonic() - self.made > PROMPT_SECONDS:
                 self.guard.arrivals.answered(self.transport)  # its wait begins now, not at the accept
             self.made = None
-        self.guard.arrivals.received(self.transport, self.guard)  # type: ignore[arg-type]
+        self.guard.arrivals.received(self.transport)  # type: ignore[arg-type]
         if self.timer is not None:
             seen = self.tail + data
             if END_OF_HEADERS in seen:
@@ -172,12 +140,9 @@ class Guarded(asyncio.Protocol):
 
 
 class Port:
-    """Listening sockets accepting through a `Guard` into aiohttp's runner (its public `server`).
-
-    Each time a socket is readable, every connection waiting in its backlog is accepted at once
-    (`Accepting`), as asyncio's own selector loop does: uvloop's server accepts one connection a turn
-    of the loop, so while a drain's share-managers take the loop in slices, a burst of 105 new
-    connections waited up to a quarter of a second to be accepted (docs/performance.md)."""
+    """Listening sockets accepting through a `Guard` into aiohttp's runner (its public `server`): each
+    time a socket is readable, its whole backlog is accepted (`Accepting`), as asyncio's selector loop
+    does; uvloop's server accepts one a turn of the loop, a drain's burst late while the loop is sliced."""
 
     def __init__(self, runner: web.BaseRunner, accepting: list[Accepting]) -> None:
         self.runner, self.accepting = runner, accepting
@@ -186,11 +151,6 @@ class Port:
     def addresses(self) -> list[Any]:
         """The bound addresses, as `web.BaseRunner.addresses` gives them."""
         return [accepting.socket.getsockname() for accepting in self.accepting]
-
-    @property
-    def addresses_behind(self) -> list[Any]:
-        """The bound addresses of the port behind the first, if any (`listen`)."""
-        return [accepting.socket.getsockname() for accepting in self.accepting if accepting.ahead]
 
     async def cleanup(self) -> None:
         """Stop accepting (handshakes under way dropped), then aiohttp's shutdown: requests in flight
@@ -204,26 +164,18 @@ class Port:
 
 class Accepting:
     """One listening socket: its whole backlog accepted when it is readable, each connection handed
-    to the loop (`connect_accepted_socket`, its TLS handshake bounded by `handshake_seconds`); with
-    ports `ahead`, handed as those let it (BEHIND_AT_ONCE, BEHIND_SECONDS)."""
+    to the loop (`connect_accepted_socket`, its TLS handshake bounded by `handshake_seconds`)."""
 
     def __init__(self, listening: socket.socket, guard: Guard, context: ssl.SSLContext | None,
-                 handshake_seconds: float, ahead: Sequence[Accepting] = ()) -> None:
+                 handshake_seconds: float) -> None:
         self.socket, self.guard, self.context = listening, guard, context
         self.handshake_seconds = handshake_seconds if context else None
         self.loop = asyncio.get_running_loop()
         self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
-        self.ahead, self.behind = ahead, list[Accepting]()
-        for first in ahead:
-            first.behind.append(self)
-        if ahead:
-            guard.arrivals.after_answer.append(self._begin_waiting)
-        self.waiting: collections.deque[tuple[socket.socket, Guarded]] = collections.deque()  # accepted, not begun
-        self.timer: asyncio.TimerHandle | None = None
         self.loop.add_reader(listening.fileno(), self.accept)
 
     def accept(self) -> None:
-        for accepted in range(BACKLOG):  # bounded, as asyncio's own: other work gets the loop between two backlogs
+        for _ in range(BACKLOG):  # bounded, as asyncio's own: other work gets the loop between two backlogs
             try:
                 connection, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
@@ -237,42 +189,11 @@ class Accepting:
                 break
             connection.setblocking(False)
             protocol = self.guard()  # made now: its accept is when the review's wait began
-            if accepted or self.handshakes or self.waiting or len(self.guard.arrivals):
-                self.guard.arrivals.arriving()  # not alone: a burst
-            if self.ahead:
-                self.waiting.append((connection, protocol))
-            else:
-                self._begin(connection, protocol)
-        if self.waiting:  # after the ports ahead have accepted what came with these
-            self.loop.call_soon(self._begin_waiting)
-
-    def _begin(self, connection: socket.socket, protocol: Guarded) -> None:
-        handshake = self.loop.create_task(self.loop.connect_accepted_socket(
-            lambda: protocol, connection, ssl=self.context, ssl_handshake_timeout=self.handshake_seconds))
-        self.handshakes.add(handshake)
-        handshake.add_done_callback(self._handed)
-
-    def _begin_waiting(self) -> None:
-        """The waiting connections' handshakes begun, in the order accepted: while fewer than
-        BEHIND_AT_ONCE of this port's are under way and no port ahead is `busy`, or once one has
-        waited BEHIND_SECONDS (a client that opens connections and sends nothing holds no one longer)."""
-        while self.waiting:
-            connection, protocol = self.waiting[0]
-            held = protocol.accepted + BEHIND_SECONDS - time.monotonic()
-            if held > 0 and (len(self.handshakes) >= BEHIND_AT_ONCE or any(first.busy() for first in self.ahead)):
-                if self.timer is None:
-                    self.timer = self.loop.call_later(held, self._held_long_enough)
-                return
-            self.waiting.popleft()
-            self._begin(connection, protocol)
-
-    def busy(self) -> bool:
-        """Whether a connection of this port (its Guard's) is in its handshake, or its request is not answered yet."""
-        return bool(self.handshakes) or self.guard.arrivals.waiting_through(self.guard)
-
-    def _held_long_enough(self) -> None:
-        self.timer = None
-        self._begin_waiting()
+            handshake = self.loop.create_task(self.loop.connect_accepted_socket(
+                lambda protocol=protocol: protocol, connection, ssl=self.context,
+                ssl_handshake_timeout=self.handshake_seconds))
+            self.handshakes.add(handshake)
+            handshake.add_done_callback(self._handed)
 
     def _resume(self) -> None:
         if self.socket.fileno() >= 0:
@@ -284,17 +205,11 @@ class Accepting:
         self.handshakes.discard(handshake)
         if not handshake.cancelled() and handshake.exception() is not None:
             log.debug("a connection ended before its handshake did: %r", handshake.exception())
-        for waiting in (self, *self.behind):
-            waiting._begin_waiting()
 
     def close(self) -> None:
         if self.socket.fileno() >= 0:
             self.loop.remove_reader(self.socket.fileno())
             self.socket.close()
-        if self.timer is not None:
-            self.timer.cancel()
-        while self.waiting:
-            self.waiting.popleft()[0].close()
         for handshake in self.handshakes:
             handshake.cancel()
 
@@ -334,20 +249,12 @@ def _lowered(reason: str) -> str:
 
 
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
-                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS,
-                 behind: int | None = None) -> Port:
-    """Serve `runner` (set up) on host:port through a Guard; and on port `behind`, if given, behind it."""
+                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS) -> Port:
+    """Serve `runner` (set up) on host:port through a Guard."""
     if runner.server is None:
         raise RuntimeError("the runner is not set up")
     guard = guard or Guard(runner.server)
-    first = [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)]
-    if behind is None:
-        return Port(runner, first)
-    # A Guard of its own, the arrivals shared: which port a request came through is its Guard (`Accepting.busy`).
-    guard_behind = Guard(guard.factory, guard.header_seconds, guard.arrivals)
-    second = [Accepting(listening, guard_behind, context, handshake_seconds, ahead=first)
-              for listening in bind(host, behind)]
-    return Port(runner, first + second)
+    return Port(runner, [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)])
 
 
 # How long a connection whose body was answered unread (413, 503) may go on sending it, read and
@@ -357,7 +264,7 @@ LINGER = 2.0
 
 async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
                 context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0,
-                arrivals: Arrivals | None = None, behind: int | None = None) -> Port:
+                arrivals: Arrivals | None = None) -> Port:
     """Listen with an Application (an operations port) or a low-level handler on aiohttp's `web.Server`
     (the admission port); port 0 picks a free port."""
     options = {"access_log": None, "lingering_time": LINGER}
@@ -368,12 +275,12 @@ async def start(handler: web.Application | Callable[[web.BaseRequest], Any], hos
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
     guard = Guard(runner.server, arrivals=arrivals)  # type: ignore[arg-type]
-    return await listen(runner, host, port, context, guard=guard, behind=behind)  # bounded connections
+    return await listen(runner, host, port, context, guard=guard)  # bounded connections
 
 
-def bound_port(listening: Port | Any, behind: bool = False) -> int:
-    """The port listened on (the first one), or (`behind`) the port behind it."""
-    for address in listening.addresses_behind if behind else listening.addresses:
+def bound_port(listening: Port | Any) -> int:
+    """The port listened on (the first one)."""
+    for address in listening.addresses:
         if isinstance(address, tuple):
             return int(address[1])
     raise RuntimeError("the server is not listening")

@@ -66,13 +66,11 @@ def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: Col
     return app
 
 
-# The probes are answered on a thread and event loop of their own (`Apart`), so that no long work on
-# the process's loop (a keeper's pass, a cache's first list, a drain's share-managers) delays them past
-# the kubelet's 1 s: each is asked of the process's loop, and answered from what it last said when the
-# loop does not answer within ASK_SECONDS; /healthz fails only once the loop has not turned for
-# STALLED_SECONDS (wedged, not busy). /metrics is rendered on the probes' thread (prometheus_client's
-# collectors are thread-safe).
+# The probes are answered on a thread of their own (`Apart`), so that no long work on the process's loop
+# delays them past the kubelet's 1 s: each is asked of the loop, and answered from what it last said when
+# it does not answer within ASK_SECONDS; /healthz fails once the loop has not turned for STALLED_SECONDS.
 ASK_SECONDS = 0.25
+UNSAID = {"/healthz": (200, "ok\n"), "/readyz": (503, "not ready: the process has not answered yet\n")}
 STALLED_SECONDS = 20.0
 BEAT_SECONDS = 1.0
 
@@ -111,11 +109,11 @@ class Apart:
         asked = asyncio.run_coroutine_threadsafe(self._on_loop(request.path), self.loop)
         try:
             status, text = await asyncio.wait_for(asyncio.wrap_future(asked), ASK_SECONDS)
-        except TimeoutError:  # the loop is busy: what it said last, or for /healthz whether it turns
-            stalled = time.monotonic() - self.beat
+        except TimeoutError:  # the loop is busy: what it said last (ready only once it said so), or
+            stalled = time.monotonic() - self.beat  # for /healthz whether it turns
             if request.path == "/healthz" and stalled > STALLED_SECONDS:
                 return web.Response(status=500, text=f"the event loop has not turned for {stalled:.0f} s\n")
-            status, text = self.said.get(request.path, (200, "ok\n"))
+            status, text = self.said.get(request.path) or UNSAID[request.path]
         return web.Response(status=status, text=text)
 
     async def _on_loop(self, path: str) -> tuple[int, str]:

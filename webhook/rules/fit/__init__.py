@@ -9,7 +9,7 @@ Each check answers None (passes) or a short reason. Where the objects do not let
 quantity that does not parse, a claim not in the cache, a namespaceSelector) the answer is "cannot
 tell", which counts as does-not-fit: a pin is only safe when we know.
 """
-from .checks import judged_by_room, prefilter, refused_only, run_key_of, why_not_fit, why_not_pass, why_not_run
+from .checks import judged_by_room, prefilter, refused_only, why_not_fit, why_not_pass, why_not_run
 from .resources import node_resources_fit
 from .requests import pod_requests
 from .usage import PodUsage, Usage
@@ -19,4 +19,4 @@ from .view import INDEXED_LABELS, StaticView, View, bound_node, has_required_ant
 
 __all__ = ["INDEXED_LABELS", "PodUsage", "StaticView", "Usage", "View", "anti_affinity_keys", "bound_node", "has_required_anti_affinity",
            "judged_by_room", "keys_toward", "may_refuse", "node_resources_fit", "pod_requests", "prefilter", "refused_only",
-           "run_key_of", "takes_room_only", "why_not_fit", "why_not_pass", "why_not_run"]
+           "takes_room_only", "why_not_fit", "why_not_pass", "why_not_run"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from .. import fit
@@ -22,7 +22,6 @@ from ..fit.demand import Demand
 from ..fit.fields import CannotTell, Unreadable
 from ..fit.resources import least_allocated, node_resources_fit
 from ..kubevirt.target import TargetPod, lacking
-from .judged import Judged, judged_for
 from .promised import NOTHING, Promises, Taken
 from .rooms import Rooms, Scored, rooms_for
 
@@ -74,7 +73,6 @@ class DestinationSearch:
     Nodes are judged most room for the VM first (`rooms.Rooms`; an unreadable room last), and the
     judging stops once AMONG_NODES take both pods, the ones the answer requires: a drain's
     share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both).
-    What pods of one shape are told alike is kept for the next share-manager (`judged`).
 
     A node with VMs of the drain already sent to it (`promises`, this VM's own aside: `vm`) is judged
     after those without, so that the drain's share-managers spread over the cluster, most room first;
@@ -95,7 +93,6 @@ class DestinationSearch:
         self.rooms: Rooms | None = None
         self.nodes: tuple[Scored, ...] = ()  # (room, node name), most room first
         self.rides = False  # the share-manager fits wherever the VM does (`rides_along`)
-        self.judged: Judged | None = None
         self.own: tuple[Any, ...] | None = None  # the VM's filters besides NodeResourcesFit (`fit.prefilter`)
         self.only: Any = None  # the only nodes they can turn it away from, if they can say (`fit.refused_only`)
         try:
@@ -113,7 +110,6 @@ class DestinationSearch:
             return
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
-        self.judged = judged_for(self._shape(), self.view)
         taking, crowded, view, promised = self.taking, self.crowded, self.view, self.promises.nodes()
         later: list[Scored] = []  # nodes with VMs already sent to them: after those without
         for room, name in self.nodes:
@@ -147,7 +143,6 @@ class DestinationSearch:
         pods cannot be read, so that no node can be told."""
         if self.rooms is None:
             return next(iter(self.refused.values()))
-        self.judged = judged_for(self._shape(), self.view)
         refused: dict[str, str] = {}
         for name in sorted(names):
             node = self.view.node(name)
@@ -203,37 +198,14 @@ class DestinationSearch:
 
     def _said_alike(self, name: str, node: Mapping[str, Any]) -> str | None:
         """What the node says to every pair of this shape, in the order kube-scheduler would: both
-        pods' node-level checks, KubeVirt's labels, NodeResourcesFit for the VM (kept in `judged`)."""
-        judged = self.judged
-        if judged is not None:
-            known, why = judged.get(name, node)
-            if known:
-                return why
+        pods' node-level checks, KubeVirt's labels, NodeResourcesFit for the VM."""
         pod, view = self.target.pod, self.view
-        why = (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False, memo=view.memo, demand=self.shared)
+        return (fit.why_not_run(name, node, self.share_manager, needs_kubevirt=False, memo=view.memo, demand=self.shared)
                or (None if self.rides else fit.why_not_fit(self.share_manager, self.share_manager_namespace, node, view,
                                                            "the share-manager", demand=self.shared))
                or lacking(self.target, name, node)
                or fit.why_not_run(name, node, pod, needs_kubevirt=True, memo=view.memo, demand=self.moved)
-               or fit.why_not_pass((fit.node_resources_fit,), self.moved, node, view, "the VM"))
-        if judged is not None:
-            judged.keep(name, node, why)
-        return why
-
-    def _shape(self) -> Hashable | None:
-        """All that `_said_alike` reads of the two pods; None where it cannot be a key, or where the
-        share-manager is judged on its own too (its own filters read its labels)."""
-        if not self.rides:
-            return None
-        shape = (fit.run_key_of(self.shared), fit.run_key_of(self.moved), self.target.wanted,
-                 tuple(sorted(self.moved.requests.items())))
-        if not shape[0] or not shape[1]:
-            return None
-        try:
-            hash(shape)
-        except TypeError:  # a label value KubeVirt would require that is no string
-            return None
-        return shape
+                or fit.why_not_pass((fit.node_resources_fit,), self.moved, node, view, "the VM"))
 
     @property
     def found(self) -> Destinations:
