@@ -38,7 +38,8 @@ def changed(**edits):
 
 EXEMPTIONS = [
     ("a drain's evacuation", created(), CONTROLLER, None),
-    ("virt-controller in another namespace", created(), "system:serviceaccount:harvester-system:kubevirt-controller", None),
+    ("virt-controller of another namespace", created(), "system:serviceaccount:tenant-a:kubevirt-controller",
+     "not created by virt-controller"),
     ("a user's", created(), "kubernetes-admin", "not created by virt-controller"),
     ("an account that only ends alike", created(), "system:serviceaccount:kubevirt:my-kubevirt-controller",
      "not created by virt-controller"),
@@ -55,7 +56,11 @@ EXEMPTIONS = [
 
 @pytest.mark.parametrize("name, migration, user, why", EXEMPTIONS, ids=[c[0] for c in EXEMPTIONS])
 def test_only_virt_controllers_drain_evacuations_are_aimed(name, migration, user, why):
-    assert aim.exemption(migration, user) == why
+    assert aim.exemption(migration, user, "kubevirt") == why
+
+
+def test_kubevirts_namespace_is_the_installs_own():
+    assert aim.exemption(created(), "system:serviceaccount:harvester-system:kubevirt-controller", "harvester-system") is None
 
 
 def earlier(name, created_at, phase, aimed_at=None, source="node-b", vmi="vm1"):
@@ -106,11 +111,16 @@ def test_where_the_storage_is_or_will_be(name, facts, expected):
         assert found == expected
 
 
-def test_the_patch_adds_the_selector_and_only_that():
+def test_the_patch_adds_the_selector_and_the_short_unschedulable_timeout_and_only_those():
+    """kubevirt.io/migrationUnschedulablePodTimeoutSeconds: read by virt-controller's migration controller
+    (pkg/virt-controller/watch/migration/migration.go, `getUnschedulablePendingTimeoutSeconds`)."""
     migration = created()
     patched = jsonpatch.apply_patch(migration, aim.aim_patch(migration, "node-c"))
     assert patched["spec"] == {**migration["spec"], "addedNodeSelector": {"kubernetes.io/hostname": "node-c"}}
-    assert {k: v for k, v in patched.items() if k != "spec"} == {k: v for k, v in migration.items() if k != "spec"}
+    assert patched["metadata"]["annotations"] == {**migration["metadata"]["annotations"],
+                                                  "kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "20"}
+    assert {k: v for k, v in patched.items() if k not in ("spec", "metadata")} == \
+        {k: v for k, v in migration.items() if k not in ("spec", "metadata")}
     bare = {"metadata": {}}
     assert jsonpatch.apply_patch(bare, aim.aim_patch(bare, "n"))["spec"] == {"addedNodeSelector": {"kubernetes.io/hostname": "n"}}
 

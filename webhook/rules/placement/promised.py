@@ -34,6 +34,14 @@ class Taken:
     vms: int
     requests: Mapping[str, int]
 
+    def plus(self, other: "Taken") -> "Taken":
+        if not other.vms:
+            return self
+        added = dict(self.requests)
+        for resource, amount in other.requests.items():
+            added[resource] = added.get(resource, 0) + amount
+        return Taken(self.vms + other.vms, added)
+
 
 NOTHING = Taken(0, {})
 
