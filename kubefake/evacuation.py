@@ -78,6 +78,7 @@ class Played:
     objects: list[dict[str, Any]]
     log: list[tuple[float, str, str]]  # (second, what happened, to which object)
     peaks: dict[str, int]  # the most migrations with a target pod at once: in the cluster, off one node
+    stuck: float = 0.0  # the longest any target pod stayed unschedulable, in seconds
 
     def vm_nodes(self) -> dict[str, str]:
         return {o["metadata"]["name"]: o["status"]["nodeName"] for o in self.objects
@@ -145,7 +146,7 @@ class Drain:
                 break
             self.now += 1.0
         return Played(self.of("VirtualMachineInstanceMigration"), self.unschedulable, ended, list(self.objects.values()),
-                      self.log, self.peaks)
+                      self.log, self.peaks, max((r.get("stuck", 0.0) for r in self.runs.values()), default=0.0))
 
     def _done(self) -> bool:
         return not any(v["status"]["nodeName"] == self.drained for v in self.of("VirtualMachineInstance")) \
@@ -314,6 +315,7 @@ class Drain:
             return
         pod = self.objects["Pod", migration["metadata"]["namespace"], run["pod"]]
         if not self._place(pod):
+            run["stuck"] = self.now - run["started"]
             timeout = (migration["metadata"].get("annotations") or {}).get(UNSCHEDULABLE_TIMEOUT)
             if self.now - run["started"] >= (float(timeout) if timeout else self.pace.unschedulable):
                 self.unschedulable.append(pod["metadata"]["name"])

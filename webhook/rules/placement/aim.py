@@ -48,7 +48,7 @@ HEADROOM = 0.1
 # slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
 # Long enough for kube-scheduler's retries of a pod that fits only once a pod there has gone (its
 # longest backoff is 10 s); short beside the migration it holds two slots for.
-UNSCHEDULABLE_SECONDS = 20
+UNSCHEDULABLE_SECONDS = 10
 TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 
 
