@@ -185,16 +185,16 @@ async def test_a_drain_aimed_as_one_plan_costs_no_more_than_one_left_alone(layou
 
 
 async def test_a_node_cordoned_mid_drain_costs_its_aims_seconds_each():
-    """node-d, where the plan sends three VMs, is cordoned 1 s into the drain, before their target pods
-    exist: each target is Unschedulable, fails after the aim's 10 s (not KubeVirt's 300 s), and KubeVirt's
-    next evacuation, not aimed, goes where kube-scheduler puts it after its 20 s backoff
-    (pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`, `handleMigrationBackoff`).
-    The share-managers that could not follow to node-d went where both pods fit; the VMs that missed are
-    the only ones left apart, fewer than with the aim off."""
-    pace = Pace(cordon=((1.0, "node-d"),))
+    """node-b, where the plan sends VMs, is cordoned 40 s into the drain, before the later ones' target
+    pods exist: each such target is Unschedulable and fails after the aim's 10 s (not KubeVirt's 300 s),
+    and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it after its 20 s backoff
+    (pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`, `handleMigrationBackoff`)
+    while the other VMs take the slots. Only a VM that missed is left apart (its NFS server went ahead
+    to node-b), and the drain takes no longer than with the aim off (+ 10 s)."""
+    pace = Pace(cordon=((40.0, "node-b"),))
     off = await drain(Settings(), pace)
     on = await drain(AIM, pace)
     missed = {m["spec"]["vmiName"] for m in on.migrations if m["status"]["phase"] == "Failed"}
     assert missed and on.stuck <= aim.UNSCHEDULABLE_SECONDS
     assert set(on.apart()) <= missed and len(on.apart()) < len(off.apart())
-    assert on.ended <= off.ended + aim.UNSCHEDULABLE_SECONDS + Pace().backoff + 10.0, (on.ended, off.ended)
+    assert on.ended <= off.ended + 10.0, (on.ended, off.ended)
