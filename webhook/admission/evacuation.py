@@ -128,8 +128,8 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
         raise Untouched(storage)
     target = _target(vm_pod, vmi, source, settings)
     candidates = await _candidates(storage, evacuation, every, store, settings, view, deadline)
-    return aim.Member(evacuation.namespace, evacuation.vmi, str(kinds.meta(vmi).get("uid") or ""), target,
-                      frozenset(claims_of(vmi)), candidates), facts
+    return aim.Member(namespace=evacuation.namespace, vmi=evacuation.vmi, uid=str(kinds.meta(vmi).get("uid") or ""),
+                      target=target, claims=frozenset(claims_of(vmi)), candidates=candidates), facts
 def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
     """When the VM's last completed migration ended: the drain began after it."""
     view = read_vmi(vmi, settings)

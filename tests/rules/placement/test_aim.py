@@ -150,8 +150,9 @@ def member(name, *claims, nodes=("node-b", "node-c", "node-d"), priority=None):
     pod["spec"]["nodeSelector"] = {"kubevirt.io/schedulable": "true"}
     if priority is not None:
         pod["spec"]["priority"] = priority
-    return aim.Member("default", name, f"uid-{name}", TargetPod(pod, {}), frozenset(claims or (f"{name}-disk",)),
-                      aim.Candidates(tuple(nodes), "most room", ranked=True))
+    return aim.Member(namespace="default", vmi=name, uid=f"uid-{name}", target=TargetPod(pod, {}),
+                      claims=frozenset(claims or (f"{name}-disk",)),
+                      candidates=aim.Candidates(tuple(nodes), "most room", ranked=True))
 
 
 # Room for three VMs of 2294 MiB on each node.
