@@ -35,6 +35,7 @@ from ..shared.alone import Alone
 from ..shared.facts import Fact
 from .decide import AIMED, Decision
 from .promised import Promises, Taken
+from .rooms import rooms_for
 
 FINISHED = ("Succeeded", "Failed")
 ROOMY = ("cpu", "memory")  # what a node's headroom is measured in
@@ -233,10 +234,10 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
         return f"its migration target cannot be read: {error}"
     refused: dict[str, str] = {}
     taking: list[tuple[bool, int, float, str]] = []
-    for name in candidates.nodes:
+    for name in _in_order(demand, candidates, view):
         node = view.node(name)
-        sent = promises.to(name).plus(mates)
-        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent) \
+        sent = promises.to(name)
+        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates)) \
             or _outranks(target, name, view)
         if why is not None:
             refused[name] = why
@@ -244,13 +245,29 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
         if not candidates.ranked:
             taking.append((False, 0, 0.0, name))
             break
-        tight = _beside(demand, node, view, sent, headroom=True) is not None
-        taking.append((tight, planned.get(name, 0), -(least_allocated(demand, node, view, sent.requests) or 0.0), name))
+        tight = _beside(demand, node, view, sent.plus(mates), headroom=True) is not None
+        taking.append((tight, planned.get(name, 0), -(least_allocated(demand, node, view, sent.plus(mates).requests)
+                                                      or 0.0), name))
+        if not (tight or planned.get(name) or sent.vms or mates.vms):
+            break  # untouched by the plan, the most room of those left: none after it does better
     if not taking:
         shown = "; ".join(refused[n] for n in sorted(refused)[:5]) or "no nodes"
         return f"no node takes its migration target ({candidates.why}): {shown}"
     name = min(taking)[3]
     return name, kinds.labels(view.node(name))[kinds.HOSTNAME_LABEL]
+
+
+def _in_order(demand: Demand, candidates: Candidates, view: View) -> list[str]:
+    """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod): at a
+    thousand nodes, a plan judges a few of them for each VM, not all."""
+    if not candidates.ranked:
+        return list(candidates.nodes)
+    rooms = rooms_for(demand, view)
+    for _ in rooms.update(demand, view):
+        pass
+    wanted = set(candidates.nodes)
+    ordered = [name for _, name in rooms.order if name in wanted]
+    return ordered + sorted(wanted.difference(ordered))
 
 
 def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: bool = False) -> str | None:
