@@ -16,7 +16,6 @@ from ..deadline import Deadline
 from ..kinds import NODE, POD, VMI
 from ..lookup.resolve import Consumers, fit_view, migration_target_pod, node_obstacle, read_through, resolve_disks
 from ..rules import fit
-from ..rules.fit.fields import name_of
 from ..rules.keeping.running import read_target_vmi, read_vmi, vm_pods, VmiView
 from ..rules.kubevirt.target import TargetPod
 from ..rules.placement import aim
@@ -75,15 +74,22 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     view = await fit_view(store, evacuation.namespace, "", deadline)
     if isinstance(view, str):
         raise Untouched(Alone.VM_UNKNOWN, view)
-    mine, facts = await _member(evacuation, vmi, source, every, store, settings, view, deadline)
+    hosts = aim.by_hostname(view.nodes())  # once: every member may look among all nodes
+    mine, facts = await _member(evacuation, vmi, source, every, store, settings, hosts, deadline)
     members = [mine]
     for other in await _marked(evacuation, store, settings, view, deadline):
         try:
-            members.append((await _member(other[0], other[1], source, every, store, settings, view, deadline))[0])
+            members.append((await _member(other[0], other[1], source, every, store, settings, hosts, deadline))[0])
         except (Untouched, StoreError):
             continue  # not aimed: KubeVirt's target goes where kube-scheduler puts it
-    promises = await _kept(every, evacuation, store, settings, view, deadline)
-    chosen = aim.plan(members, evacuation.source, promises, view)[evacuation.namespace, evacuation.vmi]
+    promises = await _kept(every, evacuation, store, settings, view, hosts, deadline)
+    # The drain's admissions come at once and plan alike: the plan kept in the view's memo while the
+    # nodes, the VMs planned and the aims under way are as they were (a burst's later admissions read it).
+    position = view.nodes_changed(None)[0]
+    version = None if position is None else (position, tuple(sorted(members, key=lambda m: (m.namespace, m.vmi))),
+                                              tuple((e.name, e.phase) for e in aim.unfinished_aims(every)))
+    chosen = view.memo.latest(aim.planned, ("plan", evacuation.source), version,
+                              (members, evacuation.source, promises, view))[evacuation.namespace, evacuation.vmi]
     if isinstance(chosen, str):
         raise Untouched(Alone.NO_TARGET, chosen)
     node, hostname = chosen
@@ -111,7 +117,7 @@ async def _marked(evacuation: aim.Evacuation, store: Store, settings: AdmissionS
 
 
 async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[str, Any] | None,
-                  every: list[aim.Evacuation], store: Store, settings: AdmissionSettings, view: fit.View,
+                  every: list[aim.Evacuation], store: Store, settings: AdmissionSettings, hosts: dict[str, str],
                   deadline: Deadline) -> tuple[aim.Member, list[Fact]]:
     """The VM as the plan reads it (and its disks' facts), or Untouched: why it is not aimed."""
     mine = [e for e in every if (e.namespace, e.vmi) == (evacuation.namespace, evacuation.vmi) and not e.finished
@@ -127,7 +133,7 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
     if isinstance(storage, Alone):
         raise Untouched(storage)
     target = _target(vm_pod, vmi, source, settings)
-    candidates = await _candidates(storage, evacuation, every, store, settings, view, deadline)
+    candidates = await _candidates(storage, evacuation, every, store, settings, hosts, deadline)
     return aim.Member(namespace=evacuation.namespace, vmi=evacuation.vmi, uid=str(kinds.meta(vmi).get("uid") or ""),
                       target=target, claims=frozenset(claims_of(vmi)), candidates=candidates), facts
 def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
@@ -163,12 +169,11 @@ def _target(vm_pod: dict[str, Any], vmi: dict[str, Any], source: dict[str, Any] 
 
 
 async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: list[aim.Evacuation], store: Store,
-                      settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> aim.Candidates:
+                      settings: AdmissionSettings, hosts: dict[str, str], deadline: Deadline) -> aim.Candidates:
     """Where the VM may be aimed: its storage's node; else where a VM of the same disk was aimed; else
-    where its share-manager came back; else every node, most room first."""
+    where its share-manager came back; else every node (`hosts`: node names by hostname), most room first."""
     if storage.node is not None:
         return aim.Candidates((storage.node,), storage.why)
-    hosts = aim.by_hostname(view.nodes())
     claims = {fact.subject for fact in storage.moving}
     for other in aim.unfinished_aims(every, but=evacuation.name):
         if other.namespace != evacuation.namespace or other.vmi == evacuation.vmi or other.aimed not in hosts:
@@ -188,16 +193,15 @@ async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: l
         if not bound and named and kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS:
             return aim.Candidates(tuple(str(named).split(",")), f"among the nodes the share-manager of disk "
                                                                 f"{fact.subject} is pinned to", ranked=True)
-    nodes = sorted(n for n in (name_of(node) for node in view.nodes()) if isinstance(n, str) and n)
+    nodes = sorted(set(hosts.values()))
     disks = ", ".join(f.subject for f in storage.moving)
     return aim.Candidates(tuple(nodes), f"the node with most room for it, where the NFS server of disk {disks} "
                                         f"(leaving {evacuation.source} too) will follow it", ranked=True)
 
 
 async def _kept(every: list[aim.Evacuation], evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings,
-                view: fit.View, deadline: Deadline) -> Promises:
+                view: fit.View, hosts: dict[str, str], deadline: Deadline) -> Promises:
     """The aimed evacuations under way whose target pods have not landed: each VM promised to its node."""
-    hosts = aim.by_hostname(view.nodes())
     promises = Promises()
     for other in aim.unfinished_aims(every, but=evacuation.name):
         node = hosts.get(other.aimed or "")

@@ -193,6 +193,7 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
     placed: dict[tuple[str, str], str] = {}  # (namespace, claim) -> node
     planned: collections.Counter[str] = collections.Counter()
     chosen: dict[tuple[str, str], tuple[str, str] | str] = {}
+    orders: dict[Any, list[str]] = {}  # the nodes most room first, by size of pod: the view stays as it is
     members = list(members)
     sharing = {(m.namespace, m.vmi): sum(1 for o in members if o.namespace == m.namespace and o.claims & m.claims)
                for m in members}
@@ -207,12 +208,17 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
             mates = _together(m for m in members if m is not member and m.namespace == member.namespace
                               and m.claims & member.claims)
         found = chosen[member.namespace, member.vmi] = choose(member.target, member.namespace, candidates, view,
-                                                              promises, planned, mates)
+                                                              promises, planned, mates, orders)
         if isinstance(found, tuple):
             planned[found[0]] += 1
             placed.update(((member.namespace, claim), found[0]) for claim in member.claims)
             promises.make(member.uid, source, found[0], ("", ""), PodUsage.of(member.target.pod), 0.0)
     return chosen
+
+
+def planned(given: tuple[Iterable[Member], str, Promises, View]) -> dict[tuple[str, str], tuple[str, str] | str]:
+    """`plan` of (members, source, promises, view): what a view's memo keeps for a drain's admissions."""
+    return plan(*given)
 
 
 def _together(mates: Iterable[Member]) -> Taken:
@@ -224,7 +230,8 @@ def _together(mates: Iterable[Member]) -> Taken:
 
 
 def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
-           planned: Mapping[str, int], mates: Taken = Taken(0, {})) -> tuple[str, str] | str:
+           planned: Mapping[str, int], mates: Taken = Taken(0, {}), orders: dict[Any, list[str]] | None = None
+           ) -> tuple[str, str] | str:
     """(node, its hostname) of the first candidate that takes the VM's target pod beside what is
     promised there (and its `mates`, the VMs of its disks), or, ranked, of the one that does leaving
     HEADROOM, then with fewest of the drain's VMs planned, then most room; or why none does."""
@@ -234,7 +241,7 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
         return f"its migration target cannot be read: {error}"
     refused: dict[str, str] = {}
     taking: list[tuple[bool, int, float, str]] = []
-    for name in _in_order(demand, candidates, view):
+    for name in _in_order(demand, candidates, view, {} if orders is None else orders):
         node = view.node(name)
         sent = promises.to(name)
         why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates)) \
@@ -257,16 +264,19 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
     return name, kinds.labels(view.node(name))[kinds.HOSTNAME_LABEL]
 
 
-def _in_order(demand: Demand, candidates: Candidates, view: View) -> list[str]:
-    """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod): at a
-    thousand nodes, a plan judges a few of them for each VM, not all."""
+def _in_order(demand: Demand, candidates: Candidates, view: View, orders: dict[Any, list[str]]) -> list[str]:
+    """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod; `orders`:
+    those found, by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
     if not candidates.ranked:
         return list(candidates.nodes)
-    rooms = rooms_for(demand, view)
-    for _ in rooms.update(demand, view):
-        pass
+    size = tuple(sorted(demand.requests.items()))
+    if size not in orders:
+        rooms = rooms_for(demand, view)
+        for _ in rooms.update(demand, view):
+            pass
+        orders[size] = [name for _, name in rooms.order]
     wanted = set(candidates.nodes)
-    ordered = [name for _, name in rooms.order if name in wanted]
+    ordered = [name for name in orders[size] if name in wanted]
     return ordered + sorted(wanted.difference(ordered))
 
 
