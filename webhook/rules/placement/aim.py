@@ -29,7 +29,7 @@ from ..fit import View, why_not_fit, why_not_run
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
 from ..fit.resources import allocatable_of, least_allocated, node_resources_fit
-from ..fit.usage import PodUsage, Usage
+from ..fit.usage import PodUsage
 from ..kubevirt.target import TargetPod, lacking
 from ..shared.alone import Alone
 from ..shared.facts import Fact
@@ -205,8 +205,9 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
         if shared is not None and candidates.ranked:
             candidates = Candidates((shared[1],), f"where the VMs of disk {shared[0]} go, its NFS server following them")
         elif candidates.ranked:  # the first of its disks' VMs: a node for them all
-            mates = _together(m for m in members if m is not member and m.namespace == member.namespace
-                              and m.claims & member.claims)
+            for mate in (m for m in members if m is not member and m.namespace == member.namespace
+                         and m.claims & member.claims):
+                mates = mates.plus(Taken(1, PodUsage.of(mate.target.pod).requests))
         found = chosen[member.namespace, member.vmi] = choose(member.target, member.namespace, candidates, view,
                                                               promises, planned, mates, orders)
         if isinstance(found, tuple):
@@ -219,14 +220,6 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
 def planned(given: tuple[Iterable[Member], str, Promises, View]) -> dict[tuple[str, str], tuple[str, str] | str]:
     """`plan` of (members, source, promises, view): what a view's memo keeps for a drain's admissions."""
     return plan(*given)
-
-
-def _together(mates: Iterable[Member]) -> Taken:
-    """What the VMs that share a disk with one take in all."""
-    usage = Usage()
-    for mate in mates:
-        usage.add(PodUsage.of(mate.target.pod))
-    return Taken(usage.pods, dict(usage.requested))
 
 
 def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
