@@ -310,6 +310,7 @@ KINDS = {
     "ConfigMap": ("configmaps", True), "Deployment": ("deployments", True), "Lease": ("leases", True),
     "PriorityClass": ("priorityclasses", False), "RuntimeClass": ("runtimeclasses", False),
     "MutatingWebhookConfiguration": ("mutatingwebhookconfigurations", False),
+    "ClusterRole": ("clusterroles", False), "ClusterRoleBinding": ("clusterrolebindings", False),
     "VirtualMachine": ("virtualmachines", True), "VirtualMachineInstance": ("virtualmachineinstances", True),
     "VirtualMachineInstanceMigration": ("virtualmachineinstancemigrations", True),
     "ShareManager": ("sharemanagers", True), "Volume": ("volumes", True), "Replica": ("replicas", True),
@@ -327,18 +328,26 @@ def _resource(obj: dict[str, Any]) -> tuple[str, bool]:
 class Api:
     """Plain REST on the control plane as its admin (aiohttp, client certificate): what a test puts
     into the cluster, status included (written through the status subresource, as a kubelet, a
-    controller or Longhorn would), and what it reads back."""
+    controller or Longhorn would), and what it reads back. With `owns`, whatever it created (not
+    what it `ensure`d: namespaces, accounts, shared by the session) is deleted when it closes, last
+    first, whatever happened: a fixture that fails half-way leaves nothing for the next test."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, *, owns: bool = False) -> None:
         import aiohttp
 
         context = ssl.create_default_context(cafile=str(plane.ca_file))
         context.load_cert_chain(str(plane.admin_cert), str(plane.admin_key))
         self.url = plane.url
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+        self.created: list[dict[str, Any]] | None = [] if owns else None
 
     async def close(self) -> None:
-        await self.session.close()
+        try:
+            while self.created:
+                with contextlib.suppress(Exception):  # each one tried, whatever the others did
+                    await self.delete(self.created.pop())
+        finally:
+            await self.session.close()
 
     async def __aenter__(self) -> "Api":
         return self
@@ -360,9 +369,10 @@ class Api:
                                         headers={"Content-Type": content_type}) as response:
             return response.status, await response.json(content_type=None)
 
-    async def create(self, obj: dict[str, Any], *, dry_run: bool = False, namespace: str | None = None) -> dict[str, Any]:
-        """Create `obj` (its `status` too, through the subresource); the object as stored.
-        Raises with the apiserver's message when it refuses."""
+    async def create(self, obj: dict[str, Any], *, dry_run: bool = False, namespace: str | None = None,
+                     shared: bool = False) -> dict[str, Any]:
+        """Create `obj` (its `status` too, through the subresource); the object as stored (`shared`:
+        kept when an owning Api closes). Raises with the apiserver's message when it refuses."""
         import copy
 
         body = copy.deepcopy(obj)
@@ -376,6 +386,8 @@ class Api:
         code, stored = await self.request("POST", self.path(body, namespace), body, params=params)
         if code not in (200, 201):
             raise Refused(code, stored.get("message", stored) if isinstance(stored, dict) else stored)
+        if self.created is not None and not dry_run and not shared:
+            self.created.append(stored)
         if status and not dry_run:
             stored = await self.set_status(stored, status)
         if stored.get("kind") == "Node" and not dry_run:
@@ -435,9 +447,9 @@ class Api:
                                "metadata": {"name": account, "namespace": name}})
 
     async def ensure(self, obj: dict[str, Any]) -> None:
-        """Create unless it exists already."""
+        """Create unless it exists already (kept when an owning Api closes)."""
         try:
-            await self.create(obj)
+            await self.create(obj, shared=True)
         except Refused as refused:
             if refused.code != 409:
                 raise

@@ -3,11 +3,18 @@ own (seconds from the cordon), the webhook's admission of each migration and sha
 plugged in, kube-scheduler simulated (`kubefake.scheduler`).
 
 KubeVirt v1.9.0, as its source does it:
+- `kubectl drain` evicts every pod of the node: virt-api's eviction webhook refuses a VM's launcher
+  pod and marks its VMI instead (status.evacuationNodeName, pkg/virt-api/webhooks/validating-webhook/
+  admitters/pod-eviction-admitter.go); any other pod goes, and its controller creates it again,
+  unbound, a moment later (kube-scheduler places it where it fits, maybe where a VM was aimed);
 - the evacuation controller (pkg/virt-controller/watch/drain/evacuation/evacuation.go, `execute`,
-  `sync`, `GenerateNewMigration`) creates a migration for every VMI on the drained node that has no
-  unfinished one, all at once (the cap of 1.8 went with the MigrationPriorityQueue gate's GA):
-  generateName kubevirt-evacuation-, annotation kubevirt.io/evacuationMigration, spec.priority
-  system-critical, no addedNodeSelector; the apiserver runs mutating admission on each (`admit_migration`);
+  `sync`, `GenerateNewMigration`) creates a migration for every marked VMI still on the drained node
+  that has no unfinished one and no pod of an earlier migration left, all in one sync, one goroutine
+  each (the cap of 1.8 went with the MigrationPriorityQueue gate's GA): generateName
+  kubevirt-evacuation-, annotation kubevirt.io/evacuationMigration, spec.priority system-critical, no
+  addedNodeSelector. The apiserver runs mutating admission on each (`admit_migration`) at the same
+  moment, so every admission of one sync sees the cluster as it was before the sync: none sees
+  another's migration;
 - the migration controller (pkg/virt-controller/watch/migration/migration.go) gives a Pending
   migration its target pod only while fewer than parallelMigrationsPerCluster (5) have one and
   fewer than parallelOutboundMigrationsPerNode (2) leave its VM's node (`handleTargetPodCreation`),
@@ -15,14 +22,18 @@ KubeVirt v1.9.0, as its source does it:
   doubling for each failure since the last success, from the last failure (`handleMigrationBackoff`);
   the target pod selects as `objects.migration_node_selector` renders it, addedNodeSelector merged
   under the VM's own keys (`createTargetPod`), with the required anti-affinity to the VMI's pods;
-  a target pod unschedulable for 300 s (`defaultUnschedulablePendingTimeoutSeconds`) is deleted and
-  the migration fails (`handlePendingPodTimeout`); a placed one runs, then the VMI is on the target.
+  a target pod unschedulable for 300 s from its creation (`defaultUnschedulablePendingTimeoutSeconds`,
+  or the migration's kubevirt.io/migrationUnschedulablePodTimeoutSeconds) is deleted and the migration
+  fails (`handlePendingPodTimeout`), having held its slots all along; a placed one runs, then the VMI is
+  on the target and its mark is cleared (virt-handler, pkg/virt-handler/vm.go).
+A node may be cordoned while the drain runs (`Pace.cordon`): no new pod goes there after.
 Longhorn (longhorn-manager controller/share_manager_controller.go): an evicted share-manager pod is
 created again, unbound, only once the old pod is gone (`GetPod` returns nothing); the apiserver runs
 mutating admission on it (`admit_pod`), kube-scheduler places it, and the ShareManager runs there.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import random
@@ -34,6 +45,7 @@ from .scheduler import Scheduler
 
 Admit = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[dict[str, Any]]]
 EVACUATION = "kubevirt.io/evacuationMigration"
+UNSCHEDULABLE_TIMEOUT = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
 PRIORITY = {"system-critical": 100, "user-triggered": 50, "system-maintenance": 20}
 START = datetime.datetime(2026, 11, 27, 8, 0, tzinfo=datetime.UTC)
@@ -51,6 +63,8 @@ class Pace:
     gone: tuple[float, float] = (2.0, 6.0)  # seconds until an evicted share-manager pod is gone
     again: tuple[float, float] = (1.0, 3.0)  # then until longhorn-manager creates it again
     fail_once: frozenset[str] = frozenset()  # VMs whose first migration fails under way (libvirt)
+    recreated: tuple[float, float] = (1.0, 4.0)  # seconds until an evicted ordinary pod's controller creates it again
+    cordon: tuple[tuple[float, str], ...] = ()  # (second, node): another node cordoned while the drain runs
     limit: float = 3600.0
 
 
@@ -64,6 +78,7 @@ class Played:
     objects: list[dict[str, Any]]
     log: list[tuple[float, str, str]]  # (second, what happened, to which object)
     peaks: dict[str, int]  # the most migrations with a target pod at once: in the cluster, off one node
+    stuck: float = 0.0  # the longest any target pod stayed unschedulable, in seconds
 
     def vm_nodes(self) -> dict[str, str]:
         return {o["metadata"]["name"]: o["status"]["nodeName"] for o in self.objects
@@ -96,6 +111,7 @@ class Drain:
         self.rng, self.scheduler = random.Random(seed), Scheduler(random.Random(seed))
         self.now = 0.0
         self.returning: dict[str, float] = {}  # volume -> when its share-manager pod is created again
+        self.evicted: dict[str, tuple[float, dict[str, Any]]] = {}  # ordinary pods: when created again, and as what
         self.gone: dict[str, float] = {}  # volume -> when its evicted pod is gone
         self.unschedulable: list[str] = []
         self.failed_once: set[str] = set()
@@ -120,6 +136,8 @@ class Drain:
         self._cordon()
         ended = None
         while self.now <= self.pace.limit:
+            self._cordons()
+            self._controllers()
             await self._longhorn()
             await self._evacuation()
             self._migrations()
@@ -128,7 +146,7 @@ class Drain:
                 break
             self.now += 1.0
         return Played(self.of("VirtualMachineInstanceMigration"), self.unschedulable, ended, list(self.objects.values()),
-                      self.log, self.peaks)
+                      self.log, self.peaks, max((r.get("stuck", 0.0) for r in self.runs.values()), default=0.0))
 
     def _done(self) -> bool:
         return not any(v["status"]["nodeName"] == self.drained for v in self.of("VirtualMachineInstance")) \
@@ -138,13 +156,39 @@ class Drain:
     def _cordon(self) -> None:
         node = self.objects["Node", "", self.drained]
         node["spec"] = {**node["spec"], "unschedulable": True, "taints": [*(node["spec"].get("taints") or []), DRAIN_TAINT]}
+        for vmi in self.of("VirtualMachineInstance"):
+            if vmi["status"]["nodeName"] == self.drained:  # its launcher pod's eviction refused, the VMI marked
+                vmi["status"]["evacuationNodeName"] = self.drained
         for pod in self.of("Pod"):
             labels = pod["metadata"].get("labels") or {}
-            if labels.get("longhorn.io/component") == "share-manager" and pod["spec"].get("nodeName") == self.drained:
+            if pod["spec"].get("nodeName") != self.drained or "kubevirt.io/created-by" in labels:
+                continue
+            if labels.get("longhorn.io/component") == "share-manager":
                 volume = labels["longhorn.io/share-manager"]
                 pod["metadata"]["deletionTimestamp"] = self.stamp()  # kubectl drain evicts it at once
                 self.gone[volume] = self.rng.uniform(*self.pace.gone)
                 self.objects["ShareManager", LONGHORN_NS, volume]["status"] = {"state": "error", "ownerID": self.drained}
+            else:  # evicted; its ReplicaSet creates another, kube-scheduler places it
+                del self.objects[self._key(pod)]
+                again = {**pod, "metadata": {**pod["metadata"], "name": pod["metadata"]["name"] + "-r"},
+                         "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}, "status": {"phase": "Pending"}}
+                self.evicted[again["metadata"]["name"]] = (self.rng.uniform(*self.pace.recreated), again)
+
+    def _cordons(self) -> None:
+        for when, name in self.pace.cordon:
+            if when == self.now:
+                node = self.objects["Node", "", name]
+                node["spec"] = {**node["spec"], "unschedulable": True}
+                self.log.append((self.now, "cordoned", name))
+
+    def _controllers(self) -> None:
+        """The evicted ordinary pods created again by their controllers, and placed."""
+        for name, (when, pod) in sorted(self.evicted.items()):
+            if self.now >= when:
+                self.objects.setdefault(self._key(pod), pod)
+                if self._place(pod):
+                    del self.evicted[name]
+                    self.log.append((self.now, "pod placed again", f"{name} on {pod['spec']['nodeName']}"))
 
     async def _longhorn(self) -> None:
         for volume, when in sorted(self.gone.items()):
@@ -180,18 +224,25 @@ class Drain:
         return [m for m in self.of("VirtualMachineInstanceMigration") if m["spec"]["vmiName"] == vmi
                 and m["status"].get("phase") not in ("Succeeded", "Failed")]
 
+    def _active_pods(self, vmi: dict[str, Any]) -> int:
+        """`VMIActivePodsCount`: the VMI's pods neither Succeeded nor Failed."""
+        return sum(1 for p in self.of("Pod") if (p["metadata"].get("labels") or {}).get("kubevirt.io/created-by")
+                   == vmi["metadata"]["uid"] and p["status"].get("phase") not in ("Succeeded", "Failed"))
+
     async def _evacuation(self) -> None:
-        """Every VMI on the drained node without an unfinished migration gets one, all in one sync."""
-        for vmi in sorted(self.of("VirtualMachineInstance"), key=lambda v: v["metadata"]["name"]):
-            name = vmi["metadata"]["name"]
-            if vmi["status"]["nodeName"] != self.drained or self._unfinished(name):
-                continue
+        """One sync: every marked VMI on the drained node without an unfinished migration or a pod of an
+        earlier one gets a migration, all created at once, each admitted over the cluster as it was
+        before the sync (`filterRunningNonMigratingVMIs`, `sync`'s goroutines)."""
+        candidates = [vmi for vmi in sorted(self.of("VirtualMachineInstance"), key=lambda v: v["metadata"]["name"])
+                      if vmi["status"]["nodeName"] == self.drained == vmi["status"].get("evacuationNodeName")
+                      and not self._unfinished(vmi["metadata"]["name"]) and self._active_pods(vmi) <= 1]
+        before = list(self.objects.values())
+        created = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                    "metadata": {"generateName": "kubevirt-evacuation-", "namespace": vmi["metadata"]["namespace"],
+                                 "annotations": {EVACUATION: self.drained}},
+                    "spec": {"vmiName": vmi["metadata"]["name"], "priority": "system-critical"}} for vmi in candidates]
+        for stored in await asyncio.gather(*(self.admit_migration(c, before) for c in created)):
             self.count += 1
-            created = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-                       "metadata": {"generateName": "kubevirt-evacuation-", "namespace": vmi["metadata"]["namespace"],
-                                    "annotations": {EVACUATION: self.drained}},
-                       "spec": {"vmiName": name, "priority": "system-critical"}}
-            stored = await self.admit_migration(created, list(self.objects.values()))
             stored["metadata"].update(name=f"kubevirt-evacuation-{self.count:05d}", uid=f"vmim-{self.count:05d}",
                                       creationTimestamp=self.stamp())
             stored["status"] = {"phase": "Pending"}
@@ -264,7 +315,9 @@ class Drain:
             return
         pod = self.objects["Pod", migration["metadata"]["namespace"], run["pod"]]
         if not self._place(pod):
-            if self.now - run["started"] >= self.pace.unschedulable:
+            run["stuck"] = self.now - run["started"]
+            timeout = (migration["metadata"].get("annotations") or {}).get(UNSCHEDULABLE_TIMEOUT)
+            if self.now - run["started"] >= (float(timeout) if timeout else self.pace.unschedulable):
                 self.unschedulable.append(pod["metadata"]["name"])
                 self._fail(migration, pod)
             return
@@ -298,6 +351,7 @@ class Drain:
                 source["status"] = {"phase": "Succeeded"}
         pod["metadata"]["labels"]["kubevirt.io/nodeName"] = target
         vmi["metadata"]["labels"]["kubevirt.io/nodeName"] = target
+        vmi["status"].pop("evacuationNodeName", None)
         vmi["status"].update(nodeName=target, migrationState={
             "migrationUid": migration["metadata"]["uid"], "completed": True, "sourceNode": self.runs[migration["metadata"]["name"]]["source"],
             "targetNode": target, "targetPod": pod["metadata"]["name"], "startTimestamp": self.stamp(),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.admission_policy import evaluate
+from tests.support.helm import render
 from tests.support.kube import VIRT_CONTROLLER, evacuation, kubectl, migration, migration_review
 
 from webhook.__main__ import build_parser, settings_from
@@ -56,6 +57,7 @@ def test_the_option_adds_one_entry_one_flag_and_reading_migrations(installs):
     assert hook["rules"] == [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
                               "resources": ["virtualmachineinstancemigrations"], "scope": "Namespaced"}]
     assert (hook["failurePolicy"], hook["sideEffects"]) == ("Ignore", "NoneOnDryRun") and hook["timeoutSeconds"] <= 5
+    assert hook["reinvocationPolicy"] == "Never"  # one call per evacuation: virt-api's mutator keeps what we add
     assert hook["clientConfig"]["service"] | {"port": 0} == {"name": NS, "namespace": NS, "path": "/mutate", "port": 0}
     args = one(aimed, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert settings_from(build_parser().parse_args(["serve", *args])).aim_evacuations is True
@@ -86,7 +88,8 @@ def keepers():
 
 CASES = [
     ("virt-controller's evacuation", request(evacuation("vm1", "node-a")), True),
-    ("in another KubeVirt namespace", request(evacuation("vm1", "node-a"), "system:serviceaccount:harvester-system:kubevirt-controller"), True),
+    ("virt-controller's account in another namespace",
+     request(evacuation("vm1", "node-a"), "system:serviceaccount:tenant-a:kubevirt-controller"), False),
     ("already aimed", request(evacuation("vm1", "node-a", added={"kubernetes.io/hostname": "node-b"})), False),
     ("a user's migration", request(evacuation("vm1", "node-a"), "kubernetes-admin"), False),
     ("the keeper's migration", request(keepers(), "system:serviceaccount:kubevirt-colocate:kubevirt-colocate-keeper"), False),
@@ -101,3 +104,13 @@ def test_only_kubevirts_own_evacuations_not_yet_aimed_reach_the_webhook(installs
     _, aimed = installs
     conditions = hooks(aimed)[HOOK]["matchConditions"]
     assert all(evaluate(c["expression"], copy.deepcopy(sent)) for c in conditions) is reaches
+
+
+def test_kubevirts_namespace_is_the_charts_value_for_the_flag_and_the_match_condition():
+    """The chart's kubevirtNamespace: the webhook's --kubevirt-namespace and the entry's account alike."""
+    rendered = render({"aimEvacuations": True, "kubevirtNamespace": "harvester-system"})
+    args = one(rendered, "Deployment", NS)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert settings_from(build_parser().parse_args(["serve", *args])).kubevirt_namespace == "harvester-system"
+    [condition] = hooks(rendered)[HOOK]["matchConditions"]
+    other = request(evacuation("vm1", "node-a"), "system:serviceaccount:harvester-system:kubevirt-controller")
+    assert evaluate(condition["expression"], other) and not evaluate(condition["expression"], request(evacuation("vm1", "node-a")))

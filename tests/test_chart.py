@@ -295,7 +295,7 @@ def test_the_defaults_are_the_servers():
         "keepMaxPerDay": server.keep_max_per_day, "pin": server.pin, "optInAnnotation": server.opt_in_annotation,
         "longhornNamespace": server.longhorn_namespace, "shareManagerRule": server.share_manager_rule,
         "spareVMs": server.spare_vms, "aimEvacuations": server.aim_evacuations,
-        "bodyBudgetMiB": serve_default("--body-budget")}
+        "kubevirtNamespace": server.kubevirt_namespace, "bodyBudgetMiB": serve_default("--body-budget")}
     keeper = values["keeper"]
     assert (keeper["after"], keeper["afterDescheduled"], keeper["maxInflight"], keeper["maxPerDay"], values["pin"],
             values["optInAnnotation"], values["longhorn"]["namespace"], values["shareManagerRule"],

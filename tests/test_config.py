@@ -11,13 +11,13 @@ GIVEN = {
     "csi_driver": "csi.example.com", "pin": "preferred", "share_manager_rule": "off",
     "default_timeout": "5", "deadline_margin": "0.5", "keep": "migrate", "keep_after": "60",
     "keep_after_descheduled": "3600", "keep_max_inflight": "3", "keep_max_per_day": "4",
-    "keep_max_outbound_per_node": "1", "spare_vms": "on", "aim_evacuations": "on", "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
+    "keep_max_outbound_per_node": "1", "spare_vms": "on", "aim_evacuations": "on", "kubevirt_namespace": "harvester-system", "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
 }
 EXPECTED = {
     "opt_in_annotation": "example.com/colocate", "decision_prefix": "example.com/", "longhorn_namespace": "storage",
     "csi_driver": "csi.example.com", "pin": PinMode.PREFERRED, "share_manager_rule": False, "default_timeout": 5.0, "deadline_margin": 0.5, "keep": KeepMode.MIGRATE,
     "keep_after": 60.0, "keep_after_descheduled": 3600.0, "keep_max_inflight": 3, "keep_max_per_day": 4,
-    "keep_max_outbound_per_node": 1, "spare_vms": True, "aim_evacuations": True, "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
+    "keep_max_outbound_per_node": 1, "spare_vms": True, "aim_evacuations": True, "kubevirt_namespace": "harvester-system", "lease_namespace": "kubevirt-colocate", "lease_name": "keeper",
 }
 # What each verb needs besides the flag under test.
 REQUIRED = {"serve": [], "keep": [], "review": ["--state", "state.yaml"], "explain": ["default/vm1"], "status": [], "spare-vms": []}

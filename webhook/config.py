@@ -189,6 +189,8 @@ class AdmissionSettings(SharedSettings):
         False, "on: aim KubeVirt's evacuation migrations of a drained (cordoned) node at the node of each VM's "
         "storage, the share-managers following them; needs the install's aim-evacuations webhook "
         "(docs/operations.md)", (SERVE, STATUS))
+    kubevirt_namespace: str = setting("kubevirt", "namespace KubeVirt runs in: only its virt-controller's evacuations "
+                                      "are aimed", (SERVE, STATUS))
     # Deadline used when the apiserver sends no ?timeout= (its own default is 10 s).
     default_timeout: float = 10.0
     # Answer this long before the apiserver gives up on us.

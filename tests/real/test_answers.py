@@ -72,7 +72,7 @@ DECISIONS = {
 
 @pytest.fixture
 async def api(control_plane):
-    async with Api(control_plane) as api:
+    async with Api(control_plane, owns=True) as api:
         for namespace in ("default", "vms"):  # the fixtures' own, and KubeVirt 1.8's objects' namespace
             await api.namespace(namespace)
         await api.longhorn()

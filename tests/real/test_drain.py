@@ -280,7 +280,7 @@ class Drain:
 
 @pytest.fixture
 async def api(scheduler):
-    async with Api(scheduler) as api:
+    async with Api(scheduler, owns=True) as api:
         yield api
 
 

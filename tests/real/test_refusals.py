@@ -10,7 +10,7 @@ from tests.support.refusals import ACCEPTED, REFUSED
 
 @pytest.fixture
 async def apiserver(control_plane):
-    async with Api(control_plane) as api:
+    async with Api(control_plane, owns=True) as api:
         await api.namespace(refusals.NAMESPACE)
 
         async def request(method, url, body, content_type):

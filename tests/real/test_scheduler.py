@@ -129,7 +129,7 @@ async def replay(api: Api, pod: dict[str, Any], node: str, cluster: list[dict[st
 
 @pytest.fixture
 async def api(scheduler):
-    async with Api(scheduler) as api:
+    async with Api(scheduler, owns=True) as api:
         yield api
 
 

@@ -26,7 +26,7 @@ async def cluster(scheduler):
     objects = [*nodes("node-a", "node-b", "node-c"), *rwx_disk("vm1-rootdisk", "node-b"),
                *rwx_disk("vm2-data", "node-a", state="stopped", pod=False), running_vm("vm2", "node-c", "vm2-data")]
     made = []
-    async with Api(scheduler) as api:
+    async with Api(scheduler, owns=True) as api:
         await api.namespace(VMS)
         await api.longhorn()
         for obj in objects:

@@ -7,6 +7,7 @@ the same cluster aim alike.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .. import kinds
@@ -15,11 +16,11 @@ from ..deadline import Deadline
 from ..kinds import NODE, POD, VMI
 from ..lookup.resolve import Consumers, fit_view, migration_target_pod, node_obstacle, read_through, resolve_disks
 from ..rules import fit
-from ..rules.fit.fields import name_of
 from ..rules.keeping.running import read_target_vmi, read_vmi, vm_pods, VmiView
 from ..rules.kubevirt.target import TargetPod
 from ..rules.placement import aim
 from ..rules.placement.decide import PIN_WEIGHT, PINNED, Decision
+from ..rules.placement.promised import Promises
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import opted_in
 from ..rules.shared.facts import Fact, claims_of, disks_of
@@ -40,7 +41,7 @@ class Untouched(Exception):
 async def evacuation_rule(migration: Any, namespace: str, user: str, store: Store, settings: AdmissionSettings,
                           deadline: Deadline) -> Outcome:
     """Aim the evacuation, or say why it is left untouched."""
-    exempt = aim.exemption(migration, user)
+    exempt = aim.exemption(migration, user, settings.kubevirt_namespace)
     if exempt is not None:
         return skip(Rule.EVACUATION, exempt)
     evacuation = aim.read_evacuation(migration, namespace)
@@ -60,6 +61,7 @@ async def evacuation_rule(migration: Any, namespace: str, user: str, store: Stor
 
 async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings,
                deadline: Deadline) -> tuple[Decision, str, list[Fact]]:
+    """This VM's place in the plan of the whole drain of its node."""
     vmi = await read_through(store, VMI, evacuation.namespace, evacuation.vmi, deadline)
     if vmi is None:
         raise Untouched(Alone.VM_UNKNOWN, f"VMI {evacuation.namespace}/{evacuation.vmi} not found")
@@ -69,6 +71,59 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     if not kinds.spec(source).get("unschedulable"):
         raise Untouched(Alone.NOT_DRAINED, f"node {evacuation.source} is not cordoned: no drain")
     every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
+    view = await fit_view(store, evacuation.namespace, "", deadline)
+    if isinstance(view, str):
+        raise Untouched(Alone.VM_UNKNOWN, view)
+    hosts = aim.by_hostname(view.nodes())  # once: every member may look among all nodes
+    mine, facts = await _member(evacuation, vmi, source, every, store, settings, hosts, deadline)
+    members = [mine]
+    for other in await _marked(evacuation, store, settings, view, deadline):
+        try:
+            members.append((await _member(other[0], other[1], source, every, store, settings, hosts, deadline))[0])
+        except (Untouched, StoreError):
+            continue  # not aimed: KubeVirt's target goes where kube-scheduler puts it
+    promises = await _kept(every, evacuation, store, settings, view, hosts, deadline)
+    # The drain's admissions come at once and plan alike: the plan kept in the view's memo while the
+    # nodes, the VMs planned and the aims under way are as they were (a burst's later admissions read it).
+    position = view.nodes_changed(None)[0]
+    version = None if position is None else (position, tuple(sorted(members, key=lambda m: (m.namespace, m.vmi))),
+                                              tuple((e.name, e.phase) for e in aim.unfinished_aims(every)))
+    chosen = view.memo.latest(aim.planned, ("plan", evacuation.source), version,
+                              (members, evacuation.source, promises, view))[evacuation.namespace, evacuation.vmi]
+    if isinstance(chosen, str):
+        raise Untouched(Alone.NO_TARGET, chosen)
+    node, hostname = chosen
+    return aim.aimed(node, hostname, evacuation, mine.candidates.why), hostname, facts
+
+
+async def _marked(evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings, view: fit.View,
+                  deadline: Deadline) -> list[tuple[aim.Evacuation, dict[str, Any]]]:
+    """The other opted-in VMs KubeVirt is evacuating off the node (their VMIs marked,
+    status.evacuationNodeName; their launcher pods still there): each as its evacuation would read."""
+    found = []
+    for pod in view.pods_on(evacuation.source):
+        owner = kinds.vmi_owner(pod)
+        namespace = kinds.meta(pod).get("namespace") or ""
+        if owner is None or kinds.labels(pod).get(kinds.CREATED_BY_LABEL) is None or \
+                (namespace, owner.get("name")) == (evacuation.namespace, evacuation.vmi):
+            continue
+        vmi = await read_through(store, VMI, namespace, str(owner.get("name") or ""), deadline)
+        status = kinds.status(vmi) if vmi is not None else {}
+        if vmi is None or not opted_in(kinds.annotations(vmi), settings) or \
+                status.get("evacuationNodeName") != evacuation.source or status.get("nodeName") != evacuation.source:
+            continue
+        found.append((dataclasses.replace(evacuation, name="", vmi=kinds.meta(vmi)["name"], namespace=namespace), vmi))
+    return sorted(found, key=lambda f: (f[0].namespace, f[0].vmi))
+
+
+async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[str, Any] | None,
+                  every: list[aim.Evacuation], store: Store, settings: AdmissionSettings, hosts: dict[str, str],
+                  deadline: Deadline) -> tuple[aim.Member, list[Fact]]:
+    """The VM as the plan reads it (and its disks' facts), or Untouched: why it is not aimed."""
+    mine = [e for e in every if (e.namespace, e.vmi) == (evacuation.namespace, evacuation.vmi) and not e.finished
+            and e.name != evacuation.name]
+    if evacuation.name == "" and mine:  # another's, under way: where it goes is settled (`_kept`)
+        raise Untouched(Alone.ALREADY_AIMED)
     failed = aim.failed_aim(evacuation, every, _last_move(vmi, settings))
     if failed is not None:
         raise Untouched(failed)
@@ -78,18 +133,9 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     if isinstance(storage, Alone):
         raise Untouched(storage)
     target = _target(vm_pod, vmi, source, settings)
-    view = await fit_view(store, evacuation.namespace, "", deadline)
-    if isinstance(view, str):
-        raise Untouched(Alone.VM_UNKNOWN, view)
-    candidates = await _candidates(storage, evacuation, every, store, settings, view, deadline)
-    reserved = aim.Reserved(view, await _reservations(every, evacuation, store, settings, view, deadline))
-    chosen = aim.choose(target, evacuation.namespace, candidates, reserved)
-    if isinstance(chosen, str):
-        raise Untouched(Alone.NO_TARGET, chosen)
-    node, hostname = chosen
-    return aim.aimed(node, hostname, evacuation, candidates.why), hostname, facts
-
-
+    candidates = await _candidates(storage, evacuation, every, store, settings, hosts, deadline)
+    return aim.Member(namespace=evacuation.namespace, vmi=evacuation.vmi, uid=str(kinds.meta(vmi).get("uid") or ""),
+                      target=target, claims=frozenset(claims_of(vmi)), candidates=candidates), facts
 def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
     """When the VM's last completed migration ended: the drain began after it."""
     view = read_vmi(vmi, settings)
@@ -123,12 +169,11 @@ def _target(vm_pod: dict[str, Any], vmi: dict[str, Any], source: dict[str, Any] 
 
 
 async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: list[aim.Evacuation], store: Store,
-                      settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> aim.Candidates:
+                      settings: AdmissionSettings, hosts: dict[str, str], deadline: Deadline) -> aim.Candidates:
     """Where the VM may be aimed: its storage's node; else where a VM of the same disk was aimed; else
-    where its share-manager came back; else every node, most room first."""
+    where its share-manager came back; else every node (`hosts`: node names by hostname), most room first."""
     if storage.node is not None:
         return aim.Candidates((storage.node,), storage.why)
-    hosts = aim.by_hostname(view.nodes())
     claims = {fact.subject for fact in storage.moving}
     for other in aim.unfinished_aims(every, but=evacuation.name):
         if other.namespace != evacuation.namespace or other.vmi == evacuation.vmi or other.aimed not in hosts:
@@ -148,17 +193,16 @@ async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: l
         if not bound and named and kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS:
             return aim.Candidates(tuple(str(named).split(",")), f"among the nodes the share-manager of disk "
                                                                 f"{fact.subject} is pinned to", ranked=True)
-    nodes = sorted(n for n in (name_of(node) for node in view.nodes()) if isinstance(n, str) and n)
+    nodes = sorted(set(hosts.values()))
     disks = ", ".join(f.subject for f in storage.moving)
     return aim.Candidates(tuple(nodes), f"the node with most room for it, where the NFS server of disk {disks} "
                                         f"(leaving {evacuation.source} too) will follow it", ranked=True)
 
 
-async def _reservations(every: list[aim.Evacuation], evacuation: aim.Evacuation, store: Store,
-                        settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> dict[str, list[fit.PodUsage]]:
-    """By node: what the VMs of aimed evacuations still under way take where their target pods are not yet."""
-    hosts = aim.by_hostname(view.nodes())
-    reserved: dict[str, list[fit.PodUsage]] = {}
+async def _kept(every: list[aim.Evacuation], evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings,
+                view: fit.View, hosts: dict[str, str], deadline: Deadline) -> Promises:
+    """The aimed evacuations under way whose target pods have not landed: each VM promised to its node."""
+    promises = Promises()
     for other in aim.unfinished_aims(every, but=evacuation.name):
         node = hosts.get(other.aimed or "")
         if node is None or any(kinds.labels(pod).get(kinds.MIGRATION_JOB_LABEL) == other.uid
@@ -171,8 +215,8 @@ async def _reservations(every: list[aim.Evacuation], evacuation: aim.Evacuation,
             pod = await _launcher(store, settings, other, vmi, deadline)
         except Untouched:
             continue
-        reserved.setdefault(node, []).append(fit.PodUsage.of(pod))
-    return reserved
+        promises.make(str(kinds.meta(vmi).get("uid") or other.vmi), other.source, node, ("", ""), fit.PodUsage.of(pod), 0.0)
+    return promises
 
 
 async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, store: Store,

@@ -1,8 +1,8 @@
 """`status --drain NODE --aim-evacuations on`: where each VM's evacuation would be aimed, or why it
 would be left as KubeVirt makes it, worked out by the webhook's own rule (`admission.evacuation`) over
-the cluster as the drain makes it: the node cordoned, the share-managers on it gone (Longhorn creates
-them again only after their pods are), KubeVirt's evacuations created one after another, each seeing
-the ones before it."""
+the cluster as the drain makes it: the node cordoned, its VMIs marked for evacuation, the
+share-managers on it gone (Longhorn creates them again only after their pods are). Each admission plans
+the whole drain, so the answers are those of KubeVirt's evacuations created at once."""
 from __future__ import annotations
 
 import copy
@@ -21,7 +21,6 @@ from ..stores.snapshot import SnapshotStore
 from ..stores.store import StoreError
 
 DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
-VIRT_CONTROLLER = f"system:serviceaccount:kubevirt:{kinds.VIRT_CONTROLLER_ACCOUNT}"
 
 
 async def drain_aims(store: ClusterStore, settings: Settings, node: str, vms: Sequence[tuple[str, str]],
@@ -36,17 +35,14 @@ async def drain_aims(store: ClusterStore, settings: Settings, node: str, vms: Se
     for number, (namespace, name) in enumerate(sorted(vms)):
         migration = evacuation(namespace, name, node)
         request = AdmissionRequest(uid=f"drain-{number}", kind=VMIM.kind, group=VMIM.group, operation="CREATE",
-                                   namespace=namespace, name="", object=migration, dry_run=True, user=VIRT_CONTROLLER)
+                                   namespace=namespace, name="", object=migration, dry_run=True,
+                                   user=f"system:serviceaccount:{settings.kubevirt_namespace}:{kinds.VIRT_CONTROLLER_ACCOUNT}")
         outcome = await admit(request, SnapshotStore(objects), aiming, Deadline.after(timeout, 0))
         if outcome.decision is None:
             detail = f" ({outcome.detail})" if outcome.detail else ""
             said[namespace, name] = f"its evacuation would be left as KubeVirt makes it: {outcome.skipped}{detail}"
             continue
         said[namespace, name] = f"its evacuation would be aimed at {outcome.decision.node}: {outcome.decision.reason}"
-        migration["metadata"].update(name=f"kubevirt-evacuation-preview-{number:04d}", uid=f"preview-{number}",
-                                     creationTimestamp=f"9999-01-01T00:{number // 60 % 60:02d}:{number % 60:02d}Z")
-        migration["spec"][kinds.ADDED_NODE_SELECTOR] = {kinds.HOSTNAME_LABEL: _hostname(objects, outcome.decision.node)}
-        objects.append(migration)
     return said
 
 
@@ -56,11 +52,6 @@ def evacuation(namespace: str, vmi: str, node: str) -> dict[str, Any]:
             "metadata": {"generateName": kinds.EVACUATION_PREFIX, "namespace": namespace,
                          "annotations": {kinds.EVACUATION_ANNOTATION: node}},
             "spec": {"vmiName": vmi, "priority": kinds.DRAIN_PRIORITY}}
-
-
-def _hostname(objects: list[dict[str, Any]], node: str | None) -> str:
-    found = next((o for o in objects if o.get("kind") == NODE.kind and kinds.meta(o).get("name") == node), None)
-    return str(kinds.labels(found).get(kinds.HOSTNAME_LABEL) or node)
 
 
 async def _listed(store: ClusterStore, settings: Settings, timeout: float) -> list[dict[str, Any]]:
@@ -75,7 +66,8 @@ async def _listed(store: ClusterStore, settings: Settings, timeout: float) -> li
 
 
 def as_drained(objects: list[dict[str, Any]], node: str, settings: Settings) -> list[dict[str, Any]]:
-    """The cluster once `node` is cordoned and tainted and its share-manager pods evicted and gone."""
+    """The cluster once `node` is cordoned and tainted, its VMIs marked (virt-api's answer to their
+    launcher pods' eviction) and its share-manager pods evicted and gone."""
     drained: list[dict[str, Any]] = []
     leaving: set[str] = set()
     for obj in objects:
@@ -88,6 +80,8 @@ def as_drained(objects: list[dict[str, Any]], node: str, settings: Settings) -> 
                 kinds.labels(obj).get(kinds.SHARE_MANAGER_VOLUME_LABEL) and kinds.spec(obj).get("nodeName") == node:
             leaving.add(kinds.labels(obj)[kinds.SHARE_MANAGER_VOLUME_LABEL])
             continue
+        elif obj["kind"] == VMI.kind and kinds.status(obj).get("nodeName") == node:
+            obj = {**obj, "status": {**kinds.status(obj), "evacuationNodeName": node}}
         drained.append(obj)
     for i, obj in enumerate(drained):
         if obj["kind"] == SHARE_MANAGER.kind and kinds.meta(obj).get("name") in leaving:

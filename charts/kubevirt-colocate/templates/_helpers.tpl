@@ -46,6 +46,7 @@ longhornNamespace: longhorn-system
 shareManagerRule: true
 spareVMs: false
 aimEvacuations: false
+kubevirtNamespace: kubevirt
 bodyBudgetMiB: 192
 {{- end }}
 
@@ -65,6 +66,9 @@ bodyBudgetMiB: 192
 {{- end -}}
 {{- if .Values.aimEvacuations -}}
 {{- $flags = append $flags "--aim-evacuations=on" -}}
+{{- if ne .Values.kubevirtNamespace $default.kubevirtNamespace -}}
+{{- $flags = append $flags (printf "--kubevirt-namespace=%s" .Values.kubevirtNamespace) -}}
+{{- end -}}
 {{- end -}}
 {{- with $flags }}{{ toYaml . }}{{ end -}}
 {{- end }}

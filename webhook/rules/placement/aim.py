@@ -2,20 +2,24 @@
 
 KubeVirt 1.9's evacuation controller creates every migration of a drained node at once, with no
 `spec.addedNodeSelector` (pkg/virt-controller/watch/drain/evacuation/evacuation.go,
-`GenerateNewMigration`): kube-scheduler then picks each target knowing nothing of the VM's NFS server,
-and the keeper moves the VM a second time. Added at CREATE, the selector is kept (virt-api's create
+`GenerateNewMigration`), one goroutine each: their admissions run at the same moment, none seeing
+another's. Left alone, kube-scheduler picks each target knowing nothing of the VM's NFS server, and the
+keeper moves the VM a second time. Added at CREATE, the selector is kept (virt-api's create
 validator does not check it, KubeVirt's mutator replaces only /metadata, the priority check reads the
 request's user) and merged into the target pod's nodeSelector under the VM's own keys
-(pkg/virt-controller/watch/migration/migration.go, `createTargetPod`). So each evacuation is aimed,
-before any target pod exists, at the node where the VM's storage is, or will be when its share-manager
-leaves the drained node too: then one node per volume, which the volume's other VMs and its re-created
-share-manager follow (the aimed migrations in the caches are the record). The node must take KubeVirt's
-target pod (the never-strand checks, `rules.fit`, on the pod `rules.kubevirt.target` renders), counting
-what is already aimed at it and not landed. Where none does, or an aimed evacuation of this VM failed
-since the drain began, the migration is left as KubeVirt made it.
+(pkg/virt-controller/watch/migration/migration.go, `createTargetPod`). So each admission plans the
+whole drain of the node (`plan`: every opted-in VM virt-controller marked, status.evacuationNodeName)
+and answers this VM's place in it: at the node where the VM's storage is, or, when its share-manager
+leaves the drained node too, a node of its own choosing, which the volume's other VMs and its
+re-created share-manager follow (the aimed migrations in the caches are the record). Each node must
+take KubeVirt's target pod (the never-strand checks, `rules.fit`, on the pod `rules.kubevirt.target`
+renders) beside what the plan and the aims not landed send there (`promised.Promises`). Where none
+does, or an aimed evacuation of this VM failed since the drain began, the migration is left as
+KubeVirt made it.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -24,15 +28,29 @@ from ... import kinds
 from ..fit import View, why_not_fit, why_not_run
 from ..fit.demand import Demand
 from ..fit.fields import Unreadable, name_of
-from ..fit.resources import allocatable_of
-from ..fit.usage import PodUsage, Usage
+from ..fit.resources import allocatable_of, least_allocated, node_resources_fit
+from ..fit.usage import PodUsage
 from ..kubevirt.target import TargetPod, lacking
 from ..shared.alone import Alone
 from ..shared.facts import Fact
 from .decide import AIMED, Decision
+from .promised import Promises, Taken
+from .rooms import rooms_for
 
 FINISHED = ("Succeeded", "Failed")
-ROOMY = ("cpu", "memory")  # what a node's room for the VM is measured in
+ROOMY = ("cpu", "memory")  # what a node's headroom is measured in
+# The share of a node's cpu and memory a plan leaves free where it can (a VM goes into it only where no
+# node has room without): the target pod is created minutes later, when a slot frees, and what lands
+# there meanwhile is counted by no plan — the drain's other evicted pods, the targets of VMs not aimed.
+HEADROOM = 0.1
+# kubevirt.io/migrationUnschedulablePodTimeoutSeconds on an aimed evacuation (read by virt-controller
+# since KubeVirt v0.48.0, pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`,
+# counted from the target pod's creation; 300 s without it): an aim that no longer fits gives its
+# slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
+# Long enough for kube-scheduler's retries of a pod that fits only once a pod there has gone (its
+# longest backoff is 10 s); short beside the migration it holds two slots for.
+UNSCHEDULABLE_SECONDS = 10
+TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,9 +85,10 @@ def read_evacuation(migration: Any, namespace: str = "") -> Evacuation:
                       uid=text(metadata.get("uid")))
 
 
-def exemption(migration: Any, user: str) -> Alone | None:
-    """Why the created migration is no drain's evacuation by virt-controller that we may aim, or None.
-    Never a user's, the keeper's, the descheduler's (system-maintenance) or a workload update's."""
+def exemption(migration: Any, user: str, kubevirt_namespace: str) -> Alone | None:
+    """Why the created migration is no drain's evacuation by virt-controller (the account of KubeVirt's
+    namespace) that we may aim, or None. Never a user's, the keeper's, the descheduler's
+    (system-maintenance) or a workload update's."""
     if not isinstance(migration, dict) or not isinstance(migration.get("spec", {}), dict):
         return Alone.NOT_EVACUATION
     metadata = kinds.meta(migration)
@@ -77,8 +96,7 @@ def exemption(migration: Any, user: str) -> Alone | None:
     if not kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION) or not str(name).startswith(
             kinds.EVACUATION_PREFIX) or kinds.labels(migration).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT:
         return Alone.NOT_EVACUATION
-    account = user.rpartition(":")
-    if not user.startswith("system:serviceaccount:") or account[2] != kinds.VIRT_CONTROLLER_ACCOUNT:
+    if user != f"system:serviceaccount:{kubevirt_namespace}:{kinds.VIRT_CONTROLLER_ACCOUNT}":
         return Alone.NOT_VIRT_CONTROLLER
     priority = kinds.spec(migration).get("priority")
     if priority == kinds.DESCHEDULER_PRIORITY:
@@ -133,29 +151,6 @@ def storage_of(facts: Sequence[Fact], drained: str) -> Storage | Alone:
     return Storage(moving=tuple(longhorn))
 
 
-class Reserved:
-    """A checks' view in which what is aimed at a node and has not landed there takes its room too."""
-
-    def __init__(self, view: View, reserved: Mapping[str, Sequence[PodUsage]]):
-        self._view, self._reserved = view, reserved
-        self.memo = view.memo
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._view, name)
-
-    def usage(self, node_name: str) -> Usage:
-        usage = self._view.usage(node_name)
-        extra = self._reserved.get(node_name)
-        if not extra:
-            return usage
-        taken = Usage()
-        taken.requested, taken.pods, taken.unreadable = dict(usage.requested), usage.pods, usage.unreadable
-        taken.ports, taken.any_ip_ports = usage.ports.copy(), usage.any_ip_ports.copy()
-        for pod in extra:
-            taken.add(pod)
-        return taken
-
-
 def why_not_target(target: TargetPod, namespace: str, name: str, node: Mapping[str, Any] | None,
                    view: View) -> str | None:
     """Why KubeVirt's target pod would not be admitted and fit on the node, or None."""
@@ -167,49 +162,138 @@ def why_not_target(target: TargetPod, namespace: str, name: str, node: Mapping[s
             or why_not_fit(target.pod, namespace, node, view, "the VM"))
 
 
-def room(target: TargetPod, namespace: str, node: Mapping[str, Any], view: View) -> float:
-    """The share of cpu and memory the node has left once the VM is there (the smaller; 0: unknown)."""
-    try:
-        asked = Demand.of(target.pod, namespace, view.memo).requests
-    except Unreadable:
-        return 0.0
-    name = name_of(node)
-    allocatable = allocatable_of(name, node, view) if isinstance(name, str) else "unnamed"
-    if isinstance(allocatable, str):
-        return 0.0
-    used = view.usage(name).requested
-    shares = [(allocatable[r] - used.get(r, 0) - asked.get(r, 0)) / allocatable[r] for r in ROOMY if allocatable.get(r)]
-    return min(shares) if shares else 0.0
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Candidates:
     """The nodes the aim may take, best first, and what makes them the choice (for the reason)."""
 
     nodes: tuple[str, ...]
     why: str
-    ranked: bool = False  # several: the one with most room is taken
+    ranked: bool = False  # several: the plan spreads the drain's VMs among them
 
 
-def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View) -> tuple[str, str] | str:
-    """(node, its hostname) of the first candidate (of the most room, when ranked) that takes the VM's
-    target pod, or why none does."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Member:
+    """A VM of a drain's plan: opted in, KubeVirt evacuating it, not aimed yet."""
+
+    namespace: str
+    vmi: str
+    uid: str  # the VMI's, as its pods carry it
+    target: TargetPod  # the pod KubeVirt will create for it
+    claims: frozenset[str]
+    candidates: Candidates
+
+
+def plan(members: Iterable[Member], source: str, promises: Promises, view: View) -> dict[tuple[str, str], tuple[str, str] | str]:
+    """By (namespace, VMI): where each VM of the drain off `source` goes ((node, hostname)), or why
+    none takes it. Worked out from the cluster alone, so every admission of the drain, on any replica,
+    in any order, makes the same plan: the VMs with one node to go to first, then those of disks shared
+    by most VMs, then by name; the VMs of a disk go to one node that takes them all (its share-manager
+    follows them); each node counts
+    what the plan and the aims not landed already send there (`promises`, which the plan adds to)."""
+    placed: dict[tuple[str, str], str] = {}  # (namespace, claim) -> node
+    planned: collections.Counter[str] = collections.Counter()
+    chosen: dict[tuple[str, str], tuple[str, str] | str] = {}
+    orders: dict[Any, list[str]] = {}  # the nodes most room first, by size of pod: the view stays as it is
+    members = list(members)
+    sharing = {(m.namespace, m.vmi): sum(1 for o in members if o.namespace == m.namespace and o.claims & m.claims)
+               for m in members}
+    members.sort(key=lambda m: (m.candidates.ranked, -sharing[m.namespace, m.vmi], m.namespace, m.vmi))
+    for member in members:
+        candidates, mates = member.candidates, Taken(0, {})
+        shared = next(((c, placed[member.namespace, c]) for c in sorted(member.claims) if (member.namespace, c) in placed),
+                      None)
+        if shared is not None and candidates.ranked:
+            candidates = Candidates((shared[1],), f"where the VMs of disk {shared[0]} go, its NFS server following them")
+        elif candidates.ranked:  # the first of its disks' VMs: a node for them all
+            for mate in (m for m in members if m is not member and m.namespace == member.namespace
+                         and m.claims & member.claims):
+                mates = mates.plus(Taken(1, PodUsage.of(mate.target.pod).requests))
+        found = chosen[member.namespace, member.vmi] = choose(member.target, member.namespace, candidates, view,
+                                                              promises, planned, mates, orders)
+        if isinstance(found, tuple):
+            planned[found[0]] += 1
+            placed.update(((member.namespace, claim), found[0]) for claim in member.claims)
+            promises.make(member.uid, source, found[0], ("", ""), PodUsage.of(member.target.pod), 0.0)
+    return chosen
+
+
+def planned(given: tuple[Iterable[Member], str, Promises, View]) -> dict[tuple[str, str], tuple[str, str] | str]:
+    """`plan` of (members, source, promises, view): what a view's memo keeps for a drain's admissions."""
+    return plan(*given)
+
+
+def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
+           planned: Mapping[str, int], mates: Taken = Taken(0, {}), orders: dict[Any, list[str]] | None = None
+           ) -> tuple[str, str] | str:
+    """(node, its hostname) of the first candidate that takes the VM's target pod beside what is
+    promised there (and its `mates`, the VMs of its disks), or, ranked, of the one that does leaving
+    HEADROOM, then with fewest of the drain's VMs planned, then most room; or why none does."""
+    try:
+        demand = Demand.of(target.pod, namespace, view.memo)
+    except Unreadable as error:
+        return f"its migration target cannot be read: {error}"
     refused: dict[str, str] = {}
-    taking: list[tuple[float, str]] = []
-    for name in candidates.nodes:
+    taking: list[tuple[bool, int, float, str]] = []
+    for name in _in_order(demand, candidates, view, {} if orders is None else orders):
         node = view.node(name)
-        why = why_not_target(target, namespace, name, node, view)
+        sent = promises.to(name)
+        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates)) \
+            or _outranks(target, name, view)
         if why is not None:
             refused[name] = why
             continue
-        taking.append((-room(target, namespace, node, view) if candidates.ranked else 0.0, name))
         if not candidates.ranked:
+            taking.append((False, 0, 0.0, name))
             break
+        tight = _beside(demand, node, view, sent.plus(mates), headroom=True) is not None
+        taking.append((tight, planned.get(name, 0), -(least_allocated(demand, node, view, sent.plus(mates).requests)
+                                                      or 0.0), name))
+        if not (tight or planned.get(name) or sent.vms or mates.vms):
+            break  # untouched by the plan, the most room of those left: none after it does better
     if not taking:
         shown = "; ".join(refused[n] for n in sorted(refused)[:5]) or "no nodes"
         return f"no node takes its migration target ({candidates.why}): {shown}"
-    name = min(taking)[1]
+    name = min(taking)[3]
     return name, kinds.labels(view.node(name))[kinds.HOSTNAME_LABEL]
+
+
+def _in_order(demand: Demand, candidates: Candidates, view: View, orders: dict[Any, list[str]]) -> list[str]:
+    """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod; `orders`:
+    those found, by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
+    if not candidates.ranked:
+        return list(candidates.nodes)
+    size = tuple(sorted(demand.requests.items()))
+    if size not in orders:
+        rooms = rooms_for(demand, view)
+        for _ in rooms.update(demand, view):
+            pass
+        orders[size] = [name for _, name in rooms.order]
+    wanted = set(candidates.nodes)
+    ordered = [name for name in orders[size] if name in wanted]
+    return ordered + sorted(wanted.difference(ordered))
+
+
+def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: bool = False) -> str | None:
+    """NodeResourcesFit with the VMs promised to the node there too (and HEADROOM of its cpu and memory)."""
+    beside = dict(sent.requests)
+    if headroom:
+        allocatable = allocatable_of(name_of(node), node, view)
+        for resource in ROOMY:
+            beside[resource] = beside.get(resource, 0) + int(HEADROOM * (allocatable.get(resource, 0)
+                                                                       if isinstance(allocatable, dict) else 0))
+    if not sent.vms and not headroom:
+        return None
+    return node_resources_fit(demand, node, view, beside=beside, beside_pods=sent.vms)
+
+
+def _outranks(target: TargetPod, name: str, view: View) -> str | None:
+    """Why a miss there could preempt: the VM's pod outranks a pod on the node (kube-scheduler
+    evicts lower-priority pods for a pod that does not fit); None where it cannot."""
+    priority = kinds.spec(target.pod).get("priority")
+    if not isinstance(priority, int) or priority <= 0:
+        return None
+    lower = next((p for p in view.pods_on(name) if (kinds.spec(p).get("priority") or 0) < priority), None)
+    return None if lower is None else f"node {name} runs pods the VM outranks, which a miss there would preempt"
 
 
 def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decision:
@@ -221,11 +305,16 @@ def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decisio
 
 
 def aim_patch(migration: Any, hostname: str) -> list[dict[str, Any]]:
-    """The add-only JSON patch that aims the migration (its spec added whole when it has none)."""
+    """The add-only JSON patch that aims the migration (its spec added whole when it has none), a miss
+    failing after UNSCHEDULABLE_SECONDS."""
     selector = {kinds.HOSTNAME_LABEL: hostname}
+    timeout = {"op": "add", "path": "/metadata/annotations/" + TIMEOUT_ANNOTATION.replace("/", "~1"),
+               "value": str(UNSCHEDULABLE_SECONDS)}
+    if not kinds.annotations(migration):
+        timeout = {"op": "add", "path": "/metadata/annotations", "value": {TIMEOUT_ANNOTATION: str(UNSCHEDULABLE_SECONDS)}}
     if not isinstance(migration, dict) or not isinstance(migration.get("spec"), dict):
-        return [{"op": "add", "path": "/spec", "value": {kinds.ADDED_NODE_SELECTOR: selector}}]
-    return [{"op": "add", "path": f"/spec/{kinds.ADDED_NODE_SELECTOR}", "value": selector}]
+        return [{"op": "add", "path": "/spec", "value": {kinds.ADDED_NODE_SELECTOR: selector}}, timeout]
+    return [{"op": "add", "path": f"/spec/{kinds.ADDED_NODE_SELECTOR}", "value": selector}, timeout]
 
 
 def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuation | None:

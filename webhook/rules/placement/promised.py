@@ -1,6 +1,7 @@
-"""Pure: the VMs of a drain already sent to follow their share-managers to a node, not there yet.
-
-A drain's share-managers are judged one after another on the same nodes, and a node's room counts
+"""Pure: the VMs of a drain already sent to a node, not there yet: the one model of room promised to
+pods on their way that `fit`'s checks count (`to`: NodeResourcesFit's `beside`). A drain's aimed
+evacuations fill one from the caches for each plan (`aim.plan`); `serve` keeps one for the VMs sent
+to follow their share-managers. A drain's share-managers are judged one after another on the same nodes, and a node's room counts
 the pods bound to it: none of the VMs still to come to the share-managers placed there before. So
 each share-manager placed by `together` leaves a promise: its VM, what the VM's migration target will
 take, and the node the share-manager prefers first. The next ones count those as taken (`to`), and a
@@ -33,6 +34,14 @@ class Taken:
 
     vms: int
     requests: Mapping[str, int]
+
+    def plus(self, other: "Taken") -> "Taken":
+        if not other.vms:
+            return self
+        added = dict(self.requests)
+        for resource, amount in other.requests.items():
+            added[resource] = added.get(resource, 0) + amount
+        return Taken(self.vms + other.vms, added)
 
 
 NOTHING = Taken(0, {})
