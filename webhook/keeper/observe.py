@@ -11,8 +11,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle, resolve_disks
 from ..stores.store import Store, StoreError
 from ..config import Settings
@@ -55,22 +53,20 @@ Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ApartSpan:
-    """One span of a VM apart from its storage: when it began and what moving it needs. The launcher pod
-    its migration target is rendered from is kept as JSON (`launcher`), less than the pod decoded: the
-    keeper keeps one per VM apart, and a pass decodes it only where it checks the VM's storage node."""
+    """One span of a VM apart from its storage: when it began. The launcher pod its migration target is
+    rendered from is not kept: the caches hold it (`ApartSpans.source`), and the keeper keeps a span per VM apart."""
 
     uid: str  # of the VMI: a VM started again is a new span
     node: str
     target: str
     since: datetime
-    launcher: bytes | None = None  # `migration_source` of the launcher pod, as JSON
     problem: str | None = None  # why the launcher pod is not known
     derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
 
-    @property
-    def pod(self) -> MigrationSource | None:
-        """The launcher pod as its migration target is rendered from (a fresh copy)."""
-        return None if self.launcher is None else MigrationSource(orjson.loads(self.launcher))
+
+def created(obj: dict[str, Any] | None) -> datetime | None:
+    """When a pod was created: what the caches keep of a pod's age (its start, seconds later, they do not)."""
+    return parse_time(kinds.meta(obj).get("creationTimestamp")) if obj else None
 
 
 def started(obj: dict[str, Any] | None) -> datetime | None:
@@ -89,39 +85,46 @@ class ApartSpans:
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
                  now: datetime, known: ApartSpan | None = None) -> ApartSpan:
-        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
-        pod's start and its share-managers' (none known: when first seen apart, per `known`, the span as last
-        read); and its launcher pod, whole: the migration target is built from it."""
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end and its launcher
+        pod's and its share-managers' creation (none known: when first seen apart, per `known`, the span as last
+        read). From what the caches hold (`status`: from what it listed): no read of a pod of its own."""
         node, target = where.node or "", where.target or ""
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
-        if same and known.launcher is not None:
+        if same and known.problem is None:
             return known
         first_seen = known.since if same else now
-        timeout = self.timeout
-        pod, problem = await self.launcher_pod(vmi, node)
-        moments = [last_end, started(pod)]
+        pod, problem = self.cached_launcher(vmi, node)
+        moments = [last_end, created(pod)]
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:
-                    moments.append(started(await self.direct.get(
+                    moments.append(created(await self.store.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
-                        timeout=timeout)))
+                        timeout=self.timeout)))
                 except StoreError:
                     pass  # one moment fewer to go by
         derived = apart_since(moments, now)
-        since = derived if derived is not None else first_seen
-        # A copy of orjson's bytes: they keep its whole write buffer (4 KiB and up), the copy only the JSON.
-        launcher = bytes(memoryview(orjson.dumps(migration_source(pod, self.settings).pod))) if pod is not None else None
-        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, launcher=launcher, problem=problem,
-                         derived=derived is not None)
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=derived if derived is not None else first_seen,
+                         problem=problem, derived=derived is not None)
+
+    def cached_launcher(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's running launcher pod on `node` as the caches hold it (what its migration target is rendered
+        from, `stores.shapes`), or why it is not known."""
+        candidates = self.launchers(vmi.namespace, vmi.uid) or []
+        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
+        return (running[0], None) if running else (None, f"its launcher pod on {node} is not known")
+
+    def source(self, vmi: VmiView, node: str) -> MigrationSource | str:
+        """What the VM's migration target off `node` is rendered from, or why it is not known."""
+        pod, problem = self.cached_launcher(vmi, node)
+        return migration_source(pod, self.settings) if pod is not None else problem or ""
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
-        candidates = self.launchers(vmi.namespace, vmi.uid) or []
-        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
-        if not running:
-            return None, f"its launcher pod on {node} is not known"
-        name = kinds.meta(running[0]).get("name")
+        cached, problem = self.cached_launcher(vmi, node)
+        if cached is None:
+            return None, problem
+        name = kinds.meta(cached).get("name")
         try:
             pod = await self.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
         except StoreError as exc:
@@ -327,9 +330,9 @@ class Observer:
 
     async def _target(self, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        launcher = span.pod
-        if launcher is None:
-            return None, span.problem or "its launcher pod is not known"
+        launcher = self.spans.source(vmi, vmi.node or "")
+        if isinstance(launcher, str):
+            return None, span.problem or launcher
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
