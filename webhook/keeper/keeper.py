@@ -16,6 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -32,7 +33,7 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, PassFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Stuck
-from ..rules.keeping.running import VmiView
+from ..rules.keeping.running import Alike, VmiView
 from ..rules.keeping.listed import read_kubevirt
 from ..rules.keeping.record import KeeperState
 from .act import Actor, Turn
@@ -49,6 +50,7 @@ from .writes import RATE, Result, Writes
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
+PART = 64  # VMIs read between two looks at the loop
 __all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
 
 
@@ -98,7 +100,8 @@ class Keeper:
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None):
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None,
+                 watch: KubeVirtWatch | None = None):
         if settings.keep is KeepMode.OFF:
             raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
@@ -112,6 +115,7 @@ class Keeper:
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
+        self.held = watch  # the VMI and migration watches the process holds across terms (`elected.py`), if so
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
         self.passes = 0  # passes made over synced caches
 
@@ -119,15 +123,17 @@ class Keeper:
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
-        """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch)
+        """VMIs and migrations listed and watched for as long as the block runs (those held: as they are)."""
+        watch = self.held or KubeVirtWatch(self.api, self.settings, self.timing.watch)
         self.watch = watch
-        watch.start()
+        if watch is not self.held:
+            watch.start()
         try:
             yield watch
         finally:
             self.watch = None
-            await watch.close()
+            if watch is not self.held:
+                await watch.close()
 
     async def run(self) -> None:
         """Passes every `period` seconds, the first once the caches have synced (or after a period). What is
@@ -216,8 +222,10 @@ class Keeper:
         writes.begin()
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
         await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
-        for vm in turn.plan(facts).vms:
+        pace = Pacer()
+        for vm in (await turn.plan(facts)).vms:
             self.records.reported(vm.facts, vm.decision, now)
+            await pace()
         for result in turn.results:
             self.records.said(result, now)
         running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
@@ -226,7 +234,10 @@ class Keeper:
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
         """The VMIs and migrations (ours followed): each running opted-in VM, the pass-wide facts, and our
         migrations whose target pod cannot be placed. Reads only."""
-        seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
+        seen, alike, vmis, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), watch.all_vmis(), Pacer()
+        while part := list(itertools.islice(vmis, PART)):  # 75,000 VMIs read at a stretch held the loop for seconds
+            read_kubevirt(part, (), self.settings, alike=alike, into=seen)
+            await pace()
         for malformed in seen.malformed:
             self.records.skip(malformed)
         watched, vmis = seen.migrations, seen.views

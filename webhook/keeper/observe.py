@@ -39,12 +39,14 @@ from ..rules.keeping.running import VmiView, vm_pods
 from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.keeping.io_errors import Cause, IoError
 from ..rules.keeping.record import Action, KeeperState, VmKey
+from ..rules.fit.memo import Memo
 from ..rules.fit.nodeunschedulable import node_unschedulable
 from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
 
+NODES_MOST = 5000  # Kubernetes' limit: the nodes whose CPU a pass keeps at most
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
 
 
@@ -134,14 +136,14 @@ class ApartSpans:
         return pod, None
 
     async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
-                           target: str, node: dict[str, Any] | None) -> str | None:
+                           target: str, node: dict[str, Any] | None, memo: Memo | None = None) -> str | None:
         """Why `target` (read as `node`) cannot take the VM's migration target pod from `source`, or None: the
         hostname label KubeVirt selects on, then the never-strand checks on that pod."""
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
         built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
-                                     self.settings)
+                                     self.settings, memo)
         if isinstance(built, TargetUnknown):
             return f"cannot tell what its migration target needs: {built}"
         return lacking(built, target, node) or await node_obstacle(
@@ -207,6 +209,8 @@ class Observer:
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
     # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
     places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)
+    # What the nodes' CPU labels give a migration target, worked out once a node (`Nodes` reads each once).
+    memo: Memo = dataclasses.field(default_factory=lambda: Memo(NODES_MOST))
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
@@ -322,7 +326,7 @@ class Observer:
             except StoreError as exc:
                 whys.append(f"{name}: could not be read ({exc})")
                 continue
-            unfit = await self.spans.target_unfit(vmi, launcher, source, name, node)
+            unfit = await self.spans.target_unfit(vmi, launcher, source, name, node, self.memo)
             if unfit is None:
                 return node, None, name
             whys.append(f"{name}: {unfit}")
@@ -338,7 +342,7 @@ class Observer:
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.spans.target_unfit(vmi, launcher, source, target, node)
+        return node, await self.spans.target_unfit(vmi, launcher, source, target, node, self.memo)
 
 
 def serving_since(pod: dict[str, Any] | None) -> datetime | None:
