@@ -16,7 +16,6 @@ import collections
 import contextlib
 import dataclasses
 import gc
-import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -34,7 +33,8 @@ from ..rules.keeping.keep import HOLDS, PassFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Stuck
 from ..rules.keeping.running import Alike, VmiView
-from ..rules.keeping.listed import read_kubevirt
+from ..rules.shared.reading import Malformed
+from ..rules.keeping.listed import Listed, read_kubevirt
 from ..rules.keeping.record import KeeperState
 from .act import Actor, Turn
 from .records import Records, StateStore, VmReport
@@ -50,7 +50,6 @@ from .writes import RATE, Result, Writes
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-PART = 64  # VMIs read between two looks at the loop
 __all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
 
 
@@ -118,6 +117,7 @@ class Keeper:
         self.held = watch  # the VMI and migration watches the process holds across terms (`elected.py`), if so
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
         self.passes = 0  # passes made over synced caches
+        self._vmis: dict[str, tuple[bytes, VmiView | None, Malformed | None]] = {}  # each cached VMI as last read
 
     # ----------------------------------------------------------------- running
 
@@ -234,10 +234,7 @@ class Keeper:
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
         """The VMIs and migrations (ours followed): each running opted-in VM, the pass-wide facts, and our
         migrations whose target pod cannot be placed. Reads only."""
-        seen, alike, vmis, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), watch.all_vmis(), Pacer()
-        while part := list(itertools.islice(vmis, PART)):  # 75,000 VMIs read at a stretch held the loop for seconds
-            read_kubevirt(part, (), self.settings, alike=alike, into=seen)
-            await pace()
+        seen = await self._read_kubevirt(watch)
         for malformed in seen.malformed:
             self.records.skip(malformed)
         watched, vmis = seen.migrations, seen.views
@@ -251,6 +248,25 @@ class Keeper:
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return observed, facts, stuck(history, uids, self.store.launcher_pods, state)
+
+    async def _read_kubevirt(self, watch: KubeVirtWatch) -> Listed:
+        """The VMIs and migrations as `status` reads them (`read_kubevirt`): a VMI whose cached object is the one
+        read last pass (the cache keeps one per content) as it was read then, the others read now, the loop given
+        back every few milliseconds. At 75,000 VMIs a read of all at a stretch held the loop for seconds, and
+        took most of a settled cluster's pass."""
+        seen, alike, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), Pacer()
+        table, read = watch.vmis.table, dict[str, tuple[bytes, VmiView | None, Malformed | None]]()
+        for key, blob in list(table.objects.items()):
+            held = self._vmis.get(key)
+            if held is None or held[0] is not blob:
+                one = read_kubevirt((table.decode(key, blob),), (), self.settings, alike=alike)
+                held = blob, next(iter(one.views), None), next(iter(one.malformed), None)
+            read[key] = held
+            seen.views.extend(held[1:2] if held[1] is not None else ())
+            seen.malformed.extend(held[2:] if held[2] is not None else ())
+            await pace()
+        self._vmis = read
+        return seen
 
     async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
                            now: datetime) -> list[Observed]:
