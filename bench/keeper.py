@@ -40,7 +40,11 @@ rules do not meet yet are on a "goals:" line, reported but not in the exit statu
 Memory: `python -m webhook keep --keep report` (the keeper's pod) against `bench.emulator` holding
 50k PVCs and PVs, 10k ShareManagers, 20k pods and 20k VMIs (one in twenty apart); RSS once its
 caches have synced (what they hold: the last sample, every 50 ms, before the first pass began),
-after each of two passes (30 s apart), the process idle, and at its peak.
+after each of two passes (30 s apart), the process idle, and at its peak. With `--size`, a cluster
+of that size in each of `--shapes` (every VM apart from its storage, as on the day the keeper is
+installed; every VM beside it, as once it has settled; half and half) and `--modes`: besides the
+above, each pass's CPU and log lines, and the Lease's renewals as the API holds them (the longest
+from one to the next; the keeper renews every 2 s and stops acting after 10 s without).
 """
 from __future__ import annotations
 

@@ -103,7 +103,8 @@ class ElectedKeeper:
         try:
             state = StateStore(api, self.namespace, state_name(self.settings), timeout=self.timing.request_timeout)
             self.keeper = Keeper(api, store, self.settings, events=events, timing=self.timing,
-                                 authority=self.elector.may_act, state=state, watch=self.held.watch)
+                                 authority=self.elector.may_act, state=state)
+            self.keeper.held = self.held.watch
             await self.keeper.run()
         finally:
             self.keeper = None

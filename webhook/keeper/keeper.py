@@ -99,8 +99,7 @@ class Keeper:
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None,
-                 watch: KubeVirtWatch | None = None):
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None):
         if settings.keep is KeepMode.OFF:
             raise ValueError(f"the keeper runs in report or migrate mode, not {settings.keep.value!r}")
         self.api, self.store, self.settings, self.events = api, store, settings, events
@@ -114,7 +113,7 @@ class Keeper:
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
-        self.held = watch  # the VMI and migration watches the process holds across terms (`elected.py`), if so
+        self.held: KubeVirtWatch | None = None  # the watches the process holds across terms (`elected.py`), if so
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
         self.passes = 0  # passes made over synced caches
         self._vmis: dict[str, tuple[bytes, VmiView | None, Malformed | None]] = {}  # each cached VMI as last read
