@@ -125,7 +125,7 @@ def test_the_memory_figure_at_a_tiny_size():
         assert f"holding 5 nodes, 150 VMs (150 PVCs, PVs and ShareManagers, 300 pods), {shape}" in out, out
         block = out.split(shape, 1)[1]
         figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) "
-                           r"MiB; the chart's limit 1024 MiB\)", block)
+                           r"MiB; the chart's limit 1280 MiB\)", block)
         assert figure, out
         rss, peak = (float(n) for n in figure.groups())
         assert 0 < rss <= peak, out
