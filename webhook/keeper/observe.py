@@ -66,11 +66,6 @@ class ApartSpan:
     derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
 
 
-def created(obj: dict[str, Any] | None) -> datetime | None:
-    """When a pod was created: what the caches keep of a pod's age (its start, seconds later, they do not)."""
-    return parse_time(kinds.meta(obj).get("creationTimestamp")) if obj else None
-
-
 def started(obj: dict[str, Any] | None) -> datetime | None:
     """When a pod started (else when it was created)."""
     if not obj:
@@ -88,7 +83,7 @@ class ApartSpans:
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
                  now: datetime, known: ApartSpan | None = None) -> ApartSpan:
         """When the VM became apart, so a new leader agrees: the latest of its last migration's end and its launcher
-        pod's and its share-managers' creation (none known: when first seen apart, per `known`, the span as last
+        pod's and its share-managers' start (none known: when first seen apart, per `known`, the span as last
         read). From what the caches hold (`status`: from what it listed): no read of a pod of its own."""
         node, target = where.node or "", where.target or ""
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
@@ -96,11 +91,11 @@ class ApartSpans:
             return known
         first_seen = known.since if same else now
         pod, problem = self.cached_launcher(vmi, node)
-        moments = [last_end, created(pod)]
+        moments = [last_end, started(pod)]
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:
-                    moments.append(created(await self.store.get(
+                    moments.append(started(await self.store.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
                         timeout=self.timeout)))
                 except StoreError:
