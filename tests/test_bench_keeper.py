@@ -115,25 +115,37 @@ def test_a_tiny_simulation_reports_every_figure_and_no_violation():
 
 
 def test_the_memory_figure_at_a_tiny_size():
-    """`--size NODES,VMS`: the keeper's RSS and peak against the chart's limit, its RSS once synced, each
-    pass's time and CPU, and its probes' slowest answers, with the targets of each."""
-    done = bench_keeper("--memory-only", "--size", "5,40", "--memory-passes", "1")
+    """`--size NODES,VMS`: in each shape (a first install, every VM apart; a settled cluster, every VM beside its
+    storage), the keeper's RSS and peak against the chart's limit, its RSS once synced, each pass's time, CPU and
+    log lines, its Lease's renewals, and its probes' slowest answers, with the targets of each."""
+    done = bench_keeper("--memory-only", "--size", "5,150", "--memory-passes", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) MiB; "
-                       r"the chart's limit 1024 MiB\)", out)
-    assert figure, out
-    rss, peak = (float(n) for n in figure.groups())
-    assert 0 < rss <= peak, out
-    synced = re.search(r"RSS once its caches had synced, before its first pass: ([\d.]+) MiB \(the peak \d+% over it\)", out)
-    assert synced and 0 < float(synced.group(1)) <= peak, out
-    assert re.search(r"passes: the first [\d.]+ s \([\d.]+ s of CPU\), the second", out), out
-    assert re.search(r"slowest probes: /healthz \d+ ms \(at \d+ s\), /readyz \d+ ms \(at \d+ s\); [1-9]\d* answers", out), out
-    cached = next(line for line in out.splitlines() if line.startswith("cached: "))
-    assert "5 nodes" in cached and "40 virtualmachineinstances" in cached and "80 pods" in cached, cached
-    assert "the keeper's pass: " in out
-    assert ("targets: peak RSS ≤ 70% of the limit met, first pass ≤ 60 s CPU met, next pass ≤ 30 s CPU met, "
-            "probes ≤ 1 s met") in out, out
+    for shape, apart in (("every VM apart (a first install)", 150), ("every VM beside its storage", 0)):
+        assert f"holding 5 nodes, 150 VMs (150 PVCs, PVs and ShareManagers, 300 pods), {shape}" in out, out
+        block = out.split(shape, 1)[1]
+        figure = re.search(r"RSS of the keeper's process ([\d.]+) MiB after the keeper's first pass \(peak ([\d.]+) "
+                           r"MiB; the chart's limit 1280 MiB\)", block)
+        assert figure, out
+        rss, peak = (float(n) for n in figure.groups())
+        assert 0 < rss <= peak, out
+        synced = re.search(r"RSS once its caches had synced, before its first pass: ([\d.]+) MiB \(the peak -?\d+% "
+                           r"over it\)", block)
+        assert synced and 0 < float(synced.group(1)) <= peak, out
+        assert re.search(r"passes: the first [\d.]+ s \([\d.]+ s of CPU\)\n", block), out
+        lines = re.search(r"log lines: (\d+) \(up to the first pass's end", block)
+        assert lines and int(lines.group(1)) >= apart, out  # a decision said of each VM apart, and the start
+        assert re.search(r"lease: [1-9]\d* renewals seen, the longest from one to the next [\d.]+ s .*; terms 1, "
+                         r"lost: none", block), out
+        assert re.search(r"slowest probes: /healthz \d+ ms \(at \d+ s\), /readyz \d+ ms \(at \d+ s\); [1-9]\d* "
+                         r"answers", block), out
+        cached = next(line for line in block.splitlines() if line.startswith("cached: "))
+        assert "5 nodes" in cached and "150 virtualmachineinstances" in cached and "300 pods" in cached, cached
+        assert f"the keeper's pass: {150 - apart} co-located, {apart} apart" in block, out
+    kinds = ("apart", "beside")
+    assert "targets: " + ", ".join(f"{shape}, report: {target} met" for shape in kinds for target in (
+        "peak RSS ≤ 70% of the limit", "first pass ≤ 60 s CPU", "next pass ≤ 30 s CPU", "probes ≤ 1 s",
+        "no lease lost")) in out, out
 
 
 # --------------------------------------------------------------------------- the checker

@@ -265,7 +265,7 @@ def test_the_keeper_deployment_runs_keep_with_its_lease_in_its_own_namespace(ren
     assert budget["spec"]["maxUnavailable"] == 1
     assert selects(budget["spec"]["selector"], keeper["spec"]["template"]["metadata"]["labels"])
     resources = container["resources"]
-    assert resources["requests"]["memory"] == "768Mi" and resources["limits"]["memory"] == "1Gi"
+    assert resources["requests"]["memory"] == "768Mi" and resources["limits"]["memory"] == "1280Mi"
 
 
 def test_the_webhook_runs_no_keeper(rendered):

@@ -1,5 +1,6 @@
 """`python -m webhook keep`, as deployed: elected through its Lease, acting, reporting on its own
 operations port, handing the Lease over on SIGTERM; two replicas, one keeper."""
+import asyncio
 import datetime
 import os
 import subprocess
@@ -107,8 +108,8 @@ async def test_of_two_replicas_one_leads_and_acts_and_the_other_takes_over_when_
 
 
 async def test_losing_the_lease_stops_the_keeper_at_once(cluster, kmock, tmp_path):
-    """Another holder shows up: the term ends at the next read of the Lease (2 s), its caches close,
-    and nothing is created while the other holds it."""
+    """Another holder shows up: the term ends at the next read of the Lease (2 s) and nothing is created
+    while the other holds it; the caches stay, for this replica's next term (listed once a process)."""
     cluster.seed(three_nodes() + apart_vm(migratable=False))
     keeping = await keeper(kmock, tmp_path, "replica-a")
     try:
@@ -121,10 +122,8 @@ async def test_losing_the_lease_stops_the_keeper_at_once(cluster, kmock, tmp_pat
         metrics = await eventually(lambda: keeping.metrics_with("colocate_keeper_leader"), timeout=5)
         assert sample(metrics, "colocate_keeper_leader") == 0
 
-        async def caches_gone():  # they close once the cancelled term has unwound
-            text = await keeping.metrics()
-            return text if sample(text, "colocate_cache_healthy", cache="pods") is None else None
-        await eventually(caches_gone, timeout=5)
+        await asyncio.sleep(1)  # the cancelled term has unwound
+        assert sample(await keeping.metrics(), "colocate_cache_healthy", cache="pods") == 1
         assert cluster.migrations(ours=False) == []
     finally:
         assert await keeping.stop() == 0

@@ -3,14 +3,19 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import threading
+import time
 
 import pytest
+from tests.support.kube import kubeconfig_for
 from tests.support.stores import api_host, watched_store
 from tests.support.kubevirt_api import TIMING, VMIS, apart_vm, eventually, three_nodes
 
 from webhook.cluster import client
 from webhook.cluster.events import identity
 from webhook.config import Settings
+from webhook.keeper import keeper as keeper_module
+from webhook.keeper.elected import ElectedKeeper
 from webhook.keeper.lease import LeaseTiming, lease_namespace
 from webhook.keeper.keeper import Keeper
 from webhook.keeper.lease import Elector
@@ -206,3 +211,74 @@ async def test_a_lease_the_replica_may_not_touch_is_a_readiness_note_never_a_cra
     assert service.degraded() == ["keeper: lease: reading the Lease: API answered 403"]
     await tries(service, count=2)
     assert not service.elector.leading and cluster.migrations(ours=False) == []
+
+
+def slow_plan(monkeypatch, seconds):
+    """The keeper's first plan held `seconds` at a stretch (as over 75,000 VMs, only longer); `started` is set
+    when it begins."""
+    started, made = threading.Event(), keeper_module.plan
+
+    def slow(*args, **kwargs):
+        if not started.is_set():
+            started.set()
+            time.sleep(seconds)
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(keeper_module, "plan", slow)
+    return started
+
+
+async def test_a_pass_held_long_keeps_the_lease_renewed(cluster, replicas, monkeypatch):
+    """A plan that takes longer than the renew deadline (2 s here; 10 s in a cluster) at a stretch: the Lease
+    is renewed all along, the leader never steps down, and the pass goes on to its end."""
+    cluster.seed(three_nodes() + apart_vm())
+    started = slow_plan(monkeypatch, 3 * QUICK.renew_deadline)
+    service = await replicas("replica-a")
+    assert await eventually(lambda: service.elector.leading)
+    await eventually(started.is_set, timeout=10)
+    renewed = service.elector.renewed_at
+
+    await asyncio.sleep(2 * QUICK.renew_deadline)  # the plan still being made
+
+    assert service.elector.leading and service.elector.terms == 1
+    assert service.elector.renewed_at > renewed + QUICK.retry_period / 2  # renewed meanwhile
+    assert await eventually(lambda: len(cluster.migrations()) == 1, timeout=4 * QUICK.renew_deadline)
+    assert service.elector.terms == 1
+
+
+def lists(kmock):
+    """The lists of the caches and watches the process made (not their watches, not one object's read, not a
+    term's look at Longhorn's settings)."""
+    return [r.url.path for r in kmock if r.method == "GET" and r.resource is not None and not r.name
+            and r.params.get("watch") != "true" and r.resource.plural not in ("leases", "settings")]
+
+
+async def test_a_lease_lost_mid_pass_stops_its_writes_and_keeps_the_caches(cluster, kmock, tmp_path, monkeypatch):
+    """Another replica takes the Lease while the pass is planning: nothing of that pass is written, and when this
+    replica leads again it goes on with the caches it holds (at 75,000 VMs, a list of every one again on top
+    of them cost minutes and the memory limit)."""
+    cluster.seed(three_nodes() + apart_vm())
+    started = slow_plan(monkeypatch, 2 * QUICK.renew_deadline)
+    api = client.for_host(api_host(kmock))
+    elected = ElectedKeeper(api, Settings(keep="migrate", keep_after=0, keep_max_inflight=1), namespace=NS,
+                            identity="replica-a", kubeconfig=kubeconfig_for(tmp_path, api_host(kmock)), events=False,
+                            timing=PASSES, lease_timing=QUICK)
+    elected.start()
+    try:
+        await eventually(started.is_set, timeout=10)
+        listed = lists(kmock)
+        assert listed  # the caches' and the watches' first lists
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await cluster.patch(LEASE_PATH, {"spec": {"holderIdentity": "replica-b", "renewTime": now, "acquireTime": now,
+                                                  "leaseDurationSeconds": QUICK.lease_duration}})
+        assert await eventually(lambda: not elected.elector.leading, timeout=2 * QUICK.retry_period)
+        await asyncio.sleep(2 * QUICK.renew_deadline)  # past the plan's end: what it came to is not written
+
+        assert cluster.migrations(ours=False) == []
+        # replica-b is gone: its Lease runs out, this replica leads again and acts on the caches it held.
+        assert await eventually(lambda: elected.elector.terms == 2, timeout=QUICK.lease_duration + 4)
+        assert await eventually(lambda: len(cluster.migrations()) == 1, timeout=10 * QUICK.renew_deadline)
+        assert lists(kmock) == listed
+    finally:
+        await elected.stop()
+        await api.close()

@@ -1,9 +1,12 @@
 """`keep`: the keeper, leader-elected (`lease.Elector`), in a process of its own. The leader's term has
-its own caches, Events and passes, acting only while the Lease lets them (`Elector.may_act`); a follower
+its own passes, acting only while the Lease lets them (`Elector.may_act`). The caches are listed at the
+first term and held until the process stops: a term lost and won back (a pass that outlasted the Lease,
+an API blip) never lists 75,000 VMs again on top of what the process holds; a follower that never led
 holds none. A term whose keeper fails hands the Lease over and holds off (BACKOFF) so another can lead.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -14,6 +17,7 @@ from ..stores.cache import WatchedClusterStore
 from ..cluster.events import NO_EVENTS, EventSink
 from ..config import Settings
 from .keeper import Keeper, KeeperTiming
+from .kubevirt_api import KubeVirtWatch
 from .records import state_name, StateStore
 from .lease import Elector, LeaseTiming
 
@@ -21,6 +25,21 @@ log = logging.getLogger("webhook.keeper")
 
 BACKOFF = (5.0, 300.0)  # no campaign after a term whose keeper failed: first, at most (doubling)
 STEADY = 600.0  # this long after the last failure, the backoff starts afresh
+
+
+@dataclasses.dataclass
+class Held:
+    """What the process lists once and holds across terms: the connection, the caches and the KubeVirt watches."""
+
+    api: Any
+    store: WatchedClusterStore
+    watch: KubeVirtWatch
+
+    async def close(self) -> None:
+        await self.watch.close()
+        await self.store.close()  # closes `api`
+        metrics.STORE.source = None
+        metrics.CACHE_HEALTHY.clear()  # the caches are gone: a follower reports none
 
 
 class ElectedKeeper:
@@ -40,13 +59,18 @@ class ElectedKeeper:
         self.ended: str | None = None  # how the last term's keeper failed, until the next term
         self.failures = 0  # terms that failed in a row
         self._ended_at = 0.0
+        self.held: Held | None = None  # listed at the first term, closed by stop()
 
     def start(self) -> None:
         self.elector.start()
 
     async def stop(self) -> None:
-        """Stop acting at once, end the term, stop campaigning and hand the Lease over (Elector.stop)."""
+        """Stop acting at once, end the term, stop campaigning and hand the Lease over (Elector.stop); then
+        close the caches."""
         await self.elector.stop()
+        if self.held is not None:
+            held, self.held = self.held, None
+            await held.close()
 
     def degraded(self) -> list[str]:
         """Readiness notes: the Lease, the last term's failure, what the leading keeper cannot see or do."""
@@ -67,21 +91,24 @@ class ElectedKeeper:
             await self._failed(f"the keeper failed: {type(exc).__name__}: {exc}")
 
     async def _keep(self) -> None:
-        api = await client.connect(self.kubeconfig)  # the term's own connection, apart from the Lease's
-        store = WatchedClusterStore(api, self.settings, vmis=False)  # closing it closes `api`
+        if self.held is None:
+            api = await client.connect(self.kubeconfig)  # the caches' own connection, apart from the Lease's
+            store = WatchedClusterStore(api, self.settings, vmis=False)  # closing it closes `api`
+            self.held = Held(api, store, KubeVirtWatch(api, self.settings, self.timing.watch))
+            metrics.STORE.source = store.stats
+            store.start()
+            self.held.watch.start()
+        api, store = self.held.api, self.held.store
         events = EventSink(api) if self.events else NO_EVENTS
-        metrics.STORE.source = store.stats
-        store.start()
         try:
             state = StateStore(api, self.namespace, state_name(self.settings), timeout=self.timing.request_timeout)
             self.keeper = Keeper(api, store, self.settings, events=events, timing=self.timing,
                                  authority=self.elector.may_act, state=state)
+            self.keeper.held = self.held.watch
             await self.keeper.run()
         finally:
-            self.keeper, metrics.STORE.source = None, None
+            self.keeper = None
             await events.close()
-            await store.close()
-            metrics.CACHE_HEALTHY.clear()  # the term's caches are gone: a follower reports none
 
     async def _failed(self, what: str) -> None:
         """Say it, step down, hand the Lease over and hold off, doubling for failures in a row."""

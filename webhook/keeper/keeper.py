@@ -31,8 +31,9 @@ from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, PassFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
 from ..rules.keeping.plan import plan, Stuck
-from ..rules.keeping.running import VmiView
-from ..rules.keeping.listed import read_kubevirt
+from ..rules.keeping.running import Alike, VmiView
+from ..rules.shared.reading import Malformed
+from ..rules.keeping.listed import Listed, read_kubevirt
 from ..rules.keeping.record import KeeperState
 from .act import Actor, Turn
 from .records import Records, StateStore, VmReport
@@ -112,22 +113,26 @@ class Keeper:
         self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
                                 direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
+        self.held: KubeVirtWatch | None = None  # the watches the process holds across terms (`elected.py`), if so
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
         self.passes = 0  # passes made over synced caches
+        self._vmis: dict[str, tuple[bytes, VmiView | None, Malformed | None]] = {}  # each cached VMI as last read
 
     # ----------------------------------------------------------------- running
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[KubeVirtWatch]:
-        """VMIs and migrations listed and watched for as long as the block runs."""
-        watch = KubeVirtWatch(self.api, self.settings, self.timing.watch)
+        """VMIs and migrations listed and watched for as long as the block runs (those held: as they are)."""
+        watch = self.held or KubeVirtWatch(self.api, self.settings, self.timing.watch)
         self.watch = watch
-        watch.start()
+        if watch is not self.held:
+            watch.start()
         try:
             yield watch
         finally:
             self.watch = None
-            await watch.close()
+            if watch is not self.held:
+                await watch.close()
 
     async def run(self) -> None:
         """Passes every `period` seconds, the first once the caches have synced (or after a period), when
@@ -206,8 +211,10 @@ class Keeper:
         writes.begin()
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
         await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
-        for vm in turn.plan(facts).vms:
+        pace = Pacer()
+        for vm in (await turn.plan(facts)).vms:
             self.records.reported(vm.facts, vm.decision, now)
+            await pace()
         for result in turn.results:
             self.records.said(result, now)
         running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
@@ -216,7 +223,7 @@ class Keeper:
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
         """The VMIs and migrations (ours followed): each running opted-in VM, the pass-wide facts, and our
         migrations whose target pod cannot be placed. Reads only."""
-        seen = read_kubevirt(watch.all_vmis(), watch.all_migrations(), self.settings)
+        seen = await self._read_kubevirt(watch)
         for malformed in seen.malformed:
             self.records.skip(malformed)
         watched, vmis = seen.migrations, seen.views
@@ -230,6 +237,25 @@ class Keeper:
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return observed, facts, stuck(history, uids, self.store.launcher_pods, state)
+
+    async def _read_kubevirt(self, watch: KubeVirtWatch) -> Listed:
+        """The VMIs and migrations as `status` reads them (`read_kubevirt`): a VMI whose cached object is the one
+        read last pass (the cache keeps one per content) as it was read then, the others read now, the loop given
+        back every few milliseconds. At 75,000 VMIs a read of all at a stretch held the loop for seconds, and
+        took most of a settled cluster's pass."""
+        seen, alike, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), Pacer()
+        table, read = watch.vmis.table, dict[str, tuple[bytes, VmiView | None, Malformed | None]]()
+        for key, blob in list(table.objects.items()):
+            held = self._vmis.get(key)
+            if held is None or held[0] is not blob:
+                one = read_kubevirt((table.decode(key, blob),), (), self.settings, alike=alike)
+                held = blob, next(iter(one.views), None), next(iter(one.malformed), None)
+            read[key] = held
+            seen.views.extend(held[1:2] if held[1] is not None else ())
+            seen.malformed.extend(held[2:] if held[2] is not None else ())
+            await pace()
+        self._vmis = read
+        return seen
 
     async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
                            now: datetime) -> list[Observed]:

@@ -11,8 +11,6 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle, resolve_disks
 from ..stores.store import Store, StoreError
 from ..config import Settings
@@ -41,12 +39,14 @@ from ..rules.keeping.running import VmiView, vm_pods
 from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.keeping.io_errors import Cause, IoError
 from ..rules.keeping.record import Action, KeeperState, VmKey
+from ..rules.fit.memo import Memo
 from ..rules.fit.nodeunschedulable import node_unschedulable
 from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed
 from .targeted import TargetedMigration
 
+NODES_MOST = 5000  # Kubernetes' limit: the nodes whose CPU a pass keeps at most
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
 
 
@@ -55,22 +55,15 @@ Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ApartSpan:
-    """One span of a VM apart from its storage: when it began and what moving it needs. The launcher pod
-    its migration target is rendered from is kept as JSON (`launcher`), less than the pod decoded: the
-    keeper keeps one per VM apart, and a pass decodes it only where it checks the VM's storage node."""
+    """One span of a VM apart from its storage: when it began. The launcher pod its migration target is
+    rendered from is not kept: the caches hold it (`ApartSpans.source`), and the keeper keeps a span per VM apart."""
 
     uid: str  # of the VMI: a VM started again is a new span
     node: str
     target: str
     since: datetime
-    launcher: bytes | None = None  # `migration_source` of the launcher pod, as JSON
     problem: str | None = None  # why the launcher pod is not known
     derived: bool = True  # `since` read from the cluster; False: when this reader first saw it apart
-
-    @property
-    def pod(self) -> MigrationSource | None:
-        """The launcher pod as its migration target is rendered from (a fresh copy)."""
-        return None if self.launcher is None else MigrationSource(orjson.loads(self.launcher))
 
 
 def started(obj: dict[str, Any] | None) -> datetime | None:
@@ -89,39 +82,46 @@ class ApartSpans:
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
                  now: datetime, known: ApartSpan | None = None) -> ApartSpan:
-        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
-        pod's start and its share-managers' (none known: when first seen apart, per `known`, the span as last
-        read); and its launcher pod, whole: the migration target is built from it."""
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end and its launcher
+        pod's and its share-managers' start (none known: when first seen apart, per `known`, the span as last
+        read). From what the caches hold (`status`: from what it listed): no read of a pod of its own."""
         node, target = where.node or "", where.target or ""
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
-        if same and known.launcher is not None:
+        if same and known.problem is None:
             return known
         first_seen = known.since if same else now
-        timeout = self.timeout
-        pod, problem = await self.launcher_pod(vmi, node)
+        pod, problem = self.cached_launcher(vmi, node)
         moments = [last_end, started(pod)]
         for fact in facts:
             if fact.node == target and fact.volume:
                 try:
-                    moments.append(started(await self.direct.get(
+                    moments.append(started(await self.store.get(
                         POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume,
-                        timeout=timeout)))
+                        timeout=self.timeout)))
                 except StoreError:
                     pass  # one moment fewer to go by
         derived = apart_since(moments, now)
-        since = derived if derived is not None else first_seen
-        # A copy of orjson's bytes: they keep its whole write buffer (4 KiB and up), the copy only the JSON.
-        launcher = bytes(memoryview(orjson.dumps(migration_source(pod, self.settings).pod))) if pod is not None else None
-        return ApartSpan(uid=vmi.uid, node=node, target=target, since=since, launcher=launcher, problem=problem,
-                         derived=derived is not None)
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=derived if derived is not None else first_seen,
+                         problem=problem, derived=derived is not None)
+
+    def cached_launcher(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's running launcher pod on `node` as the caches hold it (what its migration target is rendered
+        from, `stores.shapes`), or why it is not known."""
+        candidates = self.launchers(vmi.namespace, vmi.uid) or []
+        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
+        return (running[0], None) if running else (None, f"its launcher pod on {node} is not known")
+
+    def source(self, vmi: VmiView, node: str) -> MigrationSource | str:
+        """What the VM's migration target off `node` is rendered from, or why it is not known."""
+        pod, problem = self.cached_launcher(vmi, node)
+        return migration_source(pod, self.settings) if pod is not None else problem or ""
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
         """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
-        candidates = self.launchers(vmi.namespace, vmi.uid) or []
-        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
-        if not running:
-            return None, f"its launcher pod on {node} is not known"
-        name = kinds.meta(running[0]).get("name")
+        cached, problem = self.cached_launcher(vmi, node)
+        if cached is None:
+            return None, problem
+        name = kinds.meta(cached).get("name")
         try:
             pod = await self.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
         except StoreError as exc:
@@ -131,14 +131,14 @@ class ApartSpans:
         return pod, None
 
     async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
-                           target: str, node: dict[str, Any] | None) -> str | None:
+                           target: str, node: dict[str, Any] | None, memo: Memo | None = None) -> str | None:
         """Why `target` (read as `node`) cannot take the VM's migration target pod from `source`, or None: the
         hostname label KubeVirt selects on, then the never-strand checks on that pod."""
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
         built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
-                                     self.settings)
+                                     self.settings, memo)
         if isinstance(built, TargetUnknown):
             return f"cannot tell what its migration target needs: {built}"
         return lacking(built, target, node) or await node_obstacle(
@@ -204,6 +204,8 @@ class Observer:
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
     # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
     places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)
+    # What the nodes' CPU labels give a migration target, worked out once a node (`Nodes` reads each once).
+    memo: Memo = dataclasses.field(default_factory=lambda: Memo(NODES_MOST))
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
@@ -322,7 +324,7 @@ class Observer:
             except StoreError as exc:
                 whys.append(f"{name}: could not be read ({exc})")
                 continue
-            unfit = await self.spans.target_unfit(vmi, launcher, source, name, node)
+            unfit = await self.spans.target_unfit(vmi, launcher, source, name, node, self.memo)
             if unfit is None:
                 return node, None, name
             whys.append(f"{name}: {unfit}")
@@ -330,15 +332,15 @@ class Observer:
 
     async def _target(self, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        launcher = span.pod
-        if launcher is None:
-            return None, span.problem or "its launcher pod is not known"
+        launcher = self.spans.source(vmi, vmi.node or "")
+        if isinstance(launcher, str):
+            return None, span.problem or launcher
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.spans.target_unfit(vmi, launcher, source, target, node)
+        return node, await self.spans.target_unfit(vmi, launcher, source, target, node, self.memo)
 
 
 def serving_since(pod: dict[str, Any] | None) -> datetime | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from ..rules.keeping.keep import PassFacts
 from ..rules.keeping.plan import Plan, VmPlan
@@ -22,7 +22,7 @@ def _would_move(vm: VmPlan) -> bool:
     return vm.move or (not vm.unpause and vm.decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE))
 
 
-async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts], Plan], facts: PassFacts,
+async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts], Awaitable[Plan]], facts: PassFacts,
                        observed: Mapping[tuple[str, str], Observed], writes: Writes,
                        hold: Callable[[Result], None]) -> PassFacts:
     """The pass's facts with the answer on targeted migration, when due: the dry run of the plan's first VM
@@ -32,7 +32,7 @@ async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts
     if not targeted.due():
         return facts
     assumed, tried = dataclasses.replace(facts, targeted=True), set[tuple[str, str]]()
-    while (found := next(((vm.key, made) for vm in plan_of(assumed).vms if vm.key not in tried and _would_move(vm)
+    while (found := next(((vm.key, made) for vm in (await plan_of(assumed)).vms if vm.key not in tried and _would_move(vm)
                           and isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict)),
                          None)) is not None and await writes.take():
         tried.add(found[0])

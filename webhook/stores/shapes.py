@@ -100,8 +100,12 @@ def shape_pod(settings: Settings) -> Shape:
     def shape(pod: dict[str, Any]) -> dict[str, Any]:
         spec, status, launcher = kinds.spec(pod), kinds.status(pod), kinds.is_launcher(pod)
         kept_spec = _pod_spec(spec, launcher, leaving=share_manager_leaving(pod, settings))
+        kept_status = _pod_status(pod, spec, status, kept_spec)
+        if status.get("startTime") and (launcher or is_share_manager_pod(pod, kinds.meta(pod).get("namespace") or "",
+                                                                         settings)):
+            kept_status["startTime"] = status["startTime"]  # since when a VM's pod and its NFS server run (the keeper)
         return {"metadata": _pod_metadata(pod, launcher, settings, keep_annotation), "spec": kept_spec,
-                "status": _pod_status(pod, spec, status, kept_spec)}
+                "status": kept_status}
 
     return shape
 

@@ -31,10 +31,11 @@ class Listed:
         return [view for view in self.views if view.running and view.opted_in]
 
 
-def read_kubevirt(vmis: Iterable[Any], migrations: Iterable[Any], settings: Settings) -> Listed:
+def read_kubevirt(vmis: Iterable[Any], migrations: Iterable[Any], settings: Settings, *,
+                  alike: Alike | None = None) -> Listed:
     """Each object read once, in the order given (`vmis` may be a generator decoding one at a time),
-    what the VMIs carry alike one object for all."""
-    seen, alike = Listed([], [], []), Alike()
+    what the VMIs carry alike one object for all (`alike`: across calls, too)."""
+    seen, alike = Listed([], [], []), Alike() if alike is None else alike
     for obj in migrations:
         migration = read_migration(obj)
         (seen.malformed if isinstance(migration, Malformed) else seen.migrations).append(migration)
