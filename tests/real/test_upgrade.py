@@ -127,6 +127,15 @@ def uninstall_with_helm(control_plane) -> None:
     asyncio.run(helm_sdkpy.Uninstall(config).run(RELEASE, wait=False, timeout=60))
 
 
+def applied_with_spare_vms(control_plane, overlay, manifests):
+    """`manifests` with spare-vms applied as README, Upgrade says: the finished certificate Job
+    deleted first (a Job's template cannot change); what was applied, for the cleanup."""
+    rendered = control_plane.kubectl("kustomize", str(spare_vms_overlay(overlay, manifests))).stdout
+    control_plane.kubectl("delete", "job", f"{NS}-certs", "-n", NS, "--ignore-not-found")
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
+    return rendered
+
+
 @pytest.mark.parametrize("how", ["kubectl apply -k", "helm upgrade"])
 def test_an_upgrade_from_0_2_0_leaves_only_grants_named_for_their_account(control_plane, tmp_path, how):
     """0.2.0 installed (with spare-vms), then this release: with kustomize, the apply and the
@@ -140,12 +149,7 @@ def test_an_upgrade_from_0_2_0_leaves_only_grants_named_for_their_account(contro
             upgraded_with_helm(control_plane, old / "charts" / "kubevirt-colocate")
         else:
             for manifests in (old / "manifests", ROOT / "manifests"):
-                rendered = control_plane.kubectl("kustomize", str(spare_vms_overlay(
-                    tmp_path / f"overlay-{len(applied)}", manifests))).stdout
-                applied.append(rendered)
-                # README, Upgrade: the finished certificate Job first (a Job's template cannot change).
-                control_plane.kubectl("delete", "job", f"{NS}-certs", "-n", NS, "--ignore-not-found")
-                control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
+                applied.append(applied_with_spare_vms(control_plane, tmp_path / f"overlay-{len(applied)}", manifests))
             assert ("Role", NS, NS) in namespaced_grants(control_plane)  # what the apply left behind
             for command in upgrade_step():
                 control_plane.kubectl(*command.words[1:])
@@ -172,11 +176,7 @@ def test_a_rollback_to_0_2_0_with_kustomize_leaves_only_its_grants(control_plane
     applied = []
     try:
         for manifests in (ROOT / "manifests", old / "manifests"):
-            rendered = control_plane.kubectl("kustomize", str(spare_vms_overlay(
-                tmp_path / f"overlay-{len(applied)}", manifests))).stdout
-            applied.append(rendered)
-            control_plane.kubectl("delete", "job", f"{NS}-certs", "-n", NS, "--ignore-not-found")
-            control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
+            applied.append(applied_with_spare_vms(control_plane, tmp_path / f"overlay-{len(applied)}", manifests))
         for command in deletes(ROLLING_BACK):
             control_plane.kubectl(*command.words[1:])
         assert namespaced_grants(control_plane) == {
