@@ -291,3 +291,51 @@ async def test_an_answer_is_not_used_once_the_vms_node_is_labelled_otherwise():
     apply(store, "Node", EventType.MODIFIED, relabelled)
     pod = await admitted(admissions, "pvc-d0")
     assert "worked out" not in annotations(pod)["kubevirt-scheduler/reason"]
+
+
+def pv_of(volume):
+    (pv,) = [o for o in drained_cluster() if o["kind"] == "PersistentVolume" and o["metadata"]["name"] == volume]
+    return pv
+
+
+async def test_an_answer_is_not_used_once_anything_the_rule_read_changed(caplog):
+    """The PV its consumers were found through, labelled since (no list names it): judged anew."""
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    pv = pv_of("pvc-d0")
+    pv["metadata"].setdefault("labels", {})["topology.kubernetes.io/zone"] = "z2"
+    apply(store, "PersistentVolume", EventType.MODIFIED, pv)
+    with caplog.at_level("INFO", "webhook.mutate"):
+        pod = await admitted(admissions, "pvc-d0")
+    assert "worked out" not in annotations(pod)["kubevirt-scheduler/reason"]
+    (said,) = [r.fields for r in caplog.records if r.getMessage() == "prepared answer not used"]
+    assert "what it read of" in said["why"] and "pvc-d0 changed since" in said["why"], said
+    assert "worked out" in annotations(await admitted(admissions, "pvc-d1"))["kubevirt-scheduler/reason"]
+
+
+async def test_a_read_added_to_the_rule_is_part_of_what_its_answer_rests_on(monkeypatch, caplog):
+    """A rule that reads one more object (here the VM's claim, beside its node's obstacles) needs no
+    other change for a prepared answer to hold only while that object is unchanged."""
+    from webhook.admission import admit
+    from webhook.kinds import PVC
+    from webhook.lookup.resolve import read_through
+
+    async def obstacle_and_claim(store, name, pod, namespace, deadline, **kw):
+        volume = pod["metadata"]["labels"]["longhorn.io/share-manager"]  # pvc-dN, of claim dN
+        await read_through(store, PVC, "default", volume.removeprefix("pvc-"), deadline)
+        return await node_obstacle(store, name, pod, namespace, deadline, **kw)
+
+    node_obstacle = admit.node_obstacle
+    monkeypatch.setattr(admit, "node_obstacle", obstacle_and_claim)
+    store, admissions, preparer = await prepared_server()
+    await preparer.look()
+    gone(store)
+    (claim,) = [o for o in drained_cluster() if o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"] == "d0"]
+    claim["spec"]["accessModes"] = ["ReadWriteOnce"]
+    apply(store, "PersistentVolumeClaim", EventType.MODIFIED, claim)
+    with caplog.at_level("INFO", "webhook.mutate"):
+        assert "worked out" not in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
+        assert "worked out" in annotations(await admitted(admissions, "pvc-d1"))["kubevirt-scheduler/reason"]
+    (said,) = [r.fields for r in caplog.records if r.getMessage() == "prepared answer not used"]
+    assert "what it read of PersistentVolumeClaim default d0 changed since" in said["why"], said

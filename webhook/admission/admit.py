@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 from .. import kinds
+from ..lookup import recorded
+from ..lookup.recorded import Recording
 from ..lookup.resolve import (Consumers, JustRead, fit_view, migration_target, node_obstacle, read_through,
                                resolve_consumers, resolve_disks)
 from ..stores.store import Store, StoreError
@@ -195,6 +197,7 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
                               deadline: Deadline, shared: Shared, volume: str) -> Outcome | None:
     """The share-manager rule, in its turn in the lane (`shared.at_once`: out of turn, None where
     that would take a search)."""
+    store = Recording(store)  # what the rule reads, for an answer prepared (`rules.placement.prepared`)
     try:
         consumers = await resolve_consumers(store, settings, volume, deadline)
     except (StoreError, TimeoutError) as exc:
@@ -229,38 +232,48 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
     return _decided(pod, decision, settings, Rule.SHARE_MANAGER, facts)
 
 
-async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Leaving:
+    """The one VM of a share-manager's volume, leaving its node (`why`), as the rule found it."""
+
+    pod: dict[str, Any]
+    uid: str
+    source: str
+    why: str
+    waiting: dict[str, Any] | None  # its migration target pod, not scheduled yet
+
+    @property
+    def namespace(self) -> str:
+        return kinds.meta(self.pod).get("namespace") or ""
+
+
+async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recording, settings: AdmissionSettings,
                                deadline: Deadline, consumers: Consumers, leaving: str,
                                shared: Shared) -> Decision | str | None:
     """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's
     migration can land too, beside the VMs already sent to each (`rules.placement.together`); else why
     none can, or why that cannot be told. The VM is then sent to the node preferred first."""
     vm_pod = consumers.pods[0]
-    vm_namespace, vm = kinds.meta(vm_pod).get("namespace") or "", _vm_named(vm_pod)
-    # Everything below is read from the caches without a pause: the loop is given back before each
-    # stretch of it, so that what arrived meanwhile (a VM start) is not held behind all of them.
-    if not shared.at_once:  # a prepared answer is no long stretch
+    vm = _vm_named(vm_pod)
+    if not shared.at_once:  # the loop given back before a long stretch: a VM start arrived meanwhile goes first
         await asyncio.sleep(0)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
-    view = await fit_view(store, vm_namespace, "", deadline)
+    view = await fit_view(store, kinds.meta(vm_pod).get("namespace") or "", "", deadline)
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
-    source, uid = consumers.facts[0].node or "", str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
-    source_node = view.node(source)
-    # What the answer rests on, before anything it reads: what changes after is seen as changed.
-    basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), vm=uid, vm_pod=vm_pod,
-                           waiting=consumers.leaving.get(uid), vmi=_vmi_held(store, vm_pod), source=source,
-                           source_labels=kinds.labels(source_node) if source_node is not None else None,
-                           leaving=leaving, position=view.nodes_changed(None)[0])
-    target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, basis)
+    uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
+    it = _Leaving(vm_pod, uid, consumers.facts[0].node or "", leaving, consumers.leaving.get(uid))
+    position = view.nodes_changed(None)[0]  # before anything the search reads: what changes after is seen as changed
+    target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, it)
     if target is None or isinstance(target, Decision):
         return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
+    basis = prepared.Basis(prepared.ask_of(pod, namespace, view.memo), leaving, tuple(store.reads), position)
     await asyncio.sleep(0)
     now = time.monotonic()
-    shared.promises.review(now, CachesSeen(store, view, shared.answers))
-    search = together.DestinationSearch(pod, namespace, target, vm_namespace, source, view, shared.promises, uid)
+    shared.promises.review(now, CachesSeen(store.store, view, shared.answers))
+    search = together.DestinationSearch(pod, namespace, target, it.namespace, it.source, view, shared.promises, uid)
     if not await shared.lane.slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                 f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
@@ -271,38 +284,34 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Store
     if decision is None:
         return together.nowhere(found, vm)
     if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
-        shared.promises.make(uid, source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
-                           PodUsage.of(target.pod), now)
+        shared.promises.make(uid, it.source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
+                             PodUsage.of(target.pod), now)
         if shared.preparing is not None and basis.ask is not None:
             shared.preparing.append(prepared.Prepared(
-                decision=decision, basis=basis, made=now, target=target, moved=search.demand_for_room(),
+                decision=decision, basis=basis, made=now, vm=uid, target=target, moved=search.demand_for_room(),
                 found=dataclasses.replace(found, nodes=found.nodes[:together.among_at_most(pod)], refused={})))
     return decision
 
 
-async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
+async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Recording, settings: AdmissionSettings,
                               deadline: Deadline, view: fit.View, shared: Shared,
-                              basis: prepared.Basis) -> Decision | TargetPod | str | None:
+                              it: _Leaving) -> Decision | TargetPod | str | None:
     """The answer prepared for the pod where it holds (each node it names that changed since judged
     again, those that no longer take both left out); else the VM's migration target pod to judge
     the nodes for, or why it cannot be told; None `at_once` (the pod is then judged in its turn)."""
     key = (namespace, str(kinds.meta(pod).get("name") or ""))
-    held, checked = _prepared_for(key, view, shared, basis)
-    if held is None and shared.at_once:
-        return None
-    # Rendered from what the check found unchanged (the VM's pod, its VMI, its node's labels): kept.
-    target = held.target if held is not None and held.target is not None else \
-        await migration_target(store, settings, basis.vm_pod, basis.waiting, deadline, view.memo)
+    held, checked = await _prepared_for(key, pod, view, shared, it, store.store, deadline)
     if held is None:
-        return target
-    refused = _refused_since(pod, namespace, held, checked, target, view, shared.promises, basis)
-    answer = _left_of(held, refused, pod, settings, basis)
+        return None if shared.at_once else \
+            await migration_target(store, settings, it.pod, it.waiting, deadline, view.memo)
+    refused = _refused_since(pod, namespace, held, checked, view, shared.promises, it)
+    answer = _left_of(held, refused, pod, settings, it)
     if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
         return _used(key, held, shared, answer)
     if shared.at_once:
         return None
     _not_used(key, held, answer, shared)
-    return target
+    return held.target
 
 
 def _vm_named(vm_pod: dict[str, Any]) -> str:
@@ -311,24 +320,21 @@ def _vm_named(vm_pod: dict[str, Any]) -> str:
 
 
 def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared, checked: prepared.Check,
-                   target: TargetPod | str, view: fit.View, promises: Promises,
-                   basis: prepared.Basis) -> dict[str, str] | str:
+                   view: fit.View, promises: Promises, it: _Leaving) -> dict[str, str] | str:
     """The nodes the prepared answer names that no longer take both, and why: those that changed
-    since judged again (for room alone where only pods that take only room came or went there, beside
-    the VMs sent there); why none can be told, where the VM's migration target cannot be."""
+    since judged again (for room alone where only pods that take only room came or went there),
+    beside the VMs sent there."""
     refused = {} if held.moved is None or not checked.room else \
-        together.room_again(held.moved, checked.room, view, promises, basis.vm)
+        together.room_again(held.moved, checked.room, view, promises, it.uid)
     if not checked.again:
         return refused
-    if isinstance(target, str):
-        return target
-    again = together.DestinationSearch(pod, namespace, target, kinds.meta(basis.vm_pod).get("namespace") or "",
-                                       basis.source, view, promises, basis.vm).judge_again(checked.again)
+    again = together.DestinationSearch(pod, namespace, held.target, it.namespace, it.source, view, promises,
+                                       it.uid).judge_again(checked.again)
     return again if isinstance(again, str) else {**refused, **again}
 
 
 def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[str, Any],
-             settings: AdmissionSettings, basis: prepared.Basis) -> Decision | str:
+             settings: AdmissionSettings, it: _Leaving) -> Decision | str:
     """The prepared decision, the nodes `refused` since left out of it, its preferred node kept
     (`together.left_of`); else why it no longer holds."""
     if isinstance(refused, str) or not refused:
@@ -336,7 +342,7 @@ def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[s
     why = refused[min(refused)]
     left = None if held.found is None else together.left_of(held.found, held.decision, refused)
     decision = None if left is None else together.decide_together(
-        left, _vm_named(basis.vm_pod), basis.leaving, required=settings.pin is PinMode.REQUIRED,
+        left, _vm_named(it.pod), it.why, required=settings.pin is PinMode.REQUIRED,
         most=together.among_at_most(pod), prefer=held.decision.preferences[0][0])
     if decision is None:
         return why
@@ -344,20 +350,20 @@ def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[s
     return dataclasses.replace(decision, reason=f"{decision.reason}; left out since: {together.named(out)} ({why})")
 
 
-def _prepared_for(key: prepared.Key, view: fit.View, shared: Shared,
-                  basis: prepared.Basis) -> tuple[prepared.Prepared | None, prepared.Check]:
+async def _prepared_for(key: prepared.Key, pod: dict[str, Any], view: fit.View, shared: Shared, it: _Leaving,
+                        store: Store, deadline: Deadline) -> tuple[prepared.Prepared | None, prepared.Check]:
     """The answer prepared for the pod `key` before it was created, and whether it holds
-    (`prepared.check`); (None, ...) where there is none or it does not (let go, but `at_once`)."""
+    (`prepared.check`, and every read it made answers the same); (None, ...) where there is none or
+    it does not (let go, but `at_once`)."""
     answers = shared.answers
-    if answers is None or shared.preparing is not None or not key[1]:
-        return None, prepared.Check()
-    held = answers.held(key)
+    held = None if answers is None or shared.preparing is not None or not key[1] else answers.held(key)
     if held is None:
         return None, prepared.Check()
-    checked = prepared.check(held, basis, view, time.monotonic())
-    if checked.why is not None:
+    checked = prepared.check(held, prepared.ask_of(pod, key[0], view.memo), it.why, view, time.monotonic())
+    why = checked.why or await recorded.changed(store, held.basis.reads, deadline)
+    if why is not None:
         if not shared.at_once:
-            _not_used(key, held, checked.why, shared)
+            _not_used(key, held, why, shared)
         return None, checked
     return held, checked
 
@@ -375,15 +381,7 @@ def _not_used(key: prepared.Key, held: prepared.Prepared, why: str, shared: Shar
     log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": why}})
     if shared.keep and shared.answers is not None:
         shared.answers.take(key)
-        shared.promises.end(held.basis.vm, made=held.made)
-
-
-def _vmi_held(store: Store, vm_pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The VMI of a VM's pod as the caches hold it now, if they do."""
-    owner = kinds.vmi_owner(vm_pod)
-    if owner is None:
-        return None
-    return store.peek(VMI, kinds.meta(vm_pod).get("namespace") or "", owner["name"])[1]
+        shared.promises.end(held.vm, made=held.made)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

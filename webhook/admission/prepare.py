@@ -59,7 +59,7 @@ class Preparer(Companion):
         for (namespace, name), old in let_go:
             known, pod = self.store.peek(POD, namespace, name)
             if not known or pod is None or kinds.terminating(pod):  # not created again in time (by this
-                promises.end(old.basis.vm, made=old.made)  # replica or another): its VM is not coming
+                promises.end(old.vm, made=old.made)  # replica or another): its VM is not coming
         if settings.pin is PinMode.OFF or not settings.share_manager_rule or not self.store.synced():
             return 0
         made, why_not = 0, {}
@@ -77,7 +77,7 @@ class Preparer(Companion):
                 if answers.keep((namespace, name), found):
                     made += 1
                 else:
-                    promises.end(found.basis.vm, made=found.made)
+                    promises.end(found.vm, made=found.made)
                     why_not[name] = "too many answers held"
             else:
                 why_not[name] = found

@@ -1,23 +1,8 @@
-"""Pure: a drain's share-manager answered before it is created again, and when that answer still holds.
-
-`kubectl drain` evicts a node's share-manager pods at once; longhorn-manager creates each again a
-few seconds later, once the old pod is gone (the new one has its name). Tens of them then arrive
-together, each judged with its VM's migration target on the cluster's nodes (`together`), and VM
-starts wait behind that work. The old pod, terminating meanwhile, already says what the new one
-asks of a node: `serve` judges it in that window (`admission.prepare`) and keeps the answer here,
-for the pod created in its place.
-
-A prepared answer is what the rule answered then, and the new pod gets it only where it still holds
-(`check`): the pod asks the nodes the same (`ask_of`), the VM's pod, the migration target waiting
-for it and its VMI are as the caches held them then, the VM leaves its node for the same reason and
-that node's labels are the same (the migration target is kept with the answer), each node the answer
-names that changed since (`View.changes_among`: a pod bound there, the node updated) still takes
-both pods beside the VMs sent there (judged again, that node alone; for room alone where only pods
-that take only room came or went there, such as the drain's other share-managers, and the VM's
-filters read nothing else of them: `fit.judged_by_room`), and it is at most PREPARED_SECONDS old.
-Otherwise the pod is judged as it arrives, as without it. Where a named node changed, the order of
-the nodes by room may have too: the preferred node is then still one that takes both, not always
-the one with most room.
+"""Pure: a drain's share-manager answered while its evicted pod terminates, for the pod longhorn-manager
+creates in its place, and whether that answer still holds (`check`): the pod asks the nodes the same,
+its VM leaves for the same reason, every read the rule made answers the same (`lookup.recorded`), and
+each node it names that changed since (`View.changes_among`) is judged again, for room alone where
+only pods that take only room came or went there (`fit.judged_by_room`).
 """
 from __future__ import annotations
 
@@ -42,18 +27,13 @@ Key = tuple[str, str]  # the share-manager pod's namespace and name (the new pod
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Basis:
-    """What an answer rested on when it was worked out: objects as the caches handed them out
-    (the same object, or an equal one, is what the rules read unchanged), and the view's position."""
+    """What an answer rested on: what the pod asks of a node (`ask_of`), why its VM leaves its node,
+    the rule's reads (`lookup.recorded.Read`), and the view's position before the search."""
 
-    ask: Hashable  # what the share-manager pod asks of a node (`ask_of`)
-    vm: str  # the VMI's uid
-    vm_pod: dict[str, Any]
-    waiting: dict[str, Any] | None  # the VM's migration target pod not scheduled yet
-    vmi: dict[str, Any] | None
-    source: str  # the node the VM is leaving
-    source_labels: Mapping[str, Any] | None  # its labels (what a migration target is rendered from)
-    leaving: str  # why it is leaving (the node cannot take the share-manager, or the VM is migrating)
-    position: int | None  # the view's position before the search (`View.nodes_changed`)
+    ask: Hashable
+    leaving: str
+    reads: tuple[Any, ...]
+    position: int | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,13 +43,12 @@ class Prepared:
     decision: Decision
     basis: Basis
     made: float  # the caller's monotonic clock
+    vm: str = ""  # the VMI's uid (its promise)
     target: Any = None  # the VM's migration target pod it was judged with (`kubevirt.target.TargetPod`)
-    # Its demand, where only its room can change on a node as pods that take only room come and go
-    # (`fit.judged_by_room`, the share-manager judged by NodeResourcesFit alone): such a node is
-    # checked again for room only. None: each node that changed is judged again in full.
+    # The VM's demand where a node changes but for its room only as pods that take only room come and
+    # go (`fit.judged_by_room`): such a node is checked for room alone. None: judged again in full.
     moved: Demand | None = None
-    # The nodes the answer was picked from, most room first (`together.decide_together`): a named node
-    # that no longer takes both is left out of it (`together.left_of`). None: judged as it arrives.
+    # The nodes it was picked from, most room first (`together.decide_together`), for `together.left_of`.
     found: Destinations | None = None
 
 
@@ -103,25 +82,17 @@ class Check:
     room: frozenset[str] = frozenset()
 
 
-def check(prepared: Prepared, now_basis: Basis, view: fit.View, now: float,
+def check(prepared: Prepared, ask: Hashable | None, leaving: str, view: fit.View, now: float,
           seconds: float = PREPARED_SECONDS) -> Check:
-    """Whether the prepared answer holds for the pod arriving now (`now_basis`: the same look-ups
-    made for it)."""
+    """Whether the prepared answer holds for the pod arriving now (`ask`, `leaving`: as for it), its
+    reads aside (`lookup.recorded.changed`)."""
     then = prepared.basis
     if now - prepared.made > seconds:
         return Check(f"prepared {now - prepared.made:.0f} s before, more than {seconds:.0f}")
-    if now_basis.ask is None or now_basis.ask != then.ask:
+    if ask is None or ask != then.ask:
         return Check("the pod asks the nodes otherwise than the one it was prepared from")
-    if now_basis.vm != then.vm or now_basis.source != then.source:
-        return Check("another VM uses its volume now")
-    if now_basis.source_labels != then.source_labels:
-        return Check(f"the labels of node {then.source} changed since")
-    if now_basis.leaving != then.leaving:
-        return Check(f"its VM leaves its node for another reason now ({now_basis.leaving})")
-    for what, seen, was in (("VM's pod", now_basis.vm_pod, then.vm_pod), ("VMI", now_basis.vmi, then.vmi),
-                            ("migration target pod", now_basis.waiting, then.waiting)):
-        if seen is not was and seen != was:  # the same version, or decoded again unchanged
-            return Check(f"its {what} changed since")
+    if leaving != then.leaving:
+        return Check(f"its VM leaves its node for another reason now ({leaving})")
     changes = view.changes_among({*prepared.decision.required, *prepared.decision.nodes}, then.position)
     if changes is None:
         return Check("the caches cannot say which nodes changed since")
