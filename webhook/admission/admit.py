@@ -262,14 +262,16 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
     uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
-    it = _Leaving(vm_pod, uid, consumers.facts[0].node or "", leaving, consumers.leaving.get(uid))
+    it = _Leaving(pod=vm_pod, uid=uid, source=consumers.facts[0].node or "", why=leaving,
+                  waiting=consumers.leaving.get(uid))
     position = view.nodes_changed(None)[0]  # before anything the search reads: what changes after is seen as changed
     target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, it)
     if target is None or isinstance(target, Decision):
         return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
-    basis = prepared.Basis(prepared.ask_of(pod, namespace, view.memo), leaving, tuple(store.reads), position)
+    basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), leaving=leaving, reads=tuple(store.reads),
+                           position=position)
     await asyncio.sleep(0)
     now = time.monotonic()
     shared.promises.review(now, CachesSeen(store.store, view, shared.answers))
