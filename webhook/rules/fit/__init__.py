@@ -1,13 +1,7 @@
 """Pure: would kube-scheduler's filters pass this pod on this node? (A pin must never strand a VM.)
 
-One module per filter plugin (kubernetes `pkg/scheduler/framework/plugins/`), named after it;
-`checks` runs them in the scheduler's order. Beside them: what a pod asks for (`requests`), what a
-node's pods take (`usage`), the pod read once (`demand`), the cluster as the checks read it
-(`view`), label selectors (`selectors`), what the checks worked out, kept per store (`memo`).
-
-Each check answers None (passes) or a short reason. Where the objects do not let us decide (a
-quantity that does not parse, a claim not in the cache, a namespaceSelector) the answer is "cannot
-tell", which counts as does-not-fit: a pin is only safe when we know.
+One module per filter plugin, named after it; each answers None (passes) or a reason, and "cannot tell"
+counts as does-not-fit: a pin is only safe when we know.
 """
 from .checks import judged_by_room, prefilter, refused_only, why_not_fit, why_not_pass, why_not_run
 from .resources import node_resources_fit

@@ -28,9 +28,8 @@ CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
-    """Why kube-scheduler's filters would turn the pod away from the node (the first failed check,
-    or "cannot tell ..."), or None. `demand` (`Demand.of`) reads the pod once for several nodes,
-    and what it needs no filter for is skipped on each (`prefilter`)."""
+    """Why kube-scheduler's filters would turn the pod away from the node (the first failed check, or "cannot tell
+    ..."), or None."""
     checks = CHECKS
     if demand is not None:
         checks = prefilter(demand, view)
@@ -61,9 +60,8 @@ def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, 
 
 
 def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only | None:
-    """The only nodes `checks` can turn the pod away from, where they can say (a migration target's
-    anti-affinity toward its own VMI's pods, all on the node it leaves), else None: any node may be.
-    A node outside them passes without being judged: a drain's share-manager tries a few dozen."""
+    """The only nodes `checks` can turn the pod away from, where they can say (a migration target's anti-affinity
+    toward its own VMI's pods, all on the node it leaves), else None: any node may be."""
     if not checks:
         return NONE_REFUSED
     if checks != (inter_pod_affinity,):
@@ -75,10 +73,9 @@ def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only
 
 
 def judged_by_room(demand: Demand) -> bool:
-    """Whether what the filters say of a node for the pod changes, as pods that take only room
-    there come and go (`view.takes_room_only`), by NodeResourcesFit alone: no pod affinity or
-    spread of its own, and each anti-affinity term selects only pods with a label a View indexes
-    (a migration target's, toward its own VMI's pods)."""
+    """Whether what the filters say of a node for the pod changes, as pods that take only room there come and go
+    (`view.takes_room_only`), by NodeResourcesFit alone: no pod affinity or spread of its own, and each anti-affinity
+    term selects only pods with a label a View indexes (a migration target's, toward its own VMI's pods)."""
     return not demand.affinity and not demand.spread and all(
         term.selector is None or any(key in INDEXED_LABELS and operator in ("In", "Exists")
                                      for key, operator, _ in term.selector)
@@ -86,10 +83,9 @@ def judged_by_room(demand: Demand) -> bool:
 
 
 def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
-    """The filters with something to look at for the pod, as kube-scheduler's PreFilter skips the
-    others (no host ports, no spread, no terms either way, claims whose volumes select no node):
-    a drain's share-manager is judged on every node it is tried on by NodeResourcesFit alone. Kept
-    in the demand, as what they read of the cluster for it."""
+    """The filters with something to look at for the pod, as kube-scheduler's PreFilter skips the others (no host
+    ports, no spread, no terms either way, claims whose volumes select no node): a drain's share-manager is judged on
+    every node it is tried on by NodeResourcesFit alone."""
     if demand.filters is None:
         demand.filters = _prefilter(demand, view)
     return demand.filters  # type: ignore[no-any-return]
@@ -119,10 +115,8 @@ def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
 
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
                 needs_kubevirt: bool, memo: Memo | None = None, demand: Demand | None = None) -> str | None:
-    """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness,
-    KubeVirt's schedulable label, taints, the pod's own node affinity), or None. With `memo`, kept
-    per node while the node and what the checks read of the pod stay the same (a drain's pods);
-    `demand`, the pod's, keeps what they read of it for the next node."""
+    """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness, KubeVirt's
+    schedulable label, taints, the pod's own node affinity), or None."""
     if node is None:
         return f"node {node_name} not found"
     asked = (node_name, node, pod, needs_kubevirt)

@@ -1,10 +1,4 @@
-"""Pure: what the rules worked out from cluster objects, kept by the store that holds them.
-
-Every admission reads the same few nodes, volumes and pods with anti-affinity, and pods of VMs of
-one size ask for the same resources: working those out once per version of an object saves most
-of the checks' time. A Memo belongs to one store (handed to the rules through its view), so two
-stores never share answers.
-"""
+"""Pure: what the rules worked out from cluster objects, kept by the store that holds them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
@@ -22,9 +16,8 @@ KEY_BYTES = 4096
 
 
 class Memo:
-    """Answers of pure functions of objects, bounded. An object is known by its name and
-    resourceVersion; one without a resourceVersion (a cache's trimmed copy, a state file) by the
-    content the function reads, so an answer is only ever reused for what gave it."""
+    """Answers of pure functions of objects, bounded, each by the name and resourceVersion of the objects
+    (else the content read): reused only for what gave it."""
 
     __slots__ = ("size", "_held")
 

@@ -15,10 +15,9 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 def counted(resource: str) -> bool:
-    """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones
-    (extended like devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable
-    volumes); anything else the scheduler ignores (framework/types.go `Resource.Add`,
-    scheduler/util `IsScalarResourceName`)."""
+    """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones (extended like
+    devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable volumes); anything else the scheduler
+    ignores (framework/types.go `Resource.Add`, scheduler/util `IsScalarResourceName`)."""
     if resource in (CPU, MEMORY, EPHEMERAL_STORAGE):
         return True
     if resource.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in resource:
@@ -148,10 +147,8 @@ def _pod_level(resource: str) -> bool:
 
 
 def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> None:
-    """Pod-level requests (PodLevelResources) replace the containers' sum for cpu, memory and
-    hugepages. A pod-level limit without a request defaults the request to the containers' sum
-    where they request the resource, else to the limit (pkg/apis/core/v1/defaults.go
-    `defaultPodRequests`; hugepages cannot be overcommitted, so they take the limit)."""
+    """Pod-level requests (PodLevelResources) replace the containers' sum for cpu, memory and hugepages, a
+    limit alone defaulting them as the apiserver does (pkg/apis/core/v1/defaults.go `defaultPodRequests`)."""
     requests = _resource_list(resources.get("requests"), "pod request")
     limits = _resource_list(resources.get("limits"), "pod limit")
     for name, amount in requests.items():

@@ -35,10 +35,8 @@ def _allocatable(node: Any) -> dict[str, int] | str:
 
 def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                        beside: Mapping[str, int] | None = None, beside_pods: int = 0) -> str | None:
-    """NodeResourcesFit: one pod slot and every request against allocatable minus what the
-    node's pods request (noderesources/fit.go `fitsRequest`), and `beside_pods` more pods asking
-    `beside` in all when given. A resource the node does not list has 0 allocatable; a request of 0
-    is not checked."""
+    """NodeResourcesFit: one pod slot and every request against allocatable minus what the node's pods request
+    (noderesources/fit.go `fitsRequest`), and `beside_pods` more pods asking `beside` in all when given."""
     name = name_of(node)
     usage = view.usage(name)
     if usage.unreadable:

@@ -1,6 +1,5 @@
-"""TaintToleration (kubernetes `tainttoleration/taint_toleration.go`, k8s.io/api core/v1
-`Toleration.ToleratesTaint`): taints with effect NoSchedule or NoExecute block a pod that does
-not tolerate them; PreferNoSchedule does not."""
+"""TaintToleration (kubernetes `tainttoleration/taint_toleration.go`, k8s.io/api core/v1 `Toleration.ToleratesTaint`):
+taints with effect NoSchedule or NoExecute block a pod that does not tolerate them; PreferNoSchedule does not."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

@@ -1,6 +1,5 @@
-"""What the filters match of a pod, parsed from its spec once: its host ports (NodePorts), its
-required pod (anti-)affinity terms (InterPodAffinity), its DoNotSchedule spread constraints
-(PodTopologySpread)."""
+"""What the filters match of a pod, parsed from its spec once: its host ports (NodePorts), its required pod
+(anti-)affinity terms (InterPodAffinity), its DoNotSchedule spread constraints (PodTopologySpread)."""
 from __future__ import annotations
 
 import dataclasses
@@ -110,10 +109,9 @@ ANY_POD = "any pod"  # the index key of an anti-affinity term that may select a 
 
 
 def anti_affinity_keys(pod: Any) -> list[Hashable]:
-    """Where a placed pod's required anti-affinity is indexed (`View.pods_with_anti_affinity_toward`):
-    by term, the label pairs of its selector's first `In` requirement, one of which every pod it
-    selects has; ANY_POD for a term without one or that cannot be read. KubeVirt gives every
-    migrated VM a term selecting its own VMI's pods: a pod is checked against the few that may select it."""
+    """Where a placed pod's required anti-affinity is indexed (`View.pods_with_anti_affinity_toward`): by term, the
+    label pairs of its selector's first `In` requirement, one of which every pod it selects has; ANY_POD for a term
+    without one or that cannot be read."""
     terms = existing_anti_terms(pod)
     if isinstance(terms, str):
         return [ANY_POD]

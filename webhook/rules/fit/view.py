@@ -58,11 +58,9 @@ def has_required_anti_affinity(pod: Any) -> bool:
 
 
 def takes_room_only(pod: Any, share: PodUsage) -> bool:
-    """Whether the filters judging another pod read of a bound pod (`share`: what it takes) only
-    the room it takes there, its requests and a pod slot: no host ports, no required pod
-    anti-affinity, no label a View indexes (KubeVirt's, which a migration target's anti-affinity
-    selects). A share-manager pod is one: such a pod come or gone leaves a node as it was judged
-    for a pod `checks.judged_by_room`, but for its room."""
+    """Whether the filters judging another pod read of a bound pod (`share`: what it takes) only the room it takes
+    there, its requests and a pod slot: no host ports, no required pod anti-affinity, no label a View indexes
+    (KubeVirt's, which a migration target's anti-affinity selects)."""
     if share.host_ports or not share.readable:
         return False
     labels = kinds.labels(pod)

@@ -73,9 +73,8 @@ def _mounted(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
 
 
 def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and
-    match its zone labels; a claim with `spec.volumeName` counts as bound. Unbound claims and
-    ephemeral volumes are decided by provisioning, which we do not model: cannot tell."""
+    """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and match its zone
+    labels; a claim with `spec.volumeName` counts as bound. Unbound claims and ephemeral volumes: cannot tell."""
     mounts, ending = _mounted(demand, view)
     labels_only = None
     for claim_name, pv_name, terms, zones in mounts:

@@ -1,8 +1,6 @@
-"""A VM's pods as virt-controller renders them (kubevirt/kubevirt
-`pkg/virt-controller/watch/migration/migration.go`): all pods of one VMI carry
-`kubevirt.io/created-by: <VMI uid>`, and a migration target pod keeps
-`kubevirt.io/migrationJobUID` for life.
-"""
+"""A VM's pods as virt-controller renders them (kubevirt/kubevirt `pkg/virt-controller/watch/migration/migration.go`):
+all pods of one VMI carry `kubevirt.io/created-by: <VMI uid>`, and a migration target pod keeps
+`kubevirt.io/migrationJobUID` for life."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,11 +16,9 @@ def own_pods(vmi_uid: str) -> dict[str, Any]:
 
 
 def as_started(pod: dict[str, Any], vmi_selector: Any = None) -> dict[str, Any]:
-    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod
-    created as a migration target: without kubevirt.io/migrationJobUID, the anti-affinity to the
-    VMI's own pods, and the hostname a targeted migration merged into its nodeSelector (unless
-    the VMI's own names it). `explain` and the keeper judge the VM, not one migration target (whose
-    selector every other node fails)."""
+    """The VM's pod as KubeVirt creates it when the VM starts (or is migrated next), from a pod created as a migration
+    target: without kubevirt.io/migrationJobUID, the anti-affinity to the VMI's own pods, and the hostname a targeted
+    migration merged into its nodeSelector (unless the VMI's own names it)."""
     if kinds.MIGRATION_JOB_LABEL not in kinds.labels(pod):
         return pod
     # Copies along the paths changed below, the rest shared: the keeper renders a target for every

@@ -1,12 +1,4 @@
-"""Pure: a pod larger than any VM's or Longhorn's pod is not read further.
-
-The rules' work grows with what a pod carries, and a tenant shapes much of a launcher pod through
-its VM. A pod beyond these bounds is "cannot tell" before anything is read: allowed, no pin, the
-reason said. The bounds are what KubeVirt and Longhorn generate, with a wide margin
-(docs/operations.md, Limits): a launcher pod has a volume per disk and about ten of its own, one
-container per container disk or hook sidecar beside `compute`, KubeVirt's node-affinity term and
-the VM's own; a share-manager pod has two volumes and one container.
-"""
+"""Pure: a pod larger than any VM's or Longhorn's pod is not read further."""
 from __future__ import annotations
 
 from typing import Any

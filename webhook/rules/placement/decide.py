@@ -55,9 +55,8 @@ CONSUMERS = ("consumer", "")
 
 def decide(facts: Sequence[Fact], blocked: str | None = None, subject: tuple[str, str] = DISKS, *,
            required: bool = True) -> Decision:
-    """All known nodes equal → pin; differ → prefer each; none → skip. With `blocked` (why the one
-    node cannot take the pod now) or `required` False (`--pin preferred`) it is only preferred, so
-    a pod is never stranded."""
+    """All known nodes equal → pin; differ → prefer each; none → skip. With `blocked` (why the one node cannot take
+    the pod now) or `required` False (`--pin preferred`) it is only preferred, so a pod is never stranded."""
     what, runs = subject
     if not facts:
         return Decision(NOT_PINNED, reason=f"no {what}s to follow", warnings=(f"not pinned: no {what}s to follow",))

@@ -1,15 +1,8 @@
-"""Pure: a pod and a Decision → a JSON patch (AND-merged, idempotent), and its inverse `as_created`
-(the pod as created: what `explain` and the migration target are rendered from).
+"""Pure: a pod and a Decision → a JSON patch (AND-merged, idempotent), and its inverse `as_created` (the pod as
+created: what `explain` and the migration target are rendered from).
 
-k8s.io/api core/v1 NodeSelector: terms are ORed, a term's requirements ANDed, an empty term matches
-nothing. So a pin is added to *every* non-empty term, a new term only when there is none. "One of
-several nodes" is ORed terms, one node each (the apiserver refuses `metadata.name In [a, b]`): every
-own term gets the first node, and a copy of it is appended for each other node (terms × nodes).
-
-The patch is the `add` operations of the rules' edit (node affinity, the decision's annotations),
-each where the pod has the parent (a missing one, or one that is no object, written whole): built,
-not diffed, as jsonpatch's `make_patch` cost about 170 µs an admission (docs/performance.md). The
-tests hold it to a model of the edit over generated pods of every shape: a patch that does not
+NodeSelector terms are ORed, a term's requirements ANDed: a pin is added to every non-empty term, and "one of several
+nodes" is a copy of each term per node. The patch only adds, each where the pod has the parent: a patch that does not
 apply would fail pod creation even with failurePolicy Ignore.
 """
 from __future__ import annotations

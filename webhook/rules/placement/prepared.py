@@ -1,9 +1,8 @@
-"""Pure: a drain's share-manager answered while its evicted pod terminates, for the pod longhorn-manager
-creates in its place, and whether that answer still holds (`check`): the pod asks the nodes the same,
-its VM leaves for the same reason, every read the rule made answers the same (`lookup.recorded`), and
-each node it names that changed since (`View.changes_among`) is judged again, for room alone where
-only pods that take only room came or went there (`fit.judged_by_room`).
-"""
+"""Pure: a drain's share-manager answered while its evicted pod terminates, for the pod longhorn-manager creates in
+its place, and whether that answer still holds (`check`): the pod asks the nodes the same, its VM leaves for the same
+reason, every read the rule made answers the same (`lookup.recorded`), and each node it names that changed since
+(`View.changes_among`) is judged again, for room alone where only pods that take only room came or went there
+(`fit.judged_by_room`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -53,9 +52,8 @@ class Prepared:
 
 
 def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:
-    """What the node-level checks and NodeResourcesFit read of a share-manager pod (its run key
-    and requests), with its namespace and name; None where that cannot be said (the pod is then
-    answered as it arrives)."""
+    """What the node-level checks and NodeResourcesFit read of a share-manager pod (its run key and requests), with
+    its namespace and name; None where that cannot be said (the pod is then answered as it arrives)."""
     try:
         demand = Demand.of(pod, namespace, memo)
         spec = pod["spec"]

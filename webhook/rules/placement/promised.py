@@ -1,20 +1,6 @@
-"""Pure: the VMs of a drain already sent to a node, not there yet: the one model of room promised to
-pods on their way that `fit`'s checks count (`to`: NodeResourcesFit's `beside`). A drain's aimed
-evacuations fill one from the caches for each plan (`aim.plan`); `serve` keeps one for the VMs sent
-to follow their share-managers. A drain's share-managers are judged one after another on the same nodes, and a node's room counts
-the pods bound to it: none of the VMs still to come to the share-managers placed there before. So
-each share-manager placed by `together` leaves a promise: its VM, what the VM's migration target will
-take, and the node the share-manager prefers first. The next ones count those as taken (`to`), and a
-node left with no room for one more VM beside them is passed over while another takes both. A
-promise follows its share-manager pod: to the node kube-scheduler bound it to, and it ends with the
-pod (deleted; created again, the new answer's promise replaces it). It ends too once the VM is no
-longer on the node it is leaving only (its target pod bound, then counted in the node's own room;
-or the VM gone), and after PROMISE_SECONDS whatever happens.
-
-What a process promised is its own: each `serve` replica counts the share-managers it answered, and
-a restart forgets them. It only ever steers where a share-manager goes among nodes that take both
-pods now; nothing waits on it.
-"""
+"""Pure: the VMs of a drain already sent to a node, not there yet: the one model of room promised to pods on their way
+that `fit`'s checks count (`to`: NodeResourcesFit's `beside`). A drain's aimed evacuations fill one from the caches
+for each plan (`aim.plan`); `serve` keeps one for the VMs sent to follow their share-managers."""
 from __future__ import annotations
 
 import dataclasses

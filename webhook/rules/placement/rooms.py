@@ -1,10 +1,4 @@
-"""Pure: the nodes in the order of the room they leave one size of pod, kept up to date node by node.
-
-A drain's share-manager looks for nodes where its VM can follow, most room first (NodeResourcesFit's
-score, `fit.least_allocated`). Scoring every node costs tens of milliseconds at 1,000 nodes; kept per
-size of pod in the view's memo, the order is brought up to date from the nodes the view says changed
-(`View.nodes_changed`), so a drain's share-managers pay for those, not for the size of the cluster.
-"""
+"""Pure: the nodes in the order of the room they leave one size of pod, kept up to date node by node."""
 from __future__ import annotations
 
 import bisect
@@ -19,12 +13,8 @@ Scored = tuple[float | None, str]  # (room, node name); room None when it cannot
 
 
 class Rooms:
-    """Every node of a view with the room it leaves one size of pod, most room first, unreadable
-    last, nodes of equal room in the order they were first scored (`order`), as of the view's
-    position `position`. A node that changed is moved to its place, not the whole order sorted
-    again: during a drain each share-manager bound changes a node, and sorting 5,000 nodes again
-    for each of the next ones costs more than judging them. Names, not the nodes: kept decoded for a
-    drain, 5,000 nodes with the 170 labels of a production node are about 100 MiB."""
+    """Every node of a view with the room it leaves one size of pod, most room first, unreadable last, nodes of equal
+    room in the order they were first scored (`order`), as of the view's position `position`."""
 
     __slots__ = ("position", "scores", "order", "_keys", "_entries", "_ranks", "_next")
 

@@ -1,10 +1,4 @@
-"""The safety net under the pin: a pod we pinned that kube-scheduler still cannot place.
-
-Our never-strand checks are a best effort against the scheduler's own view. A pinned pod still
-unschedulable some time after its creation is reported, for an admin to see and undo: its
-`PodScheduled` condition is False with reason `Unschedulable`, the message the scheduler's own
-(pkg/scheduler/schedule_one.go).
-"""
+"""The safety net under the pin: a pod we pinned that kube-scheduler still cannot place."""
 from __future__ import annotations
 
 import dataclasses

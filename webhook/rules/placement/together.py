@@ -1,12 +1,8 @@
 """Pure: where a share-manager and its VM can land together, when the VM is leaving its node.
 
-A drain cordons a node (KubeVirt taints it `kubevirt.io/drain`), evicts the share-manager pods at
-once, and migrates the node's VMs a few at a time (2 per source node): longhorn-manager re-creates
-each share-manager while most of their VMs still wait on the drained node. Left to go anywhere, it
-may land where the VM can never follow: a node of an older CPU generation or QEMU refuses the VM's
-*migration* target pod (`rules/kubevirt/target.py`). So it is required among the nodes where both
-pods pass the never-strand checks (`rules/fit/`), those with most room for the VM, one of them
-preferred as their room says (`spread_over`): the keeper then always has a move that can succeed.
+Left to go anywhere, a drain's share-manager may land where the VM can never follow (a node of an older
+CPU or QEMU refuses its migration target pod): it is required among the nodes where both pass the
+never-strand checks, those with most room for the VM, one preferred as their room says (`spread_over`).
 """
 from __future__ import annotations
 
@@ -67,18 +63,8 @@ def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str,
 
 
 class DestinationSearch:
-    """`destinations` a node at a time: iterating judges the next node and yields its name, so that a
-    caller can give the event loop back and stop at a deadline; `found` is what they say so far.
-
-    Nodes are judged most room for the VM first (`rooms.Rooms`; an unreadable room last), and the
-    judging stops once AMONG_NODES take both pods, the ones the answer requires: a drain's
-    share-manager on hundreds of nodes is judged on a few dozen (on all when too few take both).
-
-    A node with VMs of the drain already sent to it (`promises`, this VM's own aside: `vm`) is judged
-    after those without, so that the drain's share-managers spread over the cluster, most room first;
-    it takes this one only with room left beside them, and its room is what they leave; one without
-    is `crowded`, up to CROWDED_SEARCH times AMONG_NODES such nodes. Where no node takes it beside them, the crowded
-    nodes are judged again without them: better one of those than a node the VM cannot follow to."""
+    """`destinations` a node at a time: iterating judges the next node and yields its name, so that a caller can give
+    the event loop back and stop at a deadline; `found` is what they say so far."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View, promises: Promises | None = None,
@@ -215,9 +201,8 @@ class DestinationSearch:
 
 
 def room_again(moved: Demand, names: Iterable[str], view: fit.View, promises: Promises, vm: str) -> dict[str, str]:
-    """Why each of `names` that has no room now for the VM (`moved`, its demand) beside the VMs sent
-    there but `vm` has none. For nodes where only pods that take only room came or went since the VM
-    was judged there in full (`prepared.Check.room`)."""
+    """Why each of `names` that has no room now for the VM (`moved`, its demand) beside the VMs sent there but `vm`
+    has none."""
     refused: dict[str, str] = {}
     for name in sorted(names):
         node = view.node(name)
@@ -239,9 +224,8 @@ def room_again(moved: Demand, names: Iterable[str], view: fit.View, promises: Pr
 
 
 def left_of(found: Destinations, decision: Decision, refused: Collection[str]) -> Destinations | None:
-    """The nodes of an answer worked out from `found` once those `refused` since are left out: the
-    nodes it named (no other was judged again), most room first. None where none is left, where its
-    preferred node is among them (the VM was sent there), or where `found` was crowded."""
+    """The nodes of an answer worked out from `found` once those `refused` since are left out: the nodes it named (no
+    other was judged again), most room first."""
     named_nodes = {*decision.required, *decision.nodes}
     if found.crowded or not decision.preferences or decision.preferences[0][0] in refused:
         return None
@@ -251,9 +235,8 @@ def left_of(found: Destinations, decision: Decision, refused: Collection[str]) -
 
 
 def rides_along(shared: Demand, moved: Demand, view: fit.View) -> bool:
-    """Whether the share-manager fits wherever the VM's target pod does: NodeResourcesFit is the only
-    filter with anything to look at for it, and it asks for nothing the VM does not ask as much of
-    (a pod slot each). Its own check is then skipped: a drain's share-manager is judged once a node."""
+    """Whether the share-manager fits wherever the VM's target pod does: NodeResourcesFit is the only filter with
+    anything to look at for it, and it asks for nothing the VM does not ask as much of (a pod slot each)."""
     return fit.prefilter(shared, view) == (fit.node_resources_fit,) and all(
         asked <= 0 or moved.requests.get(resource, 0) >= asked for resource, asked in shared.requests.items())
 
@@ -298,11 +281,9 @@ def decide_together(found: Destinations, vm: str, leaving: str, *, required: boo
 
 
 def spread_over(candidates: tuple[Destination, ...], key: str) -> int:
-    """Which of the nodes (most room first) `key` prefers: the same for the same key, and over many
-    keys each node in proportion to the room it leaves the VM. A drain's share-managers are judged
-    on the same nodes, the room of the VMs still to come counted nowhere: given the same first
-    preference, they would all land on one node, and their VMs could not all follow. Picked by
-    their volumes, they spread over the nodes as the VMs can."""
+    """Which of the nodes (most room first) `key` prefers: the same for the same key, and over many keys each node in
+    proportion to the room it leaves the VM: given one first preference, a drain's share-managers would all land on one
+    node, and their VMs could not all follow."""
     total = sum(max(destination.room, 0.0) for destination in candidates)
     fraction = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2 ** 64
     if total <= 0:  # no room left anywhere: alike

@@ -27,9 +27,8 @@ class Undeclared(LookupError):
 
 class CachedAnnotations(dict[str, Any]):
     """The declared annotations of an object (a cached pod: `stores.shapes.pod_read`; a VMI read:
-    `Fields.annotations_of`): a plain dict to every reader, `kinds.annotations` included, but a read
-    of a key nobody declared raises `Undeclared`. The caches keep only the declared ones: the rule
-    would read nothing in production, and tested on whole objects it would pass."""
+    `Fields.annotations_of`): a plain dict to every reader, `kinds.annotations` included, but a read of a key nobody
+    declared raises `Undeclared`."""
 
     __slots__ = ("_declared", "_kind", "_declared_as")
 

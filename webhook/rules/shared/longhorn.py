@@ -66,10 +66,8 @@ def blacklisted(text: str | None) -> list[str] | None:
 
 
 def restarts_vms(values: Mapping[str, str] | None, *, blacklistable: bool = True) -> Restarts:
-    """From Longhorn's Settings by name (None: they could not be read). Never a guess: a value this
-    release does not know how Longhorn reads is "cannot tell". `blacklistable` False: for pods whose
-    owner the blacklist cannot name (a hotplugged disk's attachment pod, owned by the launcher pod:
-    longhorn-manager matches `group/Kind`, and the core group has none)."""
+    """From Longhorn's Settings by name (None: they could not be read). Never a guess: a value this release does not
+    know how Longhorn reads is "cannot tell"."""
     if values is None:
         return Restarts(Answer.CANNOT_TELL, "Longhorn's Settings could not be read")
     auto = (values.get(AUTO_DELETE) or "true").strip().lower()
