@@ -1,7 +1,6 @@
 """The admission rules end to end: pod → facts → decision → patch, as a domain Outcome.
 
-Whatever happens in here, the pod is admitted. The wire format is `review.response_json`'s
-business: `review` and `explain` call `admit` without an AdmissionReview round trip.
+Whatever happens in here, the pod is admitted; the wire format is `review.response_json`'s business.
 """
 from __future__ import annotations
 
@@ -41,10 +40,7 @@ log = logging.getLogger("webhook.mutate")
 async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
                 lane: Lane | None = None, promises: Promises | None = None,
                 answers: PreparedAnswers | None = None) -> Outcome:
-    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration). `lane`: where a
-    server's long rule work waits its turn (a lane of its own when not given); `promises`: a server's
-    record of the VMs of a drain sent to follow their share-managers (none kept when not given);
-    `answers`: those prepared for a drain's share-managers before they are created (`admission.prepare`)."""
+    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration)."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
@@ -147,9 +143,8 @@ class Shared:
 
 async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline,
                   shared: Shared) -> prepared.Prepared | str:
-    """The answer of the share-manager rule for `pod` (a share-manager pod as longhorn-manager will
-    create it again), worked out in its turn in the lane, when the search for where its VM can
-    follow made it; else why there is none."""
+    """The answer of the share-manager rule for `pod` (a share-manager pod as longhorn-manager will create it again),
+    worked out in its turn in the lane, when the search for where its VM can follow made it; else why there is none."""
     assert shared.preparing is not None
     volume = kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)
     if not volume:
@@ -323,9 +318,8 @@ def _vm_named(vm_pod: dict[str, Any]) -> str:
 
 def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared, checked: prepared.Check,
                    view: fit.View, promises: Promises, it: _Leaving) -> dict[str, str] | str:
-    """The nodes the prepared answer names that no longer take both, and why: those that changed
-    since judged again (for room alone where only pods that take only room came or went there),
-    beside the VMs sent there."""
+    """The nodes the prepared answer names that no longer take both, and why: those that changed since judged again
+    (for room alone where only pods that take only room came or went there), beside the VMs sent there."""
     refused = {} if held.moved is None or not checked.room else \
         together.room_again(held.moved, checked.room, view, promises, it.uid)
     if not checked.again:
@@ -354,9 +348,8 @@ def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[s
 
 async def _prepared_for(key: prepared.Key, pod: dict[str, Any], view: fit.View, shared: Shared, it: _Leaving,
                         store: Store, deadline: Deadline) -> tuple[prepared.Prepared | None, prepared.Check]:
-    """The answer prepared for the pod `key` before it was created, and whether it holds
-    (`prepared.check`, and every read it made answers the same); (None, ...) where there is none or
-    it does not (let go, but `at_once`)."""
+    """The answer prepared for the pod `key` before it was created, and whether it holds (`prepared.check`, and every
+    read it made answers the same); (None, ...) where there is none or it does not (let go, but `at_once`)."""
     answers = shared.answers
     held = None if answers is None or shared.preparing is not None or not key[1] else answers.held(key)
     if held is None:

@@ -1,10 +1,7 @@
 """The bytes of request bodies the admission port holds at once: read and not yet answered.
 
-kube-apiserver calls a webhook over HTTP/1.1 only (k8s.io/apiserver `pkg/util/webhook`), one connection
-per review in flight, and does not retry a failed call: a connection closed for being one too many is a
-pod created without our decision. So bodies are counted, not connections: one that does not fit waits,
-unread (aiohttp reads `read_bufsize` of it, twice over), in order, until answers free room or its deadline
-passes. One body larger than the whole budget is let in alone, when nothing else is held.
+kube-apiserver gives each review in flight a connection and never retries: a connection refused is a pod
+created without our decision. So bodies are counted, not connections: one that does not fit waits, unread.
 """
 from __future__ import annotations
 

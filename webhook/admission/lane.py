@@ -1,13 +1,5 @@
-"""A drain's share-managers on the event loop, one admission at a time, in slices.
-
-A drain's share-manager finds its VM, renders the VM's migration target pod and judges nodes for
-both pods (milliseconds on hundreds of nodes), and a drain re-creates tens of them at once. Run
-side by side, each gets a turn in every round of the loop, so anything else waiting for the loop
-(a VM start's TLS handshake, its headers, its answer) waits behind a stretch of each of them at
-every step. In one lane, a single stretch of one of them, at most a slice long, stands between
-two steps of everything else, whatever the storm: VM starts keep their pace, and the
-share-managers are answered one after another, the first ones sooner than side by side.
-"""
+"""A drain's share-managers on the event loop, one admission at a time, in slices: between two steps
+of anything else (a VM start) stands one slice of one of them, whatever the storm."""
 from __future__ import annotations
 
 import asyncio
@@ -20,9 +12,8 @@ from ..process.pace import SLICE, in_slices
 
 
 class Lane:
-    """Where long rule work waits its turn: one admission's work at a time (`turn`), its long
-    loops in slices (`slices`). One per server (its event loop); a tool answering one pod needs
-    none."""
+    """Where long rule work waits its turn: one admission's work at a time (`turn`), its long loops in slices
+    (`slices`). One per server (its event loop); a tool answering one pod needs none."""
 
     def __init__(self, slice_seconds: float = SLICE) -> None:
         self.slice = slice_seconds

@@ -1,9 +1,4 @@
-"""How long the event loop keeps a request waiting: a timer every 0.1 s, and how late it runs.
-
-Whatever holds the one loop (a drain's share-manager rule, a burst of reviews) makes a request arriving
-meanwhile wait before its handler starts, unseen by the handler's clock. That lateness is kept as a
-histogram, as the largest of the last minute (the alert's), and of the last second (each admission's log).
-"""
+"""How long the event loop keeps a request waiting: a timer every 0.1 s, and how late it runs."""
 from __future__ import annotations
 
 import asyncio

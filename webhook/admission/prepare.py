@@ -1,14 +1,4 @@
-"""A drain's share-managers answered while they are on their way out, in `serve`.
-
-`kubectl drain` evicts a node's share-manager pods at once, and longhorn-manager creates each again
-a few seconds later, once the old one is gone: tens of admissions arrive together, and the VM starts
-beside them wait for their work. Between the eviction and the re-creation, each replica judges the
-terminating pod as longhorn-manager will create it again (without our pin, unbound) by the rule
-itself, in its turn in the lane like any admission, and keeps the answer (`rules.placement.prepared`):
-the new pod gets it when nothing it rests on has changed since, and is judged as it arrives otherwise.
-An answer prepared makes its promise as the admission would (`rules.placement.promised`), so those
-prepared after it count its VM. Nothing waits on this: an answer missing is the rule as before.
-"""
+"""A drain's share-managers answered while they are on their way out, in `serve`."""
 from __future__ import annotations
 
 import logging

@@ -1,8 +1,5 @@
 """AdmissionReview v1: a checked request in, one response envelope out, for the server and `review`.
-
-A review that is not an AdmissionReview v1 raises `BadReview` (the server answers 400); anything
-about the *object* is the rules' business and never fails the review.
-"""
+A review that is not one raises `BadReview` (400); anything about the object never fails the review."""
 from __future__ import annotations
 
 import base64

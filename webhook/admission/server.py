@@ -137,9 +137,8 @@ async def body_of(request: web.BaseRequest, deadline: Deadline) -> bytes | bytea
 
 
 class Admissions:
-    """The admission endpoint without HTTP: a review's bytes in, the answer's bytes out, with
-    the Event, metrics and log line of each admission. The HTTPS handler calls `answer`; so
-    does the in-process benchmark (bench/inprocess.py), so that it measures this very path."""
+    """The admission endpoint without HTTP: a review's bytes in, the answer's bytes out, with the Event, metrics and
+    log line of each admission."""
 
     def __init__(self, store: Store, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  lag: LoopLag | None = None, budget: Budget | None = None):
@@ -155,9 +154,7 @@ class Admissions:
 
     async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float,
                      arrived: float | None = None) -> bytes:
-        """The AdmissionReview answer as JSON; raises BadReview (answered 400) when `raw` is not a review.
-        `started`: when its handler began; `arrived`: when its caller's wait began (its
-        connection's accept, or its request's first byte), if known."""
+        """The AdmissionReview answer as JSON; raises BadReview (answered 400) when `raw` is not a review."""
         review = parsed(raw)
         outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane, promises=self.promises,
                               answers=self.answers)

@@ -1,9 +1,5 @@
-"""The running webhook: ops port, HTTPS admission port, and a shutdown that drops nothing.
-
-On SIGTERM, /readyz fails at once so the endpoint is taken out of the Service; the webhook
-keeps answering for the drain delay (kube-proxy and the apiserver catch up), then stops
-accepting, finishes the requests in flight, and the process exits 0.
-"""
+"""The running webhook: ops port, HTTPS admission port, and a shutdown that drops nothing:
+on SIGTERM /readyz fails at once, reviews are answered for the drain delay, then those in flight finished."""
 from __future__ import annotations
 
 import asyncio

@@ -1,9 +1,5 @@
-"""The safety net under the pin, in `serve`: report pods we pinned that stay unschedulable.
-
-Each replica looks at its own cache of pods every `interval` seconds. A stranded pod is logged once,
-counted in `colocate_stranded_pods`, and recorded as one Event on its VMI, of a name fixed per pod:
-the API keeps the first replica's and refuses the others (409).
-"""
+"""The safety net under the pin, in `serve`: report pods we pinned that stay unschedulable: logged once,
+counted, and one Event on its VMI of a name fixed per pod (the other replicas' are refused, 409)."""
 from __future__ import annotations
 
 import datetime

@@ -1,17 +1,7 @@
 """A serving TLS context that follows its certificate files (cert-manager, Secret volumes).
 
-The listening socket keeps one outer `ssl.SSLContext` for its whole life. Its SNI callback,
-which OpenSSL runs on every ClientHello (with or without a server name), hands each new
-handshake the most recent good context. A new context is built from the files and swapped
-in only when the pair loads, so a missing, half-written, broken or mismatched pair never
-breaks serving: the previous certificate stays in use. A pair that fails two checks in a
-row is logged as an error, once (one failure may be a cert written before its key). Open
-connections keep the context they were accepted with.
-
-Same approach as controller-runtime's certwatcher (pkg/certwatcher/certwatcher.go): compare
-file contents on a timer, keep the last good pair, hand it out per handshake. Contents, not
-the paths' metadata: a Secret volume update re-points the `..data` symlink, while the
-`tls.crt -> ..data/tls.crt` link itself never changes.
+As controller-runtime's certwatcher: the files' contents compared on a timer, a new pair swapped in only once it
+loads (a broken or half-written pair never breaks serving), handed to each handshake by the SNI callback.
 """
 from __future__ import annotations
 
@@ -35,11 +25,8 @@ EXPIRY_WARNING = datetime.timedelta(days=14)
 
 
 def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: str | Path | None = None) -> ssl.SSLContext:
-    """A server context holding this pair; raises (OSError, ssl.SSLError) when it does not load.
-
-    With a client CA, only clients presenting a certificate it signed get in (mutual TLS). What ssl
-    refuses is said as pem.BadFile (a ValueError), naming the file and what is wrong with it.
-    """
+    """A server context holding this pair; raises (OSError, ssl.SSLError) when it does not load. With a client CA,
+    only clients presenting a certificate it signed get in (mutual TLS)."""
     for role, path in ((pem.CERTIFICATE, cert_file), (pem.KEY, key_file), (pem.CLIENT_CA, client_ca_file)):
         if path is not None and not Path(path).is_file():
             pem.read(role, path)  # missing, a directory: ssl's own error names no file
@@ -63,11 +50,7 @@ def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: s
 
 
 def _describe(cert_file: Path) -> dict[str, object]:
-    """Serial, expiry and names of the certificate being served, for the log and the metrics.
-
-    Read with cryptography's x509 (the first certificate of the file: the leaf), imported here,
-    when a pair loads: about 8 MiB of the serving process, kept from then on.
-    """
+    """Serial, expiry and names of the certificate being served, for the log and the metrics."""
     from cryptography import x509
 
     try:

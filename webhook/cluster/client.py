@@ -1,9 +1,5 @@
 """The one way every verb connects to the cluster, and the one raw request helper.
-
-Credentials are looked for as kubectl and client-go do: `--kubeconfig` when given (and
-only it), else in-cluster (the service-account mount), else `KUBECONFIG`, else
-`~/.kube/config`. When none works, `NoCredentials` says in one line what was tried.
-"""
+Credentials as kubectl finds them: `--kubeconfig` alone, else in-cluster, else `KUBECONFIG`, else `~/.kube/config`."""
 from __future__ import annotations
 
 import asyncio

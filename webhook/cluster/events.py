@@ -1,13 +1,7 @@
 """Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
 
-Admission never waits for an Event: emitting only queues, a full queue drops (and counts) it. None
-for dry-run requests (hence sideEffects NoneOnDryRun). Nor does an Event take the CPU from a review
-in flight: each POST is about a millisecond of the one core that answers reviews, so a drain's
-storm of share-managers, each with its Event, would answer its last ones a hundred milliseconds
-later. The Events wait until the reviews in flight are answered and no more have come for QUIET
-seconds (a burst's reviews arrive over tens of milliseconds as its sender opens their connections,
-and a POST in a gap between them would hold the ones behind it), at most HOLD seconds; then they go
-as they come for as long again before they wait once more (`AfterReviews`).
+Admission never waits for one (a full queue drops it), and each POST waits until no review is in flight nor came
+for QUIET seconds, at most HOLD seconds (`AfterReviews`): a POST takes the core that answers reviews.
 """
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""List and watch one resource, as client-go's reflector does, and yield what happened.
-
-k8s.io/client-go/tools/cache/reflector.go: list (paginated), then watch from the list's resourceVersion
-with bookmarks, so that it stays fresh; on 410 Gone list again; on any other failure reconnect after
-an exponential backoff with jitter. The HTTP side is a `Transport`: recorded streams stand in for
-the API in tests.
-"""
+"""List and watch one resource, as client-go's reflector does, and yield what happened:
+list, watch from its resourceVersion with bookmarks, list again on 410 Gone, back off with jitter on any other failure."""
 from __future__ import annotations
 
 import asyncio

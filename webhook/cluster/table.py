@@ -1,8 +1,5 @@
 """Trimmed cluster objects held in memory as compact JSON, indexed by what the rules look up.
-
-`get` decodes a fresh dict; `read` hands out one shared, read-only object per stored version, so that
-what every admission reads is decoded once, not once per admission.
-"""
+`get` decodes a fresh dict; `read` hands out one shared, read-only object per stored version."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping

@@ -1,7 +1,6 @@
-"""Longhorn's Volumes, Replicas and settings, read for the whole I/O path of a VM's disks in
-`explain` and `status`: listed once from the Longhorn namespace with the admin's credentials
-(get/list on `volumes.longhorn.io`, `replicas.longhorn.io` and `settings.longhorn.io`; no watch),
-judged by `rules.keeping.iopath`."""
+"""Longhorn's Volumes, Replicas and settings, read for the whole I/O path of a VM's disks in `explain` and `status`:
+listed once from the Longhorn namespace with the admin's credentials (get/list on `volumes.longhorn.io`,
+`replicas.longhorn.io` and `settings.longhorn.io`; no watch), judged by `rules.keeping.iopath`."""
 from __future__ import annotations
 
 import dataclasses

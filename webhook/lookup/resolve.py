@@ -99,9 +99,8 @@ class Consumers:
 
 
 async def resolve_consumers(store: Store, settings: Settings, volume: str, deadline: Deadline) -> Consumers:
-    """Where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef → launcher
-    pods → one pod per VM (`rules.keeping.running.vm_pods`; a migration target not scheduled yet
-    says the VM is leaving). Raises StoreError when the API cannot tell."""
+    """Where the opted-in VMs that use a volume run now: PV(volumeHandle) → claimRef → launcher pods → one pod per VM
+    (`rules.keeping.running.vm_pods`; a migration target not scheduled yet says the VM is leaving)."""
     candidates: list[dict[str, Any]] = []
     for pv in await deadline.call(store.pvs_by_volume_handle, volume):
         spec = pv.get("spec") or {}
@@ -127,10 +126,8 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline, memo: Memo | None = None) \
         -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate the
-    VM of `vm_pod` off its node, or why it cannot be told. Both pods as the store gave them (the
-    caches keep what the recipe reads: `shapes.shape_pod`), so a drain's share-managers read no pod
-    from the API; what the source node's labels give a target kept in `memo` per version of it."""
+    """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate the VM of `vm_pod` off
+    its node, or why it cannot be told."""
     namespace = kinds.meta(vm_pod).get("namespace") or ""
     if waiting is not None and not kinds.spec(waiting).get("nodeName"):
         return TargetPod(pod_to_place(waiting), {})
@@ -182,10 +179,9 @@ def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationS
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
                          added: dict[str, str], settings: Settings,
                          memo: Memo | None = None) -> TargetPod | TargetUnknown:
-    """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with
-    `spec.addedNodeSelector` `added` (`rules.kubevirt.target`), from its launcher pod or as
-    `migration_source` left it: a drain's share-manager rule and the keeper both judge nodes by it.
-    With `memo`, what the source node's CPU labels give a target is kept there per version of the node."""
+    """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with `spec.addedNodeSelector`
+    `added` (`rules.kubevirt.target`), from its launcher pod or as `migration_source` left it: a drain's share-manager
+    rule and the keeper both judge nodes by it."""
     made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
     cpu = None if memo is None or source is None else \
         memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)

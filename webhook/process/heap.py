@@ -1,17 +1,7 @@
-"""The garbage collector, set in this one place for either process (`serve`, `keep`), for one reason:
-a collection walks every object it tracks, the event loop and the probes' thread (the GIL) stopped
-meanwhile, and should not walk what it cannot free.
-
-- The caches (millions of containers at 5,000 nodes) live as long as the process, in no reference
-  cycle: a full collection over them took up to a second. What is alive once a cache has synced is
-  frozen out of every later collection (`freeze`); dropped later, it is still freed by its reference
-  count. A reference cycle alive then is never freed: so a freeze comes after a first sync only,
-  never after a keeper's pass (270 MiB more a pass at 75,000 VMs).
-- Reading a review holds all it parses until it is read (100,000 objects for a pod of 20,000 claims):
-  no automatic collection meanwhile (`paused`). (A keeper's pass, paused too, measured the same.)
-- A drain's burst holds tens of thousands of objects at once: `serve`'s young collections wait for
-  YOUNG new objects, not CPython's 700, which set off a full collection every few hundred ms.
-"""
+"""The garbage collector, set in this one place for either process (`serve`, `keep`), for one reason: a collection
+walks every object it tracks, the event loop and the probes' thread (the GIL) stopped meanwhile, and should not walk
+what it cannot free: what lives once the caches have synced is frozen out (`freeze`), a review's parsing
+pauses it (`paused`), and young collections wait for YOUNG new objects (a drain's burst)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,13 +1,7 @@
 """A port of either process: its connections bounded in how long a client may take, never in number.
 
-Any pod can reach the admission port, and aiohttp does not bound the time a client takes to send its
-headers. So the port accepts its connections itself and hands each to the event loop (`Port`;
-aiohttp's runner serves, drains and stops them): a TLS handshake must end within HANDSHAKE_SECONDS
-of its beginning, and the headers within HEADER_SECONDS of the handshake (`Guard`). None is closed for
-being one too many: kube-apiserver gives each review in flight a connection of its own and does not
-retry, so a closed connection is a pod created without our decision; memory is bounded by the bodies
-held instead (admission/budget.py).
-The Guard also notes when each request arrived (`Arrivals`): what the apiserver waits for starts there.
+The port accepts its connections itself: a handshake must end within HANDSHAKE_SECONDS and the headers within
+HEADER_SECONDS of it (`Guard`); none is closed for being one too many (the apiserver never retries a review).
 """
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Long work on the event loop, paced: the loop given back every SLICE seconds of it.
-
-Everything of a process shares its one event loop: an admission's answer, the probes, a Lease's
-renewal, an Event. Work that takes longer than a few milliseconds at a stretch (judging hundreds
-of nodes, a pass over thousands of VMs from memory, where no await yields) takes a turn of at most
-a slice, then lets whatever else waits for the loop run (`Pacer`, `in_slices`).
-"""
+"""Long work on the event loop, paced: the loop given back every SLICE seconds of it."""
 from __future__ import annotations
 
 import asyncio
@@ -49,10 +43,9 @@ async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: flo
 
 
 class AfterReviews:
-    """Background work that gives way to the reviews in flight: `wait` returns once `busy()` says
-    none is (`yield_to`), or once the waits since the last quiet moment have lasted `hold` seconds;
-    then at once for as long again, after which a new hold may begin. A sustained load delays the
-    work by `hold` at most, and leaves it half the time at least: it never stops it."""
+    """Background work that gives way to the reviews in flight: `wait` returns once `busy()` says none is
+    (`yield_to`), or once the waits since the last quiet moment have lasted `hold` seconds; then at once for as long
+    again, after which a new hold may begin."""
 
     def __init__(self, hold: float, look_again: float = 0.01) -> None:
         self.hold, self.look_again = hold, look_again

@@ -1,9 +1,4 @@
-"""Watch-backed caches of the cluster objects the rules read: admissions answered from memory.
-
-One `Informer` per kind (informer.py) keeps its objects in their kind's shape (shapes.py), indexed
-by what the rules look up; a direct GET (within the caller's timeout) answers before the caches
-have synced and on misses that may be watch lag.
-"""
+"""Watch-backed caches of the cluster objects the rules read: admissions answered from memory."""
 from __future__ import annotations
 
 from collections import defaultdict

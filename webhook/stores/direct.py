@@ -1,8 +1,4 @@
-"""A Store that reads the live cluster directly: plain GETs, each within its timeout.
-
-Used before the caches have synced, on cache misses that may be watch lag, and by
-`explain` (an admin's one-off question needs no watch).
-"""
+"""A Store that reads the live cluster directly: plain GETs, each within its timeout."""
 from __future__ import annotations
 
 import asyncio

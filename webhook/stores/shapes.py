@@ -1,11 +1,4 @@
-"""What the caches keep of each kind (`shapes`): one spec per kind, everything else dropped on arrival.
-
-VMIs and migrations are kept as the rules declare what they read (`rules.shared.declared`), pods'
-annotations and launchers' claims too; the other kinds are listed here (`Keep`, applied by `trim`).
-Pods are written out (`shape_pod`): what is worth keeping of one depends on what it is (a launcher,
-bound, being resized). tests/stores/test_shapes.py asks the rules the same questions of whole objects
-and of their kept shapes.
-"""
+"""What the caches keep of each kind (`shapes`): one spec per kind, everything else dropped on arrival."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -217,9 +210,8 @@ def _resized(pod: dict[str, Any]) -> bool:
 
 
 def pod_to_place(pod: Any) -> Any:
-    """A pod about to be placed, reduced to what kube-scheduler's filters (rules/fit/) read of it: the
-    keeper keeps one per VM apart, and a launcher's environment, mounts and probes are most of its bytes.
-    Unlike `shape_pod`, this keeps what a pod selects; an unexpected shape is kept for the checks to judge."""
+    """A pod about to be placed, reduced to what kube-scheduler's filters (rules/fit/) read of it: the keeper keeps
+    one per VM apart, and a launcher's environment, mounts and probes are most of its bytes."""
     if not isinstance(pod, dict):
         return pod
     meta = kinds.meta(pod)
