@@ -1,7 +1,6 @@
-"""Work that runs in a task of its own, again and again, until stopped, in either process: the
-stranded-pod report, the check of our webhook configuration, certificate reloads, Events, the
-keeper's Lease and passes, the informers. Nothing that answers waits on it (an admission, a
-probe), and it never dies of a failure."""
+"""Work that runs in a task of its own, again and again, until stopped, in either process: the stranded-pod report,
+the check of our webhook configuration, certificate reloads, Events, the keeper's Lease and passes, the informers.
+Nothing that answers waits on it (an admission, a probe), and it never dies of a failure."""
 from __future__ import annotations
 
 import asyncio
@@ -10,10 +9,8 @@ from collections.abc import Awaitable, Callable
 
 
 class Background:
-    """`step` again and again in a task named `name`: `period` seconds after each step (and
-    before the first with `wait_first`), `retry` seconds after one that raised (default: the
-    period). A failure is logged as `failure` and said by `degraded()` until a step succeeds.
-    `sleep` waits out the pauses (asyncio's; a test drives its own clock)."""
+    """`step` again and again in a task named `name`: `period` seconds after each step (and before the first with
+    `wait_first`), `retry` seconds after one that raised (default: the period)."""
 
     def __init__(self, name: str, step: Callable[[], Awaitable[object]], *, log: logging.Logger, failure: str,
                  period: float = 0.0, retry: float | None = None, wait_first: bool = False,

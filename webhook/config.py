@@ -1,8 +1,7 @@
-"""The settings: `AdmissionSettings` (`serve`) and `KeeperSettings` (`keep`) on what both share
-(`SharedSettings`); `Settings` holds both, for the tools that judge as both roles do. Each setting is
-declared once, as a field with its flag (`setting`): that gives each verb's flags (cli/parser.py), the
-COLOCATE_* variables (`from_env`) and the reading of a deployed `keep`'s command line (`from_command`).
-"""
+"""The settings: `AdmissionSettings` (`serve`) and `KeeperSettings` (`keep`) on what both share (`SharedSettings`);
+`Settings` holds both, for the tools that judge as both roles do. Each setting is declared once, as a field with its
+flag (`setting`): that gives each verb's flags (cli/parser.py), the COLOCATE_* variables (`from_env`) and the reading
+of a deployed `keep`'s command line (`from_command`)."""
 from __future__ import annotations
 
 import dataclasses

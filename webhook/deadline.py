@@ -1,7 +1,6 @@
-"""The time an admission may take: the apiserver's ?timeout= less a safety margin. One `Deadline`
-goes with a review down to each read it makes, each given what is left and held to it even when it does
-not keep its own timeout (`call`): an answer after the apiserver gave up is a pod created without ours.
-"""
+"""The time an admission may take: the apiserver's ?timeout= less a safety margin. One `Deadline` goes with a review
+down to each read it makes, each given what is left and held to it even when it does not keep its own timeout
+(`call`): an answer after the apiserver gave up is a pod created without ours."""
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +31,7 @@ class Deadline:
         return asyncio.timeout(self.remaining())
 
     async def call(self, read: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """`read(*args, timeout=…)` given what is left of the deadline, and held to it (TimeoutError).
-        A read answered from memory is done at its first step, before anything could be late: only
-        one that waits (for the API) arms a timer; a drain's share-manager makes four the caches answer."""
+        """`read(*args, timeout=…)` given what is left of the deadline, and held to it (TimeoutError)."""
         left = self.remaining()
         steps = read(*args, timeout=left).__await__()
         try:

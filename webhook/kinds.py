@@ -1,10 +1,5 @@
-"""Every resource, label and annotation the project reads or writes, defined once.
-
-Sources: KubeVirt `pkg/virt-controller/services/template.go` and
-`pkg/virt-controller/watch/migration/migration.go` (launcher and migration target pods),
-longhorn-manager `controller/share_manager_controller.go` and `k8s/crds.yaml` (ShareManager,
-share-manager pods). The caches keep the fields these names point at (`stores/shapes.py`).
-"""
+"""Every resource, label and annotation the project reads or writes, defined once (sources: KubeVirt
+`pkg/virt-controller/services/template.go`, longhorn-manager `controller/share_manager_controller.go`)."""
 from __future__ import annotations
 
 import dataclasses

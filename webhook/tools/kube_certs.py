@@ -1,13 +1,8 @@
 """The self-managed certificate path in a cluster: a Secret for the pair, the CA in caBundle.
 
-What kube-webhook-certgen does (kubernetes/ingress-nginx, images/kube-webhook-certgen: `create` keeps
-a Secret that holds a certificate, `patch` writes the CA into every webhook's caBundle), except that
-a pair is kept only while good for these names with over a third of its life left (cert-manager's
-default renewBefore), and a renewal leaves the previous CA in caBundle until the next run: the
-apiserver trusts the old certificate until the kubelet refreshed the Secret and the server reloaded.
-
-Writes are merge patches carrying the resourceVersion just read (a concurrent writer gets 409, not a
-lost update), with the webhooks list whole (a merge patch replaces lists).
+As kube-webhook-certgen, but a pair is kept only while good for these names with over a third of its life left, and a
+renewal leaves the previous CA in caBundle until the next run; writes carry the resourceVersion just read (409, not a
+lost update).
 """
 from __future__ import annotations
 
@@ -129,9 +124,8 @@ def _ders(pem: bytes) -> list[bytes]:
 
 
 async def patch_webhook(api: Api, name: str, ca: bytes, previous_ca: bytes | None = None) -> int:
-    """Put `ca` (and `previous_ca`, during a rotation) into the caBundle of every webhook of `name`;
-    how many changed. Without a rotation a caBundle that trusts `ca` is left alone, so a run again
-    keeps the overlap of an earlier rotation."""
+    """Put `ca` (and `previous_ca`, during a rotation) into the caBundle of every webhook of `name`; how many changed (a
+    caBundle that already trusts `ca` is left alone, keeping an earlier rotation's overlap)."""
     if not _ders(ca):
         raise ValueError("the CA to put into caBundle is not a PEM certificate")
     wanted = ca + (previous_ca or b"")
