@@ -6,7 +6,7 @@ reason, every read the rule made answers the same (`lookup.recorded`), and each 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import orjson
@@ -138,9 +138,6 @@ class PreparedAnswers:
 
     def __contains__(self, key: object) -> bool:
         return key in self._held
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(list(self._held))
 
     def __len__(self) -> int:
         return len(self._held)
