@@ -25,9 +25,7 @@ PREFERRED_NODES = 3  # preferred terms: the node picked for the share-manager, t
 PREFERENCE_WEIGHTS = (PIN_WEIGHT, PIN_WEIGHT // 2, PIN_WEIGHT // 4)  # the picked node first, by far
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per
 # node for each of the pod's own terms (a node field selector takes one value), and 8 nodes that
-# take both pods leave kube-scheduler room enough while the pod stays small. Each more is a term more
-# in every pinned share-manager and a node more a drain's prepared answers may have to judge again
-# in its burst (16 before: answers a third larger, twice as many nodes judged again).
+# take both pods leave kube-scheduler room enough while the pod stays small (and a prepared answer few to judge again).
 AMONG_NODES = 8
 AMONG_TERMS = 64  # the terms an among-pin may write in all (the pod's own terms × the nodes)
 # Nodes that take both but not beside the VMs already sent there (`promised`) judged at most this many
