@@ -1,5 +1,5 @@
 """List and watch one resource, as client-go's reflector does, and yield what happened:
-list, watch from its resourceVersion with bookmarks, list again on 410 Gone, back off with jitter on any other failure."""
+list, watch from its resourceVersion with bookmarks, list again on 410 Gone, back off with jitter on other failures."""
 from __future__ import annotations
 
 import asyncio
