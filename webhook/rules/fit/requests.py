@@ -38,12 +38,8 @@ def _raise_to(total: dict[str, int], other: Mapping[str, int]) -> None:
 
 def _resource_list(value: Any, what: str) -> dict[str, int]:
     """A ResourceList in nano-units."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise Unreadable(f"{what} is not an object")
     found = {}
-    for name, amount in value.items():
+    for name, amount in as_mapping(value, what).items():
         try:
             found[name] = nanos(amount)
         except ValueError:
