@@ -12,11 +12,19 @@ from webhook.rules.fit.view import StaticView
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.kubevirt.target import target_pod
 from webhook.rules.placement.decide import AMONG, PREFERRED
-from webhook.rules.placement.together import (AMONG_NODES, Destination, Destinations, among_at_most, decide_together, destinations,
+from webhook.rules.placement.together import (AMONG_NODES, Destination, Destinations, among_at_most, decide_together, DestinationSearch,
                                               left_of, named, nowhere, spread_over)
 
 VOLUME = "pvc-d1"
 SMALL = {"cpu": "1", "memory": "1Gi", "pods": "110", "devices.kubevirt.io/kvm": "1k"}
+
+
+def destinations(share_manager, share_manager_namespace, target, vm_namespace, source, view):
+    """Every node of the view but the VM's own (`source`), judged for both pods."""
+    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view)
+    for _ in search:
+        pass
+    return search.found
 
 
 def drained(*others, share_manager=None):

@@ -51,18 +51,9 @@ class Destinations:
     crowded: bool = False
 
 
-def destinations(share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod, vm_namespace: str,
-             source: str, view: fit.View) -> Destinations:
-    """Every node of the view but the VM's own (`source`), judged for both pods."""
-    search = DestinationSearch(share_manager, share_manager_namespace, target, vm_namespace, source, view)
-    for _ in search:
-        pass
-    return search.found
-
-
 class DestinationSearch:
-    """`destinations` a node at a time: iterating judges the next node and yields its name, so that a caller can give
-    the event loop back and stop at a deadline; `found` is what they say so far."""
+    """The nodes of the view but the VM's own (`source`), judged for both pods one at a time: iterating judges the
+    next and yields its name, so that a caller can give the loop back and stop at a deadline; `found` is what they say."""
 
     def __init__(self, share_manager: Mapping[str, Any], share_manager_namespace: str, target: TargetPod,
                  vm_namespace: str, source: str, view: fit.View, promises: Promises | None = None,
