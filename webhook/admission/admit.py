@@ -40,7 +40,8 @@ log = logging.getLogger("webhook.mutate")
 async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
                 lane: Lane | None = None, promises: Promises | None = None,
                 answers: PreparedAnswers | None = None) -> Outcome:
-    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration)."""
+    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration); `lane`, `promises`,
+    `answers`: a server's, shared by its admissions (`Shared`), else a lane of its own and none kept."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":

@@ -13,28 +13,26 @@ Read = tuple[str, tuple[Any, ...], Any]  # the Store's method, its arguments, wh
 class Recording:
     """`store`, its reads noted in `reads` (the caches' objects are kept as the rules read them)."""
 
+    READS = frozenset({"get", "pvs_by_volume_handle", "pods_by_claim", "migrations"})  # besides `peek`
+
     def __init__(self, store: Store) -> None:
         self.store, self.reads = store, list[Read]()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
+    def __getattr__(self, method: str) -> Any:
+        read = getattr(self.store, method)
+        if method not in self.READS:
+            return read
+
+        async def noted(*args: Any, timeout: float | None = None) -> Any:
+            found = await read(*args, timeout=timeout)
+            self.reads.append((method, args, found))
+            return found
+
+        return noted
 
     def peek(self, *args: Any) -> tuple[bool, dict[str, Any] | None]:
         found = self.store.peek(*args)
         self.reads.append(("peek", args, found))
-        return found
-
-    async def get(self, *args: Any, timeout: float | None = None) -> Any:
-        return self._noted("get", args, await self.store.get(*args, timeout=timeout))
-
-    async def pvs_by_volume_handle(self, *args: Any, timeout: float | None = None) -> Any:
-        return self._noted("pvs_by_volume_handle", args, await self.store.pvs_by_volume_handle(*args, timeout=timeout))
-
-    async def pods_by_claim(self, *args: Any, timeout: float | None = None) -> Any:
-        return self._noted("pods_by_claim", args, await self.store.pods_by_claim(*args, timeout=timeout))
-
-    def _noted(self, method: str, args: tuple[Any, ...], found: Any) -> Any:
-        self.reads.append((method, args, found))
         return found
 
 
