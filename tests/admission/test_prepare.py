@@ -339,3 +339,16 @@ async def test_a_read_added_to_the_rule_is_part_of_what_its_answer_rests_on(monk
         assert "worked out" in annotations(await admitted(admissions, "pvc-d1"))["kubevirt-scheduler/reason"]
     (said,) = [r.fields for r in caplog.records if r.getMessage() == "prepared answer not used"]
     assert "what it read of PersistentVolumeClaim default d0 changed since" in said["why"], said
+
+
+async def test_an_answer_whose_reads_changed_is_worked_out_again_at_the_next_look():
+    """Not 15 s later: the pod created meanwhile would be judged as it arrives."""
+    store, admissions, preparer = await prepared_server()
+    assert await preparer.look() == VMS and await preparer.look() == 0
+    pv = pv_of("pvc-d0")
+    pv["metadata"].setdefault("labels", {})["topology.kubernetes.io/zone"] = "z2"
+    apply(store, "PersistentVolume", EventType.MODIFIED, pv)
+    assert await preparer.look() == 1
+    gone(store)
+    assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
+    assert len(admissions.promises) == VMS  # its VM counted once

@@ -10,6 +10,7 @@ from ..kinds import POD
 from ..background import Background, Companion
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
+from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
 from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS, Prepared
 from ..stores.store import WatchedStore
@@ -58,8 +59,9 @@ class Preparer(Companion):
                 break
             namespace, name = kinds.meta(pod).get("namespace") or "", str(kinds.meta(pod).get("name") or "")
             held = answers.held((namespace, name))
-            if held is not None and self.clock() - held.made < AGAIN_SECONDS:
-                continue
+            if held is not None and self.clock() - held.made < AGAIN_SECONDS and \
+                    await changed(self.store, held.basis.reads, Deadline.after(TIMEOUT, 0.0)) is None:
+                continue  # recent, and what it read unchanged: worked out again otherwise
             shared = Shared(lane=self.admissions.lane, promises=promises, keep=True, answers=answers, preparing=[])
             found = await prepare(namespace, stand_in(pod, settings), self.store, settings,
                                   Deadline.after(TIMEOUT, 0.0), shared)
