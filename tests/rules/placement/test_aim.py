@@ -123,7 +123,7 @@ def test_the_patch_adds_the_selector_and_the_short_unschedulable_timeout_and_onl
     patched = jsonpatch.apply_patch(migration, aim.aim_patch(migration, "node-c"))
     assert patched["spec"] == {**migration["spec"], "addedNodeSelector": {"kubernetes.io/hostname": "node-c"}}
     assert patched["metadata"]["annotations"] == {**migration["metadata"]["annotations"],
-                                                  "kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "10"}
+                                                  "kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "5"}
     assert {k: v for k, v in patched.items() if k not in ("spec", "metadata")} == \
         {k: v for k, v in migration.items() if k not in ("spec", "metadata")}
     bare = {"metadata": {}}

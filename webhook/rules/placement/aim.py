@@ -47,9 +47,10 @@ HEADROOM = 0.1
 # since KubeVirt v0.48.0, pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`,
 # counted from the target pod's creation; 300 s without it): an aim that no longer fits gives its
 # slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
-# Long enough for kube-scheduler's retries of a pod that fits only once a pod there has gone (its
-# longest backoff is 10 s); short beside the migration it holds two slots for.
-UNSCHEDULABLE_SECONDS = 10
+# kube-scheduler tries a pod as it is created, then at 1 s and 2 s backoffs as the cluster changes: an
+# aim checked when it was made misses only where the node changed since (cordoned, filled), which
+# seconds do not undo. Each miss holds one of the drained node's two slots this long.
+UNSCHEDULABLE_SECONDS = 5
 TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 
 
