@@ -140,7 +140,9 @@ def test_a_share_manager_follows_the_oldest_aim_under_way_of_its_vms():
 
 def test_nodes_are_named_by_their_hostname_label():
     renamed = node("node-z", **{"kubernetes.io/hostname": "z.example.com"})
-    assert aim.by_hostname([node("node-c"), renamed]) == {"node-c": "node-c", "z.example.com": "node-z"}
+    nodes = StaticView([node("node-c"), renamed, node("z.example.com", **{"kubernetes.io/hostname": "z"})])
+    assert [aim.node_of(nodes, h) for h in ("node-c", "z.example.com", "z", "node-z", None)] == \
+        ["node-c", "node-z", "z.example.com", None, None]
 
 
 def member(name, *claims, nodes=("node-b", "node-c", "node-d"), priority=None):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -51,7 +52,6 @@ HEADROOM = 0.1
 # aim checked when it was made misses only where the node changed since (cordoned, filled), which
 # seconds do not undo. Each miss holds one of the drained node's two slots this long.
 UNSCHEDULABLE_SECONDS = 5
-TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -167,7 +167,7 @@ def why_not_target(target: TargetPod, namespace: str, name: str, node: Mapping[s
 class Candidates:
     """The nodes the aim may take, best first, and what makes them the choice (for the reason)."""
 
-    nodes: tuple[str, ...]
+    nodes: tuple[str, ...] | None  # None: every node
     why: str
     ranked: bool = False  # several: the plan spreads the drain's VMs among them
 
@@ -218,11 +218,6 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
     return chosen
 
 
-def planned(given: tuple[Iterable[Member], str, Promises, View]) -> dict[tuple[str, str], tuple[str, str] | str]:
-    """`plan` of (members, source, promises, view): what a view's memo keeps for a drain's admissions."""
-    return plan(*given)
-
-
 def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
            planned: Mapping[str, int], mates: Taken = Taken(0, {}), orders: dict[Any, list[str]] | None = None
            ) -> tuple[str, str] | str:
@@ -235,7 +230,11 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
         return f"its migration target cannot be read: {error}"
     refused: dict[str, str] = {}
     taking: list[tuple[bool, int, float, str]] = []
-    for name in _in_order(demand, candidates, view, {} if orders is None else orders):
+    put_off: dict[str, None] = {}  # nodes the plan sends VMs to: judged only if no untouched node takes it
+    for name in itertools.chain(_in_order(demand, candidates, view, {} if orders is None else orders), put_off):
+        if candidates.ranked and planned.get(name) and name not in put_off:
+            put_off[name] = None
+            continue
         node = view.node(name)
         sent = promises.to(name)
         why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates)) \
@@ -249,7 +248,7 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
         tight = _beside(demand, node, view, sent.plus(mates), headroom=True) is not None
         taking.append((tight, planned.get(name, 0), -(least_allocated(demand, node, view, sent.plus(mates).requests)
                                                       or 0.0), name))
-        if not (tight or planned.get(name) or sent.vms or mates.vms):
+        if not (tight or planned.get(name) or sent.vms):
             break  # untouched by the plan, the most room of those left: none after it does better
     if not taking:
         shown = "; ".join(refused[n] for n in sorted(refused)[:5]) or "no nodes"
@@ -262,16 +261,17 @@ def _in_order(demand: Demand, candidates: Candidates, view: View, orders: dict[A
     """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod; `orders`:
     those found, by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
     if not candidates.ranked:
-        return list(candidates.nodes)
+        return list(candidates.nodes or ())
     size = tuple(sorted(demand.requests.items()))
     if size not in orders:
         rooms = rooms_for(demand, view)
         for _ in rooms.update(demand, view):
             pass
         orders[size] = [name for _, name in rooms.order]
+    if candidates.nodes is None:
+        return orders[size]
     wanted = set(candidates.nodes)
-    ordered = [name for name in orders[size] if name in wanted]
-    return ordered + sorted(wanted.difference(ordered))
+    return [name for name in orders[size] if name in wanted] + sorted(wanted.difference(orders[size]))
 
 
 def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: bool = False) -> str | None:
@@ -306,16 +306,15 @@ def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decisio
 
 
 def aim_patch(migration: Any, hostname: str) -> list[dict[str, Any]]:
-    """The add-only JSON patch that aims the migration (its spec added whole when it has none), a miss
-    failing after UNSCHEDULABLE_SECONDS."""
-    selector = {kinds.HOSTNAME_LABEL: hostname}
-    timeout = {"op": "add", "path": "/metadata/annotations/" + TIMEOUT_ANNOTATION.replace("/", "~1"),
-               "value": str(UNSCHEDULABLE_SECONDS)}
-    if not kinds.annotations(migration):
-        timeout = {"op": "add", "path": "/metadata/annotations", "value": {TIMEOUT_ANNOTATION: str(UNSCHEDULABLE_SECONDS)}}
-    if not isinstance(migration, dict) or not isinstance(migration.get("spec"), dict):
-        return [{"op": "add", "path": "/spec", "value": {kinds.ADDED_NODE_SELECTOR: selector}}, timeout]
-    return [{"op": "add", "path": f"/spec/{kinds.ADDED_NODE_SELECTOR}", "value": selector}, timeout]
+    """The add-only JSON patch that aims the migration, a miss failing after UNSCHEDULABLE_SECONDS (its
+    spec, its annotations added whole where it has none)."""
+    def add(path: str, held: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+        if not held:
+            return {"op": "add", "path": path, "value": {key: value}}
+        return {"op": "add", "path": f"{path}/{key.replace('~', '~0').replace('/', '~1')}", "value": value}
+    return [add("/spec", kinds.spec(migration), kinds.ADDED_NODE_SELECTOR, {kinds.HOSTNAME_LABEL: hostname}),
+            add("/metadata/annotations", kinds.annotations(migration), kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION,
+                str(UNSCHEDULABLE_SECONDS))]
 
 
 def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuation | None:
@@ -323,11 +322,11 @@ def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuatio
     return next((a for a in unfinished_aims(aims) if (a.namespace, a.vmi) in vmis), None)
 
 
-def by_hostname(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Node names by their kubernetes.io/hostname label (what an addedNodeSelector names)."""
-    found: dict[str, str] = {}
-    for node in nodes:
-        name, hostname = name_of(node), kinds.labels(node).get(kinds.HOSTNAME_LABEL)
-        if isinstance(name, str) and isinstance(hostname, str) and hostname:
-            found.setdefault(hostname, name)
-    return found
+def node_of(view: View, hostname: str | None) -> str | None:
+    """The node whose kubernetes.io/hostname label is `hostname` (what an addedNodeSelector names): the
+    node of that name, as a rule; else the first found among all."""
+    node = view.node(hostname) if hostname else None
+    if node is None or kinds.labels(node).get(kinds.HOSTNAME_LABEL) != hostname:
+        node = next((n for n in (view.nodes() if hostname else ()) if kinds.labels(n).get(kinds.HOSTNAME_LABEL) == hostname),
+                    None)
+    return None if node is None else name_of(node)
