@@ -3,13 +3,11 @@ share-manager that follows the aimed migrations of its VMs: the reads for `rules
 
 Whatever happens in here, the migration is admitted: a read that fails or runs out of time leaves it
 untouched, saying why. Everything is read from the caches (the migrations too), so replicas that see
-the same cluster aim alike. A drain's evacuations are admitted at once: the first reads every VM of
-the drain and plans them (`Drain`), and the view's memo keeps that while the nodes, the VMs marked and
-the migrations are as they were, so the others of the burst answer from it.
+the same cluster aim alike. A drain's evacuations come at once: the first admission reads and plans
+the drain, kept in the view's memo while the nodes, the VMs marked and the migrations are as they were.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from .. import kinds
@@ -33,6 +31,7 @@ from ..stores.store import Store, StoreError
 from .outcome import Outcome, Rule, skip
 
 Key = tuple[str, str]  # (namespace, VMI)
+Read = tuple["aim.Member | Untouched", list[Fact], "tuple[str, str] | str | None"]  # a VM of the drain, its facts, its place
 
 
 class Untouched(Exception):
@@ -41,15 +40,6 @@ class Untouched(Exception):
     def __init__(self, why: Alone, detail: str | None = None):
         super().__init__(detail or why)
         self.why, self.detail = why, detail
-
-
-@dataclasses.dataclass(slots=True)
-class Drain:
-    """What the admissions of a drain read and planned: each VM as the plan reads it, or why it is not
-    aimed, with its disks' facts; where the plan sends each."""
-
-    members: dict[Key, tuple[aim.Member | Untouched, list[Fact]]] = dataclasses.field(default_factory=dict)
-    chosen: dict[Key, tuple[str, str] | str] = dataclasses.field(default_factory=dict)
 
 
 async def evacuation_rule(migration: Any, namespace: str, user: str, store: Store, settings: AdmissionSettings,
@@ -90,27 +80,22 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
         raise Untouched(Alone.VM_UNKNOWN, view)
     marked = await _marked(evacuation, vmi, store, settings, view, deadline)
     position = view.nodes_changed(None)[0]
-    version = None if position is None else (position, tuple(marked), every)
-    drain = view.memo.latest(_new, ("drain", evacuation.source), version, None)
-    if not drain.members:  # the first of the burst: a drain found anew, the same for the others
-        await _read(drain, evacuation.source, source, marked, every, store, settings, view, deadline)
-    member, facts = drain.members[evacuation.namespace, evacuation.vmi]
+    drain = view.memo.latest(dict, ("drain", evacuation.source), None if position is None else
+                             (position, tuple(marked), every), ())
+    if not drain:  # the first of a burst reads and plans the drain: the same answer for the others
+        drain.update(await _read(evacuation.source, source, marked, every, store, settings, view, deadline))
+    member, facts, chosen = drain[evacuation.namespace, evacuation.vmi]
     if isinstance(member, Untouched):
         raise member
-    chosen = drain.chosen[evacuation.namespace, evacuation.vmi]
     if isinstance(chosen, str):
         raise Untouched(Alone.NO_TARGET, chosen)
     return aim.aimed(*chosen, evacuation, member.candidates.why), chosen[1], facts
 
 
-def _new(_: object) -> Drain:
-    return Drain()
-
-
-async def _read(drain: Drain, name: str, source: dict[str, Any] | None, marked: dict[Key, dict[str, Any]],
+async def _read(name: str, source: dict[str, Any] | None, marked: dict[Key, dict[str, Any]],
                 every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
-                deadline: Deadline) -> None:
-    """Each VM of the drain off node `name` read and planned, `drain` filled at once when all is known."""
+                deadline: Deadline) -> dict[Key, Read]:
+    """Each VM of the drain off node `name` as the plan reads it (or why it is not aimed), and its place."""
     members: dict[Key, tuple[aim.Member | Untouched, list[Fact]]] = {}
     for (namespace, vm), vmi in marked.items():
         evacuation = aim.Evacuation("", namespace, vm, name, None, "", "", "")
@@ -120,9 +105,9 @@ async def _read(drain: Drain, name: str, source: dict[str, Any] | None, marked: 
             members[namespace, vm] = untouched, []
         except StoreError as exc:
             members[namespace, vm] = Untouched(Alone.VM_UNKNOWN, f"an object could not be read ({exc})"), []
-    promises = await _kept(every, store, settings, view, deadline)
-    chosen = aim.plan([m for m, _ in members.values() if isinstance(m, aim.Member)], name, promises, view)
-    drain.members, drain.chosen = members, chosen
+    chosen = aim.plan([m for m, _ in members.values() if isinstance(m, aim.Member)], name,
+                      await _kept(every, store, settings, view, deadline), view)
+    return {key: (member, facts, chosen.get(key)) for key, (member, facts) in members.items()}
 
 
 async def _marked(evacuation: aim.Evacuation, vmi: dict[str, Any], store: Store, settings: AdmissionSettings,
@@ -152,17 +137,20 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
     if failed is not None:
         raise Untouched(failed)
     vm_pod = await _launcher(store, settings, evacuation, vmi, deadline)
+    if vm_pod is None:
+        raise Untouched(Alone.VM_UNKNOWN, f"no running launcher pod of VMI {evacuation.namespace}/{evacuation.vmi}")
     facts = await resolve_disks(store, settings, evacuation.namespace, disks_of(vm_pod, vmi), deadline)
     storage = aim.storage_of(facts, evacuation.source)
     if isinstance(storage, Alone):
         raise Untouched(storage)
+    candidates = storage if isinstance(storage, aim.Candidates) else \
+        await _candidates(storage, evacuation, every, store, settings, view, deadline)
     read = read_target_vmi(vmi)
     target = read if isinstance(read, Malformed) else migration_target_pod(vm_pod, read, source, {}, settings, view.memo)
     if not isinstance(target, TargetPod):
         raise Untouched(Alone.VM_UNKNOWN, str(target))
     if kinds.HOSTNAME_LABEL in (kinds.spec(target.pod).get("nodeSelector") or {}):
         raise Untouched(Alone.OWN_HOST)  # its own key wins over an addedNodeSelector's
-    candidates = await _candidates(storage, evacuation, every, store, settings, view, deadline)
     return aim.Member(namespace=evacuation.namespace, vmi=evacuation.vmi, uid=str(kinds.meta(vmi).get("uid") or ""),
                       target=target, claims=frozenset(claims_of(vmi)), candidates=candidates), facts
 
@@ -175,24 +163,19 @@ def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
 
 
 async def _launcher(store: Store, settings: AdmissionSettings, evacuation: aim.Evacuation, vmi: dict[str, Any],
-                    deadline: Deadline) -> dict[str, Any]:
-    """The launcher pod the VM runs in now (KubeVirt renders its target pod from the VMI and it)."""
+                    deadline: Deadline) -> dict[str, Any] | None:
+    """The launcher pod the VM runs in now (KubeVirt renders its target pod from the VMI and it), if any."""
     claims = claims_of(vmi)
     pods = await deadline.call(store.pods_by_claim, evacuation.namespace, claims[0]) if claims else []
-    uid = kinds.meta(vmi).get("uid")
-    for pod in vm_pods(pods, settings, any_vm=True).running:
-        if kinds.labels(pod).get(kinds.CREATED_BY_LABEL) == uid:
-            return pod
-    raise Untouched(Alone.VM_UNKNOWN, f"no running launcher pod of VMI {evacuation.namespace}/{evacuation.vmi}")
+    return next((pod for pod in vm_pods(pods, settings, any_vm=True).running
+                 if kinds.labels(pod).get(kinds.CREATED_BY_LABEL) == kinds.meta(vmi).get("uid")), None)
 
 
-async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: tuple[aim.Evacuation, ...],
+async def _candidates(moving: tuple[Fact, ...], evacuation: aim.Evacuation, every: tuple[aim.Evacuation, ...],
                       store: Store, settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> aim.Candidates:
-    """Where the VM may be aimed: its storage's node; else where a VM of the same disk was aimed; else
+    """Where the VM whose disks leave with it may be aimed: where a VM of the same disk was aimed; else
     where its share-manager came back; else every node, most room first."""
-    if storage.node is not None:
-        return aim.Candidates((storage.node,), storage.why)
-    claims = {fact.subject for fact in storage.moving}
+    claims = {fact.subject for fact in moving}
     for other in aim.unfinished_aims(every):
         if other.namespace != evacuation.namespace or other.vmi == evacuation.vmi:
             continue
@@ -201,7 +184,7 @@ async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: t
         if shared:
             return aim.Candidates((node,), f"where the evacuation of VM {other.namespace}/{other.vmi}, "
                                            f"which shares disk {shared[0]}, is aimed")
-    for fact in storage.moving:
+    for fact in moving:
         pod = await read_through(store, POD, settings.longhorn_namespace,
                                  kinds.SHARE_MANAGER_POD_PREFIX + (fact.volume or ""), deadline)
         bound = kinds.spec(pod).get("nodeName") if pod else None
@@ -211,7 +194,7 @@ async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: t
         if not bound and named and kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS:
             return aim.Candidates(tuple(str(named).split(",")), f"among the nodes the share-manager of disk "
                                                                 f"{fact.subject} is pinned to", ranked=True)
-    disks = ", ".join(f.subject for f in storage.moving)
+    disks = ", ".join(f.subject for f in moving)
     return aim.Candidates(None, f"the node with most room for it, where the NFS server of disk {disks} "
                                 f"(leaving {evacuation.source} too) will follow it", ranked=True)
 
@@ -221,15 +204,10 @@ async def _kept(every: tuple[aim.Evacuation, ...], store: Store, settings: Admis
     """The aimed evacuations under way whose target pods have not landed: each VM promised to its node."""
     promises = Promises()
     for other in aim.unfinished_aims(every):
-        node = aim.node_of(view, other.aimed)
-        if node is None or any(kinds.labels(pod).get(kinds.MIGRATION_JOB_LABEL) == other.uid
-                               for pod in view.pods_on(node)):
-            continue  # landed: its target pod takes its room
-        vmi = await read_through(store, VMI, other.namespace, other.vmi, deadline)
-        try:
-            pod = await _launcher(store, settings, other, vmi, deadline) if vmi is not None else None
-        except Untouched:
-            continue
+        node = aim.node_of(view, other.aimed)  # landed, its target pod takes its room there
+        landed = node is None or any(kinds.labels(p).get(kinds.MIGRATION_JOB_LABEL) == other.uid for p in view.pods_on(node))
+        vmi = None if landed else await read_through(store, VMI, other.namespace, other.vmi, deadline)
+        pod = await _launcher(store, settings, other, vmi, deadline) if vmi is not None else None
         if pod is not None:
             promises.make(str(kinds.meta(vmi).get("uid") or other.vmi), other.source, node, ("", ""),
                           fit.PodUsage.of(pod), 0.0)

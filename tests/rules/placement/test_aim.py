@@ -96,7 +96,7 @@ def test_an_aimed_evacuation_that_failed_since_the_drain_began_leaves_the_next_u
 
 
 STORAGE = [
-    ("served elsewhere", [Fact("d1", "node-c", "", volume="pvc-d1")], aim.Storage(node="node-c")),
+    ("served elsewhere", [Fact("d1", "node-c", "", volume="pvc-d1")], aim.Candidates(("node-c",), "")),
     ("served from the drained node", [Fact("d1", "node-b", "", volume="pvc-d1")], "moving"),
     ("restarting", [Fact("d1", None, "share-manager of pvc-d1 is error", volume="pvc-d1")], "moving"),
     ("two disks, two nodes", [Fact("d1", "node-c", "", volume="pvc-d1"), Fact("d2", "node-d", "", volume="pvc-d2")],
@@ -109,9 +109,9 @@ STORAGE = [
 def test_where_the_storage_is_or_will_be(name, facts, expected):
     found = aim.storage_of(facts, "node-b")
     if expected == "moving":
-        assert found.node is None and [f.subject for f in found.moving] == [f.subject for f in facts]
-    elif isinstance(expected, aim.Storage):
-        assert found.node == expected.node and "disk d1" in found.why
+        assert [f.subject for f in found] == [f.subject for f in facts]
+    elif isinstance(expected, aim.Candidates):
+        assert found.nodes == expected.nodes and not found.ranked and "disk d1" in found.why
     else:
         assert found == expected
 

@@ -1,21 +1,16 @@
 """Pure: where a drain's evacuation migration of an opted-in VM is aimed (`serve --aim-evacuations on`).
 
 KubeVirt 1.9's evacuation controller creates every migration of a drained node at once, with no
-`spec.addedNodeSelector` (pkg/virt-controller/watch/drain/evacuation/evacuation.go,
-`GenerateNewMigration`), one goroutine each: their admissions run at the same moment, none seeing
-another's. Left alone, kube-scheduler picks each target knowing nothing of the VM's NFS server, and the
-keeper moves the VM a second time. Added at CREATE, the selector is kept (virt-api's create
-validator does not check it, KubeVirt's mutator replaces only /metadata, the priority check reads the
-request's user) and merged into the target pod's nodeSelector under the VM's own keys
-(pkg/virt-controller/watch/migration/migration.go, `createTargetPod`). So each admission plans the
-whole drain of the node (`plan`: every opted-in VM virt-controller marked, status.evacuationNodeName)
-and answers this VM's place in it: at the node where the VM's storage is, or, when its share-manager
-leaves the drained node too, a node of its own choosing, which the volume's other VMs and its
-re-created share-manager follow (the aimed migrations in the caches are the record). Each node must
-take KubeVirt's target pod (the never-strand checks, `rules.fit`, on the pod `rules.kubevirt.target`
-renders) beside what the plan and the aims not landed send there (`promised.Promises`). Where none
-does, or an aimed evacuation of this VM failed since the drain began, the migration is left as
-KubeVirt made it.
+`spec.addedNodeSelector` (pkg/virt-controller/watch/drain/evacuation/evacuation.go, `GenerateNewMigration`):
+their admissions run at the same moment, none seeing another's. Added at CREATE, the selector is kept
+(virt-api validates nor strips it) and merged into the target pod's nodeSelector under the VM's own keys
+(pkg/virt-controller/watch/migration/migration.go, `createTargetPod`). So each admission plans the whole
+drain (`plan`: every opted-in VM virt-controller marked, status.evacuationNodeName) and answers this VM's
+place in it: its storage's node, or, its share-manager leaving too, a node the volume's other VMs and
+re-created share-manager follow. Each node must take KubeVirt's target pod (`rules.fit` on the pod
+`rules.kubevirt.target` renders) beside what the plan and the aims not landed send there
+(`promised.Promises`). Where none does, or an aimed evacuation of this VM failed in this drain, the
+migration is left as KubeVirt made it.
 """
 from __future__ import annotations
 
@@ -38,7 +33,6 @@ from .decide import AIMED, Decision
 from .promised import Promises, Taken
 from .rooms import rooms_for
 
-FINISHED = ("Succeeded", "Failed")
 ROOMY = ("cpu", "memory")  # what a node's headroom is measured in
 # The share of a node's cpu and memory a plan leaves free where it can (a VM goes into it only where no
 # node has room without): the target pod is created minutes later, when a slot frees, and what lands
@@ -48,9 +42,8 @@ HEADROOM = 0.1
 # since KubeVirt v0.48.0, pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`,
 # counted from the target pod's creation; 300 s without it): an aim that no longer fits gives its
 # slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
-# kube-scheduler tries a pod as it is created, then at 1 s and 2 s backoffs as the cluster changes: an
-# aim checked when it was made misses only where the node changed since (cordoned, filled), which
-# seconds do not undo. Each miss holds one of the drained node's two slots this long.
+# kube-scheduler tries a pod as it is created, then after 1 s and 2 s backoffs: an aim that fitted when
+# made misses where the node changed since (cordoned, filled), which seconds do not undo.
 UNSCHEDULABLE_SECONDS = 5
 
 
@@ -69,44 +62,36 @@ class Evacuation:
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED
+        return self.phase in ("Succeeded", "Failed")
 
 
 def read_evacuation(migration: Any, namespace: str = "") -> Evacuation:
     """The migration as the rule reads it (`namespace`: the request's, when the object has none)."""
-    metadata, spec = kinds.meta(migration), kinds.spec(migration)
+    metadata, spec, text = kinds.meta(migration), kinds.spec(migration), (lambda v: v if isinstance(v, str) else "")
     added = spec.get(kinds.ADDED_NODE_SELECTOR)
-    aimed = added.get(kinds.HOSTNAME_LABEL) if isinstance(added, dict) else None
-    text = (lambda value: value if isinstance(value, str) else "")
-    return Evacuation(name=text(metadata.get("name")) or text(metadata.get("generateName")),
-                      namespace=text(metadata.get("namespace")) or namespace, vmi=text(spec.get("vmiName")),
-                      source=text(kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION)),
-                      aimed=aimed if isinstance(aimed, str) and aimed else None,
-                      phase=text(kinds.status(migration).get("phase")), created=text(metadata.get("creationTimestamp")),
-                      uid=text(metadata.get("uid")))
+    aimed = text(added.get(kinds.HOSTNAME_LABEL)) if isinstance(added, dict) else ""
+    return Evacuation(text(metadata.get("name")) or text(metadata.get("generateName")),
+                      text(metadata.get("namespace")) or namespace, text(spec.get("vmiName")),
+                      text(kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION)), aimed or None,
+                      text(kinds.status(migration).get("phase")), text(metadata.get("creationTimestamp")),
+                      text(metadata.get("uid")))
 
 
 def exemption(migration: Any, user: str, kubevirt_namespace: str) -> Alone | None:
     """Why the created migration is no drain's evacuation by virt-controller (the account of KubeVirt's
     namespace) that we may aim, or None. Never a user's, the keeper's, the descheduler's
     (system-maintenance) or a workload update's."""
-    if not isinstance(migration, dict) or not isinstance(migration.get("spec", {}), dict):
-        return Alone.NOT_EVACUATION
-    metadata = kinds.meta(migration)
-    name = metadata.get("generateName") or metadata.get("name") or ""
-    if not kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION) or not str(name).startswith(
+    metadata, spec = kinds.meta(migration), kinds.spec(migration)
+    name = str(metadata.get("generateName") or metadata.get("name") or "")
+    if not isinstance(migration, dict) or not isinstance(migration.get("spec", {}), dict) or \
+            not kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION) or not name.startswith(
             kinds.EVACUATION_PREFIX) or kinds.labels(migration).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT:
         return Alone.NOT_EVACUATION
     if user != f"system:serviceaccount:{kubevirt_namespace}:{kinds.VIRT_CONTROLLER_ACCOUNT}":
         return Alone.NOT_VIRT_CONTROLLER
-    priority = kinds.spec(migration).get("priority")
-    if priority == kinds.DESCHEDULER_PRIORITY:
-        return Alone.DESCHEDULER_EVACUATION
-    if priority != kinds.DRAIN_PRIORITY:
-        return Alone.NOT_EVACUATION
-    if kinds.spec(migration).get(kinds.ADDED_NODE_SELECTOR):
-        return Alone.ALREADY_AIMED
-    return None
+    if spec.get("priority") != kinds.DRAIN_PRIORITY:
+        return Alone.DESCHEDULER_EVACUATION if spec.get("priority") == kinds.DESCHEDULER_PRIORITY else Alone.NOT_EVACUATION
+    return Alone.ALREADY_AIMED if spec.get(kinds.ADDED_NODE_SELECTOR) else None
 
 
 def failed_aim(evacuation: Evacuation, earlier: Iterable[Evacuation], since: str | None) -> Alone | None:
@@ -117,48 +102,36 @@ def failed_aim(evacuation: Evacuation, earlier: Iterable[Evacuation], since: str
                    and e.source == evacuation.source and e.name != evacuation.name and (not since or e.created > since)),
                   key=lambda e: (e.created, e.name))
     failed = [e for e in mine if e.aimed and e.phase == "Failed"]
-    if not failed:
-        return None
-    return Alone.AIMED_FAILED if mine[-1] is failed[-1] else Alone.AIMED_FAILED_EARLIER
+    return None if not failed else Alone.AIMED_FAILED if mine[-1] is failed[-1] else Alone.AIMED_FAILED_EARLIER
 
 
-def unfinished_aims(migrations: Iterable[Evacuation], but: str = "") -> list[Evacuation]:
-    """The aimed evacuations still under way (but the one named `but`), oldest first."""
-    return sorted((m for m in migrations if m.aimed and m.source and not m.finished and m.name != but),
+def unfinished_aims(migrations: Iterable[Evacuation]) -> list[Evacuation]:
+    """The aimed evacuations still under way, oldest first."""
+    return sorted((m for m in migrations if m.aimed and m.source and not m.finished),
                   key=lambda m: (m.created, m.namespace, m.name))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Storage:
-    """Where the VM's storage is, or will be: `node` where its NFS servers stay off the drained node;
-    else the volumes that leave it with the VM (`moving`)."""
-
-    node: str | None = None
-    moving: tuple[Fact, ...] = ()
-    why: str = ""
-
-
-def storage_of(facts: Sequence[Fact], drained: str) -> Storage | Alone:
-    """The VM's Longhorn disks, the drained node's share-managers counted as leaving with it."""
+def storage_of(facts: Sequence[Fact], drained: str) -> Candidates | tuple[Fact, ...] | Alone:
+    """Where the VM's Longhorn disks are served from, off the drained node; else those that leave it with
+    the VM (the drained node's share-managers go too)."""
     longhorn = [f for f in facts if f.volume]
-    if not longhorn:
-        return Alone.NO_STORAGE
     staying = sorted({f.node for f in longhorn if f.node and f.node != drained})
-    if len(staying) > 1:
-        return Alone.SPLIT_STORAGE
-    if staying:
-        disks = ", ".join(f.subject for f in longhorn if f.node == staying[0])
-        return Storage(node=staying[0], why=f"where the NFS server of disk {disks} runs")
-    return Storage(moving=tuple(longhorn))
+    if not longhorn or len(staying) > 1:
+        return Alone.SPLIT_STORAGE if longhorn else Alone.NO_STORAGE
+    disks = ", ".join(f.subject for f in longhorn if staying and f.node == staying[0])
+    return Candidates((staying[0],), f"where the NFS server of disk {disks} runs") if staying else tuple(longhorn)
 
 
 def why_not_target(target: TargetPod, namespace: str, name: str, node: Mapping[str, Any] | None,
                    view: View) -> str | None:
-    """Why KubeVirt's target pod would not be admitted and fit on the node, or None."""
-    if node is None:
-        return f"node {name} not found"
-    if not kinds.labels(node).get(kinds.HOSTNAME_LABEL):
-        return f"node {name} has no {kinds.HOSTNAME_LABEL} label"
+    """Why KubeVirt's target pod would not be admitted and fit on the node, or could preempt there (it
+    outranks a pod of the node: kube-scheduler evicts those for a pod that does not fit), or None."""
+    if node is None or not kinds.labels(node).get(kinds.HOSTNAME_LABEL):
+        return f"node {name} not found" if node is None else f"node {name} has no {kinds.HOSTNAME_LABEL} label"
+    priority = kinds.spec(target.pod).get("priority")
+    if isinstance(priority, int) and priority > 0 and any((kinds.spec(p).get("priority") or 0) < priority
+                                                          for p in view.pods_on(name)):
+        return f"node {name} runs pods the VM outranks, which a miss there would preempt"
     return (why_not_run(name, node, target.pod, needs_kubevirt=True) or lacking(target, name, node)
             or why_not_fit(target.pod, namespace, node, view, "the VM"))
 
@@ -189,8 +162,7 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
     none takes it. Worked out from the cluster alone, so every admission of the drain, on any replica,
     in any order, makes the same plan: the VMs with one node to go to first, then those of disks shared
     by most VMs, then by name; the VMs of a disk go to one node that takes them all (its share-manager
-    follows them); each node counts
-    what the plan and the aims not landed already send there (`promises`, which the plan adds to)."""
+    follows them); each node counts what the plan and the aims not landed send there (`promises`)."""
     placed: dict[tuple[str, str], str] = {}  # (namespace, claim) -> node
     planned: collections.Counter[str] = collections.Counter()
     chosen: dict[tuple[str, str], tuple[str, str] | str] = {}
@@ -237,14 +209,10 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
             continue
         node = view.node(name)
         sent = promises.to(name)
-        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates)) \
-            or _outranks(target, name, view)
+        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates))
         if why is not None:
             refused[name] = why
             continue
-        if not candidates.ranked:
-            taking.append((False, 0, 0.0, name))
-            break
         tight = _beside(demand, node, view, sent.plus(mates), headroom=True) is not None
         taking.append((tight, planned.get(name, 0), -(least_allocated(demand, node, view, sent.plus(mates).requests)
                                                       or 0.0), name))
@@ -258,10 +226,8 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
 
 
 def _in_order(demand: Demand, candidates: Candidates, view: View, orders: dict[Any, list[str]]) -> list[str]:
-    """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod; `orders`:
-    those found, by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
-    if not candidates.ranked:
-        return list(candidates.nodes or ())
+    """The candidates, most room first (`rooms`, kept up to date per size of pod; `orders`: those found,
+    by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
     size = tuple(sorted(demand.requests.items()))
     if size not in orders:
         rooms = rooms_for(demand, view)
@@ -276,25 +242,12 @@ def _in_order(demand: Demand, candidates: Candidates, view: View, orders: dict[A
 
 def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: bool = False) -> str | None:
     """NodeResourcesFit with the VMs promised to the node there too (and HEADROOM of its cpu and memory)."""
-    beside = dict(sent.requests)
-    if headroom:
-        allocatable = allocatable_of(name_of(node), node, view)
-        for resource in ROOMY:
-            beside[resource] = beside.get(resource, 0) + int(HEADROOM * (allocatable.get(resource, 0)
-                                                                       if isinstance(allocatable, dict) else 0))
     if not sent.vms and not headroom:
         return None
+    beside, allocatable = dict(sent.requests), allocatable_of(name_of(node), node, view) if headroom else {}
+    for resource in ROOMY if isinstance(allocatable, dict) else ():
+        beside[resource] = beside.get(resource, 0) + int(HEADROOM * allocatable.get(resource, 0))
     return node_resources_fit(demand, node, view, beside=beside, beside_pods=sent.vms)
-
-
-def _outranks(target: TargetPod, name: str, view: View) -> str | None:
-    """Why a miss there could preempt: the VM's pod outranks a pod on the node (kube-scheduler
-    evicts lower-priority pods for a pod that does not fit); None where it cannot."""
-    priority = kinds.spec(target.pod).get("priority")
-    if not isinstance(priority, int) or priority <= 0:
-        return None
-    lower = next((p for p in view.pods_on(name) if (kinds.spec(p).get("priority") or 0) < priority), None)
-    return None if lower is None else f"node {name} runs pods the VM outranks, which a miss there would preempt"
 
 
 def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decision:
