@@ -31,7 +31,6 @@ from ..stores.store import Store, StoreError
 from .outcome import Outcome, Rule, skip
 
 Key = tuple[str, str]  # (namespace, VMI)
-Read = tuple["aim.Member | Untouched", list[Fact], "tuple[str, str] | str | None"]  # a VM of the drain, its facts, its place
 
 
 class Untouched(Exception):
@@ -94,13 +93,13 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
 
 async def _read(name: str, source: dict[str, Any] | None, marked: dict[Key, dict[str, Any]],
                 every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
-                deadline: Deadline) -> dict[Key, Read]:
+                deadline: Deadline) -> dict[Key, tuple[aim.Member | Untouched, list[Fact], tuple[str, str] | str | None]]:
     """Each VM of the drain off node `name` as the plan reads it (or why it is not aimed), and its place."""
     members: dict[Key, tuple[aim.Member | Untouched, list[Fact]]] = {}
     for (namespace, vm), vmi in marked.items():
-        evacuation = aim.Evacuation("", namespace, vm, name, None, "", "", "")
         try:
-            members[namespace, vm] = await _member(evacuation, vmi, source, every, store, settings, view, deadline)
+            members[namespace, vm] = await _member(aim.Evacuation("", namespace, vm, name, None, "", "", ""), vmi, source,
+                                                   every, store, settings, view, deadline)
         except Untouched as untouched:  # not aimed: KubeVirt's target goes where kube-scheduler puts it
             members[namespace, vm] = untouched, []
         except StoreError as exc:
@@ -133,7 +132,10 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
     """The VM as the plan reads it (and its disks' facts), or Untouched: why it is not aimed."""
     if any((e.namespace, e.vmi) == (evacuation.namespace, evacuation.vmi) and not e.finished for e in every):
         raise Untouched(Alone.ALREADY_AIMED)  # one under way: where it goes is settled (`_kept`)
-    failed = aim.failed_aim(evacuation, every, _last_move(vmi, settings))
+    moved = read_vmi(vmi, settings)  # the drain began after the VM's last completed migration
+    state = moved.migration if isinstance(moved, VmiView) else None
+    ended = rfc3339(state.ended) if state is not None and state.completed and not state.failed and state.ended else None
+    failed = aim.failed_aim(evacuation, every, ended)
     if failed is not None:
         raise Untouched(failed)
     vm_pod = await _launcher(store, settings, evacuation, vmi, deadline)
@@ -153,13 +155,6 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
         raise Untouched(Alone.OWN_HOST)  # its own key wins over an addedNodeSelector's
     return aim.Member(namespace=evacuation.namespace, vmi=evacuation.vmi, uid=str(kinds.meta(vmi).get("uid") or ""),
                       target=target, claims=frozenset(claims_of(vmi)), candidates=candidates), facts
-
-
-def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
-    """When the VM's last completed migration ended: the drain began after it."""
-    view = read_vmi(vmi, settings)
-    state = view.migration if isinstance(view, VmiView) else None
-    return rfc3339(state.ended) if state is not None and state.completed and not state.failed and state.ended else None
 
 
 async def _launcher(store: Store, settings: AdmissionSettings, evacuation: aim.Evacuation, vmi: dict[str, Any],

@@ -33,15 +33,13 @@ from .decide import AIMED, Decision
 from .promised import Promises, Taken
 from .rooms import rooms_for
 
-ROOMY = ("cpu", "memory")  # what a node's headroom is measured in
 # The share of a node's cpu and memory a plan leaves free where it can (a VM goes into it only where no
 # node has room without): the target pod is created minutes later, when a slot frees, and what lands
 # there meanwhile is counted by no plan — the drain's other evicted pods, the targets of VMs not aimed.
 HEADROOM = 0.1
-# kubevirt.io/migrationUnschedulablePodTimeoutSeconds on an aimed evacuation (read by virt-controller
-# since KubeVirt v0.48.0, pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`,
-# counted from the target pod's creation; 300 s without it): an aim that no longer fits gives its
-# slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
+# kubevirt.io/migrationUnschedulablePodTimeoutSeconds on an aimed evacuation (read since KubeVirt v0.48.0,
+# migration.go `handlePendingPodTimeout`, from the target pod's creation; 300 s without it): a miss gives
+# its slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
 # kube-scheduler tries a pod as it is created, then after 1 s and 2 s backoffs: an aim that fitted when
 # made misses where the node changed since (cordoned, filled), which seconds do not undo.
 UNSCHEDULABLE_SECONDS = 5
@@ -181,8 +179,8 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
             for mate in (m for m in members if m is not member and m.namespace == member.namespace
                          and m.claims & member.claims):
                 mates = mates.plus(Taken(1, PodUsage.of(mate.target.pod).requests))
-        found = chosen[member.namespace, member.vmi] = choose(member.target, member.namespace, candidates, view,
-                                                              promises, planned, mates, orders)
+        found = chosen[member.namespace, member.vmi] = _choose(member.target, member.namespace, candidates, view,
+                                                               promises, planned, mates, orders)
         if isinstance(found, tuple):
             planned[found[0]] += 1
             placed.update(((member.namespace, claim), found[0]) for claim in member.claims)
@@ -190,9 +188,8 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
     return chosen
 
 
-def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
-           planned: Mapping[str, int], mates: Taken = Taken(0, {}), orders: dict[Any, list[str]] | None = None
-           ) -> tuple[str, str] | str:
+def _choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
+            planned: Mapping[str, int], mates: Taken, orders: dict[Any, list[str]]) -> tuple[str, str] | str:
     """(node, its hostname) of the first candidate that takes the VM's target pod beside what is
     promised there (and its `mates`, the VMs of its disks), or, ranked, of the one that does leaving
     HEADROOM, then with fewest of the drain's VMs planned, then most room; or why none does."""
@@ -203,7 +200,7 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
     refused: dict[str, str] = {}
     taking: list[tuple[bool, int, float, str]] = []
     put_off: dict[str, None] = {}  # nodes the plan sends VMs to: judged only if no untouched node takes it
-    for name in itertools.chain(_in_order(demand, candidates, view, {} if orders is None else orders), put_off):
+    for name in itertools.chain(_in_order(demand, candidates, view, orders), put_off):
         if candidates.ranked and planned.get(name) and name not in put_off:
             put_off[name] = None
             continue
@@ -245,7 +242,7 @@ def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: boo
     if not sent.vms and not headroom:
         return None
     beside, allocatable = dict(sent.requests), allocatable_of(name_of(node), node, view) if headroom else {}
-    for resource in ROOMY if isinstance(allocatable, dict) else ():
+    for resource in ("cpu", "memory") if isinstance(allocatable, dict) else ():
         beside[resource] = beside.get(resource, 0) + int(HEADROOM * allocatable.get(resource, 0))
     return node_resources_fit(demand, node, view, beside=beside, beside_pods=sent.vms)
 
