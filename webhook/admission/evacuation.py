@@ -98,8 +98,8 @@ async def _read(name: str, source: dict[str, Any] | None, marked: dict[Key, dict
     members: dict[Key, tuple[aim.Member | Untouched, list[Fact]]] = {}
     for (namespace, vm), vmi in marked.items():
         try:
-            members[namespace, vm] = await _member(aim.Evacuation("", namespace, vm, name, None, "", "", ""), vmi, source,
-                                                   every, store, settings, view, deadline)
+            members[namespace, vm] = await _member(aim.Evacuation(name="", namespace=namespace, vmi=vm, source=name),
+                                                   vmi, source, every, store, settings, view, deadline)
         except Untouched as untouched:  # not aimed: KubeVirt's target goes where kube-scheduler puts it
             members[namespace, vm] = untouched, []
         except StoreError as exc:

@@ -53,10 +53,10 @@ class Evacuation:
     namespace: str
     vmi: str
     source: str  # the node it leaves (the evacuation annotation's value)
-    aimed: str | None  # the kubernetes.io/hostname of its addedNodeSelector, if any
-    phase: str
-    created: str
-    uid: str
+    aimed: str | None = None  # the kubernetes.io/hostname of its addedNodeSelector, if any
+    phase: str = ""
+    created: str = ""
+    uid: str = ""
 
     @property
     def finished(self) -> bool:
@@ -68,11 +68,11 @@ def read_evacuation(migration: Any, namespace: str = "") -> Evacuation:
     metadata, spec, text = kinds.meta(migration), kinds.spec(migration), (lambda v: v if isinstance(v, str) else "")
     added = spec.get(kinds.ADDED_NODE_SELECTOR)
     aimed = text(added.get(kinds.HOSTNAME_LABEL)) if isinstance(added, dict) else ""
-    return Evacuation(text(metadata.get("name")) or text(metadata.get("generateName")),
-                      text(metadata.get("namespace")) or namespace, text(spec.get("vmiName")),
-                      text(kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION)), aimed or None,
-                      text(kinds.status(migration).get("phase")), text(metadata.get("creationTimestamp")),
-                      text(metadata.get("uid")))
+    return Evacuation(name=text(metadata.get("name")) or text(metadata.get("generateName")),
+                      namespace=text(metadata.get("namespace")) or namespace, vmi=text(spec.get("vmiName")),
+                      source=text(kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION)), aimed=aimed or None,
+                      phase=text(kinds.status(migration).get("phase")),
+                      created=text(metadata.get("creationTimestamp")), uid=text(metadata.get("uid")))
 
 
 def exemption(migration: Any, user: str, kubevirt_namespace: str) -> Alone | None:
