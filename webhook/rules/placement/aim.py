@@ -190,9 +190,9 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
 
 def _choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
             planned: Mapping[str, int], mates: Taken, orders: dict[Any, list[str]]) -> tuple[str, str] | str:
-    """(node, its hostname) of the first candidate that takes the VM's target pod beside what is
-    promised there (and its `mates`, the VMs of its disks), or, ranked, of the one that does leaving
-    HEADROOM, then with fewest of the drain's VMs planned, then most room; or why none does."""
+    """(node, its hostname) of the candidate that takes the VM's target pod beside what is promised
+    there (and its `mates`, the VMs of its disks), leaving HEADROOM first, then with fewest of the
+    drain's VMs planned, then most room; or why none does."""
     try:
         demand = Demand.of(target.pod, namespace, view.memo)
     except Unreadable as error:
