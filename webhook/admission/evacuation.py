@@ -219,11 +219,9 @@ async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, st
     except (StoreError, TimeoutError):
         return None
     leading = aim.follows(every, vmis)
-    if leading is None:
-        return None
-    view = await fit_view(store, namespace, "", deadline)
-    node = aim.node_of(view, leading.aimed) if not isinstance(view, str) else None
-    if node is None:
+    view = await fit_view(store, namespace, "", deadline) if leading is not None else "none aimed"
+    node = aim.node_of(view, leading.aimed) if leading is not None and not isinstance(view, str) else None
+    if leading is None or node is None:
         return None
     blocked = await node_obstacle(store, node, pod, namespace, deadline, needs_kubevirt=False)
     reason = (f"pinned to {node}, where the evacuation {leading.name} of its VM {leading.namespace}/{leading.vmi} "
