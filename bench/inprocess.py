@@ -22,7 +22,7 @@ import logging
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,19 @@ def filled_store(settings: Settings, pvcs: int, share_managers: int, pods: int, 
                  migrated: bool = False) -> WatchedClusterStore:
     """The caches of `serve` against the admission benchmark's emulator, synced; with `migrated`,
     every VM as after a live migration (`as_migrated`)."""
+    found = list(emulator.cluster_objects(pvcs, share_managers, pods))
+    for obj in found if migrated else ():
+        as_migrated(obj)
+    return store_of(settings, found)
+
+
+def store_of(settings: Settings, found: Iterable[dict[str, Any]]) -> WatchedClusterStore:
+    """The caches of `serve` holding `found`, delivered through their informers as a list, synced."""
     store = WatchedClusterStore(None, settings)
     by_kind: dict[str, list[Any]] = {}
     for informer in store.informers:
         by_kind.setdefault(informer.resource.kind, []).append(informer)
-    for obj in emulator.cluster_objects(pvcs, share_managers, pods):
-        if migrated:
-            as_migrated(obj)
+    for obj in found:
         for informer in by_kind.get(obj["kind"], ()):
             informer.apply(Event(EventType.LISTED, obj))
     for informer in store.informers:

@@ -24,7 +24,8 @@ KubeVirt v1.9.0, as its source does it:
   under the VM's own keys (`createTargetPod`), with the required anti-affinity to the VMI's pods;
   a target pod unschedulable for 300 s from its creation (`defaultUnschedulablePendingTimeoutSeconds`,
   or the migration's kubevirt.io/migrationUnschedulablePodTimeoutSeconds) is deleted and the migration
-  fails (`handlePendingPodTimeout`), having held its slots all along; a placed one runs, then the VMI is
+  fails (`handlePendingPodTimeout`), having held its slots all along; kube-scheduler tries a target pod
+  as it is created (a node cordoned after that does not undo its binding); a placed one runs, then the VMI is
   on the target and its mark is cleared (virt-handler, pkg/virt-handler/vm.go).
 A node may be cordoned while the drain runs (`Pace.cordon`): no new pod goes there after.
 Longhorn (longhorn-manager controller/share_manager_controller.go): an evicted share-manager pod is
@@ -304,6 +305,7 @@ class Drain:
         pod["metadata"]["labels"].pop("kubevirt.io/nodeName", None)
         pod["status"] = {"phase": "Pending"}
         self.objects[self._key(pod)] = pod
+        self._place(pod)  # kube-scheduler's first try, milliseconds after the create
         self.runs[migration["metadata"]["name"]] = {"pod": pod["metadata"]["name"], "source": vmi["status"]["nodeName"],
                                                     "started": self.now}
         migration["status"]["phase"] = "Scheduling"

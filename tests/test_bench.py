@@ -398,3 +398,10 @@ def test_each_benchmarks_help_is_its_usage_not_a_traceback(module):
     """`--help` shows every flag's help, the targets in them included (a bare % in one ended argparse in a traceback)."""
     shown = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout.startswith("usage:") and not shown.stderr, shown.stderr[-300:]
+
+
+def test_a_tiny_drain_of_aimed_evacuations_reports_its_cost_and_aims_them_all():
+    out = subprocess.run([sys.executable, "-m", "bench.aimed", "--nodes", "20", "--vms", "60", "--drained", "6",
+                          "--rounds", "2", "--json"], capture_output=True, text=True, check=True, timeout=120)
+    figures = json.loads(out.stdout)
+    assert figures["aimed"] == figures["evacuations"] == 6 and figures["first_burst_ms"] > 0 < figures["burst_ms"]

@@ -84,6 +84,19 @@ async def test_what_is_aimed_and_not_landed_takes_room(make_store):
     assert where == "node-b"
 
 
+async def test_evacuations_created_at_once_plan_together_whatever_the_store(make_store):
+    """virt-controller marks both VMs (status.evacuationNodeName) and creates their evacuations at once:
+    admitted over the same cluster, neither sees the other's, yet they agree (one node each) because
+    each plans both; the caches keep the mark, so `serve` plans as a snapshot does."""
+    vms = [*running("vm1", "d1"), *running("vm2", "d2")]
+    for obj in vms[::2]:
+        obj["status"]["evacuationNodeName"] = "node-a"
+    disks = [*rwx_disk("d1", None, state="error", owner="node-a"), *rwx_disk("d2", None, state="error", owner="node-a")]
+    store = await make_store([drained(), *others(), *vms, *disks], AIM)
+    found = {vm: (await aimed(store, evacuation(vm, "node-a")))[1] for vm in ("vm1", "vm2")}
+    assert sorted(found.values()) == ["node-b", "node-c"], found
+
+
 async def test_a_share_manager_that_came_back_is_followed(make_store):
     back = share_manager_pod("pvc-d1", "node-b")
     _, where = await aimed(await make_store(cluster(None, extra=[back]), AIM))

@@ -127,7 +127,7 @@ async def test_virt_controllers_evacuation_is_stored_aimed_and_no_one_elses(sche
     stored = create_as(scheduler, controller, evacuation("aim-vm1", DRAINED, namespace=VMS))
     assert aimed_at(stored) == "aim-b"  # where aim-vm1's NFS server runs
     assert stored["spec"]["priority"] == "system-critical"  # the request's user set it; the aim kept it
-    assert stored["metadata"]["annotations"]["kubevirt.io/migrationUnschedulablePodTimeoutSeconds"] == "10"
+    assert stored["metadata"]["annotations"]["kubevirt.io/migrationUnschedulablePodTimeoutSeconds"] == "5"
     by_user = create_as(scheduler, None, evacuation("aim-vm1", DRAINED, namespace=VMS))
     assert "addedNodeSelector" not in by_user["spec"]
     keeper = scheduler.token_kubeconfig(NS, "kubevirt-colocate-keeper")

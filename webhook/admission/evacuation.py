@@ -3,11 +3,11 @@ share-manager that follows the aimed migrations of its VMs: the reads for `rules
 
 Whatever happens in here, the migration is admitted: a read that fails or runs out of time leaves it
 untouched, saying why. Everything is read from the caches (the migrations too), so replicas that see
-the same cluster aim alike.
+the same cluster aim alike. A drain's evacuations come at once: the first admission reads and plans
+the drain, kept in the view's memo while the nodes, the VMs marked and the migrations are as they were.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from .. import kinds
@@ -21,6 +21,7 @@ from ..rules.kubevirt.target import TargetPod
 from ..rules.placement import aim
 from ..rules.placement.decide import PIN_WEIGHT, PINNED, Decision
 from ..rules.placement.promised import Promises
+from ..rules.shared import declared
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import opted_in
 from ..rules.shared.facts import Fact, claims_of, disks_of
@@ -28,6 +29,8 @@ from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
 from ..stores.store import Store, StoreError
 from .outcome import Outcome, Rule, skip
+
+Key = tuple[str, str]  # (namespace, VMI)
 
 
 class Untouched(Exception):
@@ -70,120 +73,113 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     source = await read_through(store, NODE, None, evacuation.source, deadline)
     if not kinds.spec(source).get("unschedulable"):
         raise Untouched(Alone.NOT_DRAINED, f"node {evacuation.source} is not cordoned: no drain")
-    every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
+    every = tuple(aim.read_evacuation(m) for m in await deadline.call(store.migrations))
     view = await fit_view(store, evacuation.namespace, "", deadline)
     if isinstance(view, str):
         raise Untouched(Alone.VM_UNKNOWN, view)
-    hosts = aim.by_hostname(view.nodes())  # once: every member may look among all nodes
-    mine, facts = await _member(evacuation, vmi, source, every, store, settings, hosts, deadline)
-    members = [mine]
-    for other in await _marked(evacuation, store, settings, view, deadline):
-        try:
-            members.append((await _member(other[0], other[1], source, every, store, settings, hosts, deadline))[0])
-        except (Untouched, StoreError):
-            continue  # not aimed: KubeVirt's target goes where kube-scheduler puts it
-    promises = await _kept(every, evacuation, store, settings, view, hosts, deadline)
-    # The drain's admissions come at once and plan alike: the plan kept in the view's memo while the
-    # nodes, the VMs planned and the aims under way are as they were (a burst's later admissions read it).
+    marked = await _marked(evacuation, vmi, store, settings, view, deadline)
     position = view.nodes_changed(None)[0]
-    version = None if position is None else (position, tuple(sorted(members, key=lambda m: (m.namespace, m.vmi))),
-                                              tuple((e.name, e.phase) for e in aim.unfinished_aims(every)))
-    chosen = view.memo.latest(aim.planned, ("plan", evacuation.source), version,
-                              (members, evacuation.source, promises, view))[evacuation.namespace, evacuation.vmi]
+    drain = view.memo.latest(dict, ("drain", evacuation.source), None if position is None else
+                             (position, tuple(marked), every), ())
+    if not drain:  # the first of a burst reads and plans the drain: the same answer for the others
+        drain.update(await _read(evacuation.source, source, marked, every, store, settings, view, deadline))
+    member, facts, chosen = drain[evacuation.namespace, evacuation.vmi]
+    if isinstance(member, Untouched):
+        raise member
     if isinstance(chosen, str):
         raise Untouched(Alone.NO_TARGET, chosen)
-    node, hostname = chosen
-    return aim.aimed(node, hostname, evacuation, mine.candidates.why), hostname, facts
+    return aim.aimed(*chosen, evacuation, member.candidates.why), chosen[1], facts
 
 
-async def _marked(evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings, view: fit.View,
-                  deadline: Deadline) -> list[tuple[aim.Evacuation, dict[str, Any]]]:
-    """The other opted-in VMs KubeVirt is evacuating off the node (their VMIs marked,
-    status.evacuationNodeName; their launcher pods still there): each as its evacuation would read."""
-    found = []
+async def _read(name: str, source: dict[str, Any] | None, marked: dict[Key, dict[str, Any]],
+                every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
+                deadline: Deadline) -> dict[Key, tuple[aim.Member | Untouched, list[Fact], tuple[str, str] | str | None]]:
+    """Each VM of the drain off node `name` as the plan reads it (or why it is not aimed), and its place."""
+    members: dict[Key, tuple[aim.Member | Untouched, list[Fact]]] = {}
+    for (namespace, vm), vmi in marked.items():
+        try:
+            members[namespace, vm] = await _member(aim.Evacuation(name="", namespace=namespace, vmi=vm, source=name),
+                                                   vmi, source, every, store, settings, view, deadline)
+        except Untouched as untouched:  # not aimed: KubeVirt's target goes where kube-scheduler puts it
+            members[namespace, vm] = untouched, []
+        except StoreError as exc:
+            members[namespace, vm] = Untouched(Alone.VM_UNKNOWN, f"an object could not be read ({exc})"), []
+    chosen = aim.plan([m for m, _ in members.values() if isinstance(m, aim.Member)], name,
+                      await _kept(every, store, settings, view, deadline), view)
+    return {key: (member, facts, chosen.get(key)) for key, (member, facts) in members.items()}
+
+
+async def _marked(evacuation: aim.Evacuation, vmi: dict[str, Any], store: Store, settings: AdmissionSettings,
+                  view: fit.View, deadline: Deadline) -> dict[Key, dict[str, Any]]:
+    """This VM's VMI and those of the other opted-in VMs KubeVirt is evacuating off the node (marked,
+    status.evacuationNodeName; their launcher pods still there), in order."""
+    found = {(evacuation.namespace, evacuation.vmi): vmi}
     for pod in view.pods_on(evacuation.source):
-        owner = kinds.vmi_owner(pod)
-        namespace = kinds.meta(pod).get("namespace") or ""
-        if owner is None or kinds.labels(pod).get(kinds.CREATED_BY_LABEL) is None or \
-                (namespace, owner.get("name")) == (evacuation.namespace, evacuation.vmi):
+        owner, namespace = kinds.vmi_owner(pod), kinds.meta(pod).get("namespace") or ""
+        if owner is None or kinds.labels(pod).get(kinds.CREATED_BY_LABEL) is None or (namespace, owner.get("name")) in found:
             continue
-        vmi = await read_through(store, VMI, namespace, str(owner.get("name") or ""), deadline)
-        status = kinds.status(vmi) if vmi is not None else {}
-        if vmi is None or not opted_in(kinds.annotations(vmi), settings) or \
-                status.get("evacuationNodeName") != evacuation.source or status.get("nodeName") != evacuation.source:
-            continue
-        found.append((dataclasses.replace(evacuation, name="", vmi=kinds.meta(vmi)["name"], namespace=namespace), vmi))
-    return sorted(found, key=lambda f: (f[0].namespace, f[0].vmi))
+        other = await read_through(store, VMI, namespace, str(owner.get("name") or ""), deadline)
+        status = kinds.status(other)
+        if other is not None and opted_in(kinds.annotations(other), settings) and \
+                declared.EVACUATION_NODE.value(status) == status.get("nodeName") == evacuation.source:
+            found[namespace, kinds.meta(other)["name"]] = other
+    return dict(sorted(found.items()))
 
 
 async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[str, Any] | None,
-                  every: list[aim.Evacuation], store: Store, settings: AdmissionSettings, hosts: dict[str, str],
+                  every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
                   deadline: Deadline) -> tuple[aim.Member, list[Fact]]:
     """The VM as the plan reads it (and its disks' facts), or Untouched: why it is not aimed."""
-    mine = [e for e in every if (e.namespace, e.vmi) == (evacuation.namespace, evacuation.vmi) and not e.finished
-            and e.name != evacuation.name]
-    if evacuation.name == "" and mine:  # another's, under way: where it goes is settled (`_kept`)
-        raise Untouched(Alone.ALREADY_AIMED)
-    failed = aim.failed_aim(evacuation, every, _last_move(vmi, settings))
+    if any((e.namespace, e.vmi) == (evacuation.namespace, evacuation.vmi) and not e.finished for e in every):
+        raise Untouched(Alone.ALREADY_AIMED)  # one under way: where it goes is settled (`_kept`)
+    moved = read_vmi(vmi, settings)  # the drain began after the VM's last completed migration
+    state = moved.migration if isinstance(moved, VmiView) else None
+    ended = rfc3339(state.ended) if state is not None and state.completed and not state.failed and state.ended else None
+    failed = aim.failed_aim(evacuation, every, ended)
     if failed is not None:
         raise Untouched(failed)
     vm_pod = await _launcher(store, settings, evacuation, vmi, deadline)
+    if vm_pod is None:
+        raise Untouched(Alone.VM_UNKNOWN, f"no running launcher pod of VMI {evacuation.namespace}/{evacuation.vmi}")
     facts = await resolve_disks(store, settings, evacuation.namespace, disks_of(vm_pod, vmi), deadline)
     storage = aim.storage_of(facts, evacuation.source)
     if isinstance(storage, Alone):
         raise Untouched(storage)
-    target = _target(vm_pod, vmi, source, settings)
-    candidates = await _candidates(storage, evacuation, every, store, settings, hosts, deadline)
+    candidates = storage if isinstance(storage, aim.Candidates) else \
+        await _candidates(storage, evacuation, every, store, settings, view, deadline)
+    read = read_target_vmi(vmi)
+    target = read if isinstance(read, Malformed) else migration_target_pod(vm_pod, read, source, {}, settings, view.memo)
+    if not isinstance(target, TargetPod):
+        raise Untouched(Alone.VM_UNKNOWN, str(target))
+    if kinds.HOSTNAME_LABEL in (kinds.spec(target.pod).get("nodeSelector") or {}):
+        raise Untouched(Alone.OWN_HOST)  # its own key wins over an addedNodeSelector's
     return aim.Member(namespace=evacuation.namespace, vmi=evacuation.vmi, uid=str(kinds.meta(vmi).get("uid") or ""),
                       target=target, claims=frozenset(claims_of(vmi)), candidates=candidates), facts
-def _last_move(vmi: dict[str, Any], settings: AdmissionSettings) -> str | None:
-    """When the VM's last completed migration ended: the drain began after it."""
-    view = read_vmi(vmi, settings)
-    state = view.migration if isinstance(view, VmiView) else None
-    return rfc3339(state.ended) if state is not None and state.completed and not state.failed and state.ended else None
 
 
 async def _launcher(store: Store, settings: AdmissionSettings, evacuation: aim.Evacuation, vmi: dict[str, Any],
-                    deadline: Deadline) -> dict[str, Any]:
-    """The launcher pod the VM runs in now (KubeVirt renders its target pod from the VMI and it)."""
+                    deadline: Deadline) -> dict[str, Any] | None:
+    """The launcher pod the VM runs in now (KubeVirt renders its target pod from the VMI and it), if any."""
     claims = claims_of(vmi)
     pods = await deadline.call(store.pods_by_claim, evacuation.namespace, claims[0]) if claims else []
-    uid = kinds.meta(vmi).get("uid")
-    for pod in vm_pods(pods, settings, any_vm=True).running:
-        if kinds.labels(pod).get(kinds.CREATED_BY_LABEL) == uid:
-            return pod
-    raise Untouched(Alone.VM_UNKNOWN, f"no running launcher pod of VMI {evacuation.namespace}/{evacuation.vmi}")
+    return next((pod for pod in vm_pods(pods, settings, any_vm=True).running
+                 if kinds.labels(pod).get(kinds.CREATED_BY_LABEL) == kinds.meta(vmi).get("uid")), None)
 
 
-def _target(vm_pod: dict[str, Any], vmi: dict[str, Any], source: dict[str, Any] | None,
-            settings: AdmissionSettings) -> TargetPod:
-    read = read_target_vmi(vmi)
-    if isinstance(read, Malformed):
-        raise Untouched(Alone.VM_UNKNOWN, str(read))
-    built = migration_target_pod(vm_pod, read, source, {}, settings)
-    if not isinstance(built, TargetPod):
-        raise Untouched(Alone.VM_UNKNOWN, str(built))
-    if kinds.HOSTNAME_LABEL in (kinds.spec(built.pod).get("nodeSelector") or {}):
-        raise Untouched(Alone.OWN_HOST)  # its own key wins over an addedNodeSelector's
-    return built
-
-
-async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: list[aim.Evacuation], store: Store,
-                      settings: AdmissionSettings, hosts: dict[str, str], deadline: Deadline) -> aim.Candidates:
-    """Where the VM may be aimed: its storage's node; else where a VM of the same disk was aimed; else
-    where its share-manager came back; else every node (`hosts`: node names by hostname), most room first."""
-    if storage.node is not None:
-        return aim.Candidates((storage.node,), storage.why)
-    claims = {fact.subject for fact in storage.moving}
-    for other in aim.unfinished_aims(every, but=evacuation.name):
-        if other.namespace != evacuation.namespace or other.vmi == evacuation.vmi or other.aimed not in hosts:
+async def _candidates(moving: tuple[Fact, ...], evacuation: aim.Evacuation, every: tuple[aim.Evacuation, ...],
+                      store: Store, settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> aim.Candidates:
+    """Where the VM whose disks leave with it may be aimed: where a VM of the same disk was aimed; else
+    where its share-manager came back; else every node, most room first."""
+    claims = {fact.subject for fact in moving}
+    for other in aim.unfinished_aims(every):
+        if other.namespace != evacuation.namespace or other.vmi == evacuation.vmi:
             continue
-        vmi = await read_through(store, VMI, other.namespace, other.vmi, deadline)
-        shared = sorted(claims & set(claims_of(vmi))) if vmi else []
+        node, vmi = aim.node_of(view, other.aimed), await read_through(store, VMI, other.namespace, other.vmi, deadline)
+        shared = sorted(claims & set(claims_of(vmi))) if vmi and node else []
         if shared:
-            return aim.Candidates((hosts[other.aimed],), f"where the evacuation of VM {other.namespace}/{other.vmi}, "
-                                                          f"which shares disk {shared[0]}, is aimed")
-    for fact in storage.moving:
+            return aim.Candidates((node,), f"where the evacuation of VM {other.namespace}/{other.vmi}, "
+                                           f"which shares disk {shared[0]}, is aimed")
+    for fact in moving:
         pod = await read_through(store, POD, settings.longhorn_namespace,
                                  kinds.SHARE_MANAGER_POD_PREFIX + (fact.volume or ""), deadline)
         bound = kinds.spec(pod).get("nodeName") if pod else None
@@ -193,29 +189,23 @@ async def _candidates(storage: aim.Storage, evacuation: aim.Evacuation, every: l
         if not bound and named and kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS:
             return aim.Candidates(tuple(str(named).split(",")), f"among the nodes the share-manager of disk "
                                                                 f"{fact.subject} is pinned to", ranked=True)
-    nodes = sorted(set(hosts.values()))
-    disks = ", ".join(f.subject for f in storage.moving)
-    return aim.Candidates(tuple(nodes), f"the node with most room for it, where the NFS server of disk {disks} "
-                                        f"(leaving {evacuation.source} too) will follow it", ranked=True)
+    disks = ", ".join(f.subject for f in moving)
+    return aim.Candidates(None, f"the node with most room for it, where the NFS server of disk {disks} "
+                                f"(leaving {evacuation.source} too) will follow it", ranked=True)
 
 
-async def _kept(every: list[aim.Evacuation], evacuation: aim.Evacuation, store: Store, settings: AdmissionSettings,
-                view: fit.View, hosts: dict[str, str], deadline: Deadline) -> Promises:
+async def _kept(every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
+                deadline: Deadline) -> Promises:
     """The aimed evacuations under way whose target pods have not landed: each VM promised to its node."""
     promises = Promises()
-    for other in aim.unfinished_aims(every, but=evacuation.name):
-        node = hosts.get(other.aimed or "")
-        if node is None or any(kinds.labels(pod).get(kinds.MIGRATION_JOB_LABEL) == other.uid
-                               for pod in view.pods_on(node)):
-            continue  # landed: its target pod takes its room
-        vmi = await read_through(store, VMI, other.namespace, other.vmi, deadline)
-        if vmi is None:
-            continue
-        try:
-            pod = await _launcher(store, settings, other, vmi, deadline)
-        except Untouched:
-            continue
-        promises.make(str(kinds.meta(vmi).get("uid") or other.vmi), other.source, node, ("", ""), fit.PodUsage.of(pod), 0.0)
+    for other in aim.unfinished_aims(every):
+        node = aim.node_of(view, other.aimed)  # landed, its target pod takes its room there
+        landed = node is None or any(kinds.labels(p).get(kinds.MIGRATION_JOB_LABEL) == other.uid for p in view.pods_on(node))
+        vmi = None if landed else await read_through(store, VMI, other.namespace, other.vmi, deadline)
+        pod = await _launcher(store, settings, other, vmi, deadline) if vmi is not None else None
+        if pod is not None:
+            promises.make(str(kinds.meta(vmi).get("uid") or other.vmi), other.source, node, ("", ""),
+                          fit.PodUsage.of(pod), 0.0)
     return promises
 
 
@@ -229,11 +219,9 @@ async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, st
     except (StoreError, TimeoutError):
         return None
     leading = aim.follows(every, vmis)
-    if leading is None:
-        return None
-    view = await fit_view(store, namespace, "", deadline)
-    node = aim.by_hostname(view.nodes()).get(leading.aimed or "") if not isinstance(view, str) else None
-    if node is None:
+    view = await fit_view(store, namespace, "", deadline) if leading is not None else "none aimed"
+    node = aim.node_of(view, leading.aimed) if leading is not None and not isinstance(view, str) else None
+    if leading is None or node is None:
         return None
     blocked = await node_obstacle(store, node, pod, namespace, deadline, needs_kubevirt=False)
     reason = (f"pinned to {node}, where the evacuation {leading.name} of its VM {leading.namespace}/{leading.vmi} "

@@ -96,7 +96,7 @@ def test_an_aimed_evacuation_that_failed_since_the_drain_began_leaves_the_next_u
 
 
 STORAGE = [
-    ("served elsewhere", [Fact("d1", "node-c", "", volume="pvc-d1")], aim.Storage(node="node-c")),
+    ("served elsewhere", [Fact("d1", "node-c", "", volume="pvc-d1")], aim.Candidates(("node-c",), "")),
     ("served from the drained node", [Fact("d1", "node-b", "", volume="pvc-d1")], "moving"),
     ("restarting", [Fact("d1", None, "share-manager of pvc-d1 is error", volume="pvc-d1")], "moving"),
     ("two disks, two nodes", [Fact("d1", "node-c", "", volume="pvc-d1"), Fact("d2", "node-d", "", volume="pvc-d2")],
@@ -109,9 +109,9 @@ STORAGE = [
 def test_where_the_storage_is_or_will_be(name, facts, expected):
     found = aim.storage_of(facts, "node-b")
     if expected == "moving":
-        assert found.node is None and [f.subject for f in found.moving] == [f.subject for f in facts]
-    elif isinstance(expected, aim.Storage):
-        assert found.node == expected.node and "disk d1" in found.why
+        assert [f.subject for f in found] == [f.subject for f in facts]
+    elif isinstance(expected, aim.Candidates):
+        assert found.nodes == expected.nodes and not found.ranked and "disk d1" in found.why
     else:
         assert found == expected
 
@@ -123,7 +123,7 @@ def test_the_patch_adds_the_selector_and_the_short_unschedulable_timeout_and_onl
     patched = jsonpatch.apply_patch(migration, aim.aim_patch(migration, "node-c"))
     assert patched["spec"] == {**migration["spec"], "addedNodeSelector": {"kubernetes.io/hostname": "node-c"}}
     assert patched["metadata"]["annotations"] == {**migration["metadata"]["annotations"],
-                                                  "kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "10"}
+                                                  "kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "5"}
     assert {k: v for k, v in patched.items() if k not in ("spec", "metadata")} == \
         {k: v for k, v in migration.items() if k not in ("spec", "metadata")}
     bare = {"metadata": {}}
@@ -140,7 +140,9 @@ def test_a_share_manager_follows_the_oldest_aim_under_way_of_its_vms():
 
 def test_nodes_are_named_by_their_hostname_label():
     renamed = node("node-z", **{"kubernetes.io/hostname": "z.example.com"})
-    assert aim.by_hostname([node("node-c"), renamed]) == {"node-c": "node-c", "z.example.com": "node-z"}
+    nodes = StaticView([node("node-c"), renamed, node("z.example.com", **{"kubernetes.io/hostname": "z"})])
+    assert [aim.node_of(nodes, h) for h in ("node-c", "z.example.com", "z", "node-z", None)] == \
+        ["node-c", "node-z", "z.example.com", None, None]
 
 
 def member(name, *claims, nodes=("node-b", "node-c", "node-d"), priority=None):

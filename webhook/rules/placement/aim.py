@@ -1,26 +1,22 @@
 """Pure: where a drain's evacuation migration of an opted-in VM is aimed (`serve --aim-evacuations on`).
 
 KubeVirt 1.9's evacuation controller creates every migration of a drained node at once, with no
-`spec.addedNodeSelector` (pkg/virt-controller/watch/drain/evacuation/evacuation.go,
-`GenerateNewMigration`), one goroutine each: their admissions run at the same moment, none seeing
-another's. Left alone, kube-scheduler picks each target knowing nothing of the VM's NFS server, and the
-keeper moves the VM a second time. Added at CREATE, the selector is kept (virt-api's create
-validator does not check it, KubeVirt's mutator replaces only /metadata, the priority check reads the
-request's user) and merged into the target pod's nodeSelector under the VM's own keys
-(pkg/virt-controller/watch/migration/migration.go, `createTargetPod`). So each admission plans the
-whole drain of the node (`plan`: every opted-in VM virt-controller marked, status.evacuationNodeName)
-and answers this VM's place in it: at the node where the VM's storage is, or, when its share-manager
-leaves the drained node too, a node of its own choosing, which the volume's other VMs and its
-re-created share-manager follow (the aimed migrations in the caches are the record). Each node must
-take KubeVirt's target pod (the never-strand checks, `rules.fit`, on the pod `rules.kubevirt.target`
-renders) beside what the plan and the aims not landed send there (`promised.Promises`). Where none
-does, or an aimed evacuation of this VM failed since the drain began, the migration is left as
-KubeVirt made it.
+`spec.addedNodeSelector` (pkg/virt-controller/watch/drain/evacuation/evacuation.go, `GenerateNewMigration`):
+their admissions run at the same moment, none seeing another's. Added at CREATE, the selector is kept
+(virt-api validates nor strips it) and merged into the target pod's nodeSelector under the VM's own keys
+(pkg/virt-controller/watch/migration/migration.go, `createTargetPod`). So each admission plans the whole
+drain (`plan`: every opted-in VM virt-controller marked, status.evacuationNodeName) and answers this VM's
+place in it: its storage's node, or, its share-manager leaving too, a node the volume's other VMs and
+re-created share-manager follow. Each node must take KubeVirt's target pod (`rules.fit` on the pod
+`rules.kubevirt.target` renders) beside what the plan and the aims not landed send there
+(`promised.Promises`). Where none does, or an aimed evacuation of this VM failed in this drain, the
+migration is left as KubeVirt made it.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -37,20 +33,16 @@ from .decide import AIMED, Decision
 from .promised import Promises, Taken
 from .rooms import rooms_for
 
-FINISHED = ("Succeeded", "Failed")
-ROOMY = ("cpu", "memory")  # what a node's headroom is measured in
 # The share of a node's cpu and memory a plan leaves free where it can (a VM goes into it only where no
 # node has room without): the target pod is created minutes later, when a slot frees, and what lands
 # there meanwhile is counted by no plan — the drain's other evicted pods, the targets of VMs not aimed.
 HEADROOM = 0.1
-# kubevirt.io/migrationUnschedulablePodTimeoutSeconds on an aimed evacuation (read by virt-controller
-# since KubeVirt v0.48.0, pkg/virt-controller/watch/migration/migration.go, `handlePendingPodTimeout`,
-# counted from the target pod's creation; 300 s without it): an aim that no longer fits gives its
-# slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
-# Long enough for kube-scheduler's retries of a pod that fits only once a pod there has gone (its
-# longest backoff is 10 s); short beside the migration it holds two slots for.
-UNSCHEDULABLE_SECONDS = 10
-TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
+# kubevirt.io/migrationUnschedulablePodTimeoutSeconds on an aimed evacuation (read since KubeVirt v0.48.0,
+# migration.go `handlePendingPodTimeout`, from the target pod's creation; 300 s without it): a miss gives
+# its slots back after this, and KubeVirt's next evacuation, not aimed, goes where kube-scheduler puts it.
+# kube-scheduler tries a pod as it is created, then after 1 s and 2 s backoffs: an aim that fitted when
+# made misses where the node changed since (cordoned, filled), which seconds do not undo.
+UNSCHEDULABLE_SECONDS = 5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,51 +53,43 @@ class Evacuation:
     namespace: str
     vmi: str
     source: str  # the node it leaves (the evacuation annotation's value)
-    aimed: str | None  # the kubernetes.io/hostname of its addedNodeSelector, if any
-    phase: str
-    created: str
-    uid: str
+    aimed: str | None = None  # the kubernetes.io/hostname of its addedNodeSelector, if any
+    phase: str = ""
+    created: str = ""
+    uid: str = ""
 
     @property
     def finished(self) -> bool:
-        return self.phase in FINISHED
+        return self.phase in ("Succeeded", "Failed")
 
 
 def read_evacuation(migration: Any, namespace: str = "") -> Evacuation:
     """The migration as the rule reads it (`namespace`: the request's, when the object has none)."""
-    metadata, spec = kinds.meta(migration), kinds.spec(migration)
+    metadata, spec, text = kinds.meta(migration), kinds.spec(migration), (lambda v: v if isinstance(v, str) else "")
     added = spec.get(kinds.ADDED_NODE_SELECTOR)
-    aimed = added.get(kinds.HOSTNAME_LABEL) if isinstance(added, dict) else None
-    text = (lambda value: value if isinstance(value, str) else "")
+    aimed = text(added.get(kinds.HOSTNAME_LABEL)) if isinstance(added, dict) else ""
     return Evacuation(name=text(metadata.get("name")) or text(metadata.get("generateName")),
                       namespace=text(metadata.get("namespace")) or namespace, vmi=text(spec.get("vmiName")),
-                      source=text(kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION)),
-                      aimed=aimed if isinstance(aimed, str) and aimed else None,
-                      phase=text(kinds.status(migration).get("phase")), created=text(metadata.get("creationTimestamp")),
-                      uid=text(metadata.get("uid")))
+                      source=text(kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION)), aimed=aimed or None,
+                      phase=text(kinds.status(migration).get("phase")),
+                      created=text(metadata.get("creationTimestamp")), uid=text(metadata.get("uid")))
 
 
 def exemption(migration: Any, user: str, kubevirt_namespace: str) -> Alone | None:
     """Why the created migration is no drain's evacuation by virt-controller (the account of KubeVirt's
     namespace) that we may aim, or None. Never a user's, the keeper's, the descheduler's
     (system-maintenance) or a workload update's."""
-    if not isinstance(migration, dict) or not isinstance(migration.get("spec", {}), dict):
-        return Alone.NOT_EVACUATION
-    metadata = kinds.meta(migration)
-    name = metadata.get("generateName") or metadata.get("name") or ""
-    if not kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION) or not str(name).startswith(
+    metadata, spec = kinds.meta(migration), kinds.spec(migration)
+    name = str(metadata.get("generateName") or metadata.get("name") or "")
+    if not isinstance(migration, dict) or not isinstance(migration.get("spec", {}), dict) or \
+            not kinds.annotations(migration).get(kinds.EVACUATION_ANNOTATION) or not name.startswith(
             kinds.EVACUATION_PREFIX) or kinds.labels(migration).get(kinds.MANAGED_BY_LABEL) == kinds.COMPONENT:
         return Alone.NOT_EVACUATION
     if user != f"system:serviceaccount:{kubevirt_namespace}:{kinds.VIRT_CONTROLLER_ACCOUNT}":
         return Alone.NOT_VIRT_CONTROLLER
-    priority = kinds.spec(migration).get("priority")
-    if priority == kinds.DESCHEDULER_PRIORITY:
-        return Alone.DESCHEDULER_EVACUATION
-    if priority != kinds.DRAIN_PRIORITY:
-        return Alone.NOT_EVACUATION
-    if kinds.spec(migration).get(kinds.ADDED_NODE_SELECTOR):
-        return Alone.ALREADY_AIMED
-    return None
+    if spec.get("priority") != kinds.DRAIN_PRIORITY:
+        return Alone.DESCHEDULER_EVACUATION if spec.get("priority") == kinds.DESCHEDULER_PRIORITY else Alone.NOT_EVACUATION
+    return Alone.ALREADY_AIMED if spec.get(kinds.ADDED_NODE_SELECTOR) else None
 
 
 def failed_aim(evacuation: Evacuation, earlier: Iterable[Evacuation], since: str | None) -> Alone | None:
@@ -116,48 +100,36 @@ def failed_aim(evacuation: Evacuation, earlier: Iterable[Evacuation], since: str
                    and e.source == evacuation.source and e.name != evacuation.name and (not since or e.created > since)),
                   key=lambda e: (e.created, e.name))
     failed = [e for e in mine if e.aimed and e.phase == "Failed"]
-    if not failed:
-        return None
-    return Alone.AIMED_FAILED if mine[-1] is failed[-1] else Alone.AIMED_FAILED_EARLIER
+    return None if not failed else Alone.AIMED_FAILED if mine[-1] is failed[-1] else Alone.AIMED_FAILED_EARLIER
 
 
-def unfinished_aims(migrations: Iterable[Evacuation], but: str = "") -> list[Evacuation]:
-    """The aimed evacuations still under way (but the one named `but`), oldest first."""
-    return sorted((m for m in migrations if m.aimed and m.source and not m.finished and m.name != but),
+def unfinished_aims(migrations: Iterable[Evacuation]) -> list[Evacuation]:
+    """The aimed evacuations still under way, oldest first."""
+    return sorted((m for m in migrations if m.aimed and m.source and not m.finished),
                   key=lambda m: (m.created, m.namespace, m.name))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Storage:
-    """Where the VM's storage is, or will be: `node` where its NFS servers stay off the drained node;
-    else the volumes that leave it with the VM (`moving`)."""
-
-    node: str | None = None
-    moving: tuple[Fact, ...] = ()
-    why: str = ""
-
-
-def storage_of(facts: Sequence[Fact], drained: str) -> Storage | Alone:
-    """The VM's Longhorn disks, the drained node's share-managers counted as leaving with it."""
+def storage_of(facts: Sequence[Fact], drained: str) -> Candidates | tuple[Fact, ...] | Alone:
+    """Where the VM's Longhorn disks are served from, off the drained node; else those that leave it with
+    the VM (the drained node's share-managers go too)."""
     longhorn = [f for f in facts if f.volume]
-    if not longhorn:
-        return Alone.NO_STORAGE
     staying = sorted({f.node for f in longhorn if f.node and f.node != drained})
-    if len(staying) > 1:
-        return Alone.SPLIT_STORAGE
-    if staying:
-        disks = ", ".join(f.subject for f in longhorn if f.node == staying[0])
-        return Storage(node=staying[0], why=f"where the NFS server of disk {disks} runs")
-    return Storage(moving=tuple(longhorn))
+    if not longhorn or len(staying) > 1:
+        return Alone.SPLIT_STORAGE if longhorn else Alone.NO_STORAGE
+    disks = ", ".join(f.subject for f in longhorn if staying and f.node == staying[0])
+    return Candidates((staying[0],), f"where the NFS server of disk {disks} runs") if staying else tuple(longhorn)
 
 
 def why_not_target(target: TargetPod, namespace: str, name: str, node: Mapping[str, Any] | None,
                    view: View) -> str | None:
-    """Why KubeVirt's target pod would not be admitted and fit on the node, or None."""
-    if node is None:
-        return f"node {name} not found"
-    if not kinds.labels(node).get(kinds.HOSTNAME_LABEL):
-        return f"node {name} has no {kinds.HOSTNAME_LABEL} label"
+    """Why KubeVirt's target pod would not be admitted and fit on the node, or could preempt there (it
+    outranks a pod of the node: kube-scheduler evicts those for a pod that does not fit), or None."""
+    if node is None or not kinds.labels(node).get(kinds.HOSTNAME_LABEL):
+        return f"node {name} not found" if node is None else f"node {name} has no {kinds.HOSTNAME_LABEL} label"
+    priority = kinds.spec(target.pod).get("priority")
+    if isinstance(priority, int) and priority > 0 and any((kinds.spec(p).get("priority") or 0) < priority
+                                                          for p in view.pods_on(name)):
+        return f"node {name} runs pods the VM outranks, which a miss there would preempt"
     return (why_not_run(name, node, target.pod, needs_kubevirt=True) or lacking(target, name, node)
             or why_not_fit(target.pod, namespace, node, view, "the VM"))
 
@@ -166,7 +138,7 @@ def why_not_target(target: TargetPod, namespace: str, name: str, node: Mapping[s
 class Candidates:
     """The nodes the aim may take, best first, and what makes them the choice (for the reason)."""
 
-    nodes: tuple[str, ...]
+    nodes: tuple[str, ...] | None  # None: every node
     why: str
     ranked: bool = False  # several: the plan spreads the drain's VMs among them
 
@@ -188,8 +160,7 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
     none takes it. Worked out from the cluster alone, so every admission of the drain, on any replica,
     in any order, makes the same plan: the VMs with one node to go to first, then those of disks shared
     by most VMs, then by name; the VMs of a disk go to one node that takes them all (its share-manager
-    follows them); each node counts
-    what the plan and the aims not landed already send there (`promises`, which the plan adds to)."""
+    follows them); each node counts what the plan and the aims not landed send there (`promises`)."""
     placed: dict[tuple[str, str], str] = {}  # (namespace, claim) -> node
     planned: collections.Counter[str] = collections.Counter()
     chosen: dict[tuple[str, str], tuple[str, str] | str] = {}
@@ -208,8 +179,8 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
             for mate in (m for m in members if m is not member and m.namespace == member.namespace
                          and m.claims & member.claims):
                 mates = mates.plus(Taken(1, PodUsage.of(mate.target.pod).requests))
-        found = chosen[member.namespace, member.vmi] = choose(member.target, member.namespace, candidates, view,
-                                                              promises, planned, mates, orders)
+        found = chosen[member.namespace, member.vmi] = _choose(member.target, member.namespace, candidates, view,
+                                                               promises, planned, mates, orders)
         if isinstance(found, tuple):
             planned[found[0]] += 1
             placed.update(((member.namespace, claim), found[0]) for claim in member.claims)
@@ -217,38 +188,32 @@ def plan(members: Iterable[Member], source: str, promises: Promises, view: View)
     return chosen
 
 
-def planned(given: tuple[Iterable[Member], str, Promises, View]) -> dict[tuple[str, str], tuple[str, str] | str]:
-    """`plan` of (members, source, promises, view): what a view's memo keeps for a drain's admissions."""
-    return plan(*given)
-
-
-def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
-           planned: Mapping[str, int], mates: Taken = Taken(0, {}), orders: dict[Any, list[str]] | None = None
-           ) -> tuple[str, str] | str:
-    """(node, its hostname) of the first candidate that takes the VM's target pod beside what is
-    promised there (and its `mates`, the VMs of its disks), or, ranked, of the one that does leaving
-    HEADROOM, then with fewest of the drain's VMs planned, then most room; or why none does."""
+def _choose(target: TargetPod, namespace: str, candidates: Candidates, view: View, promises: Promises,
+            planned: Mapping[str, int], mates: Taken, orders: dict[Any, list[str]]) -> tuple[str, str] | str:
+    """(node, its hostname) of the candidate that takes the VM's target pod beside what is promised
+    there (and its `mates`, the VMs of its disks), leaving HEADROOM first, then with fewest of the
+    drain's VMs planned, then most room; or why none does."""
     try:
         demand = Demand.of(target.pod, namespace, view.memo)
     except Unreadable as error:
         return f"its migration target cannot be read: {error}"
     refused: dict[str, str] = {}
     taking: list[tuple[bool, int, float, str]] = []
-    for name in _in_order(demand, candidates, view, {} if orders is None else orders):
+    put_off: dict[str, None] = {}  # nodes the plan sends VMs to: judged only if no untouched node takes it
+    for name in itertools.chain(_in_order(demand, candidates, view, orders), put_off):
+        if candidates.ranked and planned.get(name) and name not in put_off:
+            put_off[name] = None
+            continue
         node = view.node(name)
         sent = promises.to(name)
-        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates)) \
-            or _outranks(target, name, view)
+        why = why_not_target(target, namespace, name, node, view) or _beside(demand, node, view, sent.plus(mates))
         if why is not None:
             refused[name] = why
             continue
-        if not candidates.ranked:
-            taking.append((False, 0, 0.0, name))
-            break
         tight = _beside(demand, node, view, sent.plus(mates), headroom=True) is not None
         taking.append((tight, planned.get(name, 0), -(least_allocated(demand, node, view, sent.plus(mates).requests)
                                                       or 0.0), name))
-        if not (tight or planned.get(name) or sent.vms or mates.vms):
+        if not (tight or planned.get(name) or sent.vms):
             break  # untouched by the plan, the most room of those left: none after it does better
     if not taking:
         shown = "; ".join(refused[n] for n in sorted(refused)[:5]) or "no nodes"
@@ -258,42 +223,28 @@ def choose(target: TargetPod, namespace: str, candidates: Candidates, view: View
 
 
 def _in_order(demand: Demand, candidates: Candidates, view: View, orders: dict[Any, list[str]]) -> list[str]:
-    """The candidates, ranked ones most room first (`rooms`, kept up to date per size of pod; `orders`:
-    those found, by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
-    if not candidates.ranked:
-        return list(candidates.nodes)
+    """The candidates, most room first (`rooms`, kept up to date per size of pod; `orders`: those found,
+    by size): at a thousand nodes, a plan judges a few of them for each VM, not all."""
     size = tuple(sorted(demand.requests.items()))
     if size not in orders:
         rooms = rooms_for(demand, view)
         for _ in rooms.update(demand, view):
             pass
         orders[size] = [name for _, name in rooms.order]
+    if candidates.nodes is None:
+        return orders[size]
     wanted = set(candidates.nodes)
-    ordered = [name for name in orders[size] if name in wanted]
-    return ordered + sorted(wanted.difference(ordered))
+    return [name for name in orders[size] if name in wanted] + sorted(wanted.difference(orders[size]))
 
 
 def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: bool = False) -> str | None:
     """NodeResourcesFit with the VMs promised to the node there too (and HEADROOM of its cpu and memory)."""
-    beside = dict(sent.requests)
-    if headroom:
-        allocatable = allocatable_of(name_of(node), node, view)
-        for resource in ROOMY:
-            beside[resource] = beside.get(resource, 0) + int(HEADROOM * (allocatable.get(resource, 0)
-                                                                       if isinstance(allocatable, dict) else 0))
     if not sent.vms and not headroom:
         return None
+    beside, allocatable = dict(sent.requests), allocatable_of(name_of(node), node, view) if headroom else {}
+    for resource in ("cpu", "memory") if isinstance(allocatable, dict) else ():
+        beside[resource] = beside.get(resource, 0) + int(HEADROOM * allocatable.get(resource, 0))
     return node_resources_fit(demand, node, view, beside=beside, beside_pods=sent.vms)
-
-
-def _outranks(target: TargetPod, name: str, view: View) -> str | None:
-    """Why a miss there could preempt: the VM's pod outranks a pod on the node (kube-scheduler
-    evicts lower-priority pods for a pod that does not fit); None where it cannot."""
-    priority = kinds.spec(target.pod).get("priority")
-    if not isinstance(priority, int) or priority <= 0:
-        return None
-    lower = next((p for p in view.pods_on(name) if (kinds.spec(p).get("priority") or 0) < priority), None)
-    return None if lower is None else f"node {name} runs pods the VM outranks, which a miss there would preempt"
 
 
 def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decision:
@@ -305,16 +256,15 @@ def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decisio
 
 
 def aim_patch(migration: Any, hostname: str) -> list[dict[str, Any]]:
-    """The add-only JSON patch that aims the migration (its spec added whole when it has none), a miss
-    failing after UNSCHEDULABLE_SECONDS."""
-    selector = {kinds.HOSTNAME_LABEL: hostname}
-    timeout = {"op": "add", "path": "/metadata/annotations/" + TIMEOUT_ANNOTATION.replace("/", "~1"),
-               "value": str(UNSCHEDULABLE_SECONDS)}
-    if not kinds.annotations(migration):
-        timeout = {"op": "add", "path": "/metadata/annotations", "value": {TIMEOUT_ANNOTATION: str(UNSCHEDULABLE_SECONDS)}}
-    if not isinstance(migration, dict) or not isinstance(migration.get("spec"), dict):
-        return [{"op": "add", "path": "/spec", "value": {kinds.ADDED_NODE_SELECTOR: selector}}, timeout]
-    return [{"op": "add", "path": f"/spec/{kinds.ADDED_NODE_SELECTOR}", "value": selector}, timeout]
+    """The add-only JSON patch that aims the migration, a miss failing after UNSCHEDULABLE_SECONDS (its
+    spec, its annotations added whole where it has none)."""
+    def add(path: str, held: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+        if not held:
+            return {"op": "add", "path": path, "value": {key: value}}
+        return {"op": "add", "path": f"{path}/{key.replace('~', '~0').replace('/', '~1')}", "value": value}
+    return [add("/spec", kinds.spec(migration), kinds.ADDED_NODE_SELECTOR, {kinds.HOSTNAME_LABEL: hostname}),
+            add("/metadata/annotations", kinds.annotations(migration), kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION,
+                str(UNSCHEDULABLE_SECONDS))]
 
 
 def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuation | None:
@@ -322,11 +272,11 @@ def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuatio
     return next((a for a in unfinished_aims(aims) if (a.namespace, a.vmi) in vmis), None)
 
 
-def by_hostname(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Node names by their kubernetes.io/hostname label (what an addedNodeSelector names)."""
-    found: dict[str, str] = {}
-    for node in nodes:
-        name, hostname = name_of(node), kinds.labels(node).get(kinds.HOSTNAME_LABEL)
-        if isinstance(name, str) and isinstance(hostname, str) and hostname:
-            found.setdefault(hostname, name)
-    return found
+def node_of(view: View, hostname: str | None) -> str | None:
+    """The node whose kubernetes.io/hostname label is `hostname` (what an addedNodeSelector names): the
+    node of that name, as a rule; else the first found among all."""
+    node = view.node(hostname) if hostname else None
+    if node is None or kinds.labels(node).get(kinds.HOSTNAME_LABEL) != hostname:
+        node = next((n for n in (view.nodes() if hostname else ()) if kinds.labels(n).get(kinds.HOSTNAME_LABEL) == hostname),
+                    None)
+    return None if node is None else name_of(node)

@@ -26,6 +26,7 @@ VMI_SPEC = VMI.field("spec")
 VMI_STATUS = VMI.field("status")
 VMI_PHASE = VMI.field("status.phase")
 VMI_NODE = VMI.field("status.nodeName")
+EVACUATION_NODE = VMI.field("status.evacuationNodeName")  # virt-api's mark: a drain evacuates it
 VMI_CONDITIONS = VMI.field("status.conditions[]")
 CONDITION_TYPE = VMI.field("status.conditions[].type")
 CONDITION_STATUS = VMI.field("status.conditions[].status")
