@@ -16,6 +16,7 @@ from typing import Any
 from .. import metrics
 from ..cluster.events import Events, vmi_reference
 from .kubevirt_api import create_migration, delete_migration, unpause_vmi
+from .probe import landed, launch, room
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.keep import PassFacts, VmFacts
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
@@ -44,12 +45,14 @@ class Turn:
     held: dict[VmKey, VmFacts] = dataclasses.field(default_factory=dict)  # as their failures left them
     done: set[VmKey] = dataclasses.field(default_factory=set)  # acted on: never held by their namespace's failures
     results: list[Result] = dataclasses.field(default_factory=list)
+    stopped: str = ""  # why the pass stopped writing: what it did not try is held for it
 
     async def plan(self, facts: PassFacts) -> Plan:
         """The pure plan made on a thread of its own: over 75,000 VMs it takes seconds, and the loop (the Lease's
         renewals, the probes) goes on meanwhile; its inputs are frozen, nothing else reads them."""
         deferred = self.writes.deferred
-        waiting = {key: deferred[key[0]] for key in self.observed if key[0] in deferred and key not in self.done}
+        waiting = {key: deferred.get(key[0], self.stopped) for key in self.observed if key not in self.done and (
+            self.stopped or key[0] in deferred)}
         return await asyncio.to_thread(self.plan_with, [self.held.get(key, vm.facts) for key, vm in self.observed.items()],
                                        dataclasses.replace(facts, deferred=waiting))
 
@@ -81,23 +84,30 @@ class Actor:
         self.timeout, self.authority, self.wait = timeout, authority, max(timeout, WEBHOOK_BOUND)
 
     async def carry_out(self, turn: Turn, facts: PassFacts, now: datetime, *, priority: bool) -> None:
-        """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost;
-        after a step that did not go through, the plan is made again."""
-        made, done = await turn.plan(facts), set[Any]()
-        while (found := next(((key, step) for key, step in _steps(made) if key not in done), None)) is not None:
-            if not await turn.writes.take() or not self.authority(self.timeout):
+        """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost; a
+        create in a namespace not known to answer after its dry run (`probe.py`). After a step that did not go
+        through, or a dry run's answer, the plan is made again."""
+        made, done, writes = await turn.plan(facts), set[Any](), turn.writes
+        while True:
+            key, step = next(((key, step) for key, step in _steps(made) if key not in done), (None, None))
+            probe = isinstance(step, VmPlan) and step.move and step.key[0] not in writes.answering
+            if step is None or probe and room(writes) <= 0:
+                if not await landed(writes, turn.came):
+                    break
+            elif not await writes.take() or not self.authority(self.timeout):
+                turn.stopped = f"not tried in this pass: {writes.lost or 'the lease might run out'}"
                 break
-            key, step = found
-            done.add(key)
-            if isinstance(step, Cancel):
-                result = await self.cancel(step, now)
-            elif step.unpause:
-                result = await self.unpause(turn.observed[step.key], step)
+            elif probe and isinstance(one := manifest(turn.observed[key], step.decision, priority=priority), dict):
+                launch(writes, key, create_migration(self.api, one, timeout=self.wait, dry_run=True))
             else:
-                result = await self.create(turn.observed[step.key], step, priority=priority)
-            turn.came(turn.writes.came(result))
-            if not result.done:
-                made = await turn.plan(facts)
+                done.add(key)
+                result = await (self.cancel(step, now) if isinstance(step, Cancel) else self.unpause(
+                    turn.observed[key], step) if step.unpause else self.create(turn.observed[key], step, priority=priority))
+                turn.came(writes.came(result))
+                if result.done:
+                    continue
+            made = await turn.plan(facts)
+        writes.stop()
 
     async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:
         """Create the migration the VM's decision calls for, with spec.priority when `priority`."""
