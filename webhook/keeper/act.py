@@ -1,8 +1,6 @@
-"""What the keeper does to the cluster, and nothing else: a plan (`rules.keeping.plan`) in its order
-(cancels, unpauses, creates), each an Event on the VMI, a log line and a metric, each asking the Lease
-just before. Plan and act alternate (`Turn`): a write that fails holds that VM alone (`writes.Result.holds`),
-or its namespace for the pass (`writes.Writes.deferred`), and the plan is made again: what it counted for
-the VM is given back and the next VM takes it. Only the lease or the API lost (`writes.Writes`) stops it.
+"""What the keeper does to the cluster, and nothing else: a plan (`rules.keeping.plan`) in its order (cancels,
+unpauses, creates), each an Event on the VMI, a log line and a metric, each asking the Lease just before. A
+write that fails holds its VM alone, or its namespace (`writes.py`), and the plan is made again.
 """
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ Step = Cancel | VmPlan
 
 @dataclasses.dataclass
 class Turn:
-    """One pass's plan as its steps are carried out: each plan made again, in the same order, gives back what
-    a failed step had counted (its VM held by its refusal, its namespace's others waiting for the next pass)."""
+    """One pass's plan as carried out: each plan made again gives back what a failed step had counted."""
 
     observed: Mapping[VmKey, Observed]
     plan_with: Callable[[list[VmFacts], PassFacts], Plan]  # the pure plan, over the pass's stuck migrations
@@ -48,8 +45,7 @@ class Turn:
     stopped: str = ""  # why the pass stopped writing: what it did not try is held for it
 
     async def plan(self, facts: PassFacts) -> Plan:
-        """The pure plan made on a thread of its own: over 75,000 VMs it takes seconds, and the loop (the Lease's
-        renewals, the probes) goes on meanwhile; its inputs are frozen, nothing else reads them."""
+        """The pure plan, on a thread (seconds at 75,000 VMs: the Lease's renewals go on), over frozen inputs."""
         deferred = self.writes.deferred
         waiting = {key: deferred.get(key[0], self.stopped) for key in self.observed if key not in self.done and (
             self.stopped or key[0] in deferred)}
@@ -74,9 +70,8 @@ def _steps(plan: Plan) -> list[tuple[Any, Step]]:
 
 
 class Actor:
-    """Carries out plans through `api`, each write waiting up to WEBHOOK_BOUND (an admission webhook's longest)
-    for its answer, at least `timeout`; `authority` tells whether the
-    lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
+    """Carries out plans through `api`, a write waiting WEBHOOK_BOUND (a webhook's longest) at least; `authority`:
+    whether the lease surely lasts `timeout`."""
 
     def __init__(self, api: Any, records: Records, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
@@ -137,8 +132,7 @@ class Actor:
                       created=f"{migration.namespace}/{migration.name}", done=True)
 
     async def unpause(self, vm: Observed, step: VmPlan) -> Result:
-        """`virtctl unpause`: virt-api's 409 "VMI is not paused" leaves nothing to do; its other 409s (not
-        running, a snapshot under way) and any other failure hold the VM a short while."""
+        """`virtctl unpause`: 409 "VMI is not paused" is done; any other failure holds the VM a short while."""
         vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
         reason = step.resume.reason if step.resume is not None else ""
         answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.wait)
@@ -154,8 +148,7 @@ class Actor:
         return Result(key=key, action=Action.UNPAUSE, words="unpaused", done=True, uid=vmi.uid)
 
     async def cancel(self, cancel: Cancel, now: datetime) -> Result:
-        """Delete our migration whose target pod cannot be placed: failed, with the scheduler's message. By
-        uid: a 404 or a 409 (the name holds another object) is done."""
+        """Delete, by uid, our migration whose target pod cannot be placed; a 404 or 409 (another object) is done."""
         migration = cancel.migration
         key, vm = (migration.namespace, migration.vmi), f"{migration.namespace}/{migration.vmi}"
         answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,

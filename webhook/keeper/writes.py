@@ -1,11 +1,8 @@
-"""What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM
-alone (`rules.keeping.record`: client-go's per-item backoff); SHARED failures of one namespace, or one that
-waited WAITED (a webhook that hangs until its `timeoutSeconds`, at most 30 s, and the apiserver names it),
-hold its other VMs for the pass (`deferred`), a hanging one for a backoff too. A failure naming a webhook
-outside the API (`failed calling webhook "NAME"`, not KubeVirt's) is a tenant's: never the API lost, and it
-gives its token back. Only LOST namespaces in a row failing otherwise stop the pass. A token bucket bounds
-the writes, as client-go's controller rate limiter does; `answering`: namespaces whose last request went
-through, where a create needs no dry run first (`probe.py`).
+"""What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM alone;
+SHARED failures of a namespace, or one that waited WAITED (a webhook hanging until its `timeoutSeconds`), hold
+its other VMs for the pass (`deferred`), a hanging one for a backoff too. A failure naming a tenant's webhook is
+never the API lost and gives its token back; LOST namespaces failing otherwise in a row stop the pass. A token
+bucket bounds the writes, as client-go's controller rate limiter does.
 """
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ NAMESPACE_BACKOFF, NAMESPACE_CAP = 60.0, 600.0  # a hanging namespace's VMs not 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
-    """What came of one action on a VM, in words: the migration created (namespace/name), done (or
-    nothing left to do), or the VM held (`holds`: it failed; `status`: the API's answer, 0: none)."""
+    """What came of one action on a VM, in words: created (namespace/name), done, or held (`status`: 0, no answer)."""
 
     key: tuple[str, str]
     action: Action
@@ -56,15 +52,13 @@ def about_the_object(status: int) -> bool:
 
 
 def outside(result: Result) -> str | None:
-    """The webhook outside the API the apiserver names as failing (a tenant's, a policy engine's), if any;
-    KubeVirt's own (virt-api) are the API's."""
+    """The webhook outside the API (not KubeVirt's) the apiserver names as failing, if any: a tenant's."""
     named = WEBHOOK.search(result.words)
     return named[1] if named is not None and not named[1].endswith(KUBEVIRT) else None
 
 
 class Writes:
-    """The keeper's writes: the bucket (across passes), this pass's failures in a row (`begin`) and its dry
-    runs in flight (`probes`, one namespace each: `probe.py`)."""
+    """The keeper's writes: the bucket (across passes), a pass's failures (`begin`), its dry runs in flight."""
 
     def __init__(self, rate: float = RATE, burst: int = BURST, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
@@ -107,8 +101,7 @@ class Writes:
         return False
 
     def came(self, result: Result, took: float | None = None) -> Result:
-        """Count a write's result (that took `took` seconds; by default since the last token) towards its
-        namespace's failures and the API lost."""
+        """Count a result (that took `took` s; by default since the last token) for its namespace and the API lost."""
         namespace, took = result.key[0], self.clock() - self._taken if took is None else took
         if result.done or about_the_object(result.status):
             self.failing = self.failing if result.dry_run else []
