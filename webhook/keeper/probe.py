@@ -70,16 +70,20 @@ async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts
     While no VM comes to that, decisions go as if it works."""
     if not targeted.due():
         return facts
-    assumed, asked = dataclasses.replace(facts, targeted=True), False
-    while targeted.due() and not writes.lost:
+    assumed, tried, settled = dataclasses.replace(facts, targeted=True), set[VmKey](), targeted.settled
+    while targeted.settled == settled and not writes.lost:
         flying, wanted = set(writes.probes.values()), {}
         for vm in (await plan_of(assumed)).vms:
-            if _would_move(vm) and vm.key[0] not in flying and \
+            if _would_move(vm) and vm.key[0] not in flying and vm.key not in tried and \
                     isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict):
                 wanted.setdefault(vm.key[0], (vm.key, made))
-        launched = [launch(writes, key, targeted.dry_run(made))
-                    for key, made in list(wanted.values())[:room(writes)] if await writes.take()]
-        asked = asked or bool(launched)
+        launched = False
+        for key, made in list(wanted.values())[:room(writes)]:
+            if not await writes.take():
+                break
+            launch(writes, key, targeted.dry_run(made))
+            tried.add(key)
+            launched = True
         if not launched and not await landed(writes, hold):
             break
-    return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note) if asked else assumed
+    return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note) if tried else assumed

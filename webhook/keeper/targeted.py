@@ -40,7 +40,7 @@ class TargetedMigration:
         self.error = ""  # why the last dry run proved nothing ("": it did, or none was made)
         self.status = 0  # its answer's status (0: none came)
         self._checked_at: float | None = None
-        self._settled = 0  # answers settled so far
+        self.settled = 0  # conclusive answers so far
 
     @property
     def checked(self) -> bool:
@@ -61,7 +61,7 @@ class TargetedMigration:
     async def dry_run(self, manifest: dict[str, Any]) -> Created | None:
         """`check`, and its answer if it proved nothing. Dry runs go several at once (`probe.py`): one that
         proves nothing does not unsay an answer settled while it waited."""
-        self._checked_at, settled = asyncio.get_running_loop().time(), self._settled
+        self._checked_at, settled = asyncio.get_running_loop().time(), self.settled
         spec = kinds.spec(manifest)
         wanted, priority = spec.get(FIELD), spec.get(PRIORITY)
         answer = await create_migration(self._api, manifest, timeout=self.timeout, dry_run=True)
@@ -88,9 +88,9 @@ class TargetedMigration:
                 self._settle_priority(False, UNKNOWN_PRIORITY)
         else:
             note = f"targeted migration could not be checked: {answer.error}"
-            if note != self.note and settled == self._settled:
+            if note != self.note and settled == self.settled:
                 self.logger.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
-            if settled == self._settled:
+            if settled == self.settled:
                 self.note, self.error, self.status = note, answer.error, answer.status
             return answer
         return None
@@ -104,7 +104,7 @@ class TargetedMigration:
 
     def _settle(self, available: bool, note: str) -> None:
         metrics.show(metrics.KEEPER_TARGETED).set(1 if available else 0)
-        self._settled += 1
+        self.settled += 1
         changed = available != self.available
         self.available, self.note, self.error = available, note, ""
         if changed:
