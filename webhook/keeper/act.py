@@ -43,14 +43,18 @@ class Turn:
     done: set[VmKey] = dataclasses.field(default_factory=set)  # acted on: never held by their namespace's failures
     results: list[Result] = dataclasses.field(default_factory=list)
     stopped: str = ""  # why the pass stopped writing: what it did not try is held for it
+    moved: dict[VmKey, VmPlan] = dataclasses.field(default_factory=dict)  # created: counted first, reported as planned
 
     async def plan(self, facts: PassFacts) -> Plan:
         """The pure plan, on a thread (seconds at 75,000 VMs: the Lease's renewals go on), over frozen inputs."""
         deferred = self.writes.deferred
         waiting = {key: deferred.get(key[0], self.stopped) for key in self.observed if key not in self.done and (
             self.stopped or key[0] in deferred)}
-        return await asyncio.to_thread(self.plan_with, [self.held.get(key, vm.facts) for key, vm in self.observed.items()],
+        for key, step in self.moved.items():  # ours in flight: no VM a dry run's answer puts back takes their slots
+            facts = facts.after_create(step.decision.source, "/".join(key))
+        made = await asyncio.to_thread(self.plan_with, [self.held.get(key, vm.facts) for key, vm in self.observed.items()],
                                        dataclasses.replace(facts, deferred=waiting))
+        return dataclasses.replace(made, vms=tuple(self.moved.get(vm.key, vm) for vm in made.vms))
 
     def came(self, result: Result) -> None:
         """What a write or a dry run came to (counted by `writes` first), for the plans made after it."""
@@ -99,6 +103,9 @@ class Actor:
                 result = await (self.cancel(step, now) if isinstance(step, Cancel) else self.unpause(
                     turn.observed[key], step) if step.unpause else self.create(turn.observed[key], step, priority=priority))
                 turn.came(writes.came(result))
+                if result.created:
+                    turn.moved[key] = step
+                    turn.held[key] = dataclasses.replace(step.facts, migrating=True)
                 if result.done:
                     continue
             made = await turn.plan(facts)
