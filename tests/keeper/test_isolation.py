@@ -7,16 +7,23 @@ count as the API lost, and `status` names no limit that does not bind. And a fro
 our own drift migrations: a recovery has a slot of its own."""
 from __future__ import annotations
 
+import asyncio
+import collections
+import datetime
+import re
+
+import kmock as kmocklib
 import pytest
 from tests.support.kube import ago
-from tests.support.kubevirt_api import apart_vm, three_nodes
+from tests.support.kubevirt_api import apart_vm, eventually, three_nodes
 from tests.support.stale import (LONG_AGO, drained_node_cluster, pause_on_io_error, paused_again_after_the_keepers_resume,
-                                 restart_storage, volumes)
+                                 restart_storage, resumed_by_the_keeper, volumes)
 
 from webhook.config import Settings
+from webhook.keeper.writes import SHARED
 from webhook.rules.shared.alone import Alone
 
-from .test_failures import FAST, MIGRATIONS, failing, status_now, vm_of
+from .test_failures import ETCD_DOWN, FAST, MIGRATIONS, failing, four_apart, migration_creates, status_now, vm_of
 from .test_recovery_kubevirt import seen
 
 TENANT = "tenant"
@@ -103,3 +110,111 @@ async def test_a_frozen_vm_gets_its_migration_while_our_drift_migrations_fill_th
     vm6 = next(r for r in report.vms if r.name == "vm6")
     assert vm6.hold == Alone.OUR_LIMIT and vm6.decision == (
         f"3 of our migrations in flight (limit 2): {', '.join(first.created)}, default/vm1 (moved in this pass)")
+
+
+# --------------------------------------------------------------------------- many tenants down at once
+
+TIMEOUT_SECONDS = 10  # the tenants' webhook's timeoutSeconds (admissionregistration.k8s.io/v1: 10 by default)
+
+
+def hanging(mine, name="validate.kyverno.svc-fail"):
+    """A reaction: a tenant's policy engine (failurePolicy Fail) accepts each request `mine` picks and never answers.
+    kube-apiserver waits for it as long as its `timeoutSeconds`, then answers 500 naming it (k8s.io/apiserver
+    `pkg/admission/plugin/webhook/errors`: "failed calling webhook %q: %v", the call's context deadline exceeded);
+    the other requests meanwhile go on, each in its own goroutine."""
+    async def react(request):
+        if not mine(request):
+            raise NotImplementedError  # the emulator answers
+        await asyncio.sleep(TIMEOUT_SECONDS)
+        return kmocklib.KubernetesError(status=500, reason="InternalError", message=(
+            f'Internal error occurred: failed calling webhook "{name}": failed to call webhook: Post '
+            f'"https://kyverno-svc.kyverno.svc:443/validate/fail?timeout={TIMEOUT_SECONDS}s": context deadline exceeded'))
+    return react
+
+
+def tenants_a_healthy_vm_and_a_frozen_one(namespaces: int, vms: int) -> list[dict]:
+    """`vms` VMs in each of `namespaces` tenant namespaces on node-b, their disks served from node-c, apart for days
+    (tried first); vm4 of `default` on node-c, apart for an hour; and the drained-node cluster whose vm1 (`default`)
+    is to freeze on its stale mount. Nodes big enough for all."""
+    tenants = []
+    for n in range(1, namespaces + 1):
+        for v in range(1, vms + 1):
+            objects = apart_vm(f"t{n:03}-{v:02}", node="node-b", storage="node-c", namespace=f"tenant-{n:03}")
+            objects[-1]["metadata"]["creationTimestamp"] = ago(days=3, minutes=v)
+            tenants += objects
+    healthy = apart_vm("vm4", node="node-c", storage="node-a")
+    healthy[-1]["metadata"]["creationTimestamp"] = ago(hours=1)
+    cluster = drained_node_cluster(spared=True) + tenants + healthy
+    for node in (obj for obj in cluster if obj["kind"] == "Node"):
+        node["status"]["allocatable"].update(cpu="1000", memory="4000Gi", pods="1000")
+    return cluster
+
+
+def moved_in_this_pass(report) -> set[str]:
+    """The VMs a report's limits name as "moved in this pass"."""
+    return {name for r in report.vms for name in re.findall(r"([\w.-]+/[\w.-]+) \(moved in this pass\)", r.decision)}
+
+
+def of_tenants(request) -> bool:
+    return str(request.namespace or "").startswith("tenant-")
+
+
+@pytest.mark.parametrize("namespaces, vms, how", [(5, 24, "hanging"), (100, 2, 500)])
+async def test_tenants_down_hold_no_recovery_nor_a_healthy_namespaces_vm_on_a_new_leader(kmock, cluster, make_keeper,
+                                                                                       namespaces, vms, how):
+    """On a new leader, with the tenants' VMs apart the longest: 5 namespaces x 24 VMs whose webhook hangs until its
+    timeoutSeconds (10 s), or 100 namespaces whose webhook answers 500 at once. vm1, frozen on its stale mount and
+    proven so, gets its recovery and vm4 (apart) its migration at once, as if the tenants were not there: within
+    60 s of the keeper's start, and before any hanging tenant's answer came. Each tenant namespace costs the pass
+    one wait at most (its requests: one if it hangs, at most SHARED if it fails fast); none is the API lost, nor
+    the keeper's trouble; a second pass waits for no hanging tenant (each backs off)."""
+    cluster.seed(tenants_a_healthy_vm_and_a_frozen_one(namespaces, vms))
+    volumes(kmock)
+    kmock["create", MIGRATIONS] << (hanging(of_tenants) if how == "hanging" else failing(500, of_tenants))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    keeper = await make_keeper(Settings(keep="migrate"))
+    await restart_storage(kmock, cluster, "vm1", "node-b", LONG_AGO)
+    await pause_on_io_error(kmock, cluster, "vm1", LONG_AGO)
+    await resumed_by_the_keeper(kmock, cluster, "vm1", datetime.timedelta(seconds=30))
+
+    passing = asyncio.ensure_future(keeper.run_pass())
+    moved = await eventually(lambda: {m["spec"]["vmiName"] for m in cluster.migrations()} >= {"vm1", "vm4"},
+                             timeout=60)
+    took = loop.time() - started
+    assert moved and took < (TIMEOUT_SECONDS if how == "hanging" else 60), took
+    report = await passing
+
+    assert sorted(vm_of(name) for name in report.created) == ["vm1", "vm4"]
+    [recovery] = [m for m in cluster.migrations() if m["spec"]["vmiName"] == "vm1"]
+    assert recovery["metadata"]["annotations"]["kubevirt-scheduler/recovers"] == "stale-mount"
+    tried = collections.Counter(r.namespace for r in kmock if of_tenants(r) and r.method == "POST")
+    assert len(tried) == namespaces and max(tried.values()) <= (1 if how == "hanging" else SHARED)
+    assert keeper.degraded() == [] and not report.note
+    assert {r.hold for r in report.vms if r.namespace.startswith("tenant-")} == {Alone.REFUSED}
+    assert moved_in_this_pass(report) <= {f"default/{vm}" for vm in ("vm1", "vm4")}
+
+    if how == "hanging":
+        began = loop.time()
+        await keeper.run_pass()
+        assert loop.time() - began < TIMEOUT_SECONDS and sum(1 for r in kmock if of_tenants(r)) == sum(tried.values())
+
+
+async def test_a_pass_that_stops_names_no_migration_it_did_not_create(kmock, cluster, make_keeper):
+    """etcd times out every create of ns-1..ns-3 (no webhook named: the API lost): the pass stops after the third
+    namespace in a row, before vm4 and vm5 of ns-4. Nothing names a migration that was not created: vm4 is not
+    tried in this pass, and says so, and vm5 is held by no limit of ours "moved in this pass"."""
+    kmock["create", MIGRATIONS] << failing(500, lambda r: r.params.get("dryRun") != "All" and r.namespace != "ns-4",
+                                           ETCD_DOWN)
+    vm5 = apart_vm("vm5", node="node-c", storage="node-b", namespace="ns-4")
+    vm5[-1]["metadata"]["creationTimestamp"] = ago(minutes=20)
+    cluster.seed(four_apart(("ns-1", "ns-2", "ns-3", "ns-4")) + vm5)
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0, keep_max_inflight=1))
+
+    report = await keeper.run_pass()
+
+    assert migration_creates(kmock) == ["vm1", "vm2", "vm3"] and report.created == () and cluster.migrations() == []
+    by_name = {r.name: r for r in report.vms}
+    assert by_name["vm4"].hold is by_name["vm5"].hold is Alone.REFUSED
+    assert by_name["vm4"].decision.startswith("not tried in this pass: the API failed in 3 namespaces in a row")
+    assert moved_in_this_pass(report) == set()

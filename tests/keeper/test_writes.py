@@ -150,3 +150,18 @@ async def test_a_wait_that_names_no_webhook_defers_its_namespace_and_is_said():
     time.now += 32
     made.came(failed("vm1", 0, namespace="tenant", words="no answer within 32s"))
     assert list(made.deferred) == ["tenant"] and made.tenants == set()  # maybe the API: a readiness note
+
+
+async def test_a_tenants_failure_gives_its_token_back_and_a_success_or_the_apis_failure_does_not():
+    """100 namespaces whose webhook answers 500 at once cost the bucket nothing: a pass never waits for them. A
+    write that went through, or one the API itself failed, keeps its token spent."""
+    made, time = writes()
+    for i in range(100):
+        assert await made.take()
+        made.came(failed(f"vm{i}", namespace=f"tenant-{i}", words=webhook_down("validate.kyverno.svc-fail")))
+    assert time.slept == [] and not made.lost
+    for i in range(BURST):
+        assert await made.take()
+        made.came(Result(key=("default", f"vm{i}"), action=Action.MIGRATE, done=True) if i % 2 else
+                  failed(f"vm{i}", 403))
+    assert await made.take() and time.slept == [pytest.approx(1 / RATE)]

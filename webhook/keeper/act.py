@@ -1,8 +1,6 @@
-"""What the keeper does to the cluster, and nothing else: a plan (`rules.keeping.plan`) in its order
-(cancels, unpauses, creates), each an Event on the VMI, a log line and a metric, each asking the Lease
-just before. Plan and act alternate (`Turn`): a write that fails holds that VM alone (`writes.Result.holds`),
-or its namespace for the pass (`writes.Writes.deferred`), and the plan is made again: what it counted for
-the VM is given back and the next VM takes it. Only the lease or the API lost (`writes.Writes`) stops it.
+"""What the keeper does to the cluster, and nothing else: a plan (`rules.keeping.plan`) in its order (cancels,
+unpauses, creates), each an Event on the VMI, a log line and a metric, each asking the Lease just before. A
+write that fails holds its VM alone, or its namespace (`writes.py`), and the plan is made again.
 """
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from typing import Any
 from .. import metrics
 from ..cluster.events import Events, vmi_reference
 from .kubevirt_api import create_migration, delete_migration, unpause_vmi
+from .probe import landed, launch, room
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.keep import PassFacts, VmFacts
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
@@ -34,8 +33,7 @@ Step = Cancel | VmPlan
 
 @dataclasses.dataclass
 class Turn:
-    """One pass's plan as its steps are carried out: each plan made again, in the same order, gives back what
-    a failed step had counted (its VM held by its refusal, its namespace's others waiting for the next pass)."""
+    """One pass's plan as carried out: each plan made again gives back what a failed step had counted."""
 
     observed: Mapping[VmKey, Observed]
     plan_with: Callable[[list[VmFacts], PassFacts], Plan]  # the pure plan, over the pass's stuck migrations
@@ -44,14 +42,19 @@ class Turn:
     held: dict[VmKey, VmFacts] = dataclasses.field(default_factory=dict)  # as their failures left them
     done: set[VmKey] = dataclasses.field(default_factory=set)  # acted on: never held by their namespace's failures
     results: list[Result] = dataclasses.field(default_factory=list)
+    stopped: str = ""  # why the pass stopped writing: what it did not try is held for it
+    moved: dict[VmKey, VmPlan] = dataclasses.field(default_factory=dict)  # created: counted first, reported as planned
 
     async def plan(self, facts: PassFacts) -> Plan:
-        """The pure plan made on a thread of its own: over 75,000 VMs it takes seconds, and the loop (the Lease's
-        renewals, the probes) goes on meanwhile; its inputs are frozen, nothing else reads them."""
+        """The pure plan, on a thread (seconds at 75,000 VMs: the Lease's renewals go on), over frozen inputs."""
         deferred = self.writes.deferred
-        waiting = {key: deferred[key[0]] for key in self.observed if key[0] in deferred and key not in self.done}
-        return await asyncio.to_thread(self.plan_with, [self.held.get(key, vm.facts) for key, vm in self.observed.items()],
+        waiting = {key: deferred.get(key[0], self.stopped) for key in self.observed if key not in self.done and (
+            self.stopped or key[0] in deferred)}
+        for key, step in self.moved.items():  # ours in flight: no VM a dry run's answer puts back takes their slots
+            facts = facts.after_create(step.decision.source, "/".join(key))
+        made = await asyncio.to_thread(self.plan_with, [self.held.get(key, vm.facts) for key, vm in self.observed.items()],
                                        dataclasses.replace(facts, deferred=waiting))
+        return dataclasses.replace(made, vms=tuple(self.moved.get(vm.key, vm) for vm in made.vms))
 
     def came(self, result: Result) -> None:
         """What a write or a dry run came to (counted by `writes` first), for the plans made after it."""
@@ -71,9 +74,8 @@ def _steps(plan: Plan) -> list[tuple[Any, Step]]:
 
 
 class Actor:
-    """Carries out plans through `api`, each write waiting up to WEBHOOK_BOUND (an admission webhook's longest)
-    for its answer, at least `timeout`; `authority` tells whether the
-    lease surely lasts that long; `priority` whether our migrations carry spec.priority."""
+    """Carries out plans through `api`, a write waiting WEBHOOK_BOUND (a webhook's longest) at least; `authority`:
+    whether the lease surely lasts `timeout`."""
 
     def __init__(self, api: Any, records: Records, *, events: Events, timeout: float,
                  authority: Callable[[float], bool]):
@@ -81,23 +83,33 @@ class Actor:
         self.timeout, self.authority, self.wait = timeout, authority, max(timeout, WEBHOOK_BOUND)
 
     async def carry_out(self, turn: Turn, facts: PassFacts, now: datetime, *, priority: bool) -> None:
-        """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost;
-        after a step that did not go through, the plan is made again."""
-        made, done = await turn.plan(facts), set[Any]()
-        while (found := next(((key, step) for key, step in _steps(made) if key not in done), None)) is not None:
-            if not await turn.writes.take() or not self.authority(self.timeout):
+        """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost; a
+        create in a namespace not known to answer after its dry run (`probe.py`). After a step that did not go
+        through, or a dry run's answer, the plan is made again."""
+        made, done, writes = await turn.plan(facts), set[Any](), turn.writes
+        while True:
+            key, step = next(((key, step) for key, step in _steps(made) if key not in done), (None, None))
+            probe = isinstance(step, VmPlan) and step.move and step.key[0] not in writes.answering
+            if step is None or probe and room(writes) <= 0:
+                if not await landed(writes, turn.came):
+                    break
+            elif not await writes.take() or not self.authority(self.timeout):
+                turn.stopped = f"not tried in this pass: {writes.lost or 'the lease might run out'}"
                 break
-            key, step = found
-            done.add(key)
-            if isinstance(step, Cancel):
-                result = await self.cancel(step, now)
-            elif step.unpause:
-                result = await self.unpause(turn.observed[step.key], step)
+            elif probe and isinstance(one := manifest(turn.observed[key], step.decision, priority=priority), dict):
+                launch(writes, key, create_migration(self.api, one, timeout=self.wait, dry_run=True))
             else:
-                result = await self.create(turn.observed[step.key], step, priority=priority)
-            turn.came(turn.writes.came(result))
-            if not result.done:
-                made = await turn.plan(facts)
+                done.add(key)
+                result = await (self.cancel(step, now) if isinstance(step, Cancel) else self.unpause(
+                    turn.observed[key], step) if step.unpause else self.create(turn.observed[key], step, priority=priority))
+                turn.came(writes.came(result))
+                if result.created:
+                    turn.moved[key] = step
+                    turn.held[key] = dataclasses.replace(step.facts, migrating=True)
+                if result.done:
+                    continue
+            made = await turn.plan(facts)
+        writes.stop()
 
     async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:
         """Create the migration the VM's decision calls for, with spec.priority when `priority`."""
@@ -127,8 +139,7 @@ class Actor:
                       created=f"{migration.namespace}/{migration.name}", done=True)
 
     async def unpause(self, vm: Observed, step: VmPlan) -> Result:
-        """`virtctl unpause`: virt-api's 409 "VMI is not paused" leaves nothing to do; its other 409s (not
-        running, a snapshot under way) and any other failure hold the VM a short while."""
+        """`virtctl unpause`: 409 "VMI is not paused" is done; any other failure holds the VM a short while."""
         vmi, key, name = vm.vmi, vm.key, f"{vm.vmi.namespace}/{vm.vmi.name}"
         reason = step.resume.reason if step.resume is not None else ""
         answer = await unpause_vmi(self.api, vmi.namespace, vmi.name, timeout=self.wait)
@@ -144,8 +155,7 @@ class Actor:
         return Result(key=key, action=Action.UNPAUSE, words="unpaused", done=True, uid=vmi.uid)
 
     async def cancel(self, cancel: Cancel, now: datetime) -> Result:
-        """Delete our migration whose target pod cannot be placed: failed, with the scheduler's message. By
-        uid: a 404 or a 409 (the name holds another object) is done."""
+        """Delete, by uid, our migration whose target pod cannot be placed; a 404 or 409 (another object) is done."""
         migration = cancel.migration
         key, vm = (migration.namespace, migration.vmi), f"{migration.namespace}/{migration.vmi}"
         answer = await delete_migration(self.api, migration.namespace, migration.name, uid=migration.uid,

@@ -1,9 +1,6 @@
-"""KubeVirt objects the keeper reads and writes. VMIs, migrations and KubeVirt's IOerror Events on VMIs
-(`rules/keeping/io_errors.py`) are watched cluster wide, trimmed to what the keeper's rules read
-(`stores/shapes.py`). Migrations are created (dry-run first: is
-`spec.addedNodeSelector`, KubeVirt >= 1.6, kept, and `spec.priority`? older CRD schemas prune them,
-kubevirt/kubevirt `staging/src/kubevirt.io/api/core/v1/types.go`) and deleted by uid, never another
-object under the same name. A recovered VM is unpaused through virt-api's subresource.
+"""KubeVirt objects the keeper reads and writes: VMIs, migrations and IOerror Events on VMIs watched cluster wide,
+trimmed (`stores/shapes.py`); migrations created (dry-run first, `targeted.py`) and deleted by uid; a recovered VM
+unpaused through virt-api's subresource.
 """
 from __future__ import annotations
 
@@ -26,10 +23,7 @@ from ..rules.keeping.io_errors import IoError
 
 
 class KubeVirtWatch(Informers):
-    """VMIs, migrations and IOerror Events on VMIs of the whole cluster, listed and watched while the
-    keeper leads. The Events are a source, not a gate: VMIs and migrations listed, the keeper acts on
-    them; Events it cannot list or watch (`events_note`) turn off what needs them, stale-mount recovery,
-    and no Event seen is then no proof that no disk failed."""
+    """VMIs, migrations and IOerror Events, watched while leading; without Events only stale-mount recovery is off."""
 
     task_prefix = "keeper"
 
@@ -88,8 +82,7 @@ def _involved_uid(event: dict[str, Any]) -> tuple[str, ...]:
 
 
 async def read_io_errors(api: Any, timeout: float) -> dict[str, tuple[IoError, ...]] | str:
-    """The IOerror Events on VMIs of the whole cluster, read once (for `status`, which does not
-    watch), by VMI uid newest first; or why they could not be read."""
+    """The IOerror Events on VMIs, read once (for `status`), by VMI uid newest first; or why they could not be."""
     events: list[Any] = []
     more = ""
     while True:
@@ -150,8 +143,7 @@ VMI_SUBRESOURCES = dataclasses.replace(VMI, group="subresources.kubevirt.io")
 
 
 async def unpause_vmi(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
-    """`virtctl unpause vmi` (RBAC: `update` on `virtualmachineinstances/unpause`). virt-api answers 200 with
-    no body (`obj` is {}), 409 for a VMI that is not running or has no Paused condition."""
+    """`virtctl unpause vmi`: virt-api answers 200 without a body (`obj` {}), 409 for a VMI not running or paused."""
     done = await _call(api, "PUT", f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause", body={}, timeout=timeout)
     return Created(done.status, {}) if 200 <= done.status < 300 else done
 

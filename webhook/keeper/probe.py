@@ -1,7 +1,12 @@
-"""The keeper's one probe (`targeted.py`): a dry run writes nothing, but it is a request of its own, made
-between two plans, and counts as a write for the bucket and the API lost (`writes.py`)."""
+"""The pass's dry runs: while targeted migration is not known (`targeted.py`), of each VM to move; then, before
+a create in a namespace not known to answer (`writes.Writes.answering`, `act.py`), of that VM. Several go at
+once (`room`), one a namespace, whose other VMs wait meanwhile (`Writes.deferred`) and leave their slots to the
+next namespaces': a tenant's webhook that hangs until its `timeoutSeconds` costs its namespace that one wait and
+no one else's VM, nor a recovery. A dry run takes a token (given back when a tenant's webhook failed it), counts
+for the API lost, and one that fails holds that VM alone, as a failed create would."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,32 +21,69 @@ from .targeted import TargetedMigration
 from .writes import failed, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
+VmKey = tuple[str, str]
+
+
+def room(writes: Writes) -> int:
+    """How many more dry runs may go: in flight, they hold at most half the bucket; creates keep the rest."""
+    return max(1, writes.burst // 2) - len(writes.probes)
 
 
 def _would_move(vm: VmPlan) -> bool:
     return vm.move or (not vm.unpause and vm.decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE))
 
 
+async def _answer(key: VmKey, request: Awaitable[Created | None], clock: Callable[[], float]) -> tuple[Result, float]:
+    began = clock()
+    answer = await request
+    if answer is None or answer.ok:
+        return Result(key=key, action=Action.MIGRATE, done=True, dry_run=True), clock() - began
+    log.warning("keeper dry run failed", extra={"fields": {"vm": "/".join(key), "error": answer.error}})
+    return failed(key, Action.MIGRATE, answer, "the dry run of its migration failed"), clock() - began
+
+
+def launch(writes: Writes, key: VmKey, request: Awaitable[Created | None]) -> None:
+    """A dry run of `key`'s migration in flight (its token taken), its namespace's other VMs waiting for it."""
+    writes.deferred[key[0]] = f"waiting for the answer to the dry run of {key[1]}'s migration"
+    writes.probes[asyncio.ensure_future(_answer(key, request, writes.clock))] = key[0]
+
+
+async def landed(writes: Writes, hold: Callable[[Result], None]) -> bool:
+    """The dry runs in flight that answered, counted (waiting for one if none has); False when none is in flight."""
+    if not writes.probes:
+        return False
+    answered, _ = await asyncio.wait(writes.probes, return_when=asyncio.FIRST_COMPLETED)
+    for task in answered:
+        writes.deferred.pop(writes.probes.pop(task), None)
+        result, took = task.result()
+        if result.done:
+            writes.came(result, took)
+        else:
+            hold(writes.came(result, took))
+    return True
+
+
 async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts], Awaitable[Plan]], facts: PassFacts,
-                       observed: Mapping[tuple[str, str], Observed], writes: Writes,
-                       hold: Callable[[Result], None]) -> PassFacts:
-    """The pass's facts with the answer on targeted migration, when due: the dry run of the plan's first VM
-    that would move if it worked. One that proves nothing holds that VM alone, as a failed create would
-    (`hold`: its namespace too, after a few, `writes.Writes.deferred`), and the next plan names the next VM,
-    until one answers or the API is lost. While no VM comes to that, decisions go as if it works."""
+                       observed: Mapping[VmKey, Observed], writes: Writes, hold: Callable[[Result], None]) -> PassFacts:
+    """The pass's facts with the answer on targeted migration, when due: the dry runs of the plan's VMs that would
+    move if it worked, one a namespace, until one answers; those still in flight then land while `act` writes.
+    While no VM comes to that, decisions go as if it works."""
     if not targeted.due():
         return facts
-    assumed, tried = dataclasses.replace(facts, targeted=True), set[tuple[str, str]]()
-    while (found := next(((vm.key, made) for vm in (await plan_of(assumed)).vms if vm.key not in tried and _would_move(vm)
-                          and isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict)),
-                         None)) is not None and await writes.take():
-        tried.add(found[0])
-        await targeted.check(found[1])
-        if not targeted.error:
-            writes.came(Result(key=found[0], action=Action.MIGRATE, done=True))
+    assumed, tried, settled = dataclasses.replace(facts, targeted=True), set[VmKey](), targeted.settled
+    while targeted.settled == settled and not writes.lost:
+        flying, wanted = set(writes.probes.values()), {}
+        for vm in (await plan_of(assumed)).vms:
+            if _would_move(vm) and vm.key[0] not in flying and vm.key not in tried and \
+                    isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict):
+                wanted.setdefault(vm.key[0], (vm.key, made))
+        launched = False
+        for key, made in list(wanted.values())[:room(writes)]:
+            if not await writes.take():
+                break
+            launch(writes, key, targeted.dry_run(made))
+            tried.add(key)
+            launched = True
+        if not launched and not await landed(writes, hold):
             break
-        log.warning("keeper dry run failed", extra={"fields": {"vm": "/".join(found[0]), "error": targeted.error}})
-        hold(writes.came(failed(found[0], Action.MIGRATE, Created(targeted.status, None, targeted.error),
-                                "the dry run of its migration failed")))
-    return assumed if not tried else dataclasses.replace(facts, targeted=targeted.available,
-                                                         targeted_note=targeted.note)
+    return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note) if tried else assumed

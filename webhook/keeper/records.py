@@ -1,10 +1,7 @@
-"""The keeper's memory, in one place: each VM's record (`rules.keeping.record.VmRecord`) as this leader holds it
-and as the cluster keeps it, in one ConfigMap beside the Lease, `<lease name>-state` (read by the leader each
-pass and by `status`, written by the leader when it changed; its account may `get` and `update` that
-ConfigMap alone, and `create` ConfigMaps: Kubernetes cannot narrow that by name); and, for this term only,
-what the last pass made of each running VM (`VmReport`: `status`'s and the metrics' view), its span apart, and
-our migrations followed to their end (an Event and a metric then). A record that cannot be read never
-erases what the leader knows; nothing kept here ever stops a pass.
+"""The keeper's memory: each VM's record (`rules.keeping.record`) as this leader holds it and as the cluster keeps
+it, in the ConfigMap `<lease name>-state` beside the Lease (its account may `get` and `update` it alone, and
+`create` ConfigMaps); and for this term, what the last pass made of each VM (`VmReport`), its span apart, our
+migrations followed to their end. Nothing kept here ever stops a pass.
 """
 from __future__ import annotations
 
@@ -90,7 +87,7 @@ class StateStore:
         self._version: str | None = None
 
     async def read(self) -> tuple[KeeperState, Loss | None] | None:
-        """The record and what of it was lost, unless it is the one last read or written here (None)."""
+        """The record taken in when another wrote it; what was lost is said, this leader's view standing for it."""
         packed, self._version = await _get(self.api, self.namespace, self.name, self.timeout)
         if self._read and packed == self.written:
             return None
@@ -100,8 +97,7 @@ class StateStore:
         return load(packed)
 
     async def write(self, state: KeeperState) -> bool:
-        """The state written if it changed: whether it was. A conflict (an old leader) is read once and written
-        over: the Lease stands behind this leader's view."""
+        """The state written if it changed, whether it was; a conflict (an old leader) is read once and written over."""
         packed = dump(state)
         if packed == self.written:
             return False
@@ -152,8 +148,7 @@ MigrationKey = tuple[str, str]  # a migration's namespace and name
 
 
 class Records(Recall):
-    """The keeper's memory (the module's docstring says what); `store`: the record's ConfigMap (None: kept in
-    this process alone)."""
+    """The keeper's memory (the module's docstring); `store`: its ConfigMap (None: this process's alone)."""
 
     def __init__(self, store: StateStore | None = None, events: Events = NO_EVENTS):
         self.store, self.events = store, events
@@ -187,8 +182,7 @@ class Records(Recall):
 
     # ------------------------------------------------------------ the record in the cluster
     async def read(self, now: datetime) -> KeeperState:
-        """The record, taken in when it is not what this leader last read or wrote (a new term, an admin's edit):
-        what was lost is said, and what this leader knows stands for it. Unreadable: this leader's view stays."""
+        """The record taken in when another wrote it; what was lost is said, this leader's view standing for it."""
         self.unread = ""
         try:
             read = await self.store.read() if self.store is not None else None
@@ -206,8 +200,7 @@ class Records(Recall):
         return self.state
 
     async def write(self, now: datetime, running: Mapping[VmKey, str], errors: list[str], *, leads: bool) -> None:
-        """Our migrations into the VMs' records, those of VMs gone pruned (`running`: the VMI uid of each running
-        VM); written to the cluster when it changed, by the leader alone (`leads`)."""
+        """Our migrations into the records, VMs not `running` pruned; written when changed, by the leader (`leads`)."""
         self.state = self.state.with_migrations(self.ours(), now).only(running)
         self.reports = {key: r for key, r in self.reports.items() if key in running}
         self.spans = {key: s for key, s in self.spans.items() if key in running}
@@ -222,9 +215,7 @@ class Records(Recall):
 
     # ------------------------------------------------------------ what a pass made of a VM
     def reported(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> None:
-        """The pass's view of the VM (one log line when its state or hold changes) and what it found of its VMI
-        into its record: the I/O errors seen and the evidence of a stale mount, once its mount was read;
-        `NeedsRestart` and `WaitingForStorage` said once per VMI, by any leader."""
+        """The pass's view of the VM (logged when it changes), its I/O errors and evidence into its record; Events said once."""
         vmi, where, key = vm.vmi, vm.where, (vm.vmi.namespace, vm.vmi.name)
         old = self.reports.get(key)
         since = vm.apart_since if where.state is APART and vm.apart_since is not None else (
@@ -278,8 +269,7 @@ class Records(Recall):
 
     # ------------------------------------------------------------ our migrations, followed to their end
     def _remember(self, migrations: Sequence[Migration]) -> None:
-        """Ours as the record keeps them, counted as the watch would show them, one unfinished followed; those
-        ended that the watch no longer shows are the record's to keep."""
+        """Ours as the record keeps them, one unfinished followed; those the watch no longer shows are the record's."""
         for key in [k for k, m in self._ours.items() if m.final and k not in self._shown and k not in self._open]:
             del self._ours[key]
         for migration in migrations:
@@ -313,8 +303,7 @@ class Records(Recall):
                           for m in watched], self._ours.values())
 
     def observe(self, watched: Iterable[Migration], now: datetime, uids: Mapping[VmKey, str]) -> None:
-        """Take in what the watch shows; announce those of ours that ended since. One deleted under way (which
-        aborts it) counts as failed; one unfinished for an hour stops counting as in flight, left alone."""
+        """Take in the watch and announce ours that ended: one deleted under way failed; unfinished for an hour, left."""
         shown = {(m.namespace, m.name): m for m in watched if m.ours}
         self._shown = set(shown)
         for key, migration in shown.items():

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from .. import kinds, metrics
-from .kubevirt_api import create_migration
+from .kubevirt_api import create_migration, Created
 from .writes import WEBHOOK_BOUND
 from ..rules.keeping.keep import NEEDS
 
@@ -40,6 +40,7 @@ class TargetedMigration:
         self.error = ""  # why the last dry run proved nothing ("": it did, or none was made)
         self.status = 0  # its answer's status (0: none came)
         self._checked_at: float | None = None
+        self.settled = 0  # conclusive answers so far
 
     @property
     def checked(self) -> bool:
@@ -54,7 +55,13 @@ class TargetedMigration:
 
     async def check(self, manifest: dict[str, Any]) -> bool | None:
         """Dry-run `manifest` (a migration with spec.addedNodeSelector and spec.priority); the new answer."""
-        self._checked_at = asyncio.get_running_loop().time()
+        await self.dry_run(manifest)
+        return self.available
+
+    async def dry_run(self, manifest: dict[str, Any]) -> Created | None:
+        """`check`, and its answer if it proved nothing. Dry runs go several at once (`probe.py`): one that
+        proves nothing does not unsay an answer settled while it waited."""
+        self._checked_at, settled = asyncio.get_running_loop().time(), self.settled
         spec = kinds.spec(manifest)
         wanted, priority = spec.get(FIELD), spec.get(PRIORITY)
         answer = await create_migration(self._api, manifest, timeout=self.timeout, dry_run=True)
@@ -63,8 +70,7 @@ class TargetedMigration:
             unknown = "unknown field" in answer.error
             self._settle_priority(False, UNKNOWN_PRIORITY if unknown else "KubeVirt refuses spec.priority from us "
                                                                          f"(only virt-controller may set it): {WITHOUT}")
-            without = {**manifest, "spec": {k: v for k, v in spec.items() if k != PRIORITY}}
-            return await self.check(without)
+            return await self.dry_run({**manifest, "spec": {k: v for k, v in spec.items() if k != PRIORITY}})
         if answer.ok:
             stored = kinds.spec(answer.obj)
             if stored.get(FIELD) == wanted:
@@ -82,10 +88,12 @@ class TargetedMigration:
                 self._settle_priority(False, UNKNOWN_PRIORITY)
         else:
             note = f"targeted migration could not be checked: {answer.error}"
-            if note != self.note:
+            if note != self.note and settled == self.settled:
                 self.logger.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
-            self.note, self.error, self.status = note, answer.error, answer.status
-        return self.available
+            if settled == self.settled:
+                self.note, self.error, self.status = note, answer.error, answer.status
+            return answer
+        return None
 
     def _settle_priority(self, honoured: bool, note: str) -> None:
         """Said once, in the log, when the answer changes; `status` shows the note."""
@@ -96,6 +104,7 @@ class TargetedMigration:
 
     def _settle(self, available: bool, note: str) -> None:
         metrics.show(metrics.KEEPER_TARGETED).set(1 if available else 0)
+        self.settled += 1
         changed = available != self.available
         self.available, self.note, self.error = available, note, ""
         if changed:

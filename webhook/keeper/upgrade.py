@@ -1,9 +1,6 @@
-"""What the keeper may act in, read before it acts and every 10 s (a third of a pass): the keeper's settings
-an older install left on the webhook's Deployment, which `serve` once ran the keeper from (`--keep=report`,
-`COLOCATE_KEEP`): while they differ from the keeper's own, it only reports (or stays off), says why, until the
-admin moves them (docs/operations.md, "Upgrading"); and the annotation `kubevirt-colocate/keep` on its own
-Deployment, the pause an incident needs without a rollout (docs/operations.md, "Pausing the keeper"). A
-Deployment it cannot read holds it to report too: in doubt, it does nothing.
+"""What the keeper may act in, read before it acts and every 10 s: while an older install's keeper settings on the
+webhook's Deployment differ from its own, it only reports (docs/operations.md, "Upgrading"); its own Deployment's
+annotation `kubevirt-colocate/keep` pauses it (there, "Pausing the keeper"); a Deployment it cannot read: report.
 """
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ def least(*modes: KeepMode) -> KeepMode:
 
 
 def on_the_webhook(webhook: Container) -> dict[Setting, tuple[str, str | None]]:
-    """The keeper's settings the webhook's container sets, as written there and their value (None:
-    `valueFrom`); a flag over its variable, as `serve` once read them."""
+    """The keeper's settings the webhook's container sets, as written and their value (None: `valueFrom`)."""
     flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
     given: dict[Setting, tuple[str, str | None]] = {}
     for row in KEEPER_SETTINGS:
@@ -84,8 +80,7 @@ async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeou
 
 
 def paused(own: KeeperSettings, annotations: object, where: str) -> Hold:
-    """What the keeper acts in, given its own Deployment's annotations: `off` stops it, any other value of
-    PAUSE holds it to report; never more than its own mode."""
+    """The mode its own Deployment's PAUSE annotation allows: `off` stops it, anything else holds it to report."""
     raw = annotations.get(PAUSE) if isinstance(annotations, dict) else None
     if raw is None:
         return Hold(own.keep)

@@ -1,14 +1,8 @@
-"""What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM
-alone, with a backoff of its own (`rules.keeping.record`: client-go's per-item exponential). Failures
-without an answer about their object may share a cause outside the API: SHARED of one namespace in a row
-and its other VMs wait for the next pass (`deferred`); one naming an admission webhook (`failed calling
-webhook "NAME"`: a tenant's, a policy engine's) never counts as the API lost. Only LOST namespaces in a row
-failing otherwise stop the pass: the apiserver, etcd or virt-api (KubeVirt's own webhooks) is lost.
-A write waits WEBHOOK_BOUND for its answer: the apiserver calls each admission webhook for up to its
-`timeoutSeconds` (at most 30 s, `admissionregistration.k8s.io/v1`) and then answers, naming it. A failure
-that took that long (WAITED) defers its namespace at once and, doubling from NAMESPACE_BACKOFF, for the
-next passes too: a pass waits at most once for each hanging namespace, once per backoff.
-A token bucket bounds all writes, as client-go's controller rate limiter does: a handful at once, then RATE.
+"""What came of each of the keeper's writes, and when a pass stops writing. A failed write holds its VM alone;
+SHARED failures of a namespace, or one that waited WAITED (a webhook hanging until its `timeoutSeconds`), hold
+its other VMs for the pass (`deferred`), a hanging one for a backoff too. A failure naming a tenant's webhook is
+never the API lost and gives its token back; LOST namespaces failing otherwise in a row stop the pass. A token
+bucket bounds the writes, as client-go's controller rate limiter does.
 """
 from __future__ import annotations
 
@@ -34,8 +28,7 @@ NAMESPACE_BACKOFF, NAMESPACE_CAP = 60.0, 600.0  # a hanging namespace's VMs not 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
-    """What came of one action on a VM, in words: the migration created (namespace/name), done (or
-    nothing left to do), or the VM held (`holds`: it failed; `status`: the API's answer, 0: none)."""
+    """What came of one action on a VM, in words: created (namespace/name), done, or held (`status`: 0, no answer)."""
 
     key: tuple[str, str]
     action: Action
@@ -45,6 +38,7 @@ class Result:
     holds: bool = False
     status: int = 0
     uid: str = ""  # the VMI's, of one unpaused
+    dry_run: bool = False  # a dry run answered: the namespace answers, writes may still fail (etcd)
 
 
 def failed(key: tuple[str, str], action: Action, answer: Created, words: str) -> Result:
@@ -58,14 +52,13 @@ def about_the_object(status: int) -> bool:
 
 
 def outside(result: Result) -> str | None:
-    """The webhook outside the API the apiserver names as failing (a tenant's, a policy engine's), if any;
-    KubeVirt's own (virt-api) are the API's."""
+    """The webhook outside the API (not KubeVirt's) the apiserver names as failing, if any: a tenant's."""
     named = WEBHOOK.search(result.words)
     return named[1] if named is not None and not named[1].endswith(KUBEVIRT) else None
 
 
 class Writes:
-    """The keeper's writes: the bucket (across passes) and this pass's failures in a row (`begin`)."""
+    """The keeper's writes: the bucket (across passes), a pass's failures (`begin`), its dry runs in flight."""
 
     def __init__(self, rate: float = RATE, burst: int = BURST, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
@@ -74,17 +67,27 @@ class Writes:
         self.failing: list[str] = []  # the namespaces failing in a row
         self.lost = ""  # why this pass stopped writing ("": it did not)
         self.namespaces: dict[str, list[Result]] = {}  # each namespace's failures in a row
-        self.deferred: dict[str, str] = {}  # namespace: why its VMs wait for the next pass
+        self.deferred: dict[str, str] = {}  # namespace: why its VMs wait (for the next pass, or a dry run's answer)
         self.tenants: set[str] = set()  # of those, the namespaces whose failures name a webhook outside the API
         self.hanging: dict[str, tuple[float, float, str]] = {}  # namespace: its backoff, until when, why
+        self.answering: set[str] = set()  # namespaces whose last request went through
+        self.probes: dict[asyncio.Task[tuple[Result, float]], str] = {}  # dry runs in flight: their namespace
         self._taken = self.at
 
     def begin(self) -> None:
         """A new pass: the API and every namespace are given a fresh chance, but those hanging in their backoff."""
         now = self.clock()
+        self.stop()
         self.failing, self.lost, self.namespaces = [], "", {}
         self.deferred = {ns: why for ns, (_, until, why) in self.hanging.items() if now < until}
         self.tenants = set(self.deferred)
+
+    def stop(self) -> None:
+        """The dry runs still in flight given up: they change nothing."""
+        for task, namespace in self.probes.items():
+            task.cancel()
+            self.deferred.pop(namespace, None)
+        self.probes = {}
 
     async def take(self) -> bool:
         """One write's token, waiting for it past the burst; False once the pass has stopped writing."""
@@ -97,27 +100,31 @@ class Writes:
             await self.sleep((1 - self.tokens) / self.rate)
         return False
 
-    def came(self, result: Result) -> Result:
-        """Count a write's result towards its namespace's failures and the API lost."""
-        namespace, took = result.key[0], self.clock() - self._taken
+    def came(self, result: Result, took: float | None = None) -> Result:
+        """Count a result (that took `took` s; by default since the last token) for its namespace and the API lost."""
+        namespace, took = result.key[0], self.clock() - self._taken if took is None else took
         if result.done or about_the_object(result.status):
-            self.failing.clear()
+            self.failing = self.failing if result.dry_run else []
             self.namespaces.pop(namespace, None)
             self.hanging.pop(namespace, None)
+            self.answering.add(namespace)
         elif result.holds:
+            self.answering.discard(namespace)
+            tenant = outside(result) is not None
+            self.tokens += 1 if tenant else 0  # the tenant's webhook failed it: it cost the API nothing
             failed = self.namespaces.setdefault(namespace, [])
             failed.append(result)
             if len(failed) >= SHARED or took >= WAITED:
                 names = ", ".join(sorted({one.key[1] for one in failed}))
                 self.deferred[namespace] = (f"not tried in this pass: the keeper's requests for {names} of namespace "
                                             f"{namespace} failed ({result.words})")
-                self.tenants.update([namespace] if outside(result) is not None else [])
+                self.tenants.update([namespace] if tenant else [])
             if took >= WAITED:
                 backoff = min(self.hanging.get(namespace, (NAMESPACE_BACKOFF / 2, 0.0, ""))[0] * 2, NAMESPACE_CAP)
                 self.hanging[namespace] = (backoff, self.clock() + backoff, (
                     f"not tried until {backoff:g}s after its last request, which waited {took:.0f}s and failed "
                     f"({result.words})"))
-            if outside(result) is None and namespace not in self.failing:
+            if not tenant and namespace not in self.failing:
                 self.failing.append(namespace)
             if len(self.failing) >= LOST:
                 self.lost = (f"the API failed in {LOST} namespaces in a row ({', '.join(self.failing)}), the pass "

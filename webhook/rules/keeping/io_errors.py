@@ -1,18 +1,8 @@
-"""Which disk of a VM failed, and why, in KubeVirt's own words: the `IOerror` Events on its VMI.
-
-KubeVirt v1.9.0: on each pause with reason IOError virt-launcher asks libvirt for the disks with
-errors (`GetDiskErrors`) and sends one Warning Event `IOerror` per such disk, naming its VMI volume
-(`spec.volumes[].name`; empty when no domain disk matched): "VM Paused due to IO error at the volume:
-<name>" (`DOMAIN_DISK_ERROR_UNSPEC`) or "VM Paused due to not enough space on volume: <name>"
-(`DOMAIN_DISK_ERROR_NO_SPACE`) — `pkg/virt-launcher/notify-client/client.go`. virt-handler records it
-on the VMI (`pkg/virt-handler/notify-server/server.go`, `HandleK8SEvent`) with source component
-`virt-handler` and host its node (`cmd/virt-handler/virt-handler.go`). virt-launcher sends it on every
-domain callback while the domain is paused, so client-go's recorder (v0.34, vendored) folds the repeats
-into one Event (`tools/record/events_cache.go`, `eventObserve`): its `count` and `lastTimestamp` say how
-often it was told, which is not how often the VM paused; `count` is not read. Ten distinct messages of one
-reason about one object within 10 minutes fold into one "(combined from similar events)" Event
-(`EventAggregate`), whose times are no one disk's (`combined`). An Event written through events.k8s.io
-reads in core/v1 with `eventTime` and `series` in their place, which is read too.
+"""Which disk of a VM failed, and why, in KubeVirt's own words: virt-launcher's `IOerror` Event per disk with an
+error, naming its VMI volume, "VM Paused due to IO error at the volume: <name>" or "… not enough space on volume:
+<name>" (KubeVirt v1.9.0 `pkg/virt-launcher/notify-client/client.go`), recorded on the VMI by virt-handler. It is
+re-sent on every callback while paused, so `count` is never read; client-go folds ten distinct messages in 10
+minutes into one "(combined from similar events)" (`tools/record/events_cache.go`), whose times are no disk's.
 """
 from __future__ import annotations
 
@@ -39,8 +29,7 @@ class Cause(enum.StrEnum):
 # KubeVirt's words for each cause, followed by the volume's name.
 WORDS = {Cause.IO_ERROR: "VM Paused due to IO error at the volume: ",
          Cause.NO_SPACE: "VM Paused due to not enough space on volume: "}
-# client-go's aggregator prefixes a message it folds with others of the same reason
-# (`EventAggregatorByReasonMessageFunc`): the last one's words follow.
+# client-go's aggregator's prefix to a message folded with others of its reason; the last one's words follow.
 COMBINED = "(combined from similar events): "
 
 # What the reader reads of an Event (a cache keeps this, `stores.shapes.trim`).
@@ -53,8 +42,7 @@ KEPT: Any = {"metadata": {"name": True, "namespace": True},
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class IoError:
-    """One disk's I/O error on a VMI as one Event tells it: first told at `first`, last at `last`, by
-    virt-handler on `node`; `combined`: folded with other messages by client-go's aggregator."""
+    """One disk's I/O error on a VMI as one Event tells it, by virt-handler on `node`; `combined`: folded by client-go."""
     uid: str
     namespace: str
     name: str

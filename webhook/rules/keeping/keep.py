@@ -1,7 +1,5 @@
-"""After placement: whether to move a VM apart from its storage back to it with one targeted live
-migration, or what holds it. Pure: from what one VM's decision goes by (`VmFacts`) and what the whole
-pass goes by (`PassFacts`). KubeVirt's facts: `migrations.py` and `running.py`. Longhorn: restarting a
-share-manager stalls the VM's disk I/O, so moving the VM is the fix.
+"""After placement: whether to move a VM apart from its storage back to it with one targeted live migration, or
+what holds it. Pure: from one VM's facts (`VmFacts`) and the whole pass's (`PassFacts`).
 """
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ Item = TypeVar("Item")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
-    """The keeper's bounds (its --keep-* flags) and KubeVirt's parallelMigrationsPerCluster and
-    parallelOutboundMigrationsPerNode (its defaults, or --keep-max-outbound-per-node)."""
+    """The keeper's bounds (--keep-*) and KubeVirt's parallel migrations per cluster and outbound per node."""
 
     after: timedelta = timedelta(seconds=600)
     after_descheduled: timedelta = timedelta(hours=6)  # since the descheduler's migration of the VM ended
@@ -62,22 +59,16 @@ class VmFacts:
     history: tuple[Attempt, ...] = ()  # our migrations of it, oldest first
     migrating: bool = False  # a migration of it is in flight
     last_end: datetime | None = None  # when its latest migration of any origin ended
-    # The migration that brought it where it runs, when KubeVirt made it for a descheduler's
-    # eviction (`rules.keeping.migrations.last_move`): moved off a loaded node on purpose.
-    descheduled: Migration | None = None
+    descheduled: Migration | None = None  # what moved it here for a descheduler's eviction (`migrations.last_move`)
     settling: tuple[str, ...] = ()  # its disks whose share-manager is not running
     refused: Refusal | None = None  # the API refused its last migration: its words, and when to retry (`state`)
-    # Why its NFS mount is stale (`recovery.judge`), None when nothing says so: one migration recovers it, two
-    # beside its NFS server.
-    stale: str | None = None
+    stale: str | None = None  # why its NFS mount is stale (`recovery.judge`): a migration recovers it
     via: str | None = None  # beside its NFS server on a stale mount: the other node its recovery goes through
-    # Its pod's start, its volumes' remount requests and share-managers, read of a VM paused on an I/O error.
-    mount: Mount | None = None
+    mount: Mount | None = None  # its pod's start, volumes and share-managers: of a VM paused on an I/O error
     unpause_refused: Refusal | None = None  # the API refused or failed its last unpause (`state`)
     unpaused: bool = False  # this leader unpaused it a moment ago: the watch may not show it yet
     moved_in: str = ""  # the name of the migration that brought it where it runs, when known
-    # Why no live migration of it can finish (`recovery.cannot_finish`, read with `stale`): it needs a restart.
-    cannot_finish: str | None = None
+    cannot_finish: str | None = None  # why no live migration of it can finish (`recovery.cannot_finish`)
     stale_since: datetime | None = None  # Longhorn's remount request its stale mount dates from (read with `stale`)
     retry: str | None = None  # an I/O error of a disk whose share-manager restarted: what it waits for (`recovery.judge`)
     unpauses: int = 0  # the keeper's unpauses of it in the pod it runs in (`resume.MOST_UNPAUSES`)
@@ -90,8 +81,7 @@ class VmFacts:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PassFacts:
-    """What every decision of one pass goes by: the moment, the bounds, whether targeted migration works
-    (None: not known yet), the migrations in flight (`after_create` counts the pass's own at once)."""
+    """What each decision of a pass goes by: the moment, bounds, targeted migration (None: not known), in flight."""
 
     now: datetime
     limits: Limits
@@ -173,8 +163,7 @@ def _today(vm: VmFacts, p: PassFacts) -> int:
 
 
 def _unrecoverable(vm: VmFacts) -> str | None:
-    """Why no migration of a VM on a stale mount is tried again: none can finish, or MOST_RECOVERIES of
-    ours since Longhorn's remount request did not take it off that mount."""
+    """Why no migration off a stale mount is tried again: none can finish, or MOST_RECOVERIES of ours did not."""
     if vm.cannot_finish is not None:
         return vm.cannot_finish
     since = vm.stale_since or EPOCH
@@ -217,8 +206,7 @@ def _outbound(vm: VmFacts, p: PassFacts) -> int:
 
 
 def _our_limit(vm: VmFacts) -> int:
-    """A recovery has a slot of ours beyond --keep-max-inflight, kept for it: a frozen VM never waits behind
-    our drift migrations (KubeVirt's cluster-wide and per-node bounds still hold it)."""
+    """A recovery's slot of ours beyond --keep-max-inflight: a frozen VM never waits behind our drift."""
     return 1 if vm.stale else 0
 
 
@@ -243,8 +231,7 @@ def _refused(vm: VmFacts, p: PassFacts) -> str | None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Check:
-    """One condition that holds a VM where it is. `needs`: the `VmFacts` fields `holds` reads; `own`: it reads
-    nothing of the pass, so it can hold the VM while the pass is still observing it (`next_read`)."""
+    """A condition that holds a VM: `needs`, the facts it reads; `own`, it reads nothing of the pass (`next_read`)."""
 
     hold: Alone
     holds: Callable[[VmFacts, PassFacts], bool]
@@ -257,13 +244,9 @@ class Check:
 # the lease: a report shows the first thing that would stop a migration.
 CHECKS: tuple[Check, ...] = (
     Check(hold=Alone.NOT_OPTED_IN,
-          holds=lambda vm, p: not vm.vmi.opted_in,
-          words=lambda vm, p: "not opted in",
-          needs=("vmi",), own=True),
-    Check(hold=Alone.OPTED_OUT,
-          holds=lambda vm, p: not vm.vmi.may_move,
-          words=lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"',
-          needs=("vmi",), own=True),
+          holds=lambda vm, p: not vm.vmi.opted_in, words=lambda vm, p: "not opted in", needs=("vmi",), own=True),
+    Check(hold=Alone.OPTED_OUT, holds=lambda vm, p: not vm.vmi.may_move,
+          words=lambda vm, p: f'annotated {kinds.KEEP_ANNOTATION}: "false"', needs=("vmi",), own=True),
     Check(hold=Alone.NO_EVICTION,
           holds=lambda vm, p: NO_EVICTION.name() in vm.vmi.annotations,
           words=lambda vm, p: f"annotated {NO_EVICTION.name()}: nothing is to evict it",
@@ -273,88 +256,59 @@ CHECKS: tuple[Check, ...] = (
           words=lambda vm, p: f"VMI is {vm.vmi.phase or 'without a phase'}, not running on a node",
           needs=("vmi",), own=True),
     # (Whether its mount is stale is read here, of every VM, for `status` to say it of one that stays.)
-    Check(hold=Alone.DISK_FULL,
-          holds=lambda vm, p: vm.full is not None,
-          words=lambda vm, p: vm.full or "",
-          needs=("stale", "full"), own=True),
+    Check(hold=Alone.DISK_FULL, holds=lambda vm, p: vm.full is not None,
+          words=lambda vm, p: vm.full or "", needs=("stale", "full"), own=True),
     Check(hold=Alone.NOT_APART,
           holds=lambda vm, p: not _beside(vm) and (vm.where.state is not APART or vm.where.target is None),
-          words=lambda vm, p: f"{vm.where.state}: {vm.where.why}",
-          needs=("where", "stale"), own=True),
+          words=lambda vm, p: f"{vm.where.state}: {vm.where.why}", needs=("where", "stale"), own=True),
     # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.cannot_finish`).
-    Check(hold=Alone.NEEDS_RESTART,
-          holds=lambda vm, p: bool(vm.stale) and _unrecoverable(vm) is not None,
+    Check(hold=Alone.NEEDS_RESTART, holds=lambda vm, p: bool(vm.stale) and _unrecoverable(vm) is not None,
           words=lambda vm, p: needs_restart(vm.stale or "", _unrecoverable(vm) or ""),
           needs=("stale", "cannot_finish", "stale_since", "history"), own=True),
-    Check(hold=Alone.TARGET_UNFIT,
-          holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
-          words=lambda vm, p: _unfit_words(vm),
-          needs=("target_unfit", "stale", "where", "via"), own=True),
-    Check(hold=Alone.NOT_MIGRATABLE,
-          holds=lambda vm, p: not vm.vmi.live_migratable,
-          words=lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}",
-          needs=("vmi",), own=True),
+    Check(hold=Alone.TARGET_UNFIT, holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
+          words=lambda vm, p: _unfit_words(vm), needs=("target_unfit", "stale", "where", "via"), own=True),
+    Check(hold=Alone.NOT_MIGRATABLE, holds=lambda vm, p: not vm.vmi.live_migratable,
+          words=lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", needs=("vmi",), own=True),
     Check(hold=Alone.MIGRATING,
-          holds=lambda vm, p: vm.migrating,
-          words=lambda vm, p: "a migration of this VMI is in flight",
+          holds=lambda vm, p: vm.migrating, words=lambda vm, p: "a migration of this VMI is in flight",
           needs=("migrating",), own=True),
     # A VM on a stale mount is frozen: no drift limit below holds it (its recoveries have their own bound).
     Check(hold=Alone.DESCHEDULED,
           holds=lambda vm, p: not vm.stale and p.now < (_descheduled_until(vm, p.limits) or p.now),
-          words=_descheduled,
-          needs=("descheduled", "stale")),
-    Check(hold=Alone.APART_BRIEFLY,
-          holds=lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
+          words=_descheduled, needs=("descheduled", "stale")),
+    Check(hold=Alone.APART_BRIEFLY, holds=lambda vm, p: not vm.stale and _apart_for(vm, p.now) < p.limits.after,
           words=lambda vm, p: f"apart for {whole_seconds(_apart_for(vm, p.now))}s of {whole_seconds(p.limits.after)}s",
           needs=("apart_since", "stale")),
-    Check(hold=Alone.MIGRATED_RECENTLY,
-          holds=lambda vm, p: not vm.stale and vm.last_end is not None
+    Check(hold=Alone.MIGRATED_RECENTLY, holds=lambda vm, p: not vm.stale and vm.last_end is not None
                               and p.now - vm.last_end < p.limits.after,
           words=lambda vm, p: f"last migration ended {whole_seconds(p.now - (vm.last_end or p.now))}s ago "
-                              f"(wait {whole_seconds(p.limits.after)}s)",
-          needs=("last_end", "stale")),
-    Check(hold=Alone.BACKING_OFF,
-          holds=lambda vm, p: not vm.stale and p.now < (backoff(vm.history).until or p.now),
-          words=_backoff_words,
-          needs=("history", "stale")),
-    Check(hold=Alone.DAILY_LIMIT,
-          holds=lambda vm, p: not vm.stale and _over_budget(vm, p),
-          words=_budget_words,
-          needs=("history", "stale", "where")),
-    Check(hold=Alone.SETTLING,
-          holds=lambda vm, p: bool(vm.settling),
+                              f"(wait {whole_seconds(p.limits.after)}s)", needs=("last_end", "stale")),
+    Check(hold=Alone.BACKING_OFF, holds=lambda vm, p: not vm.stale and p.now < (backoff(vm.history).until or p.now),
+          words=_backoff_words, needs=("history", "stale")),
+    Check(hold=Alone.DAILY_LIMIT, holds=lambda vm, p: not vm.stale and _over_budget(vm, p),
+          words=_budget_words, needs=("history", "stale", "where")),
+    Check(hold=Alone.SETTLING, holds=lambda vm, p: bool(vm.settling),
           words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
           needs=("settling",), own=True),
     # Before the limits: a limit is said only of a VM it holds alone.
-    Check(hold=Alone.REFUSED,
-          holds=lambda vm, p: _refused(vm, p) is not None,
-          words=lambda vm, p: _refused(vm, p) or "",
-          needs=("refused", "vmi")),
-    Check(hold=Alone.UNTARGETED,
-          holds=lambda vm, p: p.targeted is not True,
-          words=lambda vm, p: _untargeted(p)),
-    Check(hold=Alone.OUR_LIMIT,
-          holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
-          words=_ours_words,
-          needs=("stale",)),
-    Check(hold=Alone.CLUSTER_LIMIT,
-          holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+    Check(hold=Alone.REFUSED, holds=lambda vm, p: _refused(vm, p) is not None,
+          words=lambda vm, p: _refused(vm, p) or "", needs=("refused", "vmi")),
+    Check(hold=Alone.UNTARGETED, holds=lambda vm, p: p.targeted is not True, words=lambda vm, p: _untargeted(p)),
+    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
+          words=_ours_words, needs=("stale",)),
+    Check(hold=Alone.CLUSTER_LIMIT, holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
           words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
                               f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
-    Check(hold=Alone.SOURCE_BUSY,
-          holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
+    Check(hold=Alone.SOURCE_BUSY, holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
                               f"{p.limits.max_outbound_per_node} per source node)"
                               f"{_named(p, _outbound(vm, p), node=vm.where.node)}: its slots are left to them",
           needs=("where",)),
-    Check(hold=Alone.VIEW_INCOMPLETE,
-          holds=lambda vm, p: bool(p.incomplete),
+    Check(hold=Alone.VIEW_INCOMPLETE, holds=lambda vm, p: bool(p.incomplete),
           words=lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
-    Check(hold=Alone.REPORT_ONLY,
-          holds=lambda vm, p: p.mode is not KeepMode.MIGRATE,
+    Check(hold=Alone.REPORT_ONLY, holds=lambda vm, p: p.mode is not KeepMode.MIGRATE,
           words=lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
-    Check(hold=Alone.NO_LEASE,
-          holds=lambda vm, p: not p.lease,
+    Check(hold=Alone.NO_LEASE, holds=lambda vm, p: not p.lease,
           words=lambda vm, p: "not acting: the lease might run out before the migration is created"),
 )
 
@@ -371,8 +325,7 @@ _UNREAD = PassFacts(now=EPOCH, limits=Limits(), mode=KeepMode.MIGRATE, targeted=
 
 
 def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
-    """The next fact of ON_DEMAND not yet `read` that the VM's decision may need, in the order of `CHECKS`;
-    None once an `own` check holds it first: a VM held early is read no further."""
+    """The next ON_DEMAND fact not yet `read` the decision may need, in `CHECKS` order; None once an own check holds."""
     for check in CHECKS:
         for need in check.needs:
             if need in ON_DEMAND and need not in read:
@@ -391,8 +344,7 @@ def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
-    """Migrate an apart VM to its storage node, or the first condition of `CHECKS` that holds it: the
-    keeper's one decision, which it acts on and `status` shows."""
+    """Migrate an apart VM to its storage node, or the first of `CHECKS` that holds it: the one decision."""
     for check in CHECKS:
         if check.holds(vm, p):  # the words of VMs held alike are one string (`sys.intern`): a report keeps each
             return _decision(vm, p, check.hold, intern(check.words(vm, p)))
@@ -403,8 +355,7 @@ def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
 
 def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
                since: Callable[[VmFacts], datetime]) -> list[Item]:
-    """The order a pass decides its VMs in: those not apart as listed, then those apart the longest first
-    (`since`), by name: a pass may only have room for a few, and the longest wait goes first."""
+    """The pass's order: VMs not apart as listed, then those apart the longest first (`since`), by name."""
     apart = sorted((vm for vm in vms if facts(vm).where.state is APART),
                    key=lambda vm: (since(facts(vm)), facts(vm).vmi.name))
     return [vm for vm in vms if facts(vm).where.state is not APART] + apart
@@ -417,8 +368,7 @@ NEEDS = "spec.addedNodeSelector needs KubeVirt 1.6 or newer"  # targeted migrati
 
 
 def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, *, off: bool = False) -> str:
-    """The keeper's decision in words (`status`'s NEXT): "moves in 4m (apart since 12:03, --keep-after 10m)",
-    "stays: co-located", "held: <why>"; "never: …" for a VM that waits on a cluster without targeted migration."""
+    """The decision in words (`status`'s NEXT): "moves in 4m (…)", "stays: co-located", "held: <why>", "never: …"."""
     limits, now = facts.limits, facts.now
     if decision.hold is Alone.NOT_APART and decision.state is CO_LOCATED:
         return "stays: co-located"

@@ -1,8 +1,6 @@
-"""Migrations: ours and everyone's, in flight or ended, the backoff after a failure of ours, and the one
-we create. KubeVirt (`pkg/virt-controller/watch/migration/migration.go`, `core/v1/types.go`):
-`spec.addedNodeSelector` (>= 1.6) narrows the target pod's nodeSelector (older schemas prune it: the
-migration would go anywhere); `parallelMigrationsPerCluster` (5) run at once, `parallelOutboundMigrationsPerNode`
-(2) from one node, the rest queue.
+"""Migrations: ours and everyone's, in flight or ended, the backoff after a failure of ours, and the one we create
+(KubeVirt `pkg/virt-controller/watch/migration/migration.go`: `spec.addedNodeSelector` from 1.6 narrows its target
+pod's nodeSelector; `parallelMigrationsPerCluster` 5 and `parallelOutboundMigrationsPerNode` 2 run, the rest queue).
 """
 from __future__ import annotations
 
@@ -20,19 +18,12 @@ from ..shared.reading import Malformed, read_identity
 from .running import VmiView
 from ..shared.times import EPOCH
 
-# A migration unfinished for this long stops counting as in flight (it is not deleted).
-STALE_AFTER = timedelta(hours=1)
-# A migration that succeeded counts as in flight until the VMI shows it, for at most this long.
-UNSEEN_FOR = timedelta(minutes=5)
-# Backoff after a failed migration of ours: 30 min, doubling per consecutive failure, capped.
-BACKOFF_FIRST = timedelta(minutes=30)
-BACKOFF_CAP = timedelta(hours=24)
+STALE_AFTER = timedelta(hours=1)  # unfinished this long: no longer in flight (not deleted)
+UNSEEN_FOR = timedelta(minutes=5)  # succeeded: in flight until the VMI shows it, this long at most
+BACKOFF_FIRST, BACKOFF_CAP = timedelta(minutes=30), timedelta(hours=24)  # after a failed one of ours, doubling
 NAME_INFIX = "-colocate-"  # generateName of our migrations: <vmi>-colocate-
-# A target pod of ours unschedulable this long is given up: KubeVirt's own default is 5 minutes,
-# and meanwhile the migration holds a cluster-wide and a per-source-node slot.
-UNPLACEABLE_SECONDS = 60
-# Our migrations queue after drains and users (KubeVirt 1.7+, where the cluster keeps the field).
-MIGRATION_PRIORITY = "system-maintenance"
+UNPLACEABLE_SECONDS = 60  # a target pod of ours unschedulable this long is given up (KubeVirt's default: 5 min)
+MIGRATION_PRIORITY = "system-maintenance"  # ours queue after drains and users (KubeVirt 1.7+)
 
 
 class MigrationPhase(enum.StrEnum):
@@ -80,16 +71,13 @@ class Migration:
 
     @property
     def descheduled(self) -> bool:
-        """An evacuation KubeVirt made for the descheduler's eviction: system-maintenance, where a
-        drain's is system-critical."""
+        """An evacuation for the descheduler's eviction: system-maintenance (a drain's is system-critical)."""
         return self.evacuated is not None and self.priority == kinds.DESCHEDULER_PRIORITY
 
 
 def _ended(status: dict[str, Any], phase: str, created: datetime) -> datetime | None:
-    """When a final migration ended: its final phase transition, migrationState's end, its latest transition,
-    or its creation."""
-    final_at: list[datetime] = []
-    any_at: list[datetime] = []
+    """When a final migration ended: its final transition, migrationState's end, its latest transition, creation."""
+    final_at, any_at = list[datetime](), list[datetime]()
     for entry in declared.TRANSITIONS.items(status):
         if not isinstance(entry, dict):
             raise Malformed("status.phaseTransitionTimestamps holds a non-object")
@@ -140,8 +128,7 @@ def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[in
 
 
 def outbound_counts(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> collections.Counter[str]:
-    """Migrations in flight by the node they leave, as KubeVirt counts parallelOutboundMigrationsPerNode
-    (`outboundMigrationsOnNode`): the VMI's migration source while under way, else its node."""
+    """Migrations in flight by the node they leave, as KubeVirt counts parallelOutboundMigrationsPerNode."""
     return collections.Counter(node for node, _, _ in flying(migrations, vmis, now) if node)
 
 
@@ -163,9 +150,7 @@ def of_vmi(migrations: Iterable[Migration], vmi: VmiView | tuple[str, str]) -> l
 
 
 def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> bool:
-    """A migration of this VMI is in flight: the VMI says so, a migration object of it is (queued ones are not
-    in its status yet), or one succeeded that it does not show yet. An unfinished one of ours, however old,
-    holds its VM, so that a second migration of it is never created."""
+    """A migration of this VMI is in flight (the VMI, a migration, an unfinished one of ours, one not seen yet)."""
     if vmi.migration is not None and vmi.migration.in_flight:
         return True
     mine = of_vmi(migrations, vmi)
@@ -173,9 +158,7 @@ def migrating(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> b
 
 
 def unseen_success(vmi: VmiView, migrations: Iterable[Migration], now: datetime) -> Migration | None:
-    """The VMI's latest migration succeeded, but the VMI as seen (another watch, its own lag) does not name
-    its `migrationUid` yet and shows the VM on its old node: in flight, for at most UNSEEN_FOR after its end
-    (a VMI started again never names it)."""
+    """The VMI's latest migration succeeded but the VMI seen does not name it yet: in flight, UNSEEN_FOR at most."""
     done = [m for m in of_vmi(migrations, vmi) if m.succeeded and m.uid and m.ended is not None]
     if not done:
         return None
@@ -196,9 +179,7 @@ def last_migration_end(vmi: VmiView, migrations: Iterable[Migration]) -> datetim
 
 
 def last_move(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None:
-    """The migration that brought the VM where it runs: the one the VMI names (`migrationState.migrationUid`)
-    when it succeeded (its object deleted: None, nobody can tell), else the latest that succeeded. A VMI that
-    names none has not moved since it started."""
+    """The migration that brought the VM where it runs: the one the VMI names, else the latest that succeeded."""
     state = vmi.migration
     if state is None:
         return None
@@ -264,10 +245,8 @@ def target_hostname(node: Any) -> str | None:
 
 def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
                        priority: str | None = None, *, recovers: bool = False) -> dict[str, Any] | str:
-    """The migration that moves the VM to `node` (selected by its hostname label: without one it cannot be
-    targeted), or why not. KubeVirt deletes a target pod unschedulable for UNPLACEABLE_SECONDS (our
-    annotation, not its 5 minutes): the migration fails rather than hold a slot a drain needs, even with no
-    keeper. One that `recovers` a stale mount says so: once done, the keeper may unpause the VM."""
+    """The migration that moves the VM to `node` by its hostname label, or why not; its target pod unschedulable
+    for UNPLACEABLE_SECONDS is deleted by KubeVirt (a drain needs the slot); one that `recovers` says so."""
     name = kinds.meta(node).get("name")
     shown = name if isinstance(name, str) and name else "(unnamed)"
     hostname = target_hostname(node)
@@ -279,15 +258,8 @@ def migration_manifest(vmi: VmiView, node: dict[str, Any], reason: str = "",
         annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.REASON] = clip_reason(reason)
     if recovers:
         annotations[kinds.DEFAULT_DECISION_PREFIX + kinds.RECOVERS] = kinds.RECOVERS_STALE_MOUNT
-    return {
-        "apiVersion": kinds.VMIM.api_version,
-        "kind": kinds.VMIM.kind,
-        "metadata": {
-            "generateName": f"{vmi.name}{NAME_INFIX}",
-            "namespace": vmi.namespace,
-            "labels": {kinds.MANAGED_BY_LABEL: kinds.COMPONENT},
-            "annotations": annotations,
-        },
-        "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}}
-        | ({"priority": priority} if priority else {}),
-    }
+    return {"apiVersion": kinds.VMIM.api_version, "kind": kinds.VMIM.kind,
+            "metadata": {"generateName": f"{vmi.name}{NAME_INFIX}", "namespace": vmi.namespace,
+                         "labels": {kinds.MANAGED_BY_LABEL: kinds.COMPONENT}, "annotations": annotations},
+            "spec": {"vmiName": vmi.name, "addedNodeSelector": {kinds.HOSTNAME_LABEL: hostname}}
+            | ({"priority": priority} if priority else {})}

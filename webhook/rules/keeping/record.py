@@ -1,19 +1,7 @@
-"""The keeper's memory beyond one pass, one leader and KubeVirt's garbage collection: one record per VM
-(`VmRecord`), the same in the leader's memory and in the cluster, and its spelling in one ConfigMap data
-key (`dump`, `load`). Pure; `keeper.records` reads and writes it, `status` reads it too. Per VM: our
-migrations the watch no longer shows (virt-controller keeps a VMI's 5 newest finished ones,
-`garbageCollectFinalizedMigrations`, while the per-day limit and the backoff count ours over a day and
-more); the refusals of its actions (the API's words, how many in a row, when to retry); and of its VMI
-(`uid`) the keeper's unpauses, the Events said once, the pauses it saw after a new share-manager served
-(`recovery.sighted`), the evidence of a stale mount (`recovery.judge`) and a full disk (`recovery.full`): a new
-leader neither hammers a policy, nor unpauses more, nor says again, nor waits to believe.
-The spelling is a hint, never a gate, bounded and read leniently: a record that is not JSON or of another
-version (none was released before version 3; a later release's) is rebuilt, an entry of an unexpected shape is
-dropped alone, each saying what was lost (`Loss`).
-Version 3 groups each VM's entries under its namespace and name: what it keeps of the VMI first, then our
-migrations (a generated suffix, phase and Unix times; node, uid and annotation only while unfinished), then
-the refusals (clipped words), the newest first, gzipped: as many as fit in BUDGET, under the API's 1 MiB (what
-did not fit is said when it is read).
+"""The keeper's memory beyond one pass, one leader and KubeVirt's garbage collection (virt-controller keeps a
+VMI's 5 newest finished migrations): one record per VM (`VmRecord`), in the leader's memory and, gzipped, in one
+ConfigMap key (`dump`, `load`), so that a new leader neither hammers a policy, nor unpauses more, nor says again,
+nor waits to believe. Pure. A hint, never a gate: read leniently, what is lost or left out is said (`Loss`).
 """
 from __future__ import annotations
 
@@ -49,9 +37,7 @@ class Action(enum.StrEnum):
     UNPAUSE = "unpause"
 
 
-# A refusal's backoff, per VM and action, as client-go's per-item rate limiter grows it: the first
-# retry soon, doubling with each refusal in a row, up to a cap. An unpause is retried within a pass
-# or two (a frozen VM waits on it); a refused migration waits longer (a policy rarely changes at once).
+# A refusal's backoff per VM and action, as client-go's per-item rate limiter: doubling to a cap; an unpause soon.
 FIRST = {Action.MIGRATE: timedelta(minutes=1), Action.CANCEL: timedelta(seconds=30),
          Action.UNPAUSE: timedelta(seconds=10)}
 CAP = {Action.MIGRATE: timedelta(hours=1), Action.CANCEL: timedelta(minutes=10), Action.UNPAUSE: timedelta(minutes=5)}
@@ -84,8 +70,7 @@ class Refusal:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Evidence:
-    """Why the keeper took the VMI for one on a stale mount, dating from Longhorn's remount request `requested`;
-    `last`: the I/O error that showed it (the evidence ends once the disk has run `recovery.PROVEN` past it)."""
+    """Why the VMI was taken for one on a stale mount, since the remount request; `last`: the error that showed it."""
 
     requested: datetime
     words: str
@@ -94,10 +79,8 @@ class Evidence:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class VmRecord:
-    """All the keeper keeps of one VM: our migrations (oldest first) and its refusals; of its VMI `uid`, the
-    keeper's unpauses, the Events said once (reason, when), the pauses seen after a new share-manager served
-    (by Longhorn volume), the evidence of a stale mount, a full disk in KubeVirt's words (never unpaused, also
-    once its Event is gone)."""
+    """All the keeper keeps of one VM: our migrations (oldest first), its refusals; of its VMI `uid`, our unpauses,
+    the Events said (reason, when), the pauses seen by volume, the evidence of a stale mount, a full disk."""
 
     namespace: str
     name: str
@@ -199,8 +182,7 @@ class KeeperState:
                                for k, r in self.vms.items()], self.lost)
 
     def over(self, lost: KeeperState) -> KeeperState:
-        """This state, and of `lost` (what this leader knew before its record was lost) all it does not hold: a
-        record that cannot be read never erases what the leader knows."""
+        """This state, and all of `lost` (what this leader knew before) it does not hold: a bad record erases nothing."""
         records = dict(lost.vms)
         for key, record in self.vms.items():
             mine = records.get(key)
@@ -224,9 +206,8 @@ def _joined(read: VmRecord, mine: VmRecord) -> VmRecord:
 
 
 def with_kept(watched: Iterable[Migration], kept: Iterable[Migration], now: datetime | None = None) -> list[Migration]:
-    """Every migration to count, for the keeper and `status` alike: the cluster's, plus ours kept that it does not
-    show. One unfinished was deleted, so aborted: failed at `now`; None: as kept (the keeper, which follows its
-    own, already counts one deleted under way as failed, and one it just created as in flight)."""
+    """Every migration to count (the keeper's and `status`'s): the cluster's, and ours kept it does not show; one
+    unfinished, deleted, failed at `now` (None: as kept, for the keeper that follows its own)."""
     watched = list(watched)
     shown = {(m.namespace, m.name) for m in watched}
     gone = [m if m.final or now is None else dataclasses.replace(m, phase="Failed", ended=now)
@@ -279,9 +260,8 @@ def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
 
 
 def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
-    """The state as the ConfigMap keeps it: compact JSON in a stable order, gzipped. Past `budget` bytes, the newest
-    entries that fit (what it keeps of each VMI first, then our migrations, then the refusals), and how many were
-    left out, said when it is read (`load`)."""
+    """The state as the ConfigMap keeps it, gzipped JSON in a stable order: past `budget` bytes, the entries that fit
+    (each VMI's first, then the newest migrations, then refusals), and how many were left out."""
     items: list[tuple[int, float, str, str, str, Any]] = []
     for r in state.vms.values():
         items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]

@@ -1,13 +1,7 @@
-"""Whether to unpause a VM that a migration carried, paused, onto a fresh NFS mount, or to resume once a VM
-paused on a disk whose new share-manager serves (`recovery.probe`: what KubeVirt's retry does, minutes sooner;
-if it pauses again on that disk its mount is stale). Pure. KubeVirt's target keeps a paused VM paused
-(`pkg/virt-launcher/virtwrap/live-migration-target.go`) and virt-handler's I/O-error retry no longer applies
-(`recovery.py`): without an `unpause` it stays frozen.
-Going by what is true now, never by a record of the keeper's own migration (a re-stamped condition, a new
-leader or a garbage collection changes nothing), it unpauses a VMI paused with reason PausedIOError
-whose pod started after every remount request on its volumes and whose pause is older than that pod.
-Never another reason (PausedByUser, …), a VM opted out, during a migration, more than MOST_UNPAUSES
-times in one pod, or but as the keeper acts on anything; a refused unpause waits its own backoff.
+"""Whether to unpause a VM a migration carried, paused, onto a fresh NFS mount (KubeVirt's target keeps it paused
+and virt-handler's I/O-error retry no longer applies), or to resume once a VM whose new share-manager serves
+(`recovery.probe`). Pure, by what is true now: PausedIOError only, its pod started after every remount request,
+never opted out, migrating, nor more than MOST_UNPAUSES times in one pod; a refused unpause backs off alone.
 """
 from __future__ import annotations
 
@@ -66,17 +60,14 @@ def why(vm: VmFacts, now: datetime) -> str | None:
 
 
 def carried_paused(vm: VmFacts) -> bool:
-    """Paused on an I/O error that came over with a migration onto a fresh mount: what an unpause is for (a
-    pause in the pod it runs in now is KubeVirt's own to retry); not again while an unpause in this pod may not
-    show yet."""
+    """Paused on an I/O error that came over with a migration onto a fresh mount, no unpause of ours pending."""
     mount = vm.mount
     return (vm.vmi.paused == PAUSED_IO_ERROR and not (vm.unpaused and vm.unpauses) and mount is not None
             and not_fresh(mount) is None and came_over(vm.vmi, mount.pod_started))
 
 
 def probed(vm: VmFacts, now: datetime) -> str | None:
-    """Why the VM is resumed once to see whether its mount works again (`recovery.probe`), None if it is not: paused
-    on an I/O error in the pod it runs in for SEEN_WITHIN (KubeVirt is not resuming it at once), nothing proven."""
+    """Why the VM is resumed once (`recovery.probe`): paused in its pod for SEEN_WITHIN, nothing proven; else None."""
     since = vm.vmi.paused_since
     if vm.probe is None or vm.stale or vm.unpaused or vm.vmi.paused != PAUSED_IO_ERROR or vm.mount is None:
         return None
