@@ -21,9 +21,9 @@ from ..cluster.reflector import Timing
 from ..stores.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import HOLDS, PassFacts
+from ..rules.keeping.keep import HOLDS, PassFacts, VmFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
-from ..rules.keeping.plan import plan, Stuck
+from ..rules.keeping.plan import Plan, plan, Stuck
 from ..rules.keeping.running import Alike, VmiView
 from ..rules.shared.reading import Malformed
 from ..rules.keeping.listed import Listed, read_kubevirt
@@ -196,8 +196,15 @@ class Keeper:
         VMI uids, what the writes came to, and why the view was incomplete, if so."""
         vms, observed_facts, unplaced, again = await self._observe(watch, now)
         writes = self.writes
+        made: list[Any] = [None, None, None]  # the last plan and what it was made of: asked again alike, it is that one
+
+        def plan_with(facts: list[VmFacts], p: PassFacts) -> Plan:
+            if made[1] != p or len(made[0]) != len(facts) or any(a is not b for a, b in zip(made[0], facts)):
+                made[:] = facts, p, plan(facts, p, unplaced, timedelta(seconds=self.timing.unplaceable))
+            return made[2]  # type: ignore[no-any-return]
+
         turn = Turn(observed={vm.key: vm for vm in vms}, writes=writes, remember=lambda r: self.records.acted(r, now),
-                    plan_with=lambda facts, p: plan(facts, p, unplaced, timedelta(seconds=self.timing.unplaceable)))
+                    plan_with=plan_with)
         writes.begin()
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
         await self._judge_movers(turn, facts, again)
