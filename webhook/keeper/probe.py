@@ -1,5 +1,4 @@
-"""The keeper's one probe (`targeted.py`): a dry run writes nothing, but it is a request of its own, made
-between two plans, and counts as a write for the bucket and the API lost (`writes.py`)."""
+"""The keeper's one probe (`targeted.py`): a dry run between two plans, counted as a write (`writes.py`)."""
 from __future__ import annotations
 
 import dataclasses
