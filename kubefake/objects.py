@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 __all__ = [
@@ -57,8 +58,13 @@ def stable_uid(*parts: str) -> str:
 
 
 def load_all(name: str) -> list[dict[str, Any]]:
-    """The documents of a fixture, a fresh copy each call (the file is parsed once)."""
-    return copy.deepcopy(_parsed(name))
+    """The documents of a fixture, a fresh copy each call (the file is parsed once): through JSON where it holds
+    only what JSON does (a tenth of a deep copy's time: a cluster of 75,000 VMs is built from them)."""
+    parsed = _parsed(name)
+    try:
+        return orjson.loads(orjson.dumps(parsed, option=orjson.OPT_PASSTHROUGH_DATETIME))  # type: ignore[no-any-return]
+    except TypeError:  # a YAML timestamp, a key that is not a string
+        return copy.deepcopy(parsed)
 
 
 @functools.cache
@@ -71,7 +77,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def fixture_cluster() -> list[dict[str, Any]]:
-    return copy.deepcopy(load_all("longhorn-rwx.yaml"))
+    return load_all("longhorn-rwx.yaml")
 
 
 # --------------------------------------------------------------------------- nodes
@@ -371,7 +377,7 @@ _share_manager = share_manager  # rwx_disk's flag of the same name hides the bui
 
 def vm_pod(*claims: str, **spec_overrides: Any) -> dict[str, Any]:
     """The fixture virt-launcher pod being created, optionally with other PVC disks and spec fields."""
-    pod = copy.deepcopy(load("virt-launcher-pod.yaml"))
+    pod = load("virt-launcher-pod.yaml")
     if claims:
         # Each disk mounted where virt-launcher reads it, as KubeVirt renders a filesystem PVC
         # (the apiserver refuses a mount of a volume the pod does not have).
@@ -395,7 +401,7 @@ def set_or_remove(mapping: dict[str, Any], fields: dict[str, Any]) -> None:
 
 
 def migration_target() -> dict[str, Any]:
-    return copy.deepcopy(load("migration-target-pod.yaml"))
+    return load("migration-target-pod.yaml")
 
 
 def vmi_uid(name: str, namespace: str = VM_NS) -> str:
@@ -428,7 +434,7 @@ def launcher_pod(fixture: str, name: str, node: str | None, created: str, phase:
                  terminating: bool = False, namespace: str = VM_NS) -> dict[str, Any]:
     """A launcher pod from a fixture as the API shows it: named, created at `created`, maybe
     scheduled, in `phase`, maybe being deleted."""
-    pod = copy.deepcopy(load(fixture))
+    pod = load(fixture)
     pod["metadata"].pop("generateName", None)
     pod["metadata"].update(name=name, namespace=namespace, creationTimestamp=created)
     if node:

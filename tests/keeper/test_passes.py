@@ -688,3 +688,44 @@ async def test_a_vm_whose_only_disk_apart_was_hotplugged_is_moved_to_it(cluster,
     [made] = cluster.migrations()
     assert made["metadata"]["annotations"]["kubevirt-scheduler/node"] == "node-b"
     assert report.created == (f"default/{made['metadata']['name']}",)
+
+
+async def test_a_storage_node_check_kept_from_a_pass_is_judged_again_once_its_node_changes(cluster, make_keeper):
+    """A later pass takes each apart VM's storage-node check from the pass before while nothing it went by
+    changed; cordoning the storage node (an update of it) holds the VM at the next pass, uncordoning frees it,
+    and in migrate mode the VM moves on a check made in the pass that moves it."""
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper(Settings(keep="report", keep_after=0))
+    assert record(await keeper.run_pass()).hold == Alone.REPORT_ONLY
+    assert record(await keeper.run_pass()).hold == Alone.REPORT_ONLY
+
+    await cluster.patch("/api/v1/nodes/node-b", {"spec": {"unschedulable": True}})
+    await eventually(lambda: keeper.store.nodes.table.get("node-b")["spec"].get("unschedulable"))
+    held = record(await keeper.run_pass())
+    assert held.hold == Alone.TARGET_UNFIT and "node node-b is cordoned" in held.decision
+
+    await cluster.patch("/api/v1/nodes/node-b", {"spec": {"unschedulable": False}})
+    await eventually(lambda: not keeper.store.nodes.table.get("node-b")["spec"].get("unschedulable"))
+    assert record(await keeper.run_pass()).hold == Alone.REPORT_ONLY
+
+
+async def test_a_vm_is_moved_on_a_storage_node_check_of_the_pass_that_moves_it(cluster, make_keeper, monkeypatch):
+    """A check kept from an earlier pass (`Verdicts`) never moves a VM: the VM the plan moves is judged again,
+    and a storage node that no longer takes it (what the caches' record of changes cannot show) holds it."""
+    from webhook.keeper import observe
+
+    cluster.seed(three_nodes() + apart_vm())
+    keeper = await make_keeper(Settings(keep="report", keep_after=0))
+    await keeper.run_pass()  # judged and kept
+    keeper.settings = Settings(keep="migrate", keep_after=0)
+    keeper.targeted.available = True
+    judged = []
+
+    async def full(self, vmi, target, span):
+        judged.append(vmi.name)
+        return None, f"node {target} is full"
+
+    monkeypatch.setattr(observe.Observer, "_target", full)
+    report = await keeper.run_pass()
+    assert judged == ["vm1"] and report.created == ()
+    assert record(report).hold == Alone.TARGET_UNFIT

@@ -1,8 +1,6 @@
-"""`keep`: the keeper, leader-elected (`lease.Elector`), in a process of its own. The leader's term has
-its own passes, acting only while the Lease lets them (`Elector.may_act`). The caches are listed at the
-first term and held until the process stops: a term lost and won back (a pass that outlasted the Lease,
-an API blip) never lists 75,000 VMs again on top of what the process holds; a follower that never led
-holds none. A term whose keeper fails hands the Lease over and holds off (BACKOFF) so another can lead.
+"""`keep`: the keeper, leader-elected (`lease.Elector`), acting only while the Lease lets it (`Elector.may_act`).
+The caches are listed at the first term and held until the process stops: a term won back lists nothing again.
+A term whose keeper fails hands the Lease over and holds off (BACKOFF) so another can lead.
 """
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ class Held:
 
 
 class ElectedKeeper:
-    """The campaign, and the keeper for as long as this replica leads: start(), async stop(),
-    degraded(); `keeper` is the current term's (None on a follower)."""
+    """The campaign, and the keeper while this replica leads (`keeper`, None on a follower)."""
 
     def __init__(self, api: Any, settings: Settings, *, namespace: str, identity: str, kubeconfig: str | None = None,
                  events: bool = True, timing: KeeperTiming = KeeperTiming(), lease_timing: LeaseTiming = LeaseTiming()):
@@ -65,15 +62,14 @@ class ElectedKeeper:
         self.elector.start()
 
     async def stop(self) -> None:
-        """Stop acting at once, end the term, stop campaigning and hand the Lease over (Elector.stop); then
-        close the caches."""
+        """Stop acting at once, hand the Lease over (Elector.stop), then close the caches."""
         await self.elector.stop()
         if self.held is not None:
             held, self.held = self.held, None
             await held.close()
 
     def degraded(self) -> list[str]:
-        """Readiness notes: the Lease, the last term's failure, what the leading keeper cannot see or do."""
+        """Readiness notes: the Lease, the last term's failure, what the leader cannot see or do."""
         notes = [f"lease: {self.elector.error}"] if self.elector.error else []
         if self.ended and (self.elector.leading or time.monotonic() - self._ended_at < BACKOFF[1]):
             notes.append(self.ended)
@@ -82,7 +78,7 @@ class ElectedKeeper:
         return notes
 
     async def _term(self) -> None:
-        """One term, until the Elector cancels it or the keeper fails (then: hand over and hold off)."""
+        """One term, until the Elector cancels it or the keeper fails (then: hand over, hold off)."""
         self.ended = None
         try:
             await self._keep()

@@ -1,13 +1,6 @@
-"""The keeper's passes, in the shape of a controller's reconcile: observe (`observe.py`, reads only),
-plan (`rules.keeping.plan`, pure: the plan `status` shows), probe when due (`probe.py`: the dry run of
-targeted migration, then plan again), act (`act.py`, writes only), and remember what came of it in each
-VM's record (`records.py`: in this leader's memory and in the cluster).
-
-Conservative by construction: the plan holds a VM for any of its reasons; nothing is created beyond the
-in-flight bounds, on an incomplete view, without the lease, or before a dry run showed that the cluster
-keeps `spec.addedNodeSelector`. A write that fails holds its VM alone (`writes.py`); only the API lost or
-the lease stops a pass. The passes run in `keep`'s process (`elected.py`), giving the loop back every few
-milliseconds (`process.pace.Pacer`) so that the Lease is renewed and the probes answer.
+"""The keeper's passes, a controller's reconcile: observe (`observe.py`, reads only), plan (`rules.keeping.plan`,
+pure, as `status` shows it), probe when due (`probe.py`), act (`act.py`, writes only), remember (`records.py`).
+The loop is given back every few milliseconds (`process.pace.Pacer`): the Lease is renewed, the probes answer.
 """
 from __future__ import annotations
 
@@ -17,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,9 +21,9 @@ from ..cluster.reflector import Timing
 from ..stores.store import WatchedStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import HOLDS, PassFacts
+from ..rules.keeping.keep import HOLDS, PassFacts, VmFacts
 from ..rules.keeping.migrations import Migration, UNPLACEABLE_SECONDS
-from ..rules.keeping.plan import plan, Stuck
+from ..rules.keeping.plan import Plan, plan, Stuck
 from ..rules.keeping.running import Alike, VmiView
 from ..rules.shared.reading import Malformed
 from ..rules.keeping.listed import Listed, read_kubevirt
@@ -40,7 +33,7 @@ from .records import Records, StateStore, VmReport
 from ..process import heap
 from ..process.pace import Pacer
 from ..rules.shared.times import rfc3339
-from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck
+from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck, Verdicts
 from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
@@ -94,8 +87,7 @@ def show(report: PassReport) -> None:
 
 
 class Keeper:
-    """The passes: `run()` for the elected replica; one pass on its own (a benchmark, a test):
-    `async with keeper.watching(): report = await keeper.run_pass()`."""
+    """The passes: `run()` for the elected replica; `async with keeper.watching(): await keeper.run_pass()` alone."""
 
     def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
@@ -117,6 +109,7 @@ class Keeper:
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
         self.passes = 0  # passes made over synced caches
         self._vmis: dict[str, tuple[bytes, VmiView | None, Malformed | None]] = {}  # each cached VMI as last read
+        self.verdicts = Verdicts()  # each apart VM's storage-node check, judged again when what it went by changed
 
     # ----------------------------------------------------------------- running
 
@@ -135,8 +128,7 @@ class Keeper:
                 await watch.close()
 
     async def run(self) -> None:
-        """Passes every `period` seconds, the first once the caches have synced (or after a period), when
-        what is alive is frozen out of the collector (process/heap.py)."""
+        """Passes every `period` seconds, the first once the caches have synced (or after a period)."""
         loop = asyncio.get_running_loop()
         try:
             async with self.watching() as watch:
@@ -180,8 +172,7 @@ class Keeper:
         return report
 
     async def _pass(self, watch: KubeVirtWatch, now: datetime) -> PassReport:
-        """Observe, plan and act (`_act`), then record what came of it: what the pass held of each VM is
-        let go of first, not kept beside what the keeper remembers of it."""
+        """Observe, plan and act (`_act`), then record what came of it."""
         await self.remount.check()  # whether Longhorn reboots VMs when their NFS server restarts (--spare-vms: not)
         running, results, incomplete = await self._act(watch, now)
         writes = self.writes
@@ -201,15 +192,22 @@ class Keeper:
         return report
 
     async def _act(self, watch: KubeVirtWatch, now: datetime) -> tuple[dict[tuple[str, str], str], list[Result], str]:
-        """Observe (reads only); plan (pure) and act (writes only) in turn, a plan made again after each step
-        that failed (`act.Turn`); each VM's decision reported. The running opted-in VMs (their VMI uids), what
-        the writes came to, and why the view was incomplete, if so."""
-        vms, observed_facts, unplaced = await self._observe(watch, now)
+        """Observe, then plan and act in turn (`act.Turn`); each VM's decision reported. The running opted-in VMs'
+        VMI uids, what the writes came to, and why the view was incomplete, if so."""
+        vms, observed_facts, unplaced, again = await self._observe(watch, now)
         writes = self.writes
+        made: list[Any] = [None, None, None]  # the last plan and what it was made of: asked again alike, it is that one
+
+        def plan_with(facts: list[VmFacts], p: PassFacts) -> Plan:
+            if made[1] != p or len(made[0]) != len(facts) or any(a is not b for a, b in zip(made[0], facts)):
+                made[:] = facts, p, plan(facts, p, unplaced, timedelta(seconds=self.timing.unplaceable))
+            return made[2]  # type: ignore[no-any-return]
+
         turn = Turn(observed={vm.key: vm for vm in vms}, writes=writes, remember=lambda r: self.records.acted(r, now),
-                    plan_with=lambda facts, p: plan(facts, p, unplaced, timedelta(seconds=self.timing.unplaceable)))
+                    plan_with=plan_with)
         writes.begin()
         facts = await ask_targeted(self.targeted, turn.plan, observed_facts, turn.observed, writes, turn.came)
+        await self._judge_movers(turn, facts, again)
         await self.actor.carry_out(turn, facts, now, priority=bool(self.targeted.priority))
         pace = Pacer()
         for vm in (await turn.plan(facts)).vms:
@@ -220,9 +218,21 @@ class Keeper:
         running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
         return running, turn.results, facts.incomplete
 
-    async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck]]:
-        """The VMIs and migrations (ours followed): each running opted-in VM, the pass-wide facts, and our
-        migrations whose target pod cannot be placed. Reads only."""
+    async def _judge_movers(self, turn: Turn, facts: PassFacts, again: Callable[[VmiView], Awaitable[Observed]]) -> None:
+        """A VM is moved on a storage-node check made in this pass: those the plan moves on one kept from an
+        earlier pass (`Verdicts`) are observed again, and the plan made again, until none is."""
+        limits = facts.limits
+        if (facts.mode is not KeepMode.MIGRATE or facts.targeted is not True or facts.incomplete or not facts.lease
+                or facts.in_flight_all >= limits.max_cluster_inflight):
+            return  # nothing moves in this pass
+        while kept := [vm.key for vm in (await turn.plan(facts)).vms if vm.move and self.verdicts.kept(vm.key, self.passes)]:
+            for key in kept:
+                self.verdicts.held.pop(key)
+                turn.observed[key] = await again(turn.observed[key].vmi)  # type: ignore[index]
+
+    async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck],
+                                                                         Callable[[VmiView], Awaitable[Observed]]]:
+        """Each running opted-in VM, the pass-wide facts, our migrations that cannot be placed; how to observe a VM again."""
         seen = await self._read_kubevirt(watch)
         for malformed in seen.malformed:
             self.records.skip(malformed)
@@ -233,16 +243,14 @@ class Keeper:
         state = await self.records.read(now)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
         history = self.records.history(watched)
-        observed = await self._observe_vms(seen.running, history, state, now)  # the others never touched, not counted
+        observed, again = await self._observe_vms(seen.running, history, state, now)  # the others never touched
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
-        return observed, facts, stuck(history, uids, self.store.launcher_pods, state)
+        return observed, facts, stuck(history, uids, self.store.launcher_pods, state), again
 
     async def _read_kubevirt(self, watch: KubeVirtWatch) -> Listed:
-        """The VMIs and migrations as `status` reads them (`read_kubevirt`): a VMI whose cached object is the one
-        read last pass (the cache keeps one per content) as it was read then, the others read now, the loop given
-        back every few milliseconds. At 75,000 VMIs a read of all at a stretch held the loop for seconds, and
-        took most of a settled cluster's pass."""
+        """The VMIs and migrations as `status` reads them (`read_kubevirt`); a VMI whose cached object is the one
+        read last pass as it was read then: at 75,000 VMIs, reading all took most of a settled cluster's pass."""
         seen, alike, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), Pacer()
         table, read = watch.vmis.table, dict[str, tuple[bytes, VmiView | None, Malformed | None]]()
         for key, blob in list(table.objects.items()):
@@ -258,23 +266,31 @@ class Keeper:
         return seen
 
     async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
-                           now: datetime) -> list[Observed]:
-        """Each VM observed once, with its own migrations; the loop given back every few milliseconds."""
+                           now: datetime) -> tuple[list[Observed], Callable[[VmiView], Awaitable[Observed]]]:
+        """Each VM observed once, with its own migrations; and how to observe one again."""
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
+        view = await self.store.fit_view("", "", timeout=self.timing.request_timeout)
+        self.verdicts.begin(view)
         observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            records=self.records, turn=self.passes, io_errors=self._io_errors)
+                            records=self.records, turn=self.passes, io_errors=self._io_errors, verdicts=self.verdicts,
+                            view=view)
         pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
+
+        def again(vmi: VmiView) -> Awaitable[Observed]:
+            return observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused)
+
         for vmi in running:
             await pace()
-            observed.append(await observer.vm(vmi, by_vmi.get((vmi.namespace, vmi.name), []), now, state, unpaused))
-        return observed
+            observed.append(await again(vmi))
+        running_keys = {(vmi.namespace, vmi.name) for vmi in running}
+        self.verdicts.held = {key: v for key, v in self.verdicts.held.items() if key in running_keys}
+        return observed, again
 
     @property
     def state(self) -> KeeperState:
-        """Each VM's record as this leader holds it."""
         return self.records.state
 
     def _io_errors(self, uid: str) -> tuple[Any, ...]:

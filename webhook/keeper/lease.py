@@ -1,15 +1,7 @@
-"""One replica runs the keeper: leader election on a `coordination.k8s.io/v1` Lease, with
-kubernetes-asyncio's `leaderelection` (its LeaseLock extended in `leaselock.py`) and its gaps closed:
-
-- `LeaderElection.run()` returns once the lease is lost: the Elector campaigns again.
-- Its Lease calls have no timeout (its REST client passes `aiohttp.ClientTimeout()`, no limit, with
-  every call, overriding the session's): each carries `_request_timeout`; other errors than
-  ApiException count as a failed attempt, and whatever still escapes ends the term.
-- It deposes its leader only between calls, after the whole renew deadline, so a hanging call keeps a
-  stale leader acting: here the term ends AT ONCE when a read names another holder or the deadline passes.
-- Cancelling `run()` would leave its leader's work running: the Elector cancels the keeper itself.
-- It never releases the lease: `stop()` clears its holder, as client-go's ReleaseOnCancel does.
-- It logs a traceback for every write conflict (two replicas starting together): one line here.
+"""Leader election on a `coordination.k8s.io/v1` Lease with kubernetes-asyncio's `leaderelection` (its LeaseLock
+extended in `leaselock.py`), its gaps closed: the campaign starts again once `run()` returns; each Lease call is
+bounded; the term ends AT ONCE when a read names another holder or the renew deadline passes (the library waits
+between calls); the Elector cancels the keeper itself; `stop()` clears the holder (client-go's ReleaseOnCancel).
 """
 from __future__ import annotations
 
@@ -54,8 +46,7 @@ def lease_namespace(settings: Settings, env: Mapping[str, str] | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class LeaseTiming:
-    """client-go's defaults. The library wants whole seconds of at least 1 and renew_deadline > 1.2 × retry_period
-    < lease_duration."""
+    """client-go's defaults (the library wants whole seconds ≥ 1, retry_period × 1.2 < renew_deadline < lease_duration)."""
 
     lease_duration: int = 15  # a follower takes over this long after the last renewal it saw
     renew_deadline: float = 10.0  # a leader that has not renewed for this long stops acting
@@ -91,8 +82,7 @@ class Elector:
     # ----------------------------------------------------------------- queries
 
     def may_act(self, within: float = 0.0) -> bool:
-        """Leading, and still within the renew deadline `within` seconds from now: an action that long ends
-        before a follower could take over."""
+        """Leading, and within the renew deadline `within` seconds from now (before a follower could take over)."""
         return (self.leading and self.renewed_at is not None
                 and asyncio.get_running_loop().time() + within < self.renewed_at + self.timing.renew_deadline)
 
@@ -165,7 +155,7 @@ class Elector:
     # ----------------------------------------------------------------- the term
 
     def observed(self, holder: str | None) -> None:
-        """A read of the Lease named `holder`: another one means we lost it, whatever the library thinks."""
+        """A read of the Lease named `holder`: another one means we lost it."""
         self.holder = holder
         if self.leading and holder != self.identity:
             self.step_down(f"the lease is held by {holder or 'nobody'}")

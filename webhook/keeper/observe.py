@@ -1,12 +1,10 @@
-"""What a pass (or `status`) observes of the cluster, reads only: each running opted-in VM as its
-decision needs it (`VmFacts`), our migrations whose target pod cannot be placed (`Stuck`), and what the
-whole pass goes by (`PassFacts`). Both hand it to the one plan (`rules.keeping.plan`), so an admin sees
-the very answer the keeper acts on.
-"""
+"""What a pass (or `status`) observes, reads only: each VM's `VmFacts`, our unplaced migrations (`Stuck`) and
+the pass's `PassFacts`, for the one plan (`rules.keeping.plan`) both make."""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -48,6 +46,9 @@ from .targeted import TargetedMigration
 
 NODES_MOST = 5000  # Kubernetes' limit: the nodes whose CPU a pass keeps at most
 VIA_CHECKS = 64  # other nodes checked a pass for the recovery of a stale VM beside its NFS server
+# A storage-node check kept is judged again at least every this many passes (each VM in a pass of its own,
+# spread evenly): what its nodes' record of changes does not say (another node's pod anti-affinity by zone).
+VERDICT_PASSES = 20
 
 
 Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
@@ -55,8 +56,7 @@ Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ApartSpan:
-    """One span of a VM apart from its storage: when it began. The launcher pod its migration target is
-    rendered from is not kept: the caches hold it (`ApartSpans.source`), and the keeper keeps a span per VM apart."""
+    """One span of a VM apart from its storage: when it began (no pod kept: the caches hold it)."""
 
     uid: str  # of the VMI: a VM started again is a new span
     node: str
@@ -82,9 +82,8 @@ class ApartSpans:
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
                  now: datetime, known: ApartSpan | None = None) -> ApartSpan:
-        """When the VM became apart, so a new leader agrees: the latest of its last migration's end and its launcher
-        pod's and its share-managers' start (none known: when first seen apart, per `known`, the span as last
-        read). From what the caches hold (`status`: from what it listed): no read of a pod of its own."""
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
+        pod's and share-managers' start (none known: when first seen apart, per `known`, the span last read)."""
         node, target = where.node or "", where.target or ""
         same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
         if same and known.problem is None:
@@ -105,8 +104,7 @@ class ApartSpans:
                          problem=problem, derived=derived is not None)
 
     def cached_launcher(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The VM's running launcher pod on `node` as the caches hold it (what its migration target is rendered
-        from, `stores.shapes`), or why it is not known."""
+        """The VM's running launcher pod on `node` as the caches hold it, or why it is not known."""
         candidates = self.launchers(vmi.namespace, vmi.uid) or []
         running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
         return (running[0], None) if running else (None, f"its launcher pod on {node} is not known")
@@ -132,8 +130,8 @@ class ApartSpans:
 
     async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
                            target: str, node: dict[str, Any] | None, memo: Memo | None = None) -> str | None:
-        """Why `target` (read as `node`) cannot take the VM's migration target pod from `source`, or None: the
-        hostname label KubeVirt selects on, then the never-strand checks on that pod."""
+        """Why `target` (read as `node`) cannot take the VM's migration target pod, or None: the hostname label
+        KubeVirt selects on, then the never-strand checks."""
         hostname = target_hostname(node) if node is not None else None
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
@@ -146,14 +144,51 @@ class ApartSpans:
 
 
 class Recall:
-    """What the keeper remembers of a VM beyond one pass (`records.Records`): its span apart. This one remembers
-    nothing, as `status`: it reads each once."""
+    """What the keeper remembers of a VM beyond one pass (`records.Records`): its span apart; `status`'s, nothing."""
 
     def span(self, key: VmKey) -> ApartSpan | None:
         return None
 
     def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
         """The VM's span apart as now known (None: it is not apart)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """A VM's storage-node check: of which VMI view, at which position of `View.nodes_changed`, in which pass."""
+
+    vmi: VmiView
+    target: str
+    position: int
+    turn: int
+    node: dict[str, Any] | None
+    unfit: str | None
+
+
+class Verdicts:
+    """Each apart VM's storage-node check, kept by the keeper across passes: taken again while its VMI is the same
+    object, neither its node nor the storage node changed since (a pod bound or gone, the node updated) and its
+    pass to be judged again (VERDICT_PASSES) has not come. A later pass costs what changed, not 1 ms a VM."""
+
+    def __init__(self) -> None:
+        self.held: dict[VmKey, Verdict] = {}
+        self.position: int | None = None  # of the pass under way, taken before its first check
+
+    def begin(self, view: Any) -> None:
+        """A new pass: the position it judges at (None: the caches keep no record, each VM judged afresh)."""
+        self.position = view.nodes_changed(None)[0] if view is not None else None
+
+    def taken(self, key: VmKey, vmi: VmiView, target: str, view: Any, turn: int) -> Verdict | None:
+        held = self.held.get(key)
+        if held is None or held.vmi is not vmi or held.target != target or view is None or \
+                (turn + zlib.crc32(vmi.uid.encode())) % VERDICT_PASSES == 0:
+            return None
+        changed = view.changes_among((vmi.node or "", target), held.position)
+        return held if changed is not None and not changed[0] else None
+
+    def kept(self, key: VmKey, turn: int) -> bool:
+        """Whether the VM's check was taken from an earlier pass than `turn`."""
+        return (held := self.held.get(key)) is not None and held.turn != turn
 
 
 IoErrors = Callable[[str], Sequence[IoError]]  # a VMI's uid -> KubeVirt's IOerror Events on it
@@ -206,12 +241,13 @@ class Observer:
     places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)
     # What the nodes' CPU labels give a migration target, worked out once a node (`Nodes` reads each once).
     memo: Memo = dataclasses.field(default_factory=lambda: Memo(NODES_MOST))
+    verdicts: Verdicts | None = None  # the storage-node checks kept across passes; None: each judged afresh
+    view: Any = None  # the caches' view of the nodes' changes, with `verdicts`
 
     async def vm(self, vmi: VmiView, history: Sequence[Migration], now: datetime,
                  state: KeeperState = KeeperState(), unpaused: Collection[str] = ()) -> Observed:
         """What the VM's decision needs (`history`: its own migrations; `unpaused`: the uids unpaused a moment
-        ago). `keep.ON_DEMAND` is read as the hold table reaches it (`keep.next_read`): a VM an earlier check
-        holds is read no further, but for the mount of a VM paused on an I/O error (whether to unpause it)."""
+        ago), `keep.ON_DEMAND` read only as the hold table reaches it (`keep.next_read`)."""
         where, disks = await where_it_runs(self.store, self.settings, vmi, self.timeout)
         where = self.places.setdefault(where, where)
         key = (vmi.namespace, vmi.name)
@@ -244,7 +280,7 @@ class Observer:
                 self.records.spanned(key, span)
                 read.add("apart_since")
             if need == "target_unfit":
-                node, unfit = await self._target(vmi, where.target, span)
+                node, unfit = await self._judged(key, vmi, where.target, span)
             facts = dataclasses.replace(facts, apart_since=span.since, target_unfit=unfit)
         if "stale" not in read:
             facts = await self._stale(facts, disks, history, now, state)
@@ -253,9 +289,8 @@ class Observer:
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration], now: datetime,
                      state: KeeperState) -> VmFacts:
-        """Of a VM paused on an I/O error, or with KubeVirt's IOerror Events, or found stale before: its mount,
-        whether it is stale (`recovery.judge`, on KubeVirt's words per disk and what the keeper's record kept) and
-        whether a migration off it can finish. What cannot be read leaves the VM as it is."""
+        """Of a VM paused on an I/O error, with IOerror Events, or found stale before: its mount, whether it is stale
+        (`recovery.judge`) and whether a migration off it can finish. What cannot be read leaves it as it is."""
         vmi = facts.vmi
         record = state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
         io, events = vmi.paused == PAUSED_IO_ERROR, self.io_errors(vmi.uid)
@@ -281,8 +316,7 @@ class Observer:
                                    cannot_finish=cannot_finish(vmi.caches, failed, mount.faulted))
 
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:
-        """When the VM's launcher pod started, each of its Longhorn volumes' remount request and share-manager
-        pod, those faulted; or why they cannot be read."""
+        """Its launcher pod's start, its volumes' remount requests and share-managers, those faulted; or why not."""
         pod, problem = await self.spans.launcher_pod(vmi, vmi.node or "")
         if pod is None:
             return problem or "its launcher pod is not known"
@@ -301,9 +335,8 @@ class Observer:
         return Mount(pod_started=started(pod), servers=tuple(servers), faulted=tuple(faulted))
 
     async def _via(self, vmi: VmiView) -> tuple[dict[str, Any] | None, str | None, str | None]:
-        """For a stale VM beside its NFS server: another node that can take its migration target pod (as read,
-        by name), else why none can. Nodes that take pods first, by name; at most VIA_CHECKS a pass, each pass
-        going on where the last one stopped."""
+        """For a stale VM beside its NFS server: another node that can take its migration target pod, else why none
+        can; nodes that take pods first, at most VIA_CHECKS a pass, each pass going on where the last stopped."""
         here = vmi.node or ""
         pod, problem = await self.spans.launcher_pod(vmi, here)
         view = await self.spans.store.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
@@ -329,6 +362,18 @@ class Observer:
                 return node, None, name
             whys.append(f"{name}: {unfit}")
         return None, "; ".join(whys) or "the cluster has no other node", None
+
+    async def _judged(self, key: VmKey, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
+        """`_target`, or its verdict kept from an earlier pass where nothing it went by changed (`Verdicts`)."""
+        verdicts = self.verdicts
+        if verdicts is None or verdicts.position is None:
+            return await self._target(vmi, target, span)
+        held = verdicts.taken(key, vmi, target, self.view, self.turn)
+        if held is None:
+            node, unfit = await self._target(vmi, target, span)
+            held = verdicts.held[key] = Verdict(vmi=vmi, target=target, position=verdicts.position, turn=self.turn,
+                                                node=node, unfit=unfit)
+        return held.node, held.unfit
 
     async def _target(self, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
@@ -356,8 +401,7 @@ def serving_since(pod: dict[str, Any] | None) -> datetime | None:
 
 
 def takes_pods(node: Any) -> bool:
-    """Not cordoned and no taint that keeps pods off (kube-scheduler's filters, with no toleration):
-    checked first for a recovery through another node."""
+    """Not cordoned and no taint that keeps pods off (kube-scheduler's filters, with no toleration)."""
     return node_unschedulable("", node) is None and blocking_taint(node, ()) is None
 
 
@@ -374,8 +418,7 @@ def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[
 
 def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,
           state: KeeperState) -> list[Stuck]:
-    """Our unfinished migrations whose target pod is Unschedulable (PodScheduled False), from the cached
-    launcher pods: since when, the scheduler's words, the refusal of an earlier cancel."""
+    """Our unfinished migrations whose target pod is Unschedulable: since when, why, an earlier cancel's refusal."""
     found = []
     for migration in history:
         if not migration.ours or migration.final or not migration.uid:

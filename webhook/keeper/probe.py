@@ -1,9 +1,6 @@
-"""The pass's dry runs: while targeted migration is not known (`targeted.py`), of each VM to move; then, before
-a create in a namespace not known to answer (`writes.Writes.answering`, `act.py`), of that VM. Several go at
-once (`room`), one a namespace, whose other VMs wait meanwhile (`Writes.deferred`) and leave their slots to the
-next namespaces': a tenant's webhook that hangs until its `timeoutSeconds` costs its namespace that one wait and
-no one else's VM, nor a recovery. A dry run takes a token (given back when a tenant's webhook failed it), counts
-for the API lost, and one that fails holds that VM alone, as a failed create would."""
+"""The pass's dry runs: of each VM to move while targeted migration is not known (`targeted.py`), then of
+the first VM of a namespace not known to answer (`writes.Writes.answering`): one a namespace, several at once,
+so a tenant's webhook that hangs costs its namespace one wait and no one else's VM, nor a recovery."""
 from __future__ import annotations
 
 import asyncio

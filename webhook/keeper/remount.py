@@ -1,7 +1,5 @@
-"""Whether Longhorn reboots co-located VMs when their share-manager restarts
-(`rules.shared.longhorn.restarts_vms`), read once a pass, exported as `colocate_longhorn_restarts_vms`
-and logged when it changes. With `--spare-vms on`, the leader adds the VMI kind to the blacklist where
-it is missing (`keeper.spare`), one write at most a pass."""
+"""Whether Longhorn reboots co-located VMs when their share-manager restarts (`restarts_vms`), read once a pass and
+logged when it changes; with `--spare-vms on`, the VMI kind added to the blacklist where missing (`keeper.spare`)."""
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,5 @@
-"""The keeper's process (`keep`): its operations port and, unless off, the elected keeper in the mode the
-webhook's Deployment lets it act in (upgrade.py). SIGTERM: it stops acting, hands the Lease over, exits 0."""
+"""`keep`'s process: its operations port and the elected keeper in the mode it may act in (upgrade.py). SIGTERM:
+it stops acting, hands the Lease over, exits 0."""
 from __future__ import annotations
 
 import dataclasses

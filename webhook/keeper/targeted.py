@@ -1,11 +1,7 @@
-"""Does the cluster keep `spec.addedNodeSelector` (KubeVirt 1.6+)? Without it a migration may go to any
-node. And `spec.priority` (1.7+, `staging/src/kubevirt.io/api/core/v1/types.go`), so ours queue as
-`system-maintenance`? The keeper dry-runs the very migration it is about to create (`dryRun=All`) and
-looks at what would be stored: an older schema answers 400 "unknown field" under strict validation, or
-201 with the field pruned. virt-api lets only virt-controller set the priority since 1.7
-(`migration-create-admitter.go`): refused, the dry run is made again without it, for the selector; a
-migration without one still queues last (`pkg/util/migrations`: 0 against 20). A dry run that proves
-nothing (a 403, a timeout, KubeVirt's webhook refusing this VMI) changes nothing: in doubt, no migration.
+"""Does the cluster keep `spec.addedNodeSelector` (KubeVirt 1.6+) and `spec.priority` (1.7+)? The keeper dry-runs
+the migration it is about to create (`dryRun=All`): an older schema answers 400 "unknown field" or prunes the
+field. virt-api refuses the priority from others than virt-controller since 1.7 (`migration-create-admitter.go`):
+then the dry run is made again without it. A dry run that proves nothing changes nothing: no migration.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""`status`: every running opted-in VM, where it runs and its disks are served, what the keeper will do
-about it and its last action; above them the facts the keeper goes by (mode, leader, targeted migration
-and priority, the migrations in flight against the limits). Read with the admin's credentials and
-observed and planned by the keeper's own code (`keeper.observe`, `rules.keeping.plan`), so a VM shows
-the answer the keeper acts on; the refusals and garbage-collected migrations come from the keeper's
-record, its settings from its Deployment (the flags given win). Targeted migration is asked up front,
-once a run, with one dry-run create of the keeper's kind, unless the keeper is off.
+"""`status`: every running opted-in VM, where it runs and its disks are served, what the keeper will do about it
+and its last action, under the facts the keeper goes by; observed and planned by the keeper's own code
+(`keeper.observe`, `rules.keeping.plan`), so a VM shows the answer the keeper acts on.
 """
 from __future__ import annotations
 
@@ -22,12 +18,11 @@ from ..stores.snapshot import SnapshotStore
 from ..stores.store import Store, StoreError
 from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
-from ..keeper.observe import Nodes, Observer, pass_facts, stuck
+from ..keeper.observe import ApartSpans, Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
 from ..keeper.records import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.kubevirt_api import read_io_errors
-from ..keeper.observe import ApartSpans
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
@@ -204,10 +199,8 @@ _QUIET.propagate = False
 
 def dry_run_manifests(running: Sequence[VmiView], migrations: Sequence[Migration], now: datetime,
                       state: KeeperState) -> list[dict[str, Any]]:
-    """The dry runs of the keeper's kind of migration, one per namespace (one whose admission is down proves
-    nothing of another's), of the first running opted-in VM virt-api would admit one of (live-migratable, none
-    in flight: it refuses others before looking at the selector) and the keeper does not hold for a refusal,
-    else of any, else of DRY_RUN_VMI. Nothing is stored: only what becomes of the fields matters."""
+    """The dry runs of the keeper's kind of migration, one per namespace, of the first running opted-in VM virt-api
+    would admit one of (live-migratable, none in flight) not held for a refusal, else of any, else of DRY_RUN_VMI."""
     def refused(view: VmiView) -> bool:
         held = state.refusal(view.namespace, view.name, Action.MIGRATE)
         return not view.live_migratable or migrating(view, migrations, now) or (held is not None and now < held.retry)
@@ -329,8 +322,7 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
                     timeout: float, api: Any) -> tuple[Observer, LauncherPods, str]:
-    """The keeper's observation over the disks' objects, the launcher pods and KubeVirt's IOerror Events, listed
-    once (or why the Events were not); the rest read directly."""
+    """The keeper's observation over the disks' objects, launcher pods and IOerror Events listed once (or why not)."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
     pods: list[dict[str, Any]] = []
@@ -340,7 +332,7 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
     launchers = LauncherPods(pods)
-    spans = ApartSpans(store, settings, timeout, launchers=launchers.of, direct=store)
+    spans = ApartSpans(ViewedOnce(store), settings, timeout, launchers=launchers.of, direct=store)
     errors = await read_io_errors(api, timeout) if running else {}
     found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
     return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
@@ -348,10 +340,29 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
         f"KubeVirt's IOerror Events could not be read ({errors}): no VM is shown on a stale mount or a full disk")
 
 
+class ViewedOnce:
+    """`store`, each object and each namespace's view for the checks (every node and pod listed) read once a run."""
+
+    def __init__(self, store: Store):
+        self._store, self._read = store, dict[Any, asyncio.Future[Any]]()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def _once(self, key: Any, read: Any) -> Any:  # the VMs observed together share each read
+        return await asyncio.shield(self._read.get(key) or self._read.setdefault(key, asyncio.ensure_future(read())))
+
+    async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> Any:
+        return await self._once(namespace, lambda: self._store.fit_view(namespace, node, timeout=timeout))
+
+    async def get(self, resource: Any, namespace: str | None, name: str, *, timeout: float | None = None) -> Any:
+        return await self._once((resource.kind, namespace, name), lambda: self._store.get(resource, namespace, name,
+                                                                                           timeout=timeout))
+
+
 async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
                         timeout: float) -> Store:
-    """What the VMs' disks are resolved against, listed once; when a list fails, the store itself (a few GETs
-    per disk, each failure said on its own VM)."""
+    """What the VMs' disks are resolved against, listed once; when a list fails, the store itself."""
     longhorn = settings.longhorn_namespace
     scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)), (POD, longhorn),
               (SHARE_MANAGER, longhorn)]
@@ -388,8 +399,7 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
                     loopback=loopback_note(view.caches, (d.subject for d in observed.disks if d.node and d.node == view.node)),
                     disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
                     rebooted_by_storage_restart=restarts[0] if where.storage else None,
-                    attachment_pods_deleted_by_storage_restart=(restarts[1] if where.storage and view.hotplugged
-                                                                else None))
+                    attachment_pods_deleted_by_storage_restart=restarts[1] if where.storage and view.hotplugged else None)
 
 
 def last_action(view: VmiView, migrations: Sequence[Migration], now: datetime) -> tuple[str, Migration | None]:

@@ -1,11 +1,6 @@
-"""Pure: what draining a node will do to the opted-in VMs, from what `status` observed and decided and
-what Longhorn's Settings make of a share-manager restart (`rules.shared.longhorn.restarts_vms`). A drain
-evicts every pod: KubeVirt live-migrates each live-migratable VMI off (two a node at a time by default);
-Longhorn creates each share-manager again elsewhere within seconds, where the webhook sends it beside its
-VM's way, and once it serves deletes each pod of the volume that started before: each VM served from the
-node reboots unless Longhorn spares it or its migration ended first. A spared VM keeps its mount; if it
-goes stale, the keeper recovers it without a reboot (`recovery.py`): one migration, or two beside its
-NFS server, then it unpauses it.
+"""Pure: what draining a node does to the opted-in VMs, from what `status` observed and Longhorn's Settings
+(`rules.shared.longhorn.restarts_vms`): KubeVirt evacuates each VM; Longhorn re-creates each share-manager
+elsewhere and reboots the VMs it served unless it spares them; the keeper recovers a spared VM's stale mount.
 """
 from __future__ import annotations
 
@@ -72,8 +67,7 @@ class DrainedVm(RunningVm):
 
     @property
     def recovery(self) -> int:
-        """The keeper's migrations, at most, if its mount goes stale: it may be beside its NFS server (two);
-        none when no migration can recover it or the keeper is off."""
+        """The keeper's migrations at most if its mount goes stale (none: nothing can recover it, or the keeper is off)."""
         if not self.spared or self.cannot_finish or self.keep is KeepMode.OFF or (self.leaves and not self.migratable):
             return 0
         return ROUND_TRIP

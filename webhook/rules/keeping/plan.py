@@ -1,7 +1,5 @@
-"""The keeper's one plan, pure: a pass is observe → `plan` → act, `status` is observe → the same `plan` →
-render, so an admin reads the decision the keeper acts on: which VMs move (each using up the limits of
-those after it), which are unpaused, which of our migrations are cancelled, and why each other is left.
-"""
+"""The keeper's one plan, pure, made by a pass and by `status` alike: which VMs move (each using up the limits of
+those after it), which are unpaused, which of our migrations are cancelled, and why each other is left."""
 from __future__ import annotations
 
 import dataclasses
@@ -71,9 +69,8 @@ class Plan:
 
 
 def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLACEABLE) -> tuple[Cancel, ...]:
-    """Our migrations whose target pod could not be placed for `unplaceable`: they hold slots a drain needs.
-    Only on a complete view (else KubeVirt's timeout, our annotation, does it), in migrate mode, past any
-    refused cancel's backoff."""
+    """Our migrations whose target pod could not be placed for `unplaceable` (they hold slots a drain needs), on a
+    complete view, in migrate mode, past any refused cancel's backoff."""
     if p.incomplete or p.mode is not KeepMode.MIGRATE:
         return ()
     return tuple(Cancel(migration=s.migration, vmi_uid=s.vmi_uid,
@@ -83,8 +80,7 @@ def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLA
 
 
 def one_vm(vm: VmFacts, p: PassFacts, alike: dict[KeepDecision, KeepDecision] | None = None) -> VmPlan:
-    """One VM's decision and unpause, as the pass stands when it is reached; a decision equal to one in
-    `alike` is that one (thousands of VMs on a node stay for the same reason)."""
+    """One VM's decision and unpause, as the pass stands when it is reached (a decision equal to one in `alike` is it)."""
     decision, resume = decide_keep(vm, p), decide_resume(vm, p)
     if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
         decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
@@ -100,8 +96,8 @@ def frozen(vm: VmFacts) -> bool:
 
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
-    """The pass's plan: the VMs in its order (frozen ones first, then `pass_order`), each migration counting at
-    once against the limits of those after it; and the cancels."""
+    """The VMs in the pass's order (frozen ones first, then `pass_order`), each migration counting at once against
+    the limits of those after it; and the cancels."""
     ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
     ordered = [vm for vm in ordered if frozen(vm)] + [vm for vm in ordered if not frozen(vm)]
     cancelled = cancels(stuck, p, unplaceable)

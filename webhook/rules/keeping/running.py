@@ -1,8 +1,5 @@
-"""Where a VM runs: its launcher pods, and its VMI as the keeper reads it. KubeVirt
-(`pkg/virt-controller/watch/migration/migration.go`, `staging/src/kubevirt.io/api/core/v1/types.go`): a
-migration target pod keeps `kubevirt.io/migrationJobUID` for life and is the VM's pod once it completes;
-all pods of a VMI carry `kubevirt.io/created-by: <VMI uid>`; `status.nodeName` switches to the target on
-completion; `status.migrationState` tells whether one is in flight and to where.
+"""Where a VM runs: its launcher pods (each carries `kubevirt.io/created-by: <VMI uid>`), and its VMI as the keeper
+reads it (`status.nodeName`, `status.migrationState`; KubeVirt's `staging/src/kubevirt.io/api/core/v1/types.go`).
 """
 from __future__ import annotations
 
@@ -43,9 +40,8 @@ def _newest_last(pod: dict[str, Any]) -> tuple[datetime, str]:
 
 
 def vm_pods(pods: Iterable[dict[str, Any]], settings: Settings, *, any_vm: bool = False) -> VmPods:
-    """Which candidate launcher pods are where their VMs run now: of a VMI's pods (kubevirt.io/created-by)
-    that run, scheduled and not terminating, the newest. A scheduled migration target is newer than its
-    source; a failed one drops out. Only opted-in VMs count, unless `any_vm`."""
+    """Which launcher pods are where their VMs run now: of a VMI's pods that run, scheduled and not terminating, the
+    newest (a scheduled migration target is newer than its source). Only opted-in VMs count, unless `any_vm`."""
     groups: dict[tuple[str, str] | int, list[dict[str, Any]]] = {}
     skipped: list[tuple[dict[str, Any], Alone]] = []
     seen: set[tuple[str, str]] = set()
@@ -110,16 +106,11 @@ class VmiView:
     claims: tuple[str, ...] = ()
     node_selector: dict[str, Any] = dataclasses.field(default_factory=dict)  # the VMI's own spec.nodeSelector
     cpu_model: str = ""  # spec.domain.cpu.model (virt-api sets host-model by default)
-    # The machine type as virt-controller reads it for the VM's next pod (`machine_from` says where):
-    # status.machine.type (the canonical one it runs with), else spec.domain.machine.type, else none.
-    machine_type: str = ""
+    machine_type: str = ""  # as virt-controller reads it for the VM's next pod (`_machine_type`)
     machine_from: str = ""  # STATUS_MACHINE, SPEC_MACHINE or ""
-    # Its annotations the rules read (`rules.shared.declared.VMI`): a hold on a new one declares it there.
-    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)  # those `declared.VMI` names
     paused: str = ""  # the reason of its Paused condition when it is paused (PausedIOError, PausedByUser, ...)
-    # Since when it is paused (the condition's lastTransitionTime; None: not paused, or not said). A
-    # migration keeps the condition as it was: virt-handler sets it only where there is none.
-    paused_since: datetime | None = None
+    paused_since: datetime | None = None  # its Paused condition's lastTransitionTime (a migration keeps it)
     hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged volumes (mounted by attachment pods)
     caches: tuple[tuple[str, str], ...] = ()  # (claim, cache mode) of each disk on a claim whose cache is set
     disks: tuple[tuple[str, str], ...] = ()  # (VMI volume name, claim) of each volume on a claim
@@ -163,8 +154,7 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
 
 
 def _disks(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """(VMI volume name, claim) of each volume on a claim (a DataVolume's PVC has its name): KubeVirt's
-    `IOerror` Events name the volume."""
+    """(VMI volume name, claim) of each volume on a claim (a DataVolume's PVC has its name): IOerror Events name it."""
     found = []
     volumes = declared.VMI_SPEC_VOLUMES.value(spec)
     for volume in volumes if isinstance(volumes, list) else ():
@@ -177,17 +167,15 @@ def _disks(spec: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _caches(spec: dict[str, Any], claims: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """(claim, cache mode) of each disk whose volume is a claim (`claims`, by volume name) and whose `cache`
-    is set (unset: KubeVirt picks `none` where the file system takes O_DIRECT, as NFS does)."""
+    """(claim, cache mode) of each disk on a claim (`claims`, by volume name) whose `cache` is set."""
     disks = declared.DISKS.value(declared.DEVICES.obj(declared.DOMAIN.obj(spec)))
     return tuple((claims[name], intern(str(cache))) for disk in (disks if isinstance(disks, list) else ()) if isinstance(disk, dict)
                  and (name := declared.DISK_NAME.value(disk)) in claims and (cache := declared.DISK_CACHE.value(disk)))
 
 
 def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
-    """The machine type virt-controller selects nodes by (kubevirt/kubevirt
-    pkg/virt-controller/services/template.go, `newNodeSelectorRenderer`): status.machine.type,
-    else spec.domain.machine.type, else none (no machine-type selector at all); and where from."""
+    """The machine type virt-controller selects nodes by (`services/template.go`, `newNodeSelectorRenderer`):
+    status.machine.type, else spec.domain.machine.type, else none; and where from."""
     places = ((status, declared.STATUS_MACHINE, declared.STATUS_MACHINE_TYPE, STATUS_MACHINE),
               (domain, declared.SPEC_MACHINE, declared.SPEC_MACHINE_TYPE, SPEC_MACHINE))
     for holder, machine, machine_type, source in places:
@@ -199,8 +187,7 @@ def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TargetVmi:
-    """What a VMI's migration target pod is rendered from (`rules.kubevirt.target.Vmi`), and no more:
-    a drain's share-manager rule reads it of its VM, the keeper all of `VmiView`."""
+    """What a VMI's migration target pod is rendered from (`rules.kubevirt.target.Vmi`), and no more."""
 
     uid: str
     node: str | None
@@ -235,9 +222,7 @@ def _interned(text: str | None) -> str | None:
     return None if text is None else intern(text)
 
 
-# What many VMIs carry alike (their declared annotations, a node selector), one object for all of them
-# over one read of the VMIs (`listed.read_kubevirt`), by what it holds: a pass holds the view of every VM.
-Alike = dict[Hashable, Any]
+Alike = dict[Hashable, Any]  # what many VMIs carry alike, one object for all of them over one read of the VMIs
 
 
 def _selector(selector: dict[str, Any], alike: Alike) -> dict[str, Any]:
@@ -247,11 +232,8 @@ def _selector(selector: dict[str, Any], alike: Alike) -> dict[str, Any]:
 
 
 def read_vmi(obj: Any, settings: Settings, alike: Alike | None = None) -> VmiView | Malformed:
-    """The keeper's view of a VMI, or why it is skipped (an object of unexpected shape). Its
-    fields are those `rules.shared.declared.VMI` declares, which the caches keep. What thousands of
-    VMs share (a namespace, a node, a phase, a CPU model) is one string for all of them
-    (`sys.intern`), and what they carry alike one object (`alike`): a pass holds the view of every
-    VM at once."""
+    """The keeper's view of a VMI, or why it is skipped; what thousands of VMs share is one string (`sys.intern`)
+    or one object (`alike`) for all of them: a pass holds the view of every VM at once."""
     what = "VMI"
     alike = {} if alike is None else alike
     try:
