@@ -294,16 +294,16 @@ CHECKS: tuple[Check, ...] = (
     Check(hold=Alone.REFUSED, holds=lambda vm, p: _refused(vm, p) is not None,
           words=lambda vm, p: _refused(vm, p) or "", needs=("refused", "vmi")),
     Check(hold=Alone.UNTARGETED, holds=lambda vm, p: p.targeted is not True, words=lambda vm, p: _untargeted(p)),
-    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
-          words=_ours_words, needs=("stale",)),
-    Check(hold=Alone.CLUSTER_LIMIT, holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
-          words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
-                              f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
     Check(hold=Alone.SOURCE_BUSY, holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
                               f"{p.limits.max_outbound_per_node} per source node)"
                               f"{_named(p, _outbound(vm, p), node=vm.where.node)}: its slots are left to them",
           needs=("where",)),
+    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
+          words=_ours_words, needs=("stale",)),
+    Check(hold=Alone.CLUSTER_LIMIT, holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
+          words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
+                              f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
     Check(hold=Alone.VIEW_INCOMPLETE, holds=lambda vm, p: bool(p.incomplete),
           words=lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
     Check(hold=Alone.REPORT_ONLY, holds=lambda vm, p: p.mode is not KeepMode.MIGRATE,
