@@ -290,7 +290,7 @@ async def test_a_recent_migration_of_any_origin_holds_the_vm(cluster, make_keepe
 
 async def test_no_more_of_our_migrations_in_flight_than_allowed(cluster, make_keeper):
     cluster.seed(three_nodes() + apart_vm("vm1") + apart_vm("vm2") + apart_vm("vm3"))
-    keeper = await make_keeper(Settings(keep="migrate", keep_after=0, keep_max_inflight=2))
+    keeper = await make_keeper(Settings(keep="migrate", keep_after=0, keep_max_inflight=2, keep_max_outbound_per_node=3))
 
     report = await keeper.run_pass()
 

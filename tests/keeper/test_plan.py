@@ -21,8 +21,9 @@ from webhook.rules.shared.alone import Alone
 
 POLICY = ("virtualmachineinstancemigrations.kubevirt.io \"vm4-colocate-x\" is forbidden: ValidatingAdmissionPolicy "
           "'tenant-no-migrations' with binding 'tenant' denied request: migrations of vm4 are not allowed")
-SETTINGS = Settings(keep="migrate", keep_after=0, keep_max_inflight=2)
-FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "0", "--keep-max-inflight", "2")
+SETTINGS = Settings(keep="migrate", keep_after=0, keep_max_inflight=2, keep_max_outbound_per_node=5)  # our limit binds first
+FLAGS = ("--lease-namespace", "default", "--keep", "migrate", "--keep-after", "0", "--keep-max-inflight", "2",
+         "--keep-max-outbound-per-node", "5")
 
 
 def refuse_vm4(request):
