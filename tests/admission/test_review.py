@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 from tests.support.kube import FIXTURES, review, vm_pod
 
 from webhook.admission.outcome import Outcome, Rule
-from webhook.admission.review import (AdmissionRequest, BadReview, build_response, clip, parse_go_duration,
-                                      parse_review, response_json)
+from webhook.admission.review import AdmissionRequest, BadReview, build_response, clip, parse_review, response_json
 from webhook.rules.shared.alone import Alone
 from webhook.rules.placement.decide import NOT_PINNED, PINNED, PREFERRED, Decision
 from webhook.rules.placement.patch import audit_annotations
@@ -61,17 +60,6 @@ def test_empty_patch_is_no_patch():
 def test_clip_keeps_short_warnings():
     assert clip("short") == "short"
     assert len(clip("y" * 500)) == 119
-
-
-@pytest.mark.parametrize("text, seconds", [("10s", 10), ("30s", 30), ("1m30s", 90), ("500ms", 0.5), ("2", 2), ("1.5s", 1.5)])
-def test_go_durations(text, seconds):
-    assert parse_go_duration(text) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize("text", ["", "s", "10x", "abc"])
-def test_bad_go_durations(text):
-    with pytest.raises(ValueError):
-        parse_go_duration(text)
 
 
 def test_bare_pod_is_taken_as_a_dry_run_create():

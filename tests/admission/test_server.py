@@ -167,7 +167,8 @@ def test_request_timeout(query, seconds):
 
 
 @pytest.mark.parametrize(("query", "seconds"), [
-    ("timeout=10s", 10.0), ("timeout=500ms", 0.5), ("timeout=1m", 30.0), ("", 7.0), ("other=1", 7.0),
+    ("timeout=10s", 10.0), ("timeout=500ms", 0.5), ("timeout=1m", 30.0), ("timeout=1.5s", 1.5), ("timeout=2", 2.0),
+    ("timeout=0m15s", 15.0), ("", 7.0), ("other=1", 7.0), ("timeout=10x", 7.0), ("timeout=s", 7.0),
     ("timeout=soon", 7.0), ("timeout=0s", 7.0), ("timeout=5s&timeout=9s", 5.0), ("timeout=1%30s", 10.0),
 ])
 def test_the_review_timeout_is_the_apiservers_at_most_30_s(query, seconds):

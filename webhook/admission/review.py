@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import re
 from typing import Any
 
 import orjson
@@ -17,9 +16,6 @@ KIND = "AdmissionReview"
 # The apiserver shows at most this much of a warning; keep every one shorter.
 MAX_WARNING = 119
 MAX_WARNINGS = 10
-# A Go duration (`1m30s`, `500ms`): numbers, each with its unit (a bare number alone: seconds).
-GO_DURATION, GO_DURATION_PART = re.compile(r"(?:[\d.]+[^\d.]*)+"), re.compile(r"([\d.]+)([^\d.]*)")
-GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 class BadReview(ValueError):
@@ -106,15 +102,3 @@ def parse_review(body: Any) -> AdmissionRequest:
                             namespace=namespace or "", name=name or "", object=request.get("object"),
                             dry_run=bool(dry_run), user=user if isinstance(user, str) else "")
 
-
-def parse_go_duration(text: str) -> float:
-    """Seconds in a Go duration such as the apiserver's `?timeout=10s`."""
-    text = text.strip()
-    if not GO_DURATION.fullmatch(text):
-        raise ValueError(f"bad duration {text!r}")
-    parts = GO_DURATION_PART.findall(text)
-    if len(parts) == 1 and not parts[0][1]:
-        return float(parts[0][0])
-    if any(unit not in GO_UNITS for _, unit in parts):
-        raise ValueError(f"bad duration unit in {text!r}")
-    return sum(float(number) * GO_UNITS[unit] for number, unit in parts)

@@ -14,7 +14,7 @@ from aiohttp import web
 from .. import kinds, metrics
 from ..cluster.events import NO_EVENTS, Events, involved_object, vmi_reference
 from ..stores.store import Store
-from ..config import AdmissionSettings
+from ..config import AdmissionSettings, seconds
 from ..deadline import Deadline
 from . import review as reviews
 from .admit import admit
@@ -55,7 +55,7 @@ def timeout_in(query: str, default: float) -> float:
     raw = next(iter(urllib.parse.parse_qs(query).get("timeout", ())), "")
     if raw:
         try:
-            value = reviews.parse_go_duration(raw)
+            value = seconds(raw)  # the apiserver writes a Go duration of whole seconds
             if value > 0:
                 return min(value, 30.0)  # the apiserver caps webhook timeouts at 30 s
         except ValueError:
