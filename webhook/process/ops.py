@@ -3,6 +3,7 @@ and the keeper's own (`keep`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -17,53 +18,32 @@ from .loop import new_event_loop
 
 # Why the process is not ready; an empty list means ready.
 Readiness = Callable[[], list[str]]
-READINESS_KEY = web.AppKey("readiness", object)
-DEGRADED_KEY = web.AppKey("degraded", object)
-REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
-READY_KEY = web.AppKey("ready", Gauge)
 
 
-def alive(app: web.Application) -> tuple[int, str]:
-    """Alive: the event loop answers. Never depends on the API server (no restart storms)."""
-    return 200, "ok\n"
+@dataclasses.dataclass(frozen=True)
+class Probes:
+    """What one process's operations port answers from (`serve`'s registry and gauge, or `keep`'s)."""
+
+    readiness: Readiness
+    degraded: Readiness = list
+    registry: CollectorRegistry = metrics.REGISTRY
+    ready: Gauge = metrics.READY
+
+    def answer(self, path: str) -> tuple[int, str]:
+        """/healthz: the event loop answers, never depending on the API server (no restart storms)."""
+        if path == "/healthz":
+            return 200, "ok\n"
+        reasons = self.readiness()
+        self.ready.set(0 if reasons else 1)
+        if reasons:
+            return 503, "not ready: " + "; ".join(reasons) + "\n"
+        # A failing watch keeps serving what it has (all replicas going unready in an API outage
+        # would only turn every answer into failurePolicy Ignore): ready, and say so.
+        degraded = self.degraded()
+        return 200, ("ok, degraded: " + "; ".join(degraded) if degraded else "ok") + "\n"
 
 
-def ready(app: web.Application) -> tuple[int, str]:
-    reasons = app[READINESS_KEY]()
-    app[READY_KEY].set(0 if reasons else 1)
-    if reasons:
-        return 503, "not ready: " + "; ".join(reasons) + "\n"
-    # A failing watch keeps serving what it has (all replicas going unready in an API outage
-    # would only turn every answer into failurePolicy Ignore): ready, and say so.
-    degraded = app[DEGRADED_KEY]()
-    if degraded:
-        return 200, "ok, degraded: " + "; ".join(degraded) + "\n"
-    return 200, "ok\n"
-
-
-PROBES = {"/healthz": alive, "/readyz": ready}
-
-
-async def probe(request: web.Request) -> web.Response:
-    status, text = PROBES[request.path](request.app)
-    return web.Response(status=status, text=text)
-
-
-async def metrics_page(request: web.Request) -> web.Response:
-    return web.Response(body=metrics.render(request.app[REGISTRY_KEY]),
-                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
-
-
-def make_ops_app(readiness: Readiness, degraded: Readiness = list, registry: CollectorRegistry = metrics.REGISTRY,
-                 ready: Gauge = metrics.READY) -> web.Application:
-    """/healthz, /readyz and /metrics of one process (`serve`'s registry and gauge, or `keep`'s)."""
-    app = web.Application()
-    app[READY_KEY] = ready
-    app[READINESS_KEY] = readiness
-    app[DEGRADED_KEY] = degraded
-    app[REGISTRY_KEY] = registry
-    app.router.add_routes([web.get("/healthz", probe), web.get("/readyz", probe), web.get("/metrics", metrics_page)])
-    return app
+make_ops_app = Probes  # the name `keep`'s service (keeper/service.py) makes them by
 
 
 # The probes are answered on a thread of their own (`Apart`), so that no long work on the process's loop
@@ -76,11 +56,11 @@ BEAT_SECONDS = 1.0
 
 
 class Apart:
-    """The operations port of `app` served from a thread of its own; `addresses` and `cleanup()` as a
+    """The operations port of `probes` served from a thread of its own; `addresses` and `cleanup()` as a
     listening.Port's."""
 
-    def __init__(self, app: web.Application) -> None:
-        self.app, self.loop = app, asyncio.get_running_loop()
+    def __init__(self, probes: Probes) -> None:
+        self.probes, self.loop = probes, asyncio.get_running_loop()
         self.beat = time.monotonic()  # the last turn of the process's loop seen
         self.said: dict[str, tuple[int, str]] = {}  # each probe's last answer from the process's loop
         self.thread_loop = new_event_loop()
@@ -91,9 +71,8 @@ class Apart:
     async def start(self, host: str, port: int) -> Apart:
         self._beat()
         self.thread.start()
-        served = web.Application(middlewares=[self._asked])
-        served.router.add_route("GET", "/metrics", metrics_page)
-        served[REGISTRY_KEY] = self.app[REGISTRY_KEY]
+        served = web.Application()
+        served.router.add_routes([web.get(path, self._asked) for path in UNSAID] + [web.get("/metrics", self._metrics)])
         made = asyncio.run_coroutine_threadsafe(listening.start(served, host, port, None), self.thread_loop)
         self.port = await asyncio.wrap_future(made)
         return self
@@ -102,10 +81,11 @@ class Apart:
         self.beat = time.monotonic()
         self._beating = self.loop.call_later(BEAT_SECONDS, self._beat)
 
-    @web.middleware
-    async def _asked(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path not in PROBES:
-            return await handler(request)
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(self.probes.registry),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def _asked(self, request: web.Request) -> web.Response:
         asked = asyncio.run_coroutine_threadsafe(self._on_loop(request.path), self.loop)
         try:
             status, text = await asyncio.wait_for(asyncio.wrap_future(asked), ASK_SECONDS)
@@ -118,7 +98,7 @@ class Apart:
 
     async def _on_loop(self, path: str) -> tuple[int, str]:
         self.beat = time.monotonic()
-        self.said[path] = said = PROBES[path](self.app)
+        self.said[path] = said = self.probes.answer(path)
         return said
 
     @property
@@ -135,6 +115,6 @@ class Apart:
         self.thread_loop.close()
 
 
-async def start(app: web.Application, host: str, port: int) -> Apart:
-    """Serve the operations port `app` (make_ops_app's) from a thread of its own; port 0 picks a free port."""
-    return await Apart(app).start(host, port)
+async def start(probes: Probes, host: str, port: int) -> Apart:
+    """Serve the operations port of `probes` from a thread of its own; port 0 picks a free port."""
+    return await Apart(probes).start(host, port)
