@@ -39,7 +39,7 @@ def test_an_admission_is_one_line_that_says_why_the_vm_is_where_it_is(lines):
     decision = Decision(PINNED, node="node-a", preferences=(("node-a", 100),),
                         reason="pinned to node-a, where the share-manager of disk-0 runs — ünïcode")
     outcome = Outcome(Rule.VM, decision=decision, facts=(Fact("disk-0", "node-a", "on node-a"), Fact("disk-1", None, "?")))
-    server.log_admission(request, outcome, server.Timing(seconds=0.0001234))
+    server.log_admission(request, outcome, 0.0001234)
     [line] = lines()
     time = line.pop("time")
     assert line == {"level": "info", "logger": "webhook.server", "msg": "admission", **FIELDS,
@@ -75,12 +75,12 @@ def test_the_admission_line_is_a_record_any_handler_gets_and_a_level_above_info_
     outcome = Outcome(Rule.VM, decision=Decision(PINNED, node="node-a", preferences=(("node-a", 100),), reason="r"))
     log = logging.getLogger("webhook.server")
     with caplog.at_level(logging.INFO, logger="webhook.server"):
-        server.log_admission(request, outcome, server.Timing(seconds=0.001))
+        server.log_admission(request, outcome, 0.001)
     [record] = [r for r in caplog.records if r.name == "webhook.server"]
     assert (record.getMessage(), record.fields["uid"], record.fields["decision"]) == ("admission", "u-1", "pinned")
     log.setLevel(logging.WARNING)
     try:
-        server.log_admission(request, outcome, server.Timing(seconds=0.001))
+        server.log_admission(request, outcome, 0.001)
     finally:
         log.setLevel(logging.NOTSET)
     assert [line["uid"] for line in lines()] == ["u-1"]

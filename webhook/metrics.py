@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -16,17 +15,6 @@ KEEPER_REGISTRY = CollectorRegistry(auto_describe=True)  # keep's
 
 # The apiserver's own webhook latency histogram starts at 5 ms; we want to see well below it.
 ADMISSION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-
-
-Labelled = TypeVar("Labelled", Histogram, Counter)
-
-
-class Children(Generic[Labelled]):
-    """A labelled metric's children, each looked up once and kept, as Prometheus' client guidelines
-    intend (every admission counts itself under one of a few label sets; none is ever removed)."""
-
-    def __init__(self, metric: Labelled):
-        self.labels: Callable[..., Labelled] = functools.cache(metric.labels)
 
 
 ADMISSION_DURATION = Histogram("colocate_admission_duration_seconds",
@@ -41,8 +29,10 @@ ADMISSIONS = Counter("colocate_admissions_total",
                      "Admission reviews answered, by rule (vm, share-manager, evacuation, none) and outcome (pinned, pinned-among, "
                      "preferred, not-pinned, aimed, skipped, error), a skipped one by why.",
                      ["rule", "outcome", "reason"], registry=REGISTRY)
-ADMISSION_DURATIONS, ADMISSION_OUTCOMES = Children(ADMISSION_DURATION), Children(ADMISSIONS)
-ADMISSION_LATENCIES = Children(ADMISSION_LATENCY)
+# Each label set's child looked up once and kept, as Prometheus' client guidelines intend (every
+# admission counts itself under one of a few label sets; none is ever removed).
+ADMISSION_DURATIONS, ADMISSION_OUTCOMES = functools.cache(ADMISSION_DURATION.labels), functools.cache(ADMISSIONS.labels)
+ADMISSION_LATENCIES = functools.cache(ADMISSION_LATENCY.labels)
 LOOP_LAG = Histogram("colocate_event_loop_lag_seconds",
                      "How late the event loop ran a timer (sampled every 0.1 s): how long a request arriving then "
                      "could wait before its handler ran.", buckets=ADMISSION_BUCKETS, registry=REGISTRY)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
@@ -166,9 +165,9 @@ class Admissions:
             count_admission(outcome, now - started)
             waited = None if arrived is None else now - arrived
             if waited is not None:
-                metrics.ADMISSION_LATENCIES.labels(KIND_OF_RULE[outcome.rule]).observe(waited)
-            log_admission(review, outcome, Timing(seconds=now - started, waited=waited,
-                                                  loop_lag=self.lag.recent() if self.lag is not None else None))
+                metrics.ADMISSION_LATENCIES(KIND_OF_RULE[outcome.rule]).observe(waited)
+            log_admission(review, outcome, now - started, waited=waited,
+                          loop_lag=self.lag.recent() if self.lag is not None else None)
         except Exception:
             log.exception("bookkeeping after admission %s failed", review.uid)
         return answer
@@ -197,33 +196,25 @@ def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
 
 def count_admission(outcome: Outcome, seconds: float) -> None:
     """The admission's duration and outcome in the metrics; an internal error counts as outcome "error"."""
-    metrics.ADMISSION_DURATIONS.labels(outcome.rule).observe(seconds)
+    metrics.ADMISSION_DURATIONS(outcome.rule).observe(seconds)
     if outcome.decision is not None:
-        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, outcome.decision.outcome, "").inc()
+        metrics.ADMISSION_OUTCOMES(outcome.rule, outcome.decision.outcome, "").inc()
     elif outcome.failed:
-        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "error", outcome.skipped).inc()
+        metrics.ADMISSION_OUTCOMES(outcome.rule, "error", outcome.skipped).inc()
     else:
-        metrics.ADMISSION_OUTCOMES.labels(outcome.rule, "skipped", outcome.skipped or "").inc()
+        metrics.ADMISSION_OUTCOMES(outcome.rule, "skipped", outcome.skipped or "").inc()
 
 
 # The kind of pod a review's latency is counted under, by the rule that took it.
 KIND_OF_RULE = {Rule.VM: "vm", Rule.SHARE_MANAGER: "share-manager", Rule.EVACUATION: "migration", Rule.NONE: "other"}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Timing:
-    """How long one admission took: from its handler's start (`seconds`), from its caller's
-    (`waited`: the accept of its connection or its request's first byte, when known), and the
-    event loop's longest lag of the second before its answer."""
-
-    seconds: float
-    waited: float | None = None
-    loop_lag: float | None = None
-
-
-def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, timing: Timing) -> None:
+def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float, *, waited: float | None = None,
+                  loop_lag: float | None = None) -> None:
     """One JSON line per admission: why the VM is there, and how long it took (`duration_ms` from the
-    handler's start, `latency_ms` from the accept, `loop_lag_ms` as looplag.py measures it)."""
+    handler's start; `latency_ms` from its caller's, the accept of its connection or its request's first
+    byte, when known; `loop_lag_ms`: the event loop's longest lag of the second before, as looplag.py
+    measures it)."""
     decision = outcome.decision
     fields: dict[str, object] = {
         "uid": review.uid,
@@ -238,12 +229,12 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, timing: Ti
         "reason": decision.reason if decision else outcome.skipped,
         "detail": outcome.detail,
         "dry_run": review.dry_run,
-        "duration_ms": round(timing.seconds * 1000, 3),
+        "duration_ms": round(seconds * 1000, 3),
     }
-    if timing.waited is not None:
-        fields["latency_ms"] = round(timing.waited * 1000, 3)
-    if timing.loop_lag is not None:
-        fields["loop_lag_ms"] = round(timing.loop_lag * 1000, 3)
+    if waited is not None:
+        fields["latency_ms"] = round(waited * 1000, 3)
+    if loop_lag is not None:
+        fields["loop_lag_ms"] = round(loop_lag * 1000, 3)
     log.info("admission", extra={"fields": fields})
 
 
