@@ -147,17 +147,9 @@ async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: A
     """The answer of the share-manager rule for `pod` (a share-manager pod as longhorn-manager will create it again),
     worked out in its turn in the lane, when the search for where its VM can follow made it; else why there is none."""
     assert shared.preparing is not None
-    volume = kinds.labels(pod).get(kinds.SHARE_MANAGER_VOLUME_LABEL)
-    if not volume:
-        return "no volume label"
-    async with shared.lane.turn(deadline) as mine:
-        if not mine:
-            return "no turn in the lane before the deadline"
-        outcome = await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
+    outcome = await _share_manager_rule(namespace, pod, store, settings, deadline, shared)
     if shared.preparing:
         return shared.preparing[-1]
-    if outcome is None:  # only out of turn, which preparing never is
-        return "no decision"
     return outcome.detail or outcome.skipped or (outcome.decision.reason if outcome.decision else "no decision")
 
 
