@@ -28,9 +28,9 @@ class Fact:
     known: bool = True  # False: the API could not tell (an error, no answer in time), not a finding
 
 
-def claims_of(obj: dict[str, Any]) -> list[str]:
+def claims_of(obj: dict[str, Any], *, hotplugged: bool = False) -> list[str]:
     """PVC names of a pod's (or VMI's) volumes, in order, once each: a `dataVolume` volume's PVC
-    has the DataVolume's name."""
+    has the DataVolume's name. `hotplugged`: only a VMI's hotplugged ones (`hotpluggable: true` on the source)."""
     claims: dict[str, None] = {}  # ordered, and a set: a pod of 20,000 volumes is read in one pass
     volumes = kinds.spec(obj).get("volumes")
     if not isinstance(volumes, list):
@@ -40,23 +40,14 @@ def claims_of(obj: dict[str, Any]) -> list[str]:
         if source is None:
             continue  # most volumes: emptyDir, secret, ...
         name = (source.get("claimName") or source.get("name")) if isinstance(source, dict) else None
-        if isinstance(name, str) and name:
+        if isinstance(name, str) and name and (not hotplugged or declared.VMI_HOTPLUGGABLE[0].value(source) is True):
             claims[name] = None
     return list(claims)
 
 
 def hotplugged_claims(vmi: dict[str, Any]) -> list[str]:
-    """The claims of a VMI's hotplugged volumes (`hotpluggable: true` on the volume's source), in order."""
-    found: dict[str, None] = {}
-    volumes = kinds.spec(vmi).get("volumes")
-    for volume in volumes if isinstance(volumes, list) else ():
-        for field, source in zip(declared.VMI_HOTPLUGGABLE, ("persistentVolumeClaim", "dataVolume")):
-            held = volume.get(source) if isinstance(volume, dict) else None
-            if isinstance(held, dict) and field.value(held) is True:
-                name = held.get("claimName") or held.get("name")
-                if isinstance(name, str) and name:
-                    found[name] = None
-    return list(found)
+    """The claims of a VMI's hotplugged volumes, in order."""
+    return claims_of(vmi, hotplugged=True)
 
 
 def disks_of(pod: dict[str, Any], vmi: dict[str, Any] | None) -> list[str]:
