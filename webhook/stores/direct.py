@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -63,6 +64,18 @@ class ClusterStore(Store):
         # Lists omit apiVersion/kind on items; the rules don't need them. Filter client-side too.
         return [item for item in items if kinds.labels_match(item, labels)]
 
+    async def listed(self, scopes: Iterable[tuple[Resource, str | None]], *, timeout: float | None) -> list[dict[str, Any]]:
+        """Every object of each (resource, namespace or None: all) listed once, with its apiVersion, kind and
+        namespace: list items may omit them (their namespace too, in some servers' answers)."""
+        objects: list[dict[str, Any]] = []
+        for resource, namespace in scopes:
+            for obj in await self.list(resource, namespace, timeout=timeout):
+                obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+                if namespace is not None:
+                    obj.setdefault("metadata", {}).setdefault("namespace", namespace)
+                objects.append(obj)
+        return objects
+
     async def fit_view(self, namespace, node, *, timeout=None):
         """Read once what the checks need (an admin's one-off question, e.g. `explain`): every
         node, the pods that have not finished, the namespace's claims, every volume."""
@@ -70,12 +83,10 @@ class ClusterStore(Store):
             async with asyncio.timeout(timeout):
                 nodes = await self.list(NODE, timeout=timeout)
                 pods = [p for p in await self.list(POD, timeout=timeout) if not kinds.finished(p)]
-                claims = await self.list(PVC, namespace, timeout=timeout)
+                claims = await self.listed(((PVC, namespace),), timeout=timeout)
                 volumes = await self.list(PV, timeout=timeout)
         except (StoreError, TimeoutError):
             return None
-        for claim in claims:  # list items carry no namespace of their own in some servers' answers
-            claim.setdefault("metadata", {}).setdefault("namespace", namespace)
         return fit.StaticView(nodes, pods, claims, volumes)
 
     async def pvs_by_volume_handle(self, handle, *, timeout=None):

@@ -27,7 +27,10 @@ async def drain_aims(store: ClusterStore, settings: Settings, node: str, vms: Se
                      timeout: float) -> dict[tuple[str, str], str]:
     """By (namespace, VM): where its evacuation would be aimed, or why not, in words."""
     try:
-        objects = as_drained(await _listed(store, settings, timeout), node, settings)
+        # Everything the rule reads, listed once.
+        objects = as_drained(await store.listed(((NODE, None), (POD, None), (PVC, None), (PV, None),
+                                                 (SHARE_MANAGER, settings.longhorn_namespace), (VMI, None), (VMIM, None)),
+                                                timeout=timeout), node, settings)
     except StoreError as exc:
         return {vm: f"where its evacuation would be aimed cannot be told ({exc})" for vm in vms}
     aiming = dataclasses.replace(settings, aim_evacuations=True)
@@ -52,17 +55,6 @@ def evacuation(namespace: str, vmi: str, node: str) -> dict[str, Any]:
             "metadata": {"generateName": kinds.EVACUATION_PREFIX, "namespace": namespace,
                          "annotations": {kinds.EVACUATION_ANNOTATION: node}},
             "spec": {"vmiName": vmi, "priority": kinds.DRAIN_PRIORITY}}
-
-
-async def _listed(store: ClusterStore, settings: Settings, timeout: float) -> list[dict[str, Any]]:
-    """Everything the rule reads, listed once (list items may omit their apiVersion and kind)."""
-    objects: list[dict[str, Any]] = []
-    for resource, namespace in ((NODE, None), (POD, None), (PVC, None), (PV, None),
-                                (SHARE_MANAGER, settings.longhorn_namespace), (VMI, None), (VMIM, None)):
-        for obj in await store.list(resource, namespace, timeout=timeout):
-            obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
-            objects.append(obj)
-    return objects
 
 
 def as_drained(objects: list[dict[str, Any]], node: str, settings: Settings) -> list[dict[str, Any]]:

@@ -366,15 +366,8 @@ async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Ite
     longhorn = settings.longhorn_namespace
     scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)), (POD, longhorn),
               (SHARE_MANAGER, longhorn)]
-    objects: list[dict[str, Any]] = []
     try:
-        for resource, namespace in scopes:
-            for obj in await store.list(resource, namespace, timeout=timeout):
-                # List items may omit apiVersion and kind, and in some servers' answers the namespace.
-                obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
-                if namespace is not None:
-                    obj.setdefault("metadata", {}).setdefault("namespace", namespace)
-                objects.append(obj)
+        objects = await store.listed(scopes, timeout=timeout)
     except StoreError:
         return store
     return SnapshotStore(objects)
