@@ -61,9 +61,8 @@ class KeeperService:
 
     async def run(self) -> None:
         with stop_signals() as stop:
-            app = ops.make_ops_app(self.not_ready, self.degraded, registry=metrics.KEEPER_REGISTRY,
-                                   ready=metrics.KEEPER_READY)
-            self.ops = await ops.start(app, self.metrics_host, self.metrics_port)
+            probes = ops.Probes(self.not_ready, self.degraded, registry=metrics.KEEPER_REGISTRY, ready=metrics.KEEPER_READY)
+            self.ops = await ops.start(probes, self.metrics_host, self.metrics_port)
             try:
                 await self.act_as(await self.check() if self.check is not None else Hold(self.settings.keep))
                 if self.check is not None:

@@ -43,9 +43,6 @@ class Probes:
         return 200, ("ok, degraded: " + "; ".join(degraded) if degraded else "ok") + "\n"
 
 
-make_ops_app = Probes  # the name `keep`'s service (keeper/service.py) makes them by
-
-
 # The probes are answered on a thread of their own (`Apart`), so that no long work on the process's loop
 # delays them past the kubelet's 1 s: each is asked of the loop, and answered from what it last said when
 # it does not answer within ASK_SECONDS; /healthz fails once the loop has not turned for STALLED_SECONDS.
