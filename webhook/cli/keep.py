@@ -18,8 +18,10 @@ async def run_keep(args: argparse.Namespace) -> int:
     from ..keeper.lease import lease_namespace
     from ..keeper.service import KeeperService
     from ..keeper.upgrade import read_mode
+    from ..process.heap import collect_young_less
 
     logs.setup(log_level(args.log_level, os.environ), process="keeper")
+    collect_young_less()  # process/heap.py: a first pass makes millions of objects, most of them kept
     settings = settings_from(args)
     ports = {"metrics_host": args.metrics_host, "metrics_port": args.metrics_port}
     if settings.keep is KeepMode.OFF:  # nothing to elect: the probes answer, nothing is read or done

@@ -71,7 +71,7 @@ async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts
     while targeted.settled == settled and not writes.lost:
         flying, wanted = set(writes.probes.values()), {}
         for vm in (await plan_of(assumed)).vms:
-            if _would_move(vm) and vm.key[0] not in flying and vm.key not in tried and \
+            if _would_move(vm) and vm.key[0] not in flying and vm.key[0] not in wanted and vm.key not in tried and \
                     isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict):
                 wanted.setdefault(vm.key[0], (vm.key, made))
         launched = False

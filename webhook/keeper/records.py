@@ -234,14 +234,18 @@ class Records(Recall):
 
     def _noted(self, vm: VmFacts, decision: KeepDecision, now: datetime) -> VmRecord:
         vmi = vm.vmi
-        record = self.state.vm(vmi.namespace, vmi.name).of_vmi(vmi.uid)
+        kept = self.state.vms.get((vmi.namespace, vmi.name))
+        says = (f"needs a restart: {decision.reason}" if decision.hold is Alone.NEEDS_RESTART else "",
+                vm.waits_for_storage or "")
+        if vm.mount is None and not any(says) and (kept is None or kept.uid == vmi.uid and not kept.said):
+            return kept or VmRecord(namespace=vmi.namespace, name=vmi.name)  # most VMs, most passes: nothing to note
+        record = (kept or VmRecord(namespace=vmi.namespace, name=vmi.name)).of_vmi(vmi.uid)
         if vm.mount is not None:
             stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
                 if vm.stale and vm.stale_since is not None else None
             record = dataclasses.replace(record, seen=vm.seen, stale=stale, full=vm.full or "")
         said = dict(record.said)
-        for reason, words in zip(SAID_ONCE, (f"needs a restart: {decision.reason}" if decision.hold is
-                                             Alone.NEEDS_RESTART else "", vm.waits_for_storage or ""), strict=True):
+        for reason, words in zip(SAID_ONCE, says, strict=True):
             if words and reason not in said:
                 self.events.emit_about(vmi_reference(vmi.namespace, vmi.name, vmi.uid), reason, words, warning=True)
                 said[reason] = now

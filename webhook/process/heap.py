@@ -1,7 +1,7 @@
 """The garbage collector, set in this one place for either process (`serve`, `keep`), for one reason: a collection
 walks every object it tracks, the event loop and the probes' thread (the GIL) stopped meanwhile, and should not walk
 what it cannot free: what lives once the caches have synced is frozen out (`freeze`), a review's parsing
-pauses it (`paused`), and young collections wait for YOUNG new objects (a drain's burst)."""
+pauses it (`paused`), and young collections wait for YOUNG new objects (a drain's burst, a keeper's pass)."""
 from __future__ import annotations
 
 import contextlib

@@ -134,14 +134,14 @@ def outbound_counts(migrations: Iterable[Migration], vmis: Iterable[VmiView], no
 
 def flying(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> tuple[tuple[str, str, bool], ...]:
     """Each migration in flight: the node it leaves ("" when not known), its namespace/name, whether it is ours."""
+    migrations = [m for m in migrations if m.in_flight(now)]
     nodes: dict[tuple[str, str], str] = {}
-    for vmi in vmis:
+    for vmi in vmis if migrations else ():  # most passes: none in flight, no VMI to look at
         state = vmi.migration
         node = state.source_node if state is not None and state.in_flight and state.source_node else vmi.node
         if node:
             nodes[vmi.namespace, vmi.name] = node
-    return tuple((nodes.get((m.namespace, m.vmi), ""), f"{m.namespace}/{m.name}", m.ours) for m in migrations
-                 if m.in_flight(now))
+    return tuple((nodes.get((m.namespace, m.vmi), ""), f"{m.namespace}/{m.name}", m.ours) for m in migrations)
 
 
 def of_vmi(migrations: Iterable[Migration], vmi: VmiView | tuple[str, str]) -> list[Migration]:

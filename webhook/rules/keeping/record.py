@@ -127,6 +127,9 @@ class KeeperState:
         return self.vms.get((namespace, name)) or VmRecord(namespace=namespace, name=name)
 
     def with_vm(self, record: VmRecord) -> KeeperState:
+        """The state with the VM's record as given; itself when that changes nothing (a pass notes every VM)."""
+        if (record.empty and record.key not in self.vms) or self.vms.get(record.key) == record:
+            return self
         vms = {k: v for k, v in self.vms.items() if k != record.key}
         return dataclasses.replace(self, vms=vms if record.empty else {**vms, record.key: record})
 
@@ -144,7 +147,8 @@ class KeeperState:
         return {r.uid for r in self.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
 
     def refusal(self, namespace: str, name: str, action: Action) -> Refusal | None:
-        return next((h for h in self.vm(namespace, name).refusals if h.action is action), None)
+        record = self.vms.get((namespace, name))  # most VMs have none: asked of every VM in a pass
+        return None if record is None else next((h for h in record.refusals if h.action is action), None)
 
     def refused(self, namespace: str, name: str, action: Action, status: int, words: str,
                 now: datetime) -> KeeperState:
