@@ -83,4 +83,6 @@ async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts
             launched = True
         if not launched and not await landed(writes, hold):
             break
-    return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note) if tried else assumed
+    if not tried or targeted.available is True:  # what the plan assumed: no second plan over every VM for a note
+        return assumed  # it reads only while targeted migration does not work
+    return dataclasses.replace(facts, targeted=targeted.available, targeted_note=targeted.note)
