@@ -2,6 +2,7 @@
 `get` decodes a fresh dict; `read` hands out one shared, read-only object per stored version."""
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
@@ -37,7 +38,7 @@ class Table:
         self.objects: dict[str, bytes] = {}
         self.indexes: dict[str, dict[Hashable, str | tuple[str, ...]]] = {name: {} for name in indexers}
         # What `read` handed out, by key, until it changes or is the oldest of more than SHARED.
-        self.shared: dict[str, dict[str, Any]] = {}
+        self.shared: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
 
     def get(self, key: str) -> dict[str, Any] | None:
         """A fresh copy: the caller may change it."""
@@ -52,7 +53,7 @@ class Table:
             if blob is None:
                 return None
             if len(self.shared) >= SHARED:
-                del self.shared[next(iter(self.shared))]  # the oldest (dicts keep insertion order)
+                self.shared.popitem(last=False)  # the oldest (a dict's first key is found past every one deleted)
             obj = self.shared[key] = self.decode(key, blob)
         return obj
 
