@@ -248,12 +248,8 @@ class WatchedClusterStore(Informers):
         return self._view
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
-        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed and shared with every other reader
-        (never to be changed: a pass reads each several times); None until synced."""
-        if not self.pods.synced:
-            return None
-        table = self.pods.table
-        return [pod for key in table.keys_of("vmi", object_key(namespace, vmi_uid)) if (pod := table.read(key))]
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
+        return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
 
 
 def _volume_handles(pv: dict[str, Any]) -> list[str]:

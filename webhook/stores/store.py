@@ -74,8 +74,7 @@ class WatchedStore(Store, Protocol):
         """Return once every cache has synced."""
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
-        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed, never to be changed; None until
-        synced."""
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
         """Pods we pinned that no node has taken yet."""
