@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import itertools
 import json
 import os
@@ -202,6 +203,9 @@ async def serve(args: argparse.Namespace) -> None:
                 for line in lines:
                     emulator.put(json.loads(line))
                     count += 1
+        # The apiserver's collector runs beside its handlers; Python's full collection over the millions of
+        # objects stored here held every request, a Lease's renewal too, for 11 s (measured at 75,000 VMs).
+        gc.freeze()
         print(f"{url(api)} {url(control)} {count}", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
     finally:
