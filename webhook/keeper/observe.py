@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, node_obstacle, resolve_disks
+from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, obstacle_on, resolve_disks
 from ..stores.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
@@ -140,8 +140,8 @@ class ApartSpans:
                                      self.settings, memo)
         if isinstance(built, TargetUnknown):
             return f"cannot tell what its migration target needs: {built}"
-        return lacking(built, target, node) or await node_obstacle(
-            self.store, target, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)
+        return lacking(built, target, node) or await obstacle_on(
+            self.store, target, node, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)
 
 
 class Recall:

@@ -203,6 +203,13 @@ async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace:
         return f"node {name} could not be checked ({exc})"
     except TimeoutError:
         return f"node {name} could not be checked before the deadline"
+    return await obstacle_on(store, name, node, pod, namespace, deadline, needs_kubevirt=needs_kubevirt, seen=seen)
+
+
+async def obstacle_on(store: Store, name: str, node: dict[str, Any] | None, pod: dict[str, Any], namespace: str,
+                      deadline: Deadline, *, needs_kubevirt: bool, seen: JustRead | None = None) -> str | None:
+    """`node_obstacle` on node `name` as the caller read it (None: there is none): the keeper reads each node
+    once a pass, not once for each of the 15 VMs a node's storage serves."""
     why = fit.why_not_run(name, node, pod, needs_kubevirt=needs_kubevirt)
     if why is not None or node is None:
         return why
