@@ -27,6 +27,7 @@ from tests.support.kubevirt_api import (
 from webhook.cluster import client
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
+from webhook.keeper import keeper as keeper_module
 from webhook.keeper.keeper import Keeper, KeeperTiming
 from webhook.logs import JsonFormatter
 from webhook.rules.shared.alone import Alone
@@ -747,3 +748,31 @@ async def test_a_vm_is_moved_on_a_storage_node_check_of_the_pass_that_moves_it(c
     report = await keeper.run_pass()
     assert judged == ["vm1"] and report.created == ()
     assert record(report).hold == Alone.TARGET_UNFIT
+
+
+def apart_in_namespaces(count: int) -> list[dict]:
+    """`count` VMs on node-a apart from their storage on node-b, each in a namespace of its own."""
+    return three_nodes() + [obj for n in range(1, count + 1) for obj in apart_vm(f"vm{n}", namespace=f"ns{n}")]
+
+
+@pytest.mark.parametrize("keep, most", [("report", 1), ("migrate", 6)])
+async def test_a_first_pass_makes_its_plan_again_only_for_what_can_change_it(cluster, make_keeper, monkeypatch, keep,
+                                                                              most):
+    """The plan covers every VM (seconds at 75,000): a first pass that learns, namespace by namespace, whether
+    migrations can be created makes it again only for an answer, never once for each dry run it sends, and in report
+    mode, where no answer changes what it does, not at all."""
+    made = []
+
+    def counted(*args, **kwargs):
+        made.append(1)
+        return plan(*args, **kwargs)
+
+    plan = keeper_module.plan
+    monkeypatch.setattr(keeper_module, "plan", counted)
+    cluster.seed(apart_in_namespaces(12))
+    keeper = await make_keeper(Settings(keep=keep, keep_after=0, keep_max_outbound_per_node=12))
+
+    report = await keeper.run_pass()
+
+    assert len(report.created) == (2 if keep == "migrate" else 0)
+    assert len(made) <= most, f"the plan was made {len(made)} times"

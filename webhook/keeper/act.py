@@ -14,7 +14,8 @@ from typing import Any
 from .. import metrics
 from ..cluster.events import Events, vmi_reference
 from .kubevirt_api import create_migration, delete_migration, unpause_vmi
-from .probe import landed, launch, room
+from .probe import landed, launch, room, waits_for_a_slot
+from ..config import KeepMode
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.keep import PassFacts, VmFacts
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
@@ -85,8 +86,14 @@ class Actor:
     async def carry_out(self, turn: Turn, facts: PassFacts, now: datetime, *, priority: bool) -> None:
         """The plan's cancels, unpauses and creates as the bucket lets them, until the API or lease is lost; a
         create in a namespace not known to answer after its dry run (`probe.py`). After a step that did not go
-        through, or a dry run's answer, the plan is made again."""
-        made, done, writes = await turn.plan(facts), set[Any](), turn.writes
+        through, the dry runs launched together, or a dry run's answer, the plan is made again."""
+        writes = turn.writes
+        if facts.mode is not KeepMode.MIGRATE or facts.incomplete or not facts.lease:
+            while await landed(writes, turn.came):  # no plan has a step: the dry runs land, counted, and no plan
+                pass  # is made again for each (seconds at 75,000 VMs)
+            writes.stop()
+            return
+        made, done = await turn.plan(facts), set[Any]()
         while True:
             key, step = next(((key, step) for key, step in _steps(made) if key not in done), (None, None))
             probe = isinstance(step, VmPlan) and step.move and step.key[0] not in writes.answering
@@ -98,6 +105,7 @@ class Actor:
                 break
             elif probe and isinstance(one := manifest(turn.observed[key], step.decision, priority=priority), dict):
                 launch(writes, key, create_migration(self.api, one, timeout=self.wait, dry_run=True))
+                await self._probe_next(turn, made, done, priority=priority)
             else:
                 done.add(key)
                 result = await (self.cancel(step, now) if isinstance(step, Cancel) else self.unpause(
@@ -110,6 +118,29 @@ class Actor:
                     continue
             made = await turn.plan(facts)
         writes.stop()
+
+    async def _probe_next(self, turn: Turn, made: Plan, done: set[Any], *, priority: bool) -> None:
+        """The dry runs of the plan's next VMs, each in a namespace of its own not known to answer, those it moves and
+        those only a slot holds (`waits_for_a_slot`), in its order up to a write of another kind: launched together,
+        the plan made again once for them, not once each (at 75,000 VMs, seconds each)."""
+        writes = turn.writes
+        if any(("cancel", c.migration.uid) not in done for c in made.cancels):
+            return  # its cancels come first
+        for vm in made.vms:
+            key = vm.key
+            if key in done or key[0] in writes.deferred:
+                continue  # done, or its namespace waits (for a dry run's answer): the next plan holds it
+            if vm.unpause or vm.move and key[0] in writes.answering:
+                return  # a write of another kind comes first, as the plan orders them
+            if not (vm.move or waits_for_a_slot(vm)) or key[0] in writes.answering:
+                continue
+            if room(writes) <= 0:
+                return
+            if not isinstance(one := manifest(turn.observed[key], vm.decision, priority=priority), dict):
+                continue  # its node went away: the next plan says so
+            if not await writes.take() or not self.authority(self.timeout):
+                return  # the next plan's loop says why
+            launch(writes, key, create_migration(self.api, one, timeout=self.wait, dry_run=True))
 
     async def create(self, vm: Observed, step: VmPlan, *, priority: bool) -> Result:
         """Create the migration the VM's decision calls for, with spec.priority when `priority`."""

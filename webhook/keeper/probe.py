@@ -26,6 +26,14 @@ def room(writes: Writes) -> int:
     return max(1, writes.burst // 2) - len(writes.probes)
 
 
+# Holds that only a free slot ends: a VM so held moves once one does.
+SLOTS = frozenset({Alone.SOURCE_BUSY, Alone.OUR_LIMIT, Alone.CLUSTER_LIMIT})
+
+
+def waits_for_a_slot(vm: VmPlan) -> bool:
+    return not vm.unpause and vm.decision.hold in SLOTS
+
+
 def _would_move(vm: VmPlan) -> bool:
     return vm.move or (not vm.unpause and vm.decision.hold in (Alone.REPORT_ONLY, Alone.NO_LEASE))
 
@@ -74,14 +82,12 @@ async def ask_targeted(targeted: TargetedMigration, plan_of: Callable[[PassFacts
             if _would_move(vm) and vm.key[0] not in flying and vm.key[0] not in wanted and vm.key not in tried and \
                     isinstance(made := manifest(observed[vm.key], vm.decision, priority=True), dict):
                 wanted.setdefault(vm.key[0], (vm.key, made))
-        launched = False
         for key, made in list(wanted.values())[:room(writes)]:
             if not await writes.take():
                 break
             launch(writes, key, targeted.dry_run(made))
             tried.add(key)
-            launched = True
-        if not launched and not await landed(writes, hold):
+        if not await landed(writes, hold):  # only an answer changes the plan: none, no plan made again
             break
     if not tried or targeted.available is True:  # what the plan assumed: no second plan over every VM for a note
         return assumed  # it reads only while targeted migration does not work
