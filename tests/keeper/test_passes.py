@@ -740,7 +740,7 @@ async def test_a_vm_is_moved_on_a_storage_node_check_of_the_pass_that_moves_it(c
     keeper.targeted.available = True
     judged = []
 
-    async def full(self, vmi, target, span):
+    async def full(self, vmi, target, span, launcher):
         judged.append(vmi.name)
         return None, f"node {target} is full"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
@@ -53,6 +54,7 @@ VERDICT_PASSES = 20
 
 
 Launchers = Callable[[str, str], list[dict[str, Any]] | None]  # (namespace, VMI uid) -> its pods, None: not known
+LauncherRead = Callable[[], tuple[dict[str, Any] | None, str | None]]  # a VM's launcher pod, or why it is not known
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,7 +84,7 @@ class ApartSpans:
         self.launchers, self.direct = launchers, direct
 
     async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
-                 now: datetime, known: ApartSpan | None = None) -> ApartSpan:
+                 now: datetime, known: ApartSpan | None = None, launcher: LauncherRead | None = None) -> ApartSpan:
         """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
         pod's and share-managers' start (none known: when first seen apart, per `known`, the span last read)."""
         node, target = where.node or "", where.target or ""
@@ -90,7 +92,7 @@ class ApartSpans:
         if same and known.problem is None:
             return known
         first_seen = known.since if same else now
-        pod, problem = self.cached_launcher(vmi, node)
+        pod, problem = launcher() if launcher is not None else self.cached_launcher(vmi, node)
         moments = [last_end, started(pod)]
         for fact in facts:
             if fact.node == target and fact.volume:
@@ -110,9 +112,9 @@ class ApartSpans:
         running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
         return (running[0], None) if running else (None, f"its launcher pod on {node} is not known")
 
-    def source(self, vmi: VmiView, node: str) -> MigrationSource | str:
+    def source(self, vmi: VmiView, node: str, launcher: LauncherRead | None = None) -> MigrationSource | str:
         """What the VM's migration target off `node` is rendered from, or why it is not known."""
-        pod, problem = self.cached_launcher(vmi, node)
+        pod, problem = launcher() if launcher is not None else self.cached_launcher(vmi, node)
         return migration_source(pod, self.settings) if pod is not None else problem or ""
 
     async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -264,6 +266,8 @@ class Observer:
                         unpaused=vmi.uid in unpaused, moved_in=moved.name if moved is not None else "")
         read: set[str] = set()
         span: ApartSpan | None = None
+        # Its launcher pod on its node, decoded once for the span and the storage-node check alike.
+        launcher = functools.cache(functools.partial(self.spans.cached_launcher, vmi, vmi.node or ""))
         node, unfit = None, None
         while (need := next_read(facts, read)) is not None:
             read.add(need)
@@ -277,11 +281,11 @@ class Observer:
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if span is None:  # how long it has been apart comes with it
-                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.records.span(key))
+                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.records.span(key), launcher)
                 self.records.spanned(key, span)
                 read.add("apart_since")
             if need == "target_unfit":
-                node, unfit = await self._judged(key, vmi, where.target, span)
+                node, unfit = await self._judged(key, vmi, where.target, span, launcher)
             if (facts.apart_since, facts.target_unfit) != (span.since, unfit):
                 facts = dataclasses.replace(facts, apart_since=span.since, target_unfit=unfit)
         if "stale" not in read:
@@ -365,30 +369,32 @@ class Observer:
             whys.append(f"{name}: {unfit}")
         return None, "; ".join(whys) or "the cluster has no other node", None
 
-    async def _judged(self, key: VmKey, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
+    async def _judged(self, key: VmKey, vmi: VmiView, target: str, span: ApartSpan,
+                      launcher: LauncherRead) -> tuple[dict[str, Any] | None, str | None]:
         """`_target`, or its verdict kept from an earlier pass where nothing it went by changed (`Verdicts`)."""
         verdicts = self.verdicts
         if verdicts is None or verdicts.position is None:
-            return await self._target(vmi, target, span)
+            return await self._target(vmi, target, span, launcher)
         held = verdicts.taken(key, vmi, target, self.view, self.turn)
         if held is not None:
             with contextlib.suppress(StoreError):  # the node as this pass reads it, else judged afresh
                 return await self.nodes.get(target), held.unfit
-        node, unfit = await self._target(vmi, target, span)
+        node, unfit = await self._target(vmi, target, span, launcher)
         verdicts.held[key] = Verdict(vmi=vmi, target=target, position=verdicts.position, turn=self.turn, unfit=unfit)
         return node, unfit
 
-    async def _target(self, vmi: VmiView, target: str, span: ApartSpan) -> tuple[dict[str, Any] | None, str | None]:
+    async def _target(self, vmi: VmiView, target: str, span: ApartSpan,
+                      launcher: LauncherRead) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        launcher = self.spans.source(vmi, vmi.node or "")
-        if isinstance(launcher, str):
-            return None, span.problem or launcher
+        made = self.spans.source(vmi, vmi.node or "", launcher)
+        if isinstance(made, str):
+            return None, span.problem or made
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.spans.target_unfit(vmi, launcher, source, target, node, self.memo)
+        return node, await self.spans.target_unfit(vmi, made, source, target, node, self.memo)
 
 
 def serving_since(pod: dict[str, Any] | None) -> datetime | None:

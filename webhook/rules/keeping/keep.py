@@ -125,13 +125,17 @@ class KeepDecision:
     @property
     def move(self) -> str:
         """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
-        if self.round_trip:
-            return (f"from {self.source} to {self.target} and back ({cost(True)} migrations, its target pod cannot "
-                    f"land beside its own pod): {self.stale}; {self.why}")
-        if self.stale:
-            return f"from {self.source} to {self.target}: {self.stale}; {self.why}"
-        apart = whole_seconds(self.apart_for or timedelta(0))
-        return f"from {self.source} to {self.target}: {self.why}; apart for {apart}s"
+        return _move(self.source, self.target, self.why, self.apart_for, self.stale, self.round_trip)
+
+
+def _move(source: str | None, target: str | None, why: str, apart_for: timedelta | None, stale: str | None,
+          round_trip: bool) -> str:
+    if round_trip:
+        return (f"from {source} to {target} and back ({cost(True)} migrations, its target pod cannot "
+                f"land beside its own pod): {stale}; {why}")
+    if stale:
+        return f"from {source} to {target}: {stale}; {why}"
+    return f"from {source} to {target}: {why}; apart for {whole_seconds(apart_for or timedelta(0))}s"
 
 
 def _apart_for(vm: VmFacts, now: datetime) -> timedelta:
@@ -159,7 +163,7 @@ def _backoff_words(vm: VmFacts, p: PassFacts) -> str:
 
 def _today(vm: VmFacts, p: PassFacts) -> int:
     """Its drift migrations of the last 24h: recoveries have their own bound (`_unrecoverable`)."""
-    return sum(1 for a in vm.history if not a.recovers and p.now - a.created < DAY)
+    return sum(1 for a in vm.history if not a.recovers and p.now - a.created < DAY) if vm.history else 0
 
 
 def _unrecoverable(vm: VmFacts) -> str | None:
@@ -307,7 +311,7 @@ CHECKS: tuple[Check, ...] = (
     Check(hold=Alone.VIEW_INCOMPLETE, holds=lambda vm, p: bool(p.incomplete),
           words=lambda vm, p: f"not acting on an incomplete view: {p.incomplete}"),
     Check(hold=Alone.REPORT_ONLY, holds=lambda vm, p: p.mode is not KeepMode.MIGRATE,
-          words=lambda vm, p: f"report only: would migrate {_decision(vm, p, None).move}"),
+          words=lambda vm, p: f"report only: would migrate {_move_of(vm, p)}"),
     Check(hold=Alone.NO_LEASE, holds=lambda vm, p: not p.lease,
           words=lambda vm, p: "not acting: the lease might run out before the migration is created"),
 )
@@ -343,14 +347,20 @@ def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -
                         round_trip=_beside(vm))
 
 
+def _move_of(vm: VmFacts, p: PassFacts) -> str:
+    """`KeepDecision.move` of the VM's decision, without making one (a plan makes 75,000)."""
+    where, beside = vm.where, _beside(vm)
+    return _move(where.node, where.target or (vm.via if beside else None), where.why,
+                 _apart_for(vm, p.now) if where.state is APART else None, vm.stale, beside)
+
+
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
     """Migrate an apart VM to its storage node, or the first of `CHECKS` that holds it: the one decision."""
     for check in CHECKS:
         if check.holds(vm, p):  # the words of VMs held alike are one string (`sys.intern`): a report keeps each
             return _decision(vm, p, check.hold, intern(check.words(vm, p)))
-    decision = _decision(vm, p, None)
     verb = "recovering a stale mount: migrating" if vm.stale else "migrating"
-    return dataclasses.replace(decision, reason=f"{verb} {decision.move}")
+    return _decision(vm, p, None, f"{verb} {_move_of(vm, p)}")
 
 
 def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],

@@ -223,8 +223,13 @@ class Backoff:
     until: datetime | None
 
 
+NO_BACKOFF = Backoff(0, None)
+
+
 def backoff(history: Iterable[Attempt]) -> Backoff:
     """Where a VM stands after our attempts: consecutive failures at the end; a success resets."""
+    if not history:
+        return NO_BACKOFF  # most VMs: none tried
     done = sorted((a for a in history if a.succeeded is not None), key=lambda a: a.ended or a.created)
     failures = 0
     for attempt in reversed(done):
@@ -232,7 +237,7 @@ def backoff(history: Iterable[Attempt]) -> Backoff:
             break
         failures += 1
     if not failures:
-        return Backoff(0, None)
+        return NO_BACKOFF
     last = done[-1]
     return Backoff(failures, (last.ended or last.created) + backoff_delay(failures))
 
