@@ -108,36 +108,27 @@ def as_answer(prepared: Prepared, now: float) -> Decision:
                                                 f"created, from the one it replaces)")
 
 
-class PreparedAnswers:
+class PreparedAnswers(dict[Key, Prepared]):
     """The answers prepared for share-manager pods not created yet, by the pod's namespace and name."""
 
-    __slots__ = ("most", "_held")
-
     def __init__(self, most: int = MOST) -> None:
+        super().__init__()
         self.most = most
-        self._held: dict[Key, Prepared] = {}
 
     def keep(self, key: Key, prepared: Prepared) -> bool:
         """Hold the answer for the pod `key` (replacing an older one); False when too many are held."""
-        if key not in self._held and len(self._held) >= self.most:
+        if key not in self and len(self) >= self.most:
             return False
-        self._held[key] = prepared
+        self[key] = prepared
         return True
 
     def take(self, key: Key) -> Prepared | None:
         """The answer for the pod arriving now, no longer held: each is used once."""
-        return self._held.pop(key, None)
+        return self.pop(key, None)
 
-    def held(self, key: Key) -> Prepared | None:
-        return self._held.get(key)
+    held = dict.get
 
     def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[tuple[Key, Prepared]]:
         """Let go of the answers older than `seconds`; those let go, by pod."""
-        old = [key for key, prepared in self._held.items() if now - prepared.made > seconds]
-        return [(key, self._held.pop(key)) for key in old]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._held
-
-    def __len__(self) -> int:
-        return len(self._held)
+        old = [key for key, prepared in self.items() if now - prepared.made > seconds]
+        return [(key, self.pop(key)) for key in old]

@@ -40,7 +40,6 @@ class Promise:
     node: str  # where its share-manager was sent first, or where it was bound since
     share_manager: tuple[str, str]  # its pod's namespace and name
     usage: PodUsage  # what the VM's migration target pod will take there
-    until: float
     made: float
 
 
@@ -75,8 +74,7 @@ class Promises:
         self._drop(vm)
         while len(self._by_vm) >= self.most:
             self._drop(next(iter(self._by_vm)))
-        self._keep(Promise(vm=vm, source=source, node=node, share_manager=share_manager, usage=usage,
-                           until=now + self.seconds, made=now))
+        self._keep(Promise(vm=vm, source=source, node=node, share_manager=share_manager, usage=usage, made=now))
 
     def _keep(self, promise: Promise) -> None:
         self._by_vm[promise.vm] = promise
@@ -123,7 +121,7 @@ class Promises:
         for promise in list(self._by_node.get(node, {}).values()):
             exists, bound = seen.share_manager_on(*promise.share_manager)
             on = seen.vm_on(promise.vm)
-            if now >= promise.until or not exists or (on is not None and set(on) != {promise.source}):
+            if now >= promise.made + self.seconds or not exists or (on is not None and set(on) != {promise.source}):
                 self._drop(promise.vm)
             elif bound is not None and bound != promise.node:
                 self._drop(promise.vm)

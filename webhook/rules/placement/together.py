@@ -85,7 +85,7 @@ class DestinationSearch:
             return
         yield from self.rooms.update(self.moved, self.view)  # the nodes that changed since, scored again
         self.nodes = self.rooms.order  # a tuple of its own: the caches may change while the loop has the turn
-        taking, crowded, view, promised = self.taking, self.crowded, self.view, self.promises.nodes()
+        taking, crowded, promised = self.taking, self.crowded, self.promises.nodes()
         later: list[Scored] = []  # nodes with VMs already sent to them: after those without
         for room, name in self.nodes:
             if len(taking) >= AMONG_NODES:
@@ -93,23 +93,17 @@ class DestinationSearch:
             if name in promised:
                 later.append((room, name))
                 continue
-            node = view.node(name)
-            if node is not None:  # else gone since
-                self._judge(name, node, room, NOTHING)
+            self._judge(name, room, NOTHING)
             yield name
         for room, name in later:
             if len(taking) >= AMONG_NODES or len(crowded) >= AMONG_NODES * CROWDED_SEARCH:
                 break
-            node = view.node(name)
-            if node is not None:
-                self._judge(name, node, room, self.promises.to(name, but=self.vm))
+            self._judge(name, room, self.promises.to(name, but=self.vm))
             yield name
         if not taking and crowded:  # none beside the VMs already sent: where both land now
             self.beside_none = True
             for name in list(crowded):
-                node = view.node(name)
-                if node is not None:
-                    self._judge(name, node, None, NOTHING)
+                self._judge(name, None, NOTHING)
                 yield name
 
     def judge_again(self, names: Iterable[str]) -> dict[str, str] | str:
@@ -120,12 +114,10 @@ class DestinationSearch:
             return next(iter(self.refused.values()))
         refused: dict[str, str] = {}
         for name in sorted(names):
-            node = self.view.node(name)
-            if node is None:
+            self._judge(name, None, self.promises.to(name, but=self.vm))
+            if self.view.node(name) is None:
                 refused[name] = f"node {name} is gone"
-                continue
-            self._judge(name, node, None, self.promises.to(name, but=self.vm))
-            if name in self.refused:
+            elif name in self.refused:
                 refused[name] = self.refused[name]
         return refused
 
@@ -137,9 +129,12 @@ class DestinationSearch:
             return None
         return dataclasses.replace(self.moved, gathered=None, mounts=None, filters=None)
 
-    def _judge(self, name: str, node: Mapping[str, Any], room: float | None, sent: Taken) -> None:
+    def _judge(self, name: str, room: float | None, sent: Taken) -> None:
         """Whether both land on the node beside what the VMs counted as sent there take (`sent`):
-        into `taking` with the room the VM has there, `crowded`, or `refused`."""
+        into `taking` with the room the VM has there, `crowded`, or `refused` (a node gone since: none)."""
+        node = self.view.node(name)
+        if node is None:
+            return
         if name == self.source:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
