@@ -5,7 +5,7 @@ import datetime
 import logging
 
 import jsonpatch
-from tests.support.kube import nodes, vm_pod
+from tests.support.kube import affinity_ops, nodes, vm_pod
 
 from webhook import metrics
 from webhook.cluster import client
@@ -13,7 +13,6 @@ from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.admission.stranded import StrandedReporter
 from webhook.config import Settings
-from webhook.rules.placement.patch import affinity_ops
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.timezone.utc)
 MESSAGE = "0/3 nodes are available: 3 Insufficient devices.kubevirt.io/kvm."

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from kubefake.envtest import Api
+from tests.support.kube import affinity_ops
 from tests.support.fitting import CASES, HOSTNAME, NS, ROOTDISK, ZONE, sized, term, three_nodes, view_of, vm, workload
 
 from webhook.rules import fit
-from webhook.rules.placement.patch import affinity_ops
 
 BIND_WAIT = 20.0  # seconds for the scheduler to bind, or to say Unschedulable
 

@@ -62,6 +62,15 @@ def pin_of(node: str) -> dict[str, Any]:
     return {"key": "metadata.name", "operator": "In", "values": [node]}
 
 
+def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
+                 preferences: tuple[tuple[str, int], ...]) -> list[dict[str, Any]]:
+    """The patch that places a pod with this `spec` as `serve` does, recording nothing."""
+    from webhook.rules.placement.patch import _place, preferred_term
+    ops: list[dict[str, Any]] = []
+    _place(ops, spec, required, [preferred_term(node, weight) for node, weight in preferences])
+    return ops
+
+
 def annotations(pod: dict[str, Any]) -> dict[str, str]:
     return pod["metadata"].get("annotations") or {}
 

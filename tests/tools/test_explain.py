@@ -6,6 +6,7 @@ import jsonpatch
 import pytest
 from tests.support.stores import seed
 from tests.support.kube import (
+    affinity_ops,
     fixture_cluster,
     launcher_pod,
     load,
@@ -15,7 +16,6 @@ from tests.support.kube import (
 )
 
 from webhook.kinds import POD, VM, VMI
-from webhook.rules.placement.patch import affinity_ops
 
 VMI_OBJ = {
     "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",

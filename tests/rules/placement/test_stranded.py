@@ -4,10 +4,9 @@ import datetime
 
 import jsonpatch
 import pytest
-from tests.support.kube import vm_pod
+from tests.support.kube import affinity_ops, vm_pod
 
 from webhook.config import Settings
-from webhook.rules.placement.patch import affinity_ops
 from webhook.rules.placement.stranded import stranded
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.timezone.utc)

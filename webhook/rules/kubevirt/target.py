@@ -61,14 +61,8 @@ class Vmi(Protocol):
     def machine_from(self) -> str: ...  # kinds.STATUS_MACHINE, kinds.SPEC_MACHINE or ""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TargetUnknown:
+class TargetUnknown(str):
     """The target pod cannot be built from what the cluster shows: hold, and say what is missing."""
-
-    reason: str
-
-    def __str__(self) -> str:
-        return self.reason
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

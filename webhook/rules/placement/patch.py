@@ -51,26 +51,13 @@ def preferred_term(node: str, weight: int) -> dict[str, Any]:
 
 
 def patch_for(pod: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
-    """The whole patch for one pod: affinity first, then the recorded decision."""
-    return _patch(pod, decision.required, decision.preferences, decision_annotations(decision, settings))
-
-
-def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
-                 preferences: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
-    """The patch that places a pod with this `spec`, recording nothing (paths from the pod's root)."""
-    return _patch({"spec": spec}, required, preferences, {})
-
-
-def _patch(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence[tuple[str, int]],
-           annotations: dict[str, str]) -> list[dict[str, Any]]:
-    """The RFC 6902 `add` operations that place `pod` on the nodes and record the annotations (a
-    list as the answer carries it: jsonpatch's JsonPatch parses every path again, 10 µs an answer)."""
+    """The RFC 6902 `add` operations that place `pod` as decided and record the decision, affinity first (a list as
+    the answer carries it: jsonpatch's JsonPatch parses every path again, 10 µs an answer)."""
     ops: list[dict[str, Any]] = []
     spec = pod.get("spec")
-    if isinstance(spec, dict) and (required or preferences):
-        _place(ops, spec, required, [preferred_term(node, weight) for node, weight in preferences])
-    if annotations:
-        _record(ops, pod, annotations)
+    if isinstance(spec, dict) and (decision.required or decision.preferences):
+        _place(ops, spec, decision.required, [preferred_term(node, weight) for node, weight in decision.preferences])
+    _record(ops, pod, decision_annotations(decision, settings))
     return ops
 
 
