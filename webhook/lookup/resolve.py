@@ -34,8 +34,7 @@ def unresolved(claim: str, why: str) -> Fact:
 
 async def resolve_io(store: Store, settings: Settings, namespace: str, claim: str, deadline: Deadline,
                      seen: JustRead | None = None) -> Fact:
-    """The disk's fact, reading what memory cannot tell through the store within the deadline: the
-    steps run again with what was read so far until none is missing (each object read once)."""
+    """The disk's fact, each object memory cannot tell read once through the store within the deadline."""
     read_so_far: dict[Lookup, Any] = {}
     missing: list[Lookup] = []
 
@@ -126,8 +125,7 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
 async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, Any],
                            waiting: dict[str, Any] | None, deadline: Deadline, memo: Memo | None = None) \
         -> TargetPod | str:
-    """The pod KubeVirt creates (`waiting`) or will create (`rules.kubevirt.target`) to migrate the VM of `vm_pod` off
-    its node, or why it cannot be told."""
+    """The pod KubeVirt creates (`waiting`) or will create to migrate the VM of `vm_pod` off its node, or why not."""
     namespace = kinds.meta(vm_pod).get("namespace") or ""
     if waiting is not None and not kinds.spec(waiting).get("nodeName"):
         return TargetPod(pod_to_place(waiting), {})
@@ -166,8 +164,6 @@ class MigrationSource:
 def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationSource:
     """What a VM's migration target is rendered from: its launcher pod as KubeVirt created it,
     without our pin, reduced to what the never-strand checks read of it (`pod_to_place`)."""
-    if not isinstance(launcher, dict):
-        return MigrationSource(pod_to_place(as_created(launcher, settings)))
     # Reduced first, so that only what the checks read is copied: `as_created` reads our annotations.
     placed = pod_to_place(launcher)
     placed["metadata"]["annotations"] = kinds.annotations(launcher)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from webhook.kinds import PREFERRED_TERMS, REQUIRED
-from webhook.rules.placement.patch import _new_terms, _pinned_by_name, node_requirement, preferred_term
+from webhook.rules.placement.patch import _new_terms, pinned_by_name, node_requirement, preferred_term
 
 
 def owned(pod: dict[str, Any], annotations: Iterable[str] = ()) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _require(node_affinity: dict[str, Any], nodes: tuple[str, ...]) -> None:
     # An empty term matches nothing; filling it would widen placement.
     live = [term for term in terms
             if isinstance(term, dict) and (term.get("matchExpressions") or term.get("matchFields"))]
-    if all(_pinned_by_name(term) for term in live):
+    if all(pinned_by_name(term) for term in live):
         return
     first, *others = nodes
     own = [fields if isinstance(fields := term.get("matchFields"), list) else [] for term in live]

@@ -8,7 +8,7 @@ apply would fail pod creation even with failurePolicy Ignore.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import orjson
@@ -67,8 +67,7 @@ def _add(path: str, value: Any) -> dict[str, Any]:
 
 def _place(ops: list[dict[str, Any]], spec: dict[str, Any], required: tuple[str, ...],
            wanted: list[dict[str, Any]]) -> None:
-    """AND "one of the `required` nodes" into the node affinity of `spec`, and add the preferred
-    terms it does not have yet."""
+    """AND "one of the `required` nodes" into the node affinity of `spec`; add the preferred terms it lacks."""
     affinity = spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     if not isinstance(node_affinity, dict):
@@ -103,7 +102,7 @@ def _require(ops: list[dict[str, Any]], node_affinity: dict[str, Any], nodes: tu
             ops.append(_add(TERMS_PATH, new))
         return
     live = [i for i, term in enumerate(terms) if _live(term)]
-    if all(_pinned_by_name(terms[i]) for i in live):
+    if all(pinned_by_name(terms[i]) for i in live):
         return
     first, *others = nodes
     own = {i: fields if isinstance(fields := terms[i].get("matchFields"), list) else None for i in live}
@@ -132,11 +131,12 @@ def _new_terms(nodes: Sequence[str]) -> list[dict[str, Any]]:
     return [{"matchFields": [node_requirement(node)]} for node in nodes]
 
 
-def _pinned_by_name(term: dict[str, Any]) -> bool:
-    """The term already selects one node by name (ours, from an earlier review of the same pod)."""
+def pinned_by_name(term: dict[str, Any], nodes: Collection[str] | None = None) -> bool:
+    """The term already selects one node by name (ours, from an earlier review of the same pod; one of `nodes`)."""
     fields = term.get("matchFields")
     return isinstance(fields, list) and any(
-        isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In" for f in fields)
+        isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"
+        and (nodes is None or f.get("values") in ([node] for node in nodes)) for f in fields)
 
 
 def decision_annotations(decision: Decision, settings: Settings) -> dict[str, str]:

@@ -116,8 +116,7 @@ class Promises:
                 self.review_node(node, now, seen)
 
     def review_node(self, node: str, now: float, seen: Seen) -> None:
-        """End the node's promises that no longer hold, and move those whose share-manager was bound
-        elsewhere to that node."""
+        """End the node's promises that no longer hold; move those whose share-manager was bound elsewhere."""
         for promise in list(self._by_node.get(node, {}).values()):
             exists, bound = seen.share_manager_on(*promise.share_manager)
             on = seen.vm_on(promise.vm)

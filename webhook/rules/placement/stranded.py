@@ -8,7 +8,7 @@ from typing import Any
 from ... import kinds
 from ...config import Settings
 from .decide import REQUIRING
-from .patch import live_terms
+from .patch import live_terms, pinned_by_name
 from ..shared.times import parse_time
 
 GRACE = datetime.timedelta(minutes=2)  # the scheduler retries unschedulable pods; give it this long
@@ -29,8 +29,7 @@ class Stranded:
 
 
 def unschedulable(pod: Any) -> dict[str, Any] | None:
-    """The PodScheduled condition of a pod the scheduler has given up on for now; None for a pod
-    it has not, or that is placed or going."""
+    """The PodScheduled condition of a pod the scheduler has given up on for now, else None."""
     if kinds.spec(pod).get("nodeName") or kinds.terminating(pod) or kinds.finished(pod):
         return None
     for condition in kinds.status(pod).get("conditions") or ():
@@ -62,11 +61,7 @@ def pinned_by_us(pod: Any, settings: Settings) -> bool:
         return False
     nodes = set(str(annotations.get(settings.node_annotation) or "").split(",")) - {""}
     live = live_terms(pod)
-    return bool(live) and all(
-        isinstance(term.get("matchFields"), list) and any(
-            isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"
-            and f.get("values") in ([node] for node in nodes) for f in term["matchFields"])
-        for term in live)
+    return bool(live) and all(pinned_by_name(term, nodes) for term in live)
 
 
 def stranded(pod: Any, namespace: str, settings: Settings, now: datetime.datetime) -> Stranded | None:
