@@ -142,8 +142,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     view = read_target_vmi(vmi)
     if isinstance(view, Malformed):
         return str(view)
-    built = migration_target_pod(vm_pod, view, source, {}, settings, memo)
-    return str(built) if isinstance(built, TargetUnknown) else built
+    return migration_target_pod(vm_pod, view, source, {}, settings, memo)
 
 
 async def read_through(store: Store, resource: Resource, namespace: str | None, name: str,

@@ -94,7 +94,6 @@ class SourceCpu:
 
 
 def source_cpu(node: Mapping[str, Any]) -> SourceCpu:
-    """`SourceCpu` of a node, from its labels."""
     labels = kinds.labels(node)
     ordered = sorted(labels)
     model = next((k for k in ordered if k.startswith(HOST_MODEL_CPU)), None)

@@ -80,13 +80,12 @@ class Check:
     room: frozenset[str] = frozenset()
 
 
-def check(prepared: Prepared, ask: Hashable | None, leaving: str, view: fit.View, now: float,
-          seconds: float = PREPARED_SECONDS) -> Check:
+def check(prepared: Prepared, ask: Hashable | None, leaving: str, view: fit.View, now: float) -> Check:
     """Whether the prepared answer holds for the pod arriving now (`ask`, `leaving`: as for it), its
     reads aside (`lookup.recorded.changed`)."""
     then = prepared.basis
-    if now - prepared.made > seconds:
-        return Check(f"prepared {now - prepared.made:.0f} s before, more than {seconds:.0f}")
+    if now - prepared.made > PREPARED_SECONDS:
+        return Check(f"prepared {now - prepared.made:.0f} s before, more than {PREPARED_SECONDS:.0f}")
     if ask is None or ask != then.ask:
         return Check("the pod asks the nodes otherwise than the one it was prepared from")
     if leaving != then.leaving:

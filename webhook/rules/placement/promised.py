@@ -56,15 +56,14 @@ class Seen(Protocol):
 class Promises:
     """The promises of one process, by VM and by node; times are the caller's monotonic clock."""
 
-    __slots__ = ("seconds", "most", "_by_vm", "_by_node", "_taken", "_checked", "_next")
+    __slots__ = ("most", "_by_vm", "_by_node", "_taken", "_checked")
 
-    def __init__(self, seconds: float = PROMISE_SECONDS, most: int = MOST) -> None:
-        self.seconds, self.most = seconds, most
+    def __init__(self, most: int = MOST) -> None:
+        self.most = most
         self._by_vm: dict[str, Promise] = {}  # oldest first
         self._by_node: dict[str, dict[str, Promise]] = {}
         self._taken: dict[str, Usage] = {}  # by node: what its promises take, added up
         self._checked: dict[str, float] = {}  # by node: when its promises were last looked at
-        self._next = float("inf")  # when a node's promises are next due to be looked at
 
     def make(self, vm: str, source: str, node: str, share_manager: tuple[str, str], usage: PodUsage,
              now: float) -> None:
@@ -80,7 +79,6 @@ class Promises:
         self._by_vm[promise.vm] = promise
         if promise.node not in self._by_node:
             self._checked.setdefault(promise.node, promise.made)
-            self._next = min(self._next, self._checked[promise.node] + RECHECK_SECONDS)
         self._by_node.setdefault(promise.node, {})[promise.vm] = promise
         self._taken.setdefault(promise.node, Usage()).add(promise.usage)
 
@@ -105,13 +103,8 @@ class Promises:
 
     def review(self, now: float, seen: Seen) -> None:
         """Look again at each node's promises not looked at for RECHECK_SECONDS (`review_node`)."""
-        if now < self._next:
-            return
-        self._next = now + RECHECK_SECONDS
         for node, checked in list(self._checked.items()):
-            if now - checked < RECHECK_SECONDS:
-                self._next = min(self._next, checked + RECHECK_SECONDS)
-            elif node in self._by_node:
+            if now - checked >= RECHECK_SECONDS and node in self._by_node:
                 self._checked[node] = now
                 self.review_node(node, now, seen)
 
@@ -120,7 +113,7 @@ class Promises:
         for promise in list(self._by_node.get(node, {}).values()):
             exists, bound = seen.share_manager_on(*promise.share_manager)
             on = seen.vm_on(promise.vm)
-            if now >= promise.made + self.seconds or not exists or (on is not None and set(on) != {promise.source}):
+            if now >= promise.made + PROMISE_SECONDS or not exists or (on is not None and set(on) != {promise.source}):
                 self._drop(promise.vm)
             elif bound is not None and bound != promise.node:
                 self._drop(promise.vm)
