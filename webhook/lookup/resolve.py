@@ -174,9 +174,8 @@ def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationS
 def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
                          added: dict[str, str], settings: Settings,
                          memo: Memo | None = None) -> TargetPod | TargetUnknown:
-    """The one recipe of the pod KubeVirt will create to migrate `vmi` off `source` with `spec.addedNodeSelector`
-    `added` (`rules.kubevirt.target`), from its launcher pod or as `migration_source` left it: a drain's share-manager
-    rule and the keeper both judge nodes by it."""
+    """`rules.kubevirt.target.target_pod` from the launcher pod or as `migration_source` left it: the one recipe a
+    drain's share-manager rule and the keeper both judge nodes by."""
     made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
     cpu = None if memo is None or source is None else \
         memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)

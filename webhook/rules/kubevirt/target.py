@@ -106,9 +106,8 @@ def source_cpu(node: Mapping[str, Any]) -> SourceCpu:
 
 def target_pod(launcher: Mapping[str, Any], vmi: Vmi, source: Mapping[str, Any] | None,
                added: Mapping[str, str], cpu: SourceCpu | None = None) -> TargetPod | TargetUnknown:
-    """The pod virt-controller will create to migrate `vmi` from its node (`source`) with
-    `spec.addedNodeSelector` `added`, built from the VM's current launcher pod (without our pin);
-    `cpu`: `source_cpu(source)`, when the caller keeps it."""
+    """The pod virt-controller will create to migrate `vmi` off its node (`source`) with `spec.addedNodeSelector`
+    `added`, from the VM's launcher pod without our pin; `cpu`: `source_cpu(source)`, when the caller keeps it."""
     source_name = vmi.node or "(none)"
     if source is None:
         return TargetUnknown(f"source node {source_name} is not known")

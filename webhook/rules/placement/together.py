@@ -107,9 +107,8 @@ class DestinationSearch:
                 yield name
 
     def judge_again(self, names: Iterable[str]) -> dict[str, str] | str:
-        """Why each of `names` that does not take both pods beside the VMs sent there does not (the
-        nodes of an answer worked out before that changed since: `prepared`); a string where the
-        pods cannot be read, so that no node can be told."""
+        """Why each of `names` (the nodes of a prepared answer that changed since) does not take both pods beside
+        the VMs sent there; a string where the pods cannot be read, so that no node can be told."""
         if self.rooms is None:
             return next(iter(self.refused.values()))
         refused: dict[str, str] = {}
