@@ -21,8 +21,7 @@ from ..kubevirt.target import TargetPod, lacking
 from .promised import NOTHING, Promises, Taken
 from .rooms import Rooms, Scored, rooms_for
 
-PREFERRED_NODES = 3  # preferred terms: the node picked for the share-manager, then the next ones
-PREFERENCE_WEIGHTS = (PIN_WEIGHT, PIN_WEIGHT // 2, PIN_WEIGHT // 4)  # the picked node first, by far
+PREFERENCE_WEIGHTS = (PIN_WEIGHT, PIN_WEIGHT // 2, PIN_WEIGHT // 4)  # a preferred term each, the picked node first
 # Required among at most this many nodes, those with most room for the VM: the patch adds a term per
 # node for each of the pod's own terms (a node field selector takes one value), and 8 nodes that
 # take both pods leave kube-scheduler room enough while the pod stays small (and a prepared answer few to judge again).
@@ -246,7 +245,7 @@ def decide_together(found: Destinations, vm: str, leaving: str, *, required: boo
     candidates = found.nodes[:most]
     kept = [index for index, destination in enumerate(candidates) if destination.node == prefer]
     first = kept[0] if kept else spread_over(candidates, spread)
-    best = (candidates[first:] + candidates[:first])[:PREFERRED_NODES]
+    best = candidates[first:] + candidates[:first]
     preferences = tuple((destination.node, weight) for destination, weight in zip(best, PREFERENCE_WEIGHTS))
     among = tuple(sorted(destination.node for destination in candidates))
     nodes = named(among) + (f" (the {len(among)} with most room for the VM)" if len(among) == most else "")
