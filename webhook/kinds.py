@@ -151,7 +151,7 @@ KEEP_ANNOTATION = "kubevirt-scheduler/keep"
 DEFAULT_DECISION_PREFIX = "kubevirt-scheduler/"  # decision, node, reason annotations on the pod
 DECISION, NODE_KEY, REASON = "decision", "node", "reason"  # after the prefix; also audit annotation keys
 # The decisions (values of DECISION) that add a required term: such a pod waits for a node we named
-# (rules/placement/decide.py REQUIRING; the caches index such pods for the stranded-pod report).
+# (rules/placement/decide.py PINNED and AMONG; the caches index such pods for the stranded-pod report).
 REQUIRING_DECISIONS = ("pinned", "pinned-among")
 # After the prefix, on a migration of ours that recovers a VM from a stale NFS mount: what it is
 # (RECOVERS_STALE_MOUNT); the evidence that the keeper may unpause the VM once the migration is done.

@@ -38,8 +38,9 @@ def test_failed_node_check_keeps_only_the_preference():
 
 def test_the_requiring_decisions_are_those_the_caches_index_as_waiting_for_our_node():
     """The caches (cluster/, which imports no rule) index pods by the annotation values of kinds;
-    they are the decisions that add a required term."""
+    they are the decisions that add a required term (but an evacuation's aim: no pod's)."""
     from webhook import kinds
-    from webhook.rules.placement.decide import REQUIRING
+    from webhook.rules.placement.decide import AIMED, Decision, Placement
 
-    assert tuple(str(d) for d in REQUIRING) == kinds.REQUIRING_DECISIONS
+    adding = tuple(str(p) for p in Placement if p is not AIMED and Decision(p, node="node-a", among=("node-a",)).required)
+    assert adding == kinds.REQUIRING_DECISIONS

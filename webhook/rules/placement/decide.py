@@ -23,8 +23,6 @@ class Placement(enum.StrEnum):
 
 PINNED, AMONG, PREFERRED, NOT_PINNED = Placement.PINNED, Placement.AMONG, Placement.PREFERRED, Placement.NOT_PINNED
 AIMED = Placement.AIMED
-# The outcomes that add a required term: a pod with one of them waits for a node we named.
-REQUIRING = (PINNED, AMONG)
 
 
 @dataclasses.dataclass(frozen=True)

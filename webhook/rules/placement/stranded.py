@@ -7,7 +7,6 @@ from typing import Any
 
 from ... import kinds
 from ...config import Settings
-from .decide import REQUIRING
 from .patch import live_terms, pinned_by_name
 from ..shared.times import parse_time
 
@@ -57,7 +56,7 @@ def pinned_by_us(pod: Any, settings: Settings) -> bool:
     """The pod carries the pin its decision annotation says we added (a tenant can write the
     annotation): every non-empty required term names one of the annotated nodes by name."""
     annotations = kinds.annotations(pod)
-    if annotations.get(settings.decision_annotation) not in REQUIRING:
+    if annotations.get(settings.decision_annotation) not in kinds.REQUIRING_DECISIONS:
         return False
     nodes = set(str(annotations.get(settings.node_annotation) or "").split(",")) - {""}
     live = live_terms(pod)
