@@ -11,6 +11,7 @@ from ..config import Settings
 from ..deadline import Deadline
 from ..kinds import NODE, PV, PVC, VMI, Resource
 from ..rules import fit
+from ..rules.fit.fields import pod_key
 from ..rules.fit.memo import Memo
 from ..rules.shared.alone import Alone
 from ..rules.shared.facts import Fact, Lookup, disk_fact
@@ -113,12 +114,12 @@ async def resolve_consumers(store: Store, settings: Settings, volume: str, deadl
     found = vm_pods(candidates, settings)
     facts = []
     for pod in found.running:
-        name, node = _pod_name(pod), pod["spec"]["nodeName"]
+        name, node = pod_key(pod), pod["spec"]["nodeName"]
         facts.append(Fact(f"VM pod {name}", node, f"VM pod {name} runs on {node}", volume=volume))
     leaving = {uid: pod for pod, why in found.skipped
                if why is Alone.NOT_SCHEDULED and kinds.MIGRATION_JOB_LABEL in kinds.labels(pod)
                and isinstance(uid := kinds.labels(pod).get(kinds.CREATED_BY_LABEL), str) and uid}
-    return Consumers(facts=facts, pods=found.running, others=[f"{_pod_name(pod)}: {why}" for pod, why in found.skipped],
+    return Consumers(facts=facts, pods=found.running, others=[f"{pod_key(pod)}: {why}" for pod, why in found.skipped],
                      leaving=leaving)
 
 
@@ -138,7 +139,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     except TimeoutError:
         return "no answer before the deadline"
     if vmi is None:
-        return f"VMI of {_pod_name(vm_pod)}: not found"
+        return f"VMI of {pod_key(vm_pod)}: not found"
     view = read_target_vmi(vmi)
     if isinstance(view, Malformed):
         return str(view)
@@ -180,11 +181,6 @@ def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, s
     cpu = None if memo is None or source is None else \
         memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)
     return target_pod(made.pod, vmi, source, added, cpu)
-
-
-def _pod_name(pod: dict[str, Any]) -> str:
-    metadata = kinds.meta(pod)
-    return f"{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
 
 
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,
