@@ -211,7 +211,6 @@ async def obstacle_on(store: Store, name: str, node: dict[str, Any] | None, pod:
 
 
 async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) -> fit.View | str:
-    """The checks' view of the cluster (`Store.fit_view`), or why there is none."""
     try:
         view = await deadline.call(store.fit_view, namespace, node)
     except TimeoutError:

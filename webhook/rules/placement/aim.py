@@ -104,7 +104,6 @@ def failed_aim(evacuation: Evacuation, earlier: Iterable[Evacuation], since: str
 
 
 def unfinished_aims(migrations: Iterable[Evacuation]) -> list[Evacuation]:
-    """The aimed evacuations still under way, oldest first."""
     return sorted((m for m in migrations if m.aimed and m.source and not m.finished),
                   key=lambda m: (m.created, m.namespace, m.name))
 
@@ -248,7 +247,6 @@ def _beside(demand: Demand, node: Any, view: View, sent: Taken, *, headroom: boo
 
 
 def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decision:
-    """The decision: the evacuation sent to `node`."""
     shown = node if hostname == node else f"{node} ({kinds.HOSTNAME_LABEL}={hostname})"
     return Decision(AIMED, node=node, preferences=((node, 100),),
                     reason=f"evacuation of VM {evacuation.namespace}/{evacuation.vmi} off {evacuation.source} "

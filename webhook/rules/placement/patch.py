@@ -38,7 +38,6 @@ def _live(term: Any) -> bool:
 
 
 def live_terms(pod: Any) -> list[dict[str, Any]]:
-    """The pod's required node-selector terms that are not empty."""
     affinity = kinds.spec(pod).get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     selector = node_affinity.get(REQUIRED) if isinstance(node_affinity, dict) else None
@@ -115,7 +114,6 @@ def _require(ops: list[dict[str, Any]], node_affinity: dict[str, Any], nodes: tu
 
 
 def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[str, str]) -> None:
-    """Set the annotations that the pod does not have with these values."""
     metadata = pod.get("metadata")
     present = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(present, dict):

@@ -128,6 +128,5 @@ class PreparedAnswers(dict[Key, Prepared]):
     held = dict.get
 
     def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[tuple[Key, Prepared]]:
-        """Let go of the answers older than `seconds`; those let go, by pod."""
         old = [key for key, prepared in self.items() if now - prepared.made > seconds]
         return [(key, self.pop(key)) for key in old]

@@ -102,7 +102,6 @@ class Promises:
             self._drop(vm)
 
     def review(self, now: float, seen: Seen) -> None:
-        """Look again at each node's promises not looked at for RECHECK_SECONDS (`review_node`)."""
         for node, checked in list(self._checked.items()):
             if now - checked >= RECHECK_SECONDS and node in self._by_node:
                 self._checked[node] = now

@@ -62,7 +62,6 @@ class Rooms:
         self.order = tuple(self._entries)
 
     def _move(self, name: str, old: Scored | None, new: Scored | None) -> None:
-        """The node's entry out of its place, and in at its new one (None: none)."""
         if old is not None:
             at = bisect.bisect_left(self._keys, _key(old[0], self._ranks[name]))
             del self._keys[at], self._entries[at]
