@@ -374,7 +374,7 @@ def _not_used(key: prepared.Key, held: prepared.Prepared, why: str, shared: Shar
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachesSeen:
-    """What the caches say of a promise's VM and share-manager (`promised.Seen`): a share-manager
+    """What the caches say of a promise's VM and share-manager (`Promises.review`): a share-manager
     not created yet whose answer is prepared (`answers`) is as good as there."""
 
     store: Store

@@ -4,8 +4,8 @@ for each plan (`aim.plan`); `serve` keeps one for the VMs sent to follow their s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Container, Mapping
-from typing import Protocol
+from collections.abc import Container, Mapping
+from typing import Any
 
 from ..fit.usage import PodUsage, Usage
 
@@ -41,16 +41,6 @@ class Promise:
     share_manager: tuple[str, str]  # its pod's namespace and name
     usage: PodUsage  # what the VM's migration target pod will take there
     made: float
-
-
-class Seen(Protocol):
-    """What the caches say now of a promise's VM and share-manager."""
-
-    def vm_on(self, vm: str) -> Collection[str] | None:
-        """The nodes the VM's pods are bound to; None where the caches cannot tell."""
-
-    def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
-        """(whether the pod exists, the node it is bound to), or (True, None) where the caches cannot tell."""
 
 
 class Promises:
@@ -101,14 +91,16 @@ class Promises:
         if promise is not None and (made is None or promise.made == made):
             self._drop(vm)
 
-    def review(self, now: float, seen: Seen) -> None:
+    def review(self, now: float, seen: Any) -> None:
         for node, checked in list(self._checked.items()):
             if now - checked >= RECHECK_SECONDS and node in self._by_node:
                 self._checked[node] = now
                 self.review_node(node, now, seen)
 
-    def review_node(self, node: str, now: float, seen: Seen) -> None:
-        """End the node's promises that no longer hold; move those whose share-manager was bound elsewhere."""
+    def review_node(self, node: str, now: float, seen: Any) -> None:
+        """End the node's promises that no longer hold; move those whose share-manager was bound elsewhere, as the
+        caches say now: `seen.vm_on(uid)`, the VM's nodes (None: they cannot tell); `seen.share_manager_on(namespace,
+        name)`, whether the pod exists and its node ((True, None): they cannot tell)."""
         for promise in list(self._by_node.get(node, {}).values()):
             exists, bound = seen.share_manager_on(*promise.share_manager)
             on = seen.vm_on(promise.vm)
