@@ -195,13 +195,11 @@ def room_again(moved: Demand, names: Iterable[str], view: fit.View, promises: Pr
         try:
             why = node_resources_fit(moved, node, view, beside=sent.requests, beside_pods=sent.vms)
         except CannotTell as error:
-            why = f"cannot tell whether node {name} has room for the VM: {error}"
-        else:
-            if why is not None and sent.vms:
-                why = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already sent to follow "
-                       f"their share-managers there")
+            refused[name] = f"cannot tell whether node {name} has room for the VM: {error}"
+            continue
         if why is not None:
-            refused[name] = why
+            refused[name] = why if not sent.vms else (f"node {name} has no room for the VM beside the {sent.vms} VM(s) "
+                                                      f"already sent to follow their share-managers there")
     return refused
 
 
