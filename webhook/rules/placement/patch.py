@@ -16,7 +16,7 @@ from jsonpointer import escape
 
 from ... import kinds
 from ...config import Settings
-from ...kinds import MAX_REASON, PREFERRED_TERMS, REQUIRED, clip_reason
+from ...kinds import PREFERRED_TERMS, REQUIRED, clip_reason
 from ..shared.prune import dict_or_none, drop_empty, keep_or_drop
 from .decide import Decision
 
@@ -149,11 +149,8 @@ def decision_annotations(decision: Decision, settings: Settings) -> dict[str, st
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
     """The same, for the audit log (the apiserver prefixes the keys with the webhook's name)."""
-    node = ",".join(decision.required or [n for n, _ in decision.preferences])
-    reason = decision.reason
-    return {kinds.DECISION: decision.outcome,
-            kinds.NODE_KEY: node if len(node) <= MAX_REASON else clip_reason(node),
-            kinds.REASON: reason if len(reason) <= MAX_REASON else clip_reason(reason)}
+    return {kinds.DECISION: decision.outcome, kinds.NODE_KEY: clip_reason(",".join(decision.required or decision.nodes)),
+            kinds.REASON: clip_reason(decision.reason)}
 
 
 def _without_copies(terms: list[Any], added: list[dict[str, Any]]) -> list[Any]:
