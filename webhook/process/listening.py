@@ -63,9 +63,6 @@ class Arrivals:
         """Whether a request is in flight, or one was answered less than `seconds` ago (the Events wait)."""
         return bool(self._since) or time.monotonic() - self._last < seconds
 
-    def __len__(self) -> int:
-        return len(self._since)
-
 
 class Guard:
     """A protocol factory around aiohttp's, noting when each connection's request arrived (`arrivals`)."""
@@ -79,8 +76,8 @@ class Guard:
         return Guarded(self, self.factory())
 
 
-class Guarded(asyncio.Protocol):
-    """aiohttp's protocol for one connection, closed when the guard says so."""
+class Guarded:
+    """aiohttp's protocol for one connection, closed when the guard says so; what it does not note goes to aiohttp's."""
 
     def __init__(self, guard: Guard, inner: Any) -> None:
         self.accepted = time.monotonic()  # made by the factory, which the loop calls at the accept
@@ -117,20 +114,14 @@ class Guarded(asyncio.Protocol):
                 self.tail = seen[-3:]
         self.inner.data_received(data)
 
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
         self.guard.arrivals.answered(self.transport)
         self.inner.connection_lost(exc)
 
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class Port:
@@ -215,12 +206,9 @@ class Accepting:
 def bind(host: str, port: int) -> list[socket.socket]:
     """Listening sockets on every address `host` names, as asyncio's `create_server` makes them:
     the address reusable, IPv6 sockets IPv6 only, non-blocking."""
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {_lowered(exc.strerror or str(exc))}") from None
     sockets: list[socket.socket] = []
     try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, address in dict.fromkeys(found):
             listening = socket.socket(family, kind, proto)
             sockets.append(listening)
@@ -233,13 +221,9 @@ def bind(host: str, port: int) -> list[socket.socket]:
     except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
         for listening in sockets:
             listening.close()
-        raise OSError(f"cannot listen on {host}:{port}: {_lowered((exc.strerror or str(exc)).rsplit(': ', 1)[-1])}") from None
+        reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1]
+        raise OSError(f"cannot listen on {host}:{port}: {reason[:1].lower()}{reason[1:]}") from None
     return sockets
-
-
-def _lowered(reason: str) -> str:
-    """The system's reason as the rest of an error line: "address already in use"."""
-    return reason[:1].lower() + reason[1:]
 
 
 async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
