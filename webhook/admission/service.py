@@ -70,8 +70,8 @@ class Service:
         """Probes first (so the kubelet sees a live process), then the admission port: it answers from
         direct reads until the caches, filling in the background, have synced (readiness says when)."""
         self.store.start()
-        self.ops_runner = await ops.start(ops.Probes(self.not_ready, self.degraded),
-                                          self.listen.metrics_host, self.listen.metrics_port)
+        self.ops_runner = await ops.Apart(ops.Probes(self.not_ready, self.degraded)).start(
+            self.listen.metrics_host, self.listen.metrics_port)
         webhook = self.webhook()
         if self.preparing:  # with admission's own lane, promises and answers
             self.companions = (*self.companions, Preparer(self.store, self.settings, webhook.admissions))  # type: ignore[arg-type]

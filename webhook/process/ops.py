@@ -66,6 +66,7 @@ class Apart:
         self._beating: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int) -> Apart:
+        """Serve from the thread; port 0 picks a free port."""
         self._beat()
         self.thread.start()
         served = web.Application()
@@ -110,8 +111,3 @@ class Apart:
         self.thread_loop.call_soon_threadsafe(self.thread_loop.stop)
         await asyncio.to_thread(self.thread.join)
         self.thread_loop.close()
-
-
-async def start(probes: Probes, host: str, port: int) -> Apart:
-    """Serve the operations port of `probes` from a thread of its own; port 0 picks a free port."""
-    return await Apart(probes).start(host, port)
