@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import metrics
 from . import pem
-from ..background import Background
+from ..background import Background, Companion
 
 log = logging.getLogger("webhook.tls")
 
@@ -55,18 +55,16 @@ def _describe(cert_file: Path) -> dict[str, object]:
 
     try:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        names = list(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
     except (OSError, ValueError):
         return {}
-    try:
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        sans: list[str] = []
-    else:
-        sans = [str(name.value) for name in names]
-    return {"serial": format(cert.serial_number, "x"), "not_after": cert.not_valid_after_utc.isoformat(), "sans": sans}
+        names = []
+    return {"serial": format(cert.serial_number, "x"), "not_after": cert.not_valid_after_utc.isoformat(),
+            "sans": [str(name.value) for name in names]}
 
 
-class ReloadingTLS:
+class ReloadingTLS(Companion):
     """Serve the newest good pair from `cert_file`/`key_file`; `context` goes to the listener."""
 
     def __init__(self, cert_file: str | Path, key_file: str | Path, interval: float = DEFAULT_INTERVAL,
@@ -82,8 +80,8 @@ class ReloadingTLS:
         self.context.sni_callback = self._pick
         self._current = self.context
         # Never let the watcher die: the next tick may succeed.
-        self._watching = Background("tls-reload", self._tick, log=log, failure="checking the serving certificate "
-                                    "failed", period=interval, wait_first=True)
+        self.task = Background("tls-reload", self._tick, log=log, failure="checking the serving certificate "
+                               "failed", period=interval, wait_first=True)
         self._loaded("serving certificate loaded")
 
     def _digest(self) -> str:
@@ -134,9 +132,3 @@ class ReloadingTLS:
 
     async def _tick(self) -> None:
         self.reload()
-
-    def start(self) -> None:
-        self._watching.start()
-
-    async def stop(self) -> None:
-        await self._watching.stop()
