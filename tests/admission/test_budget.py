@@ -9,9 +9,12 @@ from webhook.admission.budget import Budget, NoRoom
 
 
 async def holding(budget, size, entered, leave, within=5.0):
-    async with budget.hold(size, within):
+    await budget.take(size, within)
+    try:
         entered.append(size)
         await leave.wait()
+    finally:
+        budget.release(size)
 
 
 async def settled():
@@ -72,8 +75,7 @@ async def test_a_wait_ends_at_its_deadline_with_no_room_taken():
     first = asyncio.create_task(holding(budget, 10, entered, leave))
     await settled()
     with pytest.raises(NoRoom, match="no room for a body of 5 bytes before the deadline \\(10 of 10 held\\)"):
-        async with budget.hold(5, 0.05):
-            pass
+        await budget.take(5, 0.05)
     assert (budget.held, budget.waiting) == (10, 0)
     leave.set()
     await first

@@ -94,26 +94,26 @@ async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived:
     deadline = endpoint.deadline(timeout_in(request.rel_url.raw_query_string, endpoint.settings.default_timeout))
     if request.content_type != "application/json":
         return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
-    if (request.content_length or 0) > MAX_BODY:
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length or 0)
-    try:
-        # The body is read once there is room for it (a chunked one may be as large as any): until
-        # then it waits, unread, within the request's deadline.
-        async with endpoint.budget.hold(request.content_length or MAX_BODY, deadline.remaining()):
-            try:
-                raw = await body_of(request, deadline)
-            except TimeoutError:
-                metrics.BAD_REVIEWS.inc()
-                return web.Response(status=408, text="the request body did not arrive before the deadline\n")
-            try:
-                body = await endpoint.answer(raw, deadline, started, arrived)
-            except reviews.BadReview as exc:
-                return bad_request(str(exc))
+    size = request.content_length or MAX_BODY  # a chunked body may be as large as any
+    if size > MAX_BODY:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=size)
+    try:  # the body is read once there is room for it: until then it waits, unread, within the deadline
+        await endpoint.budget.take(size, deadline.remaining())
     except NoRoom as exc:
         # Unread: the apiserver treats the error as failurePolicy Ignore, and the connection goes with it.
         response = web.Response(status=503, text=f"{exc}\n")
         response.force_close()
         return response
+    try:
+        raw = await body_of(request, deadline)
+        body = await endpoint.answer(raw, deadline, started, arrived)
+    except TimeoutError:
+        metrics.BAD_REVIEWS.inc()
+        return web.Response(status=408, text="the request body did not arrive before the deadline\n")
+    except reviews.BadReview as exc:
+        return bad_request(str(exc))
+    finally:
+        endpoint.budget.release(size)
     return web.Response(body=body, content_type="application/json")
 
 
