@@ -1,8 +1,6 @@
-"""The bytes of request bodies the admission port holds at once: read and not yet answered.
-
-kube-apiserver gives each review in flight a connection and never retries: a connection refused is a pod
-created without our decision. So bodies are counted, not connections: one that does not fit waits, unread.
-"""
+"""The bytes of request bodies the admission port holds at once. kube-apiserver gives each review in flight a
+connection and never retries (a connection refused is a pod created without our decision): so bodies are
+counted, not connections, and one that does not fit waits, unread."""
 from __future__ import annotations
 
 import asyncio
@@ -25,10 +23,6 @@ class Budget:
         self.total = total
         self.held = 0
         self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
 
     def _fits(self, size: int) -> bool:
         return self.held + size <= self.total or self.held == 0
