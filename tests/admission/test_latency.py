@@ -24,7 +24,7 @@ WAIT = 0.4
 
 @contextlib.asynccontextmanager
 async def serving(tls_files):
-    """The admission port as `serve` starts it (its Guard noting arrivals for the handler); (port, client context)."""
+    """The admission port as `serve` starts it (its connections noting arrivals for the handler); (port, client context)."""
     arrivals = listening.Arrivals()
     webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings(), arrivals=arrivals)
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]))
