@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import orjson
+
 from webhook.admission import review as reviews
 from webhook.admission import server
 from webhook.admission.budget import Budget
@@ -24,7 +26,7 @@ class Allowing(server.Admissions):
 
     async def answer(self, raw: bytes | bytearray, deadline: Deadline, started: float,
                      arrived: float | None = None) -> bytes:
-        return reviews.response_json(server.parsed(raw).uid, NOTHING_DECIDED)
+        return orjson.dumps(reviews.build_response(server.parsed(raw).uid, NOTHING_DECIDED))
 
 
 class FloorService(Service):
@@ -33,7 +35,7 @@ class FloorService(Service):
     def webhook(self) -> server.Webhook:
         admissions = Allowing(self.store, self.settings, self.events, lag=self.lag,
                               budget=Budget(self.listen.body_budget))
-        return server.Webhook(admissions, self.state, self.arrivals)
+        return server.Webhook(admissions, self.arrivals)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from webhook.deadline import Deadline
 async def in_turn(lane, work, deadline):
     """A share-manager's judging as the rule runs it: its turn, then its steps in slices."""
     async with lane.turn(deadline) as mine:
-        return mine and await lane.slices(work, deadline)
+        return mine and await in_slices(work, deadline)
 
 
 def steps(name, n, seconds, trace):
@@ -25,7 +25,7 @@ def steps(name, n, seconds, trace):
 async def test_two_judgings_take_turns_whole_and_everything_else_runs_between_their_slices():
     """Side by side, each judging would get a turn in every round of the loop; in the lane the
     second starts once the first is done, and a VM start arriving meanwhile runs between slices."""
-    lane, trace = Lane(slice_seconds=0.002), []
+    lane, trace = Lane(), []
 
     async def vm_start():
         await asyncio.sleep(0.004)
@@ -41,11 +41,11 @@ async def test_two_judgings_take_turns_whole_and_everything_else_runs_between_th
 
 async def test_a_judging_whose_deadline_passes_while_it_waits_its_turn_gives_up():
     """The apiserver has stopped waiting: the rule answers without a requirement (saying so)."""
-    lane, trace = Lane(slice_seconds=0.002), []
+    lane, trace = Lane(), []
     first = asyncio.ensure_future(in_turn(lane, steps("a", 40, 0.001, trace), Deadline.after(10, 1)))
     await asyncio.sleep(0)
     assert await in_turn(lane, steps("b", 1, 0, trace), Deadline(time.monotonic() + 0.01)) is False
-    assert "b" not in trace and lane.waiting == 0
+    assert "b" not in trace
     assert await first is True
 
 
@@ -63,9 +63,9 @@ async def test_judging_stops_at_the_deadline_and_gives_the_loop_back_as_it_goes(
         ran.append("other")
 
     asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(other()))
-    assert await in_slices(steps(5, 0.003), Deadline.after(10, 1), slice_seconds=0.002) is True
+    assert await in_slices(steps(5, 0.003), Deadline.after(10, 1)) is True
     assert ran == ["other"]  # it ran between two slices, not after all of them
-    assert await in_slices(steps(1000, 0.001), Deadline(time.monotonic() + 0.02), slice_seconds=0.002) is False
+    assert await in_slices(steps(1000, 0.001), Deadline(time.monotonic() + 0.02)) is False
 
 
 async def test_a_share_manager_holds_its_turn_across_its_awaits_and_one_that_cannot_get_it_says_so():
@@ -86,4 +86,3 @@ async def test_a_share_manager_holds_its_turn_across_its_awaits_and_one_that_can
                          share_manager("c", Deadline(time.monotonic() + 0.001)))
     assert "c: no turn" in trace and trace.index("c: no turn") < trace.index("b0")
     assert [t for t in trace if t[0] in "ab"] == ["a0", "a1", "a2", "b0", "b1", "b2"]  # never interleaved
-    assert lane.waiting == 0

@@ -41,7 +41,7 @@ async def service(tls_files):
 
     yield start
     for svc in made:
-        if not svc.state.draining:
+        if not svc.handler.draining:
             await svc.stop()
 
 

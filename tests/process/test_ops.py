@@ -38,7 +38,7 @@ async def held_while(urls: list[str], seconds: float) -> list[tuple[int, str, fl
 
 async def test_probes_answer_within_a_second_while_the_loop_is_held():
     reasons: list[str] = []
-    port = await ops.start(ops.Probes(lambda: reasons, lambda: ["a watch is failing"]), "127.0.0.1", 0)
+    port = await ops.Apart(ops.Probes(lambda: reasons, lambda: ["a watch is failing"])).start("127.0.0.1", 0)
     base = f"http://127.0.0.1:{listening.bound_port(port)}"
     try:
         assert (await asyncio.to_thread(get, f"{base}/readyz"))[:2] == (200, "ok, degraded: a watch is failing\n")
@@ -57,7 +57,7 @@ async def test_probes_answer_within_a_second_while_the_loop_is_held():
 
 async def test_healthz_fails_once_the_loop_has_not_turned_for_long(monkeypatch):
     monkeypatch.setattr(ops, "STALLED_SECONDS", 0.5)
-    port = await ops.start(ops.Probes(list), "127.0.0.1", 0)
+    port = await ops.Apart(ops.Probes(list)).start("127.0.0.1", 0)
     base = f"http://127.0.0.1:{listening.bound_port(port)}"
     try:
         time.sleep(0.6)  # the loop wedged
@@ -73,7 +73,7 @@ async def test_readyz_is_not_ready_while_the_loop_is_held_before_it_ever_answere
     150,000 pods) before the loop has answered any probe. /readyz says not ready, however ready the
     cache is by then, and ready only once the loop itself says so; /healthz is alive throughout."""
     pods = informer_for(POD)
-    port = await ops.start(ops.Probes(lambda: [] if pods.synced else ["store not synced"]), "127.0.0.1", 0)
+    port = await ops.Apart(ops.Probes(lambda: [] if pods.synced else ["store not synced"])).start("127.0.0.1", 0)
     base = f"http://127.0.0.1:{listening.bound_port(port)}"
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:

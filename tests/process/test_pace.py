@@ -41,7 +41,7 @@ async def test_work_within_its_slice_keeps_the_loop():
 
 async def test_work_after_reviews_waits_until_they_are_answered():
     after, in_flight = AfterReviews(hold=5.0, look_again=0.005), [1]
-    after.yield_to(lambda: bool(in_flight))
+    after.busy = lambda: bool(in_flight)
     waiting = asyncio.create_task(after.wait())
     await asyncio.sleep(0.1)
     assert not waiting.done()
@@ -56,7 +56,7 @@ async def test_work_after_reviews_waits_no_longer_than_the_hold_under_a_sustaine
     """Held for the hold, then free for as long again before a new hold: the load delays the work,
     it never stops it."""
     after = AfterReviews(hold=0.2, look_again=0.005)
-    after.yield_to(lambda: True)
+    after.busy = lambda: True
     began = time.monotonic()
     await after.wait()
     assert 0.2 <= time.monotonic() - began < 0.3  # the whole hold

@@ -1,7 +1,5 @@
-"""The admission rules end to end: pod → facts → decision → patch, as a domain Outcome.
-
-Whatever happens in here, the pod is admitted; the wire format is `review.response_json`'s business.
-"""
+"""The admission rules end to end: pod → facts → decision → patch, as an Outcome; whatever happens, the pod is
+admitted."""
 from __future__ import annotations
 
 import asyncio
@@ -19,6 +17,7 @@ from ..stores.store import Store, StoreError
 from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..kinds import POD, VMI, VMIM
+from ..process.pace import in_slices
 from ..rules import fit
 from ..rules.fit.usage import PodUsage
 from ..rules.placement import bounds, decide, patch, prepared, together
@@ -62,7 +61,7 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
         if share_manager:
             shared = Shared(lane=lane or Lane(), promises=Promises() if promises is None else promises,
                             keep=not request.dry_run, answers=answers)
-            outcome = await _share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
+            outcome = await share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
@@ -128,11 +127,8 @@ async def _vmi_of(store: Store, namespace: str, pod: dict[str, Any],
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shared:
-    """What a server's share-manager admissions share: the lane where their long work waits its turn,
-    the VMs of a drain sent so far (`rules.placement.promised`), and the answers prepared for a drain's
-    share-managers (`rules.placement.prepared`); `keep`: whether this admission adds its own promise
-    and uses up a prepared answer (a dry run's pod is never created); `preparing`: where an answer
-    worked out for a pod not created yet goes (none is then taken)."""
+    """What a server's share-manager admissions share (`Admissions`); `keep`: adds its promise, uses up a prepared
+    answer (a dry run's pod is never created); `preparing`: where an answer for a pod not created yet goes."""
 
     lane: Lane
     promises: Promises
@@ -142,18 +138,7 @@ class Shared:
     at_once: bool = False  # only a prepared answer that holds, outside the lane; None for anything longer
 
 
-async def prepare(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline,
-                  shared: Shared) -> prepared.Prepared | str:
-    """The answer of the share-manager rule for `pod` (a share-manager pod as longhorn-manager will create it again),
-    worked out in its turn in the lane, when the search for where its VM can follow made it; else why there is none."""
-    assert shared.preparing is not None
-    outcome = await _share_manager_rule(namespace, pod, store, settings, deadline, shared)
-    if shared.preparing:
-        return shared.preparing[-1]
-    return outcome.detail or outcome.skipped or (outcome.decision.reason if outcome.decision else "no decision")
-
-
-async def _share_manager_rule(
+async def share_manager_rule(
     namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings, deadline: Deadline, shared: Shared
 ) -> Outcome:
     """Cold start: Longhorn starts the share-manager only after its first consumer is scheduled,
@@ -183,8 +168,7 @@ async def _share_manager_rule(
 
 async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
                               deadline: Deadline, shared: Shared, volume: str) -> Outcome | None:
-    """The share-manager rule, in its turn in the lane (`shared.at_once`: out of turn, None where
-    that would take a search)."""
+    """The share-manager rule in its turn in the lane (`shared.at_once`: out of turn, None where it takes a search)."""
     store = Recording(store)  # what the rule reads, for an answer prepared (`rules.placement.prepared`)
     try:
         consumers = await resolve_consumers(store, settings, volume, deadline)
@@ -225,33 +209,31 @@ class _Leaving:
     """The one VM of a share-manager's volume, leaving its node (`why`), as the rule found it."""
 
     pod: dict[str, Any]
+    namespace: str
+    vm: str  # "VM namespace/name", for a reason
     uid: str
     source: str
     why: str
     waiting: dict[str, Any] | None  # its migration target pod, not scheduled yet
 
-    @property
-    def namespace(self) -> str:
-        return kinds.meta(self.pod).get("namespace") or ""
-
 
 async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recording, settings: AdmissionSettings,
                                deadline: Deadline, consumers: Consumers, leaving: str,
                                shared: Shared) -> Decision | str | None:
-    """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's
-    migration can land too, beside the VMs already sent to each (`rules.placement.together`); else why
-    none can, or why that cannot be told. The VM is then sent to the node preferred first."""
+    """The share-manager of a VM leaving its node (`leaving`: why) goes among the nodes where the VM's migration can
+    land too, beside the VMs sent to each (`rules.placement.together`), the VM then sent to the first; else why not."""
     vm_pod = consumers.pods[0]
-    vm = _vm_named(vm_pod)
+    uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
+    vm_namespace = kinds.meta(vm_pod).get("namespace") or ""
+    vm = f"VM {vm_namespace}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
+    it = _Leaving(pod=vm_pod, namespace=vm_namespace, vm=vm, uid=uid, source=consumers.facts[0].node or "",
+                  why=leaving, waiting=consumers.leaving.get(uid))
     if not shared.at_once:  # the loop given back before a long stretch: a VM start arrived meanwhile goes first
         await asyncio.sleep(0)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
-    view = await fit_view(store, kinds.meta(vm_pod).get("namespace") or "", "", deadline)
+    view = await fit_view(store, it.namespace, "", deadline)
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
-    uid = str(kinds.labels(vm_pod).get(kinds.CREATED_BY_LABEL) or "")
-    it = _Leaving(pod=vm_pod, uid=uid, source=consumers.facts[0].node or "", why=leaving,
-                  waiting=consumers.leaving.get(uid))
     position = view.nodes_changed(None)[0]  # before anything the search reads: what changes after is seen as changed
     target = await _prepared_or_target(namespace, pod, store, settings, deadline, view, shared, it)
     if target is None or isinstance(target, Decision):
@@ -264,7 +246,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
     now = time.monotonic()
     shared.promises.review(now, CachesSeen(store.store, view, shared.answers))
     search = together.DestinationSearch(pod, namespace, target, it.namespace, it.source, view, shared.promises, uid)
-    if not await shared.lane.slices(search, deadline):
+    if not await in_slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
                 f"({len(search.taking) + len(search.refused)} of {len(search.nodes)} nodes judged)")
     found = search.found
@@ -286,52 +268,49 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
 async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Recording, settings: AdmissionSettings,
                               deadline: Deadline, view: fit.View, shared: Shared,
                               it: _Leaving) -> Decision | TargetPod | str | None:
-    """The answer prepared for the pod where it holds (each node it names that changed since judged
-    again, those that no longer take both left out); else the VM's migration target pod to judge
-    the nodes for, or why it cannot be told; None `at_once` (the pod is then judged in its turn)."""
+    """The answer prepared for the pod where it holds (`prepared.check`, its reads answer the same), used up; else the
+    VM's migration target pod to judge the nodes for, or why it cannot be told; None `at_once` (judged in its turn)."""
     key = (namespace, str(kinds.meta(pod).get("name") or ""))
-    held, checked = await _prepared_for(key, pod, view, shared, it, store.store, deadline)
-    if held is None:
-        return None if shared.at_once else \
-            await migration_target(store, settings, it.pod, it.waiting, deadline, view.memo)
-    refused = _refused_since(pod, namespace, held, checked, view, shared.promises, it)
-    answer = _left_of(held, refused, pod, settings, it)
-    if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
-        return _used(key, held, shared, answer)
+    answers = None if shared.preparing is not None or not key[1] else shared.answers
+    held = None if answers is None else answers.held(key)
+    if answers is not None and held is not None:
+        checked = prepared.check(held, prepared.ask_of(pod, namespace, view.memo), it.why, view, time.monotonic())
+        why = checked.why or await recorded.changed(store.store, held.basis.reads, deadline)
+        answer = why or _left_of(held, checked, pod, namespace, view, shared.promises, settings, it)
+        if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
+            if shared.keep:  # a dry run's pod is never created
+                answers.take(key)
+            return prepared.as_answer(dataclasses.replace(held, decision=answer), time.monotonic())
+        if not shared.at_once:  # let go, and its promise with it (the one judging makes, if any, replaces it)
+            log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": answer}})
+            if shared.keep:
+                answers.take(key)
+                shared.promises.end(held.vm, made=held.made)
+            if why is None:
+                return held.target
     if shared.at_once:
         return None
-    _not_used(key, held, answer, shared)
-    return held.target
+    return await migration_target(store, settings, it.pod, it.waiting, deadline, view.memo)
 
 
-def _vm_named(vm_pod: dict[str, Any]) -> str:
-    """The VM of a launcher pod, for a reason."""
-    return f"VM {kinds.meta(vm_pod).get('namespace') or ''}/{kinds.vm_name(vm_pod) or kinds.pod_name(vm_pod)}"
-
-
-def _refused_since(pod: dict[str, Any], namespace: str, held: prepared.Prepared, checked: prepared.Check,
-                   view: fit.View, promises: Promises, it: _Leaving) -> dict[str, str] | str:
-    """The nodes the prepared answer names that no longer take both, and why: those that changed since judged again
-    (for room alone where only pods that take only room came or went there), beside the VMs sent there."""
+def _left_of(held: prepared.Prepared, checked: prepared.Check, pod: dict[str, Any], namespace: str, view: fit.View,
+             promises: Promises, settings: AdmissionSettings, it: _Leaving) -> Decision | str:
+    """The prepared decision, its preferred node kept, those of its nodes that changed since judged again beside the
+    VMs sent there (for room alone where only room changed) and left out if they no longer take both; else why not."""
     refused = {} if held.moved is None or not checked.room else \
         together.room_again(held.moved, checked.room, view, promises, it.uid)
-    if not checked.again:
-        return refused
-    again = together.DestinationSearch(pod, namespace, held.target, it.namespace, it.source, view, promises,
-                                       it.uid).judge_again(checked.again)
-    return again if isinstance(again, str) else {**refused, **again}
-
-
-def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[str, Any],
-             settings: AdmissionSettings, it: _Leaving) -> Decision | str:
-    """The prepared decision, the nodes `refused` since left out of it, its preferred node kept
-    (`together.left_of`); else why it no longer holds."""
-    if isinstance(refused, str) or not refused:
-        return refused or held.decision
+    if checked.again:
+        again = together.DestinationSearch(pod, namespace, held.target, it.namespace, it.source, view, promises,
+                                           it.uid).judge_again(checked.again)
+        if isinstance(again, str):
+            return again
+        refused = {**refused, **again}
+    if not refused:
+        return held.decision
     why = refused[min(refused)]
     left = None if held.found is None else together.left_of(held.found, held.decision, refused)
     decision = None if left is None else together.decide_together(
-        left, _vm_named(it.pod), it.why, required=settings.pin is PinMode.REQUIRED,
+        left, it.vm, it.why, required=settings.pin is PinMode.REQUIRED,
         most=together.among_at_most(pod), prefer=held.decision.preferences[0][0])
     if decision is None:
         return why
@@ -339,43 +318,9 @@ def _left_of(held: prepared.Prepared, refused: dict[str, str] | str, pod: dict[s
     return dataclasses.replace(decision, reason=f"{decision.reason}; left out since: {together.named(out)} ({why})")
 
 
-async def _prepared_for(key: prepared.Key, pod: dict[str, Any], view: fit.View, shared: Shared, it: _Leaving,
-                        store: Store, deadline: Deadline) -> tuple[prepared.Prepared | None, prepared.Check]:
-    """The answer prepared for the pod `key` before it was created, and whether it holds (`prepared.check`, and every
-    read it made answers the same); (None, ...) where there is none or it does not (let go, but `at_once`)."""
-    answers = shared.answers
-    held = None if answers is None or shared.preparing is not None or not key[1] else answers.held(key)
-    if held is None:
-        return None, prepared.Check()
-    checked = prepared.check(held, prepared.ask_of(pod, key[0], view.memo), it.why, view, time.monotonic())
-    why = checked.why or await recorded.changed(store, held.basis.reads, deadline)
-    if why is not None:
-        if not shared.at_once:
-            _not_used(key, held, why, shared)
-        return None, checked
-    return held, checked
-
-
-def _used(key: prepared.Key, held: prepared.Prepared, shared: Shared, decision: Decision) -> Decision:
-    """The prepared answer (`decision`: as it holds now), used up (but by a dry run: its pod is never created)."""
-    if shared.keep and shared.answers is not None:
-        shared.answers.take(key)
-    return prepared.as_answer(dataclasses.replace(held, decision=decision), time.monotonic())
-
-
-def _not_used(key: prepared.Key, held: prepared.Prepared, why: str, shared: Shared) -> None:
-    """The pod is judged as it arrives: the answer let go, and its promise with it (the one this
-    judging makes, if any, replaces it)."""
-    log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": why}})
-    if shared.keep and shared.answers is not None:
-        shared.answers.take(key)
-        shared.promises.end(held.vm, made=held.made)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachesSeen:
-    """What the caches say of a promise's VM and share-manager (`Promises.review`): a share-manager
-    not created yet whose answer is prepared (`answers`) is as good as there."""
+    """What the caches say of a promise's VM and share-manager (`Promises.review`): one answered ahead is there."""
 
     store: Store
     view: fit.View
@@ -387,11 +332,10 @@ class CachesSeen:
 
     def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
         known, pod = self.store.peek(POD, namespace, name)
-        if not known:
+        gone = pod is None or kinds.terminating(pod)
+        if not known or gone and self.answers is not None and (namespace, name) in self.answers:
             return True, None
-        if (pod is None or kinds.terminating(pod)) and self.answers is not None and (namespace, name) in self.answers:
-            return True, None
-        return pod is not None and not kinds.terminating(pod), fit.bound_node(pod) if pod is not None else None
+        return not gone, None if pod is None else fit.bound_node(pod)
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,

@@ -1,8 +1,6 @@
-"""The bytes of request bodies the admission port holds at once: read and not yet answered.
-
-kube-apiserver gives each review in flight a connection and never retries: a connection refused is a pod
-created without our decision. So bodies are counted, not connections: one that does not fit waits, unread.
-"""
+"""The bytes of request bodies the admission port holds at once. kube-apiserver gives each review in flight a
+connection and never retries (a connection refused is a pod created without our decision): so bodies are
+counted, not connections, and one that does not fit waits, unread."""
 from __future__ import annotations
 
 import asyncio
@@ -19,16 +17,12 @@ class NoRoom(Exception):
 
 
 class Budget:
-    """Room for `total` bytes of bodies; `hold` waits its turn (first come, first served)."""
+    """Room for `total` bytes of bodies; `take` waits its turn (first come, first served), `release` frees it."""
 
     def __init__(self, total: int = DEFAULT_BYTES) -> None:
         self.total = total
         self.held = 0
         self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
 
     def _fits(self, size: int) -> bool:
         return self.held + size <= self.total or self.held == 0
@@ -37,7 +31,7 @@ class Budget:
         self.held += size
         metrics.BODY_BYTES_HELD.set(self.held)
 
-    def _release(self, size: int) -> None:
+    def release(self, size: int) -> None:
         self.held -= size
         metrics.BODY_BYTES_HELD.set(self.held)
         while self._waiting and self._fits(self._waiting[0][0]):
@@ -46,11 +40,6 @@ class Budget:
                 self._take(wanted)
                 turn.set_result(None)
         metrics.REQUESTS_WAITING.set(len(self._waiting))
-
-    def hold(self, size: int, within: float) -> Room:
-        """Room for a body of `size` bytes while the block runs (`async with`); raises NoRoom when
-        none frees within `within` seconds."""
-        return Room(self, size, within)
 
     async def take(self, size: int, within: float) -> None:
         """Room for `size` bytes: at once when it fits and nobody is waiting (every review but a
@@ -67,7 +56,7 @@ class Budget:
                 await asyncio.shield(turn)
         except (TimeoutError, asyncio.CancelledError) as exc:
             if turn.done():  # given room as the wait ended: hand it on
-                self._release(size)
+                self.release(size)
             else:
                 turn.cancel()
                 self._waiting.remove(entry)
@@ -78,17 +67,3 @@ class Budget:
                              f"({self.held} of {self.total} held)") from None
             raise
 
-
-class Room:
-    """A body's room in a Budget, from `async with` to its end (a class, not a generator: every review takes one)."""
-
-    __slots__ = ("budget", "size", "within")
-
-    def __init__(self, budget: Budget, size: int, within: float) -> None:
-        self.budget, self.size, self.within = budget, size, within
-
-    async def __aenter__(self) -> None:
-        await self.budget.take(self.size, self.within)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.budget._release(self.size)

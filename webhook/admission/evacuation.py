@@ -1,11 +1,6 @@
-"""A drain's evacuation migration, aimed at its VM's storage (`--aim-evacuations on`), and the
-share-manager that follows the aimed migrations of its VMs: the reads for `rules.placement.aim`.
-
-Whatever happens in here, the migration is admitted: a read that fails or runs out of time leaves it
-untouched, saying why. Everything is read from the caches (the migrations too), so replicas that see
-the same cluster aim alike. A drain's evacuations come at once: the first admission reads and plans
-the drain, kept in the view's memo while the nodes, the VMs marked and the migrations are as they were.
-"""
+"""A drain's evacuation aimed at its VM's storage (`--aim-evacuations on`), and the share-manager that follows: the
+reads for `rules.placement.aim`, from the caches (replicas aim alike), a failed read leaving it untouched, saying why;
+the first of a drain's evacuations plans the drain, kept in the view's memo while its inputs are as they were."""
 from __future__ import annotations
 
 from typing import Any

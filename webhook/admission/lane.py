@@ -4,40 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator
 
 from ..deadline import Deadline
-from ..process.pace import SLICE, in_slices
 
 
 class Lane:
-    """Where long rule work waits its turn: one admission's work at a time (`turn`), its long loops in slices
-    (`slices`). One per server (its event loop); a tool answering one pod needs none."""
+    """One admission's long work at a time, its long loops in slices (`pace.in_slices`); one per server (its loop)."""
 
-    def __init__(self, slice_seconds: float = SLICE) -> None:
-        self.slice = slice_seconds
+    def __init__(self) -> None:
         self._turn = asyncio.Lock()
-        self.waiting = 0  # admissions waiting for their turn (the log's and tests' view of the queue)
 
     @contextlib.asynccontextmanager
     async def turn(self, deadline: Deadline) -> AsyncIterator[bool]:
-        """This admission's turn, held until the block ends: True once it has it, False when the
-        deadline came first (the block then runs without it, and should answer at once)."""
-        self.waiting += 1
+        """This admission's turn, held until the block ends: True, or False when the deadline came first."""
         try:
             async with deadline.timeout():
                 await self._turn.acquire()
         except TimeoutError:
-            self.waiting -= 1
             yield False
             return
-        self.waiting -= 1
         try:
             yield True
         finally:
             self._turn.release()
-
-    async def slices(self, steps: Iterable[Any], deadline: Deadline) -> bool:
-        """`in_slices` at this lane's slice, by an admission that has its turn."""
-        return await in_slices(steps, deadline, self.slice)

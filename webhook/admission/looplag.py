@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import time
 
@@ -40,9 +41,5 @@ class LoopLag(Companion):
     def recent(self, seconds: float = 1.0, now: float | None = None) -> float:
         """The largest lag of the last `seconds` (0 when none was measured)."""
         since = (time.monotonic() if now is None else now) - seconds
-        worst = 0.0
-        for when, lag in reversed(self.samples):
-            if when < since:
-                break
-            worst = max(worst, lag)
-        return worst
+        lags = itertools.takewhile(lambda sample: sample[0] >= since, reversed(self.samples))
+        return max((lag for _, lag in lags), default=0.0)

@@ -1,7 +1,6 @@
 """Does our own MutatingWebhookConfiguration let opted-in pods through? When its matchConditions (manifests/base) name
-another key than --opt-in-annotation, no VM reaches the webhook, silently: `serve` reads it every `period` seconds and
-says so in a log line and a /readyz note (readiness stays OK). The CEL conditions are read as the shipped one is
-written: one of them names the key, quoted."""
+another key than --opt-in-annotation, no VM reaches the webhook, silently: `serve` says so in a log line and a /readyz
+note (readiness stays OK). The CEL conditions are read as the shipped one is written: one names the key, quoted."""
 from __future__ import annotations
 
 import logging

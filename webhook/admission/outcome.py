@@ -40,8 +40,7 @@ def skip(rule: Rule, why: Alone, warning: str | None = None, detail: str | None 
 
 
 def decision_event(decision: Decision) -> tuple[str, str, bool]:
-    """The Event a decision leaves on the object an admin looks at: its reason, message and
-    whether it is a warning (a VM left apart from its storage)."""
+    """The Event a decision leaves on the object an admin looks at: reason, message, and whether a warning."""
     if decision.outcome == AIMED:  # said on the VMI of the evacuation
         return "EvacuationAimed", decision.reason, False
     if decision.outcome == AMONG:  # a share-manager sent where its leaving VM can follow

@@ -43,25 +43,10 @@ def certificates(role: str, path: str | Path, data: bytes) -> list[Any]:
         raise BadFile(role, path, "a PEM certificate that does not parse") from None
 
 
-def private_key(path: str | Path, data: bytes) -> Any:
-    """The PEM private key in `data`; BadFile saying what the file holds instead."""
-    from cryptography.exceptions import UnsupportedAlgorithm
-    from cryptography.hazmat.primitives import serialization
-
-    if _KEY_PEM not in data:
-        raise BadFile(KEY, path, "a certificate, not a private key" if _CERT_PEM in data
-                      else "not a PEM private key (no BEGIN … PRIVATE KEY block in it)")
-    try:
-        return serialization.load_pem_private_key(data, password=None)
-    except TypeError:
-        raise BadFile(KEY, path, "an encrypted private key: the webhook reads it unencrypted") from None
-    except (ValueError, UnsupportedAlgorithm):
-        raise BadFile(KEY, path, "a PEM private key that does not parse") from None
-
-
 def diagnose(cert_file: str | Path, key_file: str | Path, client_ca_file: str | Path | None = None) -> None:
     """Raise BadFile for the first thing wrong with the files; return when none is found."""
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
 
     cert_data, key_data = read(CERTIFICATE, cert_file), read(KEY, key_file)
     ca_data = read(CLIENT_CA, client_ca_file) if client_ca_file else None
@@ -69,7 +54,15 @@ def diagnose(cert_file: str | Path, key_file: str | Path, client_ca_file: str | 
         raise BadFile(CERTIFICATE, cert_file, f"a private key, and {key_file} a certificate: the certificate and "
                                               f"key files are swapped")
     leaf = certificates(CERTIFICATE, cert_file, cert_data)[0]
-    key = private_key(key_file, key_data)
+    if _KEY_PEM not in key_data:
+        raise BadFile(KEY, key_file, "a certificate, not a private key" if _CERT_PEM in key_data
+                      else "not a PEM private key (no BEGIN … PRIVATE KEY block in it)")
+    try:
+        key = load_pem_private_key(key_data, password=None)
+    except TypeError:
+        raise BadFile(KEY, key_file, "an encrypted private key: the webhook reads it unencrypted") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise BadFile(KEY, key_file, "a PEM private key that does not parse") from None
     public = (leaf.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo),
               key.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))
     if public[0] != public[1]:

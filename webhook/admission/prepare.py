@@ -12,9 +12,9 @@ from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
-from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS, Prepared
+from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS
 from ..stores.store import WatchedStore
-from .admit import Shared, prepare
+from .admit import Shared, share_manager_rule
 from .server import Admissions
 
 log = logging.getLogger("webhook.prepare")
@@ -22,14 +22,6 @@ log = logging.getLogger("webhook.prepare")
 PERIOD = 1.0  # seconds between two looks: longhorn-manager creates a share-manager again seconds after its eviction
 TIMEOUT = 5.0  # for one pod's answer, its wait in the lane included
 MOST_PER_LOOK = 200  # answers worked out in one look at most: a drain of two full nodes
-
-
-def stand_in(pod: dict[str, Any], settings: AdmissionSettings) -> dict[str, Any]:
-    """The share-manager pod as longhorn-manager creates it again in place of `pod`: the same, but
-    unbound, not terminating, and without what our answer added to it (`patch.as_created`)."""
-    made = as_created(pod, settings)
-    kinds.meta(made).pop("deletionTimestamp", None)
-    return made
 
 
 class Preparer(Companion):
@@ -63,16 +55,18 @@ class Preparer(Companion):
                     await changed(self.store, held.basis.reads, Deadline.after(TIMEOUT, 0.0)) is None:
                 continue  # recent, and what it read unchanged: worked out again otherwise
             shared = Shared(lane=self.admissions.lane, promises=promises, keep=True, answers=answers, preparing=[])
-            found = await prepare(namespace, stand_in(pod, settings), self.store, settings,
-                                  Deadline.after(TIMEOUT, 0.0), shared)
-            if isinstance(found, Prepared):
-                if answers.keep((namespace, name), found):
-                    made += 1
-                else:
-                    promises.end(found.vm, made=found.made)
-                    why_not[name] = "too many answers held"
+            again = as_created(pod, settings)  # as longhorn-manager creates it again: unbound, without our answer,
+            kinds.meta(again).pop("deletionTimestamp", None)  # and not terminating
+            outcome = await share_manager_rule(namespace, again, self.store, settings, Deadline.after(TIMEOUT, 0.0),
+                                               shared)  # in its turn in the lane, as the pod it stands for will be
+            if not shared.preparing:  # the search for where its VM can follow made no answer: why
+                decided = outcome.decision
+                why_not[name] = outcome.detail or outcome.skipped or (decided.reason if decided else "no decision")
+            elif answers.keep((namespace, name), shared.preparing[-1]):
+                made += 1
             else:
-                why_not[name] = found
+                promises.end(shared.preparing[-1].vm, made=shared.preparing[-1].made)
+                why_not[name] = "too many answers held"
         new = {name: why for name, why in why_not.items() if self.said.get(name) != why}
         self.said = why_not  # a pod gone, or answered since, is forgotten
         if made or new or let_go:  # each reason once, not at every look while the pod terminates

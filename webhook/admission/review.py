@@ -1,5 +1,4 @@
-"""AdmissionReview v1: a checked request in, one response envelope out, for the server and `review`.
-A review that is not one raises `BadReview` (400); anything about the object never fails the review."""
+"""AdmissionReview v1: a checked request in (else `BadReview`: 400; the object never fails it), one envelope out."""
 from __future__ import annotations
 
 import base64
@@ -43,8 +42,7 @@ class AdmissionRequest:
 
 
 def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
-    """The answer to one review, the whole AdmissionReview v1: always allowed; a patch (base64
-    JSON Patch) only when there is one, warnings clipped, the decision's audit annotations."""
+    """The whole AdmissionReview v1 answer: always allowed; a patch only when there is one; warnings clipped."""
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if outcome.patch:
         response["patchType"] = "JSONPatch"
@@ -57,11 +55,6 @@ def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
     if outcome.decision is not None:
         response["auditAnnotations"] = audit_annotations(outcome.decision)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
-
-
-def response_json(uid: str, outcome: Outcome) -> bytes:
-    """`build_response` as the compact JSON the server sends."""
-    return orjson.dumps(build_response(uid, outcome))
 
 
 def clip(text: str, limit: int = MAX_WARNING) -> str:
@@ -81,24 +74,19 @@ def parse_review(body: Any) -> AdmissionRequest:
     request = body.get("request")
     if not isinstance(request, dict):
         raise BadReview("the AdmissionReview has no request object")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise BadReview("request.uid must be a non-empty string")
-    kind = request.get("kind")
-    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
-        raise BadReview("request.kind must be an object with a string 'kind'")
-    operation = request.get("operation")
-    if not isinstance(operation, str):
-        raise BadReview("request.operation must be a string")
-    namespace, name = request.get("namespace"), request.get("name")
-    for key, value in (("namespace", namespace), ("name", name)):
-        if value is not None and not isinstance(value, str):
-            raise BadReview(f"request.{key} must be a string")
-    dry_run = request.get("dryRun", False)
-    if dry_run is not None and not isinstance(dry_run, bool):
-        raise BadReview("request.dryRun must be a boolean")
+    uid, kind, operation = request.get("uid"), request.get("kind"), request.get("operation")
+    for key, right, what in (("uid", isinstance(uid, str) and uid, "a non-empty string"),
+                             ("kind", isinstance(kind, dict) and isinstance(kind.get("kind"), str),
+                              "an object with a string 'kind'"),
+                             ("operation", isinstance(operation, str), "a string"),
+                             ("namespace", isinstance(request.get("namespace"), str | None), "a string"),
+                             ("name", isinstance(request.get("name"), str | None), "a string"),
+                             ("dryRun", isinstance(request.get("dryRun"), bool | None), "a boolean")):
+        if not right:
+            raise BadReview(f"request.{key} must be {what}")
     user = (request.get("userInfo") or {}).get("username") if isinstance(request.get("userInfo"), dict) else None
     return AdmissionRequest(uid=uid, kind=kind["kind"], group=kind.get("group") or "", operation=operation,
-                            namespace=namespace or "", name=name or "", object=request.get("object"),
-                            dry_run=bool(dry_run), user=user if isinstance(user, str) else "")
+                            namespace=request.get("namespace") or "", name=request.get("name") or "",
+                            object=request.get("object"), dry_run=bool(request.get("dryRun")),
+                            user=user if isinstance(user, str) else "")
 

@@ -23,7 +23,6 @@ from .looplag import LoopLag
 from .outcome import Outcome, Rule, decision_event
 from ..process import heap
 from ..process.listening import Arrivals
-from ..rules.placement.decide import Decision
 from ..rules.placement.prepared import PreparedAnswers
 from ..rules.placement.promised import Promises
 
@@ -33,13 +32,6 @@ log = logging.getLogger("webhook.server")
 # about 3 MiB at worst. aiohttp's 1 MiB default is too small for large pods; a larger body is no review
 # of the apiserver's, and answered 413 before it is held in memory.
 MAX_BODY = 3 * 1024 * 1024
-
-
-class ServingState:
-    """Shared between the webhook and the ops port: are we draining for shutdown?"""
-
-    def __init__(self) -> None:
-        self.draining = False
 
 
 def bad_request(message: str) -> web.Response:
@@ -63,15 +55,14 @@ def timeout_in(query: str, default: float) -> float:
 
 
 class Webhook:
-    """The admission port's one route, POST /mutate (anything else 404, another method 405), on
-    aiohttp's low-level server (`web.Server`): an Application's router, middlewares and signals
-    cost every review about 20 µs of CPU in `serve`, and none of them is used (docs/performance.md)."""
+    """POST /mutate (else 404; another method 405) on aiohttp's low-level server: an Application's router,
+    middlewares and signals cost every review about 20 µs of CPU in `serve`, and none is used."""
 
     PATH = "/mutate"
 
-    def __init__(self, admissions: Admissions, state: ServingState, arrivals: Arrivals | None = None) -> None:
-        self.admissions, self.state = admissions, state
-        # When each connection's request arrived (the port's Guard notes it): the start of its latency.
+    def __init__(self, admissions: Admissions, arrivals: Arrivals | None = None) -> None:
+        self.admissions, self.draining = admissions, False  # draining: this replica is shutting down
+        # When each connection's request arrived (the port notes it): the start of its latency.
         self.arrivals = arrivals if arrivals is not None else Arrivals()
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -84,7 +75,7 @@ class Webhook:
             response = await handle_mutate(request, self.admissions, self.arrivals.arrived(transport))
         finally:
             self.arrivals.answered(transport)  # the next request on this connection: from its first byte
-        if self.state.draining:
+        if self.draining:
             response.force_close()  # reconnect elsewhere: our endpoint is on its way out
         return response
 
@@ -94,26 +85,26 @@ async def handle_mutate(request: web.BaseRequest, endpoint: Admissions, arrived:
     deadline = endpoint.deadline(timeout_in(request.rel_url.raw_query_string, endpoint.settings.default_timeout))
     if request.content_type != "application/json":
         return bad_request(f"Content-Type must be application/json, not {request.content_type!r}")
-    if (request.content_length or 0) > MAX_BODY:
-        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=request.content_length or 0)
-    try:
-        # The body is read once there is room for it (a chunked one may be as large as any): until
-        # then it waits, unread, within the request's deadline.
-        async with endpoint.budget.hold(request.content_length or MAX_BODY, deadline.remaining()):
-            try:
-                raw = await body_of(request, deadline)
-            except TimeoutError:
-                metrics.BAD_REVIEWS.inc()
-                return web.Response(status=408, text="the request body did not arrive before the deadline\n")
-            try:
-                body = await endpoint.answer(raw, deadline, started, arrived)
-            except reviews.BadReview as exc:
-                return bad_request(str(exc))
+    size = request.content_length or MAX_BODY  # a chunked body may be as large as any
+    if size > MAX_BODY:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=size)
+    try:  # the body is read once there is room for it: until then it waits, unread, within the deadline
+        await endpoint.budget.take(size, deadline.remaining())
     except NoRoom as exc:
         # Unread: the apiserver treats the error as failurePolicy Ignore, and the connection goes with it.
         response = web.Response(status=503, text=f"{exc}\n")
         response.force_close()
         return response
+    try:
+        raw = await body_of(request, deadline)
+        body = await endpoint.answer(raw, deadline, started, arrived)
+    except TimeoutError:
+        metrics.BAD_REVIEWS.inc()
+        return web.Response(status=408, text="the request body did not arrive before the deadline\n")
+    except reviews.BadReview as exc:
+        return bad_request(str(exc))
+    finally:
+        endpoint.budget.release(size)
     return web.Response(body=body, content_type="application/json")
 
 
@@ -122,22 +113,21 @@ async def body_of(request: web.BaseRequest, deadline: Deadline) -> bytes | bytea
     arriving must arrive within the deadline (TimeoutError)."""
     content = request.content
     if content.is_eof():  # no wait, so no timer: arming one is three system calls on Python 3.11
-        whole = content.read_nowait()
-        if len(whole) > MAX_BODY:  # a chunked body says no length up front
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=len(whole))
-        return whole
-    body = bytearray()
-    async with asyncio.timeout(max(deadline.remaining(), 0.1)):  # no task of its own, as wait_for makes
-        async for chunk in content.iter_any():
-            body += chunk
-            if len(body) > MAX_BODY:
-                raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=len(body))
+        body: bytes | bytearray = content.read_nowait()
+    else:
+        body = bytearray()
+        async with asyncio.timeout(max(deadline.remaining(), 0.1)):  # no task of its own, as wait_for makes
+            async for chunk in content.iter_any():
+                body += chunk
+                if len(body) > MAX_BODY:
+                    break
+    if len(body) > MAX_BODY:  # a chunked body says no length up front
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=len(body))
     return body
 
 
 class Admissions:
-    """The admission endpoint without HTTP: a review's bytes in, the answer's bytes out, with the Event, metrics and
-    log line of each admission."""
+    """The admission endpoint without HTTP: a review's bytes in, the answer's out, with its Event, metrics, log."""
 
     def __init__(self, store: Store, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  lag: LoopLag | None = None, budget: Budget | None = None):
@@ -157,10 +147,14 @@ class Admissions:
         review = parsed(raw)
         outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane, promises=self.promises,
                               answers=self.answers)
-        answer = reviews.response_json(review.uid, outcome)
+        answer = orjson.dumps(reviews.build_response(review.uid, outcome))
         try:  # bookkeeping must never turn an answer into a 500
-            if outcome.decision is not None and not review.dry_run:
-                self.tell(review, outcome.decision, outcome.rule)
+            if outcome.decision is not None and not review.dry_run:  # the Event on its VMI (or ShareManager)
+                involved = vmi_reference(review.namespace, str(kinds.spec(review.object).get("vmiName") or "")) \
+                    if outcome.rule is Rule.EVACUATION else involved_object(review.object, review.namespace)
+                if involved is not None:
+                    reason, message, warning = decision_event(outcome.decision)
+                    self.events.emit_about(involved, reason, message, warning=warning)
             now = time.monotonic()
             count_admission(outcome, now - started)
             waited = None if arrived is None else now - arrived
@@ -172,18 +166,9 @@ class Admissions:
             log.exception("bookkeeping after admission %s failed", review.uid)
         return answer
 
-    def tell(self, review: reviews.AdmissionRequest, decision: Decision, rule: Rule = Rule.VM) -> None:
-        """The decision's Event, on the pod's VMI (or ShareManager; an evacuation's VMI)."""
-        involved = vmi_reference(review.namespace, str(kinds.spec(review.object).get("vmiName") or "")) \
-            if rule is Rule.EVACUATION else involved_object(review.object, review.namespace)
-        if involved is not None:
-            reason, message, warning = decision_event(decision)
-            self.events.emit_about(involved, reason, message, warning=warning)
-
 
 def parsed(raw: bytes | bytearray) -> reviews.AdmissionRequest:
-    """The AdmissionReview in a request's body, read with the collector paused (process/heap.py);
-    BadReview saying why it is none."""
+    """The AdmissionReview in a request's body, read with the collector paused (process/heap.py); else BadReview."""
     try:
         with heap.paused():
             body = orjson.loads(raw)
@@ -199,10 +184,8 @@ def count_admission(outcome: Outcome, seconds: float) -> None:
     metrics.ADMISSION_DURATIONS(outcome.rule).observe(seconds)
     if outcome.decision is not None:
         metrics.ADMISSION_OUTCOMES(outcome.rule, outcome.decision.outcome, "").inc()
-    elif outcome.failed:
-        metrics.ADMISSION_OUTCOMES(outcome.rule, "error", outcome.skipped).inc()
     else:
-        metrics.ADMISSION_OUTCOMES(outcome.rule, "skipped", outcome.skipped or "").inc()
+        metrics.ADMISSION_OUTCOMES(outcome.rule, "error" if outcome.failed else "skipped", outcome.skipped or "").inc()
 
 
 # The kind of pod a review's latency is counted under, by the rule that took it.
@@ -211,10 +194,8 @@ KIND_OF_RULE = {Rule.VM: "vm", Rule.SHARE_MANAGER: "share-manager", Rule.EVACUAT
 
 def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: float, *, waited: float | None = None,
                   loop_lag: float | None = None) -> None:
-    """One JSON line per admission: why the VM is there, and how long it took (`duration_ms` from the
-    handler's start; `latency_ms` from its caller's, the accept of its connection or its request's first
-    byte, when known; `loop_lag_ms`: the event loop's longest lag of the second before, as looplag.py
-    measures it)."""
+    """One JSON line per admission: why the VM is there, and how long it took (`duration_ms` from the handler's start;
+    `latency_ms` from its request's arrival, when known; `loop_lag_ms`: the loop's longest lag of the second before)."""
     decision = outcome.decision
     fields: dict[str, object] = {
         "uid": review.uid,
@@ -238,8 +219,6 @@ def log_admission(review: reviews.AdmissionRequest, outcome: Outcome, seconds: f
     log.info("admission", extra={"fields": fields})
 
 
-def make_webhook(store: Store, settings: AdmissionSettings, *, state: ServingState | None = None,
-                 events: Events = NO_EVENTS, lag: LoopLag | None = None, body_budget: int = DEFAULT_BYTES,
-                 arrivals: Arrivals | None = None) -> Webhook:
-    return Webhook(Admissions(store, settings, events, lag=lag, budget=Budget(body_budget)), state or ServingState(),
-                   arrivals)
+def make_webhook(store: Store, settings: AdmissionSettings, *, events: Events = NO_EVENTS, lag: LoopLag | None = None,
+                 body_budget: int = DEFAULT_BYTES, arrivals: Arrivals | None = None) -> Webhook:
+    return Webhook(Admissions(store, settings, events, lag=lag, budget=Budget(body_budget)), arrivals)

@@ -44,7 +44,6 @@ class Service:
         self.store, self.settings, self.listen, self.tls, self.events = store, settings, listen, tls, events
         self.preparing = preparing  # a drain's share-managers answered before they are created (prepare.py)
         self.lag = LoopLag()
-        self.state = server.ServingState()
         self.arrivals = listening.Arrivals()  # when each review's wait began, for its latency
         self.companions = (self.lag, *companions)
         # An Event's POST waits for the reviews in flight, and for a pause between a burst's arrivals.
@@ -52,30 +51,30 @@ class Service:
         self.ops_runner: Port | ops.Apart | None = None
         self.runner: Port | None = None  # the admission port
         metrics.STORE.source = store.stats
+        self.handler = self.webhook()  # the admission port's
 
     def not_ready(self) -> list[str]:
-        checks = (("shutting down", self.state.draining), ("not listening yet", self.runner is None),
+        checks = (("shutting down", self.handler.draining), ("not listening yet", self.runner is None),
                   ("store not synced", not self.store.synced()))
         return [reason for reason, failing in checks if failing]
 
     def webhook(self) -> server.Webhook:
         """The admission port's handler (the benchmark's floor answers with one of its own)."""
-        return server.make_webhook(self.store, self.settings, state=self.state, events=self.events, lag=self.lag,
+        return server.make_webhook(self.store, self.settings, events=self.events, lag=self.lag,
                                    body_budget=self.listen.body_budget, arrivals=self.arrivals)
 
     def degraded(self) -> list[str]:
         return self.store.degraded() + [note for companion in self.companions for note in companion.degraded()]
 
     async def start(self) -> None:
-        """Probes first (so the kubelet sees a live process), then the admission port: it answers from
-        direct reads until the caches, filling in the background, have synced (readiness says when)."""
+        """Probes first (a live process), then the admission port, answering from direct reads until the caches sync."""
         self.store.start()
-        self.ops_runner = await ops.start(ops.Probes(self.not_ready, self.degraded),
-                                          self.listen.metrics_host, self.listen.metrics_port)
-        webhook = self.webhook()
+        self.ops_runner = await ops.Apart(ops.Probes(self.not_ready, self.degraded)).start(
+            self.listen.metrics_host, self.listen.metrics_port)
         if self.preparing:  # with admission's own lane, promises and answers
-            self.companions = (*self.companions, Preparer(self.store, self.settings, webhook.admissions))  # type: ignore[arg-type]
-        self.runner = await listening.start(webhook, self.listen.host, self.listen.port, self.tls.context,
+            preparer = Preparer(self.store, self.settings, self.handler.admissions)  # type: ignore[arg-type]
+            self.companions = (*self.companions, preparer)
+        self.runner = await listening.start(self.handler, self.listen.host, self.listen.port, self.tls.context,
                                             shutdown_timeout=self.listen.shutdown_timeout, arrivals=self.arrivals)
         self.tls.start()
         for companion in self.companions:
@@ -86,8 +85,9 @@ class Service:
             "loop": type(asyncio.get_running_loop()).__module__}})
 
     async def stop(self) -> None:
-        self.state.draining = True
-        await self._stop_companions()  # first: nothing beside admission runs on while this replica drains
+        self.handler.draining = True
+        for companion in self.companions:  # first: nothing beside admission runs on while this replica drains
+            await companion.stop()
         log.info("draining", extra={"fields": {"seconds": self.listen.drain_delay}})
         await asyncio.sleep(self.listen.drain_delay)
         if self.runner is not None:
@@ -98,7 +98,8 @@ class Service:
 
     async def _release(self) -> None:
         """Close whatever is open (after a drain, or after a failed start)."""
-        await self._stop_companions()
+        for companion in self.companions:
+            await companion.stop()  # a second call does nothing
         await self.events.close()
         await self.store.close()
         await self.tls.stop()
@@ -106,10 +107,6 @@ class Service:
             if runner is not None:
                 await runner.cleanup()
         self.runner = self.ops_runner = None
-
-    async def _stop_companions(self) -> None:
-        for companion in self.companions:
-            await companion.stop()  # a second call does nothing
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""

@@ -17,16 +17,6 @@ log = logging.getLogger("webhook.stranded")
 EVENT_REASON = "Stranded"
 
 
-def vmi_of(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:
-    """The VMI a launcher pod runs, as an Event's involvedObject: its controlling ownerReference
-    (the `vm.kubevirt.io/name` label is the VMI's hostname, which can differ from its name)."""
-    owner = kinds.vmi_owner(pod)
-    if owner is None:
-        return None
-    uid = owner.get("uid")
-    return vmi_reference(namespace, owner["name"], uid if isinstance(uid, str) else "")
-
-
 class StrandedReporter(Companion):
     """A companion of `serve` (start, stop, degraded): a look every `interval` seconds, once synced."""
 
@@ -34,7 +24,6 @@ class StrandedReporter(Companion):
                  interval: float = 30.0):
         self.store, self.settings, self.events = store, settings, events
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it
-        # The net must not tear: a failed look is logged and noted, and made again next time.
         self.task = Background("stranded", self._look, log=log, failure="looking for stranded pods failed",
                                    period=interval, wait_first=True)
 
@@ -59,8 +48,11 @@ class StrandedReporter(Companion):
         log.warning("pinned pod stranded", extra={"fields": {
             "namespace": stuck.namespace, "pod": stuck.pod, "vm": stuck.vm, "node": stuck.node,
             "scheduler": stuck.message, "since": stuck.since.isoformat()}})
-        involved = vmi_of(pod, stuck.namespace)
-        if involved is not None:
+        # On the VMI it runs, its controlling owner (the `vm.kubevirt.io/name` label is its hostname, which can differ).
+        owner = kinds.vmi_owner(pod)
+        if owner is not None:
+            uid = owner.get("uid")
+            involved = vmi_reference(stuck.namespace, owner["name"], uid if isinstance(uid, str) else "")
             self.events.emit_about(involved, EVENT_REASON, f"pod {stuck.pod} {what}", warning=True,
                                    name=f"{stuck.pod}.stranded")
 

@@ -1,8 +1,6 @@
-"""A serving TLS context that follows its certificate files (cert-manager, Secret volumes).
-
-As controller-runtime's certwatcher: the files' contents compared on a timer, a new pair swapped in only once it
-loads (a broken or half-written pair never breaks serving), handed to each handshake by the SNI callback.
-"""
+"""A serving TLS context that follows its certificate files (cert-manager, Secret volumes), as controller-runtime's
+certwatcher: the files compared on a timer, a new pair swapped in only once it loads (a broken or half-written pair
+never breaks serving), handed to each handshake by the SNI callback."""
 from __future__ import annotations
 
 import datetime
@@ -13,7 +11,7 @@ from pathlib import Path
 
 from .. import metrics
 from . import pem
-from ..background import Background
+from ..background import Background, Companion
 
 log = logging.getLogger("webhook.tls")
 
@@ -25,11 +23,8 @@ EXPIRY_WARNING = datetime.timedelta(days=14)
 
 
 def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: str | Path | None = None) -> ssl.SSLContext:
-    """A server context holding this pair; raises (OSError, ssl.SSLError) when it does not load. With a client CA,
+    """A server context holding this pair; pem.BadFile naming the file when it does not load. With a client CA,
     only clients presenting a certificate it signed get in (mutual TLS)."""
-    for role, path in ((pem.CERTIFICATE, cert_file), (pem.KEY, key_file), (pem.CLIENT_CA, client_ca_file)):
-        if path is not None and not Path(path).is_file():
-            pem.read(role, path)  # missing, a directory: ssl's own error names no file
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     # No TLS 1.3 session tickets: kube-apiserver's webhook client keeps no session cache (client-go's
@@ -41,7 +36,7 @@ def build_context(cert_file: str | Path, key_file: str | Path, client_ca_file: s
         context.load_cert_chain(str(cert_file), str(key_file))  # also checks that the key matches
         if client_ca_file:
             context.load_verify_locations(cafile=str(client_ca_file))
-    except ssl.SSLError as exc:
+    except OSError as exc:  # ssl's own error names no file (a missing one, a directory, "[SSL] PEM lib")
         pem.diagnose(cert_file, key_file, client_ca_file)
         raise pem.BadFile(pem.CERTIFICATE, cert_file, f"refused with {key_file}: {exc}") from None
     if client_ca_file:
@@ -55,18 +50,16 @@ def _describe(cert_file: Path) -> dict[str, object]:
 
     try:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        names = list(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
     except (OSError, ValueError):
         return {}
-    try:
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        sans: list[str] = []
-    else:
-        sans = [str(name.value) for name in names]
-    return {"serial": format(cert.serial_number, "x"), "not_after": cert.not_valid_after_utc.isoformat(), "sans": sans}
+        names = []
+    return {"serial": format(cert.serial_number, "x"), "not_after": cert.not_valid_after_utc.isoformat(),
+            "sans": [str(name.value) for name in names]}
 
 
-class ReloadingTLS:
+class ReloadingTLS(Companion):
     """Serve the newest good pair from `cert_file`/`key_file`; `context` goes to the listener."""
 
     def __init__(self, cert_file: str | Path, key_file: str | Path, interval: float = DEFAULT_INTERVAL,
@@ -81,9 +74,8 @@ class ReloadingTLS:
         self.context = build_context(self.cert_file, self.key_file, self.client_ca_file)
         self.context.sni_callback = self._pick
         self._current = self.context
-        # Never let the watcher die: the next tick may succeed.
-        self._watching = Background("tls-reload", self._tick, log=log, failure="checking the serving certificate "
-                                    "failed", period=interval, wait_first=True)
+        self.task = Background("tls-reload", self._tick, log=log, failure="checking the serving certificate "
+                               "failed", period=interval, wait_first=True)
         self._loaded("serving certificate loaded")
 
     def _digest(self) -> str:
@@ -134,9 +126,3 @@ class ReloadingTLS:
 
     async def _tick(self) -> None:
         self.reload()
-
-    def start(self) -> None:
-        self._watching.start()
-
-    async def stop(self) -> None:
-        await self._watching.stop()

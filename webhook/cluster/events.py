@@ -118,7 +118,7 @@ class EventSink:
         self._worker.start()
 
     def yield_to(self, busy: Callable[[], bool]) -> None:
-        self.after_reviews.yield_to(busy)
+        self.after_reviews.busy = busy
 
     async def _send_next(self) -> None:
         event = await self._queue.get()

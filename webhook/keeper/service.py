@@ -62,7 +62,7 @@ class KeeperService:
     async def run(self) -> None:
         with stop_signals() as stop:
             probes = ops.Probes(self.not_ready, self.degraded, registry=metrics.KEEPER_REGISTRY, ready=metrics.KEEPER_READY)
-            self.ops = await ops.start(probes, self.metrics_host, self.metrics_port)
+            self.ops = await ops.Apart(probes).start(self.metrics_host, self.metrics_port)
             try:
                 await self.act_as(await self.check() if self.check is not None else Hold(self.settings.keep))
                 if self.check is not None:

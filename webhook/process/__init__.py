@@ -1,2 +1,1 @@
-"""What both processes run on, `serve` and `keep` alike: the event loop, signals and a graceful
-stop, the ports and the operations port (probes, metrics), and pacing long work on the loop."""
+"""What `serve` and `keep` both run on: the event loop and its stop, the ports (probes, metrics), pacing long work."""

@@ -1,7 +1,6 @@
-"""The garbage collector, set in this one place for either process (`serve`, `keep`), for one reason: a collection
-walks every object it tracks, the event loop and the probes' thread (the GIL) stopped meanwhile, and should not walk
-what it cannot free: what lives once the caches have synced is frozen out (`freeze`), a review's parsing
-pauses it (`paused`), and young collections wait for YOUNG new objects (a drain's burst, a keeper's pass)."""
+"""The garbage collector, set here for either process, for one reason: a collection walks every object it tracks, the
+loop and the probes' thread stopped meanwhile, and should not walk what it cannot free: what lives once the caches
+synced is frozen out, a review's parsing pauses it, young collections wait for YOUNG new objects (a drain's burst)."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +13,6 @@ YOUNG = 50_000  # objects made before a young collection (CPython: 700); cycles 
 
 
 def collect_young_less() -> None:
-    """The young generation's threshold at YOUNG, the older ones' as they are."""
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG, older, oldest)
 

@@ -1,8 +1,6 @@
-"""A port of either process: its connections bounded in how long a client may take, never in number.
-
-The port accepts its connections itself: a handshake must end within HANDSHAKE_SECONDS and the headers within
-HEADER_SECONDS of it (`Guard`); none is closed for being one too many (the apiserver never retries a review).
-"""
+"""A port of either process: its connections bounded in how long a client may take (a handshake within
+HANDSHAKE_SECONDS of its accept, the headers within HEADER_SECONDS of it: `Guarded`), never in number (the
+apiserver never retries a review)."""
 from __future__ import annotations
 
 import asyncio
@@ -35,9 +33,8 @@ PROMPT_SECONDS = 0.1
 
 
 class Arrivals:
-    """When the request each open connection carries arrived: its accept (asyncio calls the protocol
-    factory there, before the handshake) when it follows the handshake at once, else (a connection
-    kept or opened ahead) the request's first byte."""
+    """When the request each open connection carries arrived: its accept (before the handshake) when it follows the
+    handshake at once, else (a connection kept or opened ahead) the request's first byte."""
 
     __slots__ = ("_since", "_last")
 
@@ -63,28 +60,13 @@ class Arrivals:
         """Whether a request is in flight, or one was answered less than `seconds` ago (the Events wait)."""
         return bool(self._since) or time.monotonic() - self._last < seconds
 
-    def __len__(self) -> int:
-        return len(self._since)
 
+class Guarded:
+    """aiohttp's protocol for one connection, closed when its headers are too slow, noting its request's arrival."""
 
-class Guard:
-    """A protocol factory around aiohttp's, noting when each connection's request arrived (`arrivals`)."""
-
-    def __init__(self, factory: Callable[[], asyncio.Protocol], header_seconds: float = HEADER_SECONDS,
-                 arrivals: Arrivals | None = None) -> None:
-        self.factory, self.header_seconds = factory, header_seconds
-        self.arrivals = arrivals if arrivals is not None else Arrivals()
-
-    def __call__(self) -> asyncio.Protocol:
-        return Guarded(self, self.factory())
-
-
-class Guarded(asyncio.Protocol):
-    """aiohttp's protocol for one connection, closed when the guard says so."""
-
-    def __init__(self, guard: Guard, inner: Any) -> None:
-        self.accepted = time.monotonic()  # made by the factory, which the loop calls at the accept
-        self.guard, self.inner = guard, inner
+    def __init__(self, port: Port, inner: Any) -> None:
+        self.accepted = time.monotonic()  # made at the accept
+        self.port, self.inner = port, inner
         self.transport: asyncio.BaseTransport | None = None
         self.made: float | None = None  # the handshake's end, until the first bytes arrive
         self.timer: asyncio.TimerHandle | None = None
@@ -93,8 +75,8 @@ class Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.made = time.monotonic()
-        self.guard.arrivals.connected(transport, self.accepted)
-        self.timer = asyncio.get_running_loop().call_later(self.guard.header_seconds, self._too_slow)
+        self.port.arrivals.connected(transport, self.accepted)
+        self.timer = asyncio.get_running_loop().call_later(self.port.header_seconds, self._too_slow)
         self.inner.connection_made(transport)
 
     def _too_slow(self) -> None:
@@ -105,9 +87,9 @@ class Guarded(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.made is not None:  # the connection's first bytes: idle since its handshake?
             if time.monotonic() - self.made > PROMPT_SECONDS:
-                self.guard.arrivals.answered(self.transport)  # its wait begins now, not at the accept
+                self.port.arrivals.answered(self.transport)  # its wait begins now, not at the accept
             self.made = None
-        self.guard.arrivals.received(self.transport)  # type: ignore[arg-type]
+        self.port.arrivals.received(self.transport)  # type: ignore[arg-type]
         if self.timer is not None:
             seen = self.tail + data
             if END_OF_HEADERS in seen:
@@ -117,110 +99,84 @@ class Guarded(asyncio.Protocol):
                 self.tail = seen[-3:]
         self.inner.data_received(data)
 
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.guard.arrivals.answered(self.transport)
+        self.port.arrivals.answered(self.transport)
         self.inner.connection_lost(exc)
 
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class Port:
-    """Listening sockets accepting through a `Guard` into aiohttp's runner (its public `server`): each
-    time a socket is readable, its whole backlog is accepted (`Accepting`), as asyncio's selector loop
-    does; uvloop's server accepts one a turn of the loop, a drain's burst late while the loop is sliced."""
+    """Listening sockets accepting into aiohttp's runner: each time a socket is readable, its whole backlog, as
+    asyncio's selector loop does (uvloop's server accepts one a turn of the loop, a drain's burst late while the
+    loop is sliced), each connection `Guarded` and handed to the loop, its TLS handshake bounded in time."""
 
-    def __init__(self, runner: web.BaseRunner, accepting: list[Accepting]) -> None:
-        self.runner, self.accepting = runner, accepting
+    def __init__(self, runner: web.BaseRunner, sockets: list[socket.socket], context: ssl.SSLContext | None, *,
+                 handshake_seconds: float, header_seconds: float, arrivals: Arrivals | None) -> None:
+        self.runner, self.sockets, self.context, self.header_seconds = runner, sockets, context, header_seconds
+        self.handshake_seconds = handshake_seconds if context else None
+        self.arrivals = arrivals if arrivals is not None else Arrivals()
+        self.loop = asyncio.get_running_loop()
+        self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
+        for listening in sockets:
+            self.loop.add_reader(listening.fileno(), self.accept, listening)
 
     @property
     def addresses(self) -> list[Any]:
-        """The bound addresses, as `web.BaseRunner.addresses` gives them."""
-        return [accepting.socket.getsockname() for accepting in self.accepting]
+        return [listening.getsockname() for listening in self.sockets]
 
-    async def cleanup(self) -> None:
-        """Stop accepting (handshakes under way dropped), then aiohttp's shutdown: requests in flight
-        finish, idle connections close."""
-        for accepting in self.accepting:
-            accepting.close()
-        for accepting in self.accepting:
-            await accepting.closed()
-        await self.runner.cleanup()
-
-
-class Accepting:
-    """One listening socket: its whole backlog accepted when it is readable, each connection handed
-    to the loop (`connect_accepted_socket`, its TLS handshake bounded by `handshake_seconds`)."""
-
-    def __init__(self, listening: socket.socket, guard: Guard, context: ssl.SSLContext | None,
-                 handshake_seconds: float) -> None:
-        self.socket, self.guard, self.context = listening, guard, context
-        self.handshake_seconds = handshake_seconds if context else None
-        self.loop = asyncio.get_running_loop()
-        self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
-        self.loop.add_reader(listening.fileno(), self.accept)
-
-    def accept(self) -> None:
+    def accept(self, listening: socket.socket) -> None:
         for _ in range(BACKLOG):  # bounded, as asyncio's own: other work gets the loop between two backlogs
             try:
-                connection, _ = self.socket.accept()
+                connection, _ = listening.accept()
             except (BlockingIOError, InterruptedError):
                 break
             except ConnectionAbortedError:  # reset by its client before the accept: the next one
                 continue
             except OSError as exc:  # out of descriptors or memory: accepting pauses, as asyncio's does
                 log.error("accepting a connection failed (%s): paused for %g s", exc, ACCEPT_PAUSE)
-                self.loop.remove_reader(self.socket.fileno())
-                self.loop.call_later(ACCEPT_PAUSE, self._resume)
+                self.loop.remove_reader(listening.fileno())
+                self.loop.call_later(ACCEPT_PAUSE, self._resume, listening)
                 break
             connection.setblocking(False)
-            protocol = self.guard()  # made now: its accept is when the review's wait began
+            protocol = Guarded(self, self.runner.server())  # type: ignore[misc]  # made now: the review's wait began
             handshake = self.loop.create_task(self.loop.connect_accepted_socket(
                 lambda protocol=protocol: protocol, connection, ssl=self.context,
                 ssl_handshake_timeout=self.handshake_seconds))
             self.handshakes.add(handshake)
             handshake.add_done_callback(self._handed)
 
-    def _resume(self) -> None:
-        if self.socket.fileno() >= 0:
-            self.loop.add_reader(self.socket.fileno(), self.accept)
+    def _resume(self, listening: socket.socket) -> None:
+        if listening.fileno() >= 0:
+            self.loop.add_reader(listening.fileno(), self.accept, listening)
 
     def _handed(self, handshake: asyncio.Task[Any]) -> None:
-        """A connection whose handshake failed, timed out or was dropped is closed by the loop; as with
-        asyncio's own server, that is the client's business, logged at debug only."""
+        """A connection whose handshake failed or was dropped: closed by the loop, the client's business (debug)."""
         self.handshakes.discard(handshake)
         if not handshake.cancelled() and handshake.exception() is not None:
             log.debug("a connection ended before its handshake did: %r", handshake.exception())
 
-    def close(self) -> None:
-        if self.socket.fileno() >= 0:
-            self.loop.remove_reader(self.socket.fileno())
-            self.socket.close()
+    async def cleanup(self) -> None:
+        """Stop accepting (handshakes under way dropped), then aiohttp's shutdown (requests in flight finish)."""
+        for listening in self.sockets:
+            if listening.fileno() >= 0:
+                self.loop.remove_reader(listening.fileno())
+                listening.close()
         for handshake in self.handshakes:
             handshake.cancel()
-
-    async def closed(self) -> None:
         if self.handshakes:
             await asyncio.gather(*self.handshakes, return_exceptions=True)
+        await self.runner.cleanup()
 
 
 def bind(host: str, port: int) -> list[socket.socket]:
-    """Listening sockets on every address `host` names, as asyncio's `create_server` makes them:
-    the address reusable, IPv6 sockets IPv6 only, non-blocking."""
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise OSError(f"cannot listen on {host}:{port}: {_lowered(exc.strerror or str(exc))}") from None
+    """Listening sockets on every address `host` names, made as asyncio's `create_server` makes them."""
     sockets: list[socket.socket] = []
     try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, address in dict.fromkeys(found):
             listening = socket.socket(family, kind, proto)
             sockets.append(listening)
@@ -233,22 +189,9 @@ def bind(host: str, port: int) -> list[socket.socket]:
     except OSError as exc:  # in use, no such address: said with the address, not errno's numbers alone
         for listening in sockets:
             listening.close()
-        raise OSError(f"cannot listen on {host}:{port}: {_lowered((exc.strerror or str(exc)).rsplit(': ', 1)[-1])}") from None
+        reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1]
+        raise OSError(f"cannot listen on {host}:{port}: {reason[:1].lower()}{reason[1:]}") from None
     return sockets
-
-
-def _lowered(reason: str) -> str:
-    """The system's reason as the rest of an error line: "address already in use"."""
-    return reason[:1].lower() + reason[1:]
-
-
-async def listen(runner: web.BaseRunner, host: str, port: int, context: ssl.SSLContext | None, *,
-                 guard: Guard | None = None, handshake_seconds: float = HANDSHAKE_SECONDS) -> Port:
-    """Serve `runner` (set up) on host:port through a Guard."""
-    if runner.server is None:
-        raise RuntimeError("the runner is not set up")
-    guard = guard or Guard(runner.server)
-    return Port(runner, [Accepting(listening, guard, context, handshake_seconds) for listening in bind(host, port)])
 
 
 # How long a connection whose body was answered unread (413, 503) may go on sending it, read and
@@ -257,10 +200,9 @@ LINGER = 2.0
 
 
 async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
-                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0,
-                arrivals: Arrivals | None = None) -> Port:
-    """Listen with an Application (an operations port) or a low-level handler on aiohttp's `web.Server`
-    (the admission port); port 0 picks a free port."""
+                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0, arrivals: Arrivals | None = None,
+                handshake_seconds: float = HANDSHAKE_SECONDS, header_seconds: float = HEADER_SECONDS) -> Port:
+    """An Application (an operations port) or a low-level handler (the admission port) listening; port 0: any."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
     if isinstance(handler, web.Application):
@@ -268,13 +210,10 @@ async def start(handler: web.Application | Callable[[web.BaseRequest], Any], hos
     else:
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    guard = Guard(runner.server, arrivals=arrivals)  # type: ignore[arg-type]
-    return await listen(runner, host, port, context, guard=guard)  # bounded connections
+    return Port(runner, bind(host, port), context, handshake_seconds=handshake_seconds, header_seconds=header_seconds,
+                arrivals=arrivals)
 
 
 def bound_port(listening: Port | Any) -> int:
     """The port listened on (the first one)."""
-    for address in listening.addresses:
-        if isinstance(address, tuple):
-            return int(address[1])
-    raise RuntimeError("the server is not listening")
+    return int(listening.addresses[0][1])

@@ -10,8 +10,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when it is installed (a dependency on Linux), else asyncio's own loop: asyncio.Runner's
-    loop_factory (uvloop.install() is deprecated)."""
+    """uvloop when installed (a dependency on Linux), else asyncio's: asyncio.Runner's loop_factory."""
     try:
         import uvloop
     except ImportError:
@@ -21,8 +20,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[asyncio.Event]:
-    """An Event set by the first SIGTERM (the kubelet stopping the pod) or SIGINT while the block
-    runs; after it, the signals act again as they would without it."""
+    """An Event set by the first SIGTERM (the kubelet stopping the pod) or SIGINT while the block runs."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:

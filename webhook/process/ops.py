@@ -16,16 +16,12 @@ from .. import metrics
 from . import listening
 from .loop import new_event_loop
 
-# Why the process is not ready; an empty list means ready.
-Readiness = Callable[[], list[str]]
-
-
 @dataclasses.dataclass(frozen=True)
 class Probes:
     """What one process's operations port answers from (`serve`'s registry and gauge, or `keep`'s)."""
 
-    readiness: Readiness
-    degraded: Readiness = list
+    readiness: Callable[[], list[str]]  # why the process is not ready; none: ready
+    degraded: Callable[[], list[str]] = list
     registry: CollectorRegistry = metrics.REGISTRY
     ready: Gauge = metrics.READY
 
@@ -43,9 +39,6 @@ class Probes:
         return 200, ("ok, degraded: " + "; ".join(degraded) if degraded else "ok") + "\n"
 
 
-# The probes are answered on a thread of their own (`Apart`), so that no long work on the process's loop
-# delays them past the kubelet's 1 s: each is asked of the loop, and answered from what it last said when
-# it does not answer within ASK_SECONDS; /healthz fails once the loop has not turned for STALLED_SECONDS.
 ASK_SECONDS = 0.25
 UNSAID = {"/healthz": (200, "ok\n"), "/readyz": (503, "not ready: the process has not answered yet\n")}
 STALLED_SECONDS = 20.0
@@ -53,8 +46,9 @@ BEAT_SECONDS = 1.0
 
 
 class Apart:
-    """The operations port of `probes` served from a thread of its own; `addresses` and `cleanup()` as a
-    listening.Port's."""
+    """The operations port of `probes` on a thread of its own, so that no long work on the process's loop delays a
+    probe past the kubelet's 1 s: each is asked of the loop, answered from what it last said when it does not answer
+    within ASK_SECONDS; /healthz fails once the loop has not turned for STALLED_SECONDS. Closed as a Port is."""
 
     def __init__(self, probes: Probes) -> None:
         self.probes, self.loop = probes, asyncio.get_running_loop()
@@ -66,6 +60,7 @@ class Apart:
         self._beating: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int) -> Apart:
+        """Serve from the thread; port 0 picks a free port."""
         self._beat()
         self.thread.start()
         served = web.Application()
@@ -110,8 +105,3 @@ class Apart:
         self.thread_loop.call_soon_threadsafe(self.thread_loop.stop)
         await asyncio.to_thread(self.thread.join)
         self.thread_loop.close()
-
-
-async def start(probes: Probes, host: str, port: int) -> Apart:
-    """Serve the operations port of `probes` from a thread of its own; port 0 picks a free port."""
-    return await Apart(probes).start(host, port)

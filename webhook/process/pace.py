@@ -13,15 +13,13 @@ SLICE = 0.002
 
 
 class Pacer:
-    """`await pacer()` between steps of long work: gives the event loop back once `slice_seconds`
-    of it have gone to the work since the last time (else returns at once, without yielding)."""
+    """`await pacer()` between steps of long work: the loop given back once `slice_seconds` of it went to the work."""
 
     def __init__(self, slice_seconds: float = SLICE) -> None:
         self.slice = slice_seconds
         self.until = time.monotonic() + slice_seconds
 
     async def give_back(self) -> None:
-        """Let everything waiting for the loop run, then start a new slice."""
         await asyncio.sleep(0)
         self.until = time.monotonic() + self.slice
 
@@ -30,10 +28,9 @@ class Pacer:
             await self.give_back()
 
 
-async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: float = SLICE) -> bool:
-    """Take `steps` one by one, paced (`Pacer`), so that other work is done meanwhile; False when
-    the deadline came first (checked each time the loop is given back)."""
-    pacer = Pacer(slice_seconds)
+async def in_slices(steps: Iterable[Any], deadline: Deadline) -> bool:
+    """`steps` taken paced (`Pacer`); False when the deadline came first (checked as the loop is given back)."""
+    pacer = Pacer()
     for _ in steps:
         if time.monotonic() >= pacer.until:
             if deadline.remaining() <= 0:
@@ -43,17 +40,13 @@ async def in_slices(steps: Iterable[Any], deadline: Deadline, slice_seconds: flo
 
 
 class AfterReviews:
-    """Background work that gives way to the reviews in flight: `wait` returns once `busy()` says none is
-    (`yield_to`), or once the waits since the last quiet moment have lasted `hold` seconds; then at once for as long
-    again, after which a new hold may begin."""
+    """Background work that gives way to the reviews in flight: `wait` returns once `busy()` says none is, or once
+    the waits since the last quiet moment lasted `hold` seconds; then at once for as long again, then a new hold."""
 
     def __init__(self, hold: float, look_again: float = 0.01) -> None:
         self.hold, self.look_again = hold, look_again
         self.busy: Callable[[], bool] = lambda: False
         self._held_since: float | None = None  # when the work began to wait for the reviews in flight
-
-    def yield_to(self, busy: Callable[[], bool]) -> None:
-        self.busy = busy
 
     async def wait(self) -> None:
         while self.busy():
