@@ -70,17 +70,16 @@ SETTING_TYPES: dict[type, Any] = {int: int, float: float, Seconds: delay}
 def add_setting_flags(parser: Parser, verb: str) -> None:
     """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
     for keeper, title in ((False, "rules"), (True, "the keeper")):
-        flags = [(row, row.flag) for row in SETTINGS
-                 if row.flag is not None and verb in row.flag.verbs and (row in KEEPER_SETTINGS) is keeper]
+        flags = [row for row in SETTINGS if verb in row.verbs and (row in KEEPER_SETTINGS) is keeper]
         if not flags:
             continue
         where = Group(parser, f"{title} (each also COLOCATE_<NAME> in the environment)")
-        for row, setting in flags:
+        for row in flags:
             # `status` reads the keeper's settings from its Deployment: a flag given here wins over them.
             default = f"the keeper Deployment's, else {row.shown_default()}" if keeper and verb == STATUS \
                 else row.shown_default()
             where.add_argument(row.option, type=SETTING_TYPES.get(row.kind), choices=row.choices,
-                               metavar=setting.metavar, help=f"{setting.help} (default: {default})")
+                               metavar=row.metavar, help=f"{row.help} (default: {default})")
 
 
 def flags_given(args: argparse.Namespace) -> dict[str, object]:
