@@ -7,7 +7,6 @@ lost update).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import datetime
 
 from cryptography import x509
@@ -20,13 +19,6 @@ from ..cluster.rest import MERGE_PATCH, Api, KubeError, failure as _failure
 
 SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
 ATTEMPTS = 5  # on 409 Conflict: read again and retry
-
-
-@dataclasses.dataclass(frozen=True)
-class SecretResult:
-    bundle: certs.Bundle
-    action: str  # created | renewed | kept
-    previous_ca: bytes | None = None  # the CA replaced on renewal, still trusted for a while
 
 
 # --------------------------------------------------------------------------- the pair
@@ -86,8 +78,10 @@ def _written(status: int, answer: object, what: str) -> bool:
     return True
 
 
-async def sync_secret(api: Api, namespace: str, name: str, names: list[str], days: int) -> SecretResult:
-    """Make Secret `namespace/name` hold a good pair for `names`: keep, renew or create it."""
+async def sync_secret(api: Api, namespace: str, name: str, names: list[str],
+                      days: int) -> tuple[certs.Bundle, str, bytes | None]:
+    """Make Secret `namespace/name` hold a good pair for `names`: keep, renew or create it; the pair, what was
+    done (created, renewed, kept) and the CA a renewal replaced, still trusted for a while."""
     now = datetime.datetime.now(datetime.timezone.utc)
     path, what = SECRET.path(namespace, name), f"Secret {namespace}/{name}"
     for _ in range(ATTEMPTS):
@@ -98,21 +92,20 @@ async def sync_secret(api: Api, namespace: str, name: str, names: list[str], day
             body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                     "metadata": {"name": name, "namespace": namespace}, "data": _secret_data(bundle)}
             if _written(*await api.request("POST", SECRET.path(namespace), body), f"creating {what}"):
-                return SecretResult(bundle, "created")
+                return bundle, "created", None
             continue  # created meanwhile by someone else: read it
         if status != 200 or not isinstance(secret, dict):
             raise _failure(status, secret, f"reading {what}")
         data = {key: _unb64((secret.get("data") or {}).get(key)) for key in SECRET_KEYS}
         kept = reusable(data, names, now)
         if kept is not None:
-            return SecretResult(kept, "kept")
+            return kept, "kept", None
         bundle = certs.generate(names, days=days)
         patch = {"metadata": {"resourceVersion": meta(secret).get("resourceVersion")}, "data": _secret_data(bundle)}
         if _written(*await api.request("PATCH", path, patch, MERGE_PATCH), f"writing {what}"):
             replaced = _load_certs(data["ca.crt"])
             still_valid = len(replaced) == 1 and replaced[0].not_valid_after_utc > now
-            return SecretResult(bundle, "renewed" if data["tls.crt"] else "created",
-                                data["ca.crt"] if still_valid else None)
+            return bundle, "renewed" if data["tls.crt"] else "created", data["ca.crt"] if still_valid else None
     raise KubeError(f"{what} kept changing under us ({ATTEMPTS} conflicts); run again")
 
 
@@ -164,10 +157,9 @@ async def run(names: list[str], *, namespace: str, days: int, secret: str | None
     try:
         previous_ca = None
         if secret:
-            result = await sync_secret(api, namespace, secret, names, days)
-            bundle, previous_ca = result.bundle, result.previous_ca
+            bundle, action, previous_ca = await sync_secret(api, namespace, secret, names, days)
             expires = x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc.date().isoformat()
-            done.append(f"Secret {namespace}/{secret}: {result.action}, valid until {expires}")
+            done.append(f"Secret {namespace}/{secret}: {action}, valid until {expires}")
         else:
             bundle = certs.generate(names, days=days)
         if out:
