@@ -18,7 +18,7 @@ from ..stores.snapshot import SnapshotStore
 from ..stores.store import Store, StoreError
 from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
-from ..keeper.observe import ApartSpans, Nodes, Observer, pass_facts, stuck
+from ..keeper.observe import ApartSpans, Launchers, Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
 from ..keeper.records import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
@@ -225,40 +225,25 @@ class Report:
     now: datetime
     vms: list[VmStatus]
     skipped: list[str]  # objects of unexpected shape, left out
-    cluster: Cluster | None = None
-    cancels: list[str] = dataclasses.field(default_factory=list)  # migrations of ours the keeper cancels, and why
+    cluster: Cluster
+    cancels: list[str]  # migrations of ours the keeper cancels, and why
 
-    def drain(self, node: str, aims: dict[tuple[str, str], str] | None = None) -> DrainPreview:
+    def drain(self, node: str, aims: dict[tuple[str, str], str]) -> DrainPreview:
         """What draining `node` will do to these VMs (`rules.keeping.drain`); `aims`: where each VM's
         evacuation would be aimed, or why not (`tools.drain_aims`), when the aim is on."""
-        aims = aims or {}
-        restarts = self.cluster.restarts if self.cluster is not None else restarts_vms(None)
-        keep = KeepMode(self.cluster.mode) if self.cluster is not None else KeepMode.MIGRATE
         return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.node, storage=vm.storage,
                                         migratable=vm.live_migratable, why_not=vm.not_migratable,
                                         cannot_finish=vm.cannot_finish, evacuation=aims.get((vm.namespace, vm.name), ""))
-                                for vm in self.vms), restarts, keep)
+                                for vm in self.vms), self.cluster.restarts, KeepMode(self.cluster.mode))
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
         return {"total": len(self.vms), **{str(state): counts[state] for state in VmState}}
 
     def to_json(self) -> dict[str, Any]:
-        return {"as_of": rfc3339(self.now), "cluster": self.cluster.to_json() if self.cluster else None,
+        return {"as_of": rfc3339(self.now), "cluster": self.cluster.to_json(),
                 "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(), "skipped": self.skipped,
                 "cancels": self.cancels}
-
-
-class LauncherPods:
-    """The launcher pods of the VMs' namespaces, listed once, by (namespace, VMI uid), as the keeper's cache."""
-
-    def __init__(self, pods: Iterable[dict[str, Any]]):
-        self._pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
-        for pod in pods:
-            self._pods[kinds.meta(pod).get("namespace") or "", kinds.labels(pod).get(kinds.CREATED_BY_LABEL) or ""].append(pod)
-
-    def of(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
-        return self._pods.get((namespace, vmi_uid), [])
 
 
 async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any,
@@ -291,7 +276,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     seen = {observed.key: observed for observed in await asyncio.gather(*(one(view) for view in running))}
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
     # The keeper's plan, made from the same facts: the same order, each migration using up what it takes.
-    made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers.of, state))
+    made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers, state))
     values = await read_settings(store, settings, timeout)
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
     vms = [_vm_status(seen[step.key], step, history, facts, off=off, longhorn=longhorn,
@@ -321,18 +306,23 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
-                    timeout: float, api: Any) -> tuple[Observer, LauncherPods, str]:
+                    timeout: float, api: Any) -> tuple[Observer, Launchers, str]:
     """The keeper's observation over the disks' objects, launcher pods and IOerror Events listed once (or why not)."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
-    pods: list[dict[str, Any]] = []
+    # The launcher pods by (namespace, VMI uid), listed once, as the keeper's cache has them.
+    pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
     for namespace in sorted(namespaces):
         try:
-            pods += await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
+            for pod in await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout):
+                pods[namespace, kinds.labels(pod).get(kinds.CREATED_BY_LABEL) or ""].append(pod)
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
-    launchers = LauncherPods(pods)
-    spans = ApartSpans(ViewedOnce(store), settings, timeout, launchers=launchers.of, direct=store)
+
+    def launchers(namespace: str, uid: str) -> list[dict[str, Any]]:
+        return pods.get((namespace, uid), [])
+
+    spans = ApartSpans(ViewedOnce(store), settings, timeout, launchers=launchers, direct=store)
     errors = await read_io_errors(api, timeout) if running else {}
     found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
     return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
@@ -426,7 +416,7 @@ def render(report: Report) -> str:
         since = "-" if vm.state is not APART else f"{ago(report.now - vm.since)} ago" if vm.since else "?"
         rows.append((f"{vm.namespace}/{vm.name}", vm.node or "-", ",".join(vm.storage) or "-", str(vm.state), since,
                      vm.next, vm.last_action))
-    lines = report.cluster.lines() + [""] if report.cluster is not None else []
+    lines = report.cluster.lines() + [""]
     if report.vms:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
