@@ -33,8 +33,6 @@ def _load_certs(pem: bytes) -> list[x509.Certificate]:
 
 def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | None = None) -> certs.Bundle | None:
     """The pair in `data` when it can keep serving `names` for a while; None when it must be renewed."""
-    if any(not data.get(key) for key in SECRET_KEYS):
-        return None
     now = now or datetime.datetime.now(datetime.timezone.utc)
     try:
         ca = x509.load_pem_x509_certificate(data["ca.crt"])
@@ -42,7 +40,7 @@ def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | 
         key = serialization.load_pem_private_key(data["tls.key"], password=None)
         cert.verify_directly_issued_by(ca)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except Exception:  # unparsable, not signed by this CA, no SANs: anything off means renew
+    except Exception:  # missing, unparsable, not signed by this CA, no SANs: anything off means renew
         return None
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
