@@ -39,9 +39,7 @@ def seconds(text: str) -> float:
     text = text.strip()
     if not _DURATION.fullmatch(text):
         raise ValueError(f"{text!r} is not a duration ({DURATION_FORMS})")
-    if text[-1].isdigit():
-        return float(text)
-    return sum(float(number) * _UNIT[unit] for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text))
+    return sum(float(number) * _UNIT[unit or "s"] for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text))
 
 
 def duration_text(value: float) -> str:
