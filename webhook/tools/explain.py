@@ -30,10 +30,8 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     vmi = await store.get(VMI, namespace, name, timeout=deadline.remaining())
     if vm is None and vmi is None:
         raise LookupError(f"no VirtualMachine or VirtualMachineInstance {namespace}/{name}")
-    template = ((vm or {}).get("spec") or {}).get("template") or {}
-    volumes = ((vmi or {}).get("spec") or {}).get("volumes") if vmi else (template.get("spec") or {}).get("volumes")
-    claims = claims_of({"spec": {"volumes": volumes}})
-    facts = await resolve_disks(store, settings, namespace, claims, deadline)
+    template = kinds.spec(vm).get("template") or {}
+    facts = await resolve_disks(store, settings, namespace, claims_of(vmi or template), deadline)
     running_on = ((vmi or {}).get("status") or {}).get("nodeName")
     # The VMI's pods by its uid (never one of an earlier run): their vm.kubevirt.io/name label is its hostname.
     uid = kinds.meta(vmi).get("uid") if vmi else None
@@ -42,8 +40,7 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
                             timeout=deadline.remaining())
     # The launcher pod where the VM runs now, as the rules see it; none without a VMI.
     launcher = next(iter(vm_pods(pods, settings, any_vm=True).running), None) if vmi else None
-    said = opted_in(kinds.annotations(launcher) if launcher is not None else
-                    (template.get("metadata") or {}).get("annotations") or {}, settings)
+    said = opted_in(kinds.annotations(launcher if launcher is not None else template), settings)
     served = {f.node for f in facts if f.node}
     paths = (await read_longhorn(store, settings, deadline.remaining())).paths(facts)
     view = read_vmi(vmi, settings) if vmi else None
