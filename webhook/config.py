@@ -39,9 +39,7 @@ def seconds(text: str) -> float:
     text = text.strip()
     if not _DURATION.fullmatch(text):
         raise ValueError(f"{text!r} is not a duration ({DURATION_FORMS})")
-    if text[-1].isdigit():
-        return float(text)
-    return sum(float(number) * _UNIT[unit] for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text))
+    return sum(float(number) * _UNIT[unit or "s"] for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text))
 
 
 def duration_text(value: float) -> str:
@@ -94,19 +92,9 @@ def retired(env: Mapping[str, str]) -> list[str]:
             if env.get(ENV_PREFIX + name.upper())]
 
 
-@dataclasses.dataclass(frozen=True)
-class Flag:
-    """How a setting is given on the command line, besides COLOCATE_<NAME>."""
-
-    help: str
-    verbs: tuple[str, ...]
-    metavar: str | None = None
-    default_text: str = "{}"  # the default as --help says it, {} standing for the value
-
-
 def setting(default: Any, meaning: str, verbs: tuple[str, ...], **flag: Any) -> Any:
     """A field of a settings part with its flag: its default, what it means, the verbs that take it."""
-    return dataclasses.field(default=default, metadata={"flag": Flag(help=meaning, verbs=verbs, **flag)})
+    return dataclasses.field(default=default, metadata={"help": meaning, "verbs": verbs, **flag})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +150,7 @@ class SharedSettings:
         env = os.environ if env is None else env
         values: dict[str, object] = {}
         for row in rows(cls):
-            if verb is not None and row.flag is not None and verb not in row.flag.verbs:
+            if verb is not None and row.verbs and verb not in row.verbs:
                 continue
             if raw := env.get(row.env):
                 values[row.name] = cls.checked(row.name, row.parse(raw), f"{row.env}={raw!r}")
@@ -238,12 +226,15 @@ class Settings(AdmissionSettings, KeeperSettings):
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One field of Settings as the command line and the environment know it."""
+    """One field of Settings as the command line and the environment know it: a flag of `verbs` (none: no flag)."""
 
     name: str
     kind: type
     default: object
-    flag: Flag | None
+    help: str = ""
+    verbs: tuple[str, ...] = ()
+    metavar: str | None = None
+    default_text: str = "{}"  # the default as --help says it, {} standing for the value
 
     @property
     def env(self) -> str:
@@ -264,7 +255,7 @@ class Setting:
         value = self.default
         shown = ("on" if value else "off") if isinstance(value, bool) else duration_text(float(value)) \
             if self.kind is Seconds else f"{value:g}" if isinstance(value, float) else str(value)
-        return self.flag.default_text.format(shown) if self.flag is not None else shown
+        return self.default_text.format(shown)
 
     def member(self, value: object) -> object:
         """A mode's enum member from its name; ValueError naming the setting and its choices."""
@@ -297,8 +288,8 @@ _PARSERS: dict[type, tuple[Any, str]] = {bool: (_switch, "true/false"), int: (in
 def rows(cls: type) -> tuple[Setting, ...]:
     """The settings of a part (or of Settings: all), each with how it is given."""
     types = typing.get_type_hints(cls)
-    return tuple(Setting(name=field.name, kind=types[field.name], default=field.default,
-                         flag=field.metadata.get("flag")) for field in dataclasses.fields(cls))
+    return tuple(Setting(name=field.name, kind=types[field.name], default=field.default, **field.metadata)
+                 for field in dataclasses.fields(cls))
 
 
 SETTINGS = rows(Settings)
@@ -306,10 +297,10 @@ SETTINGS = rows(Settings)
 KEEPER_SETTINGS = tuple(row for row in SETTINGS if row.name in vars(KeeperSettings)["__annotations__"])
 
 
-def flags_as_env(args: object, among: tuple[Setting, ...] = SETTINGS) -> dict[str, str]:
+def flags_as_env(args: object, among: tuple[Setting, ...]) -> dict[str, str]:
     """`--keep=migrate` or `--keep migrate` as COLOCATE_KEEP: the flags of a command line that are
     settings (`among`), in the form `from_env` reads."""
-    options = {row.option: row for row in among if row.flag is not None}
+    options = {row.option: row for row in among if row.verbs}
     found: dict[str, str] = {}
     args = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
     for i, arg in enumerate(args):

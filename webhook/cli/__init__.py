@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
     try:
         return run(args)
     except (NoCredentials, OSError, ValueError, yaml.YAMLError, KubeError) as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        # On one line: a YAML reader's error spans several.
+        print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
         return 1 if isinstance(exc, KubeError) else 2  # the cluster refused: not the input's fault
 
 
@@ -47,11 +48,6 @@ def complete(parser: argparse.ArgumentParser) -> None:
     except ImportError:
         return
     argcomplete.autocomplete(parser)
-
-
-def one_line(exc: BaseException) -> str:
-    """An error's message on one line (a YAML reader's error spans several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def run(args: argparse.Namespace) -> int:

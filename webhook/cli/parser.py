@@ -70,17 +70,16 @@ SETTING_TYPES: dict[type, Any] = {int: int, float: float, Seconds: delay}
 def add_setting_flags(parser: Parser, verb: str) -> None:
     """The flags of `verb` that are settings (config.SETTINGS): the rules', then the keeper's."""
     for keeper, title in ((False, "rules"), (True, "the keeper")):
-        flags = [(row, row.flag) for row in SETTINGS
-                 if row.flag is not None and verb in row.flag.verbs and (row in KEEPER_SETTINGS) is keeper]
+        flags = [row for row in SETTINGS if verb in row.verbs and (row in KEEPER_SETTINGS) is keeper]
         if not flags:
             continue
         where = Group(parser, f"{title} (each also COLOCATE_<NAME> in the environment)")
-        for row, setting in flags:
+        for row in flags:
             # `status` reads the keeper's settings from its Deployment: a flag given here wins over them.
             default = f"the keeper Deployment's, else {row.shown_default()}" if keeper and verb == STATUS \
                 else row.shown_default()
             where.add_argument(row.option, type=SETTING_TYPES.get(row.kind), choices=row.choices,
-                               metavar=setting.metavar, help=f"{setting.help} (default: {default})")
+                               metavar=row.metavar, help=f"{row.help} (default: {default})")
 
 
 def flags_given(args: argparse.Namespace) -> dict[str, object]:
@@ -113,28 +112,21 @@ def add_output_flag(parser: Flags) -> None:
          help="text for people, json or yaml for tools")
 
 
-def add_cluster_flags(parser: Parser, *, namespaced: bool = True, waits: str = "10s") -> None:
-    """kubectl's own flags, as a kubectl plugin takes them (`kubectl colocate status --context prod`)."""
+def add_cluster_flags(parser: Parser, namespace: str | None, waits: str = "10s") -> None:
+    """kubectl's flags, as a kubectl plugin takes them (`kubectl colocate status --context prod`); -n's help."""
     cluster = Group(parser, "the cluster, as kubectl's flags name it")
     add_kubeconfig_flag(cluster)
     cluster.add_argument("--context", help="the kubeconfig context to use (default: its current-context); "
                                            "in-cluster credentials are not tried")
     add_timeout_flag(cluster, waits)
-    if namespaced:
-        cluster.add_argument("-n", "--namespace", type=label, help=NAMESPACE_HELP[parser.prog.rsplit(" ", 1)[-1]])
+    if namespace:
+        cluster.add_argument("-n", "--namespace", type=label, help=namespace)
 
 
 def add_timeout_flag(parser: Flags, default: str) -> None:
     parser.add_argument("--request-timeout", type=timeout, metavar="DURATION",
                         help=f"the time to wait for each of the cluster's answers, as kubectl's: 30s, 2m, or seconds "
                              f"(default: {default})")
-
-
-NAMESPACE_HELP = {
-    EXPLAIN: "the VM's namespace, when the VM is not given as NAMESPACE/VM (default: the context's namespace, "
-             "else default)",
-    STATUS: "only the VMs of this namespace (default: every namespace); the keeper still decides over all of them",
-}
 
 
 def add_ops_flags(parser: Flags, metrics_port: int) -> None:
@@ -218,7 +210,8 @@ def add_certs(make: Parser) -> None:
 def add_explain(why: Parser) -> None:
     why.add_argument("vm", metavar="[NAMESPACE/]VM",
                      help="the VirtualMachine (or VirtualMachineInstance), as NAMESPACE/VM or VM with -n NAMESPACE")
-    add_cluster_flags(why)
+    add_cluster_flags(why, "the VM's namespace, when the VM is not given as NAMESPACE/VM (default: the context's "
+                           "namespace, else default)")
     add_output_flag(why)
 
 
@@ -227,7 +220,8 @@ def add_status(state: Parser) -> None:
                        help="also what draining NODE will do: each VM and NFS server on it, where it goes, the "
                             "migrations, the VMs Longhorn would reboot and those that cannot move (read only) "
                             "(default: none)")
-    add_cluster_flags(state)
+    add_cluster_flags(state, "only the VMs of this namespace (default: every namespace); the keeper still decides "
+                             "over all of them")
     add_output_flag(state)
 
 
@@ -235,7 +229,7 @@ def add_spare(spare: Parser) -> None:
     spare.add_argument("--undo", action="store_true",
                        help="take kubevirt.io/VirtualMachineInstance out again (Longhorn deletes launcher pods again) "
                             "(default: add it)")
-    add_cluster_flags(spare, namespaced=False, waits="30s")
+    add_cluster_flags(spare, None, waits="30s")
 
 
 VERBS = (  # each verb: its help, its own flags; then its settings' flags (add_setting_flags)

@@ -41,11 +41,9 @@ async def drain_aims(store: ClusterStore, settings: Settings, node: str, vms: Se
                                    namespace=namespace, name="", object=migration, dry_run=True,
                                    user=f"system:serviceaccount:{settings.kubevirt_namespace}:{kinds.VIRT_CONTROLLER_ACCOUNT}")
         outcome = await admit(request, SnapshotStore(objects), aiming, Deadline.after(timeout, 0))
-        if outcome.decision is None:
-            detail = f" ({outcome.detail})" if outcome.detail else ""
-            said[namespace, name] = f"its evacuation would be left as KubeVirt makes it: {outcome.skipped}{detail}"
-            continue
-        said[namespace, name] = f"its evacuation would be aimed at {outcome.decision.node}: {outcome.decision.reason}"
+        decision, detail = outcome.decision, f" ({outcome.detail})" if outcome.detail else ""
+        said[namespace, name] = f"its evacuation would be left as KubeVirt makes it: {outcome.skipped}{detail}" \
+            if decision is None else f"its evacuation would be aimed at {decision.node}: {decision.reason}"
     return said
 
 

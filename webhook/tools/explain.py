@@ -30,19 +30,17 @@ async def explain(store: ClusterStore, settings: Settings, namespace: str, name:
     vmi = await store.get(VMI, namespace, name, timeout=deadline.remaining())
     if vm is None and vmi is None:
         raise LookupError(f"no VirtualMachine or VirtualMachineInstance {namespace}/{name}")
-    template = ((vm or {}).get("spec") or {}).get("template") or {}
-    volumes = ((vmi or {}).get("spec") or {}).get("volumes") if vmi else (template.get("spec") or {}).get("volumes")
-    claims = claims_of({"spec": {"volumes": volumes}})
-    facts = await resolve_disks(store, settings, namespace, claims, deadline)
+    template = kinds.spec(vm).get("template") or {}
+    facts = await resolve_disks(store, settings, namespace, claims_of(vmi or template), deadline)
     running_on = ((vmi or {}).get("status") or {}).get("nodeName")
-    # The VMI's pods by its uid: their vm.kubevirt.io/name label is its hostname, not its name.
+    # The VMI's pods by its uid (never one of an earlier run): their vm.kubevirt.io/name label is its hostname.
     uid = kinds.meta(vmi).get("uid") if vmi else None
     selector = {kinds.CREATED_BY_LABEL: uid} if isinstance(uid, str) and uid else {kinds.VM_NAME_LABELS[0]: name}
     pods = await store.list(POD, namespace, {kinds.VIRT_LAUNCHER[0]: kinds.VIRT_LAUNCHER[1], **selector},
                             timeout=deadline.remaining())
-    launcher = _vm_pod(pods, vmi, settings)
-    said = opted_in(kinds.annotations(launcher) if launcher is not None else
-                    (template.get("metadata") or {}).get("annotations") or {}, settings)
+    # The launcher pod where the VM runs now, as the rules see it; none without a VMI.
+    launcher = next(iter(vm_pods(pods, settings, any_vm=True).running), None) if vmi else None
+    said = opted_in(kinds.annotations(launcher if launcher is not None else template), settings)
     served = {f.node for f in facts if f.node}
     paths = (await read_longhorn(store, settings, deadline.remaining())).paths(facts)
     view = read_vmi(vmi, settings) if vmi else None
@@ -92,16 +90,6 @@ def _stranded(pods: list[dict[str, Any]], namespace: str, settings: Settings) ->
     found = [s for s in (stranded(p, namespace, settings, now) for p in pods) if s is not None]
     return [{"pod": s.pod, "node": s.node, "since": rfc3339(s.since), "message": s.message, "what": s.describe(now)}
             for s in found]
-
-
-def _vm_pod(pods: list[dict[str, Any]], vmi: dict[str, Any] | None, settings: Settings) -> dict[str, Any] | None:
-    """The launcher pod where the VM runs now, as the rules see it (`running.vm_pods`); none without a VMI,
-    and never one of an earlier run (another VMI uid)."""
-    if vmi is None:
-        return None
-    uid = kinds.meta(vmi).get("uid")
-    running = vm_pods(pods, settings, any_vm=True).running
-    return next((p for p in running if not uid or kinds.labels(p).get(kinds.CREATED_BY_LABEL) == uid), None)
 
 
 def _migration(state: VmiMigration) -> dict[str, Any]:

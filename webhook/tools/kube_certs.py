@@ -7,7 +7,6 @@ lost update).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import datetime
 
 from cryptography import x509
@@ -22,13 +21,6 @@ SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
 ATTEMPTS = 5  # on 409 Conflict: read again and retry
 
 
-@dataclasses.dataclass(frozen=True)
-class SecretResult:
-    bundle: certs.Bundle
-    action: str  # created | renewed | kept
-    previous_ca: bytes | None = None  # the CA replaced on renewal, still trusted for a while
-
-
 # --------------------------------------------------------------------------- the pair
 
 
@@ -41,8 +33,6 @@ def _load_certs(pem: bytes) -> list[x509.Certificate]:
 
 def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | None = None) -> certs.Bundle | None:
     """The pair in `data` when it can keep serving `names` for a while; None when it must be renewed."""
-    if any(not data.get(key) for key in SECRET_KEYS):
-        return None
     now = now or datetime.datetime.now(datetime.timezone.utc)
     try:
         ca = x509.load_pem_x509_certificate(data["ca.crt"])
@@ -50,7 +40,7 @@ def reusable(data: dict[str, bytes], names: list[str], now: datetime.datetime | 
         key = serialization.load_pem_private_key(data["tls.key"], password=None)
         cert.verify_directly_issued_by(ca)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except Exception:  # unparsable, not signed by this CA, no SANs: anything off means renew
+    except Exception:  # missing, unparsable, not signed by this CA, no SANs: anything off means renew
         return None
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
@@ -86,8 +76,10 @@ def _written(status: int, answer: object, what: str) -> bool:
     return True
 
 
-async def sync_secret(api: Api, namespace: str, name: str, names: list[str], days: int) -> SecretResult:
-    """Make Secret `namespace/name` hold a good pair for `names`: keep, renew or create it."""
+async def sync_secret(api: Api, namespace: str, name: str, names: list[str],
+                      days: int) -> tuple[certs.Bundle, str, bytes | None]:
+    """Make Secret `namespace/name` hold a good pair for `names`: keep, renew or create it; the pair, what was
+    done (created, renewed, kept) and the CA a renewal replaced, still trusted for a while."""
     now = datetime.datetime.now(datetime.timezone.utc)
     path, what = SECRET.path(namespace, name), f"Secret {namespace}/{name}"
     for _ in range(ATTEMPTS):
@@ -98,21 +90,20 @@ async def sync_secret(api: Api, namespace: str, name: str, names: list[str], day
             body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                     "metadata": {"name": name, "namespace": namespace}, "data": _secret_data(bundle)}
             if _written(*await api.request("POST", SECRET.path(namespace), body), f"creating {what}"):
-                return SecretResult(bundle, "created")
+                return bundle, "created", None
             continue  # created meanwhile by someone else: read it
         if status != 200 or not isinstance(secret, dict):
             raise _failure(status, secret, f"reading {what}")
         data = {key: _unb64((secret.get("data") or {}).get(key)) for key in SECRET_KEYS}
         kept = reusable(data, names, now)
         if kept is not None:
-            return SecretResult(kept, "kept")
+            return kept, "kept", None
         bundle = certs.generate(names, days=days)
         patch = {"metadata": {"resourceVersion": meta(secret).get("resourceVersion")}, "data": _secret_data(bundle)}
         if _written(*await api.request("PATCH", path, patch, MERGE_PATCH), f"writing {what}"):
             replaced = _load_certs(data["ca.crt"])
             still_valid = len(replaced) == 1 and replaced[0].not_valid_after_utc > now
-            return SecretResult(bundle, "renewed" if data["tls.crt"] else "created",
-                                data["ca.crt"] if still_valid else None)
+            return bundle, "renewed" if data["tls.crt"] else "created", data["ca.crt"] if still_valid else None
     raise KubeError(f"{what} kept changing under us ({ATTEMPTS} conflicts); run again")
 
 
@@ -126,8 +117,6 @@ def _ders(pem: bytes) -> list[bytes]:
 async def patch_webhook(api: Api, name: str, ca: bytes, previous_ca: bytes | None = None) -> int:
     """Put `ca` (and `previous_ca`, during a rotation) into the caBundle of every webhook of `name`; how many changed (a
     caBundle that already trusts `ca` is left alone, keeping an earlier rotation's overlap)."""
-    if not _ders(ca):
-        raise ValueError("the CA to put into caBundle is not a PEM certificate")
     wanted = ca + (previous_ca or b"")
     path, what = MUTATING_WEBHOOK.path(None, name), f"MutatingWebhookConfiguration {name}"
     for _ in range(ATTEMPTS):
@@ -164,10 +153,9 @@ async def run(names: list[str], *, namespace: str, days: int, secret: str | None
     try:
         previous_ca = None
         if secret:
-            result = await sync_secret(api, namespace, secret, names, days)
-            bundle, previous_ca = result.bundle, result.previous_ca
+            bundle, action, previous_ca = await sync_secret(api, namespace, secret, names, days)
             expires = x509.load_pem_x509_certificate(bundle.cert).not_valid_after_utc.date().isoformat()
-            done.append(f"Secret {namespace}/{secret}: {result.action}, valid until {expires}")
+            done.append(f"Secret {namespace}/{secret}: {action}, valid until {expires}")
         else:
             bundle = certs.generate(names, days=days)
         if out:

@@ -18,7 +18,7 @@ from ..stores.snapshot import SnapshotStore
 from ..stores.store import Store, StoreError
 from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
-from ..keeper.observe import ApartSpans, Nodes, Observer, pass_facts, stuck
+from ..keeper.observe import ApartSpans, Launchers, Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
 from ..keeper.records import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
@@ -26,7 +26,7 @@ from ..keeper.kubevirt_api import read_io_errors
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import OFF, KeepDecision, Limits, PassFacts, next_step
+from ..rules.keeping.keep import OFF, KeepDecision, PassFacts, next_step
 from ..rules.keeping.plan import plan, VmPlan
 from ..rules.keeping.record import Action, KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
@@ -55,23 +55,18 @@ class VmStatus:
 
     namespace: str
     name: str
-    node: str | None
+    vmi: VmiView  # as read: its node, keep annotation, migratability, pause and hotplugged claims
     storage: tuple[str, ...]
     state: VmState
     since: datetime | None  # apart since (None: not apart, or unknown)
     why: str
     last_action: str
     last_migration: Migration | None  # our latest migration of the VM
-    may_move: bool
     decision: KeepDecision
     next: str  # the decision in words: when it moves, or what holds it
     disks: tuple[DiskPath, ...] = ()  # each Longhorn disk's I/O path
     # whether a restart of a share-manager serving it reboots the VM (yes, no, cannot tell); None: none serves it
     rebooted_by_storage_restart: str | None = None
-    live_migratable: bool = True
-    not_migratable: str = ""  # why not, when it is not
-    paused: str = ""  # its Paused condition's reason (PausedIOError: a disk I/O error stopped it)
-    hotplugged: tuple[str, ...] = ()  # the claims of its hotplugged disks
     # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
@@ -86,14 +81,14 @@ class VmStatus:
         """What a share-manager restart does to each of its hotplugged Longhorn disks, a line each."""
         volumes = {disk.claim: disk.volume for disk in self.disks}
         return [hotplugged(claim, volumes.get(claim), self.attachment_pods_deleted_by_storage_restart)
-                for claim in self.hotplugged if volumes.get(claim) or not self.disks]
+                for claim in self.vmi.hotplugged if volumes.get(claim) or not self.disks]
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
         return {
             "namespace": self.namespace,
             "name": self.name,
-            "node": self.node,
+            "node": self.vmi.node,
             "storage": list(self.storage),
             "state": str(self.state),
             "since": rfc3339(self.since) if self.since else None,
@@ -102,7 +97,7 @@ class VmStatus:
             "last_migration": None if last is None else {
                 "name": last.name, "target": last.target, "phase": last.phase or None,
                 "created": rfc3339(last.created), "ended": rfc3339(last.ended) if last.ended else None},
-            "keep": self.may_move,
+            "keep": self.vmi.may_move,
             "moves": self.decision.act,
             "hold": str(self.decision.hold) if self.decision.hold is not None else None,
             "decision": self.decision.reason,
@@ -110,8 +105,8 @@ class VmStatus:
             "disks": [disk.to_json() for disk in self.disks],
             "note": path_note(self.disks) or None,
             "rebooted_by_storage_restart": self.rebooted_by_storage_restart,
-            "paused": self.paused or None,
-            "hotplugged": list(self.hotplugged),
+            "paused": self.vmi.paused or None,
+            "hotplugged": list(self.vmi.hotplugged),
             "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
             "hotplugged_disks": self.hotplugged_disks,
             "stale_mount": self.stale or None,
@@ -125,17 +120,13 @@ class VmStatus:
 class Cluster:
     """The facts the keeper goes by, as read now."""
 
-    mode: str  # off, report or migrate
+    facts: PassFacts  # its mode, its limits, targeted migration's availability, the migrations in flight
     leader: str  # the Lease's holder, in words
-    limits: Limits
-    targeted: bool | None
     targeted_answer: str  # available, unavailable, could not check, not checked (the keeper is off)
     targeted_note: str  # why
     priority: bool | None
     priority_answer: str
     priority_note: str
-    in_flight_ours: int
-    in_flight_all: int
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
@@ -144,14 +135,14 @@ class Cluster:
     io_errors: str = ""  # why KubeVirt's IOerror Events could not be read ("": they were)
 
     def lines(self) -> list[str]:
-        limits = self.limits
+        facts, limits = self.facts, self.facts.limits
         source = f" ({self.settings_from})" if self.settings_from else ""
         return [
-            f"keeper: {self.mode}{source}, leader {self.leader}, --keep-after {duration_text(limits.after.total_seconds())}",
+            f"keeper: {facts.mode}{source}, leader {self.leader}, --keep-after {duration_text(limits.after.total_seconds())}",
             f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
             f"migration priority: {self.priority_answer}: {self.priority_note}",
-            f"migrations in flight: {self.in_flight_ours} ours (limit {limits.max_inflight}), "
-            f"{self.in_flight_all} in all (limit {limits.max_cluster_inflight})",
+            f"migrations in flight: {facts.in_flight_ours} ours (limit {limits.max_inflight}), "
+            f"{facts.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: keeper record {self.state}"] if self.state.startswith("not read") else []),
             *([f"warning: keeper record {self.state_warning}"] if self.state_warning else []),
             *([f"warning: {self.io_errors}"] if self.io_errors else []),
@@ -159,17 +150,17 @@ class Cluster:
         ]
 
     def to_json(self) -> dict[str, Any]:
-        limits = self.limits
-        return {"mode": str(self.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
+        facts, limits = self.facts, self.facts.limits
+        return {"mode": str(facts.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
                 "limits": {"keep_after_seconds": limits.after.total_seconds(),
                            "keep_after_descheduled_seconds": limits.after_descheduled.total_seconds(),
                            "max_inflight": limits.max_inflight,
                            "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
                            "max_outbound_per_node": limits.max_outbound_per_node},
-                "targeted_migration": {"available": self.targeted, "answer": self.targeted_answer,
+                "targeted_migration": {"available": facts.targeted, "answer": self.targeted_answer,
                                        "why": self.targeted_note, "priority": self.priority,
                                        "priority_answer": self.priority_answer, "priority_why": self.priority_note},
-                "in_flight": {"ours": self.in_flight_ours, "all": self.in_flight_all},
+                "in_flight": {"ours": facts.in_flight_ours, "all": facts.in_flight_all},
                 "state": self.state or None, "state_warning": self.state_warning or None,
                 "io_errors_unread": self.io_errors or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
@@ -225,40 +216,25 @@ class Report:
     now: datetime
     vms: list[VmStatus]
     skipped: list[str]  # objects of unexpected shape, left out
-    cluster: Cluster | None = None
-    cancels: list[str] = dataclasses.field(default_factory=list)  # migrations of ours the keeper cancels, and why
+    cluster: Cluster
+    cancels: list[str]  # migrations of ours the keeper cancels, and why
 
-    def drain(self, node: str, aims: dict[tuple[str, str], str] | None = None) -> DrainPreview:
+    def drain(self, node: str, aims: dict[tuple[str, str], str]) -> DrainPreview:
         """What draining `node` will do to these VMs (`rules.keeping.drain`); `aims`: where each VM's
         evacuation would be aimed, or why not (`tools.drain_aims`), when the aim is on."""
-        aims = aims or {}
-        restarts = self.cluster.restarts if self.cluster is not None else restarts_vms(None)
-        keep = KeepMode(self.cluster.mode) if self.cluster is not None else KeepMode.MIGRATE
-        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.node, storage=vm.storage,
-                                        migratable=vm.live_migratable, why_not=vm.not_migratable,
+        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.vmi.node, storage=vm.storage,
+                                        migratable=vm.vmi.live_migratable, why_not=vm.vmi.not_migratable,
                                         cannot_finish=vm.cannot_finish, evacuation=aims.get((vm.namespace, vm.name), ""))
-                                for vm in self.vms), restarts, keep)
+                                for vm in self.vms), self.cluster.restarts, self.cluster.facts.mode)
 
     def summary(self) -> dict[str, int]:
         counts = collections.Counter(vm.state for vm in self.vms)
         return {"total": len(self.vms), **{str(state): counts[state] for state in VmState}}
 
     def to_json(self) -> dict[str, Any]:
-        return {"as_of": rfc3339(self.now), "cluster": self.cluster.to_json() if self.cluster else None,
+        return {"as_of": rfc3339(self.now), "cluster": self.cluster.to_json(),
                 "vms": [vm.to_json() for vm in self.vms], "summary": self.summary(), "skipped": self.skipped,
                 "cancels": self.cancels}
-
-
-class LauncherPods:
-    """The launcher pods of the VMs' namespaces, listed once, by (namespace, VMI uid), as the keeper's cache."""
-
-    def __init__(self, pods: Iterable[dict[str, Any]]):
-        self._pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
-        for pod in pods:
-            self._pods[kinds.meta(pod).get("namespace") or "", kinds.labels(pod).get(kinds.CREATED_BY_LABEL) or ""].append(pod)
-
-    def of(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]]:
-        return self._pods.get((namespace, vmi_uid), [])
 
 
 async def status(store: ClusterStore, settings: Settings, now: datetime, *, timeout: float, api: Any,
@@ -291,16 +267,15 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     seen = {observed.key: observed for observed in await asyncio.gather(*(one(view) for view in running))}
     uids = {(view.namespace, view.name): view.uid for view in listed.views}
     # The keeper's plan, made from the same facts: the same order, each migration using up what it takes.
-    made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers.of, state))
+    made = plan([o.facts for o in seen.values()], facts, stuck(history, uids, launchers, state))
     values = await read_settings(store, settings, timeout)
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
     vms = [_vm_status(seen[step.key], step, history, facts, off=off, longhorn=longhorn,
                       restarts=(str(restarts.answer), str(attachments.answer))) for step in made.vms]
     (said, why), (priority_said, priority_why) = answers(targeted, off)
-    header = Cluster(mode=str(facts.mode), leader=await leader(store, settings, now, timeout), limits=facts.limits,
-                     targeted=targeted.available, targeted_answer=said, targeted_note=why, priority=targeted.priority,
-                     priority_answer=priority_said, priority_note=priority_why, in_flight_ours=facts.in_flight_ours,
-                     in_flight_all=facts.in_flight_all, settings_from=settings_from, restarts=restarts,
+    header = Cluster(facts=facts, leader=await leader(store, settings, now, timeout), targeted_answer=said,
+                     targeted_note=why, priority=targeted.priority, priority_answer=priority_said,
+                     priority_note=priority_why, settings_from=settings_from, restarts=restarts,
                      state=state_note, state_warning=state_warning, io_errors=unread)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header,
@@ -321,18 +296,23 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
 
 
 async def _observer(store: ClusterStore, settings: Settings, running: Sequence[VmiView],
-                    timeout: float, api: Any) -> tuple[Observer, LauncherPods, str]:
+                    timeout: float, api: Any) -> tuple[Observer, Launchers, str]:
     """The keeper's observation over the disks' objects, launcher pods and IOerror Events listed once (or why not)."""
     namespaces = {view.namespace for view in running}
     disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
-    pods: list[dict[str, Any]] = []
+    # The launcher pods by (namespace, VMI uid), listed once, as the keeper's cache has them.
+    pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
     for namespace in sorted(namespaces):
         try:
-            pods += await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout)
+            for pod in await store.list(POD, namespace, labels=dict([kinds.VIRT_LAUNCHER]), timeout=timeout):
+                pods[namespace, kinds.labels(pod).get(kinds.CREATED_BY_LABEL) or ""].append(pod)
         except StoreError:
             pass  # each VM apart then says its launcher pod is not known
-    launchers = LauncherPods(pods)
-    spans = ApartSpans(ViewedOnce(store), settings, timeout, launchers=launchers.of, direct=store)
+
+    def launchers(namespace: str, uid: str) -> list[dict[str, Any]]:
+        return pods.get((namespace, uid), [])
+
+    spans = ApartSpans(ViewedOnce(store), settings, timeout, launchers=launchers, direct=store)
     errors = await read_io_errors(api, timeout) if running else {}
     found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
     return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
@@ -382,12 +362,10 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
-    return VmStatus(namespace=view.namespace, name=view.name, node=view.node, storage=where.storage,
+    return VmStatus(namespace=view.namespace, name=view.name, vmi=view, storage=where.storage,
                     state=decision.state, since=since, why=why, last_action=text, last_migration=last,
-                    may_move=view.may_move, decision=decision,
-                    next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
-                    live_migratable=view.live_migratable, not_migratable=view.not_migratable, paused=view.paused,
-                    hotplugged=view.hotplugged, stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
+                    decision=decision, next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
+                    stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
                     retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()),
                     loopback=loopback_note(view.caches, (d.subject for d in observed.disks if d.node and d.node == view.node)),
                     disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
@@ -424,9 +402,9 @@ def render(report: Report) -> str:
     rows = [COLUMNS]
     for vm in report.vms:
         since = "-" if vm.state is not APART else f"{ago(report.now - vm.since)} ago" if vm.since else "?"
-        rows.append((f"{vm.namespace}/{vm.name}", vm.node or "-", ",".join(vm.storage) or "-", str(vm.state), since,
+        rows.append((f"{vm.namespace}/{vm.name}", vm.vmi.node or "-", ",".join(vm.storage) or "-", str(vm.state), since,
                      vm.next, vm.last_action))
-    lines = report.cluster.lines() + [""] if report.cluster is not None else []
+    lines = report.cluster.lines() + [""]
     if report.vms:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
         lines += ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]) for row in rows]
@@ -435,7 +413,7 @@ def render(report: Report) -> str:
     lines.append(f"{counts['total']} VM{'' if counts['total'] == 1 else 's'}: {states}")
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
     lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, vm.retry or PAUSED_ON_IO)}" for vm in report.vms
-              if vm.paused == kinds.PAUSED_IO_ERROR]
+              if vm.vmi.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
     lines += [f"note {vm.namespace}/{vm.name}: {vm.loopback}" for vm in report.vms if vm.loopback]
     lines += [f"cancels {what}" for what in report.cancels]
