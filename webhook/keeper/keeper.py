@@ -33,7 +33,7 @@ from .records import Records, StateStore, VmReport
 from ..process import heap
 from ..process.pace import Pacer
 from ..rules.shared.times import rfc3339
-from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck, Verdicts
+from .observe import Nodes, Observer, pass_facts, stuck, Verdicts
 from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
@@ -102,8 +102,6 @@ class Keeper:
         self.records = Records(state, events)  # the keeper's memory; `state`: its ConfigMap (None: this process's)
         self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
         self.actor = Actor(api, self.records, events=events, timeout=timing.request_timeout, authority=authority)
-        self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
-                                direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self.held: KubeVirtWatch | None = None  # the watches the process holds across terms (`elected.py`), if so
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
@@ -274,10 +272,11 @@ class Keeper:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         view = await self.store.fit_view("", "", timeout=self.timing.request_timeout)
         self.verdicts.begin(view)
-        observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
+        observer = Observer(store=self.store, cache=self.store, direct=self.store.direct,
+                            launchers=self.store.launcher_pods, settings=self.settings,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            records=self.records, turn=self.passes, io_errors=self._io_errors, verdicts=self.verdicts,
-                            view=view)
+                            spans=self.records.spans, turn=self.passes, io_errors=self._io_errors,
+                            verdicts=self.verdicts, view=view)
         pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
 
         def again(vmi: VmiView) -> Awaitable[Observed]:
