@@ -49,14 +49,10 @@ class TargetedMigration:
             return True
         return asyncio.get_running_loop().time() - self._checked_at >= self.recheck
 
-    async def check(self, manifest: dict[str, Any]) -> bool | None:
-        """Dry-run `manifest` (a migration with spec.addedNodeSelector and spec.priority); the new answer."""
-        await self.dry_run(manifest)
-        return self.available
-
     async def dry_run(self, manifest: dict[str, Any]) -> Created | None:
-        """`check`, and its answer if it proved nothing. Dry runs go several at once (`probe.py`): one that
-        proves nothing does not unsay an answer settled while it waited."""
+        """Dry-run `manifest` (a migration with spec.addedNodeSelector and spec.priority); its answer if it proved
+        nothing. Dry runs go several at once (`probe.py`): one that proves nothing does not unsay an answer settled
+        while it waited."""
         self._checked_at, settled = asyncio.get_running_loop().time(), self.settled
         spec = kinds.spec(manifest)
         wanted, priority = spec.get(FIELD), spec.get(PRIORITY)

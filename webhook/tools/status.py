@@ -275,7 +275,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
         for manifest in dry_run_manifests(running, listed.migrations, now, state)[:PROBES]:
-            await targeted.check(manifest)
+            await targeted.dry_run(manifest)
             if not targeted.error:
                 break
     history = with_kept(listed.migrations, state.migrations, now)
