@@ -581,7 +581,7 @@ DISKS = rwx_disk("d1", "node-a") + rwx_disk("d2", "node-b") + nodes(*NODE_NAMES)
 async def keeper_answers(watch, settings):
     """What the keeper reads of each VMI and migration, and what it makes of them: where each VM
     runs against its disks (apart or not), whether it is migrating, its attempts and backoff."""
-    vmis = [read_vmi(o, settings) for o in watch.all_vmis()]
+    vmis = [read_vmi(watch.vmis.table.get(key), settings) for key in watch.vmis.table.objects]
     found = [read_migration(o) for o in watch.all_migrations()]
     history = [m for m in found if not isinstance(m, Malformed)]
     views = [v for v in vmis if not isinstance(v, Malformed)]

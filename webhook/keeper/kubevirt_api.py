@@ -57,12 +57,10 @@ class KubeVirtWatch(Informers):
                     f"back to storage and unpauses of VMs moved onto a fresh mount go on"]
         return [f"KubeVirt's IOerror Events: {events.error}: stale-mount recovery goes by those last seen"]
 
-    def all_vmis(self) -> Iterator[dict[str, Any]]:
-        """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
-        return _decoded(self.vmis)
-
     def all_migrations(self) -> Iterator[dict[str, Any]]:
-        return _decoded(self.migrations)
+        """One decoded migration at a time: a pass never holds them all decoded at once."""
+        table = self.migrations.table
+        return (table.decode(key, blob) for key, blob in list(table.objects.items()))
 
     def io_errors(self, uid: str) -> tuple[IoError, ...]:
         """KubeVirt's I/O-error pauses of the VMI with this uid, per disk and cause, newest first."""
@@ -100,11 +98,6 @@ async def read_io_errors(api: Any, timeout: float) -> dict[str, tuple[IoError, .
             return io_errors.by_vmi(events)
 
 
-def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
-    table = informer.table
-    return (table.decode(key, blob) for key, blob in list(table.objects.items()))
-
-
 # --------------------------------------------------------------------------- creating migrations
 
 
@@ -138,13 +131,11 @@ async def delete_migration(api: Any, namespace: str, name: str, *, uid: str, tim
     return await _call(api, "DELETE", VMIM.path(namespace, name), body=delete_options(uid), timeout=timeout)
 
 
-# virt-api's subresources of a VMI (kubevirt/kubevirt `pkg/virt-api/rest/lifecycle.go`)
-VMI_SUBRESOURCES = dataclasses.replace(VMI, group="subresources.kubevirt.io")
-
-
 async def unpause_vmi(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
-    """`virtctl unpause vmi`: virt-api answers 200 without a body (`obj` {}), 409 for a VMI not running or paused."""
-    done = await _call(api, "PUT", f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause", body={}, timeout=timeout)
+    """`virtctl unpause vmi`: virt-api answers 200 without a body (`obj` {}), 409 for a VMI not running or paused
+    (virt-api's subresources of a VMI: kubevirt/kubevirt `pkg/virt-api/rest/lifecycle.go`)."""
+    path = dataclasses.replace(VMI, group="subresources.kubevirt.io").path(namespace, name)
+    done = await _call(api, "PUT", f"{path}/unpause", body={}, timeout=timeout)
     return Created(done.status, {}) if 200 <= done.status < 300 else done
 
 
