@@ -43,7 +43,7 @@ from .writes import RATE, Result, Writes
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-__all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
+Again = Callable[[VmiView], Awaitable[Observed]]  # a VM observed again within the pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +217,7 @@ class Keeper:
         running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
         return running, turn.results, facts.incomplete
 
-    async def _judge_movers(self, turn: Turn, facts: PassFacts, again: Callable[[VmiView], Awaitable[Observed]]) -> None:
+    async def _judge_movers(self, turn: Turn, facts: PassFacts, again: Again) -> None:
         """A VM is moved on a storage-node check made in this pass: those the plan moves on one kept from an
         earlier pass (`Verdicts`) are observed again, and the plan made again, until none is."""
         limits = facts.limits
@@ -230,7 +230,7 @@ class Keeper:
                 turn.observed[key] = await again(turn.observed[key].vmi)  # type: ignore[index]
 
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck],
-                                                                         Callable[[VmiView], Awaitable[Observed]]]:
+                                                                         Again]:
         """Each running opted-in VM, the pass-wide facts, our migrations that cannot be placed; how to observe a VM again."""
         seen = await self._read_kubevirt(watch)
         for malformed in seen.malformed:
@@ -242,7 +242,7 @@ class Keeper:
         state = await self.records.read(now)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
         history = self.records.history(watched)
-        observed, again = await self._observe_vms(seen.running, history, state, now)  # the others never touched
+        observed, again = await self._observe_vms(watch, seen.running, history, state, now)  # the others never touched
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return observed, facts, stuck(history, uids, self.store.launcher_pods, state), again
@@ -264,8 +264,8 @@ class Keeper:
         self._vmis = read
         return seen
 
-    async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
-                           now: datetime) -> tuple[list[Observed], Callable[[VmiView], Awaitable[Observed]]]:
+    async def _observe_vms(self, watch: KubeVirtWatch, running: list[VmiView], history: list[Migration],
+                           state: KeeperState, now: datetime) -> tuple[list[Observed], Again]:
         """Each VM observed once, with its own migrations; and how to observe one again."""
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
@@ -275,7 +275,7 @@ class Keeper:
         observer = Observer(store=self.store, cache=self.store, direct=self.store.direct,
                             launchers=self.store.launcher_pods, settings=self.settings,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            spans=self.records.spans, turn=self.passes, io_errors=self._io_errors,
+                            spans=self.records.spans, turn=self.passes, io_errors=watch.io_errors,
                             verdicts=self.verdicts, view=view)
         pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
 
@@ -292,6 +292,3 @@ class Keeper:
     @property
     def state(self) -> KeeperState:
         return self.records.state
-
-    def _io_errors(self, uid: str) -> tuple[Any, ...]:
-        return self.watch.io_errors(uid) if self.watch is not None else ()

@@ -114,9 +114,6 @@ class Verdicts:
         return (held := self.held.get(key)) is not None and held.turn != turn
 
 
-IoErrors = Callable[[str], Sequence[IoError]]  # a VMI's uid -> KubeVirt's IOerror Events on it
-
-
 def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) -> list[DiskError]:
     """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
     claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
@@ -162,7 +159,7 @@ class Observer:
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
     # Each VM's span apart as last read, kept by the keeper across passes (`status`: none).
     spans: dict[VmKey, ApartSpan] = dataclasses.field(default_factory=dict)
-    io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
+    io_errors: Callable[[str], Sequence[IoError]] = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
     # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
     places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from ..rules.keeping.keep import PassFacts
 from ..rules.keeping.plan import Plan, VmPlan
-from ..rules.keeping.record import Action
+from ..rules.keeping.record import Action, VmKey
 from ..rules.shared.alone import Alone
 from .kubevirt_api import Created
 from .observed import manifest, Observed
@@ -18,7 +18,6 @@ from .targeted import TargetedMigration
 from .writes import failed, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
-VmKey = tuple[str, str]
 
 
 def room(writes: Writes) -> int:
