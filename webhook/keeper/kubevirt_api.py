@@ -85,15 +85,11 @@ async def read_io_errors(api: Any, timeout: float) -> dict[str, tuple[IoError, .
     more = ""
     while True:
         query = [("fieldSelector", io_errors.FIELDS), ("limit", "500")] + ([("continue", more)] if more else [])
-        try:
-            status, raw = await request(api, "GET", EVENT.path(), query=query, timeout=timeout)
-        except ApiUnreachable as exc:
-            return f"Events: no answer within {timeout:g}s" if exc.timed_out else f"Events: {exc}"
-        listed = _json(raw)
-        if not 200 <= status < 300 or not isinstance(listed, dict) or not isinstance(listed.get("items"), list):
-            return f"Events: {answered(status, raw)}" if not 200 <= status < 300 else "Events: the API sent no list"
-        events += listed["items"]
-        more = str((listed.get("metadata") or {}).get("continue") or "")
+        listed = await _call(api, "GET", EVENT.path(), query=query, timeout=timeout)
+        if listed.obj is None or not isinstance(listed.obj.get("items"), list):
+            return f"Events: {listed.error or 'the API sent no list'}"
+        events += listed.obj["items"]
+        more = str(kinds.meta(listed.obj).get("continue") or "")
         if not more:
             return io_errors.by_vmi(events)
 
