@@ -250,7 +250,9 @@ class Keeper:
     async def _read_kubevirt(self, watch: KubeVirtWatch) -> Listed:
         """The VMIs and migrations as `status` reads them (`read_kubevirt`); a VMI whose cached object is the one
         read last pass as it was read then: at 75,000 VMIs, reading all took most of a settled cluster's pass."""
-        seen, alike, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), Pacer()
+        migrations = watch.migrations.table  # decoded one at a time: never all at once
+        seen = read_kubevirt((), (migrations.decode(k, b) for k, b in list(migrations.objects.items())), self.settings)
+        alike, pace = Alike(), Pacer()
         table, read = watch.vmis.table, dict[str, tuple[bytes, VmiView | None, Malformed | None]]()
         for key, blob in list(table.objects.items()):
             held = self._vmis.get(key)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -56,11 +55,6 @@ class KubeVirtWatch(Informers):
             return [f"stale-mount recovery is off: KubeVirt's IOerror Events cannot be listed ({events.error}); moves "
                     f"back to storage and unpauses of VMs moved onto a fresh mount go on"]
         return [f"KubeVirt's IOerror Events: {events.error}: stale-mount recovery goes by those last seen"]
-
-    def all_migrations(self) -> Iterator[dict[str, Any]]:
-        """One decoded migration at a time: a pass never holds them all decoded at once."""
-        table = self.migrations.table
-        return (table.decode(key, blob) for key, blob in list(table.objects.items()))
 
     def io_errors(self, uid: str) -> tuple[IoError, ...]:
         """KubeVirt's I/O-error pauses of the VMI with this uid, per disk and cause, newest first."""
