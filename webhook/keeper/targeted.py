@@ -34,7 +34,6 @@ class TargetedMigration:
         self.priority: bool | None = None  # spec.priority kept; None: not known yet
         self.priority_note = "not checked yet"
         self.error = ""  # why the last dry run proved nothing ("": it did, or none was made)
-        self.status = 0  # its answer's status (0: none came)
         self._checked_at: float | None = None
         self.settled = 0  # conclusive answers so far
 
@@ -83,7 +82,7 @@ class TargetedMigration:
             if note != self.note and settled == self.settled:
                 self.logger.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
             if settled == self.settled:
-                self.note, self.error, self.status = note, answer.error, answer.status
+                self.note, self.error = note, answer.error
             return answer
         return None
 
