@@ -59,11 +59,8 @@ async def landed(writes: Writes, hold: Callable[[Result], None]) -> bool:
     answered, _ = await asyncio.wait(writes.probes, return_when=asyncio.FIRST_COMPLETED)
     for task in answered:
         writes.deferred.pop(writes.probes.pop(task), None)
-        result, took = task.result()
-        if result.done:
-            writes.came(result, took)
-        else:
-            hold(writes.came(result, took))
+        if not (result := writes.came(*task.result())).done:
+            hold(result)
     return True
 
 
