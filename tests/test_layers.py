@@ -178,7 +178,7 @@ def test_placement_and_keeping_never_import_each_other(module, other):
 
 
 # What writes to the cluster, by the name it is called by: observing calls none of these.
-WRITES = {"create_migration", "delete_migration", "unpause_vmi", "StateStore", "write", "check", "emit", "emit_about",
+WRITES = {"create_migration", "delete_migration", "unpause_vmi", "StateStore", "write", "dry_run", "emit", "emit_about",
           "change", "carry_out", "ask_targeted"}
 
 
@@ -200,8 +200,8 @@ def test_the_keeper_observes_with_reads_alone_and_acts_apart_from_observing():
     nothing from `observe`."""
     assert called_names(SOURCES["webhook.keeper.observe"]) & WRITES == set()
     assert "webhook.keeper.observe" not in imported_modules("webhook.keeper.act", SOURCES["webhook.keeper.act"])
-    planted = SOURCES["webhook.keeper.observe"] + "\nasync def probe(targeted, made):\n    await targeted.check(made)\n"
-    assert called_names(planted) & WRITES == {"check"}
+    planted = SOURCES["webhook.keeper.observe"] + "\nasync def probe(targeted, made):\n    await targeted.dry_run(made)\n"
+    assert called_names(planted) & WRITES == {"dry_run"}
     planted = SOURCES["webhook.keeper.act"] + "\nfrom .observe import Observer\n"
     assert "webhook.keeper.observe" in imported_modules("webhook.keeper.act", planted)
 

@@ -9,7 +9,7 @@ import json
 
 import kmock as kmocklib
 from tests.support.kube import run_verb
-from tests.support.kubevirt_api import VMIS, apart_vm, eventually, three_nodes
+from tests.support.kubevirt_api import VMIS, apart_vm, cached_vmis, eventually, three_nodes
 from tests.support.stale import (drained_node_cluster, pause_on_io_error, paused_again_after_the_keepers_resume,
                                  restart_storage, volumes)
 
@@ -63,7 +63,7 @@ async def test_the_keepers_pass_and_status_make_one_plan(tmp_path, kmock, cluste
     await cluster.patch(f"{VMIS}/vm2", {"status": {"conditions": [pause_condition("PausedIOError", long_ago)]}})
     await cluster.move_storage("pvc-vm3-disk", "node-c")
     await eventually(lambda: any(v["metadata"]["name"] == "vm2" and v["status"].get("conditions")
-                                 for v in keeper.watch.all_vmis()))
+                                 for v in cached_vmis(keeper.watch)))
     await eventually(lambda: (kmock.objects[kinds.POD, "longhorn-system", "share-manager-pvc-vm3-disk"].raw["spec"]
                               ["nodeName"] == "node-c") and keeper.store.synced())
 

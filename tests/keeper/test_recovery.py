@@ -7,7 +7,7 @@ import datetime
 import json
 
 from tests.support.kube import run_verb
-from tests.support.kubevirt_api import VMIS, eventually
+from tests.support.kubevirt_api import VMIS, cached_vmis, eventually
 from tests.support.stale import launchers, stale_vm1
 
 from webhook import kinds
@@ -58,7 +58,7 @@ async def test_a_vm_recovered_apart_from_its_storage_is_unpaused_once_and_one_it
     assert len(unpauses(kmock)) == 1 and len(cluster.migrations()) == 1
 
     await pause_by_user(cluster, "vm1")  # its user pauses it after: not the pause the keeper recovered
-    await eventually(lambda: keeper.watch.all_vmis() and paused(kmock) == "PausedByUser")
+    await eventually(lambda: cached_vmis(keeper.watch) and paused(kmock) == "PausedByUser")
     await keeper.run_pass()
     assert len(unpauses(kmock)) == 1 and paused(kmock) == "PausedByUser"
     assert unpauses(kmock, "vm2") == [] and paused(kmock, "vm2") == "PausedByUser"
@@ -117,7 +117,7 @@ async def test_a_stale_vm_beside_its_storage_goes_away_and_back_without_a_reboot
     assert paused(kmock) == "PausedIOError"
     await keeper.run_pass()
     assert len(unpauses(kmock)) == 1 and paused(kmock) is None and len(cluster.migrations()) == 1
-    await eventually(lambda: [v for v in keeper.watch.all_vmis() if v["metadata"]["name"] == "vm1"
+    await eventually(lambda: [v for v in cached_vmis(keeper.watch) if v["metadata"]["name"] == "vm1"
                               and not any(c.get("type") == "Paused" for c in v["status"].get("conditions") or [])])
     await keeper.run_pass()  # the usual return, to its storage node
     back = next(m for m in cluster.migrations() if m["metadata"]["name"] != away["metadata"]["name"])
@@ -140,7 +140,7 @@ async def test_a_stale_vm_no_migration_can_recover_is_left_and_said_to_need_a_re
     vm1 = kmock.objects[kinds.VMI, "default", "vm1"].raw
     disks = [{**disk, "cache": "writeback"} for disk in vm1["spec"]["domain"]["devices"]["disks"]]
     await cluster.patch(f"{VMIS}/vm1", {"spec": {"domain": {"devices": {"disks": disks}}}})
-    await eventually(lambda: any(d.get("cache") for v in keeper.watch.all_vmis() if v["metadata"]["name"] == "vm1"
+    await eventually(lambda: any(d.get("cache") for v in cached_vmis(keeper.watch) if v["metadata"]["name"] == "vm1"
                                  for d in v["spec"]["domain"]["devices"]["disks"]))
     report = await keeper.run_pass()
     assert cluster.migrations() == [] and unpauses(kmock) == []

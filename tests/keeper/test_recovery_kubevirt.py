@@ -13,7 +13,7 @@ import datetime
 
 import pytest
 from tests.support.clock import Clock
-from tests.support.kubevirt_api import VMIMS, eventually
+from tests.support.kubevirt_api import VMIMS, cached_vmis, eventually
 from tests.support.stale import drained_node_cluster, volumes
 
 from kubefake import longhorn
@@ -69,7 +69,7 @@ async def seen(keeper, kmock, name="vm1"):
     """The keeper's watch shows the VMI where it runs and as paused as it is stored."""
     stored = where_and_pause(kmock.objects[kinds.VMI, "default", name].raw)
     await eventually(lambda: any(v["metadata"]["name"] == name and where_and_pause(v) == stored
-                                 for v in keeper.watch.all_vmis()))
+                                 for v in cached_vmis(keeper.watch)))
 
 
 class FailingMount:

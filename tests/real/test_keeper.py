@@ -41,14 +41,16 @@ async def test_the_keeper_learns_from_the_real_schema_whether_targeted_migration
     control_plane.kubectl("create", "namespace", VMS, check=False)
     async with api_client(control_plane.kubeconfig) as api:
         current = TargetedMigration(api, timeout=10)
-        assert await current.check(manifest()) is True, current.note
+        await current.dry_run(manifest())
+        assert current.available is True, current.note
         assert current.priority is True, current.priority_note
 
         control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(before_16()))
         try:
             old = TargetedMigration(api, timeout=10)
             for _ in range(50):  # the apiserver serves the new schema a moment later
-                if await old.check(manifest()) is False:
+                await old.dry_run(manifest())
+                if old.available is False:
                     break
                 await asyncio.sleep(0.2)
             assert old.available is False
@@ -57,7 +59,8 @@ async def test_the_keeper_learns_from_the_real_schema_whether_targeted_migration
             control_plane.apply_files(FIXTURES / "kubevirt-1.8" / "crds.yaml")
             restored = TargetedMigration(api, timeout=10)
             for _ in range(50):  # served again before the next test
-                if await restored.check(manifest()):
+                await restored.dry_run(manifest())
+                if restored.available:
                     break
                 await asyncio.sleep(0.2)
 

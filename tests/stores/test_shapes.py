@@ -581,8 +581,8 @@ DISKS = rwx_disk("d1", "node-a") + rwx_disk("d2", "node-b") + nodes(*NODE_NAMES)
 async def keeper_answers(watch, settings):
     """What the keeper reads of each VMI and migration, and what it makes of them: where each VM
     runs against its disks (apart or not), whether it is migrating, its attempts and backoff."""
-    vmis = [read_vmi(o, settings) for o in watch.all_vmis()]
-    found = [read_migration(o) for o in watch.all_migrations()]
+    vmis = [read_vmi(watch.vmis.table.get(key), settings) for key in watch.vmis.table.objects]
+    found = [read_migration(watch.migrations.table.get(key)) for key in watch.migrations.table.objects]
     history = [m for m in found if not isinstance(m, Malformed)]
     views = [v for v in vmis if not isinstance(v, Malformed)]
     answers = {"vmis": vmis, "migrations": found, "in flight": moves.in_flight_counts(history, NOW),

@@ -78,7 +78,7 @@ def cached(obj, settings=SETTINGS):
     watch = KubeVirtWatch(None, settings)
     for event in (Event(EventType.LISTED, copy.deepcopy(obj)), Event(EventType.SYNCED, seconds=0.01)):
         watch.vmis.apply(event)
-    [kept] = watch.all_vmis()
+    [kept] = [watch.vmis.table.get(key) for key in watch.vmis.table.objects]
     return kept
 
 

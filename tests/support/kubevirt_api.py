@@ -56,6 +56,11 @@ def sample(name: str, **labels: str) -> float:
     return metrics.KEEPER_REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+def cached_vmis(watch):
+    """The VMIs the keeper's watch holds, decoded."""
+    return [watch.vmis.table.get(key) for key in list(watch.vmis.table.objects)]
+
+
 async def eventually(check, timeout: float = 3.0, step: float = 0.02):
     """Poll `check()` (sync or async) until it is truthy and return that value; fail the test
     when it is not within `timeout` seconds."""

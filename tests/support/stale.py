@@ -9,7 +9,7 @@ import gzip
 import json
 
 from tests.support.kube import launcher_pod_of, longhorn_settings, node, rwx_disk, vmi
-from tests.support.kubevirt_api import ago, eventually
+from tests.support.kubevirt_api import ago, cached_vmis, eventually
 
 from kubefake import longhorn
 from kubefake.io_error_retry import IoErrorRetry
@@ -88,7 +88,7 @@ async def stale_vm1(kmock, cluster, make_keeper, storage, keep_after, keep="migr
 
 def _paused_in_watch(keeper, name, paused):
     return any(v["metadata"]["name"] == name and any(c.get("type") == "Paused" for c in v["status"].get("conditions") or [])
-               is paused for v in keeper.watch.all_vmis())
+               is paused for v in cached_vmis(keeper.watch))
 
 
 async def paused_again_after_the_keepers_resume(kmock, keeper, name="vm1"):

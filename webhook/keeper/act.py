@@ -19,17 +19,13 @@ from ..config import KeepMode
 from ..rules.keeping.migrations import Migration, read_migration
 from ..rules.keeping.keep import PassFacts, VmFacts
 from ..rules.keeping.plan import Cancel, Plan, VmPlan
-from ..rules.keeping.record import Action, KeeperState
+from ..rules.keeping.record import Action, KeeperState, VmKey
 from .records import Records
 from .observed import manifest, Observed
 from .writes import about_the_object, failed, Result, WEBHOOK_BOUND, Writes
 
 log = logging.getLogger("webhook.keeper")
 NOT_PAUSED = "VMI is not paused"  # virt-api's 409 when there is nothing left to unpause
-
-
-VmKey = tuple[str, str]
-Step = Cancel | VmPlan
 
 
 @dataclasses.dataclass
@@ -68,7 +64,7 @@ class Turn:
                                                  unpause_refused=state.refusal(*key, Action.UNPAUSE))
 
 
-def _steps(plan: Plan) -> list[tuple[Any, Step]]:
+def _steps(plan: Plan) -> list[tuple[Any, Cancel | VmPlan]]:
     """The plan's writes in its order, each with what tells it from the others."""
     return [*((("cancel", c.migration.uid), c) for c in plan.cancels),
             *((vm.key, vm) for vm in plan.vms if vm.move or vm.unpause)]

@@ -4,7 +4,6 @@ A term whose keeper fails hands the Lease over and holds off (BACKOFF) so anothe
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import Any
@@ -25,21 +24,6 @@ BACKOFF = (5.0, 300.0)  # no campaign after a term whose keeper failed: first, a
 STEADY = 600.0  # this long after the last failure, the backoff starts afresh
 
 
-@dataclasses.dataclass
-class Held:
-    """What the process lists once and holds across terms: the connection, the caches and the KubeVirt watches."""
-
-    api: Any
-    store: WatchedClusterStore
-    watch: KubeVirtWatch
-
-    async def close(self) -> None:
-        await self.watch.close()
-        await self.store.close()  # closes `api`
-        metrics.STORE.source = None
-        metrics.CACHE_HEALTHY.clear()  # the caches are gone: a follower reports none
-
-
 class ElectedKeeper:
     """The campaign, and the keeper while this replica leads (`keeper`, None on a follower)."""
 
@@ -56,7 +40,8 @@ class ElectedKeeper:
         self.ended: str | None = None  # how the last term's keeper failed, until the next term
         self.failures = 0  # terms that failed in a row
         self._ended_at = 0.0
-        self.held: Held | None = None  # listed at the first term, closed by stop()
+        # The connection, the caches and the KubeVirt watches: listed at the first term, closed by stop().
+        self.held: tuple[Any, WatchedClusterStore, KubeVirtWatch] | None = None
 
     def start(self) -> None:
         self.elector.start()
@@ -65,8 +50,11 @@ class ElectedKeeper:
         """Stop acting at once, hand the Lease over (Elector.stop), then close the caches."""
         await self.elector.stop()
         if self.held is not None:
-            held, self.held = self.held, None
-            await held.close()
+            (_, store, watch), self.held = self.held, None
+            await watch.close()
+            await store.close()  # closes its connection
+            metrics.STORE.source = None
+            metrics.CACHE_HEALTHY.clear()  # the caches are gone: a follower reports none
 
     def degraded(self) -> list[str]:
         """Readiness notes: the Lease, the last term's failure, what the leader cannot see or do."""
@@ -90,17 +78,17 @@ class ElectedKeeper:
         if self.held is None:
             api = await client.connect(self.kubeconfig)  # the caches' own connection, apart from the Lease's
             store = WatchedClusterStore(api, self.settings, vmis=False)  # closing it closes `api`
-            self.held = Held(api, store, KubeVirtWatch(api, self.settings, self.timing.watch))
+            self.held = api, store, KubeVirtWatch(api, self.settings, self.timing.watch)
             metrics.STORE.source = store.stats
             store.start()
-            self.held.watch.start()
-        api, store = self.held.api, self.held.store
+            self.held[2].start()
+        api, store, watch = self.held
         events = EventSink(api) if self.events else NO_EVENTS
         try:
             state = StateStore(api, self.namespace, state_name(self.settings), timeout=self.timing.request_timeout)
             self.keeper = Keeper(api, store, self.settings, events=events, timing=self.timing,
                                  authority=self.elector.may_act, state=state)
-            self.keeper.held = self.held.watch
+            self.keeper.held = watch
             await self.keeper.run()
         finally:
             self.keeper = None

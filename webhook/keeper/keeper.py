@@ -33,7 +33,7 @@ from .records import Records, StateStore, VmReport
 from ..process import heap
 from ..process.pace import Pacer
 from ..rules.shared.times import rfc3339
-from .observe import ApartSpans, Nodes, Observer, pass_facts, stuck, Verdicts
+from .observe import Nodes, Observer, pass_facts, stuck, Verdicts
 from .observed import Observed
 from .probe import ask_targeted
 from .remount import Remount
@@ -43,7 +43,7 @@ from .writes import RATE, Result, Writes
 log = logging.getLogger("webhook.keeper")
 
 HOUR = timedelta(hours=1)
-__all__ = ["Keeper", "KeeperTiming", "PassReport", "VmReport"]
+Again = Callable[[VmiView], Awaitable[Observed]]  # a VM observed again within the pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +102,6 @@ class Keeper:
         self.records = Records(state, events)  # the keeper's memory; `state`: its ConfigMap (None: this process's)
         self.writes = Writes(rate=timing.write_rate)  # the bucket over every write, across passes
         self.actor = Actor(api, self.records, events=events, timeout=timing.request_timeout, authority=authority)
-        self.spans = ApartSpans(store, settings, timing.request_timeout, launchers=store.launcher_pods,
-                                direct=store.direct)
         self.remount = Remount(store.direct, settings, timing.request_timeout, api=api, authority=authority)
         self.held: KubeVirtWatch | None = None  # the watches the process holds across terms (`elected.py`), if so
         self.watch: KubeVirtWatch | None = None  # the VMI and migration watches while `watching()` runs
@@ -219,7 +217,7 @@ class Keeper:
         running = {key: vm.vmi.uid for key, vm in turn.observed.items()}  # once the plan is let go of
         return running, turn.results, facts.incomplete
 
-    async def _judge_movers(self, turn: Turn, facts: PassFacts, again: Callable[[VmiView], Awaitable[Observed]]) -> None:
+    async def _judge_movers(self, turn: Turn, facts: PassFacts, again: Again) -> None:
         """A VM is moved on a storage-node check made in this pass: those the plan moves on one kept from an
         earlier pass (`Verdicts`) are observed again, and the plan made again, until none is."""
         limits = facts.limits
@@ -232,7 +230,7 @@ class Keeper:
                 turn.observed[key] = await again(turn.observed[key].vmi)  # type: ignore[index]
 
     async def _observe(self, watch: KubeVirtWatch, now: datetime) -> tuple[list[Observed], PassFacts, list[Stuck],
-                                                                         Callable[[VmiView], Awaitable[Observed]]]:
+                                                                         Again]:
         """Each running opted-in VM, the pass-wide facts, our migrations that cannot be placed; how to observe a VM again."""
         seen = await self._read_kubevirt(watch)
         for malformed in seen.malformed:
@@ -244,7 +242,7 @@ class Keeper:
         state = await self.records.read(now)
         incomplete = "; ".join(watch.degraded() + self.store.degraded())
         history = self.records.history(watched)
-        observed, again = await self._observe_vms(seen.running, history, state, now)  # the others never touched
+        observed, again = await self._observe_vms(watch, seen.running, history, state, now)  # the others never touched
         lease = self.settings.keep is not KeepMode.MIGRATE or self.authority(self.timing.request_timeout)
         facts = pass_facts(self.settings, history, vmis, now, self.targeted, incomplete=incomplete, lease=lease)
         return observed, facts, stuck(history, uids, self.store.launcher_pods, state), again
@@ -252,7 +250,9 @@ class Keeper:
     async def _read_kubevirt(self, watch: KubeVirtWatch) -> Listed:
         """The VMIs and migrations as `status` reads them (`read_kubevirt`); a VMI whose cached object is the one
         read last pass as it was read then: at 75,000 VMIs, reading all took most of a settled cluster's pass."""
-        seen, alike, pace = read_kubevirt((), watch.all_migrations(), self.settings), Alike(), Pacer()
+        migrations = watch.migrations.table  # decoded one at a time: never all at once
+        seen = read_kubevirt((), (migrations.decode(k, b) for k, b in list(migrations.objects.items())), self.settings)
+        alike, pace = Alike(), Pacer()
         table, read = watch.vmis.table, dict[str, tuple[bytes, VmiView | None, Malformed | None]]()
         for key, blob in list(table.objects.items()):
             held = self._vmis.get(key)
@@ -266,18 +266,19 @@ class Keeper:
         self._vmis = read
         return seen
 
-    async def _observe_vms(self, running: list[VmiView], history: list[Migration], state: KeeperState,
-                           now: datetime) -> tuple[list[Observed], Callable[[VmiView], Awaitable[Observed]]]:
+    async def _observe_vms(self, watch: KubeVirtWatch, running: list[VmiView], history: list[Migration],
+                           state: KeeperState, now: datetime) -> tuple[list[Observed], Again]:
         """Each VM observed once, with its own migrations; and how to observe one again."""
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
         view = await self.store.fit_view("", "", timeout=self.timing.request_timeout)
         self.verdicts.begin(view)
-        observer = Observer(store=self.store, settings=self.settings, spans=self.spans,
+        observer = Observer(store=self.store, cache=self.store, direct=self.store.direct,
+                            launchers=self.store.launcher_pods, settings=self.settings,
                             nodes=Nodes(self.store, self.timing.request_timeout), timeout=self.timing.request_timeout,
-                            records=self.records, turn=self.passes, io_errors=self._io_errors, verdicts=self.verdicts,
-                            view=view)
+                            spans=self.records.spans, turn=self.passes, io_errors=watch.io_errors,
+                            verdicts=self.verdicts, view=view)
         pace, observed, unpaused = Pacer(), [], state.just_unpaused(now)
 
         def again(vmi: VmiView) -> Awaitable[Observed]:
@@ -293,6 +294,3 @@ class Keeper:
     @property
     def state(self) -> KeeperState:
         return self.records.state
-
-    def _io_errors(self, uid: str) -> tuple[Any, ...]:
-        return self.watch.io_errors(uid) if self.watch is not None else ()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -57,13 +56,6 @@ class KubeVirtWatch(Informers):
                     f"back to storage and unpauses of VMs moved onto a fresh mount go on"]
         return [f"KubeVirt's IOerror Events: {events.error}: stale-mount recovery goes by those last seen"]
 
-    def all_vmis(self) -> Iterator[dict[str, Any]]:
-        """One decoded VMI at a time: a pass over 20k VMIs never holds them all decoded at once."""
-        return _decoded(self.vmis)
-
-    def all_migrations(self) -> Iterator[dict[str, Any]]:
-        return _decoded(self.migrations)
-
     def io_errors(self, uid: str) -> tuple[IoError, ...]:
         """KubeVirt's I/O-error pauses of the VMI with this uid, per disk and cause, newest first."""
         return io_errors.by_vmi(self.io_error_events.table.lookup("vmi", uid)).get(uid, ())
@@ -87,22 +79,13 @@ async def read_io_errors(api: Any, timeout: float) -> dict[str, tuple[IoError, .
     more = ""
     while True:
         query = [("fieldSelector", io_errors.FIELDS), ("limit", "500")] + ([("continue", more)] if more else [])
-        try:
-            status, raw = await request(api, "GET", EVENT.path(), query=query, timeout=timeout)
-        except ApiUnreachable as exc:
-            return f"Events: no answer within {timeout:g}s" if exc.timed_out else f"Events: {exc}"
-        listed = _json(raw)
-        if not 200 <= status < 300 or not isinstance(listed, dict) or not isinstance(listed.get("items"), list):
-            return f"Events: {answered(status, raw)}" if not 200 <= status < 300 else "Events: the API sent no list"
-        events += listed["items"]
-        more = str((listed.get("metadata") or {}).get("continue") or "")
+        listed = await _call(api, "GET", EVENT.path(), query=query, timeout=timeout)
+        if listed.obj is None or not isinstance(listed.obj.get("items"), list):
+            return f"Events: {listed.error or 'the API sent no list'}"
+        events += listed.obj["items"]
+        more = str(kinds.meta(listed.obj).get("continue") or "")
         if not more:
             return io_errors.by_vmi(events)
-
-
-def _decoded(informer: Informer) -> Iterator[dict[str, Any]]:
-    table = informer.table
-    return (table.decode(key, blob) for key, blob in list(table.objects.items()))
 
 
 # --------------------------------------------------------------------------- creating migrations
@@ -138,13 +121,11 @@ async def delete_migration(api: Any, namespace: str, name: str, *, uid: str, tim
     return await _call(api, "DELETE", VMIM.path(namespace, name), body=delete_options(uid), timeout=timeout)
 
 
-# virt-api's subresources of a VMI (kubevirt/kubevirt `pkg/virt-api/rest/lifecycle.go`)
-VMI_SUBRESOURCES = dataclasses.replace(VMI, group="subresources.kubevirt.io")
-
-
 async def unpause_vmi(api: Any, namespace: str, name: str, *, timeout: float) -> Created:
-    """`virtctl unpause vmi`: virt-api answers 200 without a body (`obj` {}), 409 for a VMI not running or paused."""
-    done = await _call(api, "PUT", f"{VMI_SUBRESOURCES.path(namespace, name)}/unpause", body={}, timeout=timeout)
+    """`virtctl unpause vmi`: virt-api answers 200 without a body (`obj` {}), 409 for a VMI not running or paused
+    (virt-api's subresources of a VMI: kubevirt/kubevirt `pkg/virt-api/rest/lifecycle.go`)."""
+    path = dataclasses.replace(VMI, group="subresources.kubevirt.io").path(namespace, name)
+    done = await _call(api, "PUT", f"{path}/unpause", body={}, timeout=timeout)
     return Created(done.status, {}) if 200 <= done.status < 300 else done
 
 

@@ -1,6 +1,7 @@
 """kubernetes-asyncio's LeaseLock with each Lease call bounded in time and each outcome reported to the
 Elector (`lease.py`). Held to the library by tests/keeper/test_leaselock.py: it overrides `get`, `create`
-and `update`, reuses `update_lease` and `lease_reference`, and passes `_request_timeout`.
+and `update`, reuses `update_lease`, `election_record` and `lease_reference`, and passes `_request_timeout` (the
+client's own session timeout is overridden by every call's `aiohttp.ClientTimeout()`).
 """
 from __future__ import annotations
 
@@ -24,64 +25,44 @@ def _api_error(status: int, reason: str) -> Any:
     return error
 
 
-class TimedLeases(k8s.CoordinationV1Api):
-    """The Lease calls, each bounded by `_request_timeout` (the client's own session timeout is
-    overridden by every call's `aiohttp.ClientTimeout()`)."""
-
-    def __init__(self, api: Any, timeout: float):
-        super().__init__(api)
-        self.timeout = timeout
-
-    def read_namespaced_lease(self, name, namespace, **kwargs):
-        return super().read_namespaced_lease(name, namespace, _request_timeout=self.timeout, **kwargs)
-
-    def create_namespaced_lease(self, namespace, body, **kwargs):
-        return super().create_namespaced_lease(namespace, body, _request_timeout=self.timeout, **kwargs)
-
-    def replace_namespaced_lease(self, name, namespace, body, **kwargs):
-        return super().replace_namespaced_lease(name, namespace, body, _request_timeout=self.timeout, **kwargs)
-
-
 class ReportingLeaseLock(LeaseLock):
     """The library's LeaseLock with timed calls, its outcomes reported to the Elector, and its
     writes without a traceback for a conflict."""
 
     def __init__(self, elector: Any):
         super().__init__(elector.name, elector.namespace, elector.identity, elector.api)
-        self.api_instance = TimedLeases(elector.api, elector.timing.request_timeout)
-        self.elector = elector
+        self.elector, self.timeout = elector, elector.timing.request_timeout
 
     async def get(self, name, namespace):
         self.elector.reads += 1
         try:
-            found, record = await super().get(name, namespace)
+            lease = await self.api_instance.read_namespaced_lease(name, namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            self.elector.error = None if exc.status == 404 else f"reading the Lease: API answered {exc.status}"
+            try:
+                readable = isinstance(json.loads(exc.body or ""), dict)
+            except ValueError:
+                readable = False
+            return False, exc if readable else _api_error(exc.status or 0, str(exc.reason))
         except Exception as exc:  # the library handles ApiException only
             self.elector.error = f"reading the Lease: {type(exc).__name__}: {exc}"
             return False, _api_error(0, f"{type(exc).__name__}: {exc}")
-        if found:
-            self.elector.error = None
-            self.elector.observed(record.holder_identity)
-            return found, record
-        if isinstance(record, ApiException):
-            self.elector.error = None if record.status == 404 else f"reading the Lease: API answered {record.status}"
-            try:
-                readable = isinstance(json.loads(record.body or ""), dict)
-            except ValueError:
-                readable = False
-            if not readable:
-                return False, _api_error(record.status or 0, str(record.reason))
-        return found, record
+        self.lease_reference, record, self.elector.error = lease, self.election_record(lease), None
+        self.elector.observed(record.holder_identity)
+        return True, record
 
     # Writes as the library's, without its traceback for a conflict (two replicas racing is normal).
     async def create(self, name, namespace, election_record):
         body = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name=name), spec=self.update_lease(election_record))
-        return await self._write(self.api_instance.create_namespaced_lease(namespace, body))
+        return await self._write(self.api_instance.create_namespaced_lease(namespace, body,
+                                                                           _request_timeout=self.timeout))
 
     async def update(self, name, namespace, updated_record):
         if self.lease_reference is None:
             return False
         self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
-        return await self._write(self.api_instance.replace_namespaced_lease(name, namespace, self.lease_reference))
+        return await self._write(self.api_instance.replace_namespaced_lease(name, namespace, self.lease_reference,
+                                                                            _request_timeout=self.timeout))
 
     async def _write(self, call: Awaitable[Any]) -> bool:
         sent = asyncio.get_running_loop().time()  # the lease runs from no later than this

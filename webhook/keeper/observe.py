@@ -76,86 +76,6 @@ def started(obj: dict[str, Any] | None) -> datetime | None:
     return parse_time(kinds.status(obj).get("startTime")) or parse_time(kinds.meta(obj).get("creationTimestamp"))
 
 
-class ApartSpans:
-    """The reads of a VM's span apart; what is known of each span is the keeper's (`records.Records`)."""
-
-    def __init__(self, store: Store, settings: Settings, timeout: float, *, launchers: Launchers, direct: Store):
-        self.store, self.settings, self.timeout = store, settings, timeout
-        self.launchers, self.direct = launchers, direct
-
-    async def of(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
-                 now: datetime, known: ApartSpan | None = None, launcher: LauncherRead | None = None) -> ApartSpan:
-        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
-        pod's and share-managers' start (none known: when first seen apart, per `known`, the span last read)."""
-        node, target = where.node or "", where.target or ""
-        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
-        if same and known.problem is None:
-            return known
-        first_seen = known.since if same else now
-        pod, problem = launcher() if launcher is not None else self.cached_launcher(vmi, node)
-        moments = [last_end, started(pod)]
-        for fact in facts:
-            if fact.node == target and fact.volume:
-                where = POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume
-                known, pod = self.store.peek(*where)  # the cache's own copy, read only: no copy a VM a pass
-                try:
-                    moments.append(started(pod if known else await self.store.get(*where, timeout=self.timeout)))
-                except StoreError:
-                    pass  # one moment fewer to go by
-        derived = apart_since(moments, now)
-        return ApartSpan(uid=vmi.uid, node=node, target=target, since=derived if derived is not None else first_seen,
-                         problem=problem, derived=derived is not None)
-
-    def cached_launcher(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The VM's running launcher pod on `node` as the caches hold it, or why it is not known."""
-        candidates = self.launchers(vmi.namespace, vmi.uid) or []
-        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
-        return (running[0], None) if running else (None, f"its launcher pod on {node} is not known")
-
-    def source(self, vmi: VmiView, node: str, launcher: LauncherRead | None = None) -> MigrationSource | str:
-        """What the VM's migration target off `node` is rendered from, or why it is not known."""
-        pod, problem = launcher() if launcher is not None else self.cached_launcher(vmi, node)
-        return migration_source(pod, self.settings) if pod is not None else problem or ""
-
-    async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
-        cached, problem = self.cached_launcher(vmi, node)
-        if cached is None:
-            return None, problem
-        name = kinds.meta(cached).get("name")
-        try:
-            pod = await self.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
-        except StoreError as exc:
-            return None, f"its launcher pod {name} could not be read ({exc})"
-        if pod is None:
-            return None, f"its launcher pod {name} is gone"
-        return pod, None
-
-    async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
-                           target: str, node: dict[str, Any] | None, memo: Memo | None = None) -> str | None:
-        """Why `target` (read as `node`) cannot take the VM's migration target pod, or None: the hostname label
-        KubeVirt selects on, then the never-strand checks."""
-        hostname = target_hostname(node) if node is not None else None
-        if node is not None and hostname is None:
-            return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
-        built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
-                                     self.settings, memo)
-        if isinstance(built, TargetUnknown):
-            return f"cannot tell what its migration target needs: {built}"
-        return lacking(built, target, node) or await obstacle_on(
-            self.store, target, node, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)
-
-
-class Recall:
-    """What the keeper remembers of a VM beyond one pass (`records.Records`): its span apart; `status`'s, nothing."""
-
-    def span(self, key: VmKey) -> ApartSpan | None:
-        return None
-
-    def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
-        """The VM's span apart as now known (None: it is not apart)."""
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     """A VM's storage-node check: of which VMI view, at which position of `View.nodes_changed`, in which pass. No
@@ -194,9 +114,6 @@ class Verdicts:
         return (held := self.held.get(key)) is not None and held.turn != turn
 
 
-IoErrors = Callable[[str], Sequence[IoError]]  # a VMI's uid -> KubeVirt's IOerror Events on it
-
-
 def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) -> list[DiskError]:
     """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
     claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
@@ -229,16 +146,20 @@ async def where_it_runs(store: Store, settings: Settings, vmi: VmiView, timeout:
 
 @dataclasses.dataclass(frozen=True)
 class Observer:
-    """The reads of one pass: disks through `store`, nodes once each, the spans apart."""
+    """The reads of one pass: disks through `store`, pods and the nodes' view through `cache`, launcher pods by
+    `launchers`, whole objects through `direct`, nodes once each, the spans apart."""
 
     store: Store
+    cache: Store
+    direct: Store  # what the caches keep trimmed, read whole
+    launchers: Launchers
     settings: Settings
-    spans: ApartSpans
     nodes: Nodes
     timeout: float
     keep_disks: bool = False  # keep each VM's disk facts (`status` shows their I/O path; a pass needs none)
-    records: Recall = Recall()  # the keeper's memory of each VM (`status` has none)
-    io_errors: IoErrors = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
+    # Each VM's span apart as last read, kept by the keeper across passes (`status`: none).
+    spans: dict[VmKey, ApartSpan] = dataclasses.field(default_factory=dict)
+    io_errors: Callable[[str], Sequence[IoError]] = lambda uid: ()  # KubeVirt's IOerror Events by VMI uid
     turn: int = 0  # the keeper's pass: where the search for a node to go through starts
     # Where each VM runs against its storage, one object for the VMs alike (all those co-located on a node).
     places: dict[Locality, Locality] = dataclasses.field(default_factory=dict)
@@ -255,7 +176,7 @@ class Observer:
         where = self.places.setdefault(where, where)
         key = (vmi.namespace, vmi.name)
         if where.state is not APART:
-            self.records.spanned(key, None)
+            self.spans.pop(key, None)
         moved = last_move(vmi, history)
         facts = VmFacts(vmi=vmi, where=where, history=tuple(attempts(vmi, history)),
                         migrating=migrating(vmi, history, now), last_end=last_migration_end(vmi, history),
@@ -267,7 +188,7 @@ class Observer:
         read: set[str] = set()
         span: ApartSpan | None = None
         # Its launcher pod on its node, decoded once for the span and the storage-node check alike.
-        launcher = functools.cache(functools.partial(self.spans.cached_launcher, vmi, vmi.node or ""))
+        launcher = functools.cache(functools.partial(self.cached_launcher, vmi, vmi.node or ""))
         node, unfit = None, None
         while (need := next_read(facts, read)) is not None:
             read.add(need)
@@ -281,8 +202,7 @@ class Observer:
             if where.state is not APART or not where.target:
                 continue  # nothing to read: the VM is not apart
             if span is None:  # how long it has been apart comes with it
-                span = await self.spans.of(vmi, where, disks, facts.last_end, now, self.records.span(key), launcher)
-                self.records.spanned(key, span)
+                span = self.spans[key] = await self._span(vmi, where, disks, facts.last_end, now, launcher)
                 read.add("apart_since")
             if need == "target_unfit":
                 node, unfit = await self._judged(key, vmi, where.target, span, launcher)
@@ -292,6 +212,63 @@ class Observer:
             facts = await self._stale(facts, disks, history, now, state)
         return Observed(facts=facts, disks=tuple(disks) if self.keep_disks else (), target_node=node,
                         derived=span is not None and span.derived)
+
+    async def _span(self, vmi: VmiView, where: Locality, facts: list[Fact], last_end: datetime | None,
+                    now: datetime, launcher: LauncherRead) -> ApartSpan:
+        """When the VM became apart, so a new leader agrees: the latest of its last migration's end, its launcher
+        pod's and share-managers' start (none known: when first seen apart, per the span last read)."""
+        node, target, known = where.node or "", where.target or "", self.spans.get((vmi.namespace, vmi.name))
+        same = known is not None and (known.uid, known.node, known.target) == (vmi.uid, node, target)
+        if same and known.problem is None:
+            return known
+        first_seen = known.since if same else now
+        pod, problem = launcher()
+        moments = [last_end, started(pod)]
+        for fact in facts:
+            if fact.node == target and fact.volume:
+                where = POD, self.settings.longhorn_namespace, kinds.SHARE_MANAGER_POD_PREFIX + fact.volume
+                found, pod = self.cache.peek(*where)  # the cache's own copy, read only: no copy a VM a pass
+                try:
+                    moments.append(started(pod if found else await self.cache.get(*where, timeout=self.timeout)))
+                except StoreError:
+                    pass  # one moment fewer to go by
+        derived = apart_since(moments, now)
+        return ApartSpan(uid=vmi.uid, node=node, target=target, since=derived if derived is not None else first_seen,
+                         problem=problem, derived=derived is not None)
+
+    def cached_launcher(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's running launcher pod on `node` as the caches hold it, or why it is not known."""
+        candidates = self.launchers(vmi.namespace, vmi.uid) or []
+        running = [p for p in vm_pods(candidates, self.settings).running if kinds.spec(p).get("nodeName") == node]
+        return (running[0], None) if running else (None, f"its launcher pod on {node} is not known")
+
+    async def launcher_pod(self, vmi: VmiView, node: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The VM's launcher pod on `node`, read whole (the cache keeps a trimmed copy), or why not."""
+        cached, problem = self.cached_launcher(vmi, node)
+        if cached is None:
+            return None, problem
+        name = kinds.meta(cached).get("name")
+        try:
+            pod = await self.direct.get(POD, vmi.namespace, name, timeout=self.timeout)
+        except StoreError as exc:
+            return None, f"its launcher pod {name} could not be read ({exc})"
+        if pod is None:
+            return None, f"its launcher pod {name} is gone"
+        return pod, None
+
+    async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
+                           target: str, node: dict[str, Any] | None) -> str | None:
+        """Why `target` (read as `node`) cannot take the VM's migration target pod, or None: the hostname label
+        KubeVirt selects on, then the never-strand checks."""
+        hostname = target_hostname(node) if node is not None else None
+        if node is not None and hostname is None:
+            return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
+        built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
+                                     self.settings, self.memo)
+        if isinstance(built, TargetUnknown):
+            return f"cannot tell what its migration target needs: {built}"
+        return lacking(built, target, node) or await obstacle_on(
+            self.cache, target, node, built.pod, vmi.namespace, Deadline.after(self.timeout, 0), needs_kubevirt=True)
 
     async def _stale(self, facts: VmFacts, disks: Sequence[Fact], history: Sequence[Migration], now: datetime,
                      state: KeeperState) -> VmFacts:
@@ -323,15 +300,15 @@ class Observer:
 
     async def _mount(self, vmi: VmiView, disks: Sequence[Fact]) -> Mount | str:
         """Its launcher pod's start, its volumes' remount requests and share-managers, those faulted; or why not."""
-        pod, problem = await self.spans.launcher_pod(vmi, vmi.node or "")
+        pod, problem = await self.launcher_pod(vmi, vmi.node or "")
         if pod is None:
             return problem or "its launcher pod is not known"
         servers, faulted = [], []
         for volume in sorted({fact.volume for fact in disks if fact.volume}):
             name, namespace = kinds.SHARE_MANAGER_POD_PREFIX + volume, self.settings.longhorn_namespace
             try:
-                found = await self.spans.direct.get(LONGHORN_VOLUME, namespace, volume, timeout=self.timeout)
-                server = await self.spans.direct.get(POD, namespace, name, timeout=self.timeout)
+                found = await self.direct.get(LONGHORN_VOLUME, namespace, volume, timeout=self.timeout)
+                server = await self.direct.get(POD, namespace, name, timeout=self.timeout)
             except StoreError as exc:
                 return f"Longhorn volume {volume} or its share-manager could not be read ({exc})"
             servers.append(Server(volume=volume, requested=parse_time(kinds.status(found).get("remountRequestedAt"))
@@ -344,8 +321,8 @@ class Observer:
         """For a stale VM beside its NFS server: another node that can take its migration target pod, else why none
         can; nodes that take pods first, at most VIA_CHECKS a pass, each pass going on where the last stopped."""
         here = vmi.node or ""
-        pod, problem = await self.spans.launcher_pod(vmi, here)
-        view = await self.spans.store.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
+        pod, problem = await self.launcher_pod(vmi, here)
+        view = await self.cache.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
         if pod is None or view is None:
             return None, problem or "the nodes of the cluster are not loaded yet", None
         try:
@@ -363,7 +340,7 @@ class Observer:
             except StoreError as exc:
                 whys.append(f"{name}: could not be read ({exc})")
                 continue
-            unfit = await self.spans.target_unfit(vmi, launcher, source, name, node, self.memo)
+            unfit = await self.target_unfit(vmi, launcher, source, name, node)
             if unfit is None:
                 return node, None, name
             whys.append(f"{name}: {unfit}")
@@ -386,15 +363,16 @@ class Observer:
     async def _target(self, vmi: VmiView, target: str, span: ApartSpan,
                       launcher: LauncherRead) -> tuple[dict[str, Any] | None, str | None]:
         """The storage node as read, and why it cannot take the VM (None: it can)."""
-        made = self.spans.source(vmi, vmi.node or "", launcher)
-        if isinstance(made, str):
-            return None, span.problem or made
+        pod, problem = launcher()
+        if pod is None:
+            return None, span.problem or problem
+        made = migration_source(pod, self.settings)
         try:
             source = await self.nodes.get(vmi.node or "")
             node = await self.nodes.get(target)
         except StoreError as exc:
             return None, f"cannot tell what its migration target needs: a node could not be read ({exc})"
-        return node, await self.spans.target_unfit(vmi, made, source, target, node, self.memo)
+        return node, await self.target_unfit(vmi, made, source, target, node)
 
 
 def serving_since(pod: dict[str, Any] | None) -> datetime | None:

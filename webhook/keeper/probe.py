@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from ..rules.keeping.keep import PassFacts
 from ..rules.keeping.plan import Plan, VmPlan
-from ..rules.keeping.record import Action
+from ..rules.keeping.record import Action, VmKey
 from ..rules.shared.alone import Alone
 from .kubevirt_api import Created
 from .observed import manifest, Observed
@@ -18,7 +18,6 @@ from .targeted import TargetedMigration
 from .writes import failed, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
-VmKey = tuple[str, str]
 
 
 def room(writes: Writes) -> int:
@@ -60,11 +59,8 @@ async def landed(writes: Writes, hold: Callable[[Result], None]) -> bool:
     answered, _ = await asyncio.wait(writes.probes, return_when=asyncio.FIRST_COMPLETED)
     for task in answered:
         writes.deferred.pop(writes.probes.pop(task), None)
-        result, took = task.result()
-        if result.done:
-            writes.came(result, took)
-        else:
-            hold(writes.came(result, took))
+        if not (result := writes.came(*task.result())).done:
+            hold(result)
     return True
 
 

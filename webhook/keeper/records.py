@@ -29,7 +29,7 @@ from ..rules.shared.alone import Alone
 from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
 from .kubevirt_api import answered
-from .observe import ApartSpan, Recall
+from .observe import ApartSpan
 from .writes import Result
 
 log = logging.getLogger("webhook.keeper")
@@ -134,7 +134,7 @@ class VmReport:
     namespace: str
     name: str
     state: VmState
-    since: datetime  # in this state since (apart: read from the cluster, `observe.ApartSpans`)
+    since: datetime  # in this state since (apart: read from the cluster, `observe.Observer`)
     why: str  # where the VM runs and where its disks are served
     node: str | None = None
     target: str | None = None  # where its disks are served, when apart
@@ -147,14 +147,14 @@ class VmReport:
 MigrationKey = tuple[str, str]  # a migration's namespace and name
 
 
-class Records(Recall):
+class Records:
     """The keeper's memory (the module's docstring); `store`: its ConfigMap (None: this process's alone)."""
 
     def __init__(self, store: StateStore | None = None, events: Events = NO_EVENTS):
         self.store, self.events = store, events
         self.state = KeeperState()  # each VM's record, this leader's; the cluster's taken in whenever it changed
         self.reports: dict[VmKey, VmReport] = {}
-        self.spans: dict[VmKey, ApartSpan] = {}
+        self.spans: dict[VmKey, ApartSpan] = {}  # each VM's span apart, as observing last read it
         self.errors: list[str] = []  # what went wrong in the last pass: readiness notes
         self.unread = ""  # why the record could not be read this pass
         self._skipped: set[str] = set()
@@ -163,16 +163,6 @@ class Records(Recall):
         self._seen: set[MigrationKey] = set()  # shown by the watch at least once
         self._cancelled: set[MigrationKey] = set()  # deleted by us: failed, whatever the watch shows
         self._shown: set[MigrationKey] = set()  # ours in the watch as last observed
-
-    # ------------------------------------------------------------ what observing recalls
-    def span(self, key: VmKey) -> ApartSpan | None:
-        return self.spans.get(key)
-
-    def spanned(self, key: VmKey, span: ApartSpan | None) -> None:
-        if span is None:
-            self.spans.pop(key, None)
-        else:
-            self.spans[key] = span
 
     def skip(self, skipped: Malformed) -> None:
         """One log line per object of unexpected shape (and per new reason), not one per pass."""

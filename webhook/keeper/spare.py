@@ -17,10 +17,6 @@ from ..cluster.rest import JSON_PATCH, Api, KubeError, failure
 ATTEMPTS = 5  # refused because the Setting changed under us: read again and retry
 
 
-def setting_path(namespace: str) -> str:
-    return f"/apis/{LONGHORN_SETTING.api_version}/namespaces/{namespace}/{LONGHORN_SETTING.plural}/{BLACKLIST}"
-
-
 def _event(setting: dict[str, Any], before: str, after: str, spare: bool, by: str) -> dict[str, Any]:
     meta = setting.get("metadata") or {}
     involved = {"apiVersion": LONGHORN_SETTING.api_version, "kind": LONGHORN_SETTING.kind, "name": BLACKLIST,
@@ -37,7 +33,7 @@ def _event(setting: dict[str, Any], before: str, after: str, spare: bool, by: st
 
 async def change(api: Api, namespace: str, spare: bool, *, by: str = "kubevirt-colocate spare-vms") -> str:
     """The Setting changed if it has to be: one line saying what was done. KubeError when it cannot be."""
-    path = setting_path(namespace)
+    path = LONGHORN_SETTING.path(namespace, BLACKLIST)
     for _ in range(ATTEMPTS):
         status, setting = await api.request("GET", path)
         if status == 404:

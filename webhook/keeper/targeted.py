@@ -34,7 +34,6 @@ class TargetedMigration:
         self.priority: bool | None = None  # spec.priority kept; None: not known yet
         self.priority_note = "not checked yet"
         self.error = ""  # why the last dry run proved nothing ("": it did, or none was made)
-        self.status = 0  # its answer's status (0: none came)
         self._checked_at: float | None = None
         self.settled = 0  # conclusive answers so far
 
@@ -49,14 +48,10 @@ class TargetedMigration:
             return True
         return asyncio.get_running_loop().time() - self._checked_at >= self.recheck
 
-    async def check(self, manifest: dict[str, Any]) -> bool | None:
-        """Dry-run `manifest` (a migration with spec.addedNodeSelector and spec.priority); the new answer."""
-        await self.dry_run(manifest)
-        return self.available
-
     async def dry_run(self, manifest: dict[str, Any]) -> Created | None:
-        """`check`, and its answer if it proved nothing. Dry runs go several at once (`probe.py`): one that
-        proves nothing does not unsay an answer settled while it waited."""
+        """Dry-run `manifest` (a migration with spec.addedNodeSelector and spec.priority); its answer if it proved
+        nothing. Dry runs go several at once (`probe.py`): one that proves nothing does not unsay an answer settled
+        while it waited."""
         self._checked_at, settled = asyncio.get_running_loop().time(), self.settled
         spec = kinds.spec(manifest)
         wanted, priority = spec.get(FIELD), spec.get(PRIORITY)
@@ -87,7 +82,7 @@ class TargetedMigration:
             if note != self.note and settled == self.settled:
                 self.logger.warning("targeted migration not checked", extra={"fields": {"error": answer.error}})
             if settled == self.settled:
-                self.note, self.error, self.status = note, answer.error, answer.status
+                self.note, self.error = note, answer.error
             return answer
         return None
 

@@ -51,12 +51,6 @@ def about_the_object(status: int) -> bool:
     return 400 <= status < 500 and status != 429
 
 
-def outside(result: Result) -> str | None:
-    """The webhook outside the API (not KubeVirt's) the apiserver names as failing, if any: a tenant's."""
-    named = WEBHOOK.search(result.words)
-    return named[1] if named is not None and not named[1].endswith(KUBEVIRT) else None
-
-
 class Writes:
     """The keeper's writes: the bucket (across passes), a pass's failures (`begin`), its dry runs in flight."""
 
@@ -110,7 +104,8 @@ class Writes:
             self.answering.add(namespace)
         elif result.holds:
             self.answering.discard(namespace)
-            tenant = outside(result) is not None
+            named = WEBHOOK.search(result.words)  # a webhook outside the API (not KubeVirt's) failed it: a tenant's
+            tenant = named is not None and not named[1].endswith(KUBEVIRT)
             self.tokens += 1 if tenant else 0  # the tenant's webhook failed it: it cost the API nothing
             failed = self.namespaces.setdefault(namespace, [])
             failed.append(result)

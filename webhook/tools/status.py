@@ -18,7 +18,7 @@ from ..stores.snapshot import SnapshotStore
 from ..stores.store import Store, StoreError
 from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
-from ..keeper.observe import ApartSpans, Launchers, Nodes, Observer, pass_facts, stuck
+from ..keeper.observe import Launchers, Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
 from ..keeper.records import read_state, state_name, StateUnavailable
 from ..keeper.targeted import TargetedMigration
@@ -251,7 +251,7 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
         targeted.note = f"targeted migration not checked: {OFF}"
     else:
         for manifest in dry_run_manifests(running, listed.migrations, now, state)[:PROBES]:
-            await targeted.check(manifest)
+            await targeted.dry_run(manifest)
             if not targeted.error:
                 break
     history = with_kept(listed.migrations, state.migrations, now)
@@ -312,11 +312,11 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
     def launchers(namespace: str, uid: str) -> list[dict[str, Any]]:
         return pods.get((namespace, uid), [])
 
-    spans = ApartSpans(ViewedOnce(store), settings, timeout, launchers=launchers, direct=store)
     errors = await read_io_errors(api, timeout) if running else {}
     found = errors if isinstance(errors, dict) else {}  # unread: no VM is taken for stale on what is not known
-    return Observer(store=disks, settings=settings, spans=spans, nodes=Nodes(store, timeout), timeout=timeout,
-                    keep_disks=True, io_errors=lambda uid: found.get(uid, ())), launchers, "" if found is errors else (
+    return Observer(store=disks, cache=ViewedOnce(store), direct=store, launchers=launchers, settings=settings,
+                    nodes=Nodes(store, timeout), timeout=timeout, keep_disks=True,
+                    io_errors=lambda uid: found.get(uid, ())), launchers, "" if found is errors else (
         f"KubeVirt's IOerror Events could not be read ({errors}): no VM is shown on a stale mount or a full disk")
 
 
