@@ -36,10 +36,9 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
     else:
         try:
             demand = Demand.of(pod, namespace, view.memo)
-        except Unreadable as error:
-            return cannot_tell(node, subject, f"{subject} cannot be read: {error}")
-        except Exception as error:
-            return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
+        except Exception as error:  # Unreadable says what; any other, a shape nobody foresaw
+            detail = f": {error}" if isinstance(error, Unreadable) else f" ({type(error).__name__})"
+            return cannot_tell(node, subject, f"{subject} cannot be read{detail}")
     return why_not_pass(checks, demand, node, view, subject)
 
 
@@ -87,17 +86,13 @@ def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
     ports, no spread, no terms either way, claims whose volumes select no node): a drain's share-manager is judged on
     every node it is tried on by NodeResourcesFit alone."""
     if demand.filters is None:
-        demand.filters = _prefilter(demand, view)
+        try:  # in the order of CHECKS
+            needed = (True, bool(demand.host_ports), said_of_nodes(demand, view), said_by_others(demand, view),
+                      bool(demand.spread))
+        except Exception:  # an unexpected shape: every filter runs, and the one that cannot read it says so
+            needed = (True,) * len(CHECKS)
+        demand.filters = tuple(check for check, wanted in zip(CHECKS, needed) if wanted)
     return demand.filters  # type: ignore[no-any-return]
-
-
-def _prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
-    try:  # in the order of CHECKS
-        needed = (True, bool(demand.host_ports), said_of_nodes(demand, view), said_by_others(demand, view),
-                  bool(demand.spread))
-    except Exception:  # an unexpected shape: every filter runs, and the one that cannot read it says so
-        return CHECKS
-    return tuple(check for check, wanted in zip(CHECKS, needed) if wanted)
 
 
 def cannot_tell(node: Any, subject: str, detail: str) -> str:
@@ -116,24 +111,17 @@ def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
                 needs_kubevirt: bool, memo: Memo | None = None, demand: Demand | None = None) -> str | None:
     """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness, KubeVirt's
-    schedulable label, taints, the pod's own node affinity), or None."""
+    schedulable label, taints, the pod's own node affinity), or None; kept in `memo` for `demand`, the pod's."""
     if node is None:
         return f"node {node_name} not found"
     asked = (node_name, node, pod, needs_kubevirt)
-    if memo is None:
+    if memo is None or demand is None:
         return _why_not_run(asked)
-    read = run_key(pod) if demand is None else run_key_of(demand)
-    if not read:
-        return _why_not_run(asked)
-    # The node itself is compared by identity first (the caches hand out one object per version of a node).
-    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), (node, read), asked)
-
-
-def run_key_of(demand: Demand) -> bytes:
-    """`run_key` of the demand's pod, kept in the demand."""
     if demand.run_key is None:
         demand.run_key = run_key(demand.pod)
-    return demand.run_key  # type: ignore[no-any-return]
+    # The node itself is compared by identity first (the caches hand out one object per version of a node).
+    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt),
+                       (node, demand.run_key) if demand.run_key else None, asked)
 
 
 def run_key(pod: Mapping[str, Any]) -> bytes:
