@@ -10,7 +10,7 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import CannotTell, Unreadable, name_of
-from .interpodaffinity import NONE_REFUSED, Only, inter_pod_affinity, refused_only as pod_affinity_refuses_only, said_by_others
+from .interpodaffinity import NONE_REFUSED, Gathered, Only, inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import node_affinity
 from .nodeunschedulable import node_unschedulable
@@ -59,16 +59,19 @@ def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, 
 
 
 def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only | None:
-    """The only nodes `checks` can turn the pod away from, where they can say (a migration target's anti-affinity
-    toward its own VMI's pods, all on the node it leaves), else None: any node may be."""
+    """The only nodes `checks` can turn the pod away from, where they can say (`interpodaffinity.Gathered.only`: a
+    migration target's anti-affinity toward its own VMI's pods, all on the node it leaves), else None."""
     if not checks:
         return NONE_REFUSED
     if checks != (inter_pod_affinity,):
         return None
     try:
-        return pod_affinity_refuses_only(demand, view)
+        if not said_by_others(demand, view):
+            return NONE_REFUSED
     except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
+    gathered: Gathered = demand.gathered
+    return gathered.only if gathered.unsure is None else None
 
 
 def judged_by_room(demand: Demand) -> bool:

@@ -14,21 +14,6 @@ from .terms import EVERY_NAMESPACE, existing_anti_terms
 from .view import View, bound_node
 
 
-def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
-    """The pods the term may select, anywhere (perhaps more), by the label its selector requires
-    first where the view indexes it; None when the view cannot say (`_walked` then)."""
-    first = next((req for req in term.selector or () if req[1] == "In"), None)
-    if first is None:
-        return None
-    found: list[Mapping[str, Any]] = []
-    for label_value in sorted(first[2]):
-        pods = view.pods_labelled(first[0], label_value)
-        if pods is None:
-            return None
-        found.extend(pods)
-    return found
-
-
 def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mapping[str, Any] | None:
     """The first pod of the node's topology domain the term selects, every pod of it looked at."""
     key = term.topology_key
@@ -40,19 +25,26 @@ def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mappi
     return None
 
 
-def _domains(view: View, term: Any, selected: list[Mapping[str, Any]] | None) -> dict[Any, Mapping[str, Any]] | None:
-    """The first pod `_selected` found that the term selects, by domain (a node's name for the
-    hostname key, else the key's value on its node); None, not narrowed."""
-    if selected is None:
+def _domains(view: View, term: Any) -> dict[Any, Mapping[str, Any]] | None:
+    """The first pod the term selects by domain (a node's name for the hostname key, else the key's value on its
+    node), found by the label its selector requires first where the view indexes it; None when the view cannot say
+    (`_walked` then)."""
+    first = next((req for req in term.selector or () if req[1] == "In"), None)
+    if first is None:
         return None
     found: dict[Any, Mapping[str, Any]] = {}
-    for pod in selected:
-        bound = bound_node(pod)
-        if bound is None:
-            continue
-        value = bound if term.topology_key == kinds.HOSTNAME_LABEL else kinds.labels(view.node(bound) or {}).get(term.topology_key)
-        if value is not None and value not in found and term.matches(namespace_of(pod), kinds.labels(pod)):
-            found[value] = pod
+    key = term.topology_key
+    for label_value in sorted(first[2]):
+        pods = view.pods_labelled(first[0], label_value)
+        if pods is None:
+            return None
+        for pod in pods:
+            bound = bound_node(pod)
+            if bound is None:
+                continue
+            value = bound if key == kinds.HOSTNAME_LABEL else kinds.labels(view.node(bound) or {}).get(key)
+            if value is not None and value not in found and term.matches(namespace_of(pod), kinds.labels(pod)):
+                found[value] = pod
     return found
 
 
@@ -132,18 +124,9 @@ def _gather(demand: Demand, view: View) -> Gathered:
                    if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
     if unsure is not None:
         return Gathered(unsure=unsure, domains=[], avoiding=avoiding, counts=None)
-    domains = [_domains(view, term, _selected(view, term)) for term in demand.anti_affinity]
+    domains = [_domains(view, term) for term in demand.anti_affinity]
     return Gathered(unsure=None, domains=domains, avoiding=avoiding,
                     counts=_counts(demand, view) if demand.affinity else None, only=_only(demand, domains, avoiding))
-
-
-def refused_only(demand: Demand, view: View) -> Only | None:
-    """The only nodes the filter can turn the pod away from (`Gathered.only`; none when it has
-    nothing to look at), or None when any node may be."""
-    if not said_by_others(demand, view):
-        return NONE_REFUSED
-    gathered: Gathered = demand.gathered
-    return gathered.only if gathered.unsure is None else None
 
 
 def may_refuse(only: Only, name: str, node: Mapping[str, Any]) -> bool:
@@ -178,7 +161,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
         return None
     labels = kinds.labels(node)
     if demand.affinity:
-        reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)
+        reason = _affinity_reason(demand, gathered.counts, name, labels, subject)
         if reason:
             return reason
     for term, domains in zip(demand.anti_affinity, gathered.domains):
