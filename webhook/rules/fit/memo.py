@@ -46,12 +46,6 @@ class Memo:
                 return read(obj)
         return self._kept(read, (namespace if type(namespace) is str else None, name), version, obj)
 
-    def by_content(self, read: Callable[[Any], Answer], content: bytes, obj: Any) -> Answer:
-        """`read(obj)`, kept by `content`: the JSON of everything `read` looks at in `obj`."""
-        if len(content) > KEY_BYTES:
-            return read(obj)
-        return self._kept(read, content, True, obj)
-
     def latest(self, read: Callable[[Any], Answer], slot: Hashable, version: Hashable | None, obj: Any) -> Answer:
         """`read(obj)`, kept in `slot` while `version` is the one it was worked out at (None: not kept)."""
         if version is None:

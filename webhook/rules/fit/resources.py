@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
-from ..shared.quantity import scheduler_value, show
+from ..shared.quantity import nanos, show, units
 from .fields import CannotTell, name_of
 from .demand import Demand
 from .view import View
@@ -27,7 +27,7 @@ def _allocatable(node: Any) -> dict[str, int] | str:
     amounts = {}
     for resource, value in allocatable.items():
         try:
-            amounts[resource] = scheduler_value(resource, value)
+            amounts[resource] = units(resource, nanos(value))
         except ValueError:
             return f"allocatable {resource} {value!r} is not a quantity"
     return amounts

@@ -79,10 +79,6 @@ def units(resource: str, amount_in_nanos: int) -> int:
     return -(-amount_in_nanos // (MILLI if resource == CPU else NANO))
 
 
-def scheduler_value(resource: str, value: object) -> int:
-    return units(resource, nanos(value))
-
-
 _BYTES = ("memory", "ephemeral-storage", "storage")
 _BINARY_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 

@@ -28,7 +28,7 @@ def whole_seconds(span: timedelta) -> int:
 
 def ago(span: timedelta) -> str:
     """A duration as people read it in a table: 45s, 12m, 5h, 3d."""
-    seconds = max(0, int(span.total_seconds()))
+    seconds = whole_seconds(span)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
