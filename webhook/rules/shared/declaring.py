@@ -175,14 +175,19 @@ class Fields:
     def keep(self, settings: Settings) -> Any:
         """The caches' spec (`stores.shapes.trim`) of what is declared: every field, annotation and label."""
         self.shaped = True
-        tree: dict[str, Any] = {}
-        for path in sorted(self.paths):
-            below = tree
-            for part in path:
-                node = below.setdefault(part.removesuffix("[]"), {"each": False, "below": {}})
-                node["each"] = node["each"] or part.endswith("[]")
-                below = node["below"]
-        spec = _spec(tree)
+        spec: dict[str, Any] = {}  # a leaf whole (True), an object by its parts, a list's items by their spec ([spec])
+        for path in self.paths:
+            below = spec
+            for depth, part in enumerate(path, 1):
+                key = part.removesuffix("[]")
+                held = below.get(key)
+                inner = held[0] if isinstance(held, list) else held
+                if depth < len(path) or isinstance(inner, dict):  # something declared beneath it
+                    inner = inner if isinstance(inner, dict) else {}
+                    below[key] = [inner] if part.endswith("[]") or isinstance(held, list) else inner
+                    below = inner
+                else:
+                    below[key] = True
         for where in ("annotations", "labels"):
             if self.keys[where] or self.prefixes[where]:
                 spec.setdefault("metadata", {})[where] = self.named(where, settings)
@@ -191,15 +196,3 @@ class Fields:
 
 def _resolve(keys: Iterable[KeySource], settings: Settings) -> list[str]:
     return [key if isinstance(key, str) else key(settings) for key in keys]
-
-
-def _spec(tree: dict[str, Any]) -> dict[str, Any]:
-    """The declared parts as a keep spec: a leaf whole, a list's items by their own spec."""
-    spec: dict[str, Any] = {}
-    for name, node in tree.items():
-        if not node["below"]:
-            spec[name] = True
-        else:
-            inner = _spec(node["below"])
-            spec[name] = [inner] if node["each"] else inner
-    return spec
