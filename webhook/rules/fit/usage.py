@@ -28,18 +28,16 @@ class PodUsage:
             return cls({}, (), readable=False)
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Usage:
     """What the pods bound to one node take: requests, pod slots, host ports (a cache keeps one
     per node, adding each bound pod that has not finished and removing it when it goes)."""
 
-    __slots__ = ("requested", "pods", "ports", "any_ip_ports", "unreadable")
-
-    def __init__(self) -> None:
-        self.requested: dict[str, int] = {}
-        self.pods = 0
-        self.ports: Counter[HostPort] = Counter()
-        self.any_ip_ports: Counter[tuple[str, int]] = Counter()  # (protocol, port) on any address
-        self.unreadable = 0
+    requested: dict[str, int] = dataclasses.field(default_factory=dict)
+    pods: int = 0
+    ports: Counter[HostPort] = dataclasses.field(default_factory=Counter)
+    any_ip_ports: Counter[tuple[str, int]] = dataclasses.field(default_factory=Counter)  # (protocol, port) on any address
+    unreadable: int = 0
 
     @classmethod
     def of_pods(cls, pods: Iterable[Any]) -> "Usage":
@@ -71,6 +69,3 @@ class Usage:
             self.any_ip_ports = +self.any_ip_ports
         if not pod.readable:
             self.unreadable += sign
-
-    def __repr__(self) -> str:
-        return f"Usage(pods={self.pods}, requested={self.requested}, ports={dict(self.ports)}, unreadable={self.unreadable})"
