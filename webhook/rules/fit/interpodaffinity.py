@@ -108,16 +108,6 @@ class Gathered:
     only: Only | None = None
 
 
-def _only(demand: Demand, domains: list[dict[Any, Mapping[str, Any]] | None], avoiding: list[Avoiding]) \
-        -> Only | None:
-    hostname = kinds.HOSTNAME_LABEL
-    if demand.affinity or not (demand.anti_affinity or avoiding) or any(term.topology_key != hostname for term in demand.anti_affinity) \
-            or any(found is None for found in domains) \
-            or any(key != hostname or unsure is not None for key, _, _, unsure in avoiding):
-        return None
-    return frozenset(name for found in domains for name in found or ()), frozenset(value for _, value, _, _ in avoiding)
-
-
 def _gather(demand: Demand, view: View) -> Gathered:
     avoiding = _avoiding(demand, view)
     unsure = next(("pod affinity selects namespaces by label" for term in demand.affinity + demand.anti_affinity
@@ -125,8 +115,13 @@ def _gather(demand: Demand, view: View) -> Gathered:
     if unsure is not None:
         return Gathered(unsure=unsure, domains=[], avoiding=avoiding, counts=None)
     domains = [_domains(view, term) for term in demand.anti_affinity]
+    hostname, only = kinds.HOSTNAME_LABEL, None
+    if not demand.affinity and (demand.anti_affinity or avoiding) and None not in domains \
+            and all(term.topology_key == hostname for term in demand.anti_affinity) \
+            and all(key == hostname and unsure is None for key, _, _, unsure in avoiding):
+        only = frozenset(name for found in domains for name in found or ()), frozenset(value for _, value, _, _ in avoiding)
     return Gathered(unsure=None, domains=domains, avoiding=avoiding,
-                    counts=_counts(demand, view) if demand.affinity else None, only=_only(demand, domains, avoiding))
+                    counts=_counts(demand, view) if demand.affinity else None, only=only)
 
 
 def may_refuse(only: Only, name: str, node: Mapping[str, Any]) -> bool:

@@ -86,11 +86,10 @@ class StaticView:
                 self._pods.setdefault(node_name, []).append(pod)
         self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
         self._anti: dict[Hashable, list[Any]] = {}
-        for pod in (p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)):
-            for key in anti_affinity_keys(pod):
-                self._anti.setdefault(key, []).append(pod)
         self._labelled: dict[tuple[str, str], list[Any]] = {}
         for pod in (p for pods in self._pods.values() for p in pods):
+            for key in anti_affinity_keys(pod) if has_required_anti_affinity(pod) else ():
+                self._anti.setdefault(key, []).append(pod)
             for key, value in kinds.labels(pod).items():
                 if key in INDEXED_LABELS and isinstance(value, str):
                     self._labelled.setdefault((key, value), []).append(pod)
