@@ -28,8 +28,7 @@ CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
-    """Why kube-scheduler's filters would turn the pod away from the node (the first failed check, or "cannot tell
-    ..."), or None."""
+    """Why kube-scheduler's filters turn the pod away from the node (the first failed check, "cannot tell"), or None."""
     checks = CHECKS
     if demand is not None:
         checks = prefilter(demand, view)

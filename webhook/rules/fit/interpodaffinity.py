@@ -10,7 +10,7 @@ from typing import Any
 from ... import kinds
 from .demand import Demand
 from .fields import CannotTell, name_of, namespace_of, pod_key
-from .terms import EVERY_NAMESPACE, existing_anti_terms
+from .terms import existing_anti_terms
 from .view import View, bound_node
 
 
@@ -111,7 +111,7 @@ class Gathered:
 def _gather(demand: Demand, view: View) -> Gathered:
     avoiding = _avoiding(demand, view)
     unsure = next(("pod affinity selects namespaces by label" for term in demand.affinity + demand.anti_affinity
-                   if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
+                   if term.namespace_selector not in (None, ())), None)
     if unsure is not None:
         return Gathered(unsure=unsure, domains=[], avoiding=avoiding, counts=None)
     domains = [_domains(view, term) for term in demand.anti_affinity]
@@ -119,7 +119,8 @@ def _gather(demand: Demand, view: View) -> Gathered:
     if not demand.affinity and (demand.anti_affinity or avoiding) and None not in domains \
             and all(term.topology_key == hostname for term in demand.anti_affinity) \
             and all(key == hostname and unsure is None for key, _, _, unsure in avoiding):
-        only = frozenset(name for found in domains for name in found or ()), frozenset(value for _, value, _, _ in avoiding)
+        only = (frozenset(name for found in domains for name in found or ()),
+                frozenset(value for _, value, _, _ in avoiding))
     return Gathered(unsure=None, domains=domains, avoiding=avoiding,
                     counts=_counts(demand, view) if demand.affinity else None, only=only)
 
@@ -144,8 +145,7 @@ def said_by_others(demand: Demand, view: View) -> bool:
 
 
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
-    required anti-affinity, then the required anti-affinity of pods already placed."""
+    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required (anti-)affinity, then placed pods'."""
     if not said_by_others(demand, view):
         return None  # most pods, most clusters: nothing for this filter to look at
     gathered: Gathered = demand.gathered

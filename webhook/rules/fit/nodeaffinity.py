@@ -34,7 +34,7 @@ def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> b
 
 
 def term_matches(term: Any, labels: Mapping[str, Any], name: Any) -> bool:
-    """A NodeSelectorTerm against a node's labels and name: every requirement must hold; an empty term matches nothing."""
+    """A NodeSelectorTerm on a node's labels and name: every requirement must hold; an empty term matches nothing."""
     if not isinstance(term, dict):
         return False
     expressions = term.get("matchExpressions") or []
@@ -57,8 +57,7 @@ def term_matches(term: Any, labels: Mapping[str, Any], name: Any) -> bool:
 
 
 def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, Any] | None = None) -> bool:
-    """The pod's own nodeSelector and required node affinity accept the node (whose labels
-    the caller may have read already)."""
+    """The pod's own nodeSelector and required node affinity accept the node (its labels passed when read already)."""
     spec = kinds.spec(pod)
     if labels is None:
         labels = kinds.labels(node)

@@ -44,23 +44,20 @@ def host_ports(pod: Any) -> tuple[HostPort, ...]:
     return tuple(found)
 
 
-EVERY_NAMESPACE = "every"
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class AffinityTerm:
     """A required pod (anti-)affinity term (kube-scheduler framework `AffinityTerm`)."""
 
     selector: Selector
     namespaces: frozenset[str]
-    # None: no selector; EVERY_NAMESPACE: `{}`; otherwise a selector over Namespace labels,
+    # None: no selector; () (`{}`): every namespace; otherwise a selector over Namespace labels,
     # which we cannot evaluate without Namespace objects.
-    namespace_selector: Selector | str
+    namespace_selector: Selector
     topology_key: str
 
     def matches(self, namespace: str, labels: Mapping[str, Any]) -> bool | None:
         """Whether the term selects a pod there; None when only namespace labels could say."""
-        if namespace in self.namespaces or self.namespace_selector == EVERY_NAMESPACE:
+        if namespace in self.namespaces or self.namespace_selector == ():
             return selects(self.selector, labels)
         if self.namespace_selector is not None:
             return None if selects(self.selector, labels) else False
@@ -86,8 +83,6 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
         listed = [n for n in as_list(raw.get("namespaces"), f"{kind} namespaces") if isinstance(n, str)]
         raw_ns_selector = raw.get("namespaceSelector")
         ns_selector = parse_selector(raw_ns_selector, f"{kind} namespaceSelector")
-        if ns_selector == ():
-            ns_selector = EVERY_NAMESPACE
         # An empty list and no selector mean the pod's own namespace (framework
         # `getNamespacesFromPodAffinityTerm`).
         namespaces = frozenset(listed) if listed or raw_ns_selector is not None else frozenset((namespace,))

@@ -36,7 +36,7 @@ class Usage:
     requested: dict[str, int] = dataclasses.field(default_factory=dict)
     pods: int = 0
     ports: Counter[HostPort] = dataclasses.field(default_factory=Counter)
-    any_ip_ports: Counter[tuple[str, int]] = dataclasses.field(default_factory=Counter)  # (protocol, port) on any address
+    any_ip_ports: Counter[tuple[str, int]] = dataclasses.field(default_factory=Counter)  # (protocol, port), any address
     unreadable: int = 0
 
     @classmethod

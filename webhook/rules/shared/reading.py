@@ -45,8 +45,7 @@ KIND_NAMES = {dict: "an object", str: "a string", bool: "a boolean", list: "a li
 
 
 def read_typed(container: dict[str, Any], key: str, where: str, kind: type) -> Any:
-    """A field of `kind` (dict, str, bool or list): its empty value when absent, Malformed when of
-    another type."""
+    """A field of `kind` (dict, str, bool or list): its empty value when absent, Malformed when of another type."""
     value = container.get(key)
     if value is None:
         return kind()
