@@ -51,7 +51,9 @@ def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, 
         try:
             reason = check(demand, node, view, subject)
         except Exception as error:  # objects of unexpected shape: "cannot tell", which counts as not fitting
-            return failed(check, node, subject, error)
+            detail = str(error) if isinstance(error, (CannotTell, Unreadable)) else \
+                f"the {check.__name__.replace('_', ' ')} check could not read the objects ({type(error).__name__})"
+            return cannot_tell(node, subject, detail)
         if reason is not None:
             return reason
     return None
@@ -99,15 +101,6 @@ def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
 
 def cannot_tell(node: Any, subject: str, detail: str) -> str:
     return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
-
-
-def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
-    """The answer of a check that raised: "cannot tell" (which counts as not fitting), saying why."""
-    if isinstance(error, (CannotTell, Unreadable)):
-        return cannot_tell(node, subject, str(error))
-    # A shape nobody foresaw: still an answer, never a crash.
-    return cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
-                                       f"the objects ({type(error).__name__})")
 
 
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
