@@ -17,11 +17,7 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     if key and key != taint.get("key"):
         return False  # an empty key (with Exists) matches every key
     operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
+    return operator == "Exists" or operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mapping[str, Any] | None:
@@ -44,7 +40,5 @@ def taint_toleration(node_name: str, node: Mapping[str, Any], pod: Mapping[str, 
     taint = blocking_taint(node, tolerations if isinstance(tolerations, list) else [])
     if taint is None:
         return None
-    shown = taint.get("key", "")
-    if taint.get("value"):
-        shown += f"={taint['value']}"
+    shown = f"{taint.get('key', '')}={taint['value']}" if taint.get("value") else taint.get("key", "")
     return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"
