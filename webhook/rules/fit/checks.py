@@ -12,7 +12,7 @@ from .demand import Demand
 from .fields import CannotTell, Unreadable, name_of
 from .interpodaffinity import NONE_REFUSED, Gathered, Only, inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
-from .nodeaffinity import node_affinity
+from .nodeaffinity import pod_admits
 from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
@@ -141,4 +141,6 @@ def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) 
     labels = kinds.labels(node)
     if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
         return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
-    return taint_toleration(node_name, node, pod) or node_affinity(node_name, node, pod, labels)
+    if (reason := taint_toleration(node_name, node, pod)) is not None or pod_admits(pod, node, labels):
+        return reason
+    return f"node {node_name} fails the pod's own nodeSelector/affinity"

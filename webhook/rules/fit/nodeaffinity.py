@@ -78,11 +78,3 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[
         return False
     name = (node.get("metadata") or {}).get("name")
     return any(term_matches(term, labels, name) for term in terms)
-
-
-def node_affinity(node_name: str, node: Mapping[str, Any], pod: Mapping[str, Any],
-                  labels: Mapping[str, Any] | None = None) -> str | None:
-    """Why the pod's own nodeSelector or required node affinity turns the node down, or None."""
-    if pod_admits(pod, node, labels):
-        return None
-    return f"node {node_name} fails the pod's own nodeSelector/affinity"
