@@ -59,8 +59,6 @@ class Demand:
     @classmethod
     def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":
         """Raises Unreadable (a ValueError) when the pod cannot be read."""
-        if not isinstance(pod, dict):
-            raise Unreadable("the pod is not an object")
         try:
             spec = pod_spec(pod)
             affinity = spec.get("affinity")

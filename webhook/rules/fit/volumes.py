@@ -98,8 +98,7 @@ def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
     bound claim, up to the first that decides alone (deleted, lost, unbound, unknown, unreadable)."""
     found: list[Mount] = []
     try:
-        pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
-        for volume in pod_volumes or ():
+        for volume in as_list(pod_spec(demand.pod).get("volumes"), "volumes"):
             if type(volume) is not dict:
                 volume = as_mapping(volume, "volume")
             source = volume.get("persistentVolumeClaim")
