@@ -36,10 +36,6 @@ def nanos(value: object) -> int:
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int):
         return value * NANO
-    return _parsed(value)
-
-
-def _parsed(value: str | float) -> int:
     text = (repr(value) if isinstance(value, float) else value).strip(_SPACE)
     if len(text) > MAX_LENGTH:
         raise ValueError(f"not a quantity: {len(text)} characters (a quantity has at most {MAX_LENGTH})")
