@@ -26,9 +26,8 @@ def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mappi
 
 
 def _domains(view: View, term: Any) -> dict[Any, Mapping[str, Any]] | None:
-    """The first pod the term selects by domain (a node's name for the hostname key, else the key's value on its
-    node), found by the label its selector requires first where the view indexes it; None when the view cannot say
-    (`_walked` then)."""
+    """The first pod the term selects by domain (a node's name for the hostname key, else the key's value on its node),
+    found by the label its selector requires first where the view indexes it; None where it cannot say (`_walked`)."""
     first = next((req for req in term.selector or () if req[1] == "In"), None)
     if first is None:
         return None
@@ -137,8 +136,7 @@ def may_refuse(only: Only, name: str, node: Mapping[str, Any]) -> bool:
 
 
 def said_by_others(demand: Demand, view: View) -> bool:
-    """Whether the filter has anything to look at for the pod: terms of its own, or placed pods'
-    anti-affinity toward it (gathered once, kept in the demand)."""
+    """Whether the filter has anything to look at: own terms, or placed pods' anti-affinity toward it (read once)."""
     if demand.gathered is None:
         demand.gathered = _gather(demand, view)
     return bool(demand.affinity or demand.anti_affinity or demand.gathered.avoiding)

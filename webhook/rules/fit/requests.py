@@ -49,10 +49,9 @@ def _resource_list(value: Any, what: str) -> dict[str, int]:
 
 def _container_requests(container: Any, statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool,
                         what: str) -> dict[str, int]:
-    """A container's requests in nano-units (`what`: which, for a complaint): a resource with only a limit requests
-    its limit, as the apiserver defaults it (pkg/apis/core/v1/defaults.go `SetDefaults_Pod`); after an in-place
-    resize `statuses` report, the largest of spec, actuated and allocated (component-helpers/resource
-    `determineEffectiveRequests`)."""
+    """A container's requests in nano-units (`what`: which, for a complaint): a limit alone is its request, as the
+    apiserver defaults it (pkg/apis/core/v1/defaults.go `SetDefaults_Pod`); after an in-place resize `statuses` report,
+    the largest of spec, actuated and allocated (component-helpers/resource `determineEffectiveRequests`)."""
     try:
         if not isinstance(container, dict):
             raise Unreadable("is not an object")

@@ -72,9 +72,8 @@ SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weig
 
 def least_allocated(demand: Demand, node: Mapping[str, Any], view: View,
                     beside: Mapping[str, int] | None = None) -> float | None:
-    """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the
-    node's cpu and memory left free once the pod is placed (beside pods asking `beside` in all, when
-    given); None when its room cannot be read."""
+    """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the node's cpu and
+    memory left free once the pod is placed (beside pods asking `beside` in all); None when its room cannot be read."""
     name = name_of(node)
     usage = view.usage(name)
     allocatable = allocatable_of(name, node, view)

@@ -43,8 +43,7 @@ def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]]
 
 
 def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str, Any]) -> str | None:
-    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
-    without any zone or region label passes (single-zone clusters)."""
+    """The PV's zone/region label the node does not match (VolumeZone); a node with none passes (one-zone clusters)."""
     if not zones or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
         return None
     for key, ga_key, value, listed in zones:
