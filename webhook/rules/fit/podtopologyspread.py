@@ -59,4 +59,3 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
                     f"{here + itself} matching pods in {value} against {fewest} in the emptiest domain, "
                     f"maxSkew {constraint.max_skew}")
     return None
-

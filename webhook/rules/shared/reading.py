@@ -62,4 +62,3 @@ def read_identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
     if not kinds.valid_name(name) or not kinds.valid_name(namespace):
         raise Malformed(f"metadata.namespace/name {namespace[:60]!r}/{name[:60]!r} is not a valid object name")
     return namespace, name, metadata
-
