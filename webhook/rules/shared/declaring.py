@@ -3,8 +3,7 @@ declaration (`Field`, `Keyed`), and the caches keep what it declares (`stores/sh
 builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
 
 A path is dotted, `[]` after a key for every item of a list: "spec.volumes[].dataVolume.name". A
-field with nothing declared beneath it is kept whole; one with fields beneath keeps those. Every
-cache of a kind keeps all that is declared of it, so a declaration is all a new rule needs.
+field with nothing declared beneath it is kept whole; one with fields beneath keeps those.
 """
 from __future__ import annotations
 
