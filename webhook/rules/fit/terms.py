@@ -7,7 +7,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ... import kinds
-from .fields import Unreadable, as_list, as_mapping, pod_spec
+from .fields import Unreadable, as_list, as_mapping, namespace_of, pod_spec
 from .selectors import Selector, parse_selector, selects, with_label_keys
 
 WILDCARD_IP = "0.0.0.0"
@@ -94,8 +94,7 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
 def existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
     """A bound pod's required anti-affinity terms, or why they cannot be read."""
     try:
-        namespace = kinds.meta(pod).get("namespace") or ""
-        return affinity_terms(pod, namespace, "podAntiAffinity", incoming=False)
+        return affinity_terms(pod, namespace_of(pod), "podAntiAffinity", incoming=False)
     except (Unreadable, TypeError, AttributeError) as error:
         return str(error) or "unexpected shape"
 
