@@ -151,15 +151,14 @@ class Fields:
             return keys.__contains__
         return lambda key: key in keys or key.startswith(prefixes)
 
-    def annotations_of(self, obj: Any, settings: Settings,
-                       named: Callable[[str], bool] | None = None) -> CachedAnnotations:
+    def annotations_of(self, obj: Any, settings: Settings, named: Callable[[str], bool]) -> CachedAnnotations:
         """The declared annotations `obj` carries (those with a string value); a read of any other
         raises `Undeclared`. `named`: `named("annotations", settings)` made once for many objects."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         found = meta.get("annotations") if isinstance(meta, dict) else None
         carried = {} if not isinstance(found, dict) else {
             key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
-        return CachedAnnotations(carried, named or self.named("annotations", settings), self.name, self.declared_as)
+        return CachedAnnotations(carried, named, self.name, self.declared_as)
 
     def guarded(self, obj: dict[str, Any], declared: Callable[[str], bool]) -> dict[str, Any]:
         """`obj` (a cache's copy) with its annotations a `CachedAnnotations`, an empty one where it
