@@ -67,9 +67,6 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     return room_reason
 
 
-SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weight 1 each
-
-
 def least_allocated(demand: Demand, node: Mapping[str, Any], view: View,
                     beside: Mapping[str, int] | None = None) -> float | None:
     """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the node's cpu and
@@ -80,7 +77,7 @@ def least_allocated(demand: Demand, node: Mapping[str, Any], view: View,
     if usage.unreadable or isinstance(allocatable, str):
         return None
     shares = []
-    for resource in SCORED:
+    for resource in ("cpu", "memory"):  # NodeResourcesFit's default scoring resources, weight 1 each
         has = allocatable.get(resource, 0)
         if has <= 0:
             return None

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """One toleration against one taint, as the scheduler's TaintToleration plugin does."""
@@ -27,7 +25,7 @@ def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mappi
         return None
     usable = [t for t in tolerations if isinstance(t, dict)]
     for taint in taints:
-        if not isinstance(taint, dict) or taint.get("effect") not in BLOCKING_EFFECTS:
+        if not isinstance(taint, dict) or taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
         if not any(tolerates(t, taint) for t in usable):
             return taint

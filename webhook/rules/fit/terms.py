@@ -123,7 +123,6 @@ def keys_toward(labels: Mapping[str, Any]) -> list[Hashable]:
     return [ANY_POD, *((key, value) for key, value in labels.items() if isinstance(value, str))]
 
 
-DO_NOT_SCHEDULE = "DoNotSchedule"
 HONOR, IGNORE = "Honor", "Ignore"
 
 
@@ -151,7 +150,7 @@ def spread_constraints(pod: Any) -> list[SpreadConstraint]:
     constraints = []
     for raw in as_list(kinds.spec(pod).get("topologySpreadConstraints"), "topologySpreadConstraints"):
         raw = as_mapping(raw, "topologySpreadConstraint")
-        if raw.get("whenUnsatisfiable") != DO_NOT_SCHEDULE:
+        if raw.get("whenUnsatisfiable") != "DoNotSchedule":
             continue  # ScheduleAnyway only scores
         key = raw.get("topologyKey")
         if not isinstance(key, str) or not key:
