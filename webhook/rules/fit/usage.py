@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from ... import kinds
 from .requests import pod_requests
 from .terms import HostPort, host_ports
 
@@ -38,14 +37,6 @@ class Usage:
     ports: Counter[HostPort] = dataclasses.field(default_factory=Counter)
     any_ip_ports: Counter[tuple[str, int]] = dataclasses.field(default_factory=Counter)  # (protocol, port), any address
     unreadable: int = 0
-
-    @classmethod
-    def of_pods(cls, pods: Iterable[Any]) -> "Usage":
-        usage = cls()
-        for pod in pods:
-            if not kinds.finished(pod):
-                usage.add(PodUsage.of(pod))
-        return usage
 
     def add(self, pod: PodUsage) -> None:
         self._change(pod, 1)

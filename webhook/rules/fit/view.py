@@ -80,11 +80,12 @@ class StaticView:
         self.memo = Memo() if memo is None else memo
         self._nodes = {name_of(n): n for n in nodes}
         self._pods: dict[str, list[Any]] = {}
+        self._usage: dict[str, Usage] = {}
         for pod in pods:
             node_name = bound_node(pod)
             if node_name is not None:
                 self._pods.setdefault(node_name, []).append(pod)
-        self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
+                self._usage.setdefault(node_name, Usage()).add(PodUsage.of(pod))
         self._anti: dict[Hashable, list[Any]] = {}
         self._labelled: dict[tuple[str, str], list[Any]] = {}
         for pod in (p for pods in self._pods.values() for p in pods):
