@@ -200,7 +200,8 @@ def test_with_the_stores_memo_a_node_or_pod_that_changed_is_answered_as_it_is_no
         (node("node-b"), vm_pod(), None),
     ]
     for the_node, pod, fragment in steps:
-        with_memo = why_not_run("node-b", the_node, pod, needs_kubevirt=True, memo=memo, demand=Demand.of(pod, "default"))
+        with_memo = why_not_run("node-b", the_node, pod, needs_kubevirt=True, memo=memo,
+                                demand=Demand.of(pod, "default"))
         assert with_memo == why_not_run("node-b", the_node, pod, needs_kubevirt=True)
         assert (with_memo is None) if fragment is None else (fragment in with_memo)
     assert len(memo) == 1

@@ -57,7 +57,8 @@ def test_sums_are_exact_before_rounding():
 
 @pytest.mark.parametrize("change, words", [
     (lambda spec: spec["containers"].append("x"), "container 1 is not an object"),
-    (lambda spec: spec.update(initContainers=[{"name": "i", "resources": "lots"}]), "init container 0 resources is not an object"),
+    (lambda spec: spec.update(initContainers=[{"name": "i", "resources": "lots"}]),
+     "init container 0 resources is not an object"),
 ], ids=["container", "init-resources"])
 def test_an_unreadable_container_says_which(change, words):
     pod = vm_pod()
