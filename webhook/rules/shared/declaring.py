@@ -16,7 +16,6 @@ from ...config import Settings
 from .reading import read_time, read_typed
 
 KeySource = str | Callable[[Settings], str]  # an annotation or label key, or the setting that names it
-DECLARED_IN = "webhook/rules/shared/declared.py"
 
 
 class Undeclared(LookupError):
@@ -39,7 +38,7 @@ class CachedAnnotations(dict[str, Any]):
         if not self._declared(key := str(key)):  # naming the declaration to add
             raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: declare it with "
                              f"`{self._declared_as}.annotation({key!r})`, beside the rule that reads it or in "
-                             f"{DECLARED_IN} (the caches keep only what is declared)")
+                             "webhook/rules/shared/declared.py (the caches keep only what is declared)")
 
     def __getitem__(self, key: str) -> Any:
         self._check(key)
