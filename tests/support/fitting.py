@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from tests.support.kube import node, rwx_disk, vm_pod
 
-from webhook.rules.fit.checks import CHECKS, why_not_fit
+from webhook.rules.fit.checks import CHECKS, why_not_fit, why_not_pass
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.fields import Unreadable
-from webhook.rules.fit.checks import failed
 from webhook.rules.fit.view import StaticView
 
 ZONE = "topology.kubernetes.io/zone"
@@ -362,10 +361,7 @@ CASES = [
 
 def answer(check, demand, node, view):
     """One check's answer, as `why_not_fit` gives it (a check that raises: "cannot tell")."""
-    try:
-        return check(demand, node, view, "the VM")
-    except Exception as error:
-        return failed(check, node, "the VM", error)
+    return why_not_pass((check,), demand, node, view, "the VM")
 
 
 def judged(pod, node_name, objects, nodes):

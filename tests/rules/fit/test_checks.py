@@ -200,7 +200,8 @@ def test_with_the_stores_memo_a_node_or_pod_that_changed_is_answered_as_it_is_no
         (node("node-b"), vm_pod(), None),
     ]
     for the_node, pod, fragment in steps:
-        with_memo = why_not_run("node-b", the_node, pod, needs_kubevirt=True, memo=memo)
+        with_memo = why_not_run("node-b", the_node, pod, needs_kubevirt=True, memo=memo,
+                                demand=Demand.of(pod, "default"))
         assert with_memo == why_not_run("node-b", the_node, pod, needs_kubevirt=True)
         assert (with_memo is None) if fragment is None else (fragment in with_memo)
     assert len(memo) == 1
@@ -213,10 +214,12 @@ def test_a_pod_whose_node_level_reads_are_too_large_to_hold_is_answered_without_
     crowded = vm_pod()
     crowded["spec"]["tolerations"] = [{"key": f"t{i}", "operator": "Exists"} for i in range(2000)]
     tainted = node("node-b", taints=[NO_SCHEDULE])
-    assert "untolerated taint" in why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo)
+    assert "untolerated taint" in why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo,
+                                              demand=Demand.of(crowded, "default"))
     assert len(memo) == 0
     crowded["spec"]["tolerations"].append({"key": "dedicated", "operator": "Exists"})
-    assert why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo) is None
+    assert why_not_run("node-b", tainted, crowded, needs_kubevirt=True, memo=memo,
+                       demand=Demand.of(crowded, "default")) is None
     assert len(memo) == 0
 
 

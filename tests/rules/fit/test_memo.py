@@ -3,6 +3,7 @@ between owners, never stale, and bounded."""
 from tests.support.fitting import NS, sized, vm
 
 from webhook.rules.fit.checks import why_not_fit
+from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.view import StaticView
 from webhook.rules.fit.memo import Memo
 
@@ -83,15 +84,13 @@ def test_the_memo_is_bounded():
 def test_content_keys_are_bounded_too():
     memo = Memo(size=4)
     for i in range(20):
-        assert memo.by_content(len, str(i).encode(), "x" * i) == i
+        assert memo.latest(len, str(i).encode(), True, "x" * i) == i
     assert len(memo) == 4
 
 
 def test_an_object_whose_content_is_larger_than_any_real_pods_is_not_held():
     """40 pods of 20,000 limit names each added 110 MB to the memo for good: such content is
     read each time instead, and the memo holds nothing of it."""
-    from webhook.rules.fit.memo import KEY_BYTES, Memo
-
     memo = Memo()
     calls = []
 
@@ -102,9 +101,11 @@ def test_an_object_whose_content_is_larger_than_any_real_pods_is_not_held():
     for i in range(40):
         pod = {"metadata": {"name": f"p{i}"}, "spec": {"limits": {f"example.com/r{j}": "1" for j in range(20_000)}}}
         assert memo.of(read, pod, pod["spec"]) == 20_000
-        assert memo.by_content(read, b"x" * (KEY_BYTES + 1), pod) == 20_000
-    assert len(memo) == 0 and len(calls) == 80
+        limits = {f"example.com/r{j}": "1" for j in range(20_000)}
+        demand = Demand.of({"spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}, "default", memo)
+        assert len(demand.requests) == 20_000
+    assert len(memo) == 0 and len(calls) == 40
     small = {"metadata": {"name": "small"}, "spec": {"limits": {"cpu": "1"}}}
     memo.of(read, small, small["spec"])
     memo.of(read, small, small["spec"])
-    assert len(memo) == 1 and len(calls) == 81  # what a real pod reads is still kept
+    assert len(memo) == 1 and len(calls) == 41  # what a real pod reads is still kept

@@ -32,7 +32,7 @@ ZONE = "topology.kubernetes.io/zone"
         "doesnotexist-miss", "gt", "gt-miss", "lt", "lt-miss", "gt-not-int", "fields-in", "fields-in-miss",
         "fields-notin", "anded", "empty"])
 def test_term_matches(term, expected):
-    assert term_matches(term, node("node-b", **{ZONE: "zone-b", "cpus": "16"})) is expected
+    assert term_matches(term, {ZONE: "zone-b", "cpus": "16"}, "node-b") is expected
 
 
 def _affinity(*terms):

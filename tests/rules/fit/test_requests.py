@@ -5,6 +5,7 @@ import pytest
 from tests.support.fitting import GI, KVM, MI, init_container, vm, workload
 from tests.support.kube import vm_pod
 
+from webhook.rules.fit.fields import Unreadable
 from webhook.rules.fit.requests import pod_requests
 
 LAUNCHER = {"cpu": 100, "memory": 2294 * MI, KVM: 1}
@@ -52,3 +53,22 @@ def test_sums_are_exact_before_rounding():
     pod = vm(requests={"cpu": "0.5m"})
     pod["spec"]["containers"].append({"name": "side", "image": "x", "resources": {"requests": {"cpu": "0.5m"}}})
     assert pod_requests(pod)["cpu"] == 1  # 0.5m + 0.5m, not 1m + 1m
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda spec: spec["containers"].append("x"), "container 1 is not an object"),
+    (lambda spec: spec.update(initContainers=[{"name": "i", "resources": "lots"}]),
+     "init container 0 resources is not an object"),
+], ids=["container", "init-resources"])
+def test_an_unreadable_container_says_which(change, words):
+    pod = vm_pod()
+    change(pod["spec"])
+    with pytest.raises(Unreadable, match=f"^{words}$"):
+        pod_requests(pod)
+
+
+def test_an_unreadable_resize_says_which_container():
+    pod = workload("db", "node-a", requests={"cpu": "1"})
+    pod["status"]["containerStatuses"] = [{"name": "app", "resources": {"requests": {"cpu": "lots"}}}]
+    with pytest.raises(Unreadable, match="^container 0 actuated cpu 'lots' is not a quantity$"):
+        pod_requests(pod, running=True)

@@ -8,7 +8,7 @@ from tests.support.fitting import NS, term, vm, workload
 from tests.support.kube import migration_target
 
 from webhook.rules.fit.fields import Unreadable
-from webhook.rules.fit.terms import (ANY_POD, EVERY_NAMESPACE, HONOR, IGNORE, affinity_terms, anti_affinity_keys,
+from webhook.rules.fit.terms import (ANY_POD, HONOR, IGNORE, affinity_terms, anti_affinity_keys,
                                      existing_anti_terms, host_ports, keys_toward, spread_constraints)
 
 UID = "5f0c3c1e-8f4b-4c36-9a57-2a1f0e6b7c01"
@@ -56,7 +56,7 @@ def test_a_host_port_of_unexpected_shape_is_unreadable(port):
     (term(matchLabels={"app": "db"}), {NS}, None),  # no namespaces, no selector: the pod's own
     (term(matchLabels={"app": "db"}, namespaces=["prod", "stage"]), {"prod", "stage"}, None),
     (term(matchLabels={"app": "db"}, namespaces=[]), {NS}, None),
-    (term(matchLabels={"app": "db"}, namespaceSelector={}), set(), EVERY_NAMESPACE),
+    (term(matchLabels={"app": "db"}, namespaceSelector={}), set(), ()),  # selects every namespace
     (term(matchLabels={"app": "db"}, namespaceSelector={"matchLabels": {"team": "a"}}), set(),
      (("team", "In", frozenset({"a"})),)),
 ], ids=["own-namespace", "listed", "empty-list", "every-namespace", "namespace-labels"])

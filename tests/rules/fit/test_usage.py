@@ -2,6 +2,7 @@
 from tests.support.fitting import GI, MI, workload
 
 from webhook.rules.fit.usage import PodUsage, Usage
+from webhook.rules.fit.view import StaticView
 
 
 def test_usage_adds_and_removes_one_pod():
@@ -20,8 +21,8 @@ def test_usage_adds_and_removes_one_pod():
 
 def test_usage_skips_finished_pods_and_remembers_unreadable_ones():
     broken = workload("broken", "node-a", requests={"cpu": "lots"})
-    usage = Usage.of_pods([workload("done", "node-a", phase="Succeeded"), workload("failed", "node-a", phase="Failed"),
-                           workload("web", "node-a"), broken])
+    finished = [workload("done", "node-a", phase="Succeeded"), workload("failed", "node-a", phase="Failed")]
+    usage = StaticView(pods=[*finished, workload("web", "node-a"), broken]).usage("node-a")
     assert (usage.pods, usage.unreadable, usage.requested) == (2, 1, {"cpu": 100, "memory": 128 * MI})
     usage.remove(PodUsage.of(broken))
     assert usage.unreadable == 0

@@ -8,8 +8,7 @@ from tests.support.kube import LONGHORN_NS, launcher_pod, load, migration_target
 
 from webhook.config import Settings
 from webhook.rules.shared.alone import Alone
-from webhook.rules.shared.classify import (is_share_manager_pod, opted_in_launcher, running_exemption, target_exemption,
-                                           vm_exemption)
+from webhook.rules.shared.classify import is_share_manager_pod, opted_in_launcher, running_exemption, vm_exemption
 
 SETTINGS = Settings()
 
@@ -53,15 +52,6 @@ def test_the_opt_in_annotation_is_the_configured_one():
     assert vm_exemption(pod, SETTINGS) == Alone.NOT_OPTED_IN
     assert vm_exemption(pod, Settings(opt_in_annotation="example.com/colocate")) is None
     assert opted_in_launcher(pod, Settings(opt_in_annotation="example.com/colocate")) is None
-
-
-@pytest.mark.parametrize("pod, why", [
-    (migration_target(), None),  # neither (vm_exemption leaves a target alone before these)
-    (changed(migration_target(), nodeName="node-a"), Alone.ALREADY_BOUND),
-    (changed(migration_target(), annotations={"kubevirt.io/ephemeral-provisioning": "true"}), Alone.EPHEMERAL),
-], ids=["unbound-target", "bound-target", "ephemeral-target"])
-def test_target_exemption(pod, why):
-    assert target_exemption(pod) == why
 
 
 @pytest.mark.parametrize("pod, namespace, settings, expected", [

@@ -1,7 +1,7 @@
 """Quantities read as the apiserver and the scheduler read them."""
 import pytest
 
-from webhook.rules.shared.quantity import nanos, scheduler_value, show
+from webhook.rules.shared.quantity import nanos, show, units
 
 KVM = "devices.kubevirt.io/kvm"
 GI, MI = 2**30, 2**20
@@ -32,7 +32,7 @@ GI, MI = 2**30, 2**20
     ("memory", "16Ei", 2**63 - 1),  # binary quantities are capped at 2^63-1
 ], ids=lambda v: str(v))
 def test_quantity(resource, value, expected):
-    assert scheduler_value(resource, value) == expected
+    assert units(resource, nanos(value)) == expected
 
 
 @pytest.mark.parametrize("value", ["", "1K", "1e", "abc", "1.5.5", "1 Gi", "1m3", "--1", "1e-", "١", "1e999",

@@ -10,9 +10,9 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import CannotTell, Unreadable, name_of
-from .interpodaffinity import NONE_REFUSED, Only, inter_pod_affinity, refused_only as pod_affinity_refuses_only, said_by_others
+from .interpodaffinity import NONE_REFUSED, Gathered, Only, inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
-from .nodeaffinity import node_affinity
+from .nodeaffinity import pod_admits
 from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
@@ -28,18 +28,16 @@ CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod
 
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
-    """Why kube-scheduler's filters would turn the pod away from the node (the first failed check, or "cannot tell
-    ..."), or None."""
+    """Why kube-scheduler's filters turn the pod away from the node (the first failed check, "cannot tell"), or None."""
     checks = CHECKS
     if demand is not None:
         checks = prefilter(demand, view)
     else:
         try:
             demand = Demand.of(pod, namespace, view.memo)
-        except Unreadable as error:
-            return cannot_tell(node, subject, f"{subject} cannot be read: {error}")
-        except Exception as error:
-            return cannot_tell(node, subject, f"{subject} cannot be read ({type(error).__name__})")
+        except Exception as error:  # Unreadable says what; any other, a shape nobody foresaw
+            detail = f": {error}" if isinstance(error, Unreadable) else f" ({type(error).__name__})"
+            return cannot_tell(node, subject, f"{subject} cannot be read{detail}")
     return why_not_pass(checks, demand, node, view, subject)
 
 
@@ -53,23 +51,28 @@ def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, 
         try:
             reason = check(demand, node, view, subject)
         except Exception as error:  # objects of unexpected shape: "cannot tell", which counts as not fitting
-            return failed(check, node, subject, error)
+            detail = str(error) if isinstance(error, (CannotTell, Unreadable)) else \
+                f"the {check.__name__.replace('_', ' ')} check could not read the objects ({type(error).__name__})"
+            return cannot_tell(node, subject, detail)
         if reason is not None:
             return reason
     return None
 
 
 def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only | None:
-    """The only nodes `checks` can turn the pod away from, where they can say (a migration target's anti-affinity
-    toward its own VMI's pods, all on the node it leaves), else None: any node may be."""
+    """The only nodes `checks` can turn the pod away from, where they can say (`interpodaffinity.Gathered.only`: a
+    migration target's anti-affinity toward its own VMI's pods, all on the node it leaves), else None."""
     if not checks:
         return NONE_REFUSED
     if checks != (inter_pod_affinity,):
         return None
     try:
-        return pod_affinity_refuses_only(demand, view)
+        if not said_by_others(demand, view):
+            return NONE_REFUSED
     except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
+    gathered: Gathered = demand.gathered
+    return gathered.only if gathered.unsure is None else None
 
 
 def judged_by_room(demand: Demand) -> bool:
@@ -87,53 +90,33 @@ def prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
     ports, no spread, no terms either way, claims whose volumes select no node): a drain's share-manager is judged on
     every node it is tried on by NodeResourcesFit alone."""
     if demand.filters is None:
-        demand.filters = _prefilter(demand, view)
+        try:  # in the order of CHECKS
+            needed = (True, bool(demand.host_ports), said_of_nodes(demand, view), said_by_others(demand, view),
+                      bool(demand.spread))
+        except Exception:  # an unexpected shape: every filter runs, and the one that cannot read it says so
+            needed = (True,) * len(CHECKS)
+        demand.filters = tuple(check for check, wanted in zip(CHECKS, needed) if wanted)
     return demand.filters  # type: ignore[no-any-return]
-
-
-def _prefilter(demand: Demand, view: View) -> tuple[Filter, ...]:
-    try:  # in the order of CHECKS
-        needed = (True, bool(demand.host_ports), said_of_nodes(demand, view), said_by_others(demand, view),
-                  bool(demand.spread))
-    except Exception:  # an unexpected shape: every filter runs, and the one that cannot read it says so
-        return CHECKS
-    return tuple(check for check, wanted in zip(CHECKS, needed) if wanted)
 
 
 def cannot_tell(node: Any, subject: str, detail: str) -> str:
     return f"cannot tell whether node {name_of(node)} fits {subject}: {detail}"
 
 
-def failed(check: Filter, node: Any, subject: str, error: Exception) -> str:
-    """The answer of a check that raised: "cannot tell" (which counts as not fitting), saying why."""
-    if isinstance(error, (CannotTell, Unreadable)):
-        return cannot_tell(node, subject, str(error))
-    # A shape nobody foresaw: still an answer, never a crash.
-    return cannot_tell(node, subject, f"the {check.__name__.replace('_', ' ')} check could not read "
-                                       f"the objects ({type(error).__name__})")
-
-
 def why_not_run(node_name: str, node: Mapping[str, Any] | None, pod: Mapping[str, Any], *,
                 needs_kubevirt: bool, memo: Memo | None = None, demand: Demand | None = None) -> str | None:
     """Why `pod` cannot run on the node now (the first failed node-level check: cordon, readiness, KubeVirt's
-    schedulable label, taints, the pod's own node affinity), or None."""
+    schedulable label, taints, the pod's own node affinity), or None; kept in `memo` for `demand`, the pod's."""
     if node is None:
         return f"node {node_name} not found"
     asked = (node_name, node, pod, needs_kubevirt)
-    if memo is None:
+    if memo is None or demand is None:
         return _why_not_run(asked)
-    read = run_key(pod) if demand is None else run_key_of(demand)
-    if not read:
-        return _why_not_run(asked)
-    # The node itself is compared by identity first (the caches hand out one object per version of a node).
-    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt), (node, read), asked)
-
-
-def run_key_of(demand: Demand) -> bytes:
-    """`run_key` of the demand's pod, kept in the demand."""
     if demand.run_key is None:
         demand.run_key = run_key(demand.pod)
-    return demand.run_key  # type: ignore[no-any-return]
+    # The node itself is compared by identity first (the caches hand out one object per version of a node).
+    return memo.latest(_why_not_run, (why_not_run, node_name, needs_kubevirt),
+                       (node, demand.run_key) if demand.run_key else None, asked)
 
 
 def run_key(pod: Mapping[str, Any]) -> bytes:
@@ -158,4 +141,6 @@ def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) 
     labels = kinds.labels(node)
     if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
         return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
-    return taint_toleration(node_name, node, pod) or node_affinity(node_name, node, pod, labels)
+    if (reason := taint_toleration(node_name, node, pod)) is not None or pod_admits(pod, node, labels):
+        return reason
+    return f"node {node_name} fails the pod's own nodeSelector/affinity"

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from ... import kinds
-from .memo import Memo
+from .memo import KEY_BYTES, Memo
 from .fields import Unreadable, pod_spec
 from .requests import pod_requests
 from .terms import AffinityTerm, HostPort, SpreadConstraint, affinity_terms, host_ports, spread_constraints
@@ -28,7 +28,8 @@ def _requests_and_ports(pod: Any, memo: Memo | None) -> tuple[Mapping[str, int],
                     spec.get("resources"), spec.get("overhead"), spec.get("hostNetwork")))
             except (AttributeError, orjson.JSONEncodeError):  # an item that is no object, a value JSON cannot hold
                 return _read_requests_and_ports(pod)
-            return memo.by_content(_read_requests_and_ports, content, pod)  # type: ignore[union-attr]
+            held = True if len(content) <= KEY_BYTES else None  # larger than any real pod's: read each time
+            return memo.latest(_read_requests_and_ports, content, held, pod)  # type: ignore[union-attr]
     return _read_requests_and_ports(pod)  # a shape to read the long way (which says what is wrong with it)
 
 
@@ -58,8 +59,6 @@ class Demand:
     @classmethod
     def of(cls, pod: Any, namespace: str, memo: Memo | None = None) -> "Demand":
         """Raises Unreadable (a ValueError) when the pod cannot be read."""
-        if not isinstance(pod, dict):
-            raise Unreadable("the pod is not an object")
         try:
             spec = pod_spec(pod)
             affinity = spec.get("affinity")

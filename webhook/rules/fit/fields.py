@@ -32,11 +32,6 @@ def as_list(value: Any, what: str) -> list[Any]:
     return value
 
 
-def in_part(what: str, error: Unreadable) -> Unreadable:
-    """The same complaint, saying where (messages are built only when something is wrong)."""
-    return Unreadable(f"{what} {error}")
-
-
 def pod_spec(pod: Any) -> Mapping[str, Any]:
     if not isinstance(pod, dict):
         raise Unreadable("the pod is not an object")

@@ -10,23 +10,8 @@ from typing import Any
 from ... import kinds
 from .demand import Demand
 from .fields import CannotTell, name_of, namespace_of, pod_key
-from .terms import EVERY_NAMESPACE, existing_anti_terms
+from .terms import existing_anti_terms
 from .view import View, bound_node
-
-
-def _selected(view: View, term: Any) -> list[Mapping[str, Any]] | None:
-    """The pods the term may select, anywhere (perhaps more), by the label its selector requires
-    first where the view indexes it; None when the view cannot say (`_walked` then)."""
-    first = next((req for req in term.selector or () if req[1] == "In"), None)
-    if first is None:
-        return None
-    found: list[Mapping[str, Any]] = []
-    for label_value in sorted(first[2]):
-        pods = view.pods_labelled(first[0], label_value)
-        if pods is None:
-            return None
-        found.extend(pods)
-    return found
 
 
 def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mapping[str, Any] | None:
@@ -40,19 +25,25 @@ def _walked(view: View, node: Mapping[str, Any], term: Any, value: Any) -> Mappi
     return None
 
 
-def _domains(view: View, term: Any, selected: list[Mapping[str, Any]] | None) -> dict[Any, Mapping[str, Any]] | None:
-    """The first pod `_selected` found that the term selects, by domain (a node's name for the
-    hostname key, else the key's value on its node); None, not narrowed."""
-    if selected is None:
+def _domains(view: View, term: Any) -> dict[Any, Mapping[str, Any]] | None:
+    """The first pod the term selects by domain (a node's name for the hostname key, else the key's value on its node),
+    found by the label its selector requires first where the view indexes it; None where it cannot say (`_walked`)."""
+    first = next((req for req in term.selector or () if req[1] == "In"), None)
+    if first is None:
         return None
     found: dict[Any, Mapping[str, Any]] = {}
-    for pod in selected:
-        bound = bound_node(pod)
-        if bound is None:
-            continue
-        value = bound if term.topology_key == kinds.HOSTNAME_LABEL else kinds.labels(view.node(bound) or {}).get(term.topology_key)
-        if value is not None and value not in found and term.matches(namespace_of(pod), kinds.labels(pod)):
-            found[value] = pod
+    key = term.topology_key
+    for label_value in sorted(first[2]):
+        pods = view.pods_labelled(first[0], label_value)
+        if pods is None:
+            return None
+        for pod in pods:
+            bound = bound_node(pod)
+            if bound is None:
+                continue
+            value = bound if key == kinds.HOSTNAME_LABEL else kinds.labels(view.node(bound) or {}).get(key)
+            if value is not None and value not in found and term.matches(namespace_of(pod), kinds.labels(pod)):
+                found[value] = pod
     return found
 
 
@@ -116,34 +107,21 @@ class Gathered:
     only: Only | None = None
 
 
-def _only(demand: Demand, domains: list[dict[Any, Mapping[str, Any]] | None], avoiding: list[Avoiding]) \
-        -> Only | None:
-    hostname = kinds.HOSTNAME_LABEL
-    if demand.affinity or not (demand.anti_affinity or avoiding) or any(term.topology_key != hostname for term in demand.anti_affinity) \
-            or any(found is None for found in domains) \
-            or any(key != hostname or unsure is not None for key, _, _, unsure in avoiding):
-        return None
-    return frozenset(name for found in domains for name in found or ()), frozenset(value for _, value, _, _ in avoiding)
-
-
 def _gather(demand: Demand, view: View) -> Gathered:
     avoiding = _avoiding(demand, view)
     unsure = next(("pod affinity selects namespaces by label" for term in demand.affinity + demand.anti_affinity
-                   if term.namespace_selector not in (None, EVERY_NAMESPACE)), None)
+                   if term.namespace_selector not in (None, ())), None)
     if unsure is not None:
         return Gathered(unsure=unsure, domains=[], avoiding=avoiding, counts=None)
-    domains = [_domains(view, term, _selected(view, term)) for term in demand.anti_affinity]
+    domains = [_domains(view, term) for term in demand.anti_affinity]
+    hostname, only = kinds.HOSTNAME_LABEL, None
+    if not demand.affinity and (demand.anti_affinity or avoiding) and None not in domains \
+            and all(term.topology_key == hostname for term in demand.anti_affinity) \
+            and all(key == hostname and unsure is None for key, _, _, unsure in avoiding):
+        only = (frozenset(name for found in domains for name in found or ()),
+                frozenset(value for _, value, _, _ in avoiding))
     return Gathered(unsure=None, domains=domains, avoiding=avoiding,
-                    counts=_counts(demand, view) if demand.affinity else None, only=_only(demand, domains, avoiding))
-
-
-def refused_only(demand: Demand, view: View) -> Only | None:
-    """The only nodes the filter can turn the pod away from (`Gathered.only`; none when it has
-    nothing to look at), or None when any node may be."""
-    if not said_by_others(demand, view):
-        return NONE_REFUSED
-    gathered: Gathered = demand.gathered
-    return gathered.only if gathered.unsure is None else None
+                    counts=_counts(demand, view) if demand.affinity else None, only=only)
 
 
 def may_refuse(only: Only, name: str, node: Mapping[str, Any]) -> bool:
@@ -158,16 +136,14 @@ def may_refuse(only: Only, name: str, node: Mapping[str, Any]) -> bool:
 
 
 def said_by_others(demand: Demand, view: View) -> bool:
-    """Whether the filter has anything to look at for the pod: terms of its own, or placed pods'
-    anti-affinity toward it (gathered once, kept in the demand)."""
+    """Whether the filter has anything to look at: own terms, or placed pods' anti-affinity toward it (read once)."""
     if demand.gathered is None:
         demand.gathered = _gather(demand, view)
     return bool(demand.affinity or demand.anti_affinity or demand.gathered.avoiding)
 
 
 def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subject: str = "the VM") -> str | None:
-    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required affinity, its
-    required anti-affinity, then the required anti-affinity of pods already placed."""
+    """InterPodAffinity (interpodaffinity/filtering.go): the pod's required (anti-)affinity, then placed pods'."""
     if not said_by_others(demand, view):
         return None  # most pods, most clusters: nothing for this filter to look at
     gathered: Gathered = demand.gathered
@@ -178,7 +154,7 @@ def inter_pod_affinity(demand: Demand, node: Mapping[str, Any], view: View, subj
         return None
     labels = kinds.labels(node)
     if demand.affinity:
-        reason = _affinity_reason(demand, gathered.counts or Counter(), name, labels, subject)
+        reason = _affinity_reason(demand, gathered.counts, name, labels, subject)
         if reason:
             return reason
     for term, domains in zip(demand.anti_affinity, gathered.domains):

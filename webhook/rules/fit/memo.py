@@ -44,21 +44,12 @@ class Memo:
                 return read(obj)
             if len(version) > KEY_BYTES:
                 return read(obj)
-        return self._kept(read, (namespace if type(namespace) is str else None, name), version, obj)
-
-    def by_content(self, read: Callable[[Any], Answer], content: bytes, obj: Any) -> Answer:
-        """`read(obj)`, kept by `content`: the JSON of everything `read` looks at in `obj`."""
-        if len(content) > KEY_BYTES:
-            return read(obj)
-        return self._kept(read, content, True, obj)
+        return self.latest(read, (namespace if type(namespace) is str else None, name), version, obj)
 
     def latest(self, read: Callable[[Any], Answer], slot: Hashable, version: Hashable | None, obj: Any) -> Answer:
         """`read(obj)`, kept in `slot` while `version` is the one it was worked out at (None: not kept)."""
         if version is None:
             return read(obj)
-        return self._kept(read, slot, version, obj)
-
-    def _kept(self, read: Callable[[Any], Answer], slot: Hashable, version: Any, obj: Any) -> Answer:
         key = (read, slot)
         held = self._held.get(key)
         if held is not None and held[0] == version:

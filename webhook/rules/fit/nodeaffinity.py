@@ -33,12 +33,8 @@ def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> b
     return False  # unknown operators never match (the apiserver rejects them anyway)
 
 
-def term_matches(term: Any, node: Mapping[str, Any]) -> bool:
-    """A NodeSelectorTerm: every requirement must hold; an empty term matches nothing."""
-    return _term_matches(term, kinds.labels(node), node)
-
-
-def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+def term_matches(term: Any, labels: Mapping[str, Any], name: Any) -> bool:
+    """A NodeSelectorTerm on a node's labels and name: every requirement must hold; an empty term matches nothing."""
     if not isinstance(term, dict):
         return False
     expressions = term.get("matchExpressions") or []
@@ -47,7 +43,6 @@ def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any])
         return False  # not a term the apiserver would have stored
     if not expressions and not fields:
         return False
-    name = (node.get("metadata") or {}).get("name")
     for requirement in expressions:
         if not isinstance(requirement, dict) or not isinstance(key := requirement.get("key"), str):
             return False
@@ -62,8 +57,7 @@ def _term_matches(term: Any, labels: Mapping[str, Any], node: Mapping[str, Any])
 
 
 def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, Any] | None = None) -> bool:
-    """The pod's own nodeSelector and required node affinity accept the node (whose labels
-    the caller may have read already)."""
+    """The pod's own nodeSelector and required node affinity accept the node (its labels passed when read already)."""
     spec = kinds.spec(pod)
     if labels is None:
         labels = kinds.labels(node)
@@ -82,15 +76,5 @@ def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[
         # A required node selector without terms matches no node (kube-scheduler), and the
         # apiserver refuses the pod: left for it to judge, never made valid by a pin of ours.
         return False
-    for term in terms:
-        if _term_matches(term, labels, node):
-            return True
-    return False
-
-
-def node_affinity(node_name: str, node: Mapping[str, Any], pod: Mapping[str, Any],
-                  labels: Mapping[str, Any] | None = None) -> str | None:
-    """Why the pod's own nodeSelector or required node affinity turns the node down, or None."""
-    if pod_admits(pod, node, labels):
-        return None
-    return f"node {node_name} fails the pod's own nodeSelector/affinity"
+    name = (node.get("metadata") or {}).get("name")
+    return any(term_matches(term, labels, name) for term in terms)

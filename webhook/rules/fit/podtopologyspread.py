@@ -36,27 +36,19 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     tolerations = kinds.spec(demand.pod).get("tolerations") or []
     tolerations = tolerations if isinstance(tolerations, list) else []
     counts: list[Counter[Any]] = [Counter() for _ in demand.spread]
+    by_affinity = any(c.node_affinity_policy == HONOR for c in demand.spread)
+    by_taints = any(c.node_taints_policy == HONOR for c in demand.spread)
     for other in view.nodes():
         other_labels = kinds.labels(other)
         if any(c.topology_key not in other_labels for c in demand.spread):
             continue
-        pods = None
-        admits = taint_free = None
-        for i, constraint in enumerate(demand.spread):
-            if constraint.node_affinity_policy == HONOR:
-                if admits is None:
-                    admits = pod_admits(demand.pod, other)
-                if not admits:
-                    continue
-            if constraint.node_taints_policy == HONOR:
-                if taint_free is None:
-                    taint_free = blocking_taint(other, tolerations) is None
-                if not taint_free:
-                    continue
-            if pods is None:
-                pods = list(view.pods_on(name_of(other)))
-            value = other_labels[constraint.topology_key]
-            counts[i][value] += sum(1 for p in pods if _counted_for_spread(p, demand.namespace, constraint.selector))
+        fits = not by_affinity or pod_admits(demand.pod, other)
+        free = not by_taints or blocking_taint(other, tolerations) is None
+        pods = list(view.pods_on(name_of(other)))
+        for constraint, domains in zip(demand.spread, counts):
+            if (fits or constraint.node_affinity_policy != HONOR) and (free or constraint.node_taints_policy != HONOR):
+                domains[other_labels[constraint.topology_key]] += sum(
+                    1 for p in pods if _counted_for_spread(p, demand.namespace, constraint.selector))
     for constraint, domains in zip(demand.spread, counts):
         fewest = min(domains.values()) if len(domains) >= constraint.min_domains and domains else 0
         value = labels[constraint.topology_key]
@@ -67,4 +59,3 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
                     f"{here + itself} matching pods in {value} against {fewest} in the emptiest domain, "
                     f"maxSkew {constraint.max_skew}")
     return None
-

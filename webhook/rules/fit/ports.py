@@ -26,5 +26,3 @@ def node_ports(demand: Demand, node: Mapping[str, Any], view: View, subject: str
             where = "" if ip == WILDCARD_IP else f" on {ip}"
             return f"node {name} has host port {port}/{protocol}{where} in use, which {subject} needs"
     return None
-
-

@@ -8,7 +8,7 @@ from typing import Any
 
 from ... import kinds
 from ..shared.quantity import CPU, nanos, units
-from .fields import Unreadable, as_list, as_mapping, in_part, pod_spec
+from .fields import Unreadable, as_list, as_mapping, pod_spec
 
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
@@ -47,44 +47,30 @@ def _resource_list(value: Any, what: str) -> dict[str, int]:
     return found
 
 
-def _container_requests(container: Any) -> dict[str, int]:
-    """Requests in nano-units; a resource with only a limit requests its limit, as the apiserver
-    defaults it (pkg/apis/core/v1/defaults.go `SetDefaults_Pod`)."""
-    if not isinstance(container, dict):
-        raise Unreadable("is not an object")
-    resources = container.get("resources")
-    if not resources:
-        return {}
-    if type(resources) is not dict:
-        resources = as_mapping(resources, "resources")
-    requests = _resource_list(resources.get("requests"), "request")
-    limits = resources.get("limits")
-    if limits:
-        for name, amount in _resource_list(limits, "limit").items():
-            requests.setdefault(name, amount)
-    return requests
-
-
-def _effective_requests(container: Any, statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool,
+def _container_requests(container: Any, statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool,
                         what: str) -> dict[str, int]:
-    """A container's requests (`what`: which, for a complaint), resized in place when `statuses` report it."""
+    """A container's requests in nano-units (`what`: which, for a complaint): a limit alone is its request, as the
+    apiserver defaults it (pkg/apis/core/v1/defaults.go `SetDefaults_Pod`); after an in-place resize `statuses` report,
+    the largest of spec, actuated and allocated (component-helpers/resource `determineEffectiveRequests`)."""
     try:
-        requests = _container_requests(container)
-        found = statuses.get(container.get("name")) if statuses else None
-        return _resized_requests(requests, found, infeasible) if found else requests
+        if not isinstance(container, dict):
+            raise Unreadable("is not an object")
+        resources = container.get("resources")
+        requests = {}
+        if resources:
+            resources = as_mapping(resources, "resources")
+            requests = _resource_list(resources.get("requests"), "request")
+            for name, amount in _resource_list(resources.get("limits") or None, "limit").items():
+                requests.setdefault(name, amount)
+        status = statuses.get(container.get("name")) if statuses else None
+        if not status:
+            return requests
+        effective = {} if infeasible else requests
+        _raise_to(effective, _resource_list(as_mapping(status.get("resources"), "status").get("requests"), "actuated"))
+        _raise_to(effective, _resource_list(status.get("allocatedResources"), "allocated"))
+        return effective
     except Unreadable as error:
-        raise in_part(what, error) from None
-
-
-def _resized_requests(spec_requests: dict[str, int], status: Mapping[str, Any], infeasible: bool) -> dict[str, int]:
-    """A running container's requests after an in-place resize (component-helpers/resource
-    `determineEffectiveRequests`): the largest of spec, actuated and allocated."""
-    actuated = _resource_list(as_mapping(status.get("resources"), "status").get("requests"), "actuated")
-    allocated = _resource_list(status.get("allocatedResources"), "allocated")
-    effective = {} if infeasible else dict(spec_requests)
-    _raise_to(effective, actuated)
-    _raise_to(effective, allocated)
-    return effective
+        raise Unreadable(f"{what} {error}") from None
 
 
 def _resize_statuses(pod: Any) -> tuple[dict[Any, Mapping[str, Any]], bool]:
@@ -101,22 +87,6 @@ def _resize_statuses(pod: Any) -> tuple[dict[Any, Mapping[str, Any]], bool]:
     return statuses, False
 
 
-def _nano_requests(pod: Any, *, running: bool) -> dict[str, int]:
-    spec = pod_spec(pod)
-    statuses, infeasible = _resize_statuses(pod) if running else ({}, False)
-    total: dict[str, int] = {}
-    for i, container in enumerate(as_list(spec.get("containers"), "containers")):
-        _add(total, _effective_requests(container, statuses, infeasible, f"container {i}"))
-    init_containers = spec.get("initContainers")
-    if init_containers:
-        _add_init_containers(total, as_list(init_containers, "initContainers"), statuses, infeasible)
-    if spec.get("resources"):
-        _apply_pod_level(total, as_mapping(spec.get("resources"), "pod resources"))
-    if spec.get("overhead"):
-        _add(total, _resource_list(spec.get("overhead"), "overhead"))
-    return total
-
-
 def _add_init_containers(total: dict[str, int], init_containers: list[Any],
                          statuses: Mapping[Any, Mapping[str, Any]], infeasible: bool) -> None:
     """component-helpers/resource `AggregateContainerRequests`: sidecars (restartable init
@@ -126,7 +96,7 @@ def _add_init_containers(total: dict[str, int], init_containers: list[Any],
     init_peak: dict[str, int] = {}
     for i, container in enumerate(init_containers):
         sidecar = isinstance(container, dict) and container.get("restartPolicy") == "Always"
-        requests = _effective_requests(container, statuses if sidecar else {}, infeasible, f"init container {i}")
+        requests = _container_requests(container, statuses if sidecar else {}, infeasible, f"init container {i}")
         if sidecar:
             _add(total, requests)
             _add(sidecars, requests)
@@ -158,10 +128,16 @@ def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> Non
 def pod_requests(pod: Any, *, running: bool = False) -> dict[str, int]:
     """What the scheduler counts for the pod, in its units (component-helpers/resource `PodRequests`);
     `running` reads in-place resizes, as it does for bound pods. Raises Unreadable (a ValueError)."""
-    if not isinstance(pod, dict):
-        raise Unreadable("the pod is not an object")
-    found = {}
-    for name, amount in _nano_requests(pod, running=running).items():
-        if type(name) is str and counted(name):
-            found[name] = units(name, amount)
-    return found
+    spec = pod_spec(pod)
+    statuses, infeasible = _resize_statuses(pod) if running else ({}, False)
+    total: dict[str, int] = {}
+    for i, container in enumerate(as_list(spec.get("containers"), "containers")):
+        _add(total, _container_requests(container, statuses, infeasible, f"container {i}"))
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        _add_init_containers(total, as_list(init_containers, "initContainers"), statuses, infeasible)
+    if spec.get("resources"):
+        _apply_pod_level(total, as_mapping(spec.get("resources"), "pod resources"))
+    if spec.get("overhead"):
+        _add(total, _resource_list(spec.get("overhead"), "overhead"))
+    return {name: units(name, amount) for name, amount in total.items() if type(name) is str and counted(name)}

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import kinds
-from ..shared.quantity import scheduler_value, show
+from ..shared.quantity import nanos, show, units
 from .fields import CannotTell, name_of
 from .demand import Demand
 from .view import View
@@ -27,7 +27,7 @@ def _allocatable(node: Any) -> dict[str, int] | str:
     amounts = {}
     for resource, value in allocatable.items():
         try:
-            amounts[resource] = scheduler_value(resource, value)
+            amounts[resource] = units(resource, nanos(value))
         except ValueError:
             return f"allocatable {resource} {value!r} is not a quantity"
     return amounts
@@ -67,21 +67,17 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     return room_reason
 
 
-SCORED = ("cpu", "memory")  # NodeResourcesFit's default scoring resources, weight 1 each
-
-
 def least_allocated(demand: Demand, node: Mapping[str, Any], view: View,
                     beside: Mapping[str, int] | None = None) -> float | None:
-    """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the
-    node's cpu and memory left free once the pod is placed (beside pods asking `beside` in all, when
-    given); None when its room cannot be read."""
+    """NodeResourcesFit's default score (noderesources/least_allocated.go), 0 to 1: the share of the node's cpu and
+    memory left free once the pod is placed (beside pods asking `beside` in all); None when its room cannot be read."""
     name = name_of(node)
     usage = view.usage(name)
     allocatable = allocatable_of(name, node, view)
     if usage.unreadable or isinstance(allocatable, str):
         return None
     shares = []
-    for resource in SCORED:
+    for resource in ("cpu", "memory"):  # NodeResourcesFit's default scoring resources, weight 1 each
         has = allocatable.get(resource, 0)
         if has <= 0:
             return None

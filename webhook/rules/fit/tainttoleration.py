@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """One toleration against one taint, as the scheduler's TaintToleration plugin does."""
@@ -17,11 +15,7 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     if key and key != taint.get("key"):
         return False  # an empty key (with Exists) matches every key
     operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
+    return operator == "Exists" or operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mapping[str, Any] | None:
@@ -31,7 +25,7 @@ def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mappi
         return None
     usable = [t for t in tolerations if isinstance(t, dict)]
     for taint in taints:
-        if not isinstance(taint, dict) or taint.get("effect") not in BLOCKING_EFFECTS:
+        if not isinstance(taint, dict) or taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
         if not any(tolerates(t, taint) for t in usable):
             return taint
@@ -44,7 +38,5 @@ def taint_toleration(node_name: str, node: Mapping[str, Any], pod: Mapping[str, 
     taint = blocking_taint(node, tolerations if isinstance(tolerations, list) else [])
     if taint is None:
         return None
-    shown = taint.get("key", "")
-    if taint.get("value"):
-        shown += f"={taint['value']}"
+    shown = f"{taint.get('key', '')}={taint['value']}" if taint.get("value") else taint.get("key", "")
     return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"

@@ -7,7 +7,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from ... import kinds
-from .fields import Unreadable, as_list, as_mapping, pod_spec
+from .fields import Unreadable, as_list, as_mapping, namespace_of, pod_spec
 from .selectors import Selector, parse_selector, selects, with_label_keys
 
 WILDCARD_IP = "0.0.0.0"
@@ -44,23 +44,20 @@ def host_ports(pod: Any) -> tuple[HostPort, ...]:
     return tuple(found)
 
 
-EVERY_NAMESPACE = "every"
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class AffinityTerm:
     """A required pod (anti-)affinity term (kube-scheduler framework `AffinityTerm`)."""
 
     selector: Selector
     namespaces: frozenset[str]
-    # None: no selector; EVERY_NAMESPACE: `{}`; otherwise a selector over Namespace labels,
+    # None: no selector; () (`{}`): every namespace; otherwise a selector over Namespace labels,
     # which we cannot evaluate without Namespace objects.
-    namespace_selector: Selector | str
+    namespace_selector: Selector
     topology_key: str
 
     def matches(self, namespace: str, labels: Mapping[str, Any]) -> bool | None:
         """Whether the term selects a pod there; None when only namespace labels could say."""
-        if namespace in self.namespaces or self.namespace_selector == EVERY_NAMESPACE:
+        if namespace in self.namespaces or self.namespace_selector == ():
             return selects(self.selector, labels)
         if self.namespace_selector is not None:
             return None if selects(self.selector, labels) else False
@@ -86,8 +83,6 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
         listed = [n for n in as_list(raw.get("namespaces"), f"{kind} namespaces") if isinstance(n, str)]
         raw_ns_selector = raw.get("namespaceSelector")
         ns_selector = parse_selector(raw_ns_selector, f"{kind} namespaceSelector")
-        if ns_selector == ():
-            ns_selector = EVERY_NAMESPACE
         # An empty list and no selector mean the pod's own namespace (framework
         # `getNamespacesFromPodAffinityTerm`).
         namespaces = frozenset(listed) if listed or raw_ns_selector is not None else frozenset((namespace,))
@@ -99,8 +94,7 @@ def affinity_terms(pod: Any, namespace: str, kind: str, *, incoming: bool) -> li
 def existing_anti_terms(pod: Any) -> list[AffinityTerm] | str:
     """A bound pod's required anti-affinity terms, or why they cannot be read."""
     try:
-        namespace = kinds.meta(pod).get("namespace") or ""
-        return affinity_terms(pod, namespace, "podAntiAffinity", incoming=False)
+        return affinity_terms(pod, namespace_of(pod), "podAntiAffinity", incoming=False)
     except (Unreadable, TypeError, AttributeError) as error:
         return str(error) or "unexpected shape"
 
@@ -129,7 +123,6 @@ def keys_toward(labels: Mapping[str, Any]) -> list[Hashable]:
     return [ANY_POD, *((key, value) for key, value in labels.items() if isinstance(value, str))]
 
 
-DO_NOT_SCHEDULE = "DoNotSchedule"
 HONOR, IGNORE = "Honor", "Ignore"
 
 
@@ -157,7 +150,7 @@ def spread_constraints(pod: Any) -> list[SpreadConstraint]:
     constraints = []
     for raw in as_list(kinds.spec(pod).get("topologySpreadConstraints"), "topologySpreadConstraints"):
         raw = as_mapping(raw, "topologySpreadConstraint")
-        if raw.get("whenUnsatisfiable") != DO_NOT_SCHEDULE:
+        if raw.get("whenUnsatisfiable") != "DoNotSchedule":
             continue  # ScheduleAnyway only scores
         key = raw.get("topologyKey")
         if not isinstance(key, str) or not key:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from ... import kinds
 from .requests import pod_requests
 from .terms import HostPort, host_ports
 
@@ -28,26 +27,16 @@ class PodUsage:
             return cls({}, (), readable=False)
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Usage:
     """What the pods bound to one node take: requests, pod slots, host ports (a cache keeps one
     per node, adding each bound pod that has not finished and removing it when it goes)."""
 
-    __slots__ = ("requested", "pods", "ports", "any_ip_ports", "unreadable")
-
-    def __init__(self) -> None:
-        self.requested: dict[str, int] = {}
-        self.pods = 0
-        self.ports: Counter[HostPort] = Counter()
-        self.any_ip_ports: Counter[tuple[str, int]] = Counter()  # (protocol, port) on any address
-        self.unreadable = 0
-
-    @classmethod
-    def of_pods(cls, pods: Iterable[Any]) -> "Usage":
-        usage = cls()
-        for pod in pods:
-            if not kinds.finished(pod):
-                usage.add(PodUsage.of(pod))
-        return usage
+    requested: dict[str, int] = dataclasses.field(default_factory=dict)
+    pods: int = 0
+    ports: Counter[HostPort] = dataclasses.field(default_factory=Counter)
+    any_ip_ports: Counter[tuple[str, int]] = dataclasses.field(default_factory=Counter)  # (protocol, port), any address
+    unreadable: int = 0
 
     def add(self, pod: PodUsage) -> None:
         self._change(pod, 1)
@@ -71,6 +60,3 @@ class Usage:
             self.any_ip_ports = +self.any_ip_ports
         if not pod.readable:
             self.unreadable += sign
-
-    def __repr__(self) -> str:
-        return f"Usage(pods={self.pods}, requested={self.requested}, ports={dict(self.ports)}, unreadable={self.unreadable})"

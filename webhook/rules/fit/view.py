@@ -80,17 +80,17 @@ class StaticView:
         self.memo = Memo() if memo is None else memo
         self._nodes = {name_of(n): n for n in nodes}
         self._pods: dict[str, list[Any]] = {}
+        self._usage: dict[str, Usage] = {}
         for pod in pods:
             node_name = bound_node(pod)
             if node_name is not None:
                 self._pods.setdefault(node_name, []).append(pod)
-        self._usage = {name: Usage.of_pods(pods) for name, pods in self._pods.items()}
+                self._usage.setdefault(node_name, Usage()).add(PodUsage.of(pod))
         self._anti: dict[Hashable, list[Any]] = {}
-        for pod in (p for pods in self._pods.values() for p in pods if has_required_anti_affinity(p)):
-            for key in anti_affinity_keys(pod):
-                self._anti.setdefault(key, []).append(pod)
         self._labelled: dict[tuple[str, str], list[Any]] = {}
         for pod in (p for pods in self._pods.values() for p in pods):
+            for key in anti_affinity_keys(pod) if has_required_anti_affinity(pod) else ():
+                self._anti.setdefault(key, []).append(pod)
             for key, value in kinds.labels(pod).items():
                 if key in INDEXED_LABELS and isinstance(value, str):
                     self._labelled.setdefault((key, value), []).append(pod)

@@ -24,16 +24,12 @@ _VOLUME_ZONE_KEYS = {
 ZoneLabel = tuple[str, str, str, frozenset[str]]  # (PV label, the node's GA key, its value, its zones)
 
 
-def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]] | str:
+def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]]:
     """Where a PV can be mounted: its `spec.nodeAffinity.required` terms (None without) and the zone
-    labels VolumeZone compares (one it cannot parse left out, as it ignores it); or why not read."""
-    try:
-        required = as_mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
-        terms = None
-        if required is not None:
-            terms = as_list(as_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
-    except Unreadable as error:
-        return str(error)
+    labels VolumeZone compares (one it cannot parse left out, as it ignores it); Unreadable when not read."""
+    required = as_mapping(kinds.spec(pv).get("nodeAffinity"), "PV nodeAffinity").get("required")
+    terms = None if required is None else as_list(
+        as_mapping(required, "PV nodeAffinity.required").get("nodeSelectorTerms"), "nodeSelectorTerms")
     zones = []
     pv_labels = kinds.labels(pv)
     for key, ga_key in (_VOLUME_ZONE_KEYS.items() if pv_labels else ()):
@@ -47,8 +43,7 @@ def _volume_placement(pv: Any) -> tuple[list[Any] | None, tuple[ZoneLabel, ...]]
 
 
 def _outside_volume_zone(zones: tuple[ZoneLabel, ...], node_labels: Mapping[str, Any]) -> str | None:
-    """The PV's zone/region label the node's labels do not match (VolumeZone), if any. A node
-    without any zone or region label passes (single-zone clusters)."""
+    """The PV's zone/region label the node does not match (VolumeZone); a node with none passes (one-zone clusters)."""
     if not zones or not any(key in node_labels for key in _VOLUME_ZONE_KEYS):
         return None
     for key, ga_key, value, listed in zones:
@@ -76,15 +71,14 @@ def volumes(demand: Demand, node: Mapping[str, Any], view: View, subject: str = 
     """Each bound claim's PV must select the node (volumebinding/binder.go `checkBoundClaims`) and match its zone
     labels; a claim with `spec.volumeName` counts as bound. Unbound claims and ephemeral volumes: cannot tell."""
     mounts, ending = _mounted(demand, view)
-    labels_only = None
+    labels = kinds.labels(node)
     for claim_name, pv_name, terms, zones in mounts:
         if terms is not None:
             # component-helpers/storage/volume `CheckNodeAffinity` matches a node built from the
             # labels alone, so a matchFields term on metadata.name never matches there.
-            labels_only = labels_only or {"metadata": {"labels": dict(kinds.labels(node))}}
-            if not any(term_matches(term, labels_only) for term in terms):
+            if not any(term_matches(term, labels, None) for term in terms):
                 return f"node {name_of(node)} is outside the node affinity of volume {pv_name} (claim {claim_name})"
-        zone = _outside_volume_zone(zones, kinds.labels(node)) if zones else None
+        zone = _outside_volume_zone(zones, labels) if zones else None
         if zone:
             return f"node {name_of(node)} is outside the zone of volume {pv_name} (claim {claim_name}): {zone}"
     if isinstance(ending, Exception):
@@ -103,8 +97,7 @@ def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
     bound claim, up to the first that decides alone (deleted, lost, unbound, unknown, unreadable)."""
     found: list[Mount] = []
     try:
-        pod_volumes = as_list(pod_spec(demand.pod).get("volumes"), "volumes")
-        for volume in pod_volumes or ():
+        for volume in as_list(pod_spec(demand.pod).get("volumes"), "volumes"):
             if type(volume) is not dict:
                 volume = as_mapping(volume, "volume")
             source = volume.get("persistentVolumeClaim")
@@ -126,10 +119,7 @@ def _mounts(demand: Demand, view: View) -> tuple[list[Mount], Ending]:
             pv = view.pv(pv_name)
             if pv is None:
                 raise CannotTell(f"volume {pv_name} of claim {claim_name} is not known")
-            placement = _volume_placement(pv)
-            if isinstance(placement, str):
-                raise Unreadable(placement)
-            found.append((claim_name, pv_name, *placement))
+            found.append((claim_name, pv_name, *_volume_placement(pv)))
     except (CannotTell, Unreadable) as error:
         return found, error
     return found, None

@@ -15,7 +15,7 @@ from ...kinds import SPEC_MACHINE, STATUS_MACHINE
 from ..shared import declared
 from ..shared.alone import Alone
 from ..shared.classify import opted_in, running_exemption
-from ..shared.facts import claims_of, hotplugged_claims
+from ..shared.facts import claims_of
 from ..shared.reading import Malformed, read_identity
 from ..shared.times import EPOCH, parse_time
 
@@ -253,7 +253,7 @@ def read_vmi(obj: Any, settings: Settings, alike: Alike | None = None) -> VmiVie
                        node_selector=_selector(target.node_selector, alike), cpu_model=intern(target.cpu_model),
                        machine_type=intern(target.machine_type), machine_from=target.machine_from,
                        annotations=annotations,
-                       paused=intern(paused), paused_since=paused_since, hotplugged=tuple(hotplugged_claims(obj)),
+                       paused=intern(paused), paused_since=paused_since, hotplugged=tuple(claims_of(obj, hotplugged=True)),
                        caches=_caches(spec, dict(disks)), disks=disks)
     except Malformed as exc:
         return exc.of(what)

@@ -38,11 +38,6 @@ def vm_exemption(pod: dict[str, Any], settings: Settings) -> Alone | None:
         return why
     if kinds.MIGRATION_JOB_LABEL in kinds.labels(pod):
         return Alone.MIGRATION_TARGET
-    return target_exemption(pod)
-
-
-def target_exemption(pod: dict[str, Any]) -> Alone | None:
-    """Why an opted-in VM pod is left untouched whatever rule would place it, or None."""
     if kinds.annotations(pod).get(kinds.EPHEMERAL_PROVISIONING) == "true":
         return Alone.EPHEMERAL
     if kinds.spec(pod).get("nodeName"):

@@ -1,6 +1,5 @@
 """What the rules read of the KubeVirt objects the keeper watches, and of pods' annotations, each declared once
-(`declaring.Fields`): the readers read through these, and `stores/shapes.py` keeps what they declare. A rule that
-starts reading a field or an annotation declares it here."""
+(`declaring.Fields`, which the caches keep): a rule that starts reading a field or an annotation declares it here."""
 from __future__ import annotations
 
 from operator import attrgetter

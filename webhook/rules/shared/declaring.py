@@ -3,8 +3,7 @@ declaration (`Field`, `Keyed`), and the caches keep what it declares (`stores/sh
 builds its shapes from `Fields.keep`), so a rule cannot read a field the cache drops.
 
 A path is dotted, `[]` after a key for every item of a list: "spec.volumes[].dataVolume.name". A
-field with nothing declared beneath it is kept whole; one with fields beneath keeps those. Every
-cache of a kind keeps all that is declared of it, so a declaration is all a new rule needs.
+field with nothing declared beneath it is kept whole; one with fields beneath keeps those.
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from ...config import Settings
 from .reading import read_time, read_typed
 
 KeySource = str | Callable[[Settings], str]  # an annotation or label key, or the setting that names it
-DECLARED_IN = "webhook/rules/shared/declared.py"
 
 
 class Undeclared(LookupError):
@@ -40,7 +38,7 @@ class CachedAnnotations(dict[str, Any]):
         if not self._declared(key := str(key)):  # naming the declaration to add
             raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: declare it with "
                              f"`{self._declared_as}.annotation({key!r})`, beside the rule that reads it or in "
-                             f"{DECLARED_IN} (the caches keep only what is declared)")
+                             "webhook/rules/shared/declared.py (the caches keep only what is declared)")
 
     def __getitem__(self, key: str) -> Any:
         self._check(key)
@@ -152,15 +150,14 @@ class Fields:
             return keys.__contains__
         return lambda key: key in keys or key.startswith(prefixes)
 
-    def annotations_of(self, obj: Any, settings: Settings,
-                       named: Callable[[str], bool] | None = None) -> CachedAnnotations:
+    def annotations_of(self, obj: Any, settings: Settings, named: Callable[[str], bool]) -> CachedAnnotations:
         """The declared annotations `obj` carries (those with a string value); a read of any other
         raises `Undeclared`. `named`: `named("annotations", settings)` made once for many objects."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         found = meta.get("annotations") if isinstance(meta, dict) else None
         carried = {} if not isinstance(found, dict) else {
             key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
-        return CachedAnnotations(carried, named or self.named("annotations", settings), self.name, self.declared_as)
+        return CachedAnnotations(carried, named, self.name, self.declared_as)
 
     def guarded(self, obj: dict[str, Any], declared: Callable[[str], bool]) -> dict[str, Any]:
         """`obj` (a cache's copy) with its annotations a `CachedAnnotations`, an empty one where it
@@ -175,14 +172,19 @@ class Fields:
     def keep(self, settings: Settings) -> Any:
         """The caches' spec (`stores.shapes.trim`) of what is declared: every field, annotation and label."""
         self.shaped = True
-        tree: dict[str, Any] = {}
-        for path in sorted(self.paths):
-            below = tree
-            for part in path:
-                node = below.setdefault(part.removesuffix("[]"), {"each": False, "below": {}})
-                node["each"] = node["each"] or part.endswith("[]")
-                below = node["below"]
-        spec = _spec(tree)
+        spec: dict[str, Any] = {}  # a leaf whole (True), an object by its parts, a list's items by their spec ([spec])
+        for path in self.paths:
+            below = spec
+            for depth, part in enumerate(path, 1):
+                key = part.removesuffix("[]")
+                held = below.get(key)
+                inner = held[0] if isinstance(held, list) else held
+                if depth < len(path) or isinstance(inner, dict):  # something declared beneath it
+                    inner = inner if isinstance(inner, dict) else {}
+                    below[key] = [inner] if part.endswith("[]") or isinstance(held, list) else inner
+                    below = inner
+                else:
+                    below[key] = True
         for where in ("annotations", "labels"):
             if self.keys[where] or self.prefixes[where]:
                 spec.setdefault("metadata", {})[where] = self.named(where, settings)
@@ -191,15 +193,3 @@ class Fields:
 
 def _resolve(keys: Iterable[KeySource], settings: Settings) -> list[str]:
     return [key if isinstance(key, str) else key(settings) for key in keys]
-
-
-def _spec(tree: dict[str, Any]) -> dict[str, Any]:
-    """The declared parts as a keep spec: a leaf whole, a list's items by their own spec."""
-    spec: dict[str, Any] = {}
-    for name, node in tree.items():
-        if not node["below"]:
-            spec[name] = True
-        else:
-            inner = _spec(node["below"])
-            spec[name] = [inner] if node["each"] else inner
-    return spec

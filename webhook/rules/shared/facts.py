@@ -45,11 +45,6 @@ def claims_of(obj: dict[str, Any], *, hotplugged: bool = False) -> list[str]:
     return list(claims)
 
 
-def hotplugged_claims(vmi: dict[str, Any]) -> list[str]:
-    """The claims of a VMI's hotplugged volumes, in order."""
-    return claims_of(vmi, hotplugged=True)
-
-
 def disks_of(pod: dict[str, Any], vmi: dict[str, Any] | None) -> list[str]:
     """The claims a VM's pod follows: its own volumes', then those of its VMI that the pod does not
     mount: hotplugged ones, which KubeVirt mounts in an attachment pod on the VM's node once it runs

@@ -26,7 +26,6 @@ _QUANTITY = re.compile(r"([+-]?)([0-9]*+)(?:\.([0-9]*+))?([eEinumkKMGTP]*[+-]?[0
 # Longer than any quantity the apiserver writes (it normalises what it stores: `resource.Quantity`'s
 # canonical form), with room to spare: beyond it a value is refused before it is read.
 MAX_LENGTH = 64
-_SPACE = " \t\n\r\v\f"
 
 
 def nanos(value: object) -> int:
@@ -36,11 +35,7 @@ def nanos(value: object) -> int:
         raise ValueError(f"not a quantity: {value!r}")
     if isinstance(value, int):
         return value * NANO
-    return _parsed(value)
-
-
-def _parsed(value: str | float) -> int:
-    text = (repr(value) if isinstance(value, float) else value).strip(_SPACE)
+    text = (repr(value) if isinstance(value, float) else value).strip(" \t\n\r\v\f")
     if len(text) > MAX_LENGTH:
         raise ValueError(f"not a quantity: {len(text)} characters (a quantity has at most {MAX_LENGTH})")
     match = _QUANTITY.fullmatch(text) if text else None
@@ -79,20 +74,12 @@ def units(resource: str, amount_in_nanos: int) -> int:
     return -(-amount_in_nanos // (MILLI if resource == CPU else NANO))
 
 
-def scheduler_value(resource: str, value: object) -> int:
-    return units(resource, nanos(value))
-
-
-_BYTES = ("memory", "ephemeral-storage", "storage")
-_BINARY_UNITS = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-
-
 def show(resource: str, amount: int) -> str:
     """An amount in the scheduler's unit, as a person reads it: `1800m`, `2`, `2.2Gi`, `1`."""
     if resource == CPU:
         return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
-    if resource in _BYTES or resource.startswith("hugepages-"):
-        for suffix, size in _BINARY_UNITS:
+    if resource in ("memory", "ephemeral-storage", "storage") or resource.startswith("hugepages-"):
+        for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if abs(amount) >= size:
                 if amount % size == 0:
                     return f"{amount // size}{suffix}"

@@ -45,8 +45,7 @@ KIND_NAMES = {dict: "an object", str: "a string", bool: "a boolean", list: "a li
 
 
 def read_typed(container: dict[str, Any], key: str, where: str, kind: type) -> Any:
-    """A field of `kind` (dict, str, bool or list): its empty value when absent, Malformed when of
-    another type."""
+    """A field of `kind` (dict, str, bool or list): its empty value when absent, Malformed when of another type."""
     value = container.get(key)
     if value is None:
         return kind()
@@ -63,4 +62,3 @@ def read_identity(obj: Any, kind: str) -> tuple[str, str, dict[str, Any]]:
     if not kinds.valid_name(name) or not kinds.valid_name(namespace):
         raise Malformed(f"metadata.namespace/name {namespace[:60]!r}/{name[:60]!r} is not a valid object name")
     return namespace, name, metadata
-

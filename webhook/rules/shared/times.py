@@ -7,8 +7,7 @@ EPOCH = datetime.min.replace(tzinfo=UTC)  # before anything: sorts what has no t
 
 
 def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 timestamp as Kubernetes writes it; None when absent or unreadable (a time
-    without a zone, a bare date)."""
+    """An RFC 3339 timestamp as Kubernetes writes it; None when absent or unreadable (no zone, a bare date)."""
     if not isinstance(value, str) or "T" not in value.upper():
         return None
     try:
@@ -28,7 +27,7 @@ def whole_seconds(span: timedelta) -> int:
 
 def ago(span: timedelta) -> str:
     """A duration as people read it in a table: 45s, 12m, 5h, 3d."""
-    seconds = max(0, int(span.total_seconds()))
+    seconds = whole_seconds(span)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
