@@ -41,14 +41,6 @@ class Informer:
     def name(self) -> str:
         return f"{self.resource.plural} in {self.namespace}" if self.namespace else self.resource.plural
 
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """A fresh copy (see `Table.get`)."""
-        return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
-
-    def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
-        return Reflector(ApiTransport(api, self.resource.path(self.namespace)), self.name, fields=self.fields,
-                         timing=timing, list_slots=list_slots)
-
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
         self._listed = set()  # from a list cut short before
@@ -143,7 +135,9 @@ class Informers:
             run.start()
 
     def _follower(self, informer: Informer, list_slots: asyncio.Semaphore) -> Callable[[], Awaitable[None]]:
-        return lambda: informer.run(informer.reflector(self._api, self._timing, list_slots).events())
+        transport = ApiTransport(self._api, informer.resource.path(informer.namespace))
+        return lambda: informer.run(Reflector(transport, informer.name, fields=informer.fields, timing=self._timing,
+                                              list_slots=list_slots).events())
 
     def synced(self) -> bool:
         return all(i.synced for i in self.informers)

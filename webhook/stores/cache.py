@@ -10,7 +10,7 @@ from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM, Resource
 from ..cluster.informer import Informer, Informers
 from ..cluster.reflector import Timing
-from ..cluster.table import Indexer, object_key
+from ..cluster.table import object_key
 from ..rules import fit
 from ..rules.fit.memo import SIZE, Memo
 from ..rules.shared.facts import claims_of
@@ -30,10 +30,6 @@ CACHED_ONLY = frozenset({VMI.kind, VMIM.kind})
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
 # nothing from a node, and the rules do not trust them either.
 NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def not_finished(pod: dict[str, Any]) -> bool:
-    return not kinds.finished(pod)
 
 
 NO_PODS = fit.Usage()  # what a node without pods takes: nothing (never changed)
@@ -146,11 +142,11 @@ class WatchedClusterStore(Informers):
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.changed_nodes = ChangedNodes()
         self.usage = NodeUsage(self.changed_nodes)
-        self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
+        self.pods = informer(POD, fields=NOT_FINISHED, wanted=lambda pod: not kinds.finished(pod),
                              indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
                                        "labelled": _indexed_labels,
-                                       "waiting": pinned_and_waiting(settings),
-                                       "leaving": share_managers_leaving(settings)},
+                                       "waiting": lambda pod: [True] if _pinned_and_waiting(pod, settings) else [],
+                                       "leaving": lambda pod: [True] if share_manager_leaving(pod, settings) else []},
                              watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
@@ -230,11 +226,9 @@ class WatchedClusterStore(Informers):
         return [obj for obj in (table.read(key) for key in list(table.objects)) if obj is not None]
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
-        """Pods we pinned that no node has taken yet (what the safety net looks at)."""
         return self.pods.table.lookup("waiting", True) if self.pods.synced else []
 
     def share_managers_leaving(self) -> list[dict[str, Any]]:
-        """Share-manager pods on their way out, as the caches hold them (`shapes.share_manager_leaving`)."""
         return self.pods.table.lookup("leaving", True) if self.pods.synced else []
 
     async def fit_view(self, namespace, node, *, timeout=None):
@@ -248,7 +242,6 @@ class WatchedClusterStore(Informers):
         return self._view
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
-        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
         return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
 
 
@@ -274,19 +267,9 @@ def _vmi_claims(obj: dict[str, Any]) -> list[str]:
     return [object_key(namespace, claim) for claim in claims_of(obj)]
 
 
-def pinned_and_waiting(settings: Settings) -> Indexer:
-    def waiting(pod: dict[str, Any]) -> list[bool]:
-        pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
-        return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
-
-    return waiting
-
-
-def share_managers_leaving(settings: Settings) -> Indexer:
-    def leaving(pod: dict[str, Any]) -> list[bool]:
-        return [True] if share_manager_leaving(pod, settings) else []
-
-    return leaving
+def _pinned_and_waiting(pod: dict[str, Any], settings: Settings) -> bool:
+    pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
+    return pinned and not kinds.spec(pod).get("nodeName")
 
 
 def _node_of(pod: dict[str, Any]) -> list[str]:
