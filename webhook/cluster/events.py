@@ -13,7 +13,7 @@ import socket
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from .. import kinds, metrics
 from ..background import Background
@@ -73,8 +73,9 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
     }
 
 
-class Events(Protocol):
-    """Where Events about decisions go: the API (EventSink), or nowhere (these defaults: NoEvents)."""
+class Events:
+    """Where Events about decisions go: the API (EventSink), or nowhere (these defaults, NO_EVENTS: `serve --events
+    off`, a snapshot, a pass on its own)."""
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
@@ -87,17 +88,10 @@ class Events(Protocol):
         """Hold the Events while `busy()` (reviews in flight), at most HOLD seconds at a time (`AfterReviews`)."""
 
 
-class NoEvents(Events):
-    """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
-
-    def yield_to(self, busy: Callable[[], bool]) -> None:
-        pass
+NO_EVENTS = Events()
 
 
-NO_EVENTS = NoEvents()
-
-
-class EventSink:
+class EventSink(Events):
     """A bounded queue and one worker, started by the first Event, that POSTs them."""
 
     def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0, hold: float = HOLD):

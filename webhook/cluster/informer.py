@@ -139,9 +139,6 @@ class Informers:
         return lambda: informer.run(Reflector(transport, informer.name, fields=informer.fields, timing=self._timing,
                                               list_slots=list_slots).events())
 
-    def synced(self) -> bool:
-        return all(i.synced for i in self.informers)
-
     def degraded(self) -> list[str]:
         """Informers whose list or watch is failing now: they serve what they have meanwhile."""
         return [f"{i.name}: {i.error}" for i in self.informers if i.error] + \

@@ -73,22 +73,17 @@ def shapes(settings: Settings) -> dict[str, Shape]:
     }
 
 
-def pod_annotations(settings: Settings) -> Callable[[str], bool]:
-    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the provisioning mark."""
-    return declared.POD.named("annotations", settings)
-
-
 def pod_read(settings: Settings) -> Shape:
     """A cached pod with its annotations guarded (`declaring.CachedAnnotations`): a rule reading one
     nobody declared fails with `Undeclared` rather than read nothing."""
-    declared_keys = pod_annotations(settings)
+    declared_keys = declared.POD.named("annotations", settings)
     return lambda pod: declared.POD.guarded(pod, declared_keys)
 
 
 def shape_pod(settings: Settings) -> Shape:
     """A pod reduced to what the rules and the scheduler checks read: host ports only, conditions
     only while it waits for a node, claims only of launchers (every pod of the cluster is kept)."""
-    keep_annotation = pod_annotations(settings)
+    keep_annotation = declared.POD.named("annotations", settings)  # the opt-in, our decisions, the provisioning mark
 
     def shape(pod: dict[str, Any]) -> dict[str, Any]:
         spec, status, launcher = kinds.spec(pod), kinds.status(pod), kinds.is_launcher(pod)
