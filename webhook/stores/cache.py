@@ -123,7 +123,8 @@ class NodeUsage:
 
 
 class WatchedClusterStore(Informers):
-    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell."""
+    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell: what the keeper
+    and the stranded-pod report read from memory."""
 
     task_prefix = "cache"
 
@@ -226,9 +227,11 @@ class WatchedClusterStore(Informers):
         return [obj for obj in (table.read(key) for key in list(table.objects)) if obj is not None]
 
     def pinned_waiting(self) -> list[dict[str, Any]]:
+        """Pods we pinned that no node has taken yet (what the safety net looks at)."""
         return self.pods.table.lookup("waiting", True) if self.pods.synced else []
 
     def share_managers_leaving(self) -> list[dict[str, Any]]:
+        """Share-manager pods on their way out, as the caches hold them (`shapes.share_manager_leaving`)."""
         return self.pods.table.lookup("leaving", True) if self.pods.synced else []
 
     async def fit_view(self, namespace, node, *, timeout=None):
@@ -242,6 +245,7 @@ class WatchedClusterStore(Informers):
         return self._view
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
+        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
         return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
 
 
