@@ -1,8 +1,5 @@
-"""Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
-
-Admission never waits for one (a full queue drops it), and each POST waits until no review is in flight nor came
-for QUIET seconds, at most HOLD seconds (`AfterReviews`): a POST takes the core that answers reviews.
-"""
+"""Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them. Admission never
+waits for one (a full queue drops it); each POST gives way to the reviews (`AfterReviews`): it takes their core."""
 from __future__ import annotations
 
 import asyncio
@@ -24,10 +21,7 @@ from . import client
 log = logging.getLogger("webhook.events")
 HOLD = 2.0  # the longest Events wait for the reviews in flight to be answered, then go as they come
 QUIET = 0.1  # how long after the last review answered an Event still waits for more to come
-LOOK_AGAIN = 0.01  # how often a waiting Event looks whether the reviews have been answered
-
-# Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
-OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
+OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")  # an Event's object: a VM pod's VMI, a share-manager's
 
 
 def identity(env: Mapping[str, str] | None = None) -> str:
@@ -101,7 +95,7 @@ class EventSink(Events):
         self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
-        self.after_reviews = AfterReviews(hold, LOOK_AGAIN)  # serve's reviews in flight (`yield_to`)
+        self.after_reviews = AfterReviews(hold)  # serve's reviews in flight (`yield_to`)
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:

@@ -28,6 +28,7 @@ class Informer:
         self.fields, self.wanted = fields, wanted
         self.shape = shape  # what is kept of each object (shapes.py)
         self.namespace = namespace if resource.namespaced else None
+        self.name = f"{resource.plural} in {self.namespace}" if self.namespace else resource.plural
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
@@ -36,10 +37,6 @@ class Informer:
         self.last_sync: float | None = None  # wall-clock time of the last list or event
         self.error: str | None = None  # why the last list/watch failed, until one succeeds
         self._listed: set[str] = set()  # keys the list under way has returned
-
-    @property
-    def name(self) -> str:
-        return f"{self.resource.plural} in {self.namespace}" if self.namespace else self.resource.plural
 
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
