@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import enum
 import random
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -89,21 +89,18 @@ class ApiTransport:
             response.close()
 
 
-def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
-    """Complete lines from chunks as they arrive; an unfinished line stays in `pending`."""
-    lines: list[bytes] = []
-    for chunk in chunks:
-        pending += chunk
-        if b"\n" not in chunk:
-            continue
-        *done, rest = pending.split(b"\n")
-        pending[:] = rest
-        lines += [line for line in done if line.strip()]
-    return lines
+def split_lines(chunk: bytes, pending: bytearray) -> list[bytes]:
+    """The lines a chunk completes; an unfinished line stays in `pending`."""
+    pending += chunk
+    if b"\n" not in chunk:
+        return []
+    *done, rest = pending.split(b"\n")
+    pending[:] = rest
+    return [line for line in done if line.strip()]
 
 
 class Reflector:
-    """One resource (optionally one namespace and a label selector), listed and watched."""
+    """One resource (optionally of one namespace), listed and watched."""
 
     def __init__(self, transport: ApiTransport, name: str, *, fields: str = "", timing: Timing = Timing(),
                  list_slots: asyncio.Semaphore | None = None):
@@ -177,7 +174,7 @@ class Reflector:
                 except (StopAsyncIteration, TimeoutError):
                     return
                 pacer = Pacer()  # what came at once (a backlog), in slices as a list's page
-                for line in split_lines((chunk,), pending):
+                for line in split_lines(chunk, pending):
                     event = self.event(orjson.loads(line))
                     counter[0] += 1
                     yield event
