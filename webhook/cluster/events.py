@@ -88,10 +88,9 @@ NO_EVENTS = Events()
 class EventSink(Events):
     """A bounded queue and one worker, started by the first Event, that POSTs them."""
 
-    def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0, hold: float = HOLD):
+    def __init__(self, api_client: Any, *, hold: float = HOLD):
         self._api = api_client
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
-        self._timeout = timeout
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(1000)
         self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
@@ -113,7 +112,7 @@ class EventSink(Events):
         try:
             await self.after_reviews.wait()
             status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
-                                             timeout=self._timeout)
+                                             timeout=5.0)
             if status != 409 and not 200 <= status < 300:  # 409: a fixed name another replica has recorded
                 raise RuntimeError(f"API answered {status}")
             metrics.EVENTS.labels("sent").inc()

@@ -238,9 +238,8 @@ class WatchedClusterStore(Informers):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         if not (self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced):
             return None
-        # The checks keep a few answers per node (its allocatable, whether each kind of pod may run there)
-        # besides a drain's order of the nodes by room: held fewer, at 5,000 nodes the order was dropped
-        # for the nodes' answers and every share-manager scored every node again (15 ms each, not 1).
+        # A few answers per node (its allocatable, which pods may run there) beside a drain's order of the nodes by
+        # room: held fewer, that order is dropped for them and each share-manager scores every node again.
         self._view.memo.size = max(SIZE, MEMO_PER_NODE * len(self.nodes.table.objects))
         return self._view
 
