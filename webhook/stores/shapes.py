@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .. import kinds
@@ -57,19 +58,15 @@ NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
 
 def shapes(settings: Settings) -> dict[str, Shape]:
     """Each kind a cache holds, and how an object of it is reduced when it arrives."""
-
-    def trimmed(keep: Keep) -> Shape:
-        return lambda obj: trim(obj, keep)
-
     return {
-        PVC.kind: trimmed(PVC_KEPT),
-        PV.kind: trimmed(PV_KEPT),
-        SHARE_MANAGER.kind: trimmed(SHARE_MANAGER_KEPT),
-        NODE.kind: trimmed(NODE_KEPT),
+        PVC.kind: partial(trim, keep=PVC_KEPT),
+        PV.kind: partial(trim, keep=PV_KEPT),
+        SHARE_MANAGER.kind: partial(trim, keep=SHARE_MANAGER_KEPT),
+        NODE.kind: partial(trim, keep=NODE_KEPT),
         POD.kind: shape_pod(settings),
         # As the rules declare what they read of them (the opt-in annotation a VMI keeps is a setting).
-        VMI.kind: trimmed(declared.VMI.keep(settings)),
-        VMIM.kind: trimmed(declared.VMIM.keep(settings)),
+        VMI.kind: partial(trim, keep=declared.VMI.keep(settings)),
+        VMIM.kind: partial(trim, keep=declared.VMIM.keep(settings)),
     }
 
 
