@@ -21,10 +21,6 @@ class Background:
         self.error: str | None = None  # why the last step failed, until one succeeds
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
-
     def start(self) -> None:
         """Run in the background (from the running loop); a second call does nothing."""
         if self._task is None:

@@ -128,8 +128,6 @@ class EventSink(Events):
 
     async def close(self, grace: float = 2.0) -> None:
         self._closed = True
-        if not self._worker.running:
-            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._queue.join(), grace)
         await self._worker.stop()
