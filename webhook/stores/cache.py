@@ -137,18 +137,18 @@ class WatchedClusterStore(Informers):
             return Informer(resource, shape[resource.kind], **kwargs)
 
         self.pvcs = informer(PVC)
-        self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
+        self.pvs = informer(PV, indexers={"volumeHandle": lambda pv: filter(None, [volume_handle(pv)])})
         self.share_managers = informer(SHARE_MANAGER, namespace=settings.longhorn_namespace)
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.changed_nodes = ChangedNodes()
         self.usage = NodeUsage(self.changed_nodes)
         self.pods = informer(POD, fields=NOT_FINISHED, wanted=lambda pod: not kinds.finished(pod),
-                             indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
-                                       "labelled": _indexed_labels,
+                             indexers={"claim": lambda pod: _vmi_claims(pod) if kinds.is_launcher(pod) else [],
+                                       "vmi": _created_by, "node": lambda pod: filter(None, [fit.bound_node(pod)]),
                                        "waiting": lambda pod: [True] if _pinned_and_waiting(pod, settings) else [],
-                                       "leaving": lambda pod: [True] if share_manager_leaving(pod, settings) else []},
-                             watchers=[self.usage])
+                                       "leaving": lambda pod: [True] if share_manager_leaving(pod, settings) else [],
+                                       "anti": _anti_affinity, "labelled": _indexed_labels}, watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
@@ -248,20 +248,11 @@ class WatchedClusterStore(Informers):
         return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
 
 
-def _volume_handles(pv: dict[str, Any]) -> list[str]:
-    handle = volume_handle(pv)
-    return [handle] if handle else []
-
-
 def _created_by(pod: dict[str, Any]) -> list[str]:
     if not kinds.is_launcher(pod):
         return []
     uid = kinds.labels(pod).get(kinds.CREATED_BY_LABEL)
     return [object_key(kinds.meta(pod).get("namespace") or "", uid)] if isinstance(uid, str) and uid else []
-
-
-def _claims(pod: dict[str, Any]) -> list[str]:
-    return _vmi_claims(pod) if kinds.is_launcher(pod) else []
 
 
 def _vmi_claims(obj: dict[str, Any]) -> list[str]:
@@ -273,11 +264,6 @@ def _vmi_claims(obj: dict[str, Any]) -> list[str]:
 def _pinned_and_waiting(pod: dict[str, Any], settings: Settings) -> bool:
     pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
     return pinned and not kinds.spec(pod).get("nodeName")
-
-
-def _node_of(pod: dict[str, Any]) -> list[str]:
-    node = fit.bound_node(pod)
-    return [node] if node else []
 
 
 def _indexed_labels(pod: dict[str, Any]) -> list[Hashable]:
