@@ -86,12 +86,6 @@ class ChangedNodes:
         changed = frozenset(name for name in names if self.last.get(name, -1) >= position)
         return changed, frozenset(name for name in changed if self.last_beyond_room.get(name, -1) >= position)
 
-    def node_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """A watcher of the nodes' table."""
-        name = kinds.meta(new if new is not None else old).get("name")
-        if isinstance(name, str):
-            self.note(name)
-
 
 class NodeUsage:
     """What the pods bound to each node take (requests, slots, host ports), kept as pods come and go:
@@ -150,7 +144,7 @@ class WatchedClusterStore(Informers):
                                        "leaving": lambda pod: [True] if share_manager_leaving(pod, settings) else [],
                                        "anti": _anti_affinity, "labelled": _indexed_labels}, watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
-        self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
+        self.nodes = informer(NODE, watchers=[lambda old, new: self.changed_nodes.note(kinds.meta(new or old)["name"])])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
         # (KubeVirt mounts them in an attachment pod). `keep` watches VMIs itself: `vmis=False`.
         self.vmis = informer(VMI, indexers={"claim": _vmi_claims})
