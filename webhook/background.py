@@ -1,6 +1,5 @@
-"""Work that runs in a task of its own, again and again, until stopped, in either process: the stranded-pod report,
-the check of our webhook configuration, certificate reloads, Events, the keeper's Lease and passes, the informers.
-Nothing that answers waits on it (an admission, a probe), and it never dies of a failure."""
+"""Work that runs in a task of its own, again and again, until stopped, in either process (reports, reloads, Events,
+the keeper's Lease and passes, the informers): nothing that answers waits on it, and it never dies of a failure."""
 from __future__ import annotations
 
 import asyncio

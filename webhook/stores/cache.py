@@ -78,9 +78,7 @@ class ChangedNodes:
         return now, frozenset(self.names[position - self.start:])
 
     def among(self, names: Iterable[str], position: int | None) -> tuple[frozenset[str], frozenset[str]] | None:
-        """Of `names`, those noted since `position`, and of those the ones noted for more than a pod
-        that takes only room there (`fit.takes_room_only`): the node itself updated, another pod
-        come or gone; None where since when is not known."""
+        """`View.changes_among` from this record."""
         if position is None or position < self.start or position > self.start + len(self.names):
             return None
         changed = frozenset(name for name in names if self.last.get(name, -1) >= position)
@@ -272,8 +270,7 @@ def _anti_affinity(pod: dict[str, Any]) -> list[Hashable]:
 
 
 class CachedView:
-    """The scheduler checks' view of the cluster (rules/fit/view.py `View`): the caches' shared
-    objects, and the pods with required anti-affinity by the labels their terms may select."""
+    """The scheduler checks' view of the cluster (rules/fit/view.py `View`) over the caches' shared objects."""
 
     def __init__(self, store: WatchedClusterStore):
         self._store = store
