@@ -37,9 +37,13 @@ def trim(value: Any, keep: Keep) -> Any:
 # The claims a launcher pod mounts (rules/shared/facts.py `claims_of`), as declared.
 CLAIMS: Keep = declared.POD.keep(Settings())["spec"]["volumes"]
 
-# Of each volume of a pod to place: the claims the checks read (VolumeBinding), and every source the
-# rules declare they read of a launcher's volumes, whole.
-VOLUME_FIELDS = tuple(dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral", *CLAIMS[0])))
+# What kube-scheduler's filters (rules/fit/) read of a pod to place; of each volume, the claims the checks read
+# (VolumeBinding) and every source the rules declare they read of a launcher's volumes, whole.
+CONTAINER_TO_PLACE: Keep = [dict.fromkeys(("name", "resources", "ports", "restartPolicy"), True)]
+SPEC_TO_PLACE: Keep = {**dict.fromkeys(("nodeName", "nodeSelector", "affinity", "tolerations", "overhead", "resources",
+                                        "hostNetwork", "topologySpreadConstraints"), True),
+                       "containers": CONTAINER_TO_PLACE, "initContainers": CONTAINER_TO_PLACE,
+                       "volumes": [dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral", *CLAIMS[0]), True)]}
 
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
                   "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}}
@@ -126,7 +130,7 @@ def _pod_spec(spec: dict[str, Any], launcher: bool, *, leaving: bool = False) ->
     if launcher:
         # What the VM's migration target is rendered from (`lookup.resolve.migration_target_pod`):
         # a drain's share-manager rule judges nodes by it with no read of the pod from the API.
-        return _spec_to_place(spec)
+        return trim(spec, SPEC_TO_PLACE)
     host_network = spec.get("hostNetwork") is True
     kept: dict[str, Any] = {key: spec[key] for key in ("nodeName", "overhead", "resources", "hostNetwork")
                             if spec.get(key)}
@@ -204,23 +208,4 @@ def _resized(pod: dict[str, Any]) -> bool:
 def pod_to_place(pod: Any) -> Any:
     """A pod about to be placed, reduced to what kube-scheduler's filters (rules/fit/) read of it: the keeper keeps
     one per VM apart, and a launcher's environment, mounts and probes are most of its bytes."""
-    if not isinstance(pod, dict):
-        return pod
-    meta = kinds.meta(pod)
-    kept_meta = {key: meta[key] for key in ("name", "namespace", "labels") if key in meta}
-    return {"metadata": kept_meta, "spec": _spec_to_place(kinds.spec(pod))}
-
-
-def _spec_to_place(spec: dict[str, Any]) -> dict[str, Any]:
-    """What `pod_to_place` keeps of a pod's spec."""
-    kept_spec = {key: spec[key] for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "overhead",
-                                            "resources", "hostNetwork", "topologySpreadConstraints") if key in spec}
-    for key, fields in (("containers", ("name", "resources", "ports", "restartPolicy")),
-                        ("initContainers", ("name", "resources", "ports", "restartPolicy")),
-                        ("volumes", VOLUME_FIELDS)):
-        if key not in spec:
-            continue
-        items = spec[key]
-        kept_spec[key] = [{k: c[k] for k in fields if k in c} if isinstance(c, dict) else c for c in items] \
-            if isinstance(items, list) else items
-    return kept_spec
+    return trim(pod, {"metadata": dict.fromkeys(("name", "namespace", "labels"), True), "spec": SPEC_TO_PLACE})
