@@ -85,14 +85,14 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
     claim = rwx_disk("a", "node-a")[0]
     claim["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
     pvcs.apply(Event(EventType.ADDED, claim))
-    assert pvcs.table.get("default/a") == shapes(Settings())[PVC.kind](claim)
-    assert "managedFields" not in pvcs.table.get("default/a")["metadata"]
+    assert pvcs.get("default", "a") == shapes(Settings())[PVC.kind](claim)
+    assert "managedFields" not in pvcs.get("default", "a")["metadata"]
     changed = copy.deepcopy(claim)
     changed["spec"]["accessModes"] = ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.MODIFIED, changed))
-    assert pvcs.table.get("default/a")["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvcs.get("default", "a")["spec"]["accessModes"] == ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.DELETED, changed))
-    assert pvcs.table.get("default/a") is None and pvcs.events == 3
+    assert pvcs.get("default", "a") is None and pvcs.events == 3
 
 
 def test_objects_outside_the_scope_are_not_kept_even_if_the_api_sends_them():

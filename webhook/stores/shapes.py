@@ -34,16 +34,14 @@ def trim(value: Any, keep: Keep) -> Any:
     return {key: v for key, v in value.items() if keep(key)}
 
 
-# The claims a launcher pod mounts (rules/shared/facts.py `claims_of`), as declared.
-CLAIMS: Keep = declared.POD.keep(Settings())["spec"]["volumes"]
-
 # What kube-scheduler's filters (rules/fit/) read of a pod to place; of each volume, the claims the checks read
 # (VolumeBinding) and every source the rules declare they read of a launcher's volumes, whole.
 CONTAINER_TO_PLACE: Keep = [dict.fromkeys(("name", "resources", "ports", "restartPolicy"), True)]
 SPEC_TO_PLACE: Keep = {**dict.fromkeys(("nodeName", "nodeSelector", "affinity", "tolerations", "overhead", "resources",
                                         "hostNetwork", "topologySpreadConstraints"), True),
                        "containers": CONTAINER_TO_PLACE, "initContainers": CONTAINER_TO_PLACE,
-                       "volumes": [dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral", *CLAIMS[0]), True)]}
+                       "volumes": [dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral",
+                                                  *declared.POD.keep(Settings())["spec"]["volumes"][0]), True)]}
 
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
                   "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}}
