@@ -1,6 +1,5 @@
-"""Work that runs in a task of its own, again and again, until stopped, in either process: the stranded-pod report,
-the check of our webhook configuration, certificate reloads, Events, the keeper's Lease and passes, the informers.
-Nothing that answers waits on it (an admission, a probe), and it never dies of a failure."""
+"""Work that runs in a task of its own, again and again, until stopped, in either process (reports, reloads, Events,
+the keeper's Lease and passes, the informers): nothing that answers waits on it, and it never dies of a failure."""
 from __future__ import annotations
 
 import asyncio
@@ -20,10 +19,6 @@ class Background:
         self.sleep = sleep
         self.error: str | None = None  # why the last step failed, until one succeeds
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
 
     def start(self) -> None:
         """Run in the background (from the running loop); a second call does nothing."""

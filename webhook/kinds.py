@@ -97,7 +97,6 @@ KUBEVIRT_SCHEDULABLE = "kubevirt.io/schedulable"  # node label set by virt-handl
 LIVE_MIGRATABLE = "LiveMigratable"  # VMI condition
 PAUSED = "Paused"  # VMI condition
 PAUSED_IO_ERROR = "PausedIOError"  # its reason (virt-handler's) when QEMU stopped the VM on a disk I/O error
-VMI_OWNER_KIND = "VirtualMachineInstance"  # a launcher pod's controlling ownerReference: its VMI
 # On a migration: how long KubeVirt lets its target pod stay unschedulable (default 5 minutes).
 UNSCHEDULABLE_TIMEOUT_ANNOTATION = "kubevirt.io/migrationUnschedulablePodTimeoutSeconds"
 # Node labels of virt-handler's node labeller, which migration target pods select on
@@ -224,13 +223,12 @@ def controller(obj: Any, of_kinds: tuple[str, ...]) -> dict[str, Any] | None:
 
 def vmi_owner(pod: Any) -> dict[str, Any] | None:
     """The pod's controlling ownerReference of kind VirtualMachineInstance: the VMI it runs."""
-    return controller(pod, (VMI_OWNER_KIND,))
+    return controller(pod, (VMI.kind,))
 
 
 def vm_name(pod: Any) -> str | None:
     """The name of the VMI a launcher pod runs (its controlling owner), never a label's."""
-    owner = vmi_owner(pod)
-    return owner["name"] if owner is not None else None
+    return (vmi_owner(pod) or {}).get("name")
 
 
 def terminating(obj: Any) -> bool:

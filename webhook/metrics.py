@@ -120,8 +120,7 @@ STRANDED_PODS = Gauge("colocate_stranded_pods", "Pods we pinned that are still u
 class StoreCollector(Collector):
     """Reads the store's own figures at scrape time (objects cached, last sync) if it has any."""
 
-    def __init__(self) -> None:
-        self.source: Callable[[], dict[str, tuple[int, float | None]]] | None = None
+    source: Callable[[], dict[str, tuple[int, float | None]]] | None = None  # set by the process that has a store
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         objects = GaugeMetricFamily("colocate_store_objects", "Objects held in the store, by resource.", labels=["resource"])

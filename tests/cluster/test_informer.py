@@ -5,11 +5,11 @@ import logging
 import pytest
 from tests.support.kube import LONGHORN_NS, fixture_cluster, nodes, review, running_vm, rwx_disk, vm_pod
 
-from webhook import metrics
+from webhook import kinds, metrics
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
 from webhook.cluster import client
-from webhook.stores.cache import NOT_FINISHED, WatchedClusterStore, not_finished
+from webhook.stores.cache import NOT_FINISHED, WatchedClusterStore
 from webhook.cluster.informer import Informer
 from webhook.stores.shapes import shapes
 from webhook.cluster.reflector import Event, EventType
@@ -96,7 +96,7 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
 
 
 def test_objects_outside_the_scope_are_not_kept_even_if_the_api_sends_them():
-    pods = informer_for(POD, namespace=LONGHORN_NS, fields=NOT_FINISHED, wanted=not_finished)
+    pods = informer_for(POD, namespace=LONGHORN_NS, fields=NOT_FINISHED, wanted=lambda pod: not kinds.finished(pod))
     share_manager_pod = [o for o in rwx_disk("a", "node-a") if o["kind"] == "Pod"][0]
     elsewhere = copy.deepcopy(share_manager_pod)
     elsewhere["metadata"]["namespace"] = "default"

@@ -84,7 +84,7 @@ def kinds_of(events):
 ], ids=["whole-lines", "lines-split-across-chunks", "blank-line-and-a-partial-one", "nothing"])
 def test_lines_are_cut_where_they_end_not_where_chunks_end(chunks, lines, left):
     pending = bytearray()
-    assert split_lines(chunks, pending) == lines
+    assert [line for chunk in chunks for line in split_lines(chunk, pending)] == lines
     assert bytes(pending) == left
 
 

@@ -13,7 +13,7 @@ from ..deadline import Deadline
 from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
 from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS
-from ..stores.store import WatchedStore
+from ..stores.cache import WatchedClusterStore
 from .admit import Shared, share_manager_rule
 from .server import Admissions
 
@@ -28,7 +28,7 @@ class Preparer(Companion):
     """A companion of `serve` (start, stop, degraded): a look every `period` seconds, once synced,
     at the share-manager pods on their way out; answers for those without a recent one."""
 
-    def __init__(self, store: WatchedStore, settings: AdmissionSettings, admissions: Admissions, *,
+    def __init__(self, store: WatchedClusterStore, settings: AdmissionSettings, admissions: Admissions, *,
                  period: float = PERIOD, clock: Any = time.monotonic):
         self.store, self.settings, self.admissions, self.clock = store, settings, admissions, clock
         self.said: dict[str, str] = {}  # why each pod on its way out has no answer, as last logged

@@ -9,7 +9,7 @@ from typing import Any
 from .. import kinds, metrics
 from ..background import Background, Companion
 from ..cluster.events import NO_EVENTS, Events, vmi_reference
-from ..stores.store import WatchedStore
+from ..stores.cache import WatchedClusterStore
 from ..config import AdmissionSettings
 from ..rules.placement.stranded import Stranded, stranded
 
@@ -20,7 +20,7 @@ EVENT_REASON = "Stranded"
 class StrandedReporter(Companion):
     """A companion of `serve` (start, stop, degraded): a look every `interval` seconds, once synced."""
 
-    def __init__(self, store: WatchedStore, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
+    def __init__(self, store: WatchedClusterStore, settings: AdmissionSettings, events: Events = NO_EVENTS, *,
                  interval: float = 30.0):
         self.store, self.settings, self.events = store, settings, events
         self.reported: dict[str, Stranded] = {}  # namespace/pod -> what was said about it

@@ -7,8 +7,7 @@ import sys
 
 import yaml
 
-from ..cluster.client import NoCredentials
-from ..cluster.rest import KubeError
+from ..cluster.client import KubeError, NoCredentials
 from ..config import EXPLAIN, KEEP, REVIEW, SERVE, SPARE_VMS, STATUS
 from .parser import DEFAULT_CERT_DIR, build_parser, flags_given, settings_from
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ..cluster.rest import KubeError
+from ..cluster.client import KubeError
 from ..stores.store import StoreError
 from ..config import Settings
 from ..deadline import Deadline

@@ -1,8 +1,10 @@
-"""The one way every verb connects to the cluster, and the one raw request helper.
-Credentials as kubectl finds them: `--kubeconfig` alone, else in-cluster, else `KUBECONFIG`, else `~/.kube/config`."""
+"""The one way every verb connects to the cluster, and the raw requests: `request`, and `Api`'s JSON in and out for what
+writes settings (`certs`, `spare-vms`). Credentials as kubectl finds them: `--kubeconfig` alone, else in-cluster,
+else `KUBECONFIG`, else `~/.kube/config`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -207,3 +209,39 @@ async def request(api: Any, method: str, path: str, *, query: Sequence[tuple[str
         what = "timed out" if timed_out else f"{type(exc).__name__}: {exc}"
         raise ApiUnreachable(f"cannot reach the API for {method} {path}: {what}", timed_out=timed_out) from None
     return response.status, raw
+
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class KubeError(Exception):
+    """The API refused or could not be reached; the message says what to check."""
+
+
+class Api:
+    """`timeout`: seconds to wait for each answer (`--request-timeout`)."""
+
+    def __init__(self, api_client: Any, timeout: float = 30.0):
+        self._api = api_client
+        self.timeout = timeout
+
+    async def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any]:
+        try:
+            status, raw = await request(self._api, method, path, body=body, content_type=content_type,
+                                        timeout=self.timeout)
+        except ApiUnreachable as exc:
+            raise KubeError(str(exc)) from None
+        try:
+            return status, json.loads(raw) if raw else None
+        except (ValueError, TypeError):
+            return status, None
+
+    async def close(self) -> None:
+        await self._api.close()
+
+
+def failure(status: int, body: Any, what: str) -> KubeError:
+    message = body.get("message") if isinstance(body, dict) else None
+    hint = {403: " (check the RBAC of this ServiceAccount)", 404: " (not found)"}.get(status, "")
+    return KubeError(f"{what}: API answered {status}{hint}" + (f": {message}" if message else ""))

@@ -1,8 +1,5 @@
-"""Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them.
-
-Admission never waits for one (a full queue drops it), and each POST waits until no review is in flight nor came
-for QUIET seconds, at most HOLD seconds (`AfterReviews`): a POST takes the core that answers reviews.
-"""
+"""Kubernetes Events about decisions, posted in the background: `kubectl describe vmi` shows them. Admission never
+waits for one (a full queue drops it); each POST gives way to the reviews (`AfterReviews`): it takes their core."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +10,7 @@ import socket
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from .. import kinds, metrics
 from ..background import Background
@@ -24,10 +21,7 @@ from . import client
 log = logging.getLogger("webhook.events")
 HOLD = 2.0  # the longest Events wait for the reviews in flight to be answered, then go as they come
 QUIET = 0.1  # how long after the last review answered an Event still waits for more to come
-LOOK_AGAIN = 0.01  # how often a waiting Event looks whether the reviews have been answered
-
-# Which owner an Event is about: the VMI for a VM pod, the ShareManager for a share-manager pod.
-OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")
+OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")  # an Event's object: a VM pod's VMI, a share-manager's
 
 
 def identity(env: Mapping[str, str] | None = None) -> str:
@@ -73,8 +67,9 @@ def new_event(involved: dict[str, Any], reason: str, message: str, instance: str
     }
 
 
-class Events(Protocol):
-    """Where Events about decisions go: the API (EventSink), or nowhere (these defaults: NoEvents)."""
+class Events:
+    """Where Events about decisions go: the API (EventSink), or nowhere (these defaults, NO_EVENTS: `serve --events
+    off`, a snapshot, a pass on its own)."""
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
@@ -87,27 +82,19 @@ class Events(Protocol):
         """Hold the Events while `busy()` (reviews in flight), at most HOLD seconds at a time (`AfterReviews`)."""
 
 
-class NoEvents(Events):
-    """Events off (`serve --events off`, a snapshot, a pass on its own): nothing is recorded."""
-
-    def yield_to(self, busy: Callable[[], bool]) -> None:
-        pass
+NO_EVENTS = Events()
 
 
-NO_EVENTS = NoEvents()
-
-
-class EventSink:
+class EventSink(Events):
     """A bounded queue and one worker, started by the first Event, that POSTs them."""
 
-    def __init__(self, api_client: Any, *, maxsize: int = 1000, timeout: float = 5.0, hold: float = HOLD):
+    def __init__(self, api_client: Any, *, hold: float = HOLD):
         self._api = api_client
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
-        self._timeout = timeout
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(1000)
         self._worker = Background("events", self._send_next, log=log, failure="sending Events failed", retry=1.0)
         self.instance = identity()
         self._closed = False  # after close, nothing is queued: no worker would be left to stop
-        self.after_reviews = AfterReviews(hold, LOOK_AGAIN)  # serve's reviews in flight (`yield_to`)
+        self.after_reviews = AfterReviews(hold)  # serve's reviews in flight (`yield_to`)
 
     def emit_about(self, involved: dict[str, Any], reason: str, message: str, *, warning: bool = False,
                    name: str | None = None) -> None:
@@ -125,7 +112,7 @@ class EventSink:
         try:
             await self.after_reviews.wait()
             status, _ = await client.request(self._api, "POST", EVENT.path(event["metadata"]["namespace"]), body=event,
-                                             timeout=self._timeout)
+                                             timeout=5.0)
             if status != 409 and not 200 <= status < 300:  # 409: a fixed name another replica has recorded
                 raise RuntimeError(f"API answered {status}")
             metrics.EVENTS.labels("sent").inc()
@@ -141,8 +128,6 @@ class EventSink:
 
     async def close(self, grace: float = 2.0) -> None:
         self._closed = True
-        if not self._worker.running:
-            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._queue.join(), grace)
         await self._worker.stop()

@@ -28,6 +28,7 @@ class Informer:
         self.fields, self.wanted = fields, wanted
         self.shape = shape  # what is kept of each object (shapes.py)
         self.namespace = namespace if resource.namespaced else None
+        self.name = f"{resource.plural} in {self.namespace}" if self.namespace else resource.plural
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
@@ -37,17 +38,9 @@ class Informer:
         self.error: str | None = None  # why the last list/watch failed, until one succeeds
         self._listed: set[str] = set()  # keys the list under way has returned
 
-    @property
-    def name(self) -> str:
-        return f"{self.resource.plural} in {self.namespace}" if self.namespace else self.resource.plural
-
     def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A fresh copy (see `Table.get`)."""
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
-
-    def reflector(self, api: Any, timing: Timing = Timing(), list_slots: asyncio.Semaphore | None = None) -> Reflector:
-        return Reflector(ApiTransport(api, self.resource.path(self.namespace)), self.name, fields=self.fields,
-                         timing=timing, list_slots=list_slots)
 
     async def run(self, events: Any) -> None:
         """Apply the reflector's events until it stops (cancel to stop)."""
@@ -143,10 +136,9 @@ class Informers:
             run.start()
 
     def _follower(self, informer: Informer, list_slots: asyncio.Semaphore) -> Callable[[], Awaitable[None]]:
-        return lambda: informer.run(informer.reflector(self._api, self._timing, list_slots).events())
-
-    def synced(self) -> bool:
-        return all(i.synced for i in self.informers)
+        transport = ApiTransport(self._api, informer.resource.path(informer.namespace))
+        return lambda: informer.run(Reflector(transport, informer.name, fields=informer.fields, timing=self._timing,
+                                              list_slots=list_slots).events())
 
     def degraded(self) -> list[str]:
         """Informers whose list or watch is failing now: they serve what they have meanwhile."""

@@ -7,8 +7,8 @@ import contextlib
 import dataclasses
 import enum
 import random
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 
@@ -28,18 +28,6 @@ class Timing:
     request_timeout: float = 60.0  # per list page
     # A watch that ends sooner than this with no event was not a healthy watch.
     short_watch: float = 1.0
-
-
-class Backoff:
-    """Exponential delays with jitter: initial × 2ⁿ, capped, each drawn from [d/2, d]."""
-
-    def __init__(self, initial: float, cap: float):
-        self.initial, self.cap, self.failures = initial, cap, 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.initial * 2 ** self.failures)
-        self.failures += 1
-        return random.uniform(delay / 2, delay)
 
 
 class Gone(Exception):
@@ -81,26 +69,19 @@ class Event:
 WATCH_TYPES = {t.value: t for t in (EventType.ADDED, EventType.MODIFIED, EventType.DELETED, EventType.BOOKMARK)}
 
 
-class Transport(Protocol):
-    async def get(self, query: list[tuple[str, str]], timeout: float) -> tuple[int, bytes]:
-        """One list page, answered or failed within `timeout`: (status, body)."""
-
-    def stream(self, query: list[tuple[str, str]]) -> contextlib.AbstractAsyncContextManager[
-            tuple[int, AsyncIterator[bytes]]]:
-        """A watch: (status, chunks of the body as they arrive); closed on exit."""
-
-
 class ApiTransport:
-    """The Transport over kubernetes-asyncio."""
+    """What a reflector asks through (tests play one back): kubernetes-asyncio."""
 
     def __init__(self, api: Any, path: str):
         self.api, self.path = api, path
 
-    async def get(self, query, timeout):
+    async def get(self, query: list[tuple[str, str]], timeout: float) -> tuple[int, bytes]:
+        """One list page, answered or failed within `timeout`: (status, body)."""
         return await client.request(self.api, "GET", self.path, query=query, timeout=timeout)
 
     @contextlib.asynccontextmanager
-    async def stream(self, query):
+    async def stream(self, query: list[tuple[str, str]]) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """A watch: (status, chunks of the body as they arrive); closed on exit."""
         response = await client.open_response(self.api, "GET", self.path, query=query, timeout=None)
         try:
             yield response.status, response.content.iter_any()
@@ -108,23 +89,20 @@ class ApiTransport:
             response.close()
 
 
-def split_lines(chunks: Iterable[bytes], pending: bytearray) -> list[bytes]:
-    """Complete lines from chunks as they arrive; an unfinished line stays in `pending`."""
-    lines: list[bytes] = []
-    for chunk in chunks:
-        pending += chunk
-        if b"\n" not in chunk:
-            continue
-        *done, rest = pending.split(b"\n")
-        pending[:] = rest
-        lines += [line for line in done if line.strip()]
-    return lines
+def split_lines(chunk: bytes, pending: bytearray) -> list[bytes]:
+    """The lines a chunk completes; an unfinished line stays in `pending`."""
+    pending += chunk
+    if b"\n" not in chunk:
+        return []
+    *done, rest = pending.split(b"\n")
+    pending[:] = rest
+    return [line for line in done if line.strip()]
 
 
 class Reflector:
-    """One resource (optionally one namespace and a label selector), listed and watched."""
+    """One resource (optionally of one namespace), listed and watched."""
 
-    def __init__(self, transport: Transport, name: str, *, fields: str = "", timing: Timing = Timing(),
+    def __init__(self, transport: ApiTransport, name: str, *, fields: str = "", timing: Timing = Timing(),
                  list_slots: asyncio.Semaphore | None = None):
         self.transport, self.name, self.timing = transport, name, timing
         # A field selector every list and watch asks with, e.g. the scheduler's "not finished" for pods.
@@ -133,7 +111,13 @@ class Reflector:
         self.list_slots = list_slots or asyncio.Semaphore(1)
         self.resource_version: str | None = None
         self.resumable = False  # every event since the list carried a resourceVersion
-        self._backoff = Backoff(timing.backoff_initial, timing.backoff_cap)
+        self.failures = 0  # in a row: the next backoff
+
+    def backoff(self) -> float:
+        """Exponential delays with jitter: initial × 2ⁿ, capped, each drawn from [d/2, d]."""
+        delay = min(self.timing.backoff_cap, self.timing.backoff_initial * 2 ** self.failures)
+        self.failures += 1
+        return random.uniform(delay / 2, delay)
 
     async def list(self) -> AsyncIterator[Event]:
         """A full paginated list: LISTED per object, then SYNCED with the list's resourceVersion kept."""
@@ -190,7 +174,7 @@ class Reflector:
                 except (StopAsyncIteration, TimeoutError):
                     return
                 pacer = Pacer()  # what came at once (a backlog), in slices as a list's page
-                for line in split_lines((chunk,), pending):
+                for line in split_lines(chunk, pending):
                     event = self.event(orjson.loads(line))
                     counter[0] += 1
                     yield event
@@ -234,17 +218,17 @@ class Reflector:
                 need_list = not self.resumable
                 if counter[0] == 0 and loop.time() - started < self.timing.short_watch:
                     raise WatchError(f"watch of {self.name} ended at once with no events")
-                self._backoff.failures = 0
+                self.failures = 0
             except Gone as exc:
                 # client-go relists at once on 410; a relist that is itself too old backs off.
                 need_list = True
                 gone_in_a_row += 1
-                retry_in = self._backoff.next() if gone_in_a_row > 1 else 0.0
+                retry_in = self.backoff() if gone_in_a_row > 1 else 0.0
                 yield Event(EventType.RELISTING, error=str(exc), retry_in=retry_in)
                 if retry_in:
                     await asyncio.sleep(retry_in)
             except Exception as exc:  # API down, reset, 403, bad JSON: back off, then resume
                 need_list = need_list or not self.resumable
-                delay = self._backoff.next()
+                delay = self.backoff()
                 yield Event(EventType.FAILED, error=f"{type(exc).__name__}: {exc}", retry_in=delay)
                 await asyncio.sleep(delay)

@@ -18,7 +18,7 @@ from .. import metrics
 from ..cluster.events import NO_EVENTS, Events
 from .kubevirt_api import KubeVirtWatch
 from ..cluster.reflector import Timing
-from ..stores.store import WatchedStore
+from ..stores.cache import WatchedClusterStore
 from ..config import KeepMode, Settings
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import HOLDS, PassFacts, VmFacts
@@ -89,7 +89,7 @@ def show(report: PassReport) -> None:
 class Keeper:
     """The passes: `run()` for the elected replica; `async with keeper.watching(): await keeper.run_pass()` alone."""
 
-    def __init__(self, api: Any, store: WatchedStore, settings: Settings, *, events: Events = NO_EVENTS,
+    def __init__(self, api: Any, store: WatchedClusterStore, settings: Settings, *, events: Events = NO_EVENTS,
                  timing: KeeperTiming = KeeperTiming(), authority: Callable[[float], bool] = lambda within: True,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC), state: StateStore | None = None):
         if settings.keep is KeepMode.OFF:

@@ -10,7 +10,7 @@ from .. import metrics
 from . import spare
 from ..stores.direct import ClusterStore
 from ..lookup.replicas import read_settings
-from ..cluster.rest import Api, KubeError
+from ..cluster.client import Api, KubeError
 from ..config import Settings
 from ..rules.shared.longhorn import BLACKLIST, SETTINGS, VMI_KIND, Answer, Restarts, blacklisted, restarts_vms
 

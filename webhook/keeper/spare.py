@@ -12,7 +12,7 @@ from ..kinds import LONGHORN_SETTING
 from ..rules.shared.longhorn import BLACKLIST, VMI_KIND, sparing
 from ..cluster import client
 from ..cluster.events import identity, new_event
-from ..cluster.rest import JSON_PATCH, Api, KubeError, failure
+from ..cluster.client import JSON_PATCH, Api, KubeError, failure
 
 ATTEMPTS = 5  # refused because the Setting changed under us: read again and retry
 

@@ -10,7 +10,7 @@ from ..config import Settings
 from ..kinds import NODE, POD, PV, PVC, SHARE_MANAGER, VMI, VMIM, Resource
 from ..cluster.informer import Informer, Informers
 from ..cluster.reflector import Timing
-from ..cluster.table import Indexer, object_key
+from ..cluster.table import object_key
 from ..rules import fit
 from ..rules.fit.memo import SIZE, Memo
 from ..rules.shared.facts import claims_of
@@ -30,10 +30,6 @@ CACHED_ONLY = frozenset({VMI.kind, VMIM.kind})
 # The scheduler's own pod informer leaves finished pods out (pkg/scheduler/scheduler.go); they take
 # nothing from a node, and the rules do not trust them either.
 NOT_FINISHED = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def not_finished(pod: dict[str, Any]) -> bool:
-    return not kinds.finished(pod)
 
 
 NO_PODS = fit.Usage()  # what a node without pods takes: nothing (never changed)
@@ -82,19 +78,11 @@ class ChangedNodes:
         return now, frozenset(self.names[position - self.start:])
 
     def among(self, names: Iterable[str], position: int | None) -> tuple[frozenset[str], frozenset[str]] | None:
-        """Of `names`, those noted since `position`, and of those the ones noted for more than a pod
-        that takes only room there (`fit.takes_room_only`): the node itself updated, another pod
-        come or gone; None where since when is not known."""
+        """`View.changes_among` from this record."""
         if position is None or position < self.start or position > self.start + len(self.names):
             return None
         changed = frozenset(name for name in names if self.last.get(name, -1) >= position)
         return changed, frozenset(name for name in changed if self.last_beyond_room.get(name, -1) >= position)
-
-    def node_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """A watcher of the nodes' table."""
-        name = kinds.meta(new if new is not None else old).get("name")
-        if isinstance(name, str):
-            self.note(name)
 
 
 class NodeUsage:
@@ -127,7 +115,8 @@ class NodeUsage:
 
 
 class WatchedClusterStore(Informers):
-    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell."""
+    """The Store protocol answered from watch caches, with direct GETs where the cache cannot tell: what the keeper
+    and the stranded-pod report read from memory."""
 
     task_prefix = "cache"
 
@@ -140,20 +129,20 @@ class WatchedClusterStore(Informers):
             return Informer(resource, shape[resource.kind], **kwargs)
 
         self.pvcs = informer(PVC)
-        self.pvs = informer(PV, indexers={"volumeHandle": _volume_handles})
+        self.pvs = informer(PV, indexers={"volumeHandle": lambda pv: filter(None, [volume_handle(pv)])})
         self.share_managers = informer(SHARE_MANAGER, namespace=settings.longhorn_namespace)
         # Every pod that has not finished: share-manager pods by name, launcher pods by claim, and
         # what each node's pods take, for the scheduler's checks. A miss by name is an answer.
         self.changed_nodes = ChangedNodes()
         self.usage = NodeUsage(self.changed_nodes)
-        self.pods = informer(POD, fields=NOT_FINISHED, wanted=not_finished,
-                             indexers={"claim": _claims, "vmi": _created_by, "node": _node_of, "anti": _anti_affinity,
-                                       "labelled": _indexed_labels,
-                                       "waiting": pinned_and_waiting(settings),
-                                       "leaving": share_managers_leaving(settings)},
-                             watchers=[self.usage])
+        self.pods = informer(POD, fields=NOT_FINISHED, wanted=lambda pod: not kinds.finished(pod),
+                             indexers={"claim": lambda pod: _vmi_claims(pod) if kinds.is_launcher(pod) else [],
+                                       "vmi": _created_by, "node": lambda pod: filter(None, [fit.bound_node(pod)]),
+                                       "waiting": lambda pod: [True] if _pinned_and_waiting(pod, settings) else [],
+                                       "leaving": lambda pod: [True] if share_manager_leaving(pod, settings) else [],
+                                       "anti": _anti_affinity, "labelled": _indexed_labels}, watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
-        self.nodes = informer(NODE, watchers=[self.changed_nodes.node_changed])
+        self.nodes = informer(NODE, watchers=[lambda old, new: self.changed_nodes.note(kinds.meta(new or old)["name"])])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
         # (KubeVirt mounts them in an attachment pod). `keep` watches VMIs itself: `vmis=False`.
         self.vmis = informer(VMI, indexers={"claim": _vmi_claims})
@@ -241,20 +230,14 @@ class WatchedClusterStore(Informers):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         if not (self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced):
             return None
-        # The checks keep a few answers per node (its allocatable, whether each kind of pod may run there)
-        # besides a drain's order of the nodes by room: held fewer, at 5,000 nodes the order was dropped
-        # for the nodes' answers and every share-manager scored every node again (15 ms each, not 1).
+        # A few answers per node (its allocatable, which pods may run there) beside a drain's order of the nodes by
+        # room: held fewer, that order is dropped for them and each share-manager scores every node again.
         self._view.memo.size = max(SIZE, MEMO_PER_NODE * len(self.nodes.table.objects))
         return self._view
 
     def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
         """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
         return self.pods.table.lookup("vmi", object_key(namespace, vmi_uid)) if self.pods.synced else None
-
-
-def _volume_handles(pv: dict[str, Any]) -> list[str]:
-    handle = volume_handle(pv)
-    return [handle] if handle else []
 
 
 def _created_by(pod: dict[str, Any]) -> list[str]:
@@ -264,34 +247,15 @@ def _created_by(pod: dict[str, Any]) -> list[str]:
     return [object_key(kinds.meta(pod).get("namespace") or "", uid)] if isinstance(uid, str) and uid else []
 
 
-def _claims(pod: dict[str, Any]) -> list[str]:
-    return _vmi_claims(pod) if kinds.is_launcher(pod) else []
-
-
 def _vmi_claims(obj: dict[str, Any]) -> list[str]:
     """The claims of a VMI's volumes (hotplugged ones included), or of a launcher pod's."""
     namespace = kinds.meta(obj).get("namespace") or ""
     return [object_key(namespace, claim) for claim in claims_of(obj)]
 
 
-def pinned_and_waiting(settings: Settings) -> Indexer:
-    def waiting(pod: dict[str, Any]) -> list[bool]:
-        pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
-        return [True] if pinned and not kinds.spec(pod).get("nodeName") else []
-
-    return waiting
-
-
-def share_managers_leaving(settings: Settings) -> Indexer:
-    def leaving(pod: dict[str, Any]) -> list[bool]:
-        return [True] if share_manager_leaving(pod, settings) else []
-
-    return leaving
-
-
-def _node_of(pod: dict[str, Any]) -> list[str]:
-    node = fit.bound_node(pod)
-    return [node] if node else []
+def _pinned_and_waiting(pod: dict[str, Any], settings: Settings) -> bool:
+    pinned = kinds.annotations(pod).get(settings.decision_annotation) in kinds.REQUIRING_DECISIONS
+    return pinned and not kinds.spec(pod).get("nodeName")
 
 
 def _indexed_labels(pod: dict[str, Any]) -> list[Hashable]:
@@ -306,29 +270,18 @@ def _anti_affinity(pod: dict[str, Any]) -> list[Hashable]:
 
 
 class CachedView:
-    """The scheduler checks' view of the cluster (rules/fit/view.py `View`): the caches' shared
-    objects, and the pods with required anti-affinity by the labels their terms may select."""
+    """The scheduler checks' view of the cluster (rules/fit/view.py `View`) over the caches' shared objects."""
 
     def __init__(self, store: WatchedClusterStore):
         self._store = store
         self.memo = Memo()  # what the checks worked out from this store's objects
-
-    def node(self, name):
-        return self._store.nodes.table.read(name)
+        self.node, self.usage = store.nodes.table.read, store.usage.of
+        self.nodes_changed, self.changes_among = store.changed_nodes.since, store.changed_nodes.among
 
     def nodes(self):
         # Read one at a time: decoded, 5,000 nodes of 170 labels at once were 50 MiB more of the process.
         table = self._store.nodes.table
         return (node for node in map(table.read, list(table.objects)) if node is not None)
-
-    def usage(self, node_name):
-        return self._store.usage.of(node_name)
-
-    def nodes_changed(self, since):
-        return self._store.changed_nodes.since(since)
-
-    def changes_among(self, names, since):
-        return self._store.changed_nodes.among(names, since)
 
     def pods_on(self, node_name):
         table = self._store.pods.table

@@ -77,8 +77,7 @@ class ClusterStore(Store):
         return objects
 
     async def fit_view(self, namespace, node, *, timeout=None):
-        """Read once what the checks need (an admin's one-off question, e.g. `explain`): every
-        node, the pods that have not finished, the namespace's claims, every volume."""
+        """Read once what the checks need: an admin's one-off question (`explain`)."""
         try:
             async with asyncio.timeout(timeout):
                 nodes = await self.list(NODE, timeout=timeout)

@@ -24,30 +24,21 @@ def file_problem(exc: OSError) -> str:
     return "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
 
 
-def documents(text: str) -> list[Any]:
-    """The documents in `text`, empty ones left out: one JSON document, else a YAML stream."""
-    if text.lstrip()[:1] in ("{", "["):
-        try:
-            return [orjson.loads(text)]
-        except orjson.JSONDecodeError as exc:
-            if "depth" in str(exc) or "recursion" in str(exc).lower():
-                raise ValueError(TOO_DEEP) from None
-            # not JSON: YAML's flow style, comments, several documents
-    try:
-        return [d for d in yaml.load_all(text, Loader=LOADER) if d is not None]
-    except RecursionError:
-        raise ValueError(TOO_DEEP) from None
-    except yaml.YAMLError as exc:
-        if "nesting depth" in str(getattr(exc, "problem", "")):
-            raise ValueError(TOO_DEEP) from None
-        raise
-
-
 def read(path: str | None, shown: str) -> list[Any]:
-    """The documents of file `path` (None: stdin); a ValueError naming it (`shown`) and what is wrong."""
+    """The documents of file `path` (None: stdin), empty ones left out: one JSON document, else a YAML stream;
+    a ValueError naming it (`shown`) and what is wrong."""
     try:
-        return documents(sys.stdin.read() if path is None else Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+        text = sys.stdin.read() if path is None else Path(path).read_text(encoding="utf-8")
+        if text.lstrip()[:1] in ("{", "["):
+            try:
+                return [orjson.loads(text)]
+            except orjson.JSONDecodeError as exc:  # else YAML: its flow style, comments, several documents
+                if "depth" in str(exc) or "recursion" in str(exc).lower():
+                    raise ValueError(TOO_DEEP) from None
+        return [d for d in yaml.load_all(text, Loader=LOADER) if d is not None]
+    except (RecursionError, yaml.YAMLError) as exc:
+        if isinstance(exc, RecursionError) or "nesting depth" in str(getattr(exc, "problem", "")):
+            raise ValueError(f"{shown}: {TOO_DEEP}") from None
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
         said = getattr(exc, "problem", None) or " ".join(str(exc).split())

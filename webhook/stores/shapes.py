@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .. import kinds
@@ -33,12 +34,14 @@ def trim(value: Any, keep: Keep) -> Any:
     return {key: v for key, v in value.items() if keep(key)}
 
 
-# The claims a launcher pod mounts (rules/shared/facts.py `claims_of`), as declared.
-CLAIMS: Keep = declared.POD.keep(Settings())["spec"]["volumes"]
-
-# Of each volume of a pod to place: the claims the checks read (VolumeBinding), and every source the
-# rules declare they read of a launcher's volumes, whole.
-VOLUME_FIELDS = tuple(dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral", *CLAIMS[0])))
+# What kube-scheduler's filters (rules/fit/) read of a pod to place; of each volume, the claims the checks read
+# (VolumeBinding) and every source the rules declare they read of a launcher's volumes, whole.
+CONTAINER_TO_PLACE: Keep = [dict.fromkeys(("name", "resources", "ports", "restartPolicy"), True)]
+SPEC_TO_PLACE: Keep = {**dict.fromkeys(("nodeName", "nodeSelector", "affinity", "tolerations", "overhead", "resources",
+                                        "hostNetwork", "topologySpreadConstraints"), True),
+                       "containers": CONTAINER_TO_PLACE, "initContainers": CONTAINER_TO_PLACE,
+                       "volumes": [dict.fromkeys(("name", "persistentVolumeClaim", "ephemeral",
+                                                  *declared.POD.keep(Settings())["spec"]["volumes"][0]), True)]}
 
 PVC_KEPT: Keep = {"metadata": {"name": True, "namespace": True, "deletionTimestamp": True},
                   "spec": {"accessModes": True, "volumeName": True}, "status": {"phase": True}}
@@ -57,38 +60,29 @@ NODE_KEPT: Keep = {"metadata": {"name": True, "labels": True},
 
 def shapes(settings: Settings) -> dict[str, Shape]:
     """Each kind a cache holds, and how an object of it is reduced when it arrives."""
-
-    def trimmed(keep: Keep) -> Shape:
-        return lambda obj: trim(obj, keep)
-
     return {
-        PVC.kind: trimmed(PVC_KEPT),
-        PV.kind: trimmed(PV_KEPT),
-        SHARE_MANAGER.kind: trimmed(SHARE_MANAGER_KEPT),
-        NODE.kind: trimmed(NODE_KEPT),
+        PVC.kind: partial(trim, keep=PVC_KEPT),
+        PV.kind: partial(trim, keep=PV_KEPT),
+        SHARE_MANAGER.kind: partial(trim, keep=SHARE_MANAGER_KEPT),
+        NODE.kind: partial(trim, keep=NODE_KEPT),
         POD.kind: shape_pod(settings),
         # As the rules declare what they read of them (the opt-in annotation a VMI keeps is a setting).
-        VMI.kind: trimmed(declared.VMI.keep(settings)),
-        VMIM.kind: trimmed(declared.VMIM.keep(settings)),
+        VMI.kind: partial(trim, keep=declared.VMI.keep(settings)),
+        VMIM.kind: partial(trim, keep=declared.VMIM.keep(settings)),
     }
-
-
-def pod_annotations(settings: Settings) -> Callable[[str], bool]:
-    """The annotations of a pod the rules read, as declared: the opt-in, our decisions, the provisioning mark."""
-    return declared.POD.named("annotations", settings)
 
 
 def pod_read(settings: Settings) -> Shape:
     """A cached pod with its annotations guarded (`declaring.CachedAnnotations`): a rule reading one
     nobody declared fails with `Undeclared` rather than read nothing."""
-    declared_keys = pod_annotations(settings)
+    declared_keys = declared.POD.named("annotations", settings)
     return lambda pod: declared.POD.guarded(pod, declared_keys)
 
 
 def shape_pod(settings: Settings) -> Shape:
     """A pod reduced to what the rules and the scheduler checks read: host ports only, conditions
     only while it waits for a node, claims only of launchers (every pod of the cluster is kept)."""
-    keep_annotation = pod_annotations(settings)
+    keep_annotation = declared.POD.named("annotations", settings)  # the opt-in, our decisions, the provisioning mark
 
     def shape(pod: dict[str, Any]) -> dict[str, Any]:
         spec, status, launcher = kinds.spec(pod), kinds.status(pod), kinds.is_launcher(pod)
@@ -134,7 +128,7 @@ def _pod_spec(spec: dict[str, Any], launcher: bool, *, leaving: bool = False) ->
     if launcher:
         # What the VM's migration target is rendered from (`lookup.resolve.migration_target_pod`):
         # a drain's share-manager rule judges nodes by it with no read of the pod from the API.
-        return _spec_to_place(spec)
+        return trim(spec, SPEC_TO_PLACE)
     host_network = spec.get("hostNetwork") is True
     kept: dict[str, Any] = {key: spec[key] for key in ("nodeName", "overhead", "resources", "hostNetwork")
                             if spec.get(key)}
@@ -212,23 +206,4 @@ def _resized(pod: dict[str, Any]) -> bool:
 def pod_to_place(pod: Any) -> Any:
     """A pod about to be placed, reduced to what kube-scheduler's filters (rules/fit/) read of it: the keeper keeps
     one per VM apart, and a launcher's environment, mounts and probes are most of its bytes."""
-    if not isinstance(pod, dict):
-        return pod
-    meta = kinds.meta(pod)
-    kept_meta = {key: meta[key] for key in ("name", "namespace", "labels") if key in meta}
-    return {"metadata": kept_meta, "spec": _spec_to_place(kinds.spec(pod))}
-
-
-def _spec_to_place(spec: dict[str, Any]) -> dict[str, Any]:
-    """What `pod_to_place` keeps of a pod's spec."""
-    kept_spec = {key: spec[key] for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "overhead",
-                                            "resources", "hostNetwork", "topologySpreadConstraints") if key in spec}
-    for key, fields in (("containers", ("name", "resources", "ports", "restartPolicy")),
-                        ("initContainers", ("name", "resources", "ports", "restartPolicy")),
-                        ("volumes", VOLUME_FIELDS)):
-        if key not in spec:
-            continue
-        items = spec[key]
-        kept_spec[key] = [{k: c[k] for k in fields if k in c} if isinstance(c, dict) else c for c in items] \
-            if isinstance(items, list) else items
-    return kept_spec
+    return trim(pod, {"metadata": dict.fromkeys(("name", "namespace", "labels"), True), "spec": SPEC_TO_PLACE})

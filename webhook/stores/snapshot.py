@@ -35,12 +35,9 @@ def _shown(value: Any) -> str:
 
 def _which(obj: Any, index: int) -> str:
     """An object of the file, as well as it can be named."""
-    if isinstance(obj, dict):
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        kind, name = obj.get("kind"), meta.get("name")
-        if isinstance(kind, str) and isinstance(name, str) and name:
-            return f"object {index} ({kind} {name})"
-    return f"object {index}"
+    kind, name = obj.get("kind") if isinstance(obj, dict) else None, kinds.meta(obj).get("name")
+    named = isinstance(kind, str) and isinstance(name, str) and name
+    return f"object {index} ({kind} {name})" if named else f"object {index}"
 
 
 class SnapshotStore(Store):

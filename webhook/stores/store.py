@@ -65,24 +65,6 @@ class Store(Protocol):
         """Release what the store holds (nothing, by default)."""
 
 
-class WatchedStore(Store, Protocol):
-    """A Store that watches the cluster: what the keeper and the stranded-pod report read from memory."""
-
-    direct: Store  # the same questions answered by the API, for objects the caches keep trimmed
-
-    async def wait_synced(self) -> None:
-        """Return once every cache has synced."""
-
-    def launcher_pods(self, namespace: str, vmi_uid: str) -> list[dict[str, Any]] | None:
-        """The virt-launcher pods of one VMI (label kubevirt.io/created-by), trimmed; None until synced."""
-
-    def pinned_waiting(self) -> list[dict[str, Any]]:
-        """Pods we pinned that no node has taken yet."""
-
-    def share_managers_leaving(self) -> list[dict[str, Any]]:
-        """Share-manager pods on their way out (terminating), with what the checks read of their spec."""
-
-
 def using(launchers: list[dict[str, Any]], vmis: list[dict[str, Any]], claim: str) -> list[dict[str, Any]]:
     """The launcher pods that mount `claim`, and those of the VMIs that have it as a volume."""
     owners = {kinds.meta(vmi).get("uid") for vmi in vmis if claim in claims_of(vmi)} - {None, ""}

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from ..cluster import client
 from ..kinds import MUTATING_WEBHOOK, SECRET, meta
 from . import certs
-from ..cluster.rest import MERGE_PATCH, Api, KubeError, failure as _failure
+from ..cluster.client import MERGE_PATCH, Api, KubeError, failure as _failure
 
 SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
 ATTEMPTS = 5  # on 409 Conflict: read again and retry

@@ -10,7 +10,7 @@ from tests.support.kube import launcher_pod_of, vmi
 from tests.support.stores import listed_store
 
 from webhook import kinds
-from webhook.stores.shapes import pod_annotations, shapes
+from webhook.stores.shapes import shapes
 from webhook.config import Settings
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.classify import opted_in_launcher, running_exemption
@@ -68,7 +68,7 @@ def test_every_replica_keeps_of_a_vmi_what_the_keeper_and_status_read():
 
 def test_the_pods_annotations_kept_are_those_the_rules_read():
     """The opt-in of the settings, our decisions (the prefix), the provisioning pod's mark."""
-    ours = pod_annotations(Settings(opt_in_annotation="example.com/colocate"))
+    ours = declared.POD.named("annotations", Settings(opt_in_annotation="example.com/colocate"))
     assert [key for key in ("example.com/colocate", "kubevirt-scheduler/decision", "kubevirt-scheduler/anything",
                             "kubevirt.io/ephemeral-provisioning", "kubevirt.io/co-schedule", "other/x")
             if ours(key)] == ["example.com/colocate", "kubevirt-scheduler/decision", "kubevirt-scheduler/anything",
