@@ -23,8 +23,9 @@ from ..kinds import CONFIGMAP, meta
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import KeepDecision, VmFacts
 from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
-from ..rules.keeping.record import (Action, dump, Evidence, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
+from ..rules.keeping.record import (Action, dump, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
                                     VmKey, VmRecord, with_kept)
+from ..rules.keeping.recovery import Stale
 from ..rules.shared.alone import Alone
 from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
@@ -241,7 +242,7 @@ class Records(Recall):
             return kept or VmRecord(namespace=vmi.namespace, name=vmi.name)  # most VMs, most passes: nothing to note
         record = (kept or VmRecord(namespace=vmi.namespace, name=vmi.name)).of_vmi(vmi.uid)
         if vm.mount is not None:
-            stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
+            stale = Stale(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
                 if vm.stale and vm.stale_since is not None else None
             record = dataclasses.replace(record, seen=vm.seen, stale=stale, full=vm.full or "")
         said = dict(record.said)

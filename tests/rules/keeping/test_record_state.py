@@ -60,9 +60,10 @@ def test_what_a_lost_record_cannot_say_the_leader_keeps():
 
 
 def test_a_vm_that_stops_keeps_only_our_migrations_and_a_new_vmi_starts_afresh():
-    from webhook.rules.keeping.record import Evidence, VmRecord
+    from webhook.rules.keeping.record import VmRecord
+    from webhook.rules.keeping.recovery import Stale
     record = VmRecord(namespace="default", name="vm1", migrations=(ours("a", ago(hours=1)),), uid="u1",
-                      unpaused=(ago(minutes=3),), stale=Evidence(requested=ago(hours=1), words="w", last=ago(hours=1)))
+                      unpaused=(ago(minutes=3),), stale=Stale(requested=ago(hours=1), words="w", last=ago(hours=1)))
     state = KeeperState().with_vm(record).refused("default", "vm1", Action.MIGRATE, 403, "no", NOW)
     assert state.only({("default", "vm1"): "u1"}).vm("default", "vm1").unpaused == record.unpaused
     restarted = state.only({("default", "vm1"): "u2"}).vm("default", "vm1")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import gzip
 import json
 import zlib
@@ -18,7 +17,7 @@ from typing import Any
 from ...kinds import clip_reason
 from ..shared.times import rfc3339
 from .migrations import Migration, NAME_INFIX
-from .recovery import Sighting
+from .recovery import Sighting, Stale
 
 REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
 SAY_LOST = timedelta(hours=1)  # a rebuilt record is said (readiness, `status`) this long
@@ -69,15 +68,6 @@ class Refusal:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Evidence:
-    """Why the VMI was taken for one on a stale mount, since the remount request; `last`: the error that showed it."""
-
-    requested: datetime
-    words: str
-    last: datetime
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class VmRecord:
     """All the keeper keeps of one VM: our migrations (oldest first), its refusals; of its VMI `uid`, our unpauses,
     the Events said (reason, when), the pauses seen by volume, the evidence of a stale mount, a full disk."""
@@ -90,7 +80,7 @@ class VmRecord:
     unpaused: tuple[datetime, ...] = ()
     said: tuple[tuple[str, datetime], ...] = ()
     seen: tuple[tuple[str, Sighting], ...] = ()
-    stale: Evidence | None = None
+    stale: Stale | None = None
     full: str = ""
 
     @property
@@ -246,10 +236,6 @@ def _migration_json(m: Migration) -> list[Any]:
     return times if m.final else [*times, m.target or "", m.uid, m.recovers]
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
 def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
     """What a VM's record keeps of its VMI, as (key, value): kept first, whatever the budget."""
     found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
@@ -354,51 +340,27 @@ def _vmi_part(where: str, value: Any) -> Any:
                                                              _time(ran, "running again")))
                             for k, (paused, ran) in value.items()))
     requested, words, last = value
-    return Evidence(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
-                    last=_time(last, "the last I/O error"))
+    return Stale(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
+                 last=_time(last, "the last I/O error"))
 
 
-Part = tuple[tuple[str, str], str, Any]  # (namespace, VM), what of its record, the value
-Entry = Callable[[], Part | tuple[datetime, str]]
-VMI_PARTS = ("u", "p", "e", "v", "s", "f")
+VMI_FIELDS = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale", "f": "full"}  # `_vmi_items`' keys
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:  # a mapping's items; anything else one that cannot be read
     yield from value.items() if isinstance(value, dict) else [("", None)]
 
 
-def _part(namespace: str, vm: str, where: str, read: Callable[..., Any], *args: Any) -> Part:
-    return (namespace, vm), where, read(*args)
-
-
-def _entries(data: dict[str, Any]) -> Iterator[Entry]:
-    """Each VM's entries under its namespace and name."""
-    if "lost" in data:
-        yield functools.partial(_lost, data["lost"])
-    for namespace, vms in _items(data.get("vms", {})):
-        for vm, entry in _items(vms):
-            entry = entry if isinstance(entry, dict) else {"m": [None]}
-            for migration in entry.get("m", []) if isinstance(entry.get("m", []), list) else [None]:
-                yield functools.partial(_part, namespace, vm, "m", _migration, namespace, vm, migration)
-            for action, refusal in _items(entry.get("r", {})):
-                yield functools.partial(_part, namespace, vm, "r", _refusal, namespace, vm, action, refusal)
-            for where in (w for w in VMI_PARTS if w in entry):
-                yield functools.partial(_part, namespace, vm, where, _vmi_part, where, entry[where])
-
-
-def _records(parts: list[Part]) -> list[VmRecord]:
-    """The records the parts read make up, one per VM."""
-    fields: dict[tuple[str, str], dict[str, Any]] = {}
-    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale", "f": "full"}
-    for key, where, value in parts:
-        mine = fields.setdefault(key, {"migrations": [], "refusals": []})
-        if where in ("m", "r"):
-            mine["migrations" if where == "m" else "refusals"].append(value)
-        else:
-            mine[names[where]] = value
-    return [VmRecord(namespace=namespace, name=vm, **{**f, "migrations": tuple(sorted(
-        f["migrations"], key=lambda m: (m.created, m.name))), "refusals": tuple(f["refusals"])})
-            for (namespace, vm), f in fields.items()]
+def _record(namespace: str, vm: str, entry: Any, read: Callable[..., Any]) -> VmRecord:
+    """One VM's record of the entries `read` reads, each alone (None: dropped)."""
+    entry = entry if isinstance(entry, dict) else {"m": [None]}
+    listed = entry.get("m", [])
+    migrations = [read(_migration, namespace, vm, m) for m in (listed if isinstance(listed, list) else [None])]
+    refusals = [read(_refusal, namespace, vm, action, h) for action, h in _items(entry.get("r", {}))]
+    vmi = {field: value for where, field in VMI_FIELDS.items()
+           if where in entry and (value := read(_vmi_part, where, entry[where])) is not None}
+    return VmRecord(namespace=namespace, name=vm, **vmi, refusals=tuple(h for h in refusals if h is not None),
+                    migrations=tuple(sorted((m for m in migrations if m is not None), key=lambda m: (m.created, m.name))))
 
 
 def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
@@ -412,14 +374,18 @@ def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
     version = data.get("version") if isinstance(data, dict) else None
     if version != VERSION:
         return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads {VERSION}")
-    read, dropped = [], []
-    for entry in _entries(data):
+    dropped: list[str] = []
+
+    def read(parse: Callable[..., Any], *args: Any) -> Any:
         try:
-            read.append(entry())
+            return parse(*args)
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
             dropped.append(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__} {exc}")
-    lost = next((x for x in read if len(x) == 2), None)
-    state = KeeperState.of(_records([x for x in read if len(x) == 3]), lost)
+            return None
+
+    lost = read(_lost, data["lost"]) if "lost" in data else None
+    state = KeeperState.of([_record(namespace, vm, entry, read) for namespace, vms in _items(data.get("vms", {}))
+                            for vm, entry in _items(vms)], lost)
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
     if dropped:
         return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})")
