@@ -96,10 +96,6 @@ def read_io_error(event: Any) -> IoError | None:
                    combined=_text(event.get("message")).startswith(COMBINED))
 
 
-def newest_first(errors: Iterable[IoError]) -> tuple[IoError, ...]:
-    return tuple(sorted(errors, key=lambda e: (e.last, e.first, e.volume), reverse=True))
-
-
 def by_vmi(events: Iterable[Any]) -> dict[str, tuple[IoError, ...]]:
     """The IOerror Events among `events`, by VMI uid, each VMI's newest first (the others skipped)."""
     found: dict[str, list[IoError]] = {}
@@ -107,5 +103,6 @@ def by_vmi(events: Iterable[Any]) -> dict[str, tuple[IoError, ...]]:
         error = read_io_error(event)
         if error is not None:
             found.setdefault(error.uid, []).append(error)
-    return {uid: newest_first(errors) for uid, errors in found.items()}
+    return {uid: tuple(sorted(errors, key=lambda e: (e.last, e.first, e.volume), reverse=True))
+            for uid, errors in found.items()}
 

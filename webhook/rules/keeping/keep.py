@@ -4,10 +4,9 @@ what holds it. Pure: from one VM's facts (`VmFacts`) and the whole pass's (`Pass
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from sys import intern
-from typing import TypeVar
 
 from ... import kinds
 from ...config import duration_text, KeepMode, Settings
@@ -25,7 +24,6 @@ MOST_RECOVERIES = 3  # migrations of ours to take a VM off one stale mount: then
 # The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
 # template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
 NO_EVICTION = declared.VMI_NO_EVICTION
-Item = TypeVar("Item")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -117,25 +115,8 @@ class KeepDecision:
     hold: Alone | None = None
     source: str | None = None  # where the VM runs
     target: str | None = None  # where its disks are served, when apart
-    why: str = ""  # where it runs and where its disks are served, in words
-    apart_for: timedelta | None = None  # how long it has been apart, once that counts
     stale: str | None = None  # why its NFS mount is stale (`VmFacts.stale`): the migration recovers it
     round_trip: bool = False  # stale beside its NFS server: it goes to `target` and comes back (`recovery.ROUND_TRIP`)
-
-    @property
-    def move(self) -> str:
-        """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
-        return _move(self.source, self.target, self.why, self.apart_for, self.stale, self.round_trip)
-
-
-def _move(source: str | None, target: str | None, why: str, apart_for: timedelta | None, stale: str | None,
-          round_trip: bool) -> str:
-    if round_trip:
-        return (f"from {source} to {target} and back ({cost(True)} migrations, its target pod cannot "
-                f"land beside its own pod): {stale}; {why}")
-    if stale:
-        return f"from {source} to {target}: {stale}; {why}"
-    return f"from {source} to {target}: {why}; apart for {whole_seconds(apart_for or timedelta(0))}s"
 
 
 def _apart_for(vm: VmFacts, now: datetime) -> timedelta:
@@ -339,36 +320,31 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
     return None
 
 
-def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
+def _decision(vm: VmFacts, hold: Alone | None, reason: str) -> KeepDecision:
     where = vm.where
     return KeepDecision(act=hold is None, reason=reason, state=where.state, hold=hold, source=where.node,
-                        target=where.target or (vm.via if _beside(vm) else None), why=where.why,
-                        apart_for=_apart_for(vm, p.now) if where.state is APART else None, stale=vm.stale,
-                        round_trip=_beside(vm))
+                        target=where.target or (vm.via if _beside(vm) else None), stale=vm.stale, round_trip=_beside(vm))
 
 
 def _move_of(vm: VmFacts, p: PassFacts) -> str:
-    """`KeepDecision.move` of the VM's decision, without making one (a plan makes 75,000)."""
+    """The migration the VM comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
     where, beside = vm.where, _beside(vm)
-    return _move(where.node, where.target or (vm.via if beside else None), where.why,
-                 _apart_for(vm, p.now) if where.state is APART else None, vm.stale, beside)
+    source, target = where.node, where.target or (vm.via if beside else None)
+    if beside:
+        return (f"from {source} to {target} and back ({cost(True)} migrations, its target pod cannot "
+                f"land beside its own pod): {vm.stale}; {where.why}")
+    if vm.stale:
+        return f"from {source} to {target}: {vm.stale}; {where.why}"
+    return f"from {source} to {target}: {where.why}; apart for {whole_seconds(_apart_for(vm, p.now))}s"
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
     """Migrate an apart VM to its storage node, or the first of `CHECKS` that holds it: the one decision."""
     for check in CHECKS:
         if check.holds(vm, p):  # the words of VMs held alike are one string (`sys.intern`): a report keeps each
-            return _decision(vm, p, check.hold, intern(check.words(vm, p)))
+            return _decision(vm, check.hold, intern(check.words(vm, p)))
     verb = "recovering a stale mount: migrating" if vm.stale else "migrating"
-    return _decision(vm, p, None, f"{verb} {_move_of(vm, p)}")
-
-
-def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
-               since: Callable[[VmFacts], datetime]) -> list[Item]:
-    """The pass's order: VMs not apart as listed, then those apart the longest first (`since`), by name."""
-    apart = sorted((vm for vm in vms if facts(vm).where.state is APART),
-                   key=lambda vm: (since(facts(vm)), facts(vm).vmi.name))
-    return [vm for vm in vms if facts(vm).where.state is not APART] + apart
+    return _decision(vm, None, f"{verb} {_move_of(vm, p)}")
 
 
 OFF = "the keeper is off (--keep off)"
@@ -399,7 +375,7 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     if decision.hold is Alone.BACKING_OFF:
         return decision.reason
     if decision.hold is Alone.REPORT_ONLY:
-        return f"would migrate {decision.move} (the keeper only reports)"
+        return f"{decision.reason.removeprefix('report only: ')} (the keeper only reports)"
     return f"held: {decision.reason}"
 
 

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 from ...config import KeepMode
 from ..shared.times import whole_seconds
-from .keep import decide_keep, KeepDecision, pass_order, PassFacts, VmFacts
+from .apart import APART
+from .keep import decide_keep, KeepDecision, PassFacts, VmFacts
 from .migrations import Migration, UNPLACEABLE_SECONDS
 from .resume import carried_paused, decide_resume, Resume
 from ..shared.alone import Alone
@@ -79,14 +80,14 @@ def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLA
                  for s in stuck if p.now - s.since >= unplaceable and (s.refused is None or p.now >= s.refused.retry))
 
 
-def one_vm(vm: VmFacts, p: PassFacts, alike: dict[KeepDecision, KeepDecision] | None = None) -> VmPlan:
+def one_vm(vm: VmFacts, p: PassFacts, alike: dict[KeepDecision, KeepDecision]) -> VmPlan:
     """One VM's decision and unpause, as the pass stands when it is reached (a decision equal to one in `alike` is it)."""
     decision, resume = decide_keep(vm, p), decide_resume(vm, p)
     if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
         decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
     elif resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
         decision = dataclasses.replace(decision, reason=resume.reason)
-    return VmPlan(facts=vm, decision=decision if alike is None else alike.setdefault(decision, decision), resume=resume)
+    return VmPlan(facts=vm, decision=alike.setdefault(decision, decision), resume=resume)
 
 
 def frozen(vm: VmFacts) -> bool:
@@ -96,9 +97,10 @@ def frozen(vm: VmFacts) -> bool:
 
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
-    """The VMs in the pass's order (frozen ones first, then `pass_order`), each migration counting at once against
-    the limits of those after it; and the cancels."""
-    ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
+    """The VMs in the pass's order (frozen ones first, then those not apart as listed, then those apart the longest
+    first, by name), each migration counting at once against the limits of those after it; and the cancels."""
+    apart = sorted((vm for vm in vms if vm.where.state is APART), key=lambda vm: (vm.apart_since or p.now, vm.vmi.name))
+    ordered = [vm for vm in vms if vm.where.state is not APART] + apart
     ordered = [vm for vm in ordered if frozen(vm)] + [vm for vm in ordered if not frozen(vm)]
     cancelled = cancels(stuck, p, unplaceable)
     why = {(c.migration.namespace, c.migration.vmi): f"cancelling its migration {c.migration.name}: {c.why}"
