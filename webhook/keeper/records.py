@@ -22,7 +22,7 @@ from ..config import Settings
 from ..kinds import CONFIGMAP, meta
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import KeepDecision, VmFacts
-from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
+from ..rules.keeping.migrations import attempts, backoff, FAILED, Migration
 from ..rules.keeping.record import (Action, dump, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
                                     VmKey, VmRecord, with_kept)
 from ..rules.keeping.recovery import Stale
@@ -297,7 +297,7 @@ class Records(Recall):
     def cancelled(self, migration: Migration, now: datetime, why: str, uid: str = "") -> None:
         """One of ours we deleted: failed now, announced with `why` (an Event on the VMI, `uid`)."""
         key = (migration.namespace, migration.name)
-        self._ours[key] = failed = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
+        self._ours[key] = failed = dataclasses.replace(migration, phase=FAILED, ended=now)
         self._cancelled.add(key)
         self._open.discard(key)
         self._announce(failed, uid, why)
@@ -322,7 +322,7 @@ class Records(Recall):
             migration, vm = self._ours[key], f"{key[0]}/{self._ours[key].vmi}"
             if key not in shown and key in self._seen:
                 self._open.discard(key)
-                self._ours[key] = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
+                self._ours[key] = dataclasses.replace(migration, phase=FAILED, ended=now)
                 log.warning("keeper migration gone", extra={"fields": {
                     "vm": vm, "migration": key[1], "why": "deleted before it ended: counted as failed"}})
             elif migration.final:

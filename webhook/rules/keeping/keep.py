@@ -11,7 +11,7 @@ from sys import intern
 from ... import kinds
 from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
-from .migrations import Attempt, backoff, Migration
+from .migrations import backoff, Migration
 from .recovery import cost, Mount, needs_restart, Sighting
 from .record import Refusal
 from .running import VmiView
@@ -54,7 +54,7 @@ class VmFacts:
     where: Locality
     apart_since: datetime | None = None  # when it became apart (None: not known, counted as now)
     target_unfit: str | None = None  # why its storage node cannot take it now (the never-strand checks)
-    history: tuple[Attempt, ...] = ()  # our migrations of it, oldest first
+    history: tuple[Migration, ...] = ()  # our migrations of it, oldest first (`migrations.attempts`)
     migrating: bool = False  # a migration of it is in flight
     last_end: datetime | None = None  # when its latest migration of any origin ended
     descheduled: Migration | None = None  # what moved it here for a descheduler's eviction (`migrations.last_move`)
