@@ -32,9 +32,7 @@ class DiskPath:
         return self.local_replica is False
 
     def to_json(self) -> dict[str, Any]:
-        return {"claim": self.claim, "volume": self.volume, "share_manager_node": self.share_manager_node,
-                "data_locality": self.data_locality, "local_replica": self.local_replica,
-                "unknown": self.unknown or None}
+        return dataclasses.asdict(self) | {"unknown": self.unknown or None}
 
 
 def healthy_on(replica: dict[str, Any], volume: str, node: str) -> bool:

@@ -5,6 +5,7 @@ nor waits to believe. Pure. A hint, never a gate: read leniently, what is lost o
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import gzip
@@ -279,11 +280,7 @@ def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
     whole = first(len(items))
     if len(whole) <= budget:
         return whole
-    fits, over = 0, len(items)  # first(fits) fits within the budget, first(over) does not
-    while over - fits > 1:
-        middle = (fits + over) // 2
-        fits, over = (middle, over) if len(first(middle)) <= budget else (fits, middle)
-    return first(fits)
+    return first(max(bisect.bisect_right(range(len(items)), budget, key=lambda count: len(first(count))) - 1, 0))
 
 
 def _text(value: Any, what: str) -> str:
