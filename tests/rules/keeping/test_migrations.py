@@ -25,7 +25,9 @@ from webhook.rules.keeping.migrations import (
     Migration,
     attempts,
     backoff,
-    backoff_delay,
+    BACKOFF_CAP,
+    BACKOFF_FIRST,
+    doubled,
     in_flight_counts,
     last_migration_end,
     last_move,
@@ -256,9 +258,9 @@ def test_attempts_are_ours_of_this_vm_oldest_first():
 
 
 def test_backoff_sequence():
-    minutes = [backoff_delay(n) / timedelta(minutes=1) for n in range(0, 9)]
-    assert minutes == [0, 30, 60, 120, 240, 480, 960, 1440, 1440]
-    assert backoff_delay(10_000) == timedelta(hours=24)
+    minutes = [doubled(BACKOFF_FIRST, BACKOFF_CAP, n) / timedelta(minutes=1) for n in range(1, 9)]
+    assert minutes == [30, 60, 120, 240, 480, 960, 1440, 1440]
+    assert doubled(BACKOFF_FIRST, BACKOFF_CAP, 10_000) == timedelta(hours=24)
 
 
 @pytest.mark.parametrize("history, failures, until", [

@@ -5,7 +5,7 @@ from datetime import timedelta
 from tests.support.keeping import NOW, ago, vmim
 
 from webhook.rules.keeping.migrations import read_migration
-from webhook.rules.keeping.record import Action, KeeperState, retry_delay, with_kept
+from webhook.rules.keeping.record import Action, KeeperState, with_kept
 
 
 def ours(name, created, phase="Succeeded"):
@@ -20,8 +20,13 @@ def test_a_refusals_hold_grows_with_each_in_a_row_and_ends_when_it_goes_through(
         state = state.refused("default", "vm1", Action.MIGRATE, 403, "no", NOW)
         refused = state.refusal("default", "vm1", Action.MIGRATE)
         assert (refused.count, refused.retry) == (count, NOW + wait)
-    assert retry_delay(Action.MIGRATE, 30) == timedelta(hours=1)
-    assert [retry_delay(Action.UNPAUSE, n) for n in (1, 2, 6, 9)] == [timedelta(seconds=s) for s in (10, 20, 300, 300)]
+    for _ in range(27):
+        state = state.refused("default", "vm1", Action.MIGRATE, 403, "no", NOW)
+    assert state.refusal("default", "vm1", Action.MIGRATE).retry == NOW + timedelta(hours=1)  # 30 in a row: capped
+    unpauses = KeeperState()
+    for count, wait in ((1, 10), (2, 20), (3, 40), (4, 80), (5, 160), (6, 300), (7, 300), (8, 300), (9, 300)):
+        unpauses = unpauses.refused("default", "vm1", Action.UNPAUSE, 409, "no", NOW)
+        assert unpauses.refusal("default", "vm1", Action.UNPAUSE).retry == NOW + timedelta(seconds=wait)
     assert state.cleared("default", "vm1", Action.MIGRATE).refusal("default", "vm1", Action.MIGRATE) is None
     assert state.only({("default", "vm2"): "uid-2"}).refusals == ()
 

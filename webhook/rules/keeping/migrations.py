@@ -190,11 +190,9 @@ def attempts(vmi: VmiView | tuple[str, str], migrations: Iterable[Migration]) ->
 # --------------------------------------------------------------------------- backoff
 
 
-def backoff_delay(failures: int) -> timedelta:
-    """30 min after one failure, doubling per consecutive failure, at most 24 h."""
-    if failures <= 0:
-        return timedelta(0)
-    return min(BACKOFF_FIRST * 2 ** min(failures - 1, 16), BACKOFF_CAP)
+def doubled(first: timedelta, cap: timedelta, count: int) -> timedelta:
+    """`first` after one failure, doubling with each in a row, at most `cap` (client-go's per-item rate limiter)."""
+    return min(first * 2 ** min(max(count - 1, 0), 16), cap)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,7 +217,7 @@ def backoff(history: Iterable[Migration]) -> Backoff:
     if not failures:
         return NO_BACKOFF
     last = done[-1]
-    return Backoff(failures, (last.ended or last.created) + backoff_delay(failures))
+    return Backoff(failures, (last.ended or last.created) + doubled(BACKOFF_FIRST, BACKOFF_CAP, failures))
 
 
 def target_hostname(node: Any) -> str | None:

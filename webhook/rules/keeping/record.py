@@ -17,7 +17,7 @@ from typing import Any
 
 from ...kinds import clip_reason
 from ..shared.times import rfc3339
-from .migrations import Migration, NAME_INFIX
+from .migrations import doubled, Migration, NAME_INFIX
 from .recovery import Sighting, Stale
 
 REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
@@ -41,11 +41,6 @@ class Action(enum.StrEnum):
 FIRST = {Action.MIGRATE: timedelta(minutes=1), Action.CANCEL: timedelta(seconds=30),
          Action.UNPAUSE: timedelta(seconds=10)}
 CAP = {Action.MIGRATE: timedelta(hours=1), Action.CANCEL: timedelta(minutes=10), Action.UNPAUSE: timedelta(minutes=5)}
-
-
-def retry_delay(action: Action, count: int) -> timedelta:
-    """How long a VM waits after `count` refusals in a row of `action`."""
-    return min(FIRST[action] * 2 ** min(max(count - 1, 0), 16), CAP[action])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,7 +142,7 @@ class KeeperState:
         old, record = self.refusal(namespace, name, action), self.vm(namespace, name)
         count = (old.count if old is not None else 0) + 1
         new = Refusal(namespace=namespace, name=name, action=action, count=count,
-                      retry=now + retry_delay(action, count), words=clip_reason(words, WORDS), status=status)
+                      retry=now + doubled(FIRST[action], CAP[action], count), words=clip_reason(words, WORDS), status=status)
         return self.with_vm(dataclasses.replace(record, refusals=(*(h for h in record.refusals if h.action is not action),
                                                                   new)))
 
