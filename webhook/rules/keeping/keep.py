@@ -164,11 +164,6 @@ def _beside(vm: VmFacts) -> bool:
     return bool(vm.stale) and vm.where.state is CO_LOCATED
 
 
-def _over_budget(vm: VmFacts, p: PassFacts) -> bool:
-    """Its migrations of the last 24h and what moving it now costs would pass --keep-max-per-day."""
-    return _today(vm, p) + cost(_beside(vm)) > p.limits.max_per_day
-
-
 def _budget_words(vm: VmFacts, p: PassFacts) -> str:
     words = f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"
     return words + (f": its recovery beside its NFS server takes {cost(True)}" if _beside(vm) else "")
@@ -178,12 +173,6 @@ def _unfit_words(vm: VmFacts) -> str:
     if _beside(vm):
         return f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
     return f"cannot move to {vm.where.target}: {vm.target_unfit}"
-
-
-def _untargeted(p: PassFacts) -> str:
-    if p.targeted is False or not p.targeted_note:
-        return "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"
-    return p.targeted_note
 
 
 def _outbound(vm: VmFacts, p: PassFacts) -> int:
@@ -270,7 +259,9 @@ CHECKS: tuple[Check, ...] = (
                               f"(wait {whole_seconds(p.limits.after)}s)", needs=("last_end", "stale")),
     Check(hold=Alone.BACKING_OFF, holds=lambda vm, p: not vm.stale and p.now < (backoff(vm.history).until or p.now),
           words=_backoff_words, needs=("history", "stale")),
-    Check(hold=Alone.DAILY_LIMIT, holds=lambda vm, p: not vm.stale and _over_budget(vm, p),
+    # Its migrations of the last 24h and what moving it now costs would pass --keep-max-per-day.
+    Check(hold=Alone.DAILY_LIMIT,
+          holds=lambda vm, p: not vm.stale and _today(vm, p) + cost(_beside(vm)) > p.limits.max_per_day,
           words=_budget_words, needs=("history", "stale", "where")),
     Check(hold=Alone.SETTLING, holds=lambda vm, p: bool(vm.settling),
           words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
@@ -278,7 +269,9 @@ CHECKS: tuple[Check, ...] = (
     # Before the limits: a limit is said only of a VM it holds alone.
     Check(hold=Alone.REFUSED, holds=lambda vm, p: _refused(vm, p) is not None,
           words=lambda vm, p: _refused(vm, p) or "", needs=("refused", "vmi")),
-    Check(hold=Alone.UNTARGETED, holds=lambda vm, p: p.targeted is not True, words=lambda vm, p: _untargeted(p)),
+    Check(hold=Alone.UNTARGETED, holds=lambda vm, p: p.targeted is not True,
+          words=lambda vm, p: (p.targeted is not False and p.targeted_note)
+          or "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
     Check(hold=Alone.SOURCE_BUSY, holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
                               f"{p.limits.max_outbound_per_node} per source node)"
@@ -321,9 +314,9 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
 
 
 def _decision(vm: VmFacts, hold: Alone | None, reason: str) -> KeepDecision:
-    where = vm.where
+    where, beside = vm.where, _beside(vm)
     return KeepDecision(act=hold is None, reason=reason, state=where.state, hold=hold, source=where.node,
-                        target=where.target or (vm.via if _beside(vm) else None), stale=vm.stale, round_trip=_beside(vm))
+                        target=where.target or (vm.via if beside else None), stale=vm.stale, round_trip=beside)
 
 
 def _move_of(vm: VmFacts, p: PassFacts) -> str:

@@ -142,7 +142,8 @@ class KeeperState:
         old, record = self.refusal(namespace, name, action), self.vm(namespace, name)
         count = (old.count if old is not None else 0) + 1
         new = Refusal(namespace=namespace, name=name, action=action, count=count,
-                      retry=now + doubled(FIRST[action], CAP[action], count), words=clip_reason(words, WORDS), status=status)
+                      retry=now + doubled(FIRST[action], CAP[action], count), words=clip_reason(words, WORDS),
+                      status=status)
         return self.with_vm(dataclasses.replace(record, refusals=(*(h for h in record.refusals if h.action is not action),
                                                                   new)))
 
@@ -351,8 +352,9 @@ def _record(namespace: str, vm: str, entry: Any, read: Callable[..., Any]) -> Vm
     refusals = [read(_refusal, namespace, vm, action, h) for action, h in _items(entry.get("r", {}))]
     vmi = {field: value for where, field in VMI_FIELDS.items()
            if where in entry and (value := read(_vmi_part, where, entry[where])) is not None}
+    migrations = sorted((m for m in migrations if m is not None), key=lambda m: (m.created, m.name))
     return VmRecord(namespace=namespace, name=vm, **vmi, refusals=tuple(h for h in refusals if h is not None),
-                    migrations=tuple(sorted((m for m in migrations if m is not None), key=lambda m: (m.created, m.name))))
+                    migrations=tuple(migrations))
 
 
 def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
