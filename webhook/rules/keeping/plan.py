@@ -90,18 +90,14 @@ def one_vm(vm: VmFacts, p: PassFacts, alike: dict[KeepDecision, KeepDecision]) -
     return VmPlan(facts=vm, decision=alike.setdefault(decision, decision), resume=resume)
 
 
-def frozen(vm: VmFacts) -> bool:
-    """A VM stopped on a stale mount, or carried paused onto a fresh one: first in a pass, first to a slot."""
-    return bool(vm.stale) or carried_paused(vm)
-
-
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
     """The VMs in the pass's order (frozen ones first, then those not apart as listed, then those apart the longest
     first, by name), each migration counting at once against the limits of those after it; and the cancels."""
     apart = sorted((vm for vm in vms if vm.where.state is APART), key=lambda vm: (vm.apart_since or p.now, vm.vmi.name))
-    ordered = [vm for vm in vms if vm.where.state is not APART] + apart
-    ordered = [vm for vm in ordered if frozen(vm)] + [vm for vm in ordered if not frozen(vm)]
+    # Frozen first, in that order: stopped on a stale mount, or carried paused onto a fresh one (first to a slot).
+    ordered = sorted([vm for vm in vms if vm.where.state is not APART] + apart,
+                     key=lambda vm: not (vm.stale or carried_paused(vm)))
     cancelled = cancels(stuck, p, unplaceable)
     why = {(c.migration.namespace, c.migration.vmi): f"cancelling its migration {c.migration.name}: {c.why}"
            for c in cancelled}
