@@ -233,25 +233,13 @@ def _migration_json(m: Migration) -> list[Any]:
     return times if m.final else [*times, m.target or "", m.uid, m.recovers]
 
 
-def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
-    """What a VM's record keeps of its VMI, as (key, value): kept first, whatever the budget."""
-    found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
-    found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
-    found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
-    found += [("v", {volume: [int(s.paused.timestamp()), int(s.ran.timestamp()) if s.ran else None]
-                      for volume, s in r.seen})] if r.seen else []
-    found += [("f", clip_reason(r.full, WORDS))] if r.full else []
-    e = r.stale
-    return found + ([("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())])]
-                    if e is not None else [])
-
-
 def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
     """The state as the ConfigMap keeps it, gzipped JSON in a stable order: past `budget` bytes, the entries that fit
     (each VMI's first, then the newest migrations, then refusals), and how many were left out."""
     items: list[tuple[int, float, str, str, str, Any]] = []
     for r in state.vms.values():
-        items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]
+        items += [(-1, 0.0, r.namespace, r.name, where, write(getattr(r, field)))
+                  for where, (field, write, _) in VMI_PARTS.items() if getattr(r, field)]
         items += [(0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m))
                   for m in r.migrations]
         items += [(1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
@@ -320,24 +308,28 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
                    words=_text(words, "a refusal's words"), status=_number(status, "a refusal's status"))
 
 
-def _vmi_part(where: str, value: Any) -> Any:
-    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back."""
-    if where in ("u", "f"):
-        return _text(value, "a VMI's uid" if where == "u" else "a full disk")
-    if where == "p":
-        return tuple(sorted(_time(at, "an unpause") for at in value))
-    if where == "e":
-        return tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))
-    if where == "v":
-        return tuple(sorted((_text(k, "a volume"), Sighting(_time(paused, "a pause"), None if ran is None else
-                                                             _time(ran, "running again")))
-                            for k, (paused, ran) in value.items()))
+def _stale(value: Any) -> Stale:
     requested, words, last = value
     return Stale(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
                  last=_time(last, "the last I/O error"))
 
 
-VMI_FIELDS = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale", "f": "full"}  # `_vmi_items`' keys
+# What a VM's record keeps of its VMI (kept first, whatever the budget): by its key, its field, as written, as read.
+VMI_PARTS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "u": ("uid", str, lambda value: _text(value, "a VMI's uid")),
+    "p": ("unpaused", lambda unpaused: [int(at.timestamp()) for at in unpaused],
+          lambda value: tuple(sorted(_time(at, "an unpause") for at in value))),
+    "e": ("said", lambda said: {reason: int(at.timestamp()) for reason, at in said},
+          lambda value: tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))),
+    "v": ("seen", lambda seen: {volume: [int(s.paused.timestamp()), int(s.ran.timestamp()) if s.ran else None]
+                                for volume, s in seen},
+          lambda value: tuple(sorted((_text(k, "a volume"), Sighting(_time(paused, "a pause"), None if ran is None
+                                                                      else _time(ran, "running again")))
+                                     for k, (paused, ran) in value.items()))),
+    "s": ("stale", lambda e: [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())],
+          _stale),
+    "f": ("full", lambda full: clip_reason(full, WORDS), lambda value: _text(value, "a full disk")),
+}
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:  # a mapping's items; anything else one that cannot be read
@@ -350,8 +342,8 @@ def _record(namespace: str, vm: str, entry: Any, read: Callable[..., Any]) -> Vm
     listed = entry.get("m", [])
     migrations = [read(_migration, namespace, vm, m) for m in (listed if isinstance(listed, list) else [None])]
     refusals = [read(_refusal, namespace, vm, action, h) for action, h in _items(entry.get("r", {}))]
-    vmi = {field: value for where, field in VMI_FIELDS.items()
-           if where in entry and (value := read(_vmi_part, where, entry[where])) is not None}
+    vmi = {field: value for where, (field, _, read_back) in VMI_PARTS.items()
+           if where in entry and (value := read(read_back, entry[where])) is not None}
     migrations = sorted((m for m in migrations if m is not None), key=lambda m: (m.created, m.name))
     return VmRecord(namespace=namespace, name=vm, **vmi, refusals=tuple(h for h in refusals if h is not None),
                     migrations=tuple(migrations))
