@@ -179,11 +179,6 @@ def _outbound(vm: VmFacts, p: PassFacts) -> int:
     return p.outbound.get(vm.where.node or "", 0)
 
 
-def _our_limit(vm: VmFacts) -> int:
-    """A recovery's slot of ours beyond --keep-max-inflight: a frozen VM never waits behind our drift."""
-    return 1 if vm.stale else 0
-
-
 def _named(p: PassFacts, count: int, *, ours: bool = False, node: str | None = None) -> str:
     """": ns/name, …", the migrations in flight that hold a limit (ours; those leaving `node`), when all are known."""
     names = [name for source, name, mine in p.flying if (mine or not ours) and node in (None, source)]
@@ -191,7 +186,7 @@ def _named(p: PassFacts, count: int, *, ours: bool = False, node: str | None = N
 
 
 def _ours_words(vm: VmFacts, p: PassFacts) -> str:
-    kept = " and the one kept for recoveries" if _our_limit(vm) else ""
+    kept = " and the one kept for recoveries" if vm.stale else ""
     named = _named(p, p.in_flight_ours, ours=True)
     return f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}{kept}){named}"
 
@@ -277,7 +272,8 @@ CHECKS: tuple[Check, ...] = (
                               f"{p.limits.max_outbound_per_node} per source node)"
                               f"{_named(p, _outbound(vm, p), node=vm.where.node)}: its slots are left to them",
           needs=("where",)),
-    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
+    # A recovery has a slot of ours beyond --keep-max-inflight: a frozen VM never waits behind our drift.
+    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + bool(vm.stale),
           words=_ours_words, needs=("stale",)),
     Check(hold=Alone.CLUSTER_LIMIT, holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
           words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
