@@ -12,7 +12,7 @@ from ... import kinds
 from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import backoff, Migration
-from .recovery import cost, Mount, needs_restart, Sighting
+from .recovery import Mount, needs_restart, ROUND_TRIP, Sighting
 from .record import Refusal
 from .running import VmiView
 from ..shared import declared
@@ -164,11 +164,6 @@ def _beside(vm: VmFacts) -> bool:
     return bool(vm.stale) and vm.where.state is CO_LOCATED
 
 
-def _budget_words(vm: VmFacts, p: PassFacts) -> str:
-    words = f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"
-    return words + (f": its recovery beside its NFS server takes {cost(True)}" if _beside(vm) else "")
-
-
 def _unfit_words(vm: VmFacts) -> str:
     if _beside(vm):
         return f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
@@ -254,10 +249,10 @@ CHECKS: tuple[Check, ...] = (
                               f"(wait {whole_seconds(p.limits.after)}s)", needs=("last_end", "stale")),
     Check(hold=Alone.BACKING_OFF, holds=lambda vm, p: not vm.stale and p.now < (backoff(vm.history).until or p.now),
           words=_backoff_words, needs=("history", "stale")),
-    # Its migrations of the last 24h and what moving it now costs would pass --keep-max-per-day.
-    Check(hold=Alone.DAILY_LIMIT,
-          holds=lambda vm, p: not vm.stale and _today(vm, p) + cost(_beside(vm)) > p.limits.max_per_day,
-          words=_budget_words, needs=("history", "stale", "where")),
+    # One more migration would pass --keep-max-per-day.
+    Check(hold=Alone.DAILY_LIMIT, holds=lambda vm, p: not vm.stale and _today(vm, p) >= p.limits.max_per_day,
+          words=lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})",
+          needs=("history", "stale")),
     Check(hold=Alone.SETTLING, holds=lambda vm, p: bool(vm.settling),
           words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
           needs=("settling",), own=True),
@@ -320,7 +315,7 @@ def _move_of(vm: VmFacts, p: PassFacts) -> str:
     where, beside = vm.where, _beside(vm)
     source, target = where.node, where.target or (vm.via if beside else None)
     if beside:
-        return (f"from {source} to {target} and back ({cost(True)} migrations, its target pod cannot "
+        return (f"from {source} to {target} and back ({ROUND_TRIP} migrations, its target pod cannot "
                 f"land beside its own pod): {vm.stale}; {where.why}")
     if vm.stale:
         return f"from {source} to {target}: {vm.stale}; {where.why}"
@@ -353,7 +348,7 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
         return f"nothing: {OFF}"
     if decision.act and decision.round_trip:
         return (f"moves to {decision.target} at the keeper's next pass and back to {decision.source} after "
-                f"(stale mount beside its NFS server: {cost(True)} migrations, no reboot)")
+                f"(stale mount beside its NFS server: {ROUND_TRIP} migrations, no reboot)")
     if decision.act:
         return f"moves to {decision.target} at the keeper's next pass" + (" (stale mount)" if decision.stale else "")
     if facts.targeted is False and decision.hold in WAITS:

@@ -258,11 +258,6 @@ def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:
     return since < pod_started or (ended is not None and since <= ended)
 
 
-def cost(beside: bool) -> int:
-    """The migrations a VM's recovery costs: two beside its NFS server, one apart from it."""
-    return ROUND_TRIP if beside else ONE
-
-
 def hotplugged(claim: str, volume: str | None, attachment_deleted: str | None) -> str:
     """What a share-manager restart does to a hotplugged RWX disk (KubeVirt remakes a deleted attachment pod on the
     same node and skips a target already mounted); `attachment_deleted`: whether Longhorn deletes it (yes, no, ?)."""
