@@ -12,7 +12,7 @@ from ... import kinds
 from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
 from .migrations import backoff, Migration
-from .recovery import Mount, needs_restart, ROUND_TRIP, Sighting
+from .recovery import Mount, ROUND_TRIP, Sighting
 from .record import Refusal
 from .running import VmiView
 from ..shared import declared
@@ -227,7 +227,8 @@ CHECKS: tuple[Check, ...] = (
           words=lambda vm, p: f"{vm.where.state}: {vm.where.why}", needs=("where", "stale"), own=True),
     # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.cannot_finish`).
     Check(hold=Alone.NEEDS_RESTART, holds=lambda vm, p: bool(vm.stale) and _unrecoverable(vm) is not None,
-          words=lambda vm, p: needs_restart(vm.stale or "", _unrecoverable(vm) or ""),
+          words=lambda vm, p: f"{vm.stale}, and it cannot be moved to a fresh mount: {_unrecoverable(vm)}; a restart "
+                              f"mounts the volume afresh (`virtctl restart`)",
           needs=("stale", "cannot_finish", "stale_since", "history"), own=True),
     Check(hold=Alone.TARGET_UNFIT, holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
           words=lambda vm, p: _unfit_words(vm), needs=("target_unfit", "stale", "where", "via"), own=True),

@@ -52,11 +52,6 @@ def cannot_finish(caches: Iterable[tuple[str, str]], failed: tuple[str, str] | N
     return None
 
 
-def needs_restart(stale: str, why: str) -> str:
-    """What `status` says of a VM on a stale mount that no migration can recover."""
-    return f"{stale}, and it cannot be moved to a fresh mount: {why}; a restart mounts the volume afresh (`virtctl restart`)"
-
-
 def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: datetime) -> tuple[str, str] | None:
     """(name, libvirt's words) of our recovery since `since` that failed under way, as the VMI names it."""
     state = vmi.migration
