@@ -164,12 +164,6 @@ def _beside(vm: VmFacts) -> bool:
     return bool(vm.stale) and vm.where.state is CO_LOCATED
 
 
-def _unfit_words(vm: VmFacts) -> str:
-    if _beside(vm):
-        return f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
-    return f"cannot move to {vm.where.target}: {vm.target_unfit}"
-
-
 def _outbound(vm: VmFacts, p: PassFacts) -> int:
     return p.outbound.get(vm.where.node or "", 0)
 
@@ -178,12 +172,6 @@ def _named(p: PassFacts, count: int, *, ours: bool = False, node: str | None = N
     """": ns/name, …", the migrations in flight that hold a limit (ours; those leaving `node`), when all are known."""
     names = [name for source, name, mine in p.flying if (mine or not ours) and node in (None, source)]
     return f": {', '.join(names)}" if names and len(names) == count else ""
-
-
-def _ours_words(vm: VmFacts, p: PassFacts) -> str:
-    kept = " and the one kept for recoveries" if vm.stale else ""
-    named = _named(p, p.in_flight_ours, ours=True)
-    return f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}{kept}){named}"
 
 
 def _refused(vm: VmFacts, p: PassFacts) -> str | None:
@@ -231,7 +219,9 @@ CHECKS: tuple[Check, ...] = (
                               f"mounts the volume afresh (`virtctl restart`)",
           needs=("stale", "cannot_finish", "stale_since", "history"), own=True),
     Check(hold=Alone.TARGET_UNFIT, holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
-          words=lambda vm, p: _unfit_words(vm), needs=("target_unfit", "stale", "where", "via"), own=True),
+          words=lambda vm, p: f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
+          if _beside(vm) else f"cannot move to {vm.where.target}: {vm.target_unfit}",
+          needs=("target_unfit", "stale", "where", "via"), own=True),
     Check(hold=Alone.NOT_MIGRATABLE, holds=lambda vm, p: not vm.vmi.live_migratable,
           words=lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", needs=("vmi",), own=True),
     Check(hold=Alone.MIGRATING,
@@ -270,7 +260,9 @@ CHECKS: tuple[Check, ...] = (
           needs=("where",)),
     # A recovery has a slot of ours beyond --keep-max-inflight: a frozen VM never waits behind our drift.
     Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + bool(vm.stale),
-          words=_ours_words, needs=("stale",)),
+          words=lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}"
+                              f"{' and the one kept for recoveries' if vm.stale else ''})"
+                              f"{_named(p, p.in_flight_ours, ours=True)}", needs=("stale",)),
     Check(hold=Alone.CLUSTER_LIMIT, holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
           words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
                               f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
@@ -355,15 +347,11 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
     if facts.targeted is False and decision.hold in WAITS:
         return f"never: {Alone.UNTARGETED} ({NEEDS})"
     if decision.hold is Alone.APART_BRIEFLY and since is not None:
-        return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
+        clock = since.strftime("%H:%M" if now - since < timedelta(hours=20) else "%Y-%m-%d %H:%M")  # else the date too
+        return (f"moves in {ago(since + limits.after - now)} (apart since {clock} UTC, "
                 f"--keep-after {duration_text(limits.after.total_seconds())})")
     if decision.hold is Alone.BACKING_OFF:
         return decision.reason
     if decision.hold is Alone.REPORT_ONLY:
         return f"{decision.reason.removeprefix('report only: ')} (the keeper only reports)"
     return f"held: {decision.reason}"
-
-
-def _clock(moment: datetime, now: datetime) -> str:
-    """A moment as a wall clock (UTC): the time today, else the date too."""
-    return moment.strftime("%H:%M" if now - moment < timedelta(hours=20) else "%Y-%m-%d %H:%M") + " UTC"
