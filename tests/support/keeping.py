@@ -93,6 +93,11 @@ def attempt(created, ended=None, phase="Running", recovers=False):
                      ours=True, created=created, ended=ended, recovers="stale-mount" if recovers else "")
 
 
+def refusals(state):
+    """Every refusal the keeper's state holds."""
+    return tuple(h for r in state.vms.values() for h in r.refusals)
+
+
 def failed(end, recovers=False):
     return attempt(end - timedelta(minutes=1), end, "Failed", recovers)
 

@@ -8,7 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from tests.support.keeping import NOW, ago
+from tests.support.keeping import NOW, ago, refusals
 
 from webhook.rules.keeping.migrations import Migration
 from webhook.rules.keeping.recovery import Sighting, Stale
@@ -87,7 +87,7 @@ def test_an_entry_of_a_wrong_type_is_dropped_alone():
     state, loss = load(packed(record))
     assert loss == Loss(kind="malformed", why="an entry dropped (a refusal's count '2' is not a number)")
     assert [m.name for m in state.migrations] == ["vm1-colocate-abcde"]
-    assert [(h.name, h.action) for h in state.refusals] == [("vm1", Action.MIGRATE)]
+    assert [(h.name, h.action) for h in refusals(state)] == [("vm1", Action.MIGRATE)]
     record["vms"]["other"] = "x"
     record["vms"]["default"]["vm1"]["r"]["reboot"] = [1, 0, 0, ""]
     assert load(packed(record))[1].why.startswith("3 entries dropped")
@@ -141,8 +141,8 @@ def test_what_does_not_fit_is_said_when_read_the_newest_kept():
     kept, loss = load(record)
     assert loss.kind == "left out" and loss.why.endswith(f"did not fit in {BUDGET // 1024} KiB")
     left = int(loss.why.split()[0])
-    assert 0 < left and len(kept.refusals) < 300
-    newest = sorted(state.refusals, key=lambda h: h.retry)[-len(kept.refusals):] if kept.refusals else []
-    assert {h.name for h in kept.refusals} == {h.name for h in newest}
+    assert 0 < left and len(refusals(kept)) < 300
+    newest = sorted(refusals(state), key=lambda h: h.retry)[-len(refusals(kept)):] if refusals(kept) else []
+    assert {h.name for h in refusals(kept)} == {h.name for h in newest}
 
 

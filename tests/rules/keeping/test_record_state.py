@@ -2,7 +2,7 @@
 client-go's per-item rate limiter does (its ConfigMap's spelling: test_record.py)."""
 from datetime import timedelta
 
-from tests.support.keeping import NOW, ago, vmim
+from tests.support.keeping import NOW, ago, refusals, vmim
 
 from webhook.rules.keeping.migrations import read_migration
 from webhook.rules.keeping.record import Action, KeeperState, with_kept
@@ -28,7 +28,7 @@ def test_a_refusals_hold_grows_with_each_in_a_row_and_ends_when_it_goes_through(
         unpauses = unpauses.refused("default", "vm1", Action.UNPAUSE, 409, "no", NOW)
         assert unpauses.refusal("default", "vm1", Action.UNPAUSE).retry == NOW + timedelta(seconds=wait)
     assert state.cleared("default", "vm1", Action.MIGRATE).refusal("default", "vm1", Action.MIGRATE) is None
-    assert state.only({("default", "vm2"): "uid-2"}).refusals == ()
+    assert refusals(state.only({("default", "vm2"): "uid-2"})) == ()
 
 
 def test_the_state_forgets_what_no_bound_needs_any_more():
@@ -36,7 +36,7 @@ def test_the_state_forgets_what_no_bound_needs_any_more():
     state = KeeperState(lost=(ago(minutes=61), "not JSON")).refused("default", "vm1", Action.MIGRATE, 403, "no",
                                                                   ago(days=2))
     pruned = state.with_migrations([old, recent, unfinished], NOW)
-    assert [m.name for m in pruned.migrations] == ["c", "b"] and pruned.refusals == ()
+    assert [m.name for m in pruned.migrations] == ["c", "b"] and refusals(pruned) == ()
     assert pruned.lost is None  # a rebuilt record is said for an hour
     assert KeeperState(lost=(ago(minutes=59), "not JSON")).with_migrations([], NOW).lost is not None
 
@@ -57,7 +57,7 @@ def test_what_a_lost_record_cannot_say_the_leader_keeps():
     assert KeeperState().over(mine).vms == mine.vms
     read = KeeperState().refused("default", "vm1", Action.UNPAUSE, 409, "no", NOW)
     joined = read.over(mine)
-    assert {h.action for h in joined.refusals} == {Action.MIGRATE, Action.UNPAUSE}
+    assert {h.action for h in refusals(joined)} == {Action.MIGRATE, Action.UNPAUSE}
     assert joined.vm("default", "vm2").unpauses(None) == 1
     restarted = KeeperState().with_vm(VmRecord(namespace="default", name="vm2", uid="u3",
                                                said=(("WaitingForStorage", NOW),)))

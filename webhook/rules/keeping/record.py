@@ -124,10 +124,6 @@ class KeeperState:
         return tuple(sorted((m for r in self.vms.values() for m in r.migrations),
                             key=lambda m: (m.created, m.namespace, m.name)))
 
-    @property
-    def refusals(self) -> tuple[Refusal, ...]:
-        return tuple(h for r in self.vms.values() for h in r.refusals)
-
     def just_unpaused(self, now: datetime) -> set[str]:
         """The uids of the VMIs the keeper unpaused a moment ago (UNPAUSED_FOR): the watch may not show it yet."""
         return {r.uid for r in self.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
