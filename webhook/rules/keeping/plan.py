@@ -80,16 +80,6 @@ def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLA
                  for s in stuck if p.now - s.since >= unplaceable and (s.refused is None or p.now >= s.refused.retry))
 
 
-def one_vm(vm: VmFacts, p: PassFacts, alike: dict[KeepDecision, KeepDecision]) -> VmPlan:
-    """One VM's decision and unpause, as the pass stands when it is reached (a decision equal to one in `alike` is it)."""
-    decision, resume = decide_keep(vm, p), decide_resume(vm, p)
-    if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
-        decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
-    elif resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
-        decision = dataclasses.replace(decision, reason=resume.reason)
-    return VmPlan(facts=vm, decision=alike.setdefault(decision, decision), resume=resume)
-
-
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
     """The VMs in the pass's order (frozen ones first, then those not apart as listed, then those apart the longest
@@ -103,9 +93,14 @@ def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
            for c in cancelled}
     why.update({(s.migration.namespace, s.migration.vmi): s.refused.in_words() for s in stuck  # its cancel waits
                 if s.refused is not None and p.now < s.refused.retry})
-    planned, facts, alike = [], p, {}
-    for vm in ordered:
-        one = one_vm(vm, facts, alike)
+    planned, facts, alike = [], p, dict[KeepDecision, KeepDecision]()
+    for vm in ordered:  # its decision and unpause as the pass stands when it is reached; equal decisions one object
+        decision, resume = decide_keep(vm, facts), decide_resume(vm, facts)
+        if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
+            decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
+        elif resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
+            decision = dataclasses.replace(decision, reason=resume.reason)
+        one = VmPlan(facts=vm, decision=alike.setdefault(decision, decision), resume=resume)
         if one.move:
             facts = facts.after_create(one.decision.source, '/'.join(one.key))
         elif (key := (vm.vmi.namespace, vm.vmi.name)) in why:  # it backs off from the next pass on
