@@ -10,7 +10,7 @@ from webhook.keeper.kubevirt_api import KubeVirtWatch
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import Settings
 from webhook.rules.shared.facts import Fact
-from webhook.rules.keeping.migrations import Attempt
+from webhook.rules.keeping.migrations import Migration
 from webhook.rules.keeping.running import read_vmi
 from webhook.rules.shared.times import parse_time
 
@@ -87,12 +87,23 @@ def view(obj=None, settings=SETTINGS):
     return read_vmi(cached(obj or vmi_obj(), settings), settings)
 
 
+def attempt(created, ended=None, phase="Running", recovers=False):
+    """A migration of ours of vm1."""
+    return Migration(namespace="default", name=f"vm1-colocate-{created.timestamp():.0f}", vmi="vm1", phase=phase,
+                     ours=True, created=created, ended=ended, recovers="stale-mount" if recovers else "")
+
+
+def refusals(state):
+    """Every refusal the keeper's state holds."""
+    return tuple(h for r in state.vms.values() for h in r.refusals)
+
+
 def failed(end, recovers=False):
-    return Attempt(created=end - timedelta(minutes=1), ended=end, succeeded=False, recovers=recovers)
+    return attempt(end - timedelta(minutes=1), end, "Failed", recovers)
 
 
 def succeeded(end, recovers=False):
-    return Attempt(created=end - timedelta(minutes=1), ended=end, succeeded=True, recovers=recovers)
+    return attempt(end - timedelta(minutes=1), end, "Succeeded", recovers)
 
 
 def in_flight_state(**changes):

@@ -22,9 +22,10 @@ from ..config import Settings
 from ..kinds import CONFIGMAP, meta
 from ..rules.keeping.apart import APART, VmState
 from ..rules.keeping.keep import KeepDecision, VmFacts
-from ..rules.keeping.migrations import attempts, backoff, Migration, MigrationPhase
-from ..rules.keeping.record import (Action, dump, Evidence, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
+from ..rules.keeping.migrations import attempts, backoff, FAILED, Migration
+from ..rules.keeping.record import (Action, dump, KEY, KeeperState, load, Loss, REMEMBER, UNPAUSES_KEPT,
                                     VmKey, VmRecord, with_kept)
+from ..rules.keeping.recovery import Stale
 from ..rules.shared.alone import Alone
 from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
@@ -231,7 +232,7 @@ class Records:
             return kept or VmRecord(namespace=vmi.namespace, name=vmi.name)  # most VMs, most passes: nothing to note
         record = (kept or VmRecord(namespace=vmi.namespace, name=vmi.name)).of_vmi(vmi.uid)
         if vm.mount is not None:
-            stale = Evidence(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
+            stale = Stale(requested=vm.stale_since, words=vm.stale, last=vm.stale_last or now) \
                 if vm.stale and vm.stale_since is not None else None
             record = dataclasses.replace(record, seen=vm.seen, stale=stale, full=vm.full or "")
         said = dict(record.said)
@@ -286,7 +287,7 @@ class Records:
     def cancelled(self, migration: Migration, now: datetime, why: str, uid: str = "") -> None:
         """One of ours we deleted: failed now, announced with `why` (an Event on the VMI, `uid`)."""
         key = (migration.namespace, migration.name)
-        self._ours[key] = failed = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
+        self._ours[key] = failed = dataclasses.replace(migration, phase=FAILED, ended=now)
         self._cancelled.add(key)
         self._open.discard(key)
         self._announce(failed, uid, why)
@@ -311,7 +312,7 @@ class Records:
             migration, vm = self._ours[key], f"{key[0]}/{self._ours[key].vmi}"
             if key not in shown and key in self._seen:
                 self._open.discard(key)
-                self._ours[key] = dataclasses.replace(migration, phase=MigrationPhase.FAILED, ended=now)
+                self._ours[key] = dataclasses.replace(migration, phase=FAILED, ended=now)
                 log.warning("keeper migration gone", extra={"fields": {
                     "vm": vm, "migration": key[1], "why": "deleted before it ended: counted as failed"}})
             elif migration.final:

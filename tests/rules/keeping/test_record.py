@@ -8,12 +8,12 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from tests.support.keeping import NOW, ago
+from tests.support.keeping import NOW, ago, refusals
 
 from webhook.rules.keeping.migrations import Migration
-from webhook.rules.keeping.recovery import Sighting
+from webhook.rules.keeping.recovery import Sighting, Stale
 from webhook.rules.keeping.record import BUDGET, dump, load, Loss
-from webhook.rules.keeping.record import Action, Evidence, KeeperState, Refusal, VmRecord
+from webhook.rules.keeping.record import Action, KeeperState, Refusal, VmRecord
 
 REFUSED = "creating a migration failed: API answered 403: no"
 
@@ -49,8 +49,8 @@ def test_the_record_reads_back_as_it_was_written():
                    said=(("NeedsRestart", ago(minutes=1)),),
                    seen=(("pvc-d", Sighting(ago(minutes=5), ago(minutes=4))), ("pvc-e", Sighting(ago(minutes=1)))),
                    full="paused because its disk rootdisk is full …",
-                   stale=Evidence(requested=ago(minutes=4), last=ago(minutes=3),
-                                  words="paused 2 times on I/O errors of disk rootdisk …: KubeVirt's retry did not bring it back"))
+                   stale=Stale(requested=ago(minutes=4), last=ago(minutes=3),
+                               words="paused 2 times on I/O errors of disk rootdisk …: KubeVirt's retry did not bring it back"))
     state = state_of(migrations=(ours("vm1-colocate-abcde", ago(hours=2)),
                                  ours("vm1-colocate-fghij", ago(minutes=5), phase="Running", target="node-b",
                                       uid="uid-r", recovers="stale-mount")),
@@ -87,7 +87,7 @@ def test_an_entry_of_a_wrong_type_is_dropped_alone():
     state, loss = load(packed(record))
     assert loss == Loss(kind="malformed", why="an entry dropped (a refusal's count '2' is not a number)")
     assert [m.name for m in state.migrations] == ["vm1-colocate-abcde"]
-    assert [(h.name, h.action) for h in state.refusals] == [("vm1", Action.MIGRATE)]
+    assert [(h.name, h.action) for h in refusals(state)] == [("vm1", Action.MIGRATE)]
     record["vms"]["other"] = "x"
     record["vms"]["default"]["vm1"]["r"]["reboot"] = [1, 0, 0, ""]
     assert load(packed(record))[1].why.startswith("3 entries dropped")
@@ -114,7 +114,7 @@ def incident(recovered=1500, refused=200):
             namespace=ns, name=vm, uid=str(uuid.uuid5(uuid.NAMESPACE_DNS, vm)), unpaused=(ago(minutes=31), ago(minutes=20)),
             said=(("NeedsRestart", ago(minutes=1)),) if i % 10 == 0 else (),
             seen=((f"pvc-{uuid.uuid5(uuid.NAMESPACE_URL, vm)}", Sighting(ago(minutes=32), ago(minutes=31))),),
-            stale=Evidence(requested=ago(minutes=40), words=words, last=ago(minutes=31)),
+            stale=Stale(requested=ago(minutes=40), words=words, last=ago(minutes=31)),
             migrations=tuple(ours(f"{vm}-colocate-{j}x7k2p", ago(minutes=30 - 5 * j), vmi=vm, namespace=ns)
                              for j in range(2))))
     state = KeeperState.of(records)
@@ -141,8 +141,8 @@ def test_what_does_not_fit_is_said_when_read_the_newest_kept():
     kept, loss = load(record)
     assert loss.kind == "left out" and loss.why.endswith(f"did not fit in {BUDGET // 1024} KiB")
     left = int(loss.why.split()[0])
-    assert 0 < left and len(kept.refusals) < 300
-    newest = sorted(state.refusals, key=lambda h: h.retry)[-len(kept.refusals):] if kept.refusals else []
-    assert {h.name for h in kept.refusals} == {h.name for h in newest}
+    assert 0 < left and len(refusals(kept)) < 300
+    newest = sorted(refusals(state), key=lambda h: h.retry)[-len(refusals(kept)):] if refusals(kept) else []
+    assert {h.name for h in refusals(kept)} == {h.name for h in newest}
 
 

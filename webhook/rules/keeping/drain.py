@@ -15,7 +15,8 @@ from .recovery import ROUND_TRIP, ONE
 
 @dataclasses.dataclass(frozen=True)
 class RunningVm:
-    """A running opted-in VM as `status` read it: where it runs, where its disks are served."""
+    """A running opted-in VM as `status` read it: where it runs, where its disks are served; what the drain of
+    `drained` does to it (it runs there, or its NFS server does) follows."""
 
     namespace: str
     name: str
@@ -25,12 +26,6 @@ class RunningVm:
     why_not: str = ""  # why not, when it is not
     cannot_finish: str | None = None  # why no migration off a stale mount of it can finish (`recovery.cannot_finish`)
     evacuation: str = ""  # where `--aim-evacuations on` would aim its evacuation, or why not ("": the aim is off)
-
-
-@dataclasses.dataclass(frozen=True)
-class DrainedVm(RunningVm):
-    """A VM the drain of `drained` touches: it runs there, or its NFS server does; the rest follows."""
-
     drained: str = ""
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "not read")  # what Longhorn's Settings make of a share-manager restart
     keep: KeepMode = KeepMode.MIGRATE  # the keeper's mode
@@ -117,7 +112,7 @@ class DrainedVm(RunningVm):
 @dataclasses.dataclass(frozen=True)
 class DrainPreview:
     node: str
-    vms: tuple[DrainedVm, ...]
+    vms: tuple[RunningVm, ...]
     restarts: Restarts
 
     @property
@@ -160,6 +155,5 @@ class DrainPreview:
 
 def preview(node: str, vms: Iterable[RunningVm], restarts: Restarts, keep: KeepMode = KeepMode.MIGRATE) -> DrainPreview:
     """What draining `node` does to `vms` (each running opted-in VM), Longhorn and the keeper as they are set."""
-    touched = (DrainedVm(**{f.name: getattr(vm, f.name) for f in dataclasses.fields(RunningVm)}, drained=node,
-                         restarts=restarts, keep=keep) for vm in vms)
+    touched = (dataclasses.replace(vm, drained=node, restarts=restarts, keep=keep) for vm in vms)
     return DrainPreview(node, tuple(vm for vm in touched if vm.leaves or vm.storage_restarts), restarts)

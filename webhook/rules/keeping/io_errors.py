@@ -35,22 +35,19 @@ COMBINED = "(combined from similar events): "
 # What the reader reads of an Event (a cache keeps this, `stores.shapes.trim`).
 KEPT: Any = {"metadata": {"name": True, "namespace": True},
              "involvedObject": {"kind": True, "namespace": True, "name": True, "uid": True},
-             "reason": True, "message": True, "source": {"host": True}, "reportingInstance": True,
-             "firstTimestamp": True, "lastTimestamp": True, "eventTime": True,
+             "reason": True, "message": True, "firstTimestamp": True, "lastTimestamp": True, "eventTime": True,
              "series": {"lastObservedTime": True}}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class IoError:
-    """One disk's I/O error on a VMI as one Event tells it, by virt-handler on `node`; `combined`: folded by client-go."""
+    """One disk's I/O error on a VMI as one Event tells it; `combined`: folded by client-go."""
     uid: str
-    namespace: str
     name: str
     volume: str  # the VMI volume, "" when KubeVirt found no disk of that target
     cause: Cause
     first: datetime
     last: datetime
-    node: str
     combined: bool = False
 
 
@@ -85,19 +82,12 @@ def read_io_error(event: Any) -> IoError | None:
     if not isinstance(involved, dict) or involved.get("kind") != KIND:
         return None
     uid, name = _text(involved.get("uid")), _text(involved.get("name"))
-    namespace = _text(involved.get("namespace"))
     said, times = words_of(event.get("message")), _times(event)
     if not uid or not name or said is None or times is None:
         return None
-    source = event.get("source") if isinstance(event.get("source"), dict) else {}
     first, last = times
-    return IoError(uid=uid, namespace=namespace, name=name, volume=said[1], cause=said[0], first=first, last=last,
-                   node=_text(source.get("host")) or _text(event.get("reportingInstance")),
+    return IoError(uid=uid, name=name, volume=said[1], cause=said[0], first=first, last=last,
                    combined=_text(event.get("message")).startswith(COMBINED))
-
-
-def newest_first(errors: Iterable[IoError]) -> tuple[IoError, ...]:
-    return tuple(sorted(errors, key=lambda e: (e.last, e.first, e.volume), reverse=True))
 
 
 def by_vmi(events: Iterable[Any]) -> dict[str, tuple[IoError, ...]]:
@@ -107,5 +97,6 @@ def by_vmi(events: Iterable[Any]) -> dict[str, tuple[IoError, ...]]:
         error = read_io_error(event)
         if error is not None:
             found.setdefault(error.uid, []).append(error)
-    return {uid: newest_first(errors) for uid, errors in found.items()}
+    return {uid: tuple(sorted(errors, key=lambda e: (e.last, e.first, e.volume), reverse=True))
+            for uid, errors in found.items()}
 

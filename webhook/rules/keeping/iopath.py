@@ -26,15 +26,8 @@ class DiskPath:
     local_replica: bool | None = None
     unknown: str = ""
 
-    @property
-    def nfs_hop_only(self) -> bool:
-        """Co-location removes only the NFS hop: the replicas are all on other nodes."""
-        return self.local_replica is False
-
     def to_json(self) -> dict[str, Any]:
-        return {"claim": self.claim, "volume": self.volume, "share_manager_node": self.share_manager_node,
-                "data_locality": self.data_locality, "local_replica": self.local_replica,
-                "unknown": self.unknown or None}
+        return dataclasses.asdict(self) | {"unknown": self.unknown or None}
 
 
 def healthy_on(replica: dict[str, Any], volume: str, node: str) -> bool:
@@ -62,7 +55,7 @@ def disk_path(fact: Fact, volume: dict[str, Any] | None, replicas: Iterable[dict
 
 def path_note(paths: Iterable[DiskPath]) -> str:
     """One line when co-location removes only the NFS hop for some disk, else ""."""
-    remote = [p for p in paths if p.nfs_hop_only]
+    remote = [p for p in paths if p.local_replica is False]  # co-location removes only the NFS hop
     if not remote:
         return ""
     disks = ", ".join(f"{p.claim} (no healthy replica on {p.share_manager_node}, data locality "

@@ -4,16 +4,15 @@ what holds it. Pure: from one VM's facts (`VmFacts`) and the whole pass's (`Pass
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from sys import intern
-from typing import TypeVar
 
 from ... import kinds
 from ...config import duration_text, KeepMode, Settings
 from .apart import APART, CO_LOCATED, Locality, VmState
-from .migrations import Attempt, backoff, Migration
-from .recovery import cost, Mount, needs_restart, Sighting
+from .migrations import backoff, Migration
+from .recovery import Mount, ROUND_TRIP, Sighting
 from .record import Refusal
 from .running import VmiView
 from ..shared import declared
@@ -25,7 +24,6 @@ MOST_RECOVERIES = 3  # migrations of ours to take a VM off one stale mount: then
 # The VM asks that nothing evict it (KubeVirt's documented way out of the descheduler, set on the VM
 # template and carried to the VMI; its presence counts, not its value): the keeper leaves it too.
 NO_EVICTION = declared.VMI_NO_EVICTION
-Item = TypeVar("Item")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,7 +54,7 @@ class VmFacts:
     where: Locality
     apart_since: datetime | None = None  # when it became apart (None: not known, counted as now)
     target_unfit: str | None = None  # why its storage node cannot take it now (the never-strand checks)
-    history: tuple[Attempt, ...] = ()  # our migrations of it, oldest first
+    history: tuple[Migration, ...] = ()  # our migrations of it, oldest first (`migrations.attempts`)
     migrating: bool = False  # a migration of it is in flight
     last_end: datetime | None = None  # when its latest migration of any origin ended
     descheduled: Migration | None = None  # what moved it here for a descheduler's eviction (`migrations.last_move`)
@@ -117,25 +115,8 @@ class KeepDecision:
     hold: Alone | None = None
     source: str | None = None  # where the VM runs
     target: str | None = None  # where its disks are served, when apart
-    why: str = ""  # where it runs and where its disks are served, in words
-    apart_for: timedelta | None = None  # how long it has been apart, once that counts
     stale: str | None = None  # why its NFS mount is stale (`VmFacts.stale`): the migration recovers it
     round_trip: bool = False  # stale beside its NFS server: it goes to `target` and comes back (`recovery.ROUND_TRIP`)
-
-    @property
-    def move(self) -> str:
-        """The migration it comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
-        return _move(self.source, self.target, self.why, self.apart_for, self.stale, self.round_trip)
-
-
-def _move(source: str | None, target: str | None, why: str, apart_for: timedelta | None, stale: str | None,
-          round_trip: bool) -> str:
-    if round_trip:
-        return (f"from {source} to {target} and back ({cost(True)} migrations, its target pod cannot "
-                f"land beside its own pod): {stale}; {why}")
-    if stale:
-        return f"from {source} to {target}: {stale}; {why}"
-    return f"from {source} to {target}: {why}; apart for {whole_seconds(apart_for or timedelta(0))}s"
 
 
 def _apart_for(vm: VmFacts, now: datetime) -> timedelta:
@@ -183,47 +164,14 @@ def _beside(vm: VmFacts) -> bool:
     return bool(vm.stale) and vm.where.state is CO_LOCATED
 
 
-def _over_budget(vm: VmFacts, p: PassFacts) -> bool:
-    """Its migrations of the last 24h and what moving it now costs would pass --keep-max-per-day."""
-    return _today(vm, p) + cost(_beside(vm)) > p.limits.max_per_day
-
-
-def _budget_words(vm: VmFacts, p: PassFacts) -> str:
-    words = f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})"
-    return words + (f": its recovery beside its NFS server takes {cost(True)}" if _beside(vm) else "")
-
-
-def _unfit_words(vm: VmFacts) -> str:
-    if _beside(vm):
-        return f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
-    return f"cannot move to {vm.where.target}: {vm.target_unfit}"
-
-
-def _untargeted(p: PassFacts) -> str:
-    if p.targeted is False or not p.targeted_note:
-        return "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"
-    return p.targeted_note
-
-
 def _outbound(vm: VmFacts, p: PassFacts) -> int:
     return p.outbound.get(vm.where.node or "", 0)
-
-
-def _our_limit(vm: VmFacts) -> int:
-    """A recovery's slot of ours beyond --keep-max-inflight: a frozen VM never waits behind our drift."""
-    return 1 if vm.stale else 0
 
 
 def _named(p: PassFacts, count: int, *, ours: bool = False, node: str | None = None) -> str:
     """": ns/name, …", the migrations in flight that hold a limit (ours; those leaving `node`), when all are known."""
     names = [name for source, name, mine in p.flying if (mine or not ours) and node in (None, source)]
     return f": {', '.join(names)}" if names and len(names) == count else ""
-
-
-def _ours_words(vm: VmFacts, p: PassFacts) -> str:
-    kept = " and the one kept for recoveries" if _our_limit(vm) else ""
-    named = _named(p, p.in_flight_ours, ours=True)
-    return f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}{kept}){named}"
 
 
 def _refused(vm: VmFacts, p: PassFacts) -> str | None:
@@ -267,10 +215,13 @@ CHECKS: tuple[Check, ...] = (
           words=lambda vm, p: f"{vm.where.state}: {vm.where.why}", needs=("where", "stale"), own=True),
     # The one answer on whether a migration of a VM on a stale mount can finish (`recovery.cannot_finish`).
     Check(hold=Alone.NEEDS_RESTART, holds=lambda vm, p: bool(vm.stale) and _unrecoverable(vm) is not None,
-          words=lambda vm, p: needs_restart(vm.stale or "", _unrecoverable(vm) or ""),
+          words=lambda vm, p: f"{vm.stale}, and it cannot be moved to a fresh mount: {_unrecoverable(vm)}; a restart "
+                              f"mounts the volume afresh (`virtctl restart`)",
           needs=("stale", "cannot_finish", "stale_since", "history"), own=True),
     Check(hold=Alone.TARGET_UNFIT, holds=lambda vm, p: vm.target_unfit is not None or (_beside(vm) and vm.via is None),
-          words=lambda vm, p: _unfit_words(vm), needs=("target_unfit", "stale", "where", "via"), own=True),
+          words=lambda vm, p: f"no other node can take it for its recovery: {vm.target_unfit or 'none was checked'}"
+          if _beside(vm) else f"cannot move to {vm.where.target}: {vm.target_unfit}",
+          needs=("target_unfit", "stale", "where", "via"), own=True),
     Check(hold=Alone.NOT_MIGRATABLE, holds=lambda vm, p: not vm.vmi.live_migratable,
           words=lambda vm, p: f"not live-migratable: {vm.vmi.not_migratable}", needs=("vmi",), own=True),
     Check(hold=Alone.MIGRATING,
@@ -289,22 +240,29 @@ CHECKS: tuple[Check, ...] = (
                               f"(wait {whole_seconds(p.limits.after)}s)", needs=("last_end", "stale")),
     Check(hold=Alone.BACKING_OFF, holds=lambda vm, p: not vm.stale and p.now < (backoff(vm.history).until or p.now),
           words=_backoff_words, needs=("history", "stale")),
-    Check(hold=Alone.DAILY_LIMIT, holds=lambda vm, p: not vm.stale and _over_budget(vm, p),
-          words=_budget_words, needs=("history", "stale", "where")),
+    # One more migration would pass --keep-max-per-day.
+    Check(hold=Alone.DAILY_LIMIT, holds=lambda vm, p: not vm.stale and _today(vm, p) >= p.limits.max_per_day,
+          words=lambda vm, p: f"migrated {_today(vm, p)} times in the last 24h (limit {p.limits.max_per_day})",
+          needs=("history", "stale")),
     Check(hold=Alone.SETTLING, holds=lambda vm, p: bool(vm.settling),
           words=lambda vm, p: f"waiting for its storage to settle: {'; '.join(vm.settling)}",
           needs=("settling",), own=True),
     # Before the limits: a limit is said only of a VM it holds alone.
     Check(hold=Alone.REFUSED, holds=lambda vm, p: _refused(vm, p) is not None,
           words=lambda vm, p: _refused(vm, p) or "", needs=("refused", "vmi")),
-    Check(hold=Alone.UNTARGETED, holds=lambda vm, p: p.targeted is not True, words=lambda vm, p: _untargeted(p)),
+    Check(hold=Alone.UNTARGETED, holds=lambda vm, p: p.targeted is not True,
+          words=lambda vm, p: (p.targeted is not False and p.targeted_note)
+          or "targeted migration unavailable (spec.addedNodeSelector needs KubeVirt 1.6)"),
     Check(hold=Alone.SOURCE_BUSY, holds=lambda vm, p: _outbound(vm, p) >= p.limits.max_outbound_per_node,
           words=lambda vm, p: f"{_outbound(vm, p)} migrations in flight from {vm.where.node} (KubeVirt runs "
                               f"{p.limits.max_outbound_per_node} per source node)"
                               f"{_named(p, _outbound(vm, p), node=vm.where.node)}: its slots are left to them",
           needs=("where",)),
-    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + _our_limit(vm),
-          words=_ours_words, needs=("stale",)),
+    # A recovery has a slot of ours beyond --keep-max-inflight: a frozen VM never waits behind our drift.
+    Check(hold=Alone.OUR_LIMIT, holds=lambda vm, p: p.in_flight_ours >= p.limits.max_inflight + bool(vm.stale),
+          words=lambda vm, p: f"{p.in_flight_ours} of our migrations in flight (limit {p.limits.max_inflight}"
+                              f"{' and the one kept for recoveries' if vm.stale else ''})"
+                              f"{_named(p, p.in_flight_ours, ours=True)}", needs=("stale",)),
     Check(hold=Alone.CLUSTER_LIMIT, holds=lambda vm, p: p.in_flight_all >= p.limits.max_cluster_inflight,
           words=lambda vm, p: f"{p.in_flight_all} migrations in flight cluster-wide "
                               f"(limit {p.limits.max_cluster_inflight}){_named(p, p.in_flight_all)}"),
@@ -339,36 +297,31 @@ def next_read(vm: VmFacts, read: Collection[str]) -> str | None:
     return None
 
 
-def _decision(vm: VmFacts, p: PassFacts, hold: Alone | None, reason: str = "") -> KeepDecision:
-    where = vm.where
+def _decision(vm: VmFacts, hold: Alone | None, reason: str) -> KeepDecision:
+    where, beside = vm.where, _beside(vm)
     return KeepDecision(act=hold is None, reason=reason, state=where.state, hold=hold, source=where.node,
-                        target=where.target or (vm.via if _beside(vm) else None), why=where.why,
-                        apart_for=_apart_for(vm, p.now) if where.state is APART else None, stale=vm.stale,
-                        round_trip=_beside(vm))
+                        target=where.target or (vm.via if beside else None), stale=vm.stale, round_trip=beside)
 
 
 def _move_of(vm: VmFacts, p: PassFacts) -> str:
-    """`KeepDecision.move` of the VM's decision, without making one (a plan makes 75,000)."""
+    """The migration the VM comes to, in words: "from node-a to node-b: <why>; apart for 900s"."""
     where, beside = vm.where, _beside(vm)
-    return _move(where.node, where.target or (vm.via if beside else None), where.why,
-                 _apart_for(vm, p.now) if where.state is APART else None, vm.stale, beside)
+    source, target = where.node, where.target or (vm.via if beside else None)
+    if beside:
+        return (f"from {source} to {target} and back ({ROUND_TRIP} migrations, its target pod cannot "
+                f"land beside its own pod): {vm.stale}; {where.why}")
+    if vm.stale:
+        return f"from {source} to {target}: {vm.stale}; {where.why}"
+    return f"from {source} to {target}: {where.why}; apart for {whole_seconds(_apart_for(vm, p.now))}s"
 
 
 def decide_keep(vm: VmFacts, p: PassFacts) -> KeepDecision:
     """Migrate an apart VM to its storage node, or the first of `CHECKS` that holds it: the one decision."""
     for check in CHECKS:
         if check.holds(vm, p):  # the words of VMs held alike are one string (`sys.intern`): a report keeps each
-            return _decision(vm, p, check.hold, intern(check.words(vm, p)))
+            return _decision(vm, check.hold, intern(check.words(vm, p)))
     verb = "recovering a stale mount: migrating" if vm.stale else "migrating"
-    return _decision(vm, p, None, f"{verb} {_move_of(vm, p)}")
-
-
-def pass_order(vms: Sequence[Item], facts: Callable[[Item], VmFacts],
-               since: Callable[[VmFacts], datetime]) -> list[Item]:
-    """The pass's order: VMs not apart as listed, then those apart the longest first (`since`), by name."""
-    apart = sorted((vm for vm in vms if facts(vm).where.state is APART),
-                   key=lambda vm: (since(facts(vm)), facts(vm).vmi.name))
-    return [vm for vm in vms if facts(vm).where.state is not APART] + apart
+    return _decision(vm, None, f"{verb} {_move_of(vm, p)}")
 
 
 OFF = "the keeper is off (--keep off)"
@@ -388,21 +341,17 @@ def next_step(decision: KeepDecision, since: datetime | None, facts: PassFacts, 
         return f"nothing: {OFF}"
     if decision.act and decision.round_trip:
         return (f"moves to {decision.target} at the keeper's next pass and back to {decision.source} after "
-                f"(stale mount beside its NFS server: {cost(True)} migrations, no reboot)")
+                f"(stale mount beside its NFS server: {ROUND_TRIP} migrations, no reboot)")
     if decision.act:
         return f"moves to {decision.target} at the keeper's next pass" + (" (stale mount)" if decision.stale else "")
     if facts.targeted is False and decision.hold in WAITS:
         return f"never: {Alone.UNTARGETED} ({NEEDS})"
     if decision.hold is Alone.APART_BRIEFLY and since is not None:
-        return (f"moves in {ago(since + limits.after - now)} (apart since {_clock(since, now)}, "
+        clock = since.strftime("%H:%M" if now - since < timedelta(hours=20) else "%Y-%m-%d %H:%M")  # else the date too
+        return (f"moves in {ago(since + limits.after - now)} (apart since {clock} UTC, "
                 f"--keep-after {duration_text(limits.after.total_seconds())})")
     if decision.hold is Alone.BACKING_OFF:
         return decision.reason
     if decision.hold is Alone.REPORT_ONLY:
-        return f"would migrate {decision.move} (the keeper only reports)"
+        return f"{decision.reason.removeprefix('report only: ')} (the keeper only reports)"
     return f"held: {decision.reason}"
-
-
-def _clock(moment: datetime, now: datetime) -> str:
-    """A moment as a wall clock (UTC): the time today, else the date too."""
-    return moment.strftime("%H:%M" if now - moment < timedelta(hours=20) else "%Y-%m-%d %H:%M") + " UTC"

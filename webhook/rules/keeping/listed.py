@@ -57,18 +57,12 @@ class Leader:
     renewed: datetime | None = None
     duration: timedelta | None = None
 
-    def ran_out(self, now: datetime) -> timedelta | None:
-        """How long ago the Lease ran out without a renewal, None while it lasts (or cannot tell)."""
-        if self.renewed is None or self.duration is None or now - self.renewed <= self.duration:
-            return None
-        return now - self.renewed - self.duration
-
     def words(self, now: datetime) -> str:
-        """"pod-x (renewed 5s ago)", or "none" and why."""
+        """"pod-x (renewed 5s ago)", or "none" and why (released, or ran out without a renewal)."""
         if not self.holder:
             return "none (the Lease is released)"
-        if (over := self.ran_out(now)) is not None:
-            return f"none ({self.holder}'s Lease ran out {ago(over)} ago)"
+        if self.renewed is not None and self.duration is not None and now - self.renewed > self.duration:
+            return f"none ({self.holder}'s Lease ran out {ago(now - self.renewed - self.duration)} ago)"
         return self.holder + (f" (renewed {ago(now - self.renewed)} ago)" if self.renewed is not None else "")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,14 +25,8 @@ UNPLACEABLE_SECONDS = 60  # a target pod of ours unschedulable this long is give
 MIGRATION_PRIORITY = "system-maintenance"  # ours queue after drains and users (KubeVirt 1.7+)
 
 
-class MigrationPhase(enum.StrEnum):
-    """The final phases; the others (Pending ... Running, and unknown ones) are unfinished."""
-
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-FINAL_PHASES = frozenset({MigrationPhase.SUCCEEDED, MigrationPhase.FAILED})
+SUCCEEDED, FAILED = "Succeeded", "Failed"  # the final phases; the others (Pending ... Running, unknown) are unfinished
+FINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,11 +52,11 @@ class Migration:
 
     @property
     def succeeded(self) -> bool:
-        return self.phase == MigrationPhase.SUCCEEDED
+        return self.phase == SUCCEEDED
 
     @property
     def failed(self) -> bool:
-        return self.phase == MigrationPhase.FAILED
+        return self.phase == FAILED
 
     def in_flight(self, now: datetime) -> bool:
         """Not final and younger than an hour: a stuck one stops holding the queue back."""
@@ -189,32 +182,17 @@ def last_move(vmi: VmiView, migrations: Iterable[Migration]) -> Migration | None
     return max(moves, key=lambda m: (m.ended or m.created, m.created), default=None)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Attempt:
-    """One migration we created for a VM: when, and how it ended (None while unfinished)."""
-
-    created: datetime
-    ended: datetime | None = None
-    succeeded: bool | None = None
-    recovers: bool = False  # made to take the VM off a stale NFS mount
-
-
-def attempts(vmi: VmiView | tuple[str, str], migrations: Iterable[Migration]) -> list[Attempt]:
+def attempts(vmi: VmiView | tuple[str, str], migrations: Iterable[Migration]) -> list[Migration]:
     """Our migrations of this VM, oldest first."""
-    found = [Attempt(created=m.created, ended=m.ended, succeeded=m.succeeded if m.final else None,
-                     recovers=bool(m.recovers))
-             for m in of_vmi(migrations, vmi) if m.ours]
-    return sorted(found, key=lambda a: a.created)
+    return sorted((m for m in of_vmi(migrations, vmi) if m.ours), key=lambda m: m.created)
 
 
 # --------------------------------------------------------------------------- backoff
 
 
-def backoff_delay(failures: int) -> timedelta:
-    """30 min after one failure, doubling per consecutive failure, at most 24 h."""
-    if failures <= 0:
-        return timedelta(0)
-    return min(BACKOFF_FIRST * 2 ** min(failures - 1, 16), BACKOFF_CAP)
+def doubled(first: timedelta, cap: timedelta, count: int) -> timedelta:
+    """`first` after one failure, doubling with each in a row, at most `cap` (client-go's per-item rate limiter)."""
+    return min(first * 2 ** min(max(count - 1, 0), 16), cap)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -226,11 +204,11 @@ class Backoff:
 NO_BACKOFF = Backoff(0, None)
 
 
-def backoff(history: Iterable[Attempt]) -> Backoff:
-    """Where a VM stands after our attempts: consecutive failures at the end; a success resets."""
+def backoff(history: Iterable[Migration]) -> Backoff:
+    """Where a VM stands after our migrations of it: consecutive failures at the end; a success resets."""
     if not history:
         return NO_BACKOFF  # most VMs: none tried
-    done = sorted((a for a in history if a.succeeded is not None), key=lambda a: a.ended or a.created)
+    done = sorted((m for m in history if m.final), key=lambda m: m.ended or m.created)
     failures = 0
     for attempt in reversed(done):
         if attempt.succeeded:
@@ -239,7 +217,7 @@ def backoff(history: Iterable[Attempt]) -> Backoff:
     if not failures:
         return NO_BACKOFF
     last = done[-1]
-    return Backoff(failures, (last.ended or last.created) + backoff_delay(failures))
+    return Backoff(failures, (last.ended or last.created) + doubled(BACKOFF_FIRST, BACKOFF_CAP, failures))
 
 
 def target_hostname(node: Any) -> str | None:

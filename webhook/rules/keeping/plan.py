@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 from ...config import KeepMode
 from ..shared.times import whole_seconds
-from .keep import decide_keep, KeepDecision, pass_order, PassFacts, VmFacts
+from .apart import APART
+from .keep import decide_keep, KeepDecision, PassFacts, VmFacts
 from .migrations import Migration, UNPLACEABLE_SECONDS
 from .resume import carried_paused, decide_resume, Resume
 from ..shared.alone import Alone
@@ -79,35 +80,27 @@ def cancels(stuck: Sequence[Stuck], p: PassFacts, unplaceable: timedelta = UNPLA
                  for s in stuck if p.now - s.since >= unplaceable and (s.refused is None or p.now >= s.refused.retry))
 
 
-def one_vm(vm: VmFacts, p: PassFacts, alike: dict[KeepDecision, KeepDecision] | None = None) -> VmPlan:
-    """One VM's decision and unpause, as the pass stands when it is reached (a decision equal to one in `alike` is it)."""
-    decision, resume = decide_keep(vm, p), decide_resume(vm, p)
-    if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
-        decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
-    elif resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
-        decision = dataclasses.replace(decision, reason=resume.reason)
-    return VmPlan(facts=vm, decision=decision if alike is None else alike.setdefault(decision, decision), resume=resume)
-
-
-def frozen(vm: VmFacts) -> bool:
-    """A VM stopped on a stale mount, or carried paused onto a fresh one: first in a pass, first to a slot."""
-    return bool(vm.stale) or carried_paused(vm)
-
-
 def plan(vms: Sequence[VmFacts], p: PassFacts, stuck: Sequence[Stuck] = (),
          unplaceable: timedelta = UNPLACEABLE) -> Plan:
-    """The VMs in the pass's order (frozen ones first, then `pass_order`), each migration counting at once against
-    the limits of those after it; and the cancels."""
-    ordered = pass_order(vms, lambda vm: vm, lambda vm: vm.apart_since or p.now)
-    ordered = [vm for vm in ordered if frozen(vm)] + [vm for vm in ordered if not frozen(vm)]
+    """The VMs in the pass's order (frozen ones first, then those not apart as listed, then those apart the longest
+    first, by name), each migration counting at once against the limits of those after it; and the cancels."""
+    apart = sorted((vm for vm in vms if vm.where.state is APART), key=lambda vm: (vm.apart_since or p.now, vm.vmi.name))
+    # Frozen first, in that order: stopped on a stale mount, or carried paused onto a fresh one (first to a slot).
+    ordered = sorted([vm for vm in vms if vm.where.state is not APART] + apart,
+                     key=lambda vm: not (vm.stale or carried_paused(vm)))
     cancelled = cancels(stuck, p, unplaceable)
     why = {(c.migration.namespace, c.migration.vmi): f"cancelling its migration {c.migration.name}: {c.why}"
            for c in cancelled}
     why.update({(s.migration.namespace, s.migration.vmi): s.refused.in_words() for s in stuck  # its cancel waits
                 if s.refused is not None and p.now < s.refused.retry})
-    planned, facts, alike = [], p, {}
-    for vm in ordered:
-        one = one_vm(vm, facts, alike)
+    planned, facts, alike = [], p, dict[KeepDecision, KeepDecision]()
+    for vm in ordered:  # its decision and unpause as the pass stands when it is reached; equal decisions one object
+        decision, resume = decide_keep(vm, facts), decide_resume(vm, facts)
+        if resume is not None and resume.hold is Alone.NEEDS_RESTART:  # no unpause holds: nor would a migration
+            decision = dataclasses.replace(decision, act=False, hold=Alone.NEEDS_RESTART, reason=resume.reason)
+        elif resume is not None and (resume.act or not decision.act):  # what the keeper makes of it: its unpause
+            decision = dataclasses.replace(decision, reason=resume.reason)
+        one = VmPlan(facts=vm, decision=alike.setdefault(decision, decision), resume=resume)
         if one.move:
             facts = facts.after_create(one.decision.source, '/'.join(one.key))
         elif (key := (vm.vmi.namespace, vm.vmi.name)) in why:  # it backs off from the next pass on

@@ -5,9 +5,9 @@ nor waits to believe. Pure. A hint, never a gate: read leniently, what is lost o
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
-import functools
 import gzip
 import json
 import zlib
@@ -17,8 +17,8 @@ from typing import Any
 
 from ...kinds import clip_reason
 from ..shared.times import rfc3339
-from .migrations import Migration, NAME_INFIX
-from .recovery import Sighting
+from .migrations import doubled, Migration, NAME_INFIX
+from .recovery import Sighting, Stale
 
 REMEMBER = timedelta(hours=48)  # our finished migrations: longer than the per-day window and the backoff cap
 SAY_LOST = timedelta(hours=1)  # a rebuilt record is said (readiness, `status`) this long
@@ -43,11 +43,6 @@ FIRST = {Action.MIGRATE: timedelta(minutes=1), Action.CANCEL: timedelta(seconds=
 CAP = {Action.MIGRATE: timedelta(hours=1), Action.CANCEL: timedelta(minutes=10), Action.UNPAUSE: timedelta(minutes=5)}
 
 
-def retry_delay(action: Action, count: int) -> timedelta:
-    """How long a VM waits after `count` refusals in a row of `action`."""
-    return min(FIRST[action] * 2 ** min(max(count - 1, 0), 16), CAP[action])
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
     """`action` for one VM failed `count` times in a row, the last with `words`; tried again from `retry`."""
@@ -69,15 +64,6 @@ class Refusal:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Evidence:
-    """Why the VMI was taken for one on a stale mount, since the remount request; `last`: the error that showed it."""
-
-    requested: datetime
-    words: str
-    last: datetime
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class VmRecord:
     """All the keeper keeps of one VM: our migrations (oldest first), its refusals; of its VMI `uid`, our unpauses,
     the Events said (reason, when), the pauses seen by volume, the evidence of a stale mount, a full disk."""
@@ -90,7 +76,7 @@ class VmRecord:
     unpaused: tuple[datetime, ...] = ()
     said: tuple[tuple[str, datetime], ...] = ()
     seen: tuple[tuple[str, Sighting], ...] = ()
-    stale: Evidence | None = None
+    stale: Stale | None = None
     full: str = ""
 
     @property
@@ -138,10 +124,6 @@ class KeeperState:
         return tuple(sorted((m for r in self.vms.values() for m in r.migrations),
                             key=lambda m: (m.created, m.namespace, m.name)))
 
-    @property
-    def refusals(self) -> tuple[Refusal, ...]:
-        return tuple(h for r in self.vms.values() for h in r.refusals)
-
     def just_unpaused(self, now: datetime) -> set[str]:
         """The uids of the VMIs the keeper unpaused a moment ago (UNPAUSED_FOR): the watch may not show it yet."""
         return {r.uid for r in self.vms.values() if r.unpaused and now - r.unpaused[-1] < UNPAUSED_FOR}
@@ -156,7 +138,8 @@ class KeeperState:
         old, record = self.refusal(namespace, name, action), self.vm(namespace, name)
         count = (old.count if old is not None else 0) + 1
         new = Refusal(namespace=namespace, name=name, action=action, count=count,
-                      retry=now + retry_delay(action, count), words=clip_reason(words, WORDS), status=status)
+                      retry=now + doubled(FIRST[action], CAP[action], count), words=clip_reason(words, WORDS),
+                      status=status)
         return self.with_vm(dataclasses.replace(record, refusals=(*(h for h in record.refusals if h.action is not action),
                                                                   new)))
 
@@ -246,29 +229,13 @@ def _migration_json(m: Migration) -> list[Any]:
     return times if m.final else [*times, m.target or "", m.uid, m.recovers]
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def _vmi_items(r: VmRecord) -> list[tuple[str, Any]]:
-    """What a VM's record keeps of its VMI, as (key, value): kept first, whatever the budget."""
-    found: list[tuple[str, Any]] = [("u", r.uid)] if r.uid else []
-    found += [("p", [int(at.timestamp()) for at in r.unpaused])] if r.unpaused else []
-    found += [("e", {reason: int(at.timestamp()) for reason, at in r.said})] if r.said else []
-    found += [("v", {volume: [int(s.paused.timestamp()), int(s.ran.timestamp()) if s.ran else None]
-                      for volume, s in r.seen})] if r.seen else []
-    found += [("f", clip_reason(r.full, WORDS))] if r.full else []
-    e = r.stale
-    return found + ([("s", [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())])]
-                    if e is not None else [])
-
-
 def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
     """The state as the ConfigMap keeps it, gzipped JSON in a stable order: past `budget` bytes, the entries that fit
     (each VMI's first, then the newest migrations, then refusals), and how many were left out."""
     items: list[tuple[int, float, str, str, str, Any]] = []
     for r in state.vms.values():
-        items += [(-1, 0.0, r.namespace, r.name, where, value) for where, value in _vmi_items(r)]
+        items += [(-1, 0.0, r.namespace, r.name, where, write(getattr(r, field)))
+                  for where, (field, write, _) in VMI_PARTS.items() if getattr(r, field)]
         items += [(0, -(m.ended or m.created).timestamp(), m.namespace, m.vmi, "m", _migration_json(m))
                   for m in r.migrations]
         items += [(1, -h.retry.timestamp(), h.namespace, h.name, str(h.action),
@@ -293,11 +260,7 @@ def dump(state: KeeperState, budget: int = BUDGET) -> bytes:
     whole = first(len(items))
     if len(whole) <= budget:
         return whole
-    fits, over = 0, len(items)  # first(fits) fits within the budget, first(over) does not
-    while over - fits > 1:
-        middle = (fits + over) // 2
-        fits, over = (middle, over) if len(first(middle)) <= budget else (fits, middle)
-    return first(fits)
+    return first(max(bisect.bisect_right(range(len(items)), budget, key=lambda count: len(first(count))) - 1, 0))
 
 
 def _text(value: Any, what: str) -> str:
@@ -341,64 +304,45 @@ def _refusal(namespace: str, vm: str, action: Any, entry: Any) -> Refusal:
                    words=_text(words, "a refusal's words"), status=_number(status, "a refusal's status"))
 
 
-def _vmi_part(where: str, value: Any) -> Any:
-    """One of what a VM's record keeps of its VMI (`_vmi_items`), read back."""
-    if where in ("u", "f"):
-        return _text(value, "a VMI's uid" if where == "u" else "a full disk")
-    if where == "p":
-        return tuple(sorted(_time(at, "an unpause") for at in value))
-    if where == "e":
-        return tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))
-    if where == "v":
-        return tuple(sorted((_text(k, "a volume"), Sighting(_time(paused, "a pause"), None if ran is None else
-                                                             _time(ran, "running again")))
-                            for k, (paused, ran) in value.items()))
+def _stale(value: Any) -> Stale:
     requested, words, last = value
-    return Evidence(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
-                    last=_time(last, "the last I/O error"))
+    return Stale(requested=_time(requested, "requested"), words=_text(words, "the evidence of a stale mount"),
+                 last=_time(last, "the last I/O error"))
 
 
-Part = tuple[tuple[str, str], str, Any]  # (namespace, VM), what of its record, the value
-Entry = Callable[[], Part | tuple[datetime, str]]
-VMI_PARTS = ("u", "p", "e", "v", "s", "f")
+# What a VM's record keeps of its VMI (kept first, whatever the budget): by its key, its field, as written, as read.
+VMI_PARTS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "u": ("uid", str, lambda value: _text(value, "a VMI's uid")),
+    "p": ("unpaused", lambda unpaused: [int(at.timestamp()) for at in unpaused],
+          lambda value: tuple(sorted(_time(at, "an unpause") for at in value))),
+    "e": ("said", lambda said: {reason: int(at.timestamp()) for reason, at in said},
+          lambda value: tuple(sorted((_text(k, "a name"), _time(at, "a time")) for k, at in value.items()))),
+    "v": ("seen", lambda seen: {volume: [int(s.paused.timestamp()), int(s.ran.timestamp()) if s.ran else None]
+                                for volume, s in seen},
+          lambda value: tuple(sorted((_text(k, "a volume"), Sighting(_time(paused, "a pause"), None if ran is None
+                                                                      else _time(ran, "running again")))
+                                     for k, (paused, ran) in value.items()))),
+    "s": ("stale", lambda e: [int(e.requested.timestamp()), clip_reason(e.words, WORDS), int(e.last.timestamp())],
+          _stale),
+    "f": ("full", lambda full: clip_reason(full, WORDS), lambda value: _text(value, "a full disk")),
+}
 
 
 def _items(value: Any) -> Iterator[tuple[str, Any]]:  # a mapping's items; anything else one that cannot be read
     yield from value.items() if isinstance(value, dict) else [("", None)]
 
 
-def _part(namespace: str, vm: str, where: str, read: Callable[..., Any], *args: Any) -> Part:
-    return (namespace, vm), where, read(*args)
-
-
-def _entries(data: dict[str, Any]) -> Iterator[Entry]:
-    """Each VM's entries under its namespace and name."""
-    if "lost" in data:
-        yield functools.partial(_lost, data["lost"])
-    for namespace, vms in _items(data.get("vms", {})):
-        for vm, entry in _items(vms):
-            entry = entry if isinstance(entry, dict) else {"m": [None]}
-            for migration in entry.get("m", []) if isinstance(entry.get("m", []), list) else [None]:
-                yield functools.partial(_part, namespace, vm, "m", _migration, namespace, vm, migration)
-            for action, refusal in _items(entry.get("r", {})):
-                yield functools.partial(_part, namespace, vm, "r", _refusal, namespace, vm, action, refusal)
-            for where in (w for w in VMI_PARTS if w in entry):
-                yield functools.partial(_part, namespace, vm, where, _vmi_part, where, entry[where])
-
-
-def _records(parts: list[Part]) -> list[VmRecord]:
-    """The records the parts read make up, one per VM."""
-    fields: dict[tuple[str, str], dict[str, Any]] = {}
-    names = {"u": "uid", "p": "unpaused", "e": "said", "v": "seen", "s": "stale", "f": "full"}
-    for key, where, value in parts:
-        mine = fields.setdefault(key, {"migrations": [], "refusals": []})
-        if where in ("m", "r"):
-            mine["migrations" if where == "m" else "refusals"].append(value)
-        else:
-            mine[names[where]] = value
-    return [VmRecord(namespace=namespace, name=vm, **{**f, "migrations": tuple(sorted(
-        f["migrations"], key=lambda m: (m.created, m.name))), "refusals": tuple(f["refusals"])})
-            for (namespace, vm), f in fields.items()]
+def _record(namespace: str, vm: str, entry: Any, read: Callable[..., Any]) -> VmRecord:
+    """One VM's record of the entries `read` reads, each alone (None: dropped)."""
+    entry = entry if isinstance(entry, dict) else {"m": [None]}
+    listed = entry.get("m", [])
+    migrations = [read(_migration, namespace, vm, m) for m in (listed if isinstance(listed, list) else [None])]
+    refusals = [read(_refusal, namespace, vm, action, h) for action, h in _items(entry.get("r", {}))]
+    vmi = {field: value for where, (field, _, read_back) in VMI_PARTS.items()
+           if where in entry and (value := read(read_back, entry[where])) is not None}
+    migrations = sorted((m for m in migrations if m is not None), key=lambda m: (m.created, m.name))
+    return VmRecord(namespace=namespace, name=vm, **vmi, refusals=tuple(h for h in refusals if h is not None),
+                    migrations=tuple(migrations))
 
 
 def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
@@ -412,14 +356,18 @@ def load(packed: bytes | None) -> tuple[KeeperState, Loss | None]:
     version = data.get("version") if isinstance(data, dict) else None
     if version != VERSION:
         return KeeperState(), Loss(kind="other version", why=f"version {version!r}, where this keeper reads {VERSION}")
-    read, dropped = [], []
-    for entry in _entries(data):
+    dropped: list[str] = []
+
+    def read(parse: Callable[..., Any], *args: Any) -> Any:
         try:
-            read.append(entry())
+            return parse(*args)
         except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, OSError) as exc:
             dropped.append(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__} {exc}")
-    lost = next((x for x in read if len(x) == 2), None)
-    state = KeeperState.of(_records([x for x in read if len(x) == 3]), lost)
+            return None
+
+    lost = read(_lost, data["lost"]) if "lost" in data else None
+    state = KeeperState.of([_record(namespace, vm, entry, read) for namespace, vms in _items(data.get("vms", {}))
+                            for vm, entry in _items(vms)], lost)
     many = "an entry" if len(dropped) == 1 else f"{len(dropped)} entries"
     if dropped:
         return state, Loss(kind="malformed", why=f"{many} dropped ({dropped[0]})")

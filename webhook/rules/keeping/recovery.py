@@ -52,11 +52,6 @@ def cannot_finish(caches: Iterable[tuple[str, str]], failed: tuple[str, str] | N
     return None
 
 
-def needs_restart(stale: str, why: str) -> str:
-    """What `status` says of a VM on a stale mount that no migration can recover."""
-    return f"{stale}, and it cannot be moved to a fresh mount: {why}; a restart mounts the volume afresh (`virtctl restart`)"
-
-
 def failed_recovery(vmi: VmiView, migrations: Iterable[Migration], since: datetime) -> tuple[str, str] | None:
     """(name, libvirt's words) of our recovery since `since` that failed under way, as the VMI names it."""
     state = vmi.migration
@@ -256,11 +251,6 @@ def came_over(vmi: VmiView, pod_started: datetime | None) -> bool:
     moved = vmi.migration
     ended = moved.ended if moved is not None and moved.completed and not moved.failed else None
     return since < pod_started or (ended is not None and since <= ended)
-
-
-def cost(beside: bool) -> int:
-    """The migrations a VM's recovery costs: two beside its NFS server, one apart from it."""
-    return ROUND_TRIP if beside else ONE
 
 
 def hotplugged(claim: str, volume: str | None, attachment_deleted: str | None) -> str:

@@ -176,13 +176,10 @@ def _caches(spec: dict[str, Any], claims: Mapping[str, str]) -> tuple[tuple[str,
 def _machine_type(status: dict[str, Any], domain: dict[str, Any]) -> tuple[str, str]:
     """The machine type virt-controller selects nodes by (`services/template.go`, `newNodeSelectorRenderer`):
     status.machine.type, else spec.domain.machine.type, else none; and where from."""
-    places = ((status, declared.STATUS_MACHINE, declared.STATUS_MACHINE_TYPE, STATUS_MACHINE),
-              (domain, declared.SPEC_MACHINE, declared.SPEC_MACHINE_TYPE, SPEC_MACHINE))
-    for holder, machine, machine_type, source in places:
-        found = machine_type.text(machine.obj(holder))
-        if found:
-            return found, source
-    return "", ""
+    if found := declared.STATUS_MACHINE_TYPE.text(declared.STATUS_MACHINE.obj(status)):
+        return found, STATUS_MACHINE
+    found = declared.SPEC_MACHINE_TYPE.text(declared.SPEC_MACHINE.obj(domain))
+    return (found, SPEC_MACHINE) if found else ("", "")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
