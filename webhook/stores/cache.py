@@ -226,7 +226,7 @@ class WatchedClusterStore(Informers):
         """Share-manager pods on their way out, as the caches hold them (`shapes.share_manager_leaving`)."""
         return self.pods.table.lookup("leaving", True) if self.pods.synced else []
 
-    async def fit_view(self, namespace, node, *, timeout=None):
+    async def fit_view(self, namespace, *, timeout=None):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         if not (self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced):
             return None

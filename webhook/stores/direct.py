@@ -76,7 +76,7 @@ class ClusterStore(Store):
                 objects.append(obj)
         return objects
 
-    async def fit_view(self, namespace, node, *, timeout=None):
+    async def fit_view(self, namespace, *, timeout=None):
         """Read once what the checks need: an admin's one-off question (`explain`)."""
         try:
             async with asyncio.timeout(timeout):
