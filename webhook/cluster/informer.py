@@ -42,13 +42,11 @@ class Informer:
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
 
     async def run(self, events: Any) -> None:
-        """Apply the reflector's events until it stops (cancel to stop)."""
         self._listed = set()  # from a list cut short before
         async for event in events:
             self.apply(event)
 
     def apply(self, event: Event) -> None:
-        """One event from the reflector into the table, the health figures and the logs."""
         kind = event.type
         if kind in (EventType.FAILED, EventType.RELISTING):
             self._listed = set()  # a list cut short: the next one starts over

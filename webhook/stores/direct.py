@@ -51,7 +51,6 @@ class ClusterStore(Store):
 
     async def list(self, resource: Resource, namespace: str | None = None, labels: dict[str, str] | None = None,
                    *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Objects of a resource, optionally in one namespace and with these exact labels."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
         body = await self._read(resource, namespace, None, query, timeout)
         if body is None:
