@@ -119,7 +119,7 @@ async def cpu_per_check(store: WatchedClusterStore, raw: bytes, count: int) -> f
     over `count` calls, with the view of the cluster the admission gets from the store."""
     pod = json.loads(raw)["request"]["object"]
     node = store.peek(NODE, None, emulator.BENCH_NODE)[1]
-    view = await store.fit_view(emulator.BENCH_NS, emulator.BENCH_NODE, timeout=10.0)
+    view = await store.fit_view(emulator.BENCH_NS, timeout=10.0)
     if node is None or view is None or fit.why_not_fit(pod, emulator.BENCH_NS, node, view) is not None:
         raise SystemExit(f"the checks do not pass the benchmark's pod on {emulator.BENCH_NODE}")
     began = time.process_time()

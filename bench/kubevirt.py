@@ -886,7 +886,7 @@ class LiveStore(Store):
         return [copy.deepcopy(pod) for pod in self.api.live(POD, namespace)
                 if labels_match(pod, launcher) and claim in claims_of(pod)]
 
-    async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> fit.View | None:
+    async def fit_view(self, namespace: str, *, timeout: float | None = None) -> fit.View | None:
         seen = tuple(self.api.changes[self.api.at(kind)[0]] for kind in (NODE, POD, PVC, PV))
         if self._view is None or self._view[0] != seen:
             self._view = seen, fit.StaticView(self.api.live(NODE), self.api.live(POD), self.api.live(PVC),

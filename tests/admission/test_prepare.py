@@ -121,7 +121,7 @@ async def test_share_managers_bound_since_to_a_node_the_answer_names_leave_it_as
     apply(store, "Pod", EventType.ADDED, sm("pvc-z0", first))
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
     first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d1")).decision.preferences[0][0]
-    for i in range(1, 110 - len(list((await store.fit_view("default", "")).pods_on(first)))):
+    for i in range(1, 110 - len(list((await store.fit_view("default")).pods_on(first)))):
         apply(store, "Pod", EventType.ADDED, sm(f"pvc-z{i}", first))
     with caplog.at_level("INFO", "webhook.mutate"):
         pod = await admitted(admissions, "pvc-d1")
@@ -211,7 +211,7 @@ async def test_a_vm_sent_by_an_answer_prepared_stays_counted_until_its_pod_comes
     store, admissions, preparer = await prepared_server(clock=clock)
     await preparer.look()
     gone(store)
-    view = await store.fit_view("default", "")
+    view = await store.fit_view("default")
     promises = admissions.promises
     promises.review(clock.now + 3, CachesSeen(store, view, admissions.answers))
     assert len(promises) == VMS  # their pods are not created yet, but are coming
@@ -224,7 +224,7 @@ async def test_without_a_prepared_answer_a_promise_of_a_pod_not_there_ends():
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    view = await store.fit_view("default", "")
+    view = await store.fit_view("default")
     admissions.promises.review(time.monotonic() + 3, CachesSeen(store, view))
     assert len(admissions.promises) == 0
 

@@ -358,7 +358,7 @@ async def test_report_mode_decides_and_reports_but_creates_nothing(cluster, make
     assert record(report).hold == Alone.REPORT_ONLY
     assert record(report).decision.startswith("report only: would migrate from node-a to node-b")
     assert report.states == {"co-located": 0, "apart": 1, "split": 0, "unresolved": 0}
-    await keeper.events.sent()  # whatever the passes queued has reached the API
+    await keeper.events.close()  # whatever the passes queued has reached the API first
     assert events_about(cluster) == []
 
 

@@ -505,7 +505,7 @@ async def test_the_caches_say_which_nodes_changed_by_more_than_pods_that_take_on
     from webhook.cluster.reflector import Event, EventType
 
     store = listed_store([node(f"node-{x}") for x in "bcde"])
-    view = await store.fit_view("default", "")
+    view = await store.fit_view("default")
     (pods,) = [i for i in store.informers if i.resource.kind == "Pod"]
     (nodes_informer,) = [i for i in store.informers if i.resource.kind == "Node"]
     named = {"node-b", "node-c", "node-d", "node-e"}

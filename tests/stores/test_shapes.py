@@ -393,7 +393,7 @@ async def admission_answers(store, settings, pod, objects):
     for volume in {kinds.meta(o)["name"] for o in objects if o["kind"] == "ShareManager"}:
         smp = share_manager_pod(volume)
         answers[volume] = await admit(parse_review(review(smp, LONGHORN_NS)), store, settings, Deadline.after(2, 0.5))
-    view = await store.fit_view(NS, "")
+    view = await store.fit_view(NS)
     for name in NODE_NAMES:
         obj = view.node(name)
         answers[name] = obj is not None and (why_not_run(name, obj, pod, needs_kubevirt=True),

@@ -231,7 +231,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
     if not shared.at_once:  # the loop given back before a long stretch: a VM start arrived meanwhile goes first
         await asyncio.sleep(0)
     # The VM's namespace: its claims are checked; the share-manager mounts none (host paths only).
-    view = await fit_view(store, it.namespace, "", deadline)
+    view = await fit_view(store, it.namespace, deadline)
     if isinstance(view, str):
         return f"cannot tell where the migration of its VM can land: {view}"
     position = view.nodes_changed(None)[0]  # before anything the search reads: what changes after is seen as changed

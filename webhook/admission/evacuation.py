@@ -69,7 +69,7 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     if not kinds.spec(source).get("unschedulable"):
         raise Untouched(Alone.NOT_DRAINED, f"node {evacuation.source} is not cordoned: no drain")
     every = tuple(aim.read_evacuation(m) for m in await deadline.call(store.migrations))
-    view = await fit_view(store, evacuation.namespace, "", deadline)
+    view = await fit_view(store, evacuation.namespace, deadline)
     if isinstance(view, str):
         raise Untouched(Alone.VM_UNKNOWN, view)
     marked = await _marked(evacuation, vmi, store, settings, view, deadline)
@@ -214,7 +214,7 @@ async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, st
     except (StoreError, TimeoutError):
         return None
     leading = aim.follows(every, vmis)
-    view = await fit_view(store, namespace, "", deadline) if leading is not None else "none aimed"
+    view = await fit_view(store, namespace, deadline) if leading is not None else "none aimed"
     node = aim.node_of(view, leading.aimed) if leading is not None and not isinstance(view, str) else None
     if leading is None or node is None:
         return None

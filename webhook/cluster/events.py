@@ -122,10 +122,6 @@ class EventSink(Events):
         finally:
             self._queue.task_done()
 
-    async def sent(self) -> None:
-        """Until every Event queued so far has been sent (or failed to be)."""
-        await self._queue.join()
-
     async def close(self, grace: float = 2.0) -> None:
         self._closed = True
         with contextlib.suppress(TimeoutError):

@@ -33,7 +33,6 @@ class Informer:
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
         self.lists = 0  # completed lists (the first one, then relists)
-        self.events = 0  # watch events applied
         self.last_sync: float | None = None  # wall-clock time of the last list or event
         self.error: str | None = None  # why the last list/watch failed, until one succeeds
         self._listed: set[str] = set()  # keys the list under way has returned
@@ -43,13 +42,11 @@ class Informer:
         return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
 
     async def run(self, events: Any) -> None:
-        """Apply the reflector's events until it stops (cancel to stop)."""
         self._listed = set()  # from a list cut short before
         async for event in events:
             self.apply(event)
 
     def apply(self, event: Event) -> None:
-        """One event from the reflector into the table, the health figures and the logs."""
         kind = event.type
         if kind in (EventType.FAILED, EventType.RELISTING):
             self._listed = set()  # a list cut short: the next one starts over
@@ -79,17 +76,15 @@ class Informer:
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
             self.synced = True
             self.synced_event.set()
-        else:  # a watch event
-            self.events += 1
-            if kind is EventType.DELETED:
-                key = self._key(event.object)
-                if key is not None:
-                    self.table.remove(key)
-            elif kind is not EventType.BOOKMARK:
-                self._put(event.object)
-        self.last_sync = time.time()
-        if self.error is not None or self.lists + self.events <= 1:  # healthy again, or for the first time
+        elif kind is EventType.DELETED:  # a watch event
+            key = self._key(event.object)
+            if key is not None:
+                self.table.remove(key)
+        elif kind is not EventType.BOOKMARK:
+            self._put(event.object)
+        if self.error is not None or self.last_sync is None:  # healthy again, or for the first time
             metrics.CACHE_HEALTHY.labels(self.name).set(1)
+        self.last_sync = time.time()
         self.error = None
 
     def _key(self, obj: Any) -> str | None:

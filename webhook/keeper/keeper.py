@@ -272,7 +272,7 @@ class Keeper:
         by_vmi: dict[tuple[str, str], list[Migration]] = {}
         for migration in history:
             by_vmi.setdefault((migration.namespace, migration.vmi), []).append(migration)
-        view = await self.store.fit_view("", "", timeout=self.timing.request_timeout)
+        view = await self.store.fit_view("", timeout=self.timing.request_timeout)
         self.verdicts.begin(view)
         observer = Observer(store=self.store, cache=self.store, direct=self.store.direct,
                             launchers=self.store.launcher_pods, settings=self.settings,

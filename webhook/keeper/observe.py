@@ -322,7 +322,7 @@ class Observer:
         can; nodes that take pods first, at most VIA_CHECKS a pass, each pass going on where the last stopped."""
         here = vmi.node or ""
         pod, problem = await self.launcher_pod(vmi, here)
-        view = await self.cache.fit_view(vmi.namespace, here, timeout=self.timeout) if pod else None
+        view = await self.cache.fit_view(vmi.namespace, timeout=self.timeout) if pod else None
         if pod is None or view is None:
             return None, problem or "the nodes of the cluster are not loaded yet", None
         try:

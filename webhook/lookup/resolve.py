@@ -204,15 +204,15 @@ async def obstacle_on(store: Store, name: str, node: dict[str, Any] | None, pod:
     if why is not None or node is None:
         return why
     subject = "the VM" if needs_kubevirt else "the pod"
-    view = await fit_view(store, namespace, name, deadline)
+    view = await fit_view(store, namespace, deadline)
     if isinstance(view, str):
         return f"cannot tell whether node {name} fits {subject}: {view}"
     return fit.why_not_fit(pod, namespace, node, JustReadFirst(view, seen) if seen else view, subject)
 
 
-async def fit_view(store: Store, namespace: str, node: str, deadline: Deadline) -> fit.View | str:
+async def fit_view(store: Store, namespace: str, deadline: Deadline) -> fit.View | str:
     try:
-        view = await deadline.call(store.fit_view, namespace, node)
+        view = await deadline.call(store.fit_view, namespace)
     except TimeoutError:
         return "no answer before the deadline"
     return "the pods of the cluster are not loaded yet" if view is None else view

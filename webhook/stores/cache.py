@@ -140,7 +140,9 @@ class WatchedClusterStore(Informers):
                                        "vmi": _created_by, "node": lambda pod: filter(None, [fit.bound_node(pod)]),
                                        "waiting": lambda pod: [True] if _pinned_and_waiting(pod, settings) else [],
                                        "leaving": lambda pod: [True] if share_manager_leaving(pod, settings) else [],
-                                       "anti": _anti_affinity, "labelled": _indexed_labels}, watchers=[self.usage])
+                                       "anti": lambda pod: fit.anti_affinity_keys(pod) if fit.bound_node(pod)
+                                       and fit.has_required_anti_affinity(pod) else [],
+                                       "labelled": _indexed_labels}, watchers=[self.usage])
         self.pods.table.reader = pod_read(settings)  # a rule reading an undeclared annotation fails at once
         self.nodes = informer(NODE, watchers=[lambda old, new: self.changed_nodes.note(kinds.meta(new or old)["name"])])
         # Every VMI, by the claims of its volumes: the disks hotplugged into a running VM are its VMI's
@@ -158,7 +160,6 @@ class WatchedClusterStore(Informers):
         assert len(self._by_kind) == len(self.informers)
 
     def stats(self) -> Stats:
-        """Objects held and last sync time per cache (read by the metrics at scrape time)."""
         return {i.name: (len(i.table.objects), i.last_sync) for i in self.informers}
 
     async def close(self) -> None:
@@ -226,7 +227,7 @@ class WatchedClusterStore(Informers):
         """Share-manager pods on their way out, as the caches hold them (`shapes.share_manager_leaving`)."""
         return self.pods.table.lookup("leaving", True) if self.pods.synced else []
 
-    async def fit_view(self, namespace, node, *, timeout=None):
+    async def fit_view(self, namespace, *, timeout=None):
         # Before the caches have synced, what a node's pods take is unknown: no pin on a guess.
         if not (self.pods.synced and self.nodes.synced and self.pvcs.synced and self.pvs.synced):
             return None
@@ -263,10 +264,6 @@ def _indexed_labels(pod: dict[str, Any]) -> list[Hashable]:
     if not fit.bound_node(pod):
         return []
     return [(key, value) for key, value in kinds.labels(pod).items() if key in fit.INDEXED_LABELS and isinstance(value, str)]
-
-
-def _anti_affinity(pod: dict[str, Any]) -> list[Hashable]:
-    return fit.anti_affinity_keys(pod) if fit.bound_node(pod) and fit.has_required_anti_affinity(pod) else []
 
 
 class CachedView:

@@ -27,35 +27,30 @@ class ClusterStore(Store):
         except kinds.BadName as exc:
             raise StoreError(str(exc)) from None
         try:
-            return await self._call(path, query, timeout)
+            if timeout is not None and timeout <= 0:
+                raise StoreError(f"no time left to read {path}")
+            try:
+                status, body = await client.request(self._api, "GET", path, query=query, timeout=timeout)
+            except client.ApiUnreachable as exc:
+                raise StoreError(f"timed out after {timeout or 0:.1f}s reading {path}" if exc.timed_out
+                                 else str(exc)) from None
+            if status == 404:
+                return None
+            if not 200 <= status < 300:
+                raise StoreError(f"API answered {status} for {path}")
+            try:
+                return orjson.loads(body)
+            except ValueError:
+                raise StoreError(f"API sent a body that is not JSON for {path}") from None
         except StoreError:
             metrics.API_ERRORS.labels(resource.plural).inc()
             raise
-
-    async def _call(self, path: str, query: list[tuple[str, str]], timeout: float | None) -> dict[str, Any] | None:
-        if timeout is not None and timeout <= 0:
-            raise StoreError(f"no time left to read {path}")
-        try:
-            status, body = await client.request(self._api, "GET", path, query=query, timeout=timeout)
-        except client.ApiUnreachable as exc:
-            if exc.timed_out:
-                raise StoreError(f"timed out after {timeout or 0:.1f}s reading {path}") from None
-            raise StoreError(str(exc)) from None
-        if status == 404:
-            return None
-        if not 200 <= status < 300:
-            raise StoreError(f"API answered {status} for {path}")
-        try:
-            return orjson.loads(body)
-        except ValueError:
-            raise StoreError(f"API sent a body that is not JSON for {path}") from None
 
     async def get(self, resource, namespace, name, *, timeout=None):
         return await self._read(resource, namespace, name, [], timeout)
 
     async def list(self, resource: Resource, namespace: str | None = None, labels: dict[str, str] | None = None,
                    *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Objects of a resource, optionally in one namespace and with these exact labels."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))] if labels else []
         body = await self._read(resource, namespace, None, query, timeout)
         if body is None:
@@ -76,7 +71,7 @@ class ClusterStore(Store):
                 objects.append(obj)
         return objects
 
-    async def fit_view(self, namespace, node, *, timeout=None):
+    async def fit_view(self, namespace, *, timeout=None):
         """Read once what the checks need: an admin's one-off question (`explain`)."""
         try:
             async with asyncio.timeout(timeout):

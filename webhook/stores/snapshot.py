@@ -75,7 +75,7 @@ class SnapshotStore(Store):
             if kind == resource.kind and (namespace is None or ns == namespace):
                 yield obj
 
-    async def fit_view(self, namespace, node, *, timeout=None):
+    async def fit_view(self, namespace, *, timeout=None):
         if self._view is None:
             self._view = fit.StaticView(self._all(NODE), self._all(POD), self._all(PVC), self._all(PV))
         return self._view

@@ -19,50 +19,47 @@ Stats = dict[str, tuple[int, float | None]]
 
 
 class Store(Protocol):
-    """What every source answers; the defaults are those of a store with nothing in memory or the background."""
+    """What every source answers; the defaults are those of a store with nothing in memory or the background.
+    A list it answers is shared with its caches: never change it. StoreError when it cannot tell."""
 
     def peek(self, resource: Resource, namespace: str | None, name: str) -> tuple[bool, dict[str, Any] | None]:
-        """From memory, without I/O: (True, object or None) when it can tell, (False, None)
-        when only the API can."""
+        """From memory, without I/O: (True, object or None) when it can tell, (False, None) when only the API can."""
         return False, None
 
     async def get(self, resource: Resource, namespace: str | None, name: str, *,
                   timeout: float | None = None) -> dict[str, Any] | None:
-        """The object, or None when it does not exist. Raises StoreError when unsure."""
+        """The object, or None when it does not exist."""
 
     async def pvs_by_volume_handle(self, handle: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """PersistentVolumes whose spec.csi.volumeHandle is `handle` (a Longhorn volume)."""
 
     async def pods_by_claim(self, namespace: str, claim: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """virt-launcher pods in `namespace` that mount PVC `claim`, or whose VMI has it as a volume (a
-        hotplugged disk, in an attachment pod); from the caches, shared as `peek`'s: never change them."""
+        hotplugged disk, in an attachment pod)."""
 
     async def migrations(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every VirtualMachineInstanceMigration (what `--aim-evacuations` follows), shared as `peek`'s:
-        never change them. Raises StoreError when unsure."""
+        """Every VirtualMachineInstanceMigration (what `--aim-evacuations` follows)."""
         return []
 
-    async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> View | None:
-        """What kube-scheduler's checks need to judge a pod of `namespace` on `node` (its pods,
-        the pods with anti-affinity, nodes, claims, volumes); None when it cannot be had now."""
+    async def fit_view(self, namespace: str, *, timeout: float | None = None) -> View | None:
+        """What kube-scheduler's checks need to judge a pod of `namespace`; None when it cannot be had now."""
 
     def start(self) -> None:
-        """Begin whatever runs in the background (watches); called once from the running loop."""
+        """Begin the watches; called once from the running loop."""
 
     def synced(self) -> bool:
-        """Whether reads are answered from a complete view (readiness): caches have synced."""
+        """Readiness: whether reads are answered from a complete view."""
         return True
 
     def degraded(self) -> list[str]:
-        """What is failing now while the store keeps serving what it has (readiness notes)."""
+        """Readiness notes: what is failing while the store serves what it has."""
         return []
 
     def stats(self) -> Stats:
-        """Figures for the metrics, read at scrape time."""
         return {}
 
     async def close(self) -> None:
-        """Release what the store holds (nothing, by default)."""
+        pass
 
 
 def using(launchers: list[dict[str, Any]], vmis: list[dict[str, Any]], claim: str) -> list[dict[str, Any]]:

@@ -332,8 +332,8 @@ class ViewedOnce:
     async def _once(self, key: Any, read: Any) -> Any:  # the VMs observed together share each read
         return await asyncio.shield(self._read.get(key) or self._read.setdefault(key, asyncio.ensure_future(read())))
 
-    async def fit_view(self, namespace: str, node: str, *, timeout: float | None = None) -> Any:
-        return await self._once(namespace, lambda: self._store.fit_view(namespace, node, timeout=timeout))
+    async def fit_view(self, namespace: str, *, timeout: float | None = None) -> Any:
+        return await self._once(namespace, lambda: self._store.fit_view(namespace, timeout=timeout))
 
     async def get(self, resource: Any, namespace: str | None, name: str, *, timeout: float | None = None) -> Any:
         return await self._once((resource.kind, namespace, name), lambda: self._store.get(resource, namespace, name,

@@ -70,7 +70,7 @@ class EveryPlaced:
 
 def cached_view(objects):
     """The admission caches' view of the same objects, through their informers."""
-    return asyncio.run(listed_store(objects).fit_view(NS, ""))
+    return asyncio.run(listed_store(objects).fit_view(NS))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -30,7 +30,7 @@ def names(order):
 
 def test_only_the_nodes_that_changed_are_scored_again():
     store, informers = cached(*NODES)
-    view = asyncio.run(store.fit_view("default", ""))
+    view = asyncio.run(store.fit_view("default"))
     demand = vm_demand(view)
     rooms = rooms_for(demand, view)
     assert len(list(rooms.update(demand, view))) == len(NODES)  # the first time: every node
@@ -53,7 +53,7 @@ def test_an_order_left_unfinished_is_finished_by_the_next():
     """A share-manager whose deadline came while the order was brought up to date leaves it as
     it was; the next one brings it up to date from there."""
     store, informers = cached(*NODES)
-    view = asyncio.run(store.fit_view("default", ""))
+    view = asyncio.run(store.fit_view("default"))
     demand = vm_demand(view)
     rooms = rooms_for(demand, view)
     list(rooms.update(demand, view))
@@ -83,7 +83,7 @@ def test_the_order_kept_node_by_node_is_the_order_sorted_afresh():
     from webhook.rules.placement.rooms import Rooms
 
     store, informers = cached(*NODES)
-    view = asyncio.run(store.fit_view("default", ""))
+    view = asyncio.run(store.fit_view("default"))
     demand = vm_demand(view)
     rooms = rooms_for(demand, view)
     list(rooms.update(demand, view))

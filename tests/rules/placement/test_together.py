@@ -215,7 +215,7 @@ def test_the_nodes_with_most_room_are_the_ones_now_after_a_pod_is_bound():
                 informer.apply(Event(EventType.LISTED, obj))
         informer.apply(Event(EventType.SYNCED, seconds=0.0))
     [pods] = [informer for informer in store.informers if informer.resource.kind == "Pod"]
-    view = asyncio.run(store.fit_view("default", ""))
+    view = asyncio.run(store.fit_view("default"))
     target = target_pod(launcher, read_vmi(the_vmi, Settings()), source, {})
 
     def among():
