@@ -13,7 +13,6 @@ from .fields import CannotTell, Unreadable, name_of
 from .interpodaffinity import NONE_REFUSED, Gathered, Only, inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import pod_admits
-from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
 from .resources import node_resources_fit
@@ -130,6 +129,11 @@ def run_key(pod: Mapping[str, Any]) -> bytes:
     except orjson.JSONEncodeError:
         return b""
     return read if len(read) <= KEY_BYTES else b""
+
+
+def node_unschedulable(node_name: str, node: Mapping[str, Any]) -> str | None:
+    """NodeUnschedulable (kubernetes `nodeunschedulable/node_unschedulable.go`): a cordoned node takes no new pod."""
+    return f"node {node_name} is cordoned" if (node.get("spec") or {}).get("unschedulable") else None
 
 
 def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) -> str | None:
