@@ -10,7 +10,7 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import CannotTell, Unreadable, name_of
-from .interpodaffinity import NONE_REFUSED, Gathered, Only, inter_pod_affinity, said_by_others
+from .interpodaffinity import NONE_REFUSED, Only, inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import pod_admits
 from .podtopologyspread import pod_topology_spread
@@ -42,8 +42,7 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
 
 def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, Any], view: View,
                  subject: str = "the VM") -> str | None:
-    """The first of `checks` that turns the pod away from the node, as `why_not_fit` says it: a
-    caller that keeps one filter's answers apart runs the others alone."""
+    """The first of `checks` that turns the pod away from the node, as `why_not_fit` says it."""
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
     for check in checks:
@@ -70,8 +69,7 @@ def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only
             return NONE_REFUSED
     except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
-    gathered: Gathered = demand.gathered
-    return gathered.only if gathered.unsure is None else None
+    return demand.gathered.only if demand.gathered.unsure is None else None  # type: ignore[no-any-return]
 
 
 def judged_by_room(demand: Demand) -> bool:

@@ -33,8 +33,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     for constraint in demand.spread:
         if constraint.topology_key not in labels:
             return f"node {name} has no {constraint.topology_key} label, which {subject}'s topology spread needs"
-    tolerations = kinds.spec(demand.pod).get("tolerations") or []
-    tolerations = tolerations if isinstance(tolerations, list) else []
+    tolerations = kinds.spec(demand.pod).get("tolerations")
     counts: list[Counter[Any]] = [Counter() for _ in demand.spread]
     by_affinity = any(c.node_affinity_policy == HONOR for c in demand.spread)
     by_taints = any(c.node_taints_policy == HONOR for c in demand.spread)
