@@ -83,24 +83,21 @@ class Field:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Keyed:
-    """A declared annotation or label key, fixed or named by a setting."""
+    """A declared annotation or label key, fixed or named by a setting (then read through the settings)."""
 
     where: str  # "annotations" or "labels"
     key: KeySource
 
-    def name(self, settings: Settings | None = None) -> str:
-        """The key; one a setting names needs the settings."""
-        if isinstance(self.key, str):
-            return self.key
-        if settings is None:
-            raise TypeError("this key is named by a setting: pass the settings")
-        return self.key(settings)
+    def name(self) -> str:
+        if not isinstance(self.key, str):
+            raise TypeError("this key is named by a setting: read it through the settings")
+        return self.key
 
-    def of(self, obj: Any, settings: Settings | None = None) -> Any:
+    def of(self, obj: Any) -> Any:
         """The value on `obj`, None when absent."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         found = meta.get(self.where) if isinstance(meta, dict) else None
-        return found.get(self.name(settings)) if isinstance(found, dict) else None
+        return found.get(self.name()) if isinstance(found, dict) else None
 
 
 class Fields:
