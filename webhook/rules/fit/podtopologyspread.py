@@ -41,7 +41,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
         other_labels = kinds.labels(other)
         if any(c.topology_key not in other_labels for c in demand.spread):
             continue
-        fits = not by_affinity or pod_admits(demand.pod, other)
+        fits = not by_affinity or pod_admits(demand.pod, other, other_labels)
         free = not by_taints or blocking_taint(other, tolerations) is None
         pods = list(view.pods_on(name_of(other)))
         for constraint, domains in zip(demand.spread, counts):
