@@ -16,7 +16,7 @@ from .nodeaffinity import pod_admits
 from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
 from .resources import node_resources_fit
-from .tainttoleration import taint_toleration
+from .tainttoleration import blocking_taint
 from .view import INDEXED_LABELS, View
 from .volumes import volumes, said_of_nodes
 
@@ -143,6 +143,7 @@ def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) 
     labels = kinds.labels(node)
     if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
         return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
-    if (reason := taint_toleration(node_name, node, pod)) is not None or pod_admits(pod, node, labels):
-        return reason
-    return f"node {node_name} fails the pod's own nodeSelector/affinity"
+    if (taint := blocking_taint(node, kinds.spec(pod).get("tolerations"))) is not None:
+        shown = f"{taint.get('key', '')}={taint['value']}" if taint.get("value") else taint.get("key", "")
+        return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"
+    return None if pod_admits(pod, node, labels) else f"node {node_name} fails the pod's own nodeSelector/affinity"

@@ -30,12 +30,3 @@ def blocking_taint(node: Mapping[str, Any], tolerations: Any) -> Mapping[str, An
         if not any(tolerates(t, taint) for t in usable):
             return taint
     return None
-
-
-def taint_toleration(node_name: str, node: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
-    """Why the node's taints turn the pod away, or None."""
-    taint = blocking_taint(node, (pod.get("spec") or {}).get("tolerations"))
-    if taint is None:
-        return None
-    shown = f"{taint.get('key', '')}={taint['value']}" if taint.get("value") else taint.get("key", "")
-    return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"
