@@ -40,7 +40,7 @@ from ..rules.kubevirt.target import TargetUnknown, lacking
 from ..rules.keeping.io_errors import Cause, IoError
 from ..rules.keeping.record import Action, KeeperState, VmKey
 from ..rules.fit.memo import Memo
-from ..rules.fit.nodeunschedulable import node_unschedulable
+from ..rules.fit.checks import node_unschedulable
 from ..rules.fit.tainttoleration import blocking_taint
 from ..rules.placement.stranded import unschedulable_since
 from .observed import Observed

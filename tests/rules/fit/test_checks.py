@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.support.kube import migration_target, node, paths, vm_pod
 
 from webhook.rules.fit import checks
-from webhook.rules.fit.checks import why_not_fit, why_not_run
+from webhook.rules.fit.checks import node_unschedulable, why_not_fit, why_not_run
 from webhook.rules.fit.demand import Demand
 from webhook.rules.fit.fields import CannotTell
 from webhook.rules.fit.memo import Memo
@@ -275,3 +275,20 @@ def test_a_pod_judged_by_room_alone_where_only_pods_that_take_room_come_and_go(p
     """Whether a node judged for the pod stays so, but for its room, while pods that take only room
     (no host ports, no anti-affinity, no KubeVirt label) come and go there."""
     assert checks.judged_by_room(Demand.of(pod, "default")) is by_room
+
+
+# NodeUnschedulable: a cordoned node (`kubectl cordon`, a drain) takes no new pod of ours.
+DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("the_node, why", [
+    (node("node-b"), None),
+    (node("node-b", unschedulable=True), "node node-b is cordoned"),
+    (node("node-b", unschedulable=True, taints=[DRAIN_TAINT]), "node node-b is cordoned"),
+    (node("node-b", taints=[DRAIN_TAINT]), None),  # the taint is TaintToleration's to judge
+    (node("node-b", ready=False), None),  # readiness is another check's
+    ({"metadata": {"name": "node-b"}, "spec": None}, None),
+    ({"metadata": {"name": "node-b"}, "spec": {"unschedulable": False}}, None),
+], ids=["schedulable", "cordoned", "drained", "tainted-only", "not-ready", "no-spec", "uncordoned"])
+def test_node_unschedulable(the_node, why):
+    assert node_unschedulable("node-b", the_node) == why

@@ -49,7 +49,8 @@ def _affinity(*terms):
     ({"affinity": _affinity({})}, False),
 ], ids=["nothing", "selector-ok", "selector-excludes", "zone-excludes", "or-terms", "only-empty-term"])
 def test_pod_admits(spec, expected):
-    assert pod_admits({"spec": spec}, node("node-b", **{ZONE: "zone-b"})) is expected
+    the_node = node("node-b", **{ZONE: "zone-b"})
+    assert pod_admits({"spec": spec}, the_node, the_node["metadata"]["labels"]) is expected
 
 
 @pytest.mark.parametrize("required", [{"nodeSelectorTerms": []}, {}, {"nodeSelectorTerms": [{}]}])

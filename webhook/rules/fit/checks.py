@@ -10,14 +10,13 @@ from ... import kinds
 from ...kinds import KUBEVIRT_SCHEDULABLE
 from .demand import Demand
 from .fields import CannotTell, Unreadable, name_of
-from .interpodaffinity import NONE_REFUSED, Gathered, Only, inter_pod_affinity, said_by_others
+from .interpodaffinity import NONE_REFUSED, Only, inter_pod_affinity, said_by_others
 from .memo import KEY_BYTES, Memo
 from .nodeaffinity import pod_admits
-from .nodeunschedulable import node_unschedulable
 from .podtopologyspread import pod_topology_spread
 from .ports import node_ports
 from .resources import node_resources_fit
-from .tainttoleration import taint_toleration
+from .tainttoleration import blocking_taint
 from .view import INDEXED_LABELS, View
 from .volumes import volumes, said_of_nodes
 
@@ -43,8 +42,7 @@ def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, s
 
 def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, Any], view: View,
                  subject: str = "the VM") -> str | None:
-    """The first of `checks` that turns the pod away from the node, as `why_not_fit` says it: a
-    caller that keeps one filter's answers apart runs the others alone."""
+    """The first of `checks` that turns the pod away from the node, as `why_not_fit` says it."""
     if not isinstance(node, dict):
         return cannot_tell(node, subject, "the node is not an object")
     for check in checks:
@@ -71,8 +69,7 @@ def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only
             return NONE_REFUSED
     except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
-    gathered: Gathered = demand.gathered
-    return gathered.only if gathered.unsure is None else None
+    return demand.gathered.only if demand.gathered.unsure is None else None  # type: ignore[no-any-return]
 
 
 def judged_by_room(demand: Demand) -> bool:
@@ -132,6 +129,11 @@ def run_key(pod: Mapping[str, Any]) -> bytes:
     return read if len(read) <= KEY_BYTES else b""
 
 
+def node_unschedulable(node_name: str, node: Mapping[str, Any]) -> str | None:
+    """NodeUnschedulable (kubernetes `nodeunschedulable/node_unschedulable.go`): a cordoned node takes no new pod."""
+    return f"node {node_name} is cordoned" if (node.get("spec") or {}).get("unschedulable") else None
+
+
 def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) -> str | None:
     node_name, node, pod, needs_kubevirt = asked
     if (reason := node_unschedulable(node_name, node)) is not None:
@@ -141,6 +143,7 @@ def _why_not_run(asked: tuple[str, Mapping[str, Any], Mapping[str, Any], bool]) 
     labels = kinds.labels(node)
     if needs_kubevirt and labels.get(KUBEVIRT_SCHEDULABLE) != "true":
         return f"node {node_name} lacks {KUBEVIRT_SCHEDULABLE}=true"
-    if (reason := taint_toleration(node_name, node, pod)) is not None or pod_admits(pod, node, labels):
-        return reason
-    return f"node {node_name} fails the pod's own nodeSelector/affinity"
+    if (taint := blocking_taint(node, kinds.spec(pod).get("tolerations"))) is not None:
+        shown = f"{taint.get('key', '')}={taint['value']}" if taint.get("value") else taint.get("key", "")
+        return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"
+    return None if pod_admits(pod, node, labels) else f"node {node_name} fails the pod's own nodeSelector/affinity"

@@ -56,11 +56,9 @@ def term_matches(term: Any, labels: Mapping[str, Any], name: Any) -> bool:
     return True
 
 
-def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, Any] | None = None) -> bool:
-    """The pod's own nodeSelector and required node affinity accept the node (its labels passed when read already)."""
+def pod_admits(pod: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """The pod's own nodeSelector and required node affinity accept the node (`labels`: its labels)."""
     spec = kinds.spec(pod)
-    if labels is None:
-        labels = kinds.labels(node)
     selector = spec.get("nodeSelector") or {}
     if isinstance(selector, dict):
         for key, value in selector.items():  # loops, not any(...): this runs on every pin

@@ -33,8 +33,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
     for constraint in demand.spread:
         if constraint.topology_key not in labels:
             return f"node {name} has no {constraint.topology_key} label, which {subject}'s topology spread needs"
-    tolerations = kinds.spec(demand.pod).get("tolerations") or []
-    tolerations = tolerations if isinstance(tolerations, list) else []
+    tolerations = kinds.spec(demand.pod).get("tolerations")
     counts: list[Counter[Any]] = [Counter() for _ in demand.spread]
     by_affinity = any(c.node_affinity_policy == HONOR for c in demand.spread)
     by_taints = any(c.node_taints_policy == HONOR for c in demand.spread)
@@ -42,7 +41,7 @@ def pod_topology_spread(demand: Demand, node: Mapping[str, Any], view: View, sub
         other_labels = kinds.labels(other)
         if any(c.topology_key not in other_labels for c in demand.spread):
             continue
-        fits = not by_affinity or pod_admits(demand.pod, other)
+        fits = not by_affinity or pod_admits(demand.pod, other, other_labels)
         free = not by_taints or blocking_taint(other, tolerations) is None
         pods = list(view.pods_on(name_of(other)))
         for constraint, domains in zip(demand.spread, counts):

@@ -10,15 +10,12 @@ from ... import kinds
 from ..shared.quantity import CPU, nanos, units
 from .fields import Unreadable, as_list, as_mapping, pod_spec
 
-MEMORY = "memory"
-EPHEMERAL_STORAGE = "ephemeral-storage"
-
 
 def counted(resource: str) -> bool:
     """Resources NodeResourcesFit compares: cpu, memory, ephemeral-storage and the scalar ones (extended like
     devices.kubevirt.io/kvm, hugepages-*, kubernetes.io/-prefixed, attachable volumes); anything else the scheduler
     ignores (framework/types.go `Resource.Add`, scheduler/util `IsScalarResourceName`)."""
-    if resource in (CPU, MEMORY, EPHEMERAL_STORAGE):
+    if resource in (CPU, "memory", "ephemeral-storage"):
         return True
     if resource.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in resource:
         return True
@@ -109,7 +106,7 @@ def _add_init_containers(total: dict[str, int], init_containers: list[Any],
 
 
 def _pod_level(resource: str) -> bool:
-    return resource in (CPU, MEMORY) or resource.startswith("hugepages-")
+    return resource in (CPU, "memory") or resource.startswith("hugepages-")
 
 
 def _apply_pod_level(total: dict[str, int], resources: Mapping[str, Any]) -> None:

@@ -11,8 +11,6 @@ from .fields import CannotTell, name_of
 from .demand import Demand
 from .view import View
 
-PODS = "pods"
-
 
 def allocatable_of(name: str, node: Mapping[str, Any], view: View) -> dict[str, int] | str:
     """The node's `status.allocatable` in the scheduler's units, or why it cannot be read: kept in
@@ -44,7 +42,7 @@ def node_resources_fit(demand: Demand, node: Mapping[str, Any], view: View, subj
     allocatable = allocatable_of(name, node, view)
     if isinstance(allocatable, str):
         raise CannotTell(allocatable)
-    slots = allocatable.get(PODS, 0)
+    slots = allocatable.get("pods", 0)
     if slots <= 0:
         return f"node {name} offers no pod slots"
     pods = usage.pods + beside_pods

@@ -2,7 +2,7 @@
 taints with effect NoSchedule or NoExecute block a pod that does not tolerate them; PreferNoSchedule does not."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -18,25 +18,15 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return operator == "Exists" or operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
-def blocking_taint(node: Mapping[str, Any], tolerations: Sequence[Any]) -> Mapping[str, Any] | None:
-    """The first NoSchedule/NoExecute taint of the node that no toleration tolerates."""
+def blocking_taint(node: Mapping[str, Any], tolerations: Any) -> Mapping[str, Any] | None:
+    """The first NoSchedule/NoExecute taint of the node that no toleration (a pod's `spec.tolerations`) tolerates."""
     taints = (node.get("spec") or {}).get("taints")
     if not taints:
         return None
-    usable = [t for t in tolerations if isinstance(t, dict)]
+    usable = [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, (list, tuple)) else []
     for taint in taints:
         if not isinstance(taint, dict) or taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
         if not any(tolerates(t, taint) for t in usable):
             return taint
     return None
-
-
-def taint_toleration(node_name: str, node: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
-    """Why the node's taints turn the pod away, or None."""
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    taint = blocking_taint(node, tolerations if isinstance(tolerations, list) else [])
-    if taint is None:
-        return None
-    shown = f"{taint.get('key', '')}={taint['value']}" if taint.get("value") else taint.get("key", "")
-    return f"node {node_name} has untolerated taint {shown}:{taint.get('effect')}"

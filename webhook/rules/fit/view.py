@@ -81,14 +81,14 @@ class StaticView:
         self._nodes = {name_of(n): n for n in nodes}
         self._pods: dict[str, list[Any]] = {}
         self._usage: dict[str, Usage] = {}
-        for pod in pods:
-            node_name = bound_node(pod)
-            if node_name is not None:
-                self._pods.setdefault(node_name, []).append(pod)
-                self._usage.setdefault(node_name, Usage()).add(PodUsage.of(pod))
         self._anti: dict[Hashable, list[Any]] = {}
         self._labelled: dict[tuple[str, str], list[Any]] = {}
-        for pod in (p for pods in self._pods.values() for p in pods):
+        for pod in pods:
+            node_name = bound_node(pod)
+            if node_name is None:
+                continue
+            self._pods.setdefault(node_name, []).append(pod)
+            self._usage.setdefault(node_name, Usage()).add(PodUsage.of(pod))
             for key in anti_affinity_keys(pod) if has_required_anti_affinity(pod) else ():
                 self._anti.setdefault(key, []).append(pod)
             for key, value in kinds.labels(pod).items():

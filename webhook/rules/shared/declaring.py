@@ -28,16 +28,16 @@ class CachedAnnotations(dict[str, Any]):
     `Fields.annotations_of`): a plain dict to every reader, `kinds.annotations` included, but a read of a key nobody
     declared raises `Undeclared`."""
 
-    __slots__ = ("_declared", "_kind", "_declared_as")
+    __slots__ = ("_declared", "_fields")
 
-    def __init__(self, found: dict[str, Any], declared: Callable[[str], bool], kind: str, declared_as: str):
+    def __init__(self, found: dict[str, Any], declared: Callable[[str], bool], fields: Fields):
         super().__init__(found)
-        self._declared, self._kind, self._declared_as = declared, kind, declared_as
+        self._declared, self._fields = declared, fields
 
     def _check(self, key: object) -> None:
         if not self._declared(key := str(key)):  # naming the declaration to add
-            raise Undeclared(f"the {self._kind} annotation {key!r} is read but not declared: declare it with "
-                             f"`{self._declared_as}.annotation({key!r})`, beside the rule that reads it or in "
+            raise Undeclared(f"the {self._fields.name} annotation {key!r} is read but not declared: declare it with "
+                             f"`{self._fields.declared_as}.annotation({key!r})`, beside the rule that reads it or in "
                              "webhook/rules/shared/declared.py (the caches keep only what is declared)")
 
     def __getitem__(self, key: str) -> Any:
@@ -83,24 +83,21 @@ class Field:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Keyed:
-    """A declared annotation or label key, fixed or named by a setting."""
+    """A declared annotation or label key, fixed or named by a setting (then read through the settings)."""
 
     where: str  # "annotations" or "labels"
     key: KeySource
 
-    def name(self, settings: Settings | None = None) -> str:
-        """The key; one a setting names needs the settings."""
-        if isinstance(self.key, str):
-            return self.key
-        if settings is None:
-            raise TypeError("this key is named by a setting: pass the settings")
-        return self.key(settings)
+    def name(self) -> str:
+        if not isinstance(self.key, str):
+            raise TypeError("this key is named by a setting: read it through the settings")
+        return self.key
 
-    def of(self, obj: Any, settings: Settings | None = None) -> Any:
+    def of(self, obj: Any) -> Any:
         """The value on `obj`, None when absent."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         found = meta.get(self.where) if isinstance(meta, dict) else None
-        return found.get(self.name(settings)) if isinstance(found, dict) else None
+        return found.get(self.name()) if isinstance(found, dict) else None
 
 
 class Fields:
@@ -157,7 +154,7 @@ class Fields:
         found = meta.get("annotations") if isinstance(meta, dict) else None
         carried = {} if not isinstance(found, dict) else {
             key: value for key in _resolve(self.keys["annotations"], settings) if isinstance(value := found.get(key), str)}
-        return CachedAnnotations(carried, named, self.name, self.declared_as)
+        return CachedAnnotations(carried, named, self)
 
     def guarded(self, obj: dict[str, Any], declared: Callable[[str], bool]) -> dict[str, Any]:
         """`obj` (a cache's copy) with its annotations a `CachedAnnotations`, an empty one where it
@@ -165,8 +162,7 @@ class Fields:
         meta = obj.get("metadata")
         if isinstance(meta, dict):
             found = meta.get("annotations")
-            meta["annotations"] = CachedAnnotations(found if isinstance(found, dict) else {}, declared, self.name,
-                                                    self.declared_as)
+            meta["annotations"] = CachedAnnotations(found if isinstance(found, dict) else {}, declared, self)
         return obj
 
     def keep(self, settings: Settings) -> Any:

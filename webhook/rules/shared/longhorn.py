@@ -26,7 +26,6 @@ BLACKLIST = "blacklist-for-auto-delete-pod-when-volume-detached-unexpectedly"
 VERSION = "current-longhorn-version"
 VMI_KIND = "kubevirt.io/VirtualMachineInstance"  # a launcher pod's owner, as the blacklist names kinds
 SETTINGS = (VERSION, ENDPOINT_NETWORK, STORAGE_NETWORK, STORAGE_NETWORK_FOR_RWX, AUTO_DELETE, BLACKLIST)
-ON_ANY_NETWORK = (1, 12)  # the first Longhorn that deletes them on the cluster network too
 OWNER_KIND = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z][A-Za-z0-9]*")
 FIX = f"add {VMI_KIND} to {BLACKLIST}: `kubevirt-colocate spare-vms` (docs/operations.md, its price)"
 
@@ -87,7 +86,7 @@ def restarts_vms(values: Mapping[str, str] | None, *, blacklistable: bool = True
             return Restarts(Answer.YES, f"{network} and {AUTO_DELETE} is on")
         return Restarts(Answer.CANNOT_TELL, f"{VERSION} is {values.get(VERSION)!r}, not a Longhorn version")
     said = "v" + ".".join(map(str, running))
-    if running[:2] >= ON_ANY_NETWORK:
+    if running[:2] >= (1, 12):  # the first Longhorn that deletes them on the cluster network too
         return Restarts(Answer.YES, f"Longhorn {said} deletes the launcher pods of a volume whose share-manager "
                                     f"restarted, and {AUTO_DELETE} is on")
     if network is not None:

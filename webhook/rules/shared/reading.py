@@ -2,6 +2,7 @@
 (`Malformed`: raised while reading, returned by the reader, said and left out)."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -9,25 +10,19 @@ from ... import kinds
 from .times import parse_time
 
 
+@dataclasses.dataclass(unsafe_hash=True)
 class Malformed(ValueError):
     """An object of unexpected shape: raised while reading it (`reason`), returned by its reader
     with which object it is (`of(what)`), for the caller to say and leave out."""
 
-    def __init__(self, reason: str, what: str = ""):
-        super().__init__(reason)
-        self.reason, self.what = reason, what
+    reason: str
+    what: str = ""
 
     def of(self, what: str) -> Malformed:
         return Malformed(self.reason, what)
 
     def __str__(self) -> str:
         return f"{self.what}: {self.reason}" if self.what else self.reason
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Malformed) and (self.what, self.reason) == (other.what, other.reason)
-
-    def __hash__(self) -> int:
-        return hash((self.what, self.reason))
 
 
 def read_time(container: dict[str, Any], key: str, where: str) -> datetime | None:
