@@ -83,7 +83,7 @@ async def run_status(args: argparse.Namespace) -> int:
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
                                      settings_from=source + (" and the flags given here" if explicit else ""))
         aims = await drain_aims(store, settings, args.drain, [(vm.namespace, vm.name) for vm in report.vms if
-                                                               vm.vmi.node == args.drain], settings.default_timeout) \
+                                                               vm.facts.vmi.node == args.drain], settings.default_timeout) \
             if args.drain and settings.aim_evacuations else {}
     except StoreError as exc:
         raise KubeError(f"cannot read the cluster: {exc}") from None

@@ -26,7 +26,7 @@ from ..keeper.kubevirt_api import read_io_errors
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import OFF, KeepDecision, PassFacts, next_step
+from ..rules.keeping.keep import OFF, KeepDecision, PassFacts, next_step, VmFacts
 from ..rules.keeping.plan import plan, VmPlan
 from ..rules.keeping.record import Action, KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
@@ -55,8 +55,7 @@ class VmStatus:
 
     namespace: str
     name: str
-    vmi: VmiView  # as read: its node, keep annotation, migratability, pause and hotplugged claims
-    storage: tuple[str, ...]
+    facts: VmFacts  # as observed: its VMI as read, where its storage is, a stale mount and a retry awaited
     state: VmState
     since: datetime | None  # apart since (None: not apart, or unknown)
     why: str
@@ -70,9 +69,6 @@ class VmStatus:
     # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
-    stale: str = ""  # why its NFS mount is stale (KubeVirt's retry failed once its new NFS server served)
-    stale_since: datetime | None = None  # the remount request of Longhorn's that stale mount dates from
-    retry: str = ""  # paused on an I/O error, KubeVirt's retry still to come: what it waits for
     cannot_finish: str | None = None  # why no migration off a stale mount of it could finish (its disks' cache modes)
     loopback: str = ""  # a disk with cache writeback served beside it (loopback NFS), and what to do
 
@@ -81,15 +77,15 @@ class VmStatus:
         """What a share-manager restart does to each of its hotplugged Longhorn disks, a line each."""
         volumes = {disk.claim: disk.volume for disk in self.disks}
         return [hotplugged(claim, volumes.get(claim), self.attachment_pods_deleted_by_storage_restart)
-                for claim in self.vmi.hotplugged if volumes.get(claim) or not self.disks]
+                for claim in self.facts.vmi.hotplugged if volumes.get(claim) or not self.disks]
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
         return {
             "namespace": self.namespace,
             "name": self.name,
-            "node": self.vmi.node,
-            "storage": list(self.storage),
+            "node": self.facts.vmi.node,
+            "storage": list(self.facts.where.storage),
             "state": str(self.state),
             "since": rfc3339(self.since) if self.since else None,
             "why": self.why,
@@ -97,7 +93,7 @@ class VmStatus:
             "last_migration": None if last is None else {
                 "name": last.name, "target": last.target, "phase": last.phase or None,
                 "created": rfc3339(last.created), "ended": rfc3339(last.ended) if last.ended else None},
-            "keep": self.vmi.may_move,
+            "keep": self.facts.vmi.may_move,
             "moves": self.decision.act,
             "hold": str(self.decision.hold) if self.decision.hold is not None else None,
             "decision": self.decision.reason,
@@ -105,13 +101,13 @@ class VmStatus:
             "disks": [disk.to_json() for disk in self.disks],
             "note": path_note(self.disks) or None,
             "rebooted_by_storage_restart": self.rebooted_by_storage_restart,
-            "paused": self.vmi.paused or None,
-            "hotplugged": list(self.vmi.hotplugged),
+            "paused": self.facts.vmi.paused or None,
+            "hotplugged": list(self.facts.vmi.hotplugged),
             "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
             "hotplugged_disks": self.hotplugged_disks,
-            "stale_mount": self.stale or None,
-            "stale_since": rfc3339(self.stale_since) if self.stale_since else None,
-            "waiting_for_retry": self.retry or None,
+            "stale_mount": self.facts.stale or None,
+            "stale_since": rfc3339(self.facts.stale_since) if self.facts.stale_since else None,
+            "waiting_for_retry": self.facts.retry or None,
             "loopback_writeback": self.loopback or None,
         }
 
@@ -222,8 +218,9 @@ class Report:
     def drain(self, node: str, aims: dict[tuple[str, str], str]) -> DrainPreview:
         """What draining `node` will do to these VMs (`rules.keeping.drain`); `aims`: where each VM's
         evacuation would be aimed, or why not (`tools.drain_aims`), when the aim is on."""
-        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.vmi.node, storage=vm.storage,
-                                        migratable=vm.vmi.live_migratable, why_not=vm.vmi.not_migratable,
+        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.facts.vmi.node,
+                                        storage=vm.facts.where.storage, migratable=vm.facts.vmi.live_migratable,
+                                        why_not=vm.facts.vmi.not_migratable,
                                         cannot_finish=vm.cannot_finish, evacuation=aims.get((vm.namespace, vm.name), ""))
                                 for vm in self.vms), self.cluster.restarts, self.cluster.facts.mode)
 
@@ -362,11 +359,10 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
-    return VmStatus(namespace=view.namespace, name=view.name, vmi=view, storage=where.storage,
+    return VmStatus(namespace=view.namespace, name=view.name, facts=observed.facts,
                     state=decision.state, since=since, why=why, last_action=text, last_migration=last,
                     decision=decision, next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
-                    stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
-                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()),
+                    cannot_finish=cannot_finish(view.caches, None, ()),
                     loopback=loopback_note(view.caches, (d.subject for d in observed.disks if d.node and d.node == view.node)),
                     disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
                     rebooted_by_storage_restart=restarts[0] if where.storage else None,
@@ -402,8 +398,8 @@ def render(report: Report) -> str:
     rows = [COLUMNS]
     for vm in report.vms:
         since = "-" if vm.state is not APART else f"{ago(report.now - vm.since)} ago" if vm.since else "?"
-        rows.append((f"{vm.namespace}/{vm.name}", vm.vmi.node or "-", ",".join(vm.storage) or "-", str(vm.state), since,
-                     vm.next, vm.last_action))
+        rows.append((f"{vm.namespace}/{vm.name}", vm.facts.vmi.node or "-", ",".join(vm.facts.where.storage) or "-",
+                     str(vm.state), since, vm.next, vm.last_action))
     lines = report.cluster.lines() + [""]
     if report.vms:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
@@ -412,8 +408,8 @@ def render(report: Report) -> str:
     states = ", ".join(f"{counts[str(state)]} {state}" for state in VmState)
     lines.append(f"{counts['total']} VM{'' if counts['total'] == 1 else 's'}: {states}")
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, vm.retry or PAUSED_ON_IO)}" for vm in report.vms
-              if vm.vmi.paused == kinds.PAUSED_IO_ERROR]
+    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.facts.stale or '', vm.next, vm.facts.retry or PAUSED_ON_IO)}"
+              for vm in report.vms if vm.facts.vmi.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
     lines += [f"note {vm.namespace}/{vm.name}: {vm.loopback}" for vm in report.vms if vm.loopback]
     lines += [f"cancels {what}" for what in report.cancels]
