@@ -67,12 +67,16 @@ def hold(own: KeeperSettings, webhook: Container | str, where: str) -> Hold:
                       f"runs {mode} until they are moved there (docs/operations.md, Upgrading)")
 
 
-async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
-    """`hold`, from the webhook's Deployment in `namespace` as the cluster has it now."""
+async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0,
+                    unread_holds: bool = True) -> Hold:
+    """`hold`, from the webhook's Deployment in `namespace` as the cluster has it now; one not read holds the
+    keeper to report, unless not `unread_holds` (`status`, whose user may not read what the keeper's account may)."""
     where = f"Deployment {namespace}/{WEBHOOK[0]}"
     try:
         webhook = await container(store, namespace, *WEBHOOK, timeout=timeout)
     except StoreError as exc:
+        if not unread_holds:
+            return Hold(own.keep)
         mode = least(own.keep, KeepMode.REPORT)
         return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is (docs/operations.md, "
                           f"Upgrading)")
@@ -105,7 +109,8 @@ async def read_pause(store: Store, own: KeeperSettings, namespace: str, *, timeo
         return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is")
 
 
-async def read_mode(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
+async def read_mode(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0,
+                    unread_holds: bool = True) -> Hold:
     """The mode the keeper may act in now: the least of `read_hold`'s and its own Deployment's pause."""
-    return both(await read_hold(store, own, namespace, timeout=timeout),
+    return both(await read_hold(store, own, namespace, timeout=timeout, unread_holds=unread_holds),
                 await read_pause(store, own, namespace, timeout=timeout))
