@@ -118,11 +118,7 @@ class Cluster:
 
     facts: PassFacts  # its mode, its limits, targeted migration's availability, the migrations in flight
     leader: str  # the Lease's holder, in words
-    targeted_answer: str  # available, unavailable, could not check, not checked (the keeper is off)
-    targeted_note: str  # why
-    priority: bool | None
-    priority_answer: str
-    priority_note: str
+    targeted: TargetedMigration  # what its dry run said of targeted migration and of priority
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
@@ -133,10 +129,11 @@ class Cluster:
     def lines(self) -> list[str]:
         facts, limits = self.facts, self.facts.limits
         source = f" ({self.settings_from})" if self.settings_from else ""
+        (said, why), (priority_said, priority_why) = self.answers()
         return [
             f"keeper: {facts.mode}{source}, leader {self.leader}, --keep-after {duration_text(limits.after.total_seconds())}",
-            f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
-            f"migration priority: {self.priority_answer}: {self.priority_note}",
+            f"targeted migration: {said}: {why}",
+            f"migration priority: {priority_said}: {priority_why}",
             f"migrations in flight: {facts.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{facts.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: keeper record {self.state}"] if self.state.startswith("not read") else []),
@@ -147,36 +144,37 @@ class Cluster:
 
     def to_json(self) -> dict[str, Any]:
         facts, limits = self.facts, self.facts.limits
+        (said, why), (priority_said, priority_why) = self.answers()
         return {"mode": str(facts.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
                 "limits": {"keep_after_seconds": limits.after.total_seconds(),
                            "keep_after_descheduled_seconds": limits.after_descheduled.total_seconds(),
                            "max_inflight": limits.max_inflight,
                            "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
                            "max_outbound_per_node": limits.max_outbound_per_node},
-                "targeted_migration": {"available": facts.targeted, "answer": self.targeted_answer,
-                                       "why": self.targeted_note, "priority": self.priority,
-                                       "priority_answer": self.priority_answer, "priority_why": self.priority_note},
+                "targeted_migration": {"available": facts.targeted, "answer": said, "why": why,
+                                       "priority": self.targeted.priority, "priority_answer": priority_said,
+                                       "priority_why": priority_why},
                 "in_flight": {"ours": facts.in_flight_ours, "all": facts.in_flight_all},
                 "state": self.state or None, "state_warning": self.state_warning or None,
                 "io_errors_unread": self.io_errors or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
+    def answers(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        """What the dry run said of targeted migration and of priority, each as (answer, why): available,
+        unavailable, could not check (the error), or not checked (the keeper is off)."""
+        targeted = self.targeted
+        if self.facts.mode is KeepMode.OFF:
+            return ("not checked", OFF), ("not checked", OFF)
+        if not targeted.checked:
+            return ("not checked", targeted.note), ("not checked", targeted.priority_note)
 
-def answers(targeted: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
-    """What the dry run said of targeted migration and of priority, each as (answer, why): available,
-    unavailable, could not check (the error), or not checked (the keeper is off)."""
-    if off:
-        return ("not checked", OFF), ("not checked", OFF)
-    if not targeted.checked:
-        return ("not checked", targeted.note), ("not checked", targeted.priority_note)
+        def answer(value: bool | None, note: str, unknown: str) -> tuple[str, str]:
+            return ("could not check", unknown) if value is None else ("available" if value else "unavailable", note)
 
-    def answer(value: bool | None, note: str, unknown: str) -> tuple[str, str]:
-        return ("could not check", unknown) if value is None else ("available" if value else "unavailable", note)
-
-    return (answer(targeted.available, targeted.note, targeted.error),
-            answer(targeted.priority, targeted.priority_note,
-                   targeted.error or "the dry run's answer said nothing of spec.priority"))
+        return (answer(targeted.available, targeted.note, targeted.error),
+                answer(targeted.priority, targeted.priority_note,
+                       targeted.error or "the dry run's answer said nothing of spec.priority"))
 
 
 _QUIET = logging.getLogger("webhook.status")  # the header says what the keeper logs
@@ -269,11 +267,9 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
     vms = [_vm_status(seen[step.key], step, history, facts, off=off, longhorn=longhorn,
                       restarts=(str(restarts.answer), str(attachments.answer))) for step in made.vms]
-    (said, why), (priority_said, priority_why) = answers(targeted, off)
-    header = Cluster(facts=facts, leader=await leader(store, settings, now, timeout), targeted_answer=said,
-                     targeted_note=why, priority=targeted.priority, priority_answer=priority_said,
-                     priority_note=priority_why, settings_from=settings_from, restarts=restarts,
-                     state=state_note, state_warning=state_warning, io_errors=unread)
+    header = Cluster(facts=facts, leader=await leader(store, settings, now, timeout), targeted=targeted,
+                     settings_from=settings_from, restarts=restarts, state=state_note, state_warning=state_warning,
+                     io_errors=unread)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header,
                   cancels=[f"{c.migration.namespace}/{c.migration.name}: {c.why}" for c in made.cancels])
