@@ -30,18 +30,6 @@ def least(*modes: KeepMode) -> KeepMode:
     return min(modes, key=LEAST.index)
 
 
-def on_the_webhook(webhook: Container) -> dict[Setting, tuple[str, str | None]]:
-    """The keeper's settings the webhook's container sets, as written and their value (None: `valueFrom`)."""
-    flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
-    given: dict[Setting, tuple[str, str | None]] = {}
-    for row in KEEPER_SETTINGS:
-        if row.env in flags:
-            given[row] = row.option, flags[row.env]
-        elif row.env in webhook.env:
-            given[row] = row.env, webhook.env[row.env]
-    return given
-
-
 def differs(own: KeeperSettings, row: Setting, raw: str | None) -> bool:
     """Whether `raw` is not what the keeper runs with (unknown or unreadable: it is not)."""
     if raw is None:
@@ -57,7 +45,11 @@ def hold(own: KeeperSettings, webhook: Container | str, where: str) -> Hold:
     """What the keeper acts in, given the webhook's container (a str: there is none, nothing holds it)."""
     if isinstance(webhook, str):
         return Hold(own.keep)
-    given = {row: written for row, written in on_the_webhook(webhook).items() if differs(own, row, written[1])}
+    flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
+    # Each keeper setting the webhook's container sets, as written and its value (None: `valueFrom`).
+    written = {row: (row.option, flags[row.env]) if row.env in flags else (row.env, webhook.env[row.env])
+               for row in KEEPER_SETTINGS if row.env in flags or row.env in webhook.env}
+    given = {row: raw for row, raw in written.items() if differs(own, row, raw[1])}
     if not given:
         return Hold(own.keep)
     said_off = any(row.name == "keep" and raw == KeepMode.OFF for row, (_, raw) in given.items())
