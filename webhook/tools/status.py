@@ -20,7 +20,7 @@ from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Launchers, Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
-from ..keeper.records import read_state, state_name, StateUnavailable
+from ..keeper.records import state_name, StateStore, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.kubevirt_api import read_io_errors
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
@@ -279,7 +279,7 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
     """The keeper's record, where it was read from (or why not), and what of it was lost."""
     namespace, name = settings.lease_namespace or KEEPER_NAMESPACE, state_name(settings)
     try:
-        state, loss = await read_state(api, namespace, name, timeout=timeout)
+        state, loss = await StateStore(api, namespace, name, timeout=timeout).read() or (KeeperState(), None)
     except StateUnavailable as exc:
         return KeeperState(), f"not read ({exc}): refused actions and garbage-collected migrations are not shown", ""
     lost = (f"rebuilt by the keeper at {rfc3339(state.lost[0])} ({state.lost[1]}): what that leader knew kept, "
