@@ -8,7 +8,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -292,7 +292,14 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
                     timeout: float, api: Any) -> tuple[Observer, Launchers, str]:
     """The keeper's observation over the disks' objects, launcher pods and IOerror Events listed once (or why not)."""
     namespaces = {view.namespace for view in running}
-    disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
+    disks: Store = store
+    if running:  # what the VMs' disks are resolved against, listed once; when a list fails, the store itself
+        scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)),
+                  (POD, settings.longhorn_namespace), (SHARE_MANAGER, settings.longhorn_namespace)]
+        try:
+            disks = SnapshotStore(await store.listed(scopes, timeout=timeout))
+        except StoreError:
+            pass
     # The launcher pods by (namespace, VMI uid), listed once, as the keeper's cache has them.
     pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
     for namespace in sorted(namespaces):
@@ -331,19 +338,6 @@ class ViewedOnce:
     async def get(self, resource: Any, namespace: str | None, name: str, *, timeout: float | None = None) -> Any:
         return await self._once((resource.kind, namespace, name), lambda: self._store.get(resource, namespace, name,
                                                                                            timeout=timeout))
-
-
-async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
-                        timeout: float) -> Store:
-    """What the VMs' disks are resolved against, listed once; when a list fails, the store itself."""
-    longhorn = settings.longhorn_namespace
-    scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)), (POD, longhorn),
-              (SHARE_MANAGER, longhorn)]
-    try:
-        objects = await store.listed(scopes, timeout=timeout)
-    except StoreError:
-        return store
-    return SnapshotStore(objects)
 
 
 def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration], facts: PassFacts, *,
