@@ -75,7 +75,7 @@ async def same_answer(kmock, settings):
         record = records[vm.name]
         assert vm.decision.hold == record.hold, (vm.name, vm.decision.reason, record.decision)
         assert seconds_blurred(vm.decision.reason) == seconds_blurred(record.decision), vm.name
-        assert (vm.state, vm.vmi.node) == (record.state, record.node)
+        assert (vm.state, vm.facts.vmi.node) == (record.state, record.node)
     return report
 
 

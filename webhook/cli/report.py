@@ -21,19 +21,6 @@ def with_timeout(settings: Settings, args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, default_timeout=args.request_timeout) if args.request_timeout else settings
 
 
-def vm_named(args: argparse.Namespace) -> tuple[str, str]:
-    """The VM's namespace and name: NAMESPACE/VM, or VM in -n NAMESPACE (else the context's namespace, as
-    kubectl takes it); ValueError naming what does not fit."""
-    from ..cluster.client import context_namespace
-
-    namespace, slash, name = args.vm.rpartition("/")
-    if (slash and not namespace) or not name or "/" in namespace:
-        raise ValueError(f"the VM {args.vm!r}: name it as NAMESPACE/VM, or VM with -n NAMESPACE")
-    if slash and args.namespace and args.namespace != namespace:
-        raise ValueError(f"the VM {args.vm!r} is in {namespace}, but -n says {args.namespace}")
-    return namespace or args.namespace or context_namespace(args.kubeconfig, args.context), name
-
-
 def printed(report: dict[str, Any], output: str, text: str) -> str:
     """The report as -o asks: text for people, json or yaml for tools."""
     if output == "json":
@@ -47,7 +34,13 @@ async def run_explain(args: argparse.Namespace) -> int:
     from ..stores.direct import ClusterStore
     from ..tools import explain
 
-    namespace, name = vm_named(args)
+    # NAMESPACE/VM, or VM in -n NAMESPACE (else the context's namespace, as kubectl takes it)
+    namespace, slash, name = args.vm.rpartition("/")
+    if (slash and not namespace) or not name or "/" in namespace:
+        raise ValueError(f"the VM {args.vm!r}: name it as NAMESPACE/VM, or VM with -n NAMESPACE")
+    if slash and args.namespace and args.namespace != namespace:
+        raise ValueError(f"the VM {args.vm!r} is in {namespace}, but -n says {args.namespace}")
+    namespace = namespace or args.namespace or client.context_namespace(args.kubeconfig, args.context)
     settings = with_timeout(settings_from(args), args)
     store = ClusterStore(await client.connect(args.kubeconfig, args.context))
     try:
@@ -83,7 +76,7 @@ async def run_status(args: argparse.Namespace) -> int:
         report = await status.status(store, settings, datetime.now(UTC), timeout=settings.default_timeout, api=api,
                                      settings_from=source + (" and the flags given here" if explicit else ""))
         aims = await drain_aims(store, settings, args.drain, [(vm.namespace, vm.name) for vm in report.vms if
-                                                               vm.vmi.node == args.drain], settings.default_timeout) \
+                                                               vm.facts.vmi.node == args.drain], settings.default_timeout) \
             if args.drain and settings.aim_evacuations else {}
     except StoreError as exc:
         raise KubeError(f"cannot read the cluster: {exc}") from None

@@ -38,28 +38,22 @@ def snapshot(path: str) -> SnapshotStore:
     return store
 
 
-def pod_namespace(pod: dict[str, Any], shown: str, given: str | None) -> str:
-    """The namespace of a bare Pod manifest (`given`, else its own); ValueError naming the file `shown`
-    when `review` cannot read the Pod."""
-    meta = pod.get("metadata", {})
-    if not isinstance(meta, dict):
-        raise ValueError(f"{shown}: the Pod metadata is a {type(meta).__name__}, not an object")
-    for key in ("name", "generateName", "namespace"):
-        if meta.get(key) is not None and not isinstance(meta[key], str):
-            raise ValueError(f"{shown}: the Pod metadata.{key} is a {type(meta[key]).__name__}, not a string")
-    if not isinstance(pod.get("spec", {}), dict):
-        raise ValueError(f"{shown}: the Pod spec is a {type(pod['spec']).__name__}, not an object")
-    if not (given or meta.get("namespace")):
-        raise ValueError(f"{shown}: a bare Pod needs --namespace (or metadata.namespace)")
-    return given or meta["namespace"]
-
-
 async def run_review(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     shown = "stdin" if args.request == "-" else args.request
     document = read_document(args.request, shown)
-    if document.get("kind") == "Pod":
-        request = reviews.AdmissionRequest.for_pod(document, pod_namespace(document, shown, args.namespace))
+    if document.get("kind") == "Pod":  # a bare Pod manifest: in -n, else its own namespace
+        meta = document.get("metadata", {})
+        if not isinstance(meta, dict):
+            raise ValueError(f"{shown}: the Pod metadata is a {type(meta).__name__}, not an object")
+        for key in ("name", "generateName", "namespace"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise ValueError(f"{shown}: the Pod metadata.{key} is a {type(meta[key]).__name__}, not a string")
+        if not isinstance(document.get("spec", {}), dict):
+            raise ValueError(f"{shown}: the Pod spec is a {type(document['spec']).__name__}, not an object")
+        if not (args.namespace or meta.get("namespace")):
+            raise ValueError(f"{shown}: a bare Pod needs --namespace (or metadata.namespace)")
+        request = reviews.AdmissionRequest.for_pod(document, args.namespace or meta["namespace"])
     else:
         try:
             request = reviews.parse_review(document)

@@ -73,11 +73,6 @@ def _answer(raw: bytes) -> tuple[bytes, str | None]:
     return packed, version if isinstance(version, str) else None
 
 
-async def read_state(api: Any, namespace: str, name: str, *, timeout: float) -> tuple[KeeperState, Loss | None]:
-    """The keeper's record as the cluster holds it, and what of it was lost; raises StateUnavailable."""
-    return load((await _get(api, namespace, name, timeout))[0])
-
-
 class StateStore:
     """The record's one ConfigMap, as this leader last read or wrote it."""
 

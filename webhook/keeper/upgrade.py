@@ -30,18 +30,6 @@ def least(*modes: KeepMode) -> KeepMode:
     return min(modes, key=LEAST.index)
 
 
-def on_the_webhook(webhook: Container) -> dict[Setting, tuple[str, str | None]]:
-    """The keeper's settings the webhook's container sets, as written and their value (None: `valueFrom`)."""
-    flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
-    given: dict[Setting, tuple[str, str | None]] = {}
-    for row in KEEPER_SETTINGS:
-        if row.env in flags:
-            given[row] = row.option, flags[row.env]
-        elif row.env in webhook.env:
-            given[row] = row.env, webhook.env[row.env]
-    return given
-
-
 def differs(own: KeeperSettings, row: Setting, raw: str | None) -> bool:
     """Whether `raw` is not what the keeper runs with (unknown or unreadable: it is not)."""
     if raw is None:
@@ -57,7 +45,11 @@ def hold(own: KeeperSettings, webhook: Container | str, where: str) -> Hold:
     """What the keeper acts in, given the webhook's container (a str: there is none, nothing holds it)."""
     if isinstance(webhook, str):
         return Hold(own.keep)
-    given = {row: written for row, written in on_the_webhook(webhook).items() if differs(own, row, written[1])}
+    flags = flags_as_env(webhook.args, KEEPER_SETTINGS)
+    # Each keeper setting the webhook's container sets, as written and its value (None: `valueFrom`).
+    written = {row: (row.option, flags[row.env]) if row.env in flags else (row.env, webhook.env[row.env])
+               for row in KEEPER_SETTINGS if row.env in flags or row.env in webhook.env}
+    given = {row: raw for row, raw in written.items() if differs(own, row, raw[1])}
     if not given:
         return Hold(own.keep)
     said_off = any(row.name == "keep" and raw == KeepMode.OFF for row, (_, raw) in given.items())
@@ -67,12 +59,16 @@ def hold(own: KeeperSettings, webhook: Container | str, where: str) -> Hold:
                       f"runs {mode} until they are moved there (docs/operations.md, Upgrading)")
 
 
-async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
-    """`hold`, from the webhook's Deployment in `namespace` as the cluster has it now."""
+async def read_hold(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0,
+                    unread_holds: bool = True) -> Hold:
+    """`hold`, from the webhook's Deployment in `namespace` as the cluster has it now; one not read holds the
+    keeper to report, unless not `unread_holds` (`status`, whose user may not read what the keeper's account may)."""
     where = f"Deployment {namespace}/{WEBHOOK[0]}"
     try:
         webhook = await container(store, namespace, *WEBHOOK, timeout=timeout)
     except StoreError as exc:
+        if not unread_holds:
+            return Hold(own.keep)
         mode = least(own.keep, KeepMode.REPORT)
         return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is (docs/operations.md, "
                           f"Upgrading)")
@@ -105,7 +101,8 @@ async def read_pause(store: Store, own: KeeperSettings, namespace: str, *, timeo
         return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is")
 
 
-async def read_mode(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
+async def read_mode(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0,
+                    unread_holds: bool = True) -> Hold:
     """The mode the keeper may act in now: the least of `read_hold`'s and its own Deployment's pause."""
-    return both(await read_hold(store, own, namespace, timeout=timeout),
+    return both(await read_hold(store, own, namespace, timeout=timeout, unread_holds=unread_holds),
                 await read_pause(store, own, namespace, timeout=timeout))

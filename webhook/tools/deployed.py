@@ -8,7 +8,7 @@ from datetime import datetime
 from ..lookup.deployments import container
 from ..stores.store import Store, StoreError
 from ..config import KeeperSettings, Settings, rows
-from ..keeper.upgrade import WEBHOOK, Hold, both, hold, read_pause
+from ..keeper.upgrade import read_mode
 from ..kinds import LEASE
 from ..rules.keeping.listed import read_lease
 
@@ -31,20 +31,9 @@ async def deployed_settings(store: Store, settings: Settings, *, timeout: float)
         keeper = KeeperSettings.from_command(found.args, env)
     except (TypeError, ValueError) as exc:
         return settings, f"settings as given here: {where}: {exc}"
-    held = both(await webhook_hold(store, keeper, namespace, timeout),
-                await read_pause(store, keeper, namespace, timeout=timeout))  # as `keep` reads them
+    held = await read_mode(store, keeper, namespace, timeout=timeout, unread_holds=False)  # as `keep` reads it
     deployed = {row.name: getattr(keeper, row.name) for row in rows(KeeperSettings)} | {"keep": held.mode}
     return dataclasses.replace(settings, **deployed), f"from {where}" + (f"; {held.why}" if held.why else "")
-
-
-async def webhook_hold(store: Store, keeper: KeeperSettings, namespace: str, timeout: float) -> Hold:
-    """The mode the webhook's Deployment holds the keeper to (keeper/upgrade.py), as the keeper
-    reads it; its own, when this command may not read that Deployment (the keeper's account may)."""
-    try:
-        webhook = await container(store, namespace, *WEBHOOK, timeout=timeout)
-    except StoreError:
-        return Hold(keeper.keep)
-    return hold(keeper, webhook, f"Deployment {namespace}/{WEBHOOK[0]}")
 
 
 async def leader(store: Store, settings: Settings, now: datetime, timeout: float) -> str:

@@ -8,7 +8,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,13 +20,13 @@ from ..config import duration_text, KeepMode, Settings
 from ..rules.shared.longhorn import Answer, Restarts, restarts_vms
 from ..keeper.observe import Launchers, Nodes, Observer, pass_facts, stuck
 from ..keeper.observed import Observed
-from ..keeper.records import read_state, state_name, StateUnavailable
+from ..keeper.records import state_name, StateStore, StateUnavailable
 from ..keeper.targeted import TargetedMigration
 from ..keeper.kubevirt_api import read_io_errors
 from ..lookup.replicas import Longhorn, read_longhorn, read_settings
 from ..kinds import POD, PV, PVC, SHARE_MANAGER, VMI, VMIM
 from ..rules.keeping.apart import APART, VmState
-from ..rules.keeping.keep import OFF, KeepDecision, PassFacts, next_step
+from ..rules.keeping.keep import OFF, KeepDecision, PassFacts, next_step, VmFacts
 from ..rules.keeping.plan import plan, VmPlan
 from ..rules.keeping.record import Action, KeeperState, with_kept
 from ..rules.keeping.migrations import (attempts, backoff, Migration, MIGRATION_PRIORITY, migrating, migration_manifest, of_vmi)
@@ -55,8 +55,7 @@ class VmStatus:
 
     namespace: str
     name: str
-    vmi: VmiView  # as read: its node, keep annotation, migratability, pause and hotplugged claims
-    storage: tuple[str, ...]
+    facts: VmFacts  # as observed: its VMI as read, where its storage is, a stale mount and a retry awaited
     state: VmState
     since: datetime | None  # apart since (None: not apart, or unknown)
     why: str
@@ -70,9 +69,6 @@ class VmStatus:
     # whether a share-manager restart deletes its hotplugged disks' attachment pods (yes, no, cannot tell);
     # None: it has none. The blacklist cannot spare them (their owner, the launcher pod, has no group).
     attachment_pods_deleted_by_storage_restart: str | None = None
-    stale: str = ""  # why its NFS mount is stale (KubeVirt's retry failed once its new NFS server served)
-    stale_since: datetime | None = None  # the remount request of Longhorn's that stale mount dates from
-    retry: str = ""  # paused on an I/O error, KubeVirt's retry still to come: what it waits for
     cannot_finish: str | None = None  # why no migration off a stale mount of it could finish (its disks' cache modes)
     loopback: str = ""  # a disk with cache writeback served beside it (loopback NFS), and what to do
 
@@ -81,15 +77,15 @@ class VmStatus:
         """What a share-manager restart does to each of its hotplugged Longhorn disks, a line each."""
         volumes = {disk.claim: disk.volume for disk in self.disks}
         return [hotplugged(claim, volumes.get(claim), self.attachment_pods_deleted_by_storage_restart)
-                for claim in self.vmi.hotplugged if volumes.get(claim) or not self.disks]
+                for claim in self.facts.vmi.hotplugged if volumes.get(claim) or not self.disks]
 
     def to_json(self) -> dict[str, Any]:
         last = self.last_migration
         return {
             "namespace": self.namespace,
             "name": self.name,
-            "node": self.vmi.node,
-            "storage": list(self.storage),
+            "node": self.facts.vmi.node,
+            "storage": list(self.facts.where.storage),
             "state": str(self.state),
             "since": rfc3339(self.since) if self.since else None,
             "why": self.why,
@@ -97,7 +93,7 @@ class VmStatus:
             "last_migration": None if last is None else {
                 "name": last.name, "target": last.target, "phase": last.phase or None,
                 "created": rfc3339(last.created), "ended": rfc3339(last.ended) if last.ended else None},
-            "keep": self.vmi.may_move,
+            "keep": self.facts.vmi.may_move,
             "moves": self.decision.act,
             "hold": str(self.decision.hold) if self.decision.hold is not None else None,
             "decision": self.decision.reason,
@@ -105,13 +101,13 @@ class VmStatus:
             "disks": [disk.to_json() for disk in self.disks],
             "note": path_note(self.disks) or None,
             "rebooted_by_storage_restart": self.rebooted_by_storage_restart,
-            "paused": self.vmi.paused or None,
-            "hotplugged": list(self.vmi.hotplugged),
+            "paused": self.facts.vmi.paused or None,
+            "hotplugged": list(self.facts.vmi.hotplugged),
             "attachment_pods_deleted_by_storage_restart": self.attachment_pods_deleted_by_storage_restart,
             "hotplugged_disks": self.hotplugged_disks,
-            "stale_mount": self.stale or None,
-            "stale_since": rfc3339(self.stale_since) if self.stale_since else None,
-            "waiting_for_retry": self.retry or None,
+            "stale_mount": self.facts.stale or None,
+            "stale_since": rfc3339(self.facts.stale_since) if self.facts.stale_since else None,
+            "waiting_for_retry": self.facts.retry or None,
             "loopback_writeback": self.loopback or None,
         }
 
@@ -122,11 +118,7 @@ class Cluster:
 
     facts: PassFacts  # its mode, its limits, targeted migration's availability, the migrations in flight
     leader: str  # the Lease's holder, in words
-    targeted_answer: str  # available, unavailable, could not check, not checked (the keeper is off)
-    targeted_note: str  # why
-    priority: bool | None
-    priority_answer: str
-    priority_note: str
+    targeted: TargetedMigration  # what its dry run said of targeted migration and of priority
     settings_from: str = ""  # where the keeper's settings were read, in words ("": as given to `status`)
     # whether Longhorn's Settings make a share-manager's restart reboot its VMs (yes, no, cannot tell), why, the fix
     restarts: Restarts = Restarts(Answer.CANNOT_TELL, "Longhorn's Settings were not read")
@@ -137,10 +129,11 @@ class Cluster:
     def lines(self) -> list[str]:
         facts, limits = self.facts, self.facts.limits
         source = f" ({self.settings_from})" if self.settings_from else ""
+        (said, why), (priority_said, priority_why) = self.answers()
         return [
             f"keeper: {facts.mode}{source}, leader {self.leader}, --keep-after {duration_text(limits.after.total_seconds())}",
-            f"targeted migration: {self.targeted_answer}: {self.targeted_note}",
-            f"migration priority: {self.priority_answer}: {self.priority_note}",
+            f"targeted migration: {said}: {why}",
+            f"migration priority: {priority_said}: {priority_why}",
             f"migrations in flight: {facts.in_flight_ours} ours (limit {limits.max_inflight}), "
             f"{facts.in_flight_all} in all (limit {limits.max_cluster_inflight})",
             *([f"warning: keeper record {self.state}"] if self.state.startswith("not read") else []),
@@ -151,36 +144,37 @@ class Cluster:
 
     def to_json(self) -> dict[str, Any]:
         facts, limits = self.facts, self.facts.limits
+        (said, why), (priority_said, priority_why) = self.answers()
         return {"mode": str(facts.mode), "settings_from": self.settings_from or "as given", "leader": self.leader,
                 "limits": {"keep_after_seconds": limits.after.total_seconds(),
                            "keep_after_descheduled_seconds": limits.after_descheduled.total_seconds(),
                            "max_inflight": limits.max_inflight,
                            "max_cluster_inflight": limits.max_cluster_inflight, "max_per_day": limits.max_per_day,
                            "max_outbound_per_node": limits.max_outbound_per_node},
-                "targeted_migration": {"available": facts.targeted, "answer": self.targeted_answer,
-                                       "why": self.targeted_note, "priority": self.priority,
-                                       "priority_answer": self.priority_answer, "priority_why": self.priority_note},
+                "targeted_migration": {"available": facts.targeted, "answer": said, "why": why,
+                                       "priority": self.targeted.priority, "priority_answer": priority_said,
+                                       "priority_why": priority_why},
                 "in_flight": {"ours": facts.in_flight_ours, "all": facts.in_flight_all},
                 "state": self.state or None, "state_warning": self.state_warning or None,
                 "io_errors_unread": self.io_errors or None,
                 "longhorn_restarts_vms": self.restarts.warning(),
                 "longhorn_restarts_vms_answer": str(self.restarts.answer)}
 
+    def answers(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        """What the dry run said of targeted migration and of priority, each as (answer, why): available,
+        unavailable, could not check (the error), or not checked (the keeper is off)."""
+        targeted = self.targeted
+        if self.facts.mode is KeepMode.OFF:
+            return ("not checked", OFF), ("not checked", OFF)
+        if not targeted.checked:
+            return ("not checked", targeted.note), ("not checked", targeted.priority_note)
 
-def answers(targeted: TargetedMigration, off: bool) -> tuple[tuple[str, str], tuple[str, str]]:
-    """What the dry run said of targeted migration and of priority, each as (answer, why): available,
-    unavailable, could not check (the error), or not checked (the keeper is off)."""
-    if off:
-        return ("not checked", OFF), ("not checked", OFF)
-    if not targeted.checked:
-        return ("not checked", targeted.note), ("not checked", targeted.priority_note)
+        def answer(value: bool | None, note: str, unknown: str) -> tuple[str, str]:
+            return ("could not check", unknown) if value is None else ("available" if value else "unavailable", note)
 
-    def answer(value: bool | None, note: str, unknown: str) -> tuple[str, str]:
-        return ("could not check", unknown) if value is None else ("available" if value else "unavailable", note)
-
-    return (answer(targeted.available, targeted.note, targeted.error),
-            answer(targeted.priority, targeted.priority_note,
-                   targeted.error or "the dry run's answer said nothing of spec.priority"))
+        return (answer(targeted.available, targeted.note, targeted.error),
+                answer(targeted.priority, targeted.priority_note,
+                       targeted.error or "the dry run's answer said nothing of spec.priority"))
 
 
 _QUIET = logging.getLogger("webhook.status")  # the header says what the keeper logs
@@ -222,8 +216,9 @@ class Report:
     def drain(self, node: str, aims: dict[tuple[str, str], str]) -> DrainPreview:
         """What draining `node` will do to these VMs (`rules.keeping.drain`); `aims`: where each VM's
         evacuation would be aimed, or why not (`tools.drain_aims`), when the aim is on."""
-        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.vmi.node, storage=vm.storage,
-                                        migratable=vm.vmi.live_migratable, why_not=vm.vmi.not_migratable,
+        return preview(node, (RunningVm(namespace=vm.namespace, name=vm.name, node=vm.facts.vmi.node,
+                                        storage=vm.facts.where.storage, migratable=vm.facts.vmi.live_migratable,
+                                        why_not=vm.facts.vmi.not_migratable,
                                         cannot_finish=vm.cannot_finish, evacuation=aims.get((vm.namespace, vm.name), ""))
                                 for vm in self.vms), self.cluster.restarts, self.cluster.facts.mode)
 
@@ -272,11 +267,9 @@ async def status(store: ClusterStore, settings: Settings, now: datetime, *, time
     restarts, attachments = restarts_vms(values), restarts_vms(values, blacklistable=False)
     vms = [_vm_status(seen[step.key], step, history, facts, off=off, longhorn=longhorn,
                       restarts=(str(restarts.answer), str(attachments.answer))) for step in made.vms]
-    (said, why), (priority_said, priority_why) = answers(targeted, off)
-    header = Cluster(facts=facts, leader=await leader(store, settings, now, timeout), targeted_answer=said,
-                     targeted_note=why, priority=targeted.priority, priority_answer=priority_said,
-                     priority_note=priority_why, settings_from=settings_from, restarts=restarts,
-                     state=state_note, state_warning=state_warning, io_errors=unread)
+    header = Cluster(facts=facts, leader=await leader(store, settings, now, timeout), targeted=targeted,
+                     settings_from=settings_from, restarts=restarts, state=state_note, state_warning=state_warning,
+                     io_errors=unread)
     return Report(now=now, vms=sorted(vms, key=lambda vm: (vm.namespace, vm.name)),
                   skipped=[str(m) for m in listed.malformed], cluster=header,
                   cancels=[f"{c.migration.namespace}/{c.migration.name}: {c.why}" for c in made.cancels])
@@ -286,7 +279,7 @@ async def _kept(api: Any, settings: Settings, timeout: float) -> tuple[KeeperSta
     """The keeper's record, where it was read from (or why not), and what of it was lost."""
     namespace, name = settings.lease_namespace or KEEPER_NAMESPACE, state_name(settings)
     try:
-        state, loss = await read_state(api, namespace, name, timeout=timeout)
+        state, loss = await StateStore(api, namespace, name, timeout=timeout).read() or (KeeperState(), None)
     except StateUnavailable as exc:
         return KeeperState(), f"not read ({exc}): refused actions and garbage-collected migrations are not shown", ""
     lost = (f"rebuilt by the keeper at {rfc3339(state.lost[0])} ({state.lost[1]}): what that leader knew kept, "
@@ -299,7 +292,14 @@ async def _observer(store: ClusterStore, settings: Settings, running: Sequence[V
                     timeout: float, api: Any) -> tuple[Observer, Launchers, str]:
     """The keeper's observation over the disks' objects, launcher pods and IOerror Events listed once (or why not)."""
     namespaces = {view.namespace for view in running}
-    disks = await _disk_objects(store, settings, namespaces, timeout) if running else store
+    disks: Store = store
+    if running:  # what the VMs' disks are resolved against, listed once; when a list fails, the store itself
+        scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)),
+                  (POD, settings.longhorn_namespace), (SHARE_MANAGER, settings.longhorn_namespace)]
+        try:
+            disks = SnapshotStore(await store.listed(scopes, timeout=timeout))
+        except StoreError:
+            pass
     # The launcher pods by (namespace, VMI uid), listed once, as the keeper's cache has them.
     pods: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
     for namespace in sorted(namespaces):
@@ -340,19 +340,6 @@ class ViewedOnce:
                                                                                            timeout=timeout))
 
 
-async def _disk_objects(store: ClusterStore, settings: Settings, namespaces: Iterable[str],
-                        timeout: float) -> Store:
-    """What the VMs' disks are resolved against, listed once; when a list fails, the store itself."""
-    longhorn = settings.longhorn_namespace
-    scopes = [(PV, None), *((PVC, namespace) for namespace in sorted(namespaces)), (POD, longhorn),
-              (SHARE_MANAGER, longhorn)]
-    try:
-        objects = await store.listed(scopes, timeout=timeout)
-    except StoreError:
-        return store
-    return SnapshotStore(objects)
-
-
 def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration], facts: PassFacts, *,
                off: bool, longhorn: Longhorn | None, restarts: tuple[str, str]) -> VmStatus:
     """`restarts`: what a share-manager restart does to the VM and to its attachment pods (`restarts_vms`)."""
@@ -362,11 +349,10 @@ def _vm_status(observed: Observed, step: VmPlan, migrations: Sequence[Migration]
     if view.migration is not None and view.migration.in_flight:
         why += f"; migrating to {view.migration.target_node or '?'}"
     text, last = last_action(view, migrations, facts.now)
-    return VmStatus(namespace=view.namespace, name=view.name, vmi=view, storage=where.storage,
+    return VmStatus(namespace=view.namespace, name=view.name, facts=observed.facts,
                     state=decision.state, since=since, why=why, last_action=text, last_migration=last,
                     decision=decision, next=resume_step(next_step(decision, since, facts, off=off), step.resume, off=off),
-                    stale=observed.facts.stale or "", stale_since=observed.facts.stale_since,
-                    retry=observed.facts.retry or "", cannot_finish=cannot_finish(view.caches, None, ()),
+                    cannot_finish=cannot_finish(view.caches, None, ()),
                     loopback=loopback_note(view.caches, (d.subject for d in observed.disks if d.node and d.node == view.node)),
                     disks=tuple(longhorn.paths(observed.disks)) if longhorn is not None else (),
                     rebooted_by_storage_restart=restarts[0] if where.storage else None,
@@ -402,8 +388,8 @@ def render(report: Report) -> str:
     rows = [COLUMNS]
     for vm in report.vms:
         since = "-" if vm.state is not APART else f"{ago(report.now - vm.since)} ago" if vm.since else "?"
-        rows.append((f"{vm.namespace}/{vm.name}", vm.vmi.node or "-", ",".join(vm.storage) or "-", str(vm.state), since,
-                     vm.next, vm.last_action))
+        rows.append((f"{vm.namespace}/{vm.name}", vm.facts.vmi.node or "-", ",".join(vm.facts.where.storage) or "-",
+                     str(vm.state), since, vm.next, vm.last_action))
     lines = report.cluster.lines() + [""]
     if report.vms:
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
@@ -412,8 +398,8 @@ def render(report: Report) -> str:
     states = ", ".join(f"{counts[str(state)]} {state}" for state in VmState)
     lines.append(f"{counts['total']} VM{'' if counts['total'] == 1 else 's'}: {states}")
     lines += [f"note {vm.namespace}/{vm.name}: {note}" for vm in report.vms if (note := path_note(vm.disks))]
-    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.stale, vm.next, vm.retry or PAUSED_ON_IO)}" for vm in report.vms
-              if vm.vmi.paused == kinds.PAUSED_IO_ERROR]
+    lines += [f"note {vm.namespace}/{vm.name}: {paused_note(vm.facts.stale or '', vm.next, vm.facts.retry or PAUSED_ON_IO)}"
+              for vm in report.vms if vm.facts.vmi.paused == kinds.PAUSED_IO_ERROR]
     lines += [f"note {vm.namespace}/{vm.name}: {line}" for vm in report.vms for line in vm.hotplugged_disks]
     lines += [f"note {vm.namespace}/{vm.name}: {vm.loopback}" for vm in report.vms if vm.loopback]
     lines += [f"cancels {what}" for what in report.cancels]
