@@ -9,7 +9,7 @@ from tests.support.kube import (ALLOCATABLE, LONGHORN_NS, NEW_CPU, OLD_CPU, anno
                   migration_node_selector, node, preferred_terms, required_terms, review, rwx_disk, share_manager_pod,
                   vmi, workload_pod)
 
-from webhook.admission.admit import admit
+from webhook.admission.admit import Shared, admit
 from webhook.admission.review import parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -59,7 +59,8 @@ async def decided(store, pod=None, settings=None, *, promises=None, dry_run=Fals
     pod = pod or share_manager_pod(VOLUME)
     sent = review(pod, namespace=LONGHORN_NS)
     sent["request"]["dryRun"] = dry_run
-    outcome = await admit(parse_review(sent), store, settings or Settings(), Deadline.after(10, 1), promises=promises)
+    outcome = await admit(parse_review(sent), store, settings or Settings(), Deadline.after(10, 1),
+                          None if promises is None else Shared(promises=promises))
     envelope = answer(outcome)
     assert envelope["response"]["allowed"] is True
     return outcome, apply_valid(pod, decode_patch(envelope))
@@ -167,7 +168,7 @@ async def test_the_server_counts_every_vm_it_sent(make_store):
     for i in (1, 2):
         body = json.dumps(review(share_manager_pod(f"pvc-d{i}"), namespace=LONGHORN_NS)).encode()
         await endpoint.answer(body, endpoint.deadline(10), time.monotonic())
-    assert len(endpoint.promises) == 2
+    assert len(endpoint.shared.promises) == 2
 
 
 async def test_on_the_caches_a_drains_share_manager_reads_nothing_from_the_api(kmock):

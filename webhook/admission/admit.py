@@ -36,11 +36,10 @@ from .review import AdmissionRequest
 log = logging.getLogger("webhook.mutate")
 
 
-async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
-                lane: Lane | None = None, promises: Promises | None = None,
-                answers: PreparedAnswers | None = None) -> Outcome:
-    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration); `lane`, `promises`,
-    `answers`: a server's, shared by its admissions (`Shared`), else a lane of its own and none kept."""
+async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline,
+                shared: Shared | None = None) -> Outcome:
+    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration); `shared`: a server's, else
+    a lane of its own and nothing kept."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
@@ -59,9 +58,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
                     f"co-location skipped: {large}", large)
     try:  # every read that goes to the API is bounded by the deadline where it is made
         if share_manager:
-            shared = Shared(lane=lane or Lane(), promises=Promises() if promises is None else promises,
-                            keep=not request.dry_run, answers=answers)
-            outcome = await share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
+            outcome = await share_manager_rule(request.namespace, pod, store, settings, deadline,
+                                               dataclasses.replace(shared or Shared(), keep=not request.dry_run))
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
@@ -130,10 +128,10 @@ class Shared:
     """What a server's share-manager admissions share (`Admissions`); `keep`: adds its promise, uses up a prepared
     answer (a dry run's pod is never created); `preparing`: where an answer for a pod not created yet goes."""
 
-    lane: Lane
-    promises: Promises
-    keep: bool
+    lane: Lane = dataclasses.field(default_factory=Lane)
+    promises: Promises = dataclasses.field(default_factory=Promises)
     answers: PreparedAnswers | None = None
+    keep: bool = True
     preparing: list[prepared.Prepared] | None = None
     at_once: bool = False  # only a prepared answer that holds, outside the lane; None for anything longer
 

@@ -1,6 +1,7 @@
 """A drain's share-managers answered while they are on their way out, in `serve`."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
 from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS
 from ..stores.store import WatchedStore
-from .admit import Shared, share_manager_rule
+from .admit import share_manager_rule
 from .server import Admissions
 
 log = logging.getLogger("webhook.prepare")
@@ -37,7 +38,7 @@ class Preparer(Companion):
 
     async def look(self) -> int:
         """Answers prepared for the share-manager pods on their way out now; how many."""
-        settings, answers, promises = self.settings, self.admissions.answers, self.admissions.promises
+        settings, answers, promises = self.settings, self.admissions.shared.answers, self.admissions.shared.promises
         let_go = answers.expire(self.clock(), PREPARED_SECONDS)
         for (namespace, name), old in let_go:
             known, pod = self.store.peek(POD, namespace, name)
@@ -54,7 +55,7 @@ class Preparer(Companion):
             if held is not None and self.clock() - held.made < AGAIN_SECONDS and \
                     await changed(self.store, held.basis.reads, Deadline.after(TIMEOUT, 0.0)) is None:
                 continue  # recent, and what it read unchanged: worked out again otherwise
-            shared = Shared(lane=self.admissions.lane, promises=promises, keep=True, answers=answers, preparing=[])
+            shared = dataclasses.replace(self.admissions.shared, preparing=[])
             again = as_created(pod, settings)  # as longhorn-manager creates it again: unbound, without our answer,
             kinds.meta(again).pop("deletionTimestamp", None)  # and not terminating
             outcome = await share_manager_rule(namespace, again, self.store, settings, Deadline.after(TIMEOUT, 0.0),
