@@ -13,7 +13,7 @@ from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
-from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS
+from ..rules.placement.prepared import AGAIN_SECONDS
 from ..stores.store import WatchedStore
 from .admit import share_manager_rule
 from .server import Admissions
@@ -39,7 +39,7 @@ class Preparer(Companion):
     async def look(self) -> int:
         """Answers prepared for the share-manager pods on their way out now; how many."""
         settings, answers, promises = self.settings, self.admissions.shared.answers, self.admissions.shared.promises
-        let_go = answers.expire(self.clock(), PREPARED_SECONDS)
+        let_go = answers.expire(self.clock())
         for (namespace, name), old in let_go:
             known, pod = self.store.peek(POD, namespace, name)
             if not known or pod is None or kinds.terminating(pod):  # not created again in time (by this

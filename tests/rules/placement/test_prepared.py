@@ -80,8 +80,9 @@ def test_the_answer_says_it_was_worked_out_before_the_pod():
     assert decision.reason == f"{DECISION.reason} (worked out 2.5 s before the pod was created, from the one it replaces)"
 
 
-def test_answers_are_used_once_bounded_and_let_go_when_old():
-    answers = PreparedAnswers(most=2)
+def test_answers_are_used_once_bounded_and_let_go_when_old(monkeypatch):
+    monkeypatch.setattr("webhook.rules.placement.prepared.MOST", 2)
+    answers = PreparedAnswers()
     assert answers.keep((LONGHORN_NS, "a"), PREPARED) and answers.keep((LONGHORN_NS, "b"), PREPARED)
     assert not answers.keep((LONGHORN_NS, "c"), PREPARED)  # full
     assert answers.keep((LONGHORN_NS, "a"), dataclasses.replace(PREPARED, made=150.0))  # replaced, not added

@@ -80,8 +80,9 @@ def test_a_promise_runs_out():
     assert promises.to("node-b") == NOTHING
 
 
-def test_so_many_at_most_the_oldest_let_go():
-    promises = Promises(most=3)
+def test_so_many_at_most_the_oldest_let_go(monkeypatch):
+    monkeypatch.setattr("webhook.rules.placement.promised.MOST", 3)
+    promises = Promises()
     for i in range(5):
         promises.make(f"vm{i}", "node-a", f"node-{i}", ("longhorn-system", f"share-manager-vm{i}"), VM, float(i))
     assert len(promises) == 3 and sorted(promises.nodes()) == ["node-2", "node-3", "node-4"]

@@ -110,13 +110,9 @@ def as_answer(prepared: Prepared, now: float) -> Decision:
 class PreparedAnswers(dict[Key, Prepared]):
     """The answers prepared for share-manager pods not created yet, by the pod's namespace and name."""
 
-    def __init__(self, most: int = MOST) -> None:
-        super().__init__()
-        self.most = most
-
     def keep(self, key: Key, prepared: Prepared) -> bool:
         """Hold the answer for the pod `key` (replacing an older one); False when too many are held."""
-        if key not in self and len(self) >= self.most:
+        if key not in self and len(self) >= MOST:
             return False
         self[key] = prepared
         return True
@@ -127,6 +123,6 @@ class PreparedAnswers(dict[Key, Prepared]):
 
     held = dict.get
 
-    def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[tuple[Key, Prepared]]:
-        old = [key for key, prepared in self.items() if now - prepared.made > seconds]
+    def expire(self, now: float) -> list[tuple[Key, Prepared]]:
+        old = [key for key, prepared in self.items() if now - prepared.made > PREPARED_SECONDS]
         return [(key, self.pop(key)) for key in old]

@@ -46,10 +46,9 @@ class Promise:
 class Promises:
     """The promises of one process, by VM and by node; times are the caller's monotonic clock."""
 
-    __slots__ = ("most", "_by_vm", "_by_node", "_taken", "_checked")
+    __slots__ = ("_by_vm", "_by_node", "_taken", "_checked")
 
-    def __init__(self, most: int = MOST) -> None:
-        self.most = most
+    def __init__(self) -> None:
         self._by_vm: dict[str, Promise] = {}  # oldest first
         self._by_node: dict[str, dict[str, Promise]] = {}
         self._taken: dict[str, Usage] = {}  # by node: what its promises take, added up
@@ -61,7 +60,7 @@ class Promises:
         if not vm or not usage.readable:
             return
         self._drop(vm)
-        while len(self._by_vm) >= self.most:
+        while len(self._by_vm) >= MOST:
             self._drop(next(iter(self._by_vm)))
         self._keep(Promise(vm=vm, source=source, node=node, share_manager=share_manager, usage=usage, made=now))
 
