@@ -181,8 +181,8 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
     required = settings.pin is PinMode.REQUIRED
     if required and settings.aim_evacuations:
         follow = await followed(consumers, pod, namespace, store, deadline)
-        if follow is not None and follow[1] is None:  # its VMs' evacuation is aimed where it can run
-            return _decided(pod, follow[0], settings, Rule.SHARE_MANAGER, facts)
+        if follow is not None:  # its VMs' evacuation is aimed where it can run
+            return _decided(pod, follow, settings, Rule.SHARE_MANAGER, facts)
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)

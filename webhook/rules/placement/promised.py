@@ -91,23 +91,22 @@ class Promises:
             self._drop(vm)
 
     def review(self, now: float, seen: Any) -> None:
+        """End the promises that no longer hold, of each node not looked at for RECHECK_SECONDS; move those whose
+        share-manager was bound elsewhere, as the caches say now: `seen.vm_on(uid)`, the VM's nodes (None: they
+        cannot tell); `seen.share_manager_on(namespace, name)`, whether the pod exists and its node ((True, None):
+        they cannot tell)."""
         for node, checked in list(self._checked.items()):
             if now - checked >= RECHECK_SECONDS and node in self._by_node:
                 self._checked[node] = now
-                self.review_node(node, now, seen)
-
-    def review_node(self, node: str, now: float, seen: Any) -> None:
-        """End the node's promises that no longer hold; move those whose share-manager was bound elsewhere, as the
-        caches say now: `seen.vm_on(uid)`, the VM's nodes (None: they cannot tell); `seen.share_manager_on(namespace,
-        name)`, whether the pod exists and its node ((True, None): they cannot tell)."""
-        for promise in list(self._by_node.get(node, {}).values()):
-            exists, bound = seen.share_manager_on(*promise.share_manager)
-            on = seen.vm_on(promise.vm)
-            if now >= promise.made + PROMISE_SECONDS or not exists or (on is not None and set(on) != {promise.source}):
-                self._drop(promise.vm)
-            elif bound is not None and bound != promise.node:
-                self._drop(promise.vm)
-                self._keep(dataclasses.replace(promise, node=bound))
+                for promise in list(self._by_node.get(node, {}).values()):
+                    exists, bound = seen.share_manager_on(*promise.share_manager)
+                    on = seen.vm_on(promise.vm)
+                    if now >= promise.made + PROMISE_SECONDS or not exists or \
+                            (on is not None and set(on) != {promise.source}):
+                        self._drop(promise.vm)
+                    elif bound is not None and bound != promise.node:
+                        self._drop(promise.vm)
+                        self._keep(dataclasses.replace(promise, node=bound))
 
     def _drop(self, vm: str) -> None:
         promise = self._by_vm.pop(vm, None)
