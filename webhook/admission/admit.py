@@ -29,7 +29,6 @@ from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
 from .evacuation import evacuation_rule, followed
-from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
@@ -128,7 +127,7 @@ class Shared:
     """What a server's share-manager admissions share (`Admissions`); `keep`: adds its promise, uses up a prepared
     answer (a dry run's pod is never created); `preparing`: where an answer for a pod not created yet goes."""
 
-    lane: Lane = dataclasses.field(default_factory=Lane)
+    lane: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)  # one per server (its loop)
     promises: Promises = dataclasses.field(default_factory=Promises)
     answers: PreparedAnswers | None = None
     keep: bool = True
@@ -156,12 +155,17 @@ async def share_manager_rule(
                                             dataclasses.replace(shared, at_once=True), volume)
         if outcome is not None:
             return outcome
-    # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
-    # together, would otherwise each hold the loop for a stretch at every step of every VM start.
-    async with shared.lane.turn(deadline) as mine:
-        if not mine:
-            return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
+    # One share-manager at a time, from here to its answer, its long loops in slices (`pace.in_slices`): a drain's tens
+    # of them, arriving together, would otherwise each hold the loop for a stretch at every step of every VM start.
+    try:
+        async with deadline.timeout():
+            await shared.lane.acquire()
+    except TimeoutError:
+        return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
+    try:
         return await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
+    finally:
+        shared.lane.release()
 
 
 async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
