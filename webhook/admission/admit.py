@@ -242,8 +242,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
         return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
-    basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), leaving=leaving, reads=tuple(store.reads),
-                           position=position)
+    ask, reads = prepared.ask_of(pod, namespace, view.memo), tuple(store.reads)
     await asyncio.sleep(0)
     now = time.monotonic()
     shared.promises.review(now, CachesSeen(store.store, view, shared.answers))
@@ -260,9 +259,9 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
     if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
         shared.promises.make(uid, it.source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                              PodUsage.of(target.pod), now)
-        if shared.preparing is not None and basis.ask is not None:
+        if shared.preparing is not None and ask is not None:
             shared.preparing.append(prepared.Prepared(
-                decision=decision, basis=basis, made=now, vm=uid, target=target, moved=search.demand_for_room(),
+                decision=decision, ask=ask, leaving=leaving, reads=reads, position=position, made=now, vm=uid, target=target, moved=search.demand_for_room(),
                 found=dataclasses.replace(found, nodes=found.nodes[:together.among_at_most(pod)], refused={})))
     return decision
 
@@ -277,7 +276,7 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Record
     held = None if answers is None else answers.held(key)
     if answers is not None and held is not None:
         checked = prepared.check(held, prepared.ask_of(pod, namespace, view.memo), it.why, view, time.monotonic())
-        why = checked.why or await recorded.changed(store.store, held.basis.reads, deadline)
+        why = checked.why or await recorded.changed(store.store, held.reads, deadline)
         answer = why or _left_of(held, checked, pod, namespace, view, shared.promises, settings, it)
         if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
             if shared.keep:  # a dry run's pod is never created

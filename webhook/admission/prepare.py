@@ -53,7 +53,7 @@ class Preparer(Companion):
             namespace, name = kinds.meta(pod).get("namespace") or "", str(kinds.meta(pod).get("name") or "")
             held = answers.held((namespace, name))
             if held is not None and self.clock() - held.made < AGAIN_SECONDS and \
-                    await changed(self.store, held.basis.reads, Deadline.after(TIMEOUT, 0.0)) is None:
+                    await changed(self.store, held.reads, Deadline.after(TIMEOUT, 0.0)) is None:
                 continue  # recent, and what it read unchanged: worked out again otherwise
             shared = dataclasses.replace(self.admissions.shared, preparing=[])
             again = as_created(pod, settings)  # as longhorn-manager creates it again: unbound, without our answer,

@@ -11,7 +11,7 @@ from webhook.config import Settings
 from webhook.rules.fit.demand import Demand
 from webhook.rules.placement.decide import AMONG, Decision
 from webhook.rules.placement.patch import as_created, patch_for
-from webhook.rules.placement.prepared import (PREPARED_SECONDS, Basis, Prepared, PreparedAnswers, as_answer,
+from webhook.rules.placement.prepared import (PREPARED_SECONDS, Prepared, PreparedAnswers, as_answer,
                                               ask_of, check)
 
 DECISION = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 50)), among=("node-b", "node-c", "node-d"),
@@ -32,7 +32,7 @@ class Changes:
 
 
 ASK, LEAVING = ask_of(share_manager_pod("pvc-1"), LONGHORN_NS), "node node-a is cordoned"
-PREPARED = Prepared(decision=DECISION, basis=Basis(ASK, LEAVING, (), position=7), made=100.0, vm="uid-vm1")
+PREPARED = Prepared(decision=DECISION, ask=ASK, leaving=LEAVING, reads=(), position=7, made=100.0, vm="uid-vm1")
 
 CHECKS = [
     ("nothing changed", ASK, LEAVING, Changes(), 101.0, None, ()),

@@ -25,22 +25,16 @@ Key = tuple[str, str]  # the share-manager pod's namespace and name (the new pod
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Basis:
-    """What an answer rested on: what the pod asks of a node (`ask_of`), why its VM leaves its node,
-    the rule's reads (`lookup.recorded.Read`), and the view's position before the search."""
+class Prepared:
+    """An answer worked out for a share-manager pod before it is created, and what it rested on: what the pod asks of
+    a node (`ask_of`), why its VM leaves its node, the rule's reads (`lookup.recorded.Read`), and the view's position
+    before the search."""
 
+    decision: Decision
     ask: Hashable
     leaving: str
     reads: tuple[Any, ...]
     position: int | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Prepared:
-    """An answer worked out for a share-manager pod before it is created."""
-
-    decision: Decision
-    basis: Basis
     made: float  # the caller's monotonic clock
     vm: str = ""  # the VMI's uid (its promise)
     target: Any = None  # the VM's migration target pod it was judged with (`kubevirt.target.TargetPod`)
@@ -83,14 +77,13 @@ class Check:
 def check(prepared: Prepared, ask: Hashable | None, leaving: str, view: fit.View, now: float) -> Check:
     """Whether the prepared answer holds for the pod arriving now (`ask`, `leaving`: as for it), its
     reads aside (`lookup.recorded.changed`)."""
-    then = prepared.basis
     if now - prepared.made > PREPARED_SECONDS:
         return Check(f"prepared {now - prepared.made:.0f} s before, more than {PREPARED_SECONDS:.0f}")
-    if ask is None or ask != then.ask:
+    if ask is None or ask != prepared.ask:
         return Check("the pod asks the nodes otherwise than the one it was prepared from")
-    if leaving != then.leaving:
+    if leaving != prepared.leaving:
         return Check(f"its VM leaves its node for another reason now ({leaving})")
-    changes = view.changes_among({*prepared.decision.required, *prepared.decision.nodes}, then.position)
+    changes = view.changes_among({*prepared.decision.required, *prepared.decision.nodes}, prepared.position)
     if changes is None:
         return Check("the caches cannot say which nodes changed since")
     changed, beyond_room = changes
