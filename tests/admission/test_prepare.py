@@ -12,7 +12,6 @@ from tests.support.fitting import term, workload
 from tests.support.stores import listed_store
 
 from webhook.admission import server
-from webhook.admission.admit import CachesSeen
 from webhook.admission.prepare import Preparer
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import PinMode, Settings
@@ -213,7 +212,7 @@ async def test_a_vm_sent_by_an_answer_prepared_stays_counted_until_its_pod_comes
     gone(store)
     view = await store.fit_view("default", "")
     promises = admissions.shared.promises
-    promises.review(clock.now + 3, CachesSeen(store, view, admissions.shared.answers))
+    promises.review(clock.now + 3, view, store.peek, admissions.shared.answers)
     assert len(promises) == VMS  # their pods are not created yet, but are coming
     clock.now += PREPARED_SECONDS + 1
     await preparer.look()  # not created again in time: let go, and their VMs no longer counted
@@ -225,7 +224,7 @@ async def test_without_a_prepared_answer_a_promise_of_a_pod_not_there_ends():
     await preparer.look()
     gone(store)
     view = await store.fit_view("default", "")
-    admissions.shared.promises.review(time.monotonic() + 3, CachesSeen(store, view))
+    admissions.shared.promises.review(time.monotonic() + 3, view, store.peek)
     assert len(admissions.shared.promises) == 0
 
 

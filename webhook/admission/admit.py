@@ -245,7 +245,7 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
     ask, reads = prepared.ask_of(pod, namespace, view.memo), tuple(store.reads)
     await asyncio.sleep(0)
     now = time.monotonic()
-    shared.promises.review(now, CachesSeen(store.store, view, shared.answers))
+    shared.promises.review(now, view, store.store.peek, shared.answers or ())
     search = together.DestinationSearch(pod, namespace, target, it.namespace, it.source, view, shared.promises, uid)
     if not await in_slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
@@ -317,26 +317,6 @@ def _left_of(held: prepared.Prepared, checked: prepared.Check, pod: dict[str, An
         return why
     out = sorted(refused)
     return dataclasses.replace(decision, reason=f"{decision.reason}; left out since: {together.named(out)} ({why})")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CachesSeen:
-    """What the caches say of a promise's VM and share-manager (`Promises.review`): one answered ahead is there."""
-
-    store: Store
-    view: fit.View
-    answers: PreparedAnswers | None = None
-
-    def vm_on(self, vm: str) -> set[str] | None:
-        pods = self.view.pods_labelled(kinds.CREATED_BY_LABEL, vm)
-        return None if pods is None else {node for node in (fit.bound_node(p) for p in pods if p is not None) if node}
-
-    def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
-        known, pod = self.store.peek(POD, namespace, name)
-        gone = pod is None or kinds.terminating(pod)
-        if not known or gone and self.answers is not None and (namespace, name) in self.answers:
-            return True, None
-        return not gone, None if pod is None else fit.bound_node(pod)
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,

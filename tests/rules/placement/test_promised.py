@@ -9,19 +9,25 @@ VM = PodUsage({"cpu": 2000, "memory": 4 << 30})
 
 
 class Seen:
-    """What the caches say: each VM's nodes, each share-manager pod's node (absent: deleted)."""
+    """What the caches say: each VM's nodes (a view of its pods; None: not indexed), each share-manager pod's node
+    (absent: deleted)."""
 
     def __init__(self, vms=None, share_managers=None):
         self.vms = vms or {}
         self.share_managers = share_managers or {}
 
-    def vm_on(self, vm):
-        return self.vms.get(vm, {"node-a"})
+    def pods_labelled(self, key, vm):
+        nodes = self.vms.get(vm, {"node-a"})
+        return None if nodes is None else [{"spec": {"nodeName": node}} for node in nodes]
 
-    def share_manager_on(self, namespace, name):
+    def peek(self, resource, namespace, name):
         if name not in self.share_managers:
-            return False, None
-        return True, self.share_managers[name]
+            return True, None
+        return True, {"metadata": {"name": name}, "spec": {"nodeName": self.share_managers[name]}}
+
+
+def review(promises, now, seen):
+    promises.review(now, seen, seen.peek)
 
 
 def sent(*vms, node="node-b", at=0.0):
@@ -59,24 +65,24 @@ def test_a_vm_placed_again_is_promised_once_where_it_was_sent_last():
 ], ids=["unchanged", "landed", "vm-gone", "share-manager-gone", "bound-elsewhere", "vm-unknown"])
 def test_a_promise_ends_or_moves_as_the_caches_say(seen, left):
     promises = sent("vm1", "vm2")
-    promises.review(RECHECK_SECONDS, seen)
+    review(promises, RECHECK_SECONDS, seen)
     assert {node: promises.to(node).vms for node in ("node-b", "node-c") if promises.to(node).vms} == left
 
 
 def test_within_a_drains_burst_the_promises_are_not_looked_at_again():
     """The share-manager pods answered a moment ago are not in the caches yet: not taken for gone."""
     promises = sent("vm1", "vm2")
-    promises.review(RECHECK_SECONDS / 2, Seen())
+    review(promises, RECHECK_SECONDS / 2, Seen())
     assert promises.to("node-b").vms == 2
-    promises.review(RECHECK_SECONDS, Seen())
+    review(promises, RECHECK_SECONDS, Seen())
     assert promises.to("node-b") == NOTHING and len(promises) == 0
 
 
 def test_a_promise_runs_out():
     promises = sent("vm1")
-    promises.review(PROMISE_SECONDS - 1, Seen(share_managers=present("vm1")))
+    review(promises, PROMISE_SECONDS - 1, Seen(share_managers=present("vm1")))
     assert promises.to("node-b").vms == 1
-    promises.review(PROMISE_SECONDS - 1 + RECHECK_SECONDS, Seen(share_managers=present("vm1")))
+    review(promises, PROMISE_SECONDS - 1 + RECHECK_SECONDS, Seen(share_managers=present("vm1")))
     assert promises.to("node-b") == NOTHING
 
 
