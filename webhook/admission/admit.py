@@ -261,7 +261,8 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
                              PodUsage.of(target.pod), now)
         if shared.preparing is not None and ask is not None:
             shared.preparing.append(prepared.Prepared(
-                decision=decision, ask=ask, leaving=leaving, reads=reads, position=position, made=now, vm=uid, target=target, moved=search.demand_for_room(),
+                decision=decision, ask=ask, leaving=leaving, reads=reads, position=position, made=now, vm=uid,
+                target=target, moved=search.demand_for_room(),
                 found=dataclasses.replace(found, nodes=found.nodes[:together.among_at_most(pod)], refused={})))
     return decision
 
