@@ -105,7 +105,7 @@ async def test_a_node_the_answer_names_that_changed_since_is_judged_again():
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.shared.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Pod", EventType.ADDED, workload_pod(7, first))
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
 
@@ -116,10 +116,10 @@ async def test_share_managers_bound_since_to_a_node_the_answer_names_leave_it_as
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.shared.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Pod", EventType.ADDED, sm("pvc-z0", first))
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
-    first = admissions.shared.answers.held((LONGHORN_NS, "share-manager-pvc-d1")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d1")).decision.preferences[0][0]
     for i in range(1, 110 - len(list((await store.fit_view("default", "")).pods_on(first)))):
         apply(store, "Pod", EventType.ADDED, sm(f"pvc-z{i}", first))
     with caplog.at_level("INFO", "webhook.mutate"):
@@ -136,7 +136,7 @@ async def test_a_pod_turning_the_vm_away_bound_since_to_a_node_the_answer_names_
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.shared.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     guard = workload("guard", first, anti=[term(matchLabels={"kubevirt.io": "virt-launcher"})])
     apply(store, "Pod", EventType.ADDED, guard)
     with caplog.at_level("INFO", "webhook.mutate"):
@@ -152,7 +152,7 @@ async def test_an_answer_naming_a_node_that_no_longer_takes_both_is_not_used(cap
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.shared.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Node", EventType.MODIFIED, node(first, unschedulable=True))
     with caplog.at_level("INFO", "webhook.mutate"):
         pod = await admitted(admissions, "pvc-d0")
@@ -169,7 +169,7 @@ async def test_a_named_node_other_than_the_preferred_that_no_longer_takes_both_i
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    held = admissions.shared.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision
+    held = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision
     first, other = held.preferences[0][0], next(name for name in held.among if name != held.preferences[0][0])
     apply(store, "Node", EventType.MODIFIED, node(other, unschedulable=True))
     with caplog.at_level("INFO", "webhook.mutate"):

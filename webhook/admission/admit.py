@@ -274,19 +274,19 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Record
     VM's migration target pod to judge the nodes for, or why it cannot be told; None `at_once` (judged in its turn)."""
     key = (namespace, str(kinds.meta(pod).get("name") or ""))
     answers = None if shared.preparing is not None or not key[1] else shared.answers
-    held = None if answers is None else answers.held(key)
+    held = None if answers is None else answers.get(key)
     if answers is not None and held is not None:
         checked = prepared.check(held, prepared.ask_of(pod, namespace, view.memo), it.why, view, time.monotonic())
         why = checked.why or await recorded.changed(store.store, held.reads, deadline)
         answer = why or _left_of(held, checked, pod, namespace, view, shared.promises, settings, it)
         if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
             if shared.keep:  # a dry run's pod is never created
-                answers.take(key)
+                answers.pop(key, None)
             return prepared.as_answer(dataclasses.replace(held, decision=answer), time.monotonic())
         if not shared.at_once:  # let go, and its promise with it (the one judging makes, if any, replaces it)
             log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": answer}})
             if shared.keep:
-                answers.take(key)
+                answers.pop(key, None)
                 shared.promises.end(held.vm, made=held.made)
             if why is None:
                 return held.target

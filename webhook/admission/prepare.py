@@ -51,7 +51,7 @@ class Preparer(Companion):
             if made >= MOST_PER_LOOK:
                 break
             namespace, name = kinds.meta(pod).get("namespace") or "", str(kinds.meta(pod).get("name") or "")
-            held = answers.held((namespace, name))
+            held = answers.get((namespace, name))
             if held is not None and self.clock() - held.made < AGAIN_SECONDS and \
                     await changed(self.store, held.reads, Deadline.after(TIMEOUT, 0.0)) is None:
                 continue  # recent, and what it read unchanged: worked out again otherwise

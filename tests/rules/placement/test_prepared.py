@@ -86,8 +86,8 @@ def test_answers_are_used_once_bounded_and_let_go_when_old(monkeypatch):
     assert answers.keep((LONGHORN_NS, "a"), PREPARED) and answers.keep((LONGHORN_NS, "b"), PREPARED)
     assert not answers.keep((LONGHORN_NS, "c"), PREPARED)  # full
     assert answers.keep((LONGHORN_NS, "a"), dataclasses.replace(PREPARED, made=150.0))  # replaced, not added
-    assert answers.held((LONGHORN_NS, "b")) is PREPARED and len(answers) == 2
-    assert answers.take((LONGHORN_NS, "b")) is PREPARED and answers.take((LONGHORN_NS, "b")) is None
+    assert answers.get((LONGHORN_NS, "b")) is PREPARED and len(answers) == 2
+    assert answers.pop((LONGHORN_NS, "b"), None) is PREPARED and answers.pop((LONGHORN_NS, "b"), None) is None
     assert answers.expire(150.0 + PREPARED_SECONDS) == [] and len(answers) == 1
     assert [(key, p.made) for key, p in answers.expire(151.0 + PREPARED_SECONDS)] == [((LONGHORN_NS, "a"), 150.0)]
     assert len(answers) == 0

@@ -101,7 +101,8 @@ def as_answer(prepared: Prepared, now: float) -> Decision:
 
 
 class PreparedAnswers(dict[Key, Prepared]):
-    """The answers prepared for share-manager pods not created yet, by the pod's namespace and name."""
+    """The answers prepared for share-manager pods not created yet, by the pod's namespace and name; each used once
+    (popped)."""
 
     def keep(self, key: Key, prepared: Prepared) -> bool:
         """Hold the answer for the pod `key` (replacing an older one); False when too many are held."""
@@ -109,12 +110,6 @@ class PreparedAnswers(dict[Key, Prepared]):
             return False
         self[key] = prepared
         return True
-
-    def take(self, key: Key) -> Prepared | None:
-        """The answer for the pod arriving now, no longer held: each is used once."""
-        return self.pop(key, None)
-
-    held = dict.get
 
     def expire(self, now: float) -> list[tuple[Key, Prepared]]:
         old = [key for key, prepared in self.items() if now - prepared.made > PREPARED_SECONDS]
