@@ -235,6 +235,16 @@ async def test_nothing_is_prepared_where_the_rule_would_not_answer(settings):
     assert await preparer.look() == 0 and len(admissions.shared.answers) == 0 and len(admissions.shared.promises) == 0
 
 
+async def test_so_many_answers_held_at_most_the_others_said(monkeypatch, caplog):
+    monkeypatch.setattr("webhook.admission.prepare.MOST_HELD", 2)
+    _, admissions, preparer = await prepared_server()
+    with caplog.at_level("INFO", "webhook.prepare"):
+        assert await preparer.look() == 2 and len(admissions.shared.answers) == 2
+    [said] = [r.fields for r in caplog.records if r.getMessage() == "share-managers' answers prepared"]
+    assert list(said["not_prepared"].values()) == ["too many answers held"] * (VMS - 2)
+    assert len(admissions.shared.promises) == 2  # the VMs of the answers not held are not counted
+
+
 async def test_the_caches_keep_what_the_checks_read_of_a_share_manager_only_while_it_terminates():
     store = listed_store(drained_cluster() + [sm("pvc-z", "node-b")])
     leaving = store.share_managers_leaving()

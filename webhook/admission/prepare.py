@@ -13,7 +13,7 @@ from ..config import AdmissionSettings, PinMode
 from ..deadline import Deadline
 from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
-from ..rules.placement.prepared import AGAIN_SECONDS
+from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS
 from ..stores.store import WatchedStore
 from .admit import share_manager_rule
 from .server import Admissions
@@ -23,6 +23,7 @@ log = logging.getLogger("webhook.prepare")
 PERIOD = 1.0  # seconds between two looks: longhorn-manager creates a share-manager again seconds after its eviction
 TIMEOUT = 5.0  # for one pod's answer, its wait in the lane included
 MOST_PER_LOOK = 200  # answers worked out in one look at most: a drain of two full nodes
+MOST_HELD = 2_000  # answers held at most: a drain of a node re-creates 110 share-managers at most
 
 
 class Preparer(Companion):
@@ -39,7 +40,8 @@ class Preparer(Companion):
     async def look(self) -> int:
         """Answers prepared for the share-manager pods on their way out now; how many."""
         settings, answers, promises = self.settings, self.admissions.shared.answers, self.admissions.shared.promises
-        let_go = answers.expire(self.clock())
+        now = self.clock()
+        let_go = [(key, answers.pop(key)) for key, old in list(answers.items()) if now - old.made > PREPARED_SECONDS]
         for (namespace, name), old in let_go:
             known, pod = self.store.peek(POD, namespace, name)
             if not known or pod is None or kinds.terminating(pod):  # not created again in time (by this
@@ -63,7 +65,8 @@ class Preparer(Companion):
             if not shared.preparing:  # the search for where its VM can follow made no answer: why
                 decided = outcome.decision
                 why_not[name] = outcome.detail or outcome.skipped or (decided.reason if decided else "no decision")
-            elif answers.keep((namespace, name), shared.preparing[-1]):
+            elif (namespace, name) in answers or len(answers) < MOST_HELD:  # a newer answer replaces an older one
+                answers[namespace, name] = shared.preparing[-1]
                 made += 1
             else:
                 promises.end(shared.preparing[-1].vm, made=shared.preparing[-1].made)

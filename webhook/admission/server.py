@@ -22,7 +22,6 @@ from .looplag import LoopLag
 from .outcome import Outcome, Rule, decision_event
 from ..process import heap
 from ..process.listening import Arrivals
-from ..rules.placement.prepared import PreparedAnswers
 
 log = logging.getLogger("webhook.server")
 
@@ -131,7 +130,7 @@ class Admissions:
                  lag: LoopLag | None = None, budget: Budget | None = None):
         self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
         self.budget = budget or Budget()  # the bodies held at once (budget.py)
-        self.shared = Shared(answers=PreparedAnswers())  # a drain's share-managers' lane, promises, prepared answers
+        self.shared = Shared(answers={})  # a drain's share-managers' lane, promises, prepared answers
         self.store, self.settings, self.events = store, settings, events
 
     def deadline(self, timeout: float) -> Deadline:

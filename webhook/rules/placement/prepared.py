@@ -19,7 +19,6 @@ from .together import Destinations
 
 PREPARED_SECONDS = 60.0  # a drain's share-managers are created again within seconds of their eviction
 AGAIN_SECONDS = 15.0  # an answer still waiting for its pod is worked out again this often
-MOST = 2_000  # answers held at most: a drain of a node re-creates 110 share-managers at most
 
 Key = tuple[str, str]  # the share-manager pod's namespace and name (the new pod has the old one's)
 
@@ -100,17 +99,5 @@ def as_answer(prepared: Prepared, now: float) -> Decision:
                                                 f"created, from the one it replaces)")
 
 
-class PreparedAnswers(dict[Key, Prepared]):
-    """The answers prepared for share-manager pods not created yet, by the pod's namespace and name; each used once
-    (popped)."""
-
-    def keep(self, key: Key, prepared: Prepared) -> bool:
-        """Hold the answer for the pod `key` (replacing an older one); False when too many are held."""
-        if key not in self and len(self) >= MOST:
-            return False
-        self[key] = prepared
-        return True
-
-    def expire(self, now: float) -> list[tuple[Key, Prepared]]:
-        old = [key for key, prepared in self.items() if now - prepared.made > PREPARED_SECONDS]
-        return [(key, self.pop(key)) for key in old]
+# The answers prepared for share-manager pods not created yet, by the pod's namespace and name; each used once.
+PreparedAnswers = dict[Key, Prepared]
