@@ -127,7 +127,3 @@ class Promises:
     def nodes(self) -> Container[str]:
         """The nodes any VM was promised to (a live view)."""
         return self._by_node.keys()
-
-    def __len__(self) -> int:
-        return len(self._by_vm)
-
