@@ -105,10 +105,9 @@ from kubefake.apiserver import Apiserver
 from kubefake.apiserver import serve as serve_api
 from kubefake.objects import stamp
 from kubefake.scheduler import Scheduler
-from webhook.admission.admit import admit
+from webhook.admission.admit import Shared, admit
 from webhook.admission.outcome import Outcome
 from webhook.admission.review import AdmissionRequest
-from webhook.rules.placement.promised import Promises
 from webhook import kinds
 from webhook.kinds import labels_match
 from webhook.stores.store import Store, volume_handle
@@ -908,7 +907,7 @@ class Admission:
         self.answered: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()  # spent in the rules, by rule
         self.failed: list[str] = []
-        self.promises = Promises()  # as `serve` keeps them (one replica): the drain's VMs sent to each node
+        self.shared = Shared()  # as `serve` keeps it (one replica): the drain's VMs sent to each node
 
     async def __call__(self, pod: dict[str, Any], namespace: str) -> tuple[dict[str, Any], Outcome]:
         """The pod as stored, and what the rules made of it."""
@@ -920,7 +919,7 @@ class Admission:
         began = loop.time()
         outcome = await admit(AdmissionRequest.for_pod(sent, namespace, uid=str(uuid.uuid4())), self.store,
                               self.settings, Deadline.after(10.0, 1.0),  # the apiserver's default timeout
-                              promises=self.promises)
+                              self.shared)
         self.seconds[str(outcome.rule)] += loop.time() - began
         self.answered[str(outcome.rule)] += 1
         if outcome.failed:

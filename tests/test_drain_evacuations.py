@@ -21,7 +21,7 @@ from tests.support.kube import (LONGHORN_NS, OLD_CPU, answer, decode_patch, laun
 from kubefake.objects import LARGE_ALLOCATABLE
 
 from kubefake.evacuation import Drain, Pace
-from webhook.admission.admit import admit
+from webhook.admission.admit import Shared, admit
 from webhook.admission.review import parse_review
 from webhook.config import Settings
 from webhook.deadline import Deadline
@@ -55,7 +55,7 @@ def admitting(settings, promises=None):
     applied (`promises`: a replica's memory, kept from one review to the next)."""
     async def admitted(obj, objects, body):
         outcome = await admit(parse_review(body), SnapshotStore(objects), settings, Deadline.after(10, 1),
-                              promises=promises)
+                              None if promises is None else Shared(promises=promises))
         envelope = answer(outcome)
         assert envelope["response"]["allowed"] is True
         return jsonpatch.apply_patch(obj, decode_patch(envelope))

@@ -12,7 +12,6 @@ from tests.support.fitting import term, workload
 from tests.support.stores import listed_store
 
 from webhook.admission import server
-from webhook.admission.admit import CachesSeen
 from webhook.admission.prepare import Preparer
 from webhook.cluster.reflector import Event, EventType
 from webhook.config import PinMode, Settings
@@ -23,6 +22,12 @@ DRAIN_TAINT = {"key": "kubevirt.io/drain", "value": "draining", "effect": "NoSch
 # What the apiserver's DefaultTolerationSeconds adds to every pod before the webhooks see it.
 DEFAULTED = [{"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute",
               "tolerationSeconds": 300} for taint in ("not-ready", "unreachable")]
+
+
+def promised(promises):
+    """How many VMs are promised a node, in all."""
+    return sum(promises.to(node).vms for node in list(promises.nodes()))
+
 
 
 def sm(volume, node_name=None, *, extra=(), **kw):
@@ -89,7 +94,7 @@ async def test_the_pods_created_again_get_the_answers_they_would_have_got_prepar
     gone(live_store)
     live = server.Admissions(live_store, Settings())
     expected = {volume: placement(await admitted(live, volume)) for volume in order}
-    assert await preparer.look() == VMS and len(admissions.answers) == VMS and len(admissions.promises) == VMS
+    assert await preparer.look() == VMS and len(admissions.shared.answers) == VMS and promised(admissions.shared.promises) == VMS
     assert await preparer.look() == 0  # each answered once while it is recent
     gone(store)
     found = {f"pvc-d{i}": await admitted(admissions, f"pvc-d{i}") for i in range(VMS)}
@@ -98,7 +103,7 @@ async def test_the_pods_created_again_get_the_answers_they_would_have_got_prepar
     assert len({placement(pod)[0]["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]["matchFields"][0]
                 ["values"][0] for pod in found.values()}) >= 3  # spread, as live answers are
     assert all("worked out" in annotations(pod)["kubevirt-scheduler/reason"] for pod in found.values())
-    assert len(admissions.answers) == 0 and len(admissions.promises) == VMS  # used up; the VMs still counted
+    assert len(admissions.shared.answers) == 0 and promised(admissions.shared.promises) == VMS  # used up; the VMs still counted
 
 
 async def test_a_node_the_answer_names_that_changed_since_is_judged_again():
@@ -106,7 +111,7 @@ async def test_a_node_the_answer_names_that_changed_since_is_judged_again():
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Pod", EventType.ADDED, workload_pod(7, first))
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
 
@@ -117,10 +122,10 @@ async def test_share_managers_bound_since_to_a_node_the_answer_names_leave_it_as
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Pod", EventType.ADDED, sm("pvc-z0", first))
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
-    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d1")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d1")).decision.preferences[0][0]
     for i in range(1, 110 - len(list((await store.fit_view("default")).pods_on(first)))):
         apply(store, "Pod", EventType.ADDED, sm(f"pvc-z{i}", first))
     with caplog.at_level("INFO", "webhook.mutate"):
@@ -137,7 +142,7 @@ async def test_a_pod_turning_the_vm_away_bound_since_to_a_node_the_answer_names_
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     guard = workload("guard", first, anti=[term(matchLabels={"kubevirt.io": "virt-launcher"})])
     apply(store, "Pod", EventType.ADDED, guard)
     with caplog.at_level("INFO", "webhook.mutate"):
@@ -153,7 +158,7 @@ async def test_an_answer_naming_a_node_that_no_longer_takes_both_is_not_used(cap
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    first = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
+    first = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision.preferences[0][0]
     apply(store, "Node", EventType.MODIFIED, node(first, unschedulable=True))
     with caplog.at_level("INFO", "webhook.mutate"):
         pod = await admitted(admissions, "pvc-d0")
@@ -161,7 +166,7 @@ async def test_an_answer_naming_a_node_that_no_longer_takes_both_is_not_used(cap
     assert placement(pod)[1] == "pinned-among" and first not in annotations(pod)["kubevirt-scheduler/node"]
     (said,) = [r.fields for r in caplog.records if r.getMessage() == "prepared answer not used"]
     assert said["pod"] == "share-manager-pvc-d0" and f"node {first} is cordoned" in said["why"], said
-    assert (LONGHORN_NS, "share-manager-pvc-d0") not in admissions.answers
+    assert (LONGHORN_NS, "share-manager-pvc-d0") not in admissions.shared.answers
 
 
 async def test_a_named_node_other_than_the_preferred_that_no_longer_takes_both_is_left_out(caplog):
@@ -170,7 +175,7 @@ async def test_a_named_node_other_than_the_preferred_that_no_longer_takes_both_i
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    held = admissions.answers.held((LONGHORN_NS, "share-manager-pvc-d0")).decision
+    held = admissions.shared.answers.get((LONGHORN_NS, "share-manager-pvc-d0")).decision
     first, other = held.preferences[0][0], next(name for name in held.among if name != held.preferences[0][0])
     apply(store, "Node", EventType.MODIFIED, node(other, unschedulable=True))
     with caplog.at_level("INFO", "webhook.mutate"):
@@ -185,7 +190,7 @@ async def test_a_named_node_other_than_the_preferred_that_no_longer_takes_both_i
     assert affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]["matchFields"][0]["values"] \
         == [first]
     assert not [r for r in caplog.records if r.getMessage() == "prepared answer not used"]
-    assert len(admissions.promises) == VMS and admissions.promises.to(first).vms >= 1  # its VM still sent there
+    assert promised(admissions.shared.promises) == VMS and admissions.shared.promises.to(first).vms >= 1  # its VM still sent there
 
 
 async def test_a_pod_that_asks_the_nodes_otherwise_is_judged_anew():
@@ -202,7 +207,7 @@ async def test_a_dry_run_leaves_the_answer_for_the_pod():
     gone(store)
     dry = await admitted(admissions, "pvc-d0", dry_run=True)
     assert "worked out" in annotations(dry)["kubevirt-scheduler/reason"]
-    assert (LONGHORN_NS, "share-manager-pvc-d0") in admissions.answers
+    assert (LONGHORN_NS, "share-manager-pvc-d0") in admissions.shared.answers
     assert placement(await admitted(admissions, "pvc-d0")) == placement(dry)
 
 
@@ -212,12 +217,12 @@ async def test_a_vm_sent_by_an_answer_prepared_stays_counted_until_its_pod_comes
     await preparer.look()
     gone(store)
     view = await store.fit_view("default")
-    promises = admissions.promises
-    promises.review(clock.now + 3, CachesSeen(store, view, admissions.answers))
-    assert len(promises) == VMS  # their pods are not created yet, but are coming
+    promises = admissions.shared.promises
+    promises.review(clock.now + 3, view, store.peek, admissions.shared.answers)
+    assert promised(promises) == VMS  # their pods are not created yet, but are coming
     clock.now += PREPARED_SECONDS + 1
     await preparer.look()  # not created again in time: let go, and their VMs no longer counted
-    assert len(admissions.answers) == 0 and len(promises) == 0
+    assert len(admissions.shared.answers) == 0 and promised(promises) == 0
 
 
 async def test_without_a_prepared_answer_a_promise_of_a_pod_not_there_ends():
@@ -225,15 +230,25 @@ async def test_without_a_prepared_answer_a_promise_of_a_pod_not_there_ends():
     await preparer.look()
     gone(store)
     view = await store.fit_view("default")
-    admissions.promises.review(time.monotonic() + 3, CachesSeen(store, view))
-    assert len(admissions.promises) == 0
+    admissions.shared.promises.review(time.monotonic() + 3, view, store.peek)
+    assert promised(admissions.shared.promises) == 0
 
 
 @pytest.mark.parametrize("settings", [Settings(pin=PinMode.OFF), Settings(share_manager_rule=False)],
                          ids=["pins off", "share-manager rule off"])
 async def test_nothing_is_prepared_where_the_rule_would_not_answer(settings):
     _, admissions, preparer = await prepared_server(settings)
-    assert await preparer.look() == 0 and len(admissions.answers) == 0 and len(admissions.promises) == 0
+    assert await preparer.look() == 0 and len(admissions.shared.answers) == 0 and promised(admissions.shared.promises) == 0
+
+
+async def test_so_many_answers_held_at_most_the_others_said(monkeypatch, caplog):
+    monkeypatch.setattr("webhook.admission.prepare.MOST_HELD", 2)
+    _, admissions, preparer = await prepared_server()
+    with caplog.at_level("INFO", "webhook.prepare"):
+        assert await preparer.look() == 2 and len(admissions.shared.answers) == 2
+    [said] = [r.fields for r in caplog.records if r.getMessage() == "share-managers' answers prepared"]
+    assert list(said["not_prepared"].values()) == ["too many answers held"] * (VMS - 2)
+    assert promised(admissions.shared.promises) == 2  # the VMs of the answers not held are not counted
 
 
 async def test_the_caches_keep_what_the_checks_read_of_a_share_manager_only_while_it_terminates():
@@ -256,14 +271,14 @@ async def test_a_share_manager_leaving_with_no_vm_to_follow_gets_no_answer_said_
         assert await preparer.look() == 0 and await preparer.look() == 0
     said = [r.fields for r in caplog.records if r.getMessage() == "share-managers' answers prepared"]
     assert len(said) == 1 and "no running opted-in VM uses pvc-unused" in said[0]["not_prepared"]["share-manager-pvc-unused"]
-    assert len(admissions.answers) == 0 and len(admissions.promises) == 0
+    assert len(admissions.shared.answers) == 0 and promised(admissions.shared.promises) == 0
 
 
 async def test_a_prepared_answer_is_given_out_of_turn_while_a_share_manager_without_one_holds_the_lane():
     store, admissions, preparer = await prepared_server()
     await preparer.look()
     gone(store)
-    async with admissions.lane.turn(admissions.deadline(10.0)):  # another share-manager judging the nodes
+    async with admissions.shared.lane:  # another share-manager judging the nodes
         pod = await asyncio.wait_for(admitted(admissions, "pvc-d0"), 2.0)
     assert "worked out" in annotations(pod)["kubevirt-scheduler/reason"]
     assert placement(pod)[1] == "pinned-among"
@@ -279,7 +294,7 @@ async def test_an_answer_let_go_keeps_its_promise_where_another_replica_answered
     apply(store, "Pod", EventType.ADDED, sm("pvc-d0", "node-c"))  # created, and bound, through the other
     clock.now += PREPARED_SECONDS + 1
     await preparer.look()
-    assert len(admissions.answers) == 0 and len(admissions.promises) == 1
+    assert len(admissions.shared.answers) == 0 and promised(admissions.shared.promises) == 1
 
 
 async def test_an_answer_is_not_used_once_the_vms_node_is_labelled_otherwise():
@@ -351,4 +366,4 @@ async def test_an_answer_whose_reads_changed_is_worked_out_again_at_the_next_loo
     assert await preparer.look() == 1
     gone(store)
     assert "worked out" in annotations(await admitted(admissions, "pvc-d0"))["kubevirt-scheduler/reason"]
-    assert len(admissions.promises) == VMS  # its VM counted once
+    assert promised(admissions.shared.promises) == VMS  # its VM counted once

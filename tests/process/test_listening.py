@@ -26,11 +26,11 @@ from webhook.config import Settings
 
 
 @contextlib.asynccontextmanager
-async def port_of(tls_files, **options):
-    """The webhook's admission port listening (listening.start) with `options`, on a free port."""
+async def port_of(tls_files):
+    """The webhook's admission port listening (listening.start), on a free port."""
     webhook = server.make_webhook(SnapshotStore(fixture_cluster()), Settings())
     context = tls.build_context(str(tls_files["cert"]), str(tls_files["key"]))
-    port = await listening.start(webhook, "127.0.0.1", 0, context, **options)
+    port = await listening.start(webhook, "127.0.0.1", 0, context)
     try:
         yield listening.bound_port(port), port, ssl.create_default_context(cafile=str(tls_files["ca"]))
     finally:
@@ -38,16 +38,18 @@ async def port_of(tls_files, **options):
 
 
 @pytest.fixture
-async def guarded(tls_files):
+async def guarded(tls_files, monkeypatch):
     """The webhook's admission port behind a guard of 0.5 s for the headers."""
-    async with port_of(tls_files, header_seconds=0.5) as (port, _, context):
+    monkeypatch.setattr(listening, "HEADER_SECONDS", 0.5)
+    async with port_of(tls_files) as (port, _, context):
         yield port, context
 
 
 @pytest.fixture
-async def handshaking(tls_files):
+async def handshaking(tls_files, monkeypatch):
     """The webhook's admission port with 0.5 s for each TLS handshake from its accept."""
-    async with port_of(tls_files, handshake_seconds=0.5) as (port, _, context):
+    monkeypatch.setattr(listening, "HANDSHAKE_SECONDS", 0.5)
+    async with port_of(tls_files) as (port, _, context):
         yield port, context
 
 

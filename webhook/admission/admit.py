@@ -29,18 +29,16 @@ from ..rules.shared.classify import is_share_manager_pod, vm_exemption
 from ..rules.placement.decide import Decision
 from ..rules.shared.facts import Fact, disks_of
 from .evacuation import evacuation_rule, followed
-from .lane import Lane
 from .outcome import Outcome, Rule, skip
 from .review import AdmissionRequest
 
 log = logging.getLogger("webhook.mutate")
 
 
-async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline, *,
-                lane: Lane | None = None, promises: Promises | None = None,
-                answers: PreparedAnswers | None = None) -> Outcome:
-    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration); `lane`, `promises`,
-    `answers`: a server's, shared by its admissions (`Shared`), else a lane of its own and none kept."""
+async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSettings, deadline: Deadline,
+                shared: Shared | None = None) -> Outcome:
+    """What the rules make of the request's pod (or, `--aim-evacuations on`, migration); `shared`: a server's, else
+    a lane of its own and nothing kept."""
     if request.kind == VMIM.kind and request.group == VMIM.group:
         return await _migration_rule(request, store, settings, deadline)
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
@@ -59,9 +57,8 @@ async def admit(request: AdmissionRequest, store: Store, settings: AdmissionSett
                     f"co-location skipped: {large}", large)
     try:  # every read that goes to the API is bounded by the deadline where it is made
         if share_manager:
-            shared = Shared(lane=lane or Lane(), promises=Promises() if promises is None else promises,
-                            keep=not request.dry_run, answers=answers)
-            outcome = await share_manager_rule(request.namespace, pod, store, settings, deadline, shared)
+            outcome = await share_manager_rule(request.namespace, pod, store, settings, deadline,
+                                               dataclasses.replace(shared or Shared(), keep=not request.dry_run))
         else:
             outcome = await _vm_rule(request.namespace, pod, store, settings, deadline)
         if outcome.decision is not None and outcome.decision.required and deadline.remaining() <= 0:
@@ -130,10 +127,10 @@ class Shared:
     """What a server's share-manager admissions share (`Admissions`); `keep`: adds its promise, uses up a prepared
     answer (a dry run's pod is never created); `preparing`: where an answer for a pod not created yet goes."""
 
-    lane: Lane
-    promises: Promises
-    keep: bool
+    lane: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)  # one per server (its loop)
+    promises: Promises = dataclasses.field(default_factory=Promises)
     answers: PreparedAnswers | None = None
+    keep: bool = True
     preparing: list[prepared.Prepared] | None = None
     at_once: bool = False  # only a prepared answer that holds, outside the lane; None for anything longer
 
@@ -158,12 +155,17 @@ async def share_manager_rule(
                                             dataclasses.replace(shared, at_once=True), volume)
         if outcome is not None:
             return outcome
-    # One share-manager at a time, from here to its answer: a drain's tens of them, arriving
-    # together, would otherwise each hold the loop for a stretch at every step of every VM start.
-    async with shared.lane.turn(deadline) as mine:
-        if not mine:
-            return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
+    # One share-manager at a time, from here to its answer, its long loops in slices (`pace.in_slices`): a drain's tens
+    # of them, arriving together, would otherwise each hold the loop for a stretch at every step of every VM start.
+    try:
+        async with deadline.timeout():
+            await shared.lane.acquire()
+    except TimeoutError:
+        return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")
+    try:
         return await _share_manager_turn(namespace, pod, store, settings, deadline, shared, volume)
+    finally:
+        shared.lane.release()
 
 
 async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store, settings: AdmissionSettings,
@@ -183,8 +185,8 @@ async def _share_manager_turn(namespace: str, pod: dict[str, Any], store: Store,
     required = settings.pin is PinMode.REQUIRED
     if required and settings.aim_evacuations:
         follow = await followed(consumers, pod, namespace, store, deadline)
-        if follow is not None and follow[1] is None:  # its VMs' evacuation is aimed where it can run
-            return _decided(pod, follow[0], settings, Rule.SHARE_MANAGER, facts)
+        if follow is not None:  # its VMs' evacuation is aimed where it can run
+            return _decided(pod, follow, settings, Rule.SHARE_MANAGER, facts)
     name = facts[0].node if len({f.node for f in facts}) == 1 else None
     blocked = None if name is None else await node_obstacle(store, name, pod, namespace, deadline, needs_kubevirt=False)
     decision = decide.decide(facts, blocked if required else None, decide.CONSUMERS, required=required)
@@ -240,11 +242,10 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
         return target
     if isinstance(target, str):
         return f"cannot tell where the migration of {vm} can land: {target}"
-    basis = prepared.Basis(ask=prepared.ask_of(pod, namespace, view.memo), leaving=leaving, reads=tuple(store.reads),
-                           position=position)
+    ask, reads = prepared.ask_of(pod, namespace, view.memo), tuple(store.reads)
     await asyncio.sleep(0)
     now = time.monotonic()
-    shared.promises.review(now, CachesSeen(store.store, view, shared.answers))
+    shared.promises.review(now, view, store.store.peek, shared.answers or ())
     search = together.DestinationSearch(pod, namespace, target, it.namespace, it.source, view, shared.promises, uid)
     if not await in_slices(search, deadline):
         return (f"cannot tell where the migration of {vm} can land: no answer before the deadline "
@@ -258,9 +259,10 @@ async def _where_vm_can_follow(namespace: str, pod: dict[str, Any], store: Recor
     if shared.keep and decision.preferences and kinds.meta(pod).get("name"):
         shared.promises.make(uid, it.source, decision.preferences[0][0], (namespace, str(kinds.meta(pod)["name"])),
                              PodUsage.of(target.pod), now)
-        if shared.preparing is not None and basis.ask is not None:
+        if shared.preparing is not None and ask is not None:
             shared.preparing.append(prepared.Prepared(
-                decision=decision, basis=basis, made=now, vm=uid, target=target, moved=search.demand_for_room(),
+                decision=decision, ask=ask, leaving=leaving, reads=reads, position=position, made=now, vm=uid,
+                target=target, moved=search.demand_for_room(),
                 found=dataclasses.replace(found, nodes=found.nodes[:together.among_at_most(pod)], refused={})))
     return decision
 
@@ -272,19 +274,19 @@ async def _prepared_or_target(namespace: str, pod: dict[str, Any], store: Record
     VM's migration target pod to judge the nodes for, or why it cannot be told; None `at_once` (judged in its turn)."""
     key = (namespace, str(kinds.meta(pod).get("name") or ""))
     answers = None if shared.preparing is not None or not key[1] else shared.answers
-    held = None if answers is None else answers.held(key)
+    held = None if answers is None else answers.get(key)
     if answers is not None and held is not None:
         checked = prepared.check(held, prepared.ask_of(pod, namespace, view.memo), it.why, view, time.monotonic())
-        why = checked.why or await recorded.changed(store.store, held.basis.reads, deadline)
+        why = checked.why or await recorded.changed(store.store, held.reads, deadline)
         answer = why or _left_of(held, checked, pod, namespace, view, shared.promises, settings, it)
         if isinstance(answer, Decision):  # its preferred node kept: where its VM was sent
             if shared.keep:  # a dry run's pod is never created
-                answers.take(key)
+                answers.pop(key, None)
             return prepared.as_answer(dataclasses.replace(held, decision=answer), time.monotonic())
         if not shared.at_once:  # let go, and its promise with it (the one judging makes, if any, replaces it)
             log.info("prepared answer not used", extra={"fields": {"namespace": key[0], "pod": key[1], "why": answer}})
             if shared.keep:
-                answers.take(key)
+                answers.pop(key, None)
                 shared.promises.end(held.vm, made=held.made)
             if why is None:
                 return held.target
@@ -316,26 +318,6 @@ def _left_of(held: prepared.Prepared, checked: prepared.Check, pod: dict[str, An
         return why
     out = sorted(refused)
     return dataclasses.replace(decision, reason=f"{decision.reason}; left out since: {together.named(out)} ({why})")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CachesSeen:
-    """What the caches say of a promise's VM and share-manager (`Promises.review`): one answered ahead is there."""
-
-    store: Store
-    view: fit.View
-    answers: PreparedAnswers | None = None
-
-    def vm_on(self, vm: str) -> set[str] | None:
-        pods = self.view.pods_labelled(kinds.CREATED_BY_LABEL, vm)
-        return None if pods is None else {node for node in (fit.bound_node(p) for p in pods if p is not None) if node}
-
-    def share_manager_on(self, namespace: str, name: str) -> tuple[bool, str | None]:
-        known, pod = self.store.peek(POD, namespace, name)
-        gone = pod is None or kinds.terminating(pod)
-        if not known or gone and self.answers is not None and (namespace, name) in self.answers:
-            return True, None
-        return not gone, None if pod is None else fit.bound_node(pod)
 
 
 def _decided(pod: dict[str, Any], decision: Decision, settings: AdmissionSettings, rule: Rule,

@@ -205,9 +205,9 @@ async def _kept(every: tuple[aim.Evacuation, ...], store: Store, settings: Admis
 
 
 async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, store: Store,
-                   deadline: Deadline) -> tuple[Decision, str | None] | None:
-    """A share-manager whose VMs' evacuation is aimed goes where it is aimed: the decision, and why
-    that node cannot take it now (then it is placed as before); None when none of its VMs' is."""
+                   deadline: Deadline) -> Decision | None:
+    """A share-manager whose VMs' evacuation is aimed goes where it is aimed, where that node can take it now; None
+    when none of its VMs' is, or that node cannot (it is then placed as before)."""
     vmis = {(kinds.meta(p).get("namespace") or "", (kinds.vmi_owner(p) or {}).get("name") or "") for p in consumers.pods}
     try:
         every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
@@ -216,9 +216,9 @@ async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, st
     leading = aim.follows(every, vmis)
     view = await fit_view(store, namespace, deadline) if leading is not None else "none aimed"
     node = aim.node_of(view, leading.aimed) if leading is not None and not isinstance(view, str) else None
-    if leading is None or node is None:
+    if leading is None or node is None or await node_obstacle(store, node, pod, namespace, deadline,
+                                                              needs_kubevirt=False) is not None:
         return None
-    blocked = await node_obstacle(store, node, pod, namespace, deadline, needs_kubevirt=False)
     reason = (f"pinned to {node}, where the evacuation {leading.name} of its VM {leading.namespace}/{leading.vmi} "
               f"is aimed")
-    return Decision(PINNED, node=node, preferences=((node, PIN_WEIGHT),), reason=reason), blocked
+    return Decision(PINNED, node=node, preferences=((node, PIN_WEIGHT),), reason=reason)

@@ -19,27 +19,26 @@ WINDOW = 60.0
 class LoopLag(Companion):
     """Measures the loop's lag beside admission (a companion of the Service)."""
 
-    def __init__(self, period: float = PERIOD, window: float = WINDOW) -> None:
-        self.period, self.window = period, window
+    def __init__(self) -> None:
         self.samples: collections.deque[tuple[float, float]] = collections.deque()  # (when, lag)
         self.task = Background("loop-lag", self.sample, log=log, failure="measuring the event loop's lag failed")
 
     async def sample(self) -> None:
         loop = asyncio.get_running_loop()
-        due = loop.time() + self.period
-        await asyncio.sleep(self.period)
+        due = loop.time() + PERIOD
+        await asyncio.sleep(PERIOD)
         self.record(max(loop.time() - due, 0.0))
 
     def record(self, lag: float, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         self.samples.append((now, lag))
-        while self.samples and self.samples[0][0] < now - self.window:
+        while self.samples and self.samples[0][0] < now - WINDOW:
             self.samples.popleft()
         metrics.LOOP_LAG.observe(lag)
         metrics.LOOP_LAG_MAX.set(max(lag for _, lag in self.samples))
 
-    def recent(self, seconds: float = 1.0, now: float | None = None) -> float:
-        """The largest lag of the last `seconds` (0 when none was measured)."""
-        since = (time.monotonic() if now is None else now) - seconds
+    def recent(self, now: float | None = None) -> float:
+        """The largest lag of the last second (0 when none was measured)."""
+        since = (time.monotonic() if now is None else now) - 1.0
         lags = itertools.takewhile(lambda sample: sample[0] >= since, reversed(self.samples))
         return max((lag for _, lag in lags), default=0.0)

@@ -1,6 +1,7 @@
 """A drain's share-managers answered while they are on their way out, in `serve`."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from ..lookup.recorded import changed
 from ..rules.placement.patch import as_created
 from ..rules.placement.prepared import AGAIN_SECONDS, PREPARED_SECONDS
 from ..stores.cache import WatchedClusterStore
-from .admit import Shared, share_manager_rule
+from .admit import share_manager_rule
 from .server import Admissions
 
 log = logging.getLogger("webhook.prepare")
@@ -22,6 +23,7 @@ log = logging.getLogger("webhook.prepare")
 PERIOD = 1.0  # seconds between two looks: longhorn-manager creates a share-manager again seconds after its eviction
 TIMEOUT = 5.0  # for one pod's answer, its wait in the lane included
 MOST_PER_LOOK = 200  # answers worked out in one look at most: a drain of two full nodes
+MOST_HELD = 2_000  # answers held at most: a drain of a node re-creates 110 share-managers at most
 
 
 class Preparer(Companion):
@@ -37,8 +39,9 @@ class Preparer(Companion):
 
     async def look(self) -> int:
         """Answers prepared for the share-manager pods on their way out now; how many."""
-        settings, answers, promises = self.settings, self.admissions.answers, self.admissions.promises
-        let_go = answers.expire(self.clock(), PREPARED_SECONDS)
+        settings, answers, promises = self.settings, self.admissions.shared.answers, self.admissions.shared.promises
+        now = self.clock()
+        let_go = [(key, answers.pop(key)) for key, old in list(answers.items()) if now - old.made > PREPARED_SECONDS]
         for (namespace, name), old in let_go:
             known, pod = self.store.peek(POD, namespace, name)
             if not known or pod is None or kinds.terminating(pod):  # not created again in time (by this
@@ -50,11 +53,11 @@ class Preparer(Companion):
             if made >= MOST_PER_LOOK:
                 break
             namespace, name = kinds.meta(pod).get("namespace") or "", str(kinds.meta(pod).get("name") or "")
-            held = answers.held((namespace, name))
+            held = answers.get((namespace, name))
             if held is not None and self.clock() - held.made < AGAIN_SECONDS and \
-                    await changed(self.store, held.basis.reads, Deadline.after(TIMEOUT, 0.0)) is None:
+                    await changed(self.store, held.reads, Deadline.after(TIMEOUT, 0.0)) is None:
                 continue  # recent, and what it read unchanged: worked out again otherwise
-            shared = Shared(lane=self.admissions.lane, promises=promises, keep=True, answers=answers, preparing=[])
+            shared = dataclasses.replace(self.admissions.shared, preparing=[])
             again = as_created(pod, settings)  # as longhorn-manager creates it again: unbound, without our answer,
             kinds.meta(again).pop("deletionTimestamp", None)  # and not terminating
             outcome = await share_manager_rule(namespace, again, self.store, settings, Deadline.after(TIMEOUT, 0.0),
@@ -62,7 +65,8 @@ class Preparer(Companion):
             if not shared.preparing:  # the search for where its VM can follow made no answer: why
                 decided = outcome.decision
                 why_not[name] = outcome.detail or outcome.skipped or (decided.reason if decided else "no decision")
-            elif answers.keep((namespace, name), shared.preparing[-1]):
+            elif (namespace, name) in answers or len(answers) < MOST_HELD:  # a newer answer replaces an older one
+                answers[namespace, name] = shared.preparing[-1]
                 made += 1
             else:
                 promises.end(shared.preparing[-1].vm, made=shared.preparing[-1].made)

@@ -16,15 +16,12 @@ from ..stores.store import Store
 from ..config import AdmissionSettings, seconds
 from ..deadline import Deadline
 from . import review as reviews
-from .admit import admit
+from .admit import Shared, admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
-from .lane import Lane
 from .looplag import LoopLag
 from .outcome import Outcome, Rule, decision_event
 from ..process import heap
 from ..process.listening import Arrivals
-from ..rules.placement.prepared import PreparedAnswers
-from ..rules.placement.promised import Promises
 
 log = logging.getLogger("webhook.server")
 
@@ -133,9 +130,7 @@ class Admissions:
                  lag: LoopLag | None = None, budget: Budget | None = None):
         self.lag = lag  # the event loop's lag, for each log line (service.py measures it)
         self.budget = budget or Budget()  # the bodies held at once (budget.py)
-        self.lane = Lane()  # where a drain's share-managers wait their turn to judge the nodes
-        self.promises = Promises()  # the VMs of a drain sent to follow their share-managers (rules/placement/promised.py)
-        self.answers = PreparedAnswers()  # a drain's share-managers answered before they are created (prepare.py)
+        self.shared = Shared(answers={})  # a drain's share-managers' lane, promises, prepared answers
         self.store, self.settings, self.events = store, settings, events
 
     def deadline(self, timeout: float) -> Deadline:
@@ -145,8 +140,7 @@ class Admissions:
                      arrived: float | None = None) -> bytes:
         """The AdmissionReview answer as JSON; raises BadReview (answered 400) when `raw` is not a review."""
         review = parsed(raw)
-        outcome = await admit(review, self.store, self.settings, deadline, lane=self.lane, promises=self.promises,
-                              answers=self.answers)
+        outcome = await admit(review, self.store, self.settings, deadline, self.shared)
         answer = orjson.dumps(reviews.build_response(review.uid, outcome))
         try:  # bookkeeping must never turn an answer into a 500
             if outcome.decision is not None and not review.dry_run:  # the Event on its VMI (or ShareManager)

@@ -76,7 +76,7 @@ class Guarded:
         self.transport = transport
         self.made = time.monotonic()
         self.port.arrivals.connected(transport, self.accepted)
-        self.timer = asyncio.get_running_loop().call_later(self.port.header_seconds, self._too_slow)
+        self.timer = asyncio.get_running_loop().call_later(HEADER_SECONDS, self._too_slow)
         self.inner.connection_made(transport)
 
     def _too_slow(self) -> None:
@@ -114,10 +114,9 @@ class Port:
     asyncio's selector loop does (uvloop's server accepts one a turn of the loop, a drain's burst late while the
     loop is sliced), each connection `Guarded` and handed to the loop, its TLS handshake bounded in time."""
 
-    def __init__(self, runner: web.BaseRunner, sockets: list[socket.socket], context: ssl.SSLContext | None, *,
-                 handshake_seconds: float, header_seconds: float, arrivals: Arrivals | None) -> None:
-        self.runner, self.sockets, self.context, self.header_seconds = runner, sockets, context, header_seconds
-        self.handshake_seconds = handshake_seconds if context else None
+    def __init__(self, runner: web.BaseRunner, sockets: list[socket.socket], context: ssl.SSLContext | None,
+                 arrivals: Arrivals | None) -> None:
+        self.runner, self.sockets, self.context = runner, sockets, context
         self.arrivals = arrivals if arrivals is not None else Arrivals()
         self.loop = asyncio.get_running_loop()
         self.handshakes: set[asyncio.Task[Any]] = set()  # connections not handed to aiohttp yet
@@ -145,7 +144,7 @@ class Port:
             protocol = Guarded(self, self.runner.server())  # type: ignore[misc]  # made now: the review's wait began
             handshake = self.loop.create_task(self.loop.connect_accepted_socket(
                 lambda protocol=protocol: protocol, connection, ssl=self.context,
-                ssl_handshake_timeout=self.handshake_seconds))
+                ssl_handshake_timeout=HANDSHAKE_SECONDS if self.context else None))
             self.handshakes.add(handshake)
             handshake.add_done_callback(self._handed)
 
@@ -200,8 +199,7 @@ LINGER = 2.0
 
 
 async def start(handler: web.Application | Callable[[web.BaseRequest], Any], host: str, port: int,
-                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0, arrivals: Arrivals | None = None,
-                handshake_seconds: float = HANDSHAKE_SECONDS, header_seconds: float = HEADER_SECONDS) -> Port:
+                context: ssl.SSLContext | None, *, shutdown_timeout: float = 30.0, arrivals: Arrivals | None = None) -> Port:
     """An Application (an operations port) or a low-level handler (the admission port) listening; port 0: any."""
     options = {"access_log": None, "lingering_time": LINGER}
     runner: web.BaseRunner
@@ -210,8 +208,7 @@ async def start(handler: web.Application | Callable[[web.BaseRequest], Any], hos
     else:
         runner = web.ServerRunner(web.Server(handler, **options), shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    return Port(runner, bind(host, port), context, handshake_seconds=handshake_seconds, header_seconds=header_seconds,
-                arrivals=arrivals)
+    return Port(runner, bind(host, port), context, arrivals)
 
 
 def bound_port(listening: Port | Any) -> int:

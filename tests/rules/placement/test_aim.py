@@ -126,8 +126,10 @@ def test_the_patch_adds_the_selector_and_the_short_unschedulable_timeout_and_onl
                                                   "kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "5"}
     assert {k: v for k, v in patched.items() if k not in ("spec", "metadata")} == \
         {k: v for k, v in migration.items() if k not in ("spec", "metadata")}
-    bare = {"metadata": {}}
-    assert jsonpatch.apply_patch(bare, aim.aim_patch(bare, "n"))["spec"] == {"addedNodeSelector": {"kubernetes.io/hostname": "n"}}
+    bare = {"metadata": {}, "spec": {"vmiName": "vm1"}}
+    assert jsonpatch.apply_patch(bare, aim.aim_patch(bare, "n")) == {
+        "metadata": {"annotations": {"kubevirt.io/migrationUnschedulablePodTimeoutSeconds": "5"}},
+        "spec": {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "n"}}}
 
 
 def test_a_share_manager_follows_the_oldest_aim_under_way_of_its_vms():

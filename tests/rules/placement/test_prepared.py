@@ -11,7 +11,7 @@ from webhook.config import Settings
 from webhook.rules.fit.demand import Demand
 from webhook.rules.placement.decide import AMONG, Decision
 from webhook.rules.placement.patch import as_created, patch_for
-from webhook.rules.placement.prepared import (PREPARED_SECONDS, Basis, Prepared, PreparedAnswers, as_answer,
+from webhook.rules.placement.prepared import (PREPARED_SECONDS, Prepared, as_answer,
                                               ask_of, check)
 
 DECISION = Decision(AMONG, preferences=(("node-c", 100), ("node-b", 50)), among=("node-b", "node-c", "node-d"),
@@ -32,7 +32,7 @@ class Changes:
 
 
 ASK, LEAVING = ask_of(share_manager_pod("pvc-1"), LONGHORN_NS), "node node-a is cordoned"
-PREPARED = Prepared(decision=DECISION, basis=Basis(ASK, LEAVING, (), position=7), made=100.0, vm="uid-vm1")
+PREPARED = Prepared(decision=DECISION, ask=ASK, leaving=LEAVING, reads=(), position=7, made=100.0, vm="uid-vm1")
 
 CHECKS = [
     ("nothing changed", ASK, LEAVING, Changes(), 101.0, None, ()),
@@ -78,18 +78,6 @@ def test_the_answer_says_it_was_worked_out_before_the_pod():
     decision = as_answer(PREPARED, 102.5)
     assert decision.among == DECISION.among and decision.preferences == DECISION.preferences
     assert decision.reason == f"{DECISION.reason} (worked out 2.5 s before the pod was created, from the one it replaces)"
-
-
-def test_answers_are_used_once_bounded_and_let_go_when_old():
-    answers = PreparedAnswers(most=2)
-    assert answers.keep((LONGHORN_NS, "a"), PREPARED) and answers.keep((LONGHORN_NS, "b"), PREPARED)
-    assert not answers.keep((LONGHORN_NS, "c"), PREPARED)  # full
-    assert answers.keep((LONGHORN_NS, "a"), dataclasses.replace(PREPARED, made=150.0))  # replaced, not added
-    assert answers.held((LONGHORN_NS, "b")) is PREPARED and len(answers) == 2
-    assert answers.take((LONGHORN_NS, "b")) is PREPARED and answers.take((LONGHORN_NS, "b")) is None
-    assert answers.expire(150.0 + PREPARED_SECONDS) == [] and len(answers) == 1
-    assert [(key, p.made) for key, p in answers.expire(151.0 + PREPARED_SECONDS)] == [((LONGHORN_NS, "a"), 150.0)]
-    assert len(answers) == 0
 
 
 ROOM_ONLY = Changes({"node-c", "node-d", "node-x"}, beyond_room={"node-d"})

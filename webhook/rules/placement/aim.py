@@ -30,6 +30,7 @@ from ..kubevirt.target import TargetPod, lacking
 from ..shared.alone import Alone
 from ..shared.facts import Fact
 from .decide import AIMED, Decision
+from .patch import record
 from .promised import Promises, Taken
 from .rooms import rooms_for
 
@@ -254,15 +255,11 @@ def aimed(node: str, hostname: str, evacuation: Evacuation, why: str) -> Decisio
 
 
 def aim_patch(migration: Any, hostname: str) -> list[dict[str, Any]]:
-    """The add-only JSON patch that aims the migration, a miss failing after UNSCHEDULABLE_SECONDS (its
-    spec, its annotations added whole where it has none)."""
-    def add(path: str, held: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-        if not held:
-            return {"op": "add", "path": path, "value": {key: value}}
-        return {"op": "add", "path": f"{path}/{key.replace('~', '~0').replace('/', '~1')}", "value": value}
-    return [add("/spec", kinds.spec(migration), kinds.ADDED_NODE_SELECTOR, {kinds.HOSTNAME_LABEL: hostname}),
-            add("/metadata/annotations", kinds.annotations(migration), kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION,
-                str(UNSCHEDULABLE_SECONDS))]
+    """The add-only JSON patch that aims the migration, a miss failing after UNSCHEDULABLE_SECONDS (its spec is never
+    empty: `exemption` reads its priority there)."""
+    ops = [{"op": "add", "path": f"/spec/{kinds.ADDED_NODE_SELECTOR}", "value": {kinds.HOSTNAME_LABEL: hostname}}]
+    record(ops, migration, {kinds.UNSCHEDULABLE_TIMEOUT_ANNOTATION: str(UNSCHEDULABLE_SECONDS)})
+    return ops
 
 
 def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuation | None:

@@ -56,7 +56,7 @@ def patch_for(pod: dict[str, Any], decision: Decision, settings: Settings) -> li
     spec = pod.get("spec")
     if isinstance(spec, dict) and (decision.required or decision.preferences):
         _place(ops, spec, decision.required, [preferred_term(node, weight) for node, weight in decision.preferences])
-    _record(ops, pod, decision_annotations(decision, settings))
+    record(ops, pod, decision_annotations(decision, settings))
     return ops
 
 
@@ -113,7 +113,8 @@ def _require(ops: list[dict[str, Any]], node_affinity: dict[str, Any], nodes: tu
             for node in others for i, fields in own.items()]
 
 
-def _record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[str, str]) -> None:
+def record(ops: list[dict[str, Any]], pod: dict[str, Any], annotations: dict[str, str]) -> None:
+    """Add the `annotations` the object lacks or holds otherwise."""
     metadata = pod.get("metadata")
     present = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(present, dict):

@@ -19,28 +19,21 @@ from .together import Destinations
 
 PREPARED_SECONDS = 60.0  # a drain's share-managers are created again within seconds of their eviction
 AGAIN_SECONDS = 15.0  # an answer still waiting for its pod is worked out again this often
-MOST = 2_000  # answers held at most: a drain of a node re-creates 110 share-managers at most
 
 Key = tuple[str, str]  # the share-manager pod's namespace and name (the new pod has the old one's)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Basis:
-    """What an answer rested on: what the pod asks of a node (`ask_of`), why its VM leaves its node,
-    the rule's reads (`lookup.recorded.Read`), and the view's position before the search."""
+class Prepared:
+    """An answer worked out for a share-manager pod before it is created, and what it rested on: what the pod asks of
+    a node (`ask_of`), why its VM leaves its node, the rule's reads (`lookup.recorded.Read`), and the view's position
+    before the search."""
 
+    decision: Decision
     ask: Hashable
     leaving: str
     reads: tuple[Any, ...]
     position: int | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Prepared:
-    """An answer worked out for a share-manager pod before it is created."""
-
-    decision: Decision
-    basis: Basis
     made: float  # the caller's monotonic clock
     vm: str = ""  # the VMI's uid (its promise)
     target: Any = None  # the VM's migration target pod it was judged with (`kubevirt.target.TargetPod`)
@@ -83,14 +76,13 @@ class Check:
 def check(prepared: Prepared, ask: Hashable | None, leaving: str, view: fit.View, now: float) -> Check:
     """Whether the prepared answer holds for the pod arriving now (`ask`, `leaving`: as for it), its
     reads aside (`lookup.recorded.changed`)."""
-    then = prepared.basis
     if now - prepared.made > PREPARED_SECONDS:
         return Check(f"prepared {now - prepared.made:.0f} s before, more than {PREPARED_SECONDS:.0f}")
-    if ask is None or ask != then.ask:
+    if ask is None or ask != prepared.ask:
         return Check("the pod asks the nodes otherwise than the one it was prepared from")
-    if leaving != then.leaving:
+    if leaving != prepared.leaving:
         return Check(f"its VM leaves its node for another reason now ({leaving})")
-    changes = view.changes_among({*prepared.decision.required, *prepared.decision.nodes}, then.position)
+    changes = view.changes_among({*prepared.decision.required, *prepared.decision.nodes}, prepared.position)
     if changes is None:
         return Check("the caches cannot say which nodes changed since")
     changed, beyond_room = changes
@@ -107,26 +99,5 @@ def as_answer(prepared: Prepared, now: float) -> Decision:
                                                 f"created, from the one it replaces)")
 
 
-class PreparedAnswers(dict[Key, Prepared]):
-    """The answers prepared for share-manager pods not created yet, by the pod's namespace and name."""
-
-    def __init__(self, most: int = MOST) -> None:
-        super().__init__()
-        self.most = most
-
-    def keep(self, key: Key, prepared: Prepared) -> bool:
-        """Hold the answer for the pod `key` (replacing an older one); False when too many are held."""
-        if key not in self and len(self) >= self.most:
-            return False
-        self[key] = prepared
-        return True
-
-    def take(self, key: Key) -> Prepared | None:
-        """The answer for the pod arriving now, no longer held: each is used once."""
-        return self.pop(key, None)
-
-    held = dict.get
-
-    def expire(self, now: float, seconds: float = PREPARED_SECONDS) -> list[tuple[Key, Prepared]]:
-        old = [key for key, prepared in self.items() if now - prepared.made > seconds]
-        return [(key, self.pop(key)) for key in old]
+# The answers prepared for share-manager pods not created yet, by the pod's namespace and name; each used once.
+PreparedAnswers = dict[Key, Prepared]

@@ -4,10 +4,13 @@ for each plan (`aim.plan`); `serve` keeps one for the VMs sent to follow their s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
+from ... import kinds
+from ...kinds import POD
 from ..fit.usage import PodUsage, Usage
+from ..fit.view import View, bound_node
 
 PROMISE_SECONDS = 900.0  # a drain's VMs all migrate within this (KubeVirt runs 2 a node, 5 a cluster)
 RECHECK_SECONDS = 2.0  # a node's promises are looked at again at most this often: not within a drain's burst
@@ -46,10 +49,9 @@ class Promise:
 class Promises:
     """The promises of one process, by VM and by node; times are the caller's monotonic clock."""
 
-    __slots__ = ("most", "_by_vm", "_by_node", "_taken", "_checked")
+    __slots__ = ("_by_vm", "_by_node", "_taken", "_checked")
 
-    def __init__(self, most: int = MOST) -> None:
-        self.most = most
+    def __init__(self) -> None:
         self._by_vm: dict[str, Promise] = {}  # oldest first
         self._by_node: dict[str, dict[str, Promise]] = {}
         self._taken: dict[str, Usage] = {}  # by node: what its promises take, added up
@@ -61,7 +63,7 @@ class Promises:
         if not vm or not usage.readable:
             return
         self._drop(vm)
-        while len(self._by_vm) >= self.most:
+        while len(self._by_vm) >= MOST:
             self._drop(next(iter(self._by_vm)))
         self._keep(Promise(vm=vm, source=source, node=node, share_manager=share_manager, usage=usage, made=now))
 
@@ -91,24 +93,26 @@ class Promises:
         if promise is not None and (made is None or promise.made == made):
             self._drop(vm)
 
-    def review(self, now: float, seen: Any) -> None:
+    def review(self, now: float, view: View, peek: Callable[..., tuple[bool, Any]],
+               ahead: Container[tuple[str, str]] = ()) -> None:
+        """End the promises that no longer hold, of each node not looked at for RECHECK_SECONDS; move those whose
+        share-manager was bound elsewhere, as the caches say now: `view`, the VM's pods (where it indexes them),
+        `peek`, the share-manager pod (one unknown, or answered `ahead` of its creation, is there)."""
         for node, checked in list(self._checked.items()):
-            if now - checked >= RECHECK_SECONDS and node in self._by_node:
-                self._checked[node] = now
-                self.review_node(node, now, seen)
-
-    def review_node(self, node: str, now: float, seen: Any) -> None:
-        """End the node's promises that no longer hold; move those whose share-manager was bound elsewhere, as the
-        caches say now: `seen.vm_on(uid)`, the VM's nodes (None: they cannot tell); `seen.share_manager_on(namespace,
-        name)`, whether the pod exists and its node ((True, None): they cannot tell)."""
-        for promise in list(self._by_node.get(node, {}).values()):
-            exists, bound = seen.share_manager_on(*promise.share_manager)
-            on = seen.vm_on(promise.vm)
-            if now >= promise.made + PROMISE_SECONDS or not exists or (on is not None and set(on) != {promise.source}):
-                self._drop(promise.vm)
-            elif bound is not None and bound != promise.node:
-                self._drop(promise.vm)
-                self._keep(dataclasses.replace(promise, node=bound))
+            if now - checked < RECHECK_SECONDS or node not in self._by_node:
+                continue
+            self._checked[node] = now
+            for promise in list(self._by_node[node].values()):
+                known, pod = peek(POD, *promise.share_manager)
+                gone = pod is None or kinds.terminating(pod)
+                pods = view.pods_labelled(kinds.CREATED_BY_LABEL, promise.vm)
+                on = None if pods is None else {n for n in (bound_node(p) for p in pods if p is not None) if n}
+                if now >= promise.made + PROMISE_SECONDS or (known and gone and promise.share_manager not in ahead) \
+                        or (on is not None and on != {promise.source}):
+                    self._drop(promise.vm)
+                elif not gone and (bound := bound_node(pod)) is not None and bound != promise.node:
+                    self._drop(promise.vm)
+                    self._keep(dataclasses.replace(promise, node=bound))
 
     def _drop(self, vm: str) -> None:
         promise = self._by_vm.pop(vm, None)
@@ -123,7 +127,3 @@ class Promises:
     def nodes(self) -> Container[str]:
         """The nodes any VM was promised to (a live view)."""
         return self._by_node.keys()
-
-    def __len__(self) -> int:
-        return len(self._by_vm)
-

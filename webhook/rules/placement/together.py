@@ -136,9 +136,13 @@ class DestinationSearch:
         if name == self.source:
             self.refused[name] = f"node {name} is where the VM runs now"
             return
-        if sent.vms and not self._fits_beside(node, sent):
-            self.refused[name] = (f"node {name} has no room for the VM beside the {sent.vms} VM(s) already "
-                                  f"sent to follow their share-managers there")
+        try:  # a node whose room cannot be read: as it was judged without the VMs sent there
+            crowded = sent.vms and node_resources_fit(self.moved, node, self.view, beside=sent.requests,
+                                                      beside_pods=sent.vms) is not None
+        except CannotTell:
+            crowded = False
+        if crowded:
+            self.refused[name] = _crowded(name, sent)
             self.crowded.append(name)
             return
         why = self._said_alike(name, node)
@@ -155,14 +159,6 @@ class DestinationSearch:
         if sent.vms or room is None:
             room = least_allocated(self.moved, node, self.view, sent.requests)
         self.taking.append(Destination(name, room if room is not None else 0.0))
-
-    def _fits_beside(self, node: Mapping[str, Any], sent: Taken) -> bool:
-        """NodeResourcesFit for the VM with the VMs already sent there on the node too (a node whose
-        room cannot be read: as it was judged without them)."""
-        try:
-            return node_resources_fit(self.moved, node, self.view, beside=sent.requests, beside_pods=sent.vms) is None
-        except CannotTell:
-            return True
 
     def _said_alike(self, name: str, node: Mapping[str, Any]) -> str | None:
         """What the node says to every pair of this shape, in the order kube-scheduler would: both
@@ -198,9 +194,13 @@ def room_again(moved: Demand, names: Iterable[str], view: fit.View, promises: Pr
             refused[name] = f"cannot tell whether node {name} has room for the VM: {error}"
             continue
         if why is not None:
-            refused[name] = why if not sent.vms else (f"node {name} has no room for the VM beside the {sent.vms} VM(s) "
-                                                      f"already sent to follow their share-managers there")
+            refused[name] = why if not sent.vms else _crowded(name, sent)
     return refused
+
+
+def _crowded(name: str, sent: Taken) -> str:
+    return f"node {name} has no room for the VM beside the {sent.vms} VM(s) already sent to follow their share-managers " \
+        "there"
 
 
 def left_of(found: Destinations, decision: Decision, refused: Collection[str]) -> Destinations | None:
