@@ -585,8 +585,7 @@ async def keeper_answers(watch, settings):
     found = [read_migration(watch.migrations.table.get(key)) for key in watch.migrations.table.objects]
     history = [m for m in found if not isinstance(m, Malformed)]
     views = [v for v in vmis if not isinstance(v, Malformed)]
-    answers = {"vmis": vmis, "migrations": found, "in flight": moves.in_flight_counts(history, NOW),
-               "outbound": moves.outbound_counts(history, views, NOW)}
+    answers = {"vmis": vmis, "migrations": found, "in flight": moves.flying(history, views, NOW)}
     for view in views:
         tries = moves.attempts(view, history)
         answers[view.name] = (await where_it_runs(SnapshotStore(DISKS), settings, view, 1.0),

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import zlib
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -24,13 +25,11 @@ from ..rules.keeping.keep import Limits, next_read, PassFacts, VmFacts
 from ..rules.keeping.migrations import (
     target_hostname,
     attempts,
-    in_flight_counts,
     last_migration_end,
     last_move,
     migrating,
     Migration,
     flying,
-    outbound_counts,
 )
 from ..rules.keeping.plan import Stuck
 from ..rules.keeping.recovery import (cannot_finish, DiskError, failed_recovery, FAULTED, full, judge, Mount, probe,
@@ -395,12 +394,11 @@ def takes_pods(node: Any) -> bool:
 def pass_facts(settings: Settings, history: Iterable[Migration], vmis: Iterable[VmiView], now: datetime,
                targeted: TargetedMigration, *, incomplete: str = "", lease: bool = True) -> PassFacts:
     """What every decision of the pass goes by: the bounds, the migrations in flight, targeted migration."""
-    history = list(history)
-    ours, everyone = in_flight_counts(history, now)
+    moving = flying(history, vmis, now)  # KubeVirt counts parallelOutboundMigrationsPerNode by the node they leave
     return PassFacts(now=now, limits=Limits.of(settings), mode=settings.keep, targeted=targeted.available,
-                     targeted_note=targeted.note, in_flight_ours=ours, in_flight_all=everyone,
-                     outbound=outbound_counts(history, vmis, now), incomplete=incomplete, lease=lease,
-                     flying=flying(history, vmis, now))
+                     targeted_note=targeted.note, in_flight_ours=sum(ours for _, _, ours in moving),
+                     in_flight_all=len(moving), outbound=Counter(node for node, _, _ in moving if node),
+                     incomplete=incomplete, lease=lease, flying=moving)
 
 
 def stuck(history: Iterable[Migration], uids: dict[tuple[str, str], str], launchers: Launchers,

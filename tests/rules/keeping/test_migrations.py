@@ -28,7 +28,7 @@ from webhook.rules.keeping.migrations import (
     BACKOFF_CAP,
     BACKOFF_FIRST,
     doubled,
-    in_flight_counts,
+    flying,
     last_migration_end,
     last_move,
     migrating,
@@ -125,14 +125,14 @@ def migrations(*objs):
     return [read_migration(o) for o in objs]
 
 
-def test_in_flight_counts():
+def test_in_flight():
     found = migrations(
         vmim("Running"), vmim("Pending", name="m2", vmi="vm2"),
         vmim("Scheduling", ours=False, name="m3", vmi="vm3"), vmim(None, ours=False, name="m4", vmi="vm4"),
         vmim("Succeeded", name="m5"), vmim("Failed", ours=False, name="m6"),
         vmim("Running", created=ago(hours=2), name="m7"), vmim("Running", ours=False, created=ago(hours=2), name="m8"),
     )
-    assert in_flight_counts(found, NOW) == (2, 4)
+    assert sorted(ours for _, _, ours in flying(found, [], NOW)) == [False, False, True, True]
 
 
 def test_migrating_from_the_vmi_or_a_queued_migration_object():

@@ -4,7 +4,6 @@ pod's nodeSelector; `parallelMigrationsPerCluster` 5 and `parallelOutboundMigrat
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -112,17 +111,6 @@ def read_migration(obj: Any) -> Migration | Malformed:
                          priority=declared.PRIORITY.text(spec), recovers=recovers if isinstance(recovers, str) else "")
     except Malformed as exc:
         return exc.of(what)
-
-
-def in_flight_counts(migrations: Iterable[Migration], now: datetime) -> tuple[int, int]:
-    """(ours, all) migrations in flight, cluster-wide."""
-    flying = [m for m in migrations if m.in_flight(now)]
-    return sum(1 for m in flying if m.ours), len(flying)
-
-
-def outbound_counts(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> collections.Counter[str]:
-    """Migrations in flight by the node they leave, as KubeVirt counts parallelOutboundMigrationsPerNode."""
-    return collections.Counter(node for node, _, _ in flying(migrations, vmis, now) if node)
 
 
 def flying(migrations: Iterable[Migration], vmis: Iterable[VmiView], now: datetime) -> tuple[tuple[str, str, bool], ...]:
