@@ -77,7 +77,6 @@ class VmiMigration:
     source_node: str | None
     target_node: str | None
     target_pod: str | None
-    started: datetime | None
     ended: datetime | None
     completed: bool
     failed: bool
@@ -147,9 +146,9 @@ def _vmi_migration(status: dict[str, Any]) -> VmiMigration | None:
         return None
     return VmiMigration(source_node=_interned(declared.SOURCE_NODE.text(state) or None),
                         target_node=_interned(declared.TARGET_NODE.text(state) or None),
-                        target_pod=declared.TARGET_POD.text(state) or None, started=declared.STARTED.time(state),
-                        ended=declared.ENDED.time(state), completed=declared.COMPLETED.flag(state),
-                        failed=declared.FAILED.flag(state), migration_uid=declared.MIGRATION_UID.text(state) or None,
+                        target_pod=declared.TARGET_POD.text(state) or None, ended=declared.ENDED.time(state),
+                        completed=declared.COMPLETED.flag(state), failed=declared.FAILED.flag(state),
+                        migration_uid=declared.MIGRATION_UID.text(state) or None,
                         failure_reason=declared.FAILURE_REASON.text(state))
 
 
