@@ -31,7 +31,8 @@ class KubeVirtWatch(Informers):
         self.vmis = Informer(VMI, shape[VMI.kind])
         self.migrations = Informer(VMIM, shape[VMIM.kind])
         self.io_error_events = Informer(EVENT, lambda event: trim(event, io_errors.KEPT), fields=io_errors.FIELDS,
-                                        wanted=_io_error_event, indexers={"vmi": _involved_uid})
+                                        wanted=lambda event: io_errors.read_io_error(event) is not None,
+                                        indexers={"vmi": _involved_uid})
         super().__init__(api, timing, (self.vmis, self.migrations, self.io_error_events))
 
     def synced(self) -> bool:
@@ -59,13 +60,6 @@ class KubeVirtWatch(Informers):
     def io_errors(self, uid: str) -> tuple[IoError, ...]:
         """KubeVirt's I/O-error pauses of the VMI with this uid, per disk and cause, newest first."""
         return io_errors.by_vmi(self.io_error_events.table.lookup("vmi", uid)).get(uid, ())
-
-
-def _io_error_event(event: dict[str, Any]) -> bool:
-    """What the watch's field selector selects, checked on our side too."""
-    involved = event.get("involvedObject")
-    return event.get("reason") == io_errors.REASON and isinstance(involved, dict) and \
-        involved.get("kind") == io_errors.KIND
 
 
 def _involved_uid(event: dict[str, Any]) -> tuple[str, ...]:
