@@ -85,24 +85,16 @@ def paused(own: KeeperSettings, annotations: object, where: str) -> Hold:
                       "removed (docs/operations.md, Pausing the keeper)")
 
 
-def both(*holds: Hold) -> Hold:
-    """The least of the holds' modes, and every reason given."""
-    return Hold(least(*(h.mode for h in holds)), "; ".join(h.why for h in holds if h.why) or None)
-
-
-async def read_pause(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0) -> Hold:
-    """`paused`, from the keeper's own Deployment in `namespace` as the cluster has it now."""
-    where = f"Deployment {namespace}/{KEEPER}"
-    try:
-        return paused(own, meta(await store.get(DEPLOYMENT, namespace, KEEPER, timeout=timeout)).get("annotations"),
-                      where)
-    except StoreError as exc:
-        mode = least(own.keep, KeepMode.REPORT)
-        return Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is")
-
-
 async def read_mode(store: Store, own: KeeperSettings, namespace: str, *, timeout: float = 10.0,
                     unread_holds: bool = True) -> Hold:
-    """The mode the keeper may act in now: the least of `read_hold`'s and its own Deployment's pause."""
-    return both(await read_hold(store, own, namespace, timeout=timeout, unread_holds=unread_holds),
-                await read_pause(store, own, namespace, timeout=timeout))
+    """The mode the keeper may act in now: the least of `read_hold`'s and its own Deployment's pause (`paused`),
+    every reason given."""
+    holds = [await read_hold(store, own, namespace, timeout=timeout, unread_holds=unread_holds)]
+    where = f"Deployment {namespace}/{KEEPER}"
+    try:
+        annotations = meta(await store.get(DEPLOYMENT, namespace, KEEPER, timeout=timeout)).get("annotations")
+        holds.append(paused(own, annotations, where))
+    except StoreError as exc:
+        mode = least(own.keep, KeepMode.REPORT)
+        holds.append(Hold(mode, f"{where} not read ({exc}): the keeper runs {mode} until it is"))
+    return Hold(least(*(h.mode for h in holds)), "; ".join(h.why for h in holds if h.why) or None)
