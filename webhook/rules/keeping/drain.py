@@ -10,7 +10,7 @@ from typing import Any
 
 from ...config import KeepMode
 from ..shared.longhorn import Answer, Restarts
-from .recovery import ROUND_TRIP, ONE
+from .recovery import ROUND_TRIP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class RunningVm:
             return f"if its mount goes stale, it needs a restart: {self.cannot_finish}"
         if self.keep is KeepMode.OFF:
             return "if its mount goes stale, nothing recovers it (the keeper is off): `virtctl migrate` it, then `virtctl unpause` it"
-        way = (f"{ONE} migration to its NFS server's node, {ROUND_TRIP} if its evacuation lands beside it" if self.leaves else
+        way = (f"1 migration to its NFS server's node, {ROUND_TRIP} if its evacuation lands beside it" if self.leaves else
                f"away and back beside its NFS server, {ROUND_TRIP} migrations")
         verb = "recovers" if self.keep is KeepMode.MIGRATE else "would recover (--keep report: it only says so)"
         return f"if its mount goes stale (paused on I/O errors), the keeper {verb} it without a reboot: {way}, then unpauses it"

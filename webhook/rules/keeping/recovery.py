@@ -26,7 +26,6 @@ PROVEN = timedelta(minutes=10)  # a disk that ran this long after its last I/O e
 # A share-manager not serving this long after Longhorn's remount request: the VM waits for its storage, said so.
 STORAGE_WAIT = timedelta(minutes=10)
 ROUND_TRIP = 2  # migrations the recovery of a VM beside its NFS server costs: away, and back
-ONE = 1  # and of a VM apart from it: to its storage node
 
 
 # Cache modes with which QEMU fails every flush after one failed (`block/file-posix.c`, `handle_aiocb_flush`): a
