@@ -66,8 +66,6 @@ class Elector:
         self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
         self.lead, self.timing = lead, timing
         self.leading = False
-        self.holder: str | None = None  # the holder the last read of the Lease named
-        self.terms = 0  # times this replica became the leader
         self.reads = 0  # reads of the Lease tried (one each try to acquire or renew), answered or not
         self.error: str | None = None  # why the last read or write of the Lease failed, until one works
         self.renewed_at: float | None = None  # loop time of the last successful write of the Lease
@@ -156,7 +154,6 @@ class Elector:
 
     def observed(self, holder: str | None) -> None:
         """A read of the Lease named `holder`: another one means we lost it."""
-        self.holder = holder
         if self.leading and holder != self.identity:
             self.step_down(f"the lease is held by {holder or 'nobody'}")
 
@@ -182,7 +179,6 @@ class Elector:
         if self._deposed.is_set() or self.leading:
             return
         self.leading = True
-        self.terms += 1
         metrics.KEEPER_LEADER.set(1)
         log.info("keeper leading", extra={"fields": {"identity": self.identity, "lease": f"{self.namespace}/{self.name}"}})
         self._term = asyncio.create_task(self._serve(), name="keeper")
