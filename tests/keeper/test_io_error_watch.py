@@ -5,6 +5,7 @@ which disk of a VM failed and why, per VMI; and a watch that cannot read Events 
 what needs them: the Events are a source, not a gate."""
 from __future__ import annotations
 
+import asyncio
 import datetime
 
 import kmock as kmocklib
@@ -77,7 +78,7 @@ async def test_a_watch_that_cannot_list_events_syncs_without_them_and_says_what_
     watch = KubeVirtWatch(api, Settings(), SHORT)
     watch.start()
     try:
-        await watch.wait_synced(timeout=2)
+        await asyncio.wait_for(watch.wait_synced(), 2)
         assert watch.synced() and watch.degraded() == []
         [note] = await eventually(lambda: watch.events_note() if "500" in "".join(watch.events_note()) else None)
         assert note.startswith("stale-mount recovery is off: KubeVirt's IOerror Events cannot be listed (")

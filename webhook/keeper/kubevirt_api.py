@@ -4,7 +4,6 @@ unpaused through virt-api's subresource.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import Any
 
@@ -38,10 +37,9 @@ class KubeVirtWatch(Informers):
     def synced(self) -> bool:
         return self.vmis.synced and self.migrations.synced
 
-    async def wait_synced(self, timeout: float | None = None) -> None:
-        async with asyncio.timeout(timeout):
-            for informer in (self.vmis, self.migrations):
-                await informer.synced_event.wait()
+    async def wait_synced(self) -> None:
+        for informer in (self.vmis, self.migrations):
+            await informer.synced_event.wait()
 
     def degraded(self) -> list[str]:
         """What keeps the keeper from seeing every VM and migration now (the Events' are `events_note`)."""
