@@ -113,13 +113,6 @@ class Verdicts:
         return (held := self.held.get(key)) is not None and held.turn != turn
 
 
-def disk_errors(vmi: VmiView, disks: Sequence[Fact], errors: Iterable[IoError]) -> list[DiskError]:
-    """KubeVirt's Events on the VMI's disks, each with the Longhorn volume that serves it (volume → claim → PV)."""
-    claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
-    return [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "", no_space=e.cause is Cause.NO_SPACE,
-                      first=e.first, last=e.last, combined=e.combined) for e in errors]
-
-
 class Nodes:
     """Each node read once a pass (or a `status` run): the reads are shared, errors included."""
 
@@ -281,7 +274,11 @@ class Observer:
         mount = await self._mount(vmi, disks)
         if isinstance(mount, str):
             return facts
-        errors = disk_errors(vmi, disks, events)
+        # KubeVirt's Events on its disks, each with the Longhorn volume that serves it (volume → claim → PV).
+        claims, volumes = dict(vmi.disks), {f.subject: f.volume for f in disks if f.volume}
+        errors = [DiskError(disk=e.volume, volume=volumes.get(claims.get(e.volume, ""), "") or "",
+                            no_space=e.cause is Cause.NO_SPACE, first=e.first, last=e.last, combined=e.combined)
+                  for e in events]
         seen, resumed = dict(record.seen), record.unpaused
         facts = dataclasses.replace(facts, mount=mount, unpauses=record.unpauses(mount.pod_started),
                                     full=full(errors, io) or (record.full if io else None) or None,
