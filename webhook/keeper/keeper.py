@@ -42,7 +42,6 @@ from .writes import RATE, Result, Writes
 
 log = logging.getLogger("webhook.keeper")
 
-HOUR = timedelta(hours=1)
 Again = Callable[[VmiView], Awaitable[Observed]]  # a VM observed again within the pass
 
 
@@ -83,7 +82,7 @@ def show(report: PassReport) -> None:
         metrics.VMS_HELD.labels(hold).set(report.held.get(str(hold), 0))
     apart = [report.at - r.since for r in report.vms if r.state is APART]
     metrics.VMS_APART_LONGEST.set(max(apart, default=timedelta(0)).total_seconds())
-    metrics.VMS_APART_OVER_HOUR.set(sum(1 for span in apart if span > HOUR))
+    metrics.VMS_APART_OVER_HOUR.set(sum(1 for span in apart if span > timedelta(hours=1)))
 
 
 class Keeper:
