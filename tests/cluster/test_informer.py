@@ -3,6 +3,7 @@ import copy
 import logging
 
 import pytest
+from tests.support.stores import in_cache
 from tests.support.kube import LONGHORN_NS, fixture_cluster, nodes, review, running_vm, rwx_disk, vm_pod
 
 from webhook import kinds, metrics
@@ -85,14 +86,14 @@ def test_watch_events_add_change_and_remove_objects_trimmed():
     claim = rwx_disk("a", "node-a")[0]
     claim["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
     pvcs.apply(Event(EventType.ADDED, claim))
-    assert pvcs.get("default", "a") == shapes(Settings())[PVC.kind](claim)
-    assert "managedFields" not in pvcs.get("default", "a")["metadata"]
+    assert in_cache(pvcs, "default", "a") == shapes(Settings())[PVC.kind](claim)
+    assert "managedFields" not in in_cache(pvcs, "default", "a")["metadata"]
     changed = copy.deepcopy(claim)
     changed["spec"]["accessModes"] = ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.MODIFIED, changed))
-    assert pvcs.get("default", "a")["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert in_cache(pvcs, "default", "a")["spec"]["accessModes"] == ["ReadWriteOnce"]
     pvcs.apply(Event(EventType.DELETED, changed))
-    assert pvcs.get("default", "a") is None
+    assert in_cache(pvcs, "default", "a") is None
 
 
 def test_objects_outside_the_scope_are_not_kept_even_if_the_api_sends_them():

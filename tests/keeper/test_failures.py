@@ -16,7 +16,7 @@ import pytest
 from tests.support.clock import Clock
 from tests.support.kubevirt_api import TIMING, ago, apart_vm, eventually, three_nodes
 from tests.support.stale import drained_node_cluster, restart_storage, volumes
-from tests.support.stores import api_host
+from tests.support.stores import api_host, in_cache
 
 from kubefake.kubevirt import GROUP
 from kubefake.virt_handler import io_error_pause
@@ -93,7 +93,7 @@ async def cancel_due(kmock, cluster, make_keeper):
     keeper = await make_keeper(Settings(keep="migrate", keep_after=600), timing=FAST, clock=clock)
     assert [vm_of(name) for name in (await keeper.run_pass()).created] == ["vm1"]
     [made] = cluster.migrations()
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]))
     await stuck_target(cluster, keeper, made, seconds=90)
     clock.advance(120)
     return keeper, "vm2"

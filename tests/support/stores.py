@@ -7,6 +7,8 @@ from typing import Any
 
 from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster import client
+from webhook.cluster.informer import Informer
+from webhook.cluster.table import object_key
 from webhook.cluster.reflector import Event, EventType, Timing
 from webhook.config import Settings
 from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES, VMIM
@@ -17,6 +19,11 @@ RESOURCES = (*RULE_RESOURCES, LONGHORN_SETTING, VMIM)
 TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)
 
 BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
+
+
+def in_cache(informer: Informer, namespace: str | None, name: str) -> dict[str, Any] | None:
+    """A fresh copy of the object `informer` holds (`Table.get`), or None."""
+    return informer.table.get(object_key(namespace if informer.resource.namespaced else None, name))
 
 
 def seed(emulator: Any, objects: Iterable[dict[str, Any]]) -> None:

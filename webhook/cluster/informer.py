@@ -37,10 +37,6 @@ class Informer:
         self.error: str | None = None  # why the last list/watch failed, until one succeeds
         self._listed: set[str] = set()  # keys the list under way has returned
 
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """A fresh copy (see `Table.get`)."""
-        return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
-
     async def run(self, events: Any) -> None:
         self._listed = set()  # from a list cut short before
         async for event in events:
