@@ -64,9 +64,13 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(role(args))
     if args.verb in (REVIEW, EXPLAIN, STATUS):
+        from ..stores.store import StoreError
         from .report import run_explain, run_status
         from .review import run_review
 
         verb = {REVIEW: run_review, EXPLAIN: run_explain, STATUS: run_status}[args.verb]
-        return asyncio.run(verb(args))
+        try:
+            return asyncio.run(verb(args))
+        except StoreError as exc:  # a read of the cluster failed: the cluster's doing, not the input's
+            raise KubeError(f"cannot read the cluster: {exc}") from None
     return run_certs(args) if args.verb == "certs" else run_spare(args) if args.verb == SPARE_VMS else 2
