@@ -32,7 +32,6 @@ class Informer:
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
-        self.lists = 0  # completed lists (the first one, then relists)
         self.last_sync: float | None = None  # wall-clock time of the last list or event
         self.error: str | None = None  # why the last list/watch failed, until one succeeds
         self._listed: set[str] = set()  # keys the list under way has returned
@@ -66,7 +65,6 @@ class Informer:
             for key in [key for key in self.table.objects if key not in self._listed]:
                 self.table.remove(key)
             self._listed = set()
-            self.lists += 1
             if not self.synced:
                 log.info("cache synced", extra={"fields": {
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
