@@ -3,13 +3,12 @@ import copy
 import logging
 
 import pytest
-from tests.support.stores import in_cache
+from tests.support.stores import for_host, in_cache
 from tests.support.kube import LONGHORN_NS, fixture_cluster, nodes, review, running_vm, rwx_disk, vm_pod
 
 from webhook import kinds, metrics
 from webhook.admission.admit import admit
 from webhook.admission.review import parse_review
-from webhook.cluster import client
 from webhook.stores.cache import NOT_FINISHED, WatchedClusterStore
 from webhook.cluster.informer import Informer
 from webhook.stores.shapes import shapes
@@ -37,7 +36,7 @@ def feed(informer, events):
 
 @pytest.fixture
 async def store():
-    made = WatchedClusterStore(client.for_host(NOWHERE), Settings())
+    made = WatchedClusterStore(for_host(NOWHERE), Settings())
     yield made
     await made.close()
 

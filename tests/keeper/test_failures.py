@@ -16,12 +16,11 @@ import pytest
 from tests.support.clock import Clock
 from tests.support.kubevirt_api import TIMING, ago, apart_vm, eventually, three_nodes
 from tests.support.stale import drained_node_cluster, restart_storage, volumes
-from tests.support.stores import api_host, in_cache
+from tests.support.stores import api_host, for_host, in_cache
 
 from kubefake.kubevirt import GROUP
 from kubefake.virt_handler import io_error_pause
 from webhook import kinds
-from webhook.cluster import client
 from webhook.config import Settings
 from webhook.keeper.writes import LOST, Writes
 from webhook.rules.keeping.record import Action
@@ -245,7 +244,7 @@ async def test_the_dry_run_rotates_over_the_vms_not_held_and_a_failing_namespace
 
 async def status_now(kmock):
     """What `status --keep migrate --keep-after 0` shows now, the keeper's record read from `default`."""
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         return await status.status(ClusterStore(api), Settings(keep="migrate", keep_after=0, lease_namespace="default"),
                                    datetime.datetime.now(datetime.UTC), timeout=2.0, api=api)

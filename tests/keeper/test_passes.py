@@ -7,7 +7,7 @@ import logging
 
 import kmock as kmocklib
 import pytest
-from tests.support.stores import api_host, in_cache, watched_store
+from tests.support.stores import api_host, for_host, in_cache, watched_store
 from tests.support.kube import node, rwx_disk
 from tests.support.kubevirt_api import (
     TIMING,
@@ -24,7 +24,6 @@ from tests.support.kubevirt_api import (
     vmi,
 )
 
-from webhook.cluster import client
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.keeper import keeper as keeper_module
@@ -588,7 +587,7 @@ async def test_the_running_keeper_logs_each_pass_at_debug_only(cluster, kmock, c
     cluster.seed(three_nodes() + apart_vm())
     settings = Settings(keep="migrate", keep_after=0)
     store = await watched_store(kmock, settings)
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     keeper = Keeper(api, store, settings, timing=TIMING)
     caplog.set_level(logging.DEBUG, logger="webhook.keeper")
     running = asyncio.create_task(keeper.run())

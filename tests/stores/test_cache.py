@@ -6,11 +6,10 @@ import json
 
 import aiohttp
 import pytest
-from tests.support.stores import TEST_TIMING, api_host, requests_since, seed, watched_store
+from tests.support.stores import TEST_TIMING, api_host, for_host, requests_since, seed, watched_store
 from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod, workload_pod
 
 from webhook.admission.review import parse_review
-from webhook.cluster import client
 from webhook.stores.cache import WatchedClusterStore
 from webhook.stores.shapes import shapes
 from webhook.cluster.reflector import Timing
@@ -217,7 +216,7 @@ async def test_before_sync_reads_go_to_the_api(kmock):
         await released.wait()  # then fall through to the emulator's own list
 
     kmock["list", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << slow_list
-    store = WatchedClusterStore(client.for_host(api_host(kmock)), Settings(), TEST_TIMING)
+    store = WatchedClusterStore(for_host(api_host(kmock)), Settings(), TEST_TIMING)
     store.start()
     try:
         await asyncio.wait_for(listing.wait(), 5)  # the store is listing share-managers, stuck there
@@ -354,7 +353,7 @@ class Proxy:
 async def test_a_dropped_connection_reconnects_and_catches_up(kmock):
     seed(kmock, rwx_disk("d1", "node-a") + nodes("node-a", "node-b"))
     async with Proxy(kmock.url.port) as proxy:
-        store = WatchedClusterStore(client.for_host(proxy.url), Settings(), TEST_TIMING)
+        store = WatchedClusterStore(for_host(proxy.url), Settings(), TEST_TIMING)
         store.start()
         try:
             await store.wait_synced(timeout=5)
@@ -397,7 +396,7 @@ async def test_close_stops_every_task_even_while_retrying(kmock):
     kmock["list", kmock.resource("", "v1", "nodes")] << 500  # one cache keeps failing and backing off
     kmock["list", kmock.resource("", "v1", "persistentvolumes")] << (lambda: asyncio.sleep(30))  # one hangs
     seed(kmock, fixture_cluster())
-    store = WatchedClusterStore(client.for_host(api_host(kmock)), Settings(), Timing(backoff_initial=0.05))
+    store = WatchedClusterStore(for_host(api_host(kmock)), Settings(), Timing(backoff_initial=0.05))
     store.start()
     failed = lambda: sum(1 for r in kmock if r.method == "GET" and r.url.path == "/api/v1/nodes")  # noqa: E731
     await eventually(lambda: asyncio.sleep(0, store.pvcs.synced and failed() >= 2), True)  # listed; retried
@@ -469,7 +468,7 @@ async def test_an_api_that_fails_from_the_start_still_gets_answers_in_time(kmock
         kmock["get"] << 500
     else:
         kmock["get"] << (lambda: asyncio.sleep(30))
-    store = WatchedClusterStore(client.for_host(api_host(kmock)), Settings(), TEST_TIMING)
+    store = WatchedClusterStore(for_host(api_host(kmock)), Settings(), TEST_TIMING)
     store.start()
     loop = asyncio.get_running_loop()
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kubernetes_asyncio.client import Configuration
+
 from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster import client
 from webhook.cluster.informer import Informer
@@ -19,6 +21,11 @@ RESOURCES = (*RULE_RESOURCES, LONGHORN_SETTING, VMIM)
 TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)
 
 BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
+
+
+def for_host(host: str) -> Any:
+    """An unauthenticated client for the API at `host` (the emulator)."""
+    return client.new_api_client(Configuration(host=host))
 
 
 def in_cache(informer: Informer, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -47,7 +54,7 @@ def api_host(emulator: Any) -> str:
 
 async def watched_store(emulator: Any, settings: Settings | None = None, timing: Timing = TEST_TIMING) -> WatchedClusterStore:
     """The watch-backed store on the emulator, started and synced."""
-    store = WatchedClusterStore(client.for_host(api_host(emulator)), settings or Settings(), timing)
+    store = WatchedClusterStore(for_host(api_host(emulator)), settings or Settings(), timing)
     store.start()
     try:
         await store.wait_synced(timeout=10)

@@ -134,14 +134,6 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 120 else text[:119] + "…"
 
 
-def for_host(host: str) -> Any:
-    """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
-    ensure_home()
-    from kubernetes_asyncio import client
-
-    return new_api_client(client.Configuration(host=host))
-
-
 def new_api_client(configuration: Any) -> Any:
     """kubernetes-asyncio's ApiClient with the proxy the environment names looked up once (`env_proxy`):
     its session's `trust_env=True` reads ~/.netrc and the proxy variables in a thread on every request."""
