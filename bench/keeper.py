@@ -115,6 +115,8 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     """The keeper's passes until every movable VM is back (and a few more), or the timeout. With
     `--handover`, once half the movable VMs have a migration, the leader changes: a new Keeper,
     remembering nothing, takes over with the same caches (as `serve` does on another replica)."""
+    from kubernetes_asyncio.client import Configuration
+
     from webhook.cluster import client
     from webhook.stores.cache import WatchedClusterStore
     from webhook.cluster.events import EventSink
@@ -127,8 +129,8 @@ async def drive(args: argparse.Namespace, api_url: str, control: str) -> dict[st
     real = KeeperTiming()  # the bucket over the keeper's writes sped up as its passes are
     timing = KeeperTiming(period=args.period, unplaceable=args.unplaceable,
                           write_rate=real.write_rate * real.period / args.period)
-    store = WatchedClusterStore(client.for_host(api_url), settings)
-    api = client.for_host(api_url)
+    store = WatchedClusterStore(client.new_api_client(Configuration(host=api_url)), settings)
+    api = client.new_api_client(Configuration(host=api_url))
     events = EventSink(api)
     loop = asyncio.get_running_loop()
     passes: list[dict[str, Any]] = []

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from tests.support.stores import FrozenDict, api_host, frozen, seed, watched_store
-from webhook.cluster import client
+from tests.support.stores import FrozenDict, api_host, for_host, frozen, seed, watched_store
 from webhook.stores.direct import ClusterStore
 from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
@@ -56,7 +55,7 @@ async def make_store(store_kind: str, emulator: Any) -> Any:
         if store_kind == "watched":
             store = await watched_store(emulator, settings)
         else:
-            store = ClusterStore(client.for_host(api_host(emulator)))
+            store = ClusterStore(for_host(api_host(emulator)))
         made.append(store)
         return store
 

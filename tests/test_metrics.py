@@ -2,6 +2,8 @@
 and buckets the alerts and the dashboard read (tests/test_monitoring.py checks they are exported)."""
 import re
 
+from prometheus_client import generate_latest
+
 from tests.support.kube import metric_sample
 
 from webhook import metrics
@@ -20,11 +22,11 @@ def sample(text, name, **labels):
 
 
 def test_an_admission_is_timed_and_counted_with_its_outcome():
-    before = metrics.render().decode()
+    before = generate_latest(metrics.REGISTRY).decode()
     server.count_admission(PINNED_VM, 0.0003)
     server.count_admission(skip(Rule.VM, Alone.INTERNAL_ERROR, "co-location skipped: internal error (KeyError)"), 0.003)
     server.count_admission(skip(Rule.NONE, Alone.NOT_POD_CREATION), 12.0)
-    after = metrics.render().decode()
+    after = generate_latest(metrics.REGISTRY).decode()
 
     def added(name, **labels):
         return sample(after, name, **labels) - sample(before, name, **labels)

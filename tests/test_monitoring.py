@@ -307,7 +307,7 @@ def exported():
     keeper = CollectorRegistry()
     for metric in metrics.SHOWN_LATER:
         keeper.register(metric)
-    text = metrics.render().decode() + metrics.render(metrics.KEEPER_REGISTRY).decode() + generate_latest(keeper).decode()
+    text = "".join(generate_latest(r).decode() for r in (metrics.REGISTRY, metrics.KEEPER_REGISTRY, keeper))
     for name, kind in re.findall(r"(?m)^# TYPE (\S+) (\S+)$", text):
         base = name.removesuffix("_total") if kind == "counter" else name
         names.update(name if s == "" else base + s for s in suffixes[kind])
@@ -328,8 +328,9 @@ def labels_of_metrics():
 
 def test_the_keeper_metrics_are_absent_until_the_keeper_runs():
     """Where the keeper is off there is no leader series: the no-leader alert tells that apart from 0."""
-    script = ("from webhook import metrics; r = metrics.KEEPER_REGISTRY; before = metrics.render(r).decode(); "
-              "metrics.show(metrics.KEEPER_LEADER).set(0); after = metrics.render(r).decode(); "
+    script = ("from prometheus_client import generate_latest; from webhook import metrics; r = metrics.KEEPER_REGISTRY; "
+              "before = generate_latest(r).decode(); "
+              "metrics.show(metrics.KEEPER_LEADER).set(0); after = generate_latest(r).decode(); "
               "print('colocate_keeper_leader' in before, 'colocate_keeper_leader 0.0' in after)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "True"], done.stderr

@@ -26,10 +26,6 @@ class Deadline:
     def remaining(self) -> float:
         return max(self.at - time.monotonic(), 0.0)
 
-    def timeout(self) -> asyncio.Timeout:
-        """An asyncio timeout ending with the deadline, for a wait that takes no timeout of its own."""
-        return asyncio.timeout(self.remaining())
-
     async def call(self, read: Callable[..., Awaitable[T]], *args: Any) -> T:
         """`read(*args, timeout=…)` given what is left of the deadline, and held to it (TimeoutError)."""
         left = self.remaining()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -140,7 +140,3 @@ SHARED = (API_ERRORS, WATCH_ERRORS, CACHE_HEALTHY, EVENTS, STORE)  # both proces
 for registry in (REGISTRY, KEEPER_REGISTRY):
     for shared in SHARED:
         registry.register(shared)
-
-
-def render(registry: CollectorRegistry = REGISTRY) -> bytes:
-    return generate_latest(registry)

@@ -3,6 +3,7 @@ import asyncio
 import copy
 
 import pytest
+from prometheus_client import generate_latest
 from tests.support.kube import (answer, annotations, apply_valid, decode_patch, fixture_cluster, migration_target, node, nodes, pin_of,
                   preferred_terms, required_terms, review, rwx_disk, vm_pod)
 
@@ -264,10 +265,10 @@ async def test_the_metrics_and_the_log_line_tell_an_internal_error(caplog):
 
     endpoint = server.Admissions(Broken(), Settings())
     errors = dict(name="colocate_admissions_total", default=0.0, rule="none", outcome="error", reason="internal error")
-    before = metric_sample(metrics.render().decode(), **errors)
+    before = metric_sample(generate_latest(metrics.REGISTRY).decode(), **errors)
     with caplog.at_level("INFO"):
         await endpoint.answer(json.dumps(review(vm_pod())).encode(), endpoint.deadline(10), time.monotonic())
-    assert metric_sample(metrics.render().decode(), **errors) == before + 1
+    assert metric_sample(generate_latest(metrics.REGISTRY).decode(), **errors) == before + 1
     line = next(r.fields for r in caplog.records if r.getMessage() == "admission")
     assert (line["decision"], line["reason"]) == ("untouched", "internal error")
 

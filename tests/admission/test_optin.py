@@ -7,14 +7,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from tests.support.stores import api_host, seed
+from tests.support.stores import api_host, for_host, seed
 from tests.support.kube import fixture_cluster
 
 from webhook.admission import tls
 from webhook.process import listening
 from webhook.admission.optin import OptInCheck, shut_out
 from webhook.admission.service import Listen, Service
-from webhook.cluster import client
 from webhook.stores.direct import ClusterStore
 from webhook.stores.snapshot import SnapshotStore
 from webhook.config import Settings
@@ -39,7 +38,7 @@ async def serving(kmock, tls_files):
     made = []
 
     async def start(key):
-        api = client.for_host(api_host(kmock))
+        api = for_host(api_host(kmock))
         check = OptInCheck(ClusterStore(api), key, period=0.1)
         svc = Service(SnapshotStore(fixture_cluster()), Settings(opt_in_annotation=key),
                       Listen(host="127.0.0.1", port=0, metrics_host="127.0.0.1", metrics_port=0, drain_delay=0),

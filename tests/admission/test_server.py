@@ -4,6 +4,7 @@ import ssl
 
 import aiohttp
 import pytest
+from tests.support.stores import for_host
 from tests.support.kube import FIXTURES, client_certificate, annotations, apply_valid, decode_patch, fixture_cluster, review, vm_pod
 
 from webhook.admission import server, tls
@@ -99,7 +100,7 @@ async def test_deadline_comes_from_the_timeout_query(tls_files, kmock):
 
     seed(kmock, fixture_cluster())
     kmock["get /api/v1/namespaces/default/persistentvolumeclaims/vm1-rootdisk"] << (lambda: asyncio.sleep(30))
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     webhook = server.make_webhook(store, Settings())
     runner = await listening.start(webhook, "127.0.0.1", 0, tls.build_context(str(tls_files["cert"]), str(tls_files["key"])))
     client_ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))

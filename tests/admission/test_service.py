@@ -6,13 +6,12 @@ import time
 
 import aiohttp
 import pytest
-from tests.support.stores import seed
+from tests.support.stores import for_host, seed
 from tests.support.kube import FIXTURES, Serving, fixture_cluster, kubeconfig_for, metric_sample, review, vm_pod
 
 from webhook.admission import tls
 from webhook.process import listening
 from webhook.config import Settings
-from webhook.cluster import client
 from webhook.cluster.events import NO_EVENTS, EventSink
 from webhook.admission.service import Listen, Service
 from webhook.stores.direct import ClusterStore
@@ -124,7 +123,7 @@ def hostname_pod():
 async def test_decision_event_is_created_on_the_vmi(service, session, kmock):
     seed(kmock, fixture_cluster())
     kmock.resources["v1/events"] = {}
-    api = client.for_host(str(kmock.url).rstrip("/"))
+    api = for_host(str(kmock.url).rstrip("/"))
     store = ClusterStore(api)
     svc, base, ops = await service(store, EventSink(api))
     body = review(hostname_pod())
@@ -160,7 +159,7 @@ async def test_a_decisions_event_waits_while_another_review_is_in_flight(service
     still sending its review, the decision's Event is held; once it is gone, the Event is posted."""
     seed(kmock, fixture_cluster())
     kmock.resources["v1/events"] = {}
-    api = client.for_host(str(kmock.url).rstrip("/"))
+    api = for_host(str(kmock.url).rstrip("/"))
     svc, base, ops = await service(ClusterStore(api), EventSink(api))
 
     def created_events():

@@ -5,10 +5,10 @@ import datetime
 import logging
 
 import jsonpatch
+from tests.support.stores import for_host
 from tests.support.kube import affinity_ops, nodes, vm_pod
 
 from webhook import metrics
-from webhook.cluster import client
 from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster.reflector import Event, EventType
 from webhook.admission.stranded import StrandedReporter
@@ -46,7 +46,7 @@ def waiting_pod(name, minutes, *, decision="pinned", vmi="vm1", hostname=None, f
 
 
 async def test_a_stranded_pod_is_reported_once_and_forgotten_when_placed(caplog):
-    store = WatchedClusterStore(client.for_host("http://127.0.0.1:9"), Settings())
+    store = WatchedClusterStore(for_host("http://127.0.0.1:9"), Settings())
     try:
         for informer in store.informers:
             informer.apply(Event(EventType.SYNCED))
@@ -97,7 +97,7 @@ async def test_two_replicas_record_one_stranded_event_on_the_emulator(kmock):
     try:
         for _ in range(2):
             store = await watched_store(kmock)
-            api = client.for_host(str(kmock.url).rstrip("/"))
+            api = for_host(str(kmock.url).rstrip("/"))
             sink = EventSink(api)
             reporter = StrandedReporter(store, Settings(), sink, interval=0.05)
             reporter.start()
@@ -123,7 +123,7 @@ async def test_two_replicas_record_one_stranded_event_on_the_emulator(kmock):
 
 
 async def test_a_stranded_pod_is_reported_on_its_vmi_not_on_its_hostname():
-    store = WatchedClusterStore(client.for_host("http://127.0.0.1:9"), Settings())
+    store = WatchedClusterStore(for_host("http://127.0.0.1:9"), Settings())
     try:
         for informer in store.informers:
             informer.apply(Event(EventType.SYNCED))

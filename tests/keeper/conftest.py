@@ -5,10 +5,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from tests.support.stores import api_host, watched_store
+from tests.support.stores import api_host, for_host, watched_store
 from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi
 
-from webhook.cluster import client
 from webhook.cluster.events import EventSink
 from webhook.config import Settings
 from webhook.keeper.keeper import Keeper, KeeperTiming
@@ -34,7 +33,7 @@ async def make_keeper(kmock: Any):
     async def factory(settings: Settings | None = None, timing: KeeperTiming = TIMING, **options: Any) -> Keeper:
         settings = settings or Settings(keep="migrate", keep_after=0)
         store = await watched_store(kmock, settings)
-        api = client.for_host(api_host(kmock))
+        api = for_host(api_host(kmock))
         events = EventSink(api)
         kmock.resources.setdefault("v1/configmaps", {})  # the keeper's state, beside its Lease (`default` here)
         options.setdefault("state", StateStore(api, "default", state_name(settings), timeout=timing.request_timeout))

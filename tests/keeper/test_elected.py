@@ -4,9 +4,8 @@ import asyncio
 
 from tests.support.kube import kubeconfig_for
 from tests.support.kubevirt_api import eventually, three_nodes
-from tests.support.stores import api_host
+from tests.support.stores import api_host, for_host
 
-from webhook.cluster import client
 from webhook.config import Settings
 from webhook.keeper.elected import ElectedKeeper
 from webhook.kinds import LEASE
@@ -16,7 +15,7 @@ NS = "kubevirt-colocate"
 
 async def test_a_keeper_that_fails_hands_the_lease_over_and_holds_off(cluster, kmock, tmp_path, caplog):
     cluster.seed(three_nodes())
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     # A keeper that cannot run (its mode is off): the term starts, the keeper fails at once.
     elected = ElectedKeeper(api, Settings(keep="off"), namespace=NS, identity="replica-a",
                             kubeconfig=kubeconfig_for(tmp_path, api_host(kmock)))

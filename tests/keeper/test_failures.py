@@ -16,12 +16,11 @@ import pytest
 from tests.support.clock import Clock
 from tests.support.kubevirt_api import TIMING, ago, apart_vm, eventually, three_nodes
 from tests.support.stale import drained_node_cluster, restart_storage, volumes
-from tests.support.stores import api_host
+from tests.support.stores import api_host, for_host, in_cache
 
 from kubefake.kubevirt import GROUP
 from kubefake.virt_handler import io_error_pause
 from webhook import kinds
-from webhook.cluster import client
 from webhook.config import Settings
 from webhook.keeper.writes import LOST, Writes
 from webhook.rules.keeping.record import Action
@@ -93,7 +92,7 @@ async def cancel_due(kmock, cluster, make_keeper):
     keeper = await make_keeper(Settings(keep="migrate", keep_after=600), timing=FAST, clock=clock)
     assert [vm_of(name) for name in (await keeper.run_pass()).created] == ["vm1"]
     [made] = cluster.migrations()
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]))
     await stuck_target(cluster, keeper, made, seconds=90)
     clock.advance(120)
     return keeper, "vm2"
@@ -245,7 +244,7 @@ async def test_the_dry_run_rotates_over_the_vms_not_held_and_a_failing_namespace
 
 async def status_now(kmock):
     """What `status --keep migrate --keep-after 0` shows now, the keeper's record read from `default`."""
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         return await status.status(ClusterStore(api), Settings(keep="migrate", keep_after=0, lease_namespace="default"),
                                    datetime.datetime.now(datetime.UTC), timeout=2.0, api=api)

@@ -11,7 +11,7 @@ import datetime
 import kmock as kmocklib
 import pytest
 from tests.support.kubevirt_api import TIMING, apart_vm, eventually, three_nodes
-from tests.support.stores import api_host
+from tests.support.stores import api_host, for_host
 
 from kubefake.io_error_retry import IoErrorRetry
 from kubefake.virt_handler import NO_SPACE, io_error_pause, io_retry_resume, play_io_errors
@@ -74,7 +74,7 @@ async def test_a_keeper_whose_events_watch_fails_says_so(cluster, make_keeper, k
 async def test_a_watch_that_cannot_list_events_syncs_without_them_and_says_what_is_off(cluster, kmock):
     cluster.seed(three_nodes() + apart_vm("vm1"))
     kmock["/api/v1/events"] << refused(500, "InternalError")
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     watch = KubeVirtWatch(api, Settings(), SHORT)
     watch.start()
     try:
@@ -108,7 +108,7 @@ async def test_status_reads_the_io_errors_once_or_says_why_it_cannot(cluster, km
         "apiVersion": "v1", "kind": "Event", "metadata": {"name": "vm1.keeper", "namespace": "default"},
         "involvedObject": {"kind": "VirtualMachineInstance", "namespace": "default", "name": "vm1", "uid": "uid-vm1"},
         "reason": "Unpaused", "message": "unpaused", "type": "Normal"})
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         found = await read_io_errors(api, timeout=2.0)
         assert list(found) == ["uid-vm1"]
@@ -129,7 +129,7 @@ async def test_status_reads_every_page(cluster, kmock):
     pages = iter([{"metadata": {"continue": "next"}, "items": [e]} for e in cluster.events()[:1]] +
                  [{"metadata": {}, "items": cluster.events()[1:]}])
     kmock["/api/v1/events"] << (lambda: next(pages))
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         assert sorted(await read_io_errors(api, timeout=2.0)) == ["uid-vm1", "uid-vm2"]
     finally:

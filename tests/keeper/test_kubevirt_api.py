@@ -5,11 +5,10 @@ import json
 
 import aiohttp
 import pytest
-from tests.support.stores import api_host
+from tests.support.stores import api_host, for_host
 from tests.support.kube import load
 from tests.support.kubevirt_api import VMIMS, KubeVirtApi, register
 
-from webhook.cluster import client
 from webhook.stores.shapes import shapes
 from webhook.keeper.kubevirt_api import create_migration, delete_migration
 from webhook.config import Settings
@@ -73,7 +72,7 @@ async def test_a_migration_is_deleted_by_uid_never_one_that_took_its_name(kmock)
     """A cancel names the migration's uid (DeleteOptions.preconditions): if ours went and someone
     created another under the same name meanwhile, the apiserver answers 409 and leaves it be."""
     register(kmock)
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         ours = await create_migration(api, load("vmim-to-storage.yaml"), timeout=2)
         name, uid = ours.obj["metadata"]["name"], ours.obj["metadata"]["uid"]

@@ -4,6 +4,7 @@ import logging
 
 import kmock as kmocklib
 import pytest
+from tests.support.stores import in_cache
 from tests.support.clock import Clock
 from tests.support.kube import node
 from tests.support.kubevirt_api import (
@@ -155,7 +156,7 @@ async def stuck_target(cluster, keeper, made, *, seconds):
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
         "lastTransitionTime": ago(seconds=seconds)}]}
     await cluster.create("/api/v1/namespaces/default/pods", pod)
-    await eventually(lambda: keeper.store.pods.get("default", "virt-launcher-vm1-t4rgt"))
+    await eventually(lambda: in_cache(keeper.store.pods, "default", "virt-launcher-vm1-t4rgt"))
 
 
 async def a_stuck_migration_of_ours(cluster, make_keeper, *, seconds=90):
@@ -165,7 +166,7 @@ async def a_stuck_migration_of_ours(cluster, make_keeper, *, seconds=90):
     keeper = await make_keeper()
     await keeper.run_pass()
     [made] = cluster.migrations()
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]))
     await stuck_target(cluster, keeper, made, seconds=seconds)
     return keeper, made
 
@@ -179,7 +180,7 @@ async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and
     assert len((await keeper.run_pass()).created) == 1
     [made] = cluster.migrations()
     name = made["metadata"]["name"]
-    await eventually(lambda: keeper.watch.migrations.get("default", name))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", name))
 
     await stuck_target(cluster, keeper, made, seconds=30)  # not long enough yet
     report = await keeper.run_pass()
@@ -189,8 +190,8 @@ async def test_a_migration_whose_target_pod_stays_unschedulable_is_cancelled_and
     await cluster.patch("/api/v1/namespaces/default/pods/virt-launcher-vm1-t4rgt", {"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": MESSAGE,
         "lastTransitionTime": ago(seconds=61)}]}})
-    await eventually(lambda: keeper.store.pods.get("default", "virt-launcher-vm1-t4rgt")["status"]["conditions"][0][
-        "lastTransitionTime"] < ago(seconds=60))
+    await eventually(lambda: in_cache(keeper.store.pods, "default", "virt-launcher-vm1-t4rgt")["status"][
+        "conditions"][0]["lastTransitionTime"] < ago(seconds=60))
     report = await keeper.run_pass()
     assert report.created == ()
 
@@ -222,7 +223,7 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
     keeper = await make_keeper(clock=clock)
     await keeper.run_pass()
     [made] = cluster.migrations()
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]))
     await stuck_target(cluster, keeper, made, seconds=90)
     refusing = {"on": True}
 
@@ -244,7 +245,7 @@ async def test_a_cancel_that_fails_keeps_the_migration_counted_and_is_tried_agai
     refusing["on"] = False  # the next pass tries again
     report = await keeper.run_pass()
     assert report.created == () and cluster.migrations() == []
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]) is None)
     report = await keeper.run_pass()
     assert record(report).hold == Alone.BACKING_OFF
     assert keeper.state.refusal("default", "vm1", Action.CANCEL) is None
@@ -257,7 +258,7 @@ async def test_a_migration_already_gone_counts_as_cancelled(cluster, make_keeper
         await session.delete(f"{VMIMS}/{name}")
     report = await keeper.run_pass()
     assert report.created == ()
-    await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", name) is None)
     report = await keeper.run_pass()
     assert record(report).hold == Alone.BACKING_OFF
     assert (await keeper.run_pass()).created == ()

@@ -8,10 +8,9 @@ import time
 
 import pytest
 from tests.support.kube import kubeconfig_for
-from tests.support.stores import api_host, watched_store
+from tests.support.stores import api_host, for_host, watched_store
 from tests.support.kubevirt_api import TIMING, VMIS, apart_vm, eventually, three_nodes
 
-from webhook.cluster import client
 from webhook.cluster.events import identity
 from webhook.config import Settings
 from webhook.keeper import keeper as keeper_module
@@ -56,7 +55,7 @@ async def replicas(kmock):
     async def start(name, settings=None, lease_timing=QUICK, campaign=True):
         settings = settings or Settings(keep="migrate", keep_after=0, keep_max_inflight=1)
         store = await watched_store(kmock, settings)
-        api = client.for_host(api_host(kmock))
+        api = for_host(api_host(kmock))
         service = KeeperService(api, store, settings, namespace=NS, identity=name, timing=PASSES,
                                 lease_timing=lease_timing)
         if campaign:
@@ -193,7 +192,7 @@ async def test_shutdown_hands_the_lease_over(cluster, replicas, kmock):
     assert holder(kmock) == "replica-b"
 
 
-def test_the_lease_namespace_is_the_pods_own_unless_given(tmp_path):
+def test_the_lease_namespace_is_the_pods_own_unless_given(tmp_path, monkeypatch):
     mounted = tmp_path / "namespace"
     mounted.write_text("colocate-ns\n")
     assert lease_namespace(Settings(), {}, mounted) == "colocate-ns"
@@ -201,8 +200,10 @@ def test_the_lease_namespace_is_the_pods_own_unless_given(tmp_path):
     assert lease_namespace(Settings(lease_namespace="given"), {"POD_NAMESPACE": "x"}, mounted) == "given"
     with pytest.raises(ValueError, match="--lease-namespace"):
         lease_namespace(Settings(), {}, tmp_path / "absent")
-    assert identity({"POD_NAME": "kubevirt-colocate-7d9f-x2"}) == "kubevirt-colocate-7d9f-x2"
-    assert identity({})  # the host name
+    monkeypatch.setenv("POD_NAME", "kubevirt-colocate-7d9f-x2")
+    assert identity() == "kubevirt-colocate-7d9f-x2"
+    monkeypatch.delenv("POD_NAME")
+    assert identity()  # the host name
 
 
 async def test_a_lease_the_replica_may_not_touch_is_a_readiness_note_never_a_crash(cluster, replicas, kmock):
@@ -270,7 +271,7 @@ async def test_a_lease_lost_mid_pass_stops_its_writes_and_keeps_the_caches(clust
     caplog.set_level(logging.INFO, logger="webhook.keeper")
     cluster.seed(three_nodes() + apart_vm())
     started = slow_plan(monkeypatch, 2 * QUICK.renew_deadline)
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     elected = ElectedKeeper(api, Settings(keep="migrate", keep_after=0, keep_max_inflight=1), namespace=NS,
                             identity="replica-a", kubeconfig=kubeconfig_for(tmp_path, api_host(kmock)), events=False,
                             timing=PASSES, lease_timing=QUICK)

@@ -7,7 +7,7 @@ import logging
 
 import kmock as kmocklib
 import pytest
-from tests.support.stores import api_host, watched_store
+from tests.support.stores import api_host, for_host, in_cache, watched_store
 from tests.support.kube import node, rwx_disk
 from tests.support.kubevirt_api import (
     TIMING,
@@ -24,7 +24,6 @@ from tests.support.kubevirt_api import (
     vmi,
 )
 
-from webhook.cluster import client
 from webhook.cluster.reflector import Timing
 from webhook.config import Settings
 from webhook.keeper import keeper as keeper_module
@@ -130,8 +129,8 @@ async def test_a_migration_that_succeeds_is_followed_to_its_end(cluster, make_ke
     [made] = cluster.migrations()
 
     await cluster.finish(made["metadata"]["name"], "Succeeded", "vm1", "node-b")
-    await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]).get("status"))
+    await eventually(lambda: in_cache(keeper.watch.vmis, "default", "vm1")["status"]["nodeName"] == "node-b")
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]).get("status"))
     report = await keeper.run_pass()
 
     assert report.created == () and report.states["co-located"] == 1
@@ -152,7 +151,7 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     [made] = cluster.migrations()
 
     await cluster.finish(made["metadata"]["name"], "Failed")
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]).get("status"))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]).get("status"))
     for _ in range(3):
         report = await keeper.run_pass()
         assert report.created == ()
@@ -168,7 +167,7 @@ async def test_after_a_failed_migration_the_vm_backs_off(cluster, make_keeper):
     # KubeVirt garbage-collects old migrations: the leader remembers the failure.
     async with cluster.api() as session:
         await session.delete(f"{VMIMS}/{made['metadata']['name']}")
-    await eventually(lambda: keeper.watch.migrations.get("default", made["metadata"]["name"]) is None)
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]) is None)
     report = await keeper.run_pass()
     assert report.created == ()
     assert record(report).hold == Alone.BACKING_OFF
@@ -184,7 +183,8 @@ async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cl
 
     await cluster.patch(f"{VMIMS}/{name}", {"status": {"phase": "Succeeded", "phaseTransitionTimestamps": [
         {"phase": "Succeeded", "phaseTransitionTimestamp": stamp()}]}})
-    await eventually(lambda: keeper.watch.migrations.get("default", name).get("status", {}).get("phase") == "Succeeded")
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", name).get("status", {}).get("phase")
+                     == "Succeeded")
     for _ in range(2):
         report = await keeper.run_pass()
         assert report.created == ()
@@ -192,7 +192,7 @@ async def test_a_migration_that_ended_before_the_vmi_shows_it_is_not_repeated(cl
     assert record(report).hold == Alone.MIGRATING
 
     await cluster.finish(name, "Succeeded", "vm1", "node-b")  # the VMI catches up: it names the migration
-    await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == "node-b")
+    await eventually(lambda: in_cache(keeper.watch.vmis, "default", "vm1")["status"]["nodeName"] == "node-b")
     report = await keeper.run_pass()
     assert report.created == () and report.states["co-located"] == 1
 
@@ -206,7 +206,7 @@ async def test_a_migration_a_previous_leader_made_is_followed_not_repeated(clust
     assert report.created == ()
     assert record(report).hold == Alone.MIGRATING
     await cluster.finish("vm1-colocate-prev1", "Succeeded", "vm1", "node-b")
-    await eventually(lambda: keeper.watch.migrations.get("default", "vm1-colocate-prev1").get("status", {}).get(
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", "vm1-colocate-prev1").get("status", {}).get(
         "phase") == "Succeeded")
     await keeper.run_pass()
     [ended] = await events_settle(cluster, 1)
@@ -219,12 +219,12 @@ async def test_a_migration_deleted_under_way_counts_as_failed(cluster, make_keep
     keeper = await make_keeper()
     [created] = (await keeper.run_pass()).created
     name = created.split("/")[1]
-    await eventually(lambda: keeper.watch.migrations.get("default", name))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", name))
     await keeper.run_pass()
 
     async with cluster.api() as session:
         await session.delete(f"{VMIMS}/{name}")
-    await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", name) is None)
     report = await keeper.run_pass()
     assert report.created == ()
     assert record(report).hold == Alone.BACKING_OFF
@@ -244,7 +244,7 @@ async def test_keep_after_holds_a_vm_apart_only_briefly(cluster, make_keeper):
 
     now[0] = datetime.datetime.now(datetime.UTC)
     await cluster.move_storage("pvc-vm1-disk", "node-b")  # its share-manager restarts elsewhere, now
-    await eventually(lambda: (keeper.store.pods.get("longhorn-system", "share-manager-pvc-vm1-disk")
+    await eventually(lambda: (in_cache(keeper.store.pods, "longhorn-system", "share-manager-pvc-vm1-disk")
                               or {}).get("spec", {}).get("nodeName") == "node-b")
     report = await keeper.run_pass()
     assert report.created == ()
@@ -302,7 +302,7 @@ async def test_no_more_of_our_migrations_in_flight_than_allowed(cluster, make_ke
     done = cluster.migrations()[0]
     vm = done["spec"]["vmiName"]
     await cluster.finish(done["metadata"]["name"], "Succeeded", vm, "node-b")
-    await eventually(lambda: keeper.watch.migrations.get("default", done["metadata"]["name"]).get("status"))
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", done["metadata"]["name"]).get("status"))
     assert len((await keeper.run_pass()).created) == 1
     assert len(cluster.migrations()) == 3
 
@@ -331,9 +331,9 @@ async def test_a_vm_is_moved_at_most_twice_a_day(cluster, make_keeper):
         name = created.split("/")[1]
         await cluster.finish(name, "Succeeded", "vm1", storage)
         await cluster.move_storage("pvc-vm1-disk", vm_node)  # and then the storage moves away again
-        await eventually(lambda: keeper.watch.migrations.get("default", name).get("status"))
-        await eventually(lambda: keeper.watch.vmis.get("default", "vm1")["status"]["nodeName"] == storage)
-        await eventually(lambda: keeper.store.pods.get(
+        await eventually(lambda: in_cache(keeper.watch.migrations, "default", name).get("status"))
+        await eventually(lambda: in_cache(keeper.watch.vmis, "default", "vm1")["status"]["nodeName"] == storage)
+        await eventually(lambda: in_cache(keeper.store.pods,
             "longhorn-system", "share-manager-pvc-vm1-disk")["spec"]["nodeName"] == vm_node)
 
     for _ in range(2):
@@ -548,7 +548,7 @@ async def test_a_disk_the_api_cannot_tell_about_leaves_the_vm_unresolved(cluster
     keeper = await make_keeper()
     late = vmi("vm1", "node-a", "vm1-disk", "late-disk")  # a disk hotplugged a moment ago
     await cluster.patch(f"{VMIS}/vm1", {"spec": late["spec"]})
-    await eventually(lambda: "late-disk" in claims_of(keeper.watch.vmis.get("default", "vm1")))
+    await eventually(lambda: "late-disk" in claims_of(in_cache(keeper.watch.vmis, "default", "vm1")))
     kmock["fetch"] << 500  # the PVC the caches do not hold cannot be read either
 
     report = await keeper.run_pass()
@@ -587,7 +587,7 @@ async def test_the_running_keeper_logs_each_pass_at_debug_only(cluster, kmock, c
     cluster.seed(three_nodes() + apart_vm())
     settings = Settings(keep="migrate", keep_after=0)
     store = await watched_store(kmock, settings)
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     keeper = Keeper(api, store, settings, timing=TIMING)
     caplog.set_level(logging.DEBUG, logger="webhook.keeper")
     running = asyncio.create_task(keeper.run())

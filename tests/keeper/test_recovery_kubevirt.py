@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+from tests.support.stores import in_cache
 from tests.support.clock import Clock
 from tests.support.kubevirt_api import VMIMS, cached_vmis, eventually
 from tests.support.stale import drained_node_cluster, volumes
@@ -124,8 +125,8 @@ async def recovered(keeper, clock, kmock, cluster, t0, made, moved_at, node="nod
     assert paused(kmock) == "PausedIOError"  # paused when its migration hands over
     await complete_migration(kmock.apiserver, "default", made["metadata"]["name"], node, moved_at)
     assert paused(kmock) == "PausedIOError"  # as KubeVirt leaves it: the target keeps it paused
-    await eventually(lambda: (keeper.watch.migrations.get("default", made["metadata"]["name"]).get("status") or {})
-                     .get("phase") == "Succeeded")
+    await eventually(lambda: (in_cache(keeper.watch.migrations, "default", made["metadata"]["name"]).get("status")
+                              or {}).get("phase") == "Succeeded")
     while not unpauses(kmock):
         clock.advance(PASS.total_seconds())
         assert clock.now - t0 - SERVES <= within, "not unpaused in time"

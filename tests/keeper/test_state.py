@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 
+from tests.support.stores import in_cache
 from tests.support.kubevirt_api import VMIMS, apart_vm, eventually, three_nodes
 
 from webhook import kinds
@@ -18,7 +19,7 @@ async def gone(cluster, keeper, name):
     """virt-controller garbage-collected the finished migration (it keeps a VMI's 5 newest)."""
     async with cluster.api() as session:
         await session.delete(f"{VMIMS}/{name}")
-    await eventually(lambda: keeper.watch.migrations.get("default", name) is None)
+    await eventually(lambda: in_cache(keeper.watch.migrations, "default", name) is None)
 
 
 def kept(kmock):
@@ -31,9 +32,9 @@ async def test_a_backoff_survives_a_new_leader_and_the_migrations_garbage_collec
     first = await make_keeper()
     [created] = (await first.run_pass()).created
     name = created.split("/")[1]
-    await eventually(lambda: first.watch.migrations.get("default", name))
+    await eventually(lambda: in_cache(first.watch.migrations, "default", name))
     await cluster.finish(name, "Failed")
-    await eventually(lambda: first.watch.migrations.get("default", name)["status"].get("phase") == "Failed")
+    await eventually(lambda: in_cache(first.watch.migrations, "default", name)["status"].get("phase") == "Failed")
     assert record(await first.run_pass()).hold == Alone.BACKING_OFF
     assert kept(kmock).migrations == ()  # the watch shows it: the record keeps what it no longer shows
     await gone(cluster, first, name)
@@ -54,13 +55,14 @@ async def test_the_daily_limit_survives_a_new_leader_and_the_migrations_garbage_
     for node, storage_next in (("node-b", "node-c"), ("node-c", "node-a")):
         [created] = (await first.run_pass()).created
         name = created.split("/")[1]
-        await eventually(lambda: first.watch.migrations.get("default", name))
+        await eventually(lambda: in_cache(first.watch.migrations, "default", name))
         await cluster.finish(name, "Succeeded", "vm1", node)
-        await eventually(lambda: first.watch.migrations.get("default", name)["status"].get("phase") == "Succeeded")
+        await eventually(lambda: in_cache(first.watch.migrations, "default", name)["status"].get("phase")
+                         == "Succeeded")
         await first.run_pass()
         await gone(cluster, first, name)
         await cluster.move_storage("pvc-vm1-disk", storage_next)  # apart again
-        await eventually(lambda: first.store.pods.get("longhorn-system", "share-manager-pvc-vm1-disk")["spec"][
+        await eventually(lambda: in_cache(first.store.pods, "longhorn-system", "share-manager-pvc-vm1-disk")["spec"][
             "nodeName"] == storage_next)
     assert record(await first.run_pass()).hold == Alone.DAILY_LIMIT
     assert len(kept(kmock).migrations) == 2

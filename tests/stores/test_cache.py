@@ -6,11 +6,10 @@ import json
 
 import aiohttp
 import pytest
-from tests.support.stores import TEST_TIMING, api_host, requests_since, seed, watched_store
+from tests.support.stores import TEST_TIMING, api_host, for_host, requests_since, seed, watched_store
 from tests.support.kube import answer, LONGHORN_NS, fixture_cluster, nodes, review, rwx_disk, vm_pod, workload_pod
 
 from webhook.admission.review import parse_review
-from webhook.cluster import client
 from webhook.stores.cache import WatchedClusterStore
 from webhook.stores.shapes import shapes
 from webhook.cluster.reflector import Timing
@@ -217,7 +216,7 @@ async def test_before_sync_reads_go_to_the_api(kmock):
         await released.wait()  # then fall through to the emulator's own list
 
     kmock["list", kmock.resource("longhorn.io", "v1beta2", "sharemanagers")] << slow_list
-    store = WatchedClusterStore(client.for_host(api_host(kmock)), Settings(), TEST_TIMING)
+    store = WatchedClusterStore(for_host(api_host(kmock)), Settings(), TEST_TIMING)
     store.start()
     try:
         await asyncio.wait_for(listing.wait(), 5)  # the store is listing share-managers, stuck there
@@ -250,6 +249,11 @@ def pod_watches(kmock):
     return [r for r in kmock if r.params.get("watch") == "true" and r.url.path == ALL_PODS]
 
 
+def lists_of(kmock, path):
+    """The list requests (not watches) the emulator has seen for `path`."""
+    return len([r for r in kmock if r.params.get("watch") != "true" and r.url.path == path])
+
+
 async def test_410_gone_relists(kmock):
     """History lost (410): only a fresh list can show that the pod went away meanwhile."""
     seed(kmock, with_versions(rwx_disk("d1", "node-a", owner="node-c") + nodes("node-a", "node-c")))
@@ -267,8 +271,8 @@ async def test_410_gone_relists(kmock):
     store = await watched_store(kmock)
     try:
         assert await eventually(lambda: pinned_node(store, "d1"), "node-c") == "node-c"
-        assert store.pods.lists == 2
-        assert store.pvcs.lists == 1  # the other caches carry on
+        assert lists_of(kmock, ALL_PODS) == 2
+        assert lists_of(kmock, PVC.path()) == 1  # the other caches carry on
     finally:
         await store.close()
 
@@ -299,7 +303,7 @@ async def test_a_closed_watch_resumes_from_the_last_version_without_relisting(km
         second = pod_watches(kmock)[1].params
         assert second["resourceVersion"] == "42" and second["allowWatchBookmarks"] == "true"
         assert pod_watches(kmock)[0].params["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
-        assert store.pods.lists == 1
+        assert lists_of(kmock, ALL_PODS) == 1
     finally:
         await store.close()
 
@@ -349,7 +353,7 @@ class Proxy:
 async def test_a_dropped_connection_reconnects_and_catches_up(kmock):
     seed(kmock, rwx_disk("d1", "node-a") + nodes("node-a", "node-b"))
     async with Proxy(kmock.url.port) as proxy:
-        store = WatchedClusterStore(client.for_host(proxy.url), Settings(), TEST_TIMING)
+        store = WatchedClusterStore(for_host(proxy.url), Settings(), TEST_TIMING)
         store.start()
         try:
             await store.wait_synced(timeout=5)
@@ -392,7 +396,7 @@ async def test_close_stops_every_task_even_while_retrying(kmock):
     kmock["list", kmock.resource("", "v1", "nodes")] << 500  # one cache keeps failing and backing off
     kmock["list", kmock.resource("", "v1", "persistentvolumes")] << (lambda: asyncio.sleep(30))  # one hangs
     seed(kmock, fixture_cluster())
-    store = WatchedClusterStore(client.for_host(api_host(kmock)), Settings(), Timing(backoff_initial=0.05))
+    store = WatchedClusterStore(for_host(api_host(kmock)), Settings(), Timing(backoff_initial=0.05))
     store.start()
     failed = lambda: sum(1 for r in kmock if r.method == "GET" and r.url.path == "/api/v1/nodes")  # noqa: E731
     await eventually(lambda: asyncio.sleep(0, store.pvcs.synced and failed() >= 2), True)  # listed; retried
@@ -464,7 +468,7 @@ async def test_an_api_that_fails_from_the_start_still_gets_answers_in_time(kmock
         kmock["get"] << 500
     else:
         kmock["get"] << (lambda: asyncio.sleep(30))
-    store = WatchedClusterStore(client.for_host(api_host(kmock)), Settings(), TEST_TIMING)
+    store = WatchedClusterStore(for_host(api_host(kmock)), Settings(), TEST_TIMING)
     store.start()
     loop = asyncio.get_running_loop()
     try:

@@ -3,11 +3,10 @@ import asyncio
 import textwrap
 
 import pytest
-from tests.support.stores import seed
+from tests.support.stores import for_host, seed
 from tests.support.kube import answer, fixture_cluster, nodes, review, rwx_disk, vm_pod
 
 from webhook.admission.review import parse_review
-from webhook.cluster import client
 from webhook.config import Settings
 from webhook.deadline import Deadline
 from webhook.admission.admit import admit
@@ -62,7 +61,7 @@ def test_snapshot_reads_documents_and_lists(tmp_path):
 
 async def test_cluster_store_reads_and_404_is_none(kmock):
     seed(kmock, fixture_cluster())
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     try:
         assert (await store.get(PVC, "default", "vm1-rootdisk", timeout=5))["spec"]["volumeName"]
         assert await store.get(PVC, "default", "missing", timeout=5) is None
@@ -76,7 +75,7 @@ async def test_cluster_store_reads_and_404_is_none(kmock):
 async def test_cluster_store_api_error_is_a_store_error(kmock):
     seed(kmock, fixture_cluster())
     kmock[f"get {PVC_PATH}"] << 500
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     try:
         with pytest.raises(StoreError, match="500"):
             await store.get(PVC, "default", "vm1-rootdisk", timeout=5)
@@ -87,7 +86,7 @@ async def test_cluster_store_api_error_is_a_store_error(kmock):
 async def test_cluster_store_times_out(kmock):
     seed(kmock, fixture_cluster())
     kmock[f"get {PVC_PATH}"] << (lambda: asyncio.sleep(5))
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
@@ -99,7 +98,7 @@ async def test_cluster_store_times_out(kmock):
 
 
 async def test_unreachable_api_is_a_store_error():
-    store = ClusterStore(client.for_host("http://127.0.0.1:9"))  # the discard port: nothing listens
+    store = ClusterStore(for_host("http://127.0.0.1:9"))  # the discard port: nothing listens
     try:
         with pytest.raises(StoreError, match="cannot reach"):
             await store.get(PVC, "default", "x", timeout=2)
@@ -114,7 +113,7 @@ async def test_api_faults_mean_allowed_unpinned_with_a_reason(kmock, fault):
         kmock[f"get {PVC_PATH}"] << (lambda: asyncio.sleep(10))
     else:
         kmock[f"get {PVC_PATH}"] << int(fault)
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
@@ -131,7 +130,7 @@ async def test_api_faults_mean_allowed_unpinned_with_a_reason(kmock, fault):
 async def test_one_failing_disk_does_not_hide_the_others(kmock):
     seed(kmock, rwx_disk("good", "node-a") + rwx_disk("bad", "node-c") + nodes("node-a", "node-c"))
     kmock["get /api/v1/namespaces/default/persistentvolumeclaims/bad"] << 500
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     try:
         outcome = await admit(parse_review(review(vm_pod("good", "bad"))), store, Settings(), Deadline.after(5, 0.5))
     finally:
@@ -158,7 +157,7 @@ async def test_look_ups_by_volume_handle_and_by_claim(make_store):
 async def test_node_that_cannot_be_read_is_not_pinned_to(kmock):
     seed(kmock, rwx_disk("d1", "node-a") + nodes("node-a"))
     kmock["get /api/v1/nodes/node-a"] << 500
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     try:
         outcome = await admit(parse_review(review(vm_pod("d1"))), store, Settings(), Deadline.after(5, 0.5))
     finally:
@@ -171,7 +170,7 @@ async def test_share_manager_rule_with_failing_api_is_allowed_unpinned(kmock):
     from tests.support.kube import LONGHORN_NS, running_vm, share_manager_pod
     seed(kmock, rwx_disk("d1", None, state="stopped") + nodes("node-a") + [running_vm("vm1", "node-a", "d1")])
     kmock["get /api/v1/persistentvolumes"] << 500
-    store = ClusterStore(client.for_host(str(kmock.url).rstrip("/")))
+    store = ClusterStore(for_host(str(kmock.url).rstrip("/")))
     try:
         outcome = await admit(parse_review(review(share_manager_pod("pvc-d1"), namespace=LONGHORN_NS)), store,
                               Settings(), Deadline.after(5, 0.5))

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kubernetes_asyncio.client import Configuration
+
 from webhook.stores.cache import WatchedClusterStore
 from webhook.cluster import client
+from webhook.cluster.informer import Informer
+from webhook.cluster.table import object_key
 from webhook.cluster.reflector import Event, EventType, Timing
 from webhook.config import Settings
 from webhook.kinds import LONGHORN_SETTING, RULE_RESOURCES, VMIM
@@ -17,6 +21,16 @@ RESOURCES = (*RULE_RESOURCES, LONGHORN_SETTING, VMIM)
 TEST_TIMING = Timing(backoff_initial=0.02, backoff_cap=0.2)
 
 BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
+
+
+def for_host(host: str) -> Any:
+    """An unauthenticated client for the API at `host` (the emulator)."""
+    return client.new_api_client(Configuration(host=host))
+
+
+def in_cache(informer: Informer, namespace: str | None, name: str) -> dict[str, Any] | None:
+    """A fresh copy of the object `informer` holds (`Table.get`), or None."""
+    return informer.table.get(object_key(namespace if informer.resource.namespaced else None, name))
 
 
 def seed(emulator: Any, objects: Iterable[dict[str, Any]]) -> None:
@@ -40,7 +54,7 @@ def api_host(emulator: Any) -> str:
 
 async def watched_store(emulator: Any, settings: Settings | None = None, timing: Timing = TEST_TIMING) -> WatchedClusterStore:
     """The watch-backed store on the emulator, started and synced."""
-    store = WatchedClusterStore(client.for_host(api_host(emulator)), settings or Settings(), timing)
+    store = WatchedClusterStore(for_host(api_host(emulator)), settings or Settings(), timing)
     store.start()
     try:
         await store.wait_synced(timeout=10)

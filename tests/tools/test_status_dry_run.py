@@ -7,11 +7,10 @@ from pathlib import Path
 
 import kmock as kmocklib
 import pytest
-from tests.support.stores import api_host, seed
+from tests.support.stores import api_host, for_host, seed
 from tests.support.kube import longhorn_settings, run_verb
 from tests.support.kubevirt_api import Cluster, KubeVirtApi, ago, apart_vm, three_nodes
 
-from webhook.cluster import client
 from webhook.stores.direct import ClusterStore
 from webhook.config import Settings
 from webhook.kinds import VMI
@@ -92,7 +91,7 @@ def dry_runs(kmock):
 async def status(kmock, settings=Settings()):
     """`status` in-process, as `python -m webhook status` runs it: its text's lines, and its JSON's
     cluster facts and VMs."""
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         report = await tool.status(ClusterStore(api), settings, datetime.now(UTC), timeout=2.0, api=api)
     finally:

@@ -12,11 +12,10 @@ import kmock as kmocklib
 import pytest
 from hypothesis import event, given, settings as examples
 from hypothesis import strategies as st
-from tests.support.stores import api_host, watched_store
+from tests.support.stores import api_host, for_host, watched_store
 from tests.support.kube import node, rwx_disk
 from tests.support.kubevirt_api import TIMING, Cluster, KubeVirtApi, ago, apart_vm, evacuated_vm, migration, three_nodes, vmi
 
-from webhook.cluster import client
 from webhook.stores.direct import ClusterStore
 from webhook.config import Settings
 from webhook.kinds import HOSTNAME_LABEL, LEASE
@@ -39,7 +38,7 @@ def cluster(kmock):
 
 async def status_of(kmock, settings):
     """`status` in-process, as `python -m webhook status` runs it, with the keeper's settings."""
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     try:
         return await status.status(ClusterStore(api), settings, datetime.now(UTC), timeout=2.0, api=api)
     finally:
@@ -49,7 +48,7 @@ async def status_of(kmock, settings):
 async def keeper_pass(kmock, settings):
     """One pass of a keeper on the same cluster: its record of each VM."""
     store = await watched_store(kmock, settings)
-    api = client.for_host(api_host(kmock))
+    api = for_host(api_host(kmock))
     keeper = Keeper(api, store, settings, timing=TIMING)
     try:
         async with keeper.watching() as watch:

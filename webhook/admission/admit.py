@@ -158,7 +158,7 @@ async def share_manager_rule(
     # One share-manager at a time, from here to its answer, its long loops in slices (`pace.in_slices`): a drain's tens
     # of them, arriving together, would otherwise each hold the loop for a stretch at every step of every VM start.
     try:
-        async with deadline.timeout():
+        async with asyncio.timeout(deadline.remaining()):
             await shared.lane.acquire()
     except TimeoutError:
         return skip(Rule.SHARE_MANAGER, Alone.DEADLINE, "co-location skipped: no decision before the deadline")

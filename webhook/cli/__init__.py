@@ -21,8 +21,13 @@ def plugin() -> int:
 
 def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
     parser = build_parser(prog)
-    if argv is None:
-        complete(parser)
+    if argv is None:  # shell completion, when the shell asks (docs/operations.md, Shell completion): it answers, exits
+        try:
+            import argcomplete  # PYTHON_ARGCOMPLETE_OK: the marker argcomplete's global completion looks for
+        except ImportError:  # the `completion` extra is not installed: no completion
+            pass
+        else:
+            argcomplete.autocomplete(parser)
     words = sys.argv[1:] if argv is None else argv
     ours = {name for action in parser.flags for name in action.option_strings}
     if words and words[0].startswith("-") and words[0].partition("=")[0] not in ours:
@@ -36,17 +41,6 @@ def main(argv: list[str] | None = None, prog: str = "kubevirt-colocate") -> int:
         # On one line: a YAML reader's error spans several.
         print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
         return 1 if isinstance(exc, KubeError) else 2  # the cluster refused: not the input's fault
-
-
-def complete(parser: argparse.ArgumentParser) -> None:
-    """Shell completion, when the shell asks for it and argcomplete is installed (the `completion`
-    extra; docs/operations.md, Shell completion): it answers and exits; otherwise nothing happens."""
-    # PYTHON_ARGCOMPLETE_OK: the marker argcomplete's global completion looks for.
-    try:
-        import argcomplete
-    except ImportError:
-        return
-    argcomplete.autocomplete(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,9 +58,13 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             return runner.run(role(args))
     if args.verb in (REVIEW, EXPLAIN, STATUS):
+        from ..stores.store import StoreError
         from .report import run_explain, run_status
         from .review import run_review
 
         verb = {REVIEW: run_review, EXPLAIN: run_explain, STATUS: run_status}[args.verb]
-        return asyncio.run(verb(args))
+        try:
+            return asyncio.run(verb(args))
+        except StoreError as exc:  # a read of the cluster failed: the cluster's doing, not the input's
+            raise KubeError(f"cannot read the cluster: {exc}") from None
     return run_certs(args) if args.verb == "certs" else run_spare(args) if args.verb == SPARE_VMS else 2

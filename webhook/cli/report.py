@@ -9,8 +9,6 @@ from typing import Any
 
 import yaml
 
-from ..cluster.client import KubeError
-from ..stores.store import StoreError
 from ..config import Settings
 from ..deadline import Deadline
 from .parser import flags_given, settings_from
@@ -48,8 +46,6 @@ async def run_explain(args: argparse.Namespace) -> int:
     except LookupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except StoreError as exc:
-        raise KubeError(f"cannot read the cluster: {exc}") from None
     finally:
         await store.close()
     print(printed(report, args.output, explain.render(report) if args.output == "text" else ""))
@@ -78,8 +74,6 @@ async def run_status(args: argparse.Namespace) -> int:
         aims = await drain_aims(store, settings, args.drain, [(vm.namespace, vm.name) for vm in report.vms if
                                                                vm.facts.vmi.node == args.drain], settings.default_timeout) \
             if args.drain and settings.aim_evacuations else {}
-    except StoreError as exc:
-        raise KubeError(f"cannot read the cluster: {exc}") from None
     finally:
         await store.close()
     if args.namespace:  # decided over every VM (the limits are the cluster's), shown for one namespace

@@ -23,19 +23,13 @@ class ApiUnreachable(Exception):
         self.timed_out = timed_out
 
 
-def ensure_home() -> None:
-    """HOME `/` (as the image sets it) when the process has none: kubernetes_asyncio.config calls
-    `Path.home()` on import, which raises for a uid without a passwd entry and no HOME set."""
-    try:
-        Path.home()
-    except RuntimeError:
-        os.environ["HOME"] = "/"
-
-
 async def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """A kubernetes-asyncio ApiClient for the cluster, or NoCredentials. A `context` is one of a
     kubeconfig's (in-cluster credentials have none): with it, the in-cluster ones are not tried."""
-    ensure_home()
+    try:
+        Path.home()
+    except RuntimeError:  # kubernetes_asyncio.config calls it on import: for a uid with no passwd entry, HOME `/`
+        os.environ["HOME"] = "/"  # as the image sets it
     import yaml
     from kubernetes_asyncio import client, config
 
@@ -132,14 +126,6 @@ def context_namespace(kubeconfig: str | None = None, context: str | None = None)
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 120 else text[:119] + "…"
-
-
-def for_host(host: str) -> Any:
-    """An unauthenticated client for an API at `host` (local emulators, kubectl proxy)."""
-    ensure_home()
-    from kubernetes_asyncio import client
-
-    return new_api_client(client.Configuration(host=host))
 
 
 def new_api_client(configuration: Any) -> Any:

@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,11 +24,10 @@ QUIET = 0.1  # how long after the last review answered an Event still waits for 
 OWNER_KINDS = ("VirtualMachineInstance", "ShareManager")  # an Event's object: a VM pod's VMI, a share-manager's
 
 
-def identity(env: Mapping[str, str] | None = None) -> str:
+def identity() -> str:
     """This replica: the pod's name (downward API), else the host name (the pod's, in a cluster).
     It reports the Events and holds the keeper's lease."""
-    env = os.environ if env is None else env
-    return env.get("POD_NAME") or socket.gethostname()
+    return os.environ.get("POD_NAME") or socket.gethostname()
 
 
 def involved_object(pod: dict[str, Any], namespace: str) -> dict[str, Any] | None:

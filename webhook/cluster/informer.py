@@ -3,9 +3,10 @@ kind's shape (shapes.py), and reports its health (metrics, log lines, readiness 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .. import kinds, metrics
@@ -32,18 +33,15 @@ class Informer:
         self.table = Table(indexers or {}, watchers)
         self.synced_event = asyncio.Event()
         self.synced = False  # the event's state as a plain attribute: every look-up asks
-        self.lists = 0  # completed lists (the first one, then relists)
         self.last_sync: float | None = None  # wall-clock time of the last list or event
         self.error: str | None = None  # why the last list/watch failed, until one succeeds
         self._listed: set[str] = set()  # keys the list under way has returned
 
-    def get(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """A fresh copy (see `Table.get`)."""
-        return self.table.get(object_key(namespace if self.resource.namespaced else None, name))
-
-    async def run(self, events: Any) -> None:
+    async def run(self, api: Any, timing: Timing, list_slots: asyncio.Semaphore) -> None:
         self._listed = set()  # from a list cut short before
-        async for event in events:
+        reflector = Reflector(ApiTransport(api, self.resource.path(self.namespace)), self.name, fields=self.fields,
+                              timing=timing, list_slots=list_slots)
+        async for event in reflector.events():
             self.apply(event)
 
     def apply(self, event: Event) -> None:
@@ -70,7 +68,6 @@ class Informer:
             for key in [key for key in self.table.objects if key not in self._listed]:
                 self.table.remove(key)
             self._listed = set()
-            self.lists += 1
             if not self.synced:
                 log.info("cache synced", extra={"fields": {
                     "resource": self.name, "objects": len(self.table.objects), "seconds": round(event.seconds or 0.0, 3)}})
@@ -124,16 +121,12 @@ class Informers:
         list_slots = asyncio.Semaphore(1)
         for informer in self.informers:
             # A reflector retries on its own; should applying its events ever fail, a new one lists again.
-            self._runs.append(Background(f"{self.task_prefix} {informer.name}", self._follower(informer, list_slots),
+            self._runs.append(Background(f"{self.task_prefix} {informer.name}",
+                                         functools.partial(informer.run, self._api, self._timing, list_slots),
                                          log=log, failure=f"{informer.name}: following the API failed",
                                          period=self._timing.backoff_cap))
         for run in self._runs:
             run.start()
-
-    def _follower(self, informer: Informer, list_slots: asyncio.Semaphore) -> Callable[[], Awaitable[None]]:
-        transport = ApiTransport(self._api, informer.resource.path(informer.namespace))
-        return lambda: informer.run(Reflector(transport, informer.name, fields=informer.fields, timing=self._timing,
-                                              list_slots=list_slots).events())
 
     def degraded(self) -> list[str]:
         """Informers whose list or watch is failing now: they serve what they have meanwhile."""

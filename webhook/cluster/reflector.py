@@ -148,8 +148,8 @@ class Reflector:
         self.resumable = resource_version is not None
         yield Event(EventType.SYNCED, seconds=loop.time() - started)
 
-    async def watch(self, counter: list[int]) -> AsyncIterator[Event]:
-        """One watch from the kept resourceVersion until the server ends it; counts events in `counter`."""
+    async def watch(self) -> AsyncIterator[Event]:
+        """One watch from the kept resourceVersion until the server ends it."""
         loop = asyncio.get_running_loop()
         seconds = random.uniform(*self.timing.watch_seconds)
         query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(max(1, int(seconds))))]
@@ -175,9 +175,7 @@ class Reflector:
                     return
                 pacer = Pacer()  # what came at once (a backlog), in slices as a list's page
                 for line in split_lines(chunk, pending):
-                    event = self.event(orjson.loads(line))
-                    counter[0] += 1
-                    yield event
+                    yield self.event(orjson.loads(line))
                     await pacer()
         finally:
             await opened.__aexit__(None, None, None)
@@ -211,12 +209,13 @@ class Reflector:
                     async for event in self.list():
                         yield event
                     need_list = False
-                counter, started = [0], loop.time()
-                async for event in self.watch(counter):
+                seen, started = 0, loop.time()
+                async for event in self.watch():
+                    seen += 1
                     yield event
                 gone_in_a_row = 0
                 need_list = not self.resumable
-                if counter[0] == 0 and loop.time() - started < self.timing.short_watch:
+                if seen == 0 and loop.time() - started < self.timing.short_watch:
                     raise WatchError(f"watch of {self.name} ended at once with no events")
                 self.failures = 0
             except Gone as exc:

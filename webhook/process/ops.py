@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from .. import metrics
 from . import listening
@@ -74,7 +74,7 @@ class Apart:
         self._beating = self.loop.call_later(BEAT_SECONDS, self._beat)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(self.probes.registry),
+        return web.Response(body=generate_latest(self.probes.registry),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _asked(self, request: web.Request) -> web.Response:

@@ -13,15 +13,14 @@ SLICE = 0.002
 
 
 class Pacer:
-    """`await pacer()` between steps of long work: the loop given back once `slice_seconds` of it went to the work."""
+    """`await pacer()` between steps of long work: the loop given back once SLICE seconds of it went to the work."""
 
-    def __init__(self, slice_seconds: float = SLICE) -> None:
-        self.slice = slice_seconds
-        self.until = time.monotonic() + slice_seconds
+    def __init__(self) -> None:
+        self.until = time.monotonic() + SLICE
 
     async def give_back(self) -> None:
         await asyncio.sleep(0)
-        self.until = time.monotonic() + self.slice
+        self.until = time.monotonic() + SLICE
 
     async def __call__(self) -> None:
         if time.monotonic() >= self.until:

@@ -33,13 +33,6 @@ def _shown(value: Any) -> str:
     return "missing" if value is None else f"a {type(value).__name__}"
 
 
-def _which(obj: Any, index: int) -> str:
-    """An object of the file, as well as it can be named."""
-    kind, name = obj.get("kind") if isinstance(obj, dict) else None, kinds.meta(obj).get("name")
-    named = isinstance(kind, str) and isinstance(name, str) and name
-    return f"object {index} ({kind} {name})" if named else f"object {index}"
-
-
 class SnapshotStore(Store):
     """Objects from a YAML stream (documents or Lists); every answer from memory."""
 
@@ -62,8 +55,10 @@ class SnapshotStore(Store):
         objects = list(flatten(found))
         for index, obj in enumerate(objects, 1):
             problem = malformed(obj)
-            if problem is not None:
-                raise ValueError(f"{path}: {_which(obj, index)} {problem}")
+            if problem is not None:  # the object named as well as it can be
+                kind, name = obj.get("kind") if isinstance(obj, dict) else None, kinds.meta(obj).get("name")
+                named = f" ({kind} {name})" if isinstance(kind, str) and isinstance(name, str) and name else ""
+                raise ValueError(f"{path}: object {index}{named} {problem}")
         return cls(objects)
 
     def usable(self) -> int:
