@@ -9,7 +9,8 @@ from .. import kinds
 from ..config import AdmissionSettings
 from ..deadline import Deadline
 from ..kinds import NODE, POD, VMI
-from ..lookup.resolve import Consumers, fit_view, migration_target_pod, node_obstacle, read_through, resolve_disks
+from ..lookup.resolve import (Consumers, fit_view, migration_source, migration_target_pod, node_obstacle, read_through,
+                              resolve_disks)
 from ..rules import fit
 from ..rules.keeping.running import read_target_vmi, read_vmi, vm_pods, VmiView
 from ..rules.kubevirt.target import TargetPod
@@ -143,7 +144,8 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
     candidates = storage if isinstance(storage, aim.Candidates) else \
         await _candidates(storage, evacuation, every, store, settings, view, deadline)
     read = read_target_vmi(vmi)
-    target = read if isinstance(read, Malformed) else migration_target_pod(vm_pod, read, source, {}, settings, view.memo)
+    target = read if isinstance(read, Malformed) else migration_target_pod(
+        migration_source(vm_pod, settings), read, source, {}, view.memo)
     if not isinstance(target, TargetPod):
         raise Untouched(Alone.VM_UNKNOWN, str(target))
     if kinds.HOSTNAME_LABEL in (kinds.spec(target.pod).get("nodeSelector") or {}):
