@@ -78,12 +78,11 @@ async def resolve_disks(
         facts[i] = unresolved(claims[i], f"not in the caches, and one admission reads at most {FALLBACK_CLAIMS} "
                                          "claims from the API")
     missing = missing[:FALLBACK_CLAIMS]
-    if missing:
-        # Each read is held to the deadline (`resolve_io`): all are done by then.
-        found = await asyncio.gather(*(resolve_io(store, settings, namespace, claims[i], deadline, seen)
-                                       for i in missing), return_exceptions=True)
-        for i, fact in zip(missing, found):
-            facts[i] = fact if isinstance(fact, Fact) else unresolved(claims[i], type(fact).__name__)
+    # Each read is held to the deadline (`resolve_io`): all are done by then.
+    found = await asyncio.gather(*(resolve_io(store, settings, namespace, claims[i], deadline, seen)
+                                   for i in missing), return_exceptions=True)
+    for i, fact in zip(missing, found):
+        facts[i] = fact if isinstance(fact, Fact) else unresolved(claims[i], type(fact).__name__)
     return [fact for fact in facts if fact is not None]
 
 
