@@ -55,17 +55,12 @@ def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, 
     return None
 
 
-def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only | None:
-    """The only nodes `checks` can turn the pod away from, where they can say (`interpodaffinity.Gathered.only`: a
-    migration target's anti-affinity toward its own VMI's pods, all on the node it leaves), else None."""
+def refused_only(checks: tuple[Filter, ...], demand: Demand) -> Only | None:
+    """The only nodes `checks` (`prefilter`'s: what they read is gathered) can turn the pod away from, where they can
+    say (`Gathered.only`: a migration target's anti-affinity toward its own VMI's pods, all on the node it leaves)."""
     if not checks:
         return NONE_REFUSED
     if checks != (inter_pod_affinity,):
-        return None
-    try:
-        if not said_by_others(demand, view):
-            return NONE_REFUSED
-    except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
     return demand.gathered.only if demand.gathered.unsure is None else None  # type: ignore[no-any-return]
 
