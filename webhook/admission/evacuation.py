@@ -210,7 +210,7 @@ async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, st
         every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
     except (StoreError, TimeoutError):
         return None
-    leading = aim.follows(every, vmis)
+    leading = next((a for a in aim.unfinished_aims(every) if (a.namespace, a.vmi) in vmis), None)  # the oldest
     view = await fit_view(store, namespace, deadline) if leading is not None else "none aimed"
     node = aim.node_of(view, leading.aimed) if leading is not None and not isinstance(view, str) else None
     if leading is None or node is None or await node_obstacle(store, node, pod, namespace, deadline,
