@@ -9,9 +9,10 @@ from .. import kinds
 from ..config import AdmissionSettings
 from ..deadline import Deadline
 from ..kinds import NODE, POD, VMI
-from ..lookup.resolve import Consumers, fit_view, migration_target, node_obstacle, read_through, resolve_disks
+from ..lookup.resolve import (Consumers, fit_view, migration_source, migration_target_pod, node_obstacle, read_through,
+                              resolve_disks)
 from ..rules import fit
-from ..rules.keeping.running import read_vmi, vm_pods, VmiView
+from ..rules.keeping.running import read_target_vmi, read_vmi, vm_pods, VmiView
 from ..rules.kubevirt.target import TargetPod
 from ..rules.placement import aim
 from ..rules.placement.decide import PIN_WEIGHT, PINNED, Decision
@@ -20,6 +21,7 @@ from ..rules.shared import declared
 from ..rules.shared.alone import Alone
 from ..rules.shared.classify import opted_in
 from ..rules.shared.facts import Fact, claims_of, disks_of
+from ..rules.shared.reading import Malformed
 from ..rules.shared.times import rfc3339
 from ..stores.store import Store, StoreError
 from .outcome import Outcome, Rule, skip
@@ -76,7 +78,7 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     drain = view.memo.latest(dict, ("drain", evacuation.source), None if position is None else
                              (position, tuple(marked), every), ())
     if not drain:  # the first of a burst reads and plans the drain: the same answer for the others
-        drain.update(await _read(evacuation.source, marked, every, store, settings, view, deadline))
+        drain.update(await _read(evacuation.source, source, marked, every, store, settings, view, deadline))
     member, facts, chosen = drain[evacuation.namespace, evacuation.vmi]
     if isinstance(member, Untouched):
         raise member
@@ -85,15 +87,15 @@ async def _aim(evacuation: aim.Evacuation, store: Store, settings: AdmissionSett
     return aim.aimed(*chosen, evacuation, member.candidates.why), chosen[1], facts
 
 
-async def _read(name: str, marked: dict[Key, dict[str, Any]], every: tuple[aim.Evacuation, ...], store: Store,
-                settings: AdmissionSettings, view: fit.View,
+async def _read(name: str, source: dict[str, Any] | None, marked: dict[Key, dict[str, Any]],
+                every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
                 deadline: Deadline) -> dict[Key, tuple[aim.Member | Untouched, list[Fact], tuple[str, str] | str | None]]:
     """Each VM of the drain off node `name` as the plan reads it (or why it is not aimed), and its place."""
     members: dict[Key, tuple[aim.Member | Untouched, list[Fact]]] = {}
     for (namespace, vm), vmi in marked.items():
         try:
             members[namespace, vm] = await _member(aim.Evacuation(name="", namespace=namespace, vmi=vm, source=name),
-                                                   vmi, every, store, settings, view, deadline)
+                                                   vmi, source, every, store, settings, view, deadline)
         except Untouched as untouched:  # not aimed: KubeVirt's target goes where kube-scheduler puts it
             members[namespace, vm] = untouched, []
         except StoreError as exc:
@@ -120,8 +122,9 @@ async def _marked(evacuation: aim.Evacuation, vmi: dict[str, Any], store: Store,
     return dict(sorted(found.items()))
 
 
-async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], every: tuple[aim.Evacuation, ...], store: Store,
-                  settings: AdmissionSettings, view: fit.View, deadline: Deadline) -> tuple[aim.Member, list[Fact]]:
+async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[str, Any] | None,
+                  every: tuple[aim.Evacuation, ...], store: Store, settings: AdmissionSettings, view: fit.View,
+                  deadline: Deadline) -> tuple[aim.Member, list[Fact]]:
     """The VM as the plan reads it (and its disks' facts), or Untouched: why it is not aimed."""
     if any((e.namespace, e.vmi) == (evacuation.namespace, evacuation.vmi) and not e.finished for e in every):
         raise Untouched(Alone.ALREADY_AIMED)  # one under way: where it goes is settled (`_kept`)
@@ -140,7 +143,9 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], every: tuple[
         raise Untouched(storage)
     candidates = storage if isinstance(storage, aim.Candidates) else \
         await _candidates(storage, evacuation, every, store, settings, view, deadline)
-    target = await migration_target(store, settings, vm_pod, None, deadline, view.memo)
+    read = read_target_vmi(vmi)
+    target = read if isinstance(read, Malformed) else migration_target_pod(
+        migration_source(vm_pod, settings), read, source, {}, view.memo)
     if not isinstance(target, TargetPod):
         raise Untouched(Alone.VM_UNKNOWN, str(target))
     if kinds.HOSTNAME_LABEL in (kinds.spec(target.pod).get("nodeSelector") or {}):
