@@ -65,9 +65,10 @@ def pin_of(node: str) -> dict[str, Any]:
 def affinity_ops(spec: dict[str, Any], required: tuple[str, ...],
                  preferences: tuple[tuple[str, int], ...]) -> list[dict[str, Any]]:
     """The patch that places a pod with this `spec` as `serve` does, recording nothing."""
-    from webhook.rules.placement.patch import _place, preferred_term
+    from webhook.rules.placement.patch import _place
     ops: list[dict[str, Any]] = []
-    _place(ops, spec, required, [preferred_term(node, weight) for node, weight in preferences])
+    _place(ops, spec, required, [{"weight": weight, "preference": {"matchFields": [pin_of(node)]}}
+                                 for node, weight in preferences])
     return ops
 
 

@@ -9,7 +9,8 @@ from .. import kinds
 from ..config import AdmissionSettings
 from ..deadline import Deadline
 from ..kinds import NODE, POD, VMI
-from ..lookup.resolve import Consumers, fit_view, migration_target_pod, node_obstacle, read_through, resolve_disks
+from ..lookup.resolve import (Consumers, fit_view, migration_source, migration_target_pod, node_obstacle, read_through,
+                              resolve_disks)
 from ..rules import fit
 from ..rules.keeping.running import read_target_vmi, read_vmi, vm_pods, VmiView
 from ..rules.kubevirt.target import TargetPod
@@ -143,7 +144,8 @@ async def _member(evacuation: aim.Evacuation, vmi: dict[str, Any], source: dict[
     candidates = storage if isinstance(storage, aim.Candidates) else \
         await _candidates(storage, evacuation, every, store, settings, view, deadline)
     read = read_target_vmi(vmi)
-    target = read if isinstance(read, Malformed) else migration_target_pod(vm_pod, read, source, {}, settings, view.memo)
+    target = read if isinstance(read, Malformed) else migration_target_pod(
+        migration_source(vm_pod, settings), read, source, {}, view.memo)
     if not isinstance(target, TargetPod):
         raise Untouched(Alone.VM_UNKNOWN, str(target))
     if kinds.HOSTNAME_LABEL in (kinds.spec(target.pod).get("nodeSelector") or {}):
@@ -213,7 +215,7 @@ async def followed(consumers: Consumers, pod: dict[str, Any], namespace: str, st
         every = [aim.read_evacuation(m) for m in await deadline.call(store.migrations)]
     except (StoreError, TimeoutError):
         return None
-    leading = aim.follows(every, vmis)
+    leading = next((a for a in aim.unfinished_aims(every) if (a.namespace, a.vmi) in vmis), None)  # the oldest
     view = await fit_view(store, namespace, deadline) if leading is not None else "none aimed"
     node = aim.node_of(view, leading.aimed) if leading is not None and not isinstance(view, str) else None
     if leading is None or node is None or await node_obstacle(store, node, pod, namespace, deadline,

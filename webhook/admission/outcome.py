@@ -29,11 +29,6 @@ class Outcome:
     patch: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
 
-    @property
-    def failed(self) -> bool:
-        """A bug in the rules: the pod was admitted untouched."""
-        return self.skipped is Alone.INTERNAL_ERROR
-
 
 def skip(rule: Rule, why: Alone, warning: str | None = None, detail: str | None = None, **kwargs: Any) -> Outcome:
     return Outcome(rule, skipped=why, detail=detail, warnings=(warning,) if warning else (), **kwargs)

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from ..kinds import clip_reason
 from ..rules.placement.patch import audit_annotations
 from .outcome import Outcome
 
@@ -58,8 +59,7 @@ def build_response(uid: str, outcome: Outcome) -> dict[str, Any]:
 
 
 def clip(text: str, limit: int = MAX_WARNING) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip_reason(" ".join(str(text).split()), limit)
 
 
 def parse_review(body: Any) -> AdmissionRequest:

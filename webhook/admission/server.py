@@ -15,6 +15,7 @@ from ..cluster.events import NO_EVENTS, Events, involved_object, vmi_reference
 from ..stores.store import Store
 from ..config import AdmissionSettings, seconds
 from ..deadline import Deadline
+from ..rules.shared.alone import Alone
 from . import review as reviews
 from .admit import Shared, admit
 from .budget import DEFAULT_BYTES, Budget, NoRoom
@@ -179,7 +180,8 @@ def count_admission(outcome: Outcome, seconds: float) -> None:
     if outcome.decision is not None:
         metrics.ADMISSION_OUTCOMES(outcome.rule, outcome.decision.outcome, "").inc()
     else:
-        metrics.ADMISSION_OUTCOMES(outcome.rule, "error" if outcome.failed else "skipped", outcome.skipped or "").inc()
+        failed = outcome.skipped is Alone.INTERNAL_ERROR  # a bug in the rules: the pod was admitted untouched
+        metrics.ADMISSION_OUTCOMES(outcome.rule, "error" if failed else "skipped", outcome.skipped or "").inc()
 
 
 # The kind of pod a review's latency is counted under, by the rule that took it.

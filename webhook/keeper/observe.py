@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..lookup.resolve import MigrationSource, migration_source, migration_target_pod, obstacle_on, resolve_disks
+from ..lookup.resolve import migration_source, migration_target_pod, obstacle_on, resolve_disks
 from ..stores.store import Store, StoreError
 from ..config import Settings
 from ..deadline import Deadline
@@ -248,7 +248,7 @@ class Observer:
             return None, f"its launcher pod {name} is gone"
         return pod, None
 
-    async def target_unfit(self, vmi: VmiView, launcher: MigrationSource, source: dict[str, Any] | None,
+    async def target_unfit(self, vmi: VmiView, launcher: dict[str, Any], source: dict[str, Any] | None,
                            target: str, node: dict[str, Any] | None) -> str | None:
         """Why `target` (read as `node`) cannot take the VM's migration target pod, or None: the hostname label
         KubeVirt selects on, then the never-strand checks."""
@@ -256,7 +256,7 @@ class Observer:
         if node is not None and hostname is None:
             return f"node {target} has no {HOSTNAME_LABEL} label: cannot target it"
         built = migration_target_pod(launcher, vmi, source, {HOSTNAME_LABEL: hostname} if hostname else {},
-                                     self.settings, self.memo)
+                                     self.memo)
         if isinstance(built, TargetUnknown):
             return f"cannot tell what its migration target needs: {built}"
         return lacking(built, target, node) or await obstacle_on(

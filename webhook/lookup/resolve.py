@@ -78,12 +78,11 @@ async def resolve_disks(
         facts[i] = unresolved(claims[i], f"not in the caches, and one admission reads at most {FALLBACK_CLAIMS} "
                                          "claims from the API")
     missing = missing[:FALLBACK_CLAIMS]
-    if missing:
-        # Each read is held to the deadline (`resolve_io`): all are done by then.
-        found = await asyncio.gather(*(resolve_io(store, settings, namespace, claims[i], deadline, seen)
-                                       for i in missing), return_exceptions=True)
-        for i, fact in zip(missing, found):
-            facts[i] = fact if isinstance(fact, Fact) else unresolved(claims[i], type(fact).__name__)
+    # Each read is held to the deadline (`resolve_io`): all are done by then.
+    found = await asyncio.gather(*(resolve_io(store, settings, namespace, claims[i], deadline, seen)
+                                   for i in missing), return_exceptions=True)
+    for i, fact in zip(missing, found):
+        facts[i] = fact if isinstance(fact, Fact) else unresolved(claims[i], type(fact).__name__)
     return [fact for fact in facts if fact is not None]
 
 
@@ -143,7 +142,7 @@ async def migration_target(store: Store, settings: Settings, vm_pod: dict[str, A
     view = read_target_vmi(vmi)
     if isinstance(view, Malformed):
         return str(view)
-    return migration_target_pod(vm_pod, view, source, {}, settings, memo)
+    return migration_target_pod(migration_source(vm_pod, settings), view, source, {}, memo)
 
 
 async def read_through(store: Store, resource: Resource, namespace: str | None, name: str,
@@ -153,34 +152,25 @@ async def read_through(store: Store, resource: Resource, namespace: str | None, 
     return obj if known else await deadline.call(store.get, resource, namespace, name)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class MigrationSource:
-    """A launcher pod as its VM's migration target is rendered from (`migration_source`), which
-    the keeper keeps per VM apart instead of copying the pod at every pass."""
-
-    pod: dict[str, Any]
-
-
-def migration_source(launcher: dict[str, Any], settings: Settings) -> MigrationSource:
+def migration_source(launcher: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """What a VM's migration target is rendered from: its launcher pod as KubeVirt created it,
-    without our pin, reduced to what the never-strand checks read of it (`pod_to_place`)."""
+    without our pin, reduced to what the never-strand checks read of it (`pod_to_place`); the keeper
+    keeps it per VM apart instead of copying the pod at every pass."""
     # Reduced first, so that only what the checks read is copied: `as_created` reads our annotations.
     placed = pod_to_place(launcher)
     placed["metadata"]["annotations"] = kinds.annotations(launcher)
     made = as_created(placed, settings)
     kinds.meta(made).pop("annotations", None)
-    return MigrationSource(made)
+    return made
 
 
-def migration_target_pod(launcher: dict[str, Any] | MigrationSource, vmi: Vmi, source: dict[str, Any] | None,
-                         added: dict[str, str], settings: Settings,
+def migration_target_pod(made: dict[str, Any], vmi: Vmi, source: dict[str, Any] | None, added: dict[str, str],
                          memo: Memo | None = None) -> TargetPod | TargetUnknown:
-    """`rules.kubevirt.target.target_pod` from the launcher pod or as `migration_source` left it: the one recipe a
-    drain's share-manager rule and the keeper both judge nodes by."""
-    made = launcher if isinstance(launcher, MigrationSource) else migration_source(launcher, settings)
+    """`rules.kubevirt.target.target_pod` from `migration_source`'s pod: the one recipe a drain's share-manager rule
+    and the keeper both judge nodes by."""
     cpu = None if memo is None or source is None else \
         memo.latest(source_cpu, ("source cpu", kinds.meta(source).get("name")), (source,), source)
-    return target_pod(made.pod, vmi, source, added, cpu)
+    return target_pod(made, vmi, source, added, cpu)
 
 
 async def node_obstacle(store: Store, name: str, pod: dict[str, Any], namespace: str, deadline: Deadline, *,

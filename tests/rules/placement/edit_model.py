@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from webhook.kinds import PREFERRED_TERMS, REQUIRED
-from webhook.rules.placement.patch import _new_terms, pinned_by_name, node_requirement, preferred_term
+from webhook.rules.placement.patch import _new_terms, pinned_by_name, node_requirement
 
 
 def owned(pod: dict[str, Any], annotations: Iterable[str] = ()) -> dict[str, Any]:
@@ -38,7 +38,8 @@ def edited(pod: dict[str, Any], required: tuple[str, ...], preferences: Sequence
     after = owned(pod, annotations)
     spec = after.get("spec")
     if isinstance(spec, dict):
-        _place(spec, required, [preferred_term(node, weight) for node, weight in preferences])
+        _place(spec, required, [{"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
+                                for node, weight in preferences])
     if annotations:
         _record(after, annotations)
     return after

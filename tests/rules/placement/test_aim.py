@@ -132,12 +132,11 @@ def test_the_patch_adds_the_selector_and_the_short_unschedulable_timeout_and_onl
         "spec": {"vmiName": "vm1", "addedNodeSelector": {"kubernetes.io/hostname": "n"}}}
 
 
-def test_a_share_manager_follows_the_oldest_aim_under_way_of_its_vms():
+def test_the_aims_under_way_oldest_first_which_a_share_manager_follows():
     aims = [earlier("e2", "2026-11-27T08:01:00Z", "Pending", "node-d", vmi="vm2"),
             earlier("e1", "2026-11-27T08:00:00Z", "Pending", "node-c", vmi="vm1"),
             earlier("e0", "2026-11-27T07:00:00Z", "Succeeded", "node-x", vmi="vm1")]
-    assert aim.follows(aims, {("default", "vm1"), ("default", "vm2")}).name == "e1"
-    assert aim.follows(aims, {("default", "vm3")}) is None
+    assert [a.name for a in aim.unfinished_aims(aims)] == ["e1", "e2"]
 
 
 def test_nodes_are_named_by_their_hostname_label():

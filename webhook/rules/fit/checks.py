@@ -28,16 +28,14 @@ CHECKS: tuple[Filter, ...] = (node_resources_fit, node_ports, volumes, inter_pod
 def why_not_fit(pod: Any, namespace: str, node: Mapping[str, Any], view: View, subject: str = "the VM", *,
                 demand: Demand | None = None) -> str | None:
     """Why kube-scheduler's filters turn the pod away from the node (the first failed check, "cannot tell"), or None."""
-    checks = CHECKS
     if demand is not None:
-        checks = prefilter(demand, view)
-    else:
-        try:
-            demand = Demand.of(pod, namespace, view.memo)
-        except Exception as error:  # Unreadable says what; any other, a shape nobody foresaw
-            detail = f": {error}" if isinstance(error, Unreadable) else f" ({type(error).__name__})"
-            return cannot_tell(node, subject, f"{subject} cannot be read{detail}")
-    return why_not_pass(checks, demand, node, view, subject)
+        return why_not_pass(prefilter(demand, view), demand, node, view, subject)
+    try:
+        demand = Demand.of(pod, namespace, view.memo)
+    except Exception as error:  # Unreadable says what; any other, a shape nobody foresaw
+        detail = f": {error}" if isinstance(error, Unreadable) else f" ({type(error).__name__})"
+        return cannot_tell(node, subject, f"{subject} cannot be read{detail}")
+    return why_not_pass(CHECKS, demand, node, view, subject)
 
 
 def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, Any], view: View,
@@ -57,17 +55,12 @@ def why_not_pass(checks: tuple[Filter, ...], demand: Demand, node: Mapping[str, 
     return None
 
 
-def refused_only(checks: tuple[Filter, ...], demand: Demand, view: View) -> Only | None:
-    """The only nodes `checks` can turn the pod away from, where they can say (`interpodaffinity.Gathered.only`: a
-    migration target's anti-affinity toward its own VMI's pods, all on the node it leaves), else None."""
+def refused_only(checks: tuple[Filter, ...], demand: Demand) -> Only | None:
+    """The only nodes `checks` (`prefilter`'s: what they read is gathered) can turn the pod away from, where they can
+    say (`Gathered.only`: a migration target's anti-affinity toward its own VMI's pods, all on the node it leaves)."""
     if not checks:
         return NONE_REFUSED
     if checks != (inter_pod_affinity,):
-        return None
-    try:
-        if not said_by_others(demand, view):
-            return NONE_REFUSED
-    except Exception:  # an unexpected shape: each node judged, and the check says what it cannot read
         return None
     return demand.gathered.only if demand.gathered.unsure is None else None  # type: ignore[no-any-return]
 

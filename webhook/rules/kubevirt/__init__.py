@@ -1,2 +1,1 @@
-"""What KubeVirt makes of a VM's pods, which placement and keeping both judge by: a VMI's own
-pods, its pod as started again, the migration target pod."""
+"""What KubeVirt makes of a VM's pods (its own, started again, its migration target): both roles judge by it."""

@@ -262,11 +262,6 @@ def aim_patch(migration: Any, hostname: str) -> list[dict[str, Any]]:
     return ops
 
 
-def follows(aims: Iterable[Evacuation], vmis: set[tuple[str, str]]) -> Evacuation | None:
-    """The aimed evacuation a share-manager follows: the oldest unfinished one of its VMs ((namespace, VMI))."""
-    return next((a for a in unfinished_aims(aims) if (a.namespace, a.vmi) in vmis), None)
-
-
 def node_of(view: View, hostname: str | None) -> str | None:
     """The node whose kubernetes.io/hostname label is `hostname` (what an addedNodeSelector names): the
     node of that name, as a rule; else the first found among all."""

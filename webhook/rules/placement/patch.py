@@ -45,17 +45,15 @@ def live_terms(pod: Any) -> list[dict[str, Any]]:
     return [t for t in terms if _live(t)] if isinstance(terms, list) else []
 
 
-def preferred_term(node: str, weight: int) -> dict[str, Any]:
-    return {"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
-
-
 def patch_for(pod: dict[str, Any], decision: Decision, settings: Settings) -> list[dict[str, Any]]:
     """The RFC 6902 `add` operations that place `pod` as decided and record the decision, affinity first (a list as
     the answer carries it: jsonpatch's JsonPatch parses every path again, 10 µs an answer)."""
     ops: list[dict[str, Any]] = []
     spec = pod.get("spec")
     if isinstance(spec, dict) and (decision.required or decision.preferences):
-        _place(ops, spec, decision.required, [preferred_term(node, weight) for node, weight in decision.preferences])
+        wanted = [{"weight": weight, "preference": {"matchFields": [node_requirement(node)]}}
+                  for node, weight in decision.preferences]
+        _place(ops, spec, decision.required, wanted)
     record(ops, pod, decision_annotations(decision, settings))
     return ops
 

@@ -37,11 +37,8 @@ class Prepared:
     made: float  # the caller's monotonic clock
     vm: str = ""  # the VMI's uid (its promise)
     target: Any = None  # the VM's migration target pod it was judged with (`kubevirt.target.TargetPod`)
-    # The VM's demand where a node changes but for its room only as pods that take only room come and
-    # go (`fit.judged_by_room`): such a node is checked for room alone. None: judged again in full.
-    moved: Demand | None = None
-    # The nodes it was picked from, most room first (`together.decide_together`), for `together.left_of`.
-    found: Destinations | None = None
+    moved: Demand | None = None  # `DestinationSearch.demand_for_room`: None, a changed node is judged again in full
+    found: Destinations | None = None  # the nodes it was picked from, most room first, for `together.left_of`
 
 
 def ask_of(pod: Mapping[str, Any], namespace: str, memo: Any = None) -> Hashable | None:

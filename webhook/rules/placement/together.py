@@ -150,7 +150,7 @@ class DestinationSearch:
             if self.own is None:
                 self.own = tuple(check for check in fit.prefilter(self.moved, self.view)
                                  if check is not fit.node_resources_fit)
-                self.only = fit.refused_only(self.own, self.moved, self.view)
+                self.only = fit.refused_only(self.own, self.moved)
             if self.only is None or fit.may_refuse(self.only, name, node):
                 why = fit.why_not_pass(self.own, self.moved, node, self.view, "the VM")
         if why is not None:

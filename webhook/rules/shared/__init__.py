@@ -1,2 +1,1 @@
-"""What placement and keeping both read: which pods the rules act on, the facts a pod follows, times,
-typed fields, quantities, pruning of nested objects."""
+"""What placement and keeping both read of pods, VMs and their disks."""
