@@ -922,7 +922,7 @@ class Admission:
                               self.shared)
         self.seconds[str(outcome.rule)] += loop.time() - began
         self.answered[str(outcome.rule)] += 1
-        if outcome.failed:
+        if outcome.skipped is Alone.INTERNAL_ERROR:
             self.failed.append(f"the webhook's rules failed on pod {namespace}/{kinds.pod_name(pod)}: {outcome.detail}")
         return (jsonpatch.apply_patch(pod, list(outcome.patch)) if outcome.patch else pod), outcome
 
